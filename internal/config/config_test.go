@@ -1,0 +1,116 @@
+package config
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func load(t *testing.T, args []string, env map[string]string) (Idempotency, error) {
+	t.Helper()
+	l := NewLoader("test", io.Discard)
+	var c Idempotency
+	RegisterIdempotency(l, &c)
+	err := l.Parse(args, MapLookup(env))
+	return c, err
+}
+
+func TestIdempotencyDefaults(t *testing.T) {
+	c, err := load(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != DefaultIdempotency() {
+		t.Fatalf("defaults: got %+v want %+v", c, DefaultIdempotency())
+	}
+	want := Idempotency{60 * time.Second, 300 * time.Second, 60 * time.Second, 100000, 10 * time.Second, true, 30 * time.Second}
+	if c != want {
+		t.Fatalf("seed defaults changed: %+v", c)
+	}
+}
+
+func TestEnvFillsAndFlagWins(t *testing.T) {
+	env := map[string]string{
+		EnvPendingTTL:     "5",
+		EnvCommittedTTL:   "7",
+		EnvWaitForPending: "false",
+		EnvMaxEntries:     "42",
+	}
+	c, err := load(t, []string{"-idempotency-committed-ttl-seconds", "9"}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PendingTTL != 5*time.Second || c.CommittedTTL != 9*time.Second || c.WaitForPending || c.MaxEntries != 42 {
+		t.Fatalf("got %+v", c)
+	}
+}
+
+func TestInvalidNamesVariableAndRange(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"env not a number", nil, map[string]string{EnvPendingTTL: "soon"}, []string{EnvPendingTTL, "-idempotency-pending-ttl-seconds", "from 1 to"}},
+		{"env zero", nil, map[string]string{EnvMaxEntries: "0"}, []string{EnvMaxEntries, "from 1 to 100000000"}},
+		{"env negative", nil, map[string]string{EnvCleanupInterval: "-1"}, []string{EnvCleanupInterval}},
+		{"bad bool", nil, map[string]string{EnvWaitForPending: "maybe"}, []string{EnvWaitForPending, "true or false"}},
+		{"flag bad", []string{"-idempotency-pending-wait-timeout", "x"}, nil, []string{EnvPendingWaitTimeout}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, tc.args, tc.env)
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("want ErrInvalid, got %v", err)
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("want *Error, got %T", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message %q does not name %q", err.Error(), w)
+				}
+			}
+		})
+	}
+}
+
+func TestUnexpectedArgument(t *testing.T) {
+	if _, err := load(t, []string{"extra"}, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("want ErrInvalid, got %v", err)
+	}
+}
+
+func TestListAndString(t *testing.T) {
+	l := NewLoader("t", io.Discard)
+	var seeds []string
+	var name string
+	l.List(&seeds, "GATE_JOIN", "", "host:port list", func(s string) error {
+		if !strings.Contains(s, ":") {
+			return errors.New("missing port")
+		}
+		return nil
+	}, "seeds")
+	l.String(&name, "GATE_NODE_NAME", "g1", "", nil, "name")
+	if err := l.Parse(nil, MapLookup(map[string]string{"GATE_JOIN": "a:1, b:2,,"})); err != nil {
+		t.Fatal(err)
+	}
+	if len(seeds) != 2 || seeds[0] != "a:1" || seeds[1] != "b:2" || name != "g1" {
+		t.Fatalf("got %v %q", seeds, name)
+	}
+	l2 := NewLoader("t", io.Discard)
+	l2.List(&seeds, "GATE_JOIN", "", "host:port list", func(s string) error {
+		if !strings.Contains(s, ":") {
+			return errors.New("missing port")
+		}
+		return nil
+	}, "seeds")
+	err := l2.Parse(nil, MapLookup(map[string]string{"GATE_JOIN": "nope"}))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GATE_JOIN") || !strings.Contains(err.Error(), "missing port") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -1,0 +1,210 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeManager is a Service whose leadership and failures the test controls.
+type fakeManager struct {
+	mu        sync.Mutex
+	leader    bool
+	leaderRPC string
+	failNext  int // answer Unavailable this many times
+	submits   atomic.Int64
+}
+
+func (f *fakeManager) check() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failNext > 0 {
+		f.failNext--
+		return Errorf(CodeUnavailable, "injected")
+	}
+	if !f.leader {
+		return &Error{Code: CodeNotLeader, Message: "follower", Leader: f.leaderRPC}
+	}
+	return nil
+}
+
+func (f *fakeManager) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	f.submits.Add(1)
+	return &SubmitResponse{Outcome: OutcomeCommitted, JobID: "j-" + req.Key, Job: &api.Job{JobID: "j-" + req.Key, Type: req.Job.Type}}, nil
+}
+
+func (f *fakeManager) GetJob(ctx context.Context, tenant, id string) (*api.Job, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	if id != "j-1" || tenant != "t1" {
+		return nil, Errorf(CodeNotFound, "no job %s", id)
+	}
+	return &api.Job{JobID: id}, nil
+}
+
+func (f *fakeManager) ListJobs(ctx context.Context, req *ListJobsRequest) (*ListJobsResponse, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return &ListJobsResponse{Jobs: []api.Job{{JobID: req.Tenant + "/" + req.Type + "/" + req.After}}, Next: "n"}, nil
+}
+
+func (f *fakeManager) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return &api.KeyInfo{Key: key, State: api.KeyStateCommitted}, nil
+}
+
+func (f *fakeManager) Status(ctx context.Context) (*Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &Status{IsLeader: f.leader, LeaderRPC: f.leaderRPC}, nil
+}
+
+func serve(t *testing.T, svc Service) string {
+	t.Helper()
+	srv := httptest.NewServer(NewHandler(svc, nil))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+func newClient(t *testing.T, addrs ...string) *Client {
+	t.Helper()
+	c := NewClient(ClientConfig{Resolver: StaticResolver(addrs), AttemptTimeout: time.Second})
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+func TestClientFollowsLeaderHint(t *testing.T) {
+	leader := &fakeManager{leader: true}
+	laddr := serve(t, leader)
+	follower := &fakeManager{leaderRPC: laddr}
+	faddr := serve(t, follower)
+
+	c := newClient(t, faddr)
+	resp, err := c.Submit(context.Background(), &SubmitRequest{Tenant: "t", Key: "k1", Job: api.JobRequest{Type: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Outcome != OutcomeCommitted || resp.JobID != "j-k1" || resp.Job.Type != "x" {
+		t.Fatalf("unexpected response %+v", resp)
+	}
+	if got := c.Leader(); got != laddr {
+		t.Fatalf("leader = %q, want %q", got, laddr)
+	}
+	if leader.submits.Load() != 1 || follower.submits.Load() != 0 {
+		t.Fatalf("submits leader=%d follower=%d", leader.submits.Load(), follower.submits.Load())
+	}
+}
+
+func TestClientRetriesUnavailableAndDeadConnections(t *testing.T) {
+	// A listener that is closed: connections are refused.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+
+	m := &fakeManager{leader: true, failNext: 3}
+	addr := serve(t, m)
+	c := newClient(t, dead, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Submit(ctx, &SubmitRequest{Key: "k"}); err != nil {
+		t.Fatalf("want success after retries, got %v", err)
+	}
+	if m.submits.Load() != 1 {
+		t.Fatalf("submits = %d", m.submits.Load())
+	}
+}
+
+func TestClientGivesUpWithUnavailable(t *testing.T) {
+	m := &fakeManager{} // follower that knows no leader
+	c := newClient(t, serve(t, m))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := c.Submit(ctx, &SubmitRequest{Key: "k"})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("want ErrUnavailable, got %v", err)
+	}
+	if errors.Is(err, ErrNotLeader) {
+		t.Fatalf("final error must be unavailable only: %v", err)
+	}
+}
+
+func TestCodesSurviveTheWire(t *testing.T) {
+	m := &fakeManager{leader: true}
+	c := newClient(t, serve(t, m))
+	ctx := context.Background()
+	_, err := c.GetJob(ctx, "t1", "nope")
+	var e *Error
+	if !errors.Is(err, ErrNotFound) || !errors.As(err, &e) || !strings.Contains(e.Message, "nope") {
+		t.Fatalf("want not_found with message, got %v", err)
+	}
+	job, err := c.GetJob(ctx, "t1", "j-1")
+	if err != nil || job.JobID != "j-1" {
+		t.Fatalf("get job: %v %+v", err, job)
+	}
+	lr, err := c.ListJobs(ctx, &ListJobsRequest{Tenant: "t1", Type: "ty", After: "c9", Limit: 5})
+	if err != nil || len(lr.Jobs) != 1 || lr.Jobs[0].JobID != "t1/ty/c9" || lr.Next != "n" {
+		t.Fatalf("list: %v %+v", err, lr)
+	}
+	ki, err := c.GetKey(ctx, "t1", "a:b/c d")
+	if err != nil || ki.Key != "a:b/c d" {
+		t.Fatalf("key: %v %+v", err, ki)
+	}
+}
+
+func TestLeaderStatusRequiresLeader(t *testing.T) {
+	leader := &fakeManager{leader: true}
+	laddr := serve(t, leader)
+	follower := &fakeManager{leaderRPC: laddr}
+	faddr := serve(t, follower)
+	c := newClient(t, faddr)
+	st, err := c.LeaderStatus(context.Background())
+	if err != nil || !st.IsLeader {
+		t.Fatalf("leader status: %v %+v", err, st)
+	}
+	own, err := c.StatusOf(context.Background(), faddr)
+	if err != nil || own.IsLeader {
+		t.Fatalf("follower's own status: %v %+v", err, own)
+	}
+}
+
+func TestNonRPCErrorBodies(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "bad gateway", http.StatusBadGateway)
+	}))
+	defer srv.Close()
+	if e := decodeError(http.StatusBadGateway, []byte("bad gateway")); e.Code != CodeUnavailable {
+		t.Fatalf("502 should be unavailable, got %v", e)
+	}
+	if e := decodeError(http.StatusTeapot, []byte("teapot")); e.Code != CodeInternal {
+		t.Fatalf("418 should be internal, got %v", e)
+	}
+	c := newClient(t, strings.TrimPrefix(srv.URL, "http://"))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.GetJob(ctx, "t", "x"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("want unavailable, got %v", err)
+	}
+}

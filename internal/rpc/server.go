@@ -1,0 +1,117 @@
+package rpc
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+)
+
+// maxRequestBytes bounds an RPC request body: a job body is at most a few MiB.
+const maxRequestBytes = 16 << 20
+
+// NewHandler serves svc on its own ServeMux (never the global one). Extra
+// routes (metrics, failpoints) may be added to the returned mux by the caller.
+func NewHandler(svc Service, logger *slog.Logger) *http.ServeMux {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{svc: svc, log: logger}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /rpc/v1/submit", h.submit)
+	mux.HandleFunc("GET /rpc/v1/jobs/{id}", h.getJob)
+	mux.HandleFunc("GET /rpc/v1/jobs", h.listJobs)
+	mux.HandleFunc("GET /rpc/v1/keys", h.getKey)
+	mux.HandleFunc("GET /rpc/v1/status", h.status)
+	return mux
+}
+
+type handler struct {
+	svc Service
+	log *slog.Logger
+}
+
+func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
+	var req SubmitRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+	if err != nil {
+		writeError(w, Errorf(CodeInvalid, "read body: %v", err))
+		return
+	}
+	if len(body) > maxRequestBytes {
+		writeError(w, Errorf(CodeInvalid, "request body over %d bytes", maxRequestBytes))
+		return
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, Errorf(CodeInvalid, "decode submit request: %v", err))
+		return
+	}
+	resp, err := h.svc.Submit(r.Context(), &req)
+	h.reply(w, resp, err)
+}
+
+func (h *handler) getJob(w http.ResponseWriter, r *http.Request) {
+	job, err := h.svc.GetJob(r.Context(), r.URL.Query().Get("tenant"), r.PathValue("id"))
+	h.reply(w, job, err)
+}
+
+func (h *handler) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := &ListJobsRequest{Tenant: q.Get("tenant"), Type: q.Get("type"), Status: q.Get("status"), After: q.Get("after")}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			writeError(w, Errorf(CodeInvalid, "limit: %v", err))
+			return
+		}
+		req.Limit = n
+	}
+	resp, err := h.svc.ListJobs(r.Context(), req)
+	h.reply(w, resp, err)
+}
+
+func (h *handler) getKey(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	info, err := h.svc.GetKey(r.Context(), q.Get("tenant"), q.Get("key"))
+	h.reply(w, info, err)
+}
+
+// status answers a manager's status. With ?leader=1 only the leader answers;
+// another manager answers not_leader naming the leader, so a client's readiness
+// probe follows it there.
+func (h *handler) status(w http.ResponseWriter, r *http.Request) {
+	st, err := h.svc.Status(r.Context())
+	if err == nil && r.URL.Query().Get("leader") == "1" && !st.IsLeader {
+		err = &Error{Code: CodeNotLeader, Message: "not the leader", Leader: st.LeaderRPC}
+	}
+	h.reply(w, st, err)
+}
+
+func (h *handler) reply(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) {
+			h.log.Error("rpc handler failed", "err", err)
+			e = Errorf(CodeInternal, "%v", err)
+		}
+		writeError(w, e)
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, Errorf(CodeInternal, "encode response: %v", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	b, _ := json.Marshal(e)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpStatus(e.Code))
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,134 @@
+// Package api holds the wire types of the gate's public HTTP API (v1): the job
+// request and job bodies, the RFC 9457 problem body and its stable codes, and the
+// headers the contract names. It depends on the standard library only, so any Go
+// program may import it. docs/api.md describes the contract these types carry.
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Headers and media types named by the contract.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderReplayed       = "Idempotent-Replayed"
+	HeaderRetryAfter     = "Retry-After"
+	HeaderLocation       = "Location"
+	HeaderAuthorization  = "Authorization"
+
+	ContentTypeJSON    = "application/json"
+	ContentTypeProblem = "application/problem+json"
+
+	// DefaultTenant is the tenant of every request when the gate runs with no
+	// token file.
+	DefaultTenant = "default"
+
+	// MaxListLimit bounds the limit parameter of GET /v1/jobs.
+	MaxListLimit = 1000
+	// DefaultListLimit is used when GET /v1/jobs has no limit parameter.
+	DefaultListLimit = 100
+)
+
+// Code is the stable, machine-readable identity of an error. Clients match on it;
+// its text never changes once released.
+type Code string
+
+// The error codes of API v1.
+const (
+	CodeIdempotencyKeyMissing  Code = "idempotency_key_missing"
+	CodeIdempotencyKeyInvalid  Code = "idempotency_key_invalid"
+	CodeInvalidRequest         Code = "invalid_request"
+	CodeBodyTooLarge           Code = "body_too_large"
+	CodeUnsupportedMediaType   Code = "unsupported_media_type"
+	CodeJobRejected            Code = "job_rejected"
+	CodeRequestInProgress      Code = "request_in_progress"
+	CodeIdempotencyKeyReused   Code = "idempotency_key_reused"
+	CodeIdempotencyKeyExpired  Code = "idempotency_key_expired"
+	CodeUnavailable            Code = "unavailable"
+	CodeJobNotFound            Code = "job_not_found"
+	CodeIdempotencyKeyNotFound Code = "idempotency_key_not_found"
+	CodeUnauthorized           Code = "unauthorized"
+	CodeNotFound               Code = "not_found"
+	CodeMethodNotAllowed       Code = "method_not_allowed"
+	CodeInternal               Code = "internal"
+)
+
+// ProblemTypeBase prefixes a code to form a problem's type URI.
+const ProblemTypeBase = "https://once.dev/problems/"
+
+// Problem is an RFC 9457 problem details body with once's extension members.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   Code   `json:"code"`
+	// Reason is set on job_rejected problems: why admission refused the job.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Error makes a Problem usable as an error by clients.
+func (p *Problem) Error() string { return string(p.Code) + ": " + p.Detail }
+
+// JobRequest is the body of POST /v1/jobs.
+type JobRequest struct {
+	Type        string          `json:"type"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	Datacenters []string        `json:"datacenters,omitempty"`
+}
+
+// Job status values.
+const (
+	JobStatusCommitted = "committed"
+)
+
+// Idempotency entry states as the API shows them.
+const (
+	KeyStatePending   = "pending"
+	KeyStateCommitted = "committed"
+	KeyStateRejected  = "rejected"
+)
+
+// Job is the job body returned by POST /v1/jobs (201 and its replays) and by the
+// read endpoints. Encoding a Job with encoding/json is deterministic, so every
+// gate renders the same job as the same bytes.
+type Job struct {
+	JobID          string                      `json:"job_id"`
+	Type           string                      `json:"type"`
+	Status         string                      `json:"status"`
+	IdempotencyKey string                      `json:"idempotency_key"`
+	CreatedAt      string                      `json:"created_at"`
+	Datacenters    map[string]DatacenterStatus `json:"datacenters"`
+	Payload        json.RawMessage             `json:"payload"`
+}
+
+// DatacenterStatus is a job's outcome in one datacenter.
+type DatacenterStatus struct {
+	Status string `json:"status"`
+}
+
+// JobList is the body of GET /v1/jobs.
+type JobList struct {
+	Jobs []Job   `json:"jobs"`
+	Next *string `json:"next"`
+}
+
+// KeyInfo is the body of GET /v1/idempotency-keys/{key}. ClientID, Sequence and
+// Nonce are present for structured keys only. JobID is null for a rejected key.
+type KeyInfo struct {
+	Key       string  `json:"key"`
+	State     string  `json:"state"`
+	JobID     *string `json:"job_id"`
+	ExpiresAt string  `json:"expires_at"`
+	ClientID  string  `json:"client_id,omitempty"`
+	Sequence  *uint64 `json:"sequence,omitempty"`
+	Nonce     string  `json:"nonce,omitempty"`
+}
+
+// TimeFormat is the layout of every timestamp in the API: RFC 3339 in UTC with
+// millisecond precision, e.g. 2026-11-21T12:00:00.123Z.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// FormatTime renders t in the API's timestamp layout.
+func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
