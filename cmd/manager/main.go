@@ -1,0 +1,19 @@
+// Command manager runs a once manager: a member of its datacenter's Raft group
+// holding the idempotency ledger. Configuration: flags and MANAGER_* /
+// IDEMPOTENCY_* variables (docs/configuration.md).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/once-dev/once/internal/manager"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(manager.Main(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}

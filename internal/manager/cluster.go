@@ -1,0 +1,130 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/once-dev/once/internal/membership"
+)
+
+// clusterMembership is the manager's membership side: its place in the
+// datacenter's LAN pool, the RPC addresses of its peers (for "not leader"
+// hints), and the autopilot that bootstraps Raft and manages voters.
+type clusterMembership struct {
+	pool   *membership.Pool
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	log    *slog.Logger
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	return host, port, err
+}
+
+// startCluster joins the LAN pool and starts the autopilot.
+func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger) (*clusterMembership, error) {
+	hasState, err := m.HasState()
+	if err != nil {
+		return nil, fmt.Errorf("read raft state: %w", err)
+	}
+	host, port, err := splitHostPort(cfg.GossipAddr)
+	if err != nil {
+		return nil, fmt.Errorf("MANAGER_GOSSIP_ADDR: %w", err)
+	}
+	var key []byte
+	if cfg.GossipKey != "" {
+		if key, err = membership.ParseSecretKey(cfg.GossipKey); err != nil {
+			return nil, fmt.Errorf("MANAGER_GOSSIP_KEY: %w", err)
+		}
+	}
+	pool, err := membership.Start(ctx, membership.Config{
+		NodeName:  cfg.NodeID,
+		BindAddr:  host,
+		BindPort:  port,
+		Seeds:     cfg.Join,
+		SecretKey: key,
+		Profile:   cfg.GossipProfile,
+		Logger:    log.With("component", "membership"),
+		Meta: membership.Meta{
+			Role:         membership.RoleManager,
+			Datacenter:   cfg.Datacenter,
+			NodeID:       cfg.NodeID,
+			RPCAddr:      cfg.RPCAdvertise,
+			RaftAddr:     cfg.RaftAdvertise,
+			HasRaftState: hasState,
+			Version:      1,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("membership: %w", err)
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	c := &clusterMembership{pool: pool, cancel: cancel, log: log}
+
+	// Peer RPC addresses for leader hints.
+	events, unsubscribe := pool.Subscribe()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer unsubscribe()
+		refresh := func() {
+			for _, mem := range pool.Managers(cfg.Datacenter) {
+				if mem.Meta.RPCAddr != "" {
+					m.SetPeerRPC(mem.Meta.NodeID, mem.Meta.RPCAddr)
+				}
+			}
+		}
+		refresh()
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case _, ok := <-events:
+				if !ok {
+					return
+				}
+				refresh()
+			case <-tick.C:
+				refresh()
+			}
+		}
+	}()
+
+	if err := c.startAutopilot(cctx, cfg, m, hasState); err != nil {
+		c.stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// leave announces a graceful departure, so the leader removes this manager from
+// the Raft configuration instead of waiting out the dead-server grace period.
+func (c *clusterMembership) leave(ctx context.Context) {
+	timeout := 5 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d) / 2
+	}
+	if err := c.pool.Leave(timeout); err != nil {
+		c.log.Warn("leaving the pool failed", "err", err)
+	}
+}
+
+func (c *clusterMembership) stop() {
+	c.cancel()
+	c.wg.Wait()
+	if err := c.pool.Shutdown(); err != nil {
+		c.log.Warn("membership shutdown", "err", err)
+	}
+}

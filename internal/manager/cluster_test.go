@@ -1,0 +1,142 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
+)
+
+// testCluster is an in-process Raft group of managers on loopback, in the style
+// of hashicorp/raft's testing.go: real TCP transports, real stores in
+// t.TempDir, short timeouts, and waits on conditions instead of sleeps.
+type testCluster struct {
+	t    *testing.T
+	cfgs []Config
+	mgrs []*Manager
+	now  func() time.Time
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// newTestCluster starts n managers and bootstraps them as one group. tweak, if
+// not nil, adjusts every manager's configuration.
+func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t, now: time.Now}
+	base := t.TempDir()
+	for i := 0; i < n; i++ {
+		c := DefaultConfig()
+		c.NodeID = fmt.Sprintf("m%d", i+1)
+		c.DataDir = filepath.Join(base, c.NodeID)
+		c.RaftAddr = freeAddr(t)
+		c.RaftAdvertise = c.RaftAddr
+		c.RPCAddr = "rpc-" + c.NodeID // not served: tests call the Service directly
+		c.RPCAdvertise = c.RPCAddr
+		c.HeartbeatTimeout = 300 * time.Millisecond
+		c.ElectionTimeout = 300 * time.Millisecond
+		c.LeaderLeaseTimeout = 150 * time.Millisecond
+		c.Idempotency.CleanupInterval = time.Second
+		if tweak != nil {
+			tweak(&c)
+		}
+		tc.cfgs = append(tc.cfgs, c)
+	}
+	tc.mgrs = make([]*Manager, n)
+	for i := range tc.cfgs {
+		tc.start(i)
+	}
+	var servers []raft.Server
+	for _, c := range tc.cfgs {
+		servers = append(servers, raft.Server{ID: raft.ServerID(c.NodeID), Address: raft.ServerAddress(c.RaftAdvertise)})
+	}
+	if err := tc.mgrs[0].Bootstrap(servers); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.closeAll)
+	tc.leader()
+	return tc
+}
+
+// start (re)starts manager i on its data directory.
+func (tc *testCluster) start(i int) {
+	tc.t.Helper()
+	m, err := New(tc.cfgs[i], Deps{Logger: logging.TestLogger(tc.t).With("m", i+1), Now: func() time.Time { return tc.now() }})
+	if err != nil {
+		tc.t.Fatalf("start %s: %v", tc.cfgs[i].NodeID, err)
+	}
+	for _, c := range tc.cfgs {
+		m.SetPeerRPC(c.NodeID, c.RPCAdvertise)
+	}
+	tc.mgrs[i] = m
+}
+
+func (tc *testCluster) stop(i int) {
+	if m := tc.mgrs[i]; m != nil {
+		if err := m.Close(); err != nil {
+			tc.t.Logf("close %d: %v", i, err)
+		}
+		tc.mgrs[i] = nil
+	}
+}
+
+func (tc *testCluster) closeAll() {
+	var wg sync.WaitGroup
+	for i := range tc.mgrs {
+		wg.Add(1)
+		go func() { defer wg.Done(); tc.stop(i) }()
+	}
+	wg.Wait()
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for a condition
+	}
+}
+
+// leader waits for a serving leader and returns its index.
+func (tc *testCluster) leader() int {
+	tc.t.Helper()
+	idx := -1
+	waitFor(tc.t, 15*time.Second, "a serving leader", func() bool {
+		for i, m := range tc.mgrs {
+			if m != nil && m.checkLeader() == nil {
+				idx = i
+				return true
+			}
+		}
+		return false
+	})
+	return idx
+}
+
+func (tc *testCluster) submit(ctx context.Context, i int, tenant, key, fp, typ, payload string, waitMillis int64) (*rpc.SubmitResponse, error) {
+	req := &rpc.SubmitRequest{Tenant: tenant, Key: key, Fingerprint: fp, WaitMillis: waitMillis}
+	req.Job.Type = typ
+	req.Job.Payload = []byte(payload)
+	req.Job.Datacenters = []string{"dc1"}
+	return tc.mgrs[i].Submit(ctx, req)
+}

@@ -1,0 +1,159 @@
+package manager
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/ledger"
+)
+
+// leaderLoop runs the leader's duties while this node leads: it watches
+// leadership through a Raft observer (never missing a transition, unlike a
+// dropped LeaderCh signal) and runs one leadership term's work at a time.
+func (m *Manager) leaderLoop() {
+	defer m.bgWG.Done()
+	obs := make(chan raft.Observation, 16)
+	observer := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.RaftState)
+		return ok
+	})
+	m.raft.RegisterObserver(observer)
+	defer m.raft.DeregisterObserver(observer)
+
+	var cancel context.CancelFunc
+	var wg sync.WaitGroup
+	stop := func() {
+		if cancel != nil {
+			cancel()
+			wg.Wait()
+			cancel = nil
+		}
+		m.readyTerm.Store(0)
+	}
+	defer stop()
+	check := func() {
+		leading := m.raft.State() == raft.Leader
+		switch {
+		case leading && cancel == nil:
+			var ctx context.Context
+			ctx, cancel = context.WithCancel(context.Background())
+			wg.Add(1)
+			go func() { defer wg.Done(); m.lead(ctx) }()
+		case !leading && cancel != nil:
+			stop()
+		}
+	}
+	check()
+	tick := time.NewTicker(time.Second) // a safety net under the observer
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.shutdown:
+			return
+		case <-obs:
+			check()
+		case <-tick.C:
+			check()
+		}
+	}
+}
+
+// lead is one term of leadership: apply everything of earlier terms (Barrier),
+// open for business, resolve the PENDING entries a predecessor left, then expire
+// entries every cleanup interval until leadership ends.
+func (m *Manager) lead(ctx context.Context) {
+	term := m.raft.CurrentTerm()
+	for {
+		if err := m.raft.Barrier(m.cfg.ApplyTimeout).Error(); err == nil {
+			break
+		} else if m.raft.State() != raft.Leader {
+			return
+		} else {
+			m.log.Warn("leader barrier failed; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	m.readyTerm.Store(term)
+	m.log.Info("leading", "term", term, "applied_index", m.raft.AppliedIndex())
+	m.resolvePending(ctx)
+
+	tick := time.NewTicker(m.cfg.Idempotency.CleanupInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			m.expire(ctx)
+		}
+	}
+}
+
+// resolvePending re-runs admission for every PENDING entry, from the request the
+// ledger stored, instead of letting them wait out their TTL. Entries this leader
+// reserves itself meanwhile are resolved by their own submissions; a Commit or
+// Reject that loses such a race is OutcomeUnchanged, harmless.
+func (m *Manager) resolvePending(ctx context.Context) {
+	pending := m.fsm.Pending()
+	if len(pending) == 0 {
+		return
+	}
+	m.log.Info("resolving pending entries left by the previous leader", "count", len(pending))
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for _, e := range pending {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case sem <- struct{}{}:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			rctx, cancel := context.WithTimeout(ctx, 2*m.cfg.ApplyTimeout)
+			defer cancel()
+			if _, err := m.resolve(rctx, e, true); err != nil {
+				m.log.Warn("resolving a pending entry failed", "tenant", e.Tenant, "key", e.Key, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// expireBatch bounds one Expire command's removals, so a large backlog is
+// expired in several entries rather than one huge apply.
+const expireBatch = 10000
+
+// expire proposes Expire commands while something is due.
+func (m *Manager) expire(ctx context.Context) {
+	for ctx.Err() == nil {
+		next, ok := m.fsm.NextExpiry()
+		now := m.now()
+		if !ok || next > now.UnixNano() {
+			return
+		}
+		res, err := m.apply(ctx, ledger.Expire{
+			Now:           now.UnixNano(),
+			MaxRemovals:   expireBatch,
+			WatermarkTTL:  m.cfg.WatermarkTTL,
+			MaxWatermarks: uint64(m.cfg.WatermarkMaxClients),
+		})
+		if err != nil {
+			m.log.Warn("expire failed", "err", err)
+			return
+		}
+		m.metrics.expired.Add(float64(res.Removed.Total()))
+		if !res.More {
+			return
+		}
+	}
+}

@@ -1,0 +1,255 @@
+// Package manager is a once manager: a member of its datacenter's Raft group,
+// whose FSM (internal/ledger) is the authoritative idempotency ledger, and the
+// server of the gates' RPC (internal/rpc).
+//
+// At the leader a submission is: Reserve (PENDING, durable) → admission
+// (validation, capacity) → Commit or Reject (durable) → answer. Every transition
+// is a Raft log entry committed on a quorum and applied before the gate hears of
+// it. Submissions share Raft batches: raft's BatchApplyCh groups concurrent
+// Apply calls into one AppendEntries and one fsync. Time and job IDs are decided
+// here, before proposing; the FSM only applies what the command says.
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/once-dev/once/internal/faultnet"
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/walstore"
+)
+
+// Deps are a manager's collaborators; zero values take defaults.
+type Deps struct {
+	Logger *slog.Logger
+	// Now is the leader's clock (default time.Now). It is read outside the FSM
+	// only: its values travel inside commands.
+	Now func() time.Time
+	// Registerer receives the manager's metrics (default: none).
+	Registerer prometheus.Registerer
+}
+
+// Manager is one manager node.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
+
+	fsm       *ledger.FSM
+	raft      *raft.Raft
+	layer     *faultnet.Layer
+	transport *raft.NetworkTransport
+	logStore  *walstore.Store
+	stable    *raftboltdb.BoltStore
+	snaps     raft.SnapshotStore
+	waiters   *waiters
+	metrics   *metrics
+
+	// peers maps Raft server IDs to RPC addresses, for "not leader" hints. It is
+	// fed by membership (SetPeerRPC).
+	peersMu sync.RWMutex
+	peers   map[string]string
+
+	// readyTerm is the term in which this node, as leader, has applied every
+	// entry of earlier terms (a Barrier): only then does it serve.
+	readyTerm atomic.Uint64
+	inflight  atomic.Int64 // admitted jobs whose Commit is not applied yet
+
+	bgWG     sync.WaitGroup
+	closeMu  sync.Mutex
+	closed   bool
+	shutdown chan struct{}
+}
+
+// ErrClosed is returned by calls on a closed manager.
+var ErrClosed = errors.New("manager: closed")
+
+// New opens the stores in cfg.DataDir and starts the Raft node. It does not
+// bootstrap a cluster: see BootstrapSelf and the autopilot.
+func New(cfg Config, deps Deps) (*Manager, error) {
+	if deps.Logger == nil {
+		deps.Logger = logging.Discard()
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	m := &Manager{
+		cfg:      cfg,
+		log:      deps.Logger.With("node", cfg.NodeID),
+		now:      deps.Now,
+		waiters:  newWaiters(),
+		peers:    map[string]string{cfg.NodeID: cfg.RPCAdvertise},
+		shutdown: make(chan struct{}),
+		metrics:  newMetrics(deps.Registerer),
+	}
+	m.fsm = ledger.New(ledger.Options{OnChange: m.waiters.notify})
+
+	raftDir := filepath.Join(cfg.DataDir, "raft")
+	if err := os.MkdirAll(raftDir, 0o755); err != nil {
+		return nil, fmt.Errorf("manager: data dir: %w", err)
+	}
+	var err error
+	ok := false
+	defer func() {
+		if !ok {
+			m.closeStores()
+		}
+	}()
+	if m.logStore, err = walstore.Open(filepath.Join(raftDir, "wal"), walstore.Options{Logger: m.log.With("component", "walstore")}); err != nil {
+		return nil, fmt.Errorf("manager: open raft log: %w", err)
+	}
+	if m.stable, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir, "stable.db")}); err != nil {
+		return nil, fmt.Errorf("manager: open stable store: %w", err)
+	}
+	hcl := logging.HCLog(m.log, "raft")
+	if m.snaps, err = raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hcl.Named("snapshots")); err != nil {
+		return nil, fmt.Errorf("manager: open snapshot store: %w", err)
+	}
+	if m.layer, err = faultnet.Listen(cfg.RaftAddr, cfg.RaftAdvertise); err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	m.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  m.layer,
+		MaxPool: 8,
+		Timeout: 10 * time.Second,
+		Logger:  hcl.Named("transport"),
+	})
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hcl
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.SnapshotThreshold = uint64(cfg.SnapshotThreshold)
+	rc.TrailingLogs = uint64(cfg.TrailingLogs)
+	rc.MaxAppendEntries = cfg.MaxAppendEntries
+	rc.BatchApplyCh = true
+	rc.NoLegacyTelemetry = true
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("manager: raft config: %w", err)
+	}
+	if m.raft, err = raft.NewRaft(rc, m.fsm, m.logStore, m.stable, m.snaps, m.transport); err != nil {
+		return nil, fmt.Errorf("manager: start raft: %w", err)
+	}
+	ok = true
+	m.bgWG.Add(1)
+	go m.leaderLoop()
+	return m, nil
+}
+
+// HasState reports whether this node has Raft state (it was bootstrapped or
+// joined a cluster before). A node with state never bootstraps.
+func (m *Manager) HasState() (bool, error) {
+	return raft.HasExistingState(m.logStore, m.stable, m.snaps)
+}
+
+// BootstrapSelf bootstraps a Raft group whose only voter is this node (a
+// single-manager datacenter, or tests). It is a no-op when state exists.
+func (m *Manager) BootstrapSelf() error {
+	return m.Bootstrap([]raft.Server{{ID: raft.ServerID(m.cfg.NodeID), Address: raft.ServerAddress(m.cfg.RaftAdvertise)}})
+}
+
+// Bootstrap bootstraps the Raft group with the given voters; a no-op when this
+// node already has state.
+func (m *Manager) Bootstrap(servers []raft.Server) error {
+	err := m.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if errors.Is(err, raft.ErrCantBootstrap) {
+		return nil
+	}
+	return err
+}
+
+// Raft exposes the Raft node (to the autopilot and to tests).
+func (m *Manager) Raft() *raft.Raft { return m.raft }
+
+// FSM exposes the ledger (to tests).
+func (m *Manager) FSM() *ledger.FSM { return m.fsm }
+
+// Config returns the manager's configuration.
+func (m *Manager) Config() Config { return m.cfg }
+
+// Failpoints exposes the Raft stream layer's link cutter.
+func (m *Manager) Failpoints() *faultnet.Layer { return m.layer }
+
+// SetPeerRPC records the RPC address of a manager (from membership), so that a
+// follower can name the leader's RPC address in "not leader" answers.
+func (m *Manager) SetPeerRPC(nodeID, rpcAddr string) {
+	m.peersMu.Lock()
+	m.peers[nodeID] = rpcAddr
+	m.peersMu.Unlock()
+}
+
+func (m *Manager) peerRPC(nodeID string) string {
+	m.peersMu.RLock()
+	defer m.peersMu.RUnlock()
+	return m.peers[nodeID]
+}
+
+// Close stops the manager: a leader first hands leadership to another voter (so
+// the datacenter does not wait out an election timeout), then Raft shuts down
+// and the stores are closed. Close is idempotent.
+func (m *Manager) Close() error {
+	m.closeMu.Lock()
+	if m.closed {
+		m.closeMu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.shutdown)
+	m.closeMu.Unlock()
+
+	if m.raft.State() == raft.Leader && m.voters() > 1 {
+		if err := m.raft.LeadershipTransfer().Error(); err != nil {
+			m.log.Warn("leadership transfer before shutdown failed", "err", err)
+		}
+	}
+	err := m.raft.Shutdown().Error()
+	m.bgWG.Wait()
+	if cerr := m.closeStores(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (m *Manager) voters() int {
+	f := m.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	n := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *Manager) closeStores() error {
+	var errs []error
+	if m.transport != nil {
+		errs = append(errs, m.transport.Close())
+	} else if m.layer != nil {
+		errs = append(errs, m.layer.Close())
+	}
+	if m.logStore != nil {
+		errs = append(errs, m.logStore.Close())
+	}
+	if m.stable != nil {
+		errs = append(errs, m.stable.Close())
+	}
+	return errors.Join(errs...)
+}

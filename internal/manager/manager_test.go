@@ -1,0 +1,335 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/rpc"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// bbolt and raft-boltdb start no goroutines that outlive Close; memberlist
+		// is not used here. Nothing to ignore.
+	)
+}
+
+const key1 = "host1.dc1:12345:1:0123456789abcdef"
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestSubmitCommitReplayReuse(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	ctx := ctxT(t)
+	r1, err := tc.submit(ctx, l, "default", key1, "fp1", "demo", `{"n":1}`, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.Outcome != rpc.OutcomeCommitted || r1.Replayed || r1.Job == nil || r1.Job.JobID != r1.JobID {
+		t.Fatalf("first submit: %+v", r1)
+	}
+	if r1.Job.Type != "demo" || string(r1.Job.Payload) != `{"n":1}` || r1.Job.Datacenters["dc1"].Status != "committed" {
+		t.Fatalf("job: %+v", r1.Job)
+	}
+	r2, err := tc.submit(ctx, l, "default", key1, "fp1", "demo", `{"n":1}`, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Outcome != rpc.OutcomeCommitted || !r2.Replayed || r2.JobID != r1.JobID || r2.Job.CreatedAt != r1.Job.CreatedAt {
+		t.Fatalf("replay: %+v vs %+v", r2, r1)
+	}
+	r3, err := tc.submit(ctx, l, "default", key1, "fp-other", "demo", `{"n":2}`, 1000)
+	if err != nil || r3.Outcome != rpc.OutcomeKeyReused {
+		t.Fatalf("reuse: %+v %v", r3, err)
+	}
+	// Another tenant with the same key is another submission.
+	r4, err := tc.submit(ctx, l, "other", key1, "fp1", "demo", `{"n":1}`, 1000)
+	if err != nil || r4.Outcome != rpc.OutcomeCommitted || r4.JobID == r1.JobID || r4.Replayed {
+		t.Fatalf("other tenant: %+v %v", r4, err)
+	}
+	// Reads at the leader.
+	job, err := tc.mgrs[l].GetJob(ctx, "default", r1.JobID)
+	if err != nil || job.JobID != r1.JobID {
+		t.Fatalf("get job: %+v %v", job, err)
+	}
+	if _, err := tc.mgrs[l].GetJob(ctx, "other", r1.JobID); !errors.Is(err, rpc.ErrNotFound) {
+		t.Fatalf("cross-tenant read must be not found, got %v", err)
+	}
+	info, err := tc.mgrs[l].GetKey(ctx, "default", key1)
+	if err != nil || info.State != "committed" || info.JobID == nil || *info.JobID != r1.JobID ||
+		info.ClientID != "host1.dc1:12345" || info.Sequence == nil || *info.Sequence != 1 || info.Nonce != "0123456789abcdef" {
+		t.Fatalf("key info: %+v %v", info, err)
+	}
+}
+
+func TestFollowerAnswersNotLeaderWithHint(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	f := (l + 1) % 3
+	_, err := tc.submit(ctxT(t), f, "default", key1, "fp", "demo", `1`, 0)
+	var e *rpc.Error
+	if !errors.As(err, &e) || e.Code != rpc.CodeNotLeader || e.Leader != tc.cfgs[l].RPCAdvertise {
+		t.Fatalf("want not_leader naming %s, got %v", tc.cfgs[l].RPCAdvertise, err)
+	}
+}
+
+func TestConcurrentSubmissionsOfOneKeyShareOneOutcome(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	ctx := ctxT(t)
+	const n = 200
+	var wg sync.WaitGroup
+	ids := make([]string, n)
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := tc.submit(ctx, l, "default", key1, "fp", "demo", `{"x":true}`, 10_000)
+			if err == nil && r.Outcome != rpc.OutcomeCommitted {
+				err = fmt.Errorf("outcome %s", r.Outcome)
+			}
+			if err == nil {
+				ids[i] = r.JobID
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i := range ids {
+		if errs[i] != nil {
+			t.Fatalf("submission %d: %v", i, errs[i])
+		}
+		if ids[i] != ids[0] {
+			t.Fatalf("two job ids for one key: %s and %s", ids[0], ids[i])
+		}
+	}
+	if st := tc.mgrs[l].FSM().Stats(); st.Jobs != 1 || st.Entries != 1 {
+		t.Fatalf("want one job and one entry, got %+v", st)
+	}
+}
+
+func TestAdmissionRejections(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.MaxQueuedJobs = 1
+		c.AllowedJobTypes = []string{"demo"}
+	})
+	l := tc.leader()
+	ctx := ctxT(t)
+	r, err := tc.submit(ctx, l, "t", "k-ok", "fp", "demo", `1`, 0)
+	if err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("first: %+v %v", r, err)
+	}
+	r, err = tc.submit(ctx, l, "t", "k-type", "fp", "nope", `1`, 0)
+	if err != nil || r.Outcome != rpc.OutcomeRejected || r.Rejection.Status != 422 || r.Rejection.Reason != "unknown_job_type" {
+		t.Fatalf("type rejection: %+v %v", r, err)
+	}
+	r, err = tc.submit(ctx, l, "t", "k-cap", "fp", "demo", `1`, 0)
+	if err != nil || r.Outcome != rpc.OutcomeRejected || r.Rejection.Status != 429 || r.Rejection.Reason != "capacity" {
+		t.Fatalf("capacity rejection: %+v %v", r, err)
+	}
+	if !r.ExpiresAt.After(time.Now()) {
+		t.Fatalf("a rejection carries its expiry (Retry-After): %v", r.ExpiresAt)
+	}
+	// The rejection is a stored outcome: replayed as is.
+	r2, err := tc.submit(ctx, l, "t", "k-cap", "fp", "demo", `1`, 0)
+	if err != nil || r2.Outcome != rpc.OutcomeRejected || !r2.Replayed || r2.JobID != r.JobID {
+		t.Fatalf("rejection replay: %+v %v", r2, err)
+	}
+	info, err := tc.mgrs[l].GetKey(ctx, "t", "k-cap")
+	if err != nil || info.State != "rejected" || info.JobID != nil || info.ClientID != "" {
+		t.Fatalf("rejected key info: %+v %v", info, err)
+	}
+}
+
+func TestLedgerFullRefusesWithoutDropping(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.LedgerMaxEntries = 2 })
+	l := tc.leader()
+	ctx := ctxT(t)
+	for _, k := range []string{"a", "b"} {
+		if r, err := tc.submit(ctx, l, "t", k, "fp", "demo", `1`, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("%s: %+v %v", k, r, err)
+		}
+	}
+	if _, err := tc.submit(ctx, l, "t", "c", "fp", "demo", `1`, 0); !errors.Is(err, rpc.ErrLedgerFull) {
+		t.Fatalf("want ledger_full, got %v", err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if r, err := tc.submit(ctx, l, "t", k, "fp", "demo", `1`, 0); err != nil || !r.Replayed {
+			t.Fatalf("live entry %s must survive: %+v %v", k, r, err)
+		}
+	}
+}
+
+func TestExpiryAndWatermark(t *testing.T) {
+	var mu sync.Mutex
+	clock := time.Now()
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.Idempotency.CommittedTTL = 10 * time.Second
+		c.Idempotency.CleanupInterval = time.Second
+		c.JobRetention = time.Hour
+	})
+	tc.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	l := tc.leader()
+	ctx := ctxT(t)
+	k5 := "c1:5:0123456789abcdef"
+	r, err := tc.submit(ctx, l, "t", k5, "fp", "demo", `1`, 0)
+	if err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// An out-of-order first attempt with a lower sequence is fine while 5 is live.
+	if r, err := tc.submit(ctx, l, "t", "c1:3:0123456789abcdef", "fp", "demo", `1`, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("seq 3 while 5 live: %+v %v", r, err)
+	}
+	mu.Lock()
+	clock = clock.Add(time.Minute)
+	mu.Unlock()
+	waitFor(t, 10*time.Second, "expiry of the committed entries", func() bool {
+		return tc.mgrs[l].FSM().Stats().Entries == 0
+	})
+	if _, err := tc.mgrs[l].GetKey(ctx, "t", k5); !errors.Is(err, rpc.ErrNotFound) {
+		t.Fatalf("expired key must be not found: %v", err)
+	}
+	r, err = tc.submit(ctx, l, "t", k5, "fp", "demo", `1`, 0)
+	if err != nil || r.Outcome != rpc.OutcomeKeyExpired {
+		t.Fatalf("late retry of an expired key: want key_expired, got %+v %v", r, err)
+	}
+	// The job itself is still readable (retention outlives the key's TTL).
+	if _, err := tc.mgrs[l].GetJob(ctx, "t", r.JobID); err == nil && r.JobID != "" {
+		t.Fatalf("key_expired must not name a job")
+	}
+	// A new sequence is admitted.
+	if r, err := tc.submit(ctx, l, "t", "c1:6:0123456789abcdef", "fp", "demo", `1`, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("seq 6: %+v %v", r, err)
+	}
+}
+
+func TestLeaderFailoverKeepsJobsAndResolvesPending(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	ctx := ctxT(t)
+	committed := map[string]string{}
+	for i := 0; i < 20; i++ {
+		k := fmt.Sprintf("c:%d:0123456789abcdef", i+1)
+		r, err := tc.submit(ctx, l, "t", k, "fp", "demo", fmt.Sprint(i), 0)
+		if err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("%s: %+v %v", k, r, err)
+		}
+		committed[k] = r.JobID
+	}
+	// A reservation the leader never resolves (it "crashes" between Reserve and
+	// admission): propose the Reserve by hand.
+	now := time.Now()
+	res, err := tc.mgrs[l].apply(ctx, ledger.Reserve{Tenant: "t", Key: "orphan", Fingerprint: "fp", JobID: "job-orphan",
+		Now: now.UnixNano(), ExpiresAt: now.Add(time.Minute).UnixNano(), MaxEntries: 1000,
+		Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}})
+	if err != nil || res.Outcome != ledger.OutcomeReserved {
+		t.Fatalf("orphan reserve: %+v %v", res, err)
+	}
+	tc.stop(l)
+	nl := tc.leader()
+	if nl == l {
+		t.Fatal("stopped manager still leads")
+	}
+	// Every committed key answers with the same job id at the new leader.
+	for k, id := range committed {
+		r, err := tc.submit(ctx, nl, "t", k, "fp", "demo", "0", 0)
+		if err != nil || r.JobID != id || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("after failover %s: %+v %v (want %s)", k, r, err, id)
+		}
+	}
+	// The new leader resolved the orphan PENDING entry on its own.
+	waitFor(t, 10*time.Second, "the orphan to be resolved", func() bool {
+		e, ok := tc.mgrs[nl].FSM().Entry("t", "orphan")
+		return ok && e.State == ledger.StateCommitted
+	})
+	if j, err := tc.mgrs[nl].GetJob(ctx, "t", "job-orphan"); err != nil || j.JobID != "job-orphan" {
+		t.Fatalf("orphan job: %+v %v", j, err)
+	}
+	// Restart the stopped manager; it catches up.
+	tc.start(l)
+	waitFor(t, 10*time.Second, "the restarted manager to catch up", func() bool {
+		_, ok := tc.mgrs[l].FSM().Entry("t", "orphan")
+		return ok && tc.mgrs[l].FSM().Stats().Jobs == 21
+	})
+}
+
+func TestRestartAllFromDataDirsLosesNothing(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.SnapshotThreshold = 16; c.TrailingLogs = 4 })
+	l := tc.leader()
+	ctx := ctxT(t)
+	ids := map[string]string{}
+	for i := 0; i < 60; i++ {
+		k := fmt.Sprintf("k%d", i)
+		r, err := tc.submit(ctx, l, "t", k, "fp", "demo", `1`, 0)
+		if err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("%s: %+v %v", k, r, err)
+		}
+		ids[k] = r.JobID
+	}
+	if err := tc.mgrs[l].Raft().Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	tc.closeAll()
+	for i := range tc.cfgs {
+		tc.start(i)
+	}
+	nl := tc.leader()
+	for k, id := range ids {
+		r, err := tc.submit(ctx, nl, "t", k, "fp", "demo", `1`, 0)
+		if err != nil || r.JobID != id || !r.Replayed {
+			t.Fatalf("after restart %s: %+v %v (want %s)", k, r, err, id)
+		}
+	}
+	if st := tc.mgrs[nl].FSM().Stats(); st.Jobs != 60 {
+		t.Fatalf("jobs after restart: %+v", st)
+	}
+}
+
+func TestListJobsPagesWithCursor(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	l := tc.leader()
+	ctx := ctxT(t)
+	for i := 0; i < 7; i++ {
+		typ := "a"
+		if i%2 == 1 {
+			typ = "b"
+		}
+		if _, err := tc.submit(ctx, l, "t", fmt.Sprintf("k%d", i), "fp", typ, `1`, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	after := ""
+	for {
+		page, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Type: "a", Limit: 2, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page.Jobs {
+			got = append(got, j.IdempotencyKey)
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if fmt.Sprint(got) != "[k0 k2 k4 k6]" {
+		t.Fatalf("pages: %v", got)
+	}
+	if _, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", After: "garbage"}); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("bad cursor: %v", err)
+	}
+}

@@ -1,0 +1,57 @@
+package manager
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/once-dev/once/internal/rpc"
+)
+
+type metrics struct {
+	submissions  *prometheus.CounterVec
+	submitTime   prometheus.Histogram
+	applyLatency prometheus.Histogram
+	expired      prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		submissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "once_manager_submissions_total",
+			Help: "Submissions handled at this manager, by outcome or error code.",
+		}, []string{"result"}),
+		submitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "once_manager_submit_seconds",
+			Help:    "Time to answer a submission at the leader.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "once_manager_raft_apply_seconds",
+			Help:    "Time from proposing a ledger command to its application.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "once_manager_expired_total",
+			Help: "Entries, jobs and watermarks removed by Expire commands this manager proposed.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.submissions, m.submitTime, m.applyLatency, m.expired)
+	}
+	return m
+}
+
+func (m *metrics) observeSubmit(resp *rpc.SubmitResponse, err error, d time.Duration) {
+	m.submitTime.Observe(d.Seconds())
+	result := "error"
+	var e *rpc.Error
+	switch {
+	case err == nil && resp != nil:
+		result = string(resp.Outcome)
+	case errors.As(err, &e):
+		result = string(e.Code)
+	}
+	m.submissions.WithLabelValues(result).Inc()
+}

@@ -1,0 +1,126 @@
+package manager
+
+import (
+	"context"
+	"encoding/base64"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/keys"
+)
+
+var _ rpc.Service = (*Manager)(nil)
+
+// checkRead makes reads linearizable: only a leader that a quorum still follows
+// (VerifyLeader) answers, so a deposed leader cannot serve a stale "not found".
+func (m *Manager) checkRead() error {
+	if err := m.checkLeader(); err != nil {
+		return err
+	}
+	if err := m.raft.VerifyLeader().Error(); err != nil {
+		return m.notLeader()
+	}
+	return nil
+}
+
+// GetJob implements rpc.Service.
+func (m *Manager) GetJob(ctx context.Context, tenant, id string) (*api.Job, error) {
+	if err := m.checkRead(); err != nil {
+		return nil, err
+	}
+	j, ok := m.fsm.Job(tenant, id)
+	if !ok || j.ExpiresAt <= m.now().UnixNano() {
+		return nil, rpc.Errorf(rpc.CodeNotFound, "job %q not found", id)
+	}
+	out := m.apiJob(j)
+	return &out, nil
+}
+
+// encodeCursor makes a ledger sequence an opaque cursor.
+func encodeCursor(seq uint64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("v1:" + strconv.FormatUint(seq, 10)))
+}
+
+func decodeCursor(s string) (uint64, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 4 || string(b[:3]) != "v1:" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[3:]), 10, 64)
+	return n, err == nil
+}
+
+// ListJobs implements rpc.Service.
+func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.ListJobsResponse, error) {
+	if err := m.checkRead(); err != nil {
+		return nil, err
+	}
+	opts := ledger.ListOptions{Type: req.Type, Status: req.Status, Limit: req.Limit}
+	if req.Limit < 0 || req.Limit > api.MaxListLimit {
+		return nil, rpc.Errorf(rpc.CodeInvalid, "limit must be from 1 to %d", api.MaxListLimit)
+	}
+	if req.After != "" {
+		after, ok := decodeCursor(req.After)
+		if !ok {
+			return nil, rpc.Errorf(rpc.CodeInvalid, "after: not a cursor this API returned")
+		}
+		opts.After = after
+	}
+	jobs, next, more := m.fsm.ListJobs(req.Tenant, opts)
+	resp := &rpc.ListJobsResponse{Jobs: make([]api.Job, 0, len(jobs))}
+	for _, j := range jobs {
+		resp.Jobs = append(resp.Jobs, m.apiJob(j))
+	}
+	if more {
+		resp.Next = encodeCursor(next)
+	}
+	return resp, nil
+}
+
+// GetKey implements rpc.Service.
+func (m *Manager) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo, error) {
+	if err := m.checkRead(); err != nil {
+		return nil, err
+	}
+	e, ok := m.fsm.Entry(tenant, key)
+	if !ok || e.ExpiresAt <= m.now().UnixNano() {
+		return nil, rpc.Errorf(rpc.CodeNotFound, "idempotency key not found")
+	}
+	info := &api.KeyInfo{Key: e.Key, State: e.State.String(), ExpiresAt: api.FormatTime(time.Unix(0, e.ExpiresAt))}
+	if e.State != ledger.StateRejected {
+		id := e.JobID
+		info.JobID = &id
+	}
+	if e.Structured {
+		seq := e.Sequence
+		info.ClientID, info.Sequence, info.Nonce = e.ClientID, &seq, e.Nonce
+	} else if k, err := keys.Parse(e.Key); err == nil && k.Structured {
+		seq := k.Sequence
+		info.ClientID, info.Sequence, info.Nonce = k.ClientID, &seq, k.Nonce
+	}
+	return info, nil
+}
+
+// Status implements rpc.Service: this node's view, answered by every manager.
+func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
+	_, id := m.raft.LeaderWithID()
+	st := &rpc.Status{
+		NodeID:       m.cfg.NodeID,
+		Datacenter:   m.cfg.Datacenter,
+		RaftState:    m.raft.State().String(),
+		IsLeader:     m.raft.State() == raft.Leader && m.readyTerm.Load() == m.raft.CurrentTerm(),
+		LeaderID:     string(id),
+		Term:         m.raft.CurrentTerm(),
+		CommitIndex:  m.raft.CommitIndex(),
+		AppliedIndex: m.raft.AppliedIndex(),
+	}
+	if id != "" {
+		st.LeaderRPC = m.peerRPC(string(id))
+	}
+	return st, nil
+}

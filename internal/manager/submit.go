@@ -1,0 +1,324 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/keys"
+)
+
+// Submit runs a submission at the leader (rpc.Service).
+//
+// The answer is sent only after the outcome is applied from a committed Raft
+// entry. A failure in the middle (leadership lost, a timeout) answers
+// Unavailable; the gate retries the same key, and the ledger's entry — PENDING
+// until this leader or the next resolves it — makes the retry wait for, then
+// replay, the one outcome.
+func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+	start := time.Now()
+	resp, err := m.submit(ctx, req)
+	m.metrics.observeSubmit(resp, err, time.Since(start))
+	return resp, err
+}
+
+func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+	if err := m.checkLeader(); err != nil {
+		return nil, err
+	}
+	k, err := validateSubmit(req)
+	if err != nil {
+		return nil, err
+	}
+	wait := time.Duration(req.WaitMillis) * time.Millisecond
+	deadline := time.Now().Add(wait)
+
+	// A key whose entry expires while we wait is reserved again (at most a few
+	// times: an entry lives at least its TTL of a second or more).
+	for attempt := 0; attempt < 4; attempt++ {
+		// Fast path: a live entry answers without a Raft round (a committed or
+		// rejected entry is a durable fact; a pending one is waited on).
+		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.now().UnixNano() {
+			if e.Fingerprint != req.Fingerprint {
+				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
+			}
+			if e.State != ledger.StatePending {
+				return m.entryResponse(e, "", true), nil
+			}
+			resp, again, err := m.waitPending(ctx, req, deadline)
+			if err != nil || !again {
+				return resp, err
+			}
+			continue
+		}
+
+		jobID := req.ProposedJobID
+		if jobID == "" {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return nil, rpc.Errorf(rpc.CodeInternal, "job id: %v", err)
+			}
+			jobID = id.String()
+		}
+		now := m.now()
+		cmd := ledger.Reserve{
+			Tenant:      req.Tenant,
+			Key:         req.Key,
+			Fingerprint: req.Fingerprint,
+			JobID:       jobID,
+			Now:         now.UnixNano(),
+			ExpiresAt:   now.Add(m.cfg.Idempotency.PendingTTL).UnixNano(),
+			MaxEntries:  uint64(m.cfg.LedgerMaxEntries),
+			Request:     ledger.Request{Type: req.Job.Type, Payload: req.Job.Payload, Datacenters: req.Job.Datacenters},
+			Structured:  k.Structured,
+			ClientID:    k.ClientID,
+			Sequence:    k.Sequence,
+			Nonce:       k.Nonce,
+		}
+		res, err := m.apply(ctx, cmd)
+		if err != nil {
+			return nil, err
+		}
+		switch res.Outcome {
+		case ledger.OutcomeReserved:
+			return m.resolve(ctx, res.Entry, false)
+		case ledger.OutcomeExists:
+			if res.Entry.State != ledger.StatePending {
+				return m.entryResponse(res.Entry, "", true), nil
+			}
+			resp, again, err := m.waitPending(ctx, req, deadline)
+			if err != nil || !again {
+				return resp, err
+			}
+		case ledger.OutcomeKeyReused:
+			return m.entryResponse(res.Entry, rpc.OutcomeKeyReused, true), nil
+		case ledger.OutcomeKeyExpired:
+			return &rpc.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, nil
+		case ledger.OutcomeFull:
+			return nil, rpc.Errorf(rpc.CodeLedgerFull, "the idempotency ledger holds its maximum of %d live entries", m.cfg.LedgerMaxEntries)
+		default:
+			return nil, rpc.Errorf(rpc.CodeInternal, "reserve: unexpected outcome %s: %v", res.Outcome, res.Err)
+		}
+	}
+	return nil, rpc.Errorf(rpc.CodeUnavailable, "the key's entry kept expiring while waiting; retry")
+}
+
+// validateSubmit checks what the gate should already have checked: a manager
+// trusts nothing on the wire.
+func validateSubmit(req *rpc.SubmitRequest) (keys.Key, error) {
+	if req.Tenant == "" || req.Fingerprint == "" {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "tenant and fingerprint are required")
+	}
+	k, err := keys.Parse(req.Key)
+	if err != nil {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "%v", err)
+	}
+	if k.Raw != req.Key {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "key must be sent unquoted")
+	}
+	if req.Job.Type == "" {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "job type is required")
+	}
+	if len(req.Job.Payload) == 0 {
+		req.Job.Payload = []byte("null")
+	}
+	return k, nil
+}
+
+// waitPending waits until the PENDING entry of the request's key is resolved or
+// the deadline passes. again is true when the entry vanished (expired) and the
+// caller should reserve anew.
+func (m *Manager) waitPending(ctx context.Context, req *rpc.SubmitRequest, deadline time.Time) (resp *rpc.SubmitResponse, again bool, err error) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		ch := m.waiters.watch(req.Tenant, req.Key) // register, then read: no lost wake-up
+		e, ok := m.fsm.Entry(req.Tenant, req.Key)
+		switch {
+		case !ok:
+			return nil, true, nil
+		case e.Fingerprint != req.Fingerprint:
+			return m.entryResponse(e, rpc.OutcomeKeyReused, true), false, nil
+		case e.State != ledger.StatePending:
+			return m.entryResponse(e, "", true), false, nil
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return m.entryResponse(e, rpc.OutcomeInProgress, true), false, nil
+		case <-ctx.Done():
+			return nil, false, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
+		case <-m.shutdown:
+			return nil, false, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+		}
+	}
+}
+
+// decision is admission's verdict on a reserved entry.
+type decision struct {
+	admit  bool
+	status int
+	reason string
+	detail string
+}
+
+// admit runs admission: validation against this datacenter's rules, then
+// capacity. It reads only leader-local state; it is re-run from the stored
+// request by a new leader for every PENDING entry its predecessor left.
+func (m *Manager) admit(e ledger.Entry) decision {
+	if len(m.cfg.AllowedJobTypes) > 0 && !slices.Contains(m.cfg.AllowedJobTypes, e.Request.Type) {
+		return decision{status: 422, reason: "unknown_job_type",
+			detail: fmt.Sprintf("job type %q is not accepted in datacenter %s", e.Request.Type, m.cfg.Datacenter)}
+	}
+	if queued := int64(m.fsm.Stats().Jobs) + m.inflight.Load(); queued >= int64(m.cfg.MaxQueuedJobs) {
+		return decision{status: 429, reason: "capacity",
+			detail: fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", m.cfg.Datacenter, m.cfg.MaxQueuedJobs)}
+	}
+	return decision{admit: true}
+}
+
+// resolve runs admission on a PENDING entry and makes the outcome durable.
+func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*rpc.SubmitResponse, error) {
+	d := m.admit(e)
+	now := m.now()
+	var cmd ledger.Command
+	if d.admit {
+		m.inflight.Add(1)
+		defer m.inflight.Add(-1)
+		cmd = ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
+			ExpiresAt:    now.Add(m.cfg.Idempotency.CommittedTTL).UnixNano(),
+			JobExpiresAt: now.Add(m.cfg.JobRetention).UnixNano()}
+	} else {
+		cmd = ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
+			ExpiresAt: now.Add(m.cfg.Idempotency.RejectedTTL).UnixNano(),
+			Status:    d.status, Reason: d.reason, Detail: d.detail}
+	}
+	res, err := m.apply(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	switch res.Outcome {
+	case ledger.OutcomeCommitted, ledger.OutcomeRejected:
+		return m.entryResponse(res.Entry, "", replayed), nil
+	case ledger.OutcomeUnchanged:
+		// Someone else resolved it first (a new leader's sweep): that outcome stands.
+		return m.entryResponse(res.Entry, "", true), nil
+	case ledger.OutcomeNotFound:
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "the pending entry expired before admission finished; retry")
+	default:
+		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: unexpected outcome %s: %v", res.Outcome, res.Err)
+	}
+}
+
+// apply proposes a command and waits until it is committed and applied.
+func (m *Manager) apply(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
+	select {
+	case <-m.shutdown:
+		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+	default:
+	}
+	start := time.Now()
+	f := m.raft.Apply(ledger.Encode(cmd), m.cfg.ApplyTimeout)
+	errCh := make(chan error, 1)
+	go func() { errCh <- f.Error() }()
+	var err error
+	select {
+	case err = <-errCh:
+	case <-ctx.Done():
+		// The entry may still commit; the ledger makes the retry safe.
+		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "request ended before the Raft entry was applied: %v", ctx.Err())
+	}
+	m.metrics.applyLatency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			m.readyTerm.Store(0)
+			return ledger.Result{}, m.notLeader()
+		}
+		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "raft apply: %v", err)
+	}
+	res, ok := f.Response().(ledger.Result)
+	if !ok {
+		return ledger.Result{}, rpc.Errorf(rpc.CodeInternal, "raft apply returned %T", f.Response())
+	}
+	if res.Outcome == ledger.OutcomeInvalid {
+		return res, rpc.Errorf(rpc.CodeInternal, "ledger refused the command: %v", res.Err)
+	}
+	return res, nil
+}
+
+// checkLeader answers whether this node may serve: the leader, having applied
+// everything before its term.
+func (m *Manager) checkLeader() error {
+	if m.raft.State() != raft.Leader {
+		return m.notLeader()
+	}
+	if m.readyTerm.Load() != m.raft.CurrentTerm() {
+		return rpc.Errorf(rpc.CodeUnavailable, "new leader is catching up")
+	}
+	return nil
+}
+
+func (m *Manager) notLeader() error {
+	_, id := m.raft.LeaderWithID()
+	e := &rpc.Error{Code: rpc.CodeNotLeader, Message: "not the leader"}
+	if id != "" && string(id) != m.cfg.NodeID {
+		e.Leader = m.peerRPC(string(id))
+	}
+	return e
+}
+
+// entryResponse turns an entry into the answer a gate renders. The job body is
+// built from the entry alone, so every answer for the key — first or replay,
+// through any gate — is the same bytes.
+func (m *Manager) entryResponse(e ledger.Entry, outcome rpc.Outcome, replayed bool) *rpc.SubmitResponse {
+	r := &rpc.SubmitResponse{Replayed: replayed, JobID: e.JobID, ExpiresAt: time.Unix(0, e.ExpiresAt).UTC()}
+	switch e.State {
+	case ledger.StateCommitted:
+		r.Outcome = rpc.OutcomeCommitted
+		j := m.jobFromEntry(e)
+		r.Job = &j
+	case ledger.StateRejected:
+		r.Outcome = rpc.OutcomeRejected
+		r.Rejection = &rpc.Rejection{Status: e.Status, Reason: e.Reason, Detail: e.Detail}
+	default:
+		r.Outcome = rpc.OutcomeInProgress
+	}
+	if outcome != "" {
+		r.Outcome = outcome
+		if outcome == rpc.OutcomeKeyReused || outcome == rpc.OutcomeInProgress {
+			r.Job, r.Rejection = nil, nil
+		}
+	}
+	return r
+}
+
+func (m *Manager) jobFromEntry(e ledger.Entry) api.Job {
+	return m.apiJob(ledger.Job{ID: e.JobID, Tenant: e.Tenant, Key: e.Key, Type: e.Request.Type,
+		Payload: e.Request.Payload, Datacenters: e.Request.Datacenters, Status: api.JobStatusCommitted, CreatedAt: e.ResolvedAt})
+}
+
+// apiJob renders a job. The datacenters map holds this datacenter's outcome; a
+// gate combining several datacenters merges the maps.
+func (m *Manager) apiJob(j ledger.Job) api.Job {
+	payload := j.Payload
+	if len(payload) == 0 {
+		payload = []byte("null")
+	}
+	return api.Job{
+		JobID:          j.ID,
+		Type:           j.Type,
+		Status:         j.Status,
+		IdempotencyKey: j.Key,
+		CreatedAt:      api.FormatTime(time.Unix(0, j.CreatedAt)),
+		Datacenters:    map[string]api.DatacenterStatus{m.cfg.Datacenter: {Status: j.Status}},
+		Payload:        payload,
+	}
+}

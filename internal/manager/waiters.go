@@ -1,0 +1,54 @@
+package manager
+
+import (
+	"sync"
+
+	"github.com/once-dev/once/internal/ledger"
+)
+
+// waiters lets submissions wait for an entry of a (tenant, key) to change. The
+// FSM calls notify from Apply (via ledger.Options.OnChange): it must not block,
+// and it does not: it closes a channel under a short lock.
+//
+// A waiter registers first and reads the FSM second, so a change applied between
+// the two is never missed: either the read sees it, or the channel is closed
+// after the registration.
+type waiters struct {
+	mu    sync.Mutex
+	slots map[string]chan struct{}
+}
+
+func newWaiters() *waiters { return &waiters{slots: map[string]chan struct{}{}} }
+
+func slotKey(tenant, key string) string { return tenant + "\x00" + key }
+
+// watch returns a channel closed at the next change of (tenant, key).
+func (w *waiters) watch(tenant, key string) <-chan struct{} {
+	k := slotKey(tenant, key)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch, ok := w.slots[k]
+	if !ok {
+		ch = make(chan struct{})
+		w.slots[k] = ch
+	}
+	return ch
+}
+
+// notify wakes every watcher of the changed entry (all of them on a Restore).
+func (w *waiters) notify(c ledger.Change) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c.Kind == ledger.ChangeRestored {
+		for k, ch := range w.slots {
+			close(ch)
+			delete(w.slots, k)
+		}
+		return
+	}
+	k := slotKey(c.Entry.Tenant, c.Entry.Key)
+	if ch, ok := w.slots[k]; ok {
+		close(ch)
+		delete(w.slots, k)
+	}
+}
