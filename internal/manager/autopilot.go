@@ -3,17 +3,30 @@ package manager
 import (
 	"context"
 	"errors"
+
+	"github.com/once-dev/once/internal/autopilot"
 )
 
-// startAutopilot bootstraps the Raft group and keeps its voters in step with the
-// pool. Until the autopilot package is wired in, a single-manager datacenter
-// bootstraps itself.
+// startAutopilot runs the autopilot: it bootstraps the Raft group once
+// MANAGER_BOOTSTRAP_EXPECT managers of the datacenter see each other (never
+// twice), and, on the leader, adds joining managers as voters and removes those
+// that left or stayed dead past MANAGER_DEAD_SERVER_GRACE_SECONDS.
 func (c *clusterMembership) startAutopilot(ctx context.Context, cfg Config, m *Manager, hasState bool) error {
-	if hasState {
-		return nil
-	}
-	if cfg.BootstrapExpect == 1 {
-		return m.BootstrapSelf()
-	}
-	return errors.New("autopilot not wired yet")
+	c.ap = autopilot.New(autopilot.Config{
+		DC:               cfg.Datacenter,
+		NodeID:           cfg.NodeID,
+		RaftAddr:         cfg.RaftAdvertise,
+		BootstrapExpect:  cfg.BootstrapExpect,
+		HasExistingState: hasState,
+		DeadServerGrace:  cfg.DeadServerGrace,
+		Logger:           c.log.With("component", "autopilot"),
+	}, m.Raft(), c.pool)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := c.ap.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			c.log.Error("autopilot stopped", "err", err)
+		}
+	}()
+	return nil
 }

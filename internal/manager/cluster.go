@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/membership"
 )
 
@@ -16,10 +17,12 @@ import (
 // datacenter's LAN pool, the RPC addresses of its peers (for "not leader"
 // hints), and the autopilot that bootstraps Raft and manages voters.
 type clusterMembership struct {
-	pool   *membership.Pool
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	log    *slog.Logger
+	pool             *membership.Pool
+	ap               *autopilot.Autopilot
+	leaveOnTerminate bool
+	cancel           context.CancelFunc
+	wg               sync.WaitGroup
+	log              *slog.Logger
 }
 
 func splitHostPort(addr string) (string, int, error) {
@@ -69,7 +72,7 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 		return nil, fmt.Errorf("membership: %w", err)
 	}
 	cctx, cancel := context.WithCancel(context.Background())
-	c := &clusterMembership{pool: pool, cancel: cancel, log: log}
+	c := &clusterMembership{pool: pool, cancel: cancel, log: log, leaveOnTerminate: cfg.LeaveOnTerminate}
 
 	// Peer RPC addresses for leader hints.
 	events, unsubscribe := pool.Subscribe()
@@ -109,15 +112,22 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 	return c, nil
 }
 
-// leave announces a graceful departure, so the leader removes this manager from
-// the Raft configuration instead of waiting out the dead-server grace period.
+// leave runs on shutdown. With MANAGER_LEAVE_ON_TERMINATE the manager leaves
+// the datacenter for good: it hands leadership over, announces the departure,
+// and waits until the leader has removed it from the Raft configuration.
+// Without it (the default, as for Consul servers) a stop is a restart-to-be:
+// the manager stays a voter, and is removed only if it stays dead past the
+// grace period.
 func (c *clusterMembership) leave(ctx context.Context) {
+	if !c.leaveOnTerminate || c.ap == nil {
+		return
+	}
 	timeout := 5 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d) / 2
 	}
-	if err := c.pool.Leave(timeout); err != nil {
-		c.log.Warn("leaving the pool failed", "err", err)
+	if err := c.ap.Leave(ctx, timeout); err != nil {
+		c.log.Warn("leaving the datacenter incomplete", "err", err)
 	}
 }
 

@@ -31,6 +31,9 @@ type Config struct {
 	GossipProfile   string        // MANAGER_GOSSIP_PROFILE: lan | local
 	BootstrapExpect int           // MANAGER_BOOTSTRAP_EXPECT
 	DeadServerGrace time.Duration // MANAGER_DEAD_SERVER_GRACE_SECONDS
+	// LeaveOnTerminate (MANAGER_LEAVE_ON_TERMINATE): on SIGTERM/SIGINT, leave
+	// the Raft configuration for good instead of stopping as a voter.
+	LeaveOnTerminate bool
 
 	HeartbeatTimeout   time.Duration // MANAGER_RAFT_HEARTBEAT_TIMEOUT
 	ElectionTimeout    time.Duration // MANAGER_RAFT_ELECTION_TIMEOUT
@@ -108,6 +111,7 @@ func register(l *config.Loader, c *Config) {
 	}, "memberlist timing profile")
 	l.Int(&c.BootstrapExpect, "MANAGER_BOOTSTRAP_EXPECT", 3, 1, 9, "how many managers must see each other before the Raft group is bootstrapped")
 	l.Seconds(&c.DeadServerGrace, "MANAGER_DEAD_SERVER_GRACE_SECONDS", 30, 1, 86400, "how long a failed manager stays a voter before the leader removes it")
+	l.Bool(&c.LeaveOnTerminate, "MANAGER_LEAVE_ON_TERMINATE", false, "on SIGTERM/SIGINT leave the Raft configuration for good (default: stop as a voter that will come back)")
 	l.Duration(&c.HeartbeatTimeout, "MANAGER_RAFT_HEARTBEAT_TIMEOUT", time.Second, 50*time.Millisecond, time.Minute, "Raft heartbeat timeout")
 	l.Duration(&c.ElectionTimeout, "MANAGER_RAFT_ELECTION_TIMEOUT", time.Second, 50*time.Millisecond, time.Minute, "Raft election timeout")
 	l.Duration(&c.LeaderLeaseTimeout, "MANAGER_RAFT_LEADER_LEASE_TIMEOUT", 500*time.Millisecond, 25*time.Millisecond, time.Minute, "Raft leader lease timeout")

@@ -15,10 +15,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// bbolt and raft-boltdb start no goroutines that outlive Close; memberlist
-		// is not used here. Nothing to ignore.
-	)
+	goleak.VerifyTestMain(m)// bbolt and raft-boltdb start no goroutines that outlive Close; memberlist
+	// is not used here. Nothing to ignore.
+
 }
 
 const key1 = "host1.dc1:12345:1:0123456789abcdef"
