@@ -81,7 +81,8 @@ func TestManagersSurviveKillNine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s killing leader", time.Now().Format("15:04:05.000")); t.Logf("killing leader %s (pid %d)", leader.Name, leader.PID())
+	t.Logf("%s killing leader", time.Now().Format("15:04:05.000"))
+	t.Logf("killing leader %s (pid %d)", leader.Name, leader.PID())
 	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)// bbolt and raft-boltdb start no goroutines that outlive Close; memberlist
+	goleak.VerifyTestMain(m) // bbolt and raft-boltdb start no goroutines that outlive Close; memberlist
 	// is not used here. Nothing to ignore.
 
 }
