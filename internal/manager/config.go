@@ -51,6 +51,7 @@ type Config struct {
 	ApplyTimeout        time.Duration // MANAGER_APPLY_TIMEOUT: bound on one Raft round of a submission
 
 	Failpoints bool   // MANAGER_FAILPOINTS: enable /debug/failpoints (tests, chaos)
+	Pprof      bool   // MANAGER_PPROF: serve /debug/pprof on the RPC listener
 	LogLevel   string // MANAGER_LOG_LEVEL
 	LogFormat  string // MANAGER_LOG_FORMAT
 
@@ -126,6 +127,7 @@ func register(l *config.Loader, c *Config) {
 	l.Int(&c.WatermarkMaxClients, "IDEMPOTENCY_WATERMARK_MAX_CLIENTS", 100_000, 1, 1<<31-1, "the bound on per-client watermarks")
 	l.Duration(&c.ApplyTimeout, "MANAGER_APPLY_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
 	l.Bool(&c.Failpoints, "MANAGER_FAILPOINTS", false, "enable the /debug/failpoints fault-injection endpoints (tests only)")
+	l.Bool(&c.Pprof, "MANAGER_PPROF", false, "serve Go's /debug/pprof profiles on the RPC listener")
 	l.String(&c.LogLevel, "MANAGER_LOG_LEVEL", "info", "debug, info, warn or error", func(s string) error { _, err := logging.ParseLevel(s); return err }, "log level")
 	l.String(&c.LogFormat, "MANAGER_LOG_FORMAT", "text", "text or json", logging.ValidateFormat, "log format")
 	config.RegisterIdempotency(l, &c.Idempotency)

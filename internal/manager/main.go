@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,6 +57,32 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	mux := rpc.NewHandler(m, log.With("component", "rpc"))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "once_manager_raft_log_batches_total",
+			Help: "Raft log write batches (one fsync each) since start."}, func() float64 { return float64(m.logStore.batches.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_raft_last_index",
+			Help: "Index of the last Raft log entry."}, func() float64 { return float64(m.raft.LastIndex()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_raft_applied_index",
+			Help: "Index of the last Raft log entry applied to the ledger."}, func() float64 { return float64(m.raft.AppliedIndex()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_is_leader",
+			Help: "1 while this manager is the serving leader."}, func() float64 {
+			if m.checkLeader() == nil {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_ledger_entries",
+			Help: "Entries in the idempotency ledger."}, func() float64 { return float64(m.fsm.Stats().Entries) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_jobs",
+			Help: "Jobs in the job table."}, func() float64 { return float64(m.fsm.Stats().Jobs) }),
+	)
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	if cfg.Failpoints {
 		mountFailpoints(mux, m)
 		log.Warn("failpoints are enabled: /debug/failpoints can cut this manager's Raft links")

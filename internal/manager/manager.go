@@ -50,7 +50,7 @@ type Manager struct {
 	raft      *raft.Raft
 	layer     *faultnet.Layer
 	transport *raft.NetworkTransport
-	logStore  *walstore.Store
+	logStore  *countingLogStore
 	stable    *raftboltdb.BoltStore
 	snaps     raft.SnapshotStore
 	waiters   *waiters
@@ -106,9 +106,11 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 			m.closeStores()
 		}
 	}()
-	if m.logStore, err = walstore.Open(filepath.Join(raftDir, "wal"), walstore.Options{Logger: m.log.With("component", "walstore")}); err != nil {
+	ws, err := walstore.Open(filepath.Join(raftDir, "wal"), walstore.Options{Logger: m.log.With("component", "walstore")})
+	if err != nil {
 		return nil, fmt.Errorf("manager: open raft log: %w", err)
 	}
+	m.logStore = &countingLogStore{Store: ws}
 	if m.stable, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir, "stable.db")}); err != nil {
 		return nil, fmt.Errorf("manager: open stable store: %w", err)
 	}
@@ -148,6 +150,23 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.bgWG.Add(1)
 	go m.leaderLoop()
 	return m, nil
+}
+
+// countingLogStore counts the Raft log's write batches: each StoreLogs is one
+// wal batch and one fsync, so the count is the fsyncs the log did.
+type countingLogStore struct {
+	*walstore.Store
+	batches atomic.Uint64
+}
+
+func (c *countingLogStore) StoreLog(l *raft.Log) error {
+	c.batches.Add(1)
+	return c.Store.StoreLog(l)
+}
+
+func (c *countingLogStore) StoreLogs(logs []*raft.Log) error {
+	c.batches.Add(1)
+	return c.Store.StoreLogs(logs)
 }
 
 // HasState reports whether this node has Raft state (it was bootstrapped or

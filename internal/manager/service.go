@@ -122,5 +122,16 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 	if id != "" {
 		st.LeaderRPC = m.peerRPC(string(id))
 	}
+	st.LastIndex = m.raft.LastIndex()
+	st.LogBatches = m.logStore.batches.Load()
+	fs := m.fsm.Stats()
+	st.LedgerEntries, st.Jobs = fs.Entries, fs.Jobs
+	if f := m.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage == raft.Voter {
+				st.Voters = append(st.Voters, string(s.ID))
+			}
+		}
+	}
 	return st, nil
 }

@@ -178,6 +178,15 @@ type Status struct {
 	Term         uint64 `json:"term"`
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
+	LastIndex    uint64 `json:"last_index"`
+	// Voters are the server IDs of the Raft configuration's voters, as this
+	// node knows it.
+	Voters []string `json:"voters"`
+	// LogBatches counts the Raft log writes (one fsync each) since start.
+	LogBatches uint64 `json:"log_batches"`
+	// LedgerEntries and Jobs count the ledger's live entries and jobs.
+	LedgerEntries int `json:"ledger_entries"`
+	Jobs          int `json:"jobs"`
 }
 
 // Service is what a manager offers gates. Implementations return *Error values
