@@ -6,7 +6,7 @@ TAGS    := hashicorpmetrics
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build test vet fmt-check unit run bench chaos fuzz clean
+.PHONY: all build test vet fmt-check unit run run-fresh bench chaos fuzz clean
 
 all: build
 
@@ -28,6 +28,14 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## run: a local cluster (3 managers, gates on :8080 and :8081); Ctrl-C stops it
+run: build
+	$(BIN)/oncelocal -dir .run -bin $(BIN)
+
+## run-fresh: the same, from empty data directories
+run-fresh: build
+	$(BIN)/oncelocal -dir .run -bin $(BIN) -fresh
 
 clean:
 	rm -rf $(BIN)

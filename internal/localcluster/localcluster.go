@@ -207,23 +207,7 @@ func New(opts Options) (*Cluster, error) {
 		if i == 0 && len(seeds) > 1 {
 			seed = seeds[1]
 		}
-		n.env = append([]string{
-			"MANAGER_NODE_ID=" + n.Name,
-			"MANAGER_DATACENTER=" + opts.Datacenter,
-			"MANAGER_DATA_DIR=" + n.DataDir,
-			"MANAGER_RPC_ADDR=" + n.HTTPAddr,
-			"MANAGER_RAFT_ADDR=" + n.RaftAddr,
-			"MANAGER_GOSSIP_ADDR=" + n.Gossip,
-			"MANAGER_JOIN=" + seed,
-			"MANAGER_BOOTSTRAP_EXPECT=" + strconv.Itoa(opts.Managers),
-		}, opts.ManagerEnv...)
-		if opts.Failpoints {
-			n.env = append(n.env, "MANAGER_FAILPOINTS=true")
-		}
-		if opts.Fast {
-			n.env = append(n.env, "MANAGER_RAFT_HEARTBEAT_TIMEOUT=500ms", "MANAGER_RAFT_ELECTION_TIMEOUT=500ms",
-				"MANAGER_RAFT_LEADER_LEASE_TIMEOUT=250ms", "MANAGER_GOSSIP_PROFILE=local")
-		}
+		n.env = c.managerEnv(n, seed, opts.Managers)
 	}
 	for _, n := range c.Gates {
 		n.LogPath = filepath.Join(opts.BaseDir, "logs", n.Name+".log")
@@ -240,6 +224,96 @@ func New(opts Options) (*Cluster, error) {
 		}
 	}
 	return c, nil
+}
+
+// AddManager lays out one more manager of the cluster's datacenter: the next
+// name (manager4 after three), new ports, its own data directory and log, one
+// seed (the first manager's gossip address) and the cluster's
+// MANAGER_BOOTSTRAP_EXPECT, as an operator adds a manager to a running
+// datacenter. env is added to its environment after everything else, so it
+// overrides (a different MANAGER_GOSSIP_KEY, say). It starts nothing: call the
+// node's Start. Cluster.Stop stops it with the others.
+//
+// AddManager must not run concurrently with other Cluster methods.
+func (c *Cluster) AddManager(env ...string) (*Node, error) {
+	ports, err := c.freshPorts(3)
+	if err != nil {
+		return nil, err
+	}
+	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+	n := &Node{Name: fmt.Sprintf("manager%d", len(c.Managers)+1), Role: RoleManager, c: c,
+		HTTPAddr: addr(ports[0]), RaftAddr: addr(ports[1]), Gossip: addr(ports[2])}
+	n.DataDir = filepath.Join(c.opts.BaseDir, "data", n.Name)
+	n.LogPath = filepath.Join(c.opts.BaseDir, "logs", n.Name+".log")
+	n.env = c.managerEnv(n, c.Managers[0].Gossip, c.opts.Managers)
+	n.env = append(n.env, env...)
+	c.Managers = append(c.Managers, n)
+	return n, nil
+}
+
+// freshPorts returns n free ports that no node of the cluster was given (a
+// stopped node's port may be free now, but it is still that node's).
+func (c *Cluster) freshPorts(n int) ([]int, error) {
+	used := map[int]bool{}
+	for _, node := range c.All() {
+		for _, a := range []string{node.HTTPAddr, node.RaftAddr, node.Gossip} {
+			if a == "" {
+				continue
+			}
+			if p, err := strconv.Atoi(portOf(a)); err == nil {
+				used[p] = true
+			}
+		}
+	}
+	var out []int
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 10 {
+			return nil, errors.New("localcluster: no fresh free ports")
+		}
+		ports, err := FreePorts(n + len(used))
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ports {
+			if !used[p] && len(out) < n {
+				used[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// managerEnv is a manager's environment: its identity, addresses, one seed and
+// bootstrap_expect, then Options.ManagerEnv and the switches.
+func (c *Cluster) managerEnv(n *Node, seed string, expect int) []string {
+	env := append([]string{
+		"MANAGER_NODE_ID=" + n.Name,
+		"MANAGER_DATACENTER=" + c.opts.Datacenter,
+		"MANAGER_DATA_DIR=" + n.DataDir,
+		"MANAGER_RPC_ADDR=" + n.HTTPAddr,
+		"MANAGER_RAFT_ADDR=" + n.RaftAddr,
+		"MANAGER_GOSSIP_ADDR=" + n.Gossip,
+		"MANAGER_JOIN=" + seed,
+		"MANAGER_BOOTSTRAP_EXPECT=" + strconv.Itoa(expect),
+	}, c.opts.ManagerEnv...)
+	if c.opts.Failpoints {
+		env = append(env, "MANAGER_FAILPOINTS=true")
+	}
+	if c.opts.Fast {
+		env = append(env, "MANAGER_RAFT_HEARTBEAT_TIMEOUT=500ms", "MANAGER_RAFT_ELECTION_TIMEOUT=500ms",
+			"MANAGER_RAFT_LEADER_LEASE_TIMEOUT=250ms", "MANAGER_GOSSIP_PROFILE=local")
+	}
+	return env
+}
+
+// SetEnv adds variables to the node's environment from its next Start on;
+// they override what the node was given before (e.g. to restart a manager
+// with MANAGER_LEAVE_ON_TERMINATE or another gossip key).
+func (n *Node) SetEnv(env ...string) {
+	n.mu.Lock()
+	n.env = append(n.env, env...)
+	n.mu.Unlock()
 }
 
 // Start starts every process.
@@ -422,10 +496,14 @@ func (n *Node) wait(timeout time.Duration) bool {
 // ManagerStatus is the part of a manager's /rpc/v1/status the harness reads.
 type ManagerStatus struct {
 	NodeID       string `json:"node_id"`
+	RaftState    string `json:"raft_state"`
 	IsLeader     bool   `json:"is_leader"`
 	LeaderID     string `json:"leader_id"`
 	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
+	// Voters are the Raft configuration's voters as this manager knows them.
+	Voters []string `json:"voters"`
 }
 
 // Status asks a manager for its status.

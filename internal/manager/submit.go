@@ -38,6 +38,9 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 	if err != nil {
 		return nil, err
 	}
+	if len(req.Job.Datacenters) > 0 && !slices.Contains(req.Job.Datacenters, m.cfg.Datacenter) {
+		return nil, rpc.Errorf(rpc.CodeInvalid, "the job targets %v, not this manager's datacenter %s", req.Job.Datacenters, m.cfg.Datacenter)
+	}
 	wait := time.Duration(req.WaitMillis) * time.Millisecond
 	deadline := time.Now().Add(wait)
 

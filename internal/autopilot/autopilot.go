@@ -1,0 +1,441 @@
+// Package autopilot runs a manager's Raft membership from the gossip pool:
+// it bootstraps the datacenter's Raft group once bootstrap_expect managers see
+// each other (Consul's and Nomad's bootstrap_expect, made race-free by a vote
+// carried in the gossip meta), and on the leader it keeps the Raft
+// configuration in line with the pool (Consul's autopilot dead-server
+// cleanup): alive managers become voters, managers that left are removed at
+// once, failed ones after a grace period, and never so that quorum is lost.
+//
+// docs/operations.md explains the procedure and why it cannot form two
+// clusters; bootstrap.go holds the argument next to the code.
+package autopilot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/membership"
+)
+
+// RaftAPI is the part of *raft.Raft the autopilot uses (tests may wrap a
+// real raft to watch or fail calls).
+type RaftAPI interface {
+	State() raft.RaftState
+	LastIndex() uint64
+	CurrentTerm() uint64
+	LeaderWithID() (raft.ServerAddress, raft.ServerID)
+	GetConfiguration() raft.ConfigurationFuture
+	BootstrapCluster(raft.Configuration) raft.Future
+	AddVoter(id raft.ServerID, address raft.ServerAddress, prevIndex uint64, timeout time.Duration) raft.IndexFuture
+	RemoveServer(id raft.ServerID, prevIndex uint64, timeout time.Duration) raft.IndexFuture
+	LeadershipTransfer() raft.Future
+	RegisterObserver(*raft.Observer)
+	DeregisterObserver(*raft.Observer)
+}
+
+var _ RaftAPI = (*raft.Raft)(nil)
+
+// PoolAPI is the part of *membership.Pool the autopilot uses.
+type PoolAPI interface {
+	LocalNode() membership.Member
+	Members() []membership.Member
+	Joined() <-chan struct{}
+	Subscribe() (<-chan membership.Event, func())
+	ModifyMeta(func(*membership.Meta)) error
+	Leave(timeout time.Duration) error
+}
+
+var _ PoolAPI = (*membership.Pool)(nil)
+
+// Defaults for zero Config durations.
+const (
+	DefaultDeadServerGrace   = 2 * time.Minute
+	DefaultReconcileInterval = 5 * time.Second
+	DefaultChangeTimeout     = 10 * time.Second
+)
+
+// Config of an Autopilot.
+type Config struct {
+	// DC is this manager's datacenter; only managers of DC are considered.
+	DC string
+	// NodeID is this manager's Raft server ID (= its Meta.NodeID).
+	NodeID string
+	// RaftAddr is this manager's Raft address (= its Meta.RaftAddr); default:
+	// the pool's local Meta.RaftAddr.
+	RaftAddr string
+	// BootstrapExpect is how many managers form the initial cluster
+	// (MANAGER_BOOTSTRAP_EXPECT). 0: this manager never bootstraps; it waits
+	// for a leader to add it.
+	BootstrapExpect int
+	// HasExistingState is raft.HasExistingState(logs, stable, snaps) as read
+	// before raft.NewRaft. The autopilot also checks Raft itself (last index,
+	// term, configuration), so false is never unsafe, only slower to notice.
+	HasExistingState bool
+	// DeadServerGrace is how long a failed manager stays in the Raft
+	// configuration before the leader removes it
+	// (MANAGER_DEAD_SERVER_GRACE_SECONDS; default DefaultDeadServerGrace).
+	DeadServerGrace time.Duration
+	// ReconcileInterval is how often the leader reconciles without a pool
+	// event (default DefaultReconcileInterval).
+	ReconcileInterval time.Duration
+	// ChangeTimeout bounds each AddVoter/RemoveServer enqueue (default
+	// DefaultChangeTimeout).
+	ChangeTimeout time.Duration
+	// Logger (nil discards).
+	Logger *slog.Logger
+}
+
+// Errors.
+var (
+	// ErrInvalidConfig: see *ConfigError.
+	ErrInvalidConfig = errors.New("autopilot: invalid config")
+	// ErrLeaveTimeout: Leave gave up waiting for this manager's removal.
+	ErrLeaveTimeout = errors.New("autopilot: not removed from the raft configuration in time")
+)
+
+// ConfigError names the Config field Validate refused; it matches
+// ErrInvalidConfig.
+type ConfigError struct {
+	Field, Value, Reason string
+}
+
+func (e *ConfigError) Error() string {
+	s := "autopilot: invalid config " + e.Field
+	if e.Value != "" {
+		s += "=" + strconv.Quote(e.Value)
+	}
+	return s + ": " + e.Reason
+}
+
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// Validate checks c.
+func (c *Config) Validate() error {
+	switch {
+	case c.DC == "":
+		return &ConfigError{Field: "DC", Reason: "required"}
+	case c.NodeID == "":
+		return &ConfigError{Field: "NodeID", Reason: "required"}
+	case c.BootstrapExpect < 0:
+		return &ConfigError{Field: "BootstrapExpect", Value: strconv.Itoa(c.BootstrapExpect), Reason: "must be >= 0"}
+	case c.DeadServerGrace < 0:
+		return &ConfigError{Field: "DeadServerGrace", Value: c.DeadServerGrace.String(), Reason: "must be >= 0"}
+	case c.ReconcileInterval < 0:
+		return &ConfigError{Field: "ReconcileInterval", Value: c.ReconcileInterval.String(), Reason: "must be >= 0"}
+	case c.ChangeTimeout < 0:
+		return &ConfigError{Field: "ChangeTimeout", Value: c.ChangeTimeout.String(), Reason: "must be >= 0"}
+	}
+	return nil
+}
+
+func (c *Config) withDefaults() Config {
+	d := *c
+	if d.DeadServerGrace == 0 {
+		d.DeadServerGrace = DefaultDeadServerGrace
+	}
+	if d.ReconcileInterval == 0 {
+		d.ReconcileInterval = DefaultReconcileInterval
+	}
+	if d.ChangeTimeout == 0 {
+		d.ChangeTimeout = DefaultChangeTimeout
+	}
+	return d
+}
+
+// Autopilot drives one manager's Raft membership. Create it with New and run
+// it with Run; Leave is the graceful way out.
+type Autopilot struct {
+	cfg  Config
+	raft RaftAPI
+	pool PoolAPI
+	log  *slog.Logger
+
+	mu sync.Mutex
+	st status
+	// bootstrap state (only the Run goroutine touches it)
+	boot bootstrapState
+	// absentSince: when the leader first found a voter unknown to the pool.
+	absentSince map[raft.ServerID]time.Time
+	// refused: removals held back for quorum, to log each once.
+	refused map[raft.ServerID]bool
+}
+
+type status struct {
+	hasState      bool
+	bootstrapped  bool
+	lastReconcile time.Time
+	waiting       string
+}
+
+// Status is a snapshot of what the autopilot has done and is waiting for.
+type Status struct {
+	// HasState: this manager holds Raft state (it will never bootstrap).
+	HasState bool
+	// Bootstrapped: this manager called BootstrapCluster (at most one
+	// manager of a datacenter ever does).
+	Bootstrapped bool
+	// Leader: Raft is leader here.
+	Leader bool
+	// LastReconcile is when this node last reconciled as leader.
+	LastReconcile time.Time
+	// Waiting says what bootstrap waits for ("" once there is state).
+	Waiting string
+}
+
+// New returns an Autopilot for the manager cfg describes, acting on r and
+// reading pool. Nothing happens until Run.
+func New(cfg Config, r RaftAPI, pool PoolAPI) *Autopilot {
+	c := cfg.withDefaults()
+	return &Autopilot{
+		cfg:         c,
+		raft:        r,
+		pool:        pool,
+		log:         logging.OrDiscard(c.Logger).With(logging.KeyComponent, "autopilot", logging.KeyNodeID, c.NodeID),
+		absentSince: make(map[raft.ServerID]time.Time),
+		refused:     make(map[raft.ServerID]bool),
+	}
+}
+
+// Status returns what the autopilot has done so far.
+func (a *Autopilot) Status() Status {
+	a.mu.Lock()
+	st := a.st
+	a.mu.Unlock()
+	return Status{
+		HasState:      st.hasState,
+		Bootstrapped:  st.bootstrapped,
+		Leader:        a.raft.State() == raft.Leader,
+		LastReconcile: st.lastReconcile,
+		Waiting:       st.waiting,
+	}
+}
+
+// Run bootstraps (if this manager is fresh and the conditions hold) and,
+// while this manager is the leader, reconciles the Raft configuration with
+// the pool, on every pool event, leadership change and ReconcileInterval. It
+// returns nil when ctx is done, or at once a *ConfigError (also when the
+// pool's local Meta is not this manager's). Call it once. It starts no
+// goroutine that outlives it.
+func (a *Autopilot) Run(ctx context.Context) error {
+	if err := a.cfg.Validate(); err != nil {
+		return err
+	}
+	local := a.pool.LocalNode().Meta
+	switch {
+	case local.Role != membership.RoleManager:
+		return &ConfigError{Field: "pool", Value: string(local.Role), Reason: "the pool's local node must be a manager"}
+	case local.NodeID != a.cfg.NodeID:
+		return &ConfigError{Field: "NodeID", Value: a.cfg.NodeID, Reason: "differs from the pool's Meta.NodeID " + strconv.Quote(local.NodeID)}
+	case local.Datacenter != a.cfg.DC:
+		return &ConfigError{Field: "DC", Value: a.cfg.DC, Reason: "differs from the pool's Meta.Datacenter " + strconv.Quote(local.Datacenter)}
+	}
+	if a.cfg.RaftAddr == "" {
+		a.cfg.RaftAddr = local.RaftAddr
+	}
+	events, cancel := a.pool.Subscribe()
+	defer cancel()
+	obsCh := make(chan raft.Observation, 8)
+	obs := raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.PeerObservation:
+			return true
+		}
+		return false
+	})
+	a.raft.RegisterObserver(obs)
+	defer a.raft.DeregisterObserver(obs)
+	tick := time.NewTicker(a.cfg.ReconcileInterval)
+	defer tick.Stop()
+	joined := a.pool.Joined()
+
+	a.publishExpect()
+	for {
+		a.step()
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-events:
+			if !ok {
+				events = nil // the pool shut down; keep serving until ctx
+			}
+		case <-obsCh:
+		case <-tick.C:
+		case <-joined:
+			joined = nil
+		}
+		// One step covers a burst of events.
+		for drained := false; !drained; {
+			select {
+			case _, ok := <-events:
+				if !ok {
+					events = nil
+				}
+			case <-obsCh:
+			default:
+				drained = true
+			}
+		}
+	}
+}
+
+func (a *Autopilot) step() {
+	if a.boot.decided != nil && !a.boot.done {
+		a.tryBootstrap()
+	}
+	if a.hasState() {
+		a.publishState()
+	} else {
+		a.bootstrapStep()
+	}
+	if a.raft.State() == raft.Leader {
+		a.reconcile()
+	}
+}
+
+// hasState reports whether this manager holds Raft state, latching true.
+func (a *Autopilot) hasState() bool {
+	a.mu.Lock()
+	has := a.st.hasState
+	a.mu.Unlock()
+	if has {
+		return true
+	}
+	has = a.cfg.HasExistingState || a.boot.decided != nil || a.raft.LastIndex() > 0 || a.raft.CurrentTerm() > 0
+	if !has {
+		if f := a.raft.GetConfiguration(); f.Error() == nil && len(f.Configuration().Servers) > 0 {
+			has = true
+		}
+	}
+	if has {
+		a.mu.Lock()
+		a.st.hasState = true
+		a.st.waiting = ""
+		a.mu.Unlock()
+		a.log.Info("raft state present; this manager will not bootstrap")
+	}
+	return has
+}
+
+// publishState makes the pool meta say HasRaftState and carry no vote.
+func (a *Autopilot) publishState() {
+	m := a.pool.LocalNode().Meta
+	if m.HasRaftState && m.Bootstrap.Vote == 0 {
+		return
+	}
+	a.modifyMeta(func(m *membership.Meta) {
+		m.HasRaftState = true
+		m.Bootstrap.Vote = 0
+	})
+}
+
+func (a *Autopilot) publishExpect() {
+	if a.pool.LocalNode().Meta.Bootstrap.Expect == a.cfg.BootstrapExpect {
+		return
+	}
+	a.modifyMeta(func(m *membership.Meta) { m.Bootstrap.Expect = a.cfg.BootstrapExpect })
+}
+
+// modifyMeta publishes a meta change. A broadcast timeout is not a failure:
+// the meta is in effect locally and spreads by push/pull.
+func (a *Autopilot) modifyMeta(fn func(*membership.Meta)) bool {
+	err := a.pool.ModifyMeta(fn)
+	switch {
+	case err == nil, errors.Is(err, membership.ErrBroadcastTimeout):
+		return true
+	case errors.Is(err, membership.ErrLeft), errors.Is(err, membership.ErrShutdown):
+		a.log.Debug("meta not published", logging.KeyError, err)
+	default:
+		a.log.Warn("meta not published", logging.KeyError, err)
+	}
+	return false
+}
+
+func (a *Autopilot) setWaiting(why string) {
+	a.mu.Lock()
+	changed := a.st.waiting != why
+	a.st.waiting = why
+	a.mu.Unlock()
+	if changed && why != "" {
+		a.log.Info("bootstrap waiting", logging.KeyReason, why)
+	}
+}
+
+// Leave is what a manager calls on a graceful shutdown, before stopping Run,
+// Raft and the pool:
+//
+//  1. if this manager is the leader, it hands leadership to another voter
+//     (raft.LeadershipTransfer; if that fails, it removes itself, which makes
+//     Raft step down once the change commits);
+//  2. it leaves the pool (membership.Pool.Leave), so the leader sees it left
+//     and removes it from the configuration at once;
+//  3. it waits, until ctx is done, for its own Raft configuration to no longer
+//     list it (the leader replicates the removal to the removed server).
+//
+// It returns ErrLeaveTimeout if ctx ends first; the manager shuts down anyway
+// and the leader removes it later (as left, or after DeadServerGrace).
+func (a *Autopilot) Leave(ctx context.Context, timeout time.Duration) error {
+	self := raft.ServerID(a.cfg.NodeID)
+	if a.raft.State() == raft.Leader && a.otherVoters(self) > 0 {
+		a.log.Info("leader leaving: transferring leadership")
+		if err := a.raft.LeadershipTransfer().Error(); err != nil {
+			a.log.Warn("leadership transfer failed; removing self", logging.KeyError, err)
+			if err := a.raft.RemoveServer(self, 0, a.cfg.ChangeTimeout).Error(); err != nil {
+				a.log.Warn("self removal failed", logging.KeyError, err)
+			}
+		}
+	}
+	if err := a.pool.Leave(timeout); err != nil {
+		a.log.Warn("pool leave incomplete", logging.KeyError, err)
+	}
+	if a.otherVoters(self) == 0 {
+		return nil // alone: nobody to remove us
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		f := a.raft.GetConfiguration()
+		if err := f.Error(); err != nil {
+			return fmt.Errorf("autopilot: leave: %w", err)
+		}
+		if !inConfig(f.Configuration(), self) {
+			a.log.Info("removed from the raft configuration")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrLeaveTimeout, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func (a *Autopilot) otherVoters(self raft.ServerID) int {
+	f := a.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	n := 0
+	for _, s := range f.Configuration().Servers {
+		if s.ID != self && s.Suffrage == raft.Voter {
+			n++
+		}
+	}
+	return n
+}
+
+func inConfig(c raft.Configuration, id raft.ServerID) bool {
+	for _, s := range c.Servers {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}

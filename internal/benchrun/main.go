@@ -1,0 +1,178 @@
+package benchrun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ClusterMode reports whether oncebench's arguments ask for -cluster (before
+// any "--"): the command then runs Main instead of the plain load generator.
+func ClusterMode(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-cluster", "--cluster", "-cluster=true", "--cluster=true":
+			return true
+		}
+	}
+	return false
+}
+
+// Exit codes of Main.
+const (
+	ExitOK     = 0
+	ExitFailed = 1 // the cluster did not start, a workload could not run, or the report could not be written
+	ExitUsage  = 2
+)
+
+// Main is `oncebench -cluster`: it starts a local cluster, runs the
+// benchmark workloads, stops the cluster, prints the table on stdout and
+// writes the JSON report (-out). Progress goes to stderr.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("oncebench -cluster", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: oncebench -cluster [-bin bin] [-build] [-out bench-results/] [-workloads %s] [flags]\n\n", strings.Join(DefaultWorkloads, ","))
+		fmt.Fprintf(stderr, "Starts %d managers and %d gates on 127.0.0.1, runs the workloads, stops the cluster, prints a table and writes a JSON report.\n\n", 3, 2)
+		fs.PrintDefaults()
+	}
+	var o Options
+	fs.Bool("cluster", true, "run against a local cluster this command starts (this mode)")
+	fs.StringVar(&o.BinDir, "bin", "bin", "directory holding the gate and manager binaries")
+	fs.BoolVar(&o.Build, "build", false, "build cmd/gate and cmd/manager into -bin first (from the module containing the working directory)")
+	fs.StringVar(&o.BaseDir, "dir", "", "directory for the cluster's logs/ and data/ (default bench-results/cluster-<time>)")
+	fs.BoolVar(&o.KeepData, "keep-data", false, "keep the managers' data directories after the run")
+	out := fs.String("out", "", "write the JSON report to this file; a directory (existing, or ending in /) gets <UTC time>.json")
+	workloads := fs.String("workloads", strings.Join(DefaultWorkloads, ","), "comma-separated workloads, run in this order")
+	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each closed-loop workload")
+	fs.DurationVar(&o.FailoverDuration, "failover-duration", 10*time.Second, "length of the failover workload (the leader is killed halfway)")
+	fs.Float64Var(&o.FailoverRate, "failover-rate", 0, "failover open-loop rate in req/s (0: half the best unique rate of this run)")
+	fs.IntVar(&o.StormSize, "storm", 1000, "concurrent requests of the storm")
+	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unrecorded warm-up before the workloads (negative: none)")
+	fs.IntVar(&o.Managers, "managers", 3, "number of managers")
+	fs.IntVar(&o.Gates, "gates", 2, "number of gates")
+	fs.BoolVar(&o.Fast, "fast", false, "short Raft timings (election timeout 500ms) as in the end-to-end tests")
+	fs.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of the leader, the gates and the load generator during each workload")
+	env := multiFlag{}
+	fs.Var(&env, "env", "NAME=value added to every process's environment (repeatable), e.g. -env MANAGER_RAFT_MAX_APPEND_ENTRIES=1024")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "oncebench: unexpected argument %q\n", fs.Arg(0))
+		return ExitUsage
+	}
+	o.Env = env
+	o.Workloads = splitComma(*workloads)
+	if err := checkWorkloads(o.Workloads); err != nil {
+		fmt.Fprintf(stderr, "oncebench: -workloads: %v\n", err)
+		return ExitUsage
+	}
+	for _, e := range o.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			fmt.Fprintf(stderr, "oncebench: -env %q: want NAME=value\n", e)
+			return ExitUsage
+		}
+	}
+	if o.Duration <= 0 || o.FailoverDuration <= 0 || o.StormSize < 1 || o.FailoverRate < 0 || o.Managers < 1 || o.Gates < 1 {
+		fmt.Fprintln(stderr, "oncebench: -duration, -failover-duration, -storm, -managers and -gates must be positive, -failover-rate not negative")
+		return ExitUsage
+	}
+	path, err := outPath(*out, time.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "oncebench: -out: %v\n", err)
+		return ExitFailed
+	}
+	o.Progress = stderr
+
+	rep, runErr := Run(ctx, o)
+	rep.Command = append([]string{"oncebench"}, args...)
+	code := ExitOK
+	if runErr != nil {
+		fmt.Fprintf(stderr, "oncebench: %v\n", runErr)
+		code = ExitFailed
+	}
+	if len(rep.Workloads) > 0 || runErr == nil {
+		fmt.Fprintln(stdout)
+		if err := WriteTable(stdout, rep); err != nil {
+			fmt.Fprintf(stderr, "oncebench: %v\n", err)
+			code = ExitFailed
+		}
+	}
+	if path != "" {
+		if err := writeJSON(path, rep); err != nil {
+			fmt.Fprintf(stderr, "oncebench: -out: %v\n", err)
+			return ExitFailed
+		}
+		fmt.Fprintf(stderr, "oncebench: report written to %s\n", path)
+	}
+	return code
+}
+
+// outPath resolves -out: a directory (existing, or named with a trailing
+// slash) receives <UTC time>.json.
+func outPath(out string, now time.Time) (string, error) {
+	if out == "" {
+		return "", nil
+	}
+	dir := strings.HasSuffix(out, "/") || strings.HasSuffix(out, string(os.PathSeparator))
+	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
+		dir = true
+	}
+	if dir {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return "", err
+		}
+		return filepath.Join(out, now.UTC().Format("20060102T150405Z")+".json"), nil
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// writeJSON writes the report atomically (a temporary file renamed).
+func writeJSON(path string, rep Report) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".oncebench-*.json")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename: nothing to remove
+	enc := json.NewEncoder(tmp)
+	enc.SetIndent("", "  ")
+	err = enc.Encode(rep)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	return err
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func splitComma(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

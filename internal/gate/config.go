@@ -1,0 +1,304 @@
+package gate
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/logging"
+)
+
+// Names of the gate's environment variables. Each has a flag derived from it
+// (config.FlagName): GATE_LISTEN_ADDR is -gate-listen-addr. A flag wins over its
+// variable. The seven IDEMPOTENCY_* variables are registered by
+// config.RegisterIdempotency.
+const (
+	EnvListenAddr      = "GATE_LISTEN_ADDR"
+	EnvDatacenter      = "GATE_DATACENTER"
+	EnvNodeName        = "GATE_NODE_NAME"
+	EnvManagers        = "GATE_MANAGERS"
+	EnvTokenFile       = "GATE_TOKEN_FILE"
+	EnvMaxBodyBytes    = "GATE_MAX_BODY_BYTES"
+	EnvForwardTimeout  = "GATE_FORWARD_TIMEOUT_SECONDS"
+	EnvShutdownTimeout = "GATE_SHUTDOWN_TIMEOUT_SECONDS"
+	EnvLogLevel        = "GATE_LOG_LEVEL"
+	EnvLogFormat       = "GATE_LOG_FORMAT"
+	EnvJoin            = "GATE_JOIN"
+	EnvGossipAddr      = "GATE_GOSSIP_ADDR"
+	EnvGossipKey       = "GATE_GOSSIP_KEY"
+	EnvGossipProfile   = "GATE_GOSSIP_PROFILE"
+)
+
+// Bounds of the gate's settings.
+const (
+	// MinBodyBytes and MaxBodyBytes bound GATE_MAX_BODY_BYTES. The upper bound
+	// keeps a forwarded submission well under the RPC layer's 16 MiB limit.
+	MinBodyBytes = 1 << 10
+	MaxBodyBytes = 8 << 20
+	// DefaultMaxBodyBytes is the contract's default: 1 MiB for the whole body.
+	DefaultMaxBodyBytes = 1 << 20
+)
+
+// Config is the gate's configuration. DefaultConfig returns the defaults;
+// Register binds the operator-facing fields to flags and environment variables.
+// The fields below "Not settable" are for tests and embedders; zero values take
+// the defaults noted.
+type Config struct {
+	ListenAddr      string        // GATE_LISTEN_ADDR, default 127.0.0.1:8080
+	Datacenter      string        // GATE_DATACENTER, default dc1
+	NodeName        string        // GATE_NODE_NAME, default the host name
+	Managers        []string      // GATE_MANAGERS, manager RPC addresses (host:port)
+	TokenFile       string        // GATE_TOKEN_FILE, default none (every request is tenant "default")
+	MaxBodyBytes    int64         // GATE_MAX_BODY_BYTES, default 1 MiB
+	ForwardTimeout  time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
+	ShutdownTimeout time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
+	LogLevel        string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
+	LogFormat       string        // GATE_LOG_FORMAT: text or json; default text
+	Join            []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
+	GossipAddr      string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
+	GossipKey       string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
+	GossipProfile   string        // GATE_GOSSIP_PROFILE: lan or local
+
+	// Idempotency holds the seven IDEMPOTENCY_* settings.
+	Idempotency config.Idempotency
+
+	// Not settable from the environment.
+
+	// ReadyTimeout bounds the leader probe of GET /readyz (default 1s).
+	ReadyTimeout time.Duration
+	// ReadHeaderTimeout, ReadTimeout and IdleTimeout configure the HTTP server
+	// (defaults 5s, 30s, 120s). The server's WriteTimeout is derived: the
+	// longest a submission may take (pending wait + forward timeout) plus 10s.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	IdleTimeout       time.Duration
+	// RetryAfter is the Retry-After of 503 unavailable and 409
+	// request_in_progress answers (default 1s; sent in whole seconds, at least 1).
+	RetryAfter time.Duration
+}
+
+// DefaultConfig returns the defaults of every setting.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:        "127.0.0.1:8080",
+		Datacenter:        "dc1",
+		MaxBodyBytes:      DefaultMaxBodyBytes,
+		ForwardTimeout:    10 * time.Second,
+		ShutdownTimeout:   30 * time.Second,
+		LogLevel:          "info",
+		LogFormat:         logging.FormatText,
+		GossipAddr:        "127.0.0.1:7300",
+		GossipProfile:     "lan",
+		Idempotency:       config.DefaultIdempotency(),
+		ReadyTimeout:      time.Second,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		RetryAfter:        time.Second,
+	}
+}
+
+// Register binds c's operator-facing fields to flags and environment variables
+// on l. c should start at DefaultConfig(); Register resets the registered fields
+// to their defaults.
+func Register(l *config.Loader, c *Config) {
+	d := DefaultConfig()
+	l.String(&c.ListenAddr, EnvListenAddr, d.ListenAddr, "a TCP address host:port (port 0 picks a free port)",
+		validateListenAddr, "the address the HTTP API listens on")
+	l.String(&c.Datacenter, EnvDatacenter, d.Datacenter, "1 to 64 characters of a-z A-Z 0-9 . _ -",
+		validateDatacenter, "the gate's own datacenter: the default target of a job")
+	l.String(&c.NodeName, EnvNodeName, d.NodeName, "at most 128 visible ASCII characters (empty: the host name)",
+		validateNodeName, "the gate's name in logs and metrics")
+	l.List(&c.Managers, EnvManagers, "", "a comma-separated list of manager RPC addresses host:port",
+		validateHostPort, "the datacenter's managers; the gate follows their leader")
+	l.String(&c.TokenFile, EnvTokenFile, d.TokenFile, "a path to a file of '<token> <tenant>' lines (empty: no authentication)",
+		nil, "the bearer tokens and the tenants they map to")
+	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, d.MaxBodyBytes, MinBodyBytes, MaxBodyBytes,
+		"the largest POST /v1/jobs body accepted (413 body_too_large beyond)")
+	l.Seconds(&c.ForwardTimeout, EnvForwardTimeout, int(d.ForwardTimeout/time.Second), 1, 600,
+		"how long a submission may spend reaching the manager leader before 503 unavailable (plus the pending wait)")
+	l.Seconds(&c.ShutdownTimeout, EnvShutdownTimeout, int(d.ShutdownTimeout/time.Second), 1, 3600,
+		"how long a graceful shutdown waits for requests in flight")
+	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, "one of trace, debug, info, warn, error",
+		validateLogLevel, "the lowest level logged")
+	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, "text or json",
+		logging.ValidateFormat, "the log line format")
+	l.List(&c.Join, EnvJoin, "", "a comma-separated list of gossip addresses host:port",
+		validateHostPort, "gossip seeds: the gate learns the managers and their leader from the pool")
+	l.String(&c.GossipAddr, EnvGossipAddr, d.GossipAddr, "a host:port", validateHostPort,
+		"the gate's memberlist bind address (TCP and UDP), used when GATE_JOIN is set")
+	l.String(&c.GossipKey, EnvGossipKey, "", "base64 of a 16, 24 or 32-byte key", nil,
+		"gossip encryption key, shared by every node of the pool; empty: plaintext")
+	l.String(&c.GossipProfile, EnvGossipProfile, d.GossipProfile, "lan or local", func(s string) error {
+		if s != "lan" && s != "local" {
+			return errors.New("unknown profile")
+		}
+		return nil
+	}, "memberlist timing profile")
+	config.RegisterIdempotency(l, &c.Idempotency)
+}
+
+// Validate checks c as New does. Errors are *config.Error values naming the
+// variable and the accepted range; they match config.ErrInvalid.
+func (c *Config) Validate() error {
+	check := func(env, value, want string, err error) error {
+		if err == nil {
+			return nil
+		}
+		return &config.Error{Env: env, Flag: config.FlagName(env), Value: value, Want: want, Err: err}
+	}
+	if err := check(EnvListenAddr, c.ListenAddr, "a TCP address host:port", validateListenAddr(c.ListenAddr)); err != nil {
+		return err
+	}
+	if err := check(EnvDatacenter, c.Datacenter, "1 to 64 characters of a-z A-Z 0-9 . _ -", validateDatacenter(c.Datacenter)); err != nil {
+		return err
+	}
+	if err := check(EnvNodeName, c.NodeName, "at most 128 visible ASCII characters", validateNodeName(c.NodeName)); err != nil {
+		return err
+	}
+	for _, m := range c.Managers {
+		if err := check(EnvManagers, strings.Join(c.Managers, ","), "a comma-separated list of host:port", validateHostPort(m)); err != nil {
+			return err
+		}
+	}
+	if c.MaxBodyBytes < MinBodyBytes || c.MaxBodyBytes > MaxBodyBytes {
+		return check(EnvMaxBodyBytes, strconv.FormatInt(c.MaxBodyBytes, 10),
+			fmt.Sprintf("an integer from %d to %d", MinBodyBytes, MaxBodyBytes), errOutOfRange)
+	}
+	positive := []struct {
+		env string
+		d   time.Duration
+	}{
+		{EnvForwardTimeout, c.ForwardTimeout},
+		{EnvShutdownTimeout, c.ShutdownTimeout},
+		{config.EnvPendingTTL, c.Idempotency.PendingTTL},
+		{config.EnvCommittedTTL, c.Idempotency.CommittedTTL},
+		{config.EnvRejectedTTL, c.Idempotency.RejectedTTL},
+		{config.EnvCleanupInterval, c.Idempotency.CleanupInterval},
+		{config.EnvPendingWaitTimeout, c.Idempotency.PendingWaitTimeout},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			return check(p.env, p.d.String(), "a positive duration", errOutOfRange)
+		}
+	}
+	if c.Idempotency.MaxEntries < 1 {
+		return check(config.EnvMaxEntries, strconv.Itoa(c.Idempotency.MaxEntries), "at least 1", errOutOfRange)
+	}
+	if err := check(EnvLogLevel, c.LogLevel, "one of trace, debug, info, warn, error", validateLogLevel(c.LogLevel)); err != nil {
+		return err
+	}
+	return check(EnvLogFormat, c.LogFormat, "text or json", logging.ValidateFormat(c.LogFormat))
+}
+
+// withDefaults fills the zero values of the fields that are not settable from
+// the environment.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = d.ReadyTimeout
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = d.ReadTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = d.RetryAfter
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = d.LogLevel
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = d.LogFormat
+	}
+	return c
+}
+
+// pendingWait is how long a duplicate waits on a PENDING entry: the configured
+// timeout when waiting is enabled, else 0.
+func (c *Config) pendingWait() time.Duration {
+	if !c.Idempotency.WaitForPending {
+		return 0
+	}
+	return c.Idempotency.PendingWaitTimeout
+}
+
+// writeTimeout is the HTTP server's WriteTimeout. The longest a submission
+// takes is a forward: ForwardTimeout plus the pending wait the manager is
+// allowed (a duplicate waiting on the gate's own PENDING entry takes at most the
+// pending wait). 10s of slack covers reading the body and writing the answer.
+func (c *Config) writeTimeout() time.Duration {
+	return c.ForwardTimeout + c.pendingWait() + 10*time.Second
+}
+
+var errOutOfRange = errors.New("out of range")
+
+func validateListenAddr(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return err
+	}
+	_ = host // empty means every interface
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+func validateHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host", s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port is not a number from 1 to 65535", s)
+	}
+	return nil
+}
+
+func validateDatacenter(s string) error {
+	if s == "" || len(s) > 64 {
+		return fmt.Errorf("length %d is not from 1 to 64", len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if !isNameChar(s[i]) {
+			return fmt.Errorf("character %q at offset %d is not allowed", s[i], i)
+		}
+	}
+	return nil
+}
+
+func validateNodeName(s string) error {
+	if len(s) > 128 {
+		return fmt.Errorf("length %d is over 128", len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return fmt.Errorf("byte 0x%02X at offset %d is not visible ASCII", s[i], i)
+		}
+	}
+	return nil
+}
+
+func validateLogLevel(s string) error {
+	_, err := logging.ParseLevel(s)
+	return err
+}
+
+// isNameChar reports whether c is in the alphabet of datacenter names, job types
+// and tenants: A-Z a-z 0-9 . _ -.
+func isNameChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+}

@@ -1,0 +1,305 @@
+// Package gate is once's HTTP API (v1): the server that job-submission clients
+// talk to. docs/api.md is the contract as built; /work/shared/API.md the
+// contract as promised.
+//
+// A gate authenticates the tenant, parses the Idempotency-Key, reads, decodes
+// and fingerprints the body, then asks its idempotency cache (internal/cache):
+// a COMMITTED or REJECTED entry is replayed byte for byte; an entry of another
+// fingerprint is 422 idempotency_key_reused; a PENDING entry is waited on; a
+// miss is forwarded to the datacenter's manager leader (internal/rpc), whose
+// ledger is the authority, and its deterministic outcome is cached. Transient
+// failures are answered 503 and never cached.
+//
+// Reads (GET /v1/jobs/{job_id}, GET /v1/jobs, GET /v1/idempotency-keys/{key})
+// go to the leader. GET /healthz, /readyz and /metrics serve operators.
+//
+// Every error is an RFC 9457 problem (application/problem+json) with a stable
+// code, including unknown paths, wrong methods and recovered panics.
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/once-dev/once/internal/cache"
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// Attribute keys of the gate's log lines: internal/logging's shared keys, and
+// the gate's own.
+const (
+	logKeyComponent = logging.KeyComponent
+	logKeyNode      = logging.KeyNode
+	logKeyErr       = logging.KeyError
+	logKeyAddr      = logging.KeyAddr
+	logKeyDC        = logging.KeyDatacenter
+	logKeyMethod    = "method"
+	logKeyPath      = "path"
+	logKeyRoute     = "route"
+	logKeyStatus    = "status"
+	logKeyCode      = "code"
+	logKeyBytes     = "bytes"
+	logKeyDuration  = "duration_ms"
+	logKeyRemote    = "remote"
+	logKeyTenant    = "tenant"
+	logKeyKey       = "idempotency_key"
+	logKeyPanic     = "panic"
+	logKeyStack     = "stack"
+	logKeyOutcome   = "outcome"
+)
+
+// Deps are the gate's collaborators. Zero values take the defaults noted.
+type Deps struct {
+	// Resolver tells the gate where the datacenter's managers are (default: the
+	// static list Config.Managers). Membership discovery plugs in here.
+	Resolver rpc.Resolver
+	// Logger receives access and error logs (default: discard).
+	Logger *slog.Logger
+	// Now is the clock of the idempotency cache and of Retry-After values
+	// (default time.Now).
+	Now func() time.Time
+}
+
+// Gate is one gate: its idempotency cache, its client of the manager leader and
+// its HTTP handler. Create it with New, serve it with Serve (or mount Handler),
+// and Close it when done.
+type Gate struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	tokens  *tokenTable // nil: no token file, every request is tenant "default"
+	client  *rpc.Client
+	cache   *cache.Cache[*response]
+	metrics *metrics
+	mux     *http.ServeMux
+
+	closeOnce sync.Once
+
+	// testHookWaiting, when set, is called by a duplicate submission after it
+	// found a PENDING entry and before it waits (tests synchronise on it).
+	testHookWaiting func()
+}
+
+// New validates cfg, loads the token file and builds a gate. Configuration
+// errors are *config.Error values (matching config.ErrInvalid) that name the
+// variable.
+func New(cfg Config, deps Deps) (*Gate, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	deps.Logger = logging.OrDiscard(deps.Logger)
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if deps.Resolver == nil {
+		deps.Resolver = rpc.StaticResolver(append([]string(nil), cfg.Managers...))
+	}
+	if cfg.NodeName == "" {
+		if h, err := os.Hostname(); err == nil {
+			cfg.NodeName = h
+		}
+	}
+	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now}
+	if cfg.TokenFile != "" {
+		t, err := loadTokenFile(cfg.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+		g.tokens = t
+	}
+	c, err := cache.New[*response](cache.Config{
+		MaxEntries:      cfg.Idempotency.MaxEntries,
+		PendingTTL:      cfg.Idempotency.PendingTTL,
+		CommittedTTL:    cfg.Idempotency.CommittedTTL,
+		RejectedTTL:     cfg.Idempotency.RejectedTTL,
+		CleanupInterval: cfg.Idempotency.CleanupInterval,
+		Now:             deps.Now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gate: idempotency cache: %w", err)
+	}
+	g.cache = c
+	g.client = rpc.NewClient(rpc.ClientConfig{
+		Resolver: deps.Resolver,
+		Logger:   g.log.With(logKeyComponent, "rpc"),
+	})
+	g.metrics = newMetrics(c, cfg.NodeName, cfg.Datacenter)
+	g.mux = http.NewServeMux()
+	g.routes()
+	return g, nil
+}
+
+// routes registers every endpoint on the gate's own ServeMux.
+func (g *Gate) routes() {
+	g.route("POST /v1/jobs", g.handleSubmit)
+	g.route("GET /v1/jobs", g.handleListJobs)
+	g.route("GET /v1/jobs/{job_id}", g.handleGetJob)
+	g.route("GET /v1/idempotency-keys/{key}", g.handleGetKey)
+	g.route("GET /healthz", g.handleHealthz)
+	g.route("GET /readyz", g.handleReadyz)
+	g.route("GET /metrics", g.metrics.handler().ServeHTTP)
+}
+
+// route registers h under pattern, marking the request's writer as owned so
+// that what h writes is not mistaken for the ServeMux's own 404 or 405.
+func (g *Gate) route(pattern string, h http.HandlerFunc) {
+	g.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rw, ok := w.(*responseWriter); ok {
+			rw.owned = true
+		}
+		h(w, r)
+	}))
+}
+
+// Handler returns the gate's HTTP handler: the API, with access logs, metrics,
+// panic recovery and problems in place of the ServeMux's plain-text errors.
+func (g *Gate) Handler() http.Handler { return http.HandlerFunc(g.serveHTTP) }
+
+func (g *Gate) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &responseWriter{ResponseWriter: w}
+	g.metrics.inflight.Inc()
+	defer func() {
+		g.metrics.inflight.Dec()
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			g.log.Error("panic serving request", logKeyMethod, r.Method, logKeyPath, r.URL.Path,
+				logKeyPanic, fmt.Sprint(p), logKeyStack, string(debug.Stack()))
+			if !rw.wroteHeader {
+				rw.owned, rw.intercepted = true, false
+				writeProblem(rw, http.StatusInternalServerError, api.CodeInternal, "the gate failed unexpectedly; the failure was logged")
+			}
+		}
+		g.finish(rw, r, start)
+	}()
+	g.mux.ServeHTTP(rw, r)
+}
+
+// finish writes the access log line and the request metrics.
+func (g *Gate) finish(rw *responseWriter, r *http.Request, start time.Time) {
+	d := time.Since(start)
+	status := rw.status
+	if !rw.wroteHeader {
+		status = http.StatusOK // nothing written: net/http sends 200
+	}
+	route := r.Pattern
+	if route == "" || !rw.owned || rw.intercepted {
+		route = "unmatched"
+	}
+	g.metrics.observeRequest(route, r.Method, status, string(rw.code), d)
+	level := slog.LevelInfo
+	switch {
+	case status == http.StatusInternalServerError:
+		level = slog.LevelError
+	case status >= 500:
+		level = slog.LevelWarn // 503: the cause was logged where it happened
+	case route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics":
+		level = slog.LevelDebug
+	}
+	if !g.log.Enabled(r.Context(), level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs,
+		slog.String(logKeyMethod, r.Method),
+		slog.String(logKeyPath, r.URL.Path),
+		slog.String(logKeyRoute, route),
+		slog.Int(logKeyStatus, status),
+		slog.String(logKeyCode, string(rw.code)),
+		slog.Int64(logKeyBytes, rw.bytes),
+		slog.Float64(logKeyDuration, float64(d.Microseconds())/1000),
+		slog.String(logKeyRemote, r.RemoteAddr),
+	)
+	if rw.tenant != "" {
+		attrs = append(attrs, slog.String(logKeyTenant, rw.tenant))
+	}
+	if rw.key != "" {
+		attrs = append(attrs, slog.String(logKeyKey, rw.key))
+	}
+	g.log.LogAttrs(r.Context(), level, "http request", attrs...)
+}
+
+// Serve serves the gate on ln until ctx ends, then shuts down gracefully: it
+// stops accepting, lets requests in flight finish (connections still busy after
+// ShutdownTimeout are closed) and returns nil. It returns the server's error if
+// serving fails. Serve does not close the gate: call Close after it returns.
+func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
+		ReadTimeout:       g.cfg.ReadTimeout,
+		WriteTimeout:      g.cfg.writeTimeout(),
+		IdleTimeout:       g.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(g.log.With(logKeyComponent, "http").Handler(), slog.LevelWarn),
+	}
+	g.log.Info("gate serving", logKeyAddr, ln.Addr().String(),
+		logKeyDC, g.cfg.Datacenter, "managers", g.cfg.Managers, "auth", g.tokens != nil)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gate: serve: %w", err)
+	case <-ctx.Done():
+	}
+	g.log.Info("gate shutting down", logKeyAddr, ln.Addr().String())
+	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	serr := <-errc
+	if err != nil {
+		// Requests still in flight after ShutdownTimeout are cut off; their
+		// clients retry, and their keys are still deduplicated by the ledger.
+		g.log.Warn("graceful shutdown timed out; closing the remaining connections",
+			logKeyAddr, ln.Addr().String(), logKeyErr, err)
+		_ = srv.Close()
+	}
+	if !errors.Is(serr, http.ErrServerClosed) {
+		return fmt.Errorf("gate: serve: %w", serr)
+	}
+	g.log.Info("gate stopped", logKeyAddr, ln.Addr().String())
+	return nil
+}
+
+// Close releases the gate's resources: the cache's sweeper and the idle
+// connections to managers. It is idempotent and returns nil.
+func (g *Gate) Close() error {
+	g.closeOnce.Do(func() {
+		g.cache.Close()
+		g.client.CloseIdleConnections()
+	})
+	return nil
+}
+
+// handleHealthz answers 200 while the process serves.
+func (g *Gate) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, map[string]string{"status": "ok"})
+}
+
+// handleReadyz answers 200 only when the datacenter's manager leader answers
+// within ReadyTimeout.
+func (g *Gate) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ReadyTimeout)
+	defer cancel()
+	st, err := g.client.LeaderStatus(ctx)
+	if err != nil {
+		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable,
+			"the gate cannot reach its datacenter's manager leader")
+		return
+	}
+	writeJSON(w, map[string]string{"status": "ready", "leader": st.NodeID, "datacenter": g.cfg.Datacenter})
+}

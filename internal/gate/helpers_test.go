@@ -1,0 +1,260 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/pkg/api"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// nonce is a valid nonce for structured test keys.
+const nonce = "a1b2c3d4e5f6a7b8"
+
+// skey returns a structured key of client "host1.dc1:12345".
+func skey(seq int) string { return fmt.Sprintf("host1.dc1:12345:%d:%s", seq, nonce) }
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// startManager serves a fake manager leader on 127.0.0.1 for the test.
+func startManager(tb testing.TB, opts fakemanager.Options) (*fakemanager.Manager, string) {
+	tb.Helper()
+	m := fakemanager.New(opts)
+	return m, fakemanager.Serve(tb, m)
+}
+
+// testGate is a gate serving on 127.0.0.1 for one test, with a client for it.
+type testGate struct {
+	*Gate
+	URL    string
+	client *http.Client
+}
+
+// startGate starts a gate in-process on 127.0.0.1:0 whose managers are
+// managers, with timeouts shortened for tests and logs sent to t.Log. override,
+// when set, changes the configuration and the dependencies before New. The gate
+// is shut down and closed when the test ends.
+func startGate(tb testing.TB, managers []string, override func(cfg *Config, deps *Deps)) *testGate {
+	tb.Helper()
+	cfg := DefaultConfig()
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.NodeName = "test-gate"
+	cfg.Managers = managers
+	cfg.ForwardTimeout = 5 * time.Second
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.ReadyTimeout = 300 * time.Millisecond
+	cfg.Idempotency.PendingWaitTimeout = 5 * time.Second
+	deps := Deps{Logger: logging.TestLogger(tb)}
+	if override != nil {
+		override(&cfg, &deps)
+	}
+	g, err := New(cfg, deps)
+	if err != nil {
+		tb.Fatalf("gate.New: %v", err)
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		g.Close()
+		tb.Fatalf("listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, ln) }()
+	tr := &http.Transport{MaxIdleConnsPerHost: 2000, DisableCompression: true}
+	tg := &testGate{
+		Gate: g,
+		URL:  "http://" + ln.Addr().String(),
+		client: &http.Client{
+			Transport:     tr,
+			Timeout:       30 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+	tb.Cleanup(func() {
+		tr.CloseIdleConnections()
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("gate.Serve: %v", err)
+		}
+		g.Close()
+	})
+	return tg
+}
+
+// result is an HTTP answer, read in full.
+type result struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("HTTP %d %v %s", r.status, r.header, r.body)
+}
+
+// try sends a request; hdr is name, value pairs.
+func (tg *testGate) try(method, path string, body io.Reader, hdr ...string) (result, error) {
+	req, err := http.NewRequest(method, tg.URL+path, body)
+	if err != nil {
+		return result{}, err
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	resp, err := tg.client.Do(req)
+	if err != nil {
+		return result{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return result{}, err
+	}
+	return result{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+func (tg *testGate) do(tb testing.TB, method, path string, body io.Reader, hdr ...string) result {
+	tb.Helper()
+	res, err := tg.try(method, path, body, hdr...)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	return res
+}
+
+func (tg *testGate) get(tb testing.TB, path string, hdr ...string) result {
+	tb.Helper()
+	return tg.do(tb, http.MethodGet, path, nil, hdr...)
+}
+
+// submit posts body to /v1/jobs under key (no Idempotency-Key header if key is
+// empty), with the extra headers hdr.
+func (tg *testGate) submit(tb testing.TB, key, body string, hdr ...string) result {
+	tb.Helper()
+	if key != "" {
+		hdr = append([]string{api.HeaderIdempotencyKey, key}, hdr...)
+	}
+	return tg.do(tb, http.MethodPost, "/v1/jobs", strings.NewReader(body), hdr...)
+}
+
+func (tg *testGate) trySubmit(key, body string, hdr ...string) (result, error) {
+	return tg.try(http.MethodPost, "/v1/jobs", strings.NewReader(body), append([]string{api.HeaderIdempotencyKey, key}, hdr...)...)
+}
+
+// wantStatus fails the test unless res has the status.
+func wantStatus(tb testing.TB, res result, status int) {
+	tb.Helper()
+	if res.status != status {
+		tb.Fatalf("status %d, want %d: %s", res.status, status, res)
+	}
+}
+
+// wantJob checks a 201 or 200 answer carrying a job and decodes it.
+func wantJob(tb testing.TB, res result, status int) api.Job {
+	tb.Helper()
+	wantStatus(tb, res, status)
+	if ct := res.header.Get("Content-Type"); ct != api.ContentTypeJSON {
+		tb.Fatalf("Content-Type %q, want %q", ct, api.ContentTypeJSON)
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(res.body, &members); err != nil {
+		tb.Fatalf("job body is not a JSON object: %v: %s", err, res.body)
+	}
+	for _, m := range []string{"job_id", "type", "status", "idempotency_key", "created_at", "datacenters", "payload"} {
+		if _, ok := members[m]; !ok {
+			tb.Fatalf("job body lacks %q: %s", m, res.body)
+		}
+	}
+	var job api.Job
+	dec := json.NewDecoder(bytes.NewReader(res.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&job); err != nil {
+		tb.Fatalf("decode job: %v: %s", err, res.body)
+	}
+	if job.JobID == "" || job.Status != api.JobStatusCommitted {
+		tb.Fatalf("job %+v", job)
+	}
+	if _, err := time.Parse(api.TimeFormat, job.CreatedAt); err != nil {
+		tb.Fatalf("created_at %q: %v", job.CreatedAt, err)
+	}
+	return job
+}
+
+// wantProblem checks that res is an RFC 9457 problem with status and code and
+// the members the contract names, and decodes it.
+func wantProblem(tb testing.TB, res result, status int, code api.Code) api.Problem {
+	tb.Helper()
+	wantStatus(tb, res, status)
+	if ct := res.header.Get("Content-Type"); ct != api.ContentTypeProblem {
+		tb.Fatalf("Content-Type %q, want %q: %s", ct, api.ContentTypeProblem, res)
+	}
+	var members map[string]any
+	if err := json.Unmarshal(res.body, &members); err != nil {
+		tb.Fatalf("problem is not a JSON object: %v: %s", err, res.body)
+	}
+	for _, m := range []string{"type", "title", "status", "detail", "code"} {
+		if v, ok := members[m]; !ok || v == "" {
+			tb.Fatalf("problem lacks %q: %s", m, res.body)
+		}
+	}
+	var p api.Problem
+	dec := json.NewDecoder(bytes.NewReader(res.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		tb.Fatalf("decode problem: %v: %s", err, res.body)
+	}
+	if p.Status != status || p.Code != code || p.Type != api.ProblemTypeBase+string(code) {
+		tb.Fatalf("problem %+v, want status %d code %s", p, status, code)
+	}
+	return p
+}
+
+// wantHeader fails the test unless res has header name with value want.
+func wantHeader(tb testing.TB, res result, name, want string) {
+	tb.Helper()
+	if got := res.header.Values(name); len(got) != 1 || got[0] != want {
+		tb.Fatalf("%s = %q, want %q: %s", name, got, want, res)
+	}
+}
+
+// wantNoHeader fails the test if res has header name.
+func wantNoHeader(tb testing.TB, res result, name string) {
+	tb.Helper()
+	if got := res.header.Values(name); len(got) != 0 {
+		tb.Fatalf("%s = %q, want none: %s", name, got, res)
+	}
+}

@@ -1,0 +1,103 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/logging"
+)
+
+// Exit codes of Main.
+const (
+	ExitOK     = 0
+	ExitFailed = 1 // the gate could not listen or stopped on an error
+	ExitConfig = 2 // a setting is invalid; the message names its variable and range
+)
+
+// Main is the gate command: it reads the configuration from args (flags) and
+// environ (variables, for every flag not given), serves until ctx ends, and
+// returns the process's exit code. Logs go to stderr; -h prints the settings to
+// stderr. stdout is not written to.
+func Main(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
+	_ = stdout
+	cfg := DefaultConfig()
+	l := config.NewLoader("gate", stderr)
+	Register(l, &cfg)
+	if err := l.Parse(args, config.EnvList(environ)); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			return ExitOK
+		}
+		fmt.Fprintf(stderr, "gate: %v\n", err)
+		return ExitConfig
+	}
+	logger, err := NewLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "gate: %v\n", err)
+		return ExitConfig
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName, _ = os.Hostname()
+	}
+	logger = logger.With(logKeyNode, cfg.NodeName)
+	deps := Deps{Logger: logger}
+	if len(cfg.Join) > 0 {
+		pool, err := startMembership(ctx, cfg, logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "gate: %v\n", err)
+			return ExitFailed
+		}
+		defer func() {
+			if err := pool.Leave(2 * time.Second); err != nil {
+				logger.Warn("leaving the gossip pool", logKeyErr, err)
+			}
+			_ = pool.Shutdown()
+		}()
+		deps.Resolver = poolResolver(pool, cfg.Datacenter, cfg.Managers)
+	}
+	g, err := New(cfg, deps)
+	if err != nil {
+		fmt.Fprintf(stderr, "gate: %v\n", err)
+		if errors.Is(err, config.ErrInvalid) {
+			return ExitConfig
+		}
+		return ExitFailed
+	}
+	defer g.Close()
+	if len(cfg.Managers) == 0 && len(cfg.Join) == 0 {
+		logger.Warn("no manager addresses (" + EnvManagers + ") and no gossip seeds (" + EnvJoin + "): every submission will be answered 503 until managers are known")
+	}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.ListenAddr)
+	if err != nil {
+		logger.Error("listen failed", logKeyAddr, cfg.ListenAddr, logKeyErr, err)
+		fmt.Fprintf(stderr, "gate: listen on %s (%s): %v\n", cfg.ListenAddr, EnvListenAddr, err)
+		return ExitFailed
+	}
+	if err := g.Serve(ctx, ln); err != nil {
+		logger.Error("gate stopped on an error", logKeyErr, err)
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+// NewLogger returns the gate's logger: internal/logging's handler writing to w
+// at level (trace, debug, info, warn, error) in format (text or json). Errors
+// name the variable, like every configuration error.
+func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	lv, err := logging.ParseLevel(level)
+	if err != nil {
+		return nil, &config.Error{Env: EnvLogLevel, Flag: config.FlagName(EnvLogLevel), Value: level,
+			Want: "one of trace, debug, info, warn, error", Err: err}
+	}
+	if err := logging.ValidateFormat(format); err != nil {
+		return nil, &config.Error{Env: EnvLogFormat, Flag: config.FlagName(EnvLogFormat), Value: format,
+			Want: "text or json", Err: err}
+	}
+	return logging.New(w, format, lv), nil
+}

@@ -1,0 +1,154 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/gate/fakemanager"
+)
+
+// TestMainHelp: -h lists every variable and exits 0.
+func TestMainHelp(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"-h"}, nil, io.Discard, &stderr); code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, env := range []string{EnvListenAddr, EnvDatacenter, EnvNodeName, EnvManagers, EnvTokenFile, EnvMaxBodyBytes,
+		EnvForwardTimeout, EnvShutdownTimeout, EnvLogLevel, EnvLogFormat,
+		"IDEMPOTENCY_PENDING_TTL_SECONDS", "IDEMPOTENCY_COMMITTED_TTL_SECONDS", "IDEMPOTENCY_REJECTED_TTL_SECONDS",
+		"IDEMPOTENCY_MAX_ENTRIES", "IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS", "IDEMPOTENCY_WAIT_FOR_PENDING",
+		"IDEMPOTENCY_PENDING_WAIT_TIMEOUT"} {
+		if !strings.Contains(stderr.String(), env) {
+			t.Errorf("-h does not list %s", env)
+		}
+	}
+}
+
+// TestMainConfigErrors: a bad value stops the gate at start with exit code 2
+// and a message naming the variable and the accepted range.
+func TestMainConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want []string
+	}{
+		{"body too small", nil, []string{"GATE_MAX_BODY_BYTES=10"}, []string{"GATE_MAX_BODY_BYTES", "from 1024 to 8388608"}},
+		{"forward timeout zero", nil, []string{"GATE_FORWARD_TIMEOUT_SECONDS=0"}, []string{"GATE_FORWARD_TIMEOUT_SECONDS", "from 1 to 600"}},
+		{"listen address", nil, []string{"GATE_LISTEN_ADDR=localhost"}, []string{"GATE_LISTEN_ADDR", "host:port"}},
+		{"managers", nil, []string{"GATE_MANAGERS=127.0.0.1:7000,nohost"}, []string{"GATE_MANAGERS", "host:port"}},
+		{"datacenter", nil, []string{"GATE_DATACENTER=dc/1"}, []string{"GATE_DATACENTER", "a-z A-Z 0-9"}},
+		{"log level", nil, []string{"GATE_LOG_LEVEL=loud"}, []string{"GATE_LOG_LEVEL", "debug, info, warn, error"}},
+		{"log format", nil, []string{"GATE_LOG_FORMAT=xml"}, []string{"GATE_LOG_FORMAT", "text or json"}},
+		{"pending ttl", nil, []string{"IDEMPOTENCY_PENDING_TTL_SECONDS=soon"}, []string{"IDEMPOTENCY_PENDING_TTL_SECONDS", "from 1 to"}},
+		{"wait for pending", nil, []string{"IDEMPOTENCY_WAIT_FOR_PENDING=maybe"}, []string{"IDEMPOTENCY_WAIT_FOR_PENDING", "true or false"}},
+		{"max entries", nil, []string{"IDEMPOTENCY_MAX_ENTRIES=0"}, []string{"IDEMPOTENCY_MAX_ENTRIES", "from 1 to 100000000"}},
+		{"token file", nil, []string{"GATE_TOKEN_FILE=/nonexistent/tokens"}, []string{"GATE_TOKEN_FILE", "<token> <tenant>"}},
+		{"flag wins", []string{"-gate-max-body-bytes", "5"}, []string{"GATE_MAX_BODY_BYTES=2048"}, []string{"GATE_MAX_BODY_BYTES", "-gate-max-body-bytes"}},
+		{"unknown flag", []string{"-nope"}, nil, []string{"nope"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			env := append([]string{"GATE_LISTEN_ADDR=127.0.0.1:0"}, tt.env...)
+			code := Main(context.Background(), tt.args, env, io.Discard, &stderr)
+			if code != ExitConfig {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, ExitConfig, stderr.String())
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr %q does not name %q", stderr.String(), w)
+				}
+			}
+		})
+	}
+}
+
+// logLines collects a process's JSON log lines (slog writes one record per
+// Write) and reports the address of the "gate serving" line.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+	addr  chan string
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range strings.Split(strings.TrimSpace(string(p)), "\n") {
+		l.lines = append(l.lines, line)
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "gate serving" {
+			select {
+			case l.addr <- rec.Addr:
+			default:
+			}
+		}
+	}
+	return len(p), nil
+}
+
+// TestMainServesAndStops: Main serves with the settings of its environment and
+// returns 0 after a graceful shutdown when its context ends.
+func TestMainServesAndStops(t *testing.T) {
+	_, addr := startManager(t, fakemanager.Options{})
+	logs := &logLines{addr: make(chan string, 1)}
+	defer func() {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		for _, l := range logs.lines {
+			t.Log(l)
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exit := make(chan int, 1)
+	env := []string{"GATE_LISTEN_ADDR=127.0.0.1:0", "GATE_MANAGERS=" + addr, "GATE_LOG_FORMAT=json",
+		"GATE_NODE_NAME=main-test", "IDEMPOTENCY_PENDING_WAIT_TIMEOUT=2"}
+	go func() { exit <- Main(ctx, nil, env, io.Discard, logs) }()
+
+	var base string
+	select {
+	case a := <-logs.addr:
+		base = "http://" + a
+	case code := <-exit:
+		t.Fatalf("Main exited %d before serving", code)
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(`{"type":"demo","payload":{"n":1}}`))
+	req.Header.Set("Idempotency-Key", skey(1))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded") // what curl -d sends
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("submit: HTTP %d", resp.StatusCode)
+	}
+	resp, err = client.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz: HTTP %d", resp.StatusCode)
+	}
+	tr.CloseIdleConnections()
+	cancel()
+	if code := <-exit; code != ExitOK {
+		t.Fatalf("exit %d after shutdown", code)
+	}
+}

@@ -1,0 +1,132 @@
+package gate
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/once-dev/once/internal/cache"
+)
+
+// metricsNamespace prefixes every metric of the gate.
+const metricsNamespace = "once_gate"
+
+// metrics are the gate's Prometheus metrics, on a registry of their own (never
+// the global one), served at GET /metrics.
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests        *prometheus.CounterVec   // route, method, status, code
+	requestDuration *prometheus.HistogramVec // route
+	forwardDuration *prometheus.HistogramVec // outcome
+	replays         prometheus.Counter
+	inflight        prometheus.Gauge
+}
+
+func newMetrics(c *cache.Cache[*response], node, datacenter string) *metrics {
+	reg := prometheus.NewRegistry()
+	constLabels := prometheus.Labels{"node": node, "datacenter": datacenter}
+	m := &metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "http_requests_total",
+			Help:        "HTTP requests answered, by route pattern, method, status and problem code (none for successes).",
+			ConstLabels: constLabels,
+		}, []string{"route", "method", "status", "code"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Name: "http_request_duration_seconds",
+			Help:        "Time to answer HTTP requests, by route pattern.",
+			ConstLabels: constLabels,
+			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"route"}),
+		forwardDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Name: "forward_duration_seconds",
+			Help:        "Time from forwarding a submission to the manager leader to its answer, by outcome.",
+			ConstLabels: constLabels,
+			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"outcome"}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "replays_total",
+			Help:        "Answers sent with Idempotent-Replayed: true.",
+			ConstLabels: constLabels,
+		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "http_requests_in_flight",
+			Help:        "HTTP requests being answered.",
+			ConstLabels: constLabels,
+		}),
+	}
+	reg.MustRegister(m.requests, m.requestDuration, m.forwardDuration, m.replays, m.inflight,
+		newCacheCollector(c, constLabels),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// handler serves the registry in the Prometheus text format.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+func (m *metrics) observeRequest(route, method string, status int, code string, d time.Duration) {
+	if code == "" {
+		code = "none"
+	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status), code).Inc()
+	m.requestDuration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// cacheCollector exports cache.Stats and the cache's size at scrape time.
+type cacheCollector struct {
+	c     *cache.Cache[*response]
+	descs map[string]*prometheus.Desc
+	size  *prometheus.Desc
+}
+
+// cacheCounters name the cumulative counters of cache.Stats.
+var cacheCounters = []struct {
+	name, help string
+	get        func(cache.Stats) uint64
+}{
+	{"cache_hits_total", "Lookups that found a COMMITTED or REJECTED entry (answered as replays).", func(s cache.Stats) uint64 { return s.Hits }},
+	{"cache_misses_total", "Lookups that found no live entry (the request was forwarded).", func(s cache.Stats) uint64 { return s.Misses }},
+	{"cache_waits_total", "Lookups that found a PENDING entry of the same fingerprint.", func(s cache.Stats) uint64 { return s.Waits }},
+	{"cache_mismatches_total", "Lookups that found an entry of another fingerprint (422 idempotency_key_reused).", func(s cache.Stats) uint64 { return s.Mismatches }},
+	{"cache_wait_timeouts_total", "Waits on a PENDING entry that ended before its outcome.", func(s cache.Stats) uint64 { return s.WaitTimeouts }},
+	{"cache_abandons_total", "PENDING entries abandoned after a transient failure (nothing cached).", func(s cache.Stats) uint64 { return s.Abandons }},
+	{"cache_evictions_total", "Entries evicted by LRU pressure.", func(s cache.Stats) uint64 { return s.Evictions }},
+	{"cache_pending_evictions_total", "PENDING entries evicted by LRU pressure.", func(s cache.Stats) uint64 { return s.PendingEvictions }},
+	{"cache_expirations_total", "Expired entries removed.", func(s cache.Stats) uint64 { return s.Expirations }},
+}
+
+func newCacheCollector(c *cache.Cache[*response], constLabels prometheus.Labels) *cacheCollector {
+	cc := &cacheCollector{c: c, descs: map[string]*prometheus.Desc{}}
+	for _, k := range cacheCounters {
+		cc.descs[k.name] = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", k.name), k.help, nil, constLabels)
+	}
+	cc.size = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", "cache_entries"),
+		"Entries in the idempotency cache (expired ones not yet swept included).", nil, constLabels)
+	return cc
+}
+
+// Describe implements prometheus.Collector.
+func (cc *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range cc.descs {
+		ch <- d
+	}
+	ch <- cc.size
+}
+
+// Collect implements prometheus.Collector.
+func (cc *cacheCollector) Collect(ch chan<- prometheus.Metric) {
+	st := cc.c.Stats()
+	for _, k := range cacheCounters {
+		ch <- prometheus.MustNewConstMetric(cc.descs[k.name], prometheus.CounterValue, float64(k.get(st)))
+	}
+	ch <- prometheus.MustNewConstMetric(cc.size, prometheus.GaugeValue, float64(cc.c.Len()))
+}

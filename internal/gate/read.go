@@ -1,0 +1,162 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/keys"
+)
+
+// readContext bounds a read at the leader by the forward timeout.
+func (g *Gate) readContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), g.cfg.ForwardTimeout)
+}
+
+// readError answers a failed read: notFound for rpc.ErrNotFound (also for
+// another tenant's job or key: 404, never 403), 400 for a request the manager
+// refused as malformed, 503 otherwise.
+func (g *Gate) readError(w http.ResponseWriter, r *http.Request, err error, notFound api.Code, notFoundDetail string) {
+	switch {
+	case errors.Is(err, rpc.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, notFound, notFoundDetail)
+	case errors.Is(err, rpc.ErrInvalid):
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: "+rpcMessage(err))
+	case errors.Is(err, rpc.ErrInternal):
+		g.log.Error("read failed at the manager", logKeyPath, r.URL.Path, logKeyErr, err)
+		writeProblem(w, http.StatusInternalServerError, api.CodeInternal, "the manager failed to answer the read")
+	default:
+		g.log.Warn("read failed", logKeyPath, r.URL.Path, logKeyErr, err)
+		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no manager leader answered in time; retry later")
+	}
+}
+
+func rpcMessage(err error) string {
+	var e *rpc.Error
+	if errors.As(err, &e) && e.Message != "" {
+		return e.Message
+	}
+	return err.Error()
+}
+
+// handleGetJob is GET /v1/jobs/{job_id}.
+func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("job_id")
+	ctx, cancel := g.readContext(r)
+	defer cancel()
+	job, err := g.client.GetJob(ctx, tenant, id)
+	if err != nil {
+		g.readError(w, r, err, api.CodeJobNotFound, fmt.Sprintf("no job %q", id))
+		return
+	}
+	writeJSON(w, job)
+}
+
+// handleListJobs is GET /v1/jobs?type=&status=&limit=&after=.
+func (g *Gate) handleListJobs(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	req, err := parseListQuery(r)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		return
+	}
+	req.Tenant = tenant
+	ctx, cancel := g.readContext(r)
+	defer cancel()
+	resp, err := g.client.ListJobs(ctx, req)
+	if err != nil {
+		g.readError(w, r, err, api.CodeNotFound, "not found")
+		return
+	}
+	out := api.JobList{Jobs: resp.Jobs}
+	if out.Jobs == nil {
+		out.Jobs = []api.Job{}
+	}
+	if resp.Next != "" {
+		next := resp.Next
+		out.Next = &next
+	}
+	writeJSON(w, out)
+}
+
+// Query parameters of GET /v1/jobs.
+const (
+	queryType   = "type"
+	queryStatus = "status"
+	queryLimit  = "limit"
+	queryAfter  = "after"
+)
+
+// maxQueryValue bounds type, status and after.
+const maxQueryValue = 1024
+
+// parseListQuery reads GET /v1/jobs's parameters. Unknown parameters are
+// ignored; a known one given twice, a limit outside 1..1000 or an oversized
+// value is an error naming the parameter.
+func parseListQuery(r *http.Request) (*rpc.ListJobsRequest, error) {
+	q := r.URL.Query()
+	for _, name := range []string{queryType, queryStatus, queryLimit, queryAfter} {
+		if vs := q[name]; len(vs) > 1 {
+			return nil, fmt.Errorf("invalid request: parameter %q is given %d times", name, len(vs))
+		} else if len(vs) == 1 && len(vs[0]) > maxQueryValue {
+			return nil, fmt.Errorf("invalid request: parameter %q is longer than %d characters", name, maxQueryValue)
+		}
+	}
+	req := &rpc.ListJobsRequest{
+		Type:   q.Get(queryType),
+		Status: q.Get(queryStatus),
+		After:  q.Get(queryAfter),
+		Limit:  api.DefaultListLimit,
+	}
+	if q.Has(queryLimit) {
+		s := q.Get(queryLimit)
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > api.MaxListLimit || s[0] == '+' {
+			return nil, fmt.Errorf("invalid request: parameter \"limit\" must be an integer from 1 to %d (got %q)", api.MaxListLimit, s)
+		}
+		req.Limit = n
+	}
+	return req, nil
+}
+
+// handleGetKey is GET /v1/idempotency-keys/{key}; the key is URL-escaped in the
+// path (an sf-string is accepted too).
+func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	key, err := keys.Parse(r.PathValue("key"))
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, err.Error())
+		return
+	}
+	ctx, cancel := g.readContext(r)
+	defer cancel()
+	info, err := g.client.GetKey(ctx, tenant, key.Raw)
+	if err != nil {
+		g.readError(w, r, err, api.CodeIdempotencyKeyNotFound, fmt.Sprintf("no entry for idempotency key %q", key.Raw))
+		return
+	}
+	// The key's parts come from the key itself: present for a structured key,
+	// absent for an opaque one, whatever the manager filled in.
+	info.Key = key.Raw
+	info.ClientID, info.Sequence, info.Nonce = "", nil, ""
+	if key.Structured {
+		seq := key.Sequence
+		info.ClientID, info.Sequence, info.Nonce = key.ClientID, &seq, key.Nonce
+	}
+	writeJSON(w, info)
+}

@@ -1,0 +1,418 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/once-dev/once/internal/cache"
+	"github.com/once-dev/once/internal/fingerprint"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/keys"
+)
+
+// submitPath is the path hashed into every submission's fingerprint.
+const submitPath = "/v1/jobs"
+
+// response is a rendered answer to a submission. Cached responses (COMMITTED and
+// REJECTED outcomes) are shared by every replay: they are immutable once built.
+type response struct {
+	status   int
+	code     api.Code // "" for 201
+	body     []byte   // the exact bytes every replay sends
+	location string   // 201 only
+	// replayable marks a deterministic outcome (COMMITTED or REJECTED): it is
+	// replayed with Idempotent-Replayed: true to every later duplicate.
+	replayable bool
+	// replayed is the Idempotent-Replayed value of the first answer: true when
+	// the ledger had the entry before this gate's request (the key was first
+	// sent through another gate, or this gate's cache lost it).
+	replayed bool
+	// expiresAt is when the ledger's entry expires; a 429's Retry-After counts
+	// down to it.
+	expiresAt time.Time
+	// retryAfter, when positive, is a fixed Retry-After (503, 409).
+	retryAfter time.Duration
+}
+
+// write sends r. replay says whether the answer is a replay of a stored outcome.
+func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
+	h := w.Header()
+	if r.location != "" {
+		h.Set(api.HeaderLocation, r.location)
+	}
+	if r.replayable {
+		if replay {
+			h.Set(api.HeaderReplayed, "true")
+		} else {
+			h.Set(api.HeaderReplayed, "false")
+		}
+	}
+	switch {
+	case r.status == http.StatusTooManyRequests:
+		h.Set(api.HeaderRetryAfter, retryAfter(r.expiresAt.Sub(now)))
+	case r.retryAfter > 0:
+		h.Set(api.HeaderRetryAfter, retryAfter(r.retryAfter))
+	}
+	ct := api.ContentTypeProblem
+	if r.code == "" {
+		ct = api.ContentTypeJSON
+	}
+	noteCode(w, r.code)
+	writeBody(w, r.status, ct, r.body)
+}
+
+// problemResponse builds a response carrying a problem.
+func problemResponse(status int, code api.Code, detail string) *response {
+	return &response{status: status, code: code, body: problemBody(status, code, detail, "")}
+}
+
+// handleSubmit is POST /v1/jobs.
+func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	values := r.Header.Values(api.HeaderIdempotencyKey)
+	switch len(values) {
+	case 0:
+		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyMissing,
+			"POST /v1/jobs requires an Idempotency-Key header")
+		return
+	case 1:
+	default:
+		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid,
+			fmt.Sprintf("idempotency key must be sent in exactly one Idempotency-Key header (got %d)", len(values)))
+		return
+	}
+	key, err := keys.Parse(values[0])
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, err.Error())
+		return
+	}
+	if rw, ok := w.(*responseWriter); ok {
+		rw.key = key.Raw
+	}
+	body, ok := g.readBody(w, r)
+	if !ok {
+		return
+	}
+	// The canonical form of the body is what is fingerprinted, decoded and
+	// sent: the manager receives the canonical payload, so every gate renders
+	// the job as the same bytes. Canonicalize catches malformed JSON (with
+	// offsets into the client's body); DecodeJobRequest the fields.
+	canonical, err := fingerprint.Canonicalize(body)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: body is "+err.Error())
+		return
+	}
+	job, err := api.DecodeJobRequest(canonical, g.cfg.Datacenter)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		return
+	}
+	fp := fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, canonical)
+	if dc, ok := g.unroutable(job.Datacenters); ok {
+		// Until multi-datacenter routing exists the gate reaches only its own
+		// datacenter's leader: another datacenter is unreachable. Nothing is
+		// forwarded or cached; a retry is still deduplicated.
+		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable,
+			fmt.Sprintf("datacenter %q is not reachable from this gate, which reaches only datacenter %q", dc, g.cfg.Datacenter))
+		return
+	}
+
+	look := g.cache.Begin(cache.Key(tenant, key.Raw), fp)
+	switch look.Kind {
+	case cache.LookupHit:
+		g.metrics.replays.Inc()
+		look.Value.write(w, true, g.now())
+	case cache.LookupMismatch:
+		writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, reusedDetail)
+	case cache.LookupPending:
+		g.awaitPending(w, r, look.Waiter)
+	case cache.LookupMiss:
+		resolved := false
+		defer func() {
+			if !resolved { // forward panicked: never leave the waiters hanging
+				_ = look.Owner.Abandon(problemResponse(http.StatusInternalServerError, api.CodeInternal,
+					"the gate failed unexpectedly; the failure was logged"))
+			}
+		}()
+		resp, state, ttl := g.forward(r.Context(), tenant, key, fp, job)
+		resolved = true
+		if state == cache.Committed || state == cache.Rejected {
+			err = look.Owner.Complete(resp, state, ttl)
+		} else {
+			err = look.Owner.Abandon(resp)
+		}
+		if err != nil {
+			// Only a PendingTTL shorter than the forward can get here: the
+			// entry expired and was resolved by nobody else. The answer stands.
+			g.log.Warn("resolving cache entry", logKeyTenant, tenant, logKeyErr, err)
+		}
+		if resp.replayed {
+			g.metrics.replays.Inc()
+		}
+		resp.write(w, resp.replayed, g.now())
+	default:
+		panic(fmt.Sprintf("gate: unexpected cache lookup kind %v", look.Kind))
+	}
+}
+
+// unroutable returns the first datacenter of dcs that the gate cannot forward
+// to: any other than its own, for now.
+func (g *Gate) unroutable(dcs []string) (string, bool) {
+	for _, dc := range dcs {
+		if dc != g.cfg.Datacenter {
+			return dc, true
+		}
+	}
+	return "", false
+}
+
+const reusedDetail = "this idempotency key was used with a different request (tenant, method, path or body); " +
+	"use a new key for a new request"
+
+// awaitPending answers a duplicate of a PENDING submission: it waits for the
+// owner's outcome (at most IDEMPOTENCY_PENDING_WAIT_TIMEOUT) and replays it, or
+// answers 409 request_in_progress.
+func (g *Gate) awaitPending(w http.ResponseWriter, r *http.Request, waiter *cache.Waiter[*response]) {
+	if !g.cfg.Idempotency.WaitForPending {
+		g.inProgress(w, "a request with this idempotency key is still being processed")
+		return
+	}
+	if g.testHookWaiting != nil {
+		g.testHookWaiting()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Idempotency.PendingWaitTimeout)
+	defer cancel()
+	v, _, err := waiter.Wait(ctx)
+	switch {
+	case err == nil || errors.Is(err, cache.ErrAbandoned):
+		// The owner's outcome: a stored result is replayed; a transient
+		// answer (503 and the like, never cached) is passed on as it is.
+		if v.replayable {
+			g.metrics.replays.Inc()
+		}
+		v.write(w, v.replayable, g.now())
+	case r.Context().Err() != nil:
+		// The client is gone; nobody reads an answer.
+		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the request was cancelled")
+	default:
+		g.inProgress(w, fmt.Sprintf("a request with this idempotency key is still being processed after waiting %s",
+			g.cfg.Idempotency.PendingWaitTimeout))
+	}
+}
+
+func (g *Gate) inProgress(w http.ResponseWriter, detail string) {
+	w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
+	writeProblem(w, http.StatusConflict, api.CodeRequestInProgress, detail)
+}
+
+// readBody reads the request body, at most MaxBodyBytes. Content-Type is not
+// looked at: the body must be JSON whatever the client labels it.
+func (g *Gate) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	limit := g.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		writeProblem(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, tooLargeDetail(limit))
+		return nil, false
+	}
+	// MaxBytesReader is given the connection's own writer, so that net/http
+	// knows to close the connection rather than drain an oversized body.
+	conn := w
+	if rw, ok := w.(*responseWriter); ok {
+		conn = rw.ResponseWriter
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(conn, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeProblem(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, tooLargeDetail(limit))
+			return nil, false
+		}
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: reading the body failed: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+func tooLargeDetail(limit int64) string {
+	return fmt.Sprintf("the request body is larger than the limit of %d bytes", limit)
+}
+
+// Outcomes of a forward, for the forward_duration_seconds metric.
+const (
+	outcomeUnavailable = "unavailable"
+	outcomeError       = "error"
+)
+
+// forward submits a job at the manager leader and renders its answer. state is
+// Committed or Rejected for the deterministic outcomes the cache keeps (with the
+// TTL left on the ledger's entry), else 0: the answer is not cached.
+func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp string, job api.JobRequest) (*response, cache.State, time.Duration) {
+	wait := g.cfg.pendingWait()
+	// The forward outlives a client that hangs up: duplicates may be waiting on
+	// its outcome, and a deterministic outcome is worth caching.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), g.cfg.ForwardTimeout+wait)
+	defer cancel()
+	start := time.Now()
+	sr, err := g.client.Submit(ctx, &rpc.SubmitRequest{
+		Tenant:      tenant,
+		Key:         key.Raw,
+		Fingerprint: fp,
+		Job:         job,
+		WaitMillis:  wait.Milliseconds(),
+	})
+	outcome := outcomeUnavailable
+	if err == nil {
+		outcome = string(sr.Outcome)
+	}
+	defer func() { g.metrics.forwardDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds()) }()
+	if err != nil {
+		return g.forwardError(err, tenant), 0, 0
+	}
+	now := g.now()
+	switch sr.Outcome {
+	case rpc.OutcomeCommitted:
+		if sr.Job == nil {
+			outcome = outcomeError
+			g.log.Error("manager answered committed without a job", logKeyTenant, tenant)
+			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
+		}
+		b, err := json.Marshal(sr.Job)
+		if err != nil {
+			outcome = outcomeError
+			g.log.Error("encoding job", logKeyTenant, tenant, logKeyErr, err)
+			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "encoding the job failed"), 0, 0
+		}
+		resp := &response{
+			status:     http.StatusCreated,
+			body:       append(b, '\n'),
+			location:   "/v1/jobs/" + url.PathEscape(sr.Job.JobID),
+			replayable: true,
+			replayed:   sr.Replayed,
+			expiresAt:  sr.ExpiresAt,
+		}
+		return resp, cache.Committed, g.cacheTTL(sr.ExpiresAt, now, g.cfg.Idempotency.CommittedTTL)
+	case rpc.OutcomeRejected:
+		if sr.Rejection == nil {
+			outcome = outcomeError
+			g.log.Error("manager answered rejected without a rejection", logKeyTenant, tenant)
+			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
+		}
+		status := http.StatusUnprocessableEntity
+		if sr.Rejection.Status == http.StatusTooManyRequests {
+			status = http.StatusTooManyRequests
+		}
+		detail := sr.Rejection.Detail
+		if detail == "" {
+			detail = "admission refused the job: " + sr.Rejection.Reason
+		}
+		resp := &response{
+			status:     status,
+			code:       api.CodeJobRejected,
+			body:       problemBody(status, api.CodeJobRejected, detail, sr.Rejection.Reason),
+			replayable: true,
+			replayed:   sr.Replayed,
+			expiresAt:  sr.ExpiresAt,
+		}
+		if resp.expiresAt.IsZero() {
+			resp.expiresAt = now.Add(g.cfg.Idempotency.RejectedTTL)
+		}
+		return resp, cache.Rejected, g.cacheTTL(sr.ExpiresAt, now, g.cfg.Idempotency.RejectedTTL)
+	case rpc.OutcomeInProgress:
+		resp := problemResponse(http.StatusConflict, api.CodeRequestInProgress,
+			"a request with this idempotency key is still being processed")
+		resp.retryAfter = g.cfg.RetryAfter
+		return resp, 0, 0
+	case rpc.OutcomeKeyReused:
+		return problemResponse(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, reusedDetail), 0, 0
+	case rpc.OutcomeKeyExpired:
+		detail := "the entry of this idempotency key expired and the client has already committed this sequence; the job is not executed again"
+		if key.Structured {
+			detail = fmt.Sprintf("the entry of this idempotency key expired and sequence %d is at or below what client %q has already committed; "+
+				"the job is not executed again: use a new sequence for a new job", key.Sequence, key.ClientID)
+		}
+		return problemResponse(http.StatusConflict, api.CodeIdempotencyKeyExpired, detail), 0, 0
+	default:
+		outcome = outcomeError
+		g.log.Error("manager answered an unknown outcome", logKeyTenant, tenant, logKeyOutcome, string(sr.Outcome))
+		return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was not understood"), 0, 0
+	}
+}
+
+// cacheTTL is how long the gate may cache an outcome: the time left on the
+// ledger's entry, at most the state's configured TTL; the configured TTL when
+// the ledger gave no expiry. A result of 0 never happens: an entry already
+// expired is kept for a millisecond, enough for its waiters.
+func (g *Gate) cacheTTL(expiresAt, now time.Time, configured time.Duration) time.Duration {
+	if expiresAt.IsZero() {
+		return configured
+	}
+	ttl := min(expiresAt.Sub(now), configured)
+	if ttl <= 0 {
+		ttl = time.Millisecond
+	}
+	return ttl
+}
+
+// forwardError maps a failed forward to its answer: 503 for everything
+// transient (no leader before the deadline, a full ledger), 500 for a request
+// the manager could not understand (a bug). Nothing of it is cached.
+func (g *Gate) forwardError(err error, tenant string) *response {
+	switch {
+	case errors.Is(err, rpc.ErrLedgerFull):
+		g.log.Warn("ledger full", logKeyTenant, tenant, logKeyErr, err)
+		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
+			"the datacenter's ledger is full of live entries; retry later with the same key")
+		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
+		return resp
+	case errors.Is(err, rpc.ErrInvalid), errors.Is(err, rpc.ErrInternal):
+		g.log.Error("manager refused the submission", logKeyTenant, tenant, logKeyErr, err)
+		return problemResponse(http.StatusInternalServerError, api.CodeInternal,
+			"the manager could not process the submission; the same key may be retried")
+	default:
+		// rpc.ErrUnavailable (the client's deadline), and anything unexpected:
+		// retrying the key is always safe, the ledger deduplicates.
+		g.log.LogAttrs(context.Background(), slog.LevelWarn, "forward failed",
+			slog.String(logKeyTenant, tenant), slog.Any(logKeyErr, err))
+		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
+			"no manager leader answered in time; retry later with the same key")
+		resp.retryAfter = g.cfg.RetryAfter
+		return resp
+	}
+}
+
+// authenticate returns the request's tenant, or answers 401 and returns false.
+func (g *Gate) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
+	if g.tokens == nil {
+		if rw, ok := w.(*responseWriter); ok {
+			rw.tenant = api.DefaultTenant
+		}
+		return api.DefaultTenant, true
+	}
+	values := r.Header.Values(api.HeaderAuthorization)
+	if len(values) == 1 {
+		if tenant, ok := g.tokens.tenant(values[0]); ok {
+			if rw, ok := w.(*responseWriter); ok {
+				rw.tenant = tenant
+			}
+			return tenant, true
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
+	detail := "a valid 'Authorization: Bearer <token>' header is required"
+	if len(values) > 1 {
+		detail = "exactly one Authorization header is allowed"
+	}
+	writeProblem(w, http.StatusUnauthorized, api.CodeUnauthorized, detail)
+	return "", false
+}

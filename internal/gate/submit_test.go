@@ -1,0 +1,685 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+)
+
+const invoiceBody = `{"type": "send_invoice", "payload": {"order": "ORD-123", "amount": 5}, "datacenters": ["dc1"]}`
+
+// The same request, members and whitespace reordered: the same fingerprint.
+const invoiceBodyReordered = `{ "datacenters":["dc1"],"payload":{"amount":5,"order":"ORD-123"},
+	"type":"send_invoice" }`
+
+// TestSubmitAdmittedThenReplayed: the first submission is 201 with Location and
+// Idempotent-Replayed: false; a duplicate (whatever its key order and
+// whitespace) gets the byte-identical body with Idempotent-Replayed: true, and
+// the manager sees one submission.
+func TestSubmitAdmittedThenReplayed(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil)
+
+	first := tg.submit(t, skey(1), invoiceBody)
+	job := wantJob(t, first, http.StatusCreated)
+	wantHeader(t, first, api.HeaderLocation, "/v1/jobs/"+job.JobID)
+	wantHeader(t, first, api.HeaderReplayed, "false")
+	if job.Type != "send_invoice" || job.IdempotencyKey != skey(1) {
+		t.Fatalf("job %+v", job)
+	}
+	if got := string(job.Payload); got != `{"amount":5,"order":"ORD-123"}` {
+		t.Fatalf("payload %s, want the canonical form", got)
+	}
+	if len(job.Datacenters) != 1 || job.Datacenters["dc1"].Status != api.JobStatusCommitted {
+		t.Fatalf("datacenters %+v", job.Datacenters)
+	}
+
+	for _, body := range []string{invoiceBody, invoiceBodyReordered} {
+		again := tg.submit(t, skey(1), body)
+		wantStatus(t, again, http.StatusCreated)
+		if !bytes.Equal(again.body, first.body) {
+			t.Fatalf("replay body differs:\n%s\n%s", again.body, first.body)
+		}
+		wantHeader(t, again, api.HeaderReplayed, "true")
+		wantHeader(t, again, api.HeaderLocation, "/v1/jobs/"+job.JobID)
+		wantHeader(t, again, "Content-Type", api.ContentTypeJSON)
+	}
+	if n := mgr.Submits(); n != 1 {
+		t.Fatalf("manager saw %d submissions, want 1", n)
+	}
+}
+
+// TestSubmitIgnoresContentType: the README's curl -d sends
+// application/x-www-form-urlencoded; the body is JSON all the same.
+func TestSubmitIgnoresContentType(t *testing.T) {
+	_, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil)
+	for i, ct := range []string{"application/x-www-form-urlencoded", "text/plain", "", "application/json; charset=utf-8"} {
+		var hdr []string
+		if ct != "" {
+			hdr = []string{"Content-Type", ct}
+		}
+		res := tg.submit(t, skey(100+i), `{"type":"demo","payload":{"n":1}}`, hdr...)
+		wantJob(t, res, http.StatusCreated)
+	}
+}
+
+// TestSubmitKeyReused: the same key with another body is 422
+// idempotency_key_reused, never the other request's result — from the gate's
+// cache, and from the ledger through a gate that never saw the key.
+func TestSubmitKeyReused(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil)
+	other := startGate(t, []string{addr}, nil)
+
+	first := tg.submit(t, skey(1), invoiceBody)
+	job := wantJob(t, first, http.StatusCreated)
+	for _, g := range []*testGate{tg, other} {
+		res := g.submit(t, skey(1), `{"type":"send_invoice","payload":{"order":"ORD-124"}}`)
+		p := wantProblem(t, res, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+		if strings.Contains(string(res.body), job.JobID) {
+			t.Fatalf("422 leaks the other request's job: %+v", p)
+		}
+		wantNoHeader(t, res, api.HeaderReplayed)
+	}
+	if n := mgr.Submits(); n != 2 {
+		t.Fatalf("manager saw %d submissions, want 2 (one per gate cache miss)", n)
+	}
+	// The original is untouched.
+	again := tg.submit(t, skey(1), invoiceBody)
+	if again.status != http.StatusCreated || !bytes.Equal(again.body, first.body) {
+		t.Fatalf("replay after reuse: %s", again)
+	}
+}
+
+// TestSubmitRejected: validation rejections are 422 job_rejected with a reason,
+// capacity rejections 429 with a Retry-After that counts down to the REJECTED
+// entry's expiry; both replay byte for byte; after the expiry the key is judged
+// afresh.
+func TestSubmitRejected(t *testing.T) {
+	clock := newFakeClock()
+	mgr, addr := startManager(t, fakemanager.Options{
+		Now:      clock.Now,
+		Capacity: 1,
+		Reject: func(req *rpc.SubmitRequest) *rpc.Rejection {
+			if req.Job.Type == "forbidden" {
+				return &rpc.Rejection{Status: 422, Reason: "type_not_allowed", Detail: "jobs of type forbidden are not accepted"}
+			}
+			return nil
+		},
+	})
+	tg := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = clock.Now })
+
+	t.Run("validation", func(t *testing.T) {
+		res := tg.submit(t, skey(1), `{"type":"forbidden"}`)
+		p := wantProblem(t, res, http.StatusUnprocessableEntity, api.CodeJobRejected)
+		if p.Reason != "type_not_allowed" || p.Detail != "jobs of type forbidden are not accepted" {
+			t.Fatalf("problem %+v", p)
+		}
+		wantHeader(t, res, api.HeaderReplayed, "false")
+		wantNoHeader(t, res, api.HeaderRetryAfter)
+		again := tg.submit(t, skey(1), `{"type":"forbidden"}`)
+		wantStatus(t, again, http.StatusUnprocessableEntity)
+		if !bytes.Equal(again.body, res.body) {
+			t.Fatalf("replay differs:\n%s\n%s", again.body, res.body)
+		}
+		wantHeader(t, again, api.HeaderReplayed, "true")
+		wantHeader(t, again, "Content-Type", api.ContentTypeProblem)
+	})
+
+	t.Run("capacity", func(t *testing.T) {
+		wantJob(t, tg.submit(t, skey(2), `{"type":"fits"}`), http.StatusCreated)
+		res := tg.submit(t, skey(3), `{"type":"too_many"}`)
+		p := wantProblem(t, res, http.StatusTooManyRequests, api.CodeJobRejected)
+		if p.Reason != "capacity" {
+			t.Fatalf("reason %q, want capacity", p.Reason)
+		}
+		wantHeader(t, res, api.HeaderRetryAfter, "60") // IDEMPOTENCY_REJECTED_TTL_SECONDS
+		wantHeader(t, res, api.HeaderReplayed, "false")
+
+		clock.Advance(20 * time.Second)
+		again := tg.submit(t, skey(3), `{"type":"too_many"}`)
+		wantStatus(t, again, http.StatusTooManyRequests)
+		if !bytes.Equal(again.body, res.body) {
+			t.Fatalf("replay differs:\n%s\n%s", again.body, res.body)
+		}
+		wantHeader(t, again, api.HeaderRetryAfter, "40")
+		wantHeader(t, again, api.HeaderReplayed, "true")
+
+		// After the Retry-After, the key is judged afresh.
+		clock.Advance(40 * time.Second)
+		mgr.SetCapacity(0)
+		fresh := tg.submit(t, skey(3), `{"type":"too_many"}`)
+		wantJob(t, fresh, http.StatusCreated)
+		wantHeader(t, fresh, api.HeaderReplayed, "false")
+	})
+}
+
+// TestSubmitKeyMissingOrInvalid: no header is 400 idempotency_key_missing;
+// malformed keys are 400 idempotency_key_invalid with a detail naming the part;
+// nothing reaches the manager.
+func TestSubmitKeyMissingOrInvalid(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil)
+
+	res := tg.submit(t, "", invoiceBody)
+	wantProblem(t, res, http.StatusBadRequest, api.CodeIdempotencyKeyMissing)
+
+	tests := []struct {
+		name   string
+		values []string
+		detail string // a part of the detail
+	}{
+		{"empty", []string{""}, "must not be empty"},
+		{"space", []string{"a b"}, "visible ASCII"},
+		{"too long", []string{strings.Repeat("k", 256)}, "at most 255"},
+		{"bad nonce", []string{"c:1:xyz"}, "nonce"},
+		{"uppercase nonce", []string{"c:1:A1B2C3D4E5F6A7B8"}, "nonce"},
+		{"bad sequence", []string{"c:-1:" + nonce}, "sequence"},
+		{"sequence with plus", []string{"c:+1:" + nonce}, "sequence"},
+		{"bad client_id", []string{"a/b:1:" + nonce}, "client_id"},
+		{"empty client_id", []string{":1:" + nonce}, "client_id"},
+		{"malformed sf-string", []string{`"abc`}, "sf-string"},
+		{"two headers", []string{skey(1), skey(2)}, "exactly one"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var hdr []string
+			for _, v := range tt.values {
+				hdr = append(hdr, api.HeaderIdempotencyKey, v)
+			}
+			res := tg.do(t, http.MethodPost, "/v1/jobs", strings.NewReader(invoiceBody), hdr...)
+			p := wantProblem(t, res, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid)
+			if !strings.Contains(p.Detail, tt.detail) {
+				t.Fatalf("detail %q does not name %q", p.Detail, tt.detail)
+			}
+		})
+	}
+	if n := mgr.Submits(); n != 0 {
+		t.Fatalf("manager saw %d submissions, want 0", n)
+	}
+}
+
+// TestSubmitSFStringKey: a key sent as an RFC 8941 sf-string is the same key
+// without its quotes.
+func TestSubmitSFStringKey(t *testing.T) {
+	_, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil)
+	first := tg.submit(t, `"`+skey(7)+`"`, invoiceBody)
+	job := wantJob(t, first, http.StatusCreated)
+	if job.IdempotencyKey != skey(7) {
+		t.Fatalf("idempotency_key %q, want the key without quotes", job.IdempotencyKey)
+	}
+	bare := tg.submit(t, skey(7), invoiceBody)
+	wantHeader(t, bare, api.HeaderReplayed, "true")
+	if !bytes.Equal(bare.body, first.body) {
+		t.Fatalf("bare key got another answer: %s", bare)
+	}
+	// An opaque key with an escaped quote.
+	quoted := tg.submit(t, `"op\"aque"`, invoiceBody)
+	job = wantJob(t, quoted, http.StatusCreated)
+	if job.IdempotencyKey != `op"aque` {
+		t.Fatalf("idempotency_key %q", job.IdempotencyKey)
+	}
+}
+
+// TestSubmitInvalidRequest: unknown fields, invalid JSON, a missing or bad type
+// are 400 invalid_request with a detail naming the field; nothing is forwarded.
+func TestSubmitInvalidRequest(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil)
+	tests := []struct {
+		name, body, detail string
+	}{
+		{"unknown field", `{"type":"x","priority":1}`, `"priority"`},
+		{"bad JSON", `{"type":`, "invalid JSON"},
+		{"not JSON", `type=x`, "invalid JSON"},
+		{"empty body", ``, "invalid JSON"},
+		{"missing type", `{"payload":{"a":1}}`, `"type" is required`},
+		{"type not a string", `{"type":7}`, `"type"`},
+		{"type with a space", `{"type":"send invoice"}`, `"type"`},
+		{"array body", `[{"type":"x"}]`, "JSON object"},
+		{"trailing data", `{"type":"x"} {}`, "JSON"},
+		{"duplicate member", `{"type":"x","type":"y"}`, `"type"`},
+		{"duplicate key in payload", `{"type":"x","payload":{"a":1,"a":2}}`, "duplicate"},
+		{"empty datacenters", `{"type":"x","datacenters":[]}`, `"datacenters"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := tg.submit(t, skey(1), tt.body)
+			p := wantProblem(t, res, http.StatusBadRequest, api.CodeInvalidRequest)
+			if !strings.Contains(p.Detail, tt.detail) {
+				t.Fatalf("detail %q does not contain %q", p.Detail, tt.detail)
+			}
+		})
+	}
+	if n := mgr.Submits(); n != 0 {
+		t.Fatalf("manager saw %d submissions, want 0", n)
+	}
+	// An invalid body caches nothing: the key is still free.
+	wantJob(t, tg.submit(t, skey(1), invoiceBody), http.StatusCreated)
+}
+
+// TestSubmitBodyTooLarge: over GATE_MAX_BODY_BYTES is 413 body_too_large,
+// whether the client announced the length or streamed the body.
+func TestSubmitBodyTooLarge(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil) // the default limit, 1 MiB
+	small := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.MaxBodyBytes = 2048 })
+
+	big := `{"type":"x","payload":"` + strings.Repeat("a", DefaultMaxBodyBytes) + `"}`
+	res := tg.submit(t, skey(1), big)
+	wantProblem(t, res, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge)
+
+	body := `{"type":"x","payload":"` + strings.Repeat("a", 2048) + `"}`
+	res = small.submit(t, skey(2), body)
+	wantProblem(t, res, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge)
+	// Streamed (chunked, no Content-Length).
+	res = small.do(t, http.MethodPost, "/v1/jobs", io.MultiReader(strings.NewReader(body)), api.HeaderIdempotencyKey, skey(3))
+	wantProblem(t, res, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge)
+	// Just under the limit is accepted.
+	fits := `{"type":"x","payload":"` + strings.Repeat("a", 2048-len(`{"type":"x","payload":""}`)) + `"}`
+	wantJob(t, small.submit(t, skey(4), fits), http.StatusCreated)
+	if n := mgr.Submits(); n != 1 {
+		t.Fatalf("manager saw %d submissions, want 1", n)
+	}
+}
+
+// holdFirstReservation makes the fake manager hold the first new key it
+// reserves, PENDING, until release is called (at the latest when the test
+// ends); reserved is closed once it is held.
+func holdFirstReservation(t *testing.T, mgr *fakemanager.Manager) (reserved <-chan struct{}, release func()) {
+	held, rel := make(chan struct{}), make(chan struct{})
+	var first, closeRel sync.Once
+	release = func() { closeRel.Do(func() { close(rel) }) }
+	t.Cleanup(release)
+	mgr.SetReservedHook(func(ctx context.Context, _ *rpc.SubmitRequest) {
+		hold := false
+		first.Do(func() { hold = true })
+		if hold {
+			close(held)
+			select {
+			case <-rel:
+			case <-ctx.Done():
+			}
+		}
+	})
+	return held, release
+}
+
+// goSubmit submits in the background; the answer arrives on the channel.
+func goSubmit(tg *testGate, key, body string) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		res, err := tg.trySubmit(key, body)
+		if err != nil {
+			res = result{status: -1, body: []byte(err.Error())}
+		}
+		ch <- res
+	}()
+	return ch
+}
+
+// TestSubmitWaitsForPending: a duplicate of a PENDING submission waits for the
+// owner's outcome and gets it as a replay; one forward.
+func TestSubmitWaitsForPending(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil)
+	waiting := make(chan struct{}, 1)
+	tg.testHookWaiting = func() { waiting <- struct{}{} }
+	reserved, release := holdFirstReservation(t, mgr)
+
+	owner := goSubmit(tg, skey(1), invoiceBody)
+	<-reserved
+	dup := goSubmit(tg, skey(1), invoiceBodyReordered)
+	<-waiting
+	release()
+
+	a, b := <-owner, <-dup
+	wantJob(t, a, http.StatusCreated)
+	wantHeader(t, a, api.HeaderReplayed, "false")
+	wantJob(t, b, http.StatusCreated)
+	wantHeader(t, b, api.HeaderReplayed, "true")
+	if !bytes.Equal(a.body, b.body) {
+		t.Fatalf("waiter got another body:\n%s\n%s", a.body, b.body)
+	}
+	wantHeader(t, b, api.HeaderLocation, a.header.Get(api.HeaderLocation))
+	if n := mgr.Submits(); n != 1 {
+		t.Fatalf("manager saw %d submissions, want 1", n)
+	}
+}
+
+// TestSubmitPendingNoWait: with IDEMPOTENCY_WAIT_FOR_PENDING=false a duplicate
+// of a PENDING submission is 409 request_in_progress with Retry-After at once;
+// the owner's outcome is then replayed.
+func TestSubmitPendingNoWait(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.Idempotency.WaitForPending = false })
+	reserved, release := holdFirstReservation(t, mgr)
+
+	owner := goSubmit(tg, skey(1), invoiceBody)
+	<-reserved
+	res := tg.submit(t, skey(1), invoiceBody)
+	wantProblem(t, res, http.StatusConflict, api.CodeRequestInProgress)
+	wantHeader(t, res, api.HeaderRetryAfter, "1")
+	release()
+	first := <-owner
+	wantJob(t, first, http.StatusCreated)
+	again := tg.submit(t, skey(1), invoiceBody)
+	wantHeader(t, again, api.HeaderReplayed, "true")
+	if !bytes.Equal(again.body, first.body) {
+		t.Fatalf("replay differs")
+	}
+}
+
+// TestSubmitPendingWaitTimeout: a duplicate that waits longer than
+// IDEMPOTENCY_PENDING_WAIT_TIMEOUT gets 409 request_in_progress.
+func TestSubmitPendingWaitTimeout(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) {
+		cfg.Idempotency.PendingWaitTimeout = 150 * time.Millisecond
+	})
+	reserved, release := holdFirstReservation(t, mgr)
+	owner := goSubmit(tg, skey(1), invoiceBody)
+	<-reserved
+	start := time.Now()
+	res := tg.submit(t, skey(1), invoiceBody)
+	wantProblem(t, res, http.StatusConflict, api.CodeRequestInProgress)
+	wantHeader(t, res, api.HeaderRetryAfter, "1")
+	if waited := time.Since(start); waited < 150*time.Millisecond {
+		t.Fatalf("answered after %v, before the wait timeout", waited)
+	}
+	release()
+	wantJob(t, <-owner, http.StatusCreated)
+}
+
+// TestSubmitLedgerInProgress: a gate that does not wait forwards a duplicate
+// with WaitMillis 0; the ledger's in_progress is 409 request_in_progress.
+func TestSubmitLedgerInProgress(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	g1 := startGate(t, []string{addr}, nil)
+	g2 := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.Idempotency.WaitForPending = false })
+	reserved, release := holdFirstReservation(t, mgr)
+	owner := goSubmit(g1, skey(1), invoiceBody)
+	<-reserved
+	res := g2.submit(t, skey(1), invoiceBody)
+	wantProblem(t, res, http.StatusConflict, api.CodeRequestInProgress)
+	wantHeader(t, res, api.HeaderRetryAfter, "1")
+	release()
+	first := <-owner
+	wantJob(t, first, http.StatusCreated)
+	// Not cached on g2: its next try reaches the ledger and replays.
+	again := g2.submit(t, skey(1), invoiceBody)
+	wantHeader(t, again, api.HeaderReplayed, "true")
+	if !bytes.Equal(again.body, first.body) {
+		t.Fatalf("g2 replay differs:\n%s\n%s", again.body, first.body)
+	}
+}
+
+// TestSubmitKeyExpired: once a structured key's entry expired, a retry at or
+// below the client's committed sequence is 409 idempotency_key_expired and is
+// not executed again; a higher sequence is a new job.
+func TestSubmitKeyExpired(t *testing.T) {
+	clock := newFakeClock()
+	mgr, addr := startManager(t, fakemanager.Options{Now: clock.Now})
+	tg := startGate(t, []string{addr}, func(_ *Config, deps *Deps) { deps.Now = clock.Now })
+
+	wantJob(t, tg.submit(t, skey(5), invoiceBody), http.StatusCreated)
+	clock.Advance(301 * time.Second) // past IDEMPOTENCY_COMMITTED_TTL_SECONDS, in gate and ledger
+	for _, seq := range []int{5, 4} {
+		res := tg.submit(t, skey(seq), invoiceBody)
+		p := wantProblem(t, res, http.StatusConflict, api.CodeIdempotencyKeyExpired)
+		if !strings.Contains(p.Detail, fmt.Sprint(seq)) {
+			t.Fatalf("detail %q does not name the sequence", p.Detail)
+		}
+	}
+	if n := mgr.Jobs(); n != 1 {
+		t.Fatalf("%d jobs, want 1: an expired key was executed again", n)
+	}
+	wantJob(t, tg.submit(t, skey(6), invoiceBody), http.StatusCreated)
+}
+
+// TestSubmitUnavailableNotCached: no leader before the deadline is 503
+// unavailable with Retry-After; nothing is cached, so the same key forwards
+// again and can succeed.
+func TestSubmitUnavailableNotCached(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) {
+		cfg.ForwardTimeout = 200 * time.Millisecond
+		cfg.Idempotency.PendingWaitTimeout = 100 * time.Millisecond
+	})
+	mgr.SetSubmitHook(func(context.Context, *rpc.SubmitRequest) error {
+		return rpc.Errorf(rpc.CodeUnavailable, "no leader")
+	})
+	res := tg.submit(t, skey(1), invoiceBody)
+	wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+	wantHeader(t, res, api.HeaderRetryAfter, "1")
+	wantNoHeader(t, res, api.HeaderReplayed)
+	tried := mgr.Submits()
+	if tried == 0 {
+		t.Fatal("the gate never forwarded")
+	}
+
+	mgr.SetSubmitHook(nil)
+	ok := tg.submit(t, skey(1), invoiceBody)
+	wantJob(t, ok, http.StatusCreated)
+	wantHeader(t, ok, api.HeaderReplayed, "false")
+	if mgr.Submits() != tried+1 {
+		t.Fatalf("submissions %d, want %d: the 503 was cached", mgr.Submits(), tried+1)
+	}
+
+	// A follower that knows no leader: the same.
+	mgr.SetLeader(false)
+	res = tg.submit(t, skey(2), invoiceBody)
+	wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+	mgr.SetLeader(true)
+	wantJob(t, tg.submit(t, skey(2), invoiceBody), http.StatusCreated)
+}
+
+// TestSubmitLedgerFull: a full ledger is 503 at once (not retried until the
+// deadline), with Retry-After of one cleanup interval, and is not cached.
+func TestSubmitLedgerFull(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{MaxEntries: 1})
+	tg := startGate(t, []string{addr}, nil)
+	wantJob(t, tg.submit(t, skey(1), invoiceBody), http.StatusCreated)
+	for range 2 {
+		res := tg.submit(t, skey(2), invoiceBody)
+		wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+		wantHeader(t, res, api.HeaderRetryAfter, "10") // IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS
+	}
+	if n := mgr.Submits(); n != 3 {
+		t.Fatalf("manager saw %d submissions, want 3 (503s are not cached)", n)
+	}
+}
+
+// TestSubmitNoManager: with no reachable manager every submission is 503.
+func TestSubmitNoManager(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	for _, managers := range [][]string{{dead}, nil} {
+		tg := startGate(t, managers, func(cfg *Config, _ *Deps) {
+			cfg.ForwardTimeout = 100 * time.Millisecond
+			cfg.Idempotency.PendingWaitTimeout = 100 * time.Millisecond
+		})
+		res := tg.submit(t, skey(1), invoiceBody)
+		wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+		wantHeader(t, res, api.HeaderRetryAfter, "1")
+		wantProblem(t, tg.get(t, "/readyz"), http.StatusServiceUnavailable, api.CodeUnavailable)
+	}
+}
+
+// TestSubmitWaitersShareTransientFailure: duplicates coalesced on an owner whose
+// forward fails get the same 503; nothing is cached and the next try forwards.
+func TestSubmitWaitersShareTransientFailure(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil)
+	waiting := make(chan struct{}, 1)
+	tg.testHookWaiting = func() { waiting <- struct{}{} }
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	mgr.SetSubmitHook(func(ctx context.Context, _ *rpc.SubmitRequest) error {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return nil
+		}
+		close(arrived)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return rpc.Errorf(rpc.CodeLedgerFull, "full") // a definite failure: not retried
+	})
+	owner := goSubmit(tg, skey(1), invoiceBody)
+	<-arrived
+	dup := goSubmit(tg, skey(1), invoiceBody)
+	<-waiting
+	close(release)
+	a, b := <-owner, <-dup
+	wantProblem(t, a, http.StatusServiceUnavailable, api.CodeUnavailable)
+	wantProblem(t, b, http.StatusServiceUnavailable, api.CodeUnavailable)
+	wantNoHeader(t, b, api.HeaderReplayed)
+	wantJob(t, tg.submit(t, skey(1), invoiceBody), http.StatusCreated)
+	if n := mgr.Submits(); n != 2 {
+		t.Fatalf("manager saw %d submissions, want 2", n)
+	}
+}
+
+// TestConcurrentIdenticalSubmissions: 1000 concurrent identical submissions to
+// one gate make exactly one forward and one job, and get 1000 identical bodies.
+func TestConcurrentIdenticalSubmissions(t *testing.T) {
+	const n = 1000
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) {
+		deps.Logger = nil // 1000 access log lines say nothing here
+		// 1000 connections under the race detector on a small machine take
+		// seconds to arrive: the waiters must outlast them.
+		cfg.Idempotency.PendingWaitTimeout = time.Minute
+	})
+	// The forward is held until every other request is waiting on it.
+	release := make(chan struct{})
+	var waiters sync.WaitGroup
+	waiters.Add(n - 1)
+	tg.testHookWaiting = waiters.Done
+	start := time.Now()
+	go func() { waiters.Wait(); t.Logf("%d waiters after %v", n-1, time.Since(start)); close(release) }()
+	mgr.SetReservedHook(func(ctx context.Context, _ *rpc.SubmitRequest) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	})
+
+	results := make([]result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { results[i], errs[i] = tg.trySubmit(skey(1), invoiceBody) })
+	}
+	wg.Wait()
+	fresh := 0
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		if res.status != http.StatusCreated || !bytes.Equal(res.body, results[0].body) {
+			t.Fatalf("request %d: %s, want the same 201 as request 0: %s", i, res, results[0])
+		}
+		if res.header.Get(api.HeaderReplayed) == "false" {
+			fresh++
+		}
+	}
+	wantJob(t, results[0], http.StatusCreated)
+	if fresh != 1 {
+		t.Fatalf("%d answers with Idempotent-Replayed: false, want 1", fresh)
+	}
+	if s, j := mgr.Submits(), mgr.Jobs(); s != 1 || j != 1 {
+		t.Fatalf("manager saw %d submissions and made %d jobs, want 1 and 1", s, j)
+	}
+}
+
+// TestTwoGatesSameKey: the same key sent concurrently through two gates that
+// share a manager makes one job; every answer, through either gate, is the same
+// bytes with the same job_id.
+func TestTwoGatesSameKey(t *testing.T) {
+	const perGate = 50
+	mgr, addr := startManager(t, fakemanager.Options{})
+	quiet := func(_ *Config, deps *Deps) { deps.Logger = nil }
+	gates := []*testGate{startGate(t, []string{addr}, quiet), startGate(t, []string{addr}, quiet)}
+	// The first reservation is held until both gates have forwarded.
+	release := make(chan struct{})
+	var seen sync.WaitGroup
+	seen.Add(2)
+	go func() { seen.Wait(); close(release) }()
+	var forwards atomic.Int32
+	mgr.SetSubmitHook(func(context.Context, *rpc.SubmitRequest) error {
+		if forwards.Add(1) <= 2 {
+			seen.Done()
+		}
+		return nil
+	})
+	mgr.SetReservedHook(func(ctx context.Context, _ *rpc.SubmitRequest) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	})
+	bodies := []string{invoiceBody, invoiceBodyReordered}
+	results := make([]result, 2*perGate)
+	errs := make([]error, 2*perGate)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { results[i], errs[i] = gates[i%2].trySubmit(skey(9), bodies[i%2]) })
+	}
+	wg.Wait()
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		if res.status != http.StatusCreated || !bytes.Equal(res.body, results[0].body) {
+			t.Fatalf("request %d (gate %d): %s, want the same 201 as request 0: %s", i, i%2, res, results[0])
+		}
+	}
+	wantJob(t, results[0], http.StatusCreated)
+	if s, j := mgr.Submits(), mgr.Jobs(); s != 2 || j != 1 {
+		t.Fatalf("manager saw %d submissions and made %d jobs, want 2 and 1", s, j)
+	}
+}
+
+// TestSubmitOtherDatacenter: a job naming a datacenter the gate cannot reach is
+// 503 unavailable; nothing is forwarded or cached.
+func TestSubmitOtherDatacenter(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil)
+	for _, dcs := range []string{`["dc2"]`, `["dc1","dc2"]`} {
+		res := tg.submit(t, skey(1), `{"type":"x","datacenters":`+dcs+`}`)
+		p := wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+		wantHeader(t, res, api.HeaderRetryAfter, "1")
+		if !strings.Contains(p.Detail, `"dc2"`) {
+			t.Fatalf("detail %q does not name dc2", p.Detail)
+		}
+	}
+	if n := mgr.Submits(); n != 0 {
+		t.Fatalf("manager saw %d submissions, want 0", n)
+	}
+	job := wantJob(t, tg.submit(t, skey(1), `{"type":"x","datacenters":["dc1"]}`), http.StatusCreated)
+	if len(job.Datacenters) != 1 || job.Datacenters["dc1"].Status != api.JobStatusCommitted {
+		t.Fatalf("datacenters %+v", job.Datacenters)
+	}
+}

@@ -1,0 +1,155 @@
+package gate
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/once-dev/once/internal/config"
+)
+
+// ErrTokenFile is matched (errors.Is) by every error about the token file's
+// content; such errors are *TokenFileError values.
+var ErrTokenFile = errors.New("invalid token file")
+
+// TokenFileError is a line of the token file that cannot be used.
+type TokenFileError struct {
+	Line   int    // 1-based; 0 for the file as a whole
+	Reason string // what is wrong
+}
+
+func (e *TokenFileError) Error() string {
+	if e.Line == 0 {
+		return "token file: " + e.Reason
+	}
+	return fmt.Sprintf("token file line %d: %s", e.Line, e.Reason)
+}
+
+// Unwrap returns ErrTokenFile.
+func (e *TokenFileError) Unwrap() error { return ErrTokenFile }
+
+// Limits of the token file.
+const (
+	maxTokenLen  = 512
+	maxTenantLen = 128
+)
+
+// tokenTable maps bearer tokens to tenants. Tokens are kept only as SHA-256
+// digests: the lookup's timing depends on the digest, not on how much of a
+// secret a guess shares, and a heap dump shows no token.
+type tokenTable struct {
+	byDigest map[[sha256.Size]byte]string
+}
+
+// loadTokenFile reads the token file at path. Its errors are *config.Error
+// values naming GATE_TOKEN_FILE (so they match config.ErrInvalid) and wrap the
+// cause (a *TokenFileError or the file system's error).
+func loadTokenFile(path string) (*tokenTable, error) {
+	wrap := func(err error) error {
+		return &config.Error{Env: EnvTokenFile, Flag: config.FlagName(EnvTokenFile), Value: path,
+			Want: "a readable file of '<token> <tenant>' lines", Err: err}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	defer f.Close()
+	t, err := parseTokens(f)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return t, nil
+}
+
+// parseTokens reads the token file format: one "<token> <tenant>" pair per line,
+// separated by spaces or tabs; blank lines and lines whose first non-blank
+// character is '#' are ignored. A token is 1-512 characters of the RFC 6750
+// b64token alphabet (A-Z a-z 0-9 - . _ ~ + / and trailing '='); a tenant is
+// 1-128 characters of A-Z a-z 0-9 . _ -. A token may appear once; a tenant may
+// have many tokens. A file with no token at all is an error: it would refuse
+// every request.
+func parseTokens(r io.Reader) (*tokenTable, error) {
+	t := &tokenTable{byDigest: map[[sha256.Size]byte]string{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 64<<10)
+	line := 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		fields := strings.Fields(text)
+		if len(fields) != 2 {
+			return nil, &TokenFileError{Line: line, Reason: fmt.Sprintf("want '<token> <tenant>', got %d fields", len(fields))}
+		}
+		token, tenant := fields[0], fields[1]
+		if err := validateToken(token); err != nil {
+			return nil, &TokenFileError{Line: line, Reason: "token " + err.Error()}
+		}
+		if err := validateTenant(tenant); err != nil {
+			return nil, &TokenFileError{Line: line, Reason: "tenant " + err.Error()}
+		}
+		d := sha256.Sum256([]byte(token))
+		if _, dup := t.byDigest[d]; dup {
+			return nil, &TokenFileError{Line: line, Reason: "token repeats an earlier line's token"}
+		}
+		t.byDigest[d] = tenant
+	}
+	if err := sc.Err(); err != nil {
+		return nil, &TokenFileError{Line: line + 1, Reason: err.Error()}
+	}
+	if len(t.byDigest) == 0 {
+		return nil, &TokenFileError{Reason: "no '<token> <tenant>' line"}
+	}
+	return t, nil
+}
+
+// tenant returns the tenant of an Authorization header value ("Bearer <token>",
+// the scheme matched case-insensitively), and false if it names no known token.
+func (t *tokenTable) tenant(authorization string) (string, bool) {
+	scheme, token, ok := strings.Cut(authorization, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	if token == "" {
+		return "", false
+	}
+	tenant, ok := t.byDigest[sha256.Sum256([]byte(token))]
+	return tenant, ok
+}
+
+func validateToken(s string) error {
+	if len(s) > maxTokenLen {
+		return fmt.Errorf("is %d characters long (at most %d)", len(s), maxTokenLen)
+	}
+	body := strings.TrimRight(s, "=")
+	if body == "" {
+		return errors.New("is empty or only '='")
+	}
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~+/", c) >= 0 {
+			continue
+		}
+		return fmt.Errorf("has %q at offset %d (want A-Z a-z 0-9 - . _ ~ + / and trailing =)", c, i)
+	}
+	return nil
+}
+
+func validateTenant(s string) error {
+	if s == "" || len(s) > maxTenantLen {
+		return fmt.Errorf("is %d characters long (want 1 to %d)", len(s), maxTenantLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if !isNameChar(s[i]) {
+			return fmt.Errorf("has %q at offset %d (want A-Z a-z 0-9 . _ -)", s[i], i)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,725 @@
+package ledger
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+const (
+	tenant  = "acme"
+	client  = "host1.dc1:12345"
+	nonce   = "a1b2c3d4e5f6a7b8"
+	nonce2  = "0000000000000001"
+	key     = "order-1"
+	tCommit = t0 + sec
+)
+
+var (
+	base  = reserve(tenant, key, t0)
+	sbase = structured(tenant, client, 5, nonce, t0)
+)
+
+func withFingerprint(r Reserve, fp string) Reserve { r.Fingerprint = fp; return r }
+func withJobID(r Reserve, id string) Reserve       { r.JobID = id; return r }
+func at(r Reserve, now int64) Reserve              { r.Now, r.ExpiresAt = now, now+pendingTTL; return r }
+func cmd(c Command) func(*harness) Command         { return func(*harness) Command { return c } }
+
+func setupPending(r Reserve) func(*harness) {
+	return func(h *harness) { h.must(r, OutcomeReserved) }
+}
+
+func setupCommitted(r Reserve) func(*harness) {
+	return func(h *harness) {
+		h.must(r, OutcomeReserved)
+		h.must(commit(r, r.Now+sec), OutcomeCommitted)
+	}
+}
+
+func setupRejected(r Reserve) func(*harness) {
+	return func(h *harness) {
+		h.must(r, OutcomeReserved)
+		h.must(reject(r, r.Now+sec, 422), OutcomeRejected)
+	}
+}
+
+// setupWatermark commits structured seq 5 and expires it: watermark 5.
+func setupWatermark(h *harness) {
+	setupCommitted(sbase)(h)
+	h.must(expire(tCommit+commitTTL), OutcomeExpired)
+	if w, ok := h.f.Watermark(tenant, client, nonce); !ok || w.Sequence != 5 {
+		h.t.Fatalf("watermark %+v %v, want 5", w, ok)
+	}
+}
+
+func TestReserve(t *testing.T) {
+	dueAt := t0 + pendingTTL // the pending entry's ExpiresAt: due at that instant
+	full := func(h *harness) {
+		for _, k := range []string{"a", "b", "c"} {
+			r := reserve(tenant, k, t0)
+			r.MaxEntries = 3
+			h.must(r, OutcomeReserved)
+		}
+	}
+	bounded := func(r Reserve) Reserve { r.MaxEntries = 3; return r }
+	wantInvalid := func(t *testing.T, _ *harness, res Result) {
+		if !errors.Is(res.Err, ErrInvalidCommand) {
+			t.Fatalf("err %v, want ErrInvalidCommand", res.Err)
+		}
+	}
+	runCases(t, []applyCase{
+		{
+			name: "new key", cmd: cmd(base), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeReserved},
+			check: func(t *testing.T, h *harness, res Result) {
+				want := Entry{Tenant: tenant, Key: key, Fingerprint: base.Fingerprint, State: StatePending,
+					JobID: base.JobID, ReservedAt: t0, ExpiresAt: t0 + pendingTTL, Request: base.Request}
+				if !reflect.DeepEqual(res.Entry, want) {
+					t.Fatalf("result entry\n got %+v\nwant %+v", res.Entry, want)
+				}
+				if got := h.entry(tenant, key); !reflect.DeepEqual(got, want) {
+					t.Fatalf("stored entry %+v", got)
+				}
+				if !reflect.DeepEqual(h.changes[0].Entry, want) {
+					t.Fatalf("change entry %+v", h.changes[0].Entry)
+				}
+			},
+		},
+		{
+			name: "new structured key", cmd: cmd(sbase), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeReserved},
+			check: func(t *testing.T, h *harness, res Result) {
+				e := h.entry(tenant, sbase.Key)
+				if !e.Structured || e.ClientID != client || e.Sequence != 5 || e.Nonce != nonce {
+					t.Fatalf("structured parts %+v", e)
+				}
+			},
+		},
+		{
+			name: "pending, same fingerprint", setup: setupPending(base), want: OutcomeExists,
+			cmd: cmd(withJobID(at(base, t0+sec), "other-job")),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Entry.State != StatePending || res.Entry.JobID != base.JobID || res.Job.ID != "" {
+					t.Fatalf("result %+v", res)
+				}
+			},
+		},
+		{
+			name: "pending, other fingerprint", setup: setupPending(base), want: OutcomeKeyReused,
+			cmd: cmd(withFingerprint(at(base, t0+sec), "other")),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Entry.Fingerprint != base.Fingerprint || res.Entry.State != StatePending {
+					t.Fatalf("result entry %+v", res.Entry)
+				}
+			},
+		},
+		{
+			name: "committed, same fingerprint", setup: setupCommitted(base), want: OutcomeExists,
+			cmd: cmd(withJobID(at(base, t0+2*sec), "other-job")),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Entry.State != StateCommitted || res.Job.ID != base.JobID || res.Job.CreatedAt != res.Entry.ResolvedAt {
+					t.Fatalf("result %+v", res)
+				}
+			},
+		},
+		{
+			name: "committed, other fingerprint", setup: setupCommitted(base), want: OutcomeKeyReused,
+			cmd: cmd(withFingerprint(at(base, t0+2*sec), "other")),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Entry.State != StateCommitted {
+					t.Fatalf("result entry %+v", res.Entry)
+				}
+			},
+		},
+		{
+			name: "rejected, same fingerprint", setup: setupRejected(base), want: OutcomeExists,
+			cmd: cmd(at(base, t0+2*sec)),
+			check: func(t *testing.T, h *harness, res Result) {
+				if e := res.Entry; e.State != StateRejected || e.Status != 422 || e.Reason != "capacity" || e.Detail != "queue full" {
+					t.Fatalf("result entry %+v", e)
+				}
+			},
+		},
+		{
+			name: "rejected, other fingerprint", setup: setupRejected(base), want: OutcomeKeyReused,
+			cmd: cmd(withFingerprint(at(base, t0+2*sec), "other")),
+		},
+		{
+			name: "pending past its TTL is removed, then reserved anew", setup: setupPending(base),
+			cmd: cmd(withFingerprint(withJobID(at(base, dueAt), "job-2"), "other")), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeRemoved, ChangeReserved},
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Removed != (Removed{Pending: 1}) || res.Entry.JobID != "job-2" || res.Entry.ReservedAt != dueAt {
+					t.Fatalf("result %+v", res)
+				}
+			},
+		},
+		{
+			name: "pending one nanosecond before its TTL still answers", setup: setupPending(base),
+			cmd: cmd(at(base, dueAt-1)), want: OutcomeExists,
+		},
+		{
+			name: "committed opaque key past its TTL is reserved anew", setup: setupCommitted(base),
+			cmd: cmd(withJobID(at(base, tCommit+commitTTL), "job-2")), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeRemoved, ChangeReserved},
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Removed != (Removed{Committed: 1}) || h.f.Stats().Watermarks != 0 {
+					t.Fatalf("result %+v, stats %+v", res, h.f.Stats())
+				}
+				if _, ok := h.f.Job(tenant, base.JobID); !ok {
+					t.Fatal("the old job is gone with its entry; it must stay until its retention")
+				}
+			},
+		},
+		{
+			name: "committed structured key past its TTL: key expired", setup: setupCommitted(sbase),
+			cmd: cmd(at(sbase, tCommit+commitTTL)), want: OutcomeKeyExpired,
+			changes: []ChangeKind{ChangeRemoved},
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Watermark != 5 || res.Removed != (Removed{Committed: 1}) {
+					t.Fatalf("result %+v", res)
+				}
+				h.noEntry(tenant, sbase.Key)
+			},
+		},
+		{
+			name: "rejected past its TTL is reserved anew", setup: setupRejected(sbase),
+			cmd: cmd(at(sbase, tCommit+rejectTTL)), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeRemoved, ChangeReserved},
+			check: func(t *testing.T, h *harness, res Result) {
+				if h.f.Stats().Watermarks != 0 {
+					t.Fatal("a rejected entry raised a watermark")
+				}
+			},
+		},
+		{
+			name: "structured, sequence below the watermark", setup: setupWatermark,
+			cmd: cmd(structured(tenant, client, 3, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeKeyExpired,
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Watermark != 5 {
+					t.Fatalf("watermark %d", res.Watermark)
+				}
+			},
+		},
+		{
+			name: "structured, sequence at the watermark", setup: setupWatermark,
+			cmd: cmd(structured(tenant, client, 5, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeKeyExpired,
+		},
+		{
+			name: "structured, sequence above the watermark", setup: setupWatermark,
+			cmd: cmd(structured(tenant, client, 6, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeReserved},
+		},
+		{
+			name: "structured, new nonce (client restarted)", setup: setupWatermark,
+			cmd: cmd(structured(tenant, client, 1, nonce2, t0+time.Hour.Nanoseconds())), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeReserved},
+		},
+		{
+			name: "structured, another tenant's watermark", setup: setupWatermark,
+			cmd: cmd(structured("other", client, 1, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeReserved},
+		},
+		{
+			name: "opaque key equal to a structured one ignores watermarks", setup: setupWatermark,
+			cmd: cmd(at(reserve(tenant, sbase.Key, 0), t0+time.Hour.Nanoseconds())), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeReserved},
+		},
+		{
+			name: "full", setup: full, want: OutcomeFull,
+			cmd: cmd(bounded(reserve(tenant, "d", t0+sec))),
+		},
+		{
+			name: "full, but a duplicate is still answered", setup: full, want: OutcomeExists,
+			cmd: cmd(bounded(reserve(tenant, "a", t0+sec))),
+		},
+		{
+			name: "full of due entries: the earliest is removed to make room", setup: full,
+			cmd: cmd(bounded(reserve(tenant, "d", t0+pendingTTL))), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeRemoved, ChangeReserved},
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Removed != (Removed{Pending: 1}) {
+					t.Fatalf("removed %+v", res.Removed)
+				}
+				h.noEntry(tenant, "a") // earliest by (expires_at, tenant, key)
+				h.entry(tenant, "b")
+				h.entry(tenant, "d")
+			},
+		},
+		{
+			name: "bound lowered below the count: still full", setup: full, want: OutcomeFull,
+			cmd: cmd(Reserve{Tenant: tenant, Key: "d", JobID: "j", Now: t0, ExpiresAt: t0 + 1, MaxEntries: 1}),
+		},
+		{name: "empty tenant", cmd: cmd(reserve("", key, t0)), want: OutcomeInvalid, check: wantInvalid},
+		{name: "empty key", cmd: cmd(reserve(tenant, "", t0)), want: OutcomeInvalid, check: wantInvalid},
+		{name: "empty job ID", cmd: cmd(withJobID(base, "")), want: OutcomeInvalid, check: wantInvalid},
+		{
+			name: "expires_at not after now", want: OutcomeInvalid, check: wantInvalid,
+			cmd: cmd(Reserve{Tenant: tenant, Key: key, JobID: "j", Now: t0, ExpiresAt: t0, MaxEntries: 1}),
+		},
+		{
+			name: "max entries 0", want: OutcomeInvalid, check: wantInvalid,
+			cmd: cmd(Reserve{Tenant: tenant, Key: key, JobID: "j", Now: t0, ExpiresAt: t0 + 1}),
+		},
+	})
+}
+
+func TestCommit(t *testing.T) {
+	other := reserve(tenant, "other-key", t0)
+	wantInvalid := func(t *testing.T, _ *harness, res Result) {
+		if !errors.Is(res.Err, ErrInvalidCommand) {
+			t.Fatalf("err %v, want ErrInvalidCommand", res.Err)
+		}
+	}
+	runCases(t, []applyCase{
+		{name: "no entry", cmd: cmd(commit(base, tCommit)), want: OutcomeNotFound},
+		{
+			name: "pending, same job ID", setup: setupPending(base), want: OutcomeCommitted,
+			cmd: cmd(commit(base, tCommit)), changes: []ChangeKind{ChangeCommitted},
+			check: func(t *testing.T, h *harness, res Result) {
+				e := h.entry(tenant, key)
+				if e.State != StateCommitted || e.ResolvedAt != tCommit || e.ExpiresAt != tCommit+commitTTL ||
+					e.ReservedAt != t0 || e.JobID != base.JobID {
+					t.Fatalf("entry %+v", e)
+				}
+				if !reflect.DeepEqual(res.Entry, e) || !reflect.DeepEqual(h.changes[0].Entry, e) {
+					t.Fatalf("result/change entry differ from the stored one")
+				}
+				want := Job{ID: base.JobID, Tenant: tenant, Key: key, Type: "send_invoice",
+					Payload: base.Request.Payload, Datacenters: []string{"dc1"}, Status: api.JobStatusCommitted,
+					CreatedAt: tCommit, Seq: h.idx, ExpiresAt: tCommit + jobTTL}
+				j, ok := h.f.Job(tenant, base.JobID)
+				if !ok || !reflect.DeepEqual(j, want) || !reflect.DeepEqual(res.Job, want) {
+					t.Fatalf("job\n got %+v\nwant %+v", j, want)
+				}
+			},
+		},
+		{
+			name: "pending, other job ID", setup: setupPending(base), want: OutcomeUnchanged,
+			cmd: cmd(Commit{Tenant: tenant, Key: key, JobID: "stale", Now: tCommit, ExpiresAt: tCommit + 1, JobExpiresAt: tCommit + 1}),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Entry.State != StatePending || res.Entry.JobID != base.JobID {
+					t.Fatalf("entry %+v", res.Entry)
+				}
+			},
+		},
+		{
+			name: "committed (re-proposed by a new leader)", setup: setupCommitted(base), want: OutcomeUnchanged,
+			cmd: cmd(commit(base, tCommit+sec)),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Entry.State != StateCommitted || res.Entry.ResolvedAt != t0+sec || res.Job.ID != base.JobID {
+					t.Fatalf("result %+v", res)
+				}
+			},
+		},
+		{
+			name: "rejected", setup: setupRejected(base), want: OutcomeUnchanged,
+			cmd: cmd(commit(base, tCommit+sec)),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Entry.State != StateRejected || res.Job.ID != "" || h.f.Stats().Jobs != 0 {
+					t.Fatalf("result %+v", res)
+				}
+			},
+		},
+		{
+			name: "pending past its TTL, not yet removed", setup: setupPending(base), want: OutcomeCommitted,
+			cmd: cmd(commit(base, t0+pendingTTL+sec)), changes: []ChangeKind{ChangeCommitted},
+		},
+		{
+			name: "job ID already used by another key",
+			setup: func(h *harness) {
+				setupCommitted(other)(h)
+				h.must(withJobID(base, other.JobID), OutcomeReserved)
+			},
+			cmd:  cmd(Commit{Tenant: tenant, Key: key, JobID: other.JobID, Now: tCommit, ExpiresAt: tCommit + 1, JobExpiresAt: tCommit + 1}),
+			want: OutcomeJobIDInUse,
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Entry.State != StatePending || res.Entry.Key != key {
+					t.Fatalf("entry %+v", res.Entry)
+				}
+			},
+		},
+		{
+			name: "another tenant's key", setup: setupPending(base), want: OutcomeNotFound,
+			cmd: cmd(Commit{Tenant: "other", Key: key, JobID: base.JobID, Now: tCommit, ExpiresAt: tCommit + 1, JobExpiresAt: tCommit + 1}),
+		},
+		{
+			name: "expires_at not after now", setup: setupPending(base), want: OutcomeInvalid, check: wantInvalid,
+			cmd: cmd(Commit{Tenant: tenant, Key: key, JobID: base.JobID, Now: tCommit, ExpiresAt: tCommit, JobExpiresAt: tCommit + 1}),
+		},
+		{
+			name: "job_expires_at not after now", setup: setupPending(base), want: OutcomeInvalid, check: wantInvalid,
+			cmd: cmd(Commit{Tenant: tenant, Key: key, JobID: base.JobID, Now: tCommit, ExpiresAt: tCommit + 1, JobExpiresAt: tCommit}),
+		},
+		{
+			name: "empty job ID", setup: setupPending(base), want: OutcomeInvalid, check: wantInvalid,
+			cmd: cmd(Commit{Tenant: tenant, Key: key, Now: tCommit, ExpiresAt: tCommit + 1, JobExpiresAt: tCommit + 1}),
+		},
+	})
+}
+
+func TestReject(t *testing.T) {
+	wantInvalid := func(t *testing.T, _ *harness, res Result) {
+		if !errors.Is(res.Err, ErrInvalidCommand) {
+			t.Fatalf("err %v, want ErrInvalidCommand", res.Err)
+		}
+	}
+	withStatus := func(st int) Reject { return reject(base, tCommit, st) }
+	runCases(t, []applyCase{
+		{name: "no entry", cmd: cmd(reject(base, tCommit, 422)), want: OutcomeNotFound},
+		{
+			name: "pending, validation", setup: setupPending(base), want: OutcomeRejected,
+			cmd: cmd(reject(base, tCommit, 422)), changes: []ChangeKind{ChangeRejected},
+			check: func(t *testing.T, h *harness, res Result) {
+				e := h.entry(tenant, key)
+				if e.State != StateRejected || e.Status != 422 || e.Reason != "capacity" || e.Detail != "queue full" ||
+					e.ResolvedAt != tCommit || e.ExpiresAt != tCommit+rejectTTL || e.JobID != base.JobID {
+					t.Fatalf("entry %+v", e)
+				}
+				if !reflect.DeepEqual(res.Entry, e) || h.f.Stats().Jobs != 0 {
+					t.Fatalf("result %+v", res)
+				}
+			},
+		},
+		{
+			name: "pending, capacity", setup: setupPending(base), want: OutcomeRejected,
+			cmd: cmd(reject(base, tCommit, 429)), changes: []ChangeKind{ChangeRejected},
+		},
+		{
+			name: "pending, other job ID", setup: setupPending(base), want: OutcomeUnchanged,
+			cmd: cmd(Reject{Tenant: tenant, Key: key, JobID: "stale", Now: tCommit, ExpiresAt: tCommit + 1, Status: 422}),
+		},
+		{
+			name: "committed", setup: setupCommitted(base), want: OutcomeUnchanged,
+			cmd: cmd(reject(base, tCommit+sec, 422)),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Entry.State != StateCommitted || res.Job.ID != base.JobID {
+					t.Fatalf("result %+v", res)
+				}
+			},
+		},
+		{
+			name: "rejected (re-proposed)", setup: setupRejected(base), want: OutcomeUnchanged,
+			cmd: cmd(reject(base, tCommit+sec, 429)),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Entry.Status != 422 {
+					t.Fatalf("the first rejection must stand: %+v", res.Entry)
+				}
+			},
+		},
+		{
+			name: "pending past its TTL, not yet removed", setup: setupPending(base), want: OutcomeRejected,
+			cmd: cmd(reject(base, t0+pendingTTL, 429)), changes: []ChangeKind{ChangeRejected},
+		},
+		{name: "status 200", setup: setupPending(base), cmd: cmd(withStatus(200)), want: OutcomeInvalid, check: wantInvalid},
+		{name: "status 600", setup: setupPending(base), cmd: cmd(withStatus(600)), want: OutcomeInvalid, check: wantInvalid},
+		{
+			name: "expires_at not after now", setup: setupPending(base), want: OutcomeInvalid, check: wantInvalid,
+			cmd: cmd(Reject{Tenant: tenant, Key: key, JobID: base.JobID, Now: tCommit, ExpiresAt: tCommit - 1, Status: 422}),
+		},
+		{
+			name: "empty tenant", setup: setupPending(base), want: OutcomeInvalid, check: wantInvalid,
+			cmd: cmd(Reject{Key: key, JobID: base.JobID, Now: tCommit, ExpiresAt: tCommit + 1, Status: 422}),
+		},
+	})
+}
+
+func TestExpire(t *testing.T) {
+	wm := func(t testing.TB, h *harness, want uint64) {
+		t.Helper()
+		w, ok := h.f.Watermark(tenant, client, nonce)
+		if want == 0 {
+			if ok {
+				t.Fatalf("watermark %+v, want none", w)
+			}
+			return
+		}
+		if !ok || w.Sequence != want {
+			t.Fatalf("watermark %+v %v, want %d", w, ok, want)
+		}
+	}
+	fiveDue := func(h *harness) {
+		for i, k := range []string{"e", "d", "c", "b", "a"} {
+			h.must(reserve(tenant, k, t0+int64(i)), OutcomeReserved)
+		}
+	}
+	runCases(t, []applyCase{
+		{
+			name: "empty", cmd: cmd(expire(t0)), want: OutcomeExpired,
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Removed.Total() != 0 || res.More {
+					t.Fatalf("result %+v", res)
+				}
+			},
+		},
+		{
+			name: "pending, not yet due", setup: setupPending(base), want: OutcomeExpired,
+			cmd: cmd(expire(t0 + pendingTTL - 1)),
+			check: func(t *testing.T, h *harness, res Result) {
+				h.entry(tenant, key)
+				if res.Removed.Total() != 0 {
+					t.Fatalf("removed %+v", res.Removed)
+				}
+			},
+		},
+		{
+			name: "pending, due", setup: setupPending(sbase), want: OutcomeExpired,
+			cmd: cmd(expire(t0 + pendingTTL)), changes: []ChangeKind{ChangeRemoved},
+			check: func(t *testing.T, h *harness, res Result) {
+				h.noEntry(tenant, sbase.Key)
+				if res.Removed != (Removed{Pending: 1}) || h.changes[0].Entry.State != StatePending {
+					t.Fatalf("result %+v", res)
+				}
+				wm(t, h, 0) // a pending entry never raises a watermark
+			},
+		},
+		{
+			name: "committed opaque, due", setup: setupCommitted(base), want: OutcomeExpired,
+			cmd: cmd(expire(tCommit + commitTTL)), changes: []ChangeKind{ChangeRemoved},
+			check: func(t *testing.T, h *harness, res Result) {
+				h.noEntry(tenant, key)
+				if res.Removed != (Removed{Committed: 1}) || h.f.Stats().Watermarks != 0 {
+					t.Fatalf("result %+v", res)
+				}
+				if _, ok := h.f.Job(tenant, base.JobID); !ok {
+					t.Fatal("job removed with its entry")
+				}
+			},
+		},
+		{
+			name: "committed structured, due: watermark", setup: setupCommitted(sbase), want: OutcomeExpired,
+			cmd: cmd(expire(tCommit + commitTTL)), changes: []ChangeKind{ChangeRemoved},
+			check: func(t *testing.T, h *harness, res Result) {
+				h.noEntry(tenant, sbase.Key)
+				wm(t, h, 5)
+				if w, _ := h.f.Watermark(tenant, client, nonce); w.UpdatedAt != tCommit+commitTTL {
+					t.Fatalf("watermark updated at %d", w.UpdatedAt)
+				}
+			},
+		},
+		{
+			name: "committed structured, a lower sequence expiring later keeps the higher watermark",
+			setup: func(h *harness) {
+				s10 := structured(tenant, client, 10, nonce, t0)
+				setupCommitted(s10)(h)
+				setupCommitted(structured(tenant, client, 2, nonce, t0+10*sec))(h) // out of order, while 10 is live
+				h.must(expire(tCommit+commitTTL), OutcomeExpired)
+				wm(h.t, h, 10)
+			},
+			cmd: cmd(expire(t0 + time.Hour.Nanoseconds())), want: OutcomeExpired,
+			changes: []ChangeKind{ChangeRemoved},
+			check:   func(t *testing.T, h *harness, res Result) { wm(t, h, 10) },
+		},
+		{
+			name: "rejected, due", setup: setupRejected(sbase), want: OutcomeExpired,
+			cmd: cmd(expire(tCommit + rejectTTL)), changes: []ChangeKind{ChangeRemoved},
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Removed != (Removed{Rejected: 1}) {
+					t.Fatalf("removed %+v", res.Removed)
+				}
+				wm(t, h, 0)
+			},
+		},
+		{
+			name: "job retention", want: OutcomeExpired,
+			setup: func(h *harness) {
+				h.must(base, OutcomeReserved)
+				h.must(Commit{Tenant: tenant, Key: key, JobID: base.JobID, Now: tCommit,
+					ExpiresAt: tCommit + commitTTL, JobExpiresAt: tCommit + 10*sec}, OutcomeCommitted)
+			},
+			cmd: cmd(expire(tCommit + 10*sec)),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Removed != (Removed{Jobs: 1}) {
+					t.Fatalf("removed %+v", res.Removed)
+				}
+				if _, ok := h.f.Job(tenant, base.JobID); ok {
+					t.Fatal("job outlived its retention")
+				}
+				h.entry(tenant, key) // the entry has its own TTL
+				// A duplicate still gets the entry, without the job.
+				if res := h.apply(at(base, tCommit+11*sec)); res.Outcome != OutcomeExists || res.Job.ID != "" {
+					t.Fatalf("duplicate: %+v", res)
+				}
+			},
+		},
+		{
+			name: "watermark TTL", setup: setupWatermark, want: OutcomeExpired,
+			cmd: cmd(Expire{Now: tCommit + commitTTL + 3600*sec, WatermarkTTL: time.Hour}),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Removed.Watermarks != 1 {
+					t.Fatalf("removed %+v", res.Removed)
+				}
+				wm(t, h, 0)
+			},
+		},
+		{
+			name: "watermark younger than its TTL", setup: setupWatermark, want: OutcomeExpired,
+			cmd:   cmd(Expire{Now: tCommit + commitTTL + 3600*sec - 1, WatermarkTTL: time.Hour}),
+			check: func(t *testing.T, h *harness, res Result) { wm(t, h, 5) },
+		},
+		{
+			name: "watermark TTL 0: no age limit", setup: setupWatermark, want: OutcomeExpired,
+			cmd:   cmd(Expire{Now: tCommit + 1000*3600*sec}),
+			check: func(t *testing.T, h *harness, res Result) { wm(t, h, 5) },
+		},
+		{
+			name: "watermark bound evicts the least recently updated", want: OutcomeExpired,
+			setup: func(h *harness) {
+				// three clients whose entries expire at three different times
+				for i, c := range []string{"c3", "c1", "c2"} {
+					r := structured(tenant, c, 1, nonce, t0+int64(i)*sec)
+					setupCommitted(r)(h)
+					h.must(expire(r.Now+sec+commitTTL), OutcomeExpired)
+				}
+			},
+			cmd: cmd(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxWatermarks: 1}),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Removed.Watermarks != 2 || h.f.Stats().Watermarks != 1 {
+					t.Fatalf("removed %+v", res.Removed)
+				}
+				if _, ok := h.f.Watermark(tenant, "c2", nonce); !ok {
+					t.Fatal("the most recently updated watermark was evicted")
+				}
+			},
+		},
+		{
+			name: "MaxRemovals, earliest first", setup: fiveDue, want: OutcomeExpired,
+			cmd:     cmd(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxRemovals: 2}),
+			changes: []ChangeKind{ChangeRemoved, ChangeRemoved},
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Removed.Pending != 2 || !res.More {
+					t.Fatalf("result %+v", res)
+				}
+				h.noEntry(tenant, "e")
+				h.noEntry(tenant, "d")
+				h.entry(tenant, "c")
+				res = h.must(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxRemovals: 3}, OutcomeExpired)
+				if res.Removed.Pending != 3 || res.More {
+					t.Fatalf("second round %+v", res)
+				}
+			},
+		},
+		{
+			name: "same expiry: ordered by tenant, key", want: OutcomeExpired,
+			setup: func(h *harness) {
+				for _, tk := range [][2]string{{"b", "a"}, {"a", "z"}, {"a", "b"}} {
+					h.must(reserve(tk[0], tk[1], t0), OutcomeReserved)
+				}
+			},
+			cmd: cmd(Expire{Now: t0 + pendingTTL}), changes: []ChangeKind{ChangeRemoved, ChangeRemoved, ChangeRemoved},
+			check: func(t *testing.T, h *harness, res Result) {
+				var got []string
+				for _, c := range h.changes {
+					got = append(got, c.Entry.Tenant+"/"+c.Entry.Key)
+				}
+				if want := []string{"a/b", "a/z", "b/a"}; !reflect.DeepEqual(got, want) {
+					t.Fatalf("order %v, want %v", got, want)
+				}
+			},
+		},
+	})
+}
+
+// TestLateRetryRefusedByWatermark is the acceptance scenario of the watermark:
+// a late retry of an expired committed key is refused, an out-of-order new
+// sequence while the higher one is live is not.
+func TestLateRetryRefusedByWatermark(t *testing.T) {
+	h := newHarness(t)
+	now := t0
+	s10 := structured(tenant, client, 10, nonce, now)
+	h.must(s10, OutcomeReserved)
+	h.must(commit(s10, now+sec), OutcomeCommitted)
+
+	// Out of order: seq 9's first attempt arrives while seq 10 is live.
+	now += 10 * sec
+	s9 := structured(tenant, client, 9, nonce, now)
+	h.must(s9, OutcomeReserved)
+	h.must(commit(s9, now+sec), OutcomeCommitted)
+
+	// Seq 10 expires: watermark 10. Seq 9 is still live and answers.
+	h.must(expire(t0+sec+commitTTL), OutcomeExpired)
+	if w, _ := h.f.Watermark(tenant, client, nonce); w.Sequence != 10 {
+		t.Fatalf("watermark %d, want 10", w.Sequence)
+	}
+	if res := h.must(at(s9, t0+sec+commitTTL+1), OutcomeExists); res.Job.ID != s9.JobID {
+		t.Fatalf("retry of seq 9 while live: %+v", res)
+	}
+	// A late retry of seq 10: refused, not executed again.
+	late := at(s10, t0+sec+commitTTL+2)
+	if res := h.must(late, OutcomeKeyExpired); res.Watermark != 10 {
+		t.Fatalf("watermark in result %d", res.Watermark)
+	}
+	// Seq 9 expires too; its late retry is refused as well.
+	h.must(expire(now+sec+commitTTL), OutcomeExpired)
+	h.must(at(s9, now+sec+commitTTL+1), OutcomeKeyExpired)
+	// The next sequence is new work.
+	h.must(structured(tenant, client, 11, nonce, now+sec+commitTTL+2), OutcomeReserved)
+	if st := h.f.Stats(); st.Jobs != 2 {
+		t.Fatalf("jobs %d, want 2: nothing ran twice", st.Jobs)
+	}
+}
+
+// TestFullNeverDropsLiveEntries fills the ledger to its bound: Reserve is
+// refused, every live entry stays, and room comes back only by expiry.
+func TestFullNeverDropsLiveEntries(t *testing.T) {
+	const max = 50
+	h := newHarness(t)
+	var keys []Reserve
+	for i := range max {
+		r := reserve(tenant, "k"+string(rune('A'+i)), t0+int64(i))
+		r.MaxEntries = max
+		h.must(r, OutcomeReserved)
+		keys = append(keys, r)
+		if i%2 == 0 {
+			h.must(commit(r, r.Now+1), OutcomeCommitted)
+		}
+	}
+	before := dumpTables(h.f)
+	for i := range 10 {
+		r := reserve("other", "new"+string(rune('a'+i)), t0+sec)
+		r.MaxEntries = max
+		h.must(r, OutcomeFull)
+	}
+	if after := dumpTables(h.f); !reflect.DeepEqual(before, after) {
+		t.Fatal("Full changed the state")
+	}
+	if st := h.f.Stats(); st.Entries != max {
+		t.Fatalf("entries %d, want %d", st.Entries, max)
+	}
+	// Duplicates of live entries are still answered while full.
+	h.must(keys[3], OutcomeExists)
+	// Expiry makes room: the pending entries (odd i) expire first.
+	res := h.must(expire(t0+pendingTTL+max), OutcomeExpired)
+	if res.Removed.Pending != max/2 {
+		t.Fatalf("removed %+v", res.Removed)
+	}
+	r := reserve("other", "new", t0+pendingTTL+max)
+	r.MaxEntries = max
+	h.must(r, OutcomeReserved)
+}
+
+// TestReturnedValuesAreCopies: changing what a reader got does not change the
+// FSM.
+func TestReturnedValuesAreCopies(t *testing.T) {
+	h := newHarness(t)
+	r := reserve(tenant, key, t0)
+	r.Request.Datacenters = make([]string, 1, 8) // spare capacity in the input
+	r.Request.Datacenters[0] = "dc1"
+	res := h.must(r, OutcomeReserved)
+	res.Entry.State = StateRejected
+	res.Entry.Request.Datacenters = append(res.Entry.Request.Datacenters, "dc9")
+	e := h.entry(tenant, key)
+	e.JobID = "changed"
+	_ = append(e.Request.Datacenters, "dc8")
+	_ = append(e.Request.Payload, '!')
+	if got := h.entry(tenant, key); got.State != StatePending || got.JobID != r.JobID ||
+		!reflect.DeepEqual(got.Request.Datacenters, []string{"dc1"}) || string(got.Request.Payload) != string(r.Request.Payload) {
+		t.Fatalf("stored entry changed: %+v", got)
+	}
+	if cap(e.Request.Datacenters) != len(e.Request.Datacenters) || cap(e.Request.Payload) != len(e.Request.Payload) {
+		t.Fatal("shared slices are not clipped")
+	}
+}

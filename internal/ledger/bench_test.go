@@ -1,0 +1,125 @@
+package ledger
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// benchLog produces Reserve+Commit pairs for a steady state of about `live`
+// entries and jobs: time advances 1 ms per submission, TTLs are live ms, and an
+// Expire follows every 1000 submissions.
+type benchLog struct {
+	idx  uint64
+	n    int
+	live int64
+}
+
+func (g *benchLog) next(buf []*raft.Log) []*raft.Log {
+	buf = buf[:0]
+	now := t0 + int64(g.n)*int64(time.Millisecond)
+	ttl := g.live * int64(time.Millisecond)
+	r := Reserve{
+		Tenant: "acme", Key: fmt.Sprintf("host1.dc1:12345:%d:a1b2c3d4e5f6a7b8", g.n),
+		Fingerprint: "3f79bb7b435b05321651daefd374cdc681dc06faa65e374e38337b88ca046dea",
+		JobID:       fmt.Sprintf("0193a5c8-0000-7000-8000-%012d", g.n),
+		Now:         now, ExpiresAt: now + ttl, MaxEntries: 1 << 30,
+		Request: Request{Type: "send_invoice", Payload: json.RawMessage(`{"order":"ORD-123","amount":4200}`),
+			Datacenters: []string{"dc1"}},
+		Structured: true, ClientID: "host1.dc1:12345", Sequence: uint64(g.n), Nonce: "a1b2c3d4e5f6a7b8",
+	}
+	c := Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now, ExpiresAt: now + ttl, JobExpiresAt: now + ttl}
+	for _, data := range [][]byte{Encode(r), Encode(c)} {
+		g.idx++
+		buf = append(buf, &raft.Log{Index: g.idx, Type: raft.LogCommand, Data: data})
+	}
+	g.n++
+	if g.n%1000 == 0 {
+		g.idx++
+		buf = append(buf, &raft.Log{Index: g.idx, Type: raft.LogCommand,
+			Data: Encode(Expire{Now: now, WatermarkTTL: time.Hour, MaxWatermarks: 1 << 20})})
+	}
+	return buf
+}
+
+// BenchmarkApplyReserveCommit: one op is a submission (Reserve + Commit, and
+// an Expire every 1000) against a steady state of ~100k entries and jobs.
+// Encoding happens outside the timer.
+func BenchmarkApplyReserveCommit(b *testing.B) {
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			f := New(Options{OnChange: func(Change) {}})
+			g := &benchLog{live: 100_000}
+			var buf []*raft.Log
+			for range 100_000 { // warm up to the steady state
+				f.ApplyBatch(g.next(buf))
+			}
+			const chunk = 4096
+			logs := make([]*raft.Log, 0, 2*chunk+10)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				b.StopTimer()
+				logs = logs[:0]
+				n := min(chunk, b.N-done)
+				for range n {
+					logs = append(logs, g.next(buf)...)
+				}
+				b.StartTimer()
+				if batch == 1 {
+					for _, l := range logs {
+						f.Apply(l)
+					}
+				} else {
+					for i := 0; i < len(logs); i += batch {
+						f.ApplyBatch(logs[i:min(len(logs), i+batch)])
+					}
+				}
+				done += n
+			}
+		})
+	}
+}
+
+type discardSink struct{ n int64 }
+
+func (s *discardSink) Write(p []byte) (int, error) { s.n += int64(len(p)); return len(p), nil }
+func (s *discardSink) Close() error                { return nil }
+func (s *discardSink) Cancel() error               { return nil }
+func (s *discardSink) ID() string                  { return "discard" }
+
+var _ io.Writer = (*discardSink)(nil)
+
+// BenchmarkSnapshotPersist: Snapshot + Persist of ~100k entries, ~100k jobs
+// and one watermark.
+func BenchmarkSnapshotPersist(b *testing.B) {
+	f := New(Options{})
+	g := &benchLog{live: 100_000}
+	var buf []*raft.Log
+	for range 150_000 {
+		f.ApplyBatch(g.next(buf))
+	}
+	st := f.Stats()
+	b.ReportAllocs()
+	b.ResetTimer()
+	var size int64
+	for i := 0; i < b.N; i++ {
+		snap, err := f.Snapshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		sink := &discardSink{}
+		if err := snap.Persist(sink); err != nil {
+			b.Fatal(err)
+		}
+		snap.Release()
+		size = sink.n
+	}
+	b.SetBytes(size)
+	b.ReportMetric(float64(st.Entries), "entries")
+	b.ReportMetric(float64(st.Jobs), "jobs")
+}

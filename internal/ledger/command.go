@@ -1,0 +1,387 @@
+package ledger
+
+import (
+	"fmt"
+	"time"
+)
+
+// CommandType is the first byte of every command: what the command is.
+type CommandType uint8
+
+// Command types. The values are part of the raft log format and never change.
+const (
+	TypeReserve CommandType = 0x01
+	TypeCommit  CommandType = 0x02
+	TypeReject  CommandType = 0x03
+	TypeExpire  CommandType = 0x04
+
+	// TypeIgnorable is a flag bit of the type byte. A replica that does not know
+	// a type with this bit set ignores the command (OutcomeIgnored) instead of
+	// failing it, so a later version can add commands that older replicas may
+	// safely skip during a rolling upgrade (Nomad's IgnoreUnknownTypeFlag).
+	TypeIgnorable CommandType = 0x80
+)
+
+// Current command versions, the second byte of every command. Encode always
+// writes these; DecodeCommand reads these and every older version still in any
+// log.
+const (
+	ReserveVersion uint8 = 1
+	CommitVersion  uint8 = 1
+	RejectVersion  uint8 = 1
+	ExpireVersion  uint8 = 1
+)
+
+func (t CommandType) String() string {
+	switch t {
+	case TypeReserve:
+		return "reserve"
+	case TypeCommit:
+		return "commit"
+	case TypeReject:
+		return "reject"
+	case TypeExpire:
+		return "expire"
+	}
+	return fmt.Sprintf("type(0x%02x)", uint8(t))
+}
+
+// Command is one of Reserve, Commit, Reject, Expire (and Unknown, which
+// DecodeCommand returns for an ignorable type it does not know). Encode turns a
+// Command into the bytes to pass to raft.Apply.
+type Command interface {
+	// CommandType is the type byte.
+	CommandType() CommandType
+	// CommandVersion is the version byte.
+	CommandVersion() uint8
+	appendBody(b []byte) []byte
+	sizeHint() int
+}
+
+// Reserve inserts a PENDING entry for (Tenant, Key) unless one is live.
+//
+// Semantics, in this order:
+//  1. An entry of the key that is due (ExpiresAt <= Now) is removed first, with
+//     exactly Expire's effects, so the answer never depends on when the last
+//     Expire ran.
+//  2. A live entry with the same Fingerprint: OutcomeExists; another
+//     fingerprint: OutcomeKeyReused. Both return the entry; nothing changes.
+//  3. A structured key whose Sequence is at or below its client's watermark:
+//     OutcomeKeyExpired; nothing changes.
+//  4. When the table holds MaxEntries entries or more, due entries are removed
+//     earliest first (at most a few per Reserve); if it is still at the bound:
+//     OutcomeFull, and nothing else changes. A live entry is never dropped.
+//  5. Otherwise a PENDING entry is inserted: OutcomeReserved.
+type Reserve struct {
+	Tenant      string
+	Key         string
+	Fingerprint string
+	// JobID is decided by the leader; it must be unique per reservation.
+	JobID string
+	// Now is the leader's clock (unix nanoseconds); ExpiresAt = Now + the
+	// pending TTL, computed by the leader. ExpiresAt must be after Now.
+	Now       int64
+	ExpiresAt int64
+	// MaxEntries is the bound on entries (IDEMPOTENCY_MAX_ENTRIES); at least 1.
+	MaxEntries uint64
+	Request    Request
+	// Structured marks a <client_id>:<sequence>:<nonce> key. When it is false,
+	// ClientID, Sequence and Nonce are not encoded.
+	Structured bool
+	ClientID   string
+	Sequence   uint64
+	Nonce      string
+}
+
+// Commit moves the PENDING entry of (Tenant, Key) reserved with JobID to
+// COMMITTED and creates the job (Seq = the command's raft index, CreatedAt =
+// Now, retained until JobExpiresAt). Any other state of the entry is left as is
+// (OutcomeUnchanged, with the entry), so a new leader can re-propose a Commit
+// safely; no entry: OutcomeNotFound. A PENDING entry is committed even when it
+// is due but not yet removed. If the tenant already has a job with JobID:
+// OutcomeJobIDInUse and nothing changes.
+type Commit struct {
+	Tenant string
+	Key    string
+	JobID  string
+	// Now is the commit time; ExpiresAt = Now + the committed TTL; JobExpiresAt
+	// = Now + the job retention. Both must be after Now.
+	Now          int64
+	ExpiresAt    int64
+	JobExpiresAt int64
+}
+
+// Reject moves the PENDING entry of (Tenant, Key) reserved with JobID to
+// REJECTED, storing Status, Reason and Detail. The other states are handled as
+// for Commit.
+type Reject struct {
+	Tenant string
+	Key    string
+	JobID  string
+	// Now is the rejection time; ExpiresAt = Now + the rejected TTL; it must be
+	// after Now.
+	Now       int64
+	ExpiresAt int64
+	// Status is the HTTP status of the rejection: 422 (validation) or 429
+	// (capacity); the ledger accepts 400–599.
+	Status int
+	// Reason is a short code ("capacity", "invalid_payload"); Detail is text.
+	Reason string
+	Detail string
+}
+
+// Expire removes, in this order and at most MaxRemovals things in all (0: no
+// limit):
+//   - entries with ExpiresAt <= Now, earliest first (ties by tenant, key). A
+//     COMMITTED structured entry raises its client's watermark to its Sequence;
+//   - jobs with ExpiresAt <= Now, earliest first (ties by Seq);
+//   - watermarks not updated for WatermarkTTL (UpdatedAt <= Now-WatermarkTTL),
+//     least recently updated first; WatermarkTTL <= 0 disables this;
+//   - while more than MaxWatermarks watermarks remain, the least recently
+//     updated (ties by tenant, client, nonce); MaxWatermarks 0: no bound.
+//
+// Result.Removed counts each kind; Result.More is set when MaxRemovals stopped
+// it while something was still due.
+type Expire struct {
+	Now           int64
+	MaxRemovals   uint64
+	WatermarkTTL  time.Duration
+	MaxWatermarks uint64
+}
+
+// Unknown is a command of an ignorable type (TypeIgnorable set) that this
+// version does not know. Apply ignores it. Encode writes it back as it was read.
+type Unknown struct {
+	Type    CommandType
+	Version uint8
+	Body    []byte
+}
+
+func (Reserve) CommandType() CommandType   { return TypeReserve }
+func (Commit) CommandType() CommandType    { return TypeCommit }
+func (Reject) CommandType() CommandType    { return TypeReject }
+func (Expire) CommandType() CommandType    { return TypeExpire }
+func (u Unknown) CommandType() CommandType { return u.Type }
+
+func (Reserve) CommandVersion() uint8   { return ReserveVersion }
+func (Commit) CommandVersion() uint8    { return CommitVersion }
+func (Reject) CommandVersion() uint8    { return RejectVersion }
+func (Expire) CommandVersion() uint8    { return ExpireVersion }
+func (u Unknown) CommandVersion() uint8 { return u.Version }
+
+// Encode returns the bytes of c (type byte, version byte, body), ready for
+// raft.Apply. It never fails: every value of a command type has an encoding.
+func Encode(c Command) []byte {
+	return AppendCommand(make([]byte, 0, 2+c.sizeHint()), c)
+}
+
+// AppendCommand appends the encoding of c to b.
+func AppendCommand(b []byte, c Command) []byte {
+	b = append(b, byte(c.CommandType()), c.CommandVersion())
+	return c.appendBody(b)
+}
+
+const varintSize = 10
+
+func (r Reserve) sizeHint() int {
+	return len(r.Tenant) + len(r.Key) + len(r.Fingerprint) + len(r.JobID) +
+		len(r.Request.Type) + len(r.Request.Payload) + sizeStrings(r.Request.Datacenters) +
+		len(r.ClientID) + len(r.Nonce) + 12*varintSize + 16
+}
+
+// Reserve v1 body:
+//
+//	tenant string, key string, fingerprint string, job_id string,
+//	now int64, expires_at int64, max_entries uvarint,
+//	type string, payload bytes, datacenters strings,
+//	structured bool, [client_id string, sequence uvarint, nonce string]
+func (r Reserve) appendBody(b []byte) []byte {
+	b = appendString(b, r.Tenant)
+	b = appendString(b, r.Key)
+	b = appendString(b, r.Fingerprint)
+	b = appendString(b, r.JobID)
+	b = appendInt64(b, r.Now)
+	b = appendInt64(b, r.ExpiresAt)
+	b = appendUvarint(b, r.MaxEntries)
+	b = appendString(b, r.Request.Type)
+	b = appendBytes(b, r.Request.Payload)
+	b = appendStrings(b, r.Request.Datacenters)
+	b = appendBool(b, r.Structured)
+	if r.Structured {
+		b = appendString(b, r.ClientID)
+		b = appendUvarint(b, r.Sequence)
+		b = appendString(b, r.Nonce)
+	}
+	return b
+}
+
+func decodeReserveV1(d *decoder) Reserve {
+	var r Reserve
+	r.Tenant = d.string()
+	r.Key = d.string()
+	r.Fingerprint = d.string()
+	r.JobID = d.string()
+	r.Now = d.int64()
+	r.ExpiresAt = d.int64()
+	r.MaxEntries = d.uvarint()
+	r.Request.Type = d.string()
+	r.Request.Payload = d.bytes()
+	r.Request.Datacenters = d.strings()
+	r.Structured = d.bool()
+	if r.Structured {
+		r.ClientID = d.string()
+		r.Sequence = d.uvarint()
+		r.Nonce = d.string()
+	}
+	return r
+}
+
+func (c Commit) sizeHint() int {
+	return len(c.Tenant) + len(c.Key) + len(c.JobID) + 3*varintSize + 24
+}
+
+// Commit v1 body:
+//
+//	tenant string, key string, job_id string,
+//	now int64, expires_at int64, job_expires_at int64
+func (c Commit) appendBody(b []byte) []byte {
+	b = appendString(b, c.Tenant)
+	b = appendString(b, c.Key)
+	b = appendString(b, c.JobID)
+	b = appendInt64(b, c.Now)
+	b = appendInt64(b, c.ExpiresAt)
+	return appendInt64(b, c.JobExpiresAt)
+}
+
+func decodeCommitV1(d *decoder) Commit {
+	var c Commit
+	c.Tenant = d.string()
+	c.Key = d.string()
+	c.JobID = d.string()
+	c.Now = d.int64()
+	c.ExpiresAt = d.int64()
+	c.JobExpiresAt = d.int64()
+	return c
+}
+
+func (r Reject) sizeHint() int {
+	return len(r.Tenant) + len(r.Key) + len(r.JobID) + len(r.Reason) + len(r.Detail) +
+		6*varintSize + 16
+}
+
+// Reject v1 body:
+//
+//	tenant string, key string, job_id string, now int64, expires_at int64,
+//	status uvarint, reason string, detail string
+//
+// A Status outside 0–65535 is encoded as 0 (and then refused by Apply).
+func (r Reject) appendBody(b []byte) []byte {
+	b = appendString(b, r.Tenant)
+	b = appendString(b, r.Key)
+	b = appendString(b, r.JobID)
+	b = appendInt64(b, r.Now)
+	b = appendInt64(b, r.ExpiresAt)
+	st := uint64(0)
+	if r.Status > 0 && r.Status <= 0xFFFF {
+		st = uint64(r.Status)
+	}
+	b = appendUvarint(b, st)
+	b = appendString(b, r.Reason)
+	return appendString(b, r.Detail)
+}
+
+func decodeRejectV1(d *decoder) Reject {
+	var r Reject
+	r.Tenant = d.string()
+	r.Key = d.string()
+	r.JobID = d.string()
+	r.Now = d.int64()
+	r.ExpiresAt = d.int64()
+	st := d.uvarint()
+	if st > 0xFFFF {
+		d.fail("status out of range")
+		st = 0
+	}
+	r.Status = int(st)
+	r.Reason = d.string()
+	r.Detail = d.string()
+	return r
+}
+
+func (Expire) sizeHint() int { return 2*varintSize + 16 }
+
+// Expire v1 body:
+//
+//	now int64, max_removals uvarint, watermark_ttl int64 (nanoseconds),
+//	max_watermarks uvarint
+func (e Expire) appendBody(b []byte) []byte {
+	b = appendInt64(b, e.Now)
+	b = appendUvarint(b, e.MaxRemovals)
+	b = appendInt64(b, int64(e.WatermarkTTL))
+	return appendUvarint(b, e.MaxWatermarks)
+}
+
+func decodeExpireV1(d *decoder) Expire {
+	var e Expire
+	e.Now = d.int64()
+	e.MaxRemovals = d.uvarint()
+	e.WatermarkTTL = time.Duration(d.int64())
+	e.MaxWatermarks = d.uvarint()
+	return e
+}
+
+func (u Unknown) sizeHint() int              { return len(u.Body) }
+func (u Unknown) appendBody(b []byte) []byte { return append(b, u.Body...) }
+
+// DecodeCommand decodes the bytes of a raft log entry. It never panics, and the
+// returned command never aliases data. Errors match:
+//   - ErrMalformed: shorter than the two header bytes, or a body that does not
+//     decode exactly (truncated, bad varint, trailing bytes, ...);
+//   - ErrUnknownCommand: a type this version does not know, TypeIgnorable clear;
+//   - ErrUnsupportedVersion: a known type with a version this build cannot read.
+//
+// An unknown type with TypeIgnorable set decodes as Unknown, without error,
+// whatever its version and body.
+func DecodeCommand(data []byte) (Command, error) {
+	if len(data) < 2 {
+		return nil, fmt.Errorf("%w: %d bytes, want a 2-byte header", ErrMalformed, len(data))
+	}
+	t, v := CommandType(data[0]), data[1]
+	d := &decoder{b: data, off: 2, base: ErrMalformed}
+	var c Command
+	switch t {
+	case TypeReserve:
+		if v != 1 {
+			return nil, versionError(t, v)
+		}
+		c = decodeReserveV1(d)
+	case TypeCommit:
+		if v != 1 {
+			return nil, versionError(t, v)
+		}
+		c = decodeCommitV1(d)
+	case TypeReject:
+		if v != 1 {
+			return nil, versionError(t, v)
+		}
+		c = decodeRejectV1(d)
+	case TypeExpire:
+		if v != 1 {
+			return nil, versionError(t, v)
+		}
+		c = decodeExpireV1(d)
+	default:
+		if t&TypeIgnorable != 0 {
+			return Unknown{Type: t, Version: v, Body: append([]byte(nil), data[2:]...)}, nil
+		}
+		return nil, fmt.Errorf("%w: %s version %d", ErrUnknownCommand, t, v)
+	}
+	if err := d.finish(); err != nil {
+		return nil, fmt.Errorf("%s v%d: %w", t, v, err)
+	}
+	return c, nil
+}
+
+func versionError(t CommandType, v uint8) error {
+	return fmt.Errorf("%w: %s version %d", ErrUnsupportedVersion, t, v)
+}

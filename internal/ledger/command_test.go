@@ -1,0 +1,227 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// sampleCommands has one command of every type, with every field set.
+func sampleCommands() []Command {
+	s := structured("acme", "host1.dc1:12345", 42, "a1b2c3d4e5f6a7b8", t0)
+	s.Request.Datacenters = []string{"dc1", "dc2"}
+	return []Command{
+		reserve("acme", "order-1", t0),
+		s,
+		Reserve{Tenant: "t", Key: "k", JobID: "j", Now: -5, ExpiresAt: 1, MaxEntries: 1 << 40},
+		commit(s, t0+sec),
+		reject(s, t0+sec, 429),
+		Expire{Now: t0, MaxRemovals: 300, WatermarkTTL: 7 * 24 * time.Hour, MaxWatermarks: 1 << 20},
+		Expire{},
+		Unknown{Type: TypeIgnorable | 0x11, Version: 7, Body: []byte("future")},
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	for _, c := range sampleCommands() {
+		b := Encode(c)
+		if CommandType(b[0]) != c.CommandType() || b[1] != c.CommandVersion() {
+			t.Fatalf("%T: header %x", c, b[:2])
+		}
+		got, err := DecodeCommand(b)
+		if err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+		if !reflect.DeepEqual(got, c) {
+			t.Fatalf("round trip:\n got %#v\nwant %#v", got, c)
+		}
+		if !bytes.Equal(Encode(got), b) {
+			t.Fatalf("%T: re-encoding differs", c)
+		}
+		// AppendCommand appends.
+		if ab := AppendCommand([]byte("xy"), c); !bytes.Equal(ab[2:], b) || string(ab[:2]) != "xy" {
+			t.Fatalf("%T: AppendCommand", c)
+		}
+	}
+}
+
+func TestDecodeDoesNotAlias(t *testing.T) {
+	b := Encode(reserve("acme", "k", t0))
+	c, err := DecodeCommand(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = 0xff
+	}
+	if r := c.(Reserve); string(r.Request.Payload) != `{"order":"k"}` || r.Tenant != "acme" {
+		t.Fatalf("decoded command changed with its input: %+v", r)
+	}
+}
+
+func TestStructuredFieldsOnlyWhenStructured(t *testing.T) {
+	r := reserve("acme", "k", t0)
+	r.ClientID, r.Sequence, r.Nonce = "c", 9, "n" // not Structured: not encoded
+	got, err := DecodeCommand(Encode(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got.(Reserve); g.ClientID != "" || g.Sequence != 0 || g.Nonce != "" {
+		t.Fatalf("structured parts of an opaque key survived: %+v", g)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	valid := Encode(reserve("acme", "k", t0))
+	nonMinimal := []byte{byte(TypeExpire), 1}
+	nonMinimal = appendInt64(nonMinimal, 1)
+	nonMinimal = append(nonMinimal, 0x80, 0x00) // 0 as a 2-byte varint
+	nonMinimal = appendInt64(nonMinimal, 0)
+	nonMinimal = append(nonMinimal, 0)
+	badBool := bytes.Clone(valid)
+	badBool[len(badBool)-1] = 2 // the structured flag is the last byte
+	hugeLen := []byte{byte(TypeCommit), 1}
+	hugeLen = binary.AppendUvarint(hugeLen, 1<<62)
+	badStatus := Encode(Reject{Tenant: "t", Key: "k", JobID: "j"})
+	badStatus = append(badStatus[:len(badStatus)-2-1], 0x80, 0x80, 0x04, 0, 0) // status 65536
+
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"empty", nil, ErrMalformed},
+		{"one byte", []byte{1}, ErrMalformed},
+		{"header only", []byte{byte(TypeReserve), 1}, ErrMalformed},
+		{"trailing byte", append(bytes.Clone(valid), 0), ErrMalformed},
+		{"non-minimal varint", nonMinimal, ErrMalformed},
+		{"bad bool", badBool, ErrMalformed},
+		{"length past the end", hugeLen, ErrMalformed},
+		{"status out of range", badStatus, ErrMalformed},
+		{"unknown type", []byte{0x05, 1}, ErrUnknownCommand},
+		{"zero type", []byte{0x00, 1, 2, 3}, ErrUnknownCommand},
+		{"reserve v2", []byte{byte(TypeReserve), 2}, ErrUnsupportedVersion},
+		{"commit v0", []byte{byte(TypeCommit), 0}, ErrUnsupportedVersion},
+		{"reject v9", []byte{byte(TypeReject), 9}, ErrUnsupportedVersion},
+		{"expire v2", []byte{byte(TypeExpire), 2}, ErrUnsupportedVersion},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := DecodeCommand(tc.in)
+			if !errors.Is(err, tc.want) || c != nil {
+				t.Fatalf("DecodeCommand = %v, %v; want nil, %v", c, err, tc.want)
+			}
+		})
+	}
+	// Every strict prefix of every valid command fails to decode.
+	for _, c := range sampleCommands() {
+		if _, ok := c.(Unknown); ok {
+			continue
+		}
+		b := Encode(c)
+		for n := 0; n < len(b); n++ {
+			if _, err := DecodeCommand(b[:n]); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("%T prefix %d/%d: %v", c, n, len(b), err)
+			}
+		}
+	}
+}
+
+func TestDecodeIgnorable(t *testing.T) {
+	for _, in := range [][]byte{{0x80, 0}, {0xff, 0xff, 1, 2, 3}, {0x85, 1}} {
+		c, err := DecodeCommand(in)
+		if err != nil {
+			t.Fatalf("%x: %v", in, err)
+		}
+		u, ok := c.(Unknown)
+		if !ok || byte(u.Type) != in[0] || u.Version != in[1] || !bytes.Equal(u.Body, in[2:]) {
+			t.Fatalf("%x: %#v", in, c)
+		}
+		if !bytes.Equal(Encode(u), in) {
+			t.Fatalf("%x: re-encoded as %x", in, Encode(u))
+		}
+	}
+}
+
+// FuzzDecodeCommand: DecodeCommand never panics; whatever decodes re-encodes
+// to the same bytes; and applying it never panics nor breaks an invariant.
+func FuzzDecodeCommand(f *testing.F) {
+	for _, c := range sampleCommands() {
+		f.Add(Encode(c))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := DecodeCommand(data)
+		if err != nil {
+			if c != nil {
+				t.Fatalf("command %#v with error %v", c, err)
+			}
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownCommand) && !errors.Is(err, ErrUnsupportedVersion) {
+				t.Fatalf("untyped error %v", err)
+			}
+		} else if re := Encode(c); !bytes.Equal(re, data) {
+			t.Fatalf("re-encoded %x, input %x", re, data)
+		}
+		h := newHarness(t)
+		h.must(reserve("t", "k", t0), OutcomeReserved)
+		res := h.applyRaw(data)
+		if err != nil && (res.Outcome != OutcomeInvalid || res.Err == nil || res.Err.Error() != err.Error()) {
+			t.Fatalf("decode error %v but result %v (%v)", err, res.Outcome, res.Err)
+		}
+		if err == nil && res.Outcome == OutcomeInvalid && !errors.Is(res.Err, ErrInvalidCommand) {
+			t.Fatalf("invalid result with error %v", res.Err)
+		}
+		checkInvariants(t, h.f)
+	})
+}
+
+// TestWriteFuzzCorpus regenerates the checked-in seed corpora under
+// testdata/fuzz when LEDGER_WRITE_CORPUS=1.
+func TestWriteFuzzCorpus(t *testing.T) {
+	if os.Getenv("LEDGER_WRITE_CORPUS") != "1" {
+		t.Skip("set LEDGER_WRITE_CORPUS=1 to regenerate testdata/fuzz")
+	}
+	write := func(target, name string, b []byte) {
+		dir := filepath.Join("testdata", "fuzz", target)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		body := "go test fuzz v1\n[]byte(" + quoteBytes(b) + ")\n"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range sampleCommands() {
+		write("FuzzDecodeCommand", fmt.Sprintf("seed-%d-type-%02x", i, byte(c.CommandType())), Encode(c))
+	}
+	write("FuzzDecodeCommand", "seed-truncated", Encode(reserve("a", "b", t0))[:20])
+	write("FuzzDecodeCommand", "seed-unknown-version", []byte{byte(TypeCommit), 9})
+	for name, b := range restoreSeeds(t) {
+		write("FuzzRestore", "seed-"+name, b)
+	}
+}
+
+func quoteBytes(b []byte) string {
+	var sb bytes.Buffer
+	sb.WriteByte('"')
+	for _, c := range b {
+		switch {
+		case c == '"' || c == '\\':
+			sb.WriteByte('\\')
+			sb.WriteByte(c)
+		case c >= 0x20 && c < 0x7f:
+			sb.WriteByte(c)
+		default:
+			const hex = "0123456789abcdef"
+			sb.WriteString(`\x`)
+			sb.WriteByte(hex[c>>4])
+			sb.WriteByte(hex[c&15])
+		}
+	}
+	sb.WriteByte('"')
+	return sb.String()
+}

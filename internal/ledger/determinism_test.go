@@ -1,0 +1,174 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// genLog returns a seeded random log of n entries that exercises every command
+// and outcome: duplicates, reused keys, structured keys and watermarks, the
+// bound, expiry with small budgets, stale commits, garbage, ignorable and
+// unknown commands, and configuration entries between commands. scale
+// multiplies the TTLs and bounds: 1 expires and fills aggressively, larger
+// values leave more state at the end.
+func genLog(seed uint64, n int, scale int64) []*raft.Log {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var (
+		logs     []*raft.Log
+		now      = t0
+		jobN     int
+		reserved []Reserve
+	)
+	tenants := []string{"acme", "globex", "initech"}
+	clients := []string{"host1.dc1:1", "host2.dc1:2"}
+	nonces := []string{"a1b2c3d4e5f6a7b8", "0000000000000001"}
+	add := func(typ raft.LogType, data []byte) {
+		logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Term: 1, Type: typ, Data: data})
+	}
+	for len(logs) < n {
+		now += rng.Int64N(3 * sec)
+		switch p := rng.IntN(100); {
+		case p < 40:
+			tn := tenants[rng.IntN(len(tenants))]
+			var r Reserve
+			if rng.IntN(2) == 0 {
+				r = reserve(tn, fmt.Sprintf("k%d", rng.IntN(60)), now)
+			} else {
+				r = structured(tn, clients[rng.IntN(2)], uint64(rng.IntN(40)), nonces[rng.IntN(2)], now)
+			}
+			r.ExpiresAt = now + scale*(5*sec+rng.Int64N(10*sec))
+			r.MaxEntries = uint64(4 + rng.IntN(16))
+			if scale > 1 {
+				r.MaxEntries = uint64(40 + rng.IntN(60))
+			}
+			if rng.IntN(5) == 0 {
+				r.Fingerprint = "other"
+			}
+			r.Request.Type = []string{"a", "b"}[rng.IntN(2)]
+			r.Request.Payload = json.RawMessage(fmt.Sprintf(`{"n":%d}`, rng.IntN(1000)))
+			jobN++
+			r.JobID = fmt.Sprintf("job-%d", jobN)
+			if rng.IntN(10) == 0 { // a colliding job ID: a recent one of the same tenant
+				for i := len(reserved) - 1; i >= max(0, len(reserved)-8); i-- {
+					if reserved[i].Tenant == tn && reserved[i].Key != r.Key {
+						r.JobID = reserved[i].JobID
+						break
+					}
+				}
+			}
+			reserved = append(reserved, r)
+			add(raft.LogCommand, Encode(r))
+		case p < 62 && len(reserved) > 0:
+			// commit one of the latest reservations (sometimes a stale one)
+			r := reserved[max(0, len(reserved)-1-rng.IntN(8))]
+			add(raft.LogCommand, Encode(Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
+				ExpiresAt: now + scale*20*sec, JobExpiresAt: now + scale*(10*sec+rng.Int64N(60*sec))}))
+		case p < 72 && len(reserved) > 0:
+			r := reserved[max(0, len(reserved)-1-rng.IntN(8))]
+			add(raft.LogCommand, Encode(Reject{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
+				ExpiresAt: now + scale*5*sec, Status: []int{422, 429}[rng.IntN(2)], Reason: "capacity", Detail: "d"}))
+		case p < 84:
+			add(raft.LogCommand, Encode(Expire{Now: now, MaxRemovals: uint64(rng.IntN(6)),
+				WatermarkTTL:  time.Duration(scale*int64(30+rng.IntN(60))) * time.Second,
+				MaxWatermarks: uint64(scale * int64(3+rng.IntN(5)))}))
+		case p < 88:
+			garbage := make([]byte, rng.IntN(40))
+			for i := range garbage {
+				garbage[i] = byte(rng.UintN(256))
+			}
+			add(raft.LogCommand, garbage)
+		case p < 90:
+			add(raft.LogCommand, []byte{byte(TypeIgnorable) | 0x33, 1, 1, 2, 3})
+		case p < 92:
+			add(raft.LogCommand, Encode(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: now, ExpiresAt: now})) // invalid
+		case p < 94:
+			add(raft.LogConfiguration, []byte("config"))
+		case p < 96:
+			add(raft.LogCommand, []byte{byte(TypeCommit), 7}) // unknown version
+		}
+	}
+	return logs
+}
+
+// TestDeterminism applies the same log to two FSMs, one entry at a time and in
+// random batches: every result, every change and the snapshots taken every
+// 500 entries are identical.
+func TestDeterminism(t *testing.T) {
+	for _, tc := range []struct{ seed, scale uint64 }{{1, 1}, {2, 1}, {3, 40}, {4, 40}} {
+		t.Run(fmt.Sprintf("seed=%d,scale=%d", tc.seed, tc.scale), func(t *testing.T) {
+			const n, every = 4000, 500
+			logs := genLog(tc.seed, n, int64(tc.scale))
+			var changesA, changesB []Change
+			a := New(Options{OnChange: func(c Change) { changesA = append(changesA, c) }})
+			b := New(Options{OnChange: func(c Change) { changesB = append(changesB, c) }})
+
+			resA := make([]interface{}, 0, n)
+			resB := make([]interface{}, 0, n)
+			rng := rand.New(rand.NewPCG(tc.seed, 7))
+			largest := 0
+			for start := 0; start < n; start += every {
+				seg := logs[start : start+every]
+				for _, l := range seg {
+					resA = append(resA, a.Apply(l))
+				}
+				for i := 0; i < len(seg); {
+					j := min(len(seg), i+1+rng.IntN(64))
+					resB = append(resB, b.ApplyBatch(seg[i:j])...)
+					i = j
+				}
+				sa, sb := persist(t, a), persist(t, b)
+				if !bytes.Equal(sa, sb) {
+					t.Fatalf("after %d entries: snapshots differ (%d vs %d bytes)", start+every, len(sa), len(sb))
+				}
+				largest = max(largest, len(sa))
+				// A replica restored from the snapshot writes it back identically.
+				if sc := persist(t, restore(t, sa)); !bytes.Equal(sa, sc) {
+					t.Fatal("a restored FSM persists different bytes")
+				}
+			}
+
+			outcomes := map[Outcome]int{}
+			for i := range logs {
+				if logs[i].Type != raft.LogCommand {
+					if resA[i] != nil || resB[i] != nil {
+						t.Fatalf("log %d (%v): responses %v / %v, want nil", i, logs[i].Type, resA[i], resB[i])
+					}
+					continue
+				}
+				ra, rb := resA[i].(Result), resB[i].(Result)
+				if !sameResult(ra, rb) {
+					t.Fatalf("log %d: results differ:\nApply      %+v\nApplyBatch %+v", i, ra, rb)
+				}
+				outcomes[ra.Outcome]++
+			}
+			t.Logf("outcomes: %v; final stats %+v; largest snapshot %d bytes", outcomes, a.Stats(), largest)
+			for _, o := range []Outcome{OutcomeReserved, OutcomeExists, OutcomeKeyReused, OutcomeKeyExpired,
+				OutcomeFull, OutcomeCommitted, OutcomeRejected, OutcomeUnchanged, OutcomeNotFound,
+				OutcomeJobIDInUse, OutcomeExpired, OutcomeIgnored, OutcomeInvalid} {
+				if outcomes[o] == 0 {
+					t.Errorf("the log never produced %v; make the generator reach it", o)
+				}
+			}
+			if len(changesA) != len(changesB) {
+				t.Fatalf("%d changes vs %d", len(changesA), len(changesB))
+			}
+			for i := range changesA {
+				if !sameChange(changesA[i], changesB[i]) {
+					t.Fatalf("change %d differs: %+v vs %+v", i, changesA[i], changesB[i])
+				}
+			}
+			checkInvariants(t, a)
+			checkInvariants(t, b)
+		})
+	}
+}
+
+func sameChange(a, b Change) bool {
+	return a.Index == b.Index && a.Kind == b.Kind && sameResult(Result{Entry: a.Entry}, Result{Entry: b.Entry})
+}

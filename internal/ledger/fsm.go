@@ -1,0 +1,303 @@
+package ledger
+
+import (
+	"math"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// Options configure an FSM.
+type Options struct {
+	// OnChange, when set, is called after an entry changes: reserved,
+	// committed, rejected, removed by expiry, and once with ChangeRestored after
+	// Restore. See FSM for when and how.
+	OnChange func(Change)
+}
+
+// FSM is the idempotency ledger: the raft.FSM (and raft.BatchingFSM) of a
+// manager group. It holds the idempotency entries, the job table and the
+// structured-key watermarks, and it is the only thing that changes them.
+//
+// The contract, in hashicorp/raft's words and ours; each sentence is tested
+// (fsm_contract_test.go):
+//
+// Apply is called once a log entry is committed by a majority of the cluster.
+// Apply is deterministic: it reads nothing but the log entry (its Data and its
+// Index) and the state; no clock, no randomness, no I/O, no map iteration. The
+// leader stamps every time (Now, ExpiresAt) and decides every job ID before it
+// proposes a command. So every replica that applies the same log computes the
+// same state and the same Result, and Persist writes byte-identical snapshots.
+//
+// Apply returns a Result value for every LogCommand entry, never nil and never
+// a pointer; other log types (raft.LogConfiguration, ...) return nil. A
+// business outcome (exists, key reused, full, ...) is the Result's Outcome; a
+// command that does not decode, or has an unknown type or version, or breaks a
+// rule of its type, returns OutcomeInvalid with Result.Err and changes nothing
+// but the applied index. It never panics on any log data. (STYLE.md suggests
+// panicking on a decode failure; we return an error result instead, which every
+// replica computes alike, so the group stays consistent and a bad proposal
+// cannot crash-loop every manager. See docs/ledger.md.) An unknown type with
+// TypeIgnorable set returns OutcomeIgnored.
+//
+// ApplyBatch applies its entries in order exactly as Apply would one by one,
+// and returns one response per entry (nil for non-command entries). Applying a
+// log one entry at a time or in batches of any size gives identical state.
+//
+// Log indexes must increase: an entry whose Index is not after the last applied
+// one returns OutcomeInvalid (ErrInvalidCommand) and changes nothing. A job's
+// Seq is the index of its Commit.
+//
+// Snapshot returns quickly: under the write lock it clones three copy-on-write
+// B-trees (O(1) each) and records the applied index; entries, jobs and
+// watermarks are immutable values, shared, never copied. Persist streams that
+// view to the sink while Apply goes on; it is safe to call concurrently with
+// Apply and with the readers, and what it writes does not change with later
+// Applies. Release drops the view. A snapshot never taken to Persist costs
+// nothing.
+//
+// Restore discards all previous state: it decodes the whole snapshot into a
+// fresh state, without holding any lock, and only then swaps it in under the
+// write lock. A malformed snapshot returns an error matching ErrBadSnapshot or
+// ErrSnapshotVersion, never panics, and leaves the previous state in place.
+// Restore closes the reader.
+//
+// Readers (Entry, Job, ListJobs, Pending, NextExpiry, Stats, Watermark) are
+// safe to call from any goroutine, concurrently with Apply, ApplyBatch,
+// Snapshot, Persist and Restore; they take the read lock and return copies.
+// They see the state after some whole command (or batch), never a partial one.
+// Entries are returned while they are in the table: an entry past its
+// ExpiresAt stays until an Expire (or a Reserve of its key) removes it, so a
+// reader that cares compares ExpiresAt with its clock.
+//
+// Options.OnChange is called synchronously on the goroutine that applies (raft's
+// FSM goroutine), once per change, in log order, after the write lock is
+// released and before Apply/ApplyBatch/Restore returns. It may call the
+// readers, which then see the state after the whole Apply or ApplyBatch that
+// made the change (so possibly later than Change.Entry). It must not block
+// (every later Apply waits for it) and must not call Apply, ApplyBatch or
+// Restore (they would deadlock).
+type FSM struct {
+	onChange func(Change)
+
+	// wmu serializes the mutators (Apply, ApplyBatch, Restore) and the
+	// delivery of their changes, so changes arrive in log order.
+	wmu     sync.Mutex
+	changes []Change // scratch, under wmu
+
+	// mu guards s: readers take RLock; Apply, Restore's swap and Snapshot's
+	// clone take Lock.
+	mu sync.RWMutex
+	s  *state
+}
+
+var (
+	_ raft.FSM         = (*FSM)(nil)
+	_ raft.BatchingFSM = (*FSM)(nil)
+	_ raft.FSMSnapshot = (*Snapshot)(nil)
+)
+
+// New returns an empty FSM.
+func New(opts Options) *FSM {
+	return &FSM{onChange: opts.OnChange, s: newState()}
+}
+
+// Apply applies one committed log entry; see FSM for the contract. For a
+// raft.LogCommand it returns a Result value, otherwise nil.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	cmd, err := DecodeCommand(l.Data)
+	ax := f.ctx(l.Index)
+	f.mu.Lock()
+	res := f.s.apply(&ax, cmd, err)
+	f.mu.Unlock()
+	f.notify()
+	return res
+}
+
+// ApplyBatch applies committed log entries in order under one acquisition of
+// the write lock; see FSM. The i-th response is a Result for a LogCommand
+// entry and nil for any other.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	type decoded struct {
+		cmd Command
+		err error
+	}
+	cmds := make([]decoded, len(logs))
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			cmds[i].cmd, cmds[i].err = DecodeCommand(l.Data)
+		}
+	}
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	f.mu.Lock()
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		ax := f.ctx(l.Index)
+		out[i] = f.s.apply(&ax, cmds[i].cmd, cmds[i].err)
+	}
+	f.mu.Unlock()
+	f.notify()
+	return out
+}
+
+func (f *FSM) ctx(index uint64) applyCtx {
+	ax := applyCtx{index: index}
+	if f.onChange != nil {
+		ax.changes = &f.changes
+	}
+	return ax
+}
+
+// notify delivers the collected changes; called under wmu, not under mu.
+func (f *FSM) notify() {
+	if len(f.changes) == 0 {
+		return
+	}
+	for i := range f.changes {
+		f.onChange(f.changes[i])
+		f.changes[i] = Change{} // drop references
+	}
+	f.changes = f.changes[:0]
+}
+
+// Entry returns the entry of (tenant, key), if it is in the table. O(log n).
+func (f *FSM) Entry(tenant, key string) (Entry, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	e, ok := f.s.entries.Get(&Entry{Tenant: tenant, Key: key})
+	if !ok {
+		return Entry{}, false
+	}
+	return *e, true
+}
+
+// Job returns the tenant's job with that ID, if it is in the job table.
+// O(log n).
+func (f *FSM) Job(tenant, id string) (Job, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	j, ok := f.s.jobs.Get(&Job{Tenant: tenant, ID: id})
+	if !ok {
+		return Job{}, false
+	}
+	return *j, true
+}
+
+// Watermark returns the watermark of a structured-key client, if any.
+// O(log n).
+func (f *FSM) Watermark(tenant, clientID, nonce string) (Watermark, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	w, ok := f.s.wms.Get(&Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce})
+	if !ok {
+		return Watermark{}, false
+	}
+	return *w, true
+}
+
+// ListJobs returns a page of the tenant's jobs in Seq order (oldest first,
+// newest last), keeping those that match opts.Type and opts.Status and have
+// Seq > opts.After, at most the normalized opts.Limit of them. next is the Seq
+// of the last job returned (0 when none); more is true when at least one more
+// matching job follows it, and then next is the cursor (opts.After) of the
+// following page. Encoding next into an opaque cursor is the caller's business.
+//
+// Cost: O(log n + limit) for n jobs in all tenants, with or without a filter:
+// it seeks in the (tenant, seq) index, or the (tenant, type, seq) index when
+// opts.Type is set, and reads only matching jobs. A Status other than
+// api.JobStatusCommitted matches nothing and costs O(1).
+func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64, more bool) {
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = api.DefaultListLimit
+	}
+	limit = min(limit, api.MaxListLimit)
+	if opts.Status != "" && opts.Status != api.JobStatusCommitted {
+		return nil, 0, false
+	}
+	if opts.After == math.MaxUint64 {
+		return nil, 0, false
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	visit := func(j *Job) bool {
+		if j.Tenant != tenant || (opts.Type != "" && j.Type != opts.Type) {
+			return false
+		}
+		if len(jobs) == limit {
+			more = true
+			return false
+		}
+		jobs = append(jobs, *j)
+		return true
+	}
+	pivot := &Job{Tenant: tenant, Type: opts.Type, Seq: opts.After + 1}
+	if opts.Type == "" {
+		f.s.jobSeq.AscendGreaterOrEqual(pivot, visit)
+	} else {
+		f.s.jobType.AscendGreaterOrEqual(pivot, visit)
+	}
+	if len(jobs) > 0 {
+		next = jobs[len(jobs)-1].Seq
+	}
+	return jobs, next, more
+}
+
+// Pending returns every PENDING entry, ordered by (tenant, key): a new leader
+// resolves each (re-running admission from Entry.Request, then proposing
+// Commit or Reject with the entry's JobID) instead of letting it wait out its
+// TTL. Call it after raft.Barrier() succeeds on the new leader, so that every
+// entry its predecessor committed has been applied. O(entries): it is meant for
+// once per leadership change; it returns nil at once when nothing is pending.
+func (f *FSM) Pending() []Entry {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.s.pending == 0 {
+		return nil
+	}
+	out := make([]Entry, 0, f.s.pending)
+	f.s.entries.Ascend(func(e *Entry) bool {
+		if e.State == StatePending {
+			out = append(out, *e)
+		}
+		return len(out) < f.s.pending
+	})
+	return out
+}
+
+// NextExpiry returns the earliest ExpiresAt (unix nanoseconds) of any entry or
+// job, and false when there is none: the leader proposes Expire when its clock
+// reaches it (and at least every cleanup interval, which also ages out the
+// watermarks: their expiry depends on the WatermarkTTL stamped in Expire, so
+// it is not counted here). O(log n).
+func (f *FSM) NextExpiry() (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.s.nextExpiry()
+}
+
+// Stats returns the counts of the state. O(1).
+func (f *FSM) Stats() Stats {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.s
+	return Stats{
+		Entries:      s.entries.Len(),
+		Pending:      s.pending,
+		Committed:    s.committed,
+		Rejected:     s.rejected,
+		Jobs:         s.jobs.Len(),
+		Watermarks:   s.wms.Len(),
+		AppliedIndex: s.applied,
+	}
+}

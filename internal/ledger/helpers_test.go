@@ -1,0 +1,296 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Times of the tests, in unix nanoseconds.
+const (
+	t0         = int64(1_800_000_000) * int64(time.Second)
+	sec        = int64(time.Second)
+	pendingTTL = 60 * sec
+	commitTTL  = 300 * sec
+	rejectTTL  = 60 * sec
+	jobTTL     = 3600 * sec
+)
+
+// harness drives one FSM with increasing raft indexes and records changes.
+type harness struct {
+	t       testing.TB
+	f       *FSM
+	idx     uint64
+	changes []Change
+}
+
+func newHarness(t testing.TB) *harness {
+	h := &harness{t: t}
+	h.f = New(Options{OnChange: func(c Change) { h.changes = append(h.changes, c) }})
+	return h
+}
+
+func (h *harness) applyRaw(data []byte) Result {
+	h.t.Helper()
+	h.idx++
+	out := h.f.Apply(&raft.Log{Index: h.idx, Term: 1, Type: raft.LogCommand, Data: data})
+	res, ok := out.(Result)
+	if !ok {
+		h.t.Fatalf("Apply returned %T, want Result", out)
+	}
+	return res
+}
+
+func (h *harness) apply(c Command) Result {
+	h.t.Helper()
+	return h.applyRaw(Encode(c))
+}
+
+// must applies c and fails unless the outcome is want.
+func (h *harness) must(c Command, want Outcome) Result {
+	h.t.Helper()
+	res := h.apply(c)
+	if res.Outcome != want {
+		h.t.Fatalf("%T: outcome %v (err %v), want %v", c, res.Outcome, res.Err, want)
+	}
+	checkInvariants(h.t, h.f)
+	return res
+}
+
+func (h *harness) entry(tenant, key string) Entry {
+	h.t.Helper()
+	e, ok := h.f.Entry(tenant, key)
+	if !ok {
+		h.t.Fatalf("no entry %s/%s", tenant, key)
+	}
+	return e
+}
+
+func (h *harness) noEntry(tenant, key string) {
+	h.t.Helper()
+	if e, ok := h.f.Entry(tenant, key); ok {
+		h.t.Fatalf("entry %s/%s exists: %+v", tenant, key, e)
+	}
+}
+
+func reserve(tenant, key string, now int64) Reserve {
+	return Reserve{
+		Tenant:      tenant,
+		Key:         key,
+		Fingerprint: "fp-" + key,
+		JobID:       "job-" + tenant + "-" + key,
+		Now:         now,
+		ExpiresAt:   now + pendingTTL,
+		MaxEntries:  1000,
+		Request: Request{
+			Type:        "send_invoice",
+			Payload:     json.RawMessage(`{"order":"` + key + `"}`),
+			Datacenters: []string{"dc1"},
+		},
+	}
+}
+
+func structured(tenant, client string, seq uint64, nonce string, now int64) Reserve {
+	key := fmt.Sprintf("%s:%d:%s", client, seq, nonce)
+	r := reserve(tenant, key, now)
+	r.Structured, r.ClientID, r.Sequence, r.Nonce = true, client, seq, nonce
+	return r
+}
+
+func commit(r Reserve, now int64) Commit {
+	return Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
+		ExpiresAt: now + commitTTL, JobExpiresAt: now + jobTTL}
+}
+
+func reject(r Reserve, now int64, status int) Reject {
+	return Reject{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
+		ExpiresAt: now + rejectTTL, Status: status, Reason: "capacity", Detail: "queue full"}
+}
+
+func expire(now int64) Expire {
+	return Expire{Now: now, WatermarkTTL: 24 * time.Hour, MaxWatermarks: 1000}
+}
+
+// memSink is a raft.SnapshotSink in memory.
+type memSink struct {
+	bytes.Buffer
+	closed, cancelled bool
+}
+
+func (s *memSink) ID() string    { return "mem" }
+func (s *memSink) Cancel() error { s.cancelled = true; return nil }
+func (s *memSink) Close() error  { s.closed = true; return nil }
+
+// persist takes a snapshot of f and returns its bytes.
+func persist(t testing.TB, f *FSM) []byte {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Release()
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	if !sink.closed || sink.cancelled {
+		t.Fatalf("sink closed=%v cancelled=%v", sink.closed, sink.cancelled)
+	}
+	return sink.Bytes()
+}
+
+// restore builds a fresh FSM from snapshot bytes.
+func restore(t testing.TB, b []byte) *FSM {
+	t.Helper()
+	f := New(Options{})
+	if err := f.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// checkInvariants verifies that every index agrees with its table and that
+// the counters are right.
+func checkInvariants(t testing.TB, f *FSM) {
+	t.Helper()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.s
+	var counts [4]int
+	s.entries.Ascend(func(e *Entry) bool {
+		if !e.State.valid() {
+			t.Errorf("entry %s/%s: bad state %d", e.Tenant, e.Key, e.State)
+			return true
+		}
+		counts[e.State]++
+		if got, ok := s.entryExp.Get(e); !ok || got != e {
+			t.Errorf("entry %s/%s missing from the expiry index", e.Tenant, e.Key)
+		}
+		return true
+	})
+	if s.entryExp.Len() != s.entries.Len() {
+		t.Errorf("entryExp has %d items, entries %d", s.entryExp.Len(), s.entries.Len())
+	}
+	if counts[StatePending] != s.pending || counts[StateCommitted] != s.committed || counts[StateRejected] != s.rejected {
+		t.Errorf("counts %v, counters %d/%d/%d", counts, s.pending, s.committed, s.rejected)
+	}
+	s.jobs.Ascend(func(j *Job) bool {
+		for name, idx := range map[string]interface{ Get(*Job) (*Job, bool) }{
+			"jobSeq": s.jobSeq, "jobType": s.jobType, "jobExp": s.jobExp,
+		} {
+			if got, ok := idx.Get(j); !ok || got != j {
+				t.Errorf("job %s/%s missing from %s", j.Tenant, j.ID, name)
+			}
+		}
+		return true
+	})
+	if s.jobSeq.Len() != s.jobs.Len() || s.jobType.Len() != s.jobs.Len() || s.jobExp.Len() != s.jobs.Len() {
+		t.Errorf("job indexes %d/%d/%d, jobs %d", s.jobSeq.Len(), s.jobType.Len(), s.jobExp.Len(), s.jobs.Len())
+	}
+	s.wms.Ascend(func(w *Watermark) bool {
+		if got, ok := s.wmAge.Get(w); !ok || got != w {
+			t.Errorf("watermark %s/%s/%s missing from wmAge", w.Tenant, w.ClientID, w.Nonce)
+		}
+		return true
+	})
+	if s.wmAge.Len() != s.wms.Len() {
+		t.Errorf("wmAge has %d items, wms %d", s.wmAge.Len(), s.wms.Len())
+	}
+}
+
+// sameResult compares results, errors by their sentinel and text.
+func sameResult(a, b Result) bool {
+	ae, be := a.Err, b.Err
+	a.Err, b.Err = nil, nil
+	if !reflect.DeepEqual(a, b) {
+		return false
+	}
+	if (ae == nil) != (be == nil) {
+		return false
+	}
+	return ae == nil || ae.Error() == be.Error()
+}
+
+// tables is the whole content of an FSM, for comparisons.
+type tables struct {
+	Entries    []Entry
+	Jobs       []Job
+	Watermarks []Watermark
+}
+
+func dumpTables(f *FSM) tables {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var tb tables
+	f.s.entries.Ascend(func(e *Entry) bool { tb.Entries = append(tb.Entries, *e); return true })
+	f.s.jobs.Ascend(func(j *Job) bool { tb.Jobs = append(tb.Jobs, *j); return true })
+	f.s.wms.Ascend(func(w *Watermark) bool { tb.Watermarks = append(tb.Watermarks, *w); return true })
+	return tb
+}
+
+// applyCase is one row of a command's table test.
+type applyCase struct {
+	name  string
+	setup func(h *harness)
+	cmd   func(h *harness) Command
+	want  Outcome
+	// changes: the kinds of change the command emits, in order.
+	changes []ChangeKind
+	check   func(t *testing.T, h *harness, res Result)
+}
+
+// unchanging outcomes leave the tables as they were.
+var unchanging = map[Outcome]bool{
+	OutcomeExists: true, OutcomeKeyReused: true, OutcomeFull: true,
+	OutcomeUnchanged: true, OutcomeNotFound: true, OutcomeJobIDInUse: true,
+	OutcomeIgnored: true, OutcomeInvalid: true,
+}
+
+func runCases(t *testing.T, cases []applyCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			if tc.setup != nil {
+				tc.setup(h)
+			}
+			before := dumpTables(h.f)
+			h.changes = nil
+			res := h.apply(tc.cmd(h))
+			if res.Outcome != tc.want {
+				t.Fatalf("outcome %v (err %v), want %v", res.Outcome, res.Err, tc.want)
+			}
+			if (res.Err != nil) != (res.Outcome == OutcomeInvalid) {
+				t.Fatalf("outcome %v with err %v", res.Outcome, res.Err)
+			}
+			if unchanging[res.Outcome] {
+				if after := dumpTables(h.f); !reflect.DeepEqual(before, after) {
+					t.Fatalf("%v changed the state:\nbefore %+v\nafter  %+v", res.Outcome, before, after)
+				}
+			}
+			var kinds []ChangeKind
+			for _, c := range h.changes {
+				kinds = append(kinds, c.Kind)
+				if c.Index != h.idx {
+					t.Errorf("change %v has index %d, want %d", c.Kind, c.Index, h.idx)
+				}
+			}
+			if !reflect.DeepEqual(kinds, tc.changes) {
+				t.Fatalf("changes %v, want %v", kinds, tc.changes)
+			}
+			if st := h.f.Stats(); st.AppliedIndex != h.idx {
+				t.Fatalf("applied index %d, want %d", st.AppliedIndex, h.idx)
+			}
+			checkInvariants(t, h.f)
+			if tc.check != nil {
+				tc.check(t, h, res)
+			}
+		})
+	}
+}

@@ -1,0 +1,435 @@
+package ledger
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+
+	"github.com/google/btree"
+	"github.com/hashicorp/raft"
+)
+
+// Snapshot format (docs/ledger.md has the details):
+//
+//	magic    8 bytes "ONCELDGR"
+//	version  1 byte  (snapshotVersion)
+//	header   record: applied_index uvarint, entries uvarint, jobs uvarint,
+//	         watermarks uvarint
+//	entries  that many records, ordered by (tenant, key)
+//	jobs     that many records, ordered by (tenant, id)
+//	watermarks that many records, ordered by (tenant, client_id, nonce)
+//	crc      4 bytes, big-endian CRC-32C (Castagnoli) of every byte before it
+//
+// A record is a uvarint length and that many bytes, decoded strictly (no
+// trailing bytes) with the command primitives.
+const (
+	snapshotMagic   = "ONCELDGR"
+	snapshotVersion = 1
+	// maxRecord bounds one record (an entry with its payload).
+	maxRecord = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Snapshot is the raft.FSMSnapshot of an FSM: an immutable view of the state
+// at one applied index. Persist may run concurrently with Apply.
+type Snapshot struct {
+	applied    uint64
+	entries    *btree.BTreeG[*Entry]
+	jobs       *btree.BTreeG[*Job]
+	watermarks *btree.BTreeG[*Watermark]
+}
+
+// Snapshot captures the state in O(1); see FSM.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &Snapshot{
+		applied:    f.s.applied,
+		entries:    f.s.entries.Clone(),
+		jobs:       f.s.jobs.Clone(),
+		watermarks: f.s.wms.Clone(),
+	}, nil
+}
+
+// Persist writes the snapshot to sink and closes it; on error it cancels the
+// sink and returns the error.
+func (s *Snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.PersistTo(sink); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("ledger: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+// PersistTo writes the snapshot to w (without closing it). Persist uses it; it is
+// exported for tests and tools.
+func (s *Snapshot) PersistTo(w io.Writer) error {
+	if s.entries == nil {
+		return errors.New("ledger: snapshot already released")
+	}
+	crc := crc32.New(castagnoli)
+	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 256<<10)
+	var err error
+	var rec []byte
+	lenBuf := make([]byte, 0, binary.MaxVarintLen64)
+	put := func(r []byte) bool {
+		lenBuf = binary.AppendUvarint(lenBuf[:0], uint64(len(r)))
+		if _, err = bw.Write(lenBuf); err != nil {
+			return false
+		}
+		_, err = bw.Write(r)
+		return err == nil
+	}
+	if _, err = bw.WriteString(snapshotMagic); err != nil {
+		return err
+	}
+	if err = bw.WriteByte(snapshotVersion); err != nil {
+		return err
+	}
+	rec = appendUvarint(rec, s.applied)
+	rec = appendUvarint(rec, uint64(s.entries.Len()))
+	rec = appendUvarint(rec, uint64(s.jobs.Len()))
+	rec = appendUvarint(rec, uint64(s.watermarks.Len()))
+	if !put(rec) {
+		return err
+	}
+	s.entries.Ascend(func(e *Entry) bool {
+		rec = appendEntry(rec[:0], e)
+		return put(rec)
+	})
+	if err != nil {
+		return err
+	}
+	s.jobs.Ascend(func(j *Job) bool {
+		rec = appendJob(rec[:0], j)
+		return put(rec)
+	})
+	if err != nil {
+		return err
+	}
+	s.watermarks.Ascend(func(wm *Watermark) bool {
+		rec = appendWatermark(rec[:0], wm)
+		return put(rec)
+	})
+	if err != nil {
+		return err
+	}
+	if err = bw.Flush(); err != nil {
+		return err
+	}
+	_, err = w.Write(crc.Sum(nil))
+	return err
+}
+
+// Release drops the view.
+func (s *Snapshot) Release() {
+	s.entries, s.jobs, s.watermarks = nil, nil, nil
+}
+
+// Entry record (snapshot v1):
+//
+//	tenant string, key string, fingerprint string, state uvarint, job_id string,
+//	reserved_at int64, resolved_at int64, expires_at int64,
+//	type string, payload bytes, datacenters strings,
+//	structured bool, [client_id string, sequence uvarint, nonce string],
+//	status uvarint, reason string, detail string
+func appendEntry(b []byte, e *Entry) []byte {
+	b = appendString(b, e.Tenant)
+	b = appendString(b, e.Key)
+	b = appendString(b, e.Fingerprint)
+	b = appendUvarint(b, uint64(e.State))
+	b = appendString(b, e.JobID)
+	b = appendInt64(b, e.ReservedAt)
+	b = appendInt64(b, e.ResolvedAt)
+	b = appendInt64(b, e.ExpiresAt)
+	b = appendString(b, e.Request.Type)
+	b = appendBytes(b, e.Request.Payload)
+	b = appendStrings(b, e.Request.Datacenters)
+	b = appendBool(b, e.Structured)
+	if e.Structured {
+		b = appendString(b, e.ClientID)
+		b = appendUvarint(b, e.Sequence)
+		b = appendString(b, e.Nonce)
+	}
+	b = appendUvarint(b, uint64(e.Status))
+	b = appendString(b, e.Reason)
+	return appendString(b, e.Detail)
+}
+
+func decodeEntry(d *decoder) *Entry {
+	e := &Entry{}
+	e.Tenant = d.string()
+	e.Key = d.string()
+	e.Fingerprint = d.string()
+	st := d.uvarint()
+	e.State = State(st)
+	if d.err == nil && (st > 255 || !e.State.valid()) {
+		d.fail(fmt.Sprintf("bad state %d", st))
+	}
+	e.JobID = d.string()
+	e.ReservedAt = d.int64()
+	e.ResolvedAt = d.int64()
+	e.ExpiresAt = d.int64()
+	e.Request.Type = d.string()
+	e.Request.Payload = d.bytes()
+	e.Request.Datacenters = d.strings()
+	e.Structured = d.bool()
+	if e.Structured {
+		e.ClientID = d.string()
+		e.Sequence = d.uvarint()
+		e.Nonce = d.string()
+	}
+	status := d.uvarint()
+	if d.err == nil && status > 0xFFFF {
+		d.fail("bad status")
+	}
+	e.Status = int(status)
+	e.Reason = d.string()
+	e.Detail = d.string()
+	return e
+}
+
+// Job record (snapshot v1):
+//
+//	tenant string, id string, key string, type string, payload bytes,
+//	datacenters strings, status string, created_at int64, seq uvarint,
+//	expires_at int64
+func appendJob(b []byte, j *Job) []byte {
+	b = appendString(b, j.Tenant)
+	b = appendString(b, j.ID)
+	b = appendString(b, j.Key)
+	b = appendString(b, j.Type)
+	b = appendBytes(b, j.Payload)
+	b = appendStrings(b, j.Datacenters)
+	b = appendString(b, j.Status)
+	b = appendInt64(b, j.CreatedAt)
+	b = appendUvarint(b, j.Seq)
+	return appendInt64(b, j.ExpiresAt)
+}
+
+func decodeJob(d *decoder) *Job {
+	j := &Job{}
+	j.Tenant = d.string()
+	j.ID = d.string()
+	j.Key = d.string()
+	j.Type = d.string()
+	j.Payload = d.bytes()
+	j.Datacenters = d.strings()
+	j.Status = d.string()
+	j.CreatedAt = d.int64()
+	j.Seq = d.uvarint()
+	j.ExpiresAt = d.int64()
+	return j
+}
+
+// Watermark record (snapshot v1):
+//
+//	tenant string, client_id string, nonce string, sequence uvarint,
+//	updated_at int64
+func appendWatermark(b []byte, w *Watermark) []byte {
+	b = appendString(b, w.Tenant)
+	b = appendString(b, w.ClientID)
+	b = appendString(b, w.Nonce)
+	b = appendUvarint(b, w.Sequence)
+	return appendInt64(b, w.UpdatedAt)
+}
+
+func decodeWatermark(d *decoder) *Watermark {
+	w := &Watermark{}
+	w.Tenant = d.string()
+	w.ClientID = d.string()
+	w.Nonce = d.string()
+	w.Sequence = d.uvarint()
+	w.UpdatedAt = d.int64()
+	return w
+}
+
+// snapReader reads a snapshot stream and keeps the CRC of what it consumed.
+type snapReader struct {
+	r   *bufio.Reader
+	crc hash.Hash32
+	buf []byte
+	one [1]byte
+}
+
+func (r *snapReader) ReadByte() (byte, error) {
+	b, err := r.r.ReadByte()
+	if err == nil {
+		r.one[0] = b
+		r.crc.Write(r.one[:])
+	}
+	return b, err
+}
+
+func (r *snapReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.crc.Write(p[:n])
+	return n, err
+}
+
+func badSnapshot(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrBadSnapshot}, args...)...)
+}
+
+// full reads exactly n bytes, allocating as data arrives so that a forged
+// length cannot make it allocate much more than the stream holds.
+func (r *snapReader) full(n int) ([]byte, error) {
+	const direct = 1 << 20
+	if n <= direct {
+		if cap(r.buf) < n {
+			r.buf = make([]byte, n, max(n, 4096))
+		}
+		b := r.buf[:n]
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) != n {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return b, nil
+}
+
+// record reads one length-prefixed record and returns a strict decoder over
+// it. The bytes are valid until the next call.
+func (r *snapReader) record(what string) (*decoder, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		return nil, badSnapshot("%s: length: %v", what, err)
+	}
+	if n > maxRecord {
+		return nil, badSnapshot("%s: record of %d bytes", what, n)
+	}
+	b, err := r.full(int(n))
+	if err != nil {
+		return nil, badSnapshot("%s: %v", what, err)
+	}
+	return &decoder{b: b, base: ErrBadSnapshot}, nil
+}
+
+// Restore replaces the whole state with the snapshot's; see FSM. It closes rc.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	s, err := readSnapshot(rc)
+	if err != nil {
+		return fmt.Errorf("ledger: restore: %w", err)
+	}
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	f.mu.Lock()
+	f.s = s
+	f.mu.Unlock()
+	if f.onChange != nil {
+		f.changes = append(f.changes[:0], Change{Kind: ChangeRestored})
+		f.notify()
+	}
+	return nil
+}
+
+// readSnapshot decodes a whole snapshot into a fresh state.
+func readSnapshot(src io.Reader) (*state, error) {
+	r := &snapReader{r: bufio.NewReaderSize(src, 256<<10), crc: crc32.New(castagnoli)}
+	var head [len(snapshotMagic) + 1]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, badSnapshot("header: %v", err)
+	}
+	if string(head[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, badSnapshot("bad magic %q", head[:len(snapshotMagic)])
+	}
+	if v := head[len(snapshotMagic)]; v != snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d", ErrSnapshotVersion, v)
+	}
+	d, err := r.record("header")
+	if err != nil {
+		return nil, err
+	}
+	applied := d.uvarint()
+	nEntries, nJobs, nWatermarks := d.uvarint(), d.uvarint(), d.uvarint()
+	if err := d.finish(); err != nil {
+		return nil, fmt.Errorf("header: %w", err)
+	}
+
+	s := newState()
+	s.applied = applied
+	var prevEntry *Entry
+	for i := uint64(0); i < nEntries; i++ {
+		d, err := r.record("entry")
+		if err != nil {
+			return nil, err
+		}
+		e := decodeEntry(d)
+		if err := d.finish(); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i, err)
+		}
+		if e.Tenant == "" || e.Key == "" {
+			return nil, badSnapshot("entry %d: empty tenant or key", i)
+		}
+		if prevEntry != nil && !lessEntryKey(prevEntry, e) {
+			return nil, badSnapshot("entry %d: out of order", i)
+		}
+		prevEntry = e
+		s.insertEntry(e)
+	}
+	var prevJob *Job
+	for i := uint64(0); i < nJobs; i++ {
+		d, err := r.record("job")
+		if err != nil {
+			return nil, err
+		}
+		j := decodeJob(d)
+		if err := d.finish(); err != nil {
+			return nil, fmt.Errorf("job %d: %w", i, err)
+		}
+		if j.Tenant == "" || j.ID == "" || j.Seq == 0 || j.Seq > applied {
+			return nil, badSnapshot("job %d: empty tenant or id, or seq %d not in 1..%d", i, j.Seq, applied)
+		}
+		if prevJob != nil && !lessJobID(prevJob, j) {
+			return nil, badSnapshot("job %d: out of order", i)
+		}
+		prevJob = j
+		// A tenant's seqs are unique: a duplicate would corrupt the indexes.
+		if s.jobSeq.Has(j) {
+			return nil, badSnapshot("job %d: duplicate seq %d", i, j.Seq)
+		}
+		s.insertJob(j)
+	}
+	var prevWM *Watermark
+	for i := uint64(0); i < nWatermarks; i++ {
+		d, err := r.record("watermark")
+		if err != nil {
+			return nil, err
+		}
+		w := decodeWatermark(d)
+		if err := d.finish(); err != nil {
+			return nil, fmt.Errorf("watermark %d: %w", i, err)
+		}
+		if prevWM != nil && !lessWatermarkKey(prevWM, w) {
+			return nil, badSnapshot("watermark %d: out of order", i)
+		}
+		prevWM = w
+		s.wms.ReplaceOrInsert(w)
+		s.wmAge.ReplaceOrInsert(w)
+	}
+	sum := r.crc.Sum32()
+	var trailer [4]byte
+	if _, err := io.ReadFull(r.r, trailer[:]); err != nil {
+		return nil, badSnapshot("crc: %v", err)
+	}
+	if got := binary.BigEndian.Uint32(trailer[:]); got != sum {
+		return nil, badSnapshot("crc mismatch: stored %08x, computed %08x", got, sum)
+	}
+	if _, err := r.r.ReadByte(); err != io.EOF {
+		return nil, badSnapshot("trailing data after crc")
+	}
+	return s, nil
+}

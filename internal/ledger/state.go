@@ -1,0 +1,496 @@
+package ledger
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/google/btree"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// btreeDegree is the degree of every index (nodes of 31..63 items).
+const btreeDegree = 32
+
+// maxReliefRemovals bounds how many due entries one Reserve removes to make
+// room when the table is at MaxEntries, so a Reserve stays O(log n).
+const maxReliefRemovals = 8
+
+// state is the whole replicated state. Every item in it (*Entry, *Job,
+// *Watermark) is immutable once inserted: a change inserts a new item and
+// deletes the old one. That is what lets Snapshot share items with a clone of
+// the trees while Apply goes on.
+//
+// Indexes (all github.com/google/btree, copy-on-write clonable):
+//
+//	entries   (tenant, key)                       the entries
+//	entryExp  (expires_at, tenant, key)           expiry order
+//	jobs      (tenant, id)                        the job table
+//	jobSeq    (tenant, seq)                       ListJobs
+//	jobType   (tenant, type, seq)                 ListJobs with a type filter
+//	jobExp    (expires_at, seq)                   job retention
+//	wms       (tenant, client_id, nonce)          watermarks
+//	wmAge     (updated_at, tenant, client_id, nonce)  watermark TTL and LRU bound
+type state struct {
+	entries  *btree.BTreeG[*Entry]
+	entryExp *btree.BTreeG[*Entry]
+	jobs     *btree.BTreeG[*Job]
+	jobSeq   *btree.BTreeG[*Job]
+	jobType  *btree.BTreeG[*Job]
+	jobExp   *btree.BTreeG[*Job]
+	wms      *btree.BTreeG[*Watermark]
+	wmAge    *btree.BTreeG[*Watermark]
+
+	// counts of entries by state
+	pending, committed, rejected int
+	// applied is the raft index of the last command applied.
+	applied uint64
+
+	// probes for lookups on the apply path (used under the write lock only).
+	entryProbe Entry
+	jobProbe   Job
+	wmProbe    Watermark
+}
+
+func newState() *state {
+	return &state{
+		entries:  btree.NewG(btreeDegree, lessEntryKey),
+		entryExp: btree.NewG(btreeDegree, lessEntryExp),
+		jobs:     btree.NewG(btreeDegree, lessJobID),
+		jobSeq:   btree.NewG(btreeDegree, lessJobSeq),
+		jobType:  btree.NewG(btreeDegree, lessJobType),
+		jobExp:   btree.NewG(btreeDegree, lessJobExp),
+		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
+		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
+	}
+}
+
+func lessEntryKey(a, b *Entry) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	return a.Key < b.Key
+}
+
+func lessEntryExp(a, b *Entry) bool {
+	if a.ExpiresAt != b.ExpiresAt {
+		return a.ExpiresAt < b.ExpiresAt
+	}
+	return lessEntryKey(a, b)
+}
+
+func lessJobID(a, b *Job) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	return a.ID < b.ID
+}
+
+func lessJobSeq(a, b *Job) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	return a.Seq < b.Seq
+}
+
+func lessJobType(a, b *Job) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	if c := strings.Compare(a.Type, b.Type); c != 0 {
+		return c < 0
+	}
+	return a.Seq < b.Seq
+}
+
+func lessJobExp(a, b *Job) bool {
+	if a.ExpiresAt != b.ExpiresAt {
+		return a.ExpiresAt < b.ExpiresAt
+	}
+	if a.Seq != b.Seq {
+		return a.Seq < b.Seq
+	}
+	return a.Tenant < b.Tenant // Seq is unique; this only keeps the order total
+}
+
+func lessWatermarkKey(a, b *Watermark) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	if c := strings.Compare(a.ClientID, b.ClientID); c != 0 {
+		return c < 0
+	}
+	return a.Nonce < b.Nonce
+}
+
+func lessWatermarkAge(a, b *Watermark) bool {
+	if a.UpdatedAt != b.UpdatedAt {
+		return a.UpdatedAt < b.UpdatedAt
+	}
+	return lessWatermarkKey(a, b)
+}
+
+// applyCtx carries what one command needs besides its body.
+type applyCtx struct {
+	index   uint64
+	changes *[]Change // nil: nobody listens
+}
+
+func (ax *applyCtx) emit(kind ChangeKind, e *Entry) {
+	if ax.changes != nil {
+		*ax.changes = append(*ax.changes, Change{Index: ax.index, Kind: kind, Entry: *e})
+	}
+}
+
+// apply applies one decoded command. decodeErr is DecodeCommand's error.
+func (s *state) apply(ax *applyCtx, cmd Command, decodeErr error) Result {
+	if ax.index <= s.applied {
+		return invalid(fmt.Errorf("%w: log index %d is not after the applied index %d",
+			ErrInvalidCommand, ax.index, s.applied))
+	}
+	s.applied = ax.index
+	if decodeErr != nil {
+		return invalid(decodeErr)
+	}
+	switch c := cmd.(type) {
+	case Reserve:
+		return s.applyReserve(ax, c)
+	case Commit:
+		return s.applyCommit(ax, c)
+	case Reject:
+		return s.applyReject(ax, c)
+	case Expire:
+		return s.applyExpire(ax, c)
+	case Unknown:
+		return Result{Outcome: OutcomeIgnored}
+	}
+	return invalid(fmt.Errorf("%w: %T", ErrUnknownCommand, cmd))
+}
+
+func invalid(err error) Result { return Result{Outcome: OutcomeInvalid, Err: err} }
+
+func invalidf(format string, args ...any) Result {
+	return invalid(fmt.Errorf("%w: "+format, append([]any{ErrInvalidCommand}, args...)...))
+}
+
+func (s *state) getEntry(tenant, key string) (*Entry, bool) {
+	s.entryProbe.Tenant, s.entryProbe.Key = tenant, key
+	e, ok := s.entries.Get(&s.entryProbe)
+	s.entryProbe = Entry{}
+	return e, ok
+}
+
+func (s *state) getJob(tenant, id string) (*Job, bool) {
+	s.jobProbe.Tenant, s.jobProbe.ID = tenant, id
+	j, ok := s.jobs.Get(&s.jobProbe)
+	s.jobProbe = Job{}
+	return j, ok
+}
+
+func (s *state) getWatermark(tenant, clientID, nonce string) (*Watermark, bool) {
+	s.wmProbe.Tenant, s.wmProbe.ClientID, s.wmProbe.Nonce = tenant, clientID, nonce
+	w, ok := s.wms.Get(&s.wmProbe)
+	s.wmProbe = Watermark{}
+	return w, ok
+}
+
+// jobOf returns the job of a committed entry, if it is still in the table.
+func (s *state) jobOf(e *Entry) Job {
+	if e.State != StateCommitted {
+		return Job{}
+	}
+	if j, ok := s.getJob(e.Tenant, e.JobID); ok {
+		return *j
+	}
+	return Job{}
+}
+
+func (s *state) count(st State, d int) {
+	switch st {
+	case StatePending:
+		s.pending += d
+	case StateCommitted:
+		s.committed += d
+	case StateRejected:
+		s.rejected += d
+	}
+}
+
+func (s *state) insertEntry(e *Entry) {
+	s.entries.ReplaceOrInsert(e)
+	s.entryExp.ReplaceOrInsert(e)
+	s.count(e.State, 1)
+}
+
+// replaceEntry swaps old for e (same tenant and key).
+func (s *state) replaceEntry(old, e *Entry) {
+	s.entryExp.Delete(old)
+	s.entries.ReplaceOrInsert(e)
+	s.entryExp.ReplaceOrInsert(e)
+	s.count(old.State, -1)
+	s.count(e.State, 1)
+}
+
+// removeEntry removes an entry by expiry, with its effects: a COMMITTED
+// structured entry raises its client's watermark.
+func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
+	s.entries.Delete(e)
+	s.entryExp.Delete(e)
+	s.count(e.State, -1)
+	switch e.State {
+	case StatePending:
+		rm.Pending++
+	case StateCommitted:
+		rm.Committed++
+		if e.Structured {
+			s.raiseWatermark(e.Tenant, e.ClientID, e.Nonce, e.Sequence, now)
+		}
+	case StateRejected:
+		rm.Rejected++
+	}
+	ax.emit(ChangeRemoved, e)
+}
+
+func (s *state) raiseWatermark(tenant, clientID, nonce string, seq uint64, now int64) {
+	w := &Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce, Sequence: seq, UpdatedAt: now}
+	if old, ok := s.wms.Get(w); ok {
+		w.Sequence = max(old.Sequence, seq)
+		w.UpdatedAt = max(old.UpdatedAt, now)
+		s.wmAge.Delete(old)
+	}
+	s.wms.ReplaceOrInsert(w)
+	s.wmAge.ReplaceOrInsert(w)
+}
+
+func (s *state) removeWatermark(w *Watermark) {
+	s.wms.Delete(w)
+	s.wmAge.Delete(w)
+}
+
+func (s *state) insertJob(j *Job) {
+	s.jobs.ReplaceOrInsert(j)
+	s.jobSeq.ReplaceOrInsert(j)
+	s.jobType.ReplaceOrInsert(j)
+	s.jobExp.ReplaceOrInsert(j)
+}
+
+func (s *state) removeJob(j *Job) {
+	s.jobs.Delete(j)
+	s.jobSeq.Delete(j)
+	s.jobType.Delete(j)
+	s.jobExp.Delete(j)
+}
+
+// clip returns p with its capacity cut to its length, so an append by a reader
+// never writes into memory the FSM shares.
+func clip[T any](p []T) []T { return p[:len(p):len(p)] }
+
+func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
+	switch {
+	case c.Tenant == "" || c.Key == "" || c.JobID == "":
+		return invalidf("reserve: empty tenant, key or job ID")
+	case c.ExpiresAt <= c.Now:
+		return invalidf("reserve: expires_at %d not after now %d", c.ExpiresAt, c.Now)
+	case c.MaxEntries == 0:
+		return invalidf("reserve: max_entries is 0")
+	}
+	var res Result
+	if e, ok := s.getEntry(c.Tenant, c.Key); ok {
+		if e.ExpiresAt > c.Now {
+			res.Entry = *e
+			if e.Fingerprint != c.Fingerprint {
+				res.Outcome = OutcomeKeyReused
+				return res
+			}
+			res.Outcome = OutcomeExists
+			res.Job = s.jobOf(e)
+			return res
+		}
+		s.removeEntry(ax, e, c.Now, &res.Removed)
+	}
+	if c.Structured {
+		if w, ok := s.getWatermark(c.Tenant, c.ClientID, c.Nonce); ok && c.Sequence <= w.Sequence {
+			res.Outcome = OutcomeKeyExpired
+			res.Watermark = w.Sequence
+			return res
+		}
+	}
+	for i := 0; i < maxReliefRemovals && uint64(s.entries.Len()) >= c.MaxEntries; i++ {
+		e, ok := s.entryExp.Min()
+		if !ok || e.ExpiresAt > c.Now {
+			break
+		}
+		s.removeEntry(ax, e, c.Now, &res.Removed)
+	}
+	if uint64(s.entries.Len()) >= c.MaxEntries {
+		res.Outcome = OutcomeFull
+		return res
+	}
+	e := &Entry{
+		Tenant:      c.Tenant,
+		Key:         c.Key,
+		Fingerprint: c.Fingerprint,
+		State:       StatePending,
+		JobID:       c.JobID,
+		ReservedAt:  c.Now,
+		ExpiresAt:   c.ExpiresAt,
+		Request: Request{
+			Type:        c.Request.Type,
+			Payload:     clip(c.Request.Payload),
+			Datacenters: clip(c.Request.Datacenters),
+		},
+	}
+	if c.Structured {
+		e.Structured, e.ClientID, e.Sequence, e.Nonce = true, c.ClientID, c.Sequence, c.Nonce
+	}
+	s.insertEntry(e)
+	ax.emit(ChangeReserved, e)
+	res.Outcome = OutcomeReserved
+	res.Entry = *e
+	return res
+}
+
+// resolvable finds the PENDING entry a Commit or Reject resolves. When it
+// returns false, res is the command's result.
+func (s *state) resolvable(tenant, key, jobID string) (e *Entry, res Result, ok bool) {
+	e, found := s.getEntry(tenant, key)
+	if !found {
+		return nil, Result{Outcome: OutcomeNotFound}, false
+	}
+	if e.State != StatePending || e.JobID != jobID {
+		return nil, Result{Outcome: OutcomeUnchanged, Entry: *e, Job: s.jobOf(e)}, false
+	}
+	return e, Result{}, true
+}
+
+func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
+	switch {
+	case c.Tenant == "" || c.Key == "" || c.JobID == "":
+		return invalidf("commit: empty tenant, key or job ID")
+	case c.ExpiresAt <= c.Now || c.JobExpiresAt <= c.Now:
+		return invalidf("commit: expires_at %d or job_expires_at %d not after now %d",
+			c.ExpiresAt, c.JobExpiresAt, c.Now)
+	}
+	old, res, ok := s.resolvable(c.Tenant, c.Key, c.JobID)
+	if !ok {
+		return res
+	}
+	if _, taken := s.getJob(c.Tenant, c.JobID); taken {
+		return Result{Outcome: OutcomeJobIDInUse, Entry: *old}
+	}
+	e := *old
+	e.State = StateCommitted
+	e.ResolvedAt = c.Now
+	e.ExpiresAt = c.ExpiresAt
+	s.replaceEntry(old, &e)
+	j := &Job{
+		ID:          e.JobID,
+		Tenant:      e.Tenant,
+		Key:         e.Key,
+		Type:        e.Request.Type,
+		Payload:     e.Request.Payload,
+		Datacenters: e.Request.Datacenters,
+		Status:      api.JobStatusCommitted,
+		CreatedAt:   c.Now,
+		Seq:         ax.index,
+		ExpiresAt:   c.JobExpiresAt,
+	}
+	s.insertJob(j)
+	ax.emit(ChangeCommitted, &e)
+	return Result{Outcome: OutcomeCommitted, Entry: e, Job: *j}
+}
+
+func (s *state) applyReject(ax *applyCtx, c Reject) Result {
+	switch {
+	case c.Tenant == "" || c.Key == "" || c.JobID == "":
+		return invalidf("reject: empty tenant, key or job ID")
+	case c.ExpiresAt <= c.Now:
+		return invalidf("reject: expires_at %d not after now %d", c.ExpiresAt, c.Now)
+	case c.Status < 400 || c.Status > 599:
+		return invalidf("reject: status %d outside 400-599", c.Status)
+	}
+	old, res, ok := s.resolvable(c.Tenant, c.Key, c.JobID)
+	if !ok {
+		return res
+	}
+	e := *old
+	e.State = StateRejected
+	e.ResolvedAt = c.Now
+	e.ExpiresAt = c.ExpiresAt
+	e.Status, e.Reason, e.Detail = c.Status, c.Reason, c.Detail
+	s.replaceEntry(old, &e)
+	ax.emit(ChangeRejected, &e)
+	return Result{Outcome: OutcomeRejected, Entry: e}
+}
+
+func (s *state) applyExpire(ax *applyCtx, c Expire) Result {
+	res := Result{Outcome: OutcomeExpired}
+	budget, limited := c.MaxRemovals, c.MaxRemovals != 0
+	// take spends one removal of the budget; false (and More) when it is spent.
+	take := func() bool {
+		if !limited {
+			return true
+		}
+		if budget == 0 {
+			res.More = true
+			return false
+		}
+		budget--
+		return true
+	}
+	for {
+		e, ok := s.entryExp.Min()
+		if !ok || e.ExpiresAt > c.Now || !take() {
+			break
+		}
+		s.removeEntry(ax, e, c.Now, &res.Removed)
+	}
+	for {
+		j, ok := s.jobExp.Min()
+		if !ok || j.ExpiresAt > c.Now || !take() {
+			break
+		}
+		s.removeJob(j)
+		res.Removed.Jobs++
+	}
+	if c.WatermarkTTL > 0 {
+		cutoff := satSub(c.Now, int64(c.WatermarkTTL))
+		for {
+			w, ok := s.wmAge.Min()
+			if !ok || w.UpdatedAt > cutoff || !take() {
+				break
+			}
+			s.removeWatermark(w)
+			res.Removed.Watermarks++
+		}
+	}
+	if c.MaxWatermarks > 0 {
+		for uint64(s.wms.Len()) > c.MaxWatermarks && take() {
+			w, _ := s.wmAge.Min()
+			s.removeWatermark(w)
+			res.Removed.Watermarks++
+		}
+	}
+	return res
+}
+
+// satSub returns a-b (b > 0), saturating at math.MinInt64.
+func satSub(a, b int64) int64 {
+	if a < math.MinInt64+b {
+		return math.MinInt64
+	}
+	return a - b
+}
+
+// nextExpiry is the earliest ExpiresAt of an entry or a job.
+func (s *state) nextExpiry() (int64, bool) {
+	var at int64
+	var ok bool
+	if e, found := s.entryExp.Min(); found {
+		at, ok = e.ExpiresAt, true
+	}
+	if j, found := s.jobExp.Min(); found && (!ok || j.ExpiresAt < at) {
+		at, ok = j.ExpiresAt, true
+	}
+	return at, ok
+}

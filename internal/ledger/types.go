@@ -1,0 +1,314 @@
+package ledger
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// State is the state of an idempotency entry. An entry that expires is removed,
+// so "expired" is not a state an entry is ever seen in.
+type State uint8
+
+// Entry states. The numeric values are part of the snapshot format.
+const (
+	// StatePending: reserved; admission has not decided yet.
+	StatePending State = 1
+	// StateCommitted: admitted; the job exists. Terminal until its TTL.
+	StateCommitted State = 2
+	// StateRejected: admission refused the job. Terminal until its TTL.
+	StateRejected State = 3
+)
+
+// String returns the API name of the state (api.KeyStatePending, ...).
+func (s State) String() string {
+	switch s {
+	case StatePending:
+		return api.KeyStatePending
+	case StateCommitted:
+		return api.KeyStateCommitted
+	case StateRejected:
+		return api.KeyStateRejected
+	}
+	return "state(" + strconv.Itoa(int(s)) + ")"
+}
+
+func (s State) valid() bool { return s >= StatePending && s <= StateRejected }
+
+// Request is the part of a submission the ledger stores so that admission can be
+// re-run by a new leader (see FSM.Pending) and the job created on Commit.
+type Request struct {
+	// Type is the job type.
+	Type string
+	// Payload is the job payload as raw JSON bytes (opaque to the ledger).
+	Payload json.RawMessage
+	// Datacenters are the datacenters the job targets, as the client named them.
+	Datacenters []string
+}
+
+// Entry is an idempotency entry, keyed by (Tenant, Key).
+//
+// Entries are immutable values: a transition replaces the FSM's entry with a new
+// one. An Entry handed out by the FSM (a read, a Result, a Change) is a copy of
+// the struct whose Request.Payload and Request.Datacenters share memory with the
+// FSM; treat them as read-only (they are clipped, so append copies).
+type Entry struct {
+	Tenant string
+	// Key is the raw Idempotency-Key, without sf-string quotes.
+	Key string
+	// Fingerprint identifies the request body the key was first used with; it
+	// is opaque to the ledger and compared byte for byte.
+	Fingerprint string
+	State       State
+	// JobID is decided by the leader before it proposes Reserve. For a
+	// committed entry it names the job; for a rejected one it is the ID that was
+	// reserved and never used.
+	JobID string
+	// ReservedAt is the Now of the Reserve command (unix nanoseconds).
+	ReservedAt int64
+	// ResolvedAt is the Now of the Commit or Reject command (unix nanoseconds);
+	// 0 while pending. For a committed entry it equals the job's CreatedAt.
+	ResolvedAt int64
+	// ExpiresAt is when the entry stops answering duplicates (unix
+	// nanoseconds), stamped by the leader as now + the TTL of the state.
+	ExpiresAt int64
+	// Request is what was submitted with the key.
+	Request Request
+
+	// Structured is true for keys of the form <client_id>:<sequence>:<nonce>;
+	// ClientID, Sequence and Nonce are set only then.
+	Structured bool
+	ClientID   string
+	Sequence   uint64
+	Nonce      string
+
+	// Status (422 or 429), Reason (a short code such as "capacity") and Detail
+	// are set for rejected entries only.
+	Status int
+	Reason string
+	Detail string
+}
+
+// Job is a row of the job table: created by a Commit, removed when its
+// retention (ExpiresAt) passes, independently of its idempotency entry.
+type Job struct {
+	ID     string
+	Tenant string
+	// Key is the idempotency key the job was submitted with.
+	Key         string
+	Type        string
+	Payload     json.RawMessage
+	Datacenters []string
+	// Status is api.JobStatusCommitted.
+	Status string
+	// CreatedAt is the Now of the Commit command (unix nanoseconds).
+	CreatedAt int64
+	// Seq is the raft log index of the Commit command: unique, increasing in
+	// commit order, identical on every replica. ListJobs orders and pages by it.
+	Seq uint64
+	// ExpiresAt is the end of the job's retention (unix nanoseconds).
+	ExpiresAt int64
+}
+
+// Watermark is the highest sequence of a structured-key client (Tenant,
+// ClientID, Nonce) whose COMMITTED entry has been removed by expiry.
+type Watermark struct {
+	Tenant   string
+	ClientID string
+	Nonce    string
+	Sequence uint64
+	// UpdatedAt is the Now of the command that last raised or touched the
+	// watermark (unix nanoseconds). Watermarks age out and are evicted by it.
+	UpdatedAt int64
+}
+
+// Outcome says what a command did. It is the business answer, not an error:
+// every outcome except OutcomeInvalid is a normal result.
+type Outcome uint8
+
+// Outcomes. The zero value is never returned.
+const (
+	_ Outcome = iota
+	// OutcomeReserved: Reserve inserted a new PENDING entry (Result.Entry).
+	OutcomeReserved
+	// OutcomeExists: Reserve found a live entry with the same fingerprint;
+	// Result.Entry is it (pending, committed or rejected), Result.Job its job
+	// when committed. Nothing changed.
+	OutcomeExists
+	// OutcomeKeyReused: Reserve found a live entry with another fingerprint;
+	// Result.Entry is it. Nothing changed.
+	OutcomeKeyReused
+	// OutcomeKeyExpired: a structured key has no live entry and its sequence is
+	// at or below the client's watermark (Result.Watermark). Nothing reserved.
+	OutcomeKeyExpired
+	// OutcomeFull: the ledger holds MaxEntries live entries. Nothing reserved.
+	OutcomeFull
+	// OutcomeCommitted: Commit moved the entry PENDING → COMMITTED and created
+	// the job (Result.Entry, Result.Job).
+	OutcomeCommitted
+	// OutcomeRejected: Reject moved the entry PENDING → REJECTED (Result.Entry).
+	OutcomeRejected
+	// OutcomeUnchanged: Commit or Reject found the entry but not PENDING with
+	// its JobID; Result.Entry is the entry as it is (and Result.Job when it is
+	// committed). Re-proposing a Commit or Reject is therefore safe.
+	OutcomeUnchanged
+	// OutcomeNotFound: Commit or Reject found no entry for the key (it expired,
+	// or never existed). Nothing changed.
+	OutcomeNotFound
+	// OutcomeJobIDInUse: Commit found the PENDING entry but the tenant already
+	// has a job with that ID (job IDs must be unique per reservation). Nothing
+	// changed; the entry stays PENDING.
+	OutcomeJobIDInUse
+	// OutcomeExpired: Expire ran; Result.Removed counts what it removed and
+	// Result.More says whether more was due than MaxRemovals allowed.
+	OutcomeExpired
+	// OutcomeIgnored: an unknown command type with the ignorable bit set.
+	OutcomeIgnored
+	// OutcomeInvalid: the command did not decode or broke a rule of its type;
+	// Result.Err says why. Nothing changed.
+	OutcomeInvalid
+)
+
+var outcomeNames = [...]string{
+	OutcomeReserved:   "reserved",
+	OutcomeExists:     "exists",
+	OutcomeKeyReused:  "key_reused",
+	OutcomeKeyExpired: "key_expired",
+	OutcomeFull:       "full",
+	OutcomeCommitted:  "committed",
+	OutcomeRejected:   "rejected",
+	OutcomeUnchanged:  "unchanged",
+	OutcomeNotFound:   "not_found",
+	OutcomeJobIDInUse: "job_id_in_use",
+	OutcomeExpired:    "expired",
+	OutcomeIgnored:    "ignored",
+	OutcomeInvalid:    "invalid",
+}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && outcomeNames[o] != "" {
+		return outcomeNames[o]
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Removed counts what a command removed by expiry.
+type Removed struct {
+	// Pending, Committed and Rejected count removed entries by their state.
+	Pending, Committed, Rejected int
+	// Jobs counts jobs removed because their retention passed.
+	Jobs int
+	// Watermarks counts watermarks removed by age or by the bound.
+	Watermarks int
+}
+
+// Total is the number of things removed.
+func (r Removed) Total() int {
+	return r.Pending + r.Committed + r.Rejected + r.Jobs + r.Watermarks
+}
+
+// Result is what Apply returns for a LogCommand (as an interface{} holding a
+// Result value, never a pointer): the manager reads it from
+// raft.ApplyFuture.Response() with
+//
+//	res, ok := fut.Response().(ledger.Result)
+//
+// It is deterministic: every replica computes the same Result for the same log
+// entry.
+type Result struct {
+	Outcome Outcome
+	// Entry is the key's entry after the command, for OutcomeReserved,
+	// OutcomeExists, OutcomeKeyReused, OutcomeCommitted, OutcomeRejected,
+	// OutcomeUnchanged and OutcomeJobIDInUse.
+	Entry Entry
+	// Job is set (Job.ID != "") when Entry is COMMITTED and its job is still in
+	// the job table.
+	Job Job
+	// Watermark is the client's watermark, for OutcomeKeyExpired.
+	Watermark uint64
+	// Removed counts removals: by Expire, and by Reserve, which removes due
+	// entries itself (its own key's, and the earliest when the ledger is full).
+	Removed Removed
+	// More is set by Expire when MaxRemovals stopped it with more still due.
+	More bool
+	// Err is set for OutcomeInvalid; it matches ErrMalformed,
+	// ErrUnknownCommand, ErrUnsupportedVersion or ErrInvalidCommand.
+	Err error
+}
+
+// ChangeKind says how an entry changed.
+type ChangeKind uint8
+
+// Change kinds.
+const (
+	_ ChangeKind = iota
+	// ChangeReserved: a new PENDING entry.
+	ChangeReserved
+	// ChangeCommitted: PENDING → COMMITTED.
+	ChangeCommitted
+	// ChangeRejected: PENDING → REJECTED.
+	ChangeRejected
+	// ChangeRemoved: the entry expired and was removed; Change.Entry is the
+	// entry as it was.
+	ChangeRemoved
+	// ChangeRestored: Restore replaced the whole state; every entry may have
+	// changed. Change.Entry is zero.
+	ChangeRestored
+)
+
+var changeNames = [...]string{
+	ChangeReserved:  "reserved",
+	ChangeCommitted: "committed",
+	ChangeRejected:  "rejected",
+	ChangeRemoved:   "removed",
+	ChangeRestored:  "restored",
+}
+
+func (k ChangeKind) String() string {
+	if int(k) < len(changeNames) && changeNames[k] != "" {
+		return changeNames[k]
+	}
+	return "change(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Change is passed to Options.OnChange after an entry changes.
+type Change struct {
+	// Index is the raft log index of the command that made the change (0 for
+	// ChangeRestored).
+	Index uint64
+	Kind  ChangeKind
+	// Entry is the entry after the change (before it, for ChangeRemoved).
+	Entry Entry
+}
+
+// Stats are counts of the FSM's state.
+type Stats struct {
+	// Entries = Pending + Committed + Rejected: entries in the table (live, or
+	// due but not yet removed by an Expire).
+	Entries   int
+	Pending   int
+	Committed int
+	Rejected  int
+	// Jobs in the job table.
+	Jobs int
+	// Watermarks held.
+	Watermarks int
+	// AppliedIndex is the raft index of the last command applied (or of the
+	// snapshot restored).
+	AppliedIndex uint64
+}
+
+// ListOptions select a page of a tenant's jobs for ListJobs.
+type ListOptions struct {
+	// Type, when not empty, keeps jobs of that type only.
+	Type string
+	// Status, when not empty, keeps jobs with that status only. Every job is
+	// api.JobStatusCommitted today, so any other value yields an empty page.
+	Status string
+	// After is a cursor: only jobs with Seq > After. 0 starts at the beginning.
+	After uint64
+	// Limit is the page size: <= 0 means api.DefaultListLimit; it is capped at
+	// api.MaxListLimit.
+	Limit int
+}

@@ -1,0 +1,133 @@
+package membership
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/once-dev/once/internal/logging"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(settled{m})
+}
+
+// settled runs the tests, then gives goroutines that memberlist leaves behind
+// after Shutdown (a probe waiting out its ack timeout, scaled up to 8x by
+// memberlist's awareness) a few seconds to finish before goleak looks.
+type settled struct{ m *testing.M }
+
+func (s settled) Run() int {
+	code := s.m.Run()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for goleak.Find() != nil && time.Now().Before(deadline) {
+		<-tick.C
+	}
+	return code
+}
+
+const waitTimeout = 15 * time.Second
+
+// waitFor polls cond until it returns true or the deadline passes; the
+// string cond returns says what it is waiting for.
+func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, what := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+// never checks for the whole duration that cond stays false.
+func never(t testing.TB, d time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if ok, what := cond(); ok {
+			t.Fatalf("unexpected: %s", what)
+		}
+		<-tick.C
+	}
+}
+
+type testNode struct {
+	name string
+	pool *Pool
+}
+
+// startPool starts a pool on 127.0.0.1 with an OS-chosen port and the test
+// profile; edit adjusts the config. It is shut down in t.Cleanup.
+func startPool(t testing.TB, name string, role Role, edit func(*Config)) *Pool {
+	t.Helper()
+	cfg := Config{
+		NodeName: name,
+		BindAddr: "127.0.0.1",
+		Profile:  ProfileTest,
+		Logger:   logging.TestLogger(t),
+		Meta: Meta{
+			Role:       role,
+			Datacenter: "dc1",
+			NodeID:     "id-" + name,
+			RPCAddr:    "127.0.0.1:1",
+			Version:    1,
+		},
+	}
+	if role == RoleManager {
+		cfg.Meta.RaftAddr = "127.0.0.1:2"
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := p.Shutdown(); err != nil {
+			t.Errorf("shutdown %s: %v", name, err)
+		}
+	})
+	return p
+}
+
+func memberState(p *Pool, name string) (State, bool) {
+	for _, m := range p.Members() {
+		if m.Name == name {
+			return m.State, true
+		}
+	}
+	return 0, false
+}
+
+// seesAlive is a waitFor condition: every pool lists every name alive.
+func seesAlive(pools []*Pool, names ...string) func() (bool, string) {
+	return func() (bool, string) {
+		for _, p := range pools {
+			for _, n := range names {
+				if s, ok := memberState(p, n); !ok || s != StateAlive {
+					return false, fmt.Sprintf("%s to see %s alive (state %v, known %v)", p.cfg.NodeName, n, s, ok)
+				}
+			}
+		}
+		return true, ""
+	}
+}

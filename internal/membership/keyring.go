@@ -1,0 +1,73 @@
+package membership
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// Gossip key rotation acts on this node's keyring only; an operator (or, later,
+// the CLI) runs each step on every node of the pool before the next step:
+//
+//  1. InstallKey(new) everywhere: nodes now decrypt both keys, still encrypt with the old.
+//  2. UseKey(new) everywhere: nodes encrypt with the new key; the old one still decrypts.
+//  3. RemoveKey(old) everywhere.
+//
+// Restarted nodes must be configured with the new key (MANAGER_GOSSIP_KEY,
+// GATE_GOSSIP_KEY) from step 2 on. See docs/operations.md.
+
+// InstallKey adds key to the keyring (decryption only until UseKey).
+func (p *Pool) InstallKey(key []byte) error {
+	if err := p.checkKeyring(key); err != nil {
+		return err
+	}
+	if err := p.keyring.AddKey(bytes.Clone(key)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
+	}
+	return nil
+}
+
+// UseKey makes an installed key the one used to encrypt.
+func (p *Pool) UseKey(key []byte) error {
+	if err := p.checkKeyring(key); err != nil {
+		return err
+	}
+	if err := p.keyring.UseKey(key); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
+	}
+	return nil
+}
+
+// RemoveKey removes a key that is not the primary one.
+func (p *Pool) RemoveKey(key []byte) error {
+	if err := p.checkKeyring(key); err != nil {
+		return err
+	}
+	if bytes.Equal(p.keyring.GetPrimaryKey(), key) {
+		return fmt.Errorf("%w: cannot remove the primary key (UseKey another first)", ErrInvalidKey)
+	}
+	if err := p.keyring.RemoveKey(key); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
+	}
+	return nil
+}
+
+// Keys returns the installed keys, the primary (encrypting) one first; nil
+// when the pool is not encrypted.
+func (p *Pool) Keys() [][]byte {
+	if p.keyring == nil {
+		return nil
+	}
+	keys := p.keyring.GetKeys()
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = bytes.Clone(k)
+	}
+	return out
+}
+
+func (p *Pool) checkKeyring(key []byte) error {
+	if p.keyring == nil {
+		return ErrNoEncryption
+	}
+	return validateKeyLen(len(key))
+}

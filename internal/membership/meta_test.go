@@ -1,0 +1,142 @@
+package membership
+
+import (
+	"encoding/base64"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestMetaRoundTrip(t *testing.T) {
+	cases := []Meta{
+		{Role: RoleGate, Datacenter: "dc1", NodeID: "g1"},
+		{Role: RoleManager, Datacenter: "eu-west", NodeID: "m1", RPCAddr: "10.0.0.1:7000", RaftAddr: "10.0.0.1:7001",
+			HasRaftState: true, Version: 3, Leaving: true, Bootstrap: BootstrapMeta{Expect: 3, Vote: 0xdeadbeefcafef00d}},
+		{Role: RoleManager, Datacenter: "d", NodeID: "n", RaftAddr: "[::1]:9", Bootstrap: BootstrapMeta{Expect: 5}},
+	}
+	for _, m := range cases {
+		b, err := m.Encode()
+		if err != nil {
+			t.Fatalf("encode %+v: %v", m, err)
+		}
+		got, err := DecodeMeta(b)
+		if err != nil || got != m {
+			t.Fatalf("round trip: got %+v, %v; want %+v", got, err, m)
+		}
+		// A later revision of format 1 may append fields.
+		got, err = DecodeMeta(append(b, 0xff, 0x01))
+		if err != nil || got != m {
+			t.Fatalf("trailing bytes: got %+v, %v", got, err)
+		}
+	}
+	b, _ := cases[0].Encode()
+	if len(b) > 20 {
+		t.Errorf("gate meta is %d bytes; expected a compact encoding", len(b))
+	}
+}
+
+func TestMetaDecodeErrors(t *testing.T) {
+	good, err := Meta{Role: RoleManager, Datacenter: "dc1", NodeID: "m1", RaftAddr: "h:1", Bootstrap: BootstrapMeta{Vote: 7}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"empty", nil, ErrMetaCorrupt},
+		{"future format", append([]byte{2}, good[1:]...), ErrMetaFormat},
+		{"bad role", append([]byte{1, 9}, good[2:]...), ErrMetaCorrupt},
+		{"header only", good[:2], ErrMetaCorrupt},
+	}
+	for i := 3; i < len(good); i++ {
+		cases = append(cases, struct {
+			name string
+			in   []byte
+			want error
+		}{"truncated", good[:i], ErrMetaCorrupt})
+	}
+	for _, c := range cases {
+		_, err := DecodeMeta(c.in)
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s (%d bytes): err = %v; want %v", c.name, len(c.in), err, c.want)
+		}
+		var me *MetaError
+		if !errors.As(err, &me) {
+			t.Errorf("%s: error %T is not a *MetaError", c.name, err)
+		}
+	}
+}
+
+func TestMetaEncodeLimits(t *testing.T) {
+	m := Meta{Role: RoleManager, Datacenter: "dc1", NodeID: strings.Repeat("x", 600), RaftAddr: "h:1"}
+	if _, err := m.Encode(); !errors.Is(err, ErrMetaTooLarge) {
+		t.Fatalf("oversized: %v", err)
+	}
+	if _, err := (Meta{Role: "db", Datacenter: "d", NodeID: "n"}).Encode(); !errors.Is(err, ErrInvalidMeta) {
+		t.Fatalf("bad role: %v", err)
+	}
+}
+
+func TestConfigValidateNamesField(t *testing.T) {
+	base := func() Config {
+		return Config{NodeName: "n1", Meta: Meta{Role: RoleManager, Datacenter: "dc1", NodeID: "m1", RaftAddr: "127.0.0.1:1"}}
+	}
+	cases := []struct {
+		field string
+		edit  func(*Config)
+	}{
+		{"NodeName", func(c *Config) { c.NodeName = "" }},
+		{"BindAddr", func(c *Config) { c.BindAddr = "not-an-ip" }},
+		{"BindPort", func(c *Config) { c.BindPort = 70000 }},
+		{"AdvertiseAddr", func(c *Config) { c.AdvertiseAddr = "x" }},
+		{"AdvertisePort", func(c *Config) { c.AdvertisePort = -1 }},
+		{"Seeds", func(c *Config) { c.Seeds = []string{"h:notaport"} }},
+		{"SecretKey", func(c *Config) { c.SecretKey = []byte("short") }},
+		{"Profile", func(c *Config) { c.Profile = "wan" }},
+		{"Meta.Role", func(c *Config) { c.Meta.Role = "" }},
+		{"Meta.Datacenter", func(c *Config) { c.Meta.Datacenter = "" }},
+		{"Meta.NodeID", func(c *Config) { c.Meta.NodeID = "" }},
+		{"Meta.RaftAddr", func(c *Config) { c.Meta.RaftAddr = "" }},
+		{"Meta.RPCAddr", func(c *Config) { c.Meta.RPCAddr = "noport" }},
+	}
+	for _, tc := range cases {
+		c := base()
+		tc.edit(&c)
+		err := c.Validate()
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.field || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: err = %v; want a ConfigError for that field", tc.field, err)
+		}
+	}
+	c := base()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	c.SecretKey = make([]byte, 7)
+	if err := c.Validate(); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("key error does not match ErrInvalidKey: %v", err)
+	}
+	gate := base()
+	gate.Meta = Meta{Role: RoleGate, Datacenter: "dc1", NodeID: "g1"}
+	if err := gate.Validate(); err != nil {
+		t.Fatalf("a gate needs no Raft address: %v", err)
+	}
+}
+
+func TestParseSecretKey(t *testing.T) {
+	for _, n := range []int{16, 24, 32} {
+		k := make([]byte, n)
+		k[0] = byte(n)
+		got, err := ParseSecretKey(" " + base64.StdEncoding.EncodeToString(k) + "\n")
+		if err != nil || len(got) != n || got[0] != byte(n) {
+			t.Fatalf("%d bytes: %v %v", n, got, err)
+		}
+	}
+	for _, bad := range []string{"", "%%%", base64.StdEncoding.EncodeToString(make([]byte, 31))} {
+		if _, err := ParseSecretKey(bad); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("ParseSecretKey(%q) = %v; want ErrInvalidKey", bad, err)
+		}
+	}
+}

@@ -1,0 +1,601 @@
+// Package membership is the LAN gossip pool of one datacenter, on
+// hashicorp/memberlist. Gates and managers join it with a Meta (role,
+// datacenter, node ID, RPC and Raft addresses, whether the node holds Raft
+// state); gates find the managers through it, and the autopilot
+// (internal/autopilot) bootstraps Raft and reconciles its voters from it.
+//
+// Beyond memberlist, the pool remembers members that left or failed (with the
+// time they were last seen) so the autopilot can apply a grace period, and it
+// tells a graceful leave from a failure: memberlist v0.6.0 calls NotifyLeave
+// for both and leaves Node.State at StateAlive (hashicorp/memberlist#293), so
+// Leave first publishes Meta.Leaving and the others classify the departure by
+// the last Meta they saw.
+package membership
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/once-dev/once/internal/logging"
+)
+
+// State of a member as this node sees it.
+type State int
+
+// Member states.
+const (
+	// StateAlive: the member answers probes (or has not been found dead yet).
+	StateAlive State = iota
+	// StateSuspect is reserved: memberlist v0.6.0 does not expose suspicion,
+	// so a suspect member is reported alive until it is declared dead.
+	StateSuspect
+	// StateDead: the member failed (stopped answering, or left without
+	// announcing it through Leave).
+	StateDead
+	// StateLeft: the member left gracefully through Pool.Leave.
+	StateLeft
+)
+
+func (s State) String() string {
+	switch s {
+	case StateAlive:
+		return "alive"
+	case StateSuspect:
+		return "suspect"
+	case StateDead:
+		return "dead"
+	case StateLeft:
+		return "left"
+	}
+	return "state(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Member is a node of the pool.
+type Member struct {
+	Name  string // memberlist node name
+	Addr  string // gossip address, host:port
+	Meta  Meta
+	State State
+	// LastSeen is, for a member that is alive, the time Members was called;
+	// for one that left or failed, when this node learned it (about when it
+	// was last seen alive). The autopilot's grace period counts from it.
+	LastSeen time.Time
+}
+
+// Pool is a running LAN pool. Its methods are safe for concurrent use.
+type Pool struct {
+	cfg     Config
+	log     *slog.Logger
+	ml      *memberlist.Memberlist
+	keyring *memberlist.Keyring
+	// selfIP, selfPort: the advertised gossip address, read once after
+	// Create. (memberlist's LocalNode returns its internal node, which
+	// UpdateNode rewrites: reading it concurrently is a data race.)
+	selfIP   net.IP
+	selfPort int
+
+	// lifeMu serializes what memberlist must not see concurrently with
+	// Shutdown (UpdateNode, Leave: Leave after Shutdown panics) and orders
+	// meta updates. Never held while p.mu is wanted by memberlist callbacks
+	// in a way that could deadlock: callbacks take only p.mu.
+	lifeMu sync.Mutex
+
+	mu         sync.Mutex
+	local      Meta
+	localBytes []byte
+	members    map[string]*Member // by node name, including departed ones
+	subs       map[*subscriber]struct{}
+	left       bool
+	shut       bool
+
+	joined     chan struct{}
+	joinedOnce sync.Once
+	stop       chan struct{}
+	wg         sync.WaitGroup
+}
+
+// Start creates the memberlist on the configured address and, if Seeds name
+// other nodes, joins them in the background: one attempt at once, then
+// retries with exponential backoff until one seed answers, ctx is done or
+// the pool is shut down. ctx bounds only that retrying; the pool runs until
+// Shutdown. Joined tells when the pool has reached another node.
+func Start(ctx context.Context, cfg Config) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Seeds = slices.Clone(cfg.Seeds)
+	cfg.SecretKey = bytes.Clone(cfg.SecretKey)
+	extra := make([][]byte, len(cfg.ExtraKeys))
+	for i, k := range cfg.ExtraKeys {
+		extra[i] = bytes.Clone(k)
+	}
+	cfg.ExtraKeys = extra
+	p := &Pool{
+		cfg:     cfg,
+		log:     logging.OrDiscard(cfg.Logger).With(logging.KeyComponent, "membership"),
+		local:   cfg.Meta,
+		members: make(map[string]*Member),
+		subs:    make(map[*subscriber]struct{}),
+		joined:  make(chan struct{}),
+		stop:    make(chan struct{}),
+	}
+	b, err := p.local.Encode()
+	if err != nil {
+		return nil, &ConfigError{Field: "Meta", Err: err}
+	}
+	p.localBytes = b
+
+	mc := cfg.memberlistConfig()
+	mc.Delegate = (*delegate)(p)
+	mc.Events = (*eventDelegate)(p)
+	mc.Logger = logging.StdLogger(cfg.Logger, "memberlist")
+	if cfg.SecretKey != nil {
+		kr, err := memberlist.NewKeyring(cfg.ExtraKeys, cfg.SecretKey)
+		if err != nil {
+			return nil, &ConfigError{Field: "SecretKey", Err: fmt.Errorf("%w: %w", ErrInvalidKey, err)}
+		}
+		p.keyring = kr
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("membership: start memberlist on %s:%d: %w", mc.BindAddr, cfg.BindPort, err)
+	}
+	p.ml = ml
+	self := ml.LocalNode()
+	p.selfIP, p.selfPort = slices.Clone(self.Addr), int(self.Port)
+	p.log.Info("gossip pool started", logging.KeyNode, cfg.NodeName, logging.KeyAddr, p.addr(),
+		logging.KeyDatacenter, cfg.Meta.Datacenter, logging.KeyEncrypted, cfg.SecretKey != nil, logging.KeyProfile, cfg.profile())
+
+	if len(cfg.Seeds) == 0 {
+		p.markJoined()
+	} else {
+		p.wg.Add(1)
+		go p.joinLoop(ctx)
+	}
+	return p, nil
+}
+
+func (c *Config) profile() string {
+	if c.Profile == "" {
+		return ProfileLAN
+	}
+	return c.Profile
+}
+
+// addr is this node's advertised gossip address.
+func (p *Pool) addr() string {
+	return net.JoinHostPort(p.selfIP.String(), strconv.Itoa(p.selfPort))
+}
+
+// Addr returns the gossip address the others reach this node at (useful as a
+// seed; with BindPort 0 it carries the port the OS chose).
+func (p *Pool) Addr() string { return p.addr() }
+
+// Joined is closed once the pool has exchanged state with another member
+// (right away for a pool without seeds).
+func (p *Pool) Joined() <-chan struct{} { return p.joined }
+
+func (p *Pool) markJoined() { p.joinedOnce.Do(func() { close(p.joined) }) }
+
+func (p *Pool) joinLoop(ctx context.Context) {
+	defer p.wg.Done()
+	wait, maxWait := p.cfg.joinBackoff()
+	for attempt := 1; ; attempt++ {
+		n, err := p.Join(ctx, p.cfg.Seeds)
+		if err == nil {
+			p.log.Info("joined pool", logging.KeyCount, n, logging.KeyAttempt, attempt)
+			return
+		}
+		if errors.Is(err, ErrShutdown) {
+			return
+		}
+		// Jitter keeps a fleet started at once from retrying in lockstep.
+		d := wait/2 + rand.N(wait/2+1)
+		p.log.Warn("join failed, retrying", logging.KeyError, err, logging.KeyAttempt, attempt, logging.KeyDuration, d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			p.log.Warn("giving up joining the pool", logging.KeyError, ctx.Err())
+			return
+		case <-p.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, maxWait)
+	}
+}
+
+// Join contacts seeds now (once, no retry) and merges their view of the
+// pool. Seeds that resolve to this node are skipped; if nothing else is left
+// the node is the first of its pool and Join returns 0, nil. It returns the
+// number of seeds reached, or a *JoinError (ErrJoin) if none was, e.g.
+// because they use another gossip key.
+func (p *Pool) Join(ctx context.Context, seeds []string) (int, error) {
+	if p.isShut() {
+		return 0, ErrShutdown
+	}
+	others := p.otherSeeds(ctx, seeds)
+	if len(others) == 0 {
+		p.markJoined()
+		return 0, nil
+	}
+	n, err := p.ml.Join(others)
+	if n > 0 {
+		if err != nil {
+			p.log.Debug("some seeds did not answer", logging.KeyError, err)
+		}
+		p.markJoined()
+		return n, nil
+	}
+	if p.isShut() {
+		return 0, ErrShutdown
+	}
+	if err == nil {
+		err = errors.New("no seed answered")
+	}
+	return 0, &JoinError{Seeds: others, Err: err}
+}
+
+// otherSeeds drops the seeds that are this node's own gossip address, so a
+// seed list shared by every node (MANAGER_JOIN=m1,m2,m3) works on m1 too.
+func (p *Pool) otherSeeds(ctx context.Context, seeds []string) []string {
+	bindAny := p.cfg.BindAddr == "" || net.ParseIP(p.cfg.BindAddr).IsUnspecified()
+	out := make([]string, 0, len(seeds))
+	for _, s := range seeds {
+		host, port, err := splitSeed(s)
+		if err != nil {
+			continue
+		}
+		if port != p.selfPort {
+			out = append(out, s)
+			continue
+		}
+		var ips []net.IP
+		if ip := net.ParseIP(host); ip != nil {
+			ips = []net.IP{ip}
+		} else {
+			lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			addrs, err := net.DefaultResolver.LookupIPAddr(lctx, host)
+			cancel()
+			if err != nil {
+				out = append(out, s) // let memberlist resolve (and fail) it
+				continue
+			}
+			for _, a := range addrs {
+				ips = append(ips, a.IP)
+			}
+		}
+		isSelf := false
+		for _, ip := range ips {
+			if ip.Equal(p.selfIP) || (bindAny && ip.IsLoopback()) {
+				isSelf = true
+				break
+			}
+		}
+		if !isSelf {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Members returns every known member, alive or departed, sorted by name.
+func (p *Pool) Members() []Member {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reapLocked(now)
+	out := make([]Member, 0, len(p.members))
+	for _, m := range p.members {
+		c := *m
+		if c.State == StateAlive {
+			c.LastSeen = now
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return cmpString(a.Name, b.Name) })
+	return out
+}
+
+// Managers returns the alive managers of datacenter dc, sorted by NodeID.
+func (p *Pool) Managers(dc string) []Member {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Member
+	for _, m := range p.members {
+		if m.State == StateAlive && m.Meta.Role == RoleManager && m.Meta.Datacenter == dc {
+			c := *m
+			c.LastSeen = now
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		if c := cmpString(a.Meta.NodeID, b.Meta.NodeID); c != 0 {
+			return c
+		}
+		return cmpString(a.Name, b.Name)
+	})
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (p *Pool) reapLocked(now time.Time) {
+	keep := p.cfg.departedRetention()
+	for name, m := range p.members {
+		if m.State != StateAlive && now.Sub(m.LastSeen) > keep {
+			delete(p.members, name)
+		}
+	}
+}
+
+// LocalNode returns this node, with the Meta it currently publishes.
+func (p *Pool) LocalNode() Member {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := Member{Name: p.cfg.NodeName, Meta: p.local, State: StateAlive, LastSeen: time.Now()}
+	if rec, ok := p.members[p.cfg.NodeName]; ok {
+		m.Addr = rec.Addr
+		m.State = rec.State
+	}
+	if p.left {
+		m.State = StateLeft
+	}
+	return m
+}
+
+// UpdateMeta publishes m as this node's metadata and waits (at most
+// Config.BroadcastTimeout) for memberlist to gossip it. Role, Datacenter
+// and NodeID cannot change; HasRaftState cannot go back to false; Bootstrap
+// and Leaving keep their current values (see ModifyMeta). If the broadcast
+// times out the new Meta is still in effect and spreads by push/pull; the
+// error then wraps ErrBroadcastTimeout.
+func (p *Pool) UpdateMeta(m Meta) error {
+	return p.ModifyMeta(func(cur *Meta) {
+		m.Bootstrap = cur.Bootstrap
+		m.Leaving = cur.Leaving
+		*cur = m
+	})
+}
+
+// ErrBroadcastTimeout: UpdateMeta or Leave could not confirm its broadcast in time.
+var ErrBroadcastTimeout = errors.New("membership: broadcast not confirmed in time")
+
+// ErrLeft: the pool has left (Leave); it no longer publishes updates.
+var ErrLeft = errors.New("membership: pool has left")
+
+// ModifyMeta applies fn to a copy of the current Meta and publishes the
+// result as UpdateMeta does. Calls are serialized, so concurrent modifiers
+// (the manager and the autopilot) do not lose each other's changes.
+func (p *Pool) ModifyMeta(fn func(*Meta)) error {
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	p.mu.Lock()
+	if p.shut {
+		p.mu.Unlock()
+		return ErrShutdown
+	}
+	if p.left {
+		p.mu.Unlock()
+		return ErrLeft
+	}
+	cur := p.local
+	p.mu.Unlock()
+
+	next := cur
+	fn(&next)
+	if cur.HasRaftState {
+		next.HasRaftState = true
+	}
+	switch {
+	case next.Role != cur.Role:
+		return &MetaError{Field: "Role", Value: string(next.Role), Err: ErrInvalidMeta, Reason: "cannot change"}
+	case next.Datacenter != cur.Datacenter:
+		return &MetaError{Field: "Datacenter", Value: next.Datacenter, Err: ErrInvalidMeta, Reason: "cannot change"}
+	case next.NodeID != cur.NodeID:
+		return &MetaError{Field: "NodeID", Value: next.NodeID, Err: ErrInvalidMeta, Reason: "cannot change"}
+	}
+	if next == cur {
+		return nil
+	}
+	if err := next.Validate(); err != nil {
+		return err
+	}
+	b, err := next.Encode()
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.local, p.localBytes = next, b
+	p.mu.Unlock()
+	if err := p.ml.UpdateNode(p.cfg.broadcastTimeout()); err != nil {
+		return fmt.Errorf("%w: %w", ErrBroadcastTimeout, err)
+	}
+	return nil
+}
+
+// Leave announces a graceful departure: it publishes Meta.Leaving, then
+// broadcasts memberlist's leave, waiting at most timeout for each. The others
+// then see this node as StateLeft (a node that missed both messages sees it
+// StateDead, the safe side). The node keeps answering gossip until Shutdown;
+// it cannot rejoin (start a new Pool).
+func (p *Pool) Leave(timeout time.Duration) error {
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	p.mu.Lock()
+	if p.shut {
+		p.mu.Unlock()
+		return ErrShutdown
+	}
+	if p.left {
+		p.mu.Unlock()
+		return nil
+	}
+	next := p.local
+	next.Leaving = true
+	next.Bootstrap.Vote = 0
+	b, err := next.Encode()
+	if err == nil {
+		p.local, p.localBytes = next, b
+	}
+	p.left = true
+	p.mu.Unlock()
+
+	p.log.Info("leaving pool")
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	} else if err := p.ml.UpdateNode(timeout); err != nil {
+		errs = append(errs, fmt.Errorf("%w: leaving flag: %w", ErrBroadcastTimeout, err))
+	}
+	if err := p.ml.Leave(timeout); err != nil {
+		errs = append(errs, fmt.Errorf("%w: leave: %w", ErrBroadcastTimeout, err))
+	}
+	return errors.Join(errs...)
+}
+
+// Shutdown stops gossip (without a leave message unless Leave was called:
+// the others will find this node dead), the join retries and every
+// subscription. It is safe to call more than once.
+func (p *Pool) Shutdown() error {
+	p.lifeMu.Lock()
+	p.mu.Lock()
+	if p.shut {
+		p.mu.Unlock()
+		p.lifeMu.Unlock()
+		return nil
+	}
+	p.shut = true
+	subs := make([]*subscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	clear(p.subs)
+	p.mu.Unlock()
+	close(p.stop)
+	err := p.ml.Shutdown()
+	p.lifeMu.Unlock()
+	p.wg.Wait()
+	for _, s := range subs {
+		s.close()
+	}
+	p.log.Info("gossip pool stopped")
+	if err != nil {
+		return fmt.Errorf("membership: shutdown: %w", err)
+	}
+	return nil
+}
+
+func (p *Pool) isShut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.shut
+}
+
+// delegate gives memberlist this node's Meta. No user messages or state.
+type delegate Pool
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	p := (*Pool)(d)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.localBytes) > limit {
+		// Encode enforces MaxMetaSize; a smaller limit would be memberlist's.
+		p.log.Error("meta larger than memberlist allows", logging.KeyCount, len(p.localBytes))
+		return nil
+	}
+	return bytes.Clone(p.localBytes)
+}
+
+func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// eventDelegate receives memberlist's membership changes. memberlist calls it
+// with its node lock held: it must not call back into memberlist, and must
+// not block (subscribers are fed through coalescing queues).
+type eventDelegate Pool
+
+func (e *eventDelegate) NotifyJoin(n *memberlist.Node)   { (*Pool)(e).alive(n, EventJoin) }
+func (e *eventDelegate) NotifyUpdate(n *memberlist.Node) { (*Pool)(e).alive(n, EventUpdate) }
+func (e *eventDelegate) NotifyLeave(n *memberlist.Node)  { (*Pool)(e).departed(n) }
+
+func nodeAddr(n *memberlist.Node) string {
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+func (p *Pool) alive(n *memberlist.Node, typ EventType) {
+	meta, err := DecodeMeta(n.Meta)
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		// A node of an incompatible version, or not one of ours: ignore it.
+		p.log.Warn("ignoring member with unreadable meta", logging.KeyPeer, n.Name, logging.KeyAddr, nodeAddr(n), logging.KeyError, err)
+		delete(p.members, n.Name)
+		return
+	}
+	old, existed := p.members[n.Name]
+	if typ == EventUpdate && (!existed || old.State != StateAlive) {
+		typ = EventJoin
+	}
+	m := &Member{Name: n.Name, Addr: nodeAddr(n), Meta: meta, State: StateAlive, LastSeen: now}
+	p.members[n.Name] = m
+	p.log.Debug("member "+typ.String(), logging.KeyPeer, n.Name, logging.KeyAddr, m.Addr,
+		logging.KeyNodeID, meta.NodeID, logging.KeyRole, string(meta.Role), logging.KeyRaftState, meta.HasRaftState)
+	p.publishLocked(Event{Type: typ, Member: *m})
+}
+
+func (p *Pool) departed(n *memberlist.Node) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok := p.members[n.Name]
+	if !ok {
+		meta, err := DecodeMeta(n.Meta)
+		if err != nil {
+			return
+		}
+		m = &Member{Name: n.Name, Addr: nodeAddr(n), Meta: meta}
+		p.members[n.Name] = m
+	} else if meta, err := DecodeMeta(n.Meta); err == nil {
+		m.Meta = meta
+	}
+	// memberlist does not say whether the node left or failed (Node.State is
+	// not set, hashicorp/memberlist#293): Pool.Leave publishes Leaving first.
+	typ := EventFailed
+	m.State = StateDead
+	if m.Meta.Leaving || (n.Name == p.cfg.NodeName && p.left) {
+		typ = EventLeave
+		m.State = StateLeft
+	}
+	m.LastSeen = now
+	p.log.Info("member "+typ.String(), logging.KeyPeer, n.Name, logging.KeyAddr, m.Addr, logging.KeyNodeID, m.Meta.NodeID)
+	p.publishLocked(Event{Type: typ, Member: *m})
+}

@@ -1,0 +1,205 @@
+package walstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// tidwall/wal names a segment by the wal index of its first entry, as 20
+// decimal digits; a truncation in progress leaves "<name>.START" or
+// "<name>.END", written through "<name>.START.TEMP" / "<name>.END.TEMP".
+const (
+	segmentNameLen = 20
+	tempSuffix     = ".TEMP"
+	startSuffix    = ".START"
+	endSuffix      = ".END"
+)
+
+type segmentFile struct {
+	index uint64 // wal index of the first entry
+	path  string
+}
+
+// listSegments returns the finished segment files of dir in index order.
+func listSegments(dir string) ([]segmentFile, error) {
+	ents, err := os.ReadDir(dir) // sorted by name = by index (zero-padded)
+	if err != nil {
+		return nil, err
+	}
+	var segs []segmentFile
+	for _, e := range ents {
+		name := e.Name()
+		if e.IsDir() || len(name) != segmentNameLen {
+			continue
+		}
+		idx, err := strconv.ParseUint(name, 10, 64)
+		if err != nil || idx == 0 {
+			continue
+		}
+		segs = append(segs, segmentFile{index: idx, path: filepath.Join(dir, name)})
+	}
+	return segs, nil
+}
+
+// hasPendingTruncation reports whether dir still holds a .START or .END
+// segment, i.e. a truncation that tidwall/wal could not finish on open.
+func hasPendingTruncation(dir string) (bool, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range ents {
+		if n := e.Name(); strings.HasSuffix(n, startSuffix) || strings.HasSuffix(n, endSuffix) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// removeTempFiles deletes the leftovers of a tidwall/wal atomic write that
+// crashed before its rename: the truncation it prepared never took effect.
+func removeTempFiles(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), tempSuffix) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+type scanResult struct {
+	entries  uint64 // whole, valid entries that survive (after the repair below)
+	walFirst uint64 // wal index of the first entry
+	base     uint64 // raft index = base + wal index - 1; valid when entries > 0
+	torn     *tornTail
+}
+
+// tornTail is the part of the last segment that recovery drops.
+type tornTail struct {
+	path   string
+	offset int64  // bytes [0, offset) are kept
+	size   int64  // file size before the repair
+	kept   int    // whole entries kept in this segment
+	reason string // why the record at offset was rejected
+}
+
+// scanSegments reads and checks every record of every segment: framing,
+// version, structure, checksum, and that raft indexes are consecutive and
+// agree with the segment names. The first bad record decides:
+//
+//   - in a segment that is not the last one: ErrCorrupt. Those segments were
+//     fsynced before the next one was created; damage there is corruption,
+//     and dropping it would silently lose committed entries.
+//   - in the last segment, followed by evidence of a later batch
+//     (laterBatchFollows): ErrCorrupt, for the same reason.
+//   - otherwise it is the torn final write: the result names the tail to cut.
+func scanSegments(dir string) (scanResult, error) {
+	var res scanResult
+	segs, err := listSegments(dir)
+	if err != nil || len(segs) == 0 {
+		return res, err
+	}
+	res.walFirst = segs[0].index
+	next := segs[0].index // wal index of the next record
+	haveBase := false
+	for i, seg := range segs {
+		if seg.index != next {
+			return res, fmt.Errorf("%w: segment %s starts at wal index %d, want %d",
+				ErrCorrupt, seg.path, seg.index, next)
+		}
+		data, err := os.ReadFile(seg.path)
+		if err != nil {
+			return res, err
+		}
+		last := i == len(segs)-1
+		pos, kept := 0, 0
+		for pos < len(data) {
+			rec, size, bad := frameAt(data[pos:])
+			if bad == nil {
+				switch {
+				case !haveBase && rec.index+1 < next:
+					bad = errRecord(fmt.Sprintf("record holds index %d, too small for wal index %d", rec.index, next))
+				case !haveBase:
+					res.base, haveBase = rec.index+1-next, true
+				case rec.index != res.base+next-1:
+					bad = errRecord(fmt.Sprintf("record holds index %d, want %d", rec.index, res.base+next-1))
+				}
+			}
+			if bad != nil {
+				if !last || laterBatchFollows(data, pos) {
+					return res, fmt.Errorf("%w: segment %s, offset %d (wal index %d): %w",
+						ErrCorrupt, seg.path, pos, next, bad)
+				}
+				res.torn = &tornTail{path: seg.path, offset: int64(pos), size: int64(len(data)),
+					kept: kept, reason: bad.Error()}
+				break
+			}
+			pos += size
+			next++
+			kept++
+			res.entries++
+		}
+	}
+	return res, nil
+}
+
+// frameAt parses the wal frame (uvarint length, record) at the start of b
+// and returns the record and the frame's size.
+func frameAt(b []byte) (record, int, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 {
+		return record{}, 0, errRecord("incomplete length prefix")
+	}
+	if n > uint64(len(b)-k) {
+		return record{}, 0, errRecord(fmt.Sprintf("record of %d bytes runs past the end of the file (%d bytes left)", n, len(b)-k))
+	}
+	rec, err := parseRecord(b[k : k+int(n)])
+	return rec, k + int(n), err
+}
+
+// laterBatchFollows reports whether, after the damaged record at offset
+// from, there is a whole valid record flagged as the end of a batch and then
+// another whole valid record. With fsync on, a batch is written only after
+// the previous one is durable, so such records prove that the damage hit
+// data that was already durable: corruption, not a torn final write. Framing
+// may be lost at from, so this resynchronises byte by byte; parseRecord
+// rejects almost every false start on structure before computing a CRC.
+func laterBatchFollows(data []byte, from int) bool {
+	sawBatchEnd := false
+	for o := from + 1; o < len(data); {
+		rec, size, err := frameAt(data[o:])
+		if err != nil {
+			o++
+			continue
+		}
+		if sawBatchEnd {
+			return true
+		}
+		if rec.flags&flagBatchEnd != 0 {
+			sawBatchEnd = true
+		}
+		o += size
+	}
+	return false
+}
+
+// repairTail cuts the torn tail off its segment and makes the cut durable.
+func repairTail(t *tornTail) error {
+	f, err := os.OpenFile(t.path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	err = errors.Join(f.Truncate(t.offset), f.Sync())
+	return errors.Join(err, f.Close())
+}

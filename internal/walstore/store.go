@@ -1,0 +1,662 @@
+// Package walstore is the manager's Raft log store: a raft.LogStore and
+// raft.MonotonicLogStore over github.com/tidwall/wal.
+//
+// It handles what hashicorp/raft really does to a log:
+//
+//   - StoreLogs appends a batch of consecutive entries: one wal WriteBatch and,
+//     unless Options.NoSync, one fsync per batch.
+//   - DeleteRange deletes a suffix on a conflict (wal TruncateBack), a prefix on
+//     compaction (wal TruncateFront), or the whole log after a snapshot install
+//     or restore. tidwall/wal cannot empty a log and then restart it at another
+//     index, so emptying retires the whole segment directory with one atomic
+//     rename and the next StoreLogs starts a new one at any index (re-base).
+//   - After a crash, a torn final write is cut off the last segment (with a
+//     warning) instead of refusing to boot; damage to data that was already
+//     durable is reported as ErrCorrupt instead of being dropped.
+//
+// Raft indexes do not start at 1 but wal indexes do: raft index = base + wal
+// index - 1. Every record carries its raft index, so base is derived from the
+// first record on open and there is no metadata file to keep in step.
+//
+// See docs/storage.md for the on-disk layout and the crash-safety argument.
+package walstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/tidwall/wal"
+)
+
+// Errors returned by the store. Each is wrapped with context; match them
+// with errors.Is.
+var (
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("walstore: closed")
+	// ErrOutOfOrder: StoreLogs got entries that are not consecutive, or do
+	// not continue the log at LastIndex()+1. Nothing was written.
+	ErrOutOfOrder = errors.New("walstore: log entries out of order")
+	// ErrGap: DeleteRange would leave a hole in the middle of the log, which
+	// a monotonic log cannot hold (raft never asks for it). Nothing changed.
+	ErrGap = errors.New("walstore: delete range would leave a gap")
+	// ErrCorrupt: a record that was already durable is damaged (bad framing,
+	// checksum, or index), or the segment files do not fit together. Open
+	// returns it instead of dropping committed entries; GetLog returns it for
+	// a record that does not decode.
+	ErrCorrupt = errors.New("walstore: log corrupt")
+	// ErrFailed: an earlier write, fsync or truncation failed part-way. The
+	// in-memory view may no longer match the disk, so the store refuses all
+	// further changes; close it and open it again (recovery repairs the tail).
+	ErrFailed = errors.New("walstore: failed, reopen to recover")
+	// ErrInvalidOptions: Options holds an unusable value.
+	ErrInvalidOptions = errors.New("walstore: invalid options")
+)
+
+// DefaultSegmentSize is the target size of a wal segment file. A prefix
+// compaction rewrites the segment that holds the new first entry, so smaller
+// segments make compaction cheaper; tidwall/wal's own default is 20 MiB.
+const DefaultSegmentSize = 4 << 20
+
+// Directory names under the store's directory.
+const (
+	// segmentsDirName holds the tidwall/wal segment files.
+	segmentsDirName = "segments"
+	// retiredDirName is segmentsDirName after the log was emptied; it is
+	// deleted right away, or on the next Open after a crash.
+	retiredDirName = "segments.retired"
+)
+
+// Attribute keys of the store's log lines.
+const (
+	attrDir          = "dir"
+	attrSegment      = "segment"
+	attrOffset       = "offset"
+	attrDroppedBytes = "dropped_bytes"
+	attrKeptEntries  = "kept_entries"
+	attrLastIndex    = "last_index"
+	attrReason       = "reason"
+	attrOp           = "op"
+	attrError        = "error"
+)
+
+// Options configure a Store.
+type Options struct {
+	// NoSync skips every fsync. For tests and benchmarks only: a crash can
+	// then lose acknowledged entries. The default (false) is durable.
+	NoSync bool
+	// Logger receives warnings (a torn tail dropped on open) and errors. Nil
+	// discards them.
+	Logger *slog.Logger
+	// SegmentSize is the target size of a segment file in bytes; 0 means
+	// DefaultSegmentSize.
+	SegmentSize int
+}
+
+// Store is a raft.LogStore over tidwall/wal. It is safe for concurrent use:
+// raft reads (GetLog, FirstIndex, LastIndex) while it writes.
+type Store struct {
+	dir    string // the store's directory
+	segDir string // dir/segments
+	opts   Options
+	logger *slog.Logger
+
+	// writeMu serialises StoreLogs, DeleteRange and Close. The fields below
+	// are used only with writeMu held.
+	writeMu  sync.Mutex
+	batch    wal.Batch
+	scratch  []byte
+	tail     *os.File // a handle on the wal's last segment, for fsync (nil with NoSync)
+	tailSize int64    // tail's size after the last batch
+	failed   error    // first failed change; see ErrFailed
+
+	// mu guards the published view of the log. Writers change it with both
+	// writeMu and mu held; readers hold mu.RLock.
+	mu     sync.RWMutex
+	w      *wal.Log // nil while the log is empty
+	base   uint64   // raft index of wal index 1
+	empty  bool     // no entries; first and last are meaningless
+	first  uint64
+	last   uint64
+	closed bool
+
+	// readMu serialises wal reads: tidwall/wal loads older segments into its
+	// cache under its read lock, so two concurrent Reads would race.
+	readMu sync.Mutex
+}
+
+var (
+	_ raft.LogStore          = (*Store)(nil)
+	_ raft.MonotonicLogStore = (*Store)(nil)
+	_ io.Closer              = (*Store)(nil)
+)
+
+// Open opens the log store in dir, creating dir if needed, and recovers it:
+// it finishes an interrupted truncation or re-base, checks every record, and
+// cuts a torn final write off the last segment (logging a warning). It
+// returns an error wrapping ErrCorrupt if data that was already durable is
+// damaged.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.SegmentSize < 0 {
+		return nil, fmt.Errorf("%w: SegmentSize %d: must be 0 (default) or positive", ErrInvalidOptions, opts.SegmentSize)
+	}
+	if opts.SegmentSize == 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("walstore: create %s: %w", dir, err)
+	}
+	s := &Store{
+		dir:    dir,
+		segDir: filepath.Join(dir, segmentsDirName),
+		opts:   opts,
+		logger: logger.With(attrDir, dir),
+		empty:  true,
+	}
+	if err := s.recover(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) walOptions() *wal.Options {
+	// A fresh value each time: wal.Open writes defaults into it.
+	return &wal.Options{
+		// The store fsyncs itself, outside the wal's lock, so that readers
+		// are not blocked for the duration of an fsync. tidwall/wal still
+		// fsyncs a segment when it moves on to the next one, and its
+		// truncations fsync the file they write.
+		NoSync:           true,
+		SegmentSize:      s.opts.SegmentSize,
+		LogFormat:        wal.Binary,
+		SegmentCacheSize: 2,
+		// Read returns a slice of the segment buffer; GetLog decodes it into
+		// fresh memory at once. Buffers are replaced, never rewritten.
+		NoCopy:    true,
+		DirPerms:  0o750,
+		FilePerms: 0o640,
+	}
+}
+
+// recover brings the directory to a consistent state and loads it. It runs
+// before the store is shared, so it takes no locks.
+func (s *Store) recover() error {
+	// A retired segment directory is garbage: the re-base that renamed it
+	// had committed.
+	retired := filepath.Join(s.dir, retiredDirName)
+	if _, err := os.Stat(retired); err == nil {
+		if err := os.RemoveAll(retired); err != nil {
+			return fmt.Errorf("walstore: remove %s: %w", retired, err)
+		}
+		if err := s.syncDir(s.dir); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(s.segDir); errors.Is(err, os.ErrNotExist) {
+		return nil // empty log
+	} else if err != nil {
+		return fmt.Errorf("walstore: %w", err)
+	}
+	if err := removeTempFiles(s.segDir); err != nil {
+		return fmt.Errorf("walstore: clean %s: %w", s.segDir, err)
+	}
+
+	// wal.Open finishes an interrupted TruncateFront/TruncateBack (.START /
+	// .END segments). It fails with ErrCorrupt when the last segment ends in
+	// a partial frame (or ErrEmptyLog if that leaves no entry); the scan
+	// below finds and cuts that tail.
+	w, err := wal.Open(s.segDir, s.walOptions())
+	if err != nil {
+		if !errors.Is(err, wal.ErrCorrupt) && !errors.Is(err, wal.ErrEmptyLog) {
+			return fmt.Errorf("walstore: open %s: %w", s.segDir, err)
+		}
+		if pending, perr := hasPendingTruncation(s.segDir); perr != nil || pending {
+			return fmt.Errorf("%w: %s: unfinished truncation: %w", ErrCorrupt, s.segDir, errors.Join(err, perr))
+		}
+		w = nil
+	}
+	closeWAL := func() {
+		if w != nil {
+			_ = w.Close() // read-only so far; the scan's verdict is the error that matters
+			w = nil
+		}
+	}
+
+	res, err := scanSegments(s.segDir)
+	if err != nil {
+		closeWAL()
+		return err
+	}
+	if t := res.torn; t != nil {
+		closeWAL() // the wal holds the tail open at its old end
+		if err := repairTail(t); err != nil {
+			return fmt.Errorf("walstore: cut torn tail of %s: %w", t.path, err)
+		}
+		var last uint64 // raft index of the last entry kept, 0 if none
+		if res.entries > 0 {
+			last = res.base + res.walFirst + res.entries - 2
+		}
+		s.logger.Warn("walstore: dropped the torn tail of the last segment",
+			attrSegment, filepath.Base(t.path), attrOffset, t.offset,
+			attrDroppedBytes, t.size-t.offset, attrKeptEntries, t.kept,
+			attrLastIndex, last, attrReason, t.reason)
+	}
+	if res.entries == 0 {
+		// Only a torn first batch (or nothing) was there: the log is empty.
+		closeWAL()
+		return s.retireSegments()
+	}
+	if w == nil {
+		if w, err = wal.Open(s.segDir, s.walOptions()); err != nil {
+			return fmt.Errorf("walstore: reopen %s after repair: %w", s.segDir, err)
+		}
+	}
+	walFirst, err1 := w.FirstIndex()
+	walLast, err2 := w.LastIndex()
+	if err := errors.Join(err1, err2); err != nil {
+		closeWAL()
+		return fmt.Errorf("walstore: %w", err)
+	}
+	if walFirst != res.walFirst || walLast != res.walFirst+res.entries-1 {
+		closeWAL()
+		return fmt.Errorf("%w: wal holds indexes [%d, %d], the records [%d, %d]",
+			ErrCorrupt, walFirst, walLast, res.walFirst, res.walFirst+res.entries-1)
+	}
+	s.w, s.base, s.empty = w, res.base, false
+	s.first = res.base + walFirst - 1
+	s.last = res.base + walLast - 1
+	if err := s.openTail(); err != nil {
+		closeWAL()
+		return err
+	}
+	return nil
+}
+
+// FirstIndex returns the first index in the log, 0 if it is empty.
+func (s *Store) FirstIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	if s.empty {
+		return 0, nil
+	}
+	return s.first, nil
+}
+
+// LastIndex returns the last index in the log, 0 if it is empty.
+func (s *Store) LastIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	if s.empty {
+		return 0, nil
+	}
+	return s.last, nil
+}
+
+// GetLog reads the entry at index into out. It returns raft.ErrLogNotFound
+// if the log does not hold index.
+func (s *Store) GetLog(index uint64, out *raft.Log) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.empty || index < s.first || index > s.last {
+		return raft.ErrLogNotFound
+	}
+	s.readMu.Lock()
+	b, err := s.w.Read(index - s.base + 1)
+	s.readMu.Unlock()
+	switch {
+	case errors.Is(err, wal.ErrNotFound):
+		return raft.ErrLogNotFound
+	case errors.Is(err, wal.ErrCorrupt):
+		return fmt.Errorf("%w: read index %d: %w", ErrCorrupt, index, err)
+	case err != nil:
+		return fmt.Errorf("walstore: read index %d: %w", index, err)
+	}
+	rec, err := parseRecord(b)
+	if err != nil {
+		return fmt.Errorf("%w: index %d: %w", ErrCorrupt, index, err)
+	}
+	if rec.index != index {
+		return fmt.Errorf("%w: wal slot of index %d holds index %d", ErrCorrupt, index, rec.index)
+	}
+	rec.into(out)
+	return nil
+}
+
+// StoreLog stores one entry; see StoreLogs.
+func (s *Store) StoreLog(l *raft.Log) error {
+	return s.StoreLogs([]*raft.Log{l})
+}
+
+// StoreLogs appends entries whose indexes are consecutive and continue the
+// log (the first is LastIndex()+1); on an empty log the first may be any
+// index. It is one wal batch and, unless NoSync, one fsync. It returns an
+// error wrapping ErrOutOfOrder, without writing, for any other indexes.
+func (s *Store) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	for i := 1; i < len(logs); i++ {
+		if prev, cur := logs[i-1].Index, logs[i].Index; cur != prev+1 || cur == 0 {
+			return fmt.Errorf("%w: index %d follows %d in the batch", ErrOutOfOrder, cur, prev)
+		}
+	}
+	if !s.empty && logs[0].Index != s.last+1 {
+		return fmt.Errorf("%w: batch starts at index %d, log ends at %d", ErrOutOfOrder, logs[0].Index, s.last)
+	}
+	if s.w == nil {
+		if err := s.create(logs[0].Index); err != nil {
+			return s.fail("create log", err)
+		}
+	}
+	var size int64
+	for i, l := range logs {
+		s.scratch = appendRecord(s.scratch[:0], l, i == len(logs)-1)
+		s.batch.Write(l.Index-s.base+1, s.scratch)
+		size += frameSize(len(s.scratch))
+	}
+	if err := s.w.WriteBatch(&s.batch); err != nil {
+		s.batch.Clear()
+		return s.fail("write", err)
+	}
+	if err := s.syncTail(size); err != nil {
+		return s.fail("fsync", err)
+	}
+	s.mu.Lock()
+	if s.empty {
+		s.first, s.empty = logs[0].Index, false
+	}
+	s.last = logs[len(logs)-1].Index
+	s.mu.Unlock()
+	return nil
+}
+
+// DeleteRange deletes the entries in [min, max]. Raft asks for three shapes
+// and each is supported: a suffix (max >= LastIndex: conflict on a
+// follower), a prefix (min <= FirstIndex: compaction after a snapshot) and
+// everything (after a snapshot install or restore, on a monotonic store).
+// Indexes outside the log are ignored. A range strictly inside the log
+// returns an error wrapping ErrGap.
+func (s *Store) DeleteRange(min, max uint64) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if s.empty || min > max || max < s.first || min > s.last {
+		return nil
+	}
+	switch {
+	case min <= s.first && max >= s.last:
+		if err := s.reset(); err != nil {
+			return s.fail("empty log", err)
+		}
+	case min <= s.first:
+		if err := s.truncateFront(max + 1); err != nil {
+			return s.fail("delete prefix", err)
+		}
+	case max >= s.last:
+		if err := s.truncateBack(min - 1); err != nil {
+			return s.fail("delete suffix", err)
+		}
+	default:
+		return fmt.Errorf("%w: [%d, %d] inside [%d, %d]", ErrGap, min, max, s.first, s.last)
+	}
+	return nil
+}
+
+// IsMonotonic tells raft that this store cannot hold gaps, so raft empties
+// the log after installing or restoring a snapshot instead of leaving a gap.
+func (s *Store) IsMonotonic() bool { return true }
+
+// Close flushes and closes the store. Calling it again returns nil.
+func (s *Store) Close() error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.closeWAL()
+}
+
+// writable returns why the store refuses changes, if it does.
+func (s *Store) writable() error {
+	if s.closed {
+		return ErrClosed
+	}
+	if s.failed != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, s.failed)
+	}
+	return nil
+}
+
+// fail records the first failed change, after which the store is read-only.
+func (s *Store) fail(op string, err error) error {
+	err = fmt.Errorf("walstore: %s: %w", op, err)
+	if s.failed == nil {
+		s.failed = err
+		s.logger.Error("walstore: change failed; the store refuses further changes until reopened",
+			attrOp, op, attrError, err)
+	}
+	return err
+}
+
+// closeWAL closes the tail handle and the wal. Callers hold writeMu and mu.
+func (s *Store) closeWAL() error {
+	var err error
+	if s.tail != nil {
+		err = s.tail.Close()
+		s.tail = nil
+	}
+	if s.w != nil {
+		err = errors.Join(err, s.w.Close())
+		s.w = nil
+	}
+	return err
+}
+
+// create starts a new segment directory whose first entry has raft index
+// first. The directory and its first segment file are made durable before
+// anything is written into them.
+func (s *Store) create(first uint64) error {
+	if err := os.MkdirAll(s.segDir, 0o750); err != nil {
+		return err
+	}
+	w, err := wal.Open(s.segDir, s.walOptions())
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(s.syncDir(s.segDir), s.syncDir(s.dir)); err != nil {
+		_ = w.Close()
+		return err
+	}
+	s.mu.Lock()
+	s.w, s.base = w, first // still empty until the batch is durable
+	s.mu.Unlock()
+	if err := s.openTail(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// reset empties the log. The commit point is one atomic rename of the
+// segment directory, made durable by an fsync of its parent: a crash before
+// it leaves the old log whole, a crash after it leaves an empty log (and a
+// retired directory that Open deletes). The next StoreLogs re-bases.
+func (s *Store) reset() error {
+	s.mu.Lock()
+	err := s.closeWAL()
+	s.empty, s.first, s.last, s.base = true, 0, 0, 0
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.retireSegments() // readers already see an empty log
+}
+
+// retireSegments renames the segment directory away, commits the rename,
+// and deletes it. The wal must be closed.
+func (s *Store) retireSegments() error {
+	retired := filepath.Join(s.dir, retiredDirName)
+	if err := os.RemoveAll(retired); err != nil { // left over from a crash
+		return err
+	}
+	if err := os.Rename(s.segDir, retired); err != nil {
+		return err
+	}
+	if err := s.syncDir(s.dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(retired); err != nil {
+		// The log is empty already; Open deletes what is left.
+		s.logger.Warn("walstore: could not delete the retired segments", attrError, err)
+	}
+	return nil
+}
+
+// truncateFront deletes the entries before raft index first. The new first
+// index is published before the wal is truncated, so readers never ask for
+// an entry that is going away.
+func (s *Store) truncateFront(first uint64) error {
+	s.mu.Lock()
+	s.first = first
+	s.mu.Unlock()
+	if err := s.w.TruncateFront(first - s.base + 1); err != nil {
+		return err
+	}
+	return s.afterTruncate()
+}
+
+// truncateBack deletes the entries after raft index last, publishing the
+// new last index first.
+func (s *Store) truncateBack(last uint64) error {
+	s.mu.Lock()
+	s.last = last
+	s.mu.Unlock()
+	if err := s.w.TruncateBack(last - s.base + 1); err != nil {
+		return err
+	}
+	return s.afterTruncate()
+}
+
+// afterTruncate makes a truncation durable. tidwall/wal wrote and fsynced
+// the rewritten segment under a temporary name, renamed it over the old one
+// and deleted the dropped segments, but did not fsync the directory. It may
+// also have replaced the tail segment file, so the tail handle is reopened.
+func (s *Store) afterTruncate() error {
+	if s.opts.NoSync {
+		return nil
+	}
+	if err := s.syncDir(s.segDir); err != nil {
+		return err
+	}
+	return s.openTail()
+}
+
+// openTail opens a handle on the wal's last segment file (the one it
+// appends to) and records its size. Without NoSync only.
+func (s *Store) openTail() error {
+	if s.opts.NoSync {
+		return nil
+	}
+	if s.tail != nil {
+		_ = s.tail.Close() // used only for fsync; nothing to flush through it
+		s.tail = nil
+	}
+	segs, err := listSegments(s.segDir)
+	if err != nil {
+		return err
+	}
+	if len(segs) == 0 {
+		return fmt.Errorf("%w: no segment file in %s", ErrCorrupt, s.segDir)
+	}
+	f, err := os.OpenFile(segs[len(segs)-1].path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return err
+	}
+	s.tail, s.tailSize = f, st.Size()
+	return nil
+}
+
+// syncTail makes the batch just written (size bytes of frames) durable.
+// tidwall/wal appends to its last segment and starts a new one when a
+// segment reaches SegmentSize (at the start of a batch, after any entry of
+// it, or after its last entry). If the tail handle did not grow by exactly
+// size, or grew to SegmentSize, the wal has moved on: it fsynced the
+// segment it left, and the store fsyncs the new one and the directory that
+// gained it. A wrong guess costs one extra reopen and directory fsync; a
+// missed switch shows as a size mismatch at the next batch, before that
+// batch is acknowledged. TestSyncFollowsTailSegment pins the behaviour.
+func (s *Store) syncTail(size int64) error {
+	if s.opts.NoSync {
+		return nil
+	}
+	st, err := s.tail.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() == s.tailSize+size {
+		s.tailSize += size
+		if err := s.tail.Sync(); err != nil {
+			return err
+		}
+		if s.tailSize < int64(s.opts.SegmentSize) {
+			return nil
+		}
+		// The batch filled the segment, and the wal moves on as soon as a
+		// segment reaches SegmentSize: it has created the next (empty) one.
+	} else if err := s.tail.Sync(); err != nil {
+		return err
+	}
+	if err := s.openTail(); err != nil {
+		return err
+	}
+	if err := s.tail.Sync(); err != nil {
+		return err
+	}
+	return s.syncDir(s.segDir)
+}
+
+// syncDir fsyncs a directory so that entries created, renamed or removed in
+// it are durable.
+func (s *Store) syncDir(dir string) error {
+	if s.opts.NoSync {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	return errors.Join(err, d.Close())
+}
