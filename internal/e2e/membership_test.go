@@ -400,10 +400,11 @@ func TestMembershipFourthManagerBecomesVoter(t *testing.T) {
 func TestMembershipRemovesLeftAndDeadManagers(t *testing.T) {
 	const grace = 2 * time.Second
 	c := startCluster(t, 4, 0, func(o *localcluster.Options) {
+		o.BaseDir = "/tmp/memb-debug"
 		o.ManagerEnv = append(o.ManagerEnv, "MANAGER_LEAVE_ON_TERMINATE=true",
 			fmt.Sprintf("MANAGER_DEAD_SERVER_GRACE_SECONDS=%d", int(grace/time.Second)))
 	})
-	ctx := ctxFor(t, 2*time.Minute)
+	ctx := ctxFor(t, 40*time.Second)
 	a := waitAgreement(t, ctx, c, c.Managers)
 	sub := startSubmitter(ctx, rpcAddrs(c.Managers...), "member-remove")
 	sub.progress(t, ctx, 5, "with four voters")

@@ -25,9 +25,11 @@ type Layer struct {
 	ln        net.Listener
 	advertise net.Addr
 
-	mu      sync.Mutex
-	blocked map[string]bool
-	conns   map[string]map[*conn]struct{} // open dialed connections by peer address
+	mu       sync.Mutex
+	closed   bool
+	blocked  map[string]bool
+	conns    map[string]map[*conn]struct{} // open dialed connections by peer address
+	accepted map[*conn]struct{}            // open accepted connections
 }
 
 // Listen binds the Raft address. advertise (may be empty) is the address peers
@@ -50,7 +52,8 @@ func Listen(bind, advertise string) (*Layer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("raft advertise address %s is not routable", adv)
 	}
-	return &Layer{ln: ln, advertise: adv, blocked: map[string]bool{}, conns: map[string]map[*conn]struct{}{}}, nil
+	return &Layer{ln: ln, advertise: adv, blocked: map[string]bool{}, conns: map[string]map[*conn]struct{}{},
+		accepted: map[*conn]struct{}{}}, nil
 }
 
 // Dial implements raft.StreamLayer.
@@ -69,6 +72,10 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 	w := &conn{Conn: c, l: l, peer: addr}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
 	if l.blocked[addr] { // blocked while dialing
 		c.Close()
 		return nil, fmt.Errorf("dial %s: %w", addr, ErrBlocked)
@@ -81,10 +88,45 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 }
 
 // Accept implements net.Listener.
-func (l *Layer) Accept() (net.Conn, error) { return l.ln.Accept() }
+func (l *Layer) Accept() (net.Conn, error) {
+	c, err := l.ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	w := &conn{Conn: c, l: l}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	l.accepted[w] = struct{}{}
+	return w, nil
+}
 
-// Close implements net.Listener.
-func (l *Layer) Close() error { return l.ln.Close() }
+// Close implements net.Listener. It also closes every connection the layer
+// dialed or accepted: raft's NetworkTransport closes only its listener, and a
+// pooled connection left open would keep the peer's handler goroutine reading
+// forever.
+func (l *Layer) Close() error {
+	err := l.ln.Close()
+	l.mu.Lock()
+	l.closed = true
+	var all []*conn
+	for _, m := range l.conns {
+		for c := range m {
+			all = append(all, c)
+		}
+	}
+	for c := range l.accepted {
+		all = append(all, c)
+	}
+	l.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+	return err
+}
 
 // Addr implements net.Listener: the advertised address.
 func (l *Layer) Addr() net.Addr { return l.advertise }
@@ -122,7 +164,7 @@ func (l *Layer) Blocked() []string {
 type conn struct {
 	net.Conn
 	l    *Layer
-	peer string
+	peer string // "" for an accepted connection
 	once sync.Once
 }
 
@@ -130,7 +172,11 @@ func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.l.mu.Lock()
-		delete(c.l.conns[c.peer], c)
+		if c.peer == "" {
+			delete(c.l.accepted, c)
+		} else {
+			delete(c.l.conns[c.peer], c)
+		}
 		c.l.mu.Unlock()
 	})
 	return err

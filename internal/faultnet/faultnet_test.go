@@ -3,6 +3,7 @@ package faultnet
 import (
 	"errors"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -62,5 +63,44 @@ func TestBlockRefusesAndClosesAndHeals(t *testing.T) {
 func TestUnroutableAdvertise(t *testing.T) {
 	if _, err := Listen("0.0.0.0:0", ""); err == nil {
 		t.Fatal("0.0.0.0 must not be advertised")
+	}
+}
+
+func TestCloseClosesEveryConnection(t *testing.T) {
+	a, err := Listen("127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Listen("127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, err := a.Accept()
+		if err == nil {
+			acc <- c
+		}
+		close(acc)
+	}()
+	out, err := b.Dial(raft.ServerAddress(a.Addr().String()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	in := <-acc
+	if in == nil {
+		t.Fatal("no accepted connection")
+	}
+	a.Close()
+	// The accepted side was closed by a.Close: reading it fails at once, and
+	// the dialer sees EOF.
+	if _, err := in.Read(make([]byte, 1)); err == nil {
+		t.Fatal("accepted connection still open after Close")
+	}
+	_ = out.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := out.Read(make([]byte, 1)); err == nil {
+		t.Fatal("peer did not see the connection close")
 	}
 }
