@@ -153,9 +153,9 @@ type Config struct {
 }
 
 const (
-	autoShards     = 16
-	maxShards      = 256
-	minAutoPerShrd = 1024
+	autoShards      = 16
+	maxShards       = 256
+	minPerAutoShard = 1024
 )
 
 func (cfg *Config) validate() error {
@@ -237,7 +237,7 @@ func New[V any](cfg Config) (*Cache[V], error) {
 	n := cfg.Shards
 	if n == 0 {
 		n = autoShards
-		for n > 1 && cfg.MaxEntries/n < minAutoPerShrd {
+		for n > 1 && cfg.MaxEntries/n < minPerAutoShard {
 			n /= 2
 		}
 	}

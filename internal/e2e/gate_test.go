@@ -121,12 +121,12 @@ func TestGateKillLeaderUnderLoad(t *testing.T) {
 	urls := c.GateURLs()
 
 	var (
-		mu     sync.Mutex
-		acked  = map[string]string{} // key → job id from its 201
-		sent   atomic.Int64
-		errs   atomic.Int64
-		stop   = make(chan struct{})
-		wg     sync.WaitGroup
+		mu    sync.Mutex
+		acked = map[string]string{} // key → job id from its 201
+		sent  atomic.Int64
+		errs  atomic.Int64
+		stop  = make(chan struct{})
+		wg    sync.WaitGroup
 	)
 	const workers = 16
 	for w := 0; w < workers; w++ {

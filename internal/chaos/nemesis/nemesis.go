@@ -61,8 +61,12 @@ type Config struct {
 	// Recorder, when set, receives every step as a history.KindNemesis op and
 	// gives the clock of Event times.
 	Recorder *history.Recorder
-	// Logf, when set, receives one line per step.
+	// Logf, when set, receives one line per step (kill, start, SIGSTOP,
+	// SIGCONT, partition, heal).
 	Logf func(format string, args ...any)
+	// OnEvent, when set, is called with each fault once the cluster has
+	// recovered from it (or failed to).
+	OnEvent func(Event)
 }
 
 // Event is one fault as it happened. Times are offsets on the Recorder's
@@ -152,6 +156,9 @@ func New(c *localcluster.Cluster, cfg Config) (*Nemesis, error) {
 	cfg.Timings = cfg.Timings.withDefaults()
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.OnEvent == nil {
+		cfg.OnEvent = func(Event) {}
 	}
 	return &Nemesis{
 		c: c, cfg: cfg, sched: NewSchedule(cfg.Seed, cfg.Kinds, cfg.Timings), start: time.Now(),
@@ -318,7 +325,7 @@ func (n *Nemesis) inject(ctx context.Context, f Fault) error {
 	n.mu.Lock()
 	n.events = append(n.events, ev)
 	n.mu.Unlock()
-	n.cfg.Logf("%s %s", stamp(n.now()), ev)
+	n.cfg.OnEvent(ev)
 	if err != nil {
 		return fmt.Errorf("nemesis: %s: %w", label, err)
 	}
