@@ -37,5 +37,22 @@ run: build
 run-fresh: build
 	$(BIN)/oncelocal -dir .run -bin $(BIN) -fresh
 
+## fuzz: every native fuzz target for FUZZTIME each (their corpora also run in make test)
+FUZZTIME ?= 60s
+FUZZ_TARGETS := \
+	pkg/keys:FuzzParse \
+	pkg/api:FuzzDecodeJobRequest \
+	pkg/api:FuzzCheckJSONValue \
+	internal/fingerprint:FuzzCanonicalize \
+	internal/ledger:FuzzDecodeCommand \
+	internal/ledger:FuzzRestore \
+	internal/walstore:FuzzRecordRoundTrip
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$fn ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) ./$$pkg/; \
+	done
+
 clean:
 	rm -rf $(BIN)

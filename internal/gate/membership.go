@@ -24,8 +24,11 @@ func startMembership(ctx context.Context, cfg Config, log *slog.Logger) (*member
 		return nil, fmt.Errorf("%s: %w", EnvGossipAddr, err)
 	}
 	var key []byte
+	var extra [][]byte
 	if cfg.GossipKey != "" {
-		if key, err = membership.ParseSecretKey(cfg.GossipKey); err != nil {
+		// A comma-separated list: the first key encrypts, the others are
+		// accepted too (rolling key rotation, docs/operations.md).
+		if key, extra, err = membership.ParseSecretKeys(cfg.GossipKey); err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvGossipKey, err)
 		}
 	}
@@ -35,8 +38,9 @@ func startMembership(ctx context.Context, cfg Config, log *slog.Logger) (*member
 		BindPort:  port,
 		Seeds:     cfg.Join,
 		SecretKey: key,
+		ExtraKeys: extra,
 		Profile:   cfg.GossipProfile,
-		Logger:    log.With("component", "membership"),
+		Logger:    log,
 		Meta:      membership.Meta{Role: membership.RoleGate, Datacenter: cfg.Datacenter, NodeID: cfg.NodeName, Version: 1},
 	})
 	if err != nil {

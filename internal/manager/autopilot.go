@@ -19,7 +19,7 @@ func (c *clusterMembership) startAutopilot(ctx context.Context, cfg Config, m *M
 		BootstrapExpect:  cfg.BootstrapExpect,
 		HasExistingState: hasState,
 		DeadServerGrace:  cfg.DeadServerGrace,
-		Logger:           c.log.With("component", "autopilot"),
+		Logger:           c.log,
 	}, m.Raft(), c.pool)
 	c.wg.Add(1)
 	go func() {

@@ -45,8 +45,11 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 		return nil, fmt.Errorf("MANAGER_GOSSIP_ADDR: %w", err)
 	}
 	var key []byte
+	var extra [][]byte
 	if cfg.GossipKey != "" {
-		if key, err = membership.ParseSecretKey(cfg.GossipKey); err != nil {
+		// A comma-separated list: the first key encrypts, the others are
+		// accepted too (rolling key rotation, docs/operations.md).
+		if key, extra, err = membership.ParseSecretKeys(cfg.GossipKey); err != nil {
 			return nil, fmt.Errorf("MANAGER_GOSSIP_KEY: %w", err)
 		}
 	}
@@ -56,8 +59,9 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 		BindPort:  port,
 		Seeds:     cfg.Join,
 		SecretKey: key,
+		ExtraKeys: extra,
 		Profile:   cfg.GossipProfile,
-		Logger:    log.With("component", "membership"),
+		Logger:    log,
 		Meta: membership.Meta{
 			Role:         membership.RoleManager,
 			Datacenter:   cfg.Datacenter,

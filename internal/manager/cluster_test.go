@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -49,9 +50,9 @@ func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 		c.RaftAdvertise = c.RaftAddr
 		c.RPCAddr = "rpc-" + c.NodeID // not served: tests call the Service directly
 		c.RPCAdvertise = c.RPCAddr
-		c.HeartbeatTimeout = 300 * time.Millisecond
-		c.ElectionTimeout = 300 * time.Millisecond
-		c.LeaderLeaseTimeout = 150 * time.Millisecond
+		c.HeartbeatTimeout = 500 * time.Millisecond
+		c.ElectionTimeout = 500 * time.Millisecond
+		c.LeaderLeaseTimeout = 250 * time.Millisecond
 		c.Idempotency.CleanupInterval = time.Second
 		if tweak != nil {
 			tweak(&c)
@@ -139,4 +140,35 @@ func (tc *testCluster) submit(ctx context.Context, i int, tenant, key, fp, typ, 
 	req.Job.Payload = []byte(payload)
 	req.Job.Datacenters = []string{"dc1"}
 	return tc.mgrs[i].Submit(ctx, req)
+}
+
+// submitToLeader submits at whichever manager leads, following leadership
+// changes as a gate does (retrying NotLeader and Unavailable), so tests that
+// are not about leadership do not fail when a loaded machine causes an
+// election.
+func (tc *testCluster) submitToLeader(ctx context.Context, tenant, key, fp, typ, payload string, waitMillis int64) (*rpc.SubmitResponse, error) {
+	for {
+		i := tc.leaderNow()
+		if i >= 0 {
+			r, err := tc.submit(ctx, i, tenant, key, fp, typ, payload, waitMillis)
+			if !errors.Is(err, rpc.ErrNotLeader) && !errors.Is(err, rpc.ErrUnavailable) {
+				return r, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// leaderNow returns the index of a serving leader, or -1.
+func (tc *testCluster) leaderNow() int {
+	for i, m := range tc.mgrs {
+		if m != nil && m.checkLeader() == nil {
+			return i
+		}
+	}
+	return -1
 }

@@ -126,6 +126,12 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		MaxPool: 8,
 		Timeout: 10 * time.Second,
 		Logger:  hcl.Named("transport"),
+		// 1 disables pipelined replication: raft v1.7's pipeline can deadlock
+		// after a follower answers Success=false, leaving that follower without
+		// new entries (heartbeats still flow, so no election heals it) and
+		// Shutdown hanging (grafana/pyroscope#5518, hashicorp/raft#612). Each
+		// AppendEntries still carries up to MaxAppendEntries entries.
+		MaxRPCsInFlight: 1,
 	})
 
 	rc := raft.DefaultConfig()
@@ -235,10 +241,18 @@ func (m *Manager) Close() error {
 			m.log.Warn("leadership transfer before shutdown failed", "err", err)
 		}
 	}
-	err := m.raft.Shutdown().Error()
+	// Start the shutdown, then close the transport before waiting for it: a
+	// replication goroutine blocked on an unanswered peer RPC would otherwise
+	// hold Shutdown until the RPC's own timeout (Consul shuts down the same way).
+	f := m.raft.Shutdown()
+	terr := m.transport.Close()
+	err := f.Error()
 	m.bgWG.Wait()
 	if cerr := m.closeStores(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = terr
 	}
 	return err
 }
@@ -260,7 +274,7 @@ func (m *Manager) voters() int {
 func (m *Manager) closeStores() error {
 	var errs []error
 	if m.transport != nil {
-		errs = append(errs, m.transport.Close())
+		errs = append(errs, m.transport.Close()) // idempotent
 	} else if m.layer != nil {
 		errs = append(errs, m.layer.Close())
 	}

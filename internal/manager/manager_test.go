@@ -30,9 +30,8 @@ func ctxT(t *testing.T) context.Context {
 
 func TestSubmitCommitReplayReuse(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
-	l := tc.leader()
 	ctx := ctxT(t)
-	r1, err := tc.submit(ctx, l, "default", key1, "fp1", "demo", `{"n":1}`, 1000)
+	r1, err := tc.submitToLeader(ctx, "default", key1, "fp1", "demo", `{"n":1}`, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,31 +41,31 @@ func TestSubmitCommitReplayReuse(t *testing.T) {
 	if r1.Job.Type != "demo" || string(r1.Job.Payload) != `{"n":1}` || r1.Job.Datacenters["dc1"].Status != "committed" {
 		t.Fatalf("job: %+v", r1.Job)
 	}
-	r2, err := tc.submit(ctx, l, "default", key1, "fp1", "demo", `{"n":1}`, 1000)
+	r2, err := tc.submitToLeader(ctx, "default", key1, "fp1", "demo", `{"n":1}`, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r2.Outcome != rpc.OutcomeCommitted || !r2.Replayed || r2.JobID != r1.JobID || r2.Job.CreatedAt != r1.Job.CreatedAt {
 		t.Fatalf("replay: %+v vs %+v", r2, r1)
 	}
-	r3, err := tc.submit(ctx, l, "default", key1, "fp-other", "demo", `{"n":2}`, 1000)
+	r3, err := tc.submitToLeader(ctx, "default", key1, "fp-other", "demo", `{"n":2}`, 1000)
 	if err != nil || r3.Outcome != rpc.OutcomeKeyReused {
 		t.Fatalf("reuse: %+v %v", r3, err)
 	}
 	// Another tenant with the same key is another submission.
-	r4, err := tc.submit(ctx, l, "other", key1, "fp1", "demo", `{"n":1}`, 1000)
+	r4, err := tc.submitToLeader(ctx, "other", key1, "fp1", "demo", `{"n":1}`, 1000)
 	if err != nil || r4.Outcome != rpc.OutcomeCommitted || r4.JobID == r1.JobID || r4.Replayed {
 		t.Fatalf("other tenant: %+v %v", r4, err)
 	}
 	// Reads at the leader.
-	job, err := tc.mgrs[l].GetJob(ctx, "default", r1.JobID)
+	job, err := tc.mgrs[tc.leader()].GetJob(ctx, "default", r1.JobID)
 	if err != nil || job.JobID != r1.JobID {
 		t.Fatalf("get job: %+v %v", job, err)
 	}
-	if _, err := tc.mgrs[l].GetJob(ctx, "other", r1.JobID); !errors.Is(err, rpc.ErrNotFound) {
+	if _, err := tc.mgrs[tc.leader()].GetJob(ctx, "other", r1.JobID); !errors.Is(err, rpc.ErrNotFound) {
 		t.Fatalf("cross-tenant read must be not found, got %v", err)
 	}
-	info, err := tc.mgrs[l].GetKey(ctx, "default", key1)
+	info, err := tc.mgrs[tc.leader()].GetKey(ctx, "default", key1)
 	if err != nil || info.State != "committed" || info.JobID == nil || *info.JobID != r1.JobID ||
 		info.ClientID != "host1.dc1:12345" || info.Sequence == nil || *info.Sequence != 1 || info.Nonce != "0123456789abcdef" {
 		t.Fatalf("key info: %+v %v", info, err)
@@ -86,7 +85,6 @@ func TestFollowerAnswersNotLeaderWithHint(t *testing.T) {
 
 func TestConcurrentSubmissionsOfOneKeyShareOneOutcome(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
-	l := tc.leader()
 	ctx := ctxT(t)
 	const n = 200
 	var wg sync.WaitGroup
@@ -96,7 +94,7 @@ func TestConcurrentSubmissionsOfOneKeyShareOneOutcome(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := tc.submit(ctx, l, "default", key1, "fp", "demo", `{"x":true}`, 10_000)
+			r, err := tc.submitToLeader(ctx, "default", key1, "fp", "demo", `{"x":true}`, 10_000)
 			if err == nil && r.Outcome != rpc.OutcomeCommitted {
 				err = fmt.Errorf("outcome %s", r.Outcome)
 			}
@@ -115,7 +113,7 @@ func TestConcurrentSubmissionsOfOneKeyShareOneOutcome(t *testing.T) {
 			t.Fatalf("two job ids for one key: %s and %s", ids[0], ids[i])
 		}
 	}
-	if st := tc.mgrs[l].FSM().Stats(); st.Jobs != 1 || st.Entries != 1 {
+	if st := tc.mgrs[tc.leader()].FSM().Stats(); st.Jobs != 1 || st.Entries != 1 {
 		t.Fatalf("want one job and one entry, got %+v", st)
 	}
 }
@@ -267,32 +265,32 @@ func TestLeaderFailoverKeepsJobsAndResolvesPending(t *testing.T) {
 
 func TestRestartAllFromDataDirsLosesNothing(t *testing.T) {
 	tc := newTestCluster(t, 3, func(c *Config) { c.SnapshotThreshold = 16; c.TrailingLogs = 4 })
-	l := tc.leader()
+	tc.leader()
 	ctx := ctxT(t)
 	ids := map[string]string{}
 	for i := 0; i < 60; i++ {
 		k := fmt.Sprintf("k%d", i)
-		r, err := tc.submit(ctx, l, "t", k, "fp", "demo", `1`, 0)
+		r, err := tc.submitToLeader(ctx, "t", k, "fp", "demo", `1`, 0)
 		if err != nil || r.Outcome != rpc.OutcomeCommitted {
 			t.Fatalf("%s: %+v %v", k, r, err)
 		}
 		ids[k] = r.JobID
 	}
-	if err := tc.mgrs[l].Raft().Snapshot().Error(); err != nil {
+	if err := tc.mgrs[tc.leader()].Raft().Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
 	tc.closeAll()
 	for i := range tc.cfgs {
 		tc.start(i)
 	}
-	nl := tc.leader()
+	tc.leader()
 	for k, id := range ids {
-		r, err := tc.submit(ctx, nl, "t", k, "fp", "demo", `1`, 0)
+		r, err := tc.submitToLeader(ctx, "t", k, "fp", "demo", `1`, 0)
 		if err != nil || r.JobID != id || !r.Replayed {
 			t.Fatalf("after restart %s: %+v %v (want %s)", k, r, err, id)
 		}
 	}
-	if st := tc.mgrs[nl].FSM().Stats(); st.Jobs != 60 {
+	if st := tc.mgrs[tc.leader()].FSM().Stats(); st.Jobs != 60 {
 		t.Fatalf("jobs after restart: %+v", st)
 	}
 }
