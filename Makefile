@@ -6,7 +6,7 @@ TAGS    := hashicorpmetrics
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build test vet fmt-check unit run run-fresh bench chaos fuzz clean
+.PHONY: all build test vet fmt-check unit run run-fresh bench chaos fuzz deploy-images deploy-test clean
 
 all: build
 
@@ -53,6 +53,14 @@ fuzz:
 		echo "== $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) ./$$pkg/; \
 	done
+
+## deploy-images: once-manager:dev and once-gate:dev, FROM scratch (needs Docker)
+deploy-images:
+	deploy/build.sh
+
+## deploy-test: the container end-to-end check (Docker + docker-compose; not part of make test)
+deploy-test:
+	deploy/test.sh
 
 clean:
 	rm -rf $(BIN)

@@ -29,6 +29,7 @@ const (
 	EnvLogFormat       = "GATE_LOG_FORMAT"
 	EnvJoin            = "GATE_JOIN"
 	EnvGossipAddr      = "GATE_GOSSIP_ADDR"
+	EnvGossipAdvertise = "GATE_GOSSIP_ADVERTISE"
 	EnvGossipKey       = "GATE_GOSSIP_KEY"
 	EnvGossipProfile   = "GATE_GOSSIP_PROFILE"
 )
@@ -60,6 +61,7 @@ type Config struct {
 	LogFormat       string        // GATE_LOG_FORMAT: text or json; default text
 	Join            []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
 	GossipAddr      string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
+	GossipAdvertise string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
 	GossipKey       string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
 	GossipProfile   string        // GATE_GOSSIP_PROFILE: lan or local
 
@@ -131,6 +133,8 @@ func Register(l *config.Loader, c *Config) {
 		validateHostPort, "gossip seeds: the gate learns the managers and their leader from the pool")
 	l.String(&c.GossipAddr, EnvGossipAddr, d.GossipAddr, "a host:port", validateHostPort,
 		"the gate's memberlist bind address (TCP and UDP), used when GATE_JOIN is set")
+	l.String(&c.GossipAdvertise, EnvGossipAdvertise, "", "a host:port, not 0.0.0.0 (empty: derived from GATE_GOSSIP_ADDR)",
+		validateAdvertise, "the gossip address the others dial (NAT, containers), resolved at start")
 	l.String(&c.GossipKey, EnvGossipKey, "", "base64 of a 16, 24 or 32-byte key", nil,
 		"gossip encryption key, shared by every node of the pool; empty: plaintext")
 	l.String(&c.GossipProfile, EnvGossipProfile, d.GossipProfile, "lan or local", func(s string) error {
@@ -188,6 +192,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Idempotency.MaxEntries < 1 {
 		return check(config.EnvMaxEntries, strconv.Itoa(c.Idempotency.MaxEntries), "at least 1", errOutOfRange)
+	}
+	if err := check(EnvGossipAdvertise, c.GossipAdvertise, "a host:port, not 0.0.0.0", validateAdvertise(c.GossipAdvertise)); err != nil {
+		return err
 	}
 	if err := check(EnvLogLevel, c.LogLevel, "one of trace, debug, info, warn, error", validateLogLevel(c.LogLevel)); err != nil {
 		return err
@@ -264,6 +271,22 @@ func validateHostPort(s string) error {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return fmt.Errorf("%q: port is not a number from 1 to 65535", s)
+	}
+	return nil
+}
+
+// validateAdvertise accepts "" (derive from the bind address) or a host:port
+// whose host is a name or a routable IP (not 0.0.0.0 or ::).
+func validateAdvertise(s string) error {
+	if s == "" {
+		return nil
+	}
+	if err := validateHostPort(s); err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(s)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("%q is not routable", s)
 	}
 	return nil
 }

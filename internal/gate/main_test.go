@@ -46,6 +46,7 @@ func TestMainConfigErrors(t *testing.T) {
 		{"managers", nil, []string{"GATE_MANAGERS=127.0.0.1:7000,nohost"}, []string{"GATE_MANAGERS", "host:port"}},
 		{"datacenter", nil, []string{"GATE_DATACENTER=dc/1"}, []string{"GATE_DATACENTER", "a-z A-Z 0-9"}},
 		{"log level", nil, []string{"GATE_LOG_LEVEL=loud"}, []string{"GATE_LOG_LEVEL", "debug, info, warn, error"}},
+		{"gossip advertise", nil, []string{"GATE_GOSSIP_ADVERTISE=0.0.0.0:7300"}, []string{"GATE_GOSSIP_ADVERTISE", "not 0.0.0.0"}},
 		{"log format", nil, []string{"GATE_LOG_FORMAT=xml"}, []string{"GATE_LOG_FORMAT", "text or json"}},
 		{"pending ttl", nil, []string{"IDEMPOTENCY_PENDING_TTL_SECONDS=soon"}, []string{"IDEMPOTENCY_PENDING_TTL_SECONDS", "from 1 to"}},
 		{"wait for pending", nil, []string{"IDEMPOTENCY_WAIT_FOR_PENDING=maybe"}, []string{"IDEMPOTENCY_WAIT_FOR_PENDING", "true or false"}},

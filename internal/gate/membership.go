@@ -32,16 +32,25 @@ func startMembership(ctx context.Context, cfg Config, log *slog.Logger) (*member
 			return nil, fmt.Errorf("%s: %w", EnvGossipKey, err)
 		}
 	}
+	var advHost string
+	var advPort int
+	if cfg.GossipAdvertise != "" {
+		if advHost, advPort, err = membership.ResolveAdvertise(cfg.GossipAdvertise); err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvGossipAdvertise, err)
+		}
+	}
 	pool, err := membership.Start(ctx, membership.Config{
-		NodeName:  cfg.NodeName,
-		BindAddr:  host,
-		BindPort:  port,
-		Seeds:     cfg.Join,
-		SecretKey: key,
-		ExtraKeys: extra,
-		Profile:   cfg.GossipProfile,
-		Logger:    log,
-		Meta:      membership.Meta{Role: membership.RoleGate, Datacenter: cfg.Datacenter, NodeID: cfg.NodeName, Version: 1},
+		NodeName:      cfg.NodeName,
+		BindAddr:      host,
+		BindPort:      port,
+		AdvertiseAddr: advHost,
+		AdvertisePort: advPort,
+		Seeds:         cfg.Join,
+		SecretKey:     key,
+		ExtraKeys:     extra,
+		Profile:       cfg.GossipProfile,
+		Logger:        log,
+		Meta:          membership.Meta{Role: membership.RoleGate, Datacenter: cfg.Datacenter, NodeID: cfg.NodeName, Version: 1},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)

@@ -186,6 +186,8 @@ func TestConfigValidate(t *testing.T) {
 		{config.EnvMaxEntries, func(c *Config) { c.Idempotency.MaxEntries = 0 }},
 		{config.EnvPendingWaitTimeout, func(c *Config) { c.Idempotency.PendingWaitTimeout = -1 }},
 		{EnvLogLevel, func(c *Config) { c.LogLevel = "loud" }},
+		{EnvGossipAdvertise, func(c *Config) { c.GossipAdvertise = "0.0.0.0:7300" }},
+		{EnvGossipAdvertise, func(c *Config) { c.GossipAdvertise = "gate1" }},
 		{EnvLogFormat, func(c *Config) { c.LogFormat = "xml" }},
 	}
 	for _, tt := range tests {

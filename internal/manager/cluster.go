@@ -53,15 +53,24 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 			return nil, fmt.Errorf("MANAGER_GOSSIP_KEY: %w", err)
 		}
 	}
+	var advHost string
+	var advPort int
+	if cfg.GossipAdvertise != "" {
+		if advHost, advPort, err = membership.ResolveAdvertise(cfg.GossipAdvertise); err != nil {
+			return nil, fmt.Errorf("MANAGER_GOSSIP_ADVERTISE: %w", err)
+		}
+	}
 	pool, err := membership.Start(ctx, membership.Config{
-		NodeName:  cfg.NodeID,
-		BindAddr:  host,
-		BindPort:  port,
-		Seeds:     cfg.Join,
-		SecretKey: key,
-		ExtraKeys: extra,
-		Profile:   cfg.GossipProfile,
-		Logger:    log,
+		NodeName:      cfg.NodeID,
+		BindAddr:      host,
+		BindPort:      port,
+		AdvertiseAddr: advHost,
+		AdvertisePort: advPort,
+		Seeds:         cfg.Join,
+		SecretKey:     key,
+		ExtraKeys:     extra,
+		Profile:       cfg.GossipProfile,
+		Logger:        log,
 		Meta: membership.Meta{
 			Role:         membership.RoleManager,
 			Datacenter:   cfg.Datacenter,

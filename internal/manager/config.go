@@ -26,6 +26,7 @@ type Config struct {
 	RPCAdvertise  string // MANAGER_RPC_ADVERTISE: address gates dial (default: RPCAddr)
 
 	GossipAddr      string        // MANAGER_GOSSIP_ADDR: memberlist bind address
+	GossipAdvertise string        // MANAGER_GOSSIP_ADVERTISE: gossip address the others dial (default: derived from GossipAddr)
 	Join            []string      // MANAGER_JOIN: gossip seeds
 	GossipKey       string        // MANAGER_GOSSIP_KEY: base64 16/24/32-byte key, empty = no encryption
 	GossipProfile   string        // MANAGER_GOSSIP_PROFILE: lan | local
@@ -102,6 +103,7 @@ func register(l *config.Loader, c *Config) {
 	l.String(&c.RPCAddr, "MANAGER_RPC_ADDR", "127.0.0.1:7100", "host:port", validHostPort, "RPC listener for gates (also serves /metrics)")
 	l.String(&c.RPCAdvertise, "MANAGER_RPC_ADVERTISE", "", "host:port", optionalHostPort, "RPC address gates dial (default MANAGER_RPC_ADDR)")
 	l.String(&c.GossipAddr, "MANAGER_GOSSIP_ADDR", "127.0.0.1:7200", "host:port", validHostPort, "memberlist bind address (TCP and UDP)")
+	l.String(&c.GossipAdvertise, "MANAGER_GOSSIP_ADVERTISE", "", "host:port", optionalHostPort, "gossip address the others dial, resolved at start (default: MANAGER_GOSSIP_ADDR, or a private IP when that is 0.0.0.0)")
 	l.List(&c.Join, "MANAGER_JOIN", "", "comma-separated host:port gossip seeds", validHostPort, "gossip addresses of nodes to join")
 	l.String(&c.GossipKey, "MANAGER_GOSSIP_KEY", "", "base64 of a 16, 24 or 32-byte key", nil, "gossip encryption key; empty: plaintext")
 	l.String(&c.GossipProfile, "MANAGER_GOSSIP_PROFILE", "lan", "lan or local", func(s string) error {
@@ -177,7 +179,7 @@ func (c *Config) Validate() error {
 		return &config.Error{Env: "MANAGER_RAFT_LEADER_LEASE_TIMEOUT", Flag: config.FlagName("MANAGER_RAFT_LEADER_LEASE_TIMEOUT"),
 			Value: c.LeaderLeaseTimeout.String(), Want: "at most MANAGER_RAFT_HEARTBEAT_TIMEOUT (" + c.HeartbeatTimeout.String() + ")"}
 	}
-	for _, a := range []struct{ env, v string }{{"MANAGER_RAFT_ADVERTISE", c.RaftAdvertise}, {"MANAGER_RPC_ADVERTISE", c.RPCAdvertise}} {
+	for _, a := range []struct{ env, v string }{{"MANAGER_RAFT_ADVERTISE", c.RaftAdvertise}, {"MANAGER_RPC_ADVERTISE", c.RPCAdvertise}, {"MANAGER_GOSSIP_ADVERTISE", c.GossipAdvertise}} {
 		host, _, _ := net.SplitHostPort(a.v)
 		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 			return &config.Error{Env: a.env, Flag: config.FlagName(a.env), Value: a.v, Want: "a routable address (not 0.0.0.0); set it when binding to all interfaces"}

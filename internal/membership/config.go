@@ -171,6 +171,25 @@ func validateKeyLen(n int) error {
 	return fmt.Errorf("%w: %d bytes, must be 16, 24 or 32", ErrInvalidKey, n)
 }
 
+// ResolveAdvertise turns an advertised gossip address, "host:port" with a host
+// name or an IP, into the IP and port memberlist publishes (its AdvertiseAddr
+// must be an IP). A name is resolved once, now: in a container, the
+// container's own service name gives its address on the project network. An
+// unspecified address (0.0.0.0, ::) is refused: nobody can dial it.
+func ResolveAdvertise(addr string) (ip string, port int, err error) {
+	a, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return "", 0, err
+	}
+	if a.IP == nil || a.IP.IsUnspecified() {
+		return "", 0, fmt.Errorf("%s is not a routable address", addr)
+	}
+	if a.Port <= 0 {
+		return "", 0, fmt.Errorf("%s: missing port", addr)
+	}
+	return a.IP.String(), a.Port, nil
+}
+
 // splitSeed parses "host" or "host:port".
 func splitSeed(s string) (host string, port int, err error) {
 	if s == "" {
