@@ -37,6 +37,11 @@ run: build
 run-fresh: build
 	$(BIN)/oncelocal -dir .run -bin $(BIN) -fresh
 
+## bench: build, start a local cluster (3 managers, 2 gates), run the benchmark
+## workloads, stop it; prints the table, writes bench-results/<UTC time>.json
+bench: build
+	$(BIN)/oncebench -cluster -bin $(BIN) -out bench-results/
+
 ## fuzz: every native fuzz target for FUZZTIME each (their corpora also run in make test)
 FUZZTIME ?= 60s
 FUZZ_TARGETS := \

@@ -321,7 +321,11 @@ func runWorkload(ctx context.Context, c *localcluster.Cluster, p *prober, spec l
 	if spec.Disrupt == loadgen.DisruptKillLeader {
 		fo = &FailoverStats{ElectionTimeoutMS: float64(electionTimeout(o).Milliseconds())}
 		spec.OnDisrupt = func(ctx context.Context) error {
-			leader, err := c.Leader(ctx)
+			// A leader election may be under way at this instant (a slow
+			// machine can cost a leader its lease): kill whoever leads next.
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			leader, err := c.WaitLeader(wctx)
+			cancel()
 			if err != nil {
 				fo.Error = err.Error()
 				return err

@@ -25,7 +25,7 @@ func WriteTable(w io.Writer, rep Report) error {
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tentries/sub\tentries/key\tjobs\tleader fsync/s\tall fsync/s\tentries/fsync\tgate RSS MB\tmgr RSS MB\tCPU gates\tleader\tfollowers\tloadgen\tother\t")
+	fmt.Fprintln(tw, "workload\tforwards\tentries/sub\tentries/key\tjobs\tleader fsync/s\tall fsync/s\tentries/fsync\tgate RSS MB\tmgr RSS MB\tCPU gates\tleader\tfollowers\tloadgen\tother\t")
 	for _, wr := range rep.Workloads {
 		s := wr.Cluster
 		var gateRSS, mgrRSS int64
@@ -37,21 +37,23 @@ func WriteTable(w io.Writer, rep Report) error {
 			}
 		}
 		c := s.CPUCores
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%d\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n",
-			wr.Load.Name, s.EntriesPerSubmission, s.EntriesPerNewKey, s.JobsCreated, s.LeaderFsyncsPerSec, s.AllFsyncsPerSec,
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.2f\t%d\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n",
+			wr.Load.Name, s.GateCounters[gateForwards], s.EntriesPerSubmission, s.EntriesPerNewKey, s.JobsCreated, s.LeaderFsyncsPerSec, s.AllFsyncsPerSec,
 			s.EntriesPerFsync, mb(gateRSS), mb(mgrRSS), c.Gates, c.Leader, c.Followers, c.Loadgen, c.Other)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "  (RSS: the highest sampled of any gate / any manager; CPU in cores, of", numCPU(rep), "on the machine)")
+	fmt.Fprintln(w, "  (forwards: submissions the gates sent to a manager; entries: Raft log entries per answered request / per new key;")
+	fmt.Fprintln(w, "   RSS: the highest sampled of any gate / any manager; CPU in cores, of", numCPU(rep), "on the machine)")
 	for _, wr := range rep.Workloads {
 		for _, p := range wr.Cluster.Problems {
 			fmt.Fprintf(w, "  %s: %s\n", wr.Load.Name, p)
 		}
 		if f := wr.Cluster.Failover; f != nil {
-			fmt.Fprintf(w, "  %s: killed %s at %.0f ms; %s serving after %.0f ms; longest gap without a 2xx %.0f ms (%.2f election timeouts of %.0f ms); %d duplicate keys\n",
-				wr.Load.Name, f.Killed, f.KilledAtMS, f.NewLeader, f.NewLeaderAfterMS, f.GapMS, f.GapElections, f.ElectionTimeoutMS, f.DuplicateKeys)
+			fmt.Fprintf(w, "  %s: killed %s at %.0f ms; %s serving after %.0f ms; longest gap without a 2xx %.0f ms (%.2f election timeouts of %.0f ms); %d duplicate keys; term %d -> %d\n",
+				wr.Load.Name, f.Killed, f.KilledAtMS, f.NewLeader, f.NewLeaderAfterMS, f.GapMS, f.GapElections, f.ElectionTimeoutMS, f.DuplicateKeys,
+				wr.Cluster.TermBefore, wr.Cluster.TermAfter)
 			if f.Error != "" {
 				fmt.Fprintf(w, "  %s: disruption failed: %s\n", wr.Load.Name, f.Error)
 			}
@@ -88,6 +90,9 @@ func WriteTable(w io.Writer, rep Report) error {
 	}
 	return nil
 }
+
+// gateForwards is the gate counter of forwarded submissions.
+const gateForwards = "once_gate_forward_duration_seconds_count"
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
 

@@ -11,7 +11,7 @@ const (
 	TargetUniqueP99MS    = 50
 	TargetCachedRate     = 70000 // req/s
 	TargetCachedP99MS    = 5
-	TargetStormEntries   = 2 // one Reserve, one Commit
+	TargetStormEntries   = 2 // one submission without unique-c1 to measure it: Reserve + Commit
 	TargetStormSlackMS   = 5 // "one commit latency plus a few ms"
 	TargetGapElections   = 2 // failover gap in election timeouts
 	TargetDuplicatesJobs = 0
@@ -83,6 +83,9 @@ func Evaluate(rep Report) []Target {
 		p99 := ms(best.Load.Latency.P99US)
 		t.Workload = best.Load.Name
 		t.Measured = fmt.Sprintf("%.0f req/s at p99 %.1f ms", okRate(best), p99)
+		if bestAny != best {
+			t.Measured += fmt.Sprintf(" (best rate: %.0f req/s at p99 %.1f ms, %s)", okRate(bestAny), ms(bestAny.Load.Latency.P99US), bestAny.Load.Name)
+		}
 		t.Met = met(okRate(best) >= TargetUniqueRate && p99 <= TargetUniqueP99MS)
 	}
 	out = append(out, t)
@@ -97,16 +100,22 @@ func Evaluate(rep Report) []Target {
 	}
 	out = append(out, t)
 
-	// The storm: one reservation (Reserve + Commit) and every answer within one
-	// submission's latency (unique-c1's p50) plus a few ms.
-	t = Target{Name: "storm on one key", Goal: fmt.Sprintf("%d Raft entries (1 reservation + its commit), one job, all answered within one commit latency + %d ms", TargetStormEntries, TargetStormSlackMS), Measured: "-"}
+	// The storm: one submission's Raft entries (however many one new key costs
+	// in unique-c1: 2 with Reserve + Commit), one job, and every answer within
+	// one submission's latency (unique-c1's p50) plus a few ms.
+	t = Target{Name: "storm on one key", Goal: fmt.Sprintf("the Raft entries of one submission, one job, all answered within one commit latency + %d ms", TargetStormSlackMS), Measured: "-"}
 	if w := find(rep, WStorm); w != nil {
 		t.Workload = w.Load.Name
-		ok := w.Cluster.RaftEntries == TargetStormEntries && w.Load.OK() == w.Load.Requests && w.Load.MaxJobIDsPerKey == 1
+		perKey, basis := uint64(TargetStormEntries), "Reserve + Commit"
+		ref := find(rep, WUniqueC1)
+		if ref != nil && ref.Cluster.EntriesPerNewKey > 0 {
+			perKey, basis = uint64(ref.Cluster.EntriesPerNewKey+0.5), "unique-c1's entries per key"
+		}
+		ok := w.Cluster.RaftEntries <= perKey && w.Load.OK() == w.Load.Requests && w.Load.MaxJobIDsPerKey == 1
 		var parts []string
-		parts = append(parts, fmt.Sprintf("%d Raft entries, %d/%d 2xx, %d job id(s), max %.1f ms",
-			w.Cluster.RaftEntries, w.Load.OK(), w.Load.Requests, w.Load.MaxJobIDsPerKey, ms(w.Load.Latency.MaxUS)))
-		if ref := find(rep, WUniqueC1); ref != nil && ref.Load.Latency.Count > 0 {
+		parts = append(parts, fmt.Sprintf("%d Raft entries (one submission: %d, %s), %d/%d 2xx, %d job id(s), max %.1f ms",
+			w.Cluster.RaftEntries, perKey, basis, w.Load.OK(), w.Load.Requests, w.Load.MaxJobIDsPerKey, ms(w.Load.Latency.MaxUS)))
+		if ref != nil && ref.Load.Latency.Count > 0 {
 			bound := ms(ref.Load.Latency.P50US) + TargetStormSlackMS
 			parts = append(parts, fmt.Sprintf("bound %.1f ms (unique-c1 p50 %.1f + %d)", bound, ms(ref.Load.Latency.P50US), TargetStormSlackMS))
 			ok = ok && ms(w.Load.Latency.MaxUS) <= bound
@@ -123,12 +132,15 @@ func Evaluate(rep Report) []Target {
 	if w := find(rep, WFailover); w != nil && w.Cluster.Failover != nil {
 		f := w.Cluster.Failover
 		t.Workload = w.Load.Name
-		t.Measured = fmt.Sprintf("gap %.0f ms = %.2f × %.0f ms, %d duplicate keys, new leader after %.0f ms",
-			f.GapMS, f.GapElections, f.ElectionTimeoutMS, f.DuplicateKeys, f.NewLeaderAfterMS)
+		t.Measured = fmt.Sprintf("gap %.0f ms = %.2f × %.0f ms, %d duplicate keys, %d jobs for %d keys, new leader after %.0f ms",
+			f.GapMS, f.GapElections, f.ElectionTimeoutMS, f.DuplicateKeys, w.Cluster.JobsCreated, w.Load.Keys, f.NewLeaderAfterMS)
 		if f.Error != "" {
 			t.Measured += " (" + f.Error + ")"
 		}
-		t.Met = met(f.Error == "" && f.GapElections <= TargetGapElections && f.DuplicateKeys == TargetDuplicatesJobs)
+		// Server side: more jobs than keys sent is a duplicate the clients
+		// could not see (both answers lost, say).
+		t.Met = met(f.Error == "" && f.GapElections <= TargetGapElections && f.DuplicateKeys == TargetDuplicatesJobs &&
+			w.Cluster.JobsCreated <= w.Load.Keys)
 	}
 	out = append(out, t)
 	return out

@@ -27,6 +27,7 @@ const (
 	EnvShutdownTimeout = "GATE_SHUTDOWN_TIMEOUT_SECONDS"
 	EnvLogLevel        = "GATE_LOG_LEVEL"
 	EnvLogFormat       = "GATE_LOG_FORMAT"
+	EnvPprof           = "GATE_PPROF"
 	EnvJoin            = "GATE_JOIN"
 	EnvGossipAddr      = "GATE_GOSSIP_ADDR"
 	EnvGossipAdvertise = "GATE_GOSSIP_ADVERTISE"
@@ -59,6 +60,7 @@ type Config struct {
 	ShutdownTimeout time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
 	LogLevel        string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
 	LogFormat       string        // GATE_LOG_FORMAT: text or json; default text
+	Pprof           bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
 	Join            []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
 	GossipAddr      string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
 	GossipAdvertise string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
@@ -129,6 +131,7 @@ func Register(l *config.Loader, c *Config) {
 		validateLogLevel, "the lowest level logged")
 	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, "text or json",
 		logging.ValidateFormat, "the log line format")
+	l.Bool(&c.Pprof, EnvPprof, false, "serve Go's /debug/pprof profiles on the API listener (profiling only: do not expose)")
 	l.List(&c.Join, EnvJoin, "", "a comma-separated list of gossip addresses host:port",
 		validateHostPort, "gossip seeds: the gate learns the managers and their leader from the pool")
 	l.String(&c.GossipAddr, EnvGossipAddr, d.GossipAddr, "a host:port", validateHostPort,

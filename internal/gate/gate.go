@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -149,6 +150,13 @@ func (g *Gate) routes() {
 	g.route("GET /healthz", g.handleHealthz)
 	g.route("GET /readyz", g.handleReadyz)
 	g.route("GET /metrics", g.metrics.handler().ServeHTTP)
+	if g.cfg.Pprof {
+		g.route("GET /debug/pprof/", pprof.Index)
+		g.route("GET /debug/pprof/cmdline", pprof.Cmdline)
+		g.route("GET /debug/pprof/profile", pprof.Profile)
+		g.route("GET /debug/pprof/symbol", pprof.Symbol)
+		g.route("GET /debug/pprof/trace", pprof.Trace)
+	}
 }
 
 // route registers h under pattern, marking the request's writer as owned so

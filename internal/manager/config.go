@@ -115,7 +115,7 @@ func register(l *config.Loader, c *Config) {
 	l.Int(&c.BootstrapExpect, "MANAGER_BOOTSTRAP_EXPECT", 3, 1, 9, "how many managers must see each other before the Raft group is bootstrapped")
 	l.Seconds(&c.DeadServerGrace, "MANAGER_DEAD_SERVER_GRACE_SECONDS", 30, 1, 86400, "how long a failed manager stays a voter before the leader removes it")
 	l.Bool(&c.LeaveOnTerminate, "MANAGER_LEAVE_ON_TERMINATE", false, "on SIGTERM/SIGINT leave the Raft configuration for good (default: stop as a voter that will come back)")
-	l.Duration(&c.HeartbeatTimeout, "MANAGER_RAFT_HEARTBEAT_TIMEOUT", time.Second, 50*time.Millisecond, time.Minute, "Raft heartbeat timeout")
+	l.Duration(&c.HeartbeatTimeout, "MANAGER_RAFT_HEARTBEAT_TIMEOUT", 500*time.Millisecond, 50*time.Millisecond, time.Minute, "Raft heartbeat timeout")
 	l.Duration(&c.ElectionTimeout, "MANAGER_RAFT_ELECTION_TIMEOUT", time.Second, 50*time.Millisecond, time.Minute, "Raft election timeout")
 	l.Duration(&c.LeaderLeaseTimeout, "MANAGER_RAFT_LEADER_LEASE_TIMEOUT", 500*time.Millisecond, 25*time.Millisecond, time.Minute, "Raft leader lease timeout")
 	l.Int(&c.SnapshotThreshold, "MANAGER_RAFT_SNAPSHOT_THRESHOLD", 16384, 16, 1<<30, "log entries between snapshots")

@@ -66,6 +66,10 @@ type Manager struct {
 	readyTerm atomic.Uint64
 	inflight  atomic.Int64 // admitted jobs whose Commit is not applied yet
 
+	// proposing holds the Reserve proposals in flight, by tenant and key.
+	proposingMu sync.Mutex
+	proposing   map[string]chan struct{}
+
 	bgWG     sync.WaitGroup
 	closeMu  sync.Mutex
 	closed   bool
@@ -85,13 +89,14 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		deps.Now = time.Now
 	}
 	m := &Manager{
-		cfg:      cfg,
-		log:      deps.Logger.With("node", cfg.NodeID),
-		now:      deps.Now,
-		waiters:  newWaiters(),
-		peers:    map[string]string{cfg.NodeID: cfg.RPCAdvertise},
-		shutdown: make(chan struct{}),
-		metrics:  newMetrics(deps.Registerer),
+		cfg:       cfg,
+		log:       deps.Logger.With("node", cfg.NodeID),
+		now:       deps.Now,
+		waiters:   newWaiters(),
+		proposing: map[string]chan struct{}{},
+		peers:     map[string]string{cfg.NodeID: cfg.RPCAdvertise},
+		shutdown:  make(chan struct{}),
+		metrics:   newMetrics(deps.Registerer),
 	}
 	m.fsm = ledger.New(ledger.Options{OnChange: m.waiters.notify})
 

@@ -86,6 +86,8 @@ func TestFollowerAnswersNotLeaderWithHint(t *testing.T) {
 func TestConcurrentSubmissionsOfOneKeyShareOneOutcome(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	ctx := ctxT(t)
+	l0 := tc.leader()
+	term0, last0 := tc.mgrs[l0].Raft().CurrentTerm(), tc.mgrs[l0].Raft().LastIndex()
 	const n = 200
 	var wg sync.WaitGroup
 	ids := make([]string, n)
@@ -113,8 +115,16 @@ func TestConcurrentSubmissionsOfOneKeyShareOneOutcome(t *testing.T) {
 			t.Fatalf("two job ids for one key: %s and %s", ids[0], ids[i])
 		}
 	}
-	if st := tc.mgrs[tc.leader()].FSM().Stats(); st.Jobs != 1 || st.Entries != 1 {
+	l := tc.leader()
+	if st := tc.mgrs[l].FSM().Stats(); st.Jobs != 1 || st.Entries != 1 {
 		t.Fatalf("want one job and one entry, got %+v", st)
+	}
+	// Concurrent first submissions coalesce on one Reserve proposal: the log
+	// grew by exactly Reserve + Commit (unless an election added entries).
+	if l == l0 && tc.mgrs[l].Raft().CurrentTerm() == term0 {
+		if grew := tc.mgrs[l].Raft().LastIndex() - last0; grew != 2 {
+			t.Fatalf("200 concurrent submissions of one key added %d raft entries, want 2 (one Reserve, one Commit)", grew)
+		}
 	}
 }
 

@@ -63,6 +63,21 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			continue
 		}
 
+		// Coalesce concurrent first submissions of one key (a storm through
+		// several gates): one proposes the Reserve, the others wait for it and
+		// then find the entry on the fast path. One reservation in the log.
+		proposal, owner := m.beginProposal(req.Tenant, req.Key)
+		if !owner {
+			select {
+			case <-proposal:
+				continue
+			case <-ctx.Done():
+				return nil, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
+			case <-m.shutdown:
+				return nil, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+			}
+		}
+
 		jobID := req.ProposedJobID
 		if jobID == "" {
 			id, err := uuid.NewV7()
@@ -87,6 +102,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			Nonce:       k.Nonce,
 		}
 		res, err := m.apply(ctx, cmd)
+		m.endProposal(req.Tenant, req.Key, proposal)
 		if err != nil {
 			return nil, err
 		}
@@ -112,6 +128,28 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		}
 	}
 	return nil, rpc.Errorf(rpc.CodeUnavailable, "the key's entry kept expiring while waiting; retry")
+}
+
+// beginProposal registers a Reserve about to be proposed for (tenant, key). The
+// first caller owns it (owner true) and must call endProposal; later callers get
+// the channel that endProposal closes.
+func (m *Manager) beginProposal(tenant, key string) (ch chan struct{}, owner bool) {
+	k := slotKey(tenant, key)
+	m.proposingMu.Lock()
+	defer m.proposingMu.Unlock()
+	if ch, ok := m.proposing[k]; ok {
+		return ch, false
+	}
+	ch = make(chan struct{})
+	m.proposing[k] = ch
+	return ch, true
+}
+
+func (m *Manager) endProposal(tenant, key string, ch chan struct{}) {
+	m.proposingMu.Lock()
+	delete(m.proposing, slotKey(tenant, key))
+	m.proposingMu.Unlock()
+	close(ch)
 }
 
 // validateSubmit checks what the gate should already have checked: a manager
