@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
@@ -15,43 +13,13 @@ import (
 // the managers (and, through their "not leader" answers, the leader) without a
 // static list.
 func startMembership(ctx context.Context, cfg Config, log *slog.Logger) (*membership.Pool, error) {
-	host, p, err := net.SplitHostPort(cfg.GossipAddr)
+	mcfg, err := membership.Settings{Addr: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Keys: cfg.GossipKey,
+		Profile: cfg.GossipProfile, Seeds: cfg.Join}.Config("GATE", cfg.NodeName,
+		membership.Meta{Role: membership.RoleGate, Datacenter: cfg.Datacenter, NodeID: cfg.NodeName, Version: 1}, log)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", EnvGossipAddr, err)
+		return nil, err
 	}
-	port, err := strconv.Atoi(p)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", EnvGossipAddr, err)
-	}
-	var key []byte
-	var extra [][]byte
-	if cfg.GossipKey != "" {
-		// A comma-separated list: the first key encrypts, the others are
-		// accepted too (rolling key rotation, docs/operations.md).
-		if key, extra, err = membership.ParseSecretKeys(cfg.GossipKey); err != nil {
-			return nil, fmt.Errorf("%s: %w", EnvGossipKey, err)
-		}
-	}
-	var advHost string
-	var advPort int
-	if cfg.GossipAdvertise != "" {
-		if advHost, advPort, err = membership.ResolveAdvertise(cfg.GossipAdvertise); err != nil {
-			return nil, fmt.Errorf("%s: %w", EnvGossipAdvertise, err)
-		}
-	}
-	pool, err := membership.Start(ctx, membership.Config{
-		NodeName:      cfg.NodeName,
-		BindAddr:      host,
-		BindPort:      port,
-		AdvertiseAddr: advHost,
-		AdvertisePort: advPort,
-		Seeds:         cfg.Join,
-		SecretKey:     key,
-		ExtraKeys:     extra,
-		Profile:       cfg.GossipProfile,
-		Logger:        log,
-		Meta:          membership.Meta{Role: membership.RoleGate, Datacenter: cfg.Datacenter, NodeID: cfg.NodeName, Version: 1},
-	})
+	pool, err := membership.Start(ctx, mcfg)
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}

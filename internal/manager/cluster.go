@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -25,62 +23,26 @@ type clusterMembership struct {
 	log              *slog.Logger
 }
 
-func splitHostPort(addr string) (string, int, error) {
-	host, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", 0, err
-	}
-	port, err := strconv.Atoi(p)
-	return host, port, err
-}
-
 // startCluster joins the LAN pool and starts the autopilot.
 func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger) (*clusterMembership, error) {
 	hasState, err := m.HasState()
 	if err != nil {
 		return nil, fmt.Errorf("read raft state: %w", err)
 	}
-	host, port, err := splitHostPort(cfg.GossipAddr)
+	mcfg, err := membership.Settings{Addr: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Keys: cfg.GossipKey,
+		Profile: cfg.GossipProfile, Seeds: cfg.Join}.Config("MANAGER", cfg.NodeID, membership.Meta{
+		Role:         membership.RoleManager,
+		Datacenter:   cfg.Datacenter,
+		NodeID:       cfg.NodeID,
+		RPCAddr:      cfg.RPCAdvertise,
+		RaftAddr:     cfg.RaftAdvertise,
+		HasRaftState: hasState,
+		Version:      1,
+	}, log)
 	if err != nil {
-		return nil, fmt.Errorf("MANAGER_GOSSIP_ADDR: %w", err)
+		return nil, err
 	}
-	var key []byte
-	var extra [][]byte
-	if cfg.GossipKey != "" {
-		// A comma-separated list: the first key encrypts, the others are
-		// accepted too (rolling key rotation, docs/operations.md).
-		if key, extra, err = membership.ParseSecretKeys(cfg.GossipKey); err != nil {
-			return nil, fmt.Errorf("MANAGER_GOSSIP_KEY: %w", err)
-		}
-	}
-	var advHost string
-	var advPort int
-	if cfg.GossipAdvertise != "" {
-		if advHost, advPort, err = membership.ResolveAdvertise(cfg.GossipAdvertise); err != nil {
-			return nil, fmt.Errorf("MANAGER_GOSSIP_ADVERTISE: %w", err)
-		}
-	}
-	pool, err := membership.Start(ctx, membership.Config{
-		NodeName:      cfg.NodeID,
-		BindAddr:      host,
-		BindPort:      port,
-		AdvertiseAddr: advHost,
-		AdvertisePort: advPort,
-		Seeds:         cfg.Join,
-		SecretKey:     key,
-		ExtraKeys:     extra,
-		Profile:       cfg.GossipProfile,
-		Logger:        log,
-		Meta: membership.Meta{
-			Role:         membership.RoleManager,
-			Datacenter:   cfg.Datacenter,
-			NodeID:       cfg.NodeID,
-			RPCAddr:      cfg.RPCAdvertise,
-			RaftAddr:     cfg.RaftAdvertise,
-			HasRaftState: hasState,
-			Version:      1,
-		},
-	})
+	pool, err := membership.Start(ctx, mcfg)
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
