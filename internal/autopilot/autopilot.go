@@ -166,6 +166,13 @@ type Autopilot struct {
 	absentSince map[raft.ServerID]time.Time
 	// refused: removals held back for quorum, to log each once.
 	refused map[raft.ServerID]bool
+	// unreachable: voters this leader's heartbeats currently fail to reach
+	// (raft FailedHeartbeatObservation, until ResumedHeartbeatObservation),
+	// since when. Only the Run goroutine touches it; reset on leader change.
+	unreachable map[raft.ServerID]time.Time
+	// held: removals held back because raft still reaches the server, to log
+	// each once.
+	held map[raft.ServerID]bool
 }
 
 type status struct {
@@ -201,6 +208,8 @@ func New(cfg Config, r RaftAPI, pool PoolAPI) *Autopilot {
 		log:         logging.OrDiscard(c.Logger).With(logging.KeyComponent, "autopilot", logging.KeyNodeID, c.NodeID),
 		absentSince: make(map[raft.ServerID]time.Time),
 		refused:     make(map[raft.ServerID]bool),
+		unreachable: make(map[raft.ServerID]time.Time),
+		held:        make(map[raft.ServerID]bool),
 	}
 }
 
@@ -242,10 +251,11 @@ func (a *Autopilot) Run(ctx context.Context) error {
 	}
 	events, cancel := a.pool.Subscribe()
 	defer cancel()
-	obsCh := make(chan raft.Observation, 8)
+	obsCh := make(chan raft.Observation, 64)
 	obs := raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
-		case raft.LeaderObservation, raft.PeerObservation:
+		case raft.LeaderObservation, raft.PeerObservation,
+			raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
 			return true
 		}
 		return false
@@ -266,7 +276,8 @@ func (a *Autopilot) Run(ctx context.Context) error {
 			if !ok {
 				events = nil // the pool shut down; keep serving until ctx
 			}
-		case <-obsCh:
+		case o := <-obsCh:
+			a.observe(o)
 		case <-tick.C:
 		case <-joined:
 			joined = nil
@@ -278,11 +289,26 @@ func (a *Autopilot) Run(ctx context.Context) error {
 				if !ok {
 					events = nil
 				}
-			case <-obsCh:
+			case o := <-obsCh:
+				a.observe(o)
 			default:
 				drained = true
 			}
 		}
+	}
+}
+
+// observe tracks which followers this leader's heartbeats reach.
+func (a *Autopilot) observe(o raft.Observation) {
+	switch d := o.Data.(type) {
+	case raft.LeaderObservation:
+		clear(a.unreachable)
+	case raft.FailedHeartbeatObservation:
+		if _, ok := a.unreachable[d.PeerID]; !ok {
+			a.unreachable[d.PeerID] = time.Now()
+		}
+	case raft.ResumedHeartbeatObservation:
+		delete(a.unreachable, d.PeerID)
 	}
 }
 

@@ -170,12 +170,28 @@ func (a *Autopilot) reconcile() {
 		}
 	}
 
+	// A voter that failed or that the pool does not know is removed only if
+	// this leader's heartbeats fail to reach it too: the pool may be a
+	// fragment (managers restarted with only each other as seeds), and Raft
+	// is the better witness of its own peers.
+	reachable := func(id raft.ServerID) bool {
+		_, failing := a.unreachable[id]
+		return !failing
+	}
 	alive := func(id raft.ServerID) bool {
 		m, ok := byID[id]
 		return id == self || (ok && m.State == membership.StateAlive)
 	}
 	now := time.Now()
 	for _, r := range removals(servers, self, byID, a.absentSince, now, a.cfg.DeadServerGrace) {
+		if r.reason != "left" && reachable(r.id) {
+			if !a.held[r.id] {
+				a.held[r.id] = true
+				a.log.Warn("not removing server: raft still reaches it", logging.KeyPeer, string(r.id), logging.KeyReason, r.reason)
+			}
+			continue
+		}
+		delete(a.held, r.id)
 		ok, av, v := quorumSafe(servers, r.id, alive)
 		if !ok {
 			if !a.refused[r.id] {
@@ -193,6 +209,11 @@ func (a *Autopilot) reconcile() {
 			return
 		}
 		servers = slices.DeleteFunc(servers, func(s raft.Server) bool { return s.ID == r.id })
+	}
+	for id := range a.held {
+		if !slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == id }) || !reachable(id) {
+			delete(a.held, id)
+		}
 	}
 	for id := range a.refused {
 		if !slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == id }) || alive(id) {

@@ -150,7 +150,9 @@ func TestReconcileRules(t *testing.T) {
 	check("left goes at once; failed waits for the grace period", "remove d")
 
 	ap.cfg.DeadServerGrace = 30 * time.Second
-	check("failed past the grace period goes", "remove e")
+	check("failed past the grace period, but raft still reaches it: kept")
+	ap.observe(raft.Observation{Data: raft.FailedHeartbeatObservation{PeerID: "e"}})
+	check("failed past the grace period and unreachable goes", "remove e")
 
 	// 3 voters a (leader), b, c: b and c fail. Removing either would leave
 	// one alive voter of two: never.
@@ -167,6 +169,8 @@ func TestReconcileRules(t *testing.T) {
 	p.set(all[0], all[1], moved)
 	check("ghost noticed")
 	ap.absentSince["ghost"] = time.Now().Add(-time.Minute)
+	check("ghost past the grace period, but raft reaches it: kept")
+	ap.observe(raft.Observation{Data: raft.FailedHeartbeatObservation{PeerID: "ghost"}})
 	check("ghost removed", "remove ghost")
 }
 

@@ -274,6 +274,17 @@ func (c *Config) departedRetention() time.Duration {
 	return 72 * time.Hour
 }
 
+// reconnectInterval is how often the pool tries to join a failed member.
+func (c *Config) reconnectInterval() time.Duration {
+	switch c.Profile {
+	case ProfileTest:
+		return time.Second
+	case ProfileLocal:
+		return 5 * time.Second
+	}
+	return 30 * time.Second
+}
+
 // joinBackoff returns the first and the longest wait between join attempts.
 func (c *Config) joinBackoff() (first, max time.Duration) {
 	if c.Profile == ProfileTest {

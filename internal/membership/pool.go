@@ -95,9 +95,13 @@ type Pool struct {
 	local      Meta
 	localBytes []byte
 	members    map[string]*Member // by node name, including departed ones
-	subs       map[*subscriber]struct{}
-	left       bool
-	shut       bool
+	// leaving: members that told this node directly (msgLeaving) that they
+	// are leaving; their departure is a leave even if the Leaving meta has
+	// not reached this node.
+	leaving map[string]bool
+	subs    map[*subscriber]struct{}
+	left    bool
+	shut    bool
 
 	joined     chan struct{}
 	joinedOnce sync.Once
@@ -126,6 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		log:     logging.OrDiscard(cfg.Logger).With(logging.KeyComponent, "membership"),
 		local:   cfg.Meta,
 		members: make(map[string]*Member),
+		leaving: make(map[string]bool),
 		subs:    make(map[*subscriber]struct{}),
 		joined:  make(chan struct{}),
 		stop:    make(chan struct{}),
@@ -166,6 +171,8 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		p.wg.Add(1)
 		go p.joinLoop(ctx)
 	}
+	p.wg.Add(1)
+	go p.reconnectLoop()
 	return p, nil
 }
 
@@ -473,10 +480,97 @@ func (p *Pool) Leave(timeout time.Duration) error {
 	} else if err := p.ml.UpdateNode(timeout); err != nil {
 		errs = append(errs, fmt.Errorf("%w: leaving flag: %w", ErrBroadcastTimeout, err))
 	}
+	// The Leaving meta travels by gossip, and memberlist counts a broadcast
+	// done after a few transmissions, not once every member has it: a member
+	// that gets the leave message first would take the departure for a
+	// failure. So tell every alive member directly, over TCP, first.
+	if err := p.announceLeaving(timeout); err != nil {
+		errs = append(errs, err)
+	}
 	if err := p.ml.Leave(timeout); err != nil {
 		errs = append(errs, fmt.Errorf("%w: leave: %w", ErrBroadcastTimeout, err))
 	}
 	return errors.Join(errs...)
+}
+
+// msgLeaving is the user message a leaving node sends every alive member
+// (memberlist SendReliable): the type byte, then the node's name.
+const msgLeaving byte = 1
+
+func (p *Pool) announceLeaving(timeout time.Duration) error {
+	msg := append([]byte{msgLeaving}, p.cfg.NodeName...)
+	var nodes []*memberlist.Node
+	for _, n := range p.ml.Members() {
+		if n.Name != p.cfg.NodeName {
+			nodes = append(nodes, n)
+		}
+	}
+	errc := make(chan error, len(nodes))
+	for _, n := range nodes {
+		go func() {
+			if err := p.ml.SendReliable(n, msg); err != nil {
+				errc <- fmt.Errorf("%s: %w", n.Name, err)
+				return
+			}
+			errc <- nil
+		}()
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	var errs []error
+	for range nodes {
+		select {
+		case err := <-errc:
+			if err != nil {
+				errs = append(errs, err)
+			}
+		case <-t.C:
+			return fmt.Errorf("%w: leaving notice", ErrBroadcastTimeout)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: leaving notice: %w", ErrBroadcastTimeout, errors.Join(errs...))
+	}
+	return nil
+}
+
+// reconnectLoop is Serf's reconnect: every reconnect interval it tries to
+// join one member that failed (not one that left). A failed member that
+// restarted joined only its seeds, which may have restarted too and formed a
+// pool of their own; memberlist never probes a dead member again, so without
+// this the two pools would never merge.
+func (p *Pool) reconnectLoop() {
+	defer p.wg.Done()
+	tick := time.NewTicker(p.cfg.reconnectInterval())
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		}
+		var addrs []string
+		p.mu.Lock()
+		for _, m := range p.members {
+			if m.State == StateDead && m.Name != p.cfg.NodeName {
+				addrs = append(addrs, m.Addr)
+			}
+		}
+		stop := p.shut || p.left
+		p.mu.Unlock()
+		if stop {
+			return
+		}
+		if len(addrs) == 0 {
+			continue
+		}
+		addr := addrs[rand.N(len(addrs))]
+		if n, err := p.ml.Join([]string{addr}); n > 0 {
+			p.log.Info("reconnected to a failed member", logging.KeyAddr, addr)
+		} else {
+			p.log.Debug("reconnect failed", logging.KeyAddr, addr, logging.KeyError, err)
+		}
+	}
 }
 
 // Shutdown stops gossip (without a leave message unless Leave was called:
@@ -532,7 +626,18 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return bytes.Clone(p.localBytes)
 }
 
-func (d *delegate) NotifyMsg([]byte)                           {}
+// NotifyMsg receives msgLeaving from a member about to leave.
+func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) < 2 || b[0] != msgLeaving {
+		return
+	}
+	p := (*Pool)(d)
+	name := string(b[1:])
+	p.mu.Lock()
+	p.leaving[name] = true
+	p.mu.Unlock()
+}
+
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
@@ -565,6 +670,9 @@ func (p *Pool) alive(n *memberlist.Node, typ EventType) {
 	if typ == EventUpdate && (!existed || old.State != StateAlive) {
 		typ = EventJoin
 	}
+	if typ == EventJoin {
+		delete(p.leaving, n.Name) // back after a leave: a new life
+	}
 	m := &Member{Name: n.Name, Addr: nodeAddr(n), Meta: meta, State: StateAlive, LastSeen: now}
 	p.members[n.Name] = m
 	p.log.Debug("member "+typ.String(), logging.KeyPeer, n.Name, logging.KeyAddr, m.Addr,
@@ -591,10 +699,11 @@ func (p *Pool) departed(n *memberlist.Node) {
 	// not set, hashicorp/memberlist#293): Pool.Leave publishes Leaving first.
 	typ := EventFailed
 	m.State = StateDead
-	if m.Meta.Leaving || (n.Name == p.cfg.NodeName && p.left) {
+	if m.Meta.Leaving || p.leaving[n.Name] || (n.Name == p.cfg.NodeName && p.left) {
 		typ = EventLeave
 		m.State = StateLeft
 	}
+	delete(p.leaving, n.Name)
 	m.LastSeen = now
 	p.log.Info("member "+typ.String(), logging.KeyPeer, n.Name, logging.KeyAddr, m.Addr, logging.KeyNodeID, m.Meta.NodeID)
 	p.publishLocked(Event{Type: typ, Member: *m})
