@@ -42,6 +42,13 @@ run-fresh: build
 bench: build
 	$(BIN)/oncebench -cluster -bin $(BIN) -out bench-results/
 
+## chaos: the long fault-injection run against real processes, then the
+## guarantee checker; CHAOS_DURATION (default 10m), CHAOS_ARGS (e.g. -seed N)
+CHAOS_DURATION ?= 10m
+CHAOS_ARGS ?=
+chaos: build
+	$(BIN)/oncechaos -duration $(CHAOS_DURATION) -bin $(BIN) -dir .chaos $(CHAOS_ARGS)
+
 ## fuzz: every native fuzz target for FUZZTIME each (their corpora also run in make test)
 FUZZTIME ?= 60s
 FUZZ_TARGETS := \
