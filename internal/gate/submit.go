@@ -154,8 +154,9 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			err = look.Owner.Abandon(resp)
 		}
 		if err != nil {
-			// Only a PendingTTL shorter than the forward can get here: the
-			// entry expired and was resolved by nobody else. The answer stands.
+			// Complete and Abandon fail only when called twice (ErrResolved) or
+			// with a bad state or TTL (ErrInvalidState): a bug, not the
+			// client's concern. The answer stands; waiters were already woken.
 			g.log.Warn("resolving cache entry", logKeyTenant, tenant, logKeyErr, err)
 		}
 		if resp.replayed {
