@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -129,7 +130,10 @@ func ModuleRoot() (string, error) {
 }
 
 // FreePorts returns n distinct free TCP ports on 127.0.0.1 (also free for UDP,
-// which memberlist needs on its gossip port).
+// which memberlist needs on its gossip port), chosen below the kernel's
+// ephemeral port range when there is room: a port from that range can be
+// handed to any outgoing connection as its source port while its process is
+// down, and the process then cannot listen on it again when it restarts.
 func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var hold []io.Closer
@@ -138,21 +142,55 @@ func FreePorts(n int) ([]int, error) {
 			c.Close()
 		}
 	}()
-	for len(ports) < n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
+	taken := map[int]bool{}
+	try := func(p int) {
+		if taken[p] {
+			return
 		}
-		hold = append(hold, ln)
-		p := ln.Addr().(*net.TCPAddr).Port
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			return
+		}
+		p = ln.Addr().(*net.TCPAddr).Port
 		udp, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
-			continue // the UDP side is taken: skip this port
+			ln.Close()
+			return // the UDP side is taken: skip this port
 		}
-		hold = append(hold, udp)
+		hold = append(hold, ln, udp)
+		taken[p] = true
 		ports = append(ports, p)
 	}
+	if lo, hi := belowEphemeral(); hi-lo >= 4*n {
+		for tries := 0; len(ports) < n && tries < 100*n; tries++ {
+			try(lo + mrand.IntN(hi-lo))
+		}
+	}
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, errors.New("localcluster: no free ports")
+		}
+		try(0)
+	}
 	return ports, nil
+}
+
+// belowEphemeral returns a range of ports under the kernel's ephemeral range
+// (Linux: /proc/sys/net/ipv4/ip_local_port_range), or an empty one.
+func belowEphemeral() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first <= 10000 {
+		return 0, 0
+	}
+	return 10000, first
 }
 
 // New lays out a cluster (names, ports, directories) without starting it.
@@ -166,10 +204,20 @@ func New(opts Options) (*Cluster, error) {
 	if opts.Datacenter == "" {
 		opts.Datacenter = "dc1"
 	}
-	need := opts.Managers*3 + opts.Gates*2
-	ports, err := FreePorts(need)
+	// A cluster restarted from its directory gets the ports it had: the
+	// managers' Raft configuration names every voter by address, and a group
+	// whose members all moved cannot elect a leader.
+	ports, err := loadPorts(opts.BaseDir)
 	if err != nil {
 		return nil, err
+	}
+	if need := opts.Managers*3 + opts.Gates*2; len(ports) != need {
+		if ports, err = FreePorts(need); err != nil {
+			return nil, err
+		}
+		if err := savePorts(opts.BaseDir, ports); err != nil {
+			return nil, err
+		}
 	}
 	next := func() int { p := ports[0]; ports = ports[1:]; return p }
 	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second}}
@@ -694,4 +742,31 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		p.buf = p.buf[i+1:]
 	}
 	return len(b), nil
+}
+
+// portsFile records the ports New chose, in the order it hands them out, so
+// that a cluster started again from the same BaseDir keeps its addresses.
+const portsFile = "ports.json"
+
+func loadPorts(base string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(base, portsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ports []int
+	if err := json.Unmarshal(b, &ports); err != nil {
+		return nil, fmt.Errorf("localcluster: %s: %w", filepath.Join(base, portsFile), err)
+	}
+	return ports, nil
+}
+
+func savePorts(base string, ports []int) error {
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(ports)
+	return os.WriteFile(filepath.Join(base, portsFile), b, 0o644)
 }

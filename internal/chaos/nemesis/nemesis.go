@@ -20,13 +20,17 @@
 package nemesis
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/once-dev/once/internal/chaos/history"
@@ -35,6 +39,9 @@ import (
 
 // DefaultRecoveryTimeout bounds the wait for a healed cluster to be whole.
 const DefaultRecoveryTimeout = time.Minute
+
+// maxPortClashes bounds the restarts after port clashes in one wait.
+const maxPortClashes = 5
 
 // pollInterval is how often the health of the cluster is observed.
 const pollInterval = 100 * time.Millisecond
@@ -122,8 +129,9 @@ type Nemesis struct {
 	down        map[*localcluster.Node]bool
 	partitioned bool
 
-	mu     sync.Mutex
-	events []Event
+	mu          sync.Mutex
+	events      []Event
+	portClashes atomic.Int64
 }
 
 // New prepares a nemesis for c, which must have been started with
@@ -173,6 +181,10 @@ func (n *Nemesis) now() time.Duration {
 	}
 	return time.Since(n.start)
 }
+
+// PortClashes counts the processes started again because their port had been
+// taken while they were down (see portClash).
+func (n *Nemesis) PortClashes() int { return int(n.portClashes.Load()) }
 
 // Events returns the faults injected so far.
 func (n *Nemesis) Events() []Event {
@@ -226,7 +238,7 @@ func (n *Nemesis) Run(ctx context.Context) (err error) {
 // and waits until the cluster is whole. It is idempotent; Run calls it last.
 func (n *Nemesis) Heal(ctx context.Context) error {
 	_, herr := n.heal(ctx, "final heal")
-	_, _, werr := n.waitHealthy(ctx)
+	_, _, werr := n.waitHealthy(ctx, "final heal")
 	return errors.Join(herr, werr)
 }
 
@@ -313,7 +325,7 @@ func (n *Nemesis) inject(ctx context.Context, f Fault) error {
 	}
 	_, healErr := n.heal(hctx, label)
 	ev.Removed = n.now()
-	newLeader, recovered, waitErr := n.waitHealthy(hctx)
+	newLeader, recovered, waitErr := n.waitHealthy(hctx, label)
 	if newLeader != nil {
 		ev.LeaderAfter = newLeader.Name
 	}
@@ -327,7 +339,7 @@ func (n *Nemesis) inject(ctx context.Context, f Fault) error {
 	n.mu.Unlock()
 	n.cfg.OnEvent(ev)
 	if err != nil {
-		return fmt.Errorf("nemesis: %s: %w", label, err)
+		return fmt.Errorf("%s: %w", label, err)
 	}
 	return nil
 }
@@ -424,7 +436,10 @@ func (n *Nemesis) leader(ctx context.Context) (*localcluster.Node, error) {
 // manager as a voter; every manager's applied index at or past the commit
 // index the leader had when the wait found it; every gate ready. It returns
 // the leader and the time it was whole.
-func (n *Nemesis) waitHealthy(ctx context.Context) (*localcluster.Node, time.Duration, error) {
+//
+// A process that exited because its port was taken (see portClash) is started
+// again, at most maxPortClashes times per wait.
+func (n *Nemesis) waitHealthy(ctx context.Context, label string) (*localcluster.Node, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RecoveryTimeout)
 	defer cancel()
 	started := time.Now()
@@ -432,11 +447,22 @@ func (n *Nemesis) waitHealthy(ctx context.Context) (*localcluster.Node, time.Dur
 	why := "not observed yet"
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
+	clashes := 0
 	for {
 		for _, p := range n.c.All() {
-			if !p.Running() {
-				return nil, 0, fmt.Errorf("%w: %s is not running (exit code %d; log %s)", ErrUnhealthy, p.Name, p.ExitCode(), p.LogPath)
+			if p.Running() {
+				continue
 			}
+			if clash := portClash(p); clash != "" && clashes < maxPortClashes {
+				clashes++
+				n.portClashes.Add(1)
+				note := fmt.Sprintf("start %s again: it could not listen (%s), a port clash of the harness, not a fault of once", p.Name, clash)
+				if err := n.step(label, note, p.Start); err != nil {
+					return nil, 0, err
+				}
+				continue
+			}
+			return nil, 0, fmt.Errorf("%w: %s is not running (exit code %d; log %s)", ErrUnhealthy, p.Name, p.ExitCode(), p.LogPath)
 		}
 		leader, reason := n.whole(ctx, &target)
 		if leader != nil {
@@ -546,3 +572,36 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 func stamp(d time.Duration) string { return fmt.Sprintf("[%9.3fs]", d.Seconds()) }
+
+// portClash returns the log line of a process that exited because it could not
+// listen on its port ("address already in use"), or "".
+//
+// localcluster picks free ports from the kernel's ephemeral range, so while a
+// process is down any outgoing connection on the machine (a gate dialing a
+// manager, a client dialing a gate) may be given its port as a source port, and
+// the restarted process cannot bind it until that connection closes. A real
+// deployment listens on fixed ports outside that range; a supervisor would
+// start the process again, and so does the nemesis. Any other exit is a
+// finding.
+func portClash(p *localcluster.Node) string {
+	f, err := os.Open(p.LogPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const tail = 4096
+	if st, err := f.Stat(); err == nil && st.Size() > tail {
+		_, _ = f.Seek(st.Size()-tail, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	for i := len(lines) - 1; i >= 0 && i >= len(lines)-3; i-- {
+		if l := lines[i]; bytes.Contains(l, []byte("address already in use")) {
+			if j := bytes.Index(l, []byte("err=")); j >= 0 {
+				l = l[j+len("err="):]
+			}
+			return string(bytes.Trim(bytes.TrimSpace(l), `"`))
+		}
+	}
+	return ""
+}

@@ -1,11 +1,15 @@
 package nemesis
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/once-dev/once/internal/localcluster"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -89,5 +93,31 @@ func TestParseKinds(t *testing.T) {
 	}
 	if _, err := ParseKinds("kill-leader,reboot"); err == nil {
 		t.Fatal("an unknown kind was accepted")
+	}
+}
+
+// A process whose last log lines say it could not bind its port is a port
+// clash of the harness; any other exit is not.
+func TestPortClash(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct{ log, want string }{
+		"bind": {
+			log:  "time=... level=INFO msg=\"manager started\"\ntime=... level=ERROR msg=\"manager failed\" role=manager err=\"manager: raft listen 127.0.0.1:42907: listen tcp 127.0.0.1:42907: bind: address already in use\"\n",
+			want: "manager: raft listen 127.0.0.1:42907: listen tcp 127.0.0.1:42907: bind: address already in use",
+		},
+		"crash":     {log: "time=... msg=\"manager started\"\npanic: runtime error: index out of range\n\ngoroutine 1 [running]:\n"},
+		"old clash": {log: "err=\"listen tcp 127.0.0.1:1: bind: address already in use\"\nmsg=\"manager started\"\nline\nline\npanic: boom\n"},
+		"empty":     {},
+	} {
+		p := filepath.Join(dir, name+".log")
+		if err := os.WriteFile(p, []byte(tc.log), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := portClash(&localcluster.Node{Name: name, LogPath: p}); got != tc.want {
+			t.Errorf("%s: portClash = %q, want %q", name, got, tc.want)
+		}
+	}
+	if got := portClash(&localcluster.Node{LogPath: filepath.Join(dir, "missing.log")}); got != "" {
+		t.Errorf("missing log: %q", got)
 	}
 }
