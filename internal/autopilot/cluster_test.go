@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/once-dev/once/internal/testutil"
 	"io"
 	"log/slog"
 	"net"
@@ -24,19 +25,7 @@ const waitTimeout = 30 * time.Second
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, what := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
-		}
-		<-tick.C
-	}
+	testutil.WaitFor(t, timeout, cond)
 }
 
 // counter is the FSM: it counts applied entries.

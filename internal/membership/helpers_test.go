@@ -6,50 +6,18 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(settled{m})
-}
-
-// settled runs the tests, then gives goroutines that memberlist leaves behind
-// after Shutdown (a probe waiting out its ack timeout, scaled up to 8x by
-// memberlist's awareness) a few seconds to finish before goleak looks.
-type settled struct{ m *testing.M }
-
-func (s settled) Run() int {
-	code := s.m.Run()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for goleak.Find() != nil && time.Now().Before(deadline) {
-		<-tick.C
-	}
-	return code
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 const waitTimeout = 15 * time.Second
 
-// waitFor polls cond until it returns true or the deadline passes; the
-// string cond returns says what it is waiting for.
+// waitFor polls cond until it returns true or the deadline passes.
 func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, what := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
-		}
-		<-tick.C
-	}
+	testutil.WaitFor(t, timeout, cond)
 }
 
 // never checks for the whole duration that cond stays false.
