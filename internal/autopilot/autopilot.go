@@ -397,9 +397,9 @@ func (a *Autopilot) setWaiting(why string) {
 // Leave is what a manager calls on a graceful shutdown, before stopping Run,
 // Raft and the pool:
 //
-//  1. if this manager is the leader, it hands leadership to another voter
-//     (raft.LeadershipTransfer; if that fails, it removes itself, which makes
-//     Raft step down once the change commits);
+//  1. if this manager is the leader, it removes itself from the
+//     configuration (raft steps it down once the change commits; the others
+//     elect a new leader); if that fails, it hands leadership over;
 //  2. it leaves the pool (membership.Pool.Leave), so the leader sees it left
 //     and removes it from the configuration at once;
 //  3. it waits, until ctx is done, for its own Raft configuration to no longer
@@ -410,12 +410,26 @@ func (a *Autopilot) setWaiting(why string) {
 func (a *Autopilot) Leave(ctx context.Context, timeout time.Duration) error {
 	self := raft.ServerID(a.cfg.NodeID)
 	if a.raft.State() == raft.Leader && a.otherVoters(self) > 0 {
-		a.log.Info("leader leaving: transferring leadership")
-		if err := a.raft.LeadershipTransfer().Error(); err != nil {
-			a.log.Warn("leadership transfer failed; removing self", logging.KeyError, err)
-			if err := a.raft.RemoveServer(self, 0, a.cfg.ChangeTimeout).Error(); err != nil {
-				a.log.Warn("self removal failed", logging.KeyError, err)
+		// A leaving leader removes itself, as Consul's servers do: it commits
+		// the configuration without itself, so it knows it is out, then steps
+		// down and the others elect a leader. Handing leadership over first
+		// and letting the new leader remove us is faster by an election, but
+		// raft delivers a removal to the removed server at most once (the
+		// leader stops replicating to it at once), so the leaving node could
+		// wait forever to learn of it.
+		a.log.Info("removing server", logging.KeyPeer, string(self), logging.KeyReason, "left")
+		if err := a.raft.RemoveServer(self, 0, a.cfg.ChangeTimeout).Error(); err != nil {
+			a.log.Warn("self removal failed; transferring leadership instead", logging.KeyError, err)
+			if err := a.raft.LeadershipTransfer().Error(); err != nil {
+				a.log.Warn("leadership transfer failed", logging.KeyError, err)
 			}
+		} else {
+			// Committed by this node itself: it is out of the configuration.
+			if err := a.pool.Leave(timeout); err != nil {
+				a.log.Warn("pool leave incomplete", logging.KeyError, err)
+			}
+			a.log.Info("removed from the raft configuration")
+			return nil
 		}
 	}
 	if err := a.pool.Leave(timeout); err != nil {

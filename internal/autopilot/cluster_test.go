@@ -224,6 +224,11 @@ func (n *node) kill() {
 	// Shutdown closes the listener, not the pooled outbound connections,
 	// whose reader goroutines on the peers would otherwise outlive the test.
 	n.trans.CloseStreams()
+	// raft closes its transport only through the Shutdown future that did the
+	// shutting down; one raft started itself (ShutdownOnRemove) is not joined.
+	if err := n.trans.Close(); err != nil {
+		n.t.Errorf("%s: transport close: %v", n.id, err)
+	}
 	n.running = false
 }
 

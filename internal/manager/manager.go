@@ -150,6 +150,10 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	rc.TrailingLogs = uint64(cfg.TrailingLogs)
 	rc.MaxAppendEntries = cfg.MaxAppendEntries
 	rc.BatchApplyCh = true
+	// A removed manager stays up as a follower outside the configuration (the
+	// autopilot re-adds it if it is alive), rather than a process whose Raft
+	// has stopped behind its back.
+	rc.ShutdownOnRemove = false
 	rc.NoLegacyTelemetry = true
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("manager: raft config: %w", err)
