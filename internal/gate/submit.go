@@ -69,6 +69,25 @@ func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 	writeBody(w, r.status, ct, r.body)
 }
 
+// checkRequest decodes the canonical body and checks that the gate can route
+// it; a failure is the response to send.
+func (g *Gate) checkRequest(canonical []byte) (api.JobRequest, *response) {
+	job, err := api.DecodeJobRequest(canonical, g.cfg.Datacenter)
+	if err != nil {
+		return job, problemResponse(http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+	}
+	if dc, ok := g.unroutable(job.Datacenters); ok {
+		// Until multi-datacenter routing exists the gate reaches only its own
+		// datacenter's leader: another datacenter is unreachable. Nothing is
+		// forwarded or cached; a retry is still deduplicated.
+		p := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
+			fmt.Sprintf("datacenter %q is not reachable from this gate, which reaches only datacenter %q", dc, g.cfg.Datacenter))
+		p.retryAfter = g.cfg.RetryAfter
+		return job, p
+	}
+	return job, nil
+}
+
 // problemResponse builds a response carrying a problem.
 func problemResponse(status int, code api.Code, detail string) *response {
 	return &response{status: status, code: code, body: problemBody(status, code, detail, "")}
@@ -107,33 +126,33 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	// The canonical form of the body is what is fingerprinted, decoded and
 	// sent: the manager receives the canonical payload, so every gate renders
 	// the job as the same bytes. Canonicalize catches malformed JSON (with
-	// offsets into the client's body); DecodeJobRequest the fields.
+	// offsets into the client's body).
 	canonical, err := fingerprint.Canonicalize(body)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: body is "+err.Error())
 		return
 	}
-	job, err := api.DecodeJobRequest(canonical, g.cfg.Datacenter)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
-		return
-	}
 	fp := fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, canonical)
-	if dc, ok := g.unroutable(job.Datacenters); ok {
-		// Until multi-datacenter routing exists the gate reaches only its own
-		// datacenter's leader: another datacenter is unreachable. Nothing is
-		// forwarded or cached; a retry is still deduplicated.
-		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
-		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable,
-			fmt.Sprintf("datacenter %q is not reachable from this gate, which reaches only datacenter %q", dc, g.cfg.Datacenter))
-		return
-	}
 
 	look := g.cache.Begin(cache.Key(tenant, key.Raw), fp)
-	switch look.Kind {
-	case cache.LookupHit:
+	if look.Kind == cache.LookupHit {
+		// The same fingerprint is the same canonical body, which passed the
+		// checks below when it was first accepted: replay without decoding.
 		g.metrics.replays.Inc()
 		look.Value.write(w, true, g.now())
+		return
+	}
+	job, problem := g.checkRequest(canonical)
+	if problem != nil {
+		if look.Kind == cache.LookupMiss {
+			// Duplicates waiting on this entry carry the same body: they get
+			// the same answer, and nothing is cached.
+			_ = look.Owner.Abandon(problem)
+		}
+		problem.write(w, false, g.now())
+		return
+	}
+	switch look.Kind {
 	case cache.LookupMismatch:
 		writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, reusedDetail)
 	case cache.LookupPending:
