@@ -81,7 +81,6 @@ func TestManagersSurviveKillNine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s killing leader", time.Now().Format("15:04:05.000"))
 	t.Logf("killing leader %s (pid %d)", leader.Name, leader.PID())
 	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
@@ -106,7 +105,7 @@ func TestManagersSurviveKillNine(t *testing.T) {
 			}
 		}
 	}
-	t.Log(time.Now().Format("15:04:05.000"), "killed all three managers; restarting from their data directories")
+	t.Log("killed all three managers; restarting from their data directories")
 	for _, m := range c.Managers {
 		if err := m.Start(); err != nil {
 			t.Fatal(err)

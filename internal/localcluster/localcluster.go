@@ -308,8 +308,10 @@ func (c *Cluster) freshPorts(n int) ([]int, error) {
 			if a == "" {
 				continue
 			}
-			if p, err := strconv.Atoi(portOf(a)); err == nil {
-				used[p] = true
+			if _, ps, err := net.SplitHostPort(a); err == nil {
+				if p, err := strconv.Atoi(ps); err == nil {
+					used[p] = true
+				}
 			}
 		}
 	}

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -31,7 +33,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var ports []int
-	for _, p := range splitComma(*gatePorts) {
+	for _, p := range strings.Split(*gatePorts, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
 		var n int
 		if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n <= 0 || n > 65535 {
 			fmt.Fprintf(stderr, "oncelocal: invalid -gate-ports %q: want ports from 1 to 65535\n", *gatePorts)
@@ -79,31 +84,17 @@ Try:
   curl -si -XPOST %s/v1/jobs -H 'Idempotency-Key: host1.dc1:12345:1:0123456789abcdef' -d '{"type":"demo","payload":{"n":1}}'
 Press Ctrl-C to stop.
 
-`, len(c.Managers), len(c.Gates), c.GateURLs(), filepath.Join(abs, "logs"), filepath.Join(abs, "data"), "localhost:"+portOf(g.HTTPAddr))
+`, len(c.Managers), len(c.Gates), c.GateURLs(), filepath.Join(abs, "logs"), filepath.Join(abs, "data"), "localhost:"+g.port())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "\nstopping...")
 	return 0
 }
 
-func portOf(addr string) string {
-	for i := len(addr) - 1; i >= 0; i-- {
-		if addr[i] == ':' {
-			return addr[i+1:]
-		}
+// port is the port of the node's HTTP address.
+func (n *Node) port() string {
+	_, p, err := net.SplitHostPort(n.HTTPAddr)
+	if err != nil {
+		return n.HTTPAddr
 	}
-	return addr
-}
-
-func splitComma(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == ',' {
-			if i > start {
-				out = append(out, s[start:i])
-			}
-			start = i + 1
-		}
-	}
-	return out
+	return p
 }

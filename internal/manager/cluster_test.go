@@ -14,6 +14,7 @@ import (
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // testCluster is an in-process Raft group of managers on loopback, in the style
@@ -109,13 +110,7 @@ func (tc *testCluster) closeAll() {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for a condition
-	}
+	testutil.WaitFor(t, timeout, func() (bool, string) { return cond(), what })
 }
 
 // leader waits for a serving leader and returns its index.

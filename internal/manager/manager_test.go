@@ -15,9 +15,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m) // bbolt and raft-boltdb start no goroutines that outlive Close; memberlist
-	// is not used here. Nothing to ignore.
-
+	goleak.VerifyTestMain(m)
 }
 
 const key1 = "host1.dc1:12345:1:0123456789abcdef"
@@ -196,6 +194,7 @@ func TestExpiryAndWatermark(t *testing.T) {
 	if err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("%+v %v", r, err)
 	}
+	job5 := r.JobID
 	// An out-of-order first attempt with a lower sequence is fine while 5 is live.
 	if r, err := tc.submit(ctx, l, "t", "c1:3:0123456789abcdef", "fp", "demo", `1`, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("seq 3 while 5 live: %+v %v", r, err)
@@ -213,9 +212,17 @@ func TestExpiryAndWatermark(t *testing.T) {
 	if err != nil || r.Outcome != rpc.OutcomeKeyExpired {
 		t.Fatalf("late retry of an expired key: want key_expired, got %+v %v", r, err)
 	}
-	// The job itself is still readable (retention outlives the key's TTL).
-	if _, err := tc.mgrs[l].GetJob(ctx, "t", r.JobID); err == nil && r.JobID != "" {
-		t.Fatalf("key_expired must not name a job")
+	if r.JobID != "" || r.Job != nil {
+		t.Fatalf("key_expired must name no job: %+v", r)
+	}
+	// The job is not executed again: the original is still readable (its
+	// retention outlives the key's TTL) and the tenant has exactly the two
+	// jobs of sequences 5 and 3.
+	if j, err := tc.mgrs[l].GetJob(ctx, "t", job5); err != nil || j.IdempotencyKey != k5 {
+		t.Fatalf("original job %s: %+v %v", job5, j, err)
+	}
+	if n := tc.mgrs[l].FSM().Stats().Jobs; n != 2 {
+		t.Fatalf("jobs after the late retry: %d, want 2", n)
 	}
 	// A new sequence is admitted.
 	if r, err := tc.submit(ctx, l, "t", "c1:6:0123456789abcdef", "fp", "demo", `1`, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
