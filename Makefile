@@ -5,25 +5,43 @@ GO      ?= go
 TAGS    := hashicorpmetrics
 BIN     := bin
 PKGS    := ./...
+# The test and benchmark tooling is its own module, tests/ (it requires the
+# product module through a replace directive): `go test ./...` at the root is
+# the product's suite; tests/ holds local clusters, e2e, chaos and benchmarks.
+TESTS   := tests
+ABSBIN   = $(abspath $(BIN))
 
-.PHONY: all build test vet fmt-check unit run run-fresh bench chaos fuzz deploy-images deploy-test clean
+.PHONY: all build test vet fmt-check deps-check unit run run-fresh bench chaos fuzz deploy-images deploy-test clean
 
 all: build
 
-## build: static binaries for every command into bin/
+## build: static binaries into bin/: the daemons (cmd/...) and the tools of the
+## tests module (tests/cmd/...: oncelocal, oncebench, oncechaos, oncemanager-faults)
 build:
-	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -o $(ABSBIN)/ ./cmd/...
+	cd $(TESTS) && CGO_ENABLED=0 $(GO) build -tags $(TAGS) -o $(ABSBIN)/ ./cmd/...
 
-## test: gofmt check, go vet, and the whole suite under the race detector
+## test: gofmt check, go vet, the dependency check, then the product suite and
+## the tests module's suite (end-to-end, short chaos run), both under the race detector
 test: fmt-check vet
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
+	cd $(TESTS) && $(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
 
-## unit: the suite without the real-process end-to-end tests (fast inner loop)
+## unit: both suites without the real-process end-to-end tests (fast inner loop)
 unit:
 	$(GO) test -tags $(TAGS) -race -count=1 -short $(PKGS)
+	cd $(TESTS) && $(GO) test -tags $(TAGS) -race -count=1 -short $(PKGS)
 
 vet:
 	$(GO) vet -tags $(TAGS) $(PKGS)
+	cd $(TESTS) && $(GO) vet -tags $(TAGS) $(PKGS)
+
+## deps-check: the daemons must not link any test tooling (the tests module,
+## the fault layer, the load generator, HdrHistogram)
+TOOLING_DEPS := github.com/once-dev/once/tests|/faultnet|/loadgen|/benchrun|/localcluster|/chaos/|hdrhistogram
+deps-check:
+	@bad=$$($(GO) list -tags $(TAGS) -deps ./cmd/gate ./cmd/manager | grep -E '$(TOOLING_DEPS)' || true); \
+	if [ -n "$$bad" ]; then echo "cmd/gate or cmd/manager depends on test tooling:"; echo "$$bad"; exit 1; fi
 
 fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \

@@ -1,0 +1,379 @@
+package benchrun
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/once-dev/once/tests/loadgen"
+	"github.com/once-dev/once/tests/localcluster"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestParseProcStat(t *testing.T) {
+	t.Parallel()
+	// The command name holds spaces and a ')': fields count from the last ')'.
+	line := []byte("4242 (my (odd) cmd) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 0 0 20 0 12 0 100 1000000 500 18446744073709551615\n")
+	got, err := parseProcStat(line)
+	if err != nil || got != 325 {
+		t.Errorf("parseProcStat = %d, %v; want 325 ticks", got, err)
+	}
+	if _, err := parseProcStat([]byte("4242 (x) S 1 2")); err == nil {
+		t.Error("a short line was accepted")
+	}
+	// This process's own line parses.
+	if _, err := procCPU(0); err != nil {
+		t.Errorf("procCPU(self): %v", err)
+	}
+}
+
+func TestParseProcStatus(t *testing.T) {
+	t.Parallel()
+	b := []byte("Name:\tmanager\nVmPeak:\t 1000 kB\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\nThreads:\t9\n")
+	rss, hwm, err := parseProcStatus(b)
+	if err != nil || rss != 10<<20 || hwm != 20<<20 {
+		t.Errorf("parseProcStatus = %d %d %v; want 10 MiB, 20 MiB", rss, hwm, err)
+	}
+	if _, _, err := parseProcStatus([]byte("Name:\tx\n")); err == nil {
+		t.Error("a status without VmRSS was accepted")
+	}
+	if rss, _, err := procMem(0); err != nil || rss <= 0 {
+		t.Errorf("procMem(self) = %d, %v", rss, err)
+	}
+}
+
+func TestParseSystemStat(t *testing.T) {
+	t.Parallel()
+	b := []byte("cpu  100 5 50 1000 20 1 2 3 7 0\ncpu0 1 2 3 4\n")
+	busy, total, err := parseSystemStat(b)
+	// busy: user+nice+system+irq+softirq+steal = 100+5+50+1+2+3; total adds idle and iowait; guest is in user.
+	if err != nil || busy != 161 || total != 1181 {
+		t.Errorf("parseSystemStat = %d %d %v; want 161 1181", busy, total, err)
+	}
+	if _, _, err := parseSystemStat([]byte("intr 1 2 3\n")); err == nil {
+		t.Error("a /proc/stat without a cpu line was accepted")
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	t.Parallel()
+	text := `# HELP once_gate_cache_hits_total Hits.
+# TYPE once_gate_cache_hits_total counter
+once_gate_cache_hits_total{datacenter="dc1",node="gate1"} 12
+once_gate_cache_hits_total{datacenter="dc1",node="gate}2"} 30
+once_gate_http_request_duration_seconds_bucket{route="POST /v1/jobs",le="0.001"} 5
+once_gate_http_request_duration_seconds_count{route="POST /v1/jobs"} 42 1700000000000
+once_gate_replays_total 7
+go_goroutines 26
+`
+	got := parseMetrics([]byte(text), gateCounter)
+	want := map[string]float64{
+		"once_gate_cache_hits_total":                    42,
+		"once_gate_http_request_duration_seconds_count": 42,
+		"once_gate_replays_total":                       7,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("parseMetrics = %v, want %v", got, want)
+	}
+}
+
+func TestClusterMode(t *testing.T) {
+	t.Parallel()
+	for args, want := range map[string]bool{
+		"-cluster":                    true,
+		"-out x -cluster":             true,
+		"--cluster=true":              true,
+		"-gates http://x":             false,
+		"-gates http://x -- -cluster": false,
+		"":                            false,
+	} {
+		if got := ClusterMode(strings.Fields(args)); got != want {
+			t.Errorf("ClusterMode(%q) = %v, want %v", args, got, want)
+		}
+	}
+}
+
+func TestOutPath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	for in, want := range map[string]string{
+		"":                                  "",
+		filepath.Join(dir, "a") + "/":       filepath.Join(dir, "a", "20261121T120000Z.json"),
+		dir:                                 filepath.Join(dir, "20261121T120000Z.json"),
+		filepath.Join(dir, "b", "run.json"): filepath.Join(dir, "b", "run.json"),
+	} {
+		got, err := outPath(in, now)
+		if err != nil || got != want {
+			t.Errorf("outPath(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "b")); err != nil || !fi.IsDir() {
+		t.Errorf("outPath did not create the file's directory: %v", err)
+	}
+}
+
+func TestWorkloadSpecsAreValid(t *testing.T) {
+	t.Parallel()
+	o := Options{}
+	o.setDefaults()
+	for _, name := range DefaultWorkloads {
+		s, err := workloadSpec(name, o, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Gates = []string{"http://127.0.0.1:1"}
+		n, err := s.Normalize()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if n.Name != name || n.Description == "" {
+			t.Errorf("%s: name %q description %q", name, n.Name, n.Description)
+		}
+	}
+	s, _ := workloadSpec(WStorm, o, 0)
+	if s.Concurrency != 1000 || s.Requests != 1000 || s.Keys != loadgen.KeysStorm {
+		t.Errorf("storm: %+v", s)
+	}
+	s, _ = workloadSpec(WFailover, o, 800)
+	if s.Rate != 800 || s.DisruptAt != loadgen.Duration(5*time.Second) || s.Disrupt != loadgen.DisruptKillLeader || !s.Timeline {
+		t.Errorf("failover: %+v", s)
+	}
+	if err := checkWorkloads([]string{WStorm, "nope"}); err == nil {
+		t.Error("an unknown workload was accepted")
+	}
+}
+
+func TestFailoverRate(t *testing.T) {
+	t.Parallel()
+	done := []WorkloadResult{
+		{Load: loadgen.Result{Name: WUniqueC1, DurationSec: 2, Status: map[int]int64{201: 1000}}},
+		{Load: loadgen.Result{Name: WUniqueC64, DurationSec: 2, Status: map[int]int64{201: 9000, 503: 500}}},
+		{Load: loadgen.Result{Name: WCacheHits, DurationSec: 1, Status: map[int]int64{201: 90000}}},
+	}
+	if r, basis := failoverRate(0, done); r != 2250 || !strings.Contains(basis, WUniqueC64) {
+		t.Errorf("failoverRate = %v (%s), want half of unique-c64's 4500 2xx/s", r, basis)
+	}
+	if r, _ := failoverRate(123, done); r != 123 {
+		t.Errorf("a given rate was not used: %v", r)
+	}
+	if r, _ := failoverRate(0, nil); r != fallbackFailoverRate {
+		t.Errorf("fallback %v", r)
+	}
+}
+
+func TestElectionTimeout(t *testing.T) {
+	t.Parallel()
+	if d := electionTimeout(Options{}); d != time.Second {
+		t.Errorf("default %v", d)
+	}
+	if d := electionTimeout(Options{Fast: true}); d != 500*time.Millisecond {
+		t.Errorf("fast %v", d)
+	}
+	o := Options{Fast: true, Env: []string{"MANAGER_RAFT_ELECTION_TIMEOUT=2s"}, ManagerEnv: []string{"MANAGER_RAFT_ELECTION_TIMEOUT=300ms"}}
+	if d := electionTimeout(o); d != 300*time.Millisecond {
+		t.Errorf("manager env should win: %v", d)
+	}
+}
+
+// report builds a report whose figures meet (or, with miss, miss) every target.
+func report(miss bool) Report {
+	lat := func(p50, p99, max float64) loadgen.Latency {
+		return loadgen.Latency{Count: 1, P50US: int64(p50 * 1000), P99US: int64(p99 * 1000), MaxUS: int64(max * 1000)}
+	}
+	uniqueRate, gap, entries := int64(40000), 1500.0, uint64(2)
+	if miss {
+		uniqueRate, gap, entries = 2000, 2500, 3
+	}
+	return Report{Workloads: []WorkloadResult{
+		{Load: loadgen.Result{Name: WUniqueC1, DurationSec: 1, Status: map[int]int64{201: 500}, Latency: lat(2, 5, 8)}},
+		{Load: loadgen.Result{Name: WUniqueC512, DurationSec: 1, Status: map[int]int64{201: uniqueRate}, Latency: lat(10, 40, 60)}},
+		{Load: loadgen.Result{Name: WCacheHits, DurationSec: 1, Status: map[int]int64{201: 80000}, Latency: lat(0.5, 3, 9)}},
+		{Load: loadgen.Result{Name: WStorm, Requests: 1000, DurationSec: 0.1, Status: map[int]int64{201: 1000}, MaxJobIDsPerKey: 1, Latency: lat(4, 6, 6.5)},
+			Cluster: ClusterStats{RaftEntries: entries}},
+		{Load: loadgen.Result{Name: WFailover, DurationSec: 10, Status: map[int]int64{201: 1000}},
+			Cluster: ClusterStats{Failover: &FailoverStats{GapMS: gap, ElectionTimeoutMS: 1000, GapElections: gap / 1000}}},
+	}}
+}
+
+func TestEvaluate(t *testing.T) {
+	t.Parallel()
+	for _, miss := range []bool{false, true} {
+		ts := Evaluate(report(miss))
+		if len(ts) != 4 {
+			t.Fatalf("%d targets", len(ts))
+		}
+		for _, tg := range ts {
+			if tg.Met == nil {
+				t.Errorf("%s: not evaluated", tg.Name)
+				continue
+			}
+			wantMet := !miss || tg.Name == "duplicates from the gate cache"
+			if *tg.Met != wantMet {
+				t.Errorf("miss=%v: %s met=%v (%s)", miss, tg.Name, *tg.Met, tg.Measured)
+			}
+		}
+	}
+	// A design that spends one entry per submission must spend one on the storm.
+	rep := report(false)
+	rep.Workloads[0].Cluster.EntriesPerNewKey = 1
+	if ts := Evaluate(rep); *ts[2].Met {
+		t.Errorf("storm of 2 entries met a 1-entry-per-submission bound: %s", ts[2].Measured)
+	}
+	rep.Workloads[3].Cluster.RaftEntries = 1
+	if ts := Evaluate(rep); !*ts[2].Met {
+		t.Errorf("storm of 1 entry missed: %s", ts[2].Measured)
+	}
+	// More jobs than keys is a duplicate even if no client saw two job ids.
+	rep = report(false)
+	rep.Workloads[4].Load.Keys = 1000
+	rep.Workloads[4].Cluster.JobsCreated = 1001
+	if ts := Evaluate(rep); *ts[3].Met {
+		t.Errorf("failover with 1001 jobs for 1000 keys met: %s", ts[3].Measured)
+	}
+	for _, tg := range Evaluate(Report{}) {
+		if tg.Met != nil {
+			t.Errorf("%s evaluated without its workload", tg.Name)
+		}
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	t.Parallel()
+	rep := report(true)
+	rep.Workloads[4].Cluster.Failover.Killed = "manager1"
+	rep.Workloads[4].Load.Timeline = []loadgen.Bucket{{Second: 0, OK: 10}, {Second: 1}}
+	rep.Workloads[1].Cluster.Nodes = []NodeStats{{Name: "gate1", Role: "gate", PeakRSSBytes: 30 << 20}, {Name: "manager1", Role: "manager", PeakRSSBytes: 90 << 20}}
+	rep.Targets = Evaluate(rep)
+	rep.Machine = Machine{NumCPU: 2, CPUModel: "test CPU", Shared: true, OtherCPUCores: 0.9}
+	var b bytes.Buffer
+	if err := WriteTable(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Log("\n" + out)
+	for _, want := range []string{"unique-c512", "entries/sub", "gate RSS MB", "  30  ", "MISSED", "killed manager1",
+		"failover second", "SHARED: other processes used 0.90 cores"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}
+
+func TestReportJSONRoundTrip(t *testing.T) {
+	t.Parallel()
+	rep := report(false)
+	rep.Targets = Evaluate(rep)
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rep, back) {
+		t.Errorf("round trip changed the report:\n%+v\n%+v", rep, back)
+	}
+}
+
+func TestMainUsage(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"-cluster", "-workloads", "nope"},
+		{"-cluster", "-duration", "0s"},
+		{"-cluster", "-env", "novalue"},
+		{"-cluster", "extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := Main(t.Context(), args, &out, &errb); code != ExitUsage {
+			t.Errorf("Main(%q) = %d, want %d (stderr %s)", args, code, ExitUsage, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := Main(t.Context(), []string{"-cluster", "-bin", t.TempDir(), "-dir", t.TempDir()}, &out, &errb); code != ExitFailed ||
+		!strings.Contains(errb.String(), "binary missing") {
+		t.Errorf("missing binaries: code %d, stderr %s", code, errb.String())
+	}
+}
+
+// TestRunCluster runs a short benchmark against real processes: every
+// workload, the leader killed in the failover, the report written.
+func TestRunCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes (-short)")
+	}
+	root, err := localcluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := localcluster.Build(t.Context(), root, bin, false); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results") + "/"
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	code := Main(ctx, []string{"-cluster", "-bin", bin, "-dir", filepath.Join(dir, "cluster"), "-out", out, "-fast",
+		"-duration", "700ms", "-failover-duration", "4s", "-storm", "100", "-warmup", "300ms"}, &stdout, &stderr)
+	t.Logf("stderr:\n%s\nstdout:\n%s", stderr.String(), stdout.String())
+	if code != ExitOK {
+		t.Fatalf("exit code %d", code)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "results", "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("report files %v", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Workloads) != len(DefaultWorkloads) || rep.Error != "" {
+		t.Fatalf("%d workloads, error %q", len(rep.Workloads), rep.Error)
+	}
+	for _, w := range rep.Workloads {
+		if w.Load.OK() == 0 || w.Load.MaxJobIDsPerKey != 1 {
+			t.Errorf("%s: %d 2xx, %d job ids per key", w.Load.Name, w.Load.OK(), w.Load.MaxJobIDsPerKey)
+		}
+		if len(w.Cluster.Nodes) != 5 || w.Cluster.CPUCores.Machine <= 0 {
+			t.Errorf("%s: nodes %d, cpu %+v", w.Load.Name, len(w.Cluster.Nodes), w.Cluster.CPUCores)
+		}
+		for _, n := range w.Cluster.Nodes {
+			if n.PeakRSSBytes <= 0 {
+				t.Errorf("%s: %s has no RSS", w.Load.Name, n.Name)
+			}
+		}
+	}
+	u := rep.Workloads[0].Cluster
+	if u.EntriesPerNewKey < 1 || u.RaftEntries == 0 || u.AllFsyncsPerSec <= 0 || u.LeaderBefore == "" {
+		t.Errorf("unique-c1 cluster stats %+v", u)
+	}
+	f := rep.Workloads[len(rep.Workloads)-1].Cluster.Failover
+	if f == nil || f.Killed == "" || f.NewLeader == "" || f.Killed == f.NewLeader || f.Error != "" || f.DuplicateKeys != 0 {
+		t.Errorf("failover %+v", f)
+	}
+	if !strings.Contains(stdout.String(), "verdict") {
+		t.Error("no targets table")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cluster", "data")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("data directory left behind: %v", err)
+	}
+}

@@ -1,0 +1,411 @@
+package benchrun
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/tests/localcluster"
+)
+
+// ClusterStats is what the cluster did during one workload, measured outside
+// the load generator: from the managers' /rpc/v1/status, the gates' /metrics
+// and /proc.
+type ClusterStats struct {
+	// WindowSec is the time between the two snapshots the deltas come from
+	// (it contains the load run plus the connection warm-up before it).
+	WindowSec float64 `json:"window_s"`
+
+	// RaftEntries is the growth of the highest commit index any manager
+	// reports; per submission it is divided by the answered requests, per new
+	// key by the distinct keys sent. A submission of a new key costs two
+	// entries (Reserve, then Commit or Reject); a replay costs none.
+	RaftEntries          uint64  `json:"raft_entries"`
+	EntriesPerSubmission float64 `json:"raft_entries_per_submission"`
+	EntriesPerNewKey     float64 `json:"raft_entries_per_new_key"`
+	// JobsCreated is the growth of the leader's job count (after the
+	// workload, from the leader then); with unique keys it must not exceed
+	// the keys sent.
+	JobsCreated int64 `json:"jobs_created"`
+
+	// Fsyncs: every Raft log write batch (walstore StoreLogs) is one fsync,
+	// counted by each manager (status log_batches). The leader's rate, all
+	// managers' together, and how many entries the leader wrote per fsync.
+	LeaderFsyncsPerSec float64 `json:"leader_fsyncs_per_s"`
+	AllFsyncsPerSec    float64 `json:"all_fsyncs_per_s"`
+	EntriesPerFsync    float64 `json:"raft_entries_per_leader_fsync"`
+
+	LeaderBefore string `json:"leader_before"`
+	LeaderAfter  string `json:"leader_after"`
+	TermBefore   uint64 `json:"term_before"`
+	TermAfter    uint64 `json:"term_after"`
+
+	Nodes []NodeStats `json:"nodes"`
+
+	// CPU in cores (CPU seconds per second of the window): the cluster's
+	// processes by role, this process (the load generator), and everything
+	// else on the machine. Other > 0 means the machine was shared.
+	CPUCores CPUCores `json:"cpu_cores"`
+
+	// GateCounters are the growth of the gates' counters (summed over the
+	// gates), e.g. once_gate_cache_hits_total.
+	GateCounters map[string]float64 `json:"gate_counters,omitempty"`
+
+	Failover *FailoverStats `json:"failover,omitempty"`
+	// Profiles are the CPU profiles taken during the workload (-profile).
+	Profiles []string `json:"profiles,omitempty"`
+	// Problems are measurements that could not be taken.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// CPUCores splits the machine's CPU use during a workload.
+type CPUCores struct {
+	Gates     float64 `json:"gates"`
+	Leader    float64 `json:"leader"`
+	Followers float64 `json:"followers"`
+	Loadgen   float64 `json:"loadgen"`
+	Other     float64 `json:"other"`
+	Machine   float64 `json:"machine"` // all of the above: busy CPUs
+	NumCPU    int     `json:"num_cpu"`
+}
+
+// NodeStats is one process during a workload.
+type NodeStats struct {
+	Name   string `json:"name"`
+	Role   string `json:"role"`
+	PID    int    `json:"pid"`
+	Leader bool   `json:"leader,omitempty"` // leader when the workload started
+	Killed bool   `json:"killed,omitempty"`
+
+	CPUSec     float64 `json:"cpu_s"`
+	CPUCores   float64 `json:"cpu_cores"`
+	CPUUSPerOp float64 `json:"cpu_us_per_request"`
+	// RSS at the end (or at the kill) and the highest sampled (every 200 ms).
+	RSSBytes     int64 `json:"rss_bytes"`
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// LogBatches is the manager's Raft log write batches (fsyncs) in the window.
+	LogBatches uint64 `json:"log_batches,omitempty"`
+}
+
+// FailoverStats describes the kill of the failover workload.
+type FailoverStats struct {
+	Killed            string  `json:"killed"`
+	KilledAtMS        float64 `json:"killed_at_ms"`
+	NewLeader         string  `json:"new_leader"`
+	NewLeaderAfterMS  float64 `json:"new_leader_after_ms"` // kill to a serving leader seen in /rpc/v1/status
+	ElectionTimeoutMS float64 `json:"election_timeout_ms"`
+	GapMS             float64 `json:"gap_ms"` // longest time without a 2xx answer (load generator)
+	GapElections      float64 `json:"gap_election_timeouts"`
+	DuplicateKeys     int64   `json:"duplicate_keys"` // keys answered with more than one job_id
+	Error             string  `json:"error,omitempty"`
+}
+
+// nodeSnap is one process at one instant.
+type nodeSnap struct {
+	pid    int
+	cpu    int64 // ticks
+	rss    int64
+	status *rpc.Status // managers; nil if unreachable
+}
+
+// snapshot is the cluster at one instant.
+type snapshot struct {
+	at                time.Time
+	sysBusy, sysTotal int64
+	self              int64
+	nodes             map[string]nodeSnap
+	gates             map[string]float64
+}
+
+// prober reads the cluster's processes and endpoints.
+type prober struct {
+	c      *localcluster.Cluster
+	client *http.Client
+}
+
+func newProber(c *localcluster.Cluster) *prober {
+	return &prober{c: c, client: &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}}
+}
+
+func (p *prober) close() { p.client.CloseIdleConnections() }
+
+// status reads a manager's full /rpc/v1/status.
+func (p *prober) status(ctx context.Context, n *localcluster.Node) (*rpc.Status, error) {
+	var st rpc.Status
+	if err := p.getJSON(ctx, "http://"+n.HTTPAddr+"/rpc/v1/status", &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+func (p *prober) get(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: HTTP %d: %.200s", url, resp.StatusCode, b)
+	}
+	return b, nil
+}
+
+func (p *prober) getJSON(ctx context.Context, url string, v any) error {
+	b, err := p.get(ctx, url)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// gateCounter selects the gate metrics kept: once's own counters.
+func gateCounter(name string) bool {
+	return strings.HasPrefix(name, "once_") && (strings.HasSuffix(name, "_total") || strings.HasSuffix(name, "_count"))
+}
+
+// snapshot reads every running process and endpoint. Unreachable pieces are
+// left out (and show as problems in the stats).
+func (p *prober) snapshot(ctx context.Context) snapshot {
+	s := snapshot{at: time.Now(), nodes: map[string]nodeSnap{}, gates: map[string]float64{}}
+	s.sysBusy, s.sysTotal, _ = systemCPU()
+	s.self, _ = procCPU(0)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range p.c.All() {
+		pid := n.PID()
+		if pid == 0 || !n.Running() {
+			continue
+		}
+		wg.Go(func() {
+			ns := nodeSnap{pid: pid}
+			ns.cpu, _ = procCPU(pid)
+			ns.rss, _, _ = procMem(pid)
+			var gm map[string]float64
+			if n.Role == localcluster.RoleManager {
+				ns.status, _ = p.status(ctx, n)
+			} else if b, err := p.get(ctx, "http://"+n.HTTPAddr+"/metrics"); err == nil {
+				gm = parseMetrics(b, gateCounter)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			s.nodes[n.Name] = ns
+			for k, v := range gm {
+				s.gates[k] += v
+			}
+		})
+	}
+	wg.Wait()
+	return s
+}
+
+// sampler follows the processes' RSS and CPU every interval during a
+// workload, so a peak and a killed process's last figures are known.
+type sampler struct {
+	c    *localcluster.Cluster
+	stop chan struct{}
+	done chan struct{}
+
+	mu   sync.Mutex
+	peak map[int]int64    // pid -> highest RSS seen
+	last map[int]nodeSnap // pid -> last reading
+}
+
+const sampleEvery = 200 * time.Millisecond
+
+func startSampler(c *localcluster.Cluster) *sampler {
+	s := &sampler{c: c, stop: make(chan struct{}), done: make(chan struct{}),
+		peak: map[int]int64{}, last: map[int]nodeSnap{}}
+	s.sample()
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(sampleEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+				s.sample()
+			}
+		}
+	}()
+	return s
+}
+
+// sample reads every running process once.
+func (s *sampler) sample() {
+	for _, n := range s.c.All() {
+		s.sampleNode(n)
+	}
+}
+
+func (s *sampler) sampleNode(n *localcluster.Node) {
+	pid := n.PID()
+	if pid == 0 {
+		return
+	}
+	cpu, err1 := procCPU(pid)
+	rss, _, err2 := procMem(pid)
+	if err1 != nil || err2 != nil {
+		return // gone
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last[pid] = nodeSnap{pid: pid, cpu: cpu, rss: rss}
+	s.peak[pid] = max(s.peak[pid], rss)
+}
+
+func (s *sampler) finish() {
+	close(s.stop)
+	<-s.done
+	s.sample()
+}
+
+func (s *sampler) lastOf(pid int) (nodeSnap, int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.last[pid]
+	return l, s.peak[pid], ok
+}
+
+// compute derives the stats of a workload from the snapshots around it.
+func compute(c *localcluster.Cluster, before, after snapshot, smp *sampler, requests, answered, keys int64, killed map[string]*rpc.Status) ClusterStats {
+	var st ClusterStats
+	win := after.at.Sub(before.at).Seconds()
+	st.WindowSec = round(win, 3)
+	if win <= 0 {
+		return st
+	}
+	maxCommit := func(s snapshot) (idx uint64, leader string, term uint64, jobs int64) {
+		for name, n := range s.nodes {
+			if n.status == nil {
+				continue
+			}
+			idx = max(idx, n.status.CommitIndex)
+			if n.status.IsLeader {
+				leader, term, jobs = name, n.status.Term, int64(n.status.Jobs)
+			}
+		}
+		return
+	}
+	c0, l0, t0, j0 := maxCommit(before)
+	c1, l1, t1, j1 := maxCommit(after)
+	for name, ks := range killed {
+		if ks != nil {
+			c1 = max(c1, ks.CommitIndex)
+			_ = name
+		}
+	}
+	st.LeaderBefore, st.LeaderAfter, st.TermBefore, st.TermAfter = l0, l1, t0, t1
+	if l0 == "" || l1 == "" {
+		st.Problems = append(st.Problems, "no serving leader in a snapshot: leader-based figures are missing")
+	}
+	if c1 >= c0 {
+		st.RaftEntries = c1 - c0
+	}
+	if answered > 0 {
+		st.EntriesPerSubmission = round(float64(st.RaftEntries)/float64(answered), 3)
+	}
+	if keys > 0 {
+		st.EntriesPerNewKey = round(float64(st.RaftEntries)/float64(keys), 3)
+	}
+	if l1 != "" && l0 != "" {
+		st.JobsCreated = j1 - j0
+	}
+
+	var gates, leaderCPU, followers float64
+	var allBatches, leaderBatches uint64
+	for _, n := range c.All() {
+		b, ok := before.nodes[n.Name]
+		if !ok {
+			continue
+		}
+		ns := NodeStats{Name: n.Name, Role: string(n.Role), PID: b.pid, Leader: n.Name == l0}
+		a, aok := after.nodes[n.Name]
+		if !aok || a.pid != b.pid {
+			// Killed (or restarted) during the workload: its last sample.
+			ns.Killed = true
+			a, _, aok = smp.lastOf(b.pid)
+			if ks := killed[n.Name]; ks != nil {
+				a.status = ks
+			}
+		}
+		if aok {
+			ns.CPUSec = round(float64(a.cpu-b.cpu)/clockTick, 3)
+			ns.CPUCores = round(ns.CPUSec/win, 3)
+			if requests > 0 {
+				ns.CPUUSPerOp = round(ns.CPUSec*1e6/float64(requests), 1)
+			}
+			ns.RSSBytes = a.rss
+		}
+		_, peak, _ := smp.lastOf(b.pid)
+		ns.PeakRSSBytes = max(peak, ns.RSSBytes, b.rss)
+		if b.status != nil && a.status != nil && a.status.LogBatches >= b.status.LogBatches {
+			ns.LogBatches = a.status.LogBatches - b.status.LogBatches
+			allBatches += ns.LogBatches
+			if ns.Leader {
+				leaderBatches = ns.LogBatches
+			}
+		}
+		switch {
+		case n.Role == localcluster.RoleGate:
+			gates += ns.CPUCores
+		case ns.Leader:
+			leaderCPU += ns.CPUCores
+		default:
+			followers += ns.CPUCores
+		}
+		st.Nodes = append(st.Nodes, ns)
+	}
+	st.LeaderFsyncsPerSec = round(float64(leaderBatches)/win, 1)
+	st.AllFsyncsPerSec = round(float64(allBatches)/win, 1)
+	if leaderBatches > 0 {
+		st.EntriesPerFsync = round(float64(st.RaftEntries)/float64(leaderBatches), 2)
+	}
+	self := float64(after.self-before.self) / clockTick / win
+	machine := float64(after.sysBusy-before.sysBusy) / clockTick / win
+	numCPU := 0
+	if dt := after.sysTotal - before.sysTotal; dt > 0 {
+		numCPU = int(float64(dt)/clockTick/win + 0.5)
+	}
+	st.CPUCores = CPUCores{
+		Gates: round(gates, 2), Leader: round(leaderCPU, 2), Followers: round(followers, 2),
+		Loadgen: round(self, 2), Machine: round(machine, 2), NumCPU: numCPU,
+		Other: round(max(machine-gates-leaderCPU-followers-self, 0), 2),
+	}
+	st.GateCounters = map[string]float64{}
+	for k, v := range after.gates {
+		if d := v - before.gates[k]; d != 0 {
+			st.GateCounters[k] = d
+		}
+	}
+	if len(st.GateCounters) == 0 {
+		st.GateCounters = nil
+	}
+	return st
+}
+
+func round(v float64, digits int) float64 {
+	p := 1.0
+	for range digits {
+		p *= 10
+	}
+	if v < 0 {
+		return -float64(int64(-v*p+0.5)) / p
+	}
+	return float64(int64(v*p+0.5)) / p
+}

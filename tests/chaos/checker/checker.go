@@ -1,0 +1,290 @@
+// Package checker proves the gate contract's guarantees (docs/api.md,
+// "Guarantees") against a recorded history, the way Jepsen's checkers do: after
+// the cluster has healed, it reads the cluster back through the public API only
+// (GET /v1/jobs with pagination, GET /v1/jobs/{id}, GET
+// /v1/idempotency-keys/{key}) and confronts what it finds with what every
+// client was told.
+//
+// The rules, each named in a Violation:
+//
+//	(a) at most one job exists per (tenant, key), across every job listed;
+//	(b) every job answered 201 exists with the id, key, type and payload sent;
+//	(c) every definite answer for a key (201s, their replays, the key's entry)
+//	    names the same job id;
+//	(d) no key was answered both committed and rejected, unless the rejection's
+//	    Retry-After had run out before the commit could have happened;
+//	(e) nothing answered 201 was forgotten: the job is in GET /v1/jobs/{id} and
+//	    in the list, and the key's entry still says committed;
+//	(f) every 201 for the same job is byte-for-byte the same body;
+//	(g) no answer falls outside what the contract allows for a well-formed,
+//	    authorized request whose key always carries the same body (no 400,
+//	    401, 413, 422 idempotency_key_reused, 500; every 201 has a job_id and
+//	    an Idempotent-Replayed header).
+//
+// Indeterminate requests (transport errors, timeouts, 503s) never cause a
+// violation by themselves: such a request may or may not have created its job,
+// so a key with no definite answer may have zero or one job, never two.
+package checker
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/tests/chaos/history"
+)
+
+// Rule names a checked property. The letter matches the package doc.
+type Rule string
+
+// The rules.
+const (
+	RuleAtMostOneJob    Rule = "a:at-most-one-job"
+	RuleJobMatches      Rule = "b:committed-job-matches"
+	RuleSameJobID       Rule = "c:same-job-id"
+	RuleCommitXorReject Rule = "d:commit-xor-reject"
+	RuleNotForgotten    Rule = "e:not-forgotten"
+	RuleReplayIdentical Rule = "f:replay-identical"
+	RuleExpectedAnswer  Rule = "g:expected-answer"
+)
+
+// Rules lists every rule in report order.
+var Rules = []Rule{RuleAtMostOneJob, RuleJobMatches, RuleSameJobID, RuleCommitXorReject,
+	RuleNotForgotten, RuleReplayIdentical, RuleExpectedAnswer}
+
+// Config says how to read the cluster.
+type Config struct {
+	// GateURL is the base URL of the gate to read through (e.g.
+	// http://127.0.0.1:8080). Required by Check.
+	GateURL string
+	// Tokens maps tenant names to bearer tokens. A tenant absent from the map
+	// (such as "default" on a gate without a token file) is read without an
+	// Authorization header. Every tenant in Tokens is listed, even one the
+	// history does not mention.
+	Tokens map[string]string
+	// HTTPClient is used for every read; nil builds one.
+	HTTPClient *http.Client
+	// RequestTimeout bounds one read attempt (default 10s).
+	RequestTimeout time.Duration
+	// ReadAttempts bounds the attempts of one read that fails transiently
+	// (transport error, 5xx, 429); default 8. A read that never succeeds
+	// fails Check with an error, never with a violation.
+	ReadAttempts int
+	// Parallelism bounds concurrent reads (default 8).
+	Parallelism int
+	// PageSize is the limit of each GET /v1/jobs page (default and maximum
+	// api.MaxListLimit).
+	PageSize int
+	// RequireKeys makes a missing idempotency entry (404) of a key answered 201
+	// a violation of rule (e). Set it when the check runs within the cluster's
+	// IDEMPOTENCY_COMMITTED_TTL_SECONDS of the run; otherwise entries may have
+	// expired legitimately and a 404 is only counted.
+	RequireKeys bool
+}
+
+// Violation is one broken rule for one (tenant, key).
+type Violation struct {
+	Rule   Rule
+	Tenant string
+	Key    string
+	// JobIDs are the jobs involved, sorted.
+	JobIDs []string
+	// Detail explains what was found.
+	Detail string
+	// Ops are the history's submit operations for the key, in order.
+	Ops []history.Op
+}
+
+// String renders the violation with its history lines, one per line.
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[%s] tenant=%s key=%s", v.Rule, v.Tenant, v.Key)
+	if len(v.JobIDs) > 0 {
+		fmt.Fprintf(&b, " jobs=%s", strings.Join(v.JobIDs, ","))
+	}
+	fmt.Fprintf(&b, ": %s", v.Detail)
+	if len(v.Ops) == 0 {
+		b.WriteString("\n    (no history lines: the key was never submitted by this history)")
+	}
+	for _, op := range v.Ops {
+		b.WriteString("\n    ")
+		b.WriteString(op.String())
+	}
+	return b.String()
+}
+
+// Counts says how much was checked.
+type Counts struct {
+	// Ops is the number of submit operations in the history.
+	Ops int
+	// Indeterminate is the number of those without a definite answer.
+	Indeterminate int
+	// Keys is the number of distinct (tenant, key) submitted.
+	Keys int
+	// KeysCommitted, KeysRejected and KeysUnresolved split Keys by their
+	// definite answers: a 201, a job_rejected, or none (only indeterminate or
+	// other answers). A key answered both is counted in both.
+	KeysCommitted, KeysRejected, KeysUnresolved int
+	// JobsListed is the number of jobs GET /v1/jobs returned, over all
+	// tenants and pages.
+	JobsListed int
+	// JobsFetched is the number of GET /v1/jobs/{id} answered 200, and
+	// JobsNotFound the number answered 404.
+	JobsFetched, JobsNotFound int
+	// KeysFound and KeysNotFound count GET /v1/idempotency-keys/{key} answers.
+	KeysFound, KeysNotFound int
+}
+
+// Result is the outcome of a check.
+type Result struct {
+	Checked    Counts
+	Violations []Violation
+}
+
+// OK reports whether no rule was broken.
+func (r Result) OK() bool { return len(r.Violations) == 0 }
+
+// ByRule counts violations per rule.
+func (r Result) ByRule() map[Rule]int {
+	m := map[Rule]int{}
+	for _, v := range r.Violations {
+		m[v.Rule]++
+	}
+	return m
+}
+
+// Summary is a human report: the counts, the verdict, and every violation with
+// its history lines.
+func (r Result) Summary() string {
+	c := r.Checked
+	var b strings.Builder
+	fmt.Fprintf(&b, "checked %d submit ops (%d indeterminate) on %d keys: %d committed, %d rejected, %d unresolved",
+		c.Ops, c.Indeterminate, c.Keys, c.KeysCommitted, c.KeysRejected, c.KeysUnresolved)
+	fmt.Fprintf(&b, "; cluster: %d jobs listed, %d fetched, %d not found, %d keys found, %d keys not found",
+		c.JobsListed, c.JobsFetched, c.JobsNotFound, c.KeysFound, c.KeysNotFound)
+	if r.OK() {
+		b.WriteString("\nOK: no violations")
+		return b.String()
+	}
+	noun := "violations"
+	if len(r.Violations) == 1 {
+		noun = "violation"
+	}
+	fmt.Fprintf(&b, "\nFAILED: %d %s", len(r.Violations), noun)
+	by := r.ByRule()
+	for _, rule := range Rules {
+		if n := by[rule]; n > 0 {
+			fmt.Fprintf(&b, "\n  %-26s %d", rule, n)
+		}
+	}
+	for _, v := range r.Violations {
+		b.WriteString("\n")
+		b.WriteString(v.String())
+	}
+	return b.String()
+}
+
+// Check reads the cluster through cfg.GateURL and checks every rule against
+// ops. Run it after the cluster has healed. It returns an error only when the
+// cluster cannot be read (or ctx ends); broken guarantees are Violations.
+func Check(ctx context.Context, cfg Config, ops []history.Op) (Result, error) {
+	r, err := newReader(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	defer r.close()
+	h := newHistoryIndex(ops)
+	cl, err := r.readCluster(ctx, h)
+	if err != nil {
+		return Result{}, err
+	}
+	return evaluate(h, cl, cfg), nil
+}
+
+// CheckHistory checks the rules that need no cluster reads — (c), (d), (f) and
+// (g) — against the answers recorded in ops alone. It is for re-checking a
+// saved history after the cluster is gone.
+func CheckHistory(ops []history.Op) Result {
+	return evaluate(newHistoryIndex(ops), nil, Config{})
+}
+
+// tk identifies a key within a tenant; tid a job within a tenant.
+type tk struct{ tenant, key string }
+type tid struct{ tenant, id string }
+
+// historyIndex groups the submit ops by (tenant, key).
+type historyIndex struct {
+	ops   int
+	keys  []tk // sorted
+	byKey map[tk][]history.Op
+}
+
+func tenantOf(op history.Op) string {
+	if op.Tenant == "" {
+		return api.DefaultTenant
+	}
+	return op.Tenant
+}
+
+func newHistoryIndex(ops []history.Op) *historyIndex {
+	sorted := append([]history.Op(nil), ops...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
+	h := &historyIndex{byKey: map[tk][]history.Op{}}
+	for _, op := range sorted {
+		if op.Kind != history.KindSubmit || op.Key == "" {
+			continue
+		}
+		h.ops++
+		k := tk{tenantOf(op), op.Key}
+		if _, ok := h.byKey[k]; !ok {
+			h.keys = append(h.keys, k)
+		}
+		h.byKey[k] = append(h.byKey[k], op)
+	}
+	sortTK(h.keys)
+	return h
+}
+
+func sortTK(keys []tk) {
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].tenant != keys[j].tenant {
+			return keys[i].tenant < keys[j].tenant
+		}
+		return keys[i].key < keys[j].key
+	})
+}
+
+// tenants returns every tenant in the history or in tokens, sorted.
+func (h *historyIndex) tenants(tokens map[string]string) []string {
+	set := map[string]bool{}
+	for _, k := range h.keys {
+		set[k.tenant] = true
+	}
+	for t := range tokens {
+		set[t] = true
+	}
+	var out []string
+	for t := range set {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// answeredIDs returns the distinct job ids of the 201 answers among ops.
+func answeredIDs(ops []history.Op) []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, op := range ops {
+		if op.Class() == history.Committed && op.JobID != "" && !seen[op.JobID] {
+			seen[op.JobID] = true
+			ids = append(ids, op.JobID)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}

@@ -1,0 +1,487 @@
+package checker
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/tests/chaos/history"
+)
+
+// never is a time after every history.
+const never = time.Duration(math.MaxInt64)
+
+// evaluate applies the rules. cl is nil for a history-only check: then the
+// rules that need the cluster, (a), (b) and (e), are skipped, and (c) and (d)
+// use the recorded answers alone.
+func evaluate(h *historyIndex, cl *clusterState, cfg Config) Result {
+	var res Result
+	c := &res.Checked
+	c.Ops = h.ops
+	c.Keys = len(h.keys)
+
+	// existing[k] is every job the cluster shows for key k: listed jobs and
+	// fetched jobs, grouped by their own idempotency_key.
+	existing := map[tk]map[string][]string{}
+	var clusterKeys []tk
+	if cl != nil {
+		add := func(tenant string, j api.Job, where string) {
+			if j.IdempotencyKey == "" {
+				return
+			}
+			k := tk{tenant, j.IdempotencyKey}
+			if existing[k] == nil {
+				existing[k] = map[string][]string{}
+				if _, inHistory := h.byKey[k]; !inHistory {
+					clusterKeys = append(clusterKeys, k)
+				}
+			}
+			existing[k][j.JobID] = append(existing[k][j.JobID], where)
+		}
+		c.JobsListed = len(cl.listed)
+		for _, id := range sortedTIDs(cl.listed) {
+			add(id.tenant, cl.listed[id], "listed")
+		}
+		for _, id := range sortedTIDs(cl.fetched) {
+			if j := cl.fetched[id]; j != nil {
+				c.JobsFetched++
+				add(id.tenant, *j, "fetched")
+			} else {
+				c.JobsNotFound++
+			}
+		}
+		for _, info := range cl.keys {
+			if info != nil {
+				c.KeysFound++
+			} else {
+				c.KeysNotFound++
+			}
+		}
+	}
+
+	report := func(rule Rule, k tk, ids []string, detail string) {
+		res.Violations = append(res.Violations, Violation{
+			Rule: rule, Tenant: k.tenant, Key: k.key, JobIDs: ids, Detail: detail, Ops: h.byKey[k],
+		})
+	}
+
+	for _, k := range h.keys {
+		ops := h.byKey[k]
+		var committed, rejected []history.Op
+		indeterminate := 0
+		for _, op := range ops {
+			switch op.Class() {
+			case history.Committed:
+				committed = append(committed, op)
+			case history.Rejected:
+				rejected = append(rejected, op)
+			case history.Indeterminate:
+				indeterminate++
+			}
+		}
+		c.Indeterminate += indeterminate
+		switch {
+		case len(committed) > 0 && len(rejected) > 0:
+			c.KeysCommitted++
+			c.KeysRejected++
+		case len(committed) > 0:
+			c.KeysCommitted++
+		case len(rejected) > 0:
+			c.KeysRejected++
+		default:
+			c.KeysUnresolved++
+		}
+
+		var entry *api.KeyInfo
+		entryRead := false
+		if cl != nil {
+			entry, entryRead = cl.keys[k]
+		}
+		entryJob := ""
+		if entry != nil && entry.State == api.KeyStateCommitted && entry.JobID != nil {
+			entryJob = *entry.JobID
+		}
+
+		if cl != nil {
+			checkAtMostOne(k, existing[k], report)
+			checkJobMatches(k, committed, cl, report)
+		}
+		checkSameJobID(k, committed, entryJob, report)
+		commitSeen := len(committed) > 0 || len(existing[k]) > 0 || entryJob != ""
+		checkCommitXorReject(k, committed, rejected, indeterminate > 0, commitSeen, report)
+		if cl != nil {
+			checkNotForgotten(k, committed, entry, entryRead, entryJob, cl, cfg.RequireKeys, report)
+		}
+		checkReplayIdentical(k, committed, report)
+		checkExpectedAnswers(k, ops, report)
+	}
+
+	// Keys that only the cluster knows (submitted by nobody in this history)
+	// still get at most one job.
+	sortTK(clusterKeys)
+	for _, k := range clusterKeys {
+		checkAtMostOne(k, existing[k], report)
+	}
+
+	order := map[Rule]int{}
+	for i, r := range Rules {
+		order[r] = i
+	}
+	sort.SliceStable(res.Violations, func(i, j int) bool {
+		a, b := res.Violations[i], res.Violations[j]
+		if a.Rule != b.Rule {
+			return order[a.Rule] < order[b.Rule]
+		}
+		if a.Tenant != b.Tenant {
+			return a.Tenant < b.Tenant
+		}
+		return a.Key < b.Key
+	})
+	return res
+}
+
+type reportFunc func(rule Rule, k tk, ids []string, detail string)
+
+// (a) At most one job exists for the key.
+func checkAtMostOne(k tk, jobs map[string][]string, report reportFunc) {
+	if len(jobs) <= 1 {
+		return
+	}
+	ids := sortedKeys(jobs)
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprintf("%s (%s)", id, strings.Join(dedupe(jobs[id]), ", "))
+	}
+	report(RuleAtMostOneJob, k, ids, fmt.Sprintf("%d jobs exist for one key: %s", len(ids), strings.Join(parts, "; ")))
+}
+
+// jobCopy is a job as one read endpoint showed it.
+type jobCopy struct {
+	where string
+	job   api.Job
+}
+
+// (b) Every job answered 201 exists with the id, key, type and payload sent.
+// A job that cannot be found at all is rule (e)'s business.
+func checkJobMatches(k tk, committed []history.Op, cl *clusterState, report reportFunc) {
+	var problems []string
+	var bad []string
+	done := map[string]bool{}
+	for _, op := range committed {
+		if op.JobID == "" {
+			continue
+		}
+		sent := canonicalOrRaw(op.Payload)
+		sig := op.JobID + "\x00" + op.Type + "\x00" + sent
+		if done[sig] {
+			continue
+		}
+		done[sig] = true
+		id := tid{k.tenant, op.JobID}
+		var copies []jobCopy
+		if j := cl.fetched[id]; j != nil {
+			copies = append(copies, jobCopy{"GET /v1/jobs/" + op.JobID, *j})
+		}
+		if j, ok := cl.listed[id]; ok {
+			copies = append(copies, jobCopy{"GET /v1/jobs (list)", j})
+		}
+		before := len(problems)
+		for _, cp := range copies {
+			j := cp.job
+			if j.JobID != op.JobID {
+				problems = append(problems, fmt.Sprintf("%s shows job_id %q", cp.where, j.JobID))
+			}
+			if j.IdempotencyKey != k.key {
+				problems = append(problems, fmt.Sprintf("%s: idempotency_key is %q, not the key sent", cp.where, j.IdempotencyKey))
+			}
+			if j.Type != op.Type {
+				problems = append(problems, fmt.Sprintf("%s: type is %q, sent %q", cp.where, j.Type, op.Type))
+			}
+			if got := canonicalOrRaw(j.Payload); got != sent {
+				problems = append(problems, fmt.Sprintf("%s: payload is %s, sent %s", cp.where, got, sent))
+			}
+		}
+		if len(problems) > before {
+			bad = append(bad, op.JobID)
+		}
+	}
+	if len(problems) > 0 {
+		report(RuleJobMatches, k, dedupe(bad), "the committed job is not what was submitted: "+strings.Join(problems, "; "))
+	}
+}
+
+// (c) Every definite answer names the same job: the 201s (originals and
+// replays) and the key's committed entry.
+func checkSameJobID(k tk, committed []history.Op, entryJob string, report reportFunc) {
+	named := map[string][]string{}
+	for _, op := range committed {
+		if op.JobID != "" {
+			named[op.JobID] = append(named[op.JobID], fmt.Sprintf("op %d", op.Index))
+		}
+	}
+	if entryJob != "" {
+		named[entryJob] = append(named[entryJob], "the key's idempotency entry")
+	}
+	if len(named) <= 1 {
+		return
+	}
+	ids := sortedKeys(named)
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprintf("%s by %s", id, strings.Join(named[id], ", "))
+	}
+	report(RuleSameJobID, k, ids, "answers name different jobs: "+strings.Join(parts, "; "))
+}
+
+// (d) No key is both committed and rejected. A rejected entry expires after its
+// Retry-After, and a later submission is judged afresh; so a commit is allowed
+// when it may have happened after every rejection's entry expired. Without a
+// Retry-After (a validation rejection) the rejection is final.
+func checkCommitXorReject(k tk, committed, rejected []history.Op, anyIndeterminate, commitSeen bool, report reportFunc) {
+	if len(rejected) == 0 || !commitSeen {
+		return
+	}
+	// expiry is the earliest the last rejection's entry may have expired.
+	expiry := time.Duration(0)
+	for _, r := range rejected {
+		e := never
+		if r.RetryAfter != "" {
+			e = r.Invoke // lenient: unknown formats expire at once
+			if secs, err := strconv.ParseInt(strings.TrimSpace(r.RetryAfter), 10, 64); err == nil && secs > 0 {
+				e = r.Invoke + time.Duration(secs-1)*time.Second
+			}
+		}
+		expiry = max(expiry, e)
+	}
+	ok := false
+	if len(committed) > 0 {
+		// The commit happened no later than the first 201 completed.
+		commitBy := never
+		for _, op := range committed {
+			commitBy = min(commitBy, op.Complete)
+		}
+		ok = expiry != never && commitBy > expiry
+	} else {
+		// Only the cluster shows the commit: an indeterminate attempt may have
+		// made it at any time after it was sent.
+		ok = expiry != never && anyIndeterminate
+	}
+	if ok {
+		return
+	}
+	var ids []string
+	for _, op := range committed {
+		ids = append(ids, op.JobID)
+	}
+	how := "the cluster holds a job or a committed entry for it"
+	if len(committed) > 0 {
+		how = fmt.Sprintf("answered 201 by op %d", committed[0].Index)
+	}
+	report(RuleCommitXorReject, k, dedupe(ids), fmt.Sprintf(
+		"the key was answered rejected (op %d: %d %s) and committed (%s), and the rejection cannot have expired first",
+		rejected[0].Index, rejected[0].Status, rejected[0].Code, how))
+}
+
+// (e) Nothing answered 201 is forgotten: the job is in GET /v1/jobs/{id} and in
+// the list, and the key's entry (while it lives) still says committed. A
+// committed entry that names a job the cluster cannot show is forgotten too.
+func checkNotForgotten(k tk, committed []history.Op, entry *api.KeyInfo, entryRead bool, entryJob string,
+	cl *clusterState, requireKeys bool, report reportFunc) {
+	var problems []string
+	var ids []string
+	for _, id := range answeredIDs(committed) {
+		t := tid{k.tenant, id}
+		_, inList := cl.listed[t]
+		inGet := cl.fetched[t] != nil
+		switch {
+		case !inList && !inGet:
+			problems = append(problems, fmt.Sprintf("job %s was answered 201 but is gone: GET /v1/jobs/%s is 404 and the list lacks it", id, id))
+		case !inList:
+			problems = append(problems, fmt.Sprintf("job %s was answered 201 but the list lacks it (GET /v1/jobs/%s finds it)", id, id))
+		case !inGet:
+			problems = append(problems, fmt.Sprintf("job %s was answered 201 and is listed, but GET /v1/jobs/%s is 404", id, id))
+		default:
+			continue
+		}
+		ids = append(ids, id)
+	}
+	if len(committed) > 0 && entryRead {
+		switch {
+		case entry == nil && requireKeys:
+			problems = append(problems, "the key was answered 201 but its idempotency entry is gone (404)")
+		case entry != nil && entry.State != api.KeyStateCommitted:
+			problems = append(problems, fmt.Sprintf("the key was answered 201 but its idempotency entry is %q", entry.State))
+		}
+	}
+	if entryJob != "" {
+		t := tid{k.tenant, entryJob}
+		if _, inList := cl.listed[t]; !inList && cl.fetched[t] == nil {
+			problems = append(problems, fmt.Sprintf("the key's entry is committed to job %s, which neither GET nor the list shows", entryJob))
+			ids = append(ids, entryJob)
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(ids)
+		report(RuleNotForgotten, k, dedupe(ids), strings.Join(problems, "; "))
+	}
+}
+
+// (f) Every 201 for the same job carries byte-for-byte the same body.
+func checkReplayIdentical(k tk, committed []history.Op, report reportFunc) {
+	hashes := map[string]map[string][]string{}
+	for _, op := range committed {
+		if op.JobID == "" || op.BodyHash == "" {
+			continue
+		}
+		if hashes[op.JobID] == nil {
+			hashes[op.JobID] = map[string][]string{}
+		}
+		hashes[op.JobID][op.BodyHash] = append(hashes[op.JobID][op.BodyHash], fmt.Sprintf("op %d", op.Index))
+	}
+	var bad, parts []string
+	for _, id := range sortedKeys(hashes) {
+		if len(hashes[id]) <= 1 {
+			continue
+		}
+		bad = append(bad, id)
+		for _, hsh := range sortedKeys(hashes[id]) {
+			parts = append(parts, fmt.Sprintf("%s: body %.12s by %s", id, hsh, strings.Join(hashes[id][hsh], ", ")))
+		}
+	}
+	if len(bad) > 0 {
+		report(RuleReplayIdentical, k, bad, "201 answers for the same job differ in their bytes: "+strings.Join(parts, "; "))
+	}
+}
+
+// (g) Every answer is one the contract allows for a well-formed, authorized
+// request whose key is only ever sent with one body.
+func checkExpectedAnswers(k tk, ops []history.Op, report reportFunc) {
+	var parts []string
+	for _, op := range ops {
+		if why := unexpected(op); why != "" {
+			parts = append(parts, fmt.Sprintf("op %d: %s", op.Index, why))
+		}
+	}
+	if len(parts) > 0 {
+		report(RuleExpectedAnswer, k, nil, "answers outside the contract: "+strings.Join(parts, "; "))
+	}
+}
+
+func unexpected(op history.Op) string {
+	if !op.Done || op.Err != "" || op.Status == 0 {
+		return ""
+	}
+	switch op.Class() {
+	case history.Committed:
+		if op.JobID == "" {
+			return "201 without a job_id"
+		}
+		if op.Replayed != "true" && op.Replayed != "false" {
+			return fmt.Sprintf("201 with Idempotent-Replayed %q", op.Replayed)
+		}
+		return ""
+	case history.Failed:
+		if op.Status == http.StatusConflict && op.Code == string(api.CodeIdempotencyKeyExpired) {
+			return "" // the key outlived its entry; nothing was executed again
+		}
+		return fmt.Sprintf("status %d code %q", op.Status, op.Code)
+	}
+	if op.Status == http.StatusInternalServerError {
+		// Retried like a 503, but the contract reserves 500 for bugs: faults
+		// must surface as 503 unavailable.
+		return fmt.Sprintf("status 500 code %q: the contract reserves 500 for bugs", op.Code)
+	}
+	return ""
+}
+
+// canonicalOrRaw renders a JSON value canonically: object keys sorted, no
+// insignificant whitespace, numbers normalized (1.0 and 1 are equal). An absent
+// value is null. Invalid JSON is returned as it is, so it never compares equal
+// to valid JSON by accident.
+func canonicalOrRaw(raw json.RawMessage) string {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return "null"
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "invalid JSON " + strconv.Quote(string(raw))
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(normalizeNumbers(v)); err != nil {
+		return "invalid JSON " + strconv.Quote(string(raw))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func normalizeNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return json.Number(strconv.FormatInt(i, 10))
+		}
+		if f, err := strconv.ParseFloat(string(x), 64); err == nil {
+			if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+				return json.Number(strconv.FormatInt(int64(f), 10))
+			}
+			return json.Number(strconv.FormatFloat(f, 'g', -1, 64))
+		}
+		return x
+	case map[string]any:
+		for key, e := range x {
+			x[key] = normalizeNumbers(e)
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = normalizeNumbers(e)
+		}
+		return x
+	}
+	return v
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedTIDs[V any](m map[tid]V) []tid {
+	out := make([]tid, 0, len(m))
+	for id := range m {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].tenant != out[j].tenant {
+			return out[i].tenant < out[j].tenant
+		}
+		return out[i].id < out[j].id
+	})
+	return out
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}

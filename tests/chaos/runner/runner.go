@@ -1,0 +1,388 @@
+// Package runner runs one chaos test of once end to end: it starts a real
+// cluster (three managers, two gates, from prebuilt binaries) with the
+// managers' failpoints on and fast Raft timings, drives the chaos workload
+// through both gates while the nemesis kills, pauses and partitions processes,
+// heals the cluster, waits until it is ready, and runs the checker through the
+// public API. The history (JSON lines) and the summary are written into the
+// run's directory, so that a failure can be checked again offline (Recheck).
+//
+// `make chaos` runs it through tests/cmd/oncechaos (Main); the short form of
+// `make test` through tests/e2e.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/once-dev/once/tests/chaos/checker"
+	"github.com/once-dev/once/tests/chaos/history"
+	"github.com/once-dev/once/tests/chaos/nemesis"
+	"github.com/once-dev/once/tests/chaos/workload"
+	"github.com/once-dev/once/tests/localcluster"
+)
+
+// Files of a run directory.
+const (
+	HistoryFile = "history.jsonl" // every request and every nemesis step, one JSON object per line
+	SummaryText = "summary.txt"   // Summary.String()
+	SummaryJSON = "summary.json"  // Summary as JSON (faults, answers, violations with their history lines)
+	TokensFile  = "tokens"        // the gates' token file: "<token> <tenant>" lines
+	ClusterDir  = "cluster"       // the cluster's logs/ and data/ (localcluster layout)
+)
+
+// Tenants are the tenants of every run and their bearer tokens: clients are
+// spread over them, so keys are scoped by tenant as in production.
+var Tenants = map[string]string{"acme": "chaos-token-acme", "globex": "chaos-token-globex"}
+
+// Defaults of Options.
+const (
+	DefaultClients           = 8
+	DefaultDuplicateRate     = 0.3
+	DefaultSnapshotThreshold = 1024
+	DefaultTrailingLogs      = 512
+	DefaultSettle            = 3 * time.Second
+	DefaultStartTimeout      = 90 * time.Second
+)
+
+// Options configures a run. Zero values take the defaults.
+type Options struct {
+	// Duration is the workload's window: clients start submissions and the
+	// nemesis injects faults for this long. Required.
+	Duration time.Duration
+	// Seed makes the fault schedule and the workload's choices reproducible;
+	// 0 draws one (it is in the Summary).
+	Seed uint64
+	// Clients is the number of logical clients (default 8).
+	Clients int
+	// DuplicateRate is the fraction of submissions also sent through the other
+	// gate (default 0.3; negative: none).
+	DuplicateRate float64
+	// BaseDir receives the run: history.jsonl, summary.txt, summary.json,
+	// tokens and cluster/{logs,data}. It must not hold an earlier run.
+	// Required.
+	BaseDir string
+	// BinDir holds the gate and manager binaries (make build). Required: Run
+	// builds nothing.
+	BinDir string
+	// FaultInterval is the mean quiet time between faults (default
+	// nemesis.DefaultTimings.Interval); Timings sets the other durations
+	// (its Interval is overridden by FaultInterval when that is set).
+	FaultInterval time.Duration
+	Timings       nemesis.Timings
+	// Faults are the kinds to inject (default nemesis.AllKinds).
+	Faults []nemesis.Kind
+	// Rounds, when positive, ends the run after that many rounds of faults
+	// (each kind once per round) or at Duration, whichever comes first; the
+	// workload then runs Settle more on the healed cluster and is stopped.
+	Rounds int
+	Settle time.Duration
+	// SnapshotThreshold and TrailingLogs are given to the managers (defaults
+	// 1024 and 512: low, so that restarts go through snapshot restore and a
+	// follower that was down may need InstallSnapshot).
+	SnapshotThreshold, TrailingLogs int
+	// Env is added to every process's environment after the run's own
+	// settings (so it overrides them).
+	Env []string
+	// Logf receives progress lines: one per fault, a periodic count of
+	// requests, the phases. Nil: silent.
+	Logf func(format string, args ...any)
+	// Verbose also sends every nemesis step to Logf.
+	Verbose bool
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Duration <= 0:
+		return errors.New("runner: Duration must be positive")
+	case o.BaseDir == "":
+		return errors.New("runner: BaseDir is required")
+	case o.BinDir == "":
+		return errors.New("runner: BinDir is required (make build puts the binaries in bin/)")
+	case o.Clients < 0 || o.Rounds < 0 || o.FaultInterval < 0 || o.Settle < 0 || o.SnapshotThreshold < 0 || o.TrailingLogs < 0:
+		return errors.New("runner: Clients, Rounds, FaultInterval, Settle, SnapshotThreshold and TrailingLogs must not be negative")
+	case o.DuplicateRate > 1:
+		return fmt.Errorf("runner: DuplicateRate %v is above 1", o.DuplicateRate)
+	}
+	for _, b := range []string{"gate", "manager"} {
+		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
+			return fmt.Errorf("runner: BinDir %s: %w (run make build)", o.BinDir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(o.BaseDir, HistoryFile)); err == nil {
+		return fmt.Errorf("runner: %s already holds a run; use a new directory", o.BaseDir)
+	}
+	if o.Seed == 0 {
+		o.Seed = NewSeed()
+	}
+	if o.Clients == 0 {
+		o.Clients = DefaultClients
+	}
+	switch {
+	case o.DuplicateRate == 0:
+		o.DuplicateRate = DefaultDuplicateRate
+	case o.DuplicateRate < 0:
+		o.DuplicateRate = 0
+	}
+	if o.Settle == 0 {
+		o.Settle = DefaultSettle
+	}
+	if o.SnapshotThreshold == 0 {
+		o.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if o.TrailingLogs == 0 {
+		o.TrailingLogs = DefaultTrailingLogs
+	}
+	if o.FaultInterval > 0 {
+		o.Timings.Interval = o.FaultInterval
+	}
+	if len(o.Faults) == 0 {
+		o.Faults = nemesis.AllKinds
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// maxCommittedTTL is the longest IDEMPOTENCY_COMMITTED_TTL_SECONDS a run uses:
+// the managers' default MANAGER_JOB_RETENTION_SECONDS, which must not be
+// shorter.
+const maxCommittedTTL = 24 * time.Hour
+
+// committedTTL is the IDEMPOTENCY_COMMITTED_TTL_SECONDS of a run: long enough
+// that every entry outlives the run and its check, so the checker can require
+// every key answered 201 to still have its entry (checker.Config.RequireKeys),
+// which requireKeys reports.
+func committedTTL(d time.Duration) (ttl time.Duration, requireKeys bool) {
+	want := 2*d + 30*time.Minute
+	return min(max(want, time.Hour), maxCommittedTTL), want <= maxCommittedTTL
+}
+
+// Run runs one chaos test as Options say and returns its Summary. Violations
+// are in the Summary, not in the error; the error says that the run itself
+// went wrong: the cluster did not start or recover, a process exited on its
+// own, the checker could not read the cluster, a file could not be written.
+// Whatever happens after the cluster started, Run stops every process before
+// it returns and writes what it has into BaseDir.
+func Run(ctx context.Context, o Options) (sum Summary, err error) {
+	if err := o.validate(); err != nil {
+		return Summary{}, err
+	}
+	logf := o.Logf
+	sum = Summary{Seed: o.Seed, Dir: o.BaseDir, Duration: o.Duration, Clients: o.Clients, Faults: map[nemesis.Kind]int{}}
+	began := time.Now()
+	defer func() {
+		sum.Elapsed = time.Since(began)
+		if err != nil {
+			sum.Errors = append(sum.Errors, err.Error())
+		}
+		if werr := sum.write(o.BaseDir); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}()
+
+	if err := os.MkdirAll(o.BaseDir, 0o755); err != nil {
+		return sum, err
+	}
+	tokens := filepath.Join(o.BaseDir, TokensFile)
+	if err := writeTokens(tokens); err != nil {
+		return sum, err
+	}
+	ttl, requireKeys := committedTTL(o.Duration)
+	c, err := localcluster.New(localcluster.Options{
+		BinDir: o.BinDir, BaseDir: filepath.Join(o.BaseDir, ClusterDir), Managers: 3, Gates: 2,
+		Failpoints: true, Fast: true,
+		Env: append([]string{
+			"MANAGER_LOG_LEVEL=info", "GATE_LOG_LEVEL=info",
+			"IDEMPOTENCY_COMMITTED_TTL_SECONDS=" + strconv.Itoa(int(ttl/time.Second)),
+			"IDEMPOTENCY_MAX_ENTRIES=10000000",
+		}, o.Env...),
+		ManagerEnv: []string{
+			"MANAGER_RAFT_SNAPSHOT_THRESHOLD=" + strconv.Itoa(o.SnapshotThreshold),
+			"MANAGER_RAFT_TRAILING_LOGS=" + strconv.Itoa(o.TrailingLogs),
+		},
+		GateEnv: []string{"GATE_TOKEN_FILE=" + tokens},
+	})
+	if err != nil {
+		return sum, err
+	}
+	logf("seed %d (reproduce the schedule with -seed %d); run directory %s", o.Seed, o.Seed, o.BaseDir)
+	logf("starting 3 managers and 2 gates; logs in %s", filepath.Join(o.BaseDir, ClusterDir, "logs"))
+	if err := c.Start(); err != nil {
+		return sum, err
+	}
+	defer c.Stop()
+	sctx, cancel := context.WithTimeout(ctx, DefaultStartTimeout)
+	_, err = c.WaitLeader(sctx)
+	if err == nil {
+		err = c.WaitReady(sctx)
+	}
+	cancel()
+	if err != nil {
+		return sum, fmt.Errorf("runner: the cluster did not start: %w", err)
+	}
+
+	rec := history.NewRecorder()
+	sum.Start = rec.Start()
+	w, err := workload.New(workload.Config{
+		GateURLs: c.GateURLs(), Tokens: Tenants, Clients: o.Clients, Duration: o.Duration,
+		DuplicateRate: o.DuplicateRate, Seed: o.Seed,
+	})
+	if err != nil {
+		return sum, err
+	}
+	ncfg := nemesis.Config{
+		Seed: o.Seed, Kinds: o.Faults, Timings: o.Timings, Rounds: o.Rounds, Recorder: rec,
+		OnEvent: func(e nemesis.Event) { logf("fault %s", e) },
+	}
+	if o.Verbose {
+		ncfg.Logf = func(format string, args ...any) { logf("nemesis "+format, args...) }
+	}
+	nem, err := nemesis.New(c, ncfg)
+	if err != nil {
+		return sum, err
+	}
+
+	logf("running the workload (%d clients, 2 gates) and the nemesis (%v) for %v", o.Clients, kindNames(o.Faults), o.Duration)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	nctx, ncancel := context.WithTimeout(ctx, o.Duration)
+	defer ncancel()
+	type wres struct {
+		st  workload.Stats
+		err error
+	}
+	wdone := make(chan wres, 1)
+	go func() {
+		st, err := w.Run(wctx, rec)
+		wdone <- wres{st, err}
+	}()
+	ndone := make(chan error, 1)
+	go func() { ndone <- nem.Run(nctx) }()
+
+	progress := time.NewTicker(30 * time.Second)
+	defer progress.Stop()
+	var nerr error
+	var wr wres
+	nemesisDone, workloadDone := false, false
+	var settle <-chan time.Time
+	for !nemesisDone || !workloadDone {
+		select {
+		case nerr = <-ndone:
+			nemesisDone = true
+			switch {
+			case nerr != nil:
+				logf("nemesis: %v; stopping the workload", nerr)
+				wcancel()
+			case !workloadDone && o.Rounds > 0 && time.Since(rec.Start()) < o.Duration:
+				logf("%d rounds of faults done; the workload runs %v more on the healed cluster", o.Rounds, o.Settle)
+				t := time.NewTimer(o.Settle)
+				defer t.Stop()
+				settle = t.C
+			default:
+				logf("faults over; the cluster is healed; waiting for the submissions in flight")
+			}
+		case wr = <-wdone:
+			workloadDone = true
+			sum.Ran = time.Since(rec.Start())
+			if !nemesisDone {
+				// The workload ends at Duration, like the nemesis, unless
+				// ctx ended: then the nemesis is ending too.
+				ncancel()
+			}
+		case <-settle:
+			wcancel()
+		case <-progress.C:
+			logf("[%7.1fs] %d requests, %d faults", time.Since(rec.Start()).Seconds(), rec.Len(), len(nem.Events()))
+		}
+	}
+	sum.Workload = wr.st
+	sum.Events = nem.Events()
+	sum.PortClashes = nem.PortClashes()
+	for _, e := range sum.Events {
+		sum.Faults[e.Kind]++
+	}
+	ops := rec.Ops()
+	sum.countAnswers(ops)
+	if err := writeHistory(filepath.Join(o.BaseDir, HistoryFile), ops); err != nil {
+		return sum, err
+	}
+	if wr.err != nil {
+		return sum, wr.err
+	}
+	if err := ctx.Err(); err != nil {
+		// Interrupted (Ctrl-C, a test's deadline): the history is saved; the
+		// check is left to oncechaos -recheck.
+		return sum, fmt.Errorf("runner: interrupted after %v: %w", time.Since(rec.Start()).Round(time.Second), err)
+	}
+
+	// The nemesis healed the cluster when it stopped; make sure of it before
+	// reading (also after a nemesis error: a check is still worth having).
+	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), nemesis.DefaultRecoveryTimeout)
+	herr := nem.Heal(hctx)
+	hcancel()
+	sum.PortClashes = nem.PortClashes()
+	if herr != nil {
+		nerr = errors.Join(nerr, herr)
+	}
+	logf("checking %d requests through %s", sum.Requests, c.GateURLs()[0])
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
+	res, cerr := checker.Check(cctx, checker.Config{GateURL: c.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys}, ops)
+	ccancel()
+	if cerr == nil {
+		sum.Check = &res
+	}
+	return sum, errors.Join(nerr, cerr)
+}
+
+func kindNames(kinds []nemesis.Kind) string {
+	s := ""
+	for i, k := range kinds {
+		if i > 0 {
+			s += ","
+		}
+		s += string(k)
+	}
+	return s
+}
+
+func writeTokens(path string) error {
+	var b []byte
+	for _, t := range sortedKeys(Tenants) {
+		b = append(b, Tenants[t]+" "+t+"\n"...)
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+func writeHistory(path string, ops []history.Op) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := history.WriteJSONL(f, ops); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// write saves the summary as text and JSON.
+func (s *Summary) write(dir string) error {
+	if _, err := os.Stat(dir); err != nil {
+		return nil // nothing was created: nothing to write into
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return errors.Join(
+		os.WriteFile(filepath.Join(dir, SummaryJSON), append(b, '\n'), 0o644),
+		os.WriteFile(filepath.Join(dir, SummaryText), []byte(s.String()+"\n"), 0o644),
+	)
+}

@@ -1,0 +1,782 @@
+// Package localcluster runs a once cluster as real processes on loopback: three
+// (or N) managers and two (or M) gates, each with its own log file and data
+// directory under one base directory. It is what `make run` starts, and what the
+// end-to-end, chaos and benchmark harnesses drive: it can kill -9 a process,
+// pause and resume it (SIGSTOP/SIGCONT), restart it on the same data directory,
+// and cut a manager off from the others through the managers' failpoints.
+//
+// Processes are tracked by PID, never found by name, and every one is stopped by
+// Stop (or by the test's Cleanup).
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/mod/modfile"
+)
+
+// Role of a process.
+type Role string
+
+// Roles.
+const (
+	RoleManager Role = "manager"
+	RoleGate    Role = "gate"
+)
+
+// Options configures a cluster. Zero values take the defaults noted.
+type Options struct {
+	// BinDir holds the gate and manager binaries (see Build).
+	BinDir string
+	// BaseDir receives logs/<node>.log and data/<node>/. Required.
+	BaseDir string
+	// Managers and Gates count the processes (at least one manager; zero gates
+	// is a manager-only cluster).
+	Managers, Gates int
+	// GatePorts fixes the gates' HTTP ports (e.g. 8080, 8081); empty picks free ports.
+	GatePorts []int
+	// Datacenter name (default dc1).
+	Datacenter string
+	// Env is added to every process's environment (e.g. IDEMPOTENCY_* settings).
+	Env []string
+	// ManagerEnv and GateEnv are added to one role's environment.
+	ManagerEnv, GateEnv []string
+	// Failpoints enables the managers' fault-injection endpoints (for partitions).
+	Failpoints bool
+	// Fast shortens Raft and membership timings for tests.
+	Fast bool
+	// Stdout, when set, also receives every process's output (make run).
+	Stdout io.Writer
+}
+
+// Node is one process of the cluster.
+type Node struct {
+	Name     string
+	Role     Role
+	HTTPAddr string // gate: public API; manager: RPC listener
+	RaftAddr string // manager only
+	Gossip   string // memberlist bind address
+	DataDir  string
+	LogPath  string
+
+	c   *Cluster
+	env []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the current process has exited
+	log  *os.File
+}
+
+// Cluster is a set of running processes.
+type Cluster struct {
+	opts     Options
+	Managers []*Node
+	Gates    []*Node
+	client   *http.Client
+}
+
+// Build compiles cmd/gate and cmd/manager into binDir from the module at
+// moduleDir. race adds -race (slower binaries that catch data races).
+func Build(ctx context.Context, moduleDir, binDir string, race bool) error {
+	args := []string{"build", "-tags", "hashicorpmetrics", "-o", binDir + string(os.PathSeparator)}
+	if race {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/gate", "./cmd/manager")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = moduleDir
+	if !race {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// productModule is the module path of the product (the parent of this tests
+// module).
+const productModule = "github.com/once-dev/once"
+
+// ModuleRoot finds the product module's root: the directory, from the working
+// directory up, whose go.mod declares github.com/once-dev/once (the tests
+// module's own go.mod, in tests/, is passed over).
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modfile.ModulePath(b) == productModule {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("localcluster: the go.mod of " + productModule + " is not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// FreePorts returns n distinct free TCP ports on 127.0.0.1 (also free for UDP,
+// which memberlist needs on its gossip port), chosen below the kernel's
+// ephemeral port range when there is room: a port from that range can be
+// handed to any outgoing connection as its source port while its process is
+// down, and the process then cannot listen on it again when it restarts.
+func FreePorts(n int) ([]int, error) {
+	var ports []int
+	var hold []io.Closer
+	defer func() {
+		for _, c := range hold {
+			c.Close()
+		}
+	}()
+	taken := map[int]bool{}
+	try := func(p int) {
+		if taken[p] {
+			return
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			return
+		}
+		p = ln.Addr().(*net.TCPAddr).Port
+		udp, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			ln.Close()
+			return // the UDP side is taken: skip this port
+		}
+		hold = append(hold, ln, udp)
+		taken[p] = true
+		ports = append(ports, p)
+	}
+	if lo, hi := belowEphemeral(); hi-lo >= 4*n {
+		for tries := 0; len(ports) < n && tries < 100*n; tries++ {
+			try(lo + mrand.IntN(hi-lo))
+		}
+	}
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, errors.New("localcluster: no free ports")
+		}
+		try(0)
+	}
+	return ports, nil
+}
+
+// belowEphemeral returns a range of ports under the kernel's ephemeral range
+// (Linux: /proc/sys/net/ipv4/ip_local_port_range), or an empty one.
+func belowEphemeral() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first <= 10000 {
+		return 0, 0
+	}
+	return 10000, first
+}
+
+// New lays out a cluster (names, ports, directories) without starting it.
+func New(opts Options) (*Cluster, error) {
+	if opts.BaseDir == "" {
+		return nil, errors.New("localcluster: BaseDir is required")
+	}
+	if opts.Managers < 1 || opts.Gates < 0 {
+		return nil, fmt.Errorf("localcluster: need at least one manager and no negative gates (got %d, %d)", opts.Managers, opts.Gates)
+	}
+	if opts.Datacenter == "" {
+		opts.Datacenter = "dc1"
+	}
+	// A cluster restarted from its directory gets the ports it had: the
+	// managers' Raft configuration names every voter by address, and a group
+	// whose members all moved cannot elect a leader.
+	ports, err := loadPorts(opts.BaseDir)
+	if err != nil {
+		return nil, err
+	}
+	if need := opts.Managers*3 + opts.Gates*2; len(ports) != need {
+		if ports, err = FreePorts(need); err != nil {
+			return nil, err
+		}
+		if err := savePorts(opts.BaseDir, ports); err != nil {
+			return nil, err
+		}
+	}
+	next := func() int { p := ports[0]; ports = ports[1:]; return p }
+	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second}}
+	for _, d := range []string{"logs", "data"} {
+		if err := os.MkdirAll(filepath.Join(opts.BaseDir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+	var seeds []string
+	var rpcAddrs []string
+	for i := 1; i <= opts.Managers; i++ {
+		n := &Node{Name: fmt.Sprintf("manager%d", i), Role: RoleManager, c: c,
+			HTTPAddr: addr(next()), RaftAddr: addr(next()), Gossip: addr(next())}
+		c.Managers = append(c.Managers, n)
+		seeds = append(seeds, n.Gossip)
+		rpcAddrs = append(rpcAddrs, n.HTTPAddr)
+	}
+	for i := 1; i <= opts.Gates; i++ {
+		port := 0
+		if i-1 < len(opts.GatePorts) {
+			port = opts.GatePorts[i-1]
+		} else {
+			port = next()
+		}
+		n := &Node{Name: fmt.Sprintf("gate%d", i), Role: RoleGate, c: c, HTTPAddr: addr(port), Gossip: addr(next())}
+		c.Gates = append(c.Gates, n)
+	}
+	for i, n := range c.Managers {
+		n.DataDir = filepath.Join(opts.BaseDir, "data", n.Name)
+		n.LogPath = filepath.Join(opts.BaseDir, "logs", n.Name+".log")
+		// Each manager is given one seed: the first manager (the first manager
+		// is given the second), as an operator would.
+		seed := seeds[0]
+		if i == 0 && len(seeds) > 1 {
+			seed = seeds[1]
+		}
+		n.env = c.managerEnv(n, seed, opts.Managers)
+	}
+	for _, n := range c.Gates {
+		n.LogPath = filepath.Join(opts.BaseDir, "logs", n.Name+".log")
+		n.env = append([]string{
+			"GATE_NODE_NAME=" + n.Name,
+			"GATE_DATACENTER=" + opts.Datacenter,
+			"GATE_LISTEN_ADDR=" + n.HTTPAddr,
+			"GATE_MANAGERS=" + strings.Join(rpcAddrs, ","),
+			"GATE_GOSSIP_ADDR=" + n.Gossip,
+			"GATE_JOIN=" + seeds[0],
+		}, opts.GateEnv...)
+		if opts.Fast {
+			n.env = append(n.env, "GATE_GOSSIP_PROFILE=local")
+		}
+	}
+	return c, nil
+}
+
+// AddManager lays out one more manager of the cluster's datacenter: the next
+// name (manager4 after three), new ports, its own data directory and log, one
+// seed (the first manager's gossip address) and the cluster's
+// MANAGER_BOOTSTRAP_EXPECT, as an operator adds a manager to a running
+// datacenter. env is added to its environment after everything else, so it
+// overrides (a different MANAGER_GOSSIP_KEY, say). It starts nothing: call the
+// node's Start. Cluster.Stop stops it with the others.
+//
+// AddManager must not run concurrently with other Cluster methods.
+func (c *Cluster) AddManager(env ...string) (*Node, error) {
+	ports, err := c.freshPorts(3)
+	if err != nil {
+		return nil, err
+	}
+	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+	n := &Node{Name: fmt.Sprintf("manager%d", len(c.Managers)+1), Role: RoleManager, c: c,
+		HTTPAddr: addr(ports[0]), RaftAddr: addr(ports[1]), Gossip: addr(ports[2])}
+	n.DataDir = filepath.Join(c.opts.BaseDir, "data", n.Name)
+	n.LogPath = filepath.Join(c.opts.BaseDir, "logs", n.Name+".log")
+	n.env = c.managerEnv(n, c.Managers[0].Gossip, c.opts.Managers)
+	n.env = append(n.env, env...)
+	c.Managers = append(c.Managers, n)
+	return n, nil
+}
+
+// freshPorts returns n free ports that no node of the cluster was given (a
+// stopped node's port may be free now, but it is still that node's).
+func (c *Cluster) freshPorts(n int) ([]int, error) {
+	used := map[int]bool{}
+	for _, node := range c.All() {
+		for _, a := range []string{node.HTTPAddr, node.RaftAddr, node.Gossip} {
+			if a == "" {
+				continue
+			}
+			if _, ps, err := net.SplitHostPort(a); err == nil {
+				if p, err := strconv.Atoi(ps); err == nil {
+					used[p] = true
+				}
+			}
+		}
+	}
+	var out []int
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 10 {
+			return nil, errors.New("localcluster: no fresh free ports")
+		}
+		ports, err := FreePorts(n + len(used))
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ports {
+			if !used[p] && len(out) < n {
+				used[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// managerEnv is a manager's environment: its identity, addresses, one seed and
+// bootstrap_expect, then Options.ManagerEnv and the switches.
+func (c *Cluster) managerEnv(n *Node, seed string, expect int) []string {
+	env := append([]string{
+		"MANAGER_NODE_ID=" + n.Name,
+		"MANAGER_DATACENTER=" + c.opts.Datacenter,
+		"MANAGER_DATA_DIR=" + n.DataDir,
+		"MANAGER_RPC_ADDR=" + n.HTTPAddr,
+		"MANAGER_RAFT_ADDR=" + n.RaftAddr,
+		"MANAGER_GOSSIP_ADDR=" + n.Gossip,
+		"MANAGER_JOIN=" + seed,
+		"MANAGER_BOOTSTRAP_EXPECT=" + strconv.Itoa(expect),
+	}, c.opts.ManagerEnv...)
+	if c.opts.Failpoints {
+		env = append(env, "MANAGER_FAILPOINTS=true")
+	}
+	if c.opts.Fast {
+		env = append(env, "MANAGER_RAFT_HEARTBEAT_TIMEOUT=500ms", "MANAGER_RAFT_ELECTION_TIMEOUT=500ms",
+			"MANAGER_RAFT_LEADER_LEASE_TIMEOUT=250ms", "MANAGER_GOSSIP_PROFILE=local")
+	}
+	return env
+}
+
+// SetEnv adds variables to the node's environment from its next Start on;
+// they override what the node was given before (e.g. to restart a manager
+// with MANAGER_LEAVE_ON_TERMINATE or another gossip key).
+func (n *Node) SetEnv(env ...string) {
+	n.mu.Lock()
+	n.env = append(n.env, env...)
+	n.mu.Unlock()
+}
+
+// Start starts every process.
+func (c *Cluster) Start() error {
+	for _, n := range c.All() {
+		if err := n.Start(); err != nil {
+			c.Stop()
+			return err
+		}
+	}
+	return nil
+}
+
+// All returns managers then gates.
+func (c *Cluster) All() []*Node {
+	return append(append([]*Node(nil), c.Managers...), c.Gates...)
+}
+
+// GateURLs returns the gates' base URLs.
+func (c *Cluster) GateURLs() []string {
+	var out []string
+	for _, g := range c.Gates {
+		out = append(out, "http://"+g.HTTPAddr)
+	}
+	return out
+}
+
+// Stop terminates every process: SIGTERM, then SIGKILL after a grace period.
+func (c *Cluster) Stop() {
+	var wg sync.WaitGroup
+	for _, n := range c.All() {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.Stop(10 * time.Second) }()
+	}
+	wg.Wait()
+}
+
+// Start starts the node's process (again, after Kill or Stop) on the same
+// addresses and data directory.
+func (n *Node) Start() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		select {
+		case <-n.done:
+		default:
+			return fmt.Errorf("%s is already running", n.Name)
+		}
+	}
+	bin := filepath.Join(n.c.opts.BinDir, string(n.Role))
+	if runtime.GOOS == "windows" {
+		bin += ".exe"
+	}
+	f, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(append(os.Environ(), n.c.opts.Env...), n.env...)
+	var out io.Writer = f
+	if n.c.opts.Stdout != nil {
+		out = io.MultiWriter(f, &prefixWriter{w: n.c.opts.Stdout, prefix: []byte(fmt.Sprintf("%-9s| ", n.Name))})
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	// Own process group: a terminal's Ctrl-C reaches the runner, which stops
+	// the processes in order, not all at once behind its back.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", n.Name, err)
+	}
+	done := make(chan struct{})
+	n.cmd, n.done, n.log = cmd, done, f
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(done)
+	}()
+	return nil
+}
+
+// Running reports whether the node's process is alive.
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// PID returns the current process's PID, or 0.
+func (n *Node) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+func (n *Node) signal(sig syscall.Signal) error {
+	n.mu.Lock()
+	cmd, done := n.cmd, n.done
+	n.mu.Unlock()
+	if cmd == nil {
+		return fmt.Errorf("%s was never started", n.Name)
+	}
+	select {
+	case <-done:
+		return fmt.Errorf("%s is not running", n.Name)
+	default:
+	}
+	return cmd.Process.Signal(sig)
+}
+
+// Kill sends SIGKILL (kill -9) and waits until the process is gone.
+func (n *Node) Kill() error {
+	if err := n.signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	n.wait(0)
+	return nil
+}
+
+// Pause stops the process with SIGSTOP; Resume continues it.
+func (n *Node) Pause() error  { return n.signal(syscall.SIGSTOP) }
+func (n *Node) Resume() error { return n.signal(syscall.SIGCONT) }
+
+// Stop sends SIGTERM (after SIGCONT, in case it is paused) and waits up to grace
+// for a clean exit, then kills it.
+func (n *Node) Stop(grace time.Duration) {
+	if n.signal(syscall.SIGCONT) != nil {
+		return
+	}
+	_ = n.signal(syscall.SIGTERM)
+	if !n.wait(grace) {
+		_ = n.signal(syscall.SIGKILL)
+		n.wait(0)
+	}
+}
+
+// ExitCode returns the last exit code (valid once the process has exited).
+func (n *Node) ExitCode() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.ProcessState == nil {
+		return -1
+	}
+	return n.cmd.ProcessState.ExitCode()
+}
+
+// wait blocks until the process exits; with a positive timeout it gives up then.
+func (n *Node) wait(timeout time.Duration) bool {
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	if timeout <= 0 {
+		<-done
+		return true
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// ManagerStatus is the part of a manager's /rpc/v1/status the harness reads.
+type ManagerStatus struct {
+	NodeID       string `json:"node_id"`
+	RaftState    string `json:"raft_state"`
+	IsLeader     bool   `json:"is_leader"`
+	LeaderID     string `json:"leader_id"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	// Voters are the Raft configuration's voters as this manager knows them.
+	Voters []string `json:"voters"`
+}
+
+// Status asks a manager for its status.
+func (c *Cluster) Status(ctx context.Context, n *Node) (ManagerStatus, error) {
+	var st ManagerStatus
+	err := c.getJSON(ctx, "http://"+n.HTTPAddr+"/rpc/v1/status", &st)
+	return st, err
+}
+
+// Leader returns the manager that every reachable manager agrees is the leader.
+func (c *Cluster) Leader(ctx context.Context) (*Node, error) {
+	var leader *Node
+	for _, n := range c.Managers {
+		if !n.Running() {
+			continue
+		}
+		st, err := c.Status(ctx, n)
+		if err != nil {
+			continue
+		}
+		if st.IsLeader {
+			if leader != nil {
+				return nil, fmt.Errorf("two managers claim leadership: %s and %s", leader.Name, n.Name)
+			}
+			leader = n
+		}
+	}
+	if leader == nil {
+		return nil, errors.New("no leader")
+	}
+	return leader, nil
+}
+
+// WaitLeader polls until a leader is elected or ctx ends.
+func (c *Cluster) WaitLeader(ctx context.Context) (*Node, error) {
+	var last error
+	for {
+		l, err := c.Leader(ctx)
+		if err == nil {
+			return l, nil
+		}
+		last = err
+		if err := pause(ctx, 50*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("waiting for a leader: %w (last: %v)", err, last)
+		}
+	}
+}
+
+// WaitReady polls every running gate's /readyz until all answer 200.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	for _, g := range c.Gates {
+		if !g.Running() {
+			continue
+		}
+		if err := c.WaitGateReady(ctx, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitGateReady polls one gate's /readyz until it answers 200.
+func (c *Cluster) WaitGateReady(ctx context.Context, g *Node) error {
+	url := "http://" + g.HTTPAddr + "/readyz"
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := c.client.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if err := pause(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("%s not ready (see %s): %w", g.Name, g.LogPath, err)
+		}
+	}
+}
+
+// Partition cuts the given managers off from all the others (both directions of
+// Raft traffic) through the managers' failpoints; Heal restores every link.
+// Requires Options.Failpoints.
+func (c *Cluster) Partition(ctx context.Context, isolated ...*Node) error {
+	in := map[*Node]bool{}
+	for _, n := range isolated {
+		in[n] = true
+	}
+	for _, n := range c.Managers {
+		var block []string
+		for _, m := range c.Managers {
+			if m != n && in[m] != in[n] {
+				block = append(block, m.RaftAddr)
+			}
+		}
+		if err := c.setBlock(ctx, n, block); err != nil && n.Running() {
+			return err
+		}
+	}
+	return nil
+}
+
+// Heal removes every partition.
+func (c *Cluster) Heal(ctx context.Context) error {
+	var first error
+	for _, n := range c.Managers {
+		if err := c.setBlock(ctx, n, nil); err != nil && n.Running() && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (c *Cluster) setBlock(ctx context.Context, n *Node, block []string) error {
+	if block == nil {
+		block = []string{}
+	}
+	body, _ := json.Marshal(map[string]any{"block": block})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+n.HTTPAddr+"/debug/failpoints/partition", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("failpoint on %s: %w", n.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("failpoint on %s: HTTP %d: %s", n.Name, resp.StatusCode, b)
+	}
+	return nil
+}
+
+func (c *Cluster) getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d: %.200s", url, resp.StatusCode, b)
+	}
+	return json.Unmarshal(b, v)
+}
+
+// pause waits d or until ctx ends: the polling interval of the Wait helpers.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// prefixWriter prefixes every line written through it (for make run's terminal).
+type prefixWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix []byte
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := append(append([]byte{}, p.prefix...), p.buf[:i+1]...)
+		if _, err := p.w.Write(line); err != nil {
+			return len(b), err
+		}
+		p.buf = p.buf[i+1:]
+	}
+	return len(b), nil
+}
+
+// portsFile records the ports New chose, in the order it hands them out, so
+// that a cluster started again from the same BaseDir keeps its addresses.
+const portsFile = "ports.json"
+
+func loadPorts(base string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(base, portsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ports []int
+	if err := json.Unmarshal(b, &ports); err != nil {
+		return nil, fmt.Errorf("localcluster: %s: %w", filepath.Join(base, portsFile), err)
+	}
+	return ports, nil
+}
+
+func savePorts(base string, ports []int) error {
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(ports)
+	return os.WriteFile(filepath.Join(base, portsFile), b, 0o644)
+}
