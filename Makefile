@@ -23,7 +23,7 @@ build:
 
 ## test: gofmt check, go vet, the dependency check, then the product suite and
 ## the tests module's suite (end-to-end, short chaos run), both under the race detector
-test: fmt-check vet
+test: fmt-check vet deps-check
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
 	cd $(TESTS) && $(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
 

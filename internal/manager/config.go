@@ -51,7 +51,6 @@ type Config struct {
 	WatermarkMaxClients int           // IDEMPOTENCY_WATERMARK_MAX_CLIENTS
 	ApplyTimeout        time.Duration // MANAGER_APPLY_TIMEOUT: bound on one Raft round of a submission
 
-	Failpoints bool   // MANAGER_FAILPOINTS: enable /debug/failpoints (tests, chaos)
 	Pprof      bool   // MANAGER_PPROF: serve /debug/pprof on the RPC listener
 	LogLevel   string // MANAGER_LOG_LEVEL
 	LogFormat  string // MANAGER_LOG_FORMAT
@@ -128,7 +127,6 @@ func register(l *config.Loader, c *Config) {
 	l.Seconds(&c.WatermarkTTL, "IDEMPOTENCY_WATERMARK_TTL_SECONDS", 86400, 1, 365*86400, "how long a client's sequence watermark is kept after its last update")
 	l.Int(&c.WatermarkMaxClients, "IDEMPOTENCY_WATERMARK_MAX_CLIENTS", 100_000, 1, 1<<31-1, "the bound on per-client watermarks")
 	l.Duration(&c.ApplyTimeout, "MANAGER_APPLY_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
-	l.Bool(&c.Failpoints, "MANAGER_FAILPOINTS", false, "enable the /debug/failpoints fault-injection endpoints (tests only)")
 	l.Bool(&c.Pprof, "MANAGER_PPROF", false, "serve Go's /debug/pprof profiles on the RPC listener")
 	l.String(&c.LogLevel, "MANAGER_LOG_LEVEL", "info", "debug, info, warn or error", func(s string) error { _, err := logging.ParseLevel(s); return err }, "log level")
 	l.String(&c.LogFormat, "MANAGER_LOG_FORMAT", "text", "text or json", logging.ValidateFormat, "log format")

@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,6 +26,24 @@ import (
 // everything down in order. It returns the process exit code: 2 for a bad
 // configuration, 1 for a failure to start, 0 after a clean shutdown.
 func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	return MainWith(ctx, args, environ, stdout, stderr, Options{})
+}
+
+// Options let another binary run the real manager with collaborators of its
+// own (the fault-injection manager of the tests module does): zero values
+// change nothing.
+type Options struct {
+	// WrapStreamLayer wraps the Raft stream layer (Deps.WrapStreamLayer).
+	WrapStreamLayer func(raft.StreamLayer) raft.StreamLayer
+	// Now is the manager's clock (Deps.Now; default time.Now).
+	Now func() time.Time
+	// Mount, when set, adds handlers to the manager's RPC mux once the
+	// manager is built, before the mux serves.
+	Mount func(mux *http.ServeMux, m *Manager)
+}
+
+// MainWith is Main with Options.
+func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Writer, opts Options) int {
 	cfg, err := LoadConfig(args, config.EnvList(environ), stderr)
 	if errors.Is(err, config.ErrHelp) {
 		return 0
@@ -36,17 +54,17 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	}
 	level, _ := logging.ParseLevel(cfg.LogLevel)
 	log := logging.New(stderr, cfg.LogFormat, level).With("role", "manager")
-	if err := run(ctx, cfg, log); err != nil {
+	if err := run(ctx, cfg, log, opts); err != nil {
 		log.Error("manager failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func run(ctx context.Context, cfg Config, log *slog.Logger) error {
+func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := New(cfg, Deps{Logger: log, Registerer: reg})
+	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer})
 	if err != nil {
 		return err
 	}
@@ -83,9 +101,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	if cfg.Failpoints {
-		mountFailpoints(mux, m)
-		log.Warn("failpoints are enabled: /debug/failpoints can cut this manager's Raft links")
+	if opts.Mount != nil {
+		opts.Mount(mux, m)
 	}
 	srv := &http.Server{
 		Handler:           mux,
@@ -123,27 +140,4 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		err = nil
 	}
 	return err
-}
-
-// mountFailpoints adds the fault-injection endpoints (MANAGER_FAILPOINTS only):
-//
-//	PUT /debug/failpoints/partition {"block": ["raft-addr", ...]} cuts Raft links
-//	GET /debug/failpoints/partition shows them
-func mountFailpoints(mux *http.ServeMux, m *Manager) {
-	mux.HandleFunc("PUT /debug/failpoints/partition", func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Block []string `json:"block"`
-		}
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&body); err != nil {
-			http.Error(w, `{"error":"body must be {\"block\": [addresses]}"}`, http.StatusBadRequest)
-			return
-		}
-		m.layer.Block(body.Block)
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"block": m.layer.Blocked()})
-	})
-	mux.HandleFunc("GET /debug/failpoints/partition", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"block": m.layer.Blocked()})
-	})
 }

@@ -24,7 +24,6 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/once-dev/once/internal/faultnet"
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/walstore"
@@ -38,6 +37,14 @@ type Deps struct {
 	Now func() time.Time
 	// Registerer receives the manager's metrics (default: none).
 	Registerer prometheus.Registerer
+	// Transport, when set, is the Raft transport (as raft.NewRaft takes it;
+	// tests use raft.NewInmemTransport). cfg.RaftAdvertise must be its
+	// LocalAddr. The manager closes it on Close when it has a Close method.
+	Transport raft.Transport
+	// WrapStreamLayer, when set and Transport is nil, wraps the TCP stream layer
+	// the manager listens on before raft's NetworkTransport uses it (fault
+	// injection). Closing the returned layer must close the one it wraps.
+	WrapStreamLayer func(raft.StreamLayer) raft.StreamLayer
 }
 
 // Manager is one manager node.
@@ -48,8 +55,7 @@ type Manager struct {
 
 	fsm       *ledger.FSM
 	raft      *raft.Raft
-	layer     *faultnet.Layer
-	transport *raft.NetworkTransport
+	transport raft.Transport
 	logStore  *countingLogStore
 	stable    *raftboltdb.BoltStore
 	snaps     raft.SnapshotStore
@@ -123,21 +129,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if m.snaps, err = raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hcl.Named("snapshots")); err != nil {
 		return nil, fmt.Errorf("manager: open snapshot store: %w", err)
 	}
-	if m.layer, err = faultnet.Listen(cfg.RaftAddr, cfg.RaftAdvertise); err != nil {
+	if m.transport, err = newTransport(cfg, deps, hcl); err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
-	m.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  m.layer,
-		MaxPool: 8,
-		Timeout: 10 * time.Second,
-		Logger:  hcl.Named("transport"),
-		// 1 disables pipelined replication: raft v1.7's pipeline can deadlock
-		// after a follower answers Success=false, leaving that follower without
-		// new entries (heartbeats still flow, so no election heals it) and
-		// Shutdown hanging (grafana/pyroscope#5518, hashicorp/raft#612). Each
-		// AppendEntries still carries up to MaxAppendEntries entries.
-		MaxRPCsInFlight: 1,
-	})
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -215,9 +209,6 @@ func (m *Manager) FSM() *ledger.FSM { return m.fsm }
 // Config returns the manager's configuration.
 func (m *Manager) Config() Config { return m.cfg }
 
-// Failpoints exposes the Raft stream layer's link cutter.
-func (m *Manager) Failpoints() *faultnet.Layer { return m.layer }
-
 // SetPeerRPC records the RPC address of a manager (from membership), so that a
 // follower can name the leader's RPC address in "not leader" answers.
 func (m *Manager) SetPeerRPC(nodeID, rpcAddr string) {
@@ -254,7 +245,7 @@ func (m *Manager) Close() error {
 	// replication goroutine blocked on an unanswered peer RPC would otherwise
 	// hold Shutdown until the RPC's own timeout (Consul shuts down the same way).
 	f := m.raft.Shutdown()
-	terr := m.transport.Close()
+	terr := closeTransport(m.transport)
 	err := f.Error()
 	m.bgWG.Wait()
 	if cerr := m.closeStores(); err == nil {
@@ -283,9 +274,7 @@ func (m *Manager) voters() int {
 func (m *Manager) closeStores() error {
 	var errs []error
 	if m.transport != nil {
-		errs = append(errs, m.transport.Close()) // idempotent
-	} else if m.layer != nil {
-		errs = append(errs, m.layer.Close())
+		errs = append(errs, closeTransport(m.transport)) // idempotent
 	}
 	if m.logStore != nil {
 		errs = append(errs, m.logStore.Close())

@@ -3,7 +3,9 @@
 // directory under one base directory. It is what `make run` starts, and what the
 // end-to-end, chaos and benchmark harnesses drive: it can kill -9 a process,
 // pause and resume it (SIGSTOP/SIGCONT), restart it on the same data directory,
-// and cut a manager off from the others through the managers' failpoints.
+// and, with Options.Failpoints (managers run as the tests module's
+// oncemanager-faults), cut a manager off from the others, shift a manager's
+// clock and move leadership, through the managers' /debug/failpoints.
 //
 // Processes are tracked by PID, never found by name, and every one is stopped by
 // Stop (or by the test's Cleanup).
@@ -58,7 +60,9 @@ type Options struct {
 	Env []string
 	// ManagerEnv and GateEnv are added to one role's environment.
 	ManagerEnv, GateEnv []string
-	// Failpoints enables the managers' fault-injection endpoints (for partitions).
+	// Failpoints runs the managers as FaultManagerBinary (the real manager
+	// with /debug/failpoints: partitions, clock skew, leadership transfer)
+	// instead of the product's manager binary.
 	Failpoints bool
 	// Fast shortens Raft and membership timings for tests.
 	Fast bool
@@ -93,22 +97,36 @@ type Cluster struct {
 	client   *http.Client
 }
 
-// Build compiles cmd/gate and cmd/manager into binDir from the module at
-// moduleDir. race adds -race (slower binaries that catch data races).
+// FaultManagerBinary is the fault-injection manager of the tests module
+// (tests/cmd/oncemanager-faults), run for managers when Options.Failpoints is set.
+const FaultManagerBinary = "oncemanager-faults"
+
+// Build compiles cmd/gate and cmd/manager of the product module at moduleDir
+// (see ModuleRoot), and the tests module's FaultManagerBinary, into binDir.
+// race adds -race (slower binaries that catch data races).
 func Build(ctx context.Context, moduleDir, binDir string, race bool) error {
-	args := []string{"build", "-tags", "hashicorpmetrics", "-o", binDir + string(os.PathSeparator)}
-	if race {
-		args = append(args, "-race")
-	}
-	args = append(args, "./cmd/gate", "./cmd/manager")
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = moduleDir
-	if !race {
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	}
-	out, err := cmd.CombinedOutput()
+	binDir, err := filepath.Abs(binDir)
 	if err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
+		return err
+	}
+	for _, b := range []struct{ dir, pkgs []string }{
+		{[]string{moduleDir}, []string{"./cmd/gate", "./cmd/manager"}},
+		{[]string{moduleDir, "tests"}, []string{"./cmd/" + FaultManagerBinary}},
+	} {
+		args := []string{"build", "-tags", "hashicorpmetrics", "-o", binDir + string(os.PathSeparator)}
+		if race {
+			args = append(args, "-race")
+		}
+		args = append(args, b.pkgs...)
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = filepath.Join(b.dir...)
+		if !race {
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", strings.Join(b.pkgs, " "), err, out)
+		}
 	}
 	return nil
 }
@@ -355,9 +373,6 @@ func (c *Cluster) managerEnv(n *Node, seed string, expect int) []string {
 		"MANAGER_JOIN=" + seed,
 		"MANAGER_BOOTSTRAP_EXPECT=" + strconv.Itoa(expect),
 	}, c.opts.ManagerEnv...)
-	if c.opts.Failpoints {
-		env = append(env, "MANAGER_FAILPOINTS=true")
-	}
 	if c.opts.Fast {
 		env = append(env, "MANAGER_RAFT_HEARTBEAT_TIMEOUT=500ms", "MANAGER_RAFT_ELECTION_TIMEOUT=500ms",
 			"MANAGER_RAFT_LEADER_LEASE_TIMEOUT=250ms", "MANAGER_GOSSIP_PROFILE=local")
@@ -421,7 +436,11 @@ func (n *Node) Start() error {
 			return fmt.Errorf("%s is already running", n.Name)
 		}
 	}
-	bin := filepath.Join(n.c.opts.BinDir, string(n.Role))
+	name := string(n.Role)
+	if n.Role == RoleManager && n.c.opts.Failpoints {
+		name = FaultManagerBinary
+	}
+	bin := filepath.Join(n.c.opts.BinDir, name)
 	if runtime.GOOS == "windows" {
 		bin += ".exe"
 	}
@@ -675,23 +694,52 @@ func (c *Cluster) Heal(ctx context.Context) error {
 	return first
 }
 
+// SetClockOffset shifts manager n's wall clock by d (negative: behind; 0
+// heals) through its clock failpoint. Requires Options.Failpoints.
+func (c *Cluster) SetClockOffset(ctx context.Context, n *Node, d time.Duration) error {
+	return c.failpoint(ctx, n, http.MethodPut, "clock", map[string]any{"offset": d.String()})
+}
+
+// TransferLeadership makes manager to the leader: the current leader hands
+// leadership over (raft's LeadershipTransferToServer) through its failpoint.
+// Nothing is done when to already leads. Requires Options.Failpoints.
+func (c *Cluster) TransferLeadership(ctx context.Context, to *Node) error {
+	l, err := c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	if l == to {
+		return nil
+	}
+	return c.failpoint(ctx, l, http.MethodPost, "leader", map[string]any{"id": to.Name})
+}
+
 func (c *Cluster) setBlock(ctx context.Context, n *Node, block []string) error {
 	if block == nil {
 		block = []string{}
 	}
-	body, _ := json.Marshal(map[string]any{"block": block})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+n.HTTPAddr+"/debug/failpoints/partition", bytes.NewReader(body))
+	return c.failpoint(ctx, n, http.MethodPut, "partition", map[string]any{"block": block})
+}
+
+// failpoint calls one of manager n's /debug/failpoints endpoints.
+func (c *Cluster) failpoint(ctx context.Context, n *Node, method, name string, body any) error {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.HTTPAddr+"/debug/failpoints/"+name, bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
-	resp, err := c.client.Do(req)
+	client := c.client
+	if name == "leader" { // a leadership transfer takes up to an election timeout
+		client = &http.Client{Timeout: 30 * time.Second}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("failpoint on %s: %w", n.Name, err)
+		return fmt.Errorf("%s failpoint on %s: %w", name, n.Name, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("failpoint on %s: HTTP %d: %s", n.Name, resp.StatusCode, b)
+		return fmt.Errorf("%s failpoint on %s: HTTP %d: %s", name, n.Name, resp.StatusCode, b)
 	}
 	return nil
 }

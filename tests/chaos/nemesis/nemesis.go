@@ -1,9 +1,11 @@
 // Package nemesis injects faults into a real multi-process once cluster
 // (tests/localcluster) while the chaos workload runs: kill -9 of the Raft
 // leader, of a follower, of any process followed by a quick restart, of every
-// manager at once; SIGSTOP of the leader for several election timeouts; and a
-// partition that cuts the leader or a follower off from the other managers
-// through the managers' failpoints (internal/faultnet).
+// manager at once; SIGSTOP of the leader for several election timeouts; a
+// partition that cuts the leader or a follower off from the other managers;
+// and a manager whose clock is minutes off made leader. Partitions, clock skew
+// and leadership transfers go through the failpoints of the fault-injection
+// manager (tests/faultnet, tests/cmd/oncemanager-faults).
 //
 // Faults follow a seeded Schedule, one at a time: inject, hold, remove, then
 // wait until the cluster is whole again (every process running, one leader
@@ -127,6 +129,7 @@ type Nemesis struct {
 	stateMu     sync.Mutex
 	paused      map[*localcluster.Node]bool
 	down        map[*localcluster.Node]bool
+	skewed      map[*localcluster.Node]bool
 	partitioned bool
 
 	mu          sync.Mutex
@@ -135,7 +138,7 @@ type Nemesis struct {
 }
 
 // New prepares a nemesis for c, which must have been started with
-// Options.Failpoints when a partition kind is scheduled.
+// Options.Failpoints when a partition or clock-skew kind is scheduled.
 func New(c *localcluster.Cluster, cfg Config) (*Nemesis, error) {
 	if c == nil || len(c.Managers) == 0 {
 		return nil, errors.New("nemesis: a cluster with managers is required")
@@ -170,7 +173,7 @@ func New(c *localcluster.Cluster, cfg Config) (*Nemesis, error) {
 	}
 	return &Nemesis{
 		c: c, cfg: cfg, sched: NewSchedule(cfg.Seed, cfg.Kinds, cfg.Timings), start: time.Now(),
-		paused: map[*localcluster.Node]bool{}, down: map[*localcluster.Node]bool{},
+		paused: map[*localcluster.Node]bool{}, down: map[*localcluster.Node]bool{}, skewed: map[*localcluster.Node]bool{},
 	}, nil
 }
 
@@ -311,6 +314,21 @@ func (n *Nemesis) inject(ctx context.Context, f Fault) error {
 				return n.c.Partition(hctx, t)
 			})
 		}
+	case ClockSkew:
+		t := pick(sortedNodes(n.c.Managers), f.Pick)
+		targets = []*localcluster.Node{t}
+		apply = func() error {
+			err := n.step(label, fmt.Sprintf("shift %s's clock by %v (%s)", t.Name, f.Skew, role(t, leader)), func() error {
+				n.stateMu.Lock()
+				n.skewed[t] = true
+				n.stateMu.Unlock()
+				return n.c.SetClockOffset(hctx, t, f.Skew)
+			})
+			if err != nil {
+				return err
+			}
+			return n.step(label, fmt.Sprintf("make %s the leader", t.Name), func() error { return n.transfer(hctx, t) })
+		}
 	default:
 		return fmt.Errorf("nemesis: unknown fault kind %q", f.Kind)
 	}
@@ -344,6 +362,25 @@ func (n *Nemesis) inject(ctx context.Context, f Fault) error {
 	return nil
 }
 
+// transfer makes t the leader, retrying while raft refuses (a transfer fails
+// when the target is not caught up in time, or an election is under way),
+// within the recovery timeout.
+func (n *Nemesis) transfer(ctx context.Context, t *localcluster.Node) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RecoveryTimeout)
+	defer cancel()
+	for {
+		err := n.c.TransferLeadership(ctx, t)
+		if err == nil {
+			if l, lerr := n.c.Leader(ctx); lerr == nil && l == t {
+				return nil
+			}
+		}
+		if !sleep(ctx, pollInterval) {
+			return fmt.Errorf("%w: %s did not become the leader: %v", ErrUnhealthy, t.Name, err)
+		}
+	}
+}
+
 // kill sends SIGKILL to t and marks it down until heal starts it again.
 func (n *Nemesis) kill(label string, t *localcluster.Node, role string) error {
 	return n.step(label, fmt.Sprintf("SIGKILL %s (%s, pid %d)", t.Name, role, t.PID()), func() error {
@@ -368,6 +405,15 @@ func (n *Nemesis) heal(ctx context.Context, label string) (bool, error) {
 			errs = append(errs, err)
 		}
 		delete(n.paused, p)
+	}
+	for _, p := range sortedNodes(keys(n.skewed)) {
+		did = true
+		// A process killed meanwhile starts again with a true clock.
+		if err := n.step(label, "set "+p.Name+"'s clock right", func() error { return n.c.SetClockOffset(ctx, p, 0) }); err != nil && p.Running() {
+			errs = append(errs, err)
+			continue
+		}
+		delete(n.skewed, p)
 	}
 	if n.partitioned {
 		did = true

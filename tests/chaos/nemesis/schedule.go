@@ -37,6 +37,11 @@ const (
 	PartitionLeader Kind = "partition-leader"
 	// PartitionFollower cuts one follower off the same way.
 	PartitionFollower Kind = "partition-follower"
+	// ClockSkew shifts one manager's wall clock by minutes, forward or back
+	// (seeded), makes it the leader (a leadership transfer), holds, then sets
+	// its clock right again: the leader stamps ledger times from a clock that
+	// is wrong (through the clock failpoint of the fault-injection manager).
+	ClockSkew Kind = "clock-skew"
 	// KillAll sends SIGKILL to every manager at once and starts them all
 	// again after the hold time (the contract's guarantee 2: nothing answered
 	// is lost even then).
@@ -44,7 +49,19 @@ const (
 )
 
 // AllKinds lists every fault, in report order. It is also the default set.
-var AllKinds = []Kind{KillLeader, KillFollower, Restart, PauseLeader, PartitionLeader, PartitionFollower, KillAll}
+var AllKinds = []Kind{KillLeader, KillFollower, Restart, PauseLeader, PartitionLeader, PartitionFollower, ClockSkew, KillAll}
+
+// Without returns kinds without the excluded ones (e.g. a run without
+// ClockSkew).
+func Without(kinds []Kind, exclude ...Kind) []Kind {
+	var out []Kind
+	for _, k := range kinds {
+		if !slices.Contains(exclude, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
 
 // ParseKinds parses a comma-separated list of kinds ("all" or empty: AllKinds).
 func ParseKinds(s string) ([]Kind, error) {
@@ -86,11 +103,18 @@ type Fault struct {
 	// Pick chooses the target among the candidates (sorted by name) that
 	// the fault's kind allows: candidate Pick % len(candidates).
 	Pick uint64
+	// Skew is ClockSkew's clock offset: 1 to 10 minutes, forward or back
+	// (zero for the other kinds).
+	Skew time.Duration
 }
 
 func (f Fault) String() string {
-	return fmt.Sprintf("#%d %s (round %d, after %v quiet, hold %v)", f.Seq, f.Kind, f.Round,
+	s := fmt.Sprintf("#%d %s (round %d, after %v quiet, hold %v)", f.Seq, f.Kind, f.Round,
 		f.Quiet.Round(time.Millisecond), f.Hold.Round(time.Millisecond))
+	if f.Skew != 0 {
+		s += fmt.Sprintf(" skew %v", f.Skew)
+	}
+	return s
 }
 
 // Timings are the mean durations of a schedule. Each drawn duration is uniform
@@ -108,6 +132,9 @@ type Timings struct {
 	Pause time.Duration
 	// Partition is how long a partition lasts.
 	Partition time.Duration
+	// Skew is how long ClockSkew's skewed manager leads before its clock is
+	// set right.
+	Skew time.Duration
 }
 
 // DefaultTimings suit a cluster with localcluster's Fast timings (500 ms
@@ -118,6 +145,7 @@ var DefaultTimings = Timings{
 	RestartDelay: 500 * time.Millisecond,
 	Pause:        3 * time.Second,
 	Partition:    4 * time.Second,
+	Skew:         4 * time.Second,
 }
 
 func (t Timings) withDefaults() Timings {
@@ -137,6 +165,9 @@ func (t Timings) withDefaults() Timings {
 	if t.Partition > 0 {
 		d.Partition = t.Partition
 	}
+	if t.Skew > 0 {
+		d.Skew = t.Skew
+	}
 	return d
 }
 
@@ -150,6 +181,8 @@ func (t Timings) hold(k Kind) time.Duration {
 		return t.Pause
 	case PartitionLeader, PartitionFollower:
 		return t.Partition
+	case ClockSkew:
+		return t.Skew
 	}
 	panic("nemesis: unknown kind " + string(k))
 }
@@ -188,7 +221,7 @@ func (s *Schedule) Next() Fault {
 	k := s.round[0]
 	s.round = s.round[1:]
 	s.seq++
-	return Fault{
+	f := Fault{
 		Seq:   s.seq,
 		Round: s.rounds,
 		Kind:  k,
@@ -196,6 +229,13 @@ func (s *Schedule) Next() Fault {
 		Hold:  s.jitter(s.timings.hold(k)),
 		Pick:  s.rng.Uint64(),
 	}
+	if k == ClockSkew { // drawn for this kind only: other kinds' schedules stay as they were
+		f.Skew = time.Minute + time.Duration(s.rng.Int64N(int64(9*time.Minute)+1))
+		if s.rng.IntN(2) == 0 {
+			f.Skew = -f.Skew
+		}
+	}
+	return f
 }
 
 // jitter draws uniformly from [d/2, 3d/2].

@@ -68,7 +68,7 @@ func TestScheduleRoundsCoverEveryKind(t *testing.T) {
 // Quiet and hold times stay within [d/2, 3d/2] of their kind's mean.
 func TestScheduleTimings(t *testing.T) {
 	tm := Timings{Interval: time.Second, Downtime: 2 * time.Second, RestartDelay: 100 * time.Millisecond,
-		Pause: 3 * time.Second, Partition: 4 * time.Second}
+		Pause: 3 * time.Second, Partition: 4 * time.Second, Skew: 5 * time.Second}
 	for _, f := range faults(1, nil, tm, 700) {
 		mean := tm.hold(f.Kind)
 		if f.Hold < mean/2 || f.Hold > mean*3/2 {
@@ -119,5 +119,43 @@ func TestPortClash(t *testing.T) {
 	}
 	if got := portClash(&localcluster.Node{LogPath: filepath.Join(dir, "missing.log")}); got != "" {
 		t.Errorf("missing log: %q", got)
+	}
+}
+
+// ClockSkew faults carry a seeded offset of 1 to 10 minutes, in both
+// directions over a run; other kinds carry none.
+func TestScheduleClockSkewOffsets(t *testing.T) {
+	fs := faults(9, nil, Timings{}, 40*len(AllKinds))
+	var ahead, behind int
+	for _, f := range fs {
+		if f.Kind != ClockSkew {
+			if f.Skew != 0 {
+				t.Fatalf("%v: a %s fault carries a skew", f, f.Kind)
+			}
+			continue
+		}
+		d := f.Skew
+		if d < 0 {
+			behind++
+			d = -d
+		} else {
+			ahead++
+		}
+		if d < time.Minute || d > 10*time.Minute {
+			t.Fatalf("%v: skew outside 1m..10m", f)
+		}
+	}
+	if ahead == 0 || behind == 0 {
+		t.Fatalf("40 clock-skew faults: %d ahead, %d behind; want both directions", ahead, behind)
+	}
+	// A schedule without the kind (the short chaos test's) has none.
+	without := Without(AllKinds, ClockSkew)
+	if slices.Contains(without, ClockSkew) || len(without) != len(AllKinds)-1 {
+		t.Fatalf("Without(AllKinds, ClockSkew) = %v", without)
+	}
+	for _, f := range faults(9, without, Timings{}, 3*len(without)) {
+		if f.Kind == ClockSkew || f.Skew != 0 {
+			t.Fatalf("%v in a schedule without clock skew", f)
+		}
 	}
 }
