@@ -51,9 +51,9 @@ type Config struct {
 	WatermarkMaxClients int           // IDEMPOTENCY_WATERMARK_MAX_CLIENTS
 	ApplyTimeout        time.Duration // MANAGER_APPLY_TIMEOUT: bound on one Raft round of a submission
 
-	Pprof      bool   // MANAGER_PPROF: serve /debug/pprof on the RPC listener
-	LogLevel   string // MANAGER_LOG_LEVEL
-	LogFormat  string // MANAGER_LOG_FORMAT
+	Pprof     bool   // MANAGER_PPROF: serve /debug/pprof on the RPC listener
+	LogLevel  string // MANAGER_LOG_LEVEL
+	LogFormat string // MANAGER_LOG_FORMAT
 
 	Idempotency config.Idempotency
 }
