@@ -38,7 +38,7 @@ vet:
 
 ## deps-check: the daemons must not link any test tooling (the tests module,
 ## the fault layer, the load generator, HdrHistogram)
-TOOLING_DEPS := github.com/once-dev/once/tests|/faultnet|/loadgen|/benchrun|/localcluster|/chaos/|hdrhistogram
+TOOLING_DEPS := github.com/once-dev/once/tests|/internal/testutil|/faultnet|/loadgen|/benchrun|/localcluster|/chaos/|hdrhistogram
 deps-check:
 	@bad=$$($(GO) list -tags $(TAGS) -deps ./cmd/gate ./cmd/manager | grep -E '$(TOOLING_DEPS)' || true); \
 	if [ -n "$$bad" ]; then echo "cmd/gate or cmd/manager depends on test tooling:"; echo "$$bad"; exit 1; fi
@@ -58,7 +58,7 @@ run-fresh: build
 ## bench: build, start a local cluster (3 managers, 2 gates), run the benchmark
 ## workloads, stop it; prints the table, writes bench-results/<UTC time>.json
 bench: build
-	$(BIN)/oncebench -cluster -bin $(BIN) -out bench-results/
+	$(BIN)/oncebench cluster -bin $(BIN) -out bench-results/
 
 ## chaos: the long fault-injection run against real processes, then the
 ## guarantee checker; CHAOS_DURATION (default 10m), CHAOS_ARGS (e.g. -seed N)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // ring gives node i the gossip address of node i-1 as its only seed.
@@ -34,7 +36,7 @@ func apply(t *testing.T, l *node, count int) {
 func TestThreeManagersOneSeedEachBootstrapOneCluster(t *testing.T) {
 	nodes := []*node{newNode(t, "m1", 3, time.Minute), newNode(t, "m2", 3, time.Minute), newNode(t, "m3", 3, time.Minute)}
 	startAll(t, nodes, ring(nodes))
-	waitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
 	if b := bootstrappers(nodes); !slices.Equal(b, []string{"m1"}) {
 		t.Fatalf("bootstrapped by %v; want exactly [m1]", b)
 	}
@@ -47,7 +49,7 @@ func TestFiveManagersExpectThreeFormOneCluster(t *testing.T) {
 		nodes = append(nodes, newNode(t, fmt.Sprintf("m%d", i+1), 3, time.Minute))
 	}
 	startAll(t, nodes, ring(nodes))
-	waitFor(t, waitTimeout, converged(nodes, voters(ids(nodes)...)))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, voters(ids(nodes)...)))
 	if b := bootstrappers(nodes); len(b) != 1 {
 		t.Fatalf("bootstrapped by %v; want exactly one", b)
 	}
@@ -60,14 +62,14 @@ func TestManagerLifecycle(t *testing.T) {
 	const grace = 1500 * time.Millisecond
 	nodes := []*node{newNode(t, "m1", 3, grace), newNode(t, "m2", 3, grace), newNode(t, "m3", 3, grace)}
 	startAll(t, nodes, ring(nodes))
-	waitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
 
 	// A fresh fourth manager, configured with bootstrap_expect 1 — the most
 	// eager setting: it must still join the existing cluster, not found one.
 	m4 := newNode(t, "m4", 1, grace)
 	m4.start([]string{nodes[1].gossipAddr()}, false)
 	nodes = append(nodes, m4)
-	waitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3", "m4")))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3", "m4")))
 	if b := bootstrappers(nodes); !slices.Equal(b, []string{"m1"}) {
 		t.Fatalf("bootstrapped by %v; want exactly [m1]", b)
 	}
@@ -77,7 +79,7 @@ func TestManagerLifecycle(t *testing.T) {
 	t.Logf("stopping leader %s gracefully", old.id)
 	old.leave()
 	rest := running(nodes)
-	waitFor(t, waitTimeout, converged(rest, voters(ids(rest)...)))
+	testutil.WaitFor(t, waitTimeout, converged(rest, voters(ids(rest)...)))
 
 	// Kill a follower: removed after the grace period, leader kept.
 	l := leader(t, rest)
@@ -102,7 +104,7 @@ func TestManagerLifecycle(t *testing.T) {
 	t.Logf("killing follower %s; leader is %s", victim.id, l.id)
 	killed := time.Now()
 	victim.kill()
-	waitFor(t, waitTimeout, func() (bool, string) {
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
 		if l.raft.State() != raft.Leader {
 			t.Fatalf("%s lost leadership after %s was killed", l.id, victim.id)
 		}
@@ -132,7 +134,7 @@ func TestRestartAllDoesNotBootstrapAgain(t *testing.T) {
 	nodes := []*node{newNode(t, "m1", 3, time.Minute), newNode(t, "m2", 3, time.Minute), newNode(t, "m3", 3, time.Minute)}
 	startAll(t, nodes, ring(nodes))
 	want := voters("m1", "m2", "m3")
-	waitFor(t, waitTimeout, converged(nodes, want))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, want))
 	l := leader(t, nodes)
 	apply(t, l, 5)
 	before := configOf(t, l)
@@ -142,14 +144,14 @@ func TestRestartAllDoesNotBootstrapAgain(t *testing.T) {
 	}
 	for _, n := range nodes {
 		n.expect = 1
-		n.gossipPort = reservePort(t)
+		n.gossipPort = testutil.FreePort(t)
 	}
 	startAll(t, nodes, ring(nodes))
-	waitFor(t, waitTimeout, converged(nodes, want))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, want))
 	if b := bootstrappers(nodes); len(b) != 0 {
 		t.Fatalf("%v bootstrapped after a restart", b)
 	}
-	waitFor(t, waitTimeout, func() (bool, string) {
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
 		for _, n := range nodes {
 			if st := n.ap.Status(); !st.HasState {
 				return false, fmt.Sprintf("%s's autopilot to see its state: %+v", n.id, st)
@@ -178,7 +180,7 @@ func TestRestartAllDoesNotBootstrapAgain(t *testing.T) {
 func TestRestartOnNewRaftAddress(t *testing.T) {
 	nodes := []*node{newNode(t, "m1", 3, time.Hour), newNode(t, "m2", 3, time.Hour), newNode(t, "m3", 3, time.Hour)}
 	startAll(t, nodes, ring(nodes))
-	waitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
 	l := leader(t, nodes)
 	var victim *node
 	for _, n := range nodes {
@@ -195,7 +197,7 @@ func TestRestartOnNewRaftAddress(t *testing.T) {
 		t.Fatal("test bug: the address did not change")
 	}
 	t.Logf("%s moved from %s to %s", victim.id, oldAddr, victim.raftAddr)
-	waitFor(t, waitTimeout, func() (bool, string) {
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
 		f := l.raft.GetConfiguration()
 		if f.Error() != nil {
 			return false, f.Error().Error()
@@ -208,11 +210,11 @@ func TestRestartOnNewRaftAddress(t *testing.T) {
 		return false, victim.id + " in the leader's configuration"
 	})
 	apply(t, l, 1)
-	waitFor(t, waitTimeout, func() (bool, string) {
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
 		got, want := victim.fsm.value(), l.fsm.value()
 		return got == want, fmt.Sprintf("%s to catch up: %d of %d entries", victim.id, got, want)
 	})
-	waitFor(t, waitTimeout, func() (bool, string) {
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
 		st := victim.ap.Status()
 		if st.Bootstrapped {
 			t.Fatalf("%s bootstrapped after a restart: %+v", victim.id, st)

@@ -7,7 +7,6 @@ import (
 	"github.com/once-dev/once/internal/testutil"
 	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -21,12 +20,6 @@ import (
 )
 
 const waitTimeout = 30 * time.Second
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	testutil.WaitFor(t, timeout, cond)
-}
 
 // counter is the FSM: it counts applied entries.
 type counter struct {
@@ -99,30 +92,9 @@ type node struct {
 
 func newNode(t testing.TB, id string, expect int, grace time.Duration) *node {
 	n := &node{t: t, id: id, log: logging.TestLogger(t).With(logging.KeyNode, id), expect: expect, grace: grace,
-		store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore(), gossipPort: reservePort(t)}
+		store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore(), gossipPort: testutil.FreePort(t)}
 	t.Cleanup(n.kill)
 	return n
-}
-
-// reservePort asks the OS for a port free on 127.0.0.1 for both TCP and UDP
-// (memberlist needs both) and releases it for the node to bind.
-func reservePort(t testing.TB) int {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port for TCP and UDP")
-	return 0
 }
 
 func (n *node) gossipAddr() string { return fmt.Sprintf("127.0.0.1:%d", n.gossipPort) }
@@ -313,7 +285,7 @@ func converged(nodes []*node, want string) func() (bool, string) {
 func leader(t testing.TB, nodes []*node) *node {
 	t.Helper()
 	var l *node
-	waitFor(t, waitTimeout, func() (bool, string) {
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
 		l = nil
 		for _, n := range running(nodes) {
 			if n.raft.State() == raft.Leader {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,16 +27,6 @@ type testCluster struct {
 	now  func() time.Time
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // newTestCluster starts n managers and bootstraps them as one group. tweak, if
 // not nil, adjusts every manager's configuration.
 func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
@@ -47,7 +37,7 @@ func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 		c := DefaultConfig()
 		c.NodeID = fmt.Sprintf("m%d", i+1)
 		c.DataDir = filepath.Join(base, c.NodeID)
-		c.RaftAddr = freeAddr(t)
+		c.RaftAddr = "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 		c.RaftAdvertise = c.RaftAddr
 		c.RPCAddr = "rpc-" + c.NodeID // not served: tests call the Service directly
 		c.RPCAdvertise = c.RPCAddr
@@ -107,24 +97,18 @@ func (tc *testCluster) closeAll() {
 	wg.Wait()
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	testutil.WaitFor(t, timeout, func() (bool, string) { return cond(), what })
-}
-
 // leader waits for a serving leader and returns its index.
 func (tc *testCluster) leader() int {
 	tc.t.Helper()
 	idx := -1
-	waitFor(tc.t, 15*time.Second, "a serving leader", func() bool {
+	testutil.WaitFor(tc.t, 15*time.Second, func() (bool, string) {
 		for i, m := range tc.mgrs {
 			if m != nil && m.checkLeader() == nil {
 				idx = i
-				return true
+				return true, ""
 			}
 		}
-		return false
+		return false, "a serving leader"
 	})
 	return idx
 }

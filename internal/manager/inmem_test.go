@@ -10,6 +10,7 @@ import (
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // newInmemCluster starts n managers on raft's in-memory transport (Deps.Transport),
@@ -92,14 +93,14 @@ func TestInmemTransportPartitionedLeaderIsReplaced(t *testing.T) {
 		}
 	}
 	var nl int
-	waitFor(t, 15*time.Second, "a serving leader on the majority side", func() bool {
+	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
 		for i, m := range tc.mgrs {
 			if i != l && m.checkLeader() == nil {
 				nl = i
-				return true
+				return true, ""
 			}
 		}
-		return false
+		return false, "a serving leader on the majority side"
 	})
 	replay, err := tc.submit(ctx, nl, "t", "c:1:0123456789abcdef", "fp", "demo", "1", 0)
 	if err != nil || replay.JobID != first.JobID {
@@ -109,8 +110,8 @@ func TestInmemTransportPartitionedLeaderIsReplaced(t *testing.T) {
 	if err != nil || second.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("submission on the majority side: %+v %v", second, err)
 	}
-	waitFor(t, 15*time.Second, "the isolated leader to step down", func() bool {
-		return tc.mgrs[l].Raft().State() != raft.Leader
+	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
+		return tc.mgrs[l].Raft().State() != raft.Leader, "the isolated leader to step down"
 	})
 
 	for i, tr := range trans {
@@ -119,8 +120,8 @@ func TestInmemTransportPartitionedLeaderIsReplaced(t *testing.T) {
 			trans[l].Connect(tr.LocalAddr(), tr)
 		}
 	}
-	waitFor(t, 15*time.Second, "the old leader to catch up after the heal", func() bool {
+	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
 		e, ok := tc.mgrs[l].FSM().Entry("t", "c:2:0123456789abcdef")
-		return ok && e.JobID == second.JobID
+		return ok && e.JobID == second.JobID, "the old leader to catch up after the heal"
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -202,8 +203,8 @@ func TestExpiryAndWatermark(t *testing.T) {
 	mu.Lock()
 	clock = clock.Add(time.Minute)
 	mu.Unlock()
-	waitFor(t, 10*time.Second, "expiry of the committed entries", func() bool {
-		return tc.mgrs[l].FSM().Stats().Entries == 0
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		return tc.mgrs[l].FSM().Stats().Entries == 0, "expiry of the committed entries"
 	})
 	if _, err := tc.mgrs[l].GetKey(ctx, "t", k5); !errors.Is(err, rpc.ErrNotFound) {
 		t.Fatalf("expired key must be not found: %v", err)
@@ -265,18 +266,18 @@ func TestLeaderFailoverKeepsJobsAndResolvesPending(t *testing.T) {
 		}
 	}
 	// The new leader resolved the orphan PENDING entry on its own.
-	waitFor(t, 10*time.Second, "the orphan to be resolved", func() bool {
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		e, ok := tc.mgrs[nl].FSM().Entry("t", "orphan")
-		return ok && e.State == ledger.StateCommitted
+		return ok && e.State == ledger.StateCommitted, "the orphan to be resolved"
 	})
 	if j, err := tc.mgrs[nl].GetJob(ctx, "t", "job-orphan"); err != nil || j.JobID != "job-orphan" {
 		t.Fatalf("orphan job: %+v %v", j, err)
 	}
 	// Restart the stopped manager; it catches up.
 	tc.start(l)
-	waitFor(t, 10*time.Second, "the restarted manager to catch up", func() bool {
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		_, ok := tc.mgrs[l].FSM().Entry("t", "orphan")
-		return ok && tc.mgrs[l].FSM().Stats().Jobs == 21
+		return ok && tc.mgrs[l].FSM().Stats().Jobs == 21, "the restarted manager to catch up"
 	})
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/once-dev/once/internal/testutil"
 )
 
 func key(b byte) []byte {
@@ -56,7 +58,7 @@ func TestWrongGossipKeyIsRefused(t *testing.T) {
 		c.SecretKey = key(1)
 		c.Seeds = []string{a.Addr()}
 	})
-	waitFor(t, waitTimeout, seesAlive([]*Pool{a, right}, "a", "right"))
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, right}, "a", "right"))
 }
 
 func TestGossipKeyRotation(t *testing.T) {
@@ -64,7 +66,7 @@ func TestGossipKeyRotation(t *testing.T) {
 	a := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = old })
 	b := startPool(t, "b", RoleManager, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
 	pools := []*Pool{a, b}
-	waitFor(t, waitTimeout, seesAlive(pools, "a", "b"))
+	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b"))
 
 	for _, p := range pools {
 		if err := p.InstallKey(next); err != nil {
@@ -92,7 +94,7 @@ func TestGossipKeyRotation(t *testing.T) {
 	if err := b.ModifyMeta(func(m *Meta) { m.Version = 7 }); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, waitTimeout, func() (bool, string) {
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
 		for _, m := range a.Members() {
 			if m.Name == "b" && m.Meta.Version == 7 {
 				return true, ""
@@ -101,7 +103,7 @@ func TestGossipKeyRotation(t *testing.T) {
 		return false, "a to see b's update under the new key"
 	})
 	c := startPool(t, "c", RoleGate, func(c *Config) { c.SecretKey = next; c.Seeds = []string{b.Addr()} })
-	waitFor(t, waitTimeout, seesAlive([]*Pool{a, b, c}, "a", "b", "c"))
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b, c}, "a", "b", "c"))
 	stale := startPool(t, "stale", RoleGate, func(c *Config) { c.SecretKey = old })
 	if _, err := stale.Join(context.Background(), []string{a.Addr()}); !errors.Is(err, ErrJoin) {
 		t.Fatalf("old key joined after rotation: %v", err)
@@ -132,7 +134,7 @@ func TestRollingKeyRotationByRestart(t *testing.T) {
 	if _, err := step2.Join(context.Background(), []string{step1.Addr()}); err != nil {
 		t.Fatalf("adjacent steps do not interoperate: %v", err)
 	}
-	waitFor(t, waitTimeout, seesAlive([]*Pool{step1, step2}, "step1", "step2"))
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{step1, step2}, "step1", "step2"))
 	step3 := startPool(t, "step3", RoleGate, withKeys(b64(2))) // old removed
 	if _, err := step3.Join(context.Background(), []string{step1.Addr()}); !errors.Is(err, ErrJoin) {
 		t.Fatalf("a node two steps ahead joined: %v", err)

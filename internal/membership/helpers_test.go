@@ -14,12 +14,6 @@ func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 const waitTimeout = 15 * time.Second
 
-// waitFor polls cond until it returns true or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	testutil.WaitFor(t, timeout, cond)
-}
-
 // never checks for the whole duration that cond stays false.
 func never(t testing.TB, d time.Duration, cond func() (bool, string)) {
 	t.Helper()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/once-dev/once/internal/testutil"
 )
 
 func TestPoolJoinsThroughOneSeedEach(t *testing.T) {
@@ -21,7 +23,7 @@ func TestPoolJoinsThroughOneSeedEach(t *testing.T) {
 			t.Fatalf("%s never joined", p.cfg.NodeName)
 		}
 	}
-	waitFor(t, waitTimeout, seesAlive(pools, "m1", "m2", "g1"))
+	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "m1", "m2", "g1"))
 
 	mgrs := g1.Managers("dc1")
 	if len(mgrs) != 2 || mgrs[0].Meta.NodeID != "id-m1" || mgrs[1].Meta.NodeID != "id-m2" {
@@ -63,13 +65,13 @@ func TestSeedRetryUntilSeedStarts(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("the background retry never reached the seed")
 	}
-	waitFor(t, waitTimeout, seesAlive([]*Pool{late, first}, "late", "first"))
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{late, first}, "late", "first"))
 }
 
 func TestUpdateMetaPropagates(t *testing.T) {
 	m1 := startPool(t, "m1", RoleManager, nil)
 	m2 := startPool(t, "m2", RoleManager, func(c *Config) { c.Seeds = []string{m1.Addr()} })
-	waitFor(t, waitTimeout, seesAlive([]*Pool{m1, m2}, "m1", "m2"))
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{m1, m2}, "m1", "m2"))
 	events, cancel := m1.Subscribe()
 	defer cancel()
 
@@ -79,7 +81,7 @@ func TestUpdateMetaPropagates(t *testing.T) {
 	if err := m2.UpdateMeta(meta); err != nil {
 		t.Fatalf("UpdateMeta: %v", err)
 	}
-	waitFor(t, waitTimeout, func() (bool, string) {
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
 		for _, m := range m1.Managers("dc1") {
 			if m.Name == "m2" {
 				return m.Meta.HasRaftState && m.Meta.RPCAddr == "127.0.0.1:9999", fmt.Sprintf("m1 to see m2's new meta, has %+v", m.Meta)
@@ -131,7 +133,7 @@ func TestLeaveAndFailureAreTold(t *testing.T) {
 	a := startPool(t, "a", RoleManager, nil)
 	b := startPool(t, "b", RoleManager, func(c *Config) { c.Seeds = []string{a.Addr()} })
 	c := startPool(t, "c", RoleManager, func(c *Config) { c.Seeds = []string{a.Addr()} })
-	waitFor(t, waitTimeout, seesAlive([]*Pool{a, b, c}, "a", "b", "c"))
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b, c}, "a", "b", "c"))
 	events, cancel := a.Subscribe()
 	defer cancel()
 
@@ -183,7 +185,7 @@ func TestSlowSubscriberDoesNotBlock(t *testing.T) {
 		c.Seeds = []string{a.Addr()}
 		c.BroadcastTimeout = 20 * time.Millisecond // do not wait for each update to spread
 	})
-	waitFor(t, waitTimeout, seesAlive([]*Pool{a, b}, "a", "b"))
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b}, "a", "b"))
 	// Far more updates than the channel holds: memberlist must not stall.
 	for i := range 3 * subscriberBuffer {
 		if err := b.ModifyMeta(func(m *Meta) { m.Version = i + 10 }); err != nil && !errors.Is(err, ErrBroadcastTimeout) {
@@ -191,7 +193,7 @@ func TestSlowSubscriberDoesNotBlock(t *testing.T) {
 		}
 	}
 	want := 3*subscriberBuffer - 1 + 10
-	waitFor(t, waitTimeout, func() (bool, string) {
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
 		for _, m := range a.Members() {
 			if m.Name == "b" && m.Meta.Version == want {
 				return true, ""

@@ -1,8 +1,17 @@
-// Package testutil holds helpers shared by the tests of several packages. It is
-// imported by _test files only.
+// Package testutil holds helpers shared by the tests of several packages and
+// by the tests module's tooling: goleak with a grace period, the one polling
+// helper (WaitFor) and the one free-port helper (FreePorts). The product's
+// binaries never import it (make deps-check).
 package testutil
 
 import (
+	"errors"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,20 +43,96 @@ func (s settled) Run() int {
 }
 
 // WaitFor polls cond every 20ms until it returns true, or fails the test after
-// timeout naming what cond says it waits for.
-func WaitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
+// timeout naming what cond says it waits for. It returns how long it waited.
+// It is the one polling helper of the tests: wait on a condition, never sleep.
+func WaitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) time.Duration {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		ok, what := cond()
 		if ok {
-			return
+			return time.Since(start)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
 		}
 		<-tick.C
 	}
+}
+
+// FreePorts returns n distinct free TCP ports on 127.0.0.1 (also free for UDP,
+// which memberlist needs on its gossip port), chosen below the kernel's
+// ephemeral port range when there is room: a port from that range can be
+// handed to any outgoing connection as its source port while its process is
+// down, and the process then cannot listen on it again when it restarts.
+func FreePorts(n int) ([]int, error) {
+	var ports []int
+	var hold []io.Closer
+	defer func() {
+		for _, c := range hold {
+			c.Close()
+		}
+	}()
+	taken := map[int]bool{}
+	try := func(p int) {
+		if taken[p] {
+			return
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			return
+		}
+		p = ln.Addr().(*net.TCPAddr).Port
+		udp, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			ln.Close()
+			return // the UDP side is taken: skip this port
+		}
+		hold = append(hold, ln, udp)
+		taken[p] = true
+		ports = append(ports, p)
+	}
+	if lo, hi := belowEphemeral(); hi-lo >= 4*n {
+		for tries := 0; len(ports) < n && tries < 100*n; tries++ {
+			try(lo + mrand.IntN(hi-lo))
+		}
+	}
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, errors.New("testutil: no free ports")
+		}
+		try(0)
+	}
+	return ports, nil
+}
+
+// belowEphemeral returns a range of ports under the kernel's ephemeral range
+// (Linux: /proc/sys/net/ipv4/ip_local_port_range), or an empty one.
+func belowEphemeral() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first <= 10000 {
+		return 0, 0
+	}
+	return 10000, first
+}
+
+// FreePort returns one port from FreePorts, or fails the test.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	p, err := FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p[0]
 }

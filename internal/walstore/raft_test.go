@@ -15,6 +15,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // listFSM records the commands it applies, in order.
@@ -218,14 +220,14 @@ func testSlog(t testing.TB) *slog.Logger { return slog.New(newLogRecorder(t)) }
 func (c *cluster) leader() *raftNode {
 	c.t.Helper()
 	var l *raftNode
-	waitFor(c.t, 10*time.Second, "a leader", func() bool {
+	testutil.WaitFor(c.t, 10*time.Second, func() (bool, string) {
 		for _, n := range c.nodes {
 			if n.raft != nil && n.raft.State() == raft.Leader {
 				l = n
-				return true
+				return true, ""
 			}
 		}
-		return false
+		return false, "a leader"
 	})
 	return l
 }
@@ -274,12 +276,12 @@ func (c *cluster) heal(n *raftNode) {
 func (c *cluster) waitConverged(n *raftNode) []string {
 	c.t.Helper()
 	var cmds []string
-	waitFor(c.t, 15*time.Second, fmt.Sprintf("%s to catch up", n.id), func() bool {
+	testutil.WaitFor(c.t, 15*time.Second, func() (bool, string) {
 		l := c.leader()
 		want, _ := l.fsm.state()
 		got, _ := n.fsm.state()
 		cmds = got
-		return n.raft.AppliedIndex() >= l.raft.LastIndex() && slices.Equal(got, want)
+		return n.raft.AppliedIndex() >= l.raft.LastIndex() && slices.Equal(got, want), fmt.Sprintf("%s to catch up", n.id)
 	})
 	return cmds
 }

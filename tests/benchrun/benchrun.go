@@ -6,7 +6,7 @@
 // gates' counters), kills the manager leader in the failover workload, stops
 // the cluster, prints a table and writes a JSON report.
 //
-// It is the oncebench command's -cluster mode; Run is the entry point for
+// It is the oncebench command's cluster subcommand; Run is the entry point for
 // programs and tests.
 package benchrun
 
@@ -184,17 +184,9 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	say := func(format string, a ...any) { fmt.Fprintf(o.Progress, "oncebench: "+format+"\n", a...) }
 
 	if o.Build {
-		root, err := localcluster.ModuleRoot()
-		if err != nil {
-			return rep, fmt.Errorf("-build: %w", err)
-		}
 		say("building gate and manager into %s", o.BinDir)
-		bin, err := filepath.Abs(o.BinDir)
-		if err != nil {
-			return rep, err
-		}
-		if err := localcluster.Build(ctx, root, bin, false); err != nil {
-			return rep, err
+		if err := localcluster.Build(ctx, o.BinDir, false); err != nil {
+			return rep, fmt.Errorf("-build: %w", err)
 		}
 	}
 	for _, b := range []string{"gate", "manager"} {
@@ -239,7 +231,10 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		return rep, err
 	}
 	say("starting %d managers and %d gates (logs: %s)", o.Managers, o.Gates, filepath.Join(base, "logs"))
-	if err := c.Start(); err != nil {
+	readyCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	err = c.StartReady(readyCtx)
+	cancel()
+	if err != nil {
 		return rep, err
 	}
 	defer func() {
@@ -252,15 +247,6 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	p := newProber(c)
 	defer p.close()
 
-	readyCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	_, err = c.WaitLeader(readyCtx)
-	if err == nil {
-		err = c.WaitReady(readyCtx)
-	}
-	cancel()
-	if err != nil {
-		return rep, fmt.Errorf("cluster not ready (logs in %s): %w", filepath.Join(base, "logs"), err)
-	}
 	gates := c.GateURLs()
 	if o.Warmup > 0 {
 		say("warm-up: %s of unique keys, not recorded", o.Warmup)

@@ -73,8 +73,14 @@ func TestParseMetrics(t *testing.T) {
 # TYPE once_gate_cache_hits_total counter
 once_gate_cache_hits_total{datacenter="dc1",node="gate1"} 12
 once_gate_cache_hits_total{datacenter="dc1",node="gate}2"} 30
+# TYPE once_gate_http_request_duration_seconds histogram
 once_gate_http_request_duration_seconds_bucket{route="POST /v1/jobs",le="0.001"} 5
-once_gate_http_request_duration_seconds_count{route="POST /v1/jobs"} 42 1700000000000
+once_gate_http_request_duration_seconds_bucket{route="POST /v1/jobs",le="+Inf"} 40
+once_gate_http_request_duration_seconds_sum{route="POST /v1/jobs"} 0.5
+once_gate_http_request_duration_seconds_count{route="POST /v1/jobs"} 40 1700000000000
+once_gate_http_request_duration_seconds_bucket{route="GET /v1/jobs/{id}",le="+Inf"} 2
+once_gate_http_request_duration_seconds_sum{route="GET /v1/jobs/{id}"} 0.1
+once_gate_http_request_duration_seconds_count{route="GET /v1/jobs/{id}"} 2
 once_gate_replays_total 7
 go_goroutines 26
 `
@@ -86,22 +92,6 @@ go_goroutines 26
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parseMetrics = %v, want %v", got, want)
-	}
-}
-
-func TestClusterMode(t *testing.T) {
-	t.Parallel()
-	for args, want := range map[string]bool{
-		"-cluster":                    true,
-		"-out x -cluster":             true,
-		"--cluster=true":              true,
-		"-gates http://x":             false,
-		"-gates http://x -- -cluster": false,
-		"":                            false,
-	} {
-		if got := ClusterMode(strings.Fields(args)); got != want {
-			t.Errorf("ClusterMode(%q) = %v, want %v", args, got, want)
-		}
 	}
 }
 
@@ -292,10 +282,10 @@ func TestReportJSONRoundTrip(t *testing.T) {
 func TestMainUsage(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
-		{"-cluster", "-workloads", "nope"},
-		{"-cluster", "-duration", "0s"},
-		{"-cluster", "-env", "novalue"},
-		{"-cluster", "extra"},
+		{"-workloads", "nope"},
+		{"-duration", "0s"},
+		{"-env", "novalue"},
+		{"extra"},
 	} {
 		var out, errb bytes.Buffer
 		if code := Main(t.Context(), args, &out, &errb); code != ExitUsage {
@@ -303,7 +293,7 @@ func TestMainUsage(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := Main(t.Context(), []string{"-cluster", "-bin", t.TempDir(), "-dir", t.TempDir()}, &out, &errb); code != ExitFailed ||
+	if code := Main(t.Context(), []string{"-bin", t.TempDir(), "-dir", t.TempDir()}, &out, &errb); code != ExitFailed ||
 		!strings.Contains(errb.String(), "binary missing") {
 		t.Errorf("missing binaries: code %d, stderr %s", code, errb.String())
 	}
@@ -315,12 +305,8 @@ func TestRunCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes (-short)")
 	}
-	root, err := localcluster.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	bin := t.TempDir()
-	if err := localcluster.Build(t.Context(), root, bin, false); err != nil {
+	if err := localcluster.Build(t.Context(), bin, false); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -328,7 +314,7 @@ func TestRunCluster(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	code := Main(ctx, []string{"-cluster", "-bin", bin, "-dir", filepath.Join(dir, "cluster"), "-out", out, "-fast",
+	code := Main(ctx, []string{"-bin", bin, "-dir", filepath.Join(dir, "cluster"), "-out", out, "-fast",
 		"-duration", "700ms", "-failover-duration", "4s", "-storm", "100", "-warmup", "300ms"}, &stdout, &stderr)
 	t.Logf("stderr:\n%s\nstdout:\n%s", stderr.String(), stdout.String())
 	if code != ExitOK {

@@ -13,20 +13,6 @@ import (
 	"time"
 )
 
-// ClusterMode reports whether oncebench's arguments ask for -cluster (before
-// any "--"): the command then runs Main instead of the plain load generator.
-func ClusterMode(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "-cluster", "--cluster", "-cluster=true", "--cluster=true":
-			return true
-		}
-	}
-	return false
-}
-
 // Exit codes of Main.
 const (
 	ExitOK     = 0
@@ -34,19 +20,18 @@ const (
 	ExitUsage  = 2
 )
 
-// Main is `oncebench -cluster`: it starts a local cluster, runs the
+// Main is `oncebench cluster` (make bench): it starts a local cluster, runs the
 // benchmark workloads, stops the cluster, prints the table on stdout and
 // writes the JSON report (-out). Progress goes to stderr.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("oncebench -cluster", flag.ContinueOnError)
+	fs := flag.NewFlagSet("oncebench cluster", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: oncebench -cluster [-bin bin] [-build] [-out bench-results/] [-workloads %s] [flags]\n\n", strings.Join(DefaultWorkloads, ","))
+		fmt.Fprintf(stderr, "usage: oncebench cluster [-bin bin] [-build] [-out bench-results/] [-workloads %s] [flags]\n\n", strings.Join(DefaultWorkloads, ","))
 		fmt.Fprintf(stderr, "Starts %d managers and %d gates on 127.0.0.1, runs the workloads, stops the cluster, prints a table and writes a JSON report.\n\n", 3, 2)
 		fs.PrintDefaults()
 	}
 	var o Options
-	fs.Bool("cluster", true, "run against a local cluster this command starts (this mode)")
 	fs.StringVar(&o.BinDir, "bin", "bin", "directory holding the gate and manager binaries")
 	fs.BoolVar(&o.Build, "build", false, "build cmd/gate and cmd/manager into -bin first (from the module containing the working directory)")
 	fs.StringVar(&o.BaseDir, "dir", "", "directory for the cluster's logs/ and data/ (default bench-results/cluster-<time>)")
@@ -98,7 +83,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o.Progress = stderr
 
 	rep, runErr := Run(ctx, o)
-	rep.Command = append([]string{"oncebench"}, args...)
+	rep.Command = append([]string{"oncebench", "cluster"}, args...)
 	code := ExitOK
 	if runErr != nil {
 		fmt.Fprintf(stderr, "oncebench: %v\n", runErr)

@@ -8,6 +8,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // clockTick is the kernel's USER_HZ, the unit of the CPU times in
@@ -176,58 +179,37 @@ func kernelRelease() string {
 	return strings.TrimSpace(string(b))
 }
 
-// parseMetrics sums a Prometheus text exposition's samples by metric name
-// (over all label sets), keeping the names accept selects. It reads the
-// simple text format the client libraries write (no exemplars or
-// timestamps are expected; a trailing timestamp is ignored).
+// parseMetrics sums a Prometheus text exposition's samples by sample name
+// (over all label sets), keeping the names accept selects. It parses with
+// prometheus/common's expfmt (which replaced a hand-written parser here): a
+// histogram or summary family F gives the samples F_count and F_sum. An
+// exposition that does not parse gives what was read before the error.
 func parseMetrics(b []byte, accept func(name string) bool) map[string]float64 {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, _ := parser.TextToMetricFamilies(bytes.NewReader(b))
 	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
+	add := func(name string, v float64) {
+		if accept(name) {
+			out[name] += v
 		}
-		name := line
-		rest := ""
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name, rest = line[:i], line[i:]
-		}
-		if !accept(name) {
-			continue
-		}
-		if strings.HasPrefix(rest, "{") {
-			// Label values may hold '}' only escaped inside quotes; find
-			// the closing brace outside quotes.
-			end, inq := -1, false
-			for i := 1; i < len(rest); i++ {
-				switch c := rest[i]; {
-				case c == '\\' && inq:
-					i++
-				case c == '"':
-					inq = !inq
-				case c == '}' && !inq:
-					end = i
-				}
-				if end >= 0 {
-					break
-				}
+	}
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				add(name, m.GetCounter().GetValue())
+			case m.Gauge != nil:
+				add(name, m.GetGauge().GetValue())
+			case m.Untyped != nil:
+				add(name, m.GetUntyped().GetValue())
+			case m.Histogram != nil:
+				add(name+"_count", float64(m.GetHistogram().GetSampleCount()))
+				add(name+"_sum", m.GetHistogram().GetSampleSum())
+			case m.Summary != nil:
+				add(name+"_count", float64(m.GetSummary().GetSampleCount()))
+				add(name+"_sum", m.GetSummary().GetSampleSum())
 			}
-			if end < 0 {
-				continue
-			}
-			rest = rest[end+1:]
 		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		out[name] += v
 	}
 	return out
 }

@@ -24,11 +24,6 @@ func TestMain(m *testing.M) {
 		if testing.Short() {
 			return m.Run()
 		}
-		root, err := localcluster.ModuleRoot()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
 		dir, err := os.MkdirTemp("", "once-e2e-bin-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -37,7 +32,7 @@ func TestMain(m *testing.M) {
 		defer os.RemoveAll(dir)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if err := localcluster.Build(ctx, root, dir, false); err != nil {
+		if err := localcluster.Build(ctx, dir, false); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -79,6 +74,15 @@ func startCluster(t *testing.T, managers, gates int, tweak func(*localcluster.Op
 		}
 	})
 	return c
+}
+
+// left is the time until ctx's deadline (a test's ctxFor): how long a
+// testutil.WaitFor inside that test may wait.
+func left(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return time.Minute
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/tests/localcluster"
 )
@@ -171,7 +172,11 @@ func TestGateKillLeaderUnderLoad(t *testing.T) {
 		}()
 	}
 	// Let load build, kill the leader, let the cluster recover under load.
-	waitUntil(ctx, t, "200 acknowledged jobs", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) >= 200 })
+	testutil.WaitFor(t, left(ctx), func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) >= 200, "200 acknowledged jobs"
+	})
 	leader, err := c.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +188,11 @@ func TestGateKillLeaderUnderLoad(t *testing.T) {
 	mu.Lock()
 	atKill := len(acked)
 	mu.Unlock()
-	waitUntil(ctx, t, "200 more acknowledged jobs after the kill", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) >= atKill+200 })
+	testutil.WaitFor(t, left(ctx), func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) >= atKill+200, "200 more acknowledged jobs after the kill"
+	})
 	close(stop)
 	wg.Wait()
 	if err := leader.Start(); err != nil {
@@ -208,17 +217,5 @@ func TestGateKillLeaderUnderLoad(t *testing.T) {
 	}
 	if len(jobs) < len(acked) {
 		t.Errorf("listed %d jobs, acknowledged %d", len(jobs), len(acked))
-	}
-}
-
-// waitUntil polls cond until it holds or ctx ends.
-func waitUntil(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
 	}
 }

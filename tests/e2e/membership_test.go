@@ -27,6 +27,7 @@ import (
 
 	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/tests/localcluster"
 )
 
@@ -40,23 +41,12 @@ const (
 // NotLeader, Unavailable and transport failures until this much time is up.
 const submitBudget = 10 * time.Second
 
-// poll calls cond every 50ms until it holds; when ctx ends first it fails the
-// test with what cond last said. It returns how long it took.
-func poll(t *testing.T, ctx context.Context, what string, cond func() (bool, string)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
+// labeled prefixes what cond says with what is waited for (for
+// testutil.WaitFor's failure message).
+func labeled(what string, cond func() (bool, string)) func() (bool, string) {
+	return func() (bool, string) {
 		ok, state := cond()
-		if ok {
-			return time.Since(start)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not reached after %v: %s", what, time.Since(start).Round(time.Millisecond), state)
-		case <-tick.C:
-		}
+		return ok, what + ": " + state
 	}
 }
 
@@ -128,12 +118,12 @@ func waitAgreement(t *testing.T, ctx context.Context, c *localcluster.Cluster, n
 	t.Helper()
 	want := names(nodes)
 	var a agreement
-	d := poll(t, ctx, fmt.Sprintf("managers %v agree on one leader and voters", want), func() (bool, string) {
+	d := testutil.WaitFor(t, left(ctx), labeled(fmt.Sprintf("managers %v agree on one leader and voters", want), func() (bool, string) {
 		var ok bool
 		var why string
 		a, ok, why = lookAgreement(ctx, c, nodes, want)
 		return ok, why
-	})
+	}))
 	t.Logf("%v agree: leader %s, term %d, voters %v (after %v)", want, a.leader.Name, a.term, want, d.Round(time.Millisecond))
 	return a
 }
@@ -261,11 +251,11 @@ func (s *submitter) count() int {
 func (s *submitter) progress(t *testing.T, ctx context.Context, n int, when string) {
 	t.Helper()
 	from := s.count()
-	poll(t, ctx, fmt.Sprintf("%d more submissions acknowledged %s", n, when), func() (bool, string) {
+	testutil.WaitFor(t, left(ctx), labeled(fmt.Sprintf("%d more submissions acknowledged %s", n, when), func() (bool, string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.acked) >= from+n, fmt.Sprintf("%d acknowledged, %d failed", len(s.acked)-from, len(s.fails))
-	})
+	}))
 }
 
 // finish stops the submitter, fails the test if any submission failed, and
@@ -379,10 +369,10 @@ func TestMembershipFourthManagerBecomesVoter(t *testing.T) {
 
 	// It holds the log: its applied index reaches the leader's commit index.
 	commit := a.status[a.leader.Name].CommitIndex
-	poll(t, ctx, m4.Name+" applies the log", func() (bool, string) {
+	testutil.WaitFor(t, left(ctx), labeled(m4.Name+" applies the log", func() (bool, string) {
 		st, err := c.Status(ctx, m4)
 		return err == nil && st.AppliedIndex >= commit, fmt.Sprintf("applied %d of %d (%v)", st.AppliedIndex, commit, err)
-	})
+	}))
 	submitOnce(t, ctx, "member-join-m4:1:0123456789abcdef", m4.HTTPAddr)
 
 	sub.finish(t, ctx, managerClient(c))
@@ -516,10 +506,10 @@ func TestMembershipRestartAllDoesNotBootstrapAgain(t *testing.T) {
 	}
 	// Every manager applies its log again, up to where the group was.
 	for _, n := range c.Managers {
-		poll(t, ctx, n.Name+" applies the log again", func() (bool, string) {
+		testutil.WaitFor(t, left(ctx), labeled(n.Name+" applies the log again", func() (bool, string) {
 			s, err := c.Status(ctx, n)
 			return err == nil && s.AppliedIndex >= st.CommitIndex, fmt.Sprintf("applied %d, commit index before the restart %d (%v)", s.AppliedIndex, st.CommitIndex, err)
-		})
+		}))
 	}
 	assertOneBootstrap(t, c)
 	for key, id := range acked {
@@ -598,18 +588,18 @@ func TestMembershipGossipWrongKeyRefused(t *testing.T) {
 			}
 		}
 	}
-	poll(t, ctx, rightKey.Name+" (right key) becomes a voter", func() (bool, string) {
+	testutil.WaitFor(t, left(ctx), labeled(rightKey.Name+" (right key) becomes a voter", func() (bool, string) {
 		checkRefused()
 		_, ok, why := lookAgreement(ctx, c, members, names(members))
 		return ok, why
-	})
+	}))
 	// A few more seconds: more join attempts of the refused managers, more
 	// reconcile rounds of the leader.
 	until := time.Now().Add(4 * time.Second)
-	poll(t, ctx, "a few more seconds without the refused managers", func() (bool, string) {
+	testutil.WaitFor(t, left(ctx), labeled("a few more seconds without the refused managers", func() (bool, string) {
 		checkRefused()
 		return time.Now().After(until), ""
-	})
+	}))
 	for _, r := range refused {
 		if !r.Running() {
 			t.Errorf("%s exited (code %d); it should keep trying to join", r.Name, r.ExitCode())
@@ -679,10 +669,10 @@ func TestMembershipSeedsRestartedTogetherRejoin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poll(t, ctx, "one of "+strings.Join(names(pair), ", ")+" leads", func() (bool, string) {
+	testutil.WaitFor(t, left(ctx), labeled("one of "+strings.Join(names(pair), ", ")+" leads", func() (bool, string) {
 		_, err := c.Leader(ctx)
 		return err == nil, fmt.Sprint(err)
-	})
+	}))
 	if err := other.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -691,12 +681,12 @@ func TestMembershipSeedsRestartedTogetherRejoin(t *testing.T) {
 
 	window := grace + autopilot.DefaultReconcileInterval + 2*time.Second
 	until := time.Now().Add(window)
-	poll(t, ctx, fmt.Sprintf("%v of one leader and three voters", window), func() (bool, string) {
+	testutil.WaitFor(t, left(ctx), labeled(fmt.Sprintf("%v of one leader and three voters", window), func() (bool, string) {
 		if _, ok, why := lookAgreement(ctx, c, c.Managers, names(c.Managers)); !ok {
 			t.Fatalf("leader %s: the three managers stopped agreeing: %s", a.leader.Name, why)
 		}
 		return time.Now().After(until), ""
-	})
+	}))
 	removals, risks := countInLogs(t, c.Managers, removing), countInLogs(t, c.Managers, atRisk)
 	for _, n := range c.Managers {
 		if removals[n.Name] > removalsBefore[n.Name] || risks[n.Name] > risksBefore[n.Name] {

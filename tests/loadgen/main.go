@@ -72,13 +72,13 @@ const (
 	ExitUsage = 2 // bad flags or workload definitions
 )
 
-// Main is the oncebench command: it runs the named workloads against the
+// Main is `oncebench load`: it runs the named workloads against the
 // gates, one after another, prints the table and writes the JSON report.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("oncebench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("oncebench load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: oncebench -gates http://127.0.0.1:8080,http://127.0.0.1:8081 [-workload unique,duplicates,storm|all] [flags]\n\n")
+		fmt.Fprintf(stderr, "usage: oncebench load -gates http://127.0.0.1:8080,http://127.0.0.1:8081 [-workload unique,duplicates,storm|all] [flags]\n\n")
 		fmt.Fprintf(stderr, "Flags other than -gates, -workload, -workloads-file, -out, -check and -list override the fields of every selected workload.\n\n")
 		fs.PrintDefaults()
 	}

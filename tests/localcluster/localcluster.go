@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -32,6 +31,8 @@ import (
 	"time"
 
 	"golang.org/x/mod/modfile"
+
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // Role of a process.
@@ -101,12 +102,16 @@ type Cluster struct {
 // (tests/cmd/oncemanager-faults), run for managers when Options.Failpoints is set.
 const FaultManagerBinary = "oncemanager-faults"
 
-// Build compiles cmd/gate and cmd/manager of the product module at moduleDir
-// (see ModuleRoot), and the tests module's FaultManagerBinary, into binDir.
-// race adds -race (slower binaries that catch data races).
-func Build(ctx context.Context, moduleDir, binDir string, race bool) error {
-	binDir, err := filepath.Abs(binDir)
+// Build compiles cmd/gate and cmd/manager of the product module (found by
+// ModuleRoot), and the tests module's FaultManagerBinary, into binDir: what
+// the e2e tests, the chaos runner and oncebench -build run. race adds -race
+// (slower binaries that catch data races).
+func Build(ctx context.Context, binDir string, race bool) error {
+	moduleDir, err := ModuleRoot()
 	if err != nil {
+		return err
+	}
+	if binDir, err = filepath.Abs(binDir); err != nil {
 		return err
 	}
 	for _, b := range []struct{ dir, pkgs []string }{
@@ -155,70 +160,6 @@ func ModuleRoot() (string, error) {
 	}
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1 (also free for UDP,
-// which memberlist needs on its gossip port), chosen below the kernel's
-// ephemeral port range when there is room: a port from that range can be
-// handed to any outgoing connection as its source port while its process is
-// down, and the process then cannot listen on it again when it restarts.
-func FreePorts(n int) ([]int, error) {
-	var ports []int
-	var hold []io.Closer
-	defer func() {
-		for _, c := range hold {
-			c.Close()
-		}
-	}()
-	taken := map[int]bool{}
-	try := func(p int) {
-		if taken[p] {
-			return
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			return
-		}
-		p = ln.Addr().(*net.TCPAddr).Port
-		udp, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			ln.Close()
-			return // the UDP side is taken: skip this port
-		}
-		hold = append(hold, ln, udp)
-		taken[p] = true
-		ports = append(ports, p)
-	}
-	if lo, hi := belowEphemeral(); hi-lo >= 4*n {
-		for tries := 0; len(ports) < n && tries < 100*n; tries++ {
-			try(lo + mrand.IntN(hi-lo))
-		}
-	}
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 1000 {
-			return nil, errors.New("localcluster: no free ports")
-		}
-		try(0)
-	}
-	return ports, nil
-}
-
-// belowEphemeral returns a range of ports under the kernel's ephemeral range
-// (Linux: /proc/sys/net/ipv4/ip_local_port_range), or an empty one.
-func belowEphemeral() (lo, hi int) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0, 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0, 0
-	}
-	first, err := strconv.Atoi(f[0])
-	if err != nil || first <= 10000 {
-		return 0, 0
-	}
-	return 10000, first
-}
-
 // New lays out a cluster (names, ports, directories) without starting it.
 func New(opts Options) (*Cluster, error) {
 	if opts.BaseDir == "" {
@@ -238,7 +179,7 @@ func New(opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if need := opts.Managers*3 + opts.Gates*2; len(ports) != need {
-		if ports, err = FreePorts(need); err != nil {
+		if ports, err = testutil.FreePorts(need); err != nil {
 			return nil, err
 		}
 		if err := savePorts(opts.BaseDir, ports); err != nil {
@@ -346,7 +287,7 @@ func (c *Cluster) freshPorts(n int) ([]int, error) {
 		if tries > 10 {
 			return nil, errors.New("localcluster: no fresh free ports")
 		}
-		ports, err := FreePorts(n + len(used))
+		ports, err := testutil.FreePorts(n + len(used))
 		if err != nil {
 			return nil, err
 		}
@@ -396,6 +337,25 @@ func (c *Cluster) Start() error {
 			c.Stop()
 			return err
 		}
+	}
+	return nil
+}
+
+// StartReady starts every process and waits, within ctx, until a leader is
+// elected and every gate is ready; on failure it stops every process and the
+// error names the log directory. It is how make run, the chaos runner and
+// oncebench start a cluster.
+func (c *Cluster) StartReady(ctx context.Context) error {
+	if err := c.Start(); err != nil {
+		return err
+	}
+	_, err := c.WaitLeader(ctx)
+	if err == nil {
+		err = c.WaitReady(ctx)
+	}
+	if err != nil {
+		c.Stop()
+		return fmt.Errorf("localcluster: not ready (logs in %s): %w", filepath.Join(c.opts.BaseDir, "logs"), err)
 	}
 	return nil
 }

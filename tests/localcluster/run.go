@@ -64,19 +64,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "oncelocal:", err)
 		return 1
 	}
-	if err := c.Start(); err != nil {
+	readyCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = c.StartReady(readyCtx)
+	cancel()
+	if err != nil {
 		fmt.Fprintln(stderr, "oncelocal:", err)
 		return 1
 	}
 	defer c.Stop()
-
-	readyCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	err = c.WaitReady(readyCtx)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(stderr, "oncelocal: cluster did not become ready: %v\nlogs: %s\n", err, filepath.Join(abs, "logs"))
-		return 1
-	}
 	g := c.Gates[0]
 	fmt.Fprintf(stdout, `
 once is running: %d managers, %d gates (%v). Logs: %s  Data: %s

@@ -185,18 +185,10 @@ func restartSaved(ctx context.Context, o RecheckOptions) (*localcluster.Cluster,
 		return nil, err
 	}
 	o.Logf("restarting the saved cluster from %s", base)
-	if err := c.Start(); err != nil {
-		return nil, err
-	}
 	sctx, cancel := context.WithTimeout(ctx, DefaultStartTimeout)
 	defer cancel()
-	if _, err := c.WaitLeader(sctx); err != nil {
-		c.Stop()
-		return nil, fmt.Errorf("runner: the saved cluster did not elect a leader: %w", err)
-	}
-	if err := c.WaitReady(sctx); err != nil {
-		c.Stop()
-		return nil, err
+	if err := c.StartReady(sctx); err != nil {
+		return nil, fmt.Errorf("runner: the saved cluster did not start: %w", err)
 	}
 	return c, nil
 }

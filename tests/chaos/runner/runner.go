@@ -214,19 +214,13 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	}
 	logf("seed %d (reproduce the schedule with -seed %d); run directory %s", o.Seed, o.Seed, o.BaseDir)
 	logf("starting 3 managers and 2 gates; logs in %s", filepath.Join(o.BaseDir, ClusterDir, "logs"))
-	if err := c.Start(); err != nil {
-		return sum, err
-	}
-	defer c.Stop()
 	sctx, cancel := context.WithTimeout(ctx, DefaultStartTimeout)
-	_, err = c.WaitLeader(sctx)
-	if err == nil {
-		err = c.WaitReady(sctx)
-	}
+	err = c.StartReady(sctx)
 	cancel()
 	if err != nil {
 		return sum, fmt.Errorf("runner: the cluster did not start: %w", err)
 	}
+	defer c.Stop()
 
 	rec := history.NewRecorder()
 	sum.Start = rec.Start()

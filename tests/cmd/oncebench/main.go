@@ -1,12 +1,20 @@
-// Command oncebench is once's load generator: it runs named workloads against
-// the gates' POST /v1/jobs, prints a table and writes a JSON report (see
-// tests/loadgen). With -cluster it is `make bench`: it starts a local
-// cluster itself, runs the benchmark workloads against it and stops it (see
-// tests/benchrun).
+// Command oncebench is once's load generator, with two subcommands (stdlib
+// flag sets; they replaced an argv pre-scan for -cluster):
+//
+//	oncebench cluster [flags]   make bench: starts a local cluster
+//	                            (tests/localcluster), runs the benchmark
+//	                            workloads against it, stops it (tests/benchrun)
+//	oncebench load -gates URLs  runs named workloads against running gates
+//	                            (tests/loadgen)
+//
+// Each prints a table and writes a JSON report; `oncebench <subcommand> -h`
+// lists its flags.
 package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,12 +25,44 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	var code int
-	if benchrun.ClusterMode(os.Args[1:]) {
-		code = benchrun.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	} else {
-		code = loadgen.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	}
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// exitUsage is the exit code of a missing or unknown subcommand (the
+// subcommands' own ExitUsage).
+const exitUsage = 2
+
+var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
+	"cluster": benchrun.Main,
+	"load":    loadgen.Main,
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	usage := func() {
+		fmt.Fprint(stderr, `usage: oncebench <subcommand> [flags]
+
+  cluster   start a local cluster, run the benchmark workloads, stop it (make bench)
+  load      run workloads against running gates (-gates URLs)
+
+oncebench <subcommand> -h lists the subcommand's flags.
+`)
+	}
+	if len(args) == 0 {
+		usage()
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage()
+		return 0
+	}
+	cmd, ok := subcommands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "oncebench: unknown subcommand %q\n", args[0])
+		usage()
+		return exitUsage
+	}
+	return cmd(ctx, args[1:], stdout, stderr)
 }
