@@ -126,7 +126,9 @@ type Report struct {
 	Machine   Machine          `json:"machine"`
 	Cluster   ClusterInfo      `json:"cluster"`
 	Workloads []WorkloadResult `json:"workloads"`
-	Targets   []Target         `json:"targets"`
+	// CeilingReqPerSec is the ceiling workload's rate, when it ran.
+	CeilingReqPerSec float64  `json:"ceiling_req_per_s,omitempty"`
+	Targets          []Target `json:"targets"`
 	// Error is set when the run stopped early; Workloads holds what finished.
 	Error string `json:"error,omitempty"`
 }
@@ -168,6 +170,9 @@ type WorkloadResult struct {
 	Cluster     ClusterStats   `json:"cluster"`
 	// RateBasis says where an open-loop rate came from.
 	RateBasis string `json:"rate_basis,omitempty"`
+	// CeilingRatio is Load.RequestsPerSec over the ceiling workload's of the
+	// same run (absent when no ceiling ran, and on the ceiling itself).
+	CeilingRatio float64 `json:"ceiling_ratio,omitempty"`
 }
 
 // ErrBinaries is returned when the gate or manager binary is missing.
@@ -219,6 +224,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	}
 	defer func() {
 		rep.Machine.LoadAfter = loadAvg()
+		setCeilingRatios(&rep)
 		rep.Targets = Evaluate(rep)
 		if err != nil {
 			rep.Error = err.Error()
@@ -273,9 +279,19 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 			return rep, err
 		}
 		spec.Gates = gates
+		var ceil *ceilingServer
+		if isCeiling(name) {
+			if ceil, err = startCeiling(); err != nil {
+				return rep, fmt.Errorf("%s: %w", name, err)
+			}
+			spec.Gates = []string{ceil.url}
+		}
 		spec.ClientPrefix = strings.ReplaceAll(name, "-", "")
 		say("running %s: %s", name, spec.Description)
 		w, err := runWorkload(ctx, c, p, spec, o)
+		if ceil != nil {
+			err = errors.Join(err, ceil.close())
+		}
 		w.RateBasis = basis
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", name, err)

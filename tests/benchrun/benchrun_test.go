@@ -348,7 +348,10 @@ func TestRunCluster(t *testing.T) {
 			}
 		}
 	}
-	u := rep.Workloads[0].Cluster
+	if rep.CeilingReqPerSec <= 0 || find(rep, WUniqueC64).CeilingRatio <= 0 || !strings.Contains(stdout.String(), "vs the ceiling") {
+		t.Errorf("ceiling %.0f req/s, unique-c64 ratio %v", rep.CeilingReqPerSec, find(rep, WUniqueC64).CeilingRatio)
+	}
+	u := find(rep, WUniqueC1).Cluster
 	if u.EntriesPerNewKey < 1 || u.RaftEntries == 0 || u.AllFsyncsPerSec <= 0 || u.LeaderBefore == "" {
 		t.Errorf("unique-c1 cluster stats %+v", u)
 	}
@@ -361,5 +364,46 @@ func TestRunCluster(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cluster", "data")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("data directory left behind: %v", err)
+	}
+}
+
+// The ceiling handler answers the load generator like a gate (201, a job
+// body with a job_id, Idempotent-Replayed), so the same generator measures it;
+// the other workloads get their rate as a fraction of its rate.
+func TestCeiling(t *testing.T) {
+	t.Parallel()
+	c, err := startCeiling()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := loadgen.Run(t.Context(), loadgen.Spec{Name: WCeiling, Gates: []string{c.url}, Keys: loadgen.KeysUnique,
+		Concurrency: 4, Duration: loadgen.Duration(300 * time.Millisecond)})
+	if cerr := c.close(); cerr != nil {
+		t.Error(cerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK() == 0 || res.OK() != res.Requests || res.MaxJobIDsPerKey != 1 || res.RequestsPerSec <= 0 {
+		t.Fatalf("against the bare handler: %d 2xx of %d, %d job ids per key, %.0f req/s", res.OK(), res.Requests, res.MaxJobIDsPerKey, res.RequestsPerSec)
+	}
+	if n := len(ceilingBody); n < 250 || n > 350 {
+		t.Errorf("the ceiling body is %d bytes, want a job-sized ~300", n)
+	}
+
+	rep := Report{Workloads: []WorkloadResult{
+		{Load: loadgen.Result{Name: WCeiling, RequestsPerSec: 10000}},
+		{Load: loadgen.Result{Name: WUniqueC64, RequestsPerSec: 2500}},
+	}}
+	setCeilingRatios(&rep)
+	if rep.CeilingReqPerSec != 10000 || rep.Workloads[1].CeilingRatio != 0.25 || rep.Workloads[0].CeilingRatio != 0 {
+		t.Fatalf("ratios: ceiling %v, %v", rep.CeilingReqPerSec, rep.Workloads)
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "unique-c64 0.250") {
+		t.Errorf("the table lacks the ratio:\n%s", b.String())
 	}
 }

@@ -59,6 +59,15 @@ func WriteTable(w io.Writer, rep Report) error {
 			}
 		}
 	}
+	if rep.CeilingReqPerSec > 0 {
+		fmt.Fprintf(w, "  vs the ceiling (%s: %.0f req/s against a bare net/http handler, same machine, same run):", WCeiling, rep.CeilingReqPerSec)
+		for _, wr := range rep.Workloads {
+			if wr.CeilingRatio > 0 {
+				fmt.Fprintf(w, " %s %.3f;", wr.Load.Name, wr.CeilingRatio)
+			}
+		}
+		fmt.Fprintln(w)
+	}
 	for _, wr := range rep.Workloads {
 		if len(wr.Load.Timeline) > 0 {
 			fmt.Fprintln(w)

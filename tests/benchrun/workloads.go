@@ -11,6 +11,7 @@ import (
 
 // Workload names (the -workloads flag).
 const (
+	WCeiling    = "ceiling"
 	WUniqueC1   = "unique-c1"
 	WUniqueC64  = "unique-c64"
 	WUniqueC512 = "unique-c512"
@@ -20,10 +21,12 @@ const (
 	WFailover   = "failover"
 )
 
-// DefaultWorkloads is the `make bench` set, in the order they run. failover
-// comes last: it derives its rate from the unique runs before it, and it
-// leaves one manager freshly restarted.
-var DefaultWorkloads = []string{WUniqueC1, WUniqueC64, WUniqueC512, WDuplicates, WCacheHits, WStorm, WFailover}
+// DefaultWorkloads is the `make bench` set, in the order they run. ceiling
+// comes first: the same load generator against a bare net/http handler, the
+// measure the others are given as a ratio to. failover comes last: it
+// derives its rate from the unique runs before it, and it leaves one manager
+// freshly restarted.
+var DefaultWorkloads = []string{WCeiling, WUniqueC1, WUniqueC64, WUniqueC512, WDuplicates, WCacheHits, WStorm, WFailover}
 
 // fallbackFailoverRate is the failover rate when no unique workload ran
 // before it and none was given.
@@ -38,6 +41,10 @@ func workloadSpec(name string, o Options, rate float64) (loadgen.Spec, error) {
 			Description: fmt.Sprintf("closed loop, %d workers, every request a new key, spread over the gates round robin: the full path (gate, 2 Raft commits, answer)", c)}
 	}
 	switch name {
+	case WCeiling:
+		return loadgen.Spec{Name: name, Keys: loadgen.KeysUnique, Concurrency: 64, Duration: d, Warmup: true,
+			Description: "closed loop, 64 workers, new keys, against a bare net/http handler in the oncebench process " +
+				"that answers 201 with a fixed ~300-byte job body: the ceiling of the load generator and loopback HTTP on this machine"}, nil
 	case WUniqueC1:
 		return unique(1), nil
 	case WUniqueC64:
