@@ -54,7 +54,7 @@ func TestInvalidNamesVariableAndRange(t *testing.T) {
 		env  map[string]string
 		want []string
 	}{
-		{"env not a number", nil, map[string]string{EnvPendingTTL: "soon"}, []string{EnvPendingTTL, "-idempotency-pending-ttl-seconds", "from 1 to"}},
+		{"env not a number", nil, map[string]string{EnvPendingTTL: "soon"}, []string{EnvPendingTTL, "-idempotency-pending-ttl-seconds", "from 0.1 to 2592000"}},
 		{"env zero", nil, map[string]string{EnvMaxEntries: "0"}, []string{EnvMaxEntries, "from 1 to 100000000"}},
 		{"env negative", nil, map[string]string{EnvCleanupInterval: "-1"}, []string{EnvCleanupInterval}},
 		{"bad bool", nil, map[string]string{EnvWaitForPending: "maybe"}, []string{EnvWaitForPending, "true or false"}},
