@@ -27,7 +27,7 @@ func TestIdempotencyDefaults(t *testing.T) {
 	}
 	want := Idempotency{60 * time.Second, 300 * time.Second, 60 * time.Second, 100000, 10 * time.Second, true, 30 * time.Second}
 	if c != want {
-		t.Fatalf("seed defaults changed: %+v", c)
+		t.Fatalf("contract defaults changed: %+v", c)
 	}
 }
 

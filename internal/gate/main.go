@@ -43,7 +43,7 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 	if cfg.NodeName == "" {
 		cfg.NodeName, _ = os.Hostname()
 	}
-	logger = logger.With(logging.KeyRole, "gate", logKeyNode, cfg.NodeName)
+	logger = logger.With(logging.KeyRole, "gate", logging.KeyNode, cfg.NodeName)
 	deps := Deps{Logger: logger}
 	if len(cfg.Join) > 0 {
 		pool, err := startMembership(ctx, cfg, logger)
@@ -53,7 +53,7 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 		}
 		defer func() {
 			if err := pool.Leave(2 * time.Second); err != nil {
-				logger.Warn("leaving the gossip pool", logKeyErr, err)
+				logger.Warn("leaving the gossip pool", logging.KeyError, err)
 			}
 			_ = pool.Shutdown()
 		}()
@@ -73,12 +73,12 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.ListenAddr)
 	if err != nil {
-		logger.Error("listen failed", logKeyAddr, cfg.ListenAddr, logKeyErr, err)
+		logger.Error("listen failed", logging.KeyAddr, cfg.ListenAddr, logging.KeyError, err)
 		fmt.Fprintf(stderr, "gate: listen on %s (%s): %v\n", cfg.ListenAddr, EnvListenAddr, err)
 		return ExitFailed
 	}
 	if err := g.Serve(ctx, ln); err != nil {
-		logger.Error("gate stopped on an error", logKeyErr, err)
+		logger.Error("gate stopped on an error", logging.KeyError, err)
 		return ExitFailed
 	}
 	return ExitOK

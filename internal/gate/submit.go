@@ -14,6 +14,7 @@ import (
 	"github.com/once-dev/once/internal/cache"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/fingerprint"
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
@@ -172,7 +173,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			// Complete and Abandon fail only when called twice (ErrResolved) or
 			// with a bad state or TTL (ErrInvalidState): a bug, not the
 			// client's concern. The answer stands; waiters were already woken.
-			g.log.Warn("resolving cache entry", logKeyTenant, tenant, logKeyErr, err)
+			g.log.Warn("resolving cache entry", logging.KeyTenant, tenant, logging.KeyError, err)
 		}
 		if resp.replayed {
 			g.metrics.replays.Inc()
@@ -369,13 +370,13 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	case rpc.OutcomeCommitted:
 		if sr.Job == nil {
 			outcome = outcomeError
-			g.log.Error("manager answered committed without a job", logKeyTenant, tenant)
+			g.log.Error("manager answered committed without a job", logging.KeyTenant, tenant)
 			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
 		}
 		b, err := json.Marshal(sr.Job)
 		if err != nil {
 			outcome = outcomeError
-			g.log.Error("encoding job", logKeyTenant, tenant, logKeyErr, err)
+			g.log.Error("encoding job", logging.KeyTenant, tenant, logging.KeyError, err)
 			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "encoding the job failed"), 0, 0
 		}
 		resp := &response{
@@ -394,7 +395,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	case rpc.OutcomeRejected:
 		if sr.Rejection == nil {
 			outcome = outcomeError
-			g.log.Error("manager answered rejected without a rejection", logKeyTenant, tenant)
+			g.log.Error("manager answered rejected without a rejection", logging.KeyTenant, tenant)
 			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
 		}
 		status := http.StatusUnprocessableEntity
@@ -434,7 +435,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		return problemResponse(http.StatusConflict, api.CodeIdempotencyKeyExpired, detail), 0, 0
 	default:
 		outcome = outcomeError
-		g.log.Error("manager answered an unknown outcome", logKeyTenant, tenant, logKeyOutcome, string(sr.Outcome))
+		g.log.Error("manager answered an unknown outcome", logging.KeyTenant, tenant, logging.KeyOutcome, string(sr.Outcome))
 		return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was not understood"), 0, 0
 	}
 }
@@ -468,20 +469,20 @@ func (g *Gate) cacheTTL(expiresAt, now time.Time, configured time.Duration) time
 func (g *Gate) forwardError(err error, tenant string) *response {
 	switch {
 	case errors.Is(err, rpc.ErrLedgerFull):
-		g.log.Warn("ledger full", logKeyTenant, tenant, logKeyErr, err)
+		g.log.Warn("ledger full", logging.KeyTenant, tenant, logging.KeyError, err)
 		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
 			"the datacenter's ledger is full of live entries; retry later with the same key")
 		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
 		return resp
 	case errors.Is(err, rpc.ErrInvalid), errors.Is(err, rpc.ErrInternal):
-		g.log.Error("manager refused the submission", logKeyTenant, tenant, logKeyErr, err)
+		g.log.Error("manager refused the submission", logging.KeyTenant, tenant, logging.KeyError, err)
 		return problemResponse(http.StatusInternalServerError, api.CodeInternal,
 			"the manager could not process the submission; the same key may be retried")
 	default:
 		// rpc.ErrUnavailable (the client's deadline), and anything unexpected:
 		// retrying the key is always safe, the ledger deduplicates.
 		g.log.LogAttrs(context.Background(), slog.LevelWarn, "forward failed",
-			slog.String(logKeyTenant, tenant), slog.Any(logKeyErr, err))
+			slog.String(logging.KeyTenant, tenant), slog.Any(logging.KeyError, err))
 		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
 			"no manager leader answered in time; retry later with the same key")
 		resp.retryAfter = g.cfg.RetryAfter

@@ -32,6 +32,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/tidwall/wal"
+
+	"github.com/once-dev/once/internal/logging"
 )
 
 // Errors returned by the store. Each is wrapped with context; match them
@@ -82,7 +84,7 @@ const (
 	attrLastIndex    = "last_index"
 	attrReason       = "reason"
 	attrOp           = "op"
-	attrError        = "error"
+	attrError        = logging.KeyError
 )
 
 // Options configure a Store.

@@ -40,7 +40,7 @@ type Options struct {
 	// Now is the ledger's clock (default time.Now).
 	Now func() time.Time
 	// PendingTTL, CommittedTTL and RejectedTTL are the entries' lifetimes
-	// (defaults 60s, 300s, 60s: the seed's).
+	// (defaults 60s, 300s, 60s: those of the IDEMPOTENCY_* settings).
 	PendingTTL, CommittedTTL, RejectedTTL time.Duration
 	// Capacity bounds the committed jobs; a submission beyond it is rejected
 	// with status 429 and reason "capacity" (0: unlimited).
