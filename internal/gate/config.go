@@ -50,7 +50,10 @@ const (
 )
 
 // Config is the gate's configuration. DefaultConfig returns the defaults;
-// Register binds the operator-facing fields to flags and environment variables.
+// Register binds the operator-facing fields to flags and environment variables;
+// LoadConfig parses and validates (the manager's Config has the same shape).
+// Adding a setting is a field, an Env constant, a default and one Register
+// line.
 // The fields below "Not settable" are for tests and embedders; zero values take
 // the defaults noted.
 type Config struct {

@@ -11,7 +11,10 @@ import (
 )
 
 // Config is everything a manager is told at start. Settings come from flags and
-// MANAGER_* / IDEMPOTENCY_* variables (docs/configuration.md lists them all).
+// MANAGER_* / IDEMPOTENCY_* variables (docs/configuration.md lists them all):
+// DefaultConfig holds every default, Register binds the fields to flags and
+// variables, LoadConfig parses and validates. Adding a setting is a field, an
+// Env constant, a default and one Register line.
 type Config struct {
 	NodeID     string // MANAGER_NODE_ID: unique, stable across restarts (the Raft server ID)
 	Datacenter string // MANAGER_DATACENTER
@@ -152,7 +155,7 @@ func Register(l *config.Loader, c *Config) {
 	l.String(&c.GossipKey, EnvGossipKey, "", "base64 of a 16, 24 or 32-byte key", nil, "gossip encryption key; empty: plaintext")
 	l.String(&c.GossipProfile, EnvGossipProfile, d.GossipProfile, "lan or local", config.OneOf("lan", "local"), "memberlist timing profile")
 	l.Int(&c.BootstrapExpect, EnvBootstrapExpect, d.BootstrapExpect, 1, 9, "how many managers must see each other before the Raft group is bootstrapped")
-	l.Seconds(&c.DeadServerGrace, EnvDeadServerGrace, 30, 1, 86400, "how long a failed manager stays a voter before the leader removes it")
+	l.SecondsRange(&c.DeadServerGrace, EnvDeadServerGrace, d.DeadServerGrace, time.Second, 86400*time.Second, "how long a failed manager stays a voter before the leader removes it")
 	l.Bool(&c.LeaveOnTerminate, EnvLeaveOnTerminate, d.LeaveOnTerminate, "on SIGTERM/SIGINT leave the Raft configuration for good (default: stop as a voter that will come back)")
 	l.Duration(&c.HeartbeatTimeout, EnvHeartbeatTimeout, d.HeartbeatTimeout, 50*time.Millisecond, time.Minute, "Raft heartbeat timeout")
 	l.Duration(&c.ElectionTimeout, EnvElectionTimeout, d.ElectionTimeout, 50*time.Millisecond, time.Minute, "Raft election timeout")
@@ -161,14 +164,14 @@ func Register(l *config.Loader, c *Config) {
 	l.Int(&c.TrailingLogs, EnvTrailingLogs, d.TrailingLogs, 0, 1<<30, "log entries kept after a snapshot")
 	l.Int(&c.MaxAppendEntries, EnvMaxAppendEntries, d.MaxAppendEntries, 1, 1024, "log entries per AppendEntries RPC and per apply batch")
 	l.Int(&c.MaxQueuedJobs, EnvMaxQueuedJobs, d.MaxQueuedJobs, 1, 1<<31-1, "jobs the datacenter holds before admission rejects with 429 (capacity)")
-	l.Seconds(&c.JobRetention, EnvJobRetention, 86400, 1, 365*86400, "how long a job stays readable (at least IDEMPOTENCY_COMMITTED_TTL_SECONDS)")
+	l.SecondsRange(&c.JobRetention, EnvJobRetention, d.JobRetention, time.Second, 365*86400*time.Second, "how long a job stays readable (at least IDEMPOTENCY_COMMITTED_TTL_SECONDS)")
 	l.List(&c.AllowedJobTypes, EnvAllowedJobTypes, "", "comma-separated job types", nil, "if set, admission rejects other job types with 422")
 	l.Int(&c.LedgerMaxEntries, EnvLedgerMaxEntries, d.LedgerMaxEntries, 1, 1<<31-1, "live entries the ledger holds before it refuses new reservations")
-	l.Seconds(&c.WatermarkTTL, EnvWatermarkTTL, 86400, 1, 365*86400, "how long a client's sequence watermark is kept after its last update")
+	l.SecondsRange(&c.WatermarkTTL, EnvWatermarkTTL, d.WatermarkTTL, time.Second, 365*86400*time.Second, "how long a client's sequence watermark is kept after its last update")
 	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, d.WatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks")
 	l.Duration(&c.ApplyTimeout, EnvApplyTimeout, d.ApplyTimeout, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
-	l.Bool(&c.Failpoints, EnvFailpoints, false, "enable the /debug/failpoints fault-injection endpoints (tests only)")
-	l.Bool(&c.Pprof, EnvPprof, false, "serve Go's /debug/pprof profiles on the RPC listener")
+	l.Bool(&c.Failpoints, EnvFailpoints, d.Failpoints, "enable the /debug/failpoints fault-injection endpoints (tests only)")
+	l.Bool(&c.Pprof, EnvPprof, d.Pprof, "serve Go's /debug/pprof profiles on the RPC listener")
 	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
 	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
 	config.RegisterIdempotency(l, &c.Idempotency)
@@ -204,10 +207,28 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate checks the rules that involve more than one setting, and the
-// routability of the advertised addresses. Errors are *config.Error values
-// naming the variable and its flag; they match config.ErrInvalid and the cause.
+// Validate checks c as LoadConfig does: the forms of the names, addresses and
+// log settings (for a Config built in code), the rules that involve more than
+// one setting, and the routability of the advertised addresses. Errors are
+// *config.Error values naming the variable and its flag; they match
+// config.ErrInvalid and the cause.
 func (c *Config) Validate() error {
+	for _, f := range []struct {
+		env, value, want string
+		check            func(string) error
+	}{
+		{EnvNodeID, c.NodeID, config.WantName, config.Name},
+		{EnvDatacenter, c.Datacenter, config.WantName, config.Name},
+		{EnvRaftAddr, c.RaftAddr, config.WantListenAddr, config.ListenAddr},
+		{EnvRPCAddr, c.RPCAddr, config.WantListenAddr, config.ListenAddr},
+		{EnvGossipAddr, c.GossipAddr, config.WantListenAddr, config.ListenAddr},
+		{EnvLogLevel, c.LogLevel, config.WantLogLevel, config.LogLevel},
+		{EnvLogFormat, c.LogFormat, config.WantLogFormat, config.LogFormat},
+	} {
+		if err := f.check(f.value); err != nil {
+			return config.Invalid(f.env, f.value, f.want, err)
+		}
+	}
 	if c.JobRetention < c.Idempotency.CommittedTTL {
 		return config.Invalid(EnvJobRetention, config.FormatSeconds(c.JobRetention),
 			"at least IDEMPOTENCY_COMMITTED_TTL_SECONDS ("+config.FormatSeconds(c.Idempotency.CommittedTTL)+")", config.ErrOutOfRange)

@@ -95,6 +95,21 @@ func TestLoadConfigErrors(t *testing.T) {
 	}
 }
 
+// TestValidateBuiltInCode: Validate checks a Config built in code as
+// LoadConfig checks one read from flags.
+func TestValidateBuiltInCode(t *testing.T) {
+	c := DefaultConfig()
+	c.Datacenter = "dc 1"
+	if err := c.Validate(); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), EnvDatacenter) {
+		t.Fatalf("got %v", err)
+	}
+	c = DefaultConfig()
+	c.LogFormat = "xml"
+	if err := c.Validate(); !errors.Is(err, config.ErrSyntax) || !strings.Contains(err.Error(), "-manager-log-format") {
+		t.Fatalf("got %v", err)
+	}
+}
+
 // TestMainExitCodes: -h exits 0 listing the settings; a bad setting exits 2
 // with a message naming it, before anything starts.
 func TestMainExitCodes(t *testing.T) {
