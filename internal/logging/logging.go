@@ -63,6 +63,15 @@ const (
 	KeyTerm       = "term"            // a raft term
 	KeyDir        = "dir"             // a directory
 	KeyOp         = "op"              // the operation that failed
+	KeyRPCAddr    = "rpc"             // a manager's RPC address
+	KeyRaftAddr   = "raft"            // a manager's Raft address
+
+	// The Raft log store (internal/walstore).
+	KeySegment      = "segment"       // a WAL segment file
+	KeyOffset       = "offset"        // a byte offset in it
+	KeyDroppedBytes = "dropped_bytes" // bytes of a torn tail dropped
+	KeyKeptEntries  = "kept_entries"  // entries kept
+	KeyLastIndex    = "last_index"    // the last log index
 )
 
 // LevelTrace is below slog.LevelDebug; hclog's Trace maps to it. Handlers

@@ -96,7 +96,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("manager started", logging.KeyNode, cfg.NodeID, logging.KeyDatacenter, cfg.Datacenter, "rpc", cfg.RPCAddr, "raft", cfg.RaftAddr, logging.KeyDir, cfg.DataDir)
+	log.Info("manager started", logging.KeyNode, cfg.NodeID, logging.KeyDatacenter, cfg.Datacenter, logging.KeyRPCAddr, cfg.RPCAddr, logging.KeyRaftAddr, cfg.RaftAddr, logging.KeyDir, cfg.DataDir)
 
 	cluster, err := startCluster(ctx, cfg, m, log)
 	if err != nil {

@@ -74,16 +74,16 @@ const (
 	retiredDirName = "segments.retired"
 )
 
-// Attribute keys of the store's log lines.
+// Attribute keys of the store's log lines: internal/logging's, under local names.
 const (
-	attrDir          = "dir"
-	attrSegment      = "segment"
-	attrOffset       = "offset"
-	attrDroppedBytes = "dropped_bytes"
-	attrKeptEntries  = "kept_entries"
-	attrLastIndex    = "last_index"
-	attrReason       = "reason"
-	attrOp           = "op"
+	attrDir          = logging.KeyDir
+	attrSegment      = logging.KeySegment
+	attrOffset       = logging.KeyOffset
+	attrDroppedBytes = logging.KeyDroppedBytes
+	attrKeptEntries  = logging.KeyKeptEntries
+	attrLastIndex    = logging.KeyLastIndex
+	attrReason       = logging.KeyReason
+	attrOp           = logging.KeyOp
 	attrError        = logging.KeyError
 )
 
