@@ -1,5 +1,5 @@
-// Package cache is the gate's idempotency cache (GateIdempotencyCache in the
-// architecture brief): a bounded LRU of idempotency entries with a TTL per entry
+// Package cache is the gate's idempotency cache (see docs/architecture.md and
+// docs/cache.md): a bounded LRU of idempotency entries with a TTL per entry
 // state and coalescing of concurrent duplicates.
 //
 // The gate calls Begin on every POST /v1/jobs with the tenant-scoped key (see Key)
@@ -195,9 +195,6 @@ type Cache[V any] struct {
 	stopped   chan struct{}
 	closeOnce sync.Once
 }
-
-// GateIdempotencyCache is the name the architecture brief gives the cache.
-type GateIdempotencyCache[V any] = Cache[V]
 
 // shard is one lock and the two LRU lists under it. A key is in at most one of
 // the lists; pending.Len()+done.Len() <= capacity.

@@ -13,6 +13,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +23,36 @@ import (
 
 // ErrInvalid is matched (errors.Is) by every validation error.
 var ErrInvalid = errors.New("invalid configuration")
+
+// Causes an *Error may carry besides the validators' own (errors.Is matches
+// them through the *Error).
+var (
+	// ErrSyntax: the value is not of the setting's form.
+	ErrSyntax = errors.New("malformed value")
+	// ErrOutOfRange: the value is well formed but outside the accepted range.
+	ErrOutOfRange = errors.New("out of range")
+)
+
+// Exit codes of both daemons (gate and manager), the same for every cause
+// that leads to them.
+const (
+	// ExitOK: the process stopped cleanly (a signal, or -h).
+	ExitOK = 0
+	// ExitFailure: the process could not start (a port in use, a data
+	// directory it cannot open) or stopped on an error.
+	ExitFailure = 1
+	// ExitConfig: a setting is invalid; the message on stderr names its
+	// variable, its flag and the accepted range.
+	ExitConfig = 2
+)
+
+// Invalid returns the *Error of a setting that failed validation after
+// parsing (Validate methods): env names the variable (the flag is derived),
+// value is what was given, want the accepted range, and cause why (may be
+// nil). It matches ErrInvalid and cause.
+func Invalid(env, value, want string, cause error) *Error {
+	return &Error{Env: env, Flag: FlagName(env), Value: value, Want: want, Err: cause}
+}
 
 // Error is a setting that failed to parse or validate. It names the environment
 // variable and the flag, the value given, and the accepted range.
@@ -123,8 +155,11 @@ func (l *Loader) Int(p *int, env string, def, min, max int, usage string) {
 	want := fmt.Sprintf("an integer from %d to %d", min, max)
 	l.add(env, usage, strconv.Itoa(def), want, func(v string) error {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < min || n > max {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want}
+		if err != nil {
+			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrSyntax}
+		}
+		if n < min || n > max {
+			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrOutOfRange}
 		}
 		*p = n
 		return nil
@@ -137,55 +172,74 @@ func (l *Loader) Int64(p *int64, env string, def, min, max int64, usage string) 
 	want := fmt.Sprintf("an integer from %d to %d", min, max)
 	l.add(env, usage, strconv.FormatInt(def, 10), want, func(v string) error {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil || n < min || n > max {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want}
+		if err != nil {
+			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrSyntax}
+		}
+		if n < min || n > max {
+			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrOutOfRange}
 		}
 		*p = n
 		return nil
 	})
 }
 
-// Seconds registers a duration given in whole seconds, in [min, max] seconds.
+// Seconds registers a duration given in seconds, in [min, max] seconds. The
+// value is a decimal number as operators write it: 60, 60.0 or 0.5 (see
+// ParseSeconds).
 func (l *Loader) Seconds(p *time.Duration, env string, def, min, max int, usage string) {
-	*p = time.Duration(def) * time.Second
-	want := fmt.Sprintf("a whole number of seconds from %d to %d", min, max)
-	l.add(env, usage, strconv.Itoa(def), want, func(v string) error {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < min || n > max {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want}
-		}
-		*p = time.Duration(n) * time.Second
-		return nil
-	})
+	l.SecondsRange(p, env, time.Duration(def)*time.Second, time.Duration(min)*time.Second, time.Duration(max)*time.Second, usage)
 }
 
-// Duration registers a Go duration ("250ms", "2s") in [min, max].
-func (l *Loader) Duration(p *time.Duration, env string, def, min, max time.Duration, usage string) {
+// SecondsRange is Seconds with a default and bounds that need not be whole
+// seconds (a TTL that may be 0.5).
+func (l *Loader) SecondsRange(p *time.Duration, env string, def, min, max time.Duration, usage string) {
 	*p = def
-	want := fmt.Sprintf("a duration from %s to %s", min, max)
-	l.add(env, usage, def.String(), want, func(v string) error {
-		d, err := time.ParseDuration(strings.TrimSpace(v))
-		if err != nil || d < min || d > max {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want}
+	want := fmt.Sprintf("a number of seconds from %s to %s (decimals allowed: 0.5, 60.0)", FormatSeconds(min), FormatSeconds(max))
+	l.add(env, usage, FormatSeconds(def), want, func(v string) error {
+		d, err := ParseSeconds(v)
+		if err != nil {
+			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: err}
+		}
+		if d < min || d > max {
+			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrOutOfRange}
 		}
 		*p = d
 		return nil
 	})
 }
 
-// Bool registers a boolean setting (true/false/1/0/yes/no/on/off).
+// Duration registers a duration in [min, max], written as a Go duration
+// ("250ms", "2s") or as a decimal number of seconds ("0.25", "2").
+func (l *Loader) Duration(p *time.Duration, env string, def, min, max time.Duration, usage string) {
+	*p = def
+	want := fmt.Sprintf("a duration from %s to %s (250ms, or 0.25 for seconds)", min, max)
+	l.add(env, usage, def.String(), want, func(v string) error {
+		d, err := ParseSeconds(v)
+		if err != nil {
+			d, err = time.ParseDuration(strings.TrimSpace(v))
+		}
+		if err != nil {
+			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrSyntax}
+		}
+		if d < min || d > max {
+			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrOutOfRange}
+		}
+		*p = d
+		return nil
+	})
+}
+
+// Bool registers a boolean setting: true/false, 1/0, yes/no, on/off (and t/f,
+// y/n), in any case.
 func (l *Loader) Bool(p *bool, env string, def bool, usage string) {
 	*p = def
-	want := "true or false"
+	want := "true or false (also 1/0, yes/no, on/off, in any case)"
 	l.add(env, usage, strconv.FormatBool(def), want, func(v string) error {
-		switch strings.ToLower(strings.TrimSpace(v)) {
-		case "1", "t", "true", "yes", "y", "on":
-			*p = true
-		case "0", "f", "false", "no", "n", "off":
-			*p = false
-		default:
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want}
+		b, err := ParseBool(v)
+		if err != nil {
+			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: err}
 		}
+		*p = b
 		return nil
 	})
 }
@@ -293,3 +347,44 @@ func EnvList(environ []string) func(string) (string, bool) {
 
 // maxSeconds is a generous upper bound for TTL-like settings (30 days).
 const maxSeconds = 30 * 24 * 3600
+
+// secondsRe is the form of a decimal number of seconds: digits with an
+// optional fraction (60, 60.0, 0.5, .5). Signs, exponents and units are not
+// accepted.
+var secondsRe = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)$`)
+
+// ParseSeconds parses a decimal number of seconds as operators write it (60,
+// 60.0, 0.5), rounded to the nanosecond. Errors match ErrSyntax (not a
+// number) or ErrOutOfRange (longer than a time.Duration holds).
+func ParseSeconds(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if !secondsRe.MatchString(s) {
+		return 0, fmt.Errorf("%w: %q is not a decimal number of seconds", ErrSyntax, s)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q: %w", ErrSyntax, s, err)
+	}
+	if f > float64(math.MaxInt64/int64(time.Second)) {
+		return 0, fmt.Errorf("%w: %q seconds is longer than a duration holds", ErrOutOfRange, s)
+	}
+	return time.Duration(math.Round(f * float64(time.Second))), nil
+}
+
+// FormatSeconds renders d as the shortest decimal number of seconds that
+// ParseSeconds reads back: 60, 0.5.
+func FormatSeconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+}
+
+// ParseBool parses a boolean as operators write it: true/false, 1/0, yes/no,
+// on/off, t/f, y/n, in any case. Errors match ErrSyntax.
+func ParseBool(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "t", "true", "yes", "y", "on":
+		return true, nil
+	case "0", "f", "false", "no", "n", "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: %q is not a boolean", ErrSyntax, s)
+}

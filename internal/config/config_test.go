@@ -27,7 +27,7 @@ func TestIdempotencyDefaults(t *testing.T) {
 	}
 	want := Idempotency{60 * time.Second, 300 * time.Second, 60 * time.Second, 100000, 10 * time.Second, true, 30 * time.Second}
 	if c != want {
-		t.Fatalf("seed defaults changed: %+v", c)
+		t.Fatalf("contract defaults changed: %+v", c)
 	}
 }
 
@@ -54,7 +54,7 @@ func TestInvalidNamesVariableAndRange(t *testing.T) {
 		env  map[string]string
 		want []string
 	}{
-		{"env not a number", nil, map[string]string{EnvPendingTTL: "soon"}, []string{EnvPendingTTL, "-idempotency-pending-ttl-seconds", "from 1 to"}},
+		{"env not a number", nil, map[string]string{EnvPendingTTL: "soon"}, []string{EnvPendingTTL, "-idempotency-pending-ttl-seconds", "from 0.1 to 2592000"}},
 		{"env zero", nil, map[string]string{EnvMaxEntries: "0"}, []string{EnvMaxEntries, "from 1 to 100000000"}},
 		{"env negative", nil, map[string]string{EnvCleanupInterval: "-1"}, []string{EnvCleanupInterval}},
 		{"bad bool", nil, map[string]string{EnvWaitForPending: "maybe"}, []string{EnvWaitForPending, "true or false"}},

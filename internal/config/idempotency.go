@@ -2,8 +2,9 @@ package config
 
 import "time"
 
-// Idempotency holds the seven IDEMPOTENCY_* settings of the seed design, shared
-// by gate and manager, with exactly the seed's names and defaults.
+// Idempotency holds the seven IDEMPOTENCY_* settings that gates and managers
+// share; their names and defaults are part of the contract (docs/api.md,
+// docs/configuration.md).
 type Idempotency struct {
 	PendingTTL         time.Duration // IDEMPOTENCY_PENDING_TTL_SECONDS=60
 	CommittedTTL       time.Duration // IDEMPOTENCY_COMMITTED_TTL_SECONDS=300
@@ -25,7 +26,7 @@ const (
 	EnvPendingWaitTimeout = "IDEMPOTENCY_PENDING_WAIT_TIMEOUT"
 )
 
-// DefaultIdempotency returns the seed defaults.
+// DefaultIdempotency returns the defaults of the IDEMPOTENCY_* settings.
 func DefaultIdempotency() Idempotency {
 	return Idempotency{
 		PendingTTL:         60 * time.Second,
@@ -38,15 +39,19 @@ func DefaultIdempotency() Idempotency {
 	}
 }
 
+// MinTTL is the lower bound of the IDEMPOTENCY_*_TTL_SECONDS settings and of
+// IDEMPOTENCY_PENDING_WAIT_TIMEOUT: 0.1 seconds.
+const MinTTL = 100 * time.Millisecond
+
 // RegisterIdempotency registers the IDEMPOTENCY_* settings on l, storing into c
-// (which starts at the defaults).
+// (which starts at the defaults). Durations are decimal seconds (60, 60.0, 0.5).
 func RegisterIdempotency(l *Loader, c *Idempotency) {
 	d := DefaultIdempotency()
-	l.Seconds(&c.PendingTTL, EnvPendingTTL, int(d.PendingTTL/time.Second), 1, maxSeconds,
+	l.SecondsRange(&c.PendingTTL, EnvPendingTTL, d.PendingTTL, MinTTL, maxSeconds*time.Second,
 		"how long a PENDING entry lives before it expires")
-	l.Seconds(&c.CommittedTTL, EnvCommittedTTL, int(d.CommittedTTL/time.Second), 1, maxSeconds,
+	l.SecondsRange(&c.CommittedTTL, EnvCommittedTTL, d.CommittedTTL, MinTTL, maxSeconds*time.Second,
 		"how long a COMMITTED entry answers duplicates")
-	l.Seconds(&c.RejectedTTL, EnvRejectedTTL, int(d.RejectedTTL/time.Second), 1, maxSeconds,
+	l.SecondsRange(&c.RejectedTTL, EnvRejectedTTL, d.RejectedTTL, MinTTL, maxSeconds*time.Second,
 		"how long a REJECTED entry answers duplicates (and the Retry-After of capacity rejections)")
 	l.Int(&c.MaxEntries, EnvMaxEntries, d.MaxEntries, 1, 100_000_000,
 		"the bound on entries in each gate's idempotency cache")
@@ -54,7 +59,7 @@ func RegisterIdempotency(l *Loader, c *Idempotency) {
 		"how often expired entries are swept (gate cache) and expired (ledger)")
 	l.Bool(&c.WaitForPending, EnvWaitForPending, d.WaitForPending,
 		"whether a duplicate of a PENDING submission waits for its outcome (else 409 request_in_progress)")
-	l.Seconds(&c.PendingWaitTimeout, EnvPendingWaitTimeout, int(d.PendingWaitTimeout/time.Second), 1, 3600,
+	l.SecondsRange(&c.PendingWaitTimeout, EnvPendingWaitTimeout, d.PendingWaitTimeout, MinTTL, time.Hour,
 		"how long a duplicate waits on a PENDING submission before 409 request_in_progress")
 }
 

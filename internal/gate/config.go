@@ -1,9 +1,8 @@
 package gate
 
 import (
-	"errors"
 	"fmt"
-	"net"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +32,7 @@ const (
 	EnvGossipAdvertise = "GATE_GOSSIP_ADVERTISE"
 	EnvGossipKey       = "GATE_GOSSIP_KEY"
 	EnvGossipProfile   = "GATE_GOSSIP_PROFILE"
+	EnvMaxTTL          = "IDEMPOTENCY_MAX_TTL_SECONDS"
 )
 
 // Bounds of the gate's settings.
@@ -43,10 +43,17 @@ const (
 	MaxBodyBytes = 8 << 20
 	// DefaultMaxBodyBytes is the contract's default: 1 MiB for the whole body.
 	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxTTL is the default of IDEMPOTENCY_MAX_TTL_SECONDS (30 days);
+	// MaxMaxTTL bounds it (one year).
+	DefaultMaxTTL = 30 * 24 * time.Hour
+	MaxMaxTTL     = 365 * 24 * time.Hour
 )
 
 // Config is the gate's configuration. DefaultConfig returns the defaults;
-// Register binds the operator-facing fields to flags and environment variables.
+// Register binds the operator-facing fields to flags and environment variables;
+// LoadConfig parses and validates (the manager's Config has the same shape).
+// Adding a setting is a field, an Env constant, a default and one Register
+// line.
 // The fields below "Not settable" are for tests and embedders; zero values take
 // the defaults noted.
 type Config struct {
@@ -69,6 +76,9 @@ type Config struct {
 
 	// Idempotency holds the seven IDEMPOTENCY_* settings.
 	Idempotency config.Idempotency
+	// MaxTTL (IDEMPOTENCY_MAX_TTL_SECONDS) is the longest Idempotency-TTL a
+	// request may ask for; default 30 days.
+	MaxTTL time.Duration
 
 	// Not settable from the environment.
 
@@ -98,6 +108,7 @@ func DefaultConfig() Config {
 		GossipAddr:        "127.0.0.1:7300",
 		GossipProfile:     "lan",
 		Idempotency:       config.DefaultIdempotency(),
+		MaxTTL:            DefaultMaxTTL,
 		ReadyTimeout:      time.Second,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -111,70 +122,84 @@ func DefaultConfig() Config {
 // to their defaults.
 func Register(l *config.Loader, c *Config) {
 	d := DefaultConfig()
-	l.String(&c.ListenAddr, EnvListenAddr, d.ListenAddr, "a TCP address host:port (port 0 picks a free port)",
-		validateListenAddr, "the address the HTTP API listens on")
-	l.String(&c.Datacenter, EnvDatacenter, d.Datacenter, "1 to 64 characters of a-z A-Z 0-9 . _ -",
-		validateDatacenter, "the gate's own datacenter: the default target of a job")
+	l.String(&c.ListenAddr, EnvListenAddr, d.ListenAddr, config.WantListenAddr,
+		config.ListenAddr, "the address the HTTP API listens on")
+	l.String(&c.Datacenter, EnvDatacenter, d.Datacenter, config.WantName,
+		config.Name, "the gate's own datacenter: the default target of a job")
 	l.String(&c.NodeName, EnvNodeName, d.NodeName, "at most 128 visible ASCII characters (empty: the host name)",
 		validateNodeName, "the gate's name in logs and metrics")
 	l.List(&c.Managers, EnvManagers, "", "a comma-separated list of manager RPC addresses host:port",
-		validateHostPort, "the datacenter's managers; the gate follows their leader")
+		config.HostPort, "the datacenter's managers; the gate follows their leader")
 	l.String(&c.TokenFile, EnvTokenFile, d.TokenFile, "a path to a file of '<token> <tenant>' lines (empty: no authentication)",
 		nil, "the bearer tokens and the tenants they map to")
 	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, d.MaxBodyBytes, MinBodyBytes, MaxBodyBytes,
 		"the largest POST /v1/jobs body accepted (413 body_too_large beyond)")
-	l.Seconds(&c.ForwardTimeout, EnvForwardTimeout, int(d.ForwardTimeout/time.Second), 1, 600,
+	l.SecondsRange(&c.ForwardTimeout, EnvForwardTimeout, d.ForwardTimeout, config.MinTTL, 600*time.Second,
 		"how long a submission may spend reaching the manager leader before 503 unavailable (plus the pending wait)")
-	l.Seconds(&c.ShutdownTimeout, EnvShutdownTimeout, int(d.ShutdownTimeout/time.Second), 1, 3600,
+	l.SecondsRange(&c.ShutdownTimeout, EnvShutdownTimeout, d.ShutdownTimeout, config.MinTTL, time.Hour,
 		"how long a graceful shutdown waits for requests in flight")
-	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, "one of trace, debug, info, warn, error",
-		validateLogLevel, "the lowest level logged")
-	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, "text or json",
-		logging.ValidateFormat, "the log line format")
+	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel,
+		config.LogLevel, "the lowest level logged")
+	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat,
+		config.LogFormat, "the log line format")
 	l.Bool(&c.Pprof, EnvPprof, false, "serve Go's /debug/pprof profiles on the API listener (profiling only: do not expose)")
 	l.List(&c.Join, EnvJoin, "", "a comma-separated list of gossip addresses host:port",
-		validateHostPort, "gossip seeds: the gate learns the managers and their leader from the pool")
-	l.String(&c.GossipAddr, EnvGossipAddr, d.GossipAddr, "a host:port", validateHostPort,
+		config.HostPort, "gossip seeds: the gate learns the managers and their leader from the pool")
+	l.String(&c.GossipAddr, EnvGossipAddr, d.GossipAddr, config.WantHostPort, config.HostPort,
 		"the gate's memberlist bind address (TCP and UDP), used when GATE_JOIN is set")
-	l.String(&c.GossipAdvertise, EnvGossipAdvertise, "", "a host:port, not 0.0.0.0 (empty: derived from GATE_GOSSIP_ADDR)",
-		validateAdvertise, "the gossip address the others dial (NAT, containers), resolved at start")
+	l.String(&c.GossipAdvertise, EnvGossipAdvertise, "", config.WantAdvertise,
+		config.Advertise, "the gossip address the others dial (NAT, containers), resolved at start")
 	l.String(&c.GossipKey, EnvGossipKey, "", "base64 of a 16, 24 or 32-byte key", nil,
 		"gossip encryption key, shared by every node of the pool; empty: plaintext")
-	l.String(&c.GossipProfile, EnvGossipProfile, d.GossipProfile, "lan or local", func(s string) error {
-		if s != "lan" && s != "local" {
-			return errors.New("unknown profile")
-		}
-		return nil
-	}, "memberlist timing profile")
+	l.String(&c.GossipProfile, EnvGossipProfile, d.GossipProfile, "lan or local", config.OneOf("lan", "local"),
+		"memberlist timing profile")
 	config.RegisterIdempotency(l, &c.Idempotency)
+	l.SecondsRange(&c.MaxTTL, EnvMaxTTL, d.MaxTTL, time.Second, MaxMaxTTL,
+		"the longest Idempotency-TTL a submission may ask for (400 invalid_request beyond)")
+}
+
+// LoadConfig parses args (flags) and then the environment (lookup, for every
+// flag not given) into a validated Config. -h prints the settings to usage
+// and returns config.ErrHelp. Errors are *config.Error values naming the
+// variable and its flag; they match config.ErrInvalid.
+func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writer) (Config, error) {
+	c := DefaultConfig()
+	l := config.NewLoader("gate", usage)
+	Register(l, &c)
+	if err := l.Parse(args, lookup); err != nil {
+		return c, err
+	}
+	c = c.withDefaults()
+	return c, c.Validate()
 }
 
 // Validate checks c as New does. Errors are *config.Error values naming the
-// variable and the accepted range; they match config.ErrInvalid.
+// variable, its flag and the accepted range; they match config.ErrInvalid and
+// the cause (config.ErrSyntax, config.ErrOutOfRange).
 func (c *Config) Validate() error {
 	check := func(env, value, want string, err error) error {
 		if err == nil {
 			return nil
 		}
-		return &config.Error{Env: env, Flag: config.FlagName(env), Value: value, Want: want, Err: err}
+		return config.Invalid(env, value, want, err)
 	}
-	if err := check(EnvListenAddr, c.ListenAddr, "a TCP address host:port", validateListenAddr(c.ListenAddr)); err != nil {
+	if err := check(EnvListenAddr, c.ListenAddr, config.WantListenAddr, config.ListenAddr(c.ListenAddr)); err != nil {
 		return err
 	}
-	if err := check(EnvDatacenter, c.Datacenter, "1 to 64 characters of a-z A-Z 0-9 . _ -", validateDatacenter(c.Datacenter)); err != nil {
+	if err := check(EnvDatacenter, c.Datacenter, config.WantName, config.Name(c.Datacenter)); err != nil {
 		return err
 	}
 	if err := check(EnvNodeName, c.NodeName, "at most 128 visible ASCII characters", validateNodeName(c.NodeName)); err != nil {
 		return err
 	}
 	for _, m := range c.Managers {
-		if err := check(EnvManagers, strings.Join(c.Managers, ","), "a comma-separated list of host:port", validateHostPort(m)); err != nil {
+		if err := check(EnvManagers, strings.Join(c.Managers, ","), "a comma-separated list of host:port", config.HostPort(m)); err != nil {
 			return err
 		}
 	}
 	if c.MaxBodyBytes < MinBodyBytes || c.MaxBodyBytes > MaxBodyBytes {
 		return check(EnvMaxBodyBytes, strconv.FormatInt(c.MaxBodyBytes, 10),
-			fmt.Sprintf("an integer from %d to %d", MinBodyBytes, MaxBodyBytes), errOutOfRange)
+			fmt.Sprintf("an integer from %d to %d", MinBodyBytes, MaxBodyBytes), config.ErrOutOfRange)
 	}
 	positive := []struct {
 		env string
@@ -190,19 +215,23 @@ func (c *Config) Validate() error {
 	}
 	for _, p := range positive {
 		if p.d <= 0 {
-			return check(p.env, p.d.String(), "a positive duration", errOutOfRange)
+			return check(p.env, config.FormatSeconds(p.d), "a positive number of seconds", config.ErrOutOfRange)
 		}
 	}
+	if c.MaxTTL < time.Second || c.MaxTTL > MaxMaxTTL {
+		return check(EnvMaxTTL, config.FormatSeconds(c.MaxTTL),
+			"a number of seconds from 1 to "+config.FormatSeconds(MaxMaxTTL), config.ErrOutOfRange)
+	}
 	if c.Idempotency.MaxEntries < 1 {
-		return check(config.EnvMaxEntries, strconv.Itoa(c.Idempotency.MaxEntries), "at least 1", errOutOfRange)
+		return check(config.EnvMaxEntries, strconv.Itoa(c.Idempotency.MaxEntries), "at least 1", config.ErrOutOfRange)
 	}
-	if err := check(EnvGossipAdvertise, c.GossipAdvertise, "a host:port, not 0.0.0.0", validateAdvertise(c.GossipAdvertise)); err != nil {
+	if err := check(EnvGossipAdvertise, c.GossipAdvertise, config.WantAdvertise, config.Advertise(c.GossipAdvertise)); err != nil {
 		return err
 	}
-	if err := check(EnvLogLevel, c.LogLevel, "one of trace, debug, info, warn, error", validateLogLevel(c.LogLevel)); err != nil {
+	if err := check(EnvLogLevel, c.LogLevel, config.WantLogLevel, config.LogLevel(c.LogLevel)); err != nil {
 		return err
 	}
-	return check(EnvLogFormat, c.LogFormat, "text or json", logging.ValidateFormat(c.LogFormat))
+	return check(EnvLogFormat, c.LogFormat, config.WantLogFormat, config.LogFormat(c.LogFormat))
 }
 
 // withDefaults fills the zero values of the fields that are not settable from
@@ -230,6 +259,9 @@ func (c Config) withDefaults() Config {
 	if c.LogFormat == "" {
 		c.LogFormat = d.LogFormat
 	}
+	if c.MaxTTL <= 0 {
+		c.MaxTTL = d.MaxTTL
+	}
 	return c
 }
 
@@ -250,62 +282,6 @@ func (c *Config) writeTimeout() time.Duration {
 	return c.ForwardTimeout + c.pendingWait() + 10*time.Second
 }
 
-var errOutOfRange = errors.New("out of range")
-
-func validateListenAddr(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return err
-	}
-	_ = host // empty means every interface
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
-	}
-	return nil
-}
-
-func validateHostPort(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return err
-	}
-	if host == "" {
-		return fmt.Errorf("%q has no host", s)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("%q: port is not a number from 1 to 65535", s)
-	}
-	return nil
-}
-
-// validateAdvertise accepts "" (derive from the bind address) or a host:port
-// whose host is a name or a routable IP (not 0.0.0.0 or ::).
-func validateAdvertise(s string) error {
-	if s == "" {
-		return nil
-	}
-	if err := validateHostPort(s); err != nil {
-		return err
-	}
-	host, _, _ := net.SplitHostPort(s)
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return fmt.Errorf("%q is not routable", s)
-	}
-	return nil
-}
-
-func validateDatacenter(s string) error {
-	if s == "" || len(s) > 64 {
-		return fmt.Errorf("length %d is not from 1 to 64", len(s))
-	}
-	for i := 0; i < len(s); i++ {
-		if !isNameChar(s[i]) {
-			return fmt.Errorf("character %q at offset %d is not allowed", s[i], i)
-		}
-	}
-	return nil
-}
-
 func validateNodeName(s string) error {
 	if len(s) > 128 {
 		return fmt.Errorf("length %d is over 128", len(s))
@@ -318,13 +294,7 @@ func validateNodeName(s string) error {
 	return nil
 }
 
-func validateLogLevel(s string) error {
-	_, err := logging.ParseLevel(s)
-	return err
-}
-
-// isNameChar reports whether c is in the alphabet of datacenter names, job types
-// and tenants: A-Z a-z 0-9 . _ -.
+// isNameChar reports whether c is in the alphabet of tenants: A-Z a-z 0-9 . _ -.
 func isNameChar(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
 }

@@ -1,6 +1,5 @@
 // Package gate is once's HTTP API (v1): the server that job-submission clients
-// talk to. docs/api.md is the contract as built; /work/shared/API.md the
-// contract as promised.
+// talk to. docs/api.md is its contract.
 //
 // A gate authenticates the tenant, parses the Idempotency-Key, reads, decodes
 // and fingerprints the body, then asks its idempotency cache (internal/cache):
@@ -34,29 +33,6 @@ import (
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
-)
-
-// Attribute keys of the gate's log lines: internal/logging's shared keys, and
-// the gate's own.
-const (
-	logKeyComponent = logging.KeyComponent
-	logKeyNode      = logging.KeyNode
-	logKeyErr       = logging.KeyError
-	logKeyAddr      = logging.KeyAddr
-	logKeyDC        = logging.KeyDatacenter
-	logKeyMethod    = "method"
-	logKeyPath      = "path"
-	logKeyRoute     = "route"
-	logKeyStatus    = "status"
-	logKeyCode      = "code"
-	logKeyBytes     = "bytes"
-	logKeyDuration  = "duration_ms"
-	logKeyRemote    = "remote"
-	logKeyTenant    = "tenant"
-	logKeyKey       = "idempotency_key"
-	logKeyPanic     = "panic"
-	logKeyStack     = "stack"
-	logKeyOutcome   = "outcome"
 )
 
 // Deps are the gate's collaborators. Zero values take the defaults noted.
@@ -133,7 +109,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.cache = c
 	g.client = rpc.NewClient(rpc.ClientConfig{
 		Resolver: deps.Resolver,
-		Logger:   g.log.With(logKeyComponent, "rpc"),
+		Logger:   g.log.With(logging.KeyComponent, "rpc"),
 	})
 	g.metrics = newMetrics(c, cfg.NodeName, cfg.Datacenter)
 	g.mux = http.NewServeMux()
@@ -184,8 +160,8 @@ func (g *Gate) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			g.log.Error("panic serving request", logKeyMethod, r.Method, logKeyPath, r.URL.Path,
-				logKeyPanic, fmt.Sprint(p), logKeyStack, string(debug.Stack()))
+			g.log.Error("panic serving request", logging.KeyMethod, r.Method, logging.KeyPath, r.URL.Path,
+				logging.KeyPanic, fmt.Sprint(p), logging.KeyStack, string(debug.Stack()))
 			if !rw.wroteHeader {
 				rw.owned, rw.intercepted = true, false
 				writeProblem(rw, http.StatusInternalServerError, api.CodeInternal, "the gate failed unexpectedly; the failure was logged")
@@ -222,20 +198,20 @@ func (g *Gate) finish(rw *responseWriter, r *http.Request, start time.Time) {
 	}
 	attrs := make([]slog.Attr, 0, 10)
 	attrs = append(attrs,
-		slog.String(logKeyMethod, r.Method),
-		slog.String(logKeyPath, r.URL.Path),
-		slog.String(logKeyRoute, route),
-		slog.Int(logKeyStatus, status),
-		slog.String(logKeyCode, string(rw.code)),
-		slog.Int64(logKeyBytes, rw.bytes),
-		slog.Float64(logKeyDuration, float64(d.Microseconds())/1000),
-		slog.String(logKeyRemote, r.RemoteAddr),
+		slog.String(logging.KeyMethod, r.Method),
+		slog.String(logging.KeyPath, r.URL.Path),
+		slog.String(logging.KeyRoute, route),
+		slog.Int(logging.KeyStatus, status),
+		slog.String(logging.KeyCode, string(rw.code)),
+		slog.Int64(logging.KeyBytes, rw.bytes),
+		slog.Float64(logging.KeyDurationMS, float64(d.Microseconds())/1000),
+		slog.String(logging.KeyRemote, r.RemoteAddr),
 	)
 	if rw.tenant != "" {
-		attrs = append(attrs, slog.String(logKeyTenant, rw.tenant))
+		attrs = append(attrs, slog.String(logging.KeyTenant, rw.tenant))
 	}
 	if rw.key != "" {
-		attrs = append(attrs, slog.String(logKeyKey, rw.key))
+		attrs = append(attrs, slog.String(logging.KeyIdemKey, rw.key))
 	}
 	g.log.LogAttrs(r.Context(), level, "http request", attrs...)
 }
@@ -252,10 +228,10 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		WriteTimeout:      g.cfg.writeTimeout(),
 		IdleTimeout:       g.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(g.log.With(logKeyComponent, "http").Handler(), slog.LevelWarn),
+		ErrorLog:          logging.ErrorLog(g.log, "http"),
 	}
-	g.log.Info("gate serving", logKeyAddr, ln.Addr().String(),
-		logKeyDC, g.cfg.Datacenter, "managers", g.cfg.Managers, "auth", g.tokens != nil)
+	g.log.Info("gate serving", logging.KeyAddr, ln.Addr().String(),
+		logging.KeyDatacenter, g.cfg.Datacenter, logging.KeyManagers, g.cfg.Managers, "auth", g.tokens != nil)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -263,7 +239,7 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("gate: serve: %w", err)
 	case <-ctx.Done():
 	}
-	g.log.Info("gate shutting down", logKeyAddr, ln.Addr().String())
+	g.log.Info("gate shutting down", logging.KeyAddr, ln.Addr().String())
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
@@ -272,13 +248,13 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		// Requests still in flight after ShutdownTimeout are cut off; their
 		// clients retry, and their keys are still deduplicated by the ledger.
 		g.log.Warn("graceful shutdown timed out; closing the remaining connections",
-			logKeyAddr, ln.Addr().String(), logKeyErr, err)
+			logging.KeyAddr, ln.Addr().String(), logging.KeyError, err)
 		_ = srv.Close()
 	}
 	if !errors.Is(serr, http.ErrServerClosed) {
 		return fmt.Errorf("gate: serve: %w", serr)
 	}
-	g.log.Info("gate stopped", logKeyAddr, ln.Addr().String())
+	g.log.Info("gate stopped", logging.KeyAddr, ln.Addr().String())
 	return nil
 }
 

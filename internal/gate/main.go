@@ -14,11 +14,11 @@ import (
 	"github.com/once-dev/once/internal/logging"
 )
 
-// Exit codes of Main.
+// Exit codes of Main: internal/config's, shared by both daemons.
 const (
-	ExitOK     = 0
-	ExitFailed = 1 // the gate could not listen or stopped on an error
-	ExitConfig = 2 // a setting is invalid; the message names its variable and range
+	ExitOK     = config.ExitOK
+	ExitFailed = config.ExitFailure // the gate could not listen or stopped on an error
+	ExitConfig = config.ExitConfig  // a setting is invalid; the message names its variable and range
 )
 
 // Main is the gate command: it reads the configuration from args (flags) and
@@ -27,10 +27,8 @@ const (
 // stderr. stdout is not written to.
 func Main(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
 	_ = stdout
-	cfg := DefaultConfig()
-	l := config.NewLoader("gate", stderr)
-	Register(l, &cfg)
-	if err := l.Parse(args, config.EnvList(environ)); err != nil {
+	cfg, err := LoadConfig(args, config.EnvList(environ), stderr)
+	if err != nil {
 		if errors.Is(err, config.ErrHelp) {
 			return ExitOK
 		}
@@ -45,7 +43,7 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 	if cfg.NodeName == "" {
 		cfg.NodeName, _ = os.Hostname()
 	}
-	logger = logger.With(logKeyNode, cfg.NodeName)
+	logger = logger.With(logging.KeyRole, "gate", logging.KeyNode, cfg.NodeName)
 	deps := Deps{Logger: logger}
 	if len(cfg.Join) > 0 {
 		pool, err := startMembership(ctx, cfg, logger)
@@ -55,7 +53,7 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 		}
 		defer func() {
 			if err := pool.Leave(2 * time.Second); err != nil {
-				logger.Warn("leaving the gossip pool", logKeyErr, err)
+				logger.Warn("leaving the gossip pool", logging.KeyError, err)
 			}
 			_ = pool.Shutdown()
 		}()
@@ -75,12 +73,12 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.ListenAddr)
 	if err != nil {
-		logger.Error("listen failed", logKeyAddr, cfg.ListenAddr, logKeyErr, err)
+		logger.Error("listen failed", logging.KeyAddr, cfg.ListenAddr, logging.KeyError, err)
 		fmt.Fprintf(stderr, "gate: listen on %s (%s): %v\n", cfg.ListenAddr, EnvListenAddr, err)
 		return ExitFailed
 	}
 	if err := g.Serve(ctx, ln); err != nil {
-		logger.Error("gate stopped on an error", logKeyErr, err)
+		logger.Error("gate stopped on an error", logging.KeyError, err)
 		return ExitFailed
 	}
 	return ExitOK
@@ -92,12 +90,10 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	lv, err := logging.ParseLevel(level)
 	if err != nil {
-		return nil, &config.Error{Env: EnvLogLevel, Flag: config.FlagName(EnvLogLevel), Value: level,
-			Want: "one of trace, debug, info, warn, error", Err: err}
+		return nil, config.Invalid(EnvLogLevel, level, config.WantLogLevel, err)
 	}
-	if err := logging.ValidateFormat(format); err != nil {
-		return nil, &config.Error{Env: EnvLogFormat, Flag: config.FlagName(EnvLogFormat), Value: format,
-			Want: "text or json", Err: err}
+	if err := config.LogFormat(format); err != nil {
+		return nil, config.Invalid(EnvLogFormat, format, config.WantLogFormat, err)
 	}
 	return logging.New(w, format, lv), nil
 }

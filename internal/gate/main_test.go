@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/gate/fakemanager"
 )
 
@@ -24,7 +25,7 @@ func TestMainHelp(t *testing.T) {
 		EnvForwardTimeout, EnvShutdownTimeout, EnvLogLevel, EnvLogFormat,
 		"IDEMPOTENCY_PENDING_TTL_SECONDS", "IDEMPOTENCY_COMMITTED_TTL_SECONDS", "IDEMPOTENCY_REJECTED_TTL_SECONDS",
 		"IDEMPOTENCY_MAX_ENTRIES", "IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS", "IDEMPOTENCY_WAIT_FOR_PENDING",
-		"IDEMPOTENCY_PENDING_WAIT_TIMEOUT"} {
+		"IDEMPOTENCY_PENDING_WAIT_TIMEOUT", EnvMaxTTL} {
 		if !strings.Contains(stderr.String(), env) {
 			t.Errorf("-h does not list %s", env)
 		}
@@ -41,14 +42,16 @@ func TestMainConfigErrors(t *testing.T) {
 		want []string
 	}{
 		{"body too small", nil, []string{"GATE_MAX_BODY_BYTES=10"}, []string{"GATE_MAX_BODY_BYTES", "from 1024 to 8388608"}},
-		{"forward timeout zero", nil, []string{"GATE_FORWARD_TIMEOUT_SECONDS=0"}, []string{"GATE_FORWARD_TIMEOUT_SECONDS", "from 1 to 600"}},
+		{"forward timeout zero", nil, []string{"GATE_FORWARD_TIMEOUT_SECONDS=0"}, []string{"GATE_FORWARD_TIMEOUT_SECONDS", "from 0.1 to 600"}},
+		{"forward timeout not seconds", nil, []string{"GATE_FORWARD_TIMEOUT_SECONDS=10s"}, []string{"GATE_FORWARD_TIMEOUT_SECONDS", "decimals allowed"}},
+		{"max ttl", nil, []string{"IDEMPOTENCY_MAX_TTL_SECONDS=0.5"}, []string{"IDEMPOTENCY_MAX_TTL_SECONDS", "from 1 to 31536000"}},
 		{"listen address", nil, []string{"GATE_LISTEN_ADDR=localhost"}, []string{"GATE_LISTEN_ADDR", "host:port"}},
 		{"managers", nil, []string{"GATE_MANAGERS=127.0.0.1:7000,nohost"}, []string{"GATE_MANAGERS", "host:port"}},
-		{"datacenter", nil, []string{"GATE_DATACENTER=dc/1"}, []string{"GATE_DATACENTER", "a-z A-Z 0-9"}},
+		{"datacenter", nil, []string{"GATE_DATACENTER=dc/1"}, []string{"GATE_DATACENTER", "A-Z a-z 0-9"}},
 		{"log level", nil, []string{"GATE_LOG_LEVEL=loud"}, []string{"GATE_LOG_LEVEL", "debug, info, warn, error"}},
 		{"gossip advertise", nil, []string{"GATE_GOSSIP_ADVERTISE=0.0.0.0:7300"}, []string{"GATE_GOSSIP_ADVERTISE", "not 0.0.0.0"}},
 		{"log format", nil, []string{"GATE_LOG_FORMAT=xml"}, []string{"GATE_LOG_FORMAT", "text or json"}},
-		{"pending ttl", nil, []string{"IDEMPOTENCY_PENDING_TTL_SECONDS=soon"}, []string{"IDEMPOTENCY_PENDING_TTL_SECONDS", "from 1 to"}},
+		{"pending ttl", nil, []string{"IDEMPOTENCY_PENDING_TTL_SECONDS=soon"}, []string{"IDEMPOTENCY_PENDING_TTL_SECONDS", "from 0.1 to 2592000"}},
 		{"wait for pending", nil, []string{"IDEMPOTENCY_WAIT_FOR_PENDING=maybe"}, []string{"IDEMPOTENCY_WAIT_FOR_PENDING", "true or false"}},
 		{"max entries", nil, []string{"IDEMPOTENCY_MAX_ENTRIES=0"}, []string{"IDEMPOTENCY_MAX_ENTRIES", "from 1 to 100000000"}},
 		{"token file", nil, []string{"GATE_TOKEN_FILE=/nonexistent/tokens"}, []string{"GATE_TOKEN_FILE", "<token> <tenant>"}},
@@ -151,5 +154,65 @@ func TestMainServesAndStops(t *testing.T) {
 	cancel()
 	if code := <-exit; code != ExitOK {
 		t.Fatalf("exit %d after shutdown", code)
+	}
+}
+
+// TestLoadConfigAsOperatorsWriteIt: seconds with decimals and booleans in any
+// of their usual spellings load; the flag wins over its variable.
+func TestLoadConfigAsOperatorsWriteIt(t *testing.T) {
+	tests := []struct {
+		env   map[string]string
+		args  []string
+		check func(Config) bool
+	}{
+		{map[string]string{"IDEMPOTENCY_PENDING_TTL_SECONDS": "60.0"}, nil,
+			func(c Config) bool { return c.Idempotency.PendingTTL == 60*time.Second }},
+		{map[string]string{"IDEMPOTENCY_PENDING_TTL_SECONDS": "0.5"}, nil,
+			func(c Config) bool { return c.Idempotency.PendingTTL == 500*time.Millisecond }},
+		{map[string]string{"IDEMPOTENCY_WAIT_FOR_PENDING": "True"}, nil,
+			func(c Config) bool { return c.Idempotency.WaitForPending }},
+		{map[string]string{"IDEMPOTENCY_WAIT_FOR_PENDING": "on"}, []string{},
+			func(c Config) bool { return c.Idempotency.WaitForPending }},
+		{map[string]string{"IDEMPOTENCY_WAIT_FOR_PENDING": "on"}, []string{"-idempotency-wait-for-pending=OFF"},
+			func(c Config) bool { return !c.Idempotency.WaitForPending }},
+		{map[string]string{"GATE_FORWARD_TIMEOUT_SECONDS": "2.5", "GATE_PPROF": "Yes"}, nil,
+			func(c Config) bool { return c.ForwardTimeout == 2500*time.Millisecond && c.Pprof }},
+		{map[string]string{"IDEMPOTENCY_MAX_TTL_SECONDS": "86400.0"}, nil,
+			func(c Config) bool { return c.MaxTTL == 24*time.Hour }},
+		{nil, nil,
+			func(c Config) bool { return c.MaxTTL == 30*24*time.Hour }},
+	}
+	for _, tt := range tests {
+		c, err := LoadConfig(tt.args, config.MapLookup(tt.env), io.Discard)
+		if err != nil {
+			t.Fatalf("%v %v: %v", tt.env, tt.args, err)
+		}
+		if !tt.check(c) {
+			t.Fatalf("%v %v: loaded %+v", tt.env, tt.args, c)
+		}
+	}
+}
+
+// TestMainStartsWithDecimalSeconds: IDEMPOTENCY_PENDING_TTL_SECONDS=60.0 and
+// 0.5 (with IDEMPOTENCY_WAIT_FOR_PENDING=True) start the gate, which serves
+// and then exits 0.
+func TestMainStartsWithDecimalSeconds(t *testing.T) {
+	for _, v := range []string{"60.0", "0.5"} {
+		logs := &logLines{addr: make(chan string, 1)}
+		ctx, cancel := context.WithCancel(context.Background())
+		exit := make(chan int, 1)
+		env := []string{"GATE_LISTEN_ADDR=127.0.0.1:0", "GATE_LOG_FORMAT=json",
+			"IDEMPOTENCY_PENDING_TTL_SECONDS=" + v, "IDEMPOTENCY_WAIT_FOR_PENDING=True"}
+		go func() { exit <- Main(ctx, nil, env, io.Discard, logs) }()
+		select {
+		case <-logs.addr:
+		case code := <-exit:
+			cancel()
+			t.Fatalf("IDEMPOTENCY_PENDING_TTL_SECONDS=%s: Main exited %d before serving: %q", v, code, logs.lines)
+		}
+		cancel()
+		if code := <-exit; code != ExitOK {
+			t.Fatalf("IDEMPOTENCY_PENDING_TTL_SECONDS=%s: exit %d after shutdown", v, code)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
@@ -27,10 +28,10 @@ func (g *Gate) readError(w http.ResponseWriter, r *http.Request, err error, notF
 	case errors.Is(err, rpc.ErrInvalid):
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: "+rpcMessage(err))
 	case errors.Is(err, rpc.ErrInternal):
-		g.log.Error("read failed at the manager", logKeyPath, r.URL.Path, logKeyErr, err)
+		g.log.Error("read failed at the manager", logging.KeyPath, r.URL.Path, logging.KeyError, err)
 		writeProblem(w, http.StatusInternalServerError, api.CodeInternal, "the manager failed to answer the read")
 	default:
-		g.log.Warn("read failed", logKeyPath, r.URL.Path, logKeyErr, err)
+		g.log.Warn("read failed", logging.KeyPath, r.URL.Path, logging.KeyError, err)
 		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
 		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no manager leader answered in time; retry later")
 	}

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/cache"
+	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/fingerprint"
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
@@ -35,8 +37,9 @@ type response struct {
 	// the ledger had the entry before this gate's request (the key was first
 	// sent through another gate, or this gate's cache lost it).
 	replayed bool
-	// expiresAt is when the ledger's entry expires; a 429's Retry-After counts
-	// down to it.
+	// expiresAt is when the ledger's entry expires: the Idempotency-Expires-At
+	// of every answer carrying this outcome; a 429's Retry-After counts down
+	// to it.
 	expiresAt time.Time
 	// retryAfter, when positive, is a fixed Retry-After (503, 409).
 	retryAfter time.Duration
@@ -47,6 +50,9 @@ func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 	h := w.Header()
 	if r.location != "" {
 		h.Set(api.HeaderLocation, r.location)
+	}
+	if r.replayable && !r.expiresAt.IsZero() {
+		h.Set(api.HeaderIdempotencyExpiresAt, api.FormatTime(r.expiresAt))
 	}
 	if r.replayable {
 		if replay {
@@ -99,21 +105,12 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	values := r.Header.Values(api.HeaderIdempotencyKey)
-	switch len(values) {
-	case 0:
-		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyMissing,
-			"POST /v1/jobs requires an Idempotency-Key header")
-		return
-	case 1:
-	default:
-		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid,
-			fmt.Sprintf("idempotency key must be sent in exactly one Idempotency-Key header (got %d)", len(values)))
+	key, ok := idempotencyKey(w, r)
+	if !ok {
 		return
 	}
-	key, err := keys.Parse(values[0])
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, err.Error())
+	resultTTL, ok := g.resultTTL(w, r)
+	if !ok {
 		return
 	}
 	if rw, ok := w.(*responseWriter); ok {
@@ -165,7 +162,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 					"the gate failed unexpectedly; the failure was logged"))
 			}
 		}()
-		resp, state, ttl := g.forward(r.Context(), tenant, key, fp, job)
+		resp, state, ttl := g.forward(r.Context(), tenant, key, fp, job, resultTTL)
 		resolved = true
 		if state == cache.Committed || state == cache.Rejected {
 			err = look.Owner.Complete(resp, state, ttl)
@@ -176,7 +173,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			// Complete and Abandon fail only when called twice (ErrResolved) or
 			// with a bad state or TTL (ErrInvalidState): a bug, not the
 			// client's concern. The answer stands; waiters were already woken.
-			g.log.Warn("resolving cache entry", logKeyTenant, tenant, logKeyErr, err)
+			g.log.Warn("resolving cache entry", logging.KeyTenant, tenant, logging.KeyError, err)
 		}
 		if resp.replayed {
 			g.metrics.replays.Inc()
@@ -185,6 +182,70 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	default:
 		panic(fmt.Sprintf("gate: unexpected cache lookup kind %v", look.Kind))
 	}
+}
+
+// idempotencyKey returns the request's key, from Idempotency-Key or its other
+// name X-Idempotency-Key, or answers 400 and returns false. Each header may
+// appear once; when both are sent they must carry the same key.
+func idempotencyKey(w http.ResponseWriter, r *http.Request) (keys.Key, bool) {
+	var found []keys.Key
+	for _, name := range []string{api.HeaderIdempotencyKey, api.HeaderXIdempotencyKey} {
+		values := r.Header.Values(name)
+		switch len(values) {
+		case 0:
+			continue
+		case 1:
+		default:
+			writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid,
+				fmt.Sprintf("idempotency key must be sent in exactly one %s header (got %d)", name, len(values)))
+			return keys.Key{}, false
+		}
+		key, err := keys.Parse(values[0])
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, name+": "+err.Error())
+			return keys.Key{}, false
+		}
+		found = append(found, key)
+	}
+	switch {
+	case len(found) == 0:
+		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyMissing,
+			"POST /v1/jobs requires an Idempotency-Key header (or X-Idempotency-Key)")
+		return keys.Key{}, false
+	case len(found) == 2 && found[0].Raw != found[1].Raw:
+		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid,
+			"the Idempotency-Key and X-Idempotency-Key headers carry different keys; send one, or both with the same key")
+		return keys.Key{}, false
+	}
+	return found[0], true
+}
+
+// resultTTL returns the lifetime the request asks for its stored outcome
+// (Idempotency-TTL, decimal seconds from 1 to IDEMPOTENCY_MAX_TTL_SECONDS), 0
+// when the header is absent, or answers 400 invalid_request and returns false.
+func (g *Gate) resultTTL(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
+	values := r.Header.Values(api.HeaderIdempotencyTTL)
+	if len(values) == 0 {
+		return 0, true
+	}
+	max := g.cfg.MaxTTL
+	fail := func(why string) (time.Duration, bool) {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
+			fmt.Sprintf("invalid request: %s header %s; it is a number of seconds from 1 to %s",
+				api.HeaderIdempotencyTTL, why, config.FormatSeconds(max)))
+		return 0, false
+	}
+	if len(values) > 1 {
+		return fail(fmt.Sprintf("sent %d times", len(values)))
+	}
+	d, err := config.ParseSeconds(values[0])
+	if err != nil {
+		return fail(fmt.Sprintf("%q is not a decimal number", values[0]))
+	}
+	if d < time.Second || d > max {
+		return fail(fmt.Sprintf("%q is out of range", values[0]))
+	}
+	return d, true
 }
 
 // unroutable returns the first datacenter of dcs that the gate cannot forward
@@ -277,7 +338,11 @@ const (
 // forward submits a job at the manager leader and renders its answer. state is
 // Committed or Rejected for the deterministic outcomes the cache keeps (with the
 // TTL left on the ledger's entry), else 0: the answer is not cached.
-func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp string, job api.JobRequest) (*response, cache.State, time.Duration) {
+//
+// resultTTL, when positive, is the lifetime the client asked for (the
+// Idempotency-TTL header): the manager stores the outcome that long, and the
+// cache keeps it at most that long.
+func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp string, job api.JobRequest, resultTTL time.Duration) (*response, cache.State, time.Duration) {
 	wait := g.cfg.pendingWait()
 	// The forward outlives a client that hangs up: duplicates may be waiting on
 	// its outcome, and a deterministic outcome is worth caching.
@@ -290,6 +355,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		Fingerprint: fp,
 		Job:         job,
 		WaitMillis:  wait.Milliseconds(),
+		ResultTTL:   resultTTL,
 	})
 	outcome := outcomeUnavailable
 	if err == nil {
@@ -304,13 +370,13 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	case rpc.OutcomeCommitted:
 		if sr.Job == nil {
 			outcome = outcomeError
-			g.log.Error("manager answered committed without a job", logKeyTenant, tenant)
+			g.log.Error("manager answered committed without a job", logging.KeyTenant, tenant)
 			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
 		}
 		b, err := json.Marshal(sr.Job)
 		if err != nil {
 			outcome = outcomeError
-			g.log.Error("encoding job", logKeyTenant, tenant, logKeyErr, err)
+			g.log.Error("encoding job", logging.KeyTenant, tenant, logging.KeyError, err)
 			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "encoding the job failed"), 0, 0
 		}
 		resp := &response{
@@ -321,11 +387,15 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 			replayed:   sr.Replayed,
 			expiresAt:  sr.ExpiresAt,
 		}
-		return resp, cache.Committed, g.cacheTTL(sr.ExpiresAt, now, g.cfg.Idempotency.CommittedTTL)
+		ttl := ttlOr(resultTTL, g.cfg.Idempotency.CommittedTTL)
+		if resp.expiresAt.IsZero() {
+			resp.expiresAt = now.Add(ttl)
+		}
+		return resp, cache.Committed, g.cacheTTL(sr.ExpiresAt, now, min(ttl, g.cfg.Idempotency.CommittedTTL))
 	case rpc.OutcomeRejected:
 		if sr.Rejection == nil {
 			outcome = outcomeError
-			g.log.Error("manager answered rejected without a rejection", logKeyTenant, tenant)
+			g.log.Error("manager answered rejected without a rejection", logging.KeyTenant, tenant)
 			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
 		}
 		status := http.StatusUnprocessableEntity
@@ -344,10 +414,11 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 			replayed:   sr.Replayed,
 			expiresAt:  sr.ExpiresAt,
 		}
+		ttl := ttlOr(resultTTL, g.cfg.Idempotency.RejectedTTL)
 		if resp.expiresAt.IsZero() {
-			resp.expiresAt = now.Add(g.cfg.Idempotency.RejectedTTL)
+			resp.expiresAt = now.Add(ttl)
 		}
-		return resp, cache.Rejected, g.cacheTTL(sr.ExpiresAt, now, g.cfg.Idempotency.RejectedTTL)
+		return resp, cache.Rejected, g.cacheTTL(sr.ExpiresAt, now, min(ttl, g.cfg.Idempotency.RejectedTTL))
 	case rpc.OutcomeInProgress:
 		resp := problemResponse(http.StatusConflict, api.CodeRequestInProgress,
 			"a request with this idempotency key is still being processed")
@@ -364,9 +435,17 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		return problemResponse(http.StatusConflict, api.CodeIdempotencyKeyExpired, detail), 0, 0
 	default:
 		outcome = outcomeError
-		g.log.Error("manager answered an unknown outcome", logKeyTenant, tenant, logKeyOutcome, string(sr.Outcome))
+		g.log.Error("manager answered an unknown outcome", logging.KeyTenant, tenant, logging.KeyOutcome, string(sr.Outcome))
 		return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was not understood"), 0, 0
 	}
+}
+
+// ttlOr returns requested when positive, else configured.
+func ttlOr(requested, configured time.Duration) time.Duration {
+	if requested > 0 {
+		return requested
+	}
+	return configured
 }
 
 // cacheTTL is how long the gate may cache an outcome: the time left on the
@@ -390,20 +469,20 @@ func (g *Gate) cacheTTL(expiresAt, now time.Time, configured time.Duration) time
 func (g *Gate) forwardError(err error, tenant string) *response {
 	switch {
 	case errors.Is(err, rpc.ErrLedgerFull):
-		g.log.Warn("ledger full", logKeyTenant, tenant, logKeyErr, err)
+		g.log.Warn("ledger full", logging.KeyTenant, tenant, logging.KeyError, err)
 		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
 			"the datacenter's ledger is full of live entries; retry later with the same key")
 		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
 		return resp
 	case errors.Is(err, rpc.ErrInvalid), errors.Is(err, rpc.ErrInternal):
-		g.log.Error("manager refused the submission", logKeyTenant, tenant, logKeyErr, err)
+		g.log.Error("manager refused the submission", logging.KeyTenant, tenant, logging.KeyError, err)
 		return problemResponse(http.StatusInternalServerError, api.CodeInternal,
 			"the manager could not process the submission; the same key may be retried")
 	default:
 		// rpc.ErrUnavailable (the client's deadline), and anything unexpected:
 		// retrying the key is always safe, the ledger deduplicates.
 		g.log.LogAttrs(context.Background(), slog.LevelWarn, "forward failed",
-			slog.String(logKeyTenant, tenant), slog.Any(logKeyErr, err))
+			slog.String(logging.KeyTenant, tenant), slog.Any(logging.KeyError, err))
 		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
 			"no manager leader answered in time; retry later with the same key")
 		resp.retryAfter = g.cfg.RetryAfter

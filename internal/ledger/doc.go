@@ -1,5 +1,5 @@
 // Package ledger is the manager's idempotency ledger: the deterministic Raft FSM
-// (ManagerIdempotencyLedger) that is the authority on every idempotency key and
+// that is the authority on every idempotency key and
 // every job of a datacenter.
 //
 // It holds three tables:

@@ -35,8 +35,8 @@ type Options struct {
 // business outcome (exists, key reused, full, ...) is the Result's Outcome; a
 // command that does not decode, or has an unknown type or version, or breaks a
 // rule of its type, returns OutcomeInvalid with Result.Err and changes nothing
-// but the applied index. It never panics on any log data. (STYLE.md suggests
-// panicking on a decode failure; we return an error result instead, which every
+// but the applied index. It never panics on any log data. (Some FSMs panic on
+// a decode failure; we return an error result instead, which every
 // replica computes alike, so the group stays consistent and a bad proposal
 // cannot crash-loop every manager. See docs/ledger.md.) An unknown type with
 // TypeIgnorable set returns OutcomeIgnored.

@@ -14,8 +14,9 @@ import (
 	"strings"
 )
 
-// Attribute keys used across once. Use these constants rather than string
-// literals so that every component names the same thing the same way.
+// Attribute keys used across once: the one set every package logs with. Use
+// these constants rather than string literals so that every component names
+// the same thing the same way; an error is always under KeyError ("err").
 const (
 	KeyComponent  = "component" // subsystem that logged: "raft", "memberlist", "autopilot", ...
 	KeyLogger     = "logger"    // hclog logger name (raft's Named loggers)
@@ -43,6 +44,34 @@ const (
 	KeyVoters     = "voters"    // number of voters
 	KeyAlive      = "alive"     // number of alive members or voters
 	KeyExtraValue = "EXTRA_VALUE_AT_END"
+
+	// HTTP access and error logs (the gate's API, the manager's RPC listener).
+	KeyMethod     = "method"          // HTTP method
+	KeyPath       = "path"            // request path
+	KeyRoute      = "route"           // the matched route pattern
+	KeyStatus     = "status"          // HTTP status sent
+	KeyCode       = "code"            // problem code sent (pkg/api.Code)
+	KeyBytes      = "bytes"           // response body bytes
+	KeyDurationMS = "duration_ms"     // request duration in milliseconds
+	KeyRemote     = "remote"          // client address
+	KeyPanic      = "panic"           // a recovered panic value
+	KeyStack      = "stack"           // its stack
+	KeyTenant     = "tenant"          // the tenant of a request or entry
+	KeyIdemKey    = "idempotency_key" // an idempotency key
+	KeyOutcome    = "outcome"         // a submission's outcome
+	KeyManagers   = "managers"        // manager RPC addresses
+	KeyTerm       = "term"            // a raft term
+	KeyDir        = "dir"             // a directory
+	KeyOp         = "op"              // the operation that failed
+	KeyRPCAddr    = "rpc"             // a manager's RPC address
+	KeyRaftAddr   = "raft"            // a manager's Raft address
+
+	// The Raft log store (internal/walstore).
+	KeySegment      = "segment"       // a WAL segment file
+	KeyOffset       = "offset"        // a byte offset in it
+	KeyDroppedBytes = "dropped_bytes" // bytes of a torn tail dropped
+	KeyKeptEntries  = "kept_entries"  // entries kept
+	KeyLastIndex    = "last_index"    // the last log index
 )
 
 // LevelTrace is below slog.LevelDebug; hclog's Trace maps to it. Handlers

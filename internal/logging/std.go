@@ -25,6 +25,18 @@ func StdLogger(l *slog.Logger, component string) *log.Logger {
 	return log.New(&stdWriter{l: l, infer: true, force: slog.LevelInfo}, "", 0)
 }
 
+// ErrorLog returns the *log.Logger for an http.Server's ErrorLog (both
+// daemons use it): its lines (TLS handshake failures, broken connections,
+// panics in handlers) are logged at Warn with KeyComponent=component; a
+// [LEVEL] prefix is stripped, not obeyed.
+func ErrorLog(l *slog.Logger, component string) *log.Logger {
+	l = OrDiscard(l)
+	if component != "" {
+		l = l.With(KeyComponent, component)
+	}
+	return log.New(&stdWriter{l: l, forced: true, force: slog.LevelWarn}, "", 0)
+}
+
 // stdWriter receives one line per Write from a *log.Logger.
 type stdWriter struct {
 	l      *slog.Logger

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/once-dev/once/internal/autopilot"
+	"github.com/once-dev/once/internal/logging"
 )
 
 // startAutopilot runs the autopilot: it bootstraps the Raft group once
@@ -25,7 +26,7 @@ func (c *clusterMembership) startAutopilot(ctx context.Context, cfg Config, m *M
 	go func() {
 		defer c.wg.Done()
 		if err := c.ap.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			c.log.Error("autopilot stopped", "err", err)
+			c.log.Error("autopilot stopped", logging.KeyError, err)
 		}
 	}()
 	return nil

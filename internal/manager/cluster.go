@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/autopilot"
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 )
 
@@ -102,7 +103,7 @@ func (c *clusterMembership) leave(ctx context.Context) {
 		timeout = time.Until(d) / 2
 	}
 	if err := c.ap.Leave(ctx, timeout); err != nil {
-		c.log.Warn("leaving the datacenter incomplete", "err", err)
+		c.log.Warn("leaving the datacenter incomplete", logging.KeyError, err)
 	}
 }
 
@@ -110,6 +111,6 @@ func (c *clusterMembership) stop() {
 	c.cancel()
 	c.wg.Wait()
 	if err := c.pool.Shutdown(); err != nil {
-		c.log.Warn("membership shutdown", "err", err)
+		c.log.Warn("membership shutdown", logging.KeyError, err)
 	}
 }

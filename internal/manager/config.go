@@ -1,12 +1,9 @@
 package manager
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
-	"regexp"
 	"time"
 
 	"github.com/once-dev/once/internal/config"
@@ -14,7 +11,10 @@ import (
 )
 
 // Config is everything a manager is told at start. Settings come from flags and
-// MANAGER_* / IDEMPOTENCY_* variables (docs/configuration.md lists them all).
+// MANAGER_* / IDEMPOTENCY_* variables (docs/configuration.md lists them all):
+// DefaultConfig holds every default, Register binds the fields to flags and
+// variables, LoadConfig parses and validates. Adding a setting is a field, an
+// Env constant, a default and one Register line.
 type Config struct {
 	NodeID     string // MANAGER_NODE_ID: unique, stable across restarts (the Raft server ID)
 	Datacenter string // MANAGER_DATACENTER
@@ -58,103 +58,140 @@ type Config struct {
 	Idempotency config.Idempotency
 }
 
-var nodeIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+// Names of the manager's environment variables. Each has a flag derived from
+// it (config.FlagName): MANAGER_NODE_ID is -manager-node-id. A flag wins over
+// its variable. The seven shared IDEMPOTENCY_* variables are registered by
+// config.RegisterIdempotency.
+const (
+	EnvNodeID              = "MANAGER_NODE_ID"
+	EnvDatacenter          = "MANAGER_DATACENTER"
+	EnvDataDir             = "MANAGER_DATA_DIR"
+	EnvRaftAddr            = "MANAGER_RAFT_ADDR"
+	EnvRaftAdvertise       = "MANAGER_RAFT_ADVERTISE"
+	EnvRPCAddr             = "MANAGER_RPC_ADDR"
+	EnvRPCAdvertise        = "MANAGER_RPC_ADVERTISE"
+	EnvGossipAddr          = "MANAGER_GOSSIP_ADDR"
+	EnvGossipAdvertise     = "MANAGER_GOSSIP_ADVERTISE"
+	EnvJoin                = "MANAGER_JOIN"
+	EnvGossipKey           = "MANAGER_GOSSIP_KEY"
+	EnvGossipProfile       = "MANAGER_GOSSIP_PROFILE"
+	EnvBootstrapExpect     = "MANAGER_BOOTSTRAP_EXPECT"
+	EnvDeadServerGrace     = "MANAGER_DEAD_SERVER_GRACE_SECONDS"
+	EnvLeaveOnTerminate    = "MANAGER_LEAVE_ON_TERMINATE"
+	EnvHeartbeatTimeout    = "MANAGER_RAFT_HEARTBEAT_TIMEOUT"
+	EnvElectionTimeout     = "MANAGER_RAFT_ELECTION_TIMEOUT"
+	EnvLeaderLeaseTimeout  = "MANAGER_RAFT_LEADER_LEASE_TIMEOUT"
+	EnvSnapshotThreshold   = "MANAGER_RAFT_SNAPSHOT_THRESHOLD"
+	EnvTrailingLogs        = "MANAGER_RAFT_TRAILING_LOGS"
+	EnvMaxAppendEntries    = "MANAGER_RAFT_MAX_APPEND_ENTRIES"
+	EnvMaxQueuedJobs       = "MANAGER_MAX_QUEUED_JOBS"
+	EnvJobRetention        = "MANAGER_JOB_RETENTION_SECONDS"
+	EnvAllowedJobTypes     = "MANAGER_ALLOWED_JOB_TYPES"
+	EnvLedgerMaxEntries    = "IDEMPOTENCY_LEDGER_MAX_ENTRIES"
+	EnvWatermarkTTL        = "IDEMPOTENCY_WATERMARK_TTL_SECONDS"
+	EnvWatermarkMaxClients = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS"
+	EnvApplyTimeout        = "MANAGER_APPLY_TIMEOUT"
+	EnvPprof               = "MANAGER_PPROF"
+	EnvLogLevel            = "MANAGER_LOG_LEVEL"
+	EnvLogFormat           = "MANAGER_LOG_FORMAT"
+)
 
-func validHostPort(s string) error {
-	_, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return err
-	}
-	if port == "" {
-		return errors.New("missing port")
-	}
-	return nil
-}
-
-func optionalHostPort(s string) error {
-	if s == "" {
-		return nil
-	}
-	return validHostPort(s)
-}
-
-func validName(s string) error {
-	if !nodeIDRe.MatchString(s) {
-		return errors.New("must be 1-63 characters of A-Z a-z 0-9 . _ - starting with a letter or digit")
-	}
-	return nil
-}
-
-// register puts every manager setting on l, storing into c.
-func register(l *config.Loader, c *Config) {
+// DefaultConfig returns the defaults of every setting, with the derived ones
+// (DataDir, RaftAdvertise, RPCAdvertise) filled as withDefaults does.
+func DefaultConfig() Config {
 	host, _ := os.Hostname()
-	if validName(host) != nil {
+	if config.Name(host) != nil {
 		host = "manager1"
 	}
-	l.String(&c.NodeID, "MANAGER_NODE_ID", host, "1-63 characters of A-Z a-z 0-9 . _ -", validName,
+	c := Config{
+		NodeID:              host,
+		Datacenter:          "dc1",
+		RaftAddr:            "127.0.0.1:7000",
+		RPCAddr:             "127.0.0.1:7100",
+		GossipAddr:          "127.0.0.1:7200",
+		GossipProfile:       "lan",
+		BootstrapExpect:     3,
+		DeadServerGrace:     30 * time.Second,
+		HeartbeatTimeout:    500 * time.Millisecond,
+		ElectionTimeout:     time.Second,
+		LeaderLeaseTimeout:  500 * time.Millisecond,
+		SnapshotThreshold:   16384,
+		TrailingLogs:        10240,
+		MaxAppendEntries:    512,
+		MaxQueuedJobs:       1_000_000,
+		JobRetention:        86400 * time.Second,
+		LedgerMaxEntries:    1_000_000,
+		WatermarkTTL:        86400 * time.Second,
+		WatermarkMaxClients: 100_000,
+		ApplyTimeout:        5 * time.Second,
+		LogLevel:            "info",
+		LogFormat:           logging.FormatText,
+		Idempotency:         config.DefaultIdempotency(),
+	}
+	return c.withDefaults()
+}
+
+// Register binds c's fields to flags and environment variables on l, with the
+// defaults of DefaultConfig. Derived settings (MANAGER_DATA_DIR and the
+// *_ADVERTISE addresses) default to empty: withDefaults derives them after
+// parsing.
+func Register(l *config.Loader, c *Config) {
+	d := DefaultConfig()
+	l.String(&c.NodeID, EnvNodeID, d.NodeID, config.WantName, config.Name,
 		"this manager's unique, stable ID (its Raft server ID)")
-	l.String(&c.Datacenter, "MANAGER_DATACENTER", "dc1", "1-63 characters of A-Z a-z 0-9 . _ -", validName,
+	l.String(&c.Datacenter, EnvDatacenter, d.Datacenter, config.WantName, config.Name,
 		"the datacenter this manager's Raft group serves")
-	l.String(&c.DataDir, "MANAGER_DATA_DIR", "", "a directory path", nil,
+	l.String(&c.DataDir, EnvDataDir, "", "a directory path", nil,
 		"where the Raft log, stable store and snapshots live (default ./data/<node-id>)")
-	l.String(&c.RaftAddr, "MANAGER_RAFT_ADDR", "127.0.0.1:7000", "host:port", validHostPort, "Raft bind address")
-	l.String(&c.RaftAdvertise, "MANAGER_RAFT_ADVERTISE", "", "host:port", optionalHostPort, "Raft address peers dial (default MANAGER_RAFT_ADDR)")
-	l.String(&c.RPCAddr, "MANAGER_RPC_ADDR", "127.0.0.1:7100", "host:port", validHostPort, "RPC listener for gates (also serves /metrics)")
-	l.String(&c.RPCAdvertise, "MANAGER_RPC_ADVERTISE", "", "host:port", optionalHostPort, "RPC address gates dial (default MANAGER_RPC_ADDR)")
-	l.String(&c.GossipAddr, "MANAGER_GOSSIP_ADDR", "127.0.0.1:7200", "host:port", validHostPort, "memberlist bind address (TCP and UDP)")
-	l.String(&c.GossipAdvertise, "MANAGER_GOSSIP_ADVERTISE", "", "host:port", optionalHostPort, "gossip address the others dial, resolved at start (default: MANAGER_GOSSIP_ADDR, or a private IP when that is 0.0.0.0)")
-	l.List(&c.Join, "MANAGER_JOIN", "", "comma-separated host:port gossip seeds", validHostPort, "gossip addresses of nodes to join")
-	l.String(&c.GossipKey, "MANAGER_GOSSIP_KEY", "", "base64 of a 16, 24 or 32-byte key", nil, "gossip encryption key; empty: plaintext")
-	l.String(&c.GossipProfile, "MANAGER_GOSSIP_PROFILE", "lan", "lan or local", func(s string) error {
-		if s != "lan" && s != "local" {
-			return errors.New("unknown profile")
-		}
-		return nil
-	}, "memberlist timing profile")
-	l.Int(&c.BootstrapExpect, "MANAGER_BOOTSTRAP_EXPECT", 3, 1, 9, "how many managers must see each other before the Raft group is bootstrapped")
-	l.Seconds(&c.DeadServerGrace, "MANAGER_DEAD_SERVER_GRACE_SECONDS", 30, 1, 86400, "how long a failed manager stays a voter before the leader removes it")
-	l.Bool(&c.LeaveOnTerminate, "MANAGER_LEAVE_ON_TERMINATE", false, "on SIGTERM/SIGINT leave the Raft configuration for good (default: stop as a voter that will come back)")
-	l.Duration(&c.HeartbeatTimeout, "MANAGER_RAFT_HEARTBEAT_TIMEOUT", 500*time.Millisecond, 50*time.Millisecond, time.Minute, "Raft heartbeat timeout")
-	l.Duration(&c.ElectionTimeout, "MANAGER_RAFT_ELECTION_TIMEOUT", time.Second, 50*time.Millisecond, time.Minute, "Raft election timeout")
-	l.Duration(&c.LeaderLeaseTimeout, "MANAGER_RAFT_LEADER_LEASE_TIMEOUT", 500*time.Millisecond, 25*time.Millisecond, time.Minute, "Raft leader lease timeout")
-	l.Int(&c.SnapshotThreshold, "MANAGER_RAFT_SNAPSHOT_THRESHOLD", 16384, 16, 1<<30, "log entries between snapshots")
-	l.Int(&c.TrailingLogs, "MANAGER_RAFT_TRAILING_LOGS", 10240, 0, 1<<30, "log entries kept after a snapshot")
-	l.Int(&c.MaxAppendEntries, "MANAGER_RAFT_MAX_APPEND_ENTRIES", 512, 1, 1024, "log entries per AppendEntries RPC and per apply batch")
-	l.Int(&c.MaxQueuedJobs, "MANAGER_MAX_QUEUED_JOBS", 1_000_000, 1, 1<<31-1, "jobs the datacenter holds before admission rejects with 429 (capacity)")
-	l.Seconds(&c.JobRetention, "MANAGER_JOB_RETENTION_SECONDS", 86400, 1, 365*86400, "how long a job stays readable (at least IDEMPOTENCY_COMMITTED_TTL_SECONDS)")
-	l.List(&c.AllowedJobTypes, "MANAGER_ALLOWED_JOB_TYPES", "", "comma-separated job types", nil, "if set, admission rejects other job types with 422")
-	l.Int(&c.LedgerMaxEntries, "IDEMPOTENCY_LEDGER_MAX_ENTRIES", 1_000_000, 1, 1<<31-1, "live entries the ledger holds before it refuses new reservations")
-	l.Seconds(&c.WatermarkTTL, "IDEMPOTENCY_WATERMARK_TTL_SECONDS", 86400, 1, 365*86400, "how long a client's sequence watermark is kept after its last update")
-	l.Int(&c.WatermarkMaxClients, "IDEMPOTENCY_WATERMARK_MAX_CLIENTS", 100_000, 1, 1<<31-1, "the bound on per-client watermarks")
-	l.Duration(&c.ApplyTimeout, "MANAGER_APPLY_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
-	l.Bool(&c.Pprof, "MANAGER_PPROF", false, "serve Go's /debug/pprof profiles on the RPC listener")
-	l.String(&c.LogLevel, "MANAGER_LOG_LEVEL", "info", "debug, info, warn or error", func(s string) error { _, err := logging.ParseLevel(s); return err }, "log level")
-	l.String(&c.LogFormat, "MANAGER_LOG_FORMAT", "text", "text or json", logging.ValidateFormat, "log format")
+	l.String(&c.RaftAddr, EnvRaftAddr, d.RaftAddr, config.WantListenAddr, config.ListenAddr, "Raft bind address")
+	l.String(&c.RaftAdvertise, EnvRaftAdvertise, "", config.WantAdvertise, config.Advertise, "Raft address peers dial (default MANAGER_RAFT_ADDR)")
+	l.String(&c.RPCAddr, EnvRPCAddr, d.RPCAddr, config.WantListenAddr, config.ListenAddr, "RPC listener for gates (also serves /metrics)")
+	l.String(&c.RPCAdvertise, EnvRPCAdvertise, "", config.WantAdvertise, config.Advertise, "RPC address gates dial (default MANAGER_RPC_ADDR)")
+	l.String(&c.GossipAddr, EnvGossipAddr, d.GossipAddr, config.WantListenAddr, config.ListenAddr, "memberlist bind address (TCP and UDP)")
+	l.String(&c.GossipAdvertise, EnvGossipAdvertise, "", config.WantAdvertise, config.Advertise, "gossip address the others dial, resolved at start (default: MANAGER_GOSSIP_ADDR, or a private IP when that is 0.0.0.0)")
+	l.List(&c.Join, EnvJoin, "", "comma-separated host:port gossip seeds", config.HostPort, "gossip addresses of nodes to join")
+	l.String(&c.GossipKey, EnvGossipKey, "", "base64 of a 16, 24 or 32-byte key", nil, "gossip encryption key; empty: plaintext")
+	l.String(&c.GossipProfile, EnvGossipProfile, d.GossipProfile, "lan or local", config.OneOf("lan", "local"), "memberlist timing profile")
+	l.Int(&c.BootstrapExpect, EnvBootstrapExpect, d.BootstrapExpect, 1, 9, "how many managers must see each other before the Raft group is bootstrapped")
+	l.SecondsRange(&c.DeadServerGrace, EnvDeadServerGrace, d.DeadServerGrace, time.Second, 86400*time.Second, "how long a failed manager stays a voter before the leader removes it")
+	l.Bool(&c.LeaveOnTerminate, EnvLeaveOnTerminate, d.LeaveOnTerminate, "on SIGTERM/SIGINT leave the Raft configuration for good (default: stop as a voter that will come back)")
+	l.Duration(&c.HeartbeatTimeout, EnvHeartbeatTimeout, d.HeartbeatTimeout, 50*time.Millisecond, time.Minute, "Raft heartbeat timeout")
+	l.Duration(&c.ElectionTimeout, EnvElectionTimeout, d.ElectionTimeout, 50*time.Millisecond, time.Minute, "Raft election timeout")
+	l.Duration(&c.LeaderLeaseTimeout, EnvLeaderLeaseTimeout, d.LeaderLeaseTimeout, 25*time.Millisecond, time.Minute, "Raft leader lease timeout")
+	l.Int(&c.SnapshotThreshold, EnvSnapshotThreshold, d.SnapshotThreshold, 16, 1<<30, "log entries between snapshots")
+	l.Int(&c.TrailingLogs, EnvTrailingLogs, d.TrailingLogs, 0, 1<<30, "log entries kept after a snapshot")
+	l.Int(&c.MaxAppendEntries, EnvMaxAppendEntries, d.MaxAppendEntries, 1, 1024, "log entries per AppendEntries RPC and per apply batch")
+	l.Int(&c.MaxQueuedJobs, EnvMaxQueuedJobs, d.MaxQueuedJobs, 1, 1<<31-1, "jobs the datacenter holds before admission rejects with 429 (capacity)")
+	l.SecondsRange(&c.JobRetention, EnvJobRetention, d.JobRetention, time.Second, 365*86400*time.Second, "how long a job stays readable (at least IDEMPOTENCY_COMMITTED_TTL_SECONDS)")
+	l.List(&c.AllowedJobTypes, EnvAllowedJobTypes, "", "comma-separated job types", nil, "if set, admission rejects other job types with 422")
+	l.Int(&c.LedgerMaxEntries, EnvLedgerMaxEntries, d.LedgerMaxEntries, 1, 1<<31-1, "live entries the ledger holds before it refuses new reservations")
+	l.SecondsRange(&c.WatermarkTTL, EnvWatermarkTTL, d.WatermarkTTL, time.Second, 365*86400*time.Second, "how long a client's sequence watermark is kept after its last update")
+	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, d.WatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks")
+	l.Duration(&c.ApplyTimeout, EnvApplyTimeout, d.ApplyTimeout, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
+	l.Bool(&c.Pprof, EnvPprof, d.Pprof, "serve Go's /debug/pprof profiles on the RPC listener")
+	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
+	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
 	config.RegisterIdempotency(l, &c.Idempotency)
 }
 
-// LoadConfig parses args and the environment into a validated Config.
+// LoadConfig parses args (flags) and then the environment (lookup, for every
+// flag not given) into a validated Config. -h prints the settings to usage
+// and returns config.ErrHelp. Errors are *config.Error values naming the
+// variable and its flag; they match config.ErrInvalid.
 func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writer) (Config, error) {
-	var c Config
+	c := DefaultConfig()
 	l := config.NewLoader("manager", usage)
-	register(l, &c)
+	Register(l, &c)
 	if err := l.Parse(args, lookup); err != nil {
 		return c, err
 	}
-	c.setDefaults()
+	c = c.withDefaults()
 	return c, c.Validate()
 }
 
-// DefaultConfig returns the defaults (as with no flags and no environment).
-func DefaultConfig() Config {
-	c, err := LoadConfig(nil, nil, io.Discard)
-	if err != nil {
-		panic(err) // the defaults are valid by construction
-	}
-	return c
-}
-
-func (c *Config) setDefaults() {
+// withDefaults fills the settings derived from others when they were not
+// given: DataDir from NodeID, the advertised addresses from the bind ones.
+func (c Config) withDefaults() Config {
 	if c.DataDir == "" {
 		c.DataDir = "data/" + c.NodeID
 	}
@@ -164,23 +201,43 @@ func (c *Config) setDefaults() {
 	if c.RPCAdvertise == "" {
 		c.RPCAdvertise = c.RPCAddr
 	}
+	return c
 }
 
-// Validate checks cross-setting rules; errors name the variables.
+// Validate checks c as LoadConfig does: the forms of the names, addresses and
+// log settings (for a Config built in code), the rules that involve more than
+// one setting, and the routability of the advertised addresses. Errors are
+// *config.Error values naming the variable and its flag; they match
+// config.ErrInvalid and the cause.
 func (c *Config) Validate() error {
+	for _, f := range []struct {
+		env, value, want string
+		check            func(string) error
+	}{
+		{EnvNodeID, c.NodeID, config.WantName, config.Name},
+		{EnvDatacenter, c.Datacenter, config.WantName, config.Name},
+		{EnvRaftAddr, c.RaftAddr, config.WantListenAddr, config.ListenAddr},
+		{EnvRPCAddr, c.RPCAddr, config.WantListenAddr, config.ListenAddr},
+		{EnvGossipAddr, c.GossipAddr, config.WantListenAddr, config.ListenAddr},
+		{EnvLogLevel, c.LogLevel, config.WantLogLevel, config.LogLevel},
+		{EnvLogFormat, c.LogFormat, config.WantLogFormat, config.LogFormat},
+	} {
+		if err := f.check(f.value); err != nil {
+			return config.Invalid(f.env, f.value, f.want, err)
+		}
+	}
 	if c.JobRetention < c.Idempotency.CommittedTTL {
-		return &config.Error{Env: "MANAGER_JOB_RETENTION_SECONDS", Flag: config.FlagName("MANAGER_JOB_RETENTION_SECONDS"),
-			Value: fmt.Sprint(int(c.JobRetention / time.Second)),
-			Want:  fmt.Sprintf("at least IDEMPOTENCY_COMMITTED_TTL_SECONDS (%d)", int(c.Idempotency.CommittedTTL/time.Second))}
+		return config.Invalid(EnvJobRetention, config.FormatSeconds(c.JobRetention),
+			"at least IDEMPOTENCY_COMMITTED_TTL_SECONDS ("+config.FormatSeconds(c.Idempotency.CommittedTTL)+")", config.ErrOutOfRange)
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
-		return &config.Error{Env: "MANAGER_RAFT_LEADER_LEASE_TIMEOUT", Flag: config.FlagName("MANAGER_RAFT_LEADER_LEASE_TIMEOUT"),
-			Value: c.LeaderLeaseTimeout.String(), Want: "at most MANAGER_RAFT_HEARTBEAT_TIMEOUT (" + c.HeartbeatTimeout.String() + ")"}
+		return config.Invalid(EnvLeaderLeaseTimeout, c.LeaderLeaseTimeout.String(),
+			"at most MANAGER_RAFT_HEARTBEAT_TIMEOUT ("+c.HeartbeatTimeout.String()+")", config.ErrOutOfRange)
 	}
-	for _, a := range []struct{ env, v string }{{"MANAGER_RAFT_ADVERTISE", c.RaftAdvertise}, {"MANAGER_RPC_ADVERTISE", c.RPCAdvertise}, {"MANAGER_GOSSIP_ADVERTISE", c.GossipAdvertise}} {
+	for _, a := range []struct{ env, v string }{{EnvRaftAdvertise, c.RaftAdvertise}, {EnvRPCAdvertise, c.RPCAdvertise}, {EnvGossipAdvertise, c.GossipAdvertise}} {
 		host, _, _ := net.SplitHostPort(a.v)
 		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-			return &config.Error{Env: a.env, Flag: config.FlagName(a.env), Value: a.v, Want: "a routable address (not 0.0.0.0); set it when binding to all interfaces"}
+			return config.Invalid(a.env, a.v, "a routable address (not 0.0.0.0); set it when binding to all interfaces", config.ErrOutOfRange)
 		}
 	}
 	return nil

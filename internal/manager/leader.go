@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/logging"
 )
 
 // leaderLoop runs the leader's duties while this node leads: it watches
@@ -72,7 +73,7 @@ func (m *Manager) lead(ctx context.Context) {
 		} else if m.raft.State() != raft.Leader {
 			return
 		} else {
-			m.log.Warn("leader barrier failed; retrying", "err", err)
+			m.log.Warn("leader barrier failed; retrying", logging.KeyError, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -81,7 +82,7 @@ func (m *Manager) lead(ctx context.Context) {
 		}
 	}
 	m.readyTerm.Store(term)
-	m.log.Info("leading", "term", term, "applied_index", m.raft.AppliedIndex())
+	m.log.Info("leading", logging.KeyTerm, term, logging.KeyIndex, m.raft.AppliedIndex())
 	m.resolvePending(ctx)
 
 	tick := time.NewTicker(m.cfg.Idempotency.CleanupInterval)
@@ -105,7 +106,7 @@ func (m *Manager) resolvePending(ctx context.Context) {
 	if len(pending) == 0 {
 		return
 	}
-	m.log.Info("resolving pending entries left by the previous leader", "count", len(pending))
+	m.log.Info("resolving pending entries left by the previous leader", logging.KeyCount, len(pending))
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	for _, e := range pending {
@@ -122,7 +123,7 @@ func (m *Manager) resolvePending(ctx context.Context) {
 			rctx, cancel := context.WithTimeout(ctx, 2*m.cfg.ApplyTimeout)
 			defer cancel()
 			if _, err := m.resolve(rctx, e, true); err != nil {
-				m.log.Warn("resolving a pending entry failed", "tenant", e.Tenant, "key", e.Key, "err", err)
+				m.log.Warn("resolving a pending entry failed", logging.KeyTenant, e.Tenant, logging.KeyIdemKey, e.Key, logging.KeyError, err)
 			}
 		}()
 	}
@@ -148,7 +149,7 @@ func (m *Manager) expire(ctx context.Context) {
 			MaxWatermarks: uint64(m.cfg.WatermarkMaxClients),
 		})
 		if err != nil {
-			m.log.Warn("expire failed", "err", err)
+			m.log.Warn("expire failed", logging.KeyError, err)
 			return
 		}
 		m.metrics.expired.Add(float64(res.Removed.Total()))

@@ -23,8 +23,9 @@ import (
 
 // Main runs a manager process until ctx ends: it loads the configuration
 // (flags, then environ), starts Raft, membership and the RPC server, and shuts
-// everything down in order. It returns the process exit code: 2 for a bad
-// configuration, 1 for a failure to start, 0 after a clean shutdown.
+// everything down in order. It returns the process exit code of
+// internal/config: ExitConfig (2) for a bad configuration, ExitFailure (1) for
+// a failure to start, ExitOK (0) after a clean shutdown or -h.
 func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
 	return MainWith(ctx, args, environ, stdout, stderr, Options{})
 }
@@ -46,19 +47,19 @@ type Options struct {
 func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Writer, opts Options) int {
 	cfg, err := LoadConfig(args, config.EnvList(environ), stderr)
 	if errors.Is(err, config.ErrHelp) {
-		return 0
+		return config.ExitOK
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "manager: %v\n", err)
-		return 2
+		return config.ExitConfig
 	}
-	level, _ := logging.ParseLevel(cfg.LogLevel)
-	log := logging.New(stderr, cfg.LogFormat, level).With("role", "manager")
+	level, _ := logging.ParseLevel(cfg.LogLevel) // validated by LoadConfig
+	log := logging.New(stderr, cfg.LogFormat, level).With(logging.KeyRole, "manager")
 	if err := run(ctx, cfg, log, opts); err != nil {
-		log.Error("manager failed", "err", err)
-		return 1
+		log.Error("manager failed", logging.KeyError, err)
+		return config.ExitFailure
 	}
-	return 0
+	return config.ExitOK
 }
 
 func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error {
@@ -73,7 +74,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		m.Close()
 		return fmt.Errorf("rpc listen %s: %w", cfg.RPCAddr, err)
 	}
-	mux := rpc.NewHandler(m, log.With("component", "rpc"))
+	mux := rpc.NewHandler(m, log.With(logging.KeyComponent, "rpc"))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "once_manager_raft_log_batches_total",
@@ -108,11 +109,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		ErrorLog:          logging.StdLogger(log, "rpc-http"),
+		ErrorLog:          logging.ErrorLog(log, "rpc-http"),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("manager started", "node", cfg.NodeID, "dc", cfg.Datacenter, "rpc", cfg.RPCAddr, "raft", cfg.RaftAddr, "data", cfg.DataDir)
+	log.Info("manager started", logging.KeyNode, cfg.NodeID, logging.KeyDatacenter, cfg.Datacenter, logging.KeyRPCAddr, cfg.RPCAddr, logging.KeyRaftAddr, cfg.RaftAddr, logging.KeyDir, cfg.DataDir)
 
 	cluster, err := startCluster(ctx, cfg, m, log)
 	if err != nil {
@@ -124,7 +125,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
-		log.Error("rpc server stopped", "err", err)
+		log.Error("rpc server stopped", logging.KeyError, err)
 	}
 	log.Info("manager stopping")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -96,7 +96,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg:       cfg,
-		log:       deps.Logger.With("node", cfg.NodeID),
+		log:       deps.Logger.With(logging.KeyNode, cfg.NodeID),
 		now:       deps.Now,
 		waiters:   newWaiters(),
 		proposing: map[string]chan struct{}{},
@@ -117,7 +117,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 			m.closeStores()
 		}
 	}()
-	ws, err := walstore.Open(filepath.Join(raftDir, "wal"), walstore.Options{Logger: m.log.With("component", "walstore")})
+	ws, err := walstore.Open(filepath.Join(raftDir, "wal"), walstore.Options{Logger: m.log.With(logging.KeyComponent, "walstore")})
 	if err != nil {
 		return nil, fmt.Errorf("manager: open raft log: %w", err)
 	}
@@ -238,7 +238,7 @@ func (m *Manager) Close() error {
 
 	if m.raft.State() == raft.Leader && m.voters() > 1 {
 		if err := m.raft.LeadershipTransfer().Error(); err != nil {
-			m.log.Warn("leadership transfer before shutdown failed", "err", err)
+			m.log.Warn("leadership transfer before shutdown failed", logging.KeyError, err)
 		}
 	}
 	// Start the shutdown, then close the transport before waiting for it: a

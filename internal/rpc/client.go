@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -224,7 +225,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 			default:
 				c.forget(addr) // transport failure: dead connection, refused, timeout
 			}
-			c.log.Debug("rpc attempt failed, retrying", "addr", addr, "path", path, "err", err)
+			c.log.Debug("rpc attempt failed, retrying", logging.KeyAddr, addr, logging.KeyPath, path, logging.KeyError, err)
 		}
 		hops = 0
 		t := time.NewTimer(backoff)

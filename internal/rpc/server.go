@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+
+	"github.com/once-dev/once/internal/logging"
 )
 
 // maxRequestBytes bounds an RPC request body: a job body is at most a few MiB.
@@ -93,7 +95,7 @@ func (h *handler) reply(w http.ResponseWriter, v any, err error) {
 	if err != nil {
 		var e *Error
 		if !errors.As(err, &e) {
-			h.log.Error("rpc handler failed", "err", err)
+			h.log.Error("rpc handler failed", logging.KeyError, err)
 			e = Errorf(CodeInternal, "%v", err)
 		}
 		writeError(w, e)

@@ -32,6 +32,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/tidwall/wal"
+
+	"github.com/once-dev/once/internal/logging"
 )
 
 // Errors returned by the store. Each is wrapped with context; match them
@@ -72,17 +74,17 @@ const (
 	retiredDirName = "segments.retired"
 )
 
-// Attribute keys of the store's log lines.
+// Attribute keys of the store's log lines: internal/logging's, under local names.
 const (
-	attrDir          = "dir"
-	attrSegment      = "segment"
-	attrOffset       = "offset"
-	attrDroppedBytes = "dropped_bytes"
-	attrKeptEntries  = "kept_entries"
-	attrLastIndex    = "last_index"
-	attrReason       = "reason"
-	attrOp           = "op"
-	attrError        = "error"
+	attrDir          = logging.KeyDir
+	attrSegment      = logging.KeySegment
+	attrOffset       = logging.KeyOffset
+	attrDroppedBytes = logging.KeyDroppedBytes
+	attrKeptEntries  = logging.KeyKeptEntries
+	attrLastIndex    = logging.KeyLastIndex
+	attrReason       = logging.KeyReason
+	attrOp           = logging.KeyOp
+	attrError        = logging.KeyError
 )
 
 // Options configure a Store.

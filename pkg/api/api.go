@@ -16,6 +16,14 @@ const (
 	HeaderRetryAfter     = "Retry-After"
 	HeaderLocation       = "Location"
 	HeaderAuthorization  = "Authorization"
+	// HeaderXIdempotencyKey is accepted as another name for Idempotency-Key.
+	HeaderXIdempotencyKey = "X-Idempotency-Key"
+	// HeaderIdempotencyTTL (request, optional) is the lifetime in seconds of
+	// the key's stored outcome, fixed by the first admission.
+	HeaderIdempotencyTTL = "Idempotency-TTL"
+	// HeaderIdempotencyExpiresAt (response) is when the key's entry expires, on
+	// every answer that carries a stored outcome.
+	HeaderIdempotencyExpiresAt = "Idempotency-Expires-At"
 
 	ContentTypeJSON    = "application/json"
 	ContentTypeProblem = "application/problem+json"

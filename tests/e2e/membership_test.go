@@ -1,6 +1,6 @@
 package e2e
 
-// Membership with real manager processes (issue 4, the manager side): managers
+// Membership with real manager processes (the manager side): managers
 // given one seed each bootstrap exactly one Raft group; a fourth joins as a
 // voter; a manager that stops with MANAGER_LEAVE_ON_TERMINATE is removed at
 // once and one killed with kill -9 after MANAGER_DEAD_SERVER_GRACE_SECONDS,

@@ -40,7 +40,7 @@ type Options struct {
 	// Now is the ledger's clock (default time.Now).
 	Now func() time.Time
 	// PendingTTL, CommittedTTL and RejectedTTL are the entries' lifetimes
-	// (defaults 60s, 300s, 60s: the seed's).
+	// (defaults 60s, 300s, 60s: those of the IDEMPOTENCY_* settings).
 	PendingTTL, CommittedTTL, RejectedTTL time.Duration
 	// Capacity bounds the committed jobs; a submission beyond it is rejected
 	// with status 429 and reason "capacity" (0: unlimited).
@@ -51,6 +51,16 @@ type Options struct {
 	// Reject, when set, is the validation step of admission: a non-nil
 	// Rejection refuses the job.
 	Reject func(req *rpc.SubmitRequest) *rpc.Rejection
+}
+
+// resultTTL is the lifetime of an outcome: the request's ResultTTL when
+// positive (the first admission's: retries never reach this point), else the
+// configured one.
+func resultTTL(req *rpc.SubmitRequest, configured time.Duration) time.Duration {
+	if req.ResultTTL > 0 {
+		return req.ResultTTL
+	}
+	return configured
 }
 
 // SubmitHook runs at the start of every Submit call, before the ledger is
@@ -299,7 +309,7 @@ func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		rej = &rpc.Rejection{Status: 429, Reason: "capacity", Detail: fmt.Sprintf("the datacenter holds its maximum of %d jobs", m.opts.Capacity)}
 	}
 	if rej != nil {
-		e.state, e.rejection, e.expires = api.KeyStateRejected, rej, now.Add(m.opts.RejectedTTL)
+		e.state, e.rejection, e.expires = api.KeyStateRejected, rej, now.Add(resultTTL(req, m.opts.RejectedTTL))
 	} else {
 		dcs := map[string]api.DatacenterStatus{}
 		for _, dc := range req.Job.Datacenters {
@@ -318,7 +328,7 @@ func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		m.jobs = append(m.jobs, rec)
 		m.byID[job.JobID] = rec
 		m.committed++
-		e.state, e.job, e.expires = api.KeyStateCommitted, &rec.job, now.Add(m.opts.CommittedTTL)
+		e.state, e.job, e.expires = api.KeyStateCommitted, &rec.job, now.Add(resultTTL(req, m.opts.CommittedTTL))
 		if key.Structured {
 			wk := watermarkKey(req.Tenant, key)
 			if w, ok := m.watermarks[wk]; !ok || key.Sequence > w {

@@ -1,0 +1,130 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/config"
+)
+
+// TestLoadConfigDefaults: with nothing given, LoadConfig returns
+// DefaultConfig, which is valid and has its derived settings filled.
+func TestLoadConfigDefaults(t *testing.T) {
+	c, err := LoadConfig(nil, config.MapLookup(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := DefaultConfig()
+	if c.NodeID != d.NodeID || c.RaftAddr != "127.0.0.1:7000" || c.RaftAdvertise != c.RaftAddr ||
+		c.RPCAdvertise != c.RPCAddr || c.DataDir != "data/"+c.NodeID || c.Idempotency != config.DefaultIdempotency() {
+		t.Fatalf("loaded %+v, defaults %+v", c, d)
+	}
+	if err := d.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+}
+
+// TestLoadConfigDerivedAndOperatorForms: derived settings follow what they
+// derive from; seconds take decimals, durations take seconds, booleans take
+// the usual spellings; a flag wins over its variable.
+func TestLoadConfigDerivedAndOperatorForms(t *testing.T) {
+	env := map[string]string{
+		EnvNodeID:                    "m7",
+		EnvRaftAddr:                  "10.0.0.7:7000",
+		EnvApplyTimeout:              "2.5",
+		EnvHeartbeatTimeout:          "0.5",
+		EnvLeaveOnTerminate:          "Yes",
+		config.EnvPendingTTL:         "0.5",
+		config.EnvCommittedTTL:       "60.0",
+		config.EnvWaitForPending:     "off",
+		EnvDeadServerGrace:           "1.5",
+		config.EnvPendingWaitTimeout: "30",
+	}
+	c, err := LoadConfig([]string{"-manager-rpc-addr", "10.0.0.7:7101"}, config.MapLookup(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != "data/m7" || c.RaftAdvertise != "10.0.0.7:7000" || c.RPCAdvertise != "10.0.0.7:7101" {
+		t.Fatalf("derived settings %q %q %q", c.DataDir, c.RaftAdvertise, c.RPCAdvertise)
+	}
+	if c.ApplyTimeout != 2500*time.Millisecond || c.HeartbeatTimeout != 500*time.Millisecond || !c.LeaveOnTerminate ||
+		c.Idempotency.PendingTTL != 500*time.Millisecond || c.Idempotency.CommittedTTL != time.Minute ||
+		c.Idempotency.WaitForPending || c.DeadServerGrace != 1500*time.Millisecond {
+		t.Fatalf("loaded %+v", c)
+	}
+}
+
+// TestLoadConfigErrors: every error names the variable and its flag and
+// matches config.ErrInvalid and its cause.
+func TestLoadConfigErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		cause error
+		want  []string
+	}{
+		{"node id", nil, map[string]string{EnvNodeID: "m/1"}, config.ErrSyntax, []string{EnvNodeID, "-manager-node-id", "A-Z a-z 0-9"}},
+		{"raft addr", nil, map[string]string{EnvRaftAddr: "nohost"}, config.ErrSyntax, []string{EnvRaftAddr, "host:port"}},
+		{"advertise unspecified", nil, map[string]string{EnvRaftAddr: "0.0.0.0:7000"}, config.ErrOutOfRange, []string{EnvRaftAdvertise, "routable"}},
+		{"retention below committed ttl", nil, map[string]string{EnvJobRetention: "10"}, config.ErrOutOfRange, []string{EnvJobRetention, "IDEMPOTENCY_COMMITTED_TTL_SECONDS"}},
+		{"lease above heartbeat", nil, map[string]string{EnvLeaderLeaseTimeout: "2s"}, config.ErrOutOfRange, []string{EnvLeaderLeaseTimeout, EnvHeartbeatTimeout}},
+		{"apply timeout", []string{"-manager-apply-timeout", "2 minutes"}, nil, config.ErrSyntax, []string{EnvApplyTimeout, "-manager-apply-timeout"}},
+		{"bootstrap expect", nil, map[string]string{EnvBootstrapExpect: "10"}, config.ErrOutOfRange, []string{EnvBootstrapExpect, "from 1 to 9"}},
+		{"log level", nil, map[string]string{EnvLogLevel: "loud"}, config.ErrSyntax, []string{EnvLogLevel, "trace, debug"}},
+		{"bool", nil, map[string]string{EnvPprof: "sometimes"}, config.ErrSyntax, []string{EnvPprof, "true or false"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadConfig(tt.args, config.MapLookup(tt.env), io.Discard)
+			var ce *config.Error
+			if !errors.As(err, &ce) || !errors.Is(err, config.ErrInvalid) || !errors.Is(err, tt.cause) {
+				t.Fatalf("got %v, want a *config.Error matching ErrInvalid and %v", err, tt.cause)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not name %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestValidateBuiltInCode: Validate checks a Config built in code as
+// LoadConfig checks one read from flags.
+func TestValidateBuiltInCode(t *testing.T) {
+	c := DefaultConfig()
+	c.Datacenter = "dc 1"
+	if err := c.Validate(); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), EnvDatacenter) {
+		t.Fatalf("got %v", err)
+	}
+	c = DefaultConfig()
+	c.LogFormat = "xml"
+	if err := c.Validate(); !errors.Is(err, config.ErrSyntax) || !strings.Contains(err.Error(), "-manager-log-format") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestMainExitCodes: -h exits 0 listing the settings; a bad setting exits 2
+// with a message naming it, before anything starts.
+func TestMainExitCodes(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"-h"}, nil, io.Discard, &stderr); code != config.ExitOK {
+		t.Fatalf("-h: exit %d", code)
+	}
+	for _, env := range []string{EnvNodeID, EnvApplyTimeout, config.EnvPendingTTL, EnvLogFormat} {
+		if !strings.Contains(stderr.String(), env) {
+			t.Errorf("-h does not list %s", env)
+		}
+	}
+	stderr.Reset()
+	code := Main(context.Background(), nil, []string{"IDEMPOTENCY_PENDING_TTL_SECONDS=soon"}, io.Discard, &stderr)
+	if code != config.ExitConfig || !strings.Contains(stderr.String(), "IDEMPOTENCY_PENDING_TTL_SECONDS") {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
