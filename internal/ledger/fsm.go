@@ -114,7 +114,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	cmd, err := DecodeCommand(l.Data)
 	ax := f.ctx(l.Index)
 	f.mu.Lock()
-	res := f.s.apply(&ax, cmd, err)
+	res := f.s.applyTimed(&ax, cmd, err)
 	f.mu.Unlock()
 	f.notify()
 	return res
@@ -143,7 +143,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			continue
 		}
 		ax := f.ctx(l.Index)
-		out[i] = f.s.apply(&ax, cmds[i].cmd, cmds[i].err)
+		out[i] = f.s.applyTimed(&ax, cmds[i].cmd, cmds[i].err)
 	}
 	f.mu.Unlock()
 	f.notify()
