@@ -42,6 +42,7 @@ const (
 	KeyProfile    = "profile"   // memberlist timing profile
 	KeyVoters     = "voters"    // number of voters
 	KeyAlive      = "alive"     // number of alive members or voters
+	KeyOffset     = "offset"    // a clock offset (a duration: their clock minus ours)
 	KeyExtraValue = "EXTRA_VALUE_AT_END"
 )
 

@@ -50,6 +50,7 @@ type Config struct {
 	WatermarkTTL        time.Duration // IDEMPOTENCY_WATERMARK_TTL_SECONDS
 	WatermarkMaxClients int           // IDEMPOTENCY_WATERMARK_MAX_CLIENTS
 	ApplyTimeout        time.Duration // MANAGER_APPLY_TIMEOUT: bound on one Raft round of a submission
+	MaxClockOffset      time.Duration // MANAGER_MAX_CLOCK_OFFSET: beyond it from the group's clock, stamp with the group's
 
 	Failpoints bool   // MANAGER_FAILPOINTS: enable /debug/failpoints (tests, chaos)
 	Pprof      bool   // MANAGER_PPROF: serve /debug/pprof on the RPC listener
@@ -128,6 +129,7 @@ func register(l *config.Loader, c *Config) {
 	l.Seconds(&c.WatermarkTTL, "IDEMPOTENCY_WATERMARK_TTL_SECONDS", 86400, 1, 365*86400, "how long a client's sequence watermark is kept after its last update")
 	l.Int(&c.WatermarkMaxClients, "IDEMPOTENCY_WATERMARK_MAX_CLIENTS", 100_000, 1, 1<<31-1, "the bound on per-client watermarks")
 	l.Duration(&c.ApplyTimeout, "MANAGER_APPLY_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
+	l.Duration(&c.MaxClockOffset, "MANAGER_MAX_CLOCK_OFFSET", 500*time.Millisecond, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")
 	l.Bool(&c.Failpoints, "MANAGER_FAILPOINTS", false, "enable the /debug/failpoints fault-injection endpoints (tests only)")
 	l.Bool(&c.Pprof, "MANAGER_PPROF", false, "serve Go's /debug/pprof profiles on the RPC listener")
 	l.String(&c.LogLevel, "MANAGER_LOG_LEVEL", "info", "debug, info, warn or error", func(s string) error { _, err := logging.ParseLevel(s); return err }, "log level")

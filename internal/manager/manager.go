@@ -55,6 +55,7 @@ type Manager struct {
 	snaps     raft.SnapshotStore
 	waiters   *waiters
 	metrics   *metrics
+	clock     ledgerClock // ledger time and the clock watch (clock.go)
 
 	// peers maps Raft server IDs to RPC addresses, for "not leader" hints. It is
 	// fed by membership (SetPeerRPC).
@@ -99,6 +100,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		metrics:   newMetrics(deps.Registerer),
 	}
 	m.fsm = ledger.New(ledger.Options{OnChange: m.waiters.notify})
+	m.registerClockMetrics(deps.Registerer)
 
 	raftDir := filepath.Join(cfg.DataDir, "raft")
 	if err := os.MkdirAll(raftDir, 0o755); err != nil {
@@ -164,6 +166,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	ok = true
 	m.bgWG.Add(1)
 	go m.leaderLoop()
+	m.startClockWatch()
 	return m, nil
 }
 
