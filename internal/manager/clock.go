@@ -1,7 +1,7 @@
 package manager
 
 import (
-		"slices"
+	"slices"
 	"sync"
 	"time"
 
