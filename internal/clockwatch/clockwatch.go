@@ -272,6 +272,12 @@ type Reading struct {
 	Capped bool
 	// Held: Now is Floor (the clock, clamped or capped, was below it).
 	Held bool
+	// Unsure: the View is not Known and this clock is more than MaxOffset
+	// away from Anchor + Elapsed, either way: after a whole-group outage, or
+	// because this clock is off, and nothing tells which. Now is still the
+	// safe side for judging expiry (capped), but an entry stamped with it
+	// may lag real time: the caller should wait for the View.
+	Unsure bool
 }
 
 // LedgerTime is the rule of ledger time (docs/ledger.md, "Ledger time"):
@@ -279,8 +285,11 @@ type Reading struct {
 //  1. With a Known view that disagrees with this clock by more than
 //     MaxOffset, use the group's clock: Wall + View.Offset.
 //  2. Without a Known view, never move ahead of Anchor by more than the real
-//     time elapsed since it was taken: min(Wall, Anchor + Elapsed). (Without
-//     an anchor, the ledger is empty: nothing can expire early.)
+//     time elapsed since it was taken: min(Wall, Anchor + Elapsed); and when
+//     Wall is more than MaxOffset away from Anchor + Elapsed, say Unsure (the
+//     caller waits for the View rather than stamp new entries with a time
+//     that may lag real time). Without an anchor the ledger is empty: nothing
+//     can expire early.
 //  3. Never below Floor: time does not run backwards.
 //
 // So clock skew can delay an expiry but never bring one forward by more than
@@ -291,8 +300,12 @@ func LedgerTime(in Input) Reading {
 		r.Now, r.Clamped = in.Wall+int64(in.View.Offset), true
 	}
 	if !in.View.Known && in.Anchored {
-		if limit := in.Anchor + int64(in.Elapsed); r.Now > limit {
+		limit := in.Anchor + int64(in.Elapsed)
+		if r.Now > limit {
 			r.Now, r.Capped = limit, true
+		}
+		if d := time.Duration(in.Wall - limit); d > in.MaxOffset || d < -in.MaxOffset {
+			r.Unsure = true
 		}
 	}
 	if r.Now < in.Floor {

@@ -66,6 +66,9 @@ type ledgerClock struct {
 	anchorAt   time.Time // monotonic
 	// issued is the highest time this manager has handed out.
 	issued int64
+	// gaveUpTerm is the term in which ledgerNow stopped waiting for an
+	// unknown view (it does not wait again in that term).
+	gaveUpTerm uint64
 	last   clockwatch.Reading
 
 	// the clock watch's state
@@ -89,7 +92,46 @@ func (m *Manager) SetClockSource(src ClockSource) {
 // leader: this manager's clock, unless the group disagrees with it (then the
 // group's), held below the ledger's time plus the real time elapsed while the
 // group's view is unknown, and never below the ledger's time.
+//
+// When the view is unknown and this clock is far from the ledger's time plus
+// the elapsed time (after a whole-group outage, or a clock that jumped), it
+// waits for the view (at most MANAGER_APPLY_TIMEOUT, once per term) rather
+// than stamp new entries with a time that may lag real time: such an entry
+// would expire early once ledger time catches up.
 func (m *Manager) ledgerNow() time.Time {
+	var deadline time.Time
+	for {
+		r := m.readLedgerTime()
+		if !r.Unsure {
+			return time.Unix(0, r.Now)
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(m.cfg.ApplyTimeout)
+		}
+		c := &m.clock
+		c.mu.Lock()
+		gaveUp := c.gaveUpTerm == c.anchorTerm
+		if !gaveUp && now.After(deadline) {
+			c.gaveUpTerm = c.anchorTerm
+			m.log.Warn("the group's clocks are still unmeasured; stamping with the ledger's time plus the time elapsed",
+				logging.KeyDuration, m.cfg.ApplyTimeout, logging.KeyOffset, time.Duration(m.now().UnixNano()-r.Now))
+			gaveUp = true
+		}
+		c.mu.Unlock()
+		if gaveUp {
+			return time.Unix(0, r.Now)
+		}
+		select {
+		case <-m.shutdown:
+			return time.Unix(0, r.Now)
+		case <-time.After(viewTTL / 4):
+		}
+	}
+}
+
+// readLedgerTime is one reading of the rule; see ledgerNow.
+func (m *Manager) readLedgerTime() clockwatch.Reading {
 	wall := m.now()
 	v := m.groupView(false)
 	c := &m.clock
@@ -118,7 +160,7 @@ func (m *Manager) ledgerNow() time.Time {
 		c.anchored, c.anchor, c.anchorAt = true, r.Now, mono
 	}
 	c.issued, c.last = r.Now, r
-	return time.Unix(0, r.Now)
+	return r
 }
 
 // groupView returns the group view, recomputed when older than viewTTL (or

@@ -285,6 +285,7 @@ func TestUnmeasuredLeaderCannotPullTimeAhead(t *testing.T) {
 		c.Idempotency.CommittedTTL = 5 * time.Minute
 		c.JobRetention = 5 * time.Minute
 		c.Idempotency.CleanupInterval = time.Second
+		c.ApplyTimeout = time.Second // how long an unsure leader waits for the view
 	})
 	tc.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(skew) }
 	ctx := ctxT(t)
@@ -321,7 +322,7 @@ func TestUnmeasuredLeaderCannotPullTimeAhead(t *testing.T) {
 	if r, err := tc.submit(ctx, nl, "t", "k", "fp", "demo", `1`, 0); err != nil || !r.Replayed {
 		t.Fatalf("retry of k: %+v %v", r, err)
 	}
-	if st := tc.mgrs[nl].ClockState(); !st.Last.Capped {
+	if st := tc.mgrs[nl].ClockState(); !st.Last.Capped || !st.Last.Unsure {
 		t.Fatalf("the reading was not capped: %+v", st.Last)
 	}
 	// Once a majority is measured (the leader's clock is 10 minutes ahead of
@@ -341,5 +342,67 @@ func TestUnmeasuredLeaderCannotPullTimeAhead(t *testing.T) {
 	}
 	if st := tc.mgrs[nl].ClockState(); !st.Last.Clamped {
 		t.Fatalf("the reading was not clamped: %+v", st.Last)
+	}
+}
+
+// TestLeaderAfterOutageWaitsForTheGroup: the ledger's last stamps are an hour
+// old (as after a whole-group outage) and the new leader has measured nobody.
+// It cannot tell an outage from its own clock running an hour ahead, so it
+// neither jumps ahead (that could expire entries early) nor stamps new entries
+// an hour in the past (they would expire early once time catches up): it
+// waits for the group's view, then stamps with the real time.
+func TestLeaderAfterOutageWaitsForTheGroup(t *testing.T) {
+	var mu sync.Mutex
+	skew := -time.Hour
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.Idempotency.CleanupInterval = time.Second
+		c.ApplyTimeout = 20 * time.Second
+	})
+	tc.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(skew) }
+	ctx := ctxT(t)
+	l := tc.leader()
+	if r, err := tc.submit(ctx, l, "t", "k1", "fp", "demo", `1`, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("%+v %v", r, err)
+	}
+	for _, m := range tc.mgrs {
+		m.SetClockSource(&fakeClockSource{})
+	}
+	mu.Lock()
+	skew = 0
+	mu.Unlock()
+	nl := (l + 1) % 3
+	tc.lead(ctx, nl, func() error { return nil })
+
+	type result struct {
+		r   *rpc.SubmitResponse
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := tc.submit(ctx, nl, "t", "k2", "fp", "demo", `1`, 0)
+		done <- result{r, err}
+	}()
+	waitFor(t, 10*time.Second, "the new leader to wait for its view", func() bool {
+		return tc.mgrs[nl].ClockState().Last.Unsure
+	})
+	select {
+	case res := <-done:
+		t.Fatalf("submitted before the view was known: %+v %v", res.r, res.err)
+	default:
+	}
+	var offs []membership.PeerOffset
+	for i, c := range tc.cfgs {
+		if i != nl {
+			offs = append(offs, membership.PeerOffset{Name: c.NodeID, NodeID: c.NodeID, Role: membership.RoleManager})
+		}
+	}
+	tc.mgrs[nl].SetClockSource(&fakeClockSource{offs: offs})
+	res := <-done
+	if res.err != nil || res.r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("%+v %v", res.r, res.err)
+	}
+	created, _ := time.Parse(api.TimeFormat, res.r.Job.CreatedAt)
+	if d := time.Since(created); d < -5*time.Second || d > 5*time.Second {
+		t.Fatalf("stamped %v off real time after the outage", d)
 	}
 }
