@@ -69,7 +69,7 @@ type ledgerClock struct {
 	// gaveUpTerm is the term in which ledgerNow stopped waiting for an
 	// unknown view (it does not wait again in that term).
 	gaveUpTerm uint64
-	last   clockwatch.Reading
+	last       clockwatch.Reading
 
 	// the clock watch's state
 	offendingChecks int
