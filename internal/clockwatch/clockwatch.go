@@ -288,8 +288,8 @@ type Reading struct {
 //     time elapsed since it was taken: min(Wall, Anchor + Elapsed); and when
 //     Wall is more than MaxOffset away from Anchor + Elapsed, say Unsure (the
 //     caller waits for the View rather than stamp new entries with a time
-//     that may lag real time). Without an anchor the ledger is empty: nothing
-//     can expire early.
+//     that may lag real time). Without an anchor (an empty ledger) it is
+//     Wall, and Unsure: there is nothing to check this clock against.
 //  3. Never below Floor: time does not run backwards.
 //
 // So clock skew can delay an expiry but never bring one forward by more than
@@ -298,6 +298,9 @@ func LedgerTime(in Input) Reading {
 	r := Reading{Now: in.Wall}
 	if in.View.Offending(in.MaxOffset) {
 		r.Now, r.Clamped = in.Wall+int64(in.View.Offset), true
+	}
+	if !in.View.Known && !in.Anchored {
+		r.Unsure = true // nothing to compare this clock with
 	}
 	if !in.View.Known && in.Anchored {
 		limit := in.Anchor + int64(in.Elapsed)

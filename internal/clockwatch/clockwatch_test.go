@@ -157,7 +157,7 @@ func TestLedgerTime(t *testing.T) {
 			Reading{Now: wall, Unsure: true}},
 		{"unknown view, clock behind the floor", Input{Wall: wall - int64(10*min), Floor: wall, View: unknown, Anchored: true, Anchor: wall, Elapsed: sec},
 			Reading{Now: wall, Held: true, Unsure: true}},
-		{"unknown view, empty ledger: own clock", Input{Wall: wall, View: unknown}, Reading{Now: wall}},
+		{"unknown view, empty ledger: own clock, unsure", Input{Wall: wall, View: unknown}, Reading{Now: wall, Unsure: true}},
 		{"known view ignores the anchor", Input{Wall: wall, View: known(0), Anchored: true, Anchor: wall - int64(time.Hour)},
 			Reading{Now: wall}},
 	}
