@@ -74,6 +74,8 @@ type ledgerClock struct {
 	// the clock watch's state
 	offendingChecks int
 	lastHandoff     time.Time
+	handoffCount    int
+	handoffTo       string
 	wasOffending    bool
 	handoffs        prometheus.Counter
 }
@@ -235,6 +237,10 @@ type ClockState struct {
 	Last clockwatch.Reading
 	// LedgerTime is the ledger's time (unix nanoseconds).
 	LedgerTime int64
+	// Handoffs counts the leadership handoffs for a disagreeing clock;
+	// HandoffTo is the node ID of the last one's target.
+	Handoffs  int
+	HandoffTo string
 }
 
 // ClockState returns the current clock state, with a fresh view.
@@ -243,7 +249,8 @@ func (m *Manager) ClockState() ClockState {
 	c := &m.clock
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ClockState{View: c.view, Peers: slices.Clone(c.peers), Last: c.last, LedgerTime: m.fsm.LedgerTime()}
+	return ClockState{View: c.view, Peers: slices.Clone(c.peers), Last: c.last, LedgerTime: m.fsm.LedgerTime(),
+		Handoffs: c.handoffCount, HandoffTo: c.handoffTo}
 }
 
 // startClockWatch starts the clock watch (New calls it).
@@ -309,6 +316,10 @@ func (m *Manager) checkClock() {
 	m.log.Warn("handing leadership to a manager whose clock agrees with the group's",
 		logging.KeyPeer, target.NodeID, logging.KeyOffset, -st.View.Offset, logging.KeyReason, "clock offset")
 	c.handoffs.Inc()
+	c.mu.Lock()
+	c.handoffCount++
+	c.handoffTo = target.NodeID
+	c.mu.Unlock()
 	// raft bounds a transfer by its election timeout, and fails it on
 	// shutdown.
 	if err := m.raft.LeadershipTransferToServer(raft.ServerID(target.NodeID), raft.ServerAddress(addr)).Error(); err != nil {

@@ -233,10 +233,14 @@ func TestSkewedClocksCannotExpireEarly(t *testing.T) {
 		checkNear("ledger time after "+name+" led", time.Unix(0, lastLedgerTime), time.Now())
 		if skews[target] != 0 {
 			// The skewed leader hands leadership to the manager whose clock
-			// agrees with the group's.
-			waitFor(t, 20*time.Second, name+" to hand leadership to m1", func() bool {
-				return tc.mgrs[0].checkLeader() == nil
+			// agrees with the group's (perhaps already while it served the
+			// retries above, after which tc.lead took it back).
+			waitFor(t, 20*time.Second, name+" to hand leadership over", func() bool {
+				return tc.mgrs[target].ClockState().Handoffs > 0
 			})
+			if to := tc.mgrs[target].ClockState().HandoffTo; to != "m1" {
+				t.Fatalf("%s handed leadership to %s, want m1 (the only clock that agrees with the group's)", name, to)
+			}
 		}
 	}
 
