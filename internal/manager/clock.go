@@ -132,6 +132,14 @@ func (m *Manager) ledgerNow() time.Time {
 	}
 }
 
+// expiryNow is ledgerNow for judging expiry (is an entry or a job still live,
+// and the Expire command's Now): it never waits. When ledgerNow would wait,
+// it answers the capped time, which is never ahead of real time by more than
+// the bound: an entry may look live a little longer, never shorter.
+func (m *Manager) expiryNow() time.Time {
+	return time.Unix(0, m.readLedgerTime().Now)
+}
+
 // readLedgerTime is one reading of the rule; see ledgerNow.
 func (m *Manager) readLedgerTime() clockwatch.Reading {
 	wall := m.now()

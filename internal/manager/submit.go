@@ -49,7 +49,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 	for attempt := 0; attempt < 4; attempt++ {
 		// Fast path: a live entry answers without a Raft round (a committed or
 		// rejected entry is a durable fact; a pending one is waited on).
-		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.ledgerNow().UnixNano() {
+		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.expiryNow().UnixNano() {
 			if e.Fingerprint != req.Fingerprint {
 				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
 			}
