@@ -307,7 +307,7 @@ func (m *Manager) checkClock() {
 	c.mu.Unlock()
 	if changed && offending {
 		m.log.Warn("this manager's clock disagrees with its group's; stamping ledger time with the group's clock",
-			logging.KeyOffset, -st.View.Offset, "max_offset", bound, logging.KeyVoters, st.View.Voters, logging.KeyCount, st.View.Measured)
+			logging.KeyOffset, -st.View.Offset, logging.KeyVoters, st.View.Voters, logging.KeyCount, st.View.Measured)
 	} else if changed {
 		m.log.Info("this manager's clock agrees with its group's again", logging.KeyOffset, -st.View.Offset)
 	}

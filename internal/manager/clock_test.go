@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/once-dev/once/internal/clockwatch"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
@@ -414,5 +415,38 @@ func TestLeaderAfterOutageWaitsForTheGroup(t *testing.T) {
 	created, _ := time.Parse(api.TimeFormat, res.r.Job.CreatedAt)
 	if d := time.Since(created); d < -5*time.Second || d > 5*time.Second {
 		t.Fatalf("stamped %v off real time after the outage", d)
+	}
+}
+
+func TestHandoffTarget(t *testing.T) {
+	const bound = 500 * time.Millisecond
+	peer := func(id string, off time.Duration) membership.PeerOffset {
+		return membership.PeerOffset{Name: id, NodeID: id, Role: membership.RoleManager, Offset: off}
+	}
+	known := func(off time.Duration) clockwatch.View {
+		return clockwatch.View{Known: true, Offset: off, Voters: 3, Measured: 3}
+	}
+	tests := []struct {
+		name  string
+		st    ClockState
+		want  string
+		found bool
+	}{
+		{"ahead: the peer at the group's clock", ClockState{View: known(-10 * time.Minute),
+			Peers: []membership.PeerOffset{peer("m1", -10*time.Minute), peer("m3", -20*time.Minute)}}, "m1", true},
+		{"the nearest of two agreeing peers", ClockState{View: known(-10 * time.Minute),
+			Peers: []membership.PeerOffset{peer("m1", -10*time.Minute+400*time.Millisecond), peer("m3", -10*time.Minute-100*time.Millisecond)}}, "m3", true},
+		{"nobody agrees", ClockState{View: known(-10 * time.Minute),
+			Peers: []membership.PeerOffset{peer("m1", -5*time.Minute), peer("m3", -20*time.Minute)}}, "", false},
+		{"unknown view", ClockState{View: clockwatch.View{Voters: 3, Measured: 1},
+			Peers: []membership.PeerOffset{peer("m1", 0)}}, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := handoffTarget(tt.st, bound)
+			if ok != tt.found || got.NodeID != tt.want {
+				t.Fatalf("handoffTarget = %q, %v; want %q, %v", got.NodeID, ok, tt.want, tt.found)
+			}
+		})
 	}
 }
