@@ -46,7 +46,7 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := New(cfg, Deps{Logger: log, Registerer: reg})
+	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Clock: Unmeasured})
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,10 @@ type Deps struct {
 	Now func() time.Time
 	// Registerer receives the manager's metrics (default: none).
 	Registerer prometheus.Registerer
+	// Clock measures the other managers' clocks (clock.go). nil: none, the
+	// manager trusts its own clock as if it were alone (tests). The daemon
+	// passes Unmeasured, then SetClockSource(pool) once membership runs.
+	Clock ClockSource
 }
 
 // Manager is one manager node.
@@ -101,6 +105,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	m.fsm = ledger.New(ledger.Options{OnChange: m.waiters.notify})
 	m.registerClockMetrics(deps.Registerer)
+	m.clock.src = deps.Clock
 
 	raftDir := filepath.Join(cfg.DataDir, "raft")
 	if err := os.MkdirAll(raftDir, 0o755); err != nil {
