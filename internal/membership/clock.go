@@ -26,6 +26,12 @@ import (
 // more).
 const ackPayloadVersion = 1
 
+// clockSampleMaxAge is how long a probe's clock sample counts. memberlist
+// probes one member per probe interval, round robin, so in a pool of n members
+// each is probed about every n intervals (a minute for 60 members on the LAN
+// profile); a departed member's samples are dropped at once (ClockOffsets).
+const clockSampleMaxAge = 10 * time.Minute
+
 // PeerOffset is a member's clock offset as this node measures it.
 type PeerOffset struct {
 	Name   string // member name

@@ -134,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		members: make(map[string]*Member),
 		leaving: make(map[string]bool),
 		subs:    make(map[*subscriber]struct{}),
-		clocks:  clockwatch.NewEstimator(0, 0),
+		clocks:  clockwatch.NewEstimator(0, clockSampleMaxAge),
 		joined:  make(chan struct{}),
 		stop:    make(chan struct{}),
 	}
