@@ -17,7 +17,7 @@ import (
 
 // Ledger time (docs/ledger.md, "Ledger time"). Every time the manager stamps
 // into a command, and every time it judges an expiry with, comes from
-// ledgerNow: never from Deps.Now directly. ledgerNow applies
+// ledgerNow or expiryNow: never from Deps.Now directly. They apply
 // clockwatch.LedgerTime to this manager's clock, its view of the group's
 // clocks (measured by membership on memberlist's probes) and the ledger's
 // own time (ledger.FSM.LedgerTime), so that one manager's bad clock cannot
@@ -316,8 +316,11 @@ func (m *Manager) checkClock() {
 	if changed && offending {
 		m.log.Warn("this manager's clock disagrees with its group's; stamping ledger time with the group's clock",
 			logging.KeyOffset, -st.View.Offset, logging.KeyVoters, st.View.Voters, logging.KeyCount, st.View.Measured)
-	} else if changed {
+	} else if changed && st.View.Known {
 		m.log.Info("this manager's clock agrees with its group's again", logging.KeyOffset, -st.View.Offset)
+	} else if changed {
+		m.log.Warn("this manager's clock is no longer measured against a majority of its group; "+
+			"ledger time advances no faster than real time from the last stamp", logging.KeyVoters, st.View.Voters, logging.KeyCount, st.View.Measured)
 	}
 	if !due {
 		return
