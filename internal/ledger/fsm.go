@@ -63,9 +63,10 @@ type Options struct {
 // ErrSnapshotVersion, never panics, and leaves the previous state in place.
 // Restore closes the reader.
 //
-// Readers (Entry, Job, ListJobs, Pending, NextExpiry, Stats, Watermark) are
-// safe to call from any goroutine, concurrently with Apply, ApplyBatch,
-// Snapshot, Persist and Restore; they take the read lock and return copies.
+// Readers (Entry, Job, ListJobs, Pending, NextExpiry, Stats, Watermark,
+// LedgerTime) are safe to call from any goroutine, concurrently with Apply,
+// ApplyBatch, Snapshot, Persist and Restore; they take the read lock and
+// return copies.
 // They see the state after some whole command (or batch), never a partial one.
 // Entries are returned while they are in the table: an entry past its
 // ExpiresAt stays until an Expire (or a Reserve of its key) removes it, so a
@@ -114,7 +115,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	cmd, err := DecodeCommand(l.Data)
 	ax := f.ctx(l.Index)
 	f.mu.Lock()
-	res := f.s.apply(&ax, cmd, err)
+	res := f.s.applyTimed(&ax, cmd, err)
 	f.mu.Unlock()
 	f.notify()
 	return res
@@ -143,7 +144,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			continue
 		}
 		ax := f.ctx(l.Index)
-		out[i] = f.s.apply(&ax, cmds[i].cmd, cmds[i].err)
+		out[i] = f.s.applyTimed(&ax, cmds[i].cmd, cmds[i].err)
 	}
 	f.mu.Unlock()
 	f.notify()

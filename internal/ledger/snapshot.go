@@ -18,7 +18,7 @@ import (
 //	magic    8 bytes "ONCELDGR"
 //	version  1 byte  (snapshotVersion)
 //	header   record: applied_index uvarint, entries uvarint, jobs uvarint,
-//	         watermarks uvarint
+//	         watermarks uvarint, ledger_time int64 (version 2 on)
 //	entries  that many records, ordered by (tenant, key)
 //	jobs     that many records, ordered by (tenant, id)
 //	watermarks that many records, ordered by (tenant, client_id, nonce)
@@ -28,7 +28,9 @@ import (
 // trailing bytes) with the command primitives.
 const (
 	snapshotMagic   = "ONCELDGR"
-	snapshotVersion = 1
+	snapshotVersion = 2
+	// snapshotVersion1 has no ledger_time in its header: Restore derives it.
+	snapshotVersion1 = 1
 	// maxRecord bounds one record (an entry with its payload).
 	maxRecord = 1 << 30
 )
@@ -39,6 +41,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // at one applied index. Persist may run concurrently with Apply.
 type Snapshot struct {
 	applied    uint64
+	ledgerTime int64
 	entries    *btree.BTreeG[*Entry]
 	jobs       *btree.BTreeG[*Job]
 	watermarks *btree.BTreeG[*Watermark]
@@ -50,6 +53,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	defer f.mu.Unlock()
 	return &Snapshot{
 		applied:    f.s.applied,
+		ledgerTime: f.s.ledgerTime,
 		entries:    f.s.entries.Clone(),
 		jobs:       f.s.jobs.Clone(),
 		watermarks: f.s.wms.Clone(),
@@ -95,6 +99,7 @@ func (s *Snapshot) PersistTo(w io.Writer) error {
 	rec = appendUvarint(rec, uint64(s.entries.Len()))
 	rec = appendUvarint(rec, uint64(s.jobs.Len()))
 	rec = appendUvarint(rec, uint64(s.watermarks.Len()))
+	rec = appendInt64(rec, s.ledgerTime)
 	if !put(rec) {
 		return err
 	}
@@ -346,8 +351,9 @@ func readSnapshot(src io.Reader) (*state, error) {
 	if string(head[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, badSnapshot("bad magic %q", head[:len(snapshotMagic)])
 	}
-	if v := head[len(snapshotMagic)]; v != snapshotVersion {
-		return nil, fmt.Errorf("%w: version %d", ErrSnapshotVersion, v)
+	version := head[len(snapshotMagic)]
+	if version != snapshotVersion && version != snapshotVersion1 {
+		return nil, fmt.Errorf("%w: version %d", ErrSnapshotVersion, version)
 	}
 	d, err := r.record("header")
 	if err != nil {
@@ -355,12 +361,17 @@ func readSnapshot(src io.Reader) (*state, error) {
 	}
 	applied := d.uvarint()
 	nEntries, nJobs, nWatermarks := d.uvarint(), d.uvarint(), d.uvarint()
+	var ledgerTime int64
+	if version != snapshotVersion1 {
+		ledgerTime = d.int64()
+	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("header: %w", err)
 	}
 
 	s := newState()
 	s.applied = applied
+	s.ledgerTime = ledgerTime
 	var prevEntry *Entry
 	for i := uint64(0); i < nEntries; i++ {
 		d, err := r.record("entry")
@@ -430,6 +441,9 @@ func readSnapshot(src io.Reader) (*state, error) {
 	}
 	if _, err := r.r.ReadByte(); err != io.EOF {
 		return nil, badSnapshot("trailing data after crc")
+	}
+	if version == snapshotVersion1 {
+		s.ledgerTime = s.derivedLedgerTime()
 	}
 	return s, nil
 }

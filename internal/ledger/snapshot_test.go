@@ -31,6 +31,9 @@ func sameState(t *testing.T, a, b *FSM) {
 	if sa, sb := a.Stats(), b.Stats(); sa != sb {
 		t.Fatalf("stats differ: %+v vs %+v", sa, sb)
 	}
+	if la, lb := a.LedgerTime(), b.LedgerTime(); la != lb {
+		t.Fatalf("ledger time differs: %d vs %d", la, lb)
+	}
 	for _, e := range ta.Entries {
 		if got, ok := b.Entry(e.Tenant, e.Key); !ok || !reflect.DeepEqual(got, e) {
 			t.Fatalf("Entry(%s, %s) differs", e.Tenant, e.Key)
@@ -219,8 +222,8 @@ func TestRestoreMalformed(t *testing.T) {
 	}
 	try("trailing data", append(bytes.Clone(snap), 0), ErrBadSnapshot)
 	v2 := bytes.Clone(snap)
-	v2[len(snapshotMagic)] = 2
-	try("version 2", v2, ErrSnapshotVersion)
+	v2[len(snapshotMagic)] = snapshotVersion + 1
+	try("a future version", v2, ErrSnapshotVersion)
 	try("empty", nil, ErrBadSnapshot)
 	try("bad magic", []byte("NOTALEDGER"), ErrBadSnapshot)
 	try("huge record", append([]byte(snapshotMagic+"\x01"), 0xff, 0xff, 0xff, 0xff, 0x0f), ErrBadSnapshot)

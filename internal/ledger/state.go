@@ -45,6 +45,8 @@ type state struct {
 	pending, committed, rejected int
 	// applied is the raft index of the last command applied.
 	applied uint64
+	// ledgerTime is the highest Now of any command applied (time.go).
+	ledgerTime int64
 
 	// probes for lookups on the apply path (used under the write lock only).
 	entryProbe Entry

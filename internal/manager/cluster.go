@@ -43,10 +43,12 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
+	mcfg.Now = m.now // offsets are measured against the clock the manager stamps with
 	pool, err := membership.Start(ctx, mcfg)
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
+	m.SetClockSource(pool)
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &clusterMembership{pool: pool, cancel: cancel, log: log, leaveOnTerminate: cfg.LeaveOnTerminate}
 

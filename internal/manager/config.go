@@ -50,6 +50,7 @@ type Config struct {
 	WatermarkTTL        time.Duration // IDEMPOTENCY_WATERMARK_TTL_SECONDS
 	WatermarkMaxClients int           // IDEMPOTENCY_WATERMARK_MAX_CLIENTS
 	ApplyTimeout        time.Duration // MANAGER_APPLY_TIMEOUT: bound on one Raft round of a submission
+	MaxClockOffset      time.Duration // MANAGER_MAX_CLOCK_OFFSET: beyond it from the group's clock, stamp with the group's
 
 	Pprof     bool   // MANAGER_PPROF: serve /debug/pprof on the RPC listener
 	LogLevel  string // MANAGER_LOG_LEVEL
@@ -91,6 +92,7 @@ const (
 	EnvWatermarkTTL        = "IDEMPOTENCY_WATERMARK_TTL_SECONDS"
 	EnvWatermarkMaxClients = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS"
 	EnvApplyTimeout        = "MANAGER_APPLY_TIMEOUT"
+	EnvMaxClockOffset      = "MANAGER_MAX_CLOCK_OFFSET"
 	EnvPprof               = "MANAGER_PPROF"
 	EnvLogLevel            = "MANAGER_LOG_LEVEL"
 	EnvLogFormat           = "MANAGER_LOG_FORMAT"
@@ -124,6 +126,7 @@ func DefaultConfig() Config {
 		WatermarkTTL:        86400 * time.Second,
 		WatermarkMaxClients: 100_000,
 		ApplyTimeout:        5 * time.Second,
+		MaxClockOffset:      500 * time.Millisecond,
 		LogLevel:            "info",
 		LogFormat:           logging.FormatText,
 		Idempotency:         config.DefaultIdempotency(),
@@ -171,6 +174,7 @@ func Register(l *config.Loader, c *Config) {
 	l.Bool(&c.Pprof, EnvPprof, d.Pprof, "serve Go's /debug/pprof profiles on the RPC listener")
 	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
 	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
+	l.Duration(&c.MaxClockOffset, EnvMaxClockOffset, d.MaxClockOffset, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")
 	config.RegisterIdempotency(l, &c.Idempotency)
 }
 

@@ -138,7 +138,7 @@ const expireBatch = 10000
 func (m *Manager) expire(ctx context.Context) {
 	for ctx.Err() == nil {
 		next, ok := m.fsm.NextExpiry()
-		now := m.now()
+		now := m.expiryNow()
 		if !ok || next > now.UnixNano() {
 			return
 		}

@@ -65,7 +65,7 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer})
+	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured})
 	if err != nil {
 		return err
 	}

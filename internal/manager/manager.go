@@ -45,6 +45,10 @@ type Deps struct {
 	// the manager listens on before raft's NetworkTransport uses it (fault
 	// injection). Closing the returned layer must close the one it wraps.
 	WrapStreamLayer func(raft.StreamLayer) raft.StreamLayer
+	// Clock measures the other managers' clocks (clock.go). nil: none, the
+	// manager trusts its own clock as if it were alone (tests). The daemon
+	// passes Unmeasured, then SetClockSource(pool) once membership runs.
+	Clock ClockSource
 }
 
 // Manager is one manager node.
@@ -61,6 +65,7 @@ type Manager struct {
 	snaps     raft.SnapshotStore
 	waiters   *waiters
 	metrics   *metrics
+	clock     ledgerClock // ledger time and the clock watch (clock.go)
 
 	// peers maps Raft server IDs to RPC addresses, for "not leader" hints. It is
 	// fed by membership (SetPeerRPC).
@@ -105,6 +110,8 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		metrics:   newMetrics(deps.Registerer),
 	}
 	m.fsm = ledger.New(ledger.Options{OnChange: m.waiters.notify})
+	m.registerClockMetrics(deps.Registerer)
+	m.clock.src = deps.Clock
 
 	raftDir := filepath.Join(cfg.DataDir, "raft")
 	if err := os.MkdirAll(raftDir, 0o755); err != nil {
@@ -158,6 +165,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	ok = true
 	m.bgWG.Add(1)
 	go m.leaderLoop()
+	m.startClockWatch()
 	return m, nil
 }
 

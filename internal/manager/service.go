@@ -34,7 +34,7 @@ func (m *Manager) GetJob(ctx context.Context, tenant, id string) (*api.Job, erro
 		return nil, err
 	}
 	j, ok := m.fsm.Job(tenant, id)
-	if !ok || j.ExpiresAt <= m.now().UnixNano() {
+	if !ok || j.ExpiresAt <= m.expiryNow().UnixNano() {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "job %q not found", id)
 	}
 	out := m.apiJob(j)
@@ -88,7 +88,7 @@ func (m *Manager) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo,
 		return nil, err
 	}
 	e, ok := m.fsm.Entry(tenant, key)
-	if !ok || e.ExpiresAt <= m.now().UnixNano() {
+	if !ok || e.ExpiresAt <= m.expiryNow().UnixNano() {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "idempotency key not found")
 	}
 	info := &api.KeyInfo{Key: e.Key, State: e.State.String(), ExpiresAt: api.FormatTime(time.Unix(0, e.ExpiresAt))}
@@ -126,6 +126,7 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 	st.LogBatches = m.logStore.batches.Load()
 	fs := m.fsm.Stats()
 	st.LedgerEntries, st.Jobs = fs.Entries, fs.Jobs
+	m.clockStatus(st)
 	if f := m.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			if s.Suffrage == raft.Voter {

@@ -49,7 +49,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 	for attempt := 0; attempt < 4; attempt++ {
 		// Fast path: a live entry answers without a Raft round (a committed or
 		// rejected entry is a durable fact; a pending one is waited on).
-		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.now().UnixNano() {
+		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.expiryNow().UnixNano() {
 			if e.Fingerprint != req.Fingerprint {
 				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
 			}
@@ -86,7 +86,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			}
 			jobID = id.String()
 		}
-		now := m.now()
+		now := m.ledgerNow()
 		cmd := ledger.Reserve{
 			Tenant:      req.Tenant,
 			Key:         req.Key,
@@ -229,7 +229,7 @@ func (m *Manager) admit(e ledger.Entry) decision {
 // resolve runs admission on a PENDING entry and makes the outcome durable.
 func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*rpc.SubmitResponse, error) {
 	d := m.admit(e)
-	now := m.now()
+	now := m.ledgerNow()
 	var cmd ledger.Command
 	if d.admit {
 		m.inflight.Add(1)

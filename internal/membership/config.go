@@ -67,6 +67,10 @@ type Config struct {
 	// DepartedRetention is how long a member that left or failed is kept in
 	// Members (default 72h). A member that comes back replaces its record.
 	DepartedRetention time.Duration
+	// Now is this node's wall clock (default time.Now): what its acks tell
+	// the others, and what it compares their clocks with (ClockOffsets). A
+	// test gives a node a skewed clock here.
+	Now func() time.Time
 }
 
 // Validate checks c; the error is a *ConfigError that names the field.

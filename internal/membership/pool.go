@@ -27,6 +27,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/once-dev/once/internal/clockwatch"
 	"github.com/once-dev/once/internal/logging"
 )
 
@@ -100,6 +101,7 @@ type Pool struct {
 	// not reached this node.
 	leaving map[string]bool
 	subs    map[*subscriber]struct{}
+	clocks  *clockwatch.Estimator // by member name; see clock.go
 	left    bool
 	shut    bool
 
@@ -132,6 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		members: make(map[string]*Member),
 		leaving: make(map[string]bool),
 		subs:    make(map[*subscriber]struct{}),
+		clocks:  clockwatch.NewEstimator(0, clockSampleMaxAge),
 		joined:  make(chan struct{}),
 		stop:    make(chan struct{}),
 	}
@@ -144,6 +147,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	mc := cfg.memberlistConfig()
 	mc.Delegate = (*delegate)(p)
 	mc.Events = (*eventDelegate)(p)
+	mc.Ping = (*pingDelegate)(p)
 	mc.Logger = logging.StdLogger(cfg.Logger, "memberlist")
 	if cfg.SecretKey != nil {
 		kr, err := memberlist.NewKeyring(cfg.ExtraKeys, cfg.SecretKey)

@@ -191,6 +191,18 @@ type Status struct {
 	// LedgerEntries and Jobs count the ledger's live entries and jobs.
 	LedgerEntries int `json:"ledger_entries"`
 	Jobs          int `json:"jobs"`
+	// ClockOffsets are the measured clock offsets of the other voters (their
+	// clock minus this manager's, in seconds), by node ID.
+	ClockOffsets map[string]float64 `json:"clock_offsets_seconds,omitempty"`
+	// ClockGroupOffset is this manager's clock minus its group's (the median
+	// of the voters'), in seconds; absent until measured on a majority.
+	ClockGroupOffset *float64 `json:"clock_group_offset_seconds,omitempty"`
+	// ClockClamped: this manager's clock disagrees with its group's by more
+	// than MANAGER_MAX_CLOCK_OFFSET, so it stamps with the group's clock.
+	ClockClamped bool `json:"clock_clamped,omitempty"`
+	// LedgerTime is the ledger's time: the highest time stamped into an
+	// applied command (RFC 3339; absent while the ledger is empty).
+	LedgerTime string `json:"ledger_time,omitempty"`
 }
 
 // Service is what a manager offers gates. Implementations return *Error values

@@ -1,0 +1,318 @@
+// Package clockwatch estimates the clock offsets among a group's members and
+// turns them into the ledger's rule for time. It is pure logic: no goroutines,
+// no clock of its own (every time comes in as an argument), so every rule is
+// table-tested.
+//
+// An offset is "the peer's wall clock minus mine". It is measured the way NTP
+// and Serf do it, on a round trip that already happens (memberlist's ping and
+// ack, see internal/membership): the responder puts its wall clock in the ack;
+// the prober knows the round-trip time, so
+//
+//	offset ≈ remote − (local_at_ack − rtt/2)
+//
+// with an error of at most rtt/2 (the one-way delays may differ). The
+// Estimator keeps a few recent samples per peer and answers a robust
+// estimate; GroupView takes the median over a group's voters (this node
+// counted as 0), which is what a majority of the group agrees "now" is; and
+// LedgerTime is the rule a manager stamps commands with (docs/ledger.md,
+// "Ledger time").
+package clockwatch
+
+import (
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Sample is one measurement of a peer's clock.
+type Sample struct {
+	// Offset is the peer's wall clock minus this node's, at the time of the
+	// measurement.
+	Offset time.Duration
+	// RTT is the round trip of the measurement; the offset is exact within
+	// RTT/2.
+	RTT time.Duration
+	// At is when the sample was taken, on this node's monotonic clock (a
+	// time.Now() value, never a skewed wall clock): it only ages samples out.
+	At time.Time
+}
+
+// Estimate is a peer's offset as the Estimator sees it.
+type Estimate struct {
+	Offset time.Duration // peer's clock minus this node's
+	RTT    time.Duration // the smallest round trip among the samples used
+	// Samples is how many recent samples the estimate rests on.
+	Samples int
+	// At is when the newest of them was taken.
+	At time.Time
+}
+
+// Default estimator parameters.
+const (
+	// DefaultWindow is how many samples per peer are kept.
+	DefaultWindow = 8
+	// DefaultMaxAge is how old a sample may be and still count: a peer that
+	// stopped answering probes stops counting.
+	DefaultMaxAge = time.Minute
+)
+
+// Estimator keeps the last Window samples of each peer and estimates its
+// offset: of the recent samples (younger than MaxAge) it takes the half with
+// the smallest round trips (a long round trip is a queueing delay in one
+// direction, which biases the offset by up to half of it; NTP's clock filter
+// prefers short ones for that reason) and answers their median offset. One
+// wild sample cannot move the estimate while most are sane. It is safe for
+// concurrent use. The zero value is not usable: use NewEstimator.
+type Estimator struct {
+	window int
+	maxAge time.Duration
+
+	mu    sync.Mutex
+	peers map[string][]Sample // ring, oldest first
+}
+
+// NewEstimator returns an Estimator keeping window samples per peer (<= 0:
+// DefaultWindow) no older than maxAge (<= 0: DefaultMaxAge).
+func NewEstimator(window int, maxAge time.Duration) *Estimator {
+	if window <= 0 {
+		window = DefaultWindow
+	}
+	if maxAge <= 0 {
+		maxAge = DefaultMaxAge
+	}
+	return &Estimator{window: window, maxAge: maxAge, peers: map[string][]Sample{}}
+}
+
+// Observe records a sample of peer. A negative round trip is refused.
+func (e *Estimator) Observe(peer string, s Sample) {
+	if s.RTT < 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ss := e.peers[peer]
+	if len(ss) >= e.window {
+		ss = append(ss[:0], ss[len(ss)-e.window+1:]...)
+	}
+	e.peers[peer] = append(ss, s)
+}
+
+// Forget drops a peer's samples (it left the group).
+func (e *Estimator) Forget(peer string) {
+	e.mu.Lock()
+	delete(e.peers, peer)
+	e.mu.Unlock()
+}
+
+// Estimate returns peer's estimate at now (on the clock of Sample.At), and
+// false when it has no sample younger than MaxAge.
+func (e *Estimator) Estimate(peer string, now time.Time) (Estimate, bool) {
+	e.mu.Lock()
+	ss := slices.Clone(e.peers[peer])
+	e.mu.Unlock()
+	return estimate(ss, now, e.maxAge)
+}
+
+// Peers returns the peers with a current estimate, by name.
+func (e *Estimator) Peers(now time.Time) map[string]Estimate {
+	e.mu.Lock()
+	all := make(map[string][]Sample, len(e.peers))
+	for p, ss := range e.peers {
+		all[p] = slices.Clone(ss)
+	}
+	e.mu.Unlock()
+	out := make(map[string]Estimate, len(all))
+	for p, ss := range all {
+		if est, ok := estimate(ss, now, e.maxAge); ok {
+			out[p] = est
+		}
+	}
+	return out
+}
+
+// estimate is Estimator's rule over one peer's samples.
+func estimate(ss []Sample, now time.Time, maxAge time.Duration) (Estimate, bool) {
+	recent := ss[:0:0]
+	var newest time.Time
+	for _, s := range ss {
+		if now.Sub(s.At) > maxAge {
+			continue
+		}
+		recent = append(recent, s)
+		if s.At.After(newest) {
+			newest = s.At
+		}
+	}
+	if len(recent) == 0 {
+		return Estimate{}, false
+	}
+	sort.SliceStable(recent, func(i, j int) bool { return recent[i].RTT < recent[j].RTT })
+	best := recent[:(len(recent)+1)/2]
+	offs := make([]time.Duration, len(best))
+	for i, s := range best {
+		offs[i] = s.Offset
+	}
+	slices.Sort(offs)
+	var med time.Duration
+	if n := len(offs); n%2 == 1 {
+		med = offs[n/2]
+	} else {
+		a, b := offs[n/2-1], offs[n/2]
+		med = a + (b-a)/2
+	}
+	return Estimate{Offset: med, RTT: best[0].RTT, Samples: len(recent), At: newest}, true
+}
+
+// View is a node's view of its group's clock.
+type View struct {
+	// Known: offsets are measured for a majority of the voters (this node
+	// included) and their median is decisive. Until then the node does not
+	// know whether its own clock is the odd one out.
+	Known bool
+	// Offset is the group's clock minus this node's: the median of the
+	// voters' offsets, this node counted as 0. Zero when not Known.
+	Offset time.Duration
+	// Voters is the size of the group; Measured how many of them have an
+	// offset (this node included).
+	Voters, Measured int
+}
+
+// GroupView computes the view of a node among voters voters (itself
+// included), given the offsets measured to the other voters (peer's clock
+// minus this node's). It is Known when 1+len(offsets) is a majority of
+// voters and the median is decisive: with an odd count it is the middle
+// value; with an even count the two middle values must agree within
+// maxOffset (then the one nearer this node's clock is taken). Two values
+// that disagree (this node and one peer, ten minutes apart) say nothing about
+// which of them is wrong.
+func GroupView(voters int, offsets []time.Duration, maxOffset time.Duration) View {
+	all := make([]time.Duration, 0, len(offsets)+1)
+	all = append(all, 0)
+	all = append(all, offsets...)
+	v := View{Voters: max(voters, 1), Measured: len(all)}
+	if v.Measured > v.Voters {
+		// More estimates than voters: a caller bug, or a configuration
+		// change in flight. Count only what a configuration can hold.
+		v.Measured = v.Voters
+		all = all[:v.Voters]
+	}
+	if v.Measured < v.Voters/2+1 {
+		return v
+	}
+	slices.Sort(all)
+	n := len(all)
+	if n%2 == 1 {
+		v.Known, v.Offset = true, all[n/2]
+		return v
+	}
+	a, b := all[n/2-1], all[n/2]
+	if b-a > maxOffset {
+		return v
+	}
+	v.Known = true
+	v.Offset = a
+	if abs(b) < abs(a) {
+		v.Offset = b
+	}
+	return v
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// Offending reports whether a node with this view should not stamp with its
+// own clock: the group, as far as it is known, disagrees with it by more than
+// maxOffset.
+func (v View) Offending(maxOffset time.Duration) bool {
+	return v.Known && abs(v.Offset) > maxOffset
+}
+
+// Agrees reports whether a peer with the given offset (its clock minus this
+// node's) agrees with the group's clock within maxOffset: a candidate to hand
+// leadership to.
+func (v View) Agrees(peerOffset, maxOffset time.Duration) bool {
+	return v.Known && abs(peerOffset-v.Offset) <= maxOffset
+}
+
+// Input is what LedgerTime decides from. Times are unix nanoseconds.
+type Input struct {
+	// Wall is this node's wall clock.
+	Wall int64
+	// Floor is the highest stamp the ledger has applied or this node has
+	// issued: ledger time never goes below it.
+	Floor int64
+	// View is this node's view of the group's clock.
+	View View
+	// MaxOffset is the bound on how far this node's clock may disagree with
+	// the group's before it is not used (MANAGER_MAX_CLOCK_OFFSET).
+	MaxOffset time.Duration
+	// Anchored says Anchor and Elapsed are set: Anchor is a stamp known not
+	// to be ahead of real time by more than MaxOffset (the ledger time a
+	// leader found when it took over, or its last stamp while the View was
+	// Known), and Elapsed is the real time since, on the monotonic clock.
+	Anchored bool
+	Anchor   int64
+	Elapsed  time.Duration
+}
+
+// Reading is LedgerTime's answer.
+type Reading struct {
+	// Now is the time to stamp (unix nanoseconds).
+	Now int64
+	// Clamped: the node's clock disagreed with the group by more than
+	// MaxOffset, so Now is the group's clock (Wall + View.Offset).
+	Clamped bool
+	// Capped: the View is not Known and the clock ran ahead of Anchor +
+	// Elapsed, so Now was held to that.
+	Capped bool
+	// Held: Now is Floor (the clock, clamped or capped, was below it).
+	Held bool
+	// Unsure: the View is not Known and this clock is more than MaxOffset
+	// away from Anchor + Elapsed, either way: after a whole-group outage, or
+	// because this clock is off, and nothing tells which. Now is still the
+	// safe side for judging expiry (capped), but an entry stamped with it
+	// may lag real time: the caller should wait for the View.
+	Unsure bool
+}
+
+// LedgerTime is the rule of ledger time (docs/ledger.md, "Ledger time"):
+//
+//  1. With a Known view that disagrees with this clock by more than
+//     MaxOffset, use the group's clock: Wall + View.Offset.
+//  2. Without a Known view, never move ahead of Anchor by more than the real
+//     time elapsed since it was taken: min(Wall, Anchor + Elapsed); and when
+//     Wall is more than MaxOffset away from Anchor + Elapsed, say Unsure (the
+//     caller waits for the View rather than stamp new entries with a time
+//     that may lag real time). Without an anchor (an empty ledger) it is
+//     Wall, and Unsure: there is nothing to check this clock against.
+//  3. Never below Floor: time does not run backwards.
+//
+// So clock skew can delay an expiry but never bring one forward by more than
+// MaxOffset.
+func LedgerTime(in Input) Reading {
+	r := Reading{Now: in.Wall}
+	if in.View.Offending(in.MaxOffset) {
+		r.Now, r.Clamped = in.Wall+int64(in.View.Offset), true
+	}
+	if !in.View.Known && !in.Anchored {
+		r.Unsure = true // nothing to compare this clock with
+	}
+	if !in.View.Known && in.Anchored {
+		limit := in.Anchor + int64(in.Elapsed)
+		if r.Now > limit {
+			r.Now, r.Capped = limit, true
+		}
+		if d := time.Duration(in.Wall - limit); d > in.MaxOffset || d < -in.MaxOffset {
+			r.Unsure = true
+		}
+	}
+	if r.Now < in.Floor {
+		r.Now, r.Held = in.Floor, true
+	}
+	return r
+}

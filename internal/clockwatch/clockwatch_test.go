@@ -1,0 +1,172 @@
+package clockwatch
+
+import (
+	"testing"
+	"time"
+)
+
+const (
+	ms  = time.Millisecond
+	sec = time.Second
+	min = time.Minute
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func TestEstimate(t *testing.T) {
+	s := func(off, rtt time.Duration, age time.Duration) Sample {
+		return Sample{Offset: off, RTT: rtt, At: t0.Add(-age)}
+	}
+	tests := []struct {
+		name    string
+		samples []Sample
+		want    time.Duration
+		wantN   int
+		ok      bool
+	}{
+		{"none", nil, 0, 0, false},
+		{"one", []Sample{s(10*min, ms, 0)}, 10 * min, 1, true},
+		{"median of the short round trips", []Sample{
+			s(100*ms, ms, 0), s(102*ms, ms, 0), s(101*ms, ms, 0),
+			s(900*ms, 400*ms, 0), s(-700*ms, 300*ms, 0), s(500*ms, 200*ms, 0),
+		}, 101 * ms, 6, true},
+		{"one wild sample among sane ones", []Sample{
+			s(-5*ms, 2*ms, 0), s(-4*ms, 2*ms, 0), s(10*min, 2*ms, 0), s(-6*ms, 2*ms, 0),
+		}, -4*ms - (1*ms)/2, 4, true},
+		{"old samples do not count", []Sample{s(10*min, ms, 2*DefaultMaxAge), s(3*ms, ms, 0)}, 3 * ms, 1, true},
+		{"all old", []Sample{s(10*min, ms, 2*DefaultMaxAge)}, 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := NewEstimator(0, 0)
+			for _, x := range tt.samples {
+				e.Observe("p", x)
+			}
+			got, ok := e.Estimate("p", t0)
+			if ok != tt.ok || got.Offset != tt.want || got.Samples != tt.wantN {
+				t.Fatalf("Estimate = %+v, %v; want offset %v from %d samples, %v", got, ok, tt.want, tt.wantN, tt.ok)
+			}
+		})
+	}
+}
+
+func TestEstimatorWindowAndForget(t *testing.T) {
+	e := NewEstimator(3, time.Hour)
+	for i := 0; i < 10; i++ { // offsets 0..9 s: only the last three stay
+		e.Observe("p", Sample{Offset: time.Duration(i) * sec, RTT: time.Duration(10-i) * ms, At: t0})
+	}
+	e.Observe("p", Sample{Offset: time.Hour, RTT: -ms, At: t0}) // refused
+	got, ok := e.Estimate("p", t0)
+	if !ok || got.Offset != 8*sec+sec/2 || got.Samples != 3 {
+		t.Fatalf("Estimate = %+v, %v; want 8.5s (the two shortest round trips of the last three) from 3 samples", got, ok)
+	}
+	e.Observe("q", Sample{Offset: sec, At: t0})
+	if peers := e.Peers(t0); len(peers) != 2 || peers["q"].Offset != sec {
+		t.Fatalf("Peers = %+v", peers)
+	}
+	e.Forget("p")
+	if _, ok := e.Estimate("p", t0); ok {
+		t.Fatal("p still estimated after Forget")
+	}
+}
+
+func TestGroupView(t *testing.T) {
+	max := 500 * ms
+	tests := []struct {
+		name    string
+		voters  int
+		offsets []time.Duration
+		want    View
+	}{
+		{"alone", 1, nil, View{Known: true, Voters: 1, Measured: 1}},
+		{"no samples yet", 3, nil, View{Voters: 3, Measured: 1}},
+		{"ahead by 10m, both peers measured", 3, []time.Duration{-10 * min, -20 * min},
+			View{Known: true, Offset: -10 * min, Voters: 3, Measured: 3}},
+		{"behind by 10m", 3, []time.Duration{10 * min, 20 * min},
+			View{Known: true, Offset: 10 * min, Voters: 3, Measured: 3}},
+		{"the sane one between them", 3, []time.Duration{10 * min, -10 * min},
+			View{Known: true, Offset: 0, Voters: 3, Measured: 3}},
+		{"one peer that disagrees: undecided", 3, []time.Duration{-10 * min},
+			View{Voters: 3, Measured: 2}},
+		{"one peer that agrees", 3, []time.Duration{200 * ms},
+			View{Known: true, Offset: 0, Voters: 3, Measured: 2}},
+		{"five voters, two measured: a majority with us", 5, []time.Duration{-10 * min, -10 * min},
+			View{Voters: 5, Measured: 3, Known: true, Offset: -10 * min}},
+		{"five voters, one measured", 5, []time.Duration{-10 * min},
+			View{Voters: 5, Measured: 2}},
+		{"even, middles agree: nearer to us", 5, []time.Duration{-10 * min, -10*min + 300*ms, -20 * min},
+			View{Known: true, Offset: -10*min + 300*ms, Voters: 5, Measured: 4}},
+		{"more offsets than voters", 1, []time.Duration{time.Hour},
+			View{Known: true, Voters: 1, Measured: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := GroupView(tt.voters, tt.offsets, max); got != tt.want {
+				t.Fatalf("GroupView(%d, %v) = %+v; want %+v", tt.voters, tt.offsets, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestViewOffendingAgrees(t *testing.T) {
+	max := 500 * ms
+	v := View{Known: true, Offset: -10 * min}
+	if !v.Offending(max) || (View{Known: true, Offset: 400 * ms}).Offending(max) || (View{Offset: time.Hour}).Offending(max) {
+		t.Fatal("Offending wrong")
+	}
+	if !v.Agrees(-10*min+100*ms, max) || v.Agrees(-20*min, max) || v.Agrees(0, max) {
+		t.Fatal("Agrees wrong")
+	}
+}
+
+func TestLedgerTime(t *testing.T) {
+	max := 500 * ms
+	wall := t0.UnixNano()
+	known := func(off time.Duration) View { return View{Known: true, Offset: off, Voters: 3, Measured: 3} }
+	unknown := View{Voters: 3, Measured: 1}
+	tests := []struct {
+		name string
+		in   Input
+		want Reading
+	}{
+		{"in agreement: own clock", Input{Wall: wall, View: known(100 * ms)}, Reading{Now: wall}},
+		{"10m ahead: the group's clock", Input{Wall: wall, View: known(-10 * min)},
+			Reading{Now: wall - int64(10*min), Clamped: true}},
+		{"10m behind: the group's clock", Input{Wall: wall, View: known(10 * min)},
+			Reading{Now: wall + int64(10*min), Clamped: true}},
+		{"just over the bound", Input{Wall: wall, View: known(-501 * ms)},
+			Reading{Now: wall - int64(501*ms), Clamped: true}},
+		{"behind the floor: held", Input{Wall: wall, Floor: wall + int64(sec), View: known(0)},
+			Reading{Now: wall + int64(sec), Held: true}},
+		{"clamped below the floor: held", Input{Wall: wall, Floor: wall - int64(min), View: known(-10 * min)},
+			Reading{Now: wall - int64(min), Clamped: true, Held: true}},
+		{"unknown view, clock ahead of anchor+elapsed: capped",
+			Input{Wall: wall + int64(10*min), View: unknown, Anchored: true, Anchor: wall - int64(2*sec), Elapsed: 2 * sec},
+			Reading{Now: wall, Capped: true, Unsure: true}},
+		{"unknown view, clock just ahead of anchor+elapsed: capped, sure",
+			Input{Wall: wall + int64(400*ms), View: unknown, Anchored: true, Anchor: wall - int64(2*sec), Elapsed: 2 * sec},
+			Reading{Now: wall, Capped: true}},
+		{"unknown view, after a long outage (the anchor is an hour old): unsure",
+			Input{Wall: wall, View: unknown, Anchored: true, Anchor: wall - int64(time.Hour), Elapsed: sec},
+			Reading{Now: wall - int64(time.Hour) + int64(sec), Capped: true, Unsure: true}},
+		{"unknown view, clock just behind anchor+elapsed: own clock",
+			Input{Wall: wall, View: unknown, Anchored: true, Anchor: wall - int64(5*sec), Elapsed: 5*sec + 200*ms},
+			Reading{Now: wall}},
+		{"unknown view, clock 5s behind anchor+elapsed: unsure",
+			Input{Wall: wall, View: unknown, Anchored: true, Anchor: wall - int64(5*sec), Elapsed: 10 * sec},
+			Reading{Now: wall, Unsure: true}},
+		{"unknown view, clock behind the floor", Input{Wall: wall - int64(10*min), Floor: wall, View: unknown, Anchored: true, Anchor: wall, Elapsed: sec},
+			Reading{Now: wall, Held: true, Unsure: true}},
+		{"unknown view, empty ledger: own clock, unsure", Input{Wall: wall, View: unknown}, Reading{Now: wall, Unsure: true}},
+		{"known view ignores the anchor", Input{Wall: wall, View: known(0), Anchored: true, Anchor: wall - int64(time.Hour)},
+			Reading{Now: wall}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.in.MaxOffset = max
+			if got := LedgerTime(tt.in); got != tt.want {
+				t.Fatalf("LedgerTime(%+v) = %+v; want %+v", tt.in, got, tt.want)
+			}
+		})
+	}
+}

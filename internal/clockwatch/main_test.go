@@ -1,0 +1,9 @@
+package clockwatch
+
+import (
+	"testing"
+
+	"github.com/once-dev/once/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
