@@ -27,7 +27,7 @@ const (
 // log.
 const (
 	ReserveVersion uint8 = 1
-	CommitVersion  uint8 = 1
+	CommitVersion  uint8 = 2
 	RejectVersion  uint8 = 1
 	ExpireVersion  uint8 = 1
 )
@@ -100,6 +100,12 @@ type Reserve struct {
 // safely; no entry: OutcomeNotFound. A PENDING entry is committed even when it
 // is due but not yet removed. If the tenant already has a job with JobID:
 // OutcomeJobIDInUse and nothing changes.
+//
+// Capacity is decided here, atomically (version 2): when MaxJobs is not 0 and
+// the job table holds MaxJobs jobs or more (after removing up to a few due
+// jobs), the entry becomes REJECTED with status 429, reason "capacity",
+// CapacityDetail and ExpiresAt = RejectedExpiresAt: OutcomeRejected, no job.
+// A version-1 Commit decodes with MaxJobs 0 (no bound), as it always applied.
 type Commit struct {
 	Tenant string
 	Key    string
@@ -109,7 +115,20 @@ type Commit struct {
 	Now          int64
 	ExpiresAt    int64
 	JobExpiresAt int64
+	// MaxJobs is the bound on the job table (MANAGER_MAX_QUEUED_JOBS); 0: none.
+	MaxJobs uint64
+	// RejectedExpiresAt (Now + the rejected TTL) and CapacityDetail make the
+	// capacity rejection; RejectedExpiresAt must be after Now when MaxJobs > 0.
+	RejectedExpiresAt int64
+	CapacityDetail    string
+
+	// version is the version this command was decoded from when older than
+	// CommitVersion (0: current), so that it re-encodes to the same bytes.
+	version uint8
 }
+
+// ReasonCapacity is the Reason of a capacity rejection (status 429).
+const ReasonCapacity = "capacity"
 
 // Reject moves the PENDING entry of (Tenant, Key) reserved with JobID to
 // REJECTED, storing Status, Reason and Detail. The other states are handled as
@@ -163,8 +182,13 @@ func (Reject) CommandType() CommandType    { return TypeReject }
 func (Expire) CommandType() CommandType    { return TypeExpire }
 func (u Unknown) CommandType() CommandType { return u.Type }
 
-func (Reserve) CommandVersion() uint8   { return ReserveVersion }
-func (Commit) CommandVersion() uint8    { return CommitVersion }
+func (Reserve) CommandVersion() uint8 { return ReserveVersion }
+func (c Commit) CommandVersion() uint8 {
+	if c.version != 0 {
+		return c.version
+	}
+	return CommitVersion
+}
 func (Reject) CommandVersion() uint8    { return RejectVersion }
 func (Expire) CommandVersion() uint8    { return ExpireVersion }
 func (u Unknown) CommandVersion() uint8 { return u.Version }
@@ -237,20 +261,35 @@ func decodeReserveV1(d *decoder) Reserve {
 }
 
 func (c Commit) sizeHint() int {
-	return len(c.Tenant) + len(c.Key) + len(c.JobID) + 3*varintSize + 24
+	return len(c.Tenant) + len(c.Key) + len(c.JobID) + len(c.CapacityDetail) + 5*varintSize + 32
 }
 
-// Commit v1 body:
+// Commit v2 body (v1 is its first six fields):
 //
 //	tenant string, key string, job_id string,
-//	now int64, expires_at int64, job_expires_at int64
+//	now int64, expires_at int64, job_expires_at int64,
+//	max_jobs uvarint, rejected_expires_at int64, capacity_detail string
 func (c Commit) appendBody(b []byte) []byte {
 	b = appendString(b, c.Tenant)
 	b = appendString(b, c.Key)
 	b = appendString(b, c.JobID)
 	b = appendInt64(b, c.Now)
 	b = appendInt64(b, c.ExpiresAt)
-	return appendInt64(b, c.JobExpiresAt)
+	b = appendInt64(b, c.JobExpiresAt)
+	if c.version == 1 {
+		return b
+	}
+	b = appendUvarint(b, c.MaxJobs)
+	b = appendInt64(b, c.RejectedExpiresAt)
+	return appendString(b, c.CapacityDetail)
+}
+
+func decodeCommitV2(d *decoder) Commit {
+	c := decodeCommitV1(d)
+	c.MaxJobs = d.uvarint()
+	c.RejectedExpiresAt = d.int64()
+	c.CapacityDetail = d.string()
+	return c
 }
 
 func decodeCommitV1(d *decoder) Commit {
@@ -356,10 +395,16 @@ func DecodeCommand(data []byte) (Command, error) {
 		}
 		c = decodeReserveV1(d)
 	case TypeCommit:
-		if v != 1 {
+		switch v {
+		case 1:
+			cv := decodeCommitV1(d)
+			cv.version = 1
+			c = cv
+		case 2:
+			c = decodeCommitV2(d)
+		default:
 			return nil, versionError(t, v)
 		}
-		c = decodeCommitV1(d)
 	case TypeReject:
 		if v != 1 {
 			return nil, versionError(t, v)

@@ -370,6 +370,8 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 	case c.ExpiresAt <= c.Now || c.JobExpiresAt <= c.Now:
 		return invalidf("commit: expires_at %d or job_expires_at %d not after now %d",
 			c.ExpiresAt, c.JobExpiresAt, c.Now)
+	case c.MaxJobs > 0 && c.RejectedExpiresAt <= c.Now:
+		return invalidf("commit: rejected_expires_at %d not after now %d", c.RejectedExpiresAt, c.Now)
 	}
 	old, res, ok := s.resolvable(c.Tenant, c.Key, c.JobID)
 	if !ok {
@@ -377,6 +379,26 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 	}
 	if _, taken := s.getJob(c.Tenant, c.JobID); taken {
 		return Result{Outcome: OutcomeJobIDInUse, Entry: *old}
+	}
+	if c.MaxJobs > 0 {
+		for i := 0; i < maxReliefRemovals && uint64(s.jobs.Len()) >= c.MaxJobs; i++ {
+			j, ok := s.jobExp.Min()
+			if !ok || j.ExpiresAt > c.Now {
+				break
+			}
+			s.removeJob(j)
+			res.Removed.Jobs++
+		}
+		if uint64(s.jobs.Len()) >= c.MaxJobs {
+			e := *old
+			e.State = StateRejected
+			e.ResolvedAt = c.Now
+			e.ExpiresAt = c.RejectedExpiresAt
+			e.Status, e.Reason, e.Detail = 429, ReasonCapacity, c.CapacityDetail
+			s.replaceEntry(old, &e)
+			ax.emit(ChangeRejected, &e)
+			return Result{Outcome: OutcomeRejected, Entry: e, Removed: res.Removed}
+		}
 	}
 	e := *old
 	e.State = StateCommitted
@@ -397,7 +419,7 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 	}
 	s.insertJob(j)
 	ax.emit(ChangeCommitted, &e)
-	return Result{Outcome: OutcomeCommitted, Entry: e, Job: *j}
+	return Result{Outcome: OutcomeCommitted, Entry: e, Job: *j, Removed: res.Removed}
 }
 
 func (s *state) applyReject(ax *applyCtx, c Reject) Result {

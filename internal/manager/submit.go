@@ -211,18 +211,17 @@ type decision struct {
 	detail string
 }
 
-// admit runs admission: validation against this datacenter's rules, then
-// capacity. It reads only leader-local state; it is re-run from the stored
+// admit runs admission's validation against this datacenter's rules. It reads
+// only leader-local state; it is re-run from the stored
 // request by a new leader for every PENDING entry its predecessor left.
 func (m *Manager) admit(e ledger.Entry) decision {
 	if len(m.cfg.AllowedJobTypes) > 0 && !slices.Contains(m.cfg.AllowedJobTypes, e.Request.Type) {
 		return decision{status: 422, reason: "unknown_job_type",
 			detail: fmt.Sprintf("job type %q is not accepted in datacenter %s", e.Request.Type, m.cfg.Datacenter)}
 	}
-	if queued := int64(m.fsm.Stats().Jobs) + m.inflight.Load(); queued >= int64(m.cfg.MaxQueuedJobs) {
-		return decision{status: 429, reason: "capacity",
-			detail: fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", m.cfg.Datacenter, m.cfg.MaxQueuedJobs)}
-	}
+	// Capacity (MANAGER_MAX_QUEUED_JOBS) is not decided here: the Commit carries
+	// the bound and the ledger turns a Commit over it into a 429 rejection, so
+	// concurrent admissions can never overshoot it.
 	return decision{admit: true}
 }
 
@@ -232,11 +231,12 @@ func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*
 	now := m.now()
 	var cmd ledger.Command
 	if d.admit {
-		m.inflight.Add(1)
-		defer m.inflight.Add(-1)
 		cmd = ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt:    now.Add(m.cfg.Idempotency.CommittedTTL).UnixNano(),
-			JobExpiresAt: now.Add(m.cfg.JobRetention).UnixNano()}
+			ExpiresAt:         now.Add(m.cfg.Idempotency.CommittedTTL).UnixNano(),
+			JobExpiresAt:      now.Add(m.cfg.JobRetention).UnixNano(),
+			MaxJobs:           uint64(m.cfg.MaxQueuedJobs),
+			RejectedExpiresAt: now.Add(m.cfg.Idempotency.RejectedTTL).UnixNano(),
+			CapacityDetail:    fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", m.cfg.Datacenter, m.cfg.MaxQueuedJobs)}
 	} else {
 		cmd = ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
 			ExpiresAt: now.Add(m.cfg.Idempotency.RejectedTTL).UnixNano(),
