@@ -85,3 +85,26 @@ func (h *harness) mustRaw(b []byte, want Outcome) Result {
 	checkInvariants(h.t, h.f)
 	return res
 }
+
+func TestPendingBeforeListsOldPendingOnly(t *testing.T) {
+	h := newHarness(t)
+	a, b, c := reserve("t", "a", t0), reserve("t", "b", t0+2*sec), reserve("t", "c", t0+4*sec)
+	for _, r := range []Reserve{a, b, c} {
+		h.must(r, OutcomeReserved)
+	}
+	h.must(commit(a, t0+5*sec), OutcomeCommitted)
+	got := h.f.PendingBefore(t0+3*sec, 0)
+	if len(got) != 1 || got[0].Key != "b" {
+		t.Fatalf("pending before t0+3s: %+v", got)
+	}
+	if got := h.f.PendingBefore(t0+10*sec, 1); len(got) != 1 || got[0].Key != "b" {
+		t.Fatalf("limit 1: %+v", got)
+	}
+	if got := h.f.PendingBefore(t0+10*sec, 0); len(got) != 2 || got[1].Key != "c" {
+		t.Fatalf("all: %+v", got)
+	}
+	// A restored FSM has the same index.
+	if got := restore(t, persist(t, h.f)).PendingBefore(t0+10*sec, 0); len(got) != 2 {
+		t.Fatalf("after restore: %+v", got)
+	}
+}

@@ -275,6 +275,26 @@ func (f *FSM) Pending() []Entry {
 	return out
 }
 
+// PendingBefore returns the PENDING entries reserved before cutoff (ReservedAt <
+// cutoff, unix nanoseconds), oldest first, at most limit of them (limit <= 0:
+// all). The leader calls it continuously to resolve orphans: entries whose
+// submitter timed out or whose Commit proposal failed without a leadership
+// change. O(log n + returned): it walks an index of PENDING entries by
+// reservation time.
+func (f *FSM) PendingBefore(cutoff int64, limit int) []Entry {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []Entry
+	f.s.pendAge.Ascend(func(e *Entry) bool {
+		if e.ReservedAt >= cutoff || (limit > 0 && len(out) == limit) {
+			return false
+		}
+		out = append(out, *e)
+		return true
+	})
+	return out
+}
+
 // NextExpiry returns the earliest ExpiresAt (unix nanoseconds) of any entry or
 // job, and false when there is none: the leader proposes Expire when its clock
 // reaches it (and at least every cleanup interval, which also ages out the

@@ -172,8 +172,14 @@ func checkInvariants(t testing.TB, f *FSM) {
 		if got, ok := s.entryExp.Get(e); !ok || got != e {
 			t.Errorf("entry %s/%s missing from the expiry index", e.Tenant, e.Key)
 		}
+		if got, ok := s.pendAge.Get(e); (e.State == StatePending) != (ok && got == e) {
+			t.Errorf("entry %s/%s (%v): pending index disagrees", e.Tenant, e.Key, e.State)
+		}
 		return true
 	})
+	if s.pendAge.Len() != s.pending {
+		t.Errorf("pendAge has %d items, %d pending", s.pendAge.Len(), s.pending)
+	}
 	if s.entryExp.Len() != s.entries.Len() {
 		t.Errorf("entryExp has %d items, entries %d", s.entryExp.Len(), s.entries.Len())
 	}

@@ -40,6 +40,9 @@ type state struct {
 	jobExp   *btree.BTreeG[*Job]
 	wms      *btree.BTreeG[*Watermark]
 	wmAge    *btree.BTreeG[*Watermark]
+	// pendAge holds the PENDING entries only, by (reserved_at, tenant, key):
+	// the leader resolves those older than a grace (FSM.PendingBefore).
+	pendAge *btree.BTreeG[*Entry]
 
 	// counts of entries by state
 	pending, committed, rejected int
@@ -62,7 +65,15 @@ func newState() *state {
 		jobExp:   btree.NewG(btreeDegree, lessJobExp),
 		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
+		pendAge:  btree.NewG(btreeDegree, lessEntryReserved),
 	}
+}
+
+func lessEntryReserved(a, b *Entry) bool {
+	if a.ReservedAt != b.ReservedAt {
+		return a.ReservedAt < b.ReservedAt
+	}
+	return lessEntryKey(a, b)
 }
 
 func lessEntryKey(a, b *Entry) bool {
@@ -219,14 +230,23 @@ func (s *state) count(st State, d int) {
 func (s *state) insertEntry(e *Entry) {
 	s.entries.ReplaceOrInsert(e)
 	s.entryExp.ReplaceOrInsert(e)
+	if e.State == StatePending {
+		s.pendAge.ReplaceOrInsert(e)
+	}
 	s.count(e.State, 1)
 }
 
 // replaceEntry swaps old for e (same tenant and key).
 func (s *state) replaceEntry(old, e *Entry) {
 	s.entryExp.Delete(old)
+	if old.State == StatePending {
+		s.pendAge.Delete(old)
+	}
 	s.entries.ReplaceOrInsert(e)
 	s.entryExp.ReplaceOrInsert(e)
+	if e.State == StatePending {
+		s.pendAge.ReplaceOrInsert(e)
+	}
 	s.count(old.State, -1)
 	s.count(e.State, 1)
 }
@@ -236,6 +256,9 @@ func (s *state) replaceEntry(old, e *Entry) {
 func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	s.entries.Delete(e)
 	s.entryExp.Delete(e)
+	if e.State == StatePending {
+		s.pendAge.Delete(e)
+	}
 	s.count(e.State, -1)
 	switch e.State {
 	case StatePending:

@@ -50,6 +50,7 @@ type Config struct {
 	WatermarkTTL        time.Duration // IDEMPOTENCY_WATERMARK_TTL_SECONDS
 	WatermarkMaxClients int           // IDEMPOTENCY_WATERMARK_MAX_CLIENTS
 	ApplyTimeout        time.Duration // MANAGER_APPLY_TIMEOUT: bound on one Raft round of a submission
+	OrphanGrace         time.Duration // MANAGER_ORPHAN_GRACE: age after which the leader resolves a PENDING entry itself
 
 	Failpoints bool   // MANAGER_FAILPOINTS: enable /debug/failpoints (tests, chaos)
 	Pprof      bool   // MANAGER_PPROF: serve /debug/pprof on the RPC listener
@@ -128,6 +129,8 @@ func register(l *config.Loader, c *Config) {
 	l.Seconds(&c.WatermarkTTL, "IDEMPOTENCY_WATERMARK_TTL_SECONDS", 86400, 1, 365*86400, "how long a client's sequence watermark is kept after its last update")
 	l.Int(&c.WatermarkMaxClients, "IDEMPOTENCY_WATERMARK_MAX_CLIENTS", 100_000, 1, 1<<31-1, "the bound on per-client watermarks")
 	l.Duration(&c.ApplyTimeout, "MANAGER_APPLY_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
+	l.Duration(&c.OrphanGrace, "MANAGER_ORPHAN_GRACE", 5*time.Second, 100*time.Millisecond, time.Hour,
+		"age after which the leader resolves a PENDING entry itself (its submitter timed out or failed); under IDEMPOTENCY_PENDING_TTL_SECONDS")
 	l.Bool(&c.Failpoints, "MANAGER_FAILPOINTS", false, "enable the /debug/failpoints fault-injection endpoints (tests only)")
 	l.Bool(&c.Pprof, "MANAGER_PPROF", false, "serve Go's /debug/pprof profiles on the RPC listener")
 	l.String(&c.LogLevel, "MANAGER_LOG_LEVEL", "info", "debug, info, warn or error", func(s string) error { _, err := logging.ParseLevel(s); return err }, "log level")
@@ -174,6 +177,11 @@ func (c *Config) Validate() error {
 		return &config.Error{Env: "MANAGER_JOB_RETENTION_SECONDS", Flag: config.FlagName("MANAGER_JOB_RETENTION_SECONDS"),
 			Value: fmt.Sprint(int(c.JobRetention / time.Second)),
 			Want:  fmt.Sprintf("at least IDEMPOTENCY_COMMITTED_TTL_SECONDS (%d)", int(c.Idempotency.CommittedTTL/time.Second))}
+	}
+	if c.OrphanGrace >= c.Idempotency.PendingTTL {
+		return &config.Error{Env: "MANAGER_ORPHAN_GRACE", Flag: config.FlagName("MANAGER_ORPHAN_GRACE"),
+			Value: c.OrphanGrace.String(),
+			Want:  fmt.Sprintf("less than IDEMPOTENCY_PENDING_TTL_SECONDS (%d)", int(c.Idempotency.PendingTTL/time.Second))}
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return &config.Error{Env: "MANAGER_RAFT_LEADER_LEASE_TIMEOUT", Flag: config.FlagName("MANAGER_RAFT_LEADER_LEASE_TIMEOUT"),

@@ -65,6 +65,9 @@ type Manager struct {
 	// entry of earlier terms (a Barrier): only then does it serve.
 	readyTerm atomic.Uint64
 
+	// resolving holds the keys live submissions are reserving or resolving.
+	resolving resolvingSet
+
 	// proposing holds the Reserve proposals in flight, by tenant and key.
 	proposingMu sync.Mutex
 	proposing   map[string]chan struct{}

@@ -101,13 +101,18 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			Sequence:    k.Sequence,
 			Nonce:       k.Nonce,
 		}
+		m.resolving.add(req.Tenant, req.Key)
 		res, err := m.apply(ctx, cmd)
 		m.endProposal(req.Tenant, req.Key, proposal)
+		if err != nil || res.Outcome != ledger.OutcomeReserved {
+			m.resolving.done(req.Tenant, req.Key)
+		}
 		if err != nil {
 			return nil, err
 		}
 		switch res.Outcome {
 		case ledger.OutcomeReserved:
+			defer m.resolving.done(req.Tenant, req.Key)
 			return m.resolve(ctx, res.Entry, false)
 		case ledger.OutcomeExists:
 			if res.Entry.State != ledger.StatePending {
@@ -151,6 +156,8 @@ func (m *Manager) endProposal(tenant, key string, ch chan struct{}) {
 	m.proposingMu.Unlock()
 	close(ch)
 }
+
+func (m *Manager) isResolving(tenant, key string) bool { return m.resolving.has(tenant, key) }
 
 // validateSubmit checks what the gate should already have checked: a manager
 // trusts nothing on the wire.
