@@ -395,6 +395,18 @@ func (g *Gate) forwardError(err error, tenant string) *response {
 			"the datacenter's ledger is full of live entries; retry later with the same key")
 		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
 		return resp
+	case errors.Is(err, rpc.ErrWatermarksFull):
+		g.log.Warn("watermark table full", logKeyTenant, tenant, logKeyErr, err)
+		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
+			"the datacenter's table of client sequence watermarks is full; retry later with the same key")
+		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
+		return resp
+	case errors.Is(err, rpc.ErrTenantQuota):
+		g.log.Warn("tenant over its ledger share", logKeyTenant, tenant, logKeyErr, err)
+		resp := problemResponse(http.StatusTooManyRequests, api.CodeTenantQuotaExceeded,
+			"this tenant holds its share of the datacenter's idempotency ledger; retry later with the same key")
+		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
+		return resp
 	case errors.Is(err, rpc.ErrInvalid), errors.Is(err, rpc.ErrInternal):
 		g.log.Error("manager refused the submission", logKeyTenant, tenant, logKeyErr, err)
 		return problemResponse(http.StatusInternalServerError, api.CodeInternal,

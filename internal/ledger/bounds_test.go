@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
+	"time"
 )
 
 // commitV1 is the version-1 encoding of c (no capacity fields).
@@ -107,4 +109,139 @@ func TestPendingBeforeListsOldPendingOnly(t *testing.T) {
 	if got := restore(t, persist(t, h.f)).PendingBefore(t0+10*sec, 0); len(got) != 2 {
 		t.Fatalf("after restore: %+v", got)
 	}
+}
+
+func v1Reserve(r Reserve) Reserve { r.version = 1; return r }
+
+func TestWatermarkWindowRecordAndShift(t *testing.T) {
+	var w Watermark
+	seqs := []uint64{0, 3, 63, 64, 65, 200, 1000, 1100}
+	for _, s := range seqs {
+		w.record(s)
+	}
+	if w.Sequence != 1100 {
+		t.Fatalf("highest %d", w.Sequence)
+	}
+	for s := uint64(0); s <= 1200; s++ {
+		want := false
+		for _, c := range seqs {
+			want = want || (c == s && 1100-s < WatermarkWindow)
+		}
+		if got := w.Committed(s); got != want {
+			t.Fatalf("Committed(%d) = %v, want %v", s, got, want)
+		}
+		if below := w.BelowWindow(s); below != (s <= 1100 && 1100-s >= WatermarkWindow) {
+			t.Fatalf("BelowWindow(%d) = %v", s, below)
+		}
+	}
+	// A jump past the whole window clears it.
+	w.record(1100 + WatermarkWindow + 5)
+	if w.Committed(1100) || !w.Committed(1100+WatermarkWindow+5) {
+		t.Fatalf("after a long jump: %+v", w)
+	}
+}
+
+// sreserve is a structured Reserve with room for every bound.
+func sreserve(tenant, client string, seq uint64, now int64) Reserve {
+	r := structured(tenant, client, seq, "a1b2c3d4e5f6a7b8", now)
+	r.MaxEntries = 1 << 20
+	return r
+}
+
+func TestRejectedSequenceRetriedAfterAHigherCommitIsAdmitted(t *testing.T) {
+	h := newHarness(t)
+	r5 := sreserve("t", "c", 5, t0)
+	h.must(r5, OutcomeReserved)
+	h.must(reject(r5, t0+sec, 429), OutcomeRejected)
+	r6 := sreserve("t", "c", 6, t0+2*sec)
+	h.must(r6, OutcomeReserved)
+	h.must(commit(r6, t0+3*sec), OutcomeCommitted)
+	// Both entries expire; 5 never ran, so its retry is judged afresh...
+	late := t0 + 3*sec + commitTTL
+	h.must(expire(late), OutcomeExpired)
+	res := h.must(at(r5, late+sec), OutcomeReserved)
+	h.must(commit(res.Entry.reserveOf(), late+2*sec), OutcomeCommitted)
+	// ... while 6, which ran, is refused as expired (409), and so is 5 now.
+	if res := h.must(at(r6, late+3*sec), OutcomeKeyExpired); res.Watermark != 6 {
+		t.Fatalf("watermark %d", res.Watermark)
+	}
+	h.must(expire(late+2*sec+commitTTL), OutcomeExpired)
+	h.must(at(r5, late+3*sec+commitTTL), OutcomeKeyExpired)
+	// A sequence more than the window below the highest is refused, run or not.
+	big := sreserve("t", "c", 6+WatermarkWindow, late+4*sec+commitTTL)
+	h.must(big, OutcomeReserved)
+	h.must(commit(big, big.Now+sec), OutcomeCommitted)
+	h.must(sreserve("t", "c", 6, big.Now+2*sec), OutcomeKeyExpired)
+	h.must(sreserve("t", "c", 7, big.Now+2*sec), OutcomeReserved)
+}
+
+// reserveOf rebuilds the Reserve an entry came from (enough for commit()).
+func (e Entry) reserveOf() Reserve {
+	return Reserve{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID}
+}
+
+func TestFullWatermarkTableRefusesAndNeverEvicts(t *testing.T) {
+	h := newHarness(t)
+	bounded := func(r Reserve) Reserve { r.MaxWatermarks = 2; return r }
+	a := bounded(sreserve("t", "a", 1, t0))
+	h.must(a, OutcomeReserved)
+	h.must(commit(a, t0+sec), OutcomeCommitted)
+	late := t0 + sec + commitTTL
+	h.must(expire(late), OutcomeExpired) // a's entry is gone; its watermark stays
+	// A flood of new clients: one fits, the rest are refused.
+	h.must(bounded(sreserve("t", "b", 1, late)), OutcomeReserved)
+	for i := 0; i < 10; i++ {
+		h.must(bounded(sreserve("t", fmt.Sprintf("flood%d", i), 1, late+sec)), OutcomeWatermarksFull)
+	}
+	// Expire (version 2) never evicts a live watermark either.
+	h.must(Expire{Now: late + 2*sec, WatermarkTTL: 24 * time.Hour}, OutcomeExpired)
+	// a's committed sequence is still refused: it never runs twice.
+	h.must(bounded(at(a, late+3*sec)), OutcomeKeyExpired)
+	// Clients that hold a watermark go on.
+	h.must(bounded(sreserve("t", "a", 2, late+3*sec)), OutcomeReserved)
+	// Watermarks still age out by their TTL, which makes room.
+	h.must(Expire{Now: late + 3*sec + int64(24*time.Hour), WatermarkTTL: 24 * time.Hour}, OutcomeExpired)
+	h.must(bounded(sreserve("t", "flood0", 1, late+4*sec+int64(24*time.Hour))), OutcomeReserved)
+}
+
+func TestOneTenantsFloodDoesNotRefuseAnother(t *testing.T) {
+	h := newHarness(t)
+	bounded := func(r Reserve) Reserve { r.MaxWatermarks, r.MaxTenantWatermarks = 100, 3; return r }
+	for i := 0; i < 3; i++ {
+		h.must(bounded(sreserve("noisy", fmt.Sprintf("c%d", i), 1, t0)), OutcomeReserved)
+	}
+	for i := 3; i < 20; i++ {
+		h.must(bounded(sreserve("noisy", fmt.Sprintf("c%d", i), 1, t0)), OutcomeTenantWatermarksFull)
+	}
+	for i := 0; i < 3; i++ {
+		h.must(bounded(sreserve("quiet", fmt.Sprintf("c%d", i), 1, t0)), OutcomeReserved)
+	}
+	if st := h.f.Stats(); st.Watermarks != 6 {
+		t.Fatalf("watermarks %d", st.Watermarks)
+	}
+	// The per-tenant counts survive a snapshot.
+	f := restore(t, persist(t, h.f))
+	if f.s.wmTenant["noisy"] != 3 || f.s.wmTenant["quiet"] != 3 {
+		t.Fatalf("tenant counts after restore: %v", f.s.wmTenant)
+	}
+}
+
+func TestSnapshotV1WatermarkKeepsRefusing(t *testing.T) {
+	w := decodeWatermark(&decoder{b: appendWatermarkV1(nil, &Watermark{Tenant: "t", ClientID: "c", Nonce: "n", Sequence: 70, UpdatedAt: 1})}, 1)
+	for s := uint64(0); s <= 70; s++ {
+		if !w.Committed(s) {
+			t.Fatalf("v1 watermark 70: sequence %d would run again", s)
+		}
+	}
+	if w.Committed(71) {
+		t.Fatal("v1 watermark 70 refuses 71")
+	}
+}
+
+func appendWatermarkV1(b []byte, w *Watermark) []byte {
+	b = appendString(b, w.Tenant)
+	b = appendString(b, w.ClientID)
+	b = appendString(b, w.Nonce)
+	b = appendUvarint(b, w.Sequence)
+	return appendInt64(b, w.UpdatedAt)
 }

@@ -218,9 +218,9 @@ func TestRestoreMalformed(t *testing.T) {
 		}
 	}
 	try("trailing data", append(bytes.Clone(snap), 0), ErrBadSnapshot)
-	v2 := bytes.Clone(snap)
-	v2[len(snapshotMagic)] = 2
-	try("version 2", v2, ErrSnapshotVersion)
+	v3 := bytes.Clone(snap)
+	v3[len(snapshotMagic)] = 3
+	try("version 3", v3, ErrSnapshotVersion)
 	try("empty", nil, ErrBadSnapshot)
 	try("bad magic", []byte("NOTALEDGER"), ErrBadSnapshot)
 	try("huge record", append([]byte(snapshotMagic+"\x01"), 0xff, 0xff, 0xff, 0xff, 0x0f), ErrBadSnapshot)

@@ -44,6 +44,9 @@ type state struct {
 	// the leader resolves those older than a grace (FSM.PendingBefore).
 	pendAge *btree.BTreeG[*Entry]
 
+	// wmTenant counts watermarks per tenant (looked up, never iterated).
+	wmTenant map[string]int
+
 	// counts of entries by state
 	pending, committed, rejected int
 	// applied is the raft index of the last command applied.
@@ -66,6 +69,7 @@ func newState() *state {
 		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
 		pendAge:  btree.NewG(btreeDegree, lessEntryReserved),
+		wmTenant: map[string]int{},
 	}
 }
 
@@ -274,20 +278,47 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	ax.emit(ChangeRemoved, e)
 }
 
+// raiseWatermark records seq as committed in the client's watermark, creating
+// the watermark if needed (a version-1 history, or one aged out while its
+// entry lived: the bound may be passed by those, as docs/ledger.md says).
 func (s *state) raiseWatermark(tenant, clientID, nonce string, seq uint64, now int64) {
-	w := &Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce, Sequence: seq, UpdatedAt: now}
+	w := &Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce, UpdatedAt: now}
 	if old, ok := s.wms.Get(w); ok {
-		w.Sequence = max(old.Sequence, seq)
+		*w = *old
 		w.UpdatedAt = max(old.UpdatedAt, now)
-		s.wmAge.Delete(old)
+		s.removeWatermark(old)
 	}
+	w.record(seq)
+	s.insertWatermark(w)
+}
+
+// touchWatermark creates the client's watermark (nothing committed) or
+// refreshes its UpdatedAt.
+func (s *state) touchWatermark(tenant, clientID, nonce string, now int64) {
+	w := &Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce, UpdatedAt: now}
+	if old, ok := s.wms.Get(w); ok {
+		if old.UpdatedAt >= now {
+			return
+		}
+		*w = *old
+		w.UpdatedAt = now
+		s.removeWatermark(old)
+	}
+	s.insertWatermark(w)
+}
+
+func (s *state) insertWatermark(w *Watermark) {
 	s.wms.ReplaceOrInsert(w)
 	s.wmAge.ReplaceOrInsert(w)
+	s.wmTenant[w.Tenant]++
 }
 
 func (s *state) removeWatermark(w *Watermark) {
 	s.wms.Delete(w)
 	s.wmAge.Delete(w)
+	if s.wmTenant[w.Tenant]--; s.wmTenant[w.Tenant] <= 0 {
+		delete(s.wmTenant, w.Tenant)
+	}
 }
 
 func (s *state) insertJob(j *Job) {
@@ -331,8 +362,14 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 		}
 		s.removeEntry(ax, e, c.Now, &res.Removed)
 	}
+	hasWatermark := false
 	if c.Structured {
-		if w, ok := s.getWatermark(c.Tenant, c.ClientID, c.Nonce); ok && c.Sequence <= w.Sequence {
+		w, ok := s.getWatermark(c.Tenant, c.ClientID, c.Nonce)
+		hasWatermark = ok
+		// Version 1 refused everything at or below the watermark; version 2
+		// only what is known committed, or too old for the window to tell.
+		if ok && ((c.version == 1 && c.Sequence <= w.Sequence) ||
+			(c.version != 1 && (w.Committed(c.Sequence) || w.BelowWindow(c.Sequence)))) {
 			res.Outcome = OutcomeKeyExpired
 			res.Watermark = w.Sequence
 			return res
@@ -349,6 +386,17 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 		res.Outcome = OutcomeFull
 		return res
 	}
+	newWatermark := c.Structured && !hasWatermark && c.version != 1
+	if newWatermark {
+		switch {
+		case c.MaxWatermarks > 0 && uint64(s.wms.Len()) >= c.MaxWatermarks:
+			res.Outcome = OutcomeWatermarksFull
+			return res
+		case c.MaxTenantWatermarks > 0 && uint64(s.wmTenant[c.Tenant]) >= c.MaxTenantWatermarks:
+			res.Outcome = OutcomeTenantWatermarksFull
+			return res
+		}
+	}
 	e := &Entry{
 		Tenant:      c.Tenant,
 		Key:         c.Key,
@@ -363,8 +411,14 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 			Datacenters: clip(c.Request.Datacenters),
 		},
 	}
+	if c.ResultTTL > 0 {
+		e.ResultTTL = c.ResultTTL
+	}
 	if c.Structured {
 		e.Structured, e.ClientID, e.Sequence, e.Nonce = true, c.ClientID, c.Sequence, c.Nonce
+		if c.version != 1 {
+			s.touchWatermark(c.Tenant, c.ClientID, c.Nonce, c.Now)
+		}
 	}
 	s.insertEntry(e)
 	ax.emit(ChangeReserved, e)
@@ -441,6 +495,11 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 		ExpiresAt:   c.JobExpiresAt,
 	}
 	s.insertJob(j)
+	if e.Structured && c.version != 1 {
+		// Version 2 records the sequence at commit, so the window knows it
+		// whether or not the entry is still live.
+		s.raiseWatermark(e.Tenant, e.ClientID, e.Nonce, e.Sequence, c.Now)
+	}
 	ax.emit(ChangeCommitted, &e)
 	return Result{Outcome: OutcomeCommitted, Entry: e, Job: *j, Removed: res.Removed}
 }
@@ -509,7 +568,7 @@ func (s *state) applyExpire(ax *applyCtx, c Expire) Result {
 			res.Removed.Watermarks++
 		}
 	}
-	if c.MaxWatermarks > 0 {
+	if c.version == 1 && c.MaxWatermarks > 0 {
 		for uint64(s.wms.Len()) > c.MaxWatermarks && take() {
 			w, _ := s.wmAge.Min()
 			s.removeWatermark(w)

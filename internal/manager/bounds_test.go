@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -90,5 +91,115 @@ func TestOrphanOnALiveLeaderIsResolved(t *testing.T) {
 	r, err := tc.submit(ctx, l, "t", "orphan-ok", "fp", "demo", `1`, 0)
 	if err != nil || r.Outcome != rpc.OutcomeCommitted || r.JobID != "job-orphan-ok" || !r.Replayed {
 		t.Fatalf("duplicate of a resolved orphan: %+v %v", r, err)
+	}
+}
+
+// fakeClock is a settable leader clock for tests that need entries to expire.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *fakeClock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted: a 429 sequence that
+// never ran, retried after a higher sequence of the same client committed and
+// expired, runs; a committed sequence retried after expiry is still refused.
+func TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted(t *testing.T) {
+	clock := &fakeClock{t: time.Now()}
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.MaxQueuedJobs = 1
+		c.Idempotency.CommittedTTL = 10 * time.Second
+		c.Idempotency.RejectedTTL = 10 * time.Second
+		c.JobRetention = 10 * time.Second
+	})
+	tc.now = clock.now
+	l := tc.leader()
+	ctx := ctxT(t)
+	key := func(seq int) string { return fmt.Sprintf("c1:%d:0123456789abcdef", seq) }
+	submit := func(seq int) *rpc.SubmitResponse {
+		t.Helper()
+		r, err := tc.submit(ctx, l, "t", key(seq), "fp", "demo", `1`, 0)
+		if err != nil {
+			t.Fatalf("seq %d: %v", seq, err)
+		}
+		return r
+	}
+	drain := func() {
+		clock.advance(time.Minute)
+		waitFor(t, 10*time.Second, "entries and jobs to expire", func() bool {
+			st := tc.mgrs[l].FSM().Stats()
+			return st.Entries == 0 && st.Jobs == 0
+		})
+	}
+	if r := submit(1); r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("seq 1: %+v", r)
+	}
+	if r := submit(2); r.Outcome != rpc.OutcomeRejected || r.Rejection.Status != 429 {
+		t.Fatalf("seq 2 should be a capacity rejection: %+v", r)
+	}
+	drain()
+	if r := submit(3); r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("seq 3: %+v", r)
+	}
+	drain()
+	if r := submit(2); r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("seq 2 never ran; its retry must be admitted, got %+v", r)
+	}
+	if r := submit(3); r.Outcome != rpc.OutcomeKeyExpired {
+		t.Fatalf("seq 3 ran; its late retry must be key_expired, got %+v", r)
+	}
+}
+
+// TestWatermarkFloodRefusesAndNeverReruns: a full watermark table refuses new
+// clients (watermarks_full), a tenant over its share is refused alone
+// (tenant_quota), and an earlier committed sequence is never run again.
+func TestWatermarkFloodRefusesAndNeverReruns(t *testing.T) {
+	clock := &fakeClock{t: time.Now()}
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.WatermarkMaxClients = 3
+		c.WatermarkMaxClientsPerTenant = 2
+		c.Idempotency.CommittedTTL = 10 * time.Second
+		c.JobRetention = time.Hour
+	})
+	tc.now = clock.now
+	l := tc.leader()
+	ctx := ctxT(t)
+	submit := func(tenant, client string, seq int) (*rpc.SubmitResponse, error) {
+		return tc.submit(ctx, l, tenant, fmt.Sprintf("%s:%d:0123456789abcdef", client, seq), "fp", "demo", `1`, 0)
+	}
+	first, err := submit("a", "c1", 1)
+	if err != nil || first.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("a/c1: %+v %v", first, err)
+	}
+	clock.advance(time.Minute)
+	waitFor(t, 10*time.Second, "the entry to expire", func() bool { return tc.mgrs[l].FSM().Stats().Entries == 0 })
+	if r, err := submit("a", "c2", 1); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("a/c2: %+v %v", r, err)
+	}
+	for i := 3; i < 20; i++ {
+		if _, err := submit("a", fmt.Sprintf("c%d", i), 1); !errors.Is(err, rpc.ErrTenantQuota) {
+			t.Fatalf("a/c%d: want tenant_quota, got %v", i, err)
+		}
+	}
+	// Tenant a's flood does not refuse tenant b.
+	if r, err := submit("b", "c1", 1); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("b/c1: %+v %v", r, err)
+	}
+	// The table is full: a new client is refused, nothing is evicted...
+	if _, err := submit("b", "c2", 1); !errors.Is(err, rpc.ErrWatermarksFull) {
+		t.Fatalf("b/c2: want watermarks_full, got %v", err)
+	}
+	// ... so the late retry of a/c1's committed sequence still does not run.
+	if r, err := submit("a", "c1", 1); err != nil || r.Outcome != rpc.OutcomeKeyExpired {
+		t.Fatalf("late retry of a/c1 seq 1: want key_expired, got %+v %v", r, err)
+	}
+	if j, err := tc.mgrs[l].GetJob(ctx, "a", first.JobID); err != nil || j.JobID != first.JobID {
+		t.Fatalf("the original job: %+v %v", j, err)
+	}
+	if n := tc.mgrs[l].FSM().Stats().Jobs; n != 3 {
+		t.Fatalf("jobs %d, want 3", n)
 	}
 }

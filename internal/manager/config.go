@@ -50,7 +50,6 @@ type Config struct {
 	WatermarkTTL        time.Duration // IDEMPOTENCY_WATERMARK_TTL_SECONDS
 	WatermarkMaxClients int           // IDEMPOTENCY_WATERMARK_MAX_CLIENTS
 	ApplyTimeout        time.Duration // MANAGER_APPLY_TIMEOUT: bound on one Raft round of a submission
-	OrphanGrace         time.Duration // MANAGER_ORPHAN_GRACE: age after which the leader resolves a PENDING entry itself
 
 	Failpoints bool   // MANAGER_FAILPOINTS: enable /debug/failpoints (tests, chaos)
 	Pprof      bool   // MANAGER_PPROF: serve /debug/pprof on the RPC listener
@@ -58,6 +57,14 @@ type Config struct {
 	LogFormat  string // MANAGER_LOG_FORMAT
 
 	Idempotency config.Idempotency
+
+	// Ledger bounds and orphan resolution (docs/ledger.md).
+	//
+	// OrphanGrace is MANAGER_ORPHAN_GRACE: the age after which the leader
+	// resolves a PENDING entry itself.
+	OrphanGrace time.Duration
+	// WatermarkMaxClientsPerTenant is IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT.
+	WatermarkMaxClientsPerTenant int
 }
 
 var nodeIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -127,7 +134,10 @@ func register(l *config.Loader, c *Config) {
 	l.List(&c.AllowedJobTypes, "MANAGER_ALLOWED_JOB_TYPES", "", "comma-separated job types", nil, "if set, admission rejects other job types with 422")
 	l.Int(&c.LedgerMaxEntries, "IDEMPOTENCY_LEDGER_MAX_ENTRIES", 1_000_000, 1, 1<<31-1, "live entries the ledger holds before it refuses new reservations")
 	l.Seconds(&c.WatermarkTTL, "IDEMPOTENCY_WATERMARK_TTL_SECONDS", 86400, 1, 365*86400, "how long a client's sequence watermark is kept after its last update")
-	l.Int(&c.WatermarkMaxClients, "IDEMPOTENCY_WATERMARK_MAX_CLIENTS", 100_000, 1, 1<<31-1, "the bound on per-client watermarks")
+	l.Int(&c.WatermarkMaxClients, "IDEMPOTENCY_WATERMARK_MAX_CLIENTS", 100_000, 1, 1<<31-1,
+		"the bound on per-client watermarks; when full, keys of new clients are refused (503), no watermark is evicted")
+	l.Int(&c.WatermarkMaxClientsPerTenant, "IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT", 25_000, 1, 1<<31-1,
+		"the bound on one tenant's client watermarks; beyond it that tenant's new clients are refused (429)")
 	l.Duration(&c.ApplyTimeout, "MANAGER_APPLY_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
 	l.Duration(&c.OrphanGrace, "MANAGER_ORPHAN_GRACE", 5*time.Second, 100*time.Millisecond, time.Hour,
 		"age after which the leader resolves a PENDING entry itself (its submitter timed out or failed); under IDEMPOTENCY_PENDING_TTL_SECONDS")

@@ -169,10 +169,9 @@ func (m *Manager) expire(ctx context.Context) {
 			return
 		}
 		res, err := m.apply(ctx, ledger.Expire{
-			Now:           now.UnixNano(),
-			MaxRemovals:   expireBatch,
-			WatermarkTTL:  m.cfg.WatermarkTTL,
-			MaxWatermarks: uint64(m.cfg.WatermarkMaxClients),
+			Now:          now.UnixNano(),
+			MaxRemovals:  expireBatch,
+			WatermarkTTL: m.cfg.WatermarkTTL,
 		})
 		if err != nil {
 			m.log.Warn("expire failed", "err", err)

@@ -100,6 +100,9 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			ClientID:    k.ClientID,
 			Sequence:    k.Sequence,
 			Nonce:       k.Nonce,
+
+			MaxWatermarks:       uint64(m.cfg.WatermarkMaxClients),
+			MaxTenantWatermarks: uint64(m.cfg.WatermarkMaxClientsPerTenant),
 		}
 		m.resolving.add(req.Tenant, req.Key)
 		res, err := m.apply(ctx, cmd)
@@ -128,6 +131,10 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			return &rpc.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, nil
 		case ledger.OutcomeFull:
 			return nil, rpc.Errorf(rpc.CodeLedgerFull, "the idempotency ledger holds its maximum of %d live entries", m.cfg.LedgerMaxEntries)
+		case ledger.OutcomeWatermarksFull:
+			return nil, rpc.Errorf(rpc.CodeWatermarksFull, "the ledger holds its maximum of %d client watermarks", m.cfg.WatermarkMaxClients)
+		case ledger.OutcomeTenantWatermarksFull:
+			return nil, rpc.Errorf(rpc.CodeTenantQuota, "tenant %s holds its maximum of %d client watermarks", req.Tenant, m.cfg.WatermarkMaxClientsPerTenant)
 		default:
 			return nil, rpc.Errorf(rpc.CodeInternal, "reserve: unexpected outcome %s: %v", res.Outcome, res.Err)
 		}

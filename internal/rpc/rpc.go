@@ -38,6 +38,13 @@ const (
 	// CodeLedgerFull: the ledger holds its maximum of live entries and refuses new
 	// reservations. Nothing was recorded.
 	CodeLedgerFull Code = "ledger_full"
+	// CodeWatermarksFull: the ledger's table of structured-key watermarks is full
+	// and the key's client has none; nothing was recorded (no watermark is ever
+	// evicted to make room). Retry later: watermarks age out by their TTL.
+	CodeWatermarksFull Code = "watermarks_full"
+	// CodeTenantQuota: the tenant holds its share of the ledger (watermarks or
+	// bytes) and the reservation was refused; nothing was recorded.
+	CodeTenantQuota Code = "tenant_quota"
 	// CodeNotFound: the job or key does not exist (for this tenant).
 	CodeNotFound Code = "not_found"
 	// CodeInvalid: the request is malformed (a bug in the caller).
@@ -73,6 +80,10 @@ var (
 	ErrNotLeader   = &Error{Code: CodeNotLeader, Message: "not the leader"}
 	ErrUnavailable = &Error{Code: CodeUnavailable, Message: "unavailable"}
 	ErrLedgerFull  = &Error{Code: CodeLedgerFull, Message: "ledger full"}
+	// ErrWatermarksFull matches CodeWatermarksFull.
+	ErrWatermarksFull = &Error{Code: CodeWatermarksFull, Message: "watermark table full"}
+	// ErrTenantQuota matches CodeTenantQuota.
+	ErrTenantQuota = &Error{Code: CodeTenantQuota, Message: "tenant over its share"}
 	ErrNotFound    = &Error{Code: CodeNotFound, Message: "not found"}
 	ErrInvalid     = &Error{Code: CodeInvalid, Message: "invalid request"}
 	ErrInternal    = &Error{Code: CodeInternal, Message: "internal error"}
@@ -88,8 +99,10 @@ func httpStatus(c Code) int {
 	switch c {
 	case CodeNotLeader:
 		return http.StatusMisdirectedRequest
-	case CodeUnavailable, CodeLedgerFull:
+	case CodeUnavailable, CodeLedgerFull, CodeWatermarksFull:
 		return http.StatusServiceUnavailable
+	case CodeTenantQuota:
+		return http.StatusTooManyRequests
 	case CodeNotFound:
 		return http.StatusNotFound
 	case CodeInvalid:

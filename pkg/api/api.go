@@ -52,6 +52,9 @@ const (
 	CodeNotFound               Code = "not_found"
 	CodeMethodNotAllowed       Code = "method_not_allowed"
 	CodeInternal               Code = "internal"
+	// CodeTenantQuotaExceeded (429, with Retry-After): the tenant holds its
+	// share of the datacenter's ledger; nothing was recorded, retry the key later.
+	CodeTenantQuotaExceeded Code = "tenant_quota_exceeded"
 )
 
 // ProblemTypeBase prefixes a code to form a problem's type URI.
