@@ -41,6 +41,10 @@ const (
 	// keeps a forwarded submission well under the RPC layer's 16 MiB limit.
 	MinBodyBytes = 1 << 10
 	MaxBodyBytes = 8 << 20
+	// EnvCacheMaxBytes bounds the bytes of the gate's idempotency cache, and
+	// DefaultCacheMaxBytes is its default (256 MiB).
+	EnvCacheMaxBytes     = "IDEMPOTENCY_MAX_BYTES"
+	DefaultCacheMaxBytes = 256 << 20
 	// DefaultMaxBodyBytes is the contract's default: 1 MiB for the whole body.
 	DefaultMaxBodyBytes = 1 << 20
 )
@@ -69,6 +73,10 @@ type Config struct {
 
 	// Idempotency holds the seven IDEMPOTENCY_* settings.
 	Idempotency config.Idempotency
+	// CacheMaxBytes is IDEMPOTENCY_MAX_BYTES: the bound on the bytes of the
+	// outcomes the idempotency cache holds (0: none); beyond it outcomes are
+	// answered but not cached.
+	CacheMaxBytes int64
 
 	// Not settable from the environment.
 
@@ -98,6 +106,7 @@ func DefaultConfig() Config {
 		GossipAddr:        "127.0.0.1:7300",
 		GossipProfile:     "lan",
 		Idempotency:       config.DefaultIdempotency(),
+		CacheMaxBytes:     DefaultCacheMaxBytes,
 		ReadyTimeout:      time.Second,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -123,6 +132,8 @@ func Register(l *config.Loader, c *Config) {
 		nil, "the bearer tokens and the tenants they map to")
 	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, d.MaxBodyBytes, MinBodyBytes, MaxBodyBytes,
 		"the largest POST /v1/jobs body accepted (413 body_too_large beyond)")
+	l.Int64(&c.CacheMaxBytes, EnvCacheMaxBytes, d.CacheMaxBytes, 1<<20, 1<<40,
+		"bytes of outcomes the idempotency cache holds; beyond it outcomes are answered but not cached")
 	l.Seconds(&c.ForwardTimeout, EnvForwardTimeout, int(d.ForwardTimeout/time.Second), 1, 600,
 		"how long a submission may spend reaching the manager leader before 503 unavailable (plus the pending wait)")
 	l.Seconds(&c.ShutdownTimeout, EnvShutdownTimeout, int(d.ShutdownTimeout/time.Second), 1, 3600,

@@ -42,6 +42,16 @@ type response struct {
 	retryAfter time.Duration
 }
 
+// responseOverhead is the accounted fixed size of a cached response (the
+// struct, its headers, the cache entry) besides its body.
+const responseOverhead = 256
+
+// responseSize is the cache's Size function (IDEMPOTENCY_MAX_BYTES).
+func responseSize(v any) int64 {
+	r := v.(*response)
+	return int64(responseOverhead + len(r.body) + len(r.location))
+}
+
 // write sends r. replay says whether the answer is a replay of a stored outcome.
 func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 	h := w.Header()

@@ -245,3 +245,41 @@ func appendWatermarkV1(b []byte, w *Watermark) []byte {
 	b = appendUvarint(b, w.Sequence)
 	return appendInt64(b, w.UpdatedAt)
 }
+
+func TestByteBudgetRefusesAndNeverDrops(t *testing.T) {
+	h := newHarness(t)
+	payload := bytes.Repeat([]byte("x"), 100_000)
+	one := entryBytes(len(payload), StatePending)
+	big := func(tenant, key string, now int64) Reserve {
+		r := reserve(tenant, key, now)
+		r.Request.Payload = payload
+		r.MaxBytes, r.MaxTenantBytes = 3*one, 2*one
+		return r
+	}
+	a, b := big("t1", "a", t0), big("t1", "b", t0)
+	h.must(a, OutcomeReserved)
+	h.must(b, OutcomeReserved)
+	// t1 holds its share: refused with the tenant's outcome; t2 is not.
+	h.must(big("t1", "c", t0), OutcomeTenantBytesFull)
+	h.must(big("t2", "a", t0), OutcomeReserved)
+	// The whole budget is held: anyone is refused; every live entry stays.
+	h.must(big("t3", "a", t0), OutcomeBytesFull)
+	if st := h.f.Stats(); st.Entries != 3 || st.Bytes != 3*one || st.Bytes > 3*one {
+		t.Fatalf("stats %+v", st)
+	}
+	// A Commit never adds bytes (the PENDING entry held its job's cost)...
+	h.must(commit(a, t0+sec), OutcomeCommitted)
+	if st := h.f.Stats(); st.Bytes != 3*one {
+		t.Fatalf("bytes after commit %d, want %d", st.Bytes, 3*one)
+	}
+	// ... and a rejection gives the job's share back.
+	h.must(reject(b, t0+sec, 422), OutcomeRejected)
+	if st := h.f.Stats(); st.Bytes != 3*one-jobBytes(len(payload)) {
+		t.Fatalf("bytes after reject %d", st.Bytes)
+	}
+	// Duplicates of live keys are answered while full.
+	h.must(at(a, t0+2*sec), OutcomeExists)
+	// Once due, entries and then jobs are removed to make room.
+	late := t0 + jobTTL + 2*sec
+	h.must(big("t3", "a", late), OutcomeReserved)
+}

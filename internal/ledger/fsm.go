@@ -318,6 +318,7 @@ func (f *FSM) Stats() Stats {
 		Rejected:     s.rejected,
 		Jobs:         s.jobs.Len(),
 		Watermarks:   s.wms.Len(),
+		Bytes:        s.bytes,
 		AppliedIndex: s.applied,
 	}
 }

@@ -208,6 +208,29 @@ func checkInvariants(t testing.TB, f *FSM) {
 	if s.wmAge.Len() != s.wms.Len() {
 		t.Errorf("wmAge has %d items, wms %d", s.wmAge.Len(), s.wms.Len())
 	}
+	// Byte accounting and per-tenant counts, recomputed from the tables.
+	var total uint64
+	perTenant := map[string]uint64{}
+	s.entries.Ascend(func(e *Entry) bool {
+		n := entryBytes(len(e.Request.Payload), e.State)
+		total += n
+		perTenant[e.Tenant] += n
+		return true
+	})
+	s.jobs.Ascend(func(j *Job) bool {
+		n := jobBytes(len(j.Payload))
+		total += n
+		perTenant[j.Tenant] += n
+		return true
+	})
+	if total != s.bytes || !reflect.DeepEqual(perTenant, s.tenantBytes) {
+		t.Errorf("bytes %d (per tenant %v), recomputed %d (%v)", s.bytes, s.tenantBytes, total, perTenant)
+	}
+	wmPerTenant := map[string]int{}
+	s.wms.Ascend(func(w *Watermark) bool { wmPerTenant[w.Tenant]++; return true })
+	if !reflect.DeepEqual(wmPerTenant, s.wmTenant) {
+		t.Errorf("watermarks per tenant %v, recomputed %v", s.wmTenant, wmPerTenant)
+	}
 }
 
 // sameResult compares results, errors by their sentinel and text.

@@ -46,6 +46,10 @@ type state struct {
 
 	// wmTenant counts watermarks per tenant (looked up, never iterated).
 	wmTenant map[string]int
+	// bytes is the accounted size of entries and jobs (see entryBytes),
+	// tenantBytes the same per tenant (looked up, never iterated).
+	bytes       uint64
+	tenantBytes map[string]uint64
 
 	// counts of entries by state
 	pending, committed, rejected int
@@ -70,6 +74,44 @@ func newState() *state {
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
 		pendAge:  btree.NewG(btreeDegree, lessEntryReserved),
 		wmTenant: map[string]int{},
+
+		tenantBytes: map[string]uint64{},
+	}
+}
+
+// Byte accounting (docs/ledger.md): cheap and deterministic, from lengths in
+// the commands. An entry costs EntryOverhead plus its payload; a job
+// JobOverhead plus its payload. A PENDING entry also holds its job's cost, so
+// that a Commit never adds bytes and the bound cannot be passed between a
+// Reserve and its Commit.
+const (
+	// EntryOverhead is the accounted fixed size of an entry (struct, index
+	// nodes, key, fingerprint and IDs, in memory and in snapshots).
+	EntryOverhead = 512
+	// JobOverhead is the accounted fixed size of a job.
+	JobOverhead = 384
+)
+
+func jobBytes(payload int) uint64 { return JobOverhead + uint64(payload) }
+
+// entryBytes is what an entry in state st accounts for.
+func entryBytes(payload int, st State) uint64 {
+	n := EntryOverhead + uint64(payload)
+	if st == StatePending {
+		n += jobBytes(payload)
+	}
+	return n
+}
+
+func (s *state) charge(tenant string, n uint64) {
+	s.bytes += n
+	s.tenantBytes[tenant] += n
+}
+
+func (s *state) release(tenant string, n uint64) {
+	s.bytes -= n
+	if s.tenantBytes[tenant] -= n; s.tenantBytes[tenant] == 0 {
+		delete(s.tenantBytes, tenant)
 	}
 }
 
@@ -238,6 +280,7 @@ func (s *state) insertEntry(e *Entry) {
 		s.pendAge.ReplaceOrInsert(e)
 	}
 	s.count(e.State, 1)
+	s.charge(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
 }
 
 // replaceEntry swaps old for e (same tenant and key).
@@ -253,6 +296,8 @@ func (s *state) replaceEntry(old, e *Entry) {
 	}
 	s.count(old.State, -1)
 	s.count(e.State, 1)
+	s.release(old.Tenant, entryBytes(len(old.Request.Payload), old.State))
+	s.charge(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
 }
 
 // removeEntry removes an entry by expiry, with its effects: a COMMITTED
@@ -264,6 +309,7 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 		s.pendAge.Delete(e)
 	}
 	s.count(e.State, -1)
+	s.release(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
 	switch e.State {
 	case StatePending:
 		rm.Pending++
@@ -326,6 +372,7 @@ func (s *state) insertJob(j *Job) {
 	s.jobSeq.ReplaceOrInsert(j)
 	s.jobType.ReplaceOrInsert(j)
 	s.jobExp.ReplaceOrInsert(j)
+	s.charge(j.Tenant, jobBytes(len(j.Payload)))
 }
 
 func (s *state) removeJob(j *Job) {
@@ -333,6 +380,7 @@ func (s *state) removeJob(j *Job) {
 	s.jobSeq.Delete(j)
 	s.jobType.Delete(j)
 	s.jobExp.Delete(j)
+	s.release(j.Tenant, jobBytes(len(j.Payload)))
 }
 
 // clip returns p with its capacity cut to its length, so an append by a reader
@@ -375,15 +423,35 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 			return res
 		}
 	}
-	for i := 0; i < maxReliefRemovals && uint64(s.entries.Len()) >= c.MaxEntries; i++ {
-		e, ok := s.entryExp.Min()
-		if !ok || e.ExpiresAt > c.Now {
-			break
+	cost := entryBytes(len(c.Request.Payload), StatePending)
+	overBytes := func() bool {
+		return (c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes) ||
+			(c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes)
+	}
+	// Relief: remove due entries (and, when bytes are short, due jobs),
+	// earliest first, at most a few: a Reserve stays O(log n).
+	for i := 0; i < maxReliefRemovals && (uint64(s.entries.Len()) >= c.MaxEntries || overBytes()); i++ {
+		if e, ok := s.entryExp.Min(); ok && e.ExpiresAt <= c.Now {
+			s.removeEntry(ax, e, c.Now, &res.Removed)
+			continue
 		}
-		s.removeEntry(ax, e, c.Now, &res.Removed)
+		if j, ok := s.jobExp.Min(); ok && j.ExpiresAt <= c.Now && overBytes() {
+			s.removeJob(j)
+			res.Removed.Jobs++
+			continue
+		}
+		break
 	}
 	if uint64(s.entries.Len()) >= c.MaxEntries {
 		res.Outcome = OutcomeFull
+		return res
+	}
+	switch { // the tenant's share first: its refusal is the tenant's own (429)
+	case c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes:
+		res.Outcome = OutcomeTenantBytesFull
+		return res
+	case c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes:
+		res.Outcome = OutcomeBytesFull
 		return res
 	}
 	newWatermark := c.Structured && !hasWatermark && c.version != 1

@@ -240,6 +240,13 @@ const (
 	// OutcomeTenantWatermarksFull: as OutcomeWatermarksFull, but the tenant
 	// holds its share, MaxTenantWatermarks.
 	OutcomeTenantWatermarksFull
+	// OutcomeBytesFull: the entries and jobs account for MaxBytes (payloads
+	// included; see EntryOverhead) and the reservation would pass it. Nothing
+	// reserved; nothing live dropped.
+	OutcomeBytesFull
+	// OutcomeTenantBytesFull: as OutcomeBytesFull, for the tenant's share,
+	// MaxTenantBytes.
+	OutcomeTenantBytesFull
 )
 
 var outcomeNames = [...]string{
@@ -260,6 +267,8 @@ var outcomeNames = [...]string{
 
 	OutcomeWatermarksFull:       "watermarks_full",
 	OutcomeTenantWatermarksFull: "tenant_watermarks_full",
+	OutcomeBytesFull:            "bytes_full",
+	OutcomeTenantBytesFull:      "tenant_bytes_full",
 }
 
 func (o Outcome) String() string {
@@ -371,6 +380,9 @@ type Stats struct {
 	Jobs int
 	// Watermarks held.
 	Watermarks int
+	// Bytes is the accounted size of the entries and jobs (payloads included;
+	// see EntryOverhead), what Reserve.MaxBytes bounds.
+	Bytes uint64
 	// AppliedIndex is the raft index of the last command applied (or of the
 	// snapshot restored).
 	AppliedIndex uint64

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,5 +202,44 @@ func TestWatermarkFloodRefusesAndNeverReruns(t *testing.T) {
 	}
 	if n := tc.mgrs[l].FSM().Stats().Jobs; n != 3 {
 		t.Fatalf("jobs %d, want 3", n)
+	}
+}
+
+// TestLedgerByteBudget: large payloads fill IDEMPOTENCY_LEDGER_MAX_BYTES and
+// the tenant's share; new keys are refused (ledger_full, tenant_quota), nothing
+// live is dropped, and duplicates are still answered.
+func TestLedgerByteBudget(t *testing.T) {
+	payload := `"` + strings.Repeat("x", 200_000) + `"`
+	one := int64(ledger.EntryOverhead + ledger.JobOverhead + 2*len(payload))
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.LedgerMaxBytes = 3 * one
+		c.LedgerTenantMaxBytes = 2 * one
+	})
+	l := tc.leader()
+	ctx := ctxT(t)
+	ids := map[string]string{}
+	for _, tk := range []string{"t1/a", "t1/b", "t2/a"} {
+		tenant, key, _ := strings.Cut(tk, "/")
+		r, err := tc.submit(ctx, l, tenant, key, "fp", "demo", payload, 0)
+		if err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("%s: %+v %v", tk, r, err)
+		}
+		ids[tk] = r.JobID
+	}
+	if _, err := tc.submit(ctx, l, "t1", "c", "fp", "demo", payload, 0); !errors.Is(err, rpc.ErrTenantQuota) {
+		t.Fatalf("t1 over its share: want tenant_quota, got %v", err)
+	}
+	if _, err := tc.submit(ctx, l, "t3", "a", "fp", "demo", payload, 0); !errors.Is(err, rpc.ErrLedgerFull) {
+		t.Fatalf("ledger over its bytes: want ledger_full, got %v", err)
+	}
+	for tk, id := range ids {
+		tenant, key, _ := strings.Cut(tk, "/")
+		r, err := tc.submit(ctx, l, tenant, key, "fp", "demo", payload, 0)
+		if err != nil || !r.Replayed || r.JobID != id {
+			t.Fatalf("live %s must survive: %+v %v", tk, r, err)
+		}
+	}
+	if st := tc.mgrs[l].FSM().Stats(); st.Bytes > uint64(3*one) || st.Jobs != 3 {
+		t.Fatalf("stats %+v", st)
 	}
 }

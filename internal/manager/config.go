@@ -65,6 +65,11 @@ type Config struct {
 	OrphanGrace time.Duration
 	// WatermarkMaxClientsPerTenant is IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT.
 	WatermarkMaxClientsPerTenant int
+	// LedgerMaxBytes is IDEMPOTENCY_LEDGER_MAX_BYTES: the bound on the bytes of
+	// entries and retained jobs, payloads included.
+	LedgerMaxBytes int64
+	// LedgerTenantMaxBytes is IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES: one tenant's share.
+	LedgerTenantMaxBytes int64
 }
 
 var nodeIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -138,6 +143,10 @@ func register(l *config.Loader, c *Config) {
 		"the bound on per-client watermarks; when full, keys of new clients are refused (503), no watermark is evicted")
 	l.Int(&c.WatermarkMaxClientsPerTenant, "IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT", 25_000, 1, 1<<31-1,
 		"the bound on one tenant's client watermarks; beyond it that tenant's new clients are refused (429)")
+	l.Int64(&c.LedgerMaxBytes, "IDEMPOTENCY_LEDGER_MAX_BYTES", 1<<30, 1<<20, 1<<40,
+		"bytes of entries and retained jobs (payloads included) the ledger holds before it refuses new reservations (503)")
+	l.Int64(&c.LedgerTenantMaxBytes, "IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES", 256<<20, 1<<20, 1<<40,
+		"one tenant's share of IDEMPOTENCY_LEDGER_MAX_BYTES; beyond it that tenant's new keys are refused (429)")
 	l.Duration(&c.ApplyTimeout, "MANAGER_APPLY_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
 	l.Duration(&c.OrphanGrace, "MANAGER_ORPHAN_GRACE", 5*time.Second, 100*time.Millisecond, time.Hour,
 		"age after which the leader resolves a PENDING entry itself (its submitter timed out or failed); under IDEMPOTENCY_PENDING_TTL_SECONDS")

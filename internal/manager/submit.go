@@ -103,6 +103,8 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 
 			MaxWatermarks:       uint64(m.cfg.WatermarkMaxClients),
 			MaxTenantWatermarks: uint64(m.cfg.WatermarkMaxClientsPerTenant),
+			MaxBytes:            uint64(m.cfg.LedgerMaxBytes),
+			MaxTenantBytes:      uint64(m.cfg.LedgerTenantMaxBytes),
 		}
 		m.resolving.add(req.Tenant, req.Key)
 		res, err := m.apply(ctx, cmd)
@@ -133,6 +135,10 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			return nil, rpc.Errorf(rpc.CodeLedgerFull, "the idempotency ledger holds its maximum of %d live entries", m.cfg.LedgerMaxEntries)
 		case ledger.OutcomeWatermarksFull:
 			return nil, rpc.Errorf(rpc.CodeWatermarksFull, "the ledger holds its maximum of %d client watermarks", m.cfg.WatermarkMaxClients)
+		case ledger.OutcomeBytesFull:
+			return nil, rpc.Errorf(rpc.CodeLedgerFull, "the idempotency ledger holds its maximum of %d bytes of entries and jobs", m.cfg.LedgerMaxBytes)
+		case ledger.OutcomeTenantBytesFull:
+			return nil, rpc.Errorf(rpc.CodeTenantQuota, "tenant %s holds its maximum of %d bytes of the ledger", req.Tenant, m.cfg.LedgerTenantMaxBytes)
 		case ledger.OutcomeTenantWatermarksFull:
 			return nil, rpc.Errorf(rpc.CodeTenantQuota, "tenant %s holds its maximum of %d client watermarks", req.Tenant, m.cfg.WatermarkMaxClientsPerTenant)
 		default:
