@@ -283,3 +283,24 @@ func TestByteBudgetRefusesAndNeverDrops(t *testing.T) {
 	late := t0 + jobTTL + 2*sec
 	h.must(big("t3", "a", late), OutcomeReserved)
 }
+
+func TestListJobsStopsAtMaxBytes(t *testing.T) {
+	h := newHarness(t)
+	payload := bytes.Repeat([]byte("y"), 10_000)
+	for i := 0; i < 5; i++ {
+		r := reserve("t", fmt.Sprintf("k%d", i), t0)
+		r.Request.Payload = payload
+		h.must(r, OutcomeReserved)
+		h.must(commit(r, t0+sec), OutcomeCommitted)
+	}
+	one := ListJobBytes(&Job{Payload: payload, Key: "k0", Type: "send_invoice", Datacenters: []string{"dc1"}})
+	jobs, next, more := h.f.ListJobs("t", ListOptions{Limit: 100, MaxBytes: 2*one + 1})
+	if len(jobs) != 2 || !more || next != jobs[1].Seq {
+		t.Fatalf("page: %d jobs, next %d, more %v", len(jobs), next, more)
+	}
+	// A budget under one job still returns one: a page always progresses.
+	jobs, _, more = h.f.ListJobs("t", ListOptions{Limit: 100, MaxBytes: 1, After: next})
+	if len(jobs) != 1 || !more || jobs[0].Key != "k2" {
+		t.Fatalf("tiny budget: %+v %v", jobs, more)
+	}
+}

@@ -207,7 +207,9 @@ func (f *FSM) Watermark(tenant, clientID, nonce string) (Watermark, bool) {
 
 // ListJobs returns a page of the tenant's jobs in Seq order (oldest first,
 // newest last), keeping those that match opts.Type and opts.Status and have
-// Seq > opts.After, at most the normalized opts.Limit of them. next is the Seq
+// Seq > opts.After, at most the normalized opts.Limit of them (and, with
+// opts.MaxBytes, at most that many bytes by ListJobBytes, but at least one
+// job). next is the Seq
 // of the last job returned (0 when none); more is true when at least one more
 // matching job follows it, and then next is the cursor (opts.After) of the
 // following page. Encoding next into an opaque cursor is the caller's business.
@@ -230,14 +232,17 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	size := 0
 	visit := func(j *Job) bool {
 		if j.Tenant != tenant || (opts.Type != "" && j.Type != opts.Type) {
 			return false
 		}
-		if len(jobs) == limit {
+		n := ListJobBytes(j)
+		if len(jobs) == limit || (opts.MaxBytes > 0 && len(jobs) > 0 && size+n > opts.MaxBytes) {
 			more = true
 			return false
 		}
+		size += n
 		jobs = append(jobs, *j)
 		return true
 	}

@@ -400,4 +400,21 @@ type ListOptions struct {
 	// Limit is the page size: <= 0 means api.DefaultListLimit; it is capped at
 	// api.MaxListLimit.
 	Limit int
+	// MaxBytes, when positive, also ends the page before the job that would
+	// bring the sum of ListJobBytes over it; a page holds at least one job.
+	MaxBytes int
+}
+
+// ListJobOverhead is what ListJobBytes adds to a job's payload: a bound on the
+// rest of a job's JSON (IDs, key, type, times, datacenters) in a list answer.
+const ListJobOverhead = 1024
+
+// ListJobBytes estimates the size of a job in a list answer, for
+// ListOptions.MaxBytes: its payload, key, type and ListJobOverhead.
+func ListJobBytes(j *Job) int {
+	n := ListJobOverhead + len(j.Payload) + len(j.Key) + len(j.Type)
+	for _, dc := range j.Datacenters {
+		n += len(dc) + 4
+	}
+	return n
 }

@@ -3,6 +3,7 @@ package manager
 import (
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -241,5 +242,49 @@ func TestLedgerByteBudget(t *testing.T) {
 	}
 	if st := tc.mgrs[l].FSM().Stats(); st.Bytes > uint64(3*one) || st.Jobs != 3 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestListLargeJobsPagesThroughRPC: 20 jobs of 900 KB (18 MB, over what one RPC
+// answer may carry) page through the rpc client/server pair without an error:
+// pages stop at rpc.ListPageBytes and hand out Next.
+func TestListLargeJobsPagesThroughRPC(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	l := tc.leader()
+	ctx := ctxT(t)
+	payload := `"` + strings.Repeat("p", 900_000) + `"`
+	for i := 0; i < 20; i++ {
+		if r, err := tc.submit(ctx, l, "t", fmt.Sprintf("big-%02d", i), "fp", "demo", payload, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("submit %d: %+v %v", i, r, err)
+		}
+	}
+	srv := httptest.NewServer(rpc.NewHandler(tc.mgrs[l], nil))
+	defer srv.Close()
+	client := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{strings.TrimPrefix(srv.URL, "http://")}})
+	defer client.CloseIdleConnections()
+	var keys []string
+	after, pages := "", 0
+	for {
+		page, err := client.ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Limit: 100, After: after})
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		pages++
+		for _, j := range page.Jobs {
+			if len(j.Payload) != len(payload) {
+				t.Fatalf("job %s: payload of %d bytes", j.IdempotencyKey, len(j.Payload))
+			}
+			keys = append(keys, j.IdempotencyKey)
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if len(keys) != 20 || keys[0] != "big-00" || keys[19] != "big-19" {
+		t.Fatalf("listed %d jobs: %v", len(keys), keys)
+	}
+	if pages < 5 {
+		t.Fatalf("%d pages for 18 MB: pages are not bounded by bytes", pages)
 	}
 }

@@ -45,6 +45,9 @@ const (
 	// CodeTenantQuota: the tenant holds its share of the ledger (watermarks or
 	// bytes) and the reservation was refused; nothing was recorded.
 	CodeTenantQuota Code = "tenant_quota"
+	// CodeTooLarge: an answer would exceed MaxResponseBytes (a single job too
+	// large for a page), or one did: the client refuses to decode a cut answer.
+	CodeTooLarge Code = "too_large"
 	// CodeNotFound: the job or key does not exist (for this tenant).
 	CodeNotFound Code = "not_found"
 	// CodeInvalid: the request is malformed (a bug in the caller).
@@ -80,13 +83,16 @@ var (
 	ErrNotLeader   = &Error{Code: CodeNotLeader, Message: "not the leader"}
 	ErrUnavailable = &Error{Code: CodeUnavailable, Message: "unavailable"}
 	ErrLedgerFull  = &Error{Code: CodeLedgerFull, Message: "ledger full"}
-	// ErrWatermarksFull matches CodeWatermarksFull.
-	ErrWatermarksFull = &Error{Code: CodeWatermarksFull, Message: "watermark table full"}
-	// ErrTenantQuota matches CodeTenantQuota.
-	ErrTenantQuota = &Error{Code: CodeTenantQuota, Message: "tenant over its share"}
 	ErrNotFound    = &Error{Code: CodeNotFound, Message: "not found"}
 	ErrInvalid     = &Error{Code: CodeInvalid, Message: "invalid request"}
 	ErrInternal    = &Error{Code: CodeInternal, Message: "internal error"}
+)
+
+// Sentinels of the ledger's refusals and of oversized answers.
+var (
+	ErrWatermarksFull = &Error{Code: CodeWatermarksFull, Message: "watermark table full"}
+	ErrTenantQuota    = &Error{Code: CodeTenantQuota, Message: "tenant over its share"}
+	ErrTooLarge       = &Error{Code: CodeTooLarge, Message: "answer too large"}
 )
 
 // Errorf builds an *Error with a code and a formatted message.
@@ -174,7 +180,19 @@ type ListJobsRequest struct {
 	After  string `json:"after,omitempty"` // an opaque cursor from a previous Next
 }
 
-// ListJobsResponse is a page of jobs; Next is empty on the last page.
+// MaxResponseBytes bounds an RPC answer the client reads; a longer one is
+// refused with CodeTooLarge, never decoded cut. ListPageBytes is the byte
+// budget of a list page (by ledger.ListJobBytes), well under it, so a page
+// always fits; a single job over MaxJobBytes cannot be listed (CodeTooLarge).
+const (
+	MaxResponseBytes = 32 << 20
+	ListPageBytes    = 4 << 20
+	MaxJobBytes      = MaxResponseBytes / 2
+)
+
+// ListJobsResponse is a page of jobs; Next is empty on the last page. A page
+// ends at the request's limit or at ListPageBytes, whichever comes first, and
+// Next continues after it.
 type ListJobsResponse struct {
 	Jobs []api.Job `json:"jobs"`
 	Next string    `json:"next,omitempty"`
