@@ -174,7 +174,7 @@ type Reject struct {
 // Expire removes, in this order and at most MaxRemovals things in all (0: no
 // limit):
 //   - entries with ExpiresAt <= Now, earliest first (ties by tenant, key). A
-//     COMMITTED structured entry raises its client's watermark to its Sequence;
+//     COMMITTED structured entry records its Sequence in its client's watermark;
 //   - jobs with ExpiresAt <= Now, earliest first (ties by Seq);
 //   - watermarks not updated for WatermarkTTL (UpdatedAt <= Now-WatermarkTTL),
 //     least recently updated first; WatermarkTTL <= 0 disables this;

@@ -205,8 +205,10 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Seeds are named by type and version, so that regenerating after a new
+	// version adds its seeds and keeps the older versions' (still decoded).
 	for i, c := range sampleCommands() {
-		write("FuzzDecodeCommand", fmt.Sprintf("seed-%d-type-%02x", i, byte(c.CommandType())), Encode(c))
+		write("FuzzDecodeCommand", fmt.Sprintf("seed-%d-type-%02x-v%d", i, byte(c.CommandType()), c.CommandVersion()), Encode(c))
 	}
 	write("FuzzDecodeCommand", "seed-truncated", Encode(reserve("a", "b", t0))[:20])
 	write("FuzzDecodeCommand", "seed-unknown-version", []byte{byte(TypeCommit), 9})

@@ -204,8 +204,10 @@ const (
 	// OutcomeKeyReused: Reserve found a live entry with another fingerprint;
 	// Result.Entry is it. Nothing changed.
 	OutcomeKeyReused
-	// OutcomeKeyExpired: a structured key has no live entry and its sequence is
-	// at or below the client's watermark (Result.Watermark). Nothing reserved.
+	// OutcomeKeyExpired: a structured key has no live entry and its sequence
+	// committed, or is below the client's watermark window (version 1: at or
+	// below the watermark); Result.Watermark is the highest committed. Nothing
+	// reserved.
 	OutcomeKeyExpired
 	// OutcomeFull: the ledger holds MaxEntries live entries. Nothing reserved.
 	OutcomeFull

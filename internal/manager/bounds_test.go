@@ -288,3 +288,53 @@ func TestListLargeJobsPagesThroughRPC(t *testing.T) {
 		t.Fatalf("%d pages for 18 MB: pages are not bounded by bytes", pages)
 	}
 }
+
+// TestResultTTLIsFixedByTheFirstAdmission: a submission's ResultTTL is stored in
+// its PENDING entry, stamps the outcome's expiry (SubmitResponse.ExpiresAt),
+// and whoever resolves the entry — the submitter or the orphan sweep — uses it;
+// a retry cannot change it.
+func TestResultTTLIsFixedByTheFirstAdmission(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.OrphanGrace = 300 * time.Millisecond })
+	l := tc.leader()
+	ctx := ctxT(t)
+	submit := func(key string, ttl time.Duration) *rpc.SubmitResponse {
+		t.Helper()
+		req := &rpc.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp", ResultTTL: ttl}
+		req.Job.Type, req.Job.Payload = "demo", []byte(`1`)
+		r, err := tc.mgrs[l].Submit(ctx, req)
+		if err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("%s: %+v %v", key, r, err)
+		}
+		return r
+	}
+	before := time.Now()
+	r := submit("long", 2*time.Hour)
+	if d := r.ExpiresAt.Sub(before); d < 2*time.Hour || d > 2*time.Hour+time.Minute {
+		t.Fatalf("expires in %v, want about 2h", d)
+	}
+	if r2 := submit("long", time.Minute); !r2.Replayed || !r2.ExpiresAt.Equal(r.ExpiresAt) {
+		t.Fatalf("a retry changed the lifetime: %+v vs %+v", r2, r)
+	}
+	if d := submit("default", 0).ExpiresAt.Sub(before); d > tc.cfgs[l].Idempotency.CommittedTTL+time.Minute {
+		t.Fatalf("default lifetime %v", d)
+	}
+	// An orphan reserved with a ResultTTL is committed by the sweep with it.
+	now := tc.now()
+	res, err := tc.mgrs[l].apply(ctx, ledger.Reserve{Tenant: "t", Key: "orphan", Fingerprint: "fp", JobID: "job-orphan",
+		Now: now.UnixNano(), ExpiresAt: now.Add(time.Minute).UnixNano(), MaxEntries: 1000, ResultTTL: 3 * time.Hour,
+		Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}})
+	if err != nil || res.Outcome != ledger.OutcomeReserved || res.Entry.ResultTTL != 3*time.Hour {
+		t.Fatalf("orphan reserve: %+v %v", res, err)
+	}
+	waitFor(t, 5*time.Second, "the orphan to be resolved", func() bool {
+		e, ok := tc.mgrs[l].FSM().Entry("t", "orphan")
+		return ok && e.State == ledger.StateCommitted
+	})
+	e, _ := tc.mgrs[l].FSM().Entry("t", "orphan")
+	if got := time.Duration(e.ExpiresAt - e.ResolvedAt); got != 3*time.Hour {
+		t.Fatalf("orphan committed for %v, want 3h", got)
+	}
+	if j, _ := tc.mgrs[l].FSM().Job("t", "job-orphan"); time.Duration(j.ExpiresAt-j.CreatedAt) < 3*time.Hour {
+		t.Fatalf("the job is retained less than its key: %+v", j)
+	}
+}

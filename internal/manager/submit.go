@@ -105,6 +105,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			MaxTenantWatermarks: uint64(m.cfg.WatermarkMaxClientsPerTenant),
 			MaxBytes:            uint64(m.cfg.LedgerMaxBytes),
 			MaxTenantBytes:      uint64(m.cfg.LedgerTenantMaxBytes),
+			ResultTTL:           req.ResultTTL,
 		}
 		m.resolving.add(req.Tenant, req.Key)
 		res, err := m.apply(ctx, cmd)
@@ -188,6 +189,9 @@ func validateSubmit(req *rpc.SubmitRequest) (keys.Key, error) {
 	if req.Job.Type == "" {
 		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "job type is required")
 	}
+	if req.ResultTTL < 0 {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "result_ttl must not be negative")
+	}
 	if len(req.Job.Payload) == 0 {
 		req.Job.Payload = []byte("null")
 	}
@@ -249,17 +253,24 @@ func (m *Manager) admit(e ledger.Entry) decision {
 func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*rpc.SubmitResponse, error) {
 	d := m.admit(e)
 	now := m.now()
+	// The lifetimes: the entry's own ResultTTL, fixed at its first admission
+	// (so a new leader resolving an orphan uses it too), else the defaults. A
+	// job is retained at least as long as its key answers.
+	committedTTL, rejectedTTL, retention := m.cfg.Idempotency.CommittedTTL, m.cfg.Idempotency.RejectedTTL, m.cfg.JobRetention
+	if e.ResultTTL > 0 {
+		committedTTL, rejectedTTL, retention = e.ResultTTL, e.ResultTTL, max(retention, e.ResultTTL)
+	}
 	var cmd ledger.Command
 	if d.admit {
 		cmd = ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt:         now.Add(m.cfg.Idempotency.CommittedTTL).UnixNano(),
-			JobExpiresAt:      now.Add(m.cfg.JobRetention).UnixNano(),
+			ExpiresAt:         now.Add(committedTTL).UnixNano(),
+			JobExpiresAt:      now.Add(retention).UnixNano(),
 			MaxJobs:           uint64(m.cfg.MaxQueuedJobs),
-			RejectedExpiresAt: now.Add(m.cfg.Idempotency.RejectedTTL).UnixNano(),
+			RejectedExpiresAt: now.Add(rejectedTTL).UnixNano(),
 			CapacityDetail:    fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", m.cfg.Datacenter, m.cfg.MaxQueuedJobs)}
 	} else {
 		cmd = ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt: now.Add(m.cfg.Idempotency.RejectedTTL).UnixNano(),
+			ExpiresAt: now.Add(rejectedTTL).UnixNano(),
 			Status:    d.status, Reason: d.reason, Detail: d.detail}
 	}
 	res, err := m.apply(ctx, cmd)

@@ -127,7 +127,7 @@ const (
 	OutcomeRejected   Outcome = "rejected"    // admission refused it; Rejection is set
 	OutcomeInProgress Outcome = "in_progress" // another submission of the key is PENDING and did not finish within WaitMillis
 	OutcomeKeyReused  Outcome = "key_reused"  // the key exists with another fingerprint
-	OutcomeKeyExpired Outcome = "key_expired" // the key expired and its sequence is at or below the client's watermark
+	OutcomeKeyExpired Outcome = "key_expired" // the key expired and its sequence committed, or is below the client's watermark window
 )
 
 // SubmitRequest asks the leader to submit a job under an idempotency key.
@@ -146,6 +146,10 @@ type SubmitRequest struct {
 	// ProposedJobID, when set, is used as the job ID if the key is new (multi-DC:
 	// the same key gets the same job ID in every datacenter).
 	ProposedJobID string `json:"proposed_job_id,omitempty"`
+	// ResultTTL, when positive, is the COMMITTED or REJECTED lifetime of this
+	// key instead of the manager's configured default; it is fixed by the first
+	// admission and retries cannot change it.
+	ResultTTL time.Duration `json:"result_ttl,omitempty"`
 }
 
 // Rejection is why admission refused a job.
