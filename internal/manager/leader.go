@@ -124,10 +124,11 @@ func (m *Manager) resolveOrphans(ctx context.Context) {
 	}
 }
 
-// resolvePending re-runs admission for the given PENDING entries (every one, at
-// the start of a term), from the request the ledger stored, instead of letting them wait out their TTL. Entries this leader
-// reserves itself meanwhile are resolved by their own submissions; a Commit or
-// Reject that loses such a race is OutcomeUnchanged, harmless.
+// resolvePending re-runs admission for the given PENDING entries (every one at
+// the start of a term, the orphans later), from the request the ledger stored,
+// instead of letting them wait out their TTL. Entries this leader reserves
+// itself meanwhile are resolved by their own submissions; a Commit or Reject
+// that loses such a race is OutcomeUnchanged, harmless.
 func (m *Manager) resolvePending(ctx context.Context, pending []ledger.Entry, msg string) {
 	if len(pending) == 0 {
 		return

@@ -236,8 +236,8 @@ type decision struct {
 }
 
 // admit runs admission's validation against this datacenter's rules. It reads
-// only leader-local state; it is re-run from the stored
-// request by a new leader for every PENDING entry its predecessor left.
+// only leader-local state; it is re-run from the stored request by a new leader
+// for every PENDING entry its predecessor left, and for orphans.
 func (m *Manager) admit(e ledger.Entry) decision {
 	if len(m.cfg.AllowedJobTypes) > 0 && !slices.Contains(m.cfg.AllowedJobTypes, e.Request.Type) {
 		return decision{status: 422, reason: "unknown_job_type",
