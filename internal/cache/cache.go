@@ -139,6 +139,17 @@ type Config struct {
 	// sweep only reclaims memory.
 	CleanupInterval time.Duration
 
+	// MaxBytes, when positive, bounds the bytes of the completed entries
+	// (IDEMPOTENCY_MAX_BYTES), as Size counts them, split evenly over the
+	// shards. An outcome that does not fit (after removing expired completed
+	// entries) is not cached: its waiters get it all the same, and a later
+	// duplicate is forwarded to the ledger, which answers it. Size is then
+	// required.
+	MaxBytes int64
+	// Size returns the accounted size of a value (a V: its bytes plus a fixed
+	// overhead); it is called once per Complete, outside the cache's locks.
+	Size func(value any) int64
+
 	// Now is the clock (default time.Now). Tests inject a fake one.
 	Now func() time.Time
 
@@ -175,6 +186,9 @@ func (cfg *Config) validate() error {
 			return &ConfigError{Field: d.name, Value: d.v, Want: "a positive duration"}
 		}
 	}
+	if cfg.MaxBytes < 0 || (cfg.MaxBytes > 0 && cfg.Size == nil) {
+		return &ConfigError{Field: "MaxBytes", Value: cfg.MaxBytes, Want: "0 (no byte bound) or a positive count with a Size function"}
+	}
 	if n := cfg.Shards; n != 0 && (n < 1 || n > maxShards || n&(n-1) != 0 || n > cfg.MaxEntries) {
 		return &ConfigError{Field: "Shards", Value: n,
 			Want: "0 (automatic) or a power of two from 1 to 256, at most MaxEntries"}
@@ -205,7 +219,9 @@ type shard[V any] struct {
 	pending  *simplelru.LRU[string, *entry[V]] // PENDING, oldest first = inserted first
 	done     *simplelru.LRU[string, *entry[V]] // COMMITTED and REJECTED, by recency
 	stats    counters
-	_        [64]byte // keeps the next shard's lock off this shard's cache lines
+	// byteCap bounds bytes, the sum of the sizes of the done entries (0: none).
+	byteCap, bytes int64
+	_              [64]byte // keeps the next shard's lock off this shard's cache lines
 }
 
 // entry is one idempotency entry. It may outlive its place in the cache: owner
@@ -221,6 +237,7 @@ type entry[V any] struct {
 	state   State
 	value   V
 	expires time.Time
+	size    int64 // accounted bytes while in the done list
 }
 
 // New validates cfg, builds the cache and starts its sweeper.
@@ -257,7 +274,12 @@ func New[V any](cfg Config) (*Cache[V], error) {
 		}
 		// The lists never evict by themselves: total <= capacity <= their size.
 		s.pending, _ = simplelru.NewLRU[string, *entry[V]](s.capacity, nil)
-		s.done, _ = simplelru.NewLRU[string, *entry[V]](s.capacity, nil)
+		// Every removal from done (eviction, expiry, sweep, Remove) gives its
+		// bytes back; the lists are only used under s.mu.
+		s.done, _ = simplelru.NewLRU[string, *entry[V]](s.capacity, func(_ string, e *entry[V]) { s.bytes -= e.size })
+		if cfg.MaxBytes > 0 {
+			s.byteCap = max(cfg.MaxBytes/int64(n), 1)
+		}
 	}
 	newTicker := cfg.newTicker
 	if newTicker == nil {
@@ -491,12 +513,33 @@ func (s *shard[V]) sweep(now time.Time) int {
 	return n
 }
 
+// fits reports whether size more bytes fit the shard's byte bound, removing
+// expired completed entries (oldest first) to make room. s.mu is held.
+func (s *shard[V]) fits(size int64, now time.Time) bool {
+	if s.byteCap == 0 {
+		return true
+	}
+	for s.bytes+size > s.byteCap {
+		_, old, ok := s.done.GetOldest()
+		if !ok || !old.expired(now) {
+			return false
+		}
+		s.done.RemoveOldest()
+		s.stats.expirations.Add(1)
+	}
+	return true
+}
+
 // resolve moves e out of PENDING, once: it records the outcome, moves e from the
 // pending list to the completed list (or out of the cache, for Abandoned) if e
 // is still the live entry of its key, and closes done, which wakes every waiter
 // that is or will ever be waiting on e.
 func (e *entry[V]) resolve(v V, state State, expires time.Time) error {
 	s := e.s
+	var size int64
+	if s.byteCap > 0 && state != Abandoned {
+		size = s.c.cfg.Size(v)
+	}
 	s.mu.Lock()
 	if e.state != Pending {
 		s.mu.Unlock()
@@ -505,10 +548,14 @@ func (e *entry[V]) resolve(v V, state State, expires time.Time) error {
 	e.value, e.state, e.expires = v, state, expires
 	if cur, ok := s.pending.Peek(e.key); ok && cur == e {
 		s.pending.Remove(e.key)
-		if state != Abandoned {
+		if state != Abandoned && s.fits(size, s.c.now()) {
 			// The key was in the pending list, so it is not in done and the
 			// shard's total is unchanged: no eviction.
+			e.size = size
+			s.bytes += size
 			s.done.Add(e.key, e)
+		} else if state != Abandoned {
+			s.stats.notCached.Add(1)
 		}
 	}
 	s.mu.Unlock()

@@ -15,12 +15,15 @@ type Stats struct {
 	Evictions        uint64 // entries removed by LRU pressure
 	PendingEvictions uint64 // of which PENDING (the cache was full of PENDING entries)
 	Expirations      uint64 // expired entries removed (by lookup, eviction or sweep)
+	// NotCached counts outcomes not cached because they did not fit MaxBytes.
+	NotCached uint64
 }
 
 type counters struct {
 	hits, misses, waits, mismatches          atomic.Uint64
 	waitTimeouts, abandons                   atomic.Uint64
 	evictions, pendingEvictions, expirations atomic.Uint64
+	notCached                                atomic.Uint64
 }
 
 // Stats returns the counters, summed over the shards without locking.
@@ -37,6 +40,7 @@ func (c *Cache[V]) Stats() Stats {
 		st.Evictions += k.evictions.Load()
 		st.PendingEvictions += k.pendingEvictions.Load()
 		st.Expirations += k.expirations.Load()
+		st.NotCached += k.notCached.Load()
 	}
 	return st
 }

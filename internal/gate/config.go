@@ -41,6 +41,10 @@ const (
 	// keeps a forwarded submission well under the RPC layer's 16 MiB limit.
 	MinBodyBytes = 1 << 10
 	MaxBodyBytes = 8 << 20
+	// EnvCacheMaxBytes bounds the bytes of the gate's idempotency cache, and
+	// DefaultCacheMaxBytes is its default (256 MiB).
+	EnvCacheMaxBytes     = "IDEMPOTENCY_MAX_BYTES"
+	DefaultCacheMaxBytes = 256 << 20
 	// DefaultMaxBodyBytes is the contract's default: 1 MiB for the whole body.
 	DefaultMaxBodyBytes = 1 << 20
 	// DefaultMaxTTL is the default of IDEMPOTENCY_MAX_TTL_SECONDS (30 days);
@@ -79,6 +83,10 @@ type Config struct {
 	// MaxTTL (IDEMPOTENCY_MAX_TTL_SECONDS) is the longest Idempotency-TTL a
 	// request may ask for; default 30 days.
 	MaxTTL time.Duration
+	// CacheMaxBytes is IDEMPOTENCY_MAX_BYTES: the bound on the bytes of the
+	// outcomes the idempotency cache holds (0: none); beyond it outcomes are
+	// answered but not cached.
+	CacheMaxBytes int64
 
 	// Not settable from the environment.
 
@@ -109,6 +117,7 @@ func DefaultConfig() Config {
 		GossipProfile:     "lan",
 		Idempotency:       config.DefaultIdempotency(),
 		MaxTTL:            DefaultMaxTTL,
+		CacheMaxBytes:     DefaultCacheMaxBytes,
 		ReadyTimeout:      time.Second,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -134,6 +143,8 @@ func Register(l *config.Loader, c *Config) {
 		nil, "the bearer tokens and the tenants they map to")
 	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, d.MaxBodyBytes, MinBodyBytes, MaxBodyBytes,
 		"the largest POST /v1/jobs body accepted (413 body_too_large beyond)")
+	l.Int64(&c.CacheMaxBytes, EnvCacheMaxBytes, d.CacheMaxBytes, 1<<20, 1<<40,
+		"bytes of outcomes the idempotency cache holds; beyond it outcomes are answered but not cached")
 	l.SecondsRange(&c.ForwardTimeout, EnvForwardTimeout, d.ForwardTimeout, config.MinTTL, 600*time.Second,
 		"how long a submission may spend reaching the manager leader before 503 unavailable (plus the pending wait)")
 	l.SecondsRange(&c.ShutdownTimeout, EnvShutdownTimeout, d.ShutdownTimeout, config.MinTTL, time.Hour,

@@ -102,6 +102,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		RejectedTTL:     cfg.Idempotency.RejectedTTL,
 		CleanupInterval: cfg.Idempotency.CleanupInterval,
 		Now:             deps.Now,
+		MaxBytes:        cfg.CacheMaxBytes,
+		Size:            responseSize,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gate: idempotency cache: %w", err)

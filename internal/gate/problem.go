@@ -27,6 +27,8 @@ var titles = map[api.Code]string{
 	api.CodeNotFound:               "Not found",
 	api.CodeMethodNotAllowed:       "Method not allowed",
 	api.CodeInternal:               "Internal error",
+	api.CodeTenantQuotaExceeded:    "Tenant quota exceeded",
+	api.CodeResponseTooLarge:       "Response too large",
 }
 
 // problemBody renders an RFC 9457 problem: type is api.ProblemTypeBase plus the

@@ -27,6 +27,9 @@ func (g *Gate) readError(w http.ResponseWriter, r *http.Request, err error, notF
 		writeProblem(w, http.StatusNotFound, notFound, notFoundDetail)
 	case errors.Is(err, rpc.ErrInvalid):
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: "+rpcMessage(err))
+	case errors.Is(err, rpc.ErrTooLarge):
+		g.log.Error("read answer too large", logging.KeyPath, r.URL.Path, logging.KeyError, err)
+		writeProblem(w, http.StatusInternalServerError, api.CodeResponseTooLarge, "a job is larger than a read answer can carry: "+rpcMessage(err))
 	case errors.Is(err, rpc.ErrInternal):
 		g.log.Error("read failed at the manager", logging.KeyPath, r.URL.Path, logging.KeyError, err)
 		writeProblem(w, http.StatusInternalServerError, api.CodeInternal, "the manager failed to answer the read")

@@ -45,6 +45,16 @@ type response struct {
 	retryAfter time.Duration
 }
 
+// responseOverhead is the accounted fixed size of a cached response (the
+// struct, its headers, the cache entry) besides its body.
+const responseOverhead = 256
+
+// responseSize is the cache's Size function (IDEMPOTENCY_MAX_BYTES).
+func responseSize(v any) int64 {
+	r := v.(*response)
+	return int64(responseOverhead + len(r.body) + len(r.location))
+}
+
 // write sends r. replay says whether the answer is a replay of a stored outcome.
 func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 	h := w.Header()
@@ -472,6 +482,18 @@ func (g *Gate) forwardError(err error, tenant string) *response {
 		g.log.Warn("ledger full", logging.KeyTenant, tenant, logging.KeyError, err)
 		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
 			"the datacenter's ledger is full of live entries; retry later with the same key")
+		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
+		return resp
+	case errors.Is(err, rpc.ErrWatermarksFull):
+		g.log.Warn("watermark table full", logging.KeyTenant, tenant, logging.KeyError, err)
+		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
+			"the datacenter's table of client sequence watermarks is full; retry later with the same key")
+		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
+		return resp
+	case errors.Is(err, rpc.ErrTenantQuota):
+		g.log.Warn("tenant over its ledger share", logging.KeyTenant, tenant, logging.KeyError, err)
+		resp := problemResponse(http.StatusTooManyRequests, api.CodeTenantQuotaExceeded,
+			"this tenant holds its share of the datacenter's idempotency ledger; retry later with the same key")
 		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
 		return resp
 	case errors.Is(err, rpc.ErrInvalid), errors.Is(err, rpc.ErrInternal):

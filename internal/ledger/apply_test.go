@@ -190,14 +190,19 @@ func TestReserve(t *testing.T) {
 			cmd: cmd(at(sbase, tCommit+rejectTTL)), want: OutcomeReserved,
 			changes: []ChangeKind{ChangeRemoved, ChangeReserved},
 			check: func(t *testing.T, h *harness, res Result) {
-				if h.f.Stats().Watermarks != 0 {
-					t.Fatal("a rejected entry raised a watermark")
+				if w, ok := h.f.Watermark(tenant, client, nonce); ok && (w.Committed(sbase.Sequence) || w.Sequence != 0) {
+					t.Fatalf("a rejected entry raised a watermark: %+v", w)
 				}
 			},
 		},
 		{
-			name: "structured, sequence below the watermark", setup: setupWatermark,
-			cmd: cmd(structured(tenant, client, 3, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeKeyExpired,
+			name: "structured, a lower sequence that never committed is judged afresh", setup: setupWatermark,
+			cmd: cmd(structured(tenant, client, 3, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeReserved,
+			changes: []ChangeKind{ChangeReserved},
+		},
+		{
+			name: "structured, v1: sequence below the watermark", setup: setupWatermark,
+			cmd: cmd(v1Reserve(structured(tenant, client, 3, nonce, t0+time.Hour.Nanoseconds()))), want: OutcomeKeyExpired,
 			check: func(t *testing.T, h *harness, res Result) {
 				if res.Watermark != 5 {
 					t.Fatalf("watermark %d", res.Watermark)
@@ -432,8 +437,8 @@ func TestExpire(t *testing.T) {
 		t.Helper()
 		w, ok := h.f.Watermark(tenant, client, nonce)
 		if want == 0 {
-			if ok {
-				t.Fatalf("watermark %+v, want none", w)
+			if ok && (w.Sequence != 0 || w.Window != [WatermarkWindow / 64]uint64{}) {
+				t.Fatalf("watermark %+v, want nothing committed", w)
 			}
 			return
 		}
@@ -575,7 +580,7 @@ func TestExpire(t *testing.T) {
 					h.must(expire(r.Now+sec+commitTTL), OutcomeExpired)
 				}
 			},
-			cmd: cmd(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxWatermarks: 1}),
+			cmd: cmd(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxWatermarks: 1, version: 1}),
 			check: func(t *testing.T, h *harness, res Result) {
 				if res.Removed.Watermarks != 2 || h.f.Stats().Watermarks != 1 {
 					t.Fatalf("removed %+v", res.Removed)

@@ -26,10 +26,10 @@ const (
 // writes these; DecodeCommand reads these and every older version still in any
 // log.
 const (
-	ReserveVersion uint8 = 1
-	CommitVersion  uint8 = 1
+	ReserveVersion uint8 = 2
+	CommitVersion  uint8 = 2
 	RejectVersion  uint8 = 1
-	ExpireVersion  uint8 = 1
+	ExpireVersion  uint8 = 2
 )
 
 func (t CommandType) String() string {
@@ -66,8 +66,13 @@ type Command interface {
 //     Expire ran.
 //  2. A live entry with the same Fingerprint: OutcomeExists; another
 //     fingerprint: OutcomeKeyReused. Both return the entry; nothing changes.
-//  3. A structured key whose Sequence is at or below its client's watermark:
-//     OutcomeKeyExpired; nothing changes.
+//  3. A structured key whose Sequence is known committed (inside its client's
+//     watermark window with its bit set) or below the window:
+//     OutcomeKeyExpired; nothing changes. (Version 1: at or below the
+//     watermark's Sequence.) Version 2 then creates the client's watermark if
+//     it has none, unless the table holds MaxWatermarks
+//     (OutcomeWatermarksFull) or the tenant MaxTenantWatermarks
+//     (OutcomeTenantWatermarksFull); nothing is evicted for it.
 //  4. When the table holds MaxEntries entries or more, due entries are removed
 //     earliest first (at most a few per Reserve); if it is still at the bound:
 //     OutcomeFull, and nothing else changes. A live entry is never dropped.
@@ -91,6 +96,23 @@ type Reserve struct {
 	ClientID   string
 	Sequence   uint64
 	Nonce      string
+
+	// Version 2. Every bound is 0 for "no bound" (what version 1 decodes to).
+	// MaxWatermarks bounds the watermark table (IDEMPOTENCY_WATERMARK_MAX_CLIENTS),
+	// MaxTenantWatermarks one tenant's watermarks.
+	MaxWatermarks       uint64
+	MaxTenantWatermarks uint64
+	// MaxBytes bounds the bytes of entries and jobs, payloads included
+	// (IDEMPOTENCY_LEDGER_MAX_BYTES), MaxTenantBytes one tenant's bytes.
+	MaxBytes       uint64
+	MaxTenantBytes uint64
+	// ResultTTL, when positive, is the COMMITTED or REJECTED lifetime of the
+	// key, fixed at its first admission and stored in the entry.
+	ResultTTL time.Duration
+
+	// version is the version this command was decoded from when older than
+	// ReserveVersion (0: current), so that it re-encodes to the same bytes.
+	version uint8
 }
 
 // Commit moves the PENDING entry of (Tenant, Key) reserved with JobID to
@@ -100,6 +122,12 @@ type Reserve struct {
 // safely; no entry: OutcomeNotFound. A PENDING entry is committed even when it
 // is due but not yet removed. If the tenant already has a job with JobID:
 // OutcomeJobIDInUse and nothing changes.
+//
+// Capacity is decided here, atomically (version 2): when MaxJobs is not 0 and
+// the job table holds MaxJobs jobs or more (after removing up to a few due
+// jobs), the entry becomes REJECTED with status 429, reason "capacity",
+// CapacityDetail and ExpiresAt = RejectedExpiresAt: OutcomeRejected, no job.
+// A version-1 Commit decodes with MaxJobs 0 (no bound), as it always applied.
 type Commit struct {
 	Tenant string
 	Key    string
@@ -109,7 +137,20 @@ type Commit struct {
 	Now          int64
 	ExpiresAt    int64
 	JobExpiresAt int64
+	// MaxJobs is the bound on the job table (MANAGER_MAX_QUEUED_JOBS); 0: none.
+	MaxJobs uint64
+	// RejectedExpiresAt (Now + the rejected TTL) and CapacityDetail make the
+	// capacity rejection; RejectedExpiresAt must be after Now when MaxJobs > 0.
+	RejectedExpiresAt int64
+	CapacityDetail    string
+
+	// version is the version this command was decoded from when older than
+	// CommitVersion (0: current), so that it re-encodes to the same bytes.
+	version uint8
 }
+
+// ReasonCapacity is the Reason of a capacity rejection (status 429).
+const ReasonCapacity = "capacity"
 
 // Reject moves the PENDING entry of (Tenant, Key) reserved with JobID to
 // REJECTED, storing Status, Reason and Detail. The other states are handled as
@@ -133,20 +174,25 @@ type Reject struct {
 // Expire removes, in this order and at most MaxRemovals things in all (0: no
 // limit):
 //   - entries with ExpiresAt <= Now, earliest first (ties by tenant, key). A
-//     COMMITTED structured entry raises its client's watermark to its Sequence;
+//     COMMITTED structured entry records its Sequence in its client's watermark;
 //   - jobs with ExpiresAt <= Now, earliest first (ties by Seq);
 //   - watermarks not updated for WatermarkTTL (UpdatedAt <= Now-WatermarkTTL),
 //     least recently updated first; WatermarkTTL <= 0 disables this;
-//   - while more than MaxWatermarks watermarks remain, the least recently
-//     updated (ties by tenant, client, nonce); MaxWatermarks 0: no bound.
+//   - version 1 only: while more than MaxWatermarks watermarks remain, the
+//     least recently updated (ties by tenant, client, nonce); 0: no bound.
 //
 // Result.Removed counts each kind; Result.More is set when MaxRemovals stopped
 // it while something was still due.
 type Expire struct {
-	Now           int64
-	MaxRemovals   uint64
-	WatermarkTTL  time.Duration
+	Now          int64
+	MaxRemovals  uint64
+	WatermarkTTL time.Duration
+	// MaxWatermarks is version 1 only (encoded only for a command decoded from
+	// version 1): it evicted live watermarks, which re-opened late retries to
+	// execution. Version 2 never evicts; a full table refuses at Reserve.
 	MaxWatermarks uint64
+
+	version uint8
 }
 
 // Unknown is a command of an ignorable type (TypeIgnorable set) that this
@@ -163,10 +209,25 @@ func (Reject) CommandType() CommandType    { return TypeReject }
 func (Expire) CommandType() CommandType    { return TypeExpire }
 func (u Unknown) CommandType() CommandType { return u.Type }
 
-func (Reserve) CommandVersion() uint8   { return ReserveVersion }
-func (Commit) CommandVersion() uint8    { return CommitVersion }
-func (Reject) CommandVersion() uint8    { return RejectVersion }
-func (Expire) CommandVersion() uint8    { return ExpireVersion }
+func (r Reserve) CommandVersion() uint8 {
+	if r.version != 0 {
+		return r.version
+	}
+	return ReserveVersion
+}
+func (c Commit) CommandVersion() uint8 {
+	if c.version != 0 {
+		return c.version
+	}
+	return CommitVersion
+}
+func (Reject) CommandVersion() uint8 { return RejectVersion }
+func (e Expire) CommandVersion() uint8 {
+	if e.version != 0 {
+		return e.version
+	}
+	return ExpireVersion
+}
 func (u Unknown) CommandVersion() uint8 { return u.Version }
 
 // Encode returns the bytes of c (type byte, version byte, body), ready for
@@ -186,15 +247,17 @@ const varintSize = 10
 func (r Reserve) sizeHint() int {
 	return len(r.Tenant) + len(r.Key) + len(r.Fingerprint) + len(r.JobID) +
 		len(r.Request.Type) + len(r.Request.Payload) + sizeStrings(r.Request.Datacenters) +
-		len(r.ClientID) + len(r.Nonce) + 12*varintSize + 16
+		len(r.ClientID) + len(r.Nonce) + 16*varintSize + 24
 }
 
-// Reserve v1 body:
+// Reserve v2 body (v1 ends after the structured part):
 //
 //	tenant string, key string, fingerprint string, job_id string,
 //	now int64, expires_at int64, max_entries uvarint,
 //	type string, payload bytes, datacenters strings,
-//	structured bool, [client_id string, sequence uvarint, nonce string]
+//	structured bool, [client_id string, sequence uvarint, nonce string],
+//	max_watermarks uvarint, max_tenant_watermarks uvarint,
+//	max_bytes uvarint, max_tenant_bytes uvarint, result_ttl int64 (nanoseconds)
 func (r Reserve) appendBody(b []byte) []byte {
 	b = appendString(b, r.Tenant)
 	b = appendString(b, r.Key)
@@ -212,7 +275,24 @@ func (r Reserve) appendBody(b []byte) []byte {
 		b = appendUvarint(b, r.Sequence)
 		b = appendString(b, r.Nonce)
 	}
-	return b
+	if r.version == 1 {
+		return b
+	}
+	b = appendUvarint(b, r.MaxWatermarks)
+	b = appendUvarint(b, r.MaxTenantWatermarks)
+	b = appendUvarint(b, r.MaxBytes)
+	b = appendUvarint(b, r.MaxTenantBytes)
+	return appendInt64(b, int64(r.ResultTTL))
+}
+
+func decodeReserveV2(d *decoder) Reserve {
+	r := decodeReserveV1(d)
+	r.MaxWatermarks = d.uvarint()
+	r.MaxTenantWatermarks = d.uvarint()
+	r.MaxBytes = d.uvarint()
+	r.MaxTenantBytes = d.uvarint()
+	r.ResultTTL = time.Duration(d.int64())
+	return r
 }
 
 func decodeReserveV1(d *decoder) Reserve {
@@ -237,20 +317,35 @@ func decodeReserveV1(d *decoder) Reserve {
 }
 
 func (c Commit) sizeHint() int {
-	return len(c.Tenant) + len(c.Key) + len(c.JobID) + 3*varintSize + 24
+	return len(c.Tenant) + len(c.Key) + len(c.JobID) + len(c.CapacityDetail) + 5*varintSize + 32
 }
 
-// Commit v1 body:
+// Commit v2 body (v1 is its first six fields):
 //
 //	tenant string, key string, job_id string,
-//	now int64, expires_at int64, job_expires_at int64
+//	now int64, expires_at int64, job_expires_at int64,
+//	max_jobs uvarint, rejected_expires_at int64, capacity_detail string
 func (c Commit) appendBody(b []byte) []byte {
 	b = appendString(b, c.Tenant)
 	b = appendString(b, c.Key)
 	b = appendString(b, c.JobID)
 	b = appendInt64(b, c.Now)
 	b = appendInt64(b, c.ExpiresAt)
-	return appendInt64(b, c.JobExpiresAt)
+	b = appendInt64(b, c.JobExpiresAt)
+	if c.version == 1 {
+		return b
+	}
+	b = appendUvarint(b, c.MaxJobs)
+	b = appendInt64(b, c.RejectedExpiresAt)
+	return appendString(b, c.CapacityDetail)
+}
+
+func decodeCommitV2(d *decoder) Commit {
+	c := decodeCommitV1(d)
+	c.MaxJobs = d.uvarint()
+	c.RejectedExpiresAt = d.int64()
+	c.CapacityDetail = d.string()
+	return c
 }
 
 func decodeCommitV1(d *decoder) Commit {
@@ -310,15 +405,25 @@ func decodeRejectV1(d *decoder) Reject {
 
 func (Expire) sizeHint() int { return 2*varintSize + 16 }
 
-// Expire v1 body:
+// Expire v2 body (v1 adds max_watermarks uvarint at the end):
 //
-//	now int64, max_removals uvarint, watermark_ttl int64 (nanoseconds),
-//	max_watermarks uvarint
+//	now int64, max_removals uvarint, watermark_ttl int64 (nanoseconds)
 func (e Expire) appendBody(b []byte) []byte {
 	b = appendInt64(b, e.Now)
 	b = appendUvarint(b, e.MaxRemovals)
 	b = appendInt64(b, int64(e.WatermarkTTL))
+	if e.version != 1 {
+		return b
+	}
 	return appendUvarint(b, e.MaxWatermarks)
+}
+
+func decodeExpireV2(d *decoder) Expire {
+	var e Expire
+	e.Now = d.int64()
+	e.MaxRemovals = d.uvarint()
+	e.WatermarkTTL = time.Duration(d.int64())
+	return e
 }
 
 func decodeExpireV1(d *decoder) Expire {
@@ -351,25 +456,43 @@ func DecodeCommand(data []byte) (Command, error) {
 	var c Command
 	switch t {
 	case TypeReserve:
-		if v != 1 {
+		switch v {
+		case 1:
+			r := decodeReserveV1(d)
+			r.version = 1
+			c = r
+		case 2:
+			c = decodeReserveV2(d)
+		default:
 			return nil, versionError(t, v)
 		}
-		c = decodeReserveV1(d)
 	case TypeCommit:
-		if v != 1 {
+		switch v {
+		case 1:
+			cv := decodeCommitV1(d)
+			cv.version = 1
+			c = cv
+		case 2:
+			c = decodeCommitV2(d)
+		default:
 			return nil, versionError(t, v)
 		}
-		c = decodeCommitV1(d)
 	case TypeReject:
 		if v != 1 {
 			return nil, versionError(t, v)
 		}
 		c = decodeRejectV1(d)
 	case TypeExpire:
-		if v != 1 {
+		switch v {
+		case 1:
+			e := decodeExpireV1(d)
+			e.version = 1
+			c = e
+		case 2:
+			c = decodeExpireV2(d)
+		default:
 			return nil, versionError(t, v)
 		}
-		c = decodeExpireV1(d)
 	default:
 		if t&TypeIgnorable != 0 {
 			return Unknown{Type: t, Version: v, Body: append([]byte(nil), data[2:]...)}, nil

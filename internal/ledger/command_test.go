@@ -22,7 +22,14 @@ func sampleCommands() []Command {
 		Reserve{Tenant: "t", Key: "k", JobID: "j", Now: -5, ExpiresAt: 1, MaxEntries: 1 << 40},
 		commit(s, t0+sec),
 		reject(s, t0+sec, 429),
-		Expire{Now: t0, MaxRemovals: 300, WatermarkTTL: 7 * 24 * time.Hour, MaxWatermarks: 1 << 20},
+		Expire{Now: t0, MaxRemovals: 300, WatermarkTTL: 7 * 24 * time.Hour, MaxWatermarks: 1 << 20, version: 1},
+		Expire{Now: t0, MaxRemovals: 300, WatermarkTTL: 7 * 24 * time.Hour},
+		Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3, version: 1},
+		Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3,
+			MaxWatermarks: 4, MaxTenantWatermarks: 5, MaxBytes: 1 << 30, MaxTenantBytes: 1 << 28, ResultTTL: time.Hour},
+		Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, version: 1},
+		Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3,
+			MaxJobs: 10, RejectedExpiresAt: 4, CapacityDetail: "full"},
 		Expire{},
 		Unknown{Type: TypeIgnorable | 0x11, Version: 7, Body: []byte("future")},
 	}
@@ -78,7 +85,9 @@ func TestStructuredFieldsOnlyWhenStructured(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
-	valid := Encode(reserve("acme", "k", t0))
+	v1 := reserve("acme", "k", t0)
+	v1.version = 1
+	valid := Encode(v1)
 	nonMinimal := []byte{byte(TypeExpire), 1}
 	nonMinimal = appendInt64(nonMinimal, 1)
 	nonMinimal = append(nonMinimal, 0x80, 0x00) // 0 as a 2-byte varint
@@ -106,10 +115,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"status out of range", badStatus, ErrMalformed},
 		{"unknown type", []byte{0x05, 1}, ErrUnknownCommand},
 		{"zero type", []byte{0x00, 1, 2, 3}, ErrUnknownCommand},
-		{"reserve v2", []byte{byte(TypeReserve), 2}, ErrUnsupportedVersion},
+		{"reserve v3", []byte{byte(TypeReserve), 3}, ErrUnsupportedVersion},
 		{"commit v0", []byte{byte(TypeCommit), 0}, ErrUnsupportedVersion},
 		{"reject v9", []byte{byte(TypeReject), 9}, ErrUnsupportedVersion},
-		{"expire v2", []byte{byte(TypeExpire), 2}, ErrUnsupportedVersion},
+		{"expire v3", []byte{byte(TypeExpire), 3}, ErrUnsupportedVersion},
+		{"commit v3", []byte{byte(TypeCommit), 3}, ErrUnsupportedVersion},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := DecodeCommand(tc.in)
@@ -195,8 +205,10 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Seeds are named by type and version, so that regenerating after a new
+	// version adds its seeds and keeps the older versions' (still decoded).
 	for i, c := range sampleCommands() {
-		write("FuzzDecodeCommand", fmt.Sprintf("seed-%d-type-%02x", i, byte(c.CommandType())), Encode(c))
+		write("FuzzDecodeCommand", fmt.Sprintf("seed-%d-type-%02x-v%d", i, byte(c.CommandType()), c.CommandVersion()), Encode(c))
 	}
 	write("FuzzDecodeCommand", "seed-truncated", Encode(reserve("a", "b", t0))[:20])
 	write("FuzzDecodeCommand", "seed-unknown-version", []byte{byte(TypeCommit), 9})

@@ -62,21 +62,45 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 					}
 				}
 			}
+			switch rng.IntN(4) {
+			case 0: // an old log's Reserve
+				r.version = 1
+			case 1, 2: // the bounds of version 2
+				// (not scaled: every run reaches the refusals)
+				r.MaxWatermarks = uint64(2 + rng.IntN(6))
+				r.MaxTenantWatermarks = uint64(1 + rng.IntN(3))
+				r.MaxBytes = uint64(4000 + rng.IntN(12000))
+				r.MaxTenantBytes = uint64(2000 + rng.IntN(6000))
+				if rng.IntN(3) == 0 {
+					r.ResultTTL = time.Duration(scale*(1+rng.Int64N(30))) * time.Second
+				}
+			}
 			reserved = append(reserved, r)
 			add(raft.LogCommand, Encode(r))
 		case p < 62 && len(reserved) > 0:
 			// commit one of the latest reservations (sometimes a stale one)
 			r := reserved[max(0, len(reserved)-1-rng.IntN(8))]
-			add(raft.LogCommand, Encode(Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
-				ExpiresAt: now + scale*20*sec, JobExpiresAt: now + scale*(10*sec+rng.Int64N(60*sec))}))
+			c := Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
+				ExpiresAt: now + scale*20*sec, JobExpiresAt: now + scale*(10*sec+rng.Int64N(60*sec))}
+			switch rng.IntN(3) {
+			case 0:
+				c.version = 1
+			case 1:
+				c.MaxJobs = uint64(scale * int64(3+rng.IntN(10)))
+				c.RejectedExpiresAt, c.CapacityDetail = now+scale*5*sec, "full"
+			}
+			add(raft.LogCommand, Encode(c))
 		case p < 72 && len(reserved) > 0:
 			r := reserved[max(0, len(reserved)-1-rng.IntN(8))]
 			add(raft.LogCommand, Encode(Reject{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
 				ExpiresAt: now + scale*5*sec, Status: []int{422, 429}[rng.IntN(2)], Reason: "capacity", Detail: "d"}))
 		case p < 84:
-			add(raft.LogCommand, Encode(Expire{Now: now, MaxRemovals: uint64(rng.IntN(6)),
-				WatermarkTTL:  time.Duration(scale*int64(30+rng.IntN(60))) * time.Second,
-				MaxWatermarks: uint64(scale * int64(3+rng.IntN(5)))}))
+			e := Expire{Now: now, MaxRemovals: uint64(rng.IntN(6)),
+				WatermarkTTL: time.Duration(scale*int64(30+rng.IntN(60))) * time.Second}
+			if rng.IntN(3) == 0 { // an old log's Expire, which evicted over its bound
+				e.version, e.MaxWatermarks = 1, uint64(scale*int64(3+rng.IntN(5)))
+			}
+			add(raft.LogCommand, Encode(e))
 		case p < 88:
 			garbage := make([]byte, rng.IntN(40))
 			for i := range garbage {
@@ -148,9 +172,13 @@ func TestDeterminism(t *testing.T) {
 				outcomes[ra.Outcome]++
 			}
 			t.Logf("outcomes: %v; final stats %+v; largest snapshot %d bytes", outcomes, a.Stats(), largest)
-			for _, o := range []Outcome{OutcomeReserved, OutcomeExists, OutcomeKeyReused, OutcomeKeyExpired,
+			want := []Outcome{OutcomeReserved, OutcomeExists, OutcomeKeyReused, OutcomeKeyExpired,
 				OutcomeFull, OutcomeCommitted, OutcomeRejected, OutcomeUnchanged, OutcomeNotFound,
-				OutcomeJobIDInUse, OutcomeExpired, OutcomeIgnored, OutcomeInvalid} {
+				OutcomeJobIDInUse, OutcomeExpired, OutcomeIgnored, OutcomeInvalid, OutcomeBytesFull, OutcomeTenantBytesFull}
+			if tc.scale == 1 { // with long TTLs every client keeps its watermark: no new one to refuse
+				want = append(want, OutcomeWatermarksFull, OutcomeTenantWatermarksFull)
+			}
+			for _, o := range want {
 				if outcomes[o] == 0 {
 					t.Errorf("the log never produced %v; make the generator reach it", o)
 				}

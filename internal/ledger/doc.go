@@ -7,9 +7,10 @@
 //     a leader-stamped ExpiresAt after which it is removed;
 //   - jobs, keyed by (tenant, job ID), created by Commit, ordered per tenant by
 //     Seq (the raft index of the Commit), kept until their own retention;
-//   - watermarks, keyed by (tenant, client_id, nonce): the highest sequence of a
-//     structured key whose COMMITTED entry expired, so that a late retry of it is
-//     refused (OutcomeKeyExpired) instead of executed twice.
+//   - watermarks, keyed by (tenant, client_id, nonce): which sequences of a
+//     structured-key client committed, exactly within a window below the
+//     highest, so that a late retry of one is refused (OutcomeKeyExpired)
+//     instead of executed twice, while one that never ran is judged afresh.
 //
 // How the manager uses it:
 //
@@ -23,7 +24,8 @@
 //	// then ledger.Commit{...} or ledger.Reject{...} with the same JobID.
 //
 //	// on becoming leader: for each e in fsm.Pending(), re-run admission and
-//	// propose Commit or Reject with e.JobID.
+//	// propose Commit or Reject with e.JobID; while leading, the same for
+//	// fsm.PendingBefore(now - grace) (orphans of failed submissions).
 //	// every cleanup interval (or when fsm.NextExpiry() is due): propose Expire.
 //	// reads: fsm.Entry, fsm.Job, fsm.ListJobs, fsm.Stats.
 //

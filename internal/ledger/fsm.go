@@ -208,7 +208,9 @@ func (f *FSM) Watermark(tenant, clientID, nonce string) (Watermark, bool) {
 
 // ListJobs returns a page of the tenant's jobs in Seq order (oldest first,
 // newest last), keeping those that match opts.Type and opts.Status and have
-// Seq > opts.After, at most the normalized opts.Limit of them. next is the Seq
+// Seq > opts.After, at most the normalized opts.Limit of them (and, with
+// opts.MaxBytes, at most that many bytes by ListJobBytes, but at least one
+// job). next is the Seq
 // of the last job returned (0 when none); more is true when at least one more
 // matching job follows it, and then next is the cursor (opts.After) of the
 // following page. Encoding next into an opaque cursor is the caller's business.
@@ -231,14 +233,17 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	size := 0
 	visit := func(j *Job) bool {
 		if j.Tenant != tenant || (opts.Type != "" && j.Type != opts.Type) {
 			return false
 		}
-		if len(jobs) == limit {
+		n := ListJobBytes(j)
+		if len(jobs) == limit || (opts.MaxBytes > 0 && len(jobs) > 0 && size+n > opts.MaxBytes) {
 			more = true
 			return false
 		}
+		size += n
 		jobs = append(jobs, *j)
 		return true
 	}
@@ -276,6 +281,26 @@ func (f *FSM) Pending() []Entry {
 	return out
 }
 
+// PendingBefore returns the PENDING entries reserved before cutoff (ReservedAt <
+// cutoff, unix nanoseconds), oldest first, at most limit of them (limit <= 0:
+// all). The leader calls it continuously to resolve orphans: entries whose
+// submitter timed out or whose Commit proposal failed without a leadership
+// change. O(log n + returned): it walks an index of PENDING entries by
+// reservation time.
+func (f *FSM) PendingBefore(cutoff int64, limit int) []Entry {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []Entry
+	f.s.pendAge.Ascend(func(e *Entry) bool {
+		if e.ReservedAt >= cutoff || (limit > 0 && len(out) == limit) {
+			return false
+		}
+		out = append(out, *e)
+		return true
+	})
+	return out
+}
+
 // NextExpiry returns the earliest ExpiresAt (unix nanoseconds) of any entry or
 // job, and false when there is none: the leader proposes Expire when its clock
 // reaches it (and at least every cleanup interval, which also ages out the
@@ -299,6 +324,7 @@ func (f *FSM) Stats() Stats {
 		Rejected:     s.rejected,
 		Jobs:         s.jobs.Len(),
 		Watermarks:   s.wms.Len(),
+		Bytes:        s.bytes,
 		AppliedIndex: s.applied,
 	}
 }

@@ -172,8 +172,14 @@ func checkInvariants(t testing.TB, f *FSM) {
 		if got, ok := s.entryExp.Get(e); !ok || got != e {
 			t.Errorf("entry %s/%s missing from the expiry index", e.Tenant, e.Key)
 		}
+		if got, ok := s.pendAge.Get(e); (e.State == StatePending) != (ok && got == e) {
+			t.Errorf("entry %s/%s (%v): pending index disagrees", e.Tenant, e.Key, e.State)
+		}
 		return true
 	})
+	if s.pendAge.Len() != s.pending {
+		t.Errorf("pendAge has %d items, %d pending", s.pendAge.Len(), s.pending)
+	}
 	if s.entryExp.Len() != s.entries.Len() {
 		t.Errorf("entryExp has %d items, entries %d", s.entryExp.Len(), s.entries.Len())
 	}
@@ -201,6 +207,29 @@ func checkInvariants(t testing.TB, f *FSM) {
 	})
 	if s.wmAge.Len() != s.wms.Len() {
 		t.Errorf("wmAge has %d items, wms %d", s.wmAge.Len(), s.wms.Len())
+	}
+	// Byte accounting and per-tenant counts, recomputed from the tables.
+	var total uint64
+	perTenant := map[string]uint64{}
+	s.entries.Ascend(func(e *Entry) bool {
+		n := entryBytes(len(e.Request.Payload), e.State)
+		total += n
+		perTenant[e.Tenant] += n
+		return true
+	})
+	s.jobs.Ascend(func(j *Job) bool {
+		n := jobBytes(len(j.Payload))
+		total += n
+		perTenant[j.Tenant] += n
+		return true
+	})
+	if total != s.bytes || !reflect.DeepEqual(perTenant, s.tenantBytes) {
+		t.Errorf("bytes %d (per tenant %v), recomputed %d (%v)", s.bytes, s.tenantBytes, total, perTenant)
+	}
+	wmPerTenant := map[string]int{}
+	s.wms.Ascend(func(w *Watermark) bool { wmPerTenant[w.Tenant]++; return true })
+	if !reflect.DeepEqual(wmPerTenant, s.wmTenant) {
+		t.Errorf("watermarks per tenant %v, recomputed %v", s.wmTenant, wmPerTenant)
 	}
 }
 

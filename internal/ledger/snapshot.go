@@ -8,6 +8,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"time"
 
 	"github.com/google/btree"
 	"github.com/hashicorp/raft"
@@ -25,7 +26,9 @@ import (
 //	crc      4 bytes, big-endian CRC-32C (Castagnoli) of every byte before it
 //
 // A record is a uvarint length and that many bytes, decoded strictly (no
-// trailing bytes) with the command primitives.
+// trailing bytes) with the command primitives. Version 2 appends result_ttl to
+// the entry record and the window to the watermark record; Restore reads
+// version 1 as well.
 const (
 	snapshotMagic   = "ONCELDGR"
 	snapshotVersion = 2
@@ -142,7 +145,8 @@ func (s *Snapshot) Release() {
 //	reserved_at int64, resolved_at int64, expires_at int64,
 //	type string, payload bytes, datacenters strings,
 //	structured bool, [client_id string, sequence uvarint, nonce string],
-//	status uvarint, reason string, detail string
+//	status uvarint, reason string, detail string,
+//	(v2:) result_ttl int64 (nanoseconds)
 func appendEntry(b []byte, e *Entry) []byte {
 	b = appendString(b, e.Tenant)
 	b = appendString(b, e.Key)
@@ -163,10 +167,11 @@ func appendEntry(b []byte, e *Entry) []byte {
 	}
 	b = appendUvarint(b, uint64(e.Status))
 	b = appendString(b, e.Reason)
-	return appendString(b, e.Detail)
+	b = appendString(b, e.Detail)
+	return appendInt64(b, int64(e.ResultTTL))
 }
 
-func decodeEntry(d *decoder) *Entry {
+func decodeEntry(d *decoder, version uint8) *Entry {
 	e := &Entry{}
 	e.Tenant = d.string()
 	e.Key = d.string()
@@ -196,6 +201,12 @@ func decodeEntry(d *decoder) *Entry {
 	e.Status = int(status)
 	e.Reason = d.string()
 	e.Detail = d.string()
+	if version >= 2 {
+		e.ResultTTL = time.Duration(d.int64())
+		if d.err == nil && e.ResultTTL < 0 {
+			d.fail("negative result_ttl")
+		}
+	}
 	return e
 }
 
@@ -232,25 +243,52 @@ func decodeJob(d *decoder) *Job {
 	return j
 }
 
-// Watermark record (snapshot v1):
+// Watermark record (snapshot v2; v1 has no window):
 //
 //	tenant string, client_id string, nonce string, sequence uvarint,
-//	updated_at int64
+//	updated_at int64, (v2:) window: WatermarkWindow/64 int64
 func appendWatermark(b []byte, w *Watermark) []byte {
 	b = appendString(b, w.Tenant)
 	b = appendString(b, w.ClientID)
 	b = appendString(b, w.Nonce)
 	b = appendUvarint(b, w.Sequence)
-	return appendInt64(b, w.UpdatedAt)
+	b = appendInt64(b, w.UpdatedAt)
+	for _, word := range w.Window {
+		b = appendInt64(b, int64(word))
+	}
+	return b
 }
 
-func decodeWatermark(d *decoder) *Watermark {
+func decodeWatermark(d *decoder, version uint8) *Watermark {
 	w := &Watermark{}
 	w.Tenant = d.string()
 	w.ClientID = d.string()
 	w.Nonce = d.string()
 	w.Sequence = d.uvarint()
 	w.UpdatedAt = d.int64()
+	if version >= 2 {
+		for i := range w.Window {
+			w.Window[i] = uint64(d.int64())
+		}
+		return w
+	}
+	// A version-1 watermark meant "everything at or below Sequence ran": the
+	// whole window is marked committed, so nothing it refused is re-opened.
+	for i := range w.Window {
+		w.Window[i] = ^uint64(0)
+	}
+	if w.Sequence < WatermarkWindow-1 { // bits for sequences below 0 stay clear
+		n := w.Sequence + 1
+		for i := range w.Window {
+			lo := uint64(i) * 64
+			switch {
+			case lo >= n:
+				w.Window[i] = 0
+			case lo+64 > n:
+				w.Window[i] = (1 << (n - lo)) - 1
+			}
+		}
+	}
 	return w
 }
 
@@ -378,7 +416,7 @@ func readSnapshot(src io.Reader) (*state, error) {
 		if err != nil {
 			return nil, err
 		}
-		e := decodeEntry(d)
+		e := decodeEntry(d, version)
 		if err := d.finish(); err != nil {
 			return nil, fmt.Errorf("entry %d: %w", i, err)
 		}
@@ -420,7 +458,7 @@ func readSnapshot(src io.Reader) (*state, error) {
 		if err != nil {
 			return nil, err
 		}
-		w := decodeWatermark(d)
+		w := decodeWatermark(d, version)
 		if err := d.finish(); err != nil {
 			return nil, fmt.Errorf("watermark %d: %w", i, err)
 		}
@@ -428,8 +466,7 @@ func readSnapshot(src io.Reader) (*state, error) {
 			return nil, badSnapshot("watermark %d: out of order", i)
 		}
 		prevWM = w
-		s.wms.ReplaceOrInsert(w)
-		s.wmAge.ReplaceOrInsert(w)
+		s.insertWatermark(w)
 	}
 	sum := r.crc.Sum32()
 	var trailer [4]byte

@@ -40,6 +40,16 @@ type state struct {
 	jobExp   *btree.BTreeG[*Job]
 	wms      *btree.BTreeG[*Watermark]
 	wmAge    *btree.BTreeG[*Watermark]
+	// pendAge holds the PENDING entries only, by (reserved_at, tenant, key):
+	// the leader resolves those older than a grace (FSM.PendingBefore).
+	pendAge *btree.BTreeG[*Entry]
+
+	// wmTenant counts watermarks per tenant (looked up, never iterated).
+	wmTenant map[string]int
+	// bytes is the accounted size of entries and jobs (see entryBytes),
+	// tenantBytes the same per tenant (looked up, never iterated).
+	bytes       uint64
+	tenantBytes map[string]uint64
 
 	// counts of entries by state
 	pending, committed, rejected int
@@ -64,7 +74,54 @@ func newState() *state {
 		jobExp:   btree.NewG(btreeDegree, lessJobExp),
 		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
+		pendAge:  btree.NewG(btreeDegree, lessEntryReserved),
+		wmTenant: map[string]int{},
+
+		tenantBytes: map[string]uint64{},
 	}
+}
+
+// Byte accounting (docs/ledger.md): cheap and deterministic, from lengths in
+// the commands. An entry costs EntryOverhead plus its payload; a job
+// JobOverhead plus its payload. A PENDING entry also holds its job's cost, so
+// that a Commit never adds bytes and the bound cannot be passed between a
+// Reserve and its Commit.
+const (
+	// EntryOverhead is the accounted fixed size of an entry (struct, index
+	// nodes, key, fingerprint and IDs, in memory and in snapshots).
+	EntryOverhead = 512
+	// JobOverhead is the accounted fixed size of a job.
+	JobOverhead = 384
+)
+
+func jobBytes(payload int) uint64 { return JobOverhead + uint64(payload) }
+
+// entryBytes is what an entry in state st accounts for.
+func entryBytes(payload int, st State) uint64 {
+	n := EntryOverhead + uint64(payload)
+	if st == StatePending {
+		n += jobBytes(payload)
+	}
+	return n
+}
+
+func (s *state) charge(tenant string, n uint64) {
+	s.bytes += n
+	s.tenantBytes[tenant] += n
+}
+
+func (s *state) release(tenant string, n uint64) {
+	s.bytes -= n
+	if s.tenantBytes[tenant] -= n; s.tenantBytes[tenant] == 0 {
+		delete(s.tenantBytes, tenant)
+	}
+}
+
+func lessEntryReserved(a, b *Entry) bool {
+	if a.ReservedAt != b.ReservedAt {
+		return a.ReservedAt < b.ReservedAt
+	}
+	return lessEntryKey(a, b)
 }
 
 func lessEntryKey(a, b *Entry) bool {
@@ -221,16 +278,28 @@ func (s *state) count(st State, d int) {
 func (s *state) insertEntry(e *Entry) {
 	s.entries.ReplaceOrInsert(e)
 	s.entryExp.ReplaceOrInsert(e)
+	if e.State == StatePending {
+		s.pendAge.ReplaceOrInsert(e)
+	}
 	s.count(e.State, 1)
+	s.charge(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
 }
 
 // replaceEntry swaps old for e (same tenant and key).
 func (s *state) replaceEntry(old, e *Entry) {
 	s.entryExp.Delete(old)
+	if old.State == StatePending {
+		s.pendAge.Delete(old)
+	}
 	s.entries.ReplaceOrInsert(e)
 	s.entryExp.ReplaceOrInsert(e)
+	if e.State == StatePending {
+		s.pendAge.ReplaceOrInsert(e)
+	}
 	s.count(old.State, -1)
 	s.count(e.State, 1)
+	s.release(old.Tenant, entryBytes(len(old.Request.Payload), old.State))
+	s.charge(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
 }
 
 // removeEntry removes an entry by expiry, with its effects: a COMMITTED
@@ -238,7 +307,11 @@ func (s *state) replaceEntry(old, e *Entry) {
 func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	s.entries.Delete(e)
 	s.entryExp.Delete(e)
+	if e.State == StatePending {
+		s.pendAge.Delete(e)
+	}
 	s.count(e.State, -1)
+	s.release(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
 	switch e.State {
 	case StatePending:
 		rm.Pending++
@@ -253,20 +326,47 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	ax.emit(ChangeRemoved, e)
 }
 
+// raiseWatermark records seq as committed in the client's watermark, creating
+// the watermark if needed (a version-1 history, or one aged out while its
+// entry lived: the bound may be passed by those, as docs/ledger.md says).
 func (s *state) raiseWatermark(tenant, clientID, nonce string, seq uint64, now int64) {
-	w := &Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce, Sequence: seq, UpdatedAt: now}
+	w := &Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce, UpdatedAt: now}
 	if old, ok := s.wms.Get(w); ok {
-		w.Sequence = max(old.Sequence, seq)
+		*w = *old
 		w.UpdatedAt = max(old.UpdatedAt, now)
-		s.wmAge.Delete(old)
+		s.removeWatermark(old)
 	}
+	w.record(seq)
+	s.insertWatermark(w)
+}
+
+// touchWatermark creates the client's watermark (nothing committed) or
+// refreshes its UpdatedAt.
+func (s *state) touchWatermark(tenant, clientID, nonce string, now int64) {
+	w := &Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce, UpdatedAt: now}
+	if old, ok := s.wms.Get(w); ok {
+		if old.UpdatedAt >= now {
+			return
+		}
+		*w = *old
+		w.UpdatedAt = now
+		s.removeWatermark(old)
+	}
+	s.insertWatermark(w)
+}
+
+func (s *state) insertWatermark(w *Watermark) {
 	s.wms.ReplaceOrInsert(w)
 	s.wmAge.ReplaceOrInsert(w)
+	s.wmTenant[w.Tenant]++
 }
 
 func (s *state) removeWatermark(w *Watermark) {
 	s.wms.Delete(w)
 	s.wmAge.Delete(w)
+	if s.wmTenant[w.Tenant]--; s.wmTenant[w.Tenant] <= 0 {
+		delete(s.wmTenant, w.Tenant)
+	}
 }
 
 func (s *state) insertJob(j *Job) {
@@ -274,6 +374,7 @@ func (s *state) insertJob(j *Job) {
 	s.jobSeq.ReplaceOrInsert(j)
 	s.jobType.ReplaceOrInsert(j)
 	s.jobExp.ReplaceOrInsert(j)
+	s.charge(j.Tenant, jobBytes(len(j.Payload)))
 }
 
 func (s *state) removeJob(j *Job) {
@@ -281,6 +382,7 @@ func (s *state) removeJob(j *Job) {
 	s.jobSeq.Delete(j)
 	s.jobType.Delete(j)
 	s.jobExp.Delete(j)
+	s.release(j.Tenant, jobBytes(len(j.Payload)))
 }
 
 // clip returns p with its capacity cut to its length, so an append by a reader
@@ -310,23 +412,60 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 		}
 		s.removeEntry(ax, e, c.Now, &res.Removed)
 	}
+	hasWatermark := false
 	if c.Structured {
-		if w, ok := s.getWatermark(c.Tenant, c.ClientID, c.Nonce); ok && c.Sequence <= w.Sequence {
+		w, ok := s.getWatermark(c.Tenant, c.ClientID, c.Nonce)
+		hasWatermark = ok
+		// Version 1 refused everything at or below the watermark; version 2
+		// only what is known committed, or too old for the window to tell.
+		if ok && ((c.version == 1 && c.Sequence <= w.Sequence) ||
+			(c.version != 1 && (w.Committed(c.Sequence) || w.BelowWindow(c.Sequence)))) {
 			res.Outcome = OutcomeKeyExpired
 			res.Watermark = w.Sequence
 			return res
 		}
 	}
-	for i := 0; i < maxReliefRemovals && uint64(s.entries.Len()) >= c.MaxEntries; i++ {
-		e, ok := s.entryExp.Min()
-		if !ok || e.ExpiresAt > c.Now {
-			break
+	cost := entryBytes(len(c.Request.Payload), StatePending)
+	overBytes := func() bool {
+		return (c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes) ||
+			(c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes)
+	}
+	// Relief: remove due entries (and, when bytes are short, due jobs),
+	// earliest first, at most a few: a Reserve stays O(log n).
+	for i := 0; i < maxReliefRemovals && (uint64(s.entries.Len()) >= c.MaxEntries || overBytes()); i++ {
+		if e, ok := s.entryExp.Min(); ok && e.ExpiresAt <= c.Now {
+			s.removeEntry(ax, e, c.Now, &res.Removed)
+			continue
 		}
-		s.removeEntry(ax, e, c.Now, &res.Removed)
+		if j, ok := s.jobExp.Min(); ok && j.ExpiresAt <= c.Now && overBytes() {
+			s.removeJob(j)
+			res.Removed.Jobs++
+			continue
+		}
+		break
 	}
 	if uint64(s.entries.Len()) >= c.MaxEntries {
 		res.Outcome = OutcomeFull
 		return res
+	}
+	switch { // the tenant's share first: its refusal is the tenant's own (429)
+	case c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes:
+		res.Outcome = OutcomeTenantBytesFull
+		return res
+	case c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes:
+		res.Outcome = OutcomeBytesFull
+		return res
+	}
+	newWatermark := c.Structured && !hasWatermark && c.version != 1
+	if newWatermark {
+		switch {
+		case c.MaxWatermarks > 0 && uint64(s.wms.Len()) >= c.MaxWatermarks:
+			res.Outcome = OutcomeWatermarksFull
+			return res
+		case c.MaxTenantWatermarks > 0 && uint64(s.wmTenant[c.Tenant]) >= c.MaxTenantWatermarks:
+			res.Outcome = OutcomeTenantWatermarksFull
+			return res
+		}
 	}
 	e := &Entry{
 		Tenant:      c.Tenant,
@@ -342,8 +481,14 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 			Datacenters: clip(c.Request.Datacenters),
 		},
 	}
+	if c.ResultTTL > 0 {
+		e.ResultTTL = c.ResultTTL
+	}
 	if c.Structured {
 		e.Structured, e.ClientID, e.Sequence, e.Nonce = true, c.ClientID, c.Sequence, c.Nonce
+		if c.version != 1 {
+			s.touchWatermark(c.Tenant, c.ClientID, c.Nonce, c.Now)
+		}
 	}
 	s.insertEntry(e)
 	ax.emit(ChangeReserved, e)
@@ -372,6 +517,8 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 	case c.ExpiresAt <= c.Now || c.JobExpiresAt <= c.Now:
 		return invalidf("commit: expires_at %d or job_expires_at %d not after now %d",
 			c.ExpiresAt, c.JobExpiresAt, c.Now)
+	case c.MaxJobs > 0 && c.RejectedExpiresAt <= c.Now:
+		return invalidf("commit: rejected_expires_at %d not after now %d", c.RejectedExpiresAt, c.Now)
 	}
 	old, res, ok := s.resolvable(c.Tenant, c.Key, c.JobID)
 	if !ok {
@@ -379,6 +526,26 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 	}
 	if _, taken := s.getJob(c.Tenant, c.JobID); taken {
 		return Result{Outcome: OutcomeJobIDInUse, Entry: *old}
+	}
+	if c.MaxJobs > 0 {
+		for i := 0; i < maxReliefRemovals && uint64(s.jobs.Len()) >= c.MaxJobs; i++ {
+			j, ok := s.jobExp.Min()
+			if !ok || j.ExpiresAt > c.Now {
+				break
+			}
+			s.removeJob(j)
+			res.Removed.Jobs++
+		}
+		if uint64(s.jobs.Len()) >= c.MaxJobs {
+			e := *old
+			e.State = StateRejected
+			e.ResolvedAt = c.Now
+			e.ExpiresAt = c.RejectedExpiresAt
+			e.Status, e.Reason, e.Detail = 429, ReasonCapacity, c.CapacityDetail
+			s.replaceEntry(old, &e)
+			ax.emit(ChangeRejected, &e)
+			return Result{Outcome: OutcomeRejected, Entry: e, Removed: res.Removed}
+		}
 	}
 	e := *old
 	e.State = StateCommitted
@@ -398,8 +565,13 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 		ExpiresAt:   c.JobExpiresAt,
 	}
 	s.insertJob(j)
+	if e.Structured && c.version != 1 {
+		// Version 2 records the sequence at commit, so the window knows it
+		// whether or not the entry is still live.
+		s.raiseWatermark(e.Tenant, e.ClientID, e.Nonce, e.Sequence, c.Now)
+	}
 	ax.emit(ChangeCommitted, &e)
-	return Result{Outcome: OutcomeCommitted, Entry: e, Job: *j}
+	return Result{Outcome: OutcomeCommitted, Entry: e, Job: *j, Removed: res.Removed}
 }
 
 func (s *state) applyReject(ax *applyCtx, c Reject) Result {
@@ -466,7 +638,7 @@ func (s *state) applyExpire(ax *applyCtx, c Expire) Result {
 			res.Removed.Watermarks++
 		}
 	}
-	if c.MaxWatermarks > 0 {
+	if c.version == 1 && c.MaxWatermarks > 0 {
 		for uint64(s.wms.Len()) > c.MaxWatermarks && take() {
 			w, _ := s.wmAge.Min()
 			s.removeWatermark(w)

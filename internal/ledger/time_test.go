@@ -41,22 +41,45 @@ func TestLedgerTimeIsTheHighestAppliedStamp(t *testing.T) {
 }
 
 // toVersion1 rewrites a version-2 snapshot as the version 1 this build still
-// restores: no ledger_time in the header.
+// restores: no ledger_time in the header, entries without result_ttl (their
+// last 8 bytes) and watermarks without their window (appendWatermarkV1).
 func toVersion1(t *testing.T, snap []byte) []byte {
 	t.Helper()
 	body := snap[len(snapshotMagic)+1 : len(snap)-4]
-	n, k := binary.Uvarint(body)
-	if k <= 0 || n < 8 {
-		t.Fatal("bad header record")
+	next := func() []byte {
+		n, k := binary.Uvarint(body)
+		if k <= 0 || uint64(len(body)-k) < n {
+			t.Fatal("bad record")
+		}
+		r := body[k : k+int(n)]
+		body = body[k+int(n):]
+		return r
 	}
-	header := body[k : k+int(n)]
-	rest := body[k+int(n):]
+	header := next()
+	d := &decoder{b: header}
+	_, entries, jobs, watermarks := d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
+	if d.err != nil {
+		t.Fatal(d.err)
+	}
 	var out []byte
 	out = append(out, snapshotMagic...)
 	out = append(out, snapshotVersion1)
-	out = binary.AppendUvarint(out, n-8)
-	out = append(out, header[:len(header)-8]...)
-	out = append(out, rest...)
+	put := func(r []byte) {
+		out = binary.AppendUvarint(out, uint64(len(r)))
+		out = append(out, r...)
+	}
+	put(header[:len(header)-8])
+	for i := uint64(0); i < entries; i++ {
+		r := next()
+		put(r[:len(r)-8])
+	}
+	for i := uint64(0); i < jobs; i++ {
+		put(next())
+	}
+	for i := uint64(0); i < watermarks; i++ {
+		w := decodeWatermark(&decoder{b: next()}, snapshotVersion)
+		put(appendWatermarkV1(nil, w))
+	}
 	return binary.BigEndian.AppendUint32(out, crc32.Checksum(out, castagnoli))
 }
 

@@ -3,6 +3,7 @@ package ledger
 import (
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/once-dev/once/pkg/api"
 )
@@ -75,6 +76,10 @@ type Entry struct {
 	ExpiresAt int64
 	// Request is what was submitted with the key.
 	Request Request
+	// ResultTTL, when positive, is the COMMITTED or REJECTED lifetime the
+	// first admission fixed for this key (Reserve.ResultTTL); whoever resolves
+	// the entry stamps ExpiresAt with it instead of the configured default.
+	ResultTTL time.Duration
 
 	// Structured is true for keys of the form <client_id>:<sequence>:<nonce>;
 	// ClientID, Sequence and Nonce are set only then.
@@ -111,16 +116,76 @@ type Job struct {
 	ExpiresAt int64
 }
 
-// Watermark is the highest sequence of a structured-key client (Tenant,
-// ClientID, Nonce) whose COMMITTED entry has been removed by expiry.
+// WatermarkWindow is how many sequences at and below a client's highest
+// committed sequence the ledger tracks exactly (an anti-replay window, as IPsec
+// and DTLS keep one; RFC 4303 §3.4.3, RFC 6347 §4.1.2.6). A sequence inside it
+// that never committed is judged afresh; one below it is refused as expired.
+// 1024 lets a client pipeline or retry up to a thousand sequences out of order
+// for 128 bytes per client.
+const WatermarkWindow = 1024
+
+// Watermark records which sequences of a structured-key client (Tenant,
+// ClientID, Nonce) committed: Sequence is the highest, and Window the exact
+// set inside the window below it (bit i of Window[i/64], counting from the
+// least significant bit, is Sequence-i). A watermark is created by the first
+// Reserve (version 2) of the client's key, with Sequence 0 and no bit set:
+// nothing committed yet.
 type Watermark struct {
 	Tenant   string
 	ClientID string
 	Nonce    string
 	Sequence uint64
+	Window   [WatermarkWindow / 64]uint64
 	// UpdatedAt is the Now of the command that last raised or touched the
-	// watermark (unix nanoseconds). Watermarks age out and are evicted by it.
+	// watermark (unix nanoseconds). Watermarks age out by it.
 	UpdatedAt int64
+}
+
+// Committed reports whether seq is known to have committed: inside the window
+// with its bit set. Below the window the answer is unknown (false).
+func (w *Watermark) Committed(seq uint64) bool {
+	if seq > w.Sequence || w.Sequence-seq >= WatermarkWindow {
+		return false
+	}
+	i := w.Sequence - seq
+	return w.Window[i/64]&(1<<(i%64)) != 0
+}
+
+// BelowWindow reports whether seq is too old for the window to tell.
+func (w *Watermark) BelowWindow(seq uint64) bool {
+	return seq <= w.Sequence && w.Sequence-seq >= WatermarkWindow
+}
+
+// record marks seq committed, sliding the window up when seq is the new
+// highest. A sequence below the window changes nothing.
+func (w *Watermark) record(seq uint64) {
+	if seq > w.Sequence {
+		w.shift(seq - w.Sequence)
+		w.Sequence = seq
+	}
+	if i := w.Sequence - seq; i < WatermarkWindow {
+		w.Window[i/64] |= 1 << (i % 64)
+	}
+}
+
+// shift moves every bit d places towards older sequences (higher indexes).
+func (w *Watermark) shift(d uint64) {
+	if d >= WatermarkWindow {
+		w.Window = [WatermarkWindow / 64]uint64{}
+		return
+	}
+	words, bits := int(d/64), d%64
+	n := len(w.Window)
+	for i := n - 1; i >= 0; i-- {
+		var v uint64
+		if j := i - words; j >= 0 {
+			v = w.Window[j] << bits
+			if bits != 0 && j > 0 {
+				v |= w.Window[j-1] >> (64 - bits)
+			}
+		}
+		w.Window[i] = v
+	}
 }
 
 // Outcome says what a command did. It is the business answer, not an error:
@@ -139,8 +204,10 @@ const (
 	// OutcomeKeyReused: Reserve found a live entry with another fingerprint;
 	// Result.Entry is it. Nothing changed.
 	OutcomeKeyReused
-	// OutcomeKeyExpired: a structured key has no live entry and its sequence is
-	// at or below the client's watermark (Result.Watermark). Nothing reserved.
+	// OutcomeKeyExpired: a structured key has no live entry and its sequence
+	// committed, or is below the client's watermark window (version 1: at or
+	// below the watermark); Result.Watermark is the highest committed. Nothing
+	// reserved.
 	OutcomeKeyExpired
 	// OutcomeFull: the ledger holds MaxEntries live entries. Nothing reserved.
 	OutcomeFull
@@ -168,6 +235,20 @@ const (
 	// OutcomeInvalid: the command did not decode or broke a rule of its type;
 	// Result.Err says why. Nothing changed.
 	OutcomeInvalid
+	// OutcomeWatermarksFull: a structured key of a client without a watermark,
+	// and the table holds MaxWatermarks. Nothing reserved; no watermark is ever
+	// evicted to make room (they age out by their TTL).
+	OutcomeWatermarksFull
+	// OutcomeTenantWatermarksFull: as OutcomeWatermarksFull, but the tenant
+	// holds its share, MaxTenantWatermarks.
+	OutcomeTenantWatermarksFull
+	// OutcomeBytesFull: the entries and jobs account for MaxBytes (payloads
+	// included; see EntryOverhead) and the reservation would pass it. Nothing
+	// reserved; nothing live dropped.
+	OutcomeBytesFull
+	// OutcomeTenantBytesFull: as OutcomeBytesFull, for the tenant's share,
+	// MaxTenantBytes.
+	OutcomeTenantBytesFull
 )
 
 var outcomeNames = [...]string{
@@ -176,6 +257,7 @@ var outcomeNames = [...]string{
 	OutcomeKeyReused:  "key_reused",
 	OutcomeKeyExpired: "key_expired",
 	OutcomeFull:       "full",
+
 	OutcomeCommitted:  "committed",
 	OutcomeRejected:   "rejected",
 	OutcomeUnchanged:  "unchanged",
@@ -184,6 +266,11 @@ var outcomeNames = [...]string{
 	OutcomeExpired:    "expired",
 	OutcomeIgnored:    "ignored",
 	OutcomeInvalid:    "invalid",
+
+	OutcomeWatermarksFull:       "watermarks_full",
+	OutcomeTenantWatermarksFull: "tenant_watermarks_full",
+	OutcomeBytesFull:            "bytes_full",
+	OutcomeTenantBytesFull:      "tenant_bytes_full",
 }
 
 func (o Outcome) String() string {
@@ -225,7 +312,8 @@ type Result struct {
 	// Job is set (Job.ID != "") when Entry is COMMITTED and its job is still in
 	// the job table.
 	Job Job
-	// Watermark is the client's watermark, for OutcomeKeyExpired.
+	// Watermark is the client's highest committed sequence, for
+	// OutcomeKeyExpired.
 	Watermark uint64
 	// Removed counts removals: by Expire, and by Reserve, which removes due
 	// entries itself (its own key's, and the earliest when the ledger is full).
@@ -294,6 +382,9 @@ type Stats struct {
 	Jobs int
 	// Watermarks held.
 	Watermarks int
+	// Bytes is the accounted size of the entries and jobs (payloads included;
+	// see EntryOverhead), what Reserve.MaxBytes bounds.
+	Bytes uint64
 	// AppliedIndex is the raft index of the last command applied (or of the
 	// snapshot restored).
 	AppliedIndex uint64
@@ -311,4 +402,21 @@ type ListOptions struct {
 	// Limit is the page size: <= 0 means api.DefaultListLimit; it is capped at
 	// api.MaxListLimit.
 	Limit int
+	// MaxBytes, when positive, also ends the page before the job that would
+	// bring the sum of ListJobBytes over it; a page holds at least one job.
+	MaxBytes int
+}
+
+// ListJobOverhead is what ListJobBytes adds to a job's payload: a bound on the
+// rest of a job's JSON (IDs, key, type, times, datacenters) in a list answer.
+const ListJobOverhead = 1024
+
+// ListJobBytes estimates the size of a job in a list answer, for
+// ListOptions.MaxBytes: its payload, key, type and ListJobOverhead.
+func ListJobBytes(j *Job) int {
+	n := ListJobOverhead + len(j.Payload) + len(j.Key) + len(j.Type)
+	for _, dc := range j.Datacenters {
+		n += len(dc) + 4
+	}
+	return n
 }

@@ -57,6 +57,20 @@ type Config struct {
 	LogFormat string // MANAGER_LOG_FORMAT
 
 	Idempotency config.Idempotency
+
+	// Ledger bounds and orphan resolution (docs/ledger.md).
+	//
+	// OrphanGrace is MANAGER_ORPHAN_GRACE: the age after which the leader
+	// resolves a PENDING entry itself. 0 (the default) derives it:
+	// min(5s, half of IDEMPOTENCY_PENDING_TTL_SECONDS).
+	OrphanGrace time.Duration
+	// WatermarkMaxClientsPerTenant is IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT.
+	WatermarkMaxClientsPerTenant int
+	// LedgerMaxBytes is IDEMPOTENCY_LEDGER_MAX_BYTES: the bound on the bytes of
+	// entries and retained jobs, payloads included.
+	LedgerMaxBytes int64
+	// LedgerTenantMaxBytes is IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES: one tenant's share.
+	LedgerTenantMaxBytes int64
 }
 
 // Names of the manager's environment variables. Each has a flag derived from
@@ -64,38 +78,42 @@ type Config struct {
 // its variable. The seven shared IDEMPOTENCY_* variables are registered by
 // config.RegisterIdempotency.
 const (
-	EnvNodeID              = "MANAGER_NODE_ID"
-	EnvDatacenter          = "MANAGER_DATACENTER"
-	EnvDataDir             = "MANAGER_DATA_DIR"
-	EnvRaftAddr            = "MANAGER_RAFT_ADDR"
-	EnvRaftAdvertise       = "MANAGER_RAFT_ADVERTISE"
-	EnvRPCAddr             = "MANAGER_RPC_ADDR"
-	EnvRPCAdvertise        = "MANAGER_RPC_ADVERTISE"
-	EnvGossipAddr          = "MANAGER_GOSSIP_ADDR"
-	EnvGossipAdvertise     = "MANAGER_GOSSIP_ADVERTISE"
-	EnvJoin                = "MANAGER_JOIN"
-	EnvGossipKey           = "MANAGER_GOSSIP_KEY"
-	EnvGossipProfile       = "MANAGER_GOSSIP_PROFILE"
-	EnvBootstrapExpect     = "MANAGER_BOOTSTRAP_EXPECT"
-	EnvDeadServerGrace     = "MANAGER_DEAD_SERVER_GRACE_SECONDS"
-	EnvLeaveOnTerminate    = "MANAGER_LEAVE_ON_TERMINATE"
-	EnvHeartbeatTimeout    = "MANAGER_RAFT_HEARTBEAT_TIMEOUT"
-	EnvElectionTimeout     = "MANAGER_RAFT_ELECTION_TIMEOUT"
-	EnvLeaderLeaseTimeout  = "MANAGER_RAFT_LEADER_LEASE_TIMEOUT"
-	EnvSnapshotThreshold   = "MANAGER_RAFT_SNAPSHOT_THRESHOLD"
-	EnvTrailingLogs        = "MANAGER_RAFT_TRAILING_LOGS"
-	EnvMaxAppendEntries    = "MANAGER_RAFT_MAX_APPEND_ENTRIES"
-	EnvMaxQueuedJobs       = "MANAGER_MAX_QUEUED_JOBS"
-	EnvJobRetention        = "MANAGER_JOB_RETENTION_SECONDS"
-	EnvAllowedJobTypes     = "MANAGER_ALLOWED_JOB_TYPES"
-	EnvLedgerMaxEntries    = "IDEMPOTENCY_LEDGER_MAX_ENTRIES"
-	EnvWatermarkTTL        = "IDEMPOTENCY_WATERMARK_TTL_SECONDS"
-	EnvWatermarkMaxClients = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS"
-	EnvApplyTimeout        = "MANAGER_APPLY_TIMEOUT"
-	EnvMaxClockOffset      = "MANAGER_MAX_CLOCK_OFFSET"
-	EnvPprof               = "MANAGER_PPROF"
-	EnvLogLevel            = "MANAGER_LOG_LEVEL"
-	EnvLogFormat           = "MANAGER_LOG_FORMAT"
+	EnvNodeID                       = "MANAGER_NODE_ID"
+	EnvDatacenter                   = "MANAGER_DATACENTER"
+	EnvDataDir                      = "MANAGER_DATA_DIR"
+	EnvRaftAddr                     = "MANAGER_RAFT_ADDR"
+	EnvRaftAdvertise                = "MANAGER_RAFT_ADVERTISE"
+	EnvRPCAddr                      = "MANAGER_RPC_ADDR"
+	EnvRPCAdvertise                 = "MANAGER_RPC_ADVERTISE"
+	EnvGossipAddr                   = "MANAGER_GOSSIP_ADDR"
+	EnvGossipAdvertise              = "MANAGER_GOSSIP_ADVERTISE"
+	EnvJoin                         = "MANAGER_JOIN"
+	EnvGossipKey                    = "MANAGER_GOSSIP_KEY"
+	EnvGossipProfile                = "MANAGER_GOSSIP_PROFILE"
+	EnvBootstrapExpect              = "MANAGER_BOOTSTRAP_EXPECT"
+	EnvDeadServerGrace              = "MANAGER_DEAD_SERVER_GRACE_SECONDS"
+	EnvLeaveOnTerminate             = "MANAGER_LEAVE_ON_TERMINATE"
+	EnvHeartbeatTimeout             = "MANAGER_RAFT_HEARTBEAT_TIMEOUT"
+	EnvElectionTimeout              = "MANAGER_RAFT_ELECTION_TIMEOUT"
+	EnvLeaderLeaseTimeout           = "MANAGER_RAFT_LEADER_LEASE_TIMEOUT"
+	EnvSnapshotThreshold            = "MANAGER_RAFT_SNAPSHOT_THRESHOLD"
+	EnvTrailingLogs                 = "MANAGER_RAFT_TRAILING_LOGS"
+	EnvMaxAppendEntries             = "MANAGER_RAFT_MAX_APPEND_ENTRIES"
+	EnvMaxQueuedJobs                = "MANAGER_MAX_QUEUED_JOBS"
+	EnvJobRetention                 = "MANAGER_JOB_RETENTION_SECONDS"
+	EnvAllowedJobTypes              = "MANAGER_ALLOWED_JOB_TYPES"
+	EnvLedgerMaxEntries             = "IDEMPOTENCY_LEDGER_MAX_ENTRIES"
+	EnvWatermarkTTL                 = "IDEMPOTENCY_WATERMARK_TTL_SECONDS"
+	EnvWatermarkMaxClients          = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS"
+	EnvApplyTimeout                 = "MANAGER_APPLY_TIMEOUT"
+	EnvMaxClockOffset               = "MANAGER_MAX_CLOCK_OFFSET"
+	EnvOrphanGrace                  = "MANAGER_ORPHAN_GRACE"
+	EnvLedgerMaxBytes               = "IDEMPOTENCY_LEDGER_MAX_BYTES"
+	EnvLedgerTenantMaxBytes         = "IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES"
+	EnvWatermarkMaxClientsPerTenant = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT"
+	EnvPprof                        = "MANAGER_PPROF"
+	EnvLogLevel                     = "MANAGER_LOG_LEVEL"
+	EnvLogFormat                    = "MANAGER_LOG_FORMAT"
 )
 
 // DefaultConfig returns the defaults of every setting, with the derived ones
@@ -106,30 +124,33 @@ func DefaultConfig() Config {
 		host = "manager1"
 	}
 	c := Config{
-		NodeID:              host,
-		Datacenter:          "dc1",
-		RaftAddr:            "127.0.0.1:7000",
-		RPCAddr:             "127.0.0.1:7100",
-		GossipAddr:          "127.0.0.1:7200",
-		GossipProfile:       "lan",
-		BootstrapExpect:     3,
-		DeadServerGrace:     30 * time.Second,
-		HeartbeatTimeout:    500 * time.Millisecond,
-		ElectionTimeout:     time.Second,
-		LeaderLeaseTimeout:  500 * time.Millisecond,
-		SnapshotThreshold:   16384,
-		TrailingLogs:        10240,
-		MaxAppendEntries:    512,
-		MaxQueuedJobs:       1_000_000,
-		JobRetention:        86400 * time.Second,
-		LedgerMaxEntries:    1_000_000,
-		WatermarkTTL:        86400 * time.Second,
-		WatermarkMaxClients: 100_000,
-		ApplyTimeout:        5 * time.Second,
-		MaxClockOffset:      500 * time.Millisecond,
-		LogLevel:            "info",
-		LogFormat:           logging.FormatText,
-		Idempotency:         config.DefaultIdempotency(),
+		NodeID:                       host,
+		Datacenter:                   "dc1",
+		RaftAddr:                     "127.0.0.1:7000",
+		RPCAddr:                      "127.0.0.1:7100",
+		GossipAddr:                   "127.0.0.1:7200",
+		GossipProfile:                "lan",
+		BootstrapExpect:              3,
+		DeadServerGrace:              30 * time.Second,
+		HeartbeatTimeout:             500 * time.Millisecond,
+		ElectionTimeout:              time.Second,
+		LeaderLeaseTimeout:           500 * time.Millisecond,
+		SnapshotThreshold:            16384,
+		TrailingLogs:                 10240,
+		MaxAppendEntries:             512,
+		MaxQueuedJobs:                1_000_000,
+		JobRetention:                 86400 * time.Second,
+		LedgerMaxEntries:             1_000_000,
+		WatermarkTTL:                 86400 * time.Second,
+		WatermarkMaxClients:          100_000,
+		ApplyTimeout:                 5 * time.Second,
+		MaxClockOffset:               500 * time.Millisecond,
+		LedgerMaxBytes:               1 << 30,
+		LedgerTenantMaxBytes:         256 << 20,
+		WatermarkMaxClientsPerTenant: 25_000,
+		LogLevel:                     "info",
+		LogFormat:                    logging.FormatText,
+		Idempotency:                  config.DefaultIdempotency(),
 	}
 	return c.withDefaults()
 }
@@ -169,12 +190,20 @@ func Register(l *config.Loader, c *Config) {
 	l.List(&c.AllowedJobTypes, EnvAllowedJobTypes, "", "comma-separated job types", nil, "if set, admission rejects other job types with 422")
 	l.Int(&c.LedgerMaxEntries, EnvLedgerMaxEntries, d.LedgerMaxEntries, 1, 1<<31-1, "live entries the ledger holds before it refuses new reservations")
 	l.SecondsRange(&c.WatermarkTTL, EnvWatermarkTTL, d.WatermarkTTL, time.Second, 365*86400*time.Second, "how long a client's sequence watermark is kept after its last update")
-	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, d.WatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks")
+	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, d.WatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks; when full, keys of new clients are refused (503), no watermark is evicted")
 	l.Duration(&c.ApplyTimeout, EnvApplyTimeout, d.ApplyTimeout, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
 	l.Bool(&c.Pprof, EnvPprof, d.Pprof, "serve Go's /debug/pprof profiles on the RPC listener")
 	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
 	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
 	l.Duration(&c.MaxClockOffset, EnvMaxClockOffset, d.MaxClockOffset, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")
+	l.Int(&c.WatermarkMaxClientsPerTenant, EnvWatermarkMaxClientsPerTenant, d.WatermarkMaxClientsPerTenant, 1, 1<<31-1,
+		"the bound on one tenant's client watermarks; beyond it that tenant's new clients are refused (429)")
+	l.Int64(&c.LedgerMaxBytes, EnvLedgerMaxBytes, d.LedgerMaxBytes, 1<<20, 1<<40,
+		"bytes of entries and retained jobs (payloads included) the ledger holds before it refuses new reservations (503)")
+	l.Int64(&c.LedgerTenantMaxBytes, EnvLedgerTenantMaxBytes, d.LedgerTenantMaxBytes, 1<<20, 1<<40,
+		"one tenant's share of IDEMPOTENCY_LEDGER_MAX_BYTES; beyond it that tenant's new keys are refused (429)")
+	l.Duration(&c.OrphanGrace, EnvOrphanGrace, 0, 0, time.Hour,
+		"age after which the leader resolves a PENDING entry itself (its submitter timed out or failed); under IDEMPOTENCY_PENDING_TTL_SECONDS; 0: min(5s, half the pending TTL)")
 	config.RegisterIdempotency(l, &c.Idempotency)
 }
 
@@ -205,8 +234,15 @@ func (c Config) withDefaults() Config {
 	if c.RPCAdvertise == "" {
 		c.RPCAdvertise = c.RPCAddr
 	}
+	if c.OrphanGrace == 0 {
+		c.OrphanGrace = min(DefaultOrphanGrace, c.Idempotency.PendingTTL/2)
+	}
 	return c
 }
+
+// DefaultOrphanGrace is MANAGER_ORPHAN_GRACE when the pending TTL is at least
+// twice as long.
+const DefaultOrphanGrace = 5 * time.Second
 
 // Validate checks c as LoadConfig does: the forms of the names, addresses and
 // log settings (for a Config built in code), the rules that involve more than
@@ -233,6 +269,10 @@ func (c *Config) Validate() error {
 	if c.JobRetention < c.Idempotency.CommittedTTL {
 		return config.Invalid(EnvJobRetention, config.FormatSeconds(c.JobRetention),
 			"at least IDEMPOTENCY_COMMITTED_TTL_SECONDS ("+config.FormatSeconds(c.Idempotency.CommittedTTL)+")", config.ErrOutOfRange)
+	}
+	if c.OrphanGrace >= c.Idempotency.PendingTTL {
+		return config.Invalid(EnvOrphanGrace, c.OrphanGrace.String(),
+			"less than IDEMPOTENCY_PENDING_TTL_SECONDS ("+config.FormatSeconds(c.Idempotency.PendingTTL)+")", config.ErrOutOfRange)
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return config.Invalid(EnvLeaderLeaseTimeout, c.LeaderLeaseTimeout.String(),

@@ -83,30 +83,58 @@ func (m *Manager) lead(ctx context.Context) {
 	}
 	m.readyTerm.Store(term)
 	m.log.Info("leading", logging.KeyTerm, term, logging.KeyIndex, m.raft.AppliedIndex())
-	m.resolvePending(ctx)
+	m.resolvePending(ctx, m.fsm.Pending(), "resolving pending entries left by the previous leader")
 
 	tick := time.NewTicker(m.cfg.Idempotency.CleanupInterval)
 	defer tick.Stop()
+	orphans := time.NewTicker(max(m.cfg.OrphanGrace/2, 50*time.Millisecond))
+	defer orphans.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 			m.expire(ctx)
+		case <-orphans.C:
+			m.resolveOrphans(ctx)
 		}
 	}
 }
 
-// resolvePending re-runs admission for every PENDING entry, from the request the
-// ledger stored, instead of letting them wait out their TTL. Entries this leader
-// reserves itself meanwhile are resolved by their own submissions; a Commit or
-// Reject that loses such a race is OutcomeUnchanged, harmless.
-func (m *Manager) resolvePending(ctx context.Context) {
-	pending := m.fsm.Pending()
+// orphanBatch bounds the orphans one sweep resolves.
+const orphanBatch = 1024
+
+// resolveOrphans resolves the PENDING entries older than MANAGER_ORPHAN_GRACE
+// that no live submission on this leader is resolving: their submitter timed
+// out, or its Commit proposal failed without a leadership change. Admission is
+// re-run from the stored request and the Commit or Reject carries the entry's
+// JobID, so a race with a live submission of the same key is harmless: the
+// first resolution applied wins and the other is OutcomeUnchanged, answering
+// the same stored outcome.
+func (m *Manager) resolveOrphans(ctx context.Context) {
+	cutoff := m.expiryNow().Add(-m.cfg.OrphanGrace).UnixNano()
+	old := m.fsm.PendingBefore(cutoff, orphanBatch)
+	orphans := old[:0]
+	for _, e := range old {
+		if !m.isResolving(e.Tenant, e.Key) {
+			orphans = append(orphans, e)
+		}
+	}
+	if len(orphans) > 0 {
+		m.resolvePending(ctx, orphans, "resolving orphaned pending entries")
+	}
+}
+
+// resolvePending re-runs admission for the given PENDING entries (every one at
+// the start of a term, the orphans later), from the request the ledger stored,
+// instead of letting them wait out their TTL. Entries this leader reserves
+// itself meanwhile are resolved by their own submissions; a Commit or Reject
+// that loses such a race is OutcomeUnchanged, harmless.
+func (m *Manager) resolvePending(ctx context.Context, pending []ledger.Entry, msg string) {
 	if len(pending) == 0 {
 		return
 	}
-	m.log.Info("resolving pending entries left by the previous leader", logging.KeyCount, len(pending))
+	m.log.Info(msg, logging.KeyCount, len(pending))
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	for _, e := range pending {
@@ -143,10 +171,9 @@ func (m *Manager) expire(ctx context.Context) {
 			return
 		}
 		res, err := m.apply(ctx, ledger.Expire{
-			Now:           now.UnixNano(),
-			MaxRemovals:   expireBatch,
-			WatermarkTTL:  m.cfg.WatermarkTTL,
-			MaxWatermarks: uint64(m.cfg.WatermarkMaxClients),
+			Now:          now.UnixNano(),
+			MaxRemovals:  expireBatch,
+			WatermarkTTL: m.cfg.WatermarkTTL,
 		})
 		if err != nil {
 			m.log.Warn("expire failed", logging.KeyError, err)

@@ -75,7 +75,9 @@ type Manager struct {
 	// readyTerm is the term in which this node, as leader, has applied every
 	// entry of earlier terms (a Barrier): only then does it serve.
 	readyTerm atomic.Uint64
-	inflight  atomic.Int64 // admitted jobs whose Commit is not applied yet
+
+	// resolving holds the keys live submissions are reserving or resolving.
+	resolving resolvingSet
 
 	// proposing holds the Reserve proposals in flight, by tenant and key.
 	proposingMu sync.Mutex

@@ -60,7 +60,7 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 	if err := m.checkRead(); err != nil {
 		return nil, err
 	}
-	opts := ledger.ListOptions{Type: req.Type, Status: req.Status, Limit: req.Limit}
+	opts := ledger.ListOptions{Type: req.Type, Status: req.Status, Limit: req.Limit, MaxBytes: rpc.ListPageBytes}
 	if req.Limit < 0 || req.Limit > api.MaxListLimit {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "limit must be from 1 to %d", api.MaxListLimit)
 	}
@@ -72,6 +72,10 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 		opts.After = after
 	}
 	jobs, next, more := m.fsm.ListJobs(req.Tenant, opts)
+	if len(jobs) == 1 && ledger.ListJobBytes(&jobs[0]) > rpc.MaxJobBytes {
+		return nil, rpc.Errorf(rpc.CodeTooLarge, "job %s is too large to be listed (%d bytes; a page carries at most %d)",
+			jobs[0].ID, ledger.ListJobBytes(&jobs[0]), rpc.MaxJobBytes)
+	}
 	resp := &rpc.ListJobsResponse{Jobs: make([]api.Job, 0, len(jobs))}
 	for _, j := range jobs {
 		resp.Jobs = append(resp.Jobs, m.apiJob(j))

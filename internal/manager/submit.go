@@ -100,14 +100,25 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			ClientID:    k.ClientID,
 			Sequence:    k.Sequence,
 			Nonce:       k.Nonce,
+
+			MaxWatermarks:       uint64(m.cfg.WatermarkMaxClients),
+			MaxTenantWatermarks: uint64(m.cfg.WatermarkMaxClientsPerTenant),
+			MaxBytes:            uint64(m.cfg.LedgerMaxBytes),
+			MaxTenantBytes:      uint64(m.cfg.LedgerTenantMaxBytes),
+			ResultTTL:           req.ResultTTL,
 		}
+		m.resolving.add(req.Tenant, req.Key)
 		res, err := m.apply(ctx, cmd)
 		m.endProposal(req.Tenant, req.Key, proposal)
+		if err != nil || res.Outcome != ledger.OutcomeReserved {
+			m.resolving.done(req.Tenant, req.Key)
+		}
 		if err != nil {
 			return nil, err
 		}
 		switch res.Outcome {
 		case ledger.OutcomeReserved:
+			defer m.resolving.done(req.Tenant, req.Key)
 			return m.resolve(ctx, res.Entry, false)
 		case ledger.OutcomeExists:
 			if res.Entry.State != ledger.StatePending {
@@ -123,6 +134,14 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			return &rpc.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, nil
 		case ledger.OutcomeFull:
 			return nil, rpc.Errorf(rpc.CodeLedgerFull, "the idempotency ledger holds its maximum of %d live entries", m.cfg.LedgerMaxEntries)
+		case ledger.OutcomeWatermarksFull:
+			return nil, rpc.Errorf(rpc.CodeWatermarksFull, "the ledger holds its maximum of %d client watermarks", m.cfg.WatermarkMaxClients)
+		case ledger.OutcomeBytesFull:
+			return nil, rpc.Errorf(rpc.CodeLedgerFull, "the idempotency ledger holds its maximum of %d bytes of entries and jobs", m.cfg.LedgerMaxBytes)
+		case ledger.OutcomeTenantBytesFull:
+			return nil, rpc.Errorf(rpc.CodeTenantQuota, "tenant %s holds its maximum of %d bytes of the ledger", req.Tenant, m.cfg.LedgerTenantMaxBytes)
+		case ledger.OutcomeTenantWatermarksFull:
+			return nil, rpc.Errorf(rpc.CodeTenantQuota, "tenant %s holds its maximum of %d client watermarks", req.Tenant, m.cfg.WatermarkMaxClientsPerTenant)
 		default:
 			return nil, rpc.Errorf(rpc.CodeInternal, "reserve: unexpected outcome %s: %v", res.Outcome, res.Err)
 		}
@@ -152,6 +171,8 @@ func (m *Manager) endProposal(tenant, key string, ch chan struct{}) {
 	close(ch)
 }
 
+func (m *Manager) isResolving(tenant, key string) bool { return m.resolving.has(tenant, key) }
+
 // validateSubmit checks what the gate should already have checked: a manager
 // trusts nothing on the wire.
 func validateSubmit(req *rpc.SubmitRequest) (keys.Key, error) {
@@ -167,6 +188,9 @@ func validateSubmit(req *rpc.SubmitRequest) (keys.Key, error) {
 	}
 	if req.Job.Type == "" {
 		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "job type is required")
+	}
+	if req.ResultTTL < 0 {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "result_ttl must not be negative")
 	}
 	if len(req.Job.Payload) == 0 {
 		req.Job.Payload = []byte("null")
@@ -211,18 +235,17 @@ type decision struct {
 	detail string
 }
 
-// admit runs admission: validation against this datacenter's rules, then
-// capacity. It reads only leader-local state; it is re-run from the stored
-// request by a new leader for every PENDING entry its predecessor left.
+// admit runs admission's validation against this datacenter's rules. It reads
+// only leader-local state; it is re-run from the stored request by a new leader
+// for every PENDING entry its predecessor left, and for orphans.
 func (m *Manager) admit(e ledger.Entry) decision {
 	if len(m.cfg.AllowedJobTypes) > 0 && !slices.Contains(m.cfg.AllowedJobTypes, e.Request.Type) {
 		return decision{status: 422, reason: "unknown_job_type",
 			detail: fmt.Sprintf("job type %q is not accepted in datacenter %s", e.Request.Type, m.cfg.Datacenter)}
 	}
-	if queued := int64(m.fsm.Stats().Jobs) + m.inflight.Load(); queued >= int64(m.cfg.MaxQueuedJobs) {
-		return decision{status: 429, reason: "capacity",
-			detail: fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", m.cfg.Datacenter, m.cfg.MaxQueuedJobs)}
-	}
+	// Capacity (MANAGER_MAX_QUEUED_JOBS) is not decided here: the Commit carries
+	// the bound and the ledger turns a Commit over it into a 429 rejection, so
+	// concurrent admissions can never overshoot it.
 	return decision{admit: true}
 }
 
@@ -230,16 +253,24 @@ func (m *Manager) admit(e ledger.Entry) decision {
 func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*rpc.SubmitResponse, error) {
 	d := m.admit(e)
 	now := m.ledgerNow()
+	// The lifetimes: the entry's own ResultTTL, fixed at its first admission
+	// (so a new leader resolving an orphan uses it too), else the defaults. A
+	// job is retained at least as long as its key answers.
+	committedTTL, rejectedTTL, retention := m.cfg.Idempotency.CommittedTTL, m.cfg.Idempotency.RejectedTTL, m.cfg.JobRetention
+	if e.ResultTTL > 0 {
+		committedTTL, rejectedTTL, retention = e.ResultTTL, e.ResultTTL, max(retention, e.ResultTTL)
+	}
 	var cmd ledger.Command
 	if d.admit {
-		m.inflight.Add(1)
-		defer m.inflight.Add(-1)
 		cmd = ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt:    now.Add(m.cfg.Idempotency.CommittedTTL).UnixNano(),
-			JobExpiresAt: now.Add(m.cfg.JobRetention).UnixNano()}
+			ExpiresAt:         now.Add(committedTTL).UnixNano(),
+			JobExpiresAt:      now.Add(retention).UnixNano(),
+			MaxJobs:           uint64(m.cfg.MaxQueuedJobs),
+			RejectedExpiresAt: now.Add(rejectedTTL).UnixNano(),
+			CapacityDetail:    fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", m.cfg.Datacenter, m.cfg.MaxQueuedJobs)}
 	} else {
 		cmd = ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt: now.Add(m.cfg.Idempotency.RejectedTTL).UnixNano(),
+			ExpiresAt: now.Add(rejectedTTL).UnixNano(),
 			Status:    d.status, Reason: d.reason, Detail: d.detail}
 	}
 	res, err := m.apply(ctx, cmd)

@@ -52,3 +52,34 @@ func (w *waiters) notify(c ledger.Change) {
 		delete(w.slots, k)
 	}
 }
+
+// resolvingSet holds the (tenant, key)s a live submission on this leader is
+// reserving or resolving, so that the orphan sweep leaves them to it.
+type resolvingSet struct {
+	mu   sync.Mutex
+	keys map[string]int
+}
+
+func (r *resolvingSet) add(tenant, key string) {
+	r.mu.Lock()
+	if r.keys == nil {
+		r.keys = map[string]int{}
+	}
+	r.keys[slotKey(tenant, key)]++
+	r.mu.Unlock()
+}
+
+func (r *resolvingSet) done(tenant, key string) {
+	k := slotKey(tenant, key)
+	r.mu.Lock()
+	if r.keys[k]--; r.keys[k] <= 0 {
+		delete(r.keys, k)
+	}
+	r.mu.Unlock()
+}
+
+func (r *resolvingSet) has(tenant, key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.keys[slotKey(tenant, key)] > 0
+}

@@ -262,9 +262,13 @@ func (c *Client) attempt(ctx context.Context, addr, method, path string, q url.V
 		return fmt.Errorf("rpc %s %s: %w", method, addr, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxRequestBytes))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
 		return fmt.Errorf("rpc %s %s: read: %w", method, addr, err)
+	}
+	if len(b) > MaxResponseBytes {
+		// Never decode a cut answer: say what happened instead.
+		return Errorf(CodeTooLarge, "the %s answer is over %d bytes", path, MaxResponseBytes)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return decodeError(resp.StatusCode, b)

@@ -38,6 +38,16 @@ const (
 	// CodeLedgerFull: the ledger holds its maximum of live entries and refuses new
 	// reservations. Nothing was recorded.
 	CodeLedgerFull Code = "ledger_full"
+	// CodeWatermarksFull: the ledger's table of structured-key watermarks is full
+	// and the key's client has none; nothing was recorded (no watermark is ever
+	// evicted to make room). Retry later: watermarks age out by their TTL.
+	CodeWatermarksFull Code = "watermarks_full"
+	// CodeTenantQuota: the tenant holds its share of the ledger (watermarks or
+	// bytes) and the reservation was refused; nothing was recorded.
+	CodeTenantQuota Code = "tenant_quota"
+	// CodeTooLarge: an answer would exceed MaxResponseBytes (a single job too
+	// large for a page), or one did: the client refuses to decode a cut answer.
+	CodeTooLarge Code = "too_large"
 	// CodeNotFound: the job or key does not exist (for this tenant).
 	CodeNotFound Code = "not_found"
 	// CodeInvalid: the request is malformed (a bug in the caller).
@@ -78,6 +88,13 @@ var (
 	ErrInternal    = &Error{Code: CodeInternal, Message: "internal error"}
 )
 
+// Sentinels of the ledger's refusals and of oversized answers.
+var (
+	ErrWatermarksFull = &Error{Code: CodeWatermarksFull, Message: "watermark table full"}
+	ErrTenantQuota    = &Error{Code: CodeTenantQuota, Message: "tenant over its share"}
+	ErrTooLarge       = &Error{Code: CodeTooLarge, Message: "answer too large"}
+)
+
 // Errorf builds an *Error with a code and a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
@@ -88,8 +105,10 @@ func httpStatus(c Code) int {
 	switch c {
 	case CodeNotLeader:
 		return http.StatusMisdirectedRequest
-	case CodeUnavailable, CodeLedgerFull:
+	case CodeUnavailable, CodeLedgerFull, CodeWatermarksFull:
 		return http.StatusServiceUnavailable
+	case CodeTenantQuota:
+		return http.StatusTooManyRequests
 	case CodeNotFound:
 		return http.StatusNotFound
 	case CodeInvalid:
@@ -108,7 +127,7 @@ const (
 	OutcomeRejected   Outcome = "rejected"    // admission refused it; Rejection is set
 	OutcomeInProgress Outcome = "in_progress" // another submission of the key is PENDING and did not finish within WaitMillis
 	OutcomeKeyReused  Outcome = "key_reused"  // the key exists with another fingerprint
-	OutcomeKeyExpired Outcome = "key_expired" // the key expired and its sequence is at or below the client's watermark
+	OutcomeKeyExpired Outcome = "key_expired" // the key expired and its sequence committed, or is below the client's watermark window
 )
 
 // SubmitRequest asks the leader to submit a job under an idempotency key.
@@ -165,7 +184,19 @@ type ListJobsRequest struct {
 	After  string `json:"after,omitempty"` // an opaque cursor from a previous Next
 }
 
-// ListJobsResponse is a page of jobs; Next is empty on the last page.
+// MaxResponseBytes bounds an RPC answer the client reads; a longer one is
+// refused with CodeTooLarge, never decoded cut. ListPageBytes is the byte
+// budget of a list page (by ledger.ListJobBytes), well under it, so a page
+// always fits; a single job over MaxJobBytes cannot be listed (CodeTooLarge).
+const (
+	MaxResponseBytes = 32 << 20
+	ListPageBytes    = 4 << 20
+	MaxJobBytes      = MaxResponseBytes / 2
+)
+
+// ListJobsResponse is a page of jobs; Next is empty on the last page. A page
+// ends at the request's limit or at ListPageBytes, whichever comes first, and
+// Next continues after it.
 type ListJobsResponse struct {
 	Jobs []api.Job `json:"jobs"`
 	Next string    `json:"next,omitempty"`

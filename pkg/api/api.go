@@ -60,6 +60,12 @@ const (
 	CodeNotFound               Code = "not_found"
 	CodeMethodNotAllowed       Code = "method_not_allowed"
 	CodeInternal               Code = "internal"
+	// CodeTenantQuotaExceeded (429, with Retry-After): the tenant holds its
+	// share of the datacenter's ledger; nothing was recorded, retry the key later.
+	CodeTenantQuotaExceeded Code = "tenant_quota_exceeded"
+	// CodeResponseTooLarge (500): a single job is larger than a read answer can
+	// carry (it cannot happen with payloads within GATE_MAX_BODY_BYTES).
+	CodeResponseTooLarge Code = "response_too_large"
 )
 
 // ProblemTypeBase prefixes a code to form a problem's type URI.

@@ -1,0 +1,306 @@
+package ledger
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// commitV1 is the version-1 encoding of c (no capacity fields).
+func commitV1(c Commit) []byte {
+	c.version = 1
+	return Encode(c)
+}
+
+func TestCommitV1StillDecodesAndReplays(t *testing.T) {
+	r := reserve("acme", "k", t0)
+	c := commit(r, t0+sec)
+	b := commitV1(c)
+	if b[1] != 1 {
+		t.Fatalf("v1 header %x", b[:2])
+	}
+	got, err := DecodeCommand(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := got.(Commit)
+	if g.MaxJobs != 0 || g.Tenant != c.Tenant || g.JobExpiresAt != c.JobExpiresAt || g.CommandVersion() != 1 {
+		t.Fatalf("v1 decoded as %+v", g)
+	}
+	if !bytes.Equal(Encode(g), b) {
+		t.Fatal("a v1 commit does not re-encode to its bytes")
+	}
+	// A v1 Commit has no capacity bound: it commits whatever the job count.
+	h := newHarness(t)
+	for _, k := range []string{"a", "b", "c"} {
+		rk := reserve("acme", k, t0)
+		h.must(rk, OutcomeReserved)
+		h.mustRaw(commitV1(commit(rk, t0+sec)), OutcomeCommitted)
+	}
+}
+
+func TestCommitOverMaxJobsIsACapacityRejection(t *testing.T) {
+	h := newHarness(t)
+	capped := func(r Reserve, now int64) Commit {
+		c := commit(r, now)
+		c.MaxJobs, c.RejectedExpiresAt, c.CapacityDetail = 2, now+rejectTTL, "dc1 holds its maximum of 2 queued jobs"
+		return c
+	}
+	var rs []Reserve
+	for _, k := range []string{"a", "b", "c", "d"} {
+		r := reserve("acme", k, t0)
+		h.must(r, OutcomeReserved)
+		rs = append(rs, r)
+	}
+	h.must(capped(rs[0], t0+sec), OutcomeCommitted)
+	h.must(capped(rs[1], t0+sec), OutcomeCommitted)
+	res := h.must(capped(rs[2], t0+sec), OutcomeRejected)
+	if e := res.Entry; e.State != StateRejected || e.Status != 429 || e.Reason != ReasonCapacity ||
+		e.Detail != "dc1 holds its maximum of 2 queued jobs" || e.ExpiresAt != t0+sec+rejectTTL {
+		t.Fatalf("capacity rejection: %+v", e)
+	}
+	if st := h.f.Stats(); st.Jobs != 2 || st.Rejected != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Re-proposing the Commit of a key rejected for capacity changes nothing.
+	h.must(capped(rs[2], t0+2*sec), OutcomeUnchanged)
+	// Once a job's retention passes, the next Commit removes it and commits.
+	late := t0 + jobTTL + 2*sec
+	res = h.must(capped(rs[3], late), OutcomeCommitted)
+	if res.Removed.Jobs == 0 {
+		t.Fatalf("a due job should have been removed to make room: %+v", res.Removed)
+	}
+	// A capped Commit without a rejection expiry is invalid.
+	bad := capped(rs[3], t0)
+	bad.RejectedExpiresAt = 0
+	h.must(bad, OutcomeInvalid)
+}
+
+// mustRaw applies encoded bytes and fails unless the outcome is want.
+func (h *harness) mustRaw(b []byte, want Outcome) Result {
+	h.t.Helper()
+	res := h.applyRaw(b)
+	if res.Outcome != want {
+		h.t.Fatalf("outcome %v (err %v), want %v", res.Outcome, res.Err, want)
+	}
+	checkInvariants(h.t, h.f)
+	return res
+}
+
+func TestPendingBeforeListsOldPendingOnly(t *testing.T) {
+	h := newHarness(t)
+	a, b, c := reserve("t", "a", t0), reserve("t", "b", t0+2*sec), reserve("t", "c", t0+4*sec)
+	for _, r := range []Reserve{a, b, c} {
+		h.must(r, OutcomeReserved)
+	}
+	h.must(commit(a, t0+5*sec), OutcomeCommitted)
+	got := h.f.PendingBefore(t0+3*sec, 0)
+	if len(got) != 1 || got[0].Key != "b" {
+		t.Fatalf("pending before t0+3s: %+v", got)
+	}
+	if got := h.f.PendingBefore(t0+10*sec, 1); len(got) != 1 || got[0].Key != "b" {
+		t.Fatalf("limit 1: %+v", got)
+	}
+	if got := h.f.PendingBefore(t0+10*sec, 0); len(got) != 2 || got[1].Key != "c" {
+		t.Fatalf("all: %+v", got)
+	}
+	// A restored FSM has the same index.
+	if got := restore(t, persist(t, h.f)).PendingBefore(t0+10*sec, 0); len(got) != 2 {
+		t.Fatalf("after restore: %+v", got)
+	}
+}
+
+func v1Reserve(r Reserve) Reserve { r.version = 1; return r }
+
+func TestWatermarkWindowRecordAndShift(t *testing.T) {
+	var w Watermark
+	seqs := []uint64{0, 3, 63, 64, 65, 200, 1000, 1100}
+	for _, s := range seqs {
+		w.record(s)
+	}
+	if w.Sequence != 1100 {
+		t.Fatalf("highest %d", w.Sequence)
+	}
+	for s := uint64(0); s <= 1200; s++ {
+		want := false
+		for _, c := range seqs {
+			want = want || (c == s && 1100-s < WatermarkWindow)
+		}
+		if got := w.Committed(s); got != want {
+			t.Fatalf("Committed(%d) = %v, want %v", s, got, want)
+		}
+		if below := w.BelowWindow(s); below != (s <= 1100 && 1100-s >= WatermarkWindow) {
+			t.Fatalf("BelowWindow(%d) = %v", s, below)
+		}
+	}
+	// A jump past the whole window clears it.
+	w.record(1100 + WatermarkWindow + 5)
+	if w.Committed(1100) || !w.Committed(1100+WatermarkWindow+5) {
+		t.Fatalf("after a long jump: %+v", w)
+	}
+}
+
+// sreserve is a structured Reserve with room for every bound.
+func sreserve(tenant, client string, seq uint64, now int64) Reserve {
+	r := structured(tenant, client, seq, "a1b2c3d4e5f6a7b8", now)
+	r.MaxEntries = 1 << 20
+	return r
+}
+
+func TestRejectedSequenceRetriedAfterAHigherCommitIsAdmitted(t *testing.T) {
+	h := newHarness(t)
+	r5 := sreserve("t", "c", 5, t0)
+	h.must(r5, OutcomeReserved)
+	h.must(reject(r5, t0+sec, 429), OutcomeRejected)
+	r6 := sreserve("t", "c", 6, t0+2*sec)
+	h.must(r6, OutcomeReserved)
+	h.must(commit(r6, t0+3*sec), OutcomeCommitted)
+	// Both entries expire; 5 never ran, so its retry is judged afresh...
+	late := t0 + 3*sec + commitTTL
+	h.must(expire(late), OutcomeExpired)
+	res := h.must(at(r5, late+sec), OutcomeReserved)
+	h.must(commit(res.Entry.reserveOf(), late+2*sec), OutcomeCommitted)
+	// ... while 6, which ran, is refused as expired (409), and so is 5 now.
+	if res := h.must(at(r6, late+3*sec), OutcomeKeyExpired); res.Watermark != 6 {
+		t.Fatalf("watermark %d", res.Watermark)
+	}
+	h.must(expire(late+2*sec+commitTTL), OutcomeExpired)
+	h.must(at(r5, late+3*sec+commitTTL), OutcomeKeyExpired)
+	// A sequence more than the window below the highest is refused, run or not.
+	big := sreserve("t", "c", 6+WatermarkWindow, late+4*sec+commitTTL)
+	h.must(big, OutcomeReserved)
+	h.must(commit(big, big.Now+sec), OutcomeCommitted)
+	h.must(sreserve("t", "c", 6, big.Now+2*sec), OutcomeKeyExpired)
+	h.must(sreserve("t", "c", 7, big.Now+2*sec), OutcomeReserved)
+}
+
+// reserveOf rebuilds the Reserve an entry came from (enough for commit()).
+func (e Entry) reserveOf() Reserve {
+	return Reserve{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID}
+}
+
+func TestFullWatermarkTableRefusesAndNeverEvicts(t *testing.T) {
+	h := newHarness(t)
+	bounded := func(r Reserve) Reserve { r.MaxWatermarks = 2; return r }
+	a := bounded(sreserve("t", "a", 1, t0))
+	h.must(a, OutcomeReserved)
+	h.must(commit(a, t0+sec), OutcomeCommitted)
+	late := t0 + sec + commitTTL
+	h.must(expire(late), OutcomeExpired) // a's entry is gone; its watermark stays
+	// A flood of new clients: one fits, the rest are refused.
+	h.must(bounded(sreserve("t", "b", 1, late)), OutcomeReserved)
+	for i := 0; i < 10; i++ {
+		h.must(bounded(sreserve("t", fmt.Sprintf("flood%d", i), 1, late+sec)), OutcomeWatermarksFull)
+	}
+	// Expire (version 2) never evicts a live watermark either.
+	h.must(Expire{Now: late + 2*sec, WatermarkTTL: 24 * time.Hour}, OutcomeExpired)
+	// a's committed sequence is still refused: it never runs twice.
+	h.must(bounded(at(a, late+3*sec)), OutcomeKeyExpired)
+	// Clients that hold a watermark go on.
+	h.must(bounded(sreserve("t", "a", 2, late+3*sec)), OutcomeReserved)
+	// Watermarks still age out by their TTL, which makes room.
+	h.must(Expire{Now: late + 3*sec + int64(24*time.Hour), WatermarkTTL: 24 * time.Hour}, OutcomeExpired)
+	h.must(bounded(sreserve("t", "flood0", 1, late+4*sec+int64(24*time.Hour))), OutcomeReserved)
+}
+
+func TestOneTenantsFloodDoesNotRefuseAnother(t *testing.T) {
+	h := newHarness(t)
+	bounded := func(r Reserve) Reserve { r.MaxWatermarks, r.MaxTenantWatermarks = 100, 3; return r }
+	for i := 0; i < 3; i++ {
+		h.must(bounded(sreserve("noisy", fmt.Sprintf("c%d", i), 1, t0)), OutcomeReserved)
+	}
+	for i := 3; i < 20; i++ {
+		h.must(bounded(sreserve("noisy", fmt.Sprintf("c%d", i), 1, t0)), OutcomeTenantWatermarksFull)
+	}
+	for i := 0; i < 3; i++ {
+		h.must(bounded(sreserve("quiet", fmt.Sprintf("c%d", i), 1, t0)), OutcomeReserved)
+	}
+	if st := h.f.Stats(); st.Watermarks != 6 {
+		t.Fatalf("watermarks %d", st.Watermarks)
+	}
+	// The per-tenant counts survive a snapshot.
+	f := restore(t, persist(t, h.f))
+	if f.s.wmTenant["noisy"] != 3 || f.s.wmTenant["quiet"] != 3 {
+		t.Fatalf("tenant counts after restore: %v", f.s.wmTenant)
+	}
+}
+
+func TestSnapshotV1WatermarkKeepsRefusing(t *testing.T) {
+	w := decodeWatermark(&decoder{b: appendWatermarkV1(nil, &Watermark{Tenant: "t", ClientID: "c", Nonce: "n", Sequence: 70, UpdatedAt: 1})}, 1)
+	for s := uint64(0); s <= 70; s++ {
+		if !w.Committed(s) {
+			t.Fatalf("v1 watermark 70: sequence %d would run again", s)
+		}
+	}
+	if w.Committed(71) {
+		t.Fatal("v1 watermark 70 refuses 71")
+	}
+}
+
+func appendWatermarkV1(b []byte, w *Watermark) []byte {
+	b = appendString(b, w.Tenant)
+	b = appendString(b, w.ClientID)
+	b = appendString(b, w.Nonce)
+	b = appendUvarint(b, w.Sequence)
+	return appendInt64(b, w.UpdatedAt)
+}
+
+func TestByteBudgetRefusesAndNeverDrops(t *testing.T) {
+	h := newHarness(t)
+	payload := bytes.Repeat([]byte("x"), 100_000)
+	one := entryBytes(len(payload), StatePending)
+	big := func(tenant, key string, now int64) Reserve {
+		r := reserve(tenant, key, now)
+		r.Request.Payload = payload
+		r.MaxBytes, r.MaxTenantBytes = 3*one, 2*one
+		return r
+	}
+	a, b := big("t1", "a", t0), big("t1", "b", t0)
+	h.must(a, OutcomeReserved)
+	h.must(b, OutcomeReserved)
+	// t1 holds its share: refused with the tenant's outcome; t2 is not.
+	h.must(big("t1", "c", t0), OutcomeTenantBytesFull)
+	h.must(big("t2", "a", t0), OutcomeReserved)
+	// The whole budget is held: anyone is refused; every live entry stays.
+	h.must(big("t3", "a", t0), OutcomeBytesFull)
+	if st := h.f.Stats(); st.Entries != 3 || st.Bytes != 3*one || st.Bytes > 3*one {
+		t.Fatalf("stats %+v", st)
+	}
+	// A Commit never adds bytes (the PENDING entry held its job's cost)...
+	h.must(commit(a, t0+sec), OutcomeCommitted)
+	if st := h.f.Stats(); st.Bytes != 3*one {
+		t.Fatalf("bytes after commit %d, want %d", st.Bytes, 3*one)
+	}
+	// ... and a rejection gives the job's share back.
+	h.must(reject(b, t0+sec, 422), OutcomeRejected)
+	if st := h.f.Stats(); st.Bytes != 3*one-jobBytes(len(payload)) {
+		t.Fatalf("bytes after reject %d", st.Bytes)
+	}
+	// Duplicates of live keys are answered while full.
+	h.must(at(a, t0+2*sec), OutcomeExists)
+	// Once due, entries and then jobs are removed to make room.
+	late := t0 + jobTTL + 2*sec
+	h.must(big("t3", "a", late), OutcomeReserved)
+}
+
+func TestListJobsStopsAtMaxBytes(t *testing.T) {
+	h := newHarness(t)
+	payload := bytes.Repeat([]byte("y"), 10_000)
+	for i := 0; i < 5; i++ {
+		r := reserve("t", fmt.Sprintf("k%d", i), t0)
+		r.Request.Payload = payload
+		h.must(r, OutcomeReserved)
+		h.must(commit(r, t0+sec), OutcomeCommitted)
+	}
+	one := ListJobBytes(&Job{Payload: payload, Key: "k0", Type: "send_invoice", Datacenters: []string{"dc1"}})
+	jobs, next, more := h.f.ListJobs("t", ListOptions{Limit: 100, MaxBytes: 2*one + 1})
+	if len(jobs) != 2 || !more || next != jobs[1].Seq {
+		t.Fatalf("page: %d jobs, next %d, more %v", len(jobs), next, more)
+	}
+	// A budget under one job still returns one: a page always progresses.
+	jobs, _, more = h.f.ListJobs("t", ListOptions{Limit: 100, MaxBytes: 1, After: next})
+	if len(jobs) != 1 || !more || jobs[0].Key != "k2" {
+		t.Fatalf("tiny budget: %+v %v", jobs, more)
+	}
+}

@@ -1,0 +1,342 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/rpc"
+
+	"github.com/once-dev/once/internal/testutil"
+)
+
+// TestConcurrentAdmissionsNeverExceedCapacity: MANAGER_MAX_QUEUED_JOBS is
+// decided in the ledger, so a storm of distinct first submissions commits
+// exactly the bound and rejects the rest with 429 capacity.
+func TestConcurrentAdmissionsNeverExceedCapacity(t *testing.T) {
+	const bound, n = 5, 200
+	tc := newTestCluster(t, 3, func(c *Config) { c.MaxQueuedJobs = bound })
+	// A clock that yields the processor, as a preempted leader would between
+	// reading its clock and the next step: any check-then-act admission
+	// interleaves here.
+	tc.now = func() time.Time { runtime.Gosched(); return time.Now() }
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	committed, rejected := 0, 0
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := tc.submitToLeader(ctx, "t", fmt.Sprintf("cap-%d", i), "fp", "demo", `1`, 10_000)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case r.Outcome == rpc.OutcomeCommitted:
+				committed++
+			case r.Outcome == rpc.OutcomeRejected && r.Rejection.Status == 429 && r.Rejection.Reason == "capacity":
+				rejected++
+			default:
+				errs <- fmt.Errorf("key %d: unexpected answer %+v", i, r)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if committed != bound || rejected != n-bound {
+		t.Fatalf("committed %d, rejected %d; want %d and %d", committed, rejected, bound, n-bound)
+	}
+	if jobs := tc.mgrs[tc.leader()].FSM().Stats().Jobs; jobs != bound {
+		t.Fatalf("the job table holds %d jobs, over the bound of %d", jobs, bound)
+	}
+}
+
+// TestOrphanOnALiveLeaderIsResolved: a PENDING entry whose submitter went away
+// (here: a Reserve proposed by hand and never resolved) is resolved by the same,
+// still-live leader once it is older than MANAGER_ORPHAN_GRACE, long before its
+// pending TTL.
+func TestOrphanOnALiveLeaderIsResolved(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.OrphanGrace = 300 * time.Millisecond })
+	l := tc.leader()
+	ctx := ctxT(t)
+	term := tc.mgrs[l].Raft().CurrentTerm()
+	now := tc.now()
+	res, err := tc.mgrs[l].apply(ctx, ledger.Reserve{Tenant: "t", Key: "orphan-ok", Fingerprint: "fp", JobID: "job-orphan-ok",
+		Now: now.UnixNano(), ExpiresAt: now.Add(time.Minute).UnixNano(), MaxEntries: 1000,
+		Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}})
+	if err != nil || res.Outcome != ledger.OutcomeReserved {
+		t.Fatalf("orphan reserve: %+v %v", res, err)
+	}
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		return tc.mgrs[l].FSM().Stats().Pending == 0, "the orphan to be resolved on the live leader"
+	})
+	if tc.mgrs[l].Raft().CurrentTerm() != term {
+		t.Skip("an election happened: the orphan may have been resolved by the new term's sweep")
+	}
+	e, _ := tc.mgrs[l].FSM().Entry("t", "orphan-ok")
+	if e.State != ledger.StateCommitted || e.JobID != "job-orphan-ok" {
+		t.Fatalf("orphan entry: %+v", e)
+	}
+	// A duplicate now replays the stored outcome instead of waiting.
+	r, err := tc.submit(ctx, l, "t", "orphan-ok", "fp", "demo", `1`, 0)
+	if err != nil || r.Outcome != rpc.OutcomeCommitted || r.JobID != "job-orphan-ok" || !r.Replayed {
+		t.Fatalf("duplicate of a resolved orphan: %+v %v", r, err)
+	}
+}
+
+// fakeClock is a settable leader clock for tests that need entries to expire.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *fakeClock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted: a 429 sequence that
+// never ran, retried after a higher sequence of the same client committed and
+// expired, runs; a committed sequence retried after expiry is still refused.
+func TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted(t *testing.T) {
+	clock := &fakeClock{t: time.Now()}
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.MaxQueuedJobs = 1
+		c.Idempotency.CommittedTTL = 10 * time.Second
+		c.Idempotency.RejectedTTL = 10 * time.Second
+		c.JobRetention = 10 * time.Second
+	})
+	tc.now = clock.now
+	l := tc.leader()
+	ctx := ctxT(t)
+	key := func(seq int) string { return fmt.Sprintf("c1:%d:0123456789abcdef", seq) }
+	submit := func(seq int) *rpc.SubmitResponse {
+		t.Helper()
+		r, err := tc.submit(ctx, l, "t", key(seq), "fp", "demo", `1`, 0)
+		if err != nil {
+			t.Fatalf("seq %d: %v", seq, err)
+		}
+		return r
+	}
+	drain := func() {
+		clock.advance(time.Minute)
+		testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+			st := tc.mgrs[l].FSM().Stats()
+			return st.Entries == 0 && st.Jobs == 0, "entries and jobs to expire"
+		})
+	}
+	if r := submit(1); r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("seq 1: %+v", r)
+	}
+	if r := submit(2); r.Outcome != rpc.OutcomeRejected || r.Rejection.Status != 429 {
+		t.Fatalf("seq 2 should be a capacity rejection: %+v", r)
+	}
+	drain()
+	if r := submit(3); r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("seq 3: %+v", r)
+	}
+	drain()
+	if r := submit(2); r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("seq 2 never ran; its retry must be admitted, got %+v", r)
+	}
+	if r := submit(3); r.Outcome != rpc.OutcomeKeyExpired {
+		t.Fatalf("seq 3 ran; its late retry must be key_expired, got %+v", r)
+	}
+}
+
+// TestWatermarkFloodRefusesAndNeverReruns: a full watermark table refuses new
+// clients (watermarks_full), a tenant over its share is refused alone
+// (tenant_quota), and an earlier committed sequence is never run again.
+func TestWatermarkFloodRefusesAndNeverReruns(t *testing.T) {
+	clock := &fakeClock{t: time.Now()}
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.WatermarkMaxClients = 3
+		c.WatermarkMaxClientsPerTenant = 2
+		c.Idempotency.CommittedTTL = 10 * time.Second
+		c.JobRetention = time.Hour
+	})
+	tc.now = clock.now
+	l := tc.leader()
+	ctx := ctxT(t)
+	submit := func(tenant, client string, seq int) (*rpc.SubmitResponse, error) {
+		return tc.submit(ctx, l, tenant, fmt.Sprintf("%s:%d:0123456789abcdef", client, seq), "fp", "demo", `1`, 0)
+	}
+	first, err := submit("a", "c1", 1)
+	if err != nil || first.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("a/c1: %+v %v", first, err)
+	}
+	clock.advance(time.Minute)
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) { return tc.mgrs[l].FSM().Stats().Entries == 0, "the entry to expire" })
+	if r, err := submit("a", "c2", 1); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("a/c2: %+v %v", r, err)
+	}
+	for i := 3; i < 20; i++ {
+		if _, err := submit("a", fmt.Sprintf("c%d", i), 1); !errors.Is(err, rpc.ErrTenantQuota) {
+			t.Fatalf("a/c%d: want tenant_quota, got %v", i, err)
+		}
+	}
+	// Tenant a's flood does not refuse tenant b.
+	if r, err := submit("b", "c1", 1); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("b/c1: %+v %v", r, err)
+	}
+	// The table is full: a new client is refused, nothing is evicted...
+	if _, err := submit("b", "c2", 1); !errors.Is(err, rpc.ErrWatermarksFull) {
+		t.Fatalf("b/c2: want watermarks_full, got %v", err)
+	}
+	// ... so the late retry of a/c1's committed sequence still does not run.
+	if r, err := submit("a", "c1", 1); err != nil || r.Outcome != rpc.OutcomeKeyExpired {
+		t.Fatalf("late retry of a/c1 seq 1: want key_expired, got %+v %v", r, err)
+	}
+	if j, err := tc.mgrs[l].GetJob(ctx, "a", first.JobID); err != nil || j.JobID != first.JobID {
+		t.Fatalf("the original job: %+v %v", j, err)
+	}
+	if n := tc.mgrs[l].FSM().Stats().Jobs; n != 3 {
+		t.Fatalf("jobs %d, want 3", n)
+	}
+}
+
+// TestLedgerByteBudget: large payloads fill IDEMPOTENCY_LEDGER_MAX_BYTES and
+// the tenant's share; new keys are refused (ledger_full, tenant_quota), nothing
+// live is dropped, and duplicates are still answered.
+func TestLedgerByteBudget(t *testing.T) {
+	payload := `"` + strings.Repeat("x", 200_000) + `"`
+	one := int64(ledger.EntryOverhead + ledger.JobOverhead + 2*len(payload))
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.LedgerMaxBytes = 3 * one
+		c.LedgerTenantMaxBytes = 2 * one
+	})
+	l := tc.leader()
+	ctx := ctxT(t)
+	ids := map[string]string{}
+	for _, tk := range []string{"t1/a", "t1/b", "t2/a"} {
+		tenant, key, _ := strings.Cut(tk, "/")
+		r, err := tc.submit(ctx, l, tenant, key, "fp", "demo", payload, 0)
+		if err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("%s: %+v %v", tk, r, err)
+		}
+		ids[tk] = r.JobID
+	}
+	if _, err := tc.submit(ctx, l, "t1", "c", "fp", "demo", payload, 0); !errors.Is(err, rpc.ErrTenantQuota) {
+		t.Fatalf("t1 over its share: want tenant_quota, got %v", err)
+	}
+	if _, err := tc.submit(ctx, l, "t3", "a", "fp", "demo", payload, 0); !errors.Is(err, rpc.ErrLedgerFull) {
+		t.Fatalf("ledger over its bytes: want ledger_full, got %v", err)
+	}
+	for tk, id := range ids {
+		tenant, key, _ := strings.Cut(tk, "/")
+		r, err := tc.submit(ctx, l, tenant, key, "fp", "demo", payload, 0)
+		if err != nil || !r.Replayed || r.JobID != id {
+			t.Fatalf("live %s must survive: %+v %v", tk, r, err)
+		}
+	}
+	if st := tc.mgrs[l].FSM().Stats(); st.Bytes > uint64(3*one) || st.Jobs != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestListLargeJobsPagesThroughRPC: 20 jobs of 900 KB (18 MB, over what one RPC
+// answer may carry) page through the rpc client/server pair without an error:
+// pages stop at rpc.ListPageBytes and hand out Next.
+func TestListLargeJobsPagesThroughRPC(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	l := tc.leader()
+	ctx := ctxT(t)
+	payload := `"` + strings.Repeat("p", 900_000) + `"`
+	for i := 0; i < 20; i++ {
+		if r, err := tc.submit(ctx, l, "t", fmt.Sprintf("big-%02d", i), "fp", "demo", payload, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("submit %d: %+v %v", i, r, err)
+		}
+	}
+	srv := httptest.NewServer(rpc.NewHandler(tc.mgrs[l], nil))
+	defer srv.Close()
+	client := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{strings.TrimPrefix(srv.URL, "http://")}})
+	defer client.CloseIdleConnections()
+	var keys []string
+	after, pages := "", 0
+	for {
+		page, err := client.ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Limit: 100, After: after})
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		pages++
+		for _, j := range page.Jobs {
+			if len(j.Payload) != len(payload) {
+				t.Fatalf("job %s: payload of %d bytes", j.IdempotencyKey, len(j.Payload))
+			}
+			keys = append(keys, j.IdempotencyKey)
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if len(keys) != 20 || keys[0] != "big-00" || keys[19] != "big-19" {
+		t.Fatalf("listed %d jobs: %v", len(keys), keys)
+	}
+	if pages < 5 {
+		t.Fatalf("%d pages for 18 MB: pages are not bounded by bytes", pages)
+	}
+}
+
+// TestResultTTLIsFixedByTheFirstAdmission: a submission's ResultTTL is stored in
+// its PENDING entry, stamps the outcome's expiry (SubmitResponse.ExpiresAt),
+// and whoever resolves the entry — the submitter or the orphan sweep — uses it;
+// a retry cannot change it.
+func TestResultTTLIsFixedByTheFirstAdmission(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.OrphanGrace = 300 * time.Millisecond })
+	l := tc.leader()
+	ctx := ctxT(t)
+	submit := func(key string, ttl time.Duration) *rpc.SubmitResponse {
+		t.Helper()
+		req := &rpc.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp", ResultTTL: ttl}
+		req.Job.Type, req.Job.Payload = "demo", []byte(`1`)
+		r, err := tc.mgrs[l].Submit(ctx, req)
+		if err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("%s: %+v %v", key, r, err)
+		}
+		return r
+	}
+	before := time.Now()
+	r := submit("long", 2*time.Hour)
+	if d := r.ExpiresAt.Sub(before); d < 2*time.Hour || d > 2*time.Hour+time.Minute {
+		t.Fatalf("expires in %v, want about 2h", d)
+	}
+	if r2 := submit("long", time.Minute); !r2.Replayed || !r2.ExpiresAt.Equal(r.ExpiresAt) {
+		t.Fatalf("a retry changed the lifetime: %+v vs %+v", r2, r)
+	}
+	if d := submit("default", 0).ExpiresAt.Sub(before); d > tc.cfgs[l].Idempotency.CommittedTTL+time.Minute {
+		t.Fatalf("default lifetime %v", d)
+	}
+	// An orphan reserved with a ResultTTL is committed by the sweep with it.
+	now := tc.now()
+	res, err := tc.mgrs[l].apply(ctx, ledger.Reserve{Tenant: "t", Key: "orphan", Fingerprint: "fp", JobID: "job-orphan",
+		Now: now.UnixNano(), ExpiresAt: now.Add(time.Minute).UnixNano(), MaxEntries: 1000, ResultTTL: 3 * time.Hour,
+		Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}})
+	if err != nil || res.Outcome != ledger.OutcomeReserved || res.Entry.ResultTTL != 3*time.Hour {
+		t.Fatalf("orphan reserve: %+v %v", res, err)
+	}
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		e, ok := tc.mgrs[l].FSM().Entry("t", "orphan")
+		return ok && e.State == ledger.StateCommitted, "the orphan to be resolved"
+	})
+	e, _ := tc.mgrs[l].FSM().Entry("t", "orphan")
+	if got := time.Duration(e.ExpiresAt - e.ResolvedAt); got != 3*time.Hour {
+		t.Fatalf("orphan committed for %v, want 3h", got)
+	}
+	if j, _ := tc.mgrs[l].FSM().Job("t", "job-orphan"); time.Duration(j.ExpiresAt-j.CreatedAt) < 3*time.Hour {
+		t.Fatalf("the job is retained less than its key: %+v", j)
+	}
+}
