@@ -187,6 +187,30 @@ type Status struct {
 	// LedgerEntries and Jobs count the ledger's live entries and jobs.
 	LedgerEntries int `json:"ledger_entries"`
 	Jobs          int `json:"jobs"`
+	// Autopilot is raft-autopilot's view of the datacenter's managers, as
+	// the leader computes it; absent on followers.
+	Autopilot *AutopilotHealth `json:"autopilot,omitempty"`
+}
+
+// AutopilotHealth is the leader's raft-autopilot state in Status.
+type AutopilotHealth struct {
+	// Healthy: every server of the Raft configuration is healthy.
+	Healthy bool `json:"healthy"`
+	// FailureTolerance: how many voters may fail without losing quorum.
+	FailureTolerance int            `json:"failure_tolerance"`
+	Servers          []ServerHealth `json:"servers"`
+}
+
+// ServerHealth is one Raft server in AutopilotHealth.
+type ServerHealth struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	// Status in the gossip pool: alive, failed, left.
+	Status string `json:"status"`
+	// RaftState: leader, voter, non-voter, staging.
+	RaftState   string    `json:"raft_state"`
+	Healthy     bool      `json:"healthy"`
+	StableSince time.Time `json:"stable_since"`
 }
 
 // Service is what a manager offers gates. Implementations return *Error values
