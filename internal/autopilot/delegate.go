@@ -338,12 +338,16 @@ func quorumSafe(servers []raft.Server, id raft.ServerID, alive func(raft.ServerI
 	return aliveVoters >= voters/2+1, aliveVoters, voters
 }
 
-// addServers does what Consul's leader does on a server's join, which
-// raft-autopilot leaves to the application: every alive manager of the
+// addServers does what Consul's leader does on a server's join and leave,
+// which raft-autopilot leaves to the application: every alive manager of the
 // datacenter missing from the configuration is added (raft-autopilot's
 // AddServer: as a non-voter, promoted once healthy for
-// ServerStabilizationTime), and one back at a new Raft address takes it at
-// once (a voter stays a voter). Leader only.
+// ServerStabilizationTime), one back at a new Raft address takes it at once
+// (a voter stays a voter), and one that left is removed at once
+// (raft-autopilot's RemoveServer) if the alive voters stay a majority.
+// raft-autopilot's own pruning would remove a departed voter too, but never
+// one of two voters, while a follower leaving a two-voter group can still
+// acknowledge its removal. Leader only.
 func (a *Autopilot) addServers() {
 	f := a.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -357,8 +361,25 @@ func (a *Autopilot) addServers() {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	alive := func(id raft.ServerID) bool {
+		m, ok := byID[id]
+		return string(id) == a.cfg.NodeID || (ok && m.State == membership.StateAlive && !m.Meta.Leaving)
+	}
 	for _, id := range ids {
 		m := byID[id]
+		if m.State == membership.StateLeft && string(id) != a.cfg.NodeID &&
+			slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == id }) {
+			if ok, _, _ := quorumSafe(servers, id, alive); !ok {
+				continue // allowRemovals logs the refusal
+			}
+			a.log.Info("removing server", logging.KeyPeer, string(id), logging.KeyReason, "left")
+			if err := a.lib.RemoveServer(id); err != nil {
+				a.log.Warn("removing server failed", logging.KeyPeer, string(id), logging.KeyError, err)
+				return
+			}
+			servers = slices.DeleteFunc(slices.Clone(servers), func(s raft.Server) bool { return s.ID == id })
+			continue
+		}
 		if m.State != membership.StateAlive || m.Meta.Leaving || string(id) == a.cfg.NodeID || m.Meta.RaftAddr == "" {
 			continue
 		}

@@ -204,6 +204,17 @@ func TestJoinRules(t *testing.T) {
 	moved.Meta.RaftAddr = "addr-c2"
 	p.set(all[0], all[1], moved, mgr("d", alive, 3, 0, false), mgr("e", alive, 3, 0, false))
 	check("a restarted voter's new address is taken at once, as a voter", "add c@addr-c2")
+
+	// d and e left: removed at once, here rather than by raft-autopilot's
+	// pruning, which never removes one of two voters.
+	p.set(all[0], all[1], moved, departed("d", membership.StateLeft, 0), departed("e", membership.StateLeft, 0))
+	check("managers that left are removed at once", "remove d", "remove e")
+	r.servers = []raft.Server{voter("a", "addr-a"), voter("b", "addr-b")}
+	p.set(all[0], departed("b", membership.StateLeft, 0))
+	check("a follower leaving a two-voter group is removed", "remove b")
+	r.servers = []raft.Server{voter("a", "addr-a"), voter("b", "addr-b"), voter("c", "addr-c")}
+	p.set(all[0], departed("b", membership.StateDead, time.Hour), departed("c", membership.StateLeft, 0))
+	check("but not when the alive voters would be a minority")
 }
 
 // TestRemovalRules: of raft-autopilot's removal candidates, the leader lets
