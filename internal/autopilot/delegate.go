@@ -175,6 +175,8 @@ func (d *delegate) RemoveFailedServer(srv *raftautopilot.Server) {
 	reason := "failed"
 	if srv.NodeStatus == raftautopilot.NodeLeft {
 		reason = "left"
+	} else if _, known := managersByID(d.pool.Members(), d.cfg.DC)[srv.ID]; !known {
+		reason = "absent"
 	}
 	d.log.Info("removing server", logging.KeyPeer, string(srv.ID), logging.KeyReason, reason)
 	if err := d.raft.RemoveServer(srv.ID, 0, d.cfg.ChangeTimeout).Error(); err != nil {
