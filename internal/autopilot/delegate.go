@@ -386,14 +386,14 @@ func (a *Autopilot) addServers() {
 			continue
 		}
 		addr := raft.ServerAddress(m.Meta.RaftAddr)
-		what := "adding server"
+		what, as := "adding voter", "non-voter until healthy"
 		if i := slices.IndexFunc(servers, func(s raft.Server) bool { return s.ID == id }); i >= 0 {
 			if servers[i].Address == addr {
 				continue
 			}
-			what = "updating server address"
+			what, as = "updating voter address", servers[i].Suffrage.String()
 		}
-		a.log.Info(what, logging.KeyPeer, string(id), logging.KeyAddr, string(addr))
+		a.log.Info(what, logging.KeyPeer, string(id), logging.KeyAddr, string(addr), logging.KeyState, as)
 		if err := a.lib.AddServer(&raftautopilot.Server{ID: id, Name: m.Name, Address: addr,
 			NodeStatus: raftautopilot.NodeAlive, NodeType: raftautopilot.NodeVoter}); err != nil {
 			a.log.Warn(what+" failed", logging.KeyPeer, string(id), logging.KeyError, err)
