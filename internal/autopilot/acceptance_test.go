@@ -92,6 +92,16 @@ func TestManagerLifecycle(t *testing.T) {
 			survivors = append(survivors, n)
 		}
 	}
+	// Every survivor must know the leader before the kill, or a follower
+	// that still follows the old leader reports its own leader change below.
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		for _, n := range survivors {
+			if _, id := n.raft.LeaderWithID(); string(id) != l.id {
+				return false, fmt.Sprintf("%s to follow %s, it follows %q", n.id, l.id, id)
+			}
+		}
+		return true, ""
+	})
 	obs := make(chan raft.Observation, 64)
 	observer := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)

@@ -1,10 +1,14 @@
 // Package autopilot runs a manager's Raft membership from the gossip pool:
 // it bootstraps the datacenter's Raft group once bootstrap_expect managers see
 // each other (Consul's and Nomad's bootstrap_expect, made race-free by a vote
-// carried in the gossip meta), and on the leader it keeps the Raft
-// configuration in line with the pool (Consul's autopilot dead-server
-// cleanup): alive managers become voters, managers that left are removed at
-// once, failed ones after a grace period, and never so that quorum is lost.
+// carried in the gossip meta), and on the leader it runs
+// github.com/hashicorp/raft-autopilot, as Consul and Nomad do, to keep the
+// Raft configuration in line with the pool: server health, promotion of
+// healthy non-voters, dead-server cleanup. This package is that library's
+// delegate (delegate.go) plus what the library does not do: the bootstrap
+// vote (bootstrap.go), adding alive managers to the configuration and taking
+// their new address (Consul's join handling), the grace period and quorum
+// rule for dead servers, and a leaving leader's self-removal (Leave).
 //
 // docs/operations.md explains the procedure and why it cannot form two
 // clusters; bootstrap.go holds the argument next to the code.
@@ -20,22 +24,20 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	raftautopilot "github.com/hashicorp/raft-autopilot"
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 )
 
-// RaftAPI is the part of *raft.Raft the autopilot uses (tests may wrap a
-// real raft to watch or fail calls).
+// RaftAPI is the part of *raft.Raft the autopilot uses: what raft-autopilot
+// needs (raftautopilot.Raft) and what bootstrap and Leave need (tests may
+// wrap a real raft to watch or fail calls).
 type RaftAPI interface {
-	State() raft.RaftState
-	LastIndex() uint64
+	raftautopilot.Raft
 	CurrentTerm() uint64
 	LeaderWithID() (raft.ServerAddress, raft.ServerID)
-	GetConfiguration() raft.ConfigurationFuture
 	BootstrapCluster(raft.Configuration) raft.Future
-	AddVoter(id raft.ServerID, address raft.ServerAddress, prevIndex uint64, timeout time.Duration) raft.IndexFuture
-	RemoveServer(id raft.ServerID, prevIndex uint64, timeout time.Duration) raft.IndexFuture
 	LeadershipTransfer() raft.Future
 	RegisterObserver(*raft.Observer)
 	DeregisterObserver(*raft.Observer)
@@ -60,6 +62,15 @@ const (
 	DefaultDeadServerGrace   = 2 * time.Minute
 	DefaultReconcileInterval = 5 * time.Second
 	DefaultChangeTimeout     = 10 * time.Second
+	// DefaultUpdateInterval: how often the leader recomputes server health
+	// (raft-autopilot's and Consul's default).
+	DefaultUpdateInterval = raftautopilot.DefaultUpdateInterval
+	// DefaultServerStabilizationTime: how long a new server must stay
+	// healthy before it is promoted to voter (Consul's default).
+	DefaultServerStabilizationTime = 10 * time.Second
+	// DefaultLastContactThreshold: a server the leader has not reached for
+	// longer is unhealthy (Consul's default).
+	DefaultLastContactThreshold = 200 * time.Millisecond
 )
 
 // Config of an Autopilot.
@@ -84,8 +95,19 @@ type Config struct {
 	// (MANAGER_DEAD_SERVER_GRACE_SECONDS; default DefaultDeadServerGrace).
 	DeadServerGrace time.Duration
 	// ReconcileInterval is how often the leader reconciles without a pool
-	// event (default DefaultReconcileInterval).
+	// event: adds alive managers, and raft-autopilot promotes healthy
+	// non-voters and removes dead servers (default DefaultReconcileInterval).
 	ReconcileInterval time.Duration
+	// UpdateInterval is how often raft-autopilot recomputes server health
+	// (default DefaultUpdateInterval).
+	UpdateInterval time.Duration
+	// ServerStabilizationTime is how long a server added as a non-voter must
+	// stay healthy before raft-autopilot promotes it (default
+	// DefaultServerStabilizationTime, capped at DeadServerGrace).
+	ServerStabilizationTime time.Duration
+	// LastContactThreshold: a server this leader's heartbeats have failed to
+	// reach for longer is unhealthy (default DefaultLastContactThreshold).
+	LastContactThreshold time.Duration
 	// ChangeTimeout bounds each AddVoter/RemoveServer enqueue (default
 	// DefaultChangeTimeout).
 	ChangeTimeout time.Duration
@@ -132,6 +154,12 @@ func (c *Config) Validate() error {
 		return &ConfigError{Field: "ReconcileInterval", Value: c.ReconcileInterval.String(), Reason: "must be >= 0"}
 	case c.ChangeTimeout < 0:
 		return &ConfigError{Field: "ChangeTimeout", Value: c.ChangeTimeout.String(), Reason: "must be >= 0"}
+	case c.UpdateInterval < 0:
+		return &ConfigError{Field: "UpdateInterval", Value: c.UpdateInterval.String(), Reason: "must be >= 0"}
+	case c.ServerStabilizationTime < 0:
+		return &ConfigError{Field: "ServerStabilizationTime", Value: c.ServerStabilizationTime.String(), Reason: "must be >= 0"}
+	case c.LastContactThreshold < 0:
+		return &ConfigError{Field: "LastContactThreshold", Value: c.LastContactThreshold.String(), Reason: "must be >= 0"}
 	}
 	return nil
 }
@@ -147,6 +175,15 @@ func (c *Config) withDefaults() Config {
 	if d.ChangeTimeout == 0 {
 		d.ChangeTimeout = DefaultChangeTimeout
 	}
+	if d.UpdateInterval == 0 {
+		d.UpdateInterval = DefaultUpdateInterval
+	}
+	if d.ServerStabilizationTime == 0 {
+		d.ServerStabilizationTime = min(DefaultServerStabilizationTime, d.DeadServerGrace)
+	}
+	if d.LastContactThreshold == 0 {
+		d.LastContactThreshold = DefaultLastContactThreshold
+	}
 	return d
 }
 
@@ -158,21 +195,32 @@ type Autopilot struct {
 	pool PoolAPI
 	log  *slog.Logger
 
+	// lib is raft-autopilot; it runs (Start) while this manager is the
+	// leader, and is stopped when leadership is lost and when Run returns.
+	lib        *raftautopilot.Autopilot
+	libRunning bool // only the Run goroutine touches it
+
 	mu sync.Mutex
 	st status
 	// bootstrap state (only the Run goroutine touches it)
 	boot bootstrapState
-	// absentSince: when the leader first found a voter unknown to the pool.
+
+	// dmu guards what the delegate shares between the Run goroutine and
+	// raft-autopilot's goroutines.
+	dmu sync.Mutex
+	// absentSince: when the leader first found a server unknown to the pool.
 	absentSince map[raft.ServerID]time.Time
 	// refused: removals held back for quorum, to log each once.
 	refused map[raft.ServerID]bool
-	// unreachable: voters this leader's heartbeats currently fail to reach
+	// unreachable: servers this leader's heartbeats currently fail to reach
 	// (raft FailedHeartbeatObservation, until ResumedHeartbeatObservation),
-	// since when. Only the Run goroutine touches it; reset on leader change.
+	// and their last contact. Reset on leader change.
 	unreachable map[raft.ServerID]time.Time
 	// held: removals held back because raft still reaches the server, to log
 	// each once.
 	held map[raft.ServerID]bool
+	// health: raft-autopilot's last state (NotifyState); nil when not leader.
+	health *Health
 }
 
 type status struct {
@@ -195,13 +243,16 @@ type Status struct {
 	LastReconcile time.Time
 	// Waiting says what bootstrap waits for ("" once there is state).
 	Waiting string
+	// Health is raft-autopilot's view of the servers, on the leader once it
+	// has computed one (nil elsewhere).
+	Health *Health
 }
 
 // New returns an Autopilot for the manager cfg describes, acting on r and
 // reading pool. Nothing happens until Run.
 func New(cfg Config, r RaftAPI, pool PoolAPI) *Autopilot {
 	c := cfg.withDefaults()
-	return &Autopilot{
+	a := &Autopilot{
 		cfg:         c,
 		raft:        r,
 		pool:        pool,
@@ -211,6 +262,12 @@ func New(cfg Config, r RaftAPI, pool PoolAPI) *Autopilot {
 		unreachable: make(map[raft.ServerID]time.Time),
 		held:        make(map[raft.ServerID]bool),
 	}
+	a.lib = raftautopilot.New(r, (*delegate)(a),
+		raftautopilot.WithLogger(logging.HCLog(logging.OrDiscard(c.Logger).With(logging.KeyNodeID, c.NodeID), "raft-autopilot")),
+		raftautopilot.WithPromoter(&promoter{a: a}),
+		raftautopilot.WithReconcileInterval(c.ReconcileInterval),
+		raftautopilot.WithUpdateInterval(c.UpdateInterval))
+	return a
 }
 
 // Status returns what the autopilot has done so far.
@@ -224,6 +281,7 @@ func (a *Autopilot) Status() Status {
 		Leader:        a.raft.State() == raft.Leader,
 		LastReconcile: st.lastReconcile,
 		Waiting:       st.waiting,
+		Health:        a.Health(),
 	}
 }
 
@@ -262,13 +320,14 @@ func (a *Autopilot) Run(ctx context.Context) error {
 	})
 	a.raft.RegisterObserver(obs)
 	defer a.raft.DeregisterObserver(obs)
+	defer a.stopLib()
 	tick := time.NewTicker(a.cfg.ReconcileInterval)
 	defer tick.Stop()
 	joined := a.pool.Joined()
 
 	a.publishExpect()
 	for {
-		a.step()
+		a.step(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -298,21 +357,28 @@ func (a *Autopilot) Run(ctx context.Context) error {
 	}
 }
 
-// observe tracks which followers this leader's heartbeats reach.
+// observe tracks which followers this leader's heartbeats reach, and when
+// they were last reached.
 func (a *Autopilot) observe(o raft.Observation) {
+	a.dmu.Lock()
+	defer a.dmu.Unlock()
 	switch d := o.Data.(type) {
 	case raft.LeaderObservation:
 		clear(a.unreachable)
 	case raft.FailedHeartbeatObservation:
-		if _, ok := a.unreachable[d.PeerID]; !ok {
-			a.unreachable[d.PeerID] = time.Now()
+		last := d.LastContact
+		if last.IsZero() {
+			last = time.Now()
+		}
+		if prev, ok := a.unreachable[d.PeerID]; !ok || last.Before(prev) {
+			a.unreachable[d.PeerID] = last
 		}
 	case raft.ResumedHeartbeatObservation:
 		delete(a.unreachable, d.PeerID)
 	}
 }
 
-func (a *Autopilot) step() {
+func (a *Autopilot) step(ctx context.Context) {
 	if a.boot.decided != nil && !a.boot.done {
 		a.tryBootstrap()
 	}
@@ -321,9 +387,32 @@ func (a *Autopilot) step() {
 	} else {
 		a.bootstrapStep()
 	}
-	if a.raft.State() == raft.Leader {
-		a.reconcile()
+	if a.raft.State() != raft.Leader {
+		a.stopLib()
+		return
 	}
+	if !a.libRunning {
+		a.log.Info("leader: starting raft-autopilot")
+		a.lib.Start(ctx)
+		a.libRunning = true
+	}
+	a.addServers()
+	a.lib.RemoveDeadServers() // a signal: raft-autopilot prunes in its own goroutine
+	a.mu.Lock()
+	a.st.lastReconcile = time.Now()
+	a.mu.Unlock()
+}
+
+// stopLib stops raft-autopilot and waits for its goroutines.
+func (a *Autopilot) stopLib() {
+	if !a.libRunning {
+		return
+	}
+	<-a.lib.Stop()
+	a.libRunning = false
+	a.dmu.Lock()
+	a.health = nil
+	a.dmu.Unlock()
 }
 
 // hasState reports whether this manager holds Raft state, latching true.

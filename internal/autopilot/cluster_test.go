@@ -165,6 +165,7 @@ func (n *node) start(seeds []string, newRaftAddr bool) {
 	ap := New(Config{
 		DC: "dc1", NodeID: n.id, BootstrapExpect: n.expect, HasExistingState: has,
 		DeadServerGrace: n.grace, ReconcileInterval: 200 * time.Millisecond, ChangeTimeout: 5 * time.Second,
+		UpdateInterval: 100 * time.Millisecond, ServerStabilizationTime: 300 * time.Millisecond,
 		Logger: n.log,
 	}, r, pool)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
 )
 
 // startAutopilot runs the autopilot: it bootstraps the Raft group once
 // MANAGER_BOOTSTRAP_EXPECT managers of the datacenter see each other (never
-// twice), and, on the leader, adds joining managers as voters and removes those
-// that left or stayed dead past MANAGER_DEAD_SERVER_GRACE_SECONDS.
+// twice), and, on the leader, runs hashicorp/raft-autopilot: joining managers
+// are added and promoted to voter once healthy, and those that left or stayed
+// dead past MANAGER_DEAD_SERVER_GRACE_SECONDS are removed (see
+// docs/operations.md for how the settings map onto raft-autopilot's).
 func (c *clusterMembership) startAutopilot(ctx context.Context, cfg Config, m *Manager, hasState bool) error {
 	c.ap = autopilot.New(autopilot.Config{
 		DC:               cfg.Datacenter,
@@ -22,6 +27,7 @@ func (c *clusterMembership) startAutopilot(ctx context.Context, cfg Config, m *M
 		DeadServerGrace:  cfg.DeadServerGrace,
 		Logger:           c.log,
 	}, m.Raft(), c.pool)
+	m.autopilot.Store(c.ap)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -30,4 +36,62 @@ func (c *clusterMembership) startAutopilot(ctx context.Context, cfg Config, m *M
 		}
 	}()
 	return nil
+}
+
+// autopilotHealth is raft-autopilot's state for Status: on the leader once it
+// has computed one, nil elsewhere.
+func (m *Manager) autopilotHealth() *rpc.AutopilotHealth {
+	ap := m.autopilot.Load()
+	if ap == nil {
+		return nil
+	}
+	h := ap.Health()
+	if h == nil {
+		return nil
+	}
+	out := &rpc.AutopilotHealth{Healthy: h.Healthy, FailureTolerance: h.FailureTolerance,
+		Servers: make([]rpc.ServerHealth, 0, len(h.Servers))}
+	for _, s := range h.Servers {
+		out.Servers = append(out.Servers, rpc.ServerHealth{ID: s.ID, Address: s.Address, Status: s.Status,
+			RaftState: s.RaftState, Healthy: s.Healthy, StableSince: s.StableSince})
+	}
+	return out
+}
+
+var (
+	autopilotHealthyDesc = prometheus.NewDesc("once_manager_autopilot_healthy",
+		"1 if raft-autopilot finds every Raft server healthy, else 0 (reported by the leader only).", nil, nil)
+	autopilotToleranceDesc = prometheus.NewDesc("once_manager_autopilot_failure_tolerance",
+		"Voters that may fail without losing quorum, per raft-autopilot (reported by the leader only).", nil, nil)
+	autopilotServerDesc = prometheus.NewDesc("once_manager_autopilot_server_healthy",
+		"1 if raft-autopilot finds the Raft server healthy, else 0 (reported by the leader only).", []string{"server_id"}, nil)
+)
+
+// autopilotCollector exports raft-autopilot's state; a follower exports no
+// sample.
+type autopilotCollector struct{ m *Manager }
+
+func (c autopilotCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- autopilotHealthyDesc
+	ch <- autopilotToleranceDesc
+	ch <- autopilotServerDesc
+}
+
+func (c autopilotCollector) Collect(ch chan<- prometheus.Metric) {
+	h := c.m.autopilotHealth()
+	if h == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(autopilotHealthyDesc, prometheus.GaugeValue, b2f(h.Healthy))
+	ch <- prometheus.MustNewConstMetric(autopilotToleranceDesc, prometheus.GaugeValue, float64(h.FailureTolerance))
+	for _, s := range h.Servers {
+		ch <- prometheus.MustNewConstMetric(autopilotServerDesc, prometheus.GaugeValue, b2f(s.Healthy), s.ID)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

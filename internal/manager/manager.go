@@ -24,6 +24,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/walstore"
@@ -65,7 +66,8 @@ type Manager struct {
 	snaps     raft.SnapshotStore
 	waiters   *waiters
 	metrics   *metrics
-	clock     ledgerClock // ledger time and the clock watch (clock.go)
+	clock     ledgerClock                         // ledger time and the clock watch (clock.go)
+	autopilot atomic.Pointer[autopilot.Autopilot] // set once membership starts
 
 	// peers maps Raft server IDs to RPC addresses, for "not leader" hints. It is
 	// fed by membership (SetPeerRPC).

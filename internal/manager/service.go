@@ -138,5 +138,6 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 			}
 		}
 	}
+	st.Autopilot = m.autopilotHealth()
 	return st, nil
 }

@@ -234,6 +234,30 @@ type Status struct {
 	// LedgerTime is the ledger's time: the highest time stamped into an
 	// applied command (RFC 3339; absent while the ledger is empty).
 	LedgerTime string `json:"ledger_time,omitempty"`
+	// Autopilot is raft-autopilot's view of the datacenter's managers, as
+	// the leader computes it; absent on followers.
+	Autopilot *AutopilotHealth `json:"autopilot,omitempty"`
+}
+
+// AutopilotHealth is the leader's raft-autopilot state in Status.
+type AutopilotHealth struct {
+	// Healthy: every server of the Raft configuration is healthy.
+	Healthy bool `json:"healthy"`
+	// FailureTolerance: how many voters may fail without losing quorum.
+	FailureTolerance int            `json:"failure_tolerance"`
+	Servers          []ServerHealth `json:"servers"`
+}
+
+// ServerHealth is one Raft server in AutopilotHealth.
+type ServerHealth struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	// Status in the gossip pool: alive, failed, left.
+	Status string `json:"status"`
+	// RaftState: leader, voter, non-voter, staging.
+	RaftState   string    `json:"raft_state"`
+	Healthy     bool      `json:"healthy"`
+	StableSince time.Time `json:"stable_since"`
 }
 
 // Service is what a manager offers gates. Implementations return *Error values

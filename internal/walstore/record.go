@@ -9,11 +9,11 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Record format, version 1. Each raft.Log is one tidwall/wal entry; the wal
+// Record format, version 2. Each raft.Log is one tidwall/wal entry; the wal
 // frames it as uvarint(len(record)) || record. The record itself is
 //
 //	version    1 byte   recordVersion
-//	flags      1 byte   flagBatchEnd | flagAppendedAt
+//	flags      1 byte   flagBatchEnd | flagAppendedAt | flagBatchStart
 //	index      uvarint  raft.Log.Index
 //	term       uvarint  raft.Log.Term
 //	type       1 byte   raft.Log.Type
@@ -25,15 +25,23 @@ import (
 //
 // The index makes every record self-describing: the offset between raft and
 // wal indexes is derived from the first record, and a record that lands at
-// the wrong place is detected. flagBatchEnd marks the last record of a
-// StoreLogs call; recovery uses it to tell a torn final write from damage to
-// data that was already durable (see scan.go).
+// the wrong place is detected. flagBatchStart and flagBatchEnd mark the
+// first and the last record of a StoreLogs call; recovery uses them to tell
+// a torn final write from damage to data that was already durable (see
+// scan.go).
+//
+// Version 1 is version 2 without flagBatchStart (logs written before the
+// flag existed): it still parses, and recovery then has only the batch-end
+// marks to go on.
 const (
-	recordVersion byte = 1
+	recordVersion   byte = 2
+	recordVersionV1 byte = 1
 
 	flagBatchEnd   byte = 1 << 0
 	flagAppendedAt byte = 1 << 1
-	knownFlags          = flagBatchEnd | flagAppendedAt
+	flagBatchStart byte = 1 << 2
+	knownFlags          = flagBatchEnd | flagAppendedAt | flagBatchStart
+	knownFlagsV1        = flagBatchEnd | flagAppendedAt
 
 	crcSize = 4
 	// minRecordSize is version, flags, index, term, type, dataLen, extLen
@@ -43,10 +51,14 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// appendRecord appends the encoding of l to dst.
-func appendRecord(dst []byte, l *raft.Log, batchEnd bool) []byte {
+// appendRecord appends the encoding of l to dst; batchStart and batchEnd say
+// whether l is the first and the last entry of its StoreLogs batch.
+func appendRecord(dst []byte, l *raft.Log, batchStart, batchEnd bool) []byte {
 	start := len(dst)
 	var flags byte
+	if batchStart {
+		flags |= flagBatchStart
+	}
 	if batchEnd {
 		flags |= flagBatchEnd
 	}
@@ -96,11 +108,16 @@ func parseRecord(b []byte) (record, error) {
 		return r, errRecord(fmt.Sprintf("record of %d bytes is shorter than the minimum %d", len(b), minRecordSize))
 	}
 	body := b[:len(b)-crcSize]
-	if body[0] != recordVersion {
+	known := knownFlags
+	switch body[0] {
+	case recordVersion:
+	case recordVersionV1:
+		known = knownFlagsV1
+	default:
 		return r, errRecord(fmt.Sprintf("unknown record version %d", body[0]))
 	}
 	r.flags = body[1]
-	if r.flags&^knownFlags != 0 {
+	if r.flags&^known != 0 {
 		return r, errRecord(fmt.Sprintf("unknown record flags %#x", r.flags))
 	}
 	p := body[2:]

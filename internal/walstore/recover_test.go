@@ -20,6 +20,8 @@ type frameInfo struct {
 	off, size int
 	index     uint64
 	batchEnd  bool
+	// batchStart is false for version 1 records, which lack the mark.
+	batchStart bool
 }
 
 func frames(t testing.TB, path string) []frameInfo {
@@ -34,7 +36,7 @@ func frames(t testing.TB, path string) []frameInfo {
 		if err != nil {
 			t.Fatalf("%s at %d: %v", path, off, err)
 		}
-		fs = append(fs, frameInfo{off, size, rec.index, rec.flags&flagBatchEnd != 0})
+		fs = append(fs, frameInfo{off, size, rec.index, rec.flags&flagBatchEnd != 0, rec.flags&flagBatchStart != 0})
 		off += size
 	}
 	return fs
@@ -126,7 +128,7 @@ func checkTornWarning(t testing.TB, rec *logRecorder, dropped int64) {
 
 func TestTornTail(t *testing.T) {
 	const n = 50
-	lastFrame := int(frameSize(len(appendRecord(nil, testLog(n), true))))
+	lastFrame := int(frameSize(len(appendRecord(nil, testLog(n), false, true))))
 	tests := []struct {
 		name string
 		cut  int // bytes cut off the end of the last segment
@@ -187,7 +189,7 @@ func TestGarbageTail(t *testing.T) {
 	}
 	// A whole, valid record, but not the next index: left over from an
 	// older incarnation of the file, say.
-	stray := appendRecord(nil, testLog(n+5), true)
+	stray := appendRecord(nil, testLog(n+5), true, true)
 	stray = append(frameLen(len(stray)), stray...)
 	tests := []struct {
 		name    string

@@ -98,11 +98,11 @@ type tornTail struct {
 // version, structure, checksum, and that raft indexes are consecutive and
 // agree with the segment names. The first bad record decides:
 //
-//   - in a segment that is not the last one: ErrCorrupt. Those segments were
-//     fsynced before the next one was created; damage there is corruption,
-//     and dropping it would silently lose committed entries.
-//   - in the last segment, followed by evidence of a later batch
-//     (laterBatchFollows): ErrCorrupt, for the same reason.
+//   - in a segment that is not the last one: a *CorruptError. Those segments
+//     were fsynced before the next one was created; damage there is
+//     corruption, and dropping it would silently lose committed entries.
+//   - in the last segment, in a batch that is not the final one
+//     (laterBatchFollows): a *CorruptError, for the same reason.
 //   - otherwise it is the torn final write: the result names the tail to cut.
 func scanSegments(dir string) (scanResult, error) {
 	var res scanResult
@@ -137,9 +137,16 @@ func scanSegments(dir string) (scanResult, error) {
 				}
 			}
 			if bad != nil {
-				if !last || laterBatchFollows(data, pos) {
-					return res, fmt.Errorf("%w: segment %s, offset %d (wal index %d): %w",
-						ErrCorrupt, seg.path, pos, next, bad)
+				want := uint64(0) // raft index the bad record should hold; 0: unknown
+				if haveBase {
+					want = res.base + next - 1
+				}
+				if !last {
+					return res, &CorruptError{Segment: seg.path, Offset: int64(pos), WalIndex: next,
+						Why: "damage in a segment that is not the last one", Err: bad}
+				}
+				if why := laterBatchFollows(data, pos, want); why != "" {
+					return res, &CorruptError{Segment: seg.path, Offset: int64(pos), WalIndex: next, Why: why, Err: bad}
 				}
 				res.torn = &tornTail{path: seg.path, offset: int64(pos), size: int64(len(data)),
 					kept: kept, reason: bad.Error()}
@@ -168,31 +175,70 @@ func frameAt(b []byte) (record, int, error) {
 	return rec, k + int(n), err
 }
 
-// laterBatchFollows reports whether, after the damaged record at offset
-// from, there is a whole valid record flagged as the end of a batch and then
-// another whole valid record. With fsync on, a batch is written only after
-// the previous one is durable, so such records prove that the damage hit
-// data that was already durable: corruption, not a torn final write. Framing
-// may be lost at from, so this resynchronises byte by byte; parseRecord
-// rejects almost every false start on structure before computing a CRC.
-func laterBatchFollows(data []byte, from int) bool {
+// laterBatchFollows reports whether the damaged record at offset from
+// belongs to a batch that is not the final one, and if so names the
+// evidence. want is the raft index the damaged record should hold (0 if
+// unknown); evidence must lie beyond it.
+//
+// The argument: StoreLogs writes a batch and fsyncs it once, and raft calls
+// it again only after it returned, so a crash can tear only the bytes of the
+// final batch (the one whose fsync had not completed); every earlier batch
+// was durable and may have been acknowledged. A record whole and valid
+// after the damage that opens a batch (flagBatchStart) is a batch written
+// after the damaged record's batch was complete, hence after that batch was
+// fsynced: the damage hit durable data. Logs written before flagBatchStart
+// existed (record version 1) carry only flagBatchEnd: there a batch end
+// followed by another whole record proves the same (the end may be the
+// damaged batch's own, but the record after it opens a later batch).
+//
+// Framing may be lost at from, so this resynchronises byte by byte;
+// parseRecord rejects almost every false start on structure before
+// computing a CRC.
+func laterBatchFollows(data []byte, from int, want uint64) string {
 	sawBatchEnd := false
 	for o := from + 1; o < len(data); {
 		rec, size, err := frameAt(data[o:])
-		if err != nil {
+		if err != nil || (want != 0 && rec.index <= want) {
 			o++
 			continue
 		}
-		if sawBatchEnd {
-			return true
+		switch {
+		case rec.flags&flagBatchStart != 0:
+			return fmt.Sprintf("a later batch starts at offset %d (index %d)", o, rec.index)
+		case sawBatchEnd:
+			return fmt.Sprintf("a batch ends before offset %d and another record follows (index %d)", o, rec.index)
 		}
 		if rec.flags&flagBatchEnd != 0 {
 			sawBatchEnd = true
 		}
 		o += size
 	}
-	return false
+	return ""
 }
+
+// CorruptError is what Open returns when a damaged record lies in data that
+// was already durable, so that raft may have acknowledged it: cutting it
+// could lose committed entries, so the store refuses to open and changes
+// nothing on disk. It matches ErrCorrupt.
+type CorruptError struct {
+	Segment  string // the damaged segment file
+	Offset   int64  // byte offset of the damaged record in Segment
+	WalIndex uint64 // wal index of the damaged record
+	Why      string // why the damage cannot be a torn final write
+	Err      error  // what is wrong with the record
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%v: segment %s, offset %d (wal index %d): %v; not a torn final write (%s): "+
+		"this record was durable and may have been acknowledged, so it is not cut and nothing was changed on disk. "+
+		"To recover this manager, stop it, move its raft data directory aside (keep it for inspection) and start it "+
+		"with an empty one: the leader adds it back and sends it a snapshot. If a majority of the managers "+
+		"report this, restore the datacenter from a backup",
+		ErrCorrupt, e.Segment, e.Offset, e.WalIndex, e.Err, e.Why)
+}
+
+// Unwrap returns ErrCorrupt and the record's error.
+func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 
 // repairTail cuts the torn tail off its segment and makes the cut durable.
 func repairTail(t *tornTail) error {

@@ -12,7 +12,8 @@
 //     rename and the next StoreLogs starts a new one at any index (re-base).
 //   - After a crash, a torn final write is cut off the last segment (with a
 //     warning) instead of refusing to boot; damage to data that was already
-//     durable is reported as ErrCorrupt instead of being dropped.
+//     durable, i.e. in any batch but the final one, is reported as
+//     ErrCorrupt instead of being dropped (the torn-tail rule, scan.go).
 //
 // Raft indexes do not start at 1 but wal indexes do: raft index = base + wal
 // index - 1. Every record carries its raft index, so base is derived from the
@@ -49,8 +50,9 @@ var (
 	ErrGap = errors.New("walstore: delete range would leave a gap")
 	// ErrCorrupt: a record that was already durable is damaged (bad framing,
 	// checksum, or index), or the segment files do not fit together. Open
-	// returns it instead of dropping committed entries; GetLog returns it for
-	// a record that does not decode.
+	// returns it (for a damaged record, as a *CorruptError that tells the
+	// operator what to do) instead of dropping entries that may have been
+	// acknowledged; GetLog returns it for a record that does not decode.
 	ErrCorrupt = errors.New("walstore: log corrupt")
 	// ErrFailed: an earlier write, fsync or truncation failed part-way. The
 	// in-memory view may no longer match the disk, so the store refuses all
@@ -375,7 +377,7 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	}
 	var size int64
 	for i, l := range logs {
-		s.scratch = appendRecord(s.scratch[:0], l, i == len(logs)-1)
+		s.scratch = appendRecord(s.scratch[:0], l, i == 0, i == len(logs)-1)
 		s.batch.Write(l.Index-s.base+1, s.scratch)
 		size += frameSize(len(s.scratch))
 	}

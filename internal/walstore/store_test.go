@@ -30,7 +30,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, batchEnd := range []bool{false, true} {
-				b := appendRecord(nil, &tc.log, batchEnd)
+				b := appendRecord(nil, &tc.log, !batchEnd, batchEnd)
 				rec, err := parseRecord(b)
 				if err != nil {
 					t.Fatalf("parseRecord: %v", err)
@@ -58,7 +58,7 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 func TestRecordDataIsCopied(t *testing.T) {
-	b := appendRecord(nil, &raft.Log{Index: 1, Data: []byte("abc"), Extensions: []byte("de")}, true)
+	b := appendRecord(nil, &raft.Log{Index: 1, Data: []byte("abc"), Extensions: []byte("de")}, true, true)
 	rec, err := parseRecord(b)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func FuzzRecordRoundTrip(f *testing.F) {
 		if nsec < 1e9 && sec != 0 {
 			in.AppendedAt = time.Unix(sec, int64(nsec))
 		}
-		b := appendRecord(nil, &in, index%2 == 0)
+		b := appendRecord(nil, &in, index%3 == 0, index%2 == 0)
 		rec, err := parseRecord(b)
 		if err != nil {
 			t.Fatalf("parseRecord: %v", err)
