@@ -55,7 +55,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		m.Close()
 		return fmt.Errorf("rpc listen %s: %w", cfg.RPCAddr, err)
 	}
-	mux := rpc.NewHandler(m, log.With("component", "rpc"))
+	// One listener, two protocols: the gates' submit stream (gRPC) and the
+	// HTTP/1.1 reads, metrics and debug routes on srv.Mux() (see docs/rpc.md).
+	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With("component", "rpc"), ErrorLog: logging.StdLogger(log, "rpc-http")})
+	mux := srv.Mux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "once_manager_raft_log_batches_total",
@@ -86,12 +89,6 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.Failpoints {
 		mountFailpoints(mux, m)
 		log.Warn("failpoints are enabled: /debug/failpoints can cut this manager's Raft links")
-	}
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          logging.StdLogger(log, "rpc-http"),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

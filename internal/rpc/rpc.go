@@ -127,6 +127,10 @@ type SubmitRequest struct {
 	// ProposedJobID, when set, is used as the job ID if the key is new (multi-DC:
 	// the same key gets the same job ID in every datacenter).
 	ProposedJobID string `json:"proposed_job_id,omitempty"`
+	// ResultTTL, when positive, is the COMMITTED or REJECTED lifetime of this
+	// key instead of the manager's configured default; it is fixed by the first
+	// admission and retries cannot change it.
+	ResultTTL time.Duration `json:"result_ttl,omitempty"`
 }
 
 // Rejection is why admission refused a job.
