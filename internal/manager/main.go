@@ -57,7 +57,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	// One listener, two protocols: the gates' submit stream (gRPC) and the
 	// HTTP/1.1 reads, metrics and debug routes on srv.Mux() (see docs/rpc.md).
-	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With("component", "rpc"), ErrorLog: logging.StdLogger(log, "rpc-http")})
+	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.StdLogger(log, "rpc-http")})
 	mux := srv.Mux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	reg.MustRegister(

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
@@ -272,7 +273,7 @@ func (sv *submitter) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, r
 			}
 			r := &rpcpb.SubmitResult{Id: id}
 			if err != nil {
-				r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", "err", err) })
+				r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
 			} else {
 				r.Response = toPBResponse(resp)
 			}
