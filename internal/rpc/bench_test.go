@@ -10,7 +10,9 @@ import (
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/once-dev/once/pkg/api"
 )
@@ -81,12 +83,27 @@ func httpSubmit(ctx context.Context, hc *http.Client, url string, req *SubmitReq
 
 const benchConcurrency = 64
 
-// runConcurrent calls f b.N times from benchConcurrency goroutines.
+// cpuTime is the process's CPU time so far (user + system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runConcurrent calls f b.N times from benchConcurrency goroutines and
+// reports, besides ns/op, the process CPU time per call (client and server
+// together), which neighbours on a shared machine disturb less than wall time.
 func runConcurrent(b *testing.B, f func(i int64) (*SubmitResponse, error)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
+	defer func() {
+		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+	}()
 	for range benchConcurrency {
 		wg.Add(1)
 		go func() {
