@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -364,7 +365,7 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(addr strin
 			default:
 				c.forget(addr) // transport failure: dead connection, refused, timeout
 			}
-			c.log.Debug("rpc attempt failed, retrying", "addr", addr, "path", what, "err", err)
+			c.log.Debug("rpc attempt failed, retrying", logging.KeyAddr, addr, "path", what, logging.KeyError, err)
 		}
 		hops = 0
 		t := time.NewTimer(backoff)
