@@ -158,8 +158,11 @@ func BenchmarkSubmit(b *testing.B) {
 	b.Run("stream", func(b *testing.B) {
 		c := NewClient(ClientConfig{Resolver: StaticResolver{serve(b, svc)}})
 		defer c.Close()
+		s0, si0, r0, ri0 := batchStats.sent.Load(), batchStats.sentItems.Load(), batchStats.received.Load(), batchStats.receivedItems.Load()
 		runConcurrent(b, func(i int64) (*SubmitResponse, error) {
 			return c.Submit(ctx, benchRequest(i))
 		})
+		b.ReportMetric(float64(batchStats.sentItems.Load()-si0)/float64(max(batchStats.sent.Load()-s0, 1)), "subs/msg")
+		b.ReportMetric(float64(batchStats.receivedItems.Load()-ri0)/float64(max(batchStats.received.Load()-r0, 1)), "answers/msg")
 	})
 }

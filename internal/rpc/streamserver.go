@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -217,6 +218,7 @@ func (sv *submitter) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, r
 			if failed != nil {
 				continue // the stream is broken; drain
 			}
+			runtime.Gosched() // let answers that are resolving join this message
 			msg := &rpcpb.SubmitResults{Results: []*rpcpb.SubmitResult{r}}
 			size := approxResultSize(r)
 		more:
