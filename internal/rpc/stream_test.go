@@ -469,3 +469,58 @@ func TestShutdownAnswersWhatTheStreamHolds(t *testing.T) {
 		t.Fatalf("shutdown: %v", err)
 	}
 }
+
+func TestCloseIdleConnectionsAndClose(t *testing.T) {
+	svc := newBlockSvc()
+	c := NewClient(ClientConfig{Resolver: StaticResolver{serve(t, svc)}, Streams: 1})
+	if _, err := c.Submit(context.Background(), &SubmitRequest{Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	lanes := func() (n int) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, p := range c.peers {
+			for i := range p.slots {
+				if p.slots[i].l != nil {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if n := lanes(); n != 1 {
+		t.Fatalf("%d lanes after a submission, want 1", n)
+	}
+	c.CloseIdleConnections()
+	if n := lanes(); n != 0 {
+		t.Fatalf("%d lanes after CloseIdleConnections, want 0", n)
+	}
+	// A later submission opens a new lane.
+	if _, err := c.Submit(context.Background(), &SubmitRequest{Key: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	// A lane something waits on is not idle.
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Submit(context.Background(), &SubmitRequest{Key: "block-1"})
+		errc <- err
+	}()
+	<-svc.started
+	c.CloseIdleConnections()
+	if n := lanes(); n != 1 {
+		t.Fatalf("%d lanes after CloseIdleConnections with a submission waiting, want 1", n)
+	}
+	// Close fails the waiting submission and every later call, at once.
+	c.Close()
+	if err := <-errc; !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("waiting submission after Close: want ErrUnavailable, got %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.Submit(ctx, &SubmitRequest{Key: "c"}); !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+		t.Fatalf("submission after Close: want ErrUnavailable at once, got %v", err)
+	}
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		return errors.Is(svc.endedWith("block-1"), context.Canceled), "the manager to stop waiting for the submission of the closed client"
+	})
+}
