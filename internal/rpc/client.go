@@ -181,6 +181,9 @@ func (c *Client) takeLanes(match func(*lane) bool) []*lane {
 
 // Submit submits a job at the leader, over a submit stream (see stream.go).
 func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+	if n := approxSize(req); n > maxMessageBytes-1024 {
+		return nil, Errorf(CodeInvalid, "a submission of about %d bytes is over the stream's message limit of %d", n, maxMessageBytes)
+	}
 	var resp *SubmitResponse
 	wait := time.Duration(req.WaitMillis) * time.Millisecond
 	err := c.retry(ctx, "submit", func(addr string) error {

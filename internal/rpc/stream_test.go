@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -523,4 +524,45 @@ func TestCloseIdleConnectionsAndClose(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
 		return errors.Is(svc.endedWith("block-1"), context.Canceled), "the manager to stop waiting for the submission of the closed client"
 	})
+}
+
+// TestLargeSubmissionsCross sends submissions whose job bodies are beyond
+// gRPC's default 4 MiB message limit (the gate accepts bodies up to 8 MiB),
+// several at once so that batches must split by size, and gets them back
+// whole in the answers.
+func TestLargeSubmissionsCross(t *testing.T) {
+	svc := newScript(func(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+		return &SubmitResponse{Outcome: OutcomeCommitted, JobID: "j-" + req.Key, Job: &api.Job{JobID: "j-" + req.Key, Payload: req.Job.Payload}}, nil
+	})
+	c := NewClient(ClientConfig{Resolver: StaticResolver{serve(t, svc)}, Streams: 1, AttemptTimeout: 20 * time.Second})
+	t.Cleanup(c.Close)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			payload := json.RawMessage(`"` + string(bytes.Repeat([]byte{'a' + byte(i)}, 3<<20+i)) + `"`)
+			if i == 0 {
+				payload = json.RawMessage(`"` + string(bytes.Repeat([]byte{'z'}, 9<<20)) + `"`)
+			}
+			key := fmt.Sprint("big-", i)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := c.Submit(ctx, &SubmitRequest{Key: key, Job: api.JobRequest{Type: "x", Payload: payload}})
+			if err != nil {
+				t.Errorf("%s: %v", key, err)
+				return
+			}
+			if r.JobID != "j-"+key || !bytes.Equal(r.Job.Payload, payload) {
+				t.Errorf("%s: answer with job %s and a payload of %d bytes, want %d", key, r.JobID, len(r.Job.Payload), len(payload))
+			}
+		}()
+	}
+	wg.Wait()
+
+	// A submission no message can carry is refused at once, not retried.
+	huge := json.RawMessage(`"` + string(bytes.Repeat([]byte{'h'}, maxMessageBytes)) + `"`)
+	if _, err := c.Submit(context.Background(), &SubmitRequest{Key: "huge", Job: api.JobRequest{Type: "x", Payload: huge}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a submission over the message limit: want ErrInvalid, got %v", err)
+	}
 }
