@@ -11,7 +11,7 @@ PKGS    := ./...
 TESTS   := tests
 ABSBIN   = $(abspath $(BIN))
 
-.PHONY: all build test vet fmt-check deps-check unit run run-fresh bench chaos fuzz deploy-images deploy-test clean
+.PHONY: all build test vet fmt-check deps-check unit run run-fresh bench chaos fuzz deploy-images deploy-test clean proto
 
 all: build
 
@@ -94,3 +94,16 @@ deploy-test:
 
 clean:
 	rm -rf $(BIN)
+
+## proto: regenerate internal/rpc/rpcpb from submit.proto (the generated code is
+## checked in, so building needs no protoc). Needs protoc (Debian: apt-get
+## install protobuf-compiler); installs the pinned Go plugins into $(BIN)/.
+PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+proto:
+	GOBIN=$(abspath $(BIN)) $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(abspath $(BIN)) $(GO) install $(PROTOC_GEN_GO_GRPC)
+	PATH=$(abspath $(BIN)):$$PATH protoc -I internal/rpc/rpcpb \
+		--go_out=internal/rpc/rpcpb --go_opt=paths=source_relative \
+		--go-grpc_out=internal/rpc/rpcpb --go-grpc_opt=paths=source_relative \
+		internal/rpc/rpcpb/submit.proto

@@ -260,12 +260,12 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Close releases the gate's resources: the cache's sweeper and the idle
-// connections to managers. It is idempotent and returns nil.
+// Close releases the gate's resources: the cache's sweeper and the
+// connections and submit streams to managers. It is idempotent and returns nil.
 func (g *Gate) Close() error {
 	g.closeOnce.Do(func() {
 		g.cache.Close()
-		g.client.CloseIdleConnections()
+		g.client.Close()
 	})
 	return nil
 }

@@ -74,7 +74,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		m.Close()
 		return fmt.Errorf("rpc listen %s: %w", cfg.RPCAddr, err)
 	}
-	mux := rpc.NewHandler(m, log.With(logging.KeyComponent, "rpc"))
+	// One listener, two protocols: the gates' submit stream (gRPC) and the
+	// HTTP/1.1 reads, metrics and debug routes on srv.Mux() (see docs/rpc.md).
+	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http")})
+	mux := srv.Mux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "once_manager_raft_log_batches_total",
@@ -105,12 +108,6 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	}
 	if opts.Mount != nil {
 		opts.Mount(mux, m)
-	}
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          logging.ErrorLog(log, "rpc-http"),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

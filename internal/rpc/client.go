@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/once-dev/once/internal/logging"
@@ -39,10 +40,13 @@ func (f ResolverFunc) Managers() []string { return f() }
 // ClientConfig configures a Client. Zero values take the defaults noted.
 type ClientConfig struct {
 	Resolver Resolver
-	// Transport carries the requests; nil means a keep-alive transport sized for
-	// many concurrent requests to few hosts.
+	// Transport carries the reads (HTTP/JSON); nil means a keep-alive transport
+	// sized for many concurrent requests to few hosts.
 	Transport http.RoundTripper
-	Logger    *slog.Logger
+	// Streams is how many submit streams (each its own connection) the client
+	// keeps to a manager. Default 2.
+	Streams int
+	Logger  *slog.Logger
 	// AttemptTimeout bounds one attempt against one manager, beyond the time the
 	// manager is allowed to wait on a PENDING entry. Default 3s.
 	AttemptTimeout time.Duration
@@ -65,6 +69,21 @@ type Client struct {
 	mu     sync.Mutex
 	leader string // last known leader, "" when unknown
 	rr     int    // round-robin position over Resolver.Managers()
+	closed bool
+	peers  map[string]*peer // submit streams by manager address
+
+	laneRR atomic.Uint64 // round-robin position over a peer's lanes
+}
+
+// peer holds the submit lanes to one manager; a slot's lane is dialled on
+// first use and again after it fails.
+type peer struct {
+	slots []laneSlot
+}
+
+type laneSlot struct {
+	mu sync.Mutex
+	l  *lane
 }
 
 // NewTransport returns the default transport: keep-alive connections, enough idle
@@ -102,7 +121,10 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Resolver == nil {
 		cfg.Resolver = StaticResolver(nil)
 	}
-	return &Client{cfg: cfg, hc: &http.Client{Transport: cfg.Transport}, log: cfg.Logger}
+	if cfg.Streams <= 0 {
+		cfg.Streams = 2
+	}
+	return &Client{cfg: cfg, hc: &http.Client{Transport: cfg.Transport}, log: cfg.Logger, peers: map[string]*peer{}}
 }
 
 // Leader returns the last known leader's RPC address ("" when unknown).
@@ -112,21 +134,128 @@ func (c *Client) Leader() string {
 	return c.leader
 }
 
-// CloseIdleConnections closes idle keep-alive connections.
-func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
-
-// Submit submits a job at the leader.
-func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, Errorf(CodeInvalid, "encode submit: %v", err)
+// CloseIdleConnections closes idle keep-alive connections and the submit
+// streams nothing waits on; later calls open new ones.
+func (c *Client) CloseIdleConnections() {
+	for _, l := range c.takeLanes(func(l *lane) bool { return l.idle() }) {
+		l.close()
 	}
-	var resp SubmitResponse
+	c.hc.CloseIdleConnections()
+}
+
+// Close closes every connection and stream; submissions still waiting fail
+// with a transport error, and later calls fail with an error matching
+// ErrUnavailable. It waits for the client's goroutines to end.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	for _, l := range c.takeLanes(func(*lane) bool { return true }) {
+		l.close()
+	}
+	c.hc.CloseIdleConnections()
+}
+
+// takeLanes removes from their slots, and returns, the lanes that match.
+func (c *Client) takeLanes(match func(*lane) bool) []*lane {
+	c.mu.Lock()
+	peers := make([]*peer, 0, len(c.peers))
+	for _, p := range c.peers {
+		peers = append(peers, p)
+	}
+	c.mu.Unlock()
+	var out []*lane
+	for _, p := range peers {
+		for i := range p.slots {
+			s := &p.slots[i]
+			s.mu.Lock()
+			if s.l != nil && match(s.l) {
+				out = append(out, s.l)
+				s.l = nil
+			}
+			s.mu.Unlock()
+		}
+	}
+	return out
+}
+
+// Submit submits a job at the leader, over a submit stream (see stream.go).
+func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+	if n := approxSize(req); n > maxMessageBytes-1024 {
+		return nil, Errorf(CodeInvalid, "a submission of about %d bytes is over the stream's message limit of %d", n, maxMessageBytes)
+	}
+	var resp *SubmitResponse
 	wait := time.Duration(req.WaitMillis) * time.Millisecond
-	if err := c.do(ctx, http.MethodPost, "/rpc/v1/submit", nil, body, wait, &resp); err != nil {
+	err := c.retry(ctx, "submit", func(addr string) error {
+		r, err := c.submitAttempt(ctx, addr, req, wait)
+		resp = r
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	return &resp, nil
+	return resp, nil
+}
+
+// submitAttempt sends req on a lane to addr and waits for its answer, for at
+// most AttemptTimeout+extra; a caller that stops waiting cancels it there.
+func (c *Client) submitAttempt(ctx context.Context, addr string, req *SubmitRequest, extra time.Duration) (*SubmitResponse, error) {
+	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
+	defer cancel()
+	l, err := c.lane(actx, addr)
+	if err != nil {
+		return nil, fmt.Errorf("rpc submit %s: %w", addr, err)
+	}
+	deadline, _ := actx.Deadline()
+	call, err := l.enqueue(req, deadline)
+	if err != nil {
+		return nil, fmt.Errorf("rpc submit %s: %w", addr, err)
+	}
+	select {
+	case r := <-call.done:
+		return r.resp, r.err
+	case <-actx.Done():
+		l.abandon(call)
+		return nil, fmt.Errorf("rpc submit %s: %w", addr, actx.Err())
+	}
+}
+
+// lane returns a live lane to addr, dialling one if its slot has none.
+func (c *Client) lane(ctx context.Context, addr string) (*lane, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errClientClosed
+	}
+	p := c.peers[addr]
+	if p == nil {
+		p = &peer{slots: make([]laneSlot, c.cfg.Streams)}
+		c.peers[addr] = p
+	}
+	c.mu.Unlock()
+	s := &p.slots[c.laneRR.Add(1)%uint64(len(p.slots))]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.l != nil && !s.l.dead() {
+		return s.l, nil
+	}
+	if s.l != nil {
+		s.l.wg.Wait() // a dead lane's goroutines are ending
+		s.l = nil
+	}
+	l, err := dialLane(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed { // Close ran while we dialled
+		l.close()
+		return nil, errClientClosed
+	}
+	s.l = l
+	return l, nil
 }
 
 // GetJob reads a job at the leader.
@@ -195,15 +324,29 @@ func (c *Client) StatusOf(ctx context.Context, addr string) (*Status, error) {
 const maxHintHops = 3
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body []byte, extra time.Duration, out any) error {
+	return c.retry(ctx, path, func(addr string) error {
+		return c.attempt(ctx, addr, method, path, q, body, extra, out)
+	})
+}
+
+// errClientClosed is what calls on a closed Client get.
+var errClientClosed = &Error{Code: CodeUnavailable, Message: "the rpc client is closed"}
+
+// retry runs attempt against the leader (or a resolved manager) until it
+// succeeds, answers definitely, or ctx ends; what names the call in logs.
+func (c *Client) retry(ctx context.Context, what string, attempt func(addr string) error) error {
 	backoff := c.cfg.RetryBackoff
 	var last error
 	hops := 0
 	for {
+		if c.isClosed() {
+			return errClientClosed
+		}
 		addr := c.pick()
 		if addr == "" {
 			last = errors.New("no manager address known")
 		} else {
-			err := c.attempt(ctx, addr, method, path, q, body, extra, out)
+			err := attempt(addr)
 			if err == nil {
 				c.setLeader(addr)
 				return nil
@@ -225,7 +368,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 			default:
 				c.forget(addr) // transport failure: dead connection, refused, timeout
 			}
-			c.log.Debug("rpc attempt failed, retrying", logging.KeyAddr, addr, logging.KeyPath, path, logging.KeyError, err)
+			c.log.Debug("rpc attempt failed, retrying", logging.KeyAddr, addr, logging.KeyPath, what, logging.KeyError, err)
 		}
 		hops = 0
 		t := time.NewTimer(backoff)
@@ -291,6 +434,12 @@ func (c *Client) pick() string {
 	}
 	c.rr = (c.rr + 1) % len(ms)
 	return ms[c.rr]
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 func (c *Client) setLeader(addr string) {

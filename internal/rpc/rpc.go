@@ -1,13 +1,20 @@
-// Package rpc is the internal protocol between gates and managers: JSON over
-// HTTP/1.1 with keep-alive connections, on the manager's RPC listener.
+// Package rpc is the internal protocol between gates and managers, on the
+// manager's RPC listener (docs/rpc.md):
 //
-// Errors keep their identity across the wire: a manager answers an error as a
-// JSON Error with a stable Code, and the client turns it back into an *Error that
-// matches the sentinels below with errors.Is. Nothing is ever matched by text.
+//   - submissions travel on a gRPC bidirectional stream (rpcpb, Submitter.Submit),
+//     many per message, each answered as soon as it resolves (stream.go for the
+//     gate's side, streamserver.go for the manager's);
+//   - reads and status are JSON over HTTP/1.1 with keep-alive connections.
 //
-// Endpoints (all under /rpc/v1):
+// Server tells the two apart by a connection's first bytes (cmux).
 //
-//	POST /rpc/v1/submit            SubmitRequest → SubmitResponse
+// Errors keep their identity across the wire: a manager answers an error with a
+// stable Code (a JSON Error, or its protobuf mirror on the stream), and the
+// client turns it back into an *Error that matches the sentinels below with
+// errors.Is. Nothing is ever matched by text.
+//
+// HTTP endpoints (all under /rpc/v1):
+//
 //	GET  /rpc/v1/jobs/{id}?tenant= → api.Job
 //	GET  /rpc/v1/jobs?tenant=&type=&status=&limit=&after= → ListJobsResponse
 //	GET  /rpc/v1/keys?tenant=&key= → api.KeyInfo

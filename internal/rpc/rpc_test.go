@@ -12,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 // fakeManager is a Service whose leadership and failures the test controls.
 type fakeManager struct {
@@ -79,17 +78,36 @@ func (f *fakeManager) Status(ctx context.Context) (*Status, error) {
 	return &Status{IsLeader: f.leader, LeaderRPC: f.leaderRPC}, nil
 }
 
-func serve(t *testing.T, svc Service) string {
+// serve serves svc with a Server on a loopback port, closed when the test ends,
+// and returns its address.
+func serve(t testing.TB, svc Service) string {
 	t.Helper()
-	srv := httptest.NewServer(NewHandler(svc, nil))
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	addr, _ := serveServer(t, svc)
+	return addr
 }
 
-func newClient(t *testing.T, addrs ...string) *Client {
+func serveServer(t testing.TB, svc Service) (string, *Server) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(svc, ServerConfig{})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
+		}
+	})
+	return ln.Addr().String(), srv
+}
+
+func newClient(t testing.TB, addrs ...string) *Client {
 	t.Helper()
 	c := NewClient(ClientConfig{Resolver: StaticResolver(addrs), AttemptTimeout: time.Second})
-	t.Cleanup(c.CloseIdleConnections)
+	t.Cleanup(c.Close)
 	return c
 }
 

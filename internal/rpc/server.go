@@ -3,7 +3,6 @@ package rpc
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -11,18 +10,18 @@ import (
 	"github.com/once-dev/once/internal/logging"
 )
 
-// maxRequestBytes bounds an RPC request body: a job body is at most a few MiB.
+// maxRequestBytes bounds an RPC answer's body: a job body is at most a few MiB.
 const maxRequestBytes = 16 << 20
 
-// NewHandler serves svc on its own ServeMux (never the global one). Extra
-// routes (metrics, failpoints) may be added to the returned mux by the caller.
+// NewHandler serves svc's reads (HTTP/JSON) on its own ServeMux (never the
+// global one). Extra routes (metrics, failpoints) may be added to the returned
+// mux by the caller. Submissions travel on the submit stream (NewServer).
 func NewHandler(svc Service, logger *slog.Logger) *http.ServeMux {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	h := &handler{svc: svc, log: logger}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /rpc/v1/submit", h.submit)
 	mux.HandleFunc("GET /rpc/v1/jobs/{id}", h.getJob)
 	mux.HandleFunc("GET /rpc/v1/jobs", h.listJobs)
 	mux.HandleFunc("GET /rpc/v1/keys", h.getKey)
@@ -33,25 +32,6 @@ func NewHandler(svc Service, logger *slog.Logger) *http.ServeMux {
 type handler struct {
 	svc Service
 	log *slog.Logger
-}
-
-func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
-	var req SubmitRequest
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
-	if err != nil {
-		writeError(w, Errorf(CodeInvalid, "read body: %v", err))
-		return
-	}
-	if len(body) > maxRequestBytes {
-		writeError(w, Errorf(CodeInvalid, "request body over %d bytes", maxRequestBytes))
-		return
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, Errorf(CodeInvalid, "decode submit request: %v", err))
-		return
-	}
-	resp, err := h.svc.Submit(r.Context(), &req)
-	h.reply(w, resp, err)
 }
 
 func (h *handler) getJob(w http.ResponseWriter, r *http.Request) {

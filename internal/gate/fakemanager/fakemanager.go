@@ -1,7 +1,7 @@
 // Package fakemanager is an in-memory stand-in for a datacenter's manager
 // leader, for the gate's tests and benchmarks: a small idempotency ledger that
-// implements rpc.Service and is served with rpc.NewHandler, so the gate talks to
-// it through the real RPC client.
+// implements rpc.Service and is served with rpc.NewServer, so the gate talks to
+// it through the real RPC client and protocol.
 //
 // It keeps what the real ledger promises at the gate's boundary: entries deduped
 // by (tenant, key) with fingerprints; PENDING, COMMITTED and REJECTED states with
@@ -18,9 +18,8 @@ package fakemanager
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
+	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -132,13 +131,25 @@ func New(opts Options) *Manager {
 	}
 }
 
-// Serve serves m over the RPC protocol on an httptest server bound to
+// Serve serves m over the RPC protocol (rpc.NewServer) on a port of
 // 127.0.0.1, closed at the end of the test, and returns its address (host:port).
 func Serve(tb testing.TB, m *Manager) string {
 	tb.Helper()
-	srv := httptest.NewServer(rpc.NewHandler(m, nil))
-	tb.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := rpc.NewServer(m, rpc.ServerConfig{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	tb.Cleanup(func() {
+		_ = srv.Close()
+		<-done
+	})
+	return ln.Addr().String()
 }
 
 // Submits returns how many Submit calls reached the manager.

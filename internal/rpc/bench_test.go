@@ -1,0 +1,168 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// trivialSvc answers every submission at once, as a committed job.
+type trivialSvc struct{ *fakeManager }
+
+func (trivialSvc) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+	id := "j-" + req.Key
+	return &SubmitResponse{Outcome: OutcomeCommitted, JobID: id, Job: &api.Job{
+		JobID: id, Type: req.Job.Type, Status: api.JobStatusCommitted, IdempotencyKey: req.Key,
+		CreatedAt: "2026-11-23T20:00:00Z", Datacenters: map[string]api.DatacenterStatus{"dc1": {Status: "committed"}},
+		Payload: req.Job.Payload,
+	}}, nil
+}
+
+// httpSubmitHandler is the submit endpoint this package served before the
+// stream (one JSON request and answer per HTTP/1.1 exchange), kept here only as
+// the benchmark's baseline.
+func httpSubmitHandler(svc Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req SubmitRequest
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+		if err == nil {
+			err = json.Unmarshal(body, &req)
+		}
+		if err != nil {
+			writeError(w, Errorf(CodeInvalid, "decode submit request: %v", err))
+			return
+		}
+		resp, err := svc.Submit(r.Context(), &req)
+		if err != nil {
+			writeError(w, Errorf(CodeInternal, "%v", err))
+			return
+		}
+		b, _ := json.Marshal(resp)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	})
+}
+
+// httpSubmit is the client side of that baseline.
+func httpSubmit(ctx context.Context, hc *http.Client, url string, req *SubmitRequest) (*SubmitResponse, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, decodeError(resp.StatusCode, b)
+	}
+	var out SubmitResponse
+	return &out, json.Unmarshal(b, &out)
+}
+
+const benchConcurrency = 64
+
+// cpuTime is the process's CPU time so far (user + system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runConcurrent calls f b.N times from benchConcurrency goroutines and
+// reports, besides ns/op, the process CPU time per call (client and server
+// together), which neighbours on a shared machine disturb less than wall time.
+func runConcurrent(b *testing.B, f func(i int64) (*SubmitResponse, error)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	defer func() {
+		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+	}()
+	for range benchConcurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				r, err := f(i)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if r.Outcome != OutcomeCommitted {
+					b.Errorf("outcome %s", r.Outcome)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func benchRequest(i int64) *SubmitRequest {
+	return &SubmitRequest{
+		Tenant:      "tenant-1",
+		Key:         fmt.Sprintf("c7b9a3e2-bench-%012d", i),
+		Fingerprint: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+		Job:         api.JobRequest{Type: "email.send", Payload: json.RawMessage(`{"to":"someone@example.com","template":"welcome","vars":{"name":"Ada"}}`)},
+		WaitMillis:  5000,
+	}
+}
+
+// BenchmarkSubmit compares one submission per HTTP/1.1 JSON exchange (the
+// protocol before the stream) with the batched gRPC stream, at 64 concurrent
+// callers on loopback, against a Service that answers at once: ns/op is the
+// cost of the protocol on both sides (client and server share the process).
+func BenchmarkSubmit(b *testing.B) {
+	svc := trivialSvc{&fakeManager{leader: true}}
+	ctx := context.Background()
+	b.Run("http-json", func(b *testing.B) {
+		srv := httptest.NewServer(httpSubmitHandler(svc))
+		defer srv.Close()
+		tr := NewTransport()
+		defer tr.CloseIdleConnections()
+		hc := &http.Client{Transport: tr}
+		runConcurrent(b, func(i int64) (*SubmitResponse, error) {
+			return httpSubmit(ctx, hc, srv.URL+"/rpc/v1/submit", benchRequest(i))
+		})
+	})
+	b.Run("stream", func(b *testing.B) {
+		c := NewClient(ClientConfig{Resolver: StaticResolver{serve(b, svc)}})
+		defer c.Close()
+		s0, si0, r0, ri0 := batchStats.sent.Load(), batchStats.sentItems.Load(), batchStats.received.Load(), batchStats.receivedItems.Load()
+		runConcurrent(b, func(i int64) (*SubmitResponse, error) {
+			return c.Submit(ctx, benchRequest(i))
+		})
+		b.ReportMetric(float64(batchStats.sentItems.Load()-si0)/float64(max(batchStats.sent.Load()-s0, 1)), "subs/msg")
+		b.ReportMetric(float64(batchStats.receivedItems.Load()-ri0)/float64(max(batchStats.received.Load()-r0, 1)), "answers/msg")
+	})
+}

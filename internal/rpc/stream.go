@@ -1,0 +1,281 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/once-dev/once/internal/rpc/rpcpb"
+)
+
+// The gate's side of the submit stream. A Client keeps, per manager address, a
+// few lanes: a lane is one gRPC connection carrying one long-lived Submit
+// stream, a sender goroutine and a receiver goroutine. A submission is queued
+// on a lane and waits for its answer; the sender takes everything queued
+// while its previous Send was in progress (up to maxBatchItems and
+// maxBatchBytes) into one message, so an idle lane sends at once and a busy
+// one batches, with no timer. A lane whose stream fails fails every
+// submission waiting on it (a transport error: the caller retries) and is
+// replaced on next use.
+
+const (
+	// maxBatchItems and maxBatchBytes bound one message of a stream (a single
+	// submission larger than maxBatchBytes travels alone).
+	maxBatchItems = 256
+	maxBatchBytes = 4 << 20
+	// maxMessageBytes is the largest message either side accepts: a batch, or
+	// one submission of up to maxRequestBytes with room to spare.
+	maxMessageBytes = 64 << 20
+)
+
+// errLaneClosed fails the submissions of a lane the client closed.
+// batchStats counts the messages of every stream of the process and the
+// submissions or answers they carried (BenchmarkSubmit reports items per
+// message from them).
+var batchStats struct {
+	sent, sentItems, received, receivedItems atomic.Int64
+}
+
+var errLaneClosed = errors.New("submit stream closed by the client")
+
+// call is one submission waiting on a lane.
+type call struct {
+	id       uint64
+	req      *SubmitRequest
+	deadline time.Time // zero: none
+	done     chan callResult
+	sent     bool
+	dropped  bool // its caller stopped waiting before it was sent
+}
+
+type callResult struct {
+	resp *SubmitResponse
+	err  error
+}
+
+type lane struct {
+	addr   string
+	cc     *grpc.ClientConn
+	stream grpc.BidiStreamingClient[rpcpb.SubmitBatch, rpcpb.SubmitResults]
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	wake    *sync.Cond // signals the sender: queue, cancels or err changed
+	queue   []*call
+	cancels []uint64
+	pending map[uint64]*call // queued or sent, not answered
+	nextID  uint64
+	err     error // non-nil once the lane is dead
+}
+
+// dialLane connects to addr and opens a Submit stream, within ctx.
+func dialLane(ctx context.Context, addr string) (*lane, error) {
+	cc, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	// Fail fast like a refused dial: wait for the connection to be ready or to
+	// fail, within the caller's attempt.
+	cc.Connect()
+	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if s == connectivity.TransientFailure || s == connectivity.Shutdown {
+			_ = cc.Close()
+			return nil, fmt.Errorf("connect %s: %s", addr, s)
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			_ = cc.Close()
+			return nil, fmt.Errorf("connect %s: %w", addr, ctx.Err())
+		}
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	st, err := rpcpb.NewSubmitterClient(cc).Submit(sctx)
+	if err != nil {
+		cancel()
+		_ = cc.Close()
+		return nil, fmt.Errorf("open submit stream to %s: %w", addr, err)
+	}
+	l := &lane{addr: addr, cc: cc, stream: st, cancel: cancel, pending: map[uint64]*call{}}
+	l.wake = sync.NewCond(&l.mu)
+	l.wg.Add(2)
+	go l.send()
+	go l.receive()
+	return l, nil
+}
+
+// dead reports whether the lane failed or was closed.
+func (l *lane) dead() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err != nil
+}
+
+// idle reports whether nothing waits on the lane.
+func (l *lane) idle() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending) == 0
+}
+
+// enqueue queues req; the answer arrives on the returned call's done.
+func (l *lane) enqueue(req *SubmitRequest, deadline time.Time) (*call, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return nil, l.err
+	}
+	l.nextID++
+	c := &call{id: l.nextID, req: req, deadline: deadline, done: make(chan callResult, 1)}
+	l.pending[c.id] = c
+	l.queue = append(l.queue, c)
+	l.wake.Signal()
+	return c, nil
+}
+
+// abandon stops waiting for c: a queued call is not sent; a sent one is
+// cancelled at the manager with the next message.
+func (l *lane) abandon(c *call) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.pending[c.id]; !ok || l.err != nil {
+		return
+	}
+	delete(l.pending, c.id)
+	if !c.sent {
+		c.dropped = true
+		return
+	}
+	l.cancels = append(l.cancels, c.id)
+	l.wake.Signal()
+}
+
+// fail kills the lane: every waiting submission gets err, the stream and the
+// connection are closed. The first error wins.
+func (l *lane) fail(err error) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.err = err
+	for id, c := range l.pending {
+		c.done <- callResult{err: err}
+		delete(l.pending, id)
+	}
+	l.queue, l.cancels = nil, nil
+	l.wake.Broadcast()
+	l.mu.Unlock()
+	l.cancel()
+	_ = l.cc.Close()
+}
+
+// close fails the lane with errLaneClosed and waits for its goroutines.
+func (l *lane) close() {
+	l.fail(errLaneClosed)
+	l.wg.Wait()
+}
+
+func (l *lane) send() {
+	defer l.wg.Done()
+	for {
+		l.mu.Lock()
+		for len(l.queue) == 0 && len(l.cancels) == 0 && l.err == nil {
+			l.wake.Wait()
+		}
+		if l.err != nil {
+			l.mu.Unlock()
+			return
+		}
+		// Yield once, so that callers already runnable can queue theirs and
+		// travel in this message: batching without a timer.
+		l.mu.Unlock()
+		runtime.Gosched()
+		l.mu.Lock()
+		if l.err != nil {
+			l.mu.Unlock()
+			return
+		}
+		batch := &rpcpb.SubmitBatch{Cancel: l.cancels}
+		l.cancels = nil
+		bytes, n := 0, 0
+		for n < len(l.queue) && len(batch.Items) < maxBatchItems {
+			c := l.queue[n]
+			if c.dropped {
+				n++
+				continue
+			}
+			sz := approxSize(c.req)
+			if len(batch.Items) > 0 && bytes+sz > maxBatchBytes {
+				break
+			}
+			n++
+			bytes += sz
+			c.sent = true
+			it := &rpcpb.SubmitItem{Id: c.id, Request: toPBRequest(c.req)}
+			if !c.deadline.IsZero() {
+				it.TimeoutMicros = max(time.Until(c.deadline).Microseconds(), 1)
+			}
+			batch.Items = append(batch.Items, it)
+		}
+		l.queue = l.queue[n:]
+		if len(l.queue) == 0 {
+			l.queue = nil // let the backing array go
+		}
+		l.mu.Unlock()
+		if len(batch.Items) == 0 && len(batch.Cancel) == 0 {
+			continue
+		}
+		batchStats.sent.Add(1)
+		batchStats.sentItems.Add(int64(len(batch.Items)))
+		if err := l.stream.Send(batch); err != nil {
+			l.fail(fmt.Errorf("submit stream to %s: send: %w", l.addr, err))
+			return
+		}
+	}
+}
+
+func (l *lane) receive() {
+	defer l.wg.Done()
+	for {
+		msg, err := l.stream.Recv()
+		if err != nil {
+			l.fail(fmt.Errorf("submit stream to %s: receive: %w", l.addr, err))
+			return
+		}
+		batchStats.received.Add(1)
+		batchStats.receivedItems.Add(int64(len(msg.GetResults())))
+		for _, r := range msg.GetResults() {
+			var res callResult
+			if pe := r.GetError(); pe != nil {
+				res.err = fromPBError(pe)
+			} else {
+				res.resp = fromPBResponse(r.GetResponse())
+			}
+			l.mu.Lock()
+			c, ok := l.pending[r.GetId()]
+			delete(l.pending, r.GetId())
+			l.mu.Unlock()
+			if ok { // else abandoned: nobody waits
+				c.done <- res
+			}
+		}
+	}
+}

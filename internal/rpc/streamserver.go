@@ -1,0 +1,325 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/soheilhy/cmux"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
+)
+
+// ServerConfig configures a Server. Zero values take the defaults noted.
+type ServerConfig struct {
+	Logger *slog.Logger
+	// ErrorLog receives the HTTP server's own errors (default: the standard
+	// logger, as net/http does).
+	ErrorLog *log.Logger
+	// MaxInFlight bounds the submissions one stream serves at once; a stream at
+	// the bound reads no more until one resolves (default 1024).
+	MaxInFlight int
+}
+
+// Server serves a Service on one listener: connections that open with the
+// HTTP/2 preface carry the submit stream (gRPC), every other connection is
+// HTTP/1.1 and served by Mux (the reads and whatever the caller adds). The
+// listener is split by github.com/soheilhy/cmux, as etcd splits its client
+// port.
+type Server struct {
+	svc         Service
+	log         *slog.Logger
+	maxInFlight int
+	mux         *http.ServeMux
+	http        *http.Server
+	grpc        *grpc.Server
+
+	draining  chan struct{} // closed by Shutdown and Close: streams finish what they hold and end
+	drainOnce sync.Once
+	streams   sync.WaitGroup // goroutines a stream leaves behind its handler
+
+	mu      sync.Mutex
+	ln      net.Listener
+	closed  bool
+	serving sync.WaitGroup // Serve and what it started
+}
+
+// NewServer returns a Server of svc.
+func NewServer(svc Service, cfg ServerConfig) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 1024
+	}
+	s := &Server{
+		svc:         svc,
+		log:         cfg.Logger,
+		maxInFlight: cfg.MaxInFlight,
+		mux:         NewHandler(svc, cfg.Logger),
+		draining:    make(chan struct{}),
+	}
+	s.http = &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          cfg.ErrorLog,
+	}
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMessageBytes),
+		grpc.MaxSendMsgSize(maxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WaitForHandlers(true),
+	)
+	rpcpb.RegisterSubmitterServer(s.grpc, &submitter{s: s})
+	return s
+}
+
+// Mux is the HTTP/1.1 side's ServeMux: add routes before Serve.
+func (s *Server) Mux() *http.ServeMux { return s.mux }
+
+// Serve serves ln until Shutdown or Close, and then returns
+// http.ErrServerClosed (as http.Server.Serve does); any other error is a
+// failure of the listener.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return http.ErrServerClosed
+	}
+	s.ln = ln
+	s.serving.Add(1)
+	s.mu.Unlock()
+	defer s.serving.Done()
+
+	m := cmux.New(ln)
+	m.SetReadTimeout(5 * time.Second) // a connection that says nothing is dropped
+	grpcL := m.Match(cmux.HTTP2())
+	httpL := ownedListener{m.Match(cmux.Any())}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = s.grpc.Serve(grpcL) }()
+	go func() { defer wg.Done(); _ = s.http.Serve(httpL) }()
+	err := m.Serve() // returns when ln is closed
+	m.Close()        // ends the two Serve calls above
+	wg.Wait()
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return http.ErrServerClosed
+	}
+	return err
+}
+
+// Shutdown stops accepting connections, lets every stream answer the
+// submissions it holds (the gates retry what it had not started), lets the
+// HTTP requests in flight finish, and returns when all is done or ctx ends
+// (then it cuts what is left, as Close does, and returns ctx's error).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.drainOnce.Do(func() { close(s.draining) })
+	s.closeListener()
+	herr := s.http.Shutdown(ctx)
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-stopped
+	}
+	s.streams.Wait()
+	s.serving.Wait()
+	if herr != nil {
+		_ = s.http.Close()
+		return herr
+	}
+	return ctx.Err()
+}
+
+// Close stops at once: connections are closed and the submissions in flight
+// are cancelled (their gates retry).
+func (s *Server) Close() error {
+	s.drainOnce.Do(func() { close(s.draining) })
+	s.closeListener()
+	err := s.http.Close()
+	s.grpc.Stop()
+	s.streams.Wait()
+	s.serving.Wait()
+	return err
+}
+
+// ownedListener is a cmux listener whose Close leaves the shared listener
+// alone: the Server closes that itself.
+type ownedListener struct{ net.Listener }
+
+func (ownedListener) Close() error { return nil }
+
+func (s *Server) closeListener() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+}
+
+// submitter serves the Submit stream: each submission of a batch runs
+// Service.Submit in its own goroutine (at most MaxInFlight per stream), with
+// the deadline the gate sent, and its answer is sent as soon as it resolves;
+// answers that resolve while a Send is in progress travel together in the
+// next message.
+type submitter struct {
+	rpcpb.UnimplementedSubmitterServer
+	s *Server
+}
+
+func (sv *submitter) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpcpb.SubmitResults]) error {
+	s := sv.s
+	ctx := stream.Context()
+
+	batches := make(chan *rpcpb.SubmitBatch)
+	recvErr := make(chan error, 1)
+	s.streams.Add(1)
+	go func() {
+		defer s.streams.Done()
+		for {
+			b, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case batches <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	// out holds at most MaxInFlight answers, so a resolving submission never
+	// blocks on it.
+	out := make(chan *rpcpb.SubmitResult, s.maxInFlight)
+	sendErr := make(chan error, 1)
+	go func() {
+		var failed error
+		for r := range out {
+			if failed != nil {
+				continue // the stream is broken; drain
+			}
+			runtime.Gosched() // let answers that are resolving join this message
+			msg := &rpcpb.SubmitResults{Results: []*rpcpb.SubmitResult{r}}
+			size := approxResultSize(r)
+		more:
+			for len(msg.Results) < maxBatchItems && size < maxBatchBytes {
+				select {
+				case r, ok := <-out:
+					if !ok {
+						break more
+					}
+					msg.Results = append(msg.Results, r)
+					size += approxResultSize(r)
+				default:
+					break more
+				}
+			}
+			if err := stream.Send(msg); err != nil {
+				failed = err
+			}
+		}
+		sendErr <- failed
+	}()
+
+	sem := make(chan struct{}, s.maxInFlight)
+	var (
+		mu       sync.Mutex
+		inflight = map[uint64]context.CancelFunc{}
+		items    sync.WaitGroup
+		err      error
+	)
+	start := func(it *rpcpb.SubmitItem) {
+		var ictx context.Context
+		var cancel context.CancelFunc
+		if t := it.GetTimeoutMicros(); t > 0 {
+			ictx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Microsecond)
+		} else {
+			ictx, cancel = context.WithCancel(ctx)
+		}
+		id := it.GetId()
+		mu.Lock()
+		inflight[id] = cancel
+		mu.Unlock()
+		items.Add(1)
+		go func() {
+			defer items.Done()
+			defer func() { <-sem }()
+			resp, err := s.svc.Submit(ictx, fromPBRequest(it.GetRequest()))
+			mu.Lock()
+			_, wanted := inflight[id]
+			delete(inflight, id)
+			mu.Unlock()
+			cancel()
+			if !wanted {
+				return // the gate cancelled it: nobody waits for the answer
+			}
+			r := &rpcpb.SubmitResult{Id: id}
+			if err != nil {
+				r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
+			} else {
+				r.Response = toPBResponse(resp)
+			}
+			out <- r
+		}()
+	}
+loop:
+	for {
+		select {
+		case b := <-batches:
+			for _, it := range b.GetItems() {
+				select {
+				case sem <- struct{}{}:
+					start(it)
+				case <-ctx.Done():
+					break loop
+				case <-s.draining:
+					break loop
+				}
+			}
+			mu.Lock()
+			for _, id := range b.GetCancel() {
+				if cancel, ok := inflight[id]; ok {
+					delete(inflight, id)
+					cancel()
+				}
+			}
+			mu.Unlock()
+		case e := <-recvErr:
+			if !errors.Is(e, io.EOF) {
+				err = e
+			}
+			break loop
+		case <-ctx.Done():
+			err = ctx.Err()
+			break loop
+		case <-s.draining:
+			break loop
+		}
+	}
+	items.Wait()
+	close(out)
+	if serr := <-sendErr; err == nil {
+		err = serr
+	}
+	return err
+}
