@@ -2,6 +2,7 @@ package manager
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -226,22 +227,12 @@ func (m *Manager) computeView(src ClockSource) (clockwatch.View, []membership.Pe
 			offs = append(offs, o.Offset)
 		}
 	}
-	slices.SortFunc(peers, func(a, b membership.PeerOffset) int { return compareStrings(a.NodeID, b.NodeID) })
+	slices.SortFunc(peers, func(a, b membership.PeerOffset) int { return strings.Compare(a.NodeID, b.NodeID) })
 	n := len(voters)
 	if !voters[m.cfg.NodeID] {
 		n++ // not (yet) a voter: judge as if one
 	}
 	return clockwatch.GroupView(n, offs, m.cfg.MaxClockOffset), peers
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // ClockState is this manager's clock as the clock watch sees it.

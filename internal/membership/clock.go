@@ -3,6 +3,7 @@ package membership
 import (
 	"encoding/binary"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -94,6 +95,6 @@ func (p *Pool) ClockOffsets() []PeerOffset {
 		out = append(out, PeerOffset{Name: name, NodeID: m.Meta.NodeID, Role: m.Meta.Role,
 			Offset: e.Offset, RTT: e.RTT, Samples: e.Samples})
 	}
-	slices.SortFunc(out, func(a, b PeerOffset) int { return cmpString(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b PeerOffset) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }

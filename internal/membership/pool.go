@@ -22,6 +22,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -320,7 +321,7 @@ func (p *Pool) Members() []Member {
 		}
 		out = append(out, c)
 	}
-	slices.SortFunc(out, func(a, b Member) int { return cmpString(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -338,22 +339,12 @@ func (p *Pool) Managers(dc string) []Member {
 		}
 	}
 	slices.SortFunc(out, func(a, b Member) int {
-		if c := cmpString(a.Meta.NodeID, b.Meta.NodeID); c != 0 {
+		if c := strings.Compare(a.Meta.NodeID, b.Meta.NodeID); c != 0 {
 			return c
 		}
-		return cmpString(a.Name, b.Name)
+		return strings.Compare(a.Name, b.Name)
 	})
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (p *Pool) reapLocked(now time.Time) {
