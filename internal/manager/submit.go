@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/ledger"
@@ -78,13 +77,10 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			}
 		}
 
-		jobID := req.ProposedJobID
-		if jobID == "" {
-			id, err := uuid.NewV7()
-			if err != nil {
-				return nil, rpc.Errorf(rpc.CodeInternal, "job id: %v", err)
-			}
-			jobID = id.String()
+		jobID := submissionJobID(req)
+		if resp, ok := m.retainedJob(req, k, jobID); ok {
+			m.endProposal(req.Tenant, req.Key, proposal)
+			return resp, nil
 		}
 		now := m.now()
 		cmd := ledger.Reserve{
@@ -108,7 +104,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		}
 		switch res.Outcome {
 		case ledger.OutcomeReserved:
-			return m.resolve(ctx, res.Entry, false)
+			return m.resolveAt(ctx, res.Entry, false, m.expiryBasis(req))
 		case ledger.OutcomeExists:
 			if res.Entry.State != ledger.StatePending {
 				return m.entryResponse(res.Entry, "", true), nil
@@ -228,6 +224,12 @@ func (m *Manager) admit(e ledger.Entry) decision {
 
 // resolve runs admission on a PENDING entry and makes the outcome durable.
 func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*rpc.SubmitResponse, error) {
+	return m.resolveAt(ctx, e, replayed, m.now())
+}
+
+// resolveAt is resolve with the instant the entry's TTL counts from (see
+// expiryBasis).
+func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, basis time.Time) (*rpc.SubmitResponse, error) {
 	d := m.admit(e)
 	now := m.now()
 	var cmd ledger.Command
@@ -235,11 +237,11 @@ func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*
 		m.inflight.Add(1)
 		defer m.inflight.Add(-1)
 		cmd = ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt:    now.Add(m.cfg.Idempotency.CommittedTTL).UnixNano(),
+			ExpiresAt:    basisExpiry(basis, now, m.cfg.Idempotency.CommittedTTL),
 			JobExpiresAt: now.Add(m.cfg.JobRetention).UnixNano()}
 	} else {
 		cmd = ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt: now.Add(m.cfg.Idempotency.RejectedTTL).UnixNano(),
+			ExpiresAt: basisExpiry(basis, now, m.cfg.Idempotency.RejectedTTL),
 			Status:    d.status, Reason: d.reason, Detail: d.detail}
 	}
 	res, err := m.apply(ctx, cmd)
@@ -254,6 +256,14 @@ func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*
 		return m.entryResponse(res.Entry, "", true), nil
 	case ledger.OutcomeNotFound:
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "the pending entry expired before admission finished; retry")
+	case ledger.OutcomeJobIDInUse:
+		// The derived job ID names a job that is still retained: the same
+		// (tenant, key, fingerprint) committed before and its entry expired.
+		// That job is the answer; no second one is created.
+		if resp, ok := m.retainedJobResponse(e.Tenant, e.JobID); ok {
+			return resp, nil
+		}
+		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: job %s in use but not found", e.JobID)
 	default:
 		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: unexpected outcome %s: %v", res.Outcome, res.Err)
 	}

@@ -131,6 +131,11 @@ type SubmitRequest struct {
 	// key instead of the manager's configured default; it is fixed by the first
 	// admission and retries cannot change it.
 	ResultTTL time.Duration `json:"result_ttl,omitempty"`
+	// ExpiryBasis, when set, is the instant the entry's COMMITTED or REJECTED
+	// TTL counts from, stamped by the gate; a gate sends the same basis to
+	// every datacenter of a submission so that they all expire it at the
+	// same instant. A leader whose clock is too far from it uses its own.
+	ExpiryBasis time.Time `json:"expiry_basis,omitzero"`
 }
 
 // Rejection is why admission refused a job.
