@@ -45,6 +45,9 @@ type Deps struct {
 	// Now is the clock of the idempotency cache and of Retry-After values
 	// (default time.Now).
 	Now func() time.Time
+	// Federation lists the other datacenters and their managers (default:
+	// none, a job may name only the gate's own datacenter).
+	Federation Federation
 }
 
 // Gate is one gate: its idempotency cache, its client of the manager leader and
@@ -59,6 +62,9 @@ type Gate struct {
 	cache   *cache.Cache[*response]
 	metrics *metrics
 	mux     *http.ServeMux
+
+	federation Federation // nil: the gate's own datacenter only
+	remote     dcClients  // clients of other datacenters' leaders
 
 	closeOnce sync.Once
 
@@ -87,7 +93,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 			cfg.NodeName = h
 		}
 	}
-	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now}
+	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation}
 	if cfg.TokenFile != "" {
 		t, err := loadTokenFile(cfg.TokenFile)
 		if err != nil {
@@ -264,6 +270,7 @@ func (g *Gate) Close() error {
 	g.closeOnce.Do(func() {
 		g.cache.Close()
 		g.client.CloseIdleConnections()
+		g.closeRemote()
 	})
 	return nil
 }
