@@ -102,6 +102,14 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	fed, err := startFederation(ctx, cfg, log)
+	if err != nil {
+		_ = ln.Close()
+		m.Close()
+		return err
+	}
+	defer fed.stop()
+	mux.HandleFunc("GET "+rpc.FederationPath, rpc.FederationHandler(fed.view))
 	if opts.Mount != nil {
 		opts.Mount(mux, m)
 	}
@@ -121,6 +129,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		m.Close()
 		return err
 	}
+	fed.lan.Store(cluster.pool)
 
 	select {
 	case <-ctx.Done():
