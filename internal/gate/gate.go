@@ -6,8 +6,10 @@
 // a COMMITTED or REJECTED entry is replayed byte for byte; an entry of another
 // fingerprint is 422 idempotency_key_reused; a PENDING entry is waited on; a
 // miss is forwarded to the datacenter's manager leader (internal/rpc), whose
-// ledger is the authority, and its deterministic outcome is cached. Transient
-// failures are answered 503 and never cached.
+// ledger is the authority, and its deterministic outcome is cached; a job
+// naming several datacenters is forwarded to each one's leader and the
+// outcomes combined (fanout.go, docs/multidc.md). Transient failures are
+// answered 503 and never cached.
 //
 // Reads (GET /v1/jobs/{job_id}, GET /v1/jobs, GET /v1/idempotency-keys/{key})
 // go to the leader. GET /healthz, /readyz and /metrics serve operators.

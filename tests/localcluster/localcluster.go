@@ -7,6 +7,9 @@
 // oncemanager-faults), cut a manager off from the others, shift a manager's
 // clock and move leadership, through the managers' /debug/failpoints.
 //
+// NewFederation lays out several such datacenters whose managers join one WAN
+// gossip pool (`make run-multidc`, the multi-datacenter e2e test).
+//
 // Processes are tracked by PID, never found by name, and every one is stopped by
 // Stop (or by the test's Cleanup).
 package localcluster
