@@ -90,6 +90,25 @@ func TestMultiDCJobInBothDatacenters(t *testing.T) {
 	if err != nil || retry.status != http.StatusCreated || retry.replayed != "true" || !bytes.Equal(retry.body, first.body) {
 		t.Fatalf("retry through dc2: %d replayed=%q %v\n%s\nfirst:\n%s", retry.status, retry.replayed, err, retry.body, first.body)
 	}
+	// Both ledgers expire the key at the same instant.
+	var expiries []string
+	for _, dc := range []string{"dc1", "dc2"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g2+"/v1/idempotency-keys/"+key+"?datacenter="+dc, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("key in %s: %v", dc, err)
+		}
+		var info api.KeyInfo
+		err = json.NewDecoder(resp.Body).Decode(&info)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || info.JobID == nil || *info.JobID != first.job.JobID {
+			t.Fatalf("key in %s: HTTP %d %+v %v", dc, resp.StatusCode, info, err)
+		}
+		expiries = append(expiries, info.ExpiresAt)
+	}
+	if expiries[0] != expiries[1] {
+		t.Fatalf("the key expires at %s in dc1 and %s in dc2", expiries[0], expiries[1])
+	}
 	for _, dc := range []string{"dc1", "dc2"} {
 		jobs := listDC(ctx, t, g1, dc)
 		if len(jobs) != 1 || jobs[0].JobID != first.job.JobID {
