@@ -249,3 +249,42 @@ func decodeJSON(t *testing.T, b []byte, v any) {
 		t.Fatalf("decode %s: %v", b, err)
 	}
 }
+
+// TestMultiDCSetFormsAndRemoteFollower: the datacenters are a set (order,
+// repetition, and an omitted list against the gate's own name make the same
+// request); a remote datacenter whose first listed manager is a follower is
+// still reached (the client moves on to its leader); a datacenter outside the
+// federation is 400 and nothing is forwarded.
+func TestMultiDCSetFormsAndRemoteFollower(t *testing.T) {
+	m1, a1 := startManager(t, fakemanager.Options{Datacenter: "dc1"})
+	follower, af := startManager(t, fakemanager.Options{Datacenter: "dc2"})
+	follower.SetLeader(false)
+	m2, a2 := startManager(t, fakemanager.Options{Datacenter: "dc2"})
+	g := startGate(t, []string{a1}, func(cfg *Config, deps *Deps) {
+		deps.Federation = StaticFederation{"dc1": {a1}, "dc2": {af, a2}}
+	})
+
+	own := g.submit(t, skey(6), `{"type":"x"}`)
+	wantJob(t, own, http.StatusCreated)
+	same := g.submit(t, skey(6), `{"type":"x","datacenters":["dc1","dc1"]}`)
+	wantHeader(t, same, api.HeaderReplayed, "true")
+	if !bytes.Equal(same.body, own.body) {
+		t.Fatalf(`["dc1","dc1"] through a dc1 gate is not the omitted list's request:\n%s\n%s`, same.body, own.body)
+	}
+
+	both := wantJob(t, g.submit(t, skey(7), `{"type":"x","datacenters":["dc2","dc1"]}`), http.StatusCreated)
+	if both.Datacenters["dc2"].Status != api.JobStatusCommitted {
+		t.Fatalf("datacenters %+v", both.Datacenters)
+	}
+	jobIn(t, m2, both.JobID)
+	if follower.Jobs() != 0 {
+		t.Fatal("the follower made a job")
+	}
+
+	before := m1.Submits() + m2.Submits()
+	res := g.submit(t, skey(8), `{"type":"x","datacenters":["dc1","dc9"]}`)
+	wantProblem(t, res, http.StatusBadRequest, api.CodeInvalidRequest)
+	if after := m1.Submits() + m2.Submits(); after != before {
+		t.Fatalf("a job naming an unknown datacenter was forwarded (%d submissions, want %d)", after, before)
+	}
+}
