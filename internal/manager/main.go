@@ -130,6 +130,16 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		return err
 	}
 	fed.lan.Store(cluster.pool)
+	// The outbox completes multi-datacenter submissions at the other
+	// datacenters (docs/multidc.md); only a federated manager has any.
+	obCtx, stopOutbox := context.WithCancel(ctx)
+	obDone := make(chan struct{})
+	if fed.wan != nil {
+		ob := newOutbox(m, func() map[string][]string { return fed.view().Datacenters }, log.With(logging.KeyComponent, "outbox"))
+		go func() { defer close(obDone); ob.run(obCtx) }()
+	} else {
+		close(obDone)
+	}
 
 	select {
 	case <-ctx.Done():
@@ -137,6 +147,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		log.Error("rpc server stopped", logging.KeyError, err)
 	}
 	log.Info("manager stopping")
+	stopOutbox()
+	<-obDone
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cluster.leave(shutdownCtx)
