@@ -13,14 +13,17 @@ import (
 // further off, the leader's own time is the basis (docs/multidc.md).
 const expiryBasisMaxSkew = 2 * time.Second
 
-// submissionJobID is the job ID a new entry of req reserves: the gate's
-// proposal when it sent one, else the ID derived from (tenant, key,
-// fingerprint), the same in every datacenter (internal/jobid).
-func submissionJobID(req *rpc.SubmitRequest) string {
-	if req.ProposedJobID != "" {
-		return req.ProposedJobID
+// submissionJobID is the job ID a new entry of req reserves: the ID derived
+// from (tenant, key, fingerprint), the same in every datacenter
+// (internal/jobid). A proposed ID must be that one: the ID is always a
+// function of the fingerprint, which is what binds a Commit to the request
+// it was decided for (docs/multidc.md).
+func submissionJobID(req *rpc.SubmitRequest) (string, error) {
+	id := jobid.Derive(req.Tenant, req.Key, req.Fingerprint)
+	if req.ProposedJobID != "" && req.ProposedJobID != id {
+		return "", rpc.Errorf(rpc.CodeInvalid, "proposed job id %q is not the one derived from the tenant, key and fingerprint", req.ProposedJobID)
 	}
-	return jobid.Derive(req.Tenant, req.Key, req.Fingerprint)
+	return id, nil
 }
 
 // expiryBasis is the instant the TTLs of req's entry count from: the gate's

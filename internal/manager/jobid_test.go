@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -78,5 +79,25 @@ func TestExpiryBasis(t *testing.T) {
 		if !r.ExpiresAt.Equal(tt.want) {
 			t.Fatalf("basis %v: expires at %v, want %v", tt.basis, r.ExpiresAt, tt.want)
 		}
+	}
+}
+
+// TestProposedJobIDMustBeDerived: a proposal other than the derived ID is
+// refused as invalid and reserves nothing; the derived one is accepted.
+func TestProposedJobIDMustBeDerived(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	l := tc.leader()
+	ctx := ctxT(t)
+	req := &rpc.SubmitRequest{Tenant: "t", Key: "k-proposed", Fingerprint: "fp", ProposedJobID: "01a20087-00af-7408-a87b-1180decbaa77"}
+	req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), []string{"dc1"}
+	if r, err := tc.mgrs[l].Submit(ctx, req); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("foreign proposal: %+v %v, want invalid", r, err)
+	}
+	if _, ok := tc.mgrs[l].FSM().Entry("t", "k-proposed"); ok {
+		t.Fatal("a refused proposal reserved the key")
+	}
+	req.ProposedJobID = jobid.Derive("t", "k-proposed", "fp")
+	if r, err := tc.mgrs[l].Submit(ctx, req); err != nil || r.JobID != req.ProposedJobID {
+		t.Fatalf("derived proposal: %+v %v", r, err)
 	}
 }

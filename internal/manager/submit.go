@@ -37,6 +37,10 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 	if err != nil {
 		return nil, err
 	}
+	jobID, err := submissionJobID(req)
+	if err != nil {
+		return nil, err
+	}
 	if len(req.Job.Datacenters) > 0 && !slices.Contains(req.Job.Datacenters, m.cfg.Datacenter) {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "the job targets %v, not this manager's datacenter %s", req.Job.Datacenters, m.cfg.Datacenter)
 	}
@@ -77,7 +81,6 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			}
 		}
 
-		jobID := submissionJobID(req)
 		if resp, ok := m.retainedJob(req, k, jobID); ok {
 			m.endProposal(req.Tenant, req.Key, proposal)
 			return resp, nil

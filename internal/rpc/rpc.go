@@ -124,8 +124,10 @@ type SubmitRequest struct {
 	// entry that another submission of the same key owns; 0 answers
 	// OutcomeInProgress at once.
 	WaitMillis int64 `json:"wait_millis"`
-	// ProposedJobID, when set, is used as the job ID if the key is new (multi-DC:
-	// the same key gets the same job ID in every datacenter).
+	// ProposedJobID, when set, must be the job ID derived from (Tenant, Key,
+	// Fingerprint) by internal/jobid, which the manager uses for a new key
+	// anyway (the same key gets the same job ID in every datacenter); another
+	// value is refused as CodeInvalid.
 	ProposedJobID string `json:"proposed_job_id,omitempty"`
 	// ResultTTL, when positive, is the COMMITTED or REJECTED lifetime of this
 	// key instead of the manager's configured default; it is fixed by the first
