@@ -110,7 +110,7 @@ func (g *Gate) submitAll(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 func combine(results []dcResult) (*rpc.SubmitResponse, error) {
 	for _, r := range results {
 		if r.err != nil {
-			return nil, fmt.Errorf("datacenter %s: %w", r.dc, r.err)
+			return nil, &datacenterError{dc: r.dc, err: r.err}
 		}
 	}
 	for _, o := range []rpc.Outcome{rpc.OutcomeKeyReused, rpc.OutcomeKeyExpired, rpc.OutcomeInProgress} {
@@ -197,3 +197,13 @@ func rejectionBody(status int, detail string, sr *rpc.SubmitResponse) []byte {
 	}
 	return append(b, '\n')
 }
+
+// datacenterError is the failure of one named datacenter of a fanned-out
+// submission; it wraps the rpc error (errors.Is sees through it).
+type datacenterError struct {
+	dc  string
+	err error
+}
+
+func (e *datacenterError) Error() string { return "datacenter " + e.dc + ": " + e.err.Error() }
+func (e *datacenterError) Unwrap() error { return e.err }

@@ -104,7 +104,10 @@ func TestMultiDCPartialFailureThenRetry(t *testing.T) {
 	const body = `{"type":"x","datacenters":["dc1","dc2"]}`
 	for range 2 { // the second attempt is forwarded again: nothing was cached
 		res := f.g1.submit(t, skey(2), body)
-		wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+		p := wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+		if !strings.Contains(p.Detail, `"dc2"`) {
+			t.Fatalf("detail %q does not name dc2", p.Detail)
+		}
 	}
 	if s := f.m1.Submits(); s != 2 {
 		t.Fatalf("dc1 saw %d submissions, want 2 (503 is never cached)", s)

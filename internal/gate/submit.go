@@ -473,8 +473,12 @@ func (g *Gate) forwardError(err error, tenant string) *response {
 		// retrying the key is always safe, the ledger deduplicates.
 		g.log.LogAttrs(context.Background(), slog.LevelWarn, "forward failed",
 			slog.String(logging.KeyTenant, tenant), slog.Any(logging.KeyError, err))
-		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
-			"no manager leader answered in time; retry later with the same key")
+		detail := "no manager leader answered in time; retry later with the same key"
+		var dcErr *datacenterError
+		if errors.As(err, &dcErr) {
+			detail = fmt.Sprintf("datacenter %q did not answer in time; what the other datacenters admitted stays: retry later with the same key", dcErr.dc)
+		}
+		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable, detail)
 		resp.retryAfter = g.cfg.RetryAfter
 		return resp
 	}
