@@ -96,7 +96,9 @@ func TestMultiDCFanOutAndReplay(t *testing.T) {
 // dc2 is back completes dc2 with the same job ID.
 func TestMultiDCPartialFailureThenRetry(t *testing.T) {
 	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, func(cfg *Config, deps *Deps) {
+		// A forward's deadline is the forward timeout plus the pending wait.
 		cfg.ForwardTimeout = 300 * time.Millisecond
+		cfg.Idempotency.PendingWaitTimeout = 200 * time.Millisecond
 	})
 	f.m2.SetSubmitHook(func(ctx context.Context, req *rpc.SubmitRequest) error {
 		return rpc.Errorf(rpc.CodeUnavailable, "dc2 is down")
