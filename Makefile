@@ -11,7 +11,7 @@ PKGS    := ./...
 TESTS   := tests
 ABSBIN   = $(abspath $(BIN))
 
-.PHONY: all build test vet fmt-check deps-check unit run run-fresh bench chaos fuzz deploy-images deploy-test clean proto
+.PHONY: all build test vet fmt-check deps-check unit run run-fresh run-multidc bench chaos fuzz deploy-images deploy-test clean proto
 
 all: build
 
@@ -54,6 +54,11 @@ run: build
 ## run-fresh: the same, from empty data directories
 run-fresh: build
 	$(BIN)/oncelocal -dir .run -bin $(BIN) -fresh
+
+## run-multidc: two federated datacenters: dc1 (3 managers, gates on :8080 and
+## :8081) and dc2 (3 managers, gates on :8180 and :8181); data in .run-multidc
+run-multidc: build
+	$(BIN)/oncelocal -dir .run-multidc -bin $(BIN) -multidc
 
 ## bench: build, start a local cluster (3 managers, 2 gates), run the benchmark
 ## workloads, stop it; prints the table, writes bench-results/<UTC time>.json

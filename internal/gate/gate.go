@@ -6,8 +6,10 @@
 // a COMMITTED or REJECTED entry is replayed byte for byte; an entry of another
 // fingerprint is 422 idempotency_key_reused; a PENDING entry is waited on; a
 // miss is forwarded to the datacenter's manager leader (internal/rpc), whose
-// ledger is the authority, and its deterministic outcome is cached. Transient
-// failures are answered 503 and never cached.
+// ledger is the authority, and its deterministic outcome is cached; a job
+// naming several datacenters is forwarded to each one's leader and the
+// outcomes combined (fanout.go, docs/multidc.md). Transient failures are
+// answered 503 and never cached.
 //
 // Reads (GET /v1/jobs/{job_id}, GET /v1/jobs, GET /v1/idempotency-keys/{key})
 // go to the leader. GET /healthz, /readyz and /metrics serve operators.
@@ -45,6 +47,9 @@ type Deps struct {
 	// Now is the clock of the idempotency cache and of Retry-After values
 	// (default time.Now).
 	Now func() time.Time
+	// Federation lists the other datacenters and their managers (default:
+	// none, a job may name only the gate's own datacenter).
+	Federation Federation
 }
 
 // Gate is one gate: its idempotency cache, its client of the manager leader and
@@ -59,6 +64,9 @@ type Gate struct {
 	cache   *cache.Cache[*response]
 	metrics *metrics
 	mux     *http.ServeMux
+
+	federation Federation // nil: the gate's own datacenter only
+	remote     dcClients  // clients of other datacenters' leaders
 
 	closeOnce sync.Once
 
@@ -87,7 +95,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 			cfg.NodeName = h
 		}
 	}
-	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now}
+	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation}
 	if cfg.TokenFile != "" {
 		t, err := loadTokenFile(cfg.TokenFile)
 		if err != nil {
@@ -266,6 +274,7 @@ func (g *Gate) Close() error {
 	g.closeOnce.Do(func() {
 		g.cache.Close()
 		g.client.Close()
+		g.closeRemote()
 	})
 	return nil
 }

@@ -129,13 +129,17 @@ func TestSubmitIdempotencyTTL(t *testing.T) {
 	}
 
 	// Past the requested TTL (well before the default 300s) the entry is gone
-	// from the cache and the ledger: the same opaque key is a new submission.
+	// from the cache and the ledger: the same opaque key is judged afresh. The
+	// same request derives the same job ID, whose job is still retained: that
+	// job is the answer, and no second job is made.
 	clock.Advance(4 * time.Second)
 	fresh := tg.submit(t, okey, invoiceBody)
 	freshJob := wantJob(t, fresh, http.StatusCreated)
-	wantHeader(t, fresh, api.HeaderReplayed, "false")
-	if freshJob.JobID == job.JobID {
-		t.Fatalf("job %s replayed after its TTL", job.JobID)
+	if freshJob.JobID != job.JobID {
+		t.Fatalf("resubmission after the TTL made job %s, want the retained job %s", freshJob.JobID, job.JobID)
+	}
+	if n := mgr.Jobs(); n != 1 {
+		t.Fatalf("manager holds %d jobs, want 1", n)
 	}
 	wantHeader(t, fresh, api.HeaderIdempotencyExpiresAt, api.FormatTime(clock.Now().Add(300*time.Second)))
 	if got := rec.get(); len(got) != 2 || got[1] != 0 {

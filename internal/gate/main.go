@@ -12,6 +12,7 @@ import (
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
 )
 
 // Exit codes of Main: internal/config's, shared by both daemons.
@@ -59,6 +60,17 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 		}()
 		deps.Resolver = poolResolver(pool, cfg.Datacenter, cfg.Managers)
 	}
+	if deps.Resolver == nil {
+		deps.Resolver = rpc.StaticResolver(append([]string(nil), cfg.Managers...))
+	}
+	// The federation (other datacenters' managers) is read from the local
+	// managers and refreshed while the gate runs.
+	fed := newFederationPoller(deps.Resolver, logger.With(logging.KeyComponent, "federation"))
+	deps.Federation = fed
+	fedCtx, stopFed := context.WithCancel(ctx)
+	fedDone := make(chan struct{})
+	go func() { defer close(fedDone); fed.run(fedCtx) }()
+	defer func() { stopFed(); <-fedDone }()
 	g, err := New(cfg, deps)
 	if err != nil {
 		fmt.Fprintf(stderr, "gate: %v\n", err)

@@ -55,9 +55,19 @@ func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("job_id")
+	c, named, ok := g.readTarget(w, r)
+	if !ok {
+		return
+	}
 	ctx, cancel := g.readContext(r)
 	defer cancel()
-	job, err := g.client.GetJob(ctx, tenant, id)
+	var job *api.Job
+	var err error
+	if named {
+		job, err = c.GetJob(ctx, tenant, id)
+	} else {
+		job, err = g.findJob(ctx, tenant, id)
+	}
 	if err != nil {
 		g.readError(w, r, err, api.CodeJobNotFound, fmt.Sprintf("no job %q", id))
 		return
@@ -77,9 +87,13 @@ func (g *Gate) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Tenant = tenant
+	c, _, ok := g.readTarget(w, r)
+	if !ok {
+		return
+	}
 	ctx, cancel := g.readContext(r)
 	defer cancel()
-	resp, err := g.client.ListJobs(ctx, req)
+	resp, err := c.ListJobs(ctx, req)
 	if err != nil {
 		g.readError(w, r, err, api.CodeNotFound, "not found")
 		return
@@ -147,9 +161,13 @@ func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, err.Error())
 		return
 	}
+	c, _, ok := g.readTarget(w, r)
+	if !ok {
+		return
+	}
 	ctx, cancel := g.readContext(r)
 	defer cancel()
-	info, err := g.client.GetKey(ctx, tenant, key.Raw)
+	info, err := c.GetKey(ctx, tenant, key.Raw)
 	if err != nil {
 		g.readError(w, r, err, api.CodeIdempotencyKeyNotFound, fmt.Sprintf("no entry for idempotency key %q", key.Raw))
 		return

@@ -14,6 +14,7 @@ import (
 	"github.com/once-dev/once/internal/cache"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/fingerprint"
+	"github.com/once-dev/once/internal/jobid"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
@@ -92,14 +93,11 @@ func (g *Gate) checkRequest(canonical []byte) (api.JobRequest, *response) {
 	if err != nil {
 		return job, problemResponse(http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
 	}
-	if dc, ok := g.unroutable(job.Datacenters); ok {
-		// Until multi-datacenter routing exists the gate reaches only its own
-		// datacenter's leader: another datacenter is unreachable. Nothing is
-		// forwarded or cached; a retry is still deduplicated.
-		p := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
-			fmt.Sprintf("datacenter %q is not reachable from this gate, which reaches only datacenter %q", dc, g.cfg.Datacenter))
-		p.retryAfter = g.cfg.RetryAfter
-		return job, p
+	if dc, ok := g.unknownDatacenter(job.Datacenters); ok {
+		// Not in the federation this gate knows: the request is wrong, not
+		// the cluster. Nothing is forwarded or cached.
+		return job, problemResponse(http.StatusBadRequest, api.CodeInvalidRequest,
+			fmt.Sprintf("invalid request: field \"datacenters\": datacenter %q is not in the federation", dc))
 	}
 	return job, nil
 }
@@ -139,7 +137,9 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: body is "+err.Error())
 		return
 	}
-	fp := fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, canonical)
+	// The fingerprint is taken over the datacenters as the set they resolve
+	// to; the canonical payload sent on is unchanged.
+	fp := fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, normalizeDatacenters(canonical, g.cfg.Datacenter))
 
 	look := g.cache.Begin(cache.Key(tenant, key.Raw), fp)
 	if look.Kind == cache.LookupHit {
@@ -258,17 +258,6 @@ func (g *Gate) resultTTL(w http.ResponseWriter, r *http.Request) (time.Duration,
 	return d, true
 }
 
-// unroutable returns the first datacenter of dcs that the gate cannot forward
-// to: any other than its own, for now.
-func (g *Gate) unroutable(dcs []string) (string, bool) {
-	for _, dc := range dcs {
-		if dc != g.cfg.Datacenter {
-			return dc, true
-		}
-	}
-	return "", false
-}
-
 const reusedDetail = "this idempotency key was used with a different request (tenant, method, path or body); " +
 	"use a new key for a new request"
 
@@ -359,13 +348,14 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), g.cfg.ForwardTimeout+wait)
 	defer cancel()
 	start := time.Now()
-	sr, err := g.client.Submit(ctx, &rpc.SubmitRequest{
-		Tenant:      tenant,
-		Key:         key.Raw,
-		Fingerprint: fp,
-		Job:         job,
-		WaitMillis:  wait.Milliseconds(),
-		ResultTTL:   resultTTL,
+	sr, err := g.submitAll(ctx, &rpc.SubmitRequest{
+		Tenant:        tenant,
+		Key:           key.Raw,
+		Fingerprint:   fp,
+		Job:           job,
+		WaitMillis:    wait.Milliseconds(),
+		ProposedJobID: jobid.Derive(tenant, key.Raw, fp),
+		ResultTTL:     resultTTL,
 	})
 	outcome := outcomeUnavailable
 	if err == nil {
@@ -419,7 +409,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		resp := &response{
 			status:     status,
 			code:       api.CodeJobRejected,
-			body:       problemBody(status, api.CodeJobRejected, detail, sr.Rejection.Reason),
+			body:       rejectionBody(status, detail, sr),
 			replayable: true,
 			replayed:   sr.Replayed,
 			expiresAt:  sr.ExpiresAt,
@@ -505,8 +495,12 @@ func (g *Gate) forwardError(err error, tenant string) *response {
 		// retrying the key is always safe, the ledger deduplicates.
 		g.log.LogAttrs(context.Background(), slog.LevelWarn, "forward failed",
 			slog.String(logging.KeyTenant, tenant), slog.Any(logging.KeyError, err))
-		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
-			"no manager leader answered in time; retry later with the same key")
+		detail := "no manager leader answered in time; retry later with the same key"
+		var dcErr *datacenterError
+		if errors.As(err, &dcErr) {
+			detail = fmt.Sprintf("datacenter %q did not answer in time; what the other datacenters admitted stays: retry later with the same key", dcErr.dc)
+		}
+		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable, detail)
 		resp.retryAfter = g.cfg.RetryAfter
 		return resp
 	}

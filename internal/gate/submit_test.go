@@ -662,15 +662,14 @@ func TestTwoGatesSameKey(t *testing.T) {
 	}
 }
 
-// TestSubmitOtherDatacenter: a job naming a datacenter the gate cannot reach is
-// 503 unavailable; nothing is forwarded or cached.
+// TestSubmitOtherDatacenter: a job naming a datacenter outside the federation
+// the gate knows is 400 invalid_request; nothing is forwarded or cached.
 func TestSubmitOtherDatacenter(t *testing.T) {
 	mgr, addr := startManager(t, fakemanager.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	for _, dcs := range []string{`["dc2"]`, `["dc1","dc2"]`} {
 		res := tg.submit(t, skey(1), `{"type":"x","datacenters":`+dcs+`}`)
-		p := wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
-		wantHeader(t, res, api.HeaderRetryAfter, "1")
+		p := wantProblem(t, res, http.StatusBadRequest, api.CodeInvalidRequest)
 		if !strings.Contains(p.Detail, `"dc2"`) {
 			t.Fatalf("detail %q does not name dc2", p.Detail)
 		}

@@ -25,13 +25,19 @@ type Config struct {
 	RPCAddr       string // MANAGER_RPC_ADDR: the gates' RPC listener (also /metrics)
 	RPCAdvertise  string // MANAGER_RPC_ADVERTISE: address gates dial (default: RPCAddr)
 
-	GossipAddr      string        // MANAGER_GOSSIP_ADDR: memberlist bind address
-	GossipAdvertise string        // MANAGER_GOSSIP_ADVERTISE: gossip address the others dial (default: derived from GossipAddr)
-	Join            []string      // MANAGER_JOIN: gossip seeds
-	GossipKey       string        // MANAGER_GOSSIP_KEY: base64 16/24/32-byte key, empty = no encryption
-	GossipProfile   string        // MANAGER_GOSSIP_PROFILE: lan | local
-	BootstrapExpect int           // MANAGER_BOOTSTRAP_EXPECT
-	DeadServerGrace time.Duration // MANAGER_DEAD_SERVER_GRACE_SECONDS
+	GossipAddr      string   // MANAGER_GOSSIP_ADDR: memberlist bind address
+	GossipAdvertise string   // MANAGER_GOSSIP_ADVERTISE: gossip address the others dial (default: derived from GossipAddr)
+	Join            []string // MANAGER_JOIN: gossip seeds
+	GossipKey       string   // MANAGER_GOSSIP_KEY: base64 16/24/32-byte key, empty = no encryption
+	GossipProfile   string   // MANAGER_GOSSIP_PROFILE: lan | local
+	// The federation's WAN pool (docs/multidc.md): empty WANGossipAddr, a
+	// single-datacenter manager.
+	WANGossipAddr      string        // MANAGER_WAN_GOSSIP_ADDR: WAN memberlist bind address
+	WANGossipAdvertise string        // MANAGER_WAN_GOSSIP_ADVERTISE: WAN gossip address the others dial
+	WANJoin            []string      // MANAGER_WAN_JOIN: WAN gossip seeds (managers of any datacenter)
+	WANGossipKey       string        // MANAGER_WAN_GOSSIP_KEY: base64 16/24/32-byte keys, empty = no encryption
+	BootstrapExpect    int           // MANAGER_BOOTSTRAP_EXPECT
+	DeadServerGrace    time.Duration // MANAGER_DEAD_SERVER_GRACE_SECONDS
 	// LeaveOnTerminate (MANAGER_LEAVE_ON_TERMINATE): on SIGTERM/SIGINT, leave
 	// the Raft configuration for good instead of stopping as a voter.
 	LeaveOnTerminate bool
@@ -90,6 +96,10 @@ const (
 	EnvJoin                         = "MANAGER_JOIN"
 	EnvGossipKey                    = "MANAGER_GOSSIP_KEY"
 	EnvGossipProfile                = "MANAGER_GOSSIP_PROFILE"
+	EnvWANGossipAddr                = "MANAGER_WAN_GOSSIP_ADDR"
+	EnvWANGossipAdvertise           = "MANAGER_WAN_GOSSIP_ADVERTISE"
+	EnvWANJoin                      = "MANAGER_WAN_JOIN"
+	EnvWANGossipKey                 = "MANAGER_WAN_GOSSIP_KEY"
 	EnvBootstrapExpect              = "MANAGER_BOOTSTRAP_EXPECT"
 	EnvDeadServerGrace              = "MANAGER_DEAD_SERVER_GRACE_SECONDS"
 	EnvLeaveOnTerminate             = "MANAGER_LEAVE_ON_TERMINATE"
@@ -176,6 +186,10 @@ func Register(l *config.Loader, c *Config) {
 	l.List(&c.Join, EnvJoin, "", "comma-separated host:port gossip seeds", config.HostPort, "gossip addresses of nodes to join")
 	l.String(&c.GossipKey, EnvGossipKey, "", "base64 of a 16, 24 or 32-byte key", nil, "gossip encryption key; empty: plaintext")
 	l.String(&c.GossipProfile, EnvGossipProfile, d.GossipProfile, "lan or local", config.OneOf("lan", "local"), "memberlist timing profile")
+	l.String(&c.WANGossipAddr, EnvWANGossipAddr, "", config.WantListenAddr, optional(config.ListenAddr), "WAN memberlist bind address, joining the federation of datacenters (default: none, a single-datacenter manager)")
+	l.String(&c.WANGossipAdvertise, EnvWANGossipAdvertise, "", config.WantAdvertise, optional(config.Advertise), "WAN gossip address the others dial, resolved at start (default: MANAGER_WAN_GOSSIP_ADDR)")
+	l.List(&c.WANJoin, EnvWANJoin, "", "comma-separated host:port gossip seeds", config.HostPort, "WAN gossip addresses of managers (of any datacenter) to join")
+	l.String(&c.WANGossipKey, EnvWANGossipKey, "", "base64 of 16, 24 or 32-byte keys, comma-separated", nil, "WAN gossip encryption keys (the first encrypts); empty: plaintext")
 	l.Int(&c.BootstrapExpect, EnvBootstrapExpect, d.BootstrapExpect, 1, 9, "how many managers must see each other before the Raft group is bootstrapped")
 	l.SecondsRange(&c.DeadServerGrace, EnvDeadServerGrace, d.DeadServerGrace, time.Second, 86400*time.Second, "how long a failed manager stays a voter before the leader removes it")
 	l.Bool(&c.LeaveOnTerminate, EnvLeaveOnTerminate, d.LeaveOnTerminate, "on SIGTERM/SIGINT leave the Raft configuration for good (default: stop as a voter that will come back)")
@@ -278,11 +292,24 @@ func (c *Config) Validate() error {
 		return config.Invalid(EnvLeaderLeaseTimeout, c.LeaderLeaseTimeout.String(),
 			"at most MANAGER_RAFT_HEARTBEAT_TIMEOUT ("+c.HeartbeatTimeout.String()+")", config.ErrOutOfRange)
 	}
-	for _, a := range []struct{ env, v string }{{EnvRaftAdvertise, c.RaftAdvertise}, {EnvRPCAdvertise, c.RPCAdvertise}, {EnvGossipAdvertise, c.GossipAdvertise}} {
+	if c.WANGossipAddr == "" && (len(c.WANJoin) > 0 || c.WANGossipAdvertise != "" || c.WANGossipKey != "") {
+		return config.Invalid(EnvWANGossipAddr, "", "a listen address host:port whenever "+EnvWANJoin+", "+EnvWANGossipAdvertise+" or "+EnvWANGossipKey+" is set", config.ErrOutOfRange)
+	}
+	for _, a := range []struct{ env, v string }{{EnvRaftAdvertise, c.RaftAdvertise}, {EnvRPCAdvertise, c.RPCAdvertise}, {EnvGossipAdvertise, c.GossipAdvertise}, {EnvWANGossipAdvertise, c.WANGossipAdvertise}} {
 		host, _, _ := net.SplitHostPort(a.v)
 		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 			return config.Invalid(a.env, a.v, "a routable address (not 0.0.0.0); set it when binding to all interfaces", config.ErrOutOfRange)
 		}
 	}
 	return nil
+}
+
+// optional accepts the empty string and checks any other value with check.
+func optional(check func(string) error) func(string) error {
+	return func(v string) error {
+		if v == "" {
+			return nil
+		}
+		return check(v)
+	}
 }

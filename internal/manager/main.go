@@ -106,6 +106,14 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	fed, err := startFederation(ctx, cfg, log)
+	if err != nil {
+		_ = ln.Close()
+		m.Close()
+		return err
+	}
+	defer fed.stop()
+	mux.HandleFunc("GET "+rpc.FederationPath, rpc.FederationHandler(fed.view))
 	if opts.Mount != nil {
 		opts.Mount(mux, m)
 	}
@@ -119,6 +127,17 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		m.Close()
 		return err
 	}
+	fed.lan.Store(cluster.pool)
+	// The outbox completes multi-datacenter submissions at the other
+	// datacenters (docs/multidc.md); only a federated manager has any.
+	obCtx, stopOutbox := context.WithCancel(ctx)
+	obDone := make(chan struct{})
+	if fed.wan != nil {
+		ob := newOutbox(m, func() map[string][]string { return fed.view().Datacenters }, log.With(logging.KeyComponent, "outbox"))
+		go func() { defer close(obDone); ob.run(obCtx) }()
+	} else {
+		close(obDone)
+	}
 
 	select {
 	case <-ctx.Done():
@@ -126,6 +145,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		log.Error("rpc server stopped", logging.KeyError, err)
 	}
 	log.Info("manager stopping")
+	stopOutbox()
+	<-obDone
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cluster.leave(shutdownCtx)

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/ledger"
@@ -35,6 +34,10 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		return nil, err
 	}
 	k, err := validateSubmit(req)
+	if err != nil {
+		return nil, err
+	}
+	jobID, err := submissionJobID(req)
 	if err != nil {
 		return nil, err
 	}
@@ -78,13 +81,9 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			}
 		}
 
-		jobID := req.ProposedJobID
-		if jobID == "" {
-			id, err := uuid.NewV7()
-			if err != nil {
-				return nil, rpc.Errorf(rpc.CodeInternal, "job id: %v", err)
-			}
-			jobID = id.String()
+		if resp, ok := m.retainedJob(req, k, jobID); ok {
+			m.endProposal(req.Tenant, req.Key, proposal)
+			return resp, nil
 		}
 		now := m.ledgerNow()
 		cmd := ledger.Reserve{
@@ -119,7 +118,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		switch res.Outcome {
 		case ledger.OutcomeReserved:
 			defer m.resolving.done(req.Tenant, req.Key)
-			return m.resolve(ctx, res.Entry, false)
+			return m.resolveAt(ctx, res.Entry, false, m.expiryBasis(req))
 		case ledger.OutcomeExists:
 			if res.Entry.State != ledger.StatePending {
 				return m.entryResponse(res.Entry, "", true), nil
@@ -251,8 +250,17 @@ func (m *Manager) admit(e ledger.Entry) decision {
 
 // resolve runs admission on a PENDING entry and makes the outcome durable.
 func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*rpc.SubmitResponse, error) {
+	return m.resolveAt(ctx, e, replayed, time.Time{})
+}
+
+// resolveAt is resolve with the instant the entry's TTL counts from (see
+// expiryBasis).
+func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, basis time.Time) (*rpc.SubmitResponse, error) {
 	d := m.admit(e)
 	now := m.ledgerNow()
+	if basis.IsZero() {
+		basis = now
+	}
 	// The lifetimes: the entry's own ResultTTL, fixed at its first admission
 	// (so a new leader resolving an orphan uses it too), else the defaults. A
 	// job is retained at least as long as its key answers.
@@ -263,14 +271,14 @@ func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*
 	var cmd ledger.Command
 	if d.admit {
 		cmd = ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt:         now.Add(committedTTL).UnixNano(),
+			ExpiresAt:         basisExpiry(basis, now, committedTTL),
 			JobExpiresAt:      now.Add(retention).UnixNano(),
 			MaxJobs:           uint64(m.cfg.MaxQueuedJobs),
-			RejectedExpiresAt: now.Add(rejectedTTL).UnixNano(),
+			RejectedExpiresAt: basisExpiry(basis, now, rejectedTTL),
 			CapacityDetail:    fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", m.cfg.Datacenter, m.cfg.MaxQueuedJobs)}
 	} else {
 		cmd = ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt: now.Add(rejectedTTL).UnixNano(),
+			ExpiresAt: basisExpiry(basis, now, rejectedTTL),
 			Status:    d.status, Reason: d.reason, Detail: d.detail}
 	}
 	res, err := m.apply(ctx, cmd)
@@ -285,6 +293,14 @@ func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*
 		return m.entryResponse(res.Entry, "", true), nil
 	case ledger.OutcomeNotFound:
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "the pending entry expired before admission finished; retry")
+	case ledger.OutcomeJobIDInUse:
+		// The derived job ID names a job that is still retained: the same
+		// (tenant, key, fingerprint) committed before and its entry expired.
+		// That job is the answer; no second one is created.
+		if resp, ok := m.retainedJobResponse(e.Tenant, e.JobID); ok {
+			return resp, nil
+		}
+		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: job %s in use but not found", e.JobID)
 	default:
 		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: unexpected outcome %s: %v", res.Outcome, res.Err)
 	}

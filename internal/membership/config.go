@@ -20,6 +20,9 @@ const (
 	ProfileLocal = "local"
 	// ProfileTest is much faster probes and gossip for tests on loopback.
 	ProfileTest = "test"
+	// ProfileWAN is memberlist's DefaultWANConfig: the pool of every
+	// datacenter's managers (the federation), across wide-area links.
+	ProfileWAN = "wan"
 )
 
 // DefaultGossipPort is the port used when BindPort is not set and for seeds
@@ -71,6 +74,12 @@ type Config struct {
 	// the others, and what it compares their clocks with (ClockOffsets). A
 	// test gives a node a skewed clock here.
 	Now func() time.Time
+	// WAN makes this the federation's pool of managers of every datacenter
+	// (as Consul's servers' WAN pool) rather than one datacenter's LAN pool:
+	// its packets carry the label "once-wan" instead of "once-lan/<dc>", so
+	// the two pools never mix even when their seeds point across. Node names
+	// must be unique across datacenters (the manager uses <node>.<dc>).
+	WAN bool
 }
 
 // Validate checks c; the error is a *ConfigError that names the field.
@@ -109,9 +118,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	switch c.Profile {
-	case "", ProfileLAN, ProfileLocal, ProfileTest:
+	case "", ProfileLAN, ProfileLocal, ProfileTest, ProfileWAN:
 	default:
-		return &ConfigError{Field: "Profile", Value: c.Profile, Reason: `must be "lan", "local" or "test"`}
+		return &ConfigError{Field: "Profile", Value: c.Profile, Reason: `must be "lan", "local", "test" or "wan"`}
 	}
 	if c.BroadcastTimeout < 0 {
 		return &ConfigError{Field: "BroadcastTimeout", Value: c.BroadcastTimeout.String(), Reason: "must be >= 0"}
@@ -238,6 +247,8 @@ func (c *Config) memberlistConfig() *memberlist.Config {
 		mc.TCPTimeout = 2 * time.Second
 		mc.SuspicionMult = 3
 		mc.RetransmitMult = 3
+	case ProfileWAN:
+		mc = memberlist.DefaultWANConfig()
 	default:
 		mc = memberlist.DefaultLANConfig()
 	}
@@ -261,6 +272,9 @@ func (c *Config) memberlistConfig() *memberlist.Config {
 	// The label keeps two datacenters' LAN pools apart even if a seed list
 	// points across: memberlist drops packets whose label differs.
 	mc.Label = "once-lan/" + c.Meta.Datacenter
+	if c.WAN {
+		mc.Label = "once-wan"
+	}
 	return mc
 }
 

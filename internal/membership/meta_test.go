@@ -94,7 +94,7 @@ func TestConfigValidateNamesField(t *testing.T) {
 		{"AdvertisePort", func(c *Config) { c.AdvertisePort = -1 }},
 		{"Seeds", func(c *Config) { c.Seeds = []string{"h:notaport"} }},
 		{"SecretKey", func(c *Config) { c.SecretKey = []byte("short") }},
-		{"Profile", func(c *Config) { c.Profile = "wan" }},
+		{"Profile", func(c *Config) { c.Profile = "metro" }},
 		{"Meta.Role", func(c *Config) { c.Meta.Role = "" }},
 		{"Meta.Datacenter", func(c *Config) { c.Meta.Datacenter = "" }},
 		{"Meta.NodeID", func(c *Config) { c.Meta.NodeID = "" }},

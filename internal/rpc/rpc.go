@@ -150,13 +150,20 @@ type SubmitRequest struct {
 	// entry that another submission of the same key owns; 0 answers
 	// OutcomeInProgress at once.
 	WaitMillis int64 `json:"wait_millis"`
-	// ProposedJobID, when set, is used as the job ID if the key is new (multi-DC:
-	// the same key gets the same job ID in every datacenter).
+	// ProposedJobID, when set, must be the job ID derived from (Tenant, Key,
+	// Fingerprint) by internal/jobid, which the manager uses for a new key
+	// anyway (the same key gets the same job ID in every datacenter); another
+	// value is refused as CodeInvalid.
 	ProposedJobID string `json:"proposed_job_id,omitempty"`
 	// ResultTTL, when positive, is the COMMITTED or REJECTED lifetime of this
 	// key instead of the manager's configured default; it is fixed by the first
 	// admission and retries cannot change it.
 	ResultTTL time.Duration `json:"result_ttl,omitempty"`
+	// ExpiryBasis, when set, is the instant the entry's COMMITTED or REJECTED
+	// TTL counts from, stamped by the gate; a gate sends the same basis to
+	// every datacenter of a submission so that they all expire it at the
+	// same instant. A leader whose clock is too far from it uses its own.
+	ExpiryBasis time.Time `json:"expiry_basis,omitzero"`
 }
 
 // Rejection is why admission refused a job.

@@ -104,7 +104,7 @@ func TestSubmitFieldsSurviveTheWire(t *testing.T) {
 	req := &SubmitRequest{
 		Tenant: "t", Key: `"k"`, Fingerprint: "fp",
 		Job:        api.JobRequest{Type: "demo", Payload: json.RawMessage(`{"x":"é"}`), Datacenters: []string{"dc1", "dc2"}},
-		WaitMillis: 1500, ProposedJobID: "p-1", ResultTTL: 90 * time.Second,
+		WaitMillis: 1500, ProposedJobID: "p-1", ResultTTL: 90 * time.Second, ExpiryBasis: time.Unix(1_700_000_000, 123),
 	}
 	resp, err := c.Submit(context.Background(), req)
 	if err != nil {
@@ -131,7 +131,7 @@ func TestSubmitFieldsSurviveTheWire(t *testing.T) {
 	if !reflect.DeepEqual(resp, empty) || !resp.ExpiresAt.IsZero() {
 		t.Fatalf("gate got %+v, want %+v", resp, empty)
 	}
-	if r := got.Load(); r.Job.Payload != nil || r.ResultTTL != 0 {
+	if r := got.Load(); r.Job.Payload != nil || r.ResultTTL != 0 || !r.ExpiryBasis.IsZero() {
 		t.Fatalf("manager got %+v", r)
 	}
 }

@@ -14,14 +14,30 @@ import (
 
 func toPBRequest(r *SubmitRequest) *rpcpb.SubmitRequest {
 	return &rpcpb.SubmitRequest{
-		Tenant:         r.Tenant,
-		Key:            r.Key,
-		Fingerprint:    r.Fingerprint,
-		Job:            &rpcpb.JobRequest{Type: r.Job.Type, Payload: r.Job.Payload, Datacenters: r.Job.Datacenters},
-		WaitMillis:     r.WaitMillis,
-		ProposedJobId:  r.ProposedJobID,
-		ResultTtlNanos: int64(r.ResultTTL),
+		Tenant:               r.Tenant,
+		Key:                  r.Key,
+		Fingerprint:          r.Fingerprint,
+		Job:                  &rpcpb.JobRequest{Type: r.Job.Type, Payload: r.Job.Payload, Datacenters: r.Job.Datacenters},
+		WaitMillis:           r.WaitMillis,
+		ProposedJobId:        r.ProposedJobID,
+		ResultTtlNanos:       int64(r.ResultTTL),
+		ExpiryBasisUnixNanos: unixNanos(r.ExpiryBasis),
 	}
+}
+
+// unixNanos is t in Unix nanoseconds, 0 for the zero time (and back: fromUnixNanos).
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 func fromPBRequest(p *rpcpb.SubmitRequest) *SubmitRequest {
@@ -32,6 +48,7 @@ func fromPBRequest(p *rpcpb.SubmitRequest) *SubmitRequest {
 		WaitMillis:    p.GetWaitMillis(),
 		ProposedJobID: p.GetProposedJobId(),
 		ResultTTL:     time.Duration(p.GetResultTtlNanos()),
+		ExpiryBasis:   fromUnixNanos(p.GetExpiryBasisUnixNanos()),
 	}
 	if j := p.GetJob(); j != nil {
 		r.Job = api.JobRequest{Type: j.GetType(), Datacenters: j.GetDatacenters()}

@@ -120,6 +120,8 @@ type Job struct {
 // DatacenterStatus is a job's outcome in one datacenter.
 type DatacenterStatus struct {
 	Status string `json:"status"`
+	// Reason is set when Status is "rejected": the datacenter's reason.
+	Reason string `json:"reason,omitempty"`
 }
 
 // JobList is the body of GET /v1/jobs.

@@ -81,8 +81,9 @@ func quoteField(s string) string {
 //     object keys anywhere in it, escaped lone UTF-16 surrogates and nesting
 //     deeper than MaxJSONDepth are errors, as they are for the request
 //     fingerprint;
-//   - "datacenters" is an array of 1-16 distinct datacenter names, each 1-64
-//     characters of a-z A-Z 0-9 . _ -. Absent or null, it is []string{defaultDC};
+//   - "datacenters" is an array of 1-16 datacenter names, each 1-64
+//     characters of a-z A-Z 0-9 . _ -, read as a set: the result is sorted
+//     and a repeated name counts once. Absent or null, it is []string{defaultDC};
 //     an empty array is an error. defaultDC is not validated: it is the gate's
 //     own, already valid, name.
 //
@@ -201,12 +202,13 @@ func DecodeJobRequest(body []byte, defaultDC string) (JobRequest, error) {
 		if err := validateName(dc, MaxDatacenterLen); err != nil {
 			return JobRequest{}, badRequest("datacenters", "element %d must be 1 to %d characters of a-z A-Z 0-9 . _ - (%s)", i, MaxDatacenterLen, err)
 		}
-		if j, dup := seenDC[dc]; dup {
-			return JobRequest{}, badRequest("datacenters", "element %d %q repeats element %d", i, dc, j)
+		if _, dup := seenDC[dc]; dup {
+			continue // a set: repetition does not matter
 		}
 		seenDC[dc] = i
 		req.Datacenters = append(req.Datacenters, dc)
 	}
+	slices.Sort(req.Datacenters) // a set: order does not matter
 	return req, nil
 }
 

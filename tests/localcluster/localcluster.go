@@ -7,6 +7,9 @@
 // oncemanager-faults), cut a manager off from the others, shift a manager's
 // clock and move leadership, through the managers' /debug/failpoints.
 //
+// NewFederation lays out several such datacenters whose managers join one WAN
+// gossip pool (`make run-multidc`, the multi-datacenter e2e test).
+//
 // Processes are tracked by PID, never found by name, and every one is stopped by
 // Stop (or by the test's Cleanup).
 package localcluster
@@ -69,6 +72,11 @@ type Options struct {
 	Fast bool
 	// Stdout, when set, also receives every process's output (make run).
 	Stdout io.Writer
+	// WAN gives every manager a WAN gossip address (MANAGER_WAN_GOSSIP_ADDR)
+	// and joins the federation's WAN pool through WANJoin and this
+	// datacenter's first manager (see NewFederation).
+	WAN     bool
+	WANJoin []string
 }
 
 // Node is one process of the cluster.
@@ -78,8 +86,10 @@ type Node struct {
 	HTTPAddr string // gate: public API; manager: RPC listener
 	RaftAddr string // manager only
 	Gossip   string // memberlist bind address
-	DataDir  string
-	LogPath  string
+	// WANGossip is a manager's WAN memberlist bind address (Options.WAN).
+	WANGossip string
+	DataDir   string
+	LogPath   string
 
 	c   *Cluster
 	env []string
@@ -178,7 +188,11 @@ func New(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if need := opts.Managers*3 + opts.Gates*2; len(ports) != need {
+	need := opts.Managers*3 + opts.Gates*2
+	if opts.WAN {
+		need += opts.Managers
+	}
+	if len(ports) != need {
 		if ports, err = testutil.FreePorts(need); err != nil {
 			return nil, err
 		}
@@ -212,6 +226,11 @@ func New(opts Options) (*Cluster, error) {
 		}
 		n := &Node{Name: fmt.Sprintf("gate%d", i), Role: RoleGate, c: c, HTTPAddr: addr(port), Gossip: addr(next())}
 		c.Gates = append(c.Gates, n)
+	}
+	if opts.WAN { // after every other port, so a single datacenter's layout is unchanged
+		for _, n := range c.Managers {
+			n.WANGossip = addr(next())
+		}
 	}
 	for i, n := range c.Managers {
 		n.DataDir = filepath.Join(opts.BaseDir, "data", n.Name)
@@ -314,6 +333,18 @@ func (c *Cluster) managerEnv(n *Node, seed string, expect int) []string {
 		"MANAGER_JOIN=" + seed,
 		"MANAGER_BOOTSTRAP_EXPECT=" + strconv.Itoa(expect),
 	}, c.opts.ManagerEnv...)
+	if n.WANGossip != "" {
+		wanSeeds := append([]string(nil), c.opts.WANJoin...)
+		if first := c.Managers[0]; first != n {
+			wanSeeds = append(wanSeeds, first.WANGossip)
+		} else if len(c.Managers) > 1 && c.Managers[1].WANGossip != "" {
+			wanSeeds = append(wanSeeds, c.Managers[1].WANGossip)
+		}
+		env = append(env, "MANAGER_WAN_GOSSIP_ADDR="+n.WANGossip)
+		if len(wanSeeds) > 0 {
+			env = append(env, "MANAGER_WAN_JOIN="+strings.Join(wanSeeds, ","))
+		}
+	}
 	if c.opts.Fast {
 		env = append(env, "MANAGER_RAFT_HEARTBEAT_TIMEOUT=500ms", "MANAGER_RAFT_ELECTION_TIMEOUT=500ms",
 			"MANAGER_RAFT_LEADER_LEASE_TIMEOUT=250ms", "MANAGER_GOSSIP_PROFILE=local")

@@ -25,8 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
+	"github.com/once-dev/once/internal/jobid"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
@@ -60,6 +59,16 @@ func resultTTL(req *rpc.SubmitRequest, configured time.Duration) time.Duration {
 		return req.ResultTTL
 	}
 	return configured
+}
+
+// expiryBasis is the instant an outcome's TTL counts from: the gate's
+// ExpiryBasis when it is within 2s of the fake's clock (as the real manager
+// bounds it), else now.
+func expiryBasis(req *rpc.SubmitRequest, now time.Time) time.Time {
+	if b := req.ExpiryBasis; !b.IsZero() && b.Sub(now).Abs() <= 2*time.Second {
+		return b
+	}
+	return now
 }
 
 // SubmitHook runs at the start of every Submit call, before the ledger is
@@ -280,6 +289,18 @@ func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			return &rpc.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, nil
 		}
 	}
+	jobID := req.ProposedJobID
+	if jobID == "" {
+		jobID = jobid.Derive(req.Tenant, req.Key, req.Fingerprint)
+	}
+	if rec, ok := m.byID[jobID]; ok && rec.tenant == req.Tenant && !key.Structured {
+		// As the real manager: the same (tenant, key, fingerprint) derives
+		// the same job ID; its job, still retained after the entry expired,
+		// is the answer, and no second job is made.
+		job := rec.job
+		m.mu.Unlock()
+		return &rpc.SubmitResponse{Outcome: rpc.OutcomeCommitted, Replayed: true, JobID: jobID, Job: &job}, nil
+	}
 	if m.opts.MaxEntries > 0 && len(m.entries) >= m.opts.MaxEntries {
 		m.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeLedgerFull, "fake ledger holds %d live entries", len(m.entries))
@@ -289,12 +310,9 @@ func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		key:     req.Key,
 		fp:      req.Fingerprint,
 		state:   api.KeyStatePending,
-		jobID:   req.ProposedJobID,
+		jobID:   jobID,
 		expires: now.Add(m.opts.PendingTTL),
 		done:    make(chan struct{}),
-	}
-	if e.jobID == "" {
-		e.jobID = uuid.Must(uuid.NewV7()).String()
 	}
 	m.entries[k] = e
 	reserved := m.reserved
@@ -320,12 +338,11 @@ func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		rej = &rpc.Rejection{Status: 429, Reason: "capacity", Detail: fmt.Sprintf("the datacenter holds its maximum of %d jobs", m.opts.Capacity)}
 	}
 	if rej != nil {
-		e.state, e.rejection, e.expires = api.KeyStateRejected, rej, now.Add(resultTTL(req, m.opts.RejectedTTL))
+		e.state, e.rejection, e.expires = api.KeyStateRejected, rej, expiryBasis(req, now).Add(resultTTL(req, m.opts.RejectedTTL))
 	} else {
-		dcs := map[string]api.DatacenterStatus{}
-		for _, dc := range req.Job.Datacenters {
-			dcs[dc] = api.DatacenterStatus{Status: api.JobStatusCommitted}
-		}
+		// As the real manager: this datacenter's outcome only; a gate
+		// combining several datacenters merges the maps.
+		dcs := map[string]api.DatacenterStatus{m.opts.Datacenter: {Status: api.JobStatusCommitted}}
 		job := api.Job{
 			JobID:          e.jobID,
 			Type:           req.Job.Type,
@@ -339,7 +356,7 @@ func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		m.jobs = append(m.jobs, rec)
 		m.byID[job.JobID] = rec
 		m.committed++
-		e.state, e.job, e.expires = api.KeyStateCommitted, &rec.job, now.Add(resultTTL(req, m.opts.CommittedTTL))
+		e.state, e.job, e.expires = api.KeyStateCommitted, &rec.job, expiryBasis(req, now).Add(resultTTL(req, m.opts.CommittedTTL))
 		if key.Structured {
 			wk := watermarkKey(req.Tenant, key)
 			if w, ok := m.watermarks[wk]; !ok || key.Sequence > w {

@@ -150,8 +150,10 @@ type SubmitRequest struct {
 	WaitMillis     int64                  `protobuf:"varint,5,opt,name=wait_millis,json=waitMillis,proto3" json:"wait_millis,omitempty"`
 	ProposedJobId  string                 `protobuf:"bytes,6,opt,name=proposed_job_id,json=proposedJobId,proto3" json:"proposed_job_id,omitempty"`
 	ResultTtlNanos int64                  `protobuf:"varint,7,opt,name=result_ttl_nanos,json=resultTtlNanos,proto3" json:"result_ttl_nanos,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// expiry_basis_unix_nanos: 0 when unset.
+	ExpiryBasisUnixNanos int64 `protobuf:"varint,8,opt,name=expiry_basis_unix_nanos,json=expiryBasisUnixNanos,proto3" json:"expiry_basis_unix_nanos,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -229,6 +231,13 @@ func (x *SubmitRequest) GetProposedJobId() string {
 func (x *SubmitRequest) GetResultTtlNanos() int64 {
 	if x != nil {
 		return x.ResultTtlNanos
+	}
+	return 0
+}
+
+func (x *SubmitRequest) GetExpiryBasisUnixNanos() int64 {
+	if x != nil {
+		return x.ExpiryBasisUnixNanos
 	}
 	return 0
 }
@@ -768,7 +777,7 @@ const file_submit_proto_rawDesc = "" +
 	"SubmitItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
 	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x124\n" +
-	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\"\xf9\x01\n" +
+	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\"\xb0\x02\n" +
 	"\rSubmitRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -777,7 +786,8 @@ const file_submit_proto_rawDesc = "" +
 	"\vwait_millis\x18\x05 \x01(\x03R\n" +
 	"waitMillis\x12&\n" +
 	"\x0fproposed_job_id\x18\x06 \x01(\tR\rproposedJobId\x12(\n" +
-	"\x10result_ttl_nanos\x18\a \x01(\x03R\x0eresultTtlNanos\"\\\n" +
+	"\x10result_ttl_nanos\x18\a \x01(\x03R\x0eresultTtlNanos\x125\n" +
+	"\x17expiry_basis_unix_nanos\x18\b \x01(\x03R\x14expiryBasisUnixNanos\"\\\n" +
 	"\n" +
 	"JobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +

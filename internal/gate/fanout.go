@@ -1,0 +1,209 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/once-dev/once/internal/fingerprint"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// normalizeDatacenters returns the canonical body with its datacenters member
+// replaced by the set it resolves to (sorted, each name once; an omitted or
+// null member resolves to the gate's own datacenter), so that bodies naming
+// the same set have the same fingerprint. A body that does not decode is
+// returned as it is: the checks after the cache lookup answer it 400.
+func normalizeDatacenters(canonical []byte, own string) []byte {
+	job, err := api.DecodeJobRequest(canonical, own)
+	if err != nil {
+		return canonical
+	}
+	// DecodeJobRequest refused duplicate members anywhere: a map loses nothing.
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(canonical, &members); err != nil {
+		return canonical
+	}
+	dcs, err := json.Marshal(job.Datacenters)
+	if err != nil {
+		return canonical
+	}
+	members["datacenters"] = dcs
+	b, err := json.Marshal(members)
+	if err != nil {
+		return canonical
+	}
+	out, err := fingerprint.Canonicalize(b)
+	if err != nil {
+		return canonical
+	}
+	return out
+}
+
+// unknownDatacenter returns the first datacenter of dcs the gate does not know
+// (neither its own nor in the federation view).
+func (g *Gate) unknownDatacenter(dcs []string) (string, bool) {
+	for _, dc := range dcs {
+		if !g.knownDatacenter(dc) {
+			return dc, true
+		}
+	}
+	return "", false
+}
+
+// dcResult is one datacenter's answer to a fanned-out submission.
+type dcResult struct {
+	dc   string
+	resp *rpc.SubmitResponse
+	err  error
+}
+
+// submitAll forwards req to the leader of every datacenter the job names,
+// concurrently, with the same tenant, key, fingerprint, job ID, TTL and expiry
+// basis, and combines their answers into one (see combine). A job naming only
+// the gate's own datacenter is forwarded as it always was.
+func (g *Gate) submitAll(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+	dcs := req.Job.Datacenters
+	if len(dcs) == 1 && dcs[0] == g.cfg.Datacenter {
+		return g.client.Submit(ctx, req)
+	}
+	if req.ExpiryBasis.IsZero() {
+		req.ExpiryBasis = g.now()
+	}
+	results := make([]dcResult, len(dcs))
+	var wg sync.WaitGroup
+	for i, dc := range dcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := *req // each client may touch its copy; the fields are the same
+			resp, err := g.clientFor(dc).Submit(ctx, &r)
+			results[i] = dcResult{dc: dc, resp: resp, err: err}
+		}()
+	}
+	wg.Wait()
+	return combine(results)
+}
+
+// combine makes one answer of every named datacenter's, in the order of the
+// datacenters' names (results is sorted by it), so that every gate combining
+// the same outcomes renders the same bytes:
+//
+//  1. a datacenter that failed (unreachable before the deadline, ledger full,
+//     a refused request): that error, the first in name order; nothing is
+//     final, nothing is cached, and a retry completes the rest;
+//  2. a datacenter whose answer is not an outcome: key_reused before
+//     key_expired before in_progress;
+//  3. every datacenter committed: the job of the first datacenter, with the
+//     datacenters member mapping every name to {"status":"committed"};
+//  4. some datacenter rejected: the first rejecting datacenter's rejection
+//     (its status, 422 or 429, and reason), with a detail naming every
+//     datacenter's outcome, and a Job carrying the per-datacenter map
+//     (committed or rejected with reason) for the gate to render.
+//
+// ExpiresAt is the earliest of the datacenters' (they are the same when every
+// leader used the gate's expiry basis); Replayed is true only when every
+// datacenter had the entry already.
+func combine(results []dcResult) (*rpc.SubmitResponse, error) {
+	for _, r := range results {
+		if r.err != nil {
+			return nil, &datacenterError{dc: r.dc, err: r.err}
+		}
+	}
+	for _, o := range []rpc.Outcome{rpc.OutcomeKeyReused, rpc.OutcomeKeyExpired, rpc.OutcomeInProgress} {
+		for _, r := range results {
+			if r.resp.Outcome == o {
+				return r.resp, nil
+			}
+		}
+	}
+	out := &rpc.SubmitResponse{Replayed: true}
+	statuses := make(map[string]api.DatacenterStatus, len(results))
+	var base *api.Job
+	var rejected *dcResult
+	var parts []string
+	for i := range results {
+		r := &results[i]
+		switch r.resp.Outcome {
+		case rpc.OutcomeCommitted:
+			if r.resp.Job == nil {
+				return nil, rpc.Errorf(rpc.CodeInternal, "datacenter %s answered committed without a job", r.dc)
+			}
+			if base == nil {
+				base = r.resp.Job
+			}
+			statuses[r.dc] = api.DatacenterStatus{Status: api.JobStatusCommitted}
+			parts = append(parts, fmt.Sprintf("%s: committed", r.dc))
+		case rpc.OutcomeRejected:
+			if r.resp.Rejection == nil {
+				return nil, rpc.Errorf(rpc.CodeInternal, "datacenter %s answered rejected without a rejection", r.dc)
+			}
+			if rejected == nil {
+				rejected = r
+			}
+			statuses[r.dc] = api.DatacenterStatus{Status: api.KeyStateRejected, Reason: r.resp.Rejection.Reason}
+			parts = append(parts, fmt.Sprintf("%s: rejected (%s: %s)", r.dc, r.resp.Rejection.Reason, r.resp.Rejection.Detail))
+		default:
+			return nil, rpc.Errorf(rpc.CodeInternal, "datacenter %s answered an unknown outcome %q", r.dc, r.resp.Outcome)
+		}
+		out.Replayed = out.Replayed && r.resp.Replayed
+		if exp := r.resp.ExpiresAt; !exp.IsZero() && (out.ExpiresAt.IsZero() || exp.Before(out.ExpiresAt)) {
+			out.ExpiresAt = exp
+		}
+		if out.JobID == "" {
+			out.JobID = r.resp.JobID
+		}
+	}
+	if rejected == nil {
+		job := *base
+		job.Datacenters = statuses
+		out.Outcome, out.Job, out.JobID = rpc.OutcomeCommitted, &job, job.JobID
+		return out, nil
+	}
+	rej := *rejected.resp.Rejection
+	if len(results) > 1 {
+		rej.Detail = fmt.Sprintf("the job was rejected in datacenter %s; outcomes: %s", rejected.dc, strings.Join(parts, "; "))
+	}
+	out.Outcome, out.Rejection = rpc.OutcomeRejected, &rej
+	out.Job = &api.Job{JobID: out.JobID, Datacenters: statuses}
+	return out, nil
+}
+
+// rejectionProblem is the body of a job_rejected answer of a job naming
+// several datacenters: the problem, with the job ID and every datacenter's
+// outcome.
+type rejectionProblem struct {
+	api.Problem
+	JobID       string                          `json:"job_id"`
+	Datacenters map[string]api.DatacenterStatus `json:"datacenters"`
+}
+
+// rejectionBody renders a job_rejected problem; sr.Job, when combine set it
+// for a job of several datacenters, adds job_id and datacenters.
+func rejectionBody(status int, detail string, sr *rpc.SubmitResponse) []byte {
+	if sr.Job == nil || len(sr.Job.Datacenters) < 2 {
+		return problemBody(status, api.CodeJobRejected, detail, sr.Rejection.Reason)
+	}
+	var p api.Problem
+	if err := json.Unmarshal(problemBody(status, api.CodeJobRejected, detail, sr.Rejection.Reason), &p); err != nil {
+		panic("gate: decode own problem: " + err.Error())
+	}
+	b, err := json.Marshal(rejectionProblem{Problem: p, JobID: sr.Job.JobID, Datacenters: sr.Job.Datacenters})
+	if err != nil {
+		panic("gate: encode problem: " + err.Error())
+	}
+	return append(b, '\n')
+}
+
+// datacenterError is the failure of one named datacenter of a fanned-out
+// submission; it wraps the rpc error (errors.Is sees through it).
+type datacenterError struct {
+	dc  string
+	err error
+}
+
+func (e *datacenterError) Error() string { return "datacenter " + e.dc + ": " + e.err.Error() }
+func (e *datacenterError) Unwrap() error { return e.err }

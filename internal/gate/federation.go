@@ -1,0 +1,147 @@
+package gate
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
+)
+
+// Federation tells a gate which datacenters exist and where their managers
+// are. A gate forwards a submission to the leader of every datacenter it
+// names, its own through its usual resolver, the others directly at the
+// addresses Federation gives (docs/multidc.md says why not through the local
+// managers).
+type Federation interface {
+	// Datacenters maps each known datacenter to its managers' RPC addresses
+	// (host:port). The gate's own datacenter need not be in it.
+	Datacenters() map[string][]string
+}
+
+// StaticFederation is a fixed federation view.
+type StaticFederation map[string][]string
+
+// Datacenters implements Federation.
+func (s StaticFederation) Datacenters() map[string][]string { return s }
+
+// federationRefresh is how often a gate re-reads the federation view from its
+// datacenter's managers.
+const federationRefresh = 5 * time.Second
+
+// federationPoller is the Federation a gate started by Main uses: it reads
+// GET /rpc/v1/federation from one of its datacenter's managers every
+// federationRefresh, keeping the last view it got.
+type federationPoller struct {
+	local rpc.Resolver
+	hc    *http.Client
+	log   *slog.Logger
+	view  atomic.Pointer[map[string][]string]
+}
+
+func newFederationPoller(local rpc.Resolver, log *slog.Logger) *federationPoller {
+	return &federationPoller{local: local, hc: &http.Client{Transport: rpc.NewTransport()}, log: log}
+}
+
+// Datacenters implements Federation.
+func (p *federationPoller) Datacenters() map[string][]string {
+	if v := p.view.Load(); v != nil {
+		return *v
+	}
+	return nil
+}
+
+// run refreshes the view until ctx ends.
+func (p *federationPoller) run(ctx context.Context) {
+	defer p.hc.CloseIdleConnections()
+	t := time.NewTicker(federationRefresh)
+	defer t.Stop()
+	for {
+		p.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refresh asks the local managers in turn until one answers.
+func (p *federationPoller) refresh(ctx context.Context) {
+	for _, addr := range p.local.Managers() {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		f, err := rpc.FetchFederation(actx, p.hc, addr)
+		cancel()
+		if err != nil {
+			p.log.Debug("reading the federation view", logging.KeyAddr, addr, logging.KeyError, err)
+			continue
+		}
+		v := maps.Clone(f.Datacenters)
+		if old := p.Datacenters(); !maps.EqualFunc(old, v, slices.Equal) {
+			p.log.Info("federation view changed", logging.KeyDatacenter, slices.Sorted(maps.Keys(v)))
+		}
+		p.view.Store(&v)
+		return
+	}
+}
+
+// dcClients holds one rpc.Client per remote datacenter, made on first use;
+// each resolves its managers from the current federation view.
+type dcClients struct {
+	mu      sync.Mutex
+	clients map[string]*rpc.Client
+}
+
+// knownDatacenter says whether dc is the gate's own or in the federation view.
+func (g *Gate) knownDatacenter(dc string) bool {
+	if dc == g.cfg.Datacenter {
+		return true
+	}
+	if g.federation == nil {
+		return false
+	}
+	_, ok := g.federation.Datacenters()[dc]
+	return ok
+}
+
+// clientFor returns the client of datacenter dc's leader.
+func (g *Gate) clientFor(dc string) *rpc.Client {
+	if dc == g.cfg.Datacenter {
+		return g.client
+	}
+	g.remote.mu.Lock()
+	defer g.remote.mu.Unlock()
+	if c, ok := g.remote.clients[dc]; ok {
+		return c
+	}
+	if g.remote.clients == nil {
+		g.remote.clients = map[string]*rpc.Client{}
+	}
+	fed := g.federation
+	c := rpc.NewClient(rpc.ClientConfig{
+		Resolver: rpc.ResolverFunc(func() []string {
+			if fed == nil {
+				return nil
+			}
+			return fed.Datacenters()[dc]
+		}),
+		Logger: g.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc),
+	})
+	g.remote.clients[dc] = c
+	return c
+}
+
+// closeRemote closes the idle connections of every remote datacenter's client.
+func (g *Gate) closeRemote() {
+	g.remote.mu.Lock()
+	defer g.remote.mu.Unlock()
+	for _, c := range g.remote.clients {
+		c.CloseIdleConnections()
+	}
+}

@@ -1,0 +1,295 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// federation is two fake datacenters, dc1 and dc2, each with a fake manager
+// leader and a gate that knows both.
+type federation struct {
+	m1, m2 *fakemanager.Manager
+	g1, g2 *testGate
+}
+
+func startFederation(t *testing.T, opts1, opts2 fakemanager.Options, override func(cfg *Config, deps *Deps)) *federation {
+	t.Helper()
+	opts1.Datacenter, opts2.Datacenter = "dc1", "dc2"
+	m1, a1 := startManager(t, opts1)
+	m2, a2 := startManager(t, opts2)
+	fed := StaticFederation{"dc1": {a1}, "dc2": {a2}}
+	gate := func(dc, addr string) *testGate {
+		return startGate(t, []string{addr}, func(cfg *Config, deps *Deps) {
+			cfg.Datacenter = dc
+			cfg.NodeName = "gate-" + dc
+			deps.Federation = fed
+			if override != nil {
+				override(cfg, deps)
+			}
+		})
+	}
+	return &federation{m1: m1, m2: m2, g1: gate("dc1", a1), g2: gate("dc2", a2)}
+}
+
+// jobIn returns datacenter m's copy of job id, failing the test when absent.
+func jobIn(t *testing.T, m *fakemanager.Manager, id string) *api.Job {
+	t.Helper()
+	j, err := m.GetJob(context.Background(), api.DefaultTenant, id)
+	if err != nil {
+		t.Fatalf("job %s: %v", id, err)
+	}
+	return j
+}
+
+// TestMultiDCFanOutAndReplay: a job for dc1 and dc2 through a dc1 gate is
+// admitted in both with one job ID; the answer maps both datacenters to
+// committed; a retry through the dc2 gate (the set written otherwise) is the
+// same bytes with the same expiry, and neither datacenter holds a second job.
+func TestMultiDCFanOutAndReplay(t *testing.T) {
+	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, nil)
+	first := f.g1.submit(t, skey(1), `{"type":"x","payload":{"n":1},"datacenters":["dc2","dc1","dc2"]}`)
+	job := wantJob(t, first, http.StatusCreated)
+	wantHeader(t, first, api.HeaderReplayed, "false")
+	if len(job.Datacenters) != 2 || job.Datacenters["dc1"].Status != api.JobStatusCommitted ||
+		job.Datacenters["dc2"].Status != api.JobStatusCommitted {
+		t.Fatalf("datacenters %+v, want dc1 and dc2 committed", job.Datacenters)
+	}
+	for _, m := range []*fakemanager.Manager{f.m1, f.m2} {
+		if n := m.Jobs(); n != 1 {
+			t.Fatalf("a datacenter holds %d jobs, want 1", n)
+		}
+		jobIn(t, m, job.JobID)
+	}
+	for _, tg := range []*testGate{f.g2, f.g1, f.g2} {
+		again := tg.submit(t, skey(1), `{"datacenters":["dc1","dc2"],"payload":{"n":1},"type":"x"}`)
+		wantStatus(t, again, http.StatusCreated)
+		wantHeader(t, again, api.HeaderReplayed, "true")
+		wantHeader(t, again, api.HeaderIdempotencyExpiresAt, first.header.Get(api.HeaderIdempotencyExpiresAt))
+		if !bytes.Equal(again.body, first.body) {
+			t.Fatalf("replay differs:\n%s\n%s", again.body, first.body)
+		}
+	}
+	if n1, n2 := f.m1.Jobs(), f.m2.Jobs(); n1 != 1 || n2 != 1 {
+		t.Fatalf("datacenters hold %d and %d jobs, want 1 and 1", n1, n2)
+	}
+	// Both ledgers expire the key at the same instant.
+	k1, err1 := f.m1.GetKey(context.Background(), api.DefaultTenant, skey(1))
+	k2, err2 := f.m2.GetKey(context.Background(), api.DefaultTenant, skey(1))
+	if err1 != nil || err2 != nil || k1.ExpiresAt != k2.ExpiresAt {
+		t.Fatalf("key expiries %+v (%v) and %+v (%v), want the same", k1, err1, k2, err2)
+	}
+}
+
+// TestMultiDCPartialFailureThenRetry: with dc2 unreachable the answer is 503
+// and nothing is cached; dc1 keeps its job; a retry through the dc2 gate once
+// dc2 is back completes dc2 with the same job ID.
+func TestMultiDCPartialFailureThenRetry(t *testing.T) {
+	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, func(cfg *Config, deps *Deps) {
+		// A forward's deadline is the forward timeout plus the pending wait.
+		cfg.ForwardTimeout = 300 * time.Millisecond
+		cfg.Idempotency.PendingWaitTimeout = 200 * time.Millisecond
+	})
+	f.m2.SetSubmitHook(func(ctx context.Context, req *rpc.SubmitRequest) error {
+		return rpc.Errorf(rpc.CodeUnavailable, "dc2 is down")
+	})
+	const body = `{"type":"x","datacenters":["dc1","dc2"]}`
+	for range 2 { // the second attempt is forwarded again: nothing was cached
+		res := f.g1.submit(t, skey(2), body)
+		p := wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+		if !strings.Contains(p.Detail, `"dc2"`) {
+			t.Fatalf("detail %q does not name dc2", p.Detail)
+		}
+	}
+	if s := f.m1.Submits(); s != 2 {
+		t.Fatalf("dc1 saw %d submissions, want 2 (503 is never cached)", s)
+	}
+	if n1, n2 := f.m1.Jobs(), f.m2.Jobs(); n1 != 1 || n2 != 0 {
+		t.Fatalf("datacenters hold %d and %d jobs, want 1 and 0", n1, n2)
+	}
+	f.m2.SetSubmitHook(nil)
+	res := f.g2.submit(t, skey(2), body)
+	job := wantJob(t, res, http.StatusCreated)
+	if job.Datacenters["dc1"].Status != api.JobStatusCommitted || job.Datacenters["dc2"].Status != api.JobStatusCommitted {
+		t.Fatalf("datacenters %+v", job.Datacenters)
+	}
+	if n1, n2 := f.m1.Jobs(), f.m2.Jobs(); n1 != 1 || n2 != 1 {
+		t.Fatalf("datacenters hold %d and %d jobs, want 1 and 1", n1, n2)
+	}
+	if a, b := jobIn(t, f.m1, job.JobID), jobIn(t, f.m2, job.JobID); a.JobID != b.JobID {
+		t.Fatalf("job ids %s and %s", a.JobID, b.JobID)
+	}
+	again := f.g1.submit(t, skey(2), body)
+	wantStatus(t, again, http.StatusCreated)
+	if !bytes.Equal(again.body, res.body) {
+		t.Fatalf("answers differ through the two gates:\n%s\n%s", again.body, res.body)
+	}
+}
+
+// TestMultiDCRejection: dc2 rejects what dc1 admits: the answer is dc2's
+// rejection, naming every datacenter's outcome, and it is replayed byte for
+// byte through the gates of both datacenters.
+func TestMultiDCRejection(t *testing.T) {
+	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{
+		Reject: func(req *rpc.SubmitRequest) *rpc.Rejection {
+			return &rpc.Rejection{Status: 422, Reason: "unknown_job_type", Detail: "not here"}
+		},
+	}, nil)
+	const body = `{"type":"x","datacenters":["dc1","dc2"]}`
+	first := f.g1.submit(t, skey(3), body)
+	wantStatus(t, first, http.StatusUnprocessableEntity)
+	var ext struct {
+		api.Problem
+		JobID       string                          `json:"job_id"`
+		Datacenters map[string]api.DatacenterStatus `json:"datacenters"`
+	}
+	decodeJSON(t, first.body, &ext)
+	if ext.Code != api.CodeJobRejected || ext.Reason != "unknown_job_type" || !strings.Contains(ext.Detail, "dc2") {
+		t.Fatalf("problem %+v", ext.Problem)
+	}
+	if ext.Datacenters["dc1"] != (api.DatacenterStatus{Status: "committed"}) ||
+		ext.Datacenters["dc2"] != (api.DatacenterStatus{Status: "rejected", Reason: "unknown_job_type"}) || ext.JobID == "" {
+		t.Fatalf("job_id %q datacenters %+v", ext.JobID, ext.Datacenters)
+	}
+	for _, tg := range []*testGate{f.g2, f.g1} {
+		again := tg.submit(t, skey(3), body)
+		wantStatus(t, again, http.StatusUnprocessableEntity)
+		wantHeader(t, again, api.HeaderReplayed, "true")
+		if !bytes.Equal(again.body, first.body) {
+			t.Fatalf("replay differs:\n%s\n%s", again.body, first.body)
+		}
+	}
+}
+
+// TestMultiDCRacedFirstAttempts: two first attempts of one key through gates
+// of different datacenters, overlapping at both leaders, make one job per
+// datacenter with one ID, and both clients get the same bytes.
+func TestMultiDCRacedFirstAttempts(t *testing.T) {
+	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, nil)
+	release := make(chan struct{})
+	hold := func(ctx context.Context, req *rpc.SubmitRequest) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return rpc.Errorf(rpc.CodeUnavailable, "cancelled")
+		}
+	}
+	f.m1.SetSubmitHook(hold)
+	f.m2.SetSubmitHook(hold)
+	const body = `{"type":"x","datacenters":["dc1","dc2"]}`
+	var results [2]result
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, tg := range []*testGate{f.g1, f.g2} {
+		wg.Go(func() { results[i], errs[i] = tg.trySubmit(skey(4), body) })
+	}
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		s1, s2 := f.m1.Submits(), f.m2.Submits()
+		return s1 == 2 && s2 == 2, "both gates' attempts held at both leaders"
+	})
+	close(release)
+	wg.Wait()
+	var ids []string
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Fatalf("gate %d: %v", i+1, errs[i])
+		}
+		ids = append(ids, wantJob(t, res, http.StatusCreated).JobID)
+	}
+	if ids[0] != ids[1] || !bytes.Equal(results[0].body, results[1].body) {
+		t.Fatalf("answers differ:\n%s\n%s", results[0].body, results[1].body)
+	}
+	if n1, n2 := f.m1.Jobs(), f.m2.Jobs(); n1 != 1 || n2 != 1 {
+		t.Fatalf("datacenters hold %d and %d jobs, want 1 and 1", n1, n2)
+	}
+}
+
+// TestMultiDCReads: GET /v1/jobs/{id} through either gate finds a job of
+// either datacenter; ?datacenter= reads one datacenter's copy; an unknown
+// datacenter is 400.
+func TestMultiDCReads(t *testing.T) {
+	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, nil)
+	only2 := wantJob(t, f.g2.submit(t, skey(5), `{"type":"x"}`), http.StatusCreated)
+	for _, tg := range []*testGate{f.g1, f.g2} {
+		got := wantJob(t, tg.get(t, "/v1/jobs/"+only2.JobID), http.StatusOK)
+		if got.JobID != only2.JobID || got.Datacenters["dc2"].Status != api.JobStatusCommitted {
+			t.Fatalf("job %+v", got)
+		}
+	}
+	wantProblem(t, f.g2.get(t, "/v1/jobs/"+only2.JobID+"?datacenter=dc1"), http.StatusNotFound, api.CodeJobNotFound)
+	wantJob(t, f.g1.get(t, "/v1/jobs/"+only2.JobID+"?datacenter=dc2"), http.StatusOK)
+	wantProblem(t, f.g1.get(t, "/v1/jobs/"+only2.JobID+"?datacenter=dc9"), http.StatusBadRequest, api.CodeInvalidRequest)
+	wantProblem(t, f.g1.get(t, "/v1/jobs/nope"), http.StatusNotFound, api.CodeJobNotFound)
+
+	var list api.JobList
+	res := f.g1.get(t, "/v1/jobs")
+	wantStatus(t, res, http.StatusOK)
+	decodeJSON(t, res.body, &list)
+	if len(list.Jobs) != 0 {
+		t.Fatalf("dc1 lists %d jobs, want 0", len(list.Jobs))
+	}
+	res = f.g1.get(t, "/v1/jobs?datacenter=dc2")
+	wantStatus(t, res, http.StatusOK)
+	decodeJSON(t, res.body, &list)
+	if len(list.Jobs) != 1 || list.Jobs[0].JobID != only2.JobID {
+		t.Fatalf("dc2 lists %+v, want job %s", list.Jobs, only2.JobID)
+	}
+	wantProblem(t, f.g1.get(t, "/v1/jobs?datacenter=dc9"), http.StatusBadRequest, api.CodeInvalidRequest)
+}
+
+func decodeJSON(t *testing.T, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+}
+
+// TestMultiDCSetFormsAndRemoteFollower: the datacenters are a set (order,
+// repetition, and an omitted list against the gate's own name make the same
+// request); a remote datacenter whose first listed manager is a follower is
+// still reached (the client moves on to its leader); a datacenter outside the
+// federation is 400 and nothing is forwarded.
+func TestMultiDCSetFormsAndRemoteFollower(t *testing.T) {
+	m1, a1 := startManager(t, fakemanager.Options{Datacenter: "dc1"})
+	follower, af := startManager(t, fakemanager.Options{Datacenter: "dc2"})
+	follower.SetLeader(false)
+	m2, a2 := startManager(t, fakemanager.Options{Datacenter: "dc2"})
+	g := startGate(t, []string{a1}, func(cfg *Config, deps *Deps) {
+		deps.Federation = StaticFederation{"dc1": {a1}, "dc2": {af, a2}}
+	})
+
+	own := g.submit(t, skey(6), `{"type":"x"}`)
+	wantJob(t, own, http.StatusCreated)
+	same := g.submit(t, skey(6), `{"type":"x","datacenters":["dc1","dc1"]}`)
+	wantHeader(t, same, api.HeaderReplayed, "true")
+	if !bytes.Equal(same.body, own.body) {
+		t.Fatalf(`["dc1","dc1"] through a dc1 gate is not the omitted list's request:\n%s\n%s`, same.body, own.body)
+	}
+
+	both := wantJob(t, g.submit(t, skey(7), `{"type":"x","datacenters":["dc2","dc1"]}`), http.StatusCreated)
+	if both.Datacenters["dc2"].Status != api.JobStatusCommitted {
+		t.Fatalf("datacenters %+v", both.Datacenters)
+	}
+	jobIn(t, m2, both.JobID)
+	if follower.Jobs() != 0 {
+		t.Fatal("the follower made a job")
+	}
+
+	before := m1.Submits() + m2.Submits()
+	res := g.submit(t, skey(8), `{"type":"x","datacenters":["dc1","dc9"]}`)
+	wantProblem(t, res, http.StatusBadRequest, api.CodeInvalidRequest)
+	if after := m1.Submits() + m2.Submits(); after != before {
+		t.Fatalf("a job naming an unknown datacenter was forwarded (%d submissions, want %d)", after, before)
+	}
+}

@@ -1,0 +1,29 @@
+package ledger
+
+// ResolvedMultiDatacenter calls fn with every COMMITTED or REJECTED entry whose request
+// names a datacenter other than own, in (tenant, key) order, until fn returns
+// false. It reads a copy of each entry under the read lock: fn must not call
+// back into the FSM. O(entries); the manager's outbox calls it every few
+// seconds at the leader (docs/multidc.md).
+func (f *FSM) ResolvedMultiDatacenter(own string, fn func(Entry) bool) {
+	f.mu.RLock()
+	var out []Entry
+	f.s.entries.Ascend(func(e *Entry) bool {
+		if e.State == StatePending {
+			return true
+		}
+		for _, dc := range e.Request.Datacenters {
+			if dc != own {
+				out = append(out, *e)
+				break
+			}
+		}
+		return true
+	})
+	f.mu.RUnlock()
+	for _, e := range out {
+		if !fn(e) {
+			return
+		}
+	}
+}

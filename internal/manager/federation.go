@@ -1,0 +1,108 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/membership"
+	"github.com/once-dev/once/internal/rpc"
+)
+
+// federation is the manager's view of every datacenter: its own datacenter's
+// managers from the LAN pool, the others' from the WAN pool that the managers
+// of every datacenter join (as Consul's servers do). Gates read it from GET
+// /rpc/v1/federation and forward to other datacenters' leaders directly.
+type federation struct {
+	dc  string
+	lan atomic.Pointer[membership.Pool]
+	wan *membership.Pool // nil: a single-datacenter manager
+	log *slog.Logger
+}
+
+// startFederation joins the WAN pool when MANAGER_WAN_GOSSIP_ADDR is set.
+// The pool's node name is <node-id>.<datacenter>, unique across datacenters.
+func startFederation(ctx context.Context, cfg Config, log *slog.Logger) (*federation, error) {
+	f := &federation{dc: cfg.Datacenter, log: log}
+	if cfg.WANGossipAddr == "" {
+		return f, nil
+	}
+	profile := membership.ProfileWAN
+	if cfg.GossipProfile == membership.ProfileLocal {
+		profile = membership.ProfileLocal // one host: the local timings serve both pools
+	}
+	mcfg, err := membership.Settings{Addr: cfg.WANGossipAddr, Advertise: cfg.WANGossipAdvertise, Keys: cfg.WANGossipKey,
+		Profile: profile, Seeds: cfg.WANJoin}.Config("MANAGER_WAN", cfg.NodeID+"."+cfg.Datacenter, membership.Meta{
+		Role:       membership.RoleManager,
+		Datacenter: cfg.Datacenter,
+		NodeID:     cfg.NodeID,
+		RPCAddr:    cfg.RPCAdvertise,
+		RaftAddr:   cfg.RaftAdvertise,
+		Version:    1,
+	}, log.With(logging.KeyComponent, "wan"))
+	if err != nil {
+		return nil, err
+	}
+	mcfg.WAN = true
+	pool, err := membership.Start(ctx, mcfg)
+	if err != nil {
+		return nil, fmt.Errorf("wan membership: %w", err)
+	}
+	f.wan = pool
+	log.Info("joined the federation's WAN pool", logging.KeyAddr, pool.Addr())
+	return f, nil
+}
+
+// view is the federation as this manager knows it: every datacenter with a
+// manager in the WAN pool (alive or not: a datacenter whose managers are all
+// down is still a datacenter of the federation, unreachable for now), mapped
+// to its alive managers' RPC addresses; its own datacenter from the LAN pool.
+func (f *federation) view() *rpc.Federation {
+	out := &rpc.Federation{Datacenter: f.dc, Datacenters: map[string][]string{}}
+	if f.wan != nil {
+		for _, m := range f.wan.Members() {
+			if m.Meta.Role != membership.RoleManager || m.Meta.Datacenter == f.dc {
+				continue
+			}
+			addrs := out.Datacenters[m.Meta.Datacenter]
+			if m.State == membership.StateAlive && m.Meta.RPCAddr != "" {
+				addrs = append(addrs, m.Meta.RPCAddr)
+			}
+			out.Datacenters[m.Meta.Datacenter] = addrs
+		}
+	}
+	own := []string{}
+	if lan := f.lan.Load(); lan != nil {
+		for _, m := range lan.Managers(f.dc) {
+			if m.Meta.RPCAddr != "" {
+				own = append(own, m.Meta.RPCAddr)
+			}
+		}
+	}
+	out.Datacenters[f.dc] = own
+	for dc, addrs := range out.Datacenters {
+		if addrs == nil {
+			addrs = []string{}
+		}
+		slices.Sort(addrs)
+		out.Datacenters[dc] = addrs
+	}
+	return out
+}
+
+// stop leaves the WAN pool and shuts it down.
+func (f *federation) stop() {
+	if f.wan == nil {
+		return
+	}
+	if err := f.wan.Leave(2 * time.Second); err != nil {
+		f.log.Warn("leaving the WAN pool", logging.KeyError, err)
+	}
+	if err := f.wan.Shutdown(); err != nil {
+		f.log.Warn("WAN membership shutdown", logging.KeyError, err)
+	}
+}

@@ -1,0 +1,82 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
+)
+
+// TestFederationViewSpansDatacenters: managers of dc1 and dc2 that join the
+// WAN pool each see the other's datacenter with its manager's RPC address; a
+// manager without WAN settings knows only its own datacenter.
+func TestFederationViewSpansDatacenters(t *testing.T) {
+	start := func(dc, rpcAddr string, seeds ...string) *federation {
+		cfg := DefaultConfig()
+		cfg.NodeID, cfg.Datacenter, cfg.RPCAdvertise = "m1", dc, rpcAddr
+		cfg.GossipProfile = "local"
+		cfg.WANGossipAddr, cfg.WANJoin = "127.0.0.1:0", seeds
+		f, err := startFederation(context.Background(), cfg, logging.TestLogger(t))
+		if err != nil {
+			t.Fatalf("startFederation %s: %v", dc, err)
+		}
+		t.Cleanup(f.stop)
+		return f
+	}
+	f1 := start("dc1", "127.0.0.1:7101")
+	f2 := start("dc2", "127.0.0.1:7201", f1.wan.Addr())
+	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
+		v1, v2 := f1.view(), f2.view()
+		ok := fmt.Sprint(v1.Datacenters["dc2"]) == "[127.0.0.1:7201]" && fmt.Sprint(v2.Datacenters["dc1"]) == "[127.0.0.1:7101]"
+		return ok, fmt.Sprintf("each to see the other datacenter (dc1 sees %v, dc2 sees %v)", v1.Datacenters, v2.Datacenters)
+	})
+	// What a gate reads from GET /rpc/v1/federation.
+	srv := httptest.NewServer(rpc.FederationHandler(f1.view))
+	defer srv.Close()
+	v, err := rpc.FetchFederation(context.Background(), srv.Client(), strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil || v.Datacenter != "dc1" || len(v.Datacenters) != 2 || fmt.Sprint(v.Datacenters["dc2"]) != "[127.0.0.1:7201]" {
+		t.Fatalf("fetched %+v, %v", v, err)
+	}
+
+	single, err := startFederation(context.Background(), DefaultConfig(), logging.TestLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer single.stop()
+	if v := single.view(); len(v.Datacenters) != 1 || v.Datacenters[v.Datacenter] == nil {
+		t.Fatalf("single-datacenter view %+v", v)
+	}
+}
+
+// TestLoadConfigWAN: the WAN settings load from their variables; a WAN seed,
+// advertise address or key without MANAGER_WAN_GOSSIP_ADDR is a configuration
+// error naming the variable.
+func TestLoadConfigWAN(t *testing.T) {
+	c, err := LoadConfig(nil, config.MapLookup(map[string]string{
+		EnvWANGossipAddr: "127.0.0.1:7300", EnvWANJoin: "127.0.0.1:7301,127.0.0.1:7302",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WANGossipAddr != "127.0.0.1:7300" || len(c.WANJoin) != 2 {
+		t.Fatalf("loaded %+v", c)
+	}
+	for _, env := range []map[string]string{
+		{EnvWANJoin: "127.0.0.1:7301"},
+		{EnvWANGossipAddr: "nonsense"},
+	} {
+		_, err := LoadConfig(nil, config.MapLookup(env), io.Discard)
+		if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), EnvWANGossipAddr) {
+			t.Fatalf("%v: err %v, want a configuration error naming %s", env, err, EnvWANGossipAddr)
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package manager
+
+import (
+	"time"
+
+	"github.com/once-dev/once/internal/jobid"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/keys"
+)
+
+// expiryBasisMaxSkew bounds how far a gate's expiry basis
+// (rpc.SubmitRequest.ExpiryBasis) may be from the leader's clock to be used:
+// further off, the leader's own time is the basis (docs/multidc.md).
+const expiryBasisMaxSkew = 2 * time.Second
+
+// submissionJobID is the job ID a new entry of req reserves: the ID derived
+// from (tenant, key, fingerprint), the same in every datacenter
+// (internal/jobid). A proposed ID must be that one: the ID is always a
+// function of the fingerprint, which is what binds a Commit to the request
+// it was decided for (docs/multidc.md).
+func submissionJobID(req *rpc.SubmitRequest) (string, error) {
+	id := jobid.Derive(req.Tenant, req.Key, req.Fingerprint)
+	if req.ProposedJobID != "" && req.ProposedJobID != id {
+		return "", rpc.Errorf(rpc.CodeInvalid, "proposed job id %q is not the one derived from the tenant, key and fingerprint", req.ProposedJobID)
+	}
+	return id, nil
+}
+
+// expiryBasis is the instant the TTLs of req's entry count from: the gate's
+// stamp when it is within expiryBasisMaxSkew of the ledger's time, so that
+// every datacenter of a multi-datacenter submission computes the same
+// expires_at; else the ledger's time (the leader's clock as clock.go rules it).
+func (m *Manager) expiryBasis(req *rpc.SubmitRequest) time.Time {
+	now := m.expiryNow()
+	if b := req.ExpiryBasis; !b.IsZero() && b.Sub(now).Abs() <= expiryBasisMaxSkew {
+		return b
+	}
+	return now
+}
+
+// basisExpiry is basis+ttl in Unix nanoseconds, never at or before now (the
+// ledger refuses an expiry that is not after the command's time).
+func basisExpiry(basis, now time.Time, ttl time.Duration) int64 {
+	exp := basis.Add(ttl)
+	if !exp.After(now) {
+		exp = now.Add(time.Millisecond)
+	}
+	return exp.UnixNano()
+}
+
+// retainedJob answers a new opaque key whose derived job ID names a job the
+// ledger still retains: the same (tenant, key, fingerprint) was committed, its
+// entry expired, the job did not. That job is the answer (replayed); no second
+// job is created. Structured keys go through Reserve, whose watermark check
+// answers idempotency_key_expired as before.
+func (m *Manager) retainedJob(req *rpc.SubmitRequest, k keys.Key, id string) (*rpc.SubmitResponse, bool) {
+	if k.Structured {
+		return nil, false
+	}
+	return m.retainedJobResponse(req.Tenant, id)
+}
+
+func (m *Manager) retainedJobResponse(tenant, id string) (*rpc.SubmitResponse, bool) {
+	j, ok := m.fsm.Job(tenant, id)
+	if !ok {
+		return nil, false
+	}
+	job := m.apiJob(j)
+	return &rpc.SubmitResponse{Outcome: rpc.OutcomeCommitted, Replayed: true, JobID: j.ID, Job: &job}, true
+}

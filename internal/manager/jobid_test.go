@@ -1,0 +1,103 @@
+package manager
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/jobid"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
+)
+
+// TestDerivedJobIDAndRetainedJob: a submission without a proposed ID gets the
+// ID derived from (tenant, key, fingerprint); the same opaque key and request
+// sent again after its entry expired, while the job is retained, is answered
+// with that job and makes no second one; another fingerprint under the same
+// key then is a new job with another ID.
+func TestDerivedJobIDAndRetainedJob(t *testing.T) {
+	var mu sync.Mutex
+	clock := time.Now()
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.Idempotency.CommittedTTL = 10 * time.Second
+		c.Idempotency.CleanupInterval = time.Second
+		c.JobRetention = time.Hour
+	})
+	tc.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	l := tc.leader()
+	ctx := ctxT(t)
+	const key = "order-ORD-7"
+	r, err := tc.submit(ctx, l, "t", key, "fp1", "demo", `1`, 0)
+	if err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if want := jobid.Derive("t", key, "fp1"); r.JobID != want || r.Job.JobID != want {
+		t.Fatalf("job id %s, want the derived %s", r.JobID, want)
+	}
+	mu.Lock()
+	clock = clock.Add(time.Minute)
+	mu.Unlock()
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		return tc.mgrs[l].FSM().Stats().Entries == 0, "expiry of the committed entry"
+	})
+	again, err := tc.submit(ctx, l, "t", key, "fp1", "demo", `1`, 0)
+	if err != nil || again.Outcome != rpc.OutcomeCommitted || !again.Replayed || again.JobID != r.JobID {
+		t.Fatalf("resubmission after expiry: %+v %v, want the retained job %s replayed", again, err, r.JobID)
+	}
+	if n := tc.mgrs[l].FSM().Stats().Jobs; n != 1 {
+		t.Fatalf("jobs: %d, want 1", n)
+	}
+	other, err := tc.submit(ctx, l, "t", key, "fp2", "demo", `2`, 0)
+	if err != nil || other.Outcome != rpc.OutcomeCommitted || other.JobID == r.JobID {
+		t.Fatalf("another request under the expired key: %+v %v", other, err)
+	}
+}
+
+// TestExpiryBasis: a gate's expiry basis within the skew bound sets the
+// entry's expiry (basis + TTL); one further off is ignored for the leader's
+// clock.
+func TestExpiryBasis(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	tc := newTestCluster(t, 1, func(c *Config) { c.Idempotency.CommittedTTL = time.Minute })
+	tc.now = func() time.Time { return now }
+	l := tc.leader()
+	ctx := ctxT(t)
+	for i, tt := range []struct {
+		basis, want time.Time
+	}{
+		{now.Add(-1500 * time.Millisecond), now.Add(-1500 * time.Millisecond).Add(time.Minute)},
+		{now.Add(-time.Hour), now.Add(time.Minute)},
+		{time.Time{}, now.Add(time.Minute)},
+	} {
+		req := &rpc.SubmitRequest{Tenant: "t", Key: "basis-" + string(rune('a'+i)), Fingerprint: "fp", ExpiryBasis: tt.basis}
+		req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), []string{"dc1"}
+		r, err := tc.mgrs[l].Submit(ctx, req)
+		if err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("basis %v: %+v %v", tt.basis, r, err)
+		}
+		if !r.ExpiresAt.Equal(tt.want) {
+			t.Fatalf("basis %v: expires at %v, want %v", tt.basis, r.ExpiresAt, tt.want)
+		}
+	}
+}
+
+// TestProposedJobIDMustBeDerived: a proposal other than the derived ID is
+// refused as invalid and reserves nothing; the derived one is accepted.
+func TestProposedJobIDMustBeDerived(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	l := tc.leader()
+	ctx := ctxT(t)
+	req := &rpc.SubmitRequest{Tenant: "t", Key: "k-proposed", Fingerprint: "fp", ProposedJobID: "01a20087-00af-7408-a87b-1180decbaa77"}
+	req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), []string{"dc1"}
+	if r, err := tc.mgrs[l].Submit(ctx, req); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("foreign proposal: %+v %v, want invalid", r, err)
+	}
+	if _, ok := tc.mgrs[l].FSM().Entry("t", "k-proposed"); ok {
+		t.Fatal("a refused proposal reserved the key")
+	}
+	req.ProposedJobID = jobid.Derive("t", "k-proposed", "fp")
+	if r, err := tc.mgrs[l].Submit(ctx, req); err != nil || r.JobID != req.ProposedJobID {
+		t.Fatalf("derived proposal: %+v %v", r, err)
+	}
+}

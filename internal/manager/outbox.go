@@ -1,0 +1,188 @@
+package manager
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
+)
+
+// The outbox's timings.
+const (
+	outboxInterval   = 2 * time.Second  // between passes at the leader
+	outboxGrace      = 2 * time.Second  // after an entry is resolved, before it is carried (the gate's own fan-out usually finishes first)
+	outboxMaxBackoff = time.Minute      // longest wait between two attempts for one (entry, datacenter)
+	outboxAttempt    = 10 * time.Second // bound on one Submit to another datacenter
+	outboxParallel   = 16               // Submits in flight per pass
+)
+
+// outbox carries the submissions this datacenter resolved to the other
+// datacenters they name, until each has a final outcome there: a job whose
+// gate reached only some of its datacenters is completed without waiting for
+// the client's retry. It needs no ledger state of its own: every COMMITTED or
+// REJECTED entry already records the datacenters its request names, and a
+// Submit of the same (tenant, key, fingerprint, job ID) is idempotent at the
+// other end. Which (entry, datacenter) pairs have confirmed is kept in memory
+// at the leader; a new leader asks again, and each question is a replay.
+type outbox struct {
+	m     *Manager
+	peers func() map[string][]string // datacenter -> manager RPC addresses
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	clients map[string]*rpc.Client
+	state   map[outboxKey]*outboxState
+}
+
+type outboxKey struct{ tenant, key, jobID, dc string }
+
+type outboxState struct {
+	done    bool
+	next    time.Time
+	backoff time.Duration
+}
+
+func newOutbox(m *Manager, peers func() map[string][]string, log *slog.Logger) *outbox {
+	return &outbox{m: m, peers: peers, log: log, clients: map[string]*rpc.Client{}, state: map[outboxKey]*outboxState{}}
+}
+
+// run passes over the ledger every outboxInterval while this manager leads,
+// until ctx ends.
+func (o *outbox) run(ctx context.Context) {
+	defer o.close()
+	t := time.NewTicker(outboxInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if o.m.checkLeader() != nil {
+			o.mu.Lock()
+			clear(o.state) // a later term asks again
+			o.mu.Unlock()
+			continue
+		}
+		o.pass(ctx)
+	}
+}
+
+// pass carries every due (entry, datacenter) pair once.
+func (o *outbox) pass(ctx context.Context) {
+	own := o.m.cfg.Datacenter
+	peers := o.peers()
+	now, wall := o.m.expiryNow(), time.Now()
+	seen := map[outboxKey]bool{}
+	type job struct {
+		k outboxKey
+		e ledger.Entry
+	}
+	var due []job
+	o.m.fsm.ResolvedMultiDatacenter(own, func(e ledger.Entry) bool {
+		if now.Sub(time.Unix(0, e.ResolvedAt)) < outboxGrace {
+			return true
+		}
+		for _, dc := range e.Request.Datacenters {
+			if dc == own {
+				continue
+			}
+			k := outboxKey{e.Tenant, e.Key, e.JobID, dc}
+			seen[k] = true
+			o.mu.Lock()
+			st := o.state[k]
+			if st == nil {
+				st = &outboxState{}
+				o.state[k] = st
+			}
+			ready := !st.done && !wall.Before(st.next)
+			o.mu.Unlock()
+			if _, known := peers[dc]; ready && known {
+				due = append(due, job{k, e})
+			}
+		}
+		return true
+	})
+	o.mu.Lock()
+	for k := range o.state {
+		if !seen[k] { // the entry expired: nothing left to carry
+			delete(o.state, k)
+		}
+	}
+	o.mu.Unlock()
+
+	sem := make(chan struct{}, outboxParallel)
+	var wg sync.WaitGroup
+	for _, j := range due {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case sem <- struct{}{}:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			o.carry(ctx, j.k, j.e)
+		}()
+	}
+	wg.Wait()
+}
+
+// carry sends one entry's submission to one datacenter and records the answer.
+func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) {
+	req := &rpc.SubmitRequest{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, ProposedJobID: e.JobID}
+	req.Job.Type, req.Job.Payload, req.Job.Datacenters = e.Request.Type, e.Request.Payload, e.Request.Datacenters
+	actx, cancel := context.WithTimeout(ctx, outboxAttempt)
+	defer cancel()
+	resp, err := o.client(k.dc).Submit(actx, req)
+	final := err == nil && resp.Outcome != rpc.OutcomeInProgress
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	st := o.state[k]
+	if st == nil {
+		return
+	}
+	if final {
+		st.done = true
+		if resp.Outcome == rpc.OutcomeKeyReused {
+			o.log.Error("another datacenter holds this key for another request", logging.KeyTenant, k.tenant,
+				logging.KeyIdemKey, k.key, logging.KeyDatacenter, k.dc)
+		}
+		return
+	}
+	st.backoff = min(max(2*st.backoff, outboxInterval), outboxMaxBackoff)
+	// Jitter keeps the leaders of several datacenters from retrying in step.
+	st.next = time.Now().Add(st.backoff/2 + rand.N(st.backoff/2+1))
+	o.log.Debug("carrying a submission to another datacenter failed; will retry", logging.KeyTenant, k.tenant,
+		logging.KeyIdemKey, k.key, logging.KeyDatacenter, k.dc, logging.KeyError, err)
+}
+
+// client returns the client of datacenter dc's leader.
+func (o *outbox) client(dc string) *rpc.Client {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c, ok := o.clients[dc]; ok {
+		return c
+	}
+	c := rpc.NewClient(rpc.ClientConfig{
+		Resolver: rpc.ResolverFunc(func() []string { return o.peers()[dc] }),
+		Logger:   o.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc),
+	})
+	o.clients[dc] = c
+	return c
+}
+
+func (o *outbox) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, c := range o.clients {
+		c.CloseIdleConnections()
+	}
+}

@@ -1,0 +1,70 @@
+package manager
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
+)
+
+// TestOutboxCompletesOtherDatacenters: a job for dc1 and dc2 that reached only
+// dc1 (its gate's forward to dc2 failed) is carried to dc2 by dc1's leader:
+// dc2 then holds the job under the same ID, and the outbox stops asking.
+func TestOutboxCompletesOtherDatacenters(t *testing.T) {
+	var mu sync.Mutex
+	clock := time.Now()
+	tc1 := newTestCluster(t, 1, nil)
+	tc1.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	tc2 := newTestCluster(t, 1, func(c *Config) { c.Datacenter = "dc2" })
+	l1, l2 := tc1.leader(), tc2.leader()
+	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	srv := rpc.NewServer(tc2.mgrs[l2], rpc.ServerConfig{Logger: logging.TestLogger(t)})
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Close(); <-served }()
+	ctx := ctxT(t)
+
+	req := &rpc.SubmitRequest{Tenant: "t", Key: "order-9", Fingerprint: "fp9"}
+	req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`9`), []string{"dc1", "dc2"}
+	r, err := tc1.mgrs[l1].Submit(ctx, req)
+	if err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("dc1: %+v %v", r, err)
+	}
+	if _, ok := tc2.mgrs[l2].FSM().Job("t", r.JobID); ok {
+		t.Fatal("dc2 has the job before the outbox carried it")
+	}
+
+	peers := func() map[string][]string {
+		return map[string][]string{"dc1": nil, "dc2": {ln.Addr().String()}}
+	}
+	ob := newOutbox(tc1.mgrs[l1], peers, logging.TestLogger(t))
+	octx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ob.run(octx) }()
+	defer func() { cancel(); <-done }()
+
+	mu.Lock()
+	clock = clock.Add(outboxGrace) // past the grace the gate's own fan-out is given
+	mu.Unlock()
+	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
+		j, ok := tc2.mgrs[l2].FSM().Job("t", r.JobID)
+		return ok && j.Key == "order-9", "dc2 to hold job " + r.JobID
+	})
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		ob.mu.Lock()
+		defer ob.mu.Unlock()
+		st := ob.state[outboxKey{"t", "order-9", r.JobID, "dc2"}]
+		return st != nil && st.done, "the outbox to record dc2's final outcome"
+	})
+	if n := tc2.mgrs[l2].FSM().Stats().Jobs; n != 1 {
+		t.Fatalf("dc2 holds %d jobs, want 1", n)
+	}
+}

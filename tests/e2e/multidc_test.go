@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/tests/localcluster"
+)
+
+// startFederation starts dc1 and dc2 (three managers and one gate each),
+// federated over WAN gossip, and stops them at the end of the test.
+func startFederation(t *testing.T) *localcluster.Federation {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real-process test; skipped with -short")
+	}
+	f, err := localcluster.NewFederation(localcluster.Options{BinDir: binDir, BaseDir: t.TempDir(), Fast: true,
+		Env: []string{"MANAGER_LOG_LEVEL=info", "GATE_LOG_LEVEL=info", "GATE_FORWARD_TIMEOUT_SECONDS=3",
+			// a forward waits GATE_FORWARD_TIMEOUT_SECONDS plus the pending wait: keep the 503 prompt
+			"IDEMPOTENCY_PENDING_WAIT_TIMEOUT=5"}},
+		[]localcluster.DatacenterSpec{{Name: "dc1", Managers: 3, Gates: 1}, {Name: "dc2", Managers: 3, Gates: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Stop()
+		if t.Failed() {
+			for _, c := range f.DCs {
+				for _, n := range c.All() {
+					b, _ := os.ReadFile(n.LogPath)
+					if len(b) > 4000 {
+						b = b[len(b)-4000:]
+					}
+					t.Logf("---- %s (%s) tail ----\n%s", n.Name, n.LogPath, b)
+				}
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := f.StartReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// listDC is GET /v1/jobs?datacenter=dc through gate (one page: the tests hold
+// a few jobs).
+func listDC(ctx context.Context, t *testing.T, gate, dc string) []api.Job {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gate+"/v1/jobs?limit=1000&datacenter="+dc, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("list %s: %v", dc, err)
+	}
+	defer resp.Body.Close()
+	var page api.JobList
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("list %s: HTTP %d: %v", dc, resp.StatusCode, err)
+	}
+	return page.Jobs
+}
+
+// TestMultiDCJobInBothDatacenters: a job for dc1 and dc2 through dc1's gate,
+// its retry through dc2's gate: one job in each datacenter, one job ID,
+// byte-identical answers. Then, with dc2's managers stopped, a new dc1+dc2 job
+// is 503 and dc1 keeps its part of it.
+func TestMultiDCJobInBothDatacenters(t *testing.T) {
+	f := startFederation(t)
+	ctx := ctxFor(t, 3*time.Minute)
+	hc := &http.Client{Timeout: 30 * time.Second}
+	g1 := f.DC("dc1").GateURLs()[0]
+	g2 := f.DC("dc2").GateURLs()[0]
+	const key = "host1.dc1:12345:1:0123456789abcdef"
+	first, err := post(ctx, hc, g1, key, `{"type":"demo","payload":{"n":1},"datacenters":["dc1","dc2"]}`)
+	if err != nil || first.status != http.StatusCreated {
+		t.Fatalf("first: %d %s %v", first.status, first.body, err)
+	}
+	if first.job.Datacenters["dc1"].Status != api.JobStatusCommitted || first.job.Datacenters["dc2"].Status != api.JobStatusCommitted {
+		t.Fatalf("datacenters %+v", first.job.Datacenters)
+	}
+	retry, err := post(ctx, hc, g2, key, `{"datacenters":["dc2","dc1"],"type":"demo","payload":{"n":1}}`)
+	if err != nil || retry.status != http.StatusCreated || retry.replayed != "true" || !bytes.Equal(retry.body, first.body) {
+		t.Fatalf("retry through dc2: %d replayed=%q %v\n%s\nfirst:\n%s", retry.status, retry.replayed, err, retry.body, first.body)
+	}
+	// Both ledgers expire the key at the same instant.
+	var expiries []string
+	for _, dc := range []string{"dc1", "dc2"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g2+"/v1/idempotency-keys/"+key+"?datacenter="+dc, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("key in %s: %v", dc, err)
+		}
+		var info api.KeyInfo
+		err = json.NewDecoder(resp.Body).Decode(&info)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || info.JobID == nil || *info.JobID != first.job.JobID {
+			t.Fatalf("key in %s: HTTP %d %+v %v", dc, resp.StatusCode, info, err)
+		}
+		expiries = append(expiries, info.ExpiresAt)
+	}
+	if expiries[0] != expiries[1] {
+		t.Fatalf("the key expires at %s in dc1 and %s in dc2", expiries[0], expiries[1])
+	}
+	for _, dc := range []string{"dc1", "dc2"} {
+		jobs := listDC(ctx, t, g1, dc)
+		if len(jobs) != 1 || jobs[0].JobID != first.job.JobID {
+			t.Fatalf("%s holds %+v, want only job %s", dc, jobs, first.job.JobID)
+		}
+	}
+
+	var wg sync.WaitGroup
+	for _, m := range f.DC("dc2").Managers {
+		wg.Add(1)
+		go func() { defer wg.Done(); m.Stop(10 * time.Second) }()
+	}
+	wg.Wait()
+	const key2 = "host1.dc1:12345:2:0123456789abcdef"
+	down, err := post(ctx, hc, g1, key2, `{"type":"demo","payload":{"n":2},"datacenters":["dc1","dc2"]}`)
+	if err != nil || down.status != http.StatusServiceUnavailable {
+		t.Fatalf("with dc2 down: %d %s %v, want 503", down.status, down.body, err)
+	}
+	var kept bool
+	for _, j := range listDC(ctx, t, g1, "dc1") {
+		kept = kept || j.IdempotencyKey == key2
+	}
+	if !kept {
+		t.Fatalf("dc1 does not hold its part of the job of %s", key2)
+	}
+}
