@@ -42,6 +42,10 @@ func (t CommandType) String() string {
 		return "reject"
 	case TypeExpire:
 		return "expire"
+	case TypeReserveBatch:
+		return "reserve_batch"
+	case TypeResolveBatch:
+		return "resolve_batch"
 	}
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
@@ -493,6 +497,16 @@ func DecodeCommand(data []byte) (Command, error) {
 		default:
 			return nil, versionError(t, v)
 		}
+	case TypeReserveBatch:
+		if v != ReserveBatchVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeReserveBatchV1(d)
+	case TypeResolveBatch:
+		if v != ResolveBatchVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeResolveBatchV1(d)
 	default:
 		if t&TypeIgnorable != 0 {
 			return Unknown{Type: t, Version: v, Body: append([]byte(nil), data[2:]...)}, nil
