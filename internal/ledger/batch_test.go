@@ -256,3 +256,14 @@ func TestOldLogReplaysAfterBatches(t *testing.T) {
 		t.Fatalf("batch after an old log: %+v", res)
 	}
 }
+
+func TestEncodeBatchMatchesEncode(t *testing.T) {
+	rs := []Reserve{reserve("a", "1", t0), reserve("a", "2", t0)}
+	if !bytes.Equal(EncodeBatch(TypeReserveBatch, [][]byte{Encode(rs[0]), Encode(rs[1])}), Encode(ReserveBatch{Items: rs})) {
+		t.Fatal("reserve batch bytes differ")
+	}
+	cs := []Command{commit(rs[0], t0+sec), reject(rs[1], t0+sec, 422)}
+	if !bytes.Equal(EncodeBatch(TypeResolveBatch, [][]byte{Encode(cs[0]), Encode(cs[1])}), Encode(ResolveBatch{Items: cs})) {
+		t.Fatal("resolve batch bytes differ")
+	}
+}

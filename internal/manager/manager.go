@@ -85,6 +85,9 @@ type Manager struct {
 	proposingMu sync.Mutex
 	proposing   map[string]chan struct{}
 
+	// reserves and resolves batch the submissions' commands (batch.go).
+	reserves, resolves *batcher
+
 	bgWG     sync.WaitGroup
 	closeMu  sync.Mutex
 	closed   bool
@@ -169,6 +172,10 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	ok = true
 	m.bgWG.Add(1)
 	go m.leaderLoop()
+	m.reserves, m.resolves = newBatcher(m, ledger.TypeReserveBatch), newBatcher(m, ledger.TypeResolveBatch)
+	m.bgWG.Add(2)
+	go m.reserves.run()
+	go m.resolves.run()
 	m.startClockWatch()
 	return m, nil
 }
