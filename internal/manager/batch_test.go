@@ -125,6 +125,9 @@ func TestBatchAnswersEachSubmission(t *testing.T) {
 			if resp.Outcome != rpc.OutcomeCommitted || !resp.Replayed || resp.JobID != prior["dup"] {
 				t.Fatalf("dup: want the replay of %s, got %+v", prior["dup"], resp)
 			}
+			if ttl := tc.cfgs[0].Idempotency.CommittedTTL; resp.Remaining <= 0 || resp.Remaining > ttl {
+				t.Fatalf("dup: remaining lifetime %v, want in (0, %v]", resp.Remaining, ttl)
+			}
 		case s.key == "reused":
 			if resp.Outcome != rpc.OutcomeKeyReused {
 				t.Fatalf("reused: want key_reused, got %+v", resp)

@@ -348,6 +348,9 @@ func (m *Manager) notLeader() error {
 // through any gate — is the same bytes.
 func (m *Manager) entryResponse(e ledger.Entry, outcome rpc.Outcome, replayed bool) *rpc.SubmitResponse {
 	r := &rpc.SubmitResponse{Replayed: replayed, JobID: e.JobID, ExpiresAt: time.Unix(0, e.ExpiresAt).UTC()}
+	// The lifetime left by ledger time, which the gate counts on its own
+	// monotonic clock (at least 1ns: 0 means "not sent").
+	r.Remaining = max(time.Duration(e.ExpiresAt-m.expiryNow().UnixNano()), time.Nanosecond)
 	switch e.State {
 	case ledger.StateCommitted:
 		r.Outcome = rpc.OutcomeCommitted
