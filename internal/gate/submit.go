@@ -88,9 +88,14 @@ func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 // checkRequest decodes the canonical body and checks that the gate can route
 // it; a failure is the response to send.
 func (g *Gate) checkRequest(canonical []byte) (api.JobRequest, *response) {
-	job, err := api.DecodeJobRequest(canonical, g.cfg.Datacenter)
-	if err != nil {
-		return job, problemResponse(http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+	// A valid body needs no second parse (decodeCanonical); an invalid one is
+	// decoded again for api.DecodeJobRequest's error.
+	job, ok := decodeCanonical(canonical, g.cfg.Datacenter)
+	if !ok {
+		var err error
+		if job, err = api.DecodeJobRequest(canonical, g.cfg.Datacenter); err != nil {
+			return job, problemResponse(http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		}
 	}
 	if dc, ok := g.unroutable(job.Datacenters); ok {
 		// Until multi-datacenter routing exists the gate reaches only its own
