@@ -36,8 +36,8 @@ type ReserveBatch struct {
 }
 
 // ResolveBatch applies its Commits and Rejects in order, as ReserveBatch
-// does its Reserves. Items holds only Commit and Reject values; Encode
-// writes nothing for any other (and Apply refuses the batch, see Encode).
+// does its Reserves. Items holds Commit and Reject values; Encode skips any
+// other (a batch left with no item is refused by Apply).
 //
 // The i-th item's Commit gets the Seq a single Commit at index+i would get
 // (index+i, or the last Seq given plus one if that is higher), so Seqs stay

@@ -50,7 +50,8 @@ func (t CommandType) String() string {
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
 
-// Command is one of Reserve, Commit, Reject, Expire (and Unknown, which
+// Command is one of Reserve, Commit, Reject, Expire, ReserveBatch,
+// ResolveBatch (and Unknown, which
 // DecodeCommand returns for an ignorable type it does not know). Encode turns a
 // Command into the bytes to pass to raft.Apply.
 type Command interface {

@@ -5,8 +5,10 @@
 // At the leader a submission is: Reserve (PENDING, durable) → admission
 // (validation, capacity) → Commit or Reject (durable) → answer. Every transition
 // is a Raft log entry committed on a quorum and applied before the gate hears of
-// it. Submissions share Raft batches: raft's BatchApplyCh groups concurrent
-// Apply calls into one AppendEntries and one fsync. Time and job IDs are decided
+// it. Concurrent submissions share log entries: the batchers (batch.go) put
+// their Reserves in one ReserveBatch entry and their outcomes in one
+// ResolveBatch, and raft's BatchApplyCh groups concurrent entries into one
+// AppendEntries and one fsync. Time and job IDs are decided
 // here, before proposing; the FSM only applies what the command says.
 package manager
 
