@@ -1,13 +1,16 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // TestBatchedSubmissionsShareEntries: 200 concurrent unique submissions at the
@@ -254,4 +257,25 @@ func TestBatched64Clients(t *testing.T) {
 	if per >= 0.2 {
 		t.Fatalf("%.3f raft entries per submission, want under 0.2", per)
 	}
+}
+
+// TestBatchSubmitterGivesUp: a submitter whose context ends stops waiting at
+// once; its command still applies (the ledger makes the retry safe).
+func TestBatchSubmitterGivesUp(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	l := tc.leader()
+	m := tc.mgrs[l]
+	ctx, cancel := context.WithCancel(ctxT(t))
+	cancel()
+	now := m.ledgerNow()
+	_, err := m.reserves.apply(ctx, ledger.Reserve{Tenant: "t", Key: "gave-up", Fingerprint: "fp", JobID: "job-gave-up",
+		Now: now.UnixNano(), ExpiresAt: now.Add(time.Minute).UnixNano(), MaxEntries: 100,
+		Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}})
+	if !errors.Is(err, rpc.ErrUnavailable) {
+		t.Fatalf("a submitter that gave up: %v, want unavailable", err)
+	}
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		e, ok := m.FSM().Entry("t", "gave-up")
+		return ok && e.JobID == "job-gave-up", "the abandoned Reserve to apply"
+	})
 }
