@@ -89,9 +89,14 @@ func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 // checkRequest decodes the canonical body and checks that the gate can route
 // it; a failure is the response to send.
 func (g *Gate) checkRequest(canonical []byte) (api.JobRequest, *response) {
-	job, err := api.DecodeJobRequest(canonical, g.cfg.Datacenter)
-	if err != nil {
-		return job, problemResponse(http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+	// A valid body needs no second parse (decodeCanonical); an invalid one is
+	// decoded again for api.DecodeJobRequest's error.
+	job, ok := decodeCanonical(canonical, g.cfg.Datacenter)
+	if !ok {
+		var err error
+		if job, err = api.DecodeJobRequest(canonical, g.cfg.Datacenter); err != nil {
+			return job, problemResponse(http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		}
 	}
 	if dc, ok := g.unknownDatacenter(job.Datacenters); ok {
 		// Not in the federation this gate knows: the request is wrong, not
@@ -391,7 +396,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		if resp.expiresAt.IsZero() {
 			resp.expiresAt = now.Add(ttl)
 		}
-		return resp, cache.Committed, g.cacheTTL(sr.ExpiresAt, now, min(ttl, g.cfg.Idempotency.CommittedTTL))
+		return resp, cache.Committed, g.cacheTTL(sr, start, now, min(ttl, g.cfg.Idempotency.CommittedTTL))
 	case rpc.OutcomeRejected:
 		if sr.Rejection == nil {
 			outcome = outcomeError
@@ -418,7 +423,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		if resp.expiresAt.IsZero() {
 			resp.expiresAt = now.Add(ttl)
 		}
-		return resp, cache.Rejected, g.cacheTTL(sr.ExpiresAt, now, min(ttl, g.cfg.Idempotency.RejectedTTL))
+		return resp, cache.Rejected, g.cacheTTL(sr, start, now, min(ttl, g.cfg.Idempotency.RejectedTTL))
 	case rpc.OutcomeInProgress:
 		resp := problemResponse(http.StatusConflict, api.CodeRequestInProgress,
 			"a request with this idempotency key is still being processed")
@@ -450,13 +455,24 @@ func ttlOr(requested, configured time.Duration) time.Duration {
 
 // cacheTTL is how long the gate may cache an outcome: the time left on the
 // ledger's entry, at most the state's configured TTL; the configured TTL when
-// the ledger gave no expiry. A result of 0 never happens: an entry already
-// expired is kept for a millisecond, enough for its waiters.
-func (g *Gate) cacheTTL(expiresAt, now time.Time, configured time.Duration) time.Duration {
-	if expiresAt.IsZero() {
+// the ledger gave no expiry. The time left is the manager's Remaining (by
+// ledger time) counted from sent, when the request left, on the monotonic
+// clock: no wall clock is compared across hosts, so a gate whose clock is
+// behind the ledger's does not replay past the ledger's expiry. Only an
+// older manager, which does not send Remaining, is judged by ExpiresAt
+// against the gate's clock (now). A result of 0 never happens: an entry
+// already expired is kept for a millisecond, enough for its waiters.
+func (g *Gate) cacheTTL(sr *rpc.SubmitResponse, sent, now time.Time, configured time.Duration) time.Duration {
+	var left time.Duration
+	switch {
+	case sr.Remaining > 0:
+		left = sr.Remaining - time.Since(sent)
+	case !sr.ExpiresAt.IsZero():
+		left = sr.ExpiresAt.Sub(now)
+	default:
 		return configured
 	}
-	ttl := min(expiresAt.Sub(now), configured)
+	ttl := min(left, configured)
 	if ttl <= 0 {
 		ttl = time.Millisecond
 	}

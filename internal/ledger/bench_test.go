@@ -123,3 +123,82 @@ func BenchmarkSnapshotPersist(b *testing.B) {
 	b.ReportMetric(float64(st.Entries), "entries")
 	b.ReportMetric(float64(st.Jobs), "jobs")
 }
+
+// BenchmarkApplyBatchCommands: one op is a submission (Reserve + Commit, and
+// an Expire every 1000) against ~100k live entries and jobs, proposed as
+// single commands (two entries per submission) or as 64 submissions' Reserves
+// in one ReserveBatch entry and their Commits in one ResolveBatch entry.
+// Decoding is inside the timer (Apply decodes); encoding is not.
+func BenchmarkApplyBatchCommands(b *testing.B) {
+	for _, items := range []int{1, 64} {
+		b.Run(fmt.Sprintf("items=%d", items), func(b *testing.B) {
+			f := New(Options{OnChange: func(Change) {}})
+			g := &benchLog{live: 100_000}
+			var buf []*raft.Log
+			for range 100_000 {
+				f.ApplyBatch(g.next(buf))
+			}
+			var idx uint64 = g.idx
+			// entries returns the log of n submissions, batched by items.
+			entries := func(n int) []*raft.Log {
+				var singles []*raft.Log
+				for range n {
+					singles = append(singles, g.next(buf)...)
+				}
+				if items == 1 {
+					for _, l := range singles {
+						idx++
+						l.Index = idx
+					}
+					return singles
+				}
+				var out []*raft.Log
+				var res, outs [][]byte
+				flush := func() {
+					for _, group := range []struct {
+						t CommandType
+						d *[][]byte
+					}{{TypeReserveBatch, &res}, {TypeResolveBatch, &outs}} {
+						if len(*group.d) > 0 {
+							idx++
+							out = append(out, &raft.Log{Index: idx, Type: raft.LogCommand, Data: EncodeBatch(group.t, *group.d)})
+							*group.d = nil
+						}
+					}
+				}
+				for _, l := range singles {
+					switch CommandType(l.Data[0]) {
+					case TypeReserve:
+						res = append(res, l.Data)
+					case TypeCommit:
+						outs = append(outs, l.Data)
+					default:
+						flush()
+						idx++
+						l.Index = idx
+						out = append(out, l)
+					}
+					if len(res) == items && len(outs) == items {
+						flush()
+					}
+				}
+				flush()
+				return out
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				b.StopTimer()
+				n := min(4096, b.N-done)
+				logs := entries(n)
+				b.StartTimer()
+				for _, l := range logs {
+					if res, _ := f.Apply(l).(Result); res.Outcome == OutcomeInvalid {
+						b.Fatalf("invalid: %v", res.Err)
+					}
+				}
+				done += n
+			}
+		})
+	}
+}

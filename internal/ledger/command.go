@@ -42,11 +42,16 @@ func (t CommandType) String() string {
 		return "reject"
 	case TypeExpire:
 		return "expire"
+	case TypeReserveBatch:
+		return "reserve_batch"
+	case TypeResolveBatch:
+		return "resolve_batch"
 	}
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
 
-// Command is one of Reserve, Commit, Reject, Expire (and Unknown, which
+// Command is one of Reserve, Commit, Reject, Expire, ReserveBatch,
+// ResolveBatch (and Unknown, which
 // DecodeCommand returns for an ignorable type it does not know). Encode turns a
 // Command into the bytes to pass to raft.Apply.
 type Command interface {
@@ -493,6 +498,16 @@ func DecodeCommand(data []byte) (Command, error) {
 		default:
 			return nil, versionError(t, v)
 		}
+	case TypeReserveBatch:
+		if v != ReserveBatchVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeReserveBatchV1(d)
+	case TypeResolveBatch:
+		if v != ResolveBatchVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeResolveBatchV1(d)
 	default:
 		if t&TypeIgnorable != 0 {
 			return Unknown{Type: t, Version: v, Body: append([]byte(nil), data[2:]...)}, nil

@@ -32,6 +32,10 @@ func sampleCommands() []Command {
 			MaxJobs: 10, RejectedExpiresAt: 4, CapacityDetail: "full"},
 		Expire{},
 		Unknown{Type: TypeIgnorable | 0x11, Version: 7, Body: []byte("future")},
+		ReserveBatch{Items: []Reserve{reserve("acme", "order-2", t0), s,
+			{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3, version: 1}}},
+		ResolveBatch{Items: []Command{commit(s, t0+sec), reject(s, t0+sec, 422),
+			Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, version: 1}}},
 	}
 }
 
@@ -113,7 +117,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"bad bool", badBool, ErrMalformed},
 		{"length past the end", hugeLen, ErrMalformed},
 		{"status out of range", badStatus, ErrMalformed},
-		{"unknown type", []byte{0x05, 1}, ErrUnknownCommand},
+		{"unknown type", []byte{0x07, 1}, ErrUnknownCommand},
 		{"zero type", []byte{0x00, 1, 2, 3}, ErrUnknownCommand},
 		{"reserve v3", []byte{byte(TypeReserve), 3}, ErrUnsupportedVersion},
 		{"commit v0", []byte{byte(TypeCommit), 0}, ErrUnsupportedVersion},

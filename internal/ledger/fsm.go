@@ -47,7 +47,8 @@ type Options struct {
 //
 // Log indexes must increase: an entry whose Index is not after the last applied
 // one returns OutcomeInvalid (ErrInvalidCommand) and changes nothing. A job's
-// Seq is the index of its Commit.
+// Seq is the index of its Commit (for the i-th item of a batch, the index
+// plus i, raised past any Seq already given: see ResolveBatch).
 //
 // Snapshot returns quickly: under the write lock it clones three copy-on-write
 // B-trees (O(1) each) and records the applied index; entries, jobs and

@@ -19,7 +19,8 @@ import (
 //	magic    8 bytes "ONCELDGR"
 //	version  1 byte  (snapshotVersion)
 //	header   record: applied_index uvarint, entries uvarint, jobs uvarint,
-//	         watermarks uvarint, ledger_time int64 (version 2 on)
+//	         watermarks uvarint, ledger_time int64 (version 2 on),
+//	         seq_high uvarint (version 3 on)
 //	entries  that many records, ordered by (tenant, key)
 //	jobs     that many records, ordered by (tenant, id)
 //	watermarks that many records, ordered by (tenant, client_id, nonce)
@@ -27,11 +28,14 @@ import (
 //
 // A record is a uvarint length and that many bytes, decoded strictly (no
 // trailing bytes) with the command primitives. Version 2 appends result_ttl to
-// the entry record and the window to the watermark record; Restore reads
-// version 1 as well.
+// the entry record and the window to the watermark record; version 3 appends
+// seq_high to the header (batches give Seqs past the applied index). Restore
+// reads versions 1 and 2 as well.
 const (
 	snapshotMagic   = "ONCELDGR"
-	snapshotVersion = 2
+	snapshotVersion = 3
+	// snapshotVersion2 has no seq_high: no Seq was past the applied index.
+	snapshotVersion2 = 2
 	// snapshotVersion1 has no ledger_time in its header: Restore derives it.
 	snapshotVersion1 = 1
 	// maxRecord bounds one record (an entry with its payload).
@@ -45,6 +49,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type Snapshot struct {
 	applied    uint64
 	ledgerTime int64
+	seqHigh    uint64
 	entries    *btree.BTreeG[*Entry]
 	jobs       *btree.BTreeG[*Job]
 	watermarks *btree.BTreeG[*Watermark]
@@ -57,6 +62,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	return &Snapshot{
 		applied:    f.s.applied,
 		ledgerTime: f.s.ledgerTime,
+		seqHigh:    max(f.s.lastSeq, f.s.applied),
 		entries:    f.s.entries.Clone(),
 		jobs:       f.s.jobs.Clone(),
 		watermarks: f.s.wms.Clone(),
@@ -103,6 +109,7 @@ func (s *Snapshot) PersistTo(w io.Writer) error {
 	rec = appendUvarint(rec, uint64(s.jobs.Len()))
 	rec = appendUvarint(rec, uint64(s.watermarks.Len()))
 	rec = appendInt64(rec, s.ledgerTime)
+	rec = appendUvarint(rec, s.seqHigh)
 	if !put(rec) {
 		return err
 	}
@@ -390,7 +397,7 @@ func readSnapshot(src io.Reader) (*state, error) {
 		return nil, badSnapshot("bad magic %q", head[:len(snapshotMagic)])
 	}
 	version := head[len(snapshotMagic)]
-	if version != snapshotVersion && version != snapshotVersion1 {
+	if version != snapshotVersion && version != snapshotVersion2 && version != snapshotVersion1 {
 		return nil, fmt.Errorf("%w: version %d", ErrSnapshotVersion, version)
 	}
 	d, err := r.record("header")
@@ -403,6 +410,13 @@ func readSnapshot(src io.Reader) (*state, error) {
 	if version != snapshotVersion1 {
 		ledgerTime = d.int64()
 	}
+	seqHigh := applied
+	if version == snapshotVersion {
+		seqHigh = d.uvarint()
+		if d.err == nil && seqHigh < applied {
+			d.fail("seq_high below the applied index")
+		}
+	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("header: %w", err)
 	}
@@ -410,6 +424,7 @@ func readSnapshot(src io.Reader) (*state, error) {
 	s := newState()
 	s.applied = applied
 	s.ledgerTime = ledgerTime
+	s.lastSeq = seqHigh
 	var prevEntry *Entry
 	for i := uint64(0); i < nEntries; i++ {
 		d, err := r.record("entry")
@@ -439,8 +454,8 @@ func readSnapshot(src io.Reader) (*state, error) {
 		if err := d.finish(); err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}
-		if j.Tenant == "" || j.ID == "" || j.Seq == 0 || j.Seq > applied {
-			return nil, badSnapshot("job %d: empty tenant or id, or seq %d not in 1..%d", i, j.Seq, applied)
+		if j.Tenant == "" || j.ID == "" || j.Seq == 0 || j.Seq > seqHigh {
+			return nil, badSnapshot("job %d: empty tenant or id, or seq %d not in 1..%d", i, j.Seq, seqHigh)
 		}
 		if prevJob != nil && !lessJobID(prevJob, j) {
 			return nil, badSnapshot("job %d: out of order", i)

@@ -57,6 +57,8 @@ type state struct {
 	applied uint64
 	// ledgerTime is the highest Now of any command applied (time.go).
 	ledgerTime int64
+	// lastSeq is the highest job Seq given (batch.go, nextSeq).
+	lastSeq uint64
 
 	// probes for lookups on the apply path (used under the write lock only).
 	entryProbe Entry
@@ -191,7 +193,10 @@ func lessWatermarkAge(a, b *Watermark) bool {
 
 // applyCtx carries what one command needs besides its body.
 type applyCtx struct {
-	index   uint64
+	index uint64
+	// item is the position of the command in its batch (0 for a single): a
+	// Commit takes its Seq as if at index+item (nextSeq).
+	item    uint64
 	changes *[]Change // nil: nobody listens
 }
 
@@ -211,6 +216,18 @@ func (s *state) apply(ax *applyCtx, cmd Command, decodeErr error) Result {
 	if decodeErr != nil {
 		return invalid(decodeErr)
 	}
+	switch c := cmd.(type) {
+	case ReserveBatch:
+		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
+	case ResolveBatch:
+		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
+	}
+	return s.applyCommand(ax, cmd)
+}
+
+// applyCommand applies one command whose index apply has checked: a single
+// command's, or one item of a batch.
+func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
 	switch c := cmd.(type) {
 	case Reserve:
 		return s.applyReserve(ax, c)
@@ -561,7 +578,7 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 		Datacenters: e.Request.Datacenters,
 		Status:      api.JobStatusCommitted,
 		CreatedAt:   c.Now,
-		Seq:         ax.index,
+		Seq:         s.nextSeq(ax.index + ax.item),
 		ExpiresAt:   c.JobExpiresAt,
 	}
 	s.insertJob(j)

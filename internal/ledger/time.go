@@ -11,11 +11,17 @@ package ledger
 func (s *state) applyTimed(ax *applyCtx, cmd Command, decodeErr error) Result {
 	res := s.apply(ax, cmd, decodeErr)
 	if res.Outcome != OutcomeInvalid {
-		if now, ok := stampOf(cmd); ok && now > s.ledgerTime {
-			s.ledgerTime = now
-		}
+		s.raiseLedgerTime(cmd)
 	}
 	return res
+}
+
+// raiseLedgerTime raises the ledger time to cmd's Now. A batch raised it item
+// by item (stampOf has none for it).
+func (s *state) raiseLedgerTime(cmd Command) {
+	if now, ok := stampOf(cmd); ok && now > s.ledgerTime {
+		s.ledgerTime = now
+	}
 }
 
 // stampOf returns a command's Now. A command type added later that carries a

@@ -40,8 +40,8 @@ func TestLedgerTimeIsTheHighestAppliedStamp(t *testing.T) {
 	}
 }
 
-// toVersion1 rewrites a version-2 snapshot as the version 1 this build still
-// restores: no ledger_time in the header, entries without result_ttl (their
+// toVersion1 rewrites a current snapshot as the version 1 this build still
+// restores: no ledger_time nor seq_high in the header, entries without result_ttl (their
 // last 8 bytes) and watermarks without their window (appendWatermarkV1).
 func toVersion1(t *testing.T, snap []byte) []byte {
 	t.Helper()
@@ -58,6 +58,7 @@ func toVersion1(t *testing.T, snap []byte) []byte {
 	header := next()
 	d := &decoder{b: header}
 	_, entries, jobs, watermarks := d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
+	headerV1 := d.off
 	if d.err != nil {
 		t.Fatal(d.err)
 	}
@@ -68,7 +69,7 @@ func toVersion1(t *testing.T, snap []byte) []byte {
 		out = binary.AppendUvarint(out, uint64(len(r)))
 		out = append(out, r...)
 	}
-	put(header[:len(header)-8])
+	put(header[:headerV1])
 	for i := uint64(0); i < entries; i++ {
 		r := next()
 		put(r[:len(r)-8])

@@ -249,6 +249,9 @@ const (
 	// OutcomeTenantBytesFull: as OutcomeBytesFull, for the tenant's share,
 	// MaxTenantBytes.
 	OutcomeTenantBytesFull
+	// OutcomeBatch: a batch command applied; Result.Items has one Result per
+	// item, in order.
+	OutcomeBatch
 )
 
 var outcomeNames = [...]string{
@@ -271,6 +274,7 @@ var outcomeNames = [...]string{
 	OutcomeTenantWatermarksFull: "tenant_watermarks_full",
 	OutcomeBytesFull:            "bytes_full",
 	OutcomeTenantBytesFull:      "tenant_bytes_full",
+	OutcomeBatch:                "batch",
 }
 
 func (o Outcome) String() string {
@@ -323,6 +327,9 @@ type Result struct {
 	// Err is set for OutcomeInvalid; it matches ErrMalformed,
 	// ErrUnknownCommand, ErrUnsupportedVersion or ErrInvalidCommand.
 	Err error
+	// Items is set for OutcomeBatch: the Result of each item of the batch, in
+	// order (an item's Items is nil).
+	Items []Result
 }
 
 // ChangeKind says how an entry changed.

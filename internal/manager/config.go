@@ -70,6 +70,11 @@ type Config struct {
 	// resolves a PENDING entry itself. 0 (the default) derives it:
 	// min(5s, half of IDEMPOTENCY_PENDING_TTL_SECONDS).
 	OrphanGrace time.Duration
+	// BatchMaxItems and BatchMaxBytes are MANAGER_BATCH_MAX_ITEMS and
+	// MANAGER_BATCH_MAX_BYTES: the bounds on one batch entry of Reserves or of
+	// outcomes (batch.go). 0 takes the default.
+	BatchMaxItems int
+	BatchMaxBytes int
 	// WatermarkMaxClientsPerTenant is IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT.
 	WatermarkMaxClientsPerTenant int
 	// LedgerMaxBytes is IDEMPOTENCY_LEDGER_MAX_BYTES: the bound on the bytes of
@@ -121,6 +126,8 @@ const (
 	EnvLedgerMaxBytes               = "IDEMPOTENCY_LEDGER_MAX_BYTES"
 	EnvLedgerTenantMaxBytes         = "IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES"
 	EnvWatermarkMaxClientsPerTenant = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT"
+	EnvBatchMaxItems                = "MANAGER_BATCH_MAX_ITEMS"
+	EnvBatchMaxBytes                = "MANAGER_BATCH_MAX_BYTES"
 	EnvPprof                        = "MANAGER_PPROF"
 	EnvLogLevel                     = "MANAGER_LOG_LEVEL"
 	EnvLogFormat                    = "MANAGER_LOG_FORMAT"
@@ -158,6 +165,8 @@ func DefaultConfig() Config {
 		LedgerMaxBytes:               1 << 30,
 		LedgerTenantMaxBytes:         256 << 20,
 		WatermarkMaxClientsPerTenant: 25_000,
+		BatchMaxItems:                DefaultBatchMaxItems,
+		BatchMaxBytes:                DefaultBatchMaxBytes,
 		LogLevel:                     "info",
 		LogFormat:                    logging.FormatText,
 		Idempotency:                  config.DefaultIdempotency(),
@@ -218,6 +227,10 @@ func Register(l *config.Loader, c *Config) {
 		"one tenant's share of IDEMPOTENCY_LEDGER_MAX_BYTES; beyond it that tenant's new keys are refused (429)")
 	l.Duration(&c.OrphanGrace, EnvOrphanGrace, 0, 0, time.Hour,
 		"age after which the leader resolves a PENDING entry itself (its submitter timed out or failed); under IDEMPOTENCY_PENDING_TTL_SECONDS; 0: min(5s, half the pending TTL)")
+	l.Int(&c.BatchMaxItems, EnvBatchMaxItems, d.BatchMaxItems, 1, 4096,
+		"submissions (Reserves, or outcomes) one Raft log entry carries at most; 1 proposes every command alone")
+	l.Int(&c.BatchMaxBytes, EnvBatchMaxBytes, d.BatchMaxBytes, 4<<10, 64<<20,
+		"bytes of commands one batch entry carries at most (a larger command goes alone)")
 	config.RegisterIdempotency(l, &c.Idempotency)
 }
 
@@ -251,8 +264,20 @@ func (c Config) withDefaults() Config {
 	if c.OrphanGrace == 0 {
 		c.OrphanGrace = min(DefaultOrphanGrace, c.Idempotency.PendingTTL/2)
 	}
+	if c.BatchMaxItems <= 0 {
+		c.BatchMaxItems = DefaultBatchMaxItems
+	}
+	if c.BatchMaxBytes <= 0 {
+		c.BatchMaxBytes = DefaultBatchMaxBytes
+	}
 	return c
 }
+
+// The defaults of MANAGER_BATCH_MAX_ITEMS and MANAGER_BATCH_MAX_BYTES.
+const (
+	DefaultBatchMaxItems = 256
+	DefaultBatchMaxBytes = 1 << 20
+)
 
 // DefaultOrphanGrace is MANAGER_ORPHAN_GRACE when the pending TTL is at least
 // twice as long.

@@ -78,6 +78,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bootstrap expect", nil, map[string]string{EnvBootstrapExpect: "10"}, config.ErrOutOfRange, []string{EnvBootstrapExpect, "from 1 to 9"}},
 		{"log level", nil, map[string]string{EnvLogLevel: "loud"}, config.ErrSyntax, []string{EnvLogLevel, "trace, debug"}},
 		{"bool", nil, map[string]string{EnvPprof: "sometimes"}, config.ErrSyntax, []string{EnvPprof, "true or false"}},
+		{"batch items", nil, map[string]string{EnvBatchMaxItems: "0"}, config.ErrOutOfRange, []string{EnvBatchMaxItems, "-manager-batch-max-items"}},
+		{"batch bytes", []string{"-manager-batch-max-bytes", "100"}, nil, config.ErrOutOfRange, []string{EnvBatchMaxBytes, "-manager-batch-max-bytes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

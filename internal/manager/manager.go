@@ -5,8 +5,10 @@
 // At the leader a submission is: Reserve (PENDING, durable) → admission
 // (validation, capacity) → Commit or Reject (durable) → answer. Every transition
 // is a Raft log entry committed on a quorum and applied before the gate hears of
-// it. Submissions share Raft batches: raft's BatchApplyCh groups concurrent
-// Apply calls into one AppendEntries and one fsync. Time and job IDs are decided
+// it. Concurrent submissions share log entries: the batchers (batch.go) put
+// their Reserves in one ReserveBatch entry and their outcomes in one
+// ResolveBatch, and raft's BatchApplyCh groups concurrent entries into one
+// AppendEntries and one fsync. Time and job IDs are decided
 // here, before proposing; the FSM only applies what the command says.
 package manager
 
@@ -84,6 +86,9 @@ type Manager struct {
 	// proposing holds the Reserve proposals in flight, by tenant and key.
 	proposingMu sync.Mutex
 	proposing   map[string]chan struct{}
+
+	// reserves and resolves batch the submissions' commands (batch.go).
+	reserves, resolves *batcher
 
 	bgWG     sync.WaitGroup
 	closeMu  sync.Mutex
@@ -169,6 +174,10 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	ok = true
 	m.bgWG.Add(1)
 	go m.leaderLoop()
+	m.reserves, m.resolves = newBatcher(m, ledger.TypeReserveBatch), newBatcher(m, ledger.TypeResolveBatch)
+	m.bgWG.Add(2)
+	go m.reserves.run()
+	go m.resolves.run()
 	m.startClockWatch()
 	return m, nil
 }

@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -107,7 +106,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			ResultTTL:           req.ResultTTL,
 		}
 		m.resolving.add(req.Tenant, req.Key)
-		res, err := m.apply(ctx, cmd)
+		res, err := m.reserves.apply(ctx, cmd)
 		m.endProposal(req.Tenant, req.Key, proposal)
 		if err != nil || res.Outcome != ledger.OutcomeReserved {
 			m.resolving.done(req.Tenant, req.Key)
@@ -281,7 +280,7 @@ func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, 
 			ExpiresAt: basisExpiry(basis, now, rejectedTTL),
 			Status:    d.status, Reason: d.reason, Detail: d.detail}
 	}
-	res, err := m.apply(ctx, cmd)
+	res, err := m.resolves.apply(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +305,8 @@ func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, 
 	}
 }
 
-// apply proposes a command and waits until it is committed and applied.
+// apply proposes a command alone and waits until it is committed and applied
+// (Expire; the submissions' commands go through the batchers, batch.go).
 func (m *Manager) apply(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
 	select {
 	case <-m.shutdown:
@@ -326,11 +326,7 @@ func (m *Manager) apply(ctx context.Context, cmd ledger.Command) (ledger.Result,
 	}
 	m.metrics.applyLatency.Observe(time.Since(start).Seconds())
 	if err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			m.readyTerm.Store(0)
-			return ledger.Result{}, m.notLeader()
-		}
-		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "raft apply: %v", err)
+		return ledger.Result{}, m.applyError(err)
 	}
 	res, ok := f.Response().(ledger.Result)
 	if !ok {
@@ -368,6 +364,9 @@ func (m *Manager) notLeader() error {
 // through any gate — is the same bytes.
 func (m *Manager) entryResponse(e ledger.Entry, outcome rpc.Outcome, replayed bool) *rpc.SubmitResponse {
 	r := &rpc.SubmitResponse{Replayed: replayed, JobID: e.JobID, ExpiresAt: time.Unix(0, e.ExpiresAt).UTC()}
+	// The lifetime left by ledger time, which the gate counts on its own
+	// monotonic clock (at least 1ns: 0 means "not sent").
+	r.Remaining = max(time.Duration(e.ExpiresAt-m.expiryNow().UnixNano()), time.Nanosecond)
 	switch e.State {
 	case ledger.StateCommitted:
 		r.Outcome = rpc.OutcomeCommitted

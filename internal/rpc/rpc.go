@@ -187,6 +187,11 @@ type SubmitResponse struct {
 	Rejection *Rejection `json:"rejection,omitempty"`
 	// ExpiresAt is when the key's entry expires (zero when there is no entry).
 	ExpiresAt time.Time `json:"expires_at"`
+	// Remaining is the entry's lifetime left when the manager answered:
+	// ExpiresAt minus the ledger's time, so a gate can count it on its own
+	// monotonic clock from when it sent the request instead of comparing
+	// ExpiresAt with its wall clock. 0: none, or an older manager.
+	Remaining time.Duration `json:"remaining,omitempty"`
 }
 
 // ListJobsRequest selects a tenant's jobs, oldest first.

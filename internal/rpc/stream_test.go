@@ -95,6 +95,7 @@ func TestSubmitFieldsSurviveTheWire(t *testing.T) {
 		},
 		Rejection: &Rejection{Status: 429, Reason: "capacity", Detail: "full"},
 		ExpiresAt: time.Unix(1795000000, 123456789),
+		Remaining: 42*time.Second + 7,
 	}
 	addr := serve(t, newScript(func(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
 		got.Store(req)

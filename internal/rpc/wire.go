@@ -61,6 +61,7 @@ func fromPBRequest(p *rpcpb.SubmitRequest) *SubmitRequest {
 
 func toPBResponse(r *SubmitResponse) *rpcpb.SubmitResponse {
 	p := &rpcpb.SubmitResponse{Outcome: string(r.Outcome), Replayed: r.Replayed, JobId: r.JobID}
+	p.RemainingNanos = int64(r.Remaining)
 	if !r.ExpiresAt.IsZero() {
 		p.ExpiresAtUnixNano = r.ExpiresAt.UnixNano()
 	}
@@ -90,6 +91,7 @@ func toPBResponse(r *SubmitResponse) *rpcpb.SubmitResponse {
 
 func fromPBResponse(p *rpcpb.SubmitResponse) *SubmitResponse {
 	r := &SubmitResponse{Outcome: Outcome(p.GetOutcome()), Replayed: p.GetReplayed(), JobID: p.GetJobId()}
+	r.Remaining = time.Duration(p.GetRemainingNanos())
 	if ns := p.GetExpiresAtUnixNano(); ns != 0 {
 		r.ExpiresAt = time.Unix(0, ns)
 	}

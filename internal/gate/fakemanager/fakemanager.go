@@ -245,8 +245,17 @@ func (m *Manager) live(k string, now time.Time) *entry {
 	return e
 }
 
-// Submit implements rpc.Service.
+// Submit implements rpc.Service. Like the real manager, it answers the time
+// left on the entry (Remaining) by its own clock (Options.Now).
 func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+	resp, err := m.submit(ctx, req)
+	if resp != nil && !resp.ExpiresAt.IsZero() {
+		resp.Remaining = max(resp.ExpiresAt.Sub(m.opts.Now()), time.Nanosecond)
+	}
+	return resp, err
+}
+
+func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
 	m.submits.Add(1)
 	m.mu.Lock()
 	hook := m.submitHook

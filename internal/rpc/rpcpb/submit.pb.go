@@ -481,8 +481,11 @@ type SubmitResponse struct {
 	Job               *Job                   `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`
 	Rejection         *Rejection             `protobuf:"bytes,5,opt,name=rejection,proto3" json:"rejection,omitempty"`
 	ExpiresAtUnixNano int64                  `protobuf:"varint,6,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// remaining_nanos is the entry's lifetime left when the manager answered
+	// (expires_at minus ledger time); 0: unknown (an older manager) or none.
+	RemainingNanos int64 `protobuf:"varint,7,opt,name=remaining_nanos,json=remainingNanos,proto3" json:"remaining_nanos,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SubmitResponse) Reset() {
@@ -553,6 +556,13 @@ func (x *SubmitResponse) GetRejection() *Rejection {
 func (x *SubmitResponse) GetExpiresAtUnixNano() int64 {
 	if x != nil {
 		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+func (x *SubmitResponse) GetRemainingNanos() int64 {
+	if x != nil {
+		return x.RemainingNanos
 	}
 	return 0
 }
@@ -802,14 +812,15 @@ const file_submit_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\tR\x06leader\"\xe8\x01\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\"\x91\x02\n" +
 	"\x0eSubmitResponse\x12\x18\n" +
 	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x15\n" +
 	"\x06job_id\x18\x03 \x01(\tR\x05jobId\x12\"\n" +
 	"\x03job\x18\x04 \x01(\v2\x10.once.rpc.v1.JobR\x03job\x124\n" +
 	"\trejection\x18\x05 \x01(\v2\x16.once.rpc.v1.RejectionR\trejection\x12/\n" +
-	"\x14expires_at_unix_nano\x18\x06 \x01(\x03R\x11expiresAtUnixNano\"\xf7\x02\n" +
+	"\x14expires_at_unix_nano\x18\x06 \x01(\x03R\x11expiresAtUnixNano\x12'\n" +
+	"\x0fremaining_nanos\x18\a \x01(\x03R\x0eremainingNanos\"\xf7\x02\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x16\n" +

@@ -1,0 +1,216 @@
+package ledger
+
+import (
+	"fmt"
+)
+
+// Batch command types (docs/ledger.md, "Batch commands"). One raft log entry
+// carries many submissions' Reserves, or many submissions' outcomes, so a
+// leader under load writes, replicates, fsyncs and applies one entry where it
+// wrote one per submission.
+const (
+	// TypeReserveBatch carries Reserves, applied in order.
+	TypeReserveBatch CommandType = 0x05
+	// TypeResolveBatch carries Commits and Rejects, applied in order.
+	TypeResolveBatch CommandType = 0x06
+)
+
+// Current versions of the batch commands.
+const (
+	ReserveBatchVersion uint8 = 1
+	ResolveBatchVersion uint8 = 1
+)
+
+// MaxBatchItems bounds the items of one batch command; a batch with more (or
+// none) is refused (OutcomeInvalid). The manager's own bound is lower.
+const MaxBatchItems = 1 << 16
+
+// ReserveBatch applies its Reserves in order, each exactly as a Reserve of its
+// own log entry would apply at that point (same checks, same effects, same
+// Result), and answers a Result per item in Result.Items (OutcomeBatch). An
+// item that breaks a rule of Reserve gets OutcomeInvalid and changes nothing;
+// the others apply. The batch is invalid as a whole (no item applied) only
+// when it does not decode or holds no item or more than MaxBatchItems.
+type ReserveBatch struct {
+	Items []Reserve
+}
+
+// ResolveBatch applies its Commits and Rejects in order, as ReserveBatch
+// does its Reserves. Items holds Commit and Reject values; Encode skips any
+// other (a batch left with no item is refused by Apply).
+//
+// The i-th item's Commit gets the Seq a single Commit at index+i would get
+// (index+i, or the last Seq given plus one if that is higher), so Seqs stay
+// unique and in log order though a batch's Seqs may pass its index.
+type ResolveBatch struct {
+	Items []Command
+}
+
+func (ReserveBatch) CommandType() CommandType { return TypeReserveBatch }
+func (ResolveBatch) CommandType() CommandType { return TypeResolveBatch }
+func (ReserveBatch) CommandVersion() uint8    { return ReserveBatchVersion }
+func (ResolveBatch) CommandVersion() uint8    { return ResolveBatchVersion }
+
+func (b ReserveBatch) sizeHint() int {
+	n := varintSize
+	for i := range b.Items {
+		n += varintSize + 2 + b.Items[i].sizeHint()
+	}
+	return n
+}
+
+func (b ResolveBatch) sizeHint() int {
+	n := varintSize
+	for _, c := range b.Items {
+		n += varintSize + 2 + c.sizeHint()
+	}
+	return n
+}
+
+// Batch v1 body (both types):
+//
+//	count uvarint, then count items, each: length uvarint · a whole command
+//	(type byte · version byte · body), a Reserve in a ReserveBatch, a Commit
+//	or Reject in a ResolveBatch.
+//
+// An item is a whole command so that an item type's later versions need no
+// new batch version.
+func (b ReserveBatch) appendBody(out []byte) []byte {
+	out = appendUvarint(out, uint64(len(b.Items)))
+	for i := range b.Items {
+		out = appendItem(out, b.Items[i])
+	}
+	return out
+}
+
+func (b ResolveBatch) appendBody(out []byte) []byte {
+	n := 0
+	for _, c := range b.Items {
+		if outcomeItem(c) {
+			n++
+		}
+	}
+	out = appendUvarint(out, uint64(n))
+	for _, c := range b.Items {
+		if outcomeItem(c) {
+			out = appendItem(out, c)
+		}
+	}
+	return out
+}
+
+func outcomeItem(c Command) bool {
+	switch c.(type) {
+	case Commit, Reject:
+		return true
+	}
+	return false
+}
+
+// appendItem appends length · command without a scratch buffer: it writes the
+// command after a maximal length slot, then moves it down to the minimal one.
+func appendItem(out []byte, c Command) []byte {
+	start := len(out)
+	out = append(out, make([]byte, varintSize)...)
+	out = AppendCommand(out, c)
+	n := len(out) - start - varintSize
+	l := uvarintLen(uint64(n))
+	appendUvarint(out[start:start], uint64(n))
+	copy(out[start+l:], out[start+varintSize:])
+	return out[:start+l+n]
+}
+
+// decodeItems reads a batch body; each item must be a command of a type ok
+// accepts (checked before decoding it, so batches never nest) that decodes.
+func decodeItems(d *decoder, ok func(CommandType) bool) []Command {
+	n := d.length(3) // an item takes at least its length and two header bytes
+	if d.err != nil {
+		return nil
+	}
+	items := make([]Command, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		l := d.length(1)
+		if d.err != nil {
+			break
+		}
+		if l == 0 || !ok(CommandType(d.b[d.off])) {
+			d.fail(fmt.Sprintf("item %d: not a command this batch carries", i))
+			break
+		}
+		c, err := DecodeCommand(d.b[d.off : d.off+l])
+		if err != nil {
+			d.fail(fmt.Sprintf("item %d: %v", i, err))
+			break
+		}
+		d.off += l
+		items = append(items, c)
+	}
+	return items
+}
+
+func decodeReserveBatchV1(d *decoder) ReserveBatch {
+	items := decodeItems(d, func(t CommandType) bool { return t == TypeReserve })
+	b := ReserveBatch{Items: make([]Reserve, len(items))}
+	for i, c := range items {
+		b.Items[i] = c.(Reserve)
+	}
+	return b
+}
+
+func decodeResolveBatchV1(d *decoder) ResolveBatch {
+	return ResolveBatch{Items: decodeItems(d, func(t CommandType) bool {
+		return t == TypeCommit || t == TypeReject
+	})}
+}
+
+// applyBatch applies the items of a batch in order, each as the command of its
+// own entry would apply (ledger time included); the index was checked by apply.
+func (s *state) applyBatch(ax *applyCtx, items int, item func(i int) Command) Result {
+	if items == 0 || items > MaxBatchItems {
+		return invalidf("batch: %d items, want 1..%d", items, MaxBatchItems)
+	}
+	res := Result{Outcome: OutcomeBatch, Items: make([]Result, items)}
+	defer func() { ax.item = 0 }()
+	for i := range res.Items {
+		c := item(i)
+		ax.item = uint64(i)
+		r := s.applyCommand(ax, c)
+		if r.Outcome != OutcomeInvalid {
+			s.raiseLedgerTime(c)
+		}
+		res.Items[i] = r
+	}
+	return res
+}
+
+// nextSeq returns the Seq of a job committed at index (for a batch item:
+// the entry's index plus the item's position): the index, unless a batch gave
+// Seqs up to or past it, then the next one. Old logs (single Commits) get
+// exactly their index, as before.
+func (s *state) nextSeq(index uint64) uint64 {
+	seq := max(index, s.lastSeq+1)
+	s.lastSeq = seq
+	return seq
+}
+
+// EncodeBatch returns a batch command of type t (TypeReserveBatch or
+// TypeResolveBatch, current version) whose items are already encoded
+// commands (Encode's output), so a proposer that encoded each submission's
+// command once need not encode it again. Items of a type the batch does not
+// carry make the batch invalid when applied; nothing is checked here.
+func EncodeBatch(t CommandType, items [][]byte) []byte {
+	n := 2 + varintSize
+	for _, it := range items {
+		n += varintSize + len(it)
+	}
+	v := ReserveBatchVersion
+	if t == TypeResolveBatch {
+		v = ResolveBatchVersion
+	}
+	b := append(make([]byte, 0, n), byte(t), v)
+	b = appendUvarint(b, uint64(len(items)))
+	for _, it := range items {
+		b = appendBytes(b, it)
+	}
+	return b
+}

@@ -1,0 +1,201 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
+)
+
+// batcher groups the commands of concurrent submissions into batch entries
+// (ledger.ReserveBatch, ledger.ResolveBatch): group commit. One goroutine per
+// batcher proposes: while its entry is in flight (replicated, fsynced on a
+// quorum, applied), new commands queue, and as soon as it returns they go
+// out together in the next entry, up to MANAGER_BATCH_MAX_ITEMS and
+// MANAGER_BATCH_MAX_BYTES. An idle leader proposes a lone command at once (as
+// a single command: no timer, no batch overhead). That goroutine is the only
+// waiter on the entry's future; each submitter waits on its own buffered
+// channel, so giving up (its context ends) costs nothing: its command still
+// applies, and the ledger deduplicates the retry or resolves the orphan.
+//
+// A submitter is answered only after the entry holding its command is
+// committed on a quorum and applied, exactly as with a single command.
+type batcher struct {
+	m    *Manager
+	kind ledger.CommandType // TypeReserveBatch or TypeResolveBatch
+	wake chan struct{}      // capacity 1: work queued
+
+	mu    sync.Mutex
+	queue []*batchItem
+}
+
+// batchItem is one submission's command, encoded once by its submitter.
+type batchItem struct {
+	data []byte
+	done chan batchDone // capacity 1: the proposer never blocks on it
+}
+
+type batchDone struct {
+	res ledger.Result
+	err error
+}
+
+func newBatcher(m *Manager, kind ledger.CommandType) *batcher {
+	return &batcher{m: m, kind: kind, wake: make(chan struct{}, 1)}
+}
+
+// apply proposes cmd in the next batch and waits for its own result, as
+// Manager.apply does for a single command.
+func (b *batcher) apply(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
+	select {
+	case <-b.m.shutdown:
+		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+	default:
+	}
+	it := &batchItem{data: ledger.Encode(cmd), done: make(chan batchDone, 1)}
+	b.mu.Lock()
+	b.queue = append(b.queue, it)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case d := <-it.done:
+		return d.res, d.err
+	case <-ctx.Done():
+		// The entry may still commit; the ledger makes the retry safe.
+		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "request ended before the Raft entry was applied: %v", ctx.Err())
+	case <-b.m.shutdown:
+		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+	}
+}
+
+// run proposes batches until the manager shuts down.
+func (b *batcher) run() {
+	defer b.m.bgWG.Done()
+	for {
+		select {
+		case <-b.wake:
+		case <-b.m.shutdown:
+			b.failQueued()
+			return
+		}
+		for {
+			batch := b.take()
+			if len(batch) == 0 {
+				break
+			}
+			b.propose(batch)
+		}
+	}
+}
+
+// take removes the next batch from the queue: at least one item, then as many
+// as the bounds allow.
+func (b *batcher) take() []*batchItem {
+	maxItems, maxBytes := b.m.cfg.BatchMaxItems, b.m.cfg.BatchMaxBytes
+	if maxItems <= 0 {
+		maxItems = DefaultBatchMaxItems
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultBatchMaxBytes
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, size := 0, 0
+	for n < len(b.queue) && n < maxItems {
+		sz := len(b.queue[n].data) + 4
+		if n > 0 && size+sz > maxBytes {
+			break
+		}
+		size += sz
+		n++
+	}
+	batch := make([]*batchItem, n)
+	copy(batch, b.queue)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch
+}
+
+func (b *batcher) failQueued() {
+	b.mu.Lock()
+	q := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	for _, it := range q {
+		it.done <- batchDone{err: rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")}
+	}
+}
+
+// propose proposes one entry for the batch, waits for it to be applied and
+// hands each item its result.
+func (b *batcher) propose(batch []*batchItem) {
+	var data []byte
+	if len(batch) == 1 {
+		data = batch[0].data
+	} else {
+		items := make([][]byte, len(batch))
+		for i, it := range batch {
+			items[i] = it.data
+		}
+		data = ledger.EncodeBatch(b.kind, items)
+	}
+	m := b.m
+	start := time.Now()
+	f := m.raft.Apply(data, m.cfg.ApplyTimeout)
+	err := f.Error()
+	m.metrics.applyLatency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		err = m.applyError(err)
+		for _, it := range batch {
+			it.done <- batchDone{err: err}
+		}
+		return
+	}
+	res, ok := f.Response().(ledger.Result)
+	switch {
+	case !ok:
+		err = rpc.Errorf(rpc.CodeInternal, "raft apply returned %T", f.Response())
+	case len(batch) == 1:
+		batch[0].done <- itemDone(res)
+		return
+	case res.Outcome != ledger.OutcomeBatch || len(res.Items) != len(batch):
+		err = rpc.Errorf(rpc.CodeInternal, "ledger refused the batch: %s %v", res.Outcome, res.Err)
+	}
+	if err != nil {
+		m.log.Error("batch entry refused", logging.KeyError, err)
+		for _, it := range batch {
+			it.done <- batchDone{err: err}
+		}
+		return
+	}
+	for i, it := range batch {
+		it.done <- itemDone(res.Items[i])
+	}
+}
+
+func itemDone(res ledger.Result) batchDone {
+	if res.Outcome == ledger.OutcomeInvalid {
+		return batchDone{res: res, err: rpc.Errorf(rpc.CodeInternal, "ledger refused the command: %v", res.Err)}
+	}
+	return batchDone{res: res}
+}
+
+// applyError turns a raft.Apply error into the answer of every submission of
+// the entry.
+func (m *Manager) applyError(err error) error {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		m.readyTerm.Store(0)
+		return m.notLeader()
+	}
+	return rpc.Errorf(rpc.CodeUnavailable, "raft apply: %v", err)
+}
