@@ -2,6 +2,7 @@ package gate
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/once-dev/once/pkg/api"
 )
@@ -68,8 +69,8 @@ func decodeCanonical(canonical []byte, defaultDC string) (req api.JobRequest, ok
 	return req, true
 }
 
-// datacenters reads null or an array of 1 to api.MaxDatacenters distinct
-// valid names (nil, true for null).
+// datacenters reads null or an array of 1 to api.MaxDatacenters valid names,
+// as a sorted set (nil, true for null), as api.DecodeJobRequest does.
 func datacenters(v []byte) ([]string, bool) {
 	if string(v) == "null" {
 		return nil, true
@@ -79,17 +80,16 @@ func datacenters(v []byte) ([]string, bool) {
 	}
 	v = v[1 : len(v)-1]
 	var out []string
+	items := 0
 	for len(v) > 0 {
 		name, rest, ok := plainString(v)
-		if !ok || !validName(name, api.MaxDatacenterLen) || len(out) == api.MaxDatacenters {
+		if !ok || !validName(name, api.MaxDatacenterLen) || items == api.MaxDatacenters {
 			return nil, false
 		}
-		for _, dc := range out {
-			if dc == string(name) {
-				return nil, false
-			}
+		items++
+		if !slices.Contains(out, string(name)) { // a set: repetition does not matter
+			out = append(out, string(name))
 		}
-		out = append(out, string(name))
 		if len(rest) > 0 {
 			if rest[0] != ',' || len(rest) == 1 {
 				return nil, false
@@ -98,6 +98,7 @@ func datacenters(v []byte) ([]string, bool) {
 		}
 		v = rest
 	}
+	slices.Sort(out) // a set: order does not matter
 	return out, len(out) > 0
 }
 

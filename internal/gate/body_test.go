@@ -17,6 +17,8 @@ var canonicalValid = []string{
 	`{"type":"demo","datacenters":["dc1"],"payload":"x,]}"}`,
 	`{"type":"demo","datacenters":null,"payload":[]}`,
 	`{"datacenters":["dc2","dc1","dc-3"],"type":"t","payload":1.50e3}`,
+	`{"type":"demo","datacenters":["dc1","dc1"]}`,
+	`{"type":"demo","datacenters":["dc2","dc1","dc2"]}`,
 }
 
 var canonicalInvalid = []string{
@@ -25,7 +27,6 @@ var canonicalInvalid = []string{
 	`{"type":"a b"}`,
 	`{"type":"demo","extra":1}`,
 	`{"type":"demo","datacenters":[]}`,
-	`{"type":"demo","datacenters":["dc1","dc1"]}`,
 	`{"type":"demo","datacenters":[1]}`,
 	`{"type":"demo","datacenters":"dc1"}`,
 	`{"type":"demo","datacenters":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}`,
