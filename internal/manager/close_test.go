@@ -21,7 +21,7 @@ import (
 // leader loop ended hung in bgWG.Wait with lead() blocked in Barrier().Error().
 func TestCloseWhileLeaderLoopWaitsOnRaft(t *testing.T) {
 	base := t.TempDir()
-	for i := range 40 {
+	for i := range 20 {
 		// The Barrier is asked for as Close begins.
 		m := newLeaderToClose(t, base, i, func(m *Manager) { <-m.shutdown })
 		closeWithin(t, m, i)
