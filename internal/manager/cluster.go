@@ -109,9 +109,16 @@ func (c *clusterMembership) leave(ctx context.Context) {
 	}
 }
 
-func (c *clusterMembership) stop() {
+// halt stops the autopilot and the peer watch, leaving the pool up. The
+// autopilot waits on Raft futures, so it stops before the manager's Close
+// shuts Raft down (a future asked for across the shutdown may never return).
+func (c *clusterMembership) halt() {
 	c.cancel()
 	c.wg.Wait()
+}
+
+func (c *clusterMembership) stop() {
+	c.halt()
 	if err := c.pool.Shutdown(); err != nil {
 		c.log.Warn("membership shutdown", logging.KeyError, err)
 	}

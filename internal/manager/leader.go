@@ -67,6 +67,9 @@ func (m *Manager) leaderLoop() {
 // entries every cleanup interval until leadership ends.
 func (m *Manager) lead(ctx context.Context) {
 	term := m.raft.CurrentTerm()
+	if m.beforeBarrier != nil {
+		m.beforeBarrier()
+	}
 	for {
 		if err := m.raft.Barrier(m.cfg.ApplyTimeout).Error(); err == nil {
 			break

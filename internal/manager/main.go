@@ -151,6 +151,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	defer cancel()
 	cluster.leave(shutdownCtx)
 	_ = srv.Shutdown(shutdownCtx)
+	cluster.halt()
 	cerr := m.Close()
 	cluster.stop()
 	if cerr != nil {

@@ -89,8 +89,12 @@ type Manager struct {
 
 	// reserves and resolves batch the submissions' commands (batch.go).
 	reserves, resolves *batcher
+	// beforeBarrier, when set (tests), runs as a term begins, before lead's
+	// first Barrier.
+	beforeBarrier func()
 
 	bgWG     sync.WaitGroup
+	waitsWG  sync.WaitGroup // callers between a Raft request and its answer (holdRaft)
 	closeMu  sync.Mutex
 	closed   bool
 	shutdown chan struct{}
@@ -244,9 +248,10 @@ func (m *Manager) peerRPC(nodeID string) string {
 	return m.peers[nodeID]
 }
 
-// Close stops the manager: a leader first hands leadership to another voter (so
-// the datacenter does not wait out an election timeout), then Raft shuts down
-// and the stores are closed. Close is idempotent.
+// Close stops the manager: the goroutines waiting on Raft finish, a leader
+// hands leadership to another voter (so the datacenter does not wait out an
+// election timeout), then Raft shuts down and the stores are closed. Stop the
+// autopilot first (it asks Raft for futures too). Close is idempotent.
 func (m *Manager) Close() error {
 	m.closeMu.Lock()
 	if m.closed {
@@ -257,6 +262,15 @@ func (m *Manager) Close() error {
 	close(m.shutdown)
 	m.closeMu.Unlock()
 
+	// Raft answers a future only while it runs: one still queued in raft's
+	// buffered apply, verify or transfer channel, or committed but not yet
+	// applied, when Shutdown comes is never answered, and a Barrier or Apply
+	// asked for during the shutdown may be queued all the same. So everything
+	// that waits on a future (the leader loop's Barrier and proposals, the
+	// clock watch's handoff, apply, reads' VerifyLeader) finishes first, while
+	// Raft still answers, and nothing asks once m.closed is set.
+	m.bgWG.Wait()
+	m.waitsWG.Wait()
 	if m.raft.State() == raft.Leader && m.voters() > 1 {
 		if err := m.raft.LeadershipTransfer().Error(); err != nil {
 			m.log.Warn("leadership transfer before shutdown failed", logging.KeyError, err)
@@ -268,7 +282,6 @@ func (m *Manager) Close() error {
 	f := m.raft.Shutdown()
 	terr := closeTransport(m.transport)
 	err := f.Error()
-	m.bgWG.Wait()
 	if cerr := m.closeStores(); err == nil {
 		err = cerr
 	}
@@ -276,6 +289,19 @@ func (m *Manager) Close() error {
 		err = terr
 	}
 	return err
+}
+
+// holdRaft registers a caller about to ask Raft for a future and wait on it
+// outside the background goroutines: Close waits for release before it shuts
+// Raft down. It fails (ErrClosed) once Close has begun.
+func (m *Manager) holdRaft() (release func(), err error) {
+	m.closeMu.Lock()
+	defer m.closeMu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	m.waitsWG.Add(1)
+	return m.waitsWG.Done, nil
 }
 
 func (m *Manager) voters() int {

@@ -22,6 +22,11 @@ func (m *Manager) checkRead() error {
 	if err := m.checkLeader(); err != nil {
 		return err
 	}
+	release, err := m.holdRaft() // Close waits for the answer before Raft stops
+	if err != nil {
+		return rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+	}
+	defer release()
 	if err := m.raft.VerifyLeader().Error(); err != nil {
 		return m.notLeader()
 	}

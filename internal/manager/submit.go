@@ -308,15 +308,14 @@ func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, 
 // apply proposes a command alone and waits until it is committed and applied
 // (Expire; the submissions' commands go through the batchers, batch.go).
 func (m *Manager) apply(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
-	select {
-	case <-m.shutdown:
+	release, herr := m.holdRaft() // Close waits for the answer before Raft stops
+	if herr != nil {
 		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
-	default:
 	}
 	start := time.Now()
 	f := m.raft.Apply(ledger.Encode(cmd), m.cfg.ApplyTimeout)
 	errCh := make(chan error, 1)
-	go func() { errCh <- f.Error() }()
+	go func() { defer release(); errCh <- f.Error() }()
 	var err error
 	select {
 	case err = <-errCh:

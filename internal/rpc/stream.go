@@ -97,6 +97,13 @@ func dialLane(ctx context.Context, addr string) (*lane, error) {
 	// fail, within the caller's attempt.
 	cc.Connect()
 	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if s == connectivity.Idle {
+			// A connection lost as (or right after) it became ready leaves
+			// the channel IDLE, and gRPC leaves IDLE only when asked: without
+			// this the wait below lasts until ctx ends (grpc.DialContext's
+			// blocking dial asks the same way).
+			cc.Connect()
+		}
 		if s == connectivity.TransientFailure || s == connectivity.Shutdown {
 			_ = cc.Close()
 			return nil, fmt.Errorf("connect %s: %s", addr, s)
