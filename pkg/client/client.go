@@ -1,0 +1,357 @@
+// Package client is the Go client of once's gate API (docs/api.md): it submits
+// jobs with structured idempotency keys (Keys), retries transient answers with
+// the same key and body while failing over between gates, and maps every
+// problem code to a sentinel error. It depends on pkg/api and pkg/keys only.
+// docs/client.md describes it.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/keys"
+)
+
+// ErrNoGates is returned by New when it is given no gate.
+var ErrNoGates = errors.New("client: no gate endpoints")
+
+// ErrNoKeys is returned by Submit when the client has no Keys source.
+var ErrNoKeys = errors.New("client: no Keys source (Options.Keys)")
+
+// Options configure a Client. The zero value is usable (but Submit then needs
+// SubmitWithKey, or Options.Keys).
+type Options struct {
+	// Keys makes the idempotency key of every Submit.
+	Keys *Keys
+	// Token is sent as "Authorization: Bearer <Token>" when not empty.
+	Token string
+	// HTTPClient does the requests (default: a client without timeout; each
+	// attempt is bounded by AttemptTimeout).
+	HTTPClient *http.Client
+	// MaxAttempts bounds the attempts of one call (default 10); the context
+	// bounds its time.
+	MaxAttempts int
+	// InitialBackoff is the first wait between attempts (default 100ms); it
+	// doubles per attempt up to MaxBackoff (default 5s). Each wait is drawn
+	// uniformly from [backoff/2, backoff] and is never shorter than the
+	// answer's Retry-After.
+	InitialBackoff, MaxBackoff time.Duration
+	// AttemptTimeout bounds one HTTP exchange (default 10s); an attempt that
+	// runs out of it is retried.
+	AttemptTimeout time.Duration
+}
+
+// Client talks to a list of gates. It is safe for concurrent use.
+type Client struct {
+	gates []*url.URL
+	opts  Options
+	hc    *http.Client
+	start atomic.Uint64
+}
+
+// New returns a client of the gates, given as base URLs ("http://host:8080")
+// or host:port.
+func New(gates []string, opts Options) (*Client, error) {
+	if len(gates) == 0 {
+		return nil, ErrNoGates
+	}
+	c := &Client{opts: opts, hc: opts.HTTPClient}
+	for _, g := range gates {
+		if !strings.Contains(g, "://") {
+			g = "http://" + g
+		}
+		u, err := url.Parse(strings.TrimRight(g, "/"))
+		if err != nil {
+			return nil, fmt.Errorf("client: gate %q: %w", g, err)
+		}
+		c.gates = append(c.gates, u)
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{}
+	}
+	if c.opts.MaxAttempts <= 0 {
+		c.opts.MaxAttempts = 10
+	}
+	if c.opts.InitialBackoff <= 0 {
+		c.opts.InitialBackoff = 100 * time.Millisecond
+	}
+	if c.opts.MaxBackoff <= 0 {
+		c.opts.MaxBackoff = 5 * time.Second
+	}
+	if c.opts.AttemptTimeout <= 0 {
+		c.opts.AttemptTimeout = 10 * time.Second
+	}
+	return c, nil
+}
+
+// Result is the outcome of a successful submission.
+type Result struct {
+	Job api.Job
+	// Key is the idempotency key the job was submitted with.
+	Key string
+	// Replayed is the Idempotent-Replayed header: the ledger already had
+	// the key (an earlier attempt, or another client, got there first).
+	Replayed bool
+}
+
+// Submit submits job with a new key from Options.Keys. See SubmitWithKey.
+func (c *Client) Submit(ctx context.Context, job api.JobRequest) (*Result, error) {
+	if c.opts.Keys == nil {
+		return nil, ErrNoKeys
+	}
+	key, err := c.opts.Keys.Next()
+	if err != nil {
+		return nil, err
+	}
+	return c.SubmitWithKey(ctx, key, job)
+}
+
+// SubmitWithKey submits job with key. Transient answers (503, 409
+// request_in_progress, connection errors, attempt timeouts) are retried with
+// the same key and the same body bytes, on the next gate each time. Any other
+// problem is returned at once as an *Error; when the attempts or the context
+// run out, the last error is returned (wrapping ctx.Err() when the context
+// ended it).
+func (c *Client) SubmitWithKey(ctx context.Context, key string, job api.JobRequest) (*Result, error) {
+	if _, err := keys.Parse(key); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(job)
+	if err != nil {
+		return nil, fmt.Errorf("client: encoding job: %w", err)
+	}
+	var res Result
+	err = c.do(ctx, http.MethodPost, "/v1/jobs", body, func(h http.Header) {
+		h.Set(api.HeaderIdempotencyKey, key)
+		h.Set("Content-Type", api.ContentTypeJSON)
+	}, func(resp *http.Response, b []byte) error {
+		res.Replayed = resp.Header.Get(api.HeaderReplayed) == "true"
+		return json.Unmarshal(b, &res.Job)
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Key = key
+	return &res, nil
+}
+
+// GetJob reads one job.
+func (c *Client) GetJob(ctx context.Context, id string) (*api.Job, error) {
+	var j api.Job
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, nil, func(_ *http.Response, b []byte) error {
+		return json.Unmarshal(b, &j)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// GetKey reads the ledger's entry of an idempotency key.
+func (c *Client) GetKey(ctx context.Context, key string) (*api.KeyInfo, error) {
+	var k api.KeyInfo
+	err := c.do(ctx, http.MethodGet, "/v1/idempotency-keys/"+url.PathEscape(key), nil, nil, func(_ *http.Response, b []byte) error {
+		return json.Unmarshal(b, &k)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
+// ListOptions filter ListJobs.
+type ListOptions struct {
+	Type   string
+	Status string
+	// Limit is the page size (1-1000; 0 lets the gate choose).
+	Limit int
+}
+
+// ListPage reads one page of GET /v1/jobs; after is the previous page's Next
+// (empty for the first page).
+func (c *Client) ListPage(ctx context.Context, opts ListOptions, after string) (*api.JobList, error) {
+	q := url.Values{}
+	if opts.Type != "" {
+		q.Set("type", opts.Type)
+	}
+	if opts.Status != "" {
+		q.Set("status", opts.Status)
+	}
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	path := "/v1/jobs"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var l api.JobList
+	err := c.do(ctx, http.MethodGet, path, nil, nil, func(_ *http.Response, b []byte) error {
+		return json.Unmarshal(b, &l)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// ListJobs iterates over every job matching opts, oldest first, reading pages
+// as it goes. An error ends the iteration after being yielded.
+func (c *Client) ListJobs(ctx context.Context, opts ListOptions) iter.Seq2[api.Job, error] {
+	return func(yield func(api.Job, error) bool) {
+		after := ""
+		for {
+			page, err := c.ListPage(ctx, opts, after)
+			if err != nil {
+				yield(api.Job{}, err)
+				return
+			}
+			for _, j := range page.Jobs {
+				if !yield(j, nil) {
+					return
+				}
+			}
+			if page.Next == nil || *page.Next == "" {
+				return
+			}
+			after = *page.Next
+		}
+	}
+}
+
+// do runs one call with retries. decode is given a 2xx answer's body.
+func (c *Client) do(ctx context.Context, method, path string, body []byte, header func(http.Header), decode func(*http.Response, []byte) error) error {
+	// Spread calls over the gates; an attempt that fails moves to the next.
+	first := int(c.start.Add(1) % uint64(len(c.gates)))
+	var last error
+	for attempt := 0; attempt < c.opts.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			if err := c.wait(ctx, attempt, last); err != nil {
+				return err
+			}
+		}
+		gate := c.gates[(first+attempt)%len(c.gates)]
+		resp, b, err := c.once(ctx, gate, method, path, body, header)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("client: %s %s: %w (last error: %w)", method, path, ctx.Err(), err)
+			}
+			last = err // connection error or attempt timeout: retry
+			continue
+		}
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			if err := decode(resp, b); err != nil {
+				return fmt.Errorf("client: decoding %s %s answer: %w", method, path, err)
+			}
+			return nil
+		}
+		e := problem(resp, b)
+		if !transient(e) {
+			return e
+		}
+		last = e
+	}
+	return last
+}
+
+// transient reports whether an answer is worth another attempt with the same
+// key and body.
+func transient(e *Error) bool {
+	switch e.Status {
+	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return true
+	case http.StatusConflict:
+		return e.Code == api.CodeRequestInProgress
+	}
+	return false
+}
+
+// wait sleeps before attempt (1-based retry count): exponential backoff with
+// jitter, at least the last answer's Retry-After.
+func (c *Client) wait(ctx context.Context, attempt int, last error) error {
+	d := c.opts.InitialBackoff << min(attempt-1, 30)
+	if d <= 0 || d > c.opts.MaxBackoff {
+		d = c.opts.MaxBackoff
+	}
+	d = d/2 + rand.N(d/2+1)
+	var e *Error
+	if errors.As(last, &e) && e.RetryAfter > d {
+		d = e.RetryAfter
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("client: waiting to retry: %w (last error: %w)", ctx.Err(), last)
+	case <-t.C:
+		return nil
+	}
+}
+
+// once is one HTTP exchange, bounded by AttemptTimeout.
+func (c *Client) once(ctx context.Context, gate *url.URL, method, path string, body []byte, header func(http.Header)) (*http.Response, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
+	defer cancel()
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, gate.String()+path, r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: %w", err)
+	}
+	if c.opts.Token != "" {
+		req.Header.Set(api.HeaderAuthorization, "Bearer "+c.opts.Token)
+	}
+	req.Header.Set("Accept", api.ContentTypeJSON+", "+api.ContentTypeProblem)
+	if header != nil {
+		header(req.Header)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: %s %s%s: %w", method, gate.Host, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: reading %s %s%s: %w", method, gate.Host, path, err)
+	}
+	return resp, b, nil
+}
+
+// problem turns a non-2xx answer into an *Error.
+func problem(resp *http.Response, b []byte) *Error {
+	e := &Error{Status: resp.StatusCode}
+	var p api.Problem
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), api.ContentTypeProblem) && json.Unmarshal(b, &p) == nil {
+		e.Code, e.Title, e.Detail, e.Reason = p.Code, p.Title, p.Detail, p.Reason
+	} else {
+		e.Detail = strings.TrimSpace(string(b))
+		if len(e.Detail) > 200 {
+			e.Detail = e.Detail[:200]
+		}
+	}
+	if s := resp.Header.Get(api.HeaderRetryAfter); s != "" {
+		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+			e.RetryAfter = time.Duration(n) * time.Second
+		} else if t, err := http.ParseTime(s); err == nil {
+			e.RetryAfter = max(time.Until(t), 0)
+		}
+	}
+	return e
+}

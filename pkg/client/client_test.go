@@ -1,0 +1,315 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/keys"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testKey = "c1:1:0123456789abcdef"
+
+func writeProblem(w http.ResponseWriter, status int, code api.Code, retryAfter string) {
+	w.Header().Set("Content-Type", api.ContentTypeProblem)
+	if retryAfter != "" {
+		w.Header().Set(api.HeaderRetryAfter, retryAfter)
+	}
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(code), Status: status, Code: code, Detail: "d", Reason: "r"})
+}
+
+func writeJob(w http.ResponseWriter, replayed bool) {
+	w.Header().Set("Content-Type", api.ContentTypeJSON)
+	w.Header().Set(api.HeaderReplayed, fmt.Sprint(replayed))
+	w.WriteHeader(http.StatusCreated)
+	json.NewEncoder(w).Encode(api.Job{JobID: "j1", Type: "demo", Status: "committed"})
+}
+
+type seen struct {
+	mu     sync.Mutex
+	keys   []string
+	bodies []string
+	times  []time.Time
+}
+
+func (s *seen) record(r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys = append(s.keys, r.Header.Get(api.HeaderIdempotencyKey))
+	s.bodies = append(s.bodies, string(b))
+	s.times = append(s.times, time.Now())
+}
+
+func fastOpts() Options {
+	return Options{InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, AttemptTimeout: time.Second}
+}
+
+func TestSubmitRetries503HonouringRetryAfterWithSameKeyAndBody(t *testing.T) {
+	var s seen
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.record(r)
+		switch n.Add(1) {
+		case 1:
+			writeProblem(w, 503, api.CodeUnavailable, "1")
+		case 2:
+			writeProblem(w, 409, api.CodeRequestInProgress, "")
+		default:
+			writeJob(w, true)
+		}
+	}))
+	defer srv.Close()
+	c, err := New([]string{srv.URL}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo", Payload: json.RawMessage(`{"n":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Job.JobID != "j1" || !res.Replayed || res.Key != testKey {
+		t.Fatalf("result %+v", res)
+	}
+	if len(s.keys) != 3 {
+		t.Fatalf("%d attempts, want 3", len(s.keys))
+	}
+	for i := range s.keys {
+		if s.keys[i] != testKey || s.bodies[i] != s.bodies[0] {
+			t.Fatalf("attempt %d: key %q body %q; first: %q %q", i, s.keys[i], s.bodies[i], testKey, s.bodies[0])
+		}
+	}
+	if gap := s.times[1].Sub(s.times[0]); gap < time.Second {
+		t.Fatalf("retried after %v, before Retry-After: 1", gap)
+	}
+}
+
+func TestSubmitFailsOverToSecondGate(t *testing.T) {
+	var s seen
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	downURL := down.URL
+	down.Close() // connection refused from now on
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.record(r)
+		writeJob(w, false)
+	}))
+	defer up.Close()
+	c, err := New([]string{downURL, up.URL}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ { // whichever gate a call starts on, it ends on the live one
+		if _, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if len(s.keys) != 4 {
+		t.Fatalf("live gate saw %d requests, want 4", len(s.keys))
+	}
+}
+
+func TestSubmitGivesUpAfterMaxAttempts(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		writeProblem(w, 503, api.CodeUnavailable, "")
+	}))
+	defer srv.Close()
+	o := fastOpts()
+	o.MaxAttempts = 3
+	c, _ := New([]string{srv.URL}, o)
+	_, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+	if !errors.Is(err, ErrUnavailable) || n.Load() != 3 {
+		t.Fatalf("err %v after %d attempts", err, n.Load())
+	}
+}
+
+func TestErrorMappingForEveryCode(t *testing.T) {
+	cases := []struct {
+		code   api.Code
+		status int
+		want   error
+	}{
+		{api.CodeIdempotencyKeyMissing, 400, ErrKeyMissing},
+		{api.CodeIdempotencyKeyInvalid, 400, ErrKeyInvalid},
+		{api.CodeInvalidRequest, 400, ErrInvalidRequest},
+		{api.CodeUnauthorized, 401, ErrUnauthorized},
+		{api.CodeNotFound, 404, ErrNotFound},
+		{api.CodeJobNotFound, 404, ErrJobNotFound},
+		{api.CodeIdempotencyKeyNotFound, 404, ErrKeyNotFound},
+		{api.CodeMethodNotAllowed, 405, ErrMethodNotAllowed},
+		{api.CodeIdempotencyKeyExpired, 409, ErrKeyExpired},
+		{api.CodeBodyTooLarge, 413, ErrBodyTooLarge},
+		{api.CodeUnsupportedMediaType, 415, ErrUnsupportedMediaType},
+		{api.CodeIdempotencyKeyReused, 422, ErrKeyReused},
+		{api.CodeJobRejected, 422, ErrJobRejected},
+		{api.CodeJobRejected, 429, ErrJobRejected},
+		{api.CodeInternal, 500, ErrInternal},
+	}
+	all := []error{ErrKeyMissing, ErrKeyInvalid, ErrInvalidRequest, ErrUnauthorized, ErrNotFound, ErrJobNotFound, ErrKeyNotFound, ErrMethodNotAllowed, ErrRequestInProgress, ErrKeyExpired, ErrBodyTooLarge, ErrUnsupportedMediaType, ErrKeyReused, ErrJobRejected, ErrInternal, ErrUnavailable}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%d_%s", tc.status, tc.code), func(t *testing.T) {
+			var n atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n.Add(1)
+				writeProblem(w, tc.status, tc.code, "7")
+			}))
+			defer srv.Close()
+			c, _ := New([]string{srv.URL}, fastOpts())
+			_, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+			if n.Load() != 1 {
+				t.Fatalf("%d attempts for a final answer", n.Load())
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Status != tc.status || e.Code != tc.code || e.Detail != "d" || e.Reason != "r" || e.RetryAfter != 7*time.Second {
+				t.Fatalf("err %#v", err)
+			}
+			for _, s := range all {
+				if got := errors.Is(err, s); got != (s == tc.want) {
+					t.Fatalf("errors.Is(%v, %v) = %v", err, s, got)
+				}
+			}
+		})
+	}
+	// The two transient codes map too, once the attempts run out.
+	for _, tc := range []struct {
+		code   api.Code
+		status int
+		want   error
+	}{{api.CodeRequestInProgress, 409, ErrRequestInProgress}, {api.CodeUnavailable, 503, ErrUnavailable}} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeProblem(w, tc.status, tc.code, "")
+		}))
+		o := fastOpts()
+		o.MaxAttempts = 2
+		c, _ := New([]string{srv.URL}, o)
+		_, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+		srv.Close()
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("%s: err %v", tc.code, err)
+		}
+	}
+}
+
+func TestSubmitStopsWithContext(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, 503, api.CodeUnavailable, "60")
+	}))
+	defer srv.Close()
+	c, _ := New([]string{srv.URL}, fastOpts())
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.SubmitWithKey(ctx, testKey, api.JobRequest{Type: "demo"})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestBearerTokenAndReads(t *testing.T) {
+	mux := http.NewServeMux()
+	auth := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer tok" {
+				writeProblem(w, 401, api.CodeUnauthorized, "")
+				return
+			}
+			h(w, r)
+		}
+	}
+	mux.HandleFunc("GET /v1/jobs/{id}", auth(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(api.Job{JobID: r.PathValue("id")})
+	}))
+	mux.HandleFunc("GET /v1/idempotency-keys/{key}", auth(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(api.KeyInfo{Key: r.PathValue("key"), State: "committed"})
+	}))
+	mux.HandleFunc("GET /v1/jobs", auth(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("type") != "demo" || r.URL.Query().Get("limit") != "2" {
+			writeProblem(w, 400, api.CodeInvalidRequest, "")
+			return
+		}
+		var l api.JobList
+		switch r.URL.Query().Get("after") {
+		case "":
+			next := "p/2"
+			l = api.JobList{Jobs: []api.Job{{JobID: "a"}, {JobID: "b"}}, Next: &next}
+		case "p/2":
+			l = api.JobList{Jobs: []api.Job{{JobID: "c"}}}
+		}
+		json.NewEncoder(w).Encode(l)
+	}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	anon, _ := New([]string{srv.URL}, fastOpts())
+	if _, err := anon.GetJob(context.Background(), "x"); !errors.Is(err, ErrUnauthorized) {
+		t.Fatalf("without token: %v", err)
+	}
+	o := fastOpts()
+	o.Token = "tok"
+	c, _ := New([]string{strings.TrimPrefix(srv.URL, "http://")}, o)
+	j, err := c.GetJob(context.Background(), "x")
+	if err != nil || j.JobID != "x" {
+		t.Fatalf("GetJob: %+v %v", j, err)
+	}
+	k, err := c.GetKey(context.Background(), "a/b:1:0123456789abcdef")
+	if err != nil || k.Key != "a/b:1:0123456789abcdef" {
+		t.Fatalf("GetKey: %+v %v", k, err)
+	}
+	var ids []string
+	for j, err := range c.ListJobs(context.Background(), ListOptions{Type: "demo", Limit: 2}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.JobID)
+	}
+	if strings.Join(ids, ",") != "a,b,c" {
+		t.Fatalf("listed %v", ids)
+	}
+}
+
+func TestSubmitUsesKeys(t *testing.T) {
+	var s seen
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.record(r)
+		writeJob(w, false)
+	}))
+	defer srv.Close()
+	k, err := OpenKeys(filepath.Join(t.TempDir(), "keys.json"), KeysOptions{ClientID: "host1.dc1:42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := fastOpts()
+	o.Keys = k
+	c, _ := New([]string{srv.URL}, o)
+	for i := 0; i < 2; i++ {
+		if _, err := c.Submit(context.Background(), api.JobRequest{Type: "demo"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, raw := range s.keys {
+		key, err := keys.Parse(raw)
+		if err != nil || key.ClientID != "host1.dc1:42" || key.Sequence != uint64(i+1) || key.Nonce != k.Nonce() {
+			t.Fatalf("key %d %q: %+v %v", i, raw, key, err)
+		}
+	}
+	noKeys, _ := New([]string{srv.URL}, fastOpts())
+	if _, err := noKeys.Submit(context.Background(), api.JobRequest{Type: "demo"}); !errors.Is(err, ErrNoKeys) {
+		t.Fatalf("Submit without Keys: %v", err)
+	}
+}

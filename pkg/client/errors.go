@@ -1,0 +1,64 @@
+package client
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// Error is an answer of the gate that is not a success: the RFC 9457 problem
+// it carried (docs/api.md, Errors). Match it with errors.Is against the
+// sentinels below (one per problem code), or get the details with errors.As.
+type Error struct {
+	// Status is the HTTP status.
+	Status int
+	// Code is the problem's stable code; empty when the answer was not a
+	// problem (a proxy's error page, for example).
+	Code api.Code
+	// Title and Detail are the problem's texts for humans.
+	Title  string
+	Detail string
+	// Reason is set on job_rejected: the ledger's machine-readable reason.
+	Reason string
+	// RetryAfter is the Retry-After header, zero when absent.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	if e.Code == "" {
+		return fmt.Sprintf("once: HTTP %d: %s", e.Status, e.Detail)
+	}
+	return fmt.Sprintf("once: %d %s: %s", e.Status, e.Code, e.Detail)
+}
+
+// Is reports whether target is the sentinel of e's code.
+func (e *Error) Is(target error) bool {
+	s, ok := target.(*sentinel)
+	return ok && e.Code != "" && s.code == e.Code
+}
+
+type sentinel struct{ code api.Code }
+
+func (s *sentinel) Error() string { return "once: " + string(s.code) }
+
+// Sentinels, one per problem code of docs/api.md. errors.Is(err, ErrKeyReused)
+// holds for an *Error whose Code is idempotency_key_reused, and so on.
+var (
+	ErrKeyMissing           = &sentinel{api.CodeIdempotencyKeyMissing}
+	ErrKeyInvalid           = &sentinel{api.CodeIdempotencyKeyInvalid}
+	ErrInvalidRequest       = &sentinel{api.CodeInvalidRequest}
+	ErrUnauthorized         = &sentinel{api.CodeUnauthorized}
+	ErrNotFound             = &sentinel{api.CodeNotFound}
+	ErrJobNotFound          = &sentinel{api.CodeJobNotFound}
+	ErrKeyNotFound          = &sentinel{api.CodeIdempotencyKeyNotFound}
+	ErrMethodNotAllowed     = &sentinel{api.CodeMethodNotAllowed}
+	ErrRequestInProgress    = &sentinel{api.CodeRequestInProgress}
+	ErrKeyExpired           = &sentinel{api.CodeIdempotencyKeyExpired}
+	ErrBodyTooLarge         = &sentinel{api.CodeBodyTooLarge}
+	ErrUnsupportedMediaType = &sentinel{api.CodeUnsupportedMediaType}
+	ErrKeyReused            = &sentinel{api.CodeIdempotencyKeyReused}
+	ErrJobRejected          = &sentinel{api.CodeJobRejected}
+	ErrInternal             = &sentinel{api.CodeInternal}
+	ErrUnavailable          = &sentinel{api.CodeUnavailable}
+)

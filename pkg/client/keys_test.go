@@ -1,0 +1,140 @@
+package client
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/once-dev/once/pkg/keys"
+)
+
+func seqOf(t *testing.T, raw string) keys.Key {
+	t.Helper()
+	k, err := keys.Parse(raw)
+	if err != nil || !k.Structured {
+		t.Fatalf("key %q: %+v %v", raw, k, err)
+	}
+	return k
+}
+
+func TestKeysPersistAcrossRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.json")
+	k1, err := OpenKeys(path, KeysOptions{Block: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := 0; i < 5; i++ { // crosses a block boundary
+		raw, err := k1.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := seqOf(t, raw)
+		if key.Sequence != last+1 || key.ClientID != k1.ClientID() || key.Nonce != k1.Nonce() {
+			t.Fatalf("key %d: %+v", i, key)
+		}
+		last = key.Sequence
+	}
+	// A restart: same client id (the option is ignored once the file exists),
+	// a new nonce, sequences after everything the first process reserved.
+	k2, err := OpenKeys(path, KeysOptions{ClientID: "other", Block: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := k2.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := seqOf(t, raw)
+	if key.ClientID != k1.ClientID() || key.Nonce == k1.Nonce() || key.Sequence <= last {
+		t.Fatalf("after restart %+v (first process: client %q nonce %q last %d)", key, k1.ClientID(), k1.Nonce(), last)
+	}
+}
+
+func TestKeysCrashAfterReserveNeverReuses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.json")
+	k1, err := OpenKeys(path, KeysOptions{ClientID: "c", Block: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The process reserves 1-10 and "crashes" (is dropped) having used none.
+	// Reopening many times without using anything never goes back.
+	_ = k1
+	seen := map[uint64]bool{}
+	for i := 0; i < 5; i++ {
+		k, err := OpenKeys(path, KeysOptions{Block: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := k.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := seqOf(t, raw).Sequence
+		if s <= 10 || seen[s] {
+			t.Fatalf("reopen %d handed out sequence %d (seen %v)", i, s, seen)
+		}
+		seen[s] = true
+	}
+	// No temporary files are left behind.
+	ents, _ := os.ReadDir(filepath.Dir(path))
+	if len(ents) != 1 {
+		t.Fatalf("directory holds %d entries", len(ents))
+	}
+}
+
+func TestKeysConcurrentUse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.json")
+	k, err := OpenKeys(path, KeysOptions{ClientID: "c", Block: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, each = 8, 50
+	out := make(chan string, goroutines*each)
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				raw, err := k.Next()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				out <- raw
+			}
+		}()
+	}
+	wg.Wait()
+	close(out)
+	seen := map[string]bool{}
+	for raw := range out {
+		if seen[raw] {
+			t.Fatalf("key %q handed out twice", raw)
+		}
+		seen[raw] = true
+	}
+	if len(seen) != goroutines*each {
+		t.Fatalf("%d keys, want %d", len(seen), goroutines*each)
+	}
+}
+
+func TestKeysBadState(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.json")
+	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenKeys(path, KeysOptions{}); err == nil {
+		t.Fatal("OpenKeys accepted a corrupt state file")
+	}
+	if _, err := OpenKeys(filepath.Join(t.TempDir(), "k"), KeysOptions{ClientID: "bad id"}); !errorsIsInvalid(err) {
+		t.Fatalf("bad client id: %v", err)
+	}
+}
+
+func errorsIsInvalid(err error) bool {
+	return errors.Is(err, keys.ErrInvalid) && errors.Is(err, ErrKeysState)
+}
