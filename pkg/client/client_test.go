@@ -161,8 +161,10 @@ func TestErrorMappingForEveryCode(t *testing.T) {
 		{api.CodeJobRejected, 422, ErrJobRejected},
 		{api.CodeJobRejected, 429, ErrJobRejected},
 		{api.CodeInternal, 500, ErrInternal},
+		{api.CodeTenantQuotaExceeded, 429, ErrTenantQuotaExceeded},
+		{api.CodeResponseTooLarge, 500, ErrResponseTooLarge},
 	}
-	all := []error{ErrKeyMissing, ErrKeyInvalid, ErrInvalidRequest, ErrUnauthorized, ErrNotFound, ErrJobNotFound, ErrKeyNotFound, ErrMethodNotAllowed, ErrRequestInProgress, ErrKeyExpired, ErrBodyTooLarge, ErrUnsupportedMediaType, ErrKeyReused, ErrJobRejected, ErrInternal, ErrUnavailable}
+	all := []error{ErrTenantQuotaExceeded, ErrResponseTooLarge, ErrKeyMissing, ErrKeyInvalid, ErrInvalidRequest, ErrUnauthorized, ErrNotFound, ErrJobNotFound, ErrKeyNotFound, ErrMethodNotAllowed, ErrRequestInProgress, ErrKeyExpired, ErrBodyTooLarge, ErrUnsupportedMediaType, ErrKeyReused, ErrJobRejected, ErrInternal, ErrUnavailable}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%d_%s", tc.status, tc.code), func(t *testing.T) {
 			var n atomic.Int32

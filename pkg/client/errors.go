@@ -61,4 +61,6 @@ var (
 	ErrJobRejected          = &sentinel{api.CodeJobRejected}
 	ErrInternal             = &sentinel{api.CodeInternal}
 	ErrUnavailable          = &sentinel{api.CodeUnavailable}
+	ErrTenantQuotaExceeded  = &sentinel{api.CodeTenantQuotaExceeded}
+	ErrResponseTooLarge     = &sentinel{api.CodeResponseTooLarge}
 )
