@@ -16,12 +16,9 @@ import (
 // both gates while the nemesis runs two rounds of faults, every kind once per
 // round in a seeded order — kill -9 of the leader, of a follower, of any
 // process with a quick restart, of every manager at once, a SIGSTOP'd leader,
-// a partitioned leader and a partitioned follower. Then the cluster heals and
-// the checker reads it back through the public API: zero violations.
-//
-// The clock-skew fault (a leader whose clock is minutes off) is left out here
-// until the manager's ledger time is robust to it (shortKinds); make chaos
-// runs it in every round. CHAOS_SKEW=1 includes it here too.
+// a partitioned leader, a partitioned follower, and a leader whose clock is
+// minutes off (clock-skew). Then the cluster heals and the checker reads it
+// back through the public API: zero violations.
 //
 // CHAOS_SEED=<seed> replays a schedule. The run's directory (history.jsonl,
 // summary, logs, data) is a temporary one, removed after the test, unless
@@ -43,10 +40,7 @@ func TestChaosShort(t *testing.T) {
 		dir = filepath.Join(keep, time.Now().UTC().Format("20060102-150405")+"-short")
 		t.Logf("the run is kept in %s", dir)
 	}
-	kinds := shortKinds
-	if os.Getenv("CHAOS_SKEW") == "1" {
-		kinds = nemesis.AllKinds
-	}
+	kinds := nemesis.AllKinds
 	sum, err := runner.Run(ctxFor(t, 110*time.Second), runner.Options{
 		Faults:   kinds,
 		Duration: 75 * time.Second, // a cap: two rounds take about 45 s
@@ -83,10 +77,6 @@ func TestChaosShort(t *testing.T) {
 		t.Error("no submission was committed")
 	}
 }
-
-// shortKinds are the fault kinds of the short chaos test: every kind but
-// ClockSkew (see TestChaosShort).
-var shortKinds = nemesis.Without(nemesis.AllKinds, nemesis.ClockSkew)
 
 // logTails logs the end of every process's log of the run in dir.
 func logTails(t *testing.T, dir string) {
