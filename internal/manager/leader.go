@@ -9,6 +9,8 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // leaderLoop runs the leader's duties while this node leads: it watches
@@ -138,27 +140,22 @@ func (m *Manager) resolvePending(ctx context.Context, pending []ledger.Entry, ms
 		return
 	}
 	m.log.Info(msg, logging.KeyCount, len(pending))
-	sem := make(chan struct{}, 64)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(64)
 	for _, e := range pending {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		case sem <- struct{}{}:
+		if ctx.Err() != nil {
+			break
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			rctx, cancel := context.WithTimeout(ctx, 2*m.cfg.ApplyTimeout)
 			defer cancel()
 			if _, err := m.resolve(rctx, e, true); err != nil {
 				m.log.Warn("resolving a pending entry failed", logging.KeyTenant, e.Tenant, logging.KeyIdemKey, e.Key, logging.KeyError, err)
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 }
 
 // expireBatch bounds one Expire command's removals, so a large backlog is

@@ -10,6 +10,8 @@ import (
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // The outbox's timings.
@@ -116,23 +118,15 @@ func (o *outbox) pass(ctx context.Context) {
 	}
 	o.mu.Unlock()
 
-	sem := make(chan struct{}, outboxParallel)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(outboxParallel)
 	for _, j := range due {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		case sem <- struct{}{}:
+		if ctx.Err() != nil {
+			break
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			o.carry(ctx, j.k, j.e)
-		}()
+		g.Go(func() error { o.carry(ctx, j.k, j.e); return nil })
 	}
-	wg.Wait()
+	_ = g.Wait()
 }
 
 // carry sends one entry's submission to one datacenter and records the answer.
