@@ -483,25 +483,15 @@ func (g *Gate) cacheTTL(sr *rpc.SubmitResponse, sent, now time.Time, configured 
 // transient (no leader before the deadline, a full ledger), 500 for a request
 // the manager could not understand (a bug). Nothing of it is cached.
 func (g *Gate) forwardError(err error, tenant string) *response {
+	for _, r := range ledgerRefusals {
+		if errors.Is(err, r.err) {
+			g.log.Warn(r.log, logging.KeyTenant, tenant, logging.KeyError, err)
+			resp := problemResponse(r.status, r.code, r.detail)
+			resp.retryAfter = g.cfg.Idempotency.CleanupInterval // when expiry frees room
+			return resp
+		}
+	}
 	switch {
-	case errors.Is(err, rpc.ErrLedgerFull):
-		g.log.Warn("ledger full", logging.KeyTenant, tenant, logging.KeyError, err)
-		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
-			"the datacenter's ledger is full of live entries; retry later with the same key")
-		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
-		return resp
-	case errors.Is(err, rpc.ErrWatermarksFull):
-		g.log.Warn("watermark table full", logging.KeyTenant, tenant, logging.KeyError, err)
-		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
-			"the datacenter's table of client sequence watermarks is full; retry later with the same key")
-		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
-		return resp
-	case errors.Is(err, rpc.ErrTenantQuota):
-		g.log.Warn("tenant over its ledger share", logging.KeyTenant, tenant, logging.KeyError, err)
-		resp := problemResponse(http.StatusTooManyRequests, api.CodeTenantQuotaExceeded,
-			"this tenant holds its share of the datacenter's idempotency ledger; retry later with the same key")
-		resp.retryAfter = g.cfg.Idempotency.CleanupInterval
-		return resp
 	case errors.Is(err, rpc.ErrInvalid), errors.Is(err, rpc.ErrInternal):
 		g.log.Error("manager refused the submission", logging.KeyTenant, tenant, logging.KeyError, err)
 		return problemResponse(http.StatusInternalServerError, api.CodeInternal,
@@ -520,6 +510,23 @@ func (g *Gate) forwardError(err error, tenant string) *response {
 		resp.retryAfter = g.cfg.RetryAfter
 		return resp
 	}
+}
+
+// ledgerRefusals are the ledger's "no room" answers: nothing was recorded, and
+// the same key may be retried once expiry frees room.
+var ledgerRefusals = []struct {
+	err    error
+	log    string
+	status int
+	code   api.Code
+	detail string
+}{
+	{rpc.ErrLedgerFull, "ledger full", http.StatusServiceUnavailable, api.CodeUnavailable,
+		"the datacenter's ledger is full of live entries; retry later with the same key"},
+	{rpc.ErrWatermarksFull, "watermark table full", http.StatusServiceUnavailable, api.CodeUnavailable,
+		"the datacenter's table of client sequence watermarks is full; retry later with the same key"},
+	{rpc.ErrTenantQuota, "tenant over its ledger share", http.StatusTooManyRequests, api.CodeTenantQuotaExceeded,
+		"this tenant holds its share of the datacenter's idempotency ledger; retry later with the same key"},
 }
 
 // authenticate returns the request's tenant, or answers 401 and returns false.
