@@ -2,7 +2,6 @@ package manager
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,14 +16,13 @@ import (
 // with that job and makes no second one; another fingerprint under the same
 // key then is a new job with another ID.
 func TestDerivedJobIDAndRetainedJob(t *testing.T) {
-	var mu sync.Mutex
-	clock := time.Now()
+	clock := newManualClock()
 	tc := newTestCluster(t, 1, func(c *Config) {
 		c.Idempotency.CommittedTTL = 10 * time.Second
 		c.Idempotency.CleanupInterval = time.Second
 		c.JobRetention = time.Hour
 	})
-	tc.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	tc.now = clock.Now
 	l := tc.leader()
 	ctx := ctxT(t)
 	const key = "order-ORD-7"
@@ -35,9 +33,7 @@ func TestDerivedJobIDAndRetainedJob(t *testing.T) {
 	if want := jobid.Derive("t", key, "fp1"); r.JobID != want || r.Job.JobID != want {
 		t.Fatalf("job id %s, want the derived %s", r.JobID, want)
 	}
-	mu.Lock()
-	clock = clock.Add(time.Minute)
-	mu.Unlock()
+	clock.Advance(time.Minute)
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		return tc.mgrs[l].FSM().Stats().Entries == 0, "expiry of the committed entry"
 	})

@@ -180,14 +180,13 @@ func TestLedgerFullRefusesWithoutDropping(t *testing.T) {
 }
 
 func TestExpiryAndWatermark(t *testing.T) {
-	var mu sync.Mutex
-	clock := time.Now()
+	clock := newManualClock()
 	tc := newTestCluster(t, 1, func(c *Config) {
 		c.Idempotency.CommittedTTL = 10 * time.Second
 		c.Idempotency.CleanupInterval = time.Second
 		c.JobRetention = time.Hour
 	})
-	tc.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	tc.now = clock.Now
 	l := tc.leader()
 	ctx := ctxT(t)
 	k5 := "c1:5:0123456789abcdef"
@@ -200,9 +199,7 @@ func TestExpiryAndWatermark(t *testing.T) {
 	if r, err := tc.submit(ctx, l, "t", "c1:3:0123456789abcdef", "fp", "demo", `1`, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("seq 3 while 5 live: %+v %v", r, err)
 	}
-	mu.Lock()
-	clock = clock.Add(time.Minute)
-	mu.Unlock()
+	clock.Advance(time.Minute)
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		return tc.mgrs[l].FSM().Stats().Entries == 0, "expiry of the committed entries"
 	})

@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,10 +15,9 @@ import (
 // dc1 (its gate's forward to dc2 failed) is carried to dc2 by dc1's leader:
 // dc2 then holds the job under the same ID, and the outbox stops asking.
 func TestOutboxCompletesOtherDatacenters(t *testing.T) {
-	var mu sync.Mutex
-	clock := time.Now()
+	clock := newManualClock()
 	tc1 := newTestCluster(t, 1, nil)
-	tc1.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	tc1.now = clock.Now
 	tc2 := newTestCluster(t, 1, func(c *Config) { c.Datacenter = "dc2" })
 	l1, l2 := tc1.leader(), tc2.leader()
 	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
@@ -51,9 +49,7 @@ func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 	go func() { defer close(done); ob.run(octx) }()
 	defer func() { cancel(); <-done }()
 
-	mu.Lock()
-	clock = clock.Add(outboxGrace) // past the grace the gate's own fan-out is given
-	mu.Unlock()
+	clock.Advance(outboxGrace) // past the grace the gate's own fan-out is given
 	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
 		j, ok := tc2.mgrs[l2].FSM().Job("t", r.JobID)
 		return ok && j.Key == "order-9", "dc2 to hold job " + r.JobID
