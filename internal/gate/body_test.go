@@ -76,7 +76,14 @@ func FuzzDecodeCanonical(f *testing.F) {
 	for _, b := range append(canonicalValid, canonicalInvalid...) {
 		f.Add(b)
 	}
-	f.Fuzz(func(t *testing.T, body string) { checkCanonical(t, body) })
+	f.Fuzz(func(t *testing.T, body string) {
+		checkCanonical(t, body)
+		if canonical, err := fingerprint.Canonicalize([]byte(body)); err == nil {
+			if fast, slow := normalizeDatacenters(canonical, "home"), normalizeDatacentersSlow(canonical, "home"); !bytes.Equal(fast, slow) {
+				t.Fatalf("%s: normalized fast %s, slow %s", body, fast, slow)
+			}
+		}
+	})
 }
 
 // BenchmarkDecodeRequest compares the decoding of a canonical body on the miss
@@ -103,4 +110,24 @@ func BenchmarkDecodeRequest(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestNormalizeDatacentersFastMatchesSlow: the in-place rewrite of the
+// datacenters member gives exactly the bytes of decoding and re-encoding.
+func TestNormalizeDatacentersFastMatchesSlow(t *testing.T) {
+	bodies := append(append([]string{
+		`{"payload":1,"type":"demo"}`,
+		`{"datacenters":["home"],"type":"demo"}`,
+		`{"datacenters":["dc2","dc1"],"payload":{"datacenters":["x"]},"type":"demo"}`,
+	}, canonicalValid...), canonicalInvalid...)
+	for _, b := range bodies {
+		canonical, err := fingerprint.Canonicalize([]byte(b))
+		if err != nil {
+			continue
+		}
+		fast, slow := normalizeDatacenters(canonical, "home"), normalizeDatacentersSlow(canonical, "home")
+		if !bytes.Equal(fast, slow) {
+			t.Fatalf("%s:\n fast %s\n slow %s", b, fast, slow)
+		}
+	}
 }
