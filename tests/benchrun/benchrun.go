@@ -288,7 +288,11 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		}
 		spec.ClientPrefix = strings.ReplaceAll(name, "-", "")
 		say("running %s: %s", name, spec.Description)
+		if ceil != nil {
+			p.ceilingPID = ceil.pid()
+		}
 		w, err := runWorkload(ctx, c, p, spec, o)
+		p.ceilingPID = 0
 		if ceil != nil {
 			err = errors.Join(err, ceil.close())
 		}

@@ -19,6 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	ServeCeilingIfChild() // TestCeiling starts this binary as the ceiling server
 	goleak.VerifyTestMain(m)
 }
 
@@ -183,58 +184,103 @@ func report(miss bool) Report {
 	lat := func(p50, p99, max float64) loadgen.Latency {
 		return loadgen.Latency{Count: 1, P50US: int64(p50 * 1000), P99US: int64(p99 * 1000), MaxUS: int64(max * 1000)}
 	}
-	uniqueRate, gap, entries := int64(40000), 1500.0, uint64(2)
-	if miss {
-		uniqueRate, gap, entries = 2000, 2500, 3
+	res := func(name string, ok int64, l loadgen.Latency) loadgen.Result {
+		return loadgen.Result{Name: name, Requests: ok, DurationSec: 1, Status: map[int]int64{201: ok}, Latency: l}
 	}
+	// Met: unique 0.35 x, cache 0.95 x at 1.2 x the server's CPU, duplicates
+	// 0.7 x, storm of 2 entries in 11 ms, gap 1.5 elections, 100 µs per
+	// unique submission, load generator at 0.8 x the server.
+	unique, cache, gateCPU, dups, gap, entries, stormMax, onceCPU, loadgenCPU := int64(3500), int64(9500), 12.0, int64(7000), 1500.0, uint64(2), 11.0, 100.0, 8.0
+	if miss {
+		unique, cache, gateCPU, dups, gap, entries, stormMax, onceCPU, loadgenCPU = 2000, 9500, 20, 5000, 2500, 3, 30, 500, 15
+	}
+	ceilingW := WorkloadResult{Load: res(WCeiling, 10000, lat(1, 2, 3)),
+		Cluster: ClusterStats{CPUPerRequest: CPUPerRequest{Loadgen: loadgenCPU, Ceiling: 10}}}
 	return Report{Workloads: []WorkloadResult{
-		{Load: loadgen.Result{Name: WUniqueC1, DurationSec: 1, Status: map[int]int64{201: 500}, Latency: lat(2, 5, 8)}},
-		{Load: loadgen.Result{Name: WUniqueC512, DurationSec: 1, Status: map[int]int64{201: uniqueRate}, Latency: lat(10, 40, 60)}},
-		{Load: loadgen.Result{Name: WCacheHits, DurationSec: 1, Status: map[int]int64{201: 80000}, Latency: lat(0.5, 3, 9)}},
-		{Load: loadgen.Result{Name: WStorm, Requests: 1000, DurationSec: 0.1, Status: map[int]int64{201: 1000}, MaxJobIDsPerKey: 1, Latency: lat(4, 6, 6.5)},
+		ceilingW,
+		{Load: res(WUniqueC1, 500, lat(2, 5, 8)), Cluster: ClusterStats{EntriesPerNewKey: 2}},
+		{Load: res(WUniqueC64, unique, lat(10, 40, 60)), Cluster: ClusterStats{CPUPerRequest: CPUPerRequest{Once: onceCPU, Gates: onceCPU / 2}}},
+		{Load: res(WCacheHits, cache, lat(0.5, 3, 9)), Cluster: ClusterStats{CPUPerRequest: CPUPerRequest{Gates: gateCPU}}},
+		{Load: res(WDuplicates, dups, lat(1, 4, 9))},
+		{Load: loadgen.Result{Name: WStorm, Requests: 1000, DurationSec: 0.1, Status: map[int]int64{201: 1000}, MaxJobIDsPerKey: 1, Latency: lat(4, 6, stormMax)},
 			Cluster: ClusterStats{RaftEntries: entries}},
-		{Load: loadgen.Result{Name: WFailover, DurationSec: 10, Status: map[int]int64{201: 1000}},
+		{Load: res(WFailover, 1000, lat(1, 2, 3)),
 			Cluster: ClusterStats{Failover: &FailoverStats{GapMS: gap, ElectionTimeoutMS: 1000, GapElections: gap / 1000}}},
 	}}
 }
 
 func TestEvaluate(t *testing.T) {
 	t.Parallel()
+	const targets = 7
 	for _, miss := range []bool{false, true} {
 		ts := Evaluate(report(miss))
-		if len(ts) != 4 {
-			t.Fatalf("%d targets", len(ts))
+		if len(ts) != targets {
+			t.Fatalf("%d targets, want %d", len(ts), targets)
 		}
 		for _, tg := range ts {
 			if tg.Met == nil {
-				t.Errorf("%s: not evaluated", tg.Name)
+				t.Errorf("%s: not evaluated (%s)", tg.Name, tg.Measured)
 				continue
 			}
-			wantMet := !miss || tg.Name == "duplicates from the gate cache"
-			if *tg.Met != wantMet {
+			// The cache-hit rate is met in both; its CPU bound is not.
+			if *tg.Met == miss {
 				t.Errorf("miss=%v: %s met=%v (%s)", miss, tg.Name, *tg.Met, tg.Measured)
+			}
+			if want := map[bool]string{true: "met", false: "missed"}[*tg.Met]; tg.Verdict != want {
+				t.Errorf("%s: verdict %q with met=%v", tg.Name, tg.Verdict, *tg.Met)
 			}
 		}
 	}
-	// A design that spends one entry per submission must spend one on the storm.
-	rep := report(false)
-	rep.Workloads[0].Cluster.EntriesPerNewKey = 1
-	if ts := Evaluate(rep); *ts[2].Met {
-		t.Errorf("storm of 2 entries met a 1-entry-per-submission bound: %s", ts[2].Measured)
+	byName := func(ts []Target, name string) Target {
+		for _, tg := range ts {
+			if tg.Name == name {
+				return tg
+			}
+		}
+		t.Fatalf("no target %q", name)
+		return Target{}
 	}
-	rep.Workloads[3].Cluster.RaftEntries = 1
-	if ts := Evaluate(rep); !*ts[2].Met {
-		t.Errorf("storm of 1 entry missed: %s", ts[2].Measured)
+	// A fast unique rate with a p99 over the bound is missed.
+	rep := report(false)
+	rep.Workloads[2].Load.Latency.P99US = 51_000
+	if tg := byName(Evaluate(rep), "unique keys, 64 clients"); *tg.Met {
+		t.Errorf("p99 51 ms met: %s", tg.Measured)
+	}
+	// Cache hits at the rate but with a gate costlier than 1.5 x the server.
+	rep = report(false)
+	rep.Workloads[3].Cluster.CPUPerRequest.Gates = 15.1
+	if tg := byName(Evaluate(rep), "cache hits, 64 clients"); *tg.Met || tg.Value != 0.95 {
+		t.Errorf("gate at 1.51 x the server met: %+v", tg)
+	}
+	// A design that spends one entry per submission must spend one on the storm.
+	rep = report(false)
+	rep.Workloads[1].Cluster.EntriesPerNewKey = 1
+	if tg := byName(Evaluate(rep), "storm of 1000 on one key"); *tg.Met {
+		t.Errorf("storm of 2 entries met a 1-entry-per-submission bound: %s", tg.Measured)
+	}
+	// The storm's bound is unique-c1's p50 + 10 ms: 12 ms here.
+	rep = report(false)
+	rep.Workloads[5].Load.Latency.MaxUS = 12_100
+	if tg := byName(Evaluate(rep), "storm of 1000 on one key"); *tg.Met || tg.Bound != 12 {
+		t.Errorf("storm slowest 12.1 ms met a 12 ms bound: %+v", tg)
 	}
 	// More jobs than keys is a duplicate even if no client saw two job ids.
 	rep = report(false)
-	rep.Workloads[4].Load.Keys = 1000
-	rep.Workloads[4].Cluster.JobsCreated = 1001
-	if ts := Evaluate(rep); *ts[3].Met {
-		t.Errorf("failover with 1001 jobs for 1000 keys met: %s", ts[3].Measured)
+	rep.Workloads[6].Load.Keys = 1000
+	rep.Workloads[6].Cluster.JobsCreated = 1001
+	if tg := byName(Evaluate(rep), "leader failover"); *tg.Met {
+		t.Errorf("failover with 1001 jobs for 1000 keys met: %s", tg.Measured)
+	}
+	// Without a ceiling nothing that is a ratio to it can be judged.
+	rep = report(false)
+	rep.Workloads = rep.Workloads[1:]
+	for _, tg := range Evaluate(rep) {
+		if tg.Unit == "× ceiling" && tg.Met != nil {
+			t.Errorf("%s judged without a ceiling", tg.Name)
+		}
 	}
 	for _, tg := range Evaluate(Report{}) {
-		if tg.Met != nil {
+		if tg.Met != nil || tg.Verdict != "not run" {
 			t.Errorf("%s evaluated without its workload", tg.Name)
 		}
 	}
@@ -243,8 +289,8 @@ func TestEvaluate(t *testing.T) {
 func TestWriteTable(t *testing.T) {
 	t.Parallel()
 	rep := report(true)
-	rep.Workloads[4].Cluster.Failover.Killed = "manager1"
-	rep.Workloads[4].Load.Timeline = []loadgen.Bucket{{Second: 0, OK: 10}, {Second: 1}}
+	rep.Workloads[6].Cluster.Failover.Killed = "manager1"
+	rep.Workloads[6].Load.Timeline = []loadgen.Bucket{{Second: 0, OK: 10}, {Second: 1}}
 	rep.Workloads[1].Cluster.Nodes = []NodeStats{{Name: "gate1", Role: "gate", PeakRSSBytes: 30 << 20}, {Name: "manager1", Role: "manager", PeakRSSBytes: 90 << 20}}
 	rep.Targets = Evaluate(rep)
 	rep.Machine = Machine{NumCPU: 2, CPUModel: "test CPU", Shared: true, OtherCPUCores: 0.9}
@@ -254,7 +300,7 @@ func TestWriteTable(t *testing.T) {
 	}
 	out := b.String()
 	t.Log("\n" + out)
-	for _, want := range []string{"unique-c512", "entries/sub", "gate RSS MB", "  30  ", "MISSED", "killed manager1",
+	for _, want := range []string{"unique-c64", "entries/sub", "CPU µs/req", "ceiling server", "gate RSS MB", "  30  ", "MISSED", "killed manager1",
 		"failover second", "SHARED: other processes used 0.90 cores"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q", want)
@@ -359,8 +405,22 @@ func TestRunCluster(t *testing.T) {
 	if f == nil || f.Killed == "" || f.NewLeader == "" || f.Killed == f.NewLeader || f.Error != "" || f.DuplicateKeys != 0 {
 		t.Errorf("failover %+v", f)
 	}
-	if !strings.Contains(stdout.String(), "verdict") {
-		t.Error("no targets table")
+	if !strings.Contains(stdout.String(), "verdict") || !strings.Contains(stdout.String(), "CPU µs/req") {
+		t.Error("no targets table or no CPU per request table")
+	}
+	if c := find(rep, WCeiling).Cluster.CPUPerRequest; c.Ceiling <= 0 || c.Loadgen <= 0 {
+		t.Errorf("ceiling CPU per request %+v: the ceiling server's or the generator's is missing", c)
+	}
+	if c := find(rep, WUniqueC64).Cluster.CPUPerRequest; c.Once <= 0 || c.Gates <= 0 || c.Leader <= 0 || c.Followers <= 0 {
+		t.Errorf("unique-c64 CPU per request %+v", c)
+	}
+	if len(rep.Targets) != 7 {
+		t.Errorf("%d targets in the JSON", len(rep.Targets))
+	}
+	for _, tg := range rep.Targets {
+		if tg.Met == nil || tg.Verdict == "not run" || tg.Measured == "-" {
+			t.Errorf("target %q not judged in a full run: %+v", tg.Name, tg)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cluster", "data")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("data directory left behind: %v", err)
@@ -376,10 +436,21 @@ func TestCeiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.pid() == os.Getpid() {
+		t.Fatal("the ceiling server runs in the load generator's process")
+	}
+	cpu0, err := procCPU(c.pid())
+	if err != nil {
+		t.Fatal(err)
+	}
 	res, err := loadgen.Run(t.Context(), loadgen.Spec{Name: WCeiling, Gates: []string{c.url}, Keys: loadgen.KeysUnique,
 		Concurrency: 4, Duration: loadgen.Duration(300 * time.Millisecond)})
+	cpu1, perr := procCPU(c.pid())
 	if cerr := c.close(); cerr != nil {
 		t.Error(cerr)
+	}
+	if perr != nil || cpu1 <= cpu0 {
+		t.Errorf("the ceiling server's CPU did not grow under load: %d -> %d ticks (%v)", cpu0, cpu1, perr)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -49,9 +49,12 @@ type ClusterStats struct {
 	Nodes []NodeStats `json:"nodes"`
 
 	// CPU in cores (CPU seconds per second of the window): the cluster's
-	// processes by role, this process (the load generator), and everything
-	// else on the machine. Other > 0 means the machine was shared.
+	// processes by role, this process (the load generator), the ceiling
+	// server (ceiling workload only), and everything else on the machine.
+	// Other > 0 means the machine was shared.
 	CPUCores CPUCores `json:"cpu_cores"`
+	// CPUPerRequest is the same CPU in microseconds per answered request.
+	CPUPerRequest CPUPerRequest `json:"cpu_us_per_request"`
 
 	// GateCounters are the growth of the gates' counters (summed over the
 	// gates), e.g. once_gate_cache_hits_total.
@@ -70,9 +73,22 @@ type CPUCores struct {
 	Leader    float64 `json:"leader"`
 	Followers float64 `json:"followers"`
 	Loadgen   float64 `json:"loadgen"`
+	Ceiling   float64 `json:"ceiling_server,omitempty"`
 	Other     float64 `json:"other"`
 	Machine   float64 `json:"machine"` // all of the above: busy CPUs
 	NumCPU    int     `json:"num_cpu"`
+}
+
+// CPUPerRequest is CPU time per answered request, in microseconds, by role.
+// Once is the gates, the leader and the followers together: what once itself
+// spends on a request, without the load generator.
+type CPUPerRequest struct {
+	Gates     float64 `json:"gates"`
+	Leader    float64 `json:"leader"`
+	Followers float64 `json:"followers"`
+	Once      float64 `json:"once"`
+	Loadgen   float64 `json:"loadgen"`
+	Ceiling   float64 `json:"ceiling_server,omitempty"`
 }
 
 // NodeStats is one process during a workload.
@@ -119,6 +135,7 @@ type snapshot struct {
 	at                time.Time
 	sysBusy, sysTotal int64
 	self              int64
+	ceiling           int64 // the ceiling server's CPU ticks, when it runs
 	nodes             map[string]nodeSnap
 	gates             map[string]float64
 }
@@ -127,6 +144,9 @@ type snapshot struct {
 type prober struct {
 	c      *localcluster.Cluster
 	client *http.Client
+	// ceilingPID is the ceiling server's process during the ceiling
+	// workload, 0 otherwise.
+	ceilingPID int
 }
 
 func newProber(c *localcluster.Cluster) *prober {
@@ -183,6 +203,9 @@ func (p *prober) snapshot(ctx context.Context) snapshot {
 	s := snapshot{at: time.Now(), nodes: map[string]nodeSnap{}, gates: map[string]float64{}}
 	s.sysBusy, s.sysTotal, _ = systemCPU()
 	s.self, _ = procCPU(0)
+	if p.ceilingPID != 0 {
+		s.ceiling, _ = procCPU(p.ceilingPID)
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, n := range p.c.All() {
@@ -377,6 +400,7 @@ func compute(c *localcluster.Cluster, before, after snapshot, smp *sampler, requ
 		st.EntriesPerFsync = round(float64(st.RaftEntries)/float64(leaderBatches), 2)
 	}
 	self := float64(after.self-before.self) / clockTick / win
+	ceiling := float64(after.ceiling-before.ceiling) / clockTick / win
 	machine := float64(after.sysBusy-before.sysBusy) / clockTick / win
 	numCPU := 0
 	if dt := after.sysTotal - before.sysTotal; dt > 0 {
@@ -384,8 +408,13 @@ func compute(c *localcluster.Cluster, before, after snapshot, smp *sampler, requ
 	}
 	st.CPUCores = CPUCores{
 		Gates: round(gates, 2), Leader: round(leaderCPU, 2), Followers: round(followers, 2),
-		Loadgen: round(self, 2), Machine: round(machine, 2), NumCPU: numCPU,
-		Other: round(max(machine-gates-leaderCPU-followers-self, 0), 2),
+		Loadgen: round(self, 2), Ceiling: round(ceiling, 2), Machine: round(machine, 2), NumCPU: numCPU,
+		Other: round(max(machine-gates-leaderCPU-followers-self-ceiling, 0), 2),
+	}
+	if answered > 0 {
+		us := func(cores float64) float64 { return round(cores*win*1e6/float64(answered), 1) }
+		st.CPUPerRequest = CPUPerRequest{Gates: us(gates), Leader: us(leaderCPU), Followers: us(followers),
+			Once: us(gates + leaderCPU + followers), Loadgen: us(self), Ceiling: us(ceiling)}
 	}
 	st.GateCounters = map[string]float64{}
 	for k, v := range after.gates {

@@ -46,6 +46,18 @@ func WriteTable(w io.Writer, rep Report) error {
 	}
 	fmt.Fprintln(w, "  (forwards: submissions the gates sent to a manager; entries: Raft log entries per answered request / per new key;")
 	fmt.Fprintln(w, "   RSS: the highest sampled of any gate / any manager; CPU in cores, of", numCPU(rep), "on the machine)")
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload	CPU µs/req: once	gates	leader	followers	loadgen	ceiling server	")
+	for _, wr := range rep.Workloads {
+		c := wr.Cluster.CPUPerRequest
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n", wr.Load.Name, c.Once, c.Gates, c.Leader, c.Followers, c.Loadgen, dashIfZero(c.Ceiling))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "  (CPU time per answered request; once = gates + leader + followers; idle processes still count, e.g. the cluster during ceiling)")
 	for _, wr := range rep.Workloads {
 		for _, p := range wr.Cluster.Problems {
 			fmt.Fprintf(w, "  %s: %s\n", wr.Load.Name, p)
@@ -112,6 +124,13 @@ func numCPU(rep Report) int {
 		}
 	}
 	return rep.Machine.NumCPU
+}
+
+func dashIfZero(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", v)
 }
 
 func orDash(s string) string {

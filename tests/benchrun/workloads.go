@@ -43,7 +43,7 @@ func workloadSpec(name string, o Options, rate float64) (loadgen.Spec, error) {
 	switch name {
 	case WCeiling:
 		return loadgen.Spec{Name: name, Keys: loadgen.KeysUnique, Concurrency: 64, Duration: d, Warmup: true,
-			Description: "closed loop, 64 workers, new keys, against a bare net/http handler in the oncebench process " +
+			Description: "closed loop, 64 workers, new keys, against a bare net/http handler in a process of its own " +
 				"that answers 201 with a fixed ~300-byte job body: the ceiling of the load generator and loopback HTTP on this machine"}, nil
 	case WUniqueC1:
 		return unique(1), nil
