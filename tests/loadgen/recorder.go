@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/maphash"
 	"io"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/valyala/fasthttp"
 )
 
 // outcome is what one request produced, handed to a recorder shard.
@@ -109,17 +109,18 @@ func bucketAt(tl *[]Bucket, d time.Duration) *Bucket {
 
 // classify names a transport error's class.
 func classify(err error) string {
-	var ne net.Error
+	// net.Error and fasthttp's timeout error (which has no Temporary).
+	var te interface{ Timeout() bool }
 	switch {
 	case errors.Is(err, context.Canceled):
 		return "canceled"
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, fasthttp.ErrDialTimeout), errors.As(err, &te) && te.Timeout():
 		return "timeout"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection_refused"
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return "connection_reset"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, fasthttp.ErrConnectionClosed):
 		return "eof"
 	default:
 		return "other"

@@ -37,13 +37,21 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	rt := s.Transport
-	if rt == nil {
+	r := newRun(s, s.Transport)
+	switch {
+	case s.Transport != nil:
+	case plainHTTP(r.submit):
+		r.fastHosts = fastHosts(r.submit)
+		defer func() {
+			for _, w := range r.workers {
+				w.closeFast()
+			}
+		}()
+	default: // https gates: net/http's TLS
 		t := NewTransport(s.Concurrency)
 		defer t.CloseIdleConnections()
-		rt = t
+		r.rt = t
 	}
-	r := newRun(s, rt)
 	if s.Open() {
 		r.openLoop(ctx)
 	} else {
@@ -58,18 +66,19 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 }
 
 type run struct {
-	spec     Spec
-	rt       http.RoundTripper
-	submit   []*url.URL // POST URL per gate; read-only, shared by requests
-	health   []string   // GET /healthz URL per gate
-	body     []byte     // every request's body: immutable, shared
-	getBody  func() (io.ReadCloser, error)
-	nonces   []string // per worker
-	stormKey string
-	auth     []string // Authorization header value, if any
-	shards   []*shard
-	tracker  *tracker
-	workers  []*worker
+	spec      Spec
+	rt        http.RoundTripper // the spec's Transport; nil: the fast path (fast.go)
+	fastHosts []string          // the fast path: host:port per gate
+	submit    []*url.URL        // POST URL per gate; read-only, shared by requests
+	health    []string          // GET /healthz URL per gate
+	body      []byte            // every request's body: immutable, shared
+	getBody   func() (io.ReadCloser, error)
+	nonces    []string // per worker
+	stormKey  string
+	auth      []string // Authorization header value, if any
+	shards    []*shard
+	tracker   *tracker
+	workers   []*worker
 
 	start   time.Time // set by begin before any request
 	end     time.Duration
@@ -292,6 +301,7 @@ type worker struct {
 	reused int64
 	buf    bytes.Buffer
 	tmpl   *http.Request // POST template: method, length, GetBody
+	fast   fastConn      // the fast path
 }
 
 func (w *worker) gate() int {
@@ -307,6 +317,10 @@ func (w *worker) gate() int {
 // warmup opens the worker's connection to its first gate.
 func (w *worker) warmup(ctx context.Context) {
 	g := w.id % len(w.r.health) // the gate of its first request either way
+	if w.r.fastHosts != nil {
+		w.warmupFast(g)
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(w.r.spec.Timeout))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.r.health[g], nil)
@@ -324,6 +338,10 @@ func (w *worker) warmup(ctx context.Context) {
 // should have been sent (offset from the run's start).
 func (w *worker) send(ctx context.Context, intended time.Duration) {
 	r := w.r
+	if r.fastHosts != nil {
+		w.sendFast(ctx, intended)
+		return
+	}
 	key, idx, reused := w.keys.Next()
 	if reused {
 		w.reused++
