@@ -410,6 +410,30 @@ func (c *Cache[V]) Begin(key, fingerprint string) Lookup[V] {
 	return Lookup[V]{Kind: LookupMiss, State: Pending, ExpiresAt: e.expires, Owner: (*Owner[V])(e)}
 }
 
+// Replay returns the outcome stored under key when it is COMMITTED or
+// REJECTED, unexpired, and same(value) holds; it counts and refreshes the
+// entry as Begin's LookupHit does. Otherwise it returns false and changes
+// nothing (not even the statistics): the caller goes on with Begin. It lets a
+// caller that can recognise its own earlier request more cheaply than by its
+// fingerprint (the gate compares the raw body's hash) skip computing one.
+// same runs under the shard's lock: it must be cheap and must not call the
+// cache.
+func (c *Cache[V]) Replay(key string, same func(V) bool) (Lookup[V], bool) {
+	now := c.now()
+	s := c.shardFor(key)
+	s.mu.Lock()
+	e, ok := s.done.Peek(key)
+	if !ok || e.expired(now) || !same(e.value) {
+		s.mu.Unlock()
+		return Lookup[V]{}, false
+	}
+	s.done.Get(key) // refresh its recency
+	l := Lookup[V]{Kind: LookupHit, Value: e.value, State: e.state, ExpiresAt: e.expires}
+	s.mu.Unlock()
+	s.stats.hits.Add(1)
+	return l, true
+}
+
 // makeRoom frees one slot if the shard is full, in O(1): an expired oldest entry
 // if there is one, else the least recently used completed entry, else (only
 // PENDING entries left) the oldest PENDING entry. s.mu is held.

@@ -832,3 +832,36 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
+
+// Replay answers only a completed, unexpired entry whose value the caller
+// recognises, and leaves the cache and its statistics alone otherwise.
+func TestReplay(t *testing.T) {
+	c, clk := newCache(t, nil)
+	mine := func(r *response) bool { return string(r.body) == `{"job_id":"j1"}` }
+	if _, ok := c.Replay("k", mine); ok {
+		t.Fatal("replay of an absent key")
+	}
+	l := mustBegin(t, c, "k", "fp", LookupMiss)
+	if _, ok := c.Replay("k", mine); ok {
+		t.Fatal("replay of a PENDING entry")
+	}
+	want := &response{status: 201, body: []byte(`{"job_id":"j1"}`)}
+	mustComplete(t, l.Owner, want, Committed, 0)
+	if _, ok := c.Replay("k", func(*response) bool { return false }); ok {
+		t.Fatal("replay of a value the caller does not recognise")
+	}
+	if st := c.Stats(); st.Hits != 0 || st.Misses != 1 {
+		t.Fatalf("refused replays counted: %+v", st)
+	}
+	h, ok := c.Replay("k", mine)
+	if !ok || h.Kind != LookupHit || h.Value != want || h.State != Committed || !h.ExpiresAt.Equal(clk.Now().Add(committedTTL)) {
+		t.Fatalf("replay: %+v %v", h, ok)
+	}
+	if st := c.Stats(); st.Hits != 1 {
+		t.Fatalf("a replay is a hit: %+v", st)
+	}
+	clk.Advance(committedTTL)
+	if _, ok := c.Replay("k", mine); ok {
+		t.Fatal("replay of an expired entry")
+	}
+}

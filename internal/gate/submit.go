@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/once-dev/once/internal/cache"
@@ -44,6 +46,43 @@ type response struct {
 	expiresAt time.Time
 	// retryAfter, when positive, is a fixed Retry-After (503, 409).
 	retryAfter time.Duration
+
+	// Set by seal, before the response is shared through the cache: the
+	// SHA-256 of the raw body it answered, and its header values rendered
+	// once for every replay.
+	sealed      bool
+	rawSum      [sha256.Size]byte
+	lengthText  []string
+	expiresText []string
+}
+
+// Header values shared by every answer. net/http only reads them; a handler
+// that appended to one would get a copy (each has cap == len).
+var (
+	hdrContentType   = http.CanonicalHeaderKey("Content-Type")
+	hdrContentLength = http.CanonicalHeaderKey("Content-Length")
+	hdrNosniff       = http.CanonicalHeaderKey("X-Content-Type-Options")
+	hdrReplayed      = http.CanonicalHeaderKey(api.HeaderReplayed)
+	hdrExpiresAt     = http.CanonicalHeaderKey(api.HeaderIdempotencyExpiresAt)
+	hdrLocation      = http.CanonicalHeaderKey(api.HeaderLocation)
+	valJSON          = []string{api.ContentTypeJSON}
+	valProblem       = []string{api.ContentTypeProblem}
+	valNosniff       = []string{"nosniff"}
+	valTrue          = []string{"true"}
+	valFalse         = []string{"false"}
+)
+
+// seal prepares r for being replayed from the cache: it records the raw
+// body's hash (a later request with the same bytes under the same key is the
+// same request, recognised without canonicalizing it again: Cache.Replay)
+// and renders the header values every replay sends. r is immutable after.
+func (r *response) seal(rawSum [sha256.Size]byte) {
+	r.rawSum = rawSum
+	r.lengthText = []string{strconv.Itoa(len(r.body))}
+	if r.replayable && !r.expiresAt.IsZero() {
+		r.expiresText = []string{api.FormatTime(r.expiresAt)}
+	}
+	r.sealed = true
 }
 
 // responseOverhead is the accounted fixed size of a cached response (the
@@ -58,6 +97,10 @@ func responseSize(v any) int64 {
 
 // write sends r. replay says whether the answer is a replay of a stored outcome.
 func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
+	if r.sealed && r.status != http.StatusTooManyRequests {
+		r.writeSealed(w, replay)
+		return
+	}
 	h := w.Header()
 	if r.location != "" {
 		h.Set(api.HeaderLocation, r.location)
@@ -84,6 +127,39 @@ func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 	}
 	noteCode(w, r.code)
 	writeBody(w, r.status, ct, r.body)
+}
+
+// writeSealed is write for a sealed response (every replay from the cache
+// but a 429, whose Retry-After counts down): the same headers, set without
+// rendering or canonicalizing anything.
+func (r *response) writeSealed(w http.ResponseWriter, replay bool) {
+	h := w.Header()
+	if r.location != "" {
+		h.Set(hdrLocation, r.location)
+	}
+	if r.expiresText != nil {
+		h[hdrExpiresAt] = r.expiresText
+	}
+	if r.replayable {
+		if replay {
+			h[hdrReplayed] = valTrue
+		} else {
+			h[hdrReplayed] = valFalse
+		}
+	}
+	if r.retryAfter > 0 {
+		h.Set(api.HeaderRetryAfter, retryAfter(r.retryAfter))
+	}
+	if r.code == "" {
+		h[hdrContentType] = valJSON
+	} else {
+		h[hdrContentType] = valProblem
+	}
+	h[hdrContentLength] = r.lengthText
+	h[hdrNosniff] = valNosniff
+	noteCode(w, r.code)
+	w.WriteHeader(r.status)
+	_, _ = w.Write(r.body)
 }
 
 // checkRequest decodes the canonical body and checks that the gate can route
@@ -133,6 +209,17 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// A retry usually sends the very bytes of its first attempt: recognised
+	// by their hash, it is answered from the cache without canonicalizing or
+	// fingerprinting the body (the same bytes under the same tenant and key
+	// can only have the same fingerprint).
+	rawSum := sha256.Sum256(body)
+	ckey := cache.Key(tenant, key.Raw)
+	if look, ok := g.cache.Replay(ckey, func(v *response) bool { return v.sealed && v.rawSum == rawSum }); ok {
+		g.metrics.replays.Inc()
+		look.Value.write(w, true, g.now())
+		return
+	}
 	// The canonical form of the body is what is fingerprinted, decoded and
 	// sent: the manager receives the canonical payload, so every gate renders
 	// the job as the same bytes. Canonicalize catches malformed JSON (with
@@ -146,7 +233,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	// to; the canonical payload sent on is unchanged.
 	fp := fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, normalizeDatacenters(canonical, g.cfg.Datacenter))
 
-	look := g.cache.Begin(cache.Key(tenant, key.Raw), fp)
+	look := g.cache.Begin(ckey, fp)
 	if look.Kind == cache.LookupHit {
 		// The same fingerprint is the same canonical body, which passed the
 		// checks below when it was first accepted: replay without decoding.
@@ -180,6 +267,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		resp, state, ttl := g.forward(r.Context(), tenant, key, fp, job, resultTTL)
 		resolved = true
 		if state == cache.Committed || state == cache.Rejected {
+			resp.seal(rawSum)
 			err = look.Owner.Complete(resp, state, ttl)
 		} else {
 			err = look.Owner.Abandon(resp)

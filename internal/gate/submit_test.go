@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -680,5 +681,44 @@ func TestSubmitOtherDatacenter(t *testing.T) {
 	job := wantJob(t, tg.submit(t, skey(1), `{"type":"x","datacenters":["dc1"]}`), http.StatusCreated)
 	if len(job.Datacenters) != 1 || job.Datacenters["dc1"].Status != api.JobStatusCommitted {
 		t.Fatalf("datacenters %+v", job.Datacenters)
+	}
+}
+
+// A retry with the very bytes of its first attempt is answered from the
+// cache by the raw body's hash, without canonicalizing it; one with other
+// bytes of the same job by its fingerprint. Both must send exactly what the
+// first answer sent (but Idempotent-Replayed), and a retry with another job
+// under the key must still be refused, whichever bytes came first.
+func TestReplayByRawBytesAnswersAsTheFirst(t *testing.T) {
+	mgr, addr := startManager(t, fakemanager.Options{})
+	tg := startGate(t, []string{addr}, nil)
+	first := tg.submit(t, skey(1), invoiceBody)
+	wantJob(t, first, http.StatusCreated)
+	hits0 := tg.Gate.cache.Stats().Hits
+	for i, body := range []string{invoiceBody, invoiceBodyReordered, invoiceBody} {
+		again := tg.submit(t, skey(1), body)
+		if again.status != first.status || !bytes.Equal(again.body, first.body) {
+			t.Fatalf("replay %d: %s, want %s", i, again, first)
+		}
+		for name := range first.header {
+			if name == "Date" || name == api.HeaderReplayed {
+				continue
+			}
+			if got, want := again.header.Values(name), first.header.Values(name); !slices.Equal(got, want) {
+				t.Errorf("replay %d: %s %q, the first answer sent %q", i, name, got, want)
+			}
+		}
+		if len(again.header) != len(first.header) {
+			t.Errorf("replay %d: headers %v, the first answer's %v", i, again.header, first.header)
+		}
+		wantHeader(t, again, api.HeaderReplayed, "true")
+	}
+	if n := tg.Gate.cache.Stats().Hits - hits0; n != 3 {
+		t.Fatalf("%d cache hits for 3 replays", n)
+	}
+	res := tg.submit(t, skey(1), `{"type":"send_invoice","payload":{"order":"ORD-124"}}`)
+	wantProblem(t, res, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	if n := mgr.Submits(); n != 1 {
+		t.Fatalf("manager saw %d submissions, want 1", n)
 	}
 }
