@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime"
 	"testing"
 	"time"
 
@@ -201,4 +202,30 @@ func BenchmarkApplyBatchCommands(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkLiveKeysMemory: one op is a submission (Reserve + Commit, small
+// payload) that stays live (nothing expires); heap-B/key is the heap the FSM
+// holds per live key (entry, job, its indexes) after a GC. It measures how
+// many live keys fit in a manager's memory (docs/scaling.md):
+//
+//	go test -tags hashicorpmetrics -run '^$' -bench LiveKeysMemory -benchtime 1000000x ./internal/ledger/
+func BenchmarkLiveKeysMemory(b *testing.B) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f := New(Options{})
+	g := &benchLog{live: 1 << 40} // TTLs beyond any run
+	var buf []*raft.Log
+	for range b.N {
+		f.ApplyBatch(g.next(buf))
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if st := f.Stats(); st.Entries != b.N || st.Jobs != b.N {
+		b.Fatalf("%d entries and %d jobs live after %d submissions", st.Entries, st.Jobs, b.N)
+	}
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-B/key")
+	runtime.KeepAlive(f)
 }
