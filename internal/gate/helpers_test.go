@@ -99,7 +99,7 @@ func startGate(tb testing.TB, managers []string, override func(cfg *Config, deps
 		Gate: g,
 		URL:  "http://" + ln.Addr().String(),
 		client: &http.Client{
-			Transport:     tr,
+			Transport:     validatingTransport{tb: tb, next: tr}, // openapi_test.go
 			Timeout:       30 * time.Second,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
