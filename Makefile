@@ -47,18 +47,21 @@ fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## run: a local cluster (3 managers, gates on :8080 and :8081); Ctrl-C stops it
+## run: a local cluster (3 managers, gates on :8080 and :8081); Ctrl-C stops it.
+## The terminal shows a summary and a status line per change; RUN_ARGS=-logs
+## streams the processes' logs instead
+RUN_ARGS ?=
 run: build
-	$(BIN)/oncelocal -dir .run -bin $(BIN)
+	$(BIN)/oncelocal -dir .run -bin $(BIN) $(RUN_ARGS)
 
 ## run-fresh: the same, from empty data directories
 run-fresh: build
-	$(BIN)/oncelocal -dir .run -bin $(BIN) -fresh
+	$(BIN)/oncelocal -dir .run -bin $(BIN) -fresh $(RUN_ARGS)
 
 ## run-multidc: two federated datacenters: dc1 (3 managers, gates on :8080 and
 ## :8081) and dc2 (3 managers, gates on :8180 and :8181); data in .run-multidc
 run-multidc: build
-	$(BIN)/oncelocal -dir .run-multidc -bin $(BIN) -multidc
+	$(BIN)/oncelocal -dir .run-multidc -bin $(BIN) -multidc $(RUN_ARGS)
 
 ## bench: build, start a local cluster (3 managers, 2 gates), run the benchmark
 ## workloads, stop it; prints the table, writes bench-results/<UTC time>.json

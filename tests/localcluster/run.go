@@ -24,7 +24,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bin := fs.String("bin", "bin", "directory holding the gate and manager binaries")
 	managers := fs.Int("managers", 3, "number of managers")
 	gatePorts := fs.String("gate-ports", "8080,8081", "comma-separated HTTP ports of the gates")
-	quiet := fs.Bool("quiet", false, "do not copy process logs to the terminal")
+	logs := fs.Bool("logs", false, "stream every process's log to the terminal instead of the status screen")
+	quiet := fs.Bool("quiet", false, "print the summary only, no status lines (and no logs)")
 	fresh := fs.Bool("fresh", false, "remove the directory's previous data before starting")
 	multidc := fs.Bool("multidc", false, "two datacenters, federated: dc1 (gates on -gate-ports) and dc2 (gates on -dc2-gate-ports), each with -managers managers")
 	dc2GatePorts := fs.String("dc2-gate-ports", "8180,8181", "with -multidc: comma-separated HTTP ports of dc2's gates")
@@ -50,7 +51,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	opts := Options{BinDir: *bin, BaseDir: abs, Managers: *managers, Gates: len(ports), GatePorts: ports}
-	if !*quiet {
+	if *logs {
 		opts.Stdout = stdout
 	}
 	if *multidc {
@@ -76,15 +77,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer c.Stop()
-	g := c.Gates[0]
-	fmt.Fprintf(stdout, `
-once is running: %d managers, %d gates (%v). Logs: %s  Data: %s
-Try:
-  curl -si -XPOST %s/v1/jobs -H 'Idempotency-Key: host1.dc1:12345:1:0123456789abcdef' -d '{"type":"demo","payload":{"n":1}}'
-Press Ctrl-C to stop.
-
-`, len(c.Managers), len(c.Gates), c.GateURLs(), filepath.Join(abs, "logs"), filepath.Join(abs, "data"), "localhost:"+g.port())
-	<-ctx.Done()
+	c.WriteSummary(stdout, *logs)
+	if *logs || *quiet {
+		<-ctx.Done()
+	} else {
+		c.WatchStatus(ctx, stdout, time.Second)
+	}
 	fmt.Fprintln(stdout, "\nstopping...")
 	return 0
 }
