@@ -1,0 +1,166 @@
+// Package ctl is oncectl: the commands, their flags and their output. The
+// command tree is github.com/spf13/cobra's (flags, help, shell completion);
+// gates are reached with pkg/client, managers over their RPC listener's
+// HTTP/JSON routes (internal/rpc).
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/once-dev/once/internal/config"
+)
+
+// Environment variables, used when the matching flag is not given.
+const (
+	EnvGates    = "ONCE_GATES"    // --gates
+	EnvManagers = "ONCE_MANAGERS" // --managers
+	EnvToken    = "ONCE_TOKEN"    // --token
+)
+
+// Exit codes: config's, so that every once program agrees.
+const (
+	ExitOK      = config.ExitOK      // done
+	ExitFailure = config.ExitFailure // the cluster refused, failed or could not be reached
+	ExitUsage   = config.ExitConfig  // a bad command line: nothing was sent
+)
+
+// errUsage marks an error of the command line.
+var errUsage = errors.New("usage")
+
+func usagef(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+}
+
+// globals are the flags every command takes.
+type globals struct {
+	gates    []string
+	managers []string
+	token    string
+	output   string
+	timeout  time.Duration
+	stdout   io.Writer
+}
+
+// Main runs oncectl with args and returns its exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, "oncectl:", err)
+		return ExitUsage
+	default:
+		fmt.Fprintln(stderr, "oncectl:", err)
+		return ExitFailure
+	}
+}
+
+// exactArgs is cobra.ExactArgs with the error marked as a usage error.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("want %s, got %d argument(s)", what, len(args))
+		}
+		return nil
+	}
+}
+
+// maxArgs allows up to n arguments.
+func maxArgs(n int, what string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) > n {
+			return usagef("want at most %s, got %d arguments", what, len(args))
+		}
+		return nil
+	}
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "oncectl",
+		Short: "Submit and read once jobs, and operate a once datacenter",
+		Long: `oncectl talks to once's gates (submit, job, key) and managers (cluster, raft).
+
+Endpoints come from --gates / --managers, or from ` + EnvGates + ` / ` + EnvManagers + `
+(comma-separated); the bearer token from --token or ` + EnvToken + `.
+Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if g.output != "table" && g.output != "json" {
+				return usagef("-o %q: want json or table", g.output)
+			}
+			if g.timeout <= 0 {
+				return usagef("--timeout %s: want a positive duration", g.timeout)
+			}
+			return nil
+		},
+	}
+	// Unknown commands and bad flags are usage errors (exit 2), as are the
+	// commands' own argument checks (exactArgs).
+	root.Args = func(_ *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unknown command %q (oncectl --help lists them)", args[0])
+		}
+		return nil
+	}
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
+	pf := root.PersistentFlags()
+	pf.StringSliceVar(&g.gates, "gates", splitEnv(EnvGates, "http://127.0.0.1:8080"), "gate URLs (env "+EnvGates+")")
+	pf.StringSliceVar(&g.managers, "managers", splitEnv(EnvManagers, "127.0.0.1:7101"), "manager RPC addresses host:port (env "+EnvManagers+")")
+	pf.StringVar(&g.token, "token", os.Getenv(EnvToken), "bearer token for the gates (env "+EnvToken+")")
+	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on the whole command")
+	root.AddCommand(submitCmd(g), jobCmd(g), keyCmd(g), clusterCmd(g), raftCmd(g))
+	return root
+}
+
+func splitEnv(name, def string) []string {
+	v := os.Getenv(name)
+	if v == "" {
+		v = def
+	}
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// print writes v as indented JSON (-o json) or calls table (-o table).
+func (g *globals) print(v any, table func(w *tabwriter.Writer)) error {
+	if g.output == "json" {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(g.stdout, "%s\n", b)
+		return err
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+func (g *globals) context(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), g.timeout)
+}

@@ -1,0 +1,200 @@
+package ctl
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/client"
+)
+
+// client returns a pkg/client for the gates; keys, when set, makes the keys
+// of submissions.
+func (g *globals) client(keys *client.Keys) (*client.Client, error) {
+	c, err := client.New(g.gates, client.Options{Keys: keys, Token: g.token, MaxAttempts: 5})
+	if err != nil {
+		return nil, usagef("--gates: %v", err)
+	}
+	return c, nil
+}
+
+// keysPath is where oncectl keeps its client id and sequence (pkg/client's
+// Keys file), so that its submissions have keys that never repeat.
+func keysPath() (string, error) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "oncectl", "keys"), nil
+}
+
+func submitCmd(g *globals) *cobra.Command {
+	var typ, payload, key, keysFile string
+	var dcs []string
+	cmd := &cobra.Command{
+		Use:   "submit --type T [--payload JSON] [--key K] [--datacenter dc ...]",
+		Short: "Submit a job (retried with the same key until the gates answer for good)",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if typ == "" {
+				return usagef("--type is required")
+			}
+			job := api.JobRequest{Type: typ, Datacenters: dcs}
+			if payload != "" {
+				if !json.Valid([]byte(payload)) {
+					return usagef("--payload is not JSON: %s", payload)
+				}
+				job.Payload = json.RawMessage(payload)
+			}
+			var keys *client.Keys
+			if key == "" {
+				path := keysFile
+				if path == "" {
+					p, err := keysPath()
+					if err != nil {
+						return fmt.Errorf("no place for the keys file (give --keys-file): %w", err)
+					}
+					path = p
+				}
+				if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+					return err
+				}
+				k, err := client.OpenKeys(path, client.KeysOptions{})
+				if err != nil {
+					return err
+				}
+				keys = k
+			}
+			c, err := g.client(keys)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.context(cmd)
+			defer cancel()
+			var res *client.Result
+			if key != "" {
+				res, err = c.SubmitWithKey(ctx, key, job)
+			} else {
+				res, err = c.Submit(ctx, job)
+			}
+			if err != nil {
+				return err
+			}
+			return g.print(res, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "JOB ID\tKEY\tSTATUS\tREPLAYED")
+				fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", res.Job.JobID, res.Key, res.Job.Status, res.Replayed)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&typ, "type", "", "the job's type (required)")
+	f.StringVar(&payload, "payload", "", "the job's payload, JSON")
+	f.StringVar(&key, "key", "", "the Idempotency-Key; default: a new key from the keys file")
+	f.StringVar(&keysFile, "keys-file", "", "the keys file (client id and sequence); default: <user config dir>/oncectl/keys")
+	f.StringSliceVar(&dcs, "datacenter", nil, "a datacenter the job must run in (repeatable); default: the gate's own")
+	return cmd
+}
+
+func jobCmd(g *globals) *cobra.Command {
+	job := &cobra.Command{Use: "job", Short: "Read jobs", Args: exactArgs(0, "a subcommand: get or list")}
+	get := &cobra.Command{
+		Use:   "get JOB_ID",
+		Short: "Show one job",
+		Args:  exactArgs(1, "one job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(nil)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.context(cmd)
+			defer cancel()
+			j, err := c.GetJob(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return g.print(j, func(w *tabwriter.Writer) { jobTable(w, []api.Job{*j}) })
+		},
+	}
+	var opts client.ListOptions
+	var max int
+	list := &cobra.Command{
+		Use:   "list [--type T] [--status S] [--max N]",
+		Short: "List jobs, newest admission last, following the gate's pages",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if max < 1 {
+				return usagef("--max %d: want at least 1", max)
+			}
+			c, err := g.client(nil)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.context(cmd)
+			defer cancel()
+			jobs := []api.Job{}
+			for j, err := range c.ListJobs(ctx, opts) {
+				if err != nil {
+					return err
+				}
+				jobs = append(jobs, j)
+				if len(jobs) == max {
+					break
+				}
+			}
+			return g.print(jobs, func(w *tabwriter.Writer) { jobTable(w, jobs) })
+		},
+	}
+	list.Flags().StringVar(&opts.Type, "type", "", "only jobs of this type")
+	list.Flags().StringVar(&opts.Status, "status", "", "only jobs in this status")
+	list.Flags().IntVar(&max, "max", 100, "stop after this many jobs")
+	job.AddCommand(get, list)
+	return job
+}
+
+func jobTable(w *tabwriter.Writer, jobs []api.Job) {
+	fmt.Fprintln(w, "JOB ID\tTYPE\tSTATUS\tCREATED\tDATACENTERS\tKEY")
+	for _, j := range jobs {
+		var dcs []string
+		for dc, st := range j.Datacenters {
+			dcs = append(dcs, dc+":"+st.Status)
+		}
+		sort.Strings(dcs)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\n", j.JobID, j.Type, j.Status, j.CreatedAt, dcs, j.IdempotencyKey)
+	}
+}
+
+func keyCmd(g *globals) *cobra.Command {
+	key := &cobra.Command{Use: "key", Short: "Read idempotency keys", Args: exactArgs(0, "a subcommand: get")}
+	key.AddCommand(&cobra.Command{
+		Use:   "get KEY",
+		Short: "Show the ledger's entry of an idempotency key",
+		Args:  exactArgs(1, "one key"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(nil)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.context(cmd)
+			defer cancel()
+			k, err := c.GetKey(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return g.print(k, func(w *tabwriter.Writer) {
+				id := "-"
+				if k.JobID != nil {
+					id = *k.JobID
+				}
+				fmt.Fprintln(w, "KEY\tSTATE\tJOB ID\tEXPIRES AT")
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", k.Key, k.State, id, k.ExpiresAt)
+			})
+		},
+	})
+	return key
+}

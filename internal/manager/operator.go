@@ -1,0 +1,109 @@
+package manager
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/membership"
+	"github.com/once-dev/once/internal/rpc"
+)
+
+// operator implements rpc.Operator: what oncectl's cluster and raft commands
+// ask a manager (docs/oncectl.md).
+type operator struct {
+	m    *Manager
+	pool func() *membership.Pool // the LAN pool, nil until joined
+}
+
+// operatorTimeout bounds a change to the Raft configuration.
+const operatorTimeout = 10 * time.Second
+
+func (o operator) Members(context.Context) (*rpc.Members, error) {
+	p := o.pool()
+	if p == nil {
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "the manager has not joined its gossip pool yet")
+	}
+	out := &rpc.Members{Node: o.m.cfg.NodeID}
+	for _, mem := range p.Members() {
+		out.Members = append(out.Members, rpc.Member{
+			Name: mem.Name, Addr: mem.Addr, Status: mem.State.String(),
+			Role: string(mem.Meta.Role), Datacenter: mem.Meta.Datacenter, NodeID: mem.Meta.NodeID,
+			RPCAddr: mem.Meta.RPCAddr, RaftAddr: mem.Meta.RaftAddr,
+		})
+	}
+	return out, nil
+}
+
+// RemovePeer removes a server from the Raft configuration, on the leader. It
+// is meant for a manager that is gone for good (dead, or its machine
+// replaced): a live manager in the pool would be added back by the autopilot;
+// stop it with MANAGER_LEAVE_ON_TERMINATE=true instead (docs/operations.md).
+func (o operator) RemovePeer(ctx context.Context, id string) (*rpc.PeerResult, error) {
+	if err := o.m.checkLeader(); err != nil {
+		return nil, err
+	}
+	if _, ok := o.server(id); !ok {
+		return nil, rpc.Errorf(rpc.CodeNotFound, "no server %q in the Raft configuration", id)
+	}
+	if err := o.m.raft.RemoveServer(raft.ServerID(id), 0, operatorTimeout).Error(); err != nil {
+		return nil, o.m.applyError(err)
+	}
+	_, leader := o.m.raft.LeaderWithID()
+	return &rpc.PeerResult{Done: "removed " + id, Leader: string(leader)}, nil
+}
+
+// TransferLeader hands leadership to id, or to the most up-to-date voter when
+// id is empty, and waits until a leader is known again.
+func (o operator) TransferLeader(ctx context.Context, id string) (*rpc.PeerResult, error) {
+	if err := o.m.checkLeader(); err != nil {
+		return nil, err
+	}
+	var f raft.Future
+	if id == "" {
+		f = o.m.raft.LeadershipTransfer()
+	} else {
+		srv, ok := o.server(id)
+		if !ok {
+			return nil, rpc.Errorf(rpc.CodeNotFound, "no server %q in the Raft configuration", id)
+		}
+		if srv.ID == raft.ServerID(o.m.cfg.NodeID) {
+			return nil, rpc.Errorf(rpc.CodeInvalid, "%s already leads", id)
+		}
+		if srv.Suffrage != raft.Voter {
+			return nil, rpc.Errorf(rpc.CodeInvalid, "%s is not a voter", id)
+		}
+		f = o.m.raft.LeadershipTransferToServer(srv.ID, srv.Address)
+	}
+	if err := f.Error(); err != nil {
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "leadership transfer: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, operatorTimeout)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, leader := o.m.raft.LeaderWithID(); leader != "" && string(leader) != o.m.cfg.NodeID {
+			return &rpc.PeerResult{Done: "leadership transferred", Leader: string(leader)}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return &rpc.PeerResult{Done: "leadership transfer started; no new leader known yet"}, nil
+		case <-t.C:
+		}
+	}
+}
+
+func (o operator) server(id string) (raft.Server, bool) {
+	f := o.m.raft.GetConfiguration()
+	if f.Error() != nil {
+		return raft.Server{}, false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id {
+			return s, true
+		}
+	}
+	return raft.Server{}, false
+}

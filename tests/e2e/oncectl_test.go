@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/tests/localcluster"
+)
+
+var oncectlBin = sync.OnceValues(func() (string, error) {
+	root, err := localcluster.ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(binDir, "oncectl")
+	cmd := exec.Command("go", "build", "-tags", "hashicorpmetrics", "-o", bin, "./cmd/oncectl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", &exec.ExitError{Stderr: out}
+	}
+	return bin, nil
+})
+
+// oncectl runs the built binary with args and returns stdout and the exit code.
+func oncectl(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	bin, err := oncectlBin()
+	if err != nil {
+		t.Fatalf("building oncectl: %v", err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if stderr.Len() > 0 {
+		t.Logf("oncectl %s: stderr: %s", strings.Join(args, " "), stderr.String())
+	}
+	return stdout.String(), code
+}
+
+func oncectlJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	out, code := oncectl(t, append([]string{"-o", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("oncectl %s: exit %d, stdout %s", strings.Join(args, " "), code, out)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("oncectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// oncectl against real processes: a job submitted, listed, read, its key
+// read; the managers' status, the pool's members, the Raft peers; leadership
+// handed over; a killed manager removed from the Raft configuration.
+func TestOncectl(t *testing.T) {
+	c := startCluster(t, 3, 1, func(o *localcluster.Options) {
+		// Only remove-peer removes the killed manager in this test.
+		o.ManagerEnv = append(o.ManagerEnv, "MANAGER_DEAD_SERVER_GRACE_SECONDS=3600")
+	})
+	leader, err := c.WaitLeader(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var mgrs []string
+	for _, m := range c.Managers {
+		mgrs = append(mgrs, m.HTTPAddr)
+	}
+	t.Setenv("ONCE_GATES", "http://"+c.Gates[0].HTTPAddr)
+	t.Setenv("ONCE_MANAGERS", strings.Join(mgrs, ","))
+
+	// Jobs.
+	const key = "host1.dc1:77:1:0123456789abcdef"
+	var sub struct {
+		Job      api.Job
+		Key      string
+		Replayed bool
+	}
+	oncectlJSON(t, &sub, "submit", "--type", "demo", "--payload", `{"n":1}`, "--key", key)
+	if sub.Job.JobID == "" || sub.Key != key || sub.Replayed {
+		t.Fatalf("submit: %+v", sub)
+	}
+	oncectlJSON(t, &sub, "submit", "--type", "demo", "--payload", `{"n":1}`, "--key", key)
+	if !sub.Replayed {
+		t.Fatalf("the same submission again was not a replay: %+v", sub)
+	}
+	var jobs []api.Job
+	oncectlJSON(t, &jobs, "job", "list", "--type", "demo")
+	if len(jobs) != 1 || jobs[0].JobID != sub.Job.JobID {
+		t.Fatalf("job list: %+v", jobs)
+	}
+	var job api.Job
+	oncectlJSON(t, &job, "job", "get", sub.Job.JobID)
+	var payload bytes.Buffer
+	_ = json.Compact(&payload, job.Payload) // -o json indents it
+	if job.JobID != sub.Job.JobID || payload.String() != `{"n":1}` {
+		t.Fatalf("job get: %+v", job)
+	}
+	var k api.KeyInfo
+	oncectlJSON(t, &k, "key", "get", key)
+	if k.State != "committed" || k.JobID == nil || *k.JobID != sub.Job.JobID {
+		t.Fatalf("key get: %+v", k)
+	}
+	if _, code := oncectl(t, "job", "get", "no-such-job"); code != 1 {
+		t.Errorf("job get of a missing job: exit %d, want 1", code)
+	}
+
+	// The datacenter.
+	var status []struct {
+		Addr   string      `json:"addr"`
+		Status *rpc.Status `json:"status"`
+	}
+	oncectlJSON(t, &status, "cluster", "status")
+	leaders := 0
+	for _, s := range status {
+		if s.Status != nil && s.Status.IsLeader {
+			leaders++
+		}
+	}
+	if len(status) != 3 || leaders != 1 {
+		t.Fatalf("cluster status: %d managers, %d leaders", len(status), leaders)
+	}
+	var members rpc.Members
+	oncectlJSON(t, &members, "cluster", "members")
+	roles := map[string]int{}
+	for _, m := range members.Members {
+		if m.Status == "alive" {
+			roles[m.Role]++
+		}
+	}
+	if roles["manager"] != 3 || roles["gate"] != 1 {
+		t.Fatalf("cluster members: %+v", members)
+	}
+	peers := func() (string, []string) {
+		var p struct {
+			Leader string `json:"leader"`
+			Peers  []struct {
+				ID string `json:"id"`
+			} `json:"peers"`
+		}
+		oncectlJSON(t, &p, "raft", "peers")
+		var ids []string
+		for _, x := range p.Peers {
+			ids = append(ids, x.ID)
+		}
+		slices.Sort(ids)
+		return p.Leader, ids
+	}
+	if l, ids := peers(); l != leader.Name || len(ids) != 3 {
+		t.Fatalf("raft peers: leader %q, peers %v", l, ids)
+	}
+
+	// Leadership handed over, to whoever is most up to date.
+	var res rpc.PeerResult
+	oncectlJSON(t, &res, "raft", "transfer-leader")
+	if res.Leader == "" || res.Leader == leader.Name {
+		t.Fatalf("transfer-leader: %+v (leader was %s)", res, leader.Name)
+	}
+	newLeader, err := c.WaitLeader(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A dead manager removed.
+	var victim *localcluster.Node
+	for _, m := range c.Managers {
+		if m != newLeader {
+			victim = m
+			break
+		}
+	}
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Until the pool has found it dead, the autopilot would add it back as a
+	// live member: remove-peer is for managers that are gone.
+	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+		var m rpc.Members
+		oncectlJSON(t, &m, "cluster", "members")
+		for _, x := range m.Members {
+			if x.Name == victim.Name || x.NodeID == victim.Name {
+				return x.Status != "alive", "the killed manager marked failed in the pool: " + x.Status
+			}
+		}
+		return true, ""
+	})
+	oncectlJSON(t, &res, "raft", "remove-peer", victim.Name)
+	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
+		_, ids := peers()
+		return len(ids) == 2 && !slices.Contains(ids, victim.Name), "the killed manager gone from the Raft peers"
+	})
+	if _, code := oncectl(t, "raft", "remove-peer", victim.Name); code != 1 {
+		t.Errorf("remove-peer of a server no longer there: exit %d, want 1", code)
+	}
+	if _, code := oncectl(t, "raft", "remove-peer"); code != 2 {
+		t.Errorf("remove-peer without an ID: exit %d, want 2", code)
+	}
+}
