@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -387,4 +388,29 @@ func ParseBool(s string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("%w: %q is not a boolean", ErrSyntax, s)
+}
+
+// MaxSecretBytes bounds a secret file (the cluster secret).
+const MaxSecretBytes = 4 << 10
+
+// ErrSecretFile is matched by every error about a secret file (it also
+// matches ErrInvalid: the process stops with ExitConfig).
+var ErrSecretFile = fmt.Errorf("%w: secret file", ErrInvalid)
+
+// ReadSecretFile reads a secret from path: the file's content without
+// surrounding white space, at least 16 and at most MaxSecretBytes bytes.
+// env names the variable that gave the path, for the message.
+func ReadSecretFile(env, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w: %w", env, ErrSecretFile, err)
+	}
+	if len(b) > MaxSecretBytes {
+		return "", fmt.Errorf("%s: %s: %w: longer than %d bytes", env, path, ErrSecretFile, MaxSecretBytes)
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) < 16 {
+		return "", fmt.Errorf("%s: %s: %w: want at least 16 characters (e.g. openssl rand -hex 32)", env, path, ErrSecretFile)
+	}
+	return s, nil
 }

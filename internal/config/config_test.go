@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +114,31 @@ func TestListAndString(t *testing.T) {
 	err := l2.Parse(nil, MapLookup(map[string]string{"GATE_JOIN": "nope"}))
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GATE_JOIN") || !strings.Contains(err.Error(), "missing port") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestReadSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", "  0123456789abcdef0123\n")
+	if s, err := ReadSecretFile("X_SECRET_FILE", good); err != nil || s != "0123456789abcdef0123" {
+		t.Fatalf("good file: %q %v", s, err)
+	}
+	for name, path := range map[string]string{
+		"missing": filepath.Join(dir, "nope"),
+		"short":   write("short", "tooshort\n"),
+		"empty":   write("empty", "\n"),
+		"long":    write("long", strings.Repeat("x", MaxSecretBytes+1)),
+	} {
+		_, err := ReadSecretFile("X_SECRET_FILE", path)
+		if !errors.Is(err, ErrSecretFile) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "X_SECRET_FILE") {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

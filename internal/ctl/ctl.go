@@ -25,6 +25,9 @@ const (
 	EnvGates    = "ONCE_GATES"    // --gates
 	EnvManagers = "ONCE_MANAGERS" // --managers
 	EnvToken    = "ONCE_TOKEN"    // --token
+	// EnvClusterSecretFile is --cluster-secret-file: the managers' cluster
+	// secret, for managers that require one.
+	EnvClusterSecretFile = "ONCE_CLUSTER_SECRET_FILE"
 )
 
 // Exit codes: config's, so that every once program agrees.
@@ -46,6 +49,7 @@ type globals struct {
 	gates    []string
 	managers []string
 	token    string
+	secret   string // --cluster-secret-file
 	output   string
 	timeout  time.Duration
 	stdout   io.Writer
@@ -126,6 +130,7 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 	pf.StringSliceVar(&g.gates, "gates", splitEnv(EnvGates, "http://127.0.0.1:8080"), "gate URLs (env "+EnvGates+")")
 	pf.StringSliceVar(&g.managers, "managers", splitEnv(EnvManagers, "127.0.0.1:7101"), "manager RPC addresses host:port (env "+EnvManagers+")")
 	pf.StringVar(&g.token, "token", os.Getenv(EnvToken), "bearer token for the gates (env "+EnvToken+")")
+	pf.StringVar(&g.secret, "cluster-secret-file", os.Getenv(EnvClusterSecretFile), "file holding the managers' cluster secret (env "+EnvClusterSecretFile+")")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on the whole command")
 	root.AddCommand(submitCmd(g), jobCmd(g), keyCmd(g), clusterCmd(g), raftCmd(g))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/rpc"
 )
 
@@ -26,7 +27,15 @@ func (g *globals) managerClient() (*managerClient, error) {
 	if len(g.managers) == 0 {
 		return nil, usagef("--managers: no manager address")
 	}
-	return &managerClient{hc: &http.Client{}, addr: g.managers}, nil
+	secret := ""
+	if g.secret != "" {
+		s, err := config.ReadSecretFile("--cluster-secret-file", g.secret)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		secret = s
+	}
+	return &managerClient{hc: &http.Client{Transport: rpc.WithSecret(http.DefaultTransport, secret)}, addr: g.managers}, nil
 }
 
 // call does one request to addr and decodes the answer into out, or returns

@@ -16,23 +16,24 @@ import (
 // variable. The seven IDEMPOTENCY_* variables are registered by
 // config.RegisterIdempotency.
 const (
-	EnvListenAddr      = "GATE_LISTEN_ADDR"
-	EnvDatacenter      = "GATE_DATACENTER"
-	EnvNodeName        = "GATE_NODE_NAME"
-	EnvManagers        = "GATE_MANAGERS"
-	EnvTokenFile       = "GATE_TOKEN_FILE"
-	EnvMaxBodyBytes    = "GATE_MAX_BODY_BYTES"
-	EnvForwardTimeout  = "GATE_FORWARD_TIMEOUT_SECONDS"
-	EnvShutdownTimeout = "GATE_SHUTDOWN_TIMEOUT_SECONDS"
-	EnvLogLevel        = "GATE_LOG_LEVEL"
-	EnvLogFormat       = "GATE_LOG_FORMAT"
-	EnvPprof           = "GATE_PPROF"
-	EnvJoin            = "GATE_JOIN"
-	EnvGossipAddr      = "GATE_GOSSIP_ADDR"
-	EnvGossipAdvertise = "GATE_GOSSIP_ADVERTISE"
-	EnvGossipKey       = "GATE_GOSSIP_KEY"
-	EnvGossipProfile   = "GATE_GOSSIP_PROFILE"
-	EnvMaxTTL          = "IDEMPOTENCY_MAX_TTL_SECONDS"
+	EnvListenAddr        = "GATE_LISTEN_ADDR"
+	EnvDatacenter        = "GATE_DATACENTER"
+	EnvNodeName          = "GATE_NODE_NAME"
+	EnvManagers          = "GATE_MANAGERS"
+	EnvTokenFile         = "GATE_TOKEN_FILE"
+	EnvClusterSecretFile = "GATE_CLUSTER_SECRET_FILE"
+	EnvMaxBodyBytes      = "GATE_MAX_BODY_BYTES"
+	EnvForwardTimeout    = "GATE_FORWARD_TIMEOUT_SECONDS"
+	EnvShutdownTimeout   = "GATE_SHUTDOWN_TIMEOUT_SECONDS"
+	EnvLogLevel          = "GATE_LOG_LEVEL"
+	EnvLogFormat         = "GATE_LOG_FORMAT"
+	EnvPprof             = "GATE_PPROF"
+	EnvJoin              = "GATE_JOIN"
+	EnvGossipAddr        = "GATE_GOSSIP_ADDR"
+	EnvGossipAdvertise   = "GATE_GOSSIP_ADVERTISE"
+	EnvGossipKey         = "GATE_GOSSIP_KEY"
+	EnvGossipProfile     = "GATE_GOSSIP_PROFILE"
+	EnvMaxTTL            = "IDEMPOTENCY_MAX_TTL_SECONDS"
 )
 
 // Bounds of the gate's settings.
@@ -61,22 +62,25 @@ const (
 // The fields below "Not settable" are for tests and embedders; zero values take
 // the defaults noted.
 type Config struct {
-	ListenAddr      string        // GATE_LISTEN_ADDR, default 127.0.0.1:8080
-	Datacenter      string        // GATE_DATACENTER, default dc1
-	NodeName        string        // GATE_NODE_NAME, default the host name
-	Managers        []string      // GATE_MANAGERS, manager RPC addresses (host:port)
-	TokenFile       string        // GATE_TOKEN_FILE, default none (every request is tenant "default")
-	MaxBodyBytes    int64         // GATE_MAX_BODY_BYTES, default 1 MiB
-	ForwardTimeout  time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
-	ShutdownTimeout time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
-	LogLevel        string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
-	LogFormat       string        // GATE_LOG_FORMAT: text or json; default text
-	Pprof           bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
-	Join            []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
-	GossipAddr      string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
-	GossipAdvertise string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
-	GossipKey       string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
-	GossipProfile   string        // GATE_GOSSIP_PROFILE: lan or local
+	ListenAddr string   // GATE_LISTEN_ADDR, default 127.0.0.1:8080
+	Datacenter string   // GATE_DATACENTER, default dc1
+	NodeName   string   // GATE_NODE_NAME, default the host name
+	Managers   []string // GATE_MANAGERS, manager RPC addresses (host:port)
+	TokenFile  string   // GATE_TOKEN_FILE, default none (every request is tenant "default")
+	// ClusterSecretFile is GATE_CLUSTER_SECRET_FILE: the secret the gate
+	// presents to the managers' RPC (docs/security.md); empty: none.
+	ClusterSecretFile string
+	MaxBodyBytes      int64         // GATE_MAX_BODY_BYTES, default 1 MiB
+	ForwardTimeout    time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
+	ShutdownTimeout   time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
+	LogLevel          string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
+	LogFormat         string        // GATE_LOG_FORMAT: text or json; default text
+	Pprof             bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
+	Join              []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
+	GossipAddr        string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
+	GossipAdvertise   string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
+	GossipKey         string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
+	GossipProfile     string        // GATE_GOSSIP_PROFILE: lan or local
 
 	// Idempotency holds the seven IDEMPOTENCY_* settings.
 	Idempotency config.Idempotency
@@ -141,6 +145,8 @@ func Register(l *config.Loader, c *Config) {
 		config.HostPort, "the datacenter's managers; the gate follows their leader")
 	l.String(&c.TokenFile, EnvTokenFile, d.TokenFile, "a path to a file of '<token> <tenant>' lines (empty: no authentication)",
 		nil, "the bearer tokens and the tenants they map to")
+	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
+		"the secret presented to the managers' RPC; must match MANAGER_CLUSTER_SECRET_FILE's (empty: none)")
 	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, d.MaxBodyBytes, MinBodyBytes, MaxBodyBytes,
 		"the largest POST /v1/jobs body accepted (413 body_too_large beyond)")
 	l.Int64(&c.CacheMaxBytes, EnvCacheMaxBytes, d.CacheMaxBytes, 1<<20, 1<<40,

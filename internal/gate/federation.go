@@ -45,8 +45,8 @@ type federationPoller struct {
 	view  atomic.Pointer[map[string][]string]
 }
 
-func newFederationPoller(local rpc.Resolver, log *slog.Logger) *federationPoller {
-	return &federationPoller{local: local, hc: &http.Client{Transport: rpc.NewTransport()}, log: log}
+func newFederationPoller(local rpc.Resolver, secret string, log *slog.Logger) *federationPoller {
+	return &federationPoller{local: local, hc: &http.Client{Transport: rpc.WithSecret(rpc.NewTransport(), secret)}, log: log}
 }
 
 // Datacenters implements Federation.
@@ -132,6 +132,7 @@ func (g *Gate) clientFor(dc string) *rpc.Client {
 			return fed.Datacenters()[dc]
 		}),
 		Logger: g.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc),
+		Secret: g.secret,
 	})
 	g.remote.clients[dc] = c
 	return c

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/cache"
+	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
@@ -50,6 +51,9 @@ type Deps struct {
 	// Federation lists the other datacenters and their managers (default:
 	// none, a job may name only the gate's own datacenter).
 	Federation Federation
+	// ClusterSecret is the secret presented to the managers' RPC (default:
+	// read from Config.ClusterSecretFile, if set).
+	ClusterSecret string
 }
 
 // Gate is one gate: its idempotency cache, its client of the manager leader and
@@ -60,6 +64,7 @@ type Gate struct {
 	log     *slog.Logger
 	now     func() time.Time
 	tokens  *tokenTable // nil: no token file, every request is tenant "default"
+	secret  string      // the cluster secret, "" for none
 	client  *rpc.Client
 	cache   *cache.Cache[*response]
 	metrics *metrics
@@ -103,6 +108,18 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		}
 		g.tokens = t
 	}
+	g.secret = deps.ClusterSecret
+	if g.secret == "" && cfg.ClusterSecretFile != "" {
+		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
+		if err != nil {
+			return nil, err
+		}
+		g.secret = secret
+	}
+	if g.secret == "" {
+		g.log.Warn("no cluster secret: the gate presents none to the managers' RPC, which then accepts any caller that reaches it; set " +
+			EnvClusterSecretFile + " and MANAGER_CLUSTER_SECRET_FILE (docs/security.md)")
+	}
 	c, err := cache.New[*response](cache.Config{
 		MaxEntries:      cfg.Idempotency.MaxEntries,
 		PendingTTL:      cfg.Idempotency.PendingTTL,
@@ -120,6 +137,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.client = rpc.NewClient(rpc.ClientConfig{
 		Resolver: deps.Resolver,
 		Logger:   g.log.With(logging.KeyComponent, "rpc"),
+		Secret:   g.secret,
 	})
 	g.metrics = newMetrics(c, cfg.NodeName, cfg.Datacenter)
 	g.mux = http.NewServeMux()

@@ -65,7 +65,15 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 	}
 	// The federation (other datacenters' managers) is read from the local
 	// managers and refreshed while the gate runs.
-	fed := newFederationPoller(deps.Resolver, logger.With(logging.KeyComponent, "federation"))
+	if cfg.ClusterSecretFile != "" {
+		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "gate: %v\n", err)
+			return ExitConfig
+		}
+		deps.ClusterSecret = secret
+	}
+	fed := newFederationPoller(deps.Resolver, deps.ClusterSecret, logger.With(logging.KeyComponent, "federation"))
 	deps.Federation = fed
 	fedCtx, stopFed := context.WithCancel(ctx)
 	fedDone := make(chan struct{})

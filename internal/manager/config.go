@@ -58,9 +58,12 @@ type Config struct {
 	ApplyTimeout        time.Duration // MANAGER_APPLY_TIMEOUT: bound on one Raft round of a submission
 	MaxClockOffset      time.Duration // MANAGER_MAX_CLOCK_OFFSET: beyond it from the group's clock, stamp with the group's
 
-	Pprof     bool   // MANAGER_PPROF: serve /debug/pprof on the RPC listener
-	LogLevel  string // MANAGER_LOG_LEVEL
-	LogFormat string // MANAGER_LOG_FORMAT
+	Pprof bool // MANAGER_PPROF: serve /debug/pprof on the RPC listener
+	// ClusterSecretFile is MANAGER_CLUSTER_SECRET_FILE: the secret every
+	// caller of the RPC listener must present (docs/security.md); empty: none.
+	ClusterSecretFile string
+	LogLevel          string // MANAGER_LOG_LEVEL
+	LogFormat         string // MANAGER_LOG_FORMAT
 
 	Idempotency config.Idempotency
 
@@ -129,6 +132,7 @@ const (
 	EnvBatchMaxItems                = "MANAGER_BATCH_MAX_ITEMS"
 	EnvBatchMaxBytes                = "MANAGER_BATCH_MAX_BYTES"
 	EnvPprof                        = "MANAGER_PPROF"
+	EnvClusterSecretFile            = "MANAGER_CLUSTER_SECRET_FILE"
 	EnvLogLevel                     = "MANAGER_LOG_LEVEL"
 	EnvLogFormat                    = "MANAGER_LOG_FORMAT"
 )
@@ -216,6 +220,8 @@ func Register(l *config.Loader, c *Config) {
 	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, d.WatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks; when full, keys of new clients are refused (503), no watermark is evicted")
 	l.Duration(&c.ApplyTimeout, EnvApplyTimeout, d.ApplyTimeout, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
 	l.Bool(&c.Pprof, EnvPprof, d.Pprof, "serve Go's /debug/pprof profiles on the RPC listener")
+	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
+		"the secret every caller of the RPC listener must present (gates, other datacenters' managers, oncectl); empty: none")
 	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
 	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
 	l.Duration(&c.MaxClockOffset, EnvMaxClockOffset, d.MaxClockOffset, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")

@@ -57,6 +57,9 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	log := logging.New(stderr, cfg.LogFormat, level).With(logging.KeyRole, "manager")
 	if err := run(ctx, cfg, log, opts); err != nil {
 		log.Error("manager failed", logging.KeyError, err)
+		if errors.Is(err, config.ErrInvalid) {
+			return config.ExitConfig
+		}
 		return config.ExitFailure
 	}
 	return config.ExitOK
@@ -65,10 +68,22 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var secret string
+	if cfg.ClusterSecretFile != "" {
+		s, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
+		if err != nil {
+			return err
+		}
+		secret = s
+	} else {
+		log.Warn("no cluster secret: the RPC listener accepts any caller that reaches it (submissions, reads, operator changes); set " +
+			EnvClusterSecretFile + " and GATE_CLUSTER_SECRET_FILE (docs/security.md)")
+	}
 	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured})
 	if err != nil {
 		return err
 	}
+	m.secret = secret
 	ln, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {
 		m.Close()
@@ -76,7 +91,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	}
 	// One listener, two protocols: the gates' submit stream (gRPC) and the
 	// HTTP/1.1 reads, metrics and debug routes on srv.Mux() (see docs/rpc.md).
-	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http")})
+	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http"), Secret: secret})
 	mux := srv.Mux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	reg.MustRegister(

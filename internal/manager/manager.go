@@ -59,6 +59,9 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 	now func() time.Time
+	// secret is the cluster secret the manager's own RPC calls present (the
+	// outbox's, to other datacenters); set by run before anything calls.
+	secret string
 
 	fsm       *ledger.FSM
 	raft      *raft.Raft

@@ -168,6 +168,7 @@ func (o *outbox) client(dc string) *rpc.Client {
 	c := rpc.NewClient(rpc.ClientConfig{
 		Resolver: rpc.ResolverFunc(func() []string { return o.peers()[dc] }),
 		Logger:   o.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc),
+		Secret:   o.m.secret,
 	})
 	o.clients[dc] = c
 	return c

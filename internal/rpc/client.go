@@ -54,6 +54,9 @@ type ClientConfig struct {
 	// MaxBackoff). Defaults 10ms and 250ms.
 	RetryBackoff time.Duration
 	MaxBackoff   time.Duration
+	// Secret is the cluster secret sent with every read and every submit
+	// stream (secret.go); empty sends none.
+	Secret string
 }
 
 // Client calls the manager leader of one datacenter. It follows "not leader"
@@ -106,6 +109,7 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Transport == nil {
 		cfg.Transport = NewTransport()
 	}
+	cfg.Transport = WithSecret(cfg.Transport, cfg.Secret)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -243,7 +247,7 @@ func (c *Client) lane(ctx context.Context, addr string) (*lane, error) {
 		s.l.wg.Wait() // a dead lane's goroutines are ending
 		s.l = nil
 	}
-	l, err := dialLane(ctx, addr)
+	l, err := dialLane(ctx, addr, c.cfg.Secret)
 	if err != nil {
 		return nil, err
 	}

@@ -61,6 +61,9 @@ const (
 	CodeInvalid Code = "invalid"
 	// CodeInternal: an unexpected failure.
 	CodeInternal Code = "internal"
+	// CodeUnauthenticated: the caller did not present the cluster secret the
+	// manager requires (secret.go).
+	CodeUnauthenticated Code = "unauthenticated"
 )
 
 // Error is an RPC error. It is the JSON body of every non-200 answer.
@@ -120,6 +123,8 @@ func httpStatus(c Code) int {
 		return http.StatusNotFound
 	case CodeInvalid:
 		return http.StatusBadRequest
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
 	default:
 		return http.StatusInternalServerError
 	}

@@ -88,11 +88,16 @@ func serve(t testing.TB, svc Service) string {
 
 func serveServer(t testing.TB, svc Service) (string, *Server) {
 	t.Helper()
+	return serveConfig(t, svc, ServerConfig{})
+}
+
+func serveConfig(t testing.TB, svc Service, cfg ServerConfig) (string, *Server) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(svc, ServerConfig{})
+	srv := NewServer(svc, cfg)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {

@@ -80,16 +80,19 @@ type lane struct {
 }
 
 // dialLane connects to addr and opens a Submit stream, within ctx.
-func dialLane(ctx context.Context, addr string) (*lane, error) {
-	cc, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+func dialLane(ctx context.Context, addr, secret string) (*lane, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if secret != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(secretCredentials(secret)))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr, append(opts,
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

@@ -29,6 +29,9 @@ type ServerConfig struct {
 	// MaxInFlight bounds the submissions one stream serves at once; a stream at
 	// the bound reads no more until one resolves (default 1024).
 	MaxInFlight int
+	// Secret, when set, is the cluster secret every caller must present
+	// (secret.go): requests and calls without it are refused.
+	Secret string
 }
 
 // Server serves a Service on one listener: connections that open with the
@@ -70,17 +73,17 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 		draining:    make(chan struct{}),
 	}
 	s.http = &http.Server{
-		Handler:           s.mux,
+		Handler:           requireSecret(s.mux, cfg.Secret),
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          cfg.ErrorLog,
 	}
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxSendMsgSize(maxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
-	)
+	}, secretInterceptors(cfg.Secret)...)...)
 	rpcpb.RegisterSubmitterServer(s.grpc, &submitter{s: s})
 	return s
 }

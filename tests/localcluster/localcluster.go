@@ -35,6 +35,7 @@ import (
 
 	"golang.org/x/mod/modfile"
 
+	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -70,6 +71,10 @@ type Options struct {
 	Failpoints bool
 	// Fast shortens Raft and membership timings for tests.
 	Fast bool
+	// ClusterSecret, when set, is written to <BaseDir>/cluster-secret and
+	// required by the managers' RPC (MANAGER_CLUSTER_SECRET_FILE); the gates
+	// and the harness's own probes present it.
+	ClusterSecret string
 	// Stdout, when set, also receives every process's output (make run).
 	Stdout io.Writer
 	// WAN gives every manager a WAN gossip address (MANAGER_WAN_GOSSIP_ADDR)
@@ -201,11 +206,21 @@ func New(opts Options) (*Cluster, error) {
 		}
 	}
 	next := func() int { p := ports[0]; ports = ports[1:]; return p }
-	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second}}
+	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second,
+		Transport: rpc.WithSecret(http.DefaultTransport, opts.ClusterSecret)}}
 	for _, d := range []string{"logs", "data"} {
 		if err := os.MkdirAll(filepath.Join(opts.BaseDir, d), 0o755); err != nil {
 			return nil, err
 		}
+	}
+	if opts.ClusterSecret != "" {
+		path := filepath.Join(opts.BaseDir, "cluster-secret")
+		if err := os.WriteFile(path, []byte(opts.ClusterSecret+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		c.opts.ManagerEnv = append([]string{"MANAGER_CLUSTER_SECRET_FILE=" + path}, c.opts.ManagerEnv...)
+		c.opts.GateEnv = append([]string{"GATE_CLUSTER_SECRET_FILE=" + path}, c.opts.GateEnv...)
+		opts = c.opts
 	}
 	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
 	var seeds []string

@@ -1,0 +1,112 @@
+package rpc
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// The cluster secret (MANAGER_CLUSTER_SECRET_FILE, GATE_CLUSTER_SECRET_FILE;
+// docs/security.md) authenticates callers of a manager's RPC listener when it
+// is set: every HTTP request and every gRPC call carries
+// "Authorization: Bearer <secret>", and the manager refuses one that does not
+// (401 / codes.Unauthenticated) before reading anything else. It is one
+// secret for the whole federation, as the gossip key is.
+
+// secretHeader is where the secret travels (HTTP header, gRPC metadata key).
+const secretHeader = "authorization"
+
+func bearer(secret string) string { return "Bearer " + secret }
+
+// secretOK compares in constant time.
+func secretOK(got, secret string) bool {
+	want := bearer(secret)
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// requireSecret wraps h so that a request without the secret is 401.
+func requireSecret(h http.Handler, secret string) http.Handler {
+	if secret == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !secretOK(r.Header.Get(secretHeader), secret) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="once-rpc"`)
+			writeError(w, &Error{Code: CodeUnauthenticated, Message: "the cluster secret is missing or wrong"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// secretInterceptors refuse gRPC calls without the secret.
+func secretInterceptors(secret string) []grpc.ServerOption {
+	if secret == "" {
+		return nil
+	}
+	check := func(ctx context.Context) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get(secretHeader); len(v) == 1 && secretOK(v[0], secret) {
+			return nil
+		}
+		return status.Error(codes.Unauthenticated, "the cluster secret is missing or wrong")
+	}
+	return []grpc.ServerOption{
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := check(ss.Context()); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := check(ctx); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+	}
+}
+
+// secretCredentials sends the secret with every gRPC call.
+type secretCredentials string
+
+func (s secretCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{secretHeader: bearer(string(s))}, nil
+}
+
+// RequireTransportSecurity is false: the secret is the authentication when
+// the RPC runs without TLS (docs/security.md says what that protects).
+func (secretCredentials) RequireTransportSecurity() bool { return false }
+
+// WithSecret returns rt sending the cluster secret with every request (rt
+// itself when secret is empty).
+func WithSecret(rt http.RoundTripper, secret string) http.RoundTripper {
+	if secret == "" {
+		return rt
+	}
+	return secretTransport{rt: rt, value: bearer(secret)}
+}
+
+type secretTransport struct {
+	rt    http.RoundTripper
+	value string
+}
+
+func (t secretTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(secretHeader, t.value)
+	return t.rt.RoundTrip(r)
+}
+
+// CloseIdleConnections passes through, so http.Client.CloseIdleConnections
+// still reaches the transport.
+func (t secretTransport) CloseIdleConnections() {
+	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}

@@ -1,0 +1,62 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// With a cluster secret, the manager's RPC serves only callers that present
+// it: the submit stream, the reads and every other HTTP route.
+func TestClusterSecret(t *testing.T) {
+	svc := &fakeManager{leader: true}
+	addr, srv := serveConfig(t, svc, ServerConfig{Secret: "s3cret"})
+	srv.Mux().HandleFunc("GET /extra", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	req := &SubmitRequest{Tenant: "t", Key: "k1", Job: api.JobRequest{Type: "x"}}
+
+	for name, secret := range map[string]string{"no secret": "", "a wrong secret": "s3cre7"} {
+		c := NewClient(ClientConfig{Resolver: StaticResolver([]string{addr}), AttemptTimeout: 300 * time.Millisecond, Secret: secret})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if _, err := c.Submit(ctx, req); err == nil {
+			t.Errorf("%s: a submission was served", name)
+		}
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+		_, err := c.GetJob(ctx, "t", "j-k1")
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeUnauthenticated {
+			t.Errorf("%s: read answered %v, want %s", name, err, CodeUnauthenticated)
+		}
+		cancel()
+		c.Close()
+		hc := &http.Client{Transport: WithSecret(NewTransport(), secret)}
+		resp, err := hc.Get("http://" + addr + "/extra")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s: a route added to the mux answered %d, want 401", name, resp.StatusCode)
+		}
+		hc.CloseIdleConnections()
+	}
+	if n := svc.submits.Load(); n != 0 {
+		t.Fatalf("the service saw %d submissions from callers without the secret", n)
+	}
+
+	c := NewClient(ClientConfig{Resolver: StaticResolver([]string{addr}), AttemptTimeout: time.Second, Secret: "s3cret"})
+	defer c.Close()
+	if _, err := c.Submit(context.Background(), req); err != nil {
+		t.Fatalf("with the secret: %v", err)
+	}
+	if _, err := c.GetJob(context.Background(), "t", "j-k1"); err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Code == CodeUnauthenticated {
+			t.Fatalf("with the secret, the read was refused: %v", err)
+		}
+	}
+}
