@@ -22,6 +22,8 @@ const (
 	EnvManagers          = "GATE_MANAGERS"
 	EnvTokenFile         = "GATE_TOKEN_FILE"
 	EnvClusterSecretFile = "GATE_CLUSTER_SECRET_FILE"
+	EnvTLSCertFile       = "GATE_TLS_CERT_FILE"
+	EnvTLSKeyFile        = "GATE_TLS_KEY_FILE"
 	EnvMaxBodyBytes      = "GATE_MAX_BODY_BYTES"
 	EnvForwardTimeout    = "GATE_FORWARD_TIMEOUT_SECONDS"
 	EnvShutdownTimeout   = "GATE_SHUTDOWN_TIMEOUT_SECONDS"
@@ -70,17 +72,21 @@ type Config struct {
 	// ClusterSecretFile is GATE_CLUSTER_SECRET_FILE: the secret the gate
 	// presents to the managers' RPC (docs/security.md); empty: none.
 	ClusterSecretFile string
-	MaxBodyBytes      int64         // GATE_MAX_BODY_BYTES, default 1 MiB
-	ForwardTimeout    time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
-	ShutdownTimeout   time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
-	LogLevel          string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
-	LogFormat         string        // GATE_LOG_FORMAT: text or json; default text
-	Pprof             bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
-	Join              []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
-	GossipAddr        string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
-	GossipAdvertise   string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
-	GossipKey         string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
-	GossipProfile     string        // GATE_GOSSIP_PROFILE: lan or local
+	// TLSCertFile and TLSKeyFile are GATE_TLS_CERT_FILE and GATE_TLS_KEY_FILE:
+	// with both, the gate serves HTTPS and reloads the pair when the files
+	// change (internal/certs); with neither, plain HTTP.
+	TLSCertFile, TLSKeyFile string
+	MaxBodyBytes            int64         // GATE_MAX_BODY_BYTES, default 1 MiB
+	ForwardTimeout          time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
+	ShutdownTimeout         time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
+	LogLevel                string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
+	LogFormat               string        // GATE_LOG_FORMAT: text or json; default text
+	Pprof                   bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
+	Join                    []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
+	GossipAddr              string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
+	GossipAdvertise         string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
+	GossipKey               string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
+	GossipProfile           string        // GATE_GOSSIP_PROFILE: lan or local
 
 	// Idempotency holds the seven IDEMPOTENCY_* settings.
 	Idempotency config.Idempotency
@@ -145,6 +151,10 @@ func Register(l *config.Loader, c *Config) {
 		config.HostPort, "the datacenter's managers; the gate follows their leader")
 	l.String(&c.TokenFile, EnvTokenFile, d.TokenFile, "a path to a file of '<token> <tenant>' lines (empty: no authentication)",
 		nil, "the bearer tokens and the tenants they map to")
+	l.String(&c.TLSCertFile, EnvTLSCertFile, "", "a path to a PEM certificate (chain)", nil,
+		"serve HTTPS with this certificate (with GATE_TLS_KEY_FILE); reloaded when the file changes")
+	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "", "a path to a PEM private key", nil,
+		"the private key of GATE_TLS_CERT_FILE")
 	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
 		"the secret presented to the managers' RPC; must match MANAGER_CLUSTER_SECRET_FILE's (empty: none)")
 	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, d.MaxBodyBytes, MinBodyBytes, MaxBodyBytes,
@@ -213,6 +223,13 @@ func (c *Config) Validate() error {
 		if err := check(EnvManagers, strings.Join(c.Managers, ","), "a comma-separated list of host:port", config.HostPort(m)); err != nil {
 			return err
 		}
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		env, v := EnvTLSKeyFile, c.TLSKeyFile
+		if c.TLSCertFile == "" {
+			env, v = EnvTLSCertFile, c.TLSCertFile
+		}
+		return check(env, v, "set together with "+map[string]string{EnvTLSKeyFile: EnvTLSCertFile, EnvTLSCertFile: EnvTLSKeyFile}[env], config.ErrSyntax)
 	}
 	if c.MaxBodyBytes < MinBodyBytes || c.MaxBodyBytes > MaxBodyBytes {
 		return check(EnvMaxBodyBytes, strconv.FormatInt(c.MaxBodyBytes, 10),

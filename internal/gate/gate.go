@@ -20,6 +20,7 @@ package gate
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/cache"
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
@@ -63,8 +65,9 @@ type Gate struct {
 	cfg     Config
 	log     *slog.Logger
 	now     func() time.Time
-	tokens  *tokenTable // nil: no token file, every request is tenant "default"
-	secret  string      // the cluster secret, "" for none
+	tokens  *tokenTable     // nil: no token file, every request is tenant "default"
+	secret  string          // the cluster secret, "" for none
+	certs   *certs.Reloader // GATE_TLS_*: nil serves plain HTTP
 	client  *rpc.Client
 	cache   *cache.Cache[*response]
 	metrics *metrics
@@ -107,6 +110,13 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 			return nil, err
 		}
 		g.tokens = t
+	}
+	if cfg.TLSCertFile != "" {
+		r, err := certs.New(cfg.TLSCertFile, cfg.TLSKeyFile, g.log.With(logging.KeyComponent, "tls"))
+		if err != nil {
+			return nil, config.Invalid(EnvTLSCertFile, cfg.TLSCertFile, "a readable PEM certificate matching GATE_TLS_KEY_FILE", err)
+		}
+		g.certs = r
 	}
 	g.secret = deps.ClusterSecret
 	if g.secret == "" && cfg.ClusterSecretFile != "" {
@@ -244,10 +254,15 @@ func (g *Gate) finish(rw *responseWriter, r *http.Request, start time.Time) {
 	g.log.LogAttrs(r.Context(), level, "http request", attrs...)
 }
 
+// certReloadInterval is how often a TLS gate looks at its certificate files.
+const certReloadInterval = 10 * time.Second
+
 // Serve serves the gate on ln until ctx ends, then shuts down gracefully: it
 // stops accepting, lets requests in flight finish (connections still busy after
 // ShutdownTimeout are closed) and returns nil. It returns the server's error if
 // serving fails. Serve does not close the gate: call Close after it returns.
+// With GATE_TLS_* set it serves HTTPS, reloading the certificate when its
+// files change.
 func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           g.Handler(),
@@ -258,8 +273,15 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          logging.ErrorLog(g.log, "http"),
 	}
+	if g.certs != nil {
+		ln = tls.NewListener(ln, g.certs.ServerConfig())
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); g.certs.Watch(wctx, certReloadInterval) }()
+		defer func() { stopWatch(); <-watched }()
+	}
 	g.log.Info("gate serving", logging.KeyAddr, ln.Addr().String(),
-		logging.KeyDatacenter, g.cfg.Datacenter, logging.KeyManagers, g.cfg.Managers, "auth", g.tokens != nil)
+		logging.KeyDatacenter, g.cfg.Datacenter, logging.KeyManagers, g.cfg.Managers, "auth", g.tokens != nil, "tls", g.certs != nil)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -22,6 +22,7 @@ const (
 	KeyLogger      = "logger"    // hclog logger name (raft's Named loggers)
 	KeySubsystem   = "subsystem" // prefix found in a library's line ("memberlist" in "memberlist: ...")
 	KeyError       = "err"       // an error value
+	KeyFile        = "file"      // a file path (certificates, secrets)
 	KeyNode        = "node"      // memberlist node name
 	KeyNodeID      = "node_id"   // raft server ID of a manager
 	KeyAddr        = "addr"      // a network address
