@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -22,6 +23,17 @@ func (g *globals) client(keys *client.Keys) (*client.Client, error) {
 		return nil, usagef("--gates: %v", err)
 	}
 	return c, nil
+}
+
+// withGates runs do with a gate client and the command's context.
+func (g *globals) withGates(cmd *cobra.Command, keys *client.Keys, do func(context.Context, *client.Client) error) error {
+	c, err := g.client(keys)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := g.context(cmd)
+	defer cancel()
+	return do(ctx, c)
 }
 
 // keysPath is where oncectl keeps its client id and sequence (pkg/client's
@@ -71,24 +83,21 @@ func submitCmd(g *globals) *cobra.Command {
 				}
 				keys = k
 			}
-			c, err := g.client(keys)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.context(cmd)
-			defer cancel()
-			var res *client.Result
-			if key != "" {
-				res, err = c.SubmitWithKey(ctx, key, job)
-			} else {
-				res, err = c.Submit(ctx, job)
-			}
-			if err != nil {
-				return err
-			}
-			return g.print(res, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "JOB ID\tKEY\tSTATUS\tREPLAYED")
-				fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", res.Job.JobID, res.Key, res.Job.Status, res.Replayed)
+			return g.withGates(cmd, keys, func(ctx context.Context, c *client.Client) error {
+				var res *client.Result
+				var err error
+				if key != "" {
+					res, err = c.SubmitWithKey(ctx, key, job)
+				} else {
+					res, err = c.Submit(ctx, job)
+				}
+				if err != nil {
+					return err
+				}
+				return g.print(res, func(w *tabwriter.Writer) {
+					fmt.Fprintln(w, "JOB ID\tKEY\tSTATUS\tREPLAYED")
+					fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", res.Job.JobID, res.Key, res.Job.Status, res.Replayed)
+				})
 			})
 		},
 	}
@@ -108,17 +117,13 @@ func jobCmd(g *globals) *cobra.Command {
 		Short: "Show one job",
 		Args:  exactArgs(1, "one job ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(nil)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.context(cmd)
-			defer cancel()
-			j, err := c.GetJob(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return g.print(j, func(w *tabwriter.Writer) { jobTable(w, []api.Job{*j}) })
+			return g.withGates(cmd, nil, func(ctx context.Context, c *client.Client) error {
+				j, err := c.GetJob(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return g.print(j, func(w *tabwriter.Writer) { jobTable(w, []api.Job{*j}) })
+			})
 		},
 	}
 	var opts client.ListOptions
@@ -131,23 +136,19 @@ func jobCmd(g *globals) *cobra.Command {
 			if max < 1 {
 				return usagef("--max %d: want at least 1", max)
 			}
-			c, err := g.client(nil)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.context(cmd)
-			defer cancel()
-			jobs := []api.Job{}
-			for j, err := range c.ListJobs(ctx, opts) {
-				if err != nil {
-					return err
+			return g.withGates(cmd, nil, func(ctx context.Context, c *client.Client) error {
+				jobs := []api.Job{}
+				for j, err := range c.ListJobs(ctx, opts) {
+					if err != nil {
+						return err
+					}
+					jobs = append(jobs, j)
+					if len(jobs) == max {
+						break
+					}
 				}
-				jobs = append(jobs, j)
-				if len(jobs) == max {
-					break
-				}
-			}
-			return g.print(jobs, func(w *tabwriter.Writer) { jobTable(w, jobs) })
+				return g.print(jobs, func(w *tabwriter.Writer) { jobTable(w, jobs) })
+			})
 		},
 	}
 	list.Flags().StringVar(&opts.Type, "type", "", "only jobs of this type")
@@ -176,23 +177,19 @@ func keyCmd(g *globals) *cobra.Command {
 		Short: "Show the ledger's entry of an idempotency key",
 		Args:  exactArgs(1, "one key"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(nil)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.context(cmd)
-			defer cancel()
-			k, err := c.GetKey(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return g.print(k, func(w *tabwriter.Writer) {
-				id := "-"
-				if k.JobID != nil {
-					id = *k.JobID
+			return g.withGates(cmd, nil, func(ctx context.Context, c *client.Client) error {
+				k, err := c.GetKey(ctx, args[0])
+				if err != nil {
+					return err
 				}
-				fmt.Fprintln(w, "KEY\tSTATE\tJOB ID\tEXPIRES AT")
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", k.Key, k.State, id, k.ExpiresAt)
+				return g.print(k, func(w *tabwriter.Writer) {
+					id := "-"
+					if k.JobID != nil {
+						id = *k.JobID
+					}
+					fmt.Fprintln(w, "KEY\tSTATE\tJOB ID\tEXPIRES AT")
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", k.Key, k.State, id, k.ExpiresAt)
+				})
 			})
 		},
 	})

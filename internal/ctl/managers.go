@@ -38,6 +38,17 @@ func (g *globals) managerClient() (*managerClient, error) {
 	return &managerClient{hc: &http.Client{Transport: rpc.WithSecret(http.DefaultTransport, secret)}, addr: g.managers}, nil
 }
 
+// withManagers runs do with a manager client and the command's context.
+func (g *globals) withManagers(cmd *cobra.Command, do func(context.Context, *managerClient) error) error {
+	mc, err := g.managerClient()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := g.context(cmd)
+	defer cancel()
+	return do(ctx, mc)
+}
+
 // call does one request to addr and decodes the answer into out, or returns
 // the manager's *rpc.Error.
 func (c *managerClient) call(ctx context.Context, method, addr, path string, in, out any) error {
@@ -114,46 +125,42 @@ func clusterCmd(g *globals) *cobra.Command {
 		Short: "Every manager's view: Raft state, leader, term, indexes, voters",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			mc, err := g.managerClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.context(cmd)
-			defer cancel()
-			type row struct {
-				Addr   string      `json:"addr"`
-				Status *rpc.Status `json:"status,omitempty"`
-				Error  string      `json:"error,omitempty"`
-			}
-			var rows []row
-			failed := 0
-			for _, a := range mc.addr {
-				var st rpc.Status
-				if err := mc.call(ctx, http.MethodGet, a, "/rpc/v1/status", nil, &st); err != nil {
-					rows = append(rows, row{Addr: a, Error: err.Error()})
-					failed++
-					continue
+			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
+				type row struct {
+					Addr   string      `json:"addr"`
+					Status *rpc.Status `json:"status,omitempty"`
+					Error  string      `json:"error,omitempty"`
 				}
-				rows = append(rows, row{Addr: a, Status: &st})
-			}
-			if err := g.print(rows, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "MANAGER\tADDR\tDC\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tVOTERS")
-				for _, r := range rows {
-					if r.Status == nil {
-						fmt.Fprintf(w, "?\t%s\t\t(%s)\n", r.Addr, r.Error)
+				var rows []row
+				failed := 0
+				for _, a := range mc.addr {
+					var st rpc.Status
+					if err := mc.call(ctx, http.MethodGet, a, "/rpc/v1/status", nil, &st); err != nil {
+						rows = append(rows, row{Addr: a, Error: err.Error()})
+						failed++
 						continue
 					}
-					s := r.Status
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.NodeID, r.Addr, s.Datacenter, s.RaftState, s.LeaderID,
-						s.Term, s.CommitIndex, s.AppliedIndex, strings.Join(s.Voters, ","))
+					rows = append(rows, row{Addr: a, Status: &st})
 				}
-			}); err != nil {
-				return err
-			}
-			if failed == len(rows) {
-				return errors.New("no manager answered")
-			}
-			return nil
+				if err := g.print(rows, func(w *tabwriter.Writer) {
+					fmt.Fprintln(w, "MANAGER\tADDR\tDC\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tVOTERS")
+					for _, r := range rows {
+						if r.Status == nil {
+							fmt.Fprintf(w, "?\t%s\t\t(%s)\n", r.Addr, r.Error)
+							continue
+						}
+						s := r.Status
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.NodeID, r.Addr, s.Datacenter, s.RaftState, s.LeaderID,
+							s.Term, s.CommitIndex, s.AppliedIndex, strings.Join(s.Voters, ","))
+					}
+				}); err != nil {
+					return err
+				}
+				if failed == len(rows) {
+					return errors.New("no manager answered")
+				}
+				return nil
+			})
 		},
 	}
 	members := &cobra.Command{
@@ -161,21 +168,17 @@ func clusterCmd(g *globals) *cobra.Command {
 		Short: "The gossip pool's members (managers and gates) as a manager sees them",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			mc, err := g.managerClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.context(cmd)
-			defer cancel()
-			var m rpc.Members
-			if err := mc.any(ctx, rpc.OperatorMembersPath, &m); err != nil {
-				return err
-			}
-			return g.print(m, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "NAME\tROLE\tDC\tSTATUS\tGOSSIP\tRPC\tRAFT")
-				for _, x := range m.Members {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.Name, x.Role, x.Datacenter, x.Status, x.Addr, dash(x.RPCAddr), dash(x.RaftAddr))
+			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
+				var m rpc.Members
+				if err := mc.any(ctx, rpc.OperatorMembersPath, &m); err != nil {
+					return err
 				}
+				return g.print(m, func(w *tabwriter.Writer) {
+					fmt.Fprintln(w, "NAME\tROLE\tDC\tSTATUS\tGOSSIP\tRPC\tRAFT")
+					for _, x := range m.Members {
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.Name, x.Role, x.Datacenter, x.Status, x.Addr, dash(x.RPCAddr), dash(x.RaftAddr))
+					}
+				})
 			})
 		},
 	}
@@ -190,60 +193,56 @@ func raftCmd(g *globals) *cobra.Command {
 		Short: "The Raft servers, with the leader's autopilot health",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			mc, err := g.managerClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.context(cmd)
-			defer cancel()
-			// The leader's status carries the autopilot's view of every server.
-			var st rpc.Status
-			if err := mc.any(ctx, "/rpc/v1/status?leader=1", &st); err != nil {
-				var e *rpc.Error
-				if !errors.As(err, &e) {
-					if err := mc.any(ctx, "/rpc/v1/status", &st); err != nil {
-						return err
+			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
+				// The leader's status carries the autopilot's view of every server.
+				var st rpc.Status
+				if err := mc.any(ctx, "/rpc/v1/status?leader=1", &st); err != nil {
+					var e *rpc.Error
+					if !errors.As(err, &e) {
+						if err := mc.any(ctx, "/rpc/v1/status", &st); err != nil {
+							return err
+						}
 					}
 				}
-			}
-			type peer struct {
-				ID        string `json:"id"`
-				Address   string `json:"address,omitempty"`
-				RaftState string `json:"raft_state,omitempty"`
-				Status    string `json:"status,omitempty"`
-				Healthy   *bool  `json:"healthy,omitempty"`
-			}
-			// The Raft configuration's voters, with the autopilot's view of
-			// each (the autopilot also tracks pool members that are no
-			// longer in the configuration: those are not peers).
-			health := map[string]rpc.ServerHealth{}
-			if st.Autopilot != nil {
-				for _, s := range st.Autopilot.Servers {
-					health[s.ID] = s
+				type peer struct {
+					ID        string `json:"id"`
+					Address   string `json:"address,omitempty"`
+					RaftState string `json:"raft_state,omitempty"`
+					Status    string `json:"status,omitempty"`
+					Healthy   *bool  `json:"healthy,omitempty"`
 				}
-			}
-			var ps []peer
-			for _, v := range st.Voters {
-				p := peer{ID: v, RaftState: "voter"}
-				if h, ok := health[v]; ok {
-					healthy := h.Healthy
-					p.Address, p.RaftState, p.Status, p.Healthy = h.Address, h.RaftState, h.Status, &healthy
-				}
-				ps = append(ps, p)
-			}
-			out := map[string]any{"leader": st.LeaderID, "term": st.Term, "peers": ps}
-			if st.Autopilot != nil {
-				out["failure_tolerance"] = st.Autopilot.FailureTolerance
-			}
-			return g.print(out, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "ID\tADDRESS\tRAFT STATE\tGOSSIP\tHEALTHY")
-				for _, p := range ps {
-					h := "-"
-					if p.Healthy != nil {
-						h = fmt.Sprint(*p.Healthy)
+				// The Raft configuration's voters, with the autopilot's view of
+				// each (the autopilot also tracks pool members that are no
+				// longer in the configuration: those are not peers).
+				health := map[string]rpc.ServerHealth{}
+				if st.Autopilot != nil {
+					for _, s := range st.Autopilot.Servers {
+						health[s.ID] = s
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.ID, dash(p.Address), p.RaftState, dash(p.Status), h)
 				}
+				var ps []peer
+				for _, v := range st.Voters {
+					p := peer{ID: v, RaftState: "voter"}
+					if h, ok := health[v]; ok {
+						healthy := h.Healthy
+						p.Address, p.RaftState, p.Status, p.Healthy = h.Address, h.RaftState, h.Status, &healthy
+					}
+					ps = append(ps, p)
+				}
+				out := map[string]any{"leader": st.LeaderID, "term": st.Term, "peers": ps}
+				if st.Autopilot != nil {
+					out["failure_tolerance"] = st.Autopilot.FailureTolerance
+				}
+				return g.print(out, func(w *tabwriter.Writer) {
+					fmt.Fprintln(w, "ID\tADDRESS\tRAFT STATE\tGOSSIP\tHEALTHY")
+					for _, p := range ps {
+						h := "-"
+						if p.Healthy != nil {
+							h = fmt.Sprint(*p.Healthy)
+						}
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.ID, dash(p.Address), p.RaftState, dash(p.Status), h)
+					}
+				})
 			})
 		},
 	}
@@ -251,22 +250,18 @@ func raftCmd(g *globals) *cobra.Command {
 		return &cobra.Command{
 			Use: use, Short: short, Args: args,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				mc, err := g.managerClient()
-				if err != nil {
-					return err
-				}
-				ctx, cancel := g.context(cmd)
-				defer cancel()
-				var req rpc.PeerRequest
-				if len(args) > 0 {
-					req.ID = args[0]
-				}
-				var res rpc.PeerResult
-				if err := mc.leader(ctx, path, req, &res); err != nil {
-					return err
-				}
-				return g.print(res, func(w *tabwriter.Writer) {
-					fmt.Fprintf(w, "%s\tleader: %s\n", res.Done, dash(res.Leader))
+				return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
+					var req rpc.PeerRequest
+					if len(args) > 0 {
+						req.ID = args[0]
+					}
+					var res rpc.PeerResult
+					if err := mc.leader(ctx, path, req, &res); err != nil {
+						return err
+					}
+					return g.print(res, func(w *tabwriter.Writer) {
+						fmt.Fprintf(w, "%s\tleader: %s\n", res.Done, dash(res.Leader))
+					})
 				})
 			},
 		}

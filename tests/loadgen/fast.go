@@ -155,24 +155,10 @@ func (w *worker) sendFast(ctx context.Context, intended time.Duration) {
 	err := w.do(g, req, resp, time.Duration(r.spec.Timeout))
 	o.done = time.Since(r.start)
 	if err != nil {
-		if ctx.Err() != nil {
-			return // the run was interrupted: not a measurement
-		}
-		o.errClass, o.errMsg = classify(err), err.Error()
-		w.shard.record(&o, r.spec.Timeline)
+		w.finish(ctx, &o, idx, err, 0, false, nil)
 		return
 	}
-	o.status = resp.StatusCode()
-	o.replayed = string(resp.Header.Peek(api.HeaderReplayed)) == "true"
-	body := resp.Body()
-	if o.status >= 200 && o.status < 300 {
-		if id := jobID(body); len(id) > 0 {
-			r.tracker.add(idx, id)
-		}
-	} else {
-		o.code = problemCode(body)
-	}
-	w.shard.record(&o, r.spec.Timeline)
+	w.finish(ctx, &o, idx, nil, resp.StatusCode(), string(resp.Header.Peek(api.HeaderReplayed)) == "true", resp.Body())
 }
 
 // warmupFast opens the worker's connection to gate g with a GET /healthz.

@@ -370,17 +370,27 @@ func (w *worker) send(ctx context.Context, intended time.Duration) {
 	}
 	o.done = time.Since(r.start)
 	if err != nil {
+		w.finish(ctx, &o, idx, err, 0, false, nil)
+		return
+	}
+	v := resp.Header[api.HeaderReplayed] // canonical, as the client stores it
+	w.finish(ctx, &o, idx, nil, resp.StatusCode, len(v) > 0 && v[0] == "true", w.buf.Bytes())
+}
+
+// finish records one request's outcome, from either path (net/http or the
+// fast path): a transport error, or the answer's status, replay header and
+// body (the job_id of a 2xx is tracked per key, the problem code of any other).
+func (w *worker) finish(ctx context.Context, o *outcome, idx uint64, err error, status int, replayed bool, body []byte) {
+	r := w.r
+	if err != nil {
 		if ctx.Err() != nil {
 			return // the run was interrupted: not a measurement
 		}
 		o.errClass, o.errMsg = classify(err), err.Error()
-		w.shard.record(&o, r.spec.Timeline)
+		w.shard.record(o, r.spec.Timeline)
 		return
 	}
-	o.status = resp.StatusCode
-	v := resp.Header[api.HeaderReplayed] // canonical, as the client stores it
-	o.replayed = len(v) > 0 && v[0] == "true"
-	body := w.buf.Bytes()
+	o.status, o.replayed = status, replayed
 	if o.status >= 200 && o.status < 300 {
 		if id := jobID(body); len(id) > 0 {
 			r.tracker.add(idx, id)
@@ -388,7 +398,7 @@ func (w *worker) send(ctx context.Context, intended time.Duration) {
 	} else {
 		o.code = problemCode(body)
 	}
-	w.shard.record(&o, r.spec.Timeline)
+	w.shard.record(o, r.spec.Timeline)
 }
 
 // newBody returns a reader over the run's shared body bytes. It must be
