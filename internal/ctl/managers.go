@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -277,4 +278,115 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// stream does one request to the managers whose body is a file: GET writes
+// the answer to out, PUT sends in. A "not leader" answer is followed to the
+// leader it names.
+func (c *managerClient) stream(ctx context.Context, method, path string, in func() (io.ReadCloser, error), out io.Writer) error {
+	var errs []error
+	try := func(addr string) error {
+		var body io.ReadCloser
+		if in != nil {
+			b, err := in()
+			if err != nil {
+				return err
+			}
+			body = b
+			defer b.Close()
+		}
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
+		if err != nil {
+			return usagef("manager address %q: %v", addr, err)
+		}
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			var e rpc.Error
+			if json.Unmarshal(b, &e) == nil && e.Code != "" {
+				return &e
+			}
+			return fmt.Errorf("%s %s: HTTP %d: %.200s", method, addr+path, resp.StatusCode, b)
+		}
+		if out != nil {
+			_, err = io.Copy(out, resp.Body)
+		}
+		return err
+	}
+	for _, a := range c.addr {
+		err := try(a)
+		var e *rpc.Error
+		if errors.As(err, &e) && e.Code == rpc.CodeNotLeader && e.Leader != "" {
+			err = try(e.Leader)
+		}
+		if err == nil {
+			return nil
+		}
+		if errors.As(err, &e) && e.Code != rpc.CodeNotLeader && e.Code != rpc.CodeUnavailable {
+			return err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", a, err))
+	}
+	return fmt.Errorf("no leader answered: %w", errors.Join(errs...))
+}
+
+func snapshotCmd(g *globals) *cobra.Command {
+	snap := &cobra.Command{Use: "snapshot", Short: "Save and restore the datacenter's ledger (backups)", Args: exactArgs(0, "a subcommand: save or restore")}
+	save := &cobra.Command{
+		Use:   "save FILE",
+		Short: "Write a snapshot archive of the leader's ledger to FILE",
+		Args:  exactArgs(1, "the archive's file name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
+				tmp := args[0] + ".part"
+				f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+				if err != nil {
+					return err
+				}
+				err = mc.stream(ctx, http.MethodGet, rpc.OperatorSnapshotPath, nil, f)
+				if err == nil {
+					err = f.Sync()
+				}
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err == nil {
+					err = os.Rename(tmp, args[0])
+				}
+				if err != nil {
+					_ = os.Remove(tmp)
+					return err
+				}
+				st, _ := os.Stat(args[0])
+				return g.print(map[string]any{"file": args[0], "bytes": st.Size()}, func(w *tabwriter.Writer) {
+					fmt.Fprintf(w, "saved %s (%d bytes)\n", args[0], st.Size())
+				})
+			})
+		},
+	}
+	restore := &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Replace the datacenter's ledger with a snapshot archive (disaster recovery: later admissions are lost)",
+		Args:  exactArgs(1, "the archive's file name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := os.Stat(args[0]); err != nil {
+				return usagef("%v", err)
+			}
+			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
+				open := func() (io.ReadCloser, error) { return os.Open(args[0]) }
+				if err := mc.stream(ctx, http.MethodPut, rpc.OperatorSnapshotPath, open, io.Discard); err != nil {
+					return err
+				}
+				return g.print(map[string]any{"restored": args[0]}, func(w *tabwriter.Writer) {
+					fmt.Fprintf(w, "restored %s\n", args[0])
+				})
+			})
+		},
+	}
+	snap.AddCommand(save, restore)
+	return snap
 }

@@ -1,11 +1,14 @@
 package manager
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 )
@@ -106,4 +109,46 @@ func (o operator) server(id string) (raft.Server, bool) {
 		}
 	}
 	return raft.Server{}, false
+}
+
+// maxRestoreBytes bounds the ledger state a restore reads.
+const maxRestoreBytes = 8 << 30
+
+// Snapshot writes an archive of a snapshot taken on the leader to w.
+func (o operator) Snapshot(ctx context.Context, w io.Writer) error {
+	if err := o.m.checkLeader(); err != nil {
+		return err
+	}
+	f := o.m.raft.Snapshot()
+	if err := f.Error(); err != nil {
+		return rpc.Errorf(rpc.CodeUnavailable, "taking a snapshot: %v", err)
+	}
+	meta, rc, err := f.Open()
+	if err != nil {
+		return rpc.Errorf(rpc.CodeInternal, "opening the snapshot: %v", err)
+	}
+	defer rc.Close()
+	if err := writeArchive(w, meta, rc); err != nil {
+		return rpc.Errorf(rpc.CodeInternal, "writing the archive: %v", err)
+	}
+	return nil
+}
+
+// Restore replaces the datacenter's ledger with an archive's, on the leader
+// (raft.Restore: the leader takes the state and sends it to the followers as
+// a snapshot). It is for disaster recovery; everything admitted after the
+// archive was taken is gone.
+func (o operator) Restore(ctx context.Context, r io.Reader) error {
+	if err := o.m.checkLeader(); err != nil {
+		return err
+	}
+	meta, state, err := readArchive(r, maxRestoreBytes)
+	if err != nil {
+		return rpc.Errorf(rpc.CodeInvalid, "%v", err)
+	}
+	if err := o.m.raft.Restore(meta, bytes.NewReader(state), time.Minute); err != nil {
+		return rpc.Errorf(rpc.CodeUnavailable, "restoring: %v", err)
+	}
+	o.m.log.Warn("ledger restored from a snapshot archive", logging.KeyIndex, meta.Index, logging.KeyBytes, len(state))
+	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+
+	"github.com/once-dev/once/internal/logging"
 )
 
 // Operator routes, on a manager's RPC listener (oncectl's cluster and raft
@@ -16,6 +18,9 @@ const (
 	OperatorMembersPath        = "/rpc/v1/operator/members"
 	OperatorRemovePeerPath     = "/rpc/v1/operator/raft/remove-peer"
 	OperatorTransferLeaderPath = "/rpc/v1/operator/raft/transfer-leader"
+	// OperatorSnapshotPath: GET streams a snapshot archive of the leader's
+	// ledger (application/x-tar); PUT restores one (leader only).
+	OperatorSnapshotPath = "/rpc/v1/operator/snapshot"
 )
 
 // Member is one node of a manager's LAN gossip pool.
@@ -54,6 +59,10 @@ type Operator interface {
 	Members(ctx context.Context) (*Members, error)
 	RemovePeer(ctx context.Context, id string) (*PeerResult, error)
 	TransferLeader(ctx context.Context, id string) (*PeerResult, error)
+	// Snapshot writes a snapshot archive to w; nothing is written before the
+	// snapshot is taken, so an error can still be answered as one.
+	Snapshot(ctx context.Context, w io.Writer) error
+	Restore(ctx context.Context, r io.Reader) error
 }
 
 // MountOperator registers the operator routes on mux.
@@ -82,6 +91,37 @@ func MountOperator(mux *http.ServeMux, op Operator, log *slog.Logger) {
 			h.reply(w, res, err)
 		}
 	}
+	mux.HandleFunc("GET "+OperatorSnapshotPath, func(w http.ResponseWriter, r *http.Request) {
+		sw := &lazyWriter{w: w, contentType: "application/x-tar"}
+		if err := op.Snapshot(r.Context(), sw); err != nil {
+			if sw.started {
+				h.log.Error("snapshot archive cut short", logging.KeyError, err)
+				return
+			}
+			h.reply(w, nil, err)
+		}
+	})
+	mux.HandleFunc("PUT "+OperatorSnapshotPath, func(w http.ResponseWriter, r *http.Request) {
+		err := op.Restore(r.Context(), r.Body)
+		h.reply(w, &PeerResult{Done: "restored"}, err)
+	})
 	mux.HandleFunc("POST "+OperatorRemovePeerPath, change(op.RemovePeer, true))
 	mux.HandleFunc("POST "+OperatorTransferLeaderPath, change(op.TransferLeader, false))
+}
+
+// lazyWriter sends the 200 and its content type with the first byte, so a
+// failure before it can still be answered as an error.
+type lazyWriter struct {
+	w           http.ResponseWriter
+	contentType string
+	started     bool
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", l.contentType)
+		l.w.WriteHeader(http.StatusOK)
+	}
+	return l.w.Write(p)
 }
