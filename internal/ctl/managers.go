@@ -76,13 +76,19 @@ func (c *managerClient) call(ctx context.Context, method, addr, path string, in,
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e rpc.Error
-		if json.Unmarshal(b, &e) == nil && e.Code != "" {
-			return &e
-		}
-		return fmt.Errorf("%s %s: HTTP %d: %.200s", method, addr+path, resp.StatusCode, b)
+		return answerError(method, addr+path, resp.StatusCode, b)
 	}
 	return json.Unmarshal(b, out)
+}
+
+// answerError is a manager's non-200 answer: its *rpc.Error, or the status
+// and the start of the body when it is not one.
+func answerError(method, url string, status int, body []byte) error {
+	var e rpc.Error
+	if json.Unmarshal(body, &e) == nil && e.Code != "" {
+		return &e
+	}
+	return fmt.Errorf("%s %s: HTTP %d: %.200s", method, url, status, body)
 }
 
 // any asks the managers in turn until one answers.
@@ -306,11 +312,7 @@ func (c *managerClient) stream(ctx context.Context, method, path string, in func
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			var e rpc.Error
-			if json.Unmarshal(b, &e) == nil && e.Code != "" {
-				return &e
-			}
-			return fmt.Errorf("%s %s: HTTP %d: %.200s", method, addr+path, resp.StatusCode, b)
+			return answerError(method, addr+path, resp.StatusCode, b)
 		}
 		if out != nil {
 			_, err = io.Copy(out, resp.Body)

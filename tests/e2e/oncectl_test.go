@@ -57,6 +57,26 @@ func oncectl(t *testing.T, args ...string) (string, int) {
 	return stdout.String(), code
 }
 
+// pointOncectlAt waits for c's leader and ready gates, points oncectl at them
+// (ONCE_GATES, ONCE_MANAGERS) and returns the leader.
+func pointOncectlAt(t *testing.T, c *localcluster.Cluster) *localcluster.Node {
+	t.Helper()
+	leader, err := c.WaitLeader(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var mgrs []string
+	for _, m := range c.Managers {
+		mgrs = append(mgrs, m.HTTPAddr)
+	}
+	t.Setenv("ONCE_GATES", "http://"+c.Gates[0].HTTPAddr)
+	t.Setenv("ONCE_MANAGERS", strings.Join(mgrs, ","))
+	return leader
+}
+
 func oncectlJSON(t *testing.T, v any, args ...string) {
 	t.Helper()
 	out, code := oncectl(t, append([]string{"-o", "json"}, args...)...)
@@ -76,19 +96,7 @@ func TestOncectl(t *testing.T) {
 		// Only remove-peer removes the killed manager in this test.
 		o.ManagerEnv = append(o.ManagerEnv, "MANAGER_DEAD_SERVER_GRACE_SECONDS=3600")
 	})
-	leader, err := c.WaitLeader(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	var mgrs []string
-	for _, m := range c.Managers {
-		mgrs = append(mgrs, m.HTTPAddr)
-	}
-	t.Setenv("ONCE_GATES", "http://"+c.Gates[0].HTTPAddr)
-	t.Setenv("ONCE_MANAGERS", strings.Join(mgrs, ","))
+	leader := pointOncectlAt(t, c)
 
 	// Jobs.
 	const key = "host1.dc1:77:1:0123456789abcdef"
@@ -222,19 +230,7 @@ func TestOncectl(t *testing.T) {
 // to the moment it was taken: a job admitted before is there, one admitted
 // after is gone. A damaged archive is refused and changes nothing.
 func TestOncectlSnapshotSaveRestore(t *testing.T) {
-	c := startCluster(t, 3, 1, nil)
-	if _, err := c.WaitLeader(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	var mgrs []string
-	for _, m := range c.Managers {
-		mgrs = append(mgrs, m.HTTPAddr)
-	}
-	t.Setenv("ONCE_GATES", "http://"+c.Gates[0].HTTPAddr)
-	t.Setenv("ONCE_MANAGERS", strings.Join(mgrs, ","))
+	pointOncectlAt(t, startCluster(t, 3, 1, nil))
 	submit := func(key string) string {
 		var sub struct{ Job api.Job }
 		oncectlJSON(t, &sub, "submit", "--type", "demo", "--key", key)
