@@ -192,7 +192,7 @@ func TestDeterminismBatches(t *testing.T) {
 			if len(blogs) >= len(logs) {
 				t.Fatalf("nothing batched: %d entries", len(blogs))
 			}
-			a, b := New(Options{}), New(Options{})
+			a, b := newFSM(t, Options{}), newFSM(t, Options{})
 			items := 0
 			for k, bl := range blogs {
 				var single []Result
@@ -238,12 +238,12 @@ func TestDeterminismBatches(t *testing.T) {
 // replays to the same state whether or not batches follow it.
 func TestOldLogReplaysAfterBatches(t *testing.T) {
 	logs := genLog(9, 1500, 40)
-	a := New(Options{})
+	a := newFSM(t, Options{})
 	for _, l := range logs {
 		a.Apply(l)
 	}
 	want := persist(t, a)
-	b := New(Options{})
+	b := newFSM(t, Options{})
 	b.ApplyBatch(logs)
 	if got := persist(t, b); !bytes.Equal(got, want) {
 		t.Fatal("old log replays differently")

@@ -129,8 +129,8 @@ func TestDeterminism(t *testing.T) {
 			const n, every = 4000, 500
 			logs := genLog(tc.seed, n, int64(tc.scale))
 			var changesA, changesB []Change
-			a := New(Options{OnChange: func(c Change) { changesA = append(changesA, c) }})
-			b := New(Options{OnChange: func(c Change) { changesB = append(changesB, c) }})
+			a := newFSM(t, Options{OnChange: func(c Change) { changesA = append(changesA, c) }})
+			b := newFSM(t, Options{OnChange: func(c Change) { changesB = append(changesB, c) }})
 
 			resA := make([]interface{}, 0, n)
 			resB := make([]interface{}, 0, n)

@@ -14,6 +14,8 @@ type Options struct {
 	// committed, rejected, removed by expiry, and once with ChangeRestored after
 	// Restore. See FSM for when and how.
 	OnChange func(Change)
+	// Store tunes the disk-backed state (Open); New ignores it.
+	Store StoreOptions
 }
 
 // FSM is the idempotency ledger: the raft.FSM (and raft.BatchingFSM) of a
@@ -51,16 +53,18 @@ type Options struct {
 // plus i, raised past any Seq already given: see ResolveBatch).
 //
 // Snapshot returns quickly: under the write lock it clones three copy-on-write
-// B-trees (O(1) each) and records the applied index; entries, jobs and
+// B-trees (O(1) each; in memory) or takes a point-in-time view of the store
+// (O(1); on disk), and records the applied index; entries, jobs and
 // watermarks are immutable values, shared, never copied. Persist streams that
 // view to the sink while Apply goes on; it is safe to call concurrently with
 // Apply and with the readers, and what it writes does not change with later
-// Applies. Release drops the view. A snapshot never taken to Persist costs
-// nothing.
+// Applies. On disk, Persist first makes the store durable up to the view, so
+// the store is never behind a snapshot Raft may compact its log to. Release
+// drops the view. A snapshot never taken to Persist costs nothing.
 //
 // Restore discards all previous state: it decodes the whole snapshot into a
-// fresh state, without holding any lock, and only then swaps it in under the
-// write lock. A malformed snapshot returns an error matching ErrBadSnapshot or
+// fresh state (on disk: a new generation of the store, beside the live one),
+// without holding any lock, and only then swaps it in under the write lock. A malformed snapshot returns an error matching ErrBadSnapshot or
 // ErrSnapshotVersion, never panics, and leaves the previous state in place.
 // Restore closes the reader.
 //
@@ -90,8 +94,9 @@ type FSM struct {
 
 	// mu guards s: readers take RLock; Apply, Restore's swap and Snapshot's
 	// clone take Lock.
-	mu sync.RWMutex
-	s  *state
+	mu     sync.RWMutex
+	s      *state
+	closed bool // the store is closed (Close)
 }
 
 var (
@@ -100,7 +105,8 @@ var (
 	_ raft.FSMSnapshot = (*Snapshot)(nil)
 )
 
-// New returns an empty FSM.
+// New returns an empty FSM whose state is in memory (tests, benchmarks, and
+// managers with MANAGER_LEDGER_STORE=memory); Open keeps it on disk.
 func New(opts Options) *FSM {
 	return &FSM{onChange: opts.OnChange, s: newState()}
 }
@@ -116,7 +122,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	cmd, err := DecodeCommand(l.Data)
 	ax := f.ctx(l.Index)
 	f.mu.Lock()
+	f.s.begin()
 	res := f.s.applyTimed(&ax, cmd, err)
+	f.s.commit()
 	f.mu.Unlock()
 	f.notify()
 	return res
@@ -140,6 +148,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	f.wmu.Lock()
 	defer f.wmu.Unlock()
 	f.mu.Lock()
+	f.s.begin()
 	for i, l := range logs {
 		if l.Type != raft.LogCommand {
 			continue
@@ -147,6 +156,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		ax := f.ctx(l.Index)
 		out[i] = f.s.applyTimed(&ax, cmds[i].cmd, cmds[i].err)
 	}
+	f.s.commit()
 	f.mu.Unlock()
 	f.notify()
 	return out

@@ -50,23 +50,42 @@ type Snapshot struct {
 	applied    uint64
 	ledgerTime int64
 	seqHigh    uint64
-	entries    *btree.BTreeG[*Entry]
-	jobs       *btree.BTreeG[*Job]
-	watermarks *btree.BTreeG[*Watermark]
+	entries    records
+	jobs       records
+	watermarks records
+	// sync makes the store durable up to the view (nil in memory); release
+	// drops the view.
+	sync    func() error
+	release func()
 }
 
 // Snapshot captures the state in O(1); see FSM.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return &Snapshot{
-		applied:    f.s.applied,
-		ledgerTime: f.s.ledgerTime,
-		seqHigh:    max(f.s.lastSeq, f.s.applied),
-		entries:    f.s.entries.Clone(),
-		jobs:       f.s.jobs.Clone(),
-		watermarks: f.s.wms.Clone(),
-	}, nil
+	s := f.s
+	snap := &Snapshot{
+		applied:    s.applied,
+		ledgerTime: s.ledgerTime,
+		seqHigh:    max(s.lastSeq, s.applied),
+	}
+	if s.store == nil {
+		snap.entries = treeRecords[*Entry]{s.entries.(*btree.BTreeG[*Entry]).Clone(), appendEntry}
+		snap.jobs = treeRecords[*Job]{s.jobs.(*btree.BTreeG[*Job]).Clone(), appendJob}
+		snap.watermarks = treeRecords[*Watermark]{s.wms.(*btree.BTreeG[*Watermark]).Clone(), appendWatermark}
+		snap.release = func() {}
+		return snap, nil
+	}
+	if f.closed {
+		return nil, fmt.Errorf("%w: snapshot of a closed FSM", ErrStore)
+	}
+	view, release := s.store.view()
+	snap.entries = storeRecords{view, pfxEntries, s.entries.Len()}
+	snap.jobs = storeRecords{view, pfxJobs, s.jobs.Len()}
+	snap.watermarks = storeRecords{view, pfxWatermarks, s.wms.Len()}
+	snap.sync = s.store.sync
+	snap.release = release
+	return snap, nil
 }
 
 // Persist writes the snapshot to sink and closes it; on error it cancels the
@@ -84,6 +103,11 @@ func (s *Snapshot) Persist(sink raft.SnapshotSink) error {
 func (s *Snapshot) PersistTo(w io.Writer) error {
 	if s.entries == nil {
 		return errors.New("ledger: snapshot already released")
+	}
+	if s.sync != nil {
+		if err := s.sync(); err != nil {
+			return err
+		}
 	}
 	crc := crc32.New(castagnoli)
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 256<<10)
@@ -113,26 +137,13 @@ func (s *Snapshot) PersistTo(w io.Writer) error {
 	if !put(rec) {
 		return err
 	}
-	s.entries.Ascend(func(e *Entry) bool {
-		rec = appendEntry(rec[:0], e)
-		return put(rec)
-	})
-	if err != nil {
-		return err
-	}
-	s.jobs.Ascend(func(j *Job) bool {
-		rec = appendJob(rec[:0], j)
-		return put(rec)
-	})
-	if err != nil {
-		return err
-	}
-	s.watermarks.Ascend(func(wm *Watermark) bool {
-		rec = appendWatermark(rec[:0], wm)
-		return put(rec)
-	})
-	if err != nil {
-		return err
+	for _, table := range []records{s.entries, s.jobs, s.watermarks} {
+		if ierr := table.each(put); ierr != nil {
+			return ierr
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if err = bw.Flush(); err != nil {
 		return err
@@ -143,6 +154,10 @@ func (s *Snapshot) PersistTo(w io.Writer) error {
 
 // Release drops the view.
 func (s *Snapshot) Release() {
+	if s.entries == nil {
+		return
+	}
+	s.release()
 	s.entries, s.jobs, s.watermarks = nil, nil, nil
 }
 
@@ -370,13 +385,44 @@ func (r *snapReader) record(what string) (*decoder, error) {
 // Restore replaces the whole state with the snapshot's; see FSM. It closes rc.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	s, err := readSnapshot(rc)
+	f.mu.RLock()
+	cur, closed := f.s.store, f.closed
+	f.mu.RUnlock()
+	if closed {
+		return fmt.Errorf("ledger: restore: %w: closed", ErrStore)
+	}
+	fresh := func() (*state, error) { return newState(), nil }
+	var gen *store
+	if cur != nil {
+		fresh = func() (*state, error) {
+			g, err := cur.newGeneration()
+			if err != nil {
+				return nil, err
+			}
+			gen = g
+			s := newState()
+			s.useStore(g, storeMeta{format: storeFormat})
+			s.begin()
+			return s, nil
+		}
+	}
+	s, err := readSnapshot(rc, fresh)
 	if err != nil {
+		if gen != nil {
+			gen.discard()
+		}
 		return fmt.Errorf("ledger: restore: %w", err)
 	}
 	f.wmu.Lock()
 	defer f.wmu.Unlock()
 	f.mu.Lock()
+	if gen != nil {
+		if err := gen.makeCurrent(cur); err != nil {
+			f.mu.Unlock()
+			gen.discard()
+			return fmt.Errorf("ledger: restore: %w", err)
+		}
+	}
 	f.s = s
 	f.mu.Unlock()
 	if f.onChange != nil {
@@ -386,8 +432,14 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// readSnapshot decodes a whole snapshot into a fresh state.
-func readSnapshot(src io.Reader) (*state, error) {
+// restoreCheckpoint is how many records Restore writes to the store in one
+// batch.
+const restoreCheckpoint = 4096
+
+// readSnapshot decodes a whole snapshot into a fresh state made by fresh
+// (on disk: its batch open, committed here).
+func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err error) {
+	defer recoverStore(&err)
 	r := &snapReader{r: bufio.NewReaderSize(src, 256<<10), crc: crc32.New(castagnoli)}
 	var head [len(snapshotMagic) + 1]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
@@ -421,7 +473,9 @@ func readSnapshot(src io.Reader) (*state, error) {
 		return nil, fmt.Errorf("header: %w", err)
 	}
 
-	s := newState()
+	if s, err = fresh(); err != nil {
+		return nil, err
+	}
 	s.applied = applied
 	s.ledgerTime = ledgerTime
 	s.lastSeq = seqHigh
@@ -443,6 +497,9 @@ func readSnapshot(src io.Reader) (*state, error) {
 		}
 		prevEntry = e
 		s.insertEntry(e)
+		if i%restoreCheckpoint == restoreCheckpoint-1 {
+			s.checkpoint()
+		}
 	}
 	var prevJob *Job
 	for i := uint64(0); i < nJobs; i++ {
@@ -466,6 +523,9 @@ func readSnapshot(src io.Reader) (*state, error) {
 			return nil, badSnapshot("job %d: duplicate seq %d", i, j.Seq)
 		}
 		s.insertJob(j)
+		if i%restoreCheckpoint == restoreCheckpoint-1 {
+			s.checkpoint()
+		}
 	}
 	var prevWM *Watermark
 	for i := uint64(0); i < nWatermarks; i++ {
@@ -482,6 +542,9 @@ func readSnapshot(src io.Reader) (*state, error) {
 		}
 		prevWM = w
 		s.insertWatermark(w)
+		if i%restoreCheckpoint == restoreCheckpoint-1 {
+			s.checkpoint()
+		}
 	}
 	sum := r.crc.Sum32()
 	var trailer [4]byte
@@ -497,5 +560,6 @@ func readSnapshot(src io.Reader) (*state, error) {
 	if version == snapshotVersion1 {
 		s.ledgerTime = s.derivedLedgerTime()
 	}
+	s.commit()
 	return s, nil
 }

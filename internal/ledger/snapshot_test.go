@@ -16,7 +16,7 @@ import (
 func populated(t testing.TB, seed uint64, n, total int) (*FSM, []*raft.Log) {
 	t.Helper()
 	logs := genLog(seed, total, 40)
-	f := New(Options{})
+	f := newFSM(t, Options{})
 	f.ApplyBatch(logs[:n])
 	return f, logs[n:]
 }
@@ -85,8 +85,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 }
 
 func TestSnapshotOfEmptyFSM(t *testing.T) {
-	b := restore(t, persist(t, New(Options{})))
-	sameState(t, New(Options{}), b)
+	b := restore(t, persist(t, newFSM(t, Options{})))
+	sameState(t, newFSM(t, Options{}), b)
 }
 
 // TestSnapshotIsAView: what Persist writes is the state at Snapshot time, not
@@ -185,9 +185,9 @@ type closeRecorder struct {
 func (c *closeRecorder) Close() error { c.closed = true; return nil }
 
 func TestRestoreClosesReader(t *testing.T) {
-	for _, b := range [][]byte{persist(t, New(Options{})), []byte("garbage")} {
+	for _, b := range [][]byte{persist(t, newFSM(t, Options{})), []byte("garbage")} {
 		rc := &closeRecorder{Reader: bytes.NewReader(b)}
-		_ = New(Options{}).Restore(rc)
+		_ = newFSM(t, Options{}).Restore(rc)
 		if !rc.closed {
 			t.Fatal("Restore did not close its reader")
 		}
@@ -237,7 +237,7 @@ func restoreSeeds(t testing.TB) map[string][]byte {
 	small, _ := populated(t, 18, 120, 120)
 	s := persist(t, small)
 	return map[string][]byte{
-		"empty-fsm": persist(t, New(Options{})),
+		"empty-fsm": persist(t, newFSM(t, Options{})),
 		"small":     s,
 		"truncated": s[:len(s)/2],
 	}
@@ -250,7 +250,7 @@ func FuzzRestore(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		fsm := New(Options{})
+		fsm := newFSM(t, Options{})
 		err := fsm.Restore(io.NopCloser(bytes.NewReader(data)))
 		if err != nil {
 			if !errors.Is(err, ErrBadSnapshot) && !errors.Is(err, ErrSnapshotVersion) {
@@ -270,7 +270,7 @@ func FuzzRestore(f *testing.F) {
 }
 
 func TestReleasedSnapshot(t *testing.T) {
-	snap, err := New(Options{}).Snapshot()
+	snap, err := newFSM(t, Options{}).Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,17 +32,22 @@ const maxReliefRemovals = 8
 //	wms       (tenant, client_id, nonce)          watermarks
 //	wmAge     (updated_at, tenant, client_id, nonce)  watermark TTL and LRU bound
 type state struct {
-	entries  *btree.BTreeG[*Entry]
-	entryExp *btree.BTreeG[*Entry]
-	jobs     *btree.BTreeG[*Job]
-	jobSeq   *btree.BTreeG[*Job]
-	jobType  *btree.BTreeG[*Job]
-	jobExp   *btree.BTreeG[*Job]
-	wms      *btree.BTreeG[*Watermark]
-	wmAge    *btree.BTreeG[*Watermark]
+	entries  index[*Entry]
+	entryExp index[*Entry]
+	jobs     index[*Job]
+	jobSeq   index[*Job]
+	jobType  index[*Job]
+	jobExp   index[*Job]
+	wms      index[*Watermark]
+	wmAge    index[*Watermark]
 	// pendAge holds the PENDING entries only, by (reserved_at, tenant, key):
 	// the leader resolves those older than a grace (FSM.PendingBefore).
-	pendAge *btree.BTreeG[*Entry]
+	pendAge index[*Entry]
+
+	// store is the disk-backed state's store (nil in memory); dirtyTenants
+	// are the tenants whose counters changed in the open batch.
+	store        *store
+	dirtyTenants map[string]struct{}
 
 	// wmTenant counts watermarks per tenant (looked up, never iterated).
 	wmTenant map[string]int
@@ -110,12 +115,21 @@ func entryBytes(payload int, st State) uint64 {
 func (s *state) charge(tenant string, n uint64) {
 	s.bytes += n
 	s.tenantBytes[tenant] += n
+	s.dirty(tenant)
 }
 
 func (s *state) release(tenant string, n uint64) {
 	s.bytes -= n
 	if s.tenantBytes[tenant] -= n; s.tenantBytes[tenant] == 0 {
 		delete(s.tenantBytes, tenant)
+	}
+	s.dirty(tenant)
+}
+
+// dirty notes that a tenant's counters changed (disk-backed state only).
+func (s *state) dirty(tenant string) {
+	if s.dirtyTenants != nil {
+		s.dirtyTenants[tenant] = struct{}{}
 	}
 }
 
@@ -376,6 +390,7 @@ func (s *state) insertWatermark(w *Watermark) {
 	s.wms.ReplaceOrInsert(w)
 	s.wmAge.ReplaceOrInsert(w)
 	s.wmTenant[w.Tenant]++
+	s.dirty(w.Tenant)
 }
 
 func (s *state) removeWatermark(w *Watermark) {
@@ -384,6 +399,7 @@ func (s *state) removeWatermark(w *Watermark) {
 	if s.wmTenant[w.Tenant]--; s.wmTenant[w.Tenant] <= 0 {
 		delete(s.wmTenant, w.Tenant)
 	}
+	s.dirty(w.Tenant)
 }
 
 func (s *state) insertJob(j *Job) {

@@ -92,7 +92,7 @@ func TestRestoreVersion1DerivesLedgerTime(t *testing.T) {
 	h.must(commit(r1, t0+5*sec), OutcomeCommitted)
 	h.must(expire(t0+7*sec), OutcomeExpired) // removes nothing: leaves no trace
 	v1 := toVersion1(t, persist(t, h.f))
-	g := New(Options{})
+	g := newFSM(t, Options{})
 	if err := g.Restore(io.NopCloser(bytes.NewReader(v1))); err != nil {
 		t.Fatalf("restore version 1: %v", err)
 	}

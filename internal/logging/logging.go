@@ -18,26 +18,27 @@ import (
 // these constants rather than string literals so that every component names
 // the same thing the same way; an error is always under KeyError ("err").
 const (
-	KeyComponent   = "component" // subsystem that logged: "raft", "memberlist", "autopilot", ...
-	KeyLogger      = "logger"    // hclog logger name (raft's Named loggers)
-	KeySubsystem   = "subsystem" // prefix found in a library's line ("memberlist" in "memberlist: ...")
-	KeyError       = "err"       // an error value
-	KeyFile        = "file"      // a file path (certificates, secrets)
-	KeyNode        = "node"      // memberlist node name
-	KeyNodeID      = "node_id"   // raft server ID of a manager
-	KeyAddr        = "addr"      // a network address
-	KeyDatacenter  = "dc"        // datacenter name
-	KeyPeer        = "peer"      // the other side of an operation
-	KeyState       = "state"     // a state name (member state, raft state)
-	KeyCount       = "count"     // a number of things
-	KeyExpect      = "expect"    // bootstrap_expect
-	KeyServers     = "servers"   // a raft configuration
-	KeyDuration    = "duration"  // how long something took or will wait
-	KeyAttempt     = "attempt"   // retry number
-	KeyReason      = "reason"    // why a decision was taken
-	KeyIndex       = "index"     // a raft log index
-	KeyEvent       = "event"     // an event type
-	KeyRole        = "role"      // gate or manager
+	KeyComponent   = "component"      // subsystem that logged: "raft", "memberlist", "autopilot", ...
+	KeyLogger      = "logger"         // hclog logger name (raft's Named loggers)
+	KeySubsystem   = "subsystem"      // prefix found in a library's line ("memberlist" in "memberlist: ...")
+	KeyError       = "err"            // an error value
+	KeyFile        = "file"           // a file path (certificates, secrets)
+	KeyNode        = "node"           // memberlist node name
+	KeyNodeID      = "node_id"        // raft server ID of a manager
+	KeyAddr        = "addr"           // a network address
+	KeyDatacenter  = "dc"             // datacenter name
+	KeyPeer        = "peer"           // the other side of an operation
+	KeyState       = "state"          // a state name (member state, raft state)
+	KeyCount       = "count"          // a number of things
+	KeyExpect      = "expect"         // bootstrap_expect
+	KeyServers     = "servers"        // a raft configuration
+	KeyDuration    = "duration"       // how long something took or will wait
+	KeyAttempt     = "attempt"        // retry number
+	KeyReason      = "reason"         // why a decision was taken
+	KeyIndex       = "index"          // a raft log index
+	KeySnapIndex   = "snapshot_index" // the last log index a snapshot holds
+	KeyEvent       = "event"          // an event type
+	KeyRole        = "role"           // gate or manager
 	KeyRaftState   = "has_raft_state"
 	KeyVote        = "vote"         // a bootstrap vote fingerprint
 	KeyEncrypted   = "encrypted"    // whether gossip is encrypted

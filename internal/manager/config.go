@@ -18,7 +18,14 @@ import (
 type Config struct {
 	NodeID     string // MANAGER_NODE_ID: unique, stable across restarts (the Raft server ID)
 	Datacenter string // MANAGER_DATACENTER
-	DataDir    string // MANAGER_DATA_DIR: raft/wal, raft/stable.db, raft/snapshots
+	DataDir    string // MANAGER_DATA_DIR: raft/wal, raft/stable.db, raft/snapshots, ledger/
+	// LedgerStore (MANAGER_LEDGER_STORE): disk keeps the ledger's tables in
+	// DataDir/ledger (docs/ledger.md, "State on disk"); memory keeps them in
+	// RAM and rebuilds them from the newest snapshot at every start.
+	LedgerStore string
+	// LedgerCacheBytes (MANAGER_LEDGER_CACHE_BYTES): the disk store's block
+	// cache.
+	LedgerCacheBytes int64
 
 	RaftAddr      string // MANAGER_RAFT_ADDR: Raft bind address
 	RaftAdvertise string // MANAGER_RAFT_ADVERTISE: address peers dial (default: RaftAddr)
@@ -95,6 +102,8 @@ const (
 	EnvNodeID                       = "MANAGER_NODE_ID"
 	EnvDatacenter                   = "MANAGER_DATACENTER"
 	EnvDataDir                      = "MANAGER_DATA_DIR"
+	EnvLedgerStore                  = "MANAGER_LEDGER_STORE"
+	EnvLedgerCacheBytes             = "MANAGER_LEDGER_CACHE_BYTES"
 	EnvRaftAddr                     = "MANAGER_RAFT_ADDR"
 	EnvRaftAdvertise                = "MANAGER_RAFT_ADVERTISE"
 	EnvRPCAddr                      = "MANAGER_RPC_ADDR"
@@ -157,6 +166,8 @@ func DefaultConfig() Config {
 		ElectionTimeout:              time.Second,
 		LeaderLeaseTimeout:           500 * time.Millisecond,
 		SnapshotThreshold:            16384,
+		LedgerStore:                  "disk",
+		LedgerCacheBytes:             64 << 20,
 		TrailingLogs:                 10240,
 		MaxAppendEntries:             512,
 		MaxQueuedJobs:                1_000_000,
@@ -189,7 +200,11 @@ func Register(l *config.Loader, c *Config) {
 	l.String(&c.Datacenter, EnvDatacenter, d.Datacenter, config.WantName, config.Name,
 		"the datacenter this manager's Raft group serves")
 	l.String(&c.DataDir, EnvDataDir, "", "a directory path", nil,
-		"where the Raft log, stable store and snapshots live (default ./data/<node-id>)")
+		"where the Raft log, stable store, snapshots and ledger live (default ./data/<node-id>)")
+	l.String(&c.LedgerStore, EnvLedgerStore, d.LedgerStore, "disk or memory", config.OneOf("disk", "memory"),
+		"where the ledger keeps its tables: disk (DATA_DIR/ledger, memory for caches only; a restart goes on from it) or memory (rebuilt from the newest snapshot at every start)")
+	l.Int64(&c.LedgerCacheBytes, EnvLedgerCacheBytes, d.LedgerCacheBytes, 1<<20, 1<<40,
+		"bytes of the disk ledger's block cache")
 	l.String(&c.RaftAddr, EnvRaftAddr, d.RaftAddr, config.WantListenAddr, config.ListenAddr, "Raft bind address")
 	l.String(&c.RaftAdvertise, EnvRaftAdvertise, "", config.WantAdvertise, config.Advertise, "Raft address peers dial (default MANAGER_RAFT_ADDR)")
 	l.String(&c.RPCAddr, EnvRPCAddr, d.RPCAddr, config.WantListenAddr, config.ListenAddr, "RPC listener for gates (also serves /metrics)")

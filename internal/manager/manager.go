@@ -125,7 +125,6 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		shutdown:  make(chan struct{}),
 		metrics:   newMetrics(deps.Registerer),
 	}
-	m.fsm = ledger.New(ledger.Options{OnChange: m.waiters.notify})
 	m.registerClockMetrics(deps.Registerer)
 	m.clock.src = deps.Clock
 
@@ -140,6 +139,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 			m.closeStores()
 		}
 	}()
+	if m.fsm, err = openLedger(cfg, m.waiters.notify, m.log); err != nil {
+		return nil, err
+	}
 	ws, err := walstore.Open(filepath.Join(raftDir, "wal"), walstore.Options{Logger: m.log.With(logging.KeyComponent, "walstore")})
 	if err != nil {
 		return nil, fmt.Errorf("manager: open raft log: %w", err)
@@ -172,6 +174,11 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	// has stopped behind its back.
 	rc.ShutdownOnRemove = false
 	rc.NoLegacyTelemetry = true
+	restore, err := m.ledgerRestoreOnStart()
+	if err != nil {
+		return nil, err
+	}
+	rc.NoSnapshotRestoreOnStart = !restore
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("manager: raft config: %w", err)
 	}
@@ -331,6 +338,9 @@ func (m *Manager) closeStores() error {
 	}
 	if m.stable != nil {
 		errs = append(errs, m.stable.Close())
+	}
+	if m.fsm != nil {
+		errs = append(errs, m.fsm.Close()) // after Raft: nothing applies any more
 	}
 	return errors.Join(errs...)
 }

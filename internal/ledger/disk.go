@@ -1,0 +1,157 @@
+package ledger
+
+import "fmt"
+
+// Open returns an FSM whose state is kept on disk in dir (docs/ledger.md,
+// "State on disk"), as it was last applied: its applied index
+// (Stats().AppliedIndex) is where Raft's replay of the log goes on. An empty
+// or missing directory is an empty ledger. Close it when done.
+//
+// Everything in the FSM's contract holds for it as for New's: the same
+// commands give the same results and byte-identical snapshots. Memory holds
+// pebble's caches and a few counters, not the tables.
+func Open(dir string, opts Options) (*FSM, error) {
+	st, err := openStore(dir, opts.Store)
+	if err != nil {
+		return nil, err
+	}
+	s, err := loadDiskState(st)
+	if err != nil {
+		_ = st.close()
+		return nil, err
+	}
+	return &FSM{onChange: opts.OnChange, s: s}, nil
+}
+
+// Close closes the FSM's store (a no-op in memory). The FSM must not be used
+// after.
+func (f *FSM) Close() error {
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.s.store == nil || f.closed {
+		return nil
+	}
+	f.closed = true
+	return f.s.store.retire(false)
+}
+
+// loadDiskState reads the counters of a store. O(tenants).
+func loadDiskState(st *store) (s *state, err error) {
+	defer recoverStore(&err)
+	m := storeMeta{format: storeFormat}
+	var merr error
+	if !getFrom(st.db, metaKey, func(v []byte) { m, merr = decodeMeta(v) }) {
+		nonEmpty := false
+		iterate(st.db, nil, nil, false, func(_, _ []byte) bool { nonEmpty = true; return false })
+		if nonEmpty {
+			return nil, fmt.Errorf("%w: data without its counters", ErrStore)
+		}
+	}
+	if merr != nil {
+		return nil, fmt.Errorf("%w: counters: %w", ErrStore, merr)
+	}
+	s = newState()
+	s.useStore(st, m)
+	var sum uint64
+	var derr error
+	iterate(st.db, []byte{pfxTenantBytes}, prefixEnd(pfxTenantBytes), false, func(k, v []byte) bool {
+		n, err := uvarintValue(v)
+		derr = err
+		s.tenantBytes[string(k[1:])] = n
+		sum += n
+		return err == nil
+	})
+	iterate(st.db, []byte{pfxTenantWMs}, prefixEnd(pfxTenantWMs), false, func(k, v []byte) bool {
+		n, err := uvarintValue(v)
+		if derr == nil {
+			derr = err
+		}
+		s.wmTenant[string(k[1:])] = int(n)
+		return err == nil
+	})
+	if derr != nil {
+		return nil, fmt.Errorf("%w: tenant counters: %w", ErrStore, derr)
+	}
+	if sum != s.bytes {
+		return nil, fmt.Errorf("%w: tenants account for %d bytes, the counters for %d", ErrStore, sum, s.bytes)
+	}
+	return s, nil
+}
+
+func uvarintValue(v []byte) (uint64, error) {
+	d := &decoder{b: v, base: ErrStore}
+	n := d.uvarint()
+	return n, d.finish()
+}
+
+// recoverStore turns a store failure's panic into an error (for Open and
+// Restore, which can return one).
+func recoverStore(err *error) {
+	if p := recover(); p != nil {
+		se, ok := p.(*StoreError)
+		if !ok {
+			panic(p)
+		}
+		*err = fmt.Errorf("%w: %w", ErrStore, se)
+	}
+}
+
+// begin opens a batch for the commands about to be applied; commit writes
+// them with the counters in one atomic batch. No-ops in memory.
+func (s *state) begin() {
+	if s.store != nil {
+		s.store.begin()
+	}
+}
+
+func (s *state) commit() {
+	st := s.store
+	if st == nil {
+		return
+	}
+	var buf []byte
+	for t := range s.dirtyTenants { // the order of these writes does not matter
+		k := append([]byte{pfxTenantBytes}, t...)
+		if n, ok := s.tenantBytes[t]; ok {
+			st.set(k, appendUvarint(buf[:0], n))
+		} else {
+			st.delete(k)
+		}
+		k[0] = pfxTenantWMs
+		if n, ok := s.wmTenant[t]; ok {
+			st.set(k, appendUvarint(buf[:0], uint64(n)))
+		} else {
+			st.delete(k)
+		}
+		delete(s.dirtyTenants, t)
+	}
+	st.set(metaKey, s.meta().append(buf[:0]))
+	st.commit()
+}
+
+// checkpoint commits what was applied so far and opens a new batch (Restore
+// writes a large state in several batches).
+func (s *state) checkpoint() {
+	if s.store != nil {
+		s.commit()
+		s.begin()
+	}
+}
+
+func (s *state) meta() storeMeta {
+	return storeMeta{
+		format:     storeFormat,
+		applied:    s.applied,
+		ledgerTime: s.ledgerTime,
+		lastSeq:    s.lastSeq,
+		bytes:      s.bytes,
+		pending:    uint64(s.pending),
+		committed:  uint64(s.committed),
+		rejected:   uint64(s.rejected),
+		entries:    uint64(s.entries.Len()),
+		jobs:       uint64(s.jobs.Len()),
+		watermarks: uint64(s.wms.Len()),
+	}
+}

@@ -1,0 +1,488 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The disk-backed state keeps every table in one pebble database
+// (docs/ledger.md, "State on disk"). The Raft log stays the durable record:
+// a batch of applied commands is committed to pebble without an fsync, with
+// the applied index in the same atomic batch, and a restart goes on from the
+// store's applied index (Raft replays the log after it). Before Raft may
+// compact its log up to a snapshot, Persist syncs the store, so the store is
+// never behind the newest snapshot's index.
+//
+// A directory holds generations of the store: CURRENT names the live one
+// (gen-N). Restore writes a new generation beside it, syncs it and only then
+// switches CURRENT (write a temporary file, fsync, rename, fsync the
+// directory), so a crash during Restore leaves the old state in place; other
+// generations are removed when the store is opened.
+
+// storeFormat is the version of the store's layout (keys and values). A store
+// of another version is refused; the node then needs its state from a
+// snapshot (remove the ledger directory; Raft restores it).
+const storeFormat = 1
+
+// Key prefixes, one byte each. Values of primary tables are snapshot records
+// of the current version (appendEntry, appendJob, appendWatermark), so
+// Persist streams them as they are; values of secondary orders are the
+// primary key of their item.
+const (
+	pfxMeta        byte = 0x01 // one key: the counters (metaKey)
+	pfxTenantBytes byte = 0x02 // tenant → accounted bytes (uvarint)
+	pfxTenantWMs   byte = 0x03 // tenant → watermark count (uvarint)
+	pfxEntries     byte = 'e'  // (tenant, key)
+	pfxEntryExp    byte = 'x'  // (expires_at, tenant, key)
+	pfxPendAge     byte = 'p'  // (reserved_at, tenant, key), PENDING only
+	pfxJobs        byte = 'j'  // (tenant, id)
+	pfxJobSeq      byte = 's'  // (tenant, seq)
+	pfxJobType     byte = 't'  // (tenant, type, seq)
+	pfxJobExp      byte = 'y'  // (expires_at, seq, tenant)
+	pfxWatermarks  byte = 'w'  // (tenant, client_id, nonce)
+	pfxWMAge       byte = 'a'  // (updated_at, tenant, client_id, nonce)
+)
+
+var metaKey = []byte{pfxMeta}
+
+// ErrStore: the ledger's store could not be opened or is not one this build
+// reads (another format, damaged counters, a generation that cannot be
+// found). Open returns it; the manager refuses to start.
+var ErrStore = errors.New("ledger: store")
+
+// StoreError is what the FSM panics with when its store fails while applying
+// or reading (a disk error, a damaged value): an FSM that cannot record a
+// command must not go on answering, as etcd's backend stops on a failed
+// commit. Op says what was done.
+type StoreError struct {
+	Op  string
+	Err error
+}
+
+func (e *StoreError) Error() string { return "ledger: store: " + e.Op + ": " + e.Err.Error() }
+func (e *StoreError) Unwrap() error { return e.Err }
+
+func storeFail(op string, err error) { panic(&StoreError{Op: op, Err: err}) }
+
+// StoreOptions tune the store; zero values take the defaults.
+type StoreOptions struct {
+	// CacheBytes is pebble's block cache (default 64 MiB).
+	CacheBytes int64
+	// MemTableBytes is the size of one memtable (default 32 MiB).
+	MemTableBytes uint64
+	// Logger receives pebble's messages (default: discarded).
+	Logger *slog.Logger
+}
+
+// store is one open generation of the disk-backed state.
+type store struct {
+	dir  string // the ledger directory: CURRENT and the generations
+	gen  int    // the generation's number (directory gen-N)
+	db   *pebble.DB
+	opts StoreOptions
+
+	// r is what the indexes read: the open batch while commands are applied,
+	// the database otherwise. w is the open batch (nil outside apply).
+	r pebble.Reader
+	w *pebble.Batch
+
+	keyBuf []byte // scratch for keys, used under the FSM's write lock only
+
+	// Snapshots' views keep a retired generation open until they are
+	// released (a Restore or a Close while a Persist streams).
+	mu      sync.Mutex
+	views   int
+	retired bool
+	remove  bool // remove the generation's directory once closed
+}
+
+func genDir(dir string, gen int) string { return filepath.Join(dir, "gen-"+strconv.Itoa(gen)) }
+
+const currentFile = "CURRENT"
+
+// openStore opens the live generation in dir, creating the directory and a
+// first generation when there is none, and removes other generations (left by
+// a Restore that did not finish, or by one that finished before removing its
+// predecessor).
+func openStore(dir string, opts StoreOptions) (*store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	gen := 1
+	switch b, err := os.ReadFile(filepath.Join(dir, currentFile)); {
+	case err == nil:
+		s := strings.TrimSpace(string(b))
+		n, perr := strconv.Atoi(strings.TrimPrefix(s, "gen-"))
+		if perr != nil || !strings.HasPrefix(s, "gen-") || n < 1 {
+			return nil, fmt.Errorf("%w: %s names %q, not a generation", ErrStore, currentFile, s)
+		}
+		gen = n
+		if _, err := os.Stat(genDir(dir, gen)); err != nil {
+			return nil, fmt.Errorf("%w: %s names %s: %w", ErrStore, currentFile, s, err)
+		}
+	case errors.Is(err, os.ErrNotExist):
+		if err := writeCurrent(dir, gen); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	if err := removeOtherGenerations(dir, gen); err != nil {
+		return nil, err
+	}
+	return openGeneration(dir, gen, opts)
+}
+
+// openGeneration opens (or creates) generation gen's database.
+func openGeneration(dir string, gen int, opts StoreOptions) (*store, error) {
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = 64 << 20
+	}
+	if opts.MemTableBytes == 0 {
+		opts.MemTableBytes = 32 << 20
+	}
+	cache := pebble.NewCache(opts.CacheBytes)
+	defer cache.Unref() // the database holds its own reference
+	po := &pebble.Options{
+		Cache:        cache,
+		MemTableSize: opts.MemTableBytes,
+		Logger:       pebbleLogger{opts.Logger},
+	}
+	db, err := pebble.Open(genDir(dir, gen), po)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %w", ErrStore, genDir(dir, gen), err)
+	}
+	s := &store{dir: dir, gen: gen, db: db, opts: opts}
+	s.r = db
+	return s, nil
+}
+
+// newGeneration creates the next generation, empty, beside s (for Restore).
+func (s *store) newGeneration() (*store, error) {
+	next := s.gen + 1
+	if err := os.RemoveAll(genDir(s.dir, next)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	return openGeneration(s.dir, next, s.opts)
+}
+
+// makeCurrent syncs s and makes it the live generation; the previous one
+// (old) is closed and removed. Called with the FSM's write lock held.
+func (s *store) makeCurrent(old *store) error {
+	if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("%w: flush: %w", ErrStore, err)
+	}
+	if err := writeCurrent(s.dir, s.gen); err != nil {
+		return err
+	}
+	if old != nil {
+		old.retire(true) // what is left goes at the next open
+	}
+	return nil
+}
+
+// view returns a point-in-time view of the store, which keeps it open until
+// released.
+func (s *store) view() (*pebble.Snapshot, func()) {
+	s.mu.Lock()
+	s.views++
+	s.mu.Unlock()
+	v := s.db.NewSnapshot()
+	return v, func() {
+		_ = v.Close()
+		s.mu.Lock()
+		s.views--
+		last := s.retired && s.views == 0
+		s.mu.Unlock()
+		if last {
+			s.finish()
+		}
+	}
+}
+
+// retire closes the store (and, with remove, deletes its directory) once no
+// view is open.
+func (s *store) retire(remove bool) error {
+	s.mu.Lock()
+	s.retired, s.remove = true, remove
+	now := s.views == 0
+	s.mu.Unlock()
+	if now {
+		return s.finish()
+	}
+	return nil
+}
+
+func (s *store) finish() error {
+	err := s.close()
+	if s.remove {
+		_ = os.RemoveAll(genDir(s.dir, s.gen))
+	}
+	return err
+}
+
+// discard closes and removes a generation that did not become current.
+func (s *store) discard() {
+	_ = s.close()
+	_ = os.RemoveAll(genDir(s.dir, s.gen))
+}
+
+func writeCurrent(dir string, gen int) error {
+	tmp := filepath.Join(dir, currentFile+".tmp")
+	f, err := os.Create(tmp)
+	if err == nil {
+		_, err = f.WriteString("gen-" + strconv.Itoa(gen) + "\n")
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, currentFile))
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: write %s: %w", ErrStore, currentFile, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func removeOtherGenerations(dir string, keep int) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	for _, de := range des {
+		n, err := strconv.Atoi(strings.TrimPrefix(de.Name(), "gen-"))
+		if err != nil || !strings.HasPrefix(de.Name(), "gen-") || n == keep {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, de.Name())); err != nil {
+			return fmt.Errorf("%w: remove %s: %w", ErrStore, de.Name(), err)
+		}
+	}
+	return nil
+}
+
+func (s *store) close() error {
+	if s.w != nil {
+		_ = s.w.Close()
+		s.w = nil
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("%w: close: %w", ErrStore, err)
+	}
+	return nil
+}
+
+// begin opens the batch the next commands are applied into.
+func (s *store) begin() {
+	s.w = s.db.NewIndexedBatch()
+	s.r = s.w
+}
+
+// commit writes the open batch without an fsync (the Raft log is the durable
+// record) and goes back to reading the database.
+func (s *store) commit() {
+	if err := s.w.Commit(pebble.NoSync); err != nil {
+		storeFail("commit", err)
+	}
+	_ = s.w.Close()
+	s.w = nil
+	s.r = s.db
+}
+
+// sync makes everything committed so far durable.
+func (s *store) sync() error {
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("%w: sync: %w", ErrStore, err)
+	}
+	return nil
+}
+
+func (s *store) set(k, v []byte) {
+	if s.w == nil {
+		storeFail("set", errors.New("no batch open"))
+	}
+	if err := s.w.Set(k, v, nil); err != nil {
+		storeFail("set", err)
+	}
+}
+
+func (s *store) delete(k []byte) {
+	if s.w == nil {
+		storeFail("delete", errors.New("no batch open"))
+	}
+	if err := s.w.Delete(k, nil); err != nil {
+		storeFail("delete", err)
+	}
+}
+
+// get calls fn with k's value (valid only during fn) when k is present.
+func getFrom(r pebble.Reader, k []byte, fn func(v []byte)) bool {
+	v, closer, err := r.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false
+	}
+	if err != nil {
+		storeFail("get", err)
+	}
+	if fn != nil {
+		fn(v)
+	}
+	_ = closer.Close()
+	return true
+}
+
+// iterate calls fn with the keys and values in [lo, hi) in order (first to
+// last, or last to first with reverse) until fn returns false.
+func iterate(r pebble.Reader, lo, hi []byte, reverse bool, fn func(k, v []byte) bool) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		storeFail("iterate", err)
+	}
+	if reverse {
+		for ok := it.Last(); ok && fn(it.Key(), it.Value()); ok = it.Prev() {
+		}
+	} else {
+		for ok := it.First(); ok && fn(it.Key(), it.Value()); ok = it.Next() {
+		}
+	}
+	if err := it.Close(); err != nil {
+		storeFail("iterate", err)
+	}
+}
+
+// pebbleLogger sends pebble's messages to a slog.Logger (or nowhere).
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...interface{}) {
+	if l.log != nil {
+		l.log.Debug(fmt.Sprintf(format, args...))
+	}
+}
+
+func (l pebbleLogger) Errorf(format string, args ...interface{}) {
+	if l.log != nil {
+		l.log.Error(fmt.Sprintf(format, args...))
+	}
+}
+
+func (l pebbleLogger) Fatalf(format string, args ...interface{}) {
+	storeFail("pebble", fmt.Errorf(format, args...))
+}
+
+// Order-preserving key encoding: a string is its bytes with 0x00 escaped as
+// 0x00 0xFF and terminated by 0x00 0x01, so byte order of the encodings is
+// strings.Compare order of the strings, field by field; an int64 is
+// big-endian with the sign bit flipped; a uint64 is big-endian.
+
+func keyString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			b = append(b, 0, 0xFF)
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return append(b, 0, 1)
+}
+
+func keyInt64(b []byte, v int64) []byte {
+	return binary.BigEndian.AppendUint64(b, uint64(v)^(1<<63))
+}
+
+func keyUint64(b []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(b, v) }
+
+// The meta record: format, applied index, ledger time, last Seq, accounted
+// bytes, entries by state, and the three primary tables' lengths.
+type storeMeta struct {
+	format                       uint64
+	applied                      uint64
+	ledgerTime                   int64
+	lastSeq                      uint64
+	bytes                        uint64
+	pending, committed, rejected uint64
+	entries, jobs, watermarks    uint64
+}
+
+func (m storeMeta) append(b []byte) []byte {
+	b = appendUvarint(b, m.format)
+	b = appendUvarint(b, m.applied)
+	b = appendInt64(b, m.ledgerTime)
+	b = appendUvarint(b, m.lastSeq)
+	b = appendUvarint(b, m.bytes)
+	b = appendUvarint(b, m.pending)
+	b = appendUvarint(b, m.committed)
+	b = appendUvarint(b, m.rejected)
+	b = appendUvarint(b, m.entries)
+	b = appendUvarint(b, m.jobs)
+	return appendUvarint(b, m.watermarks)
+}
+
+func decodeMeta(v []byte) (storeMeta, error) {
+	d := &decoder{b: v, base: ErrStore}
+	m := storeMeta{format: d.uvarint()}
+	if d.err == nil && m.format != storeFormat {
+		return m, fmt.Errorf("%w: format %d, this build reads %d", ErrStore, m.format, storeFormat)
+	}
+	m.applied = d.uvarint()
+	m.ledgerTime = d.int64()
+	m.lastSeq = d.uvarint()
+	m.bytes = d.uvarint()
+	m.pending, m.committed, m.rejected = d.uvarint(), d.uvarint(), d.uvarint()
+	m.entries, m.jobs, m.watermarks = d.uvarint(), d.uvarint(), d.uvarint()
+	return m, d.finish()
+}
+
+// prefixEnd is the first key after every key with prefix p.
+func prefixEnd(p byte) []byte { return []byte{p + 1} }
+
+// storeRecords streams one primary table of a pebble snapshot: its values
+// are already snapshot records.
+type storeRecords struct {
+	snap   *pebble.Snapshot
+	prefix byte
+	n      int
+}
+
+func (r storeRecords) Len() int { return r.n }
+
+func (r storeRecords) each(fn func(rec []byte) bool) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			se, ok := p.(*StoreError)
+			if !ok {
+				panic(p)
+			}
+			err = se
+		}
+	}()
+	iterate(r.snap, []byte{r.prefix}, prefixEnd(r.prefix), false, func(_, v []byte) bool { return fn(v) })
+	return nil
+}
+
+var _ io.Closer = (*pebble.Snapshot)(nil)
