@@ -131,4 +131,3 @@ func TestLedgerInMemory(t *testing.T) {
 		}
 	}
 }
-
