@@ -48,41 +48,58 @@ func (g *benchLog) next(buf []*raft.Log) []*raft.Log {
 }
 
 // BenchmarkApplyReserveCommit: one op is a submission (Reserve + Commit, and
-// an Expire every 1000) against a steady state of ~100k entries and jobs.
-// Encoding happens outside the timer.
+// an Expire every 1000) against a steady state of ~100k entries and jobs, for
+// the state in memory (New) and on disk (Open). Encoding happens outside the
+// timer. The ratio of the two in one run is what docs/benchmarks.md reports:
+//
+//	go test -tags hashicorpmetrics -run '^$' -bench ApplyReserveCommit -benchtime 200000x ./internal/ledger/
 func BenchmarkApplyReserveCommit(b *testing.B) {
-	for _, batch := range []int{1, 64} {
-		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			f := New(Options{OnChange: func(Change) {}})
-			g := &benchLog{live: 100_000}
-			var buf []*raft.Log
-			for range 100_000 { // warm up to the steady state
-				f.ApplyBatch(g.next(buf))
+	for _, store := range []string{"memory", "disk"} {
+		for _, batch := range []int{1, 64} {
+			b.Run(fmt.Sprintf("store=%s/batch=%d", store, batch), func(b *testing.B) {
+				benchApplyReserveCommit(b, benchFSM(b, store, Options{OnChange: func(Change) {}}), batch)
+			})
+		}
+	}
+}
+
+// benchFSM returns an empty FSM in memory or on disk (in the benchmark's
+// temporary directory, closed at its end).
+func benchFSM(b *testing.B, store string, opts Options) *FSM {
+	if store == "memory" {
+		return New(opts)
+	}
+	return openFSM(b, b.TempDir(), opts)
+}
+
+func benchApplyReserveCommit(b *testing.B, f *FSM, batch int) {
+	g := &benchLog{live: 100_000}
+	var buf []*raft.Log
+	for range 100_000 { // warm up to the steady state
+		f.ApplyBatch(g.next(buf))
+	}
+	const chunk = 4096
+	logs := make([]*raft.Log, 0, 2*chunk+10)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		b.StopTimer()
+		logs = logs[:0]
+		n := min(chunk, b.N-done)
+		for range n {
+			logs = append(logs, g.next(buf)...)
+		}
+		b.StartTimer()
+		if batch == 1 {
+			for _, l := range logs {
+				f.Apply(l)
 			}
-			const chunk = 4096
-			logs := make([]*raft.Log, 0, 2*chunk+10)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for done := 0; done < b.N; {
-				b.StopTimer()
-				logs = logs[:0]
-				n := min(chunk, b.N-done)
-				for range n {
-					logs = append(logs, g.next(buf)...)
-				}
-				b.StartTimer()
-				if batch == 1 {
-					for _, l := range logs {
-						f.Apply(l)
-					}
-				} else {
-					for i := 0; i < len(logs); i += batch {
-						f.ApplyBatch(logs[i:min(len(logs), i+batch)])
-					}
-				}
-				done += n
+		} else {
+			for i := 0; i < len(logs); i += batch {
+				f.ApplyBatch(logs[i:min(len(logs), i+batch)])
 			}
-		})
+		}
+		done += n
 	}
 }
 

@@ -54,6 +54,13 @@ func loadDiskState(st *store) (s *state, err error) {
 	}
 	s = newState()
 	s.useStore(st, m)
+	s.loadWatermarks()
+	if m.entries != m.pending+m.committed+m.rejected {
+		return nil, fmt.Errorf("%w: %d entries, the counts by state say %d", ErrStore, m.entries, m.pending+m.committed+m.rejected)
+	}
+	if s.wms.Len() != int(m.watermarks) {
+		return nil, fmt.Errorf("%w: %d watermarks stored, the counters say %d", ErrStore, s.wms.Len(), m.watermarks)
+	}
 	var sum uint64
 	var derr error
 	iterate(st.db, []byte{pfxTenantBytes}, prefixEnd(pfxTenantBytes), false, func(k, v []byte) bool {

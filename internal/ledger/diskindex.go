@@ -1,7 +1,9 @@
 package ledger
 
 import (
+	"bytes"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/google/btree"
 )
@@ -16,13 +18,32 @@ type diskIndex[T any] struct {
 	// key appends the item's key in this index (after the prefix).
 	key func(dst []byte, item T) []byte
 
-	// A primary table encodes and decodes items and counts them.
+	// A primary table encodes and decodes items. Its writes are blind (no
+	// read first): the state inserts only absent items, replaces and deletes
+	// only present ones, and counts them itself (count).
 	encode func(dst []byte, item T) []byte
 	decode func(v []byte) (T, error)
-	n      int
+	count  func() int
 
 	// A secondary order names its primary table.
 	primary *diskIndex[T]
+
+	// floor is a key at or below every key of the index (nil: the prefix's
+	// start). Finding the smallest item sets it to that item's key; inserting
+	// below it lowers it. Searches from the start begin there, so they do not
+	// walk the tombstones of everything removed from the front before (the
+	// expiry orders are queues, and a queue's front in an LSM tree is a field
+	// of tombstones until compaction drops them). Readers set it too, under
+	// the read lock, hence atomic.
+	floor atomic.Pointer[[]byte]
+}
+
+// start is where a search from the smallest item begins.
+func (x *diskIndex[T]) start() []byte {
+	if f := x.floor.Load(); f != nil {
+		return *f
+	}
+	return []byte{x.prefix}
 }
 
 func (x *diskIndex[T]) fullKey(dst []byte, item T) []byte {
@@ -76,45 +97,46 @@ func (x *diskIndex[T]) Has(probe T) bool {
 	return getFrom(x.st.r, x.fullKey(make([]byte, 0, 64), probe), nil)
 }
 
-// ReplaceOrInsert stores item. Like the B-tree's, the result says whether an
-// item of the same key was there; the old item itself is not returned (the
-// state never uses it).
+// ReplaceOrInsert stores item. Unlike the B-tree's, it does not say what was
+// there (the state never asks; a read would cost more than the write).
 func (x *diskIndex[T]) ReplaceOrInsert(item T) (old T, replaced bool) {
 	k := x.scratch(item)
+	if f := x.floor.Load(); f != nil && bytes.Compare(k, *f) < 0 {
+		lower := bytes.Clone(k)
+		x.floor.Store(&lower)
+	}
 	if x.primary == nil {
-		replaced = getFrom(x.st.r, k, nil)
-		if !replaced {
-			x.n++
-		}
 		x.st.set(k, x.encode(nil, item))
-		return old, replaced
+		return old, false
 	}
 	x.st.set(k, x.primary.fullKey(nil, item))
 	return old, false
 }
 
+// Delete removes item's key (blind, like ReplaceOrInsert).
 func (x *diskIndex[T]) Delete(item T) (old T, deleted bool) {
-	k := x.scratch(item)
-	if x.primary == nil {
-		if deleted = getFrom(x.st.r, k, nil); !deleted {
-			return old, false
-		}
-		x.n--
-	}
-	x.st.delete(k)
-	return old, deleted
+	x.st.delete(x.scratch(item))
+	return old, false
 }
 
 func (x *diskIndex[T]) Len() int {
-	if x.primary != nil {
+	if x.count == nil {
 		panic("ledger: Len of a secondary order")
 	}
-	return x.n
+	return x.count()
 }
 
 func (x *diskIndex[T]) edge(last bool) (item T, ok bool) {
-	iterate(x.st.r, []byte{x.prefix}, prefixEnd(x.prefix), last, func(_, v []byte) bool {
+	lo := []byte{x.prefix}
+	if !last {
+		lo = x.start()
+	}
+	iterate(x.st.r, lo, prefixEnd(x.prefix), last, func(k, v []byte) bool {
 		item, ok = x.resolve(v)
+		if !last {
+			min := bytes.Clone(k)
+			x.floor.Store(&min)
+		}
 		return false
 	})
 	return item, ok
@@ -124,7 +146,7 @@ func (x *diskIndex[T]) Min() (T, bool) { return x.edge(false) }
 func (x *diskIndex[T]) Max() (T, bool) { return x.edge(true) }
 
 func (x *diskIndex[T]) Ascend(fn btree.ItemIteratorG[T]) {
-	x.ascendFrom([]byte{x.prefix}, fn)
+	x.ascendFrom(x.start(), fn)
 }
 
 func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) {
@@ -138,6 +160,39 @@ func (x *diskIndex[T]) ascendFrom(lo []byte, fn btree.ItemIteratorG[T]) {
 			storeFail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
 		}
 		return fn(item)
+	})
+}
+
+// mirror is a table kept in memory for reads and written through to the
+// store: the watermarks. A client's watermark is rewritten by every commit of
+// that client, and an LSM tree holds every version of a key rewritten that
+// often until it flushes and compacts, so reading it there costs more with
+// every version; the table is bounded (IDEMPOTENCY_WATERMARK_MAX_CLIENTS) and
+// small per item, so memory holds it, and the store holds it durably for the
+// next open (loadWatermarks).
+type mirror[T any] struct {
+	*btree.BTreeG[T]
+	disk *diskIndex[T]
+}
+
+func (m *mirror[T]) ReplaceOrInsert(item T) (T, bool) {
+	m.disk.ReplaceOrInsert(item)
+	return m.BTreeG.ReplaceOrInsert(item)
+}
+
+func (m *mirror[T]) Delete(item T) (T, bool) {
+	m.disk.Delete(item)
+	return m.BTreeG.Delete(item)
+}
+
+// loadWatermarks reads the watermarks into memory. O(watermarks).
+func (s *state) loadWatermarks() {
+	m := s.wms.(*mirror[*Watermark])
+	iterate(m.disk.st.db, []byte{pfxWatermarks}, prefixEnd(pfxWatermarks), false, func(_, v []byte) bool {
+		w := m.disk.decodeValue(v)
+		m.BTreeG.ReplaceOrInsert(w)
+		s.wmAge.ReplaceOrInsert(w)
+		return true
 	})
 }
 
@@ -193,11 +248,15 @@ func decodeWatermarkValue(v []byte) (*Watermark, error) {
 // tables' lengths from its meta record.
 func (s *state) useStore(st *store, m storeMeta) {
 	entries := &diskIndex[*Entry]{st: st, prefix: pfxEntries, key: entryKey,
-		encode: appendEntry, decode: decodeEntryValue, n: int(m.entries)}
+		encode: appendEntry, decode: decodeEntryValue,
+		count: func() int { return s.pending + s.committed + s.rejected }}
 	jobs := &diskIndex[*Job]{st: st, prefix: pfxJobs, key: jobKey,
-		encode: appendJob, decode: decodeJobValue, n: int(m.jobs)}
-	wms := &diskIndex[*Watermark]{st: st, prefix: pfxWatermarks, key: watermarkKey,
-		encode: appendWatermark, decode: decodeWatermarkValue, n: int(m.watermarks)}
+		encode: appendJob, decode: decodeJobValue, count: func() int { return s.jobCount }}
+	wms := &mirror[*Watermark]{
+		BTreeG: s.wms.(*btree.BTreeG[*Watermark]),
+		disk: &diskIndex[*Watermark]{st: st, prefix: pfxWatermarks, key: watermarkKey,
+			encode: appendWatermark, decode: decodeWatermarkValue},
+	}
 	s.store = st
 	s.entries = entries
 	s.entryExp = &diskIndex[*Entry]{st: st, prefix: pfxEntryExp, key: entryExpKey, primary: entries}
@@ -206,9 +265,9 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobSeq = &diskIndex[*Job]{st: st, prefix: pfxJobSeq, key: jobSeqKey, primary: jobs}
 	s.jobType = &diskIndex[*Job]{st: st, prefix: pfxJobType, key: jobTypeKey, primary: jobs}
 	s.jobExp = &diskIndex[*Job]{st: st, prefix: pfxJobExp, key: jobExpKey, primary: jobs}
-	s.wms = wms
-	s.wmAge = &diskIndex[*Watermark]{st: st, prefix: pfxWMAge, key: watermarkAgeKey, primary: wms}
+	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
 	s.pending, s.committed, s.rejected = int(m.pending), int(m.committed), int(m.rejected)
+	s.jobCount = int(m.jobs)
 	s.dirtyTenants = map[string]struct{}{}
 }

@@ -196,6 +196,9 @@ func checkInvariants(t testing.TB, f *FSM) {
 		}
 		return true
 	})
+	if s.jobCount != countOf(s.jobs) {
+		t.Errorf("jobCount %d, jobs %d", s.jobCount, countOf(s.jobs))
+	}
 	if countOf(s.jobSeq) != s.jobs.Len() || countOf(s.jobType) != s.jobs.Len() || countOf(s.jobExp) != s.jobs.Len() {
 		t.Errorf("job indexes %d/%d/%d, jobs %d", countOf(s.jobSeq), countOf(s.jobType), countOf(s.jobExp), s.jobs.Len())
 	}

@@ -29,6 +29,7 @@ var (
 	_ index[*Job]       = (*btree.BTreeG[*Job])(nil)
 	_ index[*Watermark] = (*btree.BTreeG[*Watermark])(nil)
 	_ index[*Entry]     = (*diskIndex[*Entry])(nil)
+	_ index[*Watermark] = (*mirror[*Watermark])(nil)
 )
 
 // records is what a snapshot streams of one primary table: its length and

@@ -82,7 +82,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	view, release := s.store.view()
 	snap.entries = storeRecords{view, pfxEntries, s.entries.Len()}
 	snap.jobs = storeRecords{view, pfxJobs, s.jobs.Len()}
-	snap.watermarks = storeRecords{view, pfxWatermarks, s.wms.Len()}
+	snap.watermarks = storeRecords{view, pfxWatermarks, s.wms.Len()} // written through: the same as memory
 	snap.sync = s.store.sync
 	snap.release = release
 	return snap, nil

@@ -56,8 +56,9 @@ type state struct {
 	bytes       uint64
 	tenantBytes map[string]uint64
 
-	// counts of entries by state
+	// counts of entries by state, and of jobs
 	pending, committed, rejected int
+	jobCount                     int
 	// applied is the raft index of the last command applied.
 	applied uint64
 	// ledgerTime is the highest Now of any command applied (time.go).
@@ -407,6 +408,7 @@ func (s *state) insertJob(j *Job) {
 	s.jobSeq.ReplaceOrInsert(j)
 	s.jobType.ReplaceOrInsert(j)
 	s.jobExp.ReplaceOrInsert(j)
+	s.jobCount++
 	s.charge(j.Tenant, jobBytes(len(j.Payload)))
 }
 
@@ -415,6 +417,7 @@ func (s *state) removeJob(j *Job) {
 	s.jobSeq.Delete(j)
 	s.jobType.Delete(j)
 	s.jobExp.Delete(j)
+	s.jobCount--
 	s.release(j.Tenant, jobBytes(len(j.Payload)))
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 )
 
 // The disk-backed state keeps every table in one pebble database
@@ -76,7 +77,7 @@ func storeFail(op string, err error) { panic(&StoreError{Op: op, Err: err}) }
 
 // StoreOptions tune the store; zero values take the defaults.
 type StoreOptions struct {
-	// CacheBytes is pebble's block cache (default 64 MiB).
+	// CacheBytes is pebble's block cache (default 256 MiB).
 	CacheBytes int64
 	// MemTableBytes is the size of one memtable (default 32 MiB).
 	MemTableBytes uint64
@@ -146,7 +147,7 @@ func openStore(dir string, opts StoreOptions) (*store, error) {
 // openGeneration opens (or creates) generation gen's database.
 func openGeneration(dir string, gen int, opts StoreOptions) (*store, error) {
 	if opts.CacheBytes <= 0 {
-		opts.CacheBytes = 64 << 20
+		opts.CacheBytes = 256 << 20
 	}
 	if opts.MemTableBytes == 0 {
 		opts.MemTableBytes = 32 << 20
@@ -157,6 +158,11 @@ func openGeneration(dir string, gen int, opts StoreOptions) (*store, error) {
 		Cache:        cache,
 		MemTableSize: opts.MemTableBytes,
 		Logger:       pebbleLogger{opts.Logger},
+	}
+	// Most point reads on the apply path miss (a new key's entry, a new
+	// job's ID): Bloom filters answer those without reading blocks.
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	db, err := pebble.Open(genDir(dir, gen), po)
 	if err != nil {

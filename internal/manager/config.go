@@ -167,7 +167,7 @@ func DefaultConfig() Config {
 		LeaderLeaseTimeout:           500 * time.Millisecond,
 		SnapshotThreshold:            16384,
 		LedgerStore:                  "disk",
-		LedgerCacheBytes:             64 << 20,
+		LedgerCacheBytes:             256 << 20,
 		TrailingLogs:                 10240,
 		MaxAppendEntries:             512,
 		MaxQueuedJobs:                1_000_000,

@@ -1,0 +1,307 @@
+package ledger
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// The disk-backed state, beyond the contract tests (which run on it by
+// default): it survives closing, restoring, and kill -9, and it gives
+// byte-identical snapshots to the in-memory state for the same log.
+
+func TestDiskAndMemoryGiveIdenticalSnapshots(t *testing.T) {
+	logs := genLog(31, 4000, 40)
+	mem, disk := New(Options{}), openFSM(t, t.TempDir(), Options{})
+	for i := 0; i < len(logs); i += 37 { // batches of an odd size, and singles
+		batch := logs[i:min(len(logs), i+37)]
+		if i%2 == 0 {
+			for _, l := range batch {
+				if !sameResult(asResult(mem.Apply(l)), asResult(disk.Apply(l))) {
+					t.Fatalf("index %d: results differ", l.Index)
+				}
+			}
+			continue
+		}
+		mem.ApplyBatch(batch)
+		disk.ApplyBatch(batch)
+	}
+	if !bytes.Equal(persist(t, mem), persist(t, disk)) {
+		t.Fatal("memory and disk snapshots differ for the same log")
+	}
+	checkInvariants(t, disk)
+}
+
+func asResult(v interface{}) Result {
+	r, _ := v.(Result)
+	return r
+}
+
+// A closed and reopened store is the state it held, and goes on from its
+// applied index; the log before it is refused as already applied.
+func TestDiskReopenGoesOn(t *testing.T) {
+	logs := genLog(32, 3000, 40)
+	dir := t.TempDir()
+	f, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ApplyBatch(logs[:1800])
+	before := persist(t, f)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g := openFSM(t, dir, Options{})
+	if !bytes.Equal(before, persist(t, g)) {
+		t.Fatal("reopened state differs")
+	}
+	checkInvariants(t, g)
+	if got := g.Stats().AppliedIndex; got != logs[1799].Index {
+		t.Fatalf("applied index %d after reopen, want %d", got, logs[1799].Index)
+	}
+	// Raft replays from its snapshot's index: what the store has is skipped.
+	for _, l := range logs[1000:1800] {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		if r := asResult(g.Apply(l)); r.Outcome != OutcomeInvalid || !errors.Is(r.Err, ErrInvalidCommand) {
+			t.Fatalf("replay of applied index %d: %+v", l.Index, r)
+		}
+	}
+	g.ApplyBatch(logs[1800:])
+	want := New(Options{})
+	want.ApplyBatch(logs)
+	if !bytes.Equal(persist(t, want), persist(t, g)) {
+		t.Fatal("state after reopen and the rest of the log differs from one pass")
+	}
+}
+
+// Restore writes a new generation and switches to it; a failed Restore
+// leaves the state and the directory as they were.
+func TestDiskRestore(t *testing.T) {
+	src, _ := populated(t, 33, 1500, 1500)
+	snap := persist(t, src)
+	dir := t.TempDir()
+	f, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ApplyBatch(genLog(34, 300, 40))
+	old := persist(t, f)
+	bad := append(bytes.Clone(snap[:len(snap)-1]), snap[len(snap)-1]^1) // CRC mismatch at the very end
+	if err := f.Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("Restore of a damaged snapshot: %v", err)
+	}
+	if !bytes.Equal(old, persist(t, f)) {
+		t.Fatal("a failed Restore changed the state")
+	}
+	if gens := generations(t, dir); len(gens) != 1 {
+		t.Fatalf("generations after a failed Restore: %v", gens)
+	}
+	if err := f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snap, persist(t, f)) {
+		t.Fatal("restored state differs from the snapshot")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if gens := generations(t, dir); len(gens) != 1 || gens[0] != "gen-2" {
+		t.Fatalf("generations after Restore: %v, want [gen-2]", gens)
+	}
+	g := openFSM(t, dir, Options{})
+	if !bytes.Equal(snap, persist(t, g)) {
+		t.Fatal("restored state differs after reopen")
+	}
+	checkInvariants(t, g)
+}
+
+func generations(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "gen-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range m {
+		m[i] = filepath.Base(m[i])
+	}
+	return m
+}
+
+// A snapshot taken before a Restore still streams the old state after it
+// (its view keeps the old generation open until released).
+func TestDiskSnapshotOutlivesRestore(t *testing.T) {
+	f, _ := populated(t, 35, 800, 800)
+	want := persist(t, f)
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := populated(t, 36, 500, 500)
+	if err := f.Restore(io.NopCloser(bytes.NewReader(persist(t, other)))); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := snap.(*Snapshot).PersistTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+	if !bytes.Equal(want, buf.Bytes()) {
+		t.Fatal("a snapshot taken before Restore changed")
+	}
+}
+
+func TestOpenRefusesWhatItCannotRead(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "CURRENT"), []byte("gen-7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrStore) {
+		t.Fatalf("CURRENT naming a missing generation: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "CURRENT"), []byte("latest\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrStore) {
+		t.Fatalf("CURRENT naming no generation: %v", err)
+	}
+}
+
+// The crash test's log, and its child's environment variable.
+const (
+	crashChildEnv = "ONCE_LEDGER_CRASH_CHILD"
+	crashLogLen   = 60000
+)
+
+func crashLog() []*raft.Log { return genLog(37, crashLogLen, 40) }
+
+// TestMain runs crashChild instead of the tests in the child process.
+func init() {
+	if dir := os.Getenv(crashChildEnv); dir != "" {
+		crashChild(dir)
+		os.Exit(0)
+	}
+}
+
+// crashChild applies the crash log to the store in dir in batches, taking a
+// snapshot every few batches, and reports on stdout each batch applied
+// ("applied N") and each snapshot persisted ("snapshot N"), until killed.
+func crashChild(dir string) {
+	f, err := Open(dir, Options{})
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	logs := crashLog()
+	applied := f.Stats().AppliedIndex
+	out := bufio.NewWriter(os.Stdout)
+	for i, n := 0, 0; i < len(logs); n++ {
+		j := min(len(logs), i+1+n%97)
+		if logs[j-1].Index > applied {
+			f.ApplyBatch(logs[i:j])
+		}
+		i = j
+		fmt.Fprintln(out, "applied", logs[j-1].Index)
+		if n%40 == 39 {
+			snap, err := f.Snapshot()
+			if err == nil {
+				err = snap.(*Snapshot).PersistTo(io.Discard)
+				snap.Release()
+			}
+			if err != nil {
+				fmt.Fprintln(out, "error", err)
+				return
+			}
+			fmt.Fprintln(out, "snapshot", snap.(*Snapshot).applied)
+		}
+		out.Flush()
+	}
+	fmt.Fprintln(out, "done")
+	out.Flush()
+	select {} // wait to be killed
+}
+
+// kill -9 in the middle of applying (and of snapshotting): the store reopens
+// consistent, at or past the last snapshot it persisted, and the log after
+// its applied index brings it to exactly the state of one uninterrupted pass.
+func TestDiskSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	var lastSnap uint64
+	for round := range 3 {
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		killAt := uint64(5000 + rng.IntN(40000))
+		sc := bufio.NewScanner(stdout)
+		var applied uint64
+		for sc.Scan() {
+			word, num, _ := strings.Cut(sc.Text(), " ")
+			n, _ := strconv.ParseUint(num, 10, 64)
+			switch word {
+			case "applied":
+				applied = n
+			case "snapshot":
+				lastSnap = max(lastSnap, n)
+			case "error":
+				t.Fatalf("child: %s", sc.Text())
+			}
+			if applied >= killAt || word == "done" {
+				break
+			}
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+		f, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatalf("round %d: reopen after kill -9 at %d: %v", round, applied, err)
+		}
+		got := f.Stats().AppliedIndex
+		checkInvariants(t, f)
+		if got < lastSnap {
+			t.Fatalf("round %d: store at %d after kill -9, behind the snapshot persisted at %d", round, got, lastSnap)
+		}
+		t.Logf("round %d: killed after %d applied (last snapshot %d); the store reopened at %d", round, applied, lastSnap, got)
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Replay the whole log as Raft would (the store skips what it has).
+	f := openFSM(t, dir, Options{})
+	logs := crashLog()
+	for i := 0; i < len(logs); i += 64 {
+		f.ApplyBatch(logs[i:min(len(logs), i+64)])
+	}
+	want := New(Options{})
+	want.ApplyBatch(logs)
+	if !bytes.Equal(persist(t, want), persist(t, f)) {
+		t.Fatal("state after kill -9 and replay differs from one uninterrupted pass")
+	}
+}
