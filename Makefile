@@ -22,9 +22,12 @@ build:
 	cd $(TESTS) && CGO_ENABLED=0 $(GO) build -tags $(TAGS) -o $(ABSBIN)/ ./cmd/...
 
 ## test: gofmt check, go vet, the dependency check, then the product suite and
-## the tests module's suite (end-to-end, short chaos run), both under the race detector
+## the tests module's suite (end-to-end, short chaos run), both under the race
+## detector. The ledger's suite runs on its disk-backed state (what managers
+## run) and once more on the in-memory state.
 test: fmt-check vet deps-check
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
+	ONCE_LEDGER_TEST_STORE=memory $(GO) test -tags $(TAGS) -race -count=1 ./internal/ledger/
 	cd $(TESTS) && $(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
 
 ## unit: both suites without the real-process end-to-end tests (fast inner loop)
