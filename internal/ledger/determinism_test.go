@@ -54,6 +54,9 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 			r.Request.Payload = json.RawMessage(fmt.Sprintf(`{"n":%d}`, rng.IntN(1000)))
 			jobN++
 			r.JobID = fmt.Sprintf("job-%d", jobN)
+			if jobN%3 == 0 { // a multi-datacenter job (no draw: the sequence stays as it was)
+				r.Request.Datacenters = []string{"dc1", "dc2"}
+			}
 			if rng.IntN(10) == 0 { // a colliding job ID: a recent one of the same tenant
 				for i := len(reserved) - 1; i >= max(0, len(reserved)-8); i-- {
 					if reserved[i].Tenant == tn && reserved[i].Key != r.Key {

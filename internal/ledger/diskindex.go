@@ -261,6 +261,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.entries = entries
 	s.entryExp = &diskIndex[*Entry]{st: st, prefix: pfxEntryExp, key: entryExpKey, primary: entries}
 	s.pendAge = &diskIndex[*Entry]{st: st, prefix: pfxPendAge, key: entryReservedKey, primary: entries}
+	s.multiDC = &diskIndex[*Entry]{st: st, prefix: pfxMultiDC, key: entryKey, primary: entries}
 	s.jobs = jobs
 	s.jobSeq = &diskIndex[*Job]{st: st, prefix: pfxJobSeq, key: jobSeqKey, primary: jobs}
 	s.jobType = &diskIndex[*Job]{st: st, prefix: pfxJobType, key: jobTypeKey, primary: jobs}

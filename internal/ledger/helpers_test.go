@@ -175,10 +175,23 @@ func checkInvariants(t testing.TB, f *FSM) {
 		if got, ok := s.pendAge.Get(e); (e.State == StatePending) != (ok && reflect.DeepEqual(got, e)) {
 			t.Errorf("entry %s/%s (%v): pending index disagrees", e.Tenant, e.Key, e.State)
 		}
+		if got, ok := s.multiDC.Get(e); carried(e) != (ok && reflect.DeepEqual(got, e)) {
+			t.Errorf("entry %s/%s (%v, %v): multi-datacenter order disagrees", e.Tenant, e.Key, e.State, e.Request.Datacenters)
+		}
 		return true
 	})
 	if countOf(s.pendAge) != s.pending {
 		t.Errorf("pendAge has %d items, %d pending", countOf(s.pendAge), s.pending)
+	}
+	carriedN := 0
+	s.entries.Ascend(func(e *Entry) bool {
+		if carried(e) {
+			carriedN++
+		}
+		return true
+	})
+	if countOf(s.multiDC) != carriedN {
+		t.Errorf("multiDC has %d items, %d entries belong there", countOf(s.multiDC), carriedN)
 	}
 	if countOf(s.entryExp) != s.entries.Len() {
 		t.Errorf("entryExp has %d items, entries %d", countOf(s.entryExp), s.entries.Len())

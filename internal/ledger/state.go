@@ -31,6 +31,8 @@ const maxReliefRemovals = 8
 //	jobExp    (expires_at, seq)                   job retention
 //	wms       (tenant, client_id, nonce)          watermarks
 //	wmAge     (updated_at, tenant, client_id, nonce)  watermark TTL and LRU bound
+//	pendAge   (reserved_at, tenant, key)          PENDING entries (orphans)
+//	multiDC   (tenant, key)                       resolved multi-datacenter entries (outbox)
 type state struct {
 	entries  index[*Entry]
 	entryExp index[*Entry]
@@ -43,6 +45,10 @@ type state struct {
 	// pendAge holds the PENDING entries only, by (reserved_at, tenant, key):
 	// the leader resolves those older than a grace (FSM.PendingBefore).
 	pendAge index[*Entry]
+	// multiDC holds the resolved entries whose request names several
+	// datacenters, by (tenant, key): what the leader's outbox carries to the
+	// others (FSM.ResolvedMultiDatacenter), without walking every entry.
+	multiDC index[*Entry]
 
 	// store is the disk-backed state's store (nil in memory); dirtyTenants
 	// are the tenants whose counters changed in the open batch.
@@ -83,6 +89,7 @@ func newState() *state {
 		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
 		pendAge:  btree.NewG(btreeDegree, lessEntryReserved),
+		multiDC:  btree.NewG(btreeDegree, lessEntryKey),
 		wmTenant: map[string]int{},
 
 		tenantBytes: map[string]uint64{},
@@ -307,11 +314,17 @@ func (s *state) count(st State, d int) {
 	}
 }
 
+// carried reports whether an entry belongs in the multiDC order.
+func carried(e *Entry) bool { return e.State != StatePending && len(e.Request.Datacenters) > 1 }
+
 func (s *state) insertEntry(e *Entry) {
 	s.entries.ReplaceOrInsert(e)
 	s.entryExp.ReplaceOrInsert(e)
 	if e.State == StatePending {
 		s.pendAge.ReplaceOrInsert(e)
+	}
+	if carried(e) {
+		s.multiDC.ReplaceOrInsert(e)
 	}
 	s.count(e.State, 1)
 	s.charge(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
@@ -323,10 +336,16 @@ func (s *state) replaceEntry(old, e *Entry) {
 	if old.State == StatePending {
 		s.pendAge.Delete(old)
 	}
+	if carried(old) {
+		s.multiDC.Delete(old)
+	}
 	s.entries.ReplaceOrInsert(e)
 	s.entryExp.ReplaceOrInsert(e)
 	if e.State == StatePending {
 		s.pendAge.ReplaceOrInsert(e)
+	}
+	if carried(e) {
+		s.multiDC.ReplaceOrInsert(e)
 	}
 	s.count(old.State, -1)
 	s.count(e.State, 1)
@@ -341,6 +360,9 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	s.entryExp.Delete(e)
 	if e.State == StatePending {
 		s.pendAge.Delete(e)
+	}
+	if carried(e) {
+		s.multiDC.Delete(e)
 	}
 	s.count(e.State, -1)
 	s.release(e.Tenant, entryBytes(len(e.Request.Payload), e.State))

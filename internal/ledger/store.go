@@ -46,6 +46,7 @@ const (
 	pfxEntries     byte = 'e'  // (tenant, key)
 	pfxEntryExp    byte = 'x'  // (expires_at, tenant, key)
 	pfxPendAge     byte = 'p'  // (reserved_at, tenant, key), PENDING only
+	pfxMultiDC     byte = 'm'  // (tenant, key), resolved entries naming several datacenters
 	pfxJobs        byte = 'j'  // (tenant, id)
 	pfxJobSeq      byte = 's'  // (tenant, seq)
 	pfxJobType     byte = 't'  // (tenant, type, seq)
