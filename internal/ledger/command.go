@@ -14,6 +14,9 @@ const (
 	TypeCommit  CommandType = 0x02
 	TypeReject  CommandType = 0x03
 	TypeExpire  CommandType = 0x04
+	// TypeConfirm is ignorable: an older replica may skip it (it records the
+	// outbox's progress, which only saves replays).
+	TypeConfirm CommandType = 0x07 | TypeIgnorable
 
 	// TypeIgnorable is a flag bit of the type byte. A replica that does not know
 	// a type with this bit set ignores the command (OutcomeIgnored) instead of
@@ -30,6 +33,7 @@ const (
 	CommitVersion  uint8 = 2
 	RejectVersion  uint8 = 1
 	ExpireVersion  uint8 = 2
+	ConfirmVersion uint8 = 1
 )
 
 func (t CommandType) String() string {
@@ -46,6 +50,8 @@ func (t CommandType) String() string {
 		return "reserve_batch"
 	case TypeResolveBatch:
 		return "resolve_batch"
+	case TypeConfirm:
+		return "confirm"
 	}
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
@@ -440,6 +446,59 @@ func decodeExpireV1(d *decoder) Expire {
 	return e
 }
 
+// Confirm records, for resolved multi-datacenter entries, that another named
+// datacenter holds a final outcome for the same request: the outbox's
+// progress, so a new leader does not carry those again (docs/multidc.md). It
+// carries no time and changes nothing but Entry.Confirmed. The command's
+// outcome is OutcomeConfirmed; per item, in order (Result.Items):
+// OutcomeConfirmed; OutcomeUnchanged when the datacenter
+// was confirmed already, or the entry is not resolved with that JobID;
+// OutcomeNotFound without an entry; OutcomeInvalid (the item only) for an
+// empty field or a datacenter the request does not name.
+type Confirm struct {
+	Items []Confirmation
+}
+
+// Confirmation is one item of Confirm.
+type Confirmation struct {
+	Tenant, Key, JobID, Datacenter string
+}
+
+func (Confirm) CommandType() CommandType { return TypeConfirm }
+func (Confirm) CommandVersion() uint8    { return ConfirmVersion }
+
+func (c Confirm) sizeHint() int {
+	n := varintSize
+	for _, it := range c.Items {
+		n += len(it.Tenant) + len(it.Key) + len(it.JobID) + len(it.Datacenter) + 4*varintSize
+	}
+	return n
+}
+
+// Confirm v1 body:
+//
+//	count uvarint, then count × (tenant string, key string, job_id string,
+//	datacenter string)
+func (c Confirm) appendBody(b []byte) []byte {
+	b = appendUvarint(b, uint64(len(c.Items)))
+	for _, it := range c.Items {
+		b = appendString(b, it.Tenant)
+		b = appendString(b, it.Key)
+		b = appendString(b, it.JobID)
+		b = appendString(b, it.Datacenter)
+	}
+	return b
+}
+
+func decodeConfirmV1(d *decoder) Confirm {
+	n := d.length(4) // each item is at least four empty strings
+	c := Confirm{Items: make([]Confirmation, 0, n)}
+	for i := 0; i < n && d.err == nil; i++ {
+		c.Items = append(c.Items, Confirmation{Tenant: d.string(), Key: d.string(), JobID: d.string(), Datacenter: d.string()})
+	}
+	return c
+}
+
 func (u Unknown) sizeHint() int              { return len(u.Body) }
 func (u Unknown) appendBody(b []byte) []byte { return append(b, u.Body...) }
 
@@ -508,6 +567,11 @@ func DecodeCommand(data []byte) (Command, error) {
 			return nil, versionError(t, v)
 		}
 		c = decodeResolveBatchV1(d)
+	case TypeConfirm:
+		if v != ConfirmVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeConfirmV1(d)
 	default:
 		if t&TypeIgnorable != 0 {
 			return Unknown{Type: t, Version: v, Body: append([]byte(nil), data[2:]...)}, nil

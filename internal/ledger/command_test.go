@@ -36,6 +36,8 @@ func sampleCommands() []Command {
 			{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3, version: 1}}},
 		ResolveBatch{Items: []Command{commit(s, t0+sec), reject(s, t0+sec, 422),
 			Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, version: 1}}},
+		Confirm{Items: []Confirmation{{"acme", "host1.dc1:12345:42:a1b2c3d4e5f6a7b8", s.JobID, "dc2"}, {"t", "k", "j", "dc3"}}},
+		Confirm{Items: []Confirmation{}},
 	}
 }
 

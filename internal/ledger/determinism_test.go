@@ -32,6 +32,10 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 		logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Term: 1, Type: typ, Data: data})
 	}
 	for len(logs) < n {
+		if len(logs)%11 == 10 && len(reserved) > 0 { // the outbox's progress (no draw: the sequence stays as it was)
+			r := reserved[len(reserved)/2]
+			add(raft.LogCommand, Encode(Confirm{Items: []Confirmation{{r.Tenant, r.Key, r.JobID, "dc2"}}}))
+		}
 		now += rng.Int64N(3 * sec)
 		switch p := rng.IntN(100); {
 		case p < 40:

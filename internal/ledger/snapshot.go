@@ -8,6 +8,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/google/btree"
@@ -29,11 +30,14 @@ import (
 // A record is a uvarint length and that many bytes, decoded strictly (no
 // trailing bytes) with the command primitives. Version 2 appends result_ttl to
 // the entry record and the window to the watermark record; version 3 appends
-// seq_high to the header (batches give Seqs past the applied index). Restore
-// reads versions 1 and 2 as well.
+// seq_high to the header (batches give Seqs past the applied index); version
+// 4 appends confirmed to the entry record. Restore reads versions 1 to 3 as
+// well.
 const (
 	snapshotMagic   = "ONCELDGR"
-	snapshotVersion = 3
+	snapshotVersion = 4
+	// snapshotVersion3 has no confirmed datacenters in its entries.
+	snapshotVersion3 = 3
 	// snapshotVersion2 has no seq_high: no Seq was past the applied index.
 	snapshotVersion2 = 2
 	// snapshotVersion1 has no ledger_time in its header: Restore derives it.
@@ -169,6 +173,7 @@ func (s *Snapshot) Release() {
 //	structured bool, [client_id string, sequence uvarint, nonce string],
 //	status uvarint, reason string, detail string,
 //	(v2:) result_ttl int64 (nanoseconds)
+//	(v4:) confirmed strings
 func appendEntry(b []byte, e *Entry) []byte {
 	b = appendString(b, e.Tenant)
 	b = appendString(b, e.Key)
@@ -190,7 +195,8 @@ func appendEntry(b []byte, e *Entry) []byte {
 	b = appendUvarint(b, uint64(e.Status))
 	b = appendString(b, e.Reason)
 	b = appendString(b, e.Detail)
-	return appendInt64(b, int64(e.ResultTTL))
+	b = appendInt64(b, int64(e.ResultTTL))
+	return appendStrings(b, e.Confirmed)
 }
 
 func decodeEntry(d *decoder, version uint8) *Entry {
@@ -229,7 +235,30 @@ func decodeEntry(d *decoder, version uint8) *Entry {
 			d.fail("negative result_ttl")
 		}
 	}
+	if version >= 4 {
+		e.Confirmed = d.strings()
+		if d.err == nil && !confirmedValid(e) {
+			d.fail("confirmed datacenters not sorted, repeated, or not named by the request")
+		}
+	}
 	return e
+}
+
+// confirmedValid: Confirmed is a sorted set of datacenters the request names,
+// and only a resolved entry has one (what Confirm builds).
+func confirmedValid(e *Entry) bool {
+	if len(e.Confirmed) == 0 {
+		return true
+	}
+	if e.State == StatePending {
+		return false
+	}
+	for i, dc := range e.Confirmed {
+		if (i > 0 && e.Confirmed[i-1] >= dc) || !slices.Contains(e.Request.Datacenters, dc) {
+			return false
+		}
+	}
+	return true
 }
 
 // Job record (snapshot v1):
@@ -449,7 +478,7 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 		return nil, badSnapshot("bad magic %q", head[:len(snapshotMagic)])
 	}
 	version := head[len(snapshotMagic)]
-	if version != snapshotVersion && version != snapshotVersion2 && version != snapshotVersion1 {
+	if version < snapshotVersion1 || version > snapshotVersion {
 		return nil, fmt.Errorf("%w: version %d", ErrSnapshotVersion, version)
 	}
 	d, err := r.record("header")
@@ -463,7 +492,7 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 		ledgerTime = d.int64()
 	}
 	seqHigh := applied
-	if version == snapshotVersion {
+	if version >= snapshotVersion3 {
 		seqHigh = d.uvarint()
 		if d.err == nil && seqHigh < applied {
 			d.fail("seq_high below the applied index")

@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/google/btree"
@@ -259,6 +260,8 @@ func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
 		return s.applyReject(ax, c)
 	case Expire:
 		return s.applyExpire(ax, c)
+	case Confirm:
+		return s.applyConfirm(c)
 	case Unknown:
 		return Result{Outcome: OutcomeIgnored}
 	}
@@ -314,8 +317,12 @@ func (s *state) count(st State, d int) {
 	}
 }
 
-// carried reports whether an entry belongs in the multiDC order.
-func carried(e *Entry) bool { return e.State != StatePending && len(e.Request.Datacenters) > 1 }
+// carried reports whether an entry belongs in the multiDC order: resolved,
+// and naming another datacenter that has not confirmed it (a request names
+// its own datacenter, which never confirms itself).
+func carried(e *Entry) bool {
+	return e.State != StatePending && len(e.Confirmed) < len(e.Request.Datacenters)-1
+}
 
 func (s *state) insertEntry(e *Entry) {
 	s.entries.ReplaceOrInsert(e)
@@ -704,6 +711,39 @@ func (s *state) applyExpire(ax *applyCtx, c Expire) Result {
 		}
 	}
 	return res
+}
+
+func (s *state) applyConfirm(c Confirm) Result {
+	res := Result{Outcome: OutcomeConfirmed, Items: make([]Result, len(c.Items))}
+	for i, it := range c.Items {
+		res.Items[i] = s.confirm(it)
+	}
+	return res
+}
+
+func (s *state) confirm(it Confirmation) Result {
+	if it.Tenant == "" || it.Key == "" || it.JobID == "" || it.Datacenter == "" {
+		return invalidf("confirm: empty tenant, key, job ID or datacenter")
+	}
+	old, ok := s.getEntry(it.Tenant, it.Key)
+	if !ok {
+		return Result{Outcome: OutcomeNotFound}
+	}
+	if old.State == StatePending || old.JobID != it.JobID {
+		return Result{Outcome: OutcomeUnchanged, Entry: *old}
+	}
+	if !slices.Contains(old.Request.Datacenters, it.Datacenter) {
+		return invalidf("confirm: %s/%s does not name datacenter %q", it.Tenant, it.Key, it.Datacenter)
+	}
+	at, found := slices.BinarySearch(old.Confirmed, it.Datacenter)
+	if found {
+		return Result{Outcome: OutcomeUnchanged, Entry: *old}
+	}
+	e := *old
+	e.Confirmed = slices.Insert(slices.Clone(old.Confirmed), at, it.Datacenter)
+	e.Confirmed = clip(e.Confirmed)
+	s.replaceEntry(old, &e)
+	return Result{Outcome: OutcomeConfirmed, Entry: e}
 }
 
 // satSub returns a-b (b > 0), saturating at math.MinInt64.

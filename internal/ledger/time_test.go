@@ -72,7 +72,7 @@ func toVersion1(t *testing.T, snap []byte) []byte {
 	put(header[:headerV1])
 	for i := uint64(0); i < entries; i++ {
 		r := next()
-		put(r[:len(r)-8])
+		put(r[:len(r)-9]) // no result_ttl (8 bytes), no confirmed (an empty list: 1 byte)
 	}
 	for i := uint64(0); i < jobs; i++ {
 		put(next())

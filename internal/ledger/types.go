@@ -93,6 +93,11 @@ type Entry struct {
 	Status int
 	Reason string
 	Detail string
+
+	// Confirmed lists, sorted, the other datacenters named by a resolved
+	// multi-datacenter entry's request that hold a final outcome for it
+	// (Confirm): the outbox's durable progress (docs/multidc.md).
+	Confirmed []string
 }
 
 // Job is a row of the job table: created by a Commit, removed when its
@@ -252,6 +257,10 @@ const (
 	// OutcomeBatch: a batch command applied; Result.Items has one Result per
 	// item, in order.
 	OutcomeBatch
+	// OutcomeConfirmed: Confirm applied; Result.Items has one Result per item.
+	// An item's OutcomeConfirmed: the datacenter was added to the entry's
+	// Confirmed (the item's Entry is the entry after).
+	OutcomeConfirmed
 )
 
 var outcomeNames = [...]string{
@@ -275,6 +284,7 @@ var outcomeNames = [...]string{
 	OutcomeBytesFull:            "bytes_full",
 	OutcomeTenantBytesFull:      "tenant_bytes_full",
 	OutcomeBatch:                "batch",
+	OutcomeConfirmed:            "confirmed",
 }
 
 func (o Outcome) String() string {
