@@ -14,6 +14,9 @@ type metrics struct {
 	submitTime   prometheus.Histogram
 	applyLatency prometheus.Histogram
 	expired      prometheus.Counter
+	// outboxConfirmed counts the (entry, datacenter) pairs this manager's
+	// outbox recorded as final in the ledger.
+	outboxConfirmed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -36,9 +39,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "once_manager_expired_total",
 			Help: "Entries, jobs and watermarks removed by Expire commands this manager proposed.",
 		}),
+		outboxConfirmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "once_manager_outbox_confirmed_total",
+			Help: "Multi-datacenter submissions this manager's outbox carried to another datacenter and recorded as final there (one per entry and datacenter).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.submissions, m.submitTime, m.applyLatency, m.expired)
+		reg.MustRegister(m.submissions, m.submitTime, m.applyLatency, m.expired, m.outboxConfirmed)
 	}
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,11 +27,13 @@ const (
 // outbox carries the submissions this datacenter resolved to the other
 // datacenters they name, until each has a final outcome there: a job whose
 // gate reached only some of its datacenters is completed without waiting for
-// the client's retry. It needs no ledger state of its own: every COMMITTED or
-// REJECTED entry already records the datacenters its request names, and a
-// Submit of the same (tenant, key, fingerprint, job ID) is idempotent at the
-// other end. Which (entry, datacenter) pairs have confirmed is kept in memory
-// at the leader; a new leader asks again, and each question is a replay.
+// the client's retry. Every COMMITTED or REJECTED entry records the
+// datacenters its request names, and a Submit of the same (tenant, key,
+// fingerprint, job ID) is idempotent at the other end. A final outcome is
+// recorded in the ledger (a Confirm command, one per pass for every pair that
+// got one), so a new leader does not ask again, and a fully confirmed entry
+// leaves the ledger's order the pass walks. The backoff of the pairs still
+// waiting is kept in memory at the leader.
 type outbox struct {
 	m     *Manager
 	peers func() map[string][]string // datacenter -> manager RPC addresses
@@ -94,6 +97,9 @@ func (o *outbox) pass(ctx context.Context) {
 			if dc == own {
 				continue
 			}
+			if slices.Contains(e.Confirmed, dc) {
+				continue
+			}
 			k := outboxKey{e.Tenant, e.Key, e.JobID, dc}
 			seen[k] = true
 			o.mu.Lock()
@@ -118,19 +124,49 @@ func (o *outbox) pass(ctx context.Context) {
 	}
 	o.mu.Unlock()
 
-	var g errgroup.Group
+	var (
+		g         errgroup.Group
+		confirmMu sync.Mutex
+		confirmed []ledger.Confirmation
+	)
 	g.SetLimit(outboxParallel)
 	for _, j := range due {
 		if ctx.Err() != nil {
 			break
 		}
-		g.Go(func() error { o.carry(ctx, j.k, j.e); return nil })
+		g.Go(func() error {
+			if o.carry(ctx, j.k, j.e) {
+				confirmMu.Lock()
+				confirmed = append(confirmed, ledger.Confirmation{Tenant: j.k.tenant, Key: j.k.key, JobID: j.k.jobID, Datacenter: j.k.dc})
+				confirmMu.Unlock()
+			}
+			return nil
+		})
 	}
 	_ = g.Wait()
+	o.confirm(ctx, confirmed)
 }
 
-// carry sends one entry's submission to one datacenter and records the answer.
-func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) {
+// confirmChunk bounds the items of one Confirm command.
+const confirmChunk = 1024
+
+// confirm records the final outcomes in the ledger. A failure (leadership
+// lost) only costs replays: the next leader asks those pairs again.
+func (o *outbox) confirm(ctx context.Context, items []ledger.Confirmation) {
+	for len(items) > 0 {
+		n := min(len(items), confirmChunk)
+		if _, err := o.m.apply(ctx, ledger.Confirm{Items: items[:n]}); err != nil {
+			o.log.Debug("recording the other datacenters' outcomes failed; a later leader asks again", logging.KeyCount, n, logging.KeyError, err)
+			return
+		}
+		o.m.metrics.outboxConfirmed.Add(float64(n))
+		items = items[n:]
+	}
+}
+
+// carry sends one entry's submission to one datacenter and records the
+// answer; it reports whether the answer was final.
+func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
 	req := &rpc.SubmitRequest{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, ProposedJobID: e.JobID}
 	req.Job.Type, req.Job.Payload, req.Job.Datacenters = e.Request.Type, e.Request.Payload, e.Request.Datacenters
 	actx, cancel := context.WithTimeout(ctx, outboxAttempt)
@@ -141,7 +177,7 @@ func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) {
 	defer o.mu.Unlock()
 	st := o.state[k]
 	if st == nil {
-		return
+		return false
 	}
 	if final {
 		st.done = true
@@ -149,13 +185,14 @@ func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) {
 			o.log.Error("another datacenter holds this key for another request", logging.KeyTenant, k.tenant,
 				logging.KeyIdemKey, k.key, logging.KeyDatacenter, k.dc)
 		}
-		return
+		return true
 	}
 	st.backoff = min(max(2*st.backoff, outboxInterval), outboxMaxBackoff)
 	// Jitter keeps the leaders of several datacenters from retrying in step.
 	st.next = time.Now().Add(st.backoff/2 + rand.N(st.backoff/2+1))
 	o.log.Debug("carrying a submission to another datacenter failed; will retry", logging.KeyTenant, k.tenant,
 		logging.KeyIdemKey, k.key, logging.KeyDatacenter, k.dc, logging.KeyError, err)
+	return false
 }
 
 // client returns the client of datacenter dc's leader.

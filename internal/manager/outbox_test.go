@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
@@ -62,5 +63,16 @@ func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 	})
 	if n := tc2.mgrs[l2].FSM().Stats().Jobs; n != 1 {
 		t.Fatalf("dc2 holds %d jobs, want 1", n)
+	}
+	// The progress is in dc1's ledger: a later leader (here, an outbox that
+	// knows nothing) finds nothing left to carry.
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		e, _ := tc1.mgrs[l1].FSM().Entry("t", "order-9")
+		return len(e.Confirmed) == 1 && e.Confirmed[0] == "dc2", "dc1's ledger to record dc2's outcome"
+	})
+	carried := 0
+	tc1.mgrs[l1].FSM().ResolvedMultiDatacenter("dc1", func(ledger.Entry) bool { carried++; return true })
+	if carried != 0 {
+		t.Fatalf("%d entries still to carry after dc2 confirmed", carried)
 	}
 }
