@@ -25,8 +25,12 @@ type diskIndex[T any] struct {
 	decode func(v []byte) (T, error)
 	count  func() int
 
-	// A secondary order names its primary table.
+	// A secondary order names its primary table. With copies, its values are
+	// the items' records themselves, not their primary keys: the expiry
+	// orders, whose walk reaches the oldest items (cold in the cache), so a
+	// removal reads the order's own value instead of a random primary block.
 	primary *diskIndex[T]
+	copies  bool
 
 	// floor is a key at or below every key of the index (nil: the prefix's
 	// start). Finding the smallest item sets it to that item's key; inserting
@@ -67,8 +71,11 @@ func (x *diskIndex[T]) decodeValue(v []byte) T {
 
 // resolve turns a key's value in this index into the item.
 func (x *diskIndex[T]) resolve(v []byte) (item T, ok bool) {
-	if x.primary == nil {
+	switch {
+	case x.primary == nil:
 		return x.decodeValue(v), true
+	case x.copies:
+		return x.primary.decodeValue(v), true
 	}
 	return x.primary.getKey(v)
 }
@@ -83,8 +90,12 @@ func (x *diskIndex[T]) getKey(k []byte) (item T, ok bool) {
 // they build their key in a buffer of their own.
 func (x *diskIndex[T]) Get(probe T) (item T, ok bool) {
 	k := x.fullKey(make([]byte, 0, 64), probe)
-	if x.primary == nil {
+	switch {
+	case x.primary == nil:
 		return x.getKey(k)
+	case x.copies:
+		ok = getFrom(x.st.r, k, func(v []byte) { item = x.primary.decodeValue(v) })
+		return item, ok
 	}
 	var pk []byte
 	if !getFrom(x.st.r, k, func(v []byte) { pk = append([]byte(nil), v...) }) {
@@ -109,7 +120,11 @@ func (x *diskIndex[T]) ReplaceOrInsert(item T) (old T, replaced bool) {
 		x.st.set(k, x.encode(nil, item))
 		return old, false
 	}
-	x.st.set(k, x.primary.fullKey(nil, item))
+	if x.copies {
+		x.st.set(k, x.primary.encode(nil, item))
+	} else {
+		x.st.set(k, x.primary.fullKey(nil, item))
+	}
 	return old, false
 }
 
@@ -259,13 +274,13 @@ func (s *state) useStore(st *store, m storeMeta) {
 	}
 	s.store = st
 	s.entries = entries
-	s.entryExp = &diskIndex[*Entry]{st: st, prefix: pfxEntryExp, key: entryExpKey, primary: entries}
+	s.entryExp = &diskIndex[*Entry]{st: st, prefix: pfxEntryExp, key: entryExpKey, primary: entries, copies: true}
 	s.pendAge = &diskIndex[*Entry]{st: st, prefix: pfxPendAge, key: entryReservedKey, primary: entries}
 	s.multiDC = &diskIndex[*Entry]{st: st, prefix: pfxMultiDC, key: entryKey, primary: entries}
 	s.jobs = jobs
 	s.jobSeq = &diskIndex[*Job]{st: st, prefix: pfxJobSeq, key: jobSeqKey, primary: jobs}
 	s.jobType = &diskIndex[*Job]{st: st, prefix: pfxJobType, key: jobTypeKey, primary: jobs}
-	s.jobExp = &diskIndex[*Job]{st: st, prefix: pfxJobExp, key: jobExpKey, primary: jobs}
+	s.jobExp = &diskIndex[*Job]{st: st, prefix: pfxJobExp, key: jobExpKey, primary: jobs, copies: true}
 	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
 	s.pending, s.committed, s.rejected = int(m.pending), int(m.committed), int(m.rejected)
