@@ -113,9 +113,14 @@ func (s *discardSink) ID() string                  { return "discard" }
 var _ io.Writer = (*discardSink)(nil)
 
 // BenchmarkSnapshotPersist: Snapshot + Persist of ~100k entries, ~100k jobs
-// and one watermark.
+// and one watermark, in memory and on disk.
 func BenchmarkSnapshotPersist(b *testing.B) {
-	f := New(Options{})
+	for _, store := range []string{"memory", "disk"} {
+		b.Run("store="+store, func(b *testing.B) { benchSnapshotPersist(b, benchFSM(b, store, Options{})) })
+	}
+}
+
+func benchSnapshotPersist(b *testing.B, f *FSM) {
 	g := &benchLog{live: 100_000}
 	var buf []*raft.Log
 	for range 150_000 {

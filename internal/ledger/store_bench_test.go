@@ -237,4 +237,3 @@ func dirBytes(b *testing.B, dir string) int64 {
 	}
 	return n
 }
-
