@@ -414,3 +414,36 @@ func ReadSecretFile(env, path string) (string, error) {
 	}
 	return s, nil
 }
+
+// TLSFiles is the cluster TLS trio of a daemon (docs/security.md): the
+// cluster CA, this node's certificate and its key, each named by its
+// variable. All three or none must be set.
+type TLSFiles struct {
+	EnvCA, CA     string
+	EnvCert, Cert string
+	EnvKey, Key   string
+}
+
+// Set reports whether the trio is set (Check has passed).
+func (f TLSFiles) Set() bool { return f.CA != "" }
+
+// Check returns an *Error naming the first missing variable when some but
+// not all three are set.
+func (f TLSFiles) Check() error {
+	set := 0
+	for _, v := range []string{f.CA, f.Cert, f.Key} {
+		if v != "" {
+			set++
+		}
+	}
+	if set == 0 || set == 3 {
+		return nil
+	}
+	want := "set with " + f.EnvCA + ", " + f.EnvCert + " and " + f.EnvKey + ", or none of them"
+	for _, v := range [][2]string{{f.EnvCA, f.CA}, {f.EnvCert, f.Cert}, {f.EnvKey, f.Key}} {
+		if v[1] == "" {
+			return Invalid(v[0], "", want, nil)
+		}
+	}
+	return nil
+}

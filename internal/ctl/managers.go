@@ -14,14 +14,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/rpc"
 )
 
 // managerClient talks to managers' RPC listeners (HTTP/JSON routes).
 type managerClient struct {
-	hc   *http.Client
-	addr []string
+	hc     *http.Client
+	scheme string
+	addr   []string
 }
 
 func (g *globals) managerClient() (*managerClient, error) {
@@ -36,7 +38,19 @@ func (g *globals) managerClient() (*managerClient, error) {
 		}
 		secret = s
 	}
-	return &managerClient{hc: &http.Client{Transport: rpc.WithSecret(http.DefaultTransport, secret)}, addr: g.managers}, nil
+	files := config.TLSFiles{EnvCA: "--cacert", CA: g.cacert, EnvCert: "--cert", Cert: g.cert, EnvKey: "--key", Key: g.key}
+	if err := files.Check(); err != nil {
+		return nil, usagef("%v", err)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if files.Set() {
+		c, err := certs.NewCluster(g.cacert, g.cert, g.key, nil)
+		if err != nil {
+			return nil, usagef("--cacert, --cert, --key: %v", err)
+		}
+		t.TLSClientConfig = c.ClientConfig()
+	}
+	return &managerClient{hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(t.TLSClientConfig), addr: g.managers}, nil
 }
 
 // withManagers runs do with a manager client and the command's context.
@@ -61,7 +75,7 @@ func (c *managerClient) call(ctx context.Context, method, addr, path string, in,
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+addr+path, body)
 	if err != nil {
 		return usagef("manager address %q: %v", addr, err)
 	}
@@ -301,7 +315,7 @@ func (c *managerClient) stream(ctx context.Context, method, path string, in func
 			body = b
 			defer b.Close()
 		}
-		req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
+		req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+addr+path, body)
 		if err != nil {
 			return usagef("manager address %q: %v", addr, err)
 		}

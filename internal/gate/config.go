@@ -24,6 +24,9 @@ const (
 	EnvClusterSecretFile = "GATE_CLUSTER_SECRET_FILE"
 	EnvTLSCertFile       = "GATE_TLS_CERT_FILE"
 	EnvTLSKeyFile        = "GATE_TLS_KEY_FILE"
+	EnvRPCTLSCAFile      = "GATE_RPC_TLS_CA_FILE"
+	EnvRPCTLSCertFile    = "GATE_RPC_TLS_CERT_FILE"
+	EnvRPCTLSKeyFile     = "GATE_RPC_TLS_KEY_FILE"
 	EnvMaxBodyBytes      = "GATE_MAX_BODY_BYTES"
 	EnvForwardTimeout    = "GATE_FORWARD_TIMEOUT_SECONDS"
 	EnvShutdownTimeout   = "GATE_SHUTDOWN_TIMEOUT_SECONDS"
@@ -76,17 +79,21 @@ type Config struct {
 	// with both, the gate serves HTTPS and reloads the pair when the files
 	// change (internal/certs); with neither, plain HTTP.
 	TLSCertFile, TLSKeyFile string
-	MaxBodyBytes            int64         // GATE_MAX_BODY_BYTES, default 1 MiB
-	ForwardTimeout          time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
-	ShutdownTimeout         time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
-	LogLevel                string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
-	LogFormat               string        // GATE_LOG_FORMAT: text or json; default text
-	Pprof                   bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
-	Join                    []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
-	GossipAddr              string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
-	GossipAdvertise         string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
-	GossipKey               string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
-	GossipProfile           string        // GATE_GOSSIP_PROFILE: lan or local
+	// RPCTLSCAFile, RPCTLSCertFile and RPCTLSKeyFile are GATE_RPC_TLS_*: the
+	// cluster CA and the gate's client certificate for the managers' RPC
+	// over mutual TLS (docs/security.md); all three or none.
+	RPCTLSCAFile, RPCTLSCertFile, RPCTLSKeyFile string
+	MaxBodyBytes                                int64         // GATE_MAX_BODY_BYTES, default 1 MiB
+	ForwardTimeout                              time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
+	ShutdownTimeout                             time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
+	LogLevel                                    string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
+	LogFormat                                   string        // GATE_LOG_FORMAT: text or json; default text
+	Pprof                                       bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
+	Join                                        []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
+	GossipAddr                                  string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
+	GossipAdvertise                             string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
+	GossipKey                                   string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
+	GossipProfile                               string        // GATE_GOSSIP_PROFILE: lan or local
 
 	// Idempotency holds the seven IDEMPOTENCY_* settings.
 	Idempotency config.Idempotency
@@ -155,6 +162,12 @@ func Register(l *config.Loader, c *Config) {
 		"serve HTTPS with this certificate (with GATE_TLS_KEY_FILE); reloaded when the file changes")
 	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "", "a path to a PEM private key", nil,
 		"the private key of GATE_TLS_CERT_FILE")
+	l.String(&c.RPCTLSCAFile, EnvRPCTLSCAFile, "", "a path to a PEM certificate", nil,
+		"the cluster CA: reach the managers' RPC over mutual TLS, accepting only managers it signed (with GATE_RPC_TLS_CERT_FILE and _KEY_FILE); reloaded when the file changes")
+	l.String(&c.RPCTLSCertFile, EnvRPCTLSCertFile, "", "a path to a PEM certificate (chain)", nil,
+		"the gate's client certificate for the managers' RPC, signed by the cluster CA")
+	l.String(&c.RPCTLSKeyFile, EnvRPCTLSKeyFile, "", "a path to a PEM private key", nil,
+		"the private key of GATE_RPC_TLS_CERT_FILE")
 	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
 		"the secret presented to the managers' RPC; must match MANAGER_CLUSTER_SECRET_FILE's (empty: none)")
 	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, d.MaxBodyBytes, MinBodyBytes, MaxBodyBytes,
@@ -200,6 +213,11 @@ func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writ
 	return c, c.Validate()
 }
 
+func (c *Config) rpcTLSFiles() config.TLSFiles {
+	return config.TLSFiles{EnvCA: EnvRPCTLSCAFile, CA: c.RPCTLSCAFile, EnvCert: EnvRPCTLSCertFile, Cert: c.RPCTLSCertFile,
+		EnvKey: EnvRPCTLSKeyFile, Key: c.RPCTLSKeyFile}
+}
+
 // Validate checks c as New does. Errors are *config.Error values naming the
 // variable, its flag and the accepted range; they match config.ErrInvalid and
 // the cause (config.ErrSyntax, config.ErrOutOfRange).
@@ -223,6 +241,9 @@ func (c *Config) Validate() error {
 		if err := check(EnvManagers, strings.Join(c.Managers, ","), "a comma-separated list of host:port", config.HostPort(m)); err != nil {
 			return err
 		}
+	}
+	if err := c.rpcTLSFiles().Check(); err != nil {
+		return err
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		env, v := EnvTLSKeyFile, c.TLSKeyFile

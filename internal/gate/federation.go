@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -39,14 +40,17 @@ const federationRefresh = 5 * time.Second
 // GET /rpc/v1/federation from one of its datacenter's managers every
 // federationRefresh, keeping the last view it got.
 type federationPoller struct {
-	local rpc.Resolver
-	hc    *http.Client
-	log   *slog.Logger
-	view  atomic.Pointer[map[string][]string]
+	local  rpc.Resolver
+	hc     *http.Client
+	scheme string
+	log    *slog.Logger
+	view   atomic.Pointer[map[string][]string]
 }
 
-func newFederationPoller(local rpc.Resolver, secret string, log *slog.Logger) *federationPoller {
-	return &federationPoller{local: local, hc: &http.Client{Transport: rpc.WithSecret(rpc.NewTransport(), secret)}, log: log}
+func newFederationPoller(local rpc.Resolver, secret string, tlsCfg *tls.Config, log *slog.Logger) *federationPoller {
+	t := rpc.NewTransport()
+	t.TLSClientConfig = tlsCfg
+	return &federationPoller{local: local, hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(tlsCfg), log: log}
 }
 
 // Datacenters implements Federation.
@@ -76,7 +80,7 @@ func (p *federationPoller) run(ctx context.Context) {
 func (p *federationPoller) refresh(ctx context.Context) {
 	for _, addr := range p.local.Managers() {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
-		f, err := rpc.FetchFederation(actx, p.hc, addr)
+		f, err := rpc.FetchFederation(actx, p.hc, p.scheme, addr)
 		cancel()
 		if err != nil {
 			p.log.Debug("reading the federation view", logging.KeyAddr, addr, logging.KeyError, err)
@@ -133,6 +137,7 @@ func (g *Gate) clientFor(dc string) *rpc.Client {
 		}),
 		Logger: g.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc),
 		Secret: g.secret,
+		TLS:    g.rpcTLSConfig(),
 	})
 	g.remote.clients[dc] = c
 	return c

@@ -56,6 +56,9 @@ type Deps struct {
 	// ClusterSecret is the secret presented to the managers' RPC (default:
 	// read from Config.ClusterSecretFile, if set).
 	ClusterSecret string
+	// ClusterTLS is the gate's side of the managers' mutual TLS (default:
+	// loaded from Config.RPCTLS*, if set; nil: plain TCP).
+	ClusterTLS *certs.Cluster
 }
 
 // Gate is one gate: its idempotency cache, its client of the manager leader and
@@ -68,6 +71,7 @@ type Gate struct {
 	tokens  *tokenTable     // nil: no token file, every request is tenant "default"
 	secret  string          // the cluster secret, "" for none
 	certs   *certs.Reloader // GATE_TLS_*: nil serves plain HTTP
+	rpcTLS  *certs.Cluster  // GATE_RPC_TLS_*: nil reaches the managers over plain TCP
 	client  *rpc.Client
 	cache   *cache.Cache[*response]
 	metrics *metrics
@@ -81,6 +85,20 @@ type Gate struct {
 	// testHookWaiting, when set, is called by a duplicate submission after it
 	// found a PENDING entry and before it waits (tests synchronise on it).
 	testHookWaiting func()
+}
+
+// loadClusterTLS loads GATE_RPC_TLS_* (nil when unset).
+func loadClusterTLS(cfg Config, log *slog.Logger) (*certs.Cluster, error) {
+	return certs.LoadCluster(cfg.rpcTLSFiles(), log)
+}
+
+// rpcTLSConfig is the TLS configuration of the gate's calls to managers
+// (nil: plain TCP).
+func (g *Gate) rpcTLSConfig() *tls.Config {
+	if g.rpcTLS == nil {
+		return nil
+	}
+	return g.rpcTLS.ClientConfig()
 }
 
 // New validates cfg, loads the token file and builds a gate. Configuration
@@ -118,6 +136,14 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		}
 		g.certs = r
 	}
+	g.rpcTLS = deps.ClusterTLS
+	if g.rpcTLS == nil {
+		c, err := loadClusterTLS(cfg, g.log)
+		if err != nil {
+			return nil, err
+		}
+		g.rpcTLS = c
+	}
 	g.secret = deps.ClusterSecret
 	if g.secret == "" && cfg.ClusterSecretFile != "" {
 		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
@@ -148,6 +174,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		Resolver: deps.Resolver,
 		Logger:   g.log.With(logging.KeyComponent, "rpc"),
 		Secret:   g.secret,
+		TLS:      g.rpcTLSConfig(),
 	})
 	g.metrics = newMetrics(c, cfg.NodeName, cfg.Datacenter)
 	g.mux = http.NewServeMux()
@@ -278,6 +305,12 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		wctx, stopWatch := context.WithCancel(ctx)
 		watched := make(chan struct{})
 		go func() { defer close(watched); g.certs.Watch(wctx, certReloadInterval) }()
+		defer func() { stopWatch(); <-watched }()
+	}
+	if g.rpcTLS != nil {
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); g.rpcTLS.Watch(wctx, certReloadInterval) }()
 		defer func() { stopWatch(); <-watched }()
 	}
 	g.log.Info("gate serving", logging.KeyAddr, ln.Addr().String(),

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -73,7 +74,17 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 		}
 		deps.ClusterSecret = secret
 	}
-	fed := newFederationPoller(deps.Resolver, deps.ClusterSecret, logger.With(logging.KeyComponent, "federation"))
+	clusterTLS, err := loadClusterTLS(cfg, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "gate: %v\n", err)
+		return ExitConfig
+	}
+	deps.ClusterTLS = clusterTLS
+	var fedTLS *tls.Config
+	if clusterTLS != nil {
+		fedTLS = clusterTLS.ClientConfig()
+	}
+	fed := newFederationPoller(deps.Resolver, deps.ClusterSecret, fedTLS, logger.With(logging.KeyComponent, "federation"))
 	deps.Federation = fed
 	fedCtx, stopFed := context.WithCancel(ctx)
 	fedDone := make(chan struct{})

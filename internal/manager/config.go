@@ -2,10 +2,12 @@ package manager
 
 import (
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"time"
 
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 )
@@ -69,8 +71,13 @@ type Config struct {
 	// ClusterSecretFile is MANAGER_CLUSTER_SECRET_FILE: the secret every
 	// caller of the RPC listener must present (docs/security.md); empty: none.
 	ClusterSecretFile string
-	LogLevel          string // MANAGER_LOG_LEVEL
-	LogFormat         string // MANAGER_LOG_FORMAT
+	// TLSCAFile, TLSCertFile and TLSKeyFile are MANAGER_TLS_*: the cluster CA
+	// and this manager's certificate (for manager.once, server and client
+	// use): RPC and Raft over mutual TLS (docs/security.md); all three or
+	// none.
+	TLSCAFile, TLSCertFile, TLSKeyFile string
+	LogLevel                           string // MANAGER_LOG_LEVEL
+	LogFormat                          string // MANAGER_LOG_FORMAT
 
 	Idempotency config.Idempotency
 
@@ -142,6 +149,9 @@ const (
 	EnvBatchMaxBytes                = "MANAGER_BATCH_MAX_BYTES"
 	EnvPprof                        = "MANAGER_PPROF"
 	EnvClusterSecretFile            = "MANAGER_CLUSTER_SECRET_FILE"
+	EnvTLSCAFile                    = "MANAGER_TLS_CA_FILE"
+	EnvTLSCertFile                  = "MANAGER_TLS_CERT_FILE"
+	EnvTLSKeyFile                   = "MANAGER_TLS_KEY_FILE"
 	EnvLogLevel                     = "MANAGER_LOG_LEVEL"
 	EnvLogFormat                    = "MANAGER_LOG_FORMAT"
 )
@@ -235,6 +245,12 @@ func Register(l *config.Loader, c *Config) {
 	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, d.WatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks; when full, keys of new clients are refused (503), no watermark is evicted")
 	l.Duration(&c.ApplyTimeout, EnvApplyTimeout, d.ApplyTimeout, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
 	l.Bool(&c.Pprof, EnvPprof, d.Pprof, "serve Go's /debug/pprof profiles on the RPC listener")
+	l.String(&c.TLSCAFile, EnvTLSCAFile, "", "a path to a PEM certificate", nil,
+		"the cluster CA: serve RPC and Raft over mutual TLS, accepting only callers whose certificate it signed (with MANAGER_TLS_CERT_FILE and _KEY_FILE); reloaded when the file changes")
+	l.String(&c.TLSCertFile, EnvTLSCertFile, "", "a path to a PEM certificate (chain)", nil,
+		"this manager's certificate, signed by the cluster CA for the name manager.once, for server and client use")
+	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "", "a path to a PEM private key", nil,
+		"the private key of MANAGER_TLS_CERT_FILE")
 	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
 		"the secret every caller of the RPC listener must present (gates, other datacenters' managers, oncectl); empty: none")
 	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
@@ -304,6 +320,18 @@ const (
 // twice as long.
 const DefaultOrphanGrace = 5 * time.Second
 
+// tlsFiles is the MANAGER_TLS_* trio.
+func (c *Config) tlsFiles() config.TLSFiles {
+	return config.TLSFiles{EnvCA: EnvTLSCAFile, CA: c.TLSCAFile, EnvCert: EnvTLSCertFile, Cert: c.TLSCertFile,
+		EnvKey: EnvTLSKeyFile, Key: c.TLSKeyFile}
+}
+
+// LoadClusterTLS loads MANAGER_TLS_* (nil when unset); an error is a
+// *config.Error naming MANAGER_TLS_CA_FILE.
+func LoadClusterTLS(cfg Config, log *slog.Logger) (*certs.Cluster, error) {
+	return certs.LoadCluster(cfg.tlsFiles(), log)
+}
+
 // Validate checks c as LoadConfig does: the forms of the names, addresses and
 // log settings (for a Config built in code), the rules that involve more than
 // one setting, and the routability of the advertised addresses. Errors are
@@ -325,6 +353,9 @@ func (c *Config) Validate() error {
 		if err := f.check(f.value); err != nil {
 			return config.Invalid(f.env, f.value, f.want, err)
 		}
+	}
+	if err := c.tlsFiles().Check(); err != nil {
+		return err
 	}
 	if c.JobRetention < c.Idempotency.CommittedTTL {
 		return config.Invalid(EnvJobRetention, config.FormatSeconds(c.JobRetention),

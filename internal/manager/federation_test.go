@@ -42,7 +42,7 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 	// What a gate reads from GET /rpc/v1/federation.
 	srv := httptest.NewServer(rpc.FederationHandler(f1.view))
 	defer srv.Close()
-	v, err := rpc.FetchFederation(context.Background(), srv.Client(), strings.TrimPrefix(srv.URL, "http://"))
+	v, err := rpc.FetchFederation(context.Background(), srv.Client(), "http", strings.TrimPrefix(srv.URL, "http://"))
 	if err != nil || v.Datacenter != "dc1" || len(v.Datacenters) != 2 || fmt.Sprint(v.Datacenters["dc2"]) != "[127.0.0.1:7201]" {
 		t.Fatalf("fetched %+v, %v", v, err)
 	}

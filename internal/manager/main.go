@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -65,6 +66,9 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	return config.ExitOK
 }
 
+// tlsReloadInterval is how often a manager looks at its cluster TLS files.
+const tlsReloadInterval = 10 * time.Second
+
 func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -79,7 +83,22 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		log.Warn("no cluster secret: the RPC listener accepts any caller that reaches it (submissions, reads, operator changes); set " +
 			EnvClusterSecretFile + " and GATE_CLUSTER_SECRET_FILE (docs/security.md)")
 	}
-	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured})
+	clusterTLS, err := LoadClusterTLS(cfg, log)
+	if err != nil {
+		return err
+	}
+	var serverTLS *tls.Config
+	if clusterTLS != nil {
+		serverTLS = clusterTLS.ServerConfig()
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); clusterTLS.Watch(wctx, tlsReloadInterval) }()
+		defer func() { stopWatch(); <-watched }()
+	} else if secret == "" {
+		log.Warn("neither cluster TLS nor a cluster secret: the RPC listener and Raft accept any caller that reaches them; set " +
+			EnvTLSCAFile + " (and its certificate) or " + EnvClusterSecretFile + " (docs/security.md)")
+	}
+	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured, ClusterTLS: clusterTLS})
 	if err != nil {
 		return err
 	}
@@ -91,7 +110,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	}
 	// One listener, two protocols: the gates' submit stream (gRPC) and the
 	// HTTP/1.1 reads, metrics and debug routes on srv.Mux() (see docs/rpc.md).
-	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http"), Secret: secret})
+	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http"), Secret: secret, TLS: serverTLS})
 	mux := srv.Mux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	reg.MustRegister(

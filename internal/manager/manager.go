@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/once-dev/once/internal/autopilot"
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/walstore"
@@ -52,6 +53,9 @@ type Deps struct {
 	// manager trusts its own clock as if it were alone (tests). The daemon
 	// passes Unmeasured, then SetClockSource(pool) once membership runs.
 	Clock ClockSource
+	// ClusterTLS, when set, carries Raft over mutual TLS and is how the
+	// manager's own RPC calls (the outbox's) dial other managers.
+	ClusterTLS *certs.Cluster
 }
 
 // Manager is one manager node.
@@ -62,6 +66,8 @@ type Manager struct {
 	// secret is the cluster secret the manager's own RPC calls present (the
 	// outbox's, to other datacenters); set by run before anything calls.
 	secret string
+	// clusterTLS is Deps.ClusterTLS (nil: plain TCP).
+	clusterTLS *certs.Cluster
 
 	fsm       *ledger.FSM
 	raft      *raft.Raft
@@ -124,6 +130,8 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		peers:     map[string]string{cfg.NodeID: cfg.RPCAdvertise},
 		shutdown:  make(chan struct{}),
 		metrics:   newMetrics(deps.Registerer),
+
+		clusterTLS: deps.ClusterTLS,
 	}
 	m.registerClockMetrics(deps.Registerer)
 	m.clock.src = deps.Clock

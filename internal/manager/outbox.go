@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -206,9 +207,18 @@ func (o *outbox) client(dc string) *rpc.Client {
 		Resolver: rpc.ResolverFunc(func() []string { return o.peers()[dc] }),
 		Logger:   o.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc),
 		Secret:   o.m.secret,
+		TLS:      o.m.clientTLS(),
 	})
 	o.clients[dc] = c
 	return c
+}
+
+// clientTLS is how the manager's own RPC calls dial (nil: plain TCP).
+func (m *Manager) clientTLS() *tls.Config {
+	if m.clusterTLS == nil {
+		return nil
+	}
+	return m.clusterTLS.ClientConfig()
 }
 
 func (o *outbox) close() {

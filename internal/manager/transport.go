@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -27,6 +29,9 @@ func newTransport(cfg Config, deps Deps, hcl hclog.Logger) (raft.Transport, erro
 	if deps.WrapStreamLayer != nil {
 		layer = deps.WrapStreamLayer(tcp)
 	}
+	if deps.ClusterTLS != nil {
+		layer = &tlsLayer{StreamLayer: layer, server: deps.ClusterTLS.ServerConfig(), client: deps.ClusterTLS.ClientConfig()}
+	}
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: 8,
@@ -39,6 +44,38 @@ func newTransport(cfg Config, deps Deps, hcl hclog.Logger) (raft.Transport, erro
 		// AppendEntries still carries up to MaxAppendEntries entries.
 		MaxRPCsInFlight: 1,
 	}), nil
+}
+
+// tlsLayer carries Raft over mutual TLS (MANAGER_TLS_*): every connection,
+// dialed or accepted, has a cluster certificate at both ends. An accepted
+// connection's handshake runs on its first read, so a peer without a cluster
+// certificate fails there and raft drops the connection.
+type tlsLayer struct {
+	raft.StreamLayer
+	server, client *tls.Config
+}
+
+func (l *tlsLayer) Accept() (net.Conn, error) {
+	c, err := l.StreamLayer.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return tls.Server(c, l.server), nil
+}
+
+func (l *tlsLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := l.StreamLayer.Dial(address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(c, l.client)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("raft: TLS handshake with %s: %w", address, err)
+	}
+	return tc, nil
 }
 
 // closeTransport closes t if it can be closed (NetworkTransport and

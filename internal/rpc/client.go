@@ -3,6 +3,7 @@ package rpc
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,6 +58,10 @@ type ClientConfig struct {
 	// Secret is the cluster secret sent with every read and every submit
 	// stream (secret.go); empty sends none.
 	Secret string
+	// TLS, when set, is how the client dials the managers (certs.Cluster's
+	// ClientConfig: mutual TLS), for the submit streams and, when Transport
+	// is nil, the reads; nil dials plain TCP.
+	TLS *tls.Config
 }
 
 // Client calls the manager leader of one datacenter. It follows "not leader"
@@ -104,10 +109,21 @@ func NewTransport() *http.Transport {
 	}
 }
 
+// Scheme is the URL scheme of the managers' RPC listener for a client with
+// tlsCfg: https with TLS, http without.
+func Scheme(tlsCfg *tls.Config) string {
+	if tlsCfg != nil {
+		return "https"
+	}
+	return "http"
+}
+
 // NewClient returns a Client.
 func NewClient(cfg ClientConfig) *Client {
 	if cfg.Transport == nil {
-		cfg.Transport = NewTransport()
+		t := NewTransport()
+		t.TLSClientConfig = cfg.TLS
+		cfg.Transport = t
 	}
 	cfg.Transport = WithSecret(cfg.Transport, cfg.Secret)
 	if cfg.Logger == nil {
@@ -247,7 +263,7 @@ func (c *Client) lane(ctx context.Context, addr string) (*lane, error) {
 		s.l.wg.Wait() // a dead lane's goroutines are ending
 		s.l = nil
 	}
-	l, err := dialLane(ctx, addr, c.cfg.Secret)
+	l, err := dialLane(ctx, addr, c.cfg.Secret, c.cfg.TLS)
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +405,7 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(addr strin
 func (c *Client) attempt(ctx context.Context, addr, method, path string, q url.Values, body []byte, extra time.Duration, out any) error {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
 	defer cancel()
-	u := "http://" + addr + path
+	u := Scheme(c.cfg.TLS) + "://" + addr + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}

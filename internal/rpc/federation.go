@@ -40,9 +40,9 @@ func FederationHandler(view func() *Federation) http.HandlerFunc {
 }
 
 // FetchFederation reads the federation view of the manager at addr
-// (host:port), once, without retries.
-func FetchFederation(ctx context.Context, hc *http.Client, addr string) (*Federation, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+FederationPath, nil)
+// (host:port), once, without retries; scheme is Scheme's.
+func FetchFederation(ctx context.Context, hc *http.Client, scheme, addr string) (*Federation, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+FederationPath, nil)
 	if err != nil {
 		return nil, Errorf(CodeInvalid, "build request: %v", err)
 	}

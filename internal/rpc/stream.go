@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -80,8 +82,12 @@ type lane struct {
 }
 
 // dialLane connects to addr and opens a Submit stream, within ctx.
-func dialLane(ctx context.Context, addr, secret string) (*lane, error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config) (*lane, error) {
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if secret != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(secretCredentials(secret)))
 	}

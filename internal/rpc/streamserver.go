@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log"
@@ -32,6 +33,9 @@ type ServerConfig struct {
 	// Secret, when set, is the cluster secret every caller must present
 	// (secret.go): requests and calls without it are refused.
 	Secret string
+	// TLS, when set, is the listener's TLS configuration (certs.Cluster's
+	// ServerConfig: mutual TLS); nil serves plain TCP.
+	TLS *tls.Config
 }
 
 // Server serves a Service on one listener: connections that open with the
@@ -43,6 +47,7 @@ type Server struct {
 	svc         Service
 	log         *slog.Logger
 	maxInFlight int
+	tls         *tls.Config
 	mux         *http.ServeMux
 	http        *http.Server
 	grpc        *grpc.Server
@@ -69,6 +74,7 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 		svc:         svc,
 		log:         cfg.Logger,
 		maxInFlight: cfg.MaxInFlight,
+		tls:         cfg.TLS,
 		mux:         NewHandler(svc, cfg.Logger),
 		draining:    make(chan struct{}),
 	}
@@ -100,6 +106,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		_ = ln.Close()
 		return http.ErrServerClosed
+	}
+	if s.tls != nil {
+		// The handshake runs on the connection's first read, within cmux's
+		// read timeout; one that fails (no cluster certificate) drops it.
+		ln = tls.NewListener(ln, s.tls)
 	}
 	s.ln = ln
 	s.serving.Add(1)

@@ -17,6 +17,8 @@ package localcluster
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,6 +77,10 @@ type Options struct {
 	// required by the managers' RPC (MANAGER_CLUSTER_SECRET_FILE); the gates
 	// and the harness's own probes present it.
 	ClusterSecret string
+	// TLS, when set, runs the cluster with TLS everywhere (docs/security.md):
+	// the gates serve HTTPS, managers serve RPC and Raft over mutual TLS, the
+	// gates and the harness's own probes present client certificates.
+	TLS *TLSFiles
 	// Stdout, when set, also receives every process's output (make run).
 	Stdout io.Writer
 	// WAN gives every manager a WAN gossip address (MANAGER_WAN_GOSSIP_ADDR)
@@ -206,8 +212,19 @@ func New(opts Options) (*Cluster, error) {
 		}
 	}
 	next := func() int { p := ports[0]; ports = ports[1:]; return p }
-	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second,
-		Transport: rpc.WithSecret(http.DefaultTransport, opts.ClusterSecret)}}
+	transport, err := harnessTransport(opts)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: transport}}
+	if f := opts.TLS; f != nil {
+		c.opts.ManagerEnv = append([]string{"MANAGER_TLS_CA_FILE=" + f.CA, "MANAGER_TLS_CERT_FILE=" + f.ManagerCert,
+			"MANAGER_TLS_KEY_FILE=" + f.ManagerKey}, c.opts.ManagerEnv...)
+		c.opts.GateEnv = append([]string{"GATE_RPC_TLS_CA_FILE=" + f.CA, "GATE_RPC_TLS_CERT_FILE=" + f.GateClientCert,
+			"GATE_RPC_TLS_KEY_FILE=" + f.GateClientKey, "GATE_TLS_CERT_FILE=" + f.GateCert, "GATE_TLS_KEY_FILE=" + f.GateKey},
+			c.opts.GateEnv...)
+		opts = c.opts
+	}
 	for _, d := range []string{"logs", "data"} {
 		if err := os.MkdirAll(filepath.Join(opts.BaseDir, d), 0o755); err != nil {
 			return nil, err
@@ -411,13 +428,55 @@ func (c *Cluster) All() []*Node {
 	return append(append([]*Node(nil), c.Managers...), c.Gates...)
 }
 
+// TLSFiles are the PEM files of a cluster with TLS. The managers' certificate
+// must name manager.once and 127.0.0.1 (server and client use), the gates'
+// HTTPS certificate 127.0.0.1; the gates' and the harness's client
+// certificates are for client use. One CA signs them all.
+type TLSFiles struct {
+	CA                                  string
+	ManagerCert, ManagerKey             string
+	GateCert, GateKey                   string // the gates' HTTPS
+	GateClientCert, GateClientKey       string // the gates' RPC client certificate
+	HarnessClientCert, HarnessClientKey string // the harness's probes of the managers
+}
+
+// scheme is the URL scheme of every listener of the cluster.
+func (c *Cluster) scheme() string {
+	if c.opts.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
 // GateURLs returns the gates' base URLs.
 func (c *Cluster) GateURLs() []string {
 	var out []string
 	for _, g := range c.Gates {
-		out = append(out, "http://"+g.HTTPAddr)
+		out = append(out, c.scheme()+"://"+g.HTTPAddr)
 	}
 	return out
+}
+
+// harnessTransport is the transport of the harness's own probes: with TLS,
+// it trusts the cluster CA and presents the harness's client certificate.
+func harnessTransport(opts Options) (http.RoundTripper, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if f := opts.TLS; f != nil {
+		ca, err := os.ReadFile(f.CA)
+		if err != nil {
+			return nil, fmt.Errorf("localcluster: TLS CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(ca) {
+			return nil, fmt.Errorf("localcluster: TLS CA %s holds no certificate", f.CA)
+		}
+		pair, err := tls.LoadX509KeyPair(f.HarnessClientCert, f.HarnessClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("localcluster: TLS client certificate: %w", err)
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	}
+	return rpc.WithSecret(t, opts.ClusterSecret), nil
 }
 
 // Stop terminates every process: SIGTERM, then SIGKILL after a grace period.
@@ -592,7 +651,7 @@ type ManagerStatus struct {
 // Status asks a manager for its status.
 func (c *Cluster) Status(ctx context.Context, n *Node) (ManagerStatus, error) {
 	var st ManagerStatus
-	err := c.getJSON(ctx, "http://"+n.HTTPAddr+"/rpc/v1/status", &st)
+	err := c.getJSON(ctx, c.scheme()+"://"+n.HTTPAddr+"/rpc/v1/status", &st)
 	return st, err
 }
 
@@ -650,7 +709,7 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 
 // WaitGateReady polls one gate's /readyz until it answers 200.
 func (c *Cluster) WaitGateReady(ctx context.Context, g *Node) error {
-	url := "http://" + g.HTTPAddr + "/readyz"
+	url := c.scheme() + "://" + g.HTTPAddr + "/readyz"
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := c.client.Do(req)
@@ -730,7 +789,7 @@ func (c *Cluster) setBlock(ctx context.Context, n *Node, block []string) error {
 // failpoint calls one of manager n's /debug/failpoints endpoints.
 func (c *Cluster) failpoint(ctx context.Context, n *Node, method, name string, body any) error {
 	b, _ := json.Marshal(body)
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.HTTPAddr+"/debug/failpoints/"+name, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, method, c.scheme()+"://"+n.HTTPAddr+"/debug/failpoints/"+name, bytes.NewReader(b))
 	if err != nil {
 		return err
 	}

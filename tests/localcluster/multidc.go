@@ -108,7 +108,7 @@ func (f *Federation) WaitFederated(ctx context.Context) error {
 				continue
 			}
 			for _, other := range f.DCs {
-				url := "http://" + g.HTTPAddr + "/v1/jobs?limit=1&datacenter=" + other.opts.Datacenter
+				url := c.scheme() + "://" + g.HTTPAddr + "/v1/jobs?limit=1&datacenter=" + other.opts.Datacenter
 				if err := c.waitStatus(ctx, url, http.StatusOK); err != nil {
 					return fmt.Errorf("localcluster: gate %s of %s does not know datacenter %s (see %s): %w",
 						g.Name, c.opts.Datacenter, other.opts.Datacenter, g.LogPath, err)

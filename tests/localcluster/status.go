@@ -48,7 +48,7 @@ func (c *Cluster) Observe(ctx context.Context) StatusView {
 }
 
 func (c *Cluster) gateReady(ctx context.Context, g *Node) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.HTTPAddr+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.scheme()+"://"+g.HTTPAddr+"/readyz", nil)
 	if err != nil {
 		return false
 	}
@@ -92,7 +92,7 @@ func (c *Cluster) WriteSummary(w io.Writer, streaming bool) {
 		fmt.Fprintf(w, "  %-9s rpc %-21s log %s\n", n.Name, n.HTTPAddr, n.LogPath)
 	}
 	for _, g := range c.Gates {
-		fmt.Fprintf(w, "  %-9s %-25s log %s\n", g.Name, "http://"+g.HTTPAddr, g.LogPath)
+		fmt.Fprintf(w, "  %-9s %-25s log %s\n", g.Name, c.scheme()+"://"+g.HTTPAddr, g.LogPath)
 	}
 	fmt.Fprintf(w, "Data: %s\n", c.opts.BaseDir+"/data")
 	if !streaming {

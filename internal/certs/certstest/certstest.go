@@ -46,14 +46,55 @@ func NewCA(t testing.TB) *CA {
 // key to keyFile.
 func (ca *CA) Issue(t testing.TB, serial int64, certFile, keyFile string) {
 	t.Helper()
+	ca.IssueFor(t, Spec{Serial: serial, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true}, certFile, keyFile)
+}
+
+// Spec says what a certificate is for.
+type Spec struct {
+	Serial int64
+	// CommonName defaults to the first DNS name, or the first IP.
+	CommonName string
+	DNSNames   []string
+	IPs        []net.IP
+	// Server and Client set the extended key usages.
+	Server, Client bool
+}
+
+// WriteCA writes the CA's certificate (PEM) to file.
+func (ca *CA) WriteCA(t testing.TB, file string) {
+	t.Helper()
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// IssueFor writes a certificate the CA signed as spec says to certFile and
+// its key to keyFile.
+func (ca *CA) IssueFor(t testing.TB, spec Spec, certFile, keyFile string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
+	cn := spec.CommonName
+	switch {
+	case cn != "":
+	case len(spec.DNSNames) > 0:
+		cn = spec.DNSNames[0]
+	case len(spec.IPs) > 0:
+		cn = spec.IPs[0].String()
+	}
+	var eku []x509.ExtKeyUsage
+	if spec.Server {
+		eku = append(eku, x509.ExtKeyUsageServerAuth)
+	}
+	if spec.Client {
+		eku = append(eku, x509.ExtKeyUsageClientAuth)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(spec.Serial), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		DNSNames: spec.DNSNames, IPAddresses: spec.IPs, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: eku}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,199 @@
+package certs
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/logging"
+)
+
+// ServerName is the name every manager's certificate carries (a DNS subject
+// alternative name) and every cluster client verifies, whatever address it
+// dialed: addresses change (containers, advertised addresses), the cluster's
+// trust does not. Consul's servers carry server.<datacenter>.<domain> the
+// same way.
+const ServerName = "manager.once"
+
+// ErrCA is matched by every error loading the cluster CA.
+var ErrCA = errors.New("loading the cluster CA")
+
+// Cluster is a node's side of the cluster's mutual TLS (docs/security.md):
+// its certificate and key, and the cluster CA that signs every manager's and
+// gate's certificate. Both are reloaded when their files change (Watch):
+// handshakes after a reload use the new ones.
+//
+// Managers serve RPC and Raft with ServerConfig, which requires a client
+// certificate signed by the CA; every caller (a gate, another manager,
+// oncectl) dials with ClientConfig, which presents this node's certificate
+// and accepts only a server certificate signed by the CA for ServerName.
+type Cluster struct {
+	pair   *Reloader
+	caFile string
+	log    *slog.Logger
+
+	ca    atomic.Pointer[x509.CertPool]
+	mu    sync.Mutex // serialises CA reloads
+	caMod time.Time
+}
+
+// NewCluster loads the CA and the pair; an error matches ErrCA or ErrLoad.
+func NewCluster(caFile, certFile, keyFile string, log *slog.Logger) (*Cluster, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pair, err := New(certFile, keyFile, log)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{pair: pair, caFile: caFile, log: log}
+	if _, err := c.reloadCA(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// LoadCluster loads a daemon's cluster TLS trio (nil when it is unset, as
+// config.TLSFiles.Check allows); an error is a *config.Error naming the CA's
+// variable, matching config.ErrInvalid and ErrCA or ErrLoad.
+func LoadCluster(f config.TLSFiles, log *slog.Logger) (*Cluster, error) {
+	if !f.Set() {
+		return nil, nil
+	}
+	if log != nil {
+		log = log.With(logging.KeyComponent, "cluster-tls")
+	}
+	c, err := NewCluster(f.CA, f.Cert, f.Key, log)
+	if err != nil {
+		return nil, config.Invalid(f.EnvCA, f.CA, "a readable PEM CA, with a certificate and key it signed in "+f.EnvCert+" and "+f.EnvKey, err)
+	}
+	return c, nil
+}
+
+func (c *Cluster) reloadCA() (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fi, err := os.Stat(c.caFile)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrCA, err)
+	}
+	if c.ca.Load() != nil && fi.ModTime().Equal(c.caMod) {
+		return false, nil
+	}
+	b, err := os.ReadFile(c.caFile)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrCA, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return false, fmt.Errorf("%w: %s holds no PEM certificate", ErrCA, c.caFile)
+	}
+	c.ca.Store(pool)
+	c.caMod = fi.ModTime()
+	return true, nil
+}
+
+// Reload loads the CA and the pair again where their files changed, and
+// reports whether anything was loaded. On error what is in use stays.
+func (c *Cluster) Reload() (bool, error) {
+	ca, err1 := c.reloadCA()
+	pair, err2 := c.pair.Reload()
+	return ca || pair, errors.Join(err1, err2)
+}
+
+// Watch reloads every interval until ctx ends, logging what it loads and
+// what fails.
+func (c *Cluster) Watch(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		switch loaded, err := c.Reload(); {
+		case err != nil:
+			c.log.Error("cluster TLS not reloaded; what was loaded stays in use", logging.KeyFile, c.caFile, logging.KeyError, err)
+		case loaded:
+			c.log.Info("cluster TLS reloaded", logging.KeyFile, c.caFile)
+		}
+	}
+}
+
+// ServerConfig is the TLS configuration of a manager's RPC and Raft
+// listeners: this node's certificate, and a client certificate signed by the
+// cluster CA required of every caller.
+//
+// The RPC listener serves the gRPC submit stream (HTTP/2) and the HTTP/1.1
+// routes (reads, status, metrics) on one port, told apart by the first bytes
+// a connection sends. A caller that offers http/1.1 in ALPN (curl,
+// Prometheus, Go's http.Transport, which offer h2 too) is given http/1.1,
+// which the routes speak; only a caller offering h2 alone (gRPC) is given
+// h2.
+func (c *Cluster) ServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: c.pair.GetCertificate,
+		// Per handshake, so that a reloaded CA applies to the next caller.
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			protos := []string{"h2"}
+			if slices.Contains(hello.SupportedProtos, "http/1.1") {
+				protos = []string{"http/1.1"}
+			}
+			return &tls.Config{
+				MinVersion:     tls.VersionTLS12,
+				GetCertificate: c.pair.GetCertificate,
+				ClientAuth:     tls.RequireAndVerifyClientCert,
+				ClientCAs:      c.ca.Load(),
+				NextProtos:     protos,
+			}, nil
+		},
+	}
+}
+
+// ClientConfig is the TLS configuration of a caller of the managers: it
+// presents this node's certificate and accepts a server only with a
+// certificate the current cluster CA signed for ServerName.
+func (c *Cluster) ClientConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return c.pair.Certificate(), nil
+		},
+		// The chain and the name are verified in VerifyConnection, against
+		// the CA loaded now (RootCAs would fix the CA at the first dial).
+		InsecureSkipVerify: true, //nolint:gosec // verified below
+		VerifyConnection:   c.verifyServer,
+		ServerName:         ServerName,
+	}
+}
+
+func (c *Cluster) verifyServer(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("the server presented no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, ic := range cs.PeerCertificates[1:] {
+		inter.AddCert(ic)
+	}
+	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+		Roots:         c.ca.Load(),
+		Intermediates: inter,
+		DNSName:       ServerName,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	if err != nil {
+		return fmt.Errorf("the server's certificate is not the cluster's (%s, signed by the cluster CA): %w", ServerName, err)
+	}
+	return nil
+}
