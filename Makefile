@@ -11,7 +11,7 @@ PKGS    := ./...
 TESTS   := tests
 ABSBIN   = $(abspath $(BIN))
 
-.PHONY: all build test vet fmt-check deps-check unit run run-fresh run-multidc bench chaos fuzz deploy-images deploy-test clean proto
+.PHONY: all build test vet fmt-check deps-check unit run run-fresh run-multidc bench chaos fuzz deploy-images deploy-test deploy-test-multidc clean proto
 
 all: build
 
@@ -102,6 +102,12 @@ deploy-images:
 ## deploy-test: the container end-to-end check (Docker + docker-compose; not part of make test)
 deploy-test:
 	deploy/test.sh
+
+## deploy-test-multidc: two datacenters in containers (deploy/compose.multidc.yaml),
+## the WAN network cut off dc2 under load and healed; checks no duplicate and that
+## every admitted job reaches both datacenters with one id (Docker + docker-compose)
+deploy-test-multidc:
+	cd $(TESTS) && ONCE_DEPLOY_TEST=1 $(GO) test -tags $(TAGS) -count=1 -timeout 15m -v -run TestMultiDatacenterWANPartition ./deploy/
 
 clean:
 	rm -rf $(BIN)

@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Idempotency holds the seven IDEMPOTENCY_* settings that gates and managers
 // share; their names and defaults are part of the contract (docs/api.md,
@@ -74,4 +78,68 @@ func (c Idempotency) TTL(state string) time.Duration {
 		return c.RejectedTTL
 	}
 	return 0
+}
+
+// The settings that must agree across the datacenters of a federation (the
+// per-state lifetimes and the waiting rule: a submission behaves alike
+// wherever it lands), in the order Canonical writes them, each with its
+// variable.
+var canonicalSettings = []struct {
+	name, env string
+	value     func(Idempotency) string
+}{
+	{"pending_ttl", EnvPendingTTL, func(c Idempotency) string { return FormatSeconds(c.PendingTTL) }},
+	{"committed_ttl", EnvCommittedTTL, func(c Idempotency) string { return FormatSeconds(c.CommittedTTL) }},
+	{"rejected_ttl", EnvRejectedTTL, func(c Idempotency) string { return FormatSeconds(c.RejectedTTL) }},
+	{"wait_for_pending", EnvWaitForPending, func(c Idempotency) string { return strconv.FormatBool(c.WaitForPending) }},
+	{"pending_wait_timeout", EnvPendingWaitTimeout, func(c Idempotency) string { return FormatSeconds(c.PendingWaitTimeout) }},
+}
+
+// Canonical is the compact form of the settings that must agree across a
+// federation ("pending_ttl=60 committed_ttl=300 ..."; seconds), which
+// managers publish in their gossip metadata and compare with DiffCanonical.
+func (c Idempotency) Canonical() string {
+	var b strings.Builder
+	for i, s := range canonicalSettings {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(s.name)
+		b.WriteByte('=')
+		b.WriteString(s.value(c))
+	}
+	return b.String()
+}
+
+// SettingDiff is one setting whose value differs between two nodes.
+type SettingDiff struct {
+	// Setting is the variable's name (IDEMPOTENCY_PENDING_TTL_SECONDS).
+	Setting       string
+	Local, Remote string
+}
+
+// DiffCanonical compares two Canonical forms and returns the settings whose
+// values differ, in Canonical's order. A setting one side does not publish
+// (an older or newer build) is not compared.
+func DiffCanonical(local, remote string) []SettingDiff {
+	l, r := parseCanonical(local), parseCanonical(remote)
+	var out []SettingDiff
+	for _, s := range canonicalSettings {
+		lv, lok := l[s.name]
+		rv, rok := r[s.name]
+		if lok && rok && lv != rv {
+			out = append(out, SettingDiff{Setting: s.env, Local: lv, Remote: rv})
+		}
+	}
+	return out
+}
+
+func parseCanonical(s string) map[string]string {
+	out := map[string]string{}
+	for _, f := range strings.Fields(s) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -39,6 +39,7 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 		RaftAddr:     cfg.RaftAdvertise,
 		HasRaftState: hasState,
 		Version:      1,
+		Settings:     cfg.Idempotency.Canonical(),
 	}, log)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
@@ -19,6 +21,9 @@ import (
 // /rpc/v1/federation and forward to other datacenters' leaders directly.
 type federation struct {
 	dc  string
+	// settings is this manager's config.Idempotency.Canonical, which every
+	// manager publishes in both pools' metadata (mismatches).
+	settings string
 	lan atomic.Pointer[membership.Pool]
 	wan *membership.Pool // nil: a single-datacenter manager
 	log *slog.Logger
@@ -27,7 +32,7 @@ type federation struct {
 // startFederation joins the WAN pool when MANAGER_WAN_GOSSIP_ADDR is set.
 // The pool's node name is <node-id>.<datacenter>, unique across datacenters.
 func startFederation(ctx context.Context, cfg Config, log *slog.Logger) (*federation, error) {
-	f := &federation{dc: cfg.Datacenter, log: log}
+	f := &federation{dc: cfg.Datacenter, settings: cfg.Idempotency.Canonical(), log: log}
 	if cfg.WANGossipAddr == "" {
 		return f, nil
 	}
@@ -43,6 +48,7 @@ func startFederation(ctx context.Context, cfg Config, log *slog.Logger) (*federa
 		RPCAddr:    cfg.RPCAdvertise,
 		RaftAddr:   cfg.RaftAdvertise,
 		Version:    1,
+		Settings:   cfg.Idempotency.Canonical(),
 	}, log.With(logging.KeyComponent, "wan"))
 	if err != nil {
 		return nil, err
@@ -91,6 +97,34 @@ func (f *federation) view() *rpc.Federation {
 		slices.Sort(addrs)
 		out.Datacenters[dc] = addrs
 	}
+	return out
+}
+
+// mismatches lists the settings that must agree across the federation
+// (config.DiffCanonical) where another manager's differ from this one's: the
+// managers of every datacenter from the WAN pool, or this datacenter's from
+// the LAN pool when the manager is not federated. Alive members only, by
+// datacenter, node and setting.
+func (f *federation) mismatches() []rpc.ConfigMismatch {
+	var members []membership.Member
+	if f.wan != nil {
+		members = f.wan.Members()
+	} else if lan := f.lan.Load(); lan != nil {
+		members = lan.Members()
+	}
+	out := []rpc.ConfigMismatch{}
+	for _, m := range members {
+		if m.Meta.Role != membership.RoleManager || m.State != membership.StateAlive {
+			continue
+		}
+		for _, d := range config.DiffCanonical(f.settings, m.Meta.Settings) {
+			out = append(out, rpc.ConfigMismatch{Datacenter: m.Meta.Datacenter, Node: m.Meta.NodeID,
+				Setting: d.Setting, Local: d.Local, Remote: d.Remote})
+		}
+	}
+	slices.SortFunc(out, func(a, b rpc.ConfigMismatch) int {
+		return cmp.Or(cmp.Compare(a.Datacenter, b.Datacenter), cmp.Compare(a.Node, b.Node), cmp.Compare(a.Setting, b.Setting))
+	})
 	return out
 }
 

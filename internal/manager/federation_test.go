@@ -57,6 +57,45 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 	}
 }
 
+// TestFederationReportsConfigMismatches: managers publish their IDEMPOTENCY_*
+// lifetimes and waiting rule in the WAN pool; one whose settings differ is
+// reported, per node and setting, by the others (GET /rpc/v1/status); equal
+// settings report nothing.
+func TestFederationReportsConfigMismatches(t *testing.T) {
+	start := func(dc string, committed time.Duration, seeds ...string) *federation {
+		cfg := DefaultConfig()
+		cfg.NodeID, cfg.Datacenter, cfg.RPCAdvertise = "m1", dc, "127.0.0.1:7101"
+		cfg.GossipProfile = "local"
+		cfg.Idempotency.CommittedTTL = committed
+		cfg.WANGossipAddr, cfg.WANJoin = "127.0.0.1:0", seeds
+		f, err := startFederation(context.Background(), cfg, logging.TestLogger(t))
+		if err != nil {
+			t.Fatalf("startFederation %s: %v", dc, err)
+		}
+		t.Cleanup(f.stop)
+		return f
+	}
+	f1 := start("dc1", 300*time.Second)
+	f2 := start("dc2", 300*time.Second, f1.wan.Addr())
+	f3 := start("dc3", 90*time.Second, f1.wan.Addr())
+	want1 := fmt.Sprint([]rpc.ConfigMismatch{{Datacenter: "dc3", Node: "m1", Setting: config.EnvCommittedTTL, Local: "300", Remote: "90"}})
+	want3 := fmt.Sprint([]rpc.ConfigMismatch{
+		{Datacenter: "dc1", Node: "m1", Setting: config.EnvCommittedTTL, Local: "90", Remote: "300"},
+		{Datacenter: "dc2", Node: "m1", Setting: config.EnvCommittedTTL, Local: "90", Remote: "300"}})
+	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
+		g1, g2, g3 := fmt.Sprint(f1.mismatches()), fmt.Sprint(f2.mismatches()), fmt.Sprint(f3.mismatches())
+		return g1 == want1 && g2 == want1 && g3 == want3, fmt.Sprintf("dc1 %s, dc2 %s, dc3 %s", g1, g2, g3)
+	})
+	single, err := startFederation(context.Background(), DefaultConfig(), logging.TestLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer single.stop()
+	if got := single.mismatches(); len(got) != 0 {
+		t.Fatalf("a manager alone reports %+v", got)
+	}
+}
+
 // TestLoadConfigWAN: the WAN settings load from their variables; a WAN seed,
 // advertise address or key without MANAGER_WAN_GOSSIP_ADDR is a configuration
 // error naming the variable.

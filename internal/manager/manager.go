@@ -30,6 +30,7 @@ import (
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/walstore"
 )
 
@@ -68,6 +69,9 @@ type Manager struct {
 	secret string
 	// clusterTLS is Deps.ClusterTLS (nil: plain TCP).
 	clusterTLS *certs.Cluster
+	// configMismatches, once set (SetConfigMismatches), lists the settings
+	// of other managers that differ from this one's, for Status.
+	configMismatches atomic.Pointer[func() []rpc.ConfigMismatch]
 
 	fsm       *ledger.FSM
 	raft      *raft.Raft
@@ -111,6 +115,10 @@ type Manager struct {
 
 // ErrClosed is returned by calls on a closed manager.
 var ErrClosed = errors.New("manager: closed")
+
+// SetConfigMismatches sets what Status reports as configuration
+// mismatches across the federation (the daemon's federation view).
+func (m *Manager) SetConfigMismatches(fn func() []rpc.ConfigMismatch) { m.configMismatches.Store(&fn) }
 
 // New opens the stores in cfg.DataDir and starts the Raft node. It does not
 // bootstrap a cluster: see BootstrapSelf and the autopilot.

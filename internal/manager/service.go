@@ -144,5 +144,9 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 		}
 	}
 	st.Autopilot = m.autopilotHealth()
+	st.ConfigMismatches = []rpc.ConfigMismatch{}
+	if fn := m.configMismatches.Load(); fn != nil {
+		st.ConfigMismatches = (*fn)()
+	}
 	return st, nil
 }

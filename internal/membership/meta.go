@@ -45,6 +45,11 @@ type Meta struct {
 	// Leaving is set by Pool.Leave just before the memberlist leave, so the
 	// others can tell a graceful leave from a failure. UpdateMeta keeps it.
 	Leaving bool
+	// Settings is the node's settings that must agree across the federation,
+	// in the canonical form of config.Idempotency.Canonical
+	// ("pending_ttl=60s committed_ttl=300s ..."); empty when not published.
+	// Managers compare it to report configuration mismatches.
+	Settings string
 }
 
 // BootstrapMeta is the manager's part in the bootstrap_expect protocol.
@@ -65,6 +70,7 @@ type BootstrapMeta struct {
 //	uvarint Bootstrap.Expect
 //	8 bytes Bootstrap.Vote, big endian (only when flag bit 2 is set)
 //	string  Datacenter, NodeID, RPCAddr, RaftAddr (each uvarint length + bytes)
+//	string  Settings (revision 2 of format 1; absent in revision 1: empty)
 //
 // Later revisions of format 1 may append fields; decoders ignore trailing
 // bytes. An incompatible change takes a new format byte, which older decoders
@@ -144,14 +150,14 @@ func (m Meta) Encode() ([]byte, error) {
 	if m.Bootstrap.Vote != 0 {
 		flags |= flagVote
 	}
-	b := make([]byte, 0, 64+len(m.Datacenter)+len(m.NodeID)+len(m.RPCAddr)+len(m.RaftAddr))
+	b := make([]byte, 0, 64+len(m.Datacenter)+len(m.NodeID)+len(m.RPCAddr)+len(m.RaftAddr)+len(m.Settings))
 	b = append(b, metaFormat1, role, flags)
 	b = binary.AppendUvarint(b, uint64(m.Version))
 	b = binary.AppendUvarint(b, uint64(m.Bootstrap.Expect))
 	if m.Bootstrap.Vote != 0 {
 		b = binary.BigEndian.AppendUint64(b, m.Bootstrap.Vote)
 	}
-	for _, s := range []string{m.Datacenter, m.NodeID, m.RPCAddr, m.RaftAddr} {
+	for _, s := range []string{m.Datacenter, m.NodeID, m.RPCAddr, m.RaftAddr, m.Settings} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
@@ -232,6 +238,16 @@ func DecodeMeta(b []byte) (Meta, error) {
 		}
 		*f.dst = string(b[:n])
 		b = b[n:]
+	}
+	if len(b) > 0 { // revision 2: Settings
+		n, err := readUvarint("Settings")
+		if err != nil {
+			return Meta{}, err
+		}
+		if n > uint64(len(b)) {
+			return Meta{}, &MetaError{Field: "Settings", Err: ErrMetaCorrupt, Reason: "truncated"}
+		}
+		m.Settings = string(b[:n])
 	}
 	// Trailing bytes are fields of a later revision of format 1.
 	return m, nil

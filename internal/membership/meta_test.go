@@ -13,6 +13,7 @@ func TestMetaRoundTrip(t *testing.T) {
 		{Role: RoleManager, Datacenter: "eu-west", NodeID: "m1", RPCAddr: "10.0.0.1:7000", RaftAddr: "10.0.0.1:7001",
 			HasRaftState: true, Version: 3, Leaving: true, Bootstrap: BootstrapMeta{Expect: 3, Vote: 0xdeadbeefcafef00d}},
 		{Role: RoleManager, Datacenter: "d", NodeID: "n", RaftAddr: "[::1]:9", Bootstrap: BootstrapMeta{Expect: 5}},
+		{Role: RoleManager, Datacenter: "dc2", NodeID: "m2", RaftAddr: "h:1", Settings: "pending_ttl=60s committed_ttl=300s"},
 	}
 	for _, m := range cases {
 		b, err := m.Encode()
@@ -50,7 +51,9 @@ func TestMetaDecodeErrors(t *testing.T) {
 		{"bad role", append([]byte{1, 9}, good[2:]...), ErrMetaCorrupt},
 		{"header only", good[:2], ErrMetaCorrupt},
 	}
-	for i := 3; i < len(good); i++ {
+	// Every prefix is damaged but the last: without its final byte (the
+	// empty Settings' length) it is a revision-1 encoding, tested below.
+	for i := 3; i < len(good)-1; i++ {
 		cases = append(cases, struct {
 			name string
 			in   []byte
@@ -66,6 +69,24 @@ func TestMetaDecodeErrors(t *testing.T) {
 		if !errors.As(err, &me) {
 			t.Errorf("%s: error %T is not a *MetaError", c.name, err)
 		}
+	}
+}
+
+// A node of revision 1 (no Settings) is decoded with empty Settings.
+func TestMetaDecodesRevision1(t *testing.T) {
+	m := Meta{Role: RoleManager, Datacenter: "dc1", NodeID: "m1", RaftAddr: "h:1"}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeMeta(b[:len(b)-1])
+	if err != nil || got != m {
+		t.Fatalf("revision 1: got %+v, %v", got, err)
+	}
+	m.Settings = "pending_ttl=60s"
+	b, _ = m.Encode()
+	if _, err := DecodeMeta(b[:len(b)-2]); !errors.Is(err, ErrMetaCorrupt) {
+		t.Fatalf("truncated Settings: %v", err)
 	}
 }
 

@@ -261,6 +261,22 @@ type Status struct {
 	// Autopilot is raft-autopilot's view of the datacenter's managers, as
 	// the leader computes it; absent on followers.
 	Autopilot *AutopilotHealth `json:"autopilot,omitempty"`
+	// ConfigMismatches are the settings that must agree across the
+	// federation (IDEMPOTENCY_* lifetimes and waiting) where another
+	// manager's differ from this one's (docs/multidc.md); empty when all
+	// agree.
+	ConfigMismatches []ConfigMismatch `json:"config_mismatches"`
+}
+
+// ConfigMismatch is one setting of another manager that differs from this
+// manager's.
+type ConfigMismatch struct {
+	Datacenter string `json:"datacenter"`
+	Node       string `json:"node"`
+	// Setting is the variable (IDEMPOTENCY_COMMITTED_TTL_SECONDS).
+	Setting string `json:"setting"`
+	Local   string `json:"local"`
+	Remote  string `json:"remote"`
 }
 
 // AutopilotHealth is the leader's raft-autopilot state in Status.
