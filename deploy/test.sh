@@ -20,6 +20,11 @@
 #   ONCE_TEST_NET         /24 prefix of its network     (172.28.9)
 #   ONCE_TEST_SKIP_BUILD  1: use the existing once-*:dev images
 #   ONCE_TEST_TIMEOUT     seconds for everything but the cleanup (165)
+#   ONCE_TEST_TLS         0: plain HTTP and TCP; by default (1) the stack runs
+#                         with TLS everywhere (compose.tls.yaml, certificates
+#                         from deploy/tls.sh): HTTPS at the gates, mutual TLS
+#                         for RPC and Raft, and the checks also see a caller
+#                         without a client certificate refused by a manager
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,7 +43,12 @@ else
 	echo "deploy/test.sh: neither docker-compose nor docker compose is available" >&2
 	exit 2
 fi
-dc() { "${compose[@]}" -p "$project" -f "$here/compose.yaml" -f "$here/compose.rpc.yaml" "$@"; }
+tls=${ONCE_TEST_TLS:-1}
+files=(-f "$here/compose.yaml" -f "$here/compose.rpc.yaml")
+if [ "$tls" = 1 ]; then
+	files+=(-f "$here/compose.tls.yaml")
+fi
+dc() { "${compose[@]}" -p "$project" "${files[@]}" "$@"; }
 
 # ---------------------------------------------------------------------------
 # Parent: runs the checks in a child under a hard time limit, then always
@@ -47,6 +57,10 @@ if [ -z "${_ONCE_TEST_CHILD:-}" ]; then
 	t0=$SECONDS
 	dc down -v --remove-orphans >/dev/null 2>&1 || true # leftovers of an interrupted run
 	work=$(mktemp -d)
+	if [ "$tls" = 1 ]; then
+		"$here/tls.sh" "$work/tls" >/dev/null
+		export ONCE_TLS_DIR=$work/tls
+	fi
 	# In the background, so that Ctrl-C (or a TERM) reaches this shell at once:
 	# it stops the checks, then still cleans up.
 	_ONCE_TEST_CHILD=1 _ONCE_TEST_WORK=$work timeout -k 5 "$budget" "$0" "$@" &
@@ -100,6 +114,17 @@ fail() {
 	exit 1
 }
 
+# The scheme and the curl options of the gates' and the managers' listeners.
+if [ "$tls" = 1 ]; then
+	scheme=https
+	gate_tls=(--cacert "$ONCE_TLS_DIR/ca.pem")
+	mgr_tls=(--cacert "$ONCE_TLS_DIR/ca.pem" --cert "$ONCE_TLS_DIR/client.pem" --key "$ONCE_TLS_DIR/client-key.pem")
+else
+	scheme=http
+	gate_tls=()
+	mgr_tls=()
+fi
+
 # quiet FILE: prints FILE indented, without progress and deprecation noise.
 quiet() {
 	tr -d '\r' <"$1" | grep -v -e '\.\.\. *$' -e DEPRECATED -e 'legacy builder' -e buildx -e 'docs.docker.com' -e '^ *$' | sed 's/^/       /' || true
@@ -140,7 +165,7 @@ submit() {
 	local name=$1 gate=$2 key=$3 body=$4 until=$((SECONDS + $5)) code tries=0
 	while :; do
 		tries=$((tries + 1))
-		code=$(req "$name" POST "http://127.0.0.1:$(gate_port "$gate")/v1/jobs" \
+		code=$(req "$name" POST "$scheme://127.0.0.1:$(gate_port "$gate")/v1/jobs" "${gate_tls[@]}" \
 			-H "Idempotency-Key: $key" -d "$body")
 		case $code in
 		201) break ;;
@@ -161,7 +186,7 @@ leader_of() {
 	for m in "$@"; do
 		p=$(rpc_port "$m")
 		[ -n "$p" ] || continue
-		[ "$(req "st-$m" GET "http://127.0.0.1:$p/rpc/v1/status")" = 200 ] || continue
+		[ "$(req "st-$m" GET "$scheme://127.0.0.1:$p/rpc/v1/status" "${mgr_tls[@]}")" = 200 ] || continue
 		[ "$(json_str "$work/st-$m.body" node_id)" = "$m" ] || fail "$m's status names another node: $(cat "$work/st-$m.body")"
 		if grep -q '"is_leader":true' "$work/st-$m.body"; then
 			found=$m
@@ -195,7 +220,7 @@ wait_leader() {
 wait_ready() {
 	local gate=$1 until=$((SECONDS + $2)) want=${3:-} code
 	while :; do
-		code=$(req "ready-$gate" GET "http://127.0.0.1:$(gate_port "$gate")/readyz")
+		code=$(req "ready-$gate" GET "$scheme://127.0.0.1:$(gate_port "$gate")/readyz" "${gate_tls[@]}")
 		if [ "$code" = 200 ] && { [ -z "$want" ] || [ "$(json_str "$work/ready-$gate.body" leader)" = "$want" ]; }; then
 			log "$gate /readyz: $(cat "$work/ready-$gate.body")"
 			return
@@ -208,7 +233,7 @@ wait_ready() {
 # get_job NAME GATE JOB_ID: GET /v1/jobs/{id} must answer 200 with that job.
 get_job() {
 	local code
-	code=$(req "$1" GET "http://127.0.0.1:$(gate_port "$2")/v1/jobs/$3")
+	code=$(req "$1" GET "$scheme://127.0.0.1:$(gate_port "$2")/v1/jobs/$3" "${gate_tls[@]}")
 	[ "$code" = 200 ] || fail "GET /v1/jobs/$3 through $2: HTTP $code $(cat "$work/$1.body")"
 	[ "$(json_str "$work/$1.body" job_id)" = "$3" ] || fail "GET /v1/jobs/$3 through $2 answered another job: $(cat "$work/$1.body")"
 	[ "$(json_str "$work/$1.body" status)" = committed ] || fail "job $3 is not committed: $(cat "$work/$1.body")"
@@ -247,6 +272,20 @@ for g in gate1 gate2; do
 	wait_ready "$g" 10 "$leader"
 done
 
+if [ "$tls" = 1 ]; then
+	# With TLS: the gates answered over HTTPS with the cluster CA above, and the
+	# managers over mutual TLS with a client certificate. Without one a manager
+	# refuses the caller during the handshake; plain HTTP gets nothing either.
+	p=$(rpc_port "$leader")
+	code=$(req notls-cert GET "https://127.0.0.1:$p/rpc/v1/status" --cacert "$ONCE_TLS_DIR/ca.pem")
+	[ "$code" = 000 ] || fail "a caller without a client certificate got HTTP $code from $leader"
+	code=$(req notls-plain GET "http://127.0.0.1:$p/rpc/v1/status")
+	[ "$code" = 000 ] || [ "$code" = 400 ] || fail "a plain-HTTP caller got HTTP $code from $leader"
+	code=$(req notls-gate GET "https://127.0.0.1:$(gate_port gate1)/readyz")
+	[ "$code" = 000 ] || fail "a client that does not trust the cluster CA got HTTP $code from gate1"
+	log "TLS: gates serve HTTPS; $leader refuses a caller without a client certificate (and plain HTTP)"
+fi
+
 # A client ID unique to this run: the ledger outlives nothing here (down -v),
 # but keys stay distinct across reruns anyway.
 cid="deploytest.dc1:$$"
@@ -262,7 +301,7 @@ submit A2 gate2 "$cid:1:$nonce" '{"type":"deploy-test","payload":{"n":1}}' 20
 cmp -s "$work/A.body" "$work/A2.body" || fail "the replay through gate2 differs: $(cat "$work/A2.body") vs $(cat "$work/A.body")"
 log "replayed A through gate2: same job_id, byte-identical body, Idempotent-Replayed: true"
 
-code=$(req A3 POST "http://127.0.0.1:$(gate_port gate2)/v1/jobs" -H "Idempotency-Key: $cid:1:$nonce" -d '{"type":"deploy-test","payload":{"n":999}}')
+code=$(req A3 POST "$scheme://127.0.0.1:$(gate_port gate2)/v1/jobs" "${gate_tls[@]}" -H "Idempotency-Key: $cid:1:$nonce" -d '{"type":"deploy-test","payload":{"n":999}}')
 [ "$code" = 422 ] && grep -q idempotency_key_reused "$work/A3.body" || fail "same key, other body: want 422 idempotency_key_reused, got HTTP $code $(cat "$work/A3.body")"
 log "same key with another body through gate2: 422 idempotency_key_reused"
 

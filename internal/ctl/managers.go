@@ -3,6 +3,7 @@ package ctl
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,14 +44,16 @@ func (g *globals) managerClient() (*managerClient, error) {
 		return nil, usagef("%v", err)
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	var tlsCfg *tls.Config // a clone of http.DefaultTransport may carry a TLS config of its own
 	if files.Set() {
 		c, err := certs.NewCluster(g.cacert, g.cert, g.key, nil)
 		if err != nil {
 			return nil, usagef("--cacert, --cert, --key: %v", err)
 		}
-		t.TLSClientConfig = c.ClientConfig()
+		tlsCfg = c.ClientConfig()
+		t.TLSClientConfig = tlsCfg
 	}
-	return &managerClient{hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(t.TLSClientConfig), addr: g.managers}, nil
+	return &managerClient{hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(tlsCfg), addr: g.managers}, nil
 }
 
 // withManagers runs do with a manager client and the command's context.
