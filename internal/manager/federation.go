@@ -20,13 +20,13 @@ import (
 // of every datacenter join (as Consul's servers do). Gates read it from GET
 // /rpc/v1/federation and forward to other datacenters' leaders directly.
 type federation struct {
-	dc  string
+	dc string
 	// settings is this manager's config.Idempotency.Canonical, which every
 	// manager publishes in both pools' metadata (mismatches).
 	settings string
-	lan atomic.Pointer[membership.Pool]
-	wan *membership.Pool // nil: a single-datacenter manager
-	log *slog.Logger
+	lan      atomic.Pointer[membership.Pool]
+	wan      *membership.Pool // nil: a single-datacenter manager
+	log      *slog.Logger
 }
 
 // startFederation joins the WAN pool when MANAGER_WAN_GOSSIP_ADDR is set.
