@@ -3,7 +3,8 @@
 # with openssl, into DIR (default deploy/.tls):
 #
 #   ca.pem                          the cluster CA (its key, ca-key.pem, stays here)
-#   manager.pem, manager-key.pem    every manager: DNS manager.once, server and client use
+#   manager.pem, manager-key.pem    every manager: DNS manager.once (and 127.0.0.1, localhost for
+#                                   the RPC ports published on the host), server and client use
 #   gate.pem, gate-key.pem          the gates' HTTPS: 127.0.0.1, localhost, gate1, gate2
 #   gate-client.pem, -key.pem       the gates' client certificate for the managers' RPC
 #   client.pem, client-key.pem      an operator's (oncectl, curl, Prometheus) client certificate
@@ -31,7 +32,7 @@ issue() {
 		-extfile <(printf '%s\n' "$3") 2>/dev/null
 	rm -f "$1.csr"
 }
-issue manager manager.once "subjectAltName=DNS:manager.once
+issue manager manager.once "subjectAltName=DNS:manager.once,IP:127.0.0.1,DNS:localhost
 extendedKeyUsage=serverAuth,clientAuth"
 issue gate localhost "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:gate1,DNS:gate2
 extendedKeyUsage=serverAuth"
