@@ -36,6 +36,15 @@ func (s StaticFederation) Datacenters() map[string][]string { return s }
 // datacenter's managers.
 const federationRefresh = 5 * time.Second
 
+// federationForget is how long a gate keeps a datacenter that the views it
+// reads no longer name (Consul reaps a WAN member after 72 hours the same
+// way). A manager that has just restarted, or has not rejoined the WAN pool
+// yet, serves a view without the other datacenters: without this memory a
+// gate would answer 400 "unknown datacenter" for valid submissions until its
+// next refresh. A datacenter that is kept but unreachable gets 503, which a
+// client retries.
+const federationForget = 72 * time.Hour
+
 // federationPoller is the Federation a gate started by Main uses: it reads
 // GET /rpc/v1/federation from one of its datacenter's managers every
 // federationRefresh, keeping the last view it got.
@@ -45,12 +54,17 @@ type federationPoller struct {
 	scheme string
 	log    *slog.Logger
 	view   atomic.Pointer[map[string][]string]
+	// seen is when each datacenter was last named by a view (refresh's
+	// goroutine only).
+	seen map[string]time.Time
+	now  func() time.Time
 }
 
 func newFederationPoller(local rpc.Resolver, secret string, tlsCfg *tls.Config, log *slog.Logger) *federationPoller {
 	t := rpc.NewTransport()
 	t.TLSClientConfig = tlsCfg
-	return &federationPoller{local: local, hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(tlsCfg), log: log}
+	return &federationPoller{local: local, hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(tlsCfg), log: log,
+		seen: map[string]time.Time{}, now: time.Now}
 }
 
 // Datacenters implements Federation.
@@ -86,13 +100,38 @@ func (p *federationPoller) refresh(ctx context.Context) {
 			p.log.Debug("reading the federation view", logging.KeyAddr, addr, logging.KeyError, err)
 			continue
 		}
-		v := maps.Clone(f.Datacenters)
-		if old := p.Datacenters(); !maps.EqualFunc(old, v, slices.Equal) {
-			p.log.Info("federation view changed", logging.KeyDatacenter, slices.Sorted(maps.Keys(v)))
-		}
-		p.view.Store(&v)
+		p.store(f.Datacenters)
 		return
 	}
+}
+
+// store makes fetched the view, keeping (with their last addresses) the
+// datacenters it does not name that a view named within federationForget.
+func (p *federationPoller) store(fetched map[string][]string) {
+	now := p.now()
+	v := maps.Clone(fetched)
+	for dc := range v {
+		p.seen[dc] = now
+	}
+	old := p.Datacenters()
+	for dc, at := range p.seen {
+		if _, ok := v[dc]; ok {
+			continue
+		}
+		if now.Sub(at) >= federationForget {
+			delete(p.seen, dc)
+			p.log.Info("datacenter forgotten: no view has named it for a long time", logging.KeyDatacenter, dc)
+			continue
+		}
+		v[dc] = old[dc]
+		if v[dc] == nil {
+			v[dc] = []string{}
+		}
+	}
+	if !maps.EqualFunc(old, v, slices.Equal) {
+		p.log.Info("federation view changed", logging.KeyDatacenter, slices.Sorted(maps.Keys(v)))
+	}
+	p.view.Store(&v)
 }
 
 // dcClients holds one rpc.Client per remote datacenter, made on first use;

@@ -82,11 +82,71 @@ func TestChaosShort(t *testing.T) {
 func logTails(t *testing.T, dir string) {
 	t.Helper()
 	logs, _ := filepath.Glob(filepath.Join(dir, runner.ClusterDir, "logs", "*.log"))
-	for _, p := range logs {
+	perDC, _ := filepath.Glob(filepath.Join(dir, runner.ClusterDir, "*", "logs", "*.log")) // a MultiDC run
+	for _, p := range append(logs, perDC...) {
 		b, _ := os.ReadFile(p)
 		if len(b) > 6000 {
 			b = b[len(b)-6000:]
 		}
 		t.Logf("---- %s tail ----\n%s", filepath.Base(p), b)
+	}
+}
+
+// The short form of the multi-datacenter chaos run (make chaos
+// CHAOS_ARGS=-multidc is the long one): two federated datacenters, every
+// submission naming both and going through any of the four gates; dc1 takes
+// one round of every fault kind while dc2's managers are all SIGSTOPped now
+// and then (dc-outage). The checker then applies every rule in each
+// datacenter and rule (h) across them: every admitted job is in both, with
+// one id. CHAOS_SEED and CHAOS_DIR work as for TestChaosShort.
+func TestChaosMultiDCShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-process chaos test; skipped with -short")
+	}
+	var seed uint64
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("CHAOS_SEED=%q: %v", s, err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	if keep := os.Getenv("CHAOS_DIR"); keep != "" {
+		dir = filepath.Join(keep, time.Now().UTC().Format("20060102-150405")+"-multidc-short")
+		t.Logf("the run is kept in %s", dir)
+	}
+	sum, err := runner.Run(ctxFor(t, 5*time.Minute), runner.Options{
+		MultiDC:  true,
+		Duration: 60 * time.Second, // a cap: one round takes about 25 s
+		Rounds:   1,
+		Settle:   5 * time.Second,
+		Seed:     seed,
+		Clients:  6,
+		BaseDir:  dir,
+		BinDir:   binDir,
+		Timings: nemesis.Timings{
+			Interval:     500 * time.Millisecond,
+			Downtime:     1500 * time.Millisecond,
+			RestartDelay: 300 * time.Millisecond,
+			Pause:        2 * time.Second,
+			Partition:    2 * time.Second, // dc2's outages last twice that
+		},
+		Logf: t.Logf,
+	})
+	t.Log("\n" + sum.String())
+	if err != nil || !sum.OK() {
+		logTails(t, dir)
+	}
+	if err != nil {
+		t.Fatalf("run: %v (seed %d)", err, sum.Seed)
+	}
+	if n := sum.Violations(); n > 0 {
+		t.Fatalf("%d violations (seed %d); the history is in %s", n, sum.Seed, dir)
+	}
+	if sum.Faults[runner.KindDatacenterOutage] == 0 {
+		t.Errorf("dc2 never had an outage (faults: %v)", sum.Faults)
+	}
+	if sum.Workload.Committed == 0 {
+		t.Error("no submission was committed")
 	}
 }

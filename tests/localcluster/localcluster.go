@@ -81,6 +81,9 @@ type Options struct {
 	// the gates serve HTTPS, managers serve RPC and Raft over mutual TLS, the
 	// gates and the harness's own probes present client certificates.
 	TLS *TLSFiles
+	// GateToken, when set, is the bearer token the harness's own reads of
+	// the gates' API present (gates with GATE_TOKEN_FILE: WaitFederated).
+	GateToken string
 	// Stdout, when set, also receives every process's output (make run).
 	Stdout io.Writer
 	// WAN gives every manager a WAN gossip address (MANAGER_WAN_GOSSIP_ADDR)

@@ -119,10 +119,14 @@ func (f *Federation) WaitFederated(ctx context.Context) error {
 	return nil
 }
 
-// waitStatus polls GET url until it answers status.
+// waitStatus polls GET url (of a gate, with Options.GateToken) until it
+// answers status.
 func (c *Cluster) waitStatus(ctx context.Context, url string, status int) error {
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if c.opts.GateToken != "" {
+			req.Header.Set("Authorization", "Bearer "+c.opts.GateToken)
+		}
 		resp, err := c.client.Do(req)
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)

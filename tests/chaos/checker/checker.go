@@ -19,7 +19,10 @@
 //	(g) no answer falls outside what the contract allows for a well-formed,
 //	    authorized request whose key always carries the same body (no 400,
 //	    401, 413, 422 idempotency_key_reused, 500; every 201 has a job_id and
-//	    an Idempotent-Replayed header).
+//	    an Idempotent-Replayed header);
+//	(h) with several datacenters (CheckFederation): every key with a job in
+//	    any datacenter has a final outcome in every datacenter it names, and
+//	    every datacenter's job for it has the same id.
 //
 // Indeterminate requests (transport errors, timeouts, 503s) never cause a
 // violation by themselves: such a request may or may not have created its job,
@@ -50,11 +53,12 @@ const (
 	RuleNotForgotten    Rule = "e:not-forgotten"
 	RuleReplayIdentical Rule = "f:replay-identical"
 	RuleExpectedAnswer  Rule = "g:expected-answer"
+	RuleEverywhere      Rule = "h:same-job-everywhere"
 )
 
 // Rules lists every rule in report order.
 var Rules = []Rule{RuleAtMostOneJob, RuleJobMatches, RuleSameJobID, RuleCommitXorReject,
-	RuleNotForgotten, RuleReplayIdentical, RuleExpectedAnswer}
+	RuleNotForgotten, RuleReplayIdentical, RuleExpectedAnswer, RuleEverywhere}
 
 // Config says how to read the cluster.
 type Config struct {
@@ -84,6 +88,10 @@ type Config struct {
 	// IDEMPOTENCY_COMMITTED_TTL_SECONDS of the run; otherwise entries may have
 	// expired legitimately and a 404 is only counted.
 	RequireKeys bool
+	// Datacenter, when set, reads that datacenter's copy through the gate
+	// (?datacenter=, docs/multidc.md): Check then checks one datacenter of a
+	// federation.
+	Datacenter string
 }
 
 // Violation is one broken rule for one (tenant, key).

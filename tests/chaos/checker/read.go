@@ -227,6 +227,13 @@ func (r *reader) get(ctx context.Context, tenant, path string, v any, notFound .
 func (r *reader) do(ctx context.Context, tenant, path string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
 	defer cancel()
+	if dc := r.cfg.Datacenter; dc != "" {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		path += sep + "datacenter=" + url.QueryEscape(dc)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.base+path, nil)
 	if err != nil {
 		return 0, nil, err

@@ -50,6 +50,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	faults := fs.String("faults", "all", "comma-separated fault kinds: "+kindNames(nemesis.AllKinds))
 	rounds := fs.Int("rounds", 0, "stop after this many rounds of faults (every kind once per round); 0: run for -duration")
 	verbose := fs.Bool("v", false, "print every nemesis step, not only one line per fault")
+	multiDC := fs.Bool("multidc", false, "two federated datacenters (dc1, dc2; 3 managers and 2 gates each): jobs name both, dc1 takes the faults, dc2 has outages; rule (h) checked across them")
 	recheck := fs.String("recheck", "", "check the saved run in this directory again instead of running one")
 	gate := fs.String("gate", "", "with -recheck: read the cluster through this gate URL (a cluster restarted from the run's data)")
 	restart := fs.Bool("restart", false, "with -recheck: restart the run's cluster from its saved data directories and read through it")
@@ -104,7 +105,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	sum, err := Run(ctx, Options{
 		Duration: *duration, Seed: *seed, Clients: *clients, DuplicateRate: *dup, BaseDir: runDir, BinDir: *bin,
-		FaultInterval: *interval, Faults: kinds, Rounds: *rounds, Logf: logf, Verbose: *verbose,
+		FaultInterval: *interval, Faults: kinds, Rounds: *rounds, Logf: logf, Verbose: *verbose, MultiDC: *multiDC,
 	})
 	if sum.Seed != 0 { // zero: the options were refused before anything ran
 		fmt.Fprintln(stdout, sum.String())

@@ -94,7 +94,17 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// Verbose also sends every nemesis step to Logf.
 	Verbose bool
+	// MultiDC runs two federated datacenters, dc1 and dc2, each with three
+	// managers and two gates: every submission names both and goes through
+	// any of the four gates; the nemesis injects its faults into dc1, and
+	// dc2 suffers outages (every manager SIGSTOPped for a while, so dc1 and
+	// the gates cannot reach it: a WAN cut as the other side sees it). The
+	// check runs the rules per datacenter and rule (h) across them.
+	MultiDC bool
 }
+
+// Datacenters of a MultiDC run.
+var multiDCs = []string{"dc1", "dc2"}
 
 func (o *Options) validate() error {
 	switch {
@@ -195,7 +205,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, err
 	}
 	ttl, requireKeys := committedTTL(o.Duration)
-	c, err := localcluster.New(localcluster.Options{
+	base := localcluster.Options{
 		BinDir: o.BinDir, BaseDir: filepath.Join(o.BaseDir, ClusterDir), Managers: 3, Gates: 2,
 		Failpoints: true, Fast: true,
 		Env: append([]string{
@@ -207,26 +217,54 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 			"MANAGER_RAFT_SNAPSHOT_THRESHOLD=" + strconv.Itoa(o.SnapshotThreshold),
 			"MANAGER_RAFT_TRAILING_LOGS=" + strconv.Itoa(o.TrailingLogs),
 		},
-		GateEnv: []string{"GATE_TOKEN_FILE=" + tokens},
-	})
-	if err != nil {
-		return sum, err
+		GateEnv:   []string{"GATE_TOKEN_FILE=" + tokens},
+		GateToken: Tenants[sortedKeys(Tenants)[0]],
+	}
+	var (
+		dcs   []*localcluster.Cluster // dcs[0] takes the nemesis's faults
+		start func(context.Context) error
+		stop  func()
+		names []string // the datacenters a submission names (none: the gate's own)
+	)
+	if o.MultiDC {
+		// A forward gives up before an outage ends: 503s, retried by the
+		// clients, and jobs admitted in one datacenter only, for the outboxes
+		// to carry.
+		base.GateEnv = append(base.GateEnv, "GATE_FORWARD_TIMEOUT_SECONDS=3")
+		f, err := localcluster.NewFederation(base, []localcluster.DatacenterSpec{
+			{Name: multiDCs[0], Managers: 3, Gates: 2}, {Name: multiDCs[1], Managers: 3, Gates: 2}})
+		if err != nil {
+			return sum, err
+		}
+		dcs, start, stop, names = f.DCs, f.StartReady, f.Stop, multiDCs
+		logf("starting two datacenters (%v), each with 3 managers and 2 gates; logs under %s", multiDCs, base.BaseDir)
+	} else {
+		c, err := localcluster.New(base)
+		if err != nil {
+			return sum, err
+		}
+		dcs, start, stop = []*localcluster.Cluster{c}, c.StartReady, c.Stop
+		logf("starting 3 managers and 2 gates; logs in %s", filepath.Join(o.BaseDir, ClusterDir, "logs"))
+	}
+	c := dcs[0]
+	var gateURLs []string
+	for _, dc := range dcs {
+		gateURLs = append(gateURLs, dc.GateURLs()...)
 	}
 	logf("seed %d (reproduce the schedule with -seed %d); run directory %s", o.Seed, o.Seed, o.BaseDir)
-	logf("starting 3 managers and 2 gates; logs in %s", filepath.Join(o.BaseDir, ClusterDir, "logs"))
 	sctx, cancel := context.WithTimeout(ctx, DefaultStartTimeout)
-	err = c.StartReady(sctx)
+	err = start(sctx)
 	cancel()
 	if err != nil {
 		return sum, fmt.Errorf("runner: the cluster did not start: %w", err)
 	}
-	defer c.Stop()
+	defer stop()
 
 	rec := history.NewRecorder()
 	sum.Start = rec.Start()
 	w, err := workload.New(workload.Config{
-		GateURLs: c.GateURLs(), Tokens: Tenants, Clients: o.Clients, Duration: o.Duration,
-		DuplicateRate: o.DuplicateRate, Seed: o.Seed,
+		GateURLs: gateURLs, Tokens: Tenants, Clients: o.Clients, Duration: o.Duration,
+		DuplicateRate: o.DuplicateRate, Seed: o.Seed, Datacenters: names,
 	})
 	if err != nil {
 		return sum, err
@@ -243,7 +281,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, err
 	}
 
-	logf("running the workload (%d clients, 2 gates) and the nemesis (%v) for %v", o.Clients, kindNames(o.Faults), o.Duration)
+	logf("running the workload (%d clients, %d gates) and the nemesis (%v) for %v", o.Clients, len(gateURLs), kindNames(o.Faults), o.Duration)
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	nctx, ncancel := context.WithTimeout(ctx, o.Duration)
@@ -259,6 +297,12 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	}()
 	ndone := make(chan error, 1)
 	go func() { ndone <- nem.Run(nctx) }()
+	outagesDone := make(chan int, 1)
+	if o.MultiDC {
+		go func() { outagesDone <- outages(nctx, dcs[1], rec, o.Timings, o.Seed, logf) }()
+	} else {
+		outagesDone <- 0
+	}
 
 	progress := time.NewTicker(30 * time.Second)
 	defer progress.Stop()
@@ -296,6 +340,10 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 			logf("[%7.1fs] %d requests, %d faults", time.Since(rec.Start()).Seconds(), rec.Len(), len(nem.Events()))
 		}
 	}
+	ncancel()
+	if n := <-outagesDone; n > 0 {
+		sum.Faults[KindDatacenterOutage] = n
+	}
 	sum.Workload = wr.st
 	sum.Events = nem.Events()
 	sum.PortClashes = nem.PortClashes()
@@ -325,14 +373,44 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	if herr != nil {
 		nerr = errors.Join(nerr, herr)
 	}
-	logf("checking %d requests through %s", sum.Requests, c.GateURLs()[0])
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
-	res, cerr := checker.Check(cctx, checker.Config{GateURL: c.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys}, ops)
-	ccancel()
-	if cerr == nil {
-		sum.Check = &res
+	defer ccancel()
+	if !o.MultiDC {
+		logf("checking %d requests through %s", sum.Requests, c.GateURLs()[0])
+		res, cerr := checker.Check(cctx, checker.Config{GateURL: c.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys}, ops)
+		if cerr == nil {
+			sum.Check = &res
+		}
+		return sum, errors.Join(nerr, cerr)
 	}
-	return sum, errors.Join(nerr, cerr)
+	// Every datacenter against the rules, through one of its own gates;
+	// then rule (h) across them, giving the outboxes time to finish.
+	var res checker.Result
+	var cfgs []checker.Config
+	for i, dc := range dcs {
+		cfg := checker.Config{GateURL: dc.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys, Datacenter: names[i]}
+		cfgs = append(cfgs, cfg)
+		logf("checking %d requests in %s through %s", sum.Requests, names[i], cfg.GateURL)
+		r, cerr := checker.Check(cctx, cfg, ops)
+		if cerr != nil {
+			return sum, errors.Join(nerr, fmt.Errorf("checking %s: %w", names[i], cerr))
+		}
+		if i == 0 {
+			res.Checked = r.Checked
+		}
+		for _, v := range r.Violations {
+			v.Detail = names[i] + ": " + v.Detail
+			res.Violations = append(res.Violations, v)
+		}
+	}
+	logf("checking that every admitted job is in %v with one id (waiting up to %v for the outboxes)", names, federationWait)
+	fr, cerr := checker.CheckFederation(cctx, cfgs, ops, federationWait)
+	if cerr != nil {
+		return sum, errors.Join(nerr, cerr)
+	}
+	res.Violations = append(res.Violations, fr.Violations...)
+	sum.Check = &res
+	return sum, nerr
 }
 
 func kindNames(kinds []nemesis.Kind) string {

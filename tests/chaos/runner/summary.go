@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -113,7 +114,7 @@ func (s *Summary) String() string {
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "  faults      %d injected:", s.FaultCount())
-	for _, k := range nemesis.AllKinds {
+	for _, k := range append(slices.Clone(nemesis.AllKinds), KindDatacenterOutage) {
 		if n, ok := s.Faults[k]; ok {
 			fmt.Fprintf(&b, " %s %d;", k, n)
 		}

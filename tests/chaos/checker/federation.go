@@ -1,0 +1,154 @@
+package checker
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/tests/chaos/history"
+)
+
+// CheckFederation checks rule (h) across the datacenters of a federation,
+// one Config per datacenter (Config.Datacenter set, each read through one of
+// its gates): every key of ops whose entry is committed or rejected in any
+// datacenter must be final in every one of them, and the committed ones
+// must name the same job. The outbox completes a datacenter some time after
+// the faults healed, so a key that is final somewhere and missing or pending
+// elsewhere is read again until wait has passed; only then is it a
+// violation. Two different job ids never heal and are reported at once.
+// Run the per-datacenter Check for the other rules.
+func CheckFederation(ctx context.Context, cfgs []Config, ops []history.Op, wait time.Duration) (Result, error) {
+	h := newHistoryIndex(ops)
+	res := Result{Checked: Counts{Ops: h.ops, Keys: len(h.keys)}}
+	readers := make([]*reader, len(cfgs))
+	for i, cfg := range cfgs {
+		if cfg.Datacenter == "" {
+			return res, fmt.Errorf("checker: CheckFederation needs Config.Datacenter (config %d)", i)
+		}
+		r, err := newReader(cfg)
+		if err != nil {
+			return res, err
+		}
+		defer r.close()
+		readers[i] = r
+	}
+	open := h.keys
+	deadline := time.Now().Add(wait)
+	for {
+		entries, err := readEntries(ctx, readers, open)
+		if err != nil {
+			return res, err
+		}
+		var still []tk
+		final := time.Now().After(deadline)
+		for _, k := range open {
+			if v, pending := judgeEverywhere(k, entries[k], cfgs); v != nil {
+				if pending && !final {
+					still = append(still, k)
+					continue
+				}
+				v.Ops = h.byKey[k]
+				res.Violations = append(res.Violations, *v)
+			}
+		}
+		if len(still) == 0 {
+			break
+		}
+		open = still
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("%w: %w", ErrRead, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+	sort.Slice(res.Violations, func(i, j int) bool {
+		a, b := res.Violations[i], res.Violations[j]
+		if a.Tenant != b.Tenant {
+			return a.Tenant < b.Tenant
+		}
+		return a.Key < b.Key
+	})
+	return res, nil
+}
+
+// readEntries reads every key's entry in every datacenter: entries[k][i] is
+// datacenter i's (nil: no entry).
+func readEntries(ctx context.Context, readers []*reader, keys []tk) (map[tk][]*api.KeyInfo, error) {
+	out := make(map[tk][]*api.KeyInfo, len(keys))
+	for _, k := range keys {
+		out[k] = make([]*api.KeyInfo, len(readers))
+	}
+	var mu sync.Mutex
+	for i, r := range readers {
+		err := parallel(ctx, r.cfg.Parallelism, keys, func(ctx context.Context, k tk) error {
+			var info api.KeyInfo
+			found, err := r.get(ctx, k.tenant, "/v1/idempotency-keys/"+url.PathEscape(k.key), &info, api.CodeIdempotencyKeyNotFound)
+			if err != nil {
+				return err
+			}
+			if found {
+				mu.Lock()
+				out[k][i] = &info
+				mu.Unlock()
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// judgeEverywhere applies rule (h) to one key's entries. pending says the
+// violation may still heal (a datacenter has no final outcome yet).
+func judgeEverywhere(k tk, entries []*api.KeyInfo, cfgs []Config) (v *Violation, pending bool) {
+	final := func(e *api.KeyInfo) bool {
+		return e != nil && (e.State == api.KeyStateCommitted || e.State == api.KeyStateRejected)
+	}
+	var anyFinal bool
+	ids := map[string][]string{} // job id → datacenters holding it
+	var missing, states []string
+	for i, e := range entries {
+		dc := cfgs[i].Datacenter
+		switch {
+		case e == nil:
+			states = append(states, dc+": no entry")
+		default:
+			states = append(states, dc+": "+e.State)
+		}
+		if final(e) {
+			anyFinal = true
+		} else {
+			missing = append(missing, dc)
+		}
+		if e != nil && e.State == api.KeyStateCommitted && e.JobID != nil {
+			ids[*e.JobID] = append(ids[*e.JobID], dc)
+		}
+	}
+	if len(ids) > 1 {
+		var parts, jobIDs []string
+		for id, dcs := range ids {
+			jobIDs = append(jobIDs, id)
+			parts = append(parts, id+" in "+strings.Join(dcs, ","))
+		}
+		sort.Strings(jobIDs)
+		sort.Strings(parts)
+		return &Violation{Rule: RuleEverywhere, Tenant: k.tenant, Key: k.key, JobIDs: jobIDs,
+			Detail: "the datacenters hold different jobs for the key: " + strings.Join(parts, "; ")}, false
+	}
+	if anyFinal && len(missing) > 0 {
+		var jobIDs []string
+		for id := range ids {
+			jobIDs = append(jobIDs, id)
+		}
+		return &Violation{Rule: RuleEverywhere, Tenant: k.tenant, Key: k.key, JobIDs: jobIDs,
+			Detail: "final in some datacenters, not in " + strings.Join(missing, ",") + " (" + strings.Join(states, "; ") + ")"}, true
+	}
+	return nil, false
+}
