@@ -148,6 +148,11 @@ func (o *outbox) pass(ctx context.Context) {
 	o.confirm(ctx, confirmed)
 }
 
+// carriedMinTTL is the shortest lifetime a carried entry gets: one whose
+// entry is about to expire here still lands (its job is what matters; the
+// job's retention does not depend on it), and briefly answers duplicates.
+const carriedMinTTL = time.Second
+
 // confirmChunk bounds the items of one Confirm command.
 const confirmChunk = 1024
 
@@ -169,6 +174,13 @@ func (o *outbox) confirm(ctx context.Context, items []ledger.Confirmation) {
 // answer; it reports whether the answer was final.
 func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
 	req := &rpc.SubmitRequest{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, ProposedJobID: e.JobID}
+	// The entry expires at the same instant there as here: its remaining
+	// lifetime, counted from now (which the other leader accepts as the
+	// basis within expiryBasisMaxSkew of its clock), instead of that
+	// datacenter's TTL counted from whenever this carry lands.
+	now := o.m.expiryNow()
+	req.ExpiryBasis = now
+	req.ResultTTL = max(time.Duration(e.ExpiresAt-now.UnixNano()), carriedMinTTL)
 	req.Job.Type, req.Job.Payload, req.Job.Datacenters = e.Request.Type, e.Request.Payload, e.Request.Datacenters
 	actx, cancel := context.WithTimeout(ctx, outboxAttempt)
 	defer cancel()

@@ -14,12 +14,15 @@ import (
 
 // TestOutboxCompletesOtherDatacenters: a job for dc1 and dc2 that reached only
 // dc1 (its gate's forward to dc2 failed) is carried to dc2 by dc1's leader:
-// dc2 then holds the job under the same ID, and the outbox stops asking.
+// dc2 then holds the job under the same ID, its entry expires at the same
+// instant as dc1's (not dc2's TTL counted from the later carry), and the
+// outbox stops asking.
 func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 	clock := newManualClock()
 	tc1 := newTestCluster(t, 1, nil)
 	tc1.now = clock.Now
 	tc2 := newTestCluster(t, 1, func(c *Config) { c.Datacenter = "dc2" })
+	tc2.now = clock.Now
 	l1, l2 := tc1.leader(), tc2.leader()
 	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
 	if lerr != nil {
@@ -61,6 +64,12 @@ func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 		st := ob.state[outboxKey{"t", "order-9", r.JobID, "dc2"}]
 		return st != nil && st.done, "the outbox to record dc2's final outcome"
 	})
+	e1, _ := tc1.mgrs[l1].FSM().Entry("t", "order-9")
+	e2, _ := tc2.mgrs[l2].FSM().Entry("t", "order-9")
+	if e2.ExpiresAt != e1.ExpiresAt || e2.JobID != e1.JobID {
+		t.Fatalf("dc2's entry expires at %d (job %s), dc1's at %d (job %s); a TTL from the carry would give %d",
+			e2.ExpiresAt, e2.JobID, e1.ExpiresAt, e1.JobID, e2.ResolvedAt+int64(tc2.mgrs[l2].cfg.Idempotency.CommittedTTL))
+	}
 	if n := tc2.mgrs[l2].FSM().Stats().Jobs; n != 1 {
 		t.Fatalf("dc2 holds %d jobs, want 1", n)
 	}
