@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/tests/localcluster"
 )
@@ -71,7 +73,10 @@ func listDC(ctx context.Context, t *testing.T, gate, dc string) []api.Job {
 // TestMultiDCJobInBothDatacenters: a job for dc1 and dc2 through dc1's gate,
 // its retry through dc2's gate: one job in each datacenter, one job ID,
 // byte-identical answers. Then, with dc2's managers stopped, a new dc1+dc2 job
-// is 503 and dc1 keeps its part of it.
+// is 503 and dc1 keeps its part of it; dc2 restarted, with no client retry,
+// gets the job under the same ID from dc1's outbox. Last, two first attempts
+// raced through both datacenters' gates make one job in each, one ID, the
+// same bytes.
 func TestMultiDCJobInBothDatacenters(t *testing.T) {
 	f := startFederation(t)
 	ctx := ctxFor(t, 3*time.Minute)
@@ -133,5 +138,71 @@ func TestMultiDCJobInBothDatacenters(t *testing.T) {
 	}
 	if !kept {
 		t.Fatalf("dc1 does not hold its part of the job of %s", key2)
+	}
+
+	// dc2 comes back and nobody retries: dc1's outbox carries the job there,
+	// with the same ID.
+	for _, m := range f.DC("dc2").Managers {
+		if err := m.Start(); err != nil {
+			t.Fatalf("restart %s: %v", m.Name, err)
+		}
+	}
+	var inDC1 string
+	for _, j := range listDC(ctx, t, g1, "dc1") {
+		if j.IdempotencyKey == key2 {
+			inDC1 = j.JobID
+		}
+	}
+	testutil.WaitFor(t, 90*time.Second, func() (bool, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g2+"/v1/jobs?limit=1000&datacenter=dc2", nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var page api.JobList
+		if json.NewDecoder(resp.Body).Decode(&page) != nil || resp.StatusCode != http.StatusOK {
+			return false, fmt.Sprintf("dc2 list: HTTP %d", resp.StatusCode)
+		}
+		var ids []string
+		for _, j := range page.Jobs {
+			if j.IdempotencyKey == key2 {
+				ids = append(ids, j.JobID)
+			}
+		}
+		return len(ids) == 1 && ids[0] == inDC1, fmt.Sprintf("dc2 to hold job %s of %s once (holds %v)", inDC1, key2, ids)
+	})
+
+	// Two first attempts of one key raced through dc1's and dc2's gates: one
+	// job in each datacenter, one ID, the same bytes.
+	const key3 = "host1.dc1:12345:3:0123456789abcdef"
+	var answers [2]answer
+	var errs [2]error
+	for i, g := range []string{g1, g2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i], errs[i] = post(ctx, hc, g, key3, `{"type":"demo","payload":{"n":3},"datacenters":["dc1","dc2"]}`)
+		}()
+	}
+	wg.Wait()
+	for i := range answers {
+		if errs[i] != nil || answers[i].status != http.StatusCreated {
+			t.Fatalf("raced attempt %d: %d %s %v", i, answers[i].status, answers[i].body, errs[i])
+		}
+	}
+	if answers[0].job.JobID != answers[1].job.JobID || !bytes.Equal(answers[0].body, answers[1].body) {
+		t.Fatalf("raced attempts differ:\n%s\n%s", answers[0].body, answers[1].body)
+	}
+	for _, dc := range []string{"dc1", "dc2"} {
+		n := 0
+		for _, j := range listDC(ctx, t, g1, dc) {
+			if j.IdempotencyKey == key3 {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%s holds %d jobs of %s, want 1", dc, n, key3)
+		}
 	}
 }
