@@ -19,6 +19,7 @@ import (
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 )
 
@@ -166,7 +167,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		return err
 	}
 	fed.lan.Store(cluster.pool)
-	rpc.MountOperator(mux, operator{m: m, pool: fed.lan.Load}, log.With(logging.KeyComponent, "operator"))
+	rpc.MountOperator(mux, operator{m: m, pool: fed.lan.Load, wan: func() *membership.Pool { return fed.wan }}, log.With(logging.KeyComponent, "operator"))
 	// The outbox completes multi-datacenter submissions at the other
 	// datacenters (docs/multidc.md); only a federated manager has any.
 	obCtx, stopOutbox := context.WithCancel(ctx)

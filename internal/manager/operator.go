@@ -3,6 +3,8 @@ package manager
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"errors"
 	"io"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 type operator struct {
 	m    *Manager
 	pool func() *membership.Pool // the LAN pool, nil until joined
+	wan  func() *membership.Pool // the WAN pool, nil when not federated
 }
 
 // operatorTimeout bounds a change to the Raft configuration.
@@ -35,6 +38,89 @@ func (o operator) Members(context.Context) (*rpc.Members, error) {
 			Role: string(mem.Meta.Role), Datacenter: mem.Meta.Datacenter, NodeID: mem.Meta.NodeID,
 			RPCAddr: mem.Meta.RPCAddr, RaftAddr: mem.Meta.RaftAddr,
 		})
+	}
+	return out, nil
+}
+
+// keyringTimeout bounds a pool-wide keyring operation: members that have not
+// answered by then are listed as such.
+const keyringTimeout = 5 * time.Second
+
+// Keyring runs a keyring operation on every member of the LAN or WAN pool
+// through membership's pool-wide query, and counts the keys the members
+// hold.
+func (o operator) Keyring(ctx context.Context, req rpc.KeyringRequest) (*rpc.Keyring, error) {
+	var p *membership.Pool
+	switch req.Pool {
+	case "", rpc.PoolLAN:
+		req.Pool, p = rpc.PoolLAN, o.pool()
+	case rpc.PoolWAN:
+		if o.wan != nil {
+			p = o.wan()
+		}
+		if p == nil {
+			return nil, rpc.Errorf(rpc.CodeInvalid, "this manager is not in a WAN pool (MANAGER_WAN_GOSSIP_ADDR)")
+		}
+	default:
+		return nil, rpc.Errorf(rpc.CodeInvalid, "pool %q: want lan or wan", req.Pool)
+	}
+	if p == nil {
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "the manager has not joined its gossip pool yet")
+	}
+	var op membership.KeyringOp
+	switch req.Op {
+	case "list":
+		op = membership.KeyringList
+	case "install":
+		op = membership.KeyringInstall
+	case "use":
+		op = membership.KeyringUse
+	case "remove":
+		op = membership.KeyringRemove
+	default:
+		return nil, rpc.Errorf(rpc.CodeInvalid, "op %q: want list, install, use or remove", req.Op)
+	}
+	var key []byte
+	if op != membership.KeyringList {
+		k, err := membership.ParseSecretKey(req.Key)
+		if err != nil {
+			return nil, rpc.Errorf(rpc.CodeInvalid, "key: %v", err)
+		}
+		key = k
+	}
+	qctx, cancel := context.WithTimeout(ctx, keyringTimeout)
+	defer cancel()
+	res, err := p.KeyringQuery(qctx, op, key)
+	if errors.Is(err, membership.ErrNoEncryption) {
+		return nil, rpc.Errorf(rpc.CodeInvalid, "the %s pool is not encrypted: start every member with a gossip key first (docs/operations.md)", req.Pool)
+	}
+	if err != nil {
+		return nil, rpc.Errorf(rpc.CodeInvalid, "%v", err)
+	}
+	out := &rpc.Keyring{Node: o.m.cfg.NodeID, Pool: req.Pool, Op: req.Op, Members: len(res.Nodes),
+		NoAnswer: append([]string{}, res.NoAnswer...), Complete: res.Complete(), Keys: []rpc.KeyringKey{}}
+	counts := map[string]*rpc.KeyringKey{}
+	var order []string
+	for _, n := range res.Nodes {
+		node := rpc.KeyringNode{Node: n.Node, Error: n.Err, Keys: []string{}}
+		for i, k := range n.Keys {
+			enc := base64.StdEncoding.EncodeToString(k)
+			node.Keys = append(node.Keys, enc)
+			c := counts[enc]
+			if c == nil {
+				c = &rpc.KeyringKey{Key: enc}
+				counts[enc] = c
+				order = append(order, enc)
+			}
+			c.Installed++
+			if i == 0 {
+				c.Primary++
+			}
+		}
+		out.Nodes = append(out.Nodes, node)
+	}
+	for _, k := range order {
+		out.Keys = append(out.Keys, *counts[k])
 	}
 	return out, nil
 }

@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// Gossip key rotation acts on this node's keyring only; an operator (or, later,
-// the CLI) runs each step on every node of the pool before the next step:
+// Gossip key rotation: these act on this node's keyring only; KeyringQuery
+// (keyring_query.go, oncectl gossip keyring) runs a step on every node of
+// the pool. Each step must reach every node before the next:
 //
 //  1. InstallKey(new) everywhere: nodes now decrypt both keys, still encrypt with the old.
 //  2. UseKey(new) everywhere: nodes encrypt with the new key; the old one still decrypts.

@@ -106,6 +106,11 @@ type Pool struct {
 	left    bool
 	shut    bool
 
+	// queries are the keyring queries of this node waiting for replies, by
+	// id (keyring_query.go).
+	queries  map[uint64]chan NodeKeyring
+	querySeq uint64
+
 	joined     chan struct{}
 	joinedOnce sync.Once
 	stop       chan struct{}
@@ -134,6 +139,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		local:   cfg.Meta,
 		members: make(map[string]*Member),
 		leaving: make(map[string]bool),
+		queries: make(map[uint64]chan NodeKeyring),
 		subs:    make(map[*subscriber]struct{}),
 		clocks:  clockwatch.NewEstimator(0, clockSampleMaxAge),
 		joined:  make(chan struct{}),
@@ -621,16 +627,34 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return bytes.Clone(p.localBytes)
 }
 
-// NotifyMsg receives msgLeaving from a member about to leave.
+// NotifyMsg receives msgLeaving from a member about to leave, and the
+// keyring queries and their replies (keyring_query.go).
 func (d *delegate) NotifyMsg(b []byte) {
-	if len(b) < 2 || b[0] != msgLeaving {
+	if len(b) < 2 {
 		return
 	}
 	p := (*Pool)(d)
-	name := string(b[1:])
-	p.mu.Lock()
-	p.leaving[name] = true
-	p.mu.Unlock()
+	switch b[0] {
+	case msgLeaving:
+		name := string(b[1:])
+		p.mu.Lock()
+		p.leaving[name] = true
+		p.mu.Unlock()
+	case msgKeyringQuery:
+		// Answered on its own goroutine: the reply is a reliable send, which
+		// must not hold up memberlist's handler.
+		msg := bytes.Clone(b[1:])
+		p.mu.Lock()
+		if p.shut {
+			p.mu.Unlock()
+			return
+		}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go func() { defer p.wg.Done(); p.handleKeyringQuery(msg) }()
+	case msgKeyringReply:
+		p.deliverKeyringReply(b[1:])
+	}
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }

@@ -21,7 +21,55 @@ const (
 	// OperatorSnapshotPath: GET streams a snapshot archive of the leader's
 	// ledger (application/x-tar); PUT restores one (leader only).
 	OperatorSnapshotPath = "/rpc/v1/operator/snapshot"
+	// OperatorKeyringPath: GET lists every pool member's gossip keys
+	// (?pool=lan|wan); POST applies a KeyringRequest on every member.
+	OperatorKeyringPath = "/rpc/v1/operator/keyring"
 )
+
+// Keyring pools and operations (KeyringRequest).
+const (
+	PoolLAN = "lan"
+	PoolWAN = "wan"
+)
+
+// KeyringRequest is a pool-wide keyring change: Op is install, use or remove
+// (list is the GET); Key is the base64 gossip key; Pool is lan (default: the
+// datacenter's pool, managers and gates) or wan (the managers of every
+// datacenter).
+type KeyringRequest struct {
+	Op   string `json:"op"`
+	Key  string `json:"key"`
+	Pool string `json:"pool,omitempty"`
+}
+
+// KeyringNode is one member's answer: its keys after the operation (base64,
+// the primary first) or its error.
+type KeyringNode struct {
+	Node  string   `json:"node"`
+	Keys  []string `json:"keys"`
+	Error string   `json:"error,omitempty"`
+}
+
+// KeyringKey is one key and how many members hold it and encrypt with it.
+type KeyringKey struct {
+	Key       string `json:"key"`
+	Installed int    `json:"installed"`
+	Primary   int    `json:"primary"`
+}
+
+// Keyring is the answer of OperatorKeyringPath.
+type Keyring struct {
+	Node string `json:"node"` // the manager that asked the pool
+	Pool string `json:"pool"`
+	Op   string `json:"op"`
+	// Members is how many members answered; Keys counts them per key.
+	Members  int           `json:"members"`
+	Keys     []KeyringKey  `json:"keys"`
+	Nodes    []KeyringNode `json:"nodes"`
+	NoAnswer []string      `json:"no_answer"`
+	// Complete: every alive member answered, without error.
+	Complete bool `json:"complete"`
+}
 
 // Member is one node of a manager's LAN gossip pool.
 type Member struct {
@@ -63,6 +111,9 @@ type Operator interface {
 	// snapshot is taken, so an error can still be answered as one.
 	Snapshot(ctx context.Context, w io.Writer) error
 	Restore(ctx context.Context, r io.Reader) error
+	// Keyring runs a keyring operation (list, install, use, remove) on every
+	// member of a gossip pool.
+	Keyring(ctx context.Context, req KeyringRequest) (*Keyring, error)
 }
 
 // MountOperator registers the operator routes on mux.
@@ -104,6 +155,27 @@ func MountOperator(mux *http.ServeMux, op Operator, log *slog.Logger) {
 	mux.HandleFunc("PUT "+OperatorSnapshotPath, func(w http.ResponseWriter, r *http.Request) {
 		err := op.Restore(r.Context(), r.Body)
 		h.reply(w, &PeerResult{Done: "restored"}, err)
+	})
+	mux.HandleFunc("GET "+OperatorKeyringPath, func(w http.ResponseWriter, r *http.Request) {
+		k, err := op.Keyring(r.Context(), KeyringRequest{Op: "list", Pool: r.URL.Query().Get("pool")})
+		h.reply(w, k, err)
+	})
+	mux.HandleFunc("POST "+OperatorKeyringPath, func(w http.ResponseWriter, r *http.Request) {
+		var req KeyringRequest
+		b, err := io.ReadAll(io.LimitReader(r.Body, 4<<10))
+		if err == nil {
+			err = json.Unmarshal(b, &req)
+		}
+		if err != nil {
+			h.reply(w, nil, Errorf(CodeInvalid, `body: want {"op":"install|use|remove","key":"<base64>","pool":"lan|wan"}: %v`, err))
+			return
+		}
+		if req.Op == "list" {
+			h.reply(w, nil, Errorf(CodeInvalid, "op: list is GET %s", OperatorKeyringPath))
+			return
+		}
+		k, err := op.Keyring(r.Context(), req)
+		h.reply(w, k, err)
 	})
 	mux.HandleFunc("POST "+OperatorRemovePeerPath, change(op.RemovePeer, true))
 	mux.HandleFunc("POST "+OperatorTransferLeaderPath, change(op.TransferLeader, false))

@@ -4,7 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -307,4 +309,58 @@ func flipStateByte(t *testing.T, archive []byte) []byte {
 		t.Fatalf("no state.bin in the archive (%v)", err)
 	}
 	return out.Bytes()
+}
+
+// oncectl gossip keyring rotates the gossip key of every member of a real
+// cluster (three managers and a gate) through one manager: install, use,
+// remove, each listed as applied on every member; the cluster keeps
+// gossiping and admitting jobs; a refused step (removing the primary key)
+// exits 1 and names the members that refused.
+func TestOncectlGossipKeyring(t *testing.T) {
+	const oldKey, newKey = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8="
+	c := startCluster(t, 3, 1, func(o *localcluster.Options) {
+		o.Env = append(o.Env, "MANAGER_GOSSIP_KEY="+oldKey, "GATE_GOSSIP_KEY="+oldKey)
+	})
+	pointOncectlAt(t, c)
+	check := func(args []string, want map[string][2]int) {
+		t.Helper()
+		var k rpc.Keyring
+		oncectlJSON(t, &k, append([]string{"gossip", "keyring"}, args...)...)
+		got := map[string][2]int{}
+		for _, key := range k.Keys {
+			got[key.Key] = [2]int{key.Installed, key.Primary}
+		}
+		if k.Members != 4 || !k.Complete || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("oncectl gossip keyring %v: %d members, complete %v, keys (installed, primary) %v; want 4 members, %v",
+				args, k.Members, k.Complete, got, want)
+		}
+	}
+	check([]string{"list"}, map[string][2]int{oldKey: {4, 4}})
+	check([]string{"install", newKey}, map[string][2]int{oldKey: {4, 4}, newKey: {4, 0}})
+	check([]string{"use", newKey}, map[string][2]int{oldKey: {4, 0}, newKey: {4, 4}})
+	if out, code := oncectl(t, "gossip", "keyring", "remove", newKey); code != 1 || !strings.Contains(out, "refused") {
+		t.Fatalf("removing the primary key: exit %d, %s", code, out)
+	}
+	check([]string{"remove", oldKey}, map[string][2]int{newKey: {4, 4}})
+
+	// The pool still gossips (every member alive) and the cluster admits.
+	var m rpc.Members
+	oncectlJSON(t, &m, "cluster", "members")
+	alive := 0
+	for _, x := range m.Members {
+		if x.Status == "alive" {
+			alive++
+		}
+	}
+	if alive != 4 {
+		t.Fatalf("after the rotation: %d of %d members alive: %+v", alive, len(m.Members), m.Members)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	a, err := post(t.Context(), hc, c.GateURLs()[0], "keyring-rotated-1", `{"type":"demo","payload":{}}`)
+	if err != nil || a.status != http.StatusCreated {
+		t.Fatalf("submit after the rotation: %d %s %v", a.status, a.body, err)
+	}
+	if out, code := oncectl(t, "gossip", "keyring", "install", "not-base64"); code != 1 || out != "" {
+		t.Fatalf("a bad key: exit %d, stdout %q; want 1 and the manager's refusal on stderr", code, out)
+	}
 }

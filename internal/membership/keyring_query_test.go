@@ -1,0 +1,97 @@
+package membership
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/testutil"
+)
+
+// A whole rotation driven from one node: install, use, remove, each applied
+// on every member (gates too) through the pool-wide query; every node
+// answers with its keys after each step; the pool still gossips with the new
+// key only; a node that refuses (removing the primary) reports its error.
+func TestKeyringQueryRotatesThePool(t *testing.T) {
+	old, next := key(1), key(2)
+	a := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = old })
+	b := startPool(t, "b", RoleManager, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
+	g := startPool(t, "g", RoleGate, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
+	pools := []*Pool{a, b, g}
+	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b", "g"))
+
+	query := func(op KeyringOp, k []byte) KeyringResult {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		res, err := a.KeyringQuery(ctx, op, k)
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		if len(res.Nodes) != 3 || len(res.NoAnswer) != 0 {
+			t.Fatalf("%s: answers %+v, no answer from %v", op, res.Nodes, res.NoAnswer)
+		}
+		return res
+	}
+	wantKeys := func(res KeyringResult, want ...[]byte) {
+		t.Helper()
+		for _, n := range res.Nodes {
+			if n.Err != "" || len(n.Keys) != len(want) {
+				t.Fatalf("%s: keys %d, err %q; want %d keys", n.Node, len(n.Keys), n.Err, len(want))
+			}
+			for i := range want {
+				if !bytes.Equal(n.Keys[i], want[i]) {
+					t.Fatalf("%s: key %d differs", n.Node, i)
+				}
+			}
+		}
+	}
+	wantKeys(query(KeyringList, nil), old)
+	wantKeys(query(KeyringInstall, next), old, next)
+	wantKeys(query(KeyringUse, next), next, old)
+	// Removing the primary is refused everywhere, and said so per node.
+	res := query(KeyringRemove, next)
+	if res.Complete() {
+		t.Fatal("removing the primary key succeeded")
+	}
+	for _, n := range res.Nodes {
+		if n.Err == "" {
+			t.Fatalf("%s removed its primary key", n.Node)
+		}
+	}
+	wantKeys(query(KeyringRemove, old), next)
+	if r := query(KeyringList, nil); !r.Complete() {
+		t.Fatalf("list after the rotation: %+v", r)
+	}
+	// The pool goes on with the new key only: a node that joins with it is
+	// seen by every member.
+	late := startPool(t, "late", RoleGate, func(c *Config) { c.SecretKey = next; c.Seeds = []string{b.Addr()} })
+	testutil.WaitFor(t, waitTimeout, seesAlive(append(pools, late), "a", "b", "g", "late"))
+}
+
+func TestKeyringQueryRefusals(t *testing.T) {
+	plain := startPool(t, "plain", RoleGate, nil)
+	if _, err := plain.KeyringQuery(context.Background(), KeyringList, nil); !errors.Is(err, ErrNoEncryption) {
+		t.Fatalf("plaintext pool: %v", err)
+	}
+	enc := startPool(t, "enc", RoleGate, func(c *Config) { c.SecretKey = key(1) })
+	if _, err := enc.KeyringQuery(context.Background(), KeyringInstall, []byte("short")); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("a 5-byte key: %v", err)
+	}
+	if _, err := enc.KeyringQuery(context.Background(), KeyringOp(9), nil); !errors.Is(err, ErrKeyringOp) {
+		t.Fatalf("op 9: %v", err)
+	}
+}
+
+func TestDecodeKeyringReplyRefusesDamage(t *testing.T) {
+	if _, _, ok := decodeKeyringReply([]byte{1, 2, 3}); ok {
+		t.Fatal("a 3-byte reply decoded")
+	}
+	// id, name "n", no error, 1000 keys: over the bound.
+	b := []byte{0, 0, 0, 0, 0, 0, 0, 1, 1, 'n', 0, 0xe8, 0x07}
+	if _, _, ok := decodeKeyringReply(b); ok {
+		t.Fatal("a reply claiming 1000 keys decoded")
+	}
+}
