@@ -82,6 +82,12 @@ func (r *Reloader) Reload() (bool, error) {
 // Watch reloads the pair every interval until ctx ends, logging what it
 // loads and what fails.
 func (r *Reloader) Watch(ctx context.Context, interval time.Duration) {
+	watch(ctx, interval, r.Reload, r.log, "TLS certificate", r.certFile)
+}
+
+// watch calls reload every interval until ctx ends, logging what it loads
+// (what, file) and what fails: what was loaded before stays in use.
+func watch(ctx context.Context, interval time.Duration, reload func() (bool, error), log *slog.Logger, what, file string) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -90,11 +96,11 @@ func (r *Reloader) Watch(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		switch loaded, err := r.Reload(); {
+		switch loaded, err := reload(); {
 		case err != nil:
-			r.log.Error("TLS certificate not reloaded; the previous one stays in use", logging.KeyFile, r.certFile, logging.KeyError, err)
+			log.Error(what+" not reloaded; what was loaded before stays in use", logging.KeyFile, file, logging.KeyError, err)
 		case loaded:
-			r.log.Info("TLS certificate reloaded", logging.KeyFile, r.certFile)
+			log.Info(what+" reloaded", logging.KeyFile, file)
 		}
 	}
 }

@@ -113,21 +113,7 @@ func (c *Cluster) Reload() (bool, error) {
 // Watch reloads every interval until ctx ends, logging what it loads and
 // what fails.
 func (c *Cluster) Watch(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		switch loaded, err := c.Reload(); {
-		case err != nil:
-			c.log.Error("cluster TLS not reloaded; what was loaded stays in use", logging.KeyFile, c.caFile, logging.KeyError, err)
-		case loaded:
-			c.log.Info("cluster TLS reloaded", logging.KeyFile, c.caFile)
-		}
-	}
+	watch(ctx, interval, c.Reload, c.log, "cluster TLS", c.caFile)
 }
 
 // ServerConfig is the TLS configuration of a manager's RPC and Raft

@@ -16,21 +16,30 @@ import (
 	"github.com/once-dev/once/internal/testutil"
 )
 
+// startWAN starts the federation of manager m1 of dc (local gossip timings,
+// RPC advertised as 127.0.0.1:7101 unless tweak says otherwise) joining the
+// WAN pool through seeds, and stops it at the end of the test.
+func startWAN(t *testing.T, dc string, tweak func(*Config), seeds ...string) *federation {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.Datacenter, cfg.RPCAdvertise = "m1", dc, "127.0.0.1:7101"
+	cfg.GossipProfile = "local"
+	cfg.WANGossipAddr, cfg.WANJoin = "127.0.0.1:0", seeds
+	tweak(&cfg)
+	f, err := startFederation(context.Background(), cfg, logging.TestLogger(t))
+	if err != nil {
+		t.Fatalf("startFederation %s: %v", dc, err)
+	}
+	t.Cleanup(f.stop)
+	return f
+}
+
 // TestFederationViewSpansDatacenters: managers of dc1 and dc2 that join the
 // WAN pool each see the other's datacenter with its manager's RPC address; a
 // manager without WAN settings knows only its own datacenter.
 func TestFederationViewSpansDatacenters(t *testing.T) {
 	start := func(dc, rpcAddr string, seeds ...string) *federation {
-		cfg := DefaultConfig()
-		cfg.NodeID, cfg.Datacenter, cfg.RPCAdvertise = "m1", dc, rpcAddr
-		cfg.GossipProfile = "local"
-		cfg.WANGossipAddr, cfg.WANJoin = "127.0.0.1:0", seeds
-		f, err := startFederation(context.Background(), cfg, logging.TestLogger(t))
-		if err != nil {
-			t.Fatalf("startFederation %s: %v", dc, err)
-		}
-		t.Cleanup(f.stop)
-		return f
+		return startWAN(t, dc, func(c *Config) { c.RPCAdvertise = rpcAddr }, seeds...)
 	}
 	f1 := start("dc1", "127.0.0.1:7101")
 	f2 := start("dc2", "127.0.0.1:7201", f1.wan.Addr())
@@ -63,17 +72,7 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 // settings report nothing.
 func TestFederationReportsConfigMismatches(t *testing.T) {
 	start := func(dc string, committed time.Duration, seeds ...string) *federation {
-		cfg := DefaultConfig()
-		cfg.NodeID, cfg.Datacenter, cfg.RPCAdvertise = "m1", dc, "127.0.0.1:7101"
-		cfg.GossipProfile = "local"
-		cfg.Idempotency.CommittedTTL = committed
-		cfg.WANGossipAddr, cfg.WANJoin = "127.0.0.1:0", seeds
-		f, err := startFederation(context.Background(), cfg, logging.TestLogger(t))
-		if err != nil {
-			t.Fatalf("startFederation %s: %v", dc, err)
-		}
-		t.Cleanup(f.stop)
-		return f
+		return startWAN(t, dc, func(c *Config) { c.Idempotency.CommittedTTL = committed }, seeds...)
 	}
 	f1 := start("dc1", 300*time.Second)
 	f2 := start("dc2", 300*time.Second, f1.wan.Addr())

@@ -28,18 +28,7 @@ func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-process chaos test; skipped with -short")
 	}
-	var seed uint64
-	if s := os.Getenv("CHAOS_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("CHAOS_SEED=%q: %v", s, err)
-		}
-	}
-	dir := filepath.Join(t.TempDir(), "run")
-	if keep := os.Getenv("CHAOS_DIR"); keep != "" {
-		dir = filepath.Join(keep, time.Now().UTC().Format("20060102-150405")+"-short")
-		t.Logf("the run is kept in %s", dir)
-	}
+	seed, dir := chaosSeedAndDir(t, "short")
 	kinds := nemesis.AllKinds
 	sum, err := runner.Run(ctxFor(t, 110*time.Second), runner.Options{
 		Faults:   kinds,
@@ -58,16 +47,7 @@ func TestChaosShort(t *testing.T) {
 		},
 		Logf: t.Logf,
 	})
-	t.Log("\n" + sum.String())
-	if err != nil || !sum.OK() {
-		logTails(t, dir)
-	}
-	if err != nil {
-		t.Fatalf("run: %v (seed %d)", err, sum.Seed)
-	}
-	if n := sum.Violations(); n > 0 {
-		t.Fatalf("%d violations (seed %d); the history is in %s", n, sum.Seed, dir)
-	}
+	requireClean(t, sum, err, dir)
 	for _, k := range kinds {
 		if sum.Faults[k] == 0 {
 			t.Errorf("fault %s was never injected (faults: %v)", k, sum.Faults)
@@ -79,6 +59,41 @@ func TestChaosShort(t *testing.T) {
 }
 
 // logTails logs the end of every process's log of the run in dir.
+// chaosSeedAndDir is a short chaos run's seed (CHAOS_SEED, or 0: drawn) and
+// directory (a temporary one, or under CHAOS_DIR, named with name, to keep).
+func chaosSeedAndDir(t *testing.T, name string) (uint64, string) {
+	t.Helper()
+	var seed uint64
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("CHAOS_SEED=%q: %v", s, err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	if keep := os.Getenv("CHAOS_DIR"); keep != "" {
+		dir = filepath.Join(keep, time.Now().UTC().Format("20060102-150405")+"-"+name)
+		t.Logf("the run is kept in %s", dir)
+	}
+	return seed, dir
+}
+
+// requireClean fails the test unless the run completed with no violation,
+// logging the summary (and the processes' log tails when it did not).
+func requireClean(t *testing.T, sum runner.Summary, err error, dir string) {
+	t.Helper()
+	t.Log("\n" + sum.String())
+	if err != nil || !sum.OK() {
+		logTails(t, dir)
+	}
+	if err != nil {
+		t.Fatalf("run: %v (seed %d)", err, sum.Seed)
+	}
+	if n := sum.Violations(); n > 0 {
+		t.Fatalf("%d violations (seed %d); the history is in %s", n, sum.Seed, dir)
+	}
+}
+
 func logTails(t *testing.T, dir string) {
 	t.Helper()
 	logs, _ := filepath.Glob(filepath.Join(dir, runner.ClusterDir, "logs", "*.log"))
@@ -103,18 +118,7 @@ func TestChaosMultiDCShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-process chaos test; skipped with -short")
 	}
-	var seed uint64
-	if s := os.Getenv("CHAOS_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("CHAOS_SEED=%q: %v", s, err)
-		}
-	}
-	dir := filepath.Join(t.TempDir(), "run")
-	if keep := os.Getenv("CHAOS_DIR"); keep != "" {
-		dir = filepath.Join(keep, time.Now().UTC().Format("20060102-150405")+"-multidc-short")
-		t.Logf("the run is kept in %s", dir)
-	}
+	seed, dir := chaosSeedAndDir(t, "multidc-short")
 	sum, err := runner.Run(ctxFor(t, 5*time.Minute), runner.Options{
 		MultiDC:  true,
 		Duration: 60 * time.Second, // a cap: one round takes about 25 s
@@ -133,16 +137,7 @@ func TestChaosMultiDCShort(t *testing.T) {
 		},
 		Logf: t.Logf,
 	})
-	t.Log("\n" + sum.String())
-	if err != nil || !sum.OK() {
-		logTails(t, dir)
-	}
-	if err != nil {
-		t.Fatalf("run: %v (seed %d)", err, sum.Seed)
-	}
-	if n := sum.Violations(); n > 0 {
-		t.Fatalf("%d violations (seed %d); the history is in %s", n, sum.Seed, dir)
-	}
+	requireClean(t, sum, err, dir)
 	if sum.Faults[runner.KindDatacenterOutage] == 0 {
 		t.Errorf("dc2 never had an outage (faults: %v)", sum.Faults)
 	}
