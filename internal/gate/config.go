@@ -9,6 +9,7 @@ import (
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/tracing"
 )
 
 // Names of the gate's environment variables. Each has a flag derived from it
@@ -22,6 +23,7 @@ const (
 	EnvManagers          = "GATE_MANAGERS"
 	EnvTokenFile         = "GATE_TOKEN_FILE"
 	EnvClusterSecretFile = "GATE_CLUSTER_SECRET_FILE"
+	EnvOTLPEndpoint      = "GATE_OTLP_ENDPOINT"
 	EnvTLSCertFile       = "GATE_TLS_CERT_FILE"
 	EnvTLSKeyFile        = "GATE_TLS_KEY_FILE"
 	EnvRPCTLSCAFile      = "GATE_RPC_TLS_CA_FILE"
@@ -75,6 +77,9 @@ type Config struct {
 	// ClusterSecretFile is GATE_CLUSTER_SECRET_FILE: the secret the gate
 	// presents to the managers' RPC (docs/security.md); empty: none.
 	ClusterSecretFile string
+	// OTLPEndpoint is GATE_OTLP_ENDPOINT: where OpenTelemetry traces go
+	// (OTLP over HTTP, internal/tracing); empty: no tracing.
+	OTLPEndpoint string
 	// TLSCertFile and TLSKeyFile are GATE_TLS_CERT_FILE and GATE_TLS_KEY_FILE:
 	// with both, the gate serves HTTPS and reloads the pair when the files
 	// change (internal/certs); with neither, plain HTTP.
@@ -168,6 +173,8 @@ func Register(l *config.Loader, c *Config) {
 		"the gate's client certificate for the managers' RPC, signed by the cluster CA")
 	l.String(&c.RPCTLSKeyFile, EnvRPCTLSKeyFile, "", "a path to a PEM private key", nil,
 		"the private key of GATE_RPC_TLS_CERT_FILE")
+	l.String(&c.OTLPEndpoint, EnvOTLPEndpoint, "", "an http:// or https:// URL", tracing.CheckEndpoint,
+		"send OpenTelemetry traces of submissions there (OTLP over HTTP, e.g. http://otel-collector:4318); empty: no tracing")
 	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
 		"the secret presented to the managers' RPC; must match MANAGER_CLUSTER_SECRET_FILE's (empty: none)")
 	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, d.MaxBodyBytes, MinBodyBytes, MaxBodyBytes,

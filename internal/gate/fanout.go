@@ -8,8 +8,13 @@ import (
 	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/once-dev/once/internal/fingerprint"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/tracing"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -108,6 +113,7 @@ type dcResult struct {
 func (g *Gate) submitAll(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
 	dcs := req.Job.Datacenters
 	if len(dcs) == 1 && dcs[0] == g.cfg.Datacenter {
+		req.TraceParent = tracing.Inject(ctx)
 		return g.client.Submit(ctx, req)
 	}
 	if req.ExpiryBasis.IsZero() {
@@ -120,7 +126,13 @@ func (g *Gate) submitAll(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		go func() {
 			defer wg.Done()
 			r := *req // each client may touch its copy; the fields are the same
-			resp, err := g.clientFor(dc).Submit(ctx, &r)
+			dctx, span := tracing.Tracer().Start(ctx, "gate.forward.datacenter", trace.WithAttributes(attribute.String("once.datacenter", dc)))
+			defer span.End()
+			r.TraceParent = tracing.Inject(dctx)
+			resp, err := g.clientFor(dc).Submit(dctx, &r)
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
 			results[i] = dcResult{dc: dc, resp: resp, err: err}
 		}()
 	}

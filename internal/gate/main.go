@@ -14,6 +14,7 @@ import (
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/tracing"
 )
 
 // Exit codes of Main: internal/config's, shared by both daemons.
@@ -46,6 +47,15 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 		cfg.NodeName, _ = os.Hostname()
 	}
 	logger = logger.With(logging.KeyRole, "gate", logging.KeyNode, cfg.NodeName)
+	stopTracing, err := tracing.Start(ctx, cfg.OTLPEndpoint, "once-gate", cfg.NodeName, cfg.Datacenter)
+	if err != nil {
+		fmt.Fprintf(stderr, "gate: %v\n", err)
+		return ExitConfig
+	}
+	defer tracing.Flush(stopTracing, logger)
+	if cfg.OTLPEndpoint != "" {
+		logger.Info("tracing on: spans go to the OTLP endpoint", logging.KeyAddr, cfg.OTLPEndpoint)
+	}
 	deps := Deps{Logger: logger}
 	if len(cfg.Join) > 0 {
 		pool, err := startMembership(ctx, cfg, logger)

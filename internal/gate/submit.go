@@ -13,12 +13,17 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/once-dev/once/internal/cache"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/fingerprint"
 	"github.com/once-dev/once/internal/jobid"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/tracing"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
 )
@@ -440,6 +445,9 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	// its outcome, and a deterministic outcome is worth caching.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), g.cfg.ForwardTimeout+wait)
 	defer cancel()
+	ctx, span := tracing.Tracer().Start(ctx, "gate.forward", trace.WithAttributes(
+		attribute.String("once.tenant", tenant), attribute.String("once.idempotency_key", key.Raw)))
+	defer span.End()
 	start := time.Now()
 	sr, err := g.submitAll(ctx, &rpc.SubmitRequest{
 		Tenant:        tenant,
@@ -454,7 +462,13 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	if err == nil {
 		outcome = string(sr.Outcome)
 	}
-	defer func() { g.metrics.forwardDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds()) }()
+	defer func() {
+		g.metrics.forwardDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+		span.SetAttributes(attribute.String("once.outcome", outcome))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}()
 	if err != nil {
 		return g.forwardError(err, tenant), 0, 0
 	}

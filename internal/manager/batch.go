@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/tracing"
 )
 
 // batcher groups the commands of concurrent submissions into batch entries
@@ -198,4 +201,19 @@ func (m *Manager) applyError(err error) error {
 		return m.notLeader()
 	}
 	return rpc.Errorf(rpc.CodeUnavailable, "raft apply: %v", err)
+}
+
+// tracedApply is b.apply in a span named name (internal/tracing): the time
+// from proposing cmd, through the batch it joins, its Raft commit and its
+// apply to the ledger, to its result.
+func (m *Manager) tracedApply(ctx context.Context, name string, b *batcher, cmd ledger.Command) (ledger.Result, error) {
+	ctx, span := tracing.Tracer().Start(ctx, name)
+	defer span.End()
+	res, err := b.apply(ctx, cmd)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	} else {
+		span.SetAttributes(attribute.String("once.ledger_outcome", res.Outcome.String()))
+	}
+	return res, err
 }

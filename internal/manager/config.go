@@ -10,6 +10,7 @@ import (
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/tracing"
 )
 
 // Config is everything a manager is told at start. Settings come from flags and
@@ -71,6 +72,9 @@ type Config struct {
 	// ClusterSecretFile is MANAGER_CLUSTER_SECRET_FILE: the secret every
 	// caller of the RPC listener must present (docs/security.md); empty: none.
 	ClusterSecretFile string
+	// OTLPEndpoint is MANAGER_OTLP_ENDPOINT: where OpenTelemetry traces go
+	// (OTLP over HTTP, internal/tracing); empty: no tracing.
+	OTLPEndpoint string
 	// TLSCAFile, TLSCertFile and TLSKeyFile are MANAGER_TLS_*: the cluster CA
 	// and this manager's certificate (for manager.once, server and client
 	// use): RPC and Raft over mutual TLS (docs/security.md); all three or
@@ -149,6 +153,7 @@ const (
 	EnvBatchMaxBytes                = "MANAGER_BATCH_MAX_BYTES"
 	EnvPprof                        = "MANAGER_PPROF"
 	EnvClusterSecretFile            = "MANAGER_CLUSTER_SECRET_FILE"
+	EnvOTLPEndpoint                 = "MANAGER_OTLP_ENDPOINT"
 	EnvTLSCAFile                    = "MANAGER_TLS_CA_FILE"
 	EnvTLSCertFile                  = "MANAGER_TLS_CERT_FILE"
 	EnvTLSKeyFile                   = "MANAGER_TLS_KEY_FILE"
@@ -251,6 +256,8 @@ func Register(l *config.Loader, c *Config) {
 		"this manager's certificate, signed by the cluster CA for the name manager.once, for server and client use")
 	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "", "a path to a PEM private key", nil,
 		"the private key of MANAGER_TLS_CERT_FILE")
+	l.String(&c.OTLPEndpoint, EnvOTLPEndpoint, "", "an http:// or https:// URL", tracing.CheckEndpoint,
+		"send OpenTelemetry traces of submissions there (OTLP over HTTP, e.g. http://otel-collector:4318); empty: no tracing")
 	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
 		"the secret every caller of the RPC listener must present (gates, other datacenters' managers, oncectl); empty: none")
 	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")

@@ -21,6 +21,7 @@ import (
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/tracing"
 )
 
 // Main runs a manager process until ctx ends: it loads the configuration
@@ -71,6 +72,14 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 const tlsReloadInterval = 10 * time.Second
 
 func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error {
+	stopTracing, err := tracing.Start(ctx, cfg.OTLPEndpoint, "once-manager", cfg.NodeID, cfg.Datacenter)
+	if err != nil {
+		return err
+	}
+	defer tracing.Flush(stopTracing, log)
+	if cfg.OTLPEndpoint != "" {
+		log.Info("tracing on: spans go to the OTLP endpoint", logging.KeyAddr, cfg.OTLPEndpoint)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var secret string

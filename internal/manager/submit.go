@@ -7,9 +7,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/tracing"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
 )
@@ -23,8 +27,18 @@ import (
 // replay, the one outcome.
 func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
 	start := time.Now()
+	ctx, span := tracing.Tracer().Start(tracing.Extract(ctx, req.TraceParent), "manager.submit", trace.WithAttributes(
+		attribute.String("once.tenant", req.Tenant), attribute.String("once.idempotency_key", req.Key),
+		attribute.String("once.datacenter", m.cfg.Datacenter)))
+	defer span.End()
 	resp, err := m.submit(ctx, req)
 	m.metrics.observeSubmit(resp, err, time.Since(start))
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case resp != nil:
+		span.SetAttributes(attribute.String("once.outcome", string(resp.Outcome)))
+	}
 	return resp, err
 }
 
@@ -106,7 +120,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			ResultTTL:           req.ResultTTL,
 		}
 		m.resolving.add(req.Tenant, req.Key)
-		res, err := m.reserves.apply(ctx, cmd)
+		res, err := m.tracedApply(ctx, "raft.apply.reserve", m.reserves, cmd)
 		m.endProposal(req.Tenant, req.Key, proposal)
 		if err != nil || res.Outcome != ledger.OutcomeReserved {
 			m.resolving.done(req.Tenant, req.Key)
@@ -280,7 +294,7 @@ func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, 
 			ExpiresAt: basisExpiry(basis, now, rejectedTTL),
 			Status:    d.status, Reason: d.reason, Detail: d.detail}
 	}
-	res, err := m.resolves.apply(ctx, cmd)
+	res, err := m.tracedApply(ctx, "raft.apply.resolve", m.resolves, cmd)
 	if err != nil {
 		return nil, err
 	}

@@ -169,6 +169,10 @@ type SubmitRequest struct {
 	// every datacenter of a submission so that they all expire it at the
 	// same instant. A leader whose clock is too far from it uses its own.
 	ExpiryBasis time.Time `json:"expiry_basis,omitzero"`
+	// TraceParent is the W3C traceparent of the gate's forward span, "" when
+	// the gate does not trace (internal/tracing): the manager's spans of this
+	// submission are its children.
+	TraceParent string `json:"trace_parent,omitempty"`
 }
 
 // Rejection is why admission refused a job.

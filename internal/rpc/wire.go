@@ -22,6 +22,7 @@ func toPBRequest(r *SubmitRequest) *rpcpb.SubmitRequest {
 		ProposedJobId:        r.ProposedJobID,
 		ResultTtlNanos:       int64(r.ResultTTL),
 		ExpiryBasisUnixNanos: unixNanos(r.ExpiryBasis),
+		TraceParent:          r.TraceParent,
 	}
 }
 
@@ -49,6 +50,7 @@ func fromPBRequest(p *rpcpb.SubmitRequest) *SubmitRequest {
 		ProposedJobID: p.GetProposedJobId(),
 		ResultTTL:     time.Duration(p.GetResultTtlNanos()),
 		ExpiryBasis:   fromUnixNanos(p.GetExpiryBasisUnixNanos()),
+		TraceParent:   p.GetTraceParent(),
 	}
 	if j := p.GetJob(); j != nil {
 		r.Job = api.JobRequest{Type: j.GetType(), Datacenters: j.GetDatacenters()}

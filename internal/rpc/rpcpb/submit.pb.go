@@ -152,8 +152,11 @@ type SubmitRequest struct {
 	ResultTtlNanos int64                  `protobuf:"varint,7,opt,name=result_ttl_nanos,json=resultTtlNanos,proto3" json:"result_ttl_nanos,omitempty"`
 	// expiry_basis_unix_nanos: 0 when unset.
 	ExpiryBasisUnixNanos int64 `protobuf:"varint,8,opt,name=expiry_basis_unix_nanos,json=expiryBasisUnixNanos,proto3" json:"expiry_basis_unix_nanos,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// trace_parent: the W3C traceparent of the gate's span, "" when the gate
+	// does not trace (docs/operations.md, Tracing).
+	TraceParent   string `protobuf:"bytes,9,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -240,6 +243,13 @@ func (x *SubmitRequest) GetExpiryBasisUnixNanos() int64 {
 		return x.ExpiryBasisUnixNanos
 	}
 	return 0
+}
+
+func (x *SubmitRequest) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
 }
 
 // JobRequest mirrors api.JobRequest; payload is the canonical JSON bytes.
@@ -787,7 +797,7 @@ const file_submit_proto_rawDesc = "" +
 	"SubmitItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
 	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x124\n" +
-	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\"\xb0\x02\n" +
+	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\"\xd3\x02\n" +
 	"\rSubmitRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -797,7 +807,8 @@ const file_submit_proto_rawDesc = "" +
 	"waitMillis\x12&\n" +
 	"\x0fproposed_job_id\x18\x06 \x01(\tR\rproposedJobId\x12(\n" +
 	"\x10result_ttl_nanos\x18\a \x01(\x03R\x0eresultTtlNanos\x125\n" +
-	"\x17expiry_basis_unix_nanos\x18\b \x01(\x03R\x14expiryBasisUnixNanos\"\\\n" +
+	"\x17expiry_basis_unix_nanos\x18\b \x01(\x03R\x14expiryBasisUnixNanos\x12!\n" +
+	"\ftrace_parent\x18\t \x01(\tR\vtraceParent\"\\\n" +
 	"\n" +
 	"JobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
