@@ -15,7 +15,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/once-dev/once/internal/cache"
 	"github.com/once-dev/once/internal/config"
@@ -445,9 +444,11 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	// its outcome, and a deterministic outcome is worth caching.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), g.cfg.ForwardTimeout+wait)
 	defer cancel()
-	ctx, span := tracing.Tracer().Start(ctx, "gate.forward", trace.WithAttributes(
-		attribute.String("once.tenant", tenant), attribute.String("once.idempotency_key", key.Raw)))
+	ctx, span := tracing.Tracer().Start(ctx, "gate.forward")
 	defer span.End()
+	if span.IsRecording() { // tracing off: no attributes built
+		span.SetAttributes(attribute.String("once.tenant", tenant), attribute.String("once.idempotency_key", key.Raw))
+	}
 	start := time.Now()
 	sr, err := g.submitAll(ctx, &rpc.SubmitRequest{
 		Tenant:        tenant,
@@ -464,9 +465,11 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	}
 	defer func() {
 		g.metrics.forwardDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
-		span.SetAttributes(attribute.String("once.outcome", outcome))
-		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("once.outcome", outcome))
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
 		}
 	}()
 	if err != nil {

@@ -210,9 +210,11 @@ func (m *Manager) tracedApply(ctx context.Context, name string, b *batcher, cmd 
 	ctx, span := tracing.Tracer().Start(ctx, name)
 	defer span.End()
 	res, err := b.apply(ctx, cmd)
-	if err != nil {
+	switch {
+	case !span.IsRecording():
+	case err != nil:
 		span.SetStatus(codes.Error, err.Error())
-	} else {
+	default:
 		span.SetAttributes(attribute.String("once.ledger_outcome", res.Outcome.String()))
 	}
 	return res, err

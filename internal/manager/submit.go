@@ -9,7 +9,6 @@ import (
 	"github.com/hashicorp/raft"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
@@ -27,17 +26,19 @@ import (
 // replay, the one outcome.
 func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
 	start := time.Now()
-	ctx, span := tracing.Tracer().Start(tracing.Extract(ctx, req.TraceParent), "manager.submit", trace.WithAttributes(
-		attribute.String("once.tenant", req.Tenant), attribute.String("once.idempotency_key", req.Key),
-		attribute.String("once.datacenter", m.cfg.Datacenter)))
+	ctx, span := tracing.Tracer().Start(tracing.Extract(ctx, req.TraceParent), "manager.submit")
 	defer span.End()
 	resp, err := m.submit(ctx, req)
 	m.metrics.observeSubmit(resp, err, time.Since(start))
-	switch {
-	case err != nil:
-		span.SetStatus(codes.Error, err.Error())
-	case resp != nil:
-		span.SetAttributes(attribute.String("once.outcome", string(resp.Outcome)))
+	if span.IsRecording() { // tracing off: no attributes built
+		span.SetAttributes(attribute.String("once.tenant", req.Tenant), attribute.String("once.idempotency_key", req.Key),
+			attribute.String("once.datacenter", m.cfg.Datacenter))
+		switch {
+		case err != nil:
+			span.SetStatus(codes.Error, err.Error())
+		case resp != nil:
+			span.SetAttributes(attribute.String("once.outcome", string(resp.Outcome)))
+		}
 	}
 	return resp, err
 }
