@@ -17,7 +17,7 @@ func Open(dir string, opts Options) (*FSM, error) {
 	}
 	s, err := loadDiskState(st)
 	if err != nil {
-		_ = st.close()
+		_ = st.close(false)
 		return nil, err
 	}
 	return &FSM{onChange: opts.OnChange, s: s}, nil

@@ -17,12 +17,14 @@ import (
 )
 
 // The disk-backed state keeps every table in one pebble database
-// (docs/ledger.md, "State on disk"). The Raft log stays the durable record:
-// a batch of applied commands is committed to pebble without an fsync, with
-// the applied index in the same atomic batch, and a restart goes on from the
-// store's applied index (Raft replays the log after it). Before Raft may
-// compact its log up to a snapshot, Persist syncs the store, so the store is
-// never behind the newest snapshot's index.
+// (docs/ledger.md, "State on disk"). The Raft log stays the durable record,
+// so pebble runs without its own write-ahead log: a batch of applied commands
+// goes into the memtable, with the applied index in the same atomic batch,
+// and reaches disk when pebble flushes the memtable; a crash loses what was
+// not flushed, and a restart goes on from the applied index of what was
+// (Raft replays the log after it). Before Raft may compact its log up to a
+// snapshot, Persist flushes the store, so the store is never behind the
+// newest snapshot's index; a clean close flushes too.
 //
 // A directory holds generations of the store: CURRENT names the live one
 // (gen-N). Restore writes a new generation beside it, syncs it and only then
@@ -159,6 +161,9 @@ func openGeneration(dir string, gen int, opts StoreOptions) (*store, error) {
 		Cache:        cache,
 		MemTableSize: opts.MemTableBytes,
 		Logger:       pebbleLogger{opts.Logger},
+		// The Raft log is the write-ahead log (above): a second one would
+		// write every byte twice and cost the apply path its appends.
+		DisableWAL: true,
 	}
 	// Most point reads on the apply path miss (a new key's entry, a new
 	// job's ID): Bloom filters answer those without reading blocks.
@@ -231,7 +236,7 @@ func (s *store) retire(remove bool) error {
 }
 
 func (s *store) finish() error {
-	err := s.close()
+	err := s.close(!s.remove)
 	if s.remove {
 		_ = os.RemoveAll(genDir(s.dir, s.gen))
 	}
@@ -240,7 +245,7 @@ func (s *store) finish() error {
 
 // discard closes and removes a generation that did not become current.
 func (s *store) discard() {
-	_ = s.close()
+	_ = s.close(false)
 	_ = os.RemoveAll(genDir(s.dir, s.gen))
 }
 
@@ -294,10 +299,19 @@ func removeOtherGenerations(dir string, keep int) error {
 	return nil
 }
 
-func (s *store) close() error {
+// close closes the database; with flush, what is still in the memtables is
+// written first (without a WAL it would be lost: a clean close keeps it, so a
+// restart replays nothing). A generation about to be removed is not flushed.
+func (s *store) close(flush bool) error {
 	if s.w != nil {
 		_ = s.w.Close()
 		s.w = nil
+	}
+	if flush {
+		if err := s.db.Flush(); err != nil {
+			_ = s.db.Close()
+			return fmt.Errorf("%w: flush at close: %w", ErrStore, err)
+		}
 	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("%w: close: %w", ErrStore, err)
@@ -322,9 +336,10 @@ func (s *store) commit() {
 	s.r = s.db
 }
 
-// sync makes everything committed so far durable.
+// sync makes everything committed so far durable: it flushes the memtables
+// (there is no WAL to sync) and waits for the flush.
 func (s *store) sync() error {
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+	if err := s.db.Flush(); err != nil {
 		return fmt.Errorf("%w: sync: %w", ErrStore, err)
 	}
 	return nil

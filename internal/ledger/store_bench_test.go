@@ -38,7 +38,7 @@ func BenchmarkStoreEngines(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			return &pebbleTxn{st: st}, func() { _ = st.close() }
+			return &pebbleTxn{st: st}, func() { _ = st.close(true) }
 		}},
 		{"bbolt", func(dir string) (kvTxn, func()) {
 			db, err := bolt.Open(filepath.Join(dir, "bench.db"), 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
