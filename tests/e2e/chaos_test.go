@@ -38,14 +38,8 @@ func TestChaosShort(t *testing.T) {
 		Clients:  6,
 		BaseDir:  dir,
 		BinDir:   binDir,
-		Timings: nemesis.Timings{
-			Interval:     500 * time.Millisecond,
-			Downtime:     1500 * time.Millisecond,
-			RestartDelay: 300 * time.Millisecond,
-			Pause:        2 * time.Second, // four election timeouts of the Fast timings
-			Partition:    2 * time.Second,
-		},
-		Logf: t.Logf,
+		Timings:  shortTimings,
+		Logf:     t.Logf,
 	})
 	requireClean(t, sum, err, dir)
 	for _, k := range kinds {
@@ -59,6 +53,16 @@ func TestChaosShort(t *testing.T) {
 }
 
 // logTails logs the end of every process's log of the run in dir.
+// shortTimings are the fault timings of the short chaos runs: short holds
+// and quiet times, so that a round of every kind takes about 20 s.
+var shortTimings = nemesis.Timings{
+	Interval:     500 * time.Millisecond,
+	Downtime:     1500 * time.Millisecond,
+	RestartDelay: 300 * time.Millisecond,
+	Pause:        2 * time.Second, // four election timeouts of the Fast timings
+	Partition:    2 * time.Second,
+}
+
 // chaosSeedAndDir is a short chaos run's seed (CHAOS_SEED, or 0: drawn) and
 // directory (a temporary one, or under CHAOS_DIR, named with name, to keep).
 func chaosSeedAndDir(t *testing.T, name string) (uint64, string) {
@@ -128,14 +132,8 @@ func TestChaosMultiDCShort(t *testing.T) {
 		Clients:  6,
 		BaseDir:  dir,
 		BinDir:   binDir,
-		Timings: nemesis.Timings{
-			Interval:     500 * time.Millisecond,
-			Downtime:     1500 * time.Millisecond,
-			RestartDelay: 300 * time.Millisecond,
-			Pause:        2 * time.Second,
-			Partition:    2 * time.Second, // dc2's outages last twice that
-		},
-		Logf: t.Logf,
+		Timings:  shortTimings, // dc2's outages last twice its Partition
+		Logf:     t.Logf,
 	})
 	requireClean(t, sum, err, dir)
 	if sum.Faults[runner.KindDatacenterOutage] == 0 {
