@@ -178,6 +178,21 @@ func (g *globals) print(v any, table func(w *tabwriter.Writer)) error {
 	return tw.Flush()
 }
 
+// printLine writes one event of a command that follows something: v as one
+// line of JSON (-o json), or text (-o table).
+func (g *globals) printLine(v any, text string) error {
+	if g.output == "json" {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(g.stdout, "%s\n", b)
+		return err
+	}
+	_, err := fmt.Fprintln(g.stdout, text)
+	return err
+}
+
 func (g *globals) context(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), g.timeout)
 }

@@ -3,11 +3,16 @@ package ctl
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -154,8 +159,108 @@ func jobCmd(g *globals) *cobra.Command {
 	list.Flags().StringVar(&opts.Type, "type", "", "only jobs of this type")
 	list.Flags().StringVar(&opts.Status, "status", "", "only jobs in this status")
 	list.Flags().IntVar(&max, "max", 100, "stop after this many jobs")
-	job.AddCommand(get, list)
+	var interval time.Duration
+	var dcs []string
+	watch := &cobra.Command{
+		Use:   "watch JOB_ID [--datacenters dc1,dc2]",
+		Short: "Follow a job until every datacenter holds it",
+		Long: `Follow a job until each of --datacenters holds it (default: the datacenters
+its body names; a job read from one datacenter names that one): one line
+whenever what the datacenters hold changes (a datacenter that was unreachable
+at submission gets the job later, from the other datacenters' outboxes).
+Exits 0 once every datacenter holds the job, 1 when --timeout passes first or
+the job is not found anywhere.`,
+		Args: exactArgs(1, "one job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if interval <= 0 {
+				return usagef("--interval %v: want a positive duration", interval)
+			}
+			return g.withGates(cmd, nil, func(ctx context.Context, c *client.Client) error {
+				return g.watchJob(ctx, c, args[0], dcs, interval)
+			})
+		},
+	}
+	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to read the job")
+	watch.Flags().StringSliceVar(&dcs, "datacenters", nil, "the datacenters that must hold the job (default: those its body names)")
+	job.AddCommand(get, list, watch)
 	return job
+}
+
+// ErrWatchTimeout: job watch's --timeout passed before every datacenter held
+// the job.
+var ErrWatchTimeout = errors.New("not every datacenter holds the job yet")
+
+// jobView is what job watch prints: each datacenter's copy of the job (its
+// status, "missing", or "unreachable").
+type jobView struct {
+	Time        string            `json:"time"`
+	JobID       string            `json:"job_id"`
+	Datacenters map[string]string `json:"datacenters"`
+	Complete    bool              `json:"complete"`
+}
+
+func (v jobView) line() string {
+	var parts []string
+	for _, dc := range slices.Sorted(maps.Keys(v.Datacenters)) {
+		parts = append(parts, dc+"="+v.Datacenters[dc])
+	}
+	return strings.Join(parts, " ")
+}
+
+func (g *globals) watchJob(ctx context.Context, c *client.Client, id string, dcs []string, interval time.Duration) error {
+	last := ""
+	for {
+		view, err := readJobView(ctx, c, id, dcs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w (%s)", ErrWatchTimeout, last)
+			}
+			return err
+		}
+		if l := view.line(); l != last {
+			last = l
+			if err := g.printLine(view, view.Time+"  "+l); err != nil {
+				return err
+			}
+		}
+		if view.Complete {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (%s)", ErrWatchTimeout, last)
+		case <-time.After(interval):
+		}
+	}
+}
+
+// readJobView reads the job wherever it is, then each datacenter's copy
+// (dcs, or the datacenters its body names).
+func readJobView(ctx context.Context, c *client.Client, id string, dcs []string) (jobView, error) {
+	j, err := c.GetJob(ctx, id)
+	if err != nil {
+		return jobView{}, err
+	}
+	if len(dcs) == 0 {
+		dcs = slices.Collect(maps.Keys(j.Datacenters))
+	}
+	v := jobView{Time: time.Now().UTC().Format(time.RFC3339), JobID: j.JobID, Datacenters: map[string]string{}, Complete: true}
+	for _, dc := range dcs {
+		copyIn, err := c.GetJobIn(ctx, id, dc)
+		switch {
+		case errors.Is(err, client.ErrJobNotFound):
+			v.Datacenters[dc], v.Complete = "missing", false
+		case ctx.Err() != nil:
+			return jobView{}, ctx.Err()
+		case err != nil:
+			// Down or cut off (503 after the client's retries, no answer):
+			// the job may reach it later; keep watching.
+			v.Datacenters[dc], v.Complete = "unreachable", false
+		default:
+			v.Datacenters[dc] = copyIn.Status
+		}
+	}
+	return v, nil
 }
 
 func jobTable(w *tabwriter.Writer, jobs []api.Job) {

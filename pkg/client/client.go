@@ -148,10 +148,23 @@ func (c *Client) SubmitWithKey(ctx context.Context, key string, job api.JobReque
 	return &res, nil
 }
 
-// GetJob reads one job.
+// GetJob reads one job: the gate looks in its own datacenter, then in the
+// others of the federation.
 func (c *Client) GetJob(ctx context.Context, id string) (*api.Job, error) {
+	return c.getJob(ctx, "/v1/jobs/"+url.PathEscape(id))
+}
+
+// GetJobIn reads datacenter's copy of one job (?datacenter=); an error
+// matching ErrJobNotFound when that datacenter does not hold it (yet: a
+// multi-datacenter job reaches every datacenter it names, but not at once
+// when one was unreachable).
+func (c *Client) GetJobIn(ctx context.Context, id, datacenter string) (*api.Job, error) {
+	return c.getJob(ctx, "/v1/jobs/"+url.PathEscape(id)+"?datacenter="+url.QueryEscape(datacenter))
+}
+
+func (c *Client) getJob(ctx context.Context, path string) (*api.Job, error) {
 	var j api.Job
-	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, nil, func(_ *http.Response, b []byte) error {
+	err := c.do(ctx, http.MethodGet, path, nil, nil, func(_ *http.Response, b []byte) error {
 		return json.Unmarshal(b, &j)
 	})
 	if err != nil {

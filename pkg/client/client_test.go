@@ -285,6 +285,30 @@ func TestBearerTokenAndReads(t *testing.T) {
 	}
 }
 
+// GetJobIn reads one datacenter's copy (?datacenter=) and reports a copy
+// the datacenter does not hold as ErrJobNotFound, without retrying.
+func TestGetJobInReadsOneDatacenter(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.URL.Query().Get("datacenter") != "dc1" {
+			writeProblem(w, 404, api.CodeJobNotFound, "")
+			return
+		}
+		json.NewEncoder(w).Encode(api.Job{JobID: strings.TrimPrefix(r.URL.Path, "/v1/jobs/"), Status: api.JobStatusCommitted})
+	}))
+	defer srv.Close()
+	c, _ := New([]string{srv.URL}, fastOpts())
+	j, err := c.GetJobIn(context.Background(), "j1", "dc1")
+	if err != nil || j.JobID != "j1" {
+		t.Fatalf("dc1: %+v %v", j, err)
+	}
+	calls.Store(0)
+	if _, err := c.GetJobIn(context.Background(), "j1", "dc2"); !errors.Is(err, ErrJobNotFound) || calls.Load() != 1 {
+		t.Fatalf("dc2: %v after %d calls; want ErrJobNotFound after one", err, calls.Load())
+	}
+}
+
 func TestSubmitUsesKeys(t *testing.T) {
 	var s seen
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -141,19 +144,61 @@ func TestMultiDCJobInBothDatacenters(t *testing.T) {
 	}
 
 	// dc2 comes back and nobody retries: dc1's outbox carries the job there,
-	// with the same ID.
-	for _, m := range f.DC("dc2").Managers {
-		if err := m.Start(); err != nil {
-			t.Fatalf("restart %s: %v", m.Name, err)
-		}
-	}
+	// with the same ID; oncectl job watch, started before, follows it until
+	// both datacenters hold it.
 	var inDC1 string
 	for _, j := range listDC(ctx, t, g1, "dc1") {
 		if j.IdempotencyKey == key2 {
 			inDC1 = j.JobID
 		}
 	}
-	testutil.WaitFor(t, 90*time.Second, func() (bool, string) {
+	bin, err := oncectlBin()
+	if err != nil {
+		t.Fatalf("building oncectl: %v", err)
+	}
+	watch := exec.CommandContext(ctx, bin, "--gates", g1, "job", "watch", inDC1, "--datacenters", "dc1,dc2",
+		"--timeout", "90s", "--interval", "100ms")
+	stdout, err := watch.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	// The first line is dc2 without the job (down): only then does dc2 come
+	// back, so the watch sees the change.
+	var seen []string
+	select {
+	case l, ok := <-lines:
+		if !ok || !strings.HasSuffix(l, "dc1=committed dc2=unreachable") && !strings.HasSuffix(l, "dc1=committed dc2=missing") {
+			t.Fatalf("oncectl job watch's first line %q, want dc2 without the job", l)
+		}
+		seen = append(seen, l)
+	case <-ctx.Done():
+		t.Fatal("oncectl job watch printed nothing")
+	}
+	for _, m := range f.DC("dc2").Managers {
+		if err := m.Start(); err != nil {
+			t.Fatalf("restart %s: %v", m.Name, err)
+		}
+	}
+	for l := range lines {
+		seen = append(seen, l)
+	}
+	werr := watch.Wait()
+	t.Logf("oncectl job watch:\n%s", strings.Join(seen, "\n"))
+	if werr != nil || !strings.HasSuffix(seen[len(seen)-1], "dc1=committed dc2=committed") {
+		t.Fatalf("oncectl job watch %s: %v; want exit 0 after dc1=committed dc2=committed", inDC1, werr)
+	}
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g2+"/v1/jobs?limit=1000&datacenter=dc2", nil)
 		resp, err := hc.Do(req)
 		if err != nil {
