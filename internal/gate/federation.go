@@ -22,7 +22,9 @@ import (
 // managers).
 type Federation interface {
 	// Datacenters maps each known datacenter to its managers' RPC addresses
-	// (host:port). The gate's own datacenter need not be in it.
+	// (host:port). The gate's own datacenter need not be in it. Nil while
+	// the view is not known yet: a submission naming a datacenter the gate
+	// cannot find is then answered 503 (retry), not 400.
 	Datacenters() map[string][]string
 }
 
@@ -37,13 +39,11 @@ func (s StaticFederation) Datacenters() map[string][]string { return s }
 const federationRefresh = 5 * time.Second
 
 // federationForget is how long a gate keeps a datacenter that the views it
-// reads no longer name (Consul reaps a WAN member after 72 hours the same
-// way). A manager that has just restarted, or has not rejoined the WAN pool
-// yet, serves a view without the other datacenters: without this memory a
-// gate would answer 400 "unknown datacenter" for valid submissions until its
-// next refresh. A datacenter that is kept but unreachable gets 503, which a
-// client retries.
-const federationForget = 72 * time.Hour
+// reads no longer name. Managers remember the federation across their own
+// restarts for as long (rpc.FederationMemory); the gate's memory covers a view
+// read from a manager that lost its data directory. A datacenter that is kept
+// but unreachable gets 503, which a client retries.
+const federationForget = rpc.FederationMemory
 
 // federationPoller is the Federation a gate started by Main uses: it reads
 // GET /rpc/v1/federation from one of its datacenter's managers every

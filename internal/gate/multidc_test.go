@@ -293,3 +293,29 @@ func TestMultiDCSetFormsAndRemoteFollower(t *testing.T) {
 		t.Fatalf("a job naming an unknown datacenter was forwarded (%d submissions, want %d)", after, before)
 	}
 }
+
+// TestMultiDCBeforeTheFirstView: a gate that has not read a federation view
+// yet (its managers have not answered since it started) cannot tell an
+// unknown datacenter from one it has not heard of: a job naming another
+// datacenter is 503 with Retry-After, not 400, and nothing is forwarded or
+// cached; its own datacenter's jobs are served as always.
+func TestMultiDCBeforeTheFirstView(t *testing.T) {
+	m1, a1 := startManager(t, fakemanager.Options{Datacenter: "dc1"})
+	g := startGate(t, []string{a1}, func(cfg *Config, deps *Deps) {
+		deps.Federation = StaticFederation(nil)
+	})
+	res := g.submit(t, skey(1), `{"type":"x","datacenters":["dc1","dc2"]}`)
+	wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+	if res.header.Get(api.HeaderRetryAfter) == "" {
+		t.Fatal("503 without Retry-After")
+	}
+	if n := m1.Submits(); n != 0 {
+		t.Fatalf("%d submissions forwarded, want 0", n)
+	}
+	again := g.submit(t, skey(1), `{"type":"x","datacenters":["dc1","dc2"]}`)
+	wantProblem(t, again, http.StatusServiceUnavailable, api.CodeUnavailable)
+	if again.header.Get(api.HeaderReplayed) != "" {
+		t.Fatal("the 503 was cached and replayed")
+	}
+	wantJob(t, g.submit(t, skey(2), `{"type":"x"}`), http.StatusCreated)
+}

@@ -179,6 +179,15 @@ func (g *Gate) checkRequest(canonical []byte) (api.JobRequest, *response) {
 		}
 	}
 	if dc, ok := g.unknownDatacenter(job.Datacenters); ok {
+		if g.federation != nil && g.federation.Datacenters() == nil {
+			// The gate has not read a federation view yet (its managers
+			// have not answered since it started): it cannot tell an
+			// unknown datacenter from one it has not heard of yet.
+			resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
+				fmt.Sprintf("datacenter %q is not known yet: this gate has not read the federation from its managers; retry later with the same key", dc))
+			resp.retryAfter = g.cfg.RetryAfter
+			return job, resp
+		}
 		// Not in the federation this gate knows: the request is wrong, not
 		// the cluster. Nothing is forwarded or cached.
 		return job, problemResponse(http.StatusBadRequest, api.CodeInvalidRequest,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,8 @@ type federation struct {
 	lan      atomic.Pointer[membership.Pool]
 	wan      *membership.Pool // nil: a single-datacenter manager
 	log      *slog.Logger
+	// known remembers the other datacenters across restarts (knownDatacenters).
+	known *knownDatacenters
 }
 
 // startFederation joins the WAN pool when MANAGER_WAN_GOSSIP_ADDR is set.
@@ -59,6 +62,14 @@ func startFederation(ctx context.Context, cfg Config, log *slog.Logger) (*federa
 		return nil, fmt.Errorf("wan membership: %w", err)
 	}
 	f.wan = pool
+	path := "" // no data directory (tests): remembered in memory only
+	if cfg.DataDir != "" {
+		path = filepath.Join(cfg.DataDir, knownDatacentersFile)
+	}
+	if f.known, err = loadKnownDatacenters(path, log); err != nil {
+		_ = pool.Shutdown()
+		return nil, err
+	}
 	log.Info("joined the federation's WAN pool", logging.KeyAddr, pool.Addr())
 	return f, nil
 }
@@ -67,6 +78,9 @@ func startFederation(ctx context.Context, cfg Config, log *slog.Logger) (*federa
 // manager in the WAN pool (alive or not: a datacenter whose managers are all
 // down is still a datacenter of the federation, unreachable for now), mapped
 // to its alive managers' RPC addresses; its own datacenter from the LAN pool.
+// A datacenter the pool does not name (yet) that this manager knew within
+// rpc.FederationMemory, even before a restart, is kept with the addresses it
+// last had (knownDatacenters).
 func (f *federation) view() *rpc.Federation {
 	out := &rpc.Federation{Datacenter: f.dc, Datacenters: map[string][]string{}}
 	if f.wan != nil {
@@ -80,6 +94,9 @@ func (f *federation) view() *rpc.Federation {
 			}
 			out.Datacenters[m.Meta.Datacenter] = addrs
 		}
+	}
+	if f.known != nil {
+		f.known.merge(out.Datacenters, f.dc, time.Now())
 	}
 	own := []string{}
 	if lan := f.lan.Load(); lan != nil {

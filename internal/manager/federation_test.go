@@ -118,3 +118,25 @@ func TestLoadConfigWAN(t *testing.T) {
 		}
 	}
 }
+
+// TestFederationViewSurvivesARestart: a manager restarted while the other
+// datacenter is cut off (its WAN pool cannot rejoin anyone) still names that
+// datacenter in its view, with the addresses it last had, so gates answer
+// 503 for its jobs, not 400.
+func TestFederationViewSurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	f1 := startWAN(t, "dc1", func(c *Config) { c.DataDir = dir })
+	f2 := startWAN(t, "dc2", func(c *Config) { c.RPCAdvertise = "127.0.0.1:7201" }, f1.wan.Addr())
+	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
+		v := f1.view()
+		return fmt.Sprint(v.Datacenters["dc2"]) == "[127.0.0.1:7201]", fmt.Sprintf("dc1 to see dc2 (sees %v)", v.Datacenters)
+	})
+	f2.stop()
+	f1.stop()
+
+	restarted := startWAN(t, "dc1", func(c *Config) { c.DataDir = dir })
+	v := restarted.view()
+	if got := fmt.Sprint(v.Datacenters["dc2"]); got != "[127.0.0.1:7201]" {
+		t.Fatalf("restarted manager's view %v: dc2 is %s, want [127.0.0.1:7201]", v.Datacenters, got)
+	}
+}

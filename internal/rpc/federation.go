@@ -6,12 +6,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 )
 
 // FederationPath is the manager's read endpoint of the federation view:
 //
 //	GET /rpc/v1/federation → Federation
 const FederationPath = "/rpc/v1/federation"
+
+// FederationMemory is how long managers and gates keep a datacenter that the
+// WAN pool (or the view they read) no longer names: a restarted manager that
+// has not rejoined the pool yet still knows the federation, so gates answer
+// 503 for a datacenter that is unreachable for now, never 400 for one that
+// exists. Consul reaps a WAN member after 72 hours the same way.
+const FederationMemory = 72 * time.Hour
 
 // Federation is a manager's view of the datacenters of the federation: every
 // datacenter whose managers it knows through the WAN gossip pool (its own
