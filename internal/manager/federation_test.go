@@ -25,6 +25,7 @@ func startWAN(t *testing.T, dc string, tweak func(*Config), seeds ...string) *fe
 	cfg.NodeID, cfg.Datacenter, cfg.RPCAdvertise = "m1", dc, "127.0.0.1:7101"
 	cfg.GossipProfile = "local"
 	cfg.WANGossipAddr, cfg.WANJoin = "127.0.0.1:0", seeds
+	cfg.DataDir = t.TempDir()
 	tweak(&cfg)
 	f, err := startFederation(context.Background(), cfg, logging.TestLogger(t))
 	if err != nil {
