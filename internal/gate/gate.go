@@ -65,17 +65,19 @@ type Deps struct {
 // its HTTP handler. Create it with New, serve it with Serve (or mount Handler),
 // and Close it when done.
 type Gate struct {
-	cfg     Config
-	log     *slog.Logger
-	now     func() time.Time
-	tokens  *tokenTable     // nil: no token file, every request is tenant "default"
-	secret  string          // the cluster secret, "" for none
-	certs   *certs.Reloader // GATE_TLS_*: nil serves plain HTTP
-	rpcTLS  *certs.Cluster  // GATE_RPC_TLS_*: nil reaches the managers over plain TCP
-	client  *rpc.Client
-	cache   *cache.Cache[*response]
-	metrics *metrics
-	mux     *http.ServeMux
+	cfg    Config
+	log    *slog.Logger
+	now    func() time.Time
+	tokens *tokenTable     // nil: no token file, every request is tenant "default"
+	secret string          // the cluster secret, "" for none
+	certs  *certs.Reloader // GATE_TLS_*: nil serves plain HTTP
+	rpcTLS *certs.Cluster  // GATE_RPC_TLS_*: nil reaches the managers over plain TCP
+	client *rpc.Client
+	cache  *cache.Cache[*response]
+	// workerReplays keeps worker calls' answers by Idempotency-Key (workers.go).
+	workerReplays *workerReplays
+	metrics       *metrics
+	mux           *http.ServeMux
 
 	federation Federation // nil: the gate's own datacenter only
 	remote     dcClients  // clients of other datacenters' leaders
@@ -177,6 +179,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		TLS:      g.rpcTLSConfig(),
 	})
 	g.metrics = newMetrics(c, cfg.NodeName, cfg.Datacenter)
+	g.workerReplays = newWorkerReplays()
 	g.mux = http.NewServeMux()
 	g.routes()
 	return g, nil
@@ -188,6 +191,10 @@ func (g *Gate) routes() {
 	g.route("GET /v1/jobs", g.handleListJobs)
 	g.route("GET /v1/jobs/{job_id}", g.handleGetJob)
 	g.route("GET /v1/idempotency-keys/{key}", g.handleGetKey)
+	g.route("POST /v1/leases", g.handleLease)
+	g.route("POST /v1/jobs/{job_id}/heartbeat", g.handleHeartbeat)
+	g.route("POST /v1/jobs/{job_id}/complete", g.handleComplete)
+	g.route("POST /v1/jobs/{job_id}/fail", g.handleFail)
 	g.route("GET /healthz", g.handleHealthz)
 	g.route("GET /readyz", g.handleReadyz)
 	g.route("GET /metrics", g.metrics.handler().ServeHTTP)

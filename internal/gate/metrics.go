@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/once-dev/once/internal/cache"
+	"github.com/once-dev/once/internal/rpc"
 )
 
 // metricsNamespace prefixes every metric of the gate.
@@ -25,6 +27,8 @@ type metrics struct {
 	forwardDuration *prometheus.HistogramVec // outcome
 	replays         prometheus.Counter
 	inflight        prometheus.Gauge
+	workerDuration  *prometheus.HistogramVec // call, outcome
+	leased          prometheus.Counter
 }
 
 func newMetrics(c *cache.Cache[*response], node, datacenter string) *metrics {
@@ -59,8 +63,19 @@ func newMetrics(c *cache.Cache[*response], node, datacenter string) *metrics {
 			Help:        "HTTP requests being answered.",
 			ConstLabels: constLabels,
 		}),
+		workerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Name: "worker_call_duration_seconds",
+			Help:        "Time from forwarding a worker call (lease, heartbeat, complete, fail) to the leader to its answer, by call and outcome (ok, lease_lost, not_found, invalid, unavailable, error); a lease's includes its wait.",
+			ConstLabels: constLabels,
+			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"call", "outcome"}),
+		leased: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "jobs_leased_total",
+			Help:        "Jobs handed to workers through this gate.",
+			ConstLabels: constLabels,
+		}),
 	}
-	reg.MustRegister(m.requests, m.requestDuration, m.forwardDuration, m.replays, m.inflight,
+	reg.MustRegister(m.requests, m.requestDuration, m.forwardDuration, m.replays, m.inflight, m.workerDuration, m.leased,
 		newCacheCollector(c, constLabels),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -129,4 +144,23 @@ func (cc *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(cc.descs[k.name], prometheus.CounterValue, float64(k.get(st)))
 	}
 	ch <- prometheus.MustNewConstMetric(cc.size, prometheus.GaugeValue, float64(cc.c.Len()))
+}
+
+// workerCall records a worker call's forward.
+func (m *metrics) workerCall(call string, err error, d time.Duration) {
+	outcome := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, rpc.ErrLeaseLost):
+		outcome = "lease_lost"
+	case errors.Is(err, rpc.ErrNotFound):
+		outcome = "not_found"
+	case errors.Is(err, rpc.ErrInvalid):
+		outcome = "invalid"
+	case errors.Is(err, rpc.ErrInternal):
+		outcome = outcomeError
+	default:
+		outcome = outcomeUnavailable
+	}
+	m.workerDuration.WithLabelValues(call, outcome).Observe(d.Seconds())
 }

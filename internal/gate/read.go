@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
@@ -113,9 +115,13 @@ func (g *Gate) handleListJobs(w http.ResponseWriter, r *http.Request) {
 const (
 	queryType   = "type"
 	queryStatus = "status"
+	queryState  = "state"
 	queryLimit  = "limit"
 	queryAfter  = "after"
 )
+
+// jobStates are the values of GET /v1/jobs?state=.
+var jobStates = []string{api.JobStatusQueued, api.JobStatusRunning, api.JobStatusSucceeded, api.JobStatusFailed, api.JobStatusDead}
 
 // maxQueryValue bounds type, status and after.
 const maxQueryValue = 1024
@@ -125,7 +131,7 @@ const maxQueryValue = 1024
 // value is an error naming the parameter.
 func parseListQuery(r *http.Request) (*rpc.ListJobsRequest, error) {
 	q := r.URL.Query()
-	for _, name := range []string{queryType, queryStatus, queryLimit, queryAfter} {
+	for _, name := range []string{queryType, queryStatus, queryState, queryLimit, queryAfter} {
 		if vs := q[name]; len(vs) > 1 {
 			return nil, fmt.Errorf("invalid request: parameter %q is given %d times", name, len(vs))
 		} else if len(vs) == 1 && len(vs[0]) > maxQueryValue {
@@ -137,6 +143,18 @@ func parseListQuery(r *http.Request) (*rpc.ListJobsRequest, error) {
 		Status: q.Get(queryStatus),
 		After:  q.Get(queryAfter),
 		Limit:  api.DefaultListLimit,
+	}
+	if q.Has(queryState) {
+		// The ledger lists by admission status or lifecycle state through
+		// one filter: the two parameters cannot both be given.
+		st := q.Get(queryState)
+		switch {
+		case q.Has(queryStatus):
+			return nil, fmt.Errorf("invalid request: parameters \"status\" and \"state\" cannot both be given")
+		case !slices.Contains(jobStates, st):
+			return nil, fmt.Errorf("invalid request: parameter \"state\" must be one of %s (got %q)", strings.Join(jobStates, ", "), st)
+		}
+		req.Status = st
 	}
 	if q.Has(queryLimit) {
 		s := q.Get(queryLimit)

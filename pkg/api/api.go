@@ -95,6 +95,13 @@ type JobRequest struct {
 // Job status values.
 const (
 	JobStatusCommitted = "committed"
+	// The states of a job in the worker lifecycle (internal/ledger's
+	// JobState): queued → running → succeeded | failed | dead.
+	JobStatusQueued    = "queued"
+	JobStatusRunning   = "running"
+	JobStatusSucceeded = "succeeded"
+	JobStatusFailed    = "failed"
+	JobStatusDead      = "dead"
 )
 
 // Idempotency entry states as the API shows them.
@@ -115,6 +122,17 @@ type Job struct {
 	CreatedAt      string                      `json:"created_at"`
 	Datacenters    map[string]DatacenterStatus `json:"datacenters"`
 	Payload        json.RawMessage             `json:"payload"`
+	// State is the job's place in the worker lifecycle (queued, running,
+	// succeeded, failed, dead; docs/workers.md). Absent in the admission
+	// answer (POST /v1/jobs and its replays), whose bytes never change.
+	State string `json:"state,omitempty"`
+	// Attempts counts the leases the job has had.
+	Attempts int `json:"attempts,omitempty"`
+	// Result is what the worker reported when the job succeeded.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error is the last failed attempt's message (failed, dead, or queued
+	// again after a failure).
+	Error string `json:"error,omitempty"`
 }
 
 // DatacenterStatus is a job's outcome in one datacenter.

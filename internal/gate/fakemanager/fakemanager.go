@@ -49,6 +49,9 @@ type Options struct {
 	// Reject, when set, is the validation step of admission: a non-nil
 	// Rejection refuses the job.
 	Reject func(req *rpc.SubmitRequest) *rpc.Rejection
+	// Workers queues committed jobs for workers (rpc.Workers, workers.go);
+	// without it jobs stay outside the lifecycle and reads show no state.
+	Workers bool
 }
 
 // resultTTL is the lifetime of an outcome: the request's ResultTTL when
@@ -96,6 +99,7 @@ type Manager struct {
 	byID       map[string]*jobRecord
 	watermarks map[string]uint64 // by tenant "\x00" client_id "\x00" nonce
 	committed  int
+	leases     int // lease ids handed out
 }
 
 type entry struct {
@@ -112,6 +116,7 @@ type entry struct {
 type jobRecord struct {
 	tenant string
 	job    api.Job
+	life   life
 }
 
 // New returns a leader with an empty ledger.
@@ -446,8 +451,7 @@ func (m *Manager) GetJob(ctx context.Context, tenant, id string) (*api.Job, erro
 	if !ok || rec.tenant != tenant {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "no job %q", id)
 	}
-	job := rec.job
-	return &job, nil
+	return m.render(rec), nil
 }
 
 // ListJobs implements rpc.Service. The cursor is the creation index of the
@@ -474,7 +478,8 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 	last := -1
 	for i := start; i < len(m.jobs); i++ {
 		rec := m.jobs[i]
-		if rec.tenant != req.Tenant || (req.Type != "" && rec.job.Type != req.Type) || (req.Status != "" && rec.job.Status != req.Status) {
+		job := m.render(rec)
+		if rec.tenant != req.Tenant || (req.Type != "" && job.Type != req.Type) || (req.Status != "" && job.Status != req.Status && job.State != req.Status) {
 			continue
 		}
 		if len(resp.Jobs) == limit {
@@ -483,7 +488,7 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 			resp.Next = strconv.Itoa(last)
 			return resp, nil
 		}
-		resp.Jobs = append(resp.Jobs, rec.job)
+		resp.Jobs = append(resp.Jobs, *job)
 		last = i
 	}
 	return resp, nil

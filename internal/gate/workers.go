@@ -1,0 +1,394 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/keys"
+)
+
+// The worker endpoints (docs/workers.md): POST /v1/leases and
+// POST /v1/jobs/{id}/heartbeat|complete|fail. The gate checks the request,
+// forwards it to its datacenter's leader, where each is one Raft command, and
+// answers what the leader decided. A worker call may carry an
+// Idempotency-Key: the gate keeps its answer (workerReplays) and gives a
+// retry with the same key and body the same answer.
+
+// workerReplayTTL is how long a worker call's answer is kept for retries
+// with the same Idempotency-Key; workerReplayMax bounds how many are kept.
+const (
+	workerReplayTTL = 10 * time.Minute
+	workerReplayMax = 100_000
+)
+
+// maxWorkerTypes bounds the types a lease request may name.
+const maxWorkerTypes = 32
+
+// workerAnswer is a worker call's answer as sent: status and body.
+type workerAnswer struct {
+	status int
+	body   []byte
+	// fingerprint is the SHA-256 of the route and the request body: a retry
+	// with the same key must send the same request.
+	fingerprint [sha256.Size]byte
+	retryAfter  bool
+	// kept is when the answer was stored (workerReplayTTL).
+	kept time.Time
+}
+
+// workerReplays keeps worker calls' answers by (tenant, Idempotency-Key).
+// Concurrent calls with one key run once (singleflight); the oldest answer
+// is dropped when the bound is reached, after which a retry of it runs
+// again (a lease then hands out other jobs; the first are redelivered when
+// their leases expire: delivery is at least once).
+type workerReplays struct {
+	answers *lru.Cache[string, *workerAnswer]
+	flight  singleflight.Group
+}
+
+func newWorkerReplays() *workerReplays {
+	c, err := lru.New[string, *workerAnswer](workerReplayMax)
+	if err != nil {
+		panic(err) // only for a size <= 0
+	}
+	return &workerReplays{answers: c}
+}
+
+// get returns the answer kept for id, if it is younger than workerReplayTTL.
+func (wr *workerReplays) get(id string, now time.Time) (*workerAnswer, bool) {
+	a, ok := wr.answers.Get(id)
+	if ok && now.Sub(a.kept) >= workerReplayTTL {
+		wr.answers.Remove(id)
+		return nil, false
+	}
+	return a, ok
+}
+
+// workerCall is one worker request, checked, ready to forward.
+type workerCall struct {
+	route string
+	body  []byte
+	// forward asks the leader and renders the answer.
+	forward func(ctx context.Context) *workerAnswer
+	// wait lengthens the forward's deadline (a long poll).
+	wait time.Duration
+}
+
+// serveWorkerCall runs c, or replays its stored answer when the request
+// carries an Idempotency-Key seen before.
+func (g *Gate) serveWorkerCall(w http.ResponseWriter, r *http.Request, tenant string, c workerCall) {
+	fp := sha256.Sum256(append([]byte(c.route+"\x00"), c.body...))
+	run := func() *workerAnswer {
+		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ForwardTimeout+c.wait)
+		defer cancel()
+		a := c.forward(ctx)
+		a.fingerprint = fp
+		return a
+	}
+	key := r.Header.Get(api.HeaderIdempotencyKey)
+	if key == "" {
+		g.writeWorkerAnswer(w, run(), false)
+		return
+	}
+	if _, err := keys.Parse(key); err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, "invalid Idempotency-Key: "+err.Error())
+		return
+	}
+	id := tenant + "\x00" + key
+	if a, ok := g.workerReplays.get(id, g.now()); ok {
+		g.replayWorkerAnswer(w, a, fp)
+		return
+	}
+	ran := false // this request's own closure ran the call
+	v, _, _ := g.workerReplays.flight.Do(id, func() (any, error) {
+		if a, ok := g.workerReplays.get(id, g.now()); ok {
+			return a, nil
+		}
+		ran = true
+		a := run()
+		if a.status < 500 {
+			// A 503 or 500 decided nothing: a retry must run again.
+			a.kept = g.now()
+			g.workerReplays.answers.Add(id, a)
+		}
+		return a, nil
+	})
+	a := v.(*workerAnswer)
+	if !ran {
+		g.replayWorkerAnswer(w, a, fp)
+		return
+	}
+	g.writeWorkerAnswer(w, a, false)
+}
+
+func (g *Gate) replayWorkerAnswer(w http.ResponseWriter, a *workerAnswer, fp [sha256.Size]byte) {
+	if a.fingerprint != fp {
+		writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused,
+			"this Idempotency-Key was used with a different worker request")
+		return
+	}
+	g.writeWorkerAnswer(w, a, true)
+}
+
+func (g *Gate) writeWorkerAnswer(w http.ResponseWriter, a *workerAnswer, replayed bool) {
+	if replayed {
+		w.Header().Set(api.HeaderReplayed, "true")
+	}
+	if a.retryAfter {
+		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
+	}
+	ct := api.ContentTypeJSON
+	if a.status != http.StatusOK {
+		ct = api.ContentTypeProblem
+		var p api.Problem
+		if json.Unmarshal(a.body, &p) == nil {
+			noteCode(w, p.Code)
+		}
+	}
+	writeBody(w, a.status, ct, a.body)
+}
+
+// workerOK renders a 200 answer.
+func workerOK(v any) *workerAnswer {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return workerProblem(http.StatusInternalServerError, api.CodeInternal, "encoding the answer failed")
+	}
+	return &workerAnswer{status: http.StatusOK, body: append(b, '\n')}
+}
+
+func workerProblem(status int, code api.Code, detail string) *workerAnswer {
+	return &workerAnswer{status: status, body: problemBody(status, code, detail, "")}
+}
+
+// workerError renders the leader's refusal of a worker call.
+func (g *Gate) workerError(r *http.Request, err error, jobID string) *workerAnswer {
+	switch {
+	case errors.Is(err, rpc.ErrLeaseLost):
+		return workerProblem(http.StatusConflict, api.CodeLeaseLost,
+			"the lease is not the job's current one (it expired, another worker holds the job, or the job is finished): stop working on it; "+rpcMessage(err))
+	case errors.Is(err, rpc.ErrNotFound):
+		return workerProblem(http.StatusNotFound, api.CodeJobNotFound, fmt.Sprintf("no job %q", jobID))
+	case errors.Is(err, rpc.ErrInvalid):
+		return workerProblem(http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: "+rpcMessage(err))
+	case errors.Is(err, rpc.ErrInternal):
+		g.log.Error("worker call failed at the manager", logging.KeyPath, r.URL.Path, logging.KeyError, err)
+		return workerProblem(http.StatusInternalServerError, api.CodeInternal, "the manager failed to answer")
+	default:
+		g.log.Warn("worker call failed", logging.KeyPath, r.URL.Path, logging.KeyError, err)
+		a := workerProblem(http.StatusServiceUnavailable, api.CodeUnavailable,
+			"no manager leader answered in time; retry later (with the same Idempotency-Key)")
+		a.retryAfter = true
+		return a
+	}
+}
+
+// decodeWorkerBody reads r's body into v. An empty body is {}. Unknown
+// members are ignored; a malformed body or a member of the wrong type is 400.
+func (g *Gate) decodeWorkerBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, bool) {
+	body, ok := g.readBody(w, r)
+	if !ok {
+		return nil, false
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: the body is not the expected JSON object: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// leaseSeconds checks a lease_seconds member (0: the default).
+func leaseSeconds(n int) (time.Duration, error) {
+	switch {
+	case n == 0:
+		return api.DefaultLeaseSeconds * time.Second, nil
+	case n < 1 || n > api.MaxLeaseSeconds:
+		return 0, fmt.Errorf("invalid request: field \"lease_seconds\": %d is outside 1..%d", n, api.MaxLeaseSeconds)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// handleLease is POST /v1/leases.
+func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	var req api.LeaseRequest
+	body, ok := g.decodeWorkerBody(w, r, &req)
+	if !ok {
+		return
+	}
+	fwd := &rpc.LeaseRequest{Tenant: tenant, Worker: req.Worker, Types: req.Types, MaxJobs: req.MaxJobs}
+	var err error
+	switch {
+	case req.MaxJobs < 0 || req.MaxJobs > api.MaxLeaseJobs:
+		err = fmt.Errorf("invalid request: field \"max_jobs\": %d is outside 1..%d", req.MaxJobs, api.MaxLeaseJobs)
+	case req.WaitSeconds < 0 || req.WaitSeconds > api.MaxWaitSeconds:
+		err = fmt.Errorf("invalid request: field \"wait_seconds\": %d is outside 0..%d", req.WaitSeconds, api.MaxWaitSeconds)
+	case len(req.Types) > maxWorkerTypes:
+		err = fmt.Errorf("invalid request: field \"types\": %d types, at most %d", len(req.Types), maxWorkerTypes)
+	case len(req.Worker) > api.MaxTypeLen:
+		err = fmt.Errorf("invalid request: field \"worker\": longer than %d bytes", api.MaxTypeLen)
+	}
+	for _, t := range req.Types {
+		if err == nil && !validName([]byte(t), api.MaxTypeLen) {
+			err = fmt.Errorf("invalid request: field \"types\": %q is not a job type", t)
+		}
+	}
+	if err == nil {
+		fwd.LeaseFor, err = leaseSeconds(req.LeaseSeconds)
+	}
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		return
+	}
+	if fwd.MaxJobs == 0 {
+		fwd.MaxJobs = api.DefaultLeaseJobs
+	}
+	if fwd.Worker == "" {
+		fwd.Worker = r.RemoteAddr
+	}
+	fwd.Wait = time.Duration(req.WaitSeconds) * time.Second
+	g.serveWorkerCall(w, r, tenant, workerCall{route: "lease", body: body, wait: fwd.Wait,
+		forward: func(ctx context.Context) *workerAnswer {
+			start := time.Now()
+			resp, err := g.client.Lease(ctx, fwd)
+			g.metrics.workerCall("lease", err, time.Since(start))
+			if err != nil {
+				return g.workerError(r, err, "")
+			}
+			out := api.LeaseList{Leases: resp.Leases}
+			if out.Leases == nil {
+				out.Leases = []api.Lease{}
+			}
+			g.metrics.leased.Add(float64(len(out.Leases)))
+			return workerOK(out)
+		}})
+}
+
+// jobCall checks the {id} of a job route and the lease_id of its body.
+func jobCall(w http.ResponseWriter, r *http.Request, leaseID string) (string, bool) {
+	id := r.PathValue("job_id")
+	if id == "" || len(id) > api.MaxTypeLen {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: the job id in the path is empty or too long")
+		return "", false
+	}
+	if leaseID == "" {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: field \"lease_id\" is required")
+		return "", false
+	}
+	return id, true
+}
+
+// handleHeartbeat is POST /v1/jobs/{job_id}/heartbeat.
+func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	var req api.HeartbeatRequest
+	body, ok := g.decodeWorkerBody(w, r, &req)
+	if !ok {
+		return
+	}
+	id, ok := jobCall(w, r, req.LeaseID)
+	if !ok {
+		return
+	}
+	d, err := leaseSeconds(req.LeaseSeconds)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		return
+	}
+	g.serveWorkerCall(w, r, tenant, workerCall{route: "heartbeat " + id, body: body,
+		forward: func(ctx context.Context) *workerAnswer {
+			start := time.Now()
+			resp, err := g.client.Heartbeat(ctx, &rpc.HeartbeatRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, LeaseFor: d})
+			g.metrics.workerCall("heartbeat", err, time.Since(start))
+			if err != nil {
+				return g.workerError(r, err, id)
+			}
+			return workerOK(resp)
+		}})
+}
+
+// handleComplete is POST /v1/jobs/{job_id}/complete.
+func (g *Gate) handleComplete(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	var req api.CompleteRequest
+	body, ok := g.decodeWorkerBody(w, r, &req)
+	if !ok {
+		return
+	}
+	id, ok := jobCall(w, r, req.LeaseID)
+	if !ok {
+		return
+	}
+	result := req.Result
+	if len(result) == 0 {
+		result = json.RawMessage("null")
+	}
+	g.serveWorkerCall(w, r, tenant, workerCall{route: "complete " + id, body: body,
+		forward: func(ctx context.Context) *workerAnswer {
+			start := time.Now()
+			job, err := g.client.Complete(ctx, &rpc.CompleteRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, Result: result})
+			g.metrics.workerCall("complete", err, time.Since(start))
+			if err != nil {
+				return g.workerError(r, err, id)
+			}
+			return workerOK(job)
+		}})
+}
+
+// handleFail is POST /v1/jobs/{job_id}/fail.
+func (g *Gate) handleFail(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	var req api.FailRequest
+	body, ok := g.decodeWorkerBody(w, r, &req)
+	if !ok {
+		return
+	}
+	id, ok := jobCall(w, r, req.LeaseID)
+	if !ok {
+		return
+	}
+	if len(req.Error) > api.MaxJobErrorBytes {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
+			"invalid request: field \"error\": longer than "+strconv.Itoa(api.MaxJobErrorBytes)+" bytes")
+		return
+	}
+	retry := req.Retry == nil || *req.Retry
+	g.serveWorkerCall(w, r, tenant, workerCall{route: "fail " + id, body: body,
+		forward: func(ctx context.Context) *workerAnswer {
+			start := time.Now()
+			job, err := g.client.Fail(ctx, &rpc.FailRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, Error: req.Error, Retry: retry})
+			g.metrics.workerCall("fail", err, time.Since(start))
+			if err != nil {
+				return g.workerError(r, err, id)
+			}
+			return workerOK(job)
+		}})
+}

@@ -1,0 +1,197 @@
+package gate
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// post sends body to path with the extra headers hdr.
+func (tg *testGate) post(tb testing.TB, path, body string, hdr ...string) result {
+	tb.Helper()
+	return tg.do(tb, http.MethodPost, path, strings.NewReader(body), hdr...)
+}
+
+func decodeLeases(tb testing.TB, res result) []api.Lease {
+	tb.Helper()
+	wantStatus(tb, res, http.StatusOK)
+	var l api.LeaseList
+	if err := json.Unmarshal(res.body, &l); err != nil || l.Leases == nil {
+		tb.Fatalf("lease answer %s: %v", res.body, err)
+	}
+	return l.Leases
+}
+
+func startWorkerGate(t *testing.T, clock *fakeClock) (*fakemanager.Manager, *testGate) {
+	opts := fakemanager.Options{Workers: true}
+	if clock != nil {
+		opts.Now = clock.Now
+	}
+	m, addr := startManager(t, opts)
+	return m, startGate(t, []string{addr}, nil)
+}
+
+// The worker endpoints end to end through the gate: a lease hands out the
+// oldest queued job of the type asked for, a heartbeat extends it, complete
+// makes it succeeded (the same call again: the same answer), a stale lease is
+// 409 lease_lost, an unknown job 404, and GET /v1/jobs?state= lists by state.
+func TestWorkerLifecycleThroughTheGate(t *testing.T) {
+	_, g := startWorkerGate(t, nil)
+	first := wantJob(t, g.submit(t, skey(1), `{"type":"email","payload":{"n":1}}`), http.StatusCreated)
+	wantJob(t, g.submit(t, skey(2), `{"type":"sms"}`), http.StatusCreated)
+
+	if l := decodeLeases(t, g.post(t, "/v1/leases", `{"types":["nothing"]}`)); len(l) != 0 {
+		t.Fatalf("a lease for a type nobody submitted: %+v", l)
+	}
+	leases := decodeLeases(t, g.post(t, "/v1/leases", `{"types":["email"],"max_jobs":5,"lease_seconds":60}`))
+	if len(leases) != 1 || leases[0].Job.JobID != first.JobID || leases[0].Attempt != 1 || leases[0].Job.State != api.JobStatusRunning {
+		t.Fatalf("leases %+v", leases)
+	}
+	lease := leases[0]
+	hb := g.post(t, "/v1/jobs/"+first.JobID+"/heartbeat", `{"lease_id":"`+lease.LeaseID+`","lease_seconds":120}`)
+	wantStatus(t, hb, http.StatusOK)
+	var hbr api.HeartbeatResponse
+	if err := json.Unmarshal(hb.body, &hbr); err != nil || hbr.ExpiresAt <= lease.ExpiresAt {
+		t.Fatalf("heartbeat %s (lease expired at %s): %v", hb.body, lease.ExpiresAt, err)
+	}
+
+	wantProblem(t, g.post(t, "/v1/jobs/"+first.JobID+"/complete", `{"lease_id":"someone-else"}`), http.StatusConflict, api.CodeLeaseLost)
+	wantProblem(t, g.post(t, "/v1/jobs/no-such-job/complete", `{"lease_id":"x"}`), http.StatusNotFound, api.CodeJobNotFound)
+
+	done := g.post(t, "/v1/jobs/"+first.JobID+"/complete", `{"lease_id":"`+lease.LeaseID+`","result":{"sent":true}}`)
+	job := wantJob(t, done, http.StatusOK)
+	if job.State != api.JobStatusSucceeded || string(job.Result) != `{"sent":true}` {
+		t.Fatalf("completed job %s", done.body)
+	}
+	again := g.post(t, "/v1/jobs/"+first.JobID+"/complete", `{"lease_id":"`+lease.LeaseID+`","result":{"sent":true}}`)
+	if again.status != http.StatusOK || string(again.body) != string(done.body) {
+		t.Fatalf("the same completion again: %s, want %s", again, done.body)
+	}
+	wantProblem(t, g.post(t, "/v1/jobs/"+first.JobID+"/heartbeat", `{"lease_id":"`+lease.LeaseID+`"}`), http.StatusConflict, api.CodeLeaseLost)
+
+	var list api.JobList
+	res := g.get(t, "/v1/jobs?state=succeeded")
+	wantStatus(t, res, http.StatusOK)
+	if err := json.Unmarshal(res.body, &list); err != nil || len(list.Jobs) != 1 || list.Jobs[0].JobID != first.JobID {
+		t.Fatalf("succeeded jobs %s: %v", res.body, err)
+	}
+	res = g.get(t, "/v1/jobs?state=queued")
+	if err := json.Unmarshal(res.body, &list); err != nil || len(list.Jobs) != 1 || list.Jobs[0].Type != "sms" {
+		t.Fatalf("queued jobs %s: %v", res.body, err)
+	}
+	wantProblem(t, g.get(t, "/v1/jobs?state=sleeping"), http.StatusBadRequest, api.CodeInvalidRequest)
+	wantProblem(t, g.get(t, "/v1/jobs?state=queued&status=committed"), http.StatusBadRequest, api.CodeInvalidRequest)
+}
+
+// Failing: retried until the last attempt makes the job dead; retry false
+// makes it failed at once; both keep the error.
+func TestWorkerFailAndDead(t *testing.T) {
+	_, g := startWorkerGate(t, nil)
+	j := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+	var last api.Job
+	for attempt := 1; ; attempt++ {
+		leases := decodeLeases(t, g.post(t, "/v1/leases", `{}`))
+		if len(leases) == 0 {
+			break
+		}
+		if leases[0].Attempt != attempt {
+			t.Fatalf("attempt %d, want %d", leases[0].Attempt, attempt)
+		}
+		last = wantJob(t, g.post(t, "/v1/jobs/"+j.JobID+"/fail", `{"lease_id":"`+leases[0].LeaseID+`","error":"boom"}`), http.StatusOK)
+	}
+	if last.State != api.JobStatusDead || last.Error != "boom" {
+		t.Fatalf("after the last attempt: %+v", last)
+	}
+	var list api.JobList
+	if err := json.Unmarshal(g.get(t, "/v1/jobs?state=dead").body, &list); err != nil || len(list.Jobs) != 1 {
+		t.Fatalf("dead jobs: %+v %v", list, err)
+	}
+
+	k := wantJob(t, g.submit(t, skey(2), `{"type":"x"}`), http.StatusCreated)
+	l := decodeLeases(t, g.post(t, "/v1/leases", `{}`))
+	failed := wantJob(t, g.post(t, "/v1/jobs/"+k.JobID+"/fail", `{"lease_id":"`+l[0].LeaseID+`","error":"bad input","retry":false}`), http.StatusOK)
+	if failed.State != api.JobStatusFailed {
+		t.Fatalf("retry false: %+v", failed)
+	}
+}
+
+// A lease not heartbeated is lost when it expires: the job is leased again
+// with attempt 2, and the first worker's completion is 409.
+func TestWorkerLeaseExpires(t *testing.T) {
+	clock := newFakeClock()
+	_, g := startWorkerGate(t, clock)
+	j := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+	first := decodeLeases(t, g.post(t, "/v1/leases", `{"lease_seconds":5}`))
+	if l := decodeLeases(t, g.post(t, "/v1/leases", `{}`)); len(l) != 0 {
+		t.Fatalf("a running job leased twice: %+v", l)
+	}
+	clock.Advance(6 * time.Second)
+	second := decodeLeases(t, g.post(t, "/v1/leases", `{}`))
+	if len(second) != 1 || second[0].Job.JobID != j.JobID || second[0].Attempt != 2 {
+		t.Fatalf("after expiry: %+v", second)
+	}
+	wantProblem(t, g.post(t, "/v1/jobs/"+j.JobID+"/complete", `{"lease_id":"`+first[0].LeaseID+`"}`), http.StatusConflict, api.CodeLeaseLost)
+}
+
+// A long poll answers as soon as a job is queued, well before its wait.
+func TestWorkerLongPoll(t *testing.T) {
+	_, g := startWorkerGate(t, nil)
+	got := make(chan result, 1)
+	go func() {
+		res, _ := g.try(http.MethodPost, "/v1/leases", strings.NewReader(`{"wait_seconds":30}`))
+		got <- res
+	}()
+	wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+	select {
+	case res := <-got:
+		if l := decodeLeases(t, res); len(l) != 1 {
+			t.Fatalf("long poll answered %s", res.body)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the long poll did not answer when a job was queued")
+	}
+}
+
+// A worker call retried with its Idempotency-Key gets the stored answer (a
+// retried lease does not lease twice); the key with another request is 422.
+func TestWorkerIdempotencyKey(t *testing.T) {
+	_, g := startWorkerGate(t, nil)
+	wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+	wantJob(t, g.submit(t, skey(2), `{"type":"x"}`), http.StatusCreated)
+	key := "lease-attempt-1"
+	a := g.post(t, "/v1/leases", `{}`, api.HeaderIdempotencyKey, key)
+	b := g.post(t, "/v1/leases", `{}`, api.HeaderIdempotencyKey, key)
+	if len(decodeLeases(t, a)) != 1 || string(a.body) != string(b.body) {
+		t.Fatalf("retried lease: %s then %s", a.body, b.body)
+	}
+	wantHeader(t, b, api.HeaderReplayed, "true")
+	wantProblem(t, g.post(t, "/v1/leases", `{"max_jobs":2}`, api.HeaderIdempotencyKey, key), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	if l := decodeLeases(t, g.post(t, "/v1/leases", `{"max_jobs":5}`)); len(l) != 1 {
+		t.Fatalf("the second job: %+v", l)
+	}
+}
+
+// Bad worker requests are 400 and reach no manager.
+func TestWorkerBadRequests(t *testing.T) {
+	_, g := startWorkerGate(t, nil)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/leases", `{"max_jobs":101}`},
+		{"/v1/leases", `{"max_jobs":-1}`},
+		{"/v1/leases", `{"lease_seconds":3601}`},
+		{"/v1/leases", `{"wait_seconds":61}`},
+		{"/v1/leases", `{"types":[""]}`},
+		{"/v1/leases", `{"types":"x"}`},
+		{"/v1/leases", `[1]`},
+		{"/v1/jobs/j1/heartbeat", `{}`},
+		{"/v1/jobs/j1/heartbeat", `{"lease_id":"l","lease_seconds":0.5}`},
+		{"/v1/jobs/j1/complete", `{"result":1}`},
+		{"/v1/jobs/j1/fail", `{"lease_id":"l","error":"` + strings.Repeat("e", api.MaxJobErrorBytes+1) + `"}`},
+	} {
+		wantProblem(t, g.post(t, c.path, c.body), http.StatusBadRequest, api.CodeInvalidRequest)
+	}
+}

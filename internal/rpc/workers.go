@@ -1,0 +1,165 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// The worker routes of a manager's RPC listener (docs/rpc.md). The leader
+// answers; another manager answers not_leader naming it. A job's lease, its
+// heartbeats, completion and failure are Raft commands, durable before the
+// answer.
+const (
+	LeasePath     = "/rpc/v1/leases"
+	jobActionPath = "/rpc/v1/jobs/{id}/"
+)
+
+// LeaseRequest asks the leader for up to MaxJobs queued jobs of Tenant.
+// Wait, when positive, holds the call at the leader until a job is queued or
+// the wait ends (a long poll: no polling between gate and leader).
+type LeaseRequest struct {
+	Tenant   string        `json:"tenant"`
+	Worker   string        `json:"worker"`
+	Types    []string      `json:"types,omitempty"`
+	MaxJobs  int           `json:"max_jobs"`
+	LeaseFor time.Duration `json:"lease_for"`
+	Wait     time.Duration `json:"wait"`
+}
+
+// LeaseResponse is what the leader handed out, oldest queued first.
+type LeaseResponse struct {
+	Leases []api.Lease `json:"leases"`
+}
+
+// HeartbeatRequest extends a lease to the leader's now + LeaseFor.
+type HeartbeatRequest struct {
+	Tenant   string        `json:"tenant"`
+	JobID    string        `json:"job_id"`
+	LeaseID  string        `json:"lease_id"`
+	LeaseFor time.Duration `json:"lease_for"`
+}
+
+// CompleteRequest finishes a job as succeeded with Result.
+type CompleteRequest struct {
+	Tenant  string          `json:"tenant"`
+	JobID   string          `json:"job_id"`
+	LeaseID string          `json:"lease_id"`
+	Result  json.RawMessage `json:"result,omitempty"`
+}
+
+// FailRequest reports a failed attempt.
+type FailRequest struct {
+	Tenant  string `json:"tenant"`
+	JobID   string `json:"job_id"`
+	LeaseID string `json:"lease_id"`
+	Error   string `json:"error"`
+	Retry   bool   `json:"retry"`
+}
+
+// Workers is the manager side of the worker routes. Errors are *Error:
+// CodeNotFound for an unknown job, CodeLeaseLost for a lease that is not the
+// job's current one, CodeNotLeader, CodeUnavailable, CodeInvalid.
+type Workers interface {
+	Lease(ctx context.Context, req *LeaseRequest) (*LeaseResponse, error)
+	Heartbeat(ctx context.Context, req *HeartbeatRequest) (*api.HeartbeatResponse, error)
+	Complete(ctx context.Context, req *CompleteRequest) (*api.Job, error)
+	Fail(ctx context.Context, req *FailRequest) (*api.Job, error)
+}
+
+// maxWorkerRequestBytes bounds a worker call's body: a result is at most the
+// size of a job's payload.
+const maxWorkerRequestBytes = 8 << 20
+
+// MountWorkers serves w's routes on mux.
+func MountWorkers(mux *http.ServeMux, w Workers, log *slog.Logger) {
+	h := &handler{log: log}
+	mux.HandleFunc("POST "+LeasePath, func(rw http.ResponseWriter, r *http.Request) {
+		var req LeaseRequest
+		if decodeBody(h, rw, r, &req) {
+			resp, err := w.Lease(r.Context(), &req)
+			h.reply(rw, resp, err)
+		}
+	})
+	mux.HandleFunc("POST "+jobActionPath+"heartbeat", func(rw http.ResponseWriter, r *http.Request) {
+		var req HeartbeatRequest
+		if decodeBody(h, rw, r, &req) {
+			req.JobID = r.PathValue("id")
+			resp, err := w.Heartbeat(r.Context(), &req)
+			h.reply(rw, resp, err)
+		}
+	})
+	mux.HandleFunc("POST "+jobActionPath+"complete", func(rw http.ResponseWriter, r *http.Request) {
+		var req CompleteRequest
+		if decodeBody(h, rw, r, &req) {
+			req.JobID = r.PathValue("id")
+			job, err := w.Complete(r.Context(), &req)
+			h.reply(rw, job, err)
+		}
+	})
+	mux.HandleFunc("POST "+jobActionPath+"fail", func(rw http.ResponseWriter, r *http.Request) {
+		var req FailRequest
+		if decodeBody(h, rw, r, &req) {
+			req.JobID = r.PathValue("id")
+			job, err := w.Fail(r.Context(), &req)
+			h.reply(rw, job, err)
+		}
+	})
+}
+
+// decodeBody reads r's JSON body into v, answering CodeInvalid when it
+// cannot; it says whether to go on.
+func decodeBody(h *handler, rw http.ResponseWriter, r *http.Request, v any) bool {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxWorkerRequestBytes+1))
+	if err == nil && len(b) > maxWorkerRequestBytes {
+		err = Errorf(CodeInvalid, "body over %d bytes", maxWorkerRequestBytes)
+	}
+	if err == nil {
+		err = json.Unmarshal(b, v)
+	}
+	if err != nil {
+		h.reply(rw, nil, Errorf(CodeInvalid, "body: %v", err))
+		return false
+	}
+	return true
+}
+
+// Lease asks the leader for jobs; the call may be held up to req.Wait.
+func (c *Client) Lease(ctx context.Context, req *LeaseRequest) (*LeaseResponse, error) {
+	var resp LeaseResponse
+	return &resp, c.post(ctx, LeasePath, req, req.Wait, &resp)
+}
+
+// Heartbeat extends a lease at the leader.
+func (c *Client) Heartbeat(ctx context.Context, req *HeartbeatRequest) (*api.HeartbeatResponse, error) {
+	var resp api.HeartbeatResponse
+	return &resp, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/heartbeat", req, 0, &resp)
+}
+
+// Complete finishes a job at the leader.
+func (c *Client) Complete(ctx context.Context, req *CompleteRequest) (*api.Job, error) {
+	var job api.Job
+	return &job, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/complete", req, 0, &job)
+}
+
+// Fail reports a failed attempt at the leader.
+func (c *Client) Fail(ctx context.Context, req *FailRequest) (*api.Job, error) {
+	var job api.Job
+	return &job, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/fail", req, 0, &job)
+}
+
+// post sends v as the JSON body of a POST to path, decoding the answer into
+// out; extra lengthens each attempt's timeout (a long poll's wait).
+func (c *Client) post(ctx context.Context, path string, v any, extra time.Duration, out any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Errorf(CodeInvalid, "encode %s: %v", path, err)
+	}
+	return c.do(ctx, http.MethodPost, path, nil, b, extra, out)
+}
