@@ -249,6 +249,12 @@ func (c *Client) ListJobs(ctx context.Context, opts ListOptions) iter.Seq2[api.J
 
 // do runs one call with retries. decode is given a 2xx answer's body.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, header func(http.Header), decode func(*http.Response, []byte) error) error {
+	return c.doLonger(ctx, 0, method, path, body, header, decode)
+}
+
+// doLonger is do with each attempt's timeout lengthened by extra (a long
+// poll's wait).
+func (c *Client) doLonger(ctx context.Context, extra time.Duration, method, path string, body []byte, header func(http.Header), decode func(*http.Response, []byte) error) error {
 	// Spread calls over the gates; an attempt that fails moves to the next.
 	first := int(c.start.Add(1) % uint64(len(c.gates)))
 	var last error
@@ -259,7 +265,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, heade
 			}
 		}
 		gate := c.gates[(first+attempt)%len(c.gates)]
-		resp, b, err := c.once(ctx, gate, method, path, body, header)
+		resp, b, err := c.once(ctx, extra, gate, method, path, body, header)
 		if err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("client: %s %s: %w (last error: %w)", method, path, ctx.Err(), err)
@@ -316,9 +322,9 @@ func (c *Client) wait(ctx context.Context, attempt int, last error) error {
 	}
 }
 
-// once is one HTTP exchange, bounded by AttemptTimeout.
-func (c *Client) once(ctx context.Context, gate *url.URL, method, path string, body []byte, header func(http.Header)) (*http.Response, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
+// once is one HTTP exchange, bounded by AttemptTimeout + extra.
+func (c *Client) once(ctx context.Context, extra time.Duration, gate *url.URL, method, path string, body []byte, header func(http.Header)) (*http.Response, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout+extra)
 	defer cancel()
 	var r io.Reader
 	if body != nil {

@@ -63,4 +63,7 @@ var (
 	ErrUnavailable          = &sentinel{api.CodeUnavailable}
 	ErrTenantQuotaExceeded  = &sentinel{api.CodeTenantQuotaExceeded}
 	ErrResponseTooLarge     = &sentinel{api.CodeResponseTooLarge}
+	// ErrLeaseLost: a worker call named a lease that is no longer the job's
+	// current one; stop working on the job (Run does).
+	ErrLeaseLost = &sentinel{api.CodeLeaseLost}
 )

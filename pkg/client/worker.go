@@ -1,0 +1,272 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// LeaseOptions say which jobs to lease and for how long (docs/workers.md).
+type LeaseOptions struct {
+	// Types limits the jobs to these types; empty: every type.
+	Types []string
+	// MaxJobs is how many jobs at most (default 1, at most 100).
+	MaxJobs int
+	// LeaseFor is how long each job is held without a heartbeat (whole
+	// seconds, default 30 s, at most an hour).
+	LeaseFor time.Duration
+	// Wait holds the call until a job is queued, at most this long (whole
+	// seconds, at most a minute; 0 answers at once).
+	Wait time.Duration
+	// Worker names the worker in the leases (default: the gate names it
+	// after the connection).
+	Worker string
+}
+
+// workerKey is a fresh opaque Idempotency-Key for one worker call, so that
+// the client's own retries of the call get the first answer (a retried lease
+// does not lease twice).
+func workerKey() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "w-" + hex.EncodeToString(b[:])
+}
+
+// workerCall posts v to path with a fresh Idempotency-Key and decodes the
+// answer into out.
+func (c *Client) workerCall(ctx context.Context, extra time.Duration, path string, v, out any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("client: encoding %s: %w", path, err)
+	}
+	key := workerKey()
+	return c.doLonger(ctx, extra, http.MethodPost, path, body, func(h http.Header) {
+		h.Set(api.HeaderIdempotencyKey, key)
+		h.Set("Content-Type", api.ContentTypeJSON)
+	}, func(_ *http.Response, b []byte) error { return json.Unmarshal(b, out) })
+}
+
+func seconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
+
+// Lease leases up to opts.MaxJobs queued jobs of the client's tenant, oldest
+// first; none (an empty slice) when nothing was queued before opts.Wait
+// ended.
+func (c *Client) Lease(ctx context.Context, opts LeaseOptions) ([]api.Lease, error) {
+	req := api.LeaseRequest{Types: opts.Types, MaxJobs: opts.MaxJobs, LeaseSeconds: seconds(opts.LeaseFor),
+		WaitSeconds: seconds(opts.Wait), Worker: opts.Worker}
+	var out api.LeaseList
+	if err := c.workerCall(ctx, opts.Wait, "/v1/leases", req, &out); err != nil {
+		return nil, err
+	}
+	return out.Leases, nil
+}
+
+func jobPath(jobID, action string) string { return "/v1/jobs/" + url.PathEscape(jobID) + "/" + action }
+
+// Heartbeat extends a lease to now + leaseFor (0: 30 s) and returns its new
+// expiry. An error matching ErrLeaseLost: the job is no longer the caller's.
+func (c *Client) Heartbeat(ctx context.Context, jobID, leaseID string, leaseFor time.Duration) (time.Time, error) {
+	var out api.HeartbeatResponse
+	if err := c.workerCall(ctx, 0, jobPath(jobID, "heartbeat"),
+		api.HeartbeatRequest{LeaseID: leaseID, LeaseSeconds: seconds(leaseFor)}, &out); err != nil {
+		return time.Time{}, err
+	}
+	return time.Parse(time.RFC3339Nano, out.ExpiresAt)
+}
+
+// Complete records a leased job as succeeded with result (any value
+// encoding/json encodes; nil is null). Completing it again with the same
+// lease answers the same job.
+func (c *Client) Complete(ctx context.Context, jobID, leaseID string, result any) (*api.Job, error) {
+	raw, err := json.Marshal(result)
+	if err != nil {
+		return nil, fmt.Errorf("client: encoding the result of job %s: %w", jobID, err)
+	}
+	var job api.Job
+	if err := c.workerCall(ctx, 0, jobPath(jobID, "complete"), api.CompleteRequest{LeaseID: leaseID, Result: raw}, &job); err != nil {
+		return nil, err
+	}
+	return &job, nil
+}
+
+// Fail records a failed attempt: the job is queued again after the
+// leader's backoff (retry true, until its last attempt makes it dead), or
+// failed at once (retry false).
+func (c *Client) Fail(ctx context.Context, jobID, leaseID, message string, retry bool) (*api.Job, error) {
+	if len(message) > api.MaxJobErrorBytes {
+		message = message[:api.MaxJobErrorBytes]
+	}
+	var job api.Job
+	if err := c.workerCall(ctx, 0, jobPath(jobID, "fail"), api.FailRequest{LeaseID: leaseID, Error: message, Retry: &retry}, &job); err != nil {
+		return nil, err
+	}
+	return &job, nil
+}
+
+// ErrPermanent marks a handler's error as not worth a retry: Run then
+// fails the job with retry false (wrap it: fmt.Errorf("bad input: %w",
+// client.ErrPermanent)).
+var ErrPermanent = errors.New("permanent failure")
+
+// Handler runs one job. ctx ends when the lease is lost (another worker may
+// run the job now: stop) or Run is stopping. A nil error completes the job
+// with result; an error fails the attempt.
+type Handler func(ctx context.Context, job api.Job, attempt int) (result any, err error)
+
+// WorkerOptions configure Run.
+type WorkerOptions struct {
+	// Types, LeaseFor and Worker are as in LeaseOptions.
+	Types    []string
+	LeaseFor time.Duration
+	Worker   string
+	// Concurrency is how many jobs run at once (default 1).
+	Concurrency int
+	// Wait is each lease call's long poll (default 20 s).
+	Wait time.Duration
+	// Logger receives what Run cannot return: failed heartbeats and
+	// reports (default: discard).
+	Logger *slog.Logger
+}
+
+// Run leases jobs and runs h on each, at most opts.Concurrency at once,
+// until ctx ends; it then waits for the running handlers (their contexts
+// are cancelled) and returns nil. While a handler runs, its lease is
+// heartbeated every third of opts.LeaseFor; a lost lease cancels the
+// handler's context and its outcome is not reported. Delivery is at least
+// once: a handler must tolerate running a job again (docs/workers.md says
+// how to make it idempotent with the job id).
+func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 1
+	}
+	if opts.LeaseFor <= 0 {
+		opts.LeaseFor = api.DefaultLeaseSeconds * time.Second
+	}
+	if opts.Wait <= 0 {
+		opts.Wait = 20 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	slots := make(chan struct{}, opts.Concurrency)
+	for range opts.Concurrency {
+		slots <- struct{}{}
+	}
+	var running sync.WaitGroup
+	defer running.Wait()
+	failures := 0
+	for {
+		// One free slot at least, then every other free one.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-slots:
+		}
+		n := 1
+	more:
+		for n < opts.Concurrency {
+			select {
+			case <-slots:
+				n++
+			default:
+				break more
+			}
+		}
+		leases, err := c.Lease(ctx, LeaseOptions{Types: opts.Types, MaxJobs: n, LeaseFor: opts.LeaseFor, Wait: opts.Wait, Worker: opts.Worker})
+		if err != nil {
+			for range n {
+				slots <- struct{}{}
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			var e *Error
+			if errors.As(err, &e) && !transient(e) {
+				return fmt.Errorf("client: leasing jobs: %w", err)
+			}
+			failures++
+			opts.Logger.Warn("leasing jobs failed; retrying", "err", err)
+			if c.wait(ctx, failures, err) != nil {
+				return nil
+			}
+			continue
+		}
+		failures = 0
+		for i := len(leases); i < n; i++ {
+			slots <- struct{}{}
+		}
+		for _, l := range leases {
+			running.Add(1)
+			go func() {
+				defer func() {
+					slots <- struct{}{}
+					running.Done()
+				}()
+				c.runOne(ctx, opts, h, l)
+			}()
+		}
+	}
+}
+
+// runOne runs h on one leased job, heartbeating it, and reports the outcome.
+func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l api.Lease) {
+	log := opts.Logger.With("job_id", l.Job.JobID, "attempt", l.Attempt)
+	jctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost sync.Once
+	lostCh := make(chan struct{})
+	beat := make(chan struct{})
+	go func() {
+		defer close(beat)
+		t := time.NewTicker(max(opts.LeaseFor/3, 100*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-jctx.Done():
+				return
+			case <-t.C:
+			}
+			_, err := c.Heartbeat(jctx, l.Job.JobID, l.LeaseID, opts.LeaseFor)
+			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrJobNotFound) {
+				log.Warn("lease lost: stopping the handler", "err", err)
+				lost.Do(func() { close(lostCh) })
+				cancel()
+				return
+			}
+			if err != nil && jctx.Err() == nil {
+				log.Warn("heartbeat failed", "err", err)
+			}
+		}
+	}()
+	result, herr := h(jctx, l.Job, l.Attempt)
+	cancel()
+	<-beat
+	select {
+	case <-lostCh:
+		return // another worker may hold the job: report nothing
+	default:
+	}
+	// Report even while Run stops: the outcome is known, and a lost report
+	// costs a redelivery after the lease expires.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer rcancel()
+	var err error
+	if herr == nil {
+		_, err = c.Complete(rctx, l.Job.JobID, l.LeaseID, result)
+	} else {
+		_, err = c.Fail(rctx, l.Job.JobID, l.LeaseID, herr.Error(), !errors.Is(herr, ErrPermanent))
+	}
+	if err != nil {
+		log.Warn("reporting the job's outcome failed; it is redelivered when its lease expires", "err", err)
+	}
+}

@@ -1,0 +1,177 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// fakeQueue is a gate's worker endpoints over an in-memory queue: enough to
+// drive Run (leases with waits, heartbeats, complete, fail) and record what
+// the worker reported.
+type fakeQueue struct {
+	mu        sync.Mutex
+	queued    []string
+	leases    map[string]string // job → current lease id
+	n         int
+	completed map[string]string // job → result
+	failed    map[string]bool   // job → retry
+	lose      map[string]bool   // jobs whose heartbeat answers lease_lost
+	maxJobs   int               // the largest max_jobs asked
+	running   int
+	keys      map[string]bool // Idempotency-Keys seen
+}
+
+func newFakeQueue(jobs ...string) *fakeQueue {
+	return &fakeQueue{queued: jobs, leases: map[string]string{}, completed: map[string]string{},
+		failed: map[string]bool{}, lose: map[string]bool{}, keys: map[string]bool{}}
+}
+
+func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if k := r.Header.Get(api.HeaderIdempotencyKey); k == "" || q.keys[k] {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "")
+		return
+	} else {
+		q.keys[k] = true
+	}
+	reply := func(v any) {
+		w.Header().Set("Content-Type", api.ContentTypeJSON)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	if r.URL.Path == "/v1/leases" {
+		var req api.LeaseRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		q.maxJobs = max(q.maxJobs, req.MaxJobs)
+		out := api.LeaseList{Leases: []api.Lease{}}
+		for len(q.queued) > 0 && len(out.Leases) < req.MaxJobs {
+			id := q.queued[0]
+			q.queued = q.queued[1:]
+			q.n++
+			q.leases[id] = fmt.Sprint("l", q.n)
+			out.Leases = append(out.Leases, api.Lease{LeaseID: q.leases[id], Job: api.Job{JobID: id}, Attempt: 1})
+		}
+		reply(out)
+		return
+	}
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/v1/jobs/"), "/")
+	id, action := parts[0], parts[1]
+	var body struct {
+		LeaseID string          `json:"lease_id"`
+		Result  json.RawMessage `json:"result"`
+		Retry   *bool           `json:"retry"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	if q.leases[id] != body.LeaseID || (action == "heartbeat" && q.lose[id]) {
+		writeProblem(w, http.StatusConflict, api.CodeLeaseLost, "")
+		return
+	}
+	switch action {
+	case "heartbeat":
+		reply(api.HeartbeatResponse{LeaseID: body.LeaseID, ExpiresAt: api.FormatTime(time.Now().Add(time.Minute))})
+	case "complete":
+		q.completed[id] = string(body.Result)
+		delete(q.leases, id)
+		reply(api.Job{JobID: id, State: api.JobStatusSucceeded})
+	case "fail":
+		q.failed[id] = body.Retry != nil && *body.Retry
+		delete(q.leases, id)
+		reply(api.Job{JobID: id})
+	}
+}
+
+// Run completes every job with its handler's result, fails a job whose
+// handler fails (retry false for ErrPermanent), never runs more than
+// Concurrency handlers at once, and stops a handler whose lease is lost
+// without reporting its outcome.
+func TestRunLeasesRunsAndReports(t *testing.T) {
+	q := newFakeQueue("a", "b", "c", "d", "e", "bad", "hopeless", "stolen")
+	q.lose["stolen"] = true
+	srv := httptest.NewServer(q)
+	defer srv.Close()
+	c, err := New([]string{srv.URL}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	concurrent, peak := 0, 0
+	stolenReturned := false
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, WorkerOptions{Concurrency: 3, LeaseFor: 300 * time.Millisecond, Wait: time.Second},
+			func(ctx context.Context, job api.Job, attempt int) (any, error) {
+				mu.Lock()
+				concurrent++
+				peak = max(peak, concurrent)
+				mu.Unlock()
+				defer func() {
+					mu.Lock()
+					concurrent--
+					mu.Unlock()
+				}()
+				switch job.JobID {
+				case "bad":
+					return nil, errors.New("try again")
+				case "hopeless":
+					return nil, fmt.Errorf("bad input: %w", ErrPermanent)
+				case "stolen":
+					<-ctx.Done() // cancelled when the heartbeat finds the lease lost
+					mu.Lock()
+					stolenReturned = true
+					mu.Unlock()
+					return "too late", nil
+				}
+				time.Sleep(20 * time.Millisecond)
+				return map[string]string{"job": job.JobID}, nil
+			})
+	}()
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.completed) == 5 && len(q.failed) == 2 && len(q.leases) == 1
+	})
+	// The lost job's handler returns once its heartbeat finds the lease
+	// gone; Run returns after its report would have been made.
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return stolenReturned
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.completed["a"] != `{"job":"a"}` || !q.failed["bad"] || q.failed["hopeless"] {
+		t.Fatalf("completed %v failed %v", q.completed, q.failed)
+	}
+	if _, ok := q.completed["stolen"]; ok || q.leases["stolen"] == "" {
+		t.Fatalf("a job whose lease was lost was reported: completed %v", q.completed)
+	}
+	if peak > 3 || q.maxJobs > 3 {
+		t.Fatalf("%d handlers at once, max_jobs %d: want at most 3", peak, q.maxJobs)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
