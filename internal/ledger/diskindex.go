@@ -231,6 +231,26 @@ func jobExpKey(b []byte, j *Job) []byte {
 	return keyString(keyUint64(keyInt64(b, j.ExpiresAt), j.Seq), j.Tenant)
 }
 
+func jobQueueKey(b []byte, j *Job) []byte {
+	return keyUint64(keyInt64(keyString(b, j.Tenant), j.RunAt), j.Seq)
+}
+
+func jobQueueTypeKey(b []byte, j *Job) []byte {
+	return keyUint64(keyInt64(keyString(keyString(b, j.Tenant), j.Type), j.RunAt), j.Seq)
+}
+
+func jobTenantLeaseKey(b []byte, j *Job) []byte {
+	return keyUint64(keyInt64(keyString(b, j.Tenant), j.LeaseExpiresAt), j.Seq)
+}
+
+func jobLeaseExpKey(b []byte, j *Job) []byte {
+	return keyString(keyUint64(keyInt64(b, j.LeaseExpiresAt), j.Seq), j.Tenant)
+}
+
+func jobStateKey(b []byte, j *Job) []byte {
+	return keyUint64(append(keyString(b, j.Tenant), byte(j.State)), j.Seq)
+}
+
 func watermarkKey(b []byte, w *Watermark) []byte {
 	return keyString(keyString(keyString(b, w.Tenant), w.ClientID), w.Nonce)
 }
@@ -249,7 +269,7 @@ func decodeEntryValue(v []byte) (*Entry, error) {
 
 func decodeJobValue(v []byte) (*Job, error) {
 	d := &decoder{b: v, base: ErrStore}
-	j := decodeJob(d)
+	j := decodeJob(d, snapshotVersion)
 	return j, d.finish()
 }
 
@@ -281,9 +301,16 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobSeq = &diskIndex[*Job]{st: st, prefix: pfxJobSeq, key: jobSeqKey, primary: jobs}
 	s.jobType = &diskIndex[*Job]{st: st, prefix: pfxJobType, key: jobTypeKey, primary: jobs}
 	s.jobExp = &diskIndex[*Job]{st: st, prefix: pfxJobExp, key: jobExpKey, primary: jobs, copies: true}
+	s.jobQueue = &diskIndex[*Job]{st: st, prefix: pfxJobQueue, key: jobQueueKey, primary: jobs}
+	s.jobQueueType = &diskIndex[*Job]{st: st, prefix: pfxJobQueueType, key: jobQueueTypeKey, primary: jobs}
+	s.jobTenantLease = &diskIndex[*Job]{st: st, prefix: pfxJobTenantLease, key: jobTenantLeaseKey, primary: jobs}
+	s.jobLeaseExp = &diskIndex[*Job]{st: st, prefix: pfxJobLeaseExp, key: jobLeaseExpKey, primary: jobs}
+	s.jobState = &diskIndex[*Job]{st: st, prefix: pfxJobState, key: jobStateKey, primary: jobs}
 	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
 	s.pending, s.committed, s.rejected = int(m.pending), int(m.committed), int(m.rejected)
 	s.jobCount = int(m.jobs)
+	s.jobStates = [JobDead + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead)}
+	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead)
 	s.dirtyTenants = map[string]struct{}{}
 }

@@ -31,11 +31,14 @@ import (
 // trailing bytes) with the command primitives. Version 2 appends result_ttl to
 // the entry record and the window to the watermark record; version 3 appends
 // seq_high to the header (batches give Seqs past the applied index); version
-// 4 appends confirmed to the entry record. Restore reads versions 1 to 3 as
-// well.
+// 4 appends confirmed to the entry record; version 5 appends the lifecycle to
+// the record of a job in it (a legacy job's record is as in version 4).
+// Restore reads versions 1 to 4 as well.
 const (
 	snapshotMagic   = "ONCELDGR"
-	snapshotVersion = 4
+	snapshotVersion = 5
+	// snapshotVersion4 has no job lifecycle.
+	snapshotVersion4 = 4
 	// snapshotVersion3 has no confirmed datacenters in its entries.
 	snapshotVersion3 = 3
 	// snapshotVersion2 has no seq_high: no Seq was past the applied index.
@@ -265,7 +268,11 @@ func confirmedValid(e *Entry) bool {
 //
 //	tenant string, id string, key string, type string, payload bytes,
 //	datacenters strings, status string, created_at int64, seq uvarint,
-//	expires_at int64
+//	expires_at int64,
+//	(v5, a job in the lifecycle only; a legacy job's record ends here:)
+//	state uvarint (1..5), attempts uvarint, run_at int64, lease_id string,
+//	holder string, lease_expires_at int64, retention int64 (ns),
+//	finished_at int64, result bytes, error string
 func appendJob(b []byte, j *Job) []byte {
 	b = appendString(b, j.Tenant)
 	b = appendString(b, j.ID)
@@ -276,10 +283,23 @@ func appendJob(b []byte, j *Job) []byte {
 	b = appendString(b, j.Status)
 	b = appendInt64(b, j.CreatedAt)
 	b = appendUvarint(b, j.Seq)
-	return appendInt64(b, j.ExpiresAt)
+	b = appendInt64(b, j.ExpiresAt)
+	if j.State == JobLegacy {
+		return b
+	}
+	b = appendUvarint(b, uint64(j.State))
+	b = appendUvarint(b, j.Attempts)
+	b = appendInt64(b, j.RunAt)
+	b = appendString(b, j.LeaseID)
+	b = appendString(b, j.Holder)
+	b = appendInt64(b, j.LeaseExpiresAt)
+	b = appendInt64(b, j.Retention)
+	b = appendInt64(b, j.FinishedAt)
+	b = appendBytes(b, j.Result)
+	return appendString(b, j.Error)
 }
 
-func decodeJob(d *decoder) *Job {
+func decodeJob(d *decoder, version uint8) *Job {
 	j := &Job{}
 	j.Tenant = d.string()
 	j.ID = d.string()
@@ -291,6 +311,26 @@ func decodeJob(d *decoder) *Job {
 	j.CreatedAt = d.int64()
 	j.Seq = d.uvarint()
 	j.ExpiresAt = d.int64()
+	if version < snapshotVersion || d.err != nil || d.remaining() == 0 {
+		return j
+	}
+	st := d.uvarint()
+	j.State = JobState(st)
+	if d.err == nil && (st < uint64(JobQueued) || st > uint64(JobDead)) {
+		d.fail(fmt.Sprintf("bad job state %d", st))
+	}
+	j.Attempts = d.uvarint()
+	j.RunAt = d.int64()
+	j.LeaseID = d.string()
+	j.Holder = d.string()
+	j.LeaseExpiresAt = d.int64()
+	j.Retention = d.int64()
+	j.FinishedAt = d.int64()
+	j.Result = d.bytes()
+	j.Error = d.string()
+	if d.err == nil && j.Retention < 0 {
+		d.fail("negative retention")
+	}
 	return j
 }
 
@@ -536,7 +576,7 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 		if err != nil {
 			return nil, err
 		}
-		j := decodeJob(d)
+		j := decodeJob(d, version)
 		if err := d.finish(); err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}

@@ -95,6 +95,13 @@ type JobRequest struct {
 // Job status values.
 const (
 	JobStatusCommitted = "committed"
+	// The states of a job in the worker lifecycle (internal/ledger's
+	// JobState): queued → running → succeeded | failed | dead.
+	JobStatusQueued    = "queued"
+	JobStatusRunning   = "running"
+	JobStatusSucceeded = "succeeded"
+	JobStatusFailed    = "failed"
+	JobStatusDead      = "dead"
 )
 
 // Idempotency entry states as the API shows them.
