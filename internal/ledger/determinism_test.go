@@ -42,9 +42,9 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 	add := func(typ raft.LogType, data []byte) {
 		l := &raft.Log{Index: uint64(len(logs) + 1), Term: 1, Type: typ, Data: data}
 		logs = append(logs, l)
-		if res, ok := shadow.Apply(l).(Result); ok {
-			for _, j := range res.Jobs {
-				leased = append(leased, guess{j.Tenant, j.ID, j.LeaseID})
+		if res, ok := shadow.Apply(l).(Result); ok && res.Outcome == OutcomeLeased {
+			for _, j := range res.Lease.Jobs {
+				leased = append(leased, guess{j.Tenant, j.ID, j.Life.LeaseID})
 			}
 		}
 	}

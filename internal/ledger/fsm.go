@@ -254,13 +254,13 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 		if j.Tenant != tenant {
 			return false
 		}
-		if byState && state != JobLegacy && j.State != state {
+		if byState && state != JobLegacy && stateOf(j) != state {
 			return false // the end of the (tenant, state) range
 		}
 		if opts.Type != "" && j.Type != opts.Type {
 			return byState && state != JobLegacy // skipped in the state order; the end of the type range
 		}
-		if byState && j.State != state {
+		if byState && stateOf(j) != state {
 			return true // a lifecycle job, skipped for "committed"
 		}
 		n := ListJobBytes(j)
@@ -275,7 +275,7 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	pivot := &Job{Tenant: tenant, Type: opts.Type, Seq: opts.After + 1}
 	switch {
 	case byState && state != JobLegacy:
-		pivot.State = state
+		pivot.Life = &JobLife{State: state}
 		f.s.jobState.AscendGreaterOrEqual(pivot, visit)
 	case opts.Type == "":
 		f.s.jobSeq.AscendGreaterOrEqual(pivot, visit)

@@ -103,7 +103,7 @@ const ErrorLeaseExpired = "lease expired"
 // (when not 0) becomes DEAD; the others of a matching type are handed out
 // first, as if queued. A job handed out becomes RUNNING with Attempts + 1, the
 // lease LeaseIDs[i] (i-th job handed out), Holder and LeaseExpiresAt =
-// Expiry. OutcomeLeased, with Result.Jobs (possibly empty).
+// Expiry. OutcomeLeased, with Result.Lease.Jobs (possibly empty).
 //
 // Invalid: empty Tenant or Holder; Max not in 1..MaxLease; len(LeaseIDs) !=
 // Max or an empty or repeated ID; more than MaxLeaseTypes types, an empty or
@@ -170,7 +170,7 @@ type Fail struct {
 // earliest first, at most Max of them (0: no limit): each job is QUEUED again
 // with RunAt = RetryAt, or DEAD once Attempts >= MaxAttempts (when not 0); its
 // lease is cleared and its Error is ErrorLeaseExpired. OutcomeLeasesExpired,
-// Result.Leases counts, Result.More when Max stopped it with more due. The
+// Result.Lease counts, Result.More when Max stopped it with more due. The
 // leader proposes it when FSM.NextLeaseExpiry is due. Invalid: RetryAt
 // before Now.
 type ExpireLeases struct {
@@ -324,14 +324,15 @@ func decodeLifecycle(d *decoder, t CommandType, v uint8) (Command, bool) {
 }
 
 // Orders of the lifecycle (state.go lists every index). A job is in them by
-// its state only; a JobLegacy job is in none.
+// its state only; a JobLegacy job (Life nil) is in none, and their less
+// functions are only ever given lifecycle jobs and probes with a Life.
 
 func lessJobQueue(a, b *Job) bool {
 	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
 		return c < 0
 	}
-	if a.RunAt != b.RunAt {
-		return a.RunAt < b.RunAt
+	if a.Life.RunAt != b.Life.RunAt {
+		return a.Life.RunAt < b.Life.RunAt
 	}
 	return a.Seq < b.Seq
 }
@@ -343,8 +344,8 @@ func lessJobQueueType(a, b *Job) bool {
 	if c := strings.Compare(a.Type, b.Type); c != 0 {
 		return c < 0
 	}
-	if a.RunAt != b.RunAt {
-		return a.RunAt < b.RunAt
+	if a.Life.RunAt != b.Life.RunAt {
+		return a.Life.RunAt < b.Life.RunAt
 	}
 	return a.Seq < b.Seq
 }
@@ -353,15 +354,15 @@ func lessJobTenantLease(a, b *Job) bool {
 	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
 		return c < 0
 	}
-	if a.LeaseExpiresAt != b.LeaseExpiresAt {
-		return a.LeaseExpiresAt < b.LeaseExpiresAt
+	if a.Life.LeaseExpiresAt != b.Life.LeaseExpiresAt {
+		return a.Life.LeaseExpiresAt < b.Life.LeaseExpiresAt
 	}
 	return a.Seq < b.Seq
 }
 
 func lessJobLeaseExp(a, b *Job) bool {
-	if a.LeaseExpiresAt != b.LeaseExpiresAt {
-		return a.LeaseExpiresAt < b.LeaseExpiresAt
+	if a.Life.LeaseExpiresAt != b.Life.LeaseExpiresAt {
+		return a.Life.LeaseExpiresAt < b.Life.LeaseExpiresAt
 	}
 	if a.Seq != b.Seq {
 		return a.Seq < b.Seq
@@ -373,54 +374,66 @@ func lessJobState(a, b *Job) bool {
 	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
 		return c < 0
 	}
-	if a.State != b.State {
-		return a.State < b.State
+	if sa, sb := stateOf(a), stateOf(b); sa != sb {
+		return sa < sb
 	}
 	return a.Seq < b.Seq
 }
 
+// stateOf is j.State() without copying the job.
+func stateOf(j *Job) JobState {
+	if j.Life == nil {
+		return JobLegacy
+	}
+	return j.Life.State
+}
+
 // jobSize is what a job accounts for: its overhead, payload, result and error.
 func jobSize(j *Job) uint64 {
-	return jobBytes(len(j.Payload)) + uint64(len(j.Result)) + uint64(len(j.Error))
+	n := jobBytes(len(j.Payload))
+	if j.Life != nil {
+		n += uint64(len(j.Life.Result)) + uint64(len(j.Life.Error))
+	}
+	return n
 }
 
 // retained: the job is in the retention order (jobExp).
-func retained(j *Job) bool { return j.State == JobLegacy || j.State.Finished() }
+func retained(j *Job) bool { return j.Life == nil || j.Life.State.Finished() }
 
 // indexJob and unindexJob keep the orders that depend on a job's state (all
 // but jobs, jobSeq and jobType). A legacy job's cost is one comparison.
 func (s *state) indexJob(j *Job) {
-	if j.State == JobLegacy {
+	if j.Life == nil {
 		s.jobExp.ReplaceOrInsert(j)
 		return
 	}
 	s.jobState.ReplaceOrInsert(j)
-	switch {
-	case j.State == JobQueued:
+	switch st := j.Life.State; {
+	case st == JobQueued:
 		s.jobQueue.ReplaceOrInsert(j)
 		s.jobQueueType.ReplaceOrInsert(j)
-	case j.State == JobRunning:
+	case st == JobRunning:
 		s.jobTenantLease.ReplaceOrInsert(j)
 		s.jobLeaseExp.ReplaceOrInsert(j)
-	case j.State.Finished():
+	case st.Finished():
 		s.jobExp.ReplaceOrInsert(j)
 	}
 }
 
 func (s *state) unindexJob(j *Job) {
-	if j.State == JobLegacy {
+	if j.Life == nil {
 		s.jobExp.Delete(j)
 		return
 	}
 	s.jobState.Delete(j)
-	switch {
-	case j.State == JobQueued:
+	switch st := j.Life.State; {
+	case st == JobQueued:
 		s.jobQueue.Delete(j)
 		s.jobQueueType.Delete(j)
-	case j.State == JobRunning:
+	case st == JobRunning:
 		s.jobTenantLease.Delete(j)
 		s.jobLeaseExp.Delete(j)
-	case j.State.Finished():
+	case st.Finished():
 		s.jobExp.Delete(j)
 	}
 }
@@ -435,10 +448,21 @@ func (s *state) replaceJob(old, j *Job) {
 	s.jobSeq.ReplaceOrInsert(j)
 	s.jobType.ReplaceOrInsert(j)
 	s.indexJob(j)
-	s.jobStates[old.State]--
-	s.jobStates[j.State]++
+	s.jobStates[stateOf(old)]--
+	s.jobStates[stateOf(j)]++
 	s.release(old.Tenant, jobSize(old))
 	s.charge(j.Tenant, jobSize(j))
+}
+
+// update replaces the lifecycle job old by a copy that change edits (items
+// are immutable: the job and its JobLife are new) and returns it.
+func (s *state) update(old *Job, change func(j *Job, l *JobLife)) Job {
+	j := *old
+	l := *old.Life
+	change(&j, &l)
+	j.Life = &l
+	s.replaceJob(old, &j)
+	return j
 }
 
 // unfinishedJobs is what MaxJobs bounds.
@@ -448,7 +472,7 @@ func (s *state) unfinishedJobs() int {
 
 // currentLease: id is the job's current lease at now.
 func currentLease(j *Job, id string, now int64) bool {
-	return j.State == JobRunning && j.LeaseID == id && j.LeaseExpiresAt > now
+	return j.Life != nil && j.Life.State == JobRunning && j.Life.LeaseID == id && j.Life.LeaseExpiresAt > now
 }
 
 // satAdd returns a+b (b >= 0), saturating at math.MaxInt64.
@@ -459,42 +483,44 @@ func satAdd(a, b int64) int64 {
 	return a + b
 }
 
-// finish makes j (a copy) finished in state st at now.
-func finish(j *Job, st JobState, now int64) {
-	j.State, j.Status = st, st.String()
-	j.FinishedAt = now
-	j.ExpiresAt = satAdd(now, max(j.Retention, 0))
+// setState sets the lifecycle state and the job's Status with it.
+func setState(j *Job, l *JobLife, st JobState) { l.State, j.Status = st, st.String() }
+
+// finish makes the job finished in state st at now.
+func finish(j *Job, l *JobLife, st JobState, now int64) {
+	setState(j, l, st)
+	l.FinishedAt = now
+	j.ExpiresAt = satAdd(now, max(l.Retention, 0))
 }
 
 // leaseTo hands old out: RUNNING under lease id. expired: its previous lease
 // expired (a reclaim), which its Error says.
 func (s *state) leaseTo(old *Job, c *Lease, id string, expired bool) Job {
-	j := *old
-	if expired {
-		j.Error = ErrorLeaseExpired
-	}
-	j.State, j.Status = JobRunning, api.JobStatusRunning
-	j.Attempts++
-	j.LeaseID, j.Holder, j.LeaseExpiresAt = id, c.Holder, c.Expiry
-	s.replaceJob(old, &j)
-	return j
+	return s.update(old, func(j *Job, l *JobLife) {
+		if expired {
+			l.Error = ErrorLeaseExpired
+		}
+		setState(j, l, JobRunning)
+		l.Attempts++
+		l.LeaseID, l.Holder, l.LeaseExpiresAt = id, c.Holder, c.Expiry
+	})
 }
 
 // endExpiredLease ends the expired lease of old: DEAD when it used
-// maxAttempts, else QUEUED at runAt. It returns the job after, and whether it
-// is DEAD.
-func (s *state) endExpiredLease(old *Job, now, runAt int64, maxAttempts uint64) (*Job, bool) {
-	j := *old
-	j.LeaseID, j.Holder, j.LeaseExpiresAt = "", "", 0
-	j.Error = ErrorLeaseExpired
-	dead := maxAttempts > 0 && j.Attempts >= maxAttempts
-	if dead {
-		finish(&j, JobDead, now)
-	} else {
-		j.State, j.Status, j.RunAt = JobQueued, api.JobStatusQueued, runAt
-	}
-	s.replaceJob(old, &j)
-	return &j, dead
+// maxAttempts, else QUEUED at runAt. It reports whether it is DEAD.
+func (s *state) endExpiredLease(old *Job, now, runAt int64, maxAttempts uint64) (dead bool) {
+	s.update(old, func(j *Job, l *JobLife) {
+		l.LeaseID, l.Holder, l.LeaseExpiresAt = "", "", 0
+		l.Error = ErrorLeaseExpired
+		dead = maxAttempts > 0 && l.Attempts >= maxAttempts
+		if dead {
+			finish(j, l, JobDead, now)
+		} else {
+			setState(j, l, JobQueued)
+			l.RunAt = runAt
+		}
+	})
+	return dead
 }
 
 func validIDs(ids []string) bool {
@@ -519,15 +545,16 @@ func (s *state) applyLease(c Lease) Result {
 	case c.Expiry <= c.Now:
 		return invalidf("lease: expiry %d not after now %d", c.Expiry, c.Now)
 	}
-	res := Result{Outcome: OutcomeLeased}
+	lr := &LeaseResult{}
+	res := Result{Outcome: OutcomeLeased, Lease: lr}
 	want := int(c.Max)
 	typeOK := func(t string) bool { return len(c.Types) == 0 || slices.Contains(c.Types, t) }
 
 	// Reclaim: the tenant's expired leases, earliest first (collected, then
 	// changed: an order is not changed while it is walked).
 	var expired []*Job
-	s.jobTenantLease.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, LeaseExpiresAt: math.MinInt64}, func(j *Job) bool {
-		if j.Tenant != c.Tenant || j.LeaseExpiresAt > c.Now || len(expired) == MaxReclaim {
+	s.jobTenantLease.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Life: &JobLife{LeaseExpiresAt: math.MinInt64}}, func(j *Job) bool {
+		if j.Tenant != c.Tenant || j.Life.LeaseExpiresAt > c.Now || len(expired) == MaxReclaim {
 			return false
 		}
 		expired = append(expired, j)
@@ -535,17 +562,17 @@ func (s *state) applyLease(c Lease) Result {
 	})
 	for _, old := range expired {
 		switch {
-		case c.MaxAttempts > 0 && old.Attempts >= c.MaxAttempts:
+		case c.MaxAttempts > 0 && old.Life.Attempts >= c.MaxAttempts:
 			s.endExpiredLease(old, c.Now, c.Now, c.MaxAttempts)
-			res.Leases.Dead++
-		case len(res.Jobs) < want && typeOK(old.Type):
-			res.Jobs = append(res.Jobs, s.leaseTo(old, &c, c.LeaseIDs[len(res.Jobs)], true))
-			res.Leases.Reclaimed++
+			lr.Dead++
+		case len(lr.Jobs) < want && typeOK(old.Type):
+			lr.Jobs = append(lr.Jobs, s.leaseTo(old, &c, c.LeaseIDs[len(lr.Jobs)], true))
+			lr.Reclaimed++
 		}
 	}
 
 	// The queue: QUEUED jobs with RunAt <= Now, by (RunAt, Seq).
-	need := want - len(res.Jobs)
+	need := want - len(lr.Jobs)
 	if need == 0 {
 		return res
 	}
@@ -553,7 +580,7 @@ func (s *state) applyLease(c Lease) Result {
 	collect := func(typ string, byType bool) func(*Job) bool {
 		n := 0
 		return func(j *Job) bool {
-			if j.Tenant != c.Tenant || (byType && j.Type != typ) || j.RunAt > c.Now || n == need {
+			if j.Tenant != c.Tenant || (byType && j.Type != typ) || j.Life.RunAt > c.Now || n == need {
 				return false
 			}
 			n++
@@ -562,10 +589,10 @@ func (s *state) applyLease(c Lease) Result {
 		}
 	}
 	if len(c.Types) == 0 {
-		s.jobQueue.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, RunAt: math.MinInt64}, collect("", false))
+		s.jobQueue.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Life: &JobLife{RunAt: math.MinInt64}}, collect("", false))
 	} else {
 		for _, t := range c.Types {
-			s.jobQueueType.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Type: t, RunAt: math.MinInt64}, collect(t, true))
+			s.jobQueueType.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Type: t, Life: &JobLife{RunAt: math.MinInt64}}, collect(t, true))
 		}
 		slices.SortFunc(due, func(a, b *Job) int {
 			if lessJobQueue(a, b) {
@@ -576,7 +603,7 @@ func (s *state) applyLease(c Lease) Result {
 		due = due[:min(len(due), need)]
 	}
 	for _, old := range due {
-		res.Jobs = append(res.Jobs, s.leaseTo(old, &c, c.LeaseIDs[len(res.Jobs)], false))
+		lr.Jobs = append(lr.Jobs, s.leaseTo(old, &c, c.LeaseIDs[len(lr.Jobs)], false))
 	}
 	return res
 }
@@ -595,9 +622,7 @@ func (s *state) applyHeartbeat(c Heartbeat) Result {
 	if !currentLease(old, c.LeaseID, c.Now) {
 		return Result{Outcome: OutcomeLeaseLost, Job: *old}
 	}
-	j := *old
-	j.LeaseExpiresAt = c.Expiry
-	s.replaceJob(old, &j)
+	j := s.update(old, func(_ *Job, l *JobLife) { l.LeaseExpiresAt = c.Expiry })
 	return Result{Outcome: OutcomeExtended, Job: j}
 }
 
@@ -609,16 +634,16 @@ func (s *state) applyComplete(c Complete) Result {
 	if !ok {
 		return Result{Outcome: OutcomeNotFound}
 	}
-	if old.State == JobSucceeded && old.LeaseID == c.LeaseID {
+	if old.Life != nil && old.Life.State == JobSucceeded && old.Life.LeaseID == c.LeaseID {
 		return Result{Outcome: OutcomeUnchanged, Job: *old}
 	}
 	if !currentLease(old, c.LeaseID, c.Now) {
 		return Result{Outcome: OutcomeLeaseLost, Job: *old}
 	}
-	j := *old
-	j.Result, j.Error = clip(c.Result), ""
-	finish(&j, JobSucceeded, c.Now)
-	s.replaceJob(old, &j)
+	j := s.update(old, func(j *Job, l *JobLife) {
+		l.Result, l.Error = clip(c.Result), ""
+		finish(j, l, JobSucceeded, c.Now)
+	})
 	return Result{Outcome: OutcomeCompleted, Job: j}
 }
 
@@ -635,23 +660,24 @@ func (s *state) applyFail(c Fail) Result {
 	}
 	// The lease that ended the last attempt by a Fail stays on the job (an
 	// expired lease is cleared): the same Fail again answers the job.
-	if old.LeaseID == c.LeaseID && (old.State == JobQueued || old.State == JobFailed || old.State == JobDead) {
+	if l := old.Life; l != nil && l.LeaseID == c.LeaseID && (l.State == JobQueued || l.State == JobFailed || l.State == JobDead) {
 		return Result{Outcome: OutcomeUnchanged, Job: *old}
 	}
 	if !currentLease(old, c.LeaseID, c.Now) {
 		return Result{Outcome: OutcomeLeaseLost, Job: *old}
 	}
-	j := *old
-	j.Error = c.Error
-	switch {
-	case !c.Retry:
-		finish(&j, JobFailed, c.Now)
-	case c.MaxAttempts > 0 && j.Attempts >= c.MaxAttempts:
-		finish(&j, JobDead, c.Now)
-	default:
-		j.State, j.Status, j.RunAt = JobQueued, api.JobStatusQueued, c.RetryAt
-	}
-	s.replaceJob(old, &j)
+	j := s.update(old, func(j *Job, l *JobLife) {
+		l.Error = c.Error
+		switch {
+		case !c.Retry:
+			finish(j, l, JobFailed, c.Now)
+		case c.MaxAttempts > 0 && l.Attempts >= c.MaxAttempts:
+			finish(j, l, JobDead, c.Now)
+		default:
+			setState(j, l, JobQueued)
+			l.RunAt = c.RetryAt
+		}
+	})
 	return Result{Outcome: OutcomeFailed, Job: j}
 }
 
@@ -659,20 +685,21 @@ func (s *state) applyExpireLeases(c ExpireLeases) Result {
 	if c.RetryAt < c.Now {
 		return invalidf("expire_leases: retry_at %d before now %d", c.RetryAt, c.Now)
 	}
-	res := Result{Outcome: OutcomeLeasesExpired}
+	lr := &LeaseResult{}
+	res := Result{Outcome: OutcomeLeasesExpired, Lease: lr}
 	for n := uint64(0); ; n++ {
 		j, ok := s.jobLeaseExp.Min()
-		if !ok || j.LeaseExpiresAt > c.Now {
+		if !ok || j.Life.LeaseExpiresAt > c.Now {
 			break
 		}
 		if c.Max != 0 && n == c.Max {
 			res.More = true
 			break
 		}
-		if _, dead := s.endExpiredLease(j, c.Now, c.RetryAt, c.MaxAttempts); dead {
-			res.Leases.Dead++
+		if s.endExpiredLease(j, c.Now, c.RetryAt, c.MaxAttempts) {
+			lr.Dead++
 		} else {
-			res.Leases.Requeued++
+			lr.Requeued++
 		}
 	}
 	return res
@@ -685,7 +712,7 @@ func (f *FSM) NextLeaseExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if j, ok := f.s.jobLeaseExp.Min(); ok {
-		return j.LeaseExpiresAt, true
+		return j.Life.LeaseExpiresAt, true
 	}
 	return 0, false
 }

@@ -54,8 +54,8 @@ func queueJob(h *harness, tenant, key, typ string, now int64) Job {
 	r.Request.Type = typ
 	h.must(r, OutcomeReserved)
 	res := h.must(QueueCommit(commit(r, now)), OutcomeCommitted)
-	if res.Job.State != JobQueued {
-		h.t.Fatalf("a version-3 commit made a %v job", res.Job.State)
+	if res.Job.State() != JobQueued {
+		h.t.Fatalf("a version-3 commit made a %v job", res.Job.State())
 	}
 	return res.Job
 }
@@ -83,8 +83,8 @@ func (h *harness) lease(l Lease) []string {
 	h.t.Helper()
 	res := h.must(l, OutcomeLeased)
 	var ids []string
-	for i, j := range res.Jobs {
-		if j.State != JobRunning || j.LeaseID != l.LeaseIDs[i] || j.LeaseExpiresAt != l.Expiry || j.Holder != l.Holder {
+	for i, j := range res.Lease.Jobs {
+		if j.State() != JobRunning || j.Life.LeaseID != l.LeaseIDs[i] || j.Life.LeaseExpiresAt != l.Expiry || j.Life.Holder != l.Holder {
 			h.t.Fatalf("job handed out %+v", j)
 		}
 		got, _ := h.f.Job(j.Tenant, j.ID)
@@ -133,8 +133,8 @@ var jobStates = []struct {
 		setupRunning(h)
 		f := failOf(Job{Tenant: tenant, ID: base.JobID}, "L1", tL+sec, true)
 		f.MaxAttempts = 1
-		if res := h.must(f, OutcomeFailed); res.Job.State != JobDead {
-			h.t.Fatalf("fail at max attempts: %v", res.Job.State)
+		if res := h.must(f, OutcomeFailed); res.Job.State() != JobDead {
+			h.t.Fatalf("fail at max attempts: %v", res.Job.State())
 		}
 	}, tIn},
 	{"legacy", func(h *harness) { legacyJob(h, tenant, key, tQ) }, tIn},
@@ -250,7 +250,7 @@ func TestLifecycleCommandByState(t *testing.T) {
 						}
 					}
 					j, ok := h.f.Job(tenant, base.JobID)
-					if ok != (st.name != "unknown") || (ok && j.State != w.state) {
+					if ok != (st.name != "unknown") || (ok && j.State() != w.state) {
 						t.Fatalf("%s: job after %+v (%v), want state %v", store, j, ok, w.state)
 					}
 					if res.Job.ID != "" && !reflect.DeepEqual(res.Job, j) {
@@ -258,12 +258,12 @@ func TestLifecycleCommandByState(t *testing.T) {
 					}
 					switch res.Outcome {
 					case OutcomeLeased:
-						if len(res.Jobs) != w.n {
-							t.Fatalf("%s: %d jobs handed out, want %d", store, len(res.Jobs), w.n)
+						if len(res.Lease.Jobs) != w.n {
+							t.Fatalf("%s: %d jobs handed out, want %d", store, len(res.Lease.Jobs), w.n)
 						}
 					case OutcomeLeasesExpired:
-						if res.Leases.Requeued != w.n {
-							t.Fatalf("%s: %+v, want %d requeued", store, res.Leases, w.n)
+						if res.Lease.Requeued != w.n {
+							t.Fatalf("%s: %+v, want %d requeued", store, *res.Lease, w.n)
 						}
 					}
 					for _, c := range h.changes { // lifecycle commands change jobs, not entries
@@ -290,14 +290,16 @@ func TestLifecycleTransitions(t *testing.T) {
 		q := queueJob(h, tenant, key, "send_invoice", tQ)
 		want := Job{ID: base.JobID, Tenant: tenant, Key: key, Type: "send_invoice", Payload: base.Request.Payload,
 			Datacenters: []string{"dc1"}, Status: api.JobStatusQueued, CreatedAt: tQ, Seq: q.Seq,
-			State: JobQueued, RunAt: tQ, Retention: jobTTL}
+			Life: &JobLife{State: JobQueued, RunAt: tQ, Retention: jobTTL}}
 		if !reflect.DeepEqual(q, want) {
 			t.Fatalf("queued job\n got %+v\nwant %+v", q, want)
 		}
 		l := leaseOf(tenant, 1, tL)
 		h.lease(l)
-		want.State, want.Status, want.Attempts = JobRunning, api.JobStatusRunning, 1
-		want.LeaseID, want.Holder, want.LeaseExpiresAt = l.LeaseIDs[0], "worker-1", tL+leaseTTL
+		life := *want.Life
+		want.Life = &life // the job's lifecycle is a new value at every change
+		want.Status, want.Life.State, want.Life.Attempts = api.JobStatusRunning, JobRunning, 1
+		want.Life.LeaseID, want.Life.Holder, want.Life.LeaseExpiresAt = l.LeaseIDs[0], "worker-1", tL+leaseTTL
 		if got := h.job(tenant, q.ID); !reflect.DeepEqual(got, want) {
 			t.Fatalf("running job\n got %+v\nwant %+v", got, want)
 		}
@@ -307,8 +309,8 @@ func TestLifecycleTransitions(t *testing.T) {
 			t.Fatalf("NextLeaseExpiry %d %v", n, ok)
 		}
 		res := h.must(Complete{Tenant: tenant, JobID: q.ID, LeaseID: l.LeaseIDs[0], Result: []byte(`{"ok":1}`), Now: tOut}, OutcomeCompleted)
-		want.State, want.Status, want.LeaseExpiresAt = JobSucceeded, api.JobStatusSucceeded, tOut+sec
-		want.Result, want.FinishedAt, want.ExpiresAt = []byte(`{"ok":1}`), tOut, tOut+jobTTL
+		want.Status, want.Life.State, want.Life.LeaseExpiresAt = api.JobStatusSucceeded, JobSucceeded, tOut+sec
+		want.Life.Result, want.Life.FinishedAt, want.ExpiresAt = []byte(`{"ok":1}`), tOut, tOut+jobTTL
 		if !reflect.DeepEqual(res.Job, want) || !reflect.DeepEqual(h.job(tenant, q.ID), want) {
 			t.Fatalf("succeeded job\n got %+v\nwant %+v", res.Job, want)
 		}
@@ -351,7 +353,7 @@ func TestLeaseOrder(t *testing.T) {
 			t.Fatalf("the rest: %v", got)
 		}
 		// The other tenant's job was never handed to acme.
-		if j := h.job("globex", g1); j.State != JobQueued {
+		if j := h.job("globex", g1); j.State() != JobQueued {
 			t.Fatalf("globex job %+v", j)
 		}
 		if got := h.lease(leaseOf("globex", 100, t0+12*sec)); !reflect.DeepEqual(got, []string{g1}) {
@@ -359,8 +361,8 @@ func TestLeaseOrder(t *testing.T) {
 		}
 		// A retry waits for its RunAt, then goes in queue order with the rest.
 		j := h.job(tenant, a1)
-		res := h.must(failOf(j, j.LeaseID, t0+13*sec, true), OutcomeFailed)
-		if res.Job.State != JobQueued || res.Job.RunAt != t0+23*sec || res.Job.Error != "boom" {
+		res := h.must(failOf(j, j.Life.LeaseID, t0+13*sec, true), OutcomeFailed)
+		if res.Job.State() != JobQueued || res.Job.Life.RunAt != t0+23*sec || res.Job.Life.Error != "boom" {
 			t.Fatalf("after a failed attempt: %+v", res.Job)
 		}
 		late := r("late", "a", t0+20*sec)
@@ -371,8 +373,8 @@ func TestLeaseOrder(t *testing.T) {
 		if got := h.lease(leaseOf(tenant, 100, t0+30*sec)); !reflect.DeepEqual(got, []string{a1, r2}) {
 			t.Fatalf("after the retry's RunAt: %v", got)
 		}
-		if j := h.job(tenant, a1); j.Attempts != 2 {
-			t.Fatalf("attempts %d", j.Attempts)
+		if j := h.job(tenant, a1); j.Life.Attempts != 2 {
+			t.Fatalf("attempts %d", j.Life.Attempts)
 		}
 		// Legacy jobs are never handed out.
 		legacyJob(h, tenant, "legacy", t0+31*sec)
@@ -399,16 +401,16 @@ func TestLeaseReclaim(t *testing.T) {
 		// The worker died: at tOut+1 every lease has expired. A Lease of 100
 		// reclaims MaxReclaim of them, earliest first, then takes the queue.
 		res := h.must(leaseOf(tenant, 100, tOut+1), OutcomeLeased)
-		if res.Leases.Reclaimed != MaxReclaim || len(res.Jobs) != MaxReclaim+1 {
-			t.Fatalf("reclaimed %+v, %d jobs", res.Leases, len(res.Jobs))
+		if res.Lease.Reclaimed != MaxReclaim || len(res.Lease.Jobs) != MaxReclaim+1 {
+			t.Fatalf("reclaimed %+v, %d jobs", *res.Lease, len(res.Lease.Jobs))
 		}
-		for i, j := range res.Jobs[:MaxReclaim] {
-			if j.ID != ids[i] || j.Attempts != 2 || j.Error != ErrorLeaseExpired {
+		for i, j := range res.Lease.Jobs[:MaxReclaim] {
+			if j.ID != ids[i] || j.Life.Attempts != 2 || j.Life.Error != ErrorLeaseExpired {
 				t.Fatalf("reclaimed job %d: %+v", i, j)
 			}
 		}
-		if res.Jobs[MaxReclaim].ID != fresh {
-			t.Fatalf("after the reclaim: %+v", res.Jobs[MaxReclaim])
+		if res.Lease.Jobs[MaxReclaim].ID != fresh {
+			t.Fatalf("after the reclaim: %+v", res.Lease.Jobs[MaxReclaim])
 		}
 		// The old lease of a reclaimed job is lost.
 		old := leaseOf(tenant, 50, tL).LeaseIDs[0]
@@ -418,11 +420,11 @@ func TestLeaseReclaim(t *testing.T) {
 		l := leaseOf(tenant, 100, tOut+3)
 		l.MaxAttempts = 1
 		res = h.must(l, OutcomeLeased)
-		if res.Leases.Dead != 6 || len(res.Jobs) != 0 {
-			t.Fatalf("with max attempts 1: %+v, %d jobs", res.Leases, len(res.Jobs))
+		if res.Lease.Dead != 6 || len(res.Lease.Jobs) != 0 {
+			t.Fatalf("with max attempts 1: %+v, %d jobs", *res.Lease, len(res.Lease.Jobs))
 		}
 		for _, id := range ids[MaxReclaim:] {
-			if j := h.job(tenant, id); j.State != JobDead || j.FinishedAt != tOut+3 || j.ExpiresAt != tOut+3+jobTTL || j.LeaseID != "" {
+			if j := h.job(tenant, id); j.State() != JobDead || j.Life.FinishedAt != tOut+3 || j.ExpiresAt != tOut+3+jobTTL || j.Life.LeaseID != "" {
 				t.Fatalf("dead job %+v", j)
 			}
 		}
@@ -440,14 +442,14 @@ func TestFailBackoffAndDead(t *testing.T) {
 		now := tL
 		for attempt := uint64(1); attempt <= 3; attempt++ {
 			res := h.must(leaseOf(tenant, 1, now), OutcomeLeased)
-			if len(res.Jobs) != 1 || res.Jobs[0].Attempts != attempt {
-				t.Fatalf("attempt %d: %+v", attempt, res.Jobs)
+			if len(res.Lease.Jobs) != 1 || res.Lease.Jobs[0].Life.Attempts != attempt {
+				t.Fatalf("attempt %d: %+v", attempt, res.Lease.Jobs)
 			}
-			f := failOf(res.Jobs[0], res.Jobs[0].LeaseID, now+sec, true)
+			f := failOf(res.Lease.Jobs[0], res.Lease.Jobs[0].Life.LeaseID, now+sec, true)
 			f.MaxAttempts, f.RetryAt = 3, now+sec+int64(attempt*attempt)*sec
 			fr := h.must(f, OutcomeFailed)
 			if attempt < 3 {
-				if fr.Job.State != JobQueued || fr.Job.RunAt != f.RetryAt {
+				if fr.Job.State() != JobQueued || fr.Job.Life.RunAt != f.RetryAt {
 					t.Fatalf("attempt %d: %+v", attempt, fr.Job)
 				}
 				// Not leasable before RetryAt.
@@ -457,7 +459,7 @@ func TestFailBackoffAndDead(t *testing.T) {
 				now = f.RetryAt
 				continue
 			}
-			if fr.Job.State != JobDead || fr.Job.Error != "boom" || fr.Job.ExpiresAt != now+sec+jobTTL {
+			if fr.Job.State() != JobDead || fr.Job.Life.Error != "boom" || fr.Job.ExpiresAt != now+sec+jobTTL {
 				t.Fatalf("after the last attempt: %+v", fr.Job)
 			}
 			// The same Fail again: the same job.
@@ -467,10 +469,10 @@ func TestFailBackoffAndDead(t *testing.T) {
 		}
 		id2 := queueJob(h, tenant, "k2", "a", now).ID
 		res := h.must(leaseOf(tenant, 1, now+sec), OutcomeLeased)
-		if res.Jobs[0].ID != id2 {
-			t.Fatalf("leased %+v", res.Jobs)
+		if res.Lease.Jobs[0].ID != id2 {
+			t.Fatalf("leased %+v", res.Lease.Jobs)
 		}
-		if fr := h.must(failOf(res.Jobs[0], res.Jobs[0].LeaseID, now+2*sec, false), OutcomeFailed); fr.Job.State != JobFailed {
+		if fr := h.must(failOf(res.Lease.Jobs[0], res.Lease.Jobs[0].Life.LeaseID, now+2*sec, false), OutcomeFailed); fr.Job.State() != JobFailed {
 			t.Fatalf("fail without retry: %+v", fr.Job)
 		}
 		if st := h.f.Stats(); st.Dead != 1 || st.Failed != 1 || st.Jobs != 2 {
@@ -492,26 +494,26 @@ func TestExpireLeases(t *testing.T) {
 		}
 		h.lease(leaseOf("globex", 1, tL+10*sec))
 		res := h.must(ExpireLeases{Now: tOut + 2, Max: 2, RetryAt: tOut + 5*sec, MaxAttempts: 5}, OutcomeLeasesExpired)
-		if res.Leases.Requeued != 2 || !res.More {
-			t.Fatalf("max 2: %+v more %v", res.Leases, res.More)
+		if res.Lease.Requeued != 2 || !res.More {
+			t.Fatalf("max 2: %+v more %v", *res.Lease, res.More)
 		}
 		res = h.must(ExpireLeases{Now: tOut + 2, RetryAt: tOut + 5*sec, MaxAttempts: 1}, OutcomeLeasesExpired)
-		if res.Leases.Dead != 1 || res.Leases.Requeued != 0 || res.More {
-			t.Fatalf("the third: %+v more %v", res.Leases, res.More)
+		if res.Lease.Dead != 1 || res.Lease.Requeued != 0 || res.More {
+			t.Fatalf("the third: %+v more %v", *res.Lease, res.More)
 		}
 		if n, ok := h.f.NextLeaseExpiry(); !ok || n != tOut+3 {
 			t.Fatalf("NextLeaseExpiry %d %v", n, ok)
 		}
 		j := h.job(tenant, "job-acme-k0")
-		if j.State != JobQueued || j.RunAt != tOut+5*sec || j.LeaseID != "" || j.Error != ErrorLeaseExpired {
+		if j.State() != JobQueued || j.Life.RunAt != tOut+5*sec || j.Life.LeaseID != "" || j.Life.Error != ErrorLeaseExpired {
 			t.Fatalf("requeued %+v", j)
 		}
 		if got := h.lease(leaseOf(tenant, 5, tOut+2)); len(got) != 0 {
 			t.Fatalf("leased before RetryAt: %v", got)
 		}
 		res = h.must(ExpireLeases{Now: tOut + 20*sec, RetryAt: tOut + 20*sec}, OutcomeLeasesExpired)
-		if res.Leases.Requeued != 3 || res.More { // acme's last two and globex's
-			t.Fatalf("the rest: %+v", res.Leases)
+		if res.Lease.Requeued != 3 || res.More { // acme's last two and globex's
+			t.Fatalf("the rest: %+v", *res.Lease)
 		}
 		if st := h.f.Stats(); st.Queued != 5 || st.Dead != 1 || st.Running != 0 {
 			t.Fatalf("stats %+v", st)
@@ -544,12 +546,12 @@ func TestCapacityCountsUnfinishedJobs(t *testing.T) {
 		if res := capped("d", tL); res.Outcome != OutcomeRejected {
 			t.Fatalf("running jobs count: %v", res.Outcome)
 		}
-		h.must(Complete{Tenant: tenant, JobID: ids[0], LeaseID: h.job(tenant, ids[0]).LeaseID, Now: tL + 1}, OutcomeCompleted)
+		h.must(Complete{Tenant: tenant, JobID: ids[0], LeaseID: h.job(tenant, ids[0]).Life.LeaseID, Now: tL + 1}, OutcomeCompleted)
 		if res := capped("e", tL+2); res.Outcome != OutcomeCommitted {
 			t.Fatalf("a finished job does not count: %v", res.Outcome)
 		}
 		j := h.job(tenant, ids[1])
-		h.must(failOf(j, j.LeaseID, tL+3, false), OutcomeFailed)
+		h.must(failOf(j, j.Life.LeaseID, tL+3, false), OutcomeFailed)
 		if res := capped("f", tL+4); res.Outcome != OutcomeCommitted {
 			t.Fatalf("a failed job does not count: %v", res.Outcome)
 		}
@@ -569,10 +571,10 @@ func TestFinishedJobsExpireUnfinishedDoNot(t *testing.T) {
 		legacy := legacyJob(h, tenant, "l", tQ).ID
 		h.lease(leaseOf(tenant, 1, tL))   // q
 		h.lease(leaseOf(tenant, 2, tL+1)) // r, d
-		h.must(Heartbeat{Tenant: tenant, JobID: queued, LeaseID: h.job(tenant, queued).LeaseID, Now: tL + 2, Expiry: tL + 100*jobTTL}, OutcomeExtended)
-		h.must(Heartbeat{Tenant: tenant, JobID: running, LeaseID: h.job(tenant, running).LeaseID, Now: tL + 2, Expiry: tL + 100*jobTTL}, OutcomeExtended)
-		h.must(Fail{Tenant: tenant, JobID: queued, LeaseID: h.job(tenant, queued).LeaseID, Retry: true, Now: tL + 3, RetryAt: tL + 10*jobTTL}, OutcomeFailed)
-		h.must(Complete{Tenant: tenant, JobID: done, LeaseID: h.job(tenant, done).LeaseID, Now: tL + 5*sec}, OutcomeCompleted)
+		h.must(Heartbeat{Tenant: tenant, JobID: queued, LeaseID: h.job(tenant, queued).Life.LeaseID, Now: tL + 2, Expiry: tL + 100*jobTTL}, OutcomeExtended)
+		h.must(Heartbeat{Tenant: tenant, JobID: running, LeaseID: h.job(tenant, running).Life.LeaseID, Now: tL + 2, Expiry: tL + 100*jobTTL}, OutcomeExtended)
+		h.must(Fail{Tenant: tenant, JobID: queued, LeaseID: h.job(tenant, queued).Life.LeaseID, Retry: true, Now: tL + 3, RetryAt: tL + 10*jobTTL}, OutcomeFailed)
+		h.must(Complete{Tenant: tenant, JobID: done, LeaseID: h.job(tenant, done).Life.LeaseID, Now: tL + 5*sec}, OutcomeCompleted)
 		res := h.must(Expire{Now: tQ + jobTTL}, OutcomeExpired)
 		if res.Removed.Jobs != 1 {
 			t.Fatalf("removed %+v", res.Removed)
@@ -589,7 +591,7 @@ func TestFinishedJobsExpireUnfinishedDoNot(t *testing.T) {
 			t.Fatal("the finished job outlived its retention")
 		}
 		h.must(Expire{Now: tL + 50*jobTTL}, OutcomeExpired)
-		if h.job(tenant, queued).State != JobQueued || h.job(tenant, running).State != JobRunning {
+		if h.job(tenant, queued).State() != JobQueued || h.job(tenant, running).State() != JobRunning {
 			t.Fatal("an unfinished job expired")
 		}
 		if _, ok := h.f.NextExpiry(); ok {
@@ -611,7 +613,7 @@ func TestListJobsByState(t *testing.T) {
 		ids := h.lease(leaseOf(tenant, 3, tL)) // k0 k1 k2
 		want[api.JobStatusQueued] = want[api.JobStatusQueued][3:]
 		want[api.JobStatusRunning] = ids[1:]
-		h.must(Complete{Tenant: tenant, JobID: ids[0], LeaseID: h.job(tenant, ids[0]).LeaseID, Now: tL + 1}, OutcomeCompleted)
+		h.must(Complete{Tenant: tenant, JobID: ids[0], LeaseID: h.job(tenant, ids[0]).Life.LeaseID, Now: tL + 1}, OutcomeCompleted)
 		want[api.JobStatusSucceeded] = ids[:1]
 		for status, ids := range want {
 			got, pages := listAll(t, h.f, tenant, ListOptions{Status: status, Limit: 1})
@@ -690,7 +692,7 @@ func lifecycleFSM(t *testing.T, store string) *harness {
 	}
 	queueJob(h, "globex", "g0", "a", tQ)
 	ids := h.lease(leaseOf(tenant, 5, tL)) // k0..k4 running
-	lease := func(id string) string { return h.job(tenant, id).LeaseID }
+	lease := func(id string) string { return h.job(tenant, id).Life.LeaseID }
 	h.must(Complete{Tenant: tenant, JobID: ids[0], LeaseID: lease(ids[0]), Result: []byte(`{"ok":true}`), Now: tL + 1}, OutcomeCompleted)
 	h.must(Fail{Tenant: tenant, JobID: ids[1], LeaseID: lease(ids[1]), Error: "bad", Now: tL + 2}, OutcomeFailed)
 	h.must(Fail{Tenant: tenant, JobID: ids[2], LeaseID: lease(ids[2]), Error: "again", Retry: true, Now: tL + 3, RetryAt: tL + 9*sec, MaxAttempts: 1}, OutcomeFailed)

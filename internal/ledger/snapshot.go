@@ -284,19 +284,20 @@ func appendJob(b []byte, j *Job) []byte {
 	b = appendInt64(b, j.CreatedAt)
 	b = appendUvarint(b, j.Seq)
 	b = appendInt64(b, j.ExpiresAt)
-	if j.State == JobLegacy {
+	l := j.Life
+	if l == nil {
 		return b
 	}
-	b = appendUvarint(b, uint64(j.State))
-	b = appendUvarint(b, j.Attempts)
-	b = appendInt64(b, j.RunAt)
-	b = appendString(b, j.LeaseID)
-	b = appendString(b, j.Holder)
-	b = appendInt64(b, j.LeaseExpiresAt)
-	b = appendInt64(b, j.Retention)
-	b = appendInt64(b, j.FinishedAt)
-	b = appendBytes(b, j.Result)
-	return appendString(b, j.Error)
+	b = appendUvarint(b, uint64(l.State))
+	b = appendUvarint(b, l.Attempts)
+	b = appendInt64(b, l.RunAt)
+	b = appendString(b, l.LeaseID)
+	b = appendString(b, l.Holder)
+	b = appendInt64(b, l.LeaseExpiresAt)
+	b = appendInt64(b, l.Retention)
+	b = appendInt64(b, l.FinishedAt)
+	b = appendBytes(b, l.Result)
+	return appendString(b, l.Error)
 }
 
 func decodeJob(d *decoder, version uint8) *Job {
@@ -314,21 +315,23 @@ func decodeJob(d *decoder, version uint8) *Job {
 	if version < snapshotVersion || d.err != nil || d.remaining() == 0 {
 		return j
 	}
+	l := &JobLife{}
+	j.Life = l
 	st := d.uvarint()
-	j.State = JobState(st)
+	l.State = JobState(st)
 	if d.err == nil && (st < uint64(JobQueued) || st > uint64(JobDead)) {
 		d.fail(fmt.Sprintf("bad job state %d", st))
 	}
-	j.Attempts = d.uvarint()
-	j.RunAt = d.int64()
-	j.LeaseID = d.string()
-	j.Holder = d.string()
-	j.LeaseExpiresAt = d.int64()
-	j.Retention = d.int64()
-	j.FinishedAt = d.int64()
-	j.Result = d.bytes()
-	j.Error = d.string()
-	if d.err == nil && j.Retention < 0 {
+	l.Attempts = d.uvarint()
+	l.RunAt = d.int64()
+	l.LeaseID = d.string()
+	l.Holder = d.string()
+	l.LeaseExpiresAt = d.int64()
+	l.Retention = d.int64()
+	l.FinishedAt = d.int64()
+	l.Result = d.bytes()
+	l.Error = d.string()
+	if d.err == nil && l.Retention < 0 {
 		d.fail("negative retention")
 	}
 	return j

@@ -469,7 +469,7 @@ func (s *state) insertJob(j *Job) {
 	s.jobType.ReplaceOrInsert(j)
 	s.indexJob(j)
 	s.jobCount++
-	s.jobStates[j.State]++
+	s.jobStates[stateOf(j)]++
 	s.charge(j.Tenant, jobSize(j))
 }
 
@@ -479,7 +479,7 @@ func (s *state) removeJob(j *Job) {
 	s.jobType.Delete(j)
 	s.unindexJob(j)
 	s.jobCount--
-	s.jobStates[j.State]--
+	s.jobStates[stateOf(j)]--
 	s.release(j.Tenant, jobSize(j))
 }
 
@@ -663,8 +663,8 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 		ExpiresAt:   c.JobExpiresAt,
 	}
 	if c.Queue && c.version == 0 { // version 3: the lifecycle
-		j.State, j.Status, j.RunAt = JobQueued, api.JobStatusQueued, c.Now
-		j.Retention, j.ExpiresAt = c.JobExpiresAt-c.Now, 0
+		j.Status, j.ExpiresAt = api.JobStatusQueued, 0
+		j.Life = &JobLife{State: JobQueued, RunAt: c.Now, Retention: c.JobExpiresAt - c.Now}
 	}
 	s.insertJob(j)
 	if e.Structured && c.version != 1 {

@@ -118,12 +118,24 @@ type Job struct {
 	// commit order, identical on every replica. ListJobs orders and pages by it.
 	Seq uint64
 	// ExpiresAt is the end of the job's retention (unix nanoseconds). A job
-	// in the lifecycle (State not JobLegacy) has none (0) until it finishes:
-	// then it is FinishedAt + Retention.
+	// in the lifecycle has none (0) until it finishes: then it is
+	// Life.FinishedAt + Life.Retention.
 	ExpiresAt int64
 
-	// The lifecycle (jobs.go, docs/ledger.md "Job lifecycle"); every field is
-	// zero for a JobLegacy job, which a Commit of version 1 or 2 created.
+	// Life is the job's lifecycle (jobs.go, docs/ledger.md "Job
+	// lifecycle"); nil for a JobLegacy job, which a Commit of version 1 or 2
+	// created. Like Payload it is shared with the FSM: read-only. (A pointer,
+	// so that a legacy job, and every Result, costs what it did before the
+	// lifecycle.)
+	Life *JobLife
+}
+
+// State returns the job's lifecycle state (JobLegacy when Life is nil).
+func (j Job) State() JobState { return stateOf(&j) }
+
+// JobLife is the lifecycle part of a job. Items are immutable: a transition
+// makes a new one.
+type JobLife struct {
 	State JobState
 	// Attempts counts the leases handed out for the job.
 	Attempts uint64
@@ -396,16 +408,17 @@ type Result struct {
 	// Items is set for OutcomeBatch: the Result of each item of the batch, in
 	// order (an item's Items is nil).
 	Items []Result
-	// Jobs is set for OutcomeLeased: the jobs handed out, in order (reclaimed
-	// expired leases first, then the queue's oldest).
-	Jobs []Job
-	// Leases counts what Lease (its reclaim) and ExpireLeases did with
-	// expired leases.
-	Leases LeaseCounts
+	// Lease is set for OutcomeLeased and OutcomeLeasesExpired (a pointer: a
+	// Result is copied into every Apply's answer, and the submission path
+	// should not pay for it).
+	Lease *LeaseResult
 }
 
-// LeaseCounts counts what was done with expired leases.
-type LeaseCounts struct {
+// LeaseResult is what Lease and ExpireLeases did.
+type LeaseResult struct {
+	// Jobs: the jobs Lease handed out, in order (reclaimed expired leases
+	// first, then the queue's oldest).
+	Jobs []Job
 	// Requeued: jobs put back to QUEUED (ExpireLeases).
 	Requeued int
 	// Reclaimed: jobs leased again at once by Lease.
