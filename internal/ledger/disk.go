@@ -121,7 +121,7 @@ func (s *state) commit() {
 	if st == nil {
 		return
 	}
-	var buf []byte
+	buf := make([]byte, 0, 128)     // the counters (about 50 bytes): one allocation, not a growth per field
 	for t := range s.dirtyTenants { // the order of these writes does not matter
 		k := append([]byte{pfxTenantBytes}, t...)
 		if n, ok := s.tenantBytes[t]; ok {
