@@ -64,6 +64,10 @@ const (
 	// CodeUnauthenticated: the caller did not present the cluster secret the
 	// manager requires (secret.go).
 	CodeUnauthenticated Code = "unauthenticated"
+	// CodeLeaseLost: a worker's call named a job lease that is not the job's
+	// current one (it expired, was taken over, or the job finished); nothing
+	// changed. The worker must stop working on the job.
+	CodeLeaseLost Code = "lease_lost"
 )
 
 // Error is an RPC error. It is the JSON body of every non-200 answer.
@@ -103,6 +107,7 @@ var (
 	ErrWatermarksFull = &Error{Code: CodeWatermarksFull, Message: "watermark table full"}
 	ErrTenantQuota    = &Error{Code: CodeTenantQuota, Message: "tenant over its share"}
 	ErrTooLarge       = &Error{Code: CodeTooLarge, Message: "answer too large"}
+	ErrLeaseLost      = &Error{Code: CodeLeaseLost, Message: "lease lost"}
 )
 
 // Errorf builds an *Error with a code and a formatted message.
@@ -125,6 +130,8 @@ func httpStatus(c Code) int {
 		return http.StatusBadRequest
 	case CodeUnauthenticated:
 		return http.StatusUnauthorized
+	case CodeLeaseLost:
+		return http.StatusConflict
 	default:
 		return http.StatusInternalServerError
 	}
