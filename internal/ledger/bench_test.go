@@ -18,6 +18,12 @@ type benchLog struct {
 	idx  uint64
 	n    int
 	live int64
+	// queue commits version 3 (the job QUEUED); with work, each submission
+	// is followed by a Lease of one job (the oldest queued, committed
+	// backlog submissions earlier) and its Complete.
+	queue   bool
+	work    bool
+	backlog int
 }
 
 func (g *benchLog) next(buf []*raft.Log) []*raft.Log {
@@ -34,7 +40,18 @@ func (g *benchLog) next(buf []*raft.Log) []*raft.Log {
 		Structured: true, ClientID: "host1.dc1:12345", Sequence: uint64(g.n), Nonce: "a1b2c3d4e5f6a7b8",
 	}
 	c := Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now, ExpiresAt: now + ttl, JobExpiresAt: now + ttl}
-	for _, data := range [][]byte{Encode(r), Encode(c)} {
+	if g.queue {
+		c = QueueCommit(c)
+	}
+	cmds := [][]byte{Encode(r), Encode(c)}
+	if g.work && g.n >= g.backlog {
+		lease := fmt.Sprintf("lease-%d", g.n)
+		cmds = append(cmds,
+			Encode(Lease{Tenant: r.Tenant, Holder: "worker-1", Max: 1, LeaseIDs: []string{lease}, Now: now, Expiry: now + 30*int64(time.Second)}),
+			Encode(Complete{Tenant: r.Tenant, JobID: fmt.Sprintf("0193a5c8-0000-7000-8000-%012d", g.n-g.backlog),
+				LeaseID: lease, Result: json.RawMessage(`{"sent":true}`), Now: now}))
+	}
+	for _, data := range cmds {
 		g.idx++
 		buf = append(buf, &raft.Log{Index: g.idx, Type: raft.LogCommand, Data: data})
 	}
@@ -63,6 +80,35 @@ func BenchmarkApplyReserveCommit(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyReserveCommitQueued: as BenchmarkApplyReserveCommit with
+// version-3 Commits (the job QUEUED, in the lifecycle's orders). No worker
+// leases them, so the queue grows by every submission (100k before the timer,
+// and b.N more): unfinished jobs never expire.
+//
+// BenchmarkApplyReserveCommitLeaseComplete: one op is a job's whole life: a
+// submission (Reserve + Commit v3), then a Lease of one job (the oldest of a
+// steady backlog of 100k queued jobs) and its Complete; finished jobs expire
+// after their retention (the Expire every 1000).
+func BenchmarkApplyReserveCommitQueued(b *testing.B) {
+	for _, store := range []string{"memory", "disk"} {
+		for _, batch := range []int{1, 64} {
+			b.Run(fmt.Sprintf("store=%s/batch=%d", store, batch), func(b *testing.B) {
+				benchApply(b, benchFSM(b, store, Options{OnChange: func(Change) {}}), batch,
+					&benchLog{live: 100_000, queue: true})
+			})
+		}
+	}
+}
+
+func BenchmarkApplyReserveCommitLeaseComplete(b *testing.B) {
+	for _, store := range []string{"memory", "disk"} {
+		b.Run(fmt.Sprintf("store=%s/batch=64", store), func(b *testing.B) {
+			benchApply(b, benchFSM(b, store, Options{OnChange: func(Change) {}}), 64,
+				&benchLog{live: 100_000, queue: true, work: true, backlog: 100_000})
+		})
+	}
+}
+
 // benchFSM returns an empty FSM in memory or on disk (in the benchmark's
 // temporary directory, closed at its end).
 func benchFSM(b *testing.B, store string, opts Options) *FSM {
@@ -73,7 +119,10 @@ func benchFSM(b *testing.B, store string, opts Options) *FSM {
 }
 
 func benchApplyReserveCommit(b *testing.B, f *FSM, batch int) {
-	g := &benchLog{live: 100_000}
+	benchApply(b, f, batch, &benchLog{live: 100_000})
+}
+
+func benchApply(b *testing.B, f *FSM, batch int, g *benchLog) {
 	var buf []*raft.Log
 	for range 100_000 { // warm up to the steady state
 		f.ApplyBatch(g.next(buf))
@@ -100,6 +149,11 @@ func benchApplyReserveCommit(b *testing.B, f *FSM, batch int) {
 			}
 		}
 		done += n
+	}
+	b.StopTimer()
+	if st := f.Stats(); g.queue {
+		b.ReportMetric(float64(st.Queued), "queued")
+		b.ReportMetric(float64(st.Succeeded), "succeeded")
 	}
 }
 

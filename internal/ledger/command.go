@@ -17,6 +17,12 @@ const (
 	// TypeConfirm is ignorable: an older replica may skip it (it records the
 	// outbox's progress, which only saves replays).
 	TypeConfirm CommandType = 0x07 | TypeIgnorable
+	// The job lifecycle (jobs.go). Not ignorable: they change the state.
+	TypeLease        CommandType = 0x08
+	TypeHeartbeat    CommandType = 0x09
+	TypeComplete     CommandType = 0x0A
+	TypeFail         CommandType = 0x0B
+	TypeExpireLeases CommandType = 0x0C
 
 	// TypeIgnorable is a flag bit of the type byte. A replica that does not know
 	// a type with this bit set ignores the command (OutcomeIgnored) instead of
@@ -30,10 +36,21 @@ const (
 // log.
 const (
 	ReserveVersion uint8 = 2
-	CommitVersion  uint8 = 2
-	RejectVersion  uint8 = 1
-	ExpireVersion  uint8 = 2
-	ConfirmVersion uint8 = 1
+	// CommitVersion is the newest Commit: version 3 queues the job (the
+	// worker lifecycle). A Commit without Queue still encodes as version 2
+	// (CommitLegacyVersion), the job outside the lifecycle, so a manager can
+	// go on proposing it until the worker endpoints exist.
+	CommitVersion       uint8 = 3
+	CommitLegacyVersion uint8 = 2
+	RejectVersion       uint8 = 1
+	ExpireVersion       uint8 = 2
+	ConfirmVersion      uint8 = 1
+
+	LeaseVersion        uint8 = 1
+	HeartbeatVersion    uint8 = 1
+	CompleteVersion     uint8 = 1
+	FailVersion         uint8 = 1
+	ExpireLeasesVersion uint8 = 1
 )
 
 func (t CommandType) String() string {
@@ -52,12 +69,23 @@ func (t CommandType) String() string {
 		return "resolve_batch"
 	case TypeConfirm:
 		return "confirm"
+	case TypeLease:
+		return "lease"
+	case TypeHeartbeat:
+		return "heartbeat"
+	case TypeComplete:
+		return "complete"
+	case TypeFail:
+		return "fail"
+	case TypeExpireLeases:
+		return "expire_leases"
 	}
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
 
 // Command is one of Reserve, Commit, Reject, Expire, ReserveBatch,
-// ResolveBatch (and Unknown, which
+// ResolveBatch, Confirm, Lease, Heartbeat, Complete, Fail, ExpireLeases (and
+// Unknown, which
 // DecodeCommand returns for an ignorable type it does not know). Encode turns a
 // Command into the bytes to pass to raft.Apply.
 type Command interface {
@@ -135,10 +163,17 @@ type Reserve struct {
 // OutcomeJobIDInUse and nothing changes.
 //
 // Capacity is decided here, atomically (version 2): when MaxJobs is not 0 and
-// the job table holds MaxJobs jobs or more (after removing up to a few due
-// jobs), the entry becomes REJECTED with status 429, reason "capacity",
-// CapacityDetail and ExpiresAt = RejectedExpiresAt: OutcomeRejected, no job.
-// A version-1 Commit decodes with MaxJobs 0 (no bound), as it always applied.
+// the job table holds MaxJobs unfinished jobs or more (after removing up to a
+// few due jobs), the entry becomes REJECTED with status 429, reason
+// "capacity", CapacityDetail and ExpiresAt = RejectedExpiresAt:
+// OutcomeRejected, no job. Unfinished: every job but the SUCCEEDED, FAILED
+// and DEAD ones (so, in a log without version 3, every job, as before). A
+// version-1 Commit decodes with MaxJobs 0 (no bound), as it always applied.
+//
+// Version 3 (Queue) creates the job QUEUED (State JobQueued, RunAt = Now,
+// Retention = JobExpiresAt - Now): it is leased by workers and stays until it
+// finishes, then for its retention. Versions 1 and 2 create a JobLegacy job,
+// retained until JobExpiresAt, in none of the lifecycle's orders.
 type Commit struct {
 	Tenant string
 	Key    string
@@ -154,10 +189,22 @@ type Commit struct {
 	// capacity rejection; RejectedExpiresAt must be after Now when MaxJobs > 0.
 	RejectedExpiresAt int64
 	CapacityDetail    string
+	// Queue creates the job in the worker lifecycle (encoded as version 3;
+	// without it, version 2). See QueueCommit.
+	Queue bool
 
 	// version is the version this command was decoded from when older than
-	// CommitVersion (0: current), so that it re-encodes to the same bytes.
+	// CommitLegacyVersion (0: by Queue), so that it re-encodes to the same
+	// bytes.
 	version uint8
+}
+
+// QueueCommit returns c as a version-3 Commit: its job is QUEUED for the
+// workers instead of committed outside the lifecycle. The manager's switch to
+// the lifecycle is proposing QueueCommit(c) instead of c.
+func QueueCommit(c Commit) Commit {
+	c.Queue, c.version = true, 0
+	return c
 }
 
 // ReasonCapacity is the Reason of a capacity rejection (status 429).
@@ -227,10 +274,13 @@ func (r Reserve) CommandVersion() uint8 {
 	return ReserveVersion
 }
 func (c Commit) CommandVersion() uint8 {
-	if c.version != 0 {
+	switch {
+	case c.version != 0:
 		return c.version
+	case c.Queue:
+		return CommitVersion
 	}
-	return CommitVersion
+	return CommitLegacyVersion
 }
 func (Reject) CommandVersion() uint8 { return RejectVersion }
 func (e Expire) CommandVersion() uint8 {
@@ -331,7 +381,8 @@ func (c Commit) sizeHint() int {
 	return len(c.Tenant) + len(c.Key) + len(c.JobID) + len(c.CapacityDetail) + 5*varintSize + 32
 }
 
-// Commit v2 body (v1 is its first six fields):
+// Commit v2 and v3 body (v1 is its first six fields; v3 is v2's layout, the
+// version itself says the job is queued):
 //
 //	tenant string, key string, job_id string,
 //	now int64, expires_at int64, job_expires_at int64,
@@ -538,6 +589,10 @@ func DecodeCommand(data []byte) (Command, error) {
 			c = cv
 		case 2:
 			c = decodeCommitV2(d)
+		case 3:
+			cv := decodeCommitV2(d)
+			cv.Queue = true
+			c = cv
 		default:
 			return nil, versionError(t, v)
 		}
@@ -572,6 +627,11 @@ func DecodeCommand(data []byte) (Command, error) {
 			return nil, versionError(t, v)
 		}
 		c = decodeConfirmV1(d)
+	case TypeLease, TypeHeartbeat, TypeComplete, TypeFail, TypeExpireLeases:
+		var ok bool
+		if c, ok = decodeLifecycle(d, t, v); !ok {
+			return nil, versionError(t, v)
+		}
 	default:
 		if t&TypeIgnorable != 0 {
 			return Unknown{Type: t, Version: v, Body: append([]byte(nil), data[2:]...)}, nil

@@ -38,6 +38,22 @@ func sampleCommands() []Command {
 			Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, version: 1}}},
 		Confirm{Items: []Confirmation{{"acme", "host1.dc1:12345:42:a1b2c3d4e5f6a7b8", s.JobID, "dc2"}, {"t", "k", "j", "dc3"}}},
 		Confirm{Items: []Confirmation{}},
+		// The job lifecycle (appended: the fuzz seeds are named by position).
+		QueueCommit(commit(s, t0+sec)),
+		Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, Queue: true,
+			MaxJobs: 10, RejectedExpiresAt: 4, CapacityDetail: "full"},
+		Lease{Tenant: "acme", Holder: "worker-1", Types: []string{"send_invoice", "resize"}, Max: 2,
+			LeaseIDs: []string{"lease-1", "lease-2"}, Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10},
+		Lease{Tenant: "t", Holder: "h", Max: 1, LeaseIDs: []string{"l"}, Now: 1, Expiry: 2},
+		Heartbeat{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Now: t0 + sec, Expiry: t0 + 31*sec},
+		Complete{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Result: []byte(`{"ok":true}`), Now: t0 + 2*sec},
+		Complete{Tenant: "t", JobID: "j", LeaseID: "l"},
+		Fail{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Error: "timeout", Retry: true,
+			Now: t0 + 2*sec, RetryAt: t0 + 12*sec, MaxAttempts: 10},
+		Fail{Tenant: "t", JobID: "j", LeaseID: "l", Error: "bad input"},
+		ExpireLeases{Now: t0, Max: 500, RetryAt: t0 + sec, MaxAttempts: 10},
+		ExpireLeases{},
+		ResolveBatch{Items: []Command{QueueCommit(commit(s, t0+sec)), commit(s, t0+sec)}},
 	}
 }
 
@@ -105,6 +121,8 @@ func TestDecodeErrors(t *testing.T) {
 	hugeLen = binary.AppendUvarint(hugeLen, 1<<62)
 	badStatus := Encode(Reject{Tenant: "t", Key: "k", JobID: "j"})
 	badStatus = append(badStatus[:len(badStatus)-2-1], 0x80, 0x80, 0x04, 0, 0) // status 65536
+	badFailBool := Encode(Fail{Tenant: "t", JobID: "j", LeaseID: "l"})
+	badFailBool[2+2+2+2+1] = 7 // the retry flag: after the header, three 1-byte strings and an empty one
 
 	for _, tc := range []struct {
 		name string
@@ -125,7 +143,13 @@ func TestDecodeErrors(t *testing.T) {
 		{"commit v0", []byte{byte(TypeCommit), 0}, ErrUnsupportedVersion},
 		{"reject v9", []byte{byte(TypeReject), 9}, ErrUnsupportedVersion},
 		{"expire v3", []byte{byte(TypeExpire), 3}, ErrUnsupportedVersion},
-		{"commit v3", []byte{byte(TypeCommit), 3}, ErrUnsupportedVersion},
+		{"commit v4", []byte{byte(TypeCommit), 4}, ErrUnsupportedVersion},
+		{"lease v2", []byte{byte(TypeLease), 2}, ErrUnsupportedVersion},
+		{"heartbeat v0", []byte{byte(TypeHeartbeat), 0}, ErrUnsupportedVersion},
+		{"complete v2", []byte{byte(TypeComplete), 2}, ErrUnsupportedVersion},
+		{"fail v2", []byte{byte(TypeFail), 2}, ErrUnsupportedVersion},
+		{"expire_leases v2", []byte{byte(TypeExpireLeases), 2}, ErrUnsupportedVersion},
+		{"fail bad bool", badFailBool, ErrMalformed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := DecodeCommand(tc.in)

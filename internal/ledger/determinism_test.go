@@ -14,7 +14,10 @@ import (
 // genLog returns a seeded random log of n entries that exercises every command
 // and outcome: duplicates, reused keys, structured keys and watermarks, the
 // bound, expiry with small budgets, stale commits, garbage, ignorable and
-// unknown commands, and configuration entries between commands. scale
+// unknown commands, configuration entries between commands, and the job
+// lifecycle (queued commits, leases, heartbeats, completions, failures and
+// expired leases, from a second generator, so that the first draws the same
+// sequence as before the lifecycle existed). scale
 // multiplies the TTLs and bounds: 1 expires and fills aggressively, larger
 // values leave more state at the end.
 func genLog(seed uint64, n int, scale int64) []*raft.Log {
@@ -27,14 +30,74 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 	)
 	tenants := []string{"acme", "globex", "initech"}
 	clients := []string{"host1.dc1:1", "host2.dc1:2"}
+	// The lifecycle's generator. A shadow FSM applies the log as it grows, so
+	// the generator knows which jobs each Lease handed out under which lease
+	// (leased); heartbeats, completions and failures name those, or a lease
+	// that has ended since, which makes the stale leases.
+	lrng := rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
+	shadow := New(Options{})
+	type guess struct{ tenant, job, lease string }
+	var leased []guess
 	nonces := []string{"a1b2c3d4e5f6a7b8", "0000000000000001"}
 	add := func(typ raft.LogType, data []byte) {
-		logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Term: 1, Type: typ, Data: data})
+		l := &raft.Log{Index: uint64(len(logs) + 1), Term: 1, Type: typ, Data: data}
+		logs = append(logs, l)
+		if res, ok := shadow.Apply(l).(Result); ok && res.Outcome == OutcomeLeased {
+			for _, j := range res.Lease.Jobs {
+				leased = append(leased, guess{j.Tenant, j.ID, j.Life.LeaseID})
+			}
+		}
 	}
 	for len(logs) < n {
 		if len(logs)%11 == 10 && len(reserved) > 0 { // the outbox's progress (no draw: the sequence stays as it was)
 			r := reserved[len(reserved)/2]
 			add(raft.LogCommand, Encode(Confirm{Items: []Confirmation{{r.Tenant, r.Key, r.JobID, "dc2"}}}))
+		}
+		if len(logs)%5 == 4 { // the lifecycle (lrng only)
+			tn := tenants[lrng.IntN(len(tenants))]
+			pick := func() (guess, bool) {
+				if len(leased) == 0 {
+					return guess{}, false
+				}
+				i := lrng.IntN(len(leased))
+				g := leased[i]
+				if lrng.IntN(3) > 0 { // it ends the attempt (probably)
+					leased = append(leased[:i], leased[i+1:]...)
+				}
+				return g, true
+			}
+			switch p := lrng.IntN(100); {
+			case p < 30:
+				l := Lease{Tenant: tn, Holder: "w", Max: uint64(1 + lrng.IntN(4)), Now: now,
+					Expiry: now + scale*(2+lrng.Int64N(20))*sec, MaxAttempts: uint64(lrng.IntN(4))}
+				if lrng.IntN(4) == 0 {
+					l.Types = []string{[]string{"a", "b"}[lrng.IntN(2)]}
+				}
+				for i := range l.Max {
+					l.LeaseIDs = append(l.LeaseIDs, fmt.Sprintf("L%d-%d", len(logs), i))
+				}
+				add(raft.LogCommand, Encode(l))
+			case p < 45:
+				if g, ok := pick(); ok {
+					leased = append(leased, g) // a heartbeat does not end it
+					add(raft.LogCommand, Encode(Heartbeat{Tenant: g.tenant, JobID: g.job, LeaseID: g.lease,
+						Now: now, Expiry: now + scale*(2+lrng.Int64N(20))*sec}))
+				}
+			case p < 65:
+				if g, ok := pick(); ok {
+					add(raft.LogCommand, Encode(Complete{Tenant: g.tenant, JobID: g.job, LeaseID: g.lease,
+						Result: json.RawMessage(fmt.Sprintf(`{"r":%d}`, lrng.IntN(100))), Now: now}))
+				}
+			case p < 85:
+				if g, ok := pick(); ok {
+					f := Fail{Tenant: g.tenant, JobID: g.job, LeaseID: g.lease, Error: "e", Retry: lrng.IntN(4) > 0,
+						Now: now, RetryAt: now + lrng.Int64N(5*sec), MaxAttempts: uint64(lrng.IntN(4))}
+					add(raft.LogCommand, Encode(f))
+				}
+			default:
+				add(raft.LogCommand, Encode(ExpireLeases{Now: now, Max: uint64(lrng.IntN(4)),
+					RetryAt: now + lrng.Int64N(5*sec), MaxAttempts: uint64(lrng.IntN(4))}))
+			}
 		}
 		now += rng.Int64N(3 * sec)
 		switch p := rng.IntN(100); {
@@ -96,6 +159,9 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 				c.MaxJobs = uint64(scale * int64(3+rng.IntN(10)))
 				c.RejectedExpiresAt, c.CapacityDetail = now+scale*5*sec, "full"
 			}
+			if c.version != 1 && lrng.IntN(2) == 0 { // version 3: the job is queued
+				c = QueueCommit(c)
+			}
 			add(raft.LogCommand, Encode(c))
 		case p < 72 && len(reserved) > 0:
 			r := reserved[max(0, len(reserved)-1-rng.IntN(8))]
@@ -124,7 +190,7 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 			add(raft.LogCommand, []byte{byte(TypeCommit), 7}) // unknown version
 		}
 	}
-	return logs
+	return logs[:n] // an iteration may add several entries
 }
 
 // TestDeterminism applies the same log to two FSMs, one entry at a time and in
@@ -181,7 +247,8 @@ func TestDeterminism(t *testing.T) {
 			t.Logf("outcomes: %v; final stats %+v; largest snapshot %d bytes", outcomes, a.Stats(), largest)
 			want := []Outcome{OutcomeReserved, OutcomeExists, OutcomeKeyReused, OutcomeKeyExpired,
 				OutcomeFull, OutcomeCommitted, OutcomeRejected, OutcomeUnchanged, OutcomeNotFound,
-				OutcomeJobIDInUse, OutcomeExpired, OutcomeIgnored, OutcomeInvalid, OutcomeBytesFull, OutcomeTenantBytesFull}
+				OutcomeJobIDInUse, OutcomeExpired, OutcomeIgnored, OutcomeInvalid, OutcomeBytesFull, OutcomeTenantBytesFull,
+				OutcomeLeased, OutcomeExtended, OutcomeLeaseLost, OutcomeCompleted, OutcomeFailed, OutcomeLeasesExpired}
 			if tc.scale == 1 { // with long TTLs every client keeps its watermark: no new one to refuse
 				want = append(want, OutcomeWatermarksFull, OutcomeTenantWatermarksFull)
 			}

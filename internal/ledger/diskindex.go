@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/google/btree"
@@ -40,6 +41,19 @@ type diskIndex[T any] struct {
 	// of tombstones until compaction drops them). Readers set it too, under
 	// the read lock, hence atomic.
 	floor atomic.Pointer[[]byte]
+
+	// group, when set, appends the key of the item's group (after the
+	// prefix): a per-tenant queue, whose walks start at the group's least
+	// key (AscendGreaterOrEqual with a pivot that is the least key of its
+	// group: the Lease's walks). floors keeps, per group, a key at or below
+	// every key of the group, found by the last walk and lowered by inserts,
+	// as floor does for the whole order: a queue's front is a field of
+	// tombstones until compaction, and a Lease must not walk them every
+	// time. Only the apply path (under the FSM's write lock) walks a grouped
+	// order; mu guards floors anyway.
+	group  func(dst []byte, item T) []byte
+	mu     sync.Mutex
+	floors map[string][]byte
 }
 
 // start is where a search from the smallest item begins.
@@ -116,6 +130,14 @@ func (x *diskIndex[T]) ReplaceOrInsert(item T) (old T, replaced bool) {
 		lower := bytes.Clone(k)
 		x.floor.Store(&lower)
 	}
+	if x.group != nil {
+		x.mu.Lock()
+		g := string(x.group(nil, item))
+		if f, ok := x.floors[g]; ok && bytes.Compare(k, f) < 0 {
+			x.floors[g] = bytes.Clone(k)
+		}
+		x.mu.Unlock()
+	}
 	if x.primary == nil {
 		x.st.set(k, x.encode(nil, item))
 		return old, false
@@ -165,7 +187,35 @@ func (x *diskIndex[T]) Ascend(fn btree.ItemIteratorG[T]) {
 }
 
 func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) {
-	x.ascendFrom(x.fullKey(nil, pivot), fn)
+	lo := x.fullKey(nil, pivot)
+	if x.group == nil {
+		x.ascendFrom(lo, fn)
+		return
+	}
+	g := string(x.group(nil, pivot))
+	x.mu.Lock()
+	if f, ok := x.floors[g]; ok && bytes.Compare(f, lo) > 0 {
+		lo = f
+	}
+	x.mu.Unlock()
+	first := prefixEnd(x.prefix) // no key at all: every key of the group is at or past it
+	seen := false
+	iterate(x.st.r, lo, prefixEnd(x.prefix), false, func(k, v []byte) bool {
+		if !seen {
+			seen, first = true, bytes.Clone(k)
+		}
+		item, ok := x.resolve(v)
+		if !ok {
+			storeFail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
+		}
+		return fn(item)
+	})
+	x.mu.Lock()
+	if x.floors == nil {
+		x.floors = map[string][]byte{}
+	}
+	x.floors[g] = first
+	x.mu.Unlock()
 }
 
 func (x *diskIndex[T]) ascendFrom(lo []byte, fn btree.ItemIteratorG[T]) {
@@ -231,6 +281,31 @@ func jobExpKey(b []byte, j *Job) []byte {
 	return keyString(keyUint64(keyInt64(b, j.ExpiresAt), j.Seq), j.Tenant)
 }
 
+// The groups of the per-tenant queues (diskIndex.group).
+func jobTenantGroup(b []byte, j *Job) []byte { return keyString(b, j.Tenant) }
+
+func jobTypeGroup(b []byte, j *Job) []byte { return keyString(keyString(b, j.Tenant), j.Type) }
+
+func jobQueueKey(b []byte, j *Job) []byte {
+	return keyUint64(keyInt64(keyString(b, j.Tenant), j.Life.RunAt), j.Seq)
+}
+
+func jobQueueTypeKey(b []byte, j *Job) []byte {
+	return keyUint64(keyInt64(keyString(keyString(b, j.Tenant), j.Type), j.Life.RunAt), j.Seq)
+}
+
+func jobTenantLeaseKey(b []byte, j *Job) []byte {
+	return keyUint64(keyInt64(keyString(b, j.Tenant), j.Life.LeaseExpiresAt), j.Seq)
+}
+
+func jobLeaseExpKey(b []byte, j *Job) []byte {
+	return keyString(keyUint64(keyInt64(b, j.Life.LeaseExpiresAt), j.Seq), j.Tenant)
+}
+
+func jobStateKey(b []byte, j *Job) []byte {
+	return keyUint64(append(keyString(b, j.Tenant), byte(stateOf(j))), j.Seq)
+}
+
 func watermarkKey(b []byte, w *Watermark) []byte {
 	return keyString(keyString(keyString(b, w.Tenant), w.ClientID), w.Nonce)
 }
@@ -249,7 +324,7 @@ func decodeEntryValue(v []byte) (*Entry, error) {
 
 func decodeJobValue(v []byte) (*Job, error) {
 	d := &decoder{b: v, base: ErrStore}
-	j := decodeJob(d)
+	j := decodeJob(d, snapshotVersion)
 	return j, d.finish()
 }
 
@@ -281,9 +356,16 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobSeq = &diskIndex[*Job]{st: st, prefix: pfxJobSeq, key: jobSeqKey, primary: jobs}
 	s.jobType = &diskIndex[*Job]{st: st, prefix: pfxJobType, key: jobTypeKey, primary: jobs}
 	s.jobExp = &diskIndex[*Job]{st: st, prefix: pfxJobExp, key: jobExpKey, primary: jobs, copies: true}
+	s.jobQueue = &diskIndex[*Job]{st: st, prefix: pfxJobQueue, key: jobQueueKey, primary: jobs, group: jobTenantGroup}
+	s.jobQueueType = &diskIndex[*Job]{st: st, prefix: pfxJobQueueType, key: jobQueueTypeKey, primary: jobs, group: jobTypeGroup}
+	s.jobTenantLease = &diskIndex[*Job]{st: st, prefix: pfxJobTenantLease, key: jobTenantLeaseKey, primary: jobs, group: jobTenantGroup}
+	s.jobLeaseExp = &diskIndex[*Job]{st: st, prefix: pfxJobLeaseExp, key: jobLeaseExpKey, primary: jobs}
+	s.jobState = &diskIndex[*Job]{st: st, prefix: pfxJobState, key: jobStateKey, primary: jobs}
 	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
 	s.pending, s.committed, s.rejected = int(m.pending), int(m.committed), int(m.rejected)
 	s.jobCount = int(m.jobs)
+	s.jobStates = [JobDead + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead)}
+	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead)
 	s.dirtyTenants = map[string]struct{}{}
 }

@@ -226,17 +226,22 @@ func (f *FSM) Watermark(tenant, clientID, nonce string) (Watermark, bool) {
 // matching job follows it, and then next is the cursor (opts.After) of the
 // following page. Encoding next into an opaque cursor is the caller's business.
 //
-// Cost: O(log n + limit) for n jobs in all tenants, with or without a filter:
-// it seeks in the (tenant, seq) index, or the (tenant, type, seq) index when
-// opts.Type is set, and reads only matching jobs. A Status other than
-// api.JobStatusCommitted matches nothing and costs O(1).
+// Cost: O(log n + limit) for n jobs in all tenants, with or without a type
+// filter and without a status: it seeks in the (tenant, seq) index, or the
+// (tenant, type, seq) index when opts.Type is set, and reads only matching
+// jobs. With the status of a lifecycle state it seeks in the (tenant, state,
+// seq) order: O(log n + limit) without a type, plus the jobs of other types
+// it skips with one. With api.JobStatusCommitted it walks as without a
+// status and skips the lifecycle's jobs (O(log n + limit) while no job is in
+// the lifecycle). Any other Status matches nothing and costs O(1).
 func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64, more bool) {
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = api.DefaultListLimit
 	}
 	limit = min(limit, api.MaxListLimit)
-	if opts.Status != "" && opts.Status != api.JobStatusCommitted {
+	state, byState := ParseJobState(opts.Status)
+	if opts.Status != "" && !byState {
 		return nil, 0, false
 	}
 	if opts.After == math.MaxUint64 {
@@ -246,8 +251,17 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	defer f.mu.RUnlock()
 	size := 0
 	visit := func(j *Job) bool {
-		if j.Tenant != tenant || (opts.Type != "" && j.Type != opts.Type) {
+		if j.Tenant != tenant {
 			return false
+		}
+		if byState && state != JobLegacy && stateOf(j) != state {
+			return false // the end of the (tenant, state) range
+		}
+		if opts.Type != "" && j.Type != opts.Type {
+			return byState && state != JobLegacy // skipped in the state order; the end of the type range
+		}
+		if byState && stateOf(j) != state {
+			return true // a lifecycle job, skipped for "committed"
 		}
 		n := ListJobBytes(j)
 		if len(jobs) == limit || (opts.MaxBytes > 0 && len(jobs) > 0 && size+n > opts.MaxBytes) {
@@ -259,9 +273,13 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 		return true
 	}
 	pivot := &Job{Tenant: tenant, Type: opts.Type, Seq: opts.After + 1}
-	if opts.Type == "" {
+	switch {
+	case byState && state != JobLegacy:
+		pivot.Life = &JobLife{State: state}
+		f.s.jobState.AscendGreaterOrEqual(pivot, visit)
+	case opts.Type == "":
 		f.s.jobSeq.AscendGreaterOrEqual(pivot, visit)
-	} else {
+	default:
 		f.s.jobType.AscendGreaterOrEqual(pivot, visit)
 	}
 	if len(jobs) > 0 {
@@ -334,6 +352,11 @@ func (f *FSM) Stats() Stats {
 		Committed:    s.committed,
 		Rejected:     s.rejected,
 		Jobs:         s.jobs.Len(),
+		Queued:       s.jobStates[JobQueued],
+		Running:      s.jobStates[JobRunning],
+		Succeeded:    s.jobStates[JobSucceeded],
+		Failed:       s.jobStates[JobFailed],
+		Dead:         s.jobStates[JobDead],
 		Watermarks:   s.wms.Len(),
 		Bytes:        s.bytes,
 		AppliedIndex: s.applied,

@@ -199,12 +199,54 @@ func checkInvariants(t testing.TB, f *FSM) {
 	if counts[StatePending] != s.pending || counts[StateCommitted] != s.committed || counts[StateRejected] != s.rejected {
 		t.Errorf("counts %v, counters %d/%d/%d", counts, s.pending, s.committed, s.rejected)
 	}
+	var jobStates [JobDead + 1]int
+	var retainedN, queuedN, runningN, lifeN int
 	s.jobs.Ascend(func(j *Job) bool {
-		for name, idx := range map[string]interface{ Get(*Job) (*Job, bool) }{
-			"jobSeq": s.jobSeq, "jobType": s.jobType, "jobExp": s.jobExp,
+		st := stateOf(j)
+		if st > JobDead || (j.Life != nil && st == JobLegacy) {
+			t.Errorf("job %s/%s: bad state %d", j.Tenant, j.ID, st)
+			return true
+		}
+		jobStates[st]++
+		if j.Status != st.String() {
+			t.Errorf("job %s/%s: status %q in state %v", j.Tenant, j.ID, j.Status, st)
+		}
+		// Every order holds the job exactly when its state belongs there.
+		for _, o := range []struct {
+			name string
+			idx  interface{ Get(*Job) (*Job, bool) }
+			in   bool
+		}{
+			{"jobSeq", s.jobSeq, true},
+			{"jobType", s.jobType, true},
+			{"jobExp", s.jobExp, retained(j)},
+			{"jobQueue", s.jobQueue, st == JobQueued},
+			{"jobQueueType", s.jobQueueType, st == JobQueued},
+			{"jobTenantLease", s.jobTenantLease, st == JobRunning},
+			{"jobLeaseExp", s.jobLeaseExp, st == JobRunning},
+			{"jobState", s.jobState, st != JobLegacy},
 		} {
-			if got, ok := idx.Get(j); !ok || !reflect.DeepEqual(got, j) {
-				t.Errorf("job %s/%s missing from %s", j.Tenant, j.ID, name)
+			if j.Life == nil && o.name != "jobSeq" && o.name != "jobType" && o.name != "jobExp" {
+				continue // a legacy job has no key in the lifecycle's orders (the counts below check it is in none)
+			}
+			got, ok := o.idx.Get(j)
+			if o.in != (ok && reflect.DeepEqual(got, j)) {
+				t.Errorf("job %s/%s (%v): %s disagrees (in %v, found %v)", j.Tenant, j.ID, st, o.name, o.in, ok)
+			}
+		}
+		if retained(j) {
+			retainedN++
+		}
+		switch st {
+		case JobQueued:
+			queuedN++
+		case JobRunning:
+			runningN++
+		}
+		if st != JobLegacy {
+			lifeN++
+			if st.Finished() != (j.ExpiresAt != 0) {
+				t.Errorf("job %s/%s (%v): expires_at %d", j.Tenant, j.ID, st, j.ExpiresAt)
 			}
 		}
 		return true
@@ -212,8 +254,17 @@ func checkInvariants(t testing.TB, f *FSM) {
 	if s.jobCount != countOf(s.jobs) {
 		t.Errorf("jobCount %d, jobs %d", s.jobCount, countOf(s.jobs))
 	}
-	if countOf(s.jobSeq) != s.jobs.Len() || countOf(s.jobType) != s.jobs.Len() || countOf(s.jobExp) != s.jobs.Len() {
-		t.Errorf("job indexes %d/%d/%d, jobs %d", countOf(s.jobSeq), countOf(s.jobType), countOf(s.jobExp), s.jobs.Len())
+	if jobStates != s.jobStates {
+		t.Errorf("jobs by state %v, counters %v", jobStates, s.jobStates)
+	}
+	if countOf(s.jobSeq) != s.jobs.Len() || countOf(s.jobType) != s.jobs.Len() || countOf(s.jobExp) != retainedN {
+		t.Errorf("job indexes %d/%d/%d, jobs %d (%d retained)", countOf(s.jobSeq), countOf(s.jobType), countOf(s.jobExp), s.jobs.Len(), retainedN)
+	}
+	if countOf(s.jobQueue) != queuedN || countOf(s.jobQueueType) != queuedN ||
+		countOf(s.jobTenantLease) != runningN || countOf(s.jobLeaseExp) != runningN || countOf(s.jobState) != lifeN {
+		t.Errorf("lifecycle orders %d/%d/%d/%d/%d, want %d queued, %d running, %d in the lifecycle",
+			countOf(s.jobQueue), countOf(s.jobQueueType), countOf(s.jobTenantLease), countOf(s.jobLeaseExp), countOf(s.jobState),
+			queuedN, runningN, lifeN)
 	}
 	s.wms.Ascend(func(w *Watermark) bool {
 		if got, ok := s.wmAge.Get(w); !ok || !reflect.DeepEqual(got, w) {
@@ -234,7 +285,7 @@ func checkInvariants(t testing.TB, f *FSM) {
 		return true
 	})
 	s.jobs.Ascend(func(j *Job) bool {
-		n := jobBytes(len(j.Payload))
+		n := jobSize(j)
 		total += n
 		perTenant[j.Tenant] += n
 		return true

@@ -21,6 +21,9 @@ func listAll(t *testing.T, f *FSM, tenant string, opts ListOptions) (ids []strin
 			if opts.Type != "" && j.Type != opts.Type {
 				t.Fatalf("job of type %q listed for filter %q", j.Type, opts.Type)
 			}
+			if opts.Status != "" && j.Status != opts.Status {
+				t.Fatalf("job of status %q listed for filter %q", j.Status, opts.Status)
+			}
 			if j.Seq <= opts.After || (i > 0 && j.Seq <= jobs[i-1].Seq) {
 				t.Fatalf("seq %d out of order (after %d)", j.Seq, opts.After)
 			}

@@ -31,11 +31,14 @@ import (
 // trailing bytes) with the command primitives. Version 2 appends result_ttl to
 // the entry record and the window to the watermark record; version 3 appends
 // seq_high to the header (batches give Seqs past the applied index); version
-// 4 appends confirmed to the entry record. Restore reads versions 1 to 3 as
-// well.
+// 4 appends confirmed to the entry record; version 5 appends the lifecycle to
+// the record of a job in it (a legacy job's record is as in version 4).
+// Restore reads versions 1 to 4 as well.
 const (
 	snapshotMagic   = "ONCELDGR"
-	snapshotVersion = 4
+	snapshotVersion = 5
+	// snapshotVersion4 has no job lifecycle.
+	snapshotVersion4 = 4
 	// snapshotVersion3 has no confirmed datacenters in its entries.
 	snapshotVersion3 = 3
 	// snapshotVersion2 has no seq_high: no Seq was past the applied index.
@@ -265,7 +268,11 @@ func confirmedValid(e *Entry) bool {
 //
 //	tenant string, id string, key string, type string, payload bytes,
 //	datacenters strings, status string, created_at int64, seq uvarint,
-//	expires_at int64
+//	expires_at int64,
+//	(v5, a job in the lifecycle only; a legacy job's record ends here:)
+//	state uvarint (1..5), attempts uvarint, run_at int64, lease_id string,
+//	holder string, lease_expires_at int64, retention int64 (ns),
+//	finished_at int64, result bytes, error string
 func appendJob(b []byte, j *Job) []byte {
 	b = appendString(b, j.Tenant)
 	b = appendString(b, j.ID)
@@ -276,10 +283,24 @@ func appendJob(b []byte, j *Job) []byte {
 	b = appendString(b, j.Status)
 	b = appendInt64(b, j.CreatedAt)
 	b = appendUvarint(b, j.Seq)
-	return appendInt64(b, j.ExpiresAt)
+	b = appendInt64(b, j.ExpiresAt)
+	l := j.Life
+	if l == nil {
+		return b
+	}
+	b = appendUvarint(b, uint64(l.State))
+	b = appendUvarint(b, l.Attempts)
+	b = appendInt64(b, l.RunAt)
+	b = appendString(b, l.LeaseID)
+	b = appendString(b, l.Holder)
+	b = appendInt64(b, l.LeaseExpiresAt)
+	b = appendInt64(b, l.Retention)
+	b = appendInt64(b, l.FinishedAt)
+	b = appendBytes(b, l.Result)
+	return appendString(b, l.Error)
 }
 
-func decodeJob(d *decoder) *Job {
+func decodeJob(d *decoder, version uint8) *Job {
 	j := &Job{}
 	j.Tenant = d.string()
 	j.ID = d.string()
@@ -291,6 +312,28 @@ func decodeJob(d *decoder) *Job {
 	j.CreatedAt = d.int64()
 	j.Seq = d.uvarint()
 	j.ExpiresAt = d.int64()
+	if version < snapshotVersion || d.err != nil || d.remaining() == 0 {
+		return j
+	}
+	l := &JobLife{}
+	j.Life = l
+	st := d.uvarint()
+	l.State = JobState(st)
+	if d.err == nil && (st < uint64(JobQueued) || st > uint64(JobDead)) {
+		d.fail(fmt.Sprintf("bad job state %d", st))
+	}
+	l.Attempts = d.uvarint()
+	l.RunAt = d.int64()
+	l.LeaseID = d.string()
+	l.Holder = d.string()
+	l.LeaseExpiresAt = d.int64()
+	l.Retention = d.int64()
+	l.FinishedAt = d.int64()
+	l.Result = d.bytes()
+	l.Error = d.string()
+	if d.err == nil && l.Retention < 0 {
+		d.fail("negative retention")
+	}
 	return j
 }
 
@@ -536,7 +579,7 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 		if err != nil {
 			return nil, err
 		}
-		j := decodeJob(d)
+		j := decodeJob(d, version)
 		if err := d.finish(); err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}

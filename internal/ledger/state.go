@@ -29,7 +29,12 @@ const maxReliefRemovals = 8
 //	jobs      (tenant, id)                        the job table
 //	jobSeq    (tenant, seq)                       ListJobs
 //	jobType   (tenant, type, seq)                 ListJobs with a type filter
-//	jobExp    (expires_at, seq)                   job retention
+//	jobExp    (expires_at, seq)                   job retention (legacy and finished jobs)
+//	jobQueue  (tenant, run_at, seq)               QUEUED jobs: Lease (jobs.go)
+//	jobQueueType (tenant, type, run_at, seq)      QUEUED jobs: Lease with types
+//	jobTenantLease (tenant, lease_expires_at, seq) RUNNING jobs: Lease's reclaim
+//	jobLeaseExp (lease_expires_at, seq, tenant)   RUNNING jobs: ExpireLeases
+//	jobState  (tenant, state, seq)                lifecycle jobs: ListJobs by status
 //	wms       (tenant, client_id, nonce)          watermarks
 //	wmAge     (updated_at, tenant, client_id, nonce)  watermark TTL and LRU bound
 //	pendAge   (reserved_at, tenant, key)          PENDING entries (orphans)
@@ -41,8 +46,15 @@ type state struct {
 	jobSeq   index[*Job]
 	jobType  index[*Job]
 	jobExp   index[*Job]
-	wms      index[*Watermark]
-	wmAge    index[*Watermark]
+	// The lifecycle's orders (jobs.go): a job is in them by its state; a
+	// legacy job (Commit v1/v2) is in none.
+	jobQueue       index[*Job]
+	jobQueueType   index[*Job]
+	jobTenantLease index[*Job]
+	jobLeaseExp    index[*Job]
+	jobState       index[*Job]
+	wms            index[*Watermark]
+	wmAge          index[*Watermark]
 	// pendAge holds the PENDING entries only, by (reserved_at, tenant, key):
 	// the leader resolves those older than a grace (FSM.PendingBefore).
 	pendAge index[*Entry]
@@ -66,6 +78,8 @@ type state struct {
 	// counts of entries by state, and of jobs
 	pending, committed, rejected int
 	jobCount                     int
+	// jobStates counts jobs by JobState (JobLegacy included).
+	jobStates [JobDead + 1]int
 	// applied is the raft index of the last command applied.
 	applied uint64
 	// ledgerTime is the highest Now of any command applied (time.go).
@@ -87,6 +101,13 @@ func newState() *state {
 		jobSeq:   btree.NewG(btreeDegree, lessJobSeq),
 		jobType:  btree.NewG(btreeDegree, lessJobType),
 		jobExp:   btree.NewG(btreeDegree, lessJobExp),
+
+		jobQueue:       btree.NewG(btreeDegree, lessJobQueue),
+		jobQueueType:   btree.NewG(btreeDegree, lessJobQueueType),
+		jobTenantLease: btree.NewG(btreeDegree, lessJobTenantLease),
+		jobLeaseExp:    btree.NewG(btreeDegree, lessJobLeaseExp),
+		jobState:       btree.NewG(btreeDegree, lessJobState),
+
 		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
 		pendAge:  btree.NewG(btreeDegree, lessEntryReserved),
@@ -262,6 +283,16 @@ func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
 		return s.applyExpire(ax, c)
 	case Confirm:
 		return s.applyConfirm(c)
+	case Lease:
+		return s.applyLease(c)
+	case Heartbeat:
+		return s.applyHeartbeat(c)
+	case Complete:
+		return s.applyComplete(c)
+	case Fail:
+		return s.applyFail(c)
+	case ExpireLeases:
+		return s.applyExpireLeases(c)
 	case Unknown:
 		return Result{Outcome: OutcomeIgnored}
 	}
@@ -436,18 +467,20 @@ func (s *state) insertJob(j *Job) {
 	s.jobs.ReplaceOrInsert(j)
 	s.jobSeq.ReplaceOrInsert(j)
 	s.jobType.ReplaceOrInsert(j)
-	s.jobExp.ReplaceOrInsert(j)
+	s.indexJob(j)
 	s.jobCount++
-	s.charge(j.Tenant, jobBytes(len(j.Payload)))
+	s.jobStates[stateOf(j)]++
+	s.charge(j.Tenant, jobSize(j))
 }
 
 func (s *state) removeJob(j *Job) {
 	s.jobs.Delete(j)
 	s.jobSeq.Delete(j)
 	s.jobType.Delete(j)
-	s.jobExp.Delete(j)
+	s.unindexJob(j)
 	s.jobCount--
-	s.release(j.Tenant, jobBytes(len(j.Payload)))
+	s.jobStates[stateOf(j)]--
+	s.release(j.Tenant, jobSize(j))
 }
 
 // clip returns p with its capacity cut to its length, so an append by a reader
@@ -593,7 +626,7 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 		return Result{Outcome: OutcomeJobIDInUse, Entry: *old}
 	}
 	if c.MaxJobs > 0 {
-		for i := 0; i < maxReliefRemovals && uint64(s.jobs.Len()) >= c.MaxJobs; i++ {
+		for i := 0; i < maxReliefRemovals && uint64(s.unfinishedJobs()) >= c.MaxJobs; i++ {
 			j, ok := s.jobExp.Min()
 			if !ok || j.ExpiresAt > c.Now {
 				break
@@ -601,7 +634,7 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 			s.removeJob(j)
 			res.Removed.Jobs++
 		}
-		if uint64(s.jobs.Len()) >= c.MaxJobs {
+		if uint64(s.unfinishedJobs()) >= c.MaxJobs {
 			e := *old
 			e.State = StateRejected
 			e.ResolvedAt = c.Now
@@ -628,6 +661,10 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 		CreatedAt:   c.Now,
 		Seq:         s.nextSeq(ax.index + ax.item),
 		ExpiresAt:   c.JobExpiresAt,
+	}
+	if c.Queue && c.version == 0 { // version 3: the lifecycle
+		j.Status, j.ExpiresAt = api.JobStatusQueued, 0
+		j.Life = &JobLife{State: JobQueued, RunAt: c.Now, Retention: c.JobExpiresAt - c.Now}
 	}
 	s.insertJob(j)
 	if e.Structured && c.version != 1 {

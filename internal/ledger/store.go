@@ -35,7 +35,17 @@ import (
 // storeFormat is the version of the store's layout (keys and values). A store
 // of another version is refused; the node then needs its state from a
 // snapshot (remove the ledger directory; Raft restores it).
-const storeFormat = 1
+//
+// Format 2 adds the job lifecycle: the meta record counts jobs by lifecycle
+// state, five orders (q u l k z) and the lifecycle part of a job's value
+// (snapshot version 5, present only for a job in the lifecycle). A format-1
+// store is read as it is (it holds no lifecycle job: its job values are
+// format-2 values, its counts by state are 0) and becomes format 2 at the
+// next write of the meta record.
+const (
+	storeFormat  = 2
+	storeFormat1 = 1
+)
 
 // Key prefixes, one byte each. Values of primary tables are snapshot records
 // of the current version (appendEntry, appendJob, appendWatermark), so
@@ -55,6 +65,13 @@ const (
 	pfxJobExp      byte = 'y'  // (expires_at, seq, tenant)
 	pfxWatermarks  byte = 'w'  // (tenant, client_id, nonce)
 	pfxWMAge       byte = 'a'  // (updated_at, tenant, client_id, nonce)
+
+	// The job lifecycle (format 2); values are the job's key.
+	pfxJobQueue       byte = 'q' // (tenant, run_at, seq), QUEUED
+	pfxJobQueueType   byte = 'u' // (tenant, type, run_at, seq), QUEUED
+	pfxJobTenantLease byte = 'l' // (tenant, lease_expires_at, seq), RUNNING
+	pfxJobLeaseExp    byte = 'k' // (lease_expires_at, seq, tenant), RUNNING
+	pfxJobState       byte = 'z' // (tenant, state byte, seq), every lifecycle job
 )
 
 var metaKey = []byte{pfxMeta}
@@ -440,15 +457,17 @@ func keyInt64(b []byte, v int64) []byte {
 func keyUint64(b []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(b, v) }
 
 // The meta record: format, applied index, ledger time, last Seq, accounted
-// bytes, entries by state, and the three primary tables' lengths.
+// bytes, entries by state, the three primary tables' lengths, and (format 2)
+// the jobs by lifecycle state.
 type storeMeta struct {
-	format                       uint64
-	applied                      uint64
-	ledgerTime                   int64
-	lastSeq                      uint64
-	bytes                        uint64
-	pending, committed, rejected uint64
-	entries, jobs, watermarks    uint64
+	format                                   uint64
+	applied                                  uint64
+	ledgerTime                               int64
+	lastSeq                                  uint64
+	bytes                                    uint64
+	pending, committed, rejected             uint64
+	entries, jobs, watermarks                uint64
+	queued, running, succeeded, failed, dead uint64
 }
 
 func (m storeMeta) append(b []byte) []byte {
@@ -462,14 +481,19 @@ func (m storeMeta) append(b []byte) []byte {
 	b = appendUvarint(b, m.rejected)
 	b = appendUvarint(b, m.entries)
 	b = appendUvarint(b, m.jobs)
-	return appendUvarint(b, m.watermarks)
+	b = appendUvarint(b, m.watermarks)
+	b = appendUvarint(b, m.queued)
+	b = appendUvarint(b, m.running)
+	b = appendUvarint(b, m.succeeded)
+	b = appendUvarint(b, m.failed)
+	return appendUvarint(b, m.dead)
 }
 
 func decodeMeta(v []byte) (storeMeta, error) {
 	d := &decoder{b: v, base: ErrStore}
 	m := storeMeta{format: d.uvarint()}
-	if d.err == nil && m.format != storeFormat {
-		return m, fmt.Errorf("%w: format %d, this build reads %d", ErrStore, m.format, storeFormat)
+	if d.err == nil && m.format != storeFormat && m.format != storeFormat1 {
+		return m, fmt.Errorf("%w: format %d, this build reads %d and %d", ErrStore, m.format, storeFormat1, storeFormat)
 	}
 	m.applied = d.uvarint()
 	m.ledgerTime = d.int64()
@@ -477,6 +501,9 @@ func decodeMeta(v []byte) (storeMeta, error) {
 	m.bytes = d.uvarint()
 	m.pending, m.committed, m.rejected = d.uvarint(), d.uvarint(), d.uvarint()
 	m.entries, m.jobs, m.watermarks = d.uvarint(), d.uvarint(), d.uvarint()
+	if m.format != storeFormat1 {
+		m.queued, m.running, m.succeeded, m.failed, m.dead = d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
+	}
 	return m, d.finish()
 }
 

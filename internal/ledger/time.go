@@ -36,6 +36,16 @@ func stampOf(cmd Command) (int64, bool) {
 		return c.Now, true
 	case Expire:
 		return c.Now, true
+	case Lease:
+		return c.Now, true
+	case Heartbeat:
+		return c.Now, true
+	case Complete:
+		return c.Now, true
+	case Fail:
+		return c.Now, true
+	case ExpireLeases:
+		return c.Now, true
 	}
 	return 0, false
 }

@@ -117,8 +117,50 @@ type Job struct {
 	// Seq is the raft log index of the Commit command: unique, increasing in
 	// commit order, identical on every replica. ListJobs orders and pages by it.
 	Seq uint64
-	// ExpiresAt is the end of the job's retention (unix nanoseconds).
+	// ExpiresAt is the end of the job's retention (unix nanoseconds). A job
+	// in the lifecycle has none (0) until it finishes: then it is
+	// Life.FinishedAt + Life.Retention.
 	ExpiresAt int64
+
+	// Life is the job's lifecycle (jobs.go, docs/ledger.md "Job
+	// lifecycle"); nil for a JobLegacy job, which a Commit of version 1 or 2
+	// created. Like Payload it is shared with the FSM: read-only. (A pointer,
+	// so that a legacy job, and every Result, costs what it did before the
+	// lifecycle.)
+	Life *JobLife
+}
+
+// State returns the job's lifecycle state (JobLegacy when Life is nil).
+func (j Job) State() JobState { return stateOf(&j) }
+
+// JobLife is the lifecycle part of a job. Items are immutable: a transition
+// makes a new one.
+type JobLife struct {
+	State JobState
+	// Attempts counts the leases handed out for the job.
+	Attempts uint64
+	// RunAt is the queue time of a QUEUED job: it is not leased before it,
+	// and the queue is ordered by it (then Seq). The Commit's Now when
+	// committed, the leader-stamped RetryAt after a failed attempt.
+	RunAt int64
+	// LeaseID, Holder and LeaseExpiresAt are the current lease of a RUNNING
+	// job. After the job leaves RUNNING by its worker's Complete or Fail they
+	// stay, naming the lease that did it (what makes a repeated Complete or
+	// Fail answer the same job); a lease that expired is cleared.
+	LeaseID        string
+	Holder         string
+	LeaseExpiresAt int64
+	// Retention is how long the job stays readable once finished: the
+	// Commit's JobExpiresAt - Now.
+	Retention int64
+	// FinishedAt is the Now of the command that made the job SUCCEEDED,
+	// FAILED or DEAD (0 before).
+	FinishedAt int64
+	// Result is the worker's result of a SUCCEEDED job (opaque JSON bytes);
+	// Error the worker's error of the last failed attempt (or "lease
+	// expired").
+	Result json.RawMessage
+	Error  string
 }
 
 // WatermarkWindow is how many sequences at and below a client's highest
@@ -261,6 +303,25 @@ const (
 	// An item's OutcomeConfirmed: the datacenter was added to the entry's
 	// Confirmed (the item's Entry is the entry after).
 	OutcomeConfirmed
+
+	// OutcomeLeased: Lease applied; Result.Jobs holds the jobs handed out
+	// (possibly none), Result.Leases what its reclaim of expired leases did.
+	OutcomeLeased
+	// OutcomeExtended: Heartbeat extended the job's current lease
+	// (Result.Job is the job after).
+	OutcomeExtended
+	// OutcomeLeaseLost: Heartbeat, Complete or Fail named a lease that is not
+	// the job's current one (expired at Now, taken over, finished, or a job
+	// outside the lifecycle); Result.Job is the job as it is. Nothing changed.
+	OutcomeLeaseLost
+	// OutcomeCompleted: Complete moved the job RUNNING → SUCCEEDED.
+	OutcomeCompleted
+	// OutcomeFailed: Fail ended the attempt; Result.Job.State says how:
+	// QUEUED again (a retry at RunAt), FAILED or DEAD.
+	OutcomeFailed
+	// OutcomeLeasesExpired: ExpireLeases ran; Result.Leases counts what it
+	// did, Result.More says whether more was due than Max allowed.
+	OutcomeLeasesExpired
 )
 
 var outcomeNames = [...]string{
@@ -285,6 +346,13 @@ var outcomeNames = [...]string{
 	OutcomeTenantBytesFull:      "tenant_bytes_full",
 	OutcomeBatch:                "batch",
 	OutcomeConfirmed:            "confirmed",
+
+	OutcomeLeased:        "leased",
+	OutcomeExtended:      "extended",
+	OutcomeLeaseLost:     "lease_lost",
+	OutcomeCompleted:     "completed",
+	OutcomeFailed:        "failed",
+	OutcomeLeasesExpired: "leases_expired",
 }
 
 func (o Outcome) String() string {
@@ -340,6 +408,23 @@ type Result struct {
 	// Items is set for OutcomeBatch: the Result of each item of the batch, in
 	// order (an item's Items is nil).
 	Items []Result
+	// Lease is set for OutcomeLeased and OutcomeLeasesExpired (a pointer: a
+	// Result is copied into every Apply's answer, and the submission path
+	// should not pay for it).
+	Lease *LeaseResult
+}
+
+// LeaseResult is what Lease and ExpireLeases did.
+type LeaseResult struct {
+	// Jobs: the jobs Lease handed out, in order (reclaimed expired leases
+	// first, then the queue's oldest).
+	Jobs []Job
+	// Requeued: jobs put back to QUEUED (ExpireLeases).
+	Requeued int
+	// Reclaimed: jobs leased again at once by Lease.
+	Reclaimed int
+	// Dead: jobs that had used MaxAttempts, made DEAD.
+	Dead int
 }
 
 // ChangeKind says how an entry changed.
@@ -395,8 +480,14 @@ type Stats struct {
 	Pending   int
 	Committed int
 	Rejected  int
-	// Jobs in the job table.
-	Jobs int
+	// Jobs in the job table: those outside the lifecycle (committed by
+	// Commit v1/v2) and those in each lifecycle state.
+	Jobs      int
+	Queued    int
+	Running   int
+	Succeeded int
+	Failed    int
+	Dead      int
 	// Watermarks held.
 	Watermarks int
 	// Bytes is the accounted size of the entries and jobs (payloads included;
@@ -411,8 +502,11 @@ type Stats struct {
 type ListOptions struct {
 	// Type, when not empty, keeps jobs of that type only.
 	Type string
-	// Status, when not empty, keeps jobs with that status only. Every job is
-	// api.JobStatusCommitted today, so any other value yields an empty page.
+	// Status, when not empty, keeps jobs with that status only:
+	// api.JobStatusCommitted (the jobs outside the lifecycle), or the name of
+	// a lifecycle state (JobState.String: queued, running, succeeded,
+	// failed, dead), read through the (tenant, state, seq) order. Any other
+	// value yields an empty page.
 	Status string
 	// After is a cursor: only jobs with Seq > After. 0 starts at the beginning.
 	After uint64

@@ -66,7 +66,23 @@ type Config struct {
 	WatermarkTTL        time.Duration // IDEMPOTENCY_WATERMARK_TTL_SECONDS
 	WatermarkMaxClients int           // IDEMPOTENCY_WATERMARK_MAX_CLIENTS
 	ApplyTimeout        time.Duration // MANAGER_APPLY_TIMEOUT: bound on one Raft round of a submission
-	MaxClockOffset      time.Duration // MANAGER_MAX_CLOCK_OFFSET: beyond it from the group's clock, stamp with the group's
+
+	// The worker lifecycle (jobs.go, docs/ledger.md "Job lifecycle").
+	// JobMaxAttempts (MANAGER_JOB_MAX_ATTEMPTS): leases a job gets before a
+	// failure or an expired lease makes it dead.
+	JobMaxAttempts int
+	// JobBackoffMin and JobBackoffMax (MANAGER_JOB_BACKOFF_MIN/MAX): the
+	// retry delay after a failed attempt doubles from min up to max, with
+	// jitter (backoff).
+	JobBackoffMin time.Duration
+	JobBackoffMax time.Duration
+	// JobLeaseDefault, JobLeaseMin and JobLeaseMax (MANAGER_JOB_LEASE_*): a
+	// lease's duration when the worker names none, and the bounds of one it
+	// names.
+	JobLeaseDefault time.Duration
+	JobLeaseMin     time.Duration
+	JobLeaseMax     time.Duration
+	MaxClockOffset  time.Duration // MANAGER_MAX_CLOCK_OFFSET: beyond it from the group's clock, stamp with the group's
 
 	Pprof bool // MANAGER_PPROF: serve /debug/pprof on the RPC listener
 	// ClusterSecretFile is MANAGER_CLUSTER_SECRET_FILE: the secret every
@@ -144,6 +160,12 @@ const (
 	EnvWatermarkTTL                 = "IDEMPOTENCY_WATERMARK_TTL_SECONDS"
 	EnvWatermarkMaxClients          = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS"
 	EnvApplyTimeout                 = "MANAGER_APPLY_TIMEOUT"
+	EnvJobMaxAttempts               = "MANAGER_JOB_MAX_ATTEMPTS"
+	EnvJobBackoffMin                = "MANAGER_JOB_BACKOFF_MIN"
+	EnvJobBackoffMax                = "MANAGER_JOB_BACKOFF_MAX"
+	EnvJobLeaseDefault              = "MANAGER_JOB_LEASE_DEFAULT"
+	EnvJobLeaseMin                  = "MANAGER_JOB_LEASE_MIN"
+	EnvJobLeaseMax                  = "MANAGER_JOB_LEASE_MAX"
 	EnvMaxClockOffset               = "MANAGER_MAX_CLOCK_OFFSET"
 	EnvOrphanGrace                  = "MANAGER_ORPHAN_GRACE"
 	EnvLedgerMaxBytes               = "IDEMPOTENCY_LEDGER_MAX_BYTES"
@@ -191,6 +213,12 @@ func DefaultConfig() Config {
 		WatermarkTTL:                 86400 * time.Second,
 		WatermarkMaxClients:          100_000,
 		ApplyTimeout:                 5 * time.Second,
+		JobMaxAttempts:               10,
+		JobBackoffMin:                time.Second,
+		JobBackoffMax:                5 * time.Minute,
+		JobLeaseDefault:              30 * time.Second,
+		JobLeaseMin:                  time.Second,
+		JobLeaseMax:                  15 * time.Minute,
 		MaxClockOffset:               500 * time.Millisecond,
 		LedgerMaxBytes:               1 << 30,
 		LedgerTenantMaxBytes:         256 << 20,
@@ -249,6 +277,12 @@ func Register(l *config.Loader, c *Config) {
 	l.SecondsRange(&c.WatermarkTTL, EnvWatermarkTTL, d.WatermarkTTL, time.Second, 365*86400*time.Second, "how long a client's sequence watermark is kept after its last update")
 	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, d.WatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks; when full, keys of new clients are refused (503), no watermark is evicted")
 	l.Duration(&c.ApplyTimeout, EnvApplyTimeout, d.ApplyTimeout, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
+	l.Int(&c.JobMaxAttempts, EnvJobMaxAttempts, d.JobMaxAttempts, 1, 1000, "leases a job gets: a failed attempt or an expired lease after the last makes it dead")
+	l.Duration(&c.JobBackoffMin, EnvJobBackoffMin, d.JobBackoffMin, 0, 24*time.Hour, "the retry delay after a job's first failed attempt (then doubled per attempt up to MANAGER_JOB_BACKOFF_MAX, with jitter)")
+	l.Duration(&c.JobBackoffMax, EnvJobBackoffMax, d.JobBackoffMax, 0, 7*24*time.Hour, "the longest retry delay after a failed attempt (at least MANAGER_JOB_BACKOFF_MIN)")
+	l.Duration(&c.JobLeaseDefault, EnvJobLeaseDefault, d.JobLeaseDefault, 100*time.Millisecond, 24*time.Hour, "a job lease's duration when the worker names none (within MANAGER_JOB_LEASE_MIN..MAX)")
+	l.Duration(&c.JobLeaseMin, EnvJobLeaseMin, d.JobLeaseMin, 100*time.Millisecond, 24*time.Hour, "the shortest lease (or heartbeat extension) a worker may ask for")
+	l.Duration(&c.JobLeaseMax, EnvJobLeaseMax, d.JobLeaseMax, 100*time.Millisecond, 24*time.Hour, "the longest lease (or heartbeat extension) a worker may ask for")
 	l.Bool(&c.Pprof, EnvPprof, d.Pprof, "serve Go's /debug/pprof profiles on the RPC listener")
 	l.String(&c.TLSCAFile, EnvTLSCAFile, "", "a path to a PEM certificate", nil,
 		"the cluster CA: serve RPC and Raft over mutual TLS, accepting only callers whose certificate it signed (with MANAGER_TLS_CERT_FILE and _KEY_FILE); reloaded when the file changes")
@@ -371,6 +405,18 @@ func (c *Config) Validate() error {
 	if c.OrphanGrace >= c.Idempotency.PendingTTL {
 		return config.Invalid(EnvOrphanGrace, c.OrphanGrace.String(),
 			"less than IDEMPOTENCY_PENDING_TTL_SECONDS ("+config.FormatSeconds(c.Idempotency.PendingTTL)+")", config.ErrOutOfRange)
+	}
+	if c.JobBackoffMax < c.JobBackoffMin {
+		return config.Invalid(EnvJobBackoffMax, c.JobBackoffMax.String(),
+			"at least MANAGER_JOB_BACKOFF_MIN ("+c.JobBackoffMin.String()+")", config.ErrOutOfRange)
+	}
+	if c.JobLeaseMax < c.JobLeaseMin {
+		return config.Invalid(EnvJobLeaseMax, c.JobLeaseMax.String(),
+			"at least MANAGER_JOB_LEASE_MIN ("+c.JobLeaseMin.String()+")", config.ErrOutOfRange)
+	}
+	if c.JobLeaseDefault < c.JobLeaseMin || c.JobLeaseDefault > c.JobLeaseMax {
+		return config.Invalid(EnvJobLeaseDefault, c.JobLeaseDefault.String(),
+			"within MANAGER_JOB_LEASE_MIN..MAX ("+c.JobLeaseMin.String()+".."+c.JobLeaseMax.String()+")", config.ErrOutOfRange)
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return config.Invalid(EnvLeaderLeaseTimeout, c.LeaderLeaseTimeout.String(),

@@ -66,7 +66,8 @@ func (m *Manager) leaderLoop() {
 
 // lead is one term of leadership: apply everything of earlier terms (Barrier),
 // open for business, resolve the PENDING entries a predecessor left, then expire
-// entries every cleanup interval until leadership ends.
+// entries every cleanup interval and job leases every leaseCheckInterval
+// until leadership ends.
 func (m *Manager) lead(ctx context.Context) {
 	term := m.raft.CurrentTerm()
 	if m.beforeBarrier != nil {
@@ -94,6 +95,8 @@ func (m *Manager) lead(ctx context.Context) {
 	defer tick.Stop()
 	orphans := time.NewTicker(max(m.cfg.OrphanGrace/2, 50*time.Millisecond))
 	defer orphans.Stop()
+	leases := time.NewTicker(leaseCheckInterval)
+	defer leases.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -102,6 +105,8 @@ func (m *Manager) lead(ctx context.Context) {
 			m.expire(ctx)
 		case <-orphans.C:
 			m.resolveOrphans(ctx)
+		case <-leases.C:
+			m.expireLeases(ctx)
 		}
 	}
 }

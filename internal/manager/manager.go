@@ -105,6 +105,9 @@ type Manager struct {
 	// beforeBarrier, when set (tests), runs as a term begins, before lead's
 	// first Barrier.
 	beforeBarrier func()
+	// queueJobs: propose version-3 Commits, the job QUEUED for workers
+	// (jobs.go); set from the package's switch, and by tests.
+	queueJobs atomic.Bool
 
 	bgWG     sync.WaitGroup
 	waitsWG  sync.WaitGroup // callers between a Raft request and its answer (holdRaft)
@@ -141,6 +144,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 		clusterTLS: deps.ClusterTLS,
 	}
+	m.queueJobs.Store(queueJobs)
 	m.registerClockMetrics(deps.Registerer)
 	m.clock.src = deps.Clock
 

@@ -284,12 +284,16 @@ func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, 
 	}
 	var cmd ledger.Command
 	if d.admit {
-		cmd = ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
+		c := ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
 			ExpiresAt:         basisExpiry(basis, now, committedTTL),
 			JobExpiresAt:      now.Add(retention).UnixNano(),
 			MaxJobs:           uint64(m.cfg.MaxQueuedJobs),
 			RejectedExpiresAt: basisExpiry(basis, now, rejectedTTL),
 			CapacityDetail:    fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", m.cfg.Datacenter, m.cfg.MaxQueuedJobs)}
+		cmd = c
+		if m.queueJobs.Load() { // the worker lifecycle (jobs.go)
+			cmd = ledger.QueueCommit(c)
+		}
 	} else {
 		cmd = ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
 			ExpiresAt: basisExpiry(basis, now, rejectedTTL),

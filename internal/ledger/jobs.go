@@ -1,0 +1,718 @@
+package ledger
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// The job lifecycle (docs/ledger.md, "Job lifecycle"): a job committed by a
+// version-3 Commit is QUEUED; Lease hands it to a worker (RUNNING, under a
+// lease the leader stamped); Heartbeat extends the lease; Complete ends it
+// SUCCEEDED, Fail QUEUED again (a retry), FAILED or DEAD; a lease that
+// expires puts the job back to QUEUED (ExpireLeases, or Lease's reclaim) or
+// DEAD once it used its attempts. A finished job (SUCCEEDED, FAILED, DEAD)
+// stays readable for its retention and then goes as every job does (Expire);
+// an unfinished one never expires.
+//
+// Every time, lease ID and retry time is stamped in the command by the
+// leader: apply reads no clock and draws no jitter.
+
+// JobState is the state of a job in the worker lifecycle. The numeric values
+// are part of the snapshot format.
+type JobState uint8
+
+// Job states.
+const (
+	// JobLegacy: a job committed by a Commit of version 1 or 2, outside the
+	// lifecycle (status "committed"), kept until its retention as before.
+	JobLegacy JobState = 0
+	// JobQueued: waiting for a worker, leasable from its RunAt.
+	JobQueued JobState = 1
+	// JobRunning: leased to a worker until LeaseExpiresAt.
+	JobRunning JobState = 2
+	// JobSucceeded: completed with a result. Finished.
+	JobSucceeded JobState = 3
+	// JobFailed: failed without retry. Finished.
+	JobFailed JobState = 4
+	// JobDead: failed (or lost its lease) with every attempt used. Finished.
+	JobDead JobState = 5
+)
+
+// String returns the API name of the state (api.JobStatusQueued, ...;
+// api.JobStatusCommitted for JobLegacy).
+func (s JobState) String() string {
+	switch s {
+	case JobLegacy:
+		return api.JobStatusCommitted
+	case JobQueued:
+		return api.JobStatusQueued
+	case JobRunning:
+		return api.JobStatusRunning
+	case JobSucceeded:
+		return api.JobStatusSucceeded
+	case JobFailed:
+		return api.JobStatusFailed
+	case JobDead:
+		return api.JobStatusDead
+	}
+	return "job_state(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Finished reports whether the job is done (SUCCEEDED, FAILED or DEAD): it
+// no longer counts against the capacity and expires by its retention.
+func (s JobState) Finished() bool { return s >= JobSucceeded && s <= JobDead }
+
+// Unfinished reports whether the job counts against MaxJobs: a legacy, queued
+// or running job.
+func (s JobState) Unfinished() bool { return s <= JobRunning }
+
+// ParseJobState returns the state an API status name names.
+func ParseJobState(status string) (JobState, bool) {
+	for s := JobLegacy; s <= JobDead; s++ {
+		if s.String() == status {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+// Bounds of the lifecycle commands.
+const (
+	// MaxLease bounds Lease.Max: jobs handed out by one Lease.
+	MaxLease = 100
+	// MaxLeaseTypes bounds Lease.Types.
+	MaxLeaseTypes = 16
+	// MaxReclaim bounds the expired leases of its tenant one Lease looks at
+	// before the queue (reclaiming them, or making them DEAD), so a Lease
+	// stays O(log n + jobs handed out).
+	MaxReclaim = 64
+)
+
+// ErrorLeaseExpired is the Error a job gets when its lease expired.
+const ErrorLeaseExpired = "lease expired"
+
+// Lease hands out up to Max QUEUED jobs of Tenant whose RunAt <= Now, oldest
+// first by (RunAt, Seq), of one of Types (empty: any type). Before the queue
+// it looks at up to MaxReclaim of the tenant's RUNNING jobs whose lease has
+// expired (LeaseExpiresAt <= Now), earliest first: one that used MaxAttempts
+// (when not 0) becomes DEAD; the others of a matching type are handed out
+// first, as if queued. A job handed out becomes RUNNING with Attempts + 1, the
+// lease LeaseIDs[i] (i-th job handed out), Holder and LeaseExpiresAt =
+// Expiry. OutcomeLeased, with Result.Lease.Jobs (possibly empty).
+//
+// Invalid: empty Tenant or Holder; Max not in 1..MaxLease; len(LeaseIDs) !=
+// Max or an empty or repeated ID; more than MaxLeaseTypes types, an empty or
+// a repeated one; Expiry not after Now.
+type Lease struct {
+	Tenant string
+	Holder string
+	Types  []string
+	Max    uint64
+	// LeaseIDs are stamped by the leader, unique: one per job it may hand out.
+	LeaseIDs []string
+	Now      int64
+	Expiry   int64
+	// MaxAttempts (MANAGER_JOB_MAX_ATTEMPTS; 0: no bound) decides which
+	// reclaimed jobs are DEAD.
+	MaxAttempts uint64
+}
+
+// Heartbeat extends the current lease of a RUNNING job to Expiry:
+// OutcomeExtended. A lease that is not the job's current one (another ID,
+// expired at Now, a job not RUNNING): OutcomeLeaseLost; no job:
+// OutcomeNotFound. Invalid: an empty field, Expiry not after Now.
+type Heartbeat struct {
+	Tenant  string
+	JobID   string
+	LeaseID string
+	Now     int64
+	Expiry  int64
+}
+
+// Complete ends the attempt of the job's current lease: RUNNING → SUCCEEDED
+// with Result, FinishedAt = Now, ExpiresAt = Now + Retention:
+// OutcomeCompleted. Applied once: a job already SUCCEEDED by the same lease
+// answers OutcomeUnchanged with the job. A lease that is not current:
+// OutcomeLeaseLost; no job: OutcomeNotFound. Invalid: an empty field.
+type Complete struct {
+	Tenant  string
+	JobID   string
+	LeaseID string
+	// Result is opaque JSON bytes, stored as they are.
+	Result json.RawMessage
+	Now    int64
+}
+
+// Fail ends the attempt of the job's current lease with Error
+// (OutcomeFailed): without Retry the job is FAILED; with Retry it is DEAD once
+// Attempts >= MaxAttempts (when not 0), else QUEUED again with RunAt =
+// RetryAt (the leader's backoff with jitter). A finished or queued job whose
+// last attempt this same lease failed answers OutcomeUnchanged. A lease that
+// is not current: OutcomeLeaseLost; no job: OutcomeNotFound. Invalid: an
+// empty tenant, job or lease ID; Retry with RetryAt before Now.
+type Fail struct {
+	Tenant      string
+	JobID       string
+	LeaseID     string
+	Error       string
+	Retry       bool
+	Now         int64
+	RetryAt     int64
+	MaxAttempts uint64
+}
+
+// ExpireLeases ends the leases expired at Now (LeaseExpiresAt <= Now),
+// earliest first, at most Max of them (0: no limit): each job is QUEUED again
+// with RunAt = RetryAt, or DEAD once Attempts >= MaxAttempts (when not 0); its
+// lease is cleared and its Error is ErrorLeaseExpired. OutcomeLeasesExpired,
+// Result.Lease counts, Result.More when Max stopped it with more due. The
+// leader proposes it when FSM.NextLeaseExpiry is due. Invalid: RetryAt
+// before Now.
+type ExpireLeases struct {
+	Now         int64
+	Max         uint64
+	RetryAt     int64
+	MaxAttempts uint64
+}
+
+func (Lease) CommandType() CommandType        { return TypeLease }
+func (Heartbeat) CommandType() CommandType    { return TypeHeartbeat }
+func (Complete) CommandType() CommandType     { return TypeComplete }
+func (Fail) CommandType() CommandType         { return TypeFail }
+func (ExpireLeases) CommandType() CommandType { return TypeExpireLeases }
+func (Lease) CommandVersion() uint8           { return LeaseVersion }
+func (Heartbeat) CommandVersion() uint8       { return HeartbeatVersion }
+func (Complete) CommandVersion() uint8        { return CompleteVersion }
+func (Fail) CommandVersion() uint8            { return FailVersion }
+func (ExpireLeases) CommandVersion() uint8    { return ExpireLeasesVersion }
+
+func (c Lease) sizeHint() int {
+	return len(c.Tenant) + len(c.Holder) + sizeStrings(c.Types) + sizeStrings(c.LeaseIDs) + 4*varintSize + 16
+}
+func (c Heartbeat) sizeHint() int {
+	return len(c.Tenant) + len(c.JobID) + len(c.LeaseID) + 3*varintSize + 16
+}
+func (c Complete) sizeHint() int {
+	return len(c.Tenant) + len(c.JobID) + len(c.LeaseID) + len(c.Result) + 4*varintSize + 8
+}
+func (c Fail) sizeHint() int {
+	return len(c.Tenant) + len(c.JobID) + len(c.LeaseID) + len(c.Error) + 5*varintSize + 17
+}
+func (ExpireLeases) sizeHint() int { return 2*varintSize + 16 }
+
+// Lease v1 body:
+//
+//	tenant string, holder string, types strings, max uvarint,
+//	lease_ids strings, now int64, expiry int64, max_attempts uvarint
+func (c Lease) appendBody(b []byte) []byte {
+	b = appendString(b, c.Tenant)
+	b = appendString(b, c.Holder)
+	b = appendStrings(b, c.Types)
+	b = appendUvarint(b, c.Max)
+	b = appendStrings(b, c.LeaseIDs)
+	b = appendInt64(b, c.Now)
+	b = appendInt64(b, c.Expiry)
+	return appendUvarint(b, c.MaxAttempts)
+}
+
+// Heartbeat v1 body:
+//
+//	tenant string, job_id string, lease_id string, now int64, expiry int64
+func (c Heartbeat) appendBody(b []byte) []byte {
+	b = appendString(b, c.Tenant)
+	b = appendString(b, c.JobID)
+	b = appendString(b, c.LeaseID)
+	b = appendInt64(b, c.Now)
+	return appendInt64(b, c.Expiry)
+}
+
+// Complete v1 body:
+//
+//	tenant string, job_id string, lease_id string, result bytes, now int64
+func (c Complete) appendBody(b []byte) []byte {
+	b = appendString(b, c.Tenant)
+	b = appendString(b, c.JobID)
+	b = appendString(b, c.LeaseID)
+	b = appendBytes(b, c.Result)
+	return appendInt64(b, c.Now)
+}
+
+// Fail v1 body:
+//
+//	tenant string, job_id string, lease_id string, error string, retry bool,
+//	now int64, retry_at int64, max_attempts uvarint
+func (c Fail) appendBody(b []byte) []byte {
+	b = appendString(b, c.Tenant)
+	b = appendString(b, c.JobID)
+	b = appendString(b, c.LeaseID)
+	b = appendString(b, c.Error)
+	b = appendBool(b, c.Retry)
+	b = appendInt64(b, c.Now)
+	b = appendInt64(b, c.RetryAt)
+	return appendUvarint(b, c.MaxAttempts)
+}
+
+// ExpireLeases v1 body:
+//
+//	now int64, max uvarint, retry_at int64, max_attempts uvarint
+func (c ExpireLeases) appendBody(b []byte) []byte {
+	b = appendInt64(b, c.Now)
+	b = appendUvarint(b, c.Max)
+	b = appendInt64(b, c.RetryAt)
+	return appendUvarint(b, c.MaxAttempts)
+}
+
+// decodeLifecycle decodes the body of a lifecycle command; false for a
+// version this build does not read.
+func decodeLifecycle(d *decoder, t CommandType, v uint8) (Command, bool) {
+	if v != 1 {
+		return nil, false
+	}
+	switch t {
+	case TypeLease:
+		var c Lease
+		c.Tenant = d.string()
+		c.Holder = d.string()
+		c.Types = d.strings()
+		c.Max = d.uvarint()
+		c.LeaseIDs = d.strings()
+		c.Now = d.int64()
+		c.Expiry = d.int64()
+		c.MaxAttempts = d.uvarint()
+		return c, true
+	case TypeHeartbeat:
+		var c Heartbeat
+		c.Tenant = d.string()
+		c.JobID = d.string()
+		c.LeaseID = d.string()
+		c.Now = d.int64()
+		c.Expiry = d.int64()
+		return c, true
+	case TypeComplete:
+		var c Complete
+		c.Tenant = d.string()
+		c.JobID = d.string()
+		c.LeaseID = d.string()
+		c.Result = d.bytes()
+		c.Now = d.int64()
+		return c, true
+	case TypeFail:
+		var c Fail
+		c.Tenant = d.string()
+		c.JobID = d.string()
+		c.LeaseID = d.string()
+		c.Error = d.string()
+		c.Retry = d.bool()
+		c.Now = d.int64()
+		c.RetryAt = d.int64()
+		c.MaxAttempts = d.uvarint()
+		return c, true
+	case TypeExpireLeases:
+		var c ExpireLeases
+		c.Now = d.int64()
+		c.Max = d.uvarint()
+		c.RetryAt = d.int64()
+		c.MaxAttempts = d.uvarint()
+		return c, true
+	}
+	return nil, false
+}
+
+// Orders of the lifecycle (state.go lists every index). A job is in them by
+// its state only; a JobLegacy job (Life nil) is in none, and their less
+// functions are only ever given lifecycle jobs and probes with a Life.
+
+func lessJobQueue(a, b *Job) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	if a.Life.RunAt != b.Life.RunAt {
+		return a.Life.RunAt < b.Life.RunAt
+	}
+	return a.Seq < b.Seq
+}
+
+func lessJobQueueType(a, b *Job) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	if c := strings.Compare(a.Type, b.Type); c != 0 {
+		return c < 0
+	}
+	if a.Life.RunAt != b.Life.RunAt {
+		return a.Life.RunAt < b.Life.RunAt
+	}
+	return a.Seq < b.Seq
+}
+
+func lessJobTenantLease(a, b *Job) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	if a.Life.LeaseExpiresAt != b.Life.LeaseExpiresAt {
+		return a.Life.LeaseExpiresAt < b.Life.LeaseExpiresAt
+	}
+	return a.Seq < b.Seq
+}
+
+func lessJobLeaseExp(a, b *Job) bool {
+	if a.Life.LeaseExpiresAt != b.Life.LeaseExpiresAt {
+		return a.Life.LeaseExpiresAt < b.Life.LeaseExpiresAt
+	}
+	if a.Seq != b.Seq {
+		return a.Seq < b.Seq
+	}
+	return a.Tenant < b.Tenant
+}
+
+func lessJobState(a, b *Job) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	if sa, sb := stateOf(a), stateOf(b); sa != sb {
+		return sa < sb
+	}
+	return a.Seq < b.Seq
+}
+
+// stateOf is j.State() without copying the job.
+func stateOf(j *Job) JobState {
+	if j.Life == nil {
+		return JobLegacy
+	}
+	return j.Life.State
+}
+
+// jobSize is what a job accounts for: its overhead, payload, result and error.
+func jobSize(j *Job) uint64 {
+	n := jobBytes(len(j.Payload))
+	if j.Life != nil {
+		n += uint64(len(j.Life.Result)) + uint64(len(j.Life.Error))
+	}
+	return n
+}
+
+// retained: the job is in the retention order (jobExp).
+func retained(j *Job) bool { return j.Life == nil || j.Life.State.Finished() }
+
+// indexJob and unindexJob keep the orders that depend on a job's state (all
+// but jobs, jobSeq and jobType). A legacy job's cost is one comparison.
+func (s *state) indexJob(j *Job) {
+	if j.Life == nil {
+		s.jobExp.ReplaceOrInsert(j)
+		return
+	}
+	s.jobState.ReplaceOrInsert(j)
+	switch st := j.Life.State; {
+	case st == JobQueued:
+		s.jobQueue.ReplaceOrInsert(j)
+		s.jobQueueType.ReplaceOrInsert(j)
+	case st == JobRunning:
+		s.jobTenantLease.ReplaceOrInsert(j)
+		s.jobLeaseExp.ReplaceOrInsert(j)
+	case st.Finished():
+		s.jobExp.ReplaceOrInsert(j)
+	}
+}
+
+func (s *state) unindexJob(j *Job) {
+	if j.Life == nil {
+		s.jobExp.Delete(j)
+		return
+	}
+	s.jobState.Delete(j)
+	switch st := j.Life.State; {
+	case st == JobQueued:
+		s.jobQueue.Delete(j)
+		s.jobQueueType.Delete(j)
+	case st == JobRunning:
+		s.jobTenantLease.Delete(j)
+		s.jobLeaseExp.Delete(j)
+	case st.Finished():
+		s.jobExp.Delete(j)
+	}
+}
+
+// replaceJob swaps old for j (same tenant and ID, same Seq).
+func (s *state) replaceJob(old, j *Job) {
+	s.unindexJob(old)
+	s.jobs.ReplaceOrInsert(j)
+	// In memory the orders hold the item itself; on disk these two hold the
+	// primary key, which has not changed (the write is the price of one
+	// code path).
+	s.jobSeq.ReplaceOrInsert(j)
+	s.jobType.ReplaceOrInsert(j)
+	s.indexJob(j)
+	s.jobStates[stateOf(old)]--
+	s.jobStates[stateOf(j)]++
+	s.release(old.Tenant, jobSize(old))
+	s.charge(j.Tenant, jobSize(j))
+}
+
+// update replaces the lifecycle job old by a copy that change edits (items
+// are immutable: the job and its JobLife are new) and returns it.
+func (s *state) update(old *Job, change func(j *Job, l *JobLife)) Job {
+	j := *old
+	l := *old.Life
+	change(&j, &l)
+	j.Life = &l
+	s.replaceJob(old, &j)
+	return j
+}
+
+// unfinishedJobs is what MaxJobs bounds.
+func (s *state) unfinishedJobs() int {
+	return s.jobCount - s.jobStates[JobSucceeded] - s.jobStates[JobFailed] - s.jobStates[JobDead]
+}
+
+// currentLease: id is the job's current lease at now.
+func currentLease(j *Job, id string, now int64) bool {
+	return j.Life != nil && j.Life.State == JobRunning && j.Life.LeaseID == id && j.Life.LeaseExpiresAt > now
+}
+
+// satAdd returns a+b (b >= 0), saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// setState sets the lifecycle state and the job's Status with it.
+func setState(j *Job, l *JobLife, st JobState) { l.State, j.Status = st, st.String() }
+
+// finish makes the job finished in state st at now.
+func finish(j *Job, l *JobLife, st JobState, now int64) {
+	setState(j, l, st)
+	l.FinishedAt = now
+	j.ExpiresAt = satAdd(now, max(l.Retention, 0))
+}
+
+// leaseTo hands old out: RUNNING under lease id. expired: its previous lease
+// expired (a reclaim), which its Error says.
+func (s *state) leaseTo(old *Job, c *Lease, id string, expired bool) Job {
+	return s.update(old, func(j *Job, l *JobLife) {
+		if expired {
+			l.Error = ErrorLeaseExpired
+		}
+		setState(j, l, JobRunning)
+		l.Attempts++
+		l.LeaseID, l.Holder, l.LeaseExpiresAt = id, c.Holder, c.Expiry
+	})
+}
+
+// endExpiredLease ends the expired lease of old: DEAD when it used
+// maxAttempts, else QUEUED at runAt. It reports whether it is DEAD.
+func (s *state) endExpiredLease(old *Job, now, runAt int64, maxAttempts uint64) (dead bool) {
+	s.update(old, func(j *Job, l *JobLife) {
+		l.LeaseID, l.Holder, l.LeaseExpiresAt = "", "", 0
+		l.Error = ErrorLeaseExpired
+		dead = maxAttempts > 0 && l.Attempts >= maxAttempts
+		if dead {
+			finish(j, l, JobDead, now)
+		} else {
+			setState(j, l, JobQueued)
+			l.RunAt = runAt
+		}
+	})
+	return dead
+}
+
+func validIDs(ids []string) bool {
+	for i, id := range ids {
+		if id == "" || slices.Contains(ids[:i], id) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *state) applyLease(c Lease) Result {
+	switch {
+	case c.Tenant == "" || c.Holder == "":
+		return invalidf("lease: empty tenant or holder")
+	case c.Max < 1 || c.Max > MaxLease:
+		return invalidf("lease: max %d not in 1..%d", c.Max, MaxLease)
+	case uint64(len(c.LeaseIDs)) != c.Max || !validIDs(c.LeaseIDs):
+		return invalidf("lease: %d lease IDs for max %d, or an empty or repeated one", len(c.LeaseIDs), c.Max)
+	case len(c.Types) > MaxLeaseTypes || !validIDs(c.Types):
+		return invalidf("lease: %d types (at most %d), or an empty or repeated one", len(c.Types), MaxLeaseTypes)
+	case c.Expiry <= c.Now:
+		return invalidf("lease: expiry %d not after now %d", c.Expiry, c.Now)
+	}
+	lr := &LeaseResult{}
+	res := Result{Outcome: OutcomeLeased, Lease: lr}
+	want := int(c.Max)
+	typeOK := func(t string) bool { return len(c.Types) == 0 || slices.Contains(c.Types, t) }
+
+	// Reclaim: the tenant's expired leases, earliest first (collected, then
+	// changed: an order is not changed while it is walked).
+	var expired []*Job
+	s.jobTenantLease.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Life: &JobLife{LeaseExpiresAt: math.MinInt64}}, func(j *Job) bool {
+		if j.Tenant != c.Tenant || j.Life.LeaseExpiresAt > c.Now || len(expired) == MaxReclaim {
+			return false
+		}
+		expired = append(expired, j)
+		return true
+	})
+	for _, old := range expired {
+		switch {
+		case c.MaxAttempts > 0 && old.Life.Attempts >= c.MaxAttempts:
+			s.endExpiredLease(old, c.Now, c.Now, c.MaxAttempts)
+			lr.Dead++
+		case len(lr.Jobs) < want && typeOK(old.Type):
+			lr.Jobs = append(lr.Jobs, s.leaseTo(old, &c, c.LeaseIDs[len(lr.Jobs)], true))
+			lr.Reclaimed++
+		}
+	}
+
+	// The queue: QUEUED jobs with RunAt <= Now, by (RunAt, Seq).
+	need := want - len(lr.Jobs)
+	if need == 0 {
+		return res
+	}
+	var due []*Job
+	collect := func(typ string, byType bool) func(*Job) bool {
+		n := 0
+		return func(j *Job) bool {
+			if j.Tenant != c.Tenant || (byType && j.Type != typ) || j.Life.RunAt > c.Now || n == need {
+				return false
+			}
+			n++
+			due = append(due, j)
+			return true
+		}
+	}
+	if len(c.Types) == 0 {
+		s.jobQueue.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Life: &JobLife{RunAt: math.MinInt64}}, collect("", false))
+	} else {
+		for _, t := range c.Types {
+			s.jobQueueType.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Type: t, Life: &JobLife{RunAt: math.MinInt64}}, collect(t, true))
+		}
+		slices.SortFunc(due, func(a, b *Job) int {
+			if lessJobQueue(a, b) {
+				return -1
+			}
+			return 1 // Seqs are unique: never equal
+		})
+		due = due[:min(len(due), need)]
+	}
+	for _, old := range due {
+		lr.Jobs = append(lr.Jobs, s.leaseTo(old, &c, c.LeaseIDs[len(lr.Jobs)], false))
+	}
+	return res
+}
+
+func (s *state) applyHeartbeat(c Heartbeat) Result {
+	switch {
+	case c.Tenant == "" || c.JobID == "" || c.LeaseID == "":
+		return invalidf("heartbeat: empty tenant, job ID or lease ID")
+	case c.Expiry <= c.Now:
+		return invalidf("heartbeat: expiry %d not after now %d", c.Expiry, c.Now)
+	}
+	old, ok := s.getJob(c.Tenant, c.JobID)
+	if !ok {
+		return Result{Outcome: OutcomeNotFound}
+	}
+	if !currentLease(old, c.LeaseID, c.Now) {
+		return Result{Outcome: OutcomeLeaseLost, Job: *old}
+	}
+	j := s.update(old, func(_ *Job, l *JobLife) { l.LeaseExpiresAt = c.Expiry })
+	return Result{Outcome: OutcomeExtended, Job: j}
+}
+
+func (s *state) applyComplete(c Complete) Result {
+	if c.Tenant == "" || c.JobID == "" || c.LeaseID == "" {
+		return invalidf("complete: empty tenant, job ID or lease ID")
+	}
+	old, ok := s.getJob(c.Tenant, c.JobID)
+	if !ok {
+		return Result{Outcome: OutcomeNotFound}
+	}
+	if old.Life != nil && old.Life.State == JobSucceeded && old.Life.LeaseID == c.LeaseID {
+		return Result{Outcome: OutcomeUnchanged, Job: *old}
+	}
+	if !currentLease(old, c.LeaseID, c.Now) {
+		return Result{Outcome: OutcomeLeaseLost, Job: *old}
+	}
+	j := s.update(old, func(j *Job, l *JobLife) {
+		l.Result, l.Error = clip(c.Result), ""
+		finish(j, l, JobSucceeded, c.Now)
+	})
+	return Result{Outcome: OutcomeCompleted, Job: j}
+}
+
+func (s *state) applyFail(c Fail) Result {
+	switch {
+	case c.Tenant == "" || c.JobID == "" || c.LeaseID == "":
+		return invalidf("fail: empty tenant, job ID or lease ID")
+	case c.Retry && c.RetryAt < c.Now:
+		return invalidf("fail: retry_at %d before now %d", c.RetryAt, c.Now)
+	}
+	old, ok := s.getJob(c.Tenant, c.JobID)
+	if !ok {
+		return Result{Outcome: OutcomeNotFound}
+	}
+	// The lease that ended the last attempt by a Fail stays on the job (an
+	// expired lease is cleared): the same Fail again answers the job.
+	if l := old.Life; l != nil && l.LeaseID == c.LeaseID && (l.State == JobQueued || l.State == JobFailed || l.State == JobDead) {
+		return Result{Outcome: OutcomeUnchanged, Job: *old}
+	}
+	if !currentLease(old, c.LeaseID, c.Now) {
+		return Result{Outcome: OutcomeLeaseLost, Job: *old}
+	}
+	j := s.update(old, func(j *Job, l *JobLife) {
+		l.Error = c.Error
+		switch {
+		case !c.Retry:
+			finish(j, l, JobFailed, c.Now)
+		case c.MaxAttempts > 0 && l.Attempts >= c.MaxAttempts:
+			finish(j, l, JobDead, c.Now)
+		default:
+			setState(j, l, JobQueued)
+			l.RunAt = c.RetryAt
+		}
+	})
+	return Result{Outcome: OutcomeFailed, Job: j}
+}
+
+func (s *state) applyExpireLeases(c ExpireLeases) Result {
+	if c.RetryAt < c.Now {
+		return invalidf("expire_leases: retry_at %d before now %d", c.RetryAt, c.Now)
+	}
+	lr := &LeaseResult{}
+	res := Result{Outcome: OutcomeLeasesExpired, Lease: lr}
+	for n := uint64(0); ; n++ {
+		j, ok := s.jobLeaseExp.Min()
+		if !ok || j.Life.LeaseExpiresAt > c.Now {
+			break
+		}
+		if c.Max != 0 && n == c.Max {
+			res.More = true
+			break
+		}
+		if s.endExpiredLease(j, c.Now, c.RetryAt, c.MaxAttempts) {
+			lr.Dead++
+		} else {
+			lr.Requeued++
+		}
+	}
+	return res
+}
+
+// NextLeaseExpiry returns the earliest LeaseExpiresAt of a RUNNING job, and
+// false when none runs: the leader proposes ExpireLeases when its clock
+// reaches it. O(log n).
+func (f *FSM) NextLeaseExpiry() (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if j, ok := f.s.jobLeaseExp.Min(); ok {
+		return j.Life.LeaseExpiresAt, true
+	}
+	return 0, false
+}

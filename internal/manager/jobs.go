@@ -1,0 +1,249 @@
+package manager
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
+)
+
+// The worker lifecycle at the leader (docs/ledger.md, "Job lifecycle"): what
+// the RPC layer calls to lease, heartbeat, complete and fail jobs, and the
+// leader's ExpireLeases loop. The leader decides every lease ID, time and
+// retry delay (with its jitter) here and stamps them into the command; the
+// ledger applies it deterministically. Each call is one Raft entry, at the
+// leader only (rpc.CodeNotLeader elsewhere).
+
+// queueJobs is the switch to the worker lifecycle: with it, the leader
+// proposes version-3 Commits (ledger.QueueCommit), whose jobs are QUEUED for
+// workers and never expire before they finish; without it, version-2 Commits
+// as before. It stays off until the worker endpoints are served (nobody
+// would lease a queued job) and every voter reads Commit v3
+// (docs/ledger.md, "Compatibility and rolling upgrades"): turning it on is
+// this one line. Tests turn it on per manager (Manager.queueJobs).
+const queueJobs = false
+
+// LeaseRequest asks the leader for jobs of a tenant.
+type LeaseRequest struct {
+	Tenant string
+	// Holder names the worker (recorded on the job, for operators).
+	Holder string
+	// Types, when not empty, keeps jobs of these types only (at most
+	// ledger.MaxLeaseTypes, none repeated).
+	Types []string
+	// Max is how many jobs at most: 1..ledger.MaxLease (0: 1).
+	Max int
+	// Lease is the lease's duration: 0 for MANAGER_JOB_LEASE_DEFAULT, else
+	// within MANAGER_JOB_LEASE_MIN..MAX.
+	Lease time.Duration
+}
+
+// LeaseJobs hands out up to req.Max queued jobs of the tenant (the oldest
+// first; expired leases of the tenant first of all), each under a new lease
+// until now + the lease duration. An empty answer is not an error: nothing is
+// due. Errors are *rpc.Error values: CodeInvalid for a bad request,
+// CodeNotLeader / CodeUnavailable as for a submission.
+func (m *Manager) LeaseJobs(ctx context.Context, req LeaseRequest) ([]ledger.Job, error) {
+	if err := m.checkLeader(); err != nil {
+		return nil, err
+	}
+	if req.Max == 0 {
+		req.Max = 1
+	}
+	switch {
+	case req.Tenant == "" || req.Holder == "":
+		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: tenant and holder are required")
+	case req.Max < 1 || req.Max > ledger.MaxLease:
+		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: max must be from 1 to %d", ledger.MaxLease)
+	case len(req.Types) > ledger.MaxLeaseTypes:
+		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: at most %d types", ledger.MaxLeaseTypes)
+	}
+	for i, t := range req.Types {
+		if t == "" || slices.Contains(req.Types[:i], t) {
+			return nil, rpc.Errorf(rpc.CodeInvalid, "lease: an empty or repeated type")
+		}
+	}
+	d, err := m.leaseDuration(req.Lease)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, req.Max)
+	for i := range ids {
+		ids[i] = newLeaseID()
+	}
+	now := m.ledgerNow()
+	res, err := m.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Holder, Types: req.Types, Max: uint64(req.Max),
+		LeaseIDs: ids, Now: now.UnixNano(), Expiry: now.Add(d).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts)})
+	if err != nil {
+		return nil, err
+	}
+	if res.Outcome != ledger.OutcomeLeased || res.Lease == nil {
+		return nil, rpc.Errorf(rpc.CodeInternal, "lease: unexpected outcome %s", res.Outcome)
+	}
+	return res.Lease.Jobs, nil
+}
+
+// HeartbeatJob extends the job's current lease leaseID to now + lease (0:
+// MANAGER_JOB_LEASE_DEFAULT). CodeLeaseLost when leaseID is not the job's
+// current lease (the worker must stop), CodeNotFound without the job.
+func (m *Manager) HeartbeatJob(ctx context.Context, tenant, jobID, leaseID string, lease time.Duration) (ledger.Job, error) {
+	if err := m.checkLeader(); err != nil {
+		return ledger.Job{}, err
+	}
+	if err := jobCallValid(tenant, jobID, leaseID); err != nil {
+		return ledger.Job{}, err
+	}
+	d, err := m.leaseDuration(lease)
+	if err != nil {
+		return ledger.Job{}, err
+	}
+	now := m.ledgerNow()
+	res, err := m.apply(ctx, ledger.Heartbeat{Tenant: tenant, JobID: jobID, LeaseID: leaseID,
+		Now: now.UnixNano(), Expiry: now.Add(d).UnixNano()})
+	return jobAnswer(res, err, ledger.OutcomeExtended)
+}
+
+// CompleteJob ends the job's attempt under leaseID with its result:
+// SUCCEEDED. Applied once: the same call again answers the same job.
+// CodeLeaseLost when leaseID is not the job's current lease (the result is
+// not recorded), CodeNotFound without the job.
+func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string, result json.RawMessage) (ledger.Job, error) {
+	if err := m.checkLeader(); err != nil {
+		return ledger.Job{}, err
+	}
+	if err := jobCallValid(tenant, jobID, leaseID); err != nil {
+		return ledger.Job{}, err
+	}
+	if len(result) > 0 && !json.Valid(result) {
+		return ledger.Job{}, rpc.Errorf(rpc.CodeInvalid, "complete: the result is not JSON")
+	}
+	res, err := m.apply(ctx, ledger.Complete{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Result: result,
+		Now: m.ledgerNow().UnixNano()})
+	return jobAnswer(res, err, ledger.OutcomeCompleted)
+}
+
+// FailJob ends the job's attempt under leaseID with an error: with retry the
+// job is queued again after a backoff (MANAGER_JOB_BACKOFF_MIN doubled per
+// attempt up to MANAGER_JOB_BACKOFF_MAX, with jitter), or dead once it used
+// MANAGER_JOB_MAX_ATTEMPTS; without retry it is failed. Errors as
+// CompleteJob's.
+func (m *Manager) FailJob(ctx context.Context, tenant, jobID, leaseID, errMsg string, retry bool) (ledger.Job, error) {
+	if err := m.checkLeader(); err != nil {
+		return ledger.Job{}, err
+	}
+	if err := jobCallValid(tenant, jobID, leaseID); err != nil {
+		return ledger.Job{}, err
+	}
+	// The attempt's number, for its backoff: the job as this leader has
+	// applied it (the command itself judges the lease).
+	attempts := uint64(1)
+	if j, ok := m.fsm.Job(tenant, jobID); ok && j.Life != nil {
+		attempts = max(j.Life.Attempts, 1)
+	}
+	now := m.ledgerNow()
+	res, err := m.apply(ctx, ledger.Fail{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Error: errMsg, Retry: retry,
+		Now: now.UnixNano(), RetryAt: now.Add(m.backoff(attempts, rand.Float64())).UnixNano(),
+		MaxAttempts: uint64(m.cfg.JobMaxAttempts)})
+	return jobAnswer(res, err, ledger.OutcomeFailed)
+}
+
+func jobCallValid(tenant, jobID, leaseID string) error {
+	if tenant == "" || jobID == "" || leaseID == "" {
+		return rpc.Errorf(rpc.CodeInvalid, "tenant, job ID and lease ID are required")
+	}
+	return nil
+}
+
+// jobAnswer turns the result of a Heartbeat, Complete or Fail into the job
+// or an *rpc.Error.
+func jobAnswer(res ledger.Result, err error, done ledger.Outcome) (ledger.Job, error) {
+	if err != nil {
+		return ledger.Job{}, err
+	}
+	switch res.Outcome {
+	case done, ledger.OutcomeUnchanged:
+		return res.Job, nil
+	case ledger.OutcomeLeaseLost:
+		return res.Job, rpc.Errorf(rpc.CodeLeaseLost, "job %s: lease is not the job's current one (job %s)", res.Job.ID, res.Job.Status)
+	case ledger.OutcomeNotFound:
+		return ledger.Job{}, rpc.Errorf(rpc.CodeNotFound, "job not found")
+	}
+	return ledger.Job{}, rpc.Errorf(rpc.CodeInternal, "unexpected outcome %s", res.Outcome)
+}
+
+// leaseDuration is the duration a worker asked for (0: the default), checked
+// against the bounds.
+func (m *Manager) leaseDuration(d time.Duration) (time.Duration, error) {
+	if d == 0 {
+		return m.cfg.JobLeaseDefault, nil
+	}
+	if d < m.cfg.JobLeaseMin || d > m.cfg.JobLeaseMax {
+		return 0, rpc.Errorf(rpc.CodeInvalid, "lease of %s: not within %s..%s", d, m.cfg.JobLeaseMin, m.cfg.JobLeaseMax)
+	}
+	return d, nil
+}
+
+// backoff is the delay before a retry after the attempt-th failed attempt:
+// MANAGER_JOB_BACKOFF_MIN doubled per attempt, capped at
+// MANAGER_JOB_BACKOFF_MAX, with "equal jitter" (half of it fixed, half drawn
+// by u in [0, 1)), so workers failing together do not retry together and the
+// delay still grows. The draw is the leader's: the delay is stamped in the
+// command (RetryAt), never drawn by a replica.
+func (m *Manager) backoff(attempt uint64, u float64) time.Duration {
+	lo, hi := m.cfg.JobBackoffMin, m.cfg.JobBackoffMax
+	d := lo
+	for i := uint64(1); i < attempt && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	half := d / 2
+	return d - half + time.Duration(u*float64(half))
+}
+
+// newLeaseID is a random 128-bit lease ID (hex): unguessable, so a worker
+// cannot act on a lease it was not given.
+func newLeaseID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// expireLeasesBatch bounds the leases one ExpireLeases ends.
+const expireLeasesBatch = 1000
+
+// leaseCheckInterval is how often the leader looks for expired leases. A
+// lease may outlive its expiry by this much before ExpireLeases requeues its
+// job; a Lease of the same tenant reclaims it at once anyway.
+const leaseCheckInterval = time.Second
+
+// expireLeases proposes ExpireLeases while a lease is due: the jobs of
+// workers that stopped heartbeating go back to the queue (after
+// MANAGER_JOB_BACKOFF_MIN), or die once they used their attempts.
+func (m *Manager) expireLeases(ctx context.Context) {
+	for ctx.Err() == nil {
+		next, ok := m.fsm.NextLeaseExpiry()
+		now := m.expiryNow()
+		if !ok || next > now.UnixNano() {
+			return
+		}
+		res, err := m.apply(ctx, ledger.ExpireLeases{Now: now.UnixNano(), Max: expireLeasesBatch,
+			RetryAt: now.Add(m.cfg.JobBackoffMin).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts)})
+		if err != nil {
+			m.log.Warn("expiring job leases failed", logging.KeyError, err)
+			return
+		}
+		if res.Lease != nil && res.Lease.Requeued+res.Lease.Dead > 0 {
+			m.log.Info("job leases expired", "requeued", res.Lease.Requeued, "dead", res.Lease.Dead)
+		}
+		if !res.More {
+			return
+		}
+	}
+}
