@@ -130,6 +130,10 @@ type Job struct {
 	Life *JobLife
 }
 
+// Gone reports whether the job's retention has ended at now: never for a job
+// in the lifecycle that has not finished (ExpiresAt 0).
+func (j Job) Gone(now int64) bool { return j.ExpiresAt != 0 && j.ExpiresAt <= now }
+
 // State returns the job's lifecycle state (JobLegacy when Life is nil).
 func (j Job) State() JobState { return stateOf(&j) }
 

@@ -21,14 +21,14 @@ import (
 // ledger applies it deterministically. Each call is one Raft entry, at the
 // leader only (rpc.CodeNotLeader elsewhere).
 
-// queueJobs is the switch to the worker lifecycle: with it, the leader
-// proposes version-3 Commits (ledger.QueueCommit), whose jobs are QUEUED for
-// workers and never expire before they finish; without it, version-2 Commits
-// as before. It stays off until the worker endpoints are served (nobody
-// would lease a queued job) and every voter reads Commit v3
-// (docs/ledger.md, "Compatibility and rolling upgrades"): turning it on is
-// this one line. Tests turn it on per manager (Manager.queueJobs).
-const queueJobs = false
+// Config.QueueJobs (MANAGER_JOB_QUEUE, default on) is the switch to the
+// worker lifecycle: with it, the leader proposes version-3 Commits
+// (ledger.QueueCommit), whose jobs are QUEUED for workers and never expire
+// before they finish; without it, version-2 Commits, whose jobs are outside
+// the lifecycle and expire after MANAGER_JOB_RETENTION_SECONDS, as before
+// workers existed. A rolling upgrade from a version without workers keeps
+// it off until every voter reads Commit v3 (docs/ledger.md, "Compatibility
+// and rolling upgrades").
 
 // LeaseRequest asks the leader for jobs of a tenant.
 type LeaseRequest struct {

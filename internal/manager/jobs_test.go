@@ -183,10 +183,7 @@ func TestLeaderExpiresLeases(t *testing.T) {
 // TestQueueJobsOffCommitsLegacyJobs: until the switch, submissions make jobs
 // outside the lifecycle, as before, and nothing leases them.
 func TestQueueJobsOffCommitsLegacyJobs(t *testing.T) {
-	if queueJobs {
-		t.Skip("the lifecycle is on")
-	}
-	tc := newTestCluster(t, 1, nil)
+	tc := newTestCluster(t, 1, func(c *Config) { c.QueueJobs = false })
 	id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
 	m := tc.mgrs[tc.leader()]
 	if j, ok := m.fsm.Job("acme", id); !ok || j.Life != nil || j.Status != "committed" {

@@ -144,7 +144,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 		clusterTLS: deps.ClusterTLS,
 	}
-	m.queueJobs.Store(queueJobs)
+	m.queueJobs.Store(cfg.QueueJobs)
 	m.registerClockMetrics(deps.Registerer)
 	m.clock.src = deps.Clock
 

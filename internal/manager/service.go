@@ -39,10 +39,10 @@ func (m *Manager) GetJob(ctx context.Context, tenant, id string) (*api.Job, erro
 		return nil, err
 	}
 	j, ok := m.fsm.Job(tenant, id)
-	if !ok || j.ExpiresAt <= m.expiryNow().UnixNano() {
+	if !ok || j.Gone(m.expiryNow().UnixNano()) {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "job %q not found", id)
 	}
-	out := m.apiJob(j)
+	out := m.apiJobRead(j)
 	return &out, nil
 }
 
@@ -66,6 +66,9 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 		return nil, err
 	}
 	opts := ledger.ListOptions{Type: req.Type, Status: req.Status, Limit: req.Limit, MaxBytes: rpc.ListPageBytes}
+	if req.Status == api.JobStatusCommitted {
+		opts.Status = "" // every job is a committed one, in the lifecycle or not
+	}
 	if req.Limit < 0 || req.Limit > api.MaxListLimit {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "limit must be from 1 to %d", api.MaxListLimit)
 	}
@@ -83,7 +86,7 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 	}
 	resp := &rpc.ListJobsResponse{Jobs: make([]api.Job, 0, len(jobs))}
 	for _, j := range jobs {
-		resp.Jobs = append(resp.Jobs, m.apiJob(j))
+		resp.Jobs = append(resp.Jobs, m.apiJobRead(j))
 	}
 	if more {
 		resp.Next = encodeCursor(next)

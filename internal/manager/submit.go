@@ -417,13 +417,20 @@ func (m *Manager) apiJob(j ledger.Job) api.Job {
 	if len(payload) == 0 {
 		payload = []byte("null")
 	}
+	status := j.Status
+	if j.Life != nil {
+		// The ledger's Status of a job in the lifecycle is its state; the
+		// API's status is the admission outcome (committed), the state its
+		// own member (apiJobRead).
+		status = api.JobStatusCommitted
+	}
 	return api.Job{
 		JobID:          j.ID,
 		Type:           j.Type,
-		Status:         j.Status,
+		Status:         status,
 		IdempotencyKey: j.Key,
 		CreatedAt:      api.FormatTime(time.Unix(0, j.CreatedAt)),
-		Datacenters:    map[string]api.DatacenterStatus{m.cfg.Datacenter: {Status: j.Status}},
+		Datacenters:    map[string]api.DatacenterStatus{m.cfg.Datacenter: {Status: status}},
 		Payload:        payload,
 	}
 }
