@@ -29,6 +29,7 @@ var titles = map[api.Code]string{
 	api.CodeInternal:               "Internal error",
 	api.CodeTenantQuotaExceeded:    "Tenant quota exceeded",
 	api.CodeResponseTooLarge:       "Response too large",
+	api.CodeLeaseLost:              "Lease lost",
 }
 
 // problemBody renders an RFC 9457 problem: type is api.ProblemTypeBase plus the

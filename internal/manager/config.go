@@ -222,7 +222,7 @@ func DefaultConfig() Config {
 		JobBackoffMax:                5 * time.Minute,
 		JobLeaseDefault:              30 * time.Second,
 		JobLeaseMin:                  time.Second,
-		JobLeaseMax:                  15 * time.Minute,
+		JobLeaseMax:                  time.Hour,
 		MaxClockOffset:               500 * time.Millisecond,
 		LedgerMaxBytes:               1 << 30,
 		LedgerTenantMaxBytes:         256 << 20,
