@@ -189,6 +189,9 @@ func (c *Client) GetKey(ctx context.Context, key string) (*api.KeyInfo, error) {
 type ListOptions struct {
 	Type   string
 	Status string
+	// State lists jobs in one worker lifecycle state (api.JobStatusQueued,
+	// ...; docs/workers.md); not with Status.
+	State string
 	// Limit is the page size (1-1000; 0 lets the gate choose).
 	Limit int
 }
@@ -202,6 +205,9 @@ func (c *Client) ListPage(ctx context.Context, opts ListOptions, after string) (
 	}
 	if opts.Status != "" {
 		q.Set("status", opts.Status)
+	}
+	if opts.State != "" {
+		q.Set("state", opts.State)
 	}
 	if opts.Limit > 0 {
 		q.Set("limit", strconv.Itoa(opts.Limit))
