@@ -331,8 +331,12 @@ func decodeJob(d *decoder, version uint8) *Job {
 	l.FinishedAt = d.int64()
 	l.Result = d.bytes()
 	l.Error = d.string()
-	if d.err == nil && l.Retention < 0 {
+	switch {
+	case d.err != nil:
+	case l.Retention < 0:
 		d.fail("negative retention")
+	case j.Status != l.State.String():
+		d.fail(fmt.Sprintf("status %q in state %s", j.Status, l.State))
 	}
 	return j
 }

@@ -53,6 +53,20 @@ func sameState(t *testing.T, a, b *FSM) {
 			}
 		}
 	}
+	for _, tn := range []string{"acme", "globex", "initech"} {
+		for _, status := range []string{"committed", "queued", "running", "succeeded", "failed", "dead"} {
+			ja, na, ma := a.ListJobs(tn, ListOptions{Status: status, Limit: 5})
+			jb, nb, mb := b.ListJobs(tn, ListOptions{Status: status, Limit: 5})
+			if !reflect.DeepEqual(ja, jb) || na != nb || ma != mb {
+				t.Fatalf("ListJobs(%s, status %s) differs", tn, status)
+			}
+		}
+	}
+	la, oka := a.NextLeaseExpiry()
+	lb, okb := b.NextLeaseExpiry()
+	if la != lb || oka != okb {
+		t.Fatal("NextLeaseExpiry differs")
+	}
 	if !reflect.DeepEqual(a.Pending(), b.Pending()) {
 		t.Fatal("Pending differs")
 	}
@@ -65,8 +79,13 @@ func sameState(t *testing.T, a, b *FSM) {
 
 func TestSnapshotRoundTrip(t *testing.T) {
 	a, rest := populated(t, 11, 3000, 4000)
-	if st := a.Stats(); st.Entries == 0 || st.Jobs == 0 || st.Watermarks == 0 {
+	if st := a.Stats(); st.Entries == 0 || st.Jobs == 0 || st.Watermarks == 0 || st.Jobs == st.Queued+st.Running+st.Succeeded+st.Failed+st.Dead {
 		t.Fatalf("the log left too little state to test: %+v", st)
+	}
+	// Jobs in the lifecycle, in several states (TestSnapshotRoundTripLifecycle
+	// has every state, on both backends).
+	if st := a.Stats(); st.Queued+st.Running == 0 || st.Succeeded+st.Failed+st.Dead == 0 {
+		t.Fatalf("the log left no lifecycle jobs to test: %+v", st)
 	}
 	b := restore(t, persist(t, a))
 	sameState(t, a, b)
