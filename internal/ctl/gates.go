@@ -158,6 +158,7 @@ func jobCmd(g *globals) *cobra.Command {
 	}
 	list.Flags().StringVar(&opts.Type, "type", "", "only jobs of this type")
 	list.Flags().StringVar(&opts.Status, "status", "", "only jobs in this status")
+	list.Flags().StringVar(&opts.State, "state", "", "only jobs in this worker lifecycle state: queued, running, succeeded, failed or dead")
 	list.Flags().IntVar(&max, "max", 100, "stop after this many jobs")
 	var interval time.Duration
 	var dcs []string
@@ -182,7 +183,7 @@ the job is not found anywhere.`,
 	}
 	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to read the job")
 	watch.Flags().StringSliceVar(&dcs, "datacenters", nil, "the datacenters that must hold the job (default: those its body names)")
-	job.AddCommand(get, list, watch)
+	job.AddCommand(get, list, watch, workCmd(g))
 	return job
 }
 

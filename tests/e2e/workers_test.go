@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,4 +219,113 @@ func TestWorkersKeepCapacityFree(t *testing.T) {
 	if n != total {
 		t.Fatalf("%d succeeded jobs readable, want %d", n, total)
 	}
+}
+
+// TestWorkerProcessesSurviveKill9: `oncectl job work` processes run a shell
+// command per job, which appends "<job id> <attempt>" to a file; one worker
+// process is killed with SIGKILL while it holds jobs, and then the manager
+// leader; a replacement worker starts. Every job ends succeeded once in the
+// ledger with its command's result; the killed worker's jobs were run again
+// by the others; the runs above one per job are reported.
+func TestWorkerProcessesSurviveKill9(t *testing.T) {
+	c := startCluster(t, 3, 2, nil)
+	ctx := ctxFor(t, 5*time.Minute)
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := oncectlBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	runsFile := filepath.Join(dir, "runs")
+	ks, err := client.OpenKeys(filepath.Join(dir, "keys.json"), client.KeysOptions{ClientID: "e2e.work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(c.GateURLs(), client.Options{Keys: ks, MaxAttempts: 60, InitialBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, AttemptTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 600
+	for i := range total {
+		if _, err := cl.Submit(ctx, api.JobRequest{Type: "shell", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
+			t.Fatalf("submit %d: %v", i, err)
+		}
+	}
+	// Slow enough that a worker holds jobs when it is killed.
+	script := `echo "$ONCE_JOB_ID $ONCE_JOB_ATTEMPT" >> ` + runsFile + `; sleep 0.05; echo "{\"id\":\"$ONCE_JOB_ID\"}"`
+	start := func(name string) *exec.Cmd {
+		cmd := exec.Command(bin, "--gates", strings.Join(c.GateURLs(), ","), "job", "work", "--types", "shell",
+			"--concurrency", "4", "--lease", "2s", "--worker", name, "--", "sh", "-c", script)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+		})
+		return cmd
+	}
+	victim := start("w1")
+	start("w2")
+	start("w3")
+	count := func(state string) int {
+		n := 0
+		for _, err := range cl.ListJobs(ctx, client.ListOptions{State: state, Limit: 1000}) {
+			if err != nil {
+				return -1
+			}
+			n++
+		}
+		return n
+	}
+	testutil.WaitFor(t, left(ctx), func() (bool, string) {
+		n := count(api.JobStatusSucceeded)
+		return n >= total/3, fmt.Sprintf("a third of the jobs to succeed (%d)", n)
+	})
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start("w4")
+	testutil.WaitFor(t, left(ctx), func() (bool, string) {
+		n := count(api.JobStatusSucceeded)
+		return n == total, fmt.Sprintf("every job to succeed (%d of %d)", n, total)
+	})
+
+	seen := 0
+	for j, err := range cl.ListJobs(ctx, client.ListOptions{Type: "shell", Limit: 1000}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		if j.State != api.JobStatusSucceeded || string(j.Result) != fmt.Sprintf(`{"id":%q}`, j.JobID) {
+			t.Fatalf("job %s: state %s, result %s", j.JobID, j.State, j.Result)
+		}
+	}
+	if seen != total {
+		t.Fatalf("%d jobs listed, want %d", seen, total)
+	}
+	b, err := os.ReadFile(runsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		id, _, _ := strings.Cut(line, " ")
+		runs[id]++
+	}
+	if len(runs) != total {
+		t.Fatalf("commands ran for %d jobs, want %d", len(runs), total)
+	}
+	t.Logf("%d jobs succeeded once in the ledger; %d command runs, %d above one per job (the SIGKILLed worker's jobs, run again)",
+		total, strings.Count(string(b), "\n"), strings.Count(string(b), "\n")-total)
 }
