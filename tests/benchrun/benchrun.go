@@ -403,7 +403,13 @@ func runWorkload(ctx context.Context, c *localcluster.Cluster, p *prober, spec l
 	}
 
 	before := p.snapshot(ctx)
-	res, err := loadgen.Run(ctx, spec)
+	var res loadgen.Result
+	var err error
+	if spec.Name == WWorkers {
+		res, err = runWorkers(ctx, spec)
+	} else {
+		res, err = loadgen.Run(ctx, spec)
+	}
 	stopSelf()
 	smp.finish()
 	after := p.snapshot(ctx)

@@ -19,6 +19,7 @@ const (
 	WCacheHits  = "cache-hits"
 	WStorm      = "storm"
 	WFailover   = "failover"
+	WWorkers    = "workers"
 )
 
 // DefaultWorkloads is the `make bench` set, in the order they run. ceiling
@@ -26,7 +27,7 @@ const (
 // measure the others are given as a ratio to. failover comes last: it
 // derives its rate from the unique runs before it, and it leaves one manager
 // freshly restarted.
-var DefaultWorkloads = []string{WCeiling, WUniqueC1, WUniqueC64, WUniqueC512, WDuplicates, WCacheHits, WStorm, WFailover}
+var DefaultWorkloads = []string{WCeiling, WUniqueC1, WUniqueC64, WUniqueC512, WDuplicates, WCacheHits, WStorm, WWorkers, WFailover}
 
 // fallbackFailoverRate is the failover rate when no unique workload ran
 // before it and none was given.
@@ -65,6 +66,11 @@ func workloadSpec(name string, o Options, rate float64) (loadgen.Spec, error) {
 		n := o.StormSize
 		return loadgen.Spec{Name: name, Keys: loadgen.KeysStorm, Concurrency: n, Requests: int64(n), Warmup: true,
 			Description: fmt.Sprintf("%d connections opened first (half per gate), then one request each, all with one key, released together", n)}, nil
+	case WWorkers:
+		return loadgen.Spec{Name: name, Keys: loadgen.KeysUnique, Concurrency: workerProducers, Duration: d,
+			Description: fmt.Sprintf("jobs end to end: %d producers submit new jobs for the duration while %d workers lease them "+
+				"(long poll, %d at a time) and complete each; until every job submitted is completed. req/s is completed jobs/s, "+
+				"latency from submission to the completion's answer", workerProducers, workerWorkers, workerBatch)}, nil
 	case WFailover:
 		fd := o.FailoverDuration
 		return loadgen.Spec{Name: name, Keys: loadgen.KeysUnique, Rate: rate, Duration: loadgen.Duration(fd),
