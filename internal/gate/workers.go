@@ -297,98 +297,78 @@ func jobCall(w http.ResponseWriter, r *http.Request, leaseID string) (string, bo
 	return id, true
 }
 
-// handleHeartbeat is POST /v1/jobs/{job_id}/heartbeat.
-func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+// serveJobCall serves POST /v1/jobs/{job_id}/<action>: it decodes the body
+// into req, checks the job id and leaseID(), then check (a 400 with its
+// error), and forwards call.
+func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action string, req any, leaseID func() string,
+	check func() error, call func(ctx context.Context, tenant, id string) (any, error)) {
 	tenant, ok := g.authenticate(w, r)
 	if !ok {
 		return
 	}
-	var req api.HeartbeatRequest
-	body, ok := g.decodeWorkerBody(w, r, &req)
+	body, ok := g.decodeWorkerBody(w, r, req)
 	if !ok {
 		return
 	}
-	id, ok := jobCall(w, r, req.LeaseID)
+	id, ok := jobCall(w, r, leaseID())
 	if !ok {
 		return
 	}
-	d, err := leaseSeconds(req.LeaseSeconds)
-	if err != nil {
+	if err := check(); err != nil {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
 		return
 	}
-	g.serveWorkerCall(w, r, tenant, workerCall{route: "heartbeat " + id, body: body,
+	g.serveWorkerCall(w, r, tenant, workerCall{route: action + " " + id, body: body,
 		forward: func(ctx context.Context) *workerAnswer {
 			start := time.Now()
-			resp, err := g.client.Heartbeat(ctx, &rpc.HeartbeatRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, LeaseFor: d})
-			g.metrics.workerCall("heartbeat", err, time.Since(start))
+			v, err := call(ctx, tenant, id)
+			g.metrics.workerCall(action, err, time.Since(start))
 			if err != nil {
 				return g.workerError(r, err, id)
 			}
-			return workerOK(resp)
+			return workerOK(v)
 		}})
+}
+
+// handleHeartbeat is POST /v1/jobs/{job_id}/heartbeat.
+func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	var req api.HeartbeatRequest
+	var d time.Duration
+	g.serveJobCall(w, r, "heartbeat", &req, func() string { return req.LeaseID },
+		func() (err error) {
+			d, err = leaseSeconds(req.LeaseSeconds)
+			return err
+		},
+		func(ctx context.Context, tenant, id string) (any, error) {
+			return g.client.Heartbeat(ctx, &rpc.HeartbeatRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, LeaseFor: d})
+		})
 }
 
 // handleComplete is POST /v1/jobs/{job_id}/complete.
 func (g *Gate) handleComplete(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
 	var req api.CompleteRequest
-	body, ok := g.decodeWorkerBody(w, r, &req)
-	if !ok {
-		return
-	}
-	id, ok := jobCall(w, r, req.LeaseID)
-	if !ok {
-		return
-	}
-	result := req.Result
-	if len(result) == 0 {
-		result = json.RawMessage("null")
-	}
-	g.serveWorkerCall(w, r, tenant, workerCall{route: "complete " + id, body: body,
-		forward: func(ctx context.Context) *workerAnswer {
-			start := time.Now()
-			job, err := g.client.Complete(ctx, &rpc.CompleteRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, Result: result})
-			g.metrics.workerCall("complete", err, time.Since(start))
-			if err != nil {
-				return g.workerError(r, err, id)
+	g.serveJobCall(w, r, "complete", &req, func() string { return req.LeaseID }, func() error { return nil },
+		func(ctx context.Context, tenant, id string) (any, error) {
+			result := req.Result
+			if len(result) == 0 {
+				result = json.RawMessage("null")
 			}
-			return workerOK(job)
-		}})
+			return g.client.Complete(ctx, &rpc.CompleteRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, Result: result})
+		})
 }
 
 // handleFail is POST /v1/jobs/{job_id}/fail.
 func (g *Gate) handleFail(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
 	var req api.FailRequest
-	body, ok := g.decodeWorkerBody(w, r, &req)
-	if !ok {
-		return
-	}
-	id, ok := jobCall(w, r, req.LeaseID)
-	if !ok {
-		return
-	}
-	if len(req.Error) > api.MaxJobErrorBytes {
-		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
-			"invalid request: field \"error\": longer than "+strconv.Itoa(api.MaxJobErrorBytes)+" bytes")
-		return
-	}
-	retry := req.Retry == nil || *req.Retry
-	g.serveWorkerCall(w, r, tenant, workerCall{route: "fail " + id, body: body,
-		forward: func(ctx context.Context) *workerAnswer {
-			start := time.Now()
-			job, err := g.client.Fail(ctx, &rpc.FailRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, Error: req.Error, Retry: retry})
-			g.metrics.workerCall("fail", err, time.Since(start))
-			if err != nil {
-				return g.workerError(r, err, id)
+	g.serveJobCall(w, r, "fail", &req, func() string { return req.LeaseID },
+		func() error {
+			if len(req.Error) > api.MaxJobErrorBytes {
+				return errors.New("invalid request: field \"error\": longer than " + strconv.Itoa(api.MaxJobErrorBytes) + " bytes")
 			}
-			return workerOK(job)
-		}})
+			return nil
+		},
+		func(ctx context.Context, tenant, id string) (any, error) {
+			retry := req.Retry == nil || *req.Retry
+			return g.client.Fail(ctx, &rpc.FailRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, Error: req.Error, Retry: retry})
+		})
 }

@@ -87,28 +87,21 @@ func MountWorkers(mux *http.ServeMux, w Workers, log *slog.Logger) {
 			h.reply(rw, resp, err)
 		}
 	})
-	mux.HandleFunc("POST "+jobActionPath+"heartbeat", func(rw http.ResponseWriter, r *http.Request) {
-		var req HeartbeatRequest
+	mountJobAction(mux, h, "heartbeat", func(r *HeartbeatRequest, id string) { r.JobID = id }, w.Heartbeat)
+	mountJobAction(mux, h, "complete", func(r *CompleteRequest, id string) { r.JobID = id }, w.Complete)
+	mountJobAction(mux, h, "fail", func(r *FailRequest, id string) { r.JobID = id }, w.Fail)
+}
+
+// mountJobAction serves POST /rpc/v1/jobs/{id}/<action>: the body decoded
+// into a Req, its job ID set from the path, then do.
+func mountJobAction[Req, Resp any](mux *http.ServeMux, h *handler, action string, setID func(*Req, string),
+	do func(context.Context, *Req) (*Resp, error)) {
+	mux.HandleFunc("POST "+jobActionPath+action, func(rw http.ResponseWriter, r *http.Request) {
+		var req Req
 		if decodeBody(h, rw, r, &req) {
-			req.JobID = r.PathValue("id")
-			resp, err := w.Heartbeat(r.Context(), &req)
+			setID(&req, r.PathValue("id"))
+			resp, err := do(r.Context(), &req)
 			h.reply(rw, resp, err)
-		}
-	})
-	mux.HandleFunc("POST "+jobActionPath+"complete", func(rw http.ResponseWriter, r *http.Request) {
-		var req CompleteRequest
-		if decodeBody(h, rw, r, &req) {
-			req.JobID = r.PathValue("id")
-			job, err := w.Complete(r.Context(), &req)
-			h.reply(rw, job, err)
-		}
-	})
-	mux.HandleFunc("POST "+jobActionPath+"fail", func(rw http.ResponseWriter, r *http.Request) {
-		var req FailRequest
-		if decodeBody(h, rw, r, &req) {
-			req.JobID = r.PathValue("id")
-			job, err := w.Fail(r.Context(), &req)
-			h.reply(rw, job, err)
 		}
 	})
 }
