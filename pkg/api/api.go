@@ -135,6 +135,13 @@ type Job struct {
 	Error string `json:"error,omitempty"`
 }
 
+// Admission returns the job as its admission answer (POST /v1/jobs) shows
+// it: without the worker lifecycle's members, which reads add.
+func (j Job) Admission() Job {
+	j.State, j.Attempts, j.Result, j.Error = "", 0, nil, ""
+	return j
+}
+
 // DatacenterStatus is a job's outcome in one datacenter.
 type DatacenterStatus struct {
 	Status string `json:"status"`
