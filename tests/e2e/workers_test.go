@@ -41,12 +41,7 @@ func TestWorkersThroughKills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := 400
-	if s := os.Getenv("ONCE_WORKERS_JOBS"); s != "" { // a bigger run: ONCE_WORKERS_JOBS=10000
-		if total, err = strconv.Atoi(s); err != nil || total < 100 {
-			t.Fatalf("ONCE_WORKERS_JOBS=%q: want a number ≥ 100", s)
-		}
-	}
+	total := workerJobs(t, 400)
 	const abandoned = 6
 	jobType := "work-e2e"
 	ids := map[string]bool{}
@@ -229,7 +224,7 @@ func TestWorkersKeepCapacityFree(t *testing.T) {
 // by the others; the runs above one per job are reported.
 func TestWorkerProcessesSurviveKill9(t *testing.T) {
 	c := startCluster(t, 3, 2, nil)
-	ctx := ctxFor(t, 5*time.Minute)
+	ctx := ctxFor(t, 10*time.Minute)
 	if err := c.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +242,7 @@ func TestWorkerProcessesSurviveKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const total = 600
+	total := workerJobs(t, 600)
 	for i := range total {
 		if _, err := cl.Submit(ctx, api.JobRequest{Type: "shell", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
 			t.Fatalf("submit %d: %v", i, err)
@@ -273,7 +268,7 @@ func TestWorkerProcessesSurviveKill9(t *testing.T) {
 	start("w3")
 	count := func(state string) int {
 		n := 0
-		for _, err := range cl.ListJobs(ctx, client.ListOptions{State: state, Limit: 1000}) {
+		for _, err := range cl.ListJobs(ctx, client.ListOptions{State: state, Limit: 1000}) { // a count: pages of 1000
 			if err != nil {
 				return -1
 			}
@@ -328,4 +323,18 @@ func TestWorkerProcessesSurviveKill9(t *testing.T) {
 	}
 	t.Logf("%d jobs succeeded once in the ledger; %d command runs, %d above one per job (the SIGKILLed worker's jobs, run again)",
 		total, strings.Count(string(b), "\n"), strings.Count(string(b), "\n")-total)
+}
+
+// workerJobs is how many jobs a worker test runs: def, or ONCE_WORKERS_JOBS
+// for a bigger run (ONCE_WORKERS_JOBS=10000).
+func workerJobs(t *testing.T, def int) int {
+	s := os.Getenv("ONCE_WORKERS_JOBS")
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 100 {
+		t.Fatalf("ONCE_WORKERS_JOBS=%q: want a number ≥ 100", s)
+	}
+	return n
 }
