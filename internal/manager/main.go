@@ -142,6 +142,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_jobs",
 			Help: "Jobs in the job table."}, func() float64 { return float64(m.fsm.Stats().Jobs) }),
 	)
+	reg.MustRegister(jobStateGauges(m.fsm.Stats)...)
 	reg.MustRegister(autopilotCollector{m})
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
