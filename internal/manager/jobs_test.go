@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
@@ -211,5 +213,22 @@ func TestBackoff(t *testing.T) {
 	m.cfg.JobBackoffMin, m.cfg.JobBackoffMax = 0, 0
 	if d := m.backoff(3, 0.5); d != 0 {
 		t.Errorf("no backoff: %v", d)
+	}
+}
+
+func TestJobStateGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(jobStateGauges(func() ledger.Stats { return ledger.Stats{Queued: 3, Running: 2, Succeeded: 7, Failed: 1, Dead: 4} })...)
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || mfs[0].GetName() != "once_manager_jobs_by_state" {
+		t.Fatalf("gathered %v %v", mfs, err)
+	}
+	got := map[string]float64{}
+	for _, m := range mfs[0].GetMetric() {
+		got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+	}
+	want := map[string]float64{"queued": 3, "running": 2, "succeeded": 7, "failed": 1, "dead": 4}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("gauges %v, want %v", got, want)
 	}
 }

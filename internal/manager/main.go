@@ -18,12 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/once-dev/once/internal/config"
-	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/tracing"
-	"github.com/once-dev/once/pkg/api"
 )
 
 // Main runs a manager process until ctx ends: it loads the configuration
@@ -144,15 +142,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_jobs",
 			Help: "Jobs in the job table."}, func() float64 { return float64(m.fsm.Stats().Jobs) }),
 	)
-	for state, count := range map[string]func(ledger.Stats) int{
-		api.JobStatusQueued: func(s ledger.Stats) int { return s.Queued }, api.JobStatusRunning: func(s ledger.Stats) int { return s.Running },
-		api.JobStatusSucceeded: func(s ledger.Stats) int { return s.Succeeded }, api.JobStatusFailed: func(s ledger.Stats) int { return s.Failed },
-		api.JobStatusDead: func(s ledger.Stats) int { return s.Dead },
-	} {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_jobs_by_state",
-			Help:        "Jobs in the worker lifecycle, by state (docs/workers.md).",
-			ConstLabels: prometheus.Labels{"state": state}}, func() float64 { return float64(count(m.fsm.Stats())) }))
-	}
+	reg.MustRegister(jobStateGauges(m.fsm.Stats)...)
 	reg.MustRegister(autopilotCollector{m})
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -6,7 +6,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
 )
 
 type metrics struct {
@@ -61,4 +63,25 @@ func (m *metrics) observeSubmit(resp *rpc.SubmitResponse, err error, d time.Dura
 		result = string(e.Code)
 	}
 	m.submissions.WithLabelValues(result).Inc()
+}
+
+// jobStateGauges are once_manager_jobs_by_state{state}: the jobs of the
+// worker lifecycle by state, read from stats (the FSM's) when scraped.
+func jobStateGauges(stats func() ledger.Stats) []prometheus.Collector {
+	var out []prometheus.Collector
+	for _, s := range []struct {
+		state string
+		n     func(ledger.Stats) int
+	}{
+		{api.JobStatusQueued, func(s ledger.Stats) int { return s.Queued }},
+		{api.JobStatusRunning, func(s ledger.Stats) int { return s.Running }},
+		{api.JobStatusSucceeded, func(s ledger.Stats) int { return s.Succeeded }},
+		{api.JobStatusFailed, func(s ledger.Stats) int { return s.Failed }},
+		{api.JobStatusDead, func(s ledger.Stats) int { return s.Dead }},
+	} {
+		out = append(out, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_jobs_by_state",
+			Help:        "Jobs of the worker lifecycle in the job table, by state (docs/ledger.md, \"Job lifecycle\").",
+			ConstLabels: prometheus.Labels{"state": s.state}}, func() float64 { return float64(s.n(stats())) }))
+	}
+	return out
 }
