@@ -83,7 +83,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"job attempts", nil, map[string]string{EnvJobMaxAttempts: "0"}, config.ErrOutOfRange, []string{EnvJobMaxAttempts}},
 		{"backoff max below min", nil, map[string]string{EnvJobBackoffMin: "10s", EnvJobBackoffMax: "1s"}, config.ErrOutOfRange, []string{EnvJobBackoffMax, EnvJobBackoffMin}},
 		{"lease max below min", nil, map[string]string{EnvJobLeaseMin: "10s", EnvJobLeaseMax: "1s"}, config.ErrOutOfRange, []string{EnvJobLeaseMax, EnvJobLeaseMin}},
-		{"lease default out of bounds", nil, map[string]string{EnvJobLeaseDefault: "1h"}, config.ErrOutOfRange, []string{EnvJobLeaseDefault, "MANAGER_JOB_LEASE_MIN..MAX"}},
+		{"lease default out of bounds", nil, map[string]string{EnvJobLeaseDefault: "2h"}, config.ErrOutOfRange, []string{EnvJobLeaseDefault, "MANAGER_JOB_LEASE_MIN..MAX"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -87,7 +87,7 @@ func TestWorkerLifecycle(t *testing.T) {
 	}
 	for _, bad := range []LeaseRequest{{Holder: "w"}, {Tenant: "acme"}, {Tenant: "acme", Holder: "w", Max: ledger.MaxLease + 1},
 		{Tenant: "acme", Holder: "w", Types: []string{"a", "a"}}, {Tenant: "acme", Holder: "w", Lease: time.Millisecond},
-		{Tenant: "acme", Holder: "w", Lease: time.Hour}} {
+		{Tenant: "acme", Holder: "w", Lease: 2 * time.Hour}} {
 		if _, err := m.LeaseJobs(ctx, bad); !errors.Is(err, rpc.ErrInvalid) {
 			t.Fatalf("%+v: %v", bad, err)
 		}
