@@ -36,12 +36,16 @@ func TestChaosShort(t *testing.T) {
 		Rounds:   2,
 		Seed:     seed,
 		Clients:  6,
+		Workers:  1, // per tenant: rule (i), every job run to an end through the faults
 		BaseDir:  dir,
 		BinDir:   binDir,
 		Timings:  shortTimings,
 		Logf:     t.Logf,
 	})
 	requireClean(t, sum, err, dir)
+	if sum.Workers == nil || sum.Workers.Jobs == 0 {
+		t.Errorf("the workers ran no job (%+v)", sum.Workers)
+	}
 	for _, k := range kinds {
 		if sum.Faults[k] == 0 {
 			t.Errorf("fault %s was never injected (faults: %v)", k, sum.Faults)

@@ -22,7 +22,10 @@
 //	    an Idempotent-Replayed header);
 //	(h) with several datacenters (CheckFederation): every key with a job in
 //	    any datacenter has a final outcome in every datacenter it names, and
-//	    every datacenter's job for it has the same id.
+//	    every datacenter's job for it has the same id;
+//	(i) with workers (CheckWorkers): every job is run to an end — succeeded,
+//	    with at least one handler run — once the cluster healed; the runs
+//	    above one per job (redeliveries) are counted, not judged.
 //
 // Indeterminate requests (transport errors, timeouts, 503s) never cause a
 // violation by themselves: such a request may or may not have created its job,
@@ -54,11 +57,12 @@ const (
 	RuleReplayIdentical Rule = "f:replay-identical"
 	RuleExpectedAnswer  Rule = "g:expected-answer"
 	RuleEverywhere      Rule = "h:same-job-everywhere"
+	RuleRunOnce         Rule = "i:every-job-run-to-an-end"
 )
 
 // Rules lists every rule in report order.
 var Rules = []Rule{RuleAtMostOneJob, RuleJobMatches, RuleSameJobID, RuleCommitXorReject,
-	RuleNotForgotten, RuleReplayIdentical, RuleExpectedAnswer, RuleEverywhere}
+	RuleNotForgotten, RuleReplayIdentical, RuleExpectedAnswer, RuleEverywhere, RuleRunOnce}
 
 // Config says how to read the cluster.
 type Config struct {

@@ -15,11 +15,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/client"
 	"github.com/once-dev/once/tests/chaos/checker"
 	"github.com/once-dev/once/tests/chaos/history"
 	"github.com/once-dev/once/tests/chaos/nemesis"
@@ -94,6 +98,13 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// Verbose also sends every nemesis step to Logf.
 	Verbose bool
+	// Workers, when positive, runs that many pkg/client workers per tenant
+	// alongside the workload (single datacenter only): they lease every job,
+	// heartbeat, and complete it, through the nemesis's faults; after the
+	// other rules, rule (i) waits up to WorkersWait (default 2 minutes) for
+	// every job to be run to an end, and the summary counts the redeliveries.
+	Workers     int
+	WorkersWait time.Duration
 	// MultiDC runs two federated datacenters, dc1 and dc2, each with three
 	// managers and two gates: every submission names both and goes through
 	// any of the four gates; the nemesis injects its faults into dc1, and
@@ -304,6 +315,13 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		outagesDone <- 0
 	}
 
+	var runs checker.Runs
+	stopWorkers := func() {}
+	if o.Workers > 0 && !o.MultiDC {
+		stopWorkers = startWorkers(ctx, gateURLs, o.Workers, &runs, o.Seed, logf)
+	}
+	defer stopWorkers()
+
 	progress := time.NewTicker(30 * time.Second)
 	defer progress.Stop()
 	var nerr error
@@ -377,7 +395,18 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	defer ccancel()
 	if !o.MultiDC {
 		logf("checking %d requests through %s", sum.Requests, c.GateURLs()[0])
-		res, cerr := checker.Check(cctx, checker.Config{GateURL: c.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys}, ops)
+		cfg := checker.Config{GateURL: c.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys}
+		res, cerr := checker.Check(cctx, cfg, ops)
+		if cerr == nil && o.Workers > 0 {
+			wait := o.WorkersWait
+			if wait <= 0 {
+				wait = 2 * time.Minute
+			}
+			logf("checking that the workers ran every job to an end (waiting up to %v)", wait)
+			wres, wc, werr := checker.CheckWorkers(cctx, cfg, &runs, wait)
+			res.Violations = append(res.Violations, wres.Violations...)
+			sum.Workers, cerr = &wc, werr
+		}
 		if cerr == nil {
 			sum.Check = &res
 		}
@@ -457,4 +486,46 @@ func (s *Summary) write(dir string) error {
 		os.WriteFile(filepath.Join(dir, SummaryJSON), append(b, '\n'), 0o644),
 		os.WriteFile(filepath.Join(dir, SummaryText), []byte(s.String()+"\n"), 0o644),
 	)
+}
+
+// startWorkers runs n pkg/client workers per tenant against the gates until
+// the returned stop is called: each handler records its run in runs and
+// completes the job after a few milliseconds (drawn from seed).
+func startWorkers(ctx context.Context, gates []string, n int, runs *checker.Runs, seed uint64, logf func(string, ...any)) (stop func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i, tenant := range sortedKeys(Tenants) {
+		for w := range n {
+			c, err := client.New(gates, client.Options{Token: Tenants[tenant], MaxAttempts: 1000, MaxBackoff: time.Second, AttemptTimeout: 5 * time.Second})
+			if err != nil {
+				logf("worker %s/%d: %v", tenant, w, err)
+				continue
+			}
+			rng := rand.New(rand.NewPCG(seed, uint64(i*n+w)))
+			var mu sync.Mutex
+			wg.Go(func() {
+				err := c.Run(wctx, client.WorkerOptions{Concurrency: 4, LeaseFor: 5 * time.Second, Wait: 2 * time.Second,
+					Worker: fmt.Sprintf("chaos-%s-%d", tenant, w)},
+					func(ctx context.Context, job api.Job, _ int) (any, error) {
+						runs.Add(job.JobID)
+						mu.Lock()
+						d := time.Duration(rng.IntN(10)) * time.Millisecond
+						mu.Unlock()
+						select {
+						case <-ctx.Done():
+							return nil, ctx.Err()
+						case <-time.After(d):
+						}
+						return map[string]bool{"ok": true}, nil
+					})
+				if err != nil {
+					logf("worker %s/%d stopped: %v", tenant, w, err)
+				}
+			})
+		}
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+	}
 }

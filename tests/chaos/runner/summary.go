@@ -45,6 +45,9 @@ type Summary struct {
 	PortClashes int `json:"port_clashes,omitempty"`
 	// Check is the checker's result; nil when the check could not run.
 	Check *checker.Result `json:"check"`
+	// Workers is what the run's workers did (Options.Workers), checked by
+	// rule (i); nil without workers.
+	Workers *checker.WorkerCounts `json:"workers,omitempty"`
 	// Errors are what went wrong with the run itself (not violations).
 	Errors []string `json:"errors,omitempty"`
 }
@@ -123,6 +126,9 @@ func (s *Summary) String() string {
 		fmt.Fprintf(&b, " (%d restarts after a port clash)", s.PortClashes)
 	}
 	b.WriteString("\n")
+	if wc := s.Workers; wc != nil {
+		fmt.Fprintf(&b, "  workers     %d jobs run to an end with %d handler runs (%d redeliveries)\n", wc.Jobs, wc.Runs, wc.Redeliveries)
+	}
 	switch {
 	case s.Check == nil:
 		b.WriteString("  violations  not checked\n")

@@ -1,0 +1,131 @@
+package checker
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/client"
+)
+
+// Runs counts handler runs by job ID: what the run's workers did.
+type Runs struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// Add records one handler run of job id.
+func (r *Runs) Add(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]int{}
+	}
+	r.n[id]++
+}
+
+// Of returns the runs of job id.
+func (r *Runs) Of(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[id]
+}
+
+// Total returns every run.
+func (r *Runs) Total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := 0
+	for _, n := range r.n {
+		t += n
+	}
+	return t
+}
+
+// WorkerCounts sums up what rule (i) saw.
+type WorkerCounts struct {
+	Jobs int `json:"jobs"`
+	Runs int `json:"runs"`
+	// Redeliveries are handler runs beyond one per job: at-least-once
+	// delivery at work (a lease lost to a fault, a report that did not
+	// arrive).
+	Redeliveries int `json:"redeliveries"`
+}
+
+// CheckWorkers checks rule (i), every job run to an end once: after the
+// workload, with the cluster healed and the workers still running, every
+// job of every tenant of cfg must reach succeeded (the handlers never fail)
+// within wait; a job still queued or running then, or failed or dead, is a
+// violation (lost to the workers), and so is a succeeded job that no
+// handler of runs ran (completed by no one). The ledger records one
+// completion per job by construction (a job has one state); the redeliveries
+// (runs above one per job) are counted, not judged: delivery is at least
+// once.
+func CheckWorkers(ctx context.Context, cfg Config, runs *Runs, wait time.Duration) (Result, WorkerCounts, error) {
+	var res Result
+	var wc WorkerCounts
+	tenants := make([]string, 0, len(cfg.Tokens))
+	for t := range cfg.Tokens {
+		tenants = append(tenants, t)
+	}
+	sort.Strings(tenants)
+	deadline := time.Now().Add(wait)
+	for _, tenant := range tenants {
+		c, err := client.New([]string{cfg.GateURL}, client.Options{Token: cfg.Tokens[tenant], MaxAttempts: 20, MaxBackoff: time.Second})
+		if err != nil {
+			return res, wc, err
+		}
+		list := func(opts client.ListOptions) ([]api.Job, error) {
+			var jobs []api.Job
+			for j, err := range c.ListJobs(ctx, opts) {
+				if err != nil {
+					return nil, err
+				}
+				jobs = append(jobs, j)
+			}
+			return jobs, nil
+		}
+		for {
+			queued, err := list(client.ListOptions{State: api.JobStatusQueued, Limit: 1000})
+			if err != nil {
+				return res, wc, err
+			}
+			running, err := list(client.ListOptions{State: api.JobStatusRunning, Limit: 1000})
+			if err != nil {
+				return res, wc, err
+			}
+			if len(queued)+len(running) == 0 || time.Now().After(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return res, wc, ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		jobs, err := list(client.ListOptions{Limit: 1000})
+		if err != nil {
+			return res, wc, err
+		}
+		for _, j := range jobs {
+			wc.Jobs++
+			n := runs.Of(j.JobID)
+			wc.Runs += n
+			var detail string
+			switch {
+			case j.State != api.JobStatusSucceeded:
+				detail = fmt.Sprintf("job %s is %s after the workers ran %v past the workload (attempts %d, error %q): not run to an end", j.JobID, j.State, wait, j.Attempts, j.Error)
+			case n == 0:
+				detail = fmt.Sprintf("job %s succeeded without a handler run", j.JobID)
+			default:
+				continue
+			}
+			res.Violations = append(res.Violations, Violation{Rule: RuleRunOnce, Tenant: tenant, Key: j.IdempotencyKey, JobIDs: []string{j.JobID}, Detail: detail})
+		}
+	}
+	wc.Redeliveries = wc.Runs - wc.Jobs
+	return res, wc, nil
+}
