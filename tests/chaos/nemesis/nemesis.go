@@ -91,6 +91,8 @@ type Event struct {
 	// the cluster had recovered.
 	LeaderBefore string `json:"leader_before,omitempty"`
 	LeaderAfter  string `json:"leader_after,omitempty"`
+	// Skew is a clock-skew fault's offset (forward when positive).
+	Skew time.Duration `json:"skew_ns,omitempty"`
 	// Injected, Removed and Recovered are when the fault began, when it was
 	// taken away (restart, SIGCONT, heal) and when the cluster was whole
 	// again.
@@ -247,7 +249,7 @@ func (n *Nemesis) Heal(ctx context.Context) error {
 
 // inject runs one fault: pick its targets, inject, hold, remove, recover.
 func (n *Nemesis) inject(ctx context.Context, f Fault) error {
-	ev := Event{Seq: f.Seq, Round: f.Round, Kind: f.Kind}
+	ev := Event{Seq: f.Seq, Round: f.Round, Kind: f.Kind, Skew: f.Skew}
 	leader, err := n.leader(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
