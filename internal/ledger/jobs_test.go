@@ -755,25 +755,52 @@ func relabel(snap []byte, version byte) []byte {
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
-// TestRestoreVersion4: a version-4 snapshot (no lifecycle) restores, and its
-// jobs are legacy; a lifecycle job in a version-4 snapshot is refused.
-func TestRestoreVersion4(t *testing.T) {
+// TestSnapshotVersion4WithoutLifecycle: a state with no job in the lifecycle
+// persists as version 4 (what a build before the lifecycle writes and reads),
+// and restores; a state with one persists as version 5; a lifecycle job in a
+// version-4 snapshot is refused.
+func TestSnapshotVersion4WithoutLifecycle(t *testing.T) {
 	for _, store := range stores {
 		h := newHarnessOn(t, store)
 		legacyJob(h, tenant, "a", tQ)
 		legacyJob(h, "globex", "b", tQ)
-		v5 := persist(t, h.f)
+		v4 := persist(t, h.f)
+		if v4[len(snapshotMagic)] != snapshotVersion4 {
+			t.Fatalf("%s: a state without lifecycle jobs persists as version %d", store, v4[len(snapshotMagic)])
+		}
 		g := newHarnessOn(t, store)
-		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v5, snapshotVersion4)))); err != nil {
+		if err := g.f.Restore(io.NopCloser(bytes.NewReader(v4))); err != nil {
 			t.Fatalf("%s: version 4: %v", store, err)
 		}
 		sameState(t, h.f, g.f)
-		if !bytes.Equal(persist(t, g.f), v5) {
+		if !bytes.Equal(persist(t, g.f), v4) {
 			t.Fatalf("%s: a version-4 snapshot restores to another state", store)
 		}
-		bad := relabel(persist(t, lifecycleFSM(t, store).f), snapshotVersion4)
-		if err := g.f.Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrBadSnapshot) {
+		// The same state labelled version 5 restores the same.
+		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v4, snapshotVersion)))); err != nil {
+			t.Fatalf("%s: relabelled version 5: %v", store, err)
+		}
+		sameState(t, h.f, g.f)
+		v5 := persist(t, lifecycleFSM(t, store).f)
+		if v5[len(snapshotMagic)] != snapshotVersion {
+			t.Fatalf("%s: a state with lifecycle jobs persists as version %d", store, v5[len(snapshotMagic)])
+		}
+		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v5, snapshotVersion4)))); !errors.Is(err, ErrBadSnapshot) {
 			t.Fatalf("%s: lifecycle jobs in version 4: %v", store, err)
+		}
+		// Once the last lifecycle job is gone, version 4 again.
+		q := queueJob(h, tenant, "q", "a", tQ)
+		if persist(t, h.f)[len(snapshotMagic)] != snapshotVersion {
+			t.Fatalf("%s: a queued job persists as version 4", store)
+		}
+		h.lease(leaseOf(tenant, 1, tL))
+		h.must(Complete{Tenant: tenant, JobID: q.ID, LeaseID: h.job(tenant, q.ID).Life.LeaseID, Now: tL + 1}, OutcomeCompleted)
+		h.must(Expire{Now: tL + 1 + jobTTL}, OutcomeExpired)
+		if _, ok := h.f.Job(tenant, q.ID); ok {
+			t.Fatalf("%s: the finished job outlived its retention", store)
+		}
+		if persist(t, h.f)[len(snapshotMagic)] != snapshotVersion4 {
+			t.Fatalf("%s: no lifecycle job left, yet version 5", store)
 		}
 	}
 }
