@@ -805,11 +805,39 @@ func TestSnapshotVersion4WithoutLifecycle(t *testing.T) {
 	}
 }
 
-// TestDiskReadsFormat1: a store written by the previous format (its meta
-// record without the counts by lifecycle state) opens, and is format 2 after
-// the next write.
-func TestDiskReadsFormat1(t *testing.T) {
+// TestDiskFormat1WithoutLifecycle: a store without a job in the lifecycle is
+// written as format 1 (what the build before the lifecycle writes and
+// reads), the first lifecycle job makes it format 2, and the last one gone,
+// format 1 again; every one reopens as the state it held.
+func TestDiskFormat1WithoutLifecycle(t *testing.T) {
 	dir := t.TempDir()
+	format := func(f *FSM) storeMeta {
+		t.Helper()
+		f.mu.RLock()
+		defer f.mu.RUnlock()
+		var m storeMeta
+		var err error
+		if !getFrom(f.s.store.db, metaKey, func(v []byte) { m, err = decodeMeta(v) }) || err != nil {
+			t.Fatalf("meta: %v", err)
+		}
+		return m
+	}
+	reopen := func(f *FSM, idx uint64) *harness {
+		t.Helper()
+		want, wantStats := persist(t, f), f.Stats()
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := g.Stats(); got != wantStats || !bytes.Equal(persist(t, g), want) {
+			t.Fatalf("reopened: stats %+v, want %+v (snapshots equal: %v)", got, wantStats, bytes.Equal(persist(t, g), want))
+		}
+		checkInvariants(t, g)
+		return &harness{t: t, f: g, idx: idx}
+	}
 	f, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -818,47 +846,28 @@ func TestDiskReadsFormat1(t *testing.T) {
 	legacyJob(h, tenant, "a", tQ)
 	r := reserve(tenant, "p", tQ)
 	h.must(r, OutcomeReserved)
-	want := persist(t, f)
-	wantStats := f.Stats()
-	if err := f.Close(); err != nil {
+	if m := format(h.f); m.format != storeFormat1 {
+		t.Fatalf("legacy jobs only: format %d", m.format)
+	}
+	h = reopen(h.f, h.idx)
+	h.must(QueueCommit(commit(r, tL)), OutcomeCommitted)
+	h.lease(leaseOf(tenant, 1, tL))
+	if m := format(h.f); m.format != storeFormat || m.running != 1 {
+		t.Fatalf("a running job: %+v", m)
+	}
+	h = reopen(h.f, h.idx)
+	if st := h.f.Stats(); st.Running != 1 || st.Jobs != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	id := "job-acme-p"
+	h.must(Complete{Tenant: tenant, JobID: id, LeaseID: h.job(tenant, id).Life.LeaseID, Now: tL + 1}, OutcomeCompleted)
+	h.must(Expire{Now: tL + 1 + jobTTL}, OutcomeExpired)
+	if m := format(h.f); m.format != storeFormat1 {
+		t.Fatalf("no lifecycle job left: %+v", m)
+	}
+	h = reopen(h.f, h.idx)
+	if err := h.f.Close(); err != nil {
 		t.Fatal(err)
-	}
-	// Rewrite the meta record as format 1 wrote it.
-	st, err := openStore(dir, StoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m storeMeta
-	getFrom(st.db, metaKey, func(v []byte) { m, err = decodeMeta(v) })
-	if err != nil || m.format != storeFormat {
-		t.Fatalf("meta %+v: %v", m, err)
-	}
-	m.format = storeFormat1
-	v1 := m.append(nil)
-	v1 = v1[:len(v1)-5] // without the five lifecycle counts (each 0: one byte)
-	st.begin()
-	st.set(metaKey, v1)
-	st.commit()
-	if err := st.close(true); err != nil {
-		t.Fatal(err)
-	}
-	g := openFSM(t, dir, Options{})
-	if got := g.Stats(); got != wantStats {
-		t.Fatalf("stats %+v, want %+v", got, wantStats)
-	}
-	if !bytes.Equal(persist(t, g), want) {
-		t.Fatal("a format-1 store reads as another state")
-	}
-	gh := &harness{t: t, f: g, idx: wantStats.AppliedIndex}
-	gh.must(QueueCommit(commit(r, tL)), OutcomeCommitted)
-	gh.lease(leaseOf(tenant, 1, tL))
-	checkInvariants(t, g)
-	g.mu.RLock()
-	var m2 storeMeta
-	getFrom(g.s.store.db, metaKey, func(v []byte) { m2, err = decodeMeta(v) })
-	g.mu.RUnlock()
-	if err != nil || m2.format != storeFormat || m2.running != 1 {
-		t.Fatalf("meta after a write: %+v %v", m2, err)
 	}
 }
 
