@@ -151,8 +151,15 @@ func (s *state) checkpoint() {
 }
 
 func (s *state) meta() storeMeta {
+	format := uint64(storeFormat)
+	if s.jobCount == s.jobStates[JobLegacy] {
+		// No job in the lifecycle: the format-1 record says all (as the
+		// snapshot is version 4 then), so a build before the lifecycle
+		// still opens the store.
+		format = storeFormat1
+	}
 	return storeMeta{
-		format:     storeFormat,
+		format:     format,
 		applied:    s.applied,
 		ledgerTime: s.ledgerTime,
 		lastSeq:    s.lastSeq,

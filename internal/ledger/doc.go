@@ -6,7 +6,11 @@
 //   - entries, keyed by (tenant, key): PENDING → COMMITTED | REJECTED, each with
 //     a leader-stamped ExpiresAt after which it is removed;
 //   - jobs, keyed by (tenant, job ID), created by Commit, ordered per tenant by
-//     Seq (the raft index of the Commit), kept until their own retention;
+//     Seq (the raft index of the Commit), kept until their own retention. A
+//     job committed by Commit version 3 is in the worker lifecycle (jobs.go):
+//     QUEUED → RUNNING (Lease, under a leader-stamped lease; Heartbeat) →
+//     SUCCEEDED (Complete) | FAILED | DEAD (Fail, or an expired lease:
+//     ExpireLeases), retained only once finished;
 //   - watermarks, keyed by (tenant, client_id, nonce): which sequences of a
 //     structured-key client committed, exactly within a window below the
 //     highest, so that a late retry of one is refused (OutcomeKeyExpired)
@@ -27,6 +31,7 @@
 //	// propose Commit or Reject with e.JobID; while leading, the same for
 //	// fsm.PendingBefore(now - grace) (orphans of failed submissions).
 //	// every cleanup interval (or when fsm.NextExpiry() is due): propose Expire.
+//	// when fsm.NextLeaseExpiry() is due: propose ExpireLeases.
 //	// reads: fsm.Entry, fsm.Job, fsm.ListJobs, fsm.Stats.
 //
 // The FSM type documents the raft contract; docs/ledger.md documents the states,

@@ -755,34 +755,89 @@ func relabel(snap []byte, version byte) []byte {
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
-// TestRestoreVersion4: a version-4 snapshot (no lifecycle) restores, and its
-// jobs are legacy; a lifecycle job in a version-4 snapshot is refused.
-func TestRestoreVersion4(t *testing.T) {
+// TestSnapshotVersion4WithoutLifecycle: a state with no job in the lifecycle
+// persists as version 4 (what a build before the lifecycle writes and reads),
+// and restores; a state with one persists as version 5; a lifecycle job in a
+// version-4 snapshot is refused.
+func TestSnapshotVersion4WithoutLifecycle(t *testing.T) {
 	for _, store := range stores {
 		h := newHarnessOn(t, store)
 		legacyJob(h, tenant, "a", tQ)
 		legacyJob(h, "globex", "b", tQ)
-		v5 := persist(t, h.f)
+		v4 := persist(t, h.f)
+		if v4[len(snapshotMagic)] != snapshotVersion4 {
+			t.Fatalf("%s: a state without lifecycle jobs persists as version %d", store, v4[len(snapshotMagic)])
+		}
 		g := newHarnessOn(t, store)
-		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v5, snapshotVersion4)))); err != nil {
+		if err := g.f.Restore(io.NopCloser(bytes.NewReader(v4))); err != nil {
 			t.Fatalf("%s: version 4: %v", store, err)
 		}
 		sameState(t, h.f, g.f)
-		if !bytes.Equal(persist(t, g.f), v5) {
+		if !bytes.Equal(persist(t, g.f), v4) {
 			t.Fatalf("%s: a version-4 snapshot restores to another state", store)
 		}
-		bad := relabel(persist(t, lifecycleFSM(t, store).f), snapshotVersion4)
-		if err := g.f.Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrBadSnapshot) {
+		// The same state labelled version 5 restores the same.
+		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v4, snapshotVersion)))); err != nil {
+			t.Fatalf("%s: relabelled version 5: %v", store, err)
+		}
+		sameState(t, h.f, g.f)
+		v5 := persist(t, lifecycleFSM(t, store).f)
+		if v5[len(snapshotMagic)] != snapshotVersion {
+			t.Fatalf("%s: a state with lifecycle jobs persists as version %d", store, v5[len(snapshotMagic)])
+		}
+		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v5, snapshotVersion4)))); !errors.Is(err, ErrBadSnapshot) {
 			t.Fatalf("%s: lifecycle jobs in version 4: %v", store, err)
+		}
+		// Once the last lifecycle job is gone, version 4 again.
+		q := queueJob(h, tenant, "q", "a", tQ)
+		if persist(t, h.f)[len(snapshotMagic)] != snapshotVersion {
+			t.Fatalf("%s: a queued job persists as version 4", store)
+		}
+		h.lease(leaseOf(tenant, 1, tL))
+		h.must(Complete{Tenant: tenant, JobID: q.ID, LeaseID: h.job(tenant, q.ID).Life.LeaseID, Now: tL + 1}, OutcomeCompleted)
+		h.must(Expire{Now: tL + 1 + jobTTL}, OutcomeExpired)
+		if _, ok := h.f.Job(tenant, q.ID); ok {
+			t.Fatalf("%s: the finished job outlived its retention", store)
+		}
+		if persist(t, h.f)[len(snapshotMagic)] != snapshotVersion4 {
+			t.Fatalf("%s: no lifecycle job left, yet version 5", store)
 		}
 	}
 }
 
-// TestDiskReadsFormat1: a store written by the previous format (its meta
-// record without the counts by lifecycle state) opens, and is format 2 after
-// the next write.
-func TestDiskReadsFormat1(t *testing.T) {
+// TestDiskFormat1WithoutLifecycle: a store without a job in the lifecycle is
+// written as format 1 (what the build before the lifecycle writes and
+// reads), the first lifecycle job makes it format 2, and the last one gone,
+// format 1 again; every one reopens as the state it held.
+func TestDiskFormat1WithoutLifecycle(t *testing.T) {
 	dir := t.TempDir()
+	format := func(f *FSM) storeMeta {
+		t.Helper()
+		f.mu.RLock()
+		defer f.mu.RUnlock()
+		var m storeMeta
+		var err error
+		if !getFrom(f.s.store.db, metaKey, func(v []byte) { m, err = decodeMeta(v) }) || err != nil {
+			t.Fatalf("meta: %v", err)
+		}
+		return m
+	}
+	reopen := func(f *FSM, idx uint64) *harness {
+		t.Helper()
+		want, wantStats := persist(t, f), f.Stats()
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := g.Stats(); got != wantStats || !bytes.Equal(persist(t, g), want) {
+			t.Fatalf("reopened: stats %+v, want %+v (snapshots equal: %v)", got, wantStats, bytes.Equal(persist(t, g), want))
+		}
+		checkInvariants(t, g)
+		return &harness{t: t, f: g, idx: idx}
+	}
 	f, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -791,47 +846,28 @@ func TestDiskReadsFormat1(t *testing.T) {
 	legacyJob(h, tenant, "a", tQ)
 	r := reserve(tenant, "p", tQ)
 	h.must(r, OutcomeReserved)
-	want := persist(t, f)
-	wantStats := f.Stats()
-	if err := f.Close(); err != nil {
+	if m := format(h.f); m.format != storeFormat1 {
+		t.Fatalf("legacy jobs only: format %d", m.format)
+	}
+	h = reopen(h.f, h.idx)
+	h.must(QueueCommit(commit(r, tL)), OutcomeCommitted)
+	h.lease(leaseOf(tenant, 1, tL))
+	if m := format(h.f); m.format != storeFormat || m.running != 1 {
+		t.Fatalf("a running job: %+v", m)
+	}
+	h = reopen(h.f, h.idx)
+	if st := h.f.Stats(); st.Running != 1 || st.Jobs != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	id := "job-acme-p"
+	h.must(Complete{Tenant: tenant, JobID: id, LeaseID: h.job(tenant, id).Life.LeaseID, Now: tL + 1}, OutcomeCompleted)
+	h.must(Expire{Now: tL + 1 + jobTTL}, OutcomeExpired)
+	if m := format(h.f); m.format != storeFormat1 {
+		t.Fatalf("no lifecycle job left: %+v", m)
+	}
+	h = reopen(h.f, h.idx)
+	if err := h.f.Close(); err != nil {
 		t.Fatal(err)
-	}
-	// Rewrite the meta record as format 1 wrote it.
-	st, err := openStore(dir, StoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m storeMeta
-	getFrom(st.db, metaKey, func(v []byte) { m, err = decodeMeta(v) })
-	if err != nil || m.format != storeFormat {
-		t.Fatalf("meta %+v: %v", m, err)
-	}
-	m.format = storeFormat1
-	v1 := m.append(nil)
-	v1 = v1[:len(v1)-5] // without the five lifecycle counts (each 0: one byte)
-	st.begin()
-	st.set(metaKey, v1)
-	st.commit()
-	if err := st.close(true); err != nil {
-		t.Fatal(err)
-	}
-	g := openFSM(t, dir, Options{})
-	if got := g.Stats(); got != wantStats {
-		t.Fatalf("stats %+v, want %+v", got, wantStats)
-	}
-	if !bytes.Equal(persist(t, g), want) {
-		t.Fatal("a format-1 store reads as another state")
-	}
-	gh := &harness{t: t, f: g, idx: wantStats.AppliedIndex}
-	gh.must(QueueCommit(commit(r, tL)), OutcomeCommitted)
-	gh.lease(leaseOf(tenant, 1, tL))
-	checkInvariants(t, g)
-	g.mu.RLock()
-	var m2 storeMeta
-	getFrom(g.s.store.db, metaKey, func(v []byte) { m2, err = decodeMeta(v) })
-	g.mu.RUnlock()
-	if err != nil || m2.format != storeFormat || m2.running != 1 {
-		t.Fatalf("meta after a write: %+v %v", m2, err)
 	}
 }
 

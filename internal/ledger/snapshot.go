@@ -33,7 +33,8 @@ import (
 // seq_high to the header (batches give Seqs past the applied index); version
 // 4 appends confirmed to the entry record; version 5 appends the lifecycle to
 // the record of a job in it (a legacy job's record is as in version 4).
-// Restore reads versions 1 to 4 as well.
+// Persist writes version 5 only when a job is in the lifecycle, else version
+// 4 (the same bytes). Restore reads versions 1 to 4 as well.
 const (
 	snapshotMagic   = "ONCELDGR"
 	snapshotVersion = 5
@@ -54,6 +55,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Snapshot is the raft.FSMSnapshot of an FSM: an immutable view of the state
 // at one applied index. Persist may run concurrently with Apply.
 type Snapshot struct {
+	// version is the format written: snapshotVersion, or snapshotVersion4
+	// while no job is in the lifecycle (the bytes are then version 4's).
+	version    uint8
 	applied    uint64
 	ledgerTime int64
 	seqHigh    uint64
@@ -72,9 +76,16 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	defer f.mu.Unlock()
 	s := f.s
 	snap := &Snapshot{
+		version:    snapshotVersion,
 		applied:    s.applied,
 		ledgerTime: s.ledgerTime,
 		seqHigh:    max(s.lastSeq, s.applied),
+	}
+	if s.jobCount == s.jobStates[JobLegacy] {
+		// No job in the lifecycle: version 4 holds the state exactly, and is
+		// what a build before the lifecycle writes and reads, so such a
+		// replica can still install it (a rolling upgrade before the switch).
+		snap.version = snapshotVersion4
 	}
 	if s.store == nil {
 		snap.entries = treeRecords[*Entry]{s.entries.(*btree.BTreeG[*Entry]).Clone(), appendEntry}
@@ -132,7 +143,7 @@ func (s *Snapshot) PersistTo(w io.Writer) error {
 	if _, err = bw.WriteString(snapshotMagic); err != nil {
 		return err
 	}
-	if err = bw.WriteByte(snapshotVersion); err != nil {
+	if err = bw.WriteByte(s.version); err != nil {
 		return err
 	}
 	rec = appendUvarint(rec, s.applied)

@@ -38,10 +38,11 @@ import (
 //
 // Format 2 adds the job lifecycle: the meta record counts jobs by lifecycle
 // state, five orders (q u l k z) and the lifecycle part of a job's value
-// (snapshot version 5, present only for a job in the lifecycle). A format-1
-// store is read as it is (it holds no lifecycle job: its job values are
-// format-2 values, its counts by state are 0) and becomes format 2 at the
-// next write of the meta record.
+// (snapshot version 5, present only for a job in the lifecycle). A store
+// without a job in the lifecycle is written as format 1, exactly what the
+// build before the lifecycle wrote and reads (its job values are the same,
+// its counts by state 0), and read as such; the first lifecycle job makes
+// it format 2.
 const (
 	storeFormat  = 2
 	storeFormat1 = 1
@@ -482,6 +483,9 @@ func (m storeMeta) append(b []byte) []byte {
 	b = appendUvarint(b, m.entries)
 	b = appendUvarint(b, m.jobs)
 	b = appendUvarint(b, m.watermarks)
+	if m.format == storeFormat1 { // no job in the lifecycle (disk.go, meta)
+		return b
+	}
 	b = appendUvarint(b, m.queued)
 	b = appendUvarint(b, m.running)
 	b = appendUvarint(b, m.succeeded)

@@ -134,6 +134,16 @@ func TestWorkerLifecycle(t *testing.T) {
 	if st := m.fsm.Stats(); st.Succeeded != 1 || st.Failed != 1 || st.Running != 1 {
 		t.Fatalf("stats %+v", st)
 	}
+	// The list by status, as the gate's GET /v1/jobs?status=S asks it.
+	for status, want := range map[string]string{"succeeded": a, "failed": b, "running": c} {
+		resp, err := m.ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "acme", Status: status})
+		if err != nil || len(resp.Jobs) != 1 || resp.Jobs[0].JobID != want || resp.Jobs[0].Status != status {
+			t.Fatalf("list of %s: %+v %v", status, resp, err)
+		}
+	}
+	if resp, err := m.ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "acme", Status: "queued"}); err != nil || len(resp.Jobs) != 0 {
+		t.Fatalf("list of queued: %+v %v", resp, err)
+	}
 }
 
 // TestLeaderExpiresLeases: a worker that stops heartbeating loses its job to
