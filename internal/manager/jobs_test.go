@@ -134,10 +134,10 @@ func TestWorkerLifecycle(t *testing.T) {
 	if st := m.fsm.Stats(); st.Succeeded != 1 || st.Failed != 1 || st.Running != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	// The list by status, as the gate's GET /v1/jobs?status=S asks it.
+	// The list by state, as the gate's GET /v1/jobs?state=S asks it (status stays committed).
 	for status, want := range map[string]string{"succeeded": a, "failed": b, "running": c} {
 		resp, err := m.ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "acme", Status: status})
-		if err != nil || len(resp.Jobs) != 1 || resp.Jobs[0].JobID != want || resp.Jobs[0].Status != status {
+		if err != nil || len(resp.Jobs) != 1 || resp.Jobs[0].JobID != want || resp.Jobs[0].State != status || resp.Jobs[0].Status != "committed" {
 			t.Fatalf("list of %s: %+v %v", status, resp, err)
 		}
 	}
