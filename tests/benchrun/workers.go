@@ -19,7 +19,7 @@ import (
 
 // The workers workload: jobs submitted and consumed at once, end to end.
 // Producers submit new jobs for the workload's duration; workers lease them
-// (long poll, up to workerBatch at a time) and complete each; the run ends
+// (long poll, up to workerBatch at a time) and complete them concurrently; the run ends
 // when every job submitted has been completed. Its "requests" are completed
 // jobs, its rate completed jobs per second, its latency from a job's
 // submission to its completion being acknowledged.
@@ -84,20 +84,26 @@ func runWorkers(ctx context.Context, spec loadgen.Spec) (loadgen.Result, error) 
 					}
 					continue
 				}
+				// The batch's completions at once, as a worker running its
+				// jobs concurrently reports them.
+				var batch sync.WaitGroup
 				for _, l := range leases {
-					if _, err := c.Complete(wctx, l.Job.JobID, l.LeaseID, nil); err != nil {
-						failures.Add(1)
-						continue
-					}
-					now := time.Now()
-					last.Store(now.UnixNano())
-					completed.Add(1)
-					if at, ok := submittedAt.Load(l.Job.JobID); ok {
-						histMu.Lock()
-						_ = hist.RecordValue(min(now.Sub(at.(time.Time)).Microseconds(), 60_000_000))
-						histMu.Unlock()
-					}
+					batch.Go(func() {
+						if _, err := c.Complete(wctx, l.Job.JobID, l.LeaseID, nil); err != nil {
+							failures.Add(1)
+							return
+						}
+						now := time.Now()
+						last.Store(max(last.Load(), now.UnixNano()))
+						completed.Add(1)
+						if at, ok := submittedAt.Load(l.Job.JobID); ok {
+							histMu.Lock()
+							_ = hist.RecordValue(min(now.Sub(at.(time.Time)).Microseconds(), 60_000_000))
+							histMu.Unlock()
+						}
+					})
 				}
+				batch.Wait()
 			}
 		})
 	}
