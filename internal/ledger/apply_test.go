@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -604,6 +606,33 @@ func TestExpire(t *testing.T) {
 				res = h.must(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxRemovals: 3}, OutcomeExpired)
 				if res.Removed.Pending != 3 || res.More {
 					t.Fatalf("second round %+v", res)
+				}
+			},
+		},
+		{
+			// more due than one walk of an order reads (removeDue's chunk)
+			name: "MaxRemovals over several walks, earliest first", want: OutcomeExpired,
+			setup: func(h *harness) {
+				for i := range 3*dueChunk + 7 {
+					h.must(reserve(tenant, fmt.Sprintf("k%04d", i), t0+int64(i)), OutcomeReserved)
+				}
+			},
+			cmd:     cmd(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxRemovals: 2*dueChunk + 3}),
+			changes: slices.Repeat([]ChangeKind{ChangeRemoved}, 2*dueChunk+3),
+			check: func(t *testing.T, h *harness, res Result) {
+				if res.Removed.Pending != 2*dueChunk+3 || !res.More || len(h.changes) != 2*dueChunk+3 {
+					t.Fatalf("result %+v, %d changes", res, len(h.changes))
+				}
+				for i, c := range h.changes {
+					if want := fmt.Sprintf("k%04d", i); c.Entry.Key != want {
+						t.Fatalf("removal %d is %s, want %s", i, c.Entry.Key, want)
+					}
+				}
+				h.noEntry(tenant, fmt.Sprintf("k%04d", 2*dueChunk+2))
+				h.entry(tenant, fmt.Sprintf("k%04d", 2*dueChunk+3))
+				res = h.must(Expire{Now: t0 + time.Hour.Nanoseconds()}, OutcomeExpired)
+				if res.Removed.Pending != dueChunk+4 || res.More || h.f.Stats().Entries != 0 {
+					t.Fatalf("second round %+v, stats %+v", res, h.f.Stats())
 				}
 			},
 		},

@@ -182,8 +182,22 @@ func (x *diskIndex[T]) edge(last bool) (item T, ok bool) {
 func (x *diskIndex[T]) Min() (T, bool) { return x.edge(false) }
 func (x *diskIndex[T]) Max() (T, bool) { return x.edge(true) }
 
+// Ascend walks from the floor and, like Min, moves the floor up to the
+// least key it finds.
 func (x *diskIndex[T]) Ascend(fn btree.ItemIteratorG[T]) {
-	x.ascendFrom(x.start(), fn)
+	first := true
+	iterate(x.st.r, x.start(), prefixEnd(x.prefix), false, func(k, v []byte) bool {
+		if first {
+			first = false
+			min := bytes.Clone(k)
+			x.floor.Store(&min)
+		}
+		item, ok := x.resolve(v)
+		if !ok {
+			storeFail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
+		}
+		return fn(item)
+	})
 }
 
 func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) {

@@ -714,20 +714,10 @@ func (s *state) applyExpire(ax *applyCtx, c Expire) Result {
 		budget--
 		return true
 	}
-	for {
-		e, ok := s.entryExp.Min()
-		if !ok || e.ExpiresAt > c.Now || !take() {
-			break
-		}
-		s.removeEntry(ax, e, c.Now, &res.Removed)
-	}
-	for {
-		j, ok := s.jobExp.Min()
-		if !ok || j.ExpiresAt > c.Now || !take() {
-			break
-		}
-		s.removeJob(j)
-		res.Removed.Jobs++
+	if removeDue(s.entryExp, func(e *Entry) bool { return e.ExpiresAt <= c.Now }, take,
+		func(e *Entry) { s.removeEntry(ax, e, c.Now, &res.Removed) }) {
+		removeDue(s.jobExp, func(j *Job) bool { return j.ExpiresAt <= c.Now }, take,
+			func(j *Job) { s.removeJob(j); res.Removed.Jobs++ })
 	}
 	if c.WatermarkTTL > 0 {
 		cutoff := satSub(c.Now, int64(c.WatermarkTTL))
@@ -748,6 +738,38 @@ func (s *state) applyExpire(ax *applyCtx, c Expire) Result {
 		}
 	}
 	return res
+}
+
+// dueChunk is how many due items removeDue reads in one walk of an order.
+const dueChunk = 256
+
+// removeDue removes the due items at the front of order, earliest first, as
+// long as take allows; it reports whether it reached the first item not due
+// (false: take refused). It reads the order in walks of dueChunk items and
+// removes them after each walk (an order is not changed while walked): on
+// disk one iterator per walk, where taking the least item each time would
+// open one per item.
+func removeDue[T any](order index[T], due func(T) bool, take func() bool, remove func(T)) bool {
+	chunk := make([]T, 0, dueChunk)
+	for {
+		chunk = chunk[:0]
+		order.Ascend(func(item T) bool {
+			if !due(item) {
+				return false
+			}
+			chunk = append(chunk, item)
+			return len(chunk) < dueChunk
+		})
+		for _, item := range chunk {
+			if !take() {
+				return false
+			}
+			remove(item)
+		}
+		if len(chunk) < dueChunk {
+			return true
+		}
+	}
 }
 
 func (s *state) applyConfirm(c Confirm) Result {
