@@ -35,6 +35,7 @@ func (m *Manager) leaderLoop() {
 			cancel = nil
 		}
 		m.readyTerm.Store(0)
+		m.jobsQueued.fire() // leases waiting at this leader answer now
 	}
 	defer stop()
 	check := func() {

@@ -80,9 +80,12 @@ type Manager struct {
 	stable    *raftboltdb.BoltStore
 	snaps     raft.SnapshotStore
 	waiters   *waiters
-	metrics   *metrics
-	clock     ledgerClock                         // ledger time and the clock watch (clock.go)
-	autopilot atomic.Pointer[autopilot.Autopilot] // set once membership starts
+	// jobsQueued fires when a commit may have queued a job or leadership
+	// ends: what a long-polling lease waits for (workers.go).
+	jobsQueued broadcast
+	metrics    *metrics
+	clock      ledgerClock                         // ledger time and the clock watch (clock.go)
+	autopilot  atomic.Pointer[autopilot.Autopilot] // set once membership starts
 
 	// peers maps Raft server IDs to RPC addresses, for "not leader" hints. It is
 	// fed by membership (SetPeerRPC).
@@ -159,7 +162,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 			m.closeStores()
 		}
 	}()
-	if m.fsm, err = openLedger(cfg, m.waiters.notify, m.log); err != nil {
+	if m.fsm, err = openLedger(cfg, m.onChange, m.log); err != nil {
 		return nil, err
 	}
 	ws, err := walstore.Open(filepath.Join(raftDir, "wal"), walstore.Options{Logger: m.log.With(logging.KeyComponent, "walstore")})

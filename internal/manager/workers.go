@@ -15,14 +15,10 @@ import (
 
 var _ rpc.Workers = (*Manager)(nil)
 
-// Long-poll timing: how often a waiting lease looks at the ledger's queued
-// count (a local read, no Raft), and how often it proposes a lease anyway
-// while jobs are queued but none was leasable (a retry whose backoff ends,
-// another tenant's jobs).
-const (
-	leaseWaitCheck = 20 * time.Millisecond
-	leaseWaitRetry = time.Second
-)
+// leaseWaitRetry: while jobs are queued but none was leasable (a retry whose
+// backoff has not ended, another tenant's or type's jobs), a waiting lease
+// proposes a Lease again this often.
+const leaseWaitRetry = time.Second
 
 // Lease implements rpc.Workers.
 func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseResponse, error) {
@@ -46,19 +42,26 @@ func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseR
 	}
 }
 
-// awaitQueued waits until more jobs are queued than before, or jobs are
-// queued and leaseWaitRetry has passed, or a lease has expired; false when
-// the deadline or ctx came first (or this manager is no longer the leader).
+// onChange receives the ledger's changes (from Apply: it must not block):
+// submissions waiting on an entry, and leases waiting for a job.
+func (m *Manager) onChange(c ledger.Change) {
+	m.waiters.notify(c)
+	if c.Kind == ledger.ChangeCommitted || c.Kind == ledger.ChangeRestored {
+		m.jobsQueued.fire()
+	}
+}
+
+// awaitQueued waits until more jobs are queued than before (woken by the
+// commit that queued one, not by polling), or jobs are queued and
+// leaseWaitRetry has passed, or a lease has expired (its job can be
+// reclaimed); false when the deadline passes, ctx ends or this node stops
+// leading.
 func (m *Manager) awaitQueued(ctx context.Context, before int, deadline time.Time) bool {
-	t := time.NewTicker(leaseWaitCheck)
-	defer t.Stop()
 	retry := time.Now().Add(leaseWaitRetry)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
+		wake := m.jobsQueued.wait() // before reading: a commit after the read wakes it
 		now := time.Now()
 		if !now.Before(deadline) || m.checkLeader() != nil {
 			return false
@@ -67,8 +70,26 @@ func (m *Manager) awaitQueued(ctx context.Context, before int, deadline time.Tim
 		if q > before || (q > 0 && !now.Before(retry)) {
 			return true
 		}
-		if next, ok := m.fsm.NextLeaseExpiry(); ok && next <= m.expiryNow().UnixNano() {
-			return true
+		next := deadline
+		if q > 0 && retry.Before(next) {
+			next = retry
+		}
+		if at, ok := m.fsm.NextLeaseExpiry(); ok {
+			// In ledger time, which may run ahead of or behind this clock.
+			in := time.Duration(at - m.expiryNow().UnixNano())
+			if in <= 0 {
+				return true
+			}
+			if now.Add(in).Before(next) {
+				next = now.Add(in)
+			}
+		}
+		timer.Reset(next.Sub(now))
+		select {
+		case <-ctx.Done():
+			return false
+		case <-wake:
+		case <-timer.C:
 		}
 	}
 }

@@ -1,11 +1,15 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -72,4 +76,64 @@ func TestWorkersLongPollAndReads(t *testing.T) {
 func isCode(err error, code rpc.Code) bool {
 	var e *rpc.Error
 	return errors.As(err, &e) && e.Code == code
+}
+
+// A waiting lease is answered when a lease it could take over expires (its
+// job reclaimed at once), and, empty, when this manager stops leading; the
+// wait is woken by those events, not by polling the ledger.
+func TestLongPollWakesOnLeaseExpiryAndLeadershipEnd(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.JobLeaseMin, c.JobLeaseDefault = 100*time.Millisecond, 10*time.Minute })
+	queueOn(tc)
+	ctx := ctxT(t)
+	id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
+	m := tc.mgrs[tc.leader()]
+	first, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w1", MaxJobs: 1, LeaseFor: 300 * time.Millisecond})
+	if err != nil || len(first.Leases) != 1 {
+		t.Fatalf("first lease: %+v %v", first, err)
+	}
+
+	type answer struct {
+		r   *rpc.LeaseResponse
+		err error
+	}
+	wait := func(m *Manager) <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			// A context that outlives the test's waits below (ctxT's does not).
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			r, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, Wait: time.Minute})
+			ch <- answer{r, err}
+		}()
+		return ch
+	}
+	select {
+	case a := <-wait(m):
+		if a.err != nil || len(a.r.Leases) != 1 || a.r.Leases[0].Job.JobID != id || a.r.Leases[0].Attempt != 2 {
+			t.Fatalf("the waiting lease after w1's lease expired: %+v %v", a.r, a.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a lease waiting a minute was not given the job whose lease expired")
+	}
+
+	m.jobsQueued.fire() // no one else waits: a channel is the new waiter's
+	waiting := wait(m)
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		m.jobsQueued.mu.Lock()
+		defer m.jobsQueued.mu.Unlock()
+		return m.jobsQueued.ch != nil, "the lease is not waiting"
+	})
+	l := tc.leader()
+	next := (l + 1) % 3
+	if err := tc.mgrs[l].raft.LeadershipTransferToServer(raft.ServerID(tc.cfgs[next].NodeID), raft.ServerAddress(tc.cfgs[next].RaftAdvertise)).Error(); err != nil {
+		t.Fatalf("leadership transfer: %v", err)
+	}
+	select {
+	case a := <-waiting:
+		if a.err != nil || len(a.r.Leases) != 0 {
+			t.Fatalf("a lease waiting at a former leader: %+v %v", a.r, a.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a lease waiting a minute at a manager that stopped leading was not answered")
+	}
 }
