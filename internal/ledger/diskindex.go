@@ -138,15 +138,19 @@ func (x *diskIndex[T]) ReplaceOrInsert(item T) (old T, replaced bool) {
 		}
 		x.mu.Unlock()
 	}
-	if x.primary == nil {
-		x.st.set(k, x.encode(nil, item))
-		return old, false
+	// The batch copies what it is given: the value is built in the store's
+	// scratch buffer, as the key is.
+	v := x.st.valBuf[:0]
+	switch {
+	case x.primary == nil:
+		v = x.encode(v, item)
+	case x.copies:
+		v = x.primary.encode(v, item)
+	default:
+		v = x.primary.fullKey(v, item)
 	}
-	if x.copies {
-		x.st.set(k, x.primary.encode(nil, item))
-	} else {
-		x.st.set(k, x.primary.fullKey(nil, item))
-	}
+	x.st.valBuf = v
+	x.st.set(k, v)
 	return old, false
 }
 

@@ -121,6 +121,7 @@ type store struct {
 	w *pebble.Batch
 
 	keyBuf []byte // scratch for keys, used under the FSM's write lock only
+	valBuf []byte // scratch for values, likewise
 
 	// Snapshots' views keep a retired generation open until they are
 	// released (a Restore or a Close while a Persist streams).
