@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/pkg/api"
 )
 
 // benchLog produces Reserve+Commit pairs for a steady state of about `live`
@@ -304,4 +306,62 @@ func BenchmarkLiveKeysMemory(b *testing.B) {
 	}
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-B/key")
 	runtime.KeepAlive(f)
+}
+
+// BenchmarkListQueuedAfterChurn: one op is the first page of a tenant's
+// queued jobs (10 of them) after 20k jobs went through the queue (queued,
+// leased, completed), on disk, where those jobs left tombstones in the
+// (tenant, state) order until compaction:
+//
+//	go test -tags hashicorpmetrics -run '^$' -bench ListQueuedAfterChurn ./internal/ledger/
+func BenchmarkListQueuedAfterChurn(b *testing.B) {
+	f := benchFSM(b, "disk", Options{})
+	var idx uint64
+	apply := func(cmds ...Command) []Result {
+		logs := make([]*raft.Log, len(cmds))
+		for i, c := range cmds {
+			idx++
+			logs[i] = &raft.Log{Index: idx, Type: raft.LogCommand, Data: Encode(c)}
+		}
+		var out []Result
+		for _, r := range f.ApplyBatch(logs) {
+			out = append(out, r.(Result))
+		}
+		return out
+	}
+	submit := func(key string, now int64) []Command {
+		r := reserve(tenant, key, now)
+		r.MaxEntries = 1 << 30
+		return []Command{r, QueueCommit(commit(r, now))}
+	}
+	const churn, batch = 20_000, 100
+	now := tQ
+	for n := 0; n < churn; n += batch {
+		var cmds []Command
+		for i := range batch {
+			cmds = append(cmds, submit(fmt.Sprintf("c%06d", n+i), now)...)
+		}
+		apply(cmds...)
+		leased := apply(leaseOf(tenant, batch, now+1))[0]
+		if leased.Outcome != OutcomeLeased || len(leased.Lease.Jobs) != batch {
+			b.Fatalf("lease: %+v", leased)
+		}
+		cmds = cmds[:0]
+		for _, j := range leased.Lease.Jobs {
+			cmds = append(cmds, Complete{Tenant: tenant, JobID: j.ID, LeaseID: j.Life.LeaseID, Now: now + 2})
+		}
+		apply(cmds...)
+		now += 10
+	}
+	var cmds []Command
+	for i := range 10 {
+		cmds = append(cmds, submit(fmt.Sprintf("q%d", i), now)...)
+	}
+	apply(cmds...)
+	b.ResetTimer()
+	for range b.N {
+		if jobs, _, _ := f.ListJobs(tenant, ListOptions{Status: api.JobStatusQueued, Limit: 100}); len(jobs) != 10 {
+			b.Fatalf("%d queued", len(jobs))
+		}
+	}
 }

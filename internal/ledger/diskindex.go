@@ -43,14 +43,17 @@ type diskIndex[T any] struct {
 	floor atomic.Pointer[[]byte]
 
 	// group, when set, appends the key of the item's group (after the
-	// prefix): a per-tenant queue, whose walks start at the group's least
-	// key (AscendGreaterOrEqual with a pivot that is the least key of its
-	// group: the Lease's walks). floors keeps, per group, a key at or below
-	// every key of the group, found by the last walk and lowered by inserts,
-	// as floor does for the whole order: a queue's front is a field of
-	// tombstones until compaction, and a Lease must not walk them every
-	// time. Only the apply path (under the FSM's write lock) walks a grouped
-	// order; mu guards floors anyway.
+	// prefix): a per-tenant queue (the Lease's walks) or a per-(tenant,
+	// state) order (listing by state). floors keeps, per group, a key at or
+	// below every key of the group, lowered by inserts, as floor does for
+	// the whole order: a queue's front is a field of tombstones until
+	// compaction, and a walk must not cross them every time. A walk from
+	// the group's least possible key (its pivot's key past the group all
+	// zero bytes: the Lease's walks, a listing's first page) or from its
+	// floor sets the floor to the first key it finds; a walk from further
+	// in (a listing's later page) starts there and leaves the floor alone.
+	// Readers walk under the FSM's read lock, concurrently with each other
+	// (never with the apply path): mu guards floors.
 	group  func(dst []byte, item T) []byte
 	mu     sync.Mutex
 	floors map[string][]byte
@@ -210,9 +213,16 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 		x.ascendFrom(lo, fn)
 		return
 	}
-	g := string(x.group(nil, pivot))
+	gk := x.group(nil, pivot)
+	g := string(gk)
+	fromLeast := true // the pivot's key past its group is all zero bytes
+	for _, b := range lo[1+len(gk):] {
+		fromLeast = fromLeast && b == 0
+	}
 	x.mu.Lock()
-	if f, ok := x.floors[g]; ok && bytes.Compare(f, lo) > 0 {
+	f, known := x.floors[g]
+	fromFloor := known && bytes.Compare(f, lo) >= 0
+	if fromFloor {
 		lo = f
 	}
 	x.mu.Unlock()
@@ -228,6 +238,9 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 		}
 		return fn(item)
 	})
+	if !fromFloor && !fromLeast {
+		return
+	}
 	x.mu.Lock()
 	if x.floors == nil {
 		x.floors = map[string][]byte{}
@@ -304,6 +317,8 @@ func jobTenantGroup(b []byte, j *Job) []byte { return keyString(b, j.Tenant) }
 
 func jobTypeGroup(b []byte, j *Job) []byte { return keyString(keyString(b, j.Tenant), j.Type) }
 
+func jobStateGroup(b []byte, j *Job) []byte { return append(keyString(b, j.Tenant), byte(stateOf(j))) }
+
 func jobQueueKey(b []byte, j *Job) []byte {
 	return keyUint64(keyInt64(keyString(b, j.Tenant), j.Life.RunAt), j.Seq)
 }
@@ -378,7 +393,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobQueueType = &diskIndex[*Job]{st: st, prefix: pfxJobQueueType, key: jobQueueTypeKey, primary: jobs, group: jobTypeGroup}
 	s.jobTenantLease = &diskIndex[*Job]{st: st, prefix: pfxJobTenantLease, key: jobTenantLeaseKey, primary: jobs, group: jobTenantGroup}
 	s.jobLeaseExp = &diskIndex[*Job]{st: st, prefix: pfxJobLeaseExp, key: jobLeaseExpKey, primary: jobs}
-	s.jobState = &diskIndex[*Job]{st: st, prefix: pfxJobState, key: jobStateKey, primary: jobs}
+	s.jobState = &diskIndex[*Job]{st: st, prefix: pfxJobState, key: jobStateKey, primary: jobs, group: jobStateGroup}
 	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
 	s.pending, s.committed, s.rejected = int(m.pending), int(m.committed), int(m.rejected)

@@ -272,7 +272,13 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 		jobs = append(jobs, *j)
 		return true
 	}
+	// Seq 0 (no job has it) on the first page: the walk starts at its
+	// group's least possible key, which lets the store keep the group's
+	// floor (diskIndex.group).
 	pivot := &Job{Tenant: tenant, Type: opts.Type, Seq: opts.After + 1}
+	if opts.After == 0 {
+		pivot.Seq = 0
+	}
 	switch {
 	case byState && state != JobLegacy:
 		pivot.Life = &JobLife{State: state}

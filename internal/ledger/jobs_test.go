@@ -904,3 +904,62 @@ func TestLifecycleLogReplays(t *testing.T) {
 		}
 	}
 }
+
+// TestListByStateThroughChurn: listing by state stays exact while jobs move
+// between states, on both backends; on disk the first page of a state keeps
+// the group's floor (so later first pages skip the tombstones of the jobs
+// that left the state), a job coming back below the floor is still found,
+// and a later page neither uses nor moves the floor.
+func TestListByStateThroughChurn(t *testing.T) {
+	onBoth(t, func(t *testing.T, h *harness) {
+		for i := range 50 {
+			queueJob(h, tenant, fmt.Sprintf("k%02d", i), "a", tQ+int64(i))
+		}
+		ids := h.lease(leaseOf(tenant, 50, tL))
+		list := func(status string, limit int) []string {
+			t.Helper()
+			got, _ := listAll(t, h.f, tenant, ListOptions{Status: status, Limit: limit})
+			return got
+		}
+		idsOf := func(jobs []Job) (out []string) {
+			for _, j := range jobs {
+				out = append(out, j.ID)
+			}
+			return out
+		}
+		if got := list(api.JobStatusQueued, 10); len(got) != 0 {
+			t.Fatalf("queued after leasing all: %v", got)
+		}
+		if got := list(api.JobStatusRunning, 7); !reflect.DeepEqual(got, ids) {
+			t.Fatalf("running in pages of 7: %v, want %v", got, ids)
+		}
+		if d, ok := h.f.s.jobState.(*diskIndex[*Job]); ok {
+			g := string(jobStateGroup(nil, &Job{Tenant: tenant, Life: &JobLife{State: JobQueued}}))
+			d.mu.Lock()
+			_, set := d.floors[g]
+			d.mu.Unlock()
+			if !set {
+				t.Fatal("the first page of queued jobs left no floor")
+			}
+		}
+		for _, id := range ids[:40] {
+			h.must(Complete{Tenant: tenant, JobID: id, LeaseID: h.job(tenant, id).Life.LeaseID, Now: tL + 1}, OutcomeCompleted)
+		}
+		if got := list(api.JobStatusRunning, 3); !reflect.DeepEqual(got, ids[40:]) {
+			t.Fatalf("running after 40 completions: %v", got)
+		}
+		if got := list(api.JobStatusSucceeded, 0); !reflect.DeepEqual(got, ids[:40]) {
+			t.Fatalf("succeeded: %v", got)
+		}
+		// ids[45] back to the queue: its seq is below every later job's.
+		back := h.job(tenant, ids[45])
+		h.must(failOf(back, back.Life.LeaseID, tL+2, true), OutcomeFailed)
+		later := idsOf([]Job{queueJob(h, tenant, "n1", "a", tL+3), queueJob(h, tenant, "n2", "a", tL+4)})
+		if got, want := list(api.JobStatusQueued, 1), append([]string{ids[45]}, later...); !reflect.DeepEqual(got, want) {
+			t.Fatalf("queued after a retry and two new jobs: %v, want %v", got, want)
+		}
+		if got := list(api.JobStatusRunning, 2); !reflect.DeepEqual(got, append(append([]string{}, ids[40:45]...), ids[46:]...)) {
+			t.Fatalf("running after the retry: %v", got)
+		}
+	})
+}
