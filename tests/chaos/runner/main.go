@@ -49,7 +49,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	interval := fs.Duration("fault-interval", nemesis.DefaultTimings.Interval, "mean quiet time between two faults")
 	faults := fs.String("faults", "all", "comma-separated fault kinds: "+kindNames(nemesis.AllKinds))
 	rounds := fs.Int("rounds", 0, "stop after this many rounds of faults (every kind once per round); 0: run for -duration")
-	workers := fs.Int("workers", 2, "pkg/client workers per tenant consuming the jobs through the faults (single datacenter); rule (i): every job run to an end; 0: none")
+	workers := fs.Int("workers", 2, "pkg/client workers per tenant (per datacenter with -multidc) consuming the jobs through the faults; rule (i): every job run to an end; 0: none")
 	verbose := fs.Bool("v", false, "print every nemesis step, not only one line per fault")
 	multiDC := fs.Bool("multidc", false, "two federated datacenters (dc1, dc2; 3 managers and 2 gates each): jobs name both, dc1 takes the faults, dc2 has outages; rule (h) checked across them")
 	recheck := fs.String("recheck", "", "check the saved run in this directory again instead of running one")

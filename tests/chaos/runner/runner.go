@@ -99,11 +99,13 @@ type Options struct {
 	// Verbose also sends every nemesis step to Logf.
 	Verbose bool
 	// Workers, when positive, runs that many pkg/client workers per tenant
-	// alongside the workload (single datacenter only): they lease every job,
-	// heartbeat, and complete it, through the nemesis's faults; after the
-	// other rules, rule (i) waits up to WorkersWait (default 2 minutes) plus
-	// the largest forward clock skew injected for every job to be run to an
-	// end, and the summary counts the redeliveries.
+	// alongside the workload (per datacenter, through its own gates, in a
+	// MultiDC run: a job naming both runs in each): they lease every job,
+	// heartbeat, and complete it, through the faults; after the other rules
+	// (and rule (h)'s wait for the outboxes), rule (i) waits up to
+	// WorkersWait (default 2 minutes) plus the largest clock skew injected
+	// (either way: see checkWorkers) for every job of every datacenter to
+	// be run to an end, and the summary counts the redeliveries.
 	Workers     int
 	WorkersWait time.Duration
 	// MultiDC runs two federated datacenters, dc1 and dc2, each with three
@@ -316,12 +318,21 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		outagesDone <- 0
 	}
 
-	var runs checker.Runs
-	stopWorkers := func() {}
-	if o.Workers > 0 && !o.MultiDC {
-		stopWorkers = startWorkers(ctx, gateURLs, o.Workers, &runs, o.Seed, logf)
+	// Workers consume each datacenter's copy of the jobs through its own
+	// gates (a job naming two datacenters runs in each), each
+	// datacenter's runs counted apart.
+	runs := make([]checker.Runs, len(dcs))
+	var stops []func()
+	if o.Workers > 0 {
+		for i, dc := range dcs {
+			stops = append(stops, startWorkers(ctx, dc.GateURLs(), o.Workers, &runs[i], o.Seed+uint64(i), logf))
+		}
 	}
-	defer stopWorkers()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
 
 	progress := time.NewTicker(30 * time.Second)
 	defer progress.Stop()
@@ -399,24 +410,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		cfg := checker.Config{GateURL: c.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys}
 		res, cerr := checker.Check(cctx, cfg, ops)
 		if cerr == nil && o.Workers > 0 {
-			wait := o.WorkersWait
-			if wait <= 0 {
-				wait = 2 * time.Minute
-			}
-			// A leader whose clock jumped forward may stamp leases with it
-			// before its group's view notices (docs/ledger.md, "Ledger
-			// time"); ledger time then stands still until real time catches
-			// up, and so do those leases: a lease whose holder never learnt
-			// of it ends only then. Delivery is delayed by the skew, not lost.
-			var skew time.Duration
-			for _, e := range sum.Events {
-				skew = max(skew, e.Skew)
-			}
-			wait += skew
-			logf("checking that the workers ran every job to an end (waiting up to %v)", wait)
-			wres, wc, werr := checker.CheckWorkers(cctx, cfg, &runs, wait)
-			res.Violations = append(res.Violations, wres.Violations...)
-			sum.Workers, cerr = &wc, werr
+			cerr = checkWorkers(cctx, &sum, &res, []checker.Config{cfg}, runs, o.WorkersWait, logf)
 		}
 		if cerr == nil {
 			sum.Check = &res
@@ -449,8 +443,66 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return sum, errors.Join(nerr, cerr)
 	}
 	res.Violations = append(res.Violations, fr.Violations...)
+	if o.Workers > 0 {
+		// After the outboxes: the jobs they carried must run too.
+		if cerr := checkWorkers(cctx, &sum, &res, cfgs, runs, o.WorkersWait, logf); cerr != nil {
+			return sum, errors.Join(nerr, cerr)
+		}
+	}
 	sum.Check = &res
 	return sum, nerr
+}
+
+// checkWorkers checks rule (i) in each datacenter of cfgs (its runs[i]),
+// adding the violations (named by datacenter in a multi-datacenter run) to
+// res and the counts of every datacenter to sum.Workers. It waits up to
+// wait (default 2 minutes) plus the largest clock skew injected: a leader
+// whose clock jumped forward may stamp leases with it before its group's
+// view notices (docs/ledger.md, "Ledger time"); ledger time then stands
+// still until real time catches up, and so do those leases: a lease whose
+// holder never learnt of it ends only then. Delivery is delayed by the
+// skew, not lost. A backward skew counts too: its removal is a forward jump
+// of the same size (a multi-datacenter run found a manager set 8m48s back,
+// made leader the moment its clock was restored, whose stamps ran ~4.5
+// minutes ahead until its view caught up).
+func checkWorkers(ctx context.Context, sum *Summary, res *checker.Result, cfgs []checker.Config, runs []checker.Runs, wait time.Duration, logf func(string, ...any)) error {
+	wait = workersWait(wait, sum.Events)
+	var all checker.WorkerCounts
+	for i, cfg := range cfgs {
+		where := ""
+		if cfg.Datacenter != "" {
+			where = " in " + cfg.Datacenter
+		}
+		logf("checking that the workers ran every job to an end%s (waiting up to %v)", where, wait)
+		wres, wc, err := checker.CheckWorkers(ctx, cfg, &runs[i], wait)
+		if err != nil {
+			return fmt.Errorf("checking the workers%s: %w", where, err)
+		}
+		for _, v := range wres.Violations {
+			if cfg.Datacenter != "" {
+				v.Detail = cfg.Datacenter + ": " + v.Detail
+			}
+			res.Violations = append(res.Violations, v)
+		}
+		all.Jobs += wc.Jobs
+		all.Runs += wc.Runs
+		all.Redeliveries += wc.Redeliveries
+	}
+	sum.Workers = &all
+	return nil
+}
+
+// workersWait is how long rule (i) waits: wait (default 2 minutes) plus the
+// largest clock skew of events, forward or back (checkWorkers).
+func workersWait(wait time.Duration, events []nemesis.Event) time.Duration {
+	if wait <= 0 {
+		wait = 2 * time.Minute
+	}
+	var skew time.Duration
+	for _, e := range events {
+		skew = max(skew, e.Skew, -e.Skew)
+	}
+	return wait + skew
 }
 
 func kindNames(kinds []nemesis.Kind) string {

@@ -186,3 +186,25 @@ func TestMainExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// Rule (i) waits for the largest skew either way: restoring a clock that
+// was set back is a forward jump as large (a leader made then stamps ahead
+// of real time until its group's view catches up).
+func TestWorkersWaitCountsSkewEitherWay(t *testing.T) {
+	events := []nemesis.Event{{Kind: nemesis.KillLeader}, {Kind: nemesis.ClockSkew, Skew: 3 * time.Minute},
+		{Kind: nemesis.ClockSkew, Skew: -528 * time.Second}}
+	for _, c := range []struct {
+		wait   time.Duration
+		events []nemesis.Event
+		want   time.Duration
+	}{
+		{0, nil, 2 * time.Minute},
+		{30 * time.Second, events[:1], 30 * time.Second},
+		{0, events[:2], 5 * time.Minute},
+		{0, events, 2*time.Minute + 528*time.Second},
+	} {
+		if got := workersWait(c.wait, c.events); got != c.want {
+			t.Errorf("workersWait(%v, %d events) = %v, want %v", c.wait, len(c.events), got, c.want)
+		}
+	}
+}
