@@ -34,8 +34,26 @@ type Sample struct {
 	// RTT/2.
 	RTT time.Duration
 	// At is when the sample was taken, on this node's monotonic clock (a
-	// time.Now() value, never a skewed wall clock): it only ages samples out.
+	// time.Now() value, never a skewed wall clock): it ages samples out.
 	At time.Time
+	// Wall is this node's wall clock (the one Offset is measured against)
+	// when the sample was taken, in unix nanoseconds; 0: not recorded. If
+	// that clock has been stepped since (set back, set forward, restored),
+	// the step is how far it moved beyond the real time elapsed on the
+	// monotonic clock, and the sample's offset is corrected by it: a clock
+	// restored after being set back must not see its peers still that far
+	// ahead until fresh samples outvote the old ones.
+	Wall int64
+}
+
+// offsetAt is s's offset corrected for any step of this node's wall clock
+// since s was taken (Sample.Wall), wall being that clock's reading at now.
+func (s Sample) offsetAt(now time.Time, wall int64) time.Duration {
+	if s.Wall == 0 || wall == 0 {
+		return s.Offset
+	}
+	step := time.Duration(wall-s.Wall) - now.Sub(s.At)
+	return s.Offset - step
 }
 
 // Estimate is a peer's offset as the Estimator sees it.
@@ -105,17 +123,19 @@ func (e *Estimator) Forget(peer string) {
 	e.mu.Unlock()
 }
 
-// Estimate returns peer's estimate at now (on the clock of Sample.At), and
-// false when it has no sample younger than MaxAge.
-func (e *Estimator) Estimate(peer string, now time.Time) (Estimate, bool) {
+// Estimate returns peer's estimate at now (on the clock of Sample.At), with
+// wall this node's wall clock then (unix nanoseconds, 0: do not correct for
+// steps; Sample.Wall), and false when it has no sample younger than MaxAge.
+func (e *Estimator) Estimate(peer string, now time.Time, wall int64) (Estimate, bool) {
 	e.mu.Lock()
 	ss := slices.Clone(e.peers[peer])
 	e.mu.Unlock()
-	return estimate(ss, now, e.maxAge)
+	return estimate(ss, now, wall, e.maxAge)
 }
 
-// Peers returns the peers with a current estimate, by name.
-func (e *Estimator) Peers(now time.Time) map[string]Estimate {
+// Peers returns the peers with a current estimate, by name (now and wall as
+// for Estimate).
+func (e *Estimator) Peers(now time.Time, wall int64) map[string]Estimate {
 	e.mu.Lock()
 	all := make(map[string][]Sample, len(e.peers))
 	for p, ss := range e.peers {
@@ -124,7 +144,7 @@ func (e *Estimator) Peers(now time.Time) map[string]Estimate {
 	e.mu.Unlock()
 	out := make(map[string]Estimate, len(all))
 	for p, ss := range all {
-		if est, ok := estimate(ss, now, e.maxAge); ok {
+		if est, ok := estimate(ss, now, wall, e.maxAge); ok {
 			out[p] = est
 		}
 	}
@@ -132,7 +152,7 @@ func (e *Estimator) Peers(now time.Time) map[string]Estimate {
 }
 
 // estimate is Estimator's rule over one peer's samples.
-func estimate(ss []Sample, now time.Time, maxAge time.Duration) (Estimate, bool) {
+func estimate(ss []Sample, now time.Time, wall int64, maxAge time.Duration) (Estimate, bool) {
 	recent := ss[:0:0]
 	var newest time.Time
 	for _, s := range ss {
@@ -151,7 +171,7 @@ func estimate(ss []Sample, now time.Time, maxAge time.Duration) (Estimate, bool)
 	best := recent[:(len(recent)+1)/2]
 	offs := make([]time.Duration, len(best))
 	for i, s := range best {
-		offs[i] = s.Offset
+		offs[i] = s.offsetAt(now, wall)
 	}
 	slices.Sort(offs)
 	var med time.Duration

@@ -42,7 +42,7 @@ func TestEstimate(t *testing.T) {
 			for _, x := range tt.samples {
 				e.Observe("p", x)
 			}
-			got, ok := e.Estimate("p", t0)
+			got, ok := e.Estimate("p", t0, 0)
 			if ok != tt.ok || got.Offset != tt.want || got.Samples != tt.wantN {
 				t.Fatalf("Estimate = %+v, %v; want offset %v from %d samples, %v", got, ok, tt.want, tt.wantN, tt.ok)
 			}
@@ -56,17 +56,45 @@ func TestEstimatorWindowAndForget(t *testing.T) {
 		e.Observe("p", Sample{Offset: time.Duration(i) * sec, RTT: time.Duration(10-i) * ms, At: t0})
 	}
 	e.Observe("p", Sample{Offset: time.Hour, RTT: -ms, At: t0}) // refused
-	got, ok := e.Estimate("p", t0)
+	got, ok := e.Estimate("p", t0, 0)
 	if !ok || got.Offset != 8*sec+sec/2 || got.Samples != 3 {
 		t.Fatalf("Estimate = %+v, %v; want 8.5s (the two shortest round trips of the last three) from 3 samples", got, ok)
 	}
 	e.Observe("q", Sample{Offset: sec, At: t0})
-	if peers := e.Peers(t0); len(peers) != 2 || peers["q"].Offset != sec {
+	if peers := e.Peers(t0, 0); len(peers) != 2 || peers["q"].Offset != sec {
 		t.Fatalf("Peers = %+v", peers)
 	}
 	e.Forget("p")
-	if _, ok := e.Estimate("p", t0); ok {
+	if _, ok := e.Estimate("p", t0, 0); ok {
 		t.Fatal("p still estimated after Forget")
+	}
+}
+
+// A sample measured while this node's clock was set back is corrected when
+// the clock is restored (a step, seen against the monotonic clock): the
+// peers are not still seen that far ahead until fresh samples outvote the
+// old ones. Samples without a wall reading are taken as they are.
+func TestEstimateCorrectsClockSteps(t *testing.T) {
+	e := NewEstimator(8, time.Hour)
+	real := t0.UnixNano()
+	back := 528 * sec // this node's clock 8m48s behind: peers seem that far ahead
+	for i := range 4 {
+		at := t0.Add(time.Duration(i) * sec)
+		e.Observe("p", Sample{Offset: back + time.Duration(i)*ms, RTT: ms, At: at, Wall: real + int64(time.Duration(i)*sec-back)})
+	}
+	later := t0.Add(10 * sec)
+	if got, _ := e.Estimate("p", later, real+int64(10*sec-back)); got.Offset < back || got.Offset > back+4*ms {
+		t.Fatalf("still set back: offset %v, want ~%v", got.Offset, back)
+	}
+	if got, _ := e.Estimate("p", later, real+int64(10*sec)); got.Offset < 0 || got.Offset > 4*ms {
+		t.Fatalf("restored: offset %v, want ~0 (the step of %v taken out)", got.Offset, back)
+	}
+	if got, _ := e.Estimate("p", later, 0); got.Offset < back {
+		t.Fatalf("no wall reading: offset %v, want the samples' %v", got.Offset, back)
+	}
+	e.Observe("q", Sample{Offset: sec, RTT: ms, At: t0}) // no Wall
+	if got, _ := e.Estimate("q", later, real+int64(time.Hour)); got.Offset != sec {
+		t.Fatalf("a sample without a wall reading was corrected: %v", got.Offset)
 	}
 }
 

@@ -25,7 +25,7 @@ func TestConcurrentAdmissionsNeverExceedCapacity(t *testing.T) {
 	// A clock that yields the processor, as a preempted leader would between
 	// reading its clock and the next step: any check-then-act admission
 	// interleaves here.
-	tc.now = func() time.Time { runtime.Gosched(); return time.Now() }
+	tc.setNow(func() time.Time { runtime.Gosched(); return time.Now() })
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -120,7 +120,7 @@ func TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted(t *testing.T) {
 		c.JobRetention = 10 * time.Second
 		c.QueueJobs = false // jobs that expire by retention alone
 	})
-	tc.now = clock.now
+	tc.setNow(clock.now)
 	l := tc.leader()
 	ctx := ctxT(t)
 	key := func(seq int) string { return fmt.Sprintf("c1:%d:0123456789abcdef", seq) }
@@ -169,7 +169,7 @@ func TestWatermarkFloodRefusesAndNeverReruns(t *testing.T) {
 		c.Idempotency.CommittedTTL = 10 * time.Second
 		c.JobRetention = time.Hour
 	})
-	tc.now = clock.now
+	tc.setNow(clock.now)
 	l := tc.leader()
 	ctx := ctxT(t)
 	submit := func(tenant, client string, seq int) (*rpc.SubmitResponse, error) {

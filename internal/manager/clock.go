@@ -44,6 +44,11 @@ const (
 	// Raft configuration (a round trip to raft's loop), too costly per
 	// submission.
 	viewTTL = 200 * time.Millisecond
+	// clockStepTolerance: a cached view is dropped when this manager's wall
+	// clock has moved more than this beyond the real time elapsed since the
+	// view was computed (a step: the clock set back, forward, or restored),
+	// since the view's offsets were measured against the clock before it.
+	clockStepTolerance = 10 * time.Millisecond
 	// clockCheckInterval is how often the clock watch looks at this manager's
 	// clock (logging changes, handing leadership over).
 	clockCheckInterval = time.Second
@@ -63,6 +68,7 @@ type ledgerClock struct {
 
 	// the cached group view
 	viewAt    time.Time // monotonic
+	viewWall  int64     // this manager's wall clock (m.now) then, unix ns
 	view      clockwatch.View
 	peers     []membership.PeerOffset // voters only, by node ID
 	computing bool
@@ -182,13 +188,23 @@ func (m *Manager) readLedgerTime() clockwatch.Reading {
 	return r
 }
 
-// groupView returns the group view, recomputed when older than viewTTL (or
-// when fresh is set). It is computed outside the lock, by one caller at a
-// time; the others meanwhile use the previous view.
+// groupView returns the group view, recomputed when older than viewTTL, when
+// this manager's wall clock has stepped since (clockStepTolerance), or when
+// fresh is set. It is computed outside the lock, by one caller at a time
+// (the others meanwhile use the previous view), except after a step, when
+// every caller computes its own.
 func (m *Manager) groupView(fresh bool) clockwatch.View {
 	c := &m.clock
+	wall := m.now().UnixNano()
 	c.mu.Lock()
-	if c.computing || (!fresh && !c.viewAt.IsZero() && time.Since(c.viewAt) < viewTTL) {
+	stepped := false
+	if !c.viewAt.IsZero() {
+		step := time.Duration(wall-c.viewWall) - time.Since(c.viewAt)
+		stepped = step > clockStepTolerance || step < -clockStepTolerance
+	}
+	// After a step this reading computes its own view even while another
+	// does: it must not use the one from before the step.
+	if !stepped && (c.computing || (!fresh && !c.viewAt.IsZero() && time.Since(c.viewAt) < viewTTL)) {
 		v := c.view
 		c.mu.Unlock()
 		return v
@@ -196,9 +212,10 @@ func (m *Manager) groupView(fresh bool) clockwatch.View {
 	c.computing = true
 	src := c.src
 	c.mu.Unlock()
+	at, wall := time.Now(), m.now().UnixNano()
 	v, peers := m.computeView(src)
 	c.mu.Lock()
-	c.view, c.peers, c.viewAt, c.computing = v, peers, time.Now(), false
+	c.view, c.peers, c.viewAt, c.viewWall, c.computing = v, peers, at, wall, false
 	c.mu.Unlock()
 	return v
 }

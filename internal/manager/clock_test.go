@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ import (
 // production: on memberlist's probes.
 func newSkewedCluster(t *testing.T, skews []time.Duration, tweak func(*Config)) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, now: time.Now}
+	tc := &testCluster{t: t}
 	base := t.TempDir()
 	for i := range skews {
 		c := DefaultConfig()
@@ -48,7 +49,10 @@ func newSkewedCluster(t *testing.T, skews []time.Duration, tweak func(*Config)) 
 	t.Cleanup(tc.closeAll)
 	var seed string
 	for i, skew := range skews {
-		now := func() time.Time { return time.Now().Add(skew) }
+		sk := new(atomic.Int64)
+		sk.Store(int64(skew))
+		tc.skew = append(tc.skew, sk)
+		now := func() time.Time { return time.Now().Add(time.Duration(sk.Load())) }
 		log := logging.TestLogger(t).With("m", i+1)
 		m, err := New(tc.cfgs[i], Deps{Logger: log, Now: now})
 		if err != nil {
@@ -302,7 +306,7 @@ func TestUnmeasuredLeaderCannotPullTimeAhead(t *testing.T) {
 		c.Idempotency.CleanupInterval = time.Second
 		c.ApplyTimeout = time.Second // how long an unsure leader waits for the view
 	})
-	tc.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(skew) }
+	tc.setNow(func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(skew) })
 	ctx := ctxT(t)
 	l := tc.leader()
 	r, err := tc.submit(ctx, l, "t", "k", "fp", "demo", `1`, 0)
@@ -371,7 +375,7 @@ func TestLeaderAfterOutageWaitsForTheGroup(t *testing.T) {
 		c.Idempotency.CleanupInterval = time.Second
 		c.ApplyTimeout = 20 * time.Second
 	})
-	tc.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(skew) }
+	tc.setNow(func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(skew) })
 	ctx := ctxT(t)
 	l := tc.leader()
 	if r, err := tc.submit(ctx, l, "t", "k1", "fp", "demo", `1`, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
@@ -451,4 +455,55 @@ func TestHandoffTarget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRestoredClockDoesNotStampAhead: a manager whose clock was 10 minutes
+// behind leads (its stamps are the group's time), then its clock is set
+// right while it leads: a step forward of 10 minutes. Its view's offsets
+// were measured against the old clock; were they taken as they are, it
+// would stamp 10 minutes ahead of real time, and ledger time, which never
+// runs back, would expire every key up to 10 minutes early. Its stamps stay
+// on real time through the step.
+func TestRestoredClockDoesNotStampAhead(t *testing.T) {
+	skews := []time.Duration{0, 0, -10 * time.Minute}
+	tc := newSkewedCluster(t, skews, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+		for i, m := range tc.mgrs {
+			v := m.ClockState().View
+			if !v.Known || v.Measured != 3 || v.Offset+skews[i] < -time.Second || v.Offset+skews[i] > time.Second {
+				return false, "every manager to measure its group"
+			}
+		}
+		return true, "every manager to measure its group"
+	})
+	submit := func(key string) error {
+		at := time.Now()
+		r, err := tc.submit(ctx, 2, "t", key, "fp-"+key, "demo", `1`, 0)
+		if err != nil {
+			return err
+		}
+		if r.Outcome != rpc.OutcomeCommitted || r.Job == nil {
+			return fmt.Errorf("submit %s: %+v", key, r)
+		}
+		created, err := time.Parse(api.TimeFormat, r.Job.CreatedAt)
+		if err != nil {
+			return err
+		}
+		if d := created.Sub(at); d < -2*time.Second || d > 2*time.Second {
+			t.Fatalf("%s stamped %v, real %v: off by %v", key, created, at, d)
+		}
+		return nil
+	}
+	tc.lead(ctx, 2, func() error { return submit("before") })
+	tc.lead(ctx, 2, func() error {
+		tc.skew[2].Store(0) // the clock set right: a step of 10 minutes forward
+		for i := range 20 {
+			if err := submit(fmt.Sprintf("after-%d", i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

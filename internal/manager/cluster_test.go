@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,14 +25,28 @@ type testCluster struct {
 	t    *testing.T
 	cfgs []Config
 	mgrs []*Manager
-	now  func() time.Time
+	// clock is the managers' clock (Deps.Now; time.Now when unset): a
+	// test may change it while they run (setNow).
+	clock atomic.Pointer[func() time.Time]
+	// skew is each manager's clock offset in a skewed cluster
+	// (newSkewedCluster), changeable while it runs.
+	skew []*atomic.Int64
 }
+
+func (tc *testCluster) now() time.Time {
+	if f := tc.clock.Load(); f != nil {
+		return (*f)()
+	}
+	return time.Now()
+}
+
+func (tc *testCluster) setNow(f func() time.Time) { tc.clock.Store(&f) }
 
 // newTestCluster starts n managers and bootstraps them as one group. tweak, if
 // not nil, adjusts every manager's configuration.
 func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, now: time.Now}
+	tc := &testCluster{t: t}
 	base := t.TempDir()
 	for i := 0; i < n; i++ {
 		c := DefaultConfig()
@@ -69,7 +84,7 @@ func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 // start (re)starts manager i on its data directory.
 func (tc *testCluster) start(i int) {
 	tc.t.Helper()
-	m, err := New(tc.cfgs[i], Deps{Logger: logging.TestLogger(tc.t).With("m", i+1), Now: func() time.Time { return tc.now() }})
+	m, err := New(tc.cfgs[i], Deps{Logger: logging.TestLogger(tc.t).With("m", i+1), Now: tc.now})
 	if err != nil {
 		tc.t.Fatalf("start %s: %v", tc.cfgs[i].NodeID, err)
 	}

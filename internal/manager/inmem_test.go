@@ -18,7 +18,7 @@ import (
 // partitions are Disconnect calls.
 func newInmemCluster(t *testing.T, n int) (*testCluster, []*raft.InmemTransport) {
 	t.Helper()
-	tc := &testCluster{t: t, now: time.Now, mgrs: make([]*Manager, n)}
+	tc := &testCluster{t: t, mgrs: make([]*Manager, n)}
 	base := t.TempDir()
 	var trans []*raft.InmemTransport
 	var servers []raft.Server

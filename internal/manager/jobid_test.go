@@ -22,7 +22,7 @@ func TestDerivedJobIDAndRetainedJob(t *testing.T) {
 		c.Idempotency.CleanupInterval = time.Second
 		c.JobRetention = time.Hour
 	})
-	tc.now = clock.Now
+	tc.setNow(clock.Now)
 	l := tc.leader()
 	ctx := ctxT(t)
 	const key = "order-ORD-7"
@@ -56,7 +56,7 @@ func TestDerivedJobIDAndRetainedJob(t *testing.T) {
 func TestExpiryBasis(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	tc := newTestCluster(t, 1, func(c *Config) { c.Idempotency.CommittedTTL = time.Minute })
-	tc.now = func() time.Time { return now }
+	tc.setNow(func() time.Time { return now })
 	l := tc.leader()
 	ctx := ctxT(t)
 	for i, tt := range []struct {

@@ -186,7 +186,7 @@ func TestExpiryAndWatermark(t *testing.T) {
 		c.Idempotency.CleanupInterval = time.Second
 		c.JobRetention = time.Hour
 	})
-	tc.now = clock.Now
+	tc.setNow(clock.Now)
 	l := tc.leader()
 	ctx := ctxT(t)
 	k5 := "c1:5:0123456789abcdef"

@@ -20,9 +20,9 @@ import (
 func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 	clock := newManualClock()
 	tc1 := newTestCluster(t, 1, nil)
-	tc1.now = clock.Now
+	tc1.setNow(clock.Now)
 	tc2 := newTestCluster(t, 1, func(c *Config) { c.Datacenter = "dc2" })
-	tc2.now = clock.Now
+	tc2.setNow(clock.Now)
 	l1, l2 := tc1.leader(), tc2.leader()
 	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
 	if lerr != nil {

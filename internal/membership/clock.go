@@ -75,14 +75,14 @@ func (d *pingDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Durat
 	}
 	remote := int64(binary.BigEndian.Uint64(payload[1:]))
 	offset := time.Duration(remote - (local.UnixNano() - int64(rtt/2)))
-	p.clocks.Observe(other.Name, clockwatch.Sample{Offset: offset, RTT: rtt, At: time.Now()})
+	p.clocks.Observe(other.Name, clockwatch.Sample{Offset: offset, RTT: rtt, At: time.Now(), Wall: local.UnixNano()})
 }
 
 // ClockOffsets returns the clock offsets of the alive members that have been
 // probed recently, sorted by name. Members that left or failed are not listed
 // (and their samples are dropped).
 func (p *Pool) ClockOffsets() []PeerOffset {
-	est := p.clocks.Peers(time.Now())
+	est := p.clocks.Peers(time.Now(), p.now().UnixNano())
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]PeerOffset, 0, len(est))
