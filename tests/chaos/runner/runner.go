@@ -464,7 +464,9 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 // skew, not lost. A backward skew counts too: its removal is a forward jump
 // of the same size (a multi-datacenter run found a manager set 8m48s back,
 // made leader the moment its clock was restored, whose stamps ran ~4.5
-// minutes ahead until its view caught up).
+// minutes ahead until its view caught up; managers now correct their view
+// for steps of their own clock, docs/ledger.md, and the wait stays as a
+// bound).
 func checkWorkers(ctx context.Context, sum *Summary, res *checker.Result, cfgs []checker.Config, runs []checker.Runs, wait time.Duration, logf func(string, ...any)) error {
 	wait = workersWait(wait, sum.Events)
 	var all checker.WorkerCounts
