@@ -158,7 +158,7 @@ func (m *Manager) expiryNow() time.Time {
 // readLedgerTime is one reading of the rule; see ledgerNow.
 func (m *Manager) readLedgerTime() clockwatch.Reading {
 	wall := m.now()
-	v := m.groupView(false)
+	v := m.groupView(false, wall)
 	c := &m.clock
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -192,14 +192,14 @@ func (m *Manager) readLedgerTime() clockwatch.Reading {
 // this manager's wall clock has stepped since (clockStepTolerance), or when
 // fresh is set. It is computed outside the lock, by one caller at a time
 // (the others meanwhile use the previous view), except after a step, when
-// every caller computes its own.
-func (m *Manager) groupView(fresh bool) clockwatch.View {
+// every caller computes its own. now is this manager's wall clock (m.now)
+// as the caller read it.
+func (m *Manager) groupView(fresh bool, now time.Time) clockwatch.View {
 	c := &m.clock
-	wall := m.now().UnixNano()
 	c.mu.Lock()
 	stepped := false
 	if !c.viewAt.IsZero() {
-		step := time.Duration(wall-c.viewWall) - time.Since(c.viewAt)
+		step := time.Duration(now.UnixNano()-c.viewWall) - time.Since(c.viewAt)
 		stepped = step > clockStepTolerance || step < -clockStepTolerance
 	}
 	// After a step this reading computes its own view even while another
@@ -269,7 +269,7 @@ type ClockState struct {
 
 // ClockState returns the current clock state, with a fresh view.
 func (m *Manager) ClockState() ClockState {
-	m.groupView(true)
+	m.groupView(true, m.now())
 	c := &m.clock
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -34,17 +34,6 @@ func (r *Runs) Of(id string) int {
 	return r.n[id]
 }
 
-// Total returns every run.
-func (r *Runs) Total() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	t := 0
-	for _, n := range r.n {
-		t += n
-	}
-	return t
-}
-
 // WorkerCounts sums up what rule (i) saw.
 type WorkerCounts struct {
 	Jobs int `json:"jobs"`
