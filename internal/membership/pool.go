@@ -212,23 +212,45 @@ func (p *Pool) markJoined() { p.joinedOnce.Do(func() { close(p.joined) }) }
 func (p *Pool) joinLoop(ctx context.Context) {
 	defer p.wg.Done()
 	wait, maxWait := p.cfg.joinBackoff()
+	seeds := p.cfg.Seeds
+	joined := false
 	for attempt := 1; ; attempt++ {
-		n, err := p.Join(ctx, p.cfg.Seeds)
-		if err == nil {
-			p.log.Info("joined pool", logging.KeyCount, n, logging.KeyAttempt, attempt)
-			return
-		}
+		n, missed, err := p.join(ctx, seeds)
 		if errors.Is(err, ErrShutdown) {
 			return
 		}
+		switch {
+		case err == nil && !joined:
+			joined = true
+			p.log.Info("joined pool", logging.KeyCount, n, logging.KeyAttempt, attempt)
+		case err == nil:
+			p.log.Info("reached a seed that had not answered", logging.KeyCount, n, logging.KeyAttempt, attempt)
+		case joined:
+			p.log.Debug("seeds still not answering", logging.KeyError, err, logging.KeyAttempt, attempt)
+		}
+		if joined {
+			// A seed that did not answer may belong to another part of the
+			// pool: a WAN pool's seeds name managers of several datacenters,
+			// and a manager that reached only its own datacenter's would
+			// otherwise settle into a pool without the others for good.
+			// Keep trying the seeds that are not yet known members.
+			seeds = p.unknownSeeds(ctx, missed)
+			if len(seeds) == 0 {
+				return
+			}
+		}
 		// Jitter keeps a fleet started at once from retrying in lockstep.
 		d := wait/2 + rand.N(wait/2+1)
-		p.log.Warn("join failed, retrying", logging.KeyError, err, logging.KeyAttempt, attempt, logging.KeyDuration, d)
+		if !joined {
+			p.log.Warn("join failed, retrying", logging.KeyError, err, logging.KeyAttempt, attempt, logging.KeyDuration, d)
+		}
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			p.log.Warn("giving up joining the pool", logging.KeyError, ctx.Err())
+			if !joined {
+				p.log.Warn("giving up joining the pool", logging.KeyError, ctx.Err())
+			}
 			return
 		case <-p.stop:
 			t.Stop()
@@ -245,29 +267,88 @@ func (p *Pool) joinLoop(ctx context.Context) {
 // number of seeds reached, or a *JoinError (ErrJoin) if none was, e.g.
 // because they use another gossip key.
 func (p *Pool) Join(ctx context.Context, seeds []string) (int, error) {
+	n, _, err := p.join(ctx, seeds)
+	return n, err
+}
+
+// join is Join that also returns the seeds that did not answer. Each seed
+// is contacted on its own (as memberlist.Join does in turn), so the ones
+// missed are known.
+func (p *Pool) join(ctx context.Context, seeds []string) (int, []string, error) {
 	if p.isShut() {
-		return 0, ErrShutdown
+		return 0, nil, ErrShutdown
 	}
 	others := p.otherSeeds(ctx, seeds)
 	if len(others) == 0 {
 		p.markJoined()
-		return 0, nil
+		return 0, nil, nil
 	}
-	n, err := p.ml.Join(others)
+	n := 0
+	var missed []string
+	var errs []error
+	for _, s := range others {
+		if _, err := p.ml.Join([]string{s}); err != nil {
+			missed = append(missed, s)
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
 	if n > 0 {
-		if err != nil {
-			p.log.Debug("some seeds did not answer", logging.KeyError, err)
+		if len(errs) > 0 {
+			p.log.Debug("some seeds did not answer", logging.KeyError, errors.Join(errs...))
 		}
 		p.markJoined()
-		return n, nil
+		return n, missed, nil
 	}
 	if p.isShut() {
-		return 0, ErrShutdown
+		return 0, missed, ErrShutdown
 	}
-	if err == nil {
-		err = errors.New("no seed answered")
+	return 0, missed, &JoinError{Seeds: others, Err: errors.Join(errs...)}
+}
+
+// unknownSeeds returns the seeds whose address is no known member's (alive
+// or not: a failed member is the reconnect loop's to retry).
+func (p *Pool) unknownSeeds(ctx context.Context, seeds []string) []string {
+	if len(seeds) == 0 {
+		return nil
 	}
-	return 0, &JoinError{Seeds: others, Err: err}
+	p.mu.Lock()
+	known := make(map[string]bool, len(p.members))
+	for _, m := range p.members {
+		known[m.Addr] = true
+	}
+	p.mu.Unlock()
+	var out []string
+	for _, s := range seeds {
+		if !known[s] && !slices.ContainsFunc(resolveSeed(ctx, s), func(a string) bool { return known[a] }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// resolveSeed returns the ip:port addresses a host:port seed names (none if
+// it does not resolve).
+func resolveSeed(ctx context.Context, seed string) []string {
+	host, port, err := splitSeed(seed)
+	if err != nil {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return []string{net.JoinHostPort(ip.String(), strconv.Itoa(port))}
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupIPAddr(lctx, host)
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, net.JoinHostPort(a.IP.String(), strconv.Itoa(port)))
+	}
+	return out
 }
 
 // otherSeeds drops the seeds that are this node's own gossip address, so a

@@ -68,6 +68,29 @@ func TestSeedRetryUntilSeedStarts(t *testing.T) {
 	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{late, first}, "late", "first"))
 }
 
+// TestUnansweredSeedIsRetriedAfterJoining: a node whose seeds name two parts
+// of the pool (a WAN pool's seeds: a manager of its own datacenter and one of
+// another) and that reaches only one of them keeps trying the other, so the
+// parts merge when it comes up instead of staying two pools for good.
+func TestUnansweredSeedIsRetriedAfterJoining(t *testing.T) {
+	probe := startPool(t, "probe", RoleManager, nil)
+	_, port, _ := splitSeed(probe.Addr())
+	if err := probe.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	down := fmt.Sprintf("127.0.0.1:%d", port)
+	near := startPool(t, "near", RoleManager, nil)
+	joiner := startPool(t, "joiner", RoleManager, func(c *Config) { c.Seeds = []string{down, near.Addr()} })
+	select {
+	case <-joiner.Joined():
+	case <-time.After(waitTimeout):
+		t.Fatal("never joined the seed that was up")
+	}
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{near, joiner}, "near", "joiner"))
+	far := startPool(t, "far", RoleManager, func(c *Config) { c.BindPort = port })
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{near, joiner, far}, "near", "joiner", "far"))
+}
+
 func TestUpdateMetaPropagates(t *testing.T) {
 	m1 := startPool(t, "m1", RoleManager, nil)
 	m2 := startPool(t, "m2", RoleManager, func(c *Config) { c.Seeds = []string{m1.Addr()} })
