@@ -147,7 +147,9 @@ func logTails(t *testing.T, dir string) {
 // one round of every fault kind while dc2's managers are all SIGSTOPped now
 // and then (dc-outage). The checker then applies every rule in each
 // datacenter and rule (h) across them: every admitted job is in both, with
-// one id. CHAOS_SEED and CHAOS_DIR work as for TestChaosShort.
+// one id. A worker per tenant in each datacenter runs that datacenter's copy
+// of every job, and rule (i) holds in each. CHAOS_SEED and CHAOS_DIR work as
+// for TestChaosShort.
 func TestChaosMultiDCShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-process chaos test; skipped with -short")
@@ -160,6 +162,7 @@ func TestChaosMultiDCShort(t *testing.T) {
 		Settle:   5 * time.Second,
 		Seed:     seed,
 		Clients:  6,
+		Workers:  1, // per tenant and datacenter
 		BaseDir:  dir,
 		BinDir:   binDir,
 		Timings:  shortTimings, // dc2's outages last twice its Partition
@@ -171,5 +174,8 @@ func TestChaosMultiDCShort(t *testing.T) {
 	}
 	if sum.Workload.Committed == 0 {
 		t.Error("no submission was committed")
+	}
+	if sum.Workers == nil || sum.Workers.Jobs == 0 {
+		t.Errorf("the workers ran no job (%+v)", sum.Workers)
 	}
 }
