@@ -71,6 +71,18 @@ func startPool(t testing.TB, name string, role Role, edit func(*Config)) *Pool {
 	return p
 }
 
+// downSeed reserves a gossip port by starting a pool there and stopping it:
+// a seed address nothing answers at until a pool is started on port.
+func downSeed(t testing.TB) (seed string, port int) {
+	t.Helper()
+	probe := startPool(t, "probe", RoleGate, nil)
+	_, port, _ = splitSeed(probe.Addr())
+	if err := probe.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port), port
+}
+
 func memberState(p *Pool, name string) (State, bool) {
 	for _, m := range p.Members() {
 		if m.Name == name {

@@ -45,14 +45,8 @@ func TestPoolJoinsThroughOneSeedEach(t *testing.T) {
 }
 
 func TestSeedRetryUntilSeedStarts(t *testing.T) {
-	// Reserve a port by starting a pool, remember it, stop it: the second
-	// node's seed is down when it starts and comes up later on that port.
-	probe := startPool(t, "probe", RoleGate, nil)
-	_, port, _ := splitSeed(probe.Addr())
-	if err := probe.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	seed := fmt.Sprintf("127.0.0.1:%d", port)
+	// The second node's seed is down when it starts and comes up later.
+	seed, port := downSeed(t)
 	late := startPool(t, "late", RoleGate, func(c *Config) { c.Seeds = []string{seed} })
 	select {
 	case <-late.Joined():
@@ -73,12 +67,7 @@ func TestSeedRetryUntilSeedStarts(t *testing.T) {
 // another) and that reaches only one of them keeps trying the other, so the
 // parts merge when it comes up instead of staying two pools for good.
 func TestUnansweredSeedIsRetriedAfterJoining(t *testing.T) {
-	probe := startPool(t, "probe", RoleManager, nil)
-	_, port, _ := splitSeed(probe.Addr())
-	if err := probe.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	down := fmt.Sprintf("127.0.0.1:%d", port)
+	down, port := downSeed(t)
 	near := startPool(t, "near", RoleManager, nil)
 	joiner := startPool(t, "joiner", RoleManager, func(c *Config) { c.Seeds = []string{down, near.Addr()} })
 	select {
