@@ -233,9 +233,10 @@ func (p *Pool) joinLoop(ctx context.Context) {
 			// pool: a WAN pool's seeds name managers of several datacenters,
 			// and a manager that reached only its own datacenter's would
 			// otherwise settle into a pool without the others for good.
-			// Keep trying the seeds that are not yet known members.
+			// Keep trying the seeds that are not yet known members (not
+			// after Leave: a node that left does not join anyone again).
 			seeds = p.unknownSeeds(ctx, missed)
-			if len(seeds) == 0 {
+			if len(seeds) == 0 || p.hasLeft() {
 				return
 			}
 		}
@@ -685,6 +686,12 @@ func (p *Pool) Shutdown() error {
 		return fmt.Errorf("membership: shutdown: %w", err)
 	}
 	return nil
+}
+
+func (p *Pool) hasLeft() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.left
 }
 
 func (p *Pool) isShut() bool {
