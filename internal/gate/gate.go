@@ -36,6 +36,7 @@ import (
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/replay"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -75,7 +76,7 @@ type Gate struct {
 	client *rpc.Client
 	cache  *cache.Cache[*response]
 	// workerReplays keeps worker calls' answers by Idempotency-Key (workers.go).
-	workerReplays *workerReplays
+	workerReplays *replay.Memory[*workerAnswer]
 	metrics       *metrics
 	mux           *http.ServeMux
 
@@ -179,7 +180,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		TLS:      g.rpcTLSConfig(),
 	})
 	g.metrics = newMetrics(c, cfg.NodeName, cfg.Datacenter)
-	g.workerReplays = newWorkerReplays()
+	g.workerReplays = replay.New[*workerAnswer](workerReplayMax, workerReplayTTL, g.now)
 	g.mux = http.NewServeMux()
 	g.routes()
 	return g, nil

@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
-
-	lru "github.com/hashicorp/golang-lru/v2"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
@@ -29,6 +27,9 @@ import (
 
 // workerReplayTTL is how long a worker call's answer is kept for retries
 // with the same Idempotency-Key; workerReplayMax bounds how many are kept.
+// The oldest answer is dropped when the bound is reached, after which a
+// retry of it runs again (a lease is then answered by the leader's own
+// memory of lease answers, or hands out other jobs).
 const (
 	workerReplayTTL = 10 * time.Minute
 	workerReplayMax = 100_000
@@ -45,36 +46,8 @@ type workerAnswer struct {
 	// with the same key must send the same request.
 	fingerprint [sha256.Size]byte
 	retryAfter  bool
-	// kept is when the answer was stored (workerReplayTTL).
-	kept time.Time
-}
-
-// workerReplays keeps worker calls' answers by (tenant, Idempotency-Key).
-// Concurrent calls with one key run once (singleflight); the oldest answer
-// is dropped when the bound is reached, after which a retry of it runs
-// again (a lease then hands out other jobs; the first are redelivered when
-// their leases expire: delivery is at least once).
-type workerReplays struct {
-	answers *lru.Cache[string, *workerAnswer]
-	flight  singleflight.Group
-}
-
-func newWorkerReplays() *workerReplays {
-	c, err := lru.New[string, *workerAnswer](workerReplayMax)
-	if err != nil {
-		panic(err) // only for a size <= 0
-	}
-	return &workerReplays{answers: c}
-}
-
-// get returns the answer kept for id, if it is younger than workerReplayTTL.
-func (wr *workerReplays) get(id string, now time.Time) (*workerAnswer, bool) {
-	a, ok := wr.answers.Get(id)
-	if ok && now.Sub(a.kept) >= workerReplayTTL {
-		wr.answers.Remove(id)
-		return nil, false
-	}
-	return a, ok
+	// replayed: the leader answered from its memory of lease answers.
+	replayed bool
 }
 
 // workerCall is one worker request, checked, ready to forward.
@@ -107,31 +80,21 @@ func (g *Gate) serveWorkerCall(w http.ResponseWriter, r *http.Request, tenant st
 		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, "invalid Idempotency-Key: "+err.Error())
 		return
 	}
-	id := tenant + "\x00" + key
-	if a, ok := g.workerReplays.get(id, g.now()); ok {
-		g.replayWorkerAnswer(w, a, fp)
-		return
-	}
-	ran := false // this request's own closure ran the call
-	v, _, _ := g.workerReplays.flight.Do(id, func() (any, error) {
-		if a, ok := g.workerReplays.get(id, g.now()); ok {
-			return a, nil
-		}
-		ran = true
+	a, replayed, err := g.workerReplays.Do(r.Context(), tenant+"\x00"+key, func() (*workerAnswer, bool) {
 		a := run()
-		if a.status < 500 {
-			// A 503 or 500 decided nothing: a retry must run again.
-			a.kept = g.now()
-			g.workerReplays.answers.Add(id, a)
-		}
-		return a, nil
+		// A 503 or 500 decided nothing: a retry must run again. Nor did a
+		// 422: the leader keeps this key's answer to another request, and
+		// the retry with that request must be given it.
+		return a, a.status < 500 && a.status != http.StatusUnprocessableEntity
 	})
-	a := v.(*workerAnswer)
-	if !ran {
+	if err != nil {
+		return // the client has gone
+	}
+	if replayed {
 		g.replayWorkerAnswer(w, a, fp)
 		return
 	}
-	g.writeWorkerAnswer(w, a, false)
+	g.writeWorkerAnswer(w, a, a.replayed)
 }
 
 func (g *Gate) replayWorkerAnswer(w http.ResponseWriter, a *workerAnswer, fp [sha256.Size]byte) {
@@ -180,6 +143,9 @@ func (g *Gate) workerError(r *http.Request, err error, jobID string) *workerAnsw
 	case errors.Is(err, rpc.ErrLeaseLost):
 		return workerProblem(http.StatusConflict, api.CodeLeaseLost,
 			"the lease is not the job's current one (it expired, another worker holds the job, or the job is finished): stop working on it; "+rpcMessage(err))
+	case errors.Is(err, rpc.ErrRequestReused):
+		return workerProblem(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused,
+			"this Idempotency-Key was used with a different worker request")
 	case errors.Is(err, rpc.ErrNotFound):
 		return workerProblem(http.StatusNotFound, api.CodeJobNotFound, fmt.Sprintf("no job %q", jobID))
 	case errors.Is(err, rpc.ErrInvalid):
@@ -266,6 +232,12 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 		fwd.Worker = r.RemoteAddr
 	}
 	fwd.Wait = time.Duration(req.WaitSeconds) * time.Second
+	if key := r.Header.Get(api.HeaderIdempotencyKey); key != "" {
+		// The leader keeps lease answers too, so a retry through another
+		// gate is given the same jobs (serveWorkerCall checks the key).
+		sum := sha256.Sum256(body)
+		fwd.Request, fwd.Fingerprint = key, hex.EncodeToString(sum[:])
+	}
 	g.serveWorkerCall(w, r, tenant, workerCall{route: "lease", body: body, wait: fwd.Wait,
 		forward: func(ctx context.Context) *workerAnswer {
 			start := time.Now()
@@ -279,7 +251,9 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 				out.Leases = []api.Lease{}
 			}
 			g.metrics.leased.Add(float64(len(out.Leases)))
-			return workerOK(out)
+			a := workerOK(out)
+			a.replayed = resp.Replayed
+			return a
 		}})
 }
 

@@ -176,6 +176,32 @@ func TestWorkerIdempotencyKey(t *testing.T) {
 	}
 }
 
+// A lease retried with its Idempotency-Key through another gate is answered
+// by the leader's memory of lease answers: the same leases, replayed; the
+// key with another body is 422 there too.
+func TestWorkerLeaseRetriedThroughAnotherGate(t *testing.T) {
+	_, addr := startManager(t, fakemanager.Options{Workers: true})
+	g1, g2 := startGate(t, []string{addr}, nil), startGate(t, []string{addr}, nil)
+	for i := range 3 {
+		wantJob(t, g1.submit(t, skey(i+1), `{"type":"x"}`), http.StatusCreated)
+	}
+	key := "lease-through-two-gates"
+	a := g1.post(t, "/v1/leases", `{"max_jobs":2}`, api.HeaderIdempotencyKey, key)
+	if len(decodeLeases(t, a)) != 2 {
+		t.Fatalf("first lease: %d %s", a.status, a.body)
+	}
+	wantProblem(t, g2.post(t, "/v1/leases", `{"max_jobs":3}`, api.HeaderIdempotencyKey, key),
+		http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	b := g2.post(t, "/v1/leases", `{"max_jobs":2}`, api.HeaderIdempotencyKey, key)
+	if string(a.body) != string(b.body) {
+		t.Fatalf("the retry through another gate: %s, want %s", b.body, a.body)
+	}
+	wantHeader(t, b, api.HeaderReplayed, "true")
+	if l := decodeLeases(t, g2.post(t, "/v1/leases", `{"max_jobs":5}`)); len(l) != 1 {
+		t.Fatalf("after the retry, %d jobs leased; want the 1 no lease took", len(l))
+	}
+}
+
 // Bad worker requests are 400 and reach no manager.
 func TestWorkerBadRequests(t *testing.T) {
 	_, g := startWorkerGate(t, nil)

@@ -30,6 +30,7 @@ import (
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/replay"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/walstore"
 )
@@ -83,9 +84,12 @@ type Manager struct {
 	// jobsQueued fires when a commit may have queued a job or leadership
 	// ends: what a long-polling lease waits for (workers.go).
 	jobsQueued broadcast
-	metrics    *metrics
-	clock      ledgerClock                         // ledger time and the clock watch (clock.go)
-	autopilot  atomic.Pointer[autopilot.Autopilot] // set once membership starts
+	// leaseReplays keeps the answers of leases asked with an idempotency
+	// key while this node leads (workers.go).
+	leaseReplays *replay.Memory[leaseAnswer]
+	metrics      *metrics
+	clock        ledgerClock                         // ledger time and the clock watch (clock.go)
+	autopilot    atomic.Pointer[autopilot.Autopilot] // set once membership starts
 
 	// peers maps Raft server IDs to RPC addresses, for "not leader" hints. It is
 	// fed by membership (SetPeerRPC).
@@ -147,6 +151,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 		clusterTLS: deps.ClusterTLS,
 	}
+	m.leaseReplays = replay.New[leaseAnswer](leaseReplayMax, leaseReplayTTL, m.now)
 	m.queueJobs.Store(cfg.QueueJobs)
 	m.registerClockMetrics(deps.Registerer)
 	m.clock.src = deps.Clock

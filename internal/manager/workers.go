@@ -20,8 +20,57 @@ var _ rpc.Workers = (*Manager)(nil)
 // proposes a Lease again this often.
 const leaseWaitRetry = time.Second
 
-// Lease implements rpc.Workers.
+// leaseReplayTTL and leaseReplayMax bound the leader's memory of lease
+// answers (the gate keeps each worker call's answer as long).
+const (
+	leaseReplayTTL = 10 * time.Minute
+	leaseReplayMax = 100_000
+)
+
+// leaseAnswer is a lease asked with an idempotency key, as answered.
+type leaseAnswer struct {
+	fingerprint string
+	resp        *rpc.LeaseResponse
+	err         error
+}
+
+// Lease implements rpc.Workers. A lease asked with an idempotency key
+// (req.Request) is answered once: a repeat of the key, through any gate,
+// gets the first answer, the same jobs under the same leases, for
+// leaseReplayTTL while this node leads. Without that, a worker whose answer
+// was lost (a timeout, a gate that died) would lease other jobs on its retry,
+// and the first ones would come back only when their leases expire.
 func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseResponse, error) {
+	if req.Request == "" {
+		return m.lease(ctx, ctx, req)
+	}
+	if err := m.checkLeader(); err != nil {
+		return nil, err // kept answers are this leader's: a follower forwards nothing
+	}
+	a, replayed, err := m.leaseReplays.Do(ctx, req.Tenant+"\x00"+req.Request, func() (leaseAnswer, bool) {
+		// Once proposed, the lease is applied and its answer kept even if
+		// this caller has left: its retry is what will read it.
+		resp, err := m.lease(ctx, context.WithoutCancel(ctx), req)
+		return leaseAnswer{fingerprint: req.Fingerprint, resp: resp, err: err}, err == nil
+	})
+	switch {
+	case err != nil:
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "lease: %v", err)
+	case a.err != nil:
+		return nil, a.err
+	case a.fingerprint != req.Fingerprint:
+		return nil, rpc.Errorf(rpc.CodeRequestReused, "lease: the idempotency key was used with another request")
+	case replayed:
+		out := *a.resp
+		out.Replayed = true
+		return &out, nil
+	}
+	return a.resp, nil
+}
+
+// lease leases jobs for req, waiting up to req.Wait for one while ctx lasts;
+// each Lease command is applied under applyCtx.
+func (m *Manager) lease(ctx, applyCtx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseResponse, error) {
 	lr := LeaseRequest{Tenant: req.Tenant, Holder: req.Worker, Types: req.Types, Max: req.MaxJobs, Lease: req.LeaseFor}
 	if lr.Holder == "" {
 		lr.Holder = "worker"
@@ -29,7 +78,7 @@ func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseR
 	deadline := time.Now().Add(req.Wait)
 	for {
 		queued := m.fsm.Stats().Queued
-		jobs, err := m.LeaseJobs(ctx, lr)
+		jobs, err := m.LeaseJobs(applyCtx, lr)
 		if err != nil {
 			return nil, err
 		}
@@ -37,6 +86,10 @@ func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseR
 			return m.leases(jobs), nil
 		}
 		if !m.awaitQueued(ctx, queued, deadline) {
+			if ctx.Err() != nil {
+				// The caller has left: an empty answer must not be kept.
+				return nil, rpc.Errorf(rpc.CodeUnavailable, "lease: the request ended while waiting: %v", ctx.Err())
+			}
 			return m.leases(nil), nil
 		}
 	}

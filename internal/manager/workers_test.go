@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -135,5 +137,64 @@ func TestLongPollWakesOnLeaseExpiryAndLeadershipEnd(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a lease waiting a minute at a manager that stopped leading was not answered")
+	}
+}
+
+// A lease asked with an idempotency key is answered once at the leader: a
+// repeat of the key (a retry through any gate) gets the same leases, marked
+// replayed, and leases nothing more; the key with another request is
+// request_reused; keys are per tenant. A caller that leaves while its lease
+// is applied does not lose it: the retry is given its jobs.
+func TestLeaseWithIdempotencyKeyIsAnsweredOnce(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	m := tc.mgrs[tc.leader()]
+	ctx := ctxT(t)
+	for i := range 4 {
+		submitJob(t, tc, fmt.Sprintf("host1.dc1:%d:1:0123456789abcdef", i+1), "email")
+	}
+	req := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, Request: "lease-1", Fingerprint: "f1"}
+	first, err := m.Lease(ctx, &req)
+	if err != nil || len(first.Leases) != 2 || first.Replayed {
+		t.Fatalf("first lease: %+v %v", first, err)
+	}
+	again, err := m.Lease(ctx, &req)
+	if err != nil || !again.Replayed || !reflect.DeepEqual(again.Leases, first.Leases) {
+		t.Fatalf("the same key again: %+v %v; want %+v replayed", again, err, first.Leases)
+	}
+	other := req
+	other.Fingerprint = "f2"
+	if _, err := m.Lease(ctx, &other); !isCode(err, rpc.CodeRequestReused) {
+		t.Fatalf("the key with another request: %v, want request_reused", err)
+	}
+	elsewhere := req
+	elsewhere.Tenant = "globex"
+	if r, err := m.Lease(ctx, &elsewhere); err != nil || r.Replayed || len(r.Leases) != 0 {
+		t.Fatalf("the key in a tenant without jobs: %+v %v", r, err)
+	}
+
+	// The caller has gone before the answer: the lease is applied all the
+	// same and its retry is given it.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	lost := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-2", Fingerprint: "f"}
+	if _, err := m.Lease(gone, &lost); err == nil {
+		t.Log("the lease was answered before the cancelled caller noticed")
+	}
+	retry, err := m.Lease(ctx, &lost)
+	if err != nil || len(retry.Leases) != 1 || !retry.Replayed {
+		t.Fatalf("the retry of a lease whose caller left: %+v %v; want its one job, replayed", retry, err)
+	}
+
+	// Two jobs were leased by "lease-1" and one by "lease-2": one is left.
+	rest, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 10})
+	if err != nil || len(rest.Leases) != 1 {
+		t.Fatalf("after the replays, %+v %v; want the one job no lease took", rest, err)
+	}
+	seen := map[string]bool{}
+	for _, l := range append(append(first.Leases, retry.Leases...), rest.Leases...) {
+		if seen[l.Job.JobID] {
+			t.Fatalf("job %s leased twice", l.Job.JobID)
+		}
+		seen[l.Job.JobID] = true
 	}
 }

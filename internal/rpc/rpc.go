@@ -68,6 +68,9 @@ const (
 	// current one (it expired, was taken over, or the job finished); nothing
 	// changed. The worker must stop working on the job.
 	CodeLeaseLost Code = "lease_lost"
+	// CodeRequestReused: a lease named an idempotency key the leader keeps
+	// the answer of another request for; nothing was leased.
+	CodeRequestReused Code = "request_reused"
 )
 
 // Error is an RPC error. It is the JSON body of every non-200 answer.
@@ -108,6 +111,7 @@ var (
 	ErrTenantQuota    = &Error{Code: CodeTenantQuota, Message: "tenant over its share"}
 	ErrTooLarge       = &Error{Code: CodeTooLarge, Message: "answer too large"}
 	ErrLeaseLost      = &Error{Code: CodeLeaseLost, Message: "lease lost"}
+	ErrRequestReused  = &Error{Code: CodeRequestReused, Message: "idempotency key used with another request"}
 )
 
 // Errorf builds an *Error with a code and a formatted message.
@@ -132,6 +136,8 @@ func httpStatus(c Code) int {
 		return http.StatusUnauthorized
 	case CodeLeaseLost:
 		return http.StatusConflict
+	case CodeRequestReused:
+		return http.StatusUnprocessableEntity
 	default:
 		return http.StatusInternalServerError
 	}

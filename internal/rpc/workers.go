@@ -24,18 +24,29 @@ const (
 // LeaseRequest asks the leader for up to MaxJobs queued jobs of Tenant.
 // Wait, when positive, holds the call at the leader until a job is queued or
 // the wait ends (a long poll: no polling between gate and leader).
+//
+// Request, when set, is the caller's idempotency key for the lease (the
+// worker's Idempotency-Key) and Fingerprint the digest of what it asked:
+// the leader keeps its answer (for 10 minutes, while it leads) and answers
+// a repeat of the key, through any gate, with the same leases
+// (LeaseResponse.Replayed); the key with another Fingerprint is
+// CodeRequestReused.
 type LeaseRequest struct {
-	Tenant   string        `json:"tenant"`
-	Worker   string        `json:"worker"`
-	Types    []string      `json:"types,omitempty"`
-	MaxJobs  int           `json:"max_jobs"`
-	LeaseFor time.Duration `json:"lease_for"`
-	Wait     time.Duration `json:"wait"`
+	Tenant      string        `json:"tenant"`
+	Worker      string        `json:"worker"`
+	Types       []string      `json:"types,omitempty"`
+	MaxJobs     int           `json:"max_jobs"`
+	LeaseFor    time.Duration `json:"lease_for"`
+	Wait        time.Duration `json:"wait"`
+	Request     string        `json:"request,omitempty"`
+	Fingerprint string        `json:"fingerprint,omitempty"`
 }
 
 // LeaseResponse is what the leader handed out, oldest queued first.
+// Replayed: the answer is the one kept for the request's key.
 type LeaseResponse struct {
-	Leases []api.Lease `json:"leases"`
+	Leases   []api.Lease `json:"leases"`
+	Replayed bool        `json:"replayed,omitempty"`
 }
 
 // HeartbeatRequest extends a lease to the leader's now + LeaseFor.

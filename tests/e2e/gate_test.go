@@ -26,7 +26,12 @@ type answer struct {
 }
 
 func post(ctx context.Context, hc *http.Client, gate, key, body string) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gate+"/v1/jobs", bytes.NewBufferString(body))
+	return postPath(ctx, hc, gate, "/v1/jobs", key, body)
+}
+
+// postPath POSTs body to the gate's path with the Idempotency-Key key.
+func postPath(ctx context.Context, hc *http.Client, gate, path, key, body string) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gate+path, bytes.NewBufferString(body))
 	if err != nil {
 		return answer{}, err
 	}

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,10 +71,24 @@ func TestWorkersThroughKills(t *testing.T) {
 	}
 
 	// A worker that leases and dies: its jobs come back when the leases end.
-	dead, err := cl.Lease(ctx, client.LeaseOptions{Types: []string{jobType}, MaxJobs: abandoned, LeaseFor: 2 * time.Second})
-	if err != nil || len(dead) != abandoned {
-		t.Fatalf("the dying worker's lease: %d jobs, %v", len(dead), err)
+	// Before dying it retries its lease with the same Idempotency-Key
+	// through the other gate, and is given the same jobs (the leader keeps
+	// the answer), not six more.
+	leaseBody := fmt.Sprintf(`{"types":[%q],"max_jobs":%d,"lease_seconds":2}`, jobType, abandoned)
+	first, err := postPath(ctx, http.DefaultClient, c.GateURLs()[0], "/v1/leases", "e2e-dying-worker-lease-1", leaseBody)
+	if err != nil || first.status != http.StatusOK {
+		t.Fatalf("the dying worker's lease: %d %s %v", first.status, first.body, err)
 	}
+	retried, err := postPath(ctx, http.DefaultClient, c.GateURLs()[1], "/v1/leases", "e2e-dying-worker-lease-1", leaseBody)
+	if err != nil || retried.status != http.StatusOK || retried.replayed != "true" || !bytes.Equal(retried.body, first.body) {
+		t.Fatalf("the lease retried through another gate: %d replayed=%q %s (first %s) %v",
+			retried.status, retried.replayed, retried.body, first.body, err)
+	}
+	var dying api.LeaseList
+	if err := json.Unmarshal(first.body, &dying); err != nil || len(dying.Leases) != abandoned {
+		t.Fatalf("the dying worker's lease: %s %v", first.body, err)
+	}
+	dead := dying.Leases
 
 	var mu sync.Mutex
 	runs := map[string]int{}

@@ -100,6 +100,8 @@ type Manager struct {
 	watermarks map[string]uint64 // by tenant "\x00" client_id "\x00" nonce
 	committed  int
 	leases     int // lease ids handed out
+	// leaseAnswers: leases asked with an idempotency key, by tenant and key.
+	leaseAnswers map[string]keptLease
 }
 
 type entry struct {

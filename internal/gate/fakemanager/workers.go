@@ -49,13 +49,42 @@ func (rec *jobRecord) state(now time.Time) string {
 	return rec.life.state
 }
 
+// keptLease is a lease answer kept for its idempotency key.
+type keptLease struct {
+	fingerprint string
+	resp        *rpc.LeaseResponse
+}
+
 // Lease implements rpc.Workers; with a Wait it polls the fake's own state
-// (the real leader waits for a commit).
+// (the real leader waits for a commit). A lease with a Request is answered
+// once, as the real leader does: a repeat gets the same answer, replayed.
 func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseResponse, error) {
+	id := req.Tenant + "\x00" + req.Request
+	if req.Request != "" {
+		m.mu.Lock()
+		k, ok := m.leaseAnswers[id]
+		m.mu.Unlock()
+		switch {
+		case ok && k.fingerprint != req.Fingerprint:
+			return nil, rpc.ErrRequestReused
+		case ok:
+			out := *k.resp
+			out.Replayed = true
+			return &out, nil
+		}
+	}
 	deadline := m.opts.Now().Add(req.Wait)
 	for {
 		resp, err := m.lease(req)
 		if err != nil || len(resp.Leases) > 0 || !m.opts.Now().Before(deadline) {
+			if err == nil && req.Request != "" {
+				m.mu.Lock()
+				if m.leaseAnswers == nil {
+					m.leaseAnswers = map[string]keptLease{}
+				}
+				m.leaseAnswers[id] = keptLease{fingerprint: req.Fingerprint, resp: resp}
+				m.mu.Unlock()
+			}
 			return resp, err
 		}
 		select {

@@ -1,0 +1,156 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func TestKeptAnswerIsReplayedUntilItsTTL(t *testing.T) {
+	clk := &clock{now: time.Unix(1000, 0)}
+	m := New[int](10, time.Minute, clk.Now)
+	runs := 0
+	run := func() (int, bool) { runs++; return runs, true }
+	ctx := context.Background()
+
+	if v, replayed, err := m.Do(ctx, "k", run); err != nil || v != 1 || replayed {
+		t.Fatalf("first call: %d %v %v", v, replayed, err)
+	}
+	clk.advance(59 * time.Second)
+	if v, replayed, err := m.Do(ctx, "k", run); err != nil || v != 1 || !replayed {
+		t.Fatalf("retry within the TTL: %d %v %v, want the first answer replayed", v, replayed, err)
+	}
+	clk.advance(time.Second)
+	if v, replayed, err := m.Do(ctx, "k", run); err != nil || v != 2 || replayed {
+		t.Fatalf("retry at the TTL: %d %v %v, want a new run", v, replayed, err)
+	}
+	if v, _, _ := m.Do(ctx, "other", run); v != 3 {
+		t.Fatalf("another key: %d, want its own run", v)
+	}
+}
+
+func TestAnswerNotKeptRunsAgain(t *testing.T) {
+	m := New[string](10, time.Minute, nil)
+	runs := 0
+	run := func() (string, bool) { runs++; return "unavailable", false }
+	for range 3 {
+		if _, replayed, _ := m.Do(context.Background(), "k", run); replayed {
+			t.Fatal("an answer that was not kept was replayed")
+		}
+	}
+	if runs != 3 || m.Len() != 0 {
+		t.Fatalf("runs %d, kept %d; want 3 runs and nothing kept", runs, m.Len())
+	}
+}
+
+func TestBoundDropsTheLeastRecentlyUsed(t *testing.T) {
+	m := New[string](2, time.Hour, nil)
+	keep := func(v string) func() (string, bool) { return func() (string, bool) { return v, true } }
+	ctx := context.Background()
+	m.Do(ctx, "a", keep("a1"))
+	m.Do(ctx, "b", keep("b1"))
+	m.Do(ctx, "a", keep("unused")) // a is now the most recent
+	m.Do(ctx, "c", keep("c1"))     // drops b
+	if m.Len() != 2 {
+		t.Fatalf("%d answers kept, bound 2", m.Len())
+	}
+	if v, ok := m.Get("a"); !ok || v != "a1" {
+		t.Fatalf("a: %q %v", v, ok)
+	}
+	if _, ok := m.Get("b"); ok {
+		t.Fatal("b outlived the bound")
+	}
+}
+
+// Concurrent calls with one key run once; every caller but the runner sees
+// the answer as replayed.
+func TestConcurrentCallsRunOnce(t *testing.T) {
+	m := New[int](10, time.Minute, nil)
+	var runs atomic.Int32
+	release := make(chan struct{})
+	started := make(chan struct{})
+	run := func() (int, bool) {
+		runs.Add(1)
+		close(started)
+		<-release
+		return 7, true
+	}
+	const callers = 8
+	type answer struct {
+		v        int
+		replayed bool
+	}
+	answers := make(chan answer, callers)
+	go func() {
+		v, r, _ := m.Do(context.Background(), "k", run)
+		answers <- answer{v, r}
+	}()
+	<-started
+	var wg sync.WaitGroup
+	for range callers - 1 {
+		wg.Go(func() {
+			v, r, _ := m.Do(context.Background(), "k", run)
+			answers <- answer{v, r}
+		})
+	}
+	close(release)
+	wg.Wait()
+	replays := 0
+	for range callers {
+		a := <-answers
+		if a.v != 7 {
+			t.Fatalf("answer %d, want 7", a.v)
+		}
+		if a.replayed {
+			replays++
+		}
+	}
+	if runs.Load() != 1 || replays != callers-1 {
+		t.Fatalf("%d runs and %d replays, want 1 and %d", runs.Load(), replays, callers-1)
+	}
+}
+
+// A caller that leaves gets its context's error; the run goes on and its
+// answer is kept for the retry.
+func TestCallerLeavingDoesNotLoseTheAnswer(t *testing.T) {
+	m := New[int](10, time.Minute, nil)
+	release := make(chan struct{})
+	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		defer close(done)
+		_, _, err := m.Do(ctx, "k", func() (int, bool) { <-release; return 42, true })
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the caller that left got %v, want context.Canceled", err)
+		}
+	}()
+	cancel()
+	<-done
+	close(release)
+	// The run ends after the caller has left; the retry joins it or finds
+	// its answer kept.
+	v, replayed, err := m.Do(context.Background(), "k", func() (int, bool) { return -1, true })
+	if err != nil || v != 42 || !replayed {
+		t.Fatalf("retry: %d %v %v, want the run's answer 42 replayed", v, replayed, err)
+	}
+}
