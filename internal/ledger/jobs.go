@@ -438,16 +438,30 @@ func (s *state) unindexJob(j *Job) {
 	}
 }
 
+// reindexJob moves a job from old to j in the orders their states put them
+// in (indexJob), rewriting only the keys that changed.
+func (s *state) reindexJob(old, j *Job) {
+	o, n := old.Life, j.Life
+	queued := func(l *JobLife) bool { return l != nil && l.State == JobQueued }
+	running := func(l *JobLife) bool { return l != nil && l.State == JobRunning }
+	expiring := func(l *JobLife) bool { return l == nil || l.State.Finished() }
+	reorder(s.jobExp, lessJobExp, old, j, expiring(o), expiring(n))
+	reorder(s.jobState, lessJobState, old, j, o != nil, n != nil)
+	reorder(s.jobQueue, lessJobQueue, old, j, queued(o), queued(n))
+	reorder(s.jobQueueType, lessJobQueueType, old, j, queued(o), queued(n))
+	reorder(s.jobTenantLease, lessJobTenantLease, old, j, running(o), running(n))
+	reorder(s.jobLeaseExp, lessJobLeaseExp, old, j, running(o), running(n))
+}
+
 // replaceJob swaps old for j (same tenant and ID, same Seq).
 func (s *state) replaceJob(old, j *Job) {
-	s.unindexJob(old)
 	s.jobs.ReplaceOrInsert(j)
 	// In memory the orders hold the item itself; on disk these two hold the
 	// primary key, which has not changed (the write is the price of one
 	// code path).
 	s.jobSeq.ReplaceOrInsert(j)
 	s.jobType.ReplaceOrInsert(j)
-	s.indexJob(j)
+	s.reindexJob(old, j)
 	s.jobStates[stateOf(old)]--
 	s.jobStates[stateOf(j)]++
 	s.release(old.Tenant, jobSize(old))

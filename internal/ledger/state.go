@@ -370,25 +370,27 @@ func (s *state) insertEntry(e *Entry) {
 
 // replaceEntry swaps old for e (same tenant and key).
 func (s *state) replaceEntry(old, e *Entry) {
-	s.entryExp.Delete(old)
-	if old.State == StatePending {
-		s.pendAge.Delete(old)
-	}
-	if carried(old) {
-		s.multiDC.Delete(old)
-	}
 	s.entries.ReplaceOrInsert(e)
-	s.entryExp.ReplaceOrInsert(e)
-	if e.State == StatePending {
-		s.pendAge.ReplaceOrInsert(e)
-	}
-	if carried(e) {
-		s.multiDC.ReplaceOrInsert(e)
-	}
+	reorder(s.entryExp, lessEntryExp, old, e, true, true)
+	reorder(s.pendAge, lessEntryReserved, old, e, old.State == StatePending, e.State == StatePending)
+	reorder(s.multiDC, lessEntryKey, old, e, carried(old), carried(e))
 	s.count(old.State, -1)
 	s.count(e.State, 1)
 	s.release(old.Tenant, entryBytes(len(old.Request.Payload), old.State))
 	s.charge(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
+}
+
+// reorder moves an item from old to item in one order of the state, where
+// old is (inOld) and item is to be (inNew). When both have the same key in
+// it, the write replaces old: on disk a delete is a tombstone that is
+// written, flushed and compacted only to be shadowed by the next write.
+func reorder[T any](x index[T], less func(a, b T) bool, old, item T, inOld, inNew bool) {
+	if inOld && (!inNew || less(old, item) || less(item, old)) {
+		x.Delete(old)
+	}
+	if inNew {
+		x.ReplaceOrInsert(item)
+	}
 }
 
 // removeEntry removes an entry by expiry, with its effects: a COMMITTED
@@ -423,28 +425,39 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 // entry lived: the bound may be passed by those, as docs/ledger.md says).
 func (s *state) raiseWatermark(tenant, clientID, nonce string, seq uint64, now int64) {
 	w := &Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce, UpdatedAt: now}
-	if old, ok := s.wms.Get(w); ok {
+	old, ok := s.wms.Get(w)
+	if ok {
 		*w = *old
 		w.UpdatedAt = max(old.UpdatedAt, now)
-		s.removeWatermark(old)
 	}
 	w.record(seq)
-	s.insertWatermark(w)
+	if ok {
+		s.replaceWatermark(old, w)
+	} else {
+		s.insertWatermark(w)
+	}
 }
 
 // touchWatermark creates the client's watermark (nothing committed) or
 // refreshes its UpdatedAt.
 func (s *state) touchWatermark(tenant, clientID, nonce string, now int64) {
 	w := &Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce, UpdatedAt: now}
-	if old, ok := s.wms.Get(w); ok {
-		if old.UpdatedAt >= now {
-			return
-		}
+	old, ok := s.wms.Get(w)
+	switch {
+	case !ok:
+		s.insertWatermark(w)
+	case old.UpdatedAt < now:
 		*w = *old
 		w.UpdatedAt = now
-		s.removeWatermark(old)
+		s.replaceWatermark(old, w)
 	}
-	s.insertWatermark(w)
+}
+
+// replaceWatermark swaps old for w (same tenant, client and nonce); the
+// tenant's count of watermarks does not change.
+func (s *state) replaceWatermark(old, w *Watermark) {
+	s.wms.ReplaceOrInsert(w)
+	reorder(s.wmAge, lessWatermarkAge, old, w, true, true)
 }
 
 func (s *state) insertWatermark(w *Watermark) {
