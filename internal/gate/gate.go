@@ -180,7 +180,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		TLS:      g.rpcTLSConfig(),
 	})
 	g.metrics = newMetrics(c, cfg.NodeName, cfg.Datacenter)
-	g.workerReplays = replay.New[*workerAnswer](workerReplayMax, workerReplayTTL, g.now)
+	g.workerReplays = replay.New(replay.Options[*workerAnswer]{MaxAnswers: workerReplayMax, MaxBytes: workerReplayBytes,
+		TTL: workerReplayTTL, Now: g.now, Size: (*workerAnswer).size})
 	g.mux = http.NewServeMux()
 	g.routes()
 	return g, nil

@@ -26,13 +26,15 @@ import (
 // retry with the same key and body the same answer.
 
 // workerReplayTTL is how long a worker call's answer is kept for retries
-// with the same Idempotency-Key; workerReplayMax bounds how many are kept.
-// The oldest answer is dropped when the bound is reached, after which a
-// retry of it runs again (a lease is then answered by the leader's own
-// memory of lease answers, or hands out other jobs).
+// with the same Idempotency-Key; workerReplayMax and workerReplayBytes bound
+// how many are kept and their bytes. The least recently used answer is
+// dropped when a bound is reached, after which a retry of it runs again (a
+// lease is then answered by the leader's own memory of lease answers, or
+// hands out other jobs).
 const (
-	workerReplayTTL = 10 * time.Minute
-	workerReplayMax = 100_000
+	workerReplayTTL   = 10 * time.Minute
+	workerReplayMax   = 100_000
+	workerReplayBytes = 64 << 20
 )
 
 // maxWorkerTypes bounds the types a lease request may name.
@@ -49,6 +51,9 @@ type workerAnswer struct {
 	// replayed: the leader answered from its memory of lease answers.
 	replayed bool
 }
+
+// size is what a kept answer costs: its body and a fixed overhead.
+func (a *workerAnswer) size() int64 { return int64(len(a.body)) + 128 }
 
 // workerCall is one worker request, checked, ready to forward.
 type workerCall struct {

@@ -151,7 +151,8 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 		clusterTLS: deps.ClusterTLS,
 	}
-	m.leaseReplays = replay.New[leaseAnswer](leaseReplayMax, leaseReplayTTL, m.now)
+	m.leaseReplays = replay.New(replay.Options[leaseAnswer]{MaxAnswers: leaseReplayMax, MaxBytes: leaseReplayBytes,
+		TTL: leaseReplayTTL, Now: m.now, Size: leaseAnswer.size})
 	m.queueJobs.Store(cfg.QueueJobs)
 	m.registerClockMetrics(deps.Registerer)
 	m.clock.src = deps.Clock

@@ -20,11 +20,13 @@ var _ rpc.Workers = (*Manager)(nil)
 // proposes a Lease again this often.
 const leaseWaitRetry = time.Second
 
-// leaseReplayTTL and leaseReplayMax bound the leader's memory of lease
-// answers (the gate keeps each worker call's answer as long).
+// leaseReplayTTL, leaseReplayMax and leaseReplayBytes bound the leader's
+// memory of lease answers (the gate keeps each worker call's answer as
+// long): past a bound the least recently used answers are dropped.
 const (
-	leaseReplayTTL = 10 * time.Minute
-	leaseReplayMax = 100_000
+	leaseReplayTTL   = 10 * time.Minute
+	leaseReplayMax   = 100_000
+	leaseReplayBytes = 64 << 20
 )
 
 // leaseAnswer is a lease asked with an idempotency key, as answered.
@@ -32,6 +34,18 @@ type leaseAnswer struct {
 	fingerprint string
 	resp        *rpc.LeaseResponse
 	err         error
+}
+
+// size is what a kept lease answer costs: each job's payload and result
+// and a fixed overhead per lease.
+func (a leaseAnswer) size() int64 {
+	n := int64(len(a.fingerprint)) + 64
+	if a.resp != nil {
+		for _, l := range a.resp.Leases {
+			n += int64(len(l.Job.Payload)+len(l.Job.Result)) + 512
+		}
+	}
+	return n
 }
 
 // Lease implements rpc.Workers. A lease asked with an idempotency key

@@ -28,7 +28,7 @@ func (c *clock) advance(d time.Duration) {
 
 func TestKeptAnswerIsReplayedUntilItsTTL(t *testing.T) {
 	clk := &clock{now: time.Unix(1000, 0)}
-	m := New[int](10, time.Minute, clk.Now)
+	m := New(Options[int]{MaxAnswers: 10, TTL: time.Minute, Now: clk.Now})
 	runs := 0
 	run := func() (int, bool) { runs++; return runs, true }
 	ctx := context.Background()
@@ -50,7 +50,7 @@ func TestKeptAnswerIsReplayedUntilItsTTL(t *testing.T) {
 }
 
 func TestAnswerNotKeptRunsAgain(t *testing.T) {
-	m := New[string](10, time.Minute, nil)
+	m := New(Options[string]{MaxAnswers: 10, TTL: time.Minute})
 	runs := 0
 	run := func() (string, bool) { runs++; return "unavailable", false }
 	for range 3 {
@@ -64,7 +64,7 @@ func TestAnswerNotKeptRunsAgain(t *testing.T) {
 }
 
 func TestBoundDropsTheLeastRecentlyUsed(t *testing.T) {
-	m := New[string](2, time.Hour, nil)
+	m := New(Options[string]{MaxAnswers: 2, TTL: time.Hour})
 	keep := func(v string) func() (string, bool) { return func() (string, bool) { return v, true } }
 	ctx := context.Background()
 	m.Do(ctx, "a", keep("a1"))
@@ -85,7 +85,7 @@ func TestBoundDropsTheLeastRecentlyUsed(t *testing.T) {
 // Concurrent calls with one key run once; every caller but the runner sees
 // the answer as replayed.
 func TestConcurrentCallsRunOnce(t *testing.T) {
-	m := New[int](10, time.Minute, nil)
+	m := New(Options[int]{MaxAnswers: 10, TTL: time.Minute})
 	var runs atomic.Int32
 	release := make(chan struct{})
 	started := make(chan struct{})
@@ -133,7 +133,7 @@ func TestConcurrentCallsRunOnce(t *testing.T) {
 // A caller that leaves gets its context's error; the run goes on and its
 // answer is kept for the retry.
 func TestCallerLeavingDoesNotLoseTheAnswer(t *testing.T) {
-	m := New[int](10, time.Minute, nil)
+	m := New(Options[int]{MaxAnswers: 10, TTL: time.Minute})
 	release := make(chan struct{})
 	done := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -152,5 +152,27 @@ func TestCallerLeavingDoesNotLoseTheAnswer(t *testing.T) {
 	v, replayed, err := m.Do(context.Background(), "k", func() (int, bool) { return -1, true })
 	if err != nil || v != 42 || !replayed {
 		t.Fatalf("retry: %d %v %v, want the run's answer 42 replayed", v, replayed, err)
+	}
+}
+
+// The byte bound drops the least recently used answers until the kept
+// answers fit; an answer larger than the bound is not kept, and drops none.
+func TestByteBoundDropsUntilTheAnswersFit(t *testing.T) {
+	m := New(Options[string]{MaxAnswers: 100, MaxBytes: 10, TTL: time.Hour,
+		Size: func(v string) int64 { return int64(len(v)) }})
+	ctx := context.Background()
+	keep := func(v string) func() (string, bool) { return func() (string, bool) { return v, true } }
+	m.Do(ctx, "a", keep("aaaa"))
+	m.Do(ctx, "b", keep("bbbb"))
+	if m.Bytes() != 8 || m.Len() != 2 {
+		t.Fatalf("%d bytes in %d answers, want 8 in 2", m.Bytes(), m.Len())
+	}
+	m.Do(ctx, "c", keep("cccc")) // 12 > 10: a goes
+	if _, ok := m.Get("a"); ok || m.Bytes() != 8 {
+		t.Fatalf("a kept past the byte bound (%d bytes)", m.Bytes())
+	}
+	m.Do(ctx, "big", keep("0123456789x"))
+	if _, ok := m.Get("big"); ok || m.Bytes() != 8 || m.Len() != 2 {
+		t.Fatalf("an answer over the bound by itself: kept %v, %d bytes in %d answers", ok, m.Bytes(), m.Len())
 	}
 }
