@@ -12,29 +12,16 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/once-dev/once/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // clock is a fake clock the tests drive by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock = testutil.Clock
 
-func newClock() *clock { return &clock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return testutil.NewClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)) }
 
 // response stands in for the gate's rendered HTTP response.
 type response struct {

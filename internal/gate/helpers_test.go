@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/once-dev/once/internal/gate/fakemanager"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -29,25 +29,10 @@ const nonce = "a1b2c3d4e5f6a7b8"
 func skey(seq int) string { return fmt.Sprintf("host1.dc1:12345:%d:%s", seq, nonce) }
 
 // fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type fakeClock = testutil.Clock
 
 func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
+	return testutil.NewClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
 }
 
 // startManager serves a fake manager leader on 127.0.0.1 for the test.

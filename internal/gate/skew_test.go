@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -16,7 +17,7 @@ import (
 // expires (the next duplicate is forwarded).
 func TestCacheTTLIgnoresGateClockSkew(t *testing.T) {
 	ledgerClock := newFakeClock()
-	behind := &fakeClock{t: ledgerClock.Now().Add(-time.Hour)}
+	behind := testutil.NewClock(ledgerClock.Now().Add(-time.Hour))
 	mgr, addr := startManager(t, fakemanager.Options{Now: ledgerClock.Now})
 	right := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = ledgerClock.Now })
 	skewed := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = behind.Now })

@@ -98,21 +98,11 @@ func TestOrphanOnALiveLeaderIsResolved(t *testing.T) {
 	}
 }
 
-// fakeClock is a settable leader clock for tests that need entries to expire.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func (c *fakeClock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
 // TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted: a 429 sequence that
 // never ran, retried after a higher sequence of the same client committed and
 // expired, runs; a committed sequence retried after expiry is still refused.
 func TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted(t *testing.T) {
-	clock := &fakeClock{t: time.Now()}
+	clock := newManualClock()
 	tc := newTestCluster(t, 1, func(c *Config) {
 		c.MaxQueuedJobs = 1
 		c.Idempotency.CommittedTTL = 10 * time.Second
@@ -120,7 +110,7 @@ func TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted(t *testing.T) {
 		c.JobRetention = 10 * time.Second
 		c.QueueJobs = false // jobs that expire by retention alone
 	})
-	tc.setNow(clock.now)
+	tc.setNow(clock.Now)
 	l := tc.leader()
 	ctx := ctxT(t)
 	key := func(seq int) string { return fmt.Sprintf("c1:%d:0123456789abcdef", seq) }
@@ -133,7 +123,7 @@ func TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted(t *testing.T) {
 		return r
 	}
 	drain := func() {
-		clock.advance(time.Minute)
+		clock.Advance(time.Minute)
 		testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 			st := tc.mgrs[l].FSM().Stats()
 			return st.Entries == 0 && st.Jobs == 0, "entries and jobs to expire"
@@ -162,14 +152,14 @@ func TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted(t *testing.T) {
 // clients (watermarks_full), a tenant over its share is refused alone
 // (tenant_quota), and an earlier committed sequence is never run again.
 func TestWatermarkFloodRefusesAndNeverReruns(t *testing.T) {
-	clock := &fakeClock{t: time.Now()}
+	clock := newManualClock()
 	tc := newTestCluster(t, 1, func(c *Config) {
 		c.WatermarkMaxClients = 3
 		c.WatermarkMaxClientsPerTenant = 2
 		c.Idempotency.CommittedTTL = 10 * time.Second
 		c.JobRetention = time.Hour
 	})
-	tc.setNow(clock.now)
+	tc.setNow(clock.Now)
 	l := tc.leader()
 	ctx := ctxT(t)
 	submit := func(tenant, client string, seq int) (*rpc.SubmitResponse, error) {
@@ -179,7 +169,7 @@ func TestWatermarkFloodRefusesAndNeverReruns(t *testing.T) {
 	if err != nil || first.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("a/c1: %+v %v", first, err)
 	}
-	clock.advance(time.Minute)
+	clock.Advance(time.Minute)
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) { return tc.mgrs[l].FSM().Stats().Entries == 0, "the entry to expire" })
 	if r, err := submit("a", "c2", 1); err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("a/c2: %+v %v", r, err)

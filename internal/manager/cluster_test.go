@@ -168,21 +168,6 @@ func (tc *testCluster) leaderNow() int {
 }
 
 // manualClock is a manager clock for tests that moves only when told to.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type manualClock = testutil.Clock
 
-func newManualClock() *manualClock { return &manualClock{t: time.Now()} }
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newManualClock() *manualClock { return testutil.NewClock(time.Now()) }

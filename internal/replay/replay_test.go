@@ -7,27 +7,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/once-dev/once/internal/testutil"
 )
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 func TestKeptAnswerIsReplayedUntilItsTTL(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := testutil.NewClock(time.Unix(1000, 0))
 	m := New(Options[int]{MaxAnswers: 10, TTL: time.Minute, Now: clk.Now})
 	runs := 0
 	run := func() (int, bool) { runs++; return runs, true }
@@ -36,11 +21,11 @@ func TestKeptAnswerIsReplayedUntilItsTTL(t *testing.T) {
 	if v, replayed, err := m.Do(ctx, "k", run); err != nil || v != 1 || replayed {
 		t.Fatalf("first call: %d %v %v", v, replayed, err)
 	}
-	clk.advance(59 * time.Second)
+	clk.Advance(59 * time.Second)
 	if v, replayed, err := m.Do(ctx, "k", run); err != nil || v != 1 || !replayed {
 		t.Fatalf("retry within the TTL: %d %v %v, want the first answer replayed", v, replayed, err)
 	}
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	if v, replayed, err := m.Do(ctx, "k", run); err != nil || v != 2 || replayed {
 		t.Fatalf("retry at the TTL: %d %v %v, want a new run", v, replayed, err)
 	}

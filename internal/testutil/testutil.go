@@ -1,6 +1,7 @@
 // Package testutil holds helpers shared by the tests of several packages and
 // by the tests module's tooling: goleak with a grace period, the one polling
-// helper (WaitFor) and the one free-port helper (FreePorts). The product's
+// helper (WaitFor), the one free-port helper (FreePorts) and the one fake
+// clock (Clock). The product's
 // binaries never import it (make deps-check).
 package testutil
 
@@ -12,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,4 +137,28 @@ func FreePort(t testing.TB) int {
 		t.Fatal(err)
 	}
 	return p[0]
+}
+
+// Clock is a clock for tests that moves only when told to: the one fake
+// clock of the tests. It is safe for concurrent use.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a Clock that reads start.
+func NewClock(start time.Time) *Clock { return &Clock{t: start} }
+
+// Now reads the clock.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }

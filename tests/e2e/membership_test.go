@@ -728,7 +728,19 @@ func TestMembershipRemovedManagersComeBack(t *testing.T) {
 	// in eight runs on a loaded 2-core machine (one or more rounds), and once
 	// more than 20 s; 45 s leaves room for several missed rounds.
 	a := waitAgreement(t, ctxFor(t, 45*time.Second), c, c.Managers)
-	submitOnce(t, ctx, "member-comeback:1:0123456789abcdef", left.HTTPAddr)
-	t.Logf("leader %s", a.leader.Name)
+	// Through the manager that left: it forwards to the leader once its
+	// gossip has brought the leader's RPC address (the manager re-reads its
+	// peers on every membership event and every 5 s). The agreement above
+	// can come first: Raft reached the manager before gossip did. Once it
+	// took longer than one submission's 10 s budget.
+	cl := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver([]string{left.HTTPAddr}), AttemptTimeout: 2 * time.Second})
+	defer cl.CloseIdleConnections()
+	took := testutil.WaitFor(t, 45*time.Second, func() (bool, string) {
+		sctx, cancel := context.WithTimeout(ctx, submitBudget)
+		defer cancel()
+		r, err := submitKey(sctx, cl, "member-comeback:1:0123456789abcdef")
+		return err == nil && r.Outcome == rpc.OutcomeCommitted, fmt.Sprintf("a submission through %s to commit (%+v, %v)", left.Name, r, err)
+	})
+	t.Logf("leader %s; served through %s after %s", a.leader.Name, left.Name, took)
 	killLeaving(t, c)
 }
