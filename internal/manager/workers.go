@@ -59,7 +59,7 @@ func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseR
 		return m.lease(ctx, ctx, req)
 	}
 	if err := m.checkLeader(); err != nil {
-		return nil, err // kept answers are this leader's: a follower forwards nothing
+		return nil, err // not_leader: the gate asks the leader, whose memory it is
 	}
 	a, replayed, err := m.leaseReplays.Do(ctx, req.Tenant+"\x00"+req.Request, func() (leaseAnswer, bool) {
 		// Once proposed, the lease is applied and its answer kept even if
