@@ -141,6 +141,12 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 			Help: "Entries in the idempotency ledger."}, func() float64 { return float64(m.fsm.Stats().Entries) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_jobs",
 			Help: "Jobs in the job table."}, func() float64 { return float64(m.fsm.Stats().Jobs) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_lease_answers",
+			Help: "Lease answers this manager keeps by Idempotency-Key for retries (docs/workers.md)."},
+			func() float64 { return float64(m.leaseReplays.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_lease_answer_bytes",
+			Help: "Accounted bytes of the lease answers kept for retries (bounded at 64 MiB)."},
+			func() float64 { return float64(m.leaseReplays.Bytes()) }),
 	)
 	reg.MustRegister(jobStateGauges(m.fsm.Stats)...)
 	reg.MustRegister(autopilotCollector{m})

@@ -19,6 +19,8 @@ type metrics struct {
 	// outboxConfirmed counts the (entry, datacenter) pairs this manager's
 	// outbox recorded as final in the ledger.
 	outboxConfirmed prometheus.Counter
+	// leaseReplays counts leases answered from the kept answers.
+	leaseReplays prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,9 +47,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "once_manager_outbox_confirmed_total",
 			Help: "Multi-datacenter submissions this manager's outbox carried to another datacenter and recorded as final there (one per entry and datacenter).",
 		}),
+		leaseReplays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "once_manager_lease_replays_total",
+			Help: "Leases retried with their Idempotency-Key and answered with the kept answer (the same jobs), at this manager as leader.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.submissions, m.submitTime, m.applyLatency, m.expired, m.outboxConfirmed)
+		reg.MustRegister(m.submissions, m.submitTime, m.applyLatency, m.expired, m.outboxConfirmed, m.leaseReplays)
 	}
 	return m
 }

@@ -75,6 +75,7 @@ func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseR
 	case a.fingerprint != req.Fingerprint:
 		return nil, rpc.Errorf(rpc.CodeRequestReused, "lease: the idempotency key was used with another request")
 	case replayed:
+		m.metrics.leaseReplays.Inc()
 		out := *a.resp
 		out.Replayed = true
 		return &out, nil

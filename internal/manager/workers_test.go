@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
@@ -189,6 +190,9 @@ func TestLeaseWithIdempotencyKeyIsAnsweredOnce(t *testing.T) {
 	rest, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 10})
 	if err != nil || len(rest.Leases) != 1 {
 		t.Fatalf("after the replays, %+v %v; want the one job no lease took", rest, err)
+	}
+	if n := promtest.ToFloat64(m.metrics.leaseReplays); n != 2 {
+		t.Fatalf("once_manager_lease_replays_total %v, want 2", n)
 	}
 	seen := map[string]bool{}
 	for _, l := range append(append(first.Leases, retry.Leases...), rest.Leases...) {
