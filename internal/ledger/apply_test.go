@@ -613,9 +613,11 @@ func TestExpire(t *testing.T) {
 			// more due than one walk of an order reads (removeDue's chunk)
 			name: "MaxRemovals over several walks, earliest first", want: OutcomeExpired,
 			setup: func(h *harness) {
-				for i := range 3*dueChunk + 7 {
-					h.must(reserve(tenant, fmt.Sprintf("k%04d", i), t0+int64(i)), OutcomeReserved)
-				}
+				h.quietly(func() {
+					for i := range 3*dueChunk + 7 {
+						h.must(reserve(tenant, fmt.Sprintf("k%04d", i), t0+int64(i)), OutcomeReserved)
+					}
+				})
 			},
 			cmd:     cmd(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxRemovals: 2*dueChunk + 3}),
 			changes: slices.Repeat([]ChangeKind{ChangeRemoved}, 2*dueChunk+3),

@@ -46,21 +46,23 @@ func TestListJobs(t *testing.T) {
 	h := newHarness(t)
 	want := map[string][]string{} // "tenant/type" and "tenant/" → IDs in commit order
 	now := t0
-	for i := range 250 {
-		tn := []string{"acme", "globex"}[i%2]
-		typ := []string{"send_invoice", "resize_image", "noop"}[i%3]
-		r := reserve(tn, fmt.Sprintf("k%03d", i), now)
-		r.Request.Type = typ
-		h.must(r, OutcomeReserved)
-		if i%7 == 0 {
-			h.must(reject(r, now+1, 422), OutcomeRejected) // rejected: no job
-		} else {
-			h.must(commit(r, now+1), OutcomeCommitted)
-			want[tn+"/"] = append(want[tn+"/"], r.JobID)
-			want[tn+"/"+typ] = append(want[tn+"/"+typ], r.JobID)
+	h.quietly(func() {
+		for i := range 250 {
+			tn := []string{"acme", "globex"}[i%2]
+			typ := []string{"send_invoice", "resize_image", "noop"}[i%3]
+			r := reserve(tn, fmt.Sprintf("k%03d", i), now)
+			r.Request.Type = typ
+			h.must(r, OutcomeReserved)
+			if i%7 == 0 {
+				h.must(reject(r, now+1, 422), OutcomeRejected) // rejected: no job
+			} else {
+				h.must(commit(r, now+1), OutcomeCommitted)
+				want[tn+"/"] = append(want[tn+"/"], r.JobID)
+				want[tn+"/"+typ] = append(want[tn+"/"+typ], r.JobID)
+			}
+			now += 2
 		}
-		now += 2
-	}
+	})
 	for _, tn := range []string{"acme", "globex"} {
 		for _, typ := range []string{"", "send_invoice", "resize_image", "noop"} {
 			for _, limit := range []int{1, 7, 100, 1000} {
