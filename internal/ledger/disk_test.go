@@ -242,6 +242,7 @@ func TestDiskSurvivesKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	diskPassOnly(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

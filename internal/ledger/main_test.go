@@ -34,6 +34,16 @@ func newFSM(t testing.TB, opts Options) *FSM {
 	return nil
 }
 
+// diskPassOnly skips a test that opens disk stores of its own, whatever the
+// backend, in the memory pass: the disk pass (make test runs both) runs it
+// the same way.
+func diskPassOnly(t *testing.T) {
+	t.Helper()
+	if testStore == "memory" {
+		t.Skip("tests the disk store only; runs in the disk pass")
+	}
+}
+
 // openFSM opens the disk-backed FSM in dir and closes it when the test ends.
 func openFSM(t testing.TB, dir string, opts Options) *FSM {
 	t.Helper()
