@@ -75,8 +75,8 @@ func (m *Memory[V]) Get(key string) (V, bool) {
 	return k.v, ok
 }
 
-// Len is how many answers are kept, and Bytes their size (some may have
-// outlived the time to live and not been dropped yet).
+// Len is how many answers are kept (some may have outlived the time to live
+// and not been dropped yet).
 func (m *Memory[V]) Len() int { return m.answers.Len() }
 
 // Bytes is the sum of the kept answers' sizes.
