@@ -456,11 +456,9 @@ func (s *state) reindexJob(old, j *Job) {
 // replaceJob swaps old for j (same tenant and ID, same Seq).
 func (s *state) replaceJob(old, j *Job) {
 	s.jobs.ReplaceOrInsert(j)
-	// In memory the orders hold the item itself; on disk these two hold the
-	// primary key, which has not changed (the write is the price of one
-	// code path).
-	s.jobSeq.ReplaceOrInsert(j)
-	s.jobType.ReplaceOrInsert(j)
+	// Same tenant, type and Seq: the same keys (on disk, nothing to write).
+	reorder(s.jobSeq, lessJobSeq, old, j, true, true)
+	reorder(s.jobType, lessJobType, old, j, true, true)
 	s.reindexJob(old, j)
 	s.jobStates[stateOf(old)]--
 	s.jobStates[stateOf(j)]++

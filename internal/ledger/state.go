@@ -383,14 +383,26 @@ func (s *state) replaceEntry(old, e *Entry) {
 // reorder moves an item from old to item in one order of the state, where
 // old is (inOld) and item is to be (inNew). When both have the same key in
 // it, the write replaces old: on disk a delete is a tombstone that is
-// written, flushed and compacted only to be shadowed by the next write.
+// written, flushed and compacted only to be shadowed by the next write. And
+// an order on disk that holds primary keys already holds the right value
+// then: it is not written at all.
 func reorder[T any](x index[T], less func(a, b T) bool, old, item T, inOld, inNew bool) {
-	if inOld && (!inNew || less(old, item) || less(item, old)) {
+	same := inOld && inNew && !less(old, item) && !less(item, old)
+	if inOld && !same {
 		x.Delete(old)
 	}
-	if inNew {
+	if inNew && !(same && holdsPrimaryKeys(x)) {
 		x.ReplaceOrInsert(item)
 	}
+}
+
+// holdsPrimaryKeys reports whether x is an order on disk whose values are
+// its items' primary keys (not copies of the items): an item written again
+// under the same key there writes the same bytes. An order in memory holds
+// the item itself and must be pointed at the new one.
+func holdsPrimaryKeys[T any](x index[T]) bool {
+	d, ok := x.(*diskIndex[T])
+	return ok && d.primary != nil && !d.copies
 }
 
 // removeEntry removes an entry by expiry, with its effects: a COMMITTED
