@@ -59,8 +59,9 @@ func (a *workerAnswer) size() int64 { return int64(len(a.body)) + 128 }
 type workerCall struct {
 	route string
 	body  []byte
-	// forward asks the leader and renders the answer.
-	forward func(ctx context.Context) *workerAnswer
+	// forward asks the leader and renders the answer; key is the request's
+	// Idempotency-Key ("" without one) and fp its fingerprint.
+	forward func(ctx context.Context, key string, fp [sha256.Size]byte) *workerAnswer
 	// wait lengthens the forward's deadline (a long poll).
 	wait time.Duration
 }
@@ -69,14 +70,14 @@ type workerCall struct {
 // carries an Idempotency-Key seen before.
 func (g *Gate) serveWorkerCall(w http.ResponseWriter, r *http.Request, tenant string, c workerCall) {
 	fp := sha256.Sum256(append([]byte(c.route+"\x00"), c.body...))
+	key := r.Header.Get(api.HeaderIdempotencyKey)
 	run := func() *workerAnswer {
 		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ForwardTimeout+c.wait)
 		defer cancel()
-		a := c.forward(ctx)
+		a := c.forward(ctx, key, fp)
 		a.fingerprint = fp
 		return a
 	}
-	key := r.Header.Get(api.HeaderIdempotencyKey)
 	if key == "" {
 		g.writeWorkerAnswer(w, run(), false)
 		return
@@ -237,14 +238,13 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 		fwd.Worker = r.RemoteAddr
 	}
 	fwd.Wait = time.Duration(req.WaitSeconds) * time.Second
-	if key := r.Header.Get(api.HeaderIdempotencyKey); key != "" {
-		// The leader keeps lease answers too, so a retry through another
-		// gate is given the same jobs (serveWorkerCall checks the key).
-		sum := sha256.Sum256(body)
-		fwd.Request, fwd.Fingerprint = key, hex.EncodeToString(sum[:])
-	}
 	g.serveWorkerCall(w, r, tenant, workerCall{route: "lease", body: body, wait: fwd.Wait,
-		forward: func(ctx context.Context) *workerAnswer {
+		forward: func(ctx context.Context, key string, fp [sha256.Size]byte) *workerAnswer {
+			if key != "" {
+				// The leader keeps lease answers too, so a retry through
+				// another gate is given the same jobs.
+				fwd.Request, fwd.Fingerprint = key, hex.EncodeToString(fp[:])
+			}
 			start := time.Now()
 			resp, err := g.client.Lease(ctx, fwd)
 			g.metrics.workerCall("lease", err, time.Since(start))
@@ -298,7 +298,7 @@ func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action strin
 		return
 	}
 	g.serveWorkerCall(w, r, tenant, workerCall{route: action + " " + id, body: body,
-		forward: func(ctx context.Context) *workerAnswer {
+		forward: func(ctx context.Context, _ string, _ [sha256.Size]byte) *workerAnswer {
 			start := time.Now()
 			v, err := call(ctx, tenant, id)
 			g.metrics.workerCall(action, err, time.Since(start))
