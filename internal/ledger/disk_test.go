@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 )
 
@@ -36,13 +37,81 @@ func TestDiskAndMemoryGiveIdenticalSnapshots(t *testing.T) {
 			}
 			continue
 		}
-		mem.ApplyBatch(batch)
-		disk.ApplyBatch(batch)
+		want, got := mem.ApplyBatch(batch), disk.ApplyBatch(batch)
+		for j := range batch {
+			if !sameResult(asResult(want[j]), asResult(got[j])) {
+				t.Fatalf("index %d (in a batch): results differ:\nmemory %+v\ndisk   %+v", batch[j].Index, want[j], got[j])
+			}
+		}
 	}
 	if !bytes.Equal(persist(t, mem), persist(t, disk)) {
 		t.Fatal("memory and disk snapshots differ for the same log")
 	}
 	checkInvariants(t, disk)
+}
+
+// The store keeps a batch's writes aside, the last per key, until a walk or
+// the commit needs them in pebble: reads and walks in the batch see every
+// write so far, and nothing reaches the database before the commit.
+func TestStorePendingWrites(t *testing.T) {
+	st, err := openStore(t.TempDir(), StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.close(false) })
+	get := func(k string) string {
+		t.Helper()
+		v := ""
+		ok := st.get([]byte(k), func(b []byte) { v = string(b) })
+		if !ok {
+			return "<absent>"
+		}
+		return v
+	}
+	walk := func(r pebble.Reader) string {
+		var out []string
+		iterate(r, []byte("k"), []byte("l"), false, func(k, v []byte) bool {
+			out = append(out, string(k)+"="+string(v))
+			return true
+		})
+		return strings.Join(out, " ")
+	}
+	expect := func(what, got, want string) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: %q, want %q", what, got, want)
+		}
+	}
+
+	st.begin()
+	st.set([]byte("k1"), []byte("a"))
+	st.set([]byte("k2"), []byte("b"))
+	st.commit()
+
+	st.begin()
+	st.set([]byte("k3"), []byte("c"))
+	st.set([]byte("k3"), []byte("c2")) // the last write wins
+	st.delete([]byte("k1"))            // deletes what an earlier batch wrote
+	st.set([]byte("k4"), []byte("d"))
+	st.delete([]byte("k4")) // deletes what this batch wrote
+	expect("k1 deleted in the batch", get("k1"), "<absent>")
+	expect("k3 rewritten in the batch", get("k3"), "c2")
+	expect("k4 written and deleted", get("k4"), "<absent>")
+	expect("k2 from the database", get("k2"), "b")
+	if !getFrom(st.db, []byte("k1"), nil) || getFrom(st.db, []byte("k3"), nil) {
+		t.Fatal("the database changed before the commit")
+	}
+	expect("a walk in the batch", walk(st.reader()), "k2=b k3=c2")
+	st.set([]byte("k5"), []byte("e")) // after the walk
+	st.set([]byte("k2"), []byte("b2"))
+	expect("k5 after the walk", get("k5"), "e")
+	expect("a second walk", walk(st.reader()), "k2=b2 k3=c2 k5=e")
+	if getFrom(st.db, []byte("k5"), nil) {
+		t.Fatal("a walk wrote to the database before the commit")
+	}
+	st.commit()
+	expect("after the commit", walk(st.db), "k2=b2 k3=c2 k5=e")
+	expect("k1 after the commit", get("k1"), "<absent>")
 }
 
 func asResult(v interface{}) Result {

@@ -99,7 +99,7 @@ func (x *diskIndex[T]) resolve(v []byte) (item T, ok bool) {
 
 // getKey reads a primary table's item by its full key.
 func (x *diskIndex[T]) getKey(k []byte) (item T, ok bool) {
-	ok = getFrom(x.st.r, k, func(v []byte) { item = x.decodeValue(v) })
+	ok = x.st.get(k, func(v []byte) { item = x.decodeValue(v) })
 	return item, ok
 }
 
@@ -111,18 +111,18 @@ func (x *diskIndex[T]) Get(probe T) (item T, ok bool) {
 	case x.primary == nil:
 		return x.getKey(k)
 	case x.copies:
-		ok = getFrom(x.st.r, k, func(v []byte) { item = x.primary.decodeValue(v) })
+		ok = x.st.get(k, func(v []byte) { item = x.primary.decodeValue(v) })
 		return item, ok
 	}
 	var pk []byte
-	if !getFrom(x.st.r, k, func(v []byte) { pk = append([]byte(nil), v...) }) {
+	if !x.st.get(k, func(v []byte) { pk = append([]byte(nil), v...) }) {
 		return item, false
 	}
 	return x.primary.getKey(pk)
 }
 
 func (x *diskIndex[T]) Has(probe T) bool {
-	return getFrom(x.st.r, x.fullKey(make([]byte, 0, 64), probe), nil)
+	return x.st.get(x.fullKey(make([]byte, 0, 64), probe), nil)
 }
 
 // ReplaceOrInsert stores item. Unlike the B-tree's, it does not say what was
@@ -175,7 +175,7 @@ func (x *diskIndex[T]) edge(last bool) (item T, ok bool) {
 	if !last {
 		lo = x.start()
 	}
-	iterate(x.st.r, lo, prefixEnd(x.prefix), last, func(k, v []byte) bool {
+	iterate(x.st.reader(), lo, prefixEnd(x.prefix), last, func(k, v []byte) bool {
 		item, ok = x.resolve(v)
 		if !last {
 			min := bytes.Clone(k)
@@ -193,7 +193,7 @@ func (x *diskIndex[T]) Max() (T, bool) { return x.edge(true) }
 // least key it finds.
 func (x *diskIndex[T]) Ascend(fn btree.ItemIteratorG[T]) {
 	first := true
-	iterate(x.st.r, x.start(), prefixEnd(x.prefix), false, func(k, v []byte) bool {
+	iterate(x.st.reader(), x.start(), prefixEnd(x.prefix), false, func(k, v []byte) bool {
 		if first {
 			first = false
 			min := bytes.Clone(k)
@@ -228,7 +228,7 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 	x.mu.Unlock()
 	first := prefixEnd(x.prefix) // no key at all: every key of the group is at or past it
 	seen := false
-	iterate(x.st.r, lo, prefixEnd(x.prefix), false, func(k, v []byte) bool {
+	iterate(x.st.reader(), lo, prefixEnd(x.prefix), false, func(k, v []byte) bool {
 		if !seen {
 			seen, first = true, bytes.Clone(k)
 		}
@@ -250,7 +250,7 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 }
 
 func (x *diskIndex[T]) ascendFrom(lo []byte, fn btree.ItemIteratorG[T]) {
-	iterate(x.st.r, lo, prefixEnd(x.prefix), false, func(_, v []byte) bool {
+	iterate(x.st.reader(), lo, prefixEnd(x.prefix), false, func(_, v []byte) bool {
 		item, ok := x.resolve(v)
 		if !ok {
 			storeFail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
