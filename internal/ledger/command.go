@@ -46,7 +46,11 @@ const (
 	ExpireVersion       uint8 = 2
 	ConfirmVersion      uint8 = 1
 
-	LeaseVersion        uint8 = 1
+	// LeaseVersion is the newest Lease: version 2 adds Replay. A Lease
+	// without Replay still encodes as version 1 (LeaseLegacyVersion), byte
+	// for byte what the build before it wrote.
+	LeaseVersion        uint8 = 2
+	LeaseLegacyVersion  uint8 = 1
 	HeartbeatVersion    uint8 = 1
 	CompleteVersion     uint8 = 1
 	FailVersion         uint8 = 1

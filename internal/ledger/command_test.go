@@ -54,6 +54,30 @@ func sampleCommands() []Command {
 		ExpireLeases{Now: t0, Max: 500, RetryAt: t0 + sec, MaxAttempts: 10},
 		ExpireLeases{},
 		ResolveBatch{Items: []Command{QueueCommit(commit(s, t0+sec)), commit(s, t0+sec)}},
+		// Lease version 2 (a replayable lease).
+		Lease{Tenant: "acme", Holder: "worker-1", Max: 2, LeaseIDs: []string{"lease-1", "lease-2"},
+			Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10, Replay: true},
+	}
+}
+
+// A Lease without Replay is the version-1 command, byte for byte: a build
+// that does not read version 2 still applies every lease but the
+// replayable ones.
+func TestLeaseWithoutReplayIsVersion1(t *testing.T) {
+	l := Lease{Tenant: "t", Holder: "h", Max: 1, LeaseIDs: []string{"l"}, Now: 1, Expiry: 2, MaxAttempts: 3}
+	v1 := Encode(l)
+	if v1[1] != LeaseLegacyVersion {
+		t.Fatalf("version %d", v1[1])
+	}
+	l.Replay = true
+	v2 := Encode(l)
+	if v2[1] != LeaseVersion || !bytes.Equal(v2[2:len(v2)-1], v1[2:]) || v2[len(v2)-1] != 1 {
+		t.Fatalf("version 2 is not version 1 and the replay flag:\n%x\n%x", v1, v2)
+	}
+	// A version-2 body without its flag is refused, not read as version 1.
+	short := append([]byte{v1[0], LeaseVersion}, v1[2:]...)
+	if _, err := DecodeCommand(short); err == nil {
+		t.Fatal("a truncated version 2 decoded")
 	}
 }
 
@@ -144,7 +168,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"reject v9", []byte{byte(TypeReject), 9}, ErrUnsupportedVersion},
 		{"expire v3", []byte{byte(TypeExpire), 3}, ErrUnsupportedVersion},
 		{"commit v4", []byte{byte(TypeCommit), 4}, ErrUnsupportedVersion},
-		{"lease v2", []byte{byte(TypeLease), 2}, ErrUnsupportedVersion},
+		{"lease v3", []byte{byte(TypeLease), 3}, ErrUnsupportedVersion},
 		{"heartbeat v0", []byte{byte(TypeHeartbeat), 0}, ErrUnsupportedVersion},
 		{"complete v2", []byte{byte(TypeComplete), 2}, ErrUnsupportedVersion},
 		{"fail v2", []byte{byte(TypeFail), 2}, ErrUnsupportedVersion},

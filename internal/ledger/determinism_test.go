@@ -35,6 +35,7 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 	// (leased); heartbeats, completions and failures name those, or a lease
 	// that has ended since, which makes the stale leases.
 	lrng := rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
+	rrng := rand.New(rand.NewPCG(seed^0x27d4eb2f, seed))
 	shadow := New(Options{})
 	type guess struct{ tenant, job, lease string }
 	var leased []guess
@@ -73,10 +74,22 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 				if lrng.IntN(4) == 0 {
 					l.Types = []string{[]string{"a", "b"}[lrng.IntN(2)]}
 				}
+				// A third are replayable, their IDs from a few sets shared
+				// by several Leases, and half of those are retried at once
+				// (a worker's retry: the same command again).
+				l.Replay = rrng.IntN(3) == 0
+				set := rrng.IntN(4)
 				for i := range l.Max {
-					l.LeaseIDs = append(l.LeaseIDs, fmt.Sprintf("L%d-%d", len(logs), i))
+					if l.Replay {
+						l.LeaseIDs = append(l.LeaseIDs, fmt.Sprintf("R%d-%d", set, i))
+					} else {
+						l.LeaseIDs = append(l.LeaseIDs, fmt.Sprintf("L%d-%d", len(logs), i))
+					}
 				}
 				add(raft.LogCommand, Encode(l))
+				if l.Replay && rrng.IntN(2) == 0 {
+					add(raft.LogCommand, Encode(l))
+				}
 			case p < 45:
 				if g, ok := pick(); ok {
 					leased = append(leased, g) // a heartbeat does not end it

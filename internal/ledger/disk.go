@@ -55,6 +55,7 @@ func loadDiskState(st *store) (s *state, err error) {
 	s = newState()
 	s.useStore(st, m)
 	s.loadWatermarks()
+	s.loadLeaseIDs()
 	if m.entries != m.pending+m.committed+m.rejected {
 		return nil, fmt.Errorf("%w: %d entries, the counts by state say %d", ErrStore, m.entries, m.pending+m.committed+m.rejected)
 	}

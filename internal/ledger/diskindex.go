@@ -292,6 +292,14 @@ func (s *state) loadWatermarks() {
 	})
 }
 
+// loadLeaseIDs builds jobLeaseID from the RUNNING jobs. O(jobs running).
+func (s *state) loadLeaseIDs() {
+	s.jobLeaseExp.Ascend(func(j *Job) bool {
+		s.jobLeaseID.ReplaceOrInsert(leaseKeyOf(j))
+		return true
+	})
+}
+
 // Keys of the tables (docs/ledger.md, "State on disk").
 
 func entryKey(b []byte, e *Entry) []byte { return keyString(keyString(b, e.Tenant), e.Key) }

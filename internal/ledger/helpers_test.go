@@ -249,6 +249,12 @@ func checkInvariants(t testing.TB, f *FSM) {
 				t.Errorf("job %s/%s (%v): %s disagrees (in %v, found %v)", j.Tenant, j.ID, st, o.name, o.in, ok)
 			}
 		}
+		if st == JobRunning {
+			got, ok := s.jobLeaseID.Get(leaseKeyOf(j))
+			if !ok || got.ID != j.ID {
+				t.Errorf("job %s/%s: missing from jobLeaseID", j.Tenant, j.ID)
+			}
+		}
 		if retained(j) {
 			retainedN++
 		}
@@ -273,7 +279,8 @@ func checkInvariants(t testing.TB, f *FSM) {
 		t.Errorf("job indexes %d/%d/%d, jobs %d (%d retained)", countOf(s.jobSeq), countOf(s.jobType), countOf(s.jobExp), s.jobs.Len(), retainedN)
 	}
 	if countOf(s.jobQueue) != queuedN || countOf(s.jobQueueType) != queuedN ||
-		countOf(s.jobTenantLease) != runningN || countOf(s.jobLeaseExp) != runningN || countOf(s.jobState) != lifeN {
+		countOf(s.jobTenantLease) != runningN || countOf(s.jobLeaseExp) != runningN || countOf(s.jobState) != lifeN ||
+		s.jobLeaseID.Len() != runningN {
 		t.Errorf("lifecycle orders %d/%d/%d/%d/%d, want %d queued, %d running, %d in the lifecycle",
 			countOf(s.jobQueue), countOf(s.jobQueueType), countOf(s.jobTenantLease), countOf(s.jobLeaseExp), countOf(s.jobState),
 			queuedN, runningN, lifeN)

@@ -105,6 +105,13 @@ const ErrorLeaseExpired = "lease expired"
 // lease LeaseIDs[i] (i-th job handed out), Holder and LeaseExpiresAt =
 // Expiry. OutcomeLeased, with Result.Lease.Jobs (possibly empty).
 //
+// With Replay (version 2), the lease IDs are derived from the worker's
+// request (its idempotency key), so its retry carries the same ones, through
+// any leader: when a RUNNING job of Tenant holds one of them under a lease
+// not expired at Now, the command leases nothing and answers the jobs that
+// hold them, in LeaseIDs' order (Result.Lease.Replayed). A job leased by the
+// first attempt is then handed to its retry, not left to its lease's expiry.
+//
 // Invalid: empty Tenant or Holder; Max not in 1..MaxLease; len(LeaseIDs) !=
 // Max or an empty or repeated ID; more than MaxLeaseTypes types, an empty or
 // a repeated one; Expiry not after Now.
@@ -120,6 +127,8 @@ type Lease struct {
 	// MaxAttempts (MANAGER_JOB_MAX_ATTEMPTS; 0: no bound) decides which
 	// reclaimed jobs are DEAD.
 	MaxAttempts uint64
+	// Replay: LeaseIDs held already answer the command (above).
+	Replay bool
 }
 
 // Heartbeat extends the current lease of a RUNNING job to Expiry:
@@ -185,11 +194,16 @@ func (Heartbeat) CommandType() CommandType    { return TypeHeartbeat }
 func (Complete) CommandType() CommandType     { return TypeComplete }
 func (Fail) CommandType() CommandType         { return TypeFail }
 func (ExpireLeases) CommandType() CommandType { return TypeExpireLeases }
-func (Lease) CommandVersion() uint8           { return LeaseVersion }
-func (Heartbeat) CommandVersion() uint8       { return HeartbeatVersion }
-func (Complete) CommandVersion() uint8        { return CompleteVersion }
-func (Fail) CommandVersion() uint8            { return FailVersion }
-func (ExpireLeases) CommandVersion() uint8    { return ExpireLeasesVersion }
+func (c Lease) CommandVersion() uint8 {
+	if c.Replay {
+		return LeaseVersion
+	}
+	return LeaseLegacyVersion
+}
+func (Heartbeat) CommandVersion() uint8    { return HeartbeatVersion }
+func (Complete) CommandVersion() uint8     { return CompleteVersion }
+func (Fail) CommandVersion() uint8         { return FailVersion }
+func (ExpireLeases) CommandVersion() uint8 { return ExpireLeasesVersion }
 
 func (c Lease) sizeHint() int {
 	return len(c.Tenant) + len(c.Holder) + sizeStrings(c.Types) + sizeStrings(c.LeaseIDs) + 4*varintSize + 16
@@ -205,10 +219,11 @@ func (c Fail) sizeHint() int {
 }
 func (ExpireLeases) sizeHint() int { return 2*varintSize + 16 }
 
-// Lease v1 body:
+// Lease v2 body (v1 ends after max_attempts):
 //
 //	tenant string, holder string, types strings, max uvarint,
-//	lease_ids strings, now int64, expiry int64, max_attempts uvarint
+//	lease_ids strings, now int64, expiry int64, max_attempts uvarint,
+//	replay bool
 func (c Lease) appendBody(b []byte) []byte {
 	b = appendString(b, c.Tenant)
 	b = appendString(b, c.Holder)
@@ -217,7 +232,11 @@ func (c Lease) appendBody(b []byte) []byte {
 	b = appendStrings(b, c.LeaseIDs)
 	b = appendInt64(b, c.Now)
 	b = appendInt64(b, c.Expiry)
-	return appendUvarint(b, c.MaxAttempts)
+	b = appendUvarint(b, c.MaxAttempts)
+	if c.Replay {
+		b = appendBool(b, true)
+	}
+	return b
 }
 
 // Heartbeat v1 body:
@@ -270,7 +289,7 @@ func (c ExpireLeases) appendBody(b []byte) []byte {
 // decodeLifecycle decodes the body of a lifecycle command; false for a
 // version this build does not read.
 func decodeLifecycle(d *decoder, t CommandType, v uint8) (Command, bool) {
-	if v != 1 {
+	if v != 1 && !(t == TypeLease && v == LeaseVersion) {
 		return nil, false
 	}
 	switch t {
@@ -284,6 +303,9 @@ func decodeLifecycle(d *decoder, t CommandType, v uint8) (Command, bool) {
 		c.Now = d.int64()
 		c.Expiry = d.int64()
 		c.MaxAttempts = d.uvarint()
+		if v == LeaseVersion {
+			c.Replay = d.bool()
+		}
 		return c, true
 	case TypeHeartbeat:
 		var c Heartbeat
@@ -348,6 +370,28 @@ func lessJobQueueType(a, b *Job) bool {
 		return a.Life.RunAt < b.Life.RunAt
 	}
 	return a.Seq < b.Seq
+}
+
+// lessJobLeaseID orders jobLeaseID: (tenant, lease_id, seq). Two RUNNING
+// jobs may hold one lease ID (one of them expired, not yet reclaimed, when a
+// replayable Lease reuses its ID), hence the Seq.
+func lessJobLeaseID(a, b *Job) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	if c := strings.Compare(a.Life.LeaseID, b.Life.LeaseID); c != 0 {
+		return c < 0
+	}
+	return a.Seq < b.Seq
+}
+
+// leaseKeyOf is what jobLeaseID holds of a RUNNING job: its key there and
+// its ID, not its payload (the index is in memory for both stores).
+func leaseKeyOf(j *Job) *Job {
+	if j.Life == nil {
+		return &Job{Tenant: j.Tenant, ID: j.ID, Seq: j.Seq, Life: &JobLife{}}
+	}
+	return &Job{Tenant: j.Tenant, ID: j.ID, Seq: j.Seq, Life: &JobLife{LeaseID: j.Life.LeaseID}}
 }
 
 func lessJobTenantLease(a, b *Job) bool {
@@ -415,6 +459,7 @@ func (s *state) indexJob(j *Job) {
 	case st == JobRunning:
 		s.jobTenantLease.ReplaceOrInsert(j)
 		s.jobLeaseExp.ReplaceOrInsert(j)
+		s.jobLeaseID.ReplaceOrInsert(leaseKeyOf(j))
 	case st.Finished():
 		s.jobExp.ReplaceOrInsert(j)
 	}
@@ -433,6 +478,7 @@ func (s *state) unindexJob(j *Job) {
 	case st == JobRunning:
 		s.jobTenantLease.Delete(j)
 		s.jobLeaseExp.Delete(j)
+		s.jobLeaseID.Delete(leaseKeyOf(j))
 	case st.Finished():
 		s.jobExp.Delete(j)
 	}
@@ -451,6 +497,9 @@ func (s *state) reindexJob(old, j *Job) {
 	reorder(s.jobQueueType, lessJobQueueType, old, j, queued(o), queued(n))
 	reorder(s.jobTenantLease, lessJobTenantLease, old, j, running(o), running(n))
 	reorder(s.jobLeaseExp, lessJobLeaseExp, old, j, running(o), running(n))
+	if running(o) || running(n) {
+		reorder[*Job](s.jobLeaseID, lessJobLeaseID, leaseKeyOf(old), leaseKeyOf(j), running(o), running(n))
+	}
 }
 
 // replaceJob swaps old for j (same tenant and ID, same Seq).
@@ -557,6 +606,11 @@ func (s *state) applyLease(c Lease) Result {
 	case c.Expiry <= c.Now:
 		return invalidf("lease: expiry %d not after now %d", c.Expiry, c.Now)
 	}
+	if c.Replay {
+		if held := s.heldLeases(&c); len(held) > 0 {
+			return Result{Outcome: OutcomeLeased, Lease: &LeaseResult{Jobs: held, Replayed: true}}
+		}
+	}
 	lr := &LeaseResult{}
 	res := Result{Outcome: OutcomeLeased, Lease: lr}
 	want := int(c.Max)
@@ -618,6 +672,28 @@ func (s *state) applyLease(c Lease) Result {
 		lr.Jobs = append(lr.Jobs, s.leaseTo(old, &c, c.LeaseIDs[len(lr.Jobs)], false))
 	}
 	return res
+}
+
+// heldLeases returns the jobs of c.Tenant whose current lease (not expired at
+// c.Now) is one of c.LeaseIDs, in c.LeaseIDs' order.
+func (s *state) heldLeases(c *Lease) []Job {
+	var held []Job
+	for _, id := range c.LeaseIDs {
+		var keys []*Job
+		s.jobLeaseID.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Life: &JobLife{LeaseID: id}}, func(k *Job) bool {
+			if k.Tenant != c.Tenant || k.Life.LeaseID != id {
+				return false
+			}
+			keys = append(keys, k)
+			return true
+		})
+		for _, k := range keys {
+			if j, ok := s.getJob(k.Tenant, k.ID); ok && currentLease(j, id, c.Now) {
+				held = append(held, *j)
+			}
+		}
+	}
+	return held
 }
 
 func (s *state) applyHeartbeat(c Heartbeat) Result {

@@ -436,6 +436,101 @@ func TestLeaseReclaim(t *testing.T) {
 
 // TestFailBackoffAndDead: a job retried until it used MaxAttempts, each retry
 // at the leader's RetryAt, then DEAD; a Fail without retry is FAILED at once.
+// A Lease with Replay whose lease IDs are held answers the jobs holding them
+// and leases nothing: the retry of a worker's lease (the same request, so the
+// same IDs) gets the first attempt's jobs, whichever leader applies it. IDs
+// no longer held (the job completed, the lease expired) lease afresh.
+func TestLeaseReplay(t *testing.T) {
+	onBoth(t, func(t *testing.T, h *harness) {
+		var ids []string
+		for i := range 5 {
+			ids = append(ids, queueJob(h, tenant, fmt.Sprintf("r%d", i), "a", tQ).ID)
+		}
+		queueJob(h, "globex", "g1", "a", tQ)
+		l := leaseOf(tenant, 3, tL)
+		l.Replay = true
+		first := h.lease(l)
+		if !reflect.DeepEqual(first, ids[:3]) {
+			t.Fatalf("first attempt leased %v", first)
+		}
+		at := func(l Lease, now int64) Lease {
+			l.Now, l.Expiry = now, now+leaseTTL
+			return l
+		}
+		replayed := func(l Lease, want []string) {
+			t.Helper()
+			res := h.must(l, OutcomeLeased)
+			var got []string
+			for _, j := range res.Lease.Jobs {
+				if stored := h.job(j.Tenant, j.ID); !reflect.DeepEqual(stored, j) {
+					t.Fatalf("replayed job %+v is not the stored %+v", j, stored)
+				}
+				got = append(got, j.ID)
+			}
+			if !res.Lease.Replayed || !reflect.DeepEqual(got, want) {
+				t.Fatalf("replay: replayed %v, jobs %v, want %v", res.Lease.Replayed, got, want)
+			}
+		}
+		replayed(at(l, tIn), ids[:3])
+		if st := h.f.Stats(); st.Queued != 3 || st.Running != 3 { // 2 of acme's, globex's
+			t.Fatalf("a replay leased: %+v", st)
+		}
+		// Another tenant's Lease with the same IDs holds none of them.
+		g := at(l, tIn)
+		g.Tenant = "globex"
+		if res := h.must(g, OutcomeLeased); res.Lease.Replayed || len(res.Lease.Jobs) != 1 {
+			t.Fatalf("globex: %+v", res.Lease)
+		}
+		// A completed job no longer holds its lease: the rest replays.
+		h.must(Complete{Tenant: tenant, JobID: ids[0], LeaseID: l.LeaseIDs[0], Now: tIn + 1}, OutcomeCompleted)
+		replayed(at(l, tIn+2), ids[1:3])
+		// Without Replay (version 1), the same IDs lease again, as before.
+		if got := h.lease(at(Lease{Tenant: tenant, Holder: "worker-1", Max: 1, LeaseIDs: []string{"other"}}, tIn+3)); !reflect.DeepEqual(got, ids[3:4]) {
+			t.Fatalf("a lease without replay: %v", got)
+		}
+		// Once the leases have expired, the same IDs lease afresh: the
+		// expired jobs are reclaimed under them, then the queue.
+		res := h.must(at(l, tOut+1), OutcomeLeased)
+		var got []string
+		for _, j := range res.Lease.Jobs {
+			got = append(got, j.ID)
+		}
+		if res.Lease.Replayed || res.Lease.Reclaimed != 2 || !reflect.DeepEqual(got, []string{ids[1], ids[2], ids[4]}) {
+			t.Fatalf("after expiry: %+v, jobs %v", res.Lease, got)
+		}
+		// The job leased under "other" is still RUNNING; its lease expired at
+		// tIn+3+leaseTTL. The first lease's IDs now hold ids 1, 2 and 4 again.
+		replayed(at(l, tOut+2), []string{ids[1], ids[2], ids[4]})
+		checkInvariants(t, h.f)
+	})
+}
+
+// The replay's index of lease IDs is in memory: a reopened store rebuilds it
+// from the RUNNING jobs.
+func TestLeaseReplayAfterReopen(t *testing.T) {
+	dir := t.TempDir()
+	h := &harness{t: t, f: openFSM(t, dir, Options{})}
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, queueJob(h, tenant, fmt.Sprintf("r%d", i), "a", tQ).ID)
+	}
+	l := leaseOf(tenant, 2, tL)
+	l.Replay = true
+	if got := h.lease(l); !reflect.DeepEqual(got, ids[:2]) {
+		t.Fatalf("leased %v", got)
+	}
+	if err := h.f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.f = openFSM(t, dir, Options{})
+	l.Now = tIn
+	res := h.must(l, OutcomeLeased)
+	if !res.Lease.Replayed || len(res.Lease.Jobs) != 2 || res.Lease.Jobs[0].ID != ids[0] || res.Lease.Jobs[1].ID != ids[1] {
+		t.Fatalf("after reopening: %+v", res.Lease)
+	}
+	checkInvariants(t, h.f)
+}
+
 func TestFailBackoffAndDead(t *testing.T) {
 	onBoth(t, func(t *testing.T, h *harness) {
 		id := queueJob(h, tenant, key, "a", tQ).ID

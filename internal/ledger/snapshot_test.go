@@ -78,7 +78,7 @@ func sameState(t *testing.T, a, b *FSM) {
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
-	a, rest := populated(t, 11, 3000, 4000)
+	a, rest := populated(t, 13, 3000, 4000)
 	if st := a.Stats(); st.Entries == 0 || st.Jobs == 0 || st.Watermarks == 0 || st.Jobs == st.Queued+st.Running+st.Succeeded+st.Failed+st.Dead {
 		t.Fatalf("the log left too little state to test: %+v", st)
 	}

@@ -34,6 +34,7 @@ const maxReliefRemovals = 8
 //	jobQueueType (tenant, type, run_at, seq)      QUEUED jobs: Lease with types
 //	jobTenantLease (tenant, lease_expires_at, seq) RUNNING jobs: Lease's reclaim
 //	jobLeaseExp (lease_expires_at, seq, tenant)   RUNNING jobs: ExpireLeases
+//	jobLeaseID (tenant, lease_id, seq)            RUNNING jobs: a Lease's replay (in memory for both stores)
 //	jobState  (tenant, state, seq)                lifecycle jobs: ListJobs by status
 //	wms       (tenant, client_id, nonce)          watermarks
 //	wmAge     (updated_at, tenant, client_id, nonce)  watermark TTL and LRU bound
@@ -53,8 +54,12 @@ type state struct {
 	jobTenantLease index[*Job]
 	jobLeaseExp    index[*Job]
 	jobState       index[*Job]
-	wms            index[*Watermark]
-	wmAge          index[*Watermark]
+	// jobLeaseID holds leaseKeyOf each RUNNING job. It is in memory for
+	// the disk-backed state too (bounded by the jobs running, small per
+	// job), rebuilt when the store is opened (loadLeaseIDs).
+	jobLeaseID *btree.BTreeG[*Job]
+	wms        index[*Watermark]
+	wmAge      index[*Watermark]
 	// pendAge holds the PENDING entries only, by (reserved_at, tenant, key):
 	// the leader resolves those older than a grace (FSM.PendingBefore).
 	pendAge index[*Entry]
@@ -107,6 +112,7 @@ func newState() *state {
 		jobTenantLease: btree.NewG(btreeDegree, lessJobTenantLease),
 		jobLeaseExp:    btree.NewG(btreeDegree, lessJobLeaseExp),
 		jobState:       btree.NewG(btreeDegree, lessJobState),
+		jobLeaseID:     btree.NewG(btreeDegree, lessJobLeaseID),
 
 		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),

@@ -429,6 +429,9 @@ type LeaseResult struct {
 	Reclaimed int
 	// Dead: jobs that had used MaxAttempts, made DEAD.
 	Dead int
+	// Replayed: a Lease with Replay found its lease IDs held; Jobs are the
+	// jobs that hold them, and nothing was leased.
+	Replayed bool
 }
 
 // ChangeKind says how an entry changed.
