@@ -3,10 +3,12 @@ package manager
 import (
 	"context"
 	crand "crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/once-dev/once/internal/ledger"
@@ -43,6 +45,12 @@ type LeaseRequest struct {
 	// Lease is the lease's duration: 0 for MANAGER_JOB_LEASE_DEFAULT, else
 	// within MANAGER_JOB_LEASE_MIN..MAX.
 	Lease time.Duration
+	// Replay, when not empty, identifies the request (the worker's
+	// idempotency key and its body's fingerprint): the lease IDs are derived
+	// from it, so a retry of the request, on this leader or the next,
+	// proposes the same ones and is answered with the jobs the first attempt
+	// leased while their leases last (ledger.Lease.Replay).
+	Replay string
 }
 
 // LeaseJobs hands out up to req.Max queued jobs of the tenant (the oldest
@@ -51,6 +59,15 @@ type LeaseRequest struct {
 // due. Errors are *rpc.Error values: CodeInvalid for a bad request,
 // CodeNotLeader / CodeUnavailable as for a submission.
 func (m *Manager) LeaseJobs(ctx context.Context, req LeaseRequest) ([]ledger.Job, error) {
+	lr, err := m.leaseJobs(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return lr.Jobs, nil
+}
+
+// leaseJobs is LeaseJobs with the ledger's whole answer (Replayed).
+func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.LeaseResult, error) {
 	if err := m.checkLeader(); err != nil {
 		return nil, err
 	}
@@ -76,18 +93,23 @@ func (m *Manager) LeaseJobs(ctx context.Context, req LeaseRequest) ([]ledger.Job
 	}
 	ids := make([]string, req.Max)
 	for i := range ids {
-		ids[i] = newLeaseID()
+		if req.Replay != "" {
+			ids[i] = replayLeaseID(req.Tenant, req.Replay, i)
+		} else {
+			ids[i] = newLeaseID()
+		}
 	}
 	now := m.ledgerNow()
 	res, err := m.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Holder, Types: req.Types, Max: uint64(req.Max),
-		LeaseIDs: ids, Now: now.UnixNano(), Expiry: now.Add(d).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts)})
+		LeaseIDs: ids, Now: now.UnixNano(), Expiry: now.Add(d).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts),
+		Replay: req.Replay != ""})
 	if err != nil {
 		return nil, err
 	}
 	if res.Outcome != ledger.OutcomeLeased || res.Lease == nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "lease: unexpected outcome %s", res.Outcome)
 	}
-	return res.Lease.Jobs, nil
+	return res.Lease, nil
 }
 
 // HeartbeatJob extends the job's current lease leaseID to now + lease (0:
@@ -209,6 +231,18 @@ func (m *Manager) backoff(attempt uint64, u float64) time.Duration {
 
 // newLeaseID is a random 128-bit lease ID (hex): unguessable, so a worker
 // cannot act on a lease it was not given.
+// replayLeaseID is the i-th lease ID of a replayable request: as long and
+// as unguessable as newLeaseID's (it hashes the request's key), the same for
+// every attempt of the request, distinct per tenant, request and i.
+func replayLeaseID(tenant, request string, i int) string {
+	h := sha256.New()
+	for _, s := range []string{tenant, request, strconv.Itoa(i)} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 func newLeaseID() string {
 	var b [16]byte
 	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)

@@ -51,9 +51,12 @@ func (a leaseAnswer) size() int64 {
 // Lease implements rpc.Workers. A lease asked with an idempotency key
 // (req.Request) is answered once: a repeat of the key, through any gate,
 // gets the first answer, the same jobs under the same leases, for
-// leaseReplayTTL while this node leads. Without that, a worker whose answer
-// was lost (a timeout, a gate that died) would lease other jobs on its retry,
-// and the first ones would come back only when their leases expire.
+// leaseReplayTTL while this node leads; at a later leader, the jobs the
+// first attempt leased, as long as their leases last, from the ledger (the
+// lease IDs are derived from the key and the body, ledger.Lease.Replay).
+// Without that, a worker whose answer was lost (a timeout, a gate or a
+// leader that died) would lease other jobs on its retry, and the first ones
+// would come back only when their leases expire.
 func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseResponse, error) {
 	if req.Request == "" {
 		return m.lease(ctx, ctx, req)
@@ -90,15 +93,26 @@ func (m *Manager) lease(ctx, applyCtx context.Context, req *rpc.LeaseRequest) (*
 	if lr.Holder == "" {
 		lr.Holder = "worker"
 	}
+	if req.Request != "" {
+		lr.Replay = req.Request + "\x00" + req.Fingerprint
+	}
 	deadline := time.Now().Add(req.Wait)
 	for {
 		queued := m.fsm.Stats().Queued
-		jobs, err := m.LeaseJobs(applyCtx, lr)
+		res, err := m.leaseJobs(applyCtx, lr)
 		if err != nil {
 			return nil, err
 		}
-		if len(jobs) > 0 || !time.Now().Before(deadline) {
-			return m.leases(jobs), nil
+		if res.Replayed {
+			// An earlier attempt of this request leased these (through
+			// another leader, whose answer was lost).
+			m.metrics.leaseReplays.Inc()
+			out := m.leases(res.Jobs)
+			out.Replayed = true
+			return out, nil
+		}
+		if len(res.Jobs) > 0 || !time.Now().Before(deadline) {
+			return m.leases(res.Jobs), nil
 		}
 		if !m.awaitQueued(ctx, queued, deadline) {
 			if ctx.Err() != nil {

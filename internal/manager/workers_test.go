@@ -202,3 +202,42 @@ func TestLeaseWithIdempotencyKeyIsAnsweredOnce(t *testing.T) {
 		seen[l.Job.JobID] = true
 	}
 }
+
+// A lease asked with an idempotency key whose leader dies before the answer
+// reaches the worker: the retry, at the next leader (which never saw the
+// first attempt), is given the same jobs under the same leases, from the
+// ledger, and no job is leased twice.
+func TestLeaseRetriedAfterLeaderChange(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	ctx := ctxT(t)
+	for i := range 4 {
+		submitJob(t, tc, fmt.Sprintf("host1.dc1:%d:1:0123456789abcdef", i+1), "email")
+	}
+	req := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, Request: "lease-1", Fingerprint: "f1"}
+	first, err := tc.mgrs[l].Lease(ctx, &req)
+	if err != nil || len(first.Leases) != 2 || first.Replayed {
+		t.Fatalf("first lease: %+v %v", first, err)
+	}
+	tc.stop(l) // the answer is lost with it
+	nl := tc.leader()
+	retry, err := tc.mgrs[nl].Lease(ctx, &req)
+	if err != nil || !retry.Replayed || !reflect.DeepEqual(retry.Leases, first.Leases) {
+		t.Fatalf("the retry at the next leader: %+v %v; want %+v replayed", retry, err, first.Leases)
+	}
+	if n := promtest.ToFloat64(tc.mgrs[nl].metrics.leaseReplays); n != 1 {
+		t.Fatalf("once_manager_lease_replays_total %v, want 1", n)
+	}
+	// The two jobs the first attempt did not lease are left to others.
+	rest, err := tc.mgrs[nl].Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 10})
+	if err != nil || len(rest.Leases) != 2 {
+		t.Fatalf("after the replay, %+v %v; want the two jobs no lease took", rest, err)
+	}
+	seen := map[string]bool{}
+	for _, l := range append(first.Leases, rest.Leases...) {
+		if seen[l.Job.JobID] {
+			t.Fatalf("job %s leased twice", l.Job.JobID)
+		}
+		seen[l.Job.JobID] = true
+	}
+}
