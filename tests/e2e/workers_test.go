@@ -69,6 +69,14 @@ func TestWorkersThroughKills(t *testing.T) {
 	if t.Failed() || len(ids) != total {
 		t.Fatalf("%d job ids for %d submissions", len(ids), total)
 	}
+	// Two jobs of a type no worker runs, for a lease the leader's death cuts
+	// off (below).
+	const heldType = "held-e2e"
+	for i := range 2 {
+		if _, err := cl.Submit(ctx, api.JobRequest{Type: heldType, Payload: json.RawMessage(fmt.Sprintf(`{"held":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// A worker that leases and dies: its jobs come back when the leases end.
 	// Before dying it retries its lease with the same Idempotency-Key
@@ -136,12 +144,35 @@ func TestWorkersThroughKills(t *testing.T) {
 		n := succeeded()
 		return n >= total/3, fmt.Sprintf("a third of the jobs to succeed (%d)", n)
 	})
+	// A lease whose answer is lost with its leader (kill -9 right after):
+	// its retry, with the same key through the other gate, at the next
+	// leader, is given the same jobs under the same leases, from the ledger.
+	heldBody := fmt.Sprintf(`{"types":[%q],"max_jobs":2,"lease_seconds":60}`, heldType)
+	heldFirst, err := postPath(ctx, http.DefaultClient, c.GateURLs()[0], "/v1/leases", "e2e-lease-across-leaders", heldBody)
+	var held api.LeaseList
+	if err != nil || heldFirst.status != http.StatusOK || json.Unmarshal(heldFirst.body, &held) != nil || len(held.Leases) != 2 {
+		t.Fatalf("the lease before the kill: %d %s %v", heldFirst.status, heldFirst.body, err)
+	}
 	leader, err := c.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
+	}
+	var heldRetry answer
+	testutil.WaitFor(t, left(ctx), func() (bool, string) {
+		heldRetry, err = postPath(ctx, http.DefaultClient, c.GateURLs()[1], "/v1/leases", "e2e-lease-across-leaders", heldBody)
+		return err == nil && heldRetry.status == http.StatusOK, fmt.Sprintf("the lease retried after the kill: %d %s %v", heldRetry.status, heldRetry.body, err)
+	})
+	var again api.LeaseList
+	if err := json.Unmarshal(heldRetry.body, &again); err != nil || heldRetry.replayed != "true" || len(again.Leases) != 2 {
+		t.Fatalf("the lease retried at the next leader: replayed=%q %s %v; want the first attempt's two leases", heldRetry.replayed, heldRetry.body, err)
+	}
+	for i, l := range again.Leases {
+		if l.LeaseID != held.Leases[i].LeaseID || l.Job.JobID != held.Leases[i].Job.JobID {
+			t.Fatalf("lease %d retried at the next leader: %s on %s, first %s on %s", i, l.LeaseID, l.Job.JobID, held.Leases[i].LeaseID, held.Leases[i].Job.JobID)
+		}
 	}
 	testutil.WaitFor(t, left(ctx), func() (bool, string) {
 		n := succeeded()
