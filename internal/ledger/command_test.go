@@ -74,6 +74,10 @@ func TestLeaseWithoutReplayIsVersion1(t *testing.T) {
 	if v2[1] != LeaseVersion || !bytes.Equal(v2[2:len(v2)-1], v1[2:]) || v2[len(v2)-1] != 1 {
 		t.Fatalf("version 2 is not version 1 and the replay flag:\n%x\n%x", v1, v2)
 	}
+	// Version 2 with the flag false is not this command's one encoding.
+	if _, err := DecodeCommand(append(bytes.Clone(v2[:len(v2)-1]), 0)); err == nil {
+		t.Fatal("a version 2 without replay decoded")
+	}
 	// A version-2 body without its flag is refused, not read as version 1.
 	short := append([]byte{v1[0], LeaseVersion}, v1[2:]...)
 	if _, err := DecodeCommand(short); err == nil {

@@ -304,7 +304,11 @@ func decodeLifecycle(d *decoder, t CommandType, v uint8) (Command, bool) {
 		c.Expiry = d.int64()
 		c.MaxAttempts = d.uvarint()
 		if v == LeaseVersion {
-			c.Replay = d.bool()
+			// Version 2 is written only with replay set: one encoding
+			// per command.
+			if c.Replay = d.bool(); !c.Replay {
+				d.fail("lease v2 without replay")
+			}
 		}
 		return c, true
 	case TypeHeartbeat:
