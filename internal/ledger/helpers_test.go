@@ -251,7 +251,7 @@ func checkInvariants(t testing.TB, f *FSM) {
 		}
 		if st == JobRunning {
 			got, ok := s.jobLeaseID.Get(leaseKeyOf(j))
-			if !ok || got.ID != j.ID {
+			if !ok || got.id != j.ID {
 				t.Errorf("job %s/%s: missing from jobLeaseID", j.Tenant, j.ID)
 			}
 		}

@@ -376,26 +376,33 @@ func lessJobQueueType(a, b *Job) bool {
 	return a.Seq < b.Seq
 }
 
-// lessJobLeaseID orders jobLeaseID: (tenant, lease_id, seq). Two RUNNING
-// jobs may hold one lease ID (one of them expired, not yet reclaimed, when a
-// replayable Lease reuses its ID), hence the Seq.
-func lessJobLeaseID(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if c := strings.Compare(a.Life.LeaseID, b.Life.LeaseID); c != 0 {
-		return c < 0
-	}
-	return a.Seq < b.Seq
+// leaseKey is what jobLeaseID holds of a RUNNING job: its key there,
+// (tenant, lease_id, seq), and its ID; a value, not the job (the index is in
+// memory for both stores, and an item costs no allocation of its own). Two
+// RUNNING jobs may hold one lease ID (one expired and not yet reclaimed when
+// a replayable Lease reuses its ID), hence the Seq.
+type leaseKey struct {
+	tenant, leaseID string
+	seq             uint64
+	id              string
 }
 
-// leaseKeyOf is what jobLeaseID holds of a RUNNING job: its key there and
-// its ID, not its payload (the index is in memory for both stores).
-func leaseKeyOf(j *Job) *Job {
-	if j.Life == nil {
-		return &Job{Tenant: j.Tenant, ID: j.ID, Seq: j.Seq, Life: &JobLife{}}
+func leaseKeyOf(j *Job) leaseKey {
+	k := leaseKey{tenant: j.Tenant, seq: j.Seq, id: j.ID}
+	if j.Life != nil {
+		k.leaseID = j.Life.LeaseID
 	}
-	return &Job{Tenant: j.Tenant, ID: j.ID, Seq: j.Seq, Life: &JobLife{LeaseID: j.Life.LeaseID}}
+	return k
+}
+
+func lessLeaseKey(a, b leaseKey) bool {
+	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
+		return c < 0
+	}
+	if c := strings.Compare(a.leaseID, b.leaseID); c != 0 {
+		return c < 0
+	}
+	return a.seq < b.seq
 }
 
 func lessJobTenantLease(a, b *Job) bool {
@@ -501,8 +508,11 @@ func (s *state) reindexJob(old, j *Job) {
 	reorder(s.jobQueueType, lessJobQueueType, old, j, queued(o), queued(n))
 	reorder(s.jobTenantLease, lessJobTenantLease, old, j, running(o), running(n))
 	reorder(s.jobLeaseExp, lessJobLeaseExp, old, j, running(o), running(n))
-	if running(o) || running(n) {
-		reorder[*Job](s.jobLeaseID, lessJobLeaseID, leaseKeyOf(old), leaseKeyOf(j), running(o), running(n))
+	switch {
+	case running(o) && running(n) && o.LeaseID == n.LeaseID:
+		// A heartbeat: the same lease, the same item (tenant, ID, Seq).
+	case running(o) || running(n):
+		reorder(s.jobLeaseID, lessLeaseKey, leaseKeyOf(old), leaseKeyOf(j), running(o), running(n))
 	}
 }
 
@@ -683,16 +693,16 @@ func (s *state) applyLease(c Lease) Result {
 func (s *state) heldLeases(c *Lease) []Job {
 	var held []Job
 	for _, id := range c.LeaseIDs {
-		var keys []*Job
-		s.jobLeaseID.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Life: &JobLife{LeaseID: id}}, func(k *Job) bool {
-			if k.Tenant != c.Tenant || k.Life.LeaseID != id {
+		var keys []leaseKey
+		s.jobLeaseID.AscendGreaterOrEqual(leaseKey{tenant: c.Tenant, leaseID: id}, func(k leaseKey) bool {
+			if k.tenant != c.Tenant || k.leaseID != id {
 				return false
 			}
 			keys = append(keys, k)
 			return true
 		})
 		for _, k := range keys {
-			if j, ok := s.getJob(k.Tenant, k.ID); ok && currentLease(j, id, c.Now) {
+			if j, ok := s.getJob(k.tenant, k.id); ok && currentLease(j, id, c.Now) {
 				held = append(held, *j)
 			}
 		}

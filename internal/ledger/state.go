@@ -54,10 +54,10 @@ type state struct {
 	jobTenantLease index[*Job]
 	jobLeaseExp    index[*Job]
 	jobState       index[*Job]
-	// jobLeaseID holds leaseKeyOf each RUNNING job. It is in memory for
+	// jobLeaseID holds the leaseKey of each RUNNING job. It is in memory for
 	// the disk-backed state too (bounded by the jobs running, small per
 	// job), rebuilt when the store is opened (loadLeaseIDs).
-	jobLeaseID *btree.BTreeG[*Job]
+	jobLeaseID *btree.BTreeG[leaseKey]
 	wms        index[*Watermark]
 	wmAge      index[*Watermark]
 	// pendAge holds the PENDING entries only, by (reserved_at, tenant, key):
@@ -112,7 +112,7 @@ func newState() *state {
 		jobTenantLease: btree.NewG(btreeDegree, lessJobTenantLease),
 		jobLeaseExp:    btree.NewG(btreeDegree, lessJobLeaseExp),
 		jobState:       btree.NewG(btreeDegree, lessJobState),
-		jobLeaseID:     btree.NewG(btreeDegree, lessJobLeaseID),
+		jobLeaseID:     btree.NewG(btreeDegree, lessLeaseKey),
 
 		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
