@@ -50,7 +50,7 @@ func startFederation(ctx context.Context, cfg Config, log *slog.Logger) (*federa
 		NodeID:     cfg.NodeID,
 		RPCAddr:    cfg.RPCAdvertise,
 		RaftAddr:   cfg.RaftAdvertise,
-		Version:    1,
+		Version:    ProtocolVersion,
 		Settings:   cfg.Idempotency.Canonical(),
 	}, log.With(logging.KeyComponent, "wan"))
 	if err != nil {

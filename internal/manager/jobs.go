@@ -91,6 +91,11 @@ func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.Leas
 	if err != nil {
 		return nil, err
 	}
+	if req.Replay != "" && m.groupVersion() < 2 {
+		// A replica may not read Lease v2 yet: a lease without replay, as
+		// before (its retry at the next leader leases other jobs).
+		req.Replay = ""
+	}
 	ids := make([]string, req.Max)
 	for i := range ids {
 		if req.Replay != "" {

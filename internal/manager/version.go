@@ -1,0 +1,42 @@
+package manager
+
+// ProtocolVersion is what this build reads of the ledger's commands, as a
+// manager advertises it to its datacenter (membership.Meta.Version). A
+// leader proposes an encoding only once every server of its Raft
+// configuration advertises a version that reads it (groupVersion): a
+// replica that cannot read an entry refuses it while the others apply it,
+// and the group diverges (docs/ledger.md, "Compatibility and rolling
+// upgrades").
+//
+//  1. Every build before gating: Reserve v2, Commit v3, Expire v2, the
+//     batch types, Confirm, and the job lifecycle's commands at version 1.
+//  2. Lease v2 (ledger.Lease.Replay): a lease retried with its idempotency
+//     key after a change of leader is given the first attempt's jobs.
+const ProtocolVersion = 2
+
+// protocolBeforeGating is what a manager that advertises nothing known is
+// taken to read: every build before gating advertised 1.
+const protocolBeforeGating = 1
+
+// groupVersion is the lowest protocol version among the servers of the
+// Raft configuration (voters and non-voters alike: each applies the log).
+// A server whose version is not known yet (membership has not reached it)
+// counts as protocolBeforeGating, and so does an unknown configuration:
+// the safe side is the old encoding.
+func (m *Manager) groupVersion() int {
+	f := m.raft.GetConfiguration()
+	if f.Error() != nil {
+		return protocolBeforeGating
+	}
+	m.peersMu.RLock()
+	defer m.peersMu.RUnlock()
+	low := ProtocolVersion
+	for _, s := range f.Configuration().Servers {
+		v, ok := m.versions[string(s.ID)]
+		if !ok {
+			v = protocolBeforeGating
+		}
+		low = min(low, v)
+	}
+	return low
+}
