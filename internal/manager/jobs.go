@@ -91,7 +91,7 @@ func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.Leas
 	if err != nil {
 		return nil, err
 	}
-	if req.Replay != "" && m.groupVersion() < 2 {
+	if req.Replay != "" && m.groupVersion() < protocolLeaseReplay {
 		// A replica may not read Lease v2 yet: a lease without replay, as
 		// before (its retry at the next leader leases other jobs).
 		req.Replay = ""
@@ -234,11 +234,11 @@ func (m *Manager) backoff(attempt uint64, u float64) time.Duration {
 	return d - half + time.Duration(u*float64(half))
 }
 
-// newLeaseID is a random 128-bit lease ID (hex): unguessable, so a worker
-// cannot act on a lease it was not given.
-// replayLeaseID is the i-th lease ID of a replayable request: as long and
-// as unguessable as newLeaseID's (it hashes the request's key), the same for
-// every attempt of the request, distinct per tenant, request and i.
+// replayLeaseID is the i-th lease ID of a replayable request: as long as
+// newLeaseID's, the same for every attempt of the request, distinct per
+// tenant, request and i. It is as hard to guess as the request's key and
+// body; only the tenant's own callers (who could lease the job themselves)
+// see those, and a lease ID acts only on its tenant's job.
 func replayLeaseID(tenant, request string, i int) string {
 	h := sha256.New()
 	for _, s := range []string{tenant, request, strconv.Itoa(i)} {
@@ -248,6 +248,8 @@ func replayLeaseID(tenant, request string, i int) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// newLeaseID is a random 128-bit lease ID (hex): unguessable, so a worker
+// cannot act on a lease it was not given.
 func newLeaseID() string {
 	var b [16]byte
 	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)

@@ -12,7 +12,10 @@ package manager
 //     batch types, Confirm, and the job lifecycle's commands at version 1.
 //  2. Lease v2 (ledger.Lease.Replay): a lease retried with its idempotency
 //     key after a change of leader is given the first attempt's jobs.
-const ProtocolVersion = 2
+const ProtocolVersion = protocolLeaseReplay
+
+// The versions that added what a leader waits for.
+const protocolLeaseReplay = 2
 
 // protocolBeforeGating is what a manager that advertises nothing known is
 // taken to read: every build before gating advertised 1.
