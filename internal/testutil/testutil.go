@@ -70,7 +70,14 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) ti
 // ephemeral port range when there is room: a port from that range can be
 // handed to any outgoing connection as its source port while its process is
 // down, and the process then cannot listen on it again when it restarts.
+//
+// It never returns a port it has returned before in this process: a port is
+// free only until its user binds it, and two clusters that pick their ports
+// before either has started (the datacenters of a federation) would
+// otherwise be handed the same one now and then.
 func FreePorts(n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	var ports []int
 	var hold []io.Closer
 	defer func() {
@@ -80,7 +87,7 @@ func FreePorts(n int) ([]int, error) {
 	}()
 	taken := map[int]bool{}
 	try := func(p int) {
-		if taken[p] {
+		if taken[p] || handedOut.ports[p] {
 			return
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
@@ -88,6 +95,10 @@ func FreePorts(n int) ([]int, error) {
 			return
 		}
 		p = ln.Addr().(*net.TCPAddr).Port
+		if handedOut.ports[p] { // the kernel's choice (p was 0)
+			ln.Close()
+			return
+		}
 		udp, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
 			ln.Close()
@@ -108,8 +119,17 @@ func FreePorts(n int) ([]int, error) {
 		}
 		try(0)
 	}
+	for _, p := range ports {
+		handedOut.ports[p] = true
+	}
 	return ports, nil
 }
+
+// handedOut is every port FreePorts has returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // belowEphemeral returns a range of ports under the kernel's ephemeral range
 // (Linux: /proc/sys/net/ipv4/ip_local_port_range), or an empty one.
