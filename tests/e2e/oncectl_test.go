@@ -322,6 +322,21 @@ func TestOncectlGossipKeyring(t *testing.T) {
 		o.Env = append(o.Env, "MANAGER_GOSSIP_KEY="+oldKey, "GATE_GOSSIP_KEY="+oldKey)
 	})
 	pointOncectlAt(t, c)
+	alive := func() (n int, m rpc.Members) {
+		oncectlJSON(t, &m, "cluster", "members")
+		for _, x := range m.Members {
+			if x.Status == "alive" {
+				n++
+			}
+		}
+		return n, m
+	}
+	// The gate may join the pool a moment after the managers have a leader:
+	// count keys once all four members are there.
+	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+		n, _ := alive()
+		return n == 4, fmt.Sprintf("4 members alive, have %d", n)
+	})
 	check := func(args []string, want map[string][2]int) {
 		t.Helper()
 		var k rpc.Keyring
@@ -344,16 +359,8 @@ func TestOncectlGossipKeyring(t *testing.T) {
 	check([]string{"remove", oldKey}, map[string][2]int{newKey: {4, 4}})
 
 	// The pool still gossips (every member alive) and the cluster admits.
-	var m rpc.Members
-	oncectlJSON(t, &m, "cluster", "members")
-	alive := 0
-	for _, x := range m.Members {
-		if x.Status == "alive" {
-			alive++
-		}
-	}
-	if alive != 4 {
-		t.Fatalf("after the rotation: %d of %d members alive: %+v", alive, len(m.Members), m.Members)
+	if n, m := alive(); n != 4 {
+		t.Fatalf("after the rotation: %d of %d members alive: %+v", n, len(m.Members), m.Members)
 	}
 	hc := &http.Client{Timeout: 10 * time.Second}
 	a, err := post(t.Context(), hc, c.GateURLs()[0], "keyring-rotated-1", `{"type":"demo","payload":{}}`)
