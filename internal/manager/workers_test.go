@@ -150,9 +150,7 @@ func TestLeaseWithIdempotencyKeyIsAnsweredOnce(t *testing.T) {
 	tc := newTestCluster(t, 1, nil)
 	m := tc.mgrs[tc.leader()]
 	ctx := ctxT(t)
-	for i := range 4 {
-		submitJob(t, tc, fmt.Sprintf("host1.dc1:%d:1:0123456789abcdef", i+1), "email")
-	}
+	submitJobs(t, tc, 4, "email")
 	req := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, Request: "lease-1", Fingerprint: "f1"}
 	first, err := m.Lease(ctx, &req)
 	if err != nil || len(first.Leases) != 2 || first.Replayed {
@@ -194,12 +192,28 @@ func TestLeaseWithIdempotencyKeyIsAnsweredOnce(t *testing.T) {
 	if n := promtest.ToFloat64(m.metrics.leaseReplays); n != 2 {
 		t.Fatalf("once_manager_lease_replays_total %v, want 2", n)
 	}
+	leasedOnce(t, first.Leases, retry.Leases, rest.Leases)
+}
+
+// leasedOnce fails the test when a job is in two of the answers' leases.
+func leasedOnce(t *testing.T, answers ...[]api.Lease) {
+	t.Helper()
 	seen := map[string]bool{}
-	for _, l := range append(append(first.Leases, retry.Leases...), rest.Leases...) {
-		if seen[l.Job.JobID] {
-			t.Fatalf("job %s leased twice", l.Job.JobID)
+	for _, ls := range answers {
+		for _, l := range ls {
+			if seen[l.Job.JobID] {
+				t.Fatalf("job %s leased twice", l.Job.JobID)
+			}
+			seen[l.Job.JobID] = true
 		}
-		seen[l.Job.JobID] = true
+	}
+}
+
+// submitJobs submits n jobs of type typ for the tenant acme.
+func submitJobs(t *testing.T, tc *testCluster, n int, typ string) {
+	t.Helper()
+	for i := range n {
+		submitJob(t, tc, fmt.Sprintf("host1.dc1:%d:1:0123456789abcdef", i+1), typ)
 	}
 }
 
@@ -211,9 +225,7 @@ func TestLeaseRetriedAfterLeaderChange(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	l := tc.leader()
 	ctx := ctxT(t)
-	for i := range 4 {
-		submitJob(t, tc, fmt.Sprintf("host1.dc1:%d:1:0123456789abcdef", i+1), "email")
-	}
+	submitJobs(t, tc, 4, "email")
 	req := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, Request: "lease-1", Fingerprint: "f1"}
 	first, err := tc.mgrs[l].Lease(ctx, &req)
 	if err != nil || len(first.Leases) != 2 || first.Replayed {
@@ -233,13 +245,7 @@ func TestLeaseRetriedAfterLeaderChange(t *testing.T) {
 	if err != nil || len(rest.Leases) != 2 {
 		t.Fatalf("after the replay, %+v %v; want the two jobs no lease took", rest, err)
 	}
-	seen := map[string]bool{}
-	for _, l := range append(first.Leases, rest.Leases...) {
-		if seen[l.Job.JobID] {
-			t.Fatalf("job %s leased twice", l.Job.JobID)
-		}
-		seen[l.Job.JobID] = true
-	}
+	leasedOnce(t, first.Leases, rest.Leases)
 }
 
 // Lease version 2 is proposed only when every replica advertises a protocol
@@ -252,9 +258,7 @@ func TestLeaseReplayWaitsForEveryReplica(t *testing.T) {
 	l := tc.leader()
 	m := tc.mgrs[l]
 	ctx := ctxT(t)
-	for i := range 2 {
-		submitJob(t, tc, fmt.Sprintf("host1.dc1:%d:1:0123456789abcdef", i+1), "email")
-	}
+	submitJobs(t, tc, 2, "email")
 	old := tc.cfgs[(l+1)%3].NodeID
 	m.SetPeerVersion(old, 1)
 	if v := m.groupVersion(); v != 1 {
