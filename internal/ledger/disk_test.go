@@ -112,6 +112,23 @@ func TestStorePendingWrites(t *testing.T) {
 	st.commit()
 	expect("after the commit", walk(st.db), "k2=b2 k3=c2 k5=e")
 	expect("k1 after the commit", get("k1"), "<absent>")
+
+	// A batch larger than keptPending does not keep its memory for the next.
+	big := strings.Repeat("v", 2*keptPending)
+	st.begin()
+	st.set([]byte("k6"), []byte(big))
+	st.commit()
+	if cap(st.arena) > keptPending || len(st.pending) != 0 {
+		t.Fatalf("after a large batch: arena of %d bytes, %d pending kept", cap(st.arena), len(st.pending))
+	}
+	if get("k6") != big {
+		t.Fatal("the large batch's value")
+	}
+	st.begin()
+	st.set([]byte("k7"), []byte("g"))
+	expect("a batch after the large one", get("k7"), "g")
+	st.commit()
+	expect("and committed", walk(st.db), "k2=b2 k3=c2 k5=e k6="+big+" k7=g")
 }
 
 func asResult(v interface{}) Result {
