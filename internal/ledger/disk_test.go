@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -390,5 +391,64 @@ func TestDiskSurvivesKill9(t *testing.T) {
 	want.ApplyBatch(logs)
 	if !bytes.Equal(persist(t, want), persist(t, f)) {
 		t.Fatal("state after kill -9 and replay differs from one uninterrupted pass")
+	}
+}
+
+// TestKeyCountsAcrossReopen: a reopened store counts its entries' and jobs'
+// keys in the background (keys.go). Commands applied before that scan ends
+// read pebble, and what they change is merged with the scan's counts; then
+// an absent key is answered from the counts, and every answer is the same.
+func TestKeyCountsAcrossReopen(t *testing.T) {
+	diskPassOnly(t)
+	dir := t.TempDir()
+	h := &harness{t: t, f: openFSM(t, dir, Options{})}
+	for i := range 20 {
+		r := reserve(tenant, fmt.Sprintf("old-%d", i), t0)
+		h.must(r, OutcomeReserved)
+		if i%2 == 0 {
+			h.must(commit(r, tCommit), OutcomeCommitted)
+		}
+	}
+	checkInvariants(t, h.f) // counted as they were applied
+	if err := h.f.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	release := make(chan struct{})
+	keyScanStarts = func() { <-release }
+	h.f = openFSM(t, dir, Options{})
+	var once sync.Once
+	t.Cleanup(func() { keyScanStarts = nil; once.Do(func() { close(release) }) }) // before the FSM's Close
+	keys := h.f.s.store.keys
+
+	// While the scan waits: every read goes to pebble.
+	h.must(reserve(tenant, "old-2", t0), OutcomeExists)
+	h.must(reserve(tenant, "old-3", t0), OutcomeExists)
+	for i := range 10 {
+		r := reserve(tenant, fmt.Sprintf("new-%d", i), tCommit)
+		h.must(r, OutcomeReserved)
+		h.must(commit(r, tCommit), OutcomeCommitted)
+	}
+	// The uncommitted old entries expire; the committed ones stay.
+	h.must(expire(t0+pendingTTL), OutcomeExpired)
+	if keys.ready {
+		t.Fatal("counts ready before the scan")
+	}
+
+	once.Do(func() { close(release) })
+	keys.scanDone()
+	h.must(reserve(tenant, "new-10", tCommit), OutcomeReserved) // the merge is at this batch's start
+	if !keys.ready {
+		t.Fatal("counts not merged after the scan")
+	}
+	checkInvariants(t, h.f) // the merged counts are the tables'
+	h.must(reserve(tenant, "old-2", t0), OutcomeExists)
+	h.must(reserve(tenant, "new-4", tCommit), OutcomeExists)
+	h.must(reserve(tenant, "old-3", t0+pendingTTL), OutcomeReserved) // expired while the scan waited
+	if _, ok := h.f.Job(tenant, "job-"+tenant+"-old-4"); !ok {
+		t.Fatal("a committed old job is missing")
+	}
+	if _, ok := h.f.Job(tenant, "job-"+tenant+"-never"); ok {
+		t.Fatal("a job that never was")
 	}
 }

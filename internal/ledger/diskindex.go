@@ -25,6 +25,9 @@ type diskIndex[T any] struct {
 	encode func(dst []byte, item T) []byte
 	decode func(v []byte) (T, error)
 	count  func() int
+	// keys, for the entries and the jobs, answers a point read of an
+	// absent key without pebble (keys.go).
+	keys *keyCounts
 
 	// A secondary order names its primary table. With copies, its values are
 	// the items' records themselves, not their primary keys: the expiry
@@ -109,6 +112,9 @@ func (x *diskIndex[T]) Get(probe T) (item T, ok bool) {
 	k := x.fullKey(make([]byte, 0, 64), probe)
 	switch {
 	case x.primary == nil:
+		if x.keys != nil && x.keys.absent(k) {
+			return item, false
+		}
 		return x.getKey(k)
 	case x.copies:
 		ok = x.st.get(k, func(v []byte) { item = x.primary.decodeValue(v) })
@@ -259,6 +265,14 @@ func (x *diskIndex[T]) ascendFrom(lo []byte, fn btree.ItemIteratorG[T]) {
 	})
 }
 
+// counted tells x's key counts (the entries' or the jobs' on disk) that item
+// joined (d = 1) or left (d = -1) the table. A no-op in memory.
+func counted[T any](x index[T], item T, d int32) {
+	if dx, ok := x.(*diskIndex[T]); ok && dx.keys != nil {
+		dx.keys.add(dx.scratch(item), d)
+	}
+}
+
 // mirror is a table kept in memory for reads and written through to the
 // store: the watermarks. A client's watermark is rewritten by every commit of
 // that client, and an LSM tree holds every version of a key rewritten that
@@ -375,14 +389,19 @@ func decodeWatermarkValue(v []byte) (*Watermark, error) {
 	return w, d.finish()
 }
 
-// newDiskTables points a state's indexes at the store, with the primary
+// useStore points a state's indexes at the store, with the primary
 // tables' lengths from its meta record.
 func (s *state) useStore(st *store, m storeMeta) {
+	if m.entries+m.jobs == 0 {
+		st.keys = newKeyCounts()
+	} else {
+		st.keys = scanKeyCounts(st.db.NewSnapshot(), m.entries+m.jobs)
+	}
 	entries := &diskIndex[*Entry]{st: st, prefix: pfxEntries, key: entryKey,
-		encode: appendEntry, decode: decodeEntryValue,
+		encode: appendEntry, decode: decodeEntryValue, keys: st.keys,
 		count: func() int { return s.pending + s.committed + s.rejected }}
 	jobs := &diskIndex[*Job]{st: st, prefix: pfxJobs, key: jobKey,
-		encode: appendJob, decode: decodeJobValue, count: func() int { return s.jobCount }}
+		encode: appendJob, decode: decodeJobValue, keys: st.keys, count: func() int { return s.jobCount }}
 	wms := &mirror[*Watermark]{
 		BTreeG: s.wms.(*btree.BTreeG[*Watermark]),
 		disk: &diskIndex[*Watermark]{st: st, prefix: pfxWatermarks, key: watermarkKey,

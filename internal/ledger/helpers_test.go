@@ -317,6 +317,28 @@ func checkInvariants(t testing.TB, f *FSM) {
 	if !reflect.DeepEqual(wmPerTenant, s.wmTenant) {
 		t.Errorf("watermarks per tenant %v, recomputed %v", s.wmTenant, wmPerTenant)
 	}
+	checkKeyCounts(t, s)
+}
+
+// checkKeyCounts checks the disk store's key counts, once its scan is
+// merged, against the tables: every entry and job counted, and nothing else.
+func checkKeyCounts(t testing.TB, s *state) {
+	t.Helper()
+	if s.store == nil || !s.store.keys.ready {
+		return
+	}
+	want := map[uint64]uint32{}
+	s.entries.Ascend(func(e *Entry) bool {
+		want[s.store.keys.hash(entryKey([]byte{pfxEntries}, e))]++
+		return true
+	})
+	s.jobs.Ascend(func(j *Job) bool {
+		want[s.store.keys.hash(jobKey([]byte{pfxJobs}, j))]++
+		return true
+	})
+	if !reflect.DeepEqual(want, s.store.keys.count) {
+		t.Errorf("key counts: %d hashes, the tables have %d", len(s.store.keys.count), len(want))
+	}
 }
 
 // countOf counts an index's items by walking it (a secondary order of the

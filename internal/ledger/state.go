@@ -363,6 +363,7 @@ func carried(e *Entry) bool {
 
 func (s *state) insertEntry(e *Entry) {
 	s.entries.ReplaceOrInsert(e)
+	counted(s.entries, e, 1)
 	s.entryExp.ReplaceOrInsert(e)
 	if e.State == StatePending {
 		s.pendAge.ReplaceOrInsert(e)
@@ -415,6 +416,7 @@ func holdsPrimaryKeys[T any](x index[T]) bool {
 // structured entry raises its client's watermark.
 func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	s.entries.Delete(e)
+	counted(s.entries, e, -1)
 	s.entryExp.Delete(e)
 	if e.State == StatePending {
 		s.pendAge.Delete(e)
@@ -496,6 +498,7 @@ func (s *state) removeWatermark(w *Watermark) {
 
 func (s *state) insertJob(j *Job) {
 	s.jobs.ReplaceOrInsert(j)
+	counted(s.jobs, j, 1)
 	s.jobSeq.ReplaceOrInsert(j)
 	s.jobType.ReplaceOrInsert(j)
 	s.indexJob(j)
@@ -506,6 +509,7 @@ func (s *state) insertJob(j *Job) {
 
 func (s *state) removeJob(j *Job) {
 	s.jobs.Delete(j)
+	counted(s.jobs, j, -1)
 	s.jobSeq.Delete(j)
 	s.jobType.Delete(j)
 	s.unindexJob(j)

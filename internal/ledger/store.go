@@ -138,6 +138,8 @@ type store struct {
 	r       pebble.Reader
 	w       *pebble.Batch
 
+	keys *keyCounts // which entries and jobs exist (keys.go); set by useStore
+
 	keyBuf []byte // scratch for keys, used under the FSM's write lock only
 	valBuf []byte // scratch for values, likewise
 
@@ -347,6 +349,9 @@ func (s *store) close(flush bool) error {
 		s.w = nil
 	}
 	s.open = false
+	if s.keys != nil {
+		s.keys.close() // its scan reads the database
+	}
 	if flush {
 		if err := s.db.Flush(); err != nil {
 			_ = s.db.Close()
@@ -368,6 +373,7 @@ type pendingWrite struct {
 
 // begin opens the batch the next commands are applied into.
 func (s *store) begin() {
+	s.keys.settle()
 	s.open = true
 	if s.pending == nil {
 		s.pending = make(map[string]pendingWrite)

@@ -1,0 +1,151 @@
+package ledger
+
+import (
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// keyCounts is the disk-backed state's index of which entries and jobs
+// exist, in memory: for each 64-bit hash of a live entry's or job's key in
+// the store, how many live keys have that hash. A point read of a key whose
+// hash has no live key is answered "absent" without pebble, which otherwise
+// searches both memtables and every level's Bloom filter; that is most of
+// the apply path's reads (a Reserve's new key, a Commit's new job ID). A
+// hash with live keys is read from pebble as before: a collision costs a
+// read, never a wrong answer. ~20 bytes per live entry or job (a Go map of
+// 64-bit hashes to counts), the "compact key index" of docs/ledger.md.
+//
+// The state counts its items as they join and leave the tables
+// (insertEntry, removeEntry, insertJob, removeJob: the only ways in and
+// out). A store opened with items counts them by a scan in the background,
+// of the store as it was opened, so a restart is not slowed by it; until the
+// scan is merged, changes are kept as differences (delta) and every point
+// read goes to pebble. The hashes are the process's own (maphash): nothing
+// of this is stored or replicated, and no result depends on it.
+type keyCounts struct {
+	seed  maphash.Seed
+	ready bool              // counts holds every live key's count
+	count map[uint64]uint32 // by hash; with ready
+	delta map[uint64]int32  // changes since the scanned view; before ready
+
+	scanned chan map[uint64]uint32 // the scan's counts (buffered)
+	stop    atomic.Bool            // asks the scan to end early
+	wg      sync.WaitGroup         // the scan
+}
+
+// newKeyCounts returns the counts of an empty store: ready.
+func newKeyCounts() *keyCounts {
+	return &keyCounts{seed: maphash.MakeSeed(), ready: true, count: map[uint64]uint32{}}
+}
+
+// scanKeyCounts returns counts to be filled by a scan of view (a
+// point-in-time view of the store, which the scan closes), started here;
+// items is how many entries and jobs the view holds (the map is made that
+// large at once, not grown by doubling).
+func scanKeyCounts(view *pebble.Snapshot, items uint64) *keyCounts {
+	c := &keyCounts{seed: maphash.MakeSeed(), delta: map[uint64]int32{}, scanned: make(chan map[uint64]uint32, 1)}
+	c.wg.Add(1)
+	go c.scan(view, int(min(items, 1<<32)))
+	return c
+}
+
+// scanStep is how many keys the scan counts between looks at stop.
+const scanStep = 4096
+
+// keyScanStarts, when set (tests), is called as a scan starts.
+var keyScanStarts func()
+
+func (c *keyCounts) scan(view *pebble.Snapshot, items int) {
+	defer c.wg.Done()
+	defer view.Close()
+	if keyScanStarts != nil {
+		keyScanStarts()
+	}
+	counts := make(map[uint64]uint32, items)
+	for _, p := range []byte{pfxEntries, pfxJobs} {
+		it, err := view.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: prefixEnd(p)})
+		if err != nil {
+			return // never ready: every read goes to pebble, as before
+		}
+		n := 0
+		for ok := it.First(); ok; ok = it.Next() {
+			counts[c.hash(it.Key())]++
+			if n++; n%scanStep == 0 && c.stop.Load() {
+				break
+			}
+		}
+		if err := it.Close(); err != nil || c.stop.Load() {
+			return
+		}
+	}
+	c.scanned <- counts
+}
+
+func (c *keyCounts) hash(k []byte) uint64 { return maphash.Bytes(c.seed, k) }
+
+// settle merges a finished scan with the changes since its view. Under the
+// FSM's write lock (the start of a batch). A store without a state (its
+// own tests) has no counts.
+func (c *keyCounts) settle() {
+	if c == nil || c.ready {
+		return
+	}
+	select {
+	case counts := <-c.scanned:
+		for h, d := range c.delta {
+			if n := int64(counts[h]) + int64(d); n > 0 {
+				counts[h] = uint32(n)
+			} else {
+				delete(counts, h)
+			}
+		}
+		c.count, c.delta, c.ready = counts, nil, true
+	default:
+	}
+}
+
+// add records that the item of full key k joined (d = 1) or left (d = -1)
+// its table. Under the FSM's write lock.
+func (c *keyCounts) add(k []byte, d int32) {
+	h := c.hash(k)
+	if !c.ready {
+		if c.delta[h] += d; c.delta[h] == 0 {
+			delete(c.delta, h)
+		}
+		return
+	}
+	switch n := c.count[h]; {
+	case d > 0:
+		c.count[h] = n + 1
+	case n > 1:
+		c.count[h] = n - 1
+	case n == 1:
+		delete(c.count, h)
+	default:
+		storeFail("key counts", fmt.Errorf("%w: an item left that was never counted", ErrStore))
+	}
+}
+
+// absent reports that no live entry or job has full key k. Readers call it
+// under the read lock.
+func (c *keyCounts) absent(k []byte) bool {
+	if !c.ready {
+		return false
+	}
+	_, ok := c.count[c.hash(k)]
+	return !ok
+}
+
+// scanDone waits for the scan, if any, to end (tests and benchmarks; the
+// state merges it at the next batch).
+func (c *keyCounts) scanDone() { c.wg.Wait() }
+
+// close stops the scan and waits for it.
+func (c *keyCounts) close() {
+	c.stop.Store(true)
+	c.wg.Wait()
+}
