@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // The disk-backed state, beyond the contract tests (which run on it by
@@ -416,7 +419,8 @@ func TestKeyCountsAcrossReopen(t *testing.T) {
 
 	release := make(chan struct{})
 	keyScanStarts = func() { <-release }
-	h.f = openFSM(t, dir, Options{})
+	var logged testutil.Buffer
+	h.f = openFSM(t, dir, Options{Store: StoreOptions{Logger: slog.New(slog.NewTextHandler(&logged, nil))}})
 	var once sync.Once
 	t.Cleanup(func() { keyScanStarts = nil; once.Do(func() { close(release) }) }) // before the FSM's Close
 	keys := h.f.s.store.keys
@@ -437,6 +441,9 @@ func TestKeyCountsAcrossReopen(t *testing.T) {
 
 	once.Do(func() { close(release) })
 	keys.scanDone()
+	if want := `msg="ledger key counts scanned" count=30 `; !strings.Contains(logged.String(), want) { // 20 entries, 10 jobs
+		t.Errorf("log %q, want %q", logged.String(), want)
+	}
 	h.must(reserve(tenant, "new-10", tCommit), OutcomeReserved) // the merge is at this batch's start
 	if !keys.ready {
 		t.Fatal("counts not merged after the scan")

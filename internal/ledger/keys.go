@@ -3,10 +3,14 @@ package ledger
 import (
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/once-dev/once/internal/logging"
 )
 
 // keyCounts is the disk-backed state's index of which entries and jobs
@@ -45,13 +49,29 @@ func newKeyCounts() *keyCounts {
 // scanKeyCounts returns counts to be filled by a scan of view (a
 // point-in-time view of the store, which the scan closes), started here;
 // items is how many entries and jobs the view holds (the map is made that
-// large at once, not grown by doubling).
-func scanKeyCounts(view *pebble.Snapshot, items uint64) *keyCounts {
+// large at once, not grown by doubling). log, when set, is told how the
+// scan ended.
+func scanKeyCounts(view *pebble.Snapshot, items uint64, log *slog.Logger) *keyCounts {
 	c := &keyCounts{seed: maphash.MakeSeed(), delta: map[uint64]int32{}, scanned: make(chan map[uint64]uint32, 1)}
 	c.wg.Add(1)
-	go c.scan(view, int(min(items, 1<<32)))
+	go func() {
+		defer c.wg.Done()
+		start := time.Now()
+		n, err := c.scan(view, int(min(items, maxScanHint)))
+		switch {
+		case log == nil || c.stop.Load():
+		case err != nil:
+			log.Error("ledger key counts not scanned: reads of absent keys go to pebble", logging.KeyError, err)
+		default:
+			log.Info("ledger key counts scanned", logging.KeyCount, n, logging.KeyDuration, time.Since(start))
+		}
+	}()
 	return c
 }
+
+// maxScanHint caps the size the scan's map is made at (a damaged counter
+// must not make it allocate gigabytes up front; past it the map grows).
+const maxScanHint = 1 << 27
 
 // scanStep is how many keys the scan counts between looks at stop.
 const scanStep = 4096
@@ -59,8 +79,9 @@ const scanStep = 4096
 // keyScanStarts, when set (tests), is called as a scan starts.
 var keyScanStarts func()
 
-func (c *keyCounts) scan(view *pebble.Snapshot, items int) {
-	defer c.wg.Done()
+// scan counts view's entries and jobs, and hands the counts over unless
+// stopped; it returns how many keys it counted.
+func (c *keyCounts) scan(view *pebble.Snapshot, items int) (n int, err error) {
 	defer view.Close()
 	if keyScanStarts != nil {
 		keyScanStarts()
@@ -69,9 +90,8 @@ func (c *keyCounts) scan(view *pebble.Snapshot, items int) {
 	for _, p := range []byte{pfxEntries, pfxJobs} {
 		it, err := view.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: prefixEnd(p)})
 		if err != nil {
-			return // never ready: every read goes to pebble, as before
+			return n, err // never ready: every read goes to pebble, as before
 		}
-		n := 0
 		for ok := it.First(); ok; ok = it.Next() {
 			counts[c.hash(it.Key())]++
 			if n++; n%scanStep == 0 && c.stop.Load() {
@@ -79,10 +99,11 @@ func (c *keyCounts) scan(view *pebble.Snapshot, items int) {
 			}
 		}
 		if err := it.Close(); err != nil || c.stop.Load() {
-			return
+			return n, err
 		}
 	}
 	c.scanned <- counts
+	return n, nil
 }
 
 func (c *keyCounts) hash(k []byte) uint64 { return maphash.Bytes(c.seed, k) }

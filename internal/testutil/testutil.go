@@ -1,11 +1,12 @@
 // Package testutil holds helpers shared by the tests of several packages and
 // by the tests module's tooling: goleak with a grace period, the one polling
-// helper (WaitFor), the one free-port helper (FreePorts) and the one fake
-// clock (Clock). The product's
+// helper (WaitFor), the one free-port helper (FreePorts), the one fake
+// clock (Clock) and the one buffer read while written (Buffer). The product's
 // binaries never import it (make deps-check).
 package testutil
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	mrand "math/rand/v2"
@@ -181,4 +182,23 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
+}
+
+// Buffer is a bytes.Buffer that goroutines may write and read at once: a
+// logger's or a command's output read while it runs.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

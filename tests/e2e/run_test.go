@@ -1,40 +1,20 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/once-dev/once/internal/testutil"
 )
 
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // make run's status screen: a line when the cluster comes up, and a line for
 // each change — the leader killed shows as down and a new leader in a new
 // term — and nothing while nothing changes.
 func TestRunStatusFollowsTheCluster(t *testing.T) {
 	c := startCluster(t, 3, 1, nil)
-	var out syncBuffer
+	var out testutil.Buffer
 	c.WriteSummary(&out, false)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
