@@ -306,10 +306,12 @@ func (s *state) loadWatermarks() {
 	})
 }
 
-// loadLeaseIDs builds jobLeaseID from the RUNNING jobs. O(jobs running).
+// loadLeaseIDs builds jobLeaseID and jobDue from the RUNNING jobs. O(jobs
+// running).
 func (s *state) loadLeaseIDs() {
 	s.jobLeaseExp.Ascend(func(j *Job) bool {
 		s.jobLeaseID.ReplaceOrInsert(leaseKeyOf(j))
+		s.jobDue.ReplaceOrInsert(dueKeyOf(j))
 		return true
 	})
 }

@@ -254,6 +254,9 @@ func checkInvariants(t testing.TB, f *FSM) {
 			if !ok || got.id != j.ID {
 				t.Errorf("job %s/%s: missing from jobLeaseID", j.Tenant, j.ID)
 			}
+			if !s.jobDue.Has(dueKeyOf(j)) {
+				t.Errorf("job %s/%s: missing from jobDue", j.Tenant, j.ID)
+			}
 		}
 		if retained(j) {
 			retainedN++
@@ -280,7 +283,7 @@ func checkInvariants(t testing.TB, f *FSM) {
 	}
 	if countOf(s.jobQueue) != queuedN || countOf(s.jobQueueType) != queuedN ||
 		countOf(s.jobTenantLease) != runningN || countOf(s.jobLeaseExp) != runningN || countOf(s.jobState) != lifeN ||
-		s.jobLeaseID.Len() != runningN {
+		s.jobLeaseID.Len() != runningN || s.jobDue.Len() != runningN {
 		t.Errorf("lifecycle orders %d/%d/%d/%d/%d, want %d queued, %d running, %d in the lifecycle",
 			countOf(s.jobQueue), countOf(s.jobQueueType), countOf(s.jobTenantLease), countOf(s.jobLeaseExp), countOf(s.jobState),
 			queuedN, runningN, lifeN)

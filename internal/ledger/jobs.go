@@ -395,6 +395,43 @@ func leaseKeyOf(j *Job) leaseKey {
 	return k
 }
 
+// dueKey is what leaseDue holds of a RUNNING job: its tenant, when its lease
+// expires, and its Seq.
+type dueKey struct {
+	tenant string
+	at     int64
+	seq    uint64
+}
+
+func dueKeyOf(j *Job) dueKey {
+	k := dueKey{tenant: j.Tenant, seq: j.Seq}
+	if j.Life != nil {
+		k.at = j.Life.LeaseExpiresAt
+	}
+	return k
+}
+
+func lessDueKey(a, b dueKey) bool {
+	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
+		return c < 0
+	}
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
+}
+
+// leaseDue reports whether a RUNNING job of tenant has a lease expired at
+// now: whether a Lease has anything to reclaim.
+func (s *state) leaseDue(tenant string, now int64) bool {
+	due := false
+	s.jobDue.AscendGreaterOrEqual(dueKey{tenant: tenant, at: math.MinInt64}, func(k dueKey) bool {
+		due = k.tenant == tenant && k.at <= now
+		return false
+	})
+	return due
+}
+
 func lessLeaseKey(a, b leaseKey) bool {
 	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
 		return c < 0
@@ -471,6 +508,7 @@ func (s *state) indexJob(j *Job) {
 		s.jobTenantLease.ReplaceOrInsert(j)
 		s.jobLeaseExp.ReplaceOrInsert(j)
 		s.jobLeaseID.ReplaceOrInsert(leaseKeyOf(j))
+		s.jobDue.ReplaceOrInsert(dueKeyOf(j))
 	case st.Finished():
 		s.jobExp.ReplaceOrInsert(j)
 	}
@@ -490,6 +528,7 @@ func (s *state) unindexJob(j *Job) {
 		s.jobTenantLease.Delete(j)
 		s.jobLeaseExp.Delete(j)
 		s.jobLeaseID.Delete(leaseKeyOf(j))
+		s.jobDue.Delete(dueKeyOf(j))
 	case st.Finished():
 		s.jobExp.Delete(j)
 	}
@@ -508,6 +547,7 @@ func (s *state) reindexJob(old, j *Job) {
 	reorder(s.jobQueueType, lessJobQueueType, old, j, queued(o), queued(n))
 	reorder(s.jobTenantLease, lessJobTenantLease, old, j, running(o), running(n))
 	reorder(s.jobLeaseExp, lessJobLeaseExp, old, j, running(o), running(n))
+	reorder(s.jobDue, lessDueKey, dueKeyOf(old), dueKeyOf(j), running(o), running(n))
 	switch {
 	case running(o) && running(n) && o.LeaseID == n.LeaseID:
 		// A heartbeat: the same lease, the same item (tenant, ID, Seq).
@@ -632,14 +672,18 @@ func (s *state) applyLease(c Lease) Result {
 
 	// Reclaim: the tenant's expired leases, earliest first (collected, then
 	// changed: an order is not changed while it is walked).
+	// jobDue (in memory) says whether there is any: most Leases find none,
+	// and on disk the walk would cost an iterator.
 	var expired []*Job
-	s.jobTenantLease.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Life: &JobLife{LeaseExpiresAt: math.MinInt64}}, func(j *Job) bool {
-		if j.Tenant != c.Tenant || j.Life.LeaseExpiresAt > c.Now || len(expired) == MaxReclaim {
-			return false
-		}
-		expired = append(expired, j)
-		return true
-	})
+	if s.leaseDue(c.Tenant, c.Now) {
+		s.jobTenantLease.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Life: &JobLife{LeaseExpiresAt: math.MinInt64}}, func(j *Job) bool {
+			if j.Tenant != c.Tenant || j.Life.LeaseExpiresAt > c.Now || len(expired) == MaxReclaim {
+				return false
+			}
+			expired = append(expired, j)
+			return true
+		})
+	}
 	for _, old := range expired {
 		switch {
 		case c.MaxAttempts > 0 && old.Life.Attempts >= c.MaxAttempts:

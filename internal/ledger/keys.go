@@ -20,7 +20,7 @@ import (
 // searches both memtables and every level's Bloom filter; that is most of
 // the apply path's reads (a Reserve's new key, a Commit's new job ID). A
 // hash with live keys is read from pebble as before: a collision costs a
-// read, never a wrong answer. ~20 bytes per live entry or job (a Go map of
+// read, never a wrong answer. ~30 bytes per live entry or job (a Go map of
 // 64-bit hashes to counts), the "compact key index" of docs/ledger.md.
 //
 // The state counts its items as they join and leave the tables

@@ -35,6 +35,7 @@ const maxReliefRemovals = 8
 //	jobTenantLease (tenant, lease_expires_at, seq) RUNNING jobs: Lease's reclaim
 //	jobLeaseExp (lease_expires_at, seq, tenant)   RUNNING jobs: ExpireLeases
 //	jobLeaseID (tenant, lease_id, seq)            RUNNING jobs: a Lease's replay (in memory for both stores)
+//	jobDue    (tenant, lease_expires_at, seq)     RUNNING jobs: whether a Lease reclaims (in memory for both stores)
 //	jobState  (tenant, state, seq)                lifecycle jobs: ListJobs by status
 //	wms       (tenant, client_id, nonce)          watermarks
 //	wmAge     (updated_at, tenant, client_id, nonce)  watermark TTL and LRU bound
@@ -58,8 +59,13 @@ type state struct {
 	// the disk-backed state too (bounded by the jobs running, small per
 	// job), rebuilt when the store is opened (loadLeaseIDs).
 	jobLeaseID *btree.BTreeG[leaseKey]
-	wms        index[*Watermark]
-	wmAge      index[*Watermark]
+	// jobDue holds the dueKey of each RUNNING job, by (tenant,
+	// lease_expires_at, seq): whether a Lease has a lease to reclaim, without
+	// walking jobTenantLease (on disk an iterator). In memory for both
+	// stores, like jobLeaseID, and rebuilt with it.
+	jobDue *btree.BTreeG[dueKey]
+	wms    index[*Watermark]
+	wmAge  index[*Watermark]
 	// pendAge holds the PENDING entries only, by (reserved_at, tenant, key):
 	// the leader resolves those older than a grace (FSM.PendingBefore).
 	pendAge index[*Entry]
@@ -113,6 +119,7 @@ func newState() *state {
 		jobLeaseExp:    btree.NewG(btreeDegree, lessJobLeaseExp),
 		jobState:       btree.NewG(btreeDegree, lessJobState),
 		jobLeaseID:     btree.NewG(btreeDegree, lessLeaseKey),
+		jobDue:         btree.NewG(btreeDegree, lessDueKey),
 
 		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
