@@ -395,7 +395,7 @@ func leaseKeyOf(j *Job) leaseKey {
 	return k
 }
 
-// dueKey is what leaseDue holds of a RUNNING job: its tenant, when its lease
+// dueKey is what jobDue holds of a RUNNING job: its tenant, when its lease
 // expires, and its Seq.
 type dueKey struct {
 	tenant string

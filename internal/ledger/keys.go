@@ -21,7 +21,7 @@ import (
 // the apply path's reads (a Reserve's new key, a Commit's new job ID). A
 // hash with live keys is read from pebble as before: a collision costs a
 // read, never a wrong answer. ~30 bytes per live entry or job (a Go map of
-// 64-bit hashes to counts), the "compact key index" of docs/ledger.md.
+// 64-bit hashes to counts); docs/ledger.md, "Apply".
 //
 // The state counts its items as they join and leave the tables
 // (insertEntry, removeEntry, insertJob, removeJob: the only ways in and
@@ -69,9 +69,9 @@ func scanKeyCounts(view *pebble.Snapshot, items uint64, log *slog.Logger) *keyCo
 	return c
 }
 
-// maxScanHint caps the size the scan's map is made at (a damaged counter
-// must not make it allocate gigabytes up front; past it the map grows).
-const maxScanHint = 1 << 27
+// maxScanHint caps the size the scan's map is made at (~400 MB: a damaged
+// counter must not make it allocate more up front; past it the map grows).
+const maxScanHint = 1 << 24
 
 // scanStep is how many keys the scan counts between looks at stop.
 const scanStep = 4096
