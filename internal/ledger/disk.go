@@ -9,7 +9,9 @@ import "fmt"
 //
 // Everything in the FSM's contract holds for it as for New's: the same
 // commands give the same results and byte-identical snapshots. Memory holds
-// pebble's caches and a few counters, not the tables.
+// pebble's caches, a few counters, the watermarks and the key counts
+// (keys.go), not the tables. Open does not read the tables: the key counts
+// are scanned in the background, and Close stops that scan.
 func Open(dir string, opts Options) (*FSM, error) {
 	st, err := openStore(dir, opts.Store)
 	if err != nil {
