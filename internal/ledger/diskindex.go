@@ -177,16 +177,17 @@ func (x *diskIndex[T]) Len() int {
 }
 
 func (x *diskIndex[T]) edge(last bool) (item T, ok bool) {
-	lo := []byte{x.prefix}
-	if !last {
-		lo = x.start()
+	if last {
+		iterate(x.st.reader(), []byte{x.prefix}, prefixEnd(x.prefix), true, func(_, v []byte) bool {
+			item, ok = x.resolve(v)
+			return false
+		})
+		return item, ok
 	}
-	iterate(x.st.reader(), lo, prefixEnd(x.prefix), last, func(k, v []byte) bool {
+	x.st.walk(x.start(), prefixEnd(x.prefix), func(k, v []byte) bool {
 		item, ok = x.resolve(v)
-		if !last {
-			min := bytes.Clone(k)
-			x.floor.Store(&min)
-		}
+		min := bytes.Clone(k)
+		x.floor.Store(&min)
 		return false
 	})
 	return item, ok
@@ -199,7 +200,7 @@ func (x *diskIndex[T]) Max() (T, bool) { return x.edge(true) }
 // least key it finds.
 func (x *diskIndex[T]) Ascend(fn btree.ItemIteratorG[T]) {
 	first := true
-	iterate(x.st.reader(), x.start(), prefixEnd(x.prefix), false, func(k, v []byte) bool {
+	x.st.walk(x.start(), prefixEnd(x.prefix), func(k, v []byte) bool {
 		if first {
 			first = false
 			min := bytes.Clone(k)
@@ -234,7 +235,7 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 	x.mu.Unlock()
 	first := prefixEnd(x.prefix) // no key at all: every key of the group is at or past it
 	seen := false
-	iterate(x.st.reader(), lo, prefixEnd(x.prefix), false, func(k, v []byte) bool {
+	x.st.walk(lo, prefixEnd(x.prefix), func(k, v []byte) bool {
 		if !seen {
 			seen, first = true, bytes.Clone(k)
 		}
@@ -256,13 +257,30 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 }
 
 func (x *diskIndex[T]) ascendFrom(lo []byte, fn btree.ItemIteratorG[T]) {
-	iterate(x.st.reader(), lo, prefixEnd(x.prefix), false, func(_, v []byte) bool {
+	x.st.walk(lo, prefixEnd(x.prefix), func(_, v []byte) bool {
 		item, ok := x.resolve(v)
 		if !ok {
 			storeFail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
 		}
 		return fn(item)
 	})
+}
+
+// removedFront tells x that items, the least of it in order, have been
+// removed: nothing at or below the last remains but what was inserted since,
+// and an insert lowers the floor itself. On disk the floor moves past them,
+// so the next walk from the front starts at the first item left instead of
+// crossing their tombstones (removeDue walks the expiry orders in chunks). A
+// no-op in memory.
+func removedFront[T any](x index[T], items []T) {
+	dx, ok := x.(*diskIndex[T])
+	if !ok || len(items) == 0 {
+		return
+	}
+	past := append(dx.fullKey(nil, items[len(items)-1]), 0) // the least key after it
+	if f := dx.floor.Load(); f == nil || bytes.Compare(*f, past) < 0 {
+		dx.floor.Store(&past)
+	}
 }
 
 // counted tells x's key counts (the entries' or the jobs' on disk) that item

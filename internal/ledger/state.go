@@ -802,12 +802,14 @@ func removeDue[T any](order index[T], due func(T) bool, take func() bool, remove
 			chunk = append(chunk, item)
 			return len(chunk) < dueChunk
 		})
-		for _, item := range chunk {
+		for i, item := range chunk {
 			if !take() {
+				removedFront(order, chunk[:i])
 				return false
 			}
 			remove(item)
 		}
+		removedFront(order, chunk)
 		if len(chunk) < dueChunk {
 			return true
 		}
