@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"sync"
@@ -20,8 +19,8 @@ import (
 // searches both memtables and every level's Bloom filter; that is most of
 // the apply path's reads (a Reserve's new key, a Commit's new job ID). A
 // hash with live keys is read from pebble as before: a collision costs a
-// read, never a wrong answer. ~30 bytes per live entry or job (a Go map of
-// 64-bit hashes to counts); docs/ledger.md, "Apply".
+// read, never a wrong answer. 10-20 bytes per live entry or job (hashCounts,
+// one word per hash); docs/ledger.md, "Apply".
 //
 // The state counts its items as they join and leave the tables
 // (insertEntry, removeEntry, insertJob, removeJob: the only ways in and
@@ -32,18 +31,18 @@ import (
 // of this is stored or replicated, and no result depends on it.
 type keyCounts struct {
 	seed  maphash.Seed
-	ready bool              // counts holds every live key's count
-	count map[uint64]uint32 // by hash; with ready
-	delta map[uint64]int32  // changes since the scanned view; before ready
+	ready bool             // count holds every live key's count
+	count *hashCounts      // by hash; with ready
+	delta map[uint64]int32 // changes since the scanned view, by tag; before ready
 
-	scanned chan map[uint64]uint32 // the scan's counts (buffered)
-	stop    atomic.Bool            // asks the scan to end early
-	wg      sync.WaitGroup         // the scan
+	scanned chan *hashCounts // the scan's counts (buffered)
+	stop    atomic.Bool      // asks the scan to end early
+	wg      sync.WaitGroup   // the scan
 }
 
 // newKeyCounts returns the counts of an empty store: ready.
 func newKeyCounts() *keyCounts {
-	return &keyCounts{seed: maphash.MakeSeed(), ready: true, count: map[uint64]uint32{}}
+	return &keyCounts{seed: maphash.MakeSeed(), ready: true, count: newHashCounts(0)}
 }
 
 // scanKeyCounts returns counts to be filled by a scan of view (a
@@ -52,7 +51,7 @@ func newKeyCounts() *keyCounts {
 // large at once, not grown by doubling). log, when set, is told how the
 // scan ended.
 func scanKeyCounts(view *pebble.Snapshot, items uint64, log *slog.Logger) *keyCounts {
-	c := &keyCounts{seed: maphash.MakeSeed(), delta: map[uint64]int32{}, scanned: make(chan map[uint64]uint32, 1)}
+	c := &keyCounts{seed: maphash.MakeSeed(), delta: map[uint64]int32{}, scanned: make(chan *hashCounts, 1)}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -69,8 +68,8 @@ func scanKeyCounts(view *pebble.Snapshot, items uint64, log *slog.Logger) *keyCo
 	return c
 }
 
-// maxScanHint caps the size the scan's map is made at (~400 MB: a damaged
-// counter must not make it allocate more up front; past it the map grows).
+// maxScanHint caps the size the scan's set is made for (~200 MB: a damaged
+// counter must not make it allocate more up front; past it the set grows).
 const maxScanHint = 1 << 24
 
 // scanStep is how many keys the scan counts between looks at stop.
@@ -86,14 +85,14 @@ func (c *keyCounts) scan(view *pebble.Snapshot, items int) (n int, err error) {
 	if keyScanStarts != nil {
 		keyScanStarts()
 	}
-	counts := make(map[uint64]uint32, items)
+	counts := newHashCounts(items)
 	for _, p := range []byte{pfxEntries, pfxJobs} {
 		it, err := view.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: prefixEnd(p)})
 		if err != nil {
 			return n, err // never ready: every read goes to pebble, as before
 		}
 		for ok := it.First(); ok; ok = it.Next() {
-			counts[c.hash(it.Key())]++
+			_ = counts.add(c.hash(it.Key()), 1) // an addition never fails
 			if n++; n%scanStep == 0 && c.stop.Load() {
 				break
 			}
@@ -118,10 +117,8 @@ func (c *keyCounts) settle() {
 	select {
 	case counts := <-c.scanned:
 		for h, d := range c.delta {
-			if n := int64(counts[h]) + int64(d); n > 0 {
-				counts[h] = uint32(n)
-			} else {
-				delete(counts, h)
+			if err := counts.add(h, int64(d)); err != nil {
+				storeFail("key counts", err)
 			}
 		}
 		c.count, c.delta, c.ready = counts, nil, true
@@ -134,20 +131,14 @@ func (c *keyCounts) settle() {
 func (c *keyCounts) add(k []byte, d int32) {
 	h := c.hash(k)
 	if !c.ready {
-		if c.delta[h] += d; c.delta[h] == 0 {
-			delete(c.delta, h)
+		t := tagOf(h) // what the set counts by
+		if c.delta[t] += d; c.delta[t] == 0 {
+			delete(c.delta, t)
 		}
 		return
 	}
-	switch n := c.count[h]; {
-	case d > 0:
-		c.count[h] = n + 1
-	case n > 1:
-		c.count[h] = n - 1
-	case n == 1:
-		delete(c.count, h)
-	default:
-		storeFail("key counts", fmt.Errorf("%w: an item left that was never counted", ErrStore))
+	if err := c.count.add(h, int64(d)); err != nil {
+		storeFail("key counts", err)
 	}
 }
 
@@ -157,8 +148,7 @@ func (c *keyCounts) absent(k []byte) bool {
 	if !c.ready {
 		return false
 	}
-	_, ok := c.count[c.hash(k)]
-	return !ok
+	return c.count.get(c.hash(k)) == 0
 }
 
 // scanDone waits for the scan, if any, to end (tests and benchmarks; the
