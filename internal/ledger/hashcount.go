@@ -152,26 +152,3 @@ func (s *hashShard) grow() {
 		}
 	}
 }
-
-// len returns how many distinct tags the set holds.
-func (c *hashCounts) len() int { return c.n }
-
-// each calls fn with every tag and its count (tests).
-func (c *hashCounts) each(fn func(tag uint64, n uint32)) {
-	for i := range c.shards {
-		for _, w := range c.shards[i].slots {
-			if w != 0 {
-				fn(tagOf(w), uint32(w&countMask))
-			}
-		}
-	}
-}
-
-// bytes is the memory its tables hold.
-func (c *hashCounts) bytes() int {
-	n := 0
-	for i := range c.shards {
-		n += 8 * len(c.shards[i].slots)
-	}
-	return n
-}

@@ -100,3 +100,26 @@ func BenchmarkHashCountsBytes(b *testing.B) {
 		b.ReportMetric(float64(c.bytes())/n, "bytes/hash")
 	}
 }
+
+// len returns how many distinct tags the set holds.
+func (c *hashCounts) len() int { return c.n }
+
+// each calls fn with every tag and its count .
+func (c *hashCounts) each(fn func(tag uint64, n uint32)) {
+	for i := range c.shards {
+		for _, w := range c.shards[i].slots {
+			if w != 0 {
+				fn(tagOf(w), uint32(w&countMask))
+			}
+		}
+	}
+}
+
+// bytes is the memory its tables hold.
+func (c *hashCounts) bytes() int {
+	n := 0
+	for i := range c.shards {
+		n += 8 * len(c.shards[i].slots)
+	}
+	return n
+}
