@@ -525,7 +525,7 @@ func (s *store) walk(lo, hi []byte, fn func(k, v []byte) bool) {
 			stopped = !fn(k, v)
 			return !stopped
 		})
-		if stopped || len(bound) == len(hi) && bytes.Equal(bound, hi) {
+		if stopped || bytes.Equal(bound, hi) {
 			return
 		}
 		lo = bytes.Clone(bound) // reader may reuse the arena
