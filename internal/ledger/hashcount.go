@@ -16,12 +16,11 @@ import (
 // makes a read go to pebble that did not need to, never a wrong answer.
 //
 // The set is split into hashShards tables by the hash's top byte, each
-// grown on its own by doubling, so a growth copies 1/256 of the set (a
-// pause of milliseconds at 100 M hashes, on the apply path) and needs that
-// much memory more, not the whole set's.
+// grown on its own by doubling, so a growth, on the apply path, copies
+// 1/256 of the set (at 100 M hashes, ~400 k of them) and needs that much
+// memory more, not the whole set's.
 type hashCounts struct {
 	shards [hashShards]hashShard
-	n      int // distinct tags held
 }
 
 const (
@@ -114,13 +113,11 @@ func (c *hashCounts) add(h uint64, d int64) error {
 	case n+d == 0:
 		if ok {
 			s.remove(i)
-			c.n--
 		}
 		return nil
 	}
 	if !ok {
 		s.n++
-		c.n++
 	}
 	s.slots[i] = tag | uint64(min(n+d, sticky))
 	return nil

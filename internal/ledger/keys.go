@@ -32,7 +32,7 @@ import (
 type keyCounts struct {
 	seed  maphash.Seed
 	ready bool             // count holds every live key's count
-	count *hashCounts      // by hash; with ready
+	count *hashCounts      // by tag (hashCounts); with ready
 	delta map[uint64]int32 // changes since the scanned view, by tag; before ready
 
 	scanned chan *hashCounts // the scan's counts (buffered)
@@ -68,7 +68,7 @@ func scanKeyCounts(view *pebble.Snapshot, items uint64, log *slog.Logger) *keyCo
 	return c
 }
 
-// maxScanHint caps the size the scan's set is made for (~200 MB: a damaged
+// maxScanHint caps the size the scan's set is made for (~270 MB: a damaged
 // counter must not make it allocate more up front; past it the set grows).
 const maxScanHint = 1 << 24
 
