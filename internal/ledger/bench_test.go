@@ -111,6 +111,72 @@ func BenchmarkApplyReserveCommitLeaseComplete(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyReserveCommitBounds: the ApplyReserveCommit workload on the
+// memory state, on the disk store, and on the disk store with parts of its
+// work taken away (benchKnobs), all in one run: how close a layout on pebble
+// could come to the memory state on this machine (docs/benchmarks.md, "How
+// close pebble can come"). A batch is 32 whole submissions (64 commands, 65
+// with an Expire), so that a store that writes nothing still finds each
+// Commit's entry among its batch's writes.
+//
+//	go test -tags hashicorpmetrics -run '^$' -bench ApplyReserveCommitBounds -benchtime 200000x ./internal/ledger/
+func BenchmarkApplyReserveCommitBounds(b *testing.B) {
+	for _, c := range []struct {
+		name                                string
+		disk, orders, keepRemoved, noWrites bool
+	}{
+		{name: "store=memory"},
+		{name: "store=disk", disk: true},
+		{name: "store=disk,orders=memory", disk: true, orders: true},
+		{name: "store=disk,orders=memory,removed=kept", disk: true, orders: true, keepRemoved: true},
+		{name: "store=disk,orders=memory,writes=none", disk: true, orders: true, noWrites: true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			f := New(Options{OnChange: func(Change) {}})
+			if c.disk {
+				benchKnobs.ordersInMemory, benchKnobs.keepRemoved, benchKnobs.noWrites = c.orders, c.keepRemoved, c.noWrites
+				b.Cleanup(func() { benchKnobs.ordersInMemory, benchKnobs.keepRemoved, benchKnobs.noWrites = false, false, false })
+				f = openFSM(b, b.TempDir(), Options{OnChange: func(Change) {}}) // closed before the knobs are reset
+			}
+			benchApplyWhole(b, f, 32)
+		})
+	}
+}
+
+// benchApplyWhole is benchApply for the ApplyReserveCommit workload, in
+// batches of subs whole submissions.
+func benchApplyWhole(b *testing.B, f *FSM, subs int) {
+	g := &benchLog{live: 100_000}
+	var buf []*raft.Log
+	for range 100_000 {
+		f.ApplyBatch(g.next(buf))
+	}
+	batches := make([][]*raft.Log, 0, 4096/subs+1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		b.StopTimer()
+		batches = batches[:0]
+		n := min(4096, b.N-done)
+		for i := range n {
+			if i%subs == 0 {
+				batches = append(batches, nil)
+			}
+			last := &batches[len(batches)-1]
+			*last = append(*last, g.next(buf)...)
+		}
+		b.StartTimer()
+		for _, logs := range batches {
+			f.ApplyBatch(logs)
+		}
+		done += n
+	}
+	b.StopTimer()
+	st := f.Stats() // the same in every row: each applied the workload whole
+	b.ReportMetric(float64(st.Jobs), "jobs")
+	b.ReportMetric(float64(st.Committed), "committed")
+}
+
 // benchFSM returns an empty FSM in memory or on disk (in the benchmark's
 // temporary directory, closed at its end).
 func benchFSM(b *testing.B, store string, opts Options) *FSM {

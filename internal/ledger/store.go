@@ -417,6 +417,9 @@ func (s *store) movePending() {
 	})
 	for _, p := range ws {
 		k := s.arena[p.k0:p.v0]
+		if benchKnobs.noWrites && k[0] > pfxTenantWMs {
+			continue
+		}
 		var err error
 		if p.del {
 			err = s.w.Delete(k, nil)
