@@ -3,10 +3,9 @@ package ledger
 // benchKnobs take parts of the disk store's work away, to measure what the
 // rest costs: BenchmarkApplyReserveCommitBounds sets them, nothing else does
 // (docs/benchmarks.md, "What would close the gap, and how close pebble can
-// come"). A store opened with any
-// of them set does not hold a ledger that could be opened again or
-// replicated: it is a measuring instrument. useStore reads ordersInMemory
-// once; the others are read at every write.
+// come"). A store opened with any of them set does not hold a ledger that
+// could be opened again or replicated: it is a measuring instrument.
+// useStore reads ordersInMemory once; the others are read at every write.
 var benchKnobs struct {
 	// ordersInMemory keeps every secondary order (expiry, pending age,
 	// sequence, type, the lifecycle's) in the memory state's B-trees, so
