@@ -138,9 +138,8 @@ func BenchmarkApplyReserveCommitBounds(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			f := New(Options{OnChange: func(Change) {}})
 			if c.disk {
-				benchKnobs.ordersInMemory, benchKnobs.keepRemoved, benchKnobs.noWrites = c.orders, c.keepRemoved, c.noWrites
-				b.Cleanup(func() { benchKnobs.ordersInMemory, benchKnobs.keepRemoved, benchKnobs.noWrites = false, false, false })
-				f = openFSM(b, b.TempDir(), Options{OnChange: func(Change) {}}) // closed before the knobs are reset
+				useBenchKnobs(b, c.orders, c.keepRemoved, c.noWrites)
+				f = openFSM(b, b.TempDir(), Options{OnChange: func(Change) {}})
 			}
 			benchApply(b, f, 64, &benchLog{live: 100_000, whole: true})
 		})

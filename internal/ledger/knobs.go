@@ -1,7 +1,8 @@
 package ledger
 
 // benchKnobs take parts of the disk store's work away, to measure what the
-// rest costs: BenchmarkApplyReserveCommitBounds sets them, nothing else does
+// rest costs: BenchmarkApplyReserveCommitBounds sets them, and
+// TestBenchKnobs checks them; nothing else does, through useBenchKnobs
 // (docs/benchmarks.md, "What would close the gap, and how close pebble can
 // come"). A store opened with any of them set does not hold a ledger that
 // could be opened again or replicated: it is a measuring instrument.

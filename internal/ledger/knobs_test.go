@@ -6,6 +6,13 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// useBenchKnobs sets benchKnobs until tb ends, after the FSMs tb opens next
+// are closed (cleanups run last registered first).
+func useBenchKnobs(tb testing.TB, orders, keepRemoved, noWrites bool) {
+	benchKnobs.ordersInMemory, benchKnobs.keepRemoved, benchKnobs.noWrites = orders, keepRemoved, noWrites
+	tb.Cleanup(func() { benchKnobs.ordersInMemory, benchKnobs.keepRemoved, benchKnobs.noWrites = false, false, false })
+}
+
 // TestBenchKnobs checks that each of benchKnobs takes away what
 // docs/benchmarks.md says it does, and only that: the state applies the same
 // commands to the same counts, and pebble holds what the knob leaves.
@@ -14,8 +21,7 @@ func TestBenchKnobs(t *testing.T) {
 	type held map[byte]int
 	run := func(t *testing.T, orders, keep, none bool) (Stats, held) {
 		t.Helper()
-		benchKnobs.ordersInMemory, benchKnobs.keepRemoved, benchKnobs.noWrites = orders, keep, none
-		t.Cleanup(func() { benchKnobs.ordersInMemory, benchKnobs.keepRemoved, benchKnobs.noWrites = false, false, false })
+		useBenchKnobs(t, orders, keep, none)
 		f := openFSM(t, t.TempDir(), Options{})
 		g := &benchLog{live: 100}
 		var buf []*raft.Log

@@ -415,9 +415,10 @@ func (s *store) movePending() {
 	slices.SortFunc(ws, func(a, b pendingWrite) int {
 		return bytes.Compare(s.arena[a.k0:a.v0], s.arena[b.k0:b.v0])
 	})
+	noWrites := benchKnobs.noWrites
 	for _, p := range ws {
 		k := s.arena[p.k0:p.v0]
-		if benchKnobs.noWrites && k[0] > pfxTenantWMs {
+		if noWrites && k[0] > pfxTenantWMs {
 			continue
 		}
 		var err error
