@@ -1,5 +1,7 @@
 # once — build, test and run targets. Every Go invocation carries the
-# hashicorpmetrics build tag so raft and memberlist metrics reach the exporter.
+# hashicorpmetrics build tag: it routes raft's and memberlist's metrics to
+# hashicorp/go-metrics, whose Prometheus sink the daemons serve on /metrics
+# (internal/telemetry).
 
 GO      ?= go
 TAGS    := hashicorpmetrics

@@ -32,6 +32,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/once-dev/once/internal/cache"
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
@@ -60,6 +62,10 @@ type Deps struct {
 	// ClusterTLS is the gate's side of the managers' mutual TLS (default:
 	// loaded from Config.RPCTLS*, if set; nil: plain TCP).
 	ClusterTLS *certs.Cluster
+	// Registry is where the gate registers its metrics, served at /metrics
+	// (default: a registry of its own). Main passes the one that also holds
+	// memberlist's series (internal/telemetry).
+	Registry *prometheus.Registry
 }
 
 // Gate is one gate: its idempotency cache, its client of the manager leader and
@@ -179,7 +185,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		Secret:   g.secret,
 		TLS:      g.rpcTLSConfig(),
 	})
-	g.metrics = newMetrics(c, cfg.NodeName, cfg.Datacenter)
+	g.metrics = newMetrics(deps.Registry, c, cfg.NodeName, cfg.Datacenter)
 	g.workerReplays = replay.New(replay.Options[*workerAnswer]{MaxAnswers: workerReplayMax, MaxBytes: workerReplayBytes,
 		TTL: workerReplayTTL, Now: g.now, Size: (*workerAnswer).size})
 	g.mux = http.NewServeMux()

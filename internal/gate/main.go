@@ -11,9 +11,12 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/telemetry"
 	"github.com/once-dev/once/internal/tracing"
 )
 
@@ -56,7 +59,15 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 	if cfg.OTLPEndpoint != "" {
 		logger.Info("tracing on: spans go to the OTLP endpoint", logging.KeyAddr, cfg.OTLPEndpoint)
 	}
-	deps := Deps{Logger: logger}
+	// One registry for the gate's own metrics and memberlist's, exported
+	// through go-metrics' Prometheus sink before the pool starts.
+	deps := Deps{Logger: logger, Registry: prometheus.NewRegistry()}
+	stopTelemetry, err := telemetry.Export(deps.Registry, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "gate: %v\n", err)
+		return ExitFailed
+	}
+	defer stopTelemetry()
 	if len(cfg.Join) > 0 {
 		pool, err := startMembership(ctx, cfg, logger)
 		if err != nil {

@@ -31,8 +31,11 @@ type metrics struct {
 	leased          prometheus.Counter
 }
 
-func newMetrics(c *cache.Cache[*response], node, datacenter string) *metrics {
-	reg := prometheus.NewRegistry()
+// newMetrics registers the gate's metrics on reg (nil: a new registry).
+func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], node, datacenter string) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	constLabels := prometheus.Labels{"node": node, "datacenter": datacenter}
 	m := &metrics{
 		reg: reg,

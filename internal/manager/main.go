@@ -21,6 +21,7 @@ import (
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/telemetry"
 	"github.com/once-dev/once/internal/tracing"
 )
 
@@ -82,6 +83,13 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// raft's, memberlist's and autopilot's own metrics (go-metrics) on the
+	// same registry, before any of them starts.
+	stopTelemetry, err := telemetry.Export(reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	var secret string
 	if cfg.ClusterSecretFile != "" {
 		s, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
