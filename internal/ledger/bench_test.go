@@ -116,7 +116,7 @@ func BenchmarkApplyReserveCommitLeaseComplete(b *testing.B) {
 
 // BenchmarkApplyReserveCommitBounds: the ApplyReserveCommit workload on the
 // memory state, on the disk store, and on the disk store with parts of its
-// work taken away (benchKnobs), all in one run: how close a layout on pebble
+// work taken away (TestingKnobs), all in one run: how close a layout on pebble
 // could come to the memory state on this machine (docs/benchmarks.md, "What
 // would close the gap, and how close pebble can come"). Batches are cut
 // between submissions (32 of them, 64 commands, 65 with an Expire), so that
@@ -126,20 +126,20 @@ func BenchmarkApplyReserveCommitLeaseComplete(b *testing.B) {
 //	go test -tags hashicorpmetrics -run '^$' -bench ApplyReserveCommitBounds -benchtime 200000x ./internal/ledger/
 func BenchmarkApplyReserveCommitBounds(b *testing.B) {
 	for _, c := range []struct {
-		name                                string
-		disk, orders, keepRemoved, noWrites bool
+		name  string
+		disk  bool
+		knobs TestingKnobs
 	}{
 		{name: "store=memory"},
 		{name: "store=disk", disk: true},
-		{name: "store=disk,orders=memory", disk: true, orders: true},
-		{name: "store=disk,orders=memory,removed=kept", disk: true, orders: true, keepRemoved: true},
-		{name: "store=disk,orders=memory,writes=none", disk: true, orders: true, noWrites: true},
+		{name: "store=disk,orders=memory", disk: true, knobs: TestingKnobs{OrdersInMemory: true}},
+		{name: "store=disk,orders=memory,removed=kept", disk: true, knobs: TestingKnobs{OrdersInMemory: true, KeepRemoved: true}},
+		{name: "store=disk,orders=memory,writes=none", disk: true, knobs: TestingKnobs{OrdersInMemory: true, NoWrites: true}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			f := New(Options{OnChange: func(Change) {}})
 			if c.disk {
-				useBenchKnobs(b, c.orders, c.keepRemoved, c.noWrites)
-				f = openFSM(b, b.TempDir(), Options{OnChange: func(Change) {}})
+				f = openFSM(b, b.TempDir(), Options{OnChange: func(Change) {}, Store: StoreOptions{Knobs: c.knobs}})
 			}
 			benchApply(b, f, 64, &benchLog{live: 100_000, whole: true})
 		})

@@ -165,7 +165,7 @@ func (x *diskIndex[T]) ReplaceOrInsert(item T) (old T, replaced bool) {
 
 // Delete removes item's key (blind, like ReplaceOrInsert).
 func (x *diskIndex[T]) Delete(item T) (old T, deleted bool) {
-	if benchKnobs.keepRemoved && x.keys != nil {
+	if x.st.opts.Knobs.KeepRemoved && x.keys != nil {
 		return old, false
 	}
 	x.st.delete(x.scratch(item))
@@ -451,7 +451,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobStates = [JobDead + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead)}
 	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead)
 	s.dirtyTenants = map[string]struct{}{}
-	if benchKnobs.ordersInMemory {
+	if st.opts.Knobs.OrdersInMemory {
 		s.ordersInMemory()
 	}
 }

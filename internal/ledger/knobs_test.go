@@ -6,14 +6,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// useBenchKnobs sets benchKnobs until tb ends, after the FSMs tb opens next
-// are closed (cleanups run last registered first).
-func useBenchKnobs(tb testing.TB, orders, keepRemoved, noWrites bool) {
-	benchKnobs.ordersInMemory, benchKnobs.keepRemoved, benchKnobs.noWrites = orders, keepRemoved, noWrites
-	tb.Cleanup(func() { benchKnobs.ordersInMemory, benchKnobs.keepRemoved, benchKnobs.noWrites = false, false, false })
-}
-
-// TestBenchKnobs checks that each of benchKnobs takes away what
+// TestBenchKnobs checks that each of TestingKnobs takes away what
 // docs/benchmarks.md says it does, and only that: the state applies the same
 // commands to the same counts, and pebble holds what the knob leaves.
 func TestBenchKnobs(t *testing.T) {
@@ -21,8 +14,8 @@ func TestBenchKnobs(t *testing.T) {
 	type held map[byte]int
 	run := func(t *testing.T, orders, keep, none bool) (Stats, held) {
 		t.Helper()
-		useBenchKnobs(t, orders, keep, none)
-		f := openFSM(t, t.TempDir(), Options{})
+		knobs := TestingKnobs{OrdersInMemory: orders, KeepRemoved: keep, NoWrites: none}
+		f := openFSM(t, t.TempDir(), Options{Store: StoreOptions{Knobs: knobs}})
 		g := &benchLog{live: 100}
 		var buf []*raft.Log
 		for range subs / 10 { // batches of 10 whole submissions

@@ -108,6 +108,8 @@ type StoreOptions struct {
 	MemTableBytes uint64
 	// Logger receives pebble's messages (default: discarded).
 	Logger *slog.Logger
+	// Knobs are for benchmarks and their tests only (TestingKnobs).
+	Knobs TestingKnobs
 }
 
 // store is one open generation of the disk-backed state.
@@ -415,7 +417,7 @@ func (s *store) movePending() {
 	slices.SortFunc(ws, func(a, b pendingWrite) int {
 		return bytes.Compare(s.arena[a.k0:a.v0], s.arena[b.k0:b.v0])
 	})
-	noWrites := benchKnobs.noWrites
+	noWrites := s.opts.Knobs.NoWrites
 	for _, p := range ws {
 		k := s.arena[p.k0:p.v0]
 		if noWrites && k[0] > pfxTenantWMs {
