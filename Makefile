@@ -13,7 +13,7 @@ PKGS    := ./...
 TESTS   := tests
 ABSBIN   = $(abspath $(BIN))
 
-.PHONY: all build test vet fmt-check deps-check unit run run-fresh run-multidc bench chaos fuzz deploy-images deploy-test deploy-test-multidc clean proto
+.PHONY: all build test vet fmt-check deps-check unit run run-fresh run-multidc bench bench-peers chaos fuzz deploy-images deploy-test deploy-test-multidc clean proto
 
 all: build
 
@@ -72,6 +72,15 @@ run-multidc: build
 ## workloads, stop it; prints the table, writes bench-results/<UTC time>.json
 bench: build
 	$(BIN)/oncebench cluster -bin $(BIN) -out bench-results/
+
+## bench-peers: the peer workloads (unique keys at 64 and 512 clients, 90 %
+## duplicates) against a local once cluster and then against etcd 3.6 (three
+## members and two HTTP fronts: tests/peers/etcd, a module of its own with
+## etcd pinned in its go.mod), one after the other; prints once ÷ etcd per
+## workload with each side's CPU per request, writes bench-results/<time>.json
+bench-peers: build
+	cd $(TESTS)/peers/etcd && CGO_ENABLED=0 $(GO) build -o $(ABSBIN)/oncepeer-etcd .
+	$(BIN)/oncebench peers -bin $(BIN) -out bench-results/
 
 ## chaos: the long fault-injection run against real processes, then the
 ## guarantee checker; CHAOS_DURATION (default 10m), CHAOS_ARGS (e.g. -seed N)

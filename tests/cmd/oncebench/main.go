@@ -4,6 +4,9 @@
 //	oncebench cluster [flags]   make bench: starts a local cluster
 //	                            (tests/localcluster), runs the benchmark
 //	                            workloads against it, stops it (tests/benchrun)
+//	oncebench peers [flags]     make bench-peers: the peer workloads against
+//	                            once, then against etcd (bin/oncepeer-etcd),
+//	                            and once ÷ etcd (tests/benchrun)
 //	oncebench load -gates URLs  runs named workloads against running gates
 //	                            (tests/loadgen)
 //
@@ -37,6 +40,7 @@ const exitUsage = 2
 
 var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
 	"cluster": benchrun.Main,
+	"peers":   benchrun.PeersMain,
 	"load":    loadgen.Main,
 }
 
@@ -45,6 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, `usage: oncebench <subcommand> [flags]
 
   cluster   start a local cluster, run the benchmark workloads, stop it (make bench)
+  peers     the same workloads against once and then etcd, and once ÷ etcd (make bench-peers)
   load      run workloads against running gates (-gates URLs)
 
 oncebench <subcommand> -h lists the subcommand's flags.

@@ -1,0 +1,358 @@
+package benchrun
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/tests/loadgen"
+)
+
+// PeerWorkloads are the workloads `make bench-peers` runs against once and
+// against the peer, in this order.
+var PeerWorkloads = []string{WUniqueC64, WUniqueC512, WDuplicates}
+
+// PeerBinary is the etcd peer's executable in Options.BinDir, built from the
+// tests/peers/etcd module (its own go.mod, so that etcd's dependencies never
+// meet the product's).
+const PeerBinary = "oncepeer-etcd"
+
+// PeersReport is `oncebench peers`: once's run and the peer's, and the
+// ratios of the two, measured one after the other on one machine.
+type PeersReport struct {
+	Generated time.Time `json:"generated"`
+	Command   []string  `json:"command,omitempty"`
+	Once      Report    `json:"once"`
+	Peer      PeerRun   `json:"peer"`
+	// Rows compare each workload: once's figure over the peer's.
+	Rows  []PeerRow `json:"rows"`
+	Error string    `json:"error,omitempty"`
+}
+
+// PeerRun is the peer's side: etcd with three members and two HTTP fronts
+// shaped like once's gates.
+type PeerRun struct {
+	Name      string         `json:"name"`
+	Members   int            `json:"members"`
+	Fronts    int            `json:"fronts"`
+	Workloads []PeerWorkload `json:"workloads"`
+}
+
+// PeerWorkload is one workload against the peer.
+type PeerWorkload struct {
+	Load loadgen.Result `json:"load"`
+	// CPUPerRequest is the peer's CPU time per answered request, in
+	// microseconds: its members alone, its fronts alone, and both (the
+	// figure comparable to once's gates and managers together).
+	MembersUS float64 `json:"members_cpu_us_per_request"`
+	FrontsUS  float64 `json:"fronts_cpu_us_per_request"`
+	AllUS     float64 `json:"cpu_us_per_request"`
+}
+
+// PeerRow is one workload's comparison.
+type PeerRow struct {
+	Workload    string  `json:"workload"`
+	OnceRate    float64 `json:"once_ok_per_s"`
+	PeerRate    float64 `json:"peer_ok_per_s"`
+	RateRatio   float64 `json:"once_over_peer_rate"`
+	OnceP99MS   float64 `json:"once_p99_ms"`
+	PeerP99MS   float64 `json:"peer_p99_ms"`
+	OnceCPUUS   float64 `json:"once_cpu_us_per_request"`
+	PeerCPUUS   float64 `json:"peer_cpu_us_per_request"`
+	OnceErrors  int64   `json:"once_non_2xx"`
+	PeerErrors  int64   `json:"peer_non_2xx"`
+	DuplicateOK bool    `json:"no_duplicate_jobs"`
+}
+
+// RunPeers runs the peer workloads against once (Run, with o) and then
+// against etcd started from o.BinDir/oncepeer-etcd, and compares them.
+func RunPeers(ctx context.Context, o Options) (rep PeersReport, err error) {
+	o.setDefaults()
+	if len(o.Workloads) == 0 || slices.Equal(o.Workloads, DefaultWorkloads) {
+		o.Workloads = PeerWorkloads
+	}
+	rep.Generated = time.Now().UTC().Round(time.Second)
+	bin := filepath.Join(o.BinDir, PeerBinary)
+	if _, err := os.Stat(bin); err != nil {
+		return rep, fmt.Errorf("%w: %v (make bench-peers builds it)", ErrBinaries, err)
+	}
+	say := func(format string, a ...any) { fmt.Fprintf(o.Progress, "oncebench peers: "+format+"\n", a...) }
+
+	say("once: %s", strings.Join(o.Workloads, ", "))
+	rep.Once, err = Run(ctx, o)
+	if err != nil {
+		return rep, fmt.Errorf("once: %w", err)
+	}
+	base := rep.Once.Cluster.BaseDir + "-etcd"
+	say("etcd: starting 3 members and 2 fronts in %s", base)
+	p, err := startPeer(ctx, bin, base, 3, 2)
+	if err != nil {
+		return rep, fmt.Errorf("etcd: %w", err)
+	}
+	defer func() {
+		p.stop()
+		if !o.KeepData {
+			_ = os.RemoveAll(filepath.Join(base, "data"))
+		}
+	}()
+	rep.Peer = PeerRun{Name: "etcd 3.6 (embed), txn put-if-absent, else read", Members: len(p.members), Fronts: len(p.fronts)}
+	if o.Warmup > 0 {
+		if _, err := loadgen.Run(ctx, loadgen.Spec{Name: "warmup", Gates: p.urls, Keys: loadgen.KeysUnique,
+			Concurrency: 32, Duration: loadgen.Duration(o.Warmup), ClientPrefix: "warmup"}); err != nil {
+			return rep, fmt.Errorf("etcd warm-up: %w", err)
+		}
+	}
+	for _, name := range o.Workloads {
+		spec, err := workloadSpec(name, o, 0)
+		if err != nil {
+			return rep, err
+		}
+		spec.Gates = p.urls
+		say("etcd: %s", name)
+		w, err := p.measure(ctx, spec)
+		if err != nil {
+			return rep, fmt.Errorf("etcd %s: %w", name, err)
+		}
+		rep.Peer.Workloads = append(rep.Peer.Workloads, w)
+	}
+	rep.Rows = compareRuns(rep.Once, rep.Peer)
+	return rep, nil
+}
+
+// compareRuns pairs the workloads of the two runs by name.
+func compareRuns(once Report, peer PeerRun) []PeerRow {
+	var rows []PeerRow
+	for _, pw := range peer.Workloads {
+		ow := find(once, pw.Load.Name)
+		if ow == nil {
+			continue
+		}
+		r := PeerRow{Workload: pw.Load.Name,
+			OnceRate: round(okRate(ow), 0), PeerRate: round(rateOK(pw.Load), 0),
+			OnceP99MS: ms(ow.Load.Latency.P99US), PeerP99MS: ms(pw.Load.Latency.P99US),
+			OnceCPUUS: ow.Cluster.CPUPerRequest.Once, PeerCPUUS: pw.AllUS,
+			OnceErrors: ow.Load.Answered - ow.Load.OK(), PeerErrors: pw.Load.Answered - pw.Load.OK(),
+			DuplicateOK: ow.Load.KeysWithMultipleJobIDs == 0 && pw.Load.KeysWithMultipleJobIDs == 0}
+		if r.PeerRate > 0 {
+			r.RateRatio = round(r.OnceRate/r.PeerRate, 2)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func rateOK(r loadgen.Result) float64 {
+	if r.DurationSec <= 0 {
+		return 0
+	}
+	return float64(r.OK()) / r.DurationSec
+}
+
+// WritePeersTable prints the comparison.
+func WritePeersTable(w io.Writer, rep PeersReport) error {
+	fmt.Fprintf(w, "once against %s, one run on %d CPUs (%s)\n\n", rep.Peer.Name, numCPU(rep.Once), rep.Once.Machine.CPUModel)
+	fmt.Fprintf(w, "%-12s %10s %10s %8s %9s %9s %11s %11s %6s %6s %5s\n",
+		"workload", "once 2xx/s", "etcd 2xx/s", "once÷etcd", "once p99", "etcd p99", "once µs/req", "etcd µs/req", "once!", "etcd!", "dups")
+	for _, r := range rep.Rows {
+		dups := "0"
+		if !r.DuplicateOK {
+			dups = "SOME"
+		}
+		fmt.Fprintf(w, "%-12s %10.0f %10.0f %8.2f× %7.1fms %7.1fms %11.0f %11.0f %6d %6d %5s\n",
+			r.Workload, r.OnceRate, r.PeerRate, r.RateRatio, r.OnceP99MS, r.PeerP99MS, r.OnceCPUUS, r.PeerCPUUS, r.OnceErrors, r.PeerErrors, dups)
+	}
+	fmt.Fprintln(w, "\nµs/req: CPU time of the system's processes per answered request (once: gates and managers; etcd: members and fronts).")
+	fmt.Fprintln(w, "once!/etcd!: answers that were not 2xx. dups: keys answered with more than one job id (must be 0).")
+	return nil
+}
+
+// peerProc is one process of the peer.
+type peerProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	line  chan string
+}
+
+type peer struct {
+	members, fronts []*peerProc
+	urls            []string
+}
+
+func startProc(ctx context.Context, bin, logPath string, args ...string) (*peerProc, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = logf
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	logf.Close() // the child holds its own descriptor
+	p := &peerProc{cmd: cmd, stdin: stdin, line: make(chan string, 1)}
+	go func() {
+		s, _ := bufio.NewReader(stdout).ReadString('\n')
+		p.line <- strings.TrimSpace(s)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	return p, nil
+}
+
+// ready waits for the process's first line.
+func (p *peerProc) ready(ctx context.Context, d time.Duration) (string, error) {
+	select {
+	case s := <-p.line:
+		if s == "" {
+			return "", errors.New("exited before it was ready (see its log)")
+		}
+		return s, nil
+	case <-time.After(d):
+		return "", fmt.Errorf("not ready within %s", d)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+func (p *peerProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.stdin.Close()
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func startPeer(ctx context.Context, bin, base string, members, fronts int) (p *peer, err error) {
+	for _, d := range []string{"logs", "data"} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	ports, err := testutil.FreePorts(2 * members)
+	if err != nil {
+		return nil, err
+	}
+	p = &peer{}
+	defer func() {
+		if err != nil {
+			p.stop()
+		}
+	}()
+	var cluster, endpoints []string
+	for i := range members {
+		cluster = append(cluster, fmt.Sprintf("m%d=http://127.0.0.1:%d", i+1, ports[2*i+1]))
+		endpoints = append(endpoints, fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]))
+	}
+	for i := range members {
+		name := fmt.Sprintf("m%d", i+1)
+		m, err := startProc(ctx, bin, filepath.Join(base, "logs", name+".log"), "member", "-name", name,
+			"-dir", filepath.Join(base, "data", name), "-client", endpoints[i],
+			"-peer", fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]), "-cluster", strings.Join(cluster, ","))
+		if err != nil {
+			return p, err
+		}
+		p.members = append(p.members, m)
+	}
+	for i, m := range p.members {
+		if _, err := m.ready(ctx, 60*time.Second); err != nil {
+			return p, fmt.Errorf("member m%d: %w", i+1, err)
+		}
+	}
+	for i := range fronts {
+		f, err := startProc(ctx, bin, filepath.Join(base, "logs", fmt.Sprintf("front%d.log", i+1)), "gate",
+			"-listen", "127.0.0.1:0", "-endpoints", strings.Join(endpoints, ","))
+		if err != nil {
+			return p, err
+		}
+		p.fronts = append(p.fronts, f)
+		s, err := f.ready(ctx, 30*time.Second)
+		if err != nil {
+			return p, fmt.Errorf("front %d: %w", i+1, err)
+		}
+		u, ok := strings.CutPrefix(s, "listening ")
+		if !ok {
+			return p, fmt.Errorf("front %d: %q", i+1, s)
+		}
+		p.urls = append(p.urls, u)
+	}
+	return p, nil
+}
+
+func (p *peer) stop() {
+	for _, f := range p.fronts {
+		f.stop()
+	}
+	for _, m := range p.members {
+		m.stop()
+	}
+}
+
+// cpuTicks sums the processes' CPU time.
+func cpuTicks(procs []*peerProc) (int64, error) {
+	var sum int64
+	for _, q := range procs {
+		t, err := procCPU(q.cmd.Process.Pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += t
+	}
+	return sum, nil
+}
+
+// measure runs one workload against the peer and its CPU around it.
+func (p *peer) measure(ctx context.Context, spec loadgen.Spec) (PeerWorkload, error) {
+	m0, err := cpuTicks(p.members)
+	if err != nil {
+		return PeerWorkload{}, err
+	}
+	f0, err := cpuTicks(p.fronts)
+	if err != nil {
+		return PeerWorkload{}, err
+	}
+	res, err := loadgen.Run(ctx, spec)
+	if err != nil {
+		return PeerWorkload{}, err
+	}
+	m1, err := cpuTicks(p.members)
+	if err != nil {
+		return PeerWorkload{}, err
+	}
+	f1, err := cpuTicks(p.fronts)
+	if err != nil {
+		return PeerWorkload{}, err
+	}
+	w := PeerWorkload{Load: res}
+	if res.Answered > 0 {
+		us := func(ticks int64) float64 {
+			return round(float64(ticks)*1e6/clockTick/float64(res.Answered), 0)
+		}
+		w.MembersUS, w.FrontsUS, w.AllUS = us(m1-m0), us(f1-f0), us(m1-m0+f1-f0)
+	}
+	return w, nil
+}
