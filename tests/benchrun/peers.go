@@ -2,10 +2,14 @@ package benchrun
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +18,11 @@ import (
 	"syscall"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
 	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/tests/loadgen"
 )
 
@@ -22,9 +30,9 @@ import (
 // against the peer, in this order.
 var PeerWorkloads = []string{WUniqueC64, WUniqueC512, WDuplicates}
 
-// PeerBinary is the etcd peer's executable in Options.BinDir, built from the
-// tests/peers/etcd module (its own go.mod, so that etcd's dependencies never
-// meet the product's).
+// PeerBinary is the etcd member's executable in Options.BinDir, built from
+// the tests/peers/etcd module (its own go.mod: the servers run with etcd's
+// own dependency versions).
 const PeerBinary = "oncepeer-etcd"
 
 // PeersReport is `oncebench peers`: once's run and the peer's, and the
@@ -39,24 +47,23 @@ type PeersReport struct {
 	Error string    `json:"error,omitempty"`
 }
 
-// PeerRun is the peer's side: etcd with three members and two HTTP fronts
-// shaped like once's gates.
+// PeerRun is the peer's side: etcd with three members, driven by the same
+// load generator through etcdTransport.
 type PeerRun struct {
 	Name      string         `json:"name"`
 	Members   int            `json:"members"`
-	Fronts    int            `json:"fronts"`
 	Workloads []PeerWorkload `json:"workloads"`
 }
 
 // PeerWorkload is one workload against the peer.
 type PeerWorkload struct {
 	Load loadgen.Result `json:"load"`
-	// CPUPerRequest is the peer's CPU time per answered request, in
-	// microseconds: its members alone, its fronts alone, and both (the
-	// figure comparable to once's gates and managers together).
+	// MembersUS is the members' CPU time per answered request, in
+	// microseconds: the figure compared with once's gates and managers.
+	// ClientUS is this process's (the load generator and the etcd client
+	// library together), for comparison with once's load generator alone.
 	MembersUS float64 `json:"members_cpu_us_per_request"`
-	FrontsUS  float64 `json:"fronts_cpu_us_per_request"`
-	AllUS     float64 `json:"cpu_us_per_request"`
+	ClientUS  float64 `json:"client_cpu_us_per_request"`
 }
 
 // PeerRow is one workload's comparison.
@@ -75,7 +82,11 @@ type PeerRow struct {
 }
 
 // RunPeers runs the peer workloads against once (Run, with o) and then
-// against etcd started from o.BinDir/oncepeer-etcd, and compares them.
+// against etcd: three members started from o.BinDir/oncepeer-etcd, and the
+// same load generator with the same specs, whose requests etcdTransport
+// turns into etcd transactions in this process (what a client of a
+// general-purpose store would run: no gate in between). It compares the
+// two runs workload by workload.
 func RunPeers(ctx context.Context, o Options) (rep PeersReport, err error) {
 	o.setDefaults()
 	if len(o.Workloads) == 0 || slices.Equal(o.Workloads, DefaultWorkloads) {
@@ -94,8 +105,8 @@ func RunPeers(ctx context.Context, o Options) (rep PeersReport, err error) {
 		return rep, fmt.Errorf("once: %w", err)
 	}
 	base := rep.Once.Cluster.BaseDir + "-etcd"
-	say("etcd: starting 3 members and 2 fronts in %s", base)
-	p, err := startPeer(ctx, bin, base, 3, 2)
+	say("etcd: starting 3 members in %s", base)
+	p, err := startPeer(ctx, bin, base, 3)
 	if err != nil {
 		return rep, fmt.Errorf("etcd: %w", err)
 	}
@@ -105,9 +116,15 @@ func RunPeers(ctx context.Context, o Options) (rep PeersReport, err error) {
 			_ = os.RemoveAll(filepath.Join(base, "data"))
 		}
 	}()
-	rep.Peer = PeerRun{Name: "etcd 3.6 (embed), txn put-if-absent, else read", Members: len(p.members), Fronts: len(p.fronts)}
+	rep.Peer = PeerRun{Name: "etcd 3.6, 3 members, txn put-if-absent else read", Members: len(p.members)}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: p.endpoints, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return rep, fmt.Errorf("etcd client: %w", err)
+	}
+	defer cli.Close()
+	tr := etcdTransport{kv: cli}
 	if o.Warmup > 0 {
-		if _, err := loadgen.Run(ctx, loadgen.Spec{Name: "warmup", Gates: p.urls, Keys: loadgen.KeysUnique,
+		if _, err := loadgen.Run(ctx, loadgen.Spec{Name: "warmup", Gates: etcdGates, Transport: tr, Keys: loadgen.KeysUnique,
 			Concurrency: 32, Duration: loadgen.Duration(o.Warmup), ClientPrefix: "warmup"}); err != nil {
 			return rep, fmt.Errorf("etcd warm-up: %w", err)
 		}
@@ -117,7 +134,7 @@ func RunPeers(ctx context.Context, o Options) (rep PeersReport, err error) {
 		if err != nil {
 			return rep, err
 		}
-		spec.Gates = p.urls
+		spec.Gates, spec.Transport = etcdGates, tr
 		say("etcd: %s", name)
 		w, err := p.measure(ctx, spec)
 		if err != nil {
@@ -140,7 +157,7 @@ func compareRuns(once Report, peer PeerRun) []PeerRow {
 		r := PeerRow{Workload: pw.Load.Name,
 			OnceRate: round(okRate(ow), 0), PeerRate: round(rateOK(pw.Load), 0),
 			OnceP99MS: ms(ow.Load.Latency.P99US), PeerP99MS: ms(pw.Load.Latency.P99US),
-			OnceCPUUS: ow.Cluster.CPUPerRequest.Once, PeerCPUUS: pw.AllUS,
+			OnceCPUUS: ow.Cluster.CPUPerRequest.Once, PeerCPUUS: pw.MembersUS,
 			OnceErrors: ow.Load.Answered - ow.Load.OK(), PeerErrors: pw.Load.Answered - pw.Load.OK(),
 			DuplicateOK: ow.Load.KeysWithMultipleJobIDs == 0 && pw.Load.KeysWithMultipleJobIDs == 0}
 		if r.PeerRate > 0 {
@@ -171,7 +188,7 @@ func WritePeersTable(w io.Writer, rep PeersReport) error {
 		fmt.Fprintf(w, "%-12s %10.0f %10.0f %8.2f× %7.1fms %7.1fms %11.0f %11.0f %6d %6d %5s\n",
 			r.Workload, r.OnceRate, r.PeerRate, r.RateRatio, r.OnceP99MS, r.PeerP99MS, r.OnceCPUUS, r.PeerCPUUS, r.OnceErrors, r.PeerErrors, dups)
 	}
-	fmt.Fprintln(w, "\nµs/req: CPU time of the system's processes per answered request (once: gates and managers; etcd: members and fronts).")
+	fmt.Fprintln(w, "\nµs/req: CPU time of the system's processes per answered request (once: gates and managers; etcd: its members).")
 	fmt.Fprintln(w, "once!/etcd!: answers that were not 2xx. dups: keys answered with more than one job id (must be 0).")
 	return nil
 }
@@ -184,8 +201,8 @@ type peerProc struct {
 }
 
 type peer struct {
-	members, fronts []*peerProc
-	urls            []string
+	members   []*peerProc
+	endpoints []string
 }
 
 func startProc(ctx context.Context, bin, logPath string, args ...string) (*peerProc, error) {
@@ -247,7 +264,7 @@ func (p *peerProc) stop() {
 	}
 }
 
-func startPeer(ctx context.Context, bin, base string, members, fronts int) (p *peer, err error) {
+func startPeer(ctx context.Context, bin, base string, members int) (p *peer, err error) {
 	for _, d := range []string{"logs", "data"} {
 		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
 			return nil, err
@@ -283,30 +300,11 @@ func startPeer(ctx context.Context, bin, base string, members, fronts int) (p *p
 			return p, fmt.Errorf("member m%d: %w", i+1, err)
 		}
 	}
-	for i := range fronts {
-		f, err := startProc(ctx, bin, filepath.Join(base, "logs", fmt.Sprintf("front%d.log", i+1)), "gate",
-			"-listen", "127.0.0.1:0", "-endpoints", strings.Join(endpoints, ","))
-		if err != nil {
-			return p, err
-		}
-		p.fronts = append(p.fronts, f)
-		s, err := f.ready(ctx, 30*time.Second)
-		if err != nil {
-			return p, fmt.Errorf("front %d: %w", i+1, err)
-		}
-		u, ok := strings.CutPrefix(s, "listening ")
-		if !ok {
-			return p, fmt.Errorf("front %d: %q", i+1, s)
-		}
-		p.urls = append(p.urls, u)
-	}
+	p.endpoints = endpoints
 	return p, nil
 }
 
 func (p *peer) stop() {
-	for _, f := range p.fronts {
-		f.stop()
-	}
 	for _, m := range p.members {
 		m.stop()
 	}
@@ -331,7 +329,7 @@ func (p *peer) measure(ctx context.Context, spec loadgen.Spec) (PeerWorkload, er
 	if err != nil {
 		return PeerWorkload{}, err
 	}
-	f0, err := cpuTicks(p.fronts)
+	c0, err := procCPU(0)
 	if err != nil {
 		return PeerWorkload{}, err
 	}
@@ -343,7 +341,7 @@ func (p *peer) measure(ctx context.Context, spec loadgen.Spec) (PeerWorkload, er
 	if err != nil {
 		return PeerWorkload{}, err
 	}
-	f1, err := cpuTicks(p.fronts)
+	c1, err := procCPU(0)
 	if err != nil {
 		return PeerWorkload{}, err
 	}
@@ -352,7 +350,68 @@ func (p *peer) measure(ctx context.Context, spec loadgen.Spec) (PeerWorkload, er
 		us := func(ticks int64) float64 {
 			return round(float64(ticks)*1e6/clockTick/float64(res.Answered), 0)
 		}
-		w.MembersUS, w.FrontsUS, w.AllUS = us(m1-m0), us(f1-f0), us(m1-m0+f1-f0)
+		w.MembersUS, w.ClientUS = us(m1-m0), us(c1-c0)
 	}
 	return w, nil
+}
+
+// etcdGates names the load generator's "gates" in an etcd run: its requests
+// never leave the process (etcdTransport), but a spec needs URLs.
+var etcdGates = []string{"http://etcd-a.invalid", "http://etcd-b.invalid"}
+
+// etcdTransport answers the load generator's requests as a once gate would,
+// from etcd, in this process: POST /v1/jobs with an Idempotency-Key is one
+// transaction, put-if-absent of the key with the job (a job id derived from
+// the key, and the request), and on conflict a read of the stored job in the
+// same transaction. A new key is 201; a retry 200 with
+// Idempotent-Replayed: true; another body under the key 422. GET (the
+// load generator's health check) is 200.
+type etcdTransport struct{ kv clientv3.KV }
+
+func (t etcdTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	answer := func(status int, ctype string, body []byte, replayed string) *http.Response {
+		h := http.Header{"Content-Type": {ctype}}
+		if replayed != "" {
+			h.Set(api.HeaderReplayed, replayed)
+		}
+		return &http.Response{StatusCode: status, Status: http.StatusText(status), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: h, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Request: r}
+	}
+	if r.Method == http.MethodGet {
+		return answer(http.StatusOK, "text/plain", nil, ""), nil
+	}
+	var body []byte
+	if r.Body != nil {
+		b, err := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	key := r.Header.Get(api.HeaderIdempotencyKey)
+	sum := sha256.Sum256([]byte(key))
+	job := make([]byte, 0, len(body)+64)
+	job = append(job, `{"job_id":"`...)
+	job = hex.AppendEncode(job, sum[:16])
+	job = append(job, `","request":`...)
+	job = append(job, bytes.TrimSpace(body)...)
+	job = append(job, "}\n"...)
+	k := "/once/jobs/" + key
+	resp, err := t.kv.Txn(r.Context()).
+		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, string(job))).
+		Else(clientv3.OpGet(k)).
+		Commit()
+	if err != nil {
+		return nil, err
+	}
+	if resp.Succeeded {
+		return answer(http.StatusCreated, api.ContentTypeJSON, job, "false"), nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 || !bytes.Equal(kvs[0].Value, job) {
+		return answer(http.StatusUnprocessableEntity, "application/problem+json", []byte(`{"code":"idempotency_key_reused"}`), ""), nil
+	}
+	return answer(http.StatusOK, api.ContentTypeJSON, kvs[0].Value, "true"), nil
 }

@@ -21,7 +21,7 @@ func TestComparePeers(t *testing.T) {
 		{Load: load(WDuplicates, 8000, 8010, 9_000, 0)},
 	}}
 	peer := PeerRun{Workloads: []PeerWorkload{
-		{Load: load(WUniqueC64, 2000, 2000, 40_000, 0), AllUS: 500},
+		{Load: load(WUniqueC64, 2000, 2000, 40_000, 0), MembersUS: 500},
 		{Load: load(WDuplicates, 4000, 4000, 10_000, 1)},
 		{Load: load(WUniqueC512, 1, 1, 1, 0)}, // once did not run it: no row
 	}}

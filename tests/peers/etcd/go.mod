@@ -2,10 +2,7 @@ module github.com/once-dev/once/tests/peers/etcd
 
 go 1.26.0
 
-require (
-	go.etcd.io/etcd/client/v3 v3.6.7
-	go.etcd.io/etcd/server/v3 v3.6.7
-)
+require go.etcd.io/etcd/server/v3 v3.6.7
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -41,6 +38,7 @@ require (
 	go.etcd.io/bbolt v1.4.3 // indirect
 	go.etcd.io/etcd/api/v3 v3.6.7 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.6.7 // indirect
+	go.etcd.io/etcd/client/v3 v3.6.7 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.6.7 // indirect
 	go.etcd.io/raft/v3 v3.6.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.1.0 // indirect
