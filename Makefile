@@ -75,8 +75,8 @@ bench: build
 
 ## bench-peers: the peer workloads (unique keys at 64 and 512 clients, 90 %
 ## duplicates) against a local once cluster and then against etcd 3.6 (three
-## members and two HTTP fronts: tests/peers/etcd, a module of its own with
-## etcd pinned in its go.mod), one after the other; prints once ÷ etcd per
+## members built from tests/peers/etcd, a module of its own with etcd pinned
+## in its go.mod, driven through etcd's Go client), one after the other; prints once ÷ etcd per
 ## workload with each side's CPU per request, writes bench-results/<time>.json
 bench-peers: build
 	cd $(TESTS)/peers/etcd && CGO_ENABLED=0 $(GO) build -o $(ABSBIN)/oncepeer-etcd .
