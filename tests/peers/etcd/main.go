@@ -5,7 +5,9 @@
 //	oncepeer-etcd member -name m1 -dir D -client URL -peer URL -cluster m1=URL,m2=URL,m3=URL
 //
 // A member is the embed package with etcd's defaults (an fsync per commit, as
-// once's managers), the backend quota raised so no run can reach it. It
+// once's managers), TLS on its client and peer URLs with certificates it
+// generates (once's cluster is encrypted by default too), the backend quota
+// raised so no run can reach it. It
 // prints "ready" on stdout once it serves, and runs until SIGTERM, SIGINT or
 // its stdin closes.
 //
@@ -54,8 +56,8 @@ func member(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("member", flag.ContinueOnError)
 	name := fs.String("name", "", "member name")
 	dir := fs.String("dir", "", "data directory")
-	client := fs.String("client", "", "client URL (http://127.0.0.1:port)")
-	peer := fs.String("peer", "", "peer URL (http://127.0.0.1:port)")
+	client := fs.String("client", "", "client URL (https://127.0.0.1:port)")
+	peer := fs.String("peer", "", "peer URL (https://127.0.0.1:port)")
 	cluster := fs.String("cluster", "", "initial cluster: name=peerURL,...")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -76,6 +78,10 @@ func member(ctx context.Context, args []string) error {
 	cfg.InitialClusterToken = "once-bench-peers"
 	cfg.ClusterState = embed.ClusterStateFlagNew
 	cfg.LogLevel = "warn"
+	// Encrypted as once's cluster is by default: TLS on the client and peer
+	// URLs (https), with certificates etcd generates itself.
+	cfg.ClientAutoTLS, cfg.PeerAutoTLS = true, true
+	cfg.SelfSignedCertValidity = 1
 	// Room for any run at any machine's speed: the quota must not end a
 	// workload (8 GiB, etcd's documented maximum suggestion).
 	cfg.QuotaBackendBytes = 8 << 30
