@@ -17,9 +17,9 @@ import (
 var ErrLedgerAhead = errors.New("manager: the ledger is ahead of the Raft log")
 
 // openLedger opens the ledger as cfg.LedgerStore says: on disk in
-// DataDir/ledger, or in memory.
-func openLedger(cfg Config, onChange func(ledger.Change), log *slog.Logger) (*ledger.FSM, error) {
-	opts := ledger.Options{OnChange: onChange}
+// DataDir/ledger, or in memory. onHalt is called if it halts.
+func openLedger(cfg Config, onChange func(ledger.Change), onHalt func(*ledger.HaltError), log *slog.Logger) (*ledger.FSM, error) {
+	opts := ledger.Options{OnChange: onChange, OnHalt: onHalt}
 	if cfg.LedgerStore == "memory" {
 		return ledger.New(opts), nil
 	}
