@@ -394,27 +394,64 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	return jobs, next, more
 }
 
-// Pending returns every PENDING entry, ordered by (tenant, key): a new leader
-// resolves each (re-running admission from Entry.Request, then proposing
-// Commit or Reject with the entry's JobID) instead of letting it wait out its
-// TTL. Call it after raft.Barrier() succeeds on the new leader, so that every
-// entry its predecessor committed has been applied. O(entries): it is meant for
-// once per leadership change; it returns nil at once when nothing is pending.
+// Pending returns every PENDING entry, oldest reservation first (by
+// (reserved_at, tenant, key)): a new leader resolves each (re-running
+// admission from Entry.Request, then proposing Commit or Reject with the
+// entry's JobID) instead of letting it wait out its TTL. Call it after
+// raft.Barrier() succeeds on the new leader, so that every entry its
+// predecessor committed has been applied.
+//
+// O(pending): it walks the order of PENDING entries by reservation (the one
+// PendingBefore walks), never the other entries; nil at once when nothing is
+// pending. It holds the read lock for at most pendingChunk entries at a
+// time, so Apply is not held back by a long walk: an entry reserved or
+// resolved between two chunks may be missing or stale (the leader's own
+// submissions resolve what it reserves, and resolving a resolved entry is
+// OutcomeUnchanged).
 func (f *FSM) Pending() []Entry {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.s.pending == 0 {
-		return nil
-	}
-	out := make([]Entry, 0, f.s.pending)
-	f.s.entries.Ascend(func(e *Entry) bool {
-		if e.State == StatePending {
-			out = append(out, *e)
+	var out []Entry
+	var after *Entry // the last entry returned: the next chunk starts past it
+	for {
+		f.mu.RLock()
+		if f.s.pending == 0 {
+			f.mu.RUnlock()
+			return out
 		}
-		return len(out) < f.s.pending
-	})
-	return out
+		if out == nil {
+			out = make([]Entry, 0, min(f.s.pending, pendingChunk))
+		}
+		n := 0
+		visit := func(e *Entry) bool {
+			if after != nil && !lessEntryReserved(after, e) {
+				return true // the pivot itself, returned by the last chunk
+			}
+			out = append(out, *e)
+			n++
+			return n < pendingChunk
+		}
+		if after == nil {
+			f.s.pendAge.Ascend(visit)
+		} else {
+			f.s.pendAge.AscendGreaterOrEqual(after, visit)
+		}
+		f.mu.RUnlock()
+		if n < pendingChunk {
+			return out
+		}
+		last := out[len(out)-1]
+		after = &last
+		if pendingBetweenChunks != nil {
+			pendingBetweenChunks()
+		}
+	}
 }
+
+// pendingChunk bounds the entries Pending reads under one hold of the read
+// lock; pendingBetweenChunks, when set (tests), runs between two chunks.
+var (
+	pendingChunk         = 1024
+	pendingBetweenChunks func()
+)
 
 // PendingBefore returns the PENDING entries reserved before cutoff (ReservedAt <
 // cutoff, unix nanoseconds), oldest first, at most limit of them (limit <= 0:
