@@ -475,13 +475,26 @@ func (f *FSM) PendingBefore(cutoff int64, limit int) []Entry {
 
 // NextExpiry returns the earliest ExpiresAt (unix nanoseconds) of any entry or
 // job, and false when there is none: the leader proposes Expire when its clock
-// reaches it (and at least every cleanup interval, which also ages out the
-// watermarks: their expiry depends on the WatermarkTTL stamped in Expire, so
-// it is not counted here). O(log n).
+// reaches it. Watermarks are not counted here: their expiry depends on the
+// WatermarkTTL stamped in Expire (see OldestWatermark). O(log n).
 func (f *FSM) NextExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.s.nextExpiry()
+}
+
+// OldestWatermark returns the least UpdatedAt (unix nanoseconds) of any
+// watermark, and false when there is none. An Expire removes the watermarks
+// with UpdatedAt <= Now - WatermarkTTL whether or not an entry or a job is
+// due, so the leader proposes one when the oldest is that old, as it does
+// when NextExpiry is reached. O(log n).
+func (f *FSM) OldestWatermark() (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if w, ok := f.s.wmAge.Min(); ok {
+		return w.UpdatedAt, true
+	}
+	return 0, false
 }
 
 // Stats returns the counts of the state. O(1).
