@@ -37,7 +37,6 @@ const (
 	workerReplayBytes = 64 << 20
 )
 
-
 // workerAnswer is a worker call's answer as sent: status and body.
 type workerAnswer struct {
 	status int
