@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -495,6 +496,31 @@ func (f *FSM) OldestWatermark() (int64, bool) {
 		return w.UpdatedAt, true
 	}
 	return 0, false
+}
+
+// HeldLeases returns the tenant's RUNNING jobs whose current lease ID
+// starts with prefix and has not expired at now (unix nanoseconds), in
+// lease-ID order: the leader answers a worker's retried lease with them
+// (the manager makes the lease IDs of one request share a prefix). O(log n +
+// found); n is the RUNNING jobs, whose lease IDs are in memory.
+func (f *FSM) HeldLeases(tenant, prefix string, now int64) []Job {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var keys []leaseKey
+	f.s.jobLeaseID.AscendGreaterOrEqual(leaseKey{tenant: tenant, leaseID: prefix}, func(k leaseKey) bool {
+		if k.tenant != tenant || !strings.HasPrefix(k.leaseID, prefix) {
+			return false
+		}
+		keys = append(keys, k)
+		return true
+	})
+	var held []Job
+	for _, k := range keys {
+		if j, ok := f.s.getJob(k.tenant, k.id); ok && currentLease(j, k.leaseID, now) {
+			held = append(held, *j)
+		}
+	}
+	return held
 }
 
 // Stats returns the counts of the state. O(1).
