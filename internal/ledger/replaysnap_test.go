@@ -59,7 +59,9 @@ func TestSnapshotRefusedWhileReplaying(t *testing.T) {
 	if res.Outcome != OutcomeReserved {
 		t.Fatalf("index 7: %+v", res)
 	}
-	if _, err := f.Snapshot(); err != nil {
+	last, err := f.Snapshot()
+	if err != nil {
 		t.Fatalf("snapshot past the replay: %v", err)
 	}
+	last.Release()
 }
