@@ -75,7 +75,7 @@ type Gate struct {
 	cfg    Config
 	log    *slog.Logger
 	now    func() time.Time
-	tokens *tokenTable     // nil: no token file, every request is tenant "default"
+	tokens *tokenFile      // nil: no token file, every request is tenant "default"
 	secret string          // the cluster secret, "" for none
 	certs  *certs.Reloader // GATE_TLS_*: nil serves plain HTTP
 	rpcTLS *certs.Cluster  // GATE_RPC_TLS_*: nil reaches the managers over plain TCP
@@ -132,7 +132,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation}
 	if cfg.TokenFile != "" {
-		t, err := loadTokenFile(cfg.TokenFile)
+		t, err := openTokenFile(cfg.TokenFile, g.log.With(logging.KeyComponent, "tokens"))
 		if err != nil {
 			return nil, err
 		}
@@ -296,7 +296,8 @@ func (g *Gate) finish(rw *responseWriter, r *http.Request, start time.Time) {
 	g.log.LogAttrs(r.Context(), level, "http request", attrs...)
 }
 
-// certReloadInterval is how often a TLS gate looks at its certificate files.
+// certReloadInterval is how often a TLS gate looks at its certificate files,
+// and a gate with GATE_TOKEN_FILE at its token file.
 const certReloadInterval = 10 * time.Second
 
 // Serve serves the gate on ln until ctx ends, then shuts down gracefully: it
@@ -304,7 +305,8 @@ const certReloadInterval = 10 * time.Second
 // ShutdownTimeout are closed) and returns nil. It returns the server's error if
 // serving fails. Serve does not close the gate: call Close after it returns.
 // With GATE_TLS_* set it serves HTTPS, reloading the certificate when its
-// files change.
+// files change; with GATE_TOKEN_FILE it reloads the tokens when the file
+// changes.
 func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           g.Handler(),
@@ -320,6 +322,12 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		wctx, stopWatch := context.WithCancel(ctx)
 		watched := make(chan struct{})
 		go func() { defer close(watched); g.certs.Watch(wctx, certReloadInterval) }()
+		defer func() { stopWatch(); <-watched }()
+	}
+	if g.tokens != nil {
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); g.tokens.Watch(wctx, certReloadInterval) }()
 		defer func() { stopWatch(); <-watched }()
 	}
 	if g.rpcTLS != nil {

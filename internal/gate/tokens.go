@@ -2,14 +2,20 @@ package gate
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/logging"
 )
 
 // ErrTokenFile is matched (errors.Is) by every error about the token file's
@@ -45,14 +51,82 @@ type tokenTable struct {
 	byDigest map[[sha256.Size]byte]string
 }
 
+// tokenFile is the token file and the table last loaded from it. It is
+// loaded again when the file changes (Watch), as internal/certs reloads
+// certificates: a token added or revoked takes effect without a restart. A
+// new file that cannot be used (unreadable, a bad line, no token) leaves the
+// table in use as it was, and is logged; the next change is tried again.
+type tokenFile struct {
+	path string
+	log  *slog.Logger
+	cur  atomic.Pointer[tokenTable]
+
+	mu   sync.Mutex // serialises reloads
+	mod  time.Time  // the file's modification time and size at the last load
+	size int64
+}
+
+// openTokenFile loads the token file at path; errors as loadTokenFile's.
+func openTokenFile(path string, log *slog.Logger) (*tokenFile, error) {
+	f := &tokenFile{path: path, log: log}
+	if _, err := f.Reload(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// tenant is tokenTable.tenant on the table in use.
+func (f *tokenFile) tenant(authorization string) (string, bool) {
+	return f.cur.Load().tenant(authorization)
+}
+
+// Reload loads the file again if it changed since the last load (its
+// modification time or size), and reports whether it did. On error the
+// table in use stays; the error is loadTokenFile's.
+func (f *tokenFile) Reload() (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fi, err := os.Stat(f.path)
+	if err != nil {
+		return false, tokenFileError(f.path, err)
+	}
+	if f.cur.Load() != nil && fi.ModTime().Equal(f.mod) && fi.Size() == f.size {
+		return false, nil
+	}
+	t, err := loadTokenFile(f.path)
+	if err != nil {
+		return false, err
+	}
+	f.cur.Store(t)
+	f.mod, f.size = fi.ModTime(), fi.Size()
+	return true, nil
+}
+
+// Watch reloads the file every interval until ctx ends, logging each reload
+// and each file that cannot be used (the table in use then stays).
+func (f *tokenFile) Watch(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		switch loaded, err := f.Reload(); {
+		case err != nil:
+			f.log.Error("token file not reloaded; the tokens loaded before stay in use", logging.KeyFile, f.path, logging.KeyError, err)
+		case loaded:
+			f.log.Info("token file reloaded", logging.KeyFile, f.path, logging.KeyCount, len(f.cur.Load().byDigest))
+		}
+	}
+}
+
 // loadTokenFile reads the token file at path. Its errors are *config.Error
 // values naming GATE_TOKEN_FILE (so they match config.ErrInvalid) and wrap the
 // cause (a *TokenFileError or the file system's error).
 func loadTokenFile(path string) (*tokenTable, error) {
-	wrap := func(err error) error {
-		return &config.Error{Env: EnvTokenFile, Flag: config.FlagName(EnvTokenFile), Value: path,
-			Want: "a readable file of '<token> <tenant>' lines", Err: err}
-	}
+	wrap := func(err error) error { return tokenFileError(path, err) }
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, wrap(err)
@@ -63,6 +137,12 @@ func loadTokenFile(path string) (*tokenTable, error) {
 		return nil, wrap(err)
 	}
 	return t, nil
+}
+
+// tokenFileError is a *config.Error naming GATE_TOKEN_FILE that wraps err.
+func tokenFileError(path string, err error) error {
+	return &config.Error{Env: EnvTokenFile, Flag: config.FlagName(EnvTokenFile), Value: path,
+		Want: "a readable file of '<token> <tenant>' lines", Err: err}
 }
 
 // parseTokens reads the token file format: one "<token> <tenant>" pair per line,

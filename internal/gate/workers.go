@@ -37,9 +37,6 @@ const (
 	workerReplayBytes = 64 << 20
 )
 
-// maxWorkerTypes bounds the types a lease request may name.
-const maxWorkerTypes = 32
-
 // workerAnswer is a worker call's answer as sent: status and body.
 type workerAnswer struct {
 	status int
@@ -214,8 +211,8 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf("invalid request: field \"max_jobs\": %d is outside 1..%d", req.MaxJobs, api.MaxLeaseJobs)
 	case req.WaitSeconds < 0 || req.WaitSeconds > api.MaxWaitSeconds:
 		err = fmt.Errorf("invalid request: field \"wait_seconds\": %d is outside 0..%d", req.WaitSeconds, api.MaxWaitSeconds)
-	case len(req.Types) > maxWorkerTypes:
-		err = fmt.Errorf("invalid request: field \"types\": %d types, at most %d", len(req.Types), maxWorkerTypes)
+	case len(req.Types) > api.MaxLeaseTypes:
+		err = fmt.Errorf("invalid request: field \"types\": %d types, at most %d", len(req.Types), api.MaxLeaseTypes)
 	case len(req.Worker) > api.MaxTypeLen:
 		err = fmt.Errorf("invalid request: field \"worker\": longer than %d bytes", api.MaxTypeLen)
 	}

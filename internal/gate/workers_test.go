@@ -3,6 +3,7 @@ package gate
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,7 @@ func TestWorkerBadRequests(t *testing.T) {
 		{"/v1/leases", `{"wait_seconds":61}`},
 		{"/v1/leases", `{"types":[""]}`},
 		{"/v1/leases", `{"types":"x"}`},
+		{"/v1/leases", `{"types":["t0"` + manyTypes(api.MaxLeaseTypes) + `]}`}, // api.MaxLeaseTypes + 1
 		{"/v1/leases", `[1]`},
 		{"/v1/jobs/j1/heartbeat", `{}`},
 		{"/v1/jobs/j1/heartbeat", `{"lease_id":"l","lease_seconds":0.5}`},
@@ -220,4 +222,14 @@ func TestWorkerBadRequests(t *testing.T) {
 	} {
 		wantProblem(t, g.post(t, c.path, c.body), http.StatusBadRequest, api.CodeInvalidRequest)
 	}
+}
+
+// manyTypes is n more distinct job types for a JSON list that has one
+// already.
+func manyTypes(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		b.WriteString(`,"t` + strconv.Itoa(i) + `"`)
+	}
+	return b.String()
 }

@@ -217,7 +217,8 @@ func TestDecodeIgnorable(t *testing.T) {
 }
 
 // FuzzDecodeCommand: DecodeCommand never panics; whatever decodes re-encodes
-// to the same bytes; and applying it never panics nor breaks an invariant.
+// to the same bytes; and applying it never panics nor breaks an invariant
+// (what does not decode halts the FSM).
 func FuzzDecodeCommand(f *testing.F) {
 	for _, c := range sampleCommands() {
 		f.Add(Encode(c))
@@ -237,8 +238,9 @@ func FuzzDecodeCommand(f *testing.F) {
 		h := newHarness(t)
 		h.must(reserve("t", "k", t0), OutcomeReserved)
 		res := h.applyRaw(data)
-		if err != nil && (res.Outcome != OutcomeInvalid || res.Err == nil || res.Err.Error() != err.Error()) {
-			t.Fatalf("decode error %v but result %v (%v)", err, res.Outcome, res.Err)
+		var halt *HaltError
+		if err != nil && (res.Outcome != OutcomeInvalid || !errors.As(res.Err, &halt) || halt.Err.Error() != err.Error() || h.f.Halted() != halt) {
+			t.Fatalf("decode error %v but result %v (%v), want the FSM halted by it", err, res.Outcome, res.Err)
 		}
 		if err == nil && res.Outcome == OutcomeInvalid && !errors.Is(res.Err, ErrInvalidCommand) {
 			t.Fatalf("invalid result with error %v", res.Err)

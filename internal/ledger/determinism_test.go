@@ -13,8 +13,8 @@ import (
 
 // genLog returns a seeded random log of n entries that exercises every command
 // and outcome: duplicates, reused keys, structured keys and watermarks, the
-// bound, expiry with small budgets, stale commits, garbage, ignorable and
-// unknown commands, configuration entries between commands, and the job
+// bound, expiry with small budgets, stale commits, invalid and ignorable
+// commands (none that does not decode: that halts), configuration entries between commands, and the job
 // lifecycle (queued commits, leases, heartbeats, completions, failures and
 // expired leases, from a second generator, so that the first draws the same
 // sequence as before the lifecycle existed). scale
@@ -188,11 +188,14 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 			}
 			add(raft.LogCommand, Encode(e))
 		case p < 88:
+			// Bytes that do not decode would halt the FSM (TestHaltOnUndecodableEntry):
+			// a committed log holds none, so the draw (kept, the sequence stays
+			// as it was) makes a command that decodes and breaks a rule of its type.
 			garbage := make([]byte, rng.IntN(40))
 			for i := range garbage {
 				garbage[i] = byte(rng.UintN(256))
 			}
-			add(raft.LogCommand, garbage)
+			add(raft.LogCommand, Encode(Reject{Tenant: "t", Key: string(garbage), JobID: "j", Now: now, ExpiresAt: now + 1, Status: 200}))
 		case p < 90:
 			add(raft.LogCommand, []byte{byte(TypeIgnorable) | 0x33, 1, 1, 2, 3})
 		case p < 92:
@@ -200,7 +203,8 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 		case p < 94:
 			add(raft.LogConfiguration, []byte("config"))
 		case p < 96:
-			add(raft.LogCommand, []byte{byte(TypeCommit), 7}) // unknown version
+			// (was an unknown version, which halts: a Commit that decodes and is invalid)
+			add(raft.LogCommand, Encode(Commit{Tenant: "t", Key: "k", JobID: "j", Now: now, ExpiresAt: now}))
 		}
 	}
 	return logs[:n] // an iteration may add several entries

@@ -60,7 +60,20 @@ type diskIndex[T any] struct {
 	group  func(dst []byte, item T) []byte
 	mu     sync.Mutex
 	floors map[string][]byte
+	// emptyCap, when not 0, bounds what floors costs for groups whose names
+	// come from requests (a Lease's types): floors then keeps the groups
+	// that held a key at their last walk, and emptyFloors at most emptyCap
+	// groups a walk found empty (cleared when full). A group without keys
+	// thus leaves floors at its next walk, and a name never queued costs at
+	// most a place in emptyFloors. Only the apply path walks such an order,
+	// so both maps follow from the log alone.
+	emptyCap    int
+	emptyFloors map[string][]byte
 }
+
+// maxEmptyTypeFloors bounds the floors kept for (tenant, type) queue groups
+// found empty (diskIndex.emptyCap).
+const maxEmptyTypeFloors = 1024
 
 // start is where a search from the smallest item begins.
 func (x *diskIndex[T]) start() []byte {
@@ -144,6 +157,12 @@ func (x *diskIndex[T]) ReplaceOrInsert(item T) (old T, replaced bool) {
 		g := string(x.group(nil, item))
 		if f, ok := x.floors[g]; ok && bytes.Compare(k, f) < 0 {
 			x.floors[g] = bytes.Clone(k)
+		} else if f, ok := x.emptyFloors[g]; ok { // the group has a key again
+			delete(x.emptyFloors, g)
+			if bytes.Compare(k, f) < 0 {
+				f = bytes.Clone(k)
+			}
+			x.floors[g] = f // not nil: emptyFloors is filled by a walk, which made floors
 		}
 		x.mu.Unlock()
 	}
@@ -231,6 +250,9 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 	}
 	x.mu.Lock()
 	f, known := x.floors[g]
+	if !known {
+		f, known = x.emptyFloors[g]
+	}
 	fromFloor := known && bytes.Compare(f, lo) >= 0
 	if fromFloor {
 		lo = f
@@ -252,11 +274,25 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 		return
 	}
 	x.mu.Lock()
+	defer x.mu.Unlock()
 	if x.floors == nil {
 		x.floors = map[string][]byte{}
 	}
-	x.floors[g] = first
-	x.mu.Unlock()
+	if x.emptyCap == 0 {
+		x.floors[g] = first
+		return
+	}
+	// The group is empty when the walk found no key of it.
+	if seen && bytes.HasPrefix(first[1:], gk) && first[0] == x.prefix {
+		delete(x.emptyFloors, g)
+		x.floors[g] = first
+		return
+	}
+	delete(x.floors, g)
+	if x.emptyFloors == nil || len(x.emptyFloors) >= x.emptyCap {
+		x.emptyFloors = make(map[string][]byte)
+	}
+	x.emptyFloors[g] = first
 }
 
 func (x *diskIndex[T]) ascendFrom(lo []byte, fn btree.ItemIteratorG[T]) {
@@ -440,7 +476,8 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobType = &diskIndex[*Job]{st: st, prefix: pfxJobType, key: jobTypeKey, primary: jobs}
 	s.jobExp = &diskIndex[*Job]{st: st, prefix: pfxJobExp, key: jobExpKey, primary: jobs, copies: true}
 	s.jobQueue = &diskIndex[*Job]{st: st, prefix: pfxJobQueue, key: jobQueueKey, primary: jobs, group: jobTenantGroup}
-	s.jobQueueType = &diskIndex[*Job]{st: st, prefix: pfxJobQueueType, key: jobQueueTypeKey, primary: jobs, group: jobTypeGroup}
+	s.jobQueueType = &diskIndex[*Job]{st: st, prefix: pfxJobQueueType, key: jobQueueTypeKey, primary: jobs, group: jobTypeGroup,
+		emptyCap: maxEmptyTypeFloors}
 	s.jobTenantLease = &diskIndex[*Job]{st: st, prefix: pfxJobTenantLease, key: jobTenantLeaseKey, primary: jobs, group: jobTenantGroup}
 	s.jobLeaseExp = &diskIndex[*Job]{st: st, prefix: pfxJobLeaseExp, key: jobLeaseExpKey, primary: jobs}
 	s.jobState = &diskIndex[*Job]{st: st, prefix: pfxJobState, key: jobStateKey, primary: jobs, group: jobStateGroup}

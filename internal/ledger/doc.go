@@ -30,7 +30,9 @@
 //	// on becoming leader: for each e in fsm.Pending(), re-run admission and
 //	// propose Commit or Reject with e.JobID; while leading, the same for
 //	// fsm.PendingBefore(now - grace) (orphans of failed submissions).
-//	// every cleanup interval (or when fsm.NextExpiry() is due): propose Expire.
+//	// every cleanup interval, when fsm.NextExpiry() is due or the oldest
+//	// watermark (fsm.OldestWatermark()) is WatermarkTTL old: propose Expire.
+//	// Options.OnHalt: a committed entry this build cannot decode; stop.
 //	// when fsm.NextLeaseExpiry() is due: propose ExpireLeases.
 //	// reads: fsm.Entry, fsm.Job, fsm.ListJobs, fsm.Stats.
 //

@@ -1,8 +1,11 @@
 package ledger
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"github.com/once-dev/once/pkg/api"
@@ -14,6 +17,11 @@ type Options struct {
 	// committed, rejected, removed by expiry, and once with ChangeRestored after
 	// Restore. See FSM for when and how.
 	OnChange func(Change)
+	// OnHalt, when set, is called once when the FSM halts (HaltError: a
+	// committed entry it cannot decode), on the goroutine that applies,
+	// after the entries before it are applied. It must not block nor call
+	// Apply, ApplyBatch or Restore. The manager stops on it.
+	OnHalt func(*HaltError)
 	// Store tunes the disk-backed state (Open); New ignores it.
 	Store StoreOptions
 }
@@ -35,13 +43,23 @@ type Options struct {
 // Apply returns a Result value for every LogCommand entry, never nil and never
 // a pointer; other log types (raft.LogConfiguration, ...) return nil. A
 // business outcome (exists, key reused, full, ...) is the Result's Outcome; a
-// command that does not decode, or has an unknown type or version, or breaks a
-// rule of its type, returns OutcomeInvalid with Result.Err and changes nothing
-// but the applied index. It never panics on any log data. (Some FSMs panic on
-// a decode failure; we return an error result instead, which every
-// replica computes alike, so the group stays consistent and a bad proposal
-// cannot crash-loop every manager. See docs/ledger.md.) An unknown type with
-// TypeIgnorable set returns OutcomeIgnored.
+// command that decodes but breaks a rule of its type returns OutcomeInvalid
+// with Result.Err and changes nothing but the applied index. An unknown type
+// with TypeIgnorable set returns OutcomeIgnored. It never panics on any log
+// data.
+//
+// A committed entry that does not decode (malformed bytes, an unknown type
+// without TypeIgnorable, an unknown version of a known type) halts the FSM,
+// as Nomad's FSM panics on an unknown type it may not ignore: skipping it
+// would mark it applied and let this replica diverge silently from those
+// that can read it. The entry is not applied and the applied index stays
+// before it; its Result and the Result of every later entry is
+// OutcomeInvalid with the *HaltError (its index, type and version, matching
+// ErrHalted and the decoding error); Options.OnHalt is called once; Halted
+// returns the error; Snapshot refuses. Nothing changes the state until the
+// process restarts, and a build that reads the entry applies it on the
+// replay (docs/ledger.md, "Compatibility and rolling upgrades"). An entry at
+// or below the applied index is skipped without being judged (below).
 //
 // ApplyBatch applies its entries in order exactly as Apply would one by one,
 // and returns one response per entry (nil for non-command entries). Applying a
@@ -60,7 +78,12 @@ type Options struct {
 // Apply and with the readers, and what it writes does not change with later
 // Applies. On disk, Persist first makes the store durable up to the view, so
 // the store is never behind a snapshot Raft may compact its log to. Release
-// drops the view. A snapshot never taken to Persist costs nothing.
+// drops the view. A snapshot never taken to Persist costs nothing. Snapshot
+// refuses (ErrReplaying) while Raft is replaying entries the store had
+// applied already (a restart that goes on from the store): the state is then
+// ahead of the index Raft would name the snapshot by, and a replica restored
+// from it, or restarted past it, would hold effects its log says it never
+// applied. It refuses a halted FSM too (ErrHalted).
 //
 // Restore discards all previous state: it decodes the whole snapshot into a
 // fresh state (on disk: a new generation of the store, beside the live one),
@@ -97,6 +120,65 @@ type FSM struct {
 	mu     sync.RWMutex
 	s      *state
 	closed bool // the store is closed (Close)
+	// delivered is the index of the last command entry Raft gave Apply or
+	// ApplyBatch (the applied index after Open and Restore); below the
+	// applied index while Raft replays what the store has (under mu).
+	delivered uint64
+
+	// halt is set once, by the mutators, when an entry does not decode.
+	halt   atomic.Pointer[HaltError]
+	onHalt func(*HaltError)
+}
+
+// HaltError is why an FSM halted: the committed entry at Index, of command
+// type Type and version Version, does not decode (Err: ErrMalformed,
+// ErrUnknownCommand or ErrUnsupportedVersion). It matches ErrHalted and Err.
+type HaltError struct {
+	Index   uint64
+	Type    CommandType
+	Version uint8
+	Err     error
+}
+
+func (e *HaltError) Error() string {
+	return fmt.Sprintf("ledger: halted at log index %d (command %s, version %d): %v; "+
+		"no later entry is applied: run a build that reads this log (docs/operations.md)",
+		e.Index, e.Type, e.Version, e.Err)
+}
+
+// Unwrap returns the decoding error and ErrHalted.
+func (e *HaltError) Unwrap() []error { return []error{ErrHalted, e.Err} }
+
+func newHaltError(l *raft.Log, err error) *HaltError {
+	h := &HaltError{Index: l.Index, Err: err}
+	if len(l.Data) > 0 {
+		h.Type = CommandType(l.Data[0])
+	}
+	if len(l.Data) > 1 {
+		h.Version = l.Data[1]
+	}
+	return h
+}
+
+// Halted returns the error that halted the FSM, nil while it applies.
+func (f *FSM) Halted() *HaltError { return f.halt.Load() }
+
+// haltsAt reports whether an entry whose decoding returned err halts the FSM
+// (not yet halted): it does not decode, and it is after the applied index
+// (an entry at or below it was applied before and is skipped). Under wmu.
+func (f *FSM) haltsAt(l *raft.Log, err error) *HaltError {
+	if err == nil || l.Index <= f.s.applied || f.halt.Load() != nil {
+		return nil
+	}
+	h := newHaltError(l, err)
+	f.halt.Store(h)
+	return h
+}
+
+func (f *FSM) halted(h *HaltError) {
+	if h != nil && f.onHalt != nil {
+		f.onHalt(h)
+	}
 }
 
 var (
@@ -108,7 +190,7 @@ var (
 // New returns an empty FSM whose state is in memory (tests, benchmarks, and
 // managers with MANAGER_LEDGER_STORE=memory); Open keeps it on disk.
 func New(opts Options) *FSM {
-	return &FSM{onChange: opts.OnChange, s: newState()}
+	return &FSM{onChange: opts.OnChange, onHalt: opts.OnHalt, s: newState()}
 }
 
 // Apply applies one committed log entry; see FSM for the contract. For a
@@ -120,8 +202,16 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	f.wmu.Lock()
 	defer f.wmu.Unlock()
 	cmd, err := DecodeCommand(l.Data)
+	if h := f.haltsAt(l, err); h != nil {
+		f.halted(h)
+		return invalid(h)
+	}
+	if h := f.halt.Load(); h != nil {
+		return invalid(h)
+	}
 	ax := f.ctx(l.Index)
 	f.mu.Lock()
+	f.delivered = l.Index
 	f.s.begin()
 	res := f.s.applyTimed(&ax, cmd, err)
 	f.s.commit()
@@ -132,7 +222,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 
 // ApplyBatch applies committed log entries in order under one acquisition of
 // the write lock; see FSM. The i-th response is a Result for a LogCommand
-// entry and nil for any other.
+// entry and nil for any other. An entry that halts the FSM ends the batch:
+// the entries before it are applied, it and those after it are not.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	type decoded struct {
@@ -149,16 +240,26 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	defer f.wmu.Unlock()
 	f.mu.Lock()
 	f.s.begin()
+	var halt *HaltError
 	for i, l := range logs {
 		if l.Type != raft.LogCommand {
 			continue
 		}
+		if h := f.haltsAt(l, cmds[i].err); h != nil {
+			halt = h
+		}
+		if h := f.halt.Load(); h != nil {
+			out[i] = invalid(h)
+			continue
+		}
+		f.delivered = l.Index
 		ax := f.ctx(l.Index)
 		out[i] = f.s.applyTimed(&ax, cmds[i].cmd, cmds[i].err)
 	}
 	f.s.commit()
 	f.mu.Unlock()
 	f.notify()
+	f.halted(halt)
 	return out
 }
 
@@ -294,27 +395,64 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	return jobs, next, more
 }
 
-// Pending returns every PENDING entry, ordered by (tenant, key): a new leader
-// resolves each (re-running admission from Entry.Request, then proposing
-// Commit or Reject with the entry's JobID) instead of letting it wait out its
-// TTL. Call it after raft.Barrier() succeeds on the new leader, so that every
-// entry its predecessor committed has been applied. O(entries): it is meant for
-// once per leadership change; it returns nil at once when nothing is pending.
+// Pending returns every PENDING entry, oldest reservation first (by
+// (reserved_at, tenant, key)): a new leader resolves each (re-running
+// admission from Entry.Request, then proposing Commit or Reject with the
+// entry's JobID) instead of letting it wait out its TTL. Call it after
+// raft.Barrier() succeeds on the new leader, so that every entry its
+// predecessor committed has been applied.
+//
+// O(pending): it walks the order of PENDING entries by reservation (the one
+// PendingBefore walks), never the other entries; nil at once when nothing is
+// pending. It holds the read lock for at most pendingChunk entries at a
+// time, so Apply is not held back by a long walk: an entry reserved or
+// resolved between two chunks may be missing or stale (the leader's own
+// submissions resolve what it reserves, and resolving a resolved entry is
+// OutcomeUnchanged).
 func (f *FSM) Pending() []Entry {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.s.pending == 0 {
-		return nil
-	}
-	out := make([]Entry, 0, f.s.pending)
-	f.s.entries.Ascend(func(e *Entry) bool {
-		if e.State == StatePending {
-			out = append(out, *e)
+	var out []Entry
+	var after *Entry // the last entry returned: the next chunk starts past it
+	for {
+		f.mu.RLock()
+		if f.s.pending == 0 {
+			f.mu.RUnlock()
+			return out
 		}
-		return len(out) < f.s.pending
-	})
-	return out
+		if out == nil {
+			out = make([]Entry, 0, min(f.s.pending, pendingChunk))
+		}
+		n := 0
+		visit := func(e *Entry) bool {
+			if after != nil && !lessEntryReserved(after, e) {
+				return true // the pivot itself, returned by the last chunk
+			}
+			out = append(out, *e)
+			n++
+			return n < pendingChunk
+		}
+		if after == nil {
+			f.s.pendAge.Ascend(visit)
+		} else {
+			f.s.pendAge.AscendGreaterOrEqual(after, visit)
+		}
+		f.mu.RUnlock()
+		if n < pendingChunk {
+			return out
+		}
+		last := out[len(out)-1]
+		after = &last
+		if pendingBetweenChunks != nil {
+			pendingBetweenChunks()
+		}
+	}
 }
+
+// pendingChunk bounds the entries Pending reads under one hold of the read
+// lock; pendingBetweenChunks, when set (tests), runs between two chunks.
+var (
+	pendingChunk         = 1024
+	pendingBetweenChunks func()
+)
 
 // PendingBefore returns the PENDING entries reserved before cutoff (ReservedAt <
 // cutoff, unix nanoseconds), oldest first, at most limit of them (limit <= 0:
@@ -338,13 +476,51 @@ func (f *FSM) PendingBefore(cutoff int64, limit int) []Entry {
 
 // NextExpiry returns the earliest ExpiresAt (unix nanoseconds) of any entry or
 // job, and false when there is none: the leader proposes Expire when its clock
-// reaches it (and at least every cleanup interval, which also ages out the
-// watermarks: their expiry depends on the WatermarkTTL stamped in Expire, so
-// it is not counted here). O(log n).
+// reaches it. Watermarks are not counted here: their expiry depends on the
+// WatermarkTTL stamped in Expire (see OldestWatermark). O(log n).
 func (f *FSM) NextExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.s.nextExpiry()
+}
+
+// OldestWatermark returns the least UpdatedAt (unix nanoseconds) of any
+// watermark, and false when there is none. An Expire removes the watermarks
+// with UpdatedAt <= Now - WatermarkTTL whether or not an entry or a job is
+// due, so the leader proposes one when the oldest is that old, as it does
+// when NextExpiry is reached. O(log n).
+func (f *FSM) OldestWatermark() (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if w, ok := f.s.wmAge.Min(); ok {
+		return w.UpdatedAt, true
+	}
+	return 0, false
+}
+
+// HeldLeases returns the tenant's RUNNING jobs whose current lease ID
+// starts with prefix and has not expired at now (unix nanoseconds), in
+// lease-ID order: the leader answers a worker's retried lease with them
+// (the manager makes the lease IDs of one request share a prefix). O(log n +
+// found); n is the RUNNING jobs, whose lease IDs are in memory.
+func (f *FSM) HeldLeases(tenant, prefix string, now int64) []Job {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var keys []leaseKey
+	f.s.jobLeaseID.AscendGreaterOrEqual(leaseKey{tenant: tenant, leaseID: prefix}, func(k leaseKey) bool {
+		if k.tenant != tenant || !strings.HasPrefix(k.leaseID, prefix) {
+			return false
+		}
+		keys = append(keys, k)
+		return true
+	})
+	var held []Job
+	for _, k := range keys {
+		if j, ok := f.s.getJob(k.tenant, k.id); ok && currentLease(j, k.leaseID, now) {
+			held = append(held, *j)
+		}
+	}
+	return held
 }
 
 // Stats returns the counts of the state. O(1).

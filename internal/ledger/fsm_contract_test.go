@@ -33,10 +33,15 @@ func TestContractInvalidChangesOnlyAppliedIndex(t *testing.T) {
 	h := newHarness(t)
 	h.must(base, OutcomeReserved)
 	before := dumpTables(h.f)
-	for _, data := range [][]byte{nil, {0x42, 1}, {byte(TypeReserve), 3}, Encode(base)[:10],
-		Encode(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 5, ExpiresAt: 5, MaxEntries: 1})} {
+	// Commands that decode and break a rule of their type (one that does
+	// not decode halts the FSM: TestHaltOnUndecodableEntry).
+	for _, data := range [][]byte{
+		Encode(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 5, ExpiresAt: 5, MaxEntries: 1}),
+		Encode(Reject{Tenant: "t", Key: "k", JobID: "j", Now: 5, ExpiresAt: 6, Status: 200}),
+		Encode(Commit{Tenant: "", Key: "k", JobID: "j", Now: 5, ExpiresAt: 6, JobExpiresAt: 6}),
+	} {
 		res := h.applyRaw(data)
-		if res.Outcome != OutcomeInvalid || res.Err == nil {
+		if res.Outcome != OutcomeInvalid || !errors.Is(res.Err, ErrInvalidCommand) {
 			t.Fatalf("%x: result %+v", data, res)
 		}
 		if st := h.f.Stats(); st.AppliedIndex != h.idx {
@@ -70,7 +75,17 @@ func TestContractNeverPanics(t *testing.T) {
 				data[k] = byte(rng.UintN(256))
 			}
 		}
-		h.applyRaw(data) // a panic fails the test
+		// A panic fails the test. What does not decode halts an FSM (a
+		// scratch one in memory: this one goes on with the rest).
+		if _, err := DecodeCommand(data); err != nil {
+			f := New(Options{})
+			res := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data}).(Result)
+			if !errors.Is(res.Err, ErrHalted) || f.Halted() == nil {
+				t.Fatalf("%x: %+v, want the halt", data, res)
+			}
+			continue
+		}
+		h.applyRaw(data)
 	}
 	checkInvariants(t, h.f)
 }

@@ -85,8 +85,9 @@ func ParseJobState(status string) (JobState, bool) {
 const (
 	// MaxLease bounds Lease.Max: jobs handed out by one Lease.
 	MaxLease = 100
-	// MaxLeaseTypes bounds Lease.Types.
-	MaxLeaseTypes = 16
+	// MaxLeaseTypes bounds Lease.Types: api.MaxLeaseTypes, what the gate
+	// admits.
+	MaxLeaseTypes = api.MaxLeaseTypes
 	// MaxReclaim bounds the expired leases of its tenant one Lease looks at
 	// before the queue (reclaiming them, or making them DEAD), so a Lease
 	// stays O(log n + jobs handed out).

@@ -75,6 +75,13 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.s
+	if h := f.halt.Load(); h != nil {
+		return nil, fmt.Errorf("ledger: snapshot: %w", h)
+	}
+	if f.delivered < s.applied {
+		return nil, fmt.Errorf("%w: Raft has given entries up to index %d, the store has applied %d",
+			ErrReplaying, f.delivered, s.applied)
+	}
 	snap := &Snapshot{
 		version:    snapshotVersion,
 		applied:    s.applied,
@@ -511,6 +518,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		}
 	}
 	f.s = s
+	f.delivered = s.applied
 	f.mu.Unlock()
 	if f.onChange != nil {
 		f.changes = append(f.changes[:0], Change{Kind: ChangeRestored})

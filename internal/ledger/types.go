@@ -283,7 +283,8 @@ const (
 	OutcomeExpired
 	// OutcomeIgnored: an unknown command type with the ignorable bit set.
 	OutcomeIgnored
-	// OutcomeInvalid: the command did not decode or broke a rule of its type;
+	// OutcomeInvalid: the command broke a rule of its type, or did not
+	// decode (which halts the FSM: Result.Err is then a *HaltError);
 	// Result.Err says why. Nothing changed.
 	OutcomeInvalid
 	// OutcomeWatermarksFull: a structured key of a client without a watermark,
@@ -406,8 +407,10 @@ type Result struct {
 	Removed Removed
 	// More is set by Expire when MaxRemovals stopped it with more still due.
 	More bool
-	// Err is set for OutcomeInvalid; it matches ErrMalformed,
-	// ErrUnknownCommand, ErrUnsupportedVersion or ErrInvalidCommand.
+	// Err is set for OutcomeInvalid; it matches ErrInvalidCommand, or
+	// ErrHalted (a *HaltError, matching ErrMalformed, ErrUnknownCommand or
+	// ErrUnsupportedVersion too) for an entry that does not decode and every
+	// entry after it.
 	Err error
 	// Items is set for OutcomeBatch: the Result of each item of the batch, in
 	// order (an item's Items is nil).

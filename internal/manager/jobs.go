@@ -6,9 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/once-dev/once/internal/ledger"
@@ -96,15 +96,27 @@ func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.Leas
 		// before (its retry at the next leader leases other jobs).
 		req.Replay = ""
 	}
+	now := m.ledgerNow()
 	ids := make([]string, req.Max)
-	for i := range ids {
-		if req.Replay != "" {
-			ids[i] = replayLeaseID(req.Tenant, req.Replay, i)
-		} else {
+	if req.Replay != "" {
+		// A retry of a request whose jobs are still held under its leases
+		// is answered with them, from the ledger (after this term's
+		// Barrier, it holds every lease an earlier leader gave). Else the
+		// lease IDs are new: a job leased again (its lease expired, the
+		// same request retried) never gets a lease ID it held before, which
+		// a worker still holding the old lease could use.
+		prefix := replayLeasePrefix(req.Tenant, req.Replay)
+		if held := m.fsm.HeldLeases(req.Tenant, prefix, now.UnixNano()); len(held) > 0 {
+			return &ledger.LeaseResult{Jobs: held[:min(len(held), req.Max)], Replayed: true}, nil
+		}
+		for i := range ids {
+			ids[i] = replayLeaseID(prefix, i)
+		}
+	} else {
+		for i := range ids {
 			ids[i] = newLeaseID()
 		}
 	}
-	now := m.ledgerNow()
 	res, err := m.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Holder, Types: req.Types, Max: uint64(req.Max),
 		LeaseIDs: ids, Now: now.UnixNano(), Expiry: now.Add(d).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts),
 		Replay: req.Replay != ""})
@@ -234,18 +246,30 @@ func (m *Manager) backoff(attempt uint64, u float64) time.Duration {
 	return d - half + time.Duration(u*float64(half))
 }
 
-// replayLeaseID is the i-th lease ID of a replayable request: as long as
-// newLeaseID's, the same for every attempt of the request, distinct per
-// tenant, request and i. It is as hard to guess as the request's key and
-// body; only the tenant's own callers (who could lease the job themselves)
-// see those, and a lease ID acts only on its tenant's job.
-func replayLeaseID(tenant, request string, i int) string {
+// replayLeasePrefix is what every lease ID given to a replayable request
+// (tenant, request) starts with: 16 hex digits of a SHA-256 of them, so the
+// leader finds the jobs the request holds (FSM.HeldLeases) through any
+// leader.
+func replayLeasePrefix(tenant, request string) string {
 	h := sha256.New()
-	for _, s := range []string{tenant, request, strconv.Itoa(i)} {
+	for _, s := range []string{tenant, request} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// replayLeaseID is the i-th lease ID of a replayable request's Lease: its
+// prefix, i in two hex digits (so the request's leases sort in the order
+// they were handed out; i < ledger.MaxLease) and 56 random bits, as long as
+// newLeaseID's. Each Lease proposed for the request has new ones, so a job
+// leased again by a retry of the request does not get the lease ID of its
+// earlier attempt. Unguessable: the random part, and the prefix is as hard
+// to guess as the request's key and body.
+func replayLeaseID(prefix string, i int) string {
+	var b [7]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return prefix + fmt.Sprintf("%02x", i) + hex.EncodeToString(b[:])
 }
 
 // newLeaseID is a random 128-bit lease ID (hex): unguessable, so a worker

@@ -168,12 +168,14 @@ func (m *Manager) resolvePending(ctx context.Context, pending []ledger.Entry, ms
 // expired in several entries rather than one huge apply.
 const expireBatch = 10000
 
-// expire proposes Expire commands while something is due.
+// expire proposes Expire commands while something is due: an entry or a
+// job (NextExpiry), or a watermark not updated for IDEMPOTENCY_WATERMARK_TTL_SECONDS
+// (OldestWatermark), each on its own: a watermark ages out even when no
+// entry or job is due.
 func (m *Manager) expire(ctx context.Context) {
 	for ctx.Err() == nil {
-		next, ok := m.fsm.NextExpiry()
 		now := m.expiryNow()
-		if !ok || next > now.UnixNano() {
+		if !m.expiryDue(now) {
 			return
 		}
 		res, err := m.apply(ctx, ledger.Expire{
@@ -190,4 +192,17 @@ func (m *Manager) expire(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// expiryDue reports whether an Expire stamped now would remove something.
+func (m *Manager) expiryDue(now time.Time) bool {
+	if next, ok := m.fsm.NextExpiry(); ok && next <= now.UnixNano() {
+		return true
+	}
+	if ttl := m.cfg.WatermarkTTL; ttl > 0 {
+		if oldest, ok := m.fsm.OldestWatermark(); ok && oldest <= now.Add(-ttl).UnixNano() {
+			return true
+		}
+	}
+	return false
 }

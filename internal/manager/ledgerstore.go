@@ -17,9 +17,9 @@ import (
 var ErrLedgerAhead = errors.New("manager: the ledger is ahead of the Raft log")
 
 // openLedger opens the ledger as cfg.LedgerStore says: on disk in
-// DataDir/ledger, or in memory.
-func openLedger(cfg Config, onChange func(ledger.Change), log *slog.Logger) (*ledger.FSM, error) {
-	opts := ledger.Options{OnChange: onChange}
+// DataDir/ledger, or in memory. onHalt is called if it halts.
+func openLedger(cfg Config, onChange func(ledger.Change), onHalt func(*ledger.HaltError), log *slog.Logger) (*ledger.FSM, error) {
+	opts := ledger.Options{OnChange: onChange, OnHalt: onHalt}
 	if cfg.LedgerStore == "memory" {
 		return ledger.New(opts), nil
 	}
@@ -39,7 +39,10 @@ func openLedger(cfg Config, onChange func(ledger.Change), log *slog.Logger) (*le
 // past the newest snapshot goes on from its own applied index: Raft replays
 // the log after the snapshot and the ledger skips the entries it has (Apply
 // refuses an index that is not after the applied one and changes nothing),
-// so a restart reads no snapshot at all. A disk ledger behind the newest
+// so a restart reads no snapshot at all (and the ledger takes no snapshot
+// while that replay is below its applied index: ledger.ErrReplaying, so no
+// snapshot records an index above the one Raft names it by). A disk ledger
+// behind the newest
 // snapshot (a new store beside an old Raft directory, or one lost with its
 // disk) is restored from it. A disk ledger past everything Raft holds is
 // refused (ErrLedgerAhead).

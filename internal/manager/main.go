@@ -207,6 +207,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	case <-ctx.Done():
 	case err = <-serveErr:
 		log.Error("rpc server stopped", logging.KeyError, err)
+	case <-m.Halted():
+		err = m.fsm.Halted() // logged as the manager's failure: exit 1
 	}
 	log.Info("manager stopping")
 	stopOutbox()

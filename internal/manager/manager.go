@@ -125,6 +125,9 @@ type Manager struct {
 	closeMu  sync.Mutex
 	closed   bool
 	shutdown chan struct{}
+	// halted is closed when the ledger halts on an entry it cannot decode
+	// (onHalt): the daemon stops on it.
+	halted chan struct{}
 }
 
 // ErrClosed is returned by calls on a closed manager.
@@ -152,6 +155,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		peers:     map[string]string{cfg.NodeID: cfg.RPCAdvertise},
 		versions:  map[string]int{cfg.NodeID: ProtocolVersion},
 		shutdown:  make(chan struct{}),
+		halted:    make(chan struct{}),
 		metrics:   newMetrics(deps.Registerer),
 
 		clusterTLS: deps.ClusterTLS,
@@ -173,7 +177,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 			m.closeStores()
 		}
 	}()
-	if m.fsm, err = openLedger(cfg, m.onChange, m.log); err != nil {
+	if m.fsm, err = openLedger(cfg, m.onChange, m.onHalt, m.log); err != nil {
 		return nil, err
 	}
 	ws, err := walstore.Open(filepath.Join(raftDir, "wal"), walstore.Options{Logger: m.log.With(logging.KeyComponent, "walstore")})
@@ -271,6 +275,22 @@ func (m *Manager) Bootstrap(servers []raft.Server) error {
 
 // Raft exposes the Raft node (to the autopilot and to tests).
 func (m *Manager) Raft() *raft.Raft { return m.raft }
+
+// Halted is closed when the ledger has halted: a committed entry this build
+// cannot decode (an unknown command type or version, or malformed bytes) is
+// not applied, nor is any entry after it (ledger.HaltError, from
+// FSM().Halted()). The daemon stops on it (exit 1) rather than serve a
+// ledger that would diverge from the other replicas; docs/operations.md says
+// what to do.
+func (m *Manager) Halted() <-chan struct{} { return m.halted }
+
+// onHalt is the ledger's OnHalt: called once, on Raft's FSM goroutine; it
+// must not block.
+func (m *Manager) onHalt(h *ledger.HaltError) {
+	m.log.Error("the ledger halted: a committed entry cannot be applied by this build; the manager stops",
+		logging.KeyIndex, h.Index, logging.KeyOp, h.Type.String(), "version", h.Version, logging.KeyError, h)
+	close(m.halted)
+}
 
 // FSM exposes the ledger (to tests).
 func (m *Manager) FSM() *ledger.FSM { return m.fsm }

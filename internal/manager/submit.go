@@ -312,13 +312,7 @@ func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, 
 	case ledger.OutcomeNotFound:
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "the pending entry expired before admission finished; retry")
 	case ledger.OutcomeJobIDInUse:
-		// The derived job ID names a job that is still retained: the same
-		// (tenant, key, fingerprint) committed before and its entry expired.
-		// That job is the answer; no second one is created.
-		if resp, ok := m.retainedJobResponse(e.Tenant, e.JobID); ok {
-			return resp, nil
-		}
-		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: job %s in use but not found", e.JobID)
+		return m.resolveJobIDInUse(ctx, e, now, basisExpiry(basis, now, rejectedTTL))
 	default:
 		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: unexpected outcome %s: %v", res.Outcome, res.Err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,7 +253,7 @@ func TestLeaseRetriedAfterLeaderChange(t *testing.T) {
 // version that reads it: with one replica on version 1 (an older build, or
 // one membership has not reached), a lease with a key is a version-1 lease
 // (random lease IDs, no replay at a later leader); once it advertises 2, the
-// IDs are the key's.
+// IDs carry the key's prefix.
 func TestLeaseReplayWaitsForEveryReplica(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	l := tc.leader()
@@ -266,7 +267,7 @@ func TestLeaseReplayWaitsForEveryReplica(t *testing.T) {
 	}
 	req := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-1", Fingerprint: "f1"}
 	r, err := m.Lease(ctx, &req)
-	if err != nil || len(r.Leases) != 1 || r.Leases[0].LeaseID == replayLeaseID("acme", "lease-1\x00f1", 0) {
+	if err != nil || len(r.Leases) != 1 || strings.HasPrefix(r.Leases[0].LeaseID, replayLeasePrefix("acme", "lease-1\x00f1")) {
 		t.Fatalf("a keyed lease with a replica on version 1: %+v %v; want one job under a random lease", r, err)
 	}
 	m.peersMu.Lock()
@@ -281,7 +282,7 @@ func TestLeaseReplayWaitsForEveryReplica(t *testing.T) {
 	}
 	req.Request = "lease-2"
 	r, err = m.Lease(ctx, &req)
-	if err != nil || len(r.Leases) != 1 || r.Leases[0].LeaseID != replayLeaseID("acme", "lease-2\x00f1", 0) {
+	if err != nil || len(r.Leases) != 1 || !strings.HasPrefix(r.Leases[0].LeaseID, replayLeasePrefix("acme", "lease-2\x00f1")) {
 		t.Fatalf("a keyed lease, every replica on version 2: %+v %v; want the key's lease ID", r, err)
 	}
 }

@@ -9,6 +9,10 @@ const (
 	DefaultLeaseSeconds = 30
 	MaxLeaseSeconds     = 3600
 	MaxWaitSeconds      = 60
+	// MaxLeaseTypes bounds the types one lease request may name: the gate
+	// refuses more (400), and the ledger's Lease command holds at most this
+	// many.
+	MaxLeaseTypes = 16
 	// MaxJobErrorBytes bounds a failed attempt's error message.
 	MaxJobErrorBytes = 4096
 )
