@@ -140,7 +140,10 @@ func (m *Manager) HeartbeatJob(ctx context.Context, tenant, jobID, leaseID strin
 // CompleteJob ends the job's attempt under leaseID with its result:
 // SUCCEEDED. Applied once: the same call again answers the same job.
 // CodeLeaseLost when leaseID is not the job's current lease (the result is
-// not recorded), CodeNotFound without the job.
+// not recorded), CodeNotFound without the job, CodeBudgetExceeded when the
+// ledger's byte budget (IDEMPOTENCY_LEDGER_MAX_BYTES) or the tenant's share
+// cannot hold the result (nothing recorded; the job still runs under the
+// lease).
 func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string, result json.RawMessage) (ledger.Job, error) {
 	if err := m.checkLeader(); err != nil {
 		return ledger.Job{}, err
