@@ -151,6 +151,10 @@ func (g *Gate) workerError(r *http.Request, err error, jobID string) *workerAnsw
 			"this Idempotency-Key was used with a different worker request")
 	case errors.Is(err, rpc.ErrNotFound):
 		return workerProblem(http.StatusNotFound, api.CodeJobNotFound, fmt.Sprintf("no job %q", jobID))
+	case errors.Is(err, rpc.ErrBudgetExceeded):
+		return workerProblem(http.StatusInsufficientStorage, api.CodeBudgetExceeded,
+			"the ledger's byte budget cannot hold this result or error; nothing was recorded and the job is still running under the lease "+
+				"(fail it, or let the lease expire): "+rpcMessage(err))
 	case errors.Is(err, rpc.ErrInvalid):
 		return workerProblem(http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: "+rpcMessage(err))
 	case errors.Is(err, rpc.ErrInternal):
@@ -266,8 +270,9 @@ func jobCall(w http.ResponseWriter, r *http.Request, leaseID string) (string, bo
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: the job id in the path is empty or too long")
 		return "", false
 	}
-	if leaseID == "" {
-		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: field \"lease_id\" is required")
+	if leaseID == "" || len(leaseID) > api.MaxTypeLen {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
+			"invalid request: field \"lease_id\" is required, at most "+strconv.Itoa(api.MaxTypeLen)+" bytes")
 		return "", false
 	}
 	return id, true
@@ -290,7 +295,10 @@ func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action strin
 	if !ok {
 		return
 	}
-	if err := check(); err != nil {
+	if err := check(); errors.Is(err, errResultTooLarge) {
+		writeProblem(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, err.Error()+": "+tooLargeDetail(g.cfg.MaxBodyBytes))
+		return
+	} else if err != nil {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
 		return
 	}
@@ -320,18 +328,36 @@ func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		})
 }
 
-// handleComplete is POST /v1/jobs/{job_id}/complete.
+// handleComplete is POST /v1/jobs/{job_id}/complete. The result is
+// forwarded as encoding/json writes it (compact, with its escapes of <, >
+// and &, which may lengthen it): what the ledger stores and every answer
+// carries. Longer than GATE_MAX_BODY_BYTES so written, it is 413.
 func (g *Gate) handleComplete(w http.ResponseWriter, r *http.Request) {
 	var req api.CompleteRequest
-	g.serveJobCall(w, r, "complete", &req, func() string { return req.LeaseID }, func() error { return nil },
-		func(ctx context.Context, tenant, id string) (any, error) {
-			result := req.Result
-			if len(result) == 0 {
-				result = json.RawMessage("null")
+	result := json.RawMessage("null")
+	g.serveJobCall(w, r, "complete", &req, func() string { return req.LeaseID },
+		func() error {
+			if len(req.Result) == 0 {
+				return nil
 			}
+			b, err := json.Marshal(req.Result) // valid: the body decoded
+			switch {
+			case err != nil:
+				return fmt.Errorf("invalid request: field \"result\": %w", err)
+			case int64(len(b)) > g.cfg.MaxBodyBytes:
+				return errResultTooLarge
+			}
+			result = b
+			return nil
+		},
+		func(ctx context.Context, tenant, id string) (any, error) {
 			return g.client.Complete(ctx, &rpc.CompleteRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, Result: result})
 		})
 }
+
+// errResultTooLarge: a result longer than GATE_MAX_BODY_BYTES once written
+// as stored (serveJobCall answers it 413 body_too_large).
+var errResultTooLarge = errors.New("the result is larger than the body limit once encoded as stored")
 
 // handleFail is POST /v1/jobs/{job_id}/fail.
 func (g *Gate) handleFail(w http.ResponseWriter, r *http.Request) {

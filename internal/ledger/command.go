@@ -46,15 +46,23 @@ const (
 	ExpireVersion       uint8 = 2
 	ConfirmVersion      uint8 = 1
 
-	// LeaseVersion is the newest Lease: version 2 adds Replay. A Lease
-	// without Replay still encodes as version 1 (LeaseLegacyVersion), byte
-	// for byte what the build before it wrote.
-	LeaseVersion        uint8 = 2
-	LeaseLegacyVersion  uint8 = 1
-	HeartbeatVersion    uint8 = 1
-	CompleteVersion     uint8 = 1
-	FailVersion         uint8 = 1
-	ExpireLeasesVersion uint8 = 1
+	// LeaseVersion is the newest Lease: version 2 adds Replay, version 3
+	// MaxBytes. A Lease encodes as the oldest version that carries what it
+	// sets: without MaxBytes as version 2 (LeaseReplayVersion) with Replay,
+	// else as version 1 (LeaseLegacyVersion), byte for byte what the builds
+	// before them wrote.
+	LeaseVersion       uint8 = 3
+	LeaseReplayVersion uint8 = 2
+	LeaseLegacyVersion uint8 = 1
+	HeartbeatVersion   uint8 = 1
+	// CompleteVersion and FailVersion are the newest: version 2 adds the
+	// byte budgets (MaxBytes, MaxTenantBytes). Without them they encode as
+	// version 1 (CompleteLegacyVersion, FailLegacyVersion).
+	CompleteVersion       uint8 = 2
+	CompleteLegacyVersion uint8 = 1
+	FailVersion           uint8 = 2
+	FailLegacyVersion     uint8 = 1
+	ExpireLeasesVersion   uint8 = 1
 )
 
 func (t CommandType) String() string {

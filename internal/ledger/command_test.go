@@ -57,6 +57,17 @@ func sampleCommands() []Command {
 		// Lease version 2 (a replayable lease).
 		Lease{Tenant: "acme", Holder: "worker-1", Max: 2, LeaseIDs: []string{"lease-1", "lease-2"},
 			Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10, Replay: true},
+		// The byte budgets: Lease version 3 (with and without replay),
+		// Complete and Fail version 2.
+		Lease{Tenant: "acme", Holder: "worker-1", Max: 2, LeaseIDs: []string{"lease-1", "lease-2"},
+			Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10, Replay: true, MaxBytes: 8 << 20},
+		Lease{Tenant: "t", Holder: "h", Max: 1, LeaseIDs: []string{"l"}, Now: 1, Expiry: 2, MaxBytes: 1},
+		Complete{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Result: []byte(`{"ok":true}`), Now: t0 + 2*sec,
+			MaxBytes: 1 << 30, MaxTenantBytes: 1 << 28},
+		Complete{Tenant: "t", JobID: "j", LeaseID: "l", MaxTenantBytes: 1},
+		Fail{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Error: "timeout", Retry: true,
+			Now: t0 + 2*sec, RetryAt: t0 + 12*sec, MaxAttempts: 10, MaxBytes: 1 << 30, MaxTenantBytes: 1 << 28},
+		Fail{Tenant: "t", JobID: "j", LeaseID: "l", MaxBytes: 1},
 	}
 }
 
@@ -71,7 +82,7 @@ func TestLeaseWithoutReplayIsVersion1(t *testing.T) {
 	}
 	l.Replay = true
 	v2 := Encode(l)
-	if v2[1] != LeaseVersion || !bytes.Equal(v2[2:len(v2)-1], v1[2:]) || v2[len(v2)-1] != 1 {
+	if v2[1] != LeaseReplayVersion || !bytes.Equal(v2[2:len(v2)-1], v1[2:]) || v2[len(v2)-1] != 1 {
 		t.Fatalf("version 2 is not version 1 and the replay flag:\n%x\n%x", v1, v2)
 	}
 	// Version 2 with the flag false is not this command's one encoding.
@@ -79,7 +90,7 @@ func TestLeaseWithoutReplayIsVersion1(t *testing.T) {
 		t.Fatal("a version 2 without replay decoded")
 	}
 	// A version-2 body without its flag is refused, not read as version 1.
-	short := append([]byte{v1[0], LeaseVersion}, v1[2:]...)
+	short := append([]byte{v1[0], LeaseReplayVersion}, v1[2:]...)
 	if _, err := DecodeCommand(short); err == nil {
 		t.Fatal("a truncated version 2 decoded")
 	}
@@ -172,10 +183,10 @@ func TestDecodeErrors(t *testing.T) {
 		{"reject v9", []byte{byte(TypeReject), 9}, ErrUnsupportedVersion},
 		{"expire v3", []byte{byte(TypeExpire), 3}, ErrUnsupportedVersion},
 		{"commit v4", []byte{byte(TypeCommit), 4}, ErrUnsupportedVersion},
-		{"lease v3", []byte{byte(TypeLease), 3}, ErrUnsupportedVersion},
+		{"lease v4", []byte{byte(TypeLease), 4}, ErrUnsupportedVersion},
 		{"heartbeat v0", []byte{byte(TypeHeartbeat), 0}, ErrUnsupportedVersion},
-		{"complete v2", []byte{byte(TypeComplete), 2}, ErrUnsupportedVersion},
-		{"fail v2", []byte{byte(TypeFail), 2}, ErrUnsupportedVersion},
+		{"complete v3", []byte{byte(TypeComplete), 3}, ErrUnsupportedVersion},
+		{"fail v3", []byte{byte(TypeFail), 3}, ErrUnsupportedVersion},
 		{"expire_leases v2", []byte{byte(TypeExpireLeases), 2}, ErrUnsupportedVersion},
 		{"fail bad bool", badFailBool, ErrMalformed},
 	} {

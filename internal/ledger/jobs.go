@@ -106,6 +106,14 @@ const ErrorLeaseExpired = "lease expired"
 // lease LeaseIDs[i] (i-th job handed out), Holder and LeaseExpiresAt =
 // Expiry. OutcomeLeased, with Result.Lease.Jobs (possibly empty).
 //
+// With MaxBytes (version 3), the jobs handed out are bounded by their size
+// in the answer (ListJobBytes): in that order, the job that would bring the
+// sum over MaxBytes, and every one after it, stays where it is (QUEUED, or
+// RUNNING under its expired lease, for the next Lease), but the first job is
+// always handed out, however large. So the leader's answer fits the RPC
+// limit, and no job is leased (its attempt counted) that the answer could
+// not carry.
+//
 // With Replay (version 2), the lease IDs are derived from the worker's
 // request (its idempotency key), so its retry carries the same ones, through
 // any leader: when a RUNNING job of Tenant holds one of them under a lease
@@ -130,6 +138,9 @@ type Lease struct {
 	MaxAttempts uint64
 	// Replay: LeaseIDs held already answer the command (above).
 	Replay bool
+	// MaxBytes (0: no bound) bounds the jobs handed out by ListJobBytes
+	// (above).
+	MaxBytes uint64
 }
 
 // Heartbeat extends the current lease of a RUNNING job to Expiry:
@@ -149,6 +160,11 @@ type Heartbeat struct {
 // OutcomeCompleted. Applied once: a job already SUCCEEDED by the same lease
 // answers OutcomeUnchanged with the job. A lease that is not current:
 // OutcomeLeaseLost; no job: OutcomeNotFound. Invalid: an empty field.
+//
+// With the byte budgets (version 2), a result that would bring the tenant's
+// bytes over MaxTenantBytes (checked first) or the ledger's over MaxBytes
+// (0: no bound) is refused: OutcomeTenantBytesFull or OutcomeBytesFull, with
+// the job unchanged (still RUNNING under its lease).
 type Complete struct {
 	Tenant  string
 	JobID   string
@@ -156,6 +172,10 @@ type Complete struct {
 	// Result is opaque JSON bytes, stored as they are.
 	Result json.RawMessage
 	Now    int64
+	// MaxBytes and MaxTenantBytes are the byte budgets
+	// (IDEMPOTENCY_LEDGER_MAX_BYTES, IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES).
+	MaxBytes       uint64
+	MaxTenantBytes uint64
 }
 
 // Fail ends the attempt of the job's current lease with Error
@@ -164,7 +184,9 @@ type Complete struct {
 // RetryAt (the leader's backoff with jitter). A finished or queued job whose
 // last attempt this same lease failed answers OutcomeUnchanged. A lease that
 // is not current: OutcomeLeaseLost; no job: OutcomeNotFound. Invalid: an
-// empty tenant, job or lease ID; Retry with RetryAt before Now.
+// empty tenant, job or lease ID; Retry with RetryAt before Now. With the
+// byte budgets (version 2), an Error that would bring the bytes over one is
+// refused as Complete's result is (the job unchanged).
 type Fail struct {
 	Tenant      string
 	JobID       string
@@ -174,6 +196,9 @@ type Fail struct {
 	Now         int64
 	RetryAt     int64
 	MaxAttempts uint64
+	// MaxBytes and MaxTenantBytes are the byte budgets, as Complete's.
+	MaxBytes       uint64
+	MaxTenantBytes uint64
 }
 
 // ExpireLeases ends the leases expired at Now (LeaseExpiresAt <= Now),
@@ -196,35 +221,49 @@ func (Complete) CommandType() CommandType     { return TypeComplete }
 func (Fail) CommandType() CommandType         { return TypeFail }
 func (ExpireLeases) CommandType() CommandType { return TypeExpireLeases }
 func (c Lease) CommandVersion() uint8 {
-	if c.Replay {
+	switch {
+	case c.MaxBytes > 0:
 		return LeaseVersion
+	case c.Replay:
+		return LeaseReplayVersion
 	}
 	return LeaseLegacyVersion
 }
-func (Heartbeat) CommandVersion() uint8    { return HeartbeatVersion }
-func (Complete) CommandVersion() uint8     { return CompleteVersion }
-func (Fail) CommandVersion() uint8         { return FailVersion }
+func (Heartbeat) CommandVersion() uint8 { return HeartbeatVersion }
+func (c Complete) CommandVersion() uint8 {
+	if c.MaxBytes > 0 || c.MaxTenantBytes > 0 {
+		return CompleteVersion
+	}
+	return CompleteLegacyVersion
+}
+func (c Fail) CommandVersion() uint8 {
+	if c.MaxBytes > 0 || c.MaxTenantBytes > 0 {
+		return FailVersion
+	}
+	return FailLegacyVersion
+}
 func (ExpireLeases) CommandVersion() uint8 { return ExpireLeasesVersion }
 
 func (c Lease) sizeHint() int {
-	return len(c.Tenant) + len(c.Holder) + sizeStrings(c.Types) + sizeStrings(c.LeaseIDs) + 4*varintSize + 16
+	return len(c.Tenant) + len(c.Holder) + sizeStrings(c.Types) + sizeStrings(c.LeaseIDs) + 5*varintSize + 17
 }
 func (c Heartbeat) sizeHint() int {
 	return len(c.Tenant) + len(c.JobID) + len(c.LeaseID) + 3*varintSize + 16
 }
 func (c Complete) sizeHint() int {
-	return len(c.Tenant) + len(c.JobID) + len(c.LeaseID) + len(c.Result) + 4*varintSize + 8
+	return len(c.Tenant) + len(c.JobID) + len(c.LeaseID) + len(c.Result) + 6*varintSize + 8
 }
 func (c Fail) sizeHint() int {
-	return len(c.Tenant) + len(c.JobID) + len(c.LeaseID) + len(c.Error) + 5*varintSize + 17
+	return len(c.Tenant) + len(c.JobID) + len(c.LeaseID) + len(c.Error) + 7*varintSize + 17
 }
 func (ExpireLeases) sizeHint() int { return 2*varintSize + 16 }
 
-// Lease v2 body (v1 ends after max_attempts):
+// Lease v3 body (v1 ends after max_attempts, v2 after replay, which it
+// writes true):
 //
 //	tenant string, holder string, types strings, max uvarint,
 //	lease_ids strings, now int64, expiry int64, max_attempts uvarint,
-//	replay bool
+//	replay bool, max_bytes uvarint (not 0)
 func (c Lease) appendBody(b []byte) []byte {
 	b = appendString(b, c.Tenant)
 	b = appendString(b, c.Holder)
@@ -234,7 +273,11 @@ func (c Lease) appendBody(b []byte) []byte {
 	b = appendInt64(b, c.Now)
 	b = appendInt64(b, c.Expiry)
 	b = appendUvarint(b, c.MaxAttempts)
-	if c.Replay {
+	switch c.CommandVersion() {
+	case LeaseVersion:
+		b = appendBool(b, c.Replay)
+		b = appendUvarint(b, c.MaxBytes)
+	case LeaseReplayVersion:
 		b = appendBool(b, true)
 	}
 	return b
@@ -251,21 +294,28 @@ func (c Heartbeat) appendBody(b []byte) []byte {
 	return appendInt64(b, c.Expiry)
 }
 
-// Complete v1 body:
+// Complete v2 body (v1 ends after now):
 //
-//	tenant string, job_id string, lease_id string, result bytes, now int64
+//	tenant string, job_id string, lease_id string, result bytes, now int64,
+//	max_bytes uvarint, max_tenant_bytes uvarint (not both 0)
 func (c Complete) appendBody(b []byte) []byte {
 	b = appendString(b, c.Tenant)
 	b = appendString(b, c.JobID)
 	b = appendString(b, c.LeaseID)
 	b = appendBytes(b, c.Result)
-	return appendInt64(b, c.Now)
+	b = appendInt64(b, c.Now)
+	if c.CommandVersion() == CompleteVersion {
+		b = appendUvarint(b, c.MaxBytes)
+		b = appendUvarint(b, c.MaxTenantBytes)
+	}
+	return b
 }
 
-// Fail v1 body:
+// Fail v2 body (v1 ends after max_attempts):
 //
 //	tenant string, job_id string, lease_id string, error string, retry bool,
-//	now int64, retry_at int64, max_attempts uvarint
+//	now int64, retry_at int64, max_attempts uvarint,
+//	max_bytes uvarint, max_tenant_bytes uvarint (not both 0)
 func (c Fail) appendBody(b []byte) []byte {
 	b = appendString(b, c.Tenant)
 	b = appendString(b, c.JobID)
@@ -274,7 +324,12 @@ func (c Fail) appendBody(b []byte) []byte {
 	b = appendBool(b, c.Retry)
 	b = appendInt64(b, c.Now)
 	b = appendInt64(b, c.RetryAt)
-	return appendUvarint(b, c.MaxAttempts)
+	b = appendUvarint(b, c.MaxAttempts)
+	if c.CommandVersion() == FailVersion {
+		b = appendUvarint(b, c.MaxBytes)
+		b = appendUvarint(b, c.MaxTenantBytes)
+	}
+	return b
 }
 
 // ExpireLeases v1 body:
@@ -290,7 +345,12 @@ func (c ExpireLeases) appendBody(b []byte) []byte {
 // decodeLifecycle decodes the body of a lifecycle command; false for a
 // version this build does not read.
 func decodeLifecycle(d *decoder, t CommandType, v uint8) (Command, bool) {
-	if v != 1 && !(t == TypeLease && v == LeaseVersion) {
+	switch {
+	case v == 1:
+	case t == TypeLease && (v == LeaseReplayVersion || v == LeaseVersion):
+	case t == TypeComplete && v == CompleteVersion:
+	case t == TypeFail && v == FailVersion:
+	default:
 		return nil, false
 	}
 	switch t {
@@ -304,11 +364,17 @@ func decodeLifecycle(d *decoder, t CommandType, v uint8) (Command, bool) {
 		c.Now = d.int64()
 		c.Expiry = d.int64()
 		c.MaxAttempts = d.uvarint()
-		if v == LeaseVersion {
+		switch v {
+		case LeaseReplayVersion:
 			// Version 2 is written only with replay set: one encoding
 			// per command.
 			if c.Replay = d.bool(); !c.Replay {
 				d.fail("lease v2 without replay")
+			}
+		case LeaseVersion:
+			c.Replay = d.bool()
+			if c.MaxBytes = d.uvarint(); c.MaxBytes == 0 {
+				d.fail("lease v3 without max_bytes")
 			}
 		}
 		return c, true
@@ -327,6 +393,12 @@ func decodeLifecycle(d *decoder, t CommandType, v uint8) (Command, bool) {
 		c.LeaseID = d.string()
 		c.Result = d.bytes()
 		c.Now = d.int64()
+		if v == CompleteVersion {
+			c.MaxBytes, c.MaxTenantBytes = d.uvarint(), d.uvarint()
+			if c.MaxBytes == 0 && c.MaxTenantBytes == 0 {
+				d.fail("complete v2 without a budget")
+			}
+		}
 		return c, true
 	case TypeFail:
 		var c Fail
@@ -338,6 +410,12 @@ func decodeLifecycle(d *decoder, t CommandType, v uint8) (Command, bool) {
 		c.Now = d.int64()
 		c.RetryAt = d.int64()
 		c.MaxAttempts = d.uvarint()
+		if v == FailVersion {
+			c.MaxBytes, c.MaxTenantBytes = d.uvarint(), d.uvarint()
+			if c.MaxBytes == 0 && c.MaxTenantBytes == 0 {
+				d.fail("fail v2 without a budget")
+			}
+		}
 		return c, true
 	case TypeExpireLeases:
 		var c ExpireLeases
@@ -488,6 +566,26 @@ func jobSize(j *Job) uint64 {
 		n += uint64(len(j.Life.Result)) + uint64(len(j.Life.Error))
 	}
 	return n
+}
+
+// overBudget says whether old, holding a result and an error of these
+// lengths instead of its own, would bring its tenant's bytes over
+// maxTenant (OutcomeTenantBytesFull, checked first: the tenant's own
+// refusal) or the ledger's over maxBytes (OutcomeBytesFull); 0 is no bound.
+// A change that does not grow the job is never refused.
+func (s *state) overBudget(old *Job, result, errLen int, maxBytes, maxTenant uint64) (Outcome, bool) {
+	was, will := jobSize(old), jobBytes(len(old.Payload))+uint64(result)+uint64(errLen)
+	if will <= was {
+		return 0, false
+	}
+	grow := will - was
+	switch {
+	case maxTenant > 0 && s.tenantBytes[old.Tenant]+grow > maxTenant:
+		return OutcomeTenantBytesFull, true
+	case maxBytes > 0 && s.bytes+grow > maxBytes:
+		return OutcomeBytesFull, true
+	}
+	return 0, false
 }
 
 // retained: the job is in the retention order (jobExp).
@@ -670,6 +768,19 @@ func (s *state) applyLease(c Lease) Result {
 	res := Result{Outcome: OutcomeLeased, Lease: lr}
 	want := int(c.Max)
 	typeOK := func(t string) bool { return len(c.Types) == 0 || slices.Contains(c.Types, t) }
+	// fits: j may be handed out within MaxBytes (the first job always is);
+	// once one does not fit, no later one is handed out (the order is kept).
+	var size uint64
+	full := false
+	fits := func(j *Job) bool {
+		n := uint64(ListJobBytes(j))
+		if full || (c.MaxBytes > 0 && len(lr.Jobs) > 0 && size+n > c.MaxBytes) {
+			full = true
+			return false
+		}
+		size += n
+		return true
+	}
 
 	// Reclaim: the tenant's expired leases, earliest first (collected, then
 	// changed: an order is not changed while it is walked).
@@ -690,7 +801,7 @@ func (s *state) applyLease(c Lease) Result {
 		case c.MaxAttempts > 0 && old.Life.Attempts >= c.MaxAttempts:
 			s.endExpiredLease(old, c.Now, c.Now, c.MaxAttempts)
 			lr.Dead++
-		case len(lr.Jobs) < want && typeOK(old.Type):
+		case len(lr.Jobs) < want && typeOK(old.Type) && fits(old):
 			lr.Jobs = append(lr.Jobs, s.leaseTo(old, &c, c.LeaseIDs[len(lr.Jobs)], true))
 			lr.Reclaimed++
 		}
@@ -698,7 +809,7 @@ func (s *state) applyLease(c Lease) Result {
 
 	// The queue: QUEUED jobs with RunAt <= Now, by (RunAt, Seq).
 	need := want - len(lr.Jobs)
-	if need == 0 {
+	if need == 0 || full {
 		return res
 	}
 	var due []*Job
@@ -728,6 +839,9 @@ func (s *state) applyLease(c Lease) Result {
 		due = due[:min(len(due), need)]
 	}
 	for _, old := range due {
+		if !fits(old) {
+			break
+		}
 		lr.Jobs = append(lr.Jobs, s.leaseTo(old, &c, c.LeaseIDs[len(lr.Jobs)], false))
 	}
 	return res
@@ -787,6 +901,9 @@ func (s *state) applyComplete(c Complete) Result {
 	if !currentLease(old, c.LeaseID, c.Now) {
 		return Result{Outcome: OutcomeLeaseLost, Job: *old}
 	}
+	if o, over := s.overBudget(old, len(c.Result), 0, c.MaxBytes, c.MaxTenantBytes); over {
+		return Result{Outcome: o, Job: *old}
+	}
 	j := s.update(old, func(j *Job, l *JobLife) {
 		l.Result, l.Error = clip(c.Result), ""
 		finish(j, l, JobSucceeded, c.Now)
@@ -812,6 +929,9 @@ func (s *state) applyFail(c Fail) Result {
 	}
 	if !currentLease(old, c.LeaseID, c.Now) {
 		return Result{Outcome: OutcomeLeaseLost, Job: *old}
+	}
+	if o, over := s.overBudget(old, len(old.Life.Result), len(c.Error), c.MaxBytes, c.MaxTenantBytes); over {
+		return Result{Outcome: o, Job: *old}
 	}
 	j := s.update(old, func(j *Job, l *JobLife) {
 		l.Error = c.Error

@@ -529,15 +529,21 @@ type ListOptions struct {
 }
 
 // ListJobOverhead is what ListJobBytes adds to a job's payload: a bound on the
-// rest of a job's JSON (IDs, key, type, times, datacenters) in a list answer.
+// rest of a job's JSON (IDs, key, type, times, datacenters, lease) in a list
+// or lease answer.
 const ListJobOverhead = 1024
 
-// ListJobBytes estimates the size of a job in a list answer, for
-// ListOptions.MaxBytes: its payload, key, type and ListJobOverhead.
+// ListJobBytes bounds the size of a job in a list or lease answer, for
+// ListOptions.MaxBytes and Lease.MaxBytes: its payload and result (JSON,
+// written as stored), its error (a JSON string: 6 bytes a byte at worst,
+// \u00XX), key and type (also strings), datacenters and ListJobOverhead.
 func ListJobBytes(j *Job) int {
-	n := ListJobOverhead + len(j.Payload) + len(j.Key) + len(j.Type)
+	n := ListJobOverhead + len(j.Payload) + 6*(len(j.Key)+len(j.Type))
 	for _, dc := range j.Datacenters {
-		n += len(dc) + 4
+		n += 6*len(dc) + 4
+	}
+	if j.Life != nil {
+		n += len(j.Life.Result) + 6*len(j.Life.Error)
 	}
 	return n
 }

@@ -119,7 +119,7 @@ func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.Leas
 	}
 	res, err := m.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Holder, Types: req.Types, Max: uint64(req.Max),
 		LeaseIDs: ids, Now: now.UnixNano(), Expiry: now.Add(d).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts),
-		Replay: req.Replay != ""})
+		Replay: req.Replay != "", MaxBytes: m.leaseMaxBytes()})
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,10 @@ func (m *Manager) HeartbeatJob(ctx context.Context, tenant, jobID, leaseID strin
 // CompleteJob ends the job's attempt under leaseID with its result:
 // SUCCEEDED. Applied once: the same call again answers the same job.
 // CodeLeaseLost when leaseID is not the job's current lease (the result is
-// not recorded), CodeNotFound without the job.
+// not recorded), CodeNotFound without the job, CodeBudgetExceeded when the
+// ledger's byte budget (IDEMPOTENCY_LEDGER_MAX_BYTES) or the tenant's share
+// cannot hold the result (nothing recorded; the job still runs under the
+// lease).
 func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string, result json.RawMessage) (ledger.Job, error) {
 	if err := m.checkLeader(); err != nil {
 		return ledger.Job{}, err
@@ -160,12 +163,39 @@ func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string
 	if err := jobCallValid(tenant, jobID, leaseID); err != nil {
 		return ledger.Job{}, err
 	}
-	if len(result) > 0 && !json.Valid(result) {
-		return ledger.Job{}, rpc.Errorf(rpc.CodeInvalid, "complete: the result is not JSON")
+	if len(result) > 0 {
+		// Stored as every answer writes it (compact, with encoding/json's
+		// escapes), so what the ledger charges is what a read carries.
+		b, err := json.Marshal(json.RawMessage(result))
+		if err != nil {
+			return ledger.Job{}, rpc.Errorf(rpc.CodeInvalid, "complete: the result is not JSON")
+		}
+		result = b
 	}
+	maxBytes, maxTenant := m.jobByteBudgets()
 	res, err := m.apply(ctx, ledger.Complete{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Result: result,
-		Now: m.ledgerNow().UnixNano()})
+		Now: m.ledgerNow().UnixNano(), MaxBytes: maxBytes, MaxTenantBytes: maxTenant})
 	return jobAnswer(res, err, ledger.OutcomeCompleted)
+}
+
+// leaseMaxBytes is the bound a Lease puts on the bytes of the jobs it hands
+// out (rpc.LeaseAnswerBytes), once every replica reads Lease v3; 0 (none)
+// before.
+func (m *Manager) leaseMaxBytes() uint64 {
+	if m.groupVersion() < protocolByteBudgets {
+		return 0
+	}
+	return rpc.LeaseAnswerBytes
+}
+
+// jobByteBudgets are the budgets a Complete or Fail stamps
+// (IDEMPOTENCY_LEDGER_MAX_BYTES and _TENANT_MAX_BYTES), once every replica
+// reads their version 2; none before.
+func (m *Manager) jobByteBudgets() (maxBytes, maxTenant uint64) {
+	if m.groupVersion() < protocolByteBudgets {
+		return 0, 0
+	}
+	return uint64(m.cfg.LedgerMaxBytes), uint64(m.cfg.LedgerTenantMaxBytes)
 }
 
 // FailJob ends the job's attempt under leaseID with an error: with retry the
@@ -187,9 +217,10 @@ func (m *Manager) FailJob(ctx context.Context, tenant, jobID, leaseID, errMsg st
 		attempts = max(j.Life.Attempts, 1)
 	}
 	now := m.ledgerNow()
+	maxBytes, maxTenant := m.jobByteBudgets()
 	res, err := m.apply(ctx, ledger.Fail{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Error: errMsg, Retry: retry,
 		Now: now.UnixNano(), RetryAt: now.Add(m.backoff(attempts, rand.Float64())).UnixNano(),
-		MaxAttempts: uint64(m.cfg.JobMaxAttempts)})
+		MaxAttempts: uint64(m.cfg.JobMaxAttempts), MaxBytes: maxBytes, MaxTenantBytes: maxTenant})
 	return jobAnswer(res, err, ledger.OutcomeFailed)
 }
 
@@ -213,6 +244,12 @@ func jobAnswer(res ledger.Result, err error, done ledger.Outcome) (ledger.Job, e
 		return res.Job, rpc.Errorf(rpc.CodeLeaseLost, "job %s: lease is not the job's current one (job %s)", res.Job.ID, res.Job.Status)
 	case ledger.OutcomeNotFound:
 		return ledger.Job{}, rpc.Errorf(rpc.CodeNotFound, "job not found")
+	case ledger.OutcomeTenantBytesFull:
+		return res.Job, rpc.Errorf(rpc.CodeBudgetExceeded, "job %s: the tenant's share of the ledger (IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES) "+
+			"cannot hold its result or error; nothing was recorded and the job is still running under the lease", res.Job.ID)
+	case ledger.OutcomeBytesFull:
+		return res.Job, rpc.Errorf(rpc.CodeBudgetExceeded, "job %s: the ledger (IDEMPOTENCY_LEDGER_MAX_BYTES) "+
+			"cannot hold its result or error; nothing was recorded and the job is still running under the lease", res.Job.ID)
 	}
 	return ledger.Job{}, rpc.Errorf(rpc.CodeInternal, "unexpected outcome %s", res.Outcome)
 }

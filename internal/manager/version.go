@@ -12,10 +12,16 @@ package manager
 //     batch types, Confirm, and the job lifecycle's commands at version 1.
 //  2. Lease v2 (ledger.Lease.Replay): a lease retried with its idempotency
 //     key after a change of leader is given the first attempt's jobs.
-const ProtocolVersion = protocolLeaseReplay
+//  3. Lease v3 (ledger.Lease.MaxBytes): a lease's answer bounded by its
+//     jobs' bytes; Complete v2 and Fail v2: results and errors within the
+//     byte budgets.
+const ProtocolVersion = protocolByteBudgets
 
 // The versions that added what a leader waits for.
-const protocolLeaseReplay = 2
+const (
+	protocolLeaseReplay = 2
+	protocolByteBudgets = 3
+)
 
 // protocolBeforeGating is what a manager that advertises nothing known is
 // taken to read: every build before gating advertised 1.

@@ -71,6 +71,11 @@ const (
 	// CodeRequestReused: a lease named an idempotency key the leader keeps
 	// the answer of another request for; nothing was leased.
 	CodeRequestReused Code = "request_reused"
+	// CodeBudgetExceeded: a completion's result (or a failure's error) would
+	// bring the ledger's bytes, or its tenant's share, over its budget
+	// (IDEMPOTENCY_LEDGER_MAX_BYTES, IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES);
+	// nothing was recorded and the job is still running under its lease.
+	CodeBudgetExceeded Code = "budget_exceeded"
 )
 
 // Error is an RPC error. It is the JSON body of every non-200 answer.
@@ -112,6 +117,7 @@ var (
 	ErrTooLarge       = &Error{Code: CodeTooLarge, Message: "answer too large"}
 	ErrLeaseLost      = &Error{Code: CodeLeaseLost, Message: "lease lost"}
 	ErrRequestReused  = &Error{Code: CodeRequestReused, Message: "idempotency key used with another request"}
+	ErrBudgetExceeded = &Error{Code: CodeBudgetExceeded, Message: "the ledger's byte budget cannot hold it"}
 )
 
 // Errorf builds an *Error with a code and a formatted message.
@@ -138,6 +144,8 @@ func httpStatus(c Code) int {
 		return http.StatusConflict
 	case CodeRequestReused:
 		return http.StatusUnprocessableEntity
+	case CodeBudgetExceeded:
+		return http.StatusInsufficientStorage
 	default:
 		return http.StatusInternalServerError
 	}
@@ -227,12 +235,26 @@ type ListJobsRequest struct {
 
 // MaxResponseBytes bounds an RPC answer the client reads; a longer one is
 // refused with CodeTooLarge, never decoded cut. ListPageBytes is the byte
-// budget of a list page (by ledger.ListJobBytes), well under it, so a page
-// always fits; a single job over MaxJobBytes cannot be listed (CodeTooLarge).
+// budget of a list page and LeaseAnswerBytes that of a lease's answer (by
+// ledger.ListJobBytes: payload, result, error and the rest of the job),
+// well under it, so a page or a lease always fits: either holds at least
+// one job, and a job holds at most MaxBodyBytes of payload and as much of
+// result, under MaxJobBytes. A single job over MaxJobBytes (none the gates
+// admit) cannot be listed (CodeTooLarge).
 const (
 	MaxResponseBytes = 32 << 20
 	ListPageBytes    = 4 << 20
-	MaxJobBytes      = MaxResponseBytes / 2
+	LeaseAnswerBytes = 8 << 20
+	MaxJobBytes      = MaxResponseBytes - 1<<20
+)
+
+// MaxBodyBytes is the largest request body a gate accepts (the bound of
+// GATE_MAX_BODY_BYTES): a job's payload, or a completion's result, is at
+// most this long. MaxWorkerRequestBytes bounds a worker call's body at the
+// manager: such a body and the call's own members.
+const (
+	MaxBodyBytes          = 8 << 20
+	MaxWorkerRequestBytes = MaxBodyBytes + 64<<10
 )
 
 // ListJobsResponse is a page of jobs; Next is empty on the last page. A page

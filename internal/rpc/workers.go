@@ -84,10 +84,6 @@ type Workers interface {
 	Fail(ctx context.Context, req *FailRequest) (*api.Job, error)
 }
 
-// maxWorkerRequestBytes bounds a worker call's body: a result is at most the
-// size of a job's payload.
-const maxWorkerRequestBytes = 8 << 20
-
 // MountWorkers serves w's routes on mux.
 func MountWorkers(mux *http.ServeMux, w Workers, log *slog.Logger) {
 	h := &handler{log: log}
@@ -120,9 +116,9 @@ func mountJobAction[Req, Resp any](mux *http.ServeMux, h *handler, action string
 // decodeBody reads r's JSON body into v, answering CodeInvalid when it
 // cannot; it says whether to go on.
 func decodeBody(h *handler, rw http.ResponseWriter, r *http.Request, v any) bool {
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxWorkerRequestBytes+1))
-	if err == nil && len(b) > maxWorkerRequestBytes {
-		err = Errorf(CodeInvalid, "body over %d bytes", maxWorkerRequestBytes)
+	b, err := io.ReadAll(io.LimitReader(r.Body, MaxWorkerRequestBytes+1))
+	if err == nil && len(b) > MaxWorkerRequestBytes {
+		err = Errorf(CodeInvalid, "body over %d bytes", MaxWorkerRequestBytes)
 	}
 	if err == nil {
 		err = json.Unmarshal(b, v)

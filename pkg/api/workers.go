@@ -22,6 +22,12 @@ const (
 // finished); nothing changed, and the worker must stop working on the job.
 const CodeLeaseLost Code = "lease_lost"
 
+// CodeBudgetExceeded (507): a completion's result, or a failure's error,
+// would bring the datacenter's ledger, or the tenant's share of it, over
+// its byte budget. Nothing was recorded: the job is still running under
+// the lease, which the worker may fail instead (or let expire).
+const CodeBudgetExceeded Code = "budget_exceeded"
+
 // LeaseRequest is the body of POST /v1/leases. Every member is optional.
 type LeaseRequest struct {
 	// Types limits the jobs handed out to these types; empty: every type.

@@ -66,4 +66,8 @@ var (
 	// ErrLeaseLost: a worker call named a lease that is no longer the job's
 	// current one; stop working on the job (Run does).
 	ErrLeaseLost = &sentinel{api.CodeLeaseLost}
+	// ErrBudgetExceeded: the ledger's byte budget (or the tenant's share)
+	// cannot hold a completion's result or a failure's error; nothing was
+	// recorded and the job is still the caller's (Run fails the attempt).
+	ErrBudgetExceeded = &sentinel{api.CodeBudgetExceeded}
 )

@@ -120,7 +120,9 @@ var ErrPermanent = errors.New("permanent failure")
 
 // Handler runs one job. ctx ends when the lease is lost (another worker may
 // run the job now: stop) or Run is stopping. A nil error completes the job
-// with result; an error fails the attempt.
+// with result; an error fails the attempt. A result the ledger's byte
+// budget cannot hold (ErrBudgetExceeded) fails the attempt too, with a
+// retry.
 type Handler func(ctx context.Context, job api.Job, attempt int) (result any, err error)
 
 // WorkerOptions configure Run.
@@ -263,6 +265,13 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 	var err error
 	if herr == nil {
 		_, err = c.Complete(rctx, l.Job.JobID, l.LeaseID, result)
+		if errors.Is(err, ErrBudgetExceeded) {
+			// The result cannot be stored: say so on the job, and let it
+			// run again after the backoff (the budget may have room by
+			// then), rather than leave it to its lease's expiry.
+			log.Warn("the ledger cannot hold the job's result: failing the attempt", "err", err)
+			_, err = c.Fail(rctx, l.Job.JobID, l.LeaseID, "result not recorded: "+err.Error(), true)
+		}
 	} else {
 		_, err = c.Fail(rctx, l.Job.JobID, l.LeaseID, herr.Error(), !errors.Is(herr, ErrPermanent))
 	}

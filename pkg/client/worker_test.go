@@ -29,11 +29,13 @@ type fakeQueue struct {
 	maxJobs   int               // the largest max_jobs asked
 	running   int
 	keys      map[string]bool // Idempotency-Keys seen
+	budget    int             // results longer are refused with budget_exceeded (0: none)
+	errs      map[string]string
 }
 
 func newFakeQueue(jobs ...string) *fakeQueue {
 	return &fakeQueue{queued: jobs, leases: map[string]string{}, completed: map[string]string{},
-		failed: map[string]bool{}, lose: map[string]bool{}, keys: map[string]bool{}}
+		failed: map[string]bool{}, lose: map[string]bool{}, keys: map[string]bool{}, errs: map[string]string{}}
 }
 
 func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -70,6 +72,7 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		LeaseID string          `json:"lease_id"`
 		Result  json.RawMessage `json:"result"`
 		Retry   *bool           `json:"retry"`
+		Error   string          `json:"error"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&body)
 	if q.leases[id] != body.LeaseID || (action == "heartbeat" && q.lose[id]) {
@@ -80,11 +83,16 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "heartbeat":
 		reply(api.HeartbeatResponse{LeaseID: body.LeaseID, ExpiresAt: api.FormatTime(time.Now().Add(time.Minute))})
 	case "complete":
+		if q.budget > 0 && len(body.Result) > q.budget {
+			writeProblem(w, http.StatusInsufficientStorage, api.CodeBudgetExceeded, "over budget")
+			return
+		}
 		q.completed[id] = string(body.Result)
 		delete(q.leases, id)
 		reply(api.Job{JobID: id, State: api.JobStatusSucceeded})
 	case "fail":
 		q.failed[id] = body.Retry != nil && *body.Retry
+		q.errs[id] = body.Error
 		delete(q.leases, id)
 		reply(api.Job{JobID: id})
 	}
@@ -173,5 +181,43 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A result the ledger's budget refuses (507 budget_exceeded) is not
+// dropped silently: Run fails the attempt with a retry and says why.
+func TestRunFailsAResultOverBudget(t *testing.T) {
+	q := newFakeQueue("small", "big")
+	q.budget = 100
+	srv := httptest.NewServer(q)
+	defer srv.Close()
+	c, err := New([]string{srv.URL}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, WorkerOptions{Concurrency: 2, LeaseFor: time.Minute, Wait: time.Second},
+			func(ctx context.Context, job api.Job, attempt int) (any, error) {
+				if job.JobID == "big" {
+					return strings.Repeat("r", 200), nil
+				}
+				return "ok", nil
+			})
+	}()
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.completed) == 1 && len(q.failed) == 1
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.failed["big"] || !strings.Contains(q.errs["big"], string(api.CodeBudgetExceeded)) || q.completed["small"] != `"ok"` {
+		t.Fatalf("completed %v, failed %v with %q", q.completed, q.failed, q.errs["big"])
 	}
 }

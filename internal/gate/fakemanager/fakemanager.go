@@ -52,6 +52,9 @@ type Options struct {
 	// Workers queues committed jobs for workers (rpc.Workers, workers.go);
 	// without it jobs stay outside the lifecycle and reads show no state.
 	Workers bool
+	// MaxResultBytes, when positive, refuses a longer result or error with
+	// rpc.CodeBudgetExceeded, as the ledger's byte budgets do.
+	MaxResultBytes int
 }
 
 // resultTTL is the lifetime of an outcome: the request's ResultTTL when

@@ -159,8 +159,19 @@ func (m *Manager) Complete(_ context.Context, req *rpc.CompleteRequest) (*api.Jo
 	if err != nil {
 		return nil, err
 	}
+	if err := m.budget(len(req.Result)); err != nil {
+		return nil, err
+	}
 	rec.life.state, rec.life.result = api.JobStatusSucceeded, req.Result
 	return m.render(rec), nil
+}
+
+// budget refuses a result or error over Options.MaxResultBytes.
+func (m *Manager) budget(n int) error {
+	if m.opts.MaxResultBytes > 0 && n > m.opts.MaxResultBytes {
+		return rpc.Errorf(rpc.CodeBudgetExceeded, "%d bytes over the fake's budget of %d", n, m.opts.MaxResultBytes)
+	}
+	return nil
 }
 
 // Fail implements rpc.Workers: queued again at once (the fake has no

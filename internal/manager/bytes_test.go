@@ -1,0 +1,192 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// Byte bounds of the worker calls, through the RPC layer as a gate calls
+// the leader: lease answers within the RPC limit, results within the
+// ledger's budgets, list pages bounded by results.
+
+// servedCluster is a one-manager cluster serving its RPC listener, and a
+// client of it.
+func servedCluster(t *testing.T, tweak func(*Config)) (*testCluster, *rpc.Client) {
+	t.Helper()
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.RPCAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+		c.RPCAdvertise = c.RPCAddr
+		if tweak != nil {
+			tweak(c)
+		}
+	})
+	queueOn(tc)
+	serveRPC(t, tc)
+	c := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{tc.cfgs[0].RPCAdvertise}})
+	t.Cleanup(c.Close)
+	return tc, c
+}
+
+func longCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// submitSized submits n jobs of tenant "acme" whose payloads are a JSON
+// string of size bytes, and returns their IDs.
+func submitSized(t *testing.T, ctx context.Context, tc *testCluster, n, size int) map[string]bool {
+	t.Helper()
+	payload := `"` + strings.Repeat("p", size-2) + `"`
+	ids := map[string]bool{}
+	for i := range n {
+		key := fmt.Sprintf("job-%d", i)
+		r, err := tc.submitToLeader(ctx, "acme", key, "fp-"+key, "blob", payload, 1000)
+		if err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("submit %s: %+v %v", key, r, err)
+		}
+		ids[r.JobID] = true
+	}
+	return ids
+}
+
+// TestLeaseAnswerFitsRPC: 40 jobs of 900 kB (36 MB, over the RPC answer's
+// 32 MiB) asked for in leases of up to 100 jobs are handed out a few at a
+// time, each answer within rpc.LeaseAnswerBytes, and every job is leased
+// once and completed at its first attempt.
+func TestLeaseAnswerFitsRPC(t *testing.T) {
+	tc, c := servedCluster(t, nil)
+	ctx := longCtx(t)
+	const size = 900_000
+	ids := submitSized(t, ctx, tc, 40, size)
+	done := map[string]bool{}
+	for round := 0; len(done) < len(ids); round++ {
+		if round == len(ids) {
+			t.Fatalf("%d rounds, %d of %d jobs completed", round, len(done), len(ids))
+		}
+		r, err := c.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 100, LeaseFor: time.Minute,
+			Request: fmt.Sprintf("lease-%d", round), Fingerprint: "f"})
+		if err != nil {
+			t.Fatalf("lease %d: %v", round, err)
+		}
+		if n := len(r.Leases); n == 0 || n*size > rpc.LeaseAnswerBytes {
+			t.Fatalf("lease %d handed out %d jobs of %d bytes (answer bound %d)", round, n, size, rpc.LeaseAnswerBytes)
+		}
+		for _, l := range r.Leases {
+			if !ids[l.Job.JobID] || done[l.Job.JobID] || l.Attempt != 1 || len(l.Job.Payload) != size {
+				t.Fatalf("lease %d: job %s attempt %d (payload %d bytes), done before %v", round, l.Job.JobID, l.Attempt, len(l.Job.Payload), done[l.Job.JobID])
+			}
+			if _, err := c.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: []byte(`true`)}); err != nil {
+				t.Fatalf("complete %s: %v", l.Job.JobID, err)
+			}
+			done[l.Job.JobID] = true
+		}
+	}
+	for id := range ids {
+		j, err := c.GetJob(ctx, "acme", id)
+		if err != nil || j.State != api.JobStatusSucceeded || j.Attempts != 1 {
+			t.Fatalf("job %s: %+v %v", id, j, err)
+		}
+	}
+}
+
+// TestListPagesCountResults: jobs with small payloads and 1 MB results
+// (40 MB in all, over the RPC answer's 32 MiB) are listed a few to a page,
+// every page answered, each ending with the cursor of the next.
+func TestListPagesCountResults(t *testing.T) {
+	tc, c := servedCluster(t, nil)
+	ctx := longCtx(t)
+	ids := submitSized(t, ctx, tc, 40, 10)
+	result := []byte(`"` + strings.Repeat("r", 1_000_000) + `"`)
+	r, err := c.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 40, LeaseFor: time.Minute})
+	if err != nil || len(r.Leases) != 40 {
+		t.Fatalf("lease: %d jobs, %v", len(r.Leases), err)
+	}
+	for _, l := range r.Leases {
+		if _, err := c.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: result}); err != nil {
+			t.Fatalf("complete %s: %v", l.Job.JobID, err)
+		}
+	}
+	listed := map[string]bool{}
+	req := &rpc.ListJobsRequest{Tenant: "acme", Status: api.JobStatusSucceeded, Limit: api.MaxListLimit}
+	for pages := 1; ; pages++ {
+		page, err := c.ListJobs(ctx, req)
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		if len(page.Jobs) == 0 || len(page.Jobs)*len(result) > rpc.ListPageBytes {
+			t.Fatalf("page %d holds %d jobs of %d-byte results", pages, len(page.Jobs), len(result))
+		}
+		for _, j := range page.Jobs {
+			if listed[j.JobID] || len(j.Result) != len(result) {
+				t.Fatalf("job %s listed twice, or its result cut (%d bytes)", j.JobID, len(j.Result))
+			}
+			listed[j.JobID] = true
+		}
+		if page.Next == "" {
+			break
+		}
+		req.After = page.Next
+	}
+	if len(listed) != len(ids) {
+		t.Fatalf("listed %d of %d jobs", len(listed), len(ids))
+	}
+}
+
+// TestCompleteOverBudget: a result the tenant's share cannot hold is
+// refused with budget_exceeded across the wire, the job still running
+// under its lease; the worker can still fail it, and a result that fits
+// completes it.
+func TestCompleteOverBudget(t *testing.T) {
+	tc, c := servedCluster(t, func(c *Config) { c.LedgerTenantMaxBytes = 1 << 20 })
+	ctx := longCtx(t)
+	submitSized(t, ctx, tc, 2, 10)
+	r, err := c.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, LeaseFor: time.Minute})
+	if err != nil || len(r.Leases) != 2 {
+		t.Fatalf("lease: %+v %v", r, err)
+	}
+	a, b := r.Leases[0], r.Leases[1]
+	big := []byte(`"` + strings.Repeat("r", 1<<20) + `"`)
+	_, err = c.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: a.Job.JobID, LeaseID: a.LeaseID, Result: big})
+	if !errors.Is(err, rpc.ErrBudgetExceeded) {
+		t.Fatalf("a result over the tenant's share: %v, want %v", err, rpc.ErrBudgetExceeded)
+	}
+	if j, err := c.GetJob(ctx, "acme", a.Job.JobID); err != nil || j.State != api.JobStatusRunning || j.Result != nil {
+		t.Fatalf("the refused job: %+v %v", j, err)
+	}
+	if j, err := c.Fail(ctx, &rpc.FailRequest{Tenant: "acme", JobID: a.Job.JobID, LeaseID: a.LeaseID, Error: "result too large"}); err != nil || j.State != api.JobStatusFailed {
+		t.Fatalf("failing the refused job: %+v %v", j, err)
+	}
+	// big[:1000] is not JSON: refused as invalid, before any budget.
+	if _, err := c.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: b.Job.JobID, LeaseID: b.LeaseID, Result: big[:1000]}); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("a result that is not JSON: %v", err)
+	}
+	if j, err := c.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: b.Job.JobID, LeaseID: b.LeaseID, Result: []byte(`{"ok":true}`)}); err != nil || j.State != api.JobStatusSucceeded {
+		t.Fatalf("a result that fits: %+v %v", j, err)
+	}
+}
+
+// The budgets are stamped only once every replica reads them: with one on
+// protocol version 2, Lease, Complete and Fail are proposed as before.
+func TestByteBudgetsWaitForEveryReplica(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	m := tc.mgrs[0]
+	if got := m.leaseMaxBytes(); got != rpc.LeaseAnswerBytes {
+		t.Fatalf("lease max bytes %d, want %d", got, rpc.LeaseAnswerBytes)
+	}
+	if mb, mt := m.jobByteBudgets(); mb != uint64(m.cfg.LedgerMaxBytes) || mt != uint64(m.cfg.LedgerTenantMaxBytes) {
+		t.Fatalf("budgets %d %d", mb, mt)
+	}
+	m.SetPeerVersion(tc.cfgs[0].NodeID, protocolLeaseReplay)
+	if mb, mt := m.jobByteBudgets(); m.leaseMaxBytes() != 0 || mb != 0 || mt != 0 {
+		t.Fatalf("a replica on version 2: lease max bytes %d, budgets %d %d", m.leaseMaxBytes(), mb, mt)
+	}
+}
