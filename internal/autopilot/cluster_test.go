@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/once-dev/once/internal/testutil"
 	"io"
 	"log/slog"
 	"slices"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/once-dev/once/internal/testutil"
 
 	"github.com/hashicorp/raft"
 
@@ -91,7 +92,7 @@ type node struct {
 }
 
 func newNode(t testing.TB, id string, expect int, grace time.Duration) *node {
-	n := &node{t: t, id: id, log: logging.TestLogger(t).With(logging.KeyNode, id), expect: expect, grace: grace,
+	n := &node{t: t, id: id, log: testutil.Logger(t).With(logging.KeyNode, id), expect: expect, grace: grace,
 		store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore(), gossipPort: testutil.FreePort(t)}
 	t.Cleanup(n.kill)
 	return n

@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/raft"
 	raftautopilot "github.com/hashicorp/raft-autopilot"
 
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // fakeRaft is a leader whose configuration changes apply at once; it records
@@ -177,7 +177,7 @@ func TestJoinRules(t *testing.T) {
 	alive := membership.StateAlive
 	r := &fakeRaft{servers: []raft.Server{voter("a", "addr-a"), voter("b", "addr-b"), voter("c", "addr-c")}}
 	p := &fakePool{local: mgr("a", alive, 3, 0, true), joined: make(chan struct{})}
-	ap := New(Config{DC: "dc1", NodeID: "a", DeadServerGrace: time.Hour, Logger: logging.TestLogger(t)}, r, p)
+	ap := New(Config{DC: "dc1", NodeID: "a", DeadServerGrace: time.Hour, Logger: testutil.Logger(t)}, r, p)
 	check := func(step string, want ...string) {
 		t.Helper()
 		ap.addServers()
@@ -226,7 +226,7 @@ func TestRemovalRules(t *testing.T) {
 	r := &fakeRaft{servers: []raft.Server{voter("a", "addr-a"), voter("b", "addr-b"), voter("c", "addr-c"),
 		voter("d", "addr-d"), voter("e", "addr-e")}}
 	p := &fakePool{local: mgr("a", alive, 3, 0, true), joined: make(chan struct{})}
-	ap := New(Config{DC: "dc1", NodeID: "a", DeadServerGrace: time.Hour, Logger: logging.TestLogger(t)}, r, p)
+	ap := New(Config{DC: "dc1", NodeID: "a", DeadServerGrace: time.Hour, Logger: testutil.Logger(t)}, r, p)
 	now := time.Now()
 	check := func(step string, want ...string) {
 		t.Helper()
@@ -286,7 +286,7 @@ func TestHealth(t *testing.T) {
 	r := &fakeRaft{servers: []raft.Server{voter("a", "addr-a"), voter("b", "addr-b"), voter("c", "addr-c"),
 		voter("d", "addr-d"), voter("e", "addr-e")}}
 	p := &fakePool{local: mgr("a", alive, 3, 0, true), joined: make(chan struct{})}
-	ap := New(Config{DC: "dc1", NodeID: "a", Logger: logging.TestLogger(t)}, r, p)
+	ap := New(Config{DC: "dc1", NodeID: "a", Logger: testutil.Logger(t)}, r, p)
 	p.set(mgr("a", alive, 3, 0, true), mgr("b", alive, 3, 0, true), mgr("c", alive, 3, 0, true),
 		mgr("d", alive, 3, 0, true), departed("e", membership.StateDead, time.Minute))
 	ap.observe(raft.Observation{Data: raft.FailedHeartbeatObservation{PeerID: "d", LastContact: time.Now().Add(-time.Minute)}})

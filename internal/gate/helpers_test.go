@@ -15,7 +15,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/once-dev/once/internal/gate/fakemanager"
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -63,7 +62,7 @@ func startGate(tb testing.TB, managers []string, override func(cfg *Config, deps
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.ReadyTimeout = 300 * time.Millisecond
 	cfg.Idempotency.PendingWaitTimeout = 5 * time.Second
-	deps := Deps{Logger: logging.TestLogger(tb)}
+	deps := Deps{Logger: testutil.Logger(tb)}
 	if override != nil {
 		override(&cfg, &deps)
 	}

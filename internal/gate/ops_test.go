@@ -14,7 +14,7 @@ import (
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/gate/fakemanager"
-	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -236,7 +236,7 @@ func (h signalHandler) WithGroup(name string) slog.Handler {
 func TestServeDrainsInFlight(t *testing.T) {
 	mgr, addr := startManager(t, fakemanager.Options{})
 	shuttingDown := make(chan struct{})
-	logger := slog.New(signalHandler{Handler: logging.TestLogger(t).Handler(), msg: "gate shutting down", once: new(sync.Once), ch: shuttingDown})
+	logger := slog.New(signalHandler{Handler: testutil.Logger(t).Handler(), msg: "gate shutting down", once: new(sync.Once), ch: shuttingDown})
 	cfg := DefaultConfig()
 	cfg.Managers = []string{addr}
 	g, err := New(cfg, Deps{Logger: logger})

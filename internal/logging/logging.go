@@ -2,8 +2,8 @@
 // writes to, and the adapters that route the libraries' own loggers into it:
 // an hclog.Logger for hashicorp/raft (HCLog) and a *log.Logger for
 // hashicorp/memberlist (StdLogger), whose "[WARN] memberlist: ..." prefixes
-// become slog levels. TestLogger sends everything to t.Log so that a passing
-// test is quiet.
+// become slog levels. Tests log through testutil.Logger, which sends
+// everything to t.Log so that a passing test is quiet.
 package logging
 
 import (
@@ -97,7 +97,7 @@ var (
 // falls back to text: validate user input with ValidateFormat first) that drops
 // records below level.
 func New(w io.Writer, format string, level slog.Level) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: replaceLevel}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: ReplaceLevel}
 	var h slog.Handler
 	if strings.EqualFold(format, FormatJSON) {
 		h = slog.NewJSONHandler(w, opts)
@@ -150,7 +150,9 @@ func LevelName(l slog.Level) string {
 	return l.String()
 }
 
-func replaceLevel(groups []string, a slog.Attr) slog.Attr {
+// ReplaceLevel is the slog ReplaceAttr that names the trace levels (below
+// debug) TRACE, TRACE-1, ... as every handler of this package does.
+func ReplaceLevel(groups []string, a slog.Attr) slog.Attr {
 	if len(groups) == 0 && a.Key == slog.LevelKey {
 		if l, ok := a.Value.Any().(slog.Level); ok && l < slog.LevelDebug {
 			return slog.String(slog.LevelKey, LevelName(l))

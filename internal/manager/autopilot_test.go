@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 
 	"github.com/once-dev/once/internal/testutil"
@@ -52,7 +51,7 @@ func TestAutopilotHealthInStatusAndMetrics(t *testing.T) {
 	c.HeartbeatTimeout = 500 * time.Millisecond
 	c.ElectionTimeout = 500 * time.Millisecond
 	c.LeaderLeaseTimeout = 250 * time.Millisecond
-	log := logging.TestLogger(t)
+	log := testutil.Logger(t)
 	m, err := New(c, Deps{Logger: log})
 	if err != nil {
 		t.Fatal(err)

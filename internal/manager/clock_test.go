@@ -13,7 +13,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/clockwatch"
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
@@ -53,7 +52,7 @@ func newSkewedCluster(t *testing.T, skews []time.Duration, tweak func(*Config)) 
 		sk.Store(int64(skew))
 		tc.skew = append(tc.skew, sk)
 		now := func() time.Time { return time.Now().Add(time.Duration(sk.Load())) }
-		log := logging.TestLogger(t).With("m", i+1)
+		log := testutil.Logger(t).With("m", i+1)
 		m, err := New(tc.cfgs[i], Deps{Logger: log, Now: now})
 		if err != nil {
 			t.Fatalf("start %s: %v", tc.cfgs[i].NodeID, err)

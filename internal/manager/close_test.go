@@ -9,7 +9,6 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -78,7 +77,7 @@ func newLeaderToClose(t *testing.T, base string, i int, beforeBarrier func(*Mana
 	c.HeartbeatTimeout = 100 * time.Millisecond
 	c.ElectionTimeout = 100 * time.Millisecond
 	c.LeaderLeaseTimeout = 50 * time.Millisecond
-	m, err := New(c, Deps{Logger: logging.TestLogger(t), Transport: tr})
+	m, err := New(c, Deps{Logger: testutil.Logger(t), Transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -84,7 +83,7 @@ func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 // start (re)starts manager i on its data directory.
 func (tc *testCluster) start(i int) {
 	tc.t.Helper()
-	m, err := New(tc.cfgs[i], Deps{Logger: logging.TestLogger(tc.t).With("m", i+1), Now: tc.now})
+	m, err := New(tc.cfgs[i], Deps{Logger: testutil.Logger(tc.t).With("m", i+1), Now: tc.now})
 	if err != nil {
 		tc.t.Fatalf("start %s: %v", tc.cfgs[i].NodeID, err)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -46,7 +45,7 @@ func newInmemCluster(t *testing.T, n int) (*testCluster, []*raft.InmemTransport)
 	}
 	t.Cleanup(tc.closeAll)
 	for i, c := range tc.cfgs {
-		m, err := New(c, Deps{Logger: logging.TestLogger(t).With("m", i+1), Transport: trans[i]})
+		m, err := New(c, Deps{Logger: testutil.Logger(t).With("m", i+1), Transport: trans[i]})
 		if err != nil {
 			t.Fatalf("start %s: %v", c.NodeID, err)
 		}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // The memory of other datacenters survives a restart: a view merged after
@@ -21,7 +21,7 @@ import (
 func TestKnownDatacentersSurviveRestarts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), knownDatacentersFile)
 	now := time.Unix(1_800_000_000, 0)
-	k, err := loadKnownDatacenters(path, logging.TestLogger(t))
+	k, err := loadKnownDatacenters(path, testutil.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestKnownDatacentersSurviveRestarts(t *testing.T) {
 		t.Fatalf("view %s", got)
 	}
 
-	restarted, err := loadKnownDatacenters(path, logging.TestLogger(t))
+	restarted, err := loadKnownDatacenters(path, testutil.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestKnownDatacentersSurviveRestarts(t *testing.T) {
 	if got := fmt.Sprint(view); got != "map[dc1:[a:1] dc3:[c:9]]" {
 		t.Fatalf("view after rpc.FederationMemory %s", got)
 	}
-	again, err := loadKnownDatacenters(path, logging.TestLogger(t))
+	again, err := loadKnownDatacenters(path, testutil.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestKnownDatacentersSurviveRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	var syn *json.SyntaxError
-	if _, err := loadKnownDatacenters(path, logging.TestLogger(t)); !errors.As(err, &syn) {
+	if _, err := loadKnownDatacenters(path, testutil.Logger(t)); !errors.As(err, &syn) {
 		t.Fatalf("a damaged file: %v, want a *json.SyntaxError", err)
 	}
 }

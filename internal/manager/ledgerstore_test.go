@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // submitN submits keys prefix0..prefix(n-1) and returns their job IDs.
@@ -100,7 +100,7 @@ func TestLedgerAheadOfTheLogIsRefused(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(tc.cfgs[0].DataDir, "raft")); err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(tc.cfgs[0], Deps{Logger: logging.TestLogger(t)})
+	m, err := New(tc.cfgs[0], Deps{Logger: testutil.Logger(t)})
 	if !errors.Is(err, ErrLedgerAhead) {
 		if m != nil {
 			_ = m.Close()

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/ledger"
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -28,7 +27,7 @@ func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 	if lerr != nil {
 		t.Fatal(lerr)
 	}
-	srv := rpc.NewServer(tc2.mgrs[l2], rpc.ServerConfig{Logger: logging.TestLogger(t)})
+	srv := rpc.NewServer(tc2.mgrs[l2], rpc.ServerConfig{Logger: testutil.Logger(t)})
 	served := make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(ln) }()
 	defer func() { _ = srv.Close(); <-served }()
@@ -47,7 +46,7 @@ func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 	peers := func() map[string][]string {
 		return map[string][]string{"dc1": nil, "dc2": {ln.Addr().String()}}
 	}
-	ob := newOutbox(tc1.mgrs[l1], peers, logging.TestLogger(t))
+	ob := newOutbox(tc1.mgrs[l1], peers, testutil.Logger(t))
 	octx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); ob.run(octx) }()

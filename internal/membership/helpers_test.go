@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -41,7 +40,7 @@ func startPool(t testing.TB, name string, role Role, edit func(*Config)) *Pool {
 		NodeName: name,
 		BindAddr: "127.0.0.1",
 		Profile:  ProfileTest,
-		Logger:   logging.TestLogger(t),
+		Logger:   testutil.Logger(t),
 		Meta: Meta{
 			Role:       role,
 			Datacenter: "dc1",

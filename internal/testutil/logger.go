@@ -1,4 +1,4 @@
-package logging
+package testutil
 
 import (
 	"log/slog"
@@ -6,26 +6,28 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/once-dev/once/internal/logging"
 )
 
-// TestLogEnv names the environment variable that sets TestLogger's level
+// LogEnv names the environment variable that sets Logger's level
 // (any ParseLevel value; default debug).
-const TestLogEnv = "ONCE_TEST_LOG_LEVEL"
+const LogEnv = "ONCE_TEST_LOG_LEVEL"
 
-// TestLogger returns a logger that writes each record through t.Log, so it
+// Logger returns a logger that writes each record through t.Log, so it
 // shows only for failing tests or with -v. Records logged after the test has
 // finished (by a goroutine that outlived it) are dropped rather than making
 // the testing package panic: the cut-off happens in a t.Cleanup registered
-// here, so call TestLogger before starting the components that use it, and
+// here, so call Logger before starting the components that use it, and
 // their own Cleanups (which run first) may still log.
-func TestLogger(t testing.TB) *slog.Logger {
+func Logger(t testing.TB) *slog.Logger {
 	t.Helper()
 	level := slog.LevelDebug
-	if s := os.Getenv(TestLogEnv); s != "" {
-		if l, err := ParseLevel(s); err == nil {
+	if s := os.Getenv(LogEnv); s != "" {
+		if l, err := logging.ParseLevel(s); err == nil {
 			level = l
 		} else {
-			t.Logf("%s: %v", TestLogEnv, err)
+			t.Logf("%s: %v", LogEnv, err)
 		}
 	}
 	w := &tbWriter{t: t}
@@ -36,7 +38,7 @@ func TestLogger(t testing.TB) *slog.Logger {
 			if len(groups) == 0 && a.Key == slog.TimeKey && a.Value.Kind() == slog.KindTime {
 				return slog.String(slog.TimeKey, a.Value.Time().Format("15:04:05.000"))
 			}
-			return replaceLevel(groups, a)
+			return logging.ReplaceLevel(groups, a)
 		},
 	})
 	return slog.New(h)
