@@ -25,14 +25,15 @@ const (
 // none) is refused (OutcomeInvalid). The manager's own bound is lower.
 const MaxBatchItems = 1 << 16
 
-// ReserveBatch applies its Reserves in order, each exactly as a Reserve of its
-// own log entry would apply at that point (same checks, same effects, same
-// Result), and answers a Result per item in Result.Items (OutcomeBatch). An
-// item that breaks a rule of Reserve gets OutcomeInvalid and changes nothing;
-// the others apply. The batch is invalid as a whole (no item applied) only
-// when it does not decode or holds no item or more than MaxBatchItems.
+// ReserveBatch applies its Reserves and Admits in order, each exactly as the
+// command of its own log entry would apply at that point (same checks, same
+// effects, same Result), and answers a Result per item in Result.Items
+// (OutcomeBatch). An item that breaks a rule of its command gets
+// OutcomeInvalid and changes nothing; the others apply. The batch is invalid
+// as a whole (no item applied) only when it does not decode or holds no item
+// or more than MaxBatchItems. Encode skips items of any other type.
 type ReserveBatch struct {
-	Items []Reserve
+	Items []Command
 }
 
 // ResolveBatch applies its Commits and Rejects in order, as ReserveBatch
@@ -53,8 +54,8 @@ func (ResolveBatch) CommandVersion() uint8    { return ResolveBatchVersion }
 
 func (b ReserveBatch) sizeHint() int {
 	n := varintSize
-	for i := range b.Items {
-		n += varintSize + 2 + b.Items[i].sizeHint()
+	for _, c := range b.Items {
+		n += varintSize + 2 + c.sizeHint()
 	}
 	return n
 }
@@ -76,11 +77,27 @@ func (b ResolveBatch) sizeHint() int {
 // An item is a whole command so that an item type's later versions need no
 // new batch version.
 func (b ReserveBatch) appendBody(out []byte) []byte {
-	out = appendUvarint(out, uint64(len(b.Items)))
-	for i := range b.Items {
-		out = appendItem(out, b.Items[i])
+	n := 0
+	for _, c := range b.Items {
+		if admissionItem(c) {
+			n++
+		}
+	}
+	out = appendUvarint(out, uint64(n))
+	for _, c := range b.Items {
+		if admissionItem(c) {
+			out = appendItem(out, c)
+		}
 	}
 	return out
+}
+
+func admissionItem(c Command) bool {
+	switch c.(type) {
+	case Reserve, Admit:
+		return true
+	}
+	return false
 }
 
 func (b ResolveBatch) appendBody(out []byte) []byte {
@@ -129,32 +146,36 @@ func decodeItems(d *decoder, ok func(CommandType) bool) []Command {
 	}
 	items := make([]Command, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
-		l := d.length(1)
-		if d.err != nil {
-			break
+		if c := decodeItem(d, i, ok); c != nil {
+			items = append(items, c)
 		}
-		if l == 0 || !ok(CommandType(d.b[d.off])) {
-			d.fail(fmt.Sprintf("item %d: not a command this batch carries", i))
-			break
-		}
-		c, err := DecodeCommand(d.b[d.off : d.off+l])
-		if err != nil {
-			d.fail(fmt.Sprintf("item %d: %v", i, err))
-			break
-		}
-		d.off += l
-		items = append(items, c)
 	}
 	return items
 }
 
-func decodeReserveBatchV1(d *decoder) ReserveBatch {
-	items := decodeItems(d, func(t CommandType) bool { return t == TypeReserve })
-	b := ReserveBatch{Items: make([]Reserve, len(items))}
-	for i, c := range items {
-		b.Items[i] = c.(Reserve)
+// decodeItem reads one length-prefixed command (the i-th of its container)
+// of a type ok accepts; nil, with d failed, when it cannot.
+func decodeItem(d *decoder, i int, ok func(CommandType) bool) Command {
+	l := d.length(1)
+	if d.err != nil {
+		return nil
 	}
-	return b
+	if l == 0 || !ok(CommandType(d.b[d.off])) {
+		d.fail(fmt.Sprintf("item %d: not a command this batch carries", i))
+		return nil
+	}
+	c, err := DecodeCommand(d.b[d.off : d.off+l])
+	if err != nil {
+		d.fail(fmt.Sprintf("item %d: %v", i, err))
+		return nil
+	}
+	d.off += l
+	return c
+}
+
+func decodeReserveBatchV1(d *decoder) ReserveBatch {
+	items := decodeItems(d, func(t CommandType) bool { return t == TypeReserve || t == TypeAdmit })
+	return ReserveBatch{Items: items}
 }
 
 func decodeResolveBatchV1(d *decoder) ResolveBatch {

@@ -75,6 +75,8 @@ func (t CommandType) String() string {
 		return "reject"
 	case TypeExpire:
 		return "expire"
+	case TypeAdmit:
+		return "admit"
 	case TypeReserveBatch:
 		return "reserve_batch"
 	case TypeResolveBatch:
@@ -95,7 +97,7 @@ func (t CommandType) String() string {
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
 
-// Command is one of Reserve, Commit, Reject, Expire, ReserveBatch,
+// Command is one of Reserve, Commit, Reject, Admit, Expire, ReserveBatch,
 // ResolveBatch, Confirm, Lease, Heartbeat, Complete, Fail, ExpireLeases (and
 // Unknown, which
 // DecodeCommand returns for an ignorable type it does not know). Encode turns a
@@ -624,6 +626,11 @@ func DecodeCommand(data []byte) (Command, error) {
 		default:
 			return nil, versionError(t, v)
 		}
+	case TypeAdmit:
+		if v != AdmitVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeAdmitV1(d)
 	case TypeReserveBatch:
 		if v != ReserveBatchVersion {
 			return nil, versionError(t, v)

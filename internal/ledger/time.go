@@ -30,6 +30,12 @@ func stampOf(cmd Command) (int64, bool) {
 	switch c := cmd.(type) {
 	case Reserve:
 		return c.Now, true
+	case Admit:
+		now := c.Reserve.Now
+		if o, ok := stampOf(c.Outcome); ok {
+			now = max(now, o)
+		}
+		return now, true
 	case Commit:
 		return c.Now, true
 	case Reject:

@@ -100,7 +100,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			return resp, nil
 		}
 		now := m.ledgerNow()
-		cmd := ledger.Reserve{
+		reserve := ledger.Reserve{
 			Tenant:      req.Tenant,
 			Key:         req.Key,
 			Fingerprint: req.Fingerprint,
@@ -120,16 +120,32 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			MaxTenantBytes:      uint64(m.cfg.LedgerTenantMaxBytes),
 			ResultTTL:           req.ResultTTL,
 		}
-		m.resolving.add(req.Tenant, req.Key)
-		res, err := m.tracedApply(ctx, "raft.apply.reserve", m.reserves, cmd)
-		m.endProposal(req.Tenant, req.Key, proposal)
-		if err != nil || res.Outcome != ledger.OutcomeReserved {
-			m.resolving.done(req.Tenant, req.Key)
+		var (
+			res ledger.Result
+			err error
+		)
+		if m.groupVersion() >= protocolOneRound {
+			// One round (ledger.Admit): the reservation and its outcome in
+			// one entry; no entry is left PENDING.
+			entry := ledger.Entry{Tenant: req.Tenant, Key: req.Key, JobID: jobID, ResultTTL: req.ResultTTL, Request: reserve.Request}
+			cmd := ledger.Admit{Reserve: reserve, Outcome: m.outcomeCommand(entry, m.expiryBasis(req), now)}
+			res, err = m.tracedApply(ctx, "raft.apply.admit", m.reserves, cmd)
+			m.endProposal(req.Tenant, req.Key, proposal)
+		} else {
+			// Two rounds, for a group with a server that cannot read Admit.
+			m.resolving.add(req.Tenant, req.Key)
+			res, err = m.tracedApply(ctx, "raft.apply.reserve", m.reserves, reserve)
+			m.endProposal(req.Tenant, req.Key, proposal)
+			if err != nil || res.Outcome != ledger.OutcomeReserved {
+				m.resolving.done(req.Tenant, req.Key)
+			}
 		}
 		if err != nil {
 			return nil, err
 		}
 		switch res.Outcome {
+		case ledger.OutcomeCommitted, ledger.OutcomeRejected:
+			return m.entryResponse(res.Entry, "", false), nil
 		case ledger.OutcomeReserved:
 			defer m.resolving.done(req.Tenant, req.Key)
 			return m.resolveAt(ctx, res.Entry, false, m.expiryBasis(req))
@@ -270,8 +286,40 @@ func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*
 // resolveAt is resolve with the instant the entry's TTL counts from (see
 // expiryBasis).
 func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, basis time.Time) (*rpc.SubmitResponse, error) {
-	d := m.admit(e)
 	now := m.ledgerNow()
+	res, err := m.tracedApply(ctx, "raft.apply.resolve", m.resolves, m.outcomeCommand(e, basis, now))
+	if err != nil {
+		return nil, err
+	}
+	switch res.Outcome {
+	case ledger.OutcomeCommitted, ledger.OutcomeRejected:
+		return m.entryResponse(res.Entry, "", replayed), nil
+	case ledger.OutcomeUnchanged:
+		// Someone else resolved it first (a new leader's sweep): that outcome stands.
+		return m.entryResponse(res.Entry, "", true), nil
+	case ledger.OutcomeNotFound:
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "the pending entry expired before admission finished; retry")
+	case ledger.OutcomeJobIDInUse:
+		return m.resolveJobIDInUse(ctx, e, now, basisExpiry(basis, now, m.rejectedTTL(e)))
+	default:
+		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: unexpected outcome %s: %v", res.Outcome, res.Err)
+	}
+}
+
+// rejectedTTL is the REJECTED lifetime of e's key: its own ResultTTL, fixed
+// at its first admission, else the default.
+func (m *Manager) rejectedTTL(e ledger.Entry) time.Duration {
+	if e.ResultTTL > 0 {
+		return e.ResultTTL
+	}
+	return m.cfg.Idempotency.RejectedTTL
+}
+
+// outcomeCommand runs admission on e (an entry reserved, or about to be in
+// the same Admit) and returns the Commit or Reject that records it, stamped
+// with now; the key's TTL counts from basis (zero: now, see expiryBasis).
+func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Command {
+	d := m.admit(e)
 	if basis.IsZero() {
 		basis = now
 	}
@@ -299,23 +347,7 @@ func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, 
 			ExpiresAt: basisExpiry(basis, now, rejectedTTL),
 			Status:    d.status, Reason: d.reason, Detail: d.detail}
 	}
-	res, err := m.tracedApply(ctx, "raft.apply.resolve", m.resolves, cmd)
-	if err != nil {
-		return nil, err
-	}
-	switch res.Outcome {
-	case ledger.OutcomeCommitted, ledger.OutcomeRejected:
-		return m.entryResponse(res.Entry, "", replayed), nil
-	case ledger.OutcomeUnchanged:
-		// Someone else resolved it first (a new leader's sweep): that outcome stands.
-		return m.entryResponse(res.Entry, "", true), nil
-	case ledger.OutcomeNotFound:
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "the pending entry expired before admission finished; retry")
-	case ledger.OutcomeJobIDInUse:
-		return m.resolveJobIDInUse(ctx, e, now, basisExpiry(basis, now, rejectedTTL))
-	default:
-		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: unexpected outcome %s: %v", res.Outcome, res.Err)
-	}
+	return cmd
 }
 
 // apply proposes a command alone and waits until it is committed and applied
