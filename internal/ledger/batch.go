@@ -13,12 +13,16 @@ const (
 	TypeReserveBatch CommandType = 0x05
 	// TypeResolveBatch carries Commits and Rejects, applied in order.
 	TypeResolveBatch CommandType = 0x06
+	// TypeWorkerBatch carries the workers' Leases, Heartbeats, Completes and
+	// Fails, applied in order.
+	TypeWorkerBatch CommandType = 0x0E
 )
 
 // Current versions of the batch commands.
 const (
 	ReserveBatchVersion uint8 = 1
 	ResolveBatchVersion uint8 = 1
+	WorkerBatchVersion  uint8 = 1
 )
 
 // MaxBatchItems bounds the items of one batch command; a batch with more (or
@@ -45,6 +49,53 @@ type ReserveBatch struct {
 // unique and in log order though a batch's Seqs may pass its index.
 type ResolveBatch struct {
 	Items []Command
+}
+
+// WorkerBatch applies the workers' commands (Lease, Heartbeat, Complete,
+// Fail) in order, as ReserveBatch does its items: each exactly as the command
+// of its own entry would apply at that point, lease fencing and
+// completion-recorded-once included. Encode skips items of any other type.
+type WorkerBatch struct {
+	Items []Command
+}
+
+func (WorkerBatch) CommandType() CommandType { return TypeWorkerBatch }
+func (WorkerBatch) CommandVersion() uint8    { return WorkerBatchVersion }
+
+func (b WorkerBatch) sizeHint() int {
+	n := varintSize
+	for _, c := range b.Items {
+		n += varintSize + 2 + c.sizeHint()
+	}
+	return n
+}
+
+func (b WorkerBatch) appendBody(out []byte) []byte {
+	n := 0
+	for _, c := range b.Items {
+		if workerItem(c.CommandType()) {
+			n++
+		}
+	}
+	out = appendUvarint(out, uint64(n))
+	for _, c := range b.Items {
+		if workerItem(c.CommandType()) {
+			out = appendItem(out, c)
+		}
+	}
+	return out
+}
+
+func workerItem(t CommandType) bool {
+	switch t {
+	case TypeLease, TypeHeartbeat, TypeComplete, TypeFail:
+		return true
+	}
+	return false
+}
+
+func decodeWorkerBatchV1(d *decoder) WorkerBatch {
+	return WorkerBatch{Items: decodeItems(d, workerItem)}
 }
 
 func (ReserveBatch) CommandType() CommandType { return TypeReserveBatch }
@@ -214,8 +265,8 @@ func (s *state) nextSeq(index uint64) uint64 {
 	return seq
 }
 
-// EncodeBatch returns a batch command of type t (TypeReserveBatch or
-// TypeResolveBatch, current version) whose items are already encoded
+// EncodeBatch returns a batch command of type t (TypeReserveBatch,
+// TypeResolveBatch or TypeWorkerBatch, current version) whose items are already encoded
 // commands (Encode's output), so a proposer that encoded each submission's
 // command once need not encode it again. Items of a type the batch does not
 // carry make the batch invalid when applied; nothing is checked here.
@@ -225,8 +276,11 @@ func EncodeBatch(t CommandType, items [][]byte) []byte {
 		n += varintSize + len(it)
 	}
 	v := ReserveBatchVersion
-	if t == TypeResolveBatch {
+	switch t {
+	case TypeResolveBatch:
 		v = ResolveBatchVersion
+	case TypeWorkerBatch:
+		v = WorkerBatchVersion
 	}
 	b := append(make([]byte, 0, n), byte(t), v)
 	b = appendUvarint(b, uint64(len(items)))

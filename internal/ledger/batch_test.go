@@ -138,6 +138,8 @@ func batched(t *testing.T, logs []*raft.Log, maxRun int) (out []*raft.Log, runs 
 			return TypeReserve
 		case Commit, Reject:
 			return TypeResolveBatch
+		case Lease, Heartbeat, Complete, Fail:
+			return TypeWorkerBatch
 		}
 		return 0
 	}
@@ -153,22 +155,20 @@ func batched(t *testing.T, logs []*raft.Log, maxRun int) (out []*raft.Log, runs 
 			j++
 		}
 		var run []int
-		var rb ReserveBatch
-		var sb ResolveBatch
+		var items []Command
 		for x := i; x < j; x++ {
 			c, _ := DecodeCommand(logs[x].Data)
 			run = append(run, x)
-			if k == TypeReserve {
-				rb.Items = append(rb.Items, c.(Reserve))
-			} else {
-				sb.Items = append(sb.Items, c)
-			}
+			items = append(items, c)
 		}
 		var data []byte
-		if k == TypeReserve {
-			data = Encode(rb)
-		} else {
-			data = Encode(sb)
+		switch k {
+		case TypeReserve:
+			data = Encode(ReserveBatch{Items: items})
+		case TypeResolveBatch:
+			data = Encode(ResolveBatch{Items: items})
+		default:
+			data = Encode(WorkerBatch{Items: items})
 		}
 		out = append(out, &raft.Log{Index: logs[i].Index, Term: 1, Type: raft.LogCommand, Data: data})
 		runs = append(runs, run)

@@ -81,6 +81,8 @@ func (t CommandType) String() string {
 		return "reserve_batch"
 	case TypeResolveBatch:
 		return "resolve_batch"
+	case TypeWorkerBatch:
+		return "worker_batch"
 	case TypeConfirm:
 		return "confirm"
 	case TypeLease:
@@ -98,7 +100,7 @@ func (t CommandType) String() string {
 }
 
 // Command is one of Reserve, Commit, Reject, Admit, Expire, ReserveBatch,
-// ResolveBatch, Confirm, Lease, Heartbeat, Complete, Fail, ExpireLeases (and
+// ResolveBatch, WorkerBatch, Confirm, Lease, Heartbeat, Complete, Fail, ExpireLeases (and
 // Unknown, which
 // DecodeCommand returns for an ignorable type it does not know). Encode turns a
 // Command into the bytes to pass to raft.Apply.
@@ -641,6 +643,11 @@ func DecodeCommand(data []byte) (Command, error) {
 			return nil, versionError(t, v)
 		}
 		c = decodeResolveBatchV1(d)
+	case TypeWorkerBatch:
+		if v != WorkerBatchVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeWorkerBatchV1(d)
 	case TypeConfirm:
 		if v != ConfirmVersion {
 			return nil, versionError(t, v)

@@ -72,6 +72,13 @@ func sampleCommands() []Command {
 		Admit{Reserve: s, Outcome: QueueCommit(commit(s, t0))},
 		Admit{Reserve: s, Outcome: reject(s, t0, 422)},
 		ReserveBatch{Items: []Command{Admit{Reserve: s, Outcome: commit(s, t0)}, reserve("acme", "order-3", t0)}},
+		// Worker commands batched.
+		WorkerBatch{Items: []Command{
+			Lease{Tenant: "acme", Holder: "worker-1", Max: 2, LeaseIDs: []string{"lease-1", "lease-2"}, Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10},
+			Heartbeat{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Now: t0 + sec, Expiry: t0 + 31*sec},
+			Complete{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Result: []byte(`{"ok":true}`), Now: t0 + 2*sec},
+			Fail{Tenant: "t", JobID: "j", LeaseID: "l", MaxBytes: 1},
+		}},
 	}
 }
 

@@ -278,6 +278,8 @@ func (s *state) apply(ax *applyCtx, cmd Command, decodeErr error) Result {
 		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
 	case ResolveBatch:
 		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
+	case WorkerBatch:
+		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
 	}
 	return s.applyCommand(ax, cmd)
 }

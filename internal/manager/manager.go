@@ -111,8 +111,9 @@ type Manager struct {
 	proposingMu sync.Mutex
 	proposing   map[string]chan struct{}
 
-	// reserves and resolves batch the submissions' commands (batch.go).
-	reserves, resolves *batcher
+	// reserves and resolves batch the submissions' commands, workers the
+	// workers' Leases, Heartbeats, Completes and Fails (batch.go).
+	reserves, resolves, workers *batcher
 	// beforeBarrier, when set (tests), runs as a term begins, before lead's
 	// first Barrier.
 	beforeBarrier func()
@@ -227,9 +228,11 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.bgWG.Add(1)
 	go m.leaderLoop()
 	m.reserves, m.resolves = newBatcher(m, ledger.TypeReserveBatch), newBatcher(m, ledger.TypeResolveBatch)
-	m.bgWG.Add(2)
+	m.workers = newBatcher(m, ledger.TypeWorkerBatch)
+	m.bgWG.Add(3)
 	go m.reserves.run()
 	go m.resolves.run()
+	go m.workers.run()
 	m.startClockWatch()
 	return m, nil
 }

@@ -1,13 +1,17 @@
 package manager
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // TestSubmissionIsOneRaftEntry: a unique submission is reserved and decided in
@@ -125,5 +129,85 @@ func TestAdmissionRejectionIsOneRound(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no admit entry for the rejected submission")
+	}
+}
+
+// TestWorkerCommandsShareEntries: 40 workers completing their jobs at once
+// take far fewer than 40 Raft entries (WorkerBatch), each completion is
+// answered with its own job, and a completion repeated after the batch gets
+// the same answer, while a completion under a lease that is not the job's is
+// refused (lease fencing holds inside a batch).
+func TestWorkerCommandsShareEntries(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	queueOn(tc)
+	ctx := ctxT(t)
+	const n = 40
+	submitJobs(t, tc, n, "email")
+	m := tc.mgrs[tc.leader()]
+	lr, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: n, LeaseFor: time.Minute})
+	if err != nil || len(lr.Leases) != n {
+		t.Fatalf("lease: %d leases, %v", len(lr.Leases), err)
+	}
+	first := m.Raft().LastIndex() + 1
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, l := range lr.Leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			j, err := m.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+			switch {
+			case err != nil:
+				errs[i] = err
+			case j.JobID != l.Job.JobID || j.State != api.JobStatusSucceeded || string(j.Result) != fmt.Sprintf(`{"i":%d}`, i):
+				errs[i] = fmt.Errorf("completion %d answered %+v", i, j)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("completion %d: %v", i, err)
+		}
+	}
+	// Count the entries the completions took on the log that leads now.
+	m = tc.mgrs[tc.leader()]
+	entries, batches := 0, 0
+	for idx := first; idx <= m.Raft().LastIndex(); idx++ {
+		var lg raft.Log
+		if err := m.logStore.GetLog(idx, &lg); err != nil {
+			t.Fatalf("log %d: %v", idx, err)
+		}
+		if lg.Type != raft.LogCommand {
+			continue
+		}
+		cmd, err := ledger.DecodeCommand(lg.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch c := cmd.(type) {
+		case ledger.Complete:
+			entries++
+		case ledger.WorkerBatch:
+			entries++
+			batches += len(c.Items)
+		}
+	}
+	t.Logf("%d completions took %d entries (%d completions batched)", n, entries, batches)
+	if batches == 0 || entries >= n {
+		t.Fatalf("%d concurrent completions took %d entries, %d of them in batches: nothing was batched", n, entries, batches)
+	}
+	// Recorded once: the same completion again gets the same job; another
+	// lease's ID is refused.
+	l := lr.Leases[0]
+	j, err := m.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: []byte(`{"i":0}`)})
+	if err != nil || j.State != api.JobStatusSucceeded || string(j.Result) != `{"i":0}` {
+		t.Fatalf("a repeated completion: %+v %v", j, err)
+	}
+	if _, err := m.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: l.Job.JobID, LeaseID: lr.Leases[1].LeaseID}); !errors.Is(err, &rpc.Error{Code: rpc.CodeLeaseLost}) {
+		t.Fatalf("a completion under another job's lease: %v, want lease_lost", err)
 	}
 }

@@ -16,7 +16,8 @@ package manager
 //     jobs' bytes; Complete v2 and Fail v2: results and errors within the
 //     byte budgets.
 //  4. Admit (ledger.Admit), alone and in reserve batches: a submission
-//     reserved and decided in one entry, one Raft round.
+//     reserved and decided in one entry, one Raft round; WorkerBatch
+//     (ledger.WorkerBatch): the workers' commands share entries.
 const ProtocolVersion = protocolOneRound
 
 // The versions that added what a leader waits for.
@@ -24,6 +25,7 @@ const (
 	protocolLeaseReplay = 2
 	protocolByteBudgets = 3
 	protocolOneRound    = 4
+	protocolWorkerBatch = 4
 )
 
 // protocolBeforeGating is what a manager that advertises nothing known is
