@@ -1,0 +1,135 @@
+package autopilot
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/membership"
+)
+
+// claim is a manager's pool record: name, NodeID, Raft address, state,
+// protocol version.
+func claim(name, id, addr string, state membership.State, version int) membership.Member {
+	return membership.Member{Name: name, State: state, LastSeen: time.Unix(100, 0), Meta: membership.Meta{
+		Role: membership.RoleManager, Datacenter: "dc1", NodeID: id, RaftAddr: addr, Version: version}}
+}
+
+func voterAt(id, addr string) raft.Server {
+	return raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr), Suffrage: raft.Voter}
+}
+
+// render: "id=name@addr ..." for the accepted records, sorted by ID.
+func renderAccepted(byID map[raft.ServerID]membership.Member) string {
+	var parts []string
+	for id, m := range byID {
+		parts = append(parts, fmt.Sprintf("%s=%s@%s", id, m.Name, m.Meta.RaftAddr))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+func renderRefused(rs []Refusal) string {
+	var parts []string
+	for _, r := range rs {
+		parts = append(parts, fmt.Sprintf("%s:%s(%s@%s)", r.Reason, r.Name, r.ID, r.Addr))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+func TestResolveIdentities(t *testing.T) {
+	const alive, dead, left = membership.StateAlive, membership.StateDead, membership.StateLeft
+	cfg := []raft.Server{voterAt("m1", "A1"), voterAt("m2", "A2"), voterAt("m3", "A3")}
+	base := []membership.Member{claim("m1", "m1", "A1", alive, 3), claim("m2", "m2", "A2", alive, 3), claim("m3", "m3", "A3", alive, 3)}
+	with := func(extra ...membership.Member) []membership.Member { return append(slices.Clone(base), extra...) }
+	replace := func(i int, m membership.Member, extra ...membership.Member) []membership.Member {
+		out := slices.Clone(base)
+		out[i] = m
+		return append(out, extra...)
+	}
+	for _, tc := range []struct {
+		name     string
+		servers  []raft.Server
+		members  []membership.Member
+		accepted string
+		refused  string
+	}{
+		{name: "all genuine", servers: cfg, members: base,
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3"},
+		{name: "impostor claims a voter's ID at another address", servers: cfg,
+			members:  with(claim("x", "m2", "B", alive, 3)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3", refused: "duplicate_id:x(m2@B)"},
+		{name: "impostor claims a voter's ID and address", servers: cfg,
+			members:  with(claim("x", "m2", "A2", alive, 3)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3", refused: "duplicate_id:x(m2@A2)"},
+		{name: "two live claimants of a new ID: neither", servers: cfg,
+			members:  with(claim("x", "m4", "B", alive, 3), claim("y", "m4", "C", alive, 3)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3", refused: "duplicate_id:x(m4@B) duplicate_id:y(m4@C)"},
+		{name: "two live claimants, neither at the configuration's address", servers: cfg,
+			members:  replace(1, claim("x", "m2", "B", alive, 3), claim("y", "m2", "C", alive, 3)),
+			accepted: "m1=m1@A1 m3=m3@A3", refused: "duplicate_id:x(m2@B) duplicate_id:y(m2@C)"},
+		{name: "move while the old address is live under another ID", servers: cfg,
+			members:  replace(1, claim("m2", "m2", "B", alive, 3), claim("z", "m9", "A2", alive, 3)),
+			accepted: "m1=m1@A1 m3=m3@A3", refused: "address_in_use:z(m9@A2) old_address_alive:m2(m2@B)"},
+		{name: "move while the old member is alive under another name", servers: cfg,
+			members:  replace(1, claim("m2-new", "m2", "B", alive, 3), claim("old", "m7", "A2", alive, 3)),
+			accepted: "m1=m1@A1 m3=m3@A3", refused: "address_in_use:old(m7@A2) old_address_alive:m2-new(m2@B)"},
+		{name: "real move: same name, new address", servers: cfg,
+			members:  replace(1, claim("m2", "m2", "B", alive, 3)),
+			accepted: "m1=m1@A1 m2=m2@B m3=m3@A3"},
+		{name: "real move: old record dead", servers: cfg,
+			members:  with(claim("m2-new", "m2", "B", alive, 3)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3", refused: "duplicate_id:m2-new(m2@B)"},
+		{name: "real move: old record dead under its own name", servers: cfg,
+			members:  replace(1, claim("m2", "m2", "A2", dead, 3), claim("m2-new", "m2", "B", alive, 3)),
+			accepted: "m1=m1@A1 m2=m2-new@B m3=m3@A3"},
+		{name: "real move: old record left", servers: cfg,
+			members:  replace(1, claim("m2", "m2", "A2", left, 3), claim("m2-new", "m2", "B", alive, 3)),
+			accepted: "m1=m1@A1 m2=m2-new@B m3=m3@A3"},
+		{name: "new ID claims a live voter's address", servers: cfg,
+			members:  with(claim("x", "m4", "A2", alive, 3)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3", refused: "address_in_use:x(m4@A2)"},
+		{name: "new ID takes a dead voter's address", servers: cfg,
+			members:  replace(1, claim("m2", "m2", "A2", dead, 3), claim("x", "m4", "A2", alive, 3)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3 m4=x@A2"},
+		{name: "two new IDs claim one address", servers: cfg,
+			members:  with(claim("x", "m4", "B", alive, 3), claim("y", "m5", "B", alive, 3)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3", refused: "address_in_use:x(m4@B) address_in_use:y(m5@B)"},
+		{name: "a voter moves onto another live voter's address", servers: cfg,
+			members:  replace(1, claim("m2", "m2", "A3", alive, 3)),
+			accepted: "m1=m1@A1 m3=m3@A3", refused: "address_in_use:m2(m2@A3)"},
+		{name: "older protocol refused", servers: cfg,
+			members:  with(claim("m4", "m4", "A4", alive, 2)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3", refused: "old_protocol:m4(m4@A4)"},
+		{name: "no version advertised is version 1", servers: cfg,
+			members:  with(claim("m4", "m4", "A4", alive, 0)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3", refused: "old_protocol:m4(m4@A4)"},
+		{name: "same protocol as the oldest server", servers: cfg,
+			members:  replace(0, claim("m1", "m1", "A1", alive, 2), claim("m4", "m4", "A4", alive, 2)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3 m4=m4@A4"},
+		{name: "newer protocol accepted", servers: cfg,
+			members:  with(claim("m4", "m4", "A4", alive, 4)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3 m4=m4@A4"},
+		{name: "a server in the configuration is not refused for its version", servers: cfg,
+			members:  replace(2, claim("m3", "m3", "A3", alive, 1)),
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3"},
+		{name: "no configuration yet", servers: nil,
+			members:  base,
+			accepted: "m1=m1@A1 m2=m2@A2 m3=m3@A3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			byID, refused := resolveIdentities(tc.servers, tc.members, "dc1")
+			if got := renderAccepted(byID); got != tc.accepted {
+				t.Errorf("accepted %q, want %q", got, tc.accepted)
+			}
+			if got := renderRefused(refused); got != tc.refused {
+				t.Errorf("refused %q, want %q", got, tc.refused)
+			}
+		})
+	}
+}
