@@ -1,6 +1,7 @@
 package autopilot
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // claim is a manager's pool record: name, NodeID, Raft address, state,
@@ -131,5 +134,56 @@ func TestResolveIdentities(t *testing.T) {
 				t.Errorf("refused %q, want %q", got, tc.refused)
 			}
 		})
+	}
+}
+
+// TestGossipAloneChangesNoIdentity: a pool member that claims a voter's
+// NodeID with another Raft address (gossip is all it takes to say so) changes
+// nothing in the Raft configuration; the leader refuses the claim and counts
+// it.
+func TestGossipAloneChangesNoIdentity(t *testing.T) {
+	nodes := []*node{newNode(t, "m1", 3, time.Hour), newNode(t, "m2", 3, time.Hour), newNode(t, "m3", 3, time.Hour)}
+	startAll(t, nodes, ring(nodes))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
+	l := leader(t, nodes)
+	before := configOf(t, l)
+	var victim *node
+	for _, n := range nodes {
+		if n != l {
+			victim = n
+			break
+		}
+	}
+	// The impostor sorts before the victim by name, so a leader that took
+	// the first claimant would take its address.
+	impostor, err := membership.Start(context.Background(), membership.Config{
+		NodeName: "impostor", BindAddr: "127.0.0.1", BindPort: testutil.FreePort(t),
+		Seeds: []string{l.gossipAddr()}, Profile: membership.ProfileTest, Logger: l.log.With(logging.KeyNode, "impostor"),
+		Meta: membership.Meta{Role: membership.RoleManager, Datacenter: "dc1", NodeID: victim.id,
+			RPCAddr: "127.0.0.1:1", RaftAddr: fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)), HasRaftState: true, Version: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = impostor.Shutdown() })
+
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		n := l.ap.RefusalCounts()[RefusedDuplicateID]
+		return n == 1, fmt.Sprintf("the leader to count one %s refusal, have %d (%v)", RefusedDuplicateID, n, l.ap.RefusalCounts())
+	})
+	st := l.ap.Status()
+	if len(st.Refused) != 1 || st.Refused[0].Name != "impostor" || st.Refused[0].ID != victim.id {
+		t.Fatalf("Status().Refused = %+v, want the impostor's claim of %s", st.Refused, victim.id)
+	}
+	// Two more reconcile rounds see the claim and change nothing.
+	counted := time.Now()
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		return l.ap.Status().LastReconcile.After(counted.Add(l.ap.cfg.ReconcileInterval)), "two reconcile rounds after the refusal"
+	})
+	if got := configOf(t, l); got != before {
+		t.Fatalf("configuration changed by a gossip claim:\n got %s\nwant %s", got, before)
+	}
+	if n := l.ap.RefusalCounts()[RefusedDuplicateID]; n != 1 {
+		t.Fatalf("one standing claim counted %d times", n)
 	}
 }
