@@ -253,7 +253,11 @@ func raftCmd(g *globals) *cobra.Command {
 					}
 					ps = append(ps, p)
 				}
-				out := map[string]any{"leader": st.LeaderID, "term": st.Term, "peers": ps}
+				refused := st.RefusedServers
+				if refused == nil {
+					refused = []rpc.RefusedServer{}
+				}
+				out := map[string]any{"leader": st.LeaderID, "term": st.Term, "peers": ps, "refused_servers": refused}
 				if st.Autopilot != nil {
 					out["failure_tolerance"] = st.Autopilot.FailureTolerance
 				}
@@ -265,6 +269,13 @@ func raftCmd(g *globals) *cobra.Command {
 							h = fmt.Sprint(*p.Healthy)
 						}
 						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.ID, dash(p.Address), p.RaftState, dash(p.Status), h)
+					}
+					if len(st.RefusedServers) > 0 {
+						// Gossip claims the leader refuses (docs/operations.md, "Identity").
+						fmt.Fprintln(w, "\nREFUSED NODE\tCLAIMED ID\tRAFT ADDRESS\tREASON\tHOLDER")
+						for _, r := range st.RefusedServers {
+							fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Node, r.ID, dash(r.RaftAddr), r.Reason, dash(r.Holder))
+						}
 					}
 				})
 			})

@@ -300,6 +300,10 @@ type Status struct {
 	// Autopilot is raft-autopilot's view of the datacenter's managers, as
 	// the leader computes it; absent on followers.
 	Autopilot *AutopilotHealth `json:"autopilot,omitempty"`
+	// RefusedServers are the pool members whose identity claims (NodeID,
+	// Raft address, protocol version) the leader refuses to act on
+	// (docs/operations.md, "Identity"); empty on followers and when none.
+	RefusedServers []RefusedServer `json:"refused_servers,omitempty"`
 	// ConfigMismatches are the settings that must agree across the
 	// federation (IDEMPOTENCY_* lifetimes and waiting) where another
 	// manager's differ from this one's (docs/multidc.md); empty when all
@@ -325,6 +329,22 @@ type AutopilotHealth struct {
 	// FailureTolerance: how many voters may fail without losing quorum.
 	FailureTolerance int            `json:"failure_tolerance"`
 	Servers          []ServerHealth `json:"servers"`
+}
+
+// RefusedServer is a pool member's claim the leader refuses.
+type RefusedServer struct {
+	// Reason: duplicate_id, old_address_alive, address_in_use, old_protocol.
+	Reason string `json:"reason"`
+	// Node is the member's gossip name; ID, RaftAddr and Version what it
+	// claims.
+	Node     string `json:"node"`
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr,omitempty"`
+	Version  int    `json:"version"`
+	// Holder is who keeps the identity: the other claimant's name, the Raft
+	// server ID whose address is claimed, or the group's protocol version.
+	Holder string    `json:"holder,omitempty"`
+	Since  time.Time `json:"since"`
 }
 
 // ServerHealth is one Raft server in AutopilotHealth.
