@@ -64,6 +64,10 @@ const (
 	// CodeUnauthenticated: the caller did not present the cluster secret the
 	// manager requires (secret.go).
 	CodeUnauthenticated Code = "unauthenticated"
+	// CodeForbidden: the caller is authenticated but lacks the role the
+	// route needs: an operator route called without an operator credential
+	// (operatorauth.go).
+	CodeForbidden Code = "forbidden"
 	// CodeLeaseLost: a worker's call named a job lease that is not the job's
 	// current one (it expired, was taken over, or the job finished); nothing
 	// changed. The worker must stop working on the job.
@@ -118,6 +122,7 @@ var (
 	ErrLeaseLost      = &Error{Code: CodeLeaseLost, Message: "lease lost"}
 	ErrRequestReused  = &Error{Code: CodeRequestReused, Message: "idempotency key used with another request"}
 	ErrBudgetExceeded = &Error{Code: CodeBudgetExceeded, Message: "the ledger's byte budget cannot hold it"}
+	ErrForbidden      = &Error{Code: CodeForbidden, Message: "an operator credential is required"}
 )
 
 // Errorf builds an *Error with a code and a formatted message.
@@ -140,6 +145,8 @@ func httpStatus(c Code) int {
 		return http.StatusBadRequest
 	case CodeUnauthenticated:
 		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
 	case CodeLeaseLost:
 		return http.StatusConflict
 	case CodeRequestReused:
