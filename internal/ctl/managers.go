@@ -39,6 +39,14 @@ func (g *globals) managerClient() (*managerClient, error) {
 		}
 		secret = s
 	}
+	opSecret := ""
+	if g.operatorSecret != "" {
+		s, err := config.ReadSecretFile("--operator-secret-file", g.operatorSecret)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		opSecret = s
+	}
 	files := config.TLSFiles{EnvCA: "--cacert", CA: g.cacert, EnvCert: "--cert", Cert: g.cert, EnvKey: "--key", Key: g.key}
 	if err := files.Check(); err != nil {
 		return nil, usagef("%v", err)
@@ -53,7 +61,8 @@ func (g *globals) managerClient() (*managerClient, error) {
 		tlsCfg = c.ClientConfig()
 		t.TLSClientConfig = tlsCfg
 	}
-	return &managerClient{hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(tlsCfg), addr: g.managers}, nil
+	rt := rpc.WithOperatorSecret(rpc.WithSecret(t, secret), opSecret)
+	return &managerClient{hc: &http.Client{Transport: rt}, scheme: rpc.Scheme(tlsCfg), addr: g.managers}, nil
 }
 
 // withManagers runs do with a manager client and the command's context.

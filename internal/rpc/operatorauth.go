@@ -116,3 +116,31 @@ func peerCertificates(r *http.Request) []*x509.Certificate {
 	}
 	return nil
 }
+
+// WithOperatorSecret returns rt sending the operator secret with every
+// request (rt itself when secret is empty).
+func WithOperatorSecret(rt http.RoundTripper, secret string) http.RoundTripper {
+	if secret == "" {
+		return rt
+	}
+	return headerTransport{rt: rt, name: OperatorSecretHeader, value: secret}
+}
+
+type headerTransport struct {
+	rt          http.RoundTripper
+	name, value string
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(t.name, t.value)
+	return t.rt.RoundTrip(r)
+}
+
+// CloseIdleConnections passes through, so http.Client.CloseIdleConnections
+// still reaches the transport.
+func (t headerTransport) CloseIdleConnections() {
+	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
