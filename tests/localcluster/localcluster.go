@@ -17,8 +17,10 @@ package localcluster
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,6 +79,11 @@ type Options struct {
 	// required by the managers' RPC (MANAGER_CLUSTER_SECRET_FILE); the gates
 	// and the harness's own probes present it.
 	ClusterSecret string
+	// OperatorSecret is the managers' operator secret (written to
+	// <BaseDir>/operator-secret, MANAGER_OPERATOR_SECRET_FILE); empty: the
+	// file's secret when there is one, else a fresh random one. The
+	// harness's own calls present it; oncectl takes OperatorSecretFile.
+	OperatorSecret string
 	// TLS, when set, runs the cluster with TLS everywhere (docs/security.md):
 	// the gates serve HTTPS, managers serve RPC and Raft over mutual TLS, the
 	// gates and the harness's own probes present client certificates.
@@ -215,6 +222,13 @@ func New(opts Options) (*Cluster, error) {
 		}
 	}
 	next := func() int { p := ports[0]; ports = ports[1:]; return p }
+	if err := os.MkdirAll(opts.BaseDir, 0o755); err != nil {
+		return nil, err
+	}
+	if opts.OperatorSecret, err = writeOperatorSecret(opts.BaseDir, opts.OperatorSecret); err != nil {
+		return nil, err
+	}
+	opts.ManagerEnv = append([]string{"MANAGER_OPERATOR_SECRET_FILE=" + operatorSecretPath(opts.BaseDir)}, opts.ManagerEnv...)
 	transport, err := harnessTransport(opts)
 	if err != nil {
 		return nil, err
@@ -479,8 +493,36 @@ func harnessTransport(opts Options) (http.RoundTripper, error) {
 		}
 		t.TLSClientConfig = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	}
-	return rpc.WithSecret(t, opts.ClusterSecret), nil
+	return rpc.WithOperatorSecret(rpc.WithSecret(t, opts.ClusterSecret), opts.OperatorSecret), nil
 }
+
+func operatorSecretPath(base string) string { return filepath.Join(base, "operator-secret") }
+
+// writeOperatorSecret writes secret to <base>/operator-secret and returns
+// it; an empty secret keeps the file's (a cluster restarted from its
+// directory), or makes a random one.
+func writeOperatorSecret(base, secret string) (string, error) {
+	path := operatorSecretPath(base)
+	if secret == "" {
+		if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 16 {
+			return strings.TrimSpace(string(b)), nil
+		}
+		var r [16]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", err
+		}
+		secret = hex.EncodeToString(r[:])
+	}
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("localcluster: operator secret: %w", err)
+	}
+	return secret, nil
+}
+
+// OperatorSecretFile is the file holding the managers' operator secret:
+// what oncectl's --operator-secret-file (ONCE_OPERATOR_SECRET_FILE) takes
+// for the operator commands (cluster members, raft, snapshot, gossip).
+func (c *Cluster) OperatorSecretFile() string { return operatorSecretPath(c.opts.BaseDir) }
 
 // Stop terminates every process: SIGTERM, then SIGKILL after a grace period.
 func (c *Cluster) Stop() {
