@@ -127,6 +127,9 @@ type Cluster struct {
 	Managers []*Node
 	Gates    []*Node
 	client   *http.Client
+	// member is the transport of a member of the cluster without the
+	// operator role (a gate's credentials), for CallManager.
+	member http.RoundTripper
 }
 
 // FaultManagerBinary is the fault-injection manager of the tests module
@@ -229,11 +232,12 @@ func New(opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	opts.ManagerEnv = append([]string{"MANAGER_OPERATOR_SECRET_FILE=" + operatorSecretPath(opts.BaseDir)}, opts.ManagerEnv...)
-	transport, err := harnessTransport(opts)
+	member, err := memberTransport(opts)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: transport}}
+	transport := rpc.WithOperatorSecret(member, opts.OperatorSecret)
+	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: transport}, member: member}
 	if f := opts.TLS; f != nil {
 		c.opts.ManagerEnv = append([]string{"MANAGER_TLS_CA_FILE=" + f.CA, "MANAGER_TLS_CERT_FILE=" + f.ManagerCert,
 			"MANAGER_TLS_KEY_FILE=" + f.ManagerKey}, c.opts.ManagerEnv...)
@@ -474,9 +478,11 @@ func (c *Cluster) GateURLs() []string {
 	return out
 }
 
-// harnessTransport is the transport of the harness's own probes: with TLS,
-// it trusts the cluster CA and presents the harness's client certificate.
-func harnessTransport(opts Options) (http.RoundTripper, error) {
+// memberTransport is the transport of a member of the cluster (what a gate
+// presents): with TLS, it trusts the cluster CA and presents the harness's
+// client certificate; it sends the cluster secret. The harness's own probes
+// add the operator secret.
+func memberTransport(opts Options) (http.RoundTripper, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if f := opts.TLS; f != nil {
 		ca, err := os.ReadFile(f.CA)
@@ -493,8 +499,42 @@ func harnessTransport(opts Options) (http.RoundTripper, error) {
 		}
 		t.TLSClientConfig = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	}
-	return rpc.WithOperatorSecret(rpc.WithSecret(t, opts.ClusterSecret), opts.OperatorSecret), nil
+	return rpc.WithSecret(t, opts.ClusterSecret), nil
 }
+
+// ManagerAnswer is a manager's answer to CallManager.
+type ManagerAnswer struct {
+	Status int
+	Body   []byte
+}
+
+// CallManager sends one request to manager n's RPC listener with the
+// credentials of a member of the cluster (the cluster secret, or the
+// harness's client certificate: what a gate presents) and, when
+// operatorSecret is not empty, that operator secret: for tests of the
+// managers' authorization.
+func (c *Cluster) CallManager(ctx context.Context, n *Node, method, path string, body []byte, operatorSecret string) (ManagerAnswer, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.scheme()+"://"+n.HTTPAddr+path, bytes.NewReader(body))
+	if err != nil {
+		return ManagerAnswer{}, err
+	}
+	if operatorSecret != "" {
+		req.Header.Set(rpc.OperatorSecretHeader, operatorSecret)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: c.member}).Do(req)
+	if err != nil {
+		return ManagerAnswer{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return ManagerAnswer{}, err
+	}
+	return ManagerAnswer{Status: resp.StatusCode, Body: b}, nil
+}
+
+// OperatorSecret is the managers' operator secret (OperatorSecretFile's).
+func (c *Cluster) OperatorSecret() string { return c.opts.OperatorSecret }
 
 func operatorSecretPath(base string) string { return filepath.Join(base, "operator-secret") }
 
