@@ -187,3 +187,42 @@ func TestGossipAloneChangesNoIdentity(t *testing.T) {
 		t.Fatalf("one standing claim counted %d times", n)
 	}
 }
+
+// TestOlderProtocolNotAdded: a manager advertising an older protocol version
+// than every server of the group is not added, as voter or non-voter; the
+// refusal is counted and listed. One at the group's version is added.
+func TestOlderProtocolNotAdded(t *testing.T) {
+	var nodes []*node
+	for _, id := range []string{"m1", "m2", "m3"} {
+		n := newNode(t, id, 3, time.Hour)
+		n.version = 3
+		nodes = append(nodes, n)
+	}
+	startAll(t, nodes, ring(nodes))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
+	l := leader(t, nodes)
+	old := newNode(t, "m4", 0, time.Hour)
+	old.version = 2
+	old.start([]string{l.gossipAddr()}, false)
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		n := l.ap.RefusalCounts()[RefusedOldProtocol]
+		return n == 1, fmt.Sprintf("the leader to count one %s refusal, have %v", RefusedOldProtocol, l.ap.RefusalCounts())
+	})
+	if st := l.ap.Status(); len(st.Refused) != 1 || st.Refused[0].ID != "m4" || st.Refused[0].Reason != RefusedOldProtocol {
+		t.Fatalf("Status().Refused = %+v", st.Refused)
+	}
+	counted := time.Now()
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		return l.ap.Status().LastReconcile.After(counted.Add(l.ap.cfg.ReconcileInterval)), "two reconcile rounds after the refusal"
+	})
+	if got := l.config(); got != voters("m1", "m2", "m3") {
+		t.Fatalf("configuration %q after an older server joined the pool", got)
+	}
+	cur := newNode(t, "m5", 0, time.Hour)
+	cur.version = 3
+	cur.start([]string{l.gossipAddr()}, false)
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		got := l.config()
+		return got == voters("m1", "m2", "m3", "m5"), fmt.Sprintf("m5 added and promoted, have %q", got)
+	})
+}
