@@ -346,8 +346,9 @@ func quorumSafe(servers []raft.Server, id raft.ServerID, alive func(raft.ServerI
 // AddServer: as a non-voter, promoted once healthy for
 // ServerStabilizationTime), one back at a new Raft address takes it at once
 // (a voter stays a voter) unless its old address is still live in the pool,
-// and the claims resolveIdentities refuses are left out (and reported), and one that left is removed at once
-// (raft-autopilot's RemoveServer) if the alive voters stay a majority.
+// and one that left is removed at once (raft-autopilot's RemoveServer) if
+// the alive voters stay a majority. The pool's claims resolveIdentities
+// refuses are left out, and recorded (identity.go).
 // raft-autopilot's own pruning would remove a departed voter too, but never
 // one of two voters, while a follower leaving a two-voter group can still
 // acknowledge its removal. Leader only.
