@@ -39,6 +39,14 @@ func (g *globals) managerClient() (*managerClient, error) {
 		}
 		secret = s
 	}
+	opSecret := ""
+	if g.operatorSecret != "" {
+		s, err := config.ReadSecretFile("--operator-secret-file", g.operatorSecret)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		opSecret = s
+	}
 	files := config.TLSFiles{EnvCA: "--cacert", CA: g.cacert, EnvCert: "--cert", Cert: g.cert, EnvKey: "--key", Key: g.key}
 	if err := files.Check(); err != nil {
 		return nil, usagef("%v", err)
@@ -53,7 +61,8 @@ func (g *globals) managerClient() (*managerClient, error) {
 		tlsCfg = c.ClientConfig()
 		t.TLSClientConfig = tlsCfg
 	}
-	return &managerClient{hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(tlsCfg), addr: g.managers}, nil
+	rt := rpc.WithOperatorSecret(rpc.WithSecret(t, secret), opSecret)
+	return &managerClient{hc: &http.Client{Transport: rt}, scheme: rpc.Scheme(tlsCfg), addr: g.managers}, nil
 }
 
 // withManagers runs do with a manager client and the command's context.
@@ -253,7 +262,11 @@ func raftCmd(g *globals) *cobra.Command {
 					}
 					ps = append(ps, p)
 				}
-				out := map[string]any{"leader": st.LeaderID, "term": st.Term, "peers": ps}
+				refused := st.RefusedServers
+				if refused == nil {
+					refused = []rpc.RefusedServer{}
+				}
+				out := map[string]any{"leader": st.LeaderID, "term": st.Term, "peers": ps, "refused_servers": refused}
 				if st.Autopilot != nil {
 					out["failure_tolerance"] = st.Autopilot.FailureTolerance
 				}
@@ -265,6 +278,13 @@ func raftCmd(g *globals) *cobra.Command {
 							h = fmt.Sprint(*p.Healthy)
 						}
 						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.ID, dash(p.Address), p.RaftState, dash(p.Status), h)
+					}
+					if len(st.RefusedServers) > 0 {
+						// Gossip claims the leader refuses (docs/operations.md, "Identity").
+						fmt.Fprintln(w, "\nREFUSED NODE\tCLAIMED ID\tRAFT ADDRESS\tREASON\tHOLDER")
+						for _, r := range st.RefusedServers {
+							fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Node, r.ID, dash(r.RaftAddr), r.Reason, dash(r.Holder))
+						}
 					}
 				})
 			})

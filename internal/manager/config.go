@@ -90,6 +90,11 @@ type Config struct {
 	// ClusterSecretFile is MANAGER_CLUSTER_SECRET_FILE: the secret every
 	// caller of the RPC listener must present (docs/security.md); empty: none.
 	ClusterSecretFile string
+	// OperatorSecretFile is MANAGER_OPERATOR_SECRET_FILE: the secret an
+	// operator presents (oncectl's Once-Operator-Secret header) for the
+	// operator routes (docs/security.md, "Operator role"); empty: only an
+	// operator certificate opens them.
+	OperatorSecretFile string
 	// OTLPEndpoint is MANAGER_OTLP_ENDPOINT: where OpenTelemetry traces go
 	// (OTLP over HTTP, internal/tracing); empty: no tracing.
 	OTLPEndpoint string
@@ -178,6 +183,7 @@ const (
 	EnvBatchMaxBytes                = "MANAGER_BATCH_MAX_BYTES"
 	EnvPprof                        = "MANAGER_PPROF"
 	EnvClusterSecretFile            = "MANAGER_CLUSTER_SECRET_FILE"
+	EnvOperatorSecretFile           = "MANAGER_OPERATOR_SECRET_FILE"
 	EnvOTLPEndpoint                 = "MANAGER_OTLP_ENDPOINT"
 	EnvTLSCAFile                    = "MANAGER_TLS_CA_FILE"
 	EnvTLSCertFile                  = "MANAGER_TLS_CERT_FILE"
@@ -299,6 +305,8 @@ func Register(l *config.Loader, c *Config) {
 		"send OpenTelemetry traces of submissions there (OTLP over HTTP, e.g. http://otel-collector:4318); empty: no tracing")
 	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
 		"the secret every caller of the RPC listener must present (gates, other datacenters' managers, oncectl); empty: none")
+	l.String(&c.OperatorSecretFile, EnvOperatorSecretFile, "", "a path to a file holding the operator secret", nil,
+		"the secret oncectl presents (header Once-Operator-Secret) for the operator routes: snapshot save and restore, Raft peers, leadership transfer, gossip keyring, pool members; empty: only a client certificate with the URI SAN spiffe://once/role/operator opens them (none without cluster TLS)")
 	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
 	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
 	l.Duration(&c.MaxClockOffset, EnvMaxClockOffset, d.MaxClockOffset, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")

@@ -116,6 +116,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		log.Warn("neither cluster TLS nor a cluster secret: the RPC listener and Raft accept any caller that reaches them; set " +
 			EnvTLSCAFile + " (and its certificate) or " + EnvClusterSecretFile + " (docs/security.md)")
 	}
+	opAuth, err := operatorAuth(cfg, secret, clusterTLS != nil, log)
+	if err != nil {
+		return err
+	}
 	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured, ClusterTLS: clusterTLS})
 	if err != nil {
 		return err
@@ -191,7 +195,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		return err
 	}
 	fed.lan.Store(cluster.pool)
-	rpc.MountOperator(mux, operator{m: m, pool: fed.lan.Load, wan: func() *membership.Pool { return fed.wan }}, log.With(logging.KeyComponent, "operator"))
+	rpc.MountOperator(mux, operator{m: m, pool: fed.lan.Load, wan: func() *membership.Pool { return fed.wan }}, opAuth, log.With(logging.KeyComponent, "operator"))
 	// The outbox completes multi-datacenter submissions at the other
 	// datacenters (docs/multidc.md); only a federated manager has any.
 	obCtx, stopOutbox := context.WithCancel(ctx)

@@ -147,6 +147,7 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 		}
 	}
 	st.Autopilot = m.autopilotHealth()
+	st.RefusedServers = m.refusedServers()
 	st.ConfigMismatches = []rpc.ConfigMismatch{}
 	if fn := m.configMismatches.Load(); fn != nil {
 		st.ConfigMismatches = (*fn)()

@@ -98,11 +98,16 @@ func (c *Cluster) WriteSummary(w io.Writer, streaming bool) {
 	if !streaming {
 		fmt.Fprintln(w, "Process logs go to the files above (make run RUN_ARGS=-logs, or oncelocal -logs, streams them here instead).")
 	}
+	var rpcs []string
+	for _, n := range c.Managers {
+		rpcs = append(rpcs, n.HTTPAddr)
+	}
 	fmt.Fprintf(w, `Try:
   curl -si -XPOST localhost:%s/v1/jobs -H 'Idempotency-Key: host1.dc1:12345:1:0123456789abcdef' -d '{"type":"demo","payload":{"n":1}}'
+  ONCE_MANAGERS=%s ONCE_OPERATOR_SECRET_FILE=%s oncectl raft peers
 Press Ctrl-C to stop.
 
-`, c.Gates[0].port())
+`, c.Gates[0].port(), strings.Join(rpcs, ","), c.OperatorSecretFile())
 }
 
 // WatchStatus prints the cluster's status line now and then whenever it
