@@ -87,7 +87,7 @@ type state struct {
 	tenantBytes map[string]uint64
 
 	// counts of entries by state, and of jobs
-	pending, committed, rejected int
+	pending, committed, rejected, claimed int
 	jobCount                     int
 	// jobStates counts jobs by JobState (JobLegacy included).
 	jobStates [JobDead + 1]int
@@ -306,6 +306,10 @@ func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
 		return s.applyFail(c)
 	case ExpireLeases:
 		return s.applyExpireLeases(c)
+	case Claim:
+		return s.applyClaim(ax, c)
+	case Release:
+		return s.applyRelease(ax, c)
 	case Unknown:
 		return Result{Outcome: OutcomeIgnored}
 	}
@@ -358,6 +362,8 @@ func (s *state) count(st State, d int) {
 		s.committed += d
 	case StateRejected:
 		s.rejected += d
+	case StateClaimed:
+		s.claimed += d
 	}
 }
 
@@ -443,6 +449,8 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 		}
 	case StateRejected:
 		rm.Rejected++
+	case StateClaimed:
+		rm.Claimed++
 	}
 	ax.emit(ChangeRemoved, e)
 }

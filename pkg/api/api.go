@@ -109,6 +109,9 @@ const (
 	KeyStatePending   = "pending"
 	KeyStateCommitted = "committed"
 	KeyStateRejected  = "rejected"
+	// KeyStateClaimed: the key is held for a job that runs in another
+	// datacenter (KeyInfo.Home): an omitted datacenters list in a federation.
+	KeyStateClaimed = "claimed"
 )
 
 // Job is the job body returned by POST /v1/jobs (201 and its replays) and by the
@@ -165,6 +168,8 @@ type KeyInfo struct {
 	ClientID  string  `json:"client_id,omitempty"`
 	Sequence  *uint64 `json:"sequence,omitempty"`
 	Nonce     string  `json:"nonce,omitempty"`
+	// Home is the datacenter that runs the job of a claimed key.
+	Home string `json:"home,omitempty"`
 }
 
 // TimeFormat is the layout of every timestamp in the API: RFC 3339 in UTC with
