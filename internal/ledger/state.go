@@ -88,7 +88,7 @@ type state struct {
 
 	// counts of entries by state, and of jobs
 	pending, committed, rejected, claimed int
-	jobCount                     int
+	jobCount                              int
 	// jobStates counts jobs by JobState (JobLegacy included).
 	jobStates [JobDead + 1]int
 	// applied is the raft index of the last command applied.
