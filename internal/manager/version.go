@@ -15,12 +15,15 @@ package manager
 //  3. Lease v3 (ledger.Lease.MaxBytes): a lease's answer bounded by its
 //     jobs' bytes; Complete v2 and Fail v2: results and errors within the
 //     byte budgets.
-const ProtocolVersion = protocolByteBudgets
+//  4. Claim and Release (ledger claim.go), and the CLAIMED entry state in
+//     snapshots: an omitted datacenters list in a federation.
+const ProtocolVersion = protocolClaims
 
 // The versions that added what a leader waits for.
 const (
 	protocolLeaseReplay = 2
 	protocolByteBudgets = 3
+	protocolClaims      = 4
 )
 
 // protocolBeforeGating is what a manager that advertises nothing known is
