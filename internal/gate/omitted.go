@@ -102,7 +102,12 @@ func (e *claimedError) Error() string {
 // another home, that home's round, at most maxHomeRounds in all.
 func (g *Gate) submitOmitted(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
 	home := g.cfg.Datacenter
-	if info, err := g.client.GetKey(ctx, req.Tenant, req.Key); err == nil && info.State == api.KeyStateClaimed && info.Home != "" {
+	// A read, bounded as one forward: a datacenter that does not answer it
+	// will not admit the job either, and the claims are tried anyway.
+	pctx, cancel := context.WithTimeout(ctx, g.cfg.ForwardTimeout)
+	info, err := g.client.GetKey(pctx, req.Tenant, req.Key)
+	cancel()
+	if err == nil && info.State == api.KeyStateClaimed && info.Home != "" {
 		home = info.Home // an earlier attempt went through another datacenter's gate
 	}
 	if req.ExpiryBasis.IsZero() {

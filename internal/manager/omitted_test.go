@@ -49,9 +49,17 @@ func startTwoDCs(t *testing.T) *twoDCs {
 // for dc, over httptest until the test ends.
 func startTestGate(t *testing.T, dc string, fed gate.StaticFederation) *httptest.Server {
 	t.Helper()
+	return startTestGateAt(t, dc, fed[dc], fed, 10*time.Second)
+}
+
+// startTestGateAt is startTestGate with the gate's own managers and its
+// forward timeout given.
+func startTestGateAt(t *testing.T, dc string, managers []string, fed gate.StaticFederation, timeout time.Duration) *httptest.Server {
+	t.Helper()
 	cfg := gate.DefaultConfig()
-	cfg.Datacenter, cfg.NodeName, cfg.Managers = dc, "gate-"+dc, fed[dc]
-	cfg.ForwardTimeout = 10 * time.Second
+	cfg.Datacenter, cfg.NodeName, cfg.Managers = dc, "gate-"+dc, managers
+	cfg.ForwardTimeout = timeout
+	cfg.Idempotency.PendingWaitTimeout = timeout // a forward's deadline is the sum
 	g, err := gate.New(cfg, gate.Deps{Logger: testutil.Logger(t).With("gate", dc), Federation: fed})
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +173,35 @@ func TestOmittedListRetryThroughAnotherDatacenter(t *testing.T) {
 		if r.status != http.StatusUnprocessableEntity || !bytes.Contains(r.body, []byte(api.CodeIdempotencyKeyReused)) {
 			t.Fatalf("%s: %d %s, want 422 %s", list, r.status, r.body, api.CodeIdempotencyKeyReused)
 		}
+	}
+	if n1, n2 := jobsIn(f.dc1), jobsIn(f.dc2); n1 != 1 || n2 != 0 {
+		t.Fatalf("dc1 holds %d jobs and dc2 %d, want 1 and 0", n1, n2)
+	}
+}
+
+// TestOmittedListRetryAfterAFailedHome: the first attempt got its claim into
+// dc2 but never reached dc1, its home (503); its retry through a dc2 gate
+// finds dc2's claim and completes the job in dc1, the home the claim names:
+// one job, in dc1.
+func TestOmittedListRetryAfterAFailedHome(t *testing.T) {
+	f := startTwoDCs(t)
+	fed := gate.StaticFederation{"dc1": {f.dc1.cfgs[0].RPCAdvertise}, "dc2": {f.dc2.cfgs[0].RPCAdvertise}}
+	cut := startTestGateAt(t, "dc1", []string{fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))}, fed, 500*time.Millisecond)
+	const key, body = "host1.dc1:12345:3:0123456789abcdef", `{"type":"demo","payload":{"n":3}}`
+	if r := post(t, cut, key, body); r.status != http.StatusServiceUnavailable || !bytes.Contains(r.body, []byte(`datacenter \"dc1\"`)) {
+		t.Fatalf("a gate cut from its managers: %d %s, want 503 naming dc1", r.status, r.body)
+	}
+	info, err := f.dc2.mgrs[f.dc2.leader()].GetKey(context.Background(), api.DefaultTenant, key)
+	if err != nil || info.State != api.KeyStateClaimed || info.Home != "dc1" {
+		t.Fatalf("dc2's key after the failed attempt: %+v, %v", info, err)
+	}
+	retry := post(t, f.g2, key, body)
+	job := retry.job(t)
+	if len(job.Datacenters) != 1 || job.Datacenters["dc1"].Status != api.JobStatusCommitted {
+		t.Fatalf("datacenters %+v, want dc1 alone", job.Datacenters)
+	}
+	if again := post(t, f.g1, key, body); again.status != http.StatusCreated || !bytes.Equal(again.body, retry.body) {
+		t.Fatalf("through dc1: %d %s, want %s", again.status, again.body, retry.body)
 	}
 	if n1, n2 := jobsIn(f.dc1), jobsIn(f.dc2); n1 != 1 || n2 != 0 {
 		t.Fatalf("dc1 holds %d jobs and dc2 %d, want 1 and 0", n1, n2)
