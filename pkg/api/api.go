@@ -44,19 +44,16 @@ type Code string
 
 // The error codes of API v1.
 const (
-	CodeIdempotencyKeyMissing Code = "idempotency_key_missing"
-	CodeIdempotencyKeyInvalid Code = "idempotency_key_invalid"
-	CodeInvalidRequest        Code = "invalid_request"
-	CodeBodyTooLarge          Code = "body_too_large"
-	CodeUnsupportedMediaType  Code = "unsupported_media_type"
-	CodeJobRejected           Code = "job_rejected"
-	CodeRequestInProgress     Code = "request_in_progress"
-	CodeIdempotencyKeyReused  Code = "idempotency_key_reused"
-	CodeIdempotencyKeyExpired Code = "idempotency_key_expired"
-	// CodeIdempotencyKeyClaimed (422): an omitted datacenters list in a
-	// federation whose key is held for a job of another datacenter that a
-	// concurrent first attempt through that datacenter's gate won.
-	CodeIdempotencyKeyClaimed  Code = "idempotency_key_claimed"
+	CodeIdempotencyKeyMissing  Code = "idempotency_key_missing"
+	CodeIdempotencyKeyInvalid  Code = "idempotency_key_invalid"
+	CodeInvalidRequest         Code = "invalid_request"
+	CodeBodyTooLarge           Code = "body_too_large"
+	CodeUnsupportedMediaType   Code = "unsupported_media_type"
+	CodeJobRejected            Code = "job_rejected"
+	CodeRequestInProgress      Code = "request_in_progress"
+	CodeIdempotencyKeyReused   Code = "idempotency_key_reused"
+	CodeIdempotencyKeyExpired  Code = "idempotency_key_expired"
+	CodeIdempotencyKeyClaimed  Code = "idempotency_key_claimed" // 422: an omitted datacenters list whose key another datacenter's concurrent first attempt won
 	CodeUnavailable            Code = "unavailable"
 	CodeJobNotFound            Code = "job_not_found"
 	CodeIdempotencyKeyNotFound Code = "idempotency_key_not_found"
