@@ -87,8 +87,8 @@ type state struct {
 	tenantBytes map[string]uint64
 
 	// counts of entries by state, and of jobs
-	pending, committed, rejected int
-	jobCount                     int
+	pending, committed, rejected, claimed int
+	jobCount                              int
 	// jobStates counts jobs by JobState (JobLegacy included).
 	jobStates [JobDead + 1]int
 	// applied is the raft index of the last command applied.
@@ -310,6 +310,10 @@ func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
 		return s.applyFail(c)
 	case ExpireLeases:
 		return s.applyExpireLeases(c)
+	case Claim:
+		return s.applyClaim(ax, c)
+	case Release:
+		return s.applyRelease(ax, c)
 	case Unknown:
 		return Result{Outcome: OutcomeIgnored}
 	}
@@ -367,6 +371,8 @@ func (s *state) count(st State, d int) {
 		s.committed += d
 	case StateRejected:
 		s.rejected += d
+	case StateClaimed:
+		s.claimed += d
 	}
 }
 
@@ -452,6 +458,8 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 		}
 	case StateRejected:
 		rm.Rejected++
+	case StateClaimed:
+		rm.Claimed++
 	}
 	ax.emit(ChangeRemoved, e)
 }

@@ -52,6 +52,10 @@ func stampOf(cmd Command) (int64, bool) {
 		return c.Now, true
 	case ExpireLeases:
 		return c.Now, true
+	case Claim:
+		return c.Now, true
+	case Release:
+		return c.Now, true
 	}
 	return 0, false
 }

@@ -108,6 +108,7 @@ func (m *Manager) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo,
 		id := e.JobID
 		info.JobID = &id
 	}
+	info.Home = e.Home()
 	if e.Structured {
 		seq := e.Sequence
 		info.ClientID, info.Sequence, info.Nonce = e.ClientID, &seq, e.Nonce

@@ -17,7 +17,9 @@ package manager
 //     byte budgets.
 //  4. Admit (ledger.Admit), alone and in reserve batches: a submission
 //     reserved and decided in one entry, one Raft round; WorkerBatch
-//     (ledger.WorkerBatch): the workers' commands share entries.
+//     (ledger.WorkerBatch): the workers' commands share entries; Claim and
+//     Release (ledger claim.go), and the CLAIMED entry state in snapshots:
+//     an omitted datacenters list in a federation.
 const ProtocolVersion = protocolOneRound
 
 // The versions that added what a leader waits for.
@@ -26,6 +28,7 @@ const (
 	protocolByteBudgets = 3
 	protocolOneRound    = 4
 	protocolWorkerBatch = 4
+	protocolClaims      = 4
 )
 
 // protocolBeforeGating is what a manager that advertises nothing known is

@@ -168,6 +168,10 @@ const (
 	OutcomeInProgress Outcome = "in_progress" // another submission of the key is PENDING and did not finish within WaitMillis
 	OutcomeKeyReused  Outcome = "key_reused"  // the key exists with another fingerprint
 	OutcomeKeyExpired Outcome = "key_expired" // the key expired and its sequence committed, or is below the client's watermark window
+	// OutcomeClaimed: the key is held here by a claim for a job that runs in
+	// another datacenter, SubmitResponse.Home (an omitted datacenters list
+	// in a federation; docs/multidc.md). JobID is the claimed job's.
+	OutcomeClaimed Outcome = "claimed"
 )
 
 // SubmitRequest asks the leader to submit a job under an idempotency key.
@@ -201,6 +205,12 @@ type SubmitRequest struct {
 	// the gate does not trace (internal/tracing): the manager's spans of this
 	// submission are its children.
 	TraceParent string `json:"trace_parent,omitempty"`
+	// Home, set only for a job whose client omitted the datacenters list in
+	// a federation, is the datacenter the job runs in (Job.Datacenters is
+	// [Home]). A manager of Home admits it as its own job, unless its ledger
+	// holds another home's claim on the key; a manager of another
+	// datacenter records a claim for Home instead (docs/multidc.md).
+	Home string `json:"home,omitempty"`
 }
 
 // Rejection is why admission refused a job.
@@ -229,6 +239,8 @@ type SubmitResponse struct {
 	// monotonic clock from when it sent the request instead of comparing
 	// ExpiresAt with its wall clock. 0: none, or an older manager.
 	Remaining time.Duration `json:"remaining,omitempty"`
+	// Home is, with OutcomeClaimed, the datacenter the claimed job runs in.
+	Home string `json:"home,omitempty"`
 }
 
 // ListJobsRequest selects a tenant's jobs, oldest first.
