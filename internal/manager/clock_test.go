@@ -259,15 +259,7 @@ func TestSkewedClocksCannotExpireEarly(t *testing.T) {
 	}
 
 	// Nothing expired, on any manager, and no key got a second job.
-	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
-		idx := tc.mgrs[0].raft.AppliedIndex()
-		for _, m := range tc.mgrs {
-			if m.raft.AppliedIndex() != idx {
-				return false, "every manager to apply everything"
-			}
-		}
-		return true, "every manager to apply everything"
-	})
+	tc.waitFSMsApplied()
 	for _, m := range tc.mgrs {
 		if st := m.FSM().Stats(); st.Entries != len(subs) || st.Jobs != len(subs) || st.Committed != len(subs) {
 			t.Fatalf("%s: %+v, want %d committed entries and jobs", m.cfg.NodeID, st, len(subs))
