@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -45,6 +46,12 @@ type Options struct {
 	// Mount, when set, adds handlers to the manager's RPC mux once the
 	// manager is built, before the mux serves.
 	Mount func(mux *http.ServeMux, m *Manager)
+	// Dial opens the manager's own RPC connections to other managers
+	// (Deps.Dial).
+	Dial rpc.DialFunc
+	// WrapWANTransport wraps the WAN gossip pool's network transport
+	// (membership.Config.WrapTransport).
+	WrapWANTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 }
 
 // MainWith is Main with Options.
@@ -120,7 +127,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	if err != nil {
 		return err
 	}
-	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured, ClusterTLS: clusterTLS})
+	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured, ClusterTLS: clusterTLS, Dial: opts.Dial})
 	if err != nil {
 		return err
 	}
@@ -169,7 +176,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	fed, err := startFederation(ctx, cfg, log)
+	fed, err := startFederation(ctx, cfg, log, opts.WrapWANTransport)
 	if err != nil {
 		_ = ln.Close()
 		m.Close()

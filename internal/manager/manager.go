@@ -58,6 +58,11 @@ type Deps struct {
 	// ClusterTLS, when set, carries Raft over mutual TLS and is how the
 	// manager's own RPC calls (the outbox's) dial other managers.
 	ClusterTLS *certs.Cluster
+	// Dial, when set, opens the manager's own RPC connections to other
+	// managers (the outbox's; rpc.ClientConfig.Dial). nil: a plain dial. A
+	// test seam: the tests module's fault layer cuts the network between
+	// datacenters through it.
+	Dial rpc.DialFunc
 }
 
 // Manager is one manager node.
@@ -70,6 +75,8 @@ type Manager struct {
 	secret string
 	// clusterTLS is Deps.ClusterTLS (nil: plain TCP).
 	clusterTLS *certs.Cluster
+	// dial is Deps.Dial (nil: a plain dial).
+	dial rpc.DialFunc
 	// configMismatches, once set (SetConfigMismatches), lists the settings
 	// of other managers that differ from this one's, for Status.
 	configMismatches atomic.Pointer[func() []rpc.ConfigMismatch]
@@ -160,6 +167,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		metrics:   newMetrics(deps.Registerer),
 
 		clusterTLS: deps.ClusterTLS,
+		dial:       deps.Dial,
 	}
 	m.leaseReplays = replay.New(replay.Options[leaseAnswer]{MaxAnswers: leaseReplayMax, MaxBytes: leaseReplayBytes,
 		TTL: leaseReplayTTL, Now: m.now, Size: leaseAnswer.size})
