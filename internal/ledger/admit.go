@@ -68,7 +68,7 @@ func (a Admit) sizeHint() int {
 // whole command so that its type's later versions need no new Admit version.
 func (a Admit) appendBody(out []byte) []byte {
 	out = appendItem(out, a.Reserve)
-	if outcomeItem(a.Outcome) {
+	if a.Outcome != nil && outcomeItem(a.Outcome.CommandType()) {
 		out = appendItem(out, a.Outcome)
 	}
 	return out
@@ -82,7 +82,7 @@ func decodeAdmitV1(d *decoder) Admit {
 	if d.err != nil {
 		return a
 	}
-	a.Outcome = decodeItem(d, 1, func(t CommandType) bool { return t == TypeCommit || t == TypeReject })
+	a.Outcome = decodeItem(d, 1, outcomeItem)
 	return a
 }
 

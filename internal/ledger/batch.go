@@ -62,36 +62,50 @@ type WorkerBatch struct {
 func (WorkerBatch) CommandType() CommandType { return TypeWorkerBatch }
 func (WorkerBatch) CommandVersion() uint8    { return WorkerBatchVersion }
 
-func (b WorkerBatch) sizeHint() int {
-	n := varintSize
-	for _, c := range b.Items {
-		n += varintSize + 2 + c.sizeHint()
-	}
-	return n
-}
-
-func (b WorkerBatch) appendBody(out []byte) []byte {
-	n := 0
-	for _, c := range b.Items {
-		if workerItem(c.CommandType()) {
-			n++
-		}
-	}
-	out = appendUvarint(out, uint64(n))
-	for _, c := range b.Items {
-		if workerItem(c.CommandType()) {
-			out = appendItem(out, c)
-		}
-	}
-	return out
-}
-
+// The item types each batch carries (checked by type byte before an item is
+// decoded, so batches never nest).
+func reserveItem(t CommandType) bool { return t == TypeReserve || t == TypeAdmit }
+func outcomeItem(t CommandType) bool { return t == TypeCommit || t == TypeReject }
 func workerItem(t CommandType) bool {
 	switch t {
 	case TypeLease, TypeHeartbeat, TypeComplete, TypeFail:
 		return true
 	}
 	return false
+}
+
+func (b ReserveBatch) sizeHint() int { return batchSizeHint(b.Items) }
+func (b ResolveBatch) sizeHint() int { return batchSizeHint(b.Items) }
+func (b WorkerBatch) sizeHint() int  { return batchSizeHint(b.Items) }
+
+func (b ReserveBatch) appendBody(out []byte) []byte { return appendBatch(out, b.Items, reserveItem) }
+func (b ResolveBatch) appendBody(out []byte) []byte { return appendBatch(out, b.Items, outcomeItem) }
+func (b WorkerBatch) appendBody(out []byte) []byte  { return appendBatch(out, b.Items, workerItem) }
+
+func batchSizeHint(items []Command) int {
+	n := varintSize
+	for _, c := range items {
+		n += varintSize + 2 + c.sizeHint()
+	}
+	return n
+}
+
+// appendBatch appends a batch body: the count, then each item of a type the
+// batch carries (the others are skipped).
+func appendBatch(out []byte, items []Command, carries func(CommandType) bool) []byte {
+	n := 0
+	for _, c := range items {
+		if carries(c.CommandType()) {
+			n++
+		}
+	}
+	out = appendUvarint(out, uint64(n))
+	for _, c := range items {
+		if carries(c.CommandType()) {
+			out = appendItem(out, c)
+		}
+	}
+	return out
 }
 
 func decodeWorkerBatchV1(d *decoder) WorkerBatch {
@@ -103,22 +117,6 @@ func (ResolveBatch) CommandType() CommandType { return TypeResolveBatch }
 func (ReserveBatch) CommandVersion() uint8    { return ReserveBatchVersion }
 func (ResolveBatch) CommandVersion() uint8    { return ResolveBatchVersion }
 
-func (b ReserveBatch) sizeHint() int {
-	n := varintSize
-	for _, c := range b.Items {
-		n += varintSize + 2 + c.sizeHint()
-	}
-	return n
-}
-
-func (b ResolveBatch) sizeHint() int {
-	n := varintSize
-	for _, c := range b.Items {
-		n += varintSize + 2 + c.sizeHint()
-	}
-	return n
-}
-
 // Batch v1 body (both types):
 //
 //	count uvarint, then count items, each: length uvarint · a whole command
@@ -127,53 +125,6 @@ func (b ResolveBatch) sizeHint() int {
 //
 // An item is a whole command so that an item type's later versions need no
 // new batch version.
-func (b ReserveBatch) appendBody(out []byte) []byte {
-	n := 0
-	for _, c := range b.Items {
-		if admissionItem(c) {
-			n++
-		}
-	}
-	out = appendUvarint(out, uint64(n))
-	for _, c := range b.Items {
-		if admissionItem(c) {
-			out = appendItem(out, c)
-		}
-	}
-	return out
-}
-
-func admissionItem(c Command) bool {
-	switch c.(type) {
-	case Reserve, Admit:
-		return true
-	}
-	return false
-}
-
-func (b ResolveBatch) appendBody(out []byte) []byte {
-	n := 0
-	for _, c := range b.Items {
-		if outcomeItem(c) {
-			n++
-		}
-	}
-	out = appendUvarint(out, uint64(n))
-	for _, c := range b.Items {
-		if outcomeItem(c) {
-			out = appendItem(out, c)
-		}
-	}
-	return out
-}
-
-func outcomeItem(c Command) bool {
-	switch c.(type) {
-	case Commit, Reject:
-		return true
-	}
-	return false
-}
 
 // appendItem appends length · command without a scratch buffer: it writes the
 // command after a maximal length slot, then moves it down to the minimal one.
@@ -225,14 +176,11 @@ func decodeItem(d *decoder, i int, ok func(CommandType) bool) Command {
 }
 
 func decodeReserveBatchV1(d *decoder) ReserveBatch {
-	items := decodeItems(d, func(t CommandType) bool { return t == TypeReserve || t == TypeAdmit })
-	return ReserveBatch{Items: items}
+	return ReserveBatch{Items: decodeItems(d, reserveItem)}
 }
 
 func decodeResolveBatchV1(d *decoder) ResolveBatch {
-	return ResolveBatch{Items: decodeItems(d, func(t CommandType) bool {
-		return t == TypeCommit || t == TypeReject
-	})}
+	return ResolveBatch{Items: decodeItems(d, outcomeItem)}
 }
 
 // applyBatch applies the items of a batch in order, each as the command of its
