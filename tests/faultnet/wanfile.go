@@ -78,9 +78,10 @@ func WriteWANRule(path string, r WANRule) error {
 
 // WANFromEnv returns the WAN of a process started with WANFileEnv set, with
 // the file's current rule already in force (a process restarted during a
-// cut starts cut), and follows the file until ctx ends. Without the
-// variable it returns nil: nothing is cut.
-func WANFromEnv(ctx context.Context, environ []string) (*WAN, error) {
+// cut starts cut), and follows the file until ctx ends or stop is called
+// (stop returns once it no longer does). Without the variable it returns a
+// nil WAN: nothing is cut.
+func WANFromEnv(ctx context.Context, environ []string) (w *WAN, stop func(), err error) {
 	path := ""
 	for _, kv := range environ {
 		if v, ok := strings.CutPrefix(kv, WANFileEnv+"="); ok {
@@ -88,14 +89,17 @@ func WANFromEnv(ctx context.Context, environ []string) (*WAN, error) {
 		}
 	}
 	if path == "" {
-		return nil, nil
+		return nil, func() {}, nil
 	}
-	w := NewWAN()
+	w = NewWAN()
 	applied, err := w.follow(path, 0, true)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		t := time.NewTicker(wanPoll)
 		defer t.Stop()
 		for {
@@ -111,7 +115,7 @@ func WANFromEnv(ctx context.Context, environ []string) (*WAN, error) {
 			}
 		}
 	}()
-	return w, nil
+	return w, func() { cancel(); <-done }, nil
 }
 
 // follow applies path's rule when its generation differs from applied (or

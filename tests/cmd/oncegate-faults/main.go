@@ -20,7 +20,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var opts gate.Options
-	wan, err := faultnet.WANFromEnv(ctx, os.Environ())
+	wan, stopWAN, err := faultnet.WANFromEnv(ctx, os.Environ())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gate: %v\n", err)
 		os.Exit(gate.ExitConfig)
@@ -30,5 +30,6 @@ func main() {
 	}
 	code := gate.MainWith(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr, opts)
 	stop()
+	stopWAN()
 	os.Exit(code)
 }

@@ -23,7 +23,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	opts := faultnet.ManagerOptions()
-	wan, err := faultnet.WANFromEnv(ctx, os.Environ())
+	wan, stopWAN, err := faultnet.WANFromEnv(ctx, os.Environ())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
 		os.Exit(config.ExitConfig)
@@ -33,5 +33,6 @@ func main() {
 	}
 	code := manager.MainWith(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr, opts)
 	stop()
+	stopWAN()
 	os.Exit(code)
 }
