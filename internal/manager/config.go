@@ -230,8 +230,6 @@ func DefaultConfig() Config {
 		JobLeaseMin:                  time.Second,
 		JobLeaseMax:                  time.Hour,
 		MaxClockOffset:               500 * time.Millisecond,
-		LedgerMaxBytes:               1 << 30,
-		LedgerTenantMaxBytes:         256 << 20,
 		WatermarkMaxClientsPerTenant: 25_000,
 		BatchMaxItems:                DefaultBatchMaxItems,
 		BatchMaxBytes:                DefaultBatchMaxBytes,
@@ -312,10 +310,10 @@ func Register(l *config.Loader, c *Config) {
 	l.Duration(&c.MaxClockOffset, EnvMaxClockOffset, d.MaxClockOffset, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")
 	l.Int(&c.WatermarkMaxClientsPerTenant, EnvWatermarkMaxClientsPerTenant, d.WatermarkMaxClientsPerTenant, 1, 1<<31-1,
 		"the bound on one tenant's client watermarks; beyond it that tenant's new clients are refused (429)")
-	l.Int64(&c.LedgerMaxBytes, EnvLedgerMaxBytes, d.LedgerMaxBytes, 1<<20, 1<<40,
-		"bytes of entries and retained jobs (payloads included) the ledger holds before it refuses new reservations (503)")
-	l.Int64(&c.LedgerTenantMaxBytes, EnvLedgerTenantMaxBytes, d.LedgerTenantMaxBytes, 1<<20, 1<<40,
-		"one tenant's share of IDEMPOTENCY_LEDGER_MAX_BYTES; beyond it that tenant's new keys are refused (429)")
+	l.Int64(&c.LedgerMaxBytes, EnvLedgerMaxBytes, 0, 1<<20, 1<<40,
+		"bytes of entries and retained jobs (payloads included) the ledger holds before it refuses new reservations (503); 0: 256 GiB with MANAGER_LEDGER_STORE=disk, 1 GiB with memory")
+	l.Int64(&c.LedgerTenantMaxBytes, EnvLedgerTenantMaxBytes, 0, 1<<20, 1<<40,
+		"one tenant's share of IDEMPOTENCY_LEDGER_MAX_BYTES; beyond it that tenant's new keys are refused (429); 0: 64 GiB with MANAGER_LEDGER_STORE=disk, 256 MiB with memory")
 	l.Duration(&c.OrphanGrace, EnvOrphanGrace, 0, 0, time.Hour,
 		"age after which the leader resolves a PENDING entry itself (its submitter timed out or failed); under IDEMPOTENCY_PENDING_TTL_SECONDS; 0: min(5s, half the pending TTL)")
 	l.Int(&c.BatchMaxItems, EnvBatchMaxItems, d.BatchMaxItems, 1, 4096,
@@ -355,6 +353,12 @@ func (c Config) withDefaults() Config {
 	if c.OrphanGrace == 0 {
 		c.OrphanGrace = min(DefaultOrphanGrace, c.Idempotency.PendingTTL/2)
 	}
+	if c.LedgerMaxBytes <= 0 {
+		c.LedgerMaxBytes = DefaultLedgerMaxBytes(c.LedgerStore)
+	}
+	if c.LedgerTenantMaxBytes <= 0 {
+		c.LedgerTenantMaxBytes = DefaultLedgerTenantMaxBytes(c.LedgerStore)
+	}
 	if c.BatchMaxItems <= 0 {
 		c.BatchMaxItems = DefaultBatchMaxItems
 	}
@@ -362,6 +366,37 @@ func (c Config) withDefaults() Config {
 		c.BatchMaxBytes = DefaultBatchMaxBytes
 	}
 	return c
+}
+
+// The byte budgets of the ledger by store (docs/configuration.md). On disk
+// they hold a day (MANAGER_JOB_RETENTION_SECONDS' default) of 1,000 jobs/s
+// of one tenant: 86.4 million jobs in 64 GiB, ~795 bytes each, the job's 384
+// bytes of overhead and ~400 bytes of payload and result; four such tenants
+// fill the whole. In memory the ledger shares the manager's RAM and the
+// snapshot is rebuilt from it: the small budgets of a 2-4 GiB manager.
+const (
+	diskLedgerMaxBytes         = 256 << 30
+	diskLedgerTenantMaxBytes   = 64 << 30
+	memoryLedgerMaxBytes       = 1 << 30
+	memoryLedgerTenantMaxBytes = 256 << 20
+)
+
+// DefaultLedgerMaxBytes is IDEMPOTENCY_LEDGER_MAX_BYTES' default for a
+// ledger store (MANAGER_LEDGER_STORE).
+func DefaultLedgerMaxBytes(store string) int64 {
+	if store == "memory" {
+		return memoryLedgerMaxBytes
+	}
+	return diskLedgerMaxBytes
+}
+
+// DefaultLedgerTenantMaxBytes is IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES'
+// default for a ledger store.
+func DefaultLedgerTenantMaxBytes(store string) int64 {
+	if store == "memory" {
+		return memoryLedgerTenantMaxBytes
+	}
+	return diskLedgerTenantMaxBytes
 }
 
 // The defaults of MANAGER_BATCH_MAX_ITEMS and MANAGER_BATCH_MAX_BYTES.
