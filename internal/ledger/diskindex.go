@@ -481,6 +481,11 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobTenantLease = &diskIndex[*Job]{st: st, prefix: pfxJobTenantLease, key: jobTenantLeaseKey, primary: jobs, group: jobTenantGroup}
 	s.jobLeaseExp = &diskIndex[*Job]{st: st, prefix: pfxJobLeaseExp, key: jobLeaseExpKey, primary: jobs}
 	s.jobState = &diskIndex[*Job]{st: st, prefix: pfxJobState, key: jobStateKey, primary: jobs, group: jobStateGroup}
+	s.owed = &mirror[*Entry]{
+		BTreeG: s.owed.(*btree.BTreeG[*Entry]),
+		disk: &diskIndex[*Entry]{st: st, prefix: pfxOwed, key: owedKey,
+			encode: appendEntry, decode: decodeEntryValue},
+	}
 	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
 	s.pending, s.committed, s.rejected, s.claimed = int(m.pending), int(m.committed), int(m.rejected), int(m.claimed)

@@ -208,6 +208,15 @@ func checkInvariants(t testing.TB, f *FSM) {
 	if countOf(s.multiDC) != carriedN {
 		t.Errorf("multiDC has %d items, %d entries belong there", countOf(s.multiDC), carriedN)
 	}
+	if s.multiDCLen != carriedN {
+		t.Errorf("multiDCLen is %d, %d entries are carried", s.multiDCLen, carriedN)
+	}
+	s.owed.Ascend(func(e *Entry) bool {
+		if !carried(e) {
+			t.Errorf("owed entry %s/%s/%s owes nothing", e.Tenant, e.Key, e.JobID)
+		}
+		return true
+	})
 	if countOf(s.entryExp) != s.entries.Len() {
 		t.Errorf("entryExp has %d items, entries %d", countOf(s.entryExp), s.entries.Len())
 	}

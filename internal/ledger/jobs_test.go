@@ -872,12 +872,12 @@ func TestSnapshotVersion4WithoutLifecycle(t *testing.T) {
 			t.Fatalf("%s: a version-4 snapshot restores to another state", store)
 		}
 		// The same state labelled version 5 restores the same.
-		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v4, snapshotVersion)))); err != nil {
+		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v4, snapshotVersion5)))); err != nil {
 			t.Fatalf("%s: relabelled version 5: %v", store, err)
 		}
 		sameState(t, h.f, g.f)
 		v5 := persist(t, lifecycleFSM(t, store).f)
-		if v5[len(snapshotMagic)] != snapshotVersion {
+		if v5[len(snapshotMagic)] != snapshotVersion5 {
 			t.Fatalf("%s: a state with lifecycle jobs persists as version %d", store, v5[len(snapshotMagic)])
 		}
 		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v5, snapshotVersion4)))); !errors.Is(err, ErrBadSnapshot) {
@@ -885,7 +885,7 @@ func TestSnapshotVersion4WithoutLifecycle(t *testing.T) {
 		}
 		// Once the last lifecycle job is gone, version 4 again.
 		q := queueJob(h, tenant, "q", "a", tQ)
-		if persist(t, h.f)[len(snapshotMagic)] != snapshotVersion {
+		if persist(t, h.f)[len(snapshotMagic)] != snapshotVersion5 {
 			t.Fatalf("%s: a queued job persists as version 4", store)
 		}
 		h.lease(leaseOf(tenant, 1, tL))

@@ -21,10 +21,11 @@ import (
 //	version  1 byte  (snapshotVersion)
 //	header   record: applied_index uvarint, entries uvarint, jobs uvarint,
 //	         watermarks uvarint, ledger_time int64 (version 2 on),
-//	         seq_high uvarint (version 3 on)
+//	         seq_high uvarint (version 3 on), owed uvarint (version 6 on)
 //	entries  that many records, ordered by (tenant, key)
 //	jobs     that many records, ordered by (tenant, id)
 //	watermarks that many records, ordered by (tenant, client_id, nonce)
+//	owed     that many entry records, ordered by (tenant, key, job_id) (version 6 on)
 //	crc      4 bytes, big-endian CRC-32C (Castagnoli) of every byte before it
 //
 // A record is a uvarint length and that many bytes, decoded strictly (no
@@ -32,12 +33,16 @@ import (
 // the entry record and the window to the watermark record; version 3 appends
 // seq_high to the header (batches give Seqs past the applied index); version
 // 4 appends confirmed to the entry record; version 5 appends the lifecycle to
-// the record of a job in it (a legacy job's record is as in version 4).
-// Persist writes version 5 only when a job is in the lifecycle, else version
-// 4 (the same bytes). Restore reads versions 1 to 4 as well.
+// the record of a job in it (a legacy job's record is as in version 4);
+// version 6 appends the outbox's owed entries (expired entries that another
+// datacenter has not confirmed, outbox.go). Persist writes version 6 only
+// when an entry is owed, else version 5 when a job is in the lifecycle, else
+// version 4 (the same bytes). Restore reads versions 1 to 5 as well.
 const (
 	snapshotMagic   = "ONCELDGR"
-	snapshotVersion = 5
+	snapshotVersion = 6
+	// snapshotVersion5 has no owed entries.
+	snapshotVersion5 = 5
 	// snapshotVersion4 has no job lifecycle.
 	snapshotVersion4 = 4
 	// snapshotVersion3 has no confirmed datacenters in its entries.
@@ -64,6 +69,7 @@ type Snapshot struct {
 	entries    records
 	jobs       records
 	watermarks records
+	owed       records
 	// sync makes the store durable up to the view (nil in memory); release
 	// drops the view.
 	sync    func() error
@@ -88,7 +94,13 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		ledgerTime: s.ledgerTime,
 		seqHigh:    max(s.lastSeq, s.applied),
 	}
-	if s.jobCount == s.jobStates[JobLegacy] {
+	if s.owed.Len() == 0 {
+		// Nothing owed: version 5 holds the state exactly (a build before
+		// the durable outbox reads it).
+		snap.version = snapshotVersion5
+	}
+	snap.owed = treeRecords[*Entry]{owedTree(s.owed).Clone(), appendEntry}
+	if snap.version == snapshotVersion5 && s.jobCount == s.jobStates[JobLegacy] {
 		// No job in the lifecycle: version 4 holds the state exactly, and is
 		// what a build before the lifecycle writes and reads, so such a
 		// replica can still install it (a rolling upgrade before the switch).
@@ -159,10 +171,15 @@ func (s *Snapshot) PersistTo(w io.Writer) error {
 	rec = appendUvarint(rec, uint64(s.watermarks.Len()))
 	rec = appendInt64(rec, s.ledgerTime)
 	rec = appendUvarint(rec, s.seqHigh)
+	tables := []records{s.entries, s.jobs, s.watermarks}
+	if s.version >= snapshotVersion {
+		rec = appendUvarint(rec, uint64(s.owed.Len()))
+		tables = append(tables, s.owed)
+	}
 	if !put(rec) {
 		return err
 	}
-	for _, table := range []records{s.entries, s.jobs, s.watermarks} {
+	for _, table := range tables {
 		if ierr := table.each(put); ierr != nil {
 			return ierr
 		}
@@ -183,7 +200,7 @@ func (s *Snapshot) Release() {
 		return
 	}
 	s.release()
-	s.entries, s.jobs, s.watermarks = nil, nil, nil
+	s.entries, s.jobs, s.watermarks, s.owed = nil, nil, nil, nil
 }
 
 // Entry record (snapshot v1):
@@ -330,7 +347,7 @@ func decodeJob(d *decoder, version uint8) *Job {
 	j.CreatedAt = d.int64()
 	j.Seq = d.uvarint()
 	j.ExpiresAt = d.int64()
-	if version < snapshotVersion || d.err != nil || d.remaining() == 0 {
+	if version < snapshotVersion5 || d.err != nil || d.remaining() == 0 {
 		return j
 	}
 	l := &JobLife{}
@@ -564,6 +581,10 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 			d.fail("seq_high below the applied index")
 		}
 	}
+	var nOwed uint64
+	if version >= snapshotVersion {
+		nOwed = d.uvarint()
+	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("header: %w", err)
 	}
@@ -640,6 +661,9 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 		if i%restoreCheckpoint == restoreCheckpoint-1 {
 			s.checkpoint()
 		}
+	}
+	if err := readOwed(r, s, nOwed, version); err != nil {
+		return nil, err
 	}
 	sum := r.crc.Sum32()
 	var trailer [4]byte

@@ -41,6 +41,7 @@ const maxReliefRemovals = 8
 //	wmAge     (updated_at, tenant, client_id, nonce)  watermark TTL and LRU bound
 //	pendAge   (reserved_at, tenant, key)          PENDING entries (orphans)
 //	multiDC   (tenant, key)                       resolved multi-datacenter entries (outbox)
+//	owed      (tenant, key, job_id)               expired entries the outbox still carries (owed.go)
 type state struct {
 	entries  index[*Entry]
 	entryExp index[*Entry]
@@ -73,6 +74,10 @@ type state struct {
 	// datacenters, by (tenant, key): what the leader's outbox carries to the
 	// others (FSM.ResolvedMultiDatacenter), without walking every entry.
 	multiDC index[*Entry]
+	// multiDCLen counts multiDC (on disk an order without a count).
+	multiDCLen int
+	// owed holds the entries that expired while multiDC held them (owed.go).
+	owed index[*Entry]
 
 	// store is the disk-backed state's store (nil in memory); dirtyTenants
 	// are the tenants whose counters changed in the open batch.
@@ -125,6 +130,7 @@ func newState() *state {
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
 		pendAge:  btree.NewG(btreeDegree, lessEntryReserved),
 		multiDC:  btree.NewG(btreeDegree, lessEntryKey),
+		owed:     btree.NewG(btreeDegree, lessOwed),
 		wmTenant: map[string]int{},
 
 		tenantBytes: map[string]uint64{},
@@ -392,6 +398,7 @@ func (s *state) insertEntry(e *Entry) {
 	}
 	if carried(e) {
 		s.multiDC.ReplaceOrInsert(e)
+		s.multiDCLen++
 	}
 	s.count(e.State, 1)
 	s.charge(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
@@ -403,6 +410,7 @@ func (s *state) replaceEntry(old, e *Entry) {
 	reorder(s.entryExp, lessEntryExp, old, e, true, true)
 	reorder(s.pendAge, lessEntryReserved, old, e, old.State == StatePending, e.State == StatePending)
 	reorder(s.multiDC, lessEntryKey, old, e, carried(old), carried(e))
+	s.multiDCLen += b2i(carried(e)) - b2i(carried(old))
 	s.count(old.State, -1)
 	s.count(e.State, 1)
 	s.release(old.Tenant, entryBytes(len(old.Request.Payload), old.State))
@@ -434,8 +442,16 @@ func holdsPrimaryKeys[T any](x index[T]) bool {
 	return ok && d.primary != nil && !d.copies
 }
 
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // removeEntry removes an entry by expiry, with its effects: a COMMITTED
-// structured entry raises its client's watermark.
+// structured entry raises its client's watermark, and one the outbox still
+// carries stays owed (owed.go).
 func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	s.entries.Delete(e)
 	counted(s.entries, e, -1)
@@ -443,11 +459,13 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	if e.State == StatePending {
 		s.pendAge.Delete(e)
 	}
-	if carried(e) {
-		s.multiDC.Delete(e)
-	}
 	s.count(e.State, -1)
 	s.release(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
+	if carried(e) {
+		s.multiDC.Delete(e)
+		s.multiDCLen--
+		s.insertOwed(e)
+	}
 	switch e.State {
 	case StatePending:
 		rm.Pending++
@@ -876,6 +894,12 @@ func (s *state) confirm(it Confirmation) Result {
 		return invalidf("confirm: empty tenant, key, job ID or datacenter")
 	}
 	old, ok := s.getEntry(it.Tenant, it.Key)
+	if !ok || old.JobID != it.JobID {
+		// Not the live entry: an owed one (owed.go), or none.
+		if res, owed := s.confirmOwed(it); owed {
+			return res
+		}
+	}
 	if !ok {
 		return Result{Outcome: OutcomeNotFound}
 	}

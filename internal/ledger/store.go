@@ -62,6 +62,7 @@ const (
 	pfxEntryExp    byte = 'x'  // (expires_at, tenant, key)
 	pfxPendAge     byte = 'p'  // (reserved_at, tenant, key), PENDING only
 	pfxMultiDC     byte = 'm'  // (tenant, key), resolved entries naming several datacenters
+	pfxOwed        byte = 'o'  // (tenant, key, job_id), entries expired before every datacenter confirmed them (owed.go)
 	pfxJobs        byte = 'j'  // (tenant, id)
 	pfxJobSeq      byte = 's'  // (tenant, seq)
 	pfxJobType     byte = 't'  // (tenant, type, seq)

@@ -1,0 +1,145 @@
+package ledger
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/btree"
+)
+
+// The outbox's owed entries (docs/multidc.md, "The outbox"). A resolved entry
+// whose request names other datacenters stays in the multiDC order until each
+// of them has confirmed it (Confirm). When such an entry expires first (a
+// datacenter unreachable for longer than the entry's TTL), its expiry removes
+// it from the entries as always (its key may be reserved again) and keeps a
+// copy in the owed table, by (tenant, key, job_id), until the last of those
+// datacenters confirms it: the leader's outbox goes on carrying it, across
+// leader changes and restarts, since the table is replicated state (written
+// by the Expire or Reserve that removed the entry, cleared by Confirm, both
+// stamped by the leader; in snapshots from version 6; on disk the 'o' range,
+// mirrored in memory like the watermarks). An owed entry is not charged to
+// the byte budgets (its entry's bytes are released at expiry, as always, so a
+// tenant's budget does not depend on another datacenter's availability): the
+// manager bounds the entries being carried by count instead
+// (MANAGER_OUTBOX_MAX_ENTRIES, FSM.OutboxLen), so this table never grows
+// past what was being carried when its entries expired.
+
+func lessOwed(a, b *Entry) bool {
+	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c < 0
+	}
+	if c := strings.Compare(a.Key, b.Key); c != 0 {
+		return c < 0
+	}
+	return a.JobID < b.JobID
+}
+
+func owedKey(b []byte, e *Entry) []byte { return keyString(entryKey(b, e), e.JobID) }
+
+// owedTree is the in-memory B-tree of the owed table (a mirror's on disk).
+func owedTree(x index[*Entry]) *btree.BTreeG[*Entry] {
+	if m, ok := x.(*mirror[*Entry]); ok {
+		return m.BTreeG
+	}
+	return x.(*btree.BTreeG[*Entry])
+}
+
+// insertOwed keeps e, an expiring entry still carried, in the owed table.
+func (s *state) insertOwed(e *Entry) {
+	s.owed.ReplaceOrInsert(e)
+}
+
+func (s *state) removeOwed(e *Entry) { s.owed.Delete(e) }
+
+// confirmOwed is Confirm's item for an owed entry; ok false when none is owed
+// under (tenant, key, job_id).
+func (s *state) confirmOwed(it Confirmation) (res Result, ok bool) {
+	old, ok := s.owed.Get(&Entry{Tenant: it.Tenant, Key: it.Key, JobID: it.JobID})
+	if !ok {
+		return res, false
+	}
+	if !slices.Contains(old.Request.Datacenters, it.Datacenter) {
+		return invalidf("confirm: %s/%s does not name datacenter %q", it.Tenant, it.Key, it.Datacenter), true
+	}
+	at, found := slices.BinarySearch(old.Confirmed, it.Datacenter)
+	if found {
+		return Result{Outcome: OutcomeUnchanged, Entry: *old}, true
+	}
+	e := *old
+	e.Confirmed = clip(slices.Insert(slices.Clone(old.Confirmed), at, it.Datacenter))
+	if carried(&e) {
+		s.owed.ReplaceOrInsert(&e) // same key: the write replaces old
+	} else {
+		s.removeOwed(old)
+	}
+	return Result{Outcome: OutcomeConfirmed, Entry: e}, true
+}
+
+// loadOwed reads the owed table into memory, and counts the multiDC order.
+// O(entries carried).
+func (s *state) loadOwed() {
+	m := s.owed.(*mirror[*Entry])
+	iterate(m.disk.st.db, []byte{pfxOwed}, prefixEnd(pfxOwed), false, func(_, v []byte) bool {
+		m.BTreeG.ReplaceOrInsert(m.disk.decodeValue(v))
+		return true
+	})
+	iterate(m.disk.st.db, []byte{pfxMultiDC}, prefixEnd(pfxMultiDC), false, func(_, _ []byte) bool {
+		s.multiDCLen++
+		return true
+	})
+}
+
+// readOwed reads a snapshot's n owed entries into s.
+func readOwed(r *snapReader, s *state, n uint64, version uint8) error {
+	var prev *Entry
+	for i := uint64(0); i < n; i++ {
+		d, err := r.record("owed entry")
+		if err != nil {
+			return err
+		}
+		e := decodeEntry(d, version)
+		if err := d.finish(); err != nil {
+			return fmt.Errorf("owed entry %d: %w", i, err)
+		}
+		if e.Tenant == "" || e.Key == "" || e.JobID == "" || !carried(e) {
+			return badSnapshot("owed entry %d: empty tenant, key or job ID, or nothing owed", i)
+		}
+		if prev != nil && !lessOwed(prev, e) {
+			return badSnapshot("owed entry %d: out of order", i)
+		}
+		prev = e
+		s.insertOwed(e)
+		if i%restoreCheckpoint == restoreCheckpoint-1 {
+			s.checkpoint()
+		}
+	}
+	return nil
+}
+
+// OwedMultiDatacenter calls fn with every owed entry (expired before every
+// other datacenter it names confirmed it), in (tenant, key, job_id) order,
+// until fn returns false. Like ResolvedMultiDatacenter, it reads copies under
+// the read lock: fn must not call back into the FSM.
+func (f *FSM) OwedMultiDatacenter(fn func(Entry) bool) {
+	f.mu.RLock()
+	out := make([]Entry, 0, f.s.owed.Len())
+	f.s.owed.Ascend(func(e *Entry) bool {
+		out = append(out, *e)
+		return true
+	})
+	f.mu.RUnlock()
+	for _, e := range out {
+		if !fn(e) {
+			return
+		}
+	}
+}
+
+// OutboxLen is how many entries the outbox carries: the resolved entries
+// naming another datacenter that has not confirmed them, live or owed.
+func (f *FSM) OutboxLen() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.s.multiDCLen + f.s.owed.Len()
+}

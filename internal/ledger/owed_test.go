@@ -1,0 +1,105 @@
+package ledger
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+)
+
+// An entry for dc1 and dc2 that expires before dc2 confirmed it leaves the
+// entries (its key is free again) but stays owed, counted and charged, in
+// snapshots and across a reopen of the disk store, until dc2 confirms it. It
+// is not charged to the byte budgets (its entry's bytes are released).
+func TestOwedEntryOutlivesItsTTL(t *testing.T) {
+	for _, store := range stores {
+		t.Run("store="+store, func(t *testing.T) {
+			dir := t.TempDir()
+			h := &harness{t: t}
+			if store == "memory" {
+				h.f = New(Options{})
+			} else {
+				f, err := Open(dir, Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.f = f
+			}
+			r := reserve("t", "k", t0)
+			r.Request.Datacenters = []string{"dc1", "dc2"}
+			h.must(r, OutcomeReserved)
+			h.must(commit(r, t0+sec), OutcomeCommitted)
+			bytesAfter := h.f.Stats().Bytes - entryBytes(len(r.Request.Payload), StateCommitted)
+			if n := h.f.OutboxLen(); n != 1 {
+				t.Fatalf("outbox holds %d, want 1", n)
+			}
+			h.must(expire(t0+sec+commitTTL), OutcomeExpired)
+			h.noEntry("t", "k")
+			owed := func(f *FSM) (out []string) {
+				f.OwedMultiDatacenter(func(e Entry) bool {
+					out = append(out, fmt.Sprintf("%s/%s/%s %v", e.Tenant, e.Key, e.JobID, e.Confirmed))
+					return true
+				})
+				return out
+			}
+			want := "[t/k/" + r.JobID + " []]"
+			if got := fmt.Sprint(owed(h.f)); got != want {
+				t.Fatalf("owed after expiry: %s, want %s", got, want)
+			}
+			if n, b := h.f.OutboxLen(), h.f.Stats().Bytes; n != 1 || b != bytesAfter {
+				t.Fatalf("outbox %d, bytes %d; want 1 and %d (the job's)", n, b, bytesAfter)
+			}
+			checkInvariants(t, h.f)
+
+			// A snapshot holds it (version 6), on either store.
+			snap := persist(t, h.f)
+			if snap[len(snapshotMagic)] != snapshotVersion {
+				t.Fatalf("snapshot version %d with an owed entry", snap[len(snapshotMagic)])
+			}
+			for _, to := range stores {
+				g := newHarnessOn(t, to)
+				if err := g.f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+					t.Fatal(err)
+				}
+				if got := fmt.Sprint(owed(g.f)); got != want || g.f.OutboxLen() != 1 || g.f.Stats().Bytes != bytesAfter {
+					t.Fatalf("restored on %s: owed %s, outbox %d, bytes %d", to, got, g.f.OutboxLen(), g.f.Stats().Bytes)
+				}
+				sameState(t, h.f, g.f)
+			}
+			if store == "disk" { // and a reopen of the store
+				if err := h.f.Close(); err != nil {
+					t.Fatal(err)
+				}
+				h.f = openFSM(t, dir, Options{})
+				if got := fmt.Sprint(owed(h.f)); got != want || h.f.OutboxLen() != 1 {
+					t.Fatalf("reopened: owed %s, outbox %d", got, h.f.OutboxLen())
+				}
+			}
+
+			// The key is free for a new request meanwhile.
+			r2 := reserve("t", "k", t0+sec+commitTTL+sec)
+			r2.JobID = "job-2"
+			h.must(r2, OutcomeReserved)
+			// dc2's confirmation clears the owed entry.
+			res := h.must(Confirm{Items: []Confirmation{{"t", "k", r.JobID, "dc2"}}}, OutcomeConfirmed)
+			if res.Items[0].Outcome != OutcomeConfirmed {
+				t.Fatalf("confirm: %v", res.Items[0].Outcome)
+			}
+			if got := owed(h.f); len(got) != 0 || h.f.OutboxLen() != 0 {
+				t.Fatalf("after dc2 confirmed: owed %v, outbox %d", got, h.f.OutboxLen())
+			}
+			if e := h.entry("t", "k"); e.JobID != "job-2" {
+				t.Fatalf("the new entry was touched: %+v", e)
+			}
+			checkInvariants(t, h.f)
+			if p := persist(t, h.f); p[len(snapshotMagic)] == snapshotVersion {
+				t.Fatal("nothing owed, yet version 6")
+			}
+			if store == "disk" {
+				if err := h.f.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
