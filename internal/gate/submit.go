@@ -653,6 +653,8 @@ var ledgerRefusals = []struct {
 		"the datacenter's ledger is full of live entries; retry later with the same key"},
 	{rpc.ErrWatermarksFull, "watermark table full", http.StatusServiceUnavailable, api.CodeUnavailable,
 		"the datacenter's table of client sequence watermarks is full; retry later with the same key"},
+	{rpc.ErrOutboxFull, "outbox full", http.StatusServiceUnavailable, api.CodeOutboxFull,
+		"the datacenter's outbox holds its maximum of multi-datacenter submissions another datacenter has not confirmed yet; retry later with the same key"},
 	{rpc.ErrTenantQuota, "tenant over its ledger share", http.StatusTooManyRequests, api.CodeTenantQuotaExceeded,
 		"this tenant holds its share of the datacenter's idempotency ledger; retry later with the same key"},
 }

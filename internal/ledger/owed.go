@@ -143,3 +143,11 @@ func (f *FSM) OutboxLen() int {
 	defer f.mu.RUnlock()
 	return f.s.multiDCLen + f.s.owed.Len()
 }
+
+// OwedLen is how many of them are owed (expired before every datacenter
+// confirmed them).
+func (f *FSM) OwedLen() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.s.owed.Len()
+}

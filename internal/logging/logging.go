@@ -61,6 +61,7 @@ const (
 	KeyStack      = "stack"           // its stack
 	KeyTenant     = "tenant"          // the tenant of a request or entry
 	KeyIdemKey    = "idempotency_key" // an idempotency key
+	KeyJobID      = "job_id"          // a job ID
 	KeyOutcome    = "outcome"         // a submission's outcome
 	KeyManagers   = "managers"        // manager RPC addresses
 	KeyTerm       = "term"            // a raft term

@@ -126,6 +126,11 @@ type Config struct {
 	LedgerMaxBytes int64
 	// LedgerTenantMaxBytes is IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES: one tenant's share.
 	LedgerTenantMaxBytes int64
+	// OutboxMaxEntries is MANAGER_OUTBOX_MAX_ENTRIES: the multi-datacenter
+	// submissions the outbox carries (not yet confirmed by every datacenter
+	// they name, live or expired) before new ones are refused (503
+	// outbox_full).
+	OutboxMaxEntries int
 }
 
 // Names of the manager's environment variables. Each has a flag derived from
@@ -180,6 +185,7 @@ const (
 	EnvLedgerTenantMaxBytes         = "IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES"
 	EnvWatermarkMaxClientsPerTenant = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT"
 	EnvBatchMaxItems                = "MANAGER_BATCH_MAX_ITEMS"
+	EnvOutboxMaxEntries             = "MANAGER_OUTBOX_MAX_ENTRIES"
 	EnvBatchMaxBytes                = "MANAGER_BATCH_MAX_BYTES"
 	EnvPprof                        = "MANAGER_PPROF"
 	EnvClusterSecretFile            = "MANAGER_CLUSTER_SECRET_FILE"
@@ -232,6 +238,7 @@ func DefaultConfig() Config {
 		MaxClockOffset:               500 * time.Millisecond,
 		WatermarkMaxClientsPerTenant: 25_000,
 		BatchMaxItems:                DefaultBatchMaxItems,
+		OutboxMaxEntries:             DefaultOutboxMaxEntries,
 		BatchMaxBytes:                DefaultBatchMaxBytes,
 		LogLevel:                     "info",
 		LogFormat:                    logging.FormatText,
@@ -316,6 +323,8 @@ func Register(l *config.Loader, c *Config) {
 		"one tenant's share of IDEMPOTENCY_LEDGER_MAX_BYTES; beyond it that tenant's new keys are refused (429); 0: 64 GiB with MANAGER_LEDGER_STORE=disk, 256 MiB with memory")
 	l.Duration(&c.OrphanGrace, EnvOrphanGrace, 0, 0, time.Hour,
 		"age after which the leader resolves a PENDING entry itself (its submitter timed out or failed); under IDEMPOTENCY_PENDING_TTL_SECONDS; 0: min(5s, half the pending TTL)")
+	l.Int(&c.OutboxMaxEntries, EnvOutboxMaxEntries, d.OutboxMaxEntries, 1, 1<<31-1,
+		"multi-datacenter submissions the outbox carries (not yet confirmed by every datacenter they name, live or expired) before new ones are refused (503 outbox_full)")
 	l.Int(&c.BatchMaxItems, EnvBatchMaxItems, d.BatchMaxItems, 1, 4096,
 		"submissions (Reserves, or outcomes) one Raft log entry carries at most; 1 proposes every command alone")
 	l.Int(&c.BatchMaxBytes, EnvBatchMaxBytes, d.BatchMaxBytes, 4<<10, 64<<20,
@@ -359,6 +368,9 @@ func (c Config) withDefaults() Config {
 	if c.LedgerTenantMaxBytes <= 0 {
 		c.LedgerTenantMaxBytes = DefaultLedgerTenantMaxBytes(c.LedgerStore)
 	}
+	if c.OutboxMaxEntries <= 0 {
+		c.OutboxMaxEntries = DefaultOutboxMaxEntries
+	}
 	if c.BatchMaxItems <= 0 {
 		c.BatchMaxItems = DefaultBatchMaxItems
 	}
@@ -398,6 +410,12 @@ func DefaultLedgerTenantMaxBytes(store string) int64 {
 	}
 	return diskLedgerTenantMaxBytes
 }
+
+// DefaultOutboxMaxEntries is MANAGER_OUTBOX_MAX_ENTRIES' default: 100 s of
+// 1,000 multi-datacenter submissions/s while another datacenter is
+// unreachable (or 28 h of 1/s); the expired ones among them are held in
+// every manager's memory (docs/multidc.md, "The outbox").
+const DefaultOutboxMaxEntries = 100_000
 
 // The defaults of MANAGER_BATCH_MAX_ITEMS and MANAGER_BATCH_MAX_BYTES.
 const (

@@ -168,6 +168,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 			func() float64 { return float64(m.leaseReplays.Bytes()) }),
 	)
 	reg.MustRegister(jobStateGauges(m.fsm.Stats)...)
+	reg.MustRegister(outboxGauges(m.fsm, cfg.OutboxMaxEntries)...)
 	reg.MustRegister(autopilotCollector{m})
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -21,6 +21,11 @@ type metrics struct {
 	outboxConfirmed prometheus.Counter
 	// leaseReplays counts leases answered from the kept answers.
 	leaseReplays prometheus.Counter
+	// outboxRefused counts submissions refused for a full outbox;
+	// outboxOldest is the age of the oldest entry the leader's outbox
+	// carries (0 at a follower or with none).
+	outboxRefused prometheus.Counter
+	outboxOldest  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -47,13 +52,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "once_manager_outbox_confirmed_total",
 			Help: "Multi-datacenter submissions this manager's outbox carried to another datacenter and recorded as final there (one per entry and datacenter).",
 		}),
+		outboxRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "once_manager_outbox_refused_total",
+			Help: "Multi-datacenter submissions refused (503 outbox_full) because the outbox held MANAGER_OUTBOX_MAX_ENTRIES.",
+		}),
+		outboxOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "once_manager_outbox_oldest_entry_age_seconds",
+			Help: "Age (since it was resolved) of the oldest multi-datacenter submission this manager's outbox, as leader, is still carrying to another datacenter; 0 at a follower or when none is.",
+		}),
 		leaseReplays: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "once_manager_lease_replays_total",
 			Help: "Leases retried with their Idempotency-Key and answered with the kept answer (the same jobs), at this manager as leader.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.submissions, m.submitTime, m.applyLatency, m.expired, m.outboxConfirmed, m.leaseReplays)
+		reg.MustRegister(m.submissions, m.submitTime, m.applyLatency, m.expired, m.outboxConfirmed, m.leaseReplays, m.outboxRefused, m.outboxOldest)
 	}
 	return m
 }

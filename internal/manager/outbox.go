@@ -33,8 +33,13 @@ const (
 // fingerprint, job ID) is idempotent at the other end. A final outcome is
 // recorded in the ledger (a Confirm command, one per pass for every pair that
 // got one), so a new leader does not ask again, and a fully confirmed entry
-// leaves the ledger's order the pass walks. The backoff of the pairs still
-// waiting is kept in memory at the leader.
+// leaves the ledger's order the pass walks. An entry that expires before
+// every datacenter confirmed it stays owed in the ledger (ledger.FSM.
+// OwedMultiDatacenter) and is carried on, however long that takes, across
+// leader changes and restarts; its expiry is logged once per leader. The
+// entries carried are bounded by MANAGER_OUTBOX_MAX_ENTRIES at admission
+// (admitToOutbox). The backoff of the pairs still waiting is kept in memory
+// at the leader.
 type outbox struct {
 	m     *Manager
 	peers func() map[string][]string // datacenter -> manager RPC addresses
@@ -49,6 +54,8 @@ type outboxKey struct{ tenant, key, jobID, dc string }
 
 type outboxState struct {
 	done    bool
+	// expiredLogged: this leader logged that the entry outlived its TTL.
+	expiredLogged bool
 	next    time.Time
 	backoff time.Duration
 }
@@ -70,6 +77,7 @@ func (o *outbox) run(ctx context.Context) {
 		case <-t.C:
 		}
 		if o.m.checkLeader() != nil {
+			o.m.metrics.outboxOldest.Set(0)
 			o.mu.Lock()
 			clear(o.state) // a later term asks again
 			o.mu.Unlock()
@@ -90,8 +98,12 @@ func (o *outbox) pass(ctx context.Context) {
 		e ledger.Entry
 	}
 	var due []job
-	o.m.fsm.ResolvedMultiDatacenter(own, func(e ledger.Entry) bool {
-		if now.Sub(time.Unix(0, e.ResolvedAt)) < outboxGrace {
+	var oldest int64 // the least ResolvedAt carried (0: none)
+	visit := func(e ledger.Entry, expired bool) bool {
+		if oldest == 0 || e.ResolvedAt < oldest {
+			oldest = e.ResolvedAt
+		}
+		if !expired && now.Sub(time.Unix(0, e.ResolvedAt)) < outboxGrace {
 			return true
 		}
 		for _, dc := range e.Request.Datacenters {
@@ -110,16 +122,30 @@ func (o *outbox) pass(ctx context.Context) {
 				o.state[k] = st
 			}
 			ready := !st.done && !wall.Before(st.next)
+			logExpiry := expired && !st.expiredLogged
+			st.expiredLogged = st.expiredLogged || expired
 			o.mu.Unlock()
+			if logExpiry {
+				o.log.Warn("a multi-datacenter submission outlived its TTL before another datacenter confirmed it; the outbox keeps carrying it",
+					logging.KeyTenant, e.Tenant, logging.KeyIdemKey, e.Key, logging.KeyJobID, e.JobID, logging.KeyDatacenter, dc,
+					logging.KeyDuration, now.Sub(time.Unix(0, e.ResolvedAt)).Round(time.Second))
+			}
 			if _, known := peers[dc]; ready && known {
 				due = append(due, job{k, e})
 			}
 		}
 		return true
-	})
+	}
+	o.m.fsm.ResolvedMultiDatacenter(own, func(e ledger.Entry) bool { return visit(e, false) })
+	o.m.fsm.OwedMultiDatacenter(func(e ledger.Entry) bool { return visit(e, true) })
+	age := 0.0
+	if oldest != 0 {
+		age = max(now.Sub(time.Unix(0, oldest)).Seconds(), 0)
+	}
+	o.m.metrics.outboxOldest.Set(age)
 	o.mu.Lock()
 	for k := range o.state {
-		if !seen[k] { // the entry expired: nothing left to carry
+		if !seen[k] { // confirmed meanwhile: nothing left to carry
 			delete(o.state, k)
 		}
 	}
@@ -149,7 +175,7 @@ func (o *outbox) pass(ctx context.Context) {
 }
 
 // carriedMinTTL is the shortest lifetime a carried entry gets: one whose
-// entry is about to expire here still lands (its job is what matters; the
+// entry is about to expire, or expired, here still lands (its job is what matters; the
 // job's retention does not depend on it), and briefly answers duplicates.
 const carriedMinTTL = time.Second
 
@@ -173,7 +199,7 @@ func (o *outbox) confirm(ctx context.Context, items []ledger.Confirmation) {
 // carry sends one entry's submission to one datacenter and records the
 // answer; it reports whether the answer was final.
 func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
-	req := &rpc.SubmitRequest{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, ProposedJobID: e.JobID}
+	req := &rpc.SubmitRequest{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, ProposedJobID: e.JobID, Carried: true}
 	// The entry expires at the same instant there as here: its remaining
 	// lifetime, counted from now (which the other leader accepts as the
 	// basis within expiryBasisMaxSkew of its clock), instead of that

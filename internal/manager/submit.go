@@ -109,6 +109,10 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			m.endProposal(req.Tenant, req.Key, proposal)
 			return resp, nil
 		}
+		if err := m.admitToOutbox(req); err != nil {
+			m.endProposal(req.Tenant, req.Key, proposal)
+			return nil, err
+		}
 		now := m.ledgerNow()
 		reserve := ledger.Reserve{
 			Tenant:      req.Tenant,

@@ -49,6 +49,10 @@ const (
 	// and the key's client has none; nothing was recorded (no watermark is ever
 	// evicted to make room). Retry later: watermarks age out by their TTL.
 	CodeWatermarksFull Code = "watermarks_full"
+	// CodeOutboxFull: the datacenter's outbox holds its maximum of
+	// multi-datacenter submissions not yet confirmed by every datacenter they
+	// name (MANAGER_OUTBOX_MAX_ENTRIES); nothing was recorded. Retry later.
+	CodeOutboxFull Code = "outbox_full"
 	// CodeTenantQuota: the tenant holds its share of the ledger (watermarks or
 	// bytes) and the reservation was refused; nothing was recorded.
 	CodeTenantQuota Code = "tenant_quota"
@@ -117,6 +121,7 @@ var (
 // Sentinels of the ledger's refusals and of oversized answers.
 var (
 	ErrWatermarksFull = &Error{Code: CodeWatermarksFull, Message: "watermark table full"}
+	ErrOutboxFull     = &Error{Code: CodeOutboxFull, Message: "outbox full"}
 	ErrTenantQuota    = &Error{Code: CodeTenantQuota, Message: "tenant over its share"}
 	ErrTooLarge       = &Error{Code: CodeTooLarge, Message: "answer too large"}
 	ErrLeaseLost      = &Error{Code: CodeLeaseLost, Message: "lease lost"}
@@ -135,7 +140,7 @@ func httpStatus(c Code) int {
 	switch c {
 	case CodeNotLeader:
 		return http.StatusMisdirectedRequest
-	case CodeUnavailable, CodeLedgerFull, CodeWatermarksFull:
+	case CodeUnavailable, CodeLedgerFull, CodeWatermarksFull, CodeOutboxFull:
 		return http.StatusServiceUnavailable
 	case CodeTenantQuota:
 		return http.StatusTooManyRequests
@@ -211,6 +216,11 @@ type SubmitRequest struct {
 	// holds another home's claim on the key; a manager of another
 	// datacenter records a claim for Home instead (docs/multidc.md).
 	Home string `json:"home,omitempty"`
+	// Carried says another datacenter's outbox sends this submission, which
+	// that datacenter admitted already: it is never refused for a full
+	// outbox here (CodeOutboxFull), or two datacenters whose outboxes are
+	// full of each other's submissions would wait on each other forever.
+	Carried bool `json:"carried,omitempty"`
 }
 
 // Rejection is why admission refused a job.

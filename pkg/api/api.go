@@ -67,6 +67,11 @@ const (
 	// CodeResponseTooLarge (500): a single job is larger than a read answer can
 	// carry (it cannot happen with payloads within GATE_MAX_BODY_BYTES).
 	CodeResponseTooLarge Code = "response_too_large"
+	// CodeOutboxFull (503, with Retry-After): the datacenter's outbox holds
+	// its maximum of multi-datacenter submissions that another datacenter
+	// has not confirmed yet (one is unreachable); nothing was recorded, retry
+	// the key later.
+	CodeOutboxFull Code = "outbox_full"
 )
 
 // ProblemTypeBase prefixes a code to form a problem's type URI.

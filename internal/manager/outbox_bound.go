@@ -1,0 +1,52 @@
+package manager
+
+import (
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/rpc"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// admitToOutbox refuses a new multi-datacenter submission while the outbox
+// carries MANAGER_OUTBOX_MAX_ENTRIES entries (docs/multidc.md, "The
+// outbox"): nothing is recorded, and the client retries the key later
+// (503 outbox_full). A submission another datacenter's outbox carries here
+// is admitted: that datacenter admitted it already, under its own bound. The
+// bound is checked before the Reserve, so the submissions in flight at that
+// instant may pass it by as many.
+func (m *Manager) admitToOutbox(req *rpc.SubmitRequest) error {
+	if req.Carried || !namesOtherDatacenter(req.Job.Datacenters, m.cfg.Datacenter) {
+		return nil
+	}
+	if n := m.fsm.OutboxLen(); n >= m.cfg.OutboxMaxEntries {
+		m.metrics.outboxRefused.Inc()
+		return rpc.Errorf(rpc.CodeOutboxFull,
+			"the outbox carries its maximum of %d multi-datacenter submissions not yet confirmed by every datacenter they name", m.cfg.OutboxMaxEntries)
+	}
+	return nil
+}
+
+func namesOtherDatacenter(dcs []string, own string) bool {
+	for _, dc := range dcs {
+		if dc != own {
+			return true
+		}
+	}
+	return false
+}
+
+// outboxGauges are the outbox's gauges read from the ledger when scraped:
+// the same on every manager of the datacenter (replicated state).
+func outboxGauges(fsm *ledger.FSM, maxEntries int) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_outbox_entries",
+			Help: "Multi-datacenter submissions the outbox carries: resolved here, not yet confirmed by every other datacenter they name (live or expired)."},
+			func() float64 { return float64(fsm.OutboxLen()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_outbox_expired_entries",
+			Help: "Of once_manager_outbox_entries, those whose entry expired here before every datacenter confirmed them (kept until they do)."},
+			func() float64 { return float64(fsm.OwedLen()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_outbox_max_entries",
+			Help: "MANAGER_OUTBOX_MAX_ENTRIES: once_manager_outbox_entries at which new multi-datacenter submissions are refused (503 outbox_full)."},
+			func() float64 { return float64(maxEntries) }),
+	}
+}
