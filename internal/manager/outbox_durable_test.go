@@ -1,0 +1,156 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// serveManagerRPC serves m's RPC on a local listener until the test ends and
+// returns its address.
+func serveManagerRPC(t *testing.T, m *Manager) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: testutil.Logger(t)})
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); <-served })
+	return ln.Addr().String()
+}
+
+// runOutboxes runs an outbox on every manager of tc, as Main does, until the
+// test ends.
+func runOutboxes(t *testing.T, tc *testCluster, peers func() map[string][]string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, m := range tc.mgrs {
+		ob := newOutbox(m, peers, testutil.Logger(t))
+		wg.Add(1)
+		go func() { defer wg.Done(); ob.run(ctx) }()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// TestOutboxOutlivesTheTTL: dc2 is unreachable for longer than the TTL of a
+// job for dc1 and dc2 that reached only dc1. The entry expires in dc1 but
+// stays owed in its ledger; dc1's leader changes during the outage; once dc2
+// is reachable, the new leader carries the job there under the same job ID
+// and the owed entry is cleared.
+func TestOutboxOutlivesTheTTL(t *testing.T) {
+	clock := newManualClock()
+	const ttl = 5 * time.Second
+	short := func(c *Config) { c.Idempotency.CommittedTTL = ttl }
+	tc1 := newTestCluster(t, 3, short)
+	tc1.setNow(clock.Now)
+	tc2 := newTestCluster(t, 1, func(c *Config) { short(c); c.Datacenter = "dc2" })
+	tc2.setNow(clock.Now)
+	m2 := tc2.mgrs[tc2.leader()]
+	dc2Addr := serveManagerRPC(t, m2)
+	dead := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)) // nothing listens there
+	var reachable atomic.Bool
+	peers := func() map[string][]string {
+		if reachable.Load() {
+			return map[string][]string{"dc1": nil, "dc2": {dc2Addr}}
+		}
+		return map[string][]string{"dc1": nil, "dc2": {dead}}
+	}
+	runOutboxes(t, tc1, peers)
+	ctx := ctxT(t)
+
+	req := &rpc.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
+	req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), []string{"dc1", "dc2"}
+	l1 := tc1.leader()
+	r, err := tc1.mgrs[l1].Submit(ctx, req)
+	if err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("dc1: %+v %v", r, err)
+	}
+	if n := tc1.mgrs[l1].FSM().OutboxLen(); n != 1 {
+		t.Fatalf("the outbox carries %d entries, want 1", n)
+	}
+
+	// The outage outlasts the TTL: the entry expires in dc1, on every
+	// replica, and stays owed.
+	clock.Advance(ttl + time.Second)
+	for i, m := range tc1.mgrs {
+		testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
+			_, live := m.FSM().Entry("t", "order-1")
+			return !live && m.FSM().OwedLen() == 1 && m.FSM().OutboxLen() == 1,
+				"manager " + strconv.Itoa(i) + " to expire the entry and keep it owed"
+		})
+	}
+
+	// dc1's leader changes during the outage.
+	tc1.stop(l1)
+	nl := tc1.leader()
+	clock.Advance(time.Minute)
+	if n := tc1.mgrs[nl].FSM().OwedLen(); n != 1 {
+		t.Fatalf("the new leader's ledger owes %d entries, want 1", n)
+	}
+	if _, ok := m2.FSM().Job("t", r.JobID); ok {
+		t.Fatal("dc2 has the job while unreachable")
+	}
+
+	reachable.Store(true)
+	testutil.WaitFor(t, 60*time.Second, func() (bool, string) {
+		j, ok := m2.FSM().Job("t", r.JobID)
+		return ok && j.Key == "order-1", "dc2 to hold job " + r.JobID
+	})
+	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
+		f := tc1.mgrs[nl].FSM()
+		return f.OwedLen() == 0 && f.OutboxLen() == 0, "dc1's ledger to record dc2's confirmation"
+	})
+	if n := m2.FSM().Stats().Jobs; n != 1 {
+		t.Fatalf("dc2 holds %d jobs, want 1", n)
+	}
+}
+
+// TestOutboxFullRefusesNewMultiDatacenterSubmissions: at
+// MANAGER_OUTBOX_MAX_ENTRIES, a new multi-datacenter submission is refused
+// (outbox_full, nothing recorded); a retry of a key already admitted, a
+// single-datacenter submission and one another datacenter's outbox carries
+// are not.
+func TestOutboxFullRefusesNewMultiDatacenterSubmissions(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.OutboxMaxEntries = 1 })
+	m := tc.mgrs[tc.leader()]
+	ctx := ctxT(t)
+	submit := func(key string, carried bool, dcs ...string) (*rpc.SubmitResponse, error) {
+		req := &rpc.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp-" + key, Carried: carried}
+		req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), dcs
+		return m.Submit(ctx, req)
+	}
+	first, err := submit("a", false, "dc1", "dc2")
+	if err != nil || first.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	if _, err := submit("b", false, "dc1", "dc2"); !errors.Is(err, rpc.ErrOutboxFull) {
+		t.Fatalf("a second multi-datacenter key with the outbox full: %v, want outbox_full", err)
+	}
+	if _, ok := m.FSM().Entry("t", "b"); ok {
+		t.Fatal("the refused key was recorded")
+	}
+	if again, err := submit("a", false, "dc1", "dc2"); err != nil || again.JobID != first.JobID {
+		t.Fatalf("a retry of the admitted key: %+v %v", again, err)
+	}
+	if r, err := submit("c", false, "dc1"); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("a single-datacenter key: %+v %v", r, err)
+	}
+	if r, err := submit("d", true, "dc1", "dc2"); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("a carried submission: %+v %v", r, err)
+	}
+	if got := promtest.ToFloat64(m.metrics.outboxRefused); got != 1 {
+		t.Fatalf("once_manager_outbox_refused_total %v, want 1", got)
+	}
+}
