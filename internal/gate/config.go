@@ -41,6 +41,7 @@ const (
 	EnvGossipKey         = "GATE_GOSSIP_KEY"
 	EnvGossipProfile     = "GATE_GOSSIP_PROFILE"
 	EnvMaxTTL            = "IDEMPOTENCY_MAX_TTL_SECONDS"
+	EnvFederationSettle  = "GATE_FEDERATION_SETTLE_SECONDS"
 )
 
 // Bounds of the gate's settings.
@@ -58,7 +59,9 @@ const (
 	// DefaultMaxTTL is the default of IDEMPOTENCY_MAX_TTL_SECONDS (30 days);
 	// MaxMaxTTL bounds it (one year).
 	DefaultMaxTTL = 30 * 24 * time.Hour
-	MaxMaxTTL     = 365 * 24 * time.Hour
+	// DefaultFederationSettle is GATE_FEDERATION_SETTLE_SECONDS' default.
+	DefaultFederationSettle = time.Second
+	MaxMaxTTL               = 365 * 24 * time.Hour
 )
 
 // Config is the gate's configuration. DefaultConfig returns the defaults;
@@ -105,6 +108,12 @@ type Config struct {
 	// MaxTTL (IDEMPOTENCY_MAX_TTL_SECONDS) is the longest Idempotency-TTL a
 	// request may ask for; default 30 days.
 	MaxTTL time.Duration
+	// FederationSettle (GATE_FEDERATION_SETTLE_SECONDS) is how long the set
+	// of datacenters the gate reads from its managers must stay the same
+	// before the federation counts as formed (federation.go): until then a
+	// datacenter the gate does not know is answered 503, not 400, and
+	// /readyz waits for the first formation.
+	FederationSettle time.Duration
 	// CacheMaxBytes is IDEMPOTENCY_MAX_BYTES: the bound on the bytes of the
 	// outcomes the idempotency cache holds (0: none); beyond it outcomes are
 	// answered but not cached.
@@ -139,6 +148,7 @@ func DefaultConfig() Config {
 		GossipProfile:     "lan",
 		Idempotency:       config.DefaultIdempotency(),
 		MaxTTL:            DefaultMaxTTL,
+		FederationSettle:  DefaultFederationSettle,
 		CacheMaxBytes:     DefaultCacheMaxBytes,
 		ReadyTimeout:      time.Second,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -201,6 +211,8 @@ func Register(l *config.Loader, c *Config) {
 	l.String(&c.GossipProfile, EnvGossipProfile, d.GossipProfile, "lan or local", config.OneOf("lan", "local"),
 		"memberlist timing profile")
 	config.RegisterIdempotency(l, &c.Idempotency)
+	l.SecondsRange(&c.FederationSettle, EnvFederationSettle, d.FederationSettle, 0, time.Minute,
+		"how long the set of datacenters read from the managers must stay the same before the federation counts as formed: until then an unknown datacenter is answered 503 (retry), not 400, and /readyz waits")
 	l.SecondsRange(&c.MaxTTL, EnvMaxTTL, d.MaxTTL, time.Second, MaxMaxTTL,
 		"the longest Idempotency-TTL a submission may ask for (400 invalid_request beyond)")
 }

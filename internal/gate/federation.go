@@ -38,6 +38,47 @@ func (s StaticFederation) Datacenters() map[string][]string { return s }
 // datacenter's managers.
 const federationRefresh = 5 * time.Second
 
+// federationFormingRefresh is how often a gate re-reads the view while the
+// federation is forming (until it is formed, below).
+const federationFormingRefresh = 250 * time.Millisecond
+
+// formingFederation is a Federation read over time (the federationPoller),
+// which may not name every datacenter yet. The federation is formed when the
+// gate has read a view and the set of datacenters it names has not changed
+// for the settle window (GATE_FEDERATION_SETTLE_SECONDS): managers join the
+// WAN pool at start, and a view read before their gossip converged lacks the
+// datacenters not heard of yet. Until it is formed, a datacenter the gate
+// does not know may still appear: it is answered 503 (retry), not 400. A
+// change of the set (a datacenter joins or is forgotten) makes it forming
+// again for the window.
+type formingFederation interface {
+	// Forming reports whether the federation is not formed now.
+	Forming() bool
+	// FormedOnce reports whether it has been formed since the gate started:
+	// GET /readyz waits for it.
+	FormedOnce() bool
+}
+
+// federationForming reports whether a datacenter the gate does not know
+// may still appear: no view read yet, or the federation still forming.
+func (g *Gate) federationForming() bool {
+	if g.federation == nil {
+		return false
+	}
+	if g.federation.Datacenters() == nil {
+		return true
+	}
+	f, ok := g.federation.(formingFederation)
+	return ok && f.Forming()
+}
+
+// federationFormedOnce reports whether the gate knows the federation well
+// enough to be ready: a fixed view always, a polled one once formed.
+func (g *Gate) federationFormedOnce() bool {
+	f, ok := g.federation.(formingFederation)
+	return !ok || f.FormedOnce()
+}
+
 // federationForget is how long a gate keeps a datacenter that the views it
 // reads no longer name. Managers remember the federation across their own
 // restarts for as long (rpc.FederationMemory); the gate's memory covers a view
@@ -58,14 +99,29 @@ type federationPoller struct {
 	// goroutine only).
 	seen map[string]time.Time
 	now  func() time.Time
+	// settle is GATE_FEDERATION_SETTLE_SECONDS (formingFederation).
+	settle time.Duration
+	// names is the sorted set of datacenters of the last view, changed when
+	// it last changed (refresh's goroutine only); formed and formedOnce are
+	// what formingFederation reports.
+	names      []string
+	changed    time.Time
+	formed     atomic.Bool
+	formedOnce atomic.Bool
 }
 
 func newFederationPoller(local rpc.Resolver, secret string, tlsCfg *tls.Config, log *slog.Logger) *federationPoller {
 	t := rpc.NewTransport()
 	t.TLSClientConfig = tlsCfg
 	return &federationPoller{local: local, hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(tlsCfg), log: log,
-		seen: map[string]time.Time{}, now: time.Now}
+		seen: map[string]time.Time{}, now: time.Now, settle: DefaultFederationSettle}
 }
+
+// Forming implements formingFederation.
+func (p *federationPoller) Forming() bool { return !p.formed.Load() }
+
+// FormedOnce implements formingFederation.
+func (p *federationPoller) FormedOnce() bool { return p.formedOnce.Load() }
 
 // Datacenters implements Federation.
 func (p *federationPoller) Datacenters() map[string][]string {
@@ -75,17 +131,23 @@ func (p *federationPoller) Datacenters() map[string][]string {
 	return nil
 }
 
-// run refreshes the view until ctx ends.
+// run refreshes the view until ctx ends: every federationRefresh, or every
+// federationFormingRefresh while the federation is forming.
 func (p *federationPoller) run(ctx context.Context) {
 	defer p.hc.CloseIdleConnections()
-	t := time.NewTicker(federationRefresh)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		p.refresh(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		p.refresh(ctx)
+		if p.formed.Load() {
+			t.Reset(federationRefresh)
+		} else {
+			t.Reset(federationFormingRefresh)
 		}
 	}
 }
@@ -132,6 +194,18 @@ func (p *federationPoller) store(fetched map[string][]string) {
 		p.log.Info("federation view changed", logging.KeyDatacenter, slices.Sorted(maps.Keys(v)))
 	}
 	p.view.Store(&v)
+	if names := slices.Sorted(maps.Keys(v)); old == nil || !slices.Equal(names, p.names) {
+		p.names, p.changed = names, now
+	}
+	formed := now.Sub(p.changed) >= p.settle
+	if formed && !p.formed.Load() {
+		p.log.Info("federation formed: its datacenters have not changed for the settle window",
+			logging.KeyDatacenter, p.names, logging.KeyDuration, p.settle)
+	}
+	p.formed.Store(formed)
+	if formed {
+		p.formedOnce.Store(true)
+	}
 }
 
 // dcClients holds one rpc.Client per remote datacenter, made on first use;

@@ -387,9 +387,16 @@ func (g *Gate) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]string{"status": "ok"})
 }
 
-// handleReadyz answers 200 only when the datacenter's manager leader answers
-// within ReadyTimeout.
+// handleReadyz answers 200 only when the federation has formed once
+// (formingFederation) and the datacenter's manager leader answers within
+// ReadyTimeout.
 func (g *Gate) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	if !g.federationFormedOnce() {
+		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable,
+			"the gate has not yet read the federation of datacenters from its managers (or it is still forming)")
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ReadyTimeout)
 	defer cancel()
 	st, err := g.client.LeaderStatus(ctx)

@@ -118,6 +118,7 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 		fedTLS = clusterTLS.ClientConfig()
 	}
 	fed := newFederationPoller(deps.Resolver, deps.ClusterSecret, fedTLS, logger.With(logging.KeyComponent, "federation"))
+	fed.settle = cfg.FederationSettle
 	deps.Federation = fed
 	fedCtx, stopFed := context.WithCancel(ctx)
 	fedDone := make(chan struct{})

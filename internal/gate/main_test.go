@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // TestMainHelp: -h lists every variable and exits 0.
@@ -142,14 +144,15 @@ func TestMainServesAndStops(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("submit: HTTP %d", resp.StatusCode)
 	}
-	resp, err = client.Get(base + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("readyz: HTTP %d", resp.StatusCode)
-	}
+	// Ready once the federation read from the manager has formed.
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		resp, err := client.Get(base + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("readyz: HTTP %d", resp.StatusCode)
+	})
 	tr.CloseIdleConnections()
 	cancel()
 	if code := <-exit; code != ExitOK {

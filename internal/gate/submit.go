@@ -179,12 +179,12 @@ func (g *Gate) checkRequest(canonical []byte) (api.JobRequest, *response) {
 		}
 	}
 	if dc, ok := g.unknownDatacenter(job.Datacenters); ok {
-		if g.federation != nil && g.federation.Datacenters() == nil {
-			// The gate has not read a federation view yet (its managers
-			// have not answered since it started): it cannot tell an
-			// unknown datacenter from one it has not heard of yet.
+		if g.federationForming() {
+			// The gate has not read a federation view yet, or the view is
+			// still forming (formingFederation): it cannot tell an unknown
+			// datacenter from one it has not heard of yet.
 			resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
-				fmt.Sprintf("datacenter %q is not known yet: this gate has not read the federation from its managers; retry later with the same key", dc))
+				fmt.Sprintf("datacenter %q is not known yet: the federation of datacenters this gate reads from its managers is still forming; retry later with the same key", dc))
 			resp.retryAfter = g.cfg.RetryAfter
 			return job, resp
 		}

@@ -160,6 +160,11 @@ func Serve(tb testing.TB, m *Manager) string {
 		tb.Fatal(err)
 	}
 	srv := rpc.NewServer(m, rpc.ServerConfig{})
+	addr := ln.Addr().String()
+	// The federation view of a manager alone in its datacenter.
+	srv.Mux().HandleFunc("GET "+rpc.FederationPath, rpc.FederationHandler(func() *rpc.Federation {
+		return &rpc.Federation{Datacenter: m.opts.Datacenter, Datacenters: map[string][]string{m.opts.Datacenter: {addr}}}
+	}))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -169,7 +174,7 @@ func Serve(tb testing.TB, m *Manager) string {
 		_ = srv.Close()
 		<-done
 	})
-	return ln.Addr().String()
+	return addr
 }
 
 // Submits returns how many Submit calls reached the manager.
