@@ -100,7 +100,8 @@ func (c *Cluster) waitStarted(ctx context.Context) error {
 
 // WaitFederated polls until every running gate of every datacenter lists the
 // jobs of every datacenter (GET /v1/jobs?datacenter=NAME answers 200; a gate
-// that does not know NAME yet answers 400).
+// that does not know NAME yet answers 503 while its federation forms, 400
+// once formed).
 func (f *Federation) WaitFederated(ctx context.Context) error {
 	for _, c := range f.DCs {
 		for _, g := range c.Gates {
