@@ -103,3 +103,29 @@ func TestOwedEntryOutlivesItsTTL(t *testing.T) {
 		})
 	}
 }
+
+// The same request sent again after its entry expired (owed) has the same job
+// ID: a Confirm for it confirms the live entry and the owed one alike.
+func TestConfirmReachesTheOwedEntryOfALiveJob(t *testing.T) {
+	onBoth(t, func(t *testing.T, h *harness) {
+		r := reserve("t", "k", t0)
+		r.Request.Datacenters = []string{"dc1", "dc2"}
+		h.must(r, OutcomeReserved)
+		h.must(commit(r, t0+sec), OutcomeCommitted)
+		h.must(expire(t0+sec+commitTTL), OutcomeExpired)
+		again := r
+		again.Now, again.ExpiresAt = t0+2*sec+commitTTL, t0+2*sec+commitTTL+pendingTTL
+		h.must(again, OutcomeReserved)
+		h.must(reject(again, again.Now+1, 422), OutcomeRejected)
+		if n, o := h.f.OutboxLen(), h.f.OwedLen(); n != 2 || o != 1 {
+			t.Fatalf("outbox %d, owed %d; want 2 and 1", n, o)
+		}
+		res := h.must(Confirm{Items: []Confirmation{{"t", "k", r.JobID, "dc2"}}}, OutcomeConfirmed)
+		if res.Items[0].Outcome != OutcomeConfirmed {
+			t.Fatalf("confirm: %v", res.Items[0].Outcome)
+		}
+		if n := h.f.OutboxLen(); n != 0 {
+			t.Fatalf("outbox %d after dc2 confirmed the job, want 0", n)
+		}
+	})
+}

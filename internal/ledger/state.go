@@ -894,11 +894,11 @@ func (s *state) confirm(it Confirmation) Result {
 		return invalidf("confirm: empty tenant, key, job ID or datacenter")
 	}
 	old, ok := s.getEntry(it.Tenant, it.Key)
-	if !ok || old.JobID != it.JobID {
-		// Not the live entry: an owed one (owed.go), or none.
-		if res, owed := s.confirmOwed(it); owed {
-			return res
-		}
+	// An owed entry of the job (owed.go) is confirmed as well: the same
+	// request sent again after its entry expired has the same job ID, and a
+	// live entry of it does not make the owed one less owed.
+	if res, owed := s.confirmOwed(it); owed && (!ok || old.JobID != it.JobID) {
+		return res
 	}
 	if !ok {
 		return Result{Outcome: OutcomeNotFound}

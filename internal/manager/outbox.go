@@ -53,11 +53,11 @@ type outbox struct {
 type outboxKey struct{ tenant, key, jobID, dc string }
 
 type outboxState struct {
-	done    bool
+	done bool
 	// expiredLogged: this leader logged that the entry outlived its TTL.
 	expiredLogged bool
-	next    time.Time
-	backoff time.Duration
+	next          time.Time
+	backoff       time.Duration
 }
 
 func newOutbox(m *Manager, peers func() map[string][]string, log *slog.Logger) *outbox {
