@@ -106,6 +106,7 @@ func TestSubmitFieldsSurviveTheWire(t *testing.T) {
 		Tenant: "t", Key: `"k"`, Fingerprint: "fp",
 		Job:        api.JobRequest{Type: "demo", Payload: json.RawMessage(`{"x":"é"}`), Datacenters: []string{"dc1", "dc2"}},
 		WaitMillis: 1500, ProposedJobID: "p-1", ResultTTL: 90 * time.Second, ExpiryBasis: time.Unix(1_700_000_000, 123),
+		Carried: true,
 	}
 	resp, err := c.Submit(context.Background(), req)
 	if err != nil {
@@ -152,7 +153,7 @@ func TestSubmitCodesSurviveTheWire(t *testing.T) {
 
 	// On the wire, every code arrives as sent, with its message and leader hint.
 	st := rawStream(t, addr)
-	codes := []Code{CodeNotLeader, CodeUnavailable, CodeLedgerFull, CodeNotFound, CodeInvalid, CodeInternal, "a_future_code"}
+	codes := []Code{CodeNotLeader, CodeUnavailable, CodeLedgerFull, CodeOutboxFull, CodeNotFound, CodeInvalid, CodeInternal, "a_future_code"}
 	batch := &rpcpb.SubmitBatch{}
 	var ids []uint64
 	for i, code := range codes {

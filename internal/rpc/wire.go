@@ -24,6 +24,7 @@ func toPBRequest(r *SubmitRequest) *rpcpb.SubmitRequest {
 		ExpiryBasisUnixNanos: unixNanos(r.ExpiryBasis),
 		TraceParent:          r.TraceParent,
 		Home:                 r.Home,
+		Carried:              r.Carried,
 	}
 }
 
@@ -53,6 +54,7 @@ func fromPBRequest(p *rpcpb.SubmitRequest) *SubmitRequest {
 		ExpiryBasis:   fromUnixNanos(p.GetExpiryBasisUnixNanos()),
 		TraceParent:   p.GetTraceParent(),
 		Home:          p.GetHome(),
+		Carried:       p.GetCarried(),
 	}
 	if j := p.GetJob(); j != nil {
 		r.Job = api.JobRequest{Type: j.GetType(), Datacenters: j.GetDatacenters()}

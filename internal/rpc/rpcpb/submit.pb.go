@@ -158,7 +158,10 @@ type SubmitRequest struct {
 	// home: set for an omitted datacenters list in a federation, the
 	// datacenter the job runs in: the receiving datacenter's own submission
 	// when it names it, a claim otherwise (docs/multidc.md).
-	Home          string `protobuf:"bytes,10,opt,name=home,proto3" json:"home,omitempty"`
+	Home string `protobuf:"bytes,10,opt,name=home,proto3" json:"home,omitempty"`
+	// carried: another datacenter's outbox sends it (never refused for a full
+	// outbox here; docs/multidc.md, The outbox).
+	Carried       bool `protobuf:"varint,11,opt,name=carried,proto3" json:"carried,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,6 +264,13 @@ func (x *SubmitRequest) GetHome() string {
 		return x.Home
 	}
 	return ""
+}
+
+func (x *SubmitRequest) GetCarried() bool {
+	if x != nil {
+		return x.Carried
+	}
+	return false
 }
 
 // JobRequest mirrors api.JobRequest; payload is the canonical JSON bytes.
@@ -817,7 +827,7 @@ const file_submit_proto_rawDesc = "" +
 	"SubmitItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
 	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x124\n" +
-	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\"\xe7\x02\n" +
+	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\"\x81\x03\n" +
 	"\rSubmitRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -830,7 +840,8 @@ const file_submit_proto_rawDesc = "" +
 	"\x17expiry_basis_unix_nanos\x18\b \x01(\x03R\x14expiryBasisUnixNanos\x12!\n" +
 	"\ftrace_parent\x18\t \x01(\tR\vtraceParent\x12\x12\n" +
 	"\x04home\x18\n" +
-	" \x01(\tR\x04home\"\\\n" +
+	" \x01(\tR\x04home\x12\x18\n" +
+	"\acarried\x18\v \x01(\bR\acarried\"\\\n" +
 	"\n" +
 	"JobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
