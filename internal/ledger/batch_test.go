@@ -120,7 +120,7 @@ func TestBatchRefused(t *testing.T) {
 }
 
 // batched rewrites a log of single commands as the same logical sequence in
-// batch commands: every run of consecutive Reserves becomes one ReserveBatch,
+// batch commands: every run of consecutive Reserves and Admits becomes one ReserveBatch,
 // every run of Commits and Rejects one ResolveBatch, each at the index of the
 // run's first entry. A run ends at maxRun items or at any other entry.
 func batched(t *testing.T, logs []*raft.Log, maxRun int) (out []*raft.Log, runs [][]int) {
@@ -134,7 +134,7 @@ func batched(t *testing.T, logs []*raft.Log, maxRun int) (out []*raft.Log, runs 
 			return 0
 		}
 		switch c.(type) {
-		case Reserve:
+		case Reserve, Admit: // Admits ride reserve batches
 			return TypeReserve
 		case Commit, Reject:
 			return TypeResolveBatch

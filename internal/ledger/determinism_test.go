@@ -49,7 +49,51 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 			}
 		}
 	}
+	// One-round admissions and claims, from a third generator (the others
+	// draw the same sequences as before they existed): Admits of keys of
+	// their own and of the Reserves' keys, multi-datacenter two times in
+	// three (so that they are carried, confirmed and owed), and claims of
+	// the Reserves' keys for dc2's or dc3's jobs, some of them released.
+	arng := rand.New(rand.NewPCG(seed^0x85ebca6b, seed^0xc2b2ae35))
+	var claims []Claim
 	for len(logs) < n {
+		if len(logs)%7 == 6 { // (arng only)
+			tn := tenants[arng.IntN(len(tenants))]
+			switch p := arng.IntN(100); {
+			case p < 55:
+				key := fmt.Sprintf("a%d", arng.IntN(30))
+				if arng.IntN(3) == 0 {
+					key = fmt.Sprintf("k%d", arng.IntN(60))
+				}
+				r := reserve(tn, key, now)
+				r.ExpiresAt = now + scale*(5*sec+arng.Int64N(10*sec))
+				r.MaxEntries = uint64(40 + arng.IntN(60))
+				r.JobID = fmt.Sprintf("adm-%d", len(logs))
+				if arng.IntN(3) > 0 {
+					r.Request.Datacenters = []string{"dc1", "dc2"}
+				}
+				var out Command = QueueCommit(Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
+					ExpiresAt: now + scale*(5*sec+arng.Int64N(20*sec)), JobExpiresAt: now + scale*(10*sec+arng.Int64N(60*sec))})
+				if arng.IntN(4) == 0 {
+					out = Reject{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
+						ExpiresAt: now + scale*5*sec, Status: 422, Reason: "unknown_job_type", Detail: "d"}
+				}
+				reserved = append(reserved, r)
+				add(raft.LogCommand, Encode(Admit{Reserve: r, Outcome: out}))
+			case p < 85:
+				r := reserve(tn, fmt.Sprintf("k%d", arng.IntN(60)), now)
+				c := Claim{Tenant: tn, Key: r.Key, Fingerprint: r.Fingerprint, JobID: fmt.Sprintf("clm-%d", len(logs)),
+					Home: []string{"dc2", "dc3"}[arng.IntN(2)], Type: "a", Now: now,
+					ExpiresAt: now + scale*(5*sec+arng.Int64N(20*sec)), MaxEntries: uint64(40 + arng.IntN(60))}
+				claims = append(claims, c)
+				add(raft.LogCommand, Encode(c))
+			default:
+				if len(claims) > 0 {
+					c := claims[arng.IntN(len(claims))]
+					add(raft.LogCommand, Encode(Release{Tenant: c.Tenant, Key: c.Key, Fingerprint: c.Fingerprint, Home: c.Home, Now: now}))
+				}
+			}
+		}
 		if len(logs)%11 == 10 && len(reserved) > 0 { // the outbox's progress (no draw: the sequence stays as it was)
 			r := reserved[len(reserved)/2]
 			add(raft.LogCommand, Encode(Confirm{Items: []Confirmation{{r.Tenant, r.Key, r.JobID, "dc2"}}}))
@@ -225,7 +269,7 @@ func TestDeterminism(t *testing.T) {
 			resA := make([]interface{}, 0, n)
 			resB := make([]interface{}, 0, n)
 			rng := rand.New(rand.NewPCG(tc.seed, 7))
-			largest := 0
+			largest, owedSeen := 0, 0
 			for start := 0; start < n; start += every {
 				seg := logs[start : start+every]
 				for _, l := range seg {
@@ -241,6 +285,7 @@ func TestDeterminism(t *testing.T) {
 					t.Fatalf("after %d entries: snapshots differ (%d vs %d bytes)", start+every, len(sa), len(sb))
 				}
 				largest = max(largest, len(sa))
+				owedSeen = max(owedSeen, a.OwedLen())
 				// A replica restored from the snapshot writes it back identically.
 				if sc := persist(t, restore(t, sa)); !bytes.Equal(sa, sc) {
 					t.Fatal("a restored FSM persists different bytes")
@@ -265,7 +310,8 @@ func TestDeterminism(t *testing.T) {
 			want := []Outcome{OutcomeReserved, OutcomeExists, OutcomeKeyReused, OutcomeKeyExpired,
 				OutcomeFull, OutcomeCommitted, OutcomeRejected, OutcomeUnchanged, OutcomeNotFound,
 				OutcomeJobIDInUse, OutcomeExpired, OutcomeIgnored, OutcomeInvalid, OutcomeBytesFull, OutcomeTenantBytesFull,
-				OutcomeLeased, OutcomeExtended, OutcomeLeaseLost, OutcomeCompleted, OutcomeFailed, OutcomeLeasesExpired}
+				OutcomeLeased, OutcomeExtended, OutcomeLeaseLost, OutcomeCompleted, OutcomeFailed, OutcomeLeasesExpired,
+				OutcomeClaimed, OutcomeReleased, OutcomeConfirmed}
 			if tc.scale == 1 { // with long TTLs every client keeps its watermark: no new one to refuse
 				want = append(want, OutcomeWatermarksFull, OutcomeTenantWatermarksFull)
 			}
@@ -273,6 +319,9 @@ func TestDeterminism(t *testing.T) {
 				if outcomes[o] == 0 {
 					t.Errorf("the log never produced %v; make the generator reach it", o)
 				}
+			}
+			if owedSeen == 0 {
+				t.Error("no snapshot held an owed entry; make the generator reach it")
 			}
 			if len(changesA) != len(changesB) {
 				t.Fatalf("%d changes vs %d", len(changesA), len(changesB))

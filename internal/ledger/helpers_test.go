@@ -382,6 +382,7 @@ type tables struct {
 	Entries    []Entry
 	Jobs       []Job
 	Watermarks []Watermark
+	Owed       []Entry
 }
 
 func dumpTables(f *FSM) tables {
@@ -391,6 +392,7 @@ func dumpTables(f *FSM) tables {
 	f.s.entries.Ascend(func(e *Entry) bool { tb.Entries = append(tb.Entries, *e); return true })
 	f.s.jobs.Ascend(func(j *Job) bool { tb.Jobs = append(tb.Jobs, *j); return true })
 	f.s.wms.Ascend(func(w *Watermark) bool { tb.Watermarks = append(tb.Watermarks, *w); return true })
+	f.s.owed.Ascend(func(e *Entry) bool { tb.Owed = append(tb.Owed, *e); return true })
 	return tb
 }
 
