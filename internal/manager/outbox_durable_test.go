@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 
@@ -48,8 +51,15 @@ func runOutboxes(t *testing.T, tc *testCluster, peers func() map[string][]string
 // job for dc1 and dc2 that reached only dc1. The entry expires in dc1 but
 // stays owed in its ledger; dc1's leader changes during the outage; once dc2
 // is reachable, the new leader carries the job there under the same job ID
-// and the owed entry is cleared.
+// and the owed entry is cleared. Both ways a submission is admitted: one
+// round (an Admit entry, every replica on ProtocolVersion) and two (a
+// Reserve and a Commit, while a replica advertises an older protocol).
 func TestOutboxOutlivesTheTTL(t *testing.T) {
+	t.Run("one round", func(t *testing.T) { testOutboxOutlivesTheTTL(t, true) })
+	t.Run("two rounds", func(t *testing.T) { testOutboxOutlivesTheTTL(t, false) })
+}
+
+func testOutboxOutlivesTheTTL(t *testing.T, oneRound bool) {
 	clock := newManualClock()
 	const ttl = 5 * time.Second
 	short := func(c *Config) { c.Idempotency.CommittedTTL = ttl }
@@ -73,9 +83,20 @@ func TestOutboxOutlivesTheTTL(t *testing.T) {
 	req := &rpc.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
 	req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), []string{"dc1", "dc2"}
 	l1 := tc1.leader()
+	if !oneRound {
+		old := tc1.cfgs[(l1+1)%len(tc1.mgrs)].NodeID
+		for _, m := range tc1.mgrs {
+			m.SetPeerVersion(old, protocolByteBudgets)
+		}
+	}
+	first := tc1.mgrs[l1].Raft().AppliedIndex() + 1
 	r, err := tc1.mgrs[l1].Submit(ctx, req)
 	if err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("dc1: %+v %v", r, err)
+	}
+	admits, reserves := admissionEntries(t, tc1.mgrs[l1], first, "order-1")
+	if oneRound && (admits != 1 || reserves != 0) || !oneRound && (admits != 0 || reserves != 1) {
+		t.Fatalf("dc1 admitted the job in %d Admit and %d Reserve entries (one round: %v)", admits, reserves, oneRound)
 	}
 	if n := tc1.mgrs[l1].FSM().OutboxLen(); n != 1 {
 		t.Fatalf("the outbox carries %d entries, want 1", n)
@@ -153,4 +174,43 @@ func TestOutboxFullRefusesNewMultiDatacenterSubmissions(t *testing.T) {
 	if got := promtest.ToFloat64(m.metrics.outboxRefused); got != 1 {
 		t.Fatalf("once_manager_outbox_refused_total %v, want 1", got)
 	}
+}
+
+// admissionEntries counts the Admit and Reserve entries for key in m's log
+// from index first on, alone or in reserve batches.
+func admissionEntries(t *testing.T, m *Manager, first uint64, key string) (admits, reserves int) {
+	t.Helper()
+	count := func(c ledger.Command) {
+		switch c := c.(type) {
+		case ledger.Admit:
+			if c.Reserve.Key == key {
+				admits++
+			}
+		case ledger.Reserve:
+			if c.Key == key {
+				reserves++
+			}
+		}
+	}
+	for idx := first; idx <= m.Raft().LastIndex(); idx++ {
+		var lg raft.Log
+		if err := m.logStore.GetLog(idx, &lg); err != nil {
+			t.Fatalf("log %d: %v", idx, err)
+		}
+		if lg.Type != raft.LogCommand {
+			continue
+		}
+		cmd, err := ledger.DecodeCommand(lg.Data)
+		if err != nil {
+			t.Fatalf("log %d: %v", idx, err)
+		}
+		if b, ok := cmd.(ledger.ReserveBatch); ok {
+			for _, it := range b.Items {
+				count(it)
+			}
+			continue
+		}
+		count(cmd)
+	}
+	return admits, reserves
 }
