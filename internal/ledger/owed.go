@@ -16,8 +16,8 @@ import (
 // copy in the owed table, by (tenant, key, job_id), until the last of those
 // datacenters confirms it: the leader's outbox goes on carrying it, across
 // leader changes and restarts, since the table is replicated state (written
-// by the Expire or Reserve that removed the entry, cleared by Confirm, both
-// stamped by the leader; in snapshots from version 6; on disk the 'o' range,
+// by the Expire, or the Reserve, Admit or Claim whose relief removed the
+// entry as due, cleared by Confirm, all stamped by the leader; in snapshots from version 6; on disk the 'o' range,
 // mirrored in memory like the watermarks). An owed entry is not charged to
 // the byte budgets (its entry's bytes are released at expiry, as always, so a
 // tenant's budget does not depend on another datacenter's availability): the
