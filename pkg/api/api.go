@@ -97,12 +97,15 @@ type JobRequest struct {
 const (
 	JobStatusCommitted = "committed"
 	// The states of a job in the worker lifecycle (internal/ledger's
-	// JobState): queued → running → succeeded | failed | dead.
+	// JobState): queued → running → succeeded | failed | dead, and
+	// queued → cancelled (POST /v1/jobs/{id}/cancel); a retry
+	// (POST /v1/jobs/{id}/retry) takes failed or dead back to queued.
 	JobStatusQueued    = "queued"
 	JobStatusRunning   = "running"
 	JobStatusSucceeded = "succeeded"
 	JobStatusFailed    = "failed"
 	JobStatusDead      = "dead"
+	JobStatusCancelled = "cancelled"
 )
 
 // Idempotency entry states as the API shows them.
