@@ -130,7 +130,7 @@ type Job struct {
 	Datacenters    map[string]DatacenterStatus `json:"datacenters"`
 	Payload        json.RawMessage             `json:"payload"`
 	// State is the job's place in the worker lifecycle (queued, running,
-	// succeeded, failed, dead; docs/workers.md). Absent in the admission
+	// succeeded, failed, dead, cancelled; docs/workers.md). Absent in the admission
 	// answer (POST /v1/jobs and its replays), whose bytes never change.
 	State string `json:"state,omitempty"`
 	// Attempts counts the leases the job has had.
