@@ -143,22 +143,11 @@ func (s *state) applyJobAction(ax *applyCtx, name string, a JobAction, judge fun
 		return invalidf("%s: max_entries is 0", name)
 	}
 	var res Result
-	if e, ok := s.getEntry(a.Tenant, a.Key); ok {
-		if e.ExpiresAt > a.Now {
-			res.Entry = *e
-			if e.Fingerprint != a.Fingerprint {
-				res.Outcome = OutcomeKeyReused
-				return res
-			}
-			j, ok := s.getJob(a.Tenant, e.JobID)
-			if !ok || j.Gone(a.Now) {
-				res.Outcome = OutcomeNotFound
-				return res
-			}
-			res.Outcome, res.Job = OutcomeExists, *j
-			return res
+	if s.answerLive(ax, a.Tenant, a.Key, a.Fingerprint, a.Now, &res) {
+		if res.Outcome == OutcomeExists && (res.Job.ID == "" || res.Job.Gone(a.Now)) {
+			res.Outcome, res.Job = OutcomeNotFound, Job{} // the job's retention has ended
 		}
-		s.removeEntry(ax, e, a.Now, &res.Removed)
+		return res
 	}
 	old, ok := s.getJob(a.Tenant, a.JobID)
 	if !ok || old.Gone(a.Now) {

@@ -283,3 +283,21 @@ func TestDiskReopenCancelled(t *testing.T) {
 	}
 	checkInvariants(t, g)
 }
+
+// TestActionKeyOutlivesTheJob: a key that outlives its job's retention
+// answers not found, never a replay of a job that is gone.
+func TestActionKeyOutlivesTheJob(t *testing.T) {
+	onBoth(t, func(t *testing.T, h *harness) {
+		queueJob(h, tenant, key, "send_invoice", tQ)
+		c := cancelOf("c1", tIn)
+		c.ExpiresAt = tIn + 2*jobTTL
+		h.must(c, OutcomeCancelled)
+		h.must(cancelOf("c1", tIn+jobTTL), OutcomeNotFound) // retention ended, not yet removed
+		h.must(Expire{Now: tIn + jobTTL}, OutcomeExpired)
+		h.must(cancelOf("c1", tIn+jobTTL+1), OutcomeNotFound)
+		if _, ok := h.f.Entry(tenant, "c1"); !ok {
+			t.Fatal("the key's entry went with the job")
+		}
+		checkInvariants(t, h.f)
+	})
+}
