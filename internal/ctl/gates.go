@@ -51,6 +51,21 @@ func keysPath() (string, error) {
 	return filepath.Join(dir, "oncectl", "keys"), nil
 }
 
+// openKeys opens the keys file at path (default: keysPath).
+func openKeys(path string) (*client.Keys, error) {
+	if path == "" {
+		p, err := keysPath()
+		if err != nil {
+			return nil, fmt.Errorf("no place for the keys file (give --keys-file): %w", err)
+		}
+		path = p
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	return client.OpenKeys(path, client.KeysOptions{})
+}
+
 func submitCmd(g *globals) *cobra.Command {
 	var typ, payload, key, keysFile string
 	var dcs []string
@@ -71,18 +86,7 @@ func submitCmd(g *globals) *cobra.Command {
 			}
 			var keys *client.Keys
 			if key == "" {
-				path := keysFile
-				if path == "" {
-					p, err := keysPath()
-					if err != nil {
-						return fmt.Errorf("no place for the keys file (give --keys-file): %w", err)
-					}
-					path = p
-				}
-				if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-					return err
-				}
-				k, err := client.OpenKeys(path, client.KeysOptions{})
+				k, err := openKeys(keysFile)
 				if err != nil {
 					return err
 				}
@@ -116,7 +120,8 @@ func submitCmd(g *globals) *cobra.Command {
 }
 
 func jobCmd(g *globals) *cobra.Command {
-	job := &cobra.Command{Use: "job", Short: "Read jobs", Args: exactArgs(0, "a subcommand: get or list")}
+	job := &cobra.Command{Use: "job", Aliases: []string{"jobs"}, Short: "Read, cancel and retry jobs",
+		Args: exactArgs(0, "a subcommand: get, list, watch, cancel, retry or work")}
 	get := &cobra.Command{
 		Use:   "get JOB_ID",
 		Short: "Show one job",
@@ -158,7 +163,7 @@ func jobCmd(g *globals) *cobra.Command {
 	}
 	list.Flags().StringVar(&opts.Type, "type", "", "only jobs of this type")
 	list.Flags().StringVar(&opts.Status, "status", "", "only jobs in this status")
-	list.Flags().StringVar(&opts.State, "state", "", "only jobs in this worker lifecycle state: queued, running, succeeded, failed or dead")
+	list.Flags().StringVar(&opts.State, "state", "", "only jobs in this worker lifecycle state: queued, running, succeeded, failed, dead or cancelled")
 	list.Flags().IntVar(&max, "max", 100, "stop after this many jobs")
 	var interval time.Duration
 	var dcs []string
@@ -183,8 +188,49 @@ the job is not found anywhere.`,
 	}
 	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to read the job")
 	watch.Flags().StringSliceVar(&dcs, "datacenters", nil, "the datacenters that must hold the job (default: those its body names)")
-	job.AddCommand(get, list, watch, workCmd(g))
+	job.AddCommand(get, list, watch,
+		jobActionCmd(g, "cancel", "Cancel a queued job: it ends cancelled and is never leased",
+			func(c *client.Client) func(context.Context, string, string) (*client.Result, error) { return c.Cancel }),
+		jobActionCmd(g, "retry", "Give a failed or dead job a new attempt under the same job ID (queued again)",
+			func(c *client.Client) func(context.Context, string, string) (*client.Result, error) { return c.Retry }),
+		workCmd(g))
 	return job
+}
+
+// jobActionCmd is job cancel or job retry: the action under --key, or a new
+// key from the keys file, retried with that key until the gates answer for
+// good; it prints the job as it is after the action.
+func jobActionCmd(g *globals, action, short string, do func(*client.Client) func(context.Context, string, string) (*client.Result, error)) *cobra.Command {
+	var key, keysFile string
+	cmd := &cobra.Command{
+		Use:   action + " JOB_ID [--key K]",
+		Short: short,
+		Args:  exactArgs(1, "one job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var keys *client.Keys
+			if key == "" {
+				k, err := openKeys(keysFile)
+				if err != nil {
+					return err
+				}
+				keys = k
+			}
+			return g.withGates(cmd, keys, func(ctx context.Context, c *client.Client) error {
+				res, err := do(c)(ctx, args[0], key)
+				if err != nil {
+					return err
+				}
+				return g.print(res, func(w *tabwriter.Writer) {
+					fmt.Fprintln(w, "JOB ID\tKEY\tSTATE\tATTEMPTS\tREPLAYED")
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%v\n", res.Job.JobID, res.Key, res.Job.State, res.Job.Attempts, res.Replayed)
+				})
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&key, "key", "", "the Idempotency-Key of the "+action+"; default: a new key from the keys file (send the same key to repeat it)")
+	f.StringVar(&keysFile, "keys-file", "", "the keys file (client id and sequence); default: <user config dir>/oncectl/keys")
+	return cmd
 }
 
 // ErrWatchTimeout: job watch's --timeout passed before every datacenter held

@@ -31,6 +31,7 @@ var titles = map[api.Code]string{
 	api.CodeTenantQuotaExceeded:    "Tenant quota exceeded",
 	api.CodeResponseTooLarge:       "Response too large",
 	api.CodeLeaseLost:              "Lease lost",
+	api.CodeJobStateConflict:       "Job state conflict",
 }
 
 // problemBody renders an RFC 9457 problem: type is api.ProblemTypeBase plus the

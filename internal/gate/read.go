@@ -121,7 +121,8 @@ const (
 )
 
 // jobStates are the values of GET /v1/jobs?state=.
-var jobStates = []string{api.JobStatusQueued, api.JobStatusRunning, api.JobStatusSucceeded, api.JobStatusFailed, api.JobStatusDead}
+var jobStates = []string{api.JobStatusQueued, api.JobStatusRunning, api.JobStatusSucceeded, api.JobStatusFailed, api.JobStatusDead,
+	api.JobStatusCancelled}
 
 // maxQueryValue bounds type, status and after.
 const maxQueryValue = 1024

@@ -328,8 +328,12 @@ func idempotencyKey(w http.ResponseWriter, r *http.Request) (keys.Key, bool) {
 	}
 	switch {
 	case len(found) == 0:
+		route := r.Pattern
+		if route == "" {
+			route = "POST /v1/jobs"
+		}
 		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyMissing,
-			"POST /v1/jobs requires an Idempotency-Key header (or X-Idempotency-Key)")
+			route+" requires an Idempotency-Key header (or X-Idempotency-Key)")
 		return keys.Key{}, false
 	case len(found) == 2 && found[0].Raw != found[1].Raw:
 		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid,

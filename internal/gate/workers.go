@@ -66,8 +66,20 @@ type workerCall struct {
 // serveWorkerCall runs c, or replays its stored answer when the request
 // carries an Idempotency-Key seen before.
 func (g *Gate) serveWorkerCall(w http.ResponseWriter, r *http.Request, tenant string, c workerCall) {
-	fp := sha256.Sum256(append([]byte(c.route+"\x00"), c.body...))
 	key := r.Header.Get(api.HeaderIdempotencyKey)
+	if key != "" {
+		if _, err := keys.Parse(key); err != nil {
+			writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, "invalid Idempotency-Key: "+err.Error())
+			return
+		}
+	}
+	g.serveKeyedCall(w, r, tenant, key, c)
+}
+
+// serveKeyedCall runs c under key (checked; "" for none), or replays the
+// answer kept for the key.
+func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, key string, c workerCall) {
+	fp := sha256.Sum256(append([]byte(c.route+"\x00"), c.body...))
 	run := func() *workerAnswer {
 		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ForwardTimeout+c.wait)
 		defer cancel()
@@ -77,10 +89,6 @@ func (g *Gate) serveWorkerCall(w http.ResponseWriter, r *http.Request, tenant st
 	}
 	if key == "" {
 		g.writeWorkerAnswer(w, run(), false)
-		return
-	}
-	if _, err := keys.Parse(key); err != nil {
-		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, "invalid Idempotency-Key: "+err.Error())
 		return
 	}
 	a, replayed, err := g.workerReplays.Do(r.Context(), tenant+"\x00"+key, func() (*workerAnswer, bool) {
@@ -149,6 +157,13 @@ func (g *Gate) workerError(r *http.Request, err error, jobID string) *workerAnsw
 	case errors.Is(err, rpc.ErrRequestReused):
 		return workerProblem(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused,
 			"this Idempotency-Key was used with a different worker request")
+	case errors.Is(err, rpc.ErrConflict):
+		return workerProblem(http.StatusConflict, api.CodeJobStateConflict,
+			"the action does not apply to the job in its state; nothing changed: "+rpcMessage(err))
+	case errors.Is(err, rpc.ErrTenantQuota):
+		a := workerProblem(http.StatusTooManyRequests, api.CodeTenantQuotaExceeded, "the tenant holds its share of the ledger: "+rpcMessage(err))
+		a.retryAfter = true
+		return a
 	case errors.Is(err, rpc.ErrNotFound):
 		return workerProblem(http.StatusNotFound, api.CodeJobNotFound, fmt.Sprintf("no job %q", jobID))
 	case errors.Is(err, rpc.ErrBudgetExceeded):

@@ -27,6 +27,10 @@ const (
 	// ignorable: they change the state.
 	TypeClaim   CommandType = 0x0F
 	TypeRelease CommandType = 0x10
+	// A tenant's actions on its jobs (actions.go). Not ignorable: they
+	// change the state.
+	TypeCancel CommandType = 0x11
+	TypeRetry  CommandType = 0x12
 
 	// TypeIgnorable is a flag bit of the type byte. A replica that does not know
 	// a type with this bit set ignores the command (OutcomeIgnored) instead of
@@ -69,6 +73,8 @@ const (
 	ExpireLeasesVersion   uint8 = 1
 	ClaimVersion          uint8 = 1
 	ReleaseVersion        uint8 = 1
+	CancelVersion         uint8 = 1
+	RetryVersion          uint8 = 1
 )
 
 func (t CommandType) String() string {
@@ -105,13 +111,17 @@ func (t CommandType) String() string {
 		return "claim"
 	case TypeRelease:
 		return "release"
+	case TypeCancel:
+		return "cancel"
+	case TypeRetry:
+		return "retry"
 	}
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
 
 // Command is one of Reserve, Commit, Reject, Admit, Expire, ReserveBatch,
 // ResolveBatch, WorkerBatch, Confirm, Lease, Heartbeat, Complete, Fail,
-// ExpireLeases, Claim, Release (and
+// ExpireLeases, Claim, Release, Cancel, Retry (and
 // Unknown, which
 // DecodeCommand returns for an ignorable type it does not know). Encode turns a
 // Command into the bytes to pass to raft.Apply.
@@ -674,6 +684,16 @@ func DecodeCommand(data []byte) (Command, error) {
 			return nil, versionError(t, v)
 		}
 		c = decodeReleaseV1(d)
+	case TypeCancel:
+		if v != CancelVersion {
+			return nil, versionError(t, v)
+		}
+		c = Cancel{decodeJobActionV1(d)}
+	case TypeRetry:
+		if v != RetryVersion {
+			return nil, versionError(t, v)
+		}
+		c = Retry{decodeJobActionV1(d)}
 	case TypeLease, TypeHeartbeat, TypeComplete, TypeFail, TypeExpireLeases:
 		var ok bool
 		if c, ok = decodeLifecycle(d, t, v); !ok {

@@ -254,14 +254,64 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 	return logs[:n] // an iteration may add several entries
 }
 
+// withActions inserts a tenant's Cancel and Retry commands into log (after
+// every 13th entry, renumbering the indexes), of the jobs the log has
+// committed so far, chosen by their state in a shadow FSM that applies the
+// log as it grows, under keys from a small pool so that replays and reused
+// keys occur; a quarter are sent twice (a client's retry).
+func withActions(log []*raft.Log, seed uint64, scale int64) []*raft.Log {
+	arng := rand.New(rand.NewPCG(seed^0x85ebca6b, seed))
+	shadow := New(Options{})
+	type ref struct{ tenant, id string }
+	var jobs []ref
+	var out []*raft.Log
+	add := func(typ raft.LogType, data []byte) {
+		l := &raft.Log{Index: uint64(len(out) + 1), Term: 1, Type: typ, Data: data}
+		out = append(out, l)
+		if res, ok := shadow.Apply(l).(Result); ok && res.Outcome == OutcomeCommitted && res.Job.ID != "" {
+			jobs = append(jobs, ref{res.Job.Tenant, res.Job.ID})
+		}
+	}
+	for i, l := range log {
+		add(l.Type, l.Data)
+		if i%13 != 12 || len(jobs) == 0 {
+			continue
+		}
+		r := jobs[arng.IntN(len(jobs))]
+		now := shadow.LedgerTime()
+		a := JobAction{Tenant: r.tenant, JobID: r.id, Key: fmt.Sprintf("act%d", arng.IntN(40)), Now: now,
+			ExpiresAt: now + scale*(5*sec+arng.Int64N(20*sec)), MaxEntries: uint64(scale * int64(8+arng.IntN(24)))}
+		if arng.IntN(8) == 0 {
+			a.MaxBytes = uint64(4000 + arng.IntN(12000))
+		}
+		retry := arng.IntN(2) == 0
+		if j, ok := shadow.Job(r.tenant, r.id); ok && arng.IntN(4) > 0 {
+			st := j.State()
+			retry = st == JobFailed || st == JobDead
+		}
+		if retry {
+			a.Fingerprint = "retry " + r.id
+			add(raft.LogCommand, Encode(Retry{a}))
+		} else {
+			a.Fingerprint = "cancel " + r.id
+			add(raft.LogCommand, Encode(Cancel{a}))
+		}
+		if arng.IntN(4) == 0 {
+			add(raft.LogCommand, out[len(out)-1].Data)
+		}
+	}
+	return out
+}
+
 // TestDeterminism applies the same log to two FSMs, one entry at a time and in
 // random batches: every result, every change and the snapshots taken every
 // 500 entries are identical.
 func TestDeterminism(t *testing.T) {
 	for _, tc := range []struct{ seed, scale uint64 }{{1, 1}, {2, 1}, {3, 40}, {4, 40}} {
 		t.Run(fmt.Sprintf("seed=%d,scale=%d", tc.seed, tc.scale), func(t *testing.T) {
-			const n, every = 4000, 500
-			logs := genLog(tc.seed, n, int64(tc.scale))
+			const every = 500
+			logs := withActions(genLog(tc.seed, 4000, int64(tc.scale)), tc.seed, int64(tc.scale))
+			n := len(logs)
 			var changesA, changesB []Change
 			a := newFSM(t, Options{OnChange: func(c Change) { changesA = append(changesA, c) }})
 			b := newFSM(t, Options{OnChange: func(c Change) { changesB = append(changesB, c) }})
@@ -271,7 +321,7 @@ func TestDeterminism(t *testing.T) {
 			rng := rand.New(rand.NewPCG(tc.seed, 7))
 			largest, owedSeen := 0, 0
 			for start := 0; start < n; start += every {
-				seg := logs[start : start+every]
+				seg := logs[start:min(n, start+every)]
 				for _, l := range seg {
 					resA = append(resA, a.Apply(l))
 				}
@@ -311,7 +361,7 @@ func TestDeterminism(t *testing.T) {
 				OutcomeFull, OutcomeCommitted, OutcomeRejected, OutcomeUnchanged, OutcomeNotFound,
 				OutcomeJobIDInUse, OutcomeExpired, OutcomeIgnored, OutcomeInvalid, OutcomeBytesFull, OutcomeTenantBytesFull,
 				OutcomeLeased, OutcomeExtended, OutcomeLeaseLost, OutcomeCompleted, OutcomeFailed, OutcomeLeasesExpired,
-				OutcomeClaimed, OutcomeReleased, OutcomeConfirmed}
+				OutcomeClaimed, OutcomeReleased, OutcomeConfirmed, OutcomeCancelled, OutcomeRetried, OutcomeConflict}
 			if tc.scale == 1 { // with long TTLs every client keeps its watermark: no new one to refuse
 				want = append(want, OutcomeWatermarksFull, OutcomeTenantWatermarksFull)
 			}

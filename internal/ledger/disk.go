@@ -62,7 +62,7 @@ func loadDiskState(st *store) (s *state, err error) {
 	if byState := m.pending + m.committed + m.rejected + m.claimed; m.entries != byState {
 		return nil, fmt.Errorf("%w: %d entries, the counts by state say %d", ErrStore, m.entries, byState)
 	}
-	if life := m.queued + m.running + m.succeeded + m.failed + m.dead; life > m.jobs {
+	if life := m.queued + m.running + m.succeeded + m.failed + m.dead + m.cancelled; life > m.jobs {
 		return nil, fmt.Errorf("%w: %d jobs, the counts by lifecycle state say %d", ErrStore, m.jobs, life)
 	}
 	if s.wms.Len() != int(m.watermarks) {
@@ -180,5 +180,6 @@ func (s *state) meta() storeMeta {
 		succeeded:  uint64(s.jobStates[JobSucceeded]),
 		failed:     uint64(s.jobStates[JobFailed]),
 		dead:       uint64(s.jobStates[JobDead]),
+		cancelled:  uint64(s.jobStates[JobCancelled]),
 	}
 }

@@ -490,8 +490,8 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
 	s.pending, s.committed, s.rejected, s.claimed = int(m.pending), int(m.committed), int(m.rejected), int(m.claimed)
 	s.jobCount = int(m.jobs)
-	s.jobStates = [JobDead + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead)}
-	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead)
+	s.jobStates = [JobCancelled + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead), int(m.cancelled)}
+	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled)
 	s.dirtyTenants = map[string]struct{}{}
 	if st.opts.Knobs.OrdersInMemory {
 		s.ordersInMemory()

@@ -540,6 +540,7 @@ func (f *FSM) Stats() Stats {
 		Succeeded:    s.jobStates[JobSucceeded],
 		Failed:       s.jobStates[JobFailed],
 		Dead:         s.jobStates[JobDead],
+		Cancelled:    s.jobStates[JobCancelled],
 		Watermarks:   s.wms.Len(),
 		Bytes:        s.bytes,
 		AppliedIndex: s.applied,

@@ -224,11 +224,11 @@ func checkInvariants(t testing.TB, f *FSM) {
 		counts[StateClaimed] != s.claimed {
 		t.Errorf("counts %v, counters %d/%d/%d/%d", counts, s.pending, s.committed, s.rejected, s.claimed)
 	}
-	var jobStates [JobDead + 1]int
+	var jobStates [JobCancelled + 1]int
 	var retainedN, queuedN, runningN, lifeN int
 	s.jobs.Ascend(func(j *Job) bool {
 		st := stateOf(j)
-		if st > JobDead || (j.Life != nil && st == JobLegacy) {
+		if st > JobCancelled || (j.Life != nil && st == JobLegacy) {
 			t.Errorf("job %s/%s: bad state %d", j.Tenant, j.ID, st)
 			return true
 		}

@@ -41,6 +41,9 @@ const (
 	JobFailed JobState = 4
 	// JobDead: failed (or lost its lease) with every attempt used. Finished.
 	JobDead JobState = 5
+	// JobCancelled: cancelled by its tenant while QUEUED (Cancel); never
+	// leased again. Finished.
+	JobCancelled JobState = 6
 )
 
 // String returns the API name of the state (api.JobStatusQueued, ...;
@@ -59,13 +62,16 @@ func (s JobState) String() string {
 		return api.JobStatusFailed
 	case JobDead:
 		return api.JobStatusDead
+	case JobCancelled:
+		return api.JobStatusCancelled
 	}
 	return "job_state(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Finished reports whether the job is done (SUCCEEDED, FAILED or DEAD): it
-// no longer counts against the capacity and expires by its retention.
-func (s JobState) Finished() bool { return s >= JobSucceeded && s <= JobDead }
+// Finished reports whether the job is done (SUCCEEDED, FAILED, DEAD or
+// CANCELLED): it no longer counts against the capacity and expires by its
+// retention.
+func (s JobState) Finished() bool { return s >= JobSucceeded && s <= JobCancelled }
 
 // Unfinished reports whether the job counts against MaxJobs: a legacy, queued
 // or running job.
@@ -73,7 +79,7 @@ func (s JobState) Unfinished() bool { return s <= JobRunning }
 
 // ParseJobState returns the state an API status name names.
 func ParseJobState(status string) (JobState, bool) {
-	for s := JobLegacy; s <= JobDead; s++ {
+	for s := JobLegacy; s <= JobCancelled; s++ {
 		if s.String() == status {
 			return s, true
 		}
@@ -681,7 +687,7 @@ func (s *state) update(old *Job, change func(j *Job, l *JobLife)) Job {
 
 // unfinishedJobs is what MaxJobs bounds.
 func (s *state) unfinishedJobs() int {
-	return s.jobCount - s.jobStates[JobSucceeded] - s.jobStates[JobFailed] - s.jobStates[JobDead]
+	return s.jobCount - s.jobStates[JobSucceeded] - s.jobStates[JobFailed] - s.jobStates[JobDead] - s.jobStates[JobCancelled]
 }
 
 // currentLease: id is the job's current lease at now.

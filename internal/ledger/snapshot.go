@@ -305,7 +305,7 @@ func confirmedValid(e *Entry) bool {
 //	datacenters strings, status string, created_at int64, seq uvarint,
 //	expires_at int64,
 //	(v5, a job in the lifecycle only; a legacy job's record ends here:)
-//	state uvarint (1..5), attempts uvarint, run_at int64, lease_id string,
+//	state uvarint (1..6; 6, cancelled, only from protocol version 5), attempts uvarint, run_at int64, lease_id string,
 //	holder string, lease_expires_at int64, retention int64 (ns),
 //	finished_at int64, result bytes, error string
 func appendJob(b []byte, j *Job) []byte {
@@ -354,7 +354,7 @@ func decodeJob(d *decoder, version uint8) *Job {
 	j.Life = l
 	st := d.uvarint()
 	l.State = JobState(st)
-	if d.err == nil && (st < uint64(JobQueued) || st > uint64(JobDead)) {
+	if d.err == nil && (st < uint64(JobQueued) || st > uint64(JobCancelled)) {
 		d.fail(fmt.Sprintf("bad job state %d", st))
 	}
 	l.Attempts = d.uvarint()

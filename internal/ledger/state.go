@@ -95,7 +95,7 @@ type state struct {
 	pending, committed, rejected, claimed int
 	jobCount                              int
 	// jobStates counts jobs by JobState (JobLegacy included).
-	jobStates [JobDead + 1]int
+	jobStates [JobCancelled + 1]int
 	// applied is the raft index of the last command applied.
 	applied uint64
 	// ledgerTime is the highest Now of any command applied (time.go).
@@ -320,6 +320,10 @@ func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
 		return s.applyClaim(ax, c)
 	case Release:
 		return s.applyRelease(ax, c)
+	case Cancel:
+		return s.applyCancel(ax, c)
+	case Retry:
+		return s.applyRetry(ax, c)
 	case Unknown:
 		return Result{Outcome: OutcomeIgnored}
 	}

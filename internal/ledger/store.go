@@ -632,6 +632,9 @@ type storeMeta struct {
 	// without claims is what the builds before them wrote (and a build
 	// before them refuses one with claims: trailing bytes).
 	claimed uint64
+	// cancelled counts CANCELLED jobs; written (after claimed) only when
+	// not 0, as claimed is.
+	cancelled uint64
 }
 
 func (m storeMeta) append(b []byte) []byte {
@@ -654,8 +657,11 @@ func (m storeMeta) append(b []byte) []byte {
 	b = appendUvarint(b, m.succeeded)
 	b = appendUvarint(b, m.failed)
 	b = appendUvarint(b, m.dead)
-	if m.claimed > 0 {
+	if m.claimed > 0 || m.cancelled > 0 {
 		b = appendUvarint(b, m.claimed)
+	}
+	if m.cancelled > 0 {
+		b = appendUvarint(b, m.cancelled)
 	}
 	return b
 }
@@ -676,6 +682,9 @@ func decodeMeta(v []byte) (storeMeta, error) {
 		m.queued, m.running, m.succeeded, m.failed, m.dead = d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
 		if d.err == nil && d.remaining() > 0 {
 			m.claimed = d.uvarint()
+		}
+		if d.err == nil && d.remaining() > 0 {
+			m.cancelled = d.uvarint()
 		}
 	}
 	return m, d.finish()

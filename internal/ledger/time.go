@@ -56,6 +56,10 @@ func stampOf(cmd Command) (int64, bool) {
 		return c.Now, true
 	case Release:
 		return c.Now, true
+	case Cancel:
+		return c.Now, true
+	case Retry:
+		return c.Now, true
 	}
 	return 0, false
 }

@@ -347,6 +347,15 @@ const (
 	OutcomeClaimed
 	// OutcomeReleased: Release removed the claim (Result.Entry as it was).
 	OutcomeReleased
+	// OutcomeCancelled: Cancel moved the job QUEUED → CANCELLED and recorded
+	// the key (Result.Job, Result.Entry).
+	OutcomeCancelled
+	// OutcomeRetried: Retry moved the job FAILED or DEAD → QUEUED and
+	// recorded the key (Result.Job, Result.Entry).
+	OutcomeRetried
+	// OutcomeConflict: Cancel or Retry found the job in a state the action
+	// does not apply to (Result.Job); nothing changed.
+	OutcomeConflict
 )
 
 var outcomeNames = [...]string{
@@ -380,6 +389,9 @@ var outcomeNames = [...]string{
 	OutcomeLeasesExpired: "leases_expired",
 	OutcomeClaimed:       "claimed",
 	OutcomeReleased:      "released",
+	OutcomeCancelled:     "cancelled",
+	OutcomeRetried:       "retried",
+	OutcomeConflict:      "conflict",
 }
 
 func (o Outcome) String() string {
@@ -525,6 +537,7 @@ type Stats struct {
 	Succeeded int
 	Failed    int
 	Dead      int
+	Cancelled int
 	// Watermarks held.
 	Watermarks int
 	// Bytes is the accounted size of the entries and jobs (payloads included;
@@ -542,7 +555,7 @@ type ListOptions struct {
 	// Status, when not empty, keeps jobs with that status only:
 	// api.JobStatusCommitted (the jobs outside the lifecycle), or the name of
 	// a lifecycle state (JobState.String: queued, running, succeeded,
-	// failed, dead), read through the (tenant, state, seq) order. Any other
+	// failed, dead, cancelled), read through the (tenant, state, seq) order. Any other
 	// value yields an empty page.
 	Status string
 	// After is a cursor: only jobs with Seq > After. 0 starts at the beginning.

@@ -228,7 +228,9 @@ func TestBackoff(t *testing.T) {
 
 func TestJobStateGauges(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(jobStateGauges(func() ledger.Stats { return ledger.Stats{Queued: 3, Running: 2, Succeeded: 7, Failed: 1, Dead: 4} })...)
+	reg.MustRegister(jobStateGauges(func() ledger.Stats {
+		return ledger.Stats{Queued: 3, Running: 2, Succeeded: 7, Failed: 1, Dead: 4, Cancelled: 5}
+	})...)
 	mfs, err := reg.Gather()
 	if err != nil || len(mfs) != 1 || mfs[0].GetName() != "once_manager_jobs_by_state" {
 		t.Fatalf("gathered %v %v", mfs, err)
@@ -237,7 +239,7 @@ func TestJobStateGauges(t *testing.T) {
 	for _, m := range mfs[0].GetMetric() {
 		got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
 	}
-	want := map[string]float64{"queued": 3, "running": 2, "succeeded": 7, "failed": 1, "dead": 4}
+	want := map[string]float64{"queued": 3, "running": 2, "succeeded": 7, "failed": 1, "dead": 4, "cancelled": 5}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("gauges %v, want %v", got, want)
 	}

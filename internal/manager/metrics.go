@@ -97,6 +97,7 @@ func jobStateGauges(stats func() ledger.Stats) []prometheus.Collector {
 		{api.JobStatusSucceeded, func(s ledger.Stats) int { return s.Succeeded }},
 		{api.JobStatusFailed, func(s ledger.Stats) int { return s.Failed }},
 		{api.JobStatusDead, func(s ledger.Stats) int { return s.Dead }},
+		{api.JobStatusCancelled, func(s ledger.Stats) int { return s.Cancelled }},
 	} {
 		out = append(out, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_jobs_by_state",
 			Help:        "Jobs of the worker lifecycle in the job table, by state (docs/ledger.md, \"Job lifecycle\").",

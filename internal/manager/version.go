@@ -20,7 +20,12 @@ package manager
 //     (ledger.WorkerBatch): the workers' commands share entries; Claim and
 //     Release (ledger claim.go), and the CLAIMED entry state in snapshots:
 //     an omitted datacenters list in a federation.
-const ProtocolVersion = protocolOneRound
+//  5. Cancel and Retry (ledger actions.go), and the CANCELLED job state in
+//     snapshots and stores: a tenant cancels a queued job or retries a
+//     failed or dead one; the owed table (snapshot version 6): a
+//     multi-datacenter entry kept past its expiry until every datacenter
+//     confirmed it. Autopilot adds no server advertising less.
+const ProtocolVersion = protocolJobActions
 
 // The versions that added what a leader waits for.
 const (
@@ -29,6 +34,7 @@ const (
 	protocolOneRound    = 4
 	protocolWorkerBatch = 4
 	protocolClaims      = 4
+	protocolJobActions  = 5
 )
 
 // protocolBeforeGating is what a manager that advertises nothing known is

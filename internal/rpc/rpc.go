@@ -84,6 +84,10 @@ const (
 	// (IDEMPOTENCY_LEDGER_MAX_BYTES, IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES);
 	// nothing was recorded and the job is still running under its lease.
 	CodeBudgetExceeded Code = "budget_exceeded"
+	// CodeConflict: a tenant's action on a job (cancel, retry) does not apply
+	// to the job's state (a running job cancelled, a queued one retried);
+	// nothing changed.
+	CodeConflict Code = "conflict"
 )
 
 // Error is an RPC error. It is the JSON body of every non-200 answer.
@@ -128,6 +132,7 @@ var (
 	ErrRequestReused  = &Error{Code: CodeRequestReused, Message: "idempotency key used with another request"}
 	ErrBudgetExceeded = &Error{Code: CodeBudgetExceeded, Message: "the ledger's byte budget cannot hold it"}
 	ErrForbidden      = &Error{Code: CodeForbidden, Message: "an operator credential is required"}
+	ErrConflict       = &Error{Code: CodeConflict, Message: "the action does not apply to the job's state"}
 )
 
 // Errorf builds an *Error with a code and a formatted message.
@@ -152,7 +157,7 @@ func httpStatus(c Code) int {
 		return http.StatusUnauthorized
 	case CodeForbidden:
 		return http.StatusForbidden
-	case CodeLeaseLost:
+	case CodeLeaseLost, CodeConflict:
 		return http.StatusConflict
 	case CodeRequestReused:
 		return http.StatusUnprocessableEntity

@@ -102,12 +102,15 @@ type JobRequest struct {
 const (
 	JobStatusCommitted = "committed"
 	// The states of a job in the worker lifecycle (internal/ledger's
-	// JobState): queued → running → succeeded | failed | dead.
+	// JobState): queued → running → succeeded | failed | dead, and
+	// queued → cancelled (POST /v1/jobs/{id}/cancel); a retry
+	// (POST /v1/jobs/{id}/retry) takes failed or dead back to queued.
 	JobStatusQueued    = "queued"
 	JobStatusRunning   = "running"
 	JobStatusSucceeded = "succeeded"
 	JobStatusFailed    = "failed"
 	JobStatusDead      = "dead"
+	JobStatusCancelled = "cancelled"
 )
 
 // Idempotency entry states as the API shows them.
@@ -132,7 +135,7 @@ type Job struct {
 	Datacenters    map[string]DatacenterStatus `json:"datacenters"`
 	Payload        json.RawMessage             `json:"payload"`
 	// State is the job's place in the worker lifecycle (queued, running,
-	// succeeded, failed, dead; docs/workers.md). Absent in the admission
+	// succeeded, failed, dead, cancelled; docs/workers.md). Absent in the admission
 	// answer (POST /v1/jobs and its replays), whose bytes never change.
 	State string `json:"state,omitempty"`
 	// Attempts counts the leases the job has had.

@@ -22,6 +22,11 @@ const (
 // finished); nothing changed, and the worker must stop working on the job.
 const CodeLeaseLost Code = "lease_lost"
 
+// CodeJobStateConflict (409): a cancel or retry named a job whose state the
+// action does not apply to (a running or finished job cancelled; a queued,
+// running, succeeded or cancelled job retried). Nothing changed.
+const CodeJobStateConflict Code = "job_state_conflict"
+
 // CodeBudgetExceeded (507): a completion's result, or a failure's error,
 // would bring the datacenter's ledger, or the tenant's share of it, over
 // its byte budget. Nothing was recorded: the job is still running under

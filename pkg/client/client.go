@@ -97,10 +97,11 @@ func New(gates []string, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// Result is the outcome of a successful submission.
+// Result is the outcome of a successful submission, cancel or retry.
 type Result struct {
 	Job api.Job
-	// Key is the idempotency key the job was submitted with.
+	// Key is the idempotency key the job was submitted (or the action sent)
+	// with.
 	Key string
 	// Replayed is the Idempotent-Replayed header: the ledger already had
 	// the key (an earlier attempt, or another client, got there first).
@@ -145,6 +146,52 @@ func (c *Client) SubmitWithKey(ctx context.Context, key string, job api.JobReque
 		return nil, err
 	}
 	res.Key = key
+	return &res, nil
+}
+
+// Cancel cancels the queued job id of the client's tenant: it ends
+// cancelled and is never leased. key is the action's Idempotency-Key (""
+// for a new one from Options.Keys); transient answers are retried with it,
+// as SubmitWithKey retries, and the ledger answers a repeat of the key
+// through any gate as a replay. A job already cancelled is answered as it
+// is (Replayed). Errors match ErrJobNotFound (no such job for the tenant)
+// and ErrJobStateConflict (running or finished).
+func (c *Client) Cancel(ctx context.Context, id, key string) (*Result, error) {
+	return c.jobAction(ctx, id, key, "cancel")
+}
+
+// Retry gives the failed or dead job id of the client's tenant a new
+// attempt under the same job ID: it is queued again, with its attempts
+// kept (a dead job gets one more). key as for Cancel; a repeat of the key
+// is a replay (the job as it is now), never a second retry. Errors match
+// ErrJobNotFound and ErrJobStateConflict (any state but failed and dead).
+func (c *Client) Retry(ctx context.Context, id, key string) (*Result, error) {
+	return c.jobAction(ctx, id, key, "retry")
+}
+
+func (c *Client) jobAction(ctx context.Context, id, key, action string) (*Result, error) {
+	if key == "" {
+		if c.opts.Keys == nil {
+			return nil, ErrNoKeys
+		}
+		var err error
+		if key, err = c.opts.Keys.Next(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := keys.Parse(key); err != nil {
+		return nil, err
+	}
+	res := Result{Key: key}
+	err := c.do(ctx, http.MethodPost, jobPath(id, action), nil, func(h http.Header) {
+		h.Set(api.HeaderIdempotencyKey, key)
+	}, func(resp *http.Response, b []byte) error {
+		res.Replayed = resp.Header.Get(api.HeaderReplayed) == "true"
+		return json.Unmarshal(b, &res.Job)
+	})
+	if err != nil {
+		return nil, err
+	}
 	return &res, nil
 }
 

@@ -70,4 +70,8 @@ var (
 	// cannot hold a completion's result or a failure's error; nothing was
 	// recorded and the job is still the caller's (Run fails the attempt).
 	ErrBudgetExceeded = &sentinel{api.CodeBudgetExceeded}
+	// ErrJobStateConflict: a Cancel or Retry named a job whose state the
+	// action does not apply to (a running or finished job cancelled, a job
+	// that is not failed or dead retried); nothing changed.
+	ErrJobStateConflict = &sentinel{api.CodeJobStateConflict}
 )

@@ -105,6 +105,9 @@ type Manager struct {
 	leases     int // lease ids handed out
 	// leaseAnswers: leases asked with an idempotency key, by tenant and key.
 	leaseAnswers map[string]keptLease
+	// actionKeys: the job actions (cancel, retry) recorded by key, by tenant
+	// and key.
+	actionKeys map[string]keptAction
 }
 
 type entry struct {

@@ -1,0 +1,94 @@
+package gate
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// Cancel and retry through the gate: the job as GET shows it, the key
+// required and checked as a submission's, a repeat of the key replayed
+// (by this gate, and by the manager through another gate), the key with
+// another action 422, the refusals 409 job_state_conflict, and another
+// tenant's job 404.
+func TestCancelRetryThroughTheGate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte("tok-alpha alpha\ntok-beta beta\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, addr := startManager(t, fakemanager.Options{Workers: true})
+	tokens := func(cfg *Config, _ *Deps) { cfg.TokenFile = path }
+	g, other := startGate(t, []string{addr}, tokens), startGate(t, []string{addr}, tokens)
+	alpha := []string{"Authorization", "Bearer tok-alpha"}
+	beta := []string{"Authorization", "Bearer tok-beta"}
+	withKey := func(k string, hdr []string) []string { return append([]string{api.HeaderIdempotencyKey, k}, hdr...) }
+
+	q := wantJob(t, g.submit(t, skey(1), `{"type":"email"}`, alpha...), http.StatusCreated)
+	f := wantJob(t, g.submit(t, skey(2), `{"type":"email"}`, alpha...), http.StatusCreated)
+	cancel := "/v1/jobs/" + q.JobID + "/cancel"
+
+	// The key: required, checked, either header name.
+	wantProblem(t, g.post(t, cancel, "", alpha...), http.StatusBadRequest, api.CodeIdempotencyKeyMissing)
+	wantProblem(t, g.post(t, cancel, "", withKey("bad key", alpha)...), http.StatusBadRequest, api.CodeIdempotencyKeyInvalid)
+	wantProblem(t, g.post(t, cancel, "[]", withKey(skey(10), alpha)...), http.StatusBadRequest, api.CodeInvalidRequest)
+	// Another tenant: 404, as for a read.
+	wantProblem(t, g.post(t, cancel, "", withKey(skey(10), beta)...), http.StatusNotFound, api.CodeJobNotFound)
+
+	first := g.post(t, cancel, "", append([]string{api.HeaderXIdempotencyKey, skey(11)}, alpha...)...)
+	job := wantJob(t, first, http.StatusOK)
+	wantNoHeader(t, first, api.HeaderReplayed)
+	if job.JobID != q.JobID || job.State != api.JobStatusCancelled {
+		t.Fatalf("cancelled job %s", first.body)
+	}
+	read := wantJob(t, g.get(t, "/v1/jobs/"+q.JobID, alpha...), http.StatusOK)
+	if read.State != api.JobStatusCancelled {
+		t.Fatalf("read after cancel: %+v", read)
+	}
+	// The same key: the same answer, replayed, through this gate and another.
+	for _, tg := range []*testGate{g, other} {
+		again := tg.post(t, cancel, "{}", withKey(skey(11), alpha)...)
+		wantHeader(t, again, api.HeaderReplayed, "true")
+		if again.status != http.StatusOK || string(again.body) != string(first.body) {
+			t.Fatalf("the same cancel again: %s, want %s", again, first.body)
+		}
+	}
+	// The key with another action: 422; a cancelled job retried: 409.
+	wantProblem(t, g.post(t, "/v1/jobs/"+q.JobID+"/retry", "", withKey(skey(11), alpha)...), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	wantProblem(t, g.post(t, "/v1/jobs/"+q.JobID+"/retry", "", withKey(skey(12), alpha)...), http.StatusConflict, api.CodeJobStateConflict)
+	// A cancelled job is never leased: the other one is.
+	leases := decodeLeases(t, g.post(t, "/v1/leases", `{"max_jobs":10}`, alpha...))
+	if len(leases) != 1 || leases[0].Job.JobID != f.JobID {
+		t.Fatalf("leases %+v", leases)
+	}
+	wantProblem(t, g.post(t, "/v1/jobs/"+f.JobID+"/cancel", "", withKey(skey(13), alpha)...), http.StatusConflict, api.CodeJobStateConflict)
+	wantJob(t, g.post(t, "/v1/jobs/"+f.JobID+"/fail", `{"lease_id":"`+leases[0].LeaseID+`","retry":false}`, alpha...), http.StatusOK)
+
+	// A failed job retried: queued again, leased, completed.
+	retry := "/v1/jobs/" + f.JobID + "/retry"
+	wantProblem(t, g.post(t, retry, "", withKey(skey(14), beta)...), http.StatusNotFound, api.CodeJobNotFound)
+	r := wantJob(t, g.post(t, retry, "", withKey(skey(14), alpha)...), http.StatusOK)
+	if r.State != api.JobStatusQueued || r.Attempts != 1 {
+		t.Fatalf("retried job %+v", r)
+	}
+	leases = decodeLeases(t, g.post(t, "/v1/leases", `{}`, alpha...))
+	if len(leases) != 1 || leases[0].Job.JobID != f.JobID || leases[0].Attempt != 2 {
+		t.Fatalf("lease of the retried job %+v", leases)
+	}
+	// Through another gate (no kept answer there) the manager replays: the
+	// job as it is now, never a second retry.
+	again := other.post(t, retry, "", withKey(skey(14), alpha)...)
+	wantHeader(t, again, api.HeaderReplayed, "true")
+	if j := wantJob(t, again, http.StatusOK); j.State != api.JobStatusRunning {
+		t.Fatalf("retry replayed through another gate: %+v", j)
+	}
+	wantProblem(t, g.post(t, retry, "", withKey(skey(15), alpha)...), http.StatusConflict, api.CodeJobStateConflict)
+	wantProblem(t, g.post(t, "/v1/jobs/no-such-job/retry", "", withKey(skey(16), alpha)...), http.StatusNotFound, api.CodeJobNotFound)
+
+	// Listed by the new state.
+	res := g.get(t, "/v1/jobs?state=cancelled", alpha...)
+	wantStatus(t, res, http.StatusOK)
+}

@@ -1,0 +1,78 @@
+package manager
+
+import (
+	"context"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/rpc"
+)
+
+// A tenant's actions on its jobs (rpc.JobActions; docs/ledger.md, "Cancel
+// and retry"): each is one Raft command, proposed by the leader, that
+// changes the job and records the action under the caller's idempotency key
+// in the same entry. A repeat of the key (after a timeout, a crash, through
+// another gate or leader) finds the key recorded and is answered as a
+// replay: the action is never applied twice.
+
+var _ rpc.JobActions = (*Manager)(nil)
+
+// Cancel implements rpc.JobActions: a queued job ends cancelled.
+func (m *Manager) Cancel(ctx context.Context, req *rpc.JobActionRequest) (*rpc.JobActionResponse, error) {
+	return m.jobAction(ctx, "cancel", req, func(a ledger.JobAction) ledger.Command { return ledger.Cancel{JobAction: a} })
+}
+
+// Retry implements rpc.JobActions: a failed or dead job is queued again for
+// a new attempt.
+func (m *Manager) Retry(ctx context.Context, req *rpc.JobActionRequest) (*rpc.JobActionResponse, error) {
+	resp, err := m.jobAction(ctx, "retry", req, func(a ledger.JobAction) ledger.Command { return ledger.Retry{JobAction: a} })
+	if err == nil && !resp.Replayed {
+		m.jobsQueued.fire() // leases waiting at this leader take it now
+	}
+	return resp, err
+}
+
+// jobAction proposes the action cmd makes of req, once every server of the
+// group reads it (protocol version 5), and renders its result.
+func (m *Manager) jobAction(ctx context.Context, name string, req *rpc.JobActionRequest,
+	cmd func(ledger.JobAction) ledger.Command) (*rpc.JobActionResponse, error) {
+	if err := m.checkLeader(); err != nil {
+		return nil, err
+	}
+	if req.Tenant == "" || req.JobID == "" || req.Key == "" || req.Fingerprint == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalid, "%s: tenant, job ID, key and fingerprint are required", name)
+	}
+	if v := m.groupVersion(); v < protocolJobActions {
+		// A replica that cannot read the command would refuse the entry
+		// and the group would diverge: nothing is proposed.
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "%s: a manager of the datacenter runs a build without it "+
+			"(protocol version %d, it needs %d); retry once every manager is upgraded", name, v, protocolJobActions)
+	}
+	now := m.ledgerNow()
+	res, err := m.apply(ctx, cmd(ledger.JobAction{
+		Tenant:         req.Tenant,
+		JobID:          req.JobID,
+		Key:            req.Key,
+		Fingerprint:    req.Fingerprint,
+		Now:            now.UnixNano(),
+		ExpiresAt:      now.Add(m.cfg.Idempotency.CommittedTTL).UnixNano(),
+		MaxEntries:     uint64(m.cfg.LedgerMaxEntries),
+		MaxBytes:       uint64(m.cfg.LedgerMaxBytes),
+		MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes),
+	}))
+	if err != nil {
+		return nil, err
+	}
+	switch res.Outcome {
+	case ledger.OutcomeCancelled, ledger.OutcomeRetried:
+		return &rpc.JobActionResponse{Job: m.apiJobRead(res.Job)}, nil
+	case ledger.OutcomeExists, ledger.OutcomeUnchanged:
+		return &rpc.JobActionResponse{Job: m.apiJobRead(res.Job), Replayed: true}, nil
+	case ledger.OutcomeNotFound:
+		return nil, rpc.Errorf(rpc.CodeNotFound, "job %q not found", req.JobID)
+	case ledger.OutcomeKeyReused:
+		return nil, rpc.Errorf(rpc.CodeRequestReused, "%s: the idempotency key was used with another request", name)
+	case ledger.OutcomeConflict:
+		return nil, rpc.Errorf(rpc.CodeConflict, "%s: job %s is %s", name, req.JobID, res.Job.State())
+	}
+	return nil, m.refusal(name, req.Tenant, res)
+}
