@@ -305,58 +305,23 @@ func withActions(log []*raft.Log, seed uint64, scale int64) []*raft.Log {
 
 // TestDeterminism applies the same log to two FSMs, one entry at a time and in
 // random batches: every result, every change and the snapshots taken every
-// 500 entries are identical.
+// 500 entries are identical. Each seed's log runs as generated and again with
+// a tenant's Cancel and Retry commands inserted (withActions: they change
+// which jobs later leases hand out, so the lifecycle's outcomes are reached
+// by the first run and the actions' by the second).
 func TestDeterminism(t *testing.T) {
 	for _, tc := range []struct{ seed, scale uint64 }{{1, 1}, {2, 1}, {3, 40}, {4, 40}} {
 		t.Run(fmt.Sprintf("seed=%d,scale=%d", tc.seed, tc.scale), func(t *testing.T) {
-			const every = 500
-			logs := withActions(genLog(tc.seed, 4000, int64(tc.scale)), tc.seed, int64(tc.scale))
-			n := len(logs)
-			var changesA, changesB []Change
-			a := newFSM(t, Options{OnChange: func(c Change) { changesA = append(changesA, c) }})
-			b := newFSM(t, Options{OnChange: func(c Change) { changesB = append(changesB, c) }})
-
-			resA := make([]interface{}, 0, n)
-			resB := make([]interface{}, 0, n)
-			rng := rand.New(rand.NewPCG(tc.seed, 7))
-			largest, owedSeen := 0, 0
-			for start := 0; start < n; start += every {
-				seg := logs[start:min(n, start+every)]
-				for _, l := range seg {
-					resA = append(resA, a.Apply(l))
-				}
-				for i := 0; i < len(seg); {
-					j := min(len(seg), i+1+rng.IntN(64))
-					resB = append(resB, b.ApplyBatch(seg[i:j])...)
-					i = j
-				}
-				sa, sb := persist(t, a), persist(t, b)
-				if !bytes.Equal(sa, sb) {
-					t.Fatalf("after %d entries: snapshots differ (%d vs %d bytes)", start+every, len(sa), len(sb))
-				}
-				largest = max(largest, len(sa))
-				owedSeen = max(owedSeen, a.OwedLen())
-				// A replica restored from the snapshot writes it back identically.
-				if sc := persist(t, restore(t, sa)); !bytes.Equal(sa, sc) {
-					t.Fatal("a restored FSM persists different bytes")
-				}
-			}
-
+			plain := genLog(tc.seed, 4000, int64(tc.scale))
 			outcomes := map[Outcome]int{}
-			for i := range logs {
-				if logs[i].Type != raft.LogCommand {
-					if resA[i] != nil || resB[i] != nil {
-						t.Fatalf("log %d (%v): responses %v / %v, want nil", i, logs[i].Type, resA[i], resB[i])
-					}
-					continue
+			owedSeen := 0
+			for _, logs := range [][]*raft.Log{plain, withActions(plain, tc.seed, int64(tc.scale))} {
+				o, owed := applyTwoWays(t, logs, tc.seed)
+				for k, v := range o {
+					outcomes[k] += v
 				}
-				ra, rb := resA[i].(Result), resB[i].(Result)
-				if !sameResult(ra, rb) {
-					t.Fatalf("log %d: results differ:\nApply      %+v\nApplyBatch %+v", i, ra, rb)
-				}
-				outcomes[ra.Outcome]++
+				owedSeen = max(owedSeen, owed)
 			}
-			t.Logf("outcomes: %v; final stats %+v; largest snapshot %d bytes", outcomes, a.Stats(), largest)
 			want := []Outcome{OutcomeReserved, OutcomeExists, OutcomeKeyReused, OutcomeKeyExpired,
 				OutcomeFull, OutcomeCommitted, OutcomeRejected, OutcomeUnchanged, OutcomeNotFound,
 				OutcomeJobIDInUse, OutcomeExpired, OutcomeIgnored, OutcomeInvalid, OutcomeBytesFull, OutcomeTenantBytesFull,
@@ -373,18 +338,74 @@ func TestDeterminism(t *testing.T) {
 			if owedSeen == 0 {
 				t.Error("no snapshot held an owed entry; make the generator reach it")
 			}
-			if len(changesA) != len(changesB) {
-				t.Fatalf("%d changes vs %d", len(changesA), len(changesB))
-			}
-			for i := range changesA {
-				if !sameChange(changesA[i], changesB[i]) {
-					t.Fatalf("change %d differs: %+v vs %+v", i, changesA[i], changesB[i])
-				}
-			}
-			checkInvariants(t, a)
-			checkInvariants(t, b)
 		})
 	}
+}
+
+// applyTwoWays applies logs to two FSMs, one entry at a time and in random
+// batches (drawn from seed), and fails t unless every result, every change
+// and the snapshots taken every 500 entries are identical. It returns the
+// outcomes counted and the most owed entries a snapshot held.
+func applyTwoWays(t *testing.T, logs []*raft.Log, seed uint64) (map[Outcome]int, int) {
+	t.Helper()
+	const every = 500
+	n := len(logs)
+	var changesA, changesB []Change
+	a := newFSM(t, Options{OnChange: func(c Change) { changesA = append(changesA, c) }})
+	b := newFSM(t, Options{OnChange: func(c Change) { changesB = append(changesB, c) }})
+
+	resA := make([]interface{}, 0, n)
+	resB := make([]interface{}, 0, n)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	largest, owedSeen := 0, 0
+	for start := 0; start < n; start += every {
+		seg := logs[start:min(n, start+every)]
+		for _, l := range seg {
+			resA = append(resA, a.Apply(l))
+		}
+		for i := 0; i < len(seg); {
+			j := min(len(seg), i+1+rng.IntN(64))
+			resB = append(resB, b.ApplyBatch(seg[i:j])...)
+			i = j
+		}
+		sa, sb := persist(t, a), persist(t, b)
+		if !bytes.Equal(sa, sb) {
+			t.Fatalf("after %d entries: snapshots differ (%d vs %d bytes)", start+every, len(sa), len(sb))
+		}
+		largest = max(largest, len(sa))
+		owedSeen = max(owedSeen, a.OwedLen())
+		// A replica restored from the snapshot writes it back identically.
+		if sc := persist(t, restore(t, sa)); !bytes.Equal(sa, sc) {
+			t.Fatal("a restored FSM persists different bytes")
+		}
+	}
+
+	outcomes := map[Outcome]int{}
+	for i := range logs {
+		if logs[i].Type != raft.LogCommand {
+			if resA[i] != nil || resB[i] != nil {
+				t.Fatalf("log %d (%v): responses %v / %v, want nil", i, logs[i].Type, resA[i], resB[i])
+			}
+			continue
+		}
+		ra, rb := resA[i].(Result), resB[i].(Result)
+		if !sameResult(ra, rb) {
+			t.Fatalf("log %d: results differ:\nApply      %+v\nApplyBatch %+v", i, ra, rb)
+		}
+		outcomes[ra.Outcome]++
+	}
+	t.Logf("outcomes: %v; final stats %+v; largest snapshot %d bytes", outcomes, a.Stats(), largest)
+	if len(changesA) != len(changesB) {
+		t.Fatalf("%d changes vs %d", len(changesA), len(changesB))
+	}
+	for i := range changesA {
+		if !sameChange(changesA[i], changesB[i]) {
+			t.Fatalf("change %d differs: %+v vs %+v", i, changesA[i], changesB[i])
+		}
+	}
+	checkInvariants(t, a)
+	checkInvariants(t, b)
+	return outcomes, owedSeen
 }
 
 func sameChange(a, b Change) bool {
