@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -56,6 +57,8 @@ type Spec struct {
 	CommonName string
 	DNSNames   []string
 	IPs        []net.IP
+	// URIs are URI subject alternative names (a role: certs.Role.URI).
+	URIs []*url.URL
 	// Server and Client set the extended key usages.
 	Server, Client bool
 }
@@ -93,7 +96,7 @@ func (ca *CA) IssueFor(t testing.TB, spec Spec, certFile, keyFile string) {
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(spec.Serial), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: spec.DNSNames, IPAddresses: spec.IPs, KeyUsage: x509.KeyUsageDigitalSignature,
+		DNSNames: spec.DNSNames, IPAddresses: spec.IPs, URIs: spec.URIs, KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: eku}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
