@@ -41,6 +41,11 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 		fmt.Fprintf(stderr, "gate: %v\n", err)
 		return ExitConfig
 	}
+	mode, err := cfg.CheckSecurity()
+	if err != nil {
+		fmt.Fprintf(stderr, "gate: %v\n", err)
+		return ExitConfig
+	}
 	logger, err := NewLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "gate: %v\n", err)
@@ -50,6 +55,20 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 		cfg.NodeName, _ = os.Hostname()
 	}
 	logger = logger.With(logging.KeyRole, "gate", logging.KeyNode, cfg.NodeName)
+	// One registry for the gate's own metrics and memberlist's, exported
+	// through go-metrics' Prometheus sink before the pool starts.
+	deps := Deps{Logger: logger, Registry: prometheus.NewRegistry()}
+	if mode == config.ModeInsecure {
+		logger.Warn(EnvInsecure + "=true: " + config.InsecureWarning)
+	}
+	if cfg.ClusterSecretFile != "" {
+		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "gate: %v\n", err)
+			return ExitConfig
+		}
+		deps.ClusterSecret = secret
+	}
 	stopTracing, err := tracing.Start(ctx, cfg.OTLPEndpoint, "once-gate", cfg.NodeName, cfg.Datacenter)
 	if err != nil {
 		fmt.Fprintf(stderr, "gate: %v\n", err)
@@ -59,9 +78,6 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 	if cfg.OTLPEndpoint != "" {
 		logger.Info("tracing on: spans go to the OTLP endpoint", logging.KeyAddr, cfg.OTLPEndpoint)
 	}
-	// One registry for the gate's own metrics and memberlist's, exported
-	// through go-metrics' Prometheus sink before the pool starts.
-	deps := Deps{Logger: logger, Registry: prometheus.NewRegistry()}
 	stopTelemetry, err := telemetry.Export(deps.Registry, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "gate: %v\n", err)
@@ -69,7 +85,7 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 	}
 	defer stopTelemetry()
 	if len(cfg.Join) > 0 {
-		pool, err := startMembership(ctx, cfg, logger)
+		pool, err := startMembership(ctx, cfg, deps.ClusterSecret, logger)
 		if err != nil {
 			fmt.Fprintf(stderr, "gate: %v\n", err)
 			return ExitFailed
@@ -87,15 +103,7 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 	}
 	// The federation (other datacenters' managers) is read from the local
 	// managers and refreshed while the gate runs.
-	if cfg.ClusterSecretFile != "" {
-		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "gate: %v\n", err)
-			return ExitConfig
-		}
-		deps.ClusterSecret = secret
-	}
-	clusterTLS, err := loadClusterTLS(cfg, logger)
+	clusterTLS, err := clusterTLSFor(cfg, deps.ClusterSecret, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "gate: %v\n", err)
 		return ExitConfig

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
@@ -57,8 +58,16 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "manager: %v\n", err)
 		return config.ExitConfig
 	}
+	mode, err := cfg.CheckSecurity()
+	if err != nil {
+		fmt.Fprintf(stderr, "manager: %v\n", err)
+		return config.ExitConfig
+	}
 	level, _ := logging.ParseLevel(cfg.LogLevel) // validated by LoadConfig
 	log := logging.New(stderr, cfg.LogFormat, level).With(logging.KeyRole, "manager")
+	if mode == config.ModeInsecure {
+		log.Warn(EnvInsecure + "=true: " + config.InsecureWarning)
+	}
 	if err := run(ctx, cfg, log, opts); err != nil {
 		log.Error("manager failed", logging.KeyError, err)
 		if errors.Is(err, config.ErrInvalid) {
@@ -97,24 +106,28 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 			return err
 		}
 		secret = s
-	} else {
-		log.Warn("no cluster secret: the RPC listener accepts any caller that reaches it (submissions, reads, operator changes); set " +
-			EnvClusterSecretFile + " and GATE_CLUSTER_SECRET_FILE (docs/security.md)")
 	}
+	cfg.clusterSecret = secret
 	clusterTLS, err := LoadClusterTLS(cfg, log)
 	if err != nil {
 		return err
 	}
 	var serverTLS *tls.Config
-	if clusterTLS != nil {
-		serverTLS = clusterTLS.ServerConfig()
+	switch {
+	case clusterTLS != nil:
 		wctx, stopWatch := context.WithCancel(ctx)
 		watched := make(chan struct{})
 		go func() { defer close(watched); clusterTLS.Watch(wctx, tlsReloadInterval) }()
 		defer func() { stopWatch(); <-watched }()
-	} else if secret == "" {
-		log.Warn("neither cluster TLS nor a cluster secret: the RPC listener and Raft accept any caller that reaches them; set " +
-			EnvTLSCAFile + " (and its certificate) or " + EnvClusterSecretFile + " (docs/security.md)")
+	case secret != "":
+		// Secret-only: mutual TLS all the same, with the CA every process
+		// derives from the secret and a leaf of the manager's role.
+		if clusterTLS, err = certs.ClusterFromSecret(secret, certs.RoleManager); err != nil {
+			return config.Invalid(EnvClusterSecretFile, cfg.ClusterSecretFile, "a cluster secret", err)
+		}
+	}
+	if clusterTLS != nil {
+		serverTLS = clusterTLS.ServerConfig()
 	}
 	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured, ClusterTLS: clusterTLS})
 	if err != nil {
