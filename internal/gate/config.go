@@ -92,18 +92,18 @@ type Config struct {
 	// Insecure is GATE_INSECURE: start without a cluster credential (no
 	// GATE_RPC_TLS_*, no cluster secret), the managers' RPC and gossip
 	// plaintext; without it a gate refuses to start so (CheckSecurity).
-	Insecure bool
-	MaxBodyBytes                                int64         // GATE_MAX_BODY_BYTES, default 1 MiB
-	ForwardTimeout                              time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
-	ShutdownTimeout                             time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
-	LogLevel                                    string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
-	LogFormat                                   string        // GATE_LOG_FORMAT: text or json; default text
-	Pprof                                       bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
-	Join                                        []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
-	GossipAddr                                  string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
-	GossipAdvertise                             string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
-	GossipKey                                   string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
-	GossipProfile                               string        // GATE_GOSSIP_PROFILE: lan or local
+	Insecure        bool
+	MaxBodyBytes    int64         // GATE_MAX_BODY_BYTES, default 1 MiB
+	ForwardTimeout  time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
+	ShutdownTimeout time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
+	LogLevel        string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
+	LogFormat       string        // GATE_LOG_FORMAT: text or json; default text
+	Pprof           bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
+	Join            []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
+	GossipAddr      string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
+	GossipAdvertise string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
+	GossipKey       string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
+	GossipProfile   string        // GATE_GOSSIP_PROFILE: lan or local
 
 	// Idempotency holds the seven IDEMPOTENCY_* settings.
 	Idempotency config.Idempotency

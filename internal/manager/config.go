@@ -105,8 +105,8 @@ type Config struct {
 	// clusterSecret is the content of ClusterSecretFile once read (run):
 	// the gossip pools derive their keys from it when none is set.
 	clusterSecret string
-	LogLevel                           string // MANAGER_LOG_LEVEL
-	LogFormat                          string // MANAGER_LOG_FORMAT
+	LogLevel      string // MANAGER_LOG_LEVEL
+	LogFormat     string // MANAGER_LOG_FORMAT
 
 	Idempotency config.Idempotency
 

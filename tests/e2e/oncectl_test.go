@@ -76,6 +76,8 @@ func pointOncectlAt(t *testing.T, c *localcluster.Cluster) *localcluster.Node {
 	}
 	t.Setenv("ONCE_GATES", "http://"+c.Gates[0].HTTPAddr)
 	t.Setenv("ONCE_MANAGERS", strings.Join(mgrs, ","))
+	// The cluster's credential (its generated secret, by default).
+	t.Setenv("ONCE_CLUSTER_SECRET_FILE", c.SecretFile())
 	return leader
 }
 

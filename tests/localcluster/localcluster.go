@@ -74,9 +74,14 @@ type Options struct {
 	// Fast shortens Raft and membership timings for tests.
 	Fast bool
 	// ClusterSecret, when set, is written to <BaseDir>/cluster-secret and
-	// required by the managers' RPC (MANAGER_CLUSTER_SECRET_FILE); the gates
-	// and the harness's own probes present it.
+	// given to every process (MANAGER_CLUSTER_SECRET_FILE,
+	// GATE_CLUSTER_SECRET_FILE): without TLS files the managers serve RPC
+	// and Raft over mutual TLS with the CA derived from it. Empty (and no
+	// TLS, not Insecure): a random secret is generated (security.go).
 	ClusterSecret string
+	// Insecure runs the processes without a credential (MANAGER_INSECURE,
+	// GATE_INSECURE): plain RPC, Raft and gossip.
+	Insecure bool
 	// TLS, when set, runs the cluster with TLS everywhere (docs/security.md):
 	// the gates serve HTTPS, managers serve RPC and Raft over mutual TLS, the
 	// gates and the harness's own probes present client certificates.
@@ -120,6 +125,11 @@ type Cluster struct {
 	Managers []*Node
 	Gates    []*Node
 	client   *http.Client
+	// noSecret is client without the cluster secret (TLS all the same).
+	noSecret *http.Client
+	// rpcTLS is the harness's TLS configuration towards the managers (nil:
+	// insecure).
+	rpcTLS *tls.Config
 }
 
 // FaultManagerBinary is the fault-injection manager of the tests module
@@ -215,11 +225,16 @@ func New(opts Options) (*Cluster, error) {
 		}
 	}
 	next := func() int { p := ports[0]; ports = ports[1:]; return p }
+	gossipKey, err := ensureCredential(&opts, opts.BaseDir)
+	if err != nil {
+		return nil, err
+	}
 	transport, err := harnessTransport(opts)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: transport}}
+	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: rpc.WithSecret(transport, opts.ClusterSecret)},
+		noSecret: &http.Client{Timeout: 2 * time.Second, Transport: transport}, rpcTLS: transport.TLSClientConfig}
 	if f := opts.TLS; f != nil {
 		c.opts.ManagerEnv = append([]string{"MANAGER_TLS_CA_FILE=" + f.CA, "MANAGER_TLS_CERT_FILE=" + f.ManagerCert,
 			"MANAGER_TLS_KEY_FILE=" + f.ManagerKey}, c.opts.ManagerEnv...)
@@ -233,8 +248,21 @@ func New(opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	switch {
+	case opts.Insecure:
+		c.opts.ManagerEnv = append([]string{"MANAGER_INSECURE=true"}, c.opts.ManagerEnv...)
+		c.opts.GateEnv = append([]string{"GATE_INSECURE=true"}, c.opts.GateEnv...)
+		opts = c.opts
+	case gossipKey != "":
+		c.opts.ManagerEnv = append([]string{"MANAGER_GOSSIP_KEY=" + gossipKey}, c.opts.ManagerEnv...)
+		if opts.WAN {
+			c.opts.ManagerEnv = append([]string{"MANAGER_WAN_GOSSIP_KEY=" + gossipKey}, c.opts.ManagerEnv...)
+		}
+		c.opts.GateEnv = append([]string{"GATE_GOSSIP_KEY=" + gossipKey}, c.opts.GateEnv...)
+		opts = c.opts
+	}
 	if opts.ClusterSecret != "" {
-		path := filepath.Join(opts.BaseDir, "cluster-secret")
+		path := filepath.Join(opts.BaseDir, secretFile)
 		if err := os.WriteFile(path, []byte(opts.ClusterSecret+"\n"), 0o600); err != nil {
 			return nil, err
 		}
@@ -443,26 +471,19 @@ type TLSFiles struct {
 	HarnessClientCert, HarnessClientKey string // the harness's probes of the managers
 }
 
-// scheme is the URL scheme of every listener of the cluster.
-func (c *Cluster) scheme() string {
-	if c.opts.TLS != nil {
-		return "https"
-	}
-	return "http"
-}
-
 // GateURLs returns the gates' base URLs.
 func (c *Cluster) GateURLs() []string {
 	var out []string
 	for _, g := range c.Gates {
-		out = append(out, c.scheme()+"://"+g.HTTPAddr)
+		out = append(out, c.gateScheme()+"://"+g.HTTPAddr)
 	}
 	return out
 }
 
 // harnessTransport is the transport of the harness's own probes: with TLS,
-// it trusts the cluster CA and presents the harness's client certificate.
-func harnessTransport(opts Options) (http.RoundTripper, error) {
+// it trusts the cluster CA and presents the harness's client certificate;
+// with the secret alone, the CA derived from it and a leaf it signed.
+func harnessTransport(opts Options) (*http.Transport, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if f := opts.TLS; f != nil {
 		ca, err := os.ReadFile(f.CA)
@@ -478,8 +499,16 @@ func harnessTransport(opts Options) (http.RoundTripper, error) {
 			return nil, fmt.Errorf("localcluster: TLS client certificate: %w", err)
 		}
 		t.TLSClientConfig = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	} else if opts.ClusterSecret != "" {
+		// The managers serve TLS with the CA derived from the secret; the
+		// gates serve plain HTTP, which this transport still speaks.
+		cfg, err := derivedClientTLS(opts.ClusterSecret)
+		if err != nil {
+			return nil, err
+		}
+		t.TLSClientConfig = cfg
 	}
-	return rpc.WithSecret(t, opts.ClusterSecret), nil
+	return t, nil
 }
 
 // Stop terminates every process: SIGTERM, then SIGKILL after a grace period.
@@ -654,7 +683,7 @@ type ManagerStatus struct {
 // Status asks a manager for its status.
 func (c *Cluster) Status(ctx context.Context, n *Node) (ManagerStatus, error) {
 	var st ManagerStatus
-	err := c.getJSON(ctx, c.scheme()+"://"+n.HTTPAddr+"/rpc/v1/status", &st)
+	err := c.getJSON(ctx, c.ManagerURL(n, "/rpc/v1/status"), &st)
 	return st, err
 }
 
@@ -712,7 +741,7 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 
 // WaitGateReady polls one gate's /readyz until it answers 200.
 func (c *Cluster) WaitGateReady(ctx context.Context, g *Node) error {
-	url := c.scheme() + "://" + g.HTTPAddr + "/readyz"
+	url := c.gateScheme() + "://" + g.HTTPAddr + "/readyz"
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := c.client.Do(req)
@@ -792,13 +821,13 @@ func (c *Cluster) setBlock(ctx context.Context, n *Node, block []string) error {
 // failpoint calls one of manager n's /debug/failpoints endpoints.
 func (c *Cluster) failpoint(ctx context.Context, n *Node, method, name string, body any) error {
 	b, _ := json.Marshal(body)
-	req, err := http.NewRequestWithContext(ctx, method, c.scheme()+"://"+n.HTTPAddr+"/debug/failpoints/"+name, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, method, c.ManagerURL(n, "/debug/failpoints/"+name), bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
 	client := c.client
 	if name == "leader" { // a leadership transfer takes up to an election timeout
-		client = &http.Client{Timeout: 30 * time.Second}
+		client = &http.Client{Timeout: 30 * time.Second, Transport: c.client.Transport}
 	}
 	resp, err := client.Do(req)
 	if err != nil {

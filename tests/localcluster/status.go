@@ -48,7 +48,7 @@ func (c *Cluster) Observe(ctx context.Context) StatusView {
 }
 
 func (c *Cluster) gateReady(ctx context.Context, g *Node) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.scheme()+"://"+g.HTTPAddr+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.gateScheme()+"://"+g.HTTPAddr+"/readyz", nil)
 	if err != nil {
 		return false
 	}
@@ -92,9 +92,10 @@ func (c *Cluster) WriteSummary(w io.Writer, streaming bool) {
 		fmt.Fprintf(w, "  %-9s rpc %-21s log %s\n", n.Name, n.HTTPAddr, n.LogPath)
 	}
 	for _, g := range c.Gates {
-		fmt.Fprintf(w, "  %-9s %-25s log %s\n", g.Name, c.scheme()+"://"+g.HTTPAddr, g.LogPath)
+		fmt.Fprintf(w, "  %-9s %-25s log %s\n", g.Name, c.gateScheme()+"://"+g.HTTPAddr, g.LogPath)
 	}
 	fmt.Fprintf(w, "Data: %s\n", c.opts.BaseDir+"/data")
+	c.writeSecurity(w)
 	if !streaming {
 		fmt.Fprintln(w, "Process logs go to the files above (make run RUN_ARGS=-logs, or oncelocal -logs, streams them here instead).")
 	}
@@ -103,6 +104,20 @@ func (c *Cluster) WriteSummary(w io.Writer, streaming bool) {
 Press Ctrl-C to stop.
 
 `, c.Gates[0].port())
+}
+
+// writeSecurity says how the cluster's traffic is secured, and how oncectl
+// reaches the managers.
+func (c *Cluster) writeSecurity(w io.Writer) {
+	switch {
+	case c.opts.Insecure:
+		fmt.Fprintln(w, "INSECURE (-insecure): RPC, Raft and gossip are unauthenticated and plaintext; anyone who reaches the ports controls the cluster.")
+	case c.opts.TLS != nil:
+		fmt.Fprintln(w, "Secured: mutual TLS with the cluster CA on RPC and Raft; gossip encrypted.")
+	default:
+		fmt.Fprintf(w, "Secured: cluster secret %s; RPC and Raft over mutual TLS with the CA derived from it, gossip encrypted with keys derived from it.\n", c.SecretFile())
+	}
+	fmt.Fprintf(w, "oncectl: oncectl --managers %s %s ...\n", c.Managers[0].HTTPAddr, strings.Join(c.OncectlArgs(), " "))
 }
 
 // WatchStatus prints the cluster's status line now and then whenever it
