@@ -36,6 +36,10 @@ func (g *globals) managerClient() (*managerClient, error) {
 	// alone.
 	if _, err := config.CheckSecurity(config.Security{EnvInsecure: "--insecure", Insecure: g.insecure, TLS: files,
 		EnvSecret: "--cluster-secret-file", SecretFile: g.secret}); err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) { // named by flags, not variables: say it without a derived flag name
+			return nil, usagef("%s: want %s", ce.Env, ce.Want)
+		}
 		return nil, usagef("%v", err)
 	}
 	secret := ""
