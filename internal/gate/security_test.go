@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A gate refuses to start (exit 2, naming the variables to set) without a
@@ -29,8 +30,12 @@ func TestMainRefusesWithoutCredential(t *testing.T) {
 		{"half TLS", []string{EnvRPCTLSCAFile + "=ca.pem"}, []string{EnvRPCTLSCertFile}},
 	} {
 		var stderr bytes.Buffer
+		// A refusal returns at once; a process that started instead serves
+		// until ctx ends and then exits 0.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		env := append([]string{EnvListenAddr + "=127.0.0.1:0"}, tc.env...)
-		if code := Main(context.Background(), nil, env, io.Discard, &stderr); code != ExitConfig {
+		if code := Main(ctx, nil, env, io.Discard, &stderr); code != ExitConfig {
 			t.Fatalf("%s: exit %d, want %d; stderr %s", tc.name, code, ExitConfig, stderr.String())
 		}
 		for _, w := range tc.want {

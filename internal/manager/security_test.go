@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/once-dev/once/internal/config"
 )
@@ -32,8 +33,12 @@ func TestMainRefusesWithoutCredential(t *testing.T) {
 		{"TLS without a gossip key", []string{EnvTLSCAFile + "=ca.pem", EnvTLSCertFile + "=c.pem", EnvTLSKeyFile + "=k.pem"}, []string{EnvGossipKey}},
 	} {
 		var stderr bytes.Buffer
+		// A refusal returns at once; a process that started instead serves
+		// until ctx ends and then exits 0.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		env := append([]string{EnvDataDir + "=" + filepath.Join(t.TempDir(), "never")}, tc.env...)
-		if code := Main(context.Background(), nil, env, io.Discard, &stderr); code != config.ExitConfig {
+		if code := Main(ctx, nil, env, io.Discard, &stderr); code != config.ExitConfig {
 			t.Fatalf("%s: exit %d, want %d; stderr %s", tc.name, code, config.ExitConfig, stderr.String())
 		}
 		for _, w := range tc.want {
