@@ -41,12 +41,14 @@ vet:
 	$(GO) vet -tags $(TAGS) $(PKGS)
 	cd $(TESTS) && $(GO) vet -tags $(TAGS) $(PKGS)
 
-## deps-check: the daemons must not link any test tooling (the tests module,
-## the fault layer, the load generator, HdrHistogram)
-TOOLING_DEPS := github.com/once-dev/once/tests|/internal/testutil|/faultnet|/loadgen|/benchrun|/localcluster|/chaos/|hdrhistogram
+## deps-check: the daemons and oncectl must not link any test tooling (the
+## tests module, the fault layer, the load generator, HdrHistogram) nor the
+## standard library's testing package (third_party/raft is hashicorp/raft
+## without the testing.go that imported it)
+TOOLING_DEPS := github.com/once-dev/once/tests|/internal/testutil|/faultnet|/loadgen|/benchrun|/localcluster|/chaos/|hdrhistogram|^testing$$
 deps-check:
-	@bad=$$($(GO) list -tags $(TAGS) -deps ./cmd/gate ./cmd/manager | grep -E '$(TOOLING_DEPS)' || true); \
-	if [ -n "$$bad" ]; then echo "cmd/gate or cmd/manager depends on test tooling:"; echo "$$bad"; exit 1; fi
+	@bad=$$($(GO) list -tags $(TAGS) -deps ./cmd/gate ./cmd/manager ./cmd/oncectl | grep -E '$(TOOLING_DEPS)' || true); \
+	if [ -n "$$bad" ]; then echo "cmd/gate, cmd/manager or cmd/oncectl depends on test tooling:"; echo "$$bad"; exit 1; fi
 
 fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \

@@ -7,7 +7,8 @@
 #                                   the RPC ports published on the host), server and client use
 #   gate.pem, gate-key.pem          the gates' HTTPS: 127.0.0.1, localhost, gate1, gate2
 #   gate-client.pem, -key.pem       the gates' client certificate for the managers' RPC
-#   client.pem, client-key.pem      an operator's (oncectl, curl, Prometheus) client certificate
+#   client.pem, client-key.pem      an operator's (oncectl, curl, Prometheus) client certificate,
+#                                   with the operator role (URI SAN spiffe://once/role/operator)
 #
 #   deploy/tls.sh [DIR]
 #
@@ -37,7 +38,8 @@ extendedKeyUsage=serverAuth,clientAuth"
 issue gate localhost "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:gate1,DNS:gate2
 extendedKeyUsage=serverAuth"
 issue gate-client gate "extendedKeyUsage=clientAuth"
-issue client operator "extendedKeyUsage=clientAuth"
+issue client operator "subjectAltName=URI:spiffe://once/role/operator
+extendedKeyUsage=clientAuth"
 rm -f ca.srl
 chmod 0755 "$dir"
 chmod 0644 "$dir"/*.pem

@@ -105,3 +105,5 @@ require (
 )
 
 replace github.com/once-dev/once => ../
+
+replace github.com/hashicorp/raft => ../third_party/raft

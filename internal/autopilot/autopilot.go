@@ -221,6 +221,13 @@ type Autopilot struct {
 	held map[raft.ServerID]bool
 	// health: raft-autopilot's last state (NotifyState); nil when not leader.
 	health *Health
+
+	// rmu guards the identity claims refused (identity.go).
+	rmu sync.Mutex
+	// refusals: the claims this leader currently refuses, by Refusal.key.
+	refusals map[string]Refusal
+	// refusalCounts: refusals made since start, by reason.
+	refusalCounts map[string]uint64
 }
 
 type status struct {
@@ -246,6 +253,9 @@ type Status struct {
 	// Health is raft-autopilot's view of the servers, on the leader once it
 	// has computed one (nil elsewhere).
 	Health *Health
+	// Refused: the pool members' identity claims this leader refuses
+	// (identity.go); empty elsewhere.
+	Refused []Refusal
 }
 
 // New returns an Autopilot for the manager cfg describes, acting on r and
@@ -261,6 +271,9 @@ func New(cfg Config, r RaftAPI, pool PoolAPI) *Autopilot {
 		refused:     make(map[raft.ServerID]bool),
 		unreachable: make(map[raft.ServerID]time.Time),
 		held:        make(map[raft.ServerID]bool),
+
+		refusals:      make(map[string]Refusal),
+		refusalCounts: make(map[string]uint64),
 	}
 	a.lib = raftautopilot.New(r, (*delegate)(a),
 		raftautopilot.WithLogger(logging.HCLog(logging.OrDiscard(c.Logger).With(logging.KeyNodeID, c.NodeID), "raft-autopilot")),
@@ -282,6 +295,7 @@ func (a *Autopilot) Status() Status {
 		LastReconcile: st.lastReconcile,
 		Waiting:       st.waiting,
 		Health:        a.Health(),
+		Refused:       a.Refused(),
 	}
 }
 
@@ -413,6 +427,7 @@ func (a *Autopilot) stopLib() {
 	a.dmu.Lock()
 	a.health = nil
 	a.dmu.Unlock()
+	a.clearRefusals()
 }
 
 // hasState reports whether this manager holds Raft state, latching true.

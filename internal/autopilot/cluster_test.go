@@ -74,6 +74,8 @@ type node struct {
 	log    *slog.Logger
 	expect int
 	grace  time.Duration
+	// version is the protocol version the node advertises (0: 1).
+	version int
 
 	store *raft.InmemStore // log and stable store, kept across restarts
 	snaps *raft.InmemSnapshotStore
@@ -156,7 +158,7 @@ func (n *node) start(seeds []string, newRaftAddr bool) {
 		Logger:   n.log,
 		Meta: membership.Meta{
 			Role: membership.RoleManager, Datacenter: "dc1", NodeID: n.id,
-			RPCAddr: "127.0.0.1:1", RaftAddr: n.raftAddr, HasRaftState: has, Version: 1,
+			RPCAddr: "127.0.0.1:1", RaftAddr: n.raftAddr, HasRaftState: has, Version: max(n.version, 1),
 		},
 	})
 	if err != nil {

@@ -152,7 +152,7 @@ func (d *delegate) KnownServers() map[raft.ServerID]*raftautopilot.Server {
 				NodeType: raftautopilot.NodeVoter, IsLeader: isLeader && string(s.ID) == d.cfg.NodeID}
 		}
 	}
-	for id, m := range managersByID(d.pool.Members(), d.cfg.DC) {
+	for id, m := range (*Autopilot)(d).managers() {
 		status := raftautopilot.NodeFailed
 		switch {
 		case m.State == membership.StateLeft:
@@ -175,7 +175,7 @@ func (d *delegate) RemoveFailedServer(srv *raftautopilot.Server) {
 	reason := "failed"
 	if srv.NodeStatus == raftautopilot.NodeLeft {
 		reason = "left"
-	} else if _, known := managersByID(d.pool.Members(), d.cfg.DC)[srv.ID]; !known {
+	} else if _, known := (*Autopilot)(d).managers()[srv.ID]; !known {
 		reason = "absent"
 	}
 	d.log.Info("removing server", logging.KeyPeer, string(srv.ID), logging.KeyReason, reason)
@@ -218,7 +218,7 @@ func (a *Autopilot) allowRemovals(f *raftautopilot.FailedServers, now time.Time)
 		return &raftautopilot.FailedServers{}
 	}
 	servers := slices.Clone(cf.Configuration().Servers)
-	byID := managersByID(a.pool.Members(), a.cfg.DC)
+	byID, _ := resolveIdentities(servers, a.pool.Members(), a.cfg.DC)
 	self := raft.ServerID(a.cfg.NodeID)
 	a.dmu.Lock()
 	defer a.dmu.Unlock()
@@ -345,8 +345,10 @@ func quorumSafe(servers []raft.Server, id raft.ServerID, alive func(raft.ServerI
 // datacenter missing from the configuration is added (raft-autopilot's
 // AddServer: as a non-voter, promoted once healthy for
 // ServerStabilizationTime), one back at a new Raft address takes it at once
-// (a voter stays a voter), and one that left is removed at once
-// (raft-autopilot's RemoveServer) if the alive voters stay a majority.
+// (a voter stays a voter) unless its old address is still live in the pool,
+// and one that left is removed at once (raft-autopilot's RemoveServer) if
+// the alive voters stay a majority. The pool's claims resolveIdentities
+// refuses are left out, and recorded (identity.go).
 // raft-autopilot's own pruning would remove a departed voter too, but never
 // one of two voters, while a follower leaving a two-voter group can still
 // acknowledge its removal. Leader only.
@@ -357,7 +359,8 @@ func (a *Autopilot) addServers() {
 		return
 	}
 	servers := f.Configuration().Servers
-	byID := managersByID(a.pool.Members(), a.cfg.DC)
+	byID, refusals := resolveIdentities(servers, a.pool.Members(), a.cfg.DC)
+	a.recordRefusals(refusals, time.Now())
 	ids := make([]raft.ServerID, 0, len(byID))
 	for id := range byID {
 		ids = append(ids, id)
@@ -400,29 +403,4 @@ func (a *Autopilot) addServers() {
 			return // leadership lost or raft busy: next round
 		}
 	}
-}
-
-// managersByID returns, per NodeID, the pool's best record of each manager of
-// dc: an alive record if there is one, else the most recently departed.
-func managersByID(members []membership.Member, dc string) map[raft.ServerID]membership.Member {
-	out := make(map[raft.ServerID]membership.Member)
-	for _, m := range members {
-		if m.Meta.Role != membership.RoleManager || m.Meta.Datacenter != dc || m.Meta.NodeID == "" {
-			continue
-		}
-		id := raft.ServerID(m.Meta.NodeID)
-		cur, ok := out[id]
-		switch {
-		case !ok:
-		case cur.State == membership.StateAlive && m.State != membership.StateAlive:
-			continue
-		case cur.State != membership.StateAlive && m.State == membership.StateAlive:
-		case cur.State == membership.StateAlive: // two alive records: keep the first by name
-			continue
-		case !m.LastSeen.After(cur.LastSeen):
-			continue
-		}
-		out[id] = m
-	}
-	return out
 }

@@ -11,18 +11,24 @@ import (
 )
 
 // Role is what a cluster certificate is for, carried in the certificate as a
-// URI subject alternative name spiffe://once/role/<role> (RoleURI). A
+// URI subject alternative name spiffe://once/role/<role> (Role.URI). A
 // certificate derived from the cluster secret always carries one; operators
 // issuing certificates from their own CA add it (docs/security.md), and a
 // manager then refuses a certificate of another role where that role has no
 // business (a gate's on the Raft port).
 type Role string
 
-// The roles. Another (an operator's) is a new constant here and a place in
-// the lists a listener accepts (RaftRoles, RPCRoles).
+// The roles. Another is a new constant here and a place in the lists a
+// listener accepts (RaftRoles, RPCRoles).
 const (
 	RoleManager Role = "manager"
 	RoleGate    Role = "gate"
+	// RoleOperator is an operator's client certificate (oncectl --cert):
+	// the RPC listener accepts it like a gate's, and the operator routes
+	// accept it as an operator credential only when the cluster CA is the
+	// operator's own (MANAGER_TLS_*), never the CA derived from the cluster
+	// secret, which every gate could sign with (rpc.OperatorAuth).
+	RoleOperator Role = "operator"
 )
 
 // RolePrefix is the URI subject alternative name a role follows.
@@ -31,7 +37,7 @@ const RolePrefix = "spiffe://once/role/"
 // RaftRoles are the roles the Raft port accepts; RPCRoles the RPC port's.
 var (
 	RaftRoles = []Role{RoleManager}
-	RPCRoles  = []Role{RoleManager, RoleGate}
+	RPCRoles  = []Role{RoleManager, RoleGate, RoleOperator}
 )
 
 // ErrRole is matched by every refusal of a certificate for its role.

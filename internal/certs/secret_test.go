@@ -65,7 +65,8 @@ func TestRoleOf(t *testing.T) {
 		{"other URIs only", []*url.URL{u("spiffe://example/x")}, "", false},
 		{"manager", []*url.URL{RoleManager.URI()}, RoleManager, false},
 		{"gate", []*url.URL{u("spiffe://once/role/gate")}, RoleGate, false},
-		{"a role added later", []*url.URL{u("spiffe://once/role/operator")}, "operator", false},
+		{"operator", []*url.URL{u("spiffe://once/role/operator")}, RoleOperator, false},
+		{"a role added later", []*url.URL{u("spiffe://once/role/auditor")}, "auditor", false},
 		{"two roles", []*url.URL{RoleManager.URI(), RoleGate.URI()}, "", true},
 		{"empty role", []*url.URL{u("spiffe://once/role/")}, "", true},
 		{"nested", []*url.URL{u("spiffe://once/role/gate/x")}, "", true},
@@ -130,12 +131,20 @@ func TestFileClusterRoles(t *testing.T) {
 	gate := newCluster(t, clusterFiles(t, ca, dir, "gate", certstest.Spec{Serial: 3, CommonName: "gate",
 		URIs: []*url.URL{RoleGate.URI()}, Client: true}))
 	plain := newCluster(t, clusterFiles(t, ca, filepath.Join(dir), "plain", certstest.Spec{Serial: 4, DNSNames: []string{ServerName}, Server: true, Client: true}))
+	operator := newCluster(t, clusterFiles(t, ca, dir, "operator", certstest.Spec{Serial: 5, CommonName: "operator",
+		URIs: []*url.URL{RoleOperator.URI()}, Client: true}))
 	raftAddr, rpcAddr := serve(t, manager.RaftServerConfig()), serve(t, manager.ServerConfig())
 	if err := call(raftAddr, gate.ClientConfig()); err == nil {
 		t.Fatal("a gate's certificate (with its role) was accepted on Raft")
 	}
+	if err := call(raftAddr, operator.ClientConfig()); err == nil {
+		t.Fatal("an operator's certificate was accepted on Raft")
+	}
 	if err := call(rpcAddr, gate.ClientConfig()); err != nil {
 		t.Fatalf("a gate on RPC: %v", err)
+	}
+	if err := call(rpcAddr, operator.ClientConfig()); err != nil {
+		t.Fatalf("an operator on RPC: %v", err)
 	}
 	if err := call(raftAddr, plain.ClientConfig()); err != nil {
 		t.Fatalf("a certificate without a role on Raft: %v", err)

@@ -12,7 +12,7 @@ var (
 	// insecure mode not asked for.
 	ErrNoCredential = errors.New("no cluster credential")
 	// ErrContradictory: insecure mode asked for together with a credential
-	// or a gossip key.
+	// (an operator secret included) or a gossip key.
 	ErrContradictory = errors.New("insecure mode together with a credential")
 	// ErrPlaintextGossip: a secured process would gossip without a key (TLS
 	// files alone give no key to derive one from).
@@ -31,6 +31,12 @@ type Security struct {
 	// EnvSecret and SecretFile: the cluster secret's file.
 	EnvSecret  string
 	SecretFile string
+	// EnvOperatorSecret and OperatorSecretFile: the operator secret's file
+	// (a manager's MANAGER_OPERATOR_SECRET_FILE, oncectl's
+	// --operator-secret-file). Not a cluster credential by itself, and
+	// refused with insecure mode, which opens the operator routes to all.
+	EnvOperatorSecret  string
+	OperatorSecretFile string
 	// Gossip lists the gossip pools the process joins.
 	Gossip []GossipPool
 }
@@ -57,8 +63,8 @@ const (
 // (unless insecure mode is asked for explicitly) or half-secured:
 //
 //   - a TLS trio partly set;
-//   - insecure together with TLS files, a cluster secret or a gossip key
-//     (a contradiction: one of the two is a mistake);
+//   - insecure together with TLS files, a cluster secret, an operator secret
+//     or a gossip key (a contradiction: one of the two is a mistake);
 //   - neither TLS files nor a secret, and not insecure;
 //   - TLS files without a secret, joining a gossip pool without its key
 //     (the secret would have given one: membership.KeyFromSecret).
@@ -78,6 +84,9 @@ func CheckSecurity(s Security) (Mode, error) {
 		}
 		if s.SecretFile != "" {
 			given = append(given, s.EnvSecret)
+		}
+		if s.OperatorSecretFile != "" {
+			given = append(given, s.EnvOperatorSecret)
 		}
 		for _, g := range s.Gossip {
 			if g.Key != "" {

@@ -16,6 +16,7 @@ func TestCheckSecurity(t *testing.T) {
 		insecure bool
 		tls      TLSFiles
 		secret   string
+		operator string
 		gossip   []GossipPool
 		mode     Mode
 		err      error
@@ -35,9 +36,13 @@ func TestCheckSecurity(t *testing.T) {
 		{name: "insecure and TLS", insecure: true, tls: tlsAll, err: ErrContradictory, env: "X_INSECURE"},
 		{name: "insecure and secret", insecure: true, tls: noTLS, secret: "s", err: ErrContradictory, env: "X_INSECURE"},
 		{name: "insecure and a gossip key", insecure: true, tls: noTLS, gossip: lan("k"), err: ErrContradictory, env: "X_INSECURE"},
+		{name: "insecure and an operator secret", insecure: true, tls: noTLS, operator: "o", err: ErrContradictory, env: "X_INSECURE"},
+		{name: "an operator secret alone", tls: noTLS, operator: "o", err: ErrNoCredential, env: "X_CLUSTER_SECRET_FILE"},
+		{name: "secret and an operator secret", tls: noTLS, secret: "s", operator: "o", gossip: lan(""), mode: ModeSecret},
 	} {
 		mode, err := CheckSecurity(Security{EnvInsecure: "X_INSECURE", Insecure: tc.insecure, TLS: tc.tls,
-			EnvSecret: "X_CLUSTER_SECRET_FILE", SecretFile: tc.secret, Gossip: tc.gossip})
+			EnvSecret: "X_CLUSTER_SECRET_FILE", SecretFile: tc.secret,
+			EnvOperatorSecret: "X_OPERATOR_SECRET_FILE", OperatorSecretFile: tc.operator, Gossip: tc.gossip})
 		if tc.err == nil {
 			if err != nil || mode != tc.mode {
 				t.Errorf("%s: mode %v, err %v; want mode %v", tc.name, mode, err, tc.mode)

@@ -28,6 +28,10 @@ const (
 	// EnvClusterSecretFile is --cluster-secret-file: the managers' cluster
 	// secret, for managers that require one.
 	EnvClusterSecretFile = "ONCE_CLUSTER_SECRET_FILE"
+	// EnvOperatorSecretFile is --operator-secret-file: the managers'
+	// operator secret (MANAGER_OPERATOR_SECRET_FILE), which the cluster,
+	// raft, snapshot and gossip commands need (docs/security.md).
+	EnvOperatorSecretFile = "ONCE_OPERATOR_SECRET_FILE"
 	// EnvCACert, EnvCert and EnvKey are --cacert, --cert and --key: the
 	// cluster CA and a client certificate it signed, for managers that serve
 	// RPC over mutual TLS (as etcdctl's).
@@ -59,13 +63,15 @@ type globals struct {
 	managers []string
 	token    string
 	secret   string // --cluster-secret-file
-	cacert   string // --cacert, --cert, --key
-	cert     string
-	key      string
-	insecure bool // --insecure
-	output   string
-	timeout  time.Duration
-	stdout   io.Writer
+	// operatorSecret is --operator-secret-file.
+	operatorSecret string
+	cacert         string // --cacert, --cert, --key
+	cert           string
+	key            string
+	insecure       bool // --insecure
+	output         string
+	timeout        time.Duration
+	stdout         io.Writer
 }
 
 // Main runs oncectl with args and returns its exit code.
@@ -144,10 +150,11 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 	pf.StringSliceVar(&g.managers, "managers", splitEnv(EnvManagers, "127.0.0.1:7101"), "manager RPC addresses host:port (env "+EnvManagers+")")
 	pf.StringVar(&g.token, "token", os.Getenv(EnvToken), "bearer token for the gates (env "+EnvToken+")")
 	pf.StringVar(&g.secret, "cluster-secret-file", os.Getenv(EnvClusterSecretFile), "file holding the managers' cluster secret (env "+EnvClusterSecretFile+")")
+	pf.StringVar(&g.operatorSecret, "operator-secret-file", os.Getenv(EnvOperatorSecretFile), "file holding the managers' operator secret, for the cluster, raft, snapshot and gossip commands (env "+EnvOperatorSecretFile+")")
 	pf.StringVar(&g.cacert, "cacert", os.Getenv(EnvCACert), "the cluster CA, for managers serving RPC over mutual TLS (env "+EnvCACert+")")
 	pf.StringVar(&g.cert, "cert", os.Getenv(EnvCert), "a client certificate the cluster CA signed (env "+EnvCert+")")
 	pf.StringVar(&g.key, "key", os.Getenv(EnvKey), "the private key of --cert (env "+EnvKey+")")
-	pf.BoolVar(&g.insecure, "insecure", os.Getenv(EnvInsecure) == "true", "talk to managers running without a credential (MANAGER_INSECURE=true) over plain HTTP; refused with --cluster-secret-file or --cacert (env "+EnvInsecure+"=true)")
+	pf.BoolVar(&g.insecure, "insecure", os.Getenv(EnvInsecure) == "true", "talk to managers running without a credential (MANAGER_INSECURE=true) over plain HTTP; refused with --cluster-secret-file, --operator-secret-file or --cacert (env "+EnvInsecure+"=true)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on the whole command")
 	root.AddCommand(submitCmd(g), jobCmd(g), keyCmd(g), clusterCmd(g), raftCmd(g), snapshotCmd(g), gossipCmd(g))

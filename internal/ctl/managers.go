@@ -35,7 +35,8 @@ func (g *globals) managerClient() (*managerClient, error) {
 	// The managers' rule (config.CheckSecurity): a credential, or --insecure
 	// alone.
 	if _, err := config.CheckSecurity(config.Security{EnvInsecure: "--insecure", Insecure: g.insecure, TLS: files,
-		EnvSecret: "--cluster-secret-file", SecretFile: g.secret}); err != nil {
+		EnvSecret: "--cluster-secret-file", SecretFile: g.secret,
+		EnvOperatorSecret: "--operator-secret-file", OperatorSecretFile: g.operatorSecret}); err != nil {
 		var ce *config.Error
 		if errors.As(err, &ce) { // named by flags, not variables: say it without a derived flag name
 			return nil, usagef("%s: want %s", ce.Env, ce.Want)
@@ -50,6 +51,14 @@ func (g *globals) managerClient() (*managerClient, error) {
 		}
 		secret = s
 	}
+	opSecret := ""
+	if g.operatorSecret != "" {
+		s, err := config.ReadSecretFile("--operator-secret-file", g.operatorSecret)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		opSecret = s
+	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	var tlsCfg *tls.Config // a clone of http.DefaultTransport may carry a TLS config of its own
 	switch {
@@ -61,8 +70,9 @@ func (g *globals) managerClient() (*managerClient, error) {
 		tlsCfg = c.ClientConfig()
 	case secret != "":
 		// The CA derived from the secret verifies the managers; oncectl,
-		// holding the secret, presents a leaf of the managers' role (an
-		// operator's role will take its place, docs/security.md).
+		// holding the secret, presents a leaf of the managers' role. It is
+		// no operator credential (a leaf of the derived CA never is, whatever
+		// its role): the operator routes take --operator-secret-file.
 		c, err := certs.ClusterFromSecret(secret, certs.RoleManager)
 		if err != nil {
 			return nil, usagef("--cluster-secret-file: %v", err)
@@ -70,7 +80,8 @@ func (g *globals) managerClient() (*managerClient, error) {
 		tlsCfg = c.ClientConfig()
 	}
 	t.TLSClientConfig = tlsCfg
-	return &managerClient{hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(tlsCfg), addr: g.managers}, nil
+	rt := rpc.WithOperatorSecret(rpc.WithSecret(t, secret), opSecret)
+	return &managerClient{hc: &http.Client{Transport: rt}, scheme: rpc.Scheme(tlsCfg), addr: g.managers}, nil
 }
 
 // withManagers runs do with a manager client and the command's context.
@@ -270,7 +281,11 @@ func raftCmd(g *globals) *cobra.Command {
 					}
 					ps = append(ps, p)
 				}
-				out := map[string]any{"leader": st.LeaderID, "term": st.Term, "peers": ps}
+				refused := st.RefusedServers
+				if refused == nil {
+					refused = []rpc.RefusedServer{}
+				}
+				out := map[string]any{"leader": st.LeaderID, "term": st.Term, "peers": ps, "refused_servers": refused}
 				if st.Autopilot != nil {
 					out["failure_tolerance"] = st.Autopilot.FailureTolerance
 				}
@@ -282,6 +297,13 @@ func raftCmd(g *globals) *cobra.Command {
 							h = fmt.Sprint(*p.Healthy)
 						}
 						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.ID, dash(p.Address), p.RaftState, dash(p.Status), h)
+					}
+					if len(st.RefusedServers) > 0 {
+						// Gossip claims the leader refuses (docs/operations.md, "Identity").
+						fmt.Fprintln(w, "\nREFUSED NODE\tCLAIMED ID\tRAFT ADDRESS\tREASON\tHOLDER")
+						for _, r := range st.RefusedServers {
+							fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Node, r.ID, dash(r.RaftAddr), r.Reason, dash(r.Holder))
+						}
 					}
 				})
 			})

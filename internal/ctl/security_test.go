@@ -17,6 +17,7 @@ func TestMainRefusesWithoutCredential(t *testing.T) {
 	t.Setenv(EnvClusterSecretFile, "")
 	t.Setenv(EnvCACert, "")
 	t.Setenv(EnvInsecure, "")
+	t.Setenv(EnvOperatorSecretFile, "")
 	secret := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
 		t.Fatal(err)
@@ -28,6 +29,7 @@ func TestMainRefusesWithoutCredential(t *testing.T) {
 	}{
 		{"no credential", nil, []string{"--cluster-secret-file", "--cacert", "--insecure"}},
 		{"insecure with a secret", []string{"--insecure", "--cluster-secret-file", secret}, []string{"--insecure", "--cluster-secret-file"}},
+		{"insecure with an operator secret", []string{"--insecure", "--operator-secret-file", secret}, []string{"--insecure", "--operator-secret-file"}},
 		{"half TLS", []string{"--cacert", "ca.pem"}, []string{"--cert"}},
 	} {
 		var stderr bytes.Buffer

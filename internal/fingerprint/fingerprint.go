@@ -33,6 +33,8 @@ import (
 	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/once-dev/once/internal/jsonescape"
 )
 
 // MaxDepth bounds the nesting of arrays and objects in a body; the outermost
@@ -333,7 +335,7 @@ func unescape(raw []byte, base int) ([]byte, error) {
 		case 't':
 			out = append(out, '\t')
 		case 'u':
-			r, ok := hex4(raw, i+1)
+			r, ok := jsonescape.Hex4(raw, i+1)
 			if !ok {
 				return nil, invalidf("invalid \\u escape at offset %d", base+i-1)
 			}
@@ -342,7 +344,7 @@ func unescape(raw []byte, base int) ([]byte, error) {
 			switch {
 			case 0xD800 <= r && r <= 0xDBFF:
 				if i+2 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
-					if lo, ok := hex4(raw, i+3); ok && 0xDC00 <= lo && lo <= 0xDFFF {
+					if lo, ok := jsonescape.Hex4(raw, i+3); ok && 0xDC00 <= lo && lo <= 0xDFFF {
 						r = utf16.DecodeRune(r, lo)
 						i += 6
 						break
@@ -427,26 +429,6 @@ func quoteForError(s string) string {
 		return fmt.Sprintf("%q...", s[:cut])
 	}
 	return fmt.Sprintf("%q", s)
-}
-
-func hex4(b []byte, at int) (rune, bool) {
-	if at < 0 || at+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[at : at+4] {
-		switch {
-		case '0' <= c && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case 'a' <= c && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case 'A' <= c && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }
 
 // fingerprintDomain separates this hash from any other SHA-256 use and versions

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/once-dev/once/internal/jsonescape"
 )
 
 // referenceCanonicalize is a slow, obviously-correct Canonicalize built on
@@ -120,10 +122,10 @@ func refSurrogates(body []byte) error {
 			inString = false
 		case c == '\\':
 			if body[i+1] == 'u' {
-				r, _ := hex4(body, i+2)
+				r, _ := jsonescape.Hex4(body, i+2)
 				if 0xD800 <= r && r <= 0xDBFF {
 					if body[i+6] == '\\' && body[i+7] == 'u' {
-						if lo, _ := hex4(body, i+8); 0xDC00 <= lo && lo <= 0xDFFF {
+						if lo, _ := jsonescape.Hex4(body, i+8); 0xDC00 <= lo && lo <= 0xDFFF {
 							i += 11
 							continue
 						}

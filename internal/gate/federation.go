@@ -177,6 +177,7 @@ func (g *Gate) clientFor(dc string) *rpc.Client {
 		Logger: g.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc),
 		Secret: g.secret,
 		TLS:    g.rpcTLSConfig(),
+		Dial:   g.dial,
 	})
 	g.remote.clients[dc] = c
 	return c

@@ -66,6 +66,11 @@ type Deps struct {
 	// (default: a registry of its own). Main passes the one that also holds
 	// memberlist's series (internal/telemetry).
 	Registry *prometheus.Registry
+	// Dial, when set, opens the gate's connections to managers, its own
+	// datacenter's and the others' (rpc.ClientConfig.Dial; default: a plain
+	// dial). A test seam: the tests module's fault layer cuts the network
+	// between datacenters through it.
+	Dial rpc.DialFunc
 }
 
 // Gate is one gate: its idempotency cache, its client of the manager leader and
@@ -79,6 +84,7 @@ type Gate struct {
 	secret string          // the cluster secret, "" for none
 	certs  *certs.Reloader // GATE_TLS_*: nil serves plain HTTP
 	rpcTLS *certs.Cluster  // GATE_RPC_TLS_*: nil reaches the managers over plain TCP
+	dial   rpc.DialFunc    // Deps.Dial: nil dials plainly
 	client *rpc.Client
 	cache  *cache.Cache[*response]
 	// workerReplays keeps worker calls' answers by Idempotency-Key (workers.go).
@@ -145,7 +151,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 			cfg.NodeName = h
 		}
 	}
-	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation}
+	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation, dial: deps.Dial}
 	if cfg.TokenFile != "" {
 		t, err := openTokenFile(cfg.TokenFile, g.log.With(logging.KeyComponent, "tokens"))
 		if err != nil {
@@ -195,6 +201,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		Logger:   g.log.With(logging.KeyComponent, "rpc"),
 		Secret:   g.secret,
 		TLS:      g.rpcTLSConfig(),
+		Dial:     g.dial,
 	})
 	g.metrics = newMetrics(deps.Registry, c, cfg.NodeName, cfg.Datacenter)
 	g.workerReplays = replay.New(replay.Options[*workerAnswer]{MaxAnswers: workerReplayMax, MaxBytes: workerReplayBytes,

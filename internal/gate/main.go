@@ -32,6 +32,18 @@ const (
 // returns the process's exit code. Logs go to stderr; -h prints the settings to
 // stderr. stdout is not written to.
 func Main(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
+	return MainWith(ctx, args, environ, stdout, stderr, Options{})
+}
+
+// Options let another binary run the real gate with collaborators of its
+// own (the tests module's fault-injection gate); cmd/gate passes none.
+type Options struct {
+	// Dial opens the gate's connections to managers (Deps.Dial).
+	Dial rpc.DialFunc
+}
+
+// MainWith is Main with Options.
+func MainWith(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer, opts Options) int {
 	_ = stdout
 	cfg, err := LoadConfig(args, config.EnvList(environ), stderr)
 	if err != nil {
@@ -57,7 +69,7 @@ func Main(ctx context.Context, args []string, environ []string, stdout, stderr i
 	logger = logger.With(logging.KeyRole, "gate", logging.KeyNode, cfg.NodeName)
 	// One registry for the gate's own metrics and memberlist's, exported
 	// through go-metrics' Prometheus sink before the pool starts.
-	deps := Deps{Logger: logger, Registry: prometheus.NewRegistry()}
+	deps := Deps{Logger: logger, Registry: prometheus.NewRegistry(), Dial: opts.Dial}
 	if mode == config.ModeInsecure {
 		logger.Warn(EnvInsecure + "=true: " + config.InsecureWarning)
 	}

@@ -255,11 +255,12 @@ func decodeJSON(t *testing.T, b []byte, v any) {
 	}
 }
 
-// TestMultiDCSetFormsAndRemoteFollower: the datacenters are a set (order,
-// repetition, and an omitted list against the gate's own name make the same
-// request); a remote datacenter whose first listed manager is a follower is
-// still reached (the client moves on to its leader); a datacenter outside the
-// federation is 400 and nothing is forwarded.
+// TestMultiDCSetFormsAndRemoteFollower: the datacenters are a set (order and
+// repetition make the same request; in a federation an omitted list is a
+// request of its own, whichever gate it comes through); a remote datacenter
+// whose first listed manager is a follower is still reached (the client
+// moves on to its leader); a datacenter outside the federation is 400 and
+// nothing is forwarded.
 func TestMultiDCSetFormsAndRemoteFollower(t *testing.T) {
 	m1, a1 := startManager(t, fakemanager.Options{Datacenter: "dc1"})
 	follower, af := startManager(t, fakemanager.Options{Datacenter: "dc2"})
@@ -269,13 +270,14 @@ func TestMultiDCSetFormsAndRemoteFollower(t *testing.T) {
 		deps.Federation = StaticFederation{"dc1": {a1}, "dc2": {af, a2}}
 	})
 
-	own := g.submit(t, skey(6), `{"type":"x"}`)
+	own := g.submit(t, skey(6), `{"type":"x","datacenters":["dc1"]}`)
 	wantJob(t, own, http.StatusCreated)
 	same := g.submit(t, skey(6), `{"type":"x","datacenters":["dc1","dc1"]}`)
 	wantHeader(t, same, api.HeaderReplayed, "true")
 	if !bytes.Equal(same.body, own.body) {
-		t.Fatalf(`["dc1","dc1"] through a dc1 gate is not the omitted list's request:\n%s\n%s`, same.body, own.body)
+		t.Fatalf(`["dc1","dc1"] is not ["dc1"]'s request:\n%s\n%s`, same.body, own.body)
 	}
+	wantProblem(t, g.submit(t, skey(6), `{"type":"x"}`), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
 
 	both := wantJob(t, g.submit(t, skey(7), `{"type":"x","datacenters":["dc2","dc1"]}`), http.StatusCreated)
 	if both.Datacenters["dc2"].Status != api.JobStatusCommitted {
@@ -318,4 +320,41 @@ func TestMultiDCBeforeTheFirstView(t *testing.T) {
 		t.Fatal("the 503 was cached and replayed")
 	}
 	wantJob(t, g.submit(t, skey(2), `{"type":"x"}`), http.StatusCreated)
+}
+
+// TestMultiDCOmittedListRetryThroughTheOtherGate: an omitted list through
+// the dc1 gate runs in dc1 and claims the key in dc2 (first); its retry
+// through the dc2 gate is the first answer, byte for byte, and dc2 never
+// holds a job of it. A single datacenter's gate sends no claim.
+func TestMultiDCOmittedListRetryThroughTheOtherGate(t *testing.T) {
+	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, nil)
+	first := f.g1.submit(t, skey(40), `{"type":"x","payload":{"n":40}}`)
+	job := wantJob(t, first, http.StatusCreated)
+	if len(job.Datacenters) != 1 || job.Datacenters["dc1"].Status != api.JobStatusCommitted {
+		t.Fatalf("datacenters %+v, want dc1 alone", job.Datacenters)
+	}
+	info, err := f.m2.GetKey(context.Background(), api.DefaultTenant, skey(40))
+	if err != nil || info.State != api.KeyStateClaimed || info.Home != "dc1" || *info.JobID != job.JobID {
+		t.Fatalf("dc2's key %+v, %v", info, err)
+	}
+	again := f.g2.submit(t, skey(40), `{"payload":{"n":40},"type":"x"}`)
+	wantStatus(t, again, http.StatusCreated)
+	wantHeader(t, again, api.HeaderReplayed, "true")
+	wantHeader(t, again, api.HeaderIdempotencyExpiresAt, first.header.Get(api.HeaderIdempotencyExpiresAt))
+	if !bytes.Equal(again.body, first.body) {
+		t.Fatalf("retry through dc2:\n%s\nfirst:\n%s", again.body, first.body)
+	}
+	if n1, n2 := f.m1.Jobs(), f.m2.Jobs(); n1 != 1 || n2 != 0 {
+		t.Fatalf("datacenters hold %d and %d jobs, want 1 and 0", n1, n2)
+	}
+
+	m, addr := startManager(t, fakemanager.Options{})
+	single := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) {
+		deps.Federation = StaticFederation{"dc1": {addr}}
+	})
+	wantJob(t, single.submit(t, skey(41), `{"type":"x"}`), http.StatusCreated)
+	wantHeader(t, single.submit(t, skey(41), `{"type":"x","datacenters":["dc1"]}`), api.HeaderReplayed, "true")
+	if info, err := m.GetKey(context.Background(), api.DefaultTenant, skey(41)); err != nil || info.State != api.KeyStateCommitted {
+		t.Fatalf("single datacenter's key %+v, %v", info, err)
+	}
 }

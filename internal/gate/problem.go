@@ -20,6 +20,7 @@ var titles = map[api.Code]string{
 	api.CodeRequestInProgress:      "Request in progress",
 	api.CodeIdempotencyKeyReused:   "Idempotency key reused",
 	api.CodeIdempotencyKeyExpired:  "Idempotency key expired",
+	api.CodeIdempotencyKeyClaimed:  "Idempotency key claimed by another datacenter",
 	api.CodeUnavailable:            "Service unavailable",
 	api.CodeJobNotFound:            "Job not found",
 	api.CodeIdempotencyKeyNotFound: "Idempotency key not found",

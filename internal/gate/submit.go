@@ -244,7 +244,10 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	// The fingerprint is taken over the datacenters as the set they resolve
 	// to; the canonical payload sent on is unchanged.
-	fp := fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, normalizeDatacenters(canonical, g.cfg.Datacenter))
+	// An omitted list in a federation is fingerprinted as omitted: its home
+	// is decided by the ledgers, not by which gate it came through.
+	fpBody, claimed := g.fingerprintBody(canonical)
+	fp := fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, fpBody)
 
 	look := g.cache.Begin(ckey, fp)
 	if look.Kind == cache.LookupHit {
@@ -277,7 +280,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 					"the gate failed unexpectedly; the failure was logged"))
 			}
 		}()
-		resp, state, ttl := g.forward(r.Context(), tenant, key, fp, job, resultTTL)
+		resp, state, ttl := g.forward(r.Context(), tenant, key, fp, job, resultTTL, claimed)
 		resolved = true
 		if state == cache.Committed || state == cache.Rejected {
 			resp.seal(rawSum)
@@ -446,8 +449,9 @@ const (
 //
 // resultTTL, when positive, is the lifetime the client asked for (the
 // Idempotency-TTL header): the manager stores the outcome that long, and the
-// cache keeps it at most that long.
-func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp string, job api.JobRequest, resultTTL time.Duration) (*response, cache.State, time.Duration) {
+// cache keeps it at most that long. claimed marks an omitted datacenters
+// list in a federation (submitOmitted).
+func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp string, job api.JobRequest, resultTTL time.Duration, claimed bool) (*response, cache.State, time.Duration) {
 	wait := g.cfg.pendingWait()
 	// The forward outlives a client that hangs up: duplicates may be waiting on
 	// its outcome, and a deterministic outcome is worth caching.
@@ -459,7 +463,11 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		span.SetAttributes(attribute.String("once.tenant", tenant), attribute.String("once.idempotency_key", key.Raw))
 	}
 	start := time.Now()
-	sr, err := g.submitAll(ctx, &rpc.SubmitRequest{
+	submit := g.submitAll
+	if claimed {
+		submit = g.submitOmitted
+	}
+	sr, err := submit(ctx, &rpc.SubmitRequest{
 		Tenant:        tenant,
 		Key:           key.Raw,
 		Fingerprint:   fp,
@@ -604,6 +612,12 @@ func (g *Gate) forwardError(err error, tenant string) *response {
 			resp.retryAfter = g.cfg.Idempotency.CleanupInterval // when expiry frees room
 			return resp
 		}
+	}
+	if home, ok := isClaimed(err); ok {
+		g.log.Warn("key held for another datacenter's job", logging.KeyTenant, tenant, logging.KeyDatacenter, home)
+		return problemResponse(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyClaimed,
+			fmt.Sprintf("this idempotency key is held for a job of datacenter %q, submitted at the same time through a gate of that datacenter; "+
+				"retry later with the same key for its answer", home))
 	}
 	switch {
 	case errors.Is(err, rpc.ErrInvalid), errors.Is(err, rpc.ErrInternal):

@@ -13,26 +13,31 @@ const (
 	TypeReserveBatch CommandType = 0x05
 	// TypeResolveBatch carries Commits and Rejects, applied in order.
 	TypeResolveBatch CommandType = 0x06
+	// TypeWorkerBatch carries the workers' Leases, Heartbeats, Completes and
+	// Fails, applied in order.
+	TypeWorkerBatch CommandType = 0x0E
 )
 
 // Current versions of the batch commands.
 const (
 	ReserveBatchVersion uint8 = 1
 	ResolveBatchVersion uint8 = 1
+	WorkerBatchVersion  uint8 = 1
 )
 
 // MaxBatchItems bounds the items of one batch command; a batch with more (or
 // none) is refused (OutcomeInvalid). The manager's own bound is lower.
 const MaxBatchItems = 1 << 16
 
-// ReserveBatch applies its Reserves in order, each exactly as a Reserve of its
-// own log entry would apply at that point (same checks, same effects, same
-// Result), and answers a Result per item in Result.Items (OutcomeBatch). An
-// item that breaks a rule of Reserve gets OutcomeInvalid and changes nothing;
-// the others apply. The batch is invalid as a whole (no item applied) only
-// when it does not decode or holds no item or more than MaxBatchItems.
+// ReserveBatch applies its Reserves and Admits in order, each exactly as the
+// command of its own log entry would apply at that point (same checks, same
+// effects, same Result), and answers a Result per item in Result.Items
+// (OutcomeBatch). An item that breaks a rule of its command gets
+// OutcomeInvalid and changes nothing; the others apply. The batch is invalid
+// as a whole (no item applied) only when it does not decode or holds no item
+// or more than MaxBatchItems. Encode skips items of any other type.
 type ReserveBatch struct {
-	Items []Reserve
+	Items []Command
 }
 
 // ResolveBatch applies its Commits and Rejects in order, as ReserveBatch
@@ -46,26 +51,71 @@ type ResolveBatch struct {
 	Items []Command
 }
 
-func (ReserveBatch) CommandType() CommandType { return TypeReserveBatch }
-func (ResolveBatch) CommandType() CommandType { return TypeResolveBatch }
-func (ReserveBatch) CommandVersion() uint8    { return ReserveBatchVersion }
-func (ResolveBatch) CommandVersion() uint8    { return ResolveBatchVersion }
-
-func (b ReserveBatch) sizeHint() int {
-	n := varintSize
-	for i := range b.Items {
-		n += varintSize + 2 + b.Items[i].sizeHint()
-	}
-	return n
+// WorkerBatch applies the workers' commands (Lease, Heartbeat, Complete,
+// Fail) in order, as ReserveBatch does its items: each exactly as the command
+// of its own entry would apply at that point, lease fencing and
+// completion-recorded-once included. Encode skips items of any other type.
+type WorkerBatch struct {
+	Items []Command
 }
 
-func (b ResolveBatch) sizeHint() int {
+func (WorkerBatch) CommandType() CommandType { return TypeWorkerBatch }
+func (WorkerBatch) CommandVersion() uint8    { return WorkerBatchVersion }
+
+// The item types each batch carries (checked by type byte before an item is
+// decoded, so batches never nest).
+func reserveItem(t CommandType) bool { return t == TypeReserve || t == TypeAdmit }
+func outcomeItem(t CommandType) bool { return t == TypeCommit || t == TypeReject }
+func workerItem(t CommandType) bool {
+	switch t {
+	case TypeLease, TypeHeartbeat, TypeComplete, TypeFail:
+		return true
+	}
+	return false
+}
+
+func (b ReserveBatch) sizeHint() int { return batchSizeHint(b.Items) }
+func (b ResolveBatch) sizeHint() int { return batchSizeHint(b.Items) }
+func (b WorkerBatch) sizeHint() int  { return batchSizeHint(b.Items) }
+
+func (b ReserveBatch) appendBody(out []byte) []byte { return appendBatch(out, b.Items, reserveItem) }
+func (b ResolveBatch) appendBody(out []byte) []byte { return appendBatch(out, b.Items, outcomeItem) }
+func (b WorkerBatch) appendBody(out []byte) []byte  { return appendBatch(out, b.Items, workerItem) }
+
+func batchSizeHint(items []Command) int {
 	n := varintSize
-	for _, c := range b.Items {
+	for _, c := range items {
 		n += varintSize + 2 + c.sizeHint()
 	}
 	return n
 }
+
+// appendBatch appends a batch body: the count, then each item of a type the
+// batch carries (the others are skipped).
+func appendBatch(out []byte, items []Command, carries func(CommandType) bool) []byte {
+	n := 0
+	for _, c := range items {
+		if carries(c.CommandType()) {
+			n++
+		}
+	}
+	out = appendUvarint(out, uint64(n))
+	for _, c := range items {
+		if carries(c.CommandType()) {
+			out = appendItem(out, c)
+		}
+	}
+	return out
+}
+
+func decodeWorkerBatchV1(d *decoder) WorkerBatch {
+	return WorkerBatch{Items: decodeItems(d, workerItem)}
+}
+
+func (ReserveBatch) CommandType() CommandType { return TypeReserveBatch }
+func (ResolveBatch) CommandType() CommandType { return TypeResolveBatch }
+func (ReserveBatch) CommandVersion() uint8    { return ReserveBatchVersion }
+func (ResolveBatch) CommandVersion() uint8    { return ResolveBatchVersion }
 
 // Batch v1 body (both types):
 //
@@ -75,37 +125,6 @@ func (b ResolveBatch) sizeHint() int {
 //
 // An item is a whole command so that an item type's later versions need no
 // new batch version.
-func (b ReserveBatch) appendBody(out []byte) []byte {
-	out = appendUvarint(out, uint64(len(b.Items)))
-	for i := range b.Items {
-		out = appendItem(out, b.Items[i])
-	}
-	return out
-}
-
-func (b ResolveBatch) appendBody(out []byte) []byte {
-	n := 0
-	for _, c := range b.Items {
-		if outcomeItem(c) {
-			n++
-		}
-	}
-	out = appendUvarint(out, uint64(n))
-	for _, c := range b.Items {
-		if outcomeItem(c) {
-			out = appendItem(out, c)
-		}
-	}
-	return out
-}
-
-func outcomeItem(c Command) bool {
-	switch c.(type) {
-	case Commit, Reject:
-		return true
-	}
-	return false
-}
 
 // appendItem appends length · command without a scratch buffer: it writes the
 // command after a maximal length slot, then moves it down to the minimal one.
@@ -129,38 +148,39 @@ func decodeItems(d *decoder, ok func(CommandType) bool) []Command {
 	}
 	items := make([]Command, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
-		l := d.length(1)
-		if d.err != nil {
-			break
+		if c := decodeItem(d, i, ok); c != nil {
+			items = append(items, c)
 		}
-		if l == 0 || !ok(CommandType(d.b[d.off])) {
-			d.fail(fmt.Sprintf("item %d: not a command this batch carries", i))
-			break
-		}
-		c, err := DecodeCommand(d.b[d.off : d.off+l])
-		if err != nil {
-			d.fail(fmt.Sprintf("item %d: %v", i, err))
-			break
-		}
-		d.off += l
-		items = append(items, c)
 	}
 	return items
 }
 
-func decodeReserveBatchV1(d *decoder) ReserveBatch {
-	items := decodeItems(d, func(t CommandType) bool { return t == TypeReserve })
-	b := ReserveBatch{Items: make([]Reserve, len(items))}
-	for i, c := range items {
-		b.Items[i] = c.(Reserve)
+// decodeItem reads one length-prefixed command (the i-th of its container)
+// of a type ok accepts; nil, with d failed, when it cannot.
+func decodeItem(d *decoder, i int, ok func(CommandType) bool) Command {
+	l := d.length(1)
+	if d.err != nil {
+		return nil
 	}
-	return b
+	if l == 0 || !ok(CommandType(d.b[d.off])) {
+		d.fail(fmt.Sprintf("item %d: not a command this batch carries", i))
+		return nil
+	}
+	c, err := DecodeCommand(d.b[d.off : d.off+l])
+	if err != nil {
+		d.fail(fmt.Sprintf("item %d: %v", i, err))
+		return nil
+	}
+	d.off += l
+	return c
+}
+
+func decodeReserveBatchV1(d *decoder) ReserveBatch {
+	return ReserveBatch{Items: decodeItems(d, reserveItem)}
 }
 
 func decodeResolveBatchV1(d *decoder) ResolveBatch {
-	return ResolveBatch{Items: decodeItems(d, func(t CommandType) bool {
-		return t == TypeCommit || t == TypeReject
-	})}
+	return ResolveBatch{Items: decodeItems(d, outcomeItem)}
 }
 
 // applyBatch applies the items of a batch in order, each as the command of its
@@ -193,8 +213,8 @@ func (s *state) nextSeq(index uint64) uint64 {
 	return seq
 }
 
-// EncodeBatch returns a batch command of type t (TypeReserveBatch or
-// TypeResolveBatch, current version) whose items are already encoded
+// EncodeBatch returns a batch command of type t (TypeReserveBatch,
+// TypeResolveBatch or TypeWorkerBatch, current version) whose items are already encoded
 // commands (Encode's output), so a proposer that encoded each submission's
 // command once need not encode it again. Items of a type the batch does not
 // carry make the batch invalid when applied; nothing is checked here.
@@ -204,8 +224,11 @@ func EncodeBatch(t CommandType, items [][]byte) []byte {
 		n += varintSize + len(it)
 	}
 	v := ReserveBatchVersion
-	if t == TypeResolveBatch {
+	switch t {
+	case TypeResolveBatch:
 		v = ResolveBatchVersion
+	case TypeWorkerBatch:
+		v = WorkerBatchVersion
 	}
 	b := append(make([]byte, 0, n), byte(t), v)
 	b = appendUvarint(b, uint64(len(items)))

@@ -31,7 +31,7 @@ func TestBatchMixedOutcomes(t *testing.T) {
 	bad.ExpiresAt = now // invalid: not after Now
 	fresh3 := reserve("globex", "new-3", now)
 
-	res := h.must(ReserveBatch{Items: []Reserve{fresh1, again, other, tooBig, bad, fresh2, fresh3}}, OutcomeBatch)
+	res := h.must(ReserveBatch{Items: []Command{fresh1, again, other, tooBig, bad, fresh2, fresh3}}, OutcomeBatch)
 	want := []Outcome{OutcomeReserved, OutcomeExists, OutcomeKeyReused, OutcomeFull, OutcomeInvalid,
 		OutcomeReserved, OutcomeReserved}
 	checkItems(t, res, want)
@@ -104,7 +104,7 @@ func TestBatchRefused(t *testing.T) {
 		"empty resolve batch": Encode(ResolveBatch{}),
 		"expire in a batch":   {byte(TypeResolveBatch), 1, 1, 2, byte(TypeExpire), 2},
 		"nested batch": append([]byte{byte(TypeReserveBatch), 1, 1, 5},
-			Encode(ReserveBatch{Items: []Reserve{reserve("a", "b", t0)}})[:5]...),
+			Encode(ReserveBatch{Items: []Command{reserve("a", "b", t0)}})[:5]...),
 		"reserve in a resolve batch": append([]byte{byte(TypeResolveBatch), 1, 1, byte(len(Encode(reserve("a", "b", t0))))},
 			Encode(reserve("a", "b", t0))...),
 		"version 2": {byte(TypeReserveBatch), 2, 0},
@@ -138,6 +138,8 @@ func batched(t *testing.T, logs []*raft.Log, maxRun int) (out []*raft.Log, runs 
 			return TypeReserve
 		case Commit, Reject:
 			return TypeResolveBatch
+		case Lease, Heartbeat, Complete, Fail:
+			return TypeWorkerBatch
 		}
 		return 0
 	}
@@ -153,22 +155,20 @@ func batched(t *testing.T, logs []*raft.Log, maxRun int) (out []*raft.Log, runs 
 			j++
 		}
 		var run []int
-		var rb ReserveBatch
-		var sb ResolveBatch
+		var items []Command
 		for x := i; x < j; x++ {
 			c, _ := DecodeCommand(logs[x].Data)
 			run = append(run, x)
-			if k == TypeReserve {
-				rb.Items = append(rb.Items, c.(Reserve))
-			} else {
-				sb.Items = append(sb.Items, c)
-			}
+			items = append(items, c)
 		}
 		var data []byte
-		if k == TypeReserve {
-			data = Encode(rb)
-		} else {
-			data = Encode(sb)
+		switch k {
+		case TypeReserve:
+			data = Encode(ReserveBatch{Items: items})
+		case TypeResolveBatch:
+			data = Encode(ResolveBatch{Items: items})
+		default:
+			data = Encode(WorkerBatch{Items: items})
 		}
 		out = append(out, &raft.Log{Index: logs[i].Index, Term: 1, Type: raft.LogCommand, Data: data})
 		runs = append(runs, run)
@@ -251,7 +251,7 @@ func TestOldLogReplaysAfterBatches(t *testing.T) {
 	// Then batches apply on top of it.
 	idx := logs[len(logs)-1].Index
 	r := reserve("acme", "after", t0+1e15)
-	out := b.Apply(&raft.Log{Index: idx + 1, Type: raft.LogCommand, Data: Encode(ReserveBatch{Items: []Reserve{r}})})
+	out := b.Apply(&raft.Log{Index: idx + 1, Type: raft.LogCommand, Data: Encode(ReserveBatch{Items: []Command{r}})})
 	if res := out.(Result); res.Outcome != OutcomeBatch || res.Items[0].Outcome != OutcomeReserved {
 		t.Fatalf("batch after an old log: %+v", res)
 	}
@@ -259,7 +259,7 @@ func TestOldLogReplaysAfterBatches(t *testing.T) {
 
 func TestEncodeBatchMatchesEncode(t *testing.T) {
 	rs := []Reserve{reserve("a", "1", t0), reserve("a", "2", t0)}
-	if !bytes.Equal(EncodeBatch(TypeReserveBatch, [][]byte{Encode(rs[0]), Encode(rs[1])}), Encode(ReserveBatch{Items: rs})) {
+	if !bytes.Equal(EncodeBatch(TypeReserveBatch, [][]byte{Encode(rs[0]), Encode(rs[1])}), Encode(ReserveBatch{Items: []Command{rs[0], rs[1]}})) {
 		t.Fatal("reserve batch bytes differ")
 	}
 	cs := []Command{commit(rs[0], t0+sec), reject(rs[1], t0+sec, 422)}

@@ -23,6 +23,10 @@ const (
 	TypeComplete     CommandType = 0x0A
 	TypeFail         CommandType = 0x0B
 	TypeExpireLeases CommandType = 0x0C
+	// Claims of an omitted datacenters list in a federation (claim.go). Not
+	// ignorable: they change the state.
+	TypeClaim   CommandType = 0x0F
+	TypeRelease CommandType = 0x10
 
 	// TypeIgnorable is a flag bit of the type byte. A replica that does not know
 	// a type with this bit set ignores the command (OutcomeIgnored) instead of
@@ -63,6 +67,8 @@ const (
 	FailVersion           uint8 = 2
 	FailLegacyVersion     uint8 = 1
 	ExpireLeasesVersion   uint8 = 1
+	ClaimVersion          uint8 = 1
+	ReleaseVersion        uint8 = 1
 )
 
 func (t CommandType) String() string {
@@ -75,10 +81,14 @@ func (t CommandType) String() string {
 		return "reject"
 	case TypeExpire:
 		return "expire"
+	case TypeAdmit:
+		return "admit"
 	case TypeReserveBatch:
 		return "reserve_batch"
 	case TypeResolveBatch:
 		return "resolve_batch"
+	case TypeWorkerBatch:
+		return "worker_batch"
 	case TypeConfirm:
 		return "confirm"
 	case TypeLease:
@@ -91,12 +101,17 @@ func (t CommandType) String() string {
 		return "fail"
 	case TypeExpireLeases:
 		return "expire_leases"
+	case TypeClaim:
+		return "claim"
+	case TypeRelease:
+		return "release"
 	}
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
 
-// Command is one of Reserve, Commit, Reject, Expire, ReserveBatch,
-// ResolveBatch, Confirm, Lease, Heartbeat, Complete, Fail, ExpireLeases (and
+// Command is one of Reserve, Commit, Reject, Admit, Expire, ReserveBatch,
+// ResolveBatch, WorkerBatch, Confirm, Lease, Heartbeat, Complete, Fail,
+// ExpireLeases, Claim, Release (and
 // Unknown, which
 // DecodeCommand returns for an ignorable type it does not know). Encode turns a
 // Command into the bytes to pass to raft.Apply.
@@ -624,6 +639,11 @@ func DecodeCommand(data []byte) (Command, error) {
 		default:
 			return nil, versionError(t, v)
 		}
+	case TypeAdmit:
+		if v != AdmitVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeAdmitV1(d)
 	case TypeReserveBatch:
 		if v != ReserveBatchVersion {
 			return nil, versionError(t, v)
@@ -634,11 +654,26 @@ func DecodeCommand(data []byte) (Command, error) {
 			return nil, versionError(t, v)
 		}
 		c = decodeResolveBatchV1(d)
+	case TypeWorkerBatch:
+		if v != WorkerBatchVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeWorkerBatchV1(d)
 	case TypeConfirm:
 		if v != ConfirmVersion {
 			return nil, versionError(t, v)
 		}
 		c = decodeConfirmV1(d)
+	case TypeClaim:
+		if v != ClaimVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeClaimV1(d)
+	case TypeRelease:
+		if v != ReleaseVersion {
+			return nil, versionError(t, v)
+		}
+		c = decodeReleaseV1(d)
 	case TypeLease, TypeHeartbeat, TypeComplete, TypeFail, TypeExpireLeases:
 		var ok bool
 		if c, ok = decodeLifecycle(d, t, v); !ok {

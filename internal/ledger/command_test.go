@@ -32,8 +32,8 @@ func sampleCommands() []Command {
 			MaxJobs: 10, RejectedExpiresAt: 4, CapacityDetail: "full"},
 		Expire{},
 		Unknown{Type: TypeIgnorable | 0x11, Version: 7, Body: []byte("future")},
-		ReserveBatch{Items: []Reserve{reserve("acme", "order-2", t0), s,
-			{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3, version: 1}}},
+		ReserveBatch{Items: []Command{reserve("acme", "order-2", t0), s,
+			Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3, version: 1}}},
 		ResolveBatch{Items: []Command{commit(s, t0+sec), reject(s, t0+sec, 422),
 			Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, version: 1}}},
 		Confirm{Items: []Confirmation{{"acme", "host1.dc1:12345:42:a1b2c3d4e5f6a7b8", s.JobID, "dc2"}, {"t", "k", "j", "dc3"}}},
@@ -68,6 +68,17 @@ func sampleCommands() []Command {
 		Fail{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Error: "timeout", Retry: true,
 			Now: t0 + 2*sec, RetryAt: t0 + 12*sec, MaxAttempts: 10, MaxBytes: 1 << 30, MaxTenantBytes: 1 << 28},
 		Fail{Tenant: "t", JobID: "j", LeaseID: "l", MaxBytes: 1},
+		// One round: Admit, alone and in a reserve batch.
+		Admit{Reserve: s, Outcome: QueueCommit(commit(s, t0))},
+		Admit{Reserve: s, Outcome: reject(s, t0, 422)},
+		ReserveBatch{Items: []Command{Admit{Reserve: s, Outcome: commit(s, t0)}, reserve("acme", "order-3", t0)}},
+		// Worker commands batched.
+		WorkerBatch{Items: []Command{
+			Lease{Tenant: "acme", Holder: "worker-1", Max: 2, LeaseIDs: []string{"lease-1", "lease-2"}, Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10},
+			Heartbeat{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Now: t0 + sec, Expiry: t0 + 31*sec},
+			Complete{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Result: []byte(`{"ok":true}`), Now: t0 + 2*sec},
+			Fail{Tenant: "t", JobID: "j", LeaseID: "l", MaxBytes: 1},
+		}},
 	}
 }
 

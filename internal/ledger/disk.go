@@ -58,8 +58,8 @@ func loadDiskState(st *store) (s *state, err error) {
 	s.useStore(st, m)
 	s.loadWatermarks()
 	s.loadLeaseIDs()
-	if m.entries != m.pending+m.committed+m.rejected {
-		return nil, fmt.Errorf("%w: %d entries, the counts by state say %d", ErrStore, m.entries, m.pending+m.committed+m.rejected)
+	if byState := m.pending + m.committed + m.rejected + m.claimed; m.entries != byState {
+		return nil, fmt.Errorf("%w: %d entries, the counts by state say %d", ErrStore, m.entries, byState)
 	}
 	if life := m.queued + m.running + m.succeeded + m.failed + m.dead; life > m.jobs {
 		return nil, fmt.Errorf("%w: %d jobs, the counts by lifecycle state say %d", ErrStore, m.jobs, life)
@@ -170,6 +170,7 @@ func (s *state) meta() storeMeta {
 		pending:    uint64(s.pending),
 		committed:  uint64(s.committed),
 		rejected:   uint64(s.rejected),
+		claimed:    uint64(s.claimed),
 		entries:    uint64(s.entries.Len()),
 		jobs:       uint64(s.jobs.Len()),
 		watermarks: uint64(s.wms.Len()),

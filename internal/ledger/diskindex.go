@@ -458,7 +458,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	}
 	entries := &diskIndex[*Entry]{st: st, prefix: pfxEntries, key: entryKey,
 		encode: appendEntry, decode: decodeEntryValue, keys: st.keys,
-		count: func() int { return s.pending + s.committed + s.rejected }}
+		count: func() int { return s.pending + s.committed + s.rejected + s.claimed }}
 	jobs := &diskIndex[*Job]{st: st, prefix: pfxJobs, key: jobKey,
 		encode: appendJob, decode: decodeJobValue, keys: st.keys, count: func() int { return s.jobCount }}
 	wms := &mirror[*Watermark]{
@@ -483,7 +483,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobState = &diskIndex[*Job]{st: st, prefix: pfxJobState, key: jobStateKey, primary: jobs, group: jobStateGroup}
 	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
-	s.pending, s.committed, s.rejected = int(m.pending), int(m.committed), int(m.rejected)
+	s.pending, s.committed, s.rejected, s.claimed = int(m.pending), int(m.committed), int(m.rejected), int(m.claimed)
 	s.jobCount = int(m.jobs)
 	s.jobStates = [JobDead + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead)}
 	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead)

@@ -533,6 +533,7 @@ func (f *FSM) Stats() Stats {
 		Pending:      s.pending,
 		Committed:    s.committed,
 		Rejected:     s.rejected,
+		Claimed:      s.claimed,
 		Jobs:         s.jobs.Len(),
 		Queued:       s.jobStates[JobQueued],
 		Running:      s.jobStates[JobRunning],

@@ -177,7 +177,7 @@ func checkInvariants(t testing.TB, f *FSM) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := f.s
-	var counts [4]int
+	var counts [StateClaimed + 1]int
 	s.entries.Ascend(func(e *Entry) bool {
 		if !e.State.valid() {
 			t.Errorf("entry %s/%s: bad state %d", e.Tenant, e.Key, e.State)
@@ -211,8 +211,9 @@ func checkInvariants(t testing.TB, f *FSM) {
 	if countOf(s.entryExp) != s.entries.Len() {
 		t.Errorf("entryExp has %d items, entries %d", countOf(s.entryExp), s.entries.Len())
 	}
-	if counts[StatePending] != s.pending || counts[StateCommitted] != s.committed || counts[StateRejected] != s.rejected {
-		t.Errorf("counts %v, counters %d/%d/%d", counts, s.pending, s.committed, s.rejected)
+	if counts[StatePending] != s.pending || counts[StateCommitted] != s.committed || counts[StateRejected] != s.rejected ||
+		counts[StateClaimed] != s.claimed {
+		t.Errorf("counts %v, counters %d/%d/%d/%d", counts, s.pending, s.committed, s.rejected, s.claimed)
 	}
 	var jobStates [JobDead + 1]int
 	var retainedN, queuedN, runningN, lifeN int

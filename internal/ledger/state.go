@@ -87,8 +87,8 @@ type state struct {
 	tenantBytes map[string]uint64
 
 	// counts of entries by state, and of jobs
-	pending, committed, rejected int
-	jobCount                     int
+	pending, committed, rejected, claimed int
+	jobCount                              int
 	// jobStates counts jobs by JobState (JobLegacy included).
 	jobStates [JobDead + 1]int
 	// applied is the raft index of the last command applied.
@@ -278,6 +278,8 @@ func (s *state) apply(ax *applyCtx, cmd Command, decodeErr error) Result {
 		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
 	case ResolveBatch:
 		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
+	case WorkerBatch:
+		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
 	}
 	return s.applyCommand(ax, cmd)
 }
@@ -292,6 +294,8 @@ func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
 		return s.applyCommit(ax, c)
 	case Reject:
 		return s.applyReject(ax, c)
+	case Admit:
+		return s.applyAdmit(ax, c)
 	case Expire:
 		return s.applyExpire(ax, c)
 	case Confirm:
@@ -306,6 +310,10 @@ func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
 		return s.applyFail(c)
 	case ExpireLeases:
 		return s.applyExpireLeases(c)
+	case Claim:
+		return s.applyClaim(ax, c)
+	case Release:
+		return s.applyRelease(ax, c)
 	case Unknown:
 		return Result{Outcome: OutcomeIgnored}
 	}
@@ -315,7 +323,12 @@ func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
 func invalid(err error) Result { return Result{Outcome: OutcomeInvalid, Err: err} }
 
 func invalidf(format string, args ...any) Result {
-	return invalid(fmt.Errorf("%w: "+format, append([]any{ErrInvalidCommand}, args...)...))
+	return invalid(invalidErr(format, args...))
+}
+
+// invalidErr is the error of an invalid command: it matches ErrInvalidCommand.
+func invalidErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidCommand}, args...)...)
 }
 
 func (s *state) getEntry(tenant, key string) (*Entry, bool) {
@@ -358,6 +371,8 @@ func (s *state) count(st State, d int) {
 		s.committed += d
 	case StateRejected:
 		s.rejected += d
+	case StateClaimed:
+		s.claimed += d
 	}
 }
 
@@ -443,6 +458,8 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 		}
 	case StateRejected:
 		rm.Rejected++
+	case StateClaimed:
+		rm.Claimed++
 	}
 	ax.emit(ChangeRemoved, e)
 }
@@ -650,15 +667,23 @@ func (s *state) resolvable(tenant, key, jobID string) (e *Entry, res Result, ok 
 	return e, Result{}, true
 }
 
-func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
+// check is Commit's validation: an invalid Commit changes nothing.
+func (c Commit) check() error {
 	switch {
 	case c.Tenant == "" || c.Key == "" || c.JobID == "":
-		return invalidf("commit: empty tenant, key or job ID")
+		return invalidErr("commit: empty tenant, key or job ID")
 	case c.ExpiresAt <= c.Now || c.JobExpiresAt <= c.Now:
-		return invalidf("commit: expires_at %d or job_expires_at %d not after now %d",
+		return invalidErr("commit: expires_at %d or job_expires_at %d not after now %d",
 			c.ExpiresAt, c.JobExpiresAt, c.Now)
 	case c.MaxJobs > 0 && c.RejectedExpiresAt <= c.Now:
-		return invalidf("commit: rejected_expires_at %d not after now %d", c.RejectedExpiresAt, c.Now)
+		return invalidErr("commit: rejected_expires_at %d not after now %d", c.RejectedExpiresAt, c.Now)
+	}
+	return nil
+}
+
+func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
+	if err := c.check(); err != nil {
+		return invalid(err)
 	}
 	old, res, ok := s.resolvable(c.Tenant, c.Key, c.JobID)
 	if !ok {
@@ -718,14 +743,22 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 	return Result{Outcome: OutcomeCommitted, Entry: e, Job: *j, Removed: res.Removed}
 }
 
-func (s *state) applyReject(ax *applyCtx, c Reject) Result {
+// check is Reject's validation: an invalid Reject changes nothing.
+func (c Reject) check() error {
 	switch {
 	case c.Tenant == "" || c.Key == "" || c.JobID == "":
-		return invalidf("reject: empty tenant, key or job ID")
+		return invalidErr("reject: empty tenant, key or job ID")
 	case c.ExpiresAt <= c.Now:
-		return invalidf("reject: expires_at %d not after now %d", c.ExpiresAt, c.Now)
+		return invalidErr("reject: expires_at %d not after now %d", c.ExpiresAt, c.Now)
 	case c.Status < 400 || c.Status > 599:
-		return invalidf("reject: status %d outside 400-599", c.Status)
+		return invalidErr("reject: status %d outside 400-599", c.Status)
+	}
+	return nil
+}
+
+func (s *state) applyReject(ax *applyCtx, c Reject) Result {
+	if err := c.check(); err != nil {
+		return invalid(err)
 	}
 	old, res, ok := s.resolvable(c.Tenant, c.Key, c.JobID)
 	if !ok {

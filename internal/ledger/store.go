@@ -627,6 +627,10 @@ type storeMeta struct {
 	pending, committed, rejected             uint64
 	entries, jobs, watermarks                uint64
 	queued, running, succeeded, failed, dead uint64
+	// claimed counts CLAIMED entries; written only when not 0, so a store
+	// without claims is what the builds before them wrote (and a build
+	// before them refuses one with claims: trailing bytes).
+	claimed uint64
 }
 
 func (m storeMeta) append(b []byte) []byte {
@@ -648,7 +652,11 @@ func (m storeMeta) append(b []byte) []byte {
 	b = appendUvarint(b, m.running)
 	b = appendUvarint(b, m.succeeded)
 	b = appendUvarint(b, m.failed)
-	return appendUvarint(b, m.dead)
+	b = appendUvarint(b, m.dead)
+	if m.claimed > 0 {
+		b = appendUvarint(b, m.claimed)
+	}
+	return b
 }
 
 func decodeMeta(v []byte) (storeMeta, error) {
@@ -665,6 +673,9 @@ func decodeMeta(v []byte) (storeMeta, error) {
 	m.entries, m.jobs, m.watermarks = d.uvarint(), d.uvarint(), d.uvarint()
 	if m.format != storeFormat1 {
 		m.queued, m.running, m.succeeded, m.failed, m.dead = d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
+		if d.err == nil && d.remaining() > 0 {
+			m.claimed = d.uvarint()
+		}
 	}
 	return m, d.finish()
 }

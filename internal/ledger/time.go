@@ -30,6 +30,12 @@ func stampOf(cmd Command) (int64, bool) {
 	switch c := cmd.(type) {
 	case Reserve:
 		return c.Now, true
+	case Admit:
+		now := c.Reserve.Now
+		if o, ok := stampOf(c.Outcome); ok {
+			now = max(now, o)
+		}
+		return now, true
 	case Commit:
 		return c.Now, true
 	case Reject:
@@ -45,6 +51,10 @@ func stampOf(cmd Command) (int64, bool) {
 	case Fail:
 		return c.Now, true
 	case ExpireLeases:
+		return c.Now, true
+	case Claim:
+		return c.Now, true
+	case Release:
 		return c.Now, true
 	}
 	return 0, false

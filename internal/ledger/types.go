@@ -20,6 +20,10 @@ const (
 	StateCommitted State = 2
 	// StateRejected: admission refused the job. Terminal until its TTL.
 	StateRejected State = 3
+	// StateClaimed: a claim (Claim): the key is held for a job that runs in
+	// another datacenter, its home (Entry.Home); this datacenter queues no
+	// job and runs nothing. Terminal until its TTL.
+	StateClaimed State = 4
 )
 
 // String returns the API name of the state (api.KeyStatePending, ...).
@@ -31,11 +35,13 @@ func (s State) String() string {
 		return api.KeyStateCommitted
 	case StateRejected:
 		return api.KeyStateRejected
+	case StateClaimed:
+		return api.KeyStateClaimed
 	}
 	return "state(" + strconv.Itoa(int(s)) + ")"
 }
 
-func (s State) valid() bool { return s >= StatePending && s <= StateRejected }
+func (s State) valid() bool { return s >= StatePending && s <= StateClaimed }
 
 // Request is the part of a submission the ledger stores so that admission can be
 // re-run by a new leader (see FSM.Pending) and the job created on Commit.
@@ -98,6 +104,16 @@ type Entry struct {
 	// multi-datacenter entry's request that hold a final outcome for it
 	// (Confirm): the outbox's durable progress (docs/multidc.md).
 	Confirmed []string
+}
+
+// Home is the datacenter that runs the job of a claimed entry (the one name
+// of its Request.Datacenters), "" for any other entry: the job of an entry
+// that is not a claim is this datacenter's.
+func (e Entry) Home() string {
+	if e.State != StateClaimed || len(e.Request.Datacenters) != 1 {
+		return ""
+	}
+	return e.Request.Datacenters[0]
 }
 
 // Job is a row of the job table: created by a Commit, removed when its
@@ -327,6 +343,10 @@ const (
 	// OutcomeLeasesExpired: ExpireLeases ran; Result.Leases counts what it
 	// did, Result.More says whether more was due than Max allowed.
 	OutcomeLeasesExpired
+	// OutcomeClaimed: Claim inserted a CLAIMED entry (Result.Entry).
+	OutcomeClaimed
+	// OutcomeReleased: Release removed the claim (Result.Entry as it was).
+	OutcomeReleased
 )
 
 var outcomeNames = [...]string{
@@ -358,6 +378,8 @@ var outcomeNames = [...]string{
 	OutcomeCompleted:     "completed",
 	OutcomeFailed:        "failed",
 	OutcomeLeasesExpired: "leases_expired",
+	OutcomeClaimed:       "claimed",
+	OutcomeReleased:      "released",
 }
 
 func (o Outcome) String() string {
@@ -369,8 +391,9 @@ func (o Outcome) String() string {
 
 // Removed counts what a command removed by expiry.
 type Removed struct {
-	// Pending, Committed and Rejected count removed entries by their state.
-	Pending, Committed, Rejected int
+	// Pending, Committed, Rejected and Claimed count removed entries by
+	// their state.
+	Pending, Committed, Rejected, Claimed int
 	// Jobs counts jobs removed because their retention passed.
 	Jobs int
 	// Watermarks counts watermarks removed by age or by the bound.
@@ -379,7 +402,7 @@ type Removed struct {
 
 // Total is the number of things removed.
 func (r Removed) Total() int {
-	return r.Pending + r.Committed + r.Rejected + r.Jobs + r.Watermarks
+	return r.Pending + r.Committed + r.Rejected + r.Claimed + r.Jobs + r.Watermarks
 }
 
 // Result is what Apply returns for a LogCommand (as an interface{} holding a
@@ -455,6 +478,8 @@ const (
 	// ChangeRestored: Restore replaced the whole state; every entry may have
 	// changed. Change.Entry is zero.
 	ChangeRestored
+	// ChangeClaimed: a new CLAIMED entry (Claim).
+	ChangeClaimed
 )
 
 var changeNames = [...]string{
@@ -463,6 +488,7 @@ var changeNames = [...]string{
 	ChangeRejected:  "rejected",
 	ChangeRemoved:   "removed",
 	ChangeRestored:  "restored",
+	ChangeClaimed:   "claimed",
 }
 
 func (k ChangeKind) String() string {
@@ -484,12 +510,13 @@ type Change struct {
 
 // Stats are counts of the FSM's state.
 type Stats struct {
-	// Entries = Pending + Committed + Rejected: entries in the table (live, or
-	// due but not yet removed by an Expire).
+	// Entries = Pending + Committed + Rejected + Claimed: entries in the
+	// table (live, or due but not yet removed by an Expire).
 	Entries   int
 	Pending   int
 	Committed int
 	Rejected  int
+	Claimed   int
 	// Jobs in the job table: those outside the lifecycle (committed by
 	// Commit v1/v2) and those in each lifecycle state.
 	Jobs      int

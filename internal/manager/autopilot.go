@@ -58,7 +58,28 @@ func (m *Manager) autopilotHealth() *rpc.AutopilotHealth {
 	return out
 }
 
+// refusedServers is the leader's refused identity claims for Status.
+func (m *Manager) refusedServers() []rpc.RefusedServer {
+	ap := m.autopilot.Load()
+	if ap == nil {
+		return nil
+	}
+	var out []rpc.RefusedServer
+	for _, r := range ap.Refused() {
+		out = append(out, rpc.RefusedServer{Reason: r.Reason, Node: r.Name, ID: r.ID, RaftAddr: r.Addr,
+			Version: r.Version, Holder: r.Holder, Since: r.Since})
+	}
+	return out
+}
+
+// refusalReasons are the reason labels of once_manager_autopilot_refusals_total,
+// all exported from the start.
+var refusalReasons = []string{autopilot.RefusedDuplicateID, autopilot.RefusedOldAddressAlive,
+	autopilot.RefusedAddressInUse, autopilot.RefusedOldProtocol}
+
 var (
+	autopilotRefusalsDesc = prometheus.NewDesc("once_manager_autopilot_refusals_total",
+		"Pool members' identity claims (NodeID, Raft address, protocol version) this manager refused to act on as leader, by reason; each standing claim is counted once.", []string{"reason"}, nil)
 	autopilotHealthyDesc = prometheus.NewDesc("once_manager_autopilot_healthy",
 		"1 if raft-autopilot finds every Raft server healthy, else 0 (reported by the leader only).", nil, nil)
 	autopilotToleranceDesc = prometheus.NewDesc("once_manager_autopilot_failure_tolerance",
@@ -75,9 +96,16 @@ func (c autopilotCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- autopilotHealthyDesc
 	ch <- autopilotToleranceDesc
 	ch <- autopilotServerDesc
+	ch <- autopilotRefusalsDesc
 }
 
 func (c autopilotCollector) Collect(ch chan<- prometheus.Metric) {
+	if ap := c.m.autopilot.Load(); ap != nil {
+		counts := ap.RefusalCounts()
+		for _, r := range refusalReasons {
+			ch <- prometheus.MustNewConstMetric(autopilotRefusalsDesc, prometheus.CounterValue, float64(counts[r]), r)
+		}
+	}
 	h := c.m.autopilotHealth()
 	if h == nil {
 		return

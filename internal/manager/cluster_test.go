@@ -167,6 +167,31 @@ func (tc *testCluster) leaderNow() int {
 	return -1
 }
 
+// waitFSMsApplied waits until every running manager's ledger has applied
+// everything any of them has applied: the last answer a leader gave is then
+// in every replica's state. It reads the ledgers' own applied index, not
+// raft.AppliedIndex, which counts what raft has handed to the FSM, ahead of
+// what the FSM has applied (hashicorp/raft's documentation of AppliedIndex):
+// a replica's state read right after that index matched could still lack the
+// last Commit.
+func (tc *testCluster) waitFSMsApplied() {
+	tc.t.Helper()
+	var want uint64
+	for _, m := range tc.mgrs {
+		if m != nil {
+			want = max(want, m.FSM().Stats().AppliedIndex)
+		}
+	}
+	testutil.WaitFor(tc.t, 10*time.Second, func() (bool, string) {
+		for _, m := range tc.mgrs {
+			if m != nil && m.FSM().Stats().AppliedIndex < want {
+				return false, fmt.Sprintf("%s's ledger to apply index %d (at %d)", m.cfg.NodeID, want, m.FSM().Stats().AppliedIndex)
+			}
+		}
+		return true, ""
+	})
+}
+
 // manualClock is a manager clock for tests that moves only when told to.
 type manualClock = testutil.Clock
 

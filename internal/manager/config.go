@@ -90,6 +90,11 @@ type Config struct {
 	// ClusterSecretFile is MANAGER_CLUSTER_SECRET_FILE: the secret every
 	// caller of the RPC listener must present (docs/security.md); empty: none.
 	ClusterSecretFile string
+	// OperatorSecretFile is MANAGER_OPERATOR_SECRET_FILE: the secret an
+	// operator presents (oncectl's Once-Operator-Secret header) for the
+	// operator routes (docs/security.md, "Operator role"); empty: only an
+	// operator certificate opens them.
+	OperatorSecretFile string
 	// OTLPEndpoint is MANAGER_OTLP_ENDPOINT: where OpenTelemetry traces go
 	// (OTLP over HTTP, internal/tracing); empty: no tracing.
 	OTLPEndpoint string
@@ -185,6 +190,7 @@ const (
 	EnvBatchMaxBytes                = "MANAGER_BATCH_MAX_BYTES"
 	EnvPprof                        = "MANAGER_PPROF"
 	EnvClusterSecretFile            = "MANAGER_CLUSTER_SECRET_FILE"
+	EnvOperatorSecretFile           = "MANAGER_OPERATOR_SECRET_FILE"
 	EnvOTLPEndpoint                 = "MANAGER_OTLP_ENDPOINT"
 	EnvTLSCAFile                    = "MANAGER_TLS_CA_FILE"
 	EnvTLSCertFile                  = "MANAGER_TLS_CERT_FILE"
@@ -309,6 +315,8 @@ func Register(l *config.Loader, c *Config) {
 		"send OpenTelemetry traces of submissions there (OTLP over HTTP, e.g. http://otel-collector:4318); empty: no tracing")
 	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
 		"the cluster secret: RPC and Raft over mutual TLS with a CA derived from it (unless MANAGER_TLS_* is set), the gossip keys derived from it (unless set), and presented by every caller of the RPC listener (gates, other datacenters' managers, oncectl)")
+	l.String(&c.OperatorSecretFile, EnvOperatorSecretFile, "", "a path to a file holding the operator secret", nil,
+		"the secret oncectl presents (header Once-Operator-Secret) for the operator routes: snapshot save and restore, Raft peers, leadership transfer, gossip keyring, pool members; empty: only a client certificate with the URI SAN spiffe://once/role/operator from MANAGER_TLS_* opens them (never one of the CA derived from the cluster secret)")
 	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
 	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
 	l.Duration(&c.MaxClockOffset, EnvMaxClockOffset, d.MaxClockOffset, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")
@@ -397,7 +405,8 @@ func (c *Config) CheckSecurity() (config.Mode, error) {
 		gossip = append(gossip, config.GossipPool{EnvKey: EnvWANGossipKey, Key: c.WANGossipKey})
 	}
 	return config.CheckSecurity(config.Security{EnvInsecure: EnvInsecure, Insecure: c.Insecure, TLS: c.tlsFiles(),
-		EnvSecret: EnvClusterSecretFile, SecretFile: c.ClusterSecretFile, Gossip: gossip})
+		EnvSecret: EnvClusterSecretFile, SecretFile: c.ClusterSecretFile,
+		EnvOperatorSecret: EnvOperatorSecretFile, OperatorSecretFile: c.OperatorSecretFile, Gossip: gossip})
 }
 
 // Validate checks c as LoadConfig does: the forms of the names, addresses and

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
@@ -34,7 +36,9 @@ type federation struct {
 
 // startFederation joins the WAN pool when MANAGER_WAN_GOSSIP_ADDR is set.
 // The pool's node name is <node-id>.<datacenter>, unique across datacenters.
-func startFederation(ctx context.Context, cfg Config, log *slog.Logger) (*federation, error) {
+// wrap, when not nil, wraps the pool's network transport (Options).
+func startFederation(ctx context.Context, cfg Config, log *slog.Logger,
+	wrap func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport) (*federation, error) {
 	f := &federation{dc: cfg.Datacenter, settings: cfg.Idempotency.Canonical(), log: log}
 	if cfg.WANGossipAddr == "" {
 		return f, nil
@@ -57,6 +61,7 @@ func startFederation(ctx context.Context, cfg Config, log *slog.Logger) (*federa
 		return nil, err
 	}
 	mcfg.WAN = true
+	mcfg.WrapTransport = wrap
 	pool, err := membership.Start(ctx, mcfg)
 	if err != nil {
 		return nil, fmt.Errorf("wan membership: %w", err)

@@ -26,7 +26,7 @@ func startWAN(t *testing.T, dc string, tweak func(*Config), seeds ...string) *fe
 	cfg.WANGossipAddr, cfg.WANJoin = "127.0.0.1:0", seeds
 	cfg.DataDir = t.TempDir()
 	tweak(&cfg)
-	f, err := startFederation(context.Background(), cfg, testutil.Logger(t))
+	f, err := startFederation(context.Background(), cfg, testutil.Logger(t), nil)
 	if err != nil {
 		t.Fatalf("startFederation %s: %v", dc, err)
 	}
@@ -56,7 +56,7 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 		t.Fatalf("fetched %+v, %v", v, err)
 	}
 
-	single, err := startFederation(context.Background(), DefaultConfig(), testutil.Logger(t))
+	single, err := startFederation(context.Background(), DefaultConfig(), testutil.Logger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestFederationReportsConfigMismatches(t *testing.T) {
 		g1, g2, g3 := fmt.Sprint(f1.mismatches()), fmt.Sprint(f2.mismatches()), fmt.Sprint(f3.mismatches())
 		return g1 == want1 && g2 == want1 && g3 == want3, fmt.Sprintf("dc1 %s, dc2 %s, dc3 %s", g1, g2, g3)
 	})
-	single, err := startFederation(context.Background(), DefaultConfig(), testutil.Logger(t))
+	single, err := startFederation(context.Background(), DefaultConfig(), testutil.Logger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

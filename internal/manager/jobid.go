@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -74,8 +73,8 @@ func (m *Manager) retainedJobResponse(tenant, id string) (*rpc.SubmitResponse, b
 }
 
 // ReasonJobIDInUse is the Reason of the rejection resolveJobIDInUse
-// proposes (422, job_rejected at the gate).
-const ReasonJobIDInUse = "job_id_in_use"
+// proposes, and an Admit records, (422, job_rejected at the gate).
+const ReasonJobIDInUse = ledger.ReasonJobIDInUse
 
 // resolveJobIDInUse resolves a PENDING entry whose Commit found its derived
 // job ID taken (ledger.OutcomeJobIDInUse): the same (tenant, key,
@@ -88,8 +87,7 @@ const ReasonJobIDInUse = "job_id_in_use"
 // while the entry lives.
 func (m *Manager) resolveJobIDInUse(ctx context.Context, e ledger.Entry, now time.Time, expiresAt int64) (*rpc.SubmitResponse, error) {
 	rej := ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(), ExpiresAt: expiresAt,
-		Status: http.StatusUnprocessableEntity, Reason: ReasonJobIDInUse,
-		Detail: fmt.Sprintf("job %s was created earlier for this key and request, whose key has expired since; it is not created twice: read it with GET /v1/jobs/%s", e.JobID, e.JobID)}
+		Status: http.StatusUnprocessableEntity, Reason: ReasonJobIDInUse, Detail: ledger.JobIDInUseDetail(e.JobID)}
 	res, err := m.tracedApply(ctx, "raft.apply.resolve", m.resolves, rej)
 	if err != nil {
 		return nil, err

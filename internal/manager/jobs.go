@@ -117,7 +117,7 @@ func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.Leas
 			ids[i] = newLeaseID()
 		}
 	}
-	res, err := m.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Holder, Types: req.Types, Max: uint64(req.Max),
+	res, err := m.applyWorker(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Holder, Types: req.Types, Max: uint64(req.Max),
 		LeaseIDs: ids, Now: now.UnixNano(), Expiry: now.Add(d).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts),
 		Replay: req.Replay != "", MaxBytes: m.leaseMaxBytes()})
 	if err != nil {
@@ -144,7 +144,7 @@ func (m *Manager) HeartbeatJob(ctx context.Context, tenant, jobID, leaseID strin
 		return ledger.Job{}, err
 	}
 	now := m.ledgerNow()
-	res, err := m.apply(ctx, ledger.Heartbeat{Tenant: tenant, JobID: jobID, LeaseID: leaseID,
+	res, err := m.applyWorker(ctx, ledger.Heartbeat{Tenant: tenant, JobID: jobID, LeaseID: leaseID,
 		Now: now.UnixNano(), Expiry: now.Add(d).UnixNano()})
 	return jobAnswer(res, err, ledger.OutcomeExtended)
 }
@@ -173,7 +173,7 @@ func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string
 		result = b
 	}
 	maxBytes, maxTenant := m.jobByteBudgets()
-	res, err := m.apply(ctx, ledger.Complete{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Result: result,
+	res, err := m.applyWorker(ctx, ledger.Complete{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Result: result,
 		Now: m.ledgerNow().UnixNano(), MaxBytes: maxBytes, MaxTenantBytes: maxTenant})
 	return jobAnswer(res, err, ledger.OutcomeCompleted)
 }
@@ -218,7 +218,7 @@ func (m *Manager) FailJob(ctx context.Context, tenant, jobID, leaseID, errMsg st
 	}
 	now := m.ledgerNow()
 	maxBytes, maxTenant := m.jobByteBudgets()
-	res, err := m.apply(ctx, ledger.Fail{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Error: errMsg, Retry: retry,
+	res, err := m.applyWorker(ctx, ledger.Fail{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Error: errMsg, Retry: retry,
 		Now: now.UnixNano(), RetryAt: now.Add(m.backoff(attempts, rand.Float64())).UnixNano(),
 		MaxAttempts: uint64(m.cfg.JobMaxAttempts), MaxBytes: maxBytes, MaxTenantBytes: maxTenant})
 	return jobAnswer(res, err, ledger.OutcomeFailed)
@@ -348,4 +348,15 @@ func (m *Manager) expireLeases(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// applyWorker proposes a worker's command (Lease, Heartbeat, Complete, Fail)
+// and waits until it is committed and applied: batched with the other
+// workers' concurrent commands into one WorkerBatch entry once every server
+// of the group reads that type (protocol version 4), alone before.
+func (m *Manager) applyWorker(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
+	if m.groupVersion() >= protocolWorkerBatch {
+		return m.workers.apply(ctx, cmd)
+	}
+	return m.apply(ctx, cmd)
 }

@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -46,6 +47,12 @@ type Options struct {
 	// Mount, when set, adds handlers to the manager's RPC mux once the
 	// manager is built, before the mux serves.
 	Mount func(mux *http.ServeMux, m *Manager)
+	// Dial opens the manager's own RPC connections to other managers
+	// (Deps.Dial).
+	Dial rpc.DialFunc
+	// WrapWANTransport wraps the WAN gossip pool's network transport
+	// (membership.Config.WrapTransport).
+	WrapWANTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 }
 
 // MainWith is Main with Options.
@@ -112,6 +119,9 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	if err != nil {
 		return err
 	}
+	// Operator certificates are accepted only from the files' CA, never from
+	// the CA derived below from the secret (operatorAuth).
+	fileTLS := clusterTLS != nil
 	var serverTLS *tls.Config
 	switch {
 	case clusterTLS != nil:
@@ -129,7 +139,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	if clusterTLS != nil {
 		serverTLS = clusterTLS.ServerConfig()
 	}
-	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured, ClusterTLS: clusterTLS})
+	opAuth, err := operatorAuth(cfg, secret, fileTLS, log)
+	if err != nil {
+		return err
+	}
+	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured, ClusterTLS: clusterTLS, Dial: opts.Dial})
 	if err != nil {
 		return err
 	}
@@ -178,7 +192,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	fed, err := startFederation(ctx, cfg, log)
+	fed, err := startFederation(ctx, cfg, log, opts.WrapWANTransport)
 	if err != nil {
 		_ = ln.Close()
 		m.Close()
@@ -204,7 +218,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		return err
 	}
 	fed.lan.Store(cluster.pool)
-	rpc.MountOperator(mux, operator{m: m, pool: fed.lan.Load, wan: func() *membership.Pool { return fed.wan }}, log.With(logging.KeyComponent, "operator"))
+	rpc.MountOperator(mux, operator{m: m, pool: fed.lan.Load, wan: func() *membership.Pool { return fed.wan }}, opAuth, log.With(logging.KeyComponent, "operator"))
 	// The outbox completes multi-datacenter submissions at the other
 	// datacenters (docs/multidc.md); only a federated manager has any.
 	obCtx, stopOutbox := context.WithCancel(ctx)

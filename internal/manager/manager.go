@@ -58,6 +58,11 @@ type Deps struct {
 	// ClusterTLS, when set, carries Raft over mutual TLS and is how the
 	// manager's own RPC calls (the outbox's) dial other managers.
 	ClusterTLS *certs.Cluster
+	// Dial, when set, opens the manager's own RPC connections to other
+	// managers (the outbox's; rpc.ClientConfig.Dial). nil: a plain dial. A
+	// test seam: the tests module's fault layer cuts the network between
+	// datacenters through it.
+	Dial rpc.DialFunc
 }
 
 // Manager is one manager node.
@@ -70,6 +75,8 @@ type Manager struct {
 	secret string
 	// clusterTLS is Deps.ClusterTLS (nil: plain TCP).
 	clusterTLS *certs.Cluster
+	// dial is Deps.Dial (nil: a plain dial).
+	dial rpc.DialFunc
 	// configMismatches, once set (SetConfigMismatches), lists the settings
 	// of other managers that differ from this one's, for Status.
 	configMismatches atomic.Pointer[func() []rpc.ConfigMismatch]
@@ -111,8 +118,9 @@ type Manager struct {
 	proposingMu sync.Mutex
 	proposing   map[string]chan struct{}
 
-	// reserves and resolves batch the submissions' commands (batch.go).
-	reserves, resolves *batcher
+	// reserves and resolves batch the submissions' commands, workers the
+	// workers' Leases, Heartbeats, Completes and Fails (batch.go).
+	reserves, resolves, workers *batcher
 	// beforeBarrier, when set (tests), runs as a term begins, before lead's
 	// first Barrier.
 	beforeBarrier func()
@@ -159,6 +167,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		metrics:   newMetrics(deps.Registerer),
 
 		clusterTLS: deps.ClusterTLS,
+		dial:       deps.Dial,
 	}
 	m.leaseReplays = replay.New(replay.Options[leaseAnswer]{MaxAnswers: leaseReplayMax, MaxBytes: leaseReplayBytes,
 		TTL: leaseReplayTTL, Now: m.now, Size: leaseAnswer.size})
@@ -227,9 +236,11 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.bgWG.Add(1)
 	go m.leaderLoop()
 	m.reserves, m.resolves = newBatcher(m, ledger.TypeReserveBatch), newBatcher(m, ledger.TypeResolveBatch)
-	m.bgWG.Add(2)
+	m.workers = newBatcher(m, ledger.TypeWorkerBatch)
+	m.bgWG.Add(3)
 	go m.reserves.run()
 	go m.resolves.run()
+	go m.workers.run()
 	m.startClockWatch()
 	return m, nil
 }

@@ -119,9 +119,8 @@ func TestConcurrentSubmissionsOfOneKeyShareOneOutcome(t *testing.T) {
 	if st := tc.mgrs[l].FSM().Stats(); st.Jobs != 1 || st.Entries != 1 {
 		t.Fatalf("want one job and one entry, got %+v", st)
 	}
-	// Concurrent first submissions coalesce on one Reserve proposal: the log
-	// grew by exactly two commands, Reserve + Commit (unless an election added
-	// entries). Raft's own entries (a configuration change autopilot makes
+	// Concurrent first submissions coalesce on one proposal: the log grew by
+	// exactly one command, the Admit (unless an election added entries). Raft's own entries (a configuration change autopilot makes
 	// after an election) do not count.
 	if l == l0 && tc.mgrs[l].Raft().CurrentTerm() == term0 {
 		var cmds []string
@@ -138,8 +137,8 @@ func TestConcurrentSubmissionsOfOneKeyShareOneOutcome(t *testing.T) {
 				cmds = append(cmds, fmt.Sprintf("%T", cmd))
 			}
 		}
-		if len(cmds) != 2 {
-			t.Fatalf("200 concurrent submissions of one key added commands %v, want 2 (one Reserve, one Commit)", cmds)
+		if len(cmds) != 1 || cmds[0] != fmt.Sprintf("%T", ledger.Admit{}) {
+			t.Fatalf("200 concurrent submissions of one key added commands %v, want one Admit", cmds)
 		}
 	}
 }

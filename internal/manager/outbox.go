@@ -220,6 +220,7 @@ func (o *outbox) client(dc string) *rpc.Client {
 		Logger:   o.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc),
 		Secret:   o.m.secret,
 		TLS:      o.m.clientTLS(),
+		Dial:     o.m.dial,
 	})
 	o.clients[dc] = c
 	return c

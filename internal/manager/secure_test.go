@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,15 +19,17 @@ import (
 
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 )
 
 const testClusterSecret = "0123456789abcdef0123456789abcdef"
 
 // secretManager runs a one-manager group through Main with
-// MANAGER_CLUSTER_SECRET_FILE alone, waits until it leads, and returns it
-// with its Raft and RPC addresses. It stops when the test ends.
-func secretManager(t *testing.T) (m *Manager, raftAddr, rpcAddr string) {
+// MANAGER_CLUSTER_SECRET_FILE (and the variables of extra) and no TLS files,
+// waits until it leads, and returns it with its Raft and RPC addresses. It
+// stops when the test ends.
+func secretManager(t *testing.T, extra ...string) (m *Manager, raftAddr, rpcAddr string) {
 	t.Helper()
 	ports, err := testutil.FreePorts(3)
 	if err != nil {
@@ -47,6 +51,7 @@ func secretManager(t *testing.T) (m *Manager, raftAddr, rpcAddr string) {
 		EnvBootstrapExpect + "=1",
 		EnvClusterSecretFile + "=" + secretFile,
 	}
+	env = append(env, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	exit := make(chan int, 1)
 	built := make(chan *Manager, 1)
@@ -193,5 +198,82 @@ func TestSecretOnlyRPCIsTLS(t *testing.T) {
 	}
 	if code, err := get("https", stranger.ClientConfig()); err == nil {
 		t.Fatalf("a caller of another secret was answered %d", code)
+	}
+}
+
+// The CA derived from the cluster secret never grants the operator role:
+// every gate holds the secret and could sign itself a certificate claiming
+// it. On a manager secured by the secret, such a certificate (with the
+// cluster secret) is served as a cluster member but gets 403 forbidden on a
+// restore, a peer removal and the members list, and nothing changes; the
+// operator secret, over the same connection, gets through.
+func TestSecretOnlyDerivedOperatorCertificateIsNoOperator(t *testing.T) {
+	const operatorSecret = "operator-secret-0123456789abcdef"
+	opFile := filepath.Join(t.TempDir(), "operator-secret")
+	if err := os.WriteFile(opFile, []byte(operatorSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, _, rpcAddr := secretManager(t, EnvOperatorSecretFile+"="+opFile)
+	forged, err := certs.ClusterFromSecret(testClusterSecret, certs.RoleOperator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: forged.ClientConfig()}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: rpc.WithSecret(tr, testClusterSecret), Timeout: 10 * time.Second}
+	do := func(method, path, body, opSecret string) (int, rpc.Code) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "https://"+rpcAddr+path, strings.NewReader(body))
+		if opSecret != "" {
+			req.Header.Set(rpc.OperatorSecretHeader, opSecret)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var e rpc.Error
+		if resp.StatusCode != http.StatusOK {
+			if err := json.Unmarshal(b, &e); err != nil {
+				t.Fatalf("%s %s: %d %q: %v", method, path, resp.StatusCode, b, err)
+			}
+		}
+		return resp.StatusCode, e.Code
+	}
+	if code, _ := do(http.MethodGet, "/rpc/v1/status", "", ""); code != http.StatusOK {
+		t.Fatalf("the status with a derived certificate and the cluster secret: %d", code)
+	}
+	before := stateOf(m)
+	calls := []struct{ method, path, body string }{
+		{http.MethodPut, rpc.OperatorSnapshotPath, "not an archive"},
+		{http.MethodPost, rpc.OperatorRemovePeerPath, `{"id":"m1"}`},
+		{http.MethodGet, rpc.OperatorMembersPath, ""},
+	}
+	for _, c := range calls {
+		if status, code := do(c.method, c.path, c.body, ""); status != http.StatusForbidden || code != rpc.CodeForbidden {
+			t.Errorf("%s %s with a derived operator certificate: %d %q, want 403 %s", c.method, c.path, status, code, rpc.CodeForbidden)
+		}
+	}
+	if after := stateOf(m); after != before {
+		t.Fatalf("refused operator calls changed the manager: before %+v, after %+v", before, after)
+	}
+	f := m.raft.GetConfiguration()
+	if err := f.Error(); err != nil || len(f.Configuration().Servers) != 1 || f.Configuration().Servers[0].ID != "m1" {
+		t.Fatalf("the Raft configuration after a refused removal: %+v, %v", f.Configuration().Servers, err)
+	}
+	// The operator secret reaches the routes: the archive is refused as
+	// invalid, an unknown peer is not found, the members are listed.
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{http.MethodPut, rpc.OperatorSnapshotPath, "not an archive", http.StatusBadRequest},
+		{http.MethodPost, rpc.OperatorRemovePeerPath, `{"id":"no-such-manager"}`, http.StatusNotFound},
+		{http.MethodGet, rpc.OperatorMembersPath, "", http.StatusOK},
+	} {
+		if status, code := do(tc.method, tc.path, tc.body, operatorSecret); status != tc.status {
+			t.Errorf("%s %s with the operator secret: %d %q, want %d", tc.method, tc.path, status, code, tc.status)
+		}
 	}
 }

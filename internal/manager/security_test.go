@@ -28,6 +28,7 @@ func TestMainRefusesWithoutCredential(t *testing.T) {
 	}{
 		{"no credential", nil, []string{EnvClusterSecretFile, EnvTLSCAFile, EnvInsecure}},
 		{"insecure with a secret", []string{EnvInsecure + "=true", EnvClusterSecretFile + "=" + secret}, []string{EnvInsecure, EnvClusterSecretFile}},
+		{"insecure with an operator secret", []string{EnvInsecure + "=true", EnvOperatorSecretFile + "=" + secret}, []string{EnvInsecure, EnvOperatorSecretFile}},
 		{"insecure with a gossip key", []string{EnvInsecure + "=true", EnvGossipKey + "=AAAAAAAAAAAAAAAAAAAAAA=="}, []string{EnvInsecure, EnvGossipKey}},
 		{"half TLS", []string{EnvTLSCAFile + "=ca.pem", EnvTLSCertFile + "=c.pem"}, []string{EnvTLSKeyFile}},
 		{"TLS without a gossip key", []string{EnvTLSCAFile + "=ca.pem", EnvTLSCertFile + "=c.pem", EnvTLSKeyFile + "=k.pem"}, []string{EnvGossipKey}},

@@ -108,6 +108,7 @@ func (m *Manager) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo,
 		id := e.JobID
 		info.JobID = &id
 	}
+	info.Home = e.Home()
 	if e.Structured {
 		seq := e.Sequence
 		info.ClientID, info.Sequence, info.Nonce = e.ClientID, &seq, e.Nonce
@@ -147,6 +148,7 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 		}
 	}
 	st.Autopilot = m.autopilotHealth()
+	st.RefusedServers = m.refusedServers()
 	st.ConfigMismatches = []rpc.ConfigMismatch{}
 	if fn := m.configMismatches.Load(); fn != nil {
 		st.ConfigMismatches = (*fn)()

@@ -55,6 +55,14 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 	if err != nil {
 		return nil, err
 	}
+	if req.Home != "" {
+		if len(req.Job.Datacenters) != 1 || req.Job.Datacenters[0] != req.Home {
+			return nil, rpc.Errorf(rpc.CodeInvalid, "a job with home %s must name it alone, not %v", req.Home, req.Job.Datacenters)
+		}
+		if req.Home != m.cfg.Datacenter {
+			return m.claim(ctx, req, jobID)
+		}
+	}
 	if len(req.Job.Datacenters) > 0 && !slices.Contains(req.Job.Datacenters, m.cfg.Datacenter) {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "the job targets %v, not this manager's datacenter %s", req.Job.Datacenters, m.cfg.Datacenter)
 	}
@@ -69,6 +77,12 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.expiryNow().UnixNano() {
 			if e.Fingerprint != req.Fingerprint {
 				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
+			}
+			if e.State == ledger.StateClaimed {
+				if resp, err := m.overClaim(ctx, req, e); resp != nil || err != nil {
+					return resp, err
+				}
+				continue // released: reserve it for this datacenter's job
 			}
 			if e.State != ledger.StatePending {
 				return m.entryResponse(e, "", true), nil
@@ -100,7 +114,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			return resp, nil
 		}
 		now := m.ledgerNow()
-		cmd := ledger.Reserve{
+		reserve := ledger.Reserve{
 			Tenant:      req.Tenant,
 			Key:         req.Key,
 			Fingerprint: req.Fingerprint,
@@ -120,20 +134,39 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			MaxTenantBytes:      uint64(m.cfg.LedgerTenantMaxBytes),
 			ResultTTL:           req.ResultTTL,
 		}
-		m.resolving.add(req.Tenant, req.Key)
-		res, err := m.tracedApply(ctx, "raft.apply.reserve", m.reserves, cmd)
-		m.endProposal(req.Tenant, req.Key, proposal)
-		if err != nil || res.Outcome != ledger.OutcomeReserved {
-			m.resolving.done(req.Tenant, req.Key)
+		var (
+			res ledger.Result
+			err error
+		)
+		if m.groupVersion() >= protocolOneRound {
+			// One round (ledger.Admit): the reservation and its outcome in
+			// one entry; no entry is left PENDING.
+			entry := ledger.Entry{Tenant: req.Tenant, Key: req.Key, JobID: jobID, ResultTTL: req.ResultTTL, Request: reserve.Request}
+			cmd := ledger.Admit{Reserve: reserve, Outcome: m.outcomeCommand(entry, m.expiryBasis(req), now)}
+			res, err = m.tracedApply(ctx, "raft.apply.admit", m.reserves, cmd)
+			m.endProposal(req.Tenant, req.Key, proposal)
+		} else {
+			// Two rounds, for a group with a server that cannot read Admit.
+			m.resolving.add(req.Tenant, req.Key)
+			res, err = m.tracedApply(ctx, "raft.apply.reserve", m.reserves, reserve)
+			m.endProposal(req.Tenant, req.Key, proposal)
+			if err != nil || res.Outcome != ledger.OutcomeReserved {
+				m.resolving.done(req.Tenant, req.Key)
+			}
 		}
 		if err != nil {
 			return nil, err
 		}
 		switch res.Outcome {
+		case ledger.OutcomeCommitted, ledger.OutcomeRejected:
+			return m.entryResponse(res.Entry, "", false), nil
 		case ledger.OutcomeReserved:
 			defer m.resolving.done(req.Tenant, req.Key)
 			return m.resolveAt(ctx, res.Entry, false, m.expiryBasis(req))
 		case ledger.OutcomeExists:
+			if res.Entry.State == ledger.StateClaimed {
+				continue // a claim landed first: the fast path judges it
+			}
 			if res.Entry.State != ledger.StatePending {
 				return m.entryResponse(res.Entry, "", true), nil
 			}
@@ -145,21 +178,30 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			return m.entryResponse(res.Entry, rpc.OutcomeKeyReused, true), nil
 		case ledger.OutcomeKeyExpired:
 			return &rpc.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, nil
-		case ledger.OutcomeFull:
-			return nil, rpc.Errorf(rpc.CodeLedgerFull, "the idempotency ledger holds its maximum of %d live entries", m.cfg.LedgerMaxEntries)
-		case ledger.OutcomeWatermarksFull:
-			return nil, rpc.Errorf(rpc.CodeWatermarksFull, "the ledger holds its maximum of %d client watermarks", m.cfg.WatermarkMaxClients)
-		case ledger.OutcomeBytesFull:
-			return nil, rpc.Errorf(rpc.CodeLedgerFull, "the idempotency ledger holds its maximum of %d bytes of entries and jobs", m.cfg.LedgerMaxBytes)
-		case ledger.OutcomeTenantBytesFull:
-			return nil, rpc.Errorf(rpc.CodeTenantQuota, "tenant %s holds its maximum of %d bytes of the ledger", req.Tenant, m.cfg.LedgerTenantMaxBytes)
-		case ledger.OutcomeTenantWatermarksFull:
-			return nil, rpc.Errorf(rpc.CodeTenantQuota, "tenant %s holds its maximum of %d client watermarks", req.Tenant, m.cfg.WatermarkMaxClientsPerTenant)
 		default:
-			return nil, rpc.Errorf(rpc.CodeInternal, "reserve: unexpected outcome %s: %v", res.Outcome, res.Err)
+			return nil, m.refusal("reserve", req.Tenant, res)
 		}
 	}
 	return nil, rpc.Errorf(rpc.CodeUnavailable, "the key's entry kept expiring while waiting; retry")
+}
+
+// refusal is the error of a Reserve or Claim that recorded nothing: the
+// ledger is full, or the outcome is not one the caller expects.
+func (m *Manager) refusal(what, tenant string, res ledger.Result) error {
+	switch res.Outcome {
+	case ledger.OutcomeFull:
+		return rpc.Errorf(rpc.CodeLedgerFull, "the idempotency ledger holds its maximum of %d live entries", m.cfg.LedgerMaxEntries)
+	case ledger.OutcomeWatermarksFull:
+		return rpc.Errorf(rpc.CodeWatermarksFull, "the ledger holds its maximum of %d client watermarks", m.cfg.WatermarkMaxClients)
+	case ledger.OutcomeBytesFull:
+		return rpc.Errorf(rpc.CodeLedgerFull, "the idempotency ledger holds its maximum of %d bytes of entries and jobs", m.cfg.LedgerMaxBytes)
+	case ledger.OutcomeTenantBytesFull:
+		return rpc.Errorf(rpc.CodeTenantQuota, "tenant %s holds its maximum of %d bytes of the ledger", tenant, m.cfg.LedgerTenantMaxBytes)
+	case ledger.OutcomeTenantWatermarksFull:
+		return rpc.Errorf(rpc.CodeTenantQuota, "tenant %s holds its maximum of %d client watermarks", tenant, m.cfg.WatermarkMaxClientsPerTenant)
+	default:
+		return rpc.Errorf(rpc.CodeInternal, "%s: unexpected outcome %s: %v", what, res.Outcome, res.Err)
+	}
 }
 
 // beginProposal registers a Reserve about to be proposed for (tenant, key). The
@@ -270,8 +312,40 @@ func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*
 // resolveAt is resolve with the instant the entry's TTL counts from (see
 // expiryBasis).
 func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, basis time.Time) (*rpc.SubmitResponse, error) {
-	d := m.admit(e)
 	now := m.ledgerNow()
+	res, err := m.tracedApply(ctx, "raft.apply.resolve", m.resolves, m.outcomeCommand(e, basis, now))
+	if err != nil {
+		return nil, err
+	}
+	switch res.Outcome {
+	case ledger.OutcomeCommitted, ledger.OutcomeRejected:
+		return m.entryResponse(res.Entry, "", replayed), nil
+	case ledger.OutcomeUnchanged:
+		// Someone else resolved it first (a new leader's sweep): that outcome stands.
+		return m.entryResponse(res.Entry, "", true), nil
+	case ledger.OutcomeNotFound:
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "the pending entry expired before admission finished; retry")
+	case ledger.OutcomeJobIDInUse:
+		return m.resolveJobIDInUse(ctx, e, now, basisExpiry(basis, now, m.rejectedTTL(e)))
+	default:
+		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: unexpected outcome %s: %v", res.Outcome, res.Err)
+	}
+}
+
+// rejectedTTL is the REJECTED lifetime of e's key: its own ResultTTL, fixed
+// at its first admission, else the default.
+func (m *Manager) rejectedTTL(e ledger.Entry) time.Duration {
+	if e.ResultTTL > 0 {
+		return e.ResultTTL
+	}
+	return m.cfg.Idempotency.RejectedTTL
+}
+
+// outcomeCommand runs admission on e (an entry reserved, or about to be in
+// the same Admit) and returns the Commit or Reject that records it, stamped
+// with now; the key's TTL counts from basis (zero: now, see expiryBasis).
+func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Command {
+	d := m.admit(e)
 	if basis.IsZero() {
 		basis = now
 	}
@@ -299,23 +373,7 @@ func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, 
 			ExpiresAt: basisExpiry(basis, now, rejectedTTL),
 			Status:    d.status, Reason: d.reason, Detail: d.detail}
 	}
-	res, err := m.tracedApply(ctx, "raft.apply.resolve", m.resolves, cmd)
-	if err != nil {
-		return nil, err
-	}
-	switch res.Outcome {
-	case ledger.OutcomeCommitted, ledger.OutcomeRejected:
-		return m.entryResponse(res.Entry, "", replayed), nil
-	case ledger.OutcomeUnchanged:
-		// Someone else resolved it first (a new leader's sweep): that outcome stands.
-		return m.entryResponse(res.Entry, "", true), nil
-	case ledger.OutcomeNotFound:
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "the pending entry expired before admission finished; retry")
-	case ledger.OutcomeJobIDInUse:
-		return m.resolveJobIDInUse(ctx, e, now, basisExpiry(basis, now, rejectedTTL))
-	default:
-		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: unexpected outcome %s: %v", res.Outcome, res.Err)
-	}
+	return cmd
 }
 
 // apply proposes a command alone and waits until it is committed and applied
@@ -387,6 +445,8 @@ func (m *Manager) entryResponse(e ledger.Entry, outcome rpc.Outcome, replayed bo
 	case ledger.StateRejected:
 		r.Outcome = rpc.OutcomeRejected
 		r.Rejection = &rpc.Rejection{Status: e.Status, Reason: e.Reason, Detail: e.Detail}
+	case ledger.StateClaimed:
+		r.Outcome, r.Home = rpc.OutcomeClaimed, e.Home()
 	default:
 		r.Outcome = rpc.OutcomeInProgress
 	}

@@ -15,12 +15,20 @@ package manager
 //  3. Lease v3 (ledger.Lease.MaxBytes): a lease's answer bounded by its
 //     jobs' bytes; Complete v2 and Fail v2: results and errors within the
 //     byte budgets.
-const ProtocolVersion = protocolByteBudgets
+//  4. Admit (ledger.Admit), alone and in reserve batches: a submission
+//     reserved and decided in one entry, one Raft round; WorkerBatch
+//     (ledger.WorkerBatch): the workers' commands share entries; Claim and
+//     Release (ledger claim.go), and the CLAIMED entry state in snapshots:
+//     an omitted datacenters list in a federation.
+const ProtocolVersion = protocolOneRound
 
 // The versions that added what a leader waits for.
 const (
 	protocolLeaseReplay = 2
 	protocolByteBudgets = 3
+	protocolOneRound    = 4
+	protocolWorkerBatch = 4
+	protocolClaims      = 4
 )
 
 // protocolBeforeGating is what a manager that advertises nothing known is

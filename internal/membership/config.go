@@ -80,6 +80,13 @@ type Config struct {
 	// the two pools never mix even when their seeds point across. Node names
 	// must be unique across datacenters (the manager uses <node>.<dc>).
 	WAN bool
+	// WrapTransport, when set, wraps the pool's network transport (the UDP
+	// and TCP listener on BindAddr:BindPort that memberlist would otherwise
+	// create itself): every packet and stream the pool sends goes through
+	// the wrapper. nil: memberlist's own transport, as in the daemons. A
+	// test seam: the tests module's fault layer cuts the WAN pool between
+	// datacenters through it.
+	WrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 }
 
 // Validate checks c; the error is a *ConfigError that names the field.

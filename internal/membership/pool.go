@@ -166,8 +166,16 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
+	if cfg.WrapTransport != nil {
+		if err := wrapTransport(mc, cfg.WrapTransport); err != nil {
+			return nil, fmt.Errorf("membership: start memberlist on %s:%d: %w", mc.BindAddr, cfg.BindPort, err)
+		}
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if mc.Transport != nil {
+			_ = mc.Transport.Shutdown()
+		}
 		return nil, fmt.Errorf("membership: start memberlist on %s:%d: %w", mc.BindAddr, cfg.BindPort, err)
 	}
 	p.ml = ml
@@ -814,4 +822,21 @@ func (p *Pool) departed(n *memberlist.Node) {
 	m.LastSeen = now
 	p.log.Info("member "+typ.String(), logging.KeyPeer, n.Name, logging.KeyAddr, m.Addr, logging.KeyNodeID, m.Meta.NodeID)
 	p.publishLocked(Event{Type: typ, Member: *m})
+}
+
+// wrapTransport gives mc the network transport memberlist.Create would make
+// for it (UDP and TCP on BindAddr:BindPort; a port 0 becomes the one bound),
+// wrapped by wrap.
+func wrapTransport(mc *memberlist.Config, wrap func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport) error {
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger, MetricLabels: mc.MetricLabels})
+	if err != nil {
+		return err
+	}
+	if mc.BindPort == 0 {
+		mc.BindPort = nt.GetAutoBindPort()
+		mc.AdvertisePort = mc.BindPort
+	}
+	mc.Transport = wrap(nt)
+	return nil
 }

@@ -62,7 +62,16 @@ type ClientConfig struct {
 	// ClientConfig: mutual TLS), for the submit streams and, when Transport
 	// is nil, the reads; nil dials plain TCP.
 	TLS *tls.Config
+	// Dial, when set, opens the TCP connections to the managers (addr is
+	// host:port), for the submit streams and, when Transport is nil, the
+	// reads; TLS, if any, runs over them. nil: a plain dial, as always in
+	// the daemons. A seam for the tests module's fault layer, which cuts
+	// the links between datacenters through it.
+	Dial DialFunc
 }
+
+// DialFunc opens a TCP connection to addr (host:port) within ctx.
+type DialFunc func(ctx context.Context, addr string) (net.Conn, error)
 
 // Client calls the manager leader of one datacenter. It follows "not leader"
 // answers to the leader they name, and retries NotLeader, Unavailable and
@@ -123,6 +132,9 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Transport == nil {
 		t := NewTransport()
 		t.TLSClientConfig = cfg.TLS
+		if dial := cfg.Dial; dial != nil {
+			t.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) }
+		}
 		cfg.Transport = t
 	}
 	cfg.Transport = WithSecret(cfg.Transport, cfg.Secret)
@@ -263,7 +275,7 @@ func (c *Client) lane(ctx context.Context, addr string) (*lane, error) {
 		s.l.wg.Wait() // a dead lane's goroutines are ending
 		s.l = nil
 	}
-	l, err := dialLane(ctx, addr, c.cfg.Secret, c.cfg.TLS)
+	l, err := dialLane(ctx, addr, c.cfg.Secret, c.cfg.TLS, c.cfg.Dial)
 	if err != nil {
 		return nil, err
 	}

@@ -10,10 +10,12 @@ import (
 	"github.com/once-dev/once/internal/logging"
 )
 
-// Operator routes, on a manager's RPC listener (oncectl's cluster and raft
-// commands, docs/oncectl.md). Reads answer on any manager; changes to the
-// Raft configuration answer on the leader only, and elsewhere not_leader
-// naming the leader, as the other routes do.
+// Operator routes, on a manager's RPC listener (oncectl's cluster, raft,
+// snapshot and gossip commands, docs/oncectl.md). Every one needs an
+// operator credential besides the cluster's (operatorauth.go); a caller
+// without one is answered forbidden (403). Reads answer on any manager;
+// changes to the Raft configuration answer on the leader only, and elsewhere
+// not_leader naming the leader, as the other routes do.
 const (
 	OperatorMembersPath        = "/rpc/v1/operator/members"
 	OperatorRemovePeerPath     = "/rpc/v1/operator/raft/remove-peer"
@@ -116,10 +118,24 @@ type Operator interface {
 	Keyring(ctx context.Context, req KeyringRequest) (*Keyring, error)
 }
 
-// MountOperator registers the operator routes on mux.
-func MountOperator(mux *http.ServeMux, op Operator, log *slog.Logger) {
+// OperatorRoutes are the routes MountOperator registers (method and path),
+// all behind the operator credential.
+var OperatorRoutes = []string{
+	"GET " + OperatorMembersPath,
+	"GET " + OperatorSnapshotPath,
+	"PUT " + OperatorSnapshotPath,
+	"GET " + OperatorKeyringPath,
+	"POST " + OperatorKeyringPath,
+	"POST " + OperatorRemovePeerPath,
+	"POST " + OperatorTransferLeaderPath,
+}
+
+// MountOperator registers the operator routes on mux; each answers only a
+// caller auth allows (otherwise forbidden, 403).
+func MountOperator(mux *http.ServeMux, op Operator, auth OperatorAuth, log *slog.Logger) {
 	h := &handler{log: log}
-	mux.HandleFunc("GET "+OperatorMembersPath, func(w http.ResponseWriter, r *http.Request) {
+	handle := func(pattern string, fn http.HandlerFunc) { mux.HandleFunc(pattern, auth.require(fn)) }
+	handle("GET "+OperatorMembersPath, func(w http.ResponseWriter, r *http.Request) {
 		m, err := op.Members(r.Context())
 		h.reply(w, m, err)
 	})
@@ -142,7 +158,7 @@ func MountOperator(mux *http.ServeMux, op Operator, log *slog.Logger) {
 			h.reply(w, res, err)
 		}
 	}
-	mux.HandleFunc("GET "+OperatorSnapshotPath, func(w http.ResponseWriter, r *http.Request) {
+	handle("GET "+OperatorSnapshotPath, func(w http.ResponseWriter, r *http.Request) {
 		sw := &lazyWriter{w: w, contentType: "application/x-tar"}
 		if err := op.Snapshot(r.Context(), sw); err != nil {
 			if sw.started {
@@ -152,15 +168,15 @@ func MountOperator(mux *http.ServeMux, op Operator, log *slog.Logger) {
 			h.reply(w, nil, err)
 		}
 	})
-	mux.HandleFunc("PUT "+OperatorSnapshotPath, func(w http.ResponseWriter, r *http.Request) {
+	handle("PUT "+OperatorSnapshotPath, func(w http.ResponseWriter, r *http.Request) {
 		err := op.Restore(r.Context(), r.Body)
 		h.reply(w, &PeerResult{Done: "restored"}, err)
 	})
-	mux.HandleFunc("GET "+OperatorKeyringPath, func(w http.ResponseWriter, r *http.Request) {
+	handle("GET "+OperatorKeyringPath, func(w http.ResponseWriter, r *http.Request) {
 		k, err := op.Keyring(r.Context(), KeyringRequest{Op: "list", Pool: r.URL.Query().Get("pool")})
 		h.reply(w, k, err)
 	})
-	mux.HandleFunc("POST "+OperatorKeyringPath, func(w http.ResponseWriter, r *http.Request) {
+	handle("POST "+OperatorKeyringPath, func(w http.ResponseWriter, r *http.Request) {
 		var req KeyringRequest
 		b, err := io.ReadAll(io.LimitReader(r.Body, 4<<10))
 		if err == nil {
@@ -177,8 +193,8 @@ func MountOperator(mux *http.ServeMux, op Operator, log *slog.Logger) {
 		k, err := op.Keyring(r.Context(), req)
 		h.reply(w, k, err)
 	})
-	mux.HandleFunc("POST "+OperatorRemovePeerPath, change(op.RemovePeer, true))
-	mux.HandleFunc("POST "+OperatorTransferLeaderPath, change(op.TransferLeader, false))
+	handle("POST "+OperatorRemovePeerPath, change(op.RemovePeer, true))
+	handle("POST "+OperatorTransferLeaderPath, change(op.TransferLeader, false))
 }
 
 // lazyWriter sends the 200 and its content type with the first byte, so a

@@ -64,6 +64,10 @@ const (
 	// CodeUnauthenticated: the caller did not present the cluster secret the
 	// manager requires (secret.go).
 	CodeUnauthenticated Code = "unauthenticated"
+	// CodeForbidden: the caller is authenticated but lacks the role the
+	// route needs: an operator route called without an operator credential
+	// (operatorauth.go).
+	CodeForbidden Code = "forbidden"
 	// CodeLeaseLost: a worker's call named a job lease that is not the job's
 	// current one (it expired, was taken over, or the job finished); nothing
 	// changed. The worker must stop working on the job.
@@ -118,6 +122,7 @@ var (
 	ErrLeaseLost      = &Error{Code: CodeLeaseLost, Message: "lease lost"}
 	ErrRequestReused  = &Error{Code: CodeRequestReused, Message: "idempotency key used with another request"}
 	ErrBudgetExceeded = &Error{Code: CodeBudgetExceeded, Message: "the ledger's byte budget cannot hold it"}
+	ErrForbidden      = &Error{Code: CodeForbidden, Message: "an operator credential is required"}
 )
 
 // Errorf builds an *Error with a code and a formatted message.
@@ -140,6 +145,8 @@ func httpStatus(c Code) int {
 		return http.StatusBadRequest
 	case CodeUnauthenticated:
 		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
 	case CodeLeaseLost:
 		return http.StatusConflict
 	case CodeRequestReused:
@@ -161,6 +168,10 @@ const (
 	OutcomeInProgress Outcome = "in_progress" // another submission of the key is PENDING and did not finish within WaitMillis
 	OutcomeKeyReused  Outcome = "key_reused"  // the key exists with another fingerprint
 	OutcomeKeyExpired Outcome = "key_expired" // the key expired and its sequence committed, or is below the client's watermark window
+	// OutcomeClaimed: the key is held here by a claim for a job that runs in
+	// another datacenter, SubmitResponse.Home (an omitted datacenters list
+	// in a federation; docs/multidc.md). JobID is the claimed job's.
+	OutcomeClaimed Outcome = "claimed"
 )
 
 // SubmitRequest asks the leader to submit a job under an idempotency key.
@@ -194,6 +205,12 @@ type SubmitRequest struct {
 	// the gate does not trace (internal/tracing): the manager's spans of this
 	// submission are its children.
 	TraceParent string `json:"trace_parent,omitempty"`
+	// Home, set only for a job whose client omitted the datacenters list in
+	// a federation, is the datacenter the job runs in (Job.Datacenters is
+	// [Home]). A manager of Home admits it as its own job, unless its ledger
+	// holds another home's claim on the key; a manager of another
+	// datacenter records a claim for Home instead (docs/multidc.md).
+	Home string `json:"home,omitempty"`
 }
 
 // Rejection is why admission refused a job.
@@ -222,6 +239,8 @@ type SubmitResponse struct {
 	// monotonic clock from when it sent the request instead of comparing
 	// ExpiresAt with its wall clock. 0: none, or an older manager.
 	Remaining time.Duration `json:"remaining,omitempty"`
+	// Home is, with OutcomeClaimed, the datacenter the claimed job runs in.
+	Home string `json:"home,omitempty"`
 }
 
 // ListJobsRequest selects a tenant's jobs, oldest first.
@@ -300,6 +319,10 @@ type Status struct {
 	// Autopilot is raft-autopilot's view of the datacenter's managers, as
 	// the leader computes it; absent on followers.
 	Autopilot *AutopilotHealth `json:"autopilot,omitempty"`
+	// RefusedServers are the pool members whose identity claims (NodeID,
+	// Raft address, protocol version) the leader refuses to act on
+	// (docs/operations.md, "Identity"); empty on followers and when none.
+	RefusedServers []RefusedServer `json:"refused_servers,omitempty"`
 	// ConfigMismatches are the settings that must agree across the
 	// federation (IDEMPOTENCY_* lifetimes and waiting) where another
 	// manager's differ from this one's (docs/multidc.md); empty when all
@@ -325,6 +348,22 @@ type AutopilotHealth struct {
 	// FailureTolerance: how many voters may fail without losing quorum.
 	FailureTolerance int            `json:"failure_tolerance"`
 	Servers          []ServerHealth `json:"servers"`
+}
+
+// RefusedServer is a pool member's claim the leader refuses.
+type RefusedServer struct {
+	// Reason: duplicate_id, old_address_alive, address_in_use, old_protocol.
+	Reason string `json:"reason"`
+	// Node is the member's gossip name; ID, RaftAddr and Version what it
+	// claims.
+	Node     string `json:"node"`
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr,omitempty"`
+	Version  int    `json:"version"`
+	// Holder is who keeps the identity: the other claimant's name, the Raft
+	// server ID whose address is claimed, or the group's protocol version.
+	Holder string    `json:"holder,omitempty"`
+	Since  time.Time `json:"since"`
 }
 
 // ServerHealth is one Raft server in AutopilotHealth.

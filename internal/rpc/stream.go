@@ -82,12 +82,16 @@ type lane struct {
 }
 
 // dialLane connects to addr and opens a Submit stream, within ctx.
-func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config) (*lane, error) {
+// dial, when not nil, opens the connection (ClientConfig.Dial).
+func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial DialFunc) (*lane, error) {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if dial != nil {
+		opts = append(opts, grpc.WithContextDialer(dial))
+	}
 	if secret != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(secretCredentials(secret)))
 	}

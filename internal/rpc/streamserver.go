@@ -83,6 +83,7 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          cfg.ErrorLog,
+		ConnContext:       connContext, // the client certificate, for the operator role
 	}
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessageBytes),

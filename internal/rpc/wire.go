@@ -23,6 +23,7 @@ func toPBRequest(r *SubmitRequest) *rpcpb.SubmitRequest {
 		ResultTtlNanos:       int64(r.ResultTTL),
 		ExpiryBasisUnixNanos: unixNanos(r.ExpiryBasis),
 		TraceParent:          r.TraceParent,
+		Home:                 r.Home,
 	}
 }
 
@@ -51,6 +52,7 @@ func fromPBRequest(p *rpcpb.SubmitRequest) *SubmitRequest {
 		ResultTTL:     time.Duration(p.GetResultTtlNanos()),
 		ExpiryBasis:   fromUnixNanos(p.GetExpiryBasisUnixNanos()),
 		TraceParent:   p.GetTraceParent(),
+		Home:          p.GetHome(),
 	}
 	if j := p.GetJob(); j != nil {
 		r.Job = api.JobRequest{Type: j.GetType(), Datacenters: j.GetDatacenters()}
@@ -62,7 +64,7 @@ func fromPBRequest(p *rpcpb.SubmitRequest) *SubmitRequest {
 }
 
 func toPBResponse(r *SubmitResponse) *rpcpb.SubmitResponse {
-	p := &rpcpb.SubmitResponse{Outcome: string(r.Outcome), Replayed: r.Replayed, JobId: r.JobID}
+	p := &rpcpb.SubmitResponse{Outcome: string(r.Outcome), Replayed: r.Replayed, JobId: r.JobID, Home: r.Home}
 	p.RemainingNanos = int64(r.Remaining)
 	if !r.ExpiresAt.IsZero() {
 		p.ExpiresAtUnixNano = r.ExpiresAt.UnixNano()
@@ -92,7 +94,7 @@ func toPBResponse(r *SubmitResponse) *rpcpb.SubmitResponse {
 }
 
 func fromPBResponse(p *rpcpb.SubmitResponse) *SubmitResponse {
-	r := &SubmitResponse{Outcome: Outcome(p.GetOutcome()), Replayed: p.GetReplayed(), JobID: p.GetJobId()}
+	r := &SubmitResponse{Outcome: Outcome(p.GetOutcome()), Replayed: p.GetReplayed(), JobID: p.GetJobId(), Home: p.GetHome()}
 	r.Remaining = time.Duration(p.GetRemainingNanos())
 	if ns := p.GetExpiresAtUnixNano(); ns != 0 {
 		r.ExpiresAt = time.Unix(0, ns)
@@ -146,7 +148,7 @@ func fromPBError(p *rpcpb.Error) *Error {
 // approxSize estimates an item's encoded size, to bound a batch's bytes
 // without encoding it twice.
 func approxSize(r *SubmitRequest) int {
-	return 64 + len(r.Tenant) + len(r.Key) + len(r.Fingerprint) + len(r.Job.Type) + len(r.Job.Payload) + len(r.ProposedJobID)
+	return 64 + len(r.Tenant) + len(r.Key) + len(r.Fingerprint) + len(r.Job.Type) + len(r.Job.Payload) + len(r.ProposedJobID) + len(r.Home)
 }
 
 func approxResultSize(r *rpcpb.SubmitResult) int {

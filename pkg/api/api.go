@@ -53,6 +53,7 @@ const (
 	CodeRequestInProgress      Code = "request_in_progress"
 	CodeIdempotencyKeyReused   Code = "idempotency_key_reused"
 	CodeIdempotencyKeyExpired  Code = "idempotency_key_expired"
+	CodeIdempotencyKeyClaimed  Code = "idempotency_key_claimed" // 422: an omitted datacenters list whose key another datacenter's concurrent first attempt won
 	CodeUnavailable            Code = "unavailable"
 	CodeJobNotFound            Code = "job_not_found"
 	CodeIdempotencyKeyNotFound Code = "idempotency_key_not_found"
@@ -109,6 +110,9 @@ const (
 	KeyStatePending   = "pending"
 	KeyStateCommitted = "committed"
 	KeyStateRejected  = "rejected"
+	// KeyStateClaimed: the key is held for a job that runs in another
+	// datacenter (KeyInfo.Home): an omitted datacenters list in a federation.
+	KeyStateClaimed = "claimed"
 )
 
 // Job is the job body returned by POST /v1/jobs (201 and its replays) and by the
@@ -165,6 +169,8 @@ type KeyInfo struct {
 	ClientID  string  `json:"client_id,omitempty"`
 	Sequence  *uint64 `json:"sequence,omitempty"`
 	Nonce     string  `json:"nonce,omitempty"`
+	// Home is the datacenter that runs the job of a claimed key.
+	Home string `json:"home,omitempty"`
 }
 
 // TimeFormat is the layout of every timestamp in the API: RFC 3339 in UTC with

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/once-dev/once/internal/jsonescape"
 )
 
 // Limits of a POST /v1/jobs body.
@@ -457,12 +459,12 @@ func checkSurrogates(v []byte, base int) error {
 			inString = false
 		case c == '\\':
 			if i+1 < len(v) && v[i+1] == 'u' {
-				r, ok := hex4(v, i+2)
+				r, ok := jsonescape.Hex4(v, i+2)
 				switch {
 				case !ok:
 				case 0xD800 <= r && r <= 0xDBFF:
 					if i+7 < len(v) && v[i+6] == '\\' && v[i+7] == 'u' {
-						if lo, ok := hex4(v, i+8); ok && 0xDC00 <= lo && lo <= 0xDFFF {
+						if lo, ok := jsonescape.Hex4(v, i+8); ok && 0xDC00 <= lo && lo <= 0xDFFF {
 							i += 11 // the pair; the loop's i++ steps past it
 							continue
 						}
@@ -476,24 +478,4 @@ func checkSurrogates(v []byte, base int) error {
 		}
 	}
 	return nil
-}
-
-func hex4(b []byte, at int) (rune, bool) {
-	if at+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[at : at+4] {
-		switch {
-		case '0' <= c && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case 'a' <= c && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case 'A' <= c && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }

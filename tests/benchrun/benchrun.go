@@ -347,7 +347,12 @@ func runWorkload(ctx context.Context, c *localcluster.Cluster, p *prober, spec l
 			killed[leader.Name], killedNode = st, leader
 			killedMu.Unlock()
 			fo.Killed = leader.Name
-			nl, err := c.WaitLeader(ctx)
+			// The election is measured to its end even when it outlasts the
+			// load (ctx ends with the run): a busy machine may take longer to
+			// elect than the run has left.
+			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			nl, err := c.WaitLeader(ectx)
 			if err != nil {
 				fo.Error = "no new leader: " + err.Error()
 				return err

@@ -251,3 +251,98 @@ func TestMultiDCJobInBothDatacenters(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiDCOmittedDatacenters: a job without a datacenters list, sent
+// through dc1's gate, runs in dc1 alone; its retry through dc2's gate is the
+// first answer byte for byte (the same job ID, datacenters naming dc1) and
+// dc2 never holds a job of it, only a claim on its key. First attempts of
+// other keys raced through both gates make one job per key in all, every
+// answer that job's or a refusal naming the other datacenter.
+func TestMultiDCOmittedDatacenters(t *testing.T) {
+	f := startFederation(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	hc := f.DC("dc1").GateClient(30 * time.Second)
+	g1 := f.DC("dc1").GateURLs()[0]
+	g2 := f.DC("dc2").GateURLs()[0]
+	const key = "host1.dc1:12345:31:0123456789abcdef"
+	first, err := post(ctx, hc, g1, key, `{"type":"demo","payload":{"n":31}}`)
+	if err != nil || first.status != http.StatusCreated {
+		t.Fatalf("first: %d %s %v", first.status, first.body, err)
+	}
+	if len(first.job.Datacenters) != 1 || first.job.Datacenters["dc1"].Status != api.JobStatusCommitted {
+		t.Fatalf("datacenters %+v, want dc1 alone", first.job.Datacenters)
+	}
+	retry, err := post(ctx, hc, g2, key, `{"payload":{"n":31},"type":"demo"}`)
+	if err != nil || retry.status != http.StatusCreated || retry.replayed != "true" || !bytes.Equal(retry.body, first.body) {
+		t.Fatalf("retry through dc2: %d replayed=%q %v\n%s\nfirst:\n%s", retry.status, retry.replayed, err, retry.body, first.body)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g2+"/v1/idempotency-keys/"+key, nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info api.KeyInfo
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil || info.State != api.KeyStateClaimed || info.Home != "dc1" || info.JobID == nil || *info.JobID != first.job.JobID {
+		t.Fatalf("dc2's key: HTTP %d %+v %v", resp.StatusCode, info, err)
+	}
+
+	const racers = 6
+	for i := range racers {
+		key := fmt.Sprintf("host1.dc1:12345:%d:0123456789abcdef", 40+i)
+		body := fmt.Sprintf(`{"type":"demo","payload":{"n":%d}}`, 40+i)
+		answers := make([]answer, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for j, g := range []string{g1, g2} {
+			wg.Add(1)
+			go func() { defer wg.Done(); answers[j], errs[j] = post(ctx, hc, g, key, body) }()
+		}
+		wg.Wait()
+		var created [][]byte
+		for j, a := range answers {
+			switch {
+			case errs[j] != nil:
+				t.Fatalf("%s: %v", key, errs[j])
+			case a.status == http.StatusCreated:
+				created = append(created, a.body)
+			case a.status != http.StatusUnprocessableEntity || !bytes.Contains(a.body, []byte(api.CodeIdempotencyKeyClaimed)):
+				t.Fatalf("%s: %d %s", key, a.status, a.body)
+			}
+		}
+		if len(created) == 0 || (len(created) == 2 && !bytes.Equal(created[0], created[1])) {
+			t.Fatalf("%s: answers %d %s and %d %s", key, answers[0].status, answers[0].body, answers[1].status, answers[1].body)
+		}
+	}
+	jobs := map[string]int{}
+	for _, dc := range []string{"dc1", "dc2"} {
+		for _, j := range listDCWith(ctx, t, hc, g1, dc) {
+			jobs[j.IdempotencyKey]++
+		}
+	}
+	if len(jobs) != racers+1 {
+		t.Fatalf("jobs by key %v, want %d keys", jobs, racers+1)
+	}
+	for k, n := range jobs {
+		if n != 1 {
+			t.Fatalf("key %s has %d jobs in the two datacenters, want 1", k, n)
+		}
+	}
+}
+
+// listDCWith is listDC through hc.
+func listDCWith(ctx context.Context, t *testing.T, hc *http.Client, gate, dc string) []api.Job {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gate+"/v1/jobs?limit=1000&datacenter="+dc, nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("list %s: %v", dc, err)
+	}
+	defer resp.Body.Close()
+	var page api.JobList
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("list %s: HTTP %d: %v", dc, resp.StatusCode, err)
+	}
+	return page.Jobs
+}

@@ -61,7 +61,7 @@ func TestClusterSecretOnRealProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("ONCE_MANAGERS", m)
-	if out, code := oncectl(t, "--cluster-secret-file", file, "cluster", "members"); code != 0 || !strings.Contains(out, "manager1") {
+	if out, code := oncectl(t, "--cluster-secret-file", file, "--operator-secret-file", c.OperatorSecretFile(), "cluster", "members"); code != 0 || !strings.Contains(out, "manager1") {
 		t.Errorf("oncectl with the secret: exit %d\n%s", code, out)
 	}
 	// Without it, oncectl refuses to start (exit 2) unless --insecure, with

@@ -99,7 +99,7 @@ func TestTracingFromGateToRaftApply(t *testing.T) {
 		}
 		sort.Strings(names)
 		seen := "spans received: " + strings.Join(names, ", ")
-		if len(m["gate.forward"]) == 0 || len(m["manager.submit"]) == 0 || len(m["raft.apply.reserve"]) == 0 || len(m["raft.apply.resolve"]) == 0 {
+		if len(m["gate.forward"]) == 0 || len(m["manager.submit"]) == 0 || len(m["raft.apply.admit"]) == 0 {
 			return false, seen
 		}
 		g := m["gate.forward"][0]
@@ -112,7 +112,7 @@ func TestTracingFromGateToRaftApply(t *testing.T) {
 		if g.service != "once-gate" || sub == nil || sub.service != "once-manager" {
 			return false, fmt.Sprintf("%s; gate.forward %+v; manager.submit %+v", seen, g, m["manager.submit"])
 		}
-		for _, name := range []string{"raft.apply.reserve", "raft.apply.resolve"} {
+		for _, name := range []string{"raft.apply.admit"} {
 			found := false
 			for _, s := range m[name] {
 				found = found || (s.trace == g.trace && s.parent == sub.span)

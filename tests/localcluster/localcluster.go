@@ -17,8 +17,10 @@ package localcluster
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,8 +82,15 @@ type Options struct {
 	// TLS, not Insecure): a random secret is generated (security.go).
 	ClusterSecret string
 	// Insecure runs the processes without a credential (MANAGER_INSECURE,
-	// GATE_INSECURE): plain RPC, Raft and gossip.
+	// GATE_INSECURE): plain RPC, Raft and gossip, the operator routes open
+	// to anyone; no operator secret.
 	Insecure bool
+	// OperatorSecret is the managers' operator secret (written to
+	// <BaseDir>/operator-secret, MANAGER_OPERATOR_SECRET_FILE); empty: the
+	// file's secret when there is one, else a fresh random one. The
+	// harness's own calls present it; oncectl takes OperatorSecretFile.
+	// None with Insecure.
+	OperatorSecret string
 	// TLS, when set, runs the cluster with TLS everywhere (docs/security.md):
 	// the gates serve HTTPS, managers serve RPC and Raft over mutual TLS, the
 	// gates and the harness's own probes present client certificates.
@@ -130,6 +139,9 @@ type Cluster struct {
 	// rpcTLS is the harness's TLS configuration towards the managers (nil:
 	// insecure).
 	rpcTLS *tls.Config
+	// member is the transport of a member of the cluster without the
+	// operator role (a gate's credentials), for CallManager.
+	member http.RoundTripper
 }
 
 // FaultManagerBinary is the fault-injection manager of the tests module
@@ -229,12 +241,22 @@ func New(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(opts.BaseDir, 0o755); err != nil {
+		return nil, err
+	}
+	if !opts.Insecure {
+		if opts.OperatorSecret, err = writeOperatorSecret(opts.BaseDir, opts.OperatorSecret); err != nil {
+			return nil, err
+		}
+		opts.ManagerEnv = append([]string{"MANAGER_OPERATOR_SECRET_FILE=" + operatorSecretPath(opts.BaseDir)}, opts.ManagerEnv...)
+	}
 	transport, err := harnessTransport(opts)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: rpc.WithSecret(transport, opts.ClusterSecret)},
-		noSecret: &http.Client{Timeout: 2 * time.Second, Transport: transport}, rpcTLS: transport.TLSClientConfig}
+	member := rpc.WithSecret(transport, opts.ClusterSecret)
+	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: rpc.WithOperatorSecret(member, opts.OperatorSecret)},
+		noSecret: &http.Client{Timeout: 2 * time.Second, Transport: transport}, rpcTLS: transport.TLSClientConfig, member: member}
 	if f := opts.TLS; f != nil {
 		c.opts.ManagerEnv = append([]string{"MANAGER_TLS_CA_FILE=" + f.CA, "MANAGER_TLS_CERT_FILE=" + f.ManagerCert,
 			"MANAGER_TLS_KEY_FILE=" + f.ManagerKey}, c.opts.ManagerEnv...)
@@ -480,9 +502,11 @@ func (c *Cluster) GateURLs() []string {
 	return out
 }
 
-// harnessTransport is the transport of the harness's own probes: with TLS,
-// it trusts the cluster CA and presents the harness's client certificate;
-// with the secret alone, the CA derived from it and a leaf it signed.
+// harnessTransport is the transport of the harness's own probes, without
+// the cluster secret (a member of the cluster adds it, the harness's probes
+// the operator secret too): with TLS, it trusts the cluster CA and presents
+// the harness's client certificate; with the secret alone, the CA derived
+// from it and a leaf it signed.
 func harnessTransport(opts Options) (*http.Transport, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if f := opts.TLS; f != nil {
@@ -509,6 +533,74 @@ func harnessTransport(opts Options) (*http.Transport, error) {
 		t.TLSClientConfig = cfg
 	}
 	return t, nil
+}
+
+// ManagerAnswer is a manager's answer to CallManager.
+type ManagerAnswer struct {
+	Status int
+	Body   []byte
+}
+
+// CallManager sends one request to manager n's RPC listener with the
+// credentials of a member of the cluster (the cluster secret, or the
+// harness's client certificate: what a gate presents) and, when
+// operatorSecret is not empty, that operator secret: for tests of the
+// managers' authorization.
+func (c *Cluster) CallManager(ctx context.Context, n *Node, method, path string, body []byte, operatorSecret string) (ManagerAnswer, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.ManagerURL(n, path), bytes.NewReader(body))
+	if err != nil {
+		return ManagerAnswer{}, err
+	}
+	if operatorSecret != "" {
+		req.Header.Set(rpc.OperatorSecretHeader, operatorSecret)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: c.member}).Do(req)
+	if err != nil {
+		return ManagerAnswer{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return ManagerAnswer{}, err
+	}
+	return ManagerAnswer{Status: resp.StatusCode, Body: b}, nil
+}
+
+// OperatorSecret is the managers' operator secret (OperatorSecretFile's).
+func (c *Cluster) OperatorSecret() string { return c.opts.OperatorSecret }
+
+func operatorSecretPath(base string) string { return filepath.Join(base, "operator-secret") }
+
+// writeOperatorSecret writes secret to <base>/operator-secret and returns
+// it; an empty secret keeps the file's (a cluster restarted from its
+// directory), or makes a random one.
+func writeOperatorSecret(base, secret string) (string, error) {
+	path := operatorSecretPath(base)
+	if secret == "" {
+		if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 16 {
+			return strings.TrimSpace(string(b)), nil
+		}
+		var r [16]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", err
+		}
+		secret = hex.EncodeToString(r[:])
+	}
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("localcluster: operator secret: %w", err)
+	}
+	return secret, nil
+}
+
+// OperatorSecretFile is the file holding the managers' operator secret:
+// what oncectl's --operator-secret-file (ONCE_OPERATOR_SECRET_FILE) takes
+// for the operator commands (cluster members, raft, snapshot, gossip); ""
+// for an insecure cluster, which has none.
+func (c *Cluster) OperatorSecretFile() string {
+	if c.opts.Insecure {
+		return ""
+	}
+	return operatorSecretPath(c.opts.BaseDir)
 }
 
 // Stop terminates every process: SIGTERM, then SIGKILL after a grace period.

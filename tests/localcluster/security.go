@@ -37,8 +37,8 @@ const (
 // gossip pools' key (a secured cluster never gossips in plaintext).
 func ensureCredential(opts *Options, dir string) (gossipKey string, err error) {
 	if opts.Insecure {
-		if opts.ClusterSecret != "" || opts.TLS != nil {
-			return "", errors.New("localcluster: Insecure together with ClusterSecret or TLS")
+		if opts.ClusterSecret != "" || opts.TLS != nil || opts.OperatorSecret != "" {
+			return "", errors.New("localcluster: Insecure together with ClusterSecret, OperatorSecret or TLS")
 		}
 		return "", nil
 	}
@@ -130,7 +130,8 @@ func (c *Cluster) NodeURL(n *Node, path string) string {
 
 // HTTPClient is the harness's client: it trusts the cluster's CA (the
 // TLS files' or the one derived from the secret), presents a client
-// certificate and the secret to the managers, and reaches the gates.
+// certificate, the secret and the operator secret to the managers, and
+// reaches the gates.
 func (c *Cluster) HTTPClient() *http.Client { return c.client }
 
 // HTTPClientWithoutSecret is HTTPClient without the cluster secret: the same
@@ -146,7 +147,7 @@ func (c *Cluster) RPCClient(cfg rpc.ClientConfig) *rpc.Client {
 }
 
 // OncectlArgs are the credential flags oncectl needs for this cluster's
-// managers.
+// managers, the operator commands included.
 func (c *Cluster) OncectlArgs() []string {
 	var args []string
 	if f := c.opts.TLS; f != nil {
@@ -154,6 +155,9 @@ func (c *Cluster) OncectlArgs() []string {
 	}
 	if s := c.SecretFile(); s != "" {
 		args = append(args, "--cluster-secret-file", s)
+	}
+	if s := c.OperatorSecretFile(); s != "" {
+		args = append(args, "--operator-secret-file", s)
 	}
 	if c.opts.Insecure {
 		args = append(args, "--insecure")

@@ -101,9 +101,10 @@ func (c *Cluster) WriteSummary(w io.Writer, streaming bool) {
 	}
 	fmt.Fprintf(w, `Try:
   curl -si -XPOST localhost:%s/v1/jobs -H 'Idempotency-Key: host1.dc1:12345:1:0123456789abcdef' -d '{"type":"demo","payload":{"n":1}}'
+  %s raft peers
 Press Ctrl-C to stop.
 
-`, c.Gates[0].port())
+`, c.Gates[0].port(), c.oncectlLine())
 }
 
 // writeSecurity says how the cluster's traffic is secured, and how oncectl
@@ -111,13 +112,23 @@ Press Ctrl-C to stop.
 func (c *Cluster) writeSecurity(w io.Writer) {
 	switch {
 	case c.opts.Insecure:
-		fmt.Fprintln(w, "INSECURE (-insecure): RPC, Raft and gossip are unauthenticated and plaintext; anyone who reaches the ports controls the cluster.")
+		fmt.Fprintln(w, "INSECURE (-insecure): RPC, Raft and gossip are unauthenticated and plaintext, and the operator routes (snapshot restore, raft peer removal, keyring) are open; anyone who reaches the ports controls the cluster.")
 	case c.opts.TLS != nil:
-		fmt.Fprintln(w, "Secured: mutual TLS with the cluster CA on RPC and Raft; gossip encrypted.")
+		fmt.Fprintf(w, "Secured: mutual TLS with the cluster CA on RPC and Raft; gossip encrypted; operator routes need the operator secret %s.\n", c.OperatorSecretFile())
 	default:
-		fmt.Fprintf(w, "Secured: cluster secret %s; RPC and Raft over mutual TLS with the CA derived from it, gossip encrypted with keys derived from it.\n", c.SecretFile())
+		fmt.Fprintf(w, "Secured: cluster secret %s; RPC and Raft over mutual TLS with the CA derived from it, gossip encrypted with keys derived from it; operator routes need the operator secret %s.\n", c.SecretFile(), c.OperatorSecretFile())
 	}
-	fmt.Fprintf(w, "oncectl: oncectl --managers %s %s ...\n", c.Managers[0].HTTPAddr, strings.Join(c.OncectlArgs(), " "))
+	fmt.Fprintf(w, "oncectl: %s ...\n", c.oncectlLine())
+}
+
+// oncectlLine is oncectl pointed at every manager of the cluster with its
+// credential flags, the operator secret's included.
+func (c *Cluster) oncectlLine() string {
+	var rpcs []string
+	for _, n := range c.Managers {
+		rpcs = append(rpcs, n.HTTPAddr)
+	}
+	return strings.Join(append([]string{"oncectl", "--managers", strings.Join(rpcs, ",")}, c.OncectlArgs()...), " ")
 }
 
 // WatchStatus prints the cluster's status line now and then whenever it

@@ -57,7 +57,8 @@ type Spec struct {
 	CommonName string
 	DNSNames   []string
 	IPs        []net.IP
-	// URIs are URI subject alternative names (a role: certs.Role.URI).
+	// URIs are URI subject alternative names (a role: certs.Role.URI,
+	// spiffe://once/role/operator).
 	URIs []*url.URL
 	// Server and Client set the extended key usages.
 	Server, Client bool

@@ -111,6 +111,7 @@ type entry struct {
 	tenant, key string
 	fp          string
 	state       string // api.KeyState*
+	home        string // a claim's (api.KeyStateClaimed)
 	jobID       string
 	job         *api.Job
 	rejection   *rpc.Rejection
@@ -283,6 +284,10 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 	}
 	now := m.opts.Now()
 	k := entryKey(req.Tenant, req.Key)
+	if e := m.live(k, now); e != nil && e.fp == req.Fingerprint && e.state == api.KeyStateClaimed &&
+		req.Home == m.opts.Datacenter && m.opts.Datacenter < e.home {
+		delete(m.entries, k) // as the real manager: the home that sorts first wins the key
+	}
 	if e := m.live(k, now); e != nil {
 		if e.fp != req.Fingerprint {
 			m.mu.Unlock()
@@ -311,6 +316,14 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 	jobID := req.ProposedJobID
 	if jobID == "" {
 		jobID = jobid.Derive(req.Tenant, req.Key, req.Fingerprint)
+	}
+	if req.Home != "" && req.Home != m.opts.Datacenter {
+		// A claim: the key held for the job of another datacenter, no job.
+		e := &entry{tenant: req.Tenant, key: req.Key, fp: req.Fingerprint, state: api.KeyStateClaimed, home: req.Home,
+			jobID: jobID, expires: expiryBasis(req, now).Add(resultTTL(req, m.opts.CommittedTTL)), done: make(chan struct{})}
+		m.entries[k] = e
+		m.mu.Unlock()
+		return e.response(false), nil
 	}
 	if rec, ok := m.byID[jobID]; ok && rec.tenant == req.Tenant && !key.Structured {
 		// As the real manager: the same (tenant, key, fingerprint) derives
@@ -425,6 +438,8 @@ func (e *entry) response(replayed bool) *rpc.SubmitResponse {
 	case api.KeyStateRejected:
 		rej := *e.rejection
 		r.Outcome, r.Rejection = rpc.OutcomeRejected, &rej
+	case api.KeyStateClaimed:
+		r.Outcome, r.Home = rpc.OutcomeClaimed, e.home
 	}
 	return r
 }
@@ -515,6 +530,7 @@ func (m *Manager) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo,
 		id := e.jobID
 		info.JobID = &id
 	}
+	info.Home = e.home
 	if k, err := keys.Parse(keys.Key{Raw: key}.String()); err == nil && k.Structured {
 		seq := k.Sequence
 		info.ClientID, info.Sequence, info.Nonce = k.ClientID, &seq, k.Nonce

@@ -154,7 +154,11 @@ type SubmitRequest struct {
 	ExpiryBasisUnixNanos int64 `protobuf:"varint,8,opt,name=expiry_basis_unix_nanos,json=expiryBasisUnixNanos,proto3" json:"expiry_basis_unix_nanos,omitempty"`
 	// trace_parent: the W3C traceparent of the gate's span, "" when the gate
 	// does not trace (docs/operations.md, Tracing).
-	TraceParent   string `protobuf:"bytes,9,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	TraceParent string `protobuf:"bytes,9,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	// home: set for an omitted datacenters list in a federation, the
+	// datacenter the job runs in: the receiving datacenter's own submission
+	// when it names it, a claim otherwise (docs/multidc.md).
+	Home          string `protobuf:"bytes,10,opt,name=home,proto3" json:"home,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -248,6 +252,13 @@ func (x *SubmitRequest) GetExpiryBasisUnixNanos() int64 {
 func (x *SubmitRequest) GetTraceParent() string {
 	if x != nil {
 		return x.TraceParent
+	}
+	return ""
+}
+
+func (x *SubmitRequest) GetHome() string {
+	if x != nil {
+		return x.Home
 	}
 	return ""
 }
@@ -494,8 +505,10 @@ type SubmitResponse struct {
 	// remaining_nanos is the entry's lifetime left when the manager answered
 	// (expires_at minus ledger time); 0: unknown (an older manager) or none.
 	RemainingNanos int64 `protobuf:"varint,7,opt,name=remaining_nanos,json=remainingNanos,proto3" json:"remaining_nanos,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// home: with outcome "claimed", the datacenter the job runs in.
+	Home          string `protobuf:"bytes,8,opt,name=home,proto3" json:"home,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitResponse) Reset() {
@@ -575,6 +588,13 @@ func (x *SubmitResponse) GetRemainingNanos() int64 {
 		return x.RemainingNanos
 	}
 	return 0
+}
+
+func (x *SubmitResponse) GetHome() string {
+	if x != nil {
+		return x.Home
+	}
+	return ""
 }
 
 // Job mirrors api.Job; payload is its JSON bytes.
@@ -797,7 +817,7 @@ const file_submit_proto_rawDesc = "" +
 	"SubmitItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
 	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x124\n" +
-	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\"\xd3\x02\n" +
+	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\"\xe7\x02\n" +
 	"\rSubmitRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -808,7 +828,9 @@ const file_submit_proto_rawDesc = "" +
 	"\x0fproposed_job_id\x18\x06 \x01(\tR\rproposedJobId\x12(\n" +
 	"\x10result_ttl_nanos\x18\a \x01(\x03R\x0eresultTtlNanos\x125\n" +
 	"\x17expiry_basis_unix_nanos\x18\b \x01(\x03R\x14expiryBasisUnixNanos\x12!\n" +
-	"\ftrace_parent\x18\t \x01(\tR\vtraceParent\"\\\n" +
+	"\ftrace_parent\x18\t \x01(\tR\vtraceParent\x12\x12\n" +
+	"\x04home\x18\n" +
+	" \x01(\tR\x04home\"\\\n" +
 	"\n" +
 	"JobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
@@ -823,7 +845,7 @@ const file_submit_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\tR\x06leader\"\x91\x02\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\"\xa5\x02\n" +
 	"\x0eSubmitResponse\x12\x18\n" +
 	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x15\n" +
@@ -831,7 +853,8 @@ const file_submit_proto_rawDesc = "" +
 	"\x03job\x18\x04 \x01(\v2\x10.once.rpc.v1.JobR\x03job\x124\n" +
 	"\trejection\x18\x05 \x01(\v2\x16.once.rpc.v1.RejectionR\trejection\x12/\n" +
 	"\x14expires_at_unix_nano\x18\x06 \x01(\x03R\x11expiresAtUnixNano\x12'\n" +
-	"\x0fremaining_nanos\x18\a \x01(\x03R\x0eremainingNanos\"\xf7\x02\n" +
+	"\x0fremaining_nanos\x18\a \x01(\x03R\x0eremainingNanos\x12\x12\n" +
+	"\x04home\x18\b \x01(\tR\x04home\"\xf7\x02\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x16\n" +

@@ -1,0 +1,214 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/tracing"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// An omitted datacenters list in a federation (docs/multidc.md, "An omitted
+// list in a federation"). The job runs in one datacenter, its home: the
+// gate's own, unless the key is already held for another. Before the home
+// admits it, every other datacenter of the federation records a claim on the
+// key for the home (same job ID, same expiry, no job), so that a retry
+// through any gate of any datacenter finds the key and is answered by the
+// home: the first answer, never a second job.
+
+// maxHomeRounds bounds how many homes one submission tries: its own
+// datacenter's, or the home of a claim its datacenter holds, and then the
+// homes that claims it meets name.
+const maxHomeRounds = 3
+
+// omittedDatacenters reports whether a canonical body leaves datacenters
+// out (absent or null). Canonical members are sorted, so datacenters, when
+// present, comes first.
+func omittedDatacenters(canonical []byte) bool {
+	const member = `{"datacenters":`
+	return !bytes.HasPrefix(canonical, []byte(member)) || bytes.HasPrefix(canonical, []byte(member+"null"))
+}
+
+// withoutDatacenters is a canonical body that omits datacenters with the
+// member dropped (null is absent), what the fingerprint of an omitted list
+// in a federation is taken over: the same whichever gate computes it.
+func withoutDatacenters(canonical []byte) []byte {
+	const member = `"datacenters":`
+	rest := canonical[1:]
+	if !bytes.HasPrefix(rest, []byte(member)) {
+		return canonical
+	}
+	_, tail, ok := skipValue(rest[len(member):])
+	if !ok {
+		return canonical
+	}
+	tail = bytes.TrimPrefix(tail, []byte(","))
+	out := make([]byte, 0, 1+len(tail))
+	out = append(out, '{')
+	return append(out, tail...)
+}
+
+// otherDatacenters is the federation's datacenters but the gate's own,
+// sorted; none when the gate has read no view, or a view of its datacenter
+// alone.
+func (g *Gate) otherDatacenters() []string {
+	if g.federation == nil {
+		return nil
+	}
+	var out []string
+	for _, dc := range slices.Sorted(maps.Keys(g.federation.Datacenters())) {
+		if dc != g.cfg.Datacenter {
+			out = append(out, dc)
+		}
+	}
+	return out
+}
+
+// fingerprintBody is the body the fingerprint of a submission is taken over,
+// and whether it is an omitted list in a federation (claimed): the
+// datacenters member dropped, then, so that every gate of every datacenter
+// fingerprints it alike; else the set the list resolves to
+// (normalizeDatacenters), as with a single datacenter.
+func (g *Gate) fingerprintBody(canonical []byte) (body []byte, claimed bool) {
+	if omittedDatacenters(canonical) && len(g.otherDatacenters()) > 0 {
+		return withoutDatacenters(canonical), true
+	}
+	return normalizeDatacenters(canonical, g.cfg.Datacenter), false
+}
+
+// claimedError is the refusal of a submission whose key is held for a job of
+// another home datacenter that this submission could not get an answer from
+// (two first attempts raced through gates of different datacenters, and the
+// other one wins the key): 422, never cached.
+type claimedError struct{ home string }
+
+func (e *claimedError) Error() string {
+	return fmt.Sprintf("the key is held for a job of datacenter %s", e.home)
+}
+
+// submitOmitted runs an omitted-list submission in a federation: it finds the
+// home (the gate's datacenter, or the home its datacenter's claim names),
+// then runs the home's round (homeRound), and when a round meets a claim for
+// another home, that home's round, at most maxHomeRounds in all.
+func (g *Gate) submitOmitted(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+	home := g.cfg.Datacenter
+	// A read, bounded as one forward: a datacenter that does not answer it
+	// will not admit the job either, and the claims are tried anyway.
+	pctx, cancel := context.WithTimeout(ctx, g.cfg.ForwardTimeout)
+	info, err := g.client.GetKey(pctx, req.Tenant, req.Key)
+	cancel()
+	if err == nil && info.State == api.KeyStateClaimed && info.Home != "" {
+		home = info.Home // an earlier attempt went through another datacenter's gate
+	}
+	if req.ExpiryBasis.IsZero() {
+		req.ExpiryBasis = g.now()
+	}
+	for range maxHomeRounds {
+		resp, next, err := g.homeRound(ctx, req, home)
+		if err != nil || next == "" {
+			return resp, err
+		}
+		home = next
+	}
+	return nil, &claimedError{home: home}
+}
+
+// homeRound submits the job with home as its home: first as a claim to
+// every other datacenter of the federation, concurrently, then — once every
+// one holds the claim for home — to home itself. It answers:
+//
+//   - the outcome of a datacenter that holds the job itself (committed or
+//     rejected): the job's home answered, a replay; nothing else is asked;
+//   - a datacenter's failure (unreachable, full): that error, nothing cached;
+//     what was claimed stays, and a retry completes the rest;
+//   - key_reused before in_progress, as for several datacenters;
+//   - a claim for another home, in a datacenter or at home (which lost the
+//     key to it): next is that home, for the caller to try;
+//   - else home's outcome.
+func (g *Gate) homeRound(ctx context.Context, req *rpc.SubmitRequest, home string) (resp *rpc.SubmitResponse, next string, err error) {
+	r := *req
+	r.Home, r.Job.Datacenters = home, []string{home}
+	var dcs []string
+	for _, dc := range append(g.otherDatacenters(), g.cfg.Datacenter) {
+		if dc != home {
+			dcs = append(dcs, dc)
+		}
+	}
+	slices.Sort(dcs)
+	results := make([]dcResult, len(dcs))
+	var wg sync.WaitGroup
+	for i, dc := range dcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = g.submitTo(ctx, dc, r, "gate.forward.claim")
+		}()
+	}
+	wg.Wait()
+	for _, res := range results { // a datacenter holding the job is its home
+		if res.err == nil && (res.resp.Outcome == rpc.OutcomeCommitted || res.resp.Outcome == rpc.OutcomeRejected) {
+			return res.resp, "", nil
+		}
+	}
+	for _, res := range results {
+		if res.err != nil {
+			return nil, "", &datacenterError{dc: res.dc, err: res.err}
+		}
+	}
+	for _, o := range []rpc.Outcome{rpc.OutcomeKeyReused, rpc.OutcomeKeyExpired, rpc.OutcomeInProgress} {
+		for _, res := range results {
+			if res.resp.Outcome == o {
+				return res.resp, "", nil
+			}
+		}
+	}
+	for _, res := range results {
+		switch {
+		case res.resp.Outcome != rpc.OutcomeClaimed:
+			return nil, "", rpc.Errorf(rpc.CodeInternal, "datacenter %s answered an unknown outcome %q to a claim", res.dc, res.resp.Outcome)
+		case res.resp.Home != home:
+			return nil, res.resp.Home, nil
+		}
+	}
+	res := g.submitTo(ctx, home, r, "gate.forward.home")
+	switch {
+	case res.err != nil:
+		return nil, "", &datacenterError{dc: home, err: res.err}
+	case res.resp.Outcome == rpc.OutcomeClaimed && res.resp.Home != home:
+		return nil, res.resp.Home, nil
+	case res.resp.Outcome == rpc.OutcomeClaimed:
+		return nil, "", rpc.Errorf(rpc.CodeInternal, "datacenter %s answered its own claim", home)
+	}
+	return res.resp, "", nil
+}
+
+// submitTo sends r to dc's leader in a span of its own.
+func (g *Gate) submitTo(ctx context.Context, dc string, r rpc.SubmitRequest, span string) dcResult {
+	dctx, sp := tracing.Tracer().Start(ctx, span, trace.WithAttributes(attribute.String("once.datacenter", dc)))
+	defer sp.End()
+	r.TraceParent = tracing.Inject(dctx)
+	resp, err := g.clientFor(dc).Submit(dctx, &r)
+	if err != nil {
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	return dcResult{dc: dc, resp: resp, err: err}
+}
+
+// isClaimed reports whether err is a claimedError, and its home.
+func isClaimed(err error) (string, bool) {
+	var ce *claimedError
+	if errors.As(err, &ce) {
+		return ce.home, true
+	}
+	return "", false
+}

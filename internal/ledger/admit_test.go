@@ -1,0 +1,166 @@
+package ledger
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+)
+
+func admitCommit(r Reserve) Admit { return Admit{Reserve: r, Outcome: QueueCommit(commit(r, r.Now))} }
+
+// An Admit reserves and commits in one entry: the key answers COMMITTED, the
+// job is queued, and no entry is ever PENDING.
+func TestAdmitCommitsInOneEntry(t *testing.T) {
+	h := newHarness(t)
+	r := reserve("acme", "order-1", t0)
+	res := h.must(admitCommit(r), OutcomeCommitted)
+	if res.Entry.State != StateCommitted || res.Entry.ExpiresAt != t0+commitTTL {
+		t.Fatalf("entry %+v", res.Entry)
+	}
+	j, ok := h.f.Job("acme", r.JobID)
+	if !ok || j.Life == nil || j.Life.State != JobQueued {
+		t.Fatalf("job %+v (found %v), want queued", j, ok)
+	}
+	if n := len(h.f.Pending()); n != 0 {
+		t.Fatalf("%d pending entries after an admit", n)
+	}
+	// The entry's changes: reserved then committed, at one index.
+	if len(h.changes) != 2 || h.changes[0].Kind != ChangeReserved || h.changes[1].Kind != ChangeCommitted ||
+		h.changes[0].Index != h.changes[1].Index {
+		t.Fatalf("changes %+v", h.changes)
+	}
+}
+
+// A live key answers as a Reserve would, and the outcome is not applied: a
+// retried Admit of the same submission never makes a second job.
+func TestAdmitOfALiveKeyChangesNothing(t *testing.T) {
+	h := newHarness(t)
+	r := reserve("acme", "order-1", t0)
+	first := h.must(admitCommit(r), OutcomeCommitted)
+	again := r
+	again.JobID, again.Now, again.ExpiresAt = "job-other", t0+sec, t0+sec+pendingTTL
+	res := h.must(admitCommit(again), OutcomeExists)
+	if res.Entry.JobID != first.Entry.JobID || res.Entry.State != StateCommitted {
+		t.Fatalf("retry answered %+v, want the first entry", res.Entry)
+	}
+	if _, ok := h.f.Job("acme", "job-other"); ok {
+		t.Fatal("a retried admit created a second job")
+	}
+	reused := again
+	reused.Fingerprint = "another body"
+	h.must(admitCommit(reused), OutcomeKeyReused)
+}
+
+func TestAdmitReject(t *testing.T) {
+	h := newHarness(t)
+	r := reserve("acme", "order-1", t0)
+	res := h.must(Admit{Reserve: r, Outcome: reject(r, t0, 422)}, OutcomeRejected)
+	if res.Entry.Status != 422 || res.Entry.ExpiresAt != t0+rejectTTL {
+		t.Fatalf("entry %+v", res.Entry)
+	}
+	if _, ok := h.f.Job("acme", r.JobID); ok {
+		t.Fatal("a rejected admit created a job")
+	}
+}
+
+// The tenant already has the job ID the key derives: the entry is rejected in
+// the same entry (422, job_id_in_use), not left PENDING.
+func TestAdmitJobIDInUseRejects(t *testing.T) {
+	h := newHarness(t)
+	r := reserve("acme", "order-1", t0)
+	h.must(admitCommit(r), OutcomeCommitted)
+	other := reserve("acme", "order-2", t0+sec)
+	other.JobID = r.JobID
+	c := QueueCommit(commit(other, other.Now))
+	c.MaxJobs, c.RejectedExpiresAt = 100, other.Now+rejectTTL
+	res := h.must(Admit{Reserve: other, Outcome: c}, OutcomeRejected)
+	if res.Entry.Status != http.StatusUnprocessableEntity || res.Entry.Reason != ReasonJobIDInUse ||
+		res.Entry.Detail != JobIDInUseDetail(r.JobID) || res.Entry.ExpiresAt != other.Now+rejectTTL {
+		t.Fatalf("entry %+v", res.Entry)
+	}
+}
+
+// Capacity is decided by the Commit part, atomically, as a Commit alone does.
+func TestAdmitOverCapacityRejects(t *testing.T) {
+	h := newHarness(t)
+	full := func(r Reserve) Admit {
+		c := QueueCommit(commit(r, r.Now))
+		c.MaxJobs, c.RejectedExpiresAt, c.CapacityDetail = 1, r.Now+rejectTTL, "full"
+		return Admit{Reserve: r, Outcome: c}
+	}
+	h.must(full(reserve("acme", "a", t0)), OutcomeCommitted)
+	res := h.must(full(reserve("acme", "b", t0)), OutcomeRejected)
+	if res.Entry.Status != 429 || res.Entry.Reason != ReasonCapacity {
+		t.Fatalf("entry %+v", res.Entry)
+	}
+}
+
+// An Admit whose parts disagree, or whose outcome breaks its own rules, is
+// refused whole: no entry is reserved.
+func TestAdmitInvalidChangesNothing(t *testing.T) {
+	h := newHarness(t)
+	r := reserve("acme", "order-1", t0)
+	other := reserve("acme", "order-2", t0)
+	badCommit := commit(r, t0)
+	badCommit.ExpiresAt = t0
+	for name, a := range map[string]Admit{
+		"another key":    {Reserve: r, Outcome: commit(other, t0)},
+		"another job":    {Reserve: r, Outcome: Commit{Tenant: r.Tenant, Key: r.Key, JobID: "x", Now: t0, ExpiresAt: t0 + 1, JobExpiresAt: t0 + 1}},
+		"invalid commit": {Reserve: r, Outcome: badCommit},
+		"invalid reject": {Reserve: r, Outcome: reject(r, t0, 200)},
+	} {
+		res := h.apply(a)
+		if res.Outcome != OutcomeInvalid || !errors.Is(res.Err, ErrInvalidCommand) {
+			t.Fatalf("%s: outcome %v (%v), want invalid", name, res.Outcome, res.Err)
+		}
+		h.noEntry("acme", "order-1")
+	}
+}
+
+// An Admit's second item must be a Commit or a Reject: anything else does
+// not decode (and would halt a replica, never be skipped).
+func TestAdmitDecodesOnlyAnOutcome(t *testing.T) {
+	r := reserve("acme", "a", t0)
+	b := append([]byte{byte(TypeAdmit), AdmitVersion}, appendItem(nil, r)...)
+	if _, err := DecodeCommand(b); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("an admit without outcome: %v", err)
+	}
+	if _, err := DecodeCommand(appendItem(b, expire(t0))); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("an admit with an expire: %v", err)
+	}
+	if _, err := DecodeCommand(appendItem(b, commit(r, t0))); err != nil {
+		t.Fatalf("an admit with a commit: %v", err)
+	}
+}
+
+// Admits ride reserve batches: each item applies as its own entry would, and
+// the jobs get distinct Seqs.
+func TestAdmitInABatch(t *testing.T) {
+	h := newHarness(t)
+	a, b := reserve("acme", "a", t0), reserve("acme", "b", t0)
+	res := h.must(ReserveBatch{Items: []Command{admitCommit(a), admitCommit(b), admitCommit(a), reserve("acme", "c", t0)}}, OutcomeBatch)
+	want := []Outcome{OutcomeCommitted, OutcomeCommitted, OutcomeExists, OutcomeReserved}
+	for i, w := range want {
+		if res.Items[i].Outcome != w {
+			t.Fatalf("item %d: %v, want %v", i, res.Items[i].Outcome, w)
+		}
+	}
+	ja, _ := h.f.Job("acme", a.JobID)
+	jb, _ := h.f.Job("acme", b.JobID)
+	if ja.Seq == jb.Seq {
+		t.Fatalf("two jobs of one batch share Seq %d", ja.Seq)
+	}
+}
+
+// A replica that does not know Admit (an older build) cannot decode it: the
+// type is not ignorable, so it halts rather than skipping a submission.
+func TestAdmitIsNotIgnorable(t *testing.T) {
+	if TypeAdmit&TypeIgnorable != 0 {
+		t.Fatal("Admit is ignorable: an older replica would skip submissions")
+	}
+	b := Encode(admitCommit(reserve("acme", "a", t0)))
+	b[1] = AdmitVersion + 1
+	if _, err := DecodeCommand(b); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("a future Admit version decodes: %v", err)
+	}
+}

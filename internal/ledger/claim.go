@@ -1,0 +1,212 @@
+package ledger
+
+// Claims: an omitted datacenters list in a federation (docs/multidc.md,
+// "An omitted list in a federation"). A submission that names no datacenter
+// runs in one datacenter, its home; every other datacenter of the federation
+// holds a claim on the key, so that a retry through any of their gates finds
+// the key taken and is sent home instead of making a second job there.
+
+// Claim inserts a CLAIMED entry for (Tenant, Key) unless one is live: the key
+// is held for the job JobID that runs in datacenter Home, never here. The
+// entry stores the request's Type and Home (Request.Datacenters = [Home]),
+// not its payload; it queues no job, counts against MaxEntries and the byte
+// budgets as an entry without a payload, and expires at ExpiresAt.
+//
+// Semantics, in this order:
+//  1. An entry of the key that is due (ExpiresAt <= Now) is removed first, with
+//     exactly Expire's effects.
+//  2. A live entry with the same Fingerprint: OutcomeExists (a claim, of this
+//     Home or another, or this datacenter's own entry); another fingerprint:
+//     OutcomeKeyReused. Both return the entry; nothing changes.
+//  3. When the table holds MaxEntries entries or more, or the bytes are short,
+//     due entries are removed earliest first (at most a few); if still at the
+//     bound: OutcomeFull, OutcomeTenantBytesFull or OutcomeBytesFull.
+//  4. Otherwise the CLAIMED entry is inserted: OutcomeClaimed.
+//
+// A structured key's watermark is neither checked nor touched: the home
+// datacenter's ledger judges the key's sequence.
+type Claim struct {
+	Tenant      string
+	Key         string
+	Fingerprint string
+	JobID       string
+	// Home is the datacenter the job runs in; not empty.
+	Home string
+	// Type is the job type, kept for reads.
+	Type string
+	// Now is the leader's clock; ExpiresAt, after it, the claim's end (the
+	// expiry basis + the committed TTL, as the home's entry).
+	Now       int64
+	ExpiresAt int64
+	// The bounds, as Reserve's; 0 for "no bound" but MaxEntries, at least 1.
+	MaxEntries     uint64
+	MaxBytes       uint64
+	MaxTenantBytes uint64
+}
+
+// Release removes the live CLAIMED entry of (Tenant, Key) whose home is Home
+// and whose fingerprint is Fingerprint (OutcomeReleased); anything else is
+// left as it is (OutcomeUnchanged with the entry, or OutcomeNotFound). The
+// leader proposes it before reserving the key for a job of its own
+// datacenter that wins the key over Home's claim.
+type Release struct {
+	Tenant      string
+	Key         string
+	Fingerprint string
+	Home        string
+	Now         int64
+}
+
+func (Claim) CommandType() CommandType   { return TypeClaim }
+func (Claim) CommandVersion() uint8      { return ClaimVersion }
+func (Release) CommandType() CommandType { return TypeRelease }
+func (Release) CommandVersion() uint8    { return ReleaseVersion }
+
+func (c Claim) sizeHint() int {
+	return len(c.Tenant) + len(c.Key) + len(c.Fingerprint) + len(c.JobID) + len(c.Home) + len(c.Type) + 10*varintSize
+}
+
+// Claim v1 body:
+//
+//	tenant string, key string, fingerprint string, job_id string, home string,
+//	type string, now int64, expires_at int64,
+//	max_entries uvarint, max_bytes uvarint, max_tenant_bytes uvarint
+func (c Claim) appendBody(b []byte) []byte {
+	b = appendString(b, c.Tenant)
+	b = appendString(b, c.Key)
+	b = appendString(b, c.Fingerprint)
+	b = appendString(b, c.JobID)
+	b = appendString(b, c.Home)
+	b = appendString(b, c.Type)
+	b = appendInt64(b, c.Now)
+	b = appendInt64(b, c.ExpiresAt)
+	b = appendUvarint(b, c.MaxEntries)
+	b = appendUvarint(b, c.MaxBytes)
+	return appendUvarint(b, c.MaxTenantBytes)
+}
+
+func decodeClaimV1(d *decoder) Claim {
+	var c Claim
+	c.Tenant = d.string()
+	c.Key = d.string()
+	c.Fingerprint = d.string()
+	c.JobID = d.string()
+	c.Home = d.string()
+	c.Type = d.string()
+	c.Now = d.int64()
+	c.ExpiresAt = d.int64()
+	c.MaxEntries = d.uvarint()
+	c.MaxBytes = d.uvarint()
+	c.MaxTenantBytes = d.uvarint()
+	return c
+}
+
+func (r Release) sizeHint() int {
+	return len(r.Tenant) + len(r.Key) + len(r.Fingerprint) + len(r.Home) + 6*varintSize
+}
+
+// Release v1 body:
+//
+//	tenant string, key string, fingerprint string, home string, now int64
+func (r Release) appendBody(b []byte) []byte {
+	b = appendString(b, r.Tenant)
+	b = appendString(b, r.Key)
+	b = appendString(b, r.Fingerprint)
+	b = appendString(b, r.Home)
+	return appendInt64(b, r.Now)
+}
+
+func decodeReleaseV1(d *decoder) Release {
+	var r Release
+	r.Tenant = d.string()
+	r.Key = d.string()
+	r.Fingerprint = d.string()
+	r.Home = d.string()
+	r.Now = d.int64()
+	return r
+}
+
+func (s *state) applyClaim(ax *applyCtx, c Claim) Result {
+	switch {
+	case c.Tenant == "" || c.Key == "" || c.JobID == "" || c.Home == "":
+		return invalidf("claim: empty tenant, key, job ID or home")
+	case c.ExpiresAt <= c.Now:
+		return invalidf("claim: expires_at %d not after now %d", c.ExpiresAt, c.Now)
+	case c.MaxEntries == 0:
+		return invalidf("claim: max_entries is 0")
+	}
+	var res Result
+	if e, ok := s.getEntry(c.Tenant, c.Key); ok {
+		if e.ExpiresAt > c.Now {
+			res.Entry = *e
+			if e.Fingerprint != c.Fingerprint {
+				res.Outcome = OutcomeKeyReused
+				return res
+			}
+			res.Outcome = OutcomeExists
+			res.Job = s.jobOf(e)
+			return res
+		}
+		s.removeEntry(ax, e, c.Now, &res.Removed)
+	}
+	cost := entryBytes(0, StateClaimed)
+	overBytes := func() bool {
+		return (c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes) ||
+			(c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes)
+	}
+	for i := 0; i < maxReliefRemovals && (uint64(s.entries.Len()) >= c.MaxEntries || overBytes()); i++ {
+		if e, ok := s.entryExp.Min(); ok && e.ExpiresAt <= c.Now {
+			s.removeEntry(ax, e, c.Now, &res.Removed)
+			continue
+		}
+		if j, ok := s.jobExp.Min(); ok && j.ExpiresAt <= c.Now && overBytes() {
+			s.removeJob(j)
+			res.Removed.Jobs++
+			continue
+		}
+		break
+	}
+	switch {
+	case uint64(s.entries.Len()) >= c.MaxEntries:
+		res.Outcome = OutcomeFull
+		return res
+	case c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes:
+		res.Outcome = OutcomeTenantBytesFull
+		return res
+	case c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes:
+		res.Outcome = OutcomeBytesFull
+		return res
+	}
+	e := &Entry{
+		Tenant:      c.Tenant,
+		Key:         c.Key,
+		Fingerprint: c.Fingerprint,
+		State:       StateClaimed,
+		JobID:       c.JobID,
+		ReservedAt:  c.Now,
+		ResolvedAt:  c.Now,
+		ExpiresAt:   c.ExpiresAt,
+		Request:     Request{Type: c.Type, Datacenters: []string{c.Home}},
+	}
+	s.insertEntry(e)
+	ax.emit(ChangeClaimed, e)
+	res.Outcome = OutcomeClaimed
+	res.Entry = *e
+	return res
+}
+
+func (s *state) applyRelease(ax *applyCtx, c Release) Result {
+	if c.Tenant == "" || c.Key == "" || c.Home == "" {
+		return invalidf("release: empty tenant, key or home")
+	}
+	e, ok := s.getEntry(c.Tenant, c.Key)
+	if !ok {
+		return Result{Outcome: OutcomeNotFound}
+	}
+	if e.State != StateClaimed || e.Home() != c.Home || e.Fingerprint != c.Fingerprint || e.ExpiresAt <= c.Now {
+		return Result{Outcome: OutcomeUnchanged, Entry: *e, Job: s.jobOf(e)}
+	}
+	res := Result{Outcome: OutcomeReleased, Entry: *e}
+	s.removeEntry(ax, e, c.Now, &res.Removed)
+	return res
+}

@@ -1,0 +1,113 @@
+package manager
+
+import (
+	"context"
+	"time"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/rpc"
+)
+
+// Claims: a job whose client omitted the datacenters list, in a federation
+// (docs/multidc.md, "An omitted list in a federation"). The gate sends the
+// submission with Home set: to Home's leader as Home's own job, and to every
+// other datacenter's leader as a claim, first. These are the two ends.
+
+// claim records, for a submission whose job runs in another datacenter
+// (req.Home), that this datacenter's ledger holds the key for it: a CLAIMED
+// entry with the same job ID, fingerprint and expiry as the home's, no job.
+// A live entry of the key answers instead: another fingerprint is
+// key_reused; this datacenter's own job (a retry found the job's true home)
+// its outcome; a claim, of Home or another home, OutcomeClaimed naming its
+// home.
+func (m *Manager) claim(ctx context.Context, req *rpc.SubmitRequest, jobID string) (*rpc.SubmitResponse, error) {
+	if m.groupVersion() < protocolClaims {
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "not every manager of datacenter %s reads claims yet (a rolling upgrade); retry", m.cfg.Datacenter)
+	}
+	wait := time.Duration(req.WaitMillis) * time.Millisecond
+	deadline := time.Now().Add(wait)
+	for attempt := 0; attempt < 4; attempt++ {
+		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.expiryNow().UnixNano() {
+			if e.Fingerprint != req.Fingerprint {
+				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
+			}
+			if e.State != ledger.StatePending {
+				return m.entryResponse(e, "", true), nil
+			}
+			resp, again, err := m.waitPending(ctx, req, deadline)
+			if err != nil || !again {
+				return resp, err
+			}
+			continue
+		}
+		proposal, owner := m.beginProposal(req.Tenant, req.Key)
+		if !owner {
+			select {
+			case <-proposal:
+				continue
+			case <-ctx.Done():
+				return nil, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
+			case <-m.shutdown:
+				return nil, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+			}
+		}
+		ttl := m.cfg.Idempotency.CommittedTTL
+		if req.ResultTTL > 0 {
+			ttl = req.ResultTTL
+		}
+		now := m.ledgerNow()
+		res, err := m.apply(ctx, ledger.Claim{
+			Tenant:         req.Tenant,
+			Key:            req.Key,
+			Fingerprint:    req.Fingerprint,
+			JobID:          jobID,
+			Home:           req.Home,
+			Type:           req.Job.Type,
+			Now:            now.UnixNano(),
+			ExpiresAt:      basisExpiry(m.expiryBasis(req), now, ttl),
+			MaxEntries:     uint64(m.cfg.LedgerMaxEntries),
+			MaxBytes:       uint64(m.cfg.LedgerMaxBytes),
+			MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes),
+		})
+		m.endProposal(req.Tenant, req.Key, proposal)
+		if err != nil {
+			return nil, err
+		}
+		switch res.Outcome {
+		case ledger.OutcomeClaimed:
+			return m.entryResponse(res.Entry, "", false), nil
+		case ledger.OutcomeExists, ledger.OutcomeKeyReused:
+			continue // the fast path answers it
+		default:
+			return nil, m.refusal("claim", req.Tenant, res)
+		}
+	}
+	return nil, rpc.Errorf(rpc.CodeUnavailable, "the key's entry kept changing while claiming it; retry")
+}
+
+// overClaim judges, at the home, another home's claim on the key (e, with the
+// request's fingerprint) that a submission of this datacenter's own job
+// found. Both first attempts got their claims into every other datacenter
+// (only possible with two datacenters racing), so exactly one must win, the
+// same one at both ends: the datacenter whose name sorts first. This one
+// wins when it sorts before the claim's home: the claim is released (nil,
+// nil: reserve the key now); the other home can no longer run the job, as
+// its own ledger holds this datacenter's claim. Otherwise the answer is
+// OutcomeClaimed naming the claim's home.
+func (m *Manager) overClaim(ctx context.Context, req *rpc.SubmitRequest, e ledger.Entry) (*rpc.SubmitResponse, error) {
+	home := e.Home()
+	if req.Home == "" || m.cfg.Datacenter >= home {
+		return m.entryResponse(e, "", true), nil
+	}
+	res, err := m.apply(ctx, ledger.Release{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, Home: home,
+		Now: m.ledgerNow().UnixNano()})
+	if err != nil {
+		return nil, err
+	}
+	switch res.Outcome {
+	case ledger.OutcomeReleased, ledger.OutcomeNotFound, ledger.OutcomeUnchanged:
+		return nil, nil // the caller looks again
+	default:
+		return nil, rpc.Errorf(rpc.CodeInternal, "release: unexpected outcome %s: %v", res.Outcome, res.Err)
+	}
+}
