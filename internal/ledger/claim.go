@@ -136,18 +136,8 @@ func (s *state) applyClaim(ax *applyCtx, c Claim) Result {
 		return invalidf("claim: max_entries is 0")
 	}
 	var res Result
-	if e, ok := s.getEntry(c.Tenant, c.Key); ok {
-		if e.ExpiresAt > c.Now {
-			res.Entry = *e
-			if e.Fingerprint != c.Fingerprint {
-				res.Outcome = OutcomeKeyReused
-				return res
-			}
-			res.Outcome = OutcomeExists
-			res.Job = s.jobOf(e)
-			return res
-		}
-		s.removeEntry(ax, e, c.Now, &res.Removed)
+	if s.answerLive(ax, c.Tenant, c.Key, c.Fingerprint, c.Now, &res) {
+		return res
 	}
 	cost := entryBytes(0, StateClaimed)
 	overBytes := func() bool {

@@ -546,6 +546,30 @@ func (s *state) removeJob(j *Job) {
 // never writes into memory the FSM shares.
 func clip[T any](p []T) []T { return p[:len(p):len(p)] }
 
+// answerLive answers a command that would take (tenant, key) from the
+// entry the ledger holds for it while that entry lives: OutcomeExists with
+// its job for the same fingerprint, OutcomeKeyReused for another. An expired
+// entry is removed first (into res.Removed). It reports whether res holds
+// the answer; false means the key is free.
+func (s *state) answerLive(ax *applyCtx, tenant, key, fingerprint string, now int64, res *Result) bool {
+	e, ok := s.getEntry(tenant, key)
+	if !ok {
+		return false
+	}
+	if e.ExpiresAt <= now {
+		s.removeEntry(ax, e, now, &res.Removed)
+		return false
+	}
+	res.Entry = *e
+	if e.Fingerprint != fingerprint {
+		res.Outcome = OutcomeKeyReused
+		return true
+	}
+	res.Outcome = OutcomeExists
+	res.Job = s.jobOf(e)
+	return true
+}
+
 func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 	switch {
 	case c.Tenant == "" || c.Key == "" || c.JobID == "":
@@ -556,18 +580,8 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 		return invalidf("reserve: max_entries is 0")
 	}
 	var res Result
-	if e, ok := s.getEntry(c.Tenant, c.Key); ok {
-		if e.ExpiresAt > c.Now {
-			res.Entry = *e
-			if e.Fingerprint != c.Fingerprint {
-				res.Outcome = OutcomeKeyReused
-				return res
-			}
-			res.Outcome = OutcomeExists
-			res.Job = s.jobOf(e)
-			return res
-		}
-		s.removeEntry(ax, e, c.Now, &res.Removed)
+	if s.answerLive(ax, c.Tenant, c.Key, c.Fingerprint, c.Now, &res) {
+		return res
 	}
 	hasWatermark := false
 	if c.Structured {

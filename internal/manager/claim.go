@@ -40,16 +40,12 @@ func (m *Manager) claim(ctx context.Context, req *rpc.SubmitRequest, jobID strin
 			}
 			continue
 		}
-		proposal, owner := m.beginProposal(req.Tenant, req.Key)
-		if !owner {
-			select {
-			case <-proposal:
-				continue
-			case <-ctx.Done():
-				return nil, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
-			case <-m.shutdown:
-				return nil, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
-			}
+		proposal, err := m.proposeOrWait(ctx, req.Tenant, req.Key)
+		if err != nil {
+			return nil, err
+		}
+		if proposal == nil {
+			continue
 		}
 		ttl := m.cfg.Idempotency.CommittedTTL
 		if req.ResultTTL > 0 {

@@ -97,16 +97,12 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		// Coalesce concurrent first submissions of one key (a storm through
 		// several gates): one proposes the Reserve, the others wait for it and
 		// then find the entry on the fast path. One reservation in the log.
-		proposal, owner := m.beginProposal(req.Tenant, req.Key)
-		if !owner {
-			select {
-			case <-proposal:
-				continue
-			case <-ctx.Done():
-				return nil, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
-			case <-m.shutdown:
-				return nil, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
-			}
+		proposal, err := m.proposeOrWait(ctx, req.Tenant, req.Key)
+		if err != nil {
+			return nil, err
+		}
+		if proposal == nil {
+			continue
 		}
 
 		if resp, ok := m.retainedJob(req, k, jobID); ok {
@@ -134,10 +130,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			MaxTenantBytes:      uint64(m.cfg.LedgerTenantMaxBytes),
 			ResultTTL:           req.ResultTTL,
 		}
-		var (
-			res ledger.Result
-			err error
-		)
+		var res ledger.Result
 		if m.groupVersion() >= protocolOneRound {
 			// One round (ledger.Admit): the reservation and its outcome in
 			// one entry; no entry is left PENDING.
@@ -217,6 +210,25 @@ func (m *Manager) beginProposal(tenant, key string) (ch chan struct{}, owner boo
 	ch = make(chan struct{})
 	m.proposing[k] = ch
 	return ch, true
+}
+
+// proposeOrWait is beginProposal for a submission: the owner gets the
+// channel to pass to endProposal; any other caller waits for the owner's
+// proposal to end and gets nil (look at the key again), or an error when
+// its request or the manager ends first.
+func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string) (chan struct{}, error) {
+	proposal, owner := m.beginProposal(tenant, key)
+	if owner {
+		return proposal, nil
+	}
+	select {
+	case <-proposal:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
+	case <-m.shutdown:
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+	}
 }
 
 func (m *Manager) endProposal(tenant, key string, ch chan struct{}) {

@@ -144,8 +144,9 @@ func logTails(t *testing.T, dir string) {
 // The short form of the multi-datacenter chaos run (make chaos
 // CHAOS_ARGS=-multidc is the long one): two federated datacenters, every
 // submission naming both and going through any of the four gates; dc1 takes
-// one round of every fault kind while dc2's managers are all SIGSTOPped now
-// and then (dc-outage). The checker then applies every rule in each
+// one round of every fault kind while the datacenters are disconnected now
+// and then, by a WAN cut (wan-cut) and by dc2's managers all SIGSTOPped
+// (dc-outage) in turn. The checker then applies every rule in each
 // datacenter and rule (h) across them: every admitted job is in both, with
 // one id. A worker per tenant in each datacenter runs that datacenter's copy
 // of every job, and rule (i) holds in each. CHAOS_SEED and CHAOS_DIR work as
@@ -169,8 +170,10 @@ func TestChaosMultiDCShort(t *testing.T) {
 		Logf:     t.Logf,
 	})
 	requireClean(t, sum, err, dir)
-	if sum.Faults[runner.KindDatacenterOutage] == 0 {
-		t.Errorf("dc2 never had an outage (faults: %v)", sum.Faults)
+	for _, k := range []nemesis.Kind{runner.KindWANCut, runner.KindDatacenterOutage} {
+		if sum.Faults[k] == 0 {
+			t.Errorf("the datacenters were never disconnected by %s (faults: %v)", k, sum.Faults)
+		}
 	}
 	if sum.Workload.Committed == 0 {
 		t.Error("no submission was committed")

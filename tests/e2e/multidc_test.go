@@ -20,16 +20,21 @@ import (
 )
 
 // startFederation starts dc1 and dc2 (three managers and one gate each),
-// federated over WAN gossip, and stops them at the end of the test.
-func startFederation(t *testing.T) *localcluster.Federation {
+// federated over WAN gossip, and stops them at the end of the test. Each
+// option adjusts the cluster options first.
+func startFederation(t *testing.T, options ...func(*localcluster.Options)) *localcluster.Federation {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("real-process test; skipped with -short")
 	}
-	f, err := localcluster.NewFederation(localcluster.Options{BinDir: binDir, BaseDir: t.TempDir(), Fast: true,
+	opts := localcluster.Options{BinDir: binDir, BaseDir: t.TempDir(), Fast: true,
 		Env: []string{"MANAGER_LOG_LEVEL=info", "GATE_LOG_LEVEL=info", "GATE_FORWARD_TIMEOUT_SECONDS=3",
 			// a forward waits GATE_FORWARD_TIMEOUT_SECONDS plus the pending wait: keep the 503 prompt
-			"IDEMPOTENCY_PENDING_WAIT_TIMEOUT=5"}},
+			"IDEMPOTENCY_PENDING_WAIT_TIMEOUT=5"}}
+	for _, o := range options {
+		o(&opts)
+	}
+	f, err := localcluster.NewFederation(opts,
 		[]localcluster.DatacenterSpec{{Name: "dc1", Managers: 3, Gates: 1}, {Name: "dc2", Managers: 3, Gates: 1}})
 	if err != nil {
 		t.Fatal(err)

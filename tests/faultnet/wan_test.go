@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -53,4 +54,39 @@ func TestWANCutRefusesClosesAndHeals(t *testing.T) {
 		t.Fatalf("dial after the heal: %v", err)
 	}
 	c.Close()
+}
+
+// A process with FAULTNET_WAN_FILE starts with the file's rule in force,
+// follows every later rule and acknowledges each one by its generation.
+func TestWANFileIsFollowedAndAcknowledged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.wan.json")
+	if err := WriteWANRule(path, WANRule{Generation: 1, Block: []string{"127.0.0.1:1"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, stop, err := WANFromEnv(ctx, []string{"OTHER=1", WANFileEnv + "=" + path})
+	if err != nil || w == nil {
+		t.Fatalf("WANFromEnv: %v, %v", w, err)
+	}
+	defer stop()
+	if !w.isBlocked("127.0.0.1:1") {
+		t.Fatal("the rule in the file at start is not in force")
+	}
+	if ack, err := ReadWANRule(Ack(path)); err != nil || ack.Generation != 1 {
+		t.Fatalf("ack %+v %v, want generation 1", ack, err)
+	}
+	if err := WriteWANRule(path, WANRule{Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		ack, err := ReadWANRule(Ack(path))
+		return err == nil && ack.Generation == 2, "generation 2 to be acknowledged"
+	})
+	if w.isBlocked("127.0.0.1:1") {
+		t.Fatal("the heal is acknowledged but the address is still blocked")
+	}
+	if w, _, err := WANFromEnv(ctx, []string{"OTHER=1"}); w != nil || err != nil {
+		t.Fatalf("without the variable: %v, %v; want nothing", w, err)
+	}
 }

@@ -41,6 +41,7 @@ import (
 
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/tests/faultnet"
 )
 
 // Role of a process.
@@ -71,7 +72,8 @@ type Options struct {
 	ManagerEnv, GateEnv []string
 	// Failpoints runs the managers as FaultManagerBinary (the real manager
 	// with /debug/failpoints: partitions, clock skew, leadership transfer)
-	// instead of the product's manager binary.
+	// and the gates as FaultGateBinary instead of the product's binaries;
+	// every process then follows the federation's WAN cut (CutWAN).
 	Failpoints bool
 	// Fast shortens Raft and membership timings for tests.
 	Fast bool
@@ -148,6 +150,11 @@ type Cluster struct {
 // (tests/cmd/oncemanager-faults), run for managers when Options.Failpoints is set.
 const FaultManagerBinary = "oncemanager-faults"
 
+// FaultGateBinary is the fault-injection gate of the tests module
+// (tests/cmd/oncegate-faults), run for gates when Options.Failpoints is set:
+// its connections to other datacenters follow the federation's WAN cut.
+const FaultGateBinary = "oncegate-faults"
+
 // Build compiles cmd/gate and cmd/manager of the product module (found by
 // ModuleRoot), and the tests module's FaultManagerBinary, into binDir: what
 // the e2e tests, the chaos runner and oncebench -build run. race adds -race
@@ -162,7 +169,7 @@ func Build(ctx context.Context, binDir string, race bool) error {
 	}
 	for _, b := range []struct{ dir, pkgs []string }{
 		{[]string{moduleDir}, []string{"./cmd/gate", "./cmd/manager"}},
-		{[]string{moduleDir, "tests"}, []string{"./cmd/" + FaultManagerBinary}},
+		{[]string{moduleDir, "tests"}, []string{"./cmd/" + FaultManagerBinary, "./cmd/" + FaultGateBinary}},
 	} {
 		args := []string{"build", "-tags", "hashicorpmetrics", "-o", binDir + string(os.PathSeparator)}
 		if race {
@@ -626,8 +633,11 @@ func (n *Node) Start() error {
 		}
 	}
 	name := string(n.Role)
-	if n.Role == RoleManager && n.c.opts.Failpoints {
+	switch {
+	case n.Role == RoleManager && n.c.opts.Failpoints:
 		name = FaultManagerBinary
+	case n.Role == RoleGate && n.c.opts.Failpoints:
+		name = FaultGateBinary
 	}
 	bin := filepath.Join(n.c.opts.BinDir, name)
 	if runtime.GOOS == "windows" {
@@ -639,6 +649,9 @@ func (n *Node) Start() error {
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(append(os.Environ(), n.c.opts.Env...), n.env...)
+	if n.c.opts.Failpoints {
+		cmd.Env = append(cmd.Env, faultnet.WANFileEnv+"="+n.wanFile())
+	}
 	var out io.Writer = f
 	if n.c.opts.Stdout != nil {
 		out = io.MultiWriter(f, &prefixWriter{w: n.c.opts.Stdout, prefix: []byte(fmt.Sprintf("%-9s| ", n.Name))})

@@ -111,9 +111,10 @@ type Options struct {
 	// MultiDC runs two federated datacenters, dc1 and dc2, each with three
 	// managers and two gates: every submission names both and goes through
 	// any of the four gates; the nemesis injects its faults into dc1, and
-	// dc2 suffers outages (every manager SIGSTOPped for a while, so dc1 and
-	// the gates cannot reach it: a WAN cut as the other side sees it). The
-	// check runs the rules per datacenter and rule (h) across them.
+	// the datacenters are disconnected in turn by a real WAN cut (the
+	// network between them, every process running) and by an outage of
+	// dc2 (every manager SIGSTOPped for a while). The check runs the rules
+	// per datacenter and rule (h) across them.
 	MultiDC bool
 }
 
@@ -239,6 +240,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		start func(context.Context) error
 		stop  func()
 		names []string // the datacenters a submission names (none: the gate's own)
+		fed   *localcluster.Federation
 	)
 	if o.MultiDC {
 		// A forward gives up before an outage ends: 503s, retried by the
@@ -250,7 +252,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		if err != nil {
 			return sum, err
 		}
-		dcs, start, stop, names = f.DCs, f.StartReady, f.Stop, multiDCs
+		dcs, start, stop, names, fed = f.DCs, f.StartReady, f.Stop, multiDCs, f
 		logf("starting two datacenters (%v), each with 3 managers and 2 gates; logs under %s", multiDCs, base.BaseDir)
 	} else {
 		c, err := localcluster.New(base)
@@ -311,11 +313,11 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	}()
 	ndone := make(chan error, 1)
 	go func() { ndone <- nem.Run(nctx) }()
-	outagesDone := make(chan int, 1)
+	outagesDone := make(chan map[nemesis.Kind]int, 1)
 	if o.MultiDC {
-		go func() { outagesDone <- outages(nctx, dcs[1], rec, o.Timings, o.Seed, logf) }()
+		go func() { outagesDone <- outages(nctx, fed, rec, o.Timings, o.Seed, logf) }()
 	} else {
-		outagesDone <- 0
+		outagesDone <- nil
 	}
 
 	// Workers consume each datacenter's copy of the jobs through its own
@@ -371,8 +373,10 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		}
 	}
 	ncancel()
-	if n := <-outagesDone; n > 0 {
-		sum.Faults[KindDatacenterOutage] = n
+	for k, n := range <-outagesDone {
+		if n > 0 {
+			sum.Faults[k] = n
+		}
 	}
 	sum.Workload = wr.st
 	sum.Events = nem.Events()

@@ -117,7 +117,7 @@ func (s *Summary) String() string {
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "  faults      %d injected:", s.FaultCount())
-	for _, k := range append(slices.Clone(nemesis.AllKinds), KindDatacenterOutage) {
+	for _, k := range append(slices.Clone(nemesis.AllKinds), federationKinds...) {
 		if n, ok := s.Faults[k]; ok {
 			fmt.Fprintf(&b, " %s %d;", k, n)
 		}
