@@ -262,7 +262,11 @@ func New(opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	member := rpc.WithSecret(transport, opts.ClusterSecret)
-	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: rpc.WithOperatorSecret(member, opts.OperatorSecret)},
+	// The harness's client sends the managers' credentials to the managers
+	// only: a gate gets the tenant's bearer token its caller set.
+	gates := map[string]bool{}
+	harness := byHost{gates: gates, gate: transport, other: rpc.WithOperatorSecret(member, opts.OperatorSecret)}
+	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: harness},
 		noSecret: &http.Client{Timeout: 2 * time.Second, Transport: transport}, rpcTLS: transport.TLSClientConfig, member: member}
 	if f := opts.TLS; f != nil {
 		c.opts.ManagerEnv = append([]string{"MANAGER_TLS_CA_FILE=" + f.CA, "MANAGER_TLS_CERT_FILE=" + f.ManagerCert,
@@ -318,6 +322,7 @@ func New(opts Options) (*Cluster, error) {
 		}
 		n := &Node{Name: fmt.Sprintf("gate%d", i), Role: RoleGate, c: c, HTTPAddr: addr(port), Gossip: addr(next())}
 		c.Gates = append(c.Gates, n)
+		gates[n.HTTPAddr] = true
 	}
 	if opts.WAN { // after every other port, so a single datacenter's layout is unchanged
 		for _, n := range c.Managers {

@@ -131,7 +131,7 @@ func (c *Cluster) NodeURL(n *Node, path string) string {
 // HTTPClient is the harness's client: it trusts the cluster's CA (the
 // TLS files' or the one derived from the secret), presents a client
 // certificate, the secret and the operator secret to the managers, and
-// reaches the gates.
+// reaches the gates without them (the caller's tenant token passes).
 func (c *Cluster) HTTPClient() *http.Client { return c.client }
 
 // HTTPClientWithoutSecret is HTTPClient without the cluster secret: the same
@@ -174,4 +174,30 @@ func derivedClientTLS(secret string) (*tls.Config, error) {
 		return nil, fmt.Errorf("localcluster: the CA derived from the cluster secret: %w", err)
 	}
 	return cl.ClientConfig(), nil
+}
+
+// byHost sends a request for one of the cluster's gates (host:port, filled
+// while New lays the gates out, read-only afterwards) through gate, which
+// adds no credential: a gate's Authorization header is a tenant's bearer
+// token, and a gate is never sent the cluster or operator secret. Every
+// other request, a manager's, goes through other.
+type byHost struct {
+	gates       map[string]bool
+	gate, other http.RoundTripper
+}
+
+func (t byHost) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.gates[r.URL.Host] {
+		return t.gate.RoundTrip(r)
+	}
+	return t.other.RoundTrip(r)
+}
+
+// CloseIdleConnections reaches both transports, so http.Client's does.
+func (t byHost) CloseIdleConnections() {
+	for _, rt := range []http.RoundTripper{t.gate, t.other} {
+		if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections()
+		}
+	}
 }
