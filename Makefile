@@ -54,7 +54,8 @@ fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## run: a local cluster (3 managers, gates on :8080 and :8081); Ctrl-C stops it.
+## run: a local cluster (3 managers, gates on :8080 and :8081), secured by a
+## generated cluster secret in .run/cluster-secret; Ctrl-C stops it.
 ## The terminal shows a summary and a status line per change; RUN_ARGS=-logs
 ## streams the processes' logs instead
 RUN_ARGS ?=

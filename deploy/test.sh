@@ -47,6 +47,9 @@ tls=${ONCE_TEST_TLS:-1}
 files=(-f "$here/compose.yaml" -f "$here/compose.rpc.yaml")
 if [ "$tls" = 1 ]; then
 	files+=(-f "$here/compose.tls.yaml")
+	# TLS files without a cluster secret: the gossip pools need a key.
+	ONCE_GOSSIP_KEY=${ONCE_GOSSIP_KEY:-$(head -c 32 /dev/urandom | base64)}
+	export ONCE_GOSSIP_KEY
 fi
 dc() { "${compose[@]}" -p "$project" "${files[@]}" "$@"; }
 

@@ -37,9 +37,14 @@ var ErrCA = errors.New("loading the cluster CA")
 // oncectl) dials with ClientConfig, which presents this node's certificate
 // and accepts only a server certificate signed by the CA for ServerName.
 type Cluster struct {
-	pair   *Reloader
+	pair   *Reloader // the certificate files; nil for a cluster derived from the secret
 	caFile string
 	log    *slog.Logger
+
+	// A cluster derived from the secret (FromSecret): its leaf, issued at
+	// start, and TLS 1.3 with a role in every certificate.
+	leaf    *tls.Certificate
+	derived bool
 
 	ca    atomic.Pointer[x509.CertPool]
 	mu    sync.Mutex // serialises CA reloads
@@ -79,7 +84,35 @@ func LoadCluster(f config.TLSFiles, log *slog.Logger) (*Cluster, error) {
 	return c, nil
 }
 
+// certificate is this node's certificate now.
+func (c *Cluster) certificate() *tls.Certificate {
+	if c.pair == nil {
+		return c.leaf
+	}
+	return c.pair.Certificate()
+}
+
+// getCertificate is tls.Config.GetCertificate.
+func (c *Cluster) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return c.certificate(), nil
+}
+
+// minVersion is TLS 1.3 for a derived cluster (every process is this
+// code), 1.2 with certificate files (other clients, Prometheus).
+func (c *Cluster) minVersion() uint16 {
+	if c.derived {
+		return tls.VersionTLS13
+	}
+	return tls.VersionTLS12
+}
+
+// Derived reports whether the cluster was derived from the cluster secret.
+func (c *Cluster) Derived() bool { return c.derived }
+
 func (c *Cluster) reloadCA() (bool, error) {
+	if c.pair == nil {
+		return false, nil // derived: nothing to reload
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fi, err := os.Stat(c.caFile)
@@ -105,6 +138,9 @@ func (c *Cluster) reloadCA() (bool, error) {
 // Reload loads the CA and the pair again where their files changed, and
 // reports whether anything was loaded. On error what is in use stays.
 func (c *Cluster) Reload() (bool, error) {
+	if c.pair == nil {
+		return false, nil
+	}
 	ca, err1 := c.reloadCA()
 	pair, err2 := c.pair.Reload()
 	return ca || pair, errors.Join(err1, err2)
@@ -113,12 +149,16 @@ func (c *Cluster) Reload() (bool, error) {
 // Watch reloads every interval until ctx ends, logging what it loads and
 // what fails.
 func (c *Cluster) Watch(ctx context.Context, interval time.Duration) {
+	if c.pair == nil {
+		return // derived: no files
+	}
 	watch(ctx, interval, c.Reload, c.log, "cluster TLS", c.caFile)
 }
 
-// ServerConfig is the TLS configuration of a manager's RPC and Raft
-// listeners: this node's certificate, and a client certificate signed by the
-// cluster CA required of every caller.
+// ServerConfig is the TLS configuration of a manager's RPC listener: this
+// node's certificate, and a client certificate signed by the cluster CA
+// required of every caller, of a role in RPCRoles (or of none, with
+// certificate files that carry no roles).
 //
 // The RPC listener serves the gRPC submit stream (HTTP/2) and the HTTP/1.1
 // routes (reads, status, metrics) on one port, told apart by the first bytes
@@ -126,22 +166,34 @@ func (c *Cluster) Watch(ctx context.Context, interval time.Duration) {
 // Prometheus, Go's http.Transport, which offer h2 too) is given http/1.1,
 // which the routes speak; only a caller offering h2 alone (gRPC) is given
 // h2.
-func (c *Cluster) ServerConfig() *tls.Config {
+func (c *Cluster) ServerConfig() *tls.Config { return c.serverConfig(RPCRoles, true) }
+
+// RaftServerConfig is the TLS configuration of a manager's Raft port: as
+// ServerConfig, but only a manager's certificate (RaftRoles) is accepted; a
+// gate's is refused in the handshake.
+func (c *Cluster) RaftServerConfig() *tls.Config { return c.serverConfig(RaftRoles, false) }
+
+func (c *Cluster) serverConfig(accept []Role, alpn bool) *tls.Config {
+	verify := func(cs tls.ConnectionState) error { return checkRole(cs, accept, c.derived) }
 	return &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		GetCertificate: c.pair.GetCertificate,
+		MinVersion:     c.minVersion(),
+		GetCertificate: c.getCertificate,
 		// Per handshake, so that a reloaded CA applies to the next caller.
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			protos := []string{"h2"}
-			if slices.Contains(hello.SupportedProtos, "http/1.1") {
-				protos = []string{"http/1.1"}
+			var protos []string
+			if alpn {
+				protos = []string{"h2"}
+				if slices.Contains(hello.SupportedProtos, "http/1.1") {
+					protos = []string{"http/1.1"}
+				}
 			}
 			return &tls.Config{
-				MinVersion:     tls.VersionTLS12,
-				GetCertificate: c.pair.GetCertificate,
-				ClientAuth:     tls.RequireAndVerifyClientCert,
-				ClientCAs:      c.ca.Load(),
-				NextProtos:     protos,
+				MinVersion:       c.minVersion(),
+				GetCertificate:   c.getCertificate,
+				ClientAuth:       tls.RequireAndVerifyClientCert,
+				ClientCAs:        c.ca.Load(),
+				NextProtos:       protos,
+				VerifyConnection: verify,
 			}, nil
 		},
 	}
@@ -152,9 +204,9 @@ func (c *Cluster) ServerConfig() *tls.Config {
 // certificate the current cluster CA signed for ServerName.
 func (c *Cluster) ClientConfig() *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
+		MinVersion: c.minVersion(),
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return c.pair.Certificate(), nil
+			return c.certificate(), nil
 		},
 		// The chain and the name are verified in VerifyConnection, against
 		// the CA loaded now (RootCAs would fix the CA at the first dial).
@@ -181,5 +233,6 @@ func (c *Cluster) verifyServer(cs tls.ConnectionState) error {
 	if err != nil {
 		return fmt.Errorf("the server's certificate is not the cluster's (%s, signed by the cluster CA): %w", ServerName, err)
 	}
-	return nil
+	// A server is a manager: a certificate of another role is refused.
+	return checkRole(cs, []Role{RoleManager}, c.derived)
 }

@@ -38,6 +38,9 @@ const (
 	EnvCACert = "ONCE_CACERT"
 	EnvCert   = "ONCE_CERT"
 	EnvKey    = "ONCE_KEY"
+	// EnvInsecure is --insecure: talk to managers that run without a
+	// credential (MANAGER_INSECURE=true), over plain HTTP.
+	EnvInsecure = "ONCE_INSECURE"
 )
 
 // Exit codes: config's, so that every once program agrees.
@@ -65,6 +68,7 @@ type globals struct {
 	cacert         string // --cacert, --cert, --key
 	cert           string
 	key            string
+	insecure       bool // --insecure
 	output         string
 	timeout        time.Duration
 	stdout         io.Writer
@@ -150,6 +154,7 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 	pf.StringVar(&g.cacert, "cacert", os.Getenv(EnvCACert), "the cluster CA, for managers serving RPC over mutual TLS (env "+EnvCACert+")")
 	pf.StringVar(&g.cert, "cert", os.Getenv(EnvCert), "a client certificate the cluster CA signed (env "+EnvCert+")")
 	pf.StringVar(&g.key, "key", os.Getenv(EnvKey), "the private key of --cert (env "+EnvKey+")")
+	pf.BoolVar(&g.insecure, "insecure", os.Getenv(EnvInsecure) == "true", "talk to managers running without a credential (MANAGER_INSECURE=true) over plain HTTP; refused with --cluster-secret-file, --operator-secret-file or --cacert (env "+EnvInsecure+"=true)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on the whole command")
 	root.AddCommand(submitCmd(g), jobCmd(g), keyCmd(g), clusterCmd(g), raftCmd(g), snapshotCmd(g), gossipCmd(g))

@@ -31,6 +31,18 @@ func (g *globals) managerClient() (*managerClient, error) {
 	if len(g.managers) == 0 {
 		return nil, usagef("--managers: no manager address")
 	}
+	files := config.TLSFiles{EnvCA: "--cacert", CA: g.cacert, EnvCert: "--cert", Cert: g.cert, EnvKey: "--key", Key: g.key}
+	// The managers' rule (config.CheckSecurity): a credential, or --insecure
+	// alone.
+	if _, err := config.CheckSecurity(config.Security{EnvInsecure: "--insecure", Insecure: g.insecure, TLS: files,
+		EnvSecret: "--cluster-secret-file", SecretFile: g.secret,
+		EnvOperatorSecret: "--operator-secret-file", OperatorSecretFile: g.operatorSecret}); err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) { // named by flags, not variables: say it without a derived flag name
+			return nil, usagef("%s: want %s", ce.Env, ce.Want)
+		}
+		return nil, usagef("%v", err)
+	}
 	secret := ""
 	if g.secret != "" {
 		s, err := config.ReadSecretFile("--cluster-secret-file", g.secret)
@@ -47,20 +59,27 @@ func (g *globals) managerClient() (*managerClient, error) {
 		}
 		opSecret = s
 	}
-	files := config.TLSFiles{EnvCA: "--cacert", CA: g.cacert, EnvCert: "--cert", Cert: g.cert, EnvKey: "--key", Key: g.key}
-	if err := files.Check(); err != nil {
-		return nil, usagef("%v", err)
-	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	var tlsCfg *tls.Config // a clone of http.DefaultTransport may carry a TLS config of its own
-	if files.Set() {
+	switch {
+	case files.Set():
 		c, err := certs.NewCluster(g.cacert, g.cert, g.key, nil)
 		if err != nil {
 			return nil, usagef("--cacert, --cert, --key: %v", err)
 		}
 		tlsCfg = c.ClientConfig()
-		t.TLSClientConfig = tlsCfg
+	case secret != "":
+		// The CA derived from the secret verifies the managers; oncectl,
+		// holding the secret, presents a leaf of the managers' role. It is
+		// no operator credential (a leaf of the derived CA never is, whatever
+		// its role): the operator routes take --operator-secret-file.
+		c, err := certs.ClusterFromSecret(secret, certs.RoleManager)
+		if err != nil {
+			return nil, usagef("--cluster-secret-file: %v", err)
+		}
+		tlsCfg = c.ClientConfig()
 	}
+	t.TLSClientConfig = tlsCfg
 	rt := rpc.WithOperatorSecret(rpc.WithSecret(t, secret), opSecret)
 	return &managerClient{hc: &http.Client{Transport: rt}, scheme: rpc.Scheme(tlsCfg), addr: g.managers}, nil
 }

@@ -35,6 +35,7 @@ const (
 	EnvLogLevel          = "GATE_LOG_LEVEL"
 	EnvLogFormat         = "GATE_LOG_FORMAT"
 	EnvPprof             = "GATE_PPROF"
+	EnvInsecure          = "GATE_INSECURE"
 	EnvJoin              = "GATE_JOIN"
 	EnvGossipAddr        = "GATE_GOSSIP_ADDR"
 	EnvGossipAdvertise   = "GATE_GOSSIP_ADVERTISE"
@@ -91,17 +92,21 @@ type Config struct {
 	// cluster CA and the gate's client certificate for the managers' RPC
 	// over mutual TLS (docs/security.md); all three or none.
 	RPCTLSCAFile, RPCTLSCertFile, RPCTLSKeyFile string
-	MaxBodyBytes                                int64         // GATE_MAX_BODY_BYTES, default 1 MiB
-	ForwardTimeout                              time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
-	ShutdownTimeout                             time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
-	LogLevel                                    string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
-	LogFormat                                   string        // GATE_LOG_FORMAT: text or json; default text
-	Pprof                                       bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
-	Join                                        []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
-	GossipAddr                                  string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
-	GossipAdvertise                             string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
-	GossipKey                                   string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
-	GossipProfile                               string        // GATE_GOSSIP_PROFILE: lan or local
+	// Insecure is GATE_INSECURE: start without a cluster credential (no
+	// GATE_RPC_TLS_*, no cluster secret), the managers' RPC and gossip
+	// plaintext; without it a gate refuses to start so (CheckSecurity).
+	Insecure        bool
+	MaxBodyBytes    int64         // GATE_MAX_BODY_BYTES, default 1 MiB
+	ForwardTimeout  time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
+	ShutdownTimeout time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
+	LogLevel        string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
+	LogFormat       string        // GATE_LOG_FORMAT: text or json; default text
+	Pprof           bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
+	Join            []string      // GATE_JOIN: gossip seeds; empty = no membership (GATE_MANAGERS only)
+	GossipAddr      string        // GATE_GOSSIP_ADDR: memberlist bind address, default 127.0.0.1:7300
+	GossipAdvertise string        // GATE_GOSSIP_ADVERTISE: gossip address the others dial; empty = derived from GossipAddr
+	GossipKey       string        // GATE_GOSSIP_KEY: base64 16/24/32-byte key; empty = plaintext
+	GossipProfile   string        // GATE_GOSSIP_PROFILE: lan or local
 
 	// Idempotency holds the seven IDEMPOTENCY_* settings.
 	Idempotency config.Idempotency
@@ -186,7 +191,9 @@ func Register(l *config.Loader, c *Config) {
 	l.String(&c.OTLPEndpoint, EnvOTLPEndpoint, "", "an http:// or https:// URL", tracing.CheckEndpoint,
 		"send OpenTelemetry traces of submissions there (OTLP over HTTP, e.g. http://otel-collector:4318); empty: no tracing")
 	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
-		"the secret presented to the managers' RPC; must match MANAGER_CLUSTER_SECRET_FILE's (empty: none)")
+		"the cluster secret (MANAGER_CLUSTER_SECRET_FILE's): the managers' RPC over mutual TLS with the CA derived from it (unless GATE_RPC_TLS_* is set), the gossip key derived from it (unless set), and presented to the managers")
+	l.Bool(&c.Insecure, EnvInsecure, false,
+		"start without a cluster credential: the managers' RPC and gossip unauthenticated and unencrypted (development only); refused together with a credential or a gossip key")
 	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, d.MaxBodyBytes, MinBodyBytes, MaxBodyBytes,
 		"the largest POST /v1/jobs body accepted (413 body_too_large beyond)")
 	l.Int64(&c.CacheMaxBytes, EnvCacheMaxBytes, d.CacheMaxBytes, 1<<20, 1<<40,
@@ -230,6 +237,18 @@ func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writ
 	}
 	c = c.withDefaults()
 	return c, c.Validate()
+}
+
+// CheckSecurity applies config.CheckSecurity to the gate's settings: a gate
+// starts with GATE_RPC_TLS_* or GATE_CLUSTER_SECRET_FILE, or with
+// GATE_INSECURE=true alone.
+func (c *Config) CheckSecurity() (config.Mode, error) {
+	var gossip []config.GossipPool
+	if len(c.Join) > 0 {
+		gossip = append(gossip, config.GossipPool{EnvKey: EnvGossipKey, Key: c.GossipKey})
+	}
+	return config.CheckSecurity(config.Security{EnvInsecure: EnvInsecure, Insecure: c.Insecure, TLS: c.rpcTLSFiles(),
+		EnvSecret: EnvClusterSecretFile, SecretFile: c.ClusterSecretFile, Gossip: gossip})
 }
 
 func (c *Config) rpcTLSFiles() config.TLSFiles {

@@ -107,6 +107,21 @@ func loadClusterTLS(cfg Config, log *slog.Logger) (*certs.Cluster, error) {
 	return certs.LoadCluster(cfg.rpcTLSFiles(), log)
 }
 
+// clusterTLSFor is the gate's side of the managers' mutual TLS:
+// GATE_RPC_TLS_* when set, else a gate's leaf of the CA derived from the
+// cluster secret, else nil (insecure mode: plain TCP).
+func clusterTLSFor(cfg Config, secret string, log *slog.Logger) (*certs.Cluster, error) {
+	c, err := loadClusterTLS(cfg, log)
+	if err != nil || c != nil || secret == "" {
+		return c, err
+	}
+	c, err = certs.ClusterFromSecret(secret, certs.RoleGate)
+	if err != nil {
+		return nil, config.Invalid(EnvClusterSecretFile, cfg.ClusterSecretFile, "a cluster secret", err)
+	}
+	return c, nil
+}
+
 // rpcTLSConfig is the TLS configuration of the gate's calls to managers
 // (nil: plain TCP).
 func (g *Gate) rpcTLSConfig() *tls.Config {
@@ -151,14 +166,6 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		}
 		g.certs = r
 	}
-	g.rpcTLS = deps.ClusterTLS
-	if g.rpcTLS == nil {
-		c, err := loadClusterTLS(cfg, g.log)
-		if err != nil {
-			return nil, err
-		}
-		g.rpcTLS = c
-	}
 	g.secret = deps.ClusterSecret
 	if g.secret == "" && cfg.ClusterSecretFile != "" {
 		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
@@ -167,9 +174,13 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		}
 		g.secret = secret
 	}
-	if g.secret == "" {
-		g.log.Warn("no cluster secret: the gate presents none to the managers' RPC, which then accepts any caller that reaches it; set " +
-			EnvClusterSecretFile + " and MANAGER_CLUSTER_SECRET_FILE (docs/security.md)")
+	g.rpcTLS = deps.ClusterTLS
+	if g.rpcTLS == nil {
+		c, err := clusterTLSFor(cfg, g.secret, g.log)
+		if err != nil {
+			return nil, err
+		}
+		g.rpcTLS = c
 	}
 	c, err := cache.New[*response](cache.Config{
 		MaxEntries:      cfg.Idempotency.MaxEntries,

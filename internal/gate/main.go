@@ -53,6 +53,11 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 		fmt.Fprintf(stderr, "gate: %v\n", err)
 		return ExitConfig
 	}
+	mode, err := cfg.CheckSecurity()
+	if err != nil {
+		fmt.Fprintf(stderr, "gate: %v\n", err)
+		return ExitConfig
+	}
 	logger, err := NewLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "gate: %v\n", err)
@@ -62,6 +67,20 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 		cfg.NodeName, _ = os.Hostname()
 	}
 	logger = logger.With(logging.KeyRole, "gate", logging.KeyNode, cfg.NodeName)
+	// One registry for the gate's own metrics and memberlist's, exported
+	// through go-metrics' Prometheus sink before the pool starts.
+	deps := Deps{Logger: logger, Registry: prometheus.NewRegistry(), Dial: opts.Dial}
+	if mode == config.ModeInsecure {
+		logger.Warn(EnvInsecure + "=true: " + config.InsecureWarning)
+	}
+	if cfg.ClusterSecretFile != "" {
+		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "gate: %v\n", err)
+			return ExitConfig
+		}
+		deps.ClusterSecret = secret
+	}
 	stopTracing, err := tracing.Start(ctx, cfg.OTLPEndpoint, "once-gate", cfg.NodeName, cfg.Datacenter)
 	if err != nil {
 		fmt.Fprintf(stderr, "gate: %v\n", err)
@@ -71,9 +90,6 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	if cfg.OTLPEndpoint != "" {
 		logger.Info("tracing on: spans go to the OTLP endpoint", logging.KeyAddr, cfg.OTLPEndpoint)
 	}
-	// One registry for the gate's own metrics and memberlist's, exported
-	// through go-metrics' Prometheus sink before the pool starts.
-	deps := Deps{Logger: logger, Registry: prometheus.NewRegistry(), Dial: opts.Dial}
 	stopTelemetry, err := telemetry.Export(deps.Registry, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "gate: %v\n", err)
@@ -81,7 +97,7 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	}
 	defer stopTelemetry()
 	if len(cfg.Join) > 0 {
-		pool, err := startMembership(ctx, cfg, logger)
+		pool, err := startMembership(ctx, cfg, deps.ClusterSecret, logger)
 		if err != nil {
 			fmt.Fprintf(stderr, "gate: %v\n", err)
 			return ExitFailed
@@ -99,15 +115,7 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	}
 	// The federation (other datacenters' managers) is read from the local
 	// managers and refreshed while the gate runs.
-	if cfg.ClusterSecretFile != "" {
-		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "gate: %v\n", err)
-			return ExitConfig
-		}
-		deps.ClusterSecret = secret
-	}
-	clusterTLS, err := loadClusterTLS(cfg, logger)
+	clusterTLS, err := clusterTLSFor(cfg, deps.ClusterSecret, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "gate: %v\n", err)
 		return ExitConfig

@@ -63,7 +63,7 @@ func TestMainConfigErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			env := append([]string{"GATE_LISTEN_ADDR=127.0.0.1:0"}, tt.env...)
+			env := append([]string{"GATE_LISTEN_ADDR=127.0.0.1:0", "GATE_INSECURE=true"}, tt.env...)
 			code := Main(context.Background(), tt.args, env, io.Discard, &stderr)
 			if code != ExitConfig {
 				t.Fatalf("exit %d, want %d; stderr: %s", code, ExitConfig, stderr.String())
@@ -119,7 +119,7 @@ func TestMainServesAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	exit := make(chan int, 1)
-	env := []string{"GATE_LISTEN_ADDR=127.0.0.1:0", "GATE_MANAGERS=" + addr, "GATE_LOG_FORMAT=json",
+	env := []string{"GATE_LISTEN_ADDR=127.0.0.1:0", "GATE_INSECURE=true", "GATE_MANAGERS=" + addr, "GATE_LOG_FORMAT=json",
 		"GATE_NODE_NAME=main-test", "IDEMPOTENCY_PENDING_WAIT_TIMEOUT=2"}
 	go func() { exit <- Main(ctx, nil, env, io.Discard, logs) }()
 
@@ -204,7 +204,7 @@ func TestMainStartsWithDecimalSeconds(t *testing.T) {
 		logs := &logLines{addr: make(chan string, 1)}
 		ctx, cancel := context.WithCancel(context.Background())
 		exit := make(chan int, 1)
-		env := []string{"GATE_LISTEN_ADDR=127.0.0.1:0", "GATE_LOG_FORMAT=json",
+		env := []string{"GATE_LISTEN_ADDR=127.0.0.1:0", "GATE_INSECURE=true", "GATE_LOG_FORMAT=json",
 			"IDEMPOTENCY_PENDING_TTL_SECONDS=" + v, "IDEMPOTENCY_WAIT_FOR_PENDING=True"}
 		go func() { exit <- Main(ctx, nil, env, io.Discard, logs) }()
 		select {

@@ -12,9 +12,11 @@ import (
 // startMembership joins the datacenter's LAN pool as a gate, so the gate learns
 // the managers (and, through their "not leader" answers, the leader) without a
 // static list.
-func startMembership(ctx context.Context, cfg Config, log *slog.Logger) (*membership.Pool, error) {
+// Without GATE_GOSSIP_KEY the pool's key is derived from the cluster secret
+// (empty: plaintext, insecure mode).
+func startMembership(ctx context.Context, cfg Config, secret string, log *slog.Logger) (*membership.Pool, error) {
 	mcfg, err := membership.Settings{Addr: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Keys: cfg.GossipKey,
-		Profile: cfg.GossipProfile, Seeds: cfg.Join}.Config("GATE", cfg.NodeName,
+		Profile: cfg.GossipProfile, Seeds: cfg.Join, Secret: secret, Label: membership.KeyLAN}.Config("GATE", cfg.NodeName,
 		membership.Meta{Role: membership.RoleGate, Datacenter: cfg.Datacenter, NodeID: cfg.NodeName, Version: 1}, log)
 	if err != nil {
 		return nil, err

@@ -31,7 +31,7 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 		return nil, fmt.Errorf("read raft state: %w", err)
 	}
 	mcfg, err := membership.Settings{Addr: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Keys: cfg.GossipKey,
-		Profile: cfg.GossipProfile, Seeds: cfg.Join}.Config("MANAGER", cfg.NodeID, membership.Meta{
+		Profile: cfg.GossipProfile, Seeds: cfg.Join, Secret: cfg.clusterSecret, Label: membership.KeyLAN}.Config("MANAGER", cfg.NodeID, membership.Meta{
 		Role:         membership.RoleManager,
 		Datacenter:   cfg.Datacenter,
 		NodeID:       cfg.NodeID,

@@ -103,8 +103,15 @@ type Config struct {
 	// use): RPC and Raft over mutual TLS (docs/security.md); all three or
 	// none.
 	TLSCAFile, TLSCertFile, TLSKeyFile string
-	LogLevel                           string // MANAGER_LOG_LEVEL
-	LogFormat                          string // MANAGER_LOG_FORMAT
+	// Insecure is MANAGER_INSECURE: start without any credential (no TLS
+	// files, no cluster secret), RPC, Raft and gossip unauthenticated and
+	// plaintext; without it a manager refuses to start so (CheckSecurity).
+	Insecure bool
+	// clusterSecret is the content of ClusterSecretFile once read (run):
+	// the gossip pools derive their keys from it when none is set.
+	clusterSecret string
+	LogLevel      string // MANAGER_LOG_LEVEL
+	LogFormat     string // MANAGER_LOG_FORMAT
 
 	Idempotency config.Idempotency
 
@@ -194,6 +201,7 @@ const (
 	EnvTLSCAFile                    = "MANAGER_TLS_CA_FILE"
 	EnvTLSCertFile                  = "MANAGER_TLS_CERT_FILE"
 	EnvTLSKeyFile                   = "MANAGER_TLS_KEY_FILE"
+	EnvInsecure                     = "MANAGER_INSECURE"
 	EnvLogLevel                     = "MANAGER_LOG_LEVEL"
 	EnvLogFormat                    = "MANAGER_LOG_FORMAT"
 )
@@ -306,12 +314,14 @@ func Register(l *config.Loader, c *Config) {
 		"this manager's certificate, signed by the cluster CA for the name manager.once, for server and client use")
 	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "", "a path to a PEM private key", nil,
 		"the private key of MANAGER_TLS_CERT_FILE")
+	l.Bool(&c.Insecure, EnvInsecure, false,
+		"start without a cluster credential: RPC, Raft and gossip unauthenticated and unencrypted (development only); refused together with a credential or a gossip key")
 	l.String(&c.OTLPEndpoint, EnvOTLPEndpoint, "", "an http:// or https:// URL", tracing.CheckEndpoint,
 		"send OpenTelemetry traces of submissions there (OTLP over HTTP, e.g. http://otel-collector:4318); empty: no tracing")
 	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
-		"the secret every caller of the RPC listener must present (gates, other datacenters' managers, oncectl); empty: none")
+		"the cluster secret: RPC and Raft over mutual TLS with a CA derived from it (unless MANAGER_TLS_* is set), the gossip keys derived from it (unless set), and presented by every caller of the RPC listener (gates, other datacenters' managers, oncectl)")
 	l.String(&c.OperatorSecretFile, EnvOperatorSecretFile, "", "a path to a file holding the operator secret", nil,
-		"the secret oncectl presents (header Once-Operator-Secret) for the operator routes: snapshot save and restore, Raft peers, leadership transfer, gossip keyring, pool members; empty: only a client certificate with the URI SAN spiffe://once/role/operator opens them (none without cluster TLS)")
+		"the secret oncectl presents (header Once-Operator-Secret) for the operator routes: snapshot save and restore, Raft peers, leadership transfer, gossip keyring, pool members; empty: only a client certificate with the URI SAN spiffe://once/role/operator from MANAGER_TLS_* opens them (never one of the CA derived from the cluster secret)")
 	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
 	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
 	l.Duration(&c.MaxClockOffset, EnvMaxClockOffset, d.MaxClockOffset, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")
@@ -437,6 +447,19 @@ func (c *Config) tlsFiles() config.TLSFiles {
 // *config.Error naming MANAGER_TLS_CA_FILE.
 func LoadClusterTLS(cfg Config, log *slog.Logger) (*certs.Cluster, error) {
 	return certs.LoadCluster(cfg.tlsFiles(), log)
+}
+
+// CheckSecurity applies config.CheckSecurity to the manager's settings: a
+// manager starts with MANAGER_TLS_* or MANAGER_CLUSTER_SECRET_FILE, or with
+// MANAGER_INSECURE=true alone.
+func (c *Config) CheckSecurity() (config.Mode, error) {
+	gossip := []config.GossipPool{{EnvKey: EnvGossipKey, Key: c.GossipKey}}
+	if c.WANGossipAddr != "" {
+		gossip = append(gossip, config.GossipPool{EnvKey: EnvWANGossipKey, Key: c.WANGossipKey})
+	}
+	return config.CheckSecurity(config.Security{EnvInsecure: EnvInsecure, Insecure: c.Insecure, TLS: c.tlsFiles(),
+		EnvSecret: EnvClusterSecretFile, SecretFile: c.ClusterSecretFile,
+		EnvOperatorSecret: EnvOperatorSecretFile, OperatorSecretFile: c.OperatorSecretFile, Gossip: gossip})
 }
 
 // Validate checks c as LoadConfig does: the forms of the names, addresses and

@@ -48,7 +48,7 @@ func startFederation(ctx context.Context, cfg Config, log *slog.Logger,
 		profile = membership.ProfileLocal // one host: the local timings serve both pools
 	}
 	mcfg, err := membership.Settings{Addr: cfg.WANGossipAddr, Advertise: cfg.WANGossipAdvertise, Keys: cfg.WANGossipKey,
-		Profile: profile, Seeds: cfg.WANJoin}.Config("MANAGER_WAN", cfg.NodeID+"."+cfg.Datacenter, membership.Meta{
+		Profile: profile, Seeds: cfg.WANJoin, Secret: cfg.clusterSecret, Label: membership.KeyWAN}.Config("MANAGER_WAN", cfg.NodeID+"."+cfg.Datacenter, membership.Meta{
 		Role:       membership.RoleManager,
 		Datacenter: cfg.Datacenter,
 		NodeID:     cfg.NodeID,

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
@@ -64,8 +65,16 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "manager: %v\n", err)
 		return config.ExitConfig
 	}
+	mode, err := cfg.CheckSecurity()
+	if err != nil {
+		fmt.Fprintf(stderr, "manager: %v\n", err)
+		return config.ExitConfig
+	}
 	level, _ := logging.ParseLevel(cfg.LogLevel) // validated by LoadConfig
 	log := logging.New(stderr, cfg.LogFormat, level).With(logging.KeyRole, "manager")
+	if mode == config.ModeInsecure {
+		log.Warn(EnvInsecure + "=true: " + config.InsecureWarning)
+	}
 	if err := run(ctx, cfg, log, opts); err != nil {
 		log.Error("manager failed", logging.KeyError, err)
 		if errors.Is(err, config.ErrInvalid) {
@@ -104,26 +113,33 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 			return err
 		}
 		secret = s
-	} else {
-		log.Warn("no cluster secret: the RPC listener accepts any caller that reaches it (submissions, reads, operator changes); set " +
-			EnvClusterSecretFile + " and GATE_CLUSTER_SECRET_FILE (docs/security.md)")
 	}
+	cfg.clusterSecret = secret
 	clusterTLS, err := LoadClusterTLS(cfg, log)
 	if err != nil {
 		return err
 	}
+	// Operator certificates are accepted only from the files' CA, never from
+	// the CA derived below from the secret (operatorAuth).
+	fileTLS := clusterTLS != nil
 	var serverTLS *tls.Config
-	if clusterTLS != nil {
-		serverTLS = clusterTLS.ServerConfig()
+	switch {
+	case clusterTLS != nil:
 		wctx, stopWatch := context.WithCancel(ctx)
 		watched := make(chan struct{})
 		go func() { defer close(watched); clusterTLS.Watch(wctx, tlsReloadInterval) }()
 		defer func() { stopWatch(); <-watched }()
-	} else if secret == "" {
-		log.Warn("neither cluster TLS nor a cluster secret: the RPC listener and Raft accept any caller that reaches them; set " +
-			EnvTLSCAFile + " (and its certificate) or " + EnvClusterSecretFile + " (docs/security.md)")
+	case secret != "":
+		// Secret-only: mutual TLS all the same, with the CA every process
+		// derives from the secret and a leaf of the manager's role.
+		if clusterTLS, err = certs.ClusterFromSecret(secret, certs.RoleManager); err != nil {
+			return config.Invalid(EnvClusterSecretFile, cfg.ClusterSecretFile, "a cluster secret", err)
+		}
 	}
-	opAuth, err := operatorAuth(cfg, secret, clusterTLS != nil, log)
+	if clusterTLS != nil {
+		serverTLS = clusterTLS.ServerConfig()
+	}
+	opAuth, err := operatorAuth(cfg, secret, fileTLS, log)
 	if err != nil {
 		return err
 	}

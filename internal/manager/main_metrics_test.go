@@ -29,6 +29,7 @@ func TestMainExportsRaftMetrics(t *testing.T) {
 		EnvRPCAddr + "=" + rpcAddr,
 		EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
 		EnvBootstrapExpect + "=1",
+		EnvInsecure + "=true",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	exit := make(chan int, 1)

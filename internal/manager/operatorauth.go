@@ -13,11 +13,21 @@ import (
 var ErrOperatorSecretReused = fmt.Errorf("%w: the operator secret must differ from the cluster secret", config.ErrInvalid)
 
 // operatorAuth is what the operator routes accept (docs/security.md,
-// "Operator role"): the operator secret, an operator certificate when the
-// RPC listener serves mutual TLS, and, only on a manager with no credential
-// configured at all, anyone.
-func operatorAuth(cfg Config, clusterSecret string, clusterTLS bool, log *slog.Logger) (rpc.OperatorAuth, error) {
+// "Operator role"): the operator secret; an operator certificate when the
+// RPC listener verifies callers against the cluster CA of MANAGER_TLS_*
+// (fileTLS), never against the CA derived from the cluster secret, with which
+// any gate could sign itself the operator role; and, only in insecure mode
+// (MANAGER_INSECURE), anyone.
+func operatorAuth(cfg Config, clusterSecret string, fileTLS bool, log *slog.Logger) (rpc.OperatorAuth, error) {
 	var auth rpc.OperatorAuth
+	if cfg.Insecure {
+		// CheckSecurity refused an operator secret together with insecure
+		// mode: the listener is open to whoever reaches it, and so are the
+		// operator routes.
+		auth.Insecure = true
+		log.Warn(EnvInsecure + "=true: the operator routes (snapshot restore, raft peer removal, keyring) are open to any caller")
+		return auth, nil
+	}
 	if cfg.OperatorSecretFile != "" {
 		s, err := config.ReadSecretFile(EnvOperatorSecretFile, cfg.OperatorSecretFile)
 		if err != nil {
@@ -28,20 +38,15 @@ func operatorAuth(cfg Config, clusterSecret string, clusterTLS bool, log *slog.L
 		}
 		auth.Secret = s
 	}
+	auth.Certificates = fileTLS
 	switch {
 	case auth.Secret != "":
-	case clusterTLS:
+	case fileTLS:
 		log.Info("no operator secret: the operator routes accept only client certificates with the URI SAN " +
 			rpc.OperatorRoleURI + "; set " + EnvOperatorSecretFile + " for oncectl's --operator-secret-file")
-	case clusterSecret != "":
-		log.Warn("no operator credential: the operator routes (snapshot, raft peers, keyring, members) are closed; set " +
-			EnvOperatorSecretFile + " (docs/security.md)")
 	default:
-		// No credential of any kind: the listener is open to whoever
-		// reaches it, and so are the operator routes.
-		auth.OpenWithoutCredentials = true
-		log.Warn("no credential configured: the operator routes (snapshot restore, raft peer removal, keyring) are open to any caller; set " +
-			EnvOperatorSecretFile + " and " + EnvClusterSecretFile + " (docs/security.md)")
+		log.Warn("no operator credential: the operator routes (snapshot, raft peers, keyring, members) are closed; set " +
+			EnvOperatorSecretFile + " (a certificate of the CA derived from the cluster secret never opens them; docs/security.md)")
 	}
 	return auth, nil
 }

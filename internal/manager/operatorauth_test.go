@@ -26,16 +26,20 @@ func TestOperatorAuth(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		file, cluster string
-		tls           bool
+		fileTLS       bool
+		insecure      bool
 		want          rpc.OperatorAuth
 	}{
 		{name: "operator secret", file: opFile, cluster: cluster, want: rpc.OperatorAuth{Secret: "operator-secret-0123456789"}},
-		{name: "certificates only", tls: true, cluster: cluster, want: rpc.OperatorAuth{}},
+		{name: "operator secret and TLS files", file: opFile, cluster: cluster, fileTLS: true,
+			want: rpc.OperatorAuth{Secret: "operator-secret-0123456789", Certificates: true}},
+		{name: "TLS files: certificates only", fileTLS: true, cluster: cluster, want: rpc.OperatorAuth{Certificates: true}},
+		// The secret alone: TLS with the derived CA, whose certificates
+		// are never an operator's.
 		{name: "cluster secret only: closed", cluster: cluster, want: rpc.OperatorAuth{}},
-		{name: "no credential at all: open", want: rpc.OperatorAuth{OpenWithoutCredentials: true}},
-		{name: "operator secret without a cluster credential", file: opFile, want: rpc.OperatorAuth{Secret: "operator-secret-0123456789"}},
+		{name: "insecure: open", insecure: true, want: rpc.OperatorAuth{Insecure: true}},
 	} {
-		got, err := operatorAuth(Config{OperatorSecretFile: tc.file}, tc.cluster, tc.tls, log)
+		got, err := operatorAuth(Config{OperatorSecretFile: tc.file, Insecure: tc.insecure}, tc.cluster, tc.fileTLS, log)
 		if err != nil || got != tc.want {
 			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
 		}

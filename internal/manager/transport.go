@@ -30,7 +30,7 @@ func newTransport(cfg Config, deps Deps, hcl hclog.Logger) (raft.Transport, erro
 		layer = deps.WrapStreamLayer(tcp)
 	}
 	if deps.ClusterTLS != nil {
-		layer = &tlsLayer{StreamLayer: layer, server: deps.ClusterTLS.ServerConfig(), client: deps.ClusterTLS.ClientConfig()}
+		layer = &tlsLayer{StreamLayer: layer, server: deps.ClusterTLS.RaftServerConfig(), client: deps.ClusterTLS.ClientConfig()}
 	}
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
@@ -46,8 +46,10 @@ func newTransport(cfg Config, deps Deps, hcl hclog.Logger) (raft.Transport, erro
 	}), nil
 }
 
-// tlsLayer carries Raft over mutual TLS (MANAGER_TLS_*): every connection,
-// dialed or accepted, has a cluster certificate at both ends. An accepted
+// tlsLayer carries Raft over mutual TLS (MANAGER_TLS_*, or the CA derived
+// from MANAGER_CLUSTER_SECRET_FILE): every connection, dialed or accepted,
+// has a cluster certificate at both ends, and an accepted one a manager's
+// (certs.RaftRoles): a gate's certificate is refused. An accepted
 // connection's handshake runs on its first read, so a peer without a cluster
 // certificate fails there and raft drops the connection.
 type tlsLayer struct {

@@ -16,6 +16,10 @@ type Settings struct {
 	Keys      string   // base64 keys, comma-separated (first encrypts); empty: plaintext
 	Profile   string   // lan | local
 	Seeds     []string // host:port of members to join
+	// Secret is the cluster secret: when Keys is empty, the pool's key is
+	// derived from it (KeyFromSecret with Label).
+	Secret string
+	Label  KeyLabel
 }
 
 // Config turns Settings into a pool Config. Errors name the variable, built
@@ -37,6 +41,8 @@ func (s Settings) Config(envPrefix, nodeName string, meta Meta, log *slog.Logger
 		if cfg.SecretKey, cfg.ExtraKeys, err = ParseSecretKeys(s.Keys); err != nil {
 			return Config{}, fmt.Errorf("%s_GOSSIP_KEY: %w", envPrefix, err)
 		}
+	} else if s.Secret != "" {
+		cfg.SecretKey = KeyFromSecret(s.Secret, s.Label)
 	}
 	if s.Advertise != "" {
 		if cfg.AdvertiseAddr, cfg.AdvertisePort, err = ResolveAdvertise(s.Advertise); err != nil {

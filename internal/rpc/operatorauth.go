@@ -9,6 +9,8 @@ import (
 	"net/http"
 
 	"github.com/soheilhy/cmux"
+
+	"github.com/once-dev/once/internal/certs"
 )
 
 // The operator role (docs/security.md, "Operator role"). The cluster secret
@@ -20,44 +22,48 @@ import (
 //
 //   - the operator secret (MANAGER_OPERATOR_SECRET_FILE), which oncectl sends
 //     in the OperatorSecretHeader header, compared in constant time; or
-//   - a client certificate the cluster CA signed that carries the URI SAN
-//     OperatorRoleURI, on a manager serving RPC over mutual TLS.
+//   - a client certificate that carries the URI SAN OperatorRoleURI, signed
+//     by a cluster CA the operator supplied (MANAGER_TLS_*). A certificate
+//     of the CA derived from the cluster secret never is one: every gate
+//     holds the secret and could sign itself any role.
 //
-// Anything else is answered CodeForbidden (403) before the route runs.
+// Anything else is answered CodeForbidden (403) before the route runs, except
+// on a manager in insecure mode (MANAGER_INSECURE), where every route is open.
 
 // OperatorSecretHeader carries the operator secret.
 const OperatorSecretHeader = "Once-Operator-Secret"
 
 // OperatorRoleURI is the URI SAN of an operator's client certificate.
-const OperatorRoleURI = "spiffe://once/role/operator"
+const OperatorRoleURI = certs.RolePrefix + string(certs.RoleOperator)
 
-// HasOperatorRole reports whether cert carries OperatorRoleURI.
+// HasOperatorRole reports whether cert carries the operator role, and no
+// other (certs.RoleOf).
 func HasOperatorRole(cert *x509.Certificate) bool {
 	if cert == nil {
 		return false
 	}
-	for _, u := range cert.URIs {
-		if u.String() == OperatorRoleURI {
-			return true
-		}
-	}
-	return false
+	r, err := certs.RoleOf(cert)
+	return err == nil && r == certs.RoleOperator
 }
 
 // OperatorAuth is what the operator routes accept.
 type OperatorAuth struct {
 	// Secret is the operator secret ("" none).
 	Secret string
-	// OpenWithoutCredentials opens the operator routes to every caller. A
-	// manager sets it only when it runs with no credential at all (no
-	// cluster secret, no cluster TLS, no operator secret): its RPC listener
-	// is open to anyone who reaches it anyway.
-	OpenWithoutCredentials bool
+	// Certificates accepts a client certificate with the operator role. Set
+	// it only when the listener verifies callers against a CA the operator
+	// supplied (certificate files), never the CA derived from the cluster
+	// secret (certs.Cluster.Derived).
+	Certificates bool
+	// Insecure opens the operator routes to every caller: the manager runs
+	// in insecure mode (MANAGER_INSECURE), its whole listener open to
+	// whoever reaches it.
+	Insecure bool
 }
 
 // allows reports whether r carries an operator credential.
 func (a OperatorAuth) allows(r *http.Request) bool {
-	if a.OpenWithoutCredentials {
+	if a.Insecure {
 		return true
 	}
 	if a.Secret != "" {
@@ -68,8 +74,11 @@ func (a OperatorAuth) allows(r *http.Request) bool {
 	}
 	// The listener verified the chain against the cluster CA during the
 	// handshake (RequireAndVerifyClientCert); the role is the leaf's.
-	if certs := peerCertificates(r); len(certs) > 0 {
-		return HasOperatorRole(certs[0])
+	if !a.Certificates {
+		return false
+	}
+	if peer := peerCertificates(r); len(peer) > 0 {
+		return HasOperatorRole(peer[0])
 	}
 	return false
 }

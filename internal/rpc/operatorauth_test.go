@@ -134,7 +134,7 @@ func TestOperatorRoutesNeedTheOperatorSecret(t *testing.T) {
 }
 
 // Without an operator credential configured the operator routes are closed,
-// unless the manager has no credential at all.
+// unless the manager runs in insecure mode.
 func TestOperatorRoutesClosedWithoutAnOperatorCredential(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -142,7 +142,7 @@ func TestOperatorRoutesClosedWithoutAnOperatorCredential(t *testing.T) {
 		want int
 	}{
 		{"closed", OperatorAuth{}, http.StatusForbidden},
-		{"no credential at all", OperatorAuth{OpenWithoutCredentials: true}, http.StatusOK},
+		{"insecure mode", OperatorAuth{Insecure: true}, http.StatusOK},
 	} {
 		addr, srv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{})
 		MountOperator(srv.Mux(), &fakeOperator{}, tc.auth, nil)
@@ -154,8 +154,10 @@ func TestOperatorRoutesClosedWithoutAnOperatorCredential(t *testing.T) {
 	}
 }
 
-// Over mutual TLS, a gate's certificate gets 403 on the operator routes and a
-// certificate with the operator role's URI SAN gets through.
+// Over mutual TLS with the operator's CA, a gate's certificate gets 403 on
+// the operator routes and a certificate with the operator role's URI SAN gets
+// through, unless certificates are not accepted (Certificates false, as on
+// a manager whose CA is derived from the cluster secret).
 func TestOperatorRoutesAcceptAnOperatorCertificate(t *testing.T) {
 	dir := t.TempDir()
 	ca := certstest.NewCA(t)
@@ -177,7 +179,10 @@ func TestOperatorRoutesAcceptAnOperatorCertificate(t *testing.T) {
 
 	addr, srv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{TLS: server.ServerConfig()})
 	op := &fakeOperator{}
-	MountOperator(srv.Mux(), op, OperatorAuth{Secret: "operator-secret-0123456789"}, nil)
+	MountOperator(srv.Mux(), op, OperatorAuth{Secret: "operator-secret-0123456789", Certificates: true}, nil)
+	closedAddr, closedSrv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{TLS: server.ServerConfig()})
+	closedOp := &fakeOperator{}
+	MountOperator(closedSrv.Mux(), closedOp, OperatorAuth{Secret: "operator-secret-0123456789"}, nil)
 	client := func(c *certs.Cluster) *http.Client {
 		t := NewTransport()
 		t.TLSClientConfig = c.ClientConfig()
@@ -193,5 +198,48 @@ func TestOperatorRoutesAcceptAnOperatorCertificate(t *testing.T) {
 	defer oc.CloseIdleConnections()
 	if statuses, _ := callOperator(t, oc, base, ""); !allStatus(statuses, http.StatusOK) || op.calls != len(operatorCalls) {
 		t.Fatalf("an operator certificate: %v, %d calls served", statuses, op.calls)
+	}
+	if statuses, codes := callOperator(t, oc, "https://"+closedAddr, ""); !allStatus(statuses, http.StatusForbidden) || codes[0] != CodeForbidden || closedOp.calls != 0 {
+		t.Fatalf("an operator certificate where certificates are not accepted: %v %v, %d calls served", statuses, codes, closedOp.calls)
+	}
+}
+
+// On a listener whose CA is derived from the cluster secret, a certificate
+// claiming the operator role (which any holder of the secret, every gate,
+// can issue) is served as a cluster member and refused on the operator
+// routes; the operator secret gets through.
+func TestOperatorRoutesRefuseADerivedOperatorCertificate(t *testing.T) {
+	const cluster, operator = "cluster-secret-0123456789", "operator-secret-0123456789"
+	manager, err := certs.ClusterFromSecret(cluster, certs.RoleManager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := certs.ClusterFromSecret(cluster, certs.RoleOperator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, srv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: cluster, TLS: manager.ServerConfig()})
+	op := &fakeOperator{}
+	// What a manager whose cluster TLS is derived from the secret mounts
+	// (internal/manager, operatorAuth).
+	MountOperator(srv.Mux(), op, OperatorAuth{Secret: operator}, nil)
+	tr := NewTransport()
+	tr.TLSClientConfig = forged.ClientConfig()
+	hc := &http.Client{Transport: WithSecret(tr, cluster)}
+	defer hc.CloseIdleConnections()
+	base := "https://" + addr
+	resp, err := hc.Get(base + "/rpc/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the status with a derived certificate and the cluster secret: %d", resp.StatusCode)
+	}
+	if statuses, codes := callOperator(t, hc, base, ""); !allStatus(statuses, http.StatusForbidden) || codes[0] != CodeForbidden || op.calls != 0 {
+		t.Fatalf("a derived certificate claiming the operator role: %v %v, %d calls served", statuses, codes, op.calls)
+	}
+	if statuses, _ := callOperator(t, hc, base, operator); !allStatus(statuses, http.StatusOK) || op.calls != len(operatorCalls) {
+		t.Fatalf("with the operator secret: %v, %d calls served", statuses, op.calls)
 	}
 }

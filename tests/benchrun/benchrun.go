@@ -381,7 +381,7 @@ func runWorkload(ctx context.Context, c *localcluster.Cluster, p *prober, spec l
 		for _, n := range targets {
 			path := filepath.Join(o.ProfileDir, spec.Name+"-"+n.Name+".pprof")
 			profWG.Go(func() {
-				if err := fetchProfile(ctx, n.HTTPAddr, secs, path); err != nil {
+				if err := fetchProfile(ctx, c, n, secs, path); err != nil {
 					profErr(fmt.Errorf("%s: %w", n.Name, err))
 					return
 				}
@@ -454,13 +454,13 @@ func runWorkload(ctx context.Context, c *localcluster.Cluster, p *prober, spec l
 
 // fetchProfile saves a CPU profile of secs seconds from a process's
 // /debug/pprof/profile.
-func fetchProfile(ctx context.Context, addr string, secs int, path string) error {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs)
+func fetchProfile(ctx context.Context, c *localcluster.Cluster, n *localcluster.Node, secs int, path string) error {
+	url := c.NodeURL(n, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
+	client := &http.Client{Timeout: time.Duration(secs+30) * time.Second, Transport: c.HTTPClient().Transport}
 	defer client.CloseIdleConnections()
 	resp, err := client.Do(req)
 	if err != nil {

@@ -150,7 +150,8 @@ type prober struct {
 }
 
 func newProber(c *localcluster.Cluster) *prober {
-	return &prober{c: c, client: &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}}
+	// The cluster's transport: the managers' TLS and secret.
+	return &prober{c: c, client: &http.Client{Timeout: 3 * time.Second, Transport: c.HTTPClient().Transport}}
 }
 
 func (p *prober) close() { p.client.CloseIdleConnections() }
@@ -158,7 +159,7 @@ func (p *prober) close() { p.client.CloseIdleConnections() }
 // status reads a manager's full /rpc/v1/status.
 func (p *prober) status(ctx context.Context, n *localcluster.Node) (*rpc.Status, error) {
 	var st rpc.Status
-	if err := p.getJSON(ctx, "http://"+n.HTTPAddr+"/rpc/v1/status", &st); err != nil {
+	if err := p.getJSON(ctx, p.c.ManagerURL(n, "/rpc/v1/status"), &st); err != nil {
 		return nil, err
 	}
 	return &st, nil
@@ -220,7 +221,7 @@ func (p *prober) snapshot(ctx context.Context) snapshot {
 			var gm map[string]float64
 			if n.Role == localcluster.RoleManager {
 				ns.status, _ = p.status(ctx, n)
-			} else if b, err := p.get(ctx, "http://"+n.HTTPAddr+"/metrics"); err == nil {
+			} else if b, err := p.get(ctx, p.c.NodeURL(n, "/metrics")); err == nil {
 				gm = parseMetrics(b, gateCounter)
 			}
 			mu.Lock()

@@ -18,13 +18,13 @@ import (
 )
 
 // managerStatus reads a manager's full /rpc/v1/status (clock fields included).
-func managerStatus(ctx context.Context, n *localcluster.Node) (rpc.Status, error) {
+func managerStatus(ctx context.Context, c *localcluster.Cluster, n *localcluster.Node) (rpc.Status, error) {
 	var st rpc.Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.HTTPAddr+"/rpc/v1/status", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.ManagerURL(n, "/rpc/v1/status"), nil)
 	if err != nil {
 		return st, err
 	}
-	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
+	resp, err := c.HTTPClient().Do(req)
 	if err != nil {
 		return st, err
 	}
@@ -117,7 +117,7 @@ func TestSkewedLeadersKeepEveryKey(t *testing.T) {
 	// minutes off and stamp with the group's clock; the right one does not.
 	testutil.WaitFor(t, 60*time.Second, func() (bool, string) {
 		for n, d := range skews {
-			st, err := managerStatus(ctx, n)
+			st, err := managerStatus(ctx, c, n)
 			if err != nil || st.ClockGroupOffset == nil || st.ClockClamped != (d != 0) {
 				return false, "every manager to measure its group's clock"
 			}
@@ -203,7 +203,7 @@ func TestSkewedLeadersKeepEveryKey(t *testing.T) {
 		if !ledOnce {
 			t.Fatalf("%s (%v) never led through a whole round", target.Name, skews[target])
 		}
-		st, err := managerStatus(ctx, target)
+		st, err := managerStatus(ctx, c, target)
 		if err != nil {
 			t.Fatal(err)
 		}

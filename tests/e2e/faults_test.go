@@ -30,7 +30,7 @@ func TestFaultManagerClockSkewAndLeadershipTransfer(t *testing.T) {
 	}
 	clockOf := func(n *localcluster.Node) string {
 		t.Helper()
-		resp, err := http.Get("http://" + n.HTTPAddr + "/debug/failpoints/clock")
+		resp, err := c.HTTPClient().Get(c.ManagerURL(n, "/debug/failpoints/clock"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +75,7 @@ func TestProductManagerHasNoFailpoints(t *testing.T) {
 	if err == nil {
 		t.Fatal("the product manager accepted a clock failpoint")
 	}
-	resp, gerr := http.Get("http://" + c.Managers[0].HTTPAddr + "/debug/failpoints/partition")
+	resp, gerr := c.HTTPClient().Get(c.ManagerURL(c.Managers[0], "/debug/failpoints/partition"))
 	if gerr != nil {
 		t.Fatal(gerr)
 	}

@@ -16,7 +16,7 @@ func managerClient(c *localcluster.Cluster) *rpc.Client {
 	for _, m := range c.Managers {
 		addrs = append(addrs, m.HTTPAddr)
 	}
-	return rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver(addrs), AttemptTimeout: 2 * time.Second})
+	return c.RPCClient(rpc.ClientConfig{Resolver: rpc.StaticResolver(addrs), AttemptTimeout: 2 * time.Second})
 }
 
 func submitKey(ctx context.Context, cl *rpc.Client, key string) (*rpc.SubmitResponse, error) {

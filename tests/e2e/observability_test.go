@@ -154,8 +154,8 @@ func balanced(expr string) bool {
 
 // exportedNames scrapes url and returns its metric names, with the series
 // names of histograms and summaries (_bucket, _sum, _count).
-func exportedNames(t *testing.T, url string, into map[string]bool) {
-	resp, err := http.Get(url)
+func exportedNames(t *testing.T, client *http.Client, url string, into map[string]bool) {
+	resp, err := client.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,9 +204,9 @@ func TestDashboardsAndAlertsUseExportedMetrics(t *testing.T) {
 		resp.Body.Close()
 	}
 	exported := map[string]bool{}
-	exportedNames(t, gate+"/metrics", exported)
+	exportedNames(t, c.HTTPClient(), gate+"/metrics", exported)
 	for _, m := range c.Managers {
-		exportedNames(t, "http://"+m.HTTPAddr+"/metrics", exported)
+		exportedNames(t, c.HTTPClient(), c.ManagerURL(m, "/metrics"), exported)
 	}
 	qs := append(dashboardQueries(t), alertQueries(t)...)
 	for _, p := range checkQueries(qs, exported) {

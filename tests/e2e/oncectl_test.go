@@ -60,8 +60,9 @@ func oncectl(t *testing.T, args ...string) (string, int) {
 }
 
 // pointOncectlAt waits for c's leader and ready gates, points oncectl at them
-// (ONCE_GATES, ONCE_MANAGERS, and the managers' operator secret:
-// ONCE_OPERATOR_SECRET_FILE) and returns the leader.
+// (ONCE_GATES, ONCE_MANAGERS, the cluster secret and the managers' operator
+// secret: ONCE_CLUSTER_SECRET_FILE, ONCE_OPERATOR_SECRET_FILE) and returns
+// the leader.
 func pointOncectlAt(t *testing.T, c *localcluster.Cluster) *localcluster.Node {
 	t.Helper()
 	leader, err := c.WaitLeader(t.Context())
@@ -77,6 +78,9 @@ func pointOncectlAt(t *testing.T, c *localcluster.Cluster) *localcluster.Node {
 	}
 	t.Setenv("ONCE_GATES", "http://"+c.Gates[0].HTTPAddr)
 	t.Setenv("ONCE_MANAGERS", strings.Join(mgrs, ","))
+	// The cluster's credential (its generated secret, by default) and the
+	// managers' operator secret.
+	t.Setenv("ONCE_CLUSTER_SECRET_FILE", c.SecretFile())
 	t.Setenv("ONCE_OPERATOR_SECRET_FILE", c.OperatorSecretFile())
 	return leader
 }

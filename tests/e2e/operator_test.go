@@ -2,19 +2,24 @@ package e2e
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/tests/localcluster"
 )
 
 // The operator role on real managers (docs/security.md, "Operator role"): a
 // gate's credential (the cluster secret) is refused with 403 forbidden on a
-// snapshot restore and a peer removal, as is a wrong operator secret; the
-// operator secret gets through, and oncectl given it works.
+// snapshot restore and a peer removal, as is a wrong operator secret and a
+// certificate of the derived CA claiming the operator role; the operator
+// secret gets through, and oncectl given it works.
 func TestOperatorRoleOnRealProcesses(t *testing.T) {
 	const secret = "0123456789abcdef0123456789abcdef"
 	c := startCluster(t, 3, 1, func(o *localcluster.Options) { o.ClusterSecret = secret })
@@ -38,6 +43,31 @@ func TestOperatorRoleOnRealProcesses(t *testing.T) {
 			if !forbidden(a) {
 				t.Errorf("%s: %s %s answered %d %s, want 403 forbidden", name, call.method, call.path, a.Status, a.Body)
 			}
+		}
+	}
+	// A certificate of the CA derived from the cluster secret that claims
+	// the operator role (any holder of the secret, every gate, can issue
+	// one) is no operator credential: 403 too.
+	forged, err := certs.ClusterFromSecret(secret, certs.RoleOperator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: forged.ClientConfig()}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: rpc.WithSecret(tr, secret), Timeout: 10 * time.Second}
+	for _, call := range []struct{ method, path, body string }{
+		{http.MethodPut, rpc.OperatorSnapshotPath, "not an archive"},
+		{http.MethodPost, rpc.OperatorRemovePeerPath, `{"id":"manager3"}`},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, call.method, c.ManagerURL(leader, call.path), strings.NewReader(call.body))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if a := (localcluster.ManagerAnswer{Status: resp.StatusCode, Body: b}); !forbidden(a) {
+			t.Errorf("a derived certificate claiming the operator role: %s %s answered %d %s, want 403 forbidden", call.method, call.path, a.Status, a.Body)
 		}
 	}
 	// Nothing was removed.

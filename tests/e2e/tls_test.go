@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,12 +18,14 @@ import (
 )
 
 // issueClusterTLS makes a cluster CA and every certificate a cluster with
-// TLS everywhere needs, as an operator would (docs/security.md).
-func issueClusterTLS(t *testing.T) *localcluster.TLSFiles {
+// TLS everywhere needs, as an operator would (docs/security.md), and an
+// operator's client certificate (the URI SAN spiffe://once/role/operator)
+// in operatorCert and operatorKey.
+func issueClusterTLS(t *testing.T) (f *localcluster.TLSFiles, operatorCert, operatorKey string) {
 	t.Helper()
 	dir := t.TempDir()
 	p := func(name string) string { return filepath.Join(dir, name) }
-	f := &localcluster.TLSFiles{
+	f = &localcluster.TLSFiles{
 		CA:          p("ca.pem"),
 		ManagerCert: p("manager.pem"), ManagerKey: p("manager-key.pem"),
 		GateCert: p("gate.pem"), GateKey: p("gate-key.pem"),
@@ -36,16 +39,19 @@ func issueClusterTLS(t *testing.T) *localcluster.TLSFiles {
 	ca.IssueFor(t, certstest.Spec{Serial: 3, IPs: loopback, Server: true}, f.GateCert, f.GateKey)
 	ca.IssueFor(t, certstest.Spec{Serial: 4, CommonName: "gate", Client: true}, f.GateClientCert, f.GateClientKey)
 	ca.IssueFor(t, certstest.Spec{Serial: 5, CommonName: "harness", Client: true}, f.HarnessClientCert, f.HarnessClientKey)
-	return f
+	operatorCert, operatorKey = p("operator.pem"), p("operator-key.pem")
+	ca.IssueFor(t, certstest.Spec{Serial: 6, CommonName: "operator", Client: true, URIs: []*url.URL{certs.RoleOperator.URI()}}, operatorCert, operatorKey)
+	return f, operatorCert, operatorKey
 }
 
 // TLS everywhere, with real processes: a client that trusts the CA submits
 // over HTTPS (201, then the replay); the gates reach the managers and the
 // managers each other (Raft) over mutual TLS, so the job commits on a
 // quorum; an RPC caller without a cluster certificate is refused; oncectl
-// with one lists the Raft peers.
+// with one lists the Raft peers, and the pool's members only with a
+// certificate of the operator role.
 func TestTLSEverywhere(t *testing.T) {
-	files := issueClusterTLS(t)
+	files, operatorCert, operatorKey := issueClusterTLS(t)
 	c := startCluster(t, 3, 1, func(o *localcluster.Options) { o.TLS = files })
 	ctx := t.Context()
 	leader, err := c.WaitLeader(ctx)
@@ -111,6 +117,16 @@ func TestTLSEverywhere(t *testing.T) {
 	oncectlJSON(t, &p, "raft", "peers")
 	if p.Leader != leader.Name || len(p.Peers) != 3 {
 		t.Fatalf("oncectl raft peers over mutual TLS: %+v (leader %s)", p, leader.Name)
+	}
+	// The operator commands: the harness's certificate (no role) without
+	// the operator secret is refused (403, exit 1); a certificate of the
+	// operator role from the cluster's CA is an operator credential.
+	t.Setenv("ONCE_OPERATOR_SECRET_FILE", "")
+	if out, code := oncectl(t, "cluster", "members"); code != 1 {
+		t.Fatalf("oncectl cluster members with a certificate without the operator role: exit %d, want 1; %s", code, out)
+	}
+	if out, code := oncectl(t, "--cert", operatorCert, "--key", operatorKey, "cluster", "members"); code != 0 || !strings.Contains(out, "manager1") {
+		t.Fatalf("oncectl cluster members with an operator certificate: exit %d, want 0; %s", code, out)
 	}
 	t.Setenv("ONCE_CERT", "")
 	t.Setenv("ONCE_KEY", "")

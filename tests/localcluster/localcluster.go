@@ -78,13 +78,20 @@ type Options struct {
 	// Fast shortens Raft and membership timings for tests.
 	Fast bool
 	// ClusterSecret, when set, is written to <BaseDir>/cluster-secret and
-	// required by the managers' RPC (MANAGER_CLUSTER_SECRET_FILE); the gates
-	// and the harness's own probes present it.
+	// given to every process (MANAGER_CLUSTER_SECRET_FILE,
+	// GATE_CLUSTER_SECRET_FILE): without TLS files the managers serve RPC
+	// and Raft over mutual TLS with the CA derived from it. Empty (and no
+	// TLS, not Insecure): a random secret is generated (security.go).
 	ClusterSecret string
+	// Insecure runs the processes without a credential (MANAGER_INSECURE,
+	// GATE_INSECURE): plain RPC, Raft and gossip, the operator routes open
+	// to anyone; no operator secret.
+	Insecure bool
 	// OperatorSecret is the managers' operator secret (written to
 	// <BaseDir>/operator-secret, MANAGER_OPERATOR_SECRET_FILE); empty: the
 	// file's secret when there is one, else a fresh random one. The
 	// harness's own calls present it; oncectl takes OperatorSecretFile.
+	// None with Insecure.
 	OperatorSecret string
 	// TLS, when set, runs the cluster with TLS everywhere (docs/security.md):
 	// the gates serve HTTPS, managers serve RPC and Raft over mutual TLS, the
@@ -129,6 +136,11 @@ type Cluster struct {
 	Managers []*Node
 	Gates    []*Node
 	client   *http.Client
+	// noSecret is client without the cluster secret (TLS all the same).
+	noSecret *http.Client
+	// rpcTLS is the harness's TLS configuration towards the managers (nil:
+	// insecure).
+	rpcTLS *tls.Config
 	// member is the transport of a member of the cluster without the
 	// operator role (a gate's credentials), for CallManager.
 	member http.RoundTripper
@@ -232,19 +244,30 @@ func New(opts Options) (*Cluster, error) {
 		}
 	}
 	next := func() int { p := ports[0]; ports = ports[1:]; return p }
-	if err := os.MkdirAll(opts.BaseDir, 0o755); err != nil {
-		return nil, err
-	}
-	if opts.OperatorSecret, err = writeOperatorSecret(opts.BaseDir, opts.OperatorSecret); err != nil {
-		return nil, err
-	}
-	opts.ManagerEnv = append([]string{"MANAGER_OPERATOR_SECRET_FILE=" + operatorSecretPath(opts.BaseDir)}, opts.ManagerEnv...)
-	member, err := memberTransport(opts)
+	gossipKey, err := ensureCredential(&opts, opts.BaseDir)
 	if err != nil {
 		return nil, err
 	}
-	transport := rpc.WithOperatorSecret(member, opts.OperatorSecret)
-	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: transport}, member: member}
+	if err := os.MkdirAll(opts.BaseDir, 0o755); err != nil {
+		return nil, err
+	}
+	if !opts.Insecure {
+		if opts.OperatorSecret, err = writeOperatorSecret(opts.BaseDir, opts.OperatorSecret); err != nil {
+			return nil, err
+		}
+		opts.ManagerEnv = append([]string{"MANAGER_OPERATOR_SECRET_FILE=" + operatorSecretPath(opts.BaseDir)}, opts.ManagerEnv...)
+	}
+	transport, err := harnessTransport(opts)
+	if err != nil {
+		return nil, err
+	}
+	member := rpc.WithSecret(transport, opts.ClusterSecret)
+	// The harness's client sends the managers' credentials to the managers
+	// only: a gate gets the tenant's bearer token its caller set.
+	gates := map[string]bool{}
+	harness := byHost{gates: gates, gate: transport, other: rpc.WithOperatorSecret(member, opts.OperatorSecret)}
+	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: harness},
+		noSecret: &http.Client{Timeout: 2 * time.Second, Transport: transport}, rpcTLS: transport.TLSClientConfig, member: member}
 	if f := opts.TLS; f != nil {
 		c.opts.ManagerEnv = append([]string{"MANAGER_TLS_CA_FILE=" + f.CA, "MANAGER_TLS_CERT_FILE=" + f.ManagerCert,
 			"MANAGER_TLS_KEY_FILE=" + f.ManagerKey}, c.opts.ManagerEnv...)
@@ -258,8 +281,21 @@ func New(opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	switch {
+	case opts.Insecure:
+		c.opts.ManagerEnv = append([]string{"MANAGER_INSECURE=true"}, c.opts.ManagerEnv...)
+		c.opts.GateEnv = append([]string{"GATE_INSECURE=true"}, c.opts.GateEnv...)
+		opts = c.opts
+	case gossipKey != "":
+		c.opts.ManagerEnv = append([]string{"MANAGER_GOSSIP_KEY=" + gossipKey}, c.opts.ManagerEnv...)
+		if opts.WAN {
+			c.opts.ManagerEnv = append([]string{"MANAGER_WAN_GOSSIP_KEY=" + gossipKey}, c.opts.ManagerEnv...)
+		}
+		c.opts.GateEnv = append([]string{"GATE_GOSSIP_KEY=" + gossipKey}, c.opts.GateEnv...)
+		opts = c.opts
+	}
 	if opts.ClusterSecret != "" {
-		path := filepath.Join(opts.BaseDir, "cluster-secret")
+		path := filepath.Join(opts.BaseDir, secretFile)
 		if err := os.WriteFile(path, []byte(opts.ClusterSecret+"\n"), 0o600); err != nil {
 			return nil, err
 		}
@@ -286,6 +322,7 @@ func New(opts Options) (*Cluster, error) {
 		}
 		n := &Node{Name: fmt.Sprintf("gate%d", i), Role: RoleGate, c: c, HTTPAddr: addr(port), Gossip: addr(next())}
 		c.Gates = append(c.Gates, n)
+		gates[n.HTTPAddr] = true
 	}
 	if opts.WAN { // after every other port, so a single datacenter's layout is unchanged
 		for _, n := range c.Managers {
@@ -468,28 +505,21 @@ type TLSFiles struct {
 	HarnessClientCert, HarnessClientKey string // the harness's probes of the managers
 }
 
-// scheme is the URL scheme of every listener of the cluster.
-func (c *Cluster) scheme() string {
-	if c.opts.TLS != nil {
-		return "https"
-	}
-	return "http"
-}
-
 // GateURLs returns the gates' base URLs.
 func (c *Cluster) GateURLs() []string {
 	var out []string
 	for _, g := range c.Gates {
-		out = append(out, c.scheme()+"://"+g.HTTPAddr)
+		out = append(out, c.gateScheme()+"://"+g.HTTPAddr)
 	}
 	return out
 }
 
-// memberTransport is the transport of a member of the cluster (what a gate
-// presents): with TLS, it trusts the cluster CA and presents the harness's
-// client certificate; it sends the cluster secret. The harness's own probes
-// add the operator secret.
-func memberTransport(opts Options) (http.RoundTripper, error) {
+// harnessTransport is the transport of the harness's own probes, without
+// the cluster secret (a member of the cluster adds it, the harness's probes
+// the operator secret too): with TLS, it trusts the cluster CA and presents
+// the harness's client certificate; with the secret alone, the CA derived
+// from it and a leaf it signed.
+func harnessTransport(opts Options) (*http.Transport, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if f := opts.TLS; f != nil {
 		ca, err := os.ReadFile(f.CA)
@@ -505,8 +535,16 @@ func memberTransport(opts Options) (http.RoundTripper, error) {
 			return nil, fmt.Errorf("localcluster: TLS client certificate: %w", err)
 		}
 		t.TLSClientConfig = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	} else if opts.ClusterSecret != "" {
+		// The managers serve TLS with the CA derived from the secret; the
+		// gates serve plain HTTP, which this transport still speaks.
+		cfg, err := derivedClientTLS(opts.ClusterSecret)
+		if err != nil {
+			return nil, err
+		}
+		t.TLSClientConfig = cfg
 	}
-	return rpc.WithSecret(t, opts.ClusterSecret), nil
+	return t, nil
 }
 
 // ManagerAnswer is a manager's answer to CallManager.
@@ -521,7 +559,7 @@ type ManagerAnswer struct {
 // operatorSecret is not empty, that operator secret: for tests of the
 // managers' authorization.
 func (c *Cluster) CallManager(ctx context.Context, n *Node, method, path string, body []byte, operatorSecret string) (ManagerAnswer, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.scheme()+"://"+n.HTTPAddr+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, c.ManagerURL(n, path), bytes.NewReader(body))
 	if err != nil {
 		return ManagerAnswer{}, err
 	}
@@ -568,8 +606,14 @@ func writeOperatorSecret(base, secret string) (string, error) {
 
 // OperatorSecretFile is the file holding the managers' operator secret:
 // what oncectl's --operator-secret-file (ONCE_OPERATOR_SECRET_FILE) takes
-// for the operator commands (cluster members, raft, snapshot, gossip).
-func (c *Cluster) OperatorSecretFile() string { return operatorSecretPath(c.opts.BaseDir) }
+// for the operator commands (cluster members, raft, snapshot, gossip); ""
+// for an insecure cluster, which has none.
+func (c *Cluster) OperatorSecretFile() string {
+	if c.opts.Insecure {
+		return ""
+	}
+	return operatorSecretPath(c.opts.BaseDir)
+}
 
 // Stop terminates every process: SIGTERM, then SIGKILL after a grace period.
 func (c *Cluster) Stop() {
@@ -749,7 +793,7 @@ type ManagerStatus struct {
 // Status asks a manager for its status.
 func (c *Cluster) Status(ctx context.Context, n *Node) (ManagerStatus, error) {
 	var st ManagerStatus
-	err := c.getJSON(ctx, c.scheme()+"://"+n.HTTPAddr+"/rpc/v1/status", &st)
+	err := c.getJSON(ctx, c.ManagerURL(n, "/rpc/v1/status"), &st)
 	return st, err
 }
 
@@ -807,7 +851,7 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 
 // WaitGateReady polls one gate's /readyz until it answers 200.
 func (c *Cluster) WaitGateReady(ctx context.Context, g *Node) error {
-	url := c.scheme() + "://" + g.HTTPAddr + "/readyz"
+	url := c.gateScheme() + "://" + g.HTTPAddr + "/readyz"
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := c.client.Do(req)
@@ -887,13 +931,13 @@ func (c *Cluster) setBlock(ctx context.Context, n *Node, block []string) error {
 // failpoint calls one of manager n's /debug/failpoints endpoints.
 func (c *Cluster) failpoint(ctx context.Context, n *Node, method, name string, body any) error {
 	b, _ := json.Marshal(body)
-	req, err := http.NewRequestWithContext(ctx, method, c.scheme()+"://"+n.HTTPAddr+"/debug/failpoints/"+name, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, method, c.ManagerURL(n, "/debug/failpoints/"+name), bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
 	client := c.client
 	if name == "leader" { // a leadership transfer takes up to an election timeout
-		client = &http.Client{Timeout: 30 * time.Second}
+		client = &http.Client{Timeout: 30 * time.Second, Transport: c.client.Transport}
 	}
 	resp, err := client.Do(req)
 	if err != nil {

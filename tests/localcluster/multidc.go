@@ -34,6 +34,10 @@ func NewFederation(base Options, specs []DatacenterSpec) (*Federation, error) {
 	if base.BaseDir == "" {
 		return nil, errors.New("localcluster: BaseDir is required")
 	}
+	// One secret for the whole federation, as in production.
+	if _, err := ensureCredential(&base, base.BaseDir); err != nil {
+		return nil, err
+	}
 	f := &Federation{}
 	var seeds []string
 	for _, s := range specs {
@@ -109,7 +113,7 @@ func (f *Federation) WaitFederated(ctx context.Context) error {
 				continue
 			}
 			for _, other := range f.DCs {
-				url := c.scheme() + "://" + g.HTTPAddr + "/v1/jobs?limit=1&datacenter=" + other.opts.Datacenter
+				url := c.gateScheme() + "://" + g.HTTPAddr + "/v1/jobs?limit=1&datacenter=" + other.opts.Datacenter
 				if err := c.waitStatus(ctx, url, http.StatusOK); err != nil {
 					return fmt.Errorf("localcluster: gate %s of %s does not know datacenter %s (see %s): %w",
 						g.Name, c.opts.Datacenter, other.opts.Datacenter, g.LogPath, err)

@@ -48,7 +48,7 @@ func (c *Cluster) Observe(ctx context.Context) StatusView {
 }
 
 func (c *Cluster) gateReady(ctx context.Context, g *Node) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.scheme()+"://"+g.HTTPAddr+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.gateScheme()+"://"+g.HTTPAddr+"/readyz", nil)
 	if err != nil {
 		return false
 	}
@@ -92,22 +92,43 @@ func (c *Cluster) WriteSummary(w io.Writer, streaming bool) {
 		fmt.Fprintf(w, "  %-9s rpc %-21s log %s\n", n.Name, n.HTTPAddr, n.LogPath)
 	}
 	for _, g := range c.Gates {
-		fmt.Fprintf(w, "  %-9s %-25s log %s\n", g.Name, c.scheme()+"://"+g.HTTPAddr, g.LogPath)
+		fmt.Fprintf(w, "  %-9s %-25s log %s\n", g.Name, c.gateScheme()+"://"+g.HTTPAddr, g.LogPath)
 	}
 	fmt.Fprintf(w, "Data: %s\n", c.opts.BaseDir+"/data")
+	c.writeSecurity(w)
 	if !streaming {
 		fmt.Fprintln(w, "Process logs go to the files above (make run RUN_ARGS=-logs, or oncelocal -logs, streams them here instead).")
 	}
+	fmt.Fprintf(w, `Try:
+  curl -si -XPOST localhost:%s/v1/jobs -H 'Idempotency-Key: host1.dc1:12345:1:0123456789abcdef' -d '{"type":"demo","payload":{"n":1}}'
+  %s raft peers
+Press Ctrl-C to stop.
+
+`, c.Gates[0].port(), c.oncectlLine())
+}
+
+// writeSecurity says how the cluster's traffic is secured, and how oncectl
+// reaches the managers.
+func (c *Cluster) writeSecurity(w io.Writer) {
+	switch {
+	case c.opts.Insecure:
+		fmt.Fprintln(w, "INSECURE (-insecure): RPC, Raft and gossip are unauthenticated and plaintext, and the operator routes (snapshot restore, raft peer removal, keyring) are open; anyone who reaches the ports controls the cluster.")
+	case c.opts.TLS != nil:
+		fmt.Fprintf(w, "Secured: mutual TLS with the cluster CA on RPC and Raft; gossip encrypted; operator routes need the operator secret %s.\n", c.OperatorSecretFile())
+	default:
+		fmt.Fprintf(w, "Secured: cluster secret %s; RPC and Raft over mutual TLS with the CA derived from it, gossip encrypted with keys derived from it; operator routes need the operator secret %s.\n", c.SecretFile(), c.OperatorSecretFile())
+	}
+	fmt.Fprintf(w, "oncectl: %s ...\n", c.oncectlLine())
+}
+
+// oncectlLine is oncectl pointed at every manager of the cluster with its
+// credential flags, the operator secret's included.
+func (c *Cluster) oncectlLine() string {
 	var rpcs []string
 	for _, n := range c.Managers {
 		rpcs = append(rpcs, n.HTTPAddr)
 	}
-	fmt.Fprintf(w, `Try:
-  curl -si -XPOST localhost:%s/v1/jobs -H 'Idempotency-Key: host1.dc1:12345:1:0123456789abcdef' -d '{"type":"demo","payload":{"n":1}}'
-  ONCE_MANAGERS=%s ONCE_OPERATOR_SECRET_FILE=%s oncectl raft peers
-Press Ctrl-C to stop.
-
-`, c.Gates[0].port(), strings.Join(rpcs, ","), c.OperatorSecretFile())
+	return strings.Join(append([]string{"oncectl", "--managers", strings.Join(rpcs, ",")}, c.OncectlArgs()...), " ")
 }
 
 // WatchStatus prints the cluster's status line now and then whenever it

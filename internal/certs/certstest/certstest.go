@@ -57,10 +57,11 @@ type Spec struct {
 	CommonName string
 	DNSNames   []string
 	IPs        []net.IP
+	// URIs are URI subject alternative names (a role: certs.Role.URI,
+	// spiffe://once/role/operator).
+	URIs []*url.URL
 	// Server and Client set the extended key usages.
 	Server, Client bool
-	// URIs are URI SANs (a role: spiffe://once/role/operator).
-	URIs []*url.URL
 }
 
 // WriteCA writes the CA's certificate (PEM) to file.

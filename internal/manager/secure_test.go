@@ -1,0 +1,279 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/certs"
+	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
+)
+
+const testClusterSecret = "0123456789abcdef0123456789abcdef"
+
+// secretManager runs a one-manager group through Main with
+// MANAGER_CLUSTER_SECRET_FILE (and the variables of extra) and no TLS files,
+// waits until it leads, and returns it with its Raft and RPC addresses. It
+// stops when the test ends.
+func secretManager(t *testing.T, extra ...string) (m *Manager, raftAddr, rpcAddr string) {
+	t.Helper()
+	ports, err := testutil.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, []byte(testClusterSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raftAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	rpcAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
+	env := []string{
+		EnvNodeID + "=m1",
+		EnvDataDir + "=" + filepath.Join(dir, "data"),
+		EnvRaftAddr + "=" + raftAddr,
+		EnvRPCAddr + "=" + rpcAddr,
+		EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
+		EnvBootstrapExpect + "=1",
+		EnvClusterSecretFile + "=" + secretFile,
+	}
+	env = append(env, extra...)
+	ctx, cancel := context.WithCancel(context.Background())
+	exit := make(chan int, 1)
+	built := make(chan *Manager, 1)
+	logs := &testutil.Buffer{}
+	go func() {
+		exit <- MainWith(ctx, nil, env, io.Discard, logs, Options{Mount: func(_ *http.ServeMux, m *Manager) { built <- m }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-exit; code != config.ExitOK {
+			t.Errorf("exit %d after shutdown; log:\n%s", code, logs.String())
+		}
+	})
+	select {
+	case m = <-built:
+	case code := <-exit:
+		exit <- code
+		t.Fatalf("Main exited %d; log:\n%s", code, logs.String())
+	}
+	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+		return m.checkLeader() == nil && m.raft.AppliedIndex() > 0, "the manager leads with its first entry applied"
+	})
+	return m, raftAddr, rpcAddr
+}
+
+// raftState is what a forged Raft RPC would change.
+type raftState struct {
+	term, last, applied uint64
+	entries             int
+	leader              bool
+}
+
+func stateOf(m *Manager) raftState {
+	return raftState{term: m.raft.CurrentTerm(), last: m.raft.LastIndex(), applied: m.raft.AppliedIndex(),
+		entries: m.fsm.Stats().Entries, leader: m.raft.State() == raft.Leader}
+}
+
+// forge sends every Raft RPC through tr to target, each with a term far
+// ahead: AppendEntries with an entry, InstallSnapshot, RequestVote and
+// TimeoutNow; it returns each RPC's error.
+func forge(tr *raft.NetworkTransport, target string, s raftState) map[string]error {
+	addr := raft.ServerAddress(target)
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("intruder"), Addr: []byte(tr.LocalAddr())}
+	term := s.term + 100
+	errs := map[string]error{}
+	errs["AppendEntries"] = tr.AppendEntries("m1", addr, &raft.AppendEntriesRequest{RPCHeader: hdr, Term: term,
+		PrevLogEntry: s.last, PrevLogTerm: s.term, LeaderCommitIndex: s.last + 1,
+		Entries: []*raft.Log{{Index: s.last + 1, Term: term, Type: raft.LogCommand, Data: []byte("forged")}}}, &raft.AppendEntriesResponse{})
+	snap := []byte("a forged ledger")
+	errs["InstallSnapshot"] = tr.InstallSnapshot("m1", addr, &raft.InstallSnapshotRequest{RPCHeader: hdr, SnapshotVersion: raft.SnapshotVersionMax,
+		Term: term, LastLogIndex: s.last + 1000, LastLogTerm: term, Size: int64(len(snap))}, &raft.InstallSnapshotResponse{}, bytes.NewReader(snap))
+	errs["RequestVote"] = tr.RequestVote("m1", addr, &raft.RequestVoteRequest{RPCHeader: hdr, Term: term,
+		LastLogIndex: s.last + 1000, LastLogTerm: term, LeadershipTransfer: true}, &raft.RequestVoteResponse{})
+	errs["TimeoutNow"] = tr.TimeoutNow("m1", addr, &raft.TimeoutNowRequest{RPCHeader: hdr}, &raft.TimeoutNowResponse{})
+	return errs
+}
+
+// A manager secured by the cluster secret alone refuses every Raft RPC from
+// a plain TCP client (forged AppendEntries, InstallSnapshot, RequestVote,
+// TimeoutNow: its term and ledger stay as they were), and from a TLS client
+// holding a gate's certificate of the same secret.
+func TestSecretOnlyRaftRefusesRawClients(t *testing.T) {
+	m, raftAddr, _ := secretManager(t)
+	before := stateOf(m)
+
+	raw, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, 2*time.Second, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	for rpc, err := range forge(raw, raftAddr, before) {
+		if err == nil {
+			t.Errorf("plain TCP: a forged %s was answered", rpc)
+		}
+	}
+
+	gate, err := certs.ClusterFromSecret(testClusterSecret, certs.RoleGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp, err := listenTCP("127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateTr := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{MaxPool: 1, Timeout: 2 * time.Second, Logger: hclog.NewNullLogger(),
+		Stream: &tlsLayer{StreamLayer: tcp, server: gate.RaftServerConfig(), client: gate.ClientConfig()}})
+	defer gateTr.Close()
+	for rpc, err := range forge(gateTr, raftAddr, before) {
+		if err == nil {
+			t.Errorf("a gate's certificate: a forged %s was answered", rpc)
+		}
+	}
+
+	if after := stateOf(m); after != before {
+		t.Fatalf("the forged RPCs changed the manager: before %+v, after %+v", before, after)
+	}
+}
+
+// The RPC listener of a secret-only manager is TLS: a gate's certificate of
+// the secret is served; plain HTTP, a caller without a certificate and one of
+// another secret are not.
+func TestSecretOnlyRPCIsTLS(t *testing.T) {
+	_, _, rpcAddr := secretManager(t)
+	get := func(scheme string, cfg *tls.Config) (int, error) {
+		tr := &http.Transport{TLSClientConfig: cfg}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(scheme + "://" + rpcAddr + "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, nil
+	}
+	gate, err := certs.ClusterFromSecret(testClusterSecret, certs.RoleGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The secret is still required on top of the certificate.
+	gateCfg := gate.ClientConfig()
+	tr := &http.Transport{TLSClientConfig: gateCfg}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodGet, "https://"+rpcAddr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+testClusterSecret)
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("a gate's certificate with the secret: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a gate's certificate with the secret: %d", resp.StatusCode)
+	}
+	if code, err := get("http", nil); err == nil && code == http.StatusOK {
+		t.Fatal("plain HTTP was served")
+	}
+	noCert := gate.ClientConfig()
+	noCert.GetClientCertificate = nil
+	if code, err := get("https", noCert); err == nil {
+		t.Fatalf("a caller without a certificate was answered %d", code)
+	}
+	stranger, err := certs.ClusterFromSecret(testClusterSecret+"x", certs.RoleGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := get("https", stranger.ClientConfig()); err == nil {
+		t.Fatalf("a caller of another secret was answered %d", code)
+	}
+}
+
+// The CA derived from the cluster secret never grants the operator role:
+// every gate holds the secret and could sign itself a certificate claiming
+// it. On a manager secured by the secret, such a certificate (with the
+// cluster secret) is served as a cluster member but gets 403 forbidden on a
+// restore, a peer removal and the members list, and nothing changes; the
+// operator secret, over the same connection, gets through.
+func TestSecretOnlyDerivedOperatorCertificateIsNoOperator(t *testing.T) {
+	const operatorSecret = "operator-secret-0123456789abcdef"
+	opFile := filepath.Join(t.TempDir(), "operator-secret")
+	if err := os.WriteFile(opFile, []byte(operatorSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, _, rpcAddr := secretManager(t, EnvOperatorSecretFile+"="+opFile)
+	forged, err := certs.ClusterFromSecret(testClusterSecret, certs.RoleOperator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: forged.ClientConfig()}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: rpc.WithSecret(tr, testClusterSecret), Timeout: 10 * time.Second}
+	do := func(method, path, body, opSecret string) (int, rpc.Code) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "https://"+rpcAddr+path, strings.NewReader(body))
+		if opSecret != "" {
+			req.Header.Set(rpc.OperatorSecretHeader, opSecret)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var e rpc.Error
+		if resp.StatusCode != http.StatusOK {
+			if err := json.Unmarshal(b, &e); err != nil {
+				t.Fatalf("%s %s: %d %q: %v", method, path, resp.StatusCode, b, err)
+			}
+		}
+		return resp.StatusCode, e.Code
+	}
+	if code, _ := do(http.MethodGet, "/rpc/v1/status", "", ""); code != http.StatusOK {
+		t.Fatalf("the status with a derived certificate and the cluster secret: %d", code)
+	}
+	before := stateOf(m)
+	calls := []struct{ method, path, body string }{
+		{http.MethodPut, rpc.OperatorSnapshotPath, "not an archive"},
+		{http.MethodPost, rpc.OperatorRemovePeerPath, `{"id":"m1"}`},
+		{http.MethodGet, rpc.OperatorMembersPath, ""},
+	}
+	for _, c := range calls {
+		if status, code := do(c.method, c.path, c.body, ""); status != http.StatusForbidden || code != rpc.CodeForbidden {
+			t.Errorf("%s %s with a derived operator certificate: %d %q, want 403 %s", c.method, c.path, status, code, rpc.CodeForbidden)
+		}
+	}
+	if after := stateOf(m); after != before {
+		t.Fatalf("refused operator calls changed the manager: before %+v, after %+v", before, after)
+	}
+	f := m.raft.GetConfiguration()
+	if err := f.Error(); err != nil || len(f.Configuration().Servers) != 1 || f.Configuration().Servers[0].ID != "m1" {
+		t.Fatalf("the Raft configuration after a refused removal: %+v, %v", f.Configuration().Servers, err)
+	}
+	// The operator secret reaches the routes: the archive is refused as
+	// invalid, an unknown peer is not found, the members are listed.
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{http.MethodPut, rpc.OperatorSnapshotPath, "not an archive", http.StatusBadRequest},
+		{http.MethodPost, rpc.OperatorRemovePeerPath, `{"id":"no-such-manager"}`, http.StatusNotFound},
+		{http.MethodGet, rpc.OperatorMembersPath, "", http.StatusOK},
+	} {
+		if status, code := do(tc.method, tc.path, tc.body, operatorSecret); status != tc.status {
+			t.Errorf("%s %s with the operator secret: %d %q, want %d", tc.method, tc.path, status, code, tc.status)
+		}
+	}
+}
