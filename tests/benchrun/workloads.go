@@ -39,7 +39,7 @@ func workloadSpec(name string, o Options, rate float64) (loadgen.Spec, error) {
 	d := loadgen.Duration(o.Duration)
 	unique := func(c int) loadgen.Spec {
 		return loadgen.Spec{Name: name, Keys: loadgen.KeysUnique, Concurrency: c, Duration: d, Warmup: true,
-			Description: fmt.Sprintf("closed loop, %d workers, every request a new key, spread over the gates round robin: the full path (gate, 2 Raft commits, answer)", c)}
+			Description: fmt.Sprintf("closed loop, %d workers, every request a new key, spread over the gates round robin: the full path (gate, one Raft commit shared by a batch of submissions, answer)", c)}
 	}
 	switch name {
 	case WCeiling:
