@@ -1,3 +1,5 @@
+//go:build hashicorpmetrics
+
 package manager
 
 import (
