@@ -84,13 +84,9 @@ func submitCmd(g *globals) *cobra.Command {
 				}
 				job.Payload = json.RawMessage(payload)
 			}
-			var keys *client.Keys
-			if key == "" {
-				k, err := openKeys(keysFile)
-				if err != nil {
-					return err
-				}
-				keys = k
+			keys, err := keysUnless(key, keysFile)
+			if err != nil {
+				return err
 			}
 			return g.withGates(cmd, keys, func(ctx context.Context, c *client.Client) error {
 				var res *client.Result
@@ -197,6 +193,15 @@ the job is not found anywhere.`,
 	return job
 }
 
+// keysUnless opens the keys file when no --key was given: the client then
+// takes a new key from it.
+func keysUnless(key, keysFile string) (*client.Keys, error) {
+	if key != "" {
+		return nil, nil
+	}
+	return openKeys(keysFile)
+}
+
 // jobActionCmd is job cancel or job retry: the action under --key, or a new
 // key from the keys file, retried with that key until the gates answer for
 // good; it prints the job as it is after the action.
@@ -207,13 +212,9 @@ func jobActionCmd(g *globals, action, short string, do func(*client.Client) func
 		Short: short,
 		Args:  exactArgs(1, "one job ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var keys *client.Keys
-			if key == "" {
-				k, err := openKeys(keysFile)
-				if err != nil {
-					return err
-				}
-				keys = k
+			keys, err := keysUnless(key, keysFile)
+			if err != nil {
+				return err
 			}
 			return g.withGates(cmd, keys, func(ctx context.Context, c *client.Client) error {
 				res, err := do(c)(ctx, args[0], key)

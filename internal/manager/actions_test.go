@@ -88,7 +88,7 @@ func TestCancelRetry(t *testing.T) {
 	var lr *rpc.LeaseResponse
 	select {
 	case lr = <-got:
-	case <-time.After(10 * time.Second):
+	case <-time.After(20 * time.Second): // past the lease's own 15 s wait: the goroutine has ended
 		t.Fatal("the waiting lease was not given the retried job")
 	}
 	if err := <-errs; err != nil || len(lr.Leases) != 1 || lr.Leases[0].Job.JobID != b || lr.Leases[0].Attempt != 2 {
