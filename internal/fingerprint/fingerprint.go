@@ -53,43 +53,82 @@ func invalidf(format string, args ...any) error {
 // documentation). Any JSON value is accepted at the top level; trailing data
 // other than whitespace is an error. Every error matches ErrInvalidJSON.
 //
-// encoding/json checks the syntax (json.Valid, with the same grammar and error
-// messages as json.Unmarshal); a single pass over the valid text then rewrites
-// it, which keeps Canonicalize in the hundreds of MB/s rather than the few MB/s
-// of a json.Decoder.Token walk.
+// One pass over the text checks its syntax and rewrites it, which keeps
+// Canonicalize in the hundreds of MB/s rather than the few MB/s of a
+// json.Decoder.Token walk. Only a body it refuses is read again, by
+// encoding/json, so that a syntax error is described with the same words and
+// offsets as json.Unmarshal's.
 func Canonicalize(body []byte) ([]byte, error) {
-	if !utf8.Valid(body) {
-		return nil, invalidf("body is not valid UTF-8")
-	}
-	if !json.Valid(body) {
-		// Unmarshal into a RawMessage only runs the same syntax check, and
-		// says what is wrong and where.
-		var raw json.RawMessage
-		if err := json.Unmarshal(body, &raw); err != nil {
-			return nil, invalidf("%v", err)
-		}
-		return nil, invalidf("syntax error")
-	}
-	c := canonicalizer{in: body, out: make([]byte, 0, len(body))}
-	c.skipSpace()
-	if err := c.value(0); err != nil {
-		return nil, err
-	}
-	return c.out, nil
+	canonical, _, err := canonicalize(body, false)
+	return canonical, err
 }
 
-// canonicalizer rewrites a JSON text that json.Valid accepted. It still checks
-// its bounds, so a disagreement with json.Valid is an error, never a panic.
+// Member is one member of a canonical object: its key, unescaped, and its
+// value's canonical form, a slice of the canonical text.
+type Member struct {
+	Key   []byte
+	Value []byte
+}
+
+// CanonicalizeObject is Canonicalize that also returns, when body is an
+// object, its members in canonical (sorted) order, so that a caller reads
+// the members of a request without scanning its text again (members is nil
+// for any other value).
+func CanonicalizeObject(body []byte) (canonical []byte, members []Member, err error) {
+	return canonicalize(body, true)
+}
+
+func canonicalize(body []byte, wantMembers bool) ([]byte, []Member, error) {
+	if !utf8.Valid(body) {
+		return nil, nil, invalidf("body is not valid UTF-8")
+	}
+	c := canonicalizer{in: body, out: make([]byte, 0, len(body)), wantMembers: wantMembers}
+	c.skipSpace()
+	err := c.value(0)
+	if err == nil {
+		if c.skipSpace(); c.pos < len(c.in) {
+			err = invalidf("invalid character %q after top-level value at offset %d", c.in[c.pos], c.pos)
+		}
+	}
+	if err != nil {
+		// Unmarshal into a RawMessage runs encoding/json's syntax check alone,
+		// and says what is wrong and where; what it accepts was refused for a
+		// reason of Canonicalize's own (a duplicate key, a lone surrogate, the
+		// nesting bound).
+		var raw json.RawMessage
+		if jerr := json.Unmarshal(body, &raw); jerr != nil {
+			return nil, nil, invalidf("%v", jerr)
+		}
+		return nil, nil, err
+	}
+	var members []Member
+	if c.top != nil {
+		members = make([]Member, len(c.top))
+		for i, m := range c.top {
+			members[i] = Member{Key: m.key, Value: c.out[m.value:m.end]}
+		}
+	}
+	return c.out, members, nil
+}
+
+// canonicalizer checks and rewrites a JSON text in one pass: anything but
+// RFC 8259 JSON is an error, never a panic (FuzzCanonicalize holds it to
+// encoding/json's grammar).
 type canonicalizer struct {
 	in  []byte
 	pos int
 	out []byte
+	// wantMembers asks for the members of a top-level object, located in
+	// out once it is written (top).
+	wantMembers bool
+	top         []member
 }
 
-// member locates one "key":value of an object being written, in out.
+// member locates one "key":value of an object being written, in out: the
+// member from start, its value from value, both to end.
 type member struct {
-	key        []byte // unescaped
-	start, end int
+	key               []byte // unescaped
+	start, value, end int
 }
 
 var errUnexpected = invalidf("unexpected end of JSON input")
@@ -148,19 +187,53 @@ func (c *canonicalizer) value(depth int) error {
 	default:
 		// A number, kept as written.
 		start := c.pos
-		for c.pos < len(c.in) && isNumberByte(c.in[c.pos]) {
-			c.pos++
-		}
-		if c.pos == start {
-			return invalidf("invalid character %q at offset %d", b, c.pos)
+		if !c.number() {
+			return invalidf("invalid number at offset %d", start)
 		}
 		c.out = append(c.out, c.in[start:c.pos]...)
 		return nil
 	}
 }
 
-func isNumberByte(b byte) bool {
-	return '0' <= b && b <= '9' || b == '-' || b == '+' || b == '.' || b == 'e' || b == 'E'
+// number consumes a number as RFC 8259 writes it:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (c *canonicalizer) number() bool {
+	c.accept('-')
+	switch {
+	case c.accept('0'):
+	case c.digits() == 0:
+		return false
+	}
+	if c.accept('.') && c.digits() == 0 {
+		return false
+	}
+	if c.accept('e') || c.accept('E') {
+		if !c.accept('+') {
+			c.accept('-')
+		}
+		if c.digits() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// accept consumes b if it is next.
+func (c *canonicalizer) accept(b byte) bool {
+	if c.pos < len(c.in) && c.in[c.pos] == b {
+		c.pos++
+		return true
+	}
+	return false
+}
+
+// digits consumes a run of decimal digits and says how long it was.
+func (c *canonicalizer) digits() int {
+	start := c.pos
+	for c.pos < len(c.in) && '0' <= c.in[c.pos] && c.in[c.pos] <= '9' {
+		c.pos++
+	}
+	return c.pos - start
 }
 
 func (c *canonicalizer) literal(lit string) error {
@@ -209,6 +282,7 @@ func (c *canonicalizer) object(depth int) error {
 			return err
 		}
 		c.skipSpace()
+		m.value = len(c.out)
 		if err := c.value(depth); err != nil {
 			return err
 		}
@@ -240,10 +314,15 @@ func (c *canonicalizer) object(depth int) error {
 			if i > 0 {
 				c.out = append(c.out, ',')
 			}
+			start := len(c.out)
 			c.out = append(c.out, written[m.start-objStart:m.end-objStart]...)
+			members[i].start, members[i].value, members[i].end = start, start+m.value-m.start, len(c.out)
 		}
 	}
 	c.out = append(c.out, '}')
+	if depth == 1 && c.wantMembers {
+		c.top = members
+	}
 	return nil
 }
 
@@ -294,6 +373,8 @@ func (c *canonicalizer) str() ([]byte, error) {
 		} else if b == '\\' {
 			escaped = true
 			i++
+		} else if b < 0x20 {
+			return nil, invalidf("control character in string at offset %d", i)
 		}
 	}
 	if i >= len(c.in) {

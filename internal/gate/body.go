@@ -1,47 +1,49 @@
 package gate
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 
+	"github.com/once-dev/once/internal/fingerprint"
 	"github.com/once-dev/once/pkg/api"
 )
 
-// decodeCanonical decodes the canonical form of a POST /v1/jobs body (what
-// fingerprint.Canonicalize returned: valid UTF-8 JSON, members sorted, no
-// whitespace, no duplicate keys, no lone surrogates, nesting bounded) without
-// parsing it again: the checks that made it canonical are exactly the JSON
-// checks api.DecodeJobRequest makes, so what is left is to find the three
-// members and check the names. ok is false for anything but a valid request
-// (then api.DecodeJobRequest, on the same bytes, says what is wrong); when ok
-// is true the result equals api.DecodeJobRequest's (body_test.go checks it),
-// its Payload a slice of canonical.
-func decodeCanonical(canonical []byte, defaultDC string) (req api.JobRequest, ok bool) {
-	s := canonical
-	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
-		return req, false
+// A submission's body is read once (docs/architecture.md): the canonicalizer
+// checks and rewrites its JSON and hands back the top-level members
+// (fingerprint.CanonicalizeObject); the job is decoded from those members,
+// and the body the fingerprint is taken over is assembled from them, without
+// another scan of the text.
+
+// readJob decodes the job a canonical body asks for, from its members; a
+// body the fast decoder does not take is decoded by api.DecodeJobRequest,
+// whose error says what is wrong.
+func readJob(canonical []byte, members []fingerprint.Member, own string) (api.JobRequest, error) {
+	if job, ok := decodeMembers(members, own); ok {
+		return job, nil
 	}
-	s = s[1 : len(s)-1]
+	return api.DecodeJobRequest(canonical, own)
+}
+
+// decodeMembers decodes the members of a canonical POST /v1/jobs body (valid
+// UTF-8 JSON, members sorted, no duplicate keys, no lone surrogates, nesting
+// bounded: the JSON checks api.DecodeJobRequest makes), so that what is left
+// is to find the three members and check the names. ok is false for anything
+// but a valid request; when ok is true the result equals
+// api.DecodeJobRequest's (body_test.go checks it), its Payload a slice of the
+// canonical text.
+func decodeMembers(members []fingerprint.Member, defaultDC string) (req api.JobRequest, ok bool) {
 	var seenType bool
-	// Members come sorted: datacenters, payload, type.
-	for len(s) > 0 {
-		name, rest, ok := plainString(s)
-		if !ok || len(rest) == 0 || rest[0] != ':' {
-			return req, false
-		}
-		v, rest, ok := skipValue(rest[1:])
-		if !ok {
-			return req, false
-		}
-		switch string(name) {
+	for _, m := range members {
+		switch string(m.Key) {
 		case "datacenters":
-			if req.Datacenters, ok = datacenters(v); !ok {
+			if req.Datacenters, ok = datacenters(m.Value); !ok {
 				return req, false
 			}
 		case "payload":
-			req.Payload = json.RawMessage(v)
+			req.Payload = json.RawMessage(m.Value)
 		case "type":
-			t, tail, ok := plainString(v)
+			t, tail, ok := plainString(m.Value)
 			if !ok || len(tail) != 0 || !validName(t, api.MaxTypeLen) {
 				return req, false
 			}
@@ -49,13 +51,6 @@ func decodeCanonical(canonical []byte, defaultDC string) (req api.JobRequest, ok
 		default:
 			return req, false
 		}
-		if len(rest) > 0 {
-			if rest[0] != ',' {
-				return req, false
-			}
-			rest = rest[1:]
-		}
-		s = rest
 	}
 	if !seenType {
 		return req, false
@@ -67,6 +62,45 @@ func decodeCanonical(canonical []byte, defaultDC string) (req api.JobRequest, ok
 		req.Datacenters = []string{defaultDC}
 	}
 	return req, true
+}
+
+// datacentersMember is how the datacenters member of a canonical body
+// begins; members are sorted, so in a valid request it comes first.
+const datacentersMember = `"datacenters":`
+
+// fingerprintBody is the body the fingerprint of a valid submission is taken
+// over, and whether it is an omitted list in a federation (claimed): the
+// datacenters member dropped, then (null is absent), so that every gate of
+// every datacenter fingerprints it alike; else the canonical body with its
+// datacenters member replaced by the set job resolves to (sorted, each name
+// once; omitted means the gate's own datacenter), so that bodies naming the
+// same set have the same fingerprint.
+func fingerprintBody(canonical []byte, members []fingerprint.Member, job api.JobRequest, federated bool) (body []byte, claimed bool) {
+	rest, omitted := canonical[1:], true // after '{'
+	if len(members) > 0 && string(members[0].Key) == "datacenters" {
+		omitted = string(members[0].Value) == "null"
+		rest = bytes.TrimPrefix(rest[len(datacentersMember)+len(members[0].Value):], []byte(","))
+	}
+	if omitted && federated {
+		return append([]byte{'{'}, rest...), true
+	}
+	out := make([]byte, 0, len(canonical)+len(datacentersMember)+16*len(job.Datacenters))
+	out = append(out, '{')
+	out = append(out, datacentersMember...)
+	out = append(out, '[')
+	for i, dc := range job.Datacenters {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, '"')
+		out = append(out, dc...)
+		out = append(out, '"')
+	}
+	out = append(out, ']')
+	if len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, rest...), false
 }
 
 // datacenters reads null or an array of 1 to api.MaxDatacenters valid names,
@@ -118,44 +152,6 @@ func plainString(s []byte) (str, rest []byte, ok bool) {
 		}
 	}
 	return nil, nil, false
-}
-
-// skipValue returns the value at the start of canonical JSON s and what
-// follows it: up to the first ',' or closing bracket outside any string and
-// container.
-func skipValue(s []byte) (v, rest []byte, ok bool) {
-	depth, inString := 0, false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return nil, nil, false
-			}
-			depth--
-		case ',':
-			if depth == 0 {
-				return s[:i], s[i:], i > 0
-			}
-		}
-	}
-	if depth != 0 || inString || len(s) == 0 {
-		return nil, nil, false
-	}
-	return s, nil, true
 }
 
 // validName is api's name rule: 1 to max bytes of A-Z a-z 0-9 . _ -.

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bytes"
+	"encoding/json"
 	"reflect"
 	"testing"
 
@@ -37,21 +38,31 @@ var canonicalInvalid = []string{
 	`null`,
 }
 
-// checkCanonical asserts decodeCanonical agrees with api.DecodeJobRequest on
-// the canonical form of body; it reports whether the fast path answered.
+// checkCanonical asserts decodeMembers agrees with api.DecodeJobRequest on
+// the canonical form of body, and fingerprintBody with the reference
+// (decoding and re-encoding); it reports whether the fast path answered.
 func checkCanonical(t *testing.T, body string) bool {
 	t.Helper()
-	canonical, err := fingerprint.Canonicalize([]byte(body))
+	canonical, members, err := fingerprint.CanonicalizeObject([]byte(body))
 	if err != nil {
 		return false
 	}
-	got, ok := decodeCanonical(canonical, "home")
 	want, werr := api.DecodeJobRequest(canonical, "home")
+	if werr == nil {
+		for _, federated := range []bool{false, true} {
+			got, claimed := fingerprintBody(canonical, members, want, federated)
+			ref, refClaimed := referenceFingerprintBody(t, canonical, federated)
+			if !bytes.Equal(got, ref) || claimed != refClaimed {
+				t.Fatalf("%s (federated %v): fingerprint body %s (claimed %v), the reference %s (%v)", body, federated, got, claimed, ref, refClaimed)
+			}
+		}
+	}
+	got, ok := decodeMembers(members, "home")
 	if !ok {
 		return false
 	}
 	if werr != nil {
-		t.Fatalf("%s: decodeCanonical accepted what DecodeJobRequest refuses: %v", body, werr)
+		t.Fatalf("%s: decodeMembers accepted what DecodeJobRequest refuses: %v", body, werr)
 	}
 	if got.Type != want.Type || !bytes.Equal(got.Payload, want.Payload) || !reflect.DeepEqual(got.Datacenters, want.Datacenters) {
 		t.Fatalf("%s:\n got %+v\nwant %+v", body, got, want)
@@ -59,8 +70,43 @@ func checkCanonical(t *testing.T, body string) bool {
 	return true
 }
 
-func TestDecodeCanonicalMatchesDecodeJobRequest(t *testing.T) {
-	for _, b := range canonicalValid {
+// referenceFingerprintBody is fingerprintBody the slow way, decoding and
+// re-encoding the body with encoding/json.
+func referenceFingerprintBody(t *testing.T, canonical []byte, federated bool) ([]byte, bool) {
+	t.Helper()
+	job, err := api.DecodeJobRequest(canonical, "home")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(canonical, &members); err != nil {
+		t.Fatal(err)
+	}
+	dcs, omitted := members["datacenters"]
+	omitted = !omitted || string(dcs) == "null"
+	claimed := omitted && federated
+	if claimed {
+		delete(members, "datacenters")
+	} else if members["datacenters"], err = json.Marshal(job.Datacenters); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := fingerprint.Canonicalize(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, claimed
+}
+
+func TestDecodeMembersMatchesDecodeJobRequest(t *testing.T) {
+	for _, b := range append([]string{
+		`{"payload":1,"type":"demo"}`,
+		`{"datacenters":["home"],"type":"demo"}`,
+		`{"datacenters":["dc2","dc1"],"payload":{"datacenters":["x"]},"type":"demo"}`,
+	}, canonicalValid...) {
 		if !checkCanonical(t, b) {
 			t.Fatalf("%s: the fast path refused a valid body", b)
 		}
@@ -72,32 +118,27 @@ func TestDecodeCanonicalMatchesDecodeJobRequest(t *testing.T) {
 	}
 }
 
-func FuzzDecodeCanonical(f *testing.F) {
+func FuzzDecodeMembers(f *testing.F) {
 	for _, b := range append(canonicalValid, canonicalInvalid...) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
 		checkCanonical(t, body)
-		if canonical, err := fingerprint.Canonicalize([]byte(body)); err == nil {
-			if fast, slow := normalizeDatacenters(canonical, "home"), normalizeDatacentersSlow(canonical, "home"); !bytes.Equal(fast, slow) {
-				t.Fatalf("%s: normalized fast %s, slow %s", body, fast, slow)
-			}
-		}
 	})
 }
 
 // BenchmarkDecodeRequest compares the decoding of a canonical body on the miss
-// path: decodeCanonical against api.DecodeJobRequest, which it replaces for
+// path: decodeMembers against api.DecodeJobRequest, which it replaces for
 // valid bodies.
 func BenchmarkDecodeRequest(b *testing.B) {
-	canonical, err := fingerprint.Canonicalize([]byte(invoiceBody))
+	canonical, members, err := fingerprint.CanonicalizeObject([]byte(invoiceBody))
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("decodeCanonical", func(b *testing.B) {
+	b.Run("decodeMembers", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := decodeCanonical(canonical, "dc1"); !ok {
+			if _, ok := decodeMembers(members, "dc1"); !ok {
 				b.Fatal("refused")
 			}
 		}
@@ -110,24 +151,4 @@ func BenchmarkDecodeRequest(b *testing.B) {
 			}
 		}
 	})
-}
-
-// TestNormalizeDatacentersFastMatchesSlow: the in-place rewrite of the
-// datacenters member gives exactly the bytes of decoding and re-encoding.
-func TestNormalizeDatacentersFastMatchesSlow(t *testing.T) {
-	bodies := append(append([]string{
-		`{"payload":1,"type":"demo"}`,
-		`{"datacenters":["home"],"type":"demo"}`,
-		`{"datacenters":["dc2","dc1"],"payload":{"datacenters":["x"]},"type":"demo"}`,
-	}, canonicalValid...), canonicalInvalid...)
-	for _, b := range bodies {
-		canonical, err := fingerprint.Canonicalize([]byte(b))
-		if err != nil {
-			continue
-		}
-		fast, slow := normalizeDatacenters(canonical, "home"), normalizeDatacentersSlow(canonical, "home")
-		if !bytes.Equal(fast, slow) {
-			t.Fatalf("%s:\n fast %s\n slow %s", b, fast, slow)
-		}
-	}
 }

@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,81 +11,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/once-dev/once/internal/fingerprint"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/tracing"
 	"github.com/once-dev/once/pkg/api"
 )
-
-// normalizeDatacenters returns the canonical body with its datacenters member
-// replaced by the set it resolves to (sorted, each name once; an omitted or
-// null member resolves to the gate's own datacenter), so that bodies naming
-// the same set have the same fingerprint. It runs on every submission, cache
-// hits included, so a valid body is rewritten in place without a JSON parse:
-// canonical members are sorted, so datacenters comes first, and its names are
-// plain strings whose JSON is already canonical. A body the fast decoder does
-// not take goes the slow way (normalizeDatacentersSlow).
-func normalizeDatacenters(canonical []byte, own string) []byte {
-	job, ok := decodeCanonical(canonical, own)
-	if !ok {
-		return normalizeDatacentersSlow(canonical, own)
-	}
-	const member = `"datacenters":`
-	rest := canonical[1:] // after '{'
-	if bytes.HasPrefix(rest, []byte(member)) {
-		_, tail, ok := skipValue(rest[len(member):])
-		if !ok {
-			return normalizeDatacentersSlow(canonical, own)
-		}
-		rest = bytes.TrimPrefix(tail, []byte(","))
-	}
-	out := make([]byte, 0, len(canonical)+len(member)+16*len(job.Datacenters))
-	out = append(out, '{')
-	out = append(out, member...)
-	out = append(out, '[')
-	for i, dc := range job.Datacenters {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, '"')
-		out = append(out, dc...)
-		out = append(out, '"')
-	}
-	out = append(out, ']')
-	if len(rest) > 0 && rest[0] != '}' {
-		out = append(out, ',')
-	}
-	return append(out, rest...)
-}
-
-// normalizeDatacentersSlow is normalizeDatacenters by decoding and
-// re-encoding the body. A body that does not decode is returned as it is: the
-// checks after the cache lookup answer it 400.
-func normalizeDatacentersSlow(canonical []byte, own string) []byte {
-	job, err := api.DecodeJobRequest(canonical, own)
-	if err != nil {
-		return canonical
-	}
-	// DecodeJobRequest refused duplicate members anywhere: a map loses nothing.
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(canonical, &members); err != nil {
-		return canonical
-	}
-	dcs, err := json.Marshal(job.Datacenters)
-	if err != nil {
-		return canonical
-	}
-	members["datacenters"] = dcs
-	b, err := json.Marshal(members)
-	if err != nil {
-		return canonical
-	}
-	out, err := fingerprint.Canonicalize(b)
-	if err != nil {
-		return canonical
-	}
-	return out
-}
 
 // unknownDatacenter returns the first datacenter of dcs the gate does not know
 // (neither its own nor in the federation view).

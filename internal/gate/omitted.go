@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,33 +30,6 @@ import (
 // homes that claims it meets name.
 const maxHomeRounds = 3
 
-// omittedDatacenters reports whether a canonical body leaves datacenters
-// out (absent or null). Canonical members are sorted, so datacenters, when
-// present, comes first.
-func omittedDatacenters(canonical []byte) bool {
-	const member = `{"datacenters":`
-	return !bytes.HasPrefix(canonical, []byte(member)) || bytes.HasPrefix(canonical, []byte(member+"null"))
-}
-
-// withoutDatacenters is a canonical body that omits datacenters with the
-// member dropped (null is absent), what the fingerprint of an omitted list
-// in a federation is taken over: the same whichever gate computes it.
-func withoutDatacenters(canonical []byte) []byte {
-	const member = `"datacenters":`
-	rest := canonical[1:]
-	if !bytes.HasPrefix(rest, []byte(member)) {
-		return canonical
-	}
-	_, tail, ok := skipValue(rest[len(member):])
-	if !ok {
-		return canonical
-	}
-	tail = bytes.TrimPrefix(tail, []byte(","))
-	out := make([]byte, 0, 1+len(tail))
-	out = append(out, '{')
-	return append(out, tail...)
-}
-
 // otherDatacenters is the federation's datacenters but the gate's own,
 // sorted; none when the gate has read no view, or a view of its datacenter
 // alone.
@@ -72,18 +44,6 @@ func (g *Gate) otherDatacenters() []string {
 		}
 	}
 	return out
-}
-
-// fingerprintBody is the body the fingerprint of a submission is taken over,
-// and whether it is an omitted list in a federation (claimed): the
-// datacenters member dropped, then, so that every gate of every datacenter
-// fingerprints it alike; else the set the list resolves to
-// (normalizeDatacenters), as with a single datacenter.
-func (g *Gate) fingerprintBody(canonical []byte) (body []byte, claimed bool) {
-	if omittedDatacenters(canonical) && len(g.otherDatacenters()) > 0 {
-		return withoutDatacenters(canonical), true
-	}
-	return normalizeDatacenters(canonical, g.cfg.Datacenter), false
 }
 
 // claimedError is the refusal of a submission whose key is held for a job of

@@ -166,18 +166,9 @@ func (r *response) writeSealed(w http.ResponseWriter, replay bool) {
 	_, _ = w.Write(r.body)
 }
 
-// checkRequest decodes the canonical body and checks that the gate can route
-// it; a failure is the response to send.
-func (g *Gate) checkRequest(canonical []byte) (api.JobRequest, *response) {
-	// A valid body needs no second parse (decodeCanonical); an invalid one is
-	// decoded again for api.DecodeJobRequest's error.
-	job, ok := decodeCanonical(canonical, g.cfg.Datacenter)
-	if !ok {
-		var err error
-		if job, err = api.DecodeJobRequest(canonical, g.cfg.Datacenter); err != nil {
-			return job, problemResponse(http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
-		}
-	}
+// checkRoute checks that the gate can route job; a failure is the response
+// to send.
+func (g *Gate) checkRoute(job api.JobRequest) *response {
 	if dc, ok := g.unknownDatacenter(job.Datacenters); ok {
 		if g.federationForming() {
 			// The gate has not read a federation view yet, or the view is
@@ -186,14 +177,14 @@ func (g *Gate) checkRequest(canonical []byte) (api.JobRequest, *response) {
 			resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
 				fmt.Sprintf("datacenter %q is not known yet: the federation of datacenters this gate reads from its managers is still forming; retry later with the same key", dc))
 			resp.retryAfter = g.cfg.RetryAfter
-			return job, resp
+			return resp
 		}
 		// Not in the federation this gate knows: the request is wrong, not
 		// the cluster. Nothing is forwarded or cached.
-		return job, problemResponse(http.StatusBadRequest, api.CodeInvalidRequest,
+		return problemResponse(http.StatusBadRequest, api.CodeInvalidRequest,
 			fmt.Sprintf("invalid request: field \"datacenters\": datacenter %q is not in the federation", dc))
 	}
-	return job, nil
+	return nil
 }
 
 // problemResponse builds a response carrying a problem.
@@ -233,32 +224,37 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		look.Value.write(w, true, g.now())
 		return
 	}
-	// The canonical form of the body is what is fingerprinted, decoded and
-	// sent: the manager receives the canonical payload, so every gate renders
-	// the job as the same bytes. Canonicalize catches malformed JSON (with
-	// offsets into the client's body).
-	canonical, err := fingerprint.Canonicalize(body)
+	// The body is read once: the canonical form is what is fingerprinted,
+	// decoded and sent (the manager receives the canonical payload, so every
+	// gate renders the job as the same bytes). Canonicalize catches
+	// malformed JSON (with offsets into the client's body); a body that is
+	// not a valid request is answered at once, nothing forwarded or cached.
+	canonical, members, err := fingerprint.CanonicalizeObject(body)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: body is "+err.Error())
 		return
 	}
+	job, err := readJob(canonical, members, g.cfg.Datacenter)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		return
+	}
 	// The fingerprint is taken over the datacenters as the set they resolve
-	// to; the canonical payload sent on is unchanged.
-	// An omitted list in a federation is fingerprinted as omitted: its home
-	// is decided by the ledgers, not by which gate it came through.
-	fpBody, claimed := g.fingerprintBody(canonical)
+	// to; the canonical payload sent on is unchanged. An omitted list in a
+	// federation is fingerprinted as omitted: its home is decided by the
+	// ledgers, not by which gate it came through.
+	fpBody, claimed := fingerprintBody(canonical, members, job, len(g.otherDatacenters()) > 0)
 	fp := fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, fpBody)
 
 	look := g.cache.Begin(ckey, fp)
 	if look.Kind == cache.LookupHit {
 		// The same fingerprint is the same canonical body, which passed the
-		// checks below when it was first accepted: replay without decoding.
+		// route check below when it was first accepted: replay.
 		g.metrics.replays.Inc()
 		look.Value.write(w, true, g.now())
 		return
 	}
-	job, problem := g.checkRequest(canonical)
-	if problem != nil {
+	if problem := g.checkRoute(job); problem != nil {
 		if look.Kind == cache.LookupMiss {
 			// Duplicates waiting on this entry carry the same body: they get
 			// the same answer, and nothing is cached.
