@@ -55,6 +55,41 @@ func TestParseProcStatus(t *testing.T) {
 	}
 }
 
+func TestParseProcCosts(t *testing.T) {
+	t.Parallel()
+	io := []byte("rchar: 100\nwchar: 200\nsyscr: 7\nsyscw: 5\nread_bytes: 0\n")
+	if n, err := parseProcIO(io); err != nil || n != 12 {
+		t.Errorf("parseProcIO = %d, %v; want 12", n, err)
+	}
+	if _, err := parseProcIO([]byte("rchar: 1\nsyscr: 2\n")); err == nil {
+		t.Error("an io file without syscw was accepted")
+	}
+	status := []byte("Name:\tmanager\nvoluntary_ctxt_switches:\t40\nnonvoluntary_ctxt_switches:\t2\n")
+	if n, err := parseSwitches(status); err != nil || n != 42 {
+		t.Errorf("parseSwitches = %d, %v; want 42", n, err)
+	}
+	if _, err := parseSwitches([]byte("Name:\tx\n")); err == nil {
+		t.Error("a status without context switch counts was accepted")
+	}
+	// This process's own counters read and grow with what it does.
+	s0, err1 := procIO(0)
+	w0, err2 := procSwitches(0)
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := os.ReadFile("/proc/self/stat"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s1, err := procIO(0); err != nil || s1 < s0+3 {
+		t.Errorf("procIO(self) went from %d to %d (%v) over three reads", s0, s1, err)
+	}
+	if w1, err := procSwitches(0); err != nil || w1 < w0 {
+		t.Errorf("procSwitches(self) went from %d to %d (%v)", w0, w1, err)
+	}
+}
+
 func TestParseSystemStat(t *testing.T) {
 	t.Parallel()
 	b := []byte("cpu  100 5 50 1000 20 1 2 3 7 0\ncpu0 1 2 3 4\n")
@@ -400,6 +435,14 @@ func TestRunCluster(t *testing.T) {
 	u := find(rep, WUniqueC1).Cluster
 	if u.EntriesPerNewKey < 1 || u.RaftEntries == 0 || u.AllFsyncsPerSec <= 0 || u.LeaderBefore == "" {
 		t.Errorf("unique-c1 cluster stats %+v", u)
+	}
+	// Every role allocates, calls read/write and switches threads for a
+	// unique submission: the gate reads the request and forwards it, the
+	// leader writes its log and replicates, the followers append.
+	for role, c := range map[string]Cost{"gates": u.CostPerRequest.Gates, "leader": u.CostPerRequest.Leader, "followers": u.CostPerRequest.Followers} {
+		if c.Allocs <= 0 || c.Syscalls <= 0 || c.Switches <= 0 {
+			t.Errorf("unique-c1: %s cost per request %+v", role, c)
+		}
 	}
 	f := rep.Workloads[len(rep.Workloads)-1].Cluster.Failover
 	if f == nil || f.Killed == "" || f.NewLeader == "" || f.Killed == f.NewLeader || f.Error != "" || f.DuplicateKeys != 0 {

@@ -49,6 +49,87 @@ func parseProcStat(b []byte) (int64, error) {
 	return u + s, nil
 }
 
+// procIO returns a process's read- and write-class system calls (syscr +
+// syscw of /proc/<pid>/io: read, write and their vector and positional
+// forms, on files and sockets alike; not fsync, futex or epoll_wait).
+func procIO(pid int) (int64, error) {
+	b, err := os.ReadFile(procPath(pid, "io"))
+	if err != nil {
+		return 0, err
+	}
+	return parseProcIO(b)
+}
+
+func parseProcIO(b []byte) (int64, error) {
+	var sum int64
+	found := 0
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (name != "syscr" && name != "syscw") {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("proc io: %s: %w", name, err)
+		}
+		sum += n
+		found++
+	}
+	if found != 2 {
+		return 0, errors.New("proc io: syscr or syscw missing")
+	}
+	return sum, nil
+}
+
+// procSwitches returns a process's context switches, voluntary (a thread
+// blocked: a wake-up later) and involuntary (preempted), summed over its
+// threads (/proc/<pid>/task/*/status): a goroutine hand-off that parks or
+// wakes an OS thread is one. Threads that exited are not counted; the Go
+// runtime keeps its threads.
+func procSwitches(pid int) (int64, error) {
+	dir := procPath(pid, "task")
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		n, err := parseSwitches(b)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
+func parseSwitches(b []byte) (int64, error) {
+	var sum int64
+	found := 0
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (name != "voluntary_ctxt_switches" && name != "nonvoluntary_ctxt_switches") {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("proc status: %s: %w", name, err)
+		}
+		sum += n
+		found++
+	}
+	if found != 2 {
+		return 0, errors.New("proc status: context switch counts missing")
+	}
+	return sum, nil
+}
+
 // procMem returns a process's resident set size and its high-water mark, in
 // bytes, from /proc/<pid>/status (VmRSS, VmHWM).
 func procMem(pid int) (rss, hwm int64, err error) {

@@ -55,6 +55,10 @@ type ClusterStats struct {
 	CPUCores CPUCores `json:"cpu_cores"`
 	// CPUPerRequest is the same CPU in microseconds per answered request.
 	CPUPerRequest CPUPerRequest `json:"cpu_us_per_request"`
+	// CostPerRequest counts what each role's processes did per answered
+	// request: heap allocations, read/write system calls and context
+	// switches.
+	CostPerRequest CostPerRequest `json:"cost_per_request"`
 
 	// GateCounters are the growth of the gates' counters (summed over the
 	// gates), e.g. once_gate_cache_hits_total.
@@ -91,6 +95,35 @@ type CPUPerRequest struct {
 	Ceiling   float64 `json:"ceiling_server,omitempty"`
 }
 
+// CostPerRequest is, per answered request, what the gates, the leader and
+// the followers did (each role's processes together).
+type CostPerRequest struct {
+	Gates     Cost `json:"gates"`
+	Leader    Cost `json:"leader"`
+	Followers Cost `json:"followers"`
+}
+
+// Cost is a process's work counted in events: heap allocations (the Go
+// runtime's go_memstats_mallocs_total on its /metrics), read- and
+// write-class system calls (/proc/<pid>/io) and context switches of its
+// threads (/proc/<pid>/task/*/status: a thread that blocks and is woken
+// again, or is preempted).
+type Cost struct {
+	Allocs   float64 `json:"allocs"`
+	Syscalls float64 `json:"rw_syscalls"`
+	Switches float64 `json:"context_switches"`
+}
+
+func (c *Cost) add(o Cost) {
+	c.Allocs += o.Allocs
+	c.Syscalls += o.Syscalls
+	c.Switches += o.Switches
+}
+
+func (c Cost) per(n int64) Cost {
+	return Cost{Allocs: round(c.Allocs/float64(n), 1), Syscalls: round(c.Syscalls/float64(n), 2), Switches: round(c.Switches/float64(n), 2)}
+}
+
 // NodeStats is one process during a workload.
 type NodeStats struct {
 	Name   string `json:"name"`
@@ -107,6 +140,9 @@ type NodeStats struct {
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
 	// LogBatches is the manager's Raft log write batches (fsyncs) in the window.
 	LogBatches uint64 `json:"log_batches,omitempty"`
+	// Cost is what the process did in the window, counted (not for a
+	// process killed during it).
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // FailoverStats describes the kill of the failover workload.
@@ -128,6 +164,10 @@ type nodeSnap struct {
 	cpu    int64 // ticks
 	rss    int64
 	status *rpc.Status // managers; nil if unreachable
+	// cost holds the counters read at this instant (not deltas); ok when
+	// all three were read.
+	cost   Cost
+	costOK bool
 }
 
 // snapshot is the cluster at one instant.
@@ -198,6 +238,10 @@ func gateCounter(name string) bool {
 	return strings.HasPrefix(name, "once_") && (strings.HasSuffix(name, "_total") || strings.HasSuffix(name, "_count"))
 }
 
+// mallocsMetric is the Go runtime's count of heap allocations, which every
+// process's /metrics carries (prometheus/client_golang's Go collector).
+const mallocsMetric = "go_memstats_mallocs_total"
+
 // snapshot reads every running process and endpoint. Unreachable pieces are
 // left out (and show as problems in the stats).
 func (p *prober) snapshot(ctx context.Context) snapshot {
@@ -218,12 +262,22 @@ func (p *prober) snapshot(ctx context.Context) snapshot {
 			ns := nodeSnap{pid: pid}
 			ns.cpu, _ = procCPU(pid)
 			ns.rss, _, _ = procMem(pid)
+			sys, err1 := procIO(pid)
+			sw, err2 := procSwitches(pid)
 			var gm map[string]float64
 			if n.Role == localcluster.RoleManager {
 				ns.status, _ = p.status(ctx, n)
-			} else if b, err := p.get(ctx, p.c.NodeURL(n, "/metrics")); err == nil {
-				gm = parseMetrics(b, gateCounter)
 			}
+			b, err3 := p.get(ctx, p.c.NodeURL(n, "/metrics"))
+			if err3 == nil {
+				gm = parseMetrics(b, func(name string) bool {
+					return name == mallocsMetric || n.Role == localcluster.RoleGate && gateCounter(name)
+				})
+			}
+			mallocs, ok := gm[mallocsMetric]
+			delete(gm, mallocsMetric)
+			ns.cost = Cost{Allocs: mallocs, Syscalls: float64(sys), Switches: float64(sw)}
+			ns.costOK = ok && err1 == nil && err2 == nil
 			mu.Lock()
 			defer mu.Unlock()
 			s.nodes[n.Name] = ns
@@ -352,6 +406,7 @@ func compute(c *localcluster.Cluster, before, after snapshot, smp *sampler, requ
 	}
 
 	var gates, leaderCPU, followers float64
+	var gateCost, leaderCost, followerCost Cost
 	var allBatches, leaderBatches uint64
 	for _, n := range c.All() {
 		b, ok := before.nodes[n.Name]
@@ -378,6 +433,18 @@ func compute(c *localcluster.Cluster, before, after snapshot, smp *sampler, requ
 		}
 		_, peak, _ := smp.lastOf(b.pid)
 		ns.PeakRSSBytes = max(peak, ns.RSSBytes, b.rss)
+		if !ns.Killed && b.costOK && a.costOK {
+			ns.Cost = &Cost{Allocs: a.cost.Allocs - b.cost.Allocs, Syscalls: a.cost.Syscalls - b.cost.Syscalls,
+				Switches: a.cost.Switches - b.cost.Switches}
+			switch {
+			case n.Role == localcluster.RoleGate:
+				gateCost.add(*ns.Cost)
+			case ns.Leader:
+				leaderCost.add(*ns.Cost)
+			default:
+				followerCost.add(*ns.Cost)
+			}
+		}
 		if b.status != nil && a.status != nil && a.status.LogBatches >= b.status.LogBatches {
 			ns.LogBatches = a.status.LogBatches - b.status.LogBatches
 			allBatches += ns.LogBatches
@@ -416,6 +483,8 @@ func compute(c *localcluster.Cluster, before, after snapshot, smp *sampler, requ
 		us := func(cores float64) float64 { return round(cores*win*1e6/float64(answered), 1) }
 		st.CPUPerRequest = CPUPerRequest{Gates: us(gates), Leader: us(leaderCPU), Followers: us(followers),
 			Once: us(gates + leaderCPU + followers), Loadgen: us(self), Ceiling: us(ceiling)}
+		st.CostPerRequest = CostPerRequest{Gates: gateCost.per(answered), Leader: leaderCost.per(answered),
+			Followers: followerCost.per(answered)}
 	}
 	st.GateCounters = map[string]float64{}
 	for k, v := range after.gates {

@@ -58,6 +58,20 @@ func WriteTable(w io.Writer, rep Report) error {
 		return err
 	}
 	fmt.Fprintln(w, "  (CPU time per answered request; once = gates + leader + followers; idle processes still count, e.g. the cluster during ceiling)")
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload	per req: gate allocs	syscalls	switches	leader allocs	syscalls	switches	followers allocs	syscalls	switches	")
+	for _, wr := range rep.Workloads {
+		c := wr.Cluster.CostPerRequest
+		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.2f\t%.1f\t%.2f\t%.2f\t%.1f\t%.2f\t%.2f\t\n", wr.Load.Name,
+			c.Gates.Allocs, c.Gates.Syscalls, c.Gates.Switches, c.Leader.Allocs, c.Leader.Syscalls, c.Leader.Switches,
+			c.Followers.Allocs, c.Followers.Syscalls, c.Followers.Switches)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "  (per answered request, each role's processes together: heap allocations, read/write system calls, context switches of their threads)")
 	for _, wr := range rep.Workloads {
 		for _, p := range wr.Cluster.Problems {
 			fmt.Fprintf(w, "  %s: %s\n", wr.Load.Name, p)
