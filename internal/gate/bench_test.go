@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -16,7 +16,7 @@ import (
 // misses, the loopback RPC to the fake manager), not a client's HTTP stack.
 func benchGate(b *testing.B) http.Handler {
 	b.Helper()
-	_, addr := startManager(b, fakemanager.Options{})
+	_, addr := startManager(b, managertest.Options{})
 	tg := startGate(b, []string{addr}, func(cfg *Config, deps *Deps) {
 		deps.Logger = nil
 		cfg.Idempotency.MaxEntries = 1 << 20
