@@ -88,6 +88,11 @@ func Start(tb testing.TB, opts Options) *Cluster {
 		addr, tr := raft.NewInmemTransport("")
 		trans[i] = tr
 		cfg := Config(fmt.Sprintf("m%d", i+1), filepath.Join(base, fmt.Sprintf("m%d", i+1)))
+		if opts.Managers == 1 {
+			// Alone, a manager elects itself once its first heartbeat
+			// timeout passes, and has no follower to lose.
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+		}
 		cfg.Datacenter = opts.Datacenter
 		cfg.RaftAddr, cfg.RaftAdvertise = string(addr), string(addr)
 		cfg.RPCAddr, cfg.RPCAdvertise = ln.Addr().String(), ln.Addr().String()
@@ -139,7 +144,8 @@ func Start(tb testing.TB, opts Options) *Cluster {
 
 // Config is a manager's configuration for a test: nodeID's, its ledger in
 // dataDir, Raft timings short enough for an election in well under a
-// second, and everything else the default.
+// second, a MANAGER_ORPHAN_GRACE of 200ms (its leader looks for orphans
+// every 100ms), and everything else the default.
 func Config(nodeID, dataDir string) manager.Config {
 	cfg := manager.DefaultConfig()
 	cfg.NodeID = nodeID
@@ -147,7 +153,7 @@ func Config(nodeID, dataDir string) manager.Config {
 	cfg.HeartbeatTimeout = 200 * time.Millisecond
 	cfg.ElectionTimeout = 200 * time.Millisecond
 	cfg.LeaderLeaseTimeout = 100 * time.Millisecond
-	cfg.OrphanGrace = manager.DefaultOrphanGrace
+	cfg.OrphanGrace = 200 * time.Millisecond
 	return cfg
 }
 
