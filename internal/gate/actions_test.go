@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -20,7 +20,7 @@ func TestCancelRetryThroughTheGate(t *testing.T) {
 	if err := os.WriteFile(path, []byte("tok-alpha alpha\ntok-beta beta\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, addr := startManager(t, fakemanager.Options{Workers: true})
+	_, addr := startManager(t, managertest.Options{})
 	tokens := func(cfg *Config, _ *Deps) { cfg.TokenFile = path }
 	g, other := startGate(t, []string{addr}, tokens), startGate(t, []string{addr}, tokens)
 	alpha := []string{"Authorization", "Bearer tok-alpha"}

@@ -7,16 +7,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/pkg/api"
 )
 
-// benchGate is a gate with a fake manager served in-process, driven through its
-// handler directly: the benchmarks measure the gate's own submit path (and, for
-// misses, the loopback RPC to the fake manager), not a client's HTTP stack.
+// benchGate is a gate with a real manager served in-process (managertest),
+// driven through its handler directly: the benchmarks measure the gate's own
+// submit path (and, for misses, the loopback RPC to the manager and its Raft
+// commit), not a client's HTTP stack.
 func benchGate(b *testing.B) http.Handler {
 	b.Helper()
-	_, addr := startManager(b, fakemanager.Options{})
+	_, addr := startManager(b, managertest.Options{})
 	tg := startGate(b, []string{addr}, func(cfg *Config, deps *Deps) {
 		deps.Logger = nil
 		cfg.Idempotency.MaxEntries = 1 << 20

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -25,7 +25,7 @@ func TestLedgerRefusalsMapToRetryableProblems(t *testing.T) {
 		{rpc.CodeTenantQuota, http.StatusTooManyRequests, api.CodeTenantQuotaExceeded},
 	} {
 		t.Run(string(tc.code), func(t *testing.T) {
-			mgr, addr := startManager(t, fakemanager.Options{})
+			mgr, addr := startManager(t, managertest.Options{})
 			tg := startGate(t, []string{addr}, nil)
 			var refuse atomic.Bool
 			refuse.Store(true)

@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -24,7 +26,10 @@ func leaseOne(t *testing.T, g *testGate) api.Lease {
 // A completion the ledger's byte budget cannot hold is 507 budget_exceeded
 // to the worker, the job still running under its lease, which it may fail.
 func TestCompleteOverBudgetThroughTheGate(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{Workers: true, MaxResultBytes: 100})
+	_, addr := startManager(t, managertest.Options{Config: func(c *manager.Config) {
+		// The job fits (its payload is "null"); 100 bytes more do not.
+		c.LedgerTenantMaxBytes = int64(ledger.EntryOverhead + ledger.JobOverhead + 2*len("null") + 100)
+	}})
 	g := startGate(t, []string{addr}, nil)
 	l := leaseOne(t, g)
 	path := "/v1/jobs/" + l.Job.JobID
@@ -47,7 +52,7 @@ func TestCompleteResultLimits(t *testing.T) {
 	if MaxBodyBytes > rpc.MaxBodyBytes {
 		t.Fatalf("GATE_MAX_BODY_BYTES's bound %d is over the RPC's %d", MaxBodyBytes, rpc.MaxBodyBytes)
 	}
-	_, addr := startManager(t, fakemanager.Options{Workers: true})
+	_, addr := startManager(t, managertest.Options{})
 	g := startGate(t, []string{addr}, nil)
 	l := leaseOne(t, g)
 	path := "/v1/jobs/" + l.Job.JobID + "/complete"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
-	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -18,15 +18,10 @@ import (
 // detail.
 func TestContractOutcomes(t *testing.T) {
 	clock := newFakeClock()
-	mgr, addr := startManager(t, fakemanager.Options{
-		Now: clock.Now,
-		Reject: func(req *rpc.SubmitRequest) *rpc.Rejection {
-			if req.Job.Type == "invalid_kind" {
-				return &rpc.Rejection{Status: 422, Reason: "unknown_job_type", Detail: "job type \"invalid_kind\" is not accepted"}
-			}
-			return nil
-		},
-	})
+	mgr, addr := startManager(t, managertest.Options{Now: clock.Now, Config: func(c *manager.Config) {
+		c.AllowedJobTypes = []string{"send_invoice", "more"} // "invalid_kind" is refused
+		c.MaxQueuedJobs = 1                                  // the first job fills the datacenter
+	}})
 	withClock := func(cfg *Config, deps *Deps) { deps.Now = clock.Now }
 	tg := startGate(t, []string{addr}, withClock)
 	noWait := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) {
@@ -57,8 +52,6 @@ func TestContractOutcomes(t *testing.T) {
 		wantNoHeader(t, rejected422, api.HeaderRetryAfter)
 	})
 	t.Run("first time: rejected (capacity)", func(t *testing.T) {
-		mgr.SetCapacity(1)
-		defer mgr.SetCapacity(0)
 		rejected429 = tg.submit(t, skey(3), `{"type":"more"}`)
 		p := wantProblem(t, rejected429, http.StatusTooManyRequests, api.CodeJobRejected)
 		if p.Reason != "capacity" {
@@ -95,11 +88,12 @@ func TestContractOutcomes(t *testing.T) {
 	})
 
 	t.Run("duplicate while PENDING", func(t *testing.T) {
+		mgr.finishJobs(t) // room for the job of skey(4)
 		waiting := make(chan struct{}, 1)
 		tg.testHookWaiting = func() { waiting <- struct{}{} }
 		defer func() { tg.testHookWaiting = nil }()
-		reserved, release := holdFirstReservation(t, mgr)
-		defer mgr.SetReservedHook(nil)
+		reserved, release := holdInLedger(t, mgr, clock)
+		defer mgr.SetSubmitHook(nil)
 		owner := goSubmit(tg, skey(4), invoiceBody)
 		<-reserved
 
@@ -143,6 +137,7 @@ func TestContractOutcomes(t *testing.T) {
 	})
 
 	t.Run("no leader reachable: 503, not cached", func(t *testing.T) {
+		mgr.finishJobs(t) // room for the job of skey(5)
 		mgr.SetLeader(false)
 		res := shortWait.submit(t, skey(5), invoiceBody)
 		wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -89,7 +89,7 @@ func (f *formingView) FormedOnce() bool { return f.formedOnce.Load() }
 // forwarded), and /readyz is 503 until the first formation. Once formed, the
 // same name is a client error (400).
 func TestGateAnswersUnknownDatacenter503WhileForming(t *testing.T) {
-	m1, a1 := startManager(t, fakemanager.Options{Datacenter: "dc1"})
+	m1, a1 := startManager(t, managertest.Options{Datacenter: "dc1"})
 	fed := &formingView{StaticFederation: StaticFederation{"dc1": {a1}}}
 	fed.forming.Store(true)
 	g := startGate(t, []string{a1}, func(cfg *Config, deps *Deps) { deps.Federation = fed })

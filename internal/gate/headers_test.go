@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -17,7 +18,7 @@ import (
 // TestSubmitXIdempotencyKey: X-Idempotency-Key is another name for
 // Idempotency-Key; both at once must carry the same key.
 func TestSubmitXIdempotencyKey(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	post := func(hdr ...string) result {
 		return tg.do(t, http.MethodPost, "/v1/jobs", strings.NewReader(invoiceBody), hdr...)
@@ -99,7 +100,7 @@ func (r *ttlRecorder) get() []time.Duration {
 // expiry. After the short TTL the key is judged afresh.
 func TestSubmitIdempotencyTTL(t *testing.T) {
 	clock := newFakeClock()
-	mgr, addr := startManager(t, fakemanager.Options{Now: clock.Now})
+	mgr, addr := startManager(t, managertest.Options{Now: clock.Now})
 	rec := &ttlRecorder{}
 	mgr.SetSubmitHook(rec.hook)
 	tg := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = clock.Now })
@@ -152,7 +153,7 @@ func TestSubmitIdempotencyTTL(t *testing.T) {
 // ledger with the same job and the same Idempotency-Expires-At.
 func TestSubmitLongIdempotencyTTL(t *testing.T) {
 	clock := newFakeClock()
-	mgr, addr := startManager(t, fakemanager.Options{Now: clock.Now})
+	mgr, addr := startManager(t, managertest.Options{Now: clock.Now})
 	tg := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = clock.Now })
 
 	first := tg.submit(t, skey(1), invoiceBody, api.HeaderIdempotencyTTL, "86400")
@@ -176,7 +177,7 @@ func TestSubmitLongIdempotencyTTL(t *testing.T) {
 // TestSubmitIdempotencyTTLInvalid: a malformed or out-of-range Idempotency-TTL
 // is 400 invalid_request naming the range, and nothing reaches the manager.
 func TestSubmitIdempotencyTTLInvalid(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { cfg.MaxTTL = time.Hour })
 	for _, v := range [][]string{{"0"}, {"0.5"}, {"-1"}, {"abc"}, {"1e3"}, {"10s"}, {""}, {"3600.001"}, {"3601"}, {"5", "5"}} {
 		var hdr []string
@@ -201,16 +202,10 @@ func TestSubmitIdempotencyTTLInvalid(t *testing.T) {
 // replay, through this gate or another; transient answers do not.
 func TestSubmitExpiresAtOnStoredOutcomes(t *testing.T) {
 	clock := newFakeClock()
-	mgr, addr := startManager(t, fakemanager.Options{
-		Now:      clock.Now,
-		Capacity: 1,
-		Reject: func(req *rpc.SubmitRequest) *rpc.Rejection {
-			if req.Job.Type == "forbidden" {
-				return &rpc.Rejection{Status: 422, Reason: "type_not_allowed"}
-			}
-			return nil
-		},
-	})
+	mgr, addr := startManager(t, managertest.Options{Now: clock.Now, Config: func(c *manager.Config) {
+		c.MaxQueuedJobs = 1
+		c.AllowedJobTypes = []string{"fits", "too_many", "x"} // "forbidden" is refused
+	}})
 	tg := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = clock.Now })
 	other := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = clock.Now; cfg.ForwardTimeout = 300 * time.Millisecond })
 	start := clock.Now()

@@ -9,12 +9,16 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/manager/managertest"
+	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -34,11 +38,218 @@ func newFakeClock() *fakeClock {
 	return testutil.NewClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
 }
 
-// startManager serves a fake manager leader on 127.0.0.1 for the test.
-func startManager(tb testing.TB, opts fakemanager.Options) (*fakemanager.Manager, string) {
+// startManager starts a real manager leader in-process on 127.0.0.1
+// (managertest) for the test, behind a thin fault layer (testManager), and
+// returns it with its RPC address.
+func startManager(tb testing.TB, opts managertest.Options) (*testManager, string) {
 	tb.Helper()
-	m := fakemanager.New(opts)
-	return m, fakemanager.Serve(tb, m)
+	tm := &testManager{}
+	opts.Serve = func(m *manager.Manager) rpc.Service { return &faultLayer{Manager: m, tm: tm} }
+	tm.cluster = managertest.Start(tb, opts)
+	tm.Manager = tm.cluster.Managers[0]
+	return tm, tm.cluster.Addrs[0]
+}
+
+// testManager is a real manager as a gate reaches it, through a fault layer
+// at its RPC boundary that counts the submissions reaching it and can answer
+// in its place, as a manager that is slow, fails, or knows no leader would.
+// The manager's own semantics are never imitated.
+type testManager struct {
+	*manager.Manager
+	cluster *managertest.Cluster
+	submits atomic.Int64
+
+	mu         sync.Mutex
+	submitHook func(ctx context.Context, req *rpc.SubmitRequest) error
+	noLeader   bool
+	readErr    error
+}
+
+// Submits returns how many Submit calls reached the manager.
+func (tm *testManager) Submits() int64 { return tm.submits.Load() }
+
+// Jobs returns how many jobs the manager's ledger holds, over all tenants.
+func (tm *testManager) Jobs() int { return tm.FSM().Stats().Jobs }
+
+// SetSubmitHook installs (nil: removes) a hook run by every Submit before
+// the manager sees it. It may block (honouring ctx); an error it returns is
+// the answer (use *rpc.Error values) and the manager never sees the call.
+func (tm *testManager) SetSubmitHook(h func(ctx context.Context, req *rpc.SubmitRequest) error) {
+	tm.mu.Lock()
+	tm.submitHook = h
+	tm.mu.Unlock()
+}
+
+// SetLeader(false) makes the manager answer every call as a follower that
+// knows no leader (not_leader, which the gate's client retries until its
+// deadline); SetLeader(true) lets calls through again.
+func (tm *testManager) SetLeader(leader bool) {
+	tm.mu.Lock()
+	tm.noLeader = !leader
+	tm.mu.Unlock()
+}
+
+// SetReadError makes every read (GetJob, ListJobs, GetKey) fail with err
+// (nil: reads reach the manager).
+func (tm *testManager) SetReadError(err error) {
+	tm.mu.Lock()
+	tm.readErr = err
+	tm.mu.Unlock()
+}
+
+// faults returns what the layer answers in the manager's place (nil: let
+// the call through) and the submit hook.
+func (tm *testManager) faults(read bool) (error, func(context.Context, *rpc.SubmitRequest) error) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	switch {
+	case read && tm.readErr != nil:
+		return tm.readErr, nil
+	case tm.noLeader:
+		return &rpc.Error{Code: rpc.CodeNotLeader, Message: "a follower with no known leader (the test's fault layer)"}, nil
+	}
+	return nil, tm.submitHook
+}
+
+// faultLayer is what the manager's RPC server serves: the manager, with
+// testManager's faults in front of the calls a gate makes.
+type faultLayer struct {
+	*manager.Manager
+	tm *testManager
+}
+
+func (f *faultLayer) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+	f.tm.submits.Add(1)
+	err, hook := f.tm.faults(false)
+	if err != nil {
+		return nil, err
+	}
+	if hook != nil {
+		if err := hook(ctx, req); err != nil {
+			return nil, err
+		}
+	}
+	return f.Manager.Submit(ctx, req)
+}
+
+func (f *faultLayer) GetJob(ctx context.Context, tenant, id string) (*api.Job, error) {
+	if err, _ := f.tm.faults(true); err != nil {
+		return nil, err
+	}
+	return f.Manager.GetJob(ctx, tenant, id)
+}
+
+func (f *faultLayer) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.ListJobsResponse, error) {
+	if err, _ := f.tm.faults(true); err != nil {
+		return nil, err
+	}
+	return f.Manager.ListJobs(ctx, req)
+}
+
+func (f *faultLayer) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo, error) {
+	if err, _ := f.tm.faults(true); err != nil {
+		return nil, err
+	}
+	return f.Manager.GetKey(ctx, tenant, key)
+}
+
+func (f *faultLayer) Status(ctx context.Context) (*rpc.Status, error) {
+	st, err := f.Manager.Status(ctx)
+	if err == nil {
+		if fault, _ := f.tm.faults(false); fault != nil {
+			st.IsLeader, st.RaftState, st.LeaderID, st.LeaderRPC = false, "Follower", "", ""
+		}
+	}
+	return st, err
+}
+
+func (f *faultLayer) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseResponse, error) {
+	if err, _ := f.tm.faults(false); err != nil {
+		return nil, err
+	}
+	return f.Manager.Lease(ctx, req)
+}
+
+// finishJobs leases every queued job of the default tenant from the manager
+// and completes it, as a worker would: MANAGER_MAX_QUEUED_JOBS counts the
+// unfinished jobs only.
+func (tm *testManager) finishJobs(tb testing.TB) {
+	tb.Helper()
+	ctx := context.Background()
+	for {
+		r, err := tm.Manager.Lease(ctx, &rpc.LeaseRequest{Tenant: api.DefaultTenant, Worker: "test", MaxJobs: 100, LeaseFor: time.Minute})
+		if err != nil {
+			tb.Fatalf("lease: %v", err)
+		}
+		if len(r.Leases) == 0 {
+			return
+		}
+		for _, l := range r.Leases {
+			if _, err := tm.Manager.Complete(ctx, &rpc.CompleteRequest{Tenant: api.DefaultTenant, JobID: l.Job.JobID,
+				LeaseID: l.LeaseID, Result: json.RawMessage(`"done"`)}); err != nil {
+				tb.Fatalf("complete %s: %v", l.Job.JobID, err)
+			}
+		}
+	}
+}
+
+// holdFirstSubmit holds the first submission that reaches the manager,
+// before the manager sees it, until release is called (at the latest when
+// the test ends); arrived is closed once it is held. Meanwhile the gate's
+// cache holds the key PENDING.
+func holdFirstSubmit(t *testing.T, mgr *testManager) (arrived <-chan struct{}, release func()) {
+	held, rel := make(chan struct{}), make(chan struct{})
+	var first, closeRel sync.Once
+	release = func() { closeRel.Do(func() { close(rel) }) }
+	t.Cleanup(release)
+	mgr.SetSubmitHook(func(ctx context.Context, _ *rpc.SubmitRequest) error {
+		hold := false
+		first.Do(func() { hold = true })
+		if hold {
+			close(held)
+			select {
+			case <-rel:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	return held, release
+}
+
+// holdInLedger makes the first submission that reaches the manager find its
+// key PENDING in the ledger, as a leader that died between its Reserve and
+// its Commit leaves it (managertest.Cluster.Reserve), and holds that
+// submission until release is called; reserved is closed once the key is
+// PENDING. clock must be the manager's (managertest.Options.Now): release
+// moves it past MANAGER_ORPHAN_GRACE, and the leader resolves the entry as
+// an orphan, admission and all; the held submission then gets that outcome.
+func holdInLedger(t *testing.T, mgr *testManager, clock *fakeClock) (reserved <-chan struct{}, release func()) {
+	held, rel := make(chan struct{}), make(chan struct{})
+	var first, closeRel sync.Once
+	release = func() {
+		closeRel.Do(func() {
+			clock.Advance(mgr.Config().OrphanGrace + time.Millisecond)
+			close(rel)
+		})
+	}
+	t.Cleanup(func() { closeRel.Do(func() { close(rel) }) })
+	mgr.SetSubmitHook(func(ctx context.Context, req *rpc.SubmitRequest) error {
+		hold := false
+		first.Do(func() { hold = true })
+		if hold {
+			if err := mgr.cluster.Reserve(req); err != nil {
+				return rpc.Errorf(rpc.CodeInternal, "%v", err)
+			}
+			close(held)
+			select {
+			case <-rel:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	return held, release
 }
 
 // testGate is a gate serving on 127.0.0.1 for one test, with a client for it.

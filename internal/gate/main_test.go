@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/config"
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -107,7 +107,7 @@ func (l *logLines) Write(p []byte) (int, error) {
 // TestMainServesAndStops: Main serves with the settings of its environment and
 // returns 0 after a graceful shutdown when its context ends.
 func TestMainServesAndStops(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	logs := &logLines{addr: make(chan string, 1)}
 	defer func() {
 		logs.mu.Lock()

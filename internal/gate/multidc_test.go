@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
@@ -19,11 +20,11 @@ import (
 // federation is two fake datacenters, dc1 and dc2, each with a fake manager
 // leader and a gate that knows both.
 type federation struct {
-	m1, m2 *fakemanager.Manager
+	m1, m2 *testManager
 	g1, g2 *testGate
 }
 
-func startFederation(t *testing.T, opts1, opts2 fakemanager.Options, override func(cfg *Config, deps *Deps)) *federation {
+func startFederation(t *testing.T, opts1, opts2 managertest.Options, override func(cfg *Config, deps *Deps)) *federation {
 	t.Helper()
 	opts1.Datacenter, opts2.Datacenter = "dc1", "dc2"
 	m1, a1 := startManager(t, opts1)
@@ -43,7 +44,7 @@ func startFederation(t *testing.T, opts1, opts2 fakemanager.Options, override fu
 }
 
 // jobIn returns datacenter m's copy of job id, failing the test when absent.
-func jobIn(t *testing.T, m *fakemanager.Manager, id string) *api.Job {
+func jobIn(t *testing.T, m *testManager, id string) *api.Job {
 	t.Helper()
 	j, err := m.GetJob(context.Background(), api.DefaultTenant, id)
 	if err != nil {
@@ -57,7 +58,7 @@ func jobIn(t *testing.T, m *fakemanager.Manager, id string) *api.Job {
 // committed; a retry through the dc2 gate (the set written otherwise) is the
 // same bytes with the same expiry, and neither datacenter holds a second job.
 func TestMultiDCFanOutAndReplay(t *testing.T) {
-	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, nil)
+	f := startFederation(t, managertest.Options{}, managertest.Options{}, nil)
 	first := f.g1.submit(t, skey(1), `{"type":"x","payload":{"n":1},"datacenters":["dc2","dc1","dc2"]}`)
 	job := wantJob(t, first, http.StatusCreated)
 	wantHeader(t, first, api.HeaderReplayed, "false")
@@ -65,7 +66,7 @@ func TestMultiDCFanOutAndReplay(t *testing.T) {
 		job.Datacenters["dc2"].Status != api.JobStatusCommitted {
 		t.Fatalf("datacenters %+v, want dc1 and dc2 committed", job.Datacenters)
 	}
-	for _, m := range []*fakemanager.Manager{f.m1, f.m2} {
+	for _, m := range []*testManager{f.m1, f.m2} {
 		if n := m.Jobs(); n != 1 {
 			t.Fatalf("a datacenter holds %d jobs, want 1", n)
 		}
@@ -95,7 +96,7 @@ func TestMultiDCFanOutAndReplay(t *testing.T) {
 // and nothing is cached; dc1 keeps its job; a retry through the dc2 gate once
 // dc2 is back completes dc2 with the same job ID.
 func TestMultiDCPartialFailureThenRetry(t *testing.T) {
-	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, func(cfg *Config, deps *Deps) {
+	f := startFederation(t, managertest.Options{}, managertest.Options{}, func(cfg *Config, deps *Deps) {
 		// A forward's deadline is the forward timeout plus the pending wait.
 		cfg.ForwardTimeout = 300 * time.Millisecond
 		cfg.Idempotency.PendingWaitTimeout = 200 * time.Millisecond
@@ -140,11 +141,9 @@ func TestMultiDCPartialFailureThenRetry(t *testing.T) {
 // rejection, naming every datacenter's outcome, and it is replayed byte for
 // byte through the gates of both datacenters.
 func TestMultiDCRejection(t *testing.T) {
-	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{
-		Reject: func(req *rpc.SubmitRequest) *rpc.Rejection {
-			return &rpc.Rejection{Status: 422, Reason: "unknown_job_type", Detail: "not here"}
-		},
-	}, nil)
+	f := startFederation(t, managertest.Options{}, managertest.Options{Config: func(c *manager.Config) {
+		c.AllowedJobTypes = []string{"not_x"} // dc2 accepts no job of type x
+	}}, nil)
 	const body = `{"type":"x","datacenters":["dc1","dc2"]}`
 	first := f.g1.submit(t, skey(3), body)
 	wantStatus(t, first, http.StatusUnprocessableEntity)
@@ -175,7 +174,7 @@ func TestMultiDCRejection(t *testing.T) {
 // of different datacenters, overlapping at both leaders, make one job per
 // datacenter with one ID, and both clients get the same bytes.
 func TestMultiDCRacedFirstAttempts(t *testing.T) {
-	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, nil)
+	f := startFederation(t, managertest.Options{}, managertest.Options{}, nil)
 	release := make(chan struct{})
 	hold := func(ctx context.Context, req *rpc.SubmitRequest) error {
 		select {
@@ -219,7 +218,7 @@ func TestMultiDCRacedFirstAttempts(t *testing.T) {
 // either datacenter; ?datacenter= reads one datacenter's copy; an unknown
 // datacenter is 400.
 func TestMultiDCReads(t *testing.T) {
-	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, nil)
+	f := startFederation(t, managertest.Options{}, managertest.Options{}, nil)
 	only2 := wantJob(t, f.g2.submit(t, skey(5), `{"type":"x"}`), http.StatusCreated)
 	for _, tg := range []*testGate{f.g1, f.g2} {
 		got := wantJob(t, tg.get(t, "/v1/jobs/"+only2.JobID), http.StatusOK)
@@ -262,10 +261,10 @@ func decodeJSON(t *testing.T, b []byte, v any) {
 // moves on to its leader); a datacenter outside the federation is 400 and
 // nothing is forwarded.
 func TestMultiDCSetFormsAndRemoteFollower(t *testing.T) {
-	m1, a1 := startManager(t, fakemanager.Options{Datacenter: "dc1"})
-	follower, af := startManager(t, fakemanager.Options{Datacenter: "dc2"})
+	m1, a1 := startManager(t, managertest.Options{Datacenter: "dc1"})
+	follower, af := startManager(t, managertest.Options{Datacenter: "dc2"})
 	follower.SetLeader(false)
-	m2, a2 := startManager(t, fakemanager.Options{Datacenter: "dc2"})
+	m2, a2 := startManager(t, managertest.Options{Datacenter: "dc2"})
 	g := startGate(t, []string{a1}, func(cfg *Config, deps *Deps) {
 		deps.Federation = StaticFederation{"dc1": {a1}, "dc2": {af, a2}}
 	})
@@ -302,7 +301,7 @@ func TestMultiDCSetFormsAndRemoteFollower(t *testing.T) {
 // datacenter is 503 with Retry-After, not 400, and nothing is forwarded or
 // cached; its own datacenter's jobs are served as always.
 func TestMultiDCBeforeTheFirstView(t *testing.T) {
-	m1, a1 := startManager(t, fakemanager.Options{Datacenter: "dc1"})
+	m1, a1 := startManager(t, managertest.Options{Datacenter: "dc1"})
 	g := startGate(t, []string{a1}, func(cfg *Config, deps *Deps) {
 		deps.Federation = StaticFederation(nil)
 	})
@@ -327,7 +326,7 @@ func TestMultiDCBeforeTheFirstView(t *testing.T) {
 // through the dc2 gate is the first answer, byte for byte, and dc2 never
 // holds a job of it. A single datacenter's gate sends no claim.
 func TestMultiDCOmittedListRetryThroughTheOtherGate(t *testing.T) {
-	f := startFederation(t, fakemanager.Options{}, fakemanager.Options{}, nil)
+	f := startFederation(t, managertest.Options{}, managertest.Options{}, nil)
 	first := f.g1.submit(t, skey(40), `{"type":"x","payload":{"n":40}}`)
 	job := wantJob(t, first, http.StatusCreated)
 	if len(job.Datacenters) != 1 || job.Datacenters["dc1"].Status != api.JobStatusCommitted {
@@ -348,7 +347,7 @@ func TestMultiDCOmittedListRetryThroughTheOtherGate(t *testing.T) {
 		t.Fatalf("datacenters hold %d and %d jobs, want 1 and 0", n1, n2)
 	}
 
-	m, addr := startManager(t, fakemanager.Options{})
+	m, addr := startManager(t, managertest.Options{})
 	single := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) {
 		deps.Federation = StaticFederation{"dc1": {addr}}
 	})

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/once-dev/once/internal/config"
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -22,7 +22,7 @@ import (
 // method_not_allowed with Allow, panics 500 internal — all problems, never the
 // ServeMux's plain text.
 func TestRoutingProblems(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	tg.route("GET /test/panic", func(http.ResponseWriter, *http.Request) { panic("test panic") })
 
@@ -65,7 +65,7 @@ func TestRoutingProblems(t *testing.T) {
 // manager leader; /metrics is Prometheus text with the gate's, the cache's, the
 // Go runtime's and the process's metrics.
 func TestHealthReadyMetrics(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 
 	res := tg.get(t, "/healthz")
@@ -234,7 +234,7 @@ func (h signalHandler) WithGroup(name string) slog.Handler {
 // TestServeDrainsInFlight: when Serve's context ends, a submission in flight
 // still gets its answer before Serve returns nil.
 func TestServeDrainsInFlight(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	shuttingDown := make(chan struct{})
 	logger := slog.New(signalHandler{Handler: testutil.Logger(t).Handler(), msg: "gate shutting down", once: new(sync.Once), ch: shuttingDown})
 	cfg := DefaultConfig()
@@ -253,7 +253,7 @@ func TestServeDrainsInFlight(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ctx, ln) }()
 
-	reserved, release := holdFirstReservation(t, mgr)
+	reserved, release := holdFirstSubmit(t, mgr)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	answer := make(chan *http.Response, 1)

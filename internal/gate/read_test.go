@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -19,7 +20,9 @@ import (
 // TestGetJob: a job reads back as the same bytes as its 201; an unknown ID is
 // 404 job_not_found.
 func TestGetJob(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	// Jobs outside the worker lifecycle (MANAGER_JOB_QUEUE=false): a
+	// queued job's read would add its state.
+	_, addr := startManager(t, managertest.Options{Config: func(c *manager.Config) { c.QueueJobs = false }})
 	tg := startGate(t, []string{addr}, nil)
 	created := tg.submit(t, skey(1), invoiceBody)
 	wantJob(t, created, http.StatusCreated)
@@ -64,7 +67,7 @@ func listPage(t *testing.T, tg *testGate, query string) (api.JobList, map[string
 // TestListJobs: filtering by type, pagination with an opaque cursor until
 // "next" is null, newest last; bad parameters are 400 invalid_request.
 func TestListJobs(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 
 	empty, raw := listPage(t, tg, "")
@@ -133,14 +136,9 @@ func TestListJobs(t *testing.T) {
 // TestGetKey: key info for structured and opaque keys (escaped in the path),
 // rejected keys with a null job_id, 404 for unknown keys, 400 for invalid ones.
 func TestGetKey(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{
-		Reject: func(req *rpc.SubmitRequest) *rpc.Rejection {
-			if req.Job.Type == "no" {
-				return &rpc.Rejection{Status: 422, Reason: "no", Detail: "no"}
-			}
-			return nil
-		},
-	})
+	_, addr := startManager(t, managertest.Options{Config: func(c *manager.Config) {
+		c.AllowedJobTypes = []string{"send_invoice"} // "no" is refused
+	}})
 	tg := startGate(t, []string{addr}, nil)
 
 	keyInfo := func(key string) (api.KeyInfo, map[string]json.RawMessage) {
@@ -209,7 +207,7 @@ func TestGetKey(t *testing.T) {
 // TestReadsUnavailable: reads that reach no leader are 503 with Retry-After; a
 // manager failure is 500 internal.
 func TestReadsUnavailable(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.ForwardTimeout = 100 * time.Millisecond })
 	mgr.SetReadError(rpc.Errorf(rpc.CodeUnavailable, "no leader"))
 	for _, path := range []string{"/v1/jobs/x", "/v1/jobs", "/v1/idempotency-keys/k"} {
@@ -235,7 +233,7 @@ tok-beta beta
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile = tokenFile })
 	alpha := []string{"Authorization", "Bearer tok-alpha"}
 	alpha2 := []string{"Authorization", "bearer tok-alpha-2"}
@@ -292,7 +290,7 @@ tok-beta beta
 // TestNoTokenFileIsDefaultTenant: without a token file every request is tenant
 // "default", whatever Authorization says.
 func TestNoTokenFileIsDefaultTenant(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	a := tg.submit(t, skey(1), invoiceBody)
 	b := tg.submit(t, skey(1), invoiceBody, "Authorization", "Bearer whatever")

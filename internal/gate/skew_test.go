@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -18,7 +18,7 @@ import (
 func TestCacheTTLIgnoresGateClockSkew(t *testing.T) {
 	ledgerClock := newFakeClock()
 	behind := testutil.NewClock(ledgerClock.Now().Add(-time.Hour))
-	mgr, addr := startManager(t, fakemanager.Options{Now: ledgerClock.Now})
+	mgr, addr := startManager(t, managertest.Options{Now: ledgerClock.Now})
 	right := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = ledgerClock.Now })
 	skewed := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = behind.Now })
 	advance := func(d time.Duration) { ledgerClock.Advance(d); behind.Advance(d) }

@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -30,7 +31,7 @@ const invoiceBodyReordered = `{ "datacenters":["dc1"],"payload":{"amount":5,"ord
 // whitespace) gets the byte-identical body with Idempotent-Replayed: true, and
 // the manager sees one submission.
 func TestSubmitAdmittedThenReplayed(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 
 	first := tg.submit(t, skey(1), invoiceBody)
@@ -65,7 +66,7 @@ func TestSubmitAdmittedThenReplayed(t *testing.T) {
 // TestSubmitIgnoresContentType: the README's curl -d sends
 // application/x-www-form-urlencoded; the body is JSON all the same.
 func TestSubmitIgnoresContentType(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	for i, ct := range []string{"application/x-www-form-urlencoded", "text/plain", "", "application/json; charset=utf-8"} {
 		var hdr []string
@@ -81,7 +82,7 @@ func TestSubmitIgnoresContentType(t *testing.T) {
 // idempotency_key_reused, never the other request's result — from the gate's
 // cache, and from the ledger through a gate that never saw the key.
 func TestSubmitKeyReused(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	other := startGate(t, []string{addr}, nil)
 
@@ -111,22 +112,16 @@ func TestSubmitKeyReused(t *testing.T) {
 // afresh.
 func TestSubmitRejected(t *testing.T) {
 	clock := newFakeClock()
-	mgr, addr := startManager(t, fakemanager.Options{
-		Now:      clock.Now,
-		Capacity: 1,
-		Reject: func(req *rpc.SubmitRequest) *rpc.Rejection {
-			if req.Job.Type == "forbidden" {
-				return &rpc.Rejection{Status: 422, Reason: "type_not_allowed", Detail: "jobs of type forbidden are not accepted"}
-			}
-			return nil
-		},
-	})
+	mgr, addr := startManager(t, managertest.Options{Now: clock.Now, Config: func(c *manager.Config) {
+		c.MaxQueuedJobs = 1
+		c.AllowedJobTypes = []string{"fits", "too_many"} // "forbidden" is refused
+	}})
 	tg := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = clock.Now })
 
 	t.Run("validation", func(t *testing.T) {
 		res := tg.submit(t, skey(1), `{"type":"forbidden"}`)
 		p := wantProblem(t, res, http.StatusUnprocessableEntity, api.CodeJobRejected)
-		if p.Reason != "type_not_allowed" || p.Detail != "jobs of type forbidden are not accepted" {
+		if p.Reason != "unknown_job_type" || p.Detail != `job type "forbidden" is not accepted in datacenter dc1` {
 			t.Fatalf("problem %+v", p)
 		}
 		wantHeader(t, res, api.HeaderReplayed, "false")
@@ -161,7 +156,7 @@ func TestSubmitRejected(t *testing.T) {
 
 		// After the Retry-After, the key is judged afresh.
 		clock.Advance(40 * time.Second)
-		mgr.SetCapacity(0)
+		mgr.finishJobs(t) // the job of skey(2) finished: room for one more
 		fresh := tg.submit(t, skey(3), `{"type":"too_many"}`)
 		wantJob(t, fresh, http.StatusCreated)
 		wantHeader(t, fresh, api.HeaderReplayed, "false")
@@ -172,7 +167,7 @@ func TestSubmitRejected(t *testing.T) {
 // malformed keys are 400 idempotency_key_invalid with a detail naming the part;
 // nothing reaches the manager.
 func TestSubmitKeyMissingOrInvalid(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 
 	res := tg.submit(t, "", invoiceBody)
@@ -216,7 +211,7 @@ func TestSubmitKeyMissingOrInvalid(t *testing.T) {
 // TestSubmitSFStringKey: a key sent as an RFC 8941 sf-string is the same key
 // without its quotes.
 func TestSubmitSFStringKey(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	first := tg.submit(t, `"`+skey(7)+`"`, invoiceBody)
 	job := wantJob(t, first, http.StatusCreated)
@@ -239,7 +234,7 @@ func TestSubmitSFStringKey(t *testing.T) {
 // TestSubmitInvalidRequest: unknown fields, invalid JSON, a missing or bad type
 // are 400 invalid_request with a detail naming the field; nothing is forwarded.
 func TestSubmitInvalidRequest(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	tests := []struct {
 		name, body, detail string
@@ -276,7 +271,7 @@ func TestSubmitInvalidRequest(t *testing.T) {
 // TestSubmitBodyTooLarge: over GATE_MAX_BODY_BYTES is 413 body_too_large,
 // whether the client announced the length or streamed the body.
 func TestSubmitBodyTooLarge(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil) // the default limit, 1 MiB
 	small := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.MaxBodyBytes = 2048 })
 
@@ -298,28 +293,6 @@ func TestSubmitBodyTooLarge(t *testing.T) {
 	}
 }
 
-// holdFirstReservation makes the fake manager hold the first new key it
-// reserves, PENDING, until release is called (at the latest when the test
-// ends); reserved is closed once it is held.
-func holdFirstReservation(t *testing.T, mgr *fakemanager.Manager) (reserved <-chan struct{}, release func()) {
-	held, rel := make(chan struct{}), make(chan struct{})
-	var first, closeRel sync.Once
-	release = func() { closeRel.Do(func() { close(rel) }) }
-	t.Cleanup(release)
-	mgr.SetReservedHook(func(ctx context.Context, _ *rpc.SubmitRequest) {
-		hold := false
-		first.Do(func() { hold = true })
-		if hold {
-			close(held)
-			select {
-			case <-rel:
-			case <-ctx.Done():
-			}
-		}
-	})
-	return held, release
-}
-
 // goSubmit submits in the background; the answer arrives on the channel.
 func goSubmit(tg *testGate, key, body string) <-chan result {
 	ch := make(chan result, 1)
@@ -336,11 +309,11 @@ func goSubmit(tg *testGate, key, body string) <-chan result {
 // TestSubmitWaitsForPending: a duplicate of a PENDING submission waits for the
 // owner's outcome and gets it as a replay; one forward.
 func TestSubmitWaitsForPending(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	waiting := make(chan struct{}, 1)
 	tg.testHookWaiting = func() { waiting <- struct{}{} }
-	reserved, release := holdFirstReservation(t, mgr)
+	reserved, release := holdFirstSubmit(t, mgr)
 
 	owner := goSubmit(tg, skey(1), invoiceBody)
 	<-reserved
@@ -366,9 +339,9 @@ func TestSubmitWaitsForPending(t *testing.T) {
 // of a PENDING submission is 409 request_in_progress with Retry-After at once;
 // the owner's outcome is then replayed.
 func TestSubmitPendingNoWait(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.Idempotency.WaitForPending = false })
-	reserved, release := holdFirstReservation(t, mgr)
+	reserved, release := holdFirstSubmit(t, mgr)
 
 	owner := goSubmit(tg, skey(1), invoiceBody)
 	<-reserved
@@ -388,11 +361,11 @@ func TestSubmitPendingNoWait(t *testing.T) {
 // TestSubmitPendingWaitTimeout: a duplicate that waits longer than
 // IDEMPOTENCY_PENDING_WAIT_TIMEOUT gets 409 request_in_progress.
 func TestSubmitPendingWaitTimeout(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) {
 		cfg.Idempotency.PendingWaitTimeout = 150 * time.Millisecond
 	})
-	reserved, release := holdFirstReservation(t, mgr)
+	reserved, release := holdFirstSubmit(t, mgr)
 	owner := goSubmit(tg, skey(1), invoiceBody)
 	<-reserved
 	start := time.Now()
@@ -409,10 +382,11 @@ func TestSubmitPendingWaitTimeout(t *testing.T) {
 // TestSubmitLedgerInProgress: a gate that does not wait forwards a duplicate
 // with WaitMillis 0; the ledger's in_progress is 409 request_in_progress.
 func TestSubmitLedgerInProgress(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	clock := newFakeClock() // the manager's: the held entry is resolved when it moves
+	mgr, addr := startManager(t, managertest.Options{Now: clock.Now})
 	g1 := startGate(t, []string{addr}, nil)
 	g2 := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.Idempotency.WaitForPending = false })
-	reserved, release := holdFirstReservation(t, mgr)
+	reserved, release := holdInLedger(t, mgr, clock)
 	owner := goSubmit(g1, skey(1), invoiceBody)
 	<-reserved
 	res := g2.submit(t, skey(1), invoiceBody)
@@ -429,14 +403,16 @@ func TestSubmitLedgerInProgress(t *testing.T) {
 	}
 }
 
-// TestSubmitKeyExpired: once a structured key's entry expired, a retry at or
-// below the client's committed sequence is 409 idempotency_key_expired and is
-// not executed again; a higher sequence is a new job.
+// TestSubmitKeyExpired: once a structured key's entry expired, a retry of a
+// committed sequence, the client's highest or one below it, is 409
+// idempotency_key_expired and is not executed again; a higher sequence is a
+// new job.
 func TestSubmitKeyExpired(t *testing.T) {
 	clock := newFakeClock()
-	mgr, addr := startManager(t, fakemanager.Options{Now: clock.Now})
+	mgr, addr := startManager(t, managertest.Options{Now: clock.Now})
 	tg := startGate(t, []string{addr}, func(_ *Config, deps *Deps) { deps.Now = clock.Now })
 
+	wantJob(t, tg.submit(t, skey(4), invoiceBody), http.StatusCreated)
 	wantJob(t, tg.submit(t, skey(5), invoiceBody), http.StatusCreated)
 	clock.Advance(301 * time.Second) // past IDEMPOTENCY_COMMITTED_TTL_SECONDS, in gate and ledger
 	for _, seq := range []int{5, 4} {
@@ -446,8 +422,8 @@ func TestSubmitKeyExpired(t *testing.T) {
 			t.Fatalf("detail %q does not name the sequence", p.Detail)
 		}
 	}
-	if n := mgr.Jobs(); n != 1 {
-		t.Fatalf("%d jobs, want 1: an expired key was executed again", n)
+	if n := mgr.Jobs(); n != 2 {
+		t.Fatalf("%d jobs, want 2: an expired key was executed again", n)
 	}
 	wantJob(t, tg.submit(t, skey(6), invoiceBody), http.StatusCreated)
 }
@@ -456,7 +432,7 @@ func TestSubmitKeyExpired(t *testing.T) {
 // unavailable with Retry-After; nothing is cached, so the same key forwards
 // again and can succeed.
 func TestSubmitUnavailableNotCached(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) {
 		cfg.ForwardTimeout = 200 * time.Millisecond
 		cfg.Idempotency.PendingWaitTimeout = 100 * time.Millisecond
@@ -492,7 +468,7 @@ func TestSubmitUnavailableNotCached(t *testing.T) {
 // TestSubmitLedgerFull: a full ledger is 503 at once (not retried until the
 // deadline), with Retry-After of one cleanup interval, and is not cached.
 func TestSubmitLedgerFull(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{MaxEntries: 1})
+	mgr, addr := startManager(t, managertest.Options{Config: func(c *manager.Config) { c.LedgerMaxEntries = 1 }})
 	tg := startGate(t, []string{addr}, nil)
 	wantJob(t, tg.submit(t, skey(1), invoiceBody), http.StatusCreated)
 	for range 2 {
@@ -528,7 +504,7 @@ func TestSubmitNoManager(t *testing.T) {
 // TestSubmitWaitersShareTransientFailure: duplicates coalesced on an owner whose
 // forward fails get the same 503; nothing is cached and the next try forwards.
 func TestSubmitWaitersShareTransientFailure(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	waiting := make(chan struct{}, 1)
 	tg.testHookWaiting = func() { waiting <- struct{}{} }
@@ -566,7 +542,7 @@ func TestSubmitWaitersShareTransientFailure(t *testing.T) {
 // one gate make exactly one forward and one job, and get 1000 identical bodies.
 func TestConcurrentIdenticalSubmissions(t *testing.T) {
 	const n = 1000
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) {
 		deps.Logger = nil // 1000 access log lines say nothing here
 		// 1000 connections under the race detector on a small machine take
@@ -580,11 +556,12 @@ func TestConcurrentIdenticalSubmissions(t *testing.T) {
 	tg.testHookWaiting = waiters.Done
 	start := time.Now()
 	go func() { waiters.Wait(); t.Logf("%d waiters after %v", n-1, time.Since(start)); close(release) }()
-	mgr.SetReservedHook(func(ctx context.Context, _ *rpc.SubmitRequest) {
+	mgr.SetSubmitHook(func(ctx context.Context, _ *rpc.SubmitRequest) error {
 		select {
 		case <-release:
 		case <-ctx.Done():
 		}
+		return nil
 	})
 
 	results := make([]result, n)
@@ -620,26 +597,24 @@ func TestConcurrentIdenticalSubmissions(t *testing.T) {
 // bytes with the same job_id.
 func TestTwoGatesSameKey(t *testing.T) {
 	const perGate = 50
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	quiet := func(_ *Config, deps *Deps) { deps.Logger = nil }
 	gates := []*testGate{startGate(t, []string{addr}, quiet), startGate(t, []string{addr}, quiet)}
-	// The first reservation is held until both gates have forwarded.
+	// The forwards are held until both gates have forwarded.
 	release := make(chan struct{})
 	var seen sync.WaitGroup
 	seen.Add(2)
 	go func() { seen.Wait(); close(release) }()
 	var forwards atomic.Int32
-	mgr.SetSubmitHook(func(context.Context, *rpc.SubmitRequest) error {
+	mgr.SetSubmitHook(func(ctx context.Context, _ *rpc.SubmitRequest) error {
 		if forwards.Add(1) <= 2 {
 			seen.Done()
 		}
-		return nil
-	})
-	mgr.SetReservedHook(func(ctx context.Context, _ *rpc.SubmitRequest) {
 		select {
 		case <-release:
 		case <-ctx.Done():
 		}
+		return nil
 	})
 	bodies := []string{invoiceBody, invoiceBodyReordered}
 	results := make([]result, 2*perGate)
@@ -666,7 +641,7 @@ func TestTwoGatesSameKey(t *testing.T) {
 // TestSubmitOtherDatacenter: a job naming a datacenter outside the federation
 // the gate knows is 400 invalid_request; nothing is forwarded or cached.
 func TestSubmitOtherDatacenter(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	for _, dcs := range []string{`["dc2"]`, `["dc1","dc2"]`} {
 		res := tg.submit(t, skey(1), `{"type":"x","datacenters":`+dcs+`}`)
@@ -690,7 +665,7 @@ func TestSubmitOtherDatacenter(t *testing.T) {
 // first answer sent (but Idempotent-Replayed), and a retry with another job
 // under the key must still be refused, whichever bytes came first.
 func TestReplayByRawBytesAnswersAsTheFirst(t *testing.T) {
-	mgr, addr := startManager(t, fakemanager.Options{})
+	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	first := tg.submit(t, skey(1), invoiceBody)
 	wantJob(t, first, http.StatusCreated)

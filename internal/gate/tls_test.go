@@ -13,14 +13,14 @@ import (
 
 	"github.com/once-dev/once/internal/certs/certstest"
 	"github.com/once-dev/once/internal/config"
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 )
 
 // With GATE_TLS_CERT_FILE and GATE_TLS_KEY_FILE the gate serves HTTPS: a
 // client that trusts the CA submits a job; plain HTTP gets no answer; a
 // certificate rotated on disk is presented to new connections after a reload.
 func TestGateServesHTTPS(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	dir := t.TempDir()
 	cf, kf := filepath.Join(dir, "gate.pem"), filepath.Join(dir, "gate.key")
 	ca := certstest.NewCA(t)

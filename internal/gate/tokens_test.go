@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/config"
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -33,7 +33,7 @@ func TestTokenFileReloadRevokesWithoutRestart(t *testing.T) {
 		}
 	}
 	write("tok-alpha alpha\ntok-beta beta\n")
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile = path })
 	status := func(token string) int {
 		return tg.get(t, "/v1/jobs/x", "Authorization", "Bearer "+token).status

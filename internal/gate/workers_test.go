@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -28,8 +29,12 @@ func decodeLeases(tb testing.TB, res result) []api.Lease {
 	return l.Leases
 }
 
-func startWorkerGate(t *testing.T, clock *fakeClock) (*fakemanager.Manager, *testGate) {
-	opts := fakemanager.Options{Workers: true}
+func startWorkerGate(t *testing.T, clock *fakeClock) (*testManager, *testGate) {
+	return startWorkerGateWith(t, clock, nil)
+}
+
+func startWorkerGateWith(t *testing.T, clock *fakeClock, config func(*manager.Config)) (*testManager, *testGate) {
+	opts := managertest.Options{Config: config}
 	if clock != nil {
 		opts.Now = clock.Now
 	}
@@ -92,7 +97,10 @@ func TestWorkerLifecycleThroughTheGate(t *testing.T) {
 // Failing: retried until the last attempt makes the job dead; retry false
 // makes it failed at once; both keep the error.
 func TestWorkerFailAndDead(t *testing.T) {
-	_, g := startWorkerGate(t, nil)
+	_, g := startWorkerGateWith(t, nil, func(c *manager.Config) {
+		c.JobMaxAttempts = 3
+		c.JobBackoffMin, c.JobBackoffMax = 0, 0 // a failed job is leasable again at once
+	})
 	j := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
 	var last api.Job
 	for attempt := 1; ; attempt++ {
@@ -181,7 +189,7 @@ func TestWorkerIdempotencyKey(t *testing.T) {
 // by the leader's memory of lease answers: the same leases, replayed; the
 // key with another body is 422 there too.
 func TestWorkerLeaseRetriedThroughAnotherGate(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{Workers: true})
+	_, addr := startManager(t, managertest.Options{})
 	g1, g2 := startGate(t, []string{addr}, nil), startGate(t, []string{addr}, nil)
 	for i := range 3 {
 		wantJob(t, g1.submit(t, skey(i+1), `{"type":"x"}`), http.StatusCreated)

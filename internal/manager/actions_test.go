@@ -129,7 +129,7 @@ func TestJobActionsWaitForEveryReplica(t *testing.T) {
 	m := tc.mgrs[tc.leader()]
 	ctx := ctxT(t)
 	id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
-	m.SetPeerVersion(tc.cfgs[0].NodeID, protocolJobActions-1)
+	tc.setVersion(tc.cfgs[0].NodeID, protocolJobActions-1)
 	req := &rpc.JobActionRequest{Tenant: "acme", JobID: id, Key: "c1", Fingerprint: "f"}
 	if _, err := m.Cancel(ctx, req); !errors.Is(err, rpc.ErrUnavailable) {
 		t.Fatalf("cancel with a replica on version %d: %v", protocolJobActions-1, err)
@@ -137,7 +137,7 @@ func TestJobActionsWaitForEveryReplica(t *testing.T) {
 	if j, _ := m.fsm.Job("acme", id); j.State() != ledger.JobQueued {
 		t.Fatalf("the job is %v", j.State())
 	}
-	m.SetPeerVersion(tc.cfgs[0].NodeID, ProtocolVersion)
+	tc.setVersion(tc.cfgs[0].NodeID, ProtocolVersion)
 	if r, err := m.Cancel(ctx, req); err != nil || r.Job.State != api.JobStatusCancelled {
 		t.Fatalf("cancel, every replica on %d: %+v %v", ProtocolVersion, r, err)
 	}

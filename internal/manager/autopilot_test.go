@@ -52,12 +52,13 @@ func TestAutopilotHealthInStatusAndMetrics(t *testing.T) {
 	c.ElectionTimeout = 500 * time.Millisecond
 	c.LeaderLeaseTimeout = 250 * time.Millisecond
 	log := testutil.Logger(t)
-	m, err := New(c, Deps{Logger: log})
+	lan := &lanView{}
+	m, err := New(c, Deps{Logger: log, Peers: lan, Clock: lan})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	cluster, err := startCluster(t.Context(), c, m, log)
+	cluster, err := startCluster(t.Context(), c, m, lan, log)
 	if err != nil {
 		t.Fatal(err)
 	}

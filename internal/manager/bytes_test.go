@@ -185,7 +185,7 @@ func TestByteBudgetsWaitForEveryReplica(t *testing.T) {
 	if mb, mt := m.jobByteBudgets(); mb != uint64(m.cfg.LedgerMaxBytes) || mt != uint64(m.cfg.LedgerTenantMaxBytes) {
 		t.Fatalf("budgets %d %d", mb, mt)
 	}
-	m.SetPeerVersion(tc.cfgs[0].NodeID, protocolLeaseReplay)
+	tc.setVersion(tc.cfgs[0].NodeID, protocolLeaseReplay)
 	if mb, mt := m.jobByteBudgets(); m.leaseMaxBytes() != 0 || mb != 0 || mt != 0 {
 		t.Fatalf("a replica on version 2: lease max bytes %d, budgets %d %d", m.leaseMaxBytes(), mb, mt)
 	}

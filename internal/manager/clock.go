@@ -95,16 +95,6 @@ type ledgerClock struct {
 	handoffs        prometheus.Counter
 }
 
-// SetClockSource gives the manager the measurement of its peers' clocks (the
-// membership pool, whose Config.Now should be this manager's Deps.Now). A
-// manager without one (tests) trusts its own clock, as if it were alone.
-func (m *Manager) SetClockSource(src ClockSource) {
-	m.clock.mu.Lock()
-	m.clock.src = src
-	m.clock.viewAt = time.Time{}
-	m.clock.mu.Unlock()
-}
-
 // ledgerNow is the time to stamp into a command and to judge expiry by, at the
 // leader: this manager's clock, unless the group disagrees with it (then the
 // group's), held below the ledger's time plus the real time elapsed while the

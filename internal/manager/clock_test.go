@@ -46,6 +46,9 @@ func newSkewedCluster(t *testing.T, skews []time.Duration, tweak func(*Config)) 
 	}
 	tc.mgrs = make([]*Manager, len(skews))
 	t.Cleanup(tc.closeAll)
+	for _, c := range tc.cfgs { // addresses only: versions not advertised, as before membership reaches them
+		tc.peers.Set(c.NodeID, Peer{RPCAddr: c.RPCAdvertise, Version: protocolBeforeGating})
+	}
 	var seed string
 	for i, skew := range skews {
 		sk := new(atomic.Int64)
@@ -53,14 +56,6 @@ func newSkewedCluster(t *testing.T, skews []time.Duration, tweak func(*Config)) 
 		tc.skew = append(tc.skew, sk)
 		now := func() time.Time { return time.Now().Add(time.Duration(sk.Load())) }
 		log := testutil.Logger(t).With("m", i+1)
-		m, err := New(tc.cfgs[i], Deps{Logger: log, Now: now})
-		if err != nil {
-			t.Fatalf("start %s: %v", tc.cfgs[i].NodeID, err)
-		}
-		tc.mgrs[i] = m
-		for _, c := range tc.cfgs {
-			m.SetPeerRPC(c.NodeID, c.RPCAdvertise)
-		}
 		pcfg := membership.Config{
 			NodeName: tc.cfgs[i].NodeID,
 			BindAddr: "127.0.0.1",
@@ -88,7 +83,11 @@ func newSkewedCluster(t *testing.T, skews []time.Duration, tweak func(*Config)) 
 		if seed == "" {
 			seed = pool.Addr()
 		}
-		m.SetClockSource(pool)
+		m, err := New(tc.cfgs[i], Deps{Logger: log, Now: now, Clock: pool, Peers: &tc.peers})
+		if err != nil {
+			t.Fatalf("start %s: %v", tc.cfgs[i].NodeID, err)
+		}
+		tc.mgrs[i] = m
 	}
 	var servers []raft.Server
 	for _, c := range tc.cfgs {
@@ -315,7 +314,7 @@ func TestUnmeasuredLeaderCannotPullTimeAhead(t *testing.T) {
 	// From now on every manager has a clock source that has measured nobody:
 	// its view of the group is unknown.
 	for _, m := range tc.mgrs {
-		m.SetClockSource(&fakeClockSource{})
+		m.setClockSource(&fakeClockSource{})
 	}
 	mu.Lock()
 	skew = 10 * time.Minute
@@ -343,7 +342,7 @@ func TestUnmeasuredLeaderCannotPullTimeAhead(t *testing.T) {
 	}
 	// Once a majority is measured (the leader's clock is 10 minutes ahead of
 	// both peers'), it stamps with the group's clock.
-	tc.mgrs[nl].SetClockSource(&fakeClockSource{offs: []membership.PeerOffset{
+	tc.mgrs[nl].setClockSource(&fakeClockSource{offs: []membership.PeerOffset{
 		{Name: "a", NodeID: tc.cfgs[(nl+1)%3].NodeID, Role: membership.RoleManager, Offset: -10 * time.Minute},
 		{Name: "b", NodeID: tc.cfgs[(nl+2)%3].NodeID, Role: membership.RoleManager, Offset: -10 * time.Minute},
 	}})
@@ -381,7 +380,7 @@ func TestLeaderAfterOutageWaitsForTheGroup(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	for _, m := range tc.mgrs {
-		m.SetClockSource(&fakeClockSource{})
+		m.setClockSource(&fakeClockSource{})
 	}
 	mu.Lock()
 	skew = 0
@@ -412,7 +411,7 @@ func TestLeaderAfterOutageWaitsForTheGroup(t *testing.T) {
 			offs = append(offs, membership.PeerOffset{Name: c.NodeID, NodeID: c.NodeID, Role: membership.RoleManager})
 		}
 	}
-	tc.mgrs[nl].SetClockSource(&fakeClockSource{offs: offs})
+	tc.mgrs[nl].setClockSource(&fakeClockSource{offs: offs})
 	res := <-done
 	if res.err != nil || res.r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("%+v %v", res.r, res.err)
@@ -505,4 +504,13 @@ func TestRestoredClockDoesNotStampAhead(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// setClockSource replaces Deps.Clock and drops the cached view: the clock
+// tests change what a running manager has measured.
+func (m *Manager) setClockSource(src ClockSource) {
+	m.clock.mu.Lock()
+	m.clock.src = src
+	m.clock.viewAt = time.Time{}
+	m.clock.mu.Unlock()
 }

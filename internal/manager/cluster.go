@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/once-dev/once/internal/autopilot"
@@ -24,8 +25,38 @@ type clusterMembership struct {
 	log              *slog.Logger
 }
 
-// startCluster joins the LAN pool and starts the autopilot.
-func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger) (*clusterMembership, error) {
+// lanView is the manager's window on its datacenter's LAN pool (Deps.Peers
+// and Deps.Clock). The pool starts after the manager, whose metadata says
+// whether the node has Raft state: until then the view knows no peer and has
+// measured nobody (as Unmeasured).
+type lanView struct {
+	PeerTable
+	pool atomic.Pointer[membership.Pool]
+}
+
+// ClockOffsets implements ClockSource.
+func (v *lanView) ClockOffsets() []membership.PeerOffset {
+	if p := v.pool.Load(); p != nil {
+		return p.ClockOffsets()
+	}
+	return nil
+}
+
+// refresh records the datacenter's managers as the pool sees them; an
+// address a member stopped advertising is kept.
+func (v *lanView) refresh(pool *membership.Pool, dc string) {
+	for _, mem := range pool.Managers(dc) {
+		p := Peer{RPCAddr: mem.Meta.RPCAddr, Version: mem.Meta.Version}
+		if old, ok := v.Peer(mem.Meta.NodeID); ok && p.RPCAddr == "" {
+			p.RPCAddr = old.RPCAddr
+		}
+		v.Set(mem.Meta.NodeID, p)
+	}
+}
+
+// startCluster joins the LAN pool, feeds view from it and starts the
+// autopilot.
+func startCluster(ctx context.Context, cfg Config, m *Manager, view *lanView, log *slog.Logger) (*clusterMembership, error) {
 	hasState, err := m.HasState()
 	if err != nil {
 		return nil, fmt.Errorf("read raft state: %w", err)
@@ -49,7 +80,7 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	m.SetClockSource(pool)
+	view.pool.Store(pool)
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &clusterMembership{pool: pool, cancel: cancel, log: log, leaveOnTerminate: cfg.LeaveOnTerminate}
 
@@ -60,14 +91,7 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 	go func() {
 		defer c.wg.Done()
 		defer unsubscribe()
-		refresh := func() {
-			for _, mem := range pool.Managers(cfg.Datacenter) {
-				if mem.Meta.RPCAddr != "" {
-					m.SetPeerRPC(mem.Meta.NodeID, mem.Meta.RPCAddr)
-				}
-				m.SetPeerVersion(mem.Meta.NodeID, mem.Meta.Version)
-			}
-		}
+		refresh := func() { view.refresh(pool, cfg.Datacenter) }
 		refresh()
 		tick := time.NewTicker(5 * time.Second)
 		defer tick.Stop()

@@ -24,6 +24,10 @@ type testCluster struct {
 	t    *testing.T
 	cfgs []Config
 	mgrs []*Manager
+	// peers is every manager's Deps.Peers: all of them, on this build's
+	// protocol; a test changes a version to play an older replica
+	// (setVersion).
+	peers PeerTable
 	// clock is the managers' clock (Deps.Now; time.Now when unset): a
 	// test may change it while they run (setNow).
 	clock atomic.Pointer[func() time.Time]
@@ -65,6 +69,7 @@ func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 		tc.cfgs = append(tc.cfgs, c)
 	}
 	tc.mgrs = make([]*Manager, n)
+	tc.knowEachOther()
 	for i := range tc.cfgs {
 		tc.start(i)
 	}
@@ -83,15 +88,27 @@ func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 // start (re)starts manager i on its data directory.
 func (tc *testCluster) start(i int) {
 	tc.t.Helper()
-	m, err := New(tc.cfgs[i], Deps{Logger: testutil.Logger(tc.t).With("m", i+1), Now: tc.now})
+	m, err := New(tc.cfgs[i], Deps{Logger: testutil.Logger(tc.t).With("m", i+1), Now: tc.now, Peers: &tc.peers})
 	if err != nil {
 		tc.t.Fatalf("start %s: %v", tc.cfgs[i].NodeID, err)
 	}
-	for _, c := range tc.cfgs {
-		m.SetPeerRPC(c.NodeID, c.RPCAdvertise)
-		m.SetPeerVersion(c.NodeID, ProtocolVersion)
-	}
 	tc.mgrs[i] = m
+}
+
+// knowEachOther records every manager of the cluster in tc.peers, on this
+// build's protocol.
+func (tc *testCluster) knowEachOther() {
+	for _, c := range tc.cfgs {
+		tc.peers.Set(c.NodeID, Peer{RPCAddr: c.RPCAdvertise, Version: ProtocolVersion})
+	}
+}
+
+// setVersion makes every manager of the cluster see nodeID advertise the
+// protocol version v.
+func (tc *testCluster) setVersion(nodeID string, v int) {
+	p, _ := tc.peers.Peer(nodeID)
+	p.Version = v
+	tc.peers.Set(nodeID, p)
 }
 
 func (tc *testCluster) stop(i int) {

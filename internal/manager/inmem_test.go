@@ -44,13 +44,11 @@ func newInmemCluster(t *testing.T, n int) (*testCluster, []*raft.InmemTransport)
 		}
 	}
 	t.Cleanup(tc.closeAll)
+	tc.knowEachOther()
 	for i, c := range tc.cfgs {
-		m, err := New(c, Deps{Logger: testutil.Logger(t).With("m", i+1), Transport: trans[i]})
+		m, err := New(c, Deps{Logger: testutil.Logger(t).With("m", i+1), Transport: trans[i], Peers: &tc.peers})
 		if err != nil {
 			t.Fatalf("start %s: %v", c.NodeID, err)
-		}
-		for _, o := range tc.cfgs {
-			m.SetPeerRPC(o.NodeID, o.RPCAdvertise)
 		}
 		tc.mgrs[i] = m
 	}

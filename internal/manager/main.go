@@ -143,11 +143,17 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	if err != nil {
 		return err
 	}
-	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer, Clock: Unmeasured, ClusterTLS: clusterTLS, Dial: opts.Dial})
+	fed, err := startFederation(ctx, cfg, log, opts.WrapWANTransport)
 	if err != nil {
 		return err
 	}
-	m.secret = secret
+	defer fed.stop()
+	lan := &lanView{}
+	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer,
+		Clock: lan, Peers: lan, ClusterTLS: clusterTLS, ClusterSecret: secret, Dial: opts.Dial, ConfigMismatches: fed.mismatches})
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {
 		m.Close()
@@ -193,15 +199,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	fed, err := startFederation(ctx, cfg, log, opts.WrapWANTransport)
-	if err != nil {
-		_ = ln.Close()
-		m.Close()
-		return err
-	}
-	defer fed.stop()
 	mux.HandleFunc("GET "+rpc.FederationPath, rpc.FederationHandler(fed.view))
-	m.SetConfigMismatches(fed.mismatches)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_config_mismatches",
 		Help: "Settings of other managers of the federation (IDEMPOTENCY_* lifetimes and waiting) that differ from this manager's, counted per manager and setting; see GET /rpc/v1/status."},
 		func() float64 { return float64(len(fed.mismatches())) }))
@@ -212,7 +210,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("manager started", logging.KeyNode, cfg.NodeID, logging.KeyDatacenter, cfg.Datacenter, logging.KeyRPCAddr, cfg.RPCAddr, logging.KeyRaftAddr, cfg.RaftAddr, logging.KeyDir, cfg.DataDir)
 
-	cluster, err := startCluster(ctx, cfg, m, log)
+	cluster, err := startCluster(ctx, cfg, m, lan, log)
 	if err != nil {
 		_ = srv.Close()
 		m.Close()

@@ -52,8 +52,9 @@ type Deps struct {
 	// injection). Closing the returned layer must close the one it wraps.
 	WrapStreamLayer func(raft.StreamLayer) raft.StreamLayer
 	// Clock measures the other managers' clocks (clock.go). nil: none, the
-	// manager trusts its own clock as if it were alone (tests). The daemon
-	// passes Unmeasured, then SetClockSource(pool) once membership runs.
+	// manager trusts its own clock as if it were alone (tests). The daemon's
+	// reads its membership pool once it runs, and has measured nobody
+	// before (Unmeasured).
 	Clock ClockSource
 	// ClusterTLS, when set, carries Raft over mutual TLS and is how the
 	// manager's own RPC calls (the outbox's) dial other managers.
@@ -63,6 +64,18 @@ type Deps struct {
 	// test seam: the tests module's fault layer cuts the network between
 	// datacenters through it.
 	Dial rpc.DialFunc
+	// Peers is the directory of the datacenter's managers: their RPC
+	// addresses (for "not leader" hints) and protocol versions (what the
+	// leader may propose). The daemon's follows its membership pool. nil:
+	// the manager knows only itself.
+	Peers Peers
+	// ClusterSecret is the secret the manager's own RPC calls present (the
+	// outbox's, to other datacenters); "" for none.
+	ClusterSecret string
+	// ConfigMismatches, when set, lists the settings of other managers of
+	// the federation that differ from this one's, for Status (the daemon's
+	// federation view).
+	ConfigMismatches func() []rpc.ConfigMismatch
 }
 
 // Manager is one manager node.
@@ -70,16 +83,16 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 	now func() time.Time
-	// secret is the cluster secret the manager's own RPC calls present (the
-	// outbox's, to other datacenters); set by run before anything calls.
+	// secret is Deps.ClusterSecret.
 	secret string
 	// clusterTLS is Deps.ClusterTLS (nil: plain TCP).
 	clusterTLS *certs.Cluster
 	// dial is Deps.Dial (nil: a plain dial).
 	dial rpc.DialFunc
-	// configMismatches, once set (SetConfigMismatches), lists the settings
-	// of other managers that differ from this one's, for Status.
-	configMismatches atomic.Pointer[func() []rpc.ConfigMismatch]
+	// configMismatches is Deps.ConfigMismatches (nil: none).
+	configMismatches func() []rpc.ConfigMismatch
+	// peers is Deps.Peers (nil: this manager alone).
+	peers Peers
 
 	fsm       *ledger.FSM
 	raft      *raft.Raft
@@ -97,15 +110,6 @@ type Manager struct {
 	metrics      *metrics
 	clock        ledgerClock                         // ledger time and the clock watch (clock.go)
 	autopilot    atomic.Pointer[autopilot.Autopilot] // set once membership starts
-
-	// peers maps Raft server IDs to RPC addresses, for "not leader" hints;
-	// versions maps them to the protocol version they advertise (every
-	// replica of the group must read an encoding before the leader proposes
-	// it: groupVersion). Both are fed by membership (SetPeerRPC,
-	// SetPeerVersion).
-	peersMu  sync.RWMutex
-	peers    map[string]string
-	versions map[string]int
 
 	// readyTerm is the term in which this node, as leader, has applied every
 	// entry of earlier terms (a Barrier): only then does it serve.
@@ -141,10 +145,6 @@ type Manager struct {
 // ErrClosed is returned by calls on a closed manager.
 var ErrClosed = errors.New("manager: closed")
 
-// SetConfigMismatches sets what Status reports as configuration
-// mismatches across the federation (the daemon's federation view).
-func (m *Manager) SetConfigMismatches(fn func() []rpc.ConfigMismatch) { m.configMismatches.Store(&fn) }
-
 // New opens the stores in cfg.DataDir and starts the Raft node. It does not
 // bootstrap a cluster: see BootstrapSelf and the autopilot.
 func New(cfg Config, deps Deps) (*Manager, error) {
@@ -160,14 +160,15 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		now:       deps.Now,
 		waiters:   newWaiters(),
 		proposing: map[string]chan struct{}{},
-		peers:     map[string]string{cfg.NodeID: cfg.RPCAdvertise},
-		versions:  map[string]int{cfg.NodeID: ProtocolVersion},
 		shutdown:  make(chan struct{}),
 		halted:    make(chan struct{}),
 		metrics:   newMetrics(deps.Registerer),
 
-		clusterTLS: deps.ClusterTLS,
-		dial:       deps.Dial,
+		clusterTLS:       deps.ClusterTLS,
+		dial:             deps.Dial,
+		secret:           deps.ClusterSecret,
+		peers:            deps.Peers,
+		configMismatches: deps.ConfigMismatches,
 	}
 	m.leaseReplays = replay.New(replay.Options[leaseAnswer]{MaxAnswers: leaseReplayMax, MaxBytes: leaseReplayBytes,
 		TTL: leaseReplayTTL, Now: m.now, Size: leaseAnswer.size})
@@ -308,28 +309,6 @@ func (m *Manager) FSM() *ledger.FSM { return m.fsm }
 
 // Config returns the manager's configuration.
 func (m *Manager) Config() Config { return m.cfg }
-
-// SetPeerRPC records the RPC address of a manager (from membership), so that a
-// follower can name the leader's RPC address in "not leader" answers.
-func (m *Manager) SetPeerRPC(nodeID, rpcAddr string) {
-	m.peersMu.Lock()
-	m.peers[nodeID] = rpcAddr
-	m.peersMu.Unlock()
-}
-
-// SetPeerVersion records the protocol version a manager of the datacenter
-// advertises (membership.Meta.Version).
-func (m *Manager) SetPeerVersion(nodeID string, version int) {
-	m.peersMu.Lock()
-	m.versions[nodeID] = version
-	m.peersMu.Unlock()
-}
-
-func (m *Manager) peerRPC(nodeID string) string {
-	m.peersMu.RLock()
-	defer m.peersMu.RUnlock()
-	return m.peers[nodeID]
-}
 
 // Close stops the manager: the goroutines waiting on Raft finish, a leader
 // hands leadership to another voter (so the datacenter does not wait out an

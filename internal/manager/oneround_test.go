@@ -45,16 +45,12 @@ func TestOneRoundWaitsForEveryReplica(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	l := tc.leader()
 	old := tc.cfgs[(l+1)%3].NodeID
-	for _, m := range tc.mgrs {
-		m.SetPeerVersion(old, protocolByteBudgets)
-	}
+	tc.setVersion(old, protocolByteBudgets)
 	counts := submitSequentially(t, tc, "old", 5)
 	if counts[ledger.TypeAdmit] != 0 || counts[ledger.TypeReserve] != 5 || counts[ledger.TypeCommit] != 5 {
 		t.Fatalf("with a replica on protocol %d: log %v, want 5 reserves and 5 commits", protocolByteBudgets, counts)
 	}
-	for _, m := range tc.mgrs {
-		m.SetPeerVersion(old, ProtocolVersion)
-	}
+	tc.setVersion(old, ProtocolVersion)
 	counts = submitSequentially(t, tc, "new", 5)
 	if counts[ledger.TypeAdmit] != 5 || counts[ledger.TypeReserve] != 0 || counts[ledger.TypeCommit] != 0 {
 		t.Fatalf("every replica on protocol %d: log %v, want 5 admits", ProtocolVersion, counts)

@@ -85,9 +85,7 @@ func testOutboxOutlivesTheTTL(t *testing.T, oneRound bool) {
 	l1 := tc1.leader()
 	if !oneRound {
 		old := tc1.cfgs[(l1+1)%len(tc1.mgrs)].NodeID
-		for _, m := range tc1.mgrs {
-			m.SetPeerVersion(old, protocolByteBudgets)
-		}
+		tc1.setVersion(old, protocolByteBudgets)
 	}
 	first := tc1.mgrs[l1].Raft().AppliedIndex() + 1
 	r, err := tc1.mgrs[l1].Submit(ctx, req)

@@ -150,8 +150,8 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 	st.Autopilot = m.autopilotHealth()
 	st.RefusedServers = m.refusedServers()
 	st.ConfigMismatches = []rpc.ConfigMismatch{}
-	if fn := m.configMismatches.Load(); fn != nil {
-		st.ConfigMismatches = (*fn)()
+	if m.configMismatches != nil {
+		st.ConfigMismatches = m.configMismatches()
 	}
 	return st, nil
 }

@@ -51,13 +51,11 @@ func (m *Manager) groupVersion() int {
 	if f.Error() != nil {
 		return protocolBeforeGating
 	}
-	m.peersMu.RLock()
-	defer m.peersMu.RUnlock()
 	low := ProtocolVersion
 	for _, s := range f.Configuration().Servers {
-		v, ok := m.versions[string(s.ID)]
-		if !ok {
-			v = protocolBeforeGating
+		v := protocolBeforeGating
+		if p, ok := m.peer(string(s.ID)); ok {
+			v = p.Version
 		}
 		low = min(low, v)
 	}

@@ -261,7 +261,7 @@ func TestLeaseReplayWaitsForEveryReplica(t *testing.T) {
 	ctx := ctxT(t)
 	submitJobs(t, tc, 2, "email")
 	old := tc.cfgs[(l+1)%3].NodeID
-	m.SetPeerVersion(old, 1)
+	tc.setVersion(old, 1)
 	if v := m.groupVersion(); v != 1 {
 		t.Fatalf("group version %d with a replica on 1", v)
 	}
@@ -270,13 +270,11 @@ func TestLeaseReplayWaitsForEveryReplica(t *testing.T) {
 	if err != nil || len(r.Leases) != 1 || strings.HasPrefix(r.Leases[0].LeaseID, replayLeasePrefix("acme", "lease-1\x00f1")) {
 		t.Fatalf("a keyed lease with a replica on version 1: %+v %v; want one job under a random lease", r, err)
 	}
-	m.peersMu.Lock()
-	delete(m.versions, old) // not reached by membership: the same
-	m.peersMu.Unlock()
+	tc.peers.Delete(old) // not reached by membership: the same
 	if v := m.groupVersion(); v != 1 {
 		t.Fatalf("group version %d with a replica's version unknown", v)
 	}
-	m.SetPeerVersion(old, ProtocolVersion)
+	tc.setVersion(old, ProtocolVersion)
 	if v := m.groupVersion(); v != ProtocolVersion {
 		t.Fatalf("group version %d, every replica on %d", v, ProtocolVersion)
 	}

@@ -1,0 +1,233 @@
+// Package managertest runs real managers in-process for the tests of other
+// packages (the gate's): one Raft group of managers on raft's in-memory
+// transport, each serving the gates' RPC (rpc.NewServer) on a port of
+// 127.0.0.1, stopped when the test ends.
+//
+// The managers are explicitly insecure, as MANAGER_INSECURE=true: plain TCP,
+// no cluster secret. Their ledgers live in t.TempDir. A test that needs a
+// manager to fail in a way it would not on its own (slow, answering an error,
+// without a leader) wraps the served rpc.Service (Options.Serve): a fault at
+// the boundary, never a second implementation of the manager.
+package managertest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/jobid"
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/keys"
+)
+
+// Options configure a Cluster. Zero values take the defaults noted.
+type Options struct {
+	// Managers is how many managers the Raft group has (default 1).
+	Managers int
+	// Datacenter names their datacenter (default dc1).
+	Datacenter string
+	// Now is every manager's clock (manager.Deps.Now; default time.Now).
+	Now func() time.Time
+	// Config adjusts each manager's configuration (after the test timings
+	// below) before it starts.
+	Config func(*manager.Config)
+	// Serve returns what manager m's RPC server serves (default m itself):
+	// a test's fault layer around it.
+	Serve func(m *manager.Manager) rpc.Service
+	// Federation is the view the managers serve on rpc.FederationPath
+	// (default: their datacenter alone, with their RPC addresses).
+	Federation func() *rpc.Federation
+}
+
+// Cluster is a running Raft group of managers.
+type Cluster struct {
+	// Managers and Addrs (their RPC addresses, host:port) are in start
+	// order.
+	Managers []*manager.Manager
+	Addrs    []string
+	// Datacenter is their datacenter.
+	Datacenter string
+	now        func() time.Time
+}
+
+// Start starts the managers, bootstraps them as one group and waits until
+// one of them leads and serves. Everything stops when the test ends.
+func Start(tb testing.TB, opts Options) *Cluster {
+	tb.Helper()
+	if opts.Managers <= 0 {
+		opts.Managers = 1
+	}
+	if opts.Datacenter == "" {
+		opts.Datacenter = "dc1"
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	c := &Cluster{Datacenter: opts.Datacenter, now: opts.Now}
+	peers := &manager.PeerTable{}
+	cfgs := make([]manager.Config, opts.Managers)
+	lns := make([]net.Listener, opts.Managers)
+	trans := make([]*raft.InmemTransport, opts.Managers)
+	var servers []raft.Server
+	base := tb.TempDir()
+	for i := range cfgs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = ln.Close() }) // an error path before Serve
+		lns[i] = ln
+		addr, tr := raft.NewInmemTransport("")
+		trans[i] = tr
+		cfg := Config(fmt.Sprintf("m%d", i+1), filepath.Join(base, fmt.Sprintf("m%d", i+1)))
+		if opts.Managers == 1 {
+			// Alone, a manager elects itself once its first heartbeat
+			// timeout passes, and has no follower to lose.
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+		}
+		cfg.Datacenter = opts.Datacenter
+		cfg.RaftAddr, cfg.RaftAdvertise = string(addr), string(addr)
+		cfg.RPCAddr, cfg.RPCAdvertise = ln.Addr().String(), ln.Addr().String()
+		if opts.Config != nil {
+			opts.Config(&cfg)
+		}
+		cfgs[i] = cfg
+		c.Addrs = append(c.Addrs, cfg.RPCAdvertise)
+		peers.Set(cfg.NodeID, manager.Peer{RPCAddr: cfg.RPCAdvertise, Version: manager.ProtocolVersion})
+		servers = append(servers, raft.Server{ID: raft.ServerID(cfg.NodeID), Address: addr})
+	}
+	for i, a := range trans {
+		for j, b := range trans {
+			if i != j {
+				a.Connect(b.LocalAddr(), b)
+			}
+		}
+	}
+	federation := opts.Federation
+	if federation == nil {
+		federation = func() *rpc.Federation {
+			return &rpc.Federation{Datacenter: opts.Datacenter, Datacenters: map[string][]string{opts.Datacenter: c.Addrs}}
+		}
+	}
+	for i, cfg := range cfgs {
+		m, err := manager.New(cfg, manager.Deps{Logger: testutil.Logger(tb).With("manager", cfg.NodeID),
+			Now: opts.Now, Transport: trans[i], Peers: peers})
+		if err != nil {
+			tb.Fatalf("start manager %s: %v", cfg.NodeID, err)
+		}
+		tb.Cleanup(func() {
+			if err := m.Close(); err != nil {
+				tb.Errorf("close manager %s: %v", cfg.NodeID, err)
+			}
+		})
+		c.Managers = append(c.Managers, m)
+		var svc rpc.Service = m
+		if opts.Serve != nil {
+			svc = opts.Serve(m)
+		}
+		serve(tb, svc, lns[i], federation)
+	}
+	if err := c.Managers[0].Bootstrap(servers); err != nil {
+		tb.Fatalf("bootstrap: %v", err)
+	}
+	c.Leader(tb)
+	return c
+}
+
+// Config is a manager's configuration for a test: nodeID's, its ledger in
+// dataDir, Raft timings short enough for an election in well under a
+// second, a MANAGER_ORPHAN_GRACE of 200ms (its leader looks for orphans
+// every 100ms), and everything else the default.
+func Config(nodeID, dataDir string) manager.Config {
+	cfg := manager.DefaultConfig()
+	cfg.NodeID = nodeID
+	cfg.DataDir = dataDir
+	cfg.HeartbeatTimeout = 200 * time.Millisecond
+	cfg.ElectionTimeout = 200 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 100 * time.Millisecond
+	cfg.OrphanGrace = 200 * time.Millisecond
+	return cfg
+}
+
+// serve serves svc's RPC on ln until the test ends (the Cleanups registered
+// later, the managers' Close among them, run before it stops).
+func serve(tb testing.TB, svc rpc.Service, ln net.Listener, federation func() *rpc.Federation) {
+	srv := rpc.NewServer(svc, rpc.ServerConfig{Logger: testutil.Logger(tb).With("rpc", ln.Addr().String())})
+	srv.Mux().HandleFunc("GET "+rpc.FederationPath, rpc.FederationHandler(federation))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	tb.Cleanup(func() {
+		_ = srv.Close()
+		<-done
+	})
+}
+
+// Leader waits (15 s at most) until a manager leads and serves, and returns
+// it.
+func (c *Cluster) Leader(tb testing.TB) *manager.Manager {
+	tb.Helper()
+	var leader *manager.Manager
+	testutil.WaitFor(tb, 15*time.Second, func() (bool, string) {
+		for _, m := range c.Managers {
+			if st, err := m.Status(context.Background()); err == nil && st.IsLeader {
+				leader = m
+				return true, ""
+			}
+		}
+		return false, "a serving leader"
+	})
+	return leader
+}
+
+// Jobs is how many jobs the leader's ledger holds.
+func (c *Cluster) Jobs(tb testing.TB) int {
+	tb.Helper()
+	return c.Leader(tb).FSM().Stats().Jobs
+}
+
+// Reserve applies, through Raft, the Reserve the leader proposes for req when
+// a replica cannot read one-round admissions, and nothing after it: the key
+// is PENDING, as a leader that died between its Reserve and its Commit leaves
+// it. A submission of the key waits for it (or answers in_progress); the
+// leader resolves it as an orphan once it is MANAGER_ORPHAN_GRACE old by the
+// leader's clock. It may be called from any goroutine.
+func (c *Cluster) Reserve(req *rpc.SubmitRequest) error {
+	var m *manager.Manager
+	for _, mm := range c.Managers {
+		if st, err := mm.Status(context.Background()); err == nil && st.IsLeader {
+			m = mm
+		}
+	}
+	if m == nil {
+		return fmt.Errorf("managertest: reserve: no serving leader")
+	}
+	cfg := m.Config()
+	k, err := keys.Parse(req.Key)
+	if err != nil {
+		return fmt.Errorf("managertest: reserve: %w", err)
+	}
+	id := req.ProposedJobID
+	if id == "" {
+		id = jobid.Derive(req.Tenant, req.Key, req.Fingerprint)
+	}
+	now := max(m.FSM().LedgerTime(), c.now().UnixNano())
+	cmd := ledger.Reserve{Tenant: req.Tenant, Key: req.Key, Fingerprint: req.Fingerprint, JobID: id,
+		Now: now, ExpiresAt: now + int64(cfg.Idempotency.PendingTTL), MaxEntries: uint64(cfg.LedgerMaxEntries),
+		Request:    ledger.Request{Type: req.Job.Type, Payload: req.Job.Payload, Datacenters: req.Job.Datacenters},
+		Structured: k.Structured, ClientID: k.ClientID, Sequence: k.Sequence, Nonce: k.Nonce, ResultTTL: req.ResultTTL}
+	if err := m.Raft().Apply(ledger.Encode(cmd), 10*time.Second).Error(); err != nil {
+		return fmt.Errorf("managertest: reserve: %w", err)
+	}
+	return nil
+}
