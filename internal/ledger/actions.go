@@ -60,15 +60,13 @@ type Cancel struct{ JobAction }
 type Retry struct{ JobAction }
 
 func (Cancel) CommandType() CommandType { return TypeCancel }
-func (Cancel) CommandVersion() uint8    { return CancelVersion }
 func (Retry) CommandType() CommandType  { return TypeRetry }
-func (Retry) CommandVersion() uint8     { return RetryVersion }
 
 func (a JobAction) sizeHint() int {
 	return len(a.Tenant) + len(a.JobID) + len(a.Key) + len(a.Fingerprint) + 9*varintSize
 }
 
-// Cancel v1 and Retry v1 body:
+// Cancel and Retry body:
 //
 //	tenant string, job_id string, key string, fingerprint string,
 //	now int64, expires_at int64,
@@ -85,7 +83,7 @@ func (a JobAction) appendBody(b []byte) []byte {
 	return appendUvarint(b, a.MaxTenantBytes)
 }
 
-func decodeJobActionV1(d *decoder) JobAction {
+func decodeJobAction(d *decoder) JobAction {
 	var a JobAction
 	a.Tenant = d.string()
 	a.JobID = d.string()

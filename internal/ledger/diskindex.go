@@ -428,23 +428,23 @@ func watermarkAgeKey(b []byte, w *Watermark) []byte {
 	return watermarkKey(keyInt64(b, w.UpdatedAt), w)
 }
 
-// Values of the primary tables: snapshot records of the current version.
+// Values of the primary tables: snapshot records.
 
 func decodeEntryValue(v []byte) (*Entry, error) {
 	d := &decoder{b: v, base: ErrStore}
-	e := decodeEntry(d, snapshotVersion)
+	e := decodeEntry(d)
 	return e, d.finish()
 }
 
 func decodeJobValue(v []byte) (*Job, error) {
 	d := &decoder{b: v, base: ErrStore}
-	j := decodeJob(d, snapshotVersion)
+	j := decodeJob(d)
 	return j, d.finish()
 }
 
 func decodeWatermarkValue(v []byte) (*Watermark, error) {
 	d := &decoder{b: v, base: ErrStore}
-	w := decodeWatermark(d, snapshotVersion)
+	w := decodeWatermark(d)
 	return w, d.finish()
 }
 

@@ -17,7 +17,7 @@ import (
 // datacenters confirms it: the leader's outbox goes on carrying it, across
 // leader changes and restarts, since the table is replicated state (written
 // by the Expire, or the Reserve, Admit or Claim whose relief removed the
-// entry as due, cleared by Confirm, all stamped by the leader; in snapshots from version 6; on disk the 'o' range,
+// entry as due, cleared by Confirm, all stamped by the leader; in snapshots; on disk the 'o' range,
 // mirrored in memory like the watermarks). An owed entry is not charged to
 // the byte budgets (its entry's bytes are released at expiry, as always, so a
 // tenant's budget does not depend on another datacenter's availability): the
@@ -91,14 +91,14 @@ func (s *state) loadOwed() {
 }
 
 // readOwed reads a snapshot's n owed entries into s.
-func readOwed(r *snapReader, s *state, n uint64, version uint8) error {
+func readOwed(r *snapReader, s *state, n uint64) error {
 	var prev *Entry
 	for i := uint64(0); i < n; i++ {
 		d, err := r.record("owed entry")
 		if err != nil {
 			return err
 		}
-		e := decodeEntry(d, version)
+		e := decodeEntry(d)
 		if err := d.finish(); err != nil {
 			return fmt.Errorf("owed entry %d: %w", i, err)
 		}

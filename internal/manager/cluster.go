@@ -53,8 +53,7 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &clusterMembership{pool: pool, cancel: cancel, log: log, leaveOnTerminate: cfg.LeaveOnTerminate}
 
-	// Peer RPC addresses for leader hints, and the protocol versions the
-	// leader's encodings wait for.
+	// Peer RPC addresses for leader hints.
 	events, unsubscribe := pool.Subscribe()
 	c.wg.Add(1)
 	go func() {
@@ -65,7 +64,6 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, log *slog.Logger)
 				if mem.Meta.RPCAddr != "" {
 					m.SetPeerRPC(mem.Meta.NodeID, mem.Meta.RPCAddr)
 				}
-				m.SetPeerVersion(mem.Meta.NodeID, mem.Meta.Version)
 			}
 		}
 		refresh()

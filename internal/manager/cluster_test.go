@@ -89,7 +89,6 @@ func (tc *testCluster) start(i int) {
 	}
 	for _, c := range tc.cfgs {
 		m.SetPeerRPC(c.NodeID, c.RPCAdvertise)
-		m.SetPeerVersion(c.NodeID, ProtocolVersion)
 	}
 	tc.mgrs[i] = m
 }

@@ -98,14 +98,10 @@ type Manager struct {
 	clock        ledgerClock                         // ledger time and the clock watch (clock.go)
 	autopilot    atomic.Pointer[autopilot.Autopilot] // set once membership starts
 
-	// peers maps Raft server IDs to RPC addresses, for "not leader" hints;
-	// versions maps them to the protocol version they advertise (every
-	// replica of the group must read an encoding before the leader proposes
-	// it: groupVersion). Both are fed by membership (SetPeerRPC,
-	// SetPeerVersion).
-	peersMu  sync.RWMutex
-	peers    map[string]string
-	versions map[string]int
+	// peers maps Raft server IDs to RPC addresses, for "not leader" hints,
+	// fed by membership (SetPeerRPC).
+	peersMu sync.RWMutex
+	peers   map[string]string
 
 	// readyTerm is the term in which this node, as leader, has applied every
 	// entry of earlier terms (a Barrier): only then does it serve.
@@ -161,7 +157,6 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		waiters:   newWaiters(),
 		proposing: map[string]chan struct{}{},
 		peers:     map[string]string{cfg.NodeID: cfg.RPCAdvertise},
-		versions:  map[string]int{cfg.NodeID: ProtocolVersion},
 		shutdown:  make(chan struct{}),
 		halted:    make(chan struct{}),
 		metrics:   newMetrics(deps.Registerer),
@@ -314,14 +309,6 @@ func (m *Manager) Config() Config { return m.cfg }
 func (m *Manager) SetPeerRPC(nodeID, rpcAddr string) {
 	m.peersMu.Lock()
 	m.peers[nodeID] = rpcAddr
-	m.peersMu.Unlock()
-}
-
-// SetPeerVersion records the protocol version a manager of the datacenter
-// advertises (membership.Meta.Version).
-func (m *Manager) SetPeerVersion(nodeID string, version int) {
-	m.peersMu.Lock()
-	m.versions[nodeID] = version
 	m.peersMu.Unlock()
 }
 
