@@ -84,17 +84,8 @@ func (a JobAction) appendBody(b []byte) []byte {
 }
 
 func decodeJobAction(d *decoder) JobAction {
-	var a JobAction
-	a.Tenant = d.string()
-	a.JobID = d.string()
-	a.Key = d.string()
-	a.Fingerprint = d.string()
-	a.Now = d.int64()
-	a.ExpiresAt = d.int64()
-	a.MaxEntries = d.uvarint()
-	a.MaxBytes = d.uvarint()
-	a.MaxTenantBytes = d.uvarint()
-	return a
+	return JobAction{Tenant: d.string(), JobID: d.string(), Key: d.string(), Fingerprint: d.string(), Now: d.int64(),
+		ExpiresAt: d.int64(), MaxEntries: d.uvarint(), MaxBytes: d.uvarint(), MaxTenantBytes: d.uvarint()}
 }
 
 func (s *state) applyCancel(ax *applyCtx, c Cancel) Result {

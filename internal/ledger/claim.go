@@ -84,19 +84,9 @@ func (c Claim) appendBody(b []byte) []byte {
 }
 
 func decodeClaim(d *decoder) Claim {
-	var c Claim
-	c.Tenant = d.string()
-	c.Key = d.string()
-	c.Fingerprint = d.string()
-	c.JobID = d.string()
-	c.Home = d.string()
-	c.Type = d.string()
-	c.Now = d.int64()
-	c.ExpiresAt = d.int64()
-	c.MaxEntries = d.uvarint()
-	c.MaxBytes = d.uvarint()
-	c.MaxTenantBytes = d.uvarint()
-	return c
+	return Claim{Tenant: d.string(), Key: d.string(), Fingerprint: d.string(), JobID: d.string(), Home: d.string(),
+		Type: d.string(), Now: d.int64(), ExpiresAt: d.int64(), MaxEntries: d.uvarint(), MaxBytes: d.uvarint(),
+		MaxTenantBytes: d.uvarint()}
 }
 
 func (r Release) sizeHint() int {
@@ -115,13 +105,7 @@ func (r Release) appendBody(b []byte) []byte {
 }
 
 func decodeRelease(d *decoder) Release {
-	var r Release
-	r.Tenant = d.string()
-	r.Key = d.string()
-	r.Fingerprint = d.string()
-	r.Home = d.string()
-	r.Now = d.int64()
-	return r
+	return Release{Tenant: d.string(), Key: d.string(), Fingerprint: d.string(), Home: d.string(), Now: d.int64()}
 }
 
 func (s *state) applyClaim(ax *applyCtx, c Claim) Result {

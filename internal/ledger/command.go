@@ -357,18 +357,8 @@ func (c Commit) appendBody(b []byte) []byte {
 }
 
 func decodeCommit(d *decoder) Commit {
-	var c Commit
-	c.Tenant = d.string()
-	c.Key = d.string()
-	c.JobID = d.string()
-	c.Now = d.int64()
-	c.ExpiresAt = d.int64()
-	c.JobExpiresAt = d.int64()
-	c.MaxJobs = d.uvarint()
-	c.RejectedExpiresAt = d.int64()
-	c.CapacityDetail = d.string()
-	c.Queue = d.bool()
-	return c
+	return Commit{Tenant: d.string(), Key: d.string(), JobID: d.string(), Now: d.int64(), ExpiresAt: d.int64(),
+		JobExpiresAt: d.int64(), MaxJobs: d.uvarint(), RejectedExpiresAt: d.int64(), CapacityDetail: d.string(), Queue: d.bool()}
 }
 
 func (r Reject) sizeHint() int {

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -88,33 +87,6 @@ func (s *state) loadOwed() {
 		s.multiDCLen++
 		return true
 	})
-}
-
-// readOwed reads a snapshot's n owed entries into s.
-func readOwed(r *snapReader, s *state, n uint64) error {
-	var prev *Entry
-	for i := uint64(0); i < n; i++ {
-		d, err := r.record("owed entry")
-		if err != nil {
-			return err
-		}
-		e := decodeEntry(d)
-		if err := d.finish(); err != nil {
-			return fmt.Errorf("owed entry %d: %w", i, err)
-		}
-		if e.Tenant == "" || e.Key == "" || e.JobID == "" || !carried(e) {
-			return badSnapshot("owed entry %d: empty tenant, key or job ID, or nothing owed", i)
-		}
-		if prev != nil && !lessOwed(prev, e) {
-			return badSnapshot("owed entry %d: out of order", i)
-		}
-		prev = e
-		s.insertOwed(e)
-		if i%restoreCheckpoint == restoreCheckpoint-1 {
-			s.checkpoint()
-		}
-	}
-	return nil
 }
 
 // OwedMultiDatacenter calls fn with every owed entry (expired before every

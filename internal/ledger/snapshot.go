@@ -522,74 +522,36 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 	s.applied = applied
 	s.ledgerTime = ledgerTime
 	s.lastSeq = seqHigh
-	var prevEntry *Entry
-	for i := uint64(0); i < nEntries; i++ {
-		d, err := r.record("entry")
-		if err != nil {
-			return nil, err
-		}
-		e := decodeEntry(d)
-		if err := d.finish(); err != nil {
-			return nil, fmt.Errorf("entry %d: %w", i, err)
-		}
+	err = readTable(r, s, "entry", nEntries, decodeEntry, lessEntryKey, func(e *Entry) error {
 		if e.Tenant == "" || e.Key == "" {
-			return nil, badSnapshot("entry %d: empty tenant or key", i)
+			return badSnapshot("empty tenant or key")
 		}
-		if prevEntry != nil && !lessEntryKey(prevEntry, e) {
-			return nil, badSnapshot("entry %d: out of order", i)
-		}
-		prevEntry = e
-		s.insertEntry(e)
-		if i%restoreCheckpoint == restoreCheckpoint-1 {
-			s.checkpoint()
-		}
+		return nil
+	}, s.insertEntry)
+	if err == nil {
+		err = readTable(r, s, "job", nJobs, decodeJob, lessJobID, func(j *Job) error {
+			switch {
+			case j.Tenant == "" || j.ID == "" || j.Seq == 0 || j.Seq > seqHigh:
+				return badSnapshot("empty tenant or id, or seq %d not in 1..%d", j.Seq, seqHigh)
+			case s.jobSeq.Has(j): // a tenant's seqs are unique: a duplicate would corrupt the indexes
+				return badSnapshot("duplicate seq %d", j.Seq)
+			}
+			return nil
+		}, s.insertJob)
 	}
-	var prevJob *Job
-	for i := uint64(0); i < nJobs; i++ {
-		d, err := r.record("job")
-		if err != nil {
-			return nil, err
-		}
-		j := decodeJob(d)
-		if err := d.finish(); err != nil {
-			return nil, fmt.Errorf("job %d: %w", i, err)
-		}
-		if j.Tenant == "" || j.ID == "" || j.Seq == 0 || j.Seq > seqHigh {
-			return nil, badSnapshot("job %d: empty tenant or id, or seq %d not in 1..%d", i, j.Seq, seqHigh)
-		}
-		if prevJob != nil && !lessJobID(prevJob, j) {
-			return nil, badSnapshot("job %d: out of order", i)
-		}
-		prevJob = j
-		// A tenant's seqs are unique: a duplicate would corrupt the indexes.
-		if s.jobSeq.Has(j) {
-			return nil, badSnapshot("job %d: duplicate seq %d", i, j.Seq)
-		}
-		s.insertJob(j)
-		if i%restoreCheckpoint == restoreCheckpoint-1 {
-			s.checkpoint()
-		}
+	if err == nil {
+		err = readTable(r, s, "watermark", nWatermarks, decodeWatermark, lessWatermarkKey,
+			func(*Watermark) error { return nil }, s.insertWatermark)
 	}
-	var prevWM *Watermark
-	for i := uint64(0); i < nWatermarks; i++ {
-		d, err := r.record("watermark")
-		if err != nil {
-			return nil, err
-		}
-		w := decodeWatermark(d)
-		if err := d.finish(); err != nil {
-			return nil, fmt.Errorf("watermark %d: %w", i, err)
-		}
-		if prevWM != nil && !lessWatermarkKey(prevWM, w) {
-			return nil, badSnapshot("watermark %d: out of order", i)
-		}
-		prevWM = w
-		s.insertWatermark(w)
-		if i%restoreCheckpoint == restoreCheckpoint-1 {
-			s.checkpoint()
-		}
+	if err == nil {
+		err = readTable(r, s, "owed entry", nOwed, decodeEntry, lessOwed, func(e *Entry) error {
+			if e.Tenant == "" || e.Key == "" || e.JobID == "" || !carried(e) {
+				return badSnapshot("empty tenant, key or job ID, or nothing owed")
+			}
+			return nil
+		}, s.insertOwed)
 	}
-	if err := readOwed(r, s, nOwed); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	sum := r.crc.Sum32()
@@ -605,4 +567,34 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 	}
 	s.commit()
 	return s, nil
+}
+
+// readTable reads a table's n records: each decodes strictly, passes check,
+// follows the one before it by less, and is inserted; the store is
+// checkpointed every restoreCheckpoint records.
+func readTable[T any](r *snapReader, s *state, what string, n uint64, decode func(*decoder) T,
+	less func(a, b T) bool, check func(T) error, insert func(T)) error {
+	var prev T
+	for i := uint64(0); i < n; i++ {
+		d, err := r.record(what)
+		if err != nil {
+			return err
+		}
+		item := decode(d)
+		if err = d.finish(); err == nil {
+			err = check(item)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %d: %w", what, i, err)
+		}
+		if i > 0 && !less(prev, item) {
+			return badSnapshot("%s %d: out of order", what, i)
+		}
+		prev = item
+		insert(item)
+		if i%restoreCheckpoint == restoreCheckpoint-1 {
+			s.checkpoint()
+		}
+	}
+	return nil
 }
