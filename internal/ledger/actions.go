@@ -60,15 +60,13 @@ type Cancel struct{ JobAction }
 type Retry struct{ JobAction }
 
 func (Cancel) CommandType() CommandType { return TypeCancel }
-func (Cancel) CommandVersion() uint8    { return CancelVersion }
 func (Retry) CommandType() CommandType  { return TypeRetry }
-func (Retry) CommandVersion() uint8     { return RetryVersion }
 
 func (a JobAction) sizeHint() int {
 	return len(a.Tenant) + len(a.JobID) + len(a.Key) + len(a.Fingerprint) + 9*varintSize
 }
 
-// Cancel v1 and Retry v1 body:
+// Cancel and Retry body:
 //
 //	tenant string, job_id string, key string, fingerprint string,
 //	now int64, expires_at int64,
@@ -85,18 +83,9 @@ func (a JobAction) appendBody(b []byte) []byte {
 	return appendUvarint(b, a.MaxTenantBytes)
 }
 
-func decodeJobActionV1(d *decoder) JobAction {
-	var a JobAction
-	a.Tenant = d.string()
-	a.JobID = d.string()
-	a.Key = d.string()
-	a.Fingerprint = d.string()
-	a.Now = d.int64()
-	a.ExpiresAt = d.int64()
-	a.MaxEntries = d.uvarint()
-	a.MaxBytes = d.uvarint()
-	a.MaxTenantBytes = d.uvarint()
-	return a
+func decodeJobAction(d *decoder) JobAction {
+	return JobAction{Tenant: d.string(), JobID: d.string(), Key: d.string(), Fingerprint: d.string(), Now: d.int64(),
+		ExpiresAt: d.int64(), MaxEntries: d.uvarint(), MaxBytes: d.uvarint(), MaxTenantBytes: d.uvarint()}
 }
 
 func (s *state) applyCancel(ax *applyCtx, c Cancel) Result {

@@ -226,7 +226,7 @@ func TestCancelRetryEncoding(t *testing.T) {
 			t.Fatalf("truncated: %v", err)
 		}
 		v2 := append([]byte{b[0], 2}, b[2:]...)
-		if _, err := DecodeCommand(v2); !errors.Is(err, ErrUnsupportedVersion) {
+		if _, err := DecodeCommand(v2); !errors.Is(err, ErrUnsupportedVersion) { // another version
 			t.Fatalf("version 2: %v", err)
 		}
 	}

@@ -9,9 +9,6 @@ import (
 // round"): the key's reservation and its outcome together.
 const TypeAdmit CommandType = 0x0D
 
-// AdmitVersion is the current (and only) version of Admit.
-const AdmitVersion uint8 = 1
-
 // ReasonJobIDInUse is the Reason of the rejection an Admit (or the manager,
 // for an entry reserved alone) records when the job ID its key derives is
 // already a job of the tenant (status 422).
@@ -53,7 +50,6 @@ type Admit struct {
 }
 
 func (Admit) CommandType() CommandType { return TypeAdmit }
-func (Admit) CommandVersion() uint8    { return AdmitVersion }
 
 func (a Admit) sizeHint() int {
 	n := 2*(varintSize+2) + a.Reserve.sizeHint()
@@ -63,9 +59,8 @@ func (a Admit) sizeHint() int {
 	return n
 }
 
-// Admit v1 body: two items, each length uvarint · a whole command (type byte ·
-// version byte · body): the Reserve, then the Commit or Reject. An item is a
-// whole command so that its type's later versions need no new Admit version.
+// Admit body: two items, each length uvarint · a whole command (type byte ·
+// version byte · body): the Reserve, then the Commit or Reject.
 func (a Admit) appendBody(out []byte) []byte {
 	out = appendItem(out, a.Reserve)
 	if a.Outcome != nil && outcomeItem(a.Outcome.CommandType()) {
@@ -74,7 +69,7 @@ func (a Admit) appendBody(out []byte) []byte {
 	return out
 }
 
-func decodeAdmitV1(d *decoder) Admit {
+func decodeAdmit(d *decoder) Admit {
 	var a Admit
 	if c := decodeItem(d, 0, func(t CommandType) bool { return t == TypeReserve }); c != nil {
 		a.Reserve = c.(Reserve)

@@ -121,7 +121,7 @@ func TestAdmitInvalidChangesNothing(t *testing.T) {
 // not decode (and would halt a replica, never be skipped).
 func TestAdmitDecodesOnlyAnOutcome(t *testing.T) {
 	r := reserve("acme", "a", t0)
-	b := append([]byte{byte(TypeAdmit), AdmitVersion}, appendItem(nil, r)...)
+	b := append([]byte{byte(TypeAdmit), FormatVersion}, appendItem(nil, r)...)
 	if _, err := DecodeCommand(b); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("an admit without outcome: %v", err)
 	}
@@ -159,7 +159,7 @@ func TestAdmitIsNotIgnorable(t *testing.T) {
 		t.Fatal("Admit is ignorable: an older replica would skip submissions")
 	}
 	b := Encode(admitCommit(reserve("acme", "a", t0)))
-	b[1] = AdmitVersion + 1
+	b[1] = FormatVersion + 1
 	if _, err := DecodeCommand(b); !errors.Is(err, ErrUnsupportedVersion) {
 		t.Fatalf("a future Admit version decodes: %v", err)
 	}

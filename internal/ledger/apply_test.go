@@ -203,15 +203,6 @@ func TestReserve(t *testing.T) {
 			changes: []ChangeKind{ChangeReserved},
 		},
 		{
-			name: "structured, v1: sequence below the watermark", setup: setupWatermark,
-			cmd: cmd(v1Reserve(structured(tenant, client, 3, nonce, t0+time.Hour.Nanoseconds()))), want: OutcomeKeyExpired,
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Watermark != 5 {
-					t.Fatalf("watermark %d", res.Watermark)
-				}
-			},
-		},
-		{
 			name: "structured, sequence at the watermark", setup: setupWatermark,
 			cmd: cmd(structured(tenant, client, 5, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeKeyExpired,
 		},
@@ -571,26 +562,6 @@ func TestExpire(t *testing.T) {
 			name: "watermark TTL 0: no age limit", setup: setupWatermark, want: OutcomeExpired,
 			cmd:   cmd(Expire{Now: tCommit + 1000*3600*sec}),
 			check: func(t *testing.T, h *harness, res Result) { wm(t, h, 5) },
-		},
-		{
-			name: "watermark bound evicts the least recently updated", want: OutcomeExpired,
-			setup: func(h *harness) {
-				// three clients whose entries expire at three different times
-				for i, c := range []string{"c3", "c1", "c2"} {
-					r := structured(tenant, c, 1, nonce, t0+int64(i)*sec)
-					setupCommitted(r)(h)
-					h.must(expire(r.Now+sec+commitTTL), OutcomeExpired)
-				}
-			},
-			cmd: cmd(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxWatermarks: 1, version: 1}),
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Removed.Watermarks != 2 || h.f.Stats().Watermarks != 1 {
-					t.Fatalf("removed %+v", res.Removed)
-				}
-				if _, ok := h.f.Watermark(tenant, "c2", nonce); !ok {
-					t.Fatal("the most recently updated watermark was evicted")
-				}
-			},
 		},
 		{
 			name: "MaxRemovals, earliest first", setup: fiveDue, want: OutcomeExpired,

@@ -18,13 +18,6 @@ const (
 	TypeWorkerBatch CommandType = 0x0E
 )
 
-// Current versions of the batch commands.
-const (
-	ReserveBatchVersion uint8 = 1
-	ResolveBatchVersion uint8 = 1
-	WorkerBatchVersion  uint8 = 1
-)
-
 // MaxBatchItems bounds the items of one batch command; a batch with more (or
 // none) is refused (OutcomeInvalid). The manager's own bound is lower.
 const MaxBatchItems = 1 << 16
@@ -60,7 +53,6 @@ type WorkerBatch struct {
 }
 
 func (WorkerBatch) CommandType() CommandType { return TypeWorkerBatch }
-func (WorkerBatch) CommandVersion() uint8    { return WorkerBatchVersion }
 
 // The item types each batch carries (checked by type byte before an item is
 // decoded, so batches never nest).
@@ -108,23 +100,13 @@ func appendBatch(out []byte, items []Command, carries func(CommandType) bool) []
 	return out
 }
 
-func decodeWorkerBatchV1(d *decoder) WorkerBatch {
-	return WorkerBatch{Items: decodeItems(d, workerItem)}
-}
-
 func (ReserveBatch) CommandType() CommandType { return TypeReserveBatch }
 func (ResolveBatch) CommandType() CommandType { return TypeResolveBatch }
-func (ReserveBatch) CommandVersion() uint8    { return ReserveBatchVersion }
-func (ResolveBatch) CommandVersion() uint8    { return ResolveBatchVersion }
 
-// Batch v1 body (both types):
+// Batch body (every batch type):
 //
 //	count uvarint, then count items, each: length uvarint · a whole command
-//	(type byte · version byte · body), a Reserve in a ReserveBatch, a Commit
-//	or Reject in a ResolveBatch.
-//
-// An item is a whole command so that an item type's later versions need no
-// new batch version.
+//	(type byte · version byte · body) of a type the batch carries.
 
 // appendItem appends length · command without a scratch buffer: it writes the
 // command after a maximal length slot, then moves it down to the minimal one.
@@ -175,14 +157,6 @@ func decodeItem(d *decoder, i int, ok func(CommandType) bool) Command {
 	return c
 }
 
-func decodeReserveBatchV1(d *decoder) ReserveBatch {
-	return ReserveBatch{Items: decodeItems(d, reserveItem)}
-}
-
-func decodeResolveBatchV1(d *decoder) ResolveBatch {
-	return ResolveBatch{Items: decodeItems(d, outcomeItem)}
-}
-
 // applyBatch applies the items of a batch in order, each as the command of its
 // own entry would apply (ledger time included); the index was checked by apply.
 func (s *state) applyBatch(ax *applyCtx, items int, item func(i int) Command) Result {
@@ -214,7 +188,7 @@ func (s *state) nextSeq(index uint64) uint64 {
 }
 
 // EncodeBatch returns a batch command of type t (TypeReserveBatch,
-// TypeResolveBatch or TypeWorkerBatch, current version) whose items are already encoded
+// TypeResolveBatch or TypeWorkerBatch) whose items are already encoded
 // commands (Encode's output), so a proposer that encoded each submission's
 // command once need not encode it again. Items of a type the batch does not
 // carry make the batch invalid when applied; nothing is checked here.
@@ -223,14 +197,7 @@ func EncodeBatch(t CommandType, items [][]byte) []byte {
 	for _, it := range items {
 		n += varintSize + len(it)
 	}
-	v := ReserveBatchVersion
-	switch t {
-	case TypeResolveBatch:
-		v = ResolveBatchVersion
-	case TypeWorkerBatch:
-		v = WorkerBatchVersion
-	}
-	b := append(make([]byte, 0, n), byte(t), v)
+	b := append(make([]byte, 0, n), byte(t), FormatVersion)
 	b = appendUvarint(b, uint64(len(items)))
 	for _, it := range items {
 		b = appendBytes(b, it)

@@ -234,7 +234,7 @@ func TestDeterminismBatches(t *testing.T) {
 	}
 }
 
-// TestOldLogReplaysAfterBatches: a log of single commands of every old version
+// TestOldLogReplaysAfterBatches: a log of single commands of every type
 // replays to the same state whether or not batches follow it.
 func TestOldLogReplaysAfterBatches(t *testing.T) {
 	logs := genLog(9, 1500, 40)

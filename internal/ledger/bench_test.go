@@ -64,7 +64,7 @@ func (g *benchLog) next(buf []*raft.Log) []*raft.Log {
 	if g.n%1000 == 0 {
 		g.idx++
 		buf = append(buf, &raft.Log{Index: g.idx, Type: raft.LogCommand,
-			Data: Encode(Expire{Now: now, WatermarkTTL: time.Hour, MaxWatermarks: 1 << 20})})
+			Data: Encode(Expire{Now: now, WatermarkTTL: time.Hour})})
 	}
 	return buf
 }

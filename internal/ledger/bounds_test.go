@@ -7,39 +7,6 @@ import (
 	"time"
 )
 
-// commitV1 is the version-1 encoding of c (no capacity fields).
-func commitV1(c Commit) []byte {
-	c.version = 1
-	return Encode(c)
-}
-
-func TestCommitV1StillDecodesAndReplays(t *testing.T) {
-	r := reserve("acme", "k", t0)
-	c := commit(r, t0+sec)
-	b := commitV1(c)
-	if b[1] != 1 {
-		t.Fatalf("v1 header %x", b[:2])
-	}
-	got, err := DecodeCommand(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := got.(Commit)
-	if g.MaxJobs != 0 || g.Tenant != c.Tenant || g.JobExpiresAt != c.JobExpiresAt || g.CommandVersion() != 1 {
-		t.Fatalf("v1 decoded as %+v", g)
-	}
-	if !bytes.Equal(Encode(g), b) {
-		t.Fatal("a v1 commit does not re-encode to its bytes")
-	}
-	// A v1 Commit has no capacity bound: it commits whatever the job count.
-	h := newHarness(t)
-	for _, k := range []string{"a", "b", "c"} {
-		rk := reserve("acme", k, t0)
-		h.must(rk, OutcomeReserved)
-		h.mustRaw(commitV1(commit(rk, t0+sec)), OutcomeCommitted)
-	}
-}
-
 func TestCommitOverMaxJobsIsACapacityRejection(t *testing.T) {
 	h := newHarness(t)
 	capped := func(r Reserve, now int64) Commit {
@@ -110,8 +77,6 @@ func TestPendingBeforeListsOldPendingOnly(t *testing.T) {
 		t.Fatalf("after restore: %+v", got)
 	}
 }
-
-func v1Reserve(r Reserve) Reserve { r.version = 1; return r }
 
 func TestWatermarkWindowRecordAndShift(t *testing.T) {
 	var w Watermark
@@ -224,26 +189,6 @@ func TestOneTenantsFloodDoesNotRefuseAnother(t *testing.T) {
 	if f.s.wmTenant["noisy"] != 3 || f.s.wmTenant["quiet"] != 3 {
 		t.Fatalf("tenant counts after restore: %v", f.s.wmTenant)
 	}
-}
-
-func TestSnapshotV1WatermarkKeepsRefusing(t *testing.T) {
-	w := decodeWatermark(&decoder{b: appendWatermarkV1(nil, &Watermark{Tenant: "t", ClientID: "c", Nonce: "n", Sequence: 70, UpdatedAt: 1})}, 1)
-	for s := uint64(0); s <= 70; s++ {
-		if !w.Committed(s) {
-			t.Fatalf("v1 watermark 70: sequence %d would run again", s)
-		}
-	}
-	if w.Committed(71) {
-		t.Fatal("v1 watermark 70 refuses 71")
-	}
-}
-
-func appendWatermarkV1(b []byte, w *Watermark) []byte {
-	b = appendString(b, w.Tenant)
-	b = appendString(b, w.ClientID)
-	b = appendString(b, w.Nonce)
-	b = appendUvarint(b, w.Sequence)
-	return appendInt64(b, w.UpdatedAt)
 }
 
 func TestByteBudgetRefusesAndNeverDrops(t *testing.T) {

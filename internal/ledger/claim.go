@@ -58,15 +58,13 @@ type Release struct {
 }
 
 func (Claim) CommandType() CommandType   { return TypeClaim }
-func (Claim) CommandVersion() uint8      { return ClaimVersion }
 func (Release) CommandType() CommandType { return TypeRelease }
-func (Release) CommandVersion() uint8    { return ReleaseVersion }
 
 func (c Claim) sizeHint() int {
 	return len(c.Tenant) + len(c.Key) + len(c.Fingerprint) + len(c.JobID) + len(c.Home) + len(c.Type) + 10*varintSize
 }
 
-// Claim v1 body:
+// Claim body:
 //
 //	tenant string, key string, fingerprint string, job_id string, home string,
 //	type string, now int64, expires_at int64,
@@ -85,27 +83,17 @@ func (c Claim) appendBody(b []byte) []byte {
 	return appendUvarint(b, c.MaxTenantBytes)
 }
 
-func decodeClaimV1(d *decoder) Claim {
-	var c Claim
-	c.Tenant = d.string()
-	c.Key = d.string()
-	c.Fingerprint = d.string()
-	c.JobID = d.string()
-	c.Home = d.string()
-	c.Type = d.string()
-	c.Now = d.int64()
-	c.ExpiresAt = d.int64()
-	c.MaxEntries = d.uvarint()
-	c.MaxBytes = d.uvarint()
-	c.MaxTenantBytes = d.uvarint()
-	return c
+func decodeClaim(d *decoder) Claim {
+	return Claim{Tenant: d.string(), Key: d.string(), Fingerprint: d.string(), JobID: d.string(), Home: d.string(),
+		Type: d.string(), Now: d.int64(), ExpiresAt: d.int64(), MaxEntries: d.uvarint(), MaxBytes: d.uvarint(),
+		MaxTenantBytes: d.uvarint()}
 }
 
 func (r Release) sizeHint() int {
 	return len(r.Tenant) + len(r.Key) + len(r.Fingerprint) + len(r.Home) + 6*varintSize
 }
 
-// Release v1 body:
+// Release body:
 //
 //	tenant string, key string, fingerprint string, home string, now int64
 func (r Release) appendBody(b []byte) []byte {
@@ -116,14 +104,8 @@ func (r Release) appendBody(b []byte) []byte {
 	return appendInt64(b, r.Now)
 }
 
-func decodeReleaseV1(d *decoder) Release {
-	var r Release
-	r.Tenant = d.string()
-	r.Key = d.string()
-	r.Fingerprint = d.string()
-	r.Home = d.string()
-	r.Now = d.int64()
-	return r
+func decodeRelease(d *decoder) Release {
+	return Release{Tenant: d.string(), Key: d.string(), Fingerprint: d.string(), Home: d.string(), Now: d.int64()}
 }
 
 func (s *state) applyClaim(ax *applyCtx, c Claim) Result {

@@ -39,43 +39,12 @@ const (
 	TypeIgnorable CommandType = 0x80
 )
 
-// Current command versions, the second byte of every command. Encode always
-// writes these; DecodeCommand reads these and every older version still in any
-// log.
-const (
-	ReserveVersion uint8 = 2
-	// CommitVersion is the newest Commit: version 3 queues the job (the
-	// worker lifecycle). A Commit without Queue still encodes as version 2
-	// (CommitLegacyVersion), the job outside the lifecycle, so a manager can
-	// go on proposing it until the worker endpoints exist.
-	CommitVersion       uint8 = 3
-	CommitLegacyVersion uint8 = 2
-	RejectVersion       uint8 = 1
-	ExpireVersion       uint8 = 2
-	ConfirmVersion      uint8 = 1
-
-	// LeaseVersion is the newest Lease: version 2 adds Replay, version 3
-	// MaxBytes. A Lease encodes as the oldest version that carries what it
-	// sets: without MaxBytes as version 2 (LeaseReplayVersion) with Replay,
-	// else as version 1 (LeaseLegacyVersion), byte for byte what the builds
-	// before them wrote.
-	LeaseVersion       uint8 = 3
-	LeaseReplayVersion uint8 = 2
-	LeaseLegacyVersion uint8 = 1
-	HeartbeatVersion   uint8 = 1
-	// CompleteVersion and FailVersion are the newest: version 2 adds the
-	// byte budgets (MaxBytes, MaxTenantBytes). Without them they encode as
-	// version 1 (CompleteLegacyVersion, FailLegacyVersion).
-	CompleteVersion       uint8 = 2
-	CompleteLegacyVersion uint8 = 1
-	FailVersion           uint8 = 2
-	FailLegacyVersion     uint8 = 1
-	ExpireLeasesVersion   uint8 = 1
-	ClaimVersion          uint8 = 1
-	ReleaseVersion        uint8 = 1
-	CancelVersion         uint8 = 1
-	RetryVersion          uint8 = 1
-)
+// FormatVersion is the version of the ledger's one format (1.0): the second
+// byte of every command, the byte after the snapshot's magic, and the store's
+// format (docs/ledger.md, "Formats"). Encode writes it; DecodeCommand reads
+// no other, so an entry of another version halts the replica (HaltError)
+// rather than being skipped or misread.
+const FormatVersion uint8 = 1
 
 func (t CommandType) String() string {
 	switch t {
@@ -128,8 +97,6 @@ func (t CommandType) String() string {
 type Command interface {
 	// CommandType is the type byte.
 	CommandType() CommandType
-	// CommandVersion is the version byte.
-	CommandVersion() uint8
 	appendBody(b []byte) []byte
 	sizeHint() int
 }
@@ -144,9 +111,8 @@ type Command interface {
 //     fingerprint: OutcomeKeyReused. Both return the entry; nothing changes.
 //  3. A structured key whose Sequence is known committed (inside its client's
 //     watermark window with its bit set) or below the window:
-//     OutcomeKeyExpired; nothing changes. (Version 1: at or below the
-//     watermark's Sequence.) Version 2 then creates the client's watermark if
-//     it has none, unless the table holds MaxWatermarks
+//     OutcomeKeyExpired; nothing changes. Then the client's watermark is
+//     created if it has none, unless the table holds MaxWatermarks
 //     (OutcomeWatermarksFull) or the tenant MaxTenantWatermarks
 //     (OutcomeTenantWatermarksFull); nothing is evicted for it.
 //  4. When the table holds MaxEntries entries or more, due entries are removed
@@ -173,8 +139,7 @@ type Reserve struct {
 	Sequence   uint64
 	Nonce      string
 
-	// Version 2. Every bound is 0 for "no bound" (what version 1 decodes to).
-	// MaxWatermarks bounds the watermark table (IDEMPOTENCY_WATERMARK_MAX_CLIENTS),
+	// Every bound is 0 for "no bound". MaxWatermarks bounds the watermark table (IDEMPOTENCY_WATERMARK_MAX_CLIENTS),
 	// MaxTenantWatermarks one tenant's watermarks.
 	MaxWatermarks       uint64
 	MaxTenantWatermarks uint64
@@ -185,10 +150,6 @@ type Reserve struct {
 	// ResultTTL, when positive, is the COMMITTED or REJECTED lifetime of the
 	// key, fixed at its first admission and stored in the entry.
 	ResultTTL time.Duration
-
-	// version is the version this command was decoded from when older than
-	// ReserveVersion (0: current), so that it re-encodes to the same bytes.
-	version uint8
 }
 
 // Commit moves the PENDING entry of (Tenant, Key) reserved with JobID to
@@ -199,18 +160,17 @@ type Reserve struct {
 // is due but not yet removed. If the tenant already has a job with JobID:
 // OutcomeJobIDInUse and nothing changes.
 //
-// Capacity is decided here, atomically (version 2): when MaxJobs is not 0 and
+// Capacity is decided here, atomically: when MaxJobs is not 0 and
 // the job table holds MaxJobs unfinished jobs or more (after removing up to a
 // few due jobs), the entry becomes REJECTED with status 429, reason
 // "capacity", CapacityDetail and ExpiresAt = RejectedExpiresAt:
-// OutcomeRejected, no job. Unfinished: every job but the SUCCEEDED, FAILED
-// and DEAD ones (so, in a log without version 3, every job, as before). A
-// version-1 Commit decodes with MaxJobs 0 (no bound), as it always applied.
+// OutcomeRejected, no job. Unfinished: every job but the SUCCEEDED, FAILED,
+// DEAD and CANCELLED ones.
 //
-// Version 3 (Queue) creates the job QUEUED (State JobQueued, RunAt = Now,
+// With Queue the job is created QUEUED (State JobQueued, RunAt = Now,
 // Retention = JobExpiresAt - Now): it is leased by workers and stays until it
-// finishes, then for its retention. Versions 1 and 2 create a JobLegacy job,
-// retained until JobExpiresAt, in none of the lifecycle's orders.
+// finishes, then for its retention. Without, it is a JobLegacy job, retained
+// until JobExpiresAt, in none of the lifecycle's orders.
 type Commit struct {
 	Tenant string
 	Key    string
@@ -226,21 +186,14 @@ type Commit struct {
 	// capacity rejection; RejectedExpiresAt must be after Now when MaxJobs > 0.
 	RejectedExpiresAt int64
 	CapacityDetail    string
-	// Queue creates the job in the worker lifecycle (encoded as version 3;
-	// without it, version 2). See QueueCommit.
+	// Queue creates the job in the worker lifecycle. See QueueCommit.
 	Queue bool
-
-	// version is the version this command was decoded from when older than
-	// CommitLegacyVersion (0: by Queue), so that it re-encodes to the same
-	// bytes.
-	version uint8
 }
 
-// QueueCommit returns c as a version-3 Commit: its job is QUEUED for the
-// workers instead of committed outside the lifecycle. The manager's switch to
-// the lifecycle is proposing QueueCommit(c) instead of c.
+// QueueCommit returns c with Queue set: its job is QUEUED for the workers
+// instead of committed outside the lifecycle (MANAGER_JOB_QUEUE).
 func QueueCommit(c Commit) Commit {
-	c.Queue, c.version = true, 0
+	c.Queue = true
 	return c
 }
 
@@ -272,9 +225,9 @@ type Reject struct {
 //     COMMITTED structured entry records its Sequence in its client's watermark;
 //   - jobs with ExpiresAt <= Now, earliest first (ties by Seq);
 //   - watermarks not updated for WatermarkTTL (UpdatedAt <= Now-WatermarkTTL),
-//     least recently updated first; WatermarkTTL <= 0 disables this;
-//   - version 1 only: while more than MaxWatermarks watermarks remain, the
-//     least recently updated (ties by tenant, client, nonce); 0: no bound.
+//     least recently updated first; WatermarkTTL <= 0 disables this.
+//
+// A live watermark is never evicted; a full table refuses at Reserve.
 //
 // Result.Removed counts each kind; Result.More is set when MaxRemovals stopped
 // it while something was still due.
@@ -282,16 +235,10 @@ type Expire struct {
 	Now          int64
 	MaxRemovals  uint64
 	WatermarkTTL time.Duration
-	// MaxWatermarks is version 1 only (encoded only for a command decoded from
-	// version 1): it evicted live watermarks, which re-opened late retries to
-	// execution. Version 2 never evicts; a full table refuses at Reserve.
-	MaxWatermarks uint64
-
-	version uint8
 }
 
 // Unknown is a command of an ignorable type (TypeIgnorable set) that this
-// version does not know. Apply ignores it. Encode writes it back as it was read.
+// build does not know. Apply ignores it. Encode writes it back as it was read.
 type Unknown struct {
 	Type    CommandType
 	Version uint8
@@ -304,30 +251,6 @@ func (Reject) CommandType() CommandType    { return TypeReject }
 func (Expire) CommandType() CommandType    { return TypeExpire }
 func (u Unknown) CommandType() CommandType { return u.Type }
 
-func (r Reserve) CommandVersion() uint8 {
-	if r.version != 0 {
-		return r.version
-	}
-	return ReserveVersion
-}
-func (c Commit) CommandVersion() uint8 {
-	switch {
-	case c.version != 0:
-		return c.version
-	case c.Queue:
-		return CommitVersion
-	}
-	return CommitLegacyVersion
-}
-func (Reject) CommandVersion() uint8 { return RejectVersion }
-func (e Expire) CommandVersion() uint8 {
-	if e.version != 0 {
-		return e.version
-	}
-	return ExpireVersion
-}
-func (u Unknown) CommandVersion() uint8 { return u.Version }
-
 // Encode returns the bytes of c (type byte, version byte, body), ready for
 // raft.Apply. It never fails: every value of a command type has an encoding.
 func Encode(c Command) []byte {
@@ -336,7 +259,11 @@ func Encode(c Command) []byte {
 
 // AppendCommand appends the encoding of c to b.
 func AppendCommand(b []byte, c Command) []byte {
-	b = append(b, byte(c.CommandType()), c.CommandVersion())
+	v := FormatVersion
+	if u, ok := c.(Unknown); ok {
+		v = u.Version
+	}
+	b = append(b, byte(c.CommandType()), v)
 	return c.appendBody(b)
 }
 
@@ -348,7 +275,7 @@ func (r Reserve) sizeHint() int {
 		len(r.ClientID) + len(r.Nonce) + 16*varintSize + 24
 }
 
-// Reserve v2 body (v1 ends after the structured part):
+// Reserve body:
 //
 //	tenant string, key string, fingerprint string, job_id string,
 //	now int64, expires_at int64, max_entries uvarint,
@@ -373,9 +300,6 @@ func (r Reserve) appendBody(b []byte) []byte {
 		b = appendUvarint(b, r.Sequence)
 		b = appendString(b, r.Nonce)
 	}
-	if r.version == 1 {
-		return b
-	}
 	b = appendUvarint(b, r.MaxWatermarks)
 	b = appendUvarint(b, r.MaxTenantWatermarks)
 	b = appendUvarint(b, r.MaxBytes)
@@ -383,17 +307,7 @@ func (r Reserve) appendBody(b []byte) []byte {
 	return appendInt64(b, int64(r.ResultTTL))
 }
 
-func decodeReserveV2(d *decoder) Reserve {
-	r := decodeReserveV1(d)
-	r.MaxWatermarks = d.uvarint()
-	r.MaxTenantWatermarks = d.uvarint()
-	r.MaxBytes = d.uvarint()
-	r.MaxTenantBytes = d.uvarint()
-	r.ResultTTL = time.Duration(d.int64())
-	return r
-}
-
-func decodeReserveV1(d *decoder) Reserve {
+func decodeReserve(d *decoder) Reserve {
 	var r Reserve
 	r.Tenant = d.string()
 	r.Key = d.string()
@@ -411,19 +325,24 @@ func decodeReserveV1(d *decoder) Reserve {
 		r.Sequence = d.uvarint()
 		r.Nonce = d.string()
 	}
+	r.MaxWatermarks = d.uvarint()
+	r.MaxTenantWatermarks = d.uvarint()
+	r.MaxBytes = d.uvarint()
+	r.MaxTenantBytes = d.uvarint()
+	r.ResultTTL = time.Duration(d.int64())
 	return r
 }
 
 func (c Commit) sizeHint() int {
-	return len(c.Tenant) + len(c.Key) + len(c.JobID) + len(c.CapacityDetail) + 5*varintSize + 32
+	return len(c.Tenant) + len(c.Key) + len(c.JobID) + len(c.CapacityDetail) + 5*varintSize + 33
 }
 
-// Commit v2 and v3 body (v1 is its first six fields; v3 is v2's layout, the
-// version itself says the job is queued):
+// Commit body:
 //
 //	tenant string, key string, job_id string,
 //	now int64, expires_at int64, job_expires_at int64,
-//	max_jobs uvarint, rejected_expires_at int64, capacity_detail string
+//	max_jobs uvarint, rejected_expires_at int64, capacity_detail string,
+//	queue bool
 func (c Commit) appendBody(b []byte) []byte {
 	b = appendString(b, c.Tenant)
 	b = appendString(b, c.Key)
@@ -431,31 +350,15 @@ func (c Commit) appendBody(b []byte) []byte {
 	b = appendInt64(b, c.Now)
 	b = appendInt64(b, c.ExpiresAt)
 	b = appendInt64(b, c.JobExpiresAt)
-	if c.version == 1 {
-		return b
-	}
 	b = appendUvarint(b, c.MaxJobs)
 	b = appendInt64(b, c.RejectedExpiresAt)
-	return appendString(b, c.CapacityDetail)
+	b = appendString(b, c.CapacityDetail)
+	return appendBool(b, c.Queue)
 }
 
-func decodeCommitV2(d *decoder) Commit {
-	c := decodeCommitV1(d)
-	c.MaxJobs = d.uvarint()
-	c.RejectedExpiresAt = d.int64()
-	c.CapacityDetail = d.string()
-	return c
-}
-
-func decodeCommitV1(d *decoder) Commit {
-	var c Commit
-	c.Tenant = d.string()
-	c.Key = d.string()
-	c.JobID = d.string()
-	c.Now = d.int64()
-	c.ExpiresAt = d.int64()
-	c.JobExpiresAt = d.int64()
-	return c
+func decodeCommit(d *decoder) Commit {
+	return Commit{Tenant: d.string(), Key: d.string(), JobID: d.string(), Now: d.int64(), ExpiresAt: d.int64(),
+		JobExpiresAt: d.int64(), MaxJobs: d.uvarint(), RejectedExpiresAt: d.int64(), CapacityDetail: d.string(), Queue: d.bool()}
 }
 
 func (r Reject) sizeHint() int {
@@ -463,7 +366,7 @@ func (r Reject) sizeHint() int {
 		6*varintSize + 16
 }
 
-// Reject v1 body:
+// Reject body:
 //
 //	tenant string, key string, job_id string, now int64, expires_at int64,
 //	status uvarint, reason string, detail string
@@ -484,7 +387,7 @@ func (r Reject) appendBody(b []byte) []byte {
 	return appendString(b, r.Detail)
 }
 
-func decodeRejectV1(d *decoder) Reject {
+func decodeReject(d *decoder) Reject {
 	var r Reject
 	r.Tenant = d.string()
 	r.Key = d.string()
@@ -504,34 +407,17 @@ func decodeRejectV1(d *decoder) Reject {
 
 func (Expire) sizeHint() int { return 2*varintSize + 16 }
 
-// Expire v2 body (v1 adds max_watermarks uvarint at the end):
+// Expire body:
 //
 //	now int64, max_removals uvarint, watermark_ttl int64 (nanoseconds)
 func (e Expire) appendBody(b []byte) []byte {
 	b = appendInt64(b, e.Now)
 	b = appendUvarint(b, e.MaxRemovals)
-	b = appendInt64(b, int64(e.WatermarkTTL))
-	if e.version != 1 {
-		return b
-	}
-	return appendUvarint(b, e.MaxWatermarks)
+	return appendInt64(b, int64(e.WatermarkTTL))
 }
 
-func decodeExpireV2(d *decoder) Expire {
-	var e Expire
-	e.Now = d.int64()
-	e.MaxRemovals = d.uvarint()
-	e.WatermarkTTL = time.Duration(d.int64())
-	return e
-}
-
-func decodeExpireV1(d *decoder) Expire {
-	var e Expire
-	e.Now = d.int64()
-	e.MaxRemovals = d.uvarint()
-	e.WatermarkTTL = time.Duration(d.int64())
-	e.MaxWatermarks = d.uvarint()
-	return e
+func decodeExpire(d *decoder) Expire {
+	return Expire{Now: d.int64(), MaxRemovals: d.uvarint(), WatermarkTTL: time.Duration(d.int64())}
 }
 
 // Confirm records, for resolved multi-datacenter entries, that another named
@@ -553,7 +439,6 @@ type Confirmation struct {
 }
 
 func (Confirm) CommandType() CommandType { return TypeConfirm }
-func (Confirm) CommandVersion() uint8    { return ConfirmVersion }
 
 func (c Confirm) sizeHint() int {
 	n := varintSize
@@ -563,7 +448,7 @@ func (c Confirm) sizeHint() int {
 	return n
 }
 
-// Confirm v1 body:
+// Confirm body:
 //
 //	count uvarint, then count × (tenant string, key string, job_id string,
 //	datacenter string)
@@ -578,7 +463,7 @@ func (c Confirm) appendBody(b []byte) []byte {
 	return b
 }
 
-func decodeConfirmV1(d *decoder) Confirm {
+func decodeConfirm(d *decoder) Confirm {
 	n := d.length(4) // each item is at least four empty strings
 	c := Confirm{Items: make([]Confirmation, 0, n)}
 	for i := 0; i < n && d.err == nil; i++ {
@@ -594,8 +479,8 @@ func (u Unknown) appendBody(b []byte) []byte { return append(b, u.Body...) }
 // returned command never aliases data. Errors match:
 //   - ErrMalformed: shorter than the two header bytes, or a body that does not
 //     decode exactly (truncated, bad varint, trailing bytes, ...);
-//   - ErrUnknownCommand: a type this version does not know, TypeIgnorable clear;
-//   - ErrUnsupportedVersion: a known type with a version this build cannot read.
+//   - ErrUnknownCommand: a type this build does not know, TypeIgnorable clear;
+//   - ErrUnsupportedVersion: a known type whose version is not FormatVersion.
 //
 // An unknown type with TypeIgnorable set decodes as Unknown, without error,
 // whatever its version and body.
@@ -604,113 +489,45 @@ func DecodeCommand(data []byte) (Command, error) {
 		return nil, fmt.Errorf("%w: %d bytes, want a 2-byte header", ErrMalformed, len(data))
 	}
 	t, v := CommandType(data[0]), data[1]
-	d := &decoder{b: data, off: 2, base: ErrMalformed}
-	var c Command
-	switch t {
-	case TypeReserve:
-		switch v {
-		case 1:
-			r := decodeReserveV1(d)
-			r.version = 1
-			c = r
-		case 2:
-			c = decodeReserveV2(d)
-		default:
-			return nil, versionError(t, v)
-		}
-	case TypeCommit:
-		switch v {
-		case 1:
-			cv := decodeCommitV1(d)
-			cv.version = 1
-			c = cv
-		case 2:
-			c = decodeCommitV2(d)
-		case 3:
-			cv := decodeCommitV2(d)
-			cv.Queue = true
-			c = cv
-		default:
-			return nil, versionError(t, v)
-		}
-	case TypeReject:
-		if v != 1 {
-			return nil, versionError(t, v)
-		}
-		c = decodeRejectV1(d)
-	case TypeExpire:
-		switch v {
-		case 1:
-			e := decodeExpireV1(d)
-			e.version = 1
-			c = e
-		case 2:
-			c = decodeExpireV2(d)
-		default:
-			return nil, versionError(t, v)
-		}
-	case TypeAdmit:
-		if v != AdmitVersion {
-			return nil, versionError(t, v)
-		}
-		c = decodeAdmitV1(d)
-	case TypeReserveBatch:
-		if v != ReserveBatchVersion {
-			return nil, versionError(t, v)
-		}
-		c = decodeReserveBatchV1(d)
-	case TypeResolveBatch:
-		if v != ResolveBatchVersion {
-			return nil, versionError(t, v)
-		}
-		c = decodeResolveBatchV1(d)
-	case TypeWorkerBatch:
-		if v != WorkerBatchVersion {
-			return nil, versionError(t, v)
-		}
-		c = decodeWorkerBatchV1(d)
-	case TypeConfirm:
-		if v != ConfirmVersion {
-			return nil, versionError(t, v)
-		}
-		c = decodeConfirmV1(d)
-	case TypeClaim:
-		if v != ClaimVersion {
-			return nil, versionError(t, v)
-		}
-		c = decodeClaimV1(d)
-	case TypeRelease:
-		if v != ReleaseVersion {
-			return nil, versionError(t, v)
-		}
-		c = decodeReleaseV1(d)
-	case TypeCancel:
-		if v != CancelVersion {
-			return nil, versionError(t, v)
-		}
-		c = Cancel{decodeJobActionV1(d)}
-	case TypeRetry:
-		if v != RetryVersion {
-			return nil, versionError(t, v)
-		}
-		c = Retry{decodeJobActionV1(d)}
-	case TypeLease, TypeHeartbeat, TypeComplete, TypeFail, TypeExpireLeases:
-		var ok bool
-		if c, ok = decodeLifecycle(d, t, v); !ok {
-			return nil, versionError(t, v)
-		}
-	default:
-		if t&TypeIgnorable != 0 {
-			return Unknown{Type: t, Version: v, Body: append([]byte(nil), data[2:]...)}, nil
-		}
+	decode, known := decoders[t]
+	switch {
+	case !known && t&TypeIgnorable != 0:
+		return Unknown{Type: t, Version: v, Body: append([]byte(nil), data[2:]...)}, nil
+	case !known:
 		return nil, fmt.Errorf("%w: %s version %d", ErrUnknownCommand, t, v)
+	case v != FormatVersion:
+		return nil, fmt.Errorf("%w: %s version %d, this build reads version %d", ErrUnsupportedVersion, t, v, FormatVersion)
 	}
+	d := &decoder{b: data, off: 2, base: ErrMalformed}
+	c := decode(d)
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%s v%d: %w", t, v, err)
 	}
 	return c, nil
 }
 
-func versionError(t CommandType, v uint8) error {
-	return fmt.Errorf("%w: %s version %d", ErrUnsupportedVersion, t, v)
+// decoders decode the body of each command type (at FormatVersion).
+var decoders map[CommandType]func(*decoder) Command
+
+func init() {
+	decoders = map[CommandType]func(*decoder) Command{
+		TypeReserve:      func(d *decoder) Command { return decodeReserve(d) },
+		TypeCommit:       func(d *decoder) Command { return decodeCommit(d) },
+		TypeReject:       func(d *decoder) Command { return decodeReject(d) },
+		TypeExpire:       func(d *decoder) Command { return decodeExpire(d) },
+		TypeAdmit:        func(d *decoder) Command { return decodeAdmit(d) },
+		TypeReserveBatch: func(d *decoder) Command { return ReserveBatch{Items: decodeItems(d, reserveItem)} },
+		TypeResolveBatch: func(d *decoder) Command { return ResolveBatch{Items: decodeItems(d, outcomeItem)} },
+		TypeWorkerBatch:  func(d *decoder) Command { return WorkerBatch{Items: decodeItems(d, workerItem)} },
+		TypeConfirm:      func(d *decoder) Command { return decodeConfirm(d) },
+		TypeLease:        func(d *decoder) Command { return decodeLease(d) },
+		TypeHeartbeat:    func(d *decoder) Command { return decodeHeartbeat(d) },
+		TypeComplete:     func(d *decoder) Command { return decodeComplete(d) },
+		TypeFail:         func(d *decoder) Command { return decodeFail(d) },
+		TypeExpireLeases: func(d *decoder) Command { return decodeExpireLeases(d) },
+		TypeClaim:        func(d *decoder) Command { return decodeClaim(d) },
+		TypeRelease:      func(d *decoder) Command { return decodeRelease(d) },
+		TypeCancel:       func(d *decoder) Command { return Cancel{decodeJobAction(d)} },
+		TypeRetry:        func(d *decoder) Command { return Retry{decodeJobAction(d)} },
+	}
 }

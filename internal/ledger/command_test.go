@@ -22,23 +22,20 @@ func sampleCommands() []Command {
 		Reserve{Tenant: "t", Key: "k", JobID: "j", Now: -5, ExpiresAt: 1, MaxEntries: 1 << 40},
 		commit(s, t0+sec),
 		reject(s, t0+sec, 429),
-		Expire{Now: t0, MaxRemovals: 300, WatermarkTTL: 7 * 24 * time.Hour, MaxWatermarks: 1 << 20, version: 1},
 		Expire{Now: t0, MaxRemovals: 300, WatermarkTTL: 7 * 24 * time.Hour},
-		Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3, version: 1},
 		Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3,
 			MaxWatermarks: 4, MaxTenantWatermarks: 5, MaxBytes: 1 << 30, MaxTenantBytes: 1 << 28, ResultTTL: time.Hour},
-		Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, version: 1},
 		Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3,
 			MaxJobs: 10, RejectedExpiresAt: 4, CapacityDetail: "full"},
 		Expire{},
 		Unknown{Type: TypeIgnorable | 0x11, Version: 7, Body: []byte("future")},
 		ReserveBatch{Items: []Command{reserve("acme", "order-2", t0), s,
-			Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3, version: 1}}},
+			Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3}}},
 		ResolveBatch{Items: []Command{commit(s, t0+sec), reject(s, t0+sec, 422),
-			Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, version: 1}}},
+			Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3}}},
 		Confirm{Items: []Confirmation{{"acme", "host1.dc1:12345:42:a1b2c3d4e5f6a7b8", s.JobID, "dc2"}, {"t", "k", "j", "dc3"}}},
 		Confirm{Items: []Confirmation{}},
-		// The job lifecycle (appended: the fuzz seeds are named by position).
+		// The job lifecycle.
 		QueueCommit(commit(s, t0+sec)),
 		Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, Queue: true,
 			MaxJobs: 10, RejectedExpiresAt: 4, CapacityDetail: "full"},
@@ -54,11 +51,11 @@ func sampleCommands() []Command {
 		ExpireLeases{Now: t0, Max: 500, RetryAt: t0 + sec, MaxAttempts: 10},
 		ExpireLeases{},
 		ResolveBatch{Items: []Command{QueueCommit(commit(s, t0+sec)), commit(s, t0+sec)}},
-		// Lease version 2 (a replayable lease).
+		// A replayable lease.
 		Lease{Tenant: "acme", Holder: "worker-1", Max: 2, LeaseIDs: []string{"lease-1", "lease-2"},
 			Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10, Replay: true},
-		// The byte budgets: Lease version 3 (with and without replay),
-		// Complete and Fail version 2.
+		// The byte budgets: Lease (with and without replay), Complete and
+		// Fail.
 		Lease{Tenant: "acme", Holder: "worker-1", Max: 2, LeaseIDs: []string{"lease-1", "lease-2"},
 			Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10, Replay: true, MaxBytes: 8 << 20},
 		Lease{Tenant: "t", Holder: "h", Max: 1, LeaseIDs: []string{"l"}, Now: 1, Expiry: 2, MaxBytes: 1},
@@ -79,38 +76,17 @@ func sampleCommands() []Command {
 			Complete{Tenant: "acme", JobID: s.JobID, LeaseID: "lease-1", Result: []byte(`{"ok":true}`), Now: t0 + 2*sec},
 			Fail{Tenant: "t", JobID: "j", LeaseID: "l", MaxBytes: 1},
 		}},
-	}
-}
-
-// A Lease without Replay is the version-1 command, byte for byte: a build
-// that does not read version 2 still applies every lease but the
-// replayable ones.
-func TestLeaseWithoutReplayIsVersion1(t *testing.T) {
-	l := Lease{Tenant: "t", Holder: "h", Max: 1, LeaseIDs: []string{"l"}, Now: 1, Expiry: 2, MaxAttempts: 3}
-	v1 := Encode(l)
-	if v1[1] != LeaseLegacyVersion {
-		t.Fatalf("version %d", v1[1])
-	}
-	l.Replay = true
-	v2 := Encode(l)
-	if v2[1] != LeaseReplayVersion || !bytes.Equal(v2[2:len(v2)-1], v1[2:]) || v2[len(v2)-1] != 1 {
-		t.Fatalf("version 2 is not version 1 and the replay flag:\n%x\n%x", v1, v2)
-	}
-	// Version 2 with the flag false is not this command's one encoding.
-	if _, err := DecodeCommand(append(bytes.Clone(v2[:len(v2)-1]), 0)); err == nil {
-		t.Fatal("a version 2 without replay decoded")
-	}
-	// A version-2 body without its flag is refused, not read as version 1.
-	short := append([]byte{v1[0], LeaseReplayVersion}, v1[2:]...)
-	if _, err := DecodeCommand(short); err == nil {
-		t.Fatal("a truncated version 2 decoded")
+		// A tenant's actions on its jobs.
+		Cancel{JobAction{Tenant: "acme", JobID: s.JobID, Key: "cancel-1", Fingerprint: "fp", Now: t0, ExpiresAt: t0 + sec,
+			MaxEntries: 10, MaxBytes: 1 << 30, MaxTenantBytes: 1 << 28}},
+		Retry{JobAction{Tenant: "t", JobID: "j", Key: "k", Fingerprint: "f", Now: 1, ExpiresAt: 2, MaxEntries: 1}},
 	}
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	for _, c := range sampleCommands() {
 		b := Encode(c)
-		if CommandType(b[0]) != c.CommandType() || b[1] != c.CommandVersion() {
+		if u, ok := c.(Unknown); CommandType(b[0]) != c.CommandType() || (b[1] != FormatVersion && !ok) || (ok && b[1] != u.Version) {
 			t.Fatalf("%T: header %x", c, b[:2])
 		}
 		got, err := DecodeCommand(b)
@@ -157,16 +133,13 @@ func TestStructuredFieldsOnlyWhenStructured(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
-	v1 := reserve("acme", "k", t0)
-	v1.version = 1
-	valid := Encode(v1)
+	valid := Encode(reserve("acme", "k", t0))
 	nonMinimal := []byte{byte(TypeExpire), 1}
 	nonMinimal = appendInt64(nonMinimal, 1)
 	nonMinimal = append(nonMinimal, 0x80, 0x00) // 0 as a 2-byte varint
 	nonMinimal = appendInt64(nonMinimal, 0)
-	nonMinimal = append(nonMinimal, 0)
-	badBool := bytes.Clone(valid)
-	badBool[len(badBool)-1] = 2 // the structured flag is the last byte
+	badBool := Encode(commit(reserve("acme", "k", t0), t0))
+	badBool[len(badBool)-1] = 2 // the queue flag is the last byte
 	hugeLen := []byte{byte(TypeCommit), 1}
 	hugeLen = binary.AppendUvarint(hugeLen, 1<<62)
 	badStatus := Encode(Reject{Tenant: "t", Key: "k", JobID: "j"})
@@ -189,7 +162,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"status out of range", badStatus, ErrMalformed},
 		{"unknown type", []byte{0x07, 1}, ErrUnknownCommand},
 		{"zero type", []byte{0x00, 1, 2, 3}, ErrUnknownCommand},
-		{"reserve v3", []byte{byte(TypeReserve), 3}, ErrUnsupportedVersion},
+		{"reserve v2 (pre-1.0)", append([]byte{byte(TypeReserve), 2}, valid[2:]...), ErrUnsupportedVersion},
 		{"commit v0", []byte{byte(TypeCommit), 0}, ErrUnsupportedVersion},
 		{"reject v9", []byte{byte(TypeReject), 9}, ErrUnsupportedVersion},
 		{"expire v3", []byte{byte(TypeExpire), 3}, ErrUnsupportedVersion},
@@ -287,10 +260,9 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Seeds are named by type and version, so that regenerating after a new
-	// version adds its seeds and keeps the older versions' (still decoded).
+	// Seeds are named by position and type.
 	for i, c := range sampleCommands() {
-		write("FuzzDecodeCommand", fmt.Sprintf("seed-%d-type-%02x-v%d", i, byte(c.CommandType()), c.CommandVersion()), Encode(c))
+		write("FuzzDecodeCommand", fmt.Sprintf("seed-%d-type-%02x", i, byte(c.CommandType())), Encode(c))
 	}
 	write("FuzzDecodeCommand", "seed-truncated", Encode(reserve("a", "b", t0))[:20])
 	write("FuzzDecodeCommand", "seed-unknown-version", []byte{byte(TypeCommit), 9})

@@ -2,47 +2,138 @@ package ledger
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
 	"io"
-	"os"
+	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 )
 
-// testdata/compat/v4-legacy.snap was persisted by the build before the job
-// lifecycle (commit 0eae6b1) after applying the first 80 submissions of
-// benchLog{live: 100} (Reserve v2 + Commit v2, one batch each). A log and a
-// snapshot of that build must give the same state and the same bytes here,
-// on both backends: a state without lifecycle jobs persists as version 4.
-func TestOldBuildLogAndSnapshot(t *testing.T) {
-	old, err := os.ReadFile("testdata/compat/v4-legacy.snap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if old[len(snapshotMagic)] != snapshotVersion4 {
-		t.Fatalf("the golden snapshot is version %d", old[len(snapshotMagic)])
-	}
-	for _, store := range stores {
-		t.Run("store="+store, func(t *testing.T) {
-			f := newHarnessOn(t, store).f
-			g := &benchLog{live: 100}
-			var buf []*raft.Log
-			for range 80 {
-				f.ApplyBatch(g.next(buf))
+// relabel rewrites a snapshot's magic and version byte (and its CRC).
+func relabel(snap []byte, magic string, version byte) []byte {
+	b := bytes.Clone(snap[:len(snap)-4])
+	copy(b, magic)
+	b[len(snapshotMagic)] = version
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// A snapshot written by a build before 1.0 is refused by name, even the last
+// one (version 6), whose records are byte for byte this format's: never
+// misread. A later format version is refused as such.
+func TestPreReleaseSnapshotIsRefused(t *testing.T) {
+	h := newHarness(t)
+	h.must(admitCommit(reserve(tenant, "k", t0)), OutcomeCommitted)
+	snap := persist(t, h.f)
+	for _, tc := range []struct {
+		name       string
+		magic      string
+		version    byte
+		preRelease bool
+	}{
+		{"pre-1.0 version 6", preReleaseMagic, 6, true},
+		{"pre-1.0 version 1", preReleaseMagic, 1, true},
+		{"a later version", snapshotMagic, FormatVersion + 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := newFSM(t, Options{}).Restore(io.NopCloser(bytes.NewReader(relabel(snap, tc.magic, tc.version))))
+			var fe *FormatError
+			if !errors.As(err, &fe) || fe.What != "snapshot" || fe.Version != uint64(tc.version) || fe.PreRelease != tc.preRelease ||
+				!errors.Is(err, ErrSnapshotVersion) || errors.Is(err, ErrPreRelease) != tc.preRelease {
+				t.Fatalf("restore: %v (%+v), want a FormatError of snapshot version %d", err, fe, tc.version)
 			}
-			if !bytes.Equal(persist(t, f), old) {
-				t.Fatal("the old build's log replays to another snapshot")
+			if tc.preRelease && !strings.Contains(err.Error(), "pre-1.0") {
+				t.Fatalf("the message %q does not say a pre-1.0 build wrote it", err)
 			}
-			r := newHarnessOn(t, store).f
-			if err := r.Restore(io.NopCloser(bytes.NewReader(old))); err != nil {
+		})
+	}
+}
+
+// A store written by a build before 1.0 (its counters begin with its format,
+// 1 or 2) is refused by Open by name; a later format likewise.
+func TestPreReleaseStoreIsRefused(t *testing.T) {
+	diskPassOnly(t)
+	for _, tc := range []struct {
+		name       string
+		counters   []byte
+		version    uint64
+		preRelease bool
+	}{
+		{"pre-1.0 format 1", []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 1, true},
+		{"pre-1.0 format 2", []byte{2, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 2, true},
+		{"a later format", append([]byte{storeTag, FormatVersion + 1}, storeMeta{}.append(nil)[2:]...), uint64(FormatVersion) + 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			st, err := openStore(dir, StoreOptions{})
+			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(persist(t, r), old) {
-				t.Fatal("the old build's snapshot restores to another state")
+			if err := st.db.Set(metaKey, tc.counters, pebble.NoSync); err != nil {
+				t.Fatal(err)
 			}
-			checkInvariants(t, r)
-			if st := r.Stats(); st.Jobs == 0 || st.Queued+st.Running+st.Succeeded+st.Failed+st.Dead != 0 {
-				t.Fatalf("stats %+v", st)
+			if err := st.db.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.close(false); err != nil {
+				t.Fatal(err)
+			}
+			f, err := Open(dir, Options{})
+			var fe *FormatError
+			if f != nil || !errors.As(err, &fe) || fe.What != "store" || fe.Version != tc.version || fe.PreRelease != tc.preRelease ||
+				!errors.Is(err, ErrStore) || errors.Is(err, ErrPreRelease) != tc.preRelease {
+				t.Fatalf("open: %v (%+v), want a FormatError of store format %d", err, fe, tc.version)
+			}
+			if tc.preRelease && !strings.Contains(err.Error(), "store format "+string(rune('0'+tc.version))+" was written by a pre-1.0 build") {
+				t.Fatalf("the message %q does not name the format and the pre-1.0 build", err)
+			}
+		})
+	}
+}
+
+// The log of a build before 1.0 is not misread: an entry whose layout this
+// format changed (more fields, or fewer) does not decode, and an entry of
+// another version halts the replica (HaltError) rather than being skipped.
+func TestPreReleaseCommandsHalt(t *testing.T) {
+	r := reserve(tenant, "k", t0)
+	r.MaxWatermarks, r.MaxTenantWatermarks, r.MaxBytes, r.MaxTenantBytes, r.ResultTTL = 0, 0, 0, 0, 0
+	c := commit(r, tCommit)
+	// Pre-1.0 layouts labelled version 1: a Reserve without its bounds (four
+	// uvarints and an int64), a Commit without capacity and queue (a uvarint,
+	// an int64, a string and a bool), an Expire with max_watermarks, a Lease
+	// without replay and max_bytes, a Complete without budgets.
+	reserveV1 := Encode(r)[:len(Encode(r))-4-8]
+	commitV1 := Encode(c)[:len(Encode(c))-(1+8+1+1)]
+	expireV1 := append(Encode(Expire{Now: t0}), 0)
+	lease := Encode(Lease{Tenant: tenant, Holder: "h", Max: 1, LeaseIDs: []string{"l"}, Now: 1, Expiry: 2})
+	complete := Encode(Complete{Tenant: tenant, JobID: "j", LeaseID: "l", Now: 1})
+	for name, b := range map[string][]byte{
+		"reserve v1":     reserveV1,
+		"commit v1":      commitV1,
+		"expire v1":      expireV1,
+		"lease v1":       lease[:len(lease)-2],
+		"complete v1":    complete[:len(complete)-2],
+		"commit v3":      append([]byte{byte(TypeCommit), 3}, Encode(c)[2:]...),
+		"lease v3":       append([]byte{byte(TypeLease), 3}, lease[2:]...),
+		"reserve v2":     append([]byte{byte(TypeReserve), 2}, Encode(r)[2:]...),
+		"a later expire": append([]byte{byte(TypeExpire), FormatVersion + 1}, Encode(Expire{Now: t0})[2:]...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			res := h.applyRaw(b)
+			var he *HaltError
+			if !errors.As(res.Err, &he) || (!errors.Is(res.Err, ErrMalformed) && !errors.Is(res.Err, ErrUnsupportedVersion)) {
+				t.Fatalf("applied %x: %+v, want a halt", b, res)
+			}
+			if st := h.f.Stats(); st.AppliedIndex != 0 {
+				t.Fatalf("applied index %d: the entry was applied", st.AppliedIndex)
+			}
+			out := h.f.ApplyBatch([]*raft.Log{{Index: h.idx + 1, Type: raft.LogCommand, Data: Encode(r)}})
+			if !errors.Is(out[0].(Result).Err, ErrHalted) {
+				t.Fatalf("a later entry: %+v", out[0])
 			}
 		})
 	}

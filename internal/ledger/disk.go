@@ -1,6 +1,9 @@
 package ledger
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Open returns an FSM whose state is kept on disk in dir (docs/ledger.md,
 // "State on disk"), as it was last applied: its applied index
@@ -42,7 +45,7 @@ func (f *FSM) Close() error {
 // loadDiskState reads the counters of a store. O(tenants).
 func loadDiskState(st *store) (s *state, err error) {
 	defer recoverStore(&err)
-	m := storeMeta{format: storeFormat}
+	var m storeMeta
 	var merr error
 	if !getFrom(st.db, metaKey, func(v []byte) { m, merr = decodeMeta(v) }) {
 		nonEmpty := false
@@ -50,6 +53,10 @@ func loadDiskState(st *store) (s *state, err error) {
 		if nonEmpty {
 			return nil, fmt.Errorf("%w: data without its counters", ErrStore)
 		}
+	}
+	var ferr *FormatError
+	if errors.As(merr, &ferr) {
+		return nil, ferr
 	}
 	if merr != nil {
 		return nil, fmt.Errorf("%w: counters: %w", ErrStore, merr)
@@ -155,15 +162,7 @@ func (s *state) checkpoint() {
 }
 
 func (s *state) meta() storeMeta {
-	format := uint64(storeFormat)
-	if s.jobCount == s.jobStates[JobLegacy] {
-		// No job in the lifecycle: the format-1 record says all (as the
-		// snapshot is version 4 then), so a build before the lifecycle
-		// still opens the store.
-		format = storeFormat1
-	}
 	return storeMeta{
-		format:     format,
 		applied:    s.applied,
 		ledgerTime: s.ledgerTime,
 		lastSeq:    s.lastSeq,

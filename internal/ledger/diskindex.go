@@ -428,24 +428,13 @@ func watermarkAgeKey(b []byte, w *Watermark) []byte {
 	return watermarkKey(keyInt64(b, w.UpdatedAt), w)
 }
 
-// Values of the primary tables: snapshot records of the current version.
-
-func decodeEntryValue(v []byte) (*Entry, error) {
-	d := &decoder{b: v, base: ErrStore}
-	e := decodeEntry(d, snapshotVersion)
-	return e, d.finish()
-}
-
-func decodeJobValue(v []byte) (*Job, error) {
-	d := &decoder{b: v, base: ErrStore}
-	j := decodeJob(d, snapshotVersion)
-	return j, d.finish()
-}
-
-func decodeWatermarkValue(v []byte) (*Watermark, error) {
-	d := &decoder{b: v, base: ErrStore}
-	w := decodeWatermark(d, snapshotVersion)
-	return w, d.finish()
+// storeValue decodes a value of a primary table: a snapshot record.
+func storeValue[T any](decode func(*decoder) T) func([]byte) (T, error) {
+	return func(v []byte) (T, error) {
+		d := &decoder{b: v, base: ErrStore}
+		item := decode(d)
+		return item, d.finish()
+	}
 }
 
 // useStore points a state's indexes at the store, with the primary
@@ -457,14 +446,14 @@ func (s *state) useStore(st *store, m storeMeta) {
 		st.keys = scanKeyCounts(st.db.NewSnapshot(), m.entries+m.jobs, st.opts.Logger)
 	}
 	entries := &diskIndex[*Entry]{st: st, prefix: pfxEntries, key: entryKey,
-		encode: appendEntry, decode: decodeEntryValue, keys: st.keys,
+		encode: appendEntry, decode: storeValue(decodeEntry), keys: st.keys,
 		count: func() int { return s.pending + s.committed + s.rejected + s.claimed }}
 	jobs := &diskIndex[*Job]{st: st, prefix: pfxJobs, key: jobKey,
-		encode: appendJob, decode: decodeJobValue, keys: st.keys, count: func() int { return s.jobCount }}
+		encode: appendJob, decode: storeValue(decodeJob), keys: st.keys, count: func() int { return s.jobCount }}
 	wms := &mirror[*Watermark]{
 		BTreeG: s.wms.(*btree.BTreeG[*Watermark]),
 		disk: &diskIndex[*Watermark]{st: st, prefix: pfxWatermarks, key: watermarkKey,
-			encode: appendWatermark, decode: decodeWatermarkValue},
+			encode: appendWatermark, decode: storeValue(decodeWatermark)},
 	}
 	s.store = st
 	s.entries = entries
@@ -484,7 +473,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.owed = &mirror[*Entry]{
 		BTreeG: s.owed.(*btree.BTreeG[*Entry]),
 		disk: &diskIndex[*Entry]{st: st, prefix: pfxOwed, key: owedKey,
-			encode: appendEntry, decode: decodeEntryValue},
+			encode: appendEntry, decode: storeValue(decodeEntry)},
 	}
 	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes

@@ -7,7 +7,7 @@
 //     a leader-stamped ExpiresAt after which it is removed;
 //   - jobs, keyed by (tenant, job ID), created by Commit, ordered per tenant by
 //     Seq (the raft index of the Commit), kept until their own retention. A
-//     job committed by Commit version 3 is in the worker lifecycle (jobs.go):
+//     job committed by a Commit with Queue is in the worker lifecycle (jobs.go):
 //     QUEUED → RUNNING (Lease, under a leader-stamped lease; Heartbeat) →
 //     SUCCEEDED (Complete) | FAILED | DEAD (Fail, or an expired lease:
 //     ExpireLeases), retained only once finished;

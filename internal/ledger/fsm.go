@@ -58,7 +58,7 @@ type Options struct {
 // ErrHalted and the decoding error); Options.OnHalt is called once; Halted
 // returns the error; Snapshot refuses. Nothing changes the state until the
 // process restarts, and a build that reads the entry applies it on the
-// replay (docs/ledger.md, "Compatibility and rolling upgrades"). An entry at
+// replay (docs/ledger.md, "Formats"). An entry at
 // or below the applied index is skipped without being judged (below).
 //
 // ApplyBatch applies its entries in order exactly as Apply would one by one,

@@ -21,9 +21,9 @@ func TestHaltOnUndecodableEntry(t *testing.T) {
 		version uint8
 		cause   error
 	}{
-		{"unknown version", append([]byte{byte(TypeCommit), 9}, Encode(commit(base, tCommit))[2:]...), TypeCommit, 9, ErrUnsupportedVersion},
+		{"a future version", append([]byte{byte(TypeCommit), 9}, Encode(commit(base, tCommit))[2:]...), TypeCommit, 9, ErrUnsupportedVersion},
 		{"unknown type", []byte{0x3f, 1, 1, 2, 3}, 0x3f, 1, ErrUnknownCommand},
-		{"malformed", Encode(commit(base, tCommit))[:12], TypeCommit, CommitLegacyVersion, ErrMalformed},
+		{"malformed", Encode(commit(base, tCommit))[:12], TypeCommit, FormatVersion, ErrMalformed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var halts []*HaltError

@@ -129,7 +129,7 @@ func reject(r Reserve, now int64, status int) Reject {
 }
 
 func expire(now int64) Expire {
-	return Expire{Now: now, WatermarkTTL: 24 * time.Hour, MaxWatermarks: 1000}
+	return Expire{Now: now, WatermarkTTL: 24 * time.Hour}
 }
 
 // memSink is a raft.SnapshotSink in memory.

@@ -11,7 +11,7 @@ import (
 )
 
 // The job lifecycle (docs/ledger.md, "Job lifecycle"): a job committed by a
-// version-3 Commit is QUEUED; Lease hands it to a worker (RUNNING, under a
+// Commit with Queue is QUEUED; Lease hands it to a worker (RUNNING, under a
 // lease the leader stamped); Heartbeat extends the lease; Complete ends it
 // SUCCEEDED, Fail QUEUED again (a retry), FAILED or DEAD; a lease that
 // expires puts the job back to QUEUED (ExpireLeases, or Lease's reclaim) or
@@ -28,8 +28,8 @@ type JobState uint8
 
 // Job states.
 const (
-	// JobLegacy: a job committed by a Commit of version 1 or 2, outside the
-	// lifecycle (status "committed"), kept until its retention as before.
+	// JobLegacy: a job committed by a Commit without Queue, outside the
+	// lifecycle (status "committed"), kept until its retention.
 	JobLegacy JobState = 0
 	// JobQueued: waiting for a worker, leasable from its RunAt.
 	JobQueued JobState = 1
@@ -112,7 +112,7 @@ const ErrorLeaseExpired = "lease expired"
 // lease LeaseIDs[i] (i-th job handed out), Holder and LeaseExpiresAt =
 // Expiry. OutcomeLeased, with Result.Lease.Jobs (possibly empty).
 //
-// With MaxBytes (version 3), the jobs handed out are bounded by their size
+// With MaxBytes, the jobs handed out are bounded by their size
 // in the answer (ListJobBytes): in that order, the job that would bring the
 // sum over MaxBytes, and every one after it, stays where it is (QUEUED, or
 // RUNNING under its expired lease, for the next Lease), but the first job is
@@ -120,7 +120,7 @@ const ErrorLeaseExpired = "lease expired"
 // limit, and no job is leased (its attempt counted) that the answer could
 // not carry.
 //
-// With Replay (version 2), the lease IDs are derived from the worker's
+// With Replay, the lease IDs are derived from the worker's
 // request (its idempotency key), so its retry carries the same ones, through
 // any leader: when a RUNNING job of Tenant holds one of them under a lease
 // not expired at Now, the command leases nothing and answers the jobs that
@@ -167,7 +167,7 @@ type Heartbeat struct {
 // answers OutcomeUnchanged with the job. A lease that is not current:
 // OutcomeLeaseLost; no job: OutcomeNotFound. Invalid: an empty field.
 //
-// With the byte budgets (version 2), a result that would bring the tenant's
+// With the byte budgets, a result that would bring the tenant's
 // bytes over MaxTenantBytes (checked first) or the ledger's over MaxBytes
 // (0: no bound) is refused: OutcomeTenantBytesFull or OutcomeBytesFull, with
 // the job unchanged (still RUNNING under its lease).
@@ -191,7 +191,7 @@ type Complete struct {
 // last attempt this same lease failed answers OutcomeUnchanged. A lease that
 // is not current: OutcomeLeaseLost; no job: OutcomeNotFound. Invalid: an
 // empty tenant, job or lease ID; Retry with RetryAt before Now. With the
-// byte budgets (version 2), an Error that would bring the bytes over one is
+// byte budgets, an Error that would bring the bytes over one is
 // refused as Complete's result is (the job unchanged).
 type Fail struct {
 	Tenant      string
@@ -226,30 +226,6 @@ func (Heartbeat) CommandType() CommandType    { return TypeHeartbeat }
 func (Complete) CommandType() CommandType     { return TypeComplete }
 func (Fail) CommandType() CommandType         { return TypeFail }
 func (ExpireLeases) CommandType() CommandType { return TypeExpireLeases }
-func (c Lease) CommandVersion() uint8 {
-	switch {
-	case c.MaxBytes > 0:
-		return LeaseVersion
-	case c.Replay:
-		return LeaseReplayVersion
-	}
-	return LeaseLegacyVersion
-}
-func (Heartbeat) CommandVersion() uint8 { return HeartbeatVersion }
-func (c Complete) CommandVersion() uint8 {
-	if c.MaxBytes > 0 || c.MaxTenantBytes > 0 {
-		return CompleteVersion
-	}
-	return CompleteLegacyVersion
-}
-func (c Fail) CommandVersion() uint8 {
-	if c.MaxBytes > 0 || c.MaxTenantBytes > 0 {
-		return FailVersion
-	}
-	return FailLegacyVersion
-}
-func (ExpireLeases) CommandVersion() uint8 { return ExpireLeasesVersion }
-
 func (c Lease) sizeHint() int {
 	return len(c.Tenant) + len(c.Holder) + sizeStrings(c.Types) + sizeStrings(c.LeaseIDs) + 5*varintSize + 17
 }
@@ -264,12 +240,11 @@ func (c Fail) sizeHint() int {
 }
 func (ExpireLeases) sizeHint() int { return 2*varintSize + 16 }
 
-// Lease v3 body (v1 ends after max_attempts, v2 after replay, which it
-// writes true):
+// Lease body:
 //
 //	tenant string, holder string, types strings, max uvarint,
 //	lease_ids strings, now int64, expiry int64, max_attempts uvarint,
-//	replay bool, max_bytes uvarint (not 0)
+//	replay bool, max_bytes uvarint
 func (c Lease) appendBody(b []byte) []byte {
 	b = appendString(b, c.Tenant)
 	b = appendString(b, c.Holder)
@@ -279,17 +254,17 @@ func (c Lease) appendBody(b []byte) []byte {
 	b = appendInt64(b, c.Now)
 	b = appendInt64(b, c.Expiry)
 	b = appendUvarint(b, c.MaxAttempts)
-	switch c.CommandVersion() {
-	case LeaseVersion:
-		b = appendBool(b, c.Replay)
-		b = appendUvarint(b, c.MaxBytes)
-	case LeaseReplayVersion:
-		b = appendBool(b, true)
-	}
-	return b
+	b = appendBool(b, c.Replay)
+	return appendUvarint(b, c.MaxBytes)
 }
 
-// Heartbeat v1 body:
+func decodeLease(d *decoder) Lease {
+	return Lease{Tenant: d.string(), Holder: d.string(), Types: d.strings(), Max: d.uvarint(),
+		LeaseIDs: d.strings(), Now: d.int64(), Expiry: d.int64(), MaxAttempts: d.uvarint(),
+		Replay: d.bool(), MaxBytes: d.uvarint()}
+}
+
+// Heartbeat body:
 //
 //	tenant string, job_id string, lease_id string, now int64, expiry int64
 func (c Heartbeat) appendBody(b []byte) []byte {
@@ -300,28 +275,34 @@ func (c Heartbeat) appendBody(b []byte) []byte {
 	return appendInt64(b, c.Expiry)
 }
 
-// Complete v2 body (v1 ends after now):
+func decodeHeartbeat(d *decoder) Heartbeat {
+	return Heartbeat{Tenant: d.string(), JobID: d.string(), LeaseID: d.string(), Now: d.int64(), Expiry: d.int64()}
+}
+
+// Complete body:
 //
 //	tenant string, job_id string, lease_id string, result bytes, now int64,
-//	max_bytes uvarint, max_tenant_bytes uvarint (not both 0)
+//	max_bytes uvarint, max_tenant_bytes uvarint
 func (c Complete) appendBody(b []byte) []byte {
 	b = appendString(b, c.Tenant)
 	b = appendString(b, c.JobID)
 	b = appendString(b, c.LeaseID)
 	b = appendBytes(b, c.Result)
 	b = appendInt64(b, c.Now)
-	if c.CommandVersion() == CompleteVersion {
-		b = appendUvarint(b, c.MaxBytes)
-		b = appendUvarint(b, c.MaxTenantBytes)
-	}
-	return b
+	b = appendUvarint(b, c.MaxBytes)
+	return appendUvarint(b, c.MaxTenantBytes)
 }
 
-// Fail v2 body (v1 ends after max_attempts):
+func decodeComplete(d *decoder) Complete {
+	return Complete{Tenant: d.string(), JobID: d.string(), LeaseID: d.string(), Result: d.bytes(), Now: d.int64(),
+		MaxBytes: d.uvarint(), MaxTenantBytes: d.uvarint()}
+}
+
+// Fail body:
 //
 //	tenant string, job_id string, lease_id string, error string, retry bool,
 //	now int64, retry_at int64, max_attempts uvarint,
-//	max_bytes uvarint, max_tenant_bytes uvarint (not both 0)
+//	max_bytes uvarint, max_tenant_bytes uvarint
 func (c Fail) appendBody(b []byte) []byte {
 	b = appendString(b, c.Tenant)
 	b = appendString(b, c.JobID)
@@ -331,14 +312,16 @@ func (c Fail) appendBody(b []byte) []byte {
 	b = appendInt64(b, c.Now)
 	b = appendInt64(b, c.RetryAt)
 	b = appendUvarint(b, c.MaxAttempts)
-	if c.CommandVersion() == FailVersion {
-		b = appendUvarint(b, c.MaxBytes)
-		b = appendUvarint(b, c.MaxTenantBytes)
-	}
-	return b
+	b = appendUvarint(b, c.MaxBytes)
+	return appendUvarint(b, c.MaxTenantBytes)
 }
 
-// ExpireLeases v1 body:
+func decodeFail(d *decoder) Fail {
+	return Fail{Tenant: d.string(), JobID: d.string(), LeaseID: d.string(), Error: d.string(), Retry: d.bool(),
+		Now: d.int64(), RetryAt: d.int64(), MaxAttempts: d.uvarint(), MaxBytes: d.uvarint(), MaxTenantBytes: d.uvarint()}
+}
+
+// ExpireLeases body:
 //
 //	now int64, max uvarint, retry_at int64, max_attempts uvarint
 func (c ExpireLeases) appendBody(b []byte) []byte {
@@ -348,90 +331,8 @@ func (c ExpireLeases) appendBody(b []byte) []byte {
 	return appendUvarint(b, c.MaxAttempts)
 }
 
-// decodeLifecycle decodes the body of a lifecycle command; false for a
-// version this build does not read.
-func decodeLifecycle(d *decoder, t CommandType, v uint8) (Command, bool) {
-	switch {
-	case v == 1:
-	case t == TypeLease && (v == LeaseReplayVersion || v == LeaseVersion):
-	case t == TypeComplete && v == CompleteVersion:
-	case t == TypeFail && v == FailVersion:
-	default:
-		return nil, false
-	}
-	switch t {
-	case TypeLease:
-		var c Lease
-		c.Tenant = d.string()
-		c.Holder = d.string()
-		c.Types = d.strings()
-		c.Max = d.uvarint()
-		c.LeaseIDs = d.strings()
-		c.Now = d.int64()
-		c.Expiry = d.int64()
-		c.MaxAttempts = d.uvarint()
-		switch v {
-		case LeaseReplayVersion:
-			// Version 2 is written only with replay set: one encoding
-			// per command.
-			if c.Replay = d.bool(); !c.Replay {
-				d.fail("lease v2 without replay")
-			}
-		case LeaseVersion:
-			c.Replay = d.bool()
-			if c.MaxBytes = d.uvarint(); c.MaxBytes == 0 {
-				d.fail("lease v3 without max_bytes")
-			}
-		}
-		return c, true
-	case TypeHeartbeat:
-		var c Heartbeat
-		c.Tenant = d.string()
-		c.JobID = d.string()
-		c.LeaseID = d.string()
-		c.Now = d.int64()
-		c.Expiry = d.int64()
-		return c, true
-	case TypeComplete:
-		var c Complete
-		c.Tenant = d.string()
-		c.JobID = d.string()
-		c.LeaseID = d.string()
-		c.Result = d.bytes()
-		c.Now = d.int64()
-		if v == CompleteVersion {
-			c.MaxBytes, c.MaxTenantBytes = d.uvarint(), d.uvarint()
-			if c.MaxBytes == 0 && c.MaxTenantBytes == 0 {
-				d.fail("complete v2 without a budget")
-			}
-		}
-		return c, true
-	case TypeFail:
-		var c Fail
-		c.Tenant = d.string()
-		c.JobID = d.string()
-		c.LeaseID = d.string()
-		c.Error = d.string()
-		c.Retry = d.bool()
-		c.Now = d.int64()
-		c.RetryAt = d.int64()
-		c.MaxAttempts = d.uvarint()
-		if v == FailVersion {
-			c.MaxBytes, c.MaxTenantBytes = d.uvarint(), d.uvarint()
-			if c.MaxBytes == 0 && c.MaxTenantBytes == 0 {
-				d.fail("fail v2 without a budget")
-			}
-		}
-		return c, true
-	case TypeExpireLeases:
-		var c ExpireLeases
-		c.Now = d.int64()
-		c.Max = d.uvarint()
-		c.RetryAt = d.int64()
-		c.MaxAttempts = d.uvarint()
-		return c, true
-	}
-	return nil, false
+func decodeExpireLeases(d *decoder) ExpireLeases {
+	return ExpireLeases{Now: d.int64(), Max: d.uvarint(), RetryAt: d.int64(), MaxAttempts: d.uvarint()}
 }
 
 // Orders of the lifecycle (state.go lists every index). A job is in them by

@@ -2,10 +2,8 @@ package ledger
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"reflect"
 	"testing"
@@ -843,70 +841,45 @@ func TestSnapshotRoundTripLifecycle(t *testing.T) {
 	}
 }
 
-// relabel rewrites a snapshot's version byte (and its CRC).
-func relabel(snap []byte, version byte) []byte {
-	b := bytes.Clone(snap[:len(snap)-4])
-	b[len(snapshotMagic)] = version
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-}
-
-// TestSnapshotVersion4WithoutLifecycle: a state with no job in the lifecycle
-// persists as version 4 (what a build before the lifecycle writes and reads),
-// and restores; a state with one persists as version 5; a lifecycle job in a
-// version-4 snapshot is refused.
-func TestSnapshotVersion4WithoutLifecycle(t *testing.T) {
+// TestSnapshotOfLegacyAndLifecycleJobs: legacy jobs, lifecycle jobs, and
+// legacy jobs again once the last lifecycle job is gone, each persist and
+// restore to the same state and bytes.
+func TestSnapshotOfLegacyAndLifecycleJobs(t *testing.T) {
 	for _, store := range stores {
 		h := newHarnessOn(t, store)
+		roundTrip := func(what string) {
+			t.Helper()
+			snap := persist(t, h.f)
+			g := newHarnessOn(t, store)
+			if err := g.f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+				t.Fatalf("%s, %s: %v", store, what, err)
+			}
+			sameState(t, h.f, g.f)
+			if !bytes.Equal(persist(t, g.f), snap) {
+				t.Fatalf("%s, %s: the snapshot restores to another state", store, what)
+			}
+		}
 		legacyJob(h, tenant, "a", tQ)
 		legacyJob(h, "globex", "b", tQ)
-		v4 := persist(t, h.f)
-		if v4[len(snapshotMagic)] != snapshotVersion4 {
-			t.Fatalf("%s: a state without lifecycle jobs persists as version %d", store, v4[len(snapshotMagic)])
-		}
-		g := newHarnessOn(t, store)
-		if err := g.f.Restore(io.NopCloser(bytes.NewReader(v4))); err != nil {
-			t.Fatalf("%s: version 4: %v", store, err)
-		}
-		sameState(t, h.f, g.f)
-		if !bytes.Equal(persist(t, g.f), v4) {
-			t.Fatalf("%s: a version-4 snapshot restores to another state", store)
-		}
-		// The same state labelled version 5 restores the same.
-		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v4, snapshotVersion5)))); err != nil {
-			t.Fatalf("%s: relabelled version 5: %v", store, err)
-		}
-		sameState(t, h.f, g.f)
-		v5 := persist(t, lifecycleFSM(t, store).f)
-		if v5[len(snapshotMagic)] != snapshotVersion5 {
-			t.Fatalf("%s: a state with lifecycle jobs persists as version %d", store, v5[len(snapshotMagic)])
-		}
-		if err := g.f.Restore(io.NopCloser(bytes.NewReader(relabel(v5, snapshotVersion4)))); !errors.Is(err, ErrBadSnapshot) {
-			t.Fatalf("%s: lifecycle jobs in version 4: %v", store, err)
-		}
-		// Once the last lifecycle job is gone, version 4 again.
+		roundTrip("legacy jobs")
 		q := queueJob(h, tenant, "q", "a", tQ)
-		if persist(t, h.f)[len(snapshotMagic)] != snapshotVersion5 {
-			t.Fatalf("%s: a queued job persists as version 4", store)
-		}
+		roundTrip("a queued job")
 		h.lease(leaseOf(tenant, 1, tL))
 		h.must(Complete{Tenant: tenant, JobID: q.ID, LeaseID: h.job(tenant, q.ID).Life.LeaseID, Now: tL + 1}, OutcomeCompleted)
 		h.must(Expire{Now: tL + 1 + jobTTL}, OutcomeExpired)
 		if _, ok := h.f.Job(tenant, q.ID); ok {
 			t.Fatalf("%s: the finished job outlived its retention", store)
 		}
-		if persist(t, h.f)[len(snapshotMagic)] != snapshotVersion4 {
-			t.Fatalf("%s: no lifecycle job left, yet version 5", store)
-		}
+		roundTrip("no lifecycle job left")
 	}
 }
 
-// TestDiskFormat1WithoutLifecycle: a store without a job in the lifecycle is
-// written as format 1 (what the build before the lifecycle writes and
-// reads), the first lifecycle job makes it format 2, and the last one gone,
-// format 1 again; every one reopens as the state it held.
-func TestDiskFormat1WithoutLifecycle(t *testing.T) {
+// TestDiskReopensLegacyAndLifecycleJobs: a store with legacy jobs, with a
+// running lifecycle job, and with the lifecycle job gone reopens as the
+// state it held, its counters included.
+func TestDiskReopensLegacyAndLifecycleJobs(t *testing.T) {
 	dir := t.TempDir()
-	format := func(f *FSM) storeMeta {
+	counters := func(f *FSM) storeMeta {
 		t.Helper()
 		f.mu.RLock()
 		defer f.mu.RUnlock()
@@ -941,13 +914,10 @@ func TestDiskFormat1WithoutLifecycle(t *testing.T) {
 	legacyJob(h, tenant, "a", tQ)
 	r := reserve(tenant, "p", tQ)
 	h.must(r, OutcomeReserved)
-	if m := format(h.f); m.format != storeFormat1 {
-		t.Fatalf("legacy jobs only: format %d", m.format)
-	}
 	h = reopen(h.f, h.idx)
 	h.must(QueueCommit(commit(r, tL)), OutcomeCommitted)
 	h.lease(leaseOf(tenant, 1, tL))
-	if m := format(h.f); m.format != storeFormat || m.running != 1 {
+	if m := counters(h.f); m.running != 1 || m.jobs != 2 {
 		t.Fatalf("a running job: %+v", m)
 	}
 	h = reopen(h.f, h.idx)
@@ -957,7 +927,7 @@ func TestDiskFormat1WithoutLifecycle(t *testing.T) {
 	id := "job-acme-p"
 	h.must(Complete{Tenant: tenant, JobID: id, LeaseID: h.job(tenant, id).Life.LeaseID, Now: tL + 1}, OutcomeCompleted)
 	h.must(Expire{Now: tL + 1 + jobTTL}, OutcomeExpired)
-	if m := format(h.f); m.format != storeFormat1 {
+	if m := counters(h.f); m.running != 0 || m.succeeded != 0 || m.jobs != uint64(h.f.Stats().Jobs) {
 		t.Fatalf("no lifecycle job left: %+v", m)
 	}
 	h = reopen(h.f, h.idx)

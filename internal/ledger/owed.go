@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -17,7 +16,7 @@ import (
 // datacenters confirms it: the leader's outbox goes on carrying it, across
 // leader changes and restarts, since the table is replicated state (written
 // by the Expire, or the Reserve, Admit or Claim whose relief removed the
-// entry as due, cleared by Confirm, all stamped by the leader; in snapshots from version 6; on disk the 'o' range,
+// entry as due, cleared by Confirm, all stamped by the leader; in snapshots; on disk the 'o' range,
 // mirrored in memory like the watermarks). An owed entry is not charged to
 // the byte budgets (its entry's bytes are released at expiry, as always, so a
 // tenant's budget does not depend on another datacenter's availability): the
@@ -88,33 +87,6 @@ func (s *state) loadOwed() {
 		s.multiDCLen++
 		return true
 	})
-}
-
-// readOwed reads a snapshot's n owed entries into s.
-func readOwed(r *snapReader, s *state, n uint64, version uint8) error {
-	var prev *Entry
-	for i := uint64(0); i < n; i++ {
-		d, err := r.record("owed entry")
-		if err != nil {
-			return err
-		}
-		e := decodeEntry(d, version)
-		if err := d.finish(); err != nil {
-			return fmt.Errorf("owed entry %d: %w", i, err)
-		}
-		if e.Tenant == "" || e.Key == "" || e.JobID == "" || !carried(e) {
-			return badSnapshot("owed entry %d: empty tenant, key or job ID, or nothing owed", i)
-		}
-		if prev != nil && !lessOwed(prev, e) {
-			return badSnapshot("owed entry %d: out of order", i)
-		}
-		prev = e
-		s.insertOwed(e)
-		if i%restoreCheckpoint == restoreCheckpoint-1 {
-			s.checkpoint()
-		}
-	}
-	return nil
 }
 
 // OwedMultiDatacenter calls fn with every owed entry (expired before every

@@ -17,40 +17,24 @@ import (
 
 // Snapshot format (docs/ledger.md has the details):
 //
-//	magic    8 bytes "ONCELDGR"
-//	version  1 byte  (snapshotVersion)
+//	magic    8 bytes "ONCELEDG" (builds before 1.0 wrote "ONCELDGR")
+//	version  1 byte  FormatVersion
 //	header   record: applied_index uvarint, entries uvarint, jobs uvarint,
-//	         watermarks uvarint, ledger_time int64 (version 2 on),
-//	         seq_high uvarint (version 3 on), owed uvarint (version 6 on)
+//	         watermarks uvarint, ledger_time int64, seq_high uvarint,
+//	         owed uvarint
 //	entries  that many records, ordered by (tenant, key)
 //	jobs     that many records, ordered by (tenant, id)
 //	watermarks that many records, ordered by (tenant, client_id, nonce)
-//	owed     that many entry records, ordered by (tenant, key, job_id) (version 6 on)
+//	owed     that many entry records, ordered by (tenant, key, job_id)
 //	crc      4 bytes, big-endian CRC-32C (Castagnoli) of every byte before it
 //
 // A record is a uvarint length and that many bytes, decoded strictly (no
-// trailing bytes) with the command primitives. Version 2 appends result_ttl to
-// the entry record and the window to the watermark record; version 3 appends
-// seq_high to the header (batches give Seqs past the applied index); version
-// 4 appends confirmed to the entry record; version 5 appends the lifecycle to
-// the record of a job in it (a legacy job's record is as in version 4);
-// version 6 appends the outbox's owed entries (expired entries that another
-// datacenter has not confirmed, outbox.go). Persist writes version 6 only
-// when an entry is owed, else version 5 when a job is in the lifecycle, else
-// version 4 (the same bytes). Restore reads versions 1 to 5 as well.
+// trailing bytes) with the command primitives.
 const (
-	snapshotMagic   = "ONCELDGR"
-	snapshotVersion = 6
-	// snapshotVersion5 has no owed entries.
-	snapshotVersion5 = 5
-	// snapshotVersion4 has no job lifecycle.
-	snapshotVersion4 = 4
-	// snapshotVersion3 has no confirmed datacenters in its entries.
-	snapshotVersion3 = 3
-	// snapshotVersion2 has no seq_high: no Seq was past the applied index.
-	snapshotVersion2 = 2
-	// snapshotVersion1 has no ledger_time in its header: Restore derives it.
-	snapshotVersion1 = 1
+	snapshotMagic = "ONCELEDG"
+	// preReleaseMagic began every snapshot of the builds before 1.0
+	// (versions 1 to 6), which Restore refuses by name.
+	preReleaseMagic = "ONCELDGR"
 	// maxRecord bounds one record (an entry with its payload).
 	maxRecord = 1 << 30
 )
@@ -60,9 +44,6 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Snapshot is the raft.FSMSnapshot of an FSM: an immutable view of the state
 // at one applied index. Persist may run concurrently with Apply.
 type Snapshot struct {
-	// version is the format written: snapshotVersion, or snapshotVersion4
-	// while no job is in the lifecycle (the bytes are then version 4's).
-	version    uint8
 	applied    uint64
 	ledgerTime int64
 	seqHigh    uint64
@@ -89,22 +70,10 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 			ErrReplaying, f.delivered, s.applied)
 	}
 	snap := &Snapshot{
-		version:    snapshotVersion,
 		applied:    s.applied,
 		ledgerTime: s.ledgerTime,
 		seqHigh:    max(s.lastSeq, s.applied),
-	}
-	if s.owed.Len() == 0 {
-		// Nothing owed: version 5 holds the state exactly (a build before
-		// the durable outbox reads it).
-		snap.version = snapshotVersion5
-	}
-	snap.owed = treeRecords[*Entry]{owedTree(s.owed).Clone(), appendEntry}
-	if snap.version == snapshotVersion5 && s.jobCount == s.jobStates[JobLegacy] {
-		// No job in the lifecycle: version 4 holds the state exactly, and is
-		// what a build before the lifecycle writes and reads, so such a
-		// replica can still install it (a rolling upgrade before the switch).
-		snap.version = snapshotVersion4
+		owed:       treeRecords[*Entry]{owedTree(s.owed).Clone(), appendEntry},
 	}
 	if s.store == nil {
 		snap.entries = treeRecords[*Entry]{s.entries.(*btree.BTreeG[*Entry]).Clone(), appendEntry}
@@ -162,7 +131,7 @@ func (s *Snapshot) PersistTo(w io.Writer) error {
 	if _, err = bw.WriteString(snapshotMagic); err != nil {
 		return err
 	}
-	if err = bw.WriteByte(s.version); err != nil {
+	if err = bw.WriteByte(FormatVersion); err != nil {
 		return err
 	}
 	rec = appendUvarint(rec, s.applied)
@@ -171,15 +140,11 @@ func (s *Snapshot) PersistTo(w io.Writer) error {
 	rec = appendUvarint(rec, uint64(s.watermarks.Len()))
 	rec = appendInt64(rec, s.ledgerTime)
 	rec = appendUvarint(rec, s.seqHigh)
-	tables := []records{s.entries, s.jobs, s.watermarks}
-	if s.version >= snapshotVersion {
-		rec = appendUvarint(rec, uint64(s.owed.Len()))
-		tables = append(tables, s.owed)
-	}
+	rec = appendUvarint(rec, uint64(s.owed.Len()))
 	if !put(rec) {
 		return err
 	}
-	for _, table := range tables {
+	for _, table := range []records{s.entries, s.jobs, s.watermarks, s.owed} {
 		if ierr := table.each(put); ierr != nil {
 			return ierr
 		}
@@ -203,15 +168,14 @@ func (s *Snapshot) Release() {
 	s.entries, s.jobs, s.watermarks, s.owed = nil, nil, nil, nil
 }
 
-// Entry record (snapshot v1):
+// Entry record:
 //
 //	tenant string, key string, fingerprint string, state uvarint, job_id string,
 //	reserved_at int64, resolved_at int64, expires_at int64,
 //	type string, payload bytes, datacenters strings,
 //	structured bool, [client_id string, sequence uvarint, nonce string],
 //	status uvarint, reason string, detail string,
-//	(v2:) result_ttl int64 (nanoseconds)
-//	(v4:) confirmed strings
+//	result_ttl int64 (nanoseconds), confirmed strings
 func appendEntry(b []byte, e *Entry) []byte {
 	b = appendString(b, e.Tenant)
 	b = appendString(b, e.Key)
@@ -237,7 +201,7 @@ func appendEntry(b []byte, e *Entry) []byte {
 	return appendStrings(b, e.Confirmed)
 }
 
-func decodeEntry(d *decoder, version uint8) *Entry {
+func decodeEntry(d *decoder) *Entry {
 	e := &Entry{}
 	e.Tenant = d.string()
 	e.Key = d.string()
@@ -267,17 +231,13 @@ func decodeEntry(d *decoder, version uint8) *Entry {
 	e.Status = int(status)
 	e.Reason = d.string()
 	e.Detail = d.string()
-	if version >= 2 {
-		e.ResultTTL = time.Duration(d.int64())
-		if d.err == nil && e.ResultTTL < 0 {
-			d.fail("negative result_ttl")
-		}
+	e.ResultTTL = time.Duration(d.int64())
+	if d.err == nil && e.ResultTTL < 0 {
+		d.fail("negative result_ttl")
 	}
-	if version >= 4 {
-		e.Confirmed = d.strings()
-		if d.err == nil && !confirmedValid(e) {
-			d.fail("confirmed datacenters not sorted, repeated, or not named by the request")
-		}
+	e.Confirmed = d.strings()
+	if d.err == nil && !confirmedValid(e) {
+		d.fail("confirmed datacenters not sorted, repeated, or not named by the request")
 	}
 	return e
 }
@@ -299,13 +259,13 @@ func confirmedValid(e *Entry) bool {
 	return true
 }
 
-// Job record (snapshot v1):
+// Job record:
 //
 //	tenant string, id string, key string, type string, payload bytes,
 //	datacenters strings, status string, created_at int64, seq uvarint,
 //	expires_at int64,
-//	(v5, a job in the lifecycle only; a legacy job's record ends here:)
-//	state uvarint (1..6; 6, cancelled, only from protocol version 5), attempts uvarint, run_at int64, lease_id string,
+//	(a job in the lifecycle only; a legacy job's record ends here:)
+//	state uvarint (1..6), attempts uvarint, run_at int64, lease_id string,
 //	holder string, lease_expires_at int64, retention int64 (ns),
 //	finished_at int64, result bytes, error string
 func appendJob(b []byte, j *Job) []byte {
@@ -335,7 +295,7 @@ func appendJob(b []byte, j *Job) []byte {
 	return appendString(b, l.Error)
 }
 
-func decodeJob(d *decoder, version uint8) *Job {
+func decodeJob(d *decoder) *Job {
 	j := &Job{}
 	j.Tenant = d.string()
 	j.ID = d.string()
@@ -347,7 +307,7 @@ func decodeJob(d *decoder, version uint8) *Job {
 	j.CreatedAt = d.int64()
 	j.Seq = d.uvarint()
 	j.ExpiresAt = d.int64()
-	if version < snapshotVersion5 || d.err != nil || d.remaining() == 0 {
+	if d.err != nil || d.remaining() == 0 {
 		return j
 	}
 	l := &JobLife{}
@@ -376,10 +336,10 @@ func decodeJob(d *decoder, version uint8) *Job {
 	return j
 }
 
-// Watermark record (snapshot v2; v1 has no window):
+// Watermark record:
 //
 //	tenant string, client_id string, nonce string, sequence uvarint,
-//	updated_at int64, (v2:) window: WatermarkWindow/64 int64
+//	updated_at int64, window: WatermarkWindow/64 int64
 func appendWatermark(b []byte, w *Watermark) []byte {
 	b = appendString(b, w.Tenant)
 	b = appendString(b, w.ClientID)
@@ -392,35 +352,10 @@ func appendWatermark(b []byte, w *Watermark) []byte {
 	return b
 }
 
-func decodeWatermark(d *decoder, version uint8) *Watermark {
-	w := &Watermark{}
-	w.Tenant = d.string()
-	w.ClientID = d.string()
-	w.Nonce = d.string()
-	w.Sequence = d.uvarint()
-	w.UpdatedAt = d.int64()
-	if version >= 2 {
-		for i := range w.Window {
-			w.Window[i] = uint64(d.int64())
-		}
-		return w
-	}
-	// A version-1 watermark meant "everything at or below Sequence ran": the
-	// whole window is marked committed, so nothing it refused is re-opened.
+func decodeWatermark(d *decoder) *Watermark {
+	w := &Watermark{Tenant: d.string(), ClientID: d.string(), Nonce: d.string(), Sequence: d.uvarint(), UpdatedAt: d.int64()}
 	for i := range w.Window {
-		w.Window[i] = ^uint64(0)
-	}
-	if w.Sequence < WatermarkWindow-1 { // bits for sequences below 0 stay clear
-		n := w.Sequence + 1
-		for i := range w.Window {
-			lo := uint64(i) * 64
-			switch {
-			case lo >= n:
-				w.Window[i] = 0
-			case lo+64 > n:
-				w.Window[i] = (1 << (n - lo)) - 1
-			}
-		}
+		w.Window[i] = uint64(d.int64())
 	}
 	return w
 }
@@ -512,7 +447,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			}
 			gen = g
 			s := newState()
-			s.useStore(g, storeMeta{format: storeFormat})
+			s.useStore(g, storeMeta{})
 			s.begin()
 			return s, nil
 		}
@@ -557,12 +492,14 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return nil, badSnapshot("header: %v", err)
 	}
-	if string(head[:len(snapshotMagic)]) != snapshotMagic {
-		return nil, badSnapshot("bad magic %q", head[:len(snapshotMagic)])
-	}
 	version := head[len(snapshotMagic)]
-	if version < snapshotVersion1 || version > snapshotVersion {
-		return nil, fmt.Errorf("%w: version %d", ErrSnapshotVersion, version)
+	switch magic := string(head[:len(snapshotMagic)]); {
+	case magic == preReleaseMagic:
+		return nil, &FormatError{What: "snapshot", Version: uint64(version), PreRelease: true}
+	case magic != snapshotMagic:
+		return nil, badSnapshot("bad magic %q", magic)
+	case version != FormatVersion:
+		return nil, &FormatError{What: "snapshot", Version: uint64(version)}
 	}
 	d, err := r.record("header")
 	if err != nil {
@@ -570,21 +507,11 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 	}
 	applied := d.uvarint()
 	nEntries, nJobs, nWatermarks := d.uvarint(), d.uvarint(), d.uvarint()
-	var ledgerTime int64
-	if version != snapshotVersion1 {
-		ledgerTime = d.int64()
+	ledgerTime, seqHigh := d.int64(), d.uvarint()
+	if d.err == nil && seqHigh < applied {
+		d.fail("seq_high below the applied index")
 	}
-	seqHigh := applied
-	if version >= snapshotVersion3 {
-		seqHigh = d.uvarint()
-		if d.err == nil && seqHigh < applied {
-			d.fail("seq_high below the applied index")
-		}
-	}
-	var nOwed uint64
-	if version >= snapshotVersion {
-		nOwed = d.uvarint()
-	}
+	nOwed := d.uvarint()
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("header: %w", err)
 	}
@@ -595,74 +522,36 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 	s.applied = applied
 	s.ledgerTime = ledgerTime
 	s.lastSeq = seqHigh
-	var prevEntry *Entry
-	for i := uint64(0); i < nEntries; i++ {
-		d, err := r.record("entry")
-		if err != nil {
-			return nil, err
-		}
-		e := decodeEntry(d, version)
-		if err := d.finish(); err != nil {
-			return nil, fmt.Errorf("entry %d: %w", i, err)
-		}
+	err = readTable(r, s, "entry", nEntries, decodeEntry, lessEntryKey, func(e *Entry) error {
 		if e.Tenant == "" || e.Key == "" {
-			return nil, badSnapshot("entry %d: empty tenant or key", i)
+			return badSnapshot("empty tenant or key")
 		}
-		if prevEntry != nil && !lessEntryKey(prevEntry, e) {
-			return nil, badSnapshot("entry %d: out of order", i)
-		}
-		prevEntry = e
-		s.insertEntry(e)
-		if i%restoreCheckpoint == restoreCheckpoint-1 {
-			s.checkpoint()
-		}
+		return nil
+	}, s.insertEntry)
+	if err == nil {
+		err = readTable(r, s, "job", nJobs, decodeJob, lessJobID, func(j *Job) error {
+			switch {
+			case j.Tenant == "" || j.ID == "" || j.Seq == 0 || j.Seq > seqHigh:
+				return badSnapshot("empty tenant or id, or seq %d not in 1..%d", j.Seq, seqHigh)
+			case s.jobSeq.Has(j): // a tenant's seqs are unique: a duplicate would corrupt the indexes
+				return badSnapshot("duplicate seq %d", j.Seq)
+			}
+			return nil
+		}, s.insertJob)
 	}
-	var prevJob *Job
-	for i := uint64(0); i < nJobs; i++ {
-		d, err := r.record("job")
-		if err != nil {
-			return nil, err
-		}
-		j := decodeJob(d, version)
-		if err := d.finish(); err != nil {
-			return nil, fmt.Errorf("job %d: %w", i, err)
-		}
-		if j.Tenant == "" || j.ID == "" || j.Seq == 0 || j.Seq > seqHigh {
-			return nil, badSnapshot("job %d: empty tenant or id, or seq %d not in 1..%d", i, j.Seq, seqHigh)
-		}
-		if prevJob != nil && !lessJobID(prevJob, j) {
-			return nil, badSnapshot("job %d: out of order", i)
-		}
-		prevJob = j
-		// A tenant's seqs are unique: a duplicate would corrupt the indexes.
-		if s.jobSeq.Has(j) {
-			return nil, badSnapshot("job %d: duplicate seq %d", i, j.Seq)
-		}
-		s.insertJob(j)
-		if i%restoreCheckpoint == restoreCheckpoint-1 {
-			s.checkpoint()
-		}
+	if err == nil {
+		err = readTable(r, s, "watermark", nWatermarks, decodeWatermark, lessWatermarkKey,
+			func(*Watermark) error { return nil }, s.insertWatermark)
 	}
-	var prevWM *Watermark
-	for i := uint64(0); i < nWatermarks; i++ {
-		d, err := r.record("watermark")
-		if err != nil {
-			return nil, err
-		}
-		w := decodeWatermark(d, version)
-		if err := d.finish(); err != nil {
-			return nil, fmt.Errorf("watermark %d: %w", i, err)
-		}
-		if prevWM != nil && !lessWatermarkKey(prevWM, w) {
-			return nil, badSnapshot("watermark %d: out of order", i)
-		}
-		prevWM = w
-		s.insertWatermark(w)
-		if i%restoreCheckpoint == restoreCheckpoint-1 {
-			s.checkpoint()
-		}
+	if err == nil {
+		err = readTable(r, s, "owed entry", nOwed, decodeEntry, lessOwed, func(e *Entry) error {
+			if e.Tenant == "" || e.Key == "" || e.JobID == "" || !carried(e) {
+				return badSnapshot("empty tenant, key or job ID, or nothing owed")
+			}
+			return nil
+		}, s.insertOwed)
 	}
-	if err := readOwed(r, s, nOwed, version); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	sum := r.crc.Sum32()
@@ -676,9 +565,36 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 	if _, err := r.r.ReadByte(); err != io.EOF {
 		return nil, badSnapshot("trailing data after crc")
 	}
-	if version == snapshotVersion1 {
-		s.ledgerTime = s.derivedLedgerTime()
-	}
 	s.commit()
 	return s, nil
+}
+
+// readTable reads a table's n records: each decodes strictly, passes check,
+// follows the one before it by less, and is inserted; the store is
+// checkpointed every restoreCheckpoint records.
+func readTable[T any](r *snapReader, s *state, what string, n uint64, decode func(*decoder) T,
+	less func(a, b T) bool, check func(T) error, insert func(T)) error {
+	var prev T
+	for i := uint64(0); i < n; i++ {
+		d, err := r.record(what)
+		if err != nil {
+			return err
+		}
+		item := decode(d)
+		if err = d.finish(); err == nil {
+			err = check(item)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %d: %w", what, i, err)
+		}
+		if i > 0 && !less(prev, item) {
+			return badSnapshot("%s %d: out of order", what, i)
+		}
+		prev = item
+		insert(item)
+		if i%restoreCheckpoint == restoreCheckpoint-1 {
+			s.checkpoint()
+		}
+	}
+	return nil
 }

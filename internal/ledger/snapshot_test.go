@@ -241,7 +241,7 @@ func TestRestoreMalformed(t *testing.T) {
 	}
 	try("trailing data", append(bytes.Clone(snap), 0), ErrBadSnapshot)
 	v2 := bytes.Clone(snap)
-	v2[len(snapshotMagic)] = snapshotVersion + 1
+	v2[len(snapshotMagic)] = FormatVersion + 1
 	try("a future version", v2, ErrSnapshotVersion)
 	try("empty", nil, ErrBadSnapshot)
 	try("bad magic", []byte("NOTALEDGER"), ErrBadSnapshot)

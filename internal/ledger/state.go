@@ -487,8 +487,8 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 }
 
 // raiseWatermark records seq as committed in the client's watermark, creating
-// the watermark if needed (a version-1 history, or one aged out while its
-// entry lived: the bound may be passed by those, as docs/ledger.md says).
+// the watermark if needed (one aged out while its entry lived: the bound may
+// be passed by those, as docs/ledger.md says).
 func (s *state) raiseWatermark(tenant, clientID, nonce string, seq uint64, now int64) {
 	w := &Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce, UpdatedAt: now}
 	old, ok := s.wms.Get(w)
@@ -609,10 +609,8 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 	if c.Structured {
 		w, ok := s.getWatermark(c.Tenant, c.ClientID, c.Nonce)
 		hasWatermark = ok
-		// Version 1 refused everything at or below the watermark; version 2
-		// only what is known committed, or too old for the window to tell.
-		if ok && ((c.version == 1 && c.Sequence <= w.Sequence) ||
-			(c.version != 1 && (w.Committed(c.Sequence) || w.BelowWindow(c.Sequence)))) {
+		// Refused: what is known committed, or too old for the window to tell.
+		if ok && (w.Committed(c.Sequence) || w.BelowWindow(c.Sequence)) {
 			res.Outcome = OutcomeKeyExpired
 			res.Watermark = w.Sequence
 			return res
@@ -649,8 +647,7 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 		res.Outcome = OutcomeBytesFull
 		return res
 	}
-	newWatermark := c.Structured && !hasWatermark && c.version != 1
-	if newWatermark {
+	if c.Structured && !hasWatermark {
 		switch {
 		case c.MaxWatermarks > 0 && uint64(s.wms.Len()) >= c.MaxWatermarks:
 			res.Outcome = OutcomeWatermarksFull
@@ -679,9 +676,7 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 	}
 	if c.Structured {
 		e.Structured, e.ClientID, e.Sequence, e.Nonce = true, c.ClientID, c.Sequence, c.Nonce
-		if c.version != 1 {
-			s.touchWatermark(c.Tenant, c.ClientID, c.Nonce, c.Now)
-		}
+		s.touchWatermark(c.Tenant, c.ClientID, c.Nonce, c.Now)
 	}
 	s.insertEntry(e)
 	ax.emit(ChangeReserved, e)
@@ -765,13 +760,13 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 		Seq:         s.nextSeq(ax.index + ax.item),
 		ExpiresAt:   c.JobExpiresAt,
 	}
-	if c.Queue && c.version == 0 { // version 3: the lifecycle
+	if c.Queue { // the lifecycle
 		j.Status, j.ExpiresAt = api.JobStatusQueued, 0
 		j.Life = &JobLife{State: JobQueued, RunAt: c.Now, Retention: c.JobExpiresAt - c.Now}
 	}
 	s.insertJob(j)
-	if e.Structured && c.version != 1 {
-		// Version 2 records the sequence at commit, so the window knows it
+	if e.Structured {
+		// The sequence is recorded at commit, so the window knows it
 		// whether or not the entry is still live.
 		s.raiseWatermark(e.Tenant, e.ClientID, e.Nonce, e.Sequence, c.Now)
 	}
@@ -837,13 +832,6 @@ func (s *state) applyExpire(ax *applyCtx, c Expire) Result {
 			if !ok || w.UpdatedAt > cutoff || !take() {
 				break
 			}
-			s.removeWatermark(w)
-			res.Removed.Watermarks++
-		}
-	}
-	if c.version == 1 && c.MaxWatermarks > 0 {
-		for uint64(s.wms.Len()) > c.MaxWatermarks && take() {
-			w, _ := s.wmAge.Min()
 			s.removeWatermark(w)
 			res.Removed.Watermarks++
 		}

@@ -34,21 +34,12 @@ import (
 // directory), so a crash during Restore leaves the old state in place; other
 // generations are removed when the store is opened.
 
-// storeFormat is the version of the store's layout (keys and values). A store
-// of another version is refused; the node then needs its state from a
+// The counters record (metaKey) begins with storeTag and the store's format,
+// FormatVersion. A build before 1.0 began it with its own format, 1 or 2,
+// never 0: Open refuses such a store by name (FormatError), and a store of
+// another format the same way. The node then needs its state from a
 // snapshot (remove the ledger directory; Raft restores it).
-//
-// Format 2 adds the job lifecycle: the meta record counts jobs by lifecycle
-// state, five orders (q u l k z) and the lifecycle part of a job's value
-// (snapshot version 5, present only for a job in the lifecycle). A store
-// without a job in the lifecycle is written as format 1, exactly what the
-// build before the lifecycle wrote and reads (its job values are the same,
-// its counts by state 0), and read as such; the first lifecycle job makes
-// it format 2.
-const (
-	storeFormat  = 2
-	storeFormat1 = 1
-)
+const storeTag = 0
 
 // Key prefixes, one byte each. Values of primary tables are snapshot records
 // of the current version (appendEntry, appendJob, appendWatermark), so
@@ -70,7 +61,7 @@ const (
 	pfxWatermarks  byte = 'w'  // (tenant, client_id, nonce)
 	pfxWMAge       byte = 'a'  // (updated_at, tenant, client_id, nonce)
 
-	// The job lifecycle (format 2); values are the job's key.
+	// The job lifecycle; values are the job's key.
 	pfxJobQueue       byte = 'q' // (tenant, run_at, seq), QUEUED
 	pfxJobQueueType   byte = 'u' // (tenant, type, run_at, seq), QUEUED
 	pfxJobTenantLease byte = 'l' // (tenant, lease_expires_at, seq), RUNNING
@@ -616,11 +607,11 @@ func keyInt64(b []byte, v int64) []byte {
 
 func keyUint64(b []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(b, v) }
 
-// The meta record: format, applied index, ledger time, last Seq, accounted
-// bytes, entries by state, the three primary tables' lengths, and (format 2)
-// the jobs by lifecycle state.
+// The meta record: after storeTag and the format, the applied index, ledger
+// time, last Seq, accounted bytes, entries by state, the three primary
+// tables' lengths, the jobs by lifecycle state, the claimed entries and the
+// cancelled jobs.
 type storeMeta struct {
-	format                                   uint64
 	applied                                  uint64
 	ledgerTime                               int64
 	lastSeq                                  uint64
@@ -628,17 +619,11 @@ type storeMeta struct {
 	pending, committed, rejected             uint64
 	entries, jobs, watermarks                uint64
 	queued, running, succeeded, failed, dead uint64
-	// claimed counts CLAIMED entries; written only when not 0, so a store
-	// without claims is what the builds before them wrote (and a build
-	// before them refuses one with claims: trailing bytes).
-	claimed uint64
-	// cancelled counts CANCELLED jobs; written (after claimed) only when
-	// not 0, as claimed is.
-	cancelled uint64
+	claimed, cancelled                       uint64
 }
 
 func (m storeMeta) append(b []byte) []byte {
-	b = appendUvarint(b, m.format)
+	b = append(b, storeTag, FormatVersion)
 	b = appendUvarint(b, m.applied)
 	b = appendInt64(b, m.ledgerTime)
 	b = appendUvarint(b, m.lastSeq)
@@ -649,28 +634,26 @@ func (m storeMeta) append(b []byte) []byte {
 	b = appendUvarint(b, m.entries)
 	b = appendUvarint(b, m.jobs)
 	b = appendUvarint(b, m.watermarks)
-	if m.format == storeFormat1 { // no job in the lifecycle (disk.go, meta)
-		return b
-	}
 	b = appendUvarint(b, m.queued)
 	b = appendUvarint(b, m.running)
 	b = appendUvarint(b, m.succeeded)
 	b = appendUvarint(b, m.failed)
 	b = appendUvarint(b, m.dead)
-	if m.claimed > 0 || m.cancelled > 0 {
-		b = appendUvarint(b, m.claimed)
-	}
-	if m.cancelled > 0 {
-		b = appendUvarint(b, m.cancelled)
-	}
-	return b
+	b = appendUvarint(b, m.claimed)
+	return appendUvarint(b, m.cancelled)
 }
 
 func decodeMeta(v []byte) (storeMeta, error) {
 	d := &decoder{b: v, base: ErrStore}
-	m := storeMeta{format: d.uvarint()}
-	if d.err == nil && m.format != storeFormat && m.format != storeFormat1 {
-		return m, fmt.Errorf("%w: format %d, this build reads %d and %d", ErrStore, m.format, storeFormat1, storeFormat)
+	var m storeMeta
+	switch tag := d.uvarint(); {
+	case d.err != nil:
+	case tag != storeTag:
+		return m, &FormatError{What: "store", Version: tag, PreRelease: true}
+	default:
+		if f := d.uvarint(); d.err == nil && f != uint64(FormatVersion) {
+			return m, &FormatError{What: "store", Version: f}
+		}
 	}
 	m.applied = d.uvarint()
 	m.ledgerTime = d.int64()
@@ -678,15 +661,8 @@ func decodeMeta(v []byte) (storeMeta, error) {
 	m.bytes = d.uvarint()
 	m.pending, m.committed, m.rejected = d.uvarint(), d.uvarint(), d.uvarint()
 	m.entries, m.jobs, m.watermarks = d.uvarint(), d.uvarint(), d.uvarint()
-	if m.format != storeFormat1 {
-		m.queued, m.running, m.succeeded, m.failed, m.dead = d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
-		if d.err == nil && d.remaining() > 0 {
-			m.claimed = d.uvarint()
-		}
-		if d.err == nil && d.remaining() > 0 {
-			m.cancelled = d.uvarint()
-		}
-	}
+	m.queued, m.running, m.succeeded, m.failed, m.dead = d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
+	m.claimed, m.cancelled = d.uvarint(), d.uvarint()
 	return m, d.finish()
 }
 

@@ -3,7 +3,7 @@ package ledger
 // Ledger time (docs/ledger.md, "Ledger time"): the FSM records the highest Now
 // of the commands it has applied, so a leader can keep its stamps from running
 // backwards across leader changes and restarts. It is state like any other:
-// derived from the log only, kept in the snapshot (version 2 on).
+// derived from the log only, kept in the snapshot.
 
 // applyTimed is apply, then raises the ledger time to the command's Now when
 // the command was applied (not OutcomeInvalid: an invalid command changes
@@ -62,26 +62,6 @@ func stampOf(cmd Command) (int64, bool) {
 		return c.Now, true
 	}
 	return 0, false
-}
-
-// derivedLedgerTime is the best lower bound of the ledger time a version-1
-// snapshot (which did not record it) allows: the latest time stamped into any
-// item it holds. It can be below the true value (an Expire whose removals left
-// no trace), never above it.
-func (s *state) derivedLedgerTime() int64 {
-	var t int64
-	s.entries.Ascend(func(e *Entry) bool {
-		t = max(t, e.ReservedAt, e.ResolvedAt)
-		return true
-	})
-	s.jobs.Ascend(func(j *Job) bool {
-		t = max(t, j.CreatedAt)
-		return true
-	})
-	if w, ok := s.wmAge.Max(); ok {
-		t = max(t, w.UpdatedAt)
-	}
-	return t
 }
 
 // LedgerTime returns the highest Now (unix nanoseconds) of any command applied

@@ -139,7 +139,7 @@ type Job struct {
 	ExpiresAt int64
 
 	// Life is the job's lifecycle (jobs.go, docs/ledger.md "Job
-	// lifecycle"); nil for a JobLegacy job, which a Commit of version 1 or 2
+	// lifecycle"); nil for a JobLegacy job, which a Commit without Queue
 	// created. Like Payload it is shared with the FSM: read-only. (A pointer,
 	// so that a legacy job, and every Result, costs what it did before the
 	// lifecycle.)
@@ -195,7 +195,7 @@ const WatermarkWindow = 1024
 // ClientID, Nonce) committed: Sequence is the highest, and Window the exact
 // set inside the window below it (bit i of Window[i/64], counting from the
 // least significant bit, is Sequence-i). A watermark is created by the first
-// Reserve (version 2) of the client's key, with Sequence 0 and no bit set:
+// Reserve of the client's key, with Sequence 0 and no bit set:
 // nothing committed yet.
 type Watermark struct {
 	Tenant   string
@@ -272,8 +272,7 @@ const (
 	// Result.Entry is it. Nothing changed.
 	OutcomeKeyReused
 	// OutcomeKeyExpired: a structured key has no live entry and its sequence
-	// committed, or is below the client's watermark window (version 1: at or
-	// below the watermark); Result.Watermark is the highest committed. Nothing
+	// committed, or is below the client's watermark window; Result.Watermark is the highest committed. Nothing
 	// reserved.
 	OutcomeKeyExpired
 	// OutcomeFull: the ledger holds MaxEntries live entries. Nothing reserved.

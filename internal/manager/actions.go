@@ -31,8 +31,7 @@ func (m *Manager) Retry(ctx context.Context, req *rpc.JobActionRequest) (*rpc.Jo
 	return resp, err
 }
 
-// jobAction proposes the action cmd makes of req, once every server of the
-// group reads it (protocol version 5), and renders its result.
+// jobAction proposes the action cmd makes of req and renders its result.
 func (m *Manager) jobAction(ctx context.Context, name string, req *rpc.JobActionRequest,
 	cmd func(ledger.JobAction) ledger.Command) (*rpc.JobActionResponse, error) {
 	if err := m.checkLeader(); err != nil {
@@ -40,12 +39,6 @@ func (m *Manager) jobAction(ctx context.Context, name string, req *rpc.JobAction
 	}
 	if req.Tenant == "" || req.JobID == "" || req.Key == "" || req.Fingerprint == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "%s: tenant, job ID, key and fingerprint are required", name)
-	}
-	if v := m.groupVersion(); v < protocolJobActions {
-		// A replica that cannot read the command would refuse the entry
-		// and the group would diverge: nothing is proposed.
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "%s: a manager of the datacenter runs a build without it "+
-			"(protocol version %d, it needs %d); retry once every manager is upgraded", name, v, protocolJobActions)
 	}
 	now := m.ledgerNow()
 	res, err := m.apply(ctx, cmd(ledger.JobAction{

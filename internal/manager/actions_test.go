@@ -120,25 +120,3 @@ func TestCancelRetry(t *testing.T) {
 		}
 	}
 }
-
-// An action is never proposed while a replica may not read it (protocol
-// version 5): unavailable, and the job is unchanged.
-func TestJobActionsWaitForEveryReplica(t *testing.T) {
-	tc := newTestCluster(t, 1, nil)
-	queueOn(tc)
-	m := tc.mgrs[tc.leader()]
-	ctx := ctxT(t)
-	id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
-	tc.setVersion(tc.cfgs[0].NodeID, protocolJobActions-1)
-	req := &rpc.JobActionRequest{Tenant: "acme", JobID: id, Key: "c1", Fingerprint: "f"}
-	if _, err := m.Cancel(ctx, req); !errors.Is(err, rpc.ErrUnavailable) {
-		t.Fatalf("cancel with a replica on version %d: %v", protocolJobActions-1, err)
-	}
-	if j, _ := m.fsm.Job("acme", id); j.State() != ledger.JobQueued {
-		t.Fatalf("the job is %v", j.State())
-	}
-	tc.setVersion(tc.cfgs[0].NodeID, ProtocolVersion)
-	if r, err := m.Cancel(ctx, req); err != nil || r.Job.State != api.JobStatusCancelled {
-		t.Fatalf("cancel, every replica on %d: %+v %v", ProtocolVersion, r, err)
-	}
-}

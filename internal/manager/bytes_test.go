@@ -173,20 +173,3 @@ func TestCompleteOverBudget(t *testing.T) {
 		t.Fatalf("a result that fits: %+v %v", j, err)
 	}
 }
-
-// The budgets are stamped only once every replica reads them: with one on
-// protocol version 2, Lease, Complete and Fail are proposed as before.
-func TestByteBudgetsWaitForEveryReplica(t *testing.T) {
-	tc := newTestCluster(t, 1, nil)
-	m := tc.mgrs[0]
-	if got := m.leaseMaxBytes(); got != rpc.LeaseAnswerBytes {
-		t.Fatalf("lease max bytes %d, want %d", got, rpc.LeaseAnswerBytes)
-	}
-	if mb, mt := m.jobByteBudgets(); mb != uint64(m.cfg.LedgerMaxBytes) || mt != uint64(m.cfg.LedgerTenantMaxBytes) {
-		t.Fatalf("budgets %d %d", mb, mt)
-	}
-	tc.setVersion(tc.cfgs[0].NodeID, protocolLeaseReplay)
-	if mb, mt := m.jobByteBudgets(); m.leaseMaxBytes() != 0 || mb != 0 || mt != 0 {
-		t.Fatalf("a replica on version 2: lease max bytes %d, budgets %d %d", m.leaseMaxBytes(), mb, mt)
-	}
-}

@@ -21,9 +21,6 @@ import (
 // its outcome; a claim, of Home or another home, OutcomeClaimed naming its
 // home.
 func (m *Manager) claim(ctx context.Context, req *rpc.SubmitRequest, jobID string) (*rpc.SubmitResponse, error) {
-	if m.groupVersion() < protocolClaims {
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "not every manager of datacenter %s reads claims yet (a rolling upgrade); retry", m.cfg.Datacenter)
-	}
 	wait := time.Duration(req.WaitMillis) * time.Millisecond
 	deadline := time.Now().Add(wait)
 	for attempt := 0; attempt < 4; attempt++ {

@@ -46,8 +46,8 @@ func newSkewedCluster(t *testing.T, skews []time.Duration, tweak func(*Config)) 
 	}
 	tc.mgrs = make([]*Manager, len(skews))
 	t.Cleanup(tc.closeAll)
-	for _, c := range tc.cfgs { // addresses only: versions not advertised, as before membership reaches them
-		tc.peers.Set(c.NodeID, Peer{RPCAddr: c.RPCAdvertise, Version: protocolBeforeGating})
+	for _, c := range tc.cfgs {
+		tc.peers.Set(c.NodeID, Peer{RPCAddr: c.RPCAdvertise})
 	}
 	var seed string
 	for i, skew := range skews {

@@ -46,7 +46,7 @@ func (v *lanView) ClockOffsets() []membership.PeerOffset {
 // address a member stopped advertising is kept.
 func (v *lanView) refresh(pool *membership.Pool, dc string) {
 	for _, mem := range pool.Managers(dc) {
-		p := Peer{RPCAddr: mem.Meta.RPCAddr, Version: mem.Meta.Version}
+		p := Peer{RPCAddr: mem.Meta.RPCAddr}
 		if old, ok := v.Peer(mem.Meta.NodeID); ok && p.RPCAddr == "" {
 			p.RPCAddr = old.RPCAddr
 		}
@@ -84,8 +84,7 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, view *lanView, lo
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &clusterMembership{pool: pool, cancel: cancel, log: log, leaveOnTerminate: cfg.LeaveOnTerminate}
 
-	// Peer RPC addresses for leader hints, and the protocol versions the
-	// leader's encodings wait for.
+	// Peer RPC addresses for leader hints.
 	events, unsubscribe := pool.Subscribe()
 	c.wg.Add(1)
 	go func() {

@@ -24,9 +24,7 @@ type testCluster struct {
 	t    *testing.T
 	cfgs []Config
 	mgrs []*Manager
-	// peers is every manager's Deps.Peers: all of them, on this build's
-	// protocol; a test changes a version to play an older replica
-	// (setVersion).
+	// peers is every manager's Deps.Peers: all of them.
 	peers PeerTable
 	// clock is the managers' clock (Deps.Now; time.Now when unset): a
 	// test may change it while they run (setNow).
@@ -99,16 +97,8 @@ func (tc *testCluster) start(i int) {
 // build's protocol.
 func (tc *testCluster) knowEachOther() {
 	for _, c := range tc.cfgs {
-		tc.peers.Set(c.NodeID, Peer{RPCAddr: c.RPCAdvertise, Version: ProtocolVersion})
+		tc.peers.Set(c.NodeID, Peer{RPCAddr: c.RPCAdvertise})
 	}
-}
-
-// setVersion makes every manager of the cluster see nodeID advertise the
-// protocol version v.
-func (tc *testCluster) setVersion(nodeID string, v int) {
-	p, _ := tc.peers.Peer(nodeID)
-	p.Version = v
-	tc.peers.Set(nodeID, p)
 }
 
 func (tc *testCluster) stop(i int) {

@@ -300,7 +300,7 @@ func Register(l *config.Loader, c *Config) {
 	l.SecondsRange(&c.WatermarkTTL, EnvWatermarkTTL, d.WatermarkTTL, time.Second, 365*86400*time.Second, "how long a client's sequence watermark is kept after its last update")
 	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, d.WatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks; when full, keys of new clients are refused (503), no watermark is evicted")
 	l.Duration(&c.ApplyTimeout, EnvApplyTimeout, d.ApplyTimeout, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
-	l.Bool(&c.QueueJobs, EnvQueueJobs, d.QueueJobs, "queue committed jobs for workers (POST /v1/leases); false keeps them outside the lifecycle, expiring after MANAGER_JOB_RETENTION_SECONDS (for a rolling upgrade from a version without workers)")
+	l.Bool(&c.QueueJobs, EnvQueueJobs, d.QueueJobs, "queue committed jobs for workers (POST /v1/leases); false keeps them outside the lifecycle, expiring after MANAGER_JOB_RETENTION_SECONDS")
 	l.Int(&c.JobMaxAttempts, EnvJobMaxAttempts, d.JobMaxAttempts, 1, 1000, "leases a job gets: a failed attempt or an expired lease after the last makes it dead")
 	l.Duration(&c.JobBackoffMin, EnvJobBackoffMin, d.JobBackoffMin, 0, 24*time.Hour, "the retry delay after a job's first failed attempt (then doubled per attempt up to MANAGER_JOB_BACKOFF_MAX, with jitter)")
 	l.Duration(&c.JobBackoffMax, EnvJobBackoffMax, d.JobBackoffMax, 0, 7*24*time.Hour, "the longest retry delay after a failed attempt (at least MANAGER_JOB_BACKOFF_MIN)")

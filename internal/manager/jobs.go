@@ -24,13 +24,11 @@ import (
 // leader only (rpc.CodeNotLeader elsewhere).
 
 // Config.QueueJobs (MANAGER_JOB_QUEUE, default on) is the switch to the
-// worker lifecycle: with it, the leader proposes version-3 Commits
+// worker lifecycle: with it, the leader proposes Commits with Queue
 // (ledger.QueueCommit), whose jobs are QUEUED for workers and never expire
-// before they finish; without it, version-2 Commits, whose jobs are outside
-// the lifecycle and expire after MANAGER_JOB_RETENTION_SECONDS, as before
-// workers existed. A rolling upgrade from a version without workers keeps
-// it off until every voter reads Commit v3 (docs/ledger.md, "Compatibility
-// and rolling upgrades").
+// before they finish; without it, Commits whose jobs are outside the
+// lifecycle and expire after MANAGER_JOB_RETENTION_SECONDS, for a
+// deployment without workers.
 
 // LeaseRequest asks the leader for jobs of a tenant.
 type LeaseRequest struct {
@@ -91,11 +89,6 @@ func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.Leas
 	if err != nil {
 		return nil, err
 	}
-	if req.Replay != "" && m.groupVersion() < protocolLeaseReplay {
-		// A replica may not read Lease v2 yet: a lease without replay, as
-		// before (its retry at the next leader leases other jobs).
-		req.Replay = ""
-	}
 	now := m.ledgerNow()
 	ids := make([]string, req.Max)
 	if req.Replay != "" {
@@ -117,9 +110,9 @@ func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.Leas
 			ids[i] = newLeaseID()
 		}
 	}
-	res, err := m.applyWorker(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Holder, Types: req.Types, Max: uint64(req.Max),
+	res, err := m.workers.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Holder, Types: req.Types, Max: uint64(req.Max),
 		LeaseIDs: ids, Now: now.UnixNano(), Expiry: now.Add(d).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts),
-		Replay: req.Replay != "", MaxBytes: m.leaseMaxBytes()})
+		Replay: req.Replay != "", MaxBytes: rpc.LeaseAnswerBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +137,7 @@ func (m *Manager) HeartbeatJob(ctx context.Context, tenant, jobID, leaseID strin
 		return ledger.Job{}, err
 	}
 	now := m.ledgerNow()
-	res, err := m.applyWorker(ctx, ledger.Heartbeat{Tenant: tenant, JobID: jobID, LeaseID: leaseID,
+	res, err := m.workers.apply(ctx, ledger.Heartbeat{Tenant: tenant, JobID: jobID, LeaseID: leaseID,
 		Now: now.UnixNano(), Expiry: now.Add(d).UnixNano()})
 	return jobAnswer(res, err, ledger.OutcomeExtended)
 }
@@ -172,30 +165,9 @@ func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string
 		}
 		result = b
 	}
-	maxBytes, maxTenant := m.jobByteBudgets()
-	res, err := m.applyWorker(ctx, ledger.Complete{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Result: result,
-		Now: m.ledgerNow().UnixNano(), MaxBytes: maxBytes, MaxTenantBytes: maxTenant})
+	res, err := m.workers.apply(ctx, ledger.Complete{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Result: result,
+		Now: m.ledgerNow().UnixNano(), MaxBytes: uint64(m.cfg.LedgerMaxBytes), MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes)})
 	return jobAnswer(res, err, ledger.OutcomeCompleted)
-}
-
-// leaseMaxBytes is the bound a Lease puts on the bytes of the jobs it hands
-// out (rpc.LeaseAnswerBytes), once every replica reads Lease v3; 0 (none)
-// before.
-func (m *Manager) leaseMaxBytes() uint64 {
-	if m.groupVersion() < protocolByteBudgets {
-		return 0
-	}
-	return rpc.LeaseAnswerBytes
-}
-
-// jobByteBudgets are the budgets a Complete or Fail stamps
-// (IDEMPOTENCY_LEDGER_MAX_BYTES and _TENANT_MAX_BYTES), once every replica
-// reads their version 2; none before.
-func (m *Manager) jobByteBudgets() (maxBytes, maxTenant uint64) {
-	if m.groupVersion() < protocolByteBudgets {
-		return 0, 0
-	}
-	return uint64(m.cfg.LedgerMaxBytes), uint64(m.cfg.LedgerTenantMaxBytes)
 }
 
 // FailJob ends the job's attempt under leaseID with an error: with retry the
@@ -217,10 +189,9 @@ func (m *Manager) FailJob(ctx context.Context, tenant, jobID, leaseID, errMsg st
 		attempts = max(j.Life.Attempts, 1)
 	}
 	now := m.ledgerNow()
-	maxBytes, maxTenant := m.jobByteBudgets()
-	res, err := m.applyWorker(ctx, ledger.Fail{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Error: errMsg, Retry: retry,
+	res, err := m.workers.apply(ctx, ledger.Fail{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Error: errMsg, Retry: retry,
 		Now: now.UnixNano(), RetryAt: now.Add(m.backoff(attempts, rand.Float64())).UnixNano(),
-		MaxAttempts: uint64(m.cfg.JobMaxAttempts), MaxBytes: maxBytes, MaxTenantBytes: maxTenant})
+		MaxAttempts: uint64(m.cfg.JobMaxAttempts), MaxBytes: uint64(m.cfg.LedgerMaxBytes), MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes)})
 	return jobAnswer(res, err, ledger.OutcomeFailed)
 }
 
@@ -348,15 +319,4 @@ func (m *Manager) expireLeases(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// applyWorker proposes a worker's command (Lease, Heartbeat, Complete, Fail)
-// and waits until it is committed and applied: batched with the other
-// workers' concurrent commands into one WorkerBatch entry once every server
-// of the group reads that type (protocol version 4), alone before.
-func (m *Manager) applyWorker(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
-	if m.groupVersion() >= protocolWorkerBatch {
-		return m.workers.apply(ctx, cmd)
-	}
-	return m.apply(ctx, cmd)
 }

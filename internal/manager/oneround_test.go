@@ -38,25 +38,6 @@ func TestSubmissionIsOneRaftEntry(t *testing.T) {
 	}
 }
 
-// TestOneRoundWaitsForEveryReplica: while a server of the group advertises a
-// protocol older than Admit, submissions take the two rounds every replica
-// reads (Reserve, then Commit); once it advertises Admit, one.
-func TestOneRoundWaitsForEveryReplica(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
-	l := tc.leader()
-	old := tc.cfgs[(l+1)%3].NodeID
-	tc.setVersion(old, protocolByteBudgets)
-	counts := submitSequentially(t, tc, "old", 5)
-	if counts[ledger.TypeAdmit] != 0 || counts[ledger.TypeReserve] != 5 || counts[ledger.TypeCommit] != 5 {
-		t.Fatalf("with a replica on protocol %d: log %v, want 5 reserves and 5 commits", protocolByteBudgets, counts)
-	}
-	tc.setVersion(old, ProtocolVersion)
-	counts = submitSequentially(t, tc, "new", 5)
-	if counts[ledger.TypeAdmit] != 5 || counts[ledger.TypeReserve] != 0 || counts[ledger.TypeCommit] != 0 {
-		t.Fatalf("every replica on protocol %d: log %v, want 5 admits", ProtocolVersion, counts)
-	}
-}
-
 // submitSequentially submits n unique keys one after the other to the leader
 // (so no two share a batch entry) and counts the ledger commands of the
 // entries the leader's log gained meanwhile, by type. A leader change in

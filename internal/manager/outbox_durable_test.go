@@ -51,15 +51,9 @@ func runOutboxes(t *testing.T, tc *testCluster, peers func() map[string][]string
 // job for dc1 and dc2 that reached only dc1. The entry expires in dc1 but
 // stays owed in its ledger; dc1's leader changes during the outage; once dc2
 // is reachable, the new leader carries the job there under the same job ID
-// and the owed entry is cleared. Both ways a submission is admitted: one
-// round (an Admit entry, every replica on ProtocolVersion) and two (a
-// Reserve and a Commit, while a replica advertises an older protocol).
+// and the owed entry is cleared. The submission is admitted in one Admit
+// entry.
 func TestOutboxOutlivesTheTTL(t *testing.T) {
-	t.Run("one round", func(t *testing.T) { testOutboxOutlivesTheTTL(t, true) })
-	t.Run("two rounds", func(t *testing.T) { testOutboxOutlivesTheTTL(t, false) })
-}
-
-func testOutboxOutlivesTheTTL(t *testing.T, oneRound bool) {
 	clock := newManualClock()
 	const ttl = 5 * time.Second
 	short := func(c *Config) { c.Idempotency.CommittedTTL = ttl }
@@ -83,18 +77,14 @@ func testOutboxOutlivesTheTTL(t *testing.T, oneRound bool) {
 	req := &rpc.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
 	req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), []string{"dc1", "dc2"}
 	l1 := tc1.leader()
-	if !oneRound {
-		old := tc1.cfgs[(l1+1)%len(tc1.mgrs)].NodeID
-		tc1.setVersion(old, protocolByteBudgets)
-	}
 	first := tc1.mgrs[l1].Raft().AppliedIndex() + 1
 	r, err := tc1.mgrs[l1].Submit(ctx, req)
 	if err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("dc1: %+v %v", r, err)
 	}
 	admits, reserves := admissionEntries(t, tc1.mgrs[l1], first, "order-1")
-	if oneRound && (admits != 1 || reserves != 0) || !oneRound && (admits != 0 || reserves != 1) {
-		t.Fatalf("dc1 admitted the job in %d Admit and %d Reserve entries (one round: %v)", admits, reserves, oneRound)
+	if admits != 1 || reserves != 0 {
+		t.Fatalf("dc1 admitted the job in %d Admit and %d Reserve entries, want one Admit", admits, reserves)
 	}
 	if n := tc1.mgrs[l1].FSM().OutboxLen(); n != 1 {
 		t.Fatalf("the outbox carries %d entries, want 1", n)

@@ -7,16 +7,11 @@ type Peer struct {
 	// RPCAddr is its RPC address, named in "not leader" answers ("": not
 	// known).
 	RPCAddr string
-	// Version is the protocol version it reads (membership.Meta.Version):
-	// the leader proposes an encoding only once every replica reads it
-	// (groupVersion).
-	Version int
 }
 
 // Peers is a manager's directory of the managers of its datacenter
-// (Deps.Peers). A manager it does not know counts as one on the oldest
-// protocol and with no known address; a manager missing from it knows
-// itself.
+// (Deps.Peers). A manager it does not know has no known address; a manager
+// missing from it knows itself.
 type Peers interface {
 	Peer(nodeID string) (Peer, bool)
 }
@@ -55,7 +50,7 @@ func (t *PeerTable) Peer(nodeID string) (Peer, bool) {
 }
 
 // peer is what this manager knows of the manager nodeID: from Deps.Peers,
-// else its own address and version when nodeID is its own.
+// else its own address when nodeID is its own.
 func (m *Manager) peer(nodeID string) (Peer, bool) {
 	if m.peers != nil {
 		if p, ok := m.peers.Peer(nodeID); ok {
@@ -63,7 +58,7 @@ func (m *Manager) peer(nodeID string) (Peer, bool) {
 		}
 	}
 	if nodeID == m.cfg.NodeID {
-		return Peer{RPCAddr: m.cfg.RPCAdvertise, Version: ProtocolVersion}, true
+		return Peer{RPCAddr: m.cfg.RPCAdvertise}, true
 	}
 	return Peer{}, false
 }

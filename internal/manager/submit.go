@@ -134,23 +134,12 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			MaxTenantBytes:      uint64(m.cfg.LedgerTenantMaxBytes),
 			ResultTTL:           req.ResultTTL,
 		}
-		var res ledger.Result
-		if m.groupVersion() >= protocolOneRound {
-			// One round (ledger.Admit): the reservation and its outcome in
-			// one entry; no entry is left PENDING.
-			entry := ledger.Entry{Tenant: req.Tenant, Key: req.Key, JobID: jobID, ResultTTL: req.ResultTTL, Request: reserve.Request}
-			cmd := ledger.Admit{Reserve: reserve, Outcome: m.outcomeCommand(entry, m.expiryBasis(req), now)}
-			res, err = m.tracedApply(ctx, "raft.apply.admit", m.reserves, cmd)
-			m.endProposal(req.Tenant, req.Key, proposal)
-		} else {
-			// Two rounds, for a group with a server that cannot read Admit.
-			m.resolving.add(req.Tenant, req.Key)
-			res, err = m.tracedApply(ctx, "raft.apply.reserve", m.reserves, reserve)
-			m.endProposal(req.Tenant, req.Key, proposal)
-			if err != nil || res.Outcome != ledger.OutcomeReserved {
-				m.resolving.done(req.Tenant, req.Key)
-			}
-		}
+		// One round (ledger.Admit): the reservation and its outcome in one
+		// entry; no entry is left PENDING.
+		entry := ledger.Entry{Tenant: req.Tenant, Key: req.Key, JobID: jobID, ResultTTL: req.ResultTTL, Request: reserve.Request}
+		cmd := ledger.Admit{Reserve: reserve, Outcome: m.outcomeCommand(entry, m.expiryBasis(req), now)}
+		res, err := m.tracedApply(ctx, "raft.apply.admit", m.reserves, cmd)
+		m.endProposal(req.Tenant, req.Key, proposal)
 		if err != nil {
 			return nil, err
 		}

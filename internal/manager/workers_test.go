@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -247,40 +246,4 @@ func TestLeaseRetriedAfterLeaderChange(t *testing.T) {
 		t.Fatalf("after the replay, %+v %v; want the two jobs no lease took", rest, err)
 	}
 	leasedOnce(t, first.Leases, rest.Leases)
-}
-
-// Lease version 2 is proposed only when every replica advertises a protocol
-// version that reads it: with one replica on version 1 (an older build, or
-// one membership has not reached), a lease with a key is a version-1 lease
-// (random lease IDs, no replay at a later leader); once it advertises 2, the
-// IDs carry the key's prefix.
-func TestLeaseReplayWaitsForEveryReplica(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
-	l := tc.leader()
-	m := tc.mgrs[l]
-	ctx := ctxT(t)
-	submitJobs(t, tc, 2, "email")
-	old := tc.cfgs[(l+1)%3].NodeID
-	tc.setVersion(old, 1)
-	if v := m.groupVersion(); v != 1 {
-		t.Fatalf("group version %d with a replica on 1", v)
-	}
-	req := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-1", Fingerprint: "f1"}
-	r, err := m.Lease(ctx, &req)
-	if err != nil || len(r.Leases) != 1 || strings.HasPrefix(r.Leases[0].LeaseID, replayLeasePrefix("acme", "lease-1\x00f1")) {
-		t.Fatalf("a keyed lease with a replica on version 1: %+v %v; want one job under a random lease", r, err)
-	}
-	tc.peers.Delete(old) // not reached by membership: the same
-	if v := m.groupVersion(); v != 1 {
-		t.Fatalf("group version %d with a replica's version unknown", v)
-	}
-	tc.setVersion(old, ProtocolVersion)
-	if v := m.groupVersion(); v != ProtocolVersion {
-		t.Fatalf("group version %d, every replica on %d", v, ProtocolVersion)
-	}
-	req.Request = "lease-2"
-	r, err = m.Lease(ctx, &req)
-	if err != nil || len(r.Leases) != 1 || !strings.HasPrefix(r.Leases[0].LeaseID, replayLeasePrefix("acme", "lease-2\x00f1")) {
-		t.Fatalf("a keyed lease, every replica on version 2: %+v %v; want the key's lease ID", r, err)
-	}
 }

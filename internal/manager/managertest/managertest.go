@@ -101,7 +101,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 		}
 		cfgs[i] = cfg
 		c.Addrs = append(c.Addrs, cfg.RPCAdvertise)
-		peers.Set(cfg.NodeID, manager.Peer{RPCAddr: cfg.RPCAdvertise, Version: manager.ProtocolVersion})
+		peers.Set(cfg.NodeID, manager.Peer{RPCAddr: cfg.RPCAdvertise})
 		servers = append(servers, raft.Server{ID: raft.ServerID(cfg.NodeID), Address: addr})
 	}
 	for i, a := range trans {
