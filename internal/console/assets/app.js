@@ -296,9 +296,15 @@
     if (!operatorToken()) {
       main.appendChild(el("p", { "class": "note", text: "The cluster view needs an operator token: sign in with one (a gate without token files asks for none)." }));
     }
-    function meter(used, max) {
-      if (!max) return el("span", { text: String(used) + " (no bound)" });
-      return el("span", null, el("meter", { min: 0, max: max, value: used, high: max * 0.8 }), " " + used + " / " + max);
+    function meter(used, max, unit) {
+      var f = unit === "bytes" ? bytes : String;
+      if (!max) return el("span", { text: f(used) + " (no bound)" });
+      return el("span", null, el("meter", { min: 0, max: max, value: used, high: max * 0.8 }), " " + f(used) + " / " + f(max));
+    }
+    function bytes(n) {
+      var units = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+      while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+      return (i ? n.toFixed(1) : String(n)) + " " + units[i];
     }
     return function refresh() {
       return call("GET", "/v1/cluster", operatorToken()).then(function (res) {
@@ -317,7 +323,7 @@
           box.appendChild(el("h2", { text: "Budgets (leader)" }));
           box.appendChild(el("dl", { "class": "kv", id: "cluster-budgets" },
             el("dt", { text: "entries" }), el("dd", null, meter(b.entries, b.max_entries)),
-            el("dt", { text: "bytes" }), el("dd", null, meter(b.bytes, b.max_bytes)),
+            el("dt", { text: "bytes" }), el("dd", null, meter(b.bytes, b.max_bytes, "bytes")),
             el("dt", { text: "queued jobs" }), el("dd", null, meter(b.queued, b.max_queued)),
             el("dt", { text: "outbox" }), el("dd", null, meter(b.outbox, b.outbox_max))));
         }
@@ -376,6 +382,7 @@
     if (timer) { clearTimeout(timer); timer = null; }
     var r = route(), main = $("view");
     main.textContent = "";
+    message("");
     ["jobs", "queues", "cluster"].forEach(function (v) { $("nav-" + v).className = r.view === v || (v === "jobs" && r.view === "job") ? "active" : ""; });
     $("who").textContent = token() ? "signed in" : "";
     var views = { signin: viewSignin, jobs: viewJobs, job: viewJob, queues: viewQueues, cluster: viewCluster };
