@@ -78,6 +78,9 @@ type Config struct {
 	NodeName   string   // GATE_NODE_NAME, default the host name
 	Managers   []string // GATE_MANAGERS, manager RPC addresses (host:port)
 	TokenFile  string   // GATE_TOKEN_FILE, default none (every request is tenant "default")
+	// OperatorTokenFile is GATE_OPERATOR_TOKEN_FILE: the operators' bearer
+	// tokens, which alone read GET /v1/cluster; empty: none.
+	OperatorTokenFile string
 	// ClusterSecretFile is GATE_CLUSTER_SECRET_FILE: the secret the gate
 	// presents to the managers' RPC (docs/security.md); empty: none.
 	ClusterSecretFile string
@@ -178,6 +181,8 @@ func Register(l *config.Loader, c *Config) {
 		config.HostPort, "the datacenter's managers; the gate follows their leader")
 	l.String(&c.TokenFile, EnvTokenFile, d.TokenFile, "a path to a file of '<token> <tenant>' lines (empty: no authentication)",
 		nil, "the bearer tokens and the tenants they map to")
+	l.String(&c.OperatorTokenFile, EnvOperatorTokenFile, "", "a path to a file of '<token> <operator>' lines (empty: none)",
+		nil, "the operators' bearer tokens: the credential of GET /v1/cluster, the console's cluster view (read at start)")
 	l.String(&c.TLSCertFile, EnvTLSCertFile, "", "a path to a PEM certificate (chain)", nil,
 		"serve HTTPS with this certificate (with GATE_TLS_KEY_FILE); reloaded when the file changes")
 	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "", "a path to a PEM private key", nil,

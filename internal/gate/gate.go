@@ -71,6 +71,9 @@ type Deps struct {
 	// dial). A test seam: the tests module's fault layer cuts the network
 	// between datacenters through it.
 	Dial rpc.DialFunc
+	// Gates, when set, lists the gates of the datacenter's gossip pool for
+	// GET /v1/cluster (default: this gate alone).
+	Gates func() []GateView
 }
 
 // Gate is one gate: its idempotency cache, its client of the manager leader and
@@ -80,13 +83,18 @@ type Gate struct {
 	cfg    Config
 	log    *slog.Logger
 	now    func() time.Time
-	tokens *tokenFile      // nil: no token file, every request is tenant "default"
-	secret string          // the cluster secret, "" for none
-	certs  *certs.Reloader // GATE_TLS_*: nil serves plain HTTP
-	rpcTLS *certs.Cluster  // GATE_RPC_TLS_*: nil reaches the managers over plain TCP
-	dial   rpc.DialFunc    // Deps.Dial: nil dials plainly
-	client *rpc.Client
-	cache  *cache.Cache[*response]
+	tokens *tokenFile // nil: no token file, every request is tenant "default"
+	// operators are GATE_OPERATOR_TOKEN_FILE's tokens (nil: none), the
+	// credential of GET /v1/cluster.
+	operators *tokenTable
+	resolver  rpc.Resolver      // the datacenter's managers (Deps.Resolver)
+	gatesFn   func() []GateView // Deps.Gates
+	secret    string            // the cluster secret, "" for none
+	certs     *certs.Reloader   // GATE_TLS_*: nil serves plain HTTP
+	rpcTLS    *certs.Cluster    // GATE_RPC_TLS_*: nil reaches the managers over plain TCP
+	dial      rpc.DialFunc      // Deps.Dial: nil dials plainly
+	client    *rpc.Client
+	cache     *cache.Cache[*response]
 	// workerReplays keeps worker calls' answers by Idempotency-Key (workers.go).
 	workerReplays *replay.Memory[*workerAnswer]
 	metrics       *metrics
@@ -151,7 +159,15 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 			cfg.NodeName = h
 		}
 	}
-	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation, dial: deps.Dial}
+	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation, dial: deps.Dial,
+		resolver: deps.Resolver, gatesFn: deps.Gates}
+	if cfg.OperatorTokenFile != "" {
+		t, err := loadOperatorTokens(cfg.OperatorTokenFile)
+		if err != nil {
+			return nil, err
+		}
+		g.operators = t
+	}
 	if cfg.TokenFile != "" {
 		t, err := openTokenFile(cfg.TokenFile, g.log.With(logging.KeyComponent, "tokens"))
 		if err != nil {
@@ -226,6 +242,7 @@ func (g *Gate) routes() {
 	g.route("GET /healthz", g.handleHealthz)
 	g.route("GET /readyz", g.handleReadyz)
 	g.route("GET /metrics", g.metrics.handler().ServeHTTP)
+	g.consoleRoutes()
 	if g.cfg.Pprof {
 		g.route("GET /debug/pprof/", pprof.Index)
 		g.route("GET /debug/pprof/cmdline", pprof.Cmdline)

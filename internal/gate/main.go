@@ -109,6 +109,7 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 			_ = pool.Shutdown()
 		}()
 		deps.Resolver = poolResolver(pool, cfg.Datacenter, cfg.Managers)
+		deps.Gates = poolGates(pool)
 	}
 	if deps.Resolver == nil {
 		deps.Resolver = rpc.StaticResolver(append([]string(nil), cfg.Managers...))

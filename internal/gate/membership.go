@@ -45,3 +45,17 @@ func poolResolver(pool *membership.Pool, dc string, static []string) rpc.Resolve
 		return out
 	})
 }
+
+// poolGates lists the gates of the pool, alive or departed, for GET
+// /v1/cluster.
+func poolGates(pool *membership.Pool) func() []GateView {
+	return func() []GateView {
+		var out []GateView
+		for _, m := range pool.Members() {
+			if m.Meta.Role == membership.RoleGate {
+				out = append(out, GateView{Name: m.Name, Datacenter: m.Meta.Datacenter, Addr: m.Addr, State: m.State.String()})
+			}
+		}
+		return out
+	}
+}

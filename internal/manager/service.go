@@ -139,6 +139,10 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 	st.LogBatches = m.logStore.batches.Load()
 	fs := m.fsm.Stats()
 	st.LedgerEntries, st.Jobs = fs.Entries, fs.Jobs
+	st.Queues = &rpc.QueueCounts{Queued: fs.Queued, Running: fs.Running, Succeeded: fs.Succeeded, Failed: fs.Failed, Dead: fs.Dead, Cancelled: fs.Cancelled}
+	st.Budgets = &rpc.Budgets{Entries: fs.Entries, MaxEntries: m.cfg.LedgerMaxEntries, Bytes: fs.Bytes, MaxBytes: m.cfg.LedgerMaxBytes,
+		TenantMaxBytes: m.cfg.LedgerTenantMaxBytes, Queued: fs.Queued, MaxQueued: m.cfg.MaxQueuedJobs,
+		Outbox: m.fsm.OutboxLen(), OutboxMax: m.cfg.OutboxMaxEntries}
 	m.clockStatus(st)
 	if f := m.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {

@@ -343,6 +343,43 @@ type Status struct {
 	// manager's differ from this one's (docs/multidc.md); empty when all
 	// agree.
 	ConfigMismatches []ConfigMismatch `json:"config_mismatches"`
+	// Queues counts the datacenter's jobs by lifecycle state, every tenant
+	// (this manager's applied ledger); absent from managers that predate it.
+	Queues *QueueCounts `json:"queues,omitempty"`
+	// Budgets are the ledger's bounds and how much of each is used; absent
+	// from managers that predate it.
+	Budgets *Budgets `json:"budgets,omitempty"`
+}
+
+// QueueCounts are the jobs of a datacenter's ledger by lifecycle state.
+type QueueCounts struct {
+	Queued    int `json:"queued"`
+	Running   int `json:"running"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Dead      int `json:"dead"`
+	Cancelled int `json:"cancelled"`
+}
+
+// Budgets are a manager's ledger bounds (its settings) and their use.
+type Budgets struct {
+	// Entries and MaxEntries: live idempotency entries, and
+	// IDEMPOTENCY_LEDGER_MAX_ENTRIES.
+	Entries    int `json:"entries"`
+	MaxEntries int `json:"max_entries"`
+	// Bytes and MaxBytes: the accounted bytes of entries and jobs, and
+	// IDEMPOTENCY_LEDGER_MAX_BYTES (0: unbounded).
+	Bytes    uint64 `json:"bytes"`
+	MaxBytes int64  `json:"max_bytes"`
+	// TenantMaxBytes is IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES (0: unbounded).
+	TenantMaxBytes int64 `json:"tenant_max_bytes"`
+	// Queued and MaxQueued: queued jobs, and MANAGER_MAX_QUEUED_JOBS.
+	Queued    int `json:"queued"`
+	MaxQueued int `json:"max_queued"`
+	// Outbox and OutboxMax: multi-datacenter submissions not yet confirmed
+	// by every datacenter they name, and MANAGER_OUTBOX_MAX_ENTRIES.
+	Outbox    int `json:"outbox"`
+	OutboxMax int `json:"outbox_max"`
 }
 
 // ConfigMismatch is one setting of another manager that differs from this

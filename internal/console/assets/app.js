@@ -1,0 +1,414 @@
+// once's web console: a small program over the gate's public JSON API
+// (docs/api.md). The tenant token (and the operator token of the cluster
+// view) live in this tab's sessionStorage and travel only in the
+// Authorization header; views are addressed by the URL's fragment, which no
+// request carries.
+"use strict";
+(function () {
+  var store = window.sessionStorage;
+  var TOKEN = "once.token", OPTOKEN = "once.operatorToken", POLL = "once.poll";
+  var STATES = ["queued", "running", "succeeded", "failed", "dead", "cancelled"];
+  var timer = null, generation = 0;
+
+  function $(id) { return document.getElementById(id); }
+
+  // el builds an element: attrs are set as attributes (never as HTML), and
+  // children are nodes or strings (as text).
+  function el(tag, attrs) {
+    var e = document.createElement(tag);
+    if (attrs) {
+      Object.keys(attrs).forEach(function (k) {
+        if (attrs[k] === null || attrs[k] === undefined || attrs[k] === false) return;
+        if (k === "text") e.textContent = attrs[k];
+        else if (k === "onclick" || k === "onsubmit" || k === "onchange") e.addEventListener(k.slice(2), attrs[k]);
+        else e.setAttribute(k, attrs[k] === true ? "" : attrs[k]);
+      });
+    }
+    for (var i = 2; i < arguments.length; i++) {
+      var c = arguments[i];
+      if (c === null || c === undefined) continue;
+      e.appendChild(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
+    }
+    return e;
+  }
+
+  function message(text, kind) {
+    var m = $("message");
+    m.textContent = text || "";
+    m.className = text ? (kind || "error") : "";
+  }
+
+  // ApiError is a failed call: its status and RFC 9457 problem.
+  function ApiError(status, problem) {
+    this.status = status;
+    this.problem = problem || {};
+    this.message = (problem && (problem.detail || problem.title)) || ("HTTP " + status);
+  }
+
+  // call asks the gate: path is under /v1, token the bearer token to send.
+  function call(method, path, token, headers) {
+    var h = { "Accept": "application/json" };
+    if (token) h["Authorization"] = "Bearer " + token;
+    Object.keys(headers || {}).forEach(function (k) { h[k] = headers[k]; });
+    return fetch(path, { method: method, headers: h, credentials: "omit", cache: "no-store", referrerPolicy: "no-referrer" })
+      .then(function (resp) {
+        return resp.text().then(function (body) {
+          var data = null;
+          try { data = body ? JSON.parse(body) : null; } catch (e) { data = null; }
+          if (!resp.ok) throw new ApiError(resp.status, data);
+          return { data: data, headers: resp.headers };
+        });
+      });
+  }
+
+  function token() { return store.getItem(TOKEN) || ""; }
+  function operatorToken() { return store.getItem(OPTOKEN) || ""; }
+
+  // route parses the fragment: #/view/arg?query.
+  function route() {
+    var h = location.hash.replace(/^#\/?/, "");
+    var q = "", i = h.indexOf("?");
+    if (i >= 0) { q = h.slice(i + 1); h = h.slice(0, i); }
+    var parts = h.split("/").map(decodeURIComponent);
+    return { view: parts[0] || "jobs", arg: parts[1] || "", query: new URLSearchParams(q) };
+  }
+
+  function go(view, arg, query) {
+    var h = "#/" + view + (arg ? "/" + encodeURIComponent(arg) : "");
+    var q = query ? query.toString() : "";
+    location.hash = q ? h + "?" + q : h;
+  }
+
+  function fmtTime(s) { return s ? s.replace("T", " ").replace("Z", " UTC") : ""; }
+
+  function age(s) {
+    if (!s) return "";
+    var secs = Math.max(0, Math.round((Date.now() - Date.parse(s)) / 1000));
+    if (secs < 120) return secs + " s";
+    if (secs < 7200) return Math.round(secs / 60) + " min";
+    if (secs < 172800) return Math.round(secs / 3600) + " h";
+    return Math.round(secs / 86400) + " d";
+  }
+
+  function stateBadge(job) {
+    var st = job.state || job.status || "";
+    return el("span", { "class": "state state-" + st, "data-state": st, text: st });
+  }
+
+  function json(v) { return el("pre", { "class": "mono" }, JSON.stringify(v, null, 2)); }
+
+  // ---------- sign-in ----------
+  function viewSignin(main) {
+    var t = el("input", { id: "signin-token", type: "password", autocomplete: "off", spellcheck: "false" });
+    var o = el("input", { id: "signin-operator", type: "password", autocomplete: "off", spellcheck: "false" });
+    t.value = token(); o.value = operatorToken();
+    main.appendChild(el("form", { "class": "signin", id: "signin", onsubmit: function (ev) {
+      ev.preventDefault();
+      store.setItem(TOKEN, t.value.trim());
+      store.setItem(OPTOKEN, o.value.trim());
+      message("");
+      go("jobs");
+    } },
+      el("h2", { text: "Sign in" }),
+      el("label", null, "Tenant token (the gate's bearer token; leave empty on a gate without a token file)", t),
+      el("label", null, "Operator token (the cluster view; optional)", o),
+      el("button", { type: "submit", "class": "primary", id: "signin-submit", text: "Sign in" }),
+      el("p", { "class": "note", text: "The tokens stay in this tab (sessionStorage) and are sent only in the Authorization header of the console's calls to this gate." })));
+  }
+
+  // ---------- jobs ----------
+  function viewJobs(main, r, gen) {
+    var q = r.query;
+    var state = el("select", { id: "f-state", name: "state" }, el("option", { value: "", text: "any" }));
+    STATES.forEach(function (s) { state.appendChild(el("option", { value: s, text: s })); });
+    state.value = q.get("state") || "";
+    var type = el("input", { id: "f-type", name: "type", placeholder: "any", size: 14 });
+    type.value = q.get("type") || "";
+    var dc = el("input", { id: "f-datacenter", name: "datacenter", placeholder: "this gate's", size: 10 });
+    dc.value = q.get("datacenter") || "";
+    var key = el("input", { id: "f-key", name: "key", placeholder: "Idempotency-Key", size: 30 });
+    var limit = el("select", { id: "f-limit" });
+    ["20", "50", "100", "500"].forEach(function (n) { limit.appendChild(el("option", { value: n, text: n })); });
+    limit.value = q.get("limit") || "50";
+    main.appendChild(el("form", { "class": "filters", id: "filters", onsubmit: function (ev) {
+      ev.preventDefault();
+      if (key.value.trim()) { findKey(key.value.trim(), dc.value.trim()); return; }
+      var nq = new URLSearchParams();
+      if (state.value) nq.set("state", state.value);
+      if (type.value.trim()) nq.set("type", type.value.trim());
+      if (dc.value.trim()) nq.set("datacenter", dc.value.trim());
+      nq.set("limit", limit.value);
+      go("jobs", "", nq);
+    } },
+      el("label", null, "state", state), el("label", null, "type", type), el("label", null, "datacenter", dc),
+      el("label", null, "idempotency key", key), el("label", null, "per page", limit),
+      el("button", { type: "submit", id: "f-apply", text: "Show" })));
+    var tbody = el("tbody");
+    main.appendChild(el("table", { id: "jobs" },
+      el("thead", null, el("tr", null, el("th", { text: "job" }), el("th", { text: "type" }), el("th", { text: "state" }),
+        el("th", { text: "attempts" }), el("th", { text: "created" }), el("th", { text: "idempotency key" }))), tbody));
+    var pageNo = Number(q.get("page") || "1");
+    var prev = el("button", { type: "button", id: "page-prev", text: "◀ Previous", disabled: pageNo <= 1, onclick: function () { history.back(); } });
+    var next = el("button", { type: "button", id: "page-next", text: "Next ▶", disabled: true });
+    var info = el("span", { id: "page-info" });
+    main.appendChild(el("div", { "class": "pager" }, prev, info, next));
+    main.appendChild(el("p", { "class": "note", text: "Oldest first: the ledger lists a tenant's jobs in admission order; Next follows the cursor the gate returns." }));
+
+    var api = new URLSearchParams();
+    ["state", "type", "datacenter", "after"].forEach(function (k) { if (q.get(k)) api.set(k, q.get(k)); });
+    api.set("limit", limit.value);
+    return function refresh() {
+      return call("GET", "/v1/jobs?" + api.toString(), token()).then(function (res) {
+        if (gen !== generation) return;
+        var jobs = res.data.jobs || [];
+        tbody.textContent = "";
+        if (!jobs.length) tbody.appendChild(el("tr", { "class": "empty" }, el("td", { colspan: 6, text: "no jobs" })));
+        jobs.forEach(function (j) {
+          var dq = q.get("datacenter") ? "?datacenter=" + encodeURIComponent(q.get("datacenter")) : "";
+          tbody.appendChild(el("tr", { "data-job-id": j.job_id },
+            el("td", { "class": "mono" }, el("a", { href: "#/job/" + encodeURIComponent(j.job_id) + dq, text: j.job_id })),
+            el("td", { text: j.type }), el("td", { "class": "state-cell" }, stateBadge(j)),
+            el("td", { text: j.attempts === undefined ? "" : j.attempts }), el("td", { text: fmtTime(j.created_at) }),
+            el("td", { "class": "mono", text: j.idempotency_key })));
+        });
+        info.textContent = "page " + pageNo + " · " + jobs.length + " jobs";
+        next.disabled = !res.data.next;
+        next.onclick = function () {
+          var nq = new URLSearchParams(q.toString());
+          nq.set("after", res.data.next); nq.set("page", String(pageNo + 1));
+          go("jobs", "", nq);
+        };
+      });
+    };
+  }
+
+  function findKey(k, dc) {
+    var p = "/v1/idempotency-keys/" + encodeURIComponent(k) + (dc ? "?datacenter=" + encodeURIComponent(dc) : "");
+    call("GET", p, token()).then(function (res) {
+      if (res.data.job_id) go("job", res.data.job_id, dc ? new URLSearchParams({ datacenter: dc }) : null);
+      else message("key " + k + " is " + res.data.state + " (no job)", "error");
+    }, showError);
+  }
+
+  // ---------- one job ----------
+  function viewJob(main, r, gen) {
+    var id = r.arg, dc = r.query.get("datacenter") || "";
+    var box = el("div", { id: "job" });
+    main.appendChild(el("h2", null, "Job ", el("span", { "class": "mono", id: "job-id", text: id })));
+    var actions = el("div", { "class": "actions" });
+    var cancel = el("button", { type: "button", id: "btn-cancel", "class": "danger", text: "Cancel", disabled: true });
+    var retry = el("button", { type: "button", id: "btn-retry", "class": "primary", text: "Retry", disabled: true });
+    actions.appendChild(cancel); actions.appendChild(retry);
+    main.appendChild(actions);
+    main.appendChild(box);
+    var path = "/v1/jobs/" + encodeURIComponent(id);
+    function act(name) {
+      // One Idempotency-Key per click: a lost answer retried by the browser
+      // is replayed by the gate, never applied twice.
+      var key = "console-" + (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2));
+      cancel.disabled = retry.disabled = true;
+      call("POST", path + "/" + name, token(), { "Idempotency-Key": key }).then(function () {
+        message(name === "cancel" ? "Cancelled." : "Queued for another attempt.", "ok");
+        refresh();
+      }, showError);
+    }
+    cancel.addEventListener("click", function () { act("cancel"); });
+    retry.addEventListener("click", function () { act("retry"); });
+    function refresh() {
+      return call("GET", path + (dc ? "?datacenter=" + encodeURIComponent(dc) : ""), token()).then(function (res) {
+        if (gen !== generation) return;
+        var j = res.data;
+        cancel.disabled = j.state !== "queued";
+        retry.disabled = !(j.state === "failed" || j.state === "dead");
+        box.textContent = "";
+        var dl = el("dl", { "class": "kv" });
+        function row(k, v, id) { dl.appendChild(el("dt", { text: k })); dl.appendChild(el("dd", id ? { id: id } : null, v)); }
+        row("state", stateBadge(j), "job-state");
+        row("type", j.type, "job-type");
+        row("idempotency key", el("span", { "class": "mono", text: j.idempotency_key }), "job-key");
+        row("admission", j.status);
+        row("created", fmtTime(j.created_at) + " (" + age(j.created_at) + " ago)");
+        row("attempts", j.attempts === undefined ? "—" : String(j.attempts), "job-attempts");
+        var dcs = Object.keys(j.datacenters || {}).sort().map(function (d) { return d + ": " + j.datacenters[d].status; });
+        row("datacenters", dcs.join(", "), "job-datacenters");
+        Object.keys(j).forEach(function (k) {
+          if (["job_id", "type", "status", "idempotency_key", "created_at", "datacenters", "payload", "state", "attempts", "result", "error"].indexOf(k) < 0) {
+            row(k.replace(/_/g, " "), typeof j[k] === "object" ? json(j[k]) : String(j[k]));
+          }
+        });
+        row("payload", json(j.payload), "job-payload");
+        if ("result" in j) row("result", json(j.result), "job-result");
+        if ("error" in j) row("error", el("pre", { "class": "mono", text: j.error }), "job-error");
+        box.appendChild(dl);
+      });
+    }
+    return refresh;
+  }
+
+  // ---------- queues ----------
+  // Per type: the queued and running jobs (counted up to one page of 1000,
+  // shown as "1000+" beyond) and the age of the oldest queued job; the
+  // types are those of the jobs of the newest page seen, and any typed in.
+  function viewQueues(main, r, gen) {
+    var types = el("input", { id: "q-types", placeholder: "type,type", size: 40 });
+    types.value = r.query.get("types") || "";
+    main.appendChild(el("form", { "class": "filters", onsubmit: function (ev) {
+      ev.preventDefault();
+      go("queues", "", new URLSearchParams({ types: types.value.replace(/\s+/g, "") }));
+    } }, el("label", null, "job types (comma-separated; empty: the types of your first 1000 jobs)", types),
+      el("button", { type: "submit", text: "Show" })));
+    var tbody = el("tbody");
+    main.appendChild(el("table", { id: "queues" }, el("thead", null, el("tr", null,
+      el("th", { text: "type" }), el("th", { text: "queued" }), el("th", { text: "running" }), el("th", { text: "oldest queued" }))), tbody));
+    main.appendChild(el("p", { "class": "note", text: "Counts stop at one page of 1000 jobs per state and type (1000+ beyond); the cluster view has the datacenter's totals." }));
+    function count(type, state) {
+      return call("GET", "/v1/jobs?" + new URLSearchParams({ type: type, state: state, limit: "1000" }).toString(), token())
+        .then(function (res) { return { n: res.data.jobs.length, more: !!res.data.next, first: res.data.jobs[0] }; });
+    }
+    return function refresh() {
+      var list = types.value ? Promise.resolve(types.value.split(",").filter(Boolean)) :
+        call("GET", "/v1/jobs?limit=1000", token()).then(function (res) {
+          var seen = {};
+          res.data.jobs.forEach(function (j) { seen[j.type] = true; });
+          return Object.keys(seen).sort();
+        });
+      return list.then(function (ts) {
+        return Promise.all(ts.map(function (t) { return Promise.all([count(t, "queued"), count(t, "running")]); }))
+          .then(function (rows) {
+            if (gen !== generation) return;
+            tbody.textContent = "";
+            if (!ts.length) tbody.appendChild(el("tr", null, el("td", { colspan: 4, text: "no jobs" })));
+            rows.forEach(function (pair, i) {
+              tbody.appendChild(el("tr", { "data-type": ts[i] }, el("td", { text: ts[i] }),
+                el("td", { "class": "queued", text: pair[0].n + (pair[0].more ? "+" : "") }),
+                el("td", { "class": "running", text: pair[1].n + (pair[1].more ? "+" : "") }),
+                el("td", { text: pair[0].first ? age(pair[0].first.created_at) : "—" })));
+            });
+          });
+      });
+    };
+  }
+
+  // ---------- cluster ----------
+  function viewCluster(main, r, gen) {
+    var box = el("div", { id: "cluster" });
+    main.appendChild(box);
+    if (!operatorToken()) {
+      main.appendChild(el("p", { "class": "note", text: "The cluster view needs an operator token: sign in with one (a gate without token files asks for none)." }));
+    }
+    function meter(used, max, unit) {
+      var f = unit === "bytes" ? bytes : String;
+      if (!max) return el("span", { text: f(used) + " (no bound)" });
+      return el("span", null, el("meter", { min: 0, max: max, value: used, high: max * 0.8 }), " " + f(used) + " / " + f(max));
+    }
+    function bytes(n) {
+      var units = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+      while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+      return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+    }
+    return function refresh() {
+      return call("GET", "/v1/cluster", operatorToken()).then(function (res) {
+        if (gen !== generation) return;
+        var c = res.data;
+        box.textContent = "";
+        var l = c.leader || {};
+        box.appendChild(el("h2", { text: "Datacenter " + c.datacenter }));
+        box.appendChild(el("dl", { "class": "kv" },
+          el("dt", { text: "leader" }), el("dd", { id: "cluster-leader", text: l.node_id ? l.node_id + " (term " + l.term + ")" : "none" }),
+          el("dt", { text: "commit index" }), el("dd", { text: String(l.commit_index || 0) }),
+          el("dt", { text: "ledger time" }), el("dd", { text: fmtTime(l.ledger_time) }),
+          el("dt", { text: "jobs" }), el("dd", { id: "cluster-queues", text: l.queues ? STATES.map(function (s) { return s + " " + l.queues[s]; }).join(" · ") : "" })));
+        var b = l.budgets;
+        if (b) {
+          box.appendChild(el("h2", { text: "Budgets (leader)" }));
+          box.appendChild(el("dl", { "class": "kv", id: "cluster-budgets" },
+            el("dt", { text: "entries" }), el("dd", null, meter(b.entries, b.max_entries)),
+            el("dt", { text: "bytes" }), el("dd", null, meter(b.bytes, b.max_bytes, "bytes")),
+            el("dt", { text: "queued jobs" }), el("dd", null, meter(b.queued, b.max_queued)),
+            el("dt", { text: "outbox" }), el("dd", null, meter(b.outbox, b.outbox_max))));
+        }
+        box.appendChild(el("h2", { text: "Managers" }));
+        var mt = el("tbody");
+        (c.managers || []).forEach(function (m) {
+          var s = m.status || {};
+          var offsets = s.clock_offsets_seconds ? Object.keys(s.clock_offsets_seconds).sort().map(function (k) {
+            return k + " " + s.clock_offsets_seconds[k].toFixed(3) + " s"; }).join(", ") : "";
+          mt.appendChild(el("tr", { "data-manager": s.node_id || m.addr },
+            el("td", { "class": "mono", text: m.addr }), el("td", { text: s.node_id || "" }),
+            el("td", { text: m.error ? "unreachable: " + m.error : (s.raft_state || "") + (s.is_leader ? " ★" : "") }),
+            el("td", { text: s.term === undefined ? "" : String(s.term) }), el("td", { text: s.commit_index === undefined ? "" : String(s.commit_index) }),
+            el("td", { text: s.clock_group_offset_seconds === undefined ? "" : s.clock_group_offset_seconds.toFixed(3) + " s" }),
+            el("td", { "class": "mono", text: offsets }),
+            el("td", { text: s.budgets ? String(s.budgets.outbox) : "" })));
+        });
+        box.appendChild(el("table", { id: "managers" }, el("thead", null, el("tr", null,
+          el("th", { text: "address" }), el("th", { text: "node" }), el("th", { text: "raft" }), el("th", { text: "term" }),
+          el("th", { text: "commit" }), el("th", { text: "clock vs group" }), el("th", { text: "clock offsets of peers" }),
+          el("th", { text: "outbox" }))), mt));
+        box.appendChild(el("h2", { text: "Gates" }));
+        box.appendChild(el("ul", { id: "gates" }, (c.gates || []).map(function (g) {
+          return el("li", null, g.name + (g.datacenter ? " (" + g.datacenter + ")" : "") + (g.state ? " — " + g.state : ""));
+        }).reduce(function (f, li) { f.appendChild(li); return f; }, document.createDocumentFragment())));
+        box.appendChild(el("h2", { text: "Datacenters" }));
+        var dt = el("tbody");
+        (c.datacenters || []).forEach(function (d) {
+          var s = d.leader || {};
+          dt.appendChild(el("tr", { "data-datacenter": d.name }, el("td", { text: d.name }),
+            el("td", { "class": "mono", text: (d.managers || []).join(", ") }),
+            el("td", { text: d.error ? "unreachable: " + d.error : (s.node_id || "") + (s.term !== undefined ? " (term " + s.term + ")" : "") }),
+            el("td", { text: s.budgets ? s.budgets.outbox + " / " + s.budgets.outbox_max : "" })));
+        });
+        box.appendChild(el("table", { id: "datacenters" }, el("thead", null, el("tr", null,
+          el("th", { text: "datacenter" }), el("th", { text: "managers" }), el("th", { text: "leader" }), el("th", { text: "outbox backlog" }))), dt));
+      });
+    };
+  }
+
+  function showError(err) {
+    if (err instanceof ApiError) {
+      if (err.status === 401) {
+        message("Not signed in, or the token is not accepted here (401): sign in.", "error");
+        return;
+      }
+      message(err.message + (err.problem.code ? " (" + err.problem.code + ")" : ""), "error");
+      return;
+    }
+    message(String(err && err.message || err), "error");
+  }
+
+  function render() {
+    generation++;
+    var gen = generation;
+    if (timer) { clearTimeout(timer); timer = null; }
+    var r = route(), main = $("view");
+    main.textContent = "";
+    message("");
+    ["jobs", "queues", "cluster"].forEach(function (v) { $("nav-" + v).className = r.view === v || (v === "jobs" && r.view === "job") ? "active" : ""; });
+    $("who").textContent = token() ? "signed in" : "";
+    var views = { signin: viewSignin, jobs: viewJobs, job: viewJob, queues: viewQueues, cluster: viewCluster };
+    var refresh = (views[r.view] || viewJobs)(main, r, gen);
+    if (!refresh) return;
+    function tick() {
+      refresh().then(function () {
+        if (gen !== generation) return;
+        $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+        if ($("message").className === "error") message("");
+      }, showError).then(function () {
+        if (gen !== generation) return;
+        var every = Number(store.getItem(POLL) || "2000");
+        if (every > 0) timer = setTimeout(tick, every);
+      });
+    }
+    tick();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var poll = $("poll");
+    poll.value = store.getItem(POLL) || "2000";
+    poll.addEventListener("change", function () { store.setItem(POLL, poll.value); render(); });
+    $("signout").addEventListener("click", function () { store.removeItem(TOKEN); store.removeItem(OPTOKEN); go("signin"); });
+    window.addEventListener("hashchange", render);
+    if (!location.hash) location.replace("#/" + (store.getItem(TOKEN) === null ? "signin" : "jobs"));
+    render();
+  });
+})();

@@ -1,0 +1,134 @@
+package console
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func serve(t *testing.T, method, path string, hdr ...string) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	Handler(nil).ServeHTTP(rec, req)
+	return rec.Result()
+}
+
+func body(t *testing.T, r *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Every answer, found or not, carries the security headers.
+func checkHeaders(t *testing.T, path string, h http.Header) {
+	t.Helper()
+	for name, want := range map[string]string{
+		"Content-Security-Policy": ContentSecurityPolicy,
+		"X-Frame-Options":         "DENY",
+		"X-Content-Type-Options":  "nosniff",
+		"Referrer-Policy":         "no-referrer",
+	} {
+		if got := h.Get(name); got != want {
+			t.Errorf("%s: %s = %q, want %q", path, name, got, want)
+		}
+	}
+}
+
+func TestPolicyIsStrict(t *testing.T) {
+	for _, want := range []string{"default-src 'self'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "object-src 'none'"} {
+		if !strings.Contains(ContentSecurityPolicy, want) {
+			t.Errorf("the policy lacks %q: %s", want, ContentSecurityPolicy)
+		}
+	}
+	for _, bad := range []string{"unsafe-inline", "unsafe-eval", "*", "http:", "https:"} {
+		if strings.Contains(ContentSecurityPolicy, bad) {
+			t.Errorf("the policy allows %q: %s", bad, ContentSecurityPolicy)
+		}
+	}
+}
+
+func TestAssetsServed(t *testing.T) {
+	for path, want := range map[string]struct{ ctype, contains string }{
+		"/ui/":           {"text/html; charset=utf-8", `<script src="app.js" defer></script>`},
+		"/ui/index.html": {"text/html; charset=utf-8", "<title>once console</title>"},
+		"/ui/app.js":     {"text/javascript; charset=utf-8", "sessionStorage"},
+		"/ui/app.css":    {"text/css; charset=utf-8", "table"},
+	} {
+		r := serve(t, http.MethodGet, path)
+		if r.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, r.StatusCode)
+		}
+		checkHeaders(t, path, r.Header)
+		if got := r.Header.Get("Content-Type"); got != want.ctype {
+			t.Errorf("GET %s: Content-Type %q, want %q", path, got, want.ctype)
+		}
+		if b := body(t, r); !strings.Contains(b, want.contains) {
+			t.Errorf("GET %s: the body lacks %q", path, want.contains)
+		}
+		if r.Header.Get("ETag") == "" {
+			t.Errorf("GET %s: no ETag", path)
+		}
+		// A revalidation with the ETag is 304.
+		if r2 := serve(t, http.MethodGet, path, "If-None-Match", r.Header.Get("ETag")); r2.StatusCode != http.StatusNotModified {
+			t.Errorf("GET %s with its ETag: %d, want 304", path, r2.StatusCode)
+		}
+	}
+	if r := serve(t, http.MethodHead, "/ui/app.js"); r.StatusCode != http.StatusOK || body(t, r) != "" {
+		t.Errorf("HEAD /ui/app.js: %d", r.StatusCode)
+	}
+}
+
+// The page runs no inline script or style: everything comes from the
+// gate's own files, which the policy allows.
+func TestNoInlineScriptOrStyle(t *testing.T) {
+	html := body(t, serve(t, http.MethodGet, "/ui/"))
+	for _, bad := range []string{"<script>", "style=", "onclick=", "onload=", "javascript:", "http://", "https://"} {
+		if strings.Contains(html, bad) {
+			t.Errorf("index.html contains %q", bad)
+		}
+	}
+	js := body(t, serve(t, http.MethodGet, "/ui/app.js"))
+	for _, bad := range []string{"innerHTML", "eval(", "new Function", "localStorage", "document.write"} {
+		if strings.Contains(js, bad) {
+			t.Errorf("app.js contains %q", bad)
+		}
+	}
+}
+
+func TestUnknownPathIsNotFound(t *testing.T) {
+	for _, path := range []string{"/ui/nope", "/ui/assets/app.js", "/ui/../console.go", "/elsewhere"} {
+		r := serve(t, http.MethodGet, path)
+		if r.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", path, r.StatusCode)
+		}
+		checkHeaders(t, path, r.Header)
+	}
+	called := false
+	h := Handler(func(w http.ResponseWriter, r *http.Request) { called = true; w.WriteHeader(http.StatusTeapot) })
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ui/missing.js", nil))
+	if !called || rec.Code != http.StatusTeapot {
+		t.Errorf("the notFound handler was not used: called %v, status %d", called, rec.Code)
+	}
+}
+
+func TestPathsListTheAssets(t *testing.T) {
+	got := map[string]bool{}
+	for _, p := range Paths() {
+		got[p] = true
+	}
+	for _, want := range []string{"", "index.html", "app.js", "app.css"} {
+		if !got[want] {
+			t.Errorf("Paths lacks %q: %v", want, Paths())
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package gate
+
+import (
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/console"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// The web console (internal/console, docs/console.md) at /ui/, and the
+// operators' read of the cluster it shows: GET /v1/cluster.
+
+// ClusterView is the answer of GET /v1/cluster: the gate's datacenter as its
+// managers report it (rpc.Status), the gates it knows, and the other
+// datacenters of the federation with their leaders' status.
+type ClusterView struct {
+	Datacenter string `json:"datacenter"`
+	// Gate is the answering gate's name.
+	Gate string `json:"gate"`
+	// Leader is the datacenter leader's status; null when none answered.
+	Leader *rpc.Status `json:"leader"`
+	// Managers are the managers the gate resolves, each with its own status
+	// or the error of asking it.
+	Managers []ManagerView `json:"managers"`
+	// Gates are the gates of the datacenter's gossip pool (this one alone
+	// when the gate does not gossip).
+	Gates []GateView `json:"gates"`
+	// Datacenters are the federation's datacenters, the gate's own
+	// included, by name.
+	Datacenters []DatacenterView `json:"datacenters"`
+}
+
+// ManagerView is one manager in ClusterView.
+type ManagerView struct {
+	Addr   string      `json:"addr"`
+	Status *rpc.Status `json:"status,omitempty"`
+	Error  string      `json:"error,omitempty"`
+}
+
+// GateView is one gate in ClusterView.
+type GateView struct {
+	Name       string `json:"name"`
+	Datacenter string `json:"datacenter,omitempty"`
+	Addr       string `json:"addr,omitempty"`
+	State      string `json:"state,omitempty"`
+}
+
+// DatacenterView is one datacenter of the federation in ClusterView.
+type DatacenterView struct {
+	Name     string      `json:"name"`
+	Managers []string    `json:"managers"`
+	Leader   *rpc.Status `json:"leader,omitempty"`
+	Error    string      `json:"error,omitempty"`
+}
+
+// EnvOperatorTokenFile names the file of the operators' bearer tokens, the
+// credential of GET /v1/cluster (and so of the console's cluster view).
+const EnvOperatorTokenFile = "GATE_OPERATOR_TOKEN_FILE"
+
+// loadOperatorTokens reads GATE_OPERATOR_TOKEN_FILE: '<token> <operator>'
+// lines, the token file's format. Its errors are *config.Error values
+// naming the variable.
+func loadOperatorTokens(path string) (*tokenTable, error) {
+	wrap := func(err error) error {
+		return &config.Error{Env: EnvOperatorTokenFile, Flag: config.FlagName(EnvOperatorTokenFile), Value: path,
+			Want: "a readable file of '<token> <operator>' lines", Err: err}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	defer f.Close()
+	t, err := parseTokens(f)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return t, nil
+}
+
+// consoleRoutes registers the console and GET /v1/cluster.
+func (g *Gate) consoleRoutes() {
+	h := console.Handler(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, api.CodeNotFound, "no such page of the console")
+	})
+	g.route("GET "+console.Prefix, h.ServeHTTP)
+	g.route("GET /v1/cluster", g.handleCluster)
+}
+
+// authenticateOperator checks GET /v1/cluster's credential: an operator
+// token of GATE_OPERATOR_TOKEN_FILE. A gate without it accepts every
+// caller when it has no token file either (development: every route is
+// open), and none when it has one (tenants' tokens never read the cluster).
+func (g *Gate) authenticateOperator(w http.ResponseWriter, r *http.Request) bool {
+	if g.operators == nil && g.tokens == nil {
+		return true
+	}
+	if values := r.Header.Values(api.HeaderAuthorization); g.operators != nil && len(values) == 1 {
+		if name, ok := g.operators.tenant(values[0]); ok {
+			if rw, ok := w.(*responseWriter); ok {
+				rw.tenant = "operator:" + name
+			}
+			return true
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
+	writeProblem(w, http.StatusUnauthorized, api.CodeUnauthorized,
+		"an operator's 'Authorization: Bearer <token>' header is required (a token of GATE_OPERATOR_TOKEN_FILE)")
+	return false
+}
+
+// handleCluster is GET /v1/cluster: the leader's status, every resolved
+// manager's, the gates and the federation's datacenters, each asked at
+// once within the forward timeout. A manager or datacenter that does not
+// answer is listed with its error; the answer is 200 while the gate can
+// ask at all.
+func (g *Gate) handleCluster(w http.ResponseWriter, r *http.Request) {
+	if !g.authenticateOperator(w, r) {
+		return
+	}
+	ctx, cancel := g.readContext(r)
+	defer cancel()
+	view := ClusterView{Datacenter: g.cfg.Datacenter, Gate: g.cfg.NodeName, Managers: []ManagerView{}, Datacenters: []DatacenterView{}}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if st, err := g.client.LeaderStatus(ctx); err == nil {
+			view.Leader = st
+		}
+	})
+	addrs := slices.Sorted(slices.Values(g.resolver.Managers()))
+	addrs = slices.Compact(addrs)
+	view.Managers = make([]ManagerView, len(addrs))
+	for i, addr := range addrs {
+		view.Managers[i].Addr = addr
+		wg.Go(func() {
+			st, err := g.client.StatusOf(ctx, addr)
+			if err != nil {
+				view.Managers[i].Error = rpcMessage(err)
+				return
+			}
+			view.Managers[i].Status = st
+		})
+	}
+	dcs := map[string][]string{}
+	if g.federation != nil {
+		dcs = maps.Clone(g.federation.Datacenters())
+	}
+	if _, ok := dcs[g.cfg.Datacenter]; !ok {
+		dcs[g.cfg.Datacenter] = addrs
+	}
+	names := slices.Sorted(maps.Keys(dcs))
+	view.Datacenters = make([]DatacenterView, len(names))
+	for i, dc := range names {
+		view.Datacenters[i] = DatacenterView{Name: dc, Managers: slices.Sorted(slices.Values(dcs[dc]))}
+		if view.Datacenters[i].Managers == nil {
+			view.Datacenters[i].Managers = []string{}
+		}
+		wg.Go(func() {
+			st, err := g.clientFor(dc).LeaderStatus(ctx)
+			if err != nil {
+				view.Datacenters[i].Error = rpcMessage(err)
+				return
+			}
+			view.Datacenters[i].Leader = st
+		})
+	}
+	wg.Wait()
+	view.Gates = g.gates()
+	writeJSON(w, view)
+}
+
+// gates lists the gates of the gossip pool (Deps.Gates), or this gate.
+func (g *Gate) gates() []GateView {
+	if g.gatesFn != nil {
+		if gs := g.gatesFn(); len(gs) > 0 {
+			return gs
+		}
+	}
+	return []GateView{{Name: g.cfg.NodeName, Datacenter: g.cfg.Datacenter, State: "alive"}}
+}
