@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/once-dev/once/internal/console"
-	"github.com/once-dev/once/internal/gate/fakemanager"
+	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -37,7 +37,7 @@ func (l *lockedBuffer) String() string {
 // The console is served by the gate at /ui/ with its security headers; an
 // unknown page is a 404 problem with them too.
 func TestConsoleServed(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	r := tg.get(t, "/ui/")
 	if r.status != http.StatusOK || !strings.Contains(string(r.body), "app.js") {
@@ -75,7 +75,7 @@ func writeFile(t *testing.T, name, content string) string {
 // GET /v1/cluster takes an operator's token only; a tenant's is 401, and
 // no token reaches the logs, whatever the route.
 func TestClusterNeedsOperatorToken(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	tenants := writeFile(t, "tokens", "tenant-secret-token-1 acme\n")
 	operators := writeFile(t, "operators", "operator-secret-token-9 alice\n")
 	var logs lockedBuffer
@@ -96,7 +96,7 @@ func TestClusterNeedsOperatorToken(t *testing.T) {
 	if err := json.Unmarshal(r.body, &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Leader == nil || v.Leader.NodeID != "fake-manager" || len(v.Managers) != 1 || v.Managers[0].Addr != addr ||
+	if v.Leader == nil || v.Leader.NodeID != "m1" || len(v.Managers) != 1 || v.Managers[0].Addr != addr ||
 		v.Managers[0].Status == nil || len(v.Gates) != 1 || v.Gates[0].Name != "test-gate" ||
 		len(v.Datacenters) != 1 || v.Datacenters[0].Name != "dc1" {
 		t.Errorf("view %s", r.body)
@@ -118,7 +118,7 @@ func TestClusterNeedsOperatorToken(t *testing.T) {
 // A gate without any token file is open (development), and a manager that
 // does not answer is listed with its error.
 func TestClusterOpenWithoutTokens(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr, "127.0.0.1:1"}, nil)
 	r := tg.get(t, "/v1/cluster")
 	if r.status != http.StatusOK {
@@ -141,7 +141,7 @@ func TestClusterOpenWithoutTokens(t *testing.T) {
 
 // Only tenant tokens and no operator file: nobody reads the cluster.
 func TestClusterClosedWithTenantTokensOnly(t *testing.T) {
-	_, addr := startManager(t, fakemanager.Options{})
+	_, addr := startManager(t, managertest.Options{})
 	tenants := writeFile(t, "tokens", "tenant-secret-token-1 acme\n")
 	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile = tenants })
 	if r := tg.get(t, "/v1/cluster", "Authorization", "Bearer tenant-secret-token-1"); r.status != http.StatusUnauthorized {
