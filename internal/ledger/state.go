@@ -547,7 +547,7 @@ func (s *state) insertJob(j *Job) {
 	counted(s.jobs, j, 1)
 	s.jobSeq.ReplaceOrInsert(j)
 	s.jobType.ReplaceOrInsert(j)
-	s.indexJob(j)
+	s.reindexJob(nil, j)
 	s.jobCount++
 	s.jobStates[stateOf(j)]++
 	s.charge(j.Tenant, jobSize(j))
@@ -558,7 +558,7 @@ func (s *state) removeJob(j *Job) {
 	counted(s.jobs, j, -1)
 	s.jobSeq.Delete(j)
 	s.jobType.Delete(j)
-	s.unindexJob(j)
+	s.reindexJob(j, nil)
 	s.jobCount--
 	s.jobStates[stateOf(j)]--
 	s.release(j.Tenant, jobSize(j))
