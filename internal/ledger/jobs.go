@@ -335,32 +335,8 @@ func decodeExpireLeases(d *decoder) ExpireLeases {
 	return ExpireLeases{Now: d.int64(), Max: d.uvarint(), RetryAt: d.int64(), MaxAttempts: d.uvarint()}
 }
 
-// Orders of the lifecycle (state.go lists every index). A job is in them by
-// its state only; a JobLegacy job (Life nil) is in none, and their less
-// functions are only ever given lifecycle jobs and probes with a Life.
-
-func lessJobQueue(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if a.Life.RunAt != b.Life.RunAt {
-		return a.Life.RunAt < b.Life.RunAt
-	}
-	return a.Seq < b.Seq
-}
-
-func lessJobQueueType(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if c := strings.Compare(a.Type, b.Type); c != 0 {
-		return c < 0
-	}
-	if a.Life.RunAt != b.Life.RunAt {
-		return a.Life.RunAt < b.Life.RunAt
-	}
-	return a.Seq < b.Seq
-}
+// The orders of the lifecycle are declared in orders.go. A job is in them by
+// its state only (reindexJob); a JobLegacy job (Life nil) is in none.
 
 // leaseKey is what jobLeaseID holds of a RUNNING job: its key there,
 // (tenant, lease_id, seq), and its ID; a value, not the job (the index is in
@@ -426,36 +402,6 @@ func lessLeaseKey(a, b leaseKey) bool {
 		return c < 0
 	}
 	return a.seq < b.seq
-}
-
-func lessJobTenantLease(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if a.Life.LeaseExpiresAt != b.Life.LeaseExpiresAt {
-		return a.Life.LeaseExpiresAt < b.Life.LeaseExpiresAt
-	}
-	return a.Seq < b.Seq
-}
-
-func lessJobLeaseExp(a, b *Job) bool {
-	if a.Life.LeaseExpiresAt != b.Life.LeaseExpiresAt {
-		return a.Life.LeaseExpiresAt < b.Life.LeaseExpiresAt
-	}
-	if a.Seq != b.Seq {
-		return a.Seq < b.Seq
-	}
-	return a.Tenant < b.Tenant
-}
-
-func lessJobState(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if sa, sb := stateOf(a), stateOf(b); sa != sb {
-		return sa < sb
-	}
-	return a.Seq < b.Seq
 }
 
 // stateOf is j.State() without copying the job.
