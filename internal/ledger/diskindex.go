@@ -373,60 +373,7 @@ func (s *state) loadLeaseIDs() {
 	})
 }
 
-// Keys of the tables (docs/ledger.md, "State on disk").
-
-func entryKey(b []byte, e *Entry) []byte { return keyString(keyString(b, e.Tenant), e.Key) }
-
-func entryExpKey(b []byte, e *Entry) []byte { return entryKey(keyInt64(b, e.ExpiresAt), e) }
-
-func entryReservedKey(b []byte, e *Entry) []byte { return entryKey(keyInt64(b, e.ReservedAt), e) }
-
-func jobKey(b []byte, j *Job) []byte { return keyString(keyString(b, j.Tenant), j.ID) }
-
-func jobSeqKey(b []byte, j *Job) []byte { return keyUint64(keyString(b, j.Tenant), j.Seq) }
-
-func jobTypeKey(b []byte, j *Job) []byte {
-	return keyUint64(keyString(keyString(b, j.Tenant), j.Type), j.Seq)
-}
-
-func jobExpKey(b []byte, j *Job) []byte {
-	return keyString(keyUint64(keyInt64(b, j.ExpiresAt), j.Seq), j.Tenant)
-}
-
-// The groups of the per-tenant queues (diskIndex.group).
-func jobTenantGroup(b []byte, j *Job) []byte { return keyString(b, j.Tenant) }
-
-func jobTypeGroup(b []byte, j *Job) []byte { return keyString(keyString(b, j.Tenant), j.Type) }
-
-func jobStateGroup(b []byte, j *Job) []byte { return append(keyString(b, j.Tenant), byte(stateOf(j))) }
-
-func jobQueueKey(b []byte, j *Job) []byte {
-	return keyUint64(keyInt64(keyString(b, j.Tenant), j.Life.RunAt), j.Seq)
-}
-
-func jobQueueTypeKey(b []byte, j *Job) []byte {
-	return keyUint64(keyInt64(keyString(keyString(b, j.Tenant), j.Type), j.Life.RunAt), j.Seq)
-}
-
-func jobTenantLeaseKey(b []byte, j *Job) []byte {
-	return keyUint64(keyInt64(keyString(b, j.Tenant), j.Life.LeaseExpiresAt), j.Seq)
-}
-
-func jobLeaseExpKey(b []byte, j *Job) []byte {
-	return keyString(keyUint64(keyInt64(b, j.Life.LeaseExpiresAt), j.Seq), j.Tenant)
-}
-
-func jobStateKey(b []byte, j *Job) []byte {
-	return keyUint64(append(keyString(b, j.Tenant), byte(stateOf(j))), j.Seq)
-}
-
-func watermarkKey(b []byte, w *Watermark) []byte {
-	return keyString(keyString(keyString(b, w.Tenant), w.ClientID), w.Nonce)
-}
-
-func watermarkAgeKey(b []byte, w *Watermark) []byte {
-	return watermarkKey(keyInt64(b, w.UpdatedAt), w)
-}
+// The keys of the tables and orders are declared in orders.go.
 
 // storeValue decodes a value of a primary table: a snapshot record.
 func storeValue[T any](decode func(*decoder) T) func([]byte) (T, error) {

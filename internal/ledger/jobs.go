@@ -335,32 +335,8 @@ func decodeExpireLeases(d *decoder) ExpireLeases {
 	return ExpireLeases{Now: d.int64(), Max: d.uvarint(), RetryAt: d.int64(), MaxAttempts: d.uvarint()}
 }
 
-// Orders of the lifecycle (state.go lists every index). A job is in them by
-// its state only; a JobLegacy job (Life nil) is in none, and their less
-// functions are only ever given lifecycle jobs and probes with a Life.
-
-func lessJobQueue(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if a.Life.RunAt != b.Life.RunAt {
-		return a.Life.RunAt < b.Life.RunAt
-	}
-	return a.Seq < b.Seq
-}
-
-func lessJobQueueType(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if c := strings.Compare(a.Type, b.Type); c != 0 {
-		return c < 0
-	}
-	if a.Life.RunAt != b.Life.RunAt {
-		return a.Life.RunAt < b.Life.RunAt
-	}
-	return a.Seq < b.Seq
-}
+// The orders of the lifecycle are declared in orders.go. A job is in them by
+// its state only (reindexJob); a JobLegacy job (Life nil) is in none.
 
 // leaseKey is what jobLeaseID holds of a RUNNING job: its key there,
 // (tenant, lease_id, seq), and its ID; a value, not the job (the index is in
@@ -428,36 +404,6 @@ func lessLeaseKey(a, b leaseKey) bool {
 	return a.seq < b.seq
 }
 
-func lessJobTenantLease(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if a.Life.LeaseExpiresAt != b.Life.LeaseExpiresAt {
-		return a.Life.LeaseExpiresAt < b.Life.LeaseExpiresAt
-	}
-	return a.Seq < b.Seq
-}
-
-func lessJobLeaseExp(a, b *Job) bool {
-	if a.Life.LeaseExpiresAt != b.Life.LeaseExpiresAt {
-		return a.Life.LeaseExpiresAt < b.Life.LeaseExpiresAt
-	}
-	if a.Seq != b.Seq {
-		return a.Seq < b.Seq
-	}
-	return a.Tenant < b.Tenant
-}
-
-func lessJobState(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if sa, sb := stateOf(a), stateOf(b); sa != sb {
-		return sa < sb
-	}
-	return a.Seq < b.Seq
-}
-
 // stateOf is j.State() without copying the job.
 func stateOf(j *Job) JobState {
 	if j.Life == nil {
@@ -495,72 +441,37 @@ func (s *state) overBudget(old *Job, result, errLen int, maxBytes, maxTenant uin
 	return 0, false
 }
 
-// retained: the job is in the retention order (jobExp).
-func retained(j *Job) bool { return j.Life == nil || j.Life.State.Finished() }
+// retained: j is in the retention order (jobExp): a legacy or finished job.
+func retained(j *Job) bool { return j != nil && (j.Life == nil || j.Life.State.Finished()) }
 
-// indexJob and unindexJob keep the orders that depend on a job's state (all
-// but jobs, jobSeq and jobType). A legacy job's cost is one comparison.
-func (s *state) indexJob(j *Job) {
-	if j.Life == nil {
-		s.jobExp.ReplaceOrInsert(j)
-		return
-	}
-	s.jobState.ReplaceOrInsert(j)
-	switch st := j.Life.State; {
-	case st == JobQueued:
-		s.jobQueue.ReplaceOrInsert(j)
-		s.jobQueueType.ReplaceOrInsert(j)
-	case st == JobRunning:
-		s.jobTenantLease.ReplaceOrInsert(j)
-		s.jobLeaseExp.ReplaceOrInsert(j)
-		s.jobLeaseID.ReplaceOrInsert(leaseKeyOf(j))
-		s.jobDue.ReplaceOrInsert(dueKeyOf(j))
-	case st.Finished():
-		s.jobExp.ReplaceOrInsert(j)
-	}
-}
-
-func (s *state) unindexJob(j *Job) {
-	if j.Life == nil {
-		s.jobExp.Delete(j)
-		return
-	}
-	s.jobState.Delete(j)
-	switch st := j.Life.State; {
-	case st == JobQueued:
-		s.jobQueue.Delete(j)
-		s.jobQueueType.Delete(j)
-	case st == JobRunning:
-		s.jobTenantLease.Delete(j)
-		s.jobLeaseExp.Delete(j)
-		s.jobLeaseID.Delete(leaseKeyOf(j))
-		s.jobDue.Delete(dueKeyOf(j))
-	case st.Finished():
-		s.jobExp.Delete(j)
-	}
-}
-
-// reindexJob moves a job from old to j in the orders their states put them
-// in (indexJob), rewriting only the keys that changed.
+// reindexJob moves a job from old to j in the orders that depend on its
+// state (all but jobs, jobSeq and jobType), rewriting only the keys that
+// changed: the one place that says which job is in which order. old is nil
+// for a job inserted, j for a job removed.
 func (s *state) reindexJob(old, j *Job) {
-	o, n := old.Life, j.Life
-	queued := func(l *JobLife) bool { return l != nil && l.State == JobQueued }
-	running := func(l *JobLife) bool { return l != nil && l.State == JobRunning }
-	expiring := func(l *JobLife) bool { return l == nil || l.State.Finished() }
-	reorder(s.jobExp, lessJobExp, old, j, expiring(o), expiring(n))
-	reorder(s.jobState, lessJobState, old, j, o != nil, n != nil)
-	reorder(s.jobQueue, lessJobQueue, old, j, queued(o), queued(n))
-	reorder(s.jobQueueType, lessJobQueueType, old, j, queued(o), queued(n))
-	reorder(s.jobTenantLease, lessJobTenantLease, old, j, running(o), running(n))
-	reorder(s.jobLeaseExp, lessJobLeaseExp, old, j, running(o), running(n))
-	reorder(s.jobDue, lessDueKey, dueKeyOf(old), dueKeyOf(j), running(o), running(n))
-	switch {
-	case running(o) && running(n) && o.LeaseID == n.LeaseID:
-		// A heartbeat: the same lease, the same item (tenant, ID, Seq).
-	case running(o) || running(n):
-		reorder(s.jobLeaseID, lessLeaseKey, leaseKeyOf(old), leaseKeyOf(j), running(o), running(n))
+	ro, rn := inState(old, JobRunning), inState(j, JobRunning)
+	reorder(s.jobExp, lessJobExp, old, j, retained(old), retained(j))
+	reorder(s.jobState, lessJobState, old, j, old != nil && old.Life != nil, j != nil && j.Life != nil)
+	reorder(s.jobQueue, lessJobQueue, old, j, inState(old, JobQueued), inState(j, JobQueued))
+	reorder(s.jobQueueType, lessJobQueueType, old, j, inState(old, JobQueued), inState(j, JobQueued))
+	reorder(s.jobTenantLease, lessJobTenantLease, old, j, ro, rn)
+	reorder(s.jobLeaseExp, lessJobLeaseExp, old, j, ro, rn)
+	var od, nd dueKey
+	var ol, nl leaseKey
+	if ro {
+		od, ol = dueKeyOf(old), leaseKeyOf(old)
+	}
+	if rn {
+		nd, nl = dueKeyOf(j), leaseKeyOf(j)
+	}
+	reorder(s.jobDue, lessDueKey, od, nd, ro, rn)
+	if !(ro && rn && old.Life.LeaseID == j.Life.LeaseID) { // a heartbeat: the same lease, the same item
+		reorder(s.jobLeaseID, lessLeaseKey, ol, nl, ro, rn)
 	}
 }
+
+// inState: j is a lifecycle job in state st.
+func inState(j *Job, st JobState) bool { return j != nil && j.Life != nil && j.Life.State == st }
 
 // replaceJob swaps old for j (same tenant and ID, same Seq).
 func (s *state) replaceJob(old, j *Job) {

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/google/btree"
 )
@@ -23,18 +22,6 @@ import (
 // manager bounds the entries being carried by count instead
 // (MANAGER_OUTBOX_MAX_ENTRIES, FSM.OutboxLen), so this table never grows
 // past what was being carried when its entries expired.
-
-func lessOwed(a, b *Entry) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if c := strings.Compare(a.Key, b.Key); c != 0 {
-		return c < 0
-	}
-	return a.JobID < b.JobID
-}
-
-func owedKey(b []byte, e *Entry) []byte { return keyString(entryKey(b, e), e.JobID) }
 
 // owedTree is the in-memory B-tree of the owed table (a mirror's on disk).
 func owedTree(x index[*Entry]) *btree.BTreeG[*Entry] {

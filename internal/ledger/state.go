@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/google/btree"
 	"github.com/once-dev/once/pkg/api"
@@ -180,78 +179,6 @@ func (s *state) dirty(tenant string) {
 	if s.dirtyTenants != nil {
 		s.dirtyTenants[tenant] = struct{}{}
 	}
-}
-
-func lessEntryReserved(a, b *Entry) bool {
-	if a.ReservedAt != b.ReservedAt {
-		return a.ReservedAt < b.ReservedAt
-	}
-	return lessEntryKey(a, b)
-}
-
-func lessEntryKey(a, b *Entry) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	return a.Key < b.Key
-}
-
-func lessEntryExp(a, b *Entry) bool {
-	if a.ExpiresAt != b.ExpiresAt {
-		return a.ExpiresAt < b.ExpiresAt
-	}
-	return lessEntryKey(a, b)
-}
-
-func lessJobID(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	return a.ID < b.ID
-}
-
-func lessJobSeq(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	return a.Seq < b.Seq
-}
-
-func lessJobType(a, b *Job) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if c := strings.Compare(a.Type, b.Type); c != 0 {
-		return c < 0
-	}
-	return a.Seq < b.Seq
-}
-
-func lessJobExp(a, b *Job) bool {
-	if a.ExpiresAt != b.ExpiresAt {
-		return a.ExpiresAt < b.ExpiresAt
-	}
-	if a.Seq != b.Seq {
-		return a.Seq < b.Seq
-	}
-	return a.Tenant < b.Tenant // Seq is unique; this only keeps the order total
-}
-
-func lessWatermarkKey(a, b *Watermark) bool {
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c < 0
-	}
-	if c := strings.Compare(a.ClientID, b.ClientID); c != 0 {
-		return c < 0
-	}
-	return a.Nonce < b.Nonce
-}
-
-func lessWatermarkAge(a, b *Watermark) bool {
-	if a.UpdatedAt != b.UpdatedAt {
-		return a.UpdatedAt < b.UpdatedAt
-	}
-	return lessWatermarkKey(a, b)
 }
 
 // applyCtx carries what one command needs besides its body.
@@ -547,7 +474,7 @@ func (s *state) insertJob(j *Job) {
 	counted(s.jobs, j, 1)
 	s.jobSeq.ReplaceOrInsert(j)
 	s.jobType.ReplaceOrInsert(j)
-	s.indexJob(j)
+	s.reindexJob(nil, j)
 	s.jobCount++
 	s.jobStates[stateOf(j)]++
 	s.charge(j.Tenant, jobSize(j))
@@ -558,7 +485,7 @@ func (s *state) removeJob(j *Job) {
 	counted(s.jobs, j, -1)
 	s.jobSeq.Delete(j)
 	s.jobType.Delete(j)
-	s.unindexJob(j)
+	s.reindexJob(j, nil)
 	s.jobCount--
 	s.jobStates[stateOf(j)]--
 	s.release(j.Tenant, jobSize(j))

@@ -66,7 +66,7 @@ const (
 	pfxJobQueueType   byte = 'u' // (tenant, type, run_at, seq), QUEUED
 	pfxJobTenantLease byte = 'l' // (tenant, lease_expires_at, seq), RUNNING
 	pfxJobLeaseExp    byte = 'k' // (lease_expires_at, seq, tenant), RUNNING
-	pfxJobState       byte = 'z' // (tenant, state byte, seq), every lifecycle job
+	pfxJobState       byte = 'z' // (tenant, state, seq), every lifecycle job
 )
 
 var metaKey = []byte{pfxMeta}

@@ -1,0 +1,107 @@
+package ledger
+
+import "strings"
+
+// The orders of the state (docs/ledger.md, "State on disk"), each declared
+// once, as the fields it sorts by: its B-tree comparator (less, the memory
+// engine) and its pebble key (key, the disk engine, a one-byte prefix per
+// order ahead of it) both follow from that one declaration, so the engines
+// cannot disagree on an order. A key's prefix of whole fields is a group
+// (diskIndex.group: a tenant's queue). The lifecycle's orders hold only
+// lifecycle jobs (and probes with a Life).
+var (
+	lessEntryKey, entryKey              = orderOf(eTenant, eKey)
+	lessEntryExp, entryExpKey           = orderOf(eExpires, eTenant, eKey)
+	lessEntryReserved, entryReservedKey = orderOf(eReserved, eTenant, eKey)
+	lessOwed, owedKey                   = orderOf(eTenant, eKey, eJobID)
+
+	lessJobID, jobKey                     = orderOf(jTenant, jID)
+	lessJobSeq, jobSeqKey                 = orderOf(jTenant, jSeq)
+	lessJobType, jobTypeKey               = orderOf(jTenant, jType, jSeq)
+	lessJobExp, jobExpKey                 = orderOf(jExpires, jSeq, jTenant)
+	lessJobQueue, jobQueueKey             = orderOf(jTenant, jRunAt, jSeq)
+	lessJobQueueType, jobQueueTypeKey     = orderOf(jTenant, jType, jRunAt, jSeq)
+	lessJobTenantLease, jobTenantLeaseKey = orderOf(jTenant, jLeaseExpires, jSeq)
+	lessJobLeaseExp, jobLeaseExpKey       = orderOf(jLeaseExpires, jSeq, jTenant)
+	lessJobState, jobStateKey             = orderOf(jTenant, jState, jSeq)
+	_, jobTenantGroup                     = orderOf(jTenant)
+	_, jobTypeGroup                       = orderOf(jTenant, jType)
+	_, jobStateGroup                      = orderOf(jTenant, jState)
+
+	lessWatermarkKey, watermarkKey    = orderOf(wTenant, wClient, wNonce)
+	lessWatermarkAge, watermarkAgeKey = orderOf(wUpdated, wTenant, wClient, wNonce)
+)
+
+// The fields the orders sort by.
+var (
+	eTenant   = byString(func(e *Entry) string { return e.Tenant })
+	eKey      = byString(func(e *Entry) string { return e.Key })
+	eJobID    = byString(func(e *Entry) string { return e.JobID })
+	eExpires  = byInt64(func(e *Entry) int64 { return e.ExpiresAt })
+	eReserved = byInt64(func(e *Entry) int64 { return e.ReservedAt })
+
+	jTenant       = byString(func(j *Job) string { return j.Tenant })
+	jID           = byString(func(j *Job) string { return j.ID })
+	jType         = byString(func(j *Job) string { return j.Type })
+	jSeq          = byUint64(func(j *Job) uint64 { return j.Seq })
+	jExpires      = byInt64(func(j *Job) int64 { return j.ExpiresAt })
+	jRunAt        = byInt64(func(j *Job) int64 { return j.Life.RunAt })
+	jLeaseExpires = byInt64(func(j *Job) int64 { return j.Life.LeaseExpiresAt })
+	jState        = byUint64(func(j *Job) uint64 { return uint64(stateOf(j)) })
+
+	wTenant  = byString(func(w *Watermark) string { return w.Tenant })
+	wClient  = byString(func(w *Watermark) string { return w.ClientID })
+	wNonce   = byString(func(w *Watermark) string { return w.Nonce })
+	wUpdated = byInt64(func(w *Watermark) int64 { return w.UpdatedAt })
+)
+
+// field is one field of an order: exactly one of str, i64 and u64 is set.
+type field[T any] struct {
+	str func(T) string
+	i64 func(T) int64
+	u64 func(T) uint64
+}
+
+func byString[T any](f func(T) string) field[T] { return field[T]{str: f} }
+func byInt64[T any](f func(T) int64) field[T]   { return field[T]{i64: f} }
+func byUint64[T any](f func(T) uint64) field[T] { return field[T]{u64: f} }
+
+// orderOf returns the comparator and the key encoder of the order of fields:
+// strings compare as strings.Compare and encode with keyString, an int64
+// with keyInt64, a uint64 with keyUint64, all order-preserving, so pebble's
+// byte order of the keys is less's order.
+func orderOf[T any](fields ...field[T]) (less func(a, b T) bool, key func(b []byte, item T) []byte) {
+	less = func(a, b T) bool {
+		for _, f := range fields {
+			switch {
+			case f.str != nil:
+				if c := strings.Compare(f.str(a), f.str(b)); c != 0 {
+					return c < 0
+				}
+			case f.i64 != nil:
+				if x, y := f.i64(a), f.i64(b); x != y {
+					return x < y
+				}
+			default:
+				if x, y := f.u64(a), f.u64(b); x != y {
+					return x < y
+				}
+			}
+		}
+		return false
+	}
+	key = func(b []byte, item T) []byte {
+		for _, f := range fields {
+			switch {
+			case f.str != nil:
+				b = keyString(b, f.str(item))
+			case f.i64 != nil:
+				b = keyInt64(b, f.i64(item))
+			default:
+				b = keyUint64(b, f.u64(item))
+			}
+		}
+		return b
+	}
+	return less, key
+}
