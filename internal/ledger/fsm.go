@@ -327,6 +327,12 @@ func (f *FSM) Watermark(tenant, clientID, nonce string) (Watermark, bool) {
 // matching job follows it, and then next is the cursor (opts.After) of the
 // following page. Encoding next into an opaque cursor is the caller's business.
 //
+// A walk that skips jobs (a type filter within a state, or the lifecycle's
+// jobs for "committed") ends after MaxListSkips of them: the page may then
+// be short or empty, with more true and next the Seq of the last job
+// skipped, so that a rare match behind a million others costs pages, never
+// one call that holds the read lock (and Apply) for seconds.
+//
 // Cost: O(log n + limit) for n jobs in all tenants, with or without a type
 // filter and without a status: it seeks in the (tenant, seq) index, or the
 // (tenant, type, seq) index when opts.Type is set, and reads only matching
@@ -350,7 +356,14 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	size := 0
+	size, skipped := 0, 0
+	skip := func(j *Job) bool {
+		if skipped++; skipped == MaxListSkips {
+			next, more = j.Seq, true
+			return false
+		}
+		return true
+	}
 	visit := func(j *Job) bool {
 		if j.Tenant != tenant {
 			return false
@@ -359,14 +372,15 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 			return false // the end of the (tenant, state) range
 		}
 		if opts.Type != "" && j.Type != opts.Type {
-			return byState && state != JobLegacy // skipped in the state order; the end of the type range
+			// Skipped in the state order; the end of the type range.
+			return byState && state != JobLegacy && skip(j)
 		}
 		if byState && stateOf(j) != state {
-			return true // a lifecycle job, skipped for "committed"
+			return skip(j) // a lifecycle job, skipped for "committed"
 		}
 		n := ListJobBytes(j)
 		if len(jobs) == limit || (opts.MaxBytes > 0 && len(jobs) > 0 && size+n > opts.MaxBytes) {
-			more = true
+			next, more = jobs[len(jobs)-1].Seq, true
 			return false
 		}
 		size += n
@@ -389,11 +403,15 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	default:
 		f.s.jobType.AscendGreaterOrEqual(pivot, visit)
 	}
-	if len(jobs) > 0 {
+	if !more && len(jobs) > 0 {
 		next = jobs[len(jobs)-1].Seq
 	}
 	return jobs, next, more
 }
+
+// MaxListSkips bounds the jobs one ListJobs call walks past without
+// returning them (about 50 ms on disk, ~11 µs a job).
+const MaxListSkips = 4096
 
 // Pending returns every PENDING entry, oldest reservation first (by
 // (reserved_at, tenant, key)): a new leader resolves each (re-running

@@ -29,14 +29,16 @@ func listAll(t *testing.T, f *FSM, tenant string, opts ListOptions) (ids []strin
 			}
 			ids = append(ids, j.ID)
 		}
-		if len(jobs) > 0 && next != jobs[len(jobs)-1].Seq {
+		// next is the last job's Seq, or past it when the walk stopped
+		// on MaxListSkips.
+		if len(jobs) > 0 && (next < jobs[len(jobs)-1].Seq || !more && next != jobs[len(jobs)-1].Seq) {
 			t.Fatalf("next %d, last seq %d", next, jobs[len(jobs)-1].Seq)
 		}
 		if !more {
 			return ids, pages
 		}
-		if len(jobs) == 0 {
-			t.Fatal("more with an empty page")
+		if next <= opts.After {
+			t.Fatalf("next %d does not move past %d", next, opts.After)
 		}
 		opts.After = next
 	}
@@ -116,5 +118,39 @@ func TestListJobs(t *testing.T) {
 	rest, _, _ := h.f.ListJobs("acme", ListOptions{Limit: 10, After: next})
 	if len(rest) == 0 || rest[0].Seq <= next {
 		t.Fatalf("page after cursor %d: %+v", next, rest)
+	}
+}
+
+// A rare type behind many queued jobs of another type is found page by
+// page: each call walks past at most MaxListSkips jobs, then answers a short
+// (here empty) page with a cursor past what it skipped.
+func TestListSkipsBounded(t *testing.T) {
+	h := newHarness(t)
+	bulk := 2*MaxListSkips + 10
+	queue := func(key, typ string, now int64) Job {
+		r := reserve("acme", key, now)
+		r.Request.Type, r.MaxEntries = typ, uint64(bulk+1)
+		h.must(r, OutcomeReserved)
+		return h.must(QueueCommit(commit(r, now)), OutcomeCommitted).Job
+	}
+	var rare Job
+	h.quietly(func() {
+		for i := range bulk {
+			queue(fmt.Sprintf("b%05d", i), "bulk", t0+int64(i))
+		}
+		rare = queue("rare", "rare", t0+int64(bulk))
+	})
+	opts := ListOptions{Status: JobQueued.String(), Type: "rare", Limit: 10}
+	jobs, next, more := h.f.ListJobs("acme", opts)
+	if len(jobs) != 0 || !more || next == 0 {
+		t.Fatalf("first call: %d jobs, next %d, more %v; want an empty page with a cursor", len(jobs), next, more)
+	}
+	ids, pages := listAll(t, h.f, "acme", opts)
+	if !reflect.DeepEqual(ids, []string{rare.ID}) || pages != 3 {
+		t.Fatalf("found %v in %d calls; want the rare job in 3 (two bounded walks, then the rest)", ids, pages)
+	}
+	// A walk that skips nothing is not bounded: one page of 1000 bulk jobs.
+	if jobs, _, more := h.f.ListJobs("acme", ListOptions{Status: JobQueued.String(), Type: "bulk", Limit: 1000}); len(jobs) != 1000 || !more {
+		t.Fatalf("bulk page: %d jobs, more %v", len(jobs), more)
 	}
 }
