@@ -54,6 +54,9 @@ type Cluster struct {
 	// order.
 	Managers []*manager.Manager
 	Addrs    []string
+	// Transports are their Raft transports, every pair connected: a test
+	// partitions managers with Disconnect and heals with Connect.
+	Transports []*raft.InmemTransport
 	// Datacenter is their datacenter.
 	Datacenter string
 	now        func() time.Time
@@ -77,6 +80,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 	cfgs := make([]manager.Config, opts.Managers)
 	lns := make([]net.Listener, opts.Managers)
 	trans := make([]*raft.InmemTransport, opts.Managers)
+	c.Transports = trans
 	var servers []raft.Server
 	base := tb.TempDir()
 	for i := range cfgs {
