@@ -30,14 +30,6 @@ type ClockSource interface {
 	ClockOffsets() []membership.PeerOffset
 }
 
-// Unmeasured is a ClockSource that has measured nobody yet: until membership
-// runs, a manager that may lead must not take its own clock on trust.
-var Unmeasured ClockSource = unmeasured{}
-
-type unmeasured struct{}
-
-func (unmeasured) ClockOffsets() []membership.PeerOffset { return nil }
-
 // Clock-watch timings.
 const (
 	// viewTTL is how long a computed group view is reused: the view needs the

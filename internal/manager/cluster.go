@@ -28,7 +28,8 @@ type clusterMembership struct {
 // lanView is the manager's window on its datacenter's LAN pool (Deps.Peers
 // and Deps.Clock). The pool starts after the manager, whose metadata says
 // whether the node has Raft state: until then the view knows no peer and has
-// measured nobody (as Unmeasured).
+// measured nobody, so a manager that may lead does not take its own clock on
+// trust.
 type lanView struct {
 	PeerTable
 	pool atomic.Pointer[membership.Pool]

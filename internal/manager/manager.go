@@ -54,7 +54,7 @@ type Deps struct {
 	// Clock measures the other managers' clocks (clock.go). nil: none, the
 	// manager trusts its own clock as if it were alone (tests). The daemon's
 	// reads its membership pool once it runs, and has measured nobody
-	// before (Unmeasured).
+	// before.
 	Clock ClockSource
 	// ClusterTLS, when set, carries Raft over mutual TLS and is how the
 	// manager's own RPC calls (the outbox's) dial other managers.

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,6 +54,9 @@ type Cluster struct {
 	// order.
 	Managers []*manager.Manager
 	Addrs    []string
+	// Transports are their Raft transports, every pair connected: a test
+	// partitions managers with Disconnect and heals with Connect.
+	Transports []*raft.InmemTransport
 	// Datacenter is their datacenter.
 	Datacenter string
 	now        func() time.Time
@@ -76,6 +80,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 	cfgs := make([]manager.Config, opts.Managers)
 	lns := make([]net.Listener, opts.Managers)
 	trans := make([]*raft.InmemTransport, opts.Managers)
+	c.Transports = trans
 	var servers []raft.Server
 	base := tb.TempDir()
 	for i := range cfgs {
@@ -117,17 +122,30 @@ func Start(tb testing.TB, opts Options) *Cluster {
 			return &rpc.Federation{Datacenter: opts.Datacenter, Datacenters: map[string][]string{opts.Datacenter: c.Addrs}}
 		}
 	}
+	// Registered before the servers' Cleanups, this runs after them. The
+	// transports are cut first: a manager closing would otherwise hand
+	// leadership to one already closed, and raft's in-memory transport waits
+	// out its timeout on a peer that no longer reads.
+	tb.Cleanup(func() {
+		for _, tr := range trans {
+			tr.DisconnectAll()
+		}
+		var wg sync.WaitGroup
+		for _, m := range c.Managers {
+			wg.Go(func() {
+				if err := m.Close(); err != nil {
+					tb.Errorf("close manager %s: %v", m.Config().NodeID, err)
+				}
+			})
+		}
+		wg.Wait()
+	})
 	for i, cfg := range cfgs {
 		m, err := manager.New(cfg, manager.Deps{Logger: testutil.Logger(tb).With("manager", cfg.NodeID),
 			Now: opts.Now, Transport: trans[i], Peers: peers})
 		if err != nil {
 			tb.Fatalf("start manager %s: %v", cfg.NodeID, err)
 		}
-		tb.Cleanup(func() {
-			if err := m.Close(); err != nil {
-				tb.Errorf("close manager %s: %v", cfg.NodeID, err)
-			}
-		})
 		c.Managers = append(c.Managers, m)
 		var svc rpc.Service = m
 		if opts.Serve != nil {
