@@ -311,6 +311,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Filters: by state and type.
 	p.open("#/jobs?state=succeeded&type=" + workType)
 	p.wait("the filtered list", jobRow(work, "succeeded"))
+	// State and type together are read on demand, not polled.
+	p.wait("the note on manual refresh", "#manual-refresh")
 	p.screenshot("jobs")
 
 	// Its page: key, payload, state, attempts, result, datacenters.
