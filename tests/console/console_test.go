@@ -375,8 +375,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	p.wait("the cluster view", "#managers tbody tr")
 	p.until("three managers and a leader", `document.querySelectorAll("#managers tbody tr").length === 3 &&
 		!document.getElementById("cluster-leader").textContent.startsWith("none")`)
-	if got := p.text("#cluster-queues"); !strings.Contains(got, "cancelled 1") {
+	if got := p.text("#cluster-queues"); !strings.Contains(got, "queued 1") || !strings.Contains(got, "cancelled 1") {
 		t.Errorf("the datacenter's jobs: %q", got)
+	}
+	// The leader's budgets: one queued job of MANAGER_MAX_QUEUED_JOBS (default 1000000).
+	if got := eval[string](p, "the queued budget", `[...document.querySelectorAll("#cluster-budgets dt")]
+		.find(d => d.textContent === "queued jobs").nextElementSibling.textContent.trim()`); got != "1 / 1000000" {
+		t.Errorf("queued jobs budget %q, want 1 / 1000000", got)
 	}
 	p.screenshot("cluster")
 
