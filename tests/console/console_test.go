@@ -315,9 +315,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	p.wait("the note on manual refresh", "#manual-refresh")
 	p.screenshot("jobs")
 
-	// Its page: key, payload, state, attempts, result, datacenters.
-	p.run("open the job", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tr[data-job-id=%q] a`, work))))
+	// Its page, found by its idempotency key: key, payload, state,
+	// attempts, result, datacenters.
+	key := p.text(fmt.Sprintf(`#jobs tr[data-job-id=%q] td:last-child`, work))
+	eval[int](p, "type the key", fmt.Sprintf(`document.getElementById("f-key").value = %q, 1`, key))
+	p.run("find the key", chromedp.Click(chromedp.CSS("#f-apply")))
 	p.wait("the job's page", `#job-state [data-state="succeeded"]`)
+	if got := p.text("#job-id"); got != work {
+		t.Fatalf("the key %q opened job %q, want %q", key, got, work)
+	}
+	if got := p.text("#job-key"); got != key {
+		t.Errorf("key %q, want %q", got, key)
+	}
 	if got := p.text("#job-result"); !strings.Contains(got, `"done": true`) {
 		t.Errorf("result %q", got)
 	}
