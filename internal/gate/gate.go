@@ -83,18 +83,13 @@ type Gate struct {
 	cfg    Config
 	log    *slog.Logger
 	now    func() time.Time
-	tokens *tokenFile // nil: no token file, every request is tenant "default"
-	// operators are GATE_OPERATOR_TOKEN_FILE's tokens (nil: none), the
-	// credential of GET /v1/cluster.
-	operators *tokenTable
-	resolver  rpc.Resolver      // the datacenter's managers (Deps.Resolver)
-	gatesFn   func() []GateView // Deps.Gates
-	secret    string            // the cluster secret, "" for none
-	certs     *certs.Reloader   // GATE_TLS_*: nil serves plain HTTP
-	rpcTLS    *certs.Cluster    // GATE_RPC_TLS_*: nil reaches the managers over plain TCP
-	dial      rpc.DialFunc      // Deps.Dial: nil dials plainly
-	client    *rpc.Client
-	cache     *cache.Cache[*response]
+	tokens *tokenFile      // nil: no token file, every request is tenant "default"
+	secret string          // the cluster secret, "" for none
+	certs  *certs.Reloader // GATE_TLS_*: nil serves plain HTTP
+	rpcTLS *certs.Cluster  // GATE_RPC_TLS_*: nil reaches the managers over plain TCP
+	dial   rpc.DialFunc    // Deps.Dial: nil dials plainly
+	client *rpc.Client
+	cache  *cache.Cache[*response]
 	// workerReplays keeps worker calls' answers by Idempotency-Key (workers.go).
 	workerReplays *replay.Memory[*workerAnswer]
 	metrics       *metrics
@@ -102,6 +97,13 @@ type Gate struct {
 
 	federation Federation // nil: the gate's own datacenter only
 	remote     dcClients  // clients of other datacenters' leaders
+
+	// GET /v1/cluster (cluster.go): GATE_OPERATOR_TOKEN_FILE's tokens (nil:
+	// none), the datacenter's managers (Deps.Resolver), the pool's gates
+	// (Deps.Gates).
+	operators *tokenTable
+	resolver  rpc.Resolver
+	gatesFn   func() []GateView
 
 	closeOnce sync.Once
 

@@ -1,9 +1,11 @@
 package ledger
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -14,7 +16,9 @@ import (
 // jobs, the gate's 4 MiB page bound) at the ledger, for a tenant holding
 // 1,000,000 queued jobs in the disk store, as the web console asks for it:
 // the first page, a page near the end of the million (after a cursor),
-// and a page half-way through with a state filter and with a type filter. Filling
+// a page half-way through with a state filter and with a type filter, and
+// the 100 jobs of a rare type queued after the million, by type and by
+// state and type (which walks the million queued jobs of the other type). Filling
 // takes most of the run (ONCE_LIST_BENCH_JOBS changes the count):
 //
 //	go test -tags hashicorpmetrics -run '^$' -bench ListPageOfMillion -benchtime 200x -timeout 30m ./internal/ledger/
@@ -37,6 +41,22 @@ func BenchmarkListPageOfMillion(b *testing.B) {
 			logs = logs[:0]
 		}
 	}
+	// Then 100 jobs of a rare type: a filter of state and type walks the
+	// state's jobs of other types to reach them (the worst case), a filter
+	// of type alone seeks to them.
+	now := t0 + int64(n)*int64(time.Millisecond)
+	idx := g.idx
+	for i := range 100 {
+		r := reserve("acme", fmt.Sprintf("rare-%d", i), now)
+		r.Request.Type, r.MaxEntries = "rare", 1<<30
+		for _, c := range []Command{r, QueueCommit(commit(r, now))} {
+			idx++
+			logs = append(logs, &raft.Log{Index: idx, Type: raft.LogCommand, Data: Encode(c)})
+		}
+	}
+	f.ApplyBatch(logs)
+	logs = logs[:0]
+	n += 100
 	if st := f.Stats(); st.Queued != n {
 		b.Fatalf("%d queued jobs, want %d", st.Queued, n)
 	}
@@ -52,19 +72,22 @@ func BenchmarkListPageOfMillion(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		opts ListOptions
+		more bool // a page follows
 	}{
-		{"first", ListOptions{Limit: 100}},
-		{"deep", ListOptions{Limit: 100, After: at(n - 1000)}},
-		{"state", ListOptions{Limit: 100, Status: api.JobStatusQueued, After: at(n / 2)}},
-		{"type", ListOptions{Limit: 100, Type: "send_invoice", After: at(n / 2)}},
+		{"first", ListOptions{Limit: 100}, true},
+		{"deep", ListOptions{Limit: 100, After: at(n - 1100)}, true},
+		{"state", ListOptions{Limit: 100, Status: api.JobStatusQueued, After: at(n / 2)}, true},
+		{"type", ListOptions{Limit: 100, Type: "send_invoice", After: at(n / 2)}, true},
+		{"type-rare", ListOptions{Limit: 100, Type: "rare"}, false},
+		{"state-type-rare", ListOptions{Limit: 100, Status: api.JobStatusQueued, Type: "rare"}, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			opts := c.opts
 			opts.MaxBytes = maxBytes
 			b.ReportAllocs()
 			for range b.N {
-				if jobs, _, more := f.ListJobs("acme", opts); len(jobs) != 100 || !more {
-					b.Fatalf("%d jobs (more %v), want 100 and more", len(jobs), more)
+				if jobs, _, more := f.ListJobs("acme", opts); len(jobs) != 100 || more != c.more {
+					b.Fatalf("%d jobs (more %v), want 100 (more %v)", len(jobs), more, c.more)
 				}
 			}
 		})

@@ -311,11 +311,22 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Filters: by state and type.
 	p.open("#/jobs?state=succeeded&type=" + workType)
 	p.wait("the filtered list", jobRow(work, "succeeded"))
+	// State and type together are read on demand, not polled.
+	p.wait("the note on manual refresh", "#manual-refresh")
 	p.screenshot("jobs")
 
-	// Its page: key, payload, state, attempts, result, datacenters.
-	p.run("open the job", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tr[data-job-id=%q] a`, work))))
+	// Its page, found by its idempotency key: key, payload, state,
+	// attempts, result, datacenters.
+	key := p.text(fmt.Sprintf(`#jobs tr[data-job-id=%q] td:last-child`, work))
+	eval[int](p, "type the key", fmt.Sprintf(`document.getElementById("f-key").value = %q, 1`, key))
+	p.run("find the key", chromedp.Click(chromedp.CSS("#f-apply")))
 	p.wait("the job's page", `#job-state [data-state="succeeded"]`)
+	if got := p.text("#job-id"); got != work {
+		t.Fatalf("the key %q opened job %q, want %q", key, got, work)
+	}
+	if got := p.text("#job-key"); got != key {
+		t.Errorf("key %q, want %q", got, key)
+	}
 	if got := p.text("#job-result"); !strings.Contains(got, `"done": true`) {
 		t.Errorf("result %q", got)
 	}
@@ -373,8 +384,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	p.wait("the cluster view", "#managers tbody tr")
 	p.until("three managers and a leader", `document.querySelectorAll("#managers tbody tr").length === 3 &&
 		!document.getElementById("cluster-leader").textContent.startsWith("none")`)
-	if got := p.text("#cluster-queues"); !strings.Contains(got, "cancelled 1") {
+	if got := p.text("#cluster-queues"); !strings.Contains(got, "queued 1") || !strings.Contains(got, "cancelled 1") {
 		t.Errorf("the datacenter's jobs: %q", got)
+	}
+	// The leader's budgets: one queued job of MANAGER_MAX_QUEUED_JOBS (default 1000000).
+	if got := eval[string](p, "the queued budget", `[...document.querySelectorAll("#cluster-budgets dt")]
+		.find(d => d.textContent === "queued jobs").nextElementSibling.textContent.trim()`); got != "1 / 1000000" {
+		t.Errorf("queued jobs budget %q, want 1 / 1000000", got)
 	}
 	p.screenshot("cluster")
 

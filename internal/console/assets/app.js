@@ -76,7 +76,9 @@
   function go(view, arg, query) {
     var h = "#/" + view + (arg ? "/" + encodeURIComponent(arg) : "");
     var q = query ? query.toString() : "";
-    location.hash = q ? h + "?" + q : h;
+    var target = q ? h + "?" + q : h;
+    if (location.hash === target) render(); // the same view: read it again
+    else location.hash = target;
   }
 
   function fmtTime(s) { return s ? s.replace("T", " ").replace("Z", " UTC") : ""; }
@@ -154,10 +156,14 @@
     main.appendChild(el("div", { "class": "pager" }, prev, info, next));
     main.appendChild(el("p", { "class": "note", text: "Oldest first: the ledger lists a tenant's jobs in admission order; Next follows the cursor the gate returns." }));
 
+    var heavy = !!(q.get("state") && q.get("type"));
+    if (heavy) {
+      main.appendChild(el("p", { "class": "note", id: "manual-refresh", text: "State and type together walk the state's jobs of every type: this view does not refresh by itself; press Show to read it again." }));
+    }
     var api = new URLSearchParams();
     ["state", "type", "datacenter", "after"].forEach(function (k) { if (q.get(k)) api.set(k, q.get(k)); });
     api.set("limit", limit.value);
-    return function refresh() {
+    var refresh = function () {
       return call("GET", "/v1/jobs?" + api.toString(), token()).then(function (res) {
         if (gen !== generation) return;
         var jobs = res.data.jobs || [];
@@ -180,6 +186,8 @@
         };
       });
     };
+    refresh.once = heavy;
+    return refresh;
   }
 
   function findKey(k, dc) {
@@ -246,45 +254,46 @@
   }
 
   // ---------- queues ----------
-  // Per type: the queued and running jobs (counted up to one page of 1000,
-  // shown as "1000+" beyond) and the age of the oldest queued job; the
-  // types are those of the jobs of the newest page seen, and any typed in.
+  // Per type: the queued and running jobs and the age of the oldest queued
+  // one, counted in the first page (1000 jobs) of each state: two list
+  // calls whatever the tenant holds (a filter of state and type together
+  // would walk the state's jobs of every other type). Beyond a page the
+  // counts are those of the oldest 1000 jobs of the state, marked "+".
   function viewQueues(main, r, gen) {
     var types = el("input", { id: "q-types", placeholder: "type,type", size: 40 });
     types.value = r.query.get("types") || "";
     main.appendChild(el("form", { "class": "filters", onsubmit: function (ev) {
       ev.preventDefault();
       go("queues", "", new URLSearchParams({ types: types.value.replace(/\s+/g, "") }));
-    } }, el("label", null, "job types (comma-separated; empty: the types of your first 1000 jobs)", types),
+    } }, el("label", null, "job types (comma-separated; empty: every type with a queued or running job)", types),
       el("button", { type: "submit", text: "Show" })));
     var tbody = el("tbody");
     main.appendChild(el("table", { id: "queues" }, el("thead", null, el("tr", null,
       el("th", { text: "type" }), el("th", { text: "queued" }), el("th", { text: "running" }), el("th", { text: "oldest queued" }))), tbody));
-    main.appendChild(el("p", { "class": "note", text: "Counts stop at one page of 1000 jobs per state and type (1000+ beyond); the cluster view has the datacenter's totals." }));
-    function count(type, state) {
-      return call("GET", "/v1/jobs?" + new URLSearchParams({ type: type, state: state, limit: "1000" }).toString(), token())
-        .then(function (res) { return { n: res.data.jobs.length, more: !!res.data.next, first: res.data.jobs[0] }; });
+    var note = el("p", { "class": "note", text: "Counted in the oldest 1000 queued and the oldest 1000 running jobs; the cluster view has the datacenter's totals." });
+    main.appendChild(note);
+    function page(state) {
+      return call("GET", "/v1/jobs?" + new URLSearchParams({ state: state, limit: "1000" }).toString(), token())
+        .then(function (res) { return { jobs: res.data.jobs || [], more: !!res.data.next }; });
     }
     return function refresh() {
-      var list = types.value ? Promise.resolve(types.value.split(",").filter(Boolean)) :
-        call("GET", "/v1/jobs?limit=1000", token()).then(function (res) {
-          var seen = {};
-          res.data.jobs.forEach(function (j) { seen[j.type] = true; });
-          return Object.keys(seen).sort();
+      return Promise.all([page("queued"), page("running")]).then(function (pages) {
+        if (gen !== generation) return;
+        var rows = {}, wanted = types.value.split(",").filter(Boolean);
+        function row(t) { return rows[t] || (rows[t] = { queued: 0, running: 0, oldest: null }); }
+        wanted.forEach(row);
+        pages[0].jobs.forEach(function (j) { var x = row(j.type); x.queued++; if (!x.oldest) x.oldest = j.created_at; });
+        pages[1].jobs.forEach(function (j) { row(j.type).running++; });
+        var names = (wanted.length ? wanted : Object.keys(rows)).slice().sort();
+        tbody.textContent = "";
+        if (!names.length) tbody.appendChild(el("tr", { "class": "empty" }, el("td", { colspan: 4, text: "no queued or running jobs" })));
+        names.forEach(function (t) {
+          var x = rows[t];
+          tbody.appendChild(el("tr", { "data-type": t }, el("td", { text: t }),
+            el("td", { "class": "queued", text: x.queued + (pages[0].more ? "+" : "") }),
+            el("td", { "class": "running", text: x.running + (pages[1].more ? "+" : "") }),
+            el("td", { "class": "oldest", text: x.oldest ? age(x.oldest) : "—" })));
         });
-      return list.then(function (ts) {
-        return Promise.all(ts.map(function (t) { return Promise.all([count(t, "queued"), count(t, "running")]); }))
-          .then(function (rows) {
-            if (gen !== generation) return;
-            tbody.textContent = "";
-            if (!ts.length) tbody.appendChild(el("tr", null, el("td", { colspan: 4, text: "no jobs" })));
-            rows.forEach(function (pair, i) {
-              tbody.appendChild(el("tr", { "data-type": ts[i] }, el("td", { text: ts[i] }),
-                el("td", { "class": "queued", text: pair[0].n + (pair[0].more ? "+" : "") }),
-                el("td", { "class": "running", text: pair[1].n + (pair[1].more ? "+" : "") }),
-                el("td", { text: pair[0].first ? age(pair[0].first.created_at) : "—" })));
-            });
-          });
       });
     };
   }
@@ -385,18 +394,25 @@
     message("");
     ["jobs", "queues", "cluster"].forEach(function (v) { $("nav-" + v).className = r.view === v || (v === "jobs" && r.view === "job") ? "active" : ""; });
     $("who").textContent = token() ? "signed in" : "";
+    $("poll").value = store.getItem(POLL) || "2000";
     var views = { signin: viewSignin, jobs: viewJobs, job: viewJob, queues: viewQueues, cluster: viewCluster };
     var refresh = (views[r.view] || viewJobs)(main, r, gen);
     if (!refresh) return;
+    var failed = false; // the message shows this view's last failed read
     function tick() {
       refresh().then(function () {
         if (gen !== generation) return;
         $("updated").textContent = "updated " + new Date().toLocaleTimeString();
-        if ($("message").className === "error") message("");
-      }, showError).then(function () {
+        if (failed) message("");
+        failed = false;
+      }, function (err) {
+        if (gen !== generation) return;
+        failed = true;
+        showError(err);
+      }).then(function () {
         if (gen !== generation) return;
         var every = Number(store.getItem(POLL) || "2000");
-        if (every > 0) timer = setTimeout(tick, every);
+        if (every > 0 && !refresh.once) timer = setTimeout(tick, every);
       });
     }
     tick();
