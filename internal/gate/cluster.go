@@ -3,11 +3,9 @@ package gate
 import (
 	"maps"
 	"net/http"
-	"os"
 	"slices"
 	"sync"
 
-	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/console"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
@@ -67,20 +65,7 @@ const EnvOperatorTokenFile = "GATE_OPERATOR_TOKEN_FILE"
 // lines, the token file's format. Its errors are *config.Error values
 // naming the variable.
 func loadOperatorTokens(path string) (*tokenTable, error) {
-	wrap := func(err error) error {
-		return &config.Error{Env: EnvOperatorTokenFile, Flag: config.FlagName(EnvOperatorTokenFile), Value: path,
-			Want: "a readable file of '<token> <operator>' lines", Err: err}
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, wrap(err)
-	}
-	defer f.Close()
-	t, err := parseTokens(f)
-	if err != nil {
-		return nil, wrap(err)
-	}
-	return t, nil
+	return loadTokens(EnvOperatorTokenFile, "operator", path)
 }
 
 // consoleRoutes registers the console and GET /v1/cluster.

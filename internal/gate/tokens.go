@@ -126,23 +126,32 @@ func (f *tokenFile) Watch(ctx context.Context, interval time.Duration) {
 // values naming GATE_TOKEN_FILE (so they match config.ErrInvalid) and wrap the
 // cause (a *TokenFileError or the file system's error).
 func loadTokenFile(path string) (*tokenTable, error) {
-	wrap := func(err error) error { return tokenFileError(path, err) }
+	return loadTokens(EnvTokenFile, "tenant", path)
+}
+
+// loadTokens reads a file of '<token> <holder>' lines at path, the file of
+// the variable env. Its errors are *config.Error values naming env.
+func loadTokens(env, holder, path string) (*tokenTable, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, wrap(err)
+		return nil, tokensError(env, holder, path, err)
 	}
 	defer f.Close()
 	t, err := parseTokens(f)
 	if err != nil {
-		return nil, wrap(err)
+		return nil, tokensError(env, holder, path, err)
 	}
 	return t, nil
 }
 
 // tokenFileError is a *config.Error naming GATE_TOKEN_FILE that wraps err.
-func tokenFileError(path string, err error) error {
-	return &config.Error{Env: EnvTokenFile, Flag: config.FlagName(EnvTokenFile), Value: path,
-		Want: "a readable file of '<token> <tenant>' lines", Err: err}
+func tokenFileError(path string, err error) error { return tokensError(EnvTokenFile, "tenant", path, err) }
+
+// tokensError is a *config.Error naming env, the variable of a token file
+// of '<token> <holder>' lines, that wraps err.
+func tokensError(env, holder, path string, err error) error {
+	return &config.Error{Env: env, Flag: config.FlagName(env), Value: path,
+		Want: "a readable file of '<token> <" + holder + ">' lines", Err: err}
 }
 
 // parseTokens reads the token file format: one "<token> <tenant>" pair per line,

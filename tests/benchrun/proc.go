@@ -60,27 +60,7 @@ func procIO(pid int) (int64, error) {
 	return parseProcIO(b)
 }
 
-func parseProcIO(b []byte) (int64, error) {
-	var sum int64
-	found := 0
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (name != "syscr" && name != "syscw") {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("proc io: %s: %w", name, err)
-		}
-		sum += n
-		found++
-	}
-	if found != 2 {
-		return 0, errors.New("proc io: syscr or syscw missing")
-	}
-	return sum, nil
-}
+func parseProcIO(b []byte) (int64, error) { return sumFields(b, "proc io", "syscr", "syscw") }
 
 // procSwitches returns a process's context switches, voluntary (a thread
 // blocked: a wake-up later) and involuntary (preempted), summed over its
@@ -109,23 +89,29 @@ func procSwitches(pid int) (int64, error) {
 }
 
 func parseSwitches(b []byte) (int64, error) {
+	return sumFields(b, "proc status", "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+}
+
+// sumFields sums the integer values of the "name: value" lines of b named
+// a and b; both must be there. what names the file in errors.
+func sumFields(text []byte, what, a, b string) (int64, error) {
 	var sum int64
 	found := 0
-	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc := bufio.NewScanner(bytes.NewReader(text))
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (name != "voluntary_ctxt_switches" && name != "nonvoluntary_ctxt_switches") {
+		if !ok || (name != a && name != b) {
 			continue
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("proc status: %s: %w", name, err)
+			return 0, fmt.Errorf("%s: %s: %w", what, name, err)
 		}
 		sum += n
 		found++
 	}
 	if found != 2 {
-		return 0, errors.New("proc status: context switch counts missing")
+		return 0, fmt.Errorf("%s: %s or %s missing", what, a, b)
 	}
 	return sum, nil
 }

@@ -85,29 +85,10 @@ func startCluster(t *testing.T) *localcluster.Cluster {
 	if err := os.WriteFile(operators, []byte(tokenOperator+" ops\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := localcluster.New(localcluster.Options{BinDir: binDir, BaseDir: filepath.Join(dir, "cluster"), Managers: 3, Gates: 1, Fast: true,
+	return localcluster.StartForTest(t, localcluster.Options{BinDir: binDir, BaseDir: filepath.Join(dir, "cluster"), Managers: 3, Gates: 1, Fast: true,
 		Env:        []string{"MANAGER_LOG_LEVEL=info", "GATE_LOG_LEVEL=info"},
 		GateEnv:    []string{"GATE_TOKEN_FILE=" + tokens, "GATE_OPERATOR_TOKEN_FILE=" + operators},
 		ManagerEnv: []string{"MANAGER_JOB_MAX_ATTEMPTS=1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Stop()
-		if t.Failed() {
-			for _, n := range c.All() {
-				b, _ := os.ReadFile(n.LogPath)
-				if len(b) > 4000 {
-					b = b[len(b)-4000:]
-				}
-				t.Logf("---- %s tail ----\n%s", n.Name, b)
-			}
-		}
-	})
-	return c
 }
 
 // newClient is a Go client of the gate for one tenant.

@@ -7,12 +7,8 @@
 package console
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/once-dev/once/tests/localcluster"
 )
@@ -20,26 +16,4 @@ import (
 // binDir holds the gate and manager binaries built for the run.
 var binDir string
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	code := func() int {
-		if testing.Short() {
-			return m.Run()
-		}
-		dir, err := os.MkdirTemp("", "once-console-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if err := localcluster.Build(ctx, dir, false); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		binDir = dir
-		return m.Run()
-	}()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(localcluster.TestMainBuilding(m, &binDir)) }
