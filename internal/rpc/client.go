@@ -87,7 +87,8 @@ type Client struct {
 	leader string // last known leader, "" when unknown
 	rr     int    // round-robin position over Resolver.Managers()
 	closed bool
-	peers  map[string]*peer // submit streams by manager address
+	peers  map[string]*peer     // submit streams by manager address
+	conns  map[string]*callConn // unary calls' connections by manager address (call.go)
 
 	laneRR atomic.Uint64 // round-robin position over a peer's lanes
 }
@@ -156,7 +157,7 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Streams <= 0 {
 		cfg.Streams = 2
 	}
-	return &Client{cfg: cfg, hc: &http.Client{Transport: cfg.Transport}, log: cfg.Logger, peers: map[string]*peer{}}
+	return &Client{cfg: cfg, hc: &http.Client{Transport: cfg.Transport}, log: cfg.Logger, peers: map[string]*peer{}, conns: map[string]*callConn{}}
 }
 
 // Leader returns the last known leader's RPC address ("" when unknown).
@@ -172,6 +173,7 @@ func (c *Client) CloseIdleConnections() {
 	for _, l := range c.takeLanes(func(l *lane) bool { return l.idle() }) {
 		l.close()
 	}
+	c.closeConns(false)
 	c.hc.CloseIdleConnections()
 }
 
@@ -185,6 +187,7 @@ func (c *Client) Close() {
 	for _, l := range c.takeLanes(func(*lane) bool { return true }) {
 		l.close()
 	}
+	c.closeConns(true)
 	c.hc.CloseIdleConnections()
 }
 

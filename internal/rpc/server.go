@@ -13,9 +13,8 @@ import (
 // maxRequestBytes bounds an RPC answer's body: a job body is at most a few MiB.
 const maxRequestBytes = 16 << 20
 
-// NewHandler serves svc's reads (HTTP/JSON), its worker calls when svc
-// implements Workers, and the tenants' job actions when it implements
-// JobActions, on its own ServeMux (never the global one). Extra routes (metrics, failpoints) may be added to the returned
+// NewHandler serves svc's reads (HTTP/JSON) on its own ServeMux (never the
+// global one). Extra routes (metrics, failpoints) may be added to the returned
 // mux by the caller. Submissions travel on the submit stream (NewServer).
 func NewHandler(svc Service, logger *slog.Logger) *http.ServeMux {
 	if logger == nil {
@@ -27,12 +26,6 @@ func NewHandler(svc Service, logger *slog.Logger) *http.ServeMux {
 	mux.HandleFunc("GET /rpc/v1/jobs", h.listJobs)
 	mux.HandleFunc("GET /rpc/v1/keys", h.getKey)
 	mux.HandleFunc("GET /rpc/v1/status", h.status)
-	if w, ok := svc.(Workers); ok {
-		MountWorkers(mux, w, logger)
-	}
-	if a, ok := svc.(JobActions); ok {
-		MountJobActions(mux, a, logger)
-	}
 	return mux
 }
 

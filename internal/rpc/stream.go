@@ -81,9 +81,10 @@ type lane struct {
 	err     error // non-nil once the lane is dead
 }
 
-// dialLane connects to addr and opens a Submit stream, within ctx.
-// dial, when not nil, opens the connection (ClientConfig.Dial).
-func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial DialFunc) (*lane, error) {
+// dialOptions are the options of every connection to a manager: TLS or
+// plain, the cluster secret on every call, dial, backoff, keepalive and the
+// message bounds.
+func dialOptions(secret string, tlsCfg *tls.Config, dial DialFunc) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
@@ -95,14 +96,20 @@ func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial
 	if secret != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(secretCredentials(secret)))
 	}
-	cc, err := grpc.NewClient("passthrough:///"+addr, append(opts,
+	return append(opts,
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
-	)...)
+	)
+}
+
+// dialLane connects to addr and opens a Submit stream, within ctx.
+// dial, when not nil, opens the connection (ClientConfig.Dial).
+func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial DialFunc) (*lane, error) {
+	cc, err := grpc.NewClient("passthrough:///"+addr, dialOptions(secret, tlsCfg, dial)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -127,7 +134,7 @@ func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial
 		}
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	st, err := rpcpb.NewSubmitterClient(cc).Submit(sctx)
+	st, err := rpcpb.NewManagerClient(cc).Submit(sctx)
 	if err != nil {
 		cancel()
 		_ = cc.Close()

@@ -91,7 +91,7 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
 	}, secretInterceptors(cfg.Secret)...)...)
-	rpcpb.RegisterSubmitterServer(s.grpc, &submitter{s: s})
+	rpcpb.RegisterManagerServer(s.grpc, &service{s: s})
 	return s
 }
 
@@ -190,17 +190,18 @@ func (s *Server) closeListener() {
 	}
 }
 
-// submitter serves the Submit stream: each submission of a batch runs
+// service is the Manager service of a Server (the unary methods are in
+// workers.go, actions.go). Submit serves the submit stream: each submission of a batch runs
 // Service.Submit in its own goroutine (at most MaxInFlight per stream), with
 // the deadline the gate sent, and its answer is sent as soon as it resolves;
 // answers that resolve while a Send is in progress travel together in the
 // next message.
-type submitter struct {
-	rpcpb.UnimplementedSubmitterServer
+type service struct {
+	rpcpb.UnimplementedManagerServer
 	s *Server
 }
 
-func (sv *submitter) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpcpb.SubmitResults]) error {
+func (sv *service) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpcpb.SubmitResults]) error {
 	s := sv.s
 	ctx := stream.Context()
 

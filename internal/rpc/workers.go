@@ -3,23 +3,16 @@ package rpc
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http"
-	"net/url"
 	"time"
 
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
-// The worker routes of a manager's RPC listener (docs/rpc.md). The leader
-// answers; another manager answers not_leader naming it. A job's lease, its
-// heartbeats, completion and failure are Raft commands, durable before the
-// answer.
-const (
-	LeasePath     = "/rpc/v1/leases"
-	jobActionPath = "/rpc/v1/jobs/{id}/"
-)
+// The worker calls of the Manager service (docs/rpc.md): Lease, Heartbeat,
+// Complete, Fail. The leader answers; another manager answers not_leader
+// naming it. A job's lease, its heartbeats, completion and failure are Raft
+// commands, durable before the answer.
 
 // LeaseRequest asks the leader for up to MaxJobs queued jobs of Tenant.
 // Wait, when positive, holds the call at the leader until a job is queued or
@@ -84,82 +77,146 @@ type Workers interface {
 	Fail(ctx context.Context, req *FailRequest) (*api.Job, error)
 }
 
-// MountWorkers serves w's routes on mux.
-func MountWorkers(mux *http.ServeMux, w Workers, log *slog.Logger) {
-	h := &handler{log: log}
-	mux.HandleFunc("POST "+LeasePath, func(rw http.ResponseWriter, r *http.Request) {
-		var req LeaseRequest
-		if decodeBody(h, rw, r, &req) {
-			resp, err := w.Lease(r.Context(), &req)
-			h.reply(rw, resp, err)
-		}
-	})
-	mountJobAction(mux, h, "heartbeat", func(r *HeartbeatRequest, id string) { r.JobID = id }, w.Heartbeat)
-	mountJobAction(mux, h, "complete", func(r *CompleteRequest, id string) { r.JobID = id }, w.Complete)
-	mountJobAction(mux, h, "fail", func(r *FailRequest, id string) { r.JobID = id }, w.Fail)
+// workers is the Server's Workers, or the error of a manager without them.
+func (s *Server) workers() (Workers, error) {
+	if w, ok := s.svc.(Workers); ok {
+		return w, nil
+	}
+	return nil, s.callStatus("workers", Errorf(CodeInternal, "this manager serves no worker calls"))
 }
 
-// mountJobAction serves POST /rpc/v1/jobs/{id}/<action>: the body decoded
-// into a Req, its job ID set from the path, then do.
-func mountJobAction[Req, Resp any](mux *http.ServeMux, h *handler, action string, setID func(*Req, string),
-	do func(context.Context, *Req) (*Resp, error)) {
-	mux.HandleFunc("POST "+jobActionPath+action, func(rw http.ResponseWriter, r *http.Request) {
-		var req Req
-		if decodeBody(h, rw, r, &req) {
-			setID(&req, r.PathValue("id"))
-			resp, err := do(r.Context(), &req)
-			h.reply(rw, resp, err)
-		}
-	})
-}
-
-// decodeBody reads r's JSON body into v, answering CodeInvalid when it
-// cannot; it says whether to go on.
-func decodeBody(h *handler, rw http.ResponseWriter, r *http.Request, v any) bool {
-	b, err := io.ReadAll(io.LimitReader(r.Body, MaxWorkerRequestBytes+1))
-	if err == nil && len(b) > MaxWorkerRequestBytes {
-		err = Errorf(CodeInvalid, "body over %d bytes", MaxWorkerRequestBytes)
-	}
-	if err == nil {
-		err = json.Unmarshal(b, v)
-	}
+// Lease serves Workers.Lease.
+func (sv *service) Lease(ctx context.Context, p *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
+	w, err := sv.s.workers()
 	if err != nil {
-		h.reply(rw, nil, Errorf(CodeInvalid, "body: %v", err))
-		return false
+		return nil, err
 	}
-	return true
+	return serveCall(sv.s, ctx, "lease", p, fromPBLeaseRequest, w.Lease, toPBLeaseResponse)
+}
+
+// Heartbeat serves Workers.Heartbeat.
+func (sv *service) Heartbeat(ctx context.Context, p *rpcpb.HeartbeatRequest) (*rpcpb.HeartbeatResponse, error) {
+	w, err := sv.s.workers()
+	if err != nil {
+		return nil, err
+	}
+	return serveCall(sv.s, ctx, "heartbeat", p, func(p *rpcpb.HeartbeatRequest) *HeartbeatRequest {
+		return &HeartbeatRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId(), LeaseFor: time.Duration(p.GetLeaseForNanos())}
+	}, w.Heartbeat, func(r *api.HeartbeatResponse) *rpcpb.HeartbeatResponse {
+		return &rpcpb.HeartbeatResponse{LeaseId: r.LeaseID, ExpiresAt: r.ExpiresAt}
+	})
+}
+
+// Complete serves Workers.Complete.
+func (sv *service) Complete(ctx context.Context, p *rpcpb.CompleteRequest) (*rpcpb.Job, error) {
+	w, err := sv.s.workers()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSize(p, MaxWorkerRequestBytes); err != nil {
+		return nil, sv.s.callStatus("complete", err)
+	}
+	return serveCall(sv.s, ctx, "complete", p, func(p *rpcpb.CompleteRequest) *CompleteRequest {
+		r := &CompleteRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId()}
+		if len(p.GetResult()) > 0 {
+			r.Result = p.GetResult()
+		}
+		return r
+	}, w.Complete, toPBJob)
+}
+
+// Fail serves Workers.Fail.
+func (sv *service) Fail(ctx context.Context, p *rpcpb.FailRequest) (*rpcpb.Job, error) {
+	w, err := sv.s.workers()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSize(p, MaxWorkerRequestBytes); err != nil {
+		return nil, sv.s.callStatus("fail", err)
+	}
+	return serveCall(sv.s, ctx, "fail", p, func(p *rpcpb.FailRequest) *FailRequest {
+		return &FailRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId(), Error: p.GetError(), Retry: p.GetRetry()}
+	}, w.Fail, toPBJob)
+}
+
+func toPBLeaseRequest(r *LeaseRequest) *rpcpb.LeaseRequest {
+	return &rpcpb.LeaseRequest{Tenant: r.Tenant, Worker: r.Worker, Types: r.Types, MaxJobs: int64(r.MaxJobs),
+		LeaseForNanos: int64(r.LeaseFor), WaitNanos: int64(r.Wait), Request: r.Request, Fingerprint: r.Fingerprint}
+}
+
+func fromPBLeaseRequest(p *rpcpb.LeaseRequest) *LeaseRequest {
+	return &LeaseRequest{Tenant: p.GetTenant(), Worker: p.GetWorker(), Types: p.GetTypes(), MaxJobs: int(p.GetMaxJobs()),
+		LeaseFor: time.Duration(p.GetLeaseForNanos()), Wait: time.Duration(p.GetWaitNanos()), Request: p.GetRequest(), Fingerprint: p.GetFingerprint()}
+}
+
+func toPBLeaseResponse(r *LeaseResponse) *rpcpb.LeaseResponse {
+	p := &rpcpb.LeaseResponse{Replayed: r.Replayed, Leases: make([]*rpcpb.Lease, len(r.Leases))}
+	for i := range r.Leases {
+		l := &r.Leases[i]
+		p.Leases[i] = &rpcpb.Lease{LeaseId: l.LeaseID, Job: toPBJob(&l.Job), Attempt: int64(l.Attempt), ExpiresAt: l.ExpiresAt}
+	}
+	return p
+}
+
+func fromPBLeaseResponse(p *rpcpb.LeaseResponse) *LeaseResponse {
+	r := &LeaseResponse{Replayed: p.GetReplayed(), Leases: make([]api.Lease, len(p.GetLeases()))}
+	for i, l := range p.GetLeases() {
+		r.Leases[i] = api.Lease{LeaseID: l.GetLeaseId(), Attempt: int(l.GetAttempt()), ExpiresAt: l.GetExpiresAt()}
+		if j := l.GetJob(); j != nil {
+			r.Leases[i].Job = *fromPBJob(j)
+		}
+	}
+	return r
 }
 
 // Lease asks the leader for jobs; the call may be held up to req.Wait.
 func (c *Client) Lease(ctx context.Context, req *LeaseRequest) (*LeaseResponse, error) {
-	var resp LeaseResponse
-	return &resp, c.post(ctx, LeasePath, req, req.Wait, &resp)
+	var resp *LeaseResponse
+	err := c.call(ctx, "lease", req.Wait, func(ctx context.Context, mc rpcpb.ManagerClient) error {
+		p, err := mc.Lease(ctx, toPBLeaseRequest(req))
+		if err == nil {
+			resp = fromPBLeaseResponse(p)
+		}
+		return err
+	})
+	return resp, err
 }
 
 // Heartbeat extends a lease at the leader.
 func (c *Client) Heartbeat(ctx context.Context, req *HeartbeatRequest) (*api.HeartbeatResponse, error) {
-	var resp api.HeartbeatResponse
-	return &resp, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/heartbeat", req, 0, &resp)
+	var resp *api.HeartbeatResponse
+	err := c.call(ctx, "heartbeat", 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
+		p, err := mc.Heartbeat(ctx, &rpcpb.HeartbeatRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, LeaseForNanos: int64(req.LeaseFor)})
+		if err == nil {
+			resp = &api.HeartbeatResponse{LeaseID: p.GetLeaseId(), ExpiresAt: p.GetExpiresAt()}
+		}
+		return err
+	})
+	return resp, err
 }
 
 // Complete finishes a job at the leader.
 func (c *Client) Complete(ctx context.Context, req *CompleteRequest) (*api.Job, error) {
-	var job api.Job
-	return &job, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/complete", req, 0, &job)
+	var job *api.Job
+	err := c.call(ctx, "complete", 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
+		p, err := mc.Complete(ctx, &rpcpb.CompleteRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, Result: req.Result})
+		if err == nil {
+			job = fromPBJob(p)
+		}
+		return err
+	})
+	return job, err
 }
 
 // Fail reports a failed attempt at the leader.
 func (c *Client) Fail(ctx context.Context, req *FailRequest) (*api.Job, error) {
-	var job api.Job
-	return &job, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/fail", req, 0, &job)
-}
-
-// post sends v as the JSON body of a POST to path, decoding the answer into
-// out; extra lengthens each attempt's timeout (a long poll's wait).
-func (c *Client) post(ctx context.Context, path string, v any, extra time.Duration, out any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return Errorf(CodeInvalid, "encode %s: %v", path, err)
-	}
-	return c.do(ctx, http.MethodPost, path, nil, b, extra, out)
+	var job *api.Job
+	err := c.call(ctx, "fail", 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
+		p, err := mc.Fail(ctx, &rpcpb.FailRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, Error: req.Error, Retry: req.Retry})
+		if err == nil {
+			job = fromPBJob(p)
+		}
+		return err
+	})
+	return job, err
 }
