@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/logging"
-	"github.com/once-dev/once/pkg/api"
 )
 
 // Resolver tells a client where the datacenter's managers are.
@@ -291,48 +290,6 @@ func (c *Client) lane(ctx context.Context, addr string) (*lane, error) {
 	}
 	s.l = l
 	return l, nil
-}
-
-// GetJob reads a job at the leader.
-func (c *Client) GetJob(ctx context.Context, tenant, id string) (*api.Job, error) {
-	var job api.Job
-	q := url.Values{"tenant": {tenant}}
-	if err := c.do(ctx, http.MethodGet, "/rpc/v1/jobs/"+url.PathEscape(id), q, nil, 0, &job); err != nil {
-		return nil, err
-	}
-	return &job, nil
-}
-
-// ListJobs reads a page of jobs at the leader.
-func (c *Client) ListJobs(ctx context.Context, req *ListJobsRequest) (*ListJobsResponse, error) {
-	q := url.Values{"tenant": {req.Tenant}}
-	if req.Type != "" {
-		q.Set("type", req.Type)
-	}
-	if req.Status != "" {
-		q.Set("status", req.Status)
-	}
-	if req.Limit != 0 {
-		q.Set("limit", fmt.Sprint(req.Limit))
-	}
-	if req.After != "" {
-		q.Set("after", req.After)
-	}
-	var resp ListJobsResponse
-	if err := c.do(ctx, http.MethodGet, "/rpc/v1/jobs", q, nil, 0, &resp); err != nil {
-		return nil, err
-	}
-	return &resp, nil
-}
-
-// GetKey reads an idempotency key's entry at the leader.
-func (c *Client) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo, error) {
-	var info api.KeyInfo
-	q := url.Values{"tenant": {tenant}, "key": {key}}
-	if err := c.do(ctx, http.MethodGet, "/rpc/v1/keys", q, nil, 0, &info); err != nil {
-		return nil, err
-	}
-	return &info, nil
 }
 
 // LeaderStatus returns the leader's status: it succeeds only when a leader

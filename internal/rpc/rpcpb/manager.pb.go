@@ -1470,6 +1470,343 @@ func (x *JobActionResponse) GetReplayed() bool {
 	return false
 }
 
+// GetJobRequest names a tenant's job.
+type GetJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetJobRequest) Reset() {
+	*x = GetJobRequest{}
+	mi := &file_manager_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetJobRequest) ProtoMessage() {}
+
+func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_manager_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
+func (*GetJobRequest) Descriptor() ([]byte, []int) {
+	return file_manager_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetJobRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *GetJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// ListJobsRequest mirrors rpc.ListJobsRequest.
+type ListJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Limit         int64                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	After         string                 `protobuf:"bytes,5,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsRequest) Reset() {
+	*x = ListJobsRequest{}
+	mi := &file_manager_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsRequest) ProtoMessage() {}
+
+func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_manager_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobsRequest) Descriptor() ([]byte, []int) {
+	return file_manager_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListJobsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListJobsRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+// ListJobsResponse mirrors rpc.ListJobsResponse.
+type ListJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Next          string                 `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsResponse) Reset() {
+	*x = ListJobsResponse{}
+	mi := &file_manager_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsResponse) ProtoMessage() {}
+
+func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_manager_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobsResponse) Descriptor() ([]byte, []int) {
+	return file_manager_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListJobsResponse) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ListJobsResponse) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
+}
+
+// GetKeyRequest names a tenant's idempotency key.
+type GetKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKeyRequest) Reset() {
+	*x = GetKeyRequest{}
+	mi := &file_manager_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKeyRequest) ProtoMessage() {}
+
+func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_manager_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
+func (*GetKeyRequest) Descriptor() ([]byte, []int) {
+	return file_manager_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetKeyRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *GetKeyRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// KeyInfo mirrors api.KeyInfo.
+type KeyInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	JobId         *string                `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3,oneof" json:"job_id,omitempty"`
+	ExpiresAt     string                 `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ClientId      string                 `protobuf:"bytes,5,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Sequence      *uint64                `protobuf:"varint,6,opt,name=sequence,proto3,oneof" json:"sequence,omitempty"`
+	Nonce         string                 `protobuf:"bytes,7,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Home          string                 `protobuf:"bytes,8,opt,name=home,proto3" json:"home,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyInfo) Reset() {
+	*x = KeyInfo{}
+	mi := &file_manager_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyInfo) ProtoMessage() {}
+
+func (x *KeyInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_manager_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
+func (*KeyInfo) Descriptor() ([]byte, []int) {
+	return file_manager_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *KeyInfo) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetJobId() string {
+	if x != nil && x.JobId != nil {
+		return *x.JobId
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetExpiresAt() string {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetSequence() uint64 {
+	if x != nil && x.Sequence != nil {
+		return *x.Sequence
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetHome() string {
+	if x != nil {
+		return x.Home
+	}
+	return ""
+}
+
 var File_manager_proto protoreflect.FileDescriptor
 
 const file_manager_proto_rawDesc = "" +
@@ -1592,7 +1929,34 @@ const file_manager_proto_rawDesc = "" +
 	"\vfingerprint\x18\x04 \x01(\tR\vfingerprint\"S\n" +
 	"\x11JobActionResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.once.rpc.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed2\xda\x03\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\">\n" +
+	"\rGetJobRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"\x81\x01\n" +
+	"\x0fListJobsRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05after\x18\x05 \x01(\tR\x05after\"L\n" +
+	"\x10ListJobsResponse\x12$\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x10.once.rpc.v1.JobR\x04jobs\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\tR\x04next\"9\n" +
+	"\rGetKeyRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xec\x01\n" +
+	"\aKeyInfo\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1a\n" +
+	"\x06job_id\x18\x03 \x01(\tH\x00R\x05jobId\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\tR\texpiresAt\x12\x1b\n" +
+	"\tclient_id\x18\x05 \x01(\tR\bclientId\x12\x1f\n" +
+	"\bsequence\x18\x06 \x01(\x04H\x01R\bsequence\x88\x01\x01\x12\x14\n" +
+	"\x05nonce\x18\a \x01(\tR\x05nonce\x12\x12\n" +
+	"\x04home\x18\b \x01(\tR\x04homeB\t\n" +
+	"\a_job_idB\v\n" +
+	"\t_sequence2\x97\x05\n" +
 	"\aManager\x12B\n" +
 	"\x06Submit\x12\x18.once.rpc.v1.SubmitBatch\x1a\x1a.once.rpc.v1.SubmitResults(\x010\x01\x12>\n" +
 	"\x05Lease\x12\x19.once.rpc.v1.LeaseRequest\x1a\x1a.once.rpc.v1.LeaseResponse\x12J\n" +
@@ -1600,7 +1964,10 @@ const file_manager_proto_rawDesc = "" +
 	"\bComplete\x12\x1c.once.rpc.v1.CompleteRequest\x1a\x10.once.rpc.v1.Job\x122\n" +
 	"\x04Fail\x12\x18.once.rpc.v1.FailRequest\x1a\x10.once.rpc.v1.Job\x12G\n" +
 	"\x06Cancel\x12\x1d.once.rpc.v1.JobActionRequest\x1a\x1e.once.rpc.v1.JobActionResponse\x12F\n" +
-	"\x05Retry\x12\x1d.once.rpc.v1.JobActionRequest\x1a\x1e.once.rpc.v1.JobActionResponseB-Z+github.com/once-dev/once/internal/rpc/rpcpbb\x06proto3"
+	"\x05Retry\x12\x1d.once.rpc.v1.JobActionRequest\x1a\x1e.once.rpc.v1.JobActionResponse\x126\n" +
+	"\x06GetJob\x12\x1a.once.rpc.v1.GetJobRequest\x1a\x10.once.rpc.v1.Job\x12G\n" +
+	"\bListJobs\x12\x1c.once.rpc.v1.ListJobsRequest\x1a\x1d.once.rpc.v1.ListJobsResponse\x12:\n" +
+	"\x06GetKey\x12\x1a.once.rpc.v1.GetKeyRequest\x1a\x14.once.rpc.v1.KeyInfoB-Z+github.com/once-dev/once/internal/rpc/rpcpbb\x06proto3"
 
 var (
 	file_manager_proto_rawDescOnce sync.Once
@@ -1614,7 +1981,7 @@ func file_manager_proto_rawDescGZIP() []byte {
 	return file_manager_proto_rawDescData
 }
 
-var file_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_manager_proto_goTypes = []any{
 	(*SubmitBatch)(nil),       // 0: once.rpc.v1.SubmitBatch
 	(*SubmitItem)(nil),        // 1: once.rpc.v1.SubmitItem
@@ -1636,7 +2003,12 @@ var file_manager_proto_goTypes = []any{
 	(*FailRequest)(nil),       // 17: once.rpc.v1.FailRequest
 	(*JobActionRequest)(nil),  // 18: once.rpc.v1.JobActionRequest
 	(*JobActionResponse)(nil), // 19: once.rpc.v1.JobActionResponse
-	nil,                       // 20: once.rpc.v1.Job.DatacentersEntry
+	(*GetJobRequest)(nil),     // 20: once.rpc.v1.GetJobRequest
+	(*ListJobsRequest)(nil),   // 21: once.rpc.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),  // 22: once.rpc.v1.ListJobsResponse
+	(*GetKeyRequest)(nil),     // 23: once.rpc.v1.GetKeyRequest
+	(*KeyInfo)(nil),           // 24: once.rpc.v1.KeyInfo
+	nil,                       // 25: once.rpc.v1.Job.DatacentersEntry
 }
 var file_manager_proto_depIdxs = []int32{
 	1,  // 0: once.rpc.v1.SubmitBatch.items:type_name -> once.rpc.v1.SubmitItem
@@ -1647,30 +2019,37 @@ var file_manager_proto_depIdxs = []int32{
 	6,  // 5: once.rpc.v1.SubmitResult.error:type_name -> once.rpc.v1.Error
 	8,  // 6: once.rpc.v1.SubmitResponse.job:type_name -> once.rpc.v1.Job
 	10, // 7: once.rpc.v1.SubmitResponse.rejection:type_name -> once.rpc.v1.Rejection
-	20, // 8: once.rpc.v1.Job.datacenters:type_name -> once.rpc.v1.Job.DatacentersEntry
+	25, // 8: once.rpc.v1.Job.datacenters:type_name -> once.rpc.v1.Job.DatacentersEntry
 	8,  // 9: once.rpc.v1.Lease.job:type_name -> once.rpc.v1.Job
 	12, // 10: once.rpc.v1.LeaseResponse.leases:type_name -> once.rpc.v1.Lease
 	8,  // 11: once.rpc.v1.JobActionResponse.job:type_name -> once.rpc.v1.Job
-	9,  // 12: once.rpc.v1.Job.DatacentersEntry.value:type_name -> once.rpc.v1.DatacenterStatus
-	0,  // 13: once.rpc.v1.Manager.Submit:input_type -> once.rpc.v1.SubmitBatch
-	11, // 14: once.rpc.v1.Manager.Lease:input_type -> once.rpc.v1.LeaseRequest
-	14, // 15: once.rpc.v1.Manager.Heartbeat:input_type -> once.rpc.v1.HeartbeatRequest
-	16, // 16: once.rpc.v1.Manager.Complete:input_type -> once.rpc.v1.CompleteRequest
-	17, // 17: once.rpc.v1.Manager.Fail:input_type -> once.rpc.v1.FailRequest
-	18, // 18: once.rpc.v1.Manager.Cancel:input_type -> once.rpc.v1.JobActionRequest
-	18, // 19: once.rpc.v1.Manager.Retry:input_type -> once.rpc.v1.JobActionRequest
-	4,  // 20: once.rpc.v1.Manager.Submit:output_type -> once.rpc.v1.SubmitResults
-	13, // 21: once.rpc.v1.Manager.Lease:output_type -> once.rpc.v1.LeaseResponse
-	15, // 22: once.rpc.v1.Manager.Heartbeat:output_type -> once.rpc.v1.HeartbeatResponse
-	8,  // 23: once.rpc.v1.Manager.Complete:output_type -> once.rpc.v1.Job
-	8,  // 24: once.rpc.v1.Manager.Fail:output_type -> once.rpc.v1.Job
-	19, // 25: once.rpc.v1.Manager.Cancel:output_type -> once.rpc.v1.JobActionResponse
-	19, // 26: once.rpc.v1.Manager.Retry:output_type -> once.rpc.v1.JobActionResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	8,  // 12: once.rpc.v1.ListJobsResponse.jobs:type_name -> once.rpc.v1.Job
+	9,  // 13: once.rpc.v1.Job.DatacentersEntry.value:type_name -> once.rpc.v1.DatacenterStatus
+	0,  // 14: once.rpc.v1.Manager.Submit:input_type -> once.rpc.v1.SubmitBatch
+	11, // 15: once.rpc.v1.Manager.Lease:input_type -> once.rpc.v1.LeaseRequest
+	14, // 16: once.rpc.v1.Manager.Heartbeat:input_type -> once.rpc.v1.HeartbeatRequest
+	16, // 17: once.rpc.v1.Manager.Complete:input_type -> once.rpc.v1.CompleteRequest
+	17, // 18: once.rpc.v1.Manager.Fail:input_type -> once.rpc.v1.FailRequest
+	18, // 19: once.rpc.v1.Manager.Cancel:input_type -> once.rpc.v1.JobActionRequest
+	18, // 20: once.rpc.v1.Manager.Retry:input_type -> once.rpc.v1.JobActionRequest
+	20, // 21: once.rpc.v1.Manager.GetJob:input_type -> once.rpc.v1.GetJobRequest
+	21, // 22: once.rpc.v1.Manager.ListJobs:input_type -> once.rpc.v1.ListJobsRequest
+	23, // 23: once.rpc.v1.Manager.GetKey:input_type -> once.rpc.v1.GetKeyRequest
+	4,  // 24: once.rpc.v1.Manager.Submit:output_type -> once.rpc.v1.SubmitResults
+	13, // 25: once.rpc.v1.Manager.Lease:output_type -> once.rpc.v1.LeaseResponse
+	15, // 26: once.rpc.v1.Manager.Heartbeat:output_type -> once.rpc.v1.HeartbeatResponse
+	8,  // 27: once.rpc.v1.Manager.Complete:output_type -> once.rpc.v1.Job
+	8,  // 28: once.rpc.v1.Manager.Fail:output_type -> once.rpc.v1.Job
+	19, // 29: once.rpc.v1.Manager.Cancel:output_type -> once.rpc.v1.JobActionResponse
+	19, // 30: once.rpc.v1.Manager.Retry:output_type -> once.rpc.v1.JobActionResponse
+	8,  // 31: once.rpc.v1.Manager.GetJob:output_type -> once.rpc.v1.Job
+	22, // 32: once.rpc.v1.Manager.ListJobs:output_type -> once.rpc.v1.ListJobsResponse
+	24, // 33: once.rpc.v1.Manager.GetKey:output_type -> once.rpc.v1.KeyInfo
+	24, // [24:34] is the sub-list for method output_type
+	14, // [14:24] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_manager_proto_init() }
@@ -1678,13 +2057,14 @@ func file_manager_proto_init() {
 	if File_manager_proto != nil {
 		return
 	}
+	file_manager_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_manager_proto_rawDesc), len(file_manager_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

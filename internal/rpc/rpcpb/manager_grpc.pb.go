@@ -30,6 +30,9 @@ const (
 	Manager_Fail_FullMethodName      = "/once.rpc.v1.Manager/Fail"
 	Manager_Cancel_FullMethodName    = "/once.rpc.v1.Manager/Cancel"
 	Manager_Retry_FullMethodName     = "/once.rpc.v1.Manager/Retry"
+	Manager_GetJob_FullMethodName    = "/once.rpc.v1.Manager/GetJob"
+	Manager_ListJobs_FullMethodName  = "/once.rpc.v1.Manager/ListJobs"
+	Manager_GetKey_FullMethodName    = "/once.rpc.v1.Manager/GetKey"
 )
 
 // ManagerClient is the client API for Manager service.
@@ -52,6 +55,10 @@ type ManagerClient interface {
 	// A tenant's actions on its jobs, answered by the leader.
 	Cancel(ctx context.Context, in *JobActionRequest, opts ...grpc.CallOption) (*JobActionResponse, error)
 	Retry(ctx context.Context, in *JobActionRequest, opts ...grpc.CallOption) (*JobActionResponse, error)
+	// Reads, answered by the leader (linearizable).
+	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*Job, error)
+	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
+	GetKey(ctx context.Context, in *GetKeyRequest, opts ...grpc.CallOption) (*KeyInfo, error)
 }
 
 type managerClient struct {
@@ -135,6 +142,36 @@ func (c *managerClient) Retry(ctx context.Context, in *JobActionRequest, opts ..
 	return out, nil
 }
 
+func (c *managerClient) GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*Job, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Job)
+	err := c.cc.Invoke(ctx, Manager_GetJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managerClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobsResponse)
+	err := c.cc.Invoke(ctx, Manager_ListJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managerClient) GetKey(ctx context.Context, in *GetKeyRequest, opts ...grpc.CallOption) (*KeyInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyInfo)
+	err := c.cc.Invoke(ctx, Manager_GetKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagerServer is the server API for Manager service.
 // All implementations must embed UnimplementedManagerServer
 // for forward compatibility.
@@ -155,6 +192,10 @@ type ManagerServer interface {
 	// A tenant's actions on its jobs, answered by the leader.
 	Cancel(context.Context, *JobActionRequest) (*JobActionResponse, error)
 	Retry(context.Context, *JobActionRequest) (*JobActionResponse, error)
+	// Reads, answered by the leader (linearizable).
+	GetJob(context.Context, *GetJobRequest) (*Job, error)
+	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
+	GetKey(context.Context, *GetKeyRequest) (*KeyInfo, error)
 	mustEmbedUnimplementedManagerServer()
 }
 
@@ -185,6 +226,15 @@ func (UnimplementedManagerServer) Cancel(context.Context, *JobActionRequest) (*J
 }
 func (UnimplementedManagerServer) Retry(context.Context, *JobActionRequest) (*JobActionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Retry not implemented")
+}
+func (UnimplementedManagerServer) GetJob(context.Context, *GetJobRequest) (*Job, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetJob not implemented")
+}
+func (UnimplementedManagerServer) ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJobs not implemented")
+}
+func (UnimplementedManagerServer) GetKey(context.Context, *GetKeyRequest) (*KeyInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetKey not implemented")
 }
 func (UnimplementedManagerServer) mustEmbedUnimplementedManagerServer() {}
 func (UnimplementedManagerServer) testEmbeddedByValue()                 {}
@@ -322,6 +372,60 @@ func _Manager_Retry_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Manager_GetJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagerServer).GetJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Manager_GetJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagerServer).GetJob(ctx, req.(*GetJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Manager_ListJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagerServer).ListJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Manager_ListJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagerServer).ListJobs(ctx, req.(*ListJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Manager_GetKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagerServer).GetKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Manager_GetKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagerServer).GetKey(ctx, req.(*GetKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Manager_ServiceDesc is the grpc.ServiceDesc for Manager service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -352,6 +456,18 @@ var Manager_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Retry",
 			Handler:    _Manager_Retry_Handler,
+		},
+		{
+			MethodName: "GetJob",
+			Handler:    _Manager_GetJob_Handler,
+		},
+		{
+			MethodName: "ListJobs",
+			Handler:    _Manager_ListJobs_Handler,
+		},
+		{
+			MethodName: "GetKey",
+			Handler:    _Manager_GetKey_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
