@@ -200,7 +200,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		return err
 	}
 	defer fed.stop()
-	mux.HandleFunc("GET "+rpc.FederationPath, rpc.FederationHandler(fed.view))
+	srv.SetFederation(fed.view)
 	m.SetConfigMismatches(fed.mismatches)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_config_mismatches",
 		Help: "Settings of other managers of the federation (IDEMPOTENCY_* lifetimes and waiting) that differ from this manager's, counted per manager and setting; see GET /rpc/v1/status."},

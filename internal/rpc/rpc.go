@@ -5,11 +5,12 @@
 //   - submissions on a bidirectional stream (Submit), many per message, each
 //     answered as soon as it resolves (stream.go for the gate's side,
 //     streamserver.go for the manager's);
-//   - the worker calls, the job actions and the reads as unary methods
-//     (workers.go, actions.go, reads.go; call.go for what they share);
+//   - the worker calls, the job actions, the reads and the federation view as
+//     unary methods (workers.go, actions.go, reads.go, federation.go; call.go
+//     for what they share);
 //
-// and, as JSON over HTTP/1.1 on the same port, the status, the federation view
-// and the operator routes. Server tells the two apart by a connection's first
+// and, as JSON over HTTP/1.1 on the same port, the status and the operator
+// routes. Server tells the two apart by a connection's first
 // bytes (cmux).
 //
 // Errors keep their identity across the wire: a manager answers an error with a
@@ -21,7 +22,6 @@
 // HTTP endpoints:
 //
 //	GET  /rpc/v1/status            → Status
-//	GET  /rpc/v1/federation        → Federation (federation.go)
 //	/rpc/v1/operator/…             → operator.go
 package rpc
 

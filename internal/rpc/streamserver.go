@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/soheilhy/cmux"
@@ -51,6 +52,7 @@ type Server struct {
 	mux         *http.ServeMux
 	http        *http.Server
 	grpc        *grpc.Server
+	federation  atomic.Pointer[func() *Federation] // SetFederation
 
 	draining  chan struct{} // closed by Shutdown and Close: streams finish what they hold and end
 	drainOnce sync.Once

@@ -165,9 +165,9 @@ func Serve(tb testing.TB, m *Manager) string {
 	srv := rpc.NewServer(m, rpc.ServerConfig{})
 	addr := ln.Addr().String()
 	// The federation view of a manager alone in its datacenter.
-	srv.Mux().HandleFunc("GET "+rpc.FederationPath, rpc.FederationHandler(func() *rpc.Federation {
+	srv.SetFederation(func() *rpc.Federation {
 		return &rpc.Federation{Datacenter: m.opts.Datacenter, Datacenters: map[string][]string{m.opts.Datacenter: {addr}}}
-	}))
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

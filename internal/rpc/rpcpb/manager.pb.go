@@ -1807,6 +1807,142 @@ func (x *KeyInfo) GetHome() string {
 	return ""
 }
 
+// FederationRequest asks for the federation view; it has no members.
+type FederationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FederationRequest) Reset() {
+	*x = FederationRequest{}
+	mi := &file_manager_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FederationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FederationRequest) ProtoMessage() {}
+
+func (x *FederationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_manager_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FederationRequest.ProtoReflect.Descriptor instead.
+func (*FederationRequest) Descriptor() ([]byte, []int) {
+	return file_manager_proto_rawDescGZIP(), []int{25}
+}
+
+// FederationView mirrors rpc.Federation: each datacenter's managers' RPC
+// addresses, sorted.
+type FederationView struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Datacenter    string                 `protobuf:"bytes,1,opt,name=datacenter,proto3" json:"datacenter,omitempty"`
+	Datacenters   map[string]*Managers   `protobuf:"bytes,2,rep,name=datacenters,proto3" json:"datacenters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FederationView) Reset() {
+	*x = FederationView{}
+	mi := &file_manager_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FederationView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FederationView) ProtoMessage() {}
+
+func (x *FederationView) ProtoReflect() protoreflect.Message {
+	mi := &file_manager_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FederationView.ProtoReflect.Descriptor instead.
+func (*FederationView) Descriptor() ([]byte, []int) {
+	return file_manager_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *FederationView) GetDatacenter() string {
+	if x != nil {
+		return x.Datacenter
+	}
+	return ""
+}
+
+func (x *FederationView) GetDatacenters() map[string]*Managers {
+	if x != nil {
+		return x.Datacenters
+	}
+	return nil
+}
+
+// Managers is a datacenter's managers' RPC addresses.
+type Managers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addrs         []string               `protobuf:"bytes,1,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Managers) Reset() {
+	*x = Managers{}
+	mi := &file_manager_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Managers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Managers) ProtoMessage() {}
+
+func (x *Managers) ProtoReflect() protoreflect.Message {
+	mi := &file_manager_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Managers.ProtoReflect.Descriptor instead.
+func (*Managers) Descriptor() ([]byte, []int) {
+	return file_manager_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Managers) GetAddrs() []string {
+	if x != nil {
+		return x.Addrs
+	}
+	return nil
+}
+
 var File_manager_proto protoreflect.FileDescriptor
 
 const file_manager_proto_rawDesc = "" +
@@ -1956,7 +2092,18 @@ const file_manager_proto_rawDesc = "" +
 	"\x05nonce\x18\a \x01(\tR\x05nonce\x12\x12\n" +
 	"\x04home\x18\b \x01(\tR\x04homeB\t\n" +
 	"\a_job_idB\v\n" +
-	"\t_sequence2\x97\x05\n" +
+	"\t_sequence\"\x13\n" +
+	"\x11FederationRequest\"\xd7\x01\n" +
+	"\x0eFederationView\x12\x1e\n" +
+	"\n" +
+	"datacenter\x18\x01 \x01(\tR\n" +
+	"datacenter\x12N\n" +
+	"\vdatacenters\x18\x02 \x03(\v2,.once.rpc.v1.FederationView.DatacentersEntryR\vdatacenters\x1aU\n" +
+	"\x10DatacentersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.once.rpc.v1.ManagersR\x05value:\x028\x01\" \n" +
+	"\bManagers\x12\x14\n" +
+	"\x05addrs\x18\x01 \x03(\tR\x05addrs2\xe2\x05\n" +
 	"\aManager\x12B\n" +
 	"\x06Submit\x12\x18.once.rpc.v1.SubmitBatch\x1a\x1a.once.rpc.v1.SubmitResults(\x010\x01\x12>\n" +
 	"\x05Lease\x12\x19.once.rpc.v1.LeaseRequest\x1a\x1a.once.rpc.v1.LeaseResponse\x12J\n" +
@@ -1967,7 +2114,9 @@ const file_manager_proto_rawDesc = "" +
 	"\x05Retry\x12\x1d.once.rpc.v1.JobActionRequest\x1a\x1e.once.rpc.v1.JobActionResponse\x126\n" +
 	"\x06GetJob\x12\x1a.once.rpc.v1.GetJobRequest\x1a\x10.once.rpc.v1.Job\x12G\n" +
 	"\bListJobs\x12\x1c.once.rpc.v1.ListJobsRequest\x1a\x1d.once.rpc.v1.ListJobsResponse\x12:\n" +
-	"\x06GetKey\x12\x1a.once.rpc.v1.GetKeyRequest\x1a\x14.once.rpc.v1.KeyInfoB-Z+github.com/once-dev/once/internal/rpc/rpcpbb\x06proto3"
+	"\x06GetKey\x12\x1a.once.rpc.v1.GetKeyRequest\x1a\x14.once.rpc.v1.KeyInfo\x12I\n" +
+	"\n" +
+	"Federation\x12\x1e.once.rpc.v1.FederationRequest\x1a\x1b.once.rpc.v1.FederationViewB-Z+github.com/once-dev/once/internal/rpc/rpcpbb\x06proto3"
 
 var (
 	file_manager_proto_rawDescOnce sync.Once
@@ -1981,7 +2130,7 @@ func file_manager_proto_rawDescGZIP() []byte {
 	return file_manager_proto_rawDescData
 }
 
-var file_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_manager_proto_goTypes = []any{
 	(*SubmitBatch)(nil),       // 0: once.rpc.v1.SubmitBatch
 	(*SubmitItem)(nil),        // 1: once.rpc.v1.SubmitItem
@@ -2008,7 +2157,11 @@ var file_manager_proto_goTypes = []any{
 	(*ListJobsResponse)(nil),  // 22: once.rpc.v1.ListJobsResponse
 	(*GetKeyRequest)(nil),     // 23: once.rpc.v1.GetKeyRequest
 	(*KeyInfo)(nil),           // 24: once.rpc.v1.KeyInfo
-	nil,                       // 25: once.rpc.v1.Job.DatacentersEntry
+	(*FederationRequest)(nil), // 25: once.rpc.v1.FederationRequest
+	(*FederationView)(nil),    // 26: once.rpc.v1.FederationView
+	(*Managers)(nil),          // 27: once.rpc.v1.Managers
+	nil,                       // 28: once.rpc.v1.Job.DatacentersEntry
+	nil,                       // 29: once.rpc.v1.FederationView.DatacentersEntry
 }
 var file_manager_proto_depIdxs = []int32{
 	1,  // 0: once.rpc.v1.SubmitBatch.items:type_name -> once.rpc.v1.SubmitItem
@@ -2019,37 +2172,41 @@ var file_manager_proto_depIdxs = []int32{
 	6,  // 5: once.rpc.v1.SubmitResult.error:type_name -> once.rpc.v1.Error
 	8,  // 6: once.rpc.v1.SubmitResponse.job:type_name -> once.rpc.v1.Job
 	10, // 7: once.rpc.v1.SubmitResponse.rejection:type_name -> once.rpc.v1.Rejection
-	25, // 8: once.rpc.v1.Job.datacenters:type_name -> once.rpc.v1.Job.DatacentersEntry
+	28, // 8: once.rpc.v1.Job.datacenters:type_name -> once.rpc.v1.Job.DatacentersEntry
 	8,  // 9: once.rpc.v1.Lease.job:type_name -> once.rpc.v1.Job
 	12, // 10: once.rpc.v1.LeaseResponse.leases:type_name -> once.rpc.v1.Lease
 	8,  // 11: once.rpc.v1.JobActionResponse.job:type_name -> once.rpc.v1.Job
 	8,  // 12: once.rpc.v1.ListJobsResponse.jobs:type_name -> once.rpc.v1.Job
-	9,  // 13: once.rpc.v1.Job.DatacentersEntry.value:type_name -> once.rpc.v1.DatacenterStatus
-	0,  // 14: once.rpc.v1.Manager.Submit:input_type -> once.rpc.v1.SubmitBatch
-	11, // 15: once.rpc.v1.Manager.Lease:input_type -> once.rpc.v1.LeaseRequest
-	14, // 16: once.rpc.v1.Manager.Heartbeat:input_type -> once.rpc.v1.HeartbeatRequest
-	16, // 17: once.rpc.v1.Manager.Complete:input_type -> once.rpc.v1.CompleteRequest
-	17, // 18: once.rpc.v1.Manager.Fail:input_type -> once.rpc.v1.FailRequest
-	18, // 19: once.rpc.v1.Manager.Cancel:input_type -> once.rpc.v1.JobActionRequest
-	18, // 20: once.rpc.v1.Manager.Retry:input_type -> once.rpc.v1.JobActionRequest
-	20, // 21: once.rpc.v1.Manager.GetJob:input_type -> once.rpc.v1.GetJobRequest
-	21, // 22: once.rpc.v1.Manager.ListJobs:input_type -> once.rpc.v1.ListJobsRequest
-	23, // 23: once.rpc.v1.Manager.GetKey:input_type -> once.rpc.v1.GetKeyRequest
-	4,  // 24: once.rpc.v1.Manager.Submit:output_type -> once.rpc.v1.SubmitResults
-	13, // 25: once.rpc.v1.Manager.Lease:output_type -> once.rpc.v1.LeaseResponse
-	15, // 26: once.rpc.v1.Manager.Heartbeat:output_type -> once.rpc.v1.HeartbeatResponse
-	8,  // 27: once.rpc.v1.Manager.Complete:output_type -> once.rpc.v1.Job
-	8,  // 28: once.rpc.v1.Manager.Fail:output_type -> once.rpc.v1.Job
-	19, // 29: once.rpc.v1.Manager.Cancel:output_type -> once.rpc.v1.JobActionResponse
-	19, // 30: once.rpc.v1.Manager.Retry:output_type -> once.rpc.v1.JobActionResponse
-	8,  // 31: once.rpc.v1.Manager.GetJob:output_type -> once.rpc.v1.Job
-	22, // 32: once.rpc.v1.Manager.ListJobs:output_type -> once.rpc.v1.ListJobsResponse
-	24, // 33: once.rpc.v1.Manager.GetKey:output_type -> once.rpc.v1.KeyInfo
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	29, // 13: once.rpc.v1.FederationView.datacenters:type_name -> once.rpc.v1.FederationView.DatacentersEntry
+	9,  // 14: once.rpc.v1.Job.DatacentersEntry.value:type_name -> once.rpc.v1.DatacenterStatus
+	27, // 15: once.rpc.v1.FederationView.DatacentersEntry.value:type_name -> once.rpc.v1.Managers
+	0,  // 16: once.rpc.v1.Manager.Submit:input_type -> once.rpc.v1.SubmitBatch
+	11, // 17: once.rpc.v1.Manager.Lease:input_type -> once.rpc.v1.LeaseRequest
+	14, // 18: once.rpc.v1.Manager.Heartbeat:input_type -> once.rpc.v1.HeartbeatRequest
+	16, // 19: once.rpc.v1.Manager.Complete:input_type -> once.rpc.v1.CompleteRequest
+	17, // 20: once.rpc.v1.Manager.Fail:input_type -> once.rpc.v1.FailRequest
+	18, // 21: once.rpc.v1.Manager.Cancel:input_type -> once.rpc.v1.JobActionRequest
+	18, // 22: once.rpc.v1.Manager.Retry:input_type -> once.rpc.v1.JobActionRequest
+	20, // 23: once.rpc.v1.Manager.GetJob:input_type -> once.rpc.v1.GetJobRequest
+	21, // 24: once.rpc.v1.Manager.ListJobs:input_type -> once.rpc.v1.ListJobsRequest
+	23, // 25: once.rpc.v1.Manager.GetKey:input_type -> once.rpc.v1.GetKeyRequest
+	25, // 26: once.rpc.v1.Manager.Federation:input_type -> once.rpc.v1.FederationRequest
+	4,  // 27: once.rpc.v1.Manager.Submit:output_type -> once.rpc.v1.SubmitResults
+	13, // 28: once.rpc.v1.Manager.Lease:output_type -> once.rpc.v1.LeaseResponse
+	15, // 29: once.rpc.v1.Manager.Heartbeat:output_type -> once.rpc.v1.HeartbeatResponse
+	8,  // 30: once.rpc.v1.Manager.Complete:output_type -> once.rpc.v1.Job
+	8,  // 31: once.rpc.v1.Manager.Fail:output_type -> once.rpc.v1.Job
+	19, // 32: once.rpc.v1.Manager.Cancel:output_type -> once.rpc.v1.JobActionResponse
+	19, // 33: once.rpc.v1.Manager.Retry:output_type -> once.rpc.v1.JobActionResponse
+	8,  // 34: once.rpc.v1.Manager.GetJob:output_type -> once.rpc.v1.Job
+	22, // 35: once.rpc.v1.Manager.ListJobs:output_type -> once.rpc.v1.ListJobsResponse
+	24, // 36: once.rpc.v1.Manager.GetKey:output_type -> once.rpc.v1.KeyInfo
+	26, // 37: once.rpc.v1.Manager.Federation:output_type -> once.rpc.v1.FederationView
+	27, // [27:38] is the sub-list for method output_type
+	16, // [16:27] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_manager_proto_init() }
@@ -2064,7 +2221,7 @@ func file_manager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_manager_proto_rawDesc), len(file_manager_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

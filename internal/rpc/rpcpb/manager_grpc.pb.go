@@ -23,16 +23,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Manager_Submit_FullMethodName    = "/once.rpc.v1.Manager/Submit"
-	Manager_Lease_FullMethodName     = "/once.rpc.v1.Manager/Lease"
-	Manager_Heartbeat_FullMethodName = "/once.rpc.v1.Manager/Heartbeat"
-	Manager_Complete_FullMethodName  = "/once.rpc.v1.Manager/Complete"
-	Manager_Fail_FullMethodName      = "/once.rpc.v1.Manager/Fail"
-	Manager_Cancel_FullMethodName    = "/once.rpc.v1.Manager/Cancel"
-	Manager_Retry_FullMethodName     = "/once.rpc.v1.Manager/Retry"
-	Manager_GetJob_FullMethodName    = "/once.rpc.v1.Manager/GetJob"
-	Manager_ListJobs_FullMethodName  = "/once.rpc.v1.Manager/ListJobs"
-	Manager_GetKey_FullMethodName    = "/once.rpc.v1.Manager/GetKey"
+	Manager_Submit_FullMethodName     = "/once.rpc.v1.Manager/Submit"
+	Manager_Lease_FullMethodName      = "/once.rpc.v1.Manager/Lease"
+	Manager_Heartbeat_FullMethodName  = "/once.rpc.v1.Manager/Heartbeat"
+	Manager_Complete_FullMethodName   = "/once.rpc.v1.Manager/Complete"
+	Manager_Fail_FullMethodName       = "/once.rpc.v1.Manager/Fail"
+	Manager_Cancel_FullMethodName     = "/once.rpc.v1.Manager/Cancel"
+	Manager_Retry_FullMethodName      = "/once.rpc.v1.Manager/Retry"
+	Manager_GetJob_FullMethodName     = "/once.rpc.v1.Manager/GetJob"
+	Manager_ListJobs_FullMethodName   = "/once.rpc.v1.Manager/ListJobs"
+	Manager_GetKey_FullMethodName     = "/once.rpc.v1.Manager/GetKey"
+	Manager_Federation_FullMethodName = "/once.rpc.v1.Manager/Federation"
 )
 
 // ManagerClient is the client API for Manager service.
@@ -59,6 +60,8 @@ type ManagerClient interface {
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*Job, error)
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	GetKey(ctx context.Context, in *GetKeyRequest, opts ...grpc.CallOption) (*KeyInfo, error)
+	// The federation view of the answering manager, any manager.
+	Federation(ctx context.Context, in *FederationRequest, opts ...grpc.CallOption) (*FederationView, error)
 }
 
 type managerClient struct {
@@ -172,6 +175,16 @@ func (c *managerClient) GetKey(ctx context.Context, in *GetKeyRequest, opts ...g
 	return out, nil
 }
 
+func (c *managerClient) Federation(ctx context.Context, in *FederationRequest, opts ...grpc.CallOption) (*FederationView, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FederationView)
+	err := c.cc.Invoke(ctx, Manager_Federation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagerServer is the server API for Manager service.
 // All implementations must embed UnimplementedManagerServer
 // for forward compatibility.
@@ -196,6 +209,8 @@ type ManagerServer interface {
 	GetJob(context.Context, *GetJobRequest) (*Job, error)
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	GetKey(context.Context, *GetKeyRequest) (*KeyInfo, error)
+	// The federation view of the answering manager, any manager.
+	Federation(context.Context, *FederationRequest) (*FederationView, error)
 	mustEmbedUnimplementedManagerServer()
 }
 
@@ -235,6 +250,9 @@ func (UnimplementedManagerServer) ListJobs(context.Context, *ListJobsRequest) (*
 }
 func (UnimplementedManagerServer) GetKey(context.Context, *GetKeyRequest) (*KeyInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetKey not implemented")
+}
+func (UnimplementedManagerServer) Federation(context.Context, *FederationRequest) (*FederationView, error) {
+	return nil, status.Error(codes.Unimplemented, "method Federation not implemented")
 }
 func (UnimplementedManagerServer) mustEmbedUnimplementedManagerServer() {}
 func (UnimplementedManagerServer) testEmbeddedByValue()                 {}
@@ -426,6 +444,24 @@ func _Manager_GetKey_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Manager_Federation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FederationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagerServer).Federation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Manager_Federation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagerServer).Federation(ctx, req.(*FederationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Manager_ServiceDesc is the grpc.ServiceDesc for Manager service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -468,6 +504,10 @@ var Manager_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetKey",
 			Handler:    _Manager_GetKey_Handler,
+		},
+		{
+			MethodName: "Federation",
+			Handler:    _Manager_Federation_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
