@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // Resolver tells a client where the datacenter's managers are.
@@ -215,14 +216,17 @@ func (c *Client) takeLanes(match func(*lane) bool) []*lane {
 
 // Submit submits a job at the leader, over a submit stream (see stream.go).
 func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
-	if n := approxSize(req); n > maxMessageBytes-1024 {
+	n := approxSize(req)
+	if n > maxMessageBytes-1024 {
 		return nil, Errorf(CodeInvalid, "a submission of about %d bytes is over the stream's message limit of %d", n, maxMessageBytes)
 	}
 	var resp *SubmitResponse
 	wait := time.Duration(req.WaitMillis) * time.Millisecond
 	err := c.retry(ctx, "submit", func(addr string) error {
-		r, err := c.submitAttempt(ctx, addr, req, wait)
-		resp = r
+		r, err := c.streamAttempt(ctx, addr, "submit", &rpcpb.SubmitItem{Request: toPBRequest(req)}, n, wait)
+		if err == nil {
+			resp = fromPBResponse(r.GetResponse())
+		}
 		return err
 	})
 	if err != nil {
@@ -231,26 +235,31 @@ func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*SubmitRespons
 	return resp, nil
 }
 
-// submitAttempt sends req on a lane to addr and waits for its answer, for at
-// most AttemptTimeout+extra; a caller that stops waiting cancels it there.
-func (c *Client) submitAttempt(ctx context.Context, addr string, req *SubmitRequest, extra time.Duration) (*SubmitResponse, error) {
+// streamAttempt sends item (size: its approximate bytes) on a lane to addr
+// and waits for its answer, for at most AttemptTimeout+extra; a caller that
+// stops waiting cancels it there. An answered error is returned as its
+// *Error.
+func (c *Client) streamAttempt(ctx context.Context, addr, what string, item *rpcpb.SubmitItem, size int, extra time.Duration) (*rpcpb.SubmitResult, error) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
 	defer cancel()
 	l, err := c.lane(actx, addr)
 	if err != nil {
-		return nil, fmt.Errorf("rpc submit %s: %w", addr, err)
+		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
 	}
 	deadline, _ := actx.Deadline()
-	call, err := l.enqueue(req, deadline)
+	// A new item per attempt (the lane sets its Id and TimeoutMicros); the
+	// request it carries is only read.
+	it := &rpcpb.SubmitItem{Request: item.Request, Heartbeat: item.Heartbeat, Complete: item.Complete, Fail: item.Fail}
+	call, err := l.enqueue(it, size, deadline)
 	if err != nil {
-		return nil, fmt.Errorf("rpc submit %s: %w", addr, err)
+		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
 	}
 	select {
 	case r := <-call.done:
-		return r.resp, r.err
+		return r.res, r.err
 	case <-actx.Done():
 		l.abandon(call)
-		return nil, fmt.Errorf("rpc submit %s: %w", addr, actx.Err())
+		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, actx.Err())
 	}
 }
 

@@ -282,7 +282,15 @@ func (sv *service) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpc
 		go func() {
 			defer items.Done()
 			defer func() { <-sem }()
-			resp, err := s.svc.Submit(ictx, fromPBRequest(it.GetRequest()))
+			r := &rpcpb.SubmitResult{Id: id}
+			if !s.serveWorkerCall(ictx, it, r) {
+				resp, err := s.svc.Submit(ictx, fromPBRequest(it.GetRequest()))
+				if err != nil {
+					r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
+				} else {
+					r.Response = toPBResponse(resp)
+				}
+			}
 			mu.Lock()
 			_, wanted := inflight[id]
 			delete(inflight, id)
@@ -290,12 +298,6 @@ func (sv *service) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpc
 			cancel()
 			if !wanted {
 				return // the gate cancelled it: nobody waits for the answer
-			}
-			r := &rpcpb.SubmitResult{Id: id}
-			if err != nil {
-				r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
-			} else {
-				r.Response = toPBResponse(resp)
 			}
 			out <- r
 		}()

@@ -178,6 +178,9 @@ func approxResultSize(r *rpcpb.SubmitResult) int {
 	if j := r.GetResponse().GetJob(); j != nil {
 		n += 128 + len(j.Payload) + len(j.IdempotencyKey)
 	}
+	if j := r.GetJob(); j != nil {
+		n += 128 + len(j.Payload) + len(j.Result) + len(j.IdempotencyKey) + len(j.Error)
+	}
 	if e := r.GetError(); e != nil {
 		n += len(e.Message) + len(e.Leader)
 	}

@@ -5,13 +5,18 @@ import (
 	"encoding/json"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
-// The worker calls of the Manager service (docs/rpc.md): Lease, Heartbeat,
-// Complete, Fail. The leader answers; another manager answers not_leader
-// naming it. A job's lease, its heartbeats, completion and failure are Raft
+// The worker calls (docs/rpc.md): Lease, a unary method of the Manager
+// service (a long poll); Heartbeat, Complete and Fail, items of the submit
+// stream, batched with the submissions. The leader answers; another manager
+// answers not_leader naming it. A job's lease, its heartbeats, completion and failure are Raft
 // commands, durable before the answer.
 
 // LeaseRequest asks the leader for up to MaxJobs queued jobs of Tenant.
@@ -82,61 +87,68 @@ func (s *Server) workers() (Workers, error) {
 	if w, ok := s.svc.(Workers); ok {
 		return w, nil
 	}
-	return nil, s.callStatus("workers", Errorf(CodeInternal, "this manager serves no worker calls"))
+	return nil, Errorf(CodeInternal, "this manager serves no worker calls")
 }
 
 // Lease serves Workers.Lease.
 func (sv *service) Lease(ctx context.Context, p *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
 	w, err := sv.s.workers()
 	if err != nil {
-		return nil, err
+		return nil, sv.s.callStatus("lease", err)
 	}
 	return serveCall(sv.s, ctx, "lease", p, fromPBLeaseRequest, w.Lease, toPBLeaseResponse)
 }
 
-// Heartbeat serves Workers.Heartbeat.
-func (sv *service) Heartbeat(ctx context.Context, p *rpcpb.HeartbeatRequest) (*rpcpb.HeartbeatResponse, error) {
-	w, err := sv.s.workers()
-	if err != nil {
-		return nil, err
-	}
-	return serveCall(sv.s, ctx, "heartbeat", p, func(p *rpcpb.HeartbeatRequest) *HeartbeatRequest {
-		return &HeartbeatRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId(), LeaseFor: time.Duration(p.GetLeaseForNanos())}
-	}, w.Heartbeat, func(r *api.HeartbeatResponse) *rpcpb.HeartbeatResponse {
-		return &rpcpb.HeartbeatResponse{LeaseId: r.LeaseID, ExpiresAt: r.ExpiresAt}
-	})
-}
-
-// Complete serves Workers.Complete.
-func (sv *service) Complete(ctx context.Context, p *rpcpb.CompleteRequest) (*rpcpb.Job, error) {
-	w, err := sv.s.workers()
-	if err != nil {
-		return nil, err
-	}
-	if err := checkSize(p, MaxWorkerRequestBytes); err != nil {
-		return nil, sv.s.callStatus("complete", err)
-	}
-	return serveCall(sv.s, ctx, "complete", p, func(p *rpcpb.CompleteRequest) *CompleteRequest {
-		r := &CompleteRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId()}
-		if len(p.GetResult()) > 0 {
-			r.Result = p.GetResult()
+// serveWorkerCall runs the worker call an item of the submit stream
+// carries (heartbeat, complete or fail) and answers it in r; ok is false
+// for an item that carries none.
+func (s *Server) serveWorkerCall(ctx context.Context, it *rpcpb.SubmitItem, r *rpcpb.SubmitResult) (ok bool) {
+	var err error
+	switch {
+	case it.GetHeartbeat() != nil:
+		p := it.GetHeartbeat()
+		var w Workers
+		if w, err = s.workers(); err == nil {
+			var resp *api.HeartbeatResponse
+			resp, err = w.Heartbeat(ctx, &HeartbeatRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId(), LeaseFor: time.Duration(p.GetLeaseForNanos())})
+			if err == nil {
+				r.Heartbeat = &rpcpb.HeartbeatResponse{LeaseId: resp.LeaseID, ExpiresAt: resp.ExpiresAt}
+			}
 		}
-		return r
-	}, w.Complete, toPBJob)
-}
-
-// Fail serves Workers.Fail.
-func (sv *service) Fail(ctx context.Context, p *rpcpb.FailRequest) (*rpcpb.Job, error) {
-	w, err := sv.s.workers()
+	case it.GetComplete() != nil:
+		p := it.GetComplete()
+		var w Workers
+		if w, err = s.workers(); err == nil {
+			if err = checkSize(p, MaxWorkerRequestBytes); err == nil {
+				req := &CompleteRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId()}
+				if len(p.GetResult()) > 0 {
+					req.Result = p.GetResult()
+				}
+				var job *api.Job
+				if job, err = w.Complete(ctx, req); err == nil {
+					r.Job = toPBJob(job)
+				}
+			}
+		}
+	case it.GetFail() != nil:
+		p := it.GetFail()
+		var w Workers
+		if w, err = s.workers(); err == nil {
+			if err = checkSize(p, MaxWorkerRequestBytes); err == nil {
+				var job *api.Job
+				job, err = w.Fail(ctx, &FailRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId(), Error: p.GetError(), Retry: p.GetRetry()})
+				if err == nil {
+					r.Job = toPBJob(job)
+				}
+			}
+		}
+	default:
+		return false
+	}
 	if err != nil {
-		return nil, err
+		r.Error = toPBError(err, func(err error) { s.log.Error("rpc worker call failed", logging.KeyError, err) })
 	}
-	if err := checkSize(p, MaxWorkerRequestBytes); err != nil {
-		return nil, sv.s.callStatus("fail", err)
-	}
-	return serveCall(sv.s, ctx, "fail", p, func(p *rpcpb.FailRequest) *FailRequest {
-		return &FailRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId(), Error: p.GetError(), Retry: p.GetRetry()}
-	}, w.Fail, toPBJob)
+	return true
 }
 
 func toPBLeaseRequest(r *LeaseRequest) *rpcpb.LeaseRequest {
@@ -182,41 +194,64 @@ func (c *Client) Lease(ctx context.Context, req *LeaseRequest) (*LeaseResponse, 
 	return resp, err
 }
 
-// Heartbeat extends a lease at the leader.
+// Heartbeat extends a lease at the leader, on a submit stream.
 func (c *Client) Heartbeat(ctx context.Context, req *HeartbeatRequest) (*api.HeartbeatResponse, error) {
-	var resp *api.HeartbeatResponse
-	err := c.call(ctx, "heartbeat", 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
-		p, err := mc.Heartbeat(ctx, &rpcpb.HeartbeatRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, LeaseForNanos: int64(req.LeaseFor)})
-		if err == nil {
-			resp = &api.HeartbeatResponse{LeaseID: p.GetLeaseId(), ExpiresAt: p.GetExpiresAt()}
-		}
-		return err
-	})
-	return resp, err
+	p := &rpcpb.HeartbeatRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, LeaseForNanos: int64(req.LeaseFor)}
+	r, err := c.workerCall(ctx, "heartbeat", &rpcpb.SubmitItem{Heartbeat: p}, 64+len(req.Tenant)+len(req.JobID)+len(req.LeaseID))
+	if err != nil {
+		return nil, err
+	}
+	return &api.HeartbeatResponse{LeaseID: r.GetHeartbeat().GetLeaseId(), ExpiresAt: r.GetHeartbeat().GetExpiresAt()}, nil
 }
 
-// Complete finishes a job at the leader.
+// Complete finishes a job at the leader, on a submit stream.
 func (c *Client) Complete(ctx context.Context, req *CompleteRequest) (*api.Job, error) {
-	var job *api.Job
-	err := c.call(ctx, "complete", 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
-		p, err := mc.Complete(ctx, &rpcpb.CompleteRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, Result: req.Result})
-		if err == nil {
-			job = fromPBJob(p)
-		}
-		return err
-	})
-	return job, err
+	p := &rpcpb.CompleteRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, Result: req.Result}
+	r, err := c.workerCall(ctx, "complete", &rpcpb.SubmitItem{Complete: p}, 64+len(req.Tenant)+len(req.JobID)+len(req.LeaseID)+len(req.Result))
+	if err != nil {
+		return nil, err
+	}
+	return jobOf(r), nil
 }
 
-// Fail reports a failed attempt at the leader.
+// Fail reports a failed attempt at the leader, on a submit stream.
 func (c *Client) Fail(ctx context.Context, req *FailRequest) (*api.Job, error) {
-	var job *api.Job
-	err := c.call(ctx, "fail", 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
-		p, err := mc.Fail(ctx, &rpcpb.FailRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, Error: req.Error, Retry: req.Retry})
-		if err == nil {
-			job = fromPBJob(p)
+	p := &rpcpb.FailRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, Error: req.Error, Retry: req.Retry}
+	r, err := c.workerCall(ctx, "fail", &rpcpb.SubmitItem{Fail: p}, 64+len(req.Tenant)+len(req.JobID)+len(req.LeaseID)+len(req.Error))
+	if err != nil {
+		return nil, err
+	}
+	return jobOf(r), nil
+}
+
+// jobOf is the job a complete or fail answered (empty if it named none).
+func jobOf(r *rpcpb.SubmitResult) *api.Job {
+	if j := r.GetJob(); j != nil {
+		return fromPBJob(j)
+	}
+	return &api.Job{}
+}
+
+// workerCall sends a worker call on a submit stream to the leader, with the
+// retries of every call; it travels batched with the submissions and the
+// other worker calls of the lane.
+func (c *Client) workerCall(ctx context.Context, what string, item *rpcpb.SubmitItem, size int) (*rpcpb.SubmitResult, error) {
+	if size > maxMessageBytes-1024 {
+		return nil, Errorf(CodeInvalid, "a %s of about %d bytes is over the stream's message limit of %d", what, size, maxMessageBytes)
+	}
+	var res *rpcpb.SubmitResult
+	err := c.retry(ctx, what, func(addr string) error {
+		r, err := c.streamAttempt(ctx, addr, what, item, size, 0)
+		if st, ok := status.FromError(err); ok && st.Code() == codes.Unauthenticated {
+			// The listener refused the stream: a definite answer, as a
+			// unary call's refusal is (callError).
+			err = &Error{Code: CodeUnauthenticated, Message: st.Message()}
 		}
+		res = r
 		return err
 	})
-	return job, err
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }

@@ -168,3 +168,34 @@ func TestWorkerCallOverTheBoundIsInvalid(t *testing.T) {
 		t.Fatalf("want %v, got %v", ErrInvalid, err)
 	}
 }
+
+// Heartbeats, completions and failures ride the submit stream (counted by
+// its batch statistics), concurrent ones batched with each other.
+func TestWorkerCallsRideTheSubmitStream(t *testing.T) {
+	c := workersClient(t, stubWorkers{})
+	before := batchStats.sentItems.Load()
+	const n = 64
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			var err error
+			switch i % 3 {
+			case 0:
+				_, err = c.Heartbeat(context.Background(), &HeartbeatRequest{Tenant: "t", JobID: "j", LeaseID: "l"})
+			case 1:
+				_, err = c.Complete(context.Background(), &CompleteRequest{Tenant: "t", JobID: "j", LeaseID: "l"})
+			default:
+				_, err = c.Fail(context.Background(), &FailRequest{Tenant: "t", JobID: "j", LeaseID: "l"})
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := batchStats.sentItems.Load() - before; got < n {
+		t.Fatalf("%d items sent on submit streams for %d worker calls", got, n)
+	}
+}

@@ -79,13 +79,18 @@ func (x *SubmitBatch) GetCancel() []uint64 {
 	return nil
 }
 
-// SubmitItem is one submission. id is unique on its stream; timeout_micros is
-// the time left to the caller's deadline when it was sent (0: no deadline).
+// SubmitItem is one submission, or one worker call when heartbeat, complete
+// or fail is set (at most one is). id is unique on its stream;
+// timeout_micros is the time left to the caller's deadline when it was sent
+// (0: no deadline).
 type SubmitItem struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	TimeoutMicros int64                  `protobuf:"varint,2,opt,name=timeout_micros,json=timeoutMicros,proto3" json:"timeout_micros,omitempty"`
 	Request       *SubmitRequest         `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	Heartbeat     *HeartbeatRequest      `protobuf:"bytes,4,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	Complete      *CompleteRequest       `protobuf:"bytes,5,opt,name=complete,proto3" json:"complete,omitempty"`
+	Fail          *FailRequest           `protobuf:"bytes,6,opt,name=fail,proto3" json:"fail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -137,6 +142,27 @@ func (x *SubmitItem) GetTimeoutMicros() int64 {
 func (x *SubmitItem) GetRequest() *SubmitRequest {
 	if x != nil {
 		return x.Request
+	}
+	return nil
+}
+
+func (x *SubmitItem) GetHeartbeat() *HeartbeatRequest {
+	if x != nil {
+		return x.Heartbeat
+	}
+	return nil
+}
+
+func (x *SubmitItem) GetComplete() *CompleteRequest {
+	if x != nil {
+		return x.Complete
+	}
+	return nil
+}
+
+func (x *SubmitItem) GetFail() *FailRequest {
+	if x != nil {
+		return x.Fail
 	}
 	return nil
 }
@@ -380,12 +406,15 @@ func (x *SubmitResults) GetResults() []*SubmitResult {
 	return nil
 }
 
-// SubmitResult answers the item with the same id: a response or an error.
+// SubmitResult answers the item with the same id: an error, or the answer
+// of its kind (response: a submission; heartbeat; job: complete, fail).
 type SubmitResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Response      *SubmitResponse        `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
 	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Heartbeat     *HeartbeatResponse     `protobuf:"bytes,4,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	Job           *Job                   `protobuf:"bytes,5,opt,name=job,proto3" json:"job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,6 +466,20 @@ func (x *SubmitResult) GetResponse() *SubmitResponse {
 func (x *SubmitResult) GetError() *Error {
 	if x != nil {
 		return x.Error
+	}
+	return nil
+}
+
+func (x *SubmitResult) GetHeartbeat() *HeartbeatResponse {
+	if x != nil {
+		return x.Heartbeat
+	}
+	return nil
+}
+
+func (x *SubmitResult) GetJob() *Job {
+	if x != nil {
+		return x.Job
 	}
 	return nil
 }
@@ -1950,12 +1993,15 @@ const file_manager_proto_rawDesc = "" +
 	"\rmanager.proto\x12\vonce.rpc.v1\"T\n" +
 	"\vSubmitBatch\x12-\n" +
 	"\x05items\x18\x01 \x03(\v2\x17.once.rpc.v1.SubmitItemR\x05items\x12\x16\n" +
-	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\"y\n" +
+	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\"\x9e\x02\n" +
 	"\n" +
 	"SubmitItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
 	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x124\n" +
-	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\"\x81\x03\n" +
+	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\x12;\n" +
+	"\theartbeat\x18\x04 \x01(\v2\x1d.once.rpc.v1.HeartbeatRequestR\theartbeat\x128\n" +
+	"\bcomplete\x18\x05 \x01(\v2\x1c.once.rpc.v1.CompleteRequestR\bcomplete\x12,\n" +
+	"\x04fail\x18\x06 \x01(\v2\x18.once.rpc.v1.FailRequestR\x04fail\"\x81\x03\n" +
 	"\rSubmitRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -1976,11 +2022,13 @@ const file_manager_proto_rawDesc = "" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12 \n" +
 	"\vdatacenters\x18\x03 \x03(\tR\vdatacenters\"D\n" +
 	"\rSubmitResults\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.once.rpc.v1.SubmitResultR\aresults\"\x81\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.once.rpc.v1.SubmitResultR\aresults\"\xe3\x01\n" +
 	"\fSubmitResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
 	"\bresponse\x18\x02 \x01(\v2\x1b.once.rpc.v1.SubmitResponseR\bresponse\x12(\n" +
-	"\x05error\x18\x03 \x01(\v2\x12.once.rpc.v1.ErrorR\x05error\"M\n" +
+	"\x05error\x18\x03 \x01(\v2\x12.once.rpc.v1.ErrorR\x05error\x12<\n" +
+	"\theartbeat\x18\x04 \x01(\v2\x1e.once.rpc.v1.HeartbeatResponseR\theartbeat\x12\"\n" +
+	"\x03job\x18\x05 \x01(\v2\x10.once.rpc.v1.JobR\x03job\"M\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -2103,13 +2151,10 @@ const file_manager_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
 	"\x05value\x18\x02 \x01(\v2\x15.once.rpc.v1.ManagersR\x05value:\x028\x01\" \n" +
 	"\bManagers\x12\x14\n" +
-	"\x05addrs\x18\x01 \x03(\tR\x05addrs2\xe2\x05\n" +
+	"\x05addrs\x18\x01 \x03(\tR\x05addrs2\xa6\x04\n" +
 	"\aManager\x12B\n" +
 	"\x06Submit\x12\x18.once.rpc.v1.SubmitBatch\x1a\x1a.once.rpc.v1.SubmitResults(\x010\x01\x12>\n" +
-	"\x05Lease\x12\x19.once.rpc.v1.LeaseRequest\x1a\x1a.once.rpc.v1.LeaseResponse\x12J\n" +
-	"\tHeartbeat\x12\x1d.once.rpc.v1.HeartbeatRequest\x1a\x1e.once.rpc.v1.HeartbeatResponse\x12:\n" +
-	"\bComplete\x12\x1c.once.rpc.v1.CompleteRequest\x1a\x10.once.rpc.v1.Job\x122\n" +
-	"\x04Fail\x12\x18.once.rpc.v1.FailRequest\x1a\x10.once.rpc.v1.Job\x12G\n" +
+	"\x05Lease\x12\x19.once.rpc.v1.LeaseRequest\x1a\x1a.once.rpc.v1.LeaseResponse\x12G\n" +
 	"\x06Cancel\x12\x1d.once.rpc.v1.JobActionRequest\x1a\x1e.once.rpc.v1.JobActionResponse\x12F\n" +
 	"\x05Retry\x12\x1d.once.rpc.v1.JobActionRequest\x1a\x1e.once.rpc.v1.JobActionResponse\x126\n" +
 	"\x06GetJob\x12\x1a.once.rpc.v1.GetJobRequest\x1a\x10.once.rpc.v1.Job\x12G\n" +
@@ -2166,47 +2211,46 @@ var file_manager_proto_goTypes = []any{
 var file_manager_proto_depIdxs = []int32{
 	1,  // 0: once.rpc.v1.SubmitBatch.items:type_name -> once.rpc.v1.SubmitItem
 	2,  // 1: once.rpc.v1.SubmitItem.request:type_name -> once.rpc.v1.SubmitRequest
-	3,  // 2: once.rpc.v1.SubmitRequest.job:type_name -> once.rpc.v1.JobRequest
-	5,  // 3: once.rpc.v1.SubmitResults.results:type_name -> once.rpc.v1.SubmitResult
-	7,  // 4: once.rpc.v1.SubmitResult.response:type_name -> once.rpc.v1.SubmitResponse
-	6,  // 5: once.rpc.v1.SubmitResult.error:type_name -> once.rpc.v1.Error
-	8,  // 6: once.rpc.v1.SubmitResponse.job:type_name -> once.rpc.v1.Job
-	10, // 7: once.rpc.v1.SubmitResponse.rejection:type_name -> once.rpc.v1.Rejection
-	28, // 8: once.rpc.v1.Job.datacenters:type_name -> once.rpc.v1.Job.DatacentersEntry
-	8,  // 9: once.rpc.v1.Lease.job:type_name -> once.rpc.v1.Job
-	12, // 10: once.rpc.v1.LeaseResponse.leases:type_name -> once.rpc.v1.Lease
-	8,  // 11: once.rpc.v1.JobActionResponse.job:type_name -> once.rpc.v1.Job
-	8,  // 12: once.rpc.v1.ListJobsResponse.jobs:type_name -> once.rpc.v1.Job
-	29, // 13: once.rpc.v1.FederationView.datacenters:type_name -> once.rpc.v1.FederationView.DatacentersEntry
-	9,  // 14: once.rpc.v1.Job.DatacentersEntry.value:type_name -> once.rpc.v1.DatacenterStatus
-	27, // 15: once.rpc.v1.FederationView.DatacentersEntry.value:type_name -> once.rpc.v1.Managers
-	0,  // 16: once.rpc.v1.Manager.Submit:input_type -> once.rpc.v1.SubmitBatch
-	11, // 17: once.rpc.v1.Manager.Lease:input_type -> once.rpc.v1.LeaseRequest
-	14, // 18: once.rpc.v1.Manager.Heartbeat:input_type -> once.rpc.v1.HeartbeatRequest
-	16, // 19: once.rpc.v1.Manager.Complete:input_type -> once.rpc.v1.CompleteRequest
-	17, // 20: once.rpc.v1.Manager.Fail:input_type -> once.rpc.v1.FailRequest
-	18, // 21: once.rpc.v1.Manager.Cancel:input_type -> once.rpc.v1.JobActionRequest
-	18, // 22: once.rpc.v1.Manager.Retry:input_type -> once.rpc.v1.JobActionRequest
-	20, // 23: once.rpc.v1.Manager.GetJob:input_type -> once.rpc.v1.GetJobRequest
-	21, // 24: once.rpc.v1.Manager.ListJobs:input_type -> once.rpc.v1.ListJobsRequest
-	23, // 25: once.rpc.v1.Manager.GetKey:input_type -> once.rpc.v1.GetKeyRequest
-	25, // 26: once.rpc.v1.Manager.Federation:input_type -> once.rpc.v1.FederationRequest
-	4,  // 27: once.rpc.v1.Manager.Submit:output_type -> once.rpc.v1.SubmitResults
-	13, // 28: once.rpc.v1.Manager.Lease:output_type -> once.rpc.v1.LeaseResponse
-	15, // 29: once.rpc.v1.Manager.Heartbeat:output_type -> once.rpc.v1.HeartbeatResponse
-	8,  // 30: once.rpc.v1.Manager.Complete:output_type -> once.rpc.v1.Job
-	8,  // 31: once.rpc.v1.Manager.Fail:output_type -> once.rpc.v1.Job
-	19, // 32: once.rpc.v1.Manager.Cancel:output_type -> once.rpc.v1.JobActionResponse
-	19, // 33: once.rpc.v1.Manager.Retry:output_type -> once.rpc.v1.JobActionResponse
-	8,  // 34: once.rpc.v1.Manager.GetJob:output_type -> once.rpc.v1.Job
-	22, // 35: once.rpc.v1.Manager.ListJobs:output_type -> once.rpc.v1.ListJobsResponse
-	24, // 36: once.rpc.v1.Manager.GetKey:output_type -> once.rpc.v1.KeyInfo
-	26, // 37: once.rpc.v1.Manager.Federation:output_type -> once.rpc.v1.FederationView
-	27, // [27:38] is the sub-list for method output_type
-	16, // [16:27] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	14, // 2: once.rpc.v1.SubmitItem.heartbeat:type_name -> once.rpc.v1.HeartbeatRequest
+	16, // 3: once.rpc.v1.SubmitItem.complete:type_name -> once.rpc.v1.CompleteRequest
+	17, // 4: once.rpc.v1.SubmitItem.fail:type_name -> once.rpc.v1.FailRequest
+	3,  // 5: once.rpc.v1.SubmitRequest.job:type_name -> once.rpc.v1.JobRequest
+	5,  // 6: once.rpc.v1.SubmitResults.results:type_name -> once.rpc.v1.SubmitResult
+	7,  // 7: once.rpc.v1.SubmitResult.response:type_name -> once.rpc.v1.SubmitResponse
+	6,  // 8: once.rpc.v1.SubmitResult.error:type_name -> once.rpc.v1.Error
+	15, // 9: once.rpc.v1.SubmitResult.heartbeat:type_name -> once.rpc.v1.HeartbeatResponse
+	8,  // 10: once.rpc.v1.SubmitResult.job:type_name -> once.rpc.v1.Job
+	8,  // 11: once.rpc.v1.SubmitResponse.job:type_name -> once.rpc.v1.Job
+	10, // 12: once.rpc.v1.SubmitResponse.rejection:type_name -> once.rpc.v1.Rejection
+	28, // 13: once.rpc.v1.Job.datacenters:type_name -> once.rpc.v1.Job.DatacentersEntry
+	8,  // 14: once.rpc.v1.Lease.job:type_name -> once.rpc.v1.Job
+	12, // 15: once.rpc.v1.LeaseResponse.leases:type_name -> once.rpc.v1.Lease
+	8,  // 16: once.rpc.v1.JobActionResponse.job:type_name -> once.rpc.v1.Job
+	8,  // 17: once.rpc.v1.ListJobsResponse.jobs:type_name -> once.rpc.v1.Job
+	29, // 18: once.rpc.v1.FederationView.datacenters:type_name -> once.rpc.v1.FederationView.DatacentersEntry
+	9,  // 19: once.rpc.v1.Job.DatacentersEntry.value:type_name -> once.rpc.v1.DatacenterStatus
+	27, // 20: once.rpc.v1.FederationView.DatacentersEntry.value:type_name -> once.rpc.v1.Managers
+	0,  // 21: once.rpc.v1.Manager.Submit:input_type -> once.rpc.v1.SubmitBatch
+	11, // 22: once.rpc.v1.Manager.Lease:input_type -> once.rpc.v1.LeaseRequest
+	18, // 23: once.rpc.v1.Manager.Cancel:input_type -> once.rpc.v1.JobActionRequest
+	18, // 24: once.rpc.v1.Manager.Retry:input_type -> once.rpc.v1.JobActionRequest
+	20, // 25: once.rpc.v1.Manager.GetJob:input_type -> once.rpc.v1.GetJobRequest
+	21, // 26: once.rpc.v1.Manager.ListJobs:input_type -> once.rpc.v1.ListJobsRequest
+	23, // 27: once.rpc.v1.Manager.GetKey:input_type -> once.rpc.v1.GetKeyRequest
+	25, // 28: once.rpc.v1.Manager.Federation:input_type -> once.rpc.v1.FederationRequest
+	4,  // 29: once.rpc.v1.Manager.Submit:output_type -> once.rpc.v1.SubmitResults
+	13, // 30: once.rpc.v1.Manager.Lease:output_type -> once.rpc.v1.LeaseResponse
+	19, // 31: once.rpc.v1.Manager.Cancel:output_type -> once.rpc.v1.JobActionResponse
+	19, // 32: once.rpc.v1.Manager.Retry:output_type -> once.rpc.v1.JobActionResponse
+	8,  // 33: once.rpc.v1.Manager.GetJob:output_type -> once.rpc.v1.Job
+	22, // 34: once.rpc.v1.Manager.ListJobs:output_type -> once.rpc.v1.ListJobsResponse
+	24, // 35: once.rpc.v1.Manager.GetKey:output_type -> once.rpc.v1.KeyInfo
+	26, // 36: once.rpc.v1.Manager.Federation:output_type -> once.rpc.v1.FederationView
+	29, // [29:37] is the sub-list for method output_type
+	21, // [21:29] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_manager_proto_init() }

@@ -25,9 +25,6 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Manager_Submit_FullMethodName     = "/once.rpc.v1.Manager/Submit"
 	Manager_Lease_FullMethodName      = "/once.rpc.v1.Manager/Lease"
-	Manager_Heartbeat_FullMethodName  = "/once.rpc.v1.Manager/Heartbeat"
-	Manager_Complete_FullMethodName   = "/once.rpc.v1.Manager/Complete"
-	Manager_Fail_FullMethodName       = "/once.rpc.v1.Manager/Fail"
 	Manager_Cancel_FullMethodName     = "/once.rpc.v1.Manager/Cancel"
 	Manager_Retry_FullMethodName      = "/once.rpc.v1.Manager/Retry"
 	Manager_GetJob_FullMethodName     = "/once.rpc.v1.Manager/GetJob"
@@ -44,15 +41,13 @@ const (
 // method's error is a gRPC status whose details hold an Error (its rpc.Code,
 // message and leader hint).
 type ManagerClient interface {
-	// Submit carries submissions from a gate to the leader, many per message,
-	// and their answers back as each resolves, in any order.
+	// Submit carries submissions, and the worker calls heartbeat, complete
+	// and fail, from a gate to the leader, many per message, and their answers
+	// back as each resolves, in any order.
 	Submit(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubmitBatch, SubmitResults], error)
-	// The worker calls (docs/workers.md), answered by the leader. Lease may be
+	// A worker's lease (docs/workers.md), answered by the leader; it may be
 	// held up to its wait (a long poll).
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
-	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
-	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*Job, error)
-	Fail(ctx context.Context, in *FailRequest, opts ...grpc.CallOption) (*Job, error)
 	// A tenant's actions on its jobs, answered by the leader.
 	Cancel(ctx context.Context, in *JobActionRequest, opts ...grpc.CallOption) (*JobActionResponse, error)
 	Retry(ctx context.Context, in *JobActionRequest, opts ...grpc.CallOption) (*JobActionResponse, error)
@@ -89,36 +84,6 @@ func (c *managerClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grp
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LeaseResponse)
 	err := c.cc.Invoke(ctx, Manager_Lease_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *managerClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(HeartbeatResponse)
-	err := c.cc.Invoke(ctx, Manager_Heartbeat_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *managerClient) Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*Job, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Job)
-	err := c.cc.Invoke(ctx, Manager_Complete_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *managerClient) Fail(ctx context.Context, in *FailRequest, opts ...grpc.CallOption) (*Job, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Job)
-	err := c.cc.Invoke(ctx, Manager_Fail_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -193,15 +158,13 @@ func (c *managerClient) Federation(ctx context.Context, in *FederationRequest, o
 // method's error is a gRPC status whose details hold an Error (its rpc.Code,
 // message and leader hint).
 type ManagerServer interface {
-	// Submit carries submissions from a gate to the leader, many per message,
-	// and their answers back as each resolves, in any order.
+	// Submit carries submissions, and the worker calls heartbeat, complete
+	// and fail, from a gate to the leader, many per message, and their answers
+	// back as each resolves, in any order.
 	Submit(grpc.BidiStreamingServer[SubmitBatch, SubmitResults]) error
-	// The worker calls (docs/workers.md), answered by the leader. Lease may be
+	// A worker's lease (docs/workers.md), answered by the leader; it may be
 	// held up to its wait (a long poll).
 	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
-	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
-	Complete(context.Context, *CompleteRequest) (*Job, error)
-	Fail(context.Context, *FailRequest) (*Job, error)
 	// A tenant's actions on its jobs, answered by the leader.
 	Cancel(context.Context, *JobActionRequest) (*JobActionResponse, error)
 	Retry(context.Context, *JobActionRequest) (*JobActionResponse, error)
@@ -226,15 +189,6 @@ func (UnimplementedManagerServer) Submit(grpc.BidiStreamingServer[SubmitBatch, S
 }
 func (UnimplementedManagerServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
-}
-func (UnimplementedManagerServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
-}
-func (UnimplementedManagerServer) Complete(context.Context, *CompleteRequest) (*Job, error) {
-	return nil, status.Error(codes.Unimplemented, "method Complete not implemented")
-}
-func (UnimplementedManagerServer) Fail(context.Context, *FailRequest) (*Job, error) {
-	return nil, status.Error(codes.Unimplemented, "method Fail not implemented")
 }
 func (UnimplementedManagerServer) Cancel(context.Context, *JobActionRequest) (*JobActionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
@@ -296,60 +250,6 @@ func _Manager_Lease_Handler(srv interface{}, ctx context.Context, dec func(inter
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ManagerServer).Lease(ctx, req.(*LeaseRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _Manager_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(HeartbeatRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(ManagerServer).Heartbeat(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Manager_Heartbeat_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ManagerServer).Heartbeat(ctx, req.(*HeartbeatRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _Manager_Complete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CompleteRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(ManagerServer).Complete(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Manager_Complete_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ManagerServer).Complete(ctx, req.(*CompleteRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _Manager_Fail_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(FailRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(ManagerServer).Fail(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Manager_Fail_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ManagerServer).Fail(ctx, req.(*FailRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -472,18 +372,6 @@ var Manager_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lease",
 			Handler:    _Manager_Lease_Handler,
-		},
-		{
-			MethodName: "Heartbeat",
-			Handler:    _Manager_Heartbeat_Handler,
-		},
-		{
-			MethodName: "Complete",
-			Handler:    _Manager_Complete_Handler,
-		},
-		{
-			MethodName: "Fail",
-			Handler:    _Manager_Fail_Handler,
 		},
 		{
 			MethodName: "Cancel",
