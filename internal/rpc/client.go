@@ -41,8 +41,8 @@ func (f ResolverFunc) Managers() []string { return f() }
 // ClientConfig configures a Client. Zero values take the defaults noted.
 type ClientConfig struct {
 	Resolver Resolver
-	// Transport carries the reads (HTTP/JSON); nil means a keep-alive transport
-	// sized for many concurrent requests to few hosts.
+	// Transport carries the status reads (HTTP/JSON); nil means a keep-alive
+	// transport sized for many concurrent requests to few hosts.
 	Transport http.RoundTripper
 	// Streams is how many submit streams (each its own connection) the client
 	// keeps to a manager. Default 2.
@@ -55,16 +55,16 @@ type ClientConfig struct {
 	// MaxBackoff). Defaults 10ms and 250ms.
 	RetryBackoff time.Duration
 	MaxBackoff   time.Duration
-	// Secret is the cluster secret sent with every read and every submit
-	// stream (secret.go); empty sends none.
+	// Secret is the cluster secret sent with every call, stream and status
+	// read (secret.go); empty sends none.
 	Secret string
 	// TLS, when set, is how the client dials the managers (certs.Cluster's
-	// ClientConfig: mutual TLS), for the submit streams and, when Transport
-	// is nil, the reads; nil dials plain TCP.
+	// ClientConfig: mutual TLS), for the gRPC connections and, when
+	// Transport is nil, the status reads; nil dials plain TCP.
 	TLS *tls.Config
 	// Dial, when set, opens the TCP connections to the managers (addr is
-	// host:port), for the submit streams and, when Transport is nil, the
-	// reads; TLS, if any, runs over them. nil: a plain dial, as always in
+	// host:port), for the gRPC connections and, when Transport is nil, the
+	// status reads; TLS, if any, runs over them. nil: a plain dial, as always in
 	// the daemons. A seam for the tests module's fault layer, which cuts
 	// the links between datacenters through it.
 	Dial DialFunc

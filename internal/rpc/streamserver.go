@@ -40,8 +40,8 @@ type ServerConfig struct {
 }
 
 // Server serves a Service on one listener: connections that open with the
-// HTTP/2 preface carry the submit stream (gRPC), every other connection is
-// HTTP/1.1 and served by Mux (the reads and whatever the caller adds). The
+// HTTP/2 preface carry the Manager service (gRPC), every other connection is
+// HTTP/1.1 and served by Mux (the status and whatever the caller adds). The
 // listener is split by github.com/soheilhy/cmux, as etcd splits its client
 // port.
 type Server struct {
