@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"maps"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,14 +86,13 @@ func (g *Gate) federationFormedOnce() bool {
 const federationForget = rpc.FederationMemory
 
 // federationPoller is the Federation a gate started by Main uses: it reads
-// GET /rpc/v1/federation from one of its datacenter's managers every
-// federationRefresh, keeping the last view it got.
+// the federation view (rpc.Client.FederationOf) from one of its datacenter's
+// managers every federationRefresh, keeping the last view it got.
 type federationPoller struct {
-	local  rpc.Resolver
-	hc     *http.Client
-	scheme string
-	log    *slog.Logger
-	view   atomic.Pointer[map[string][]string]
+	local rpc.Resolver
+	rc    *rpc.Client
+	log   *slog.Logger
+	view  atomic.Pointer[map[string][]string]
 	// seen is when each datacenter was last named by a view (refresh's
 	// goroutine only).
 	seen map[string]time.Time
@@ -111,9 +109,8 @@ type federationPoller struct {
 }
 
 func newFederationPoller(local rpc.Resolver, secret string, tlsCfg *tls.Config, log *slog.Logger) *federationPoller {
-	t := rpc.NewTransport()
-	t.TLSClientConfig = tlsCfg
-	return &federationPoller{local: local, hc: &http.Client{Transport: rpc.WithSecret(t, secret)}, scheme: rpc.Scheme(tlsCfg), log: log,
+	rc := rpc.NewClient(rpc.ClientConfig{Secret: secret, TLS: tlsCfg})
+	return &federationPoller{local: local, rc: rc, log: log,
 		seen: map[string]time.Time{}, now: time.Now, settle: DefaultFederationSettle}
 }
 
@@ -134,7 +131,7 @@ func (p *federationPoller) Datacenters() map[string][]string {
 // run refreshes the view until ctx ends: every federationRefresh, or every
 // federationFormingRefresh while the federation is forming.
 func (p *federationPoller) run(ctx context.Context) {
-	defer p.hc.CloseIdleConnections()
+	defer p.rc.Close()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -156,7 +153,7 @@ func (p *federationPoller) run(ctx context.Context) {
 func (p *federationPoller) refresh(ctx context.Context) {
 	for _, addr := range p.local.Managers() {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
-		f, err := rpc.FetchFederation(actx, p.hc, p.scheme, addr)
+		f, err := p.rc.FederationOf(actx, addr)
 		cancel()
 		if err != nil {
 			p.log.Debug("reading the federation view", logging.KeyAddr, addr, logging.KeyError, err)

@@ -3,7 +3,7 @@ package manager
 import (
 	"errors"
 	"fmt"
-	"net/http/httptest"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -256,10 +256,16 @@ func TestListLargeJobsPagesThroughRPC(t *testing.T) {
 			t.Fatalf("submit %d: %+v %v", i, r, err)
 		}
 	}
-	srv := httptest.NewServer(rpc.NewHandler(tc.mgrs[l], nil))
-	defer srv.Close()
-	client := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{strings.TrimPrefix(srv.URL, "http://")}})
-	defer client.CloseIdleConnections()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := rpc.NewServer(tc.mgrs[l], rpc.ServerConfig{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() { _ = srv.Close(); <-served }()
+	client := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{ln.Addr().String()}})
+	defer client.Close()
 	var keys []string
 	after, pages := "", 0
 	for {

@@ -20,8 +20,8 @@ import (
 
 // federation is the manager's view of every datacenter: its own datacenter's
 // managers from the LAN pool, the others' from the WAN pool that the managers
-// of every datacenter join (as Consul's servers do). Gates read it from GET
-// /rpc/v1/federation and forward to other datacenters' leaders directly.
+// of every datacenter join (as Consul's servers do). Gates read it (the RPC
+// service's Federation method, rpc.Server.SetFederation) and forward to other datacenters' leaders directly.
 type federation struct {
 	dc string
 	// settings is this manager's config.Idempotency.Canonical, which every

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http/httptest"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -48,10 +48,19 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 		ok := fmt.Sprint(v1.Datacenters["dc2"]) == "[127.0.0.1:7201]" && fmt.Sprint(v2.Datacenters["dc1"]) == "[127.0.0.1:7101]"
 		return ok, fmt.Sprintf("each to see the other datacenter (dc1 sees %v, dc2 sees %v)", v1.Datacenters, v2.Datacenters)
 	})
-	// What a gate reads from GET /rpc/v1/federation.
-	srv := httptest.NewServer(rpc.FederationHandler(f1.view))
-	defer srv.Close()
-	v, err := rpc.FetchFederation(context.Background(), srv.Client(), "http", strings.TrimPrefix(srv.URL, "http://"))
+	// What a gate reads (rpc.Client.FederationOf) from a Server given the view.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := rpc.NewServer(nil, rpc.ServerConfig{})
+	srv.SetFederation(f1.view)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() { _ = srv.Close(); <-served }()
+	rc := rpc.NewClient(rpc.ClientConfig{})
+	defer rc.Close()
+	v, err := rc.FederationOf(context.Background(), ln.Addr().String())
 	if err != nil || v.Datacenter != "dc1" || len(v.Datacenters) != 2 || fmt.Sprint(v.Datacenters["dc2"]) != "[127.0.0.1:7201]" {
 		t.Fatalf("fetched %+v, %v", v, err)
 	}

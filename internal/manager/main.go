@@ -199,7 +199,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mux.HandleFunc("GET "+rpc.FederationPath, rpc.FederationHandler(fed.view))
+	srv.SetFederation(fed.view)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_config_mismatches",
 		Help: "Settings of other managers of the federation (IDEMPOTENCY_* lifetimes and waiting) that differ from this manager's, counted per manager and setting; see GET /rpc/v1/status."},
 		func() float64 { return float64(len(fed.mismatches())) }))

@@ -2,15 +2,15 @@ package rpc
 
 import (
 	"context"
-	"log/slog"
-	"net/http"
-	"net/url"
 
+	"google.golang.org/grpc"
+
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
-// A tenant's actions on its jobs (docs/rpc.md): POST
-// /rpc/v1/jobs/{id}/cancel and /retry. The leader answers (another manager
+// A tenant's actions on its jobs (docs/rpc.md): the Manager service's
+// Cancel and Retry. The leader answers (another manager
 // answers not_leader naming it); each action is one Raft command that
 // records it under the caller's idempotency key, durable before the answer.
 
@@ -45,22 +45,52 @@ type JobActions interface {
 	Retry(ctx context.Context, req *JobActionRequest) (*JobActionResponse, error)
 }
 
-// MountJobActions serves a's routes on mux.
-func MountJobActions(mux *http.ServeMux, a JobActions, log *slog.Logger) {
-	h := &handler{log: log}
-	setID := func(r *JobActionRequest, id string) { r.JobID = id }
-	mountJobAction(mux, h, "cancel", setID, a.Cancel)
-	mountJobAction(mux, h, "retry", setID, a.Retry)
+// Cancel serves JobActions.Cancel.
+func (sv *service) Cancel(ctx context.Context, p *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error) {
+	return sv.jobAction(ctx, "cancel", p, JobActions.Cancel)
+}
+
+// Retry serves JobActions.Retry.
+func (sv *service) Retry(ctx context.Context, p *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error) {
+	return sv.jobAction(ctx, "retry", p, JobActions.Retry)
+}
+
+func (sv *service) jobAction(ctx context.Context, what string, p *rpcpb.JobActionRequest,
+	do func(JobActions, context.Context, *JobActionRequest) (*JobActionResponse, error)) (*rpcpb.JobActionResponse, error) {
+	a, ok := sv.s.svc.(JobActions)
+	if !ok {
+		return nil, sv.s.callStatus(what, Errorf(CodeInternal, "this manager serves no job actions"))
+	}
+	return serveCall(sv.s, ctx, what, p, func(p *rpcpb.JobActionRequest) *JobActionRequest {
+		return &JobActionRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), Key: p.GetKey(), Fingerprint: p.GetFingerprint()}
+	}, func(ctx context.Context, r *JobActionRequest) (*JobActionResponse, error) { return do(a, ctx, r) },
+		func(r *JobActionResponse) *rpcpb.JobActionResponse {
+			return &rpcpb.JobActionResponse{Job: toPBJob(&r.Job), Replayed: r.Replayed}
+		})
 }
 
 // Cancel cancels a queued job at the leader.
 func (c *Client) Cancel(ctx context.Context, req *JobActionRequest) (*JobActionResponse, error) {
-	var resp JobActionResponse
-	return &resp, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/cancel", req, 0, &resp)
+	return c.jobAction(ctx, "cancel", req, rpcpb.ManagerClient.Cancel)
 }
 
 // Retry gives a failed or dead job a new attempt at the leader.
 func (c *Client) Retry(ctx context.Context, req *JobActionRequest) (*JobActionResponse, error) {
-	var resp JobActionResponse
-	return &resp, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/retry", req, 0, &resp)
+	return c.jobAction(ctx, "retry", req, rpcpb.ManagerClient.Retry)
+}
+
+func (c *Client) jobAction(ctx context.Context, what string, req *JobActionRequest,
+	do func(rpcpb.ManagerClient, context.Context, *rpcpb.JobActionRequest, ...grpc.CallOption) (*rpcpb.JobActionResponse, error)) (*JobActionResponse, error) {
+	var resp *JobActionResponse
+	err := c.call(ctx, what, 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
+		p, err := do(mc, ctx, &rpcpb.JobActionRequest{Tenant: req.Tenant, JobId: req.JobID, Key: req.Key, Fingerprint: req.Fingerprint})
+		if err == nil {
+			resp = &JobActionResponse{Replayed: p.GetReplayed()}
+			if j := p.GetJob(); j != nil {
+				resp.Job = *fromPBJob(j)
+			}
+		}
+		return err
+	})
+	return resp, err
 }

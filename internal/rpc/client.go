@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/logging"
-	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // Resolver tells a client where the datacenter's managers are.
@@ -41,8 +41,8 @@ func (f ResolverFunc) Managers() []string { return f() }
 // ClientConfig configures a Client. Zero values take the defaults noted.
 type ClientConfig struct {
 	Resolver Resolver
-	// Transport carries the reads (HTTP/JSON); nil means a keep-alive transport
-	// sized for many concurrent requests to few hosts.
+	// Transport carries the status reads (HTTP/JSON); nil means a keep-alive
+	// transport sized for many concurrent requests to few hosts.
 	Transport http.RoundTripper
 	// Streams is how many submit streams (each its own connection) the client
 	// keeps to a manager. Default 2.
@@ -55,16 +55,16 @@ type ClientConfig struct {
 	// MaxBackoff). Defaults 10ms and 250ms.
 	RetryBackoff time.Duration
 	MaxBackoff   time.Duration
-	// Secret is the cluster secret sent with every read and every submit
-	// stream (secret.go); empty sends none.
+	// Secret is the cluster secret sent with every call, stream and status
+	// read (secret.go); empty sends none.
 	Secret string
 	// TLS, when set, is how the client dials the managers (certs.Cluster's
-	// ClientConfig: mutual TLS), for the submit streams and, when Transport
-	// is nil, the reads; nil dials plain TCP.
+	// ClientConfig: mutual TLS), for the gRPC connections and, when
+	// Transport is nil, the status reads; nil dials plain TCP.
 	TLS *tls.Config
 	// Dial, when set, opens the TCP connections to the managers (addr is
-	// host:port), for the submit streams and, when Transport is nil, the
-	// reads; TLS, if any, runs over them. nil: a plain dial, as always in
+	// host:port), for the gRPC connections and, when Transport is nil, the
+	// status reads; TLS, if any, runs over them. nil: a plain dial, as always in
 	// the daemons. A seam for the tests module's fault layer, which cuts
 	// the links between datacenters through it.
 	Dial DialFunc
@@ -87,7 +87,8 @@ type Client struct {
 	leader string // last known leader, "" when unknown
 	rr     int    // round-robin position over Resolver.Managers()
 	closed bool
-	peers  map[string]*peer // submit streams by manager address
+	peers  map[string]*peer     // submit streams by manager address
+	conns  map[string]*callConn // unary calls' connections by manager address (call.go)
 
 	laneRR atomic.Uint64 // round-robin position over a peer's lanes
 }
@@ -156,7 +157,7 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Streams <= 0 {
 		cfg.Streams = 2
 	}
-	return &Client{cfg: cfg, hc: &http.Client{Transport: cfg.Transport}, log: cfg.Logger, peers: map[string]*peer{}}
+	return &Client{cfg: cfg, hc: &http.Client{Transport: cfg.Transport}, log: cfg.Logger, peers: map[string]*peer{}, conns: map[string]*callConn{}}
 }
 
 // Leader returns the last known leader's RPC address ("" when unknown).
@@ -172,6 +173,7 @@ func (c *Client) CloseIdleConnections() {
 	for _, l := range c.takeLanes(func(l *lane) bool { return l.idle() }) {
 		l.close()
 	}
+	c.closeConns(false)
 	c.hc.CloseIdleConnections()
 }
 
@@ -185,6 +187,7 @@ func (c *Client) Close() {
 	for _, l := range c.takeLanes(func(*lane) bool { return true }) {
 		l.close()
 	}
+	c.closeConns(true)
 	c.hc.CloseIdleConnections()
 }
 
@@ -213,14 +216,17 @@ func (c *Client) takeLanes(match func(*lane) bool) []*lane {
 
 // Submit submits a job at the leader, over a submit stream (see stream.go).
 func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
-	if n := approxSize(req); n > maxMessageBytes-1024 {
+	n := approxSize(req)
+	if n > maxMessageBytes-1024 {
 		return nil, Errorf(CodeInvalid, "a submission of about %d bytes is over the stream's message limit of %d", n, maxMessageBytes)
 	}
 	var resp *SubmitResponse
 	wait := time.Duration(req.WaitMillis) * time.Millisecond
 	err := c.retry(ctx, "submit", func(addr string) error {
-		r, err := c.submitAttempt(ctx, addr, req, wait)
-		resp = r
+		r, err := c.streamAttempt(ctx, addr, "submit", &rpcpb.SubmitItem{Request: toPBRequest(req)}, n, wait)
+		if err == nil {
+			resp = fromPBResponse(r.GetResponse())
+		}
 		return err
 	})
 	if err != nil {
@@ -229,26 +235,31 @@ func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*SubmitRespons
 	return resp, nil
 }
 
-// submitAttempt sends req on a lane to addr and waits for its answer, for at
-// most AttemptTimeout+extra; a caller that stops waiting cancels it there.
-func (c *Client) submitAttempt(ctx context.Context, addr string, req *SubmitRequest, extra time.Duration) (*SubmitResponse, error) {
+// streamAttempt sends item (size: its approximate bytes) on a lane to addr
+// and waits for its answer, for at most AttemptTimeout+extra; a caller that
+// stops waiting cancels it there. An answered error is returned as its
+// *Error.
+func (c *Client) streamAttempt(ctx context.Context, addr, what string, item *rpcpb.SubmitItem, size int, extra time.Duration) (*rpcpb.SubmitResult, error) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
 	defer cancel()
 	l, err := c.lane(actx, addr)
 	if err != nil {
-		return nil, fmt.Errorf("rpc submit %s: %w", addr, err)
+		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
 	}
 	deadline, _ := actx.Deadline()
-	call, err := l.enqueue(req, deadline)
+	// A new item per attempt (the lane sets its Id and TimeoutMicros); the
+	// request it carries is only read.
+	it := &rpcpb.SubmitItem{Request: item.Request, Heartbeat: item.Heartbeat, Complete: item.Complete, Fail: item.Fail}
+	call, err := l.enqueue(it, size, deadline)
 	if err != nil {
-		return nil, fmt.Errorf("rpc submit %s: %w", addr, err)
+		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
 	}
 	select {
 	case r := <-call.done:
-		return r.resp, r.err
+		return r.res, r.err
 	case <-actx.Done():
 		l.abandon(call)
-		return nil, fmt.Errorf("rpc submit %s: %w", addr, actx.Err())
+		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, actx.Err())
 	}
 }
 
@@ -288,48 +299,6 @@ func (c *Client) lane(ctx context.Context, addr string) (*lane, error) {
 	}
 	s.l = l
 	return l, nil
-}
-
-// GetJob reads a job at the leader.
-func (c *Client) GetJob(ctx context.Context, tenant, id string) (*api.Job, error) {
-	var job api.Job
-	q := url.Values{"tenant": {tenant}}
-	if err := c.do(ctx, http.MethodGet, "/rpc/v1/jobs/"+url.PathEscape(id), q, nil, 0, &job); err != nil {
-		return nil, err
-	}
-	return &job, nil
-}
-
-// ListJobs reads a page of jobs at the leader.
-func (c *Client) ListJobs(ctx context.Context, req *ListJobsRequest) (*ListJobsResponse, error) {
-	q := url.Values{"tenant": {req.Tenant}}
-	if req.Type != "" {
-		q.Set("type", req.Type)
-	}
-	if req.Status != "" {
-		q.Set("status", req.Status)
-	}
-	if req.Limit != 0 {
-		q.Set("limit", fmt.Sprint(req.Limit))
-	}
-	if req.After != "" {
-		q.Set("after", req.After)
-	}
-	var resp ListJobsResponse
-	if err := c.do(ctx, http.MethodGet, "/rpc/v1/jobs", q, nil, 0, &resp); err != nil {
-		return nil, err
-	}
-	return &resp, nil
-}
-
-// GetKey reads an idempotency key's entry at the leader.
-func (c *Client) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo, error) {
-	var info api.KeyInfo
-	q := url.Values{"tenant": {tenant}, "key": {key}}
-	if err := c.do(ctx, http.MethodGet, "/rpc/v1/keys", q, nil, 0, &info); err != nil {
-		return nil, err
-	}
-	return &info, nil
 }
 
 // LeaderStatus returns the leader's status: it succeeds only when a leader

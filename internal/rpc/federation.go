@@ -2,17 +2,13 @@ package rpc
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
 	"time"
+
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
-// FederationPath is the manager's read endpoint of the federation view:
-//
-//	GET /rpc/v1/federation → Federation
-const FederationPath = "/rpc/v1/federation"
+// The federation view: the Manager service's Federation method, answered by
+// any manager (Server.SetFederation gives the Server its view).
 
 // FederationMemory is how long managers and gates keep a datacenter that the
 // WAN pool (or the view they read) no longer names: a restarted manager that
@@ -33,42 +29,37 @@ type Federation struct {
 	Datacenters map[string][]string `json:"datacenters"`
 }
 
-// FederationHandler serves GET FederationPath from view; mount it on the
-// manager's RPC mux.
-func FederationHandler(view func() *Federation) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		b, err := json.Marshal(view())
-		if err != nil {
-			writeError(w, Errorf(CodeInternal, "encode federation: %v", err))
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(b)
+// SetFederation makes view the Server's federation view (at any time); a
+// Server without one answers Federation with internal.
+func (s *Server) SetFederation(view func() *Federation) { s.federation.Store(&view) }
+
+// Federation serves the Server's federation view.
+func (sv *service) Federation(context.Context, *rpcpb.FederationRequest) (*rpcpb.FederationView, error) {
+	view := sv.s.federation.Load()
+	if view == nil {
+		return nil, sv.s.callStatus("federation", Errorf(CodeInternal, "this manager has no federation view"))
 	}
+	f := (*view)()
+	p := &rpcpb.FederationView{Datacenter: f.Datacenter, Datacenters: make(map[string]*rpcpb.Managers, len(f.Datacenters))}
+	for dc, addrs := range f.Datacenters {
+		p.Datacenters[dc] = &rpcpb.Managers{Addrs: addrs}
+	}
+	return p, nil
 }
 
-// FetchFederation reads the federation view of the manager at addr
-// (host:port), once, without retries; scheme is Scheme's.
-func FetchFederation(ctx context.Context, hc *http.Client, scheme, addr string) (*Federation, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+FederationPath, nil)
-	if err != nil {
-		return nil, Errorf(CodeInvalid, "build request: %v", err)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("rpc GET %s%s: %w", addr, FederationPath, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxRequestBytes))
-	if err != nil {
-		return nil, fmt.Errorf("rpc GET %s%s: read: %w", addr, FederationPath, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, decodeError(resp.StatusCode, b)
-	}
-	var f Federation
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, Errorf(CodeInternal, "decode federation: %v", err)
-	}
-	return &f, nil
+// FederationOf reads the federation view of the manager at addr (host:port),
+// once, without retries.
+func (c *Client) FederationOf(ctx context.Context, addr string) (*Federation, error) {
+	var f *Federation
+	err := c.callAt(ctx, addr, "federation", 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
+		p, err := mc.Federation(ctx, &rpcpb.FederationRequest{})
+		if err == nil {
+			f = &Federation{Datacenter: p.GetDatacenter(), Datacenters: make(map[string][]string, len(p.GetDatacenters()))}
+			for dc, m := range p.GetDatacenters() {
+				f.Datacenters[dc] = m.GetAddrs()
+			}
+		}
+		return err
+	})
+	return f, err
 }

@@ -1,24 +1,28 @@
 // Package rpc is the internal protocol between gates and managers, on the
-// manager's RPC listener (docs/rpc.md):
+// manager's RPC listener (docs/rpc.md): one generated gRPC service,
+// rpcpb.Manager,
 //
-//   - submissions travel on a gRPC bidirectional stream (rpcpb, Submitter.Submit),
-//     many per message, each answered as soon as it resolves (stream.go for the
-//     gate's side, streamserver.go for the manager's);
-//   - reads and status are JSON over HTTP/1.1 with keep-alive connections.
+//   - submissions on a bidirectional stream (Submit), many per message, each
+//     answered as soon as it resolves (stream.go for the gate's side,
+//     streamserver.go for the manager's);
+//   - the worker calls, the job actions, the reads and the federation view as
+//     unary methods (workers.go, actions.go, reads.go, federation.go; call.go
+//     for what they share);
 //
-// Server tells the two apart by a connection's first bytes (cmux).
+// and, as JSON over HTTP/1.1 on the same port, the status and the operator
+// routes. Server tells the two apart by a connection's first
+// bytes (cmux).
 //
 // Errors keep their identity across the wire: a manager answers an error with a
-// stable Code (a JSON Error, or its protobuf mirror on the stream), and the
-// client turns it back into an *Error that matches the sentinels below with
-// errors.Is. Nothing is ever matched by text.
+// stable Code (a JSON Error, or its protobuf mirror in a stream's result or a
+// unary call's status details), and the client turns it back into an *Error
+// that matches the sentinels below with errors.Is. Nothing is ever matched by
+// text.
 //
-// HTTP endpoints (all under /rpc/v1):
+// HTTP endpoints:
 //
-//	GET  /rpc/v1/jobs/{id}?tenant= → api.Job
-//	GET  /rpc/v1/jobs?tenant=&type=&status=&limit=&after= → ListJobsResponse
-//	GET  /rpc/v1/keys?tenant=&key= → api.KeyInfo
 //	GET  /rpc/v1/status            → Status
+//	/rpc/v1/operator/…             → operator.go
 package rpc
 
 import (

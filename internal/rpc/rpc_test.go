@@ -192,7 +192,7 @@ func TestCodesSurviveTheWire(t *testing.T) {
 		t.Fatalf("list: %v %+v", err, lr)
 	}
 	ki, err := c.GetKey(ctx, "t1", "a:b/c d")
-	if err != nil || ki.Key != "a:b/c d" {
+	if err != nil || ki.Key != "a:b/c d" || ki.JobID != nil || ki.Sequence != nil {
 		t.Fatalf("key: %v %+v", err, ki)
 	}
 }

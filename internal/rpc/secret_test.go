@@ -32,6 +32,12 @@ func TestClusterSecret(t *testing.T) {
 			t.Errorf("%s: read answered %v, want %s", name, err, CodeUnauthenticated)
 		}
 		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+		_, err = c.Heartbeat(ctx, &HeartbeatRequest{Tenant: "t", JobID: "j", LeaseID: "l"})
+		if !errors.As(err, &e) || e.Code != CodeUnauthenticated {
+			t.Errorf("%s: a worker call answered %v, want %s", name, err, CodeUnauthenticated)
+		}
+		cancel()
 		c.Close()
 		hc := &http.Client{Transport: WithSecret(NewTransport(), secret)}
 		resp, err := hc.Get("http://" + addr + "/extra")

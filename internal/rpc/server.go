@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/once-dev/once/internal/logging"
 )
@@ -13,9 +12,8 @@ import (
 // maxRequestBytes bounds an RPC answer's body: a job body is at most a few MiB.
 const maxRequestBytes = 16 << 20
 
-// NewHandler serves svc's reads (HTTP/JSON), its worker calls when svc
-// implements Workers, and the tenants' job actions when it implements
-// JobActions, on its own ServeMux (never the global one). Extra routes (metrics, failpoints) may be added to the returned
+// NewHandler serves svc's status (HTTP/JSON) on its own ServeMux (never the
+// global one). Extra routes (metrics, failpoints) may be added to the returned
 // mux by the caller. Submissions travel on the submit stream (NewServer).
 func NewHandler(svc Service, logger *slog.Logger) *http.ServeMux {
 	if logger == nil {
@@ -23,48 +21,13 @@ func NewHandler(svc Service, logger *slog.Logger) *http.ServeMux {
 	}
 	h := &handler{svc: svc, log: logger}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /rpc/v1/jobs/{id}", h.getJob)
-	mux.HandleFunc("GET /rpc/v1/jobs", h.listJobs)
-	mux.HandleFunc("GET /rpc/v1/keys", h.getKey)
 	mux.HandleFunc("GET /rpc/v1/status", h.status)
-	if w, ok := svc.(Workers); ok {
-		MountWorkers(mux, w, logger)
-	}
-	if a, ok := svc.(JobActions); ok {
-		MountJobActions(mux, a, logger)
-	}
 	return mux
 }
 
 type handler struct {
 	svc Service
 	log *slog.Logger
-}
-
-func (h *handler) getJob(w http.ResponseWriter, r *http.Request) {
-	job, err := h.svc.GetJob(r.Context(), r.URL.Query().Get("tenant"), r.PathValue("id"))
-	h.reply(w, job, err)
-}
-
-func (h *handler) listJobs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	req := &ListJobsRequest{Tenant: q.Get("tenant"), Type: q.Get("type"), Status: q.Get("status"), After: q.Get("after")}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			writeError(w, Errorf(CodeInvalid, "limit: %v", err))
-			return
-		}
-		req.Limit = n
-	}
-	resp, err := h.svc.ListJobs(r.Context(), req)
-	h.reply(w, resp, err)
-}
-
-func (h *handler) getKey(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	info, err := h.svc.GetKey(r.Context(), q.Get("tenant"), q.Get("key"))
-	h.reply(w, info, err)
 }
 
 // status answers a manager's status. With ?leader=1 only the leader answers;

@@ -50,19 +50,20 @@ var batchStats struct {
 
 var errLaneClosed = errors.New("submit stream closed by the client")
 
-// call is one submission waiting on a lane.
+// call is one submission (or worker call) waiting on a lane.
 type call struct {
 	id       uint64
-	req      *SubmitRequest
-	deadline time.Time // zero: none
+	item     *rpcpb.SubmitItem // its Id and TimeoutMicros set when sent
+	size     int               // approximate encoded bytes
+	deadline time.Time         // zero: none
 	done     chan callResult
 	sent     bool
 	dropped  bool // its caller stopped waiting before it was sent
 }
 
 type callResult struct {
-	resp *SubmitResponse
-	err  error
+	res *rpcpb.SubmitResult
+	err error
 }
 
 type lane struct {
@@ -81,9 +82,10 @@ type lane struct {
 	err     error // non-nil once the lane is dead
 }
 
-// dialLane connects to addr and opens a Submit stream, within ctx.
-// dial, when not nil, opens the connection (ClientConfig.Dial).
-func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial DialFunc) (*lane, error) {
+// dialOptions are the options of every connection to a manager: TLS or
+// plain, the cluster secret on every call, dial, backoff, keepalive and the
+// message bounds.
+func dialOptions(secret string, tlsCfg *tls.Config, dial DialFunc) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
@@ -95,14 +97,20 @@ func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial
 	if secret != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(secretCredentials(secret)))
 	}
-	cc, err := grpc.NewClient("passthrough:///"+addr, append(opts,
+	return append(opts,
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
-	)...)
+	)
+}
+
+// dialLane connects to addr and opens a Submit stream, within ctx.
+// dial, when not nil, opens the connection (ClientConfig.Dial).
+func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial DialFunc) (*lane, error) {
+	cc, err := grpc.NewClient("passthrough:///"+addr, dialOptions(secret, tlsCfg, dial)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -127,7 +135,7 @@ func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial
 		}
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	st, err := rpcpb.NewSubmitterClient(cc).Submit(sctx)
+	st, err := rpcpb.NewManagerClient(cc).Submit(sctx)
 	if err != nil {
 		cancel()
 		_ = cc.Close()
@@ -155,15 +163,16 @@ func (l *lane) idle() bool {
 	return len(l.pending) == 0
 }
 
-// enqueue queues req; the answer arrives on the returned call's done.
-func (l *lane) enqueue(req *SubmitRequest, deadline time.Time) (*call, error) {
+// enqueue queues item (size: its approximate encoded bytes); the answer
+// arrives on the returned call's done.
+func (l *lane) enqueue(item *rpcpb.SubmitItem, size int, deadline time.Time) (*call, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
 		return nil, l.err
 	}
 	l.nextID++
-	c := &call{id: l.nextID, req: req, deadline: deadline, done: make(chan callResult, 1)}
+	c := &call{id: l.nextID, item: item, size: size, deadline: deadline, done: make(chan callResult, 1)}
 	l.pending[c.id] = c
 	l.queue = append(l.queue, c)
 	l.wake.Signal()
@@ -242,14 +251,15 @@ func (l *lane) send() {
 				n++
 				continue
 			}
-			sz := approxSize(c.req)
+			sz := c.size
 			if len(batch.Items) > 0 && bytes+sz > maxBatchBytes {
 				break
 			}
 			n++
 			bytes += sz
 			c.sent = true
-			it := &rpcpb.SubmitItem{Id: c.id, Request: toPBRequest(c.req)}
+			it := c.item
+			it.Id = c.id
 			if !c.deadline.IsZero() {
 				it.TimeoutMicros = max(time.Until(c.deadline).Microseconds(), 1)
 			}
@@ -283,11 +293,9 @@ func (l *lane) receive() {
 		batchStats.received.Add(1)
 		batchStats.receivedItems.Add(int64(len(msg.GetResults())))
 		for _, r := range msg.GetResults() {
-			var res callResult
+			res := callResult{res: r}
 			if pe := r.GetError(); pe != nil {
 				res.err = fromPBError(pe)
-			} else {
-				res.resp = fromPBResponse(r.GetResponse())
 			}
 			l.mu.Lock()
 			c, ok := l.pending[r.GetId()]

@@ -47,7 +47,7 @@ func rawStream(t *testing.T, addr string) grpc.BidiStreamingClient[rpcpb.SubmitB
 	t.Cleanup(func() { _ = cc.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	st, err := rpcpb.NewSubmitterClient(cc).Submit(ctx)
+	st, err := rpcpb.NewManagerClient(cc).Submit(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/soheilhy/cmux"
@@ -39,8 +40,8 @@ type ServerConfig struct {
 }
 
 // Server serves a Service on one listener: connections that open with the
-// HTTP/2 preface carry the submit stream (gRPC), every other connection is
-// HTTP/1.1 and served by Mux (the reads and whatever the caller adds). The
+// HTTP/2 preface carry the Manager service (gRPC), every other connection is
+// HTTP/1.1 and served by Mux (the status and whatever the caller adds). The
 // listener is split by github.com/soheilhy/cmux, as etcd splits its client
 // port.
 type Server struct {
@@ -51,6 +52,7 @@ type Server struct {
 	mux         *http.ServeMux
 	http        *http.Server
 	grpc        *grpc.Server
+	federation  atomic.Pointer[func() *Federation] // SetFederation
 
 	draining  chan struct{} // closed by Shutdown and Close: streams finish what they hold and end
 	drainOnce sync.Once
@@ -91,7 +93,7 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
 	}, secretInterceptors(cfg.Secret)...)...)
-	rpcpb.RegisterSubmitterServer(s.grpc, &submitter{s: s})
+	rpcpb.RegisterManagerServer(s.grpc, &service{s: s})
 	return s
 }
 
@@ -190,17 +192,18 @@ func (s *Server) closeListener() {
 	}
 }
 
-// submitter serves the Submit stream: each submission of a batch runs
+// service is the Manager service of a Server (the unary methods are in
+// workers.go, actions.go). Submit serves the submit stream: each submission of a batch runs
 // Service.Submit in its own goroutine (at most MaxInFlight per stream), with
 // the deadline the gate sent, and its answer is sent as soon as it resolves;
 // answers that resolve while a Send is in progress travel together in the
 // next message.
-type submitter struct {
-	rpcpb.UnimplementedSubmitterServer
+type service struct {
+	rpcpb.UnimplementedManagerServer
 	s *Server
 }
 
-func (sv *submitter) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpcpb.SubmitResults]) error {
+func (sv *service) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpcpb.SubmitResults]) error {
 	s := sv.s
 	ctx := stream.Context()
 
@@ -279,7 +282,15 @@ func (sv *submitter) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, r
 		go func() {
 			defer items.Done()
 			defer func() { <-sem }()
-			resp, err := s.svc.Submit(ictx, fromPBRequest(it.GetRequest()))
+			r := &rpcpb.SubmitResult{Id: id}
+			if !s.serveWorkerCall(ictx, it, r) {
+				resp, err := s.svc.Submit(ictx, fromPBRequest(it.GetRequest()))
+				if err != nil {
+					r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
+				} else {
+					r.Response = toPBResponse(resp)
+				}
+			}
 			mu.Lock()
 			_, wanted := inflight[id]
 			delete(inflight, id)
@@ -287,12 +298,6 @@ func (sv *submitter) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, r
 			cancel()
 			if !wanted {
 				return // the gate cancelled it: nobody waits for the answer
-			}
-			r := &rpcpb.SubmitResult{Id: id}
-			if err != nil {
-				r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
-			} else {
-				r.Response = toPBResponse(resp)
 			}
 			out <- r
 		}()

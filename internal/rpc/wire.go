@@ -74,23 +74,8 @@ func toPBResponse(r *SubmitResponse) *rpcpb.SubmitResponse {
 	if r.Rejection != nil {
 		p.Rejection = &rpcpb.Rejection{Status: int32(r.Rejection.Status), Reason: r.Rejection.Reason, Detail: r.Rejection.Detail}
 	}
-	if j := r.Job; j != nil {
-		pj := &rpcpb.Job{
-			JobId:          j.JobID,
-			Type:           j.Type,
-			Status:         j.Status,
-			IdempotencyKey: j.IdempotencyKey,
-			CreatedAt:      j.CreatedAt,
-			Payload:        j.Payload,
-			DatacentersSet: j.Datacenters != nil,
-		}
-		if len(j.Datacenters) > 0 {
-			pj.Datacenters = make(map[string]*rpcpb.DatacenterStatus, len(j.Datacenters))
-			for dc, st := range j.Datacenters {
-				pj.Datacenters[dc] = &rpcpb.DatacenterStatus{Status: st.Status}
-			}
-		}
-		p.Job = pj
+	if r.Job != nil {
+		p.Job = toPBJob(r.Job)
 	}
 	return p
 }
@@ -105,25 +90,60 @@ func fromPBResponse(p *rpcpb.SubmitResponse) *SubmitResponse {
 		r.Rejection = &Rejection{Status: int(rj.GetStatus()), Reason: rj.GetReason(), Detail: rj.GetDetail()}
 	}
 	if pj := p.GetJob(); pj != nil {
-		j := &api.Job{
-			JobID:          pj.GetJobId(),
-			Type:           pj.GetType(),
-			Status:         pj.GetStatus(),
-			IdempotencyKey: pj.GetIdempotencyKey(),
-			CreatedAt:      pj.GetCreatedAt(),
-		}
-		if len(pj.GetPayload()) > 0 {
-			j.Payload = pj.GetPayload()
-		}
-		if pj.GetDatacentersSet() {
-			j.Datacenters = make(map[string]api.DatacenterStatus, len(pj.GetDatacenters()))
-			for dc, st := range pj.GetDatacenters() {
-				j.Datacenters[dc] = api.DatacenterStatus{Status: st.GetStatus()}
-			}
-		}
-		r.Job = j
+		r.Job = fromPBJob(pj)
 	}
 	return r
+}
+
+// toPBJob and fromPBJob carry an api.Job: every member, an empty payload
+// or result as none, a nil Datacenters map apart from an empty one.
+func toPBJob(j *api.Job) *rpcpb.Job {
+	pj := &rpcpb.Job{
+		JobId:          j.JobID,
+		Type:           j.Type,
+		Status:         j.Status,
+		IdempotencyKey: j.IdempotencyKey,
+		CreatedAt:      j.CreatedAt,
+		Payload:        j.Payload,
+		DatacentersSet: j.Datacenters != nil,
+		State:          j.State,
+		Attempts:       int64(j.Attempts),
+		Result:         j.Result,
+		Error:          j.Error,
+	}
+	if len(j.Datacenters) > 0 {
+		pj.Datacenters = make(map[string]*rpcpb.DatacenterStatus, len(j.Datacenters))
+		for dc, st := range j.Datacenters {
+			pj.Datacenters[dc] = &rpcpb.DatacenterStatus{Status: st.Status, Reason: st.Reason}
+		}
+	}
+	return pj
+}
+
+func fromPBJob(pj *rpcpb.Job) *api.Job {
+	j := &api.Job{
+		JobID:          pj.GetJobId(),
+		Type:           pj.GetType(),
+		Status:         pj.GetStatus(),
+		IdempotencyKey: pj.GetIdempotencyKey(),
+		CreatedAt:      pj.GetCreatedAt(),
+		State:          pj.GetState(),
+		Attempts:       int(pj.GetAttempts()),
+		Error:          pj.GetError(),
+	}
+	if len(pj.GetPayload()) > 0 {
+		j.Payload = pj.GetPayload()
+	}
+	if len(pj.GetResult()) > 0 {
+		j.Result = pj.GetResult()
+	}
+	if pj.GetDatacentersSet() {
+		j.Datacenters = make(map[string]api.DatacenterStatus, len(pj.GetDatacenters()))
+		for dc, st := range pj.GetDatacenters() {
+			j.Datacenters[dc] = api.DatacenterStatus{Status: st.GetStatus(), Reason: st.GetReason()}
+		}
+	}
+	return j
 }
 
 // toPBError turns a Service error into its wire form: an *Error keeps its code,
@@ -157,6 +177,9 @@ func approxResultSize(r *rpcpb.SubmitResult) int {
 	n := 64
 	if j := r.GetResponse().GetJob(); j != nil {
 		n += 128 + len(j.Payload) + len(j.IdempotencyKey)
+	}
+	if j := r.GetJob(); j != nil {
+		n += 128 + len(j.Payload) + len(j.Result) + len(j.IdempotencyKey) + len(j.Error)
 	}
 	if e := r.GetError(); e != nil {
 		n += len(e.Message) + len(e.Leader)

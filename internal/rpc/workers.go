@@ -3,23 +3,21 @@ package rpc
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http"
-	"net/url"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
-// The worker routes of a manager's RPC listener (docs/rpc.md). The leader
-// answers; another manager answers not_leader naming it. A job's lease, its
-// heartbeats, completion and failure are Raft commands, durable before the
-// answer.
-const (
-	LeasePath     = "/rpc/v1/leases"
-	jobActionPath = "/rpc/v1/jobs/{id}/"
-)
+// The worker calls (docs/rpc.md): Lease, a unary method of the Manager
+// service (a long poll); Heartbeat, Complete and Fail, items of the submit
+// stream, batched with the submissions. The leader answers; another manager
+// answers not_leader naming it. A job's lease, its heartbeats, completion and failure are Raft
+// commands, durable before the answer.
 
 // LeaseRequest asks the leader for up to MaxJobs queued jobs of Tenant.
 // Wait, when positive, holds the call at the leader until a job is queued or
@@ -84,82 +82,176 @@ type Workers interface {
 	Fail(ctx context.Context, req *FailRequest) (*api.Job, error)
 }
 
-// MountWorkers serves w's routes on mux.
-func MountWorkers(mux *http.ServeMux, w Workers, log *slog.Logger) {
-	h := &handler{log: log}
-	mux.HandleFunc("POST "+LeasePath, func(rw http.ResponseWriter, r *http.Request) {
-		var req LeaseRequest
-		if decodeBody(h, rw, r, &req) {
-			resp, err := w.Lease(r.Context(), &req)
-			h.reply(rw, resp, err)
-		}
-	})
-	mountJobAction(mux, h, "heartbeat", func(r *HeartbeatRequest, id string) { r.JobID = id }, w.Heartbeat)
-	mountJobAction(mux, h, "complete", func(r *CompleteRequest, id string) { r.JobID = id }, w.Complete)
-	mountJobAction(mux, h, "fail", func(r *FailRequest, id string) { r.JobID = id }, w.Fail)
-}
-
-// mountJobAction serves POST /rpc/v1/jobs/{id}/<action>: the body decoded
-// into a Req, its job ID set from the path, then do.
-func mountJobAction[Req, Resp any](mux *http.ServeMux, h *handler, action string, setID func(*Req, string),
-	do func(context.Context, *Req) (*Resp, error)) {
-	mux.HandleFunc("POST "+jobActionPath+action, func(rw http.ResponseWriter, r *http.Request) {
-		var req Req
-		if decodeBody(h, rw, r, &req) {
-			setID(&req, r.PathValue("id"))
-			resp, err := do(r.Context(), &req)
-			h.reply(rw, resp, err)
-		}
-	})
-}
-
-// decodeBody reads r's JSON body into v, answering CodeInvalid when it
-// cannot; it says whether to go on.
-func decodeBody(h *handler, rw http.ResponseWriter, r *http.Request, v any) bool {
-	b, err := io.ReadAll(io.LimitReader(r.Body, MaxWorkerRequestBytes+1))
-	if err == nil && len(b) > MaxWorkerRequestBytes {
-		err = Errorf(CodeInvalid, "body over %d bytes", MaxWorkerRequestBytes)
+// workers is the Server's Workers, or the error of a manager without them.
+func (s *Server) workers() (Workers, error) {
+	if w, ok := s.svc.(Workers); ok {
+		return w, nil
 	}
-	if err == nil {
-		err = json.Unmarshal(b, v)
+	return nil, Errorf(CodeInternal, "this manager serves no worker calls")
+}
+
+// Lease serves Workers.Lease.
+func (sv *service) Lease(ctx context.Context, p *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
+	w, err := sv.s.workers()
+	if err != nil {
+		return nil, sv.s.callStatus("lease", err)
+	}
+	return serveCall(sv.s, ctx, "lease", p, fromPBLeaseRequest, w.Lease, toPBLeaseResponse)
+}
+
+// serveWorkerCall runs the worker call an item of the submit stream
+// carries (heartbeat, complete or fail) and answers it in r; ok is false
+// for an item that carries none.
+func (s *Server) serveWorkerCall(ctx context.Context, it *rpcpb.SubmitItem, r *rpcpb.SubmitResult) (ok bool) {
+	var err error
+	switch {
+	case it.GetHeartbeat() != nil:
+		p := it.GetHeartbeat()
+		var w Workers
+		if w, err = s.workers(); err == nil {
+			var resp *api.HeartbeatResponse
+			resp, err = w.Heartbeat(ctx, &HeartbeatRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId(), LeaseFor: time.Duration(p.GetLeaseForNanos())})
+			if err == nil {
+				r.Heartbeat = &rpcpb.HeartbeatResponse{LeaseId: resp.LeaseID, ExpiresAt: resp.ExpiresAt}
+			}
+		}
+	case it.GetComplete() != nil:
+		p := it.GetComplete()
+		var w Workers
+		if w, err = s.workers(); err == nil {
+			if err = checkSize(p, MaxWorkerRequestBytes); err == nil {
+				req := &CompleteRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId()}
+				if len(p.GetResult()) > 0 {
+					req.Result = p.GetResult()
+				}
+				var job *api.Job
+				if job, err = w.Complete(ctx, req); err == nil {
+					r.Job = toPBJob(job)
+				}
+			}
+		}
+	case it.GetFail() != nil:
+		p := it.GetFail()
+		var w Workers
+		if w, err = s.workers(); err == nil {
+			if err = checkSize(p, MaxWorkerRequestBytes); err == nil {
+				var job *api.Job
+				job, err = w.Fail(ctx, &FailRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId(), Error: p.GetError(), Retry: p.GetRetry()})
+				if err == nil {
+					r.Job = toPBJob(job)
+				}
+			}
+		}
+	default:
+		return false
 	}
 	if err != nil {
-		h.reply(rw, nil, Errorf(CodeInvalid, "body: %v", err))
-		return false
+		r.Error = toPBError(err, func(err error) { s.log.Error("rpc worker call failed", logging.KeyError, err) })
 	}
 	return true
 }
 
+func toPBLeaseRequest(r *LeaseRequest) *rpcpb.LeaseRequest {
+	return &rpcpb.LeaseRequest{Tenant: r.Tenant, Worker: r.Worker, Types: r.Types, MaxJobs: int64(r.MaxJobs),
+		LeaseForNanos: int64(r.LeaseFor), WaitNanos: int64(r.Wait), Request: r.Request, Fingerprint: r.Fingerprint}
+}
+
+func fromPBLeaseRequest(p *rpcpb.LeaseRequest) *LeaseRequest {
+	return &LeaseRequest{Tenant: p.GetTenant(), Worker: p.GetWorker(), Types: p.GetTypes(), MaxJobs: int(p.GetMaxJobs()),
+		LeaseFor: time.Duration(p.GetLeaseForNanos()), Wait: time.Duration(p.GetWaitNanos()), Request: p.GetRequest(), Fingerprint: p.GetFingerprint()}
+}
+
+func toPBLeaseResponse(r *LeaseResponse) *rpcpb.LeaseResponse {
+	p := &rpcpb.LeaseResponse{Replayed: r.Replayed, Leases: make([]*rpcpb.Lease, len(r.Leases))}
+	for i := range r.Leases {
+		l := &r.Leases[i]
+		p.Leases[i] = &rpcpb.Lease{LeaseId: l.LeaseID, Job: toPBJob(&l.Job), Attempt: int64(l.Attempt), ExpiresAt: l.ExpiresAt}
+	}
+	return p
+}
+
+func fromPBLeaseResponse(p *rpcpb.LeaseResponse) *LeaseResponse {
+	r := &LeaseResponse{Replayed: p.GetReplayed(), Leases: make([]api.Lease, len(p.GetLeases()))}
+	for i, l := range p.GetLeases() {
+		r.Leases[i] = api.Lease{LeaseID: l.GetLeaseId(), Attempt: int(l.GetAttempt()), ExpiresAt: l.GetExpiresAt()}
+		if j := l.GetJob(); j != nil {
+			r.Leases[i].Job = *fromPBJob(j)
+		}
+	}
+	return r
+}
+
 // Lease asks the leader for jobs; the call may be held up to req.Wait.
 func (c *Client) Lease(ctx context.Context, req *LeaseRequest) (*LeaseResponse, error) {
-	var resp LeaseResponse
-	return &resp, c.post(ctx, LeasePath, req, req.Wait, &resp)
+	var resp *LeaseResponse
+	err := c.call(ctx, "lease", req.Wait, func(ctx context.Context, mc rpcpb.ManagerClient) error {
+		p, err := mc.Lease(ctx, toPBLeaseRequest(req))
+		if err == nil {
+			resp = fromPBLeaseResponse(p)
+		}
+		return err
+	})
+	return resp, err
 }
 
-// Heartbeat extends a lease at the leader.
+// Heartbeat extends a lease at the leader, on a submit stream.
 func (c *Client) Heartbeat(ctx context.Context, req *HeartbeatRequest) (*api.HeartbeatResponse, error) {
-	var resp api.HeartbeatResponse
-	return &resp, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/heartbeat", req, 0, &resp)
-}
-
-// Complete finishes a job at the leader.
-func (c *Client) Complete(ctx context.Context, req *CompleteRequest) (*api.Job, error) {
-	var job api.Job
-	return &job, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/complete", req, 0, &job)
-}
-
-// Fail reports a failed attempt at the leader.
-func (c *Client) Fail(ctx context.Context, req *FailRequest) (*api.Job, error) {
-	var job api.Job
-	return &job, c.post(ctx, "/rpc/v1/jobs/"+url.PathEscape(req.JobID)+"/fail", req, 0, &job)
-}
-
-// post sends v as the JSON body of a POST to path, decoding the answer into
-// out; extra lengthens each attempt's timeout (a long poll's wait).
-func (c *Client) post(ctx context.Context, path string, v any, extra time.Duration, out any) error {
-	b, err := json.Marshal(v)
+	p := &rpcpb.HeartbeatRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, LeaseForNanos: int64(req.LeaseFor)}
+	r, err := c.workerCall(ctx, "heartbeat", &rpcpb.SubmitItem{Heartbeat: p}, 64+len(req.Tenant)+len(req.JobID)+len(req.LeaseID))
 	if err != nil {
-		return Errorf(CodeInvalid, "encode %s: %v", path, err)
+		return nil, err
 	}
-	return c.do(ctx, http.MethodPost, path, nil, b, extra, out)
+	return &api.HeartbeatResponse{LeaseID: r.GetHeartbeat().GetLeaseId(), ExpiresAt: r.GetHeartbeat().GetExpiresAt()}, nil
+}
+
+// Complete finishes a job at the leader, on a submit stream.
+func (c *Client) Complete(ctx context.Context, req *CompleteRequest) (*api.Job, error) {
+	p := &rpcpb.CompleteRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, Result: req.Result}
+	r, err := c.workerCall(ctx, "complete", &rpcpb.SubmitItem{Complete: p}, 64+len(req.Tenant)+len(req.JobID)+len(req.LeaseID)+len(req.Result))
+	if err != nil {
+		return nil, err
+	}
+	return jobOf(r), nil
+}
+
+// Fail reports a failed attempt at the leader, on a submit stream.
+func (c *Client) Fail(ctx context.Context, req *FailRequest) (*api.Job, error) {
+	p := &rpcpb.FailRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, Error: req.Error, Retry: req.Retry}
+	r, err := c.workerCall(ctx, "fail", &rpcpb.SubmitItem{Fail: p}, 64+len(req.Tenant)+len(req.JobID)+len(req.LeaseID)+len(req.Error))
+	if err != nil {
+		return nil, err
+	}
+	return jobOf(r), nil
+}
+
+// jobOf is the job a complete or fail answered (empty if it named none).
+func jobOf(r *rpcpb.SubmitResult) *api.Job {
+	if j := r.GetJob(); j != nil {
+		return fromPBJob(j)
+	}
+	return &api.Job{}
+}
+
+// workerCall sends a worker call on a submit stream to the leader, with the
+// retries of every call; it travels batched with the submissions and the
+// other worker calls of the lane.
+func (c *Client) workerCall(ctx context.Context, what string, item *rpcpb.SubmitItem, size int) (*rpcpb.SubmitResult, error) {
+	if size > maxMessageBytes-1024 {
+		return nil, Errorf(CodeInvalid, "a %s of about %d bytes is over the stream's message limit of %d", what, size, maxMessageBytes)
+	}
+	var res *rpcpb.SubmitResult
+	err := c.retry(ctx, what, func(addr string) error {
+		r, err := c.streamAttempt(ctx, addr, what, item, size, 0)
+		if st, ok := status.FromError(err); ok && st.Code() == codes.Unauthenticated {
+			// The listener refused the stream: a definite answer, as a
+			// unary call's refusal is (callError).
+			err = &Error{Code: CodeUnauthenticated, Message: st.Message()}
+		}
+		res = r
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }

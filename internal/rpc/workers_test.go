@@ -4,8 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -31,12 +30,19 @@ func (s stubWorkers) Complete(_ context.Context, r *CompleteRequest) (*api.Job, 
 }
 func (stubWorkers) Fail(context.Context, *FailRequest) (*api.Job, error) { return &api.Job{}, nil }
 
+// workersManager is a leader that serves w's worker calls.
+type workersManager struct {
+	*fakeManager
+	Workers
+}
+
 func workersClient(t *testing.T, w Workers) *Client {
-	mux := http.NewServeMux()
-	MountWorkers(mux, w, nil)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	c := NewClient(ClientConfig{Resolver: StaticResolver{strings.TrimPrefix(srv.URL, "http://")}, AttemptTimeout: time.Minute})
+	return serviceClient(t, workersManager{&fakeManager{leader: true}, w})
+}
+
+func serviceClient(t *testing.T, svc Service) *Client {
+	addr := serve(t, svc)
+	c := NewClient(ClientConfig{Resolver: StaticResolver{addr}, AttemptTimeout: time.Minute})
 	t.Cleanup(c.Close)
 	return c
 }
@@ -60,5 +66,136 @@ func TestBudgetExceededCrossesTheWire(t *testing.T) {
 	_, err := c.Complete(context.Background(), &CompleteRequest{Tenant: "t", JobID: "j", LeaseID: "l", Result: json.RawMessage(`"0123456789"`)})
 	if !errors.Is(err, ErrBudgetExceeded) {
 		t.Fatalf("want %v, got %v", ErrBudgetExceeded, err)
+	}
+}
+
+// recordManager is a leader that serves recordWorkers' worker calls and job
+// actions.
+type recordManager struct {
+	*fakeManager
+	recordWorkers
+}
+
+// recordWorkers keeps what it was asked and answers with every member set.
+// Complete answers not_leader naming leader when it is set.
+type recordWorkers struct {
+	lease  chan *LeaseRequest
+	action chan *JobActionRequest
+	leader string
+}
+
+var fullJob = api.Job{JobID: "j1", Type: "ty", Status: "committed", IdempotencyKey: "k", CreatedAt: "2026-01-02T03:04:05.000Z",
+	Datacenters: map[string]api.DatacenterStatus{"dc1": {Status: "committed"}, "dc2": {Status: "rejected", Reason: "r"}},
+	Payload:     json.RawMessage(`{"a":1}`), State: "succeeded", Attempts: 3, Result: json.RawMessage(`[1]`), Error: "e"}
+
+func (r recordWorkers) Lease(_ context.Context, req *LeaseRequest) (*LeaseResponse, error) {
+	r.lease <- req
+	return &LeaseResponse{Replayed: true, Leases: []api.Lease{{LeaseID: "l1", Job: fullJob, Attempt: 3, ExpiresAt: "x"}}}, nil
+}
+func (recordWorkers) Heartbeat(_ context.Context, req *HeartbeatRequest) (*api.HeartbeatResponse, error) {
+	return &api.HeartbeatResponse{LeaseID: req.LeaseID, ExpiresAt: req.JobID + "/" + req.Tenant + "/" + req.LeaseFor.String()}, nil
+}
+func (r recordWorkers) Complete(_ context.Context, req *CompleteRequest) (*api.Job, error) {
+	if r.leader != "" {
+		return nil, &Error{Code: CodeNotLeader, Message: "follower", Leader: r.leader}
+	}
+	return &api.Job{JobID: req.JobID, Result: req.Result}, nil
+}
+func (recordWorkers) Fail(_ context.Context, req *FailRequest) (*api.Job, error) {
+	if !req.Retry || req.Error != "boom" {
+		return nil, Errorf(CodeInvalid, "fail: %+v", req)
+	}
+	return nil, Errorf(CodeLeaseLost, "lost")
+}
+func (r recordWorkers) Cancel(_ context.Context, req *JobActionRequest) (*JobActionResponse, error) {
+	r.action <- req
+	return &JobActionResponse{Job: fullJob, Replayed: true}, nil
+}
+func (recordWorkers) Retry(context.Context, *JobActionRequest) (*JobActionResponse, error) {
+	return nil, Errorf(CodeConflict, "queued")
+}
+
+// Every member of the worker calls and the job actions crosses the wire,
+// both ways, and their errors keep their codes and leader hints.
+func TestWorkerCallsSurviveTheWire(t *testing.T) {
+	leader := serve(t, recordManager{&fakeManager{leader: true}, recordWorkers{}})
+	w := recordWorkers{lease: make(chan *LeaseRequest, 1), action: make(chan *JobActionRequest, 1), leader: leader}
+	c := serviceClient(t, recordManager{&fakeManager{leader: true}, w})
+	ctx := context.Background()
+	req := &LeaseRequest{Tenant: "t", Worker: "w", Types: []string{"a", "b"}, MaxJobs: 7, LeaseFor: 30 * time.Second,
+		Wait: time.Millisecond, Request: "r", Fingerprint: "f"}
+	resp, err := c.Lease(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-w.lease; !reflect.DeepEqual(got, req) {
+		t.Errorf("lease request crossed as %+v, want %+v", got, req)
+	}
+	want := &LeaseResponse{Replayed: true, Leases: []api.Lease{{LeaseID: "l1", Job: fullJob, Attempt: 3, ExpiresAt: "x"}}}
+	if !reflect.DeepEqual(resp, want) {
+		t.Errorf("lease answer crossed as %+v, want %+v", resp, want)
+	}
+	hb, err := c.Heartbeat(ctx, &HeartbeatRequest{Tenant: "t", JobID: "j", LeaseID: "l", LeaseFor: time.Second})
+	if err != nil || hb.LeaseID != "l" || hb.ExpiresAt != "j/t/1s" {
+		t.Errorf("heartbeat: %+v %v", hb, err)
+	}
+	if _, err := c.Fail(ctx, &FailRequest{Tenant: "t", JobID: "j", LeaseID: "l", Error: "boom", Retry: true}); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("fail: want %v, got %v", ErrLeaseLost, err)
+	}
+	areq := &JobActionRequest{Tenant: "t", JobID: "j1", Key: "k", Fingerprint: "f"}
+	ar, err := c.Cancel(ctx, areq)
+	if err != nil || !ar.Replayed || !reflect.DeepEqual(ar.Job, fullJob) {
+		t.Errorf("cancel: %+v %v", ar, err)
+	}
+	if got := <-w.action; !reflect.DeepEqual(got, areq) {
+		t.Errorf("action request crossed as %+v, want %+v", got, areq)
+	}
+	if _, err := c.Retry(ctx, areq); !errors.Is(err, ErrConflict) {
+		t.Errorf("retry: want %v, got %v", ErrConflict, err)
+	}
+	// not_leader's hint crosses: the client follows it to the leader.
+	job, err := c.Complete(ctx, &CompleteRequest{Tenant: "t", JobID: "j", LeaseID: "l", Result: json.RawMessage(`7`)})
+	if err != nil || job.JobID != "j" || string(job.Result) != "7" || c.Leader() != leader {
+		t.Errorf("complete: %+v %v (client's leader %q, want %q)", job, err, c.Leader(), leader)
+	}
+}
+
+// A worker call over MaxWorkerRequestBytes is refused as invalid.
+func TestWorkerCallOverTheBoundIsInvalid(t *testing.T) {
+	c := workersClient(t, stubWorkers{})
+	result := json.RawMessage(`"` + strings.Repeat("r", MaxWorkerRequestBytes) + `"`)
+	if _, err := c.Complete(context.Background(), &CompleteRequest{Tenant: "t", JobID: "j", LeaseID: "l", Result: result}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("want %v, got %v", ErrInvalid, err)
+	}
+}
+
+// Heartbeats, completions and failures ride the submit stream (counted by
+// its batch statistics), concurrent ones batched with each other.
+func TestWorkerCallsRideTheSubmitStream(t *testing.T) {
+	c := workersClient(t, stubWorkers{})
+	before := batchStats.sentItems.Load()
+	const n = 64
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			var err error
+			switch i % 3 {
+			case 0:
+				_, err = c.Heartbeat(context.Background(), &HeartbeatRequest{Tenant: "t", JobID: "j", LeaseID: "l"})
+			case 1:
+				_, err = c.Complete(context.Background(), &CompleteRequest{Tenant: "t", JobID: "j", LeaseID: "l"})
+			default:
+				_, err = c.Fail(context.Background(), &FailRequest{Tenant: "t", JobID: "j", LeaseID: "l"})
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := batchStats.sentItems.Load() - before; got < n {
+		t.Fatalf("%d items sent on submit streams for %d worker calls", got, n)
 	}
 }

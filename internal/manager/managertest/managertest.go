@@ -179,7 +179,7 @@ func Config(nodeID, dataDir string) manager.Config {
 // later, the managers' Close among them, run before it stops).
 func serve(tb testing.TB, svc rpc.Service, ln net.Listener, federation func() *rpc.Federation) {
 	srv := rpc.NewServer(svc, rpc.ServerConfig{Logger: testutil.Logger(tb).With("rpc", ln.Addr().String())})
-	srv.Mux().HandleFunc("GET "+rpc.FederationPath, rpc.FederationHandler(federation))
+	srv.SetFederation(federation)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -1,0 +1,178 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
+)
+
+// Unary calls: every method of the Manager service but Submit is one request
+// and one answer. The client keeps one gRPC connection per manager for them,
+// beside its submit lanes; gRPC multiplexes the calls on it and reconnects it
+// when it breaks. An error crosses as a gRPC status whose details hold the
+// rpcpb.Error (code, message, leader hint), so it keeps its identity exactly
+// as a submission's does.
+
+// callConn is the client's connection to one manager for unary calls.
+type callConn struct {
+	cc    *grpc.ClientConn
+	calls int // in flight, under Client.mu
+}
+
+// conn returns the connection to addr for a unary call, counted in flight
+// until release.
+func (c *Client) conn(addr string) (*callConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errClientClosed
+	}
+	u := c.conns[addr]
+	if u == nil {
+		cc, err := grpc.NewClient("passthrough:///"+addr, dialOptions(c.cfg.Secret, c.cfg.TLS, c.cfg.Dial)...)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", addr, err)
+		}
+		u = &callConn{cc: cc}
+		c.conns[addr] = u
+	}
+	u.calls++
+	return u, nil
+}
+
+func (c *Client) release(u *callConn) {
+	c.mu.Lock()
+	u.calls--
+	c.mu.Unlock()
+}
+
+// closeConns closes the unary connections that match (all, or the idle).
+func (c *Client) closeConns(all bool) {
+	c.mu.Lock()
+	var out []*callConn
+	for addr, u := range c.conns {
+		if all || u.calls == 0 {
+			out = append(out, u)
+			delete(c.conns, addr)
+		}
+	}
+	c.mu.Unlock()
+	for _, u := range out {
+		_ = u.cc.Close()
+	}
+}
+
+// call runs a unary method at the leader with the retries of every call
+// (retry); extra lengthens each attempt's timeout (a long poll's wait).
+func (c *Client) call(ctx context.Context, what string, extra time.Duration, do func(context.Context, rpcpb.ManagerClient) error) error {
+	return c.retry(ctx, what, func(addr string) error {
+		return c.callAt(ctx, addr, what, extra, do)
+	})
+}
+
+// callAt runs a unary method once at addr.
+func (c *Client) callAt(ctx context.Context, addr, what string, extra time.Duration, do func(context.Context, rpcpb.ManagerClient) error) error {
+	u, err := c.conn(addr)
+	if err != nil {
+		return err
+	}
+	defer c.release(u)
+	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
+	defer cancel()
+	return callError(what, addr, do(actx, rpcpb.NewManagerClient(u.cc)))
+}
+
+// callError turns a unary call's error back into what the manager answered:
+// the *Error of its status details; a refusal of the listener itself
+// (unauthenticated, forbidden, a message over the bounds, a method the
+// manager does not have) as the *Error of that code; anything else is a
+// transport failure, which the client retries.
+func callError(what, addr string, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("rpc %s %s: %w", what, addr, err)
+	}
+	for _, d := range st.Details() {
+		if pe, ok := d.(*rpcpb.Error); ok {
+			return fromPBError(pe)
+		}
+	}
+	switch st.Code() {
+	case codes.Unauthenticated:
+		return &Error{Code: CodeUnauthenticated, Message: st.Message()}
+	case codes.PermissionDenied:
+		return &Error{Code: CodeForbidden, Message: st.Message()}
+	case codes.ResourceExhausted:
+		return Errorf(CodeTooLarge, "%s: %s", what, st.Message())
+	case codes.Unimplemented:
+		return Errorf(CodeInternal, "%s: %s", what, st.Message())
+	}
+	return fmt.Errorf("rpc %s %s: %w", what, addr, err)
+}
+
+// grpcCode is the gRPC status code an rpc Code travels under (the Error in
+// the details is what the client reads; the code is for other tools).
+func grpcCode(c Code) codes.Code {
+	switch c {
+	case CodeNotLeader, CodeLeaseLost, CodeConflict, CodeRequestReused:
+		return codes.FailedPrecondition
+	case CodeUnavailable:
+		return codes.Unavailable
+	case CodeLedgerFull, CodeWatermarksFull, CodeOutboxFull, CodeTenantQuota, CodeBudgetExceeded, CodeTooLarge:
+		return codes.ResourceExhausted
+	case CodeNotFound:
+		return codes.NotFound
+	case CodeInvalid:
+		return codes.InvalidArgument
+	case CodeUnauthenticated:
+		return codes.Unauthenticated
+	case CodeForbidden:
+		return codes.PermissionDenied
+	default:
+		return codes.Internal
+	}
+}
+
+// callStatus is the status a unary method answers err with (toPBError's
+// rules: an *Error keeps its code, a context error is unavailable, anything
+// else internal and logged).
+func (s *Server) callStatus(what string, err error) error {
+	pe := toPBError(err, func(err error) { s.log.Error("rpc call failed", logging.KeyPath, what, logging.KeyError, err) })
+	st, derr := status.New(grpcCode(Code(pe.GetCode())), pe.GetMessage()).WithDetails(pe)
+	if derr != nil {
+		return status.Error(codes.Internal, pe.GetMessage())
+	}
+	return st.Err()
+}
+
+// checkSize refuses a request over limit bytes as invalid, the bound its
+// HTTP body had.
+func checkSize(m proto.Message, limit int) error {
+	if n := proto.Size(m); n > limit {
+		return Errorf(CodeInvalid, "request of %d bytes is over %d", n, limit)
+	}
+	return nil
+}
+
+// serveCall runs a unary method of the service: the request converted by
+// from, do, and its answer converted by to, or its error as callStatus.
+func serveCall[P, Req, Resp, Out any](s *Server, ctx context.Context, what string, p P,
+	from func(P) *Req, do func(context.Context, *Req) (*Resp, error), to func(*Resp) Out) (Out, error) {
+	resp, err := do(ctx, from(p))
+	if err != nil {
+		var zero Out
+		return zero, s.callStatus(what, err)
+	}
+	return to(resp), nil
+}
