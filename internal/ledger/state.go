@@ -321,14 +321,14 @@ func carried(e *Entry) bool {
 }
 
 func (s *state) insertEntry(e *Entry) {
-	s.entries.ReplaceOrInsert(e)
+	insert(s.entries, e)
 	counted(s.entries, e, 1)
-	s.entryExp.ReplaceOrInsert(e)
+	insert(s.entryExp, e)
 	if e.State == StatePending {
-		s.pendAge.ReplaceOrInsert(e)
+		insert(s.pendAge, e)
 	}
 	if carried(e) {
-		s.multiDC.ReplaceOrInsert(e)
+		insert(s.multiDC, e)
 		s.multiDCLen++
 	}
 	s.count(e.State, 1)
@@ -359,7 +359,10 @@ func reorder[T any](x index[T], less func(a, b T) bool, old, item T, inOld, inNe
 	if inOld && !same {
 		x.Delete(old)
 	}
-	if inNew && !(same && holdsPrimaryKeys(x)) {
+	switch {
+	case inNew && !same:
+		insert(x, item) // not in x: never was, or just deleted under another key
+	case inNew && !holdsPrimaryKeys(x):
 		x.ReplaceOrInsert(item)
 	}
 }
@@ -470,10 +473,10 @@ func (s *state) removeWatermark(w *Watermark) {
 }
 
 func (s *state) insertJob(j *Job) {
-	s.jobs.ReplaceOrInsert(j)
+	insert(s.jobs, j)
 	counted(s.jobs, j, 1)
-	s.jobSeq.ReplaceOrInsert(j)
-	s.jobType.ReplaceOrInsert(j)
+	insert(s.jobSeq, j)
+	insert(s.jobType, j)
 	s.reindexJob(nil, j)
 	s.jobCount++
 	s.jobStates[stateOf(j)]++

@@ -1,0 +1,113 @@
+package ledger
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// keyWrites is what a step sent to pebble: keys written (Set or Delete), by
+// the prefix of their table or order.
+type keyWrites map[byte]uint64
+
+func (w keyWrites) total() (n uint64) {
+	for _, c := range w {
+		n += c
+	}
+	return n
+}
+
+func (w keyWrites) String() string {
+	var ps []byte
+	for p := range w {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	var b strings.Builder
+	for _, p := range ps {
+		name := string(p)
+		if p < 'a' {
+			name = fmt.Sprintf("0x%02x", p)
+		}
+		fmt.Fprintf(&b, " %s:%d", name, w[p])
+	}
+	return fmt.Sprintf("%d (%s )", w.total(), b.String())
+}
+
+// writesOf applies cmds in one batch to f (on disk) and returns the keys
+// the batch's commit wrote.
+func writesOf(t *testing.T, f *FSM, idx *uint64, cmds ...Command) keyWrites {
+	t.Helper()
+	before := f.s.store.writes
+	logs := make([]*raft.Log, 0, len(cmds))
+	for _, c := range cmds {
+		*idx++
+		logs = append(logs, &raft.Log{Index: *idx, Term: 1, Type: raft.LogCommand, Data: Encode(c)})
+	}
+	for i, out := range f.ApplyBatch(logs) {
+		if res, ok := out.(Result); !ok || res.Outcome == OutcomeInvalid {
+			t.Fatalf("command %d (%T): %+v", i, cmds[i], out)
+		}
+	}
+	w := keyWrites{}
+	for p, n := range f.s.store.writes {
+		if d := n - before[p]; d > 0 {
+			w[byte(p)] = d
+		}
+	}
+	return w
+}
+
+// TestKeyWritesPerSubmission counts the pebble keys a submission writes over
+// its life on every replica (docs/benchmarks.md, "Current figures"): its
+// Admit (a new structured key, its job QUEUED), the job's Lease and
+// Complete, and the Expires of its entry and of its finished job. Each
+// count is pinned: a change of layout that writes more fails here. The
+// counters (0x01) are written once per batch whatever it holds.
+func TestKeyWritesPerSubmission(t *testing.T) {
+	f := openFSM(t, t.TempDir(), Options{})
+	var idx uint64
+	// A first submission of the client, so that its watermark and the
+	// tenant's counters exist: the one measured is a steady client's.
+	warm := structured("acme", "client-1", 1, "n1", t0)
+	writesOf(t, f, &idx, Admit{Reserve: warm, Outcome: QueueCommit(commit(warm, t0))})
+
+	now := t0 + sec
+	r := structured("acme", "client-1", 2, "n1", now)
+	admit := writesOf(t, f, &idx, Admit{Reserve: r, Outcome: QueueCommit(commit(r, now))})
+	r3 := structured("acme", "client-1", 3, "n1", now)
+	pair := writesOf(t, f, &idx, r3, QueueCommit(commit(r3, now))) // Reserve and Commit in one batch
+	lease := writesOf(t, f, &idx, Lease{Tenant: "acme", Holder: "w", Max: 1, LeaseIDs: []string{"l1"},
+		Now: now, Expiry: now + 30*sec})
+	complete := writesOf(t, f, &idx, Complete{Tenant: "acme", JobID: warm.JobID, LeaseID: "l1",
+		Result: json.RawMessage(`{"ok":true}`), Now: now})
+	expEntries := writesOf(t, f, &idx, Expire{Now: now + commitTTL, WatermarkTTL: 24 * time.Hour})
+	expJob := writesOf(t, f, &idx, Expire{Now: now + jobTTL, WatermarkTTL: 24 * time.Hour})
+	for _, c := range []struct {
+		name string
+		got  keyWrites
+		want uint64
+	}{
+		// 0x01 0x02 0x03, e, x, w, and the job: j, s, t, q, u, z.
+		{"admit", admit, 12},
+		{"reserve+commit in one batch", pair, 12},
+		// 0x01 0x02 0x03, j, q, u out, l, k in, z moved.
+		{"lease", lease, 10},
+		// 0x01 0x02 0x03, j, l, k out, y in, z moved.
+		{"complete", complete, 9},
+		// 0x01 0x02 0x03, and per entry e, x; the client's watermark w once.
+		{"expire of three entries", expEntries, 10},
+		// 0x01 0x02, j, s, t, y, z (the tenant's watermark count unchanged).
+		{"expire of a job", expJob, 8},
+	} {
+		t.Logf("%s: %v", c.name, c.got)
+		if c.got.total() != c.want {
+			t.Errorf("%s wrote %v keys, want %d", c.name, c.got, c.want)
+		}
+	}
+}
