@@ -447,7 +447,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobCount = int(m.jobs)
 	s.jobStates = [JobCancelled + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead), int(m.cancelled)}
 	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled)
-	s.dirtyTenants = map[string]struct{}{}
+	s.dirtyTenants = map[string]tenantCounts{}
 	if st.opts.Knobs.OrdersInMemory {
 		s.ordersInMemory()
 	}
