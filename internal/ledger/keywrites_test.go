@@ -126,3 +126,46 @@ func TestKeyWritesPerSubmission(t *testing.T) {
 		t.Errorf("reopened: tenant bytes %v watermarks %v, want %v %v", g.s.tenantBytes, g.s.wmTenant, bytes, wms)
 	}
 }
+
+// TestInsertedThenDeletedKey: a key inserted and deleted in one batch is
+// written not at all, and never resurrects or hides a key pebble holds: a
+// key the batch deleted before inserting it again, and a key whose insert a
+// walk moved into the indexed batch before its delete, are deleted in pebble.
+func TestInsertedThenDeletedKey(t *testing.T) {
+	st, err := openStore(t.TempDir(), StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close(false)
+	held, fresh, walked := []byte("xheld"), []byte("xfresh"), []byte("xwalked")
+	st.begin()
+	st.set(held, []byte("v0"))
+	st.commit()
+
+	st.begin()
+	before := st.writes['x']
+	st.insert(fresh, []byte("v"))
+	st.set(fresh, []byte("v2")) // overwritten: still not in pebble
+	st.delete(fresh)
+	st.delete(held)
+	st.insert(held, []byte("v1")) // back under the same key: pebble holds it
+	st.delete(held)
+	st.commit()
+	if n := st.writes['x'] - before; n != 1 {
+		t.Errorf("the batch wrote %d keys, want 1 (the delete of the key pebble held)", n)
+	}
+	for _, k := range [][]byte{held, fresh} {
+		if st.get(k, nil) {
+			t.Errorf("%s is present after its delete", k)
+		}
+	}
+
+	st.begin()
+	st.insert(walked, []byte("v"))
+	st.walk([]byte("x"), []byte("y"), func(_, _ []byte) bool { return true }) // moves the writes into the indexed batch
+	st.delete(walked)
+	st.commit()
+	if st.get(walked, nil) {
+		t.Errorf("%s is present after its delete", walked)
+	}
+}
