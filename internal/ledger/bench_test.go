@@ -168,6 +168,7 @@ func benchApply(b *testing.B, f *FSM, batch int, g *benchLog) {
 	logs := make([]*raft.Log, 0, 2*chunk+10)
 	ends := make([]int, 0, chunk) // where each submission's commands end in logs
 	b.ReportAllocs()
+	keysBefore := keysWritten(f)
 	b.ResetTimer()
 	for done := 0; done < b.N; {
 		b.StopTimer()
@@ -199,6 +200,9 @@ func benchApply(b *testing.B, f *FSM, batch int, g *benchLog) {
 		done += n
 	}
 	b.StopTimer()
+	if f.s.store != nil { // pebble keys written (Set or Delete) per op, counters included
+		b.ReportMetric(float64(keysWritten(f)-keysBefore)/float64(b.N), "keys/op")
+	}
 	st := f.Stats()
 	if g.queue {
 		b.ReportMetric(float64(st.Queued), "queued")
@@ -208,6 +212,16 @@ func benchApply(b *testing.B, f *FSM, batch int, g *benchLog) {
 		b.ReportMetric(float64(st.Jobs), "jobs")
 		b.ReportMetric(float64(st.Committed), "committed")
 	}
+}
+
+// keysWritten is how many keys f's store has written to pebble (0 in memory).
+func keysWritten(f *FSM) (n uint64) {
+	if f.s.store != nil {
+		for _, c := range f.s.store.writes {
+			n += c
+		}
+	}
+	return n
 }
 
 type discardSink struct{ n int64 }

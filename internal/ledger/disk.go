@@ -132,18 +132,23 @@ func (s *state) commit() {
 	if st == nil {
 		return
 	}
-	buf := make([]byte, 0, 128)     // the counters (about 50 bytes): one allocation, not a growth per field
-	for t := range s.dirtyTenants { // the order of these writes does not matter
+	buf := make([]byte, 0, 128)          // the counters (about 50 bytes): one allocation, not a growth per field
+	for t, was := range s.dirtyTenants { // the order of these writes does not matter
+		now := s.tenantCounts(t)
 		k := append([]byte{pfxTenantBytes}, t...)
-		if n, ok := s.tenantBytes[t]; ok {
-			st.set(k, appendUvarint(buf[:0], n))
-		} else {
+		switch {
+		case now.hasBytes == was.hasBytes && now.bytes == was.bytes:
+		case now.hasBytes:
+			st.set(k, appendUvarint(buf[:0], now.bytes))
+		default:
 			st.delete(k)
 		}
 		k[0] = pfxTenantWMs
-		if n, ok := s.wmTenant[t]; ok {
-			st.set(k, appendUvarint(buf[:0], uint64(n)))
-		} else {
+		switch {
+		case now.hasWM == was.hasWM && now.wms == was.wms:
+		case now.hasWM:
+			st.set(k, appendUvarint(buf[:0], uint64(now.wms)))
+		default:
 			st.delete(k)
 		}
 		delete(s.dirtyTenants, t)

@@ -147,6 +147,22 @@ func (x *diskIndex[T]) Has(probe T) bool {
 // ReplaceOrInsert stores item. Unlike the B-tree's, it does not say what was
 // there (the state never asks; a read would cost more than the write).
 func (x *diskIndex[T]) ReplaceOrInsert(item T) (old T, replaced bool) {
+	x.put(item, false)
+	return old, false
+}
+
+// insert puts the state's items into x where they are not (store.insert):
+// insertEntry, insertJob, and reorder moving an item to another key. In
+// memory, ReplaceOrInsert.
+func insert[T any](x index[T], item T) {
+	if dx, ok := x.(*diskIndex[T]); ok {
+		dx.put(item, true)
+		return
+	}
+	x.ReplaceOrInsert(item)
+}
+
+func (x *diskIndex[T]) put(item T, fresh bool) {
 	k := x.scratch(item)
 	if f := x.floor.Load(); f != nil && bytes.Compare(k, *f) < 0 {
 		lower := bytes.Clone(k)
@@ -178,8 +194,11 @@ func (x *diskIndex[T]) ReplaceOrInsert(item T) (old T, replaced bool) {
 		v = x.primary.fullKey(v, item)
 	}
 	x.st.valBuf = v
-	x.st.set(k, v)
-	return old, false
+	if fresh {
+		x.st.insert(k, v)
+	} else {
+		x.st.set(k, v)
+	}
 }
 
 // Delete removes item's key (blind, like ReplaceOrInsert).
@@ -428,7 +447,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobCount = int(m.jobs)
 	s.jobStates = [JobCancelled + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead), int(m.cancelled)}
 	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled)
-	s.dirtyTenants = map[string]struct{}{}
+	s.dirtyTenants = map[string]tenantCounts{}
 	if st.opts.Knobs.OrdersInMemory {
 		s.ordersInMemory()
 	}

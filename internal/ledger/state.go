@@ -79,9 +79,12 @@ type state struct {
 	owed index[*Entry]
 
 	// store is the disk-backed state's store (nil in memory); dirtyTenants
-	// are the tenants whose counters changed in the open batch.
+	// are the tenants whose counters the open batch touched, with their
+	// values before it: a counter is written only when it differs (a
+	// tenant's watermark count changes with its clients, not with every
+	// submission).
 	store        *store
-	dirtyTenants map[string]struct{}
+	dirtyTenants map[string]tenantCounts
 
 	// wmTenant counts watermarks per tenant (looked up, never iterated).
 	wmTenant map[string]int
@@ -161,23 +164,42 @@ func entryBytes(payload int, st State) uint64 {
 }
 
 func (s *state) charge(tenant string, n uint64) {
+	s.dirty(tenant)
 	s.bytes += n
 	s.tenantBytes[tenant] += n
-	s.dirty(tenant)
 }
 
 func (s *state) release(tenant string, n uint64) {
+	s.dirty(tenant)
 	s.bytes -= n
 	if s.tenantBytes[tenant] -= n; s.tenantBytes[tenant] == 0 {
 		delete(s.tenantBytes, tenant)
 	}
-	s.dirty(tenant)
 }
 
-// dirty notes that a tenant's counters changed (disk-backed state only).
+// tenantCounts are a tenant's counters (accounted bytes, watermarks), and
+// whether it had each.
+type tenantCounts struct {
+	bytes           uint64
+	wms             int
+	hasBytes, hasWM bool
+}
+
+func (s *state) tenantCounts(tenant string) tenantCounts {
+	var c tenantCounts
+	c.bytes, c.hasBytes = s.tenantBytes[tenant]
+	c.wms, c.hasWM = s.wmTenant[tenant]
+	return c
+}
+
+// dirty notes, before they change, a tenant's counters as the open batch
+// found them (disk-backed state only; commit writes those that differ).
 func (s *state) dirty(tenant string) {
-	if s.dirtyTenants != nil {
-		s.dirtyTenants[tenant] = struct{}{}
+	if s.dirtyTenants == nil {
+		return
+	}
+	if _, ok := s.dirtyTenants[tenant]; !ok {
+		s.dirtyTenants[tenant] = s.tenantCounts(tenant)
 	}
 }
 
@@ -321,14 +343,14 @@ func carried(e *Entry) bool {
 }
 
 func (s *state) insertEntry(e *Entry) {
-	s.entries.ReplaceOrInsert(e)
+	insert(s.entries, e)
 	counted(s.entries, e, 1)
-	s.entryExp.ReplaceOrInsert(e)
+	insert(s.entryExp, e)
 	if e.State == StatePending {
-		s.pendAge.ReplaceOrInsert(e)
+		insert(s.pendAge, e)
 	}
 	if carried(e) {
-		s.multiDC.ReplaceOrInsert(e)
+		insert(s.multiDC, e)
 		s.multiDCLen++
 	}
 	s.count(e.State, 1)
@@ -359,7 +381,10 @@ func reorder[T any](x index[T], less func(a, b T) bool, old, item T, inOld, inNe
 	if inOld && !same {
 		x.Delete(old)
 	}
-	if inNew && !(same && holdsPrimaryKeys(x)) {
+	switch {
+	case inNew && !same:
+		insert(x, item) // not in x: never was, or just deleted under another key
+	case inNew && !holdsPrimaryKeys(x):
 		x.ReplaceOrInsert(item)
 	}
 }
@@ -456,24 +481,24 @@ func (s *state) replaceWatermark(old, w *Watermark) {
 func (s *state) insertWatermark(w *Watermark) {
 	s.wms.ReplaceOrInsert(w)
 	s.wmAge.ReplaceOrInsert(w)
-	s.wmTenant[w.Tenant]++
 	s.dirty(w.Tenant)
+	s.wmTenant[w.Tenant]++
 }
 
 func (s *state) removeWatermark(w *Watermark) {
 	s.wms.Delete(w)
 	s.wmAge.Delete(w)
+	s.dirty(w.Tenant)
 	if s.wmTenant[w.Tenant]--; s.wmTenant[w.Tenant] <= 0 {
 		delete(s.wmTenant, w.Tenant)
 	}
-	s.dirty(w.Tenant)
 }
 
 func (s *state) insertJob(j *Job) {
-	s.jobs.ReplaceOrInsert(j)
+	insert(s.jobs, j)
 	counted(s.jobs, j, 1)
-	s.jobSeq.ReplaceOrInsert(j)
-	s.jobType.ReplaceOrInsert(j)
+	insert(s.jobSeq, j)
+	insert(s.jobType, j)
 	s.reindexJob(nil, j)
 	s.jobCount++
 	s.jobStates[stateOf(j)]++

@@ -138,6 +138,11 @@ type store struct {
 
 	keys *keyCounts // which entries and jobs exist (keys.go); set by useStore
 
+	// writes counts the keys each commit sent to pebble (a Set or a
+	// Delete each), by key prefix: what a command costs the memtable
+	// (TestKeyWritesPerSubmission). Under the write lock.
+	writes [256]uint64
+
 	keyBuf []byte // scratch for keys, used under the FSM's write lock only
 	valBuf []byte // scratch for values, likewise
 
@@ -367,6 +372,9 @@ func (s *store) close(flush bool) error {
 type pendingWrite struct {
 	k0, v0, v1 int
 	del        bool
+	// fresh: pebble does not hold the key (an insert's first write in the
+	// batch, insert): a delete of it then writes nothing at all.
+	fresh bool
 }
 
 // begin opens the batch the next commands are applied into.
@@ -424,6 +432,7 @@ func (s *store) movePending() {
 		if err != nil {
 			storeFail("write", err)
 		}
+		s.writes[k[0]]++
 	}
 	if cap(s.arena) > keptPending {
 		// A large batch (a Restore's checkpoint, a batch of big payloads)
@@ -480,17 +489,39 @@ func (s *store) sync() error {
 	return nil
 }
 
-func (s *store) set(k, v []byte) { s.write(k, v, false) }
+func (s *store) set(k, v []byte) { s.write(k, v, false, false) }
 
-func (s *store) delete(k []byte) { s.write(k, nil, true) }
+// insert sets a key the caller knows pebble did not hold when the batch
+// began, unless the batch deleted it since: the key of an item put into a
+// table or an order it is not in (diskIndex.insert). Every key of an order
+// names its item (a key, a job's Seq), so pebble holds it only when the item
+// had that key in the order when the batch began, and moving the item away
+// since wrote a delete of it, which the batch still has aside (while no walk
+// has moved the batch's writes into an indexed batch: after that, this is a
+// plain set). Such a key set and then deleted in the same batch (the entry's
+// PENDING-age key and its Reserve's expiry key when its Commit follows in
+// the batch) reaches pebble not at all, where a set then a delete would
+// write a tombstone for nothing.
+func (s *store) insert(k, v []byte) { s.write(k, v, false, true) }
 
-func (s *store) write(k, v []byte, del bool) {
+func (s *store) delete(k []byte) { s.write(k, nil, true, false) }
+
+func (s *store) write(k, v []byte, del, fresh bool) {
 	if !s.open {
 		storeFail("write", errors.New("no batch open"))
 	}
+	if p, ok := s.pending[string(k)]; ok {
+		if p.fresh && del {
+			delete(s.pending, string(k)) // as if never written (lowSet may stay below: it stays a bound)
+			return
+		}
+		fresh = p.fresh
+	} else if s.w != nil {
+		fresh = false // an earlier write of the batch may be in w
+	}
 	k0 := len(s.arena)
 	s.arena = append(append(s.arena, k...), v...)
-	s.pending[string(k)] = pendingWrite{k0: k0, v0: k0 + len(k), v1: len(s.arena), del: del}
+	s.pending[string(k)] = pendingWrite{k0: k0, v0: k0 + len(k), v1: len(s.arena), del: del, fresh: fresh && !del}
 	if low := &s.lowSet[k[0]]; !del && (low.v0 == 0 || bytes.Compare(k, s.arena[low.k0:low.v0]) < 0) {
 		low.k0, low.v0 = k0, k0+len(k)
 	}
