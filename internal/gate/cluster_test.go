@@ -1,38 +1,19 @@
 package gate
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/once-dev/once/internal/console"
 	"github.com/once-dev/once/internal/manager/managertest"
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
-
-// lockedBuffer is a log sink tests read after the gate wrote to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // The console is served by the gate at /ui/ with its security headers; an
 // unknown page is a 404 problem with them too.
@@ -78,7 +59,7 @@ func TestClusterNeedsOperatorToken(t *testing.T) {
 	_, addr := startManager(t, managertest.Options{})
 	tenants := writeFile(t, "tokens", "tenant-secret-token-1 acme\n")
 	operators := writeFile(t, "operators", "operator-secret-token-9 alice\n")
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	tg := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) {
 		cfg.TokenFile, cfg.OperatorTokenFile = tenants, operators
 		deps.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -145,7 +145,9 @@ func loadTokens(env, holder, path string) (*tokenTable, error) {
 }
 
 // tokenFileError is a *config.Error naming GATE_TOKEN_FILE that wraps err.
-func tokenFileError(path string, err error) error { return tokensError(EnvTokenFile, "tenant", path, err) }
+func tokenFileError(path string, err error) error {
+	return tokensError(EnvTokenFile, "tenant", path, err)
+}
 
 // tokensError is a *config.Error naming env, the variable of a token file
 // of '<token> <holder>' lines, that wraps err.
