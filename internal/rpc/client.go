@@ -319,11 +319,7 @@ func (c *Client) lane(ctx context.Context, addr string) (*lane, error) {
 // LeaderStatus returns the leader's status: it succeeds only when a leader
 // answers, which is what a gate's readiness means.
 func (c *Client) LeaderStatus(ctx context.Context) (*Status, error) {
-	var st Status
-	if err := c.do(ctx, http.MethodGet, "/rpc/v1/status", url.Values{"leader": {"1"}}, nil, 0, &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	return doJSON[Status](ctx, c, http.MethodGet, "/rpc/v1/status", url.Values{"leader": {"1"}}, nil)
 }
 
 // StatusOf returns one manager's own status, wherever it stands; no retries.

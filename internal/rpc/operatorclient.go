@@ -19,68 +19,54 @@ import (
 // Status returns the status of whichever manager answers (the leader when
 // it is known), with retries.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
-	var st Status
-	if err := c.do(ctx, http.MethodGet, "/rpc/v1/status", nil, nil, 0, &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	return doJSON[Status](ctx, c, http.MethodGet, "/rpc/v1/status", nil, nil)
 }
 
 // Members returns the LAN gossip pool's members as a manager sees them.
 func (c *Client) Members(ctx context.Context) (*Members, error) {
-	var m Members
-	if err := c.do(ctx, http.MethodGet, OperatorMembersPath, nil, nil, 0, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
+	return doJSON[Members](ctx, c, http.MethodGet, OperatorMembersPath, nil, nil)
 }
 
 // RemovePeer removes the Raft server id from the configuration, at the
 // leader.
 func (c *Client) RemovePeer(ctx context.Context, id string) (*PeerResult, error) {
-	return c.peerChange(ctx, OperatorRemovePeerPath, id)
+	return doJSON[PeerResult](ctx, c, http.MethodPost, OperatorRemovePeerPath, nil, PeerRequest{ID: id})
 }
 
 // TransferLeader hands leadership to id, or with "" to the voter Raft
 // picks, and returns the leader after it.
 func (c *Client) TransferLeader(ctx context.Context, id string) (*PeerResult, error) {
-	return c.peerChange(ctx, OperatorTransferLeaderPath, id)
-}
-
-func (c *Client) peerChange(ctx context.Context, path, id string) (*PeerResult, error) {
-	b, err := json.Marshal(PeerRequest{ID: id})
-	if err != nil {
-		return nil, err
-	}
-	var res PeerResult
-	if err := c.do(ctx, http.MethodPost, path, nil, b, 0, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return doJSON[PeerResult](ctx, c, http.MethodPost, OperatorTransferLeaderPath, nil, PeerRequest{ID: id})
 }
 
 // Keyring lists the gossip keys of every member of pool (PoolLAN or
 // PoolWAN; "" is the LAN pool), through one manager.
 func (c *Client) Keyring(ctx context.Context, pool string) (*Keyring, error) {
-	var k Keyring
-	if err := c.do(ctx, http.MethodGet, OperatorKeyringPath, url.Values{"pool": {pool}}, nil, 0, &k); err != nil {
-		return nil, err
-	}
-	return &k, nil
+	return doJSON[Keyring](ctx, c, http.MethodGet, OperatorKeyringPath, url.Values{"pool": {pool}}, nil)
 }
 
 // ChangeKeyring applies req (install, use or remove) on every member of
 // its pool, through one manager.
 func (c *Client) ChangeKeyring(ctx context.Context, req KeyringRequest) (*Keyring, error) {
-	b, err := json.Marshal(req)
-	if err != nil {
+	return doJSON[Keyring](ctx, c, http.MethodPost, OperatorKeyringPath, nil, req)
+}
+
+// doJSON sends in (nil: no body) as JSON with the retries of every call
+// and decodes the answer.
+func doJSON[T any](ctx context.Context, c *Client, method, path string, q url.Values, in any) (*T, error) {
+	var body []byte
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	var out T
+	if err := c.do(ctx, method, path, q, body, 0, &out); err != nil {
 		return nil, err
 	}
-	var k Keyring
-	if err := c.do(ctx, http.MethodPost, OperatorKeyringPath, nil, b, 0, &k); err != nil {
-		return nil, err
-	}
-	return &k, nil
+	return &out, nil
 }
 
 // Snapshot writes a snapshot archive of the leader's ledger to w. An
