@@ -19,8 +19,8 @@ import (
 )
 
 // managerClient is the managers' client (rpc.Client, the gates' own) with
-// oncectl's credentials; each call is tried at most twice per manager (a
-// "not leader" answer followed to the leader it names).
+// oncectl's credentials; a call makes at most two attempts per manager
+// given, "not leader" hints followed, each bounded by --timeout.
 func (g *globals) managerClient() (*rpc.Client, error) {
 	if len(g.managers) == 0 {
 		return nil, usagef("--managers: no manager address")
