@@ -355,7 +355,7 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(addr strin
 			return errClientClosed
 		}
 		if m := c.cfg.MaxAttempts; m > 0 && attempts >= m {
-			return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("no manager leader answered in %d attempts (last error: %v)", attempts, last)}
+			return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("no manager answered in %d attempts (last error: %v)", attempts, last)}
 		}
 		attempts++
 		addr := c.pick()
