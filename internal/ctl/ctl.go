@@ -1,7 +1,7 @@
 // Package ctl is oncectl: the commands, their flags and their output. The
 // command tree is github.com/spf13/cobra's (flags, help, shell completion);
-// gates are reached with pkg/client, managers over their RPC listener's
-// HTTP/JSON routes (internal/rpc).
+// gates are reached with pkg/client, managers with rpc.Client (the gates'
+// own client of the managers).
 package ctl
 
 import (

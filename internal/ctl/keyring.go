@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 
@@ -47,12 +46,12 @@ remove the old one. Restart members with the new key in their settings
 		Short: "Every key of the pool, and how many members hold and use it",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
-				var k rpc.Keyring
-				if err := mc.any(ctx, rpc.OperatorKeyringPath+"?pool="+pool(), &k); err != nil {
+			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
+				k, err := mc.Keyring(ctx, pool())
+				if err != nil {
 					return err
 				}
-				return g.printKeyring(k)
+				return g.printKeyring(*k)
 			})
 		},
 	}
@@ -62,13 +61,12 @@ remove the old one. Restart members with the new key in their settings
 			Short: short,
 			Args:  exactArgs(1, "the base64 gossip key"),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
-					var k rpc.Keyring
-					req := rpc.KeyringRequest{Op: op, Key: args[0], Pool: pool()}
-					if err := mc.first(ctx, http.MethodPost, rpc.OperatorKeyringPath, req, &k); err != nil {
+				return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
+					k, err := mc.ChangeKeyring(ctx, rpc.KeyringRequest{Op: op, Key: args[0], Pool: pool()})
+					if err != nil {
 						return err
 					}
-					return g.printKeyring(k)
+					return g.printKeyring(*k)
 				})
 			},
 		}
@@ -79,24 +77,6 @@ remove the old one. Restart members with the new key in their settings
 		change("remove", "Remove a key that no member uses as its primary key"))
 	gossip.AddCommand(keyring)
 	return gossip
-}
-
-// first sends one request to the managers in turn until one answers (any
-// manager runs a keyring operation on the whole pool).
-func (c *managerClient) first(ctx context.Context, method, path string, in, out any) error {
-	var errs []error
-	for _, a := range c.addr {
-		err := c.call(ctx, method, a, path, in, out)
-		if err == nil {
-			return nil
-		}
-		var e *rpc.Error
-		if errors.As(err, &e) && e.Code == rpc.CodeInvalid {
-			return err // the manager's answer to a bad request: the same everywhere
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", a, err))
-	}
-	return fmt.Errorf("no manager answered: %w", errors.Join(errs...))
 }
 
 // printKeyring prints a keyring answer and fails when not every member

@@ -1,14 +1,12 @@
 package ctl
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -20,14 +18,10 @@ import (
 	"github.com/once-dev/once/internal/rpc"
 )
 
-// managerClient talks to managers' RPC listeners (HTTP/JSON routes).
-type managerClient struct {
-	hc     *http.Client
-	scheme string
-	addr   []string
-}
-
-func (g *globals) managerClient() (*managerClient, error) {
+// managerClient is the managers' client (rpc.Client, the gates' own) with
+// oncectl's credentials; a call makes at most two attempts per manager
+// given, "not leader" hints followed, each bounded by --timeout.
+func (g *globals) managerClient() (*rpc.Client, error) {
 	if len(g.managers) == 0 {
 		return nil, usagef("--managers: no manager address")
 	}
@@ -80,94 +74,28 @@ func (g *globals) managerClient() (*managerClient, error) {
 		tlsCfg = c.ClientConfig()
 	}
 	t.TLSClientConfig = tlsCfg
-	rt := rpc.WithOperatorSecret(rpc.WithSecret(t, secret), opSecret)
-	return &managerClient{hc: &http.Client{Transport: rt}, scheme: rpc.Scheme(tlsCfg), addr: g.managers}, nil
+	for _, a := range g.managers {
+		if _, err := url.Parse("http://" + a); err != nil {
+			return nil, usagef("manager address %q: %v", a, err)
+		}
+	}
+	return rpc.NewClient(rpc.ClientConfig{
+		Resolver: rpc.StaticResolver(g.managers), Transport: t, TLS: tlsCfg,
+		Secret: secret, OperatorSecret: opSecret,
+		AttemptTimeout: g.timeout, MaxAttempts: 2 * len(g.managers),
+	}), nil
 }
 
 // withManagers runs do with a manager client and the command's context.
-func (g *globals) withManagers(cmd *cobra.Command, do func(context.Context, *managerClient) error) error {
+func (g *globals) withManagers(cmd *cobra.Command, do func(context.Context, *rpc.Client) error) error {
 	mc, err := g.managerClient()
 	if err != nil {
 		return err
 	}
+	defer mc.Close()
 	ctx, cancel := g.context(cmd)
 	defer cancel()
 	return do(ctx, mc)
-}
-
-// call does one request to addr and decodes the answer into out, or returns
-// the manager's *rpc.Error.
-func (c *managerClient) call(ctx context.Context, method, addr, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+addr+path, body)
-	if err != nil {
-		return usagef("manager address %q: %v", addr, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return answerError(method, addr+path, resp.StatusCode, b)
-	}
-	return json.Unmarshal(b, out)
-}
-
-// answerError is a manager's non-200 answer: its *rpc.Error, or the status
-// and the start of the body when it is not one.
-func answerError(method, url string, status int, body []byte) error {
-	var e rpc.Error
-	if json.Unmarshal(body, &e) == nil && e.Code != "" {
-		return &e
-	}
-	return fmt.Errorf("%s %s: HTTP %d: %.200s", method, url, status, body)
-}
-
-// any asks the managers in turn until one answers.
-func (c *managerClient) any(ctx context.Context, path string, out any) error {
-	var errs []error
-	for _, a := range c.addr {
-		err := c.call(ctx, http.MethodGet, a, path, nil, out)
-		if err == nil {
-			return nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", a, err))
-	}
-	return fmt.Errorf("no manager answered: %w", errors.Join(errs...))
-}
-
-// leader sends a change to the leader: to the first manager that answers,
-// then to the leader it names when it is not the leader.
-func (c *managerClient) leader(ctx context.Context, path string, in, out any) error {
-	var errs []error
-	for _, a := range c.addr {
-		err := c.call(ctx, http.MethodPost, a, path, in, out)
-		var e *rpc.Error
-		if errors.As(err, &e) && e.Code == rpc.CodeNotLeader && e.Leader != "" {
-			err = c.call(ctx, http.MethodPost, e.Leader, path, in, out)
-		}
-		if err == nil {
-			return nil
-		}
-		if errors.As(err, &e) && e.Code != rpc.CodeNotLeader && e.Code != rpc.CodeUnavailable {
-			return err // the leader's answer: final
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", a, err))
-	}
-	return fmt.Errorf("no leader took the change: %w", errors.Join(errs...))
 }
 
 func clusterCmd(g *globals) *cobra.Command {
@@ -177,7 +105,7 @@ func clusterCmd(g *globals) *cobra.Command {
 		Short: "Every manager's view: Raft state, leader, term, indexes, voters",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
+			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
 				type row struct {
 					Addr   string      `json:"addr"`
 					Status *rpc.Status `json:"status,omitempty"`
@@ -185,14 +113,14 @@ func clusterCmd(g *globals) *cobra.Command {
 				}
 				var rows []row
 				failed := 0
-				for _, a := range mc.addr {
-					var st rpc.Status
-					if err := mc.call(ctx, http.MethodGet, a, "/rpc/v1/status", nil, &st); err != nil {
+				for _, a := range g.managers {
+					st, err := mc.StatusOf(ctx, a)
+					if err != nil {
 						rows = append(rows, row{Addr: a, Error: err.Error()})
 						failed++
 						continue
 					}
-					rows = append(rows, row{Addr: a, Status: &st})
+					rows = append(rows, row{Addr: a, Status: st})
 				}
 				if err := g.print(rows, func(w *tabwriter.Writer) {
 					fmt.Fprintln(w, "MANAGER\tADDR\tDC\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tVOTERS")
@@ -220,9 +148,9 @@ func clusterCmd(g *globals) *cobra.Command {
 		Short: "The gossip pool's members (managers and gates) as a manager sees them",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
-				var m rpc.Members
-				if err := mc.any(ctx, rpc.OperatorMembersPath, &m); err != nil {
+			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
+				m, err := mc.Members(ctx)
+				if err != nil {
 					return err
 				}
 				return g.print(m, func(w *tabwriter.Writer) {
@@ -245,15 +173,14 @@ func raftCmd(g *globals) *cobra.Command {
 		Short: "The Raft servers, with the leader's autopilot health",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
+			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
 				// The leader's status carries the autopilot's view of every server.
-				var st rpc.Status
-				if err := mc.any(ctx, "/rpc/v1/status?leader=1", &st); err != nil {
-					var e *rpc.Error
-					if !errors.As(err, &e) {
-						if err := mc.any(ctx, "/rpc/v1/status", &st); err != nil {
-							return err
-						}
+				// Without a leader, a manager's own status: its voters,
+				// without health.
+				st, err := mc.LeaderStatus(ctx)
+				if err != nil {
+					if st, err = mc.Status(ctx); err != nil {
+						return err
 					}
 				}
 				type peer struct {
@@ -309,17 +236,17 @@ func raftCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	change := func(use, short, path string, args cobra.PositionalArgs) *cobra.Command {
+	change := func(use, short string, do func(*rpc.Client, context.Context, string) (*rpc.PeerResult, error), args cobra.PositionalArgs) *cobra.Command {
 		return &cobra.Command{
 			Use: use, Short: short, Args: args,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
-					var req rpc.PeerRequest
+				return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
+					id := ""
 					if len(args) > 0 {
-						req.ID = args[0]
+						id = args[0]
 					}
-					var res rpc.PeerResult
-					if err := mc.leader(ctx, path, req, &res); err != nil {
+					res, err := do(mc, ctx, id)
+					if err != nil {
 						return err
 					}
 					return g.print(res, func(w *tabwriter.Writer) {
@@ -330,8 +257,8 @@ func raftCmd(g *globals) *cobra.Command {
 		}
 	}
 	r.AddCommand(peers,
-		change("remove-peer ID", "Remove a dead manager from the Raft configuration (on the leader)", rpc.OperatorRemovePeerPath, exactArgs(1, "one Raft server ID")),
-		change("transfer-leader [ID]", "Hand leadership to ID, or to the most up-to-date voter", rpc.OperatorTransferLeaderPath, maxArgs(1, "one Raft server ID")))
+		change("remove-peer ID", "Remove a dead manager from the Raft configuration (on the leader)", (*rpc.Client).RemovePeer, exactArgs(1, "one Raft server ID")),
+		change("transfer-leader [ID]", "Hand leadership to ID, or to the most up-to-date voter", (*rpc.Client).TransferLeader, maxArgs(1, "one Raft server ID")))
 	return r
 }
 
@@ -342,56 +269,6 @@ func dash(s string) string {
 	return s
 }
 
-// stream does one request to the managers whose body is a file: GET writes
-// the answer to out, PUT sends in. A "not leader" answer is followed to the
-// leader it names.
-func (c *managerClient) stream(ctx context.Context, method, path string, in func() (io.ReadCloser, error), out io.Writer) error {
-	var errs []error
-	try := func(addr string) error {
-		var body io.ReadCloser
-		if in != nil {
-			b, err := in()
-			if err != nil {
-				return err
-			}
-			body = b
-			defer b.Close()
-		}
-		req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+addr+path, body)
-		if err != nil {
-			return usagef("manager address %q: %v", addr, err)
-		}
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			return answerError(method, addr+path, resp.StatusCode, b)
-		}
-		if out != nil {
-			_, err = io.Copy(out, resp.Body)
-		}
-		return err
-	}
-	for _, a := range c.addr {
-		err := try(a)
-		var e *rpc.Error
-		if errors.As(err, &e) && e.Code == rpc.CodeNotLeader && e.Leader != "" {
-			err = try(e.Leader)
-		}
-		if err == nil {
-			return nil
-		}
-		if errors.As(err, &e) && e.Code != rpc.CodeNotLeader && e.Code != rpc.CodeUnavailable {
-			return err
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", a, err))
-	}
-	return fmt.Errorf("no leader answered: %w", errors.Join(errs...))
-}
-
 func snapshotCmd(g *globals) *cobra.Command {
 	snap := &cobra.Command{Use: "snapshot", Short: "Save and restore the datacenter's ledger (backups)", Args: exactArgs(0, "a subcommand: save or restore")}
 	save := &cobra.Command{
@@ -399,13 +276,13 @@ func snapshotCmd(g *globals) *cobra.Command {
 		Short: "Write a snapshot archive of the leader's ledger to FILE",
 		Args:  exactArgs(1, "the archive's file name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
+			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
 				tmp := args[0] + ".part"
 				f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 				if err != nil {
 					return err
 				}
-				err = mc.stream(ctx, http.MethodGet, rpc.OperatorSnapshotPath, nil, f)
+				err = mc.Snapshot(ctx, f)
 				if err == nil {
 					err = f.Sync()
 				}
@@ -434,9 +311,13 @@ func snapshotCmd(g *globals) *cobra.Command {
 			if _, err := os.Stat(args[0]); err != nil {
 				return usagef("%v", err)
 			}
-			return g.withManagers(cmd, func(ctx context.Context, mc *managerClient) error {
-				open := func() (io.ReadCloser, error) { return os.Open(args[0]) }
-				if err := mc.stream(ctx, http.MethodPut, rpc.OperatorSnapshotPath, open, io.Discard); err != nil {
+			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := mc.Restore(ctx, f); err != nil {
 					return err
 				}
 				return g.print(map[string]any{"restored": args[0]}, func(w *tabwriter.Writer) {

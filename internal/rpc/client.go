@@ -41,7 +41,7 @@ func (f ResolverFunc) Managers() []string { return f() }
 // ClientConfig configures a Client. Zero values take the defaults noted.
 type ClientConfig struct {
 	Resolver Resolver
-	// Transport carries the status reads (HTTP/JSON); nil means a keep-alive
+	// Transport carries the status reads and the operator routes (HTTP/JSON); nil means a keep-alive
 	// transport sized for many concurrent requests to few hosts.
 	Transport http.RoundTripper
 	// Streams is how many submit streams (each its own connection) the client
@@ -68,6 +68,14 @@ type ClientConfig struct {
 	// the daemons. A seam for the tests module's fault layer, which cuts
 	// the links between datacenters through it.
 	Dial DialFunc
+	// OperatorSecret is the operator secret sent with every HTTP request
+	// (the operator routes, operatorauth.go); empty sends none. oncectl's;
+	// a gate has none.
+	OperatorSecret string
+	// MaxAttempts bounds the attempts of one call, hints followed included;
+	// then the call fails with an error matching ErrUnavailable. 0: until
+	// the caller's context ends (the gate's).
+	MaxAttempts int
 }
 
 // DialFunc opens a TCP connection to addr (host:port) within ctx.
@@ -138,7 +146,7 @@ func NewClient(cfg ClientConfig) *Client {
 		}
 		cfg.Transport = t
 	}
-	cfg.Transport = WithSecret(cfg.Transport, cfg.Secret)
+	cfg.Transport = WithOperatorSecret(WithSecret(cfg.Transport, cfg.Secret), cfg.OperatorSecret)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -159,6 +167,13 @@ func NewClient(cfg ClientConfig) *Client {
 	}
 	return &Client{cfg: cfg, hc: &http.Client{Transport: cfg.Transport}, log: cfg.Logger, peers: map[string]*peer{}, conns: map[string]*callConn{}}
 }
+
+// finalError is an attempt's error that must not be retried (a download
+// that already wrote part of its answer).
+type finalError struct{ err error }
+
+func (f *finalError) Error() string { return f.err.Error() }
+func (f *finalError) Unwrap() error { return f.err }
 
 // Leader returns the last known leader's RPC address ("" when unknown).
 func (c *Client) Leader() string {
@@ -304,11 +319,7 @@ func (c *Client) lane(ctx context.Context, addr string) (*lane, error) {
 // LeaderStatus returns the leader's status: it succeeds only when a leader
 // answers, which is what a gate's readiness means.
 func (c *Client) LeaderStatus(ctx context.Context) (*Status, error) {
-	var st Status
-	if err := c.do(ctx, http.MethodGet, "/rpc/v1/status", url.Values{"leader": {"1"}}, nil, 0, &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	return doJSON[Status](ctx, c, http.MethodGet, "/rpc/v1/status", url.Values{"leader": {"1"}}, nil)
 }
 
 // StatusOf returns one manager's own status, wherever it stands; no retries.
@@ -338,11 +349,15 @@ var errClientClosed = &Error{Code: CodeUnavailable, Message: "the rpc client is 
 func (c *Client) retry(ctx context.Context, what string, attempt func(addr string) error) error {
 	backoff := c.cfg.RetryBackoff
 	var last error
-	hops := 0
+	hops, attempts := 0, 0
 	for {
 		if c.isClosed() {
 			return errClientClosed
 		}
+		if m := c.cfg.MaxAttempts; m > 0 && attempts >= m {
+			return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("no manager answered in %d attempts (last error: %v)", attempts, last)}
+		}
+		attempts++
 		addr := c.pick()
 		if addr == "" {
 			last = errors.New("no manager address known")
@@ -354,7 +369,10 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(addr strin
 			}
 			last = err
 			var e *Error
+			var f *finalError
 			switch {
+			case errors.As(err, &f):
+				return f.err // the attempt cannot be repeated
 			case errors.As(err, &e) && e.Code == CodeNotLeader:
 				c.forget(addr)
 				if e.Leader != "" && e.Leader != addr && hops < maxHintHops {
@@ -384,43 +402,57 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(addr strin
 }
 
 func (c *Client) attempt(ctx context.Context, addr, method, path string, q url.Values, body []byte, extra time.Duration, out any) error {
+	var rd io.Reader
+	ctype := ""
+	if body != nil {
+		rd, ctype = bytes.NewReader(body), "application/json"
+	}
+	return c.exchange(ctx, addr, method, path, q, rd, ctype, extra, func(r io.Reader) error {
+		b, err := io.ReadAll(io.LimitReader(r, MaxResponseBytes+1))
+		if err != nil {
+			return fmt.Errorf("rpc %s %s: read: %w", method, addr, err)
+		}
+		if len(b) > MaxResponseBytes {
+			// Never decode a cut answer: say what happened instead.
+			return Errorf(CodeTooLarge, "the %s answer is over %d bytes", path, MaxResponseBytes)
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return Errorf(CodeInternal, "decode %s answer: %v", path, err)
+		}
+		return nil
+	})
+}
+
+// exchange does one HTTP request to addr, within AttemptTimeout+extra, and
+// hands a 200 answer's body to read; another answer is returned as its
+// *Error, a transport failure as a plain error.
+func (c *Client) exchange(ctx context.Context, addr, method, path string, q url.Values, body io.Reader, ctype string, extra time.Duration, read func(io.Reader) error) error {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
 	defer cancel()
 	u := Scheme(c.cfg.TLS) + "://" + addr + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(actx, method, u, rd)
+	req, err := http.NewRequestWithContext(actx, method, u, body)
 	if err != nil {
 		return Errorf(CodeInvalid, "build request: %v", err)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("rpc %s %s: %w", method, addr, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
-	if err != nil {
-		return fmt.Errorf("rpc %s %s: read: %w", method, addr, err)
-	}
-	if len(b) > MaxResponseBytes {
-		// Never decode a cut answer: say what happened instead.
-		return Errorf(CodeTooLarge, "the %s answer is over %d bytes", path, MaxResponseBytes)
-	}
 	if resp.StatusCode != http.StatusOK {
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil {
+			return fmt.Errorf("rpc %s %s: read: %w", method, addr, err)
+		}
 		return decodeError(resp.StatusCode, b)
 	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return Errorf(CodeInternal, "decode %s answer: %v", path, err)
-	}
-	return nil
+	return read(resp.Body)
 }
 
 func (c *Client) pick() string {

@@ -1,0 +1,129 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/once-dev/once/internal/rpc"
+)
+
+// fakeOperator answers the leader-only calls only when leader (elsewhere
+// not_leader naming leaderRPC).
+type fakeOperator struct {
+	leader    bool
+	leaderRPC string
+
+	mu    sync.Mutex
+	calls int
+}
+
+func (f *fakeOperator) enter(leaderOnly bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if leaderOnly && !f.leader {
+		return &rpc.Error{Code: rpc.CodeNotLeader, Message: "follower", Leader: f.leaderRPC}
+	}
+	return nil
+}
+
+func (f *fakeOperator) Members(context.Context) (*rpc.Members, error) {
+	return &rpc.Members{Node: "m1", Members: []rpc.Member{{Name: "manager1", Role: "manager", Status: "alive"}}}, f.enter(false)
+}
+
+func (f *fakeOperator) RemovePeer(_ context.Context, id string) (*rpc.PeerResult, error) {
+	if err := f.enter(true); err != nil {
+		return nil, err
+	}
+	if id != "m3" {
+		return nil, rpc.Errorf(rpc.CodeNotFound, "no server %s", id)
+	}
+	return &rpc.PeerResult{Done: "removed " + id, Leader: "m1"}, nil
+}
+
+func (f *fakeOperator) TransferLeader(context.Context, string) (*rpc.PeerResult, error) {
+	return &rpc.PeerResult{Done: "transferred"}, f.enter(true)
+}
+
+func (f *fakeOperator) Snapshot(_ context.Context, w io.Writer) error {
+	if err := f.enter(true); err != nil {
+		return err
+	}
+	_, err := w.Write([]byte("archive"))
+	return err
+}
+
+func (f *fakeOperator) Restore(_ context.Context, r io.Reader) error {
+	if err := f.enter(true); err != nil {
+		return err
+	}
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
+
+func (f *fakeOperator) Keyring(context.Context, rpc.KeyringRequest) (*rpc.Keyring, error) {
+	return &rpc.Keyring{}, f.enter(false)
+}
+
+func serveOperator(t *testing.T, op rpc.Operator) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	rpc.MountOperator(mux, op, rpc.OperatorAuth{Insecure: true}, nil)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// The operator commands reach the leader through a follower's hint, print
+// the leader's answer, and exit 1 on an error answer.
+func TestOperatorCommandsFollowTheLeader(t *testing.T) {
+	t.Setenv(EnvOperatorSecretFile, "")
+	t.Setenv(EnvClusterSecretFile, "")
+	t.Setenv(EnvCACert, "")
+	leader := &fakeOperator{leader: true}
+	follower := &fakeOperator{leaderRPC: serveOperator(t, leader)}
+	faddr := serveOperator(t, follower)
+	run := func(args ...string) (string, int) {
+		var stdout, stderr bytes.Buffer
+		code := Main(context.Background(), append([]string{"--managers", faddr, "--insecure", "-o", "json"}, args...), &stdout, &stderr)
+		return stdout.String() + stderr.String(), code
+	}
+
+	out, code := run("raft", "remove-peer", "m3")
+	var res rpc.PeerResult
+	if code != ExitOK || json.Unmarshal([]byte(out), &res) != nil || res.Done != "removed m3" {
+		t.Fatalf("remove-peer m3: exit %d, %s", code, out)
+	}
+	if out, code := run("raft", "remove-peer", "m9"); code != ExitFailure {
+		t.Fatalf("remove-peer of an unknown server: exit %d, want %d; %s", code, ExitFailure, out)
+	}
+	if out, code := run("cluster", "members"); code != ExitOK || !strings.Contains(out, "manager1") {
+		t.Fatalf("cluster members: exit %d, %s", code, out)
+	}
+	file := filepath.Join(t.TempDir(), "snap.tar")
+	if out, code := run("snapshot", "save", file); code != ExitOK {
+		t.Fatalf("snapshot save: exit %d, %s", code, out)
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "archive" {
+		t.Fatalf("snapshot file: %q, %v", b, err)
+	}
+	if _, err := os.Stat(file + ".part"); !os.IsNotExist(err) {
+		t.Fatalf("the .part file is left: %v", err)
+	}
+	if out, code := run("snapshot", "restore", file); code != ExitOK {
+		t.Fatalf("snapshot restore: exit %d, %s", code, out)
+	}
+	// remove-peer m3, m9; snapshot save, restore: each at the leader once.
+	if leader.calls != 4 {
+		t.Fatalf("the leader served %d calls, want 4", leader.calls)
+	}
+}

@@ -1,0 +1,263 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// peerOperator is an Operator that answers the leader-only calls only when
+// leader (elsewhere not_leader naming leaderRPC), and not_found for a
+// remove-peer of an ID it does not have.
+type peerOperator struct {
+	leader    bool
+	leaderRPC string
+
+	mu       sync.Mutex
+	calls    int
+	removed  []string
+	restored []string
+	keyring  []KeyringRequest
+}
+
+func (p *peerOperator) enter(leaderOnly bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	if leaderOnly && !p.leader {
+		return &Error{Code: CodeNotLeader, Message: "follower", Leader: p.leaderRPC}
+	}
+	return nil
+}
+
+func (p *peerOperator) Members(context.Context) (*Members, error) {
+	if err := p.enter(false); err != nil {
+		return nil, err
+	}
+	return &Members{Node: "m1", Members: []Member{{Name: "m1", Role: "manager"}}}, nil
+}
+
+func (p *peerOperator) RemovePeer(_ context.Context, id string) (*PeerResult, error) {
+	if err := p.enter(true); err != nil {
+		return nil, err
+	}
+	if id != "m3" {
+		return nil, Errorf(CodeNotFound, "no server %s", id)
+	}
+	p.mu.Lock()
+	p.removed = append(p.removed, id)
+	p.mu.Unlock()
+	return &PeerResult{Done: "removed " + id, Leader: "m1"}, nil
+}
+
+func (p *peerOperator) TransferLeader(_ context.Context, id string) (*PeerResult, error) {
+	if err := p.enter(true); err != nil {
+		return nil, err
+	}
+	return &PeerResult{Done: "transferred", Leader: "m2"}, nil
+}
+
+func (p *peerOperator) Snapshot(_ context.Context, w io.Writer) error {
+	if err := p.enter(true); err != nil {
+		return err
+	}
+	_, err := w.Write([]byte("archive-bytes"))
+	return err
+}
+
+func (p *peerOperator) Restore(_ context.Context, r io.Reader) error {
+	if err := p.enter(true); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(r)
+	p.mu.Lock()
+	p.restored = append(p.restored, string(b))
+	p.mu.Unlock()
+	return err
+}
+
+func (p *peerOperator) Keyring(_ context.Context, req KeyringRequest) (*Keyring, error) {
+	if err := p.enter(false); err != nil {
+		return nil, err
+	}
+	if req.Op == "use" && req.Key == "" {
+		return nil, Errorf(CodeInvalid, "key: required")
+	}
+	p.mu.Lock()
+	p.keyring = append(p.keyring, req)
+	p.mu.Unlock()
+	return &Keyring{Node: "m1", Pool: req.Pool, Op: req.Op, Members: 3, Complete: true}, nil
+}
+
+const testCluster, testOperator = "cluster-secret-0123456789", "operator-secret-0123456789"
+
+// serveOperator serves op's routes behind the cluster and operator secrets.
+func serveOperator(t *testing.T, op Operator) string {
+	t.Helper()
+	addr, srv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: testCluster})
+	MountOperator(srv.Mux(), op, OperatorAuth{Secret: testOperator}, nil)
+	return addr
+}
+
+func operatorClient(t *testing.T, operatorSecret string, maxAttempts int, addrs ...string) *Client {
+	t.Helper()
+	c := NewClient(ClientConfig{Resolver: StaticResolver(addrs), AttemptTimeout: time.Second,
+		Secret: testCluster, OperatorSecret: operatorSecret, MaxAttempts: maxAttempts})
+	t.Cleanup(c.Close)
+	return c
+}
+
+// The operator calls reach the leader through a follower's hint, carry the
+// operator secret, and return the leader's answers; an error answer is
+// returned at once, as its *Error.
+func TestOperatorClientFollowsTheLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	leader := &peerOperator{leader: true}
+	laddr := serveOperator(t, leader)
+	follower := &peerOperator{leaderRPC: laddr}
+	faddr := serveOperator(t, follower)
+
+	// Reads answer on the manager asked.
+	c := operatorClient(t, testOperator, 4, faddr)
+	m, err := c.Members(ctx)
+	if err != nil || m.Node != "m1" || len(m.Members) != 1 {
+		t.Fatalf("members: %+v, %v", m, err)
+	}
+	k, err := c.Keyring(ctx, PoolWAN)
+	if err != nil || k.Pool != PoolWAN || k.Op != "list" || !k.Complete {
+		t.Fatalf("keyring list: %+v, %v", k, err)
+	}
+	k, err = c.ChangeKeyring(ctx, KeyringRequest{Op: "install", Key: "a2V5", Pool: PoolLAN})
+	if err != nil || k.Op != "install" || k.Members != 3 {
+		t.Fatalf("keyring install: %+v, %v", k, err)
+	}
+	if len(follower.keyring) != 2 || follower.keyring[1].Key != "a2V5" {
+		t.Fatalf("the follower ran %+v, want list then install", follower.keyring)
+	}
+
+	// Changes and the snapshot follow the hint to the leader.
+	c = operatorClient(t, testOperator, 4, faddr)
+	res, err := c.RemovePeer(ctx, "m3")
+	if err != nil || res.Done != "removed m3" || res.Leader != "m1" {
+		t.Fatalf("remove-peer: %+v, %v", res, err)
+	}
+	if len(leader.removed) != 1 || c.Leader() != laddr {
+		t.Fatalf("leader removed %v, client's leader %q, want [m3] at %s", leader.removed, c.Leader(), laddr)
+	}
+	if res, err := c.TransferLeader(ctx, ""); err != nil || res.Leader != "m2" {
+		t.Fatalf("transfer-leader: %+v, %v", res, err)
+	}
+	var archive bytes.Buffer
+	if err := c.Snapshot(ctx, &archive); err != nil || archive.String() != "archive-bytes" {
+		t.Fatalf("snapshot: %q, %v", archive.String(), err)
+	}
+	if err := c.Restore(ctx, strings.NewReader("the archive")); err != nil {
+		t.Fatal(err)
+	}
+	if len(leader.restored) != 1 || leader.restored[0] != "the archive" {
+		t.Fatalf("leader restored %q", leader.restored)
+	}
+
+	// An error answer: returned as it is, not retried.
+	calls := leader.calls
+	_, err = c.RemovePeer(ctx, "m9")
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeNotFound || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("remove-peer of an unknown server: %v, want not_found", err)
+	}
+	if leader.calls != calls+1 {
+		t.Fatalf("not_found was retried: %d calls", leader.calls-calls)
+	}
+	_, err = c.ChangeKeyring(ctx, KeyringRequest{Op: "use", Pool: PoolLAN})
+	if !errors.As(err, &e) || e.Code != CodeInvalid {
+		t.Fatalf("keyring use without a key: %v, want invalid", err)
+	}
+}
+
+// Without the operator secret every operator call is forbidden, at once,
+// and none reaches the manager.
+func TestOperatorClientWithoutTheOperatorSecret(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	op := &peerOperator{leader: true}
+	c := operatorClient(t, "", 0, serveOperator(t, op))
+	_, err := c.Members(ctx)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeForbidden {
+		t.Fatalf("members without the operator secret: %v, want forbidden", err)
+	}
+	if err := c.Snapshot(ctx, io.Discard); !errors.As(err, &e) || e.Code != CodeForbidden {
+		t.Fatalf("snapshot without the operator secret: %v, want forbidden", err)
+	}
+	if _, err := c.RemovePeer(ctx, "m3"); !errors.As(err, &e) || e.Code != CodeForbidden {
+		t.Fatalf("remove-peer without the operator secret: %v, want forbidden", err)
+	}
+	if op.calls != 0 {
+		t.Fatalf("%d calls reached the manager", op.calls)
+	}
+}
+
+// MaxAttempts ends a call against managers that do not answer before the
+// caller's deadline, with an error matching ErrUnavailable.
+func TestClientMaxAttempts(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := operatorClient(t, testOperator, 3, dead)
+	start := time.Now()
+	_, err = c.Members(ctx)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "3 attempts") {
+		t.Fatalf("members of a dead manager: %v, want unavailable after 3 attempts", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the call waited %s, for the deadline", time.Since(start))
+	}
+}
+
+// A snapshot cut after its first bytes is not retried (the writer holds
+// part of an archive); one that fails before them is.
+func TestSnapshotNotRetriedOnceWritten(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n == 1 {
+			writeError(w, Errorf(CodeUnavailable, "no leader yet"))
+			return
+		}
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("part"))
+	}))
+	defer srv.Close()
+	c := operatorClient(t, testOperator, 5, strings.TrimPrefix(srv.URL, "http://"))
+	var got bytes.Buffer
+	err := c.Snapshot(ctx, &got)
+	if err == nil || got.String() != "part" {
+		t.Fatalf("cut snapshot: wrote %q, %v; want an error after \"part\"", got.String(), err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 2 {
+		t.Fatalf("%d requests, want 2 (one unavailable, retried; one cut, not retried)", calls)
+	}
+}
