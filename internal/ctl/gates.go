@@ -135,8 +135,8 @@ func jobCmd(g *globals) *cobra.Command {
 	var opts client.ListOptions
 	var max int
 	list := &cobra.Command{
-		Use:   "list [--type T] [--status S] [--max N]",
-		Short: "List jobs, newest admission last, following the gate's pages",
+		Use:   "list [--type T] [--status S] [--max N] [--newest-first]",
+		Short: "List jobs, newest admission last (or first), following the gate's pages",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if max < 1 {
@@ -161,6 +161,7 @@ func jobCmd(g *globals) *cobra.Command {
 	list.Flags().StringVar(&opts.Status, "status", "", "only jobs in this status")
 	list.Flags().StringVar(&opts.State, "state", "", "only jobs in this worker lifecycle state: queued, running, succeeded, failed, dead or cancelled")
 	list.Flags().IntVar(&max, "max", 100, "stop after this many jobs")
+	list.Flags().BoolVar(&opts.Desc, "newest-first", false, "list the newest jobs first (with --max: the newest N)")
 	var interval time.Duration
 	var dcs []string
 	watch := &cobra.Command{

@@ -77,7 +77,7 @@ func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, job)
 }
 
-// handleListJobs is GET /v1/jobs?type=&status=&limit=&after=.
+// handleListJobs is GET /v1/jobs?type=&status=&state=&limit=&after=&order=.
 func (g *Gate) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := g.authenticate(w, r)
 	if !ok {
@@ -118,6 +118,14 @@ const (
 	queryState  = "state"
 	queryLimit  = "limit"
 	queryAfter  = "after"
+	queryOrder  = "order"
+)
+
+// The values of GET /v1/jobs?order=: oldest first (the default) or newest
+// first.
+const (
+	orderAsc  = "asc"
+	orderDesc = "desc"
 )
 
 // jobStates are the values of GET /v1/jobs?state=.
@@ -132,7 +140,7 @@ const maxQueryValue = 1024
 // value is an error naming the parameter.
 func parseListQuery(r *http.Request) (*rpc.ListJobsRequest, error) {
 	q := r.URL.Query()
-	for _, name := range []string{queryType, queryStatus, queryState, queryLimit, queryAfter} {
+	for _, name := range []string{queryType, queryStatus, queryState, queryLimit, queryAfter, queryOrder} {
 		if vs := q[name]; len(vs) > 1 {
 			return nil, fmt.Errorf("invalid request: parameter %q is given %d times", name, len(vs))
 		} else if len(vs) == 1 && len(vs[0]) > maxQueryValue {
@@ -156,6 +164,15 @@ func parseListQuery(r *http.Request) (*rpc.ListJobsRequest, error) {
 			return nil, fmt.Errorf("invalid request: parameter \"state\" must be one of %s (got %q)", strings.Join(jobStates, ", "), st)
 		}
 		req.Status = st
+	}
+	if q.Has(queryOrder) {
+		switch o := q.Get(queryOrder); o {
+		case orderAsc:
+		case orderDesc:
+			req.Desc = true
+		default:
+			return nil, fmt.Errorf("invalid request: parameter \"order\" must be %s or %s (got %q)", orderAsc, orderDesc, o)
+		}
 	}
 	if q.Has(queryLimit) {
 		s := q.Get(queryLimit)

@@ -314,6 +314,43 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 	x.emptyFloors[g] = first
 }
 
+// DescendLessOrEqual walks from pivot's key down, in reverse key order. An
+// order with groups bounds the walk below by the pivot's group (its least
+// possible key, or the group's floor when a walk has set it), so a walk that
+// reaches the group's front stops there instead of crossing the tombstones
+// below it; it leaves the floors alone. Readers call it under the FSM's read
+// lock.
+func (x *diskIndex[T]) DescendLessOrEqual(pivot T, fn btree.ItemIteratorG[T]) {
+	hi := append(x.fullKey(nil, pivot), 0) // the least key after pivot's: hi is exclusive
+	lo := x.start()
+	if x.group != nil {
+		gk := x.group(nil, pivot)
+		if least := append([]byte{x.prefix}, gk...); bytes.Compare(least, lo) > 0 {
+			lo = least
+		}
+		g := string(gk)
+		x.mu.Lock()
+		f, known := x.floors[g]
+		if !known {
+			f, known = x.emptyFloors[g]
+		}
+		x.mu.Unlock()
+		if known && bytes.Compare(f, lo) > 0 {
+			lo = f
+		}
+	}
+	if bytes.Compare(lo, hi) >= 0 {
+		return // every key of the group is past pivot's
+	}
+	iterate(x.st.reader(), lo, hi, true, func(_, v []byte) bool {
+		item, ok := x.resolve(v)
+		if !ok {
+			storeFail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
+		}
+		return fn(item)
+	})
+}
+
 func (x *diskIndex[T]) ascendFrom(lo []byte, fn btree.ItemIteratorG[T]) {
 	x.st.walk(lo, prefixEnd(x.prefix), func(_, v []byte) bool {
 		item, ok := x.resolve(v)

@@ -319,8 +319,9 @@ func (f *FSM) Watermark(tenant, clientID, nonce string) (Watermark, bool) {
 }
 
 // ListJobs returns a page of the tenant's jobs in Seq order (oldest first,
-// newest last), keeping those that match opts.Type and opts.Status and have
-// Seq > opts.After, at most the normalized opts.Limit of them (and, with
+// newest last; with opts.Desc newest first), keeping those that match
+// opts.Type and opts.Status and have Seq > opts.After (with opts.Desc, Seq <
+// opts.After, or any Seq when opts.After is 0), at most the normalized opts.Limit of them (and, with
 // opts.MaxBytes, at most that many bytes by ListJobBytes, but at least one
 // job). next is the Seq
 // of the last job returned (0 when none); more is true when at least one more
@@ -351,8 +352,8 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	if opts.Status != "" && !byState {
 		return nil, 0, false
 	}
-	if opts.After == math.MaxUint64 {
-		return nil, 0, false
+	if (!opts.Desc && opts.After == math.MaxUint64) || (opts.Desc && opts.After == 1) {
+		return nil, 0, false // no Seq follows (precedes) it
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -389,19 +390,31 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	}
 	// Seq 0 (no job has it) on the first page: the walk starts at its
 	// group's least possible key, which lets the store keep the group's
-	// floor (diskIndex.group).
+	// floor (diskIndex.group). Newest first, the first page starts at the
+	// greatest possible Seq.
 	pivot := &Job{Tenant: tenant, Type: opts.Type, Seq: opts.After + 1}
-	if opts.After == 0 {
+	switch {
+	case opts.Desc && opts.After == 0:
+		pivot.Seq = math.MaxUint64
+	case opts.Desc:
+		pivot.Seq = opts.After - 1
+	case opts.After == 0:
 		pivot.Seq = 0
 	}
+	var idx index[*Job]
 	switch {
 	case byState && state != JobLegacy:
 		pivot.Life = &JobLife{State: state}
-		f.s.jobState.AscendGreaterOrEqual(pivot, visit)
+		idx = f.s.jobState
 	case opts.Type == "":
-		f.s.jobSeq.AscendGreaterOrEqual(pivot, visit)
+		idx = f.s.jobSeq
 	default:
-		f.s.jobType.AscendGreaterOrEqual(pivot, visit)
+		idx = f.s.jobType
+	}
+	if opts.Desc {
+		idx.DescendLessOrEqual(pivot, visit)
+	} else {
+		idx.AscendGreaterOrEqual(pivot, visit)
 	}
 	if !more && len(jobs) > 0 {
 		next = jobs[len(jobs)-1].Seq

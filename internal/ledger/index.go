@@ -22,6 +22,7 @@ type index[T any] interface {
 	Len() int
 	Ascend(fn btree.ItemIteratorG[T])
 	AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T])
+	DescendLessOrEqual(pivot T, fn btree.ItemIteratorG[T])
 }
 
 var (

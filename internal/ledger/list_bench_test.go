@@ -78,6 +78,9 @@ func BenchmarkListPageOfMillion(b *testing.B) {
 	}{
 		{"first", ListOptions{Limit: 100}, 100, true},
 		{"deep", ListOptions{Limit: 100, After: at(n - 1100)}, 100, true},
+		// Newest first: the newest page, and one 1100 jobs from the oldest.
+		{"desc", ListOptions{Limit: 100, Desc: true}, 100, true},
+		{"desc-deep", ListOptions{Limit: 100, Desc: true, After: at(1100) + 1}, 100, true},
 		{"state", ListOptions{Limit: 100, Status: api.JobStatusQueued, After: at(n / 2)}, 100, true},
 		{"type", ListOptions{Limit: 100, Type: "send_invoice", After: at(n / 2)}, 100, true},
 		{"type-rare", ListOptions{Limit: 100, Type: "rare"}, 100, false},

@@ -8,8 +8,23 @@ import (
 	"github.com/once-dev/once/pkg/api"
 )
 
-// listAll pages through a tenant's jobs and returns their IDs.
+// listAll pages through a tenant's jobs and returns their IDs. Listing
+// oldest first from the start, it also pages newest first and checks that
+// it finds exactly the reverse: every test of a filter checks both orders.
 func listAll(t *testing.T, f *FSM, tenant string, opts ListOptions) (ids []string, pages int) {
+	t.Helper()
+	ids, pages = listPages(t, f, tenant, opts)
+	if !opts.Desc && opts.After == 0 {
+		opts.Desc = true
+		if desc, _ := listPages(t, f, tenant, opts); !reflect.DeepEqual(desc, reversed(ids)) {
+			t.Fatalf("%q %+v: newest first %v, want the reverse of %v", tenant, opts, desc, ids)
+		}
+	}
+	return ids, pages
+}
+
+// listPages pages through a tenant's jobs in opts' order.
+func listPages(t *testing.T, f *FSM, tenant string, opts ListOptions) (ids []string, pages int) {
 	t.Helper()
 	for {
 		jobs, next, more := f.ListJobs(tenant, opts)
@@ -24,21 +39,30 @@ func listAll(t *testing.T, f *FSM, tenant string, opts ListOptions) (ids []strin
 			if opts.Status != "" && j.Status != opts.Status {
 				t.Fatalf("job of status %q listed for filter %q", j.Status, opts.Status)
 			}
-			if j.Seq <= opts.After || (i > 0 && j.Seq <= jobs[i-1].Seq) {
+			if !opts.Desc && (j.Seq <= opts.After || (i > 0 && j.Seq <= jobs[i-1].Seq)) {
 				t.Fatalf("seq %d out of order (after %d)", j.Seq, opts.After)
+			}
+			if opts.Desc && ((opts.After != 0 && j.Seq >= opts.After) || (i > 0 && j.Seq >= jobs[i-1].Seq)) {
+				t.Fatalf("seq %d out of order newest first (before %d)", j.Seq, opts.After)
 			}
 			ids = append(ids, j.ID)
 		}
-		// next is the last job's Seq, or past it when the walk stopped
-		// on MaxListSkips.
-		if len(jobs) > 0 && (next < jobs[len(jobs)-1].Seq || !more && next != jobs[len(jobs)-1].Seq) {
-			t.Fatalf("next %d, last seq %d", next, jobs[len(jobs)-1].Seq)
+		// next is the last job's Seq, or past it (in the page's order)
+		// when the walk stopped on MaxListSkips.
+		if len(jobs) > 0 {
+			last := jobs[len(jobs)-1].Seq
+			if (!opts.Desc && next < last) || (opts.Desc && next > last) || (!more && next != last) {
+				t.Fatalf("next %d, last seq %d (desc %v)", next, last, opts.Desc)
+			}
 		}
 		if !more {
 			return ids, pages
 		}
-		if next <= opts.After {
+		if !opts.Desc && next <= opts.After {
 			t.Fatalf("next %d does not move past %d", next, opts.After)
+		}
+		if opts.Desc && (next == 0 || (opts.After != 0 && next >= opts.After)) {
+			t.Fatalf("next %d does not move below %d", next, opts.After)
 		}
 		opts.After = next
 	}
@@ -77,6 +101,11 @@ func TestListJobs(t *testing.T) {
 					if wantPages := max(1, (len(ids)+limit-1)/limit); pages != wantPages {
 						t.Fatalf("%s: %d pages, want %d", name, pages, wantPages)
 					}
+					// Newest first: exactly the reverse, in as many pages.
+					desc, descPages := listAll(t, h.f, tn, ListOptions{Type: typ, Status: status, Limit: limit, Desc: true})
+					if !reflect.DeepEqual(desc, reversed(ids)) || descPages != pages {
+						t.Fatalf("%s newest first: got %d jobs in %d pages %v\nwant the reverse of %v in %d", name, len(desc), descPages, desc, ids, pages)
+					}
 				}
 			}
 		}
@@ -107,10 +136,28 @@ func TestListJobs(t *testing.T) {
 		{"ac", ListOptions{}}, // a prefix of a tenant
 		{"acme", ListOptions{After: 1 << 62}},
 		{"acme", ListOptions{After: ^uint64(0)}},
+		{"acme", ListOptions{After: 1, Desc: true}},
+		{"acme", ListOptions{Status: "pending", Desc: true}},
+		{"acme", ListOptions{Type: "unknown", Desc: true}},
+		{"nobody", ListOptions{Desc: true}},
+		{"", ListOptions{Desc: true}},
+		{"ac", ListOptions{Desc: true}},
 	} {
 		if jobs, next, more := h.f.ListJobs(tc.tenant, tc.opts); len(jobs) != 0 || next != 0 || more {
 			t.Fatalf("%q %+v: %d jobs, next %d, more %v", tc.tenant, tc.opts, len(jobs), next, more)
 		}
+	}
+	// Newest first: the first page ends at the newest job, a cursor of
+	// MaxUint64 is "before everything", the limit cap holds.
+	if jobs, _, more := h.f.ListJobs("big", ListOptions{Limit: 5000, Desc: true}); len(jobs) != api.MaxListLimit || !more {
+		t.Fatalf("limit cap newest first: %d jobs, more %v", len(jobs), more)
+	}
+	newest, _, _ := h.f.ListJobs("acme", ListOptions{Limit: 1, Desc: true})
+	if all := want["acme/"]; len(newest) != 1 || newest[0].ID != all[len(all)-1] {
+		t.Fatalf("newest first: %+v, want %s", newest, all[len(all)-1])
+	}
+	if jobs, _, _ := h.f.ListJobs("acme", ListOptions{Limit: 1, Desc: true, After: ^uint64(0)}); len(jobs) != 1 || jobs[0].ID != newest[0].ID {
+		t.Fatalf("newest first before MaxUint64: %+v", jobs)
 	}
 	// A cursor stays valid when jobs before or after it are removed.
 	first, next, _ := h.f.ListJobs("acme", ListOptions{Limit: 10})
@@ -121,6 +168,17 @@ func TestListJobs(t *testing.T) {
 	}
 }
 
+func reversed[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	r := make([]T, len(s))
+	for i, v := range s {
+		r[len(s)-1-i] = v
+	}
+	return r
+}
+
 // A rare type behind many queued jobs of another type is found page by
 // page: each call walks past at most MaxListSkips jobs, then answers a short
 // (here empty) page with a cursor past what it skipped.
@@ -129,14 +187,15 @@ func TestListSkipsBounded(t *testing.T) {
 	bulk := 2*MaxListSkips + 10
 	queue := func(key, typ string, now int64) Job {
 		r := reserve("acme", key, now)
-		r.Request.Type, r.MaxEntries = typ, uint64(bulk+1)
+		r.Request.Type, r.MaxEntries = typ, uint64(2*bulk+1)
 		h.must(r, OutcomeReserved)
 		return h.must(QueueCommit(commit(r, now)), OutcomeCommitted).Job
 	}
 	var rare Job
+	var bulkJobs []Job
 	h.quietly(func() {
 		for i := range bulk {
-			queue(fmt.Sprintf("b%05d", i), "bulk", t0+int64(i))
+			bulkJobs = append(bulkJobs, queue(fmt.Sprintf("b%05d", i), "bulk", t0+int64(i)))
 		}
 		rare = queue("rare", "rare", t0+int64(bulk))
 	})
@@ -148,6 +207,35 @@ func TestListSkipsBounded(t *testing.T) {
 	ids, pages := listAll(t, h.f, "acme", opts)
 	if !reflect.DeepEqual(ids, []string{rare.ID}) || pages != 3 {
 		t.Fatalf("found %v in %d calls; want the rare job in 3 (two bounded walks, then the rest)", ids, pages)
+	}
+	// Newest first, the rare job (the newest) comes first, and the walk
+	// on goes past the bulk under the same bound: a page with the rare
+	// job ends on MaxListSkips, then two more calls (one bounded, one
+	// ending at the group's front).
+	desc := opts
+	desc.Desc = true
+	jobs, next, more = h.f.ListJobs("acme", desc)
+	if len(jobs) != 1 || jobs[0].ID != rare.ID || !more || next >= rare.Seq {
+		t.Fatalf("first call newest first: %d jobs, next %d, more %v; want the rare job and a cursor below it", len(jobs), next, more)
+	}
+	if want := bulkJobs[len(bulkJobs)-MaxListSkips].Seq; next != want {
+		t.Fatalf("first call newest first: next %d, want %d (MaxListSkips below the rare job)", next, want)
+	}
+	if ids, pages := listAll(t, h.f, "acme", desc); !reflect.DeepEqual(ids, []string{rare.ID}) || pages != 3 {
+		t.Fatalf("found %v in %d calls newest first; want the rare job in 3", ids, pages)
+	}
+	// Behind a bulk newer than it, a rare job is reached page by page
+	// newest first too.
+	h.quietly(func() {
+		for i := range bulk {
+			queue(fmt.Sprintf("c%05d", i), "bulk", t0+int64(bulk+1+i))
+		}
+	})
+	if jobs, next, more := h.f.ListJobs("acme", desc); len(jobs) != 0 || !more || next == 0 {
+		t.Fatalf("newest first behind a newer bulk: %d jobs, next %d, more %v; want an empty page with a cursor", len(jobs), next, more)
+	}
+	if ids, pages := listAll(t, h.f, "acme", desc); !reflect.DeepEqual(ids, []string{rare.ID}) || pages != 5 {
+		t.Fatalf("found %v in %d calls newest first; want the rare job in 5", ids, pages)
 	}
 	// A walk that skips nothing is not bounded: one page of 1000 bulk jobs.
 	if jobs, _, more := h.f.ListJobs("acme", ListOptions{Status: JobQueued.String(), Type: "bulk", Limit: 1000}); len(jobs) != 1000 || !more {

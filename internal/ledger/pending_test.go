@@ -22,6 +22,9 @@ func (c countingIndex[T]) Ascend(fn btree.ItemIteratorG[T]) { c.index.Ascend(c.c
 func (c countingIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) {
 	c.index.AscendGreaterOrEqual(pivot, c.count(fn))
 }
+func (c countingIndex[T]) DescendLessOrEqual(pivot T, fn btree.ItemIteratorG[T]) {
+	c.index.DescendLessOrEqual(pivot, c.count(fn))
+}
 func (c countingIndex[T]) Get(item T) (T, bool) { *c.visited++; return c.index.Get(item) }
 func (c countingIndex[T]) Min() (T, bool)       { *c.visited++; return c.index.Min() }
 func (c countingIndex[T]) Max() (T, bool)       { *c.visited++; return c.index.Max() }

@@ -557,8 +557,12 @@ type ListOptions struct {
 	// failed, dead, cancelled), read through the (tenant, state, seq) order. Any other
 	// value yields an empty page.
 	Status string
-	// After is a cursor: only jobs with Seq > After. 0 starts at the beginning.
+	// After is a cursor: only jobs with Seq > After (with Desc, Seq <
+	// After). 0 starts at the beginning (with Desc, at the newest job).
 	After uint64
+	// Desc lists newest first: in descending Seq order, from After down.
+	// The walk, filters and bounds are the same as oldest first.
+	Desc bool
 	// Limit is the page size: <= 0 means api.DefaultListLimit; it is capped at
 	// api.MaxListLimit.
 	Limit int

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
@@ -339,25 +340,55 @@ func TestListJobsPagesWithCursor(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var got []string
-	after := ""
-	for {
-		page, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Type: "a", Limit: 2, After: after})
-		if err != nil {
-			t.Fatal(err)
+	pages := func(desc bool) (got []string, cursors []string) {
+		after := ""
+		for {
+			page, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Type: "a", Limit: 2, After: after, Desc: desc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range page.Jobs {
+				got = append(got, j.IdempotencyKey)
+			}
+			if page.Next == "" {
+				return got, cursors
+			}
+			after = page.Next
+			cursors = append(cursors, after)
 		}
-		for _, j := range page.Jobs {
-			got = append(got, j.IdempotencyKey)
-		}
-		if page.Next == "" {
-			break
-		}
-		after = page.Next
 	}
+	got, ascCursors := pages(false)
 	if fmt.Sprint(got) != "[k0 k2 k4 k6]" {
 		t.Fatalf("pages: %v", got)
 	}
+	got, descCursors := pages(true)
+	if fmt.Sprint(got) != "[k6 k4 k2 k0]" {
+		t.Fatalf("pages newest first: %v", got)
+	}
 	if _, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", After: "garbage"}); !errors.Is(err, rpc.ErrInvalid) {
 		t.Fatalf("bad cursor: %v", err)
+	}
+	// A cursor pages only in the order of the page that returned it.
+	if _, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Type: "a", After: ascCursors[0], Desc: true}); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("oldest-first cursor newest first: %v", err)
+	}
+	if _, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Type: "a", After: descCursors[0]}); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("newest-first cursor oldest first: %v", err)
+	}
+}
+
+// A cursor names its page's order; anything else is not a cursor.
+func TestCursorRoundTrip(t *testing.T) {
+	for _, seq := range []uint64{0, 1, 12345, ^uint64(0)} {
+		for _, desc := range []bool{false, true} {
+			if got, gotDesc, ok := decodeCursor(encodeCursor(seq, desc)); !ok || got != seq || gotDesc != desc {
+				t.Fatalf("cursor %d desc %v: %d %v %v", seq, desc, got, gotDesc, ok)
+			}
+		}
+	}
+	for _, raw := range []string{"v1:", "v1:d", "v1:-1", "v1:d-1", "v1:x1", "v2:1", "v1:1a"} {
+		if _, _, ok := decodeCursor(base64.RawURLEncoding.EncodeToString([]byte(raw))); ok {
+			t.Fatalf("%q decoded", raw)
+		}
 	}
 }

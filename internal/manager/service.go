@@ -46,18 +46,28 @@ func (m *Manager) GetJob(ctx context.Context, tenant, id string) (*api.Job, erro
 	return &out, nil
 }
 
-// encodeCursor makes a ledger sequence an opaque cursor.
-func encodeCursor(seq uint64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("v1:" + strconv.FormatUint(seq, 10)))
+// encodeCursor makes a ledger sequence an opaque cursor, for a page in the
+// order desc says: "v1:SEQ" oldest first, "v1:dSEQ" newest first.
+func encodeCursor(seq uint64, desc bool) string {
+	s := "v1:"
+	if desc {
+		s += "d"
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s + strconv.FormatUint(seq, 10)))
 }
 
-func decodeCursor(s string) (uint64, bool) {
+// decodeCursor reads a cursor of encodeCursor's, and the order it pages in.
+func decodeCursor(s string) (seq uint64, desc, ok bool) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) < 4 || string(b[:3]) != "v1:" {
-		return 0, false
+		return 0, false, false
 	}
-	n, err := strconv.ParseUint(string(b[3:]), 10, 64)
-	return n, err == nil
+	b = b[3:]
+	if b[0] == 'd' {
+		desc, b = true, b[1:]
+	}
+	n, err := strconv.ParseUint(string(b), 10, 64)
+	return n, desc, err == nil
 }
 
 // ListJobs implements rpc.Service.
@@ -65,7 +75,7 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 	if err := m.checkRead(); err != nil {
 		return nil, err
 	}
-	opts := ledger.ListOptions{Type: req.Type, Status: req.Status, Limit: req.Limit, MaxBytes: rpc.ListPageBytes}
+	opts := ledger.ListOptions{Type: req.Type, Status: req.Status, Limit: req.Limit, MaxBytes: rpc.ListPageBytes, Desc: req.Desc}
 	if req.Status == api.JobStatusCommitted {
 		opts.Status = "" // every job is a committed one, in the lifecycle or not
 	}
@@ -73,8 +83,9 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 		return nil, rpc.Errorf(rpc.CodeInvalid, "limit must be from 1 to %d", api.MaxListLimit)
 	}
 	if req.After != "" {
-		after, ok := decodeCursor(req.After)
-		if !ok {
+		// A cursor pages in the order of the page that returned it.
+		after, desc, ok := decodeCursor(req.After)
+		if !ok || desc != req.Desc {
 			return nil, rpc.Errorf(rpc.CodeInvalid, "after: not a cursor this API returned")
 		}
 		opts.After = after
@@ -89,7 +100,7 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 		resp.Jobs = append(resp.Jobs, m.apiJobRead(j))
 	}
 	if more {
-		resp.Next = encodeCursor(next)
+		resp.Next = encodeCursor(next, req.Desc)
 	}
 	return resp, nil
 }

@@ -262,13 +262,15 @@ type SubmitResponse struct {
 	Home string `json:"home,omitempty"`
 }
 
-// ListJobsRequest selects a tenant's jobs, oldest first.
+// ListJobsRequest selects a tenant's jobs, oldest first (Desc: newest first).
 type ListJobsRequest struct {
 	Tenant string `json:"tenant"`
 	Type   string `json:"type,omitempty"`
 	Status string `json:"status,omitempty"`
 	Limit  int    `json:"limit"`
 	After  string `json:"after,omitempty"` // an opaque cursor from a previous Next
+	// Desc lists newest first; After must then be a cursor of a Desc page.
+	Desc bool `json:"desc,omitempty"`
 }
 
 // MaxResponseBytes bounds an RPC answer the client reads; a longer one is

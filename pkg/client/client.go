@@ -241,6 +241,9 @@ type ListOptions struct {
 	State string
 	// Limit is the page size (1-1000; 0 lets the gate choose).
 	Limit int
+	// Desc lists newest first (order=desc); the default is oldest first. A
+	// page's Next continues only in the order that returned it.
+	Desc bool
 }
 
 // ListPage reads one page of GET /v1/jobs; after is the previous page's Next
@@ -259,6 +262,9 @@ func (c *Client) ListPage(ctx context.Context, opts ListOptions, after string) (
 	if opts.Limit > 0 {
 		q.Set("limit", strconv.Itoa(opts.Limit))
 	}
+	if opts.Desc {
+		q.Set("order", "desc")
+	}
 	if after != "" {
 		q.Set("after", after)
 	}
@@ -276,7 +282,8 @@ func (c *Client) ListPage(ctx context.Context, opts ListOptions, after string) (
 	return &l, nil
 }
 
-// ListJobs iterates over every job matching opts, oldest first, reading pages
+// ListJobs iterates over every job matching opts, oldest first (newest first
+// with opts.Desc), reading pages
 // as it goes. An error ends the iteration after being yielded.
 func (c *Client) ListJobs(ctx context.Context, opts ListOptions) iter.Seq2[api.Job, error] {
 	return func(yield func(api.Job, error) bool) {

@@ -246,12 +246,20 @@ func TestBearerTokenAndReads(t *testing.T) {
 			return
 		}
 		var l api.JobList
-		switch r.URL.Query().Get("after") {
-		case "":
+		switch o, after := r.URL.Query().Get("order"), r.URL.Query().Get("after"); {
+		case o == "" && after == "":
 			next := "p/2"
 			l = api.JobList{Jobs: []api.Job{{JobID: "a"}, {JobID: "b"}}, Next: &next}
-		case "p/2":
+		case o == "" && after == "p/2":
 			l = api.JobList{Jobs: []api.Job{{JobID: "c"}}}
+		case o == "desc" && after == "":
+			next := "d/2"
+			l = api.JobList{Jobs: []api.Job{{JobID: "c"}, {JobID: "b"}}, Next: &next}
+		case o == "desc" && after == "d/2":
+			l = api.JobList{Jobs: []api.Job{{JobID: "a"}}}
+		default:
+			writeProblem(w, 400, api.CodeInvalidRequest, "")
+			return
 		}
 		json.NewEncoder(w).Encode(l)
 	}))
@@ -282,6 +290,16 @@ func TestBearerTokenAndReads(t *testing.T) {
 	}
 	if strings.Join(ids, ",") != "a,b,c" {
 		t.Fatalf("listed %v", ids)
+	}
+	ids = nil
+	for j, err := range c.ListJobs(context.Background(), ListOptions{Type: "demo", Limit: 2, Desc: true}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.JobID)
+	}
+	if strings.Join(ids, ",") != "c,b,a" {
+		t.Fatalf("listed newest first %v", ids)
 	}
 }
 

@@ -295,6 +295,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	// State and type together are read on demand, not polled.
 	p.wait("the note on manual refresh", "#manual-refresh")
 	p.screenshot("jobs")
+	// Newest first by default; the order filter asks for oldest first.
+	if got := eval[string](p, "the order", `document.getElementById("f-order").value`); got != "desc" {
+		t.Errorf("the jobs view's order is %q, want desc (newest first)", got)
+	}
+	eval[int](p, "choose oldest first", `document.getElementById("f-order").value = "asc", 1`)
+	p.run("show oldest first", chromedp.Click(chromedp.CSS("#f-apply")))
+	p.until("the oldest-first page", `location.hash.includes("order=asc") && document.getElementById("f-order").value === "asc"`)
+	p.wait("the job, oldest first", jobRow(work, "succeeded"))
 
 	// Its page, found by its idempotency key: key, payload, state,
 	// attempts, result, datacenters.

@@ -132,6 +132,11 @@
     var limit = el("select", { id: "f-limit" });
     ["20", "50", "100", "500"].forEach(function (n) { limit.appendChild(el("option", { value: n, text: n })); });
     limit.value = q.get("limit") || "50";
+    // Newest first unless the page asks for order=asc; a cursor (after=)
+    // pages in its own page's order.
+    var order = el("select", { id: "f-order" },
+      el("option", { value: "desc", text: "newest first" }), el("option", { value: "asc", text: "oldest first" }));
+    order.value = q.get("order") === "asc" ? "asc" : "desc";
     main.appendChild(el("form", { "class": "filters", id: "filters", onsubmit: function (ev) {
       ev.preventDefault();
       if (key.value.trim()) { findKey(key.value.trim(), dc.value.trim()); return; }
@@ -140,10 +145,11 @@
       if (type.value.trim()) nq.set("type", type.value.trim());
       if (dc.value.trim()) nq.set("datacenter", dc.value.trim());
       nq.set("limit", limit.value);
+      if (order.value === "asc") nq.set("order", "asc");
       go("jobs", "", nq);
     } },
       el("label", null, "state", state), el("label", null, "type", type), el("label", null, "datacenter", dc),
-      el("label", null, "idempotency key", key), el("label", null, "per page", limit),
+      el("label", null, "idempotency key", key), el("label", null, "per page", limit), el("label", null, "order", order),
       el("button", { type: "submit", id: "f-apply", text: "Show" })));
     var tbody = el("tbody");
     main.appendChild(el("table", { id: "jobs" },
@@ -154,7 +160,8 @@
     var next = el("button", { type: "button", id: "page-next", text: "Next ▶", disabled: true });
     var info = el("span", { id: "page-info" });
     main.appendChild(el("div", { "class": "pager" }, prev, info, next));
-    main.appendChild(el("p", { "class": "note", text: "Oldest first: the ledger lists a tenant's jobs in admission order; Next follows the cursor the gate returns." }));
+    main.appendChild(el("p", { "class": "note", text: (order.value === "asc" ? "Oldest" : "Newest") +
+      " first, in admission order; Next follows the cursor the gate returns." }));
 
     var heavy = !!(q.get("state") && q.get("type"));
     if (heavy) {
@@ -163,6 +170,7 @@
     var api = new URLSearchParams();
     ["state", "type", "datacenter", "after"].forEach(function (k) { if (q.get(k)) api.set(k, q.get(k)); });
     api.set("limit", limit.value);
+    api.set("order", order.value);
     var refresh = function () {
       return call("GET", "/v1/jobs?" + api.toString(), token()).then(function (res) {
         if (gen !== generation) return;
