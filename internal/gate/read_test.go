@@ -160,7 +160,6 @@ func TestListQueryOrder(t *testing.T) {
 // TestListJobsNewestFirst: order=desc pages newest first, through the
 // manager, with cursors of its own order only.
 func TestListJobsNewestFirst(t *testing.T) {
-	t.Skip("the manager RPC transport does not carry rpc.ListJobsRequest.Desc yet")
 	_, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
 	var ids []string

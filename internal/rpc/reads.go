@@ -28,7 +28,7 @@ func (sv *service) GetJob(ctx context.Context, p *rpcpb.GetJobRequest) (*rpcpb.J
 // ListJobs serves Service.ListJobs.
 func (sv *service) ListJobs(ctx context.Context, p *rpcpb.ListJobsRequest) (*rpcpb.ListJobsResponse, error) {
 	return serveCall(sv.s, ctx, "list jobs", p, func(p *rpcpb.ListJobsRequest) *ListJobsRequest {
-		return &ListJobsRequest{Tenant: p.GetTenant(), Type: p.GetType(), Status: p.GetStatus(), Limit: int(p.GetLimit()), After: p.GetAfter()}
+		return &ListJobsRequest{Tenant: p.GetTenant(), Type: p.GetType(), Status: p.GetStatus(), Limit: int(p.GetLimit()), After: p.GetAfter(), Desc: p.GetDesc()}
 	}, sv.s.svc.ListJobs, func(r *ListJobsResponse) *rpcpb.ListJobsResponse {
 		out := &rpcpb.ListJobsResponse{Next: r.Next, Jobs: make([]*rpcpb.Job, len(r.Jobs))}
 		for i := range r.Jobs {
@@ -66,7 +66,7 @@ func (c *Client) ListJobs(ctx context.Context, req *ListJobsRequest) (*ListJobsR
 	var resp *ListJobsResponse
 	err := c.call(ctx, "list jobs", 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
 		p, err := mc.ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: req.Tenant, Type: req.Type, Status: req.Status,
-			Limit: int64(req.Limit), After: req.After}, readLimit)
+			Limit: int64(req.Limit), After: req.After, Desc: req.Desc}, readLimit)
 		if err == nil {
 			resp = &ListJobsResponse{Next: p.GetNext(), Jobs: make([]api.Job, len(p.GetJobs()))}
 			for i, j := range p.GetJobs() {

@@ -1574,6 +1574,7 @@ type ListJobsRequest struct {
 	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	Limit         int64                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	After         string                 `protobuf:"bytes,5,opt,name=after,proto3" json:"after,omitempty"`
+	Desc          bool                   `protobuf:"varint,6,opt,name=desc,proto3" json:"desc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1641,6 +1642,13 @@ func (x *ListJobsRequest) GetAfter() string {
 		return x.After
 	}
 	return ""
+}
+
+func (x *ListJobsRequest) GetDesc() bool {
+	if x != nil {
+		return x.Desc
+	}
+	return false
 }
 
 // ListJobsResponse mirrors rpc.ListJobsResponse.
@@ -2116,13 +2124,14 @@ const file_manager_proto_rawDesc = "" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\">\n" +
 	"\rGetJobRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x15\n" +
-	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"\x81\x01\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"\x95\x01\n" +
 	"\x0fListJobsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x14\n" +
-	"\x05after\x18\x05 \x01(\tR\x05after\"L\n" +
+	"\x05after\x18\x05 \x01(\tR\x05after\x12\x12\n" +
+	"\x04desc\x18\x06 \x01(\bR\x04desc\"L\n" +
 	"\x10ListJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.once.rpc.v1.JobR\x04jobs\x12\x12\n" +
 	"\x04next\x18\x02 \x01(\tR\x04next\"9\n" +
