@@ -77,6 +77,16 @@ func startCluster(t *testing.T) *localcluster.Cluster {
 		t.Skip("real-process test; skipped with -short")
 	}
 	dir := t.TempDir()
+	return localcluster.StartForTest(t, localcluster.Options{BinDir: binDir, BaseDir: filepath.Join(dir, "cluster"), Managers: 3, Gates: 1, Fast: true,
+		Env:        []string{"MANAGER_LOG_LEVEL=info", "GATE_LOG_LEVEL=info"},
+		GateEnv:    tokenFiles(t, dir),
+		ManagerEnv: []string{"MANAGER_JOB_MAX_ATTEMPTS=1"}})
+}
+
+// tokenFiles writes the test's token files (the tenants alpha and beta, the
+// operator ops) into dir and returns the gate's environment naming them.
+func tokenFiles(t *testing.T, dir string) []string {
+	t.Helper()
 	tokens := filepath.Join(dir, "tokens")
 	operators := filepath.Join(dir, "operators")
 	if err := os.WriteFile(tokens, []byte(tokenAlpha+" alpha\n"+tokenBeta+" beta\n"), 0o600); err != nil {
@@ -85,10 +95,7 @@ func startCluster(t *testing.T) *localcluster.Cluster {
 	if err := os.WriteFile(operators, []byte(tokenOperator+" ops\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return localcluster.StartForTest(t, localcluster.Options{BinDir: binDir, BaseDir: filepath.Join(dir, "cluster"), Managers: 3, Gates: 1, Fast: true,
-		Env:        []string{"MANAGER_LOG_LEVEL=info", "GATE_LOG_LEVEL=info"},
-		GateEnv:    []string{"GATE_TOKEN_FILE=" + tokens, "GATE_OPERATOR_TOKEN_FILE=" + operators},
-		ManagerEnv: []string{"MANAGER_JOB_MAX_ATTEMPTS=1"}})
+	return []string{"GATE_TOKEN_FILE=" + tokens, "GATE_OPERATOR_TOKEN_FILE=" + operators}
 }
 
 // newClient is a Go client of the gate for one tenant.

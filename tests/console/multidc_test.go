@@ -1,0 +1,106 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/tests/localcluster"
+)
+
+// startFederation starts dc1 and dc2 (one manager and one gate each, the
+// gates with the test's token files), federated over WAN gossip, and stops
+// them at the end of the test.
+func startFederation(t *testing.T) *localcluster.Federation {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real-process test; skipped with -short")
+	}
+	dir := t.TempDir()
+	f, err := localcluster.NewFederation(localcluster.Options{BinDir: binDir, BaseDir: filepath.Join(dir, "cluster"), Fast: true,
+		Env:     []string{"MANAGER_LOG_LEVEL=info", "GATE_LOG_LEVEL=info"},
+		GateEnv: tokenFiles(t, dir), GateToken: tokenAlpha},
+		[]localcluster.DatacenterSpec{{Name: "dc1", Managers: 1, Gates: 1}, {Name: "dc2", Managers: 1, Gates: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := f.StartReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestConsoleInBrowserTwoDatacenters: the console of dc1's gate in a
+// federation of dc1 and dc2. A job submitted through the API for both
+// datacenters has a page for each datacenter's copy, committed and queued in
+// each; the cluster view lists both datacenters, each with its outbox
+// backlog.
+func TestConsoleInBrowserTwoDatacenters(t *testing.T) {
+	f := startFederation(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	gate := f.DC("dc1").GateURLs()[0]
+	tab := browser(t, ctx)
+	p := &page{t: t, tab: tab, base: gate + "/ui/"}
+	alpha := newClient(t, gate, tokenAlpha)
+	res, err := alpha.Submit(ctx, api.JobRequest{Type: idleType, Payload: json.RawMessage(`{"n":1}`),
+		Datacenters: []string{"dc1", "dc2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := res.Job.JobID
+
+	// The tenant: the job's page reads one datacenter's copy (the gate's own
+	// first, as GET /v1/jobs/{job_id} does), and with ?datacenter= the other's:
+	// each lists its datacenter with the job's state there.
+	p.signIn(tokenAlpha, "")
+	for _, dc := range []string{"", "dc1", "dc2"} {
+		frag, want := "#/job/"+job, "dc1: committed"
+		if dc != "" {
+			frag, want = frag+"?datacenter="+dc, dc+": committed"
+		}
+		p.open(frag)
+		p.until("the page of "+frag, fmt.Sprintf(`(document.getElementById("job-datacenters") || {}).textContent === %q`, want))
+		p.wait("the job, queued in "+want, `#job-state [data-state="queued"]`)
+		if got := p.text("#job-id"); got != job {
+			t.Fatalf("%s shows job %q, want %q", frag, got, job)
+		}
+	}
+	if got := res.Job.Datacenters; got["dc1"].Status != api.JobStatusCommitted || got["dc2"].Status != api.JobStatusCommitted {
+		t.Fatalf("the submitted job's datacenters: %+v", got)
+	}
+
+	// The operator: the cluster view lists dc1 and dc2, each with its
+	// outbox backlog (used / bound).
+	p.run("sign out", chromedp.Click(chromedp.CSS("#signout")))
+	p.signIn(tokenAlpha, tokenOperator)
+	p.open("#/cluster")
+	p.wait("the cluster view", "#datacenters tbody tr")
+	outbox := func(dc string) string {
+		return fmt.Sprintf(`(document.querySelector('#datacenters tr[data-datacenter=%q] td:last-child') || {}).textContent || ""`, dc)
+	}
+	p.until("dc1 and dc2 with their outbox", fmt.Sprintf(`/^\d+ \/ \d+$/.test(%s) && /^\d+ \/ \d+$/.test(%s)`, outbox("dc1"), outbox("dc2")))
+	if got := p.text("#cluster h2"); got != "Datacenter dc1" {
+		t.Errorf("the cluster view's heading %q, want Datacenter dc1", got)
+	}
+	names := eval[string](p, "the datacenters", `[...document.querySelectorAll("#datacenters tbody tr")].map(r => r.dataset.datacenter).join(",")`)
+	if names != "dc1,dc2" {
+		t.Errorf("the cluster view lists datacenters %q, want dc1,dc2", names)
+	}
+	for _, dc := range []string{"dc1", "dc2"} {
+		leader := p.text(fmt.Sprintf(`#datacenters tr[data-datacenter=%q] td:nth-child(3)`, dc))
+		if leader == "" || strings.HasPrefix(leader, "unreachable") {
+			t.Errorf("the leader of %s: %q", dc, leader)
+		}
+	}
+}
