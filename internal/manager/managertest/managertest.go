@@ -43,7 +43,7 @@ type Options struct {
 	// Serve returns what manager m's RPC server serves (default m itself):
 	// a test's fault layer around it.
 	Serve func(m *manager.Manager) rpc.Service
-	// Federation is the view the managers serve on rpc.FederationPath
+	// Federation is the view the managers serve (rpc.Server.SetFederation)
 	// (default: their datacenter alone, with their RPC addresses).
 	Federation func() *rpc.Federation
 }
