@@ -1,8 +1,7 @@
 // Package console tests once's web console (internal/console, served by
 // every gate at /ui/) in a real browser: Chromium driven by chromedp
 // against a real local cluster (tests/localcluster). Without a Chromium
-// binary the tests skip, except when the environment variable CI is set:
-// then they fail. With ONCE_CONSOLE_SCREENSHOTS=1 they write the
+// binary on PATH the tests fail. With ONCE_CONSOLE_SCREENSHOTS=1 they write the
 // screenshots of docs/console.md into docs/console/.
 package console
 
