@@ -30,6 +30,21 @@ import (
 // homes that claims it meets name.
 const maxHomeRounds = 3
 
+// federated reports whether the gate knows a datacenter other than its own:
+// otherDatacenters is not empty, without sorting or allocating (it runs on
+// every submission).
+func (g *Gate) federated() bool {
+	if g.federation == nil {
+		return false
+	}
+	for dc := range g.federation.Datacenters() {
+		if dc != g.cfg.Datacenter {
+			return true
+		}
+	}
+	return false
+}
+
 // otherDatacenters is the federation's datacenters but the gate's own,
 // sorted; none when the gate has read no view, or a view of its datacenter
 // alone.

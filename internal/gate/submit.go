@@ -243,7 +243,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	// to; the canonical payload sent on is unchanged. An omitted list in a
 	// federation is fingerprinted as omitted: its home is decided by the
 	// ledgers, not by which gate it came through.
-	fpBody, claimed := fingerprintBody(canonical, members, job, len(g.otherDatacenters()) > 0)
+	fpBody, claimed := fingerprintBody(canonical, members, job, g.federated())
 	fp := fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, fpBody)
 
 	look := g.cache.Begin(ckey, fp)
