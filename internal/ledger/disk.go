@@ -65,7 +65,7 @@ func loadDiskState(st *store) (s *state, err error) {
 	s.useStore(st, m)
 	s.loadWatermarks()
 	s.loadOwed()
-	s.loadLeaseIDs()
+	s.loadRunning()
 	if byState := m.pending + m.committed + m.rejected + m.claimed; m.entries != byState {
 		return nil, fmt.Errorf("%w: %d entries, the counts by state say %d", ErrStore, m.entries, byState)
 	}

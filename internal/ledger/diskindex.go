@@ -419,12 +419,14 @@ func (s *state) loadWatermarks() {
 	})
 }
 
-// loadLeaseIDs builds jobLeaseID and jobDue from the RUNNING jobs. O(jobs
-// running).
-func (s *state) loadLeaseIDs() {
-	s.jobLeaseExp.Ascend(func(j *Job) bool {
-		s.jobLeaseID.ReplaceOrInsert(leaseKeyOf(j))
-		s.jobDue.ReplaceOrInsert(dueKeyOf(j))
+// loadRunning builds the in-memory orders of the RUNNING jobs (jobLeaseID,
+// jobDue, jobLeaseExp) from jobRunning. O(jobs running).
+func (s *state) loadRunning() {
+	s.jobRunning.Ascend(func(j *Job) bool {
+		k := runKeyOf(j)
+		s.jobLeaseID.ReplaceOrInsert(k)
+		s.jobDue.ReplaceOrInsert(k)
+		s.jobLeaseExp.ReplaceOrInsert(k)
 		return true
 	})
 }
@@ -470,8 +472,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobQueue = &diskIndex[*Job]{st: st, prefix: pfxJobQueue, key: jobQueueKey, primary: jobs, group: jobTenantGroup}
 	s.jobQueueType = &diskIndex[*Job]{st: st, prefix: pfxJobQueueType, key: jobQueueTypeKey, primary: jobs, group: jobTypeGroup,
 		emptyCap: maxEmptyTypeFloors}
-	s.jobTenantLease = &diskIndex[*Job]{st: st, prefix: pfxJobTenantLease, key: jobTenantLeaseKey, primary: jobs, group: jobTenantGroup}
-	s.jobLeaseExp = &diskIndex[*Job]{st: st, prefix: pfxJobLeaseExp, key: jobLeaseExpKey, primary: jobs}
+	s.jobRunning = &diskIndex[*Job]{st: st, prefix: pfxJobRunning, key: jobRunningKey, primary: jobs, group: jobTenantGroup}
 	s.jobState = &diskIndex[*Job]{st: st, prefix: pfxJobState, key: jobStateKey, primary: jobs, group: jobStateGroup}
 	s.owed = &mirror[*Entry]{
 		BTreeG: s.owed.(*btree.BTreeG[*Entry]),

@@ -338,7 +338,7 @@ func (f *FSM) Watermark(tenant, clientID, nonce string) (Watermark, bool) {
 // filter and without a status: it seeks in the (tenant, seq) index, or the
 // (tenant, type, seq) index when opts.Type is set, and reads only matching
 // jobs. With the status of a lifecycle state it seeks in the (tenant, state,
-// seq) order: O(log n + limit) without a type, plus the jobs of other types
+// seq) order, or for "running" the (tenant, seq) order of RUNNING jobs: O(log n + limit) without a type, plus the jobs of other types
 // it skips with one. With api.JobStatusCommitted it walks as without a
 // status and skips the lifecycle's jobs (O(log n + limit) while no job is in
 // the lifecycle). Any other Status matches nothing and costs O(1).
@@ -403,6 +403,8 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 	}
 	var idx index[*Job]
 	switch {
+	case state == JobRunning:
+		idx = f.s.jobRunning
 	case byState && state != JobLegacy:
 		pivot.Life = &JobLife{State: state}
 		idx = f.s.jobState
@@ -537,8 +539,8 @@ func (f *FSM) OldestWatermark() (int64, bool) {
 func (f *FSM) HeldLeases(tenant, prefix string, now int64) []Job {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	var keys []leaseKey
-	f.s.jobLeaseID.AscendGreaterOrEqual(leaseKey{tenant: tenant, leaseID: prefix}, func(k leaseKey) bool {
+	var keys []runKey
+	f.s.jobLeaseID.AscendGreaterOrEqual(runKey{tenant: tenant, leaseID: prefix}, func(k runKey) bool {
 		if k.tenant != tenant || !strings.HasPrefix(k.leaseID, prefix) {
 			return false
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 )
 
@@ -247,9 +248,8 @@ func checkInvariants(t testing.TB, f *FSM) {
 			{"jobExp", s.jobExp, retained(j)},
 			{"jobQueue", s.jobQueue, st == JobQueued},
 			{"jobQueueType", s.jobQueueType, st == JobQueued},
-			{"jobTenantLease", s.jobTenantLease, st == JobRunning},
-			{"jobLeaseExp", s.jobLeaseExp, st == JobRunning},
-			{"jobState", s.jobState, st != JobLegacy},
+			{"jobRunning", s.jobRunning, st == JobRunning},
+			{"jobState", s.jobState, st != JobLegacy && st != JobRunning},
 		} {
 			if j.Life == nil && o.name != "jobSeq" && o.name != "jobType" && o.name != "jobExp" {
 				continue // a legacy job has no key in the lifecycle's orders (the counts below check it is in none)
@@ -260,12 +260,14 @@ func checkInvariants(t testing.TB, f *FSM) {
 			}
 		}
 		if st == JobRunning {
-			got, ok := s.jobLeaseID.Get(leaseKeyOf(j))
+			got, ok := s.jobLeaseID.Get(runKeyOf(j))
 			if !ok || got.id != j.ID {
 				t.Errorf("job %s/%s: missing from jobLeaseID", j.Tenant, j.ID)
 			}
-			if !s.jobDue.Has(dueKeyOf(j)) {
-				t.Errorf("job %s/%s: missing from jobDue", j.Tenant, j.ID)
+			for name, o := range map[string]*btree.BTreeG[runKey]{"jobDue": s.jobDue, "jobLeaseExp": s.jobLeaseExp} {
+				if got, ok := o.Get(runKeyOf(j)); !ok || got != runKeyOf(j) {
+					t.Errorf("job %s/%s: %s holds %+v, want %+v", j.Tenant, j.ID, name, got, runKeyOf(j))
+				}
 			}
 		}
 		if retained(j) {
@@ -277,7 +279,7 @@ func checkInvariants(t testing.TB, f *FSM) {
 		case JobRunning:
 			runningN++
 		}
-		if st != JobLegacy {
+		if st != JobLegacy && st != JobRunning {
 			lifeN++
 		}
 		return true
@@ -292,10 +294,10 @@ func checkInvariants(t testing.TB, f *FSM) {
 		t.Errorf("job indexes %d/%d/%d, jobs %d (%d retained)", countOf(s.jobSeq), countOf(s.jobType), countOf(s.jobExp), s.jobs.Len(), retainedN)
 	}
 	if countOf(s.jobQueue) != queuedN || countOf(s.jobQueueType) != queuedN ||
-		countOf(s.jobTenantLease) != runningN || countOf(s.jobLeaseExp) != runningN || countOf(s.jobState) != lifeN ||
-		s.jobLeaseID.Len() != runningN || s.jobDue.Len() != runningN {
-		t.Errorf("lifecycle orders %d/%d/%d/%d/%d, want %d queued, %d running, %d in the lifecycle",
-			countOf(s.jobQueue), countOf(s.jobQueueType), countOf(s.jobTenantLease), countOf(s.jobLeaseExp), countOf(s.jobState),
+		countOf(s.jobRunning) != runningN || countOf(s.jobState) != lifeN ||
+		s.jobLeaseID.Len() != runningN || s.jobDue.Len() != runningN || s.jobLeaseExp.Len() != runningN {
+		t.Errorf("lifecycle orders %d/%d/%d/%d, want %d queued, %d running, %d queued or finished",
+			countOf(s.jobQueue), countOf(s.jobQueueType), countOf(s.jobRunning), countOf(s.jobState),
 			queuedN, runningN, lifeN)
 	}
 	s.wms.Ascend(func(w *Watermark) bool {

@@ -338,42 +338,38 @@ func decodeExpireLeases(d *decoder) ExpireLeases {
 // The orders of the lifecycle are declared in orders.go. A job is in them by
 // its state only (reindexJob); a JobLegacy job (Life nil) is in none.
 
-// leaseKey is what jobLeaseID holds of a RUNNING job: its key there,
-// (tenant, lease_id, seq), and its ID; a value, not the job (the index is in
-// memory for both stores, and an item costs no allocation of its own). Two
-// RUNNING jobs may hold one lease ID (one expired and not yet reclaimed when
-// a replayable Lease reuses its ID), hence the Seq.
-type leaseKey struct {
-	tenant, leaseID string
-	seq             uint64
-	id              string
+// runKey is what the in-memory orders of the RUNNING jobs hold of one: its
+// tenant, lease ID, lease expiry, Seq and ID; a value, not the job (the
+// orders are in memory for both stores, and an item costs no allocation of
+// its own). Two RUNNING jobs may hold one lease ID (one expired and not yet
+// reclaimed when a replayable Lease reuses its ID), hence the Seq.
+type runKey struct {
+	tenant, leaseID, id string
+	at                  int64
+	seq                 uint64
 }
 
-func leaseKeyOf(j *Job) leaseKey {
-	k := leaseKey{tenant: j.Tenant, seq: j.Seq, id: j.ID}
+func runKeyOf(j *Job) runKey {
+	k := runKey{tenant: j.Tenant, seq: j.Seq, id: j.ID}
 	if j.Life != nil {
-		k.leaseID = j.Life.LeaseID
+		k.leaseID, k.at = j.Life.LeaseID, j.Life.LeaseExpiresAt
 	}
 	return k
 }
 
-// dueKey is what jobDue holds of a RUNNING job: its tenant, when its lease
-// expires, and its Seq.
-type dueKey struct {
-	tenant string
-	at     int64
-	seq    uint64
-}
-
-func dueKeyOf(j *Job) dueKey {
-	k := dueKey{tenant: j.Tenant, seq: j.Seq}
-	if j.Life != nil {
-		k.at = j.Life.LeaseExpiresAt
+// lessLeaseKey orders jobLeaseID: (tenant, lease_id, seq).
+func lessLeaseKey(a, b runKey) bool {
+	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
+		return c < 0
 	}
-	return k
+	if c := strings.Compare(a.leaseID, b.leaseID); c != 0 {
+		return c < 0
+	}
+	return a.seq < b.seq
 }
 
-func lessDueKey(a, b dueKey) bool {
+// lessDueKey orders jobDue: (tenant, lease_expires_at, seq).
+func lessDueKey(a, b runKey) bool {
 	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
 		return c < 0
 	}
@@ -383,25 +379,15 @@ func lessDueKey(a, b dueKey) bool {
 	return a.seq < b.seq
 }
 
-// leaseDue reports whether a RUNNING job of tenant has a lease expired at
-// now: whether a Lease has anything to reclaim.
-func (s *state) leaseDue(tenant string, now int64) bool {
-	due := false
-	s.jobDue.AscendGreaterOrEqual(dueKey{tenant: tenant, at: math.MinInt64}, func(k dueKey) bool {
-		due = k.tenant == tenant && k.at <= now
-		return false
-	})
-	return due
-}
-
-func lessLeaseKey(a, b leaseKey) bool {
-	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
-		return c < 0
+// lessLeaseExp orders jobLeaseExp: (lease_expires_at, seq, tenant).
+func lessLeaseExp(a, b runKey) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	if c := strings.Compare(a.leaseID, b.leaseID); c != 0 {
-		return c < 0
+	if a.seq != b.seq {
+		return a.seq < b.seq
 	}
-	return a.seq < b.seq
+	return a.tenant < b.tenant
 }
 
 // stateOf is j.State() without copying the job.
@@ -451,24 +437,29 @@ func retained(j *Job) bool { return j != nil && (j.Life == nil || j.Life.State.F
 func (s *state) reindexJob(old, j *Job) {
 	ro, rn := inState(old, JobRunning), inState(j, JobRunning)
 	reorder(s.jobExp, lessJobExp, old, j, retained(old), retained(j))
-	reorder(s.jobState, lessJobState, old, j, old != nil && old.Life != nil, j != nil && j.Life != nil)
+	reorder(s.jobState, lessJobState, old, j, byState(old), byState(j))
 	reorder(s.jobQueue, lessJobQueue, old, j, inState(old, JobQueued), inState(j, JobQueued))
 	reorder(s.jobQueueType, lessJobQueueType, old, j, inState(old, JobQueued), inState(j, JobQueued))
-	reorder(s.jobTenantLease, lessJobTenantLease, old, j, ro, rn)
-	reorder(s.jobLeaseExp, lessJobLeaseExp, old, j, ro, rn)
-	var od, nd dueKey
-	var ol, nl leaseKey
+	reorder(s.jobRunning, lessJobRunning, old, j, ro, rn)
+	var ok, nk runKey
 	if ro {
-		od, ol = dueKeyOf(old), leaseKeyOf(old)
+		ok = runKeyOf(old)
 	}
 	if rn {
-		nd, nl = dueKeyOf(j), leaseKeyOf(j)
+		nk = runKeyOf(j)
 	}
-	reorder(s.jobDue, lessDueKey, od, nd, ro, rn)
-	if !(ro && rn && old.Life.LeaseID == j.Life.LeaseID) { // a heartbeat: the same lease, the same item
-		reorder(s.jobLeaseID, lessLeaseKey, ol, nl, ro, rn)
+	reorder(s.jobDue, lessDueKey, ok, nk, ro, rn)
+	reorder(s.jobLeaseExp, lessLeaseExp, ok, nk, ro, rn)
+	if !(ro && rn && ok.leaseID == nk.leaseID) { // a heartbeat: the same lease, the same item (its expiry is not read there)
+		reorder(s.jobLeaseID, lessLeaseKey, ok, nk, ro, rn)
 	}
 }
+
+// byState: j is in jobState, the order ListJobs walks for a state: a QUEUED
+// or finished job. A RUNNING job is listed from jobRunning, which holds it
+// in the same (tenant, seq) order: a Lease and a Complete do not move it
+// there, and a heartbeat writes no order at all on disk.
+func byState(j *Job) bool { return j != nil && j.Life != nil && j.Life.State != JobRunning }
 
 // inState: j is a lifecycle job in state st.
 func inState(j *Job, st JobState) bool { return j != nil && j.Life != nil && j.Life.State == st }
@@ -602,18 +593,15 @@ func (s *state) applyLease(c Lease) Result {
 
 	// Reclaim: the tenant's expired leases, earliest first (collected, then
 	// changed: an order is not changed while it is walked).
-	// jobDue (in memory) says whether there is any: most Leases find none,
-	// and on disk the walk would cost an iterator.
 	var expired []*Job
-	if s.leaseDue(c.Tenant, c.Now) {
-		s.jobTenantLease.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Life: &JobLife{LeaseExpiresAt: math.MinInt64}}, func(j *Job) bool {
-			if j.Tenant != c.Tenant || j.Life.LeaseExpiresAt > c.Now || len(expired) == MaxReclaim {
-				return false
-			}
-			expired = append(expired, j)
-			return true
-		})
-	}
+	s.jobDue.AscendGreaterOrEqual(runKey{tenant: c.Tenant, at: math.MinInt64}, func(k runKey) bool {
+		if k.tenant != c.Tenant || k.at > c.Now || len(expired) == MaxReclaim {
+			return false
+		}
+		j, _ := s.getJob(k.tenant, k.id)
+		expired = append(expired, j)
+		return true
+	})
 	for _, old := range expired {
 		switch {
 		case c.MaxAttempts > 0 && old.Life.Attempts >= c.MaxAttempts:
@@ -670,8 +658,8 @@ func (s *state) applyLease(c Lease) Result {
 func (s *state) heldLeases(c *Lease) []Job {
 	var held []Job
 	for _, id := range c.LeaseIDs {
-		var keys []leaseKey
-		s.jobLeaseID.AscendGreaterOrEqual(leaseKey{tenant: c.Tenant, leaseID: id}, func(k leaseKey) bool {
+		var keys []runKey
+		s.jobLeaseID.AscendGreaterOrEqual(runKey{tenant: c.Tenant, leaseID: id}, func(k runKey) bool {
 			if k.tenant != c.Tenant || k.leaseID != id {
 				return false
 			}
@@ -773,14 +761,15 @@ func (s *state) applyExpireLeases(c ExpireLeases) Result {
 	lr := &LeaseResult{}
 	res := Result{Outcome: OutcomeLeasesExpired, Lease: lr}
 	for n := uint64(0); ; n++ {
-		j, ok := s.jobLeaseExp.Min()
-		if !ok || j.Life.LeaseExpiresAt > c.Now {
+		k, ok := s.jobLeaseExp.Min()
+		if !ok || k.at > c.Now {
 			break
 		}
 		if c.Max != 0 && n == c.Max {
 			res.More = true
 			break
 		}
+		j, _ := s.getJob(k.tenant, k.id)
 		if s.endExpiredLease(j, c.Now, c.RetryAt, c.MaxAttempts) {
 			lr.Dead++
 		} else {
@@ -796,8 +785,8 @@ func (s *state) applyExpireLeases(c ExpireLeases) Result {
 func (f *FSM) NextLeaseExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if j, ok := f.s.jobLeaseExp.Min(); ok {
-		return j.Life.LeaseExpiresAt, true
+	if k, ok := f.s.jobLeaseExp.Min(); ok {
+		return k.at, true
 	}
 	return 0, false
 }

@@ -66,8 +66,8 @@ func writesOf(t *testing.T, f *FSM, idx *uint64, cmds ...Command) keyWrites {
 
 // TestKeyWritesPerSubmission counts the pebble keys a submission writes over
 // its life on every replica (docs/benchmarks.md, "Current figures"): its
-// Admit (a new structured key, its job QUEUED), the job's Lease and
-// Complete, and the Expires of its entry and of its finished job. Each
+// Admit (a new structured key, its job QUEUED), the job's Lease, Heartbeat
+// and Complete, and the Expires of its entry and of its finished job. Each
 // count is pinned: a change of layout that writes more fails here. The
 // counters (0x01) are written once per batch whatever it holds.
 func TestKeyWritesPerSubmission(t *testing.T) {
@@ -87,6 +87,7 @@ func TestKeyWritesPerSubmission(t *testing.T) {
 	pair := writesOf(t, f, &idx, r3, QueueCommit(commit(r3, now))) // Reserve and Commit in one batch
 	lease := writesOf(t, f, &idx, Lease{Tenant: "acme", Holder: "w", Max: 1, LeaseIDs: []string{"l1"},
 		Now: now, Expiry: now + 30*sec})
+	heartbeat := writesOf(t, f, &idx, Heartbeat{Tenant: "acme", JobID: warm.JobID, LeaseID: "l1", Now: now, Expiry: now + 60*sec})
 	complete := writesOf(t, f, &idx, Complete{Tenant: "acme", JobID: warm.JobID, LeaseID: "l1",
 		Result: json.RawMessage(`{"ok":true}`), Now: now})
 	expEntries := writesOf(t, f, &idx, Expire{Now: now + commitTTL, WatermarkTTL: 24 * time.Hour})
@@ -101,10 +102,13 @@ func TestKeyWritesPerSubmission(t *testing.T) {
 		// deleted in the batch), nor 0x03 (the client's watermark exists).
 		{"admit", admit, 11},
 		{"reserve+commit in one batch", pair, 11},
-		// 0x01, j, q, u out, l, k in, z moved (the tenant's bytes unchanged).
-		{"lease", lease, 8},
-		// 0x01 0x02, j, l, k out, y in, z moved.
-		{"complete", complete, 8},
+		// 0x01, j, q, u, z out, l in (the tenant's bytes unchanged). The
+		// lease's expiry is in memory only (jobDue, jobLeaseExp).
+		{"lease", lease, 6},
+		// 0x01, j: the job's orders do not hold its lease's expiry.
+		{"heartbeat", heartbeat, 2},
+		// 0x01 0x02, j, l out, y, z in.
+		{"complete", complete, 6},
 		// 0x01 0x02, and per entry e, x; the client's watermark w once.
 		{"expire of three entries", expEntries, 9},
 		// 0x01 0x02, j, s, t, y, z.

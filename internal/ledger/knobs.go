@@ -25,5 +25,5 @@ func (s *state) ordersInMemory() {
 	m := newState()
 	s.entryExp, s.pendAge, s.multiDC = m.entryExp, m.pendAge, m.multiDC
 	s.jobSeq, s.jobType, s.jobExp = m.jobSeq, m.jobType, m.jobExp
-	s.jobQueue, s.jobQueueType, s.jobTenantLease, s.jobLeaseExp, s.jobState = m.jobQueue, m.jobQueueType, m.jobTenantLease, m.jobLeaseExp, m.jobState
+	s.jobQueue, s.jobQueueType, s.jobRunning, s.jobState = m.jobQueue, m.jobQueueType, m.jobRunning, m.jobState
 }

@@ -31,11 +31,11 @@ const maxReliefRemovals = 8
 //	jobExp    (expires_at, seq)                   job retention (legacy and finished jobs)
 //	jobQueue  (tenant, run_at, seq)               QUEUED jobs: Lease (jobs.go)
 //	jobQueueType (tenant, type, run_at, seq)      QUEUED jobs: Lease with types
-//	jobTenantLease (tenant, lease_expires_at, seq) RUNNING jobs: Lease's reclaim
-//	jobLeaseExp (lease_expires_at, seq, tenant)   RUNNING jobs: ExpireLeases
+//	jobRunning (tenant, seq)                      RUNNING jobs: ListJobs by status
+//	jobState  (tenant, state, seq)                QUEUED and finished jobs: ListJobs by status
 //	jobLeaseID (tenant, lease_id, seq)            RUNNING jobs: a Lease's replay (in memory for both stores)
-//	jobDue    (tenant, lease_expires_at, seq)     RUNNING jobs: whether a Lease reclaims (in memory for both stores)
-//	jobState  (tenant, state, seq)                lifecycle jobs: ListJobs by status
+//	jobDue    (tenant, lease_expires_at, seq)     RUNNING jobs: Lease's reclaim (in memory for both stores)
+//	jobLeaseExp (lease_expires_at, seq, tenant)   RUNNING jobs: ExpireLeases (in memory for both stores)
 //	wms       (tenant, client_id, nonce)          watermarks
 //	wmAge     (updated_at, tenant, client_id, nonce)  watermark TTL and LRU bound
 //	pendAge   (reserved_at, tenant, key)          PENDING entries (orphans)
@@ -50,22 +50,21 @@ type state struct {
 	jobExp   index[*Job]
 	// The lifecycle's orders (jobs.go): a job is in them by its state; a
 	// legacy job (Commit v1/v2) is in none.
-	jobQueue       index[*Job]
-	jobQueueType   index[*Job]
-	jobTenantLease index[*Job]
-	jobLeaseExp    index[*Job]
-	jobState       index[*Job]
-	// jobLeaseID holds the leaseKey of each RUNNING job. It is in memory for
-	// the disk-backed state too (bounded by the jobs running, small per
-	// job), rebuilt when the store is opened (loadLeaseIDs).
-	jobLeaseID *btree.BTreeG[leaseKey]
-	// jobDue holds the dueKey of each RUNNING job, by (tenant,
-	// lease_expires_at, seq): whether a Lease has a lease to reclaim, without
-	// walking jobTenantLease (on disk an iterator). In memory for both
-	// stores, like jobLeaseID, and rebuilt with it.
-	jobDue *btree.BTreeG[dueKey]
-	wms    index[*Watermark]
-	wmAge  index[*Watermark]
+	jobQueue     index[*Job]
+	jobQueueType index[*Job]
+	jobRunning   index[*Job]
+	jobState     index[*Job]
+	// jobLeaseID, jobDue and jobLeaseExp hold the runKey of each RUNNING job
+	// in their orders: a Lease's replay, a Lease's reclaim, ExpireLeases.
+	// They are in memory for the disk-backed state too (bounded by the jobs
+	// running, small per job), rebuilt from jobRunning when the store is
+	// opened (loadRunning): a lease's expiry, moved by every heartbeat, is
+	// never written to pebble.
+	jobLeaseID  *btree.BTreeG[runKey]
+	jobDue      *btree.BTreeG[runKey]
+	jobLeaseExp *btree.BTreeG[runKey]
+	wms         index[*Watermark]
+	wmAge       index[*Watermark]
 	// pendAge holds the PENDING entries only, by (reserved_at, tenant, key):
 	// the leader resolves those older than a grace (FSM.PendingBefore).
 	pendAge index[*Entry]
@@ -120,13 +119,13 @@ func newState() *state {
 		jobType:  btree.NewG(btreeDegree, lessJobType),
 		jobExp:   btree.NewG(btreeDegree, lessJobExp),
 
-		jobQueue:       btree.NewG(btreeDegree, lessJobQueue),
-		jobQueueType:   btree.NewG(btreeDegree, lessJobQueueType),
-		jobTenantLease: btree.NewG(btreeDegree, lessJobTenantLease),
-		jobLeaseExp:    btree.NewG(btreeDegree, lessJobLeaseExp),
-		jobState:       btree.NewG(btreeDegree, lessJobState),
-		jobLeaseID:     btree.NewG(btreeDegree, lessLeaseKey),
-		jobDue:         btree.NewG(btreeDegree, lessDueKey),
+		jobQueue:     btree.NewG(btreeDegree, lessJobQueue),
+		jobQueueType: btree.NewG(btreeDegree, lessJobQueueType),
+		jobRunning:   btree.NewG(btreeDegree, lessJobRunning),
+		jobState:     btree.NewG(btreeDegree, lessJobState),
+		jobLeaseID:   btree.NewG(btreeDegree, lessLeaseKey),
+		jobDue:       btree.NewG(btreeDegree, lessDueKey),
+		jobLeaseExp:  btree.NewG(btreeDegree, lessLeaseExp),
 
 		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),

@@ -62,11 +62,10 @@ const (
 	pfxWMAge       byte = 'a'  // (updated_at, tenant, client_id, nonce)
 
 	// The job lifecycle; values are the job's key.
-	pfxJobQueue       byte = 'q' // (tenant, run_at, seq), QUEUED
-	pfxJobQueueType   byte = 'u' // (tenant, type, run_at, seq), QUEUED
-	pfxJobTenantLease byte = 'l' // (tenant, lease_expires_at, seq), RUNNING
-	pfxJobLeaseExp    byte = 'k' // (lease_expires_at, seq, tenant), RUNNING
-	pfxJobState       byte = 'z' // (tenant, state, seq), every lifecycle job
+	pfxJobQueue     byte = 'q' // (tenant, run_at, seq), QUEUED
+	pfxJobQueueType byte = 'u' // (tenant, type, run_at, seq), QUEUED
+	pfxJobRunning   byte = 'l' // (tenant, seq), RUNNING
+	pfxJobState     byte = 'z' // (tenant, state, seq), QUEUED and finished
 )
 
 var metaKey = []byte{pfxMeta}
