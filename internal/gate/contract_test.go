@@ -92,16 +92,15 @@ func TestContractOutcomes(t *testing.T) {
 		waiting := make(chan struct{}, 1)
 		tg.testHookWaiting = func() { waiting <- struct{}{} }
 		defer func() { tg.testHookWaiting = nil }()
-		reserved, release := holdInLedger(t, mgr, clock)
-		defer mgr.SetSubmitHook(nil)
+		reserved, release := holdInFlight(t, mgr)
 		owner := goSubmit(tg, skey(4), invoiceBody)
 		<-reserved
 
-		// Waiting disabled: 409 at once (from the ledger, through noWait).
+		// Waiting disabled: 409 at once (from the manager, through noWait).
 		res := noWait.submit(t, skey(4), invoiceBody)
 		wantProblem(t, res, http.StatusConflict, api.CodeRequestInProgress)
 		wantHeader(t, res, api.HeaderRetryAfter, "1")
-		// Waiting timed out: 409 (here the ledger's 100ms wait, through
+		// Waiting timed out: 409 (here the manager's 100ms wait, through
 		// shortWait; TestSubmitPendingWaitTimeout times out in the gate).
 		res = shortWait.submit(t, skey(4), invoiceBody)
 		wantProblem(t, res, http.StatusConflict, api.CodeRequestInProgress)

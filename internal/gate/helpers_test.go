@@ -45,6 +45,7 @@ func startManager(tb testing.TB, opts managertest.Options) (*testManager, string
 	tb.Helper()
 	tm := &testManager{}
 	opts.Serve = func(m *manager.Manager) rpc.Service { return &faultLayer{Manager: m, tm: tm} }
+	opts.Knobs.BeforeAdmit = tm.beforeAdmit
 	tm.cluster = managertest.Start(tb, opts)
 	tm.Manager = tm.cluster.Managers[0]
 	return tm, tm.cluster.Addrs[0]
@@ -61,6 +62,7 @@ type testManager struct {
 
 	mu         sync.Mutex
 	submitHook func(ctx context.Context, req *rpc.SubmitRequest) error
+	admitHook  func(ctx context.Context)
 	noLeader   bool
 	readErr    error
 }
@@ -78,6 +80,17 @@ func (tm *testManager) SetSubmitHook(h func(ctx context.Context, req *rpc.Submit
 	tm.mu.Lock()
 	tm.submitHook = h
 	tm.mu.Unlock()
+}
+
+// beforeAdmit runs the admit hook (holdInFlight) in the manager
+// (manager.TestingKnobs.BeforeAdmit).
+func (tm *testManager) beforeAdmit(ctx context.Context, _, _ string) {
+	tm.mu.Lock()
+	h := tm.admitHook
+	tm.mu.Unlock()
+	if h != nil {
+		h(ctx)
+	}
 }
 
 // SetLeader(false) makes the manager answer every call as a follower that
@@ -217,37 +230,34 @@ func holdFirstSubmit(t *testing.T, mgr *testManager) (arrived <-chan struct{}, r
 	return held, release
 }
 
-// holdInLedger makes the first submission that reaches the manager find its
-// key PENDING in the ledger, as a leader that died between its Reserve and
-// its Commit leaves it (managertest.Cluster.Reserve), and holds that
-// submission until release is called; reserved is closed once the key is
-// PENDING. clock must be the manager's (managertest.Options.Now): release
-// moves it past MANAGER_ORPHAN_GRACE, and the leader resolves the entry as
-// an orphan, admission and all; the held submission then gets that outcome.
-func holdInLedger(t *testing.T, mgr *testManager, clock *fakeClock) (reserved <-chan struct{}, release func()) {
+// holdInFlight holds the first submission that proposes its key's Admit at
+// the manager, after it owns the proposal and before it proposes, until
+// release is called (at the latest when the test ends); inFlight is closed
+// once it is held. Meanwhile the key is in progress at the manager: another
+// submission of it waits for the Admit (at most its WaitMillis), then
+// replays its outcome.
+func holdInFlight(t *testing.T, mgr *testManager) (inFlight <-chan struct{}, release func()) {
 	held, rel := make(chan struct{}), make(chan struct{})
-	var first, closeRel sync.Once
-	release = func() {
-		closeRel.Do(func() {
-			clock.Advance(mgr.Config().OrphanGrace + time.Millisecond)
-			close(rel)
-		})
-	}
-	t.Cleanup(func() { closeRel.Do(func() { close(rel) }) })
-	mgr.SetSubmitHook(func(ctx context.Context, req *rpc.SubmitRequest) error {
+	var first sync.Once
+	release = sync.OnceFunc(func() { close(rel) })
+	t.Cleanup(release)
+	mgr.mu.Lock()
+	mgr.admitHook = func(ctx context.Context) {
 		hold := false
 		first.Do(func() { hold = true })
 		if hold {
-			if err := mgr.cluster.Reserve(req); err != nil {
-				return rpc.Errorf(rpc.CodeInternal, "%v", err)
-			}
 			close(held)
 			select {
 			case <-rel:
 			case <-ctx.Done():
 			}
 		}
-		return nil
+	}
+	mgr.mu.Unlock()
+	t.Cleanup(func() {
+		mgr.mu.Lock()
+		mgr.admitHook = nil
+		mgr.mu.Unlock()
 	})
 	return held, release
 }

@@ -380,13 +380,13 @@ func TestSubmitPendingWaitTimeout(t *testing.T) {
 }
 
 // TestSubmitLedgerInProgress: a gate that does not wait forwards a duplicate
-// with WaitMillis 0; the ledger's in_progress is 409 request_in_progress.
+// with WaitMillis 0 while the key's Admit is in flight at the leader; the
+// manager's in_progress is 409 request_in_progress.
 func TestSubmitLedgerInProgress(t *testing.T) {
-	clock := newFakeClock() // the manager's: the held entry is resolved when it moves
-	mgr, addr := startManager(t, managertest.Options{Now: clock.Now})
+	mgr, addr := startManager(t, managertest.Options{})
 	g1 := startGate(t, []string{addr}, nil)
 	g2 := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.Idempotency.WaitForPending = false })
-	reserved, release := holdInLedger(t, mgr, clock)
+	reserved, release := holdInFlight(t, mgr)
 	owner := goSubmit(g1, skey(1), invoiceBody)
 	<-reserved
 	res := g2.submit(t, skey(1), invoiceBody)

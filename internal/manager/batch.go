@@ -25,7 +25,7 @@ import (
 // a single command: no timer, no batch overhead). That goroutine is the only
 // waiter on the entry's future; each submitter waits on its own buffered
 // channel, so giving up (its context ends) costs nothing: its command still
-// applies, and the ledger deduplicates the retry or resolves the orphan.
+// applies, and the ledger answers the retry with its outcome.
 //
 // A submitter is answered only after the entry holding its command is
 // committed on a quorum and applied, exactly as with a single command.

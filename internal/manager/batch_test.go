@@ -156,28 +156,26 @@ func TestBatchAnswersEachSubmission(t *testing.T) {
 	}
 }
 
-// TestSingleCommandLogReplaysWithBatches: a log holding single commands (what
-// earlier builds wrote) and batch entries replays after a restart of the
+// TestSingleCommandLogReplaysWithBatches: a log holding single commands and
+// batch entries replays after a restart of the
 // whole group: every key answers its job, with the Seqs it had.
 func TestSingleCommandLogReplaysWithBatches(t *testing.T) {
 	tc := newTestCluster(t, 1, nil)
 	l := tc.leader()
 	ctx := ctxT(t)
 	m := tc.mgrs[l]
-	// Singles, proposed one by one as earlier builds did.
+	// Singles, proposed one by one as entries of their own.
 	now := m.ledgerNow()
 	for i := 0; i < 5; i++ {
 		k := fmt.Sprintf("single-%d", i)
-		res, err := m.apply(ctx, ledger.Reserve{Tenant: "t", Key: k, Fingerprint: "fp", JobID: "job-" + k,
-			Now: now.UnixNano(), ExpiresAt: now.Add(m.cfg.Idempotency.PendingTTL).UnixNano(), MaxEntries: 100,
-			Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}})
-		if err != nil || res.Outcome != ledger.OutcomeReserved {
-			t.Fatalf("reserve %s: %+v %v", k, res, err)
-		}
-		res, err = m.apply(ctx, ledger.Commit{Tenant: "t", Key: k, JobID: "job-" + k, Now: now.UnixNano(),
-			ExpiresAt: now.Add(m.cfg.Idempotency.CommittedTTL).UnixNano(), JobExpiresAt: now.Add(m.cfg.JobRetention).UnixNano()})
+		res, err := m.apply(ctx, ledger.Admit{
+			Reserve: ledger.Reserve{Tenant: "t", Key: k, Fingerprint: "fp", JobID: "job-" + k,
+				Now: now.UnixNano(), ExpiresAt: now.Add(m.cfg.Idempotency.PendingTTL).UnixNano(), MaxEntries: 100,
+				Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}},
+			Outcome: ledger.Commit{Tenant: "t", Key: k, JobID: "job-" + k, Now: now.UnixNano(),
+				ExpiresAt: now.Add(m.cfg.Idempotency.CommittedTTL).UnixNano(), JobExpiresAt: now.Add(m.cfg.JobRetention).UnixNano()}})
 		if err != nil || res.Outcome != ledger.OutcomeCommitted {
-			t.Fatalf("commit %s: %+v %v", k, res, err)
+			t.Fatalf("admit %s: %+v %v", k, res, err)
 		}
 	}
 	// Then batched submissions.
@@ -269,14 +267,17 @@ func TestBatchSubmitterGivesUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctxT(t))
 	cancel()
 	now := m.ledgerNow()
-	_, err := m.reserves.apply(ctx, ledger.Reserve{Tenant: "t", Key: "gave-up", Fingerprint: "fp", JobID: "job-gave-up",
-		Now: now.UnixNano(), ExpiresAt: now.Add(time.Minute).UnixNano(), MaxEntries: 100,
-		Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}})
+	_, err := m.reserves.apply(ctx, ledger.Admit{
+		Reserve: ledger.Reserve{Tenant: "t", Key: "gave-up", Fingerprint: "fp", JobID: "job-gave-up",
+			Now: now.UnixNano(), ExpiresAt: now.Add(time.Minute).UnixNano(), MaxEntries: 100,
+			Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}},
+		Outcome: ledger.Commit{Tenant: "t", Key: "gave-up", JobID: "job-gave-up", Now: now.UnixNano(),
+			ExpiresAt: now.Add(time.Minute).UnixNano(), JobExpiresAt: now.Add(time.Hour).UnixNano()}})
 	if !errors.Is(err, rpc.ErrUnavailable) {
 		t.Fatalf("a submitter that gave up: %v, want unavailable", err)
 	}
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		e, ok := m.FSM().Entry("t", "gave-up")
-		return ok && e.JobID == "job-gave-up", "the abandoned Reserve to apply"
+		return ok && e.JobID == "job-gave-up", "the abandoned Admit to apply"
 	})
 }

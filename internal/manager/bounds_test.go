@@ -65,44 +65,6 @@ func TestConcurrentAdmissionsNeverExceedCapacity(t *testing.T) {
 	}
 }
 
-// TestOrphanOnALiveLeaderIsResolved: a PENDING entry whose submitter went away
-// (here: a Reserve proposed by hand and never resolved) is resolved by the same,
-// still-live leader once it is older than MANAGER_ORPHAN_GRACE, long before its
-// pending TTL. A new term resolves every pending entry anyway, so the orphan
-// counts only if one leader held from its Reserve to its resolution
-// (measureAtOneLeader); otherwise it is made again under a fresh key.
-func TestOrphanOnALiveLeaderIsResolved(t *testing.T) {
-	tc := newTestCluster(t, 1, func(c *Config) { c.OrphanGrace = 300 * time.Millisecond })
-	ctx := ctxT(t)
-	var key string
-	measureAtOneLeader(t, tc, func(attempt, l int) error {
-		key = fmt.Sprintf("orphan-ok-%d", attempt)
-		now := tc.now()
-		res, err := tc.mgrs[l].apply(ctx, ledger.Reserve{Tenant: "t", Key: key, Fingerprint: "fp", JobID: "job-" + key,
-			Now: now.UnixNano(), ExpiresAt: now.Add(time.Minute).UnixNano(), MaxEntries: 1000,
-			Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}})
-		if err != nil {
-			return fmt.Errorf("orphan reserve: %w", err)
-		}
-		if res.Outcome != ledger.OutcomeReserved {
-			return fmt.Errorf("orphan reserve: %+v", res)
-		}
-		testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
-			return tc.mgrs[l].FSM().Stats().Pending == 0, "the orphan to be resolved on the live leader"
-		})
-		e, _ := tc.mgrs[l].FSM().Entry("t", key)
-		if e.State != ledger.StateCommitted || e.JobID != "job-"+key {
-			return fmt.Errorf("orphan entry: %+v", e)
-		}
-		return nil
-	})
-	// A duplicate now replays the stored outcome instead of waiting.
-	r, err := tc.submitToLeader(ctx, "t", key, "fp", "demo", `1`, 0)
-	if err != nil || r.Outcome != rpc.OutcomeCommitted || r.JobID != "job-"+key || !r.Replayed {
-		t.Fatalf("duplicate of a resolved orphan: %+v %v", r, err)
-	}
-}
-
 // TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted: a 429 sequence that
 // never ran, retried after a higher sequence of the same client committed and
 // expired, runs; a committed sequence retried after expiry is still refused.
@@ -294,11 +256,10 @@ func TestListLargeJobsPagesThroughRPC(t *testing.T) {
 }
 
 // TestResultTTLIsFixedByTheFirstAdmission: a submission's ResultTTL is stored in
-// its PENDING entry, stamps the outcome's expiry (SubmitResponse.ExpiresAt),
-// and whoever resolves the entry — the submitter or the orphan sweep — uses it;
-// a retry cannot change it.
+// its entry and stamps the outcome's expiry (SubmitResponse.ExpiresAt); a
+// retry cannot change it, and its job is retained at least as long.
 func TestResultTTLIsFixedByTheFirstAdmission(t *testing.T) {
-	tc := newTestCluster(t, 1, func(c *Config) { c.OrphanGrace = 300 * time.Millisecond })
+	tc := newTestCluster(t, 1, nil)
 	l := tc.leader()
 	ctx := ctxT(t)
 	submit := func(key string, ttl time.Duration) *rpc.SubmitResponse {
@@ -322,24 +283,8 @@ func TestResultTTLIsFixedByTheFirstAdmission(t *testing.T) {
 	if d := submit("default", 0).ExpiresAt.Sub(before); d > tc.cfgs[l].Idempotency.CommittedTTL+time.Minute {
 		t.Fatalf("default lifetime %v", d)
 	}
-	// An orphan reserved with a ResultTTL is committed by the sweep with it.
-	now := tc.now()
-	res, err := tc.mgrs[l].apply(ctx, ledger.Reserve{Tenant: "t", Key: "orphan", Fingerprint: "fp", JobID: "job-orphan",
-		Now: now.UnixNano(), ExpiresAt: now.Add(time.Minute).UnixNano(), MaxEntries: 1000, ResultTTL: 3 * time.Hour,
-		Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}})
-	if err != nil || res.Outcome != ledger.OutcomeReserved || res.Entry.ResultTTL != 3*time.Hour {
-		t.Fatalf("orphan reserve: %+v %v", res, err)
-	}
-	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
-		e, ok := tc.mgrs[l].FSM().Entry("t", "orphan")
-		return ok && e.State == ledger.StateCommitted, "the orphan to be resolved"
-	})
-	e, _ := tc.mgrs[l].FSM().Entry("t", "orphan")
-	if got := time.Duration(e.ExpiresAt - e.ResolvedAt); got != 3*time.Hour {
-		t.Fatalf("orphan committed for %v, want 3h", got)
-	}
 	// A queued job has no end (ExpiresAt 0) before it finishes.
-	if j, _ := tc.mgrs[l].FSM().Job("t", "job-orphan"); j.ExpiresAt != 0 && time.Duration(j.ExpiresAt-j.CreatedAt) < 3*time.Hour {
+	if j, _ := tc.mgrs[l].FSM().Job("t", r.JobID); j.ExpiresAt != 0 && time.Duration(j.ExpiresAt-j.CreatedAt) < 2*time.Hour {
 		t.Fatalf("the job is retained less than its key: %+v", j)
 	}
 }

@@ -28,20 +28,13 @@ func (m *Manager) claim(ctx context.Context, req *rpc.SubmitRequest, jobID strin
 			if e.Fingerprint != req.Fingerprint {
 				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
 			}
-			if e.State != ledger.StatePending {
-				return m.entryResponse(e, "", true), nil
-			}
-			resp, again, err := m.waitPending(ctx, req, deadline)
-			if err != nil || !again {
-				return resp, err
-			}
-			continue
+			return m.entryResponse(e, "", true), nil
 		}
-		proposal, err := m.proposeOrWait(ctx, req.Tenant, req.Key)
-		if err != nil {
-			return nil, err
+		proposal, err := m.proposeOrWait(ctx, req.Tenant, req.Key, deadline)
+		if err != nil || proposal == nil {
+			return inProgress(err)
 		}
-		if proposal == nil {
+		if proposal == retry {
 			continue
 		}
 		ttl := m.cfg.Idempotency.CommittedTTL

@@ -115,12 +115,8 @@ type Config struct {
 
 	Idempotency config.Idempotency
 
-	// Ledger bounds and orphan resolution (docs/ledger.md).
+	// Ledger bounds (docs/ledger.md).
 	//
-	// OrphanGrace is MANAGER_ORPHAN_GRACE: the age after which the leader
-	// resolves a PENDING entry itself. 0 (the default) derives it:
-	// min(5s, half of IDEMPOTENCY_PENDING_TTL_SECONDS).
-	OrphanGrace time.Duration
 	// BatchMaxItems and BatchMaxBytes are MANAGER_BATCH_MAX_ITEMS and
 	// MANAGER_BATCH_MAX_BYTES: the bounds on one batch entry of Reserves or of
 	// outcomes (batch.go). 0 takes the default.
@@ -187,7 +183,6 @@ const (
 	EnvJobLeaseMin                  = "MANAGER_JOB_LEASE_MIN"
 	EnvJobLeaseMax                  = "MANAGER_JOB_LEASE_MAX"
 	EnvMaxClockOffset               = "MANAGER_MAX_CLOCK_OFFSET"
-	EnvOrphanGrace                  = "MANAGER_ORPHAN_GRACE"
 	EnvLedgerMaxBytes               = "IDEMPOTENCY_LEDGER_MAX_BYTES"
 	EnvLedgerTenantMaxBytes         = "IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES"
 	EnvWatermarkMaxClientsPerTenant = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT"
@@ -331,8 +326,6 @@ func Register(l *config.Loader, c *Config) {
 		"bytes of entries and retained jobs (payloads included) the ledger holds before it refuses new reservations (503); 0: 256 GiB with MANAGER_LEDGER_STORE=disk, 1 GiB with memory")
 	l.Int64(&c.LedgerTenantMaxBytes, EnvLedgerTenantMaxBytes, 0, 1<<20, 1<<40,
 		"one tenant's share of IDEMPOTENCY_LEDGER_MAX_BYTES; beyond it that tenant's new keys are refused (429); 0: 64 GiB with MANAGER_LEDGER_STORE=disk, 256 MiB with memory")
-	l.Duration(&c.OrphanGrace, EnvOrphanGrace, 0, 0, time.Hour,
-		"age after which the leader resolves a PENDING entry itself (its submitter timed out or failed); under IDEMPOTENCY_PENDING_TTL_SECONDS; 0: min(5s, half the pending TTL)")
 	l.Int(&c.OutboxMaxEntries, EnvOutboxMaxEntries, d.OutboxMaxEntries, 1, 1<<31-1,
 		"multi-datacenter submissions the outbox carries (not yet confirmed by every datacenter they name, live or expired) before new ones are refused (503 outbox_full)")
 	l.Int(&c.BatchMaxItems, EnvBatchMaxItems, d.BatchMaxItems, 1, 4096,
@@ -368,9 +361,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RPCAdvertise == "" {
 		c.RPCAdvertise = c.RPCAddr
-	}
-	if c.OrphanGrace == 0 {
-		c.OrphanGrace = min(DefaultOrphanGrace, c.Idempotency.PendingTTL/2)
 	}
 	if c.LedgerMaxBytes <= 0 {
 		c.LedgerMaxBytes = DefaultLedgerMaxBytes(c.LedgerStore)
@@ -433,10 +423,6 @@ const (
 	DefaultBatchMaxBytes = 1 << 20
 )
 
-// DefaultOrphanGrace is MANAGER_ORPHAN_GRACE when the pending TTL is at least
-// twice as long.
-const DefaultOrphanGrace = 5 * time.Second
-
 // tlsFiles is the MANAGER_TLS_* trio.
 func (c *Config) tlsFiles() config.TLSFiles {
 	return config.TLSFiles{EnvCA: EnvTLSCAFile, CA: c.TLSCAFile, EnvCert: EnvTLSCertFile, Cert: c.TLSCertFile,
@@ -490,10 +476,6 @@ func (c *Config) Validate() error {
 	if c.JobRetention < c.Idempotency.CommittedTTL {
 		return config.Invalid(EnvJobRetention, config.FormatSeconds(c.JobRetention),
 			"at least IDEMPOTENCY_COMMITTED_TTL_SECONDS ("+config.FormatSeconds(c.Idempotency.CommittedTTL)+")", config.ErrOutOfRange)
-	}
-	if c.OrphanGrace >= c.Idempotency.PendingTTL {
-		return config.Invalid(EnvOrphanGrace, c.OrphanGrace.String(),
-			"less than IDEMPOTENCY_PENDING_TTL_SECONDS ("+config.FormatSeconds(c.Idempotency.PendingTTL)+")", config.ErrOutOfRange)
 	}
 	if c.JobBackoffMax < c.JobBackoffMin {
 		return config.Invalid(EnvJobBackoffMax, c.JobBackoffMax.String(),

@@ -1,8 +1,6 @@
 package manager
 
 import (
-	"context"
-	"net/http"
 	"time"
 
 	"github.com/once-dev/once/internal/jobid"
@@ -72,31 +70,6 @@ func (m *Manager) retainedJobResponse(tenant, id string) (*rpc.SubmitResponse, b
 	return &rpc.SubmitResponse{Outcome: rpc.OutcomeCommitted, Replayed: true, JobID: j.ID, Job: &job}, true
 }
 
-// ReasonJobIDInUse is the Reason of the rejection resolveJobIDInUse
-// proposes, and an Admit records, (422, job_rejected at the gate).
+// ReasonJobIDInUse is the Reason of the rejection an Admit records when its
+// derived job ID is taken (422, job_rejected at the gate).
 const ReasonJobIDInUse = ledger.ReasonJobIDInUse
-
-// resolveJobIDInUse resolves a PENDING entry whose Commit found its derived
-// job ID taken (ledger.OutcomeJobIDInUse): the same (tenant, key,
-// fingerprint) was committed before, its entry expired, the job is still
-// retained, and no watermark refused the key (an opaque key, or a structured
-// one whose watermark aged out). The job is not created twice. Left PENDING,
-// the entry would be proposed again by every orphan sweep until it expired;
-// so it is rejected (422, ReasonJobIDInUse, the detail naming the job), and
-// that rejection is the answer to the submission and to every duplicate
-// while the entry lives.
-func (m *Manager) resolveJobIDInUse(ctx context.Context, e ledger.Entry, now time.Time, expiresAt int64) (*rpc.SubmitResponse, error) {
-	rej := ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(), ExpiresAt: expiresAt,
-		Status: http.StatusUnprocessableEntity, Reason: ReasonJobIDInUse, Detail: ledger.JobIDInUseDetail(e.JobID)}
-	res, err := m.tracedApply(ctx, "raft.apply.resolve", m.resolves, rej)
-	if err != nil {
-		return nil, err
-	}
-	switch res.Outcome {
-	case ledger.OutcomeRejected, ledger.OutcomeUnchanged:
-		return m.entryResponse(res.Entry, "", res.Outcome == ledger.OutcomeUnchanged), nil
-	case ledger.OutcomeNotFound:
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "the pending entry expired before admission finished; retry")
-	}
-	return nil, rpc.Errorf(rpc.CodeInternal, "resolve: unexpected outcome %s: %v", res.Outcome, res.Err)
-}

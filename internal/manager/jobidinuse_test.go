@@ -12,16 +12,14 @@ import (
 
 // A structured key sent again after its entry and its watermark aged out,
 // while its job is retained, reserves the same derived job ID: the Commit
-// finds it in use. The entry is rejected (422 job_id_in_use, naming the
-// job), not left PENDING for the orphan sweep to propose again until it
-// expires, and no second job is created.
+// finds it in use. The Admit records a rejection (422 job_id_in_use, naming
+// the job), and no second job is created.
 func TestJobIDInUseIsRejectedNotLeftPending(t *testing.T) {
 	clock := newManualClock()
 	tc := newTestCluster(t, 1, func(c *Config) {
 		c.Idempotency.CommittedTTL = 10 * time.Second
 		c.Idempotency.CleanupInterval = time.Second
 		c.WatermarkTTL = time.Hour
-		c.OrphanGrace = 100 * time.Millisecond
 	})
 	tc.setNow(clock.Now)
 	l := tc.leader()

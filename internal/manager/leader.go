@@ -9,8 +9,6 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // leaderLoop runs the leader's duties while this node leads: it watches
@@ -90,12 +88,9 @@ func (m *Manager) lead(ctx context.Context) {
 	}
 	m.readyTerm.Store(term)
 	m.log.Info("leading", logging.KeyTerm, term, logging.KeyIndex, m.raft.AppliedIndex())
-	m.resolvePending(ctx, m.fsm.Pending(), "resolving pending entries left by the previous leader")
 
 	tick := time.NewTicker(m.cfg.Idempotency.CleanupInterval)
 	defer tick.Stop()
-	orphans := time.NewTicker(max(m.cfg.OrphanGrace/2, 50*time.Millisecond))
-	defer orphans.Stop()
 	leases := time.NewTicker(leaseCheckInterval)
 	defer leases.Stop()
 	for {
@@ -104,64 +99,10 @@ func (m *Manager) lead(ctx context.Context) {
 			return
 		case <-tick.C:
 			m.expire(ctx)
-		case <-orphans.C:
-			m.resolveOrphans(ctx)
 		case <-leases.C:
 			m.expireLeases(ctx)
 		}
 	}
-}
-
-// orphanBatch bounds the orphans one sweep resolves.
-const orphanBatch = 1024
-
-// resolveOrphans resolves the PENDING entries older than MANAGER_ORPHAN_GRACE
-// that no live submission on this leader is resolving: their submitter timed
-// out, or its Commit proposal failed without a leadership change. Admission is
-// re-run from the stored request and the Commit or Reject carries the entry's
-// JobID, so a race with a live submission of the same key is harmless: the
-// first resolution applied wins and the other is OutcomeUnchanged, answering
-// the same stored outcome.
-func (m *Manager) resolveOrphans(ctx context.Context) {
-	cutoff := m.expiryNow().Add(-m.cfg.OrphanGrace).UnixNano()
-	old := m.fsm.PendingBefore(cutoff, orphanBatch)
-	orphans := old[:0]
-	for _, e := range old {
-		if !m.isResolving(e.Tenant, e.Key) {
-			orphans = append(orphans, e)
-		}
-	}
-	if len(orphans) > 0 {
-		m.resolvePending(ctx, orphans, "resolving orphaned pending entries")
-	}
-}
-
-// resolvePending re-runs admission for the given PENDING entries (every one at
-// the start of a term, the orphans later), from the request the ledger stored,
-// instead of letting them wait out their TTL. Entries this leader reserves
-// itself meanwhile are resolved by their own submissions; a Commit or Reject
-// that loses such a race is OutcomeUnchanged, harmless.
-func (m *Manager) resolvePending(ctx context.Context, pending []ledger.Entry, msg string) {
-	if len(pending) == 0 {
-		return
-	}
-	m.log.Info(msg, logging.KeyCount, len(pending))
-	var g errgroup.Group
-	g.SetLimit(64)
-	for _, e := range pending {
-		if ctx.Err() != nil {
-			break
-		}
-		g.Go(func() error {
-			rctx, cancel := context.WithTimeout(ctx, 2*m.cfg.ApplyTimeout)
-			defer cancel()
-			if _, err := m.resolve(rctx, e, true); err != nil {
-				m.log.Warn("resolving a pending entry failed", logging.KeyTenant, e.Tenant, logging.KeyIdemKey, e.Key, logging.KeyError, err)
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
 }
 
 // expireBatch bounds one Expire command's removals, so a large backlog is

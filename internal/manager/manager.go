@@ -13,6 +13,7 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -76,6 +77,24 @@ type Deps struct {
 	// the federation that differ from this one's, for Status (the daemon's
 	// federation view).
 	ConfigMismatches func() []rpc.ConfigMismatch
+	// Knobs are for tests only.
+	Knobs TestingKnobs
+}
+
+// TestingKnobs let tests hold the manager at chosen points (CockroachDB's
+// pattern): zero values change nothing, and no production path sets them.
+type TestingKnobs struct {
+	// BeforeAdmit runs in the submission that owns a key's Admit proposal,
+	// before it proposes: while it runs, the key is in progress and other
+	// submissions of it wait (at most their WaitMillis). It may block,
+	// honouring ctx.
+	BeforeAdmit func(ctx context.Context, tenant, key string)
+}
+
+func (k TestingKnobs) beforeAdmit(ctx context.Context, tenant, key string) {
+	if k.BeforeAdmit != nil {
+		k.BeforeAdmit(ctx, tenant, key)
+	}
 }
 
 // Manager is one manager node.
@@ -100,7 +119,6 @@ type Manager struct {
 	logStore  *countingLogStore
 	stable    *raftboltdb.BoltStore
 	snaps     raft.SnapshotStore
-	waiters   *waiters
 	// jobsQueued fires when a commit may have queued a job or leadership
 	// ends: what a long-polling lease waits for (workers.go).
 	jobsQueued broadcast
@@ -115,16 +133,16 @@ type Manager struct {
 	// entry of earlier terms (a Barrier): only then does it serve.
 	readyTerm atomic.Uint64
 
-	// resolving holds the keys live submissions are reserving or resolving.
-	resolving resolvingSet
-
-	// proposing holds the Reserve proposals in flight, by tenant and key.
+	// proposing holds the Admit proposals in flight, by tenant and key.
+	// While one is, the key is in progress: other submissions of it wait
+	// for it (proposeOrWait).
 	proposingMu sync.Mutex
 	proposing   map[string]chan struct{}
 
-	// reserves and resolves batch the submissions' commands, workers the
-	// workers' Leases, Heartbeats, Completes and Fails (batch.go).
-	reserves, resolves, workers *batcher
+	// reserves batches the submissions' Admits, workers the workers'
+	// Leases, Heartbeats, Completes and Fails (batch.go).
+	reserves, workers *batcher
+	knobs             TestingKnobs
 	// beforeBarrier, when set (tests), runs as a term begins, before lead's
 	// first Barrier.
 	beforeBarrier func()
@@ -158,11 +176,11 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		cfg:       cfg,
 		log:       deps.Logger.With(logging.KeyNode, cfg.NodeID),
 		now:       deps.Now,
-		waiters:   newWaiters(),
 		proposing: map[string]chan struct{}{},
 		shutdown:  make(chan struct{}),
 		halted:    make(chan struct{}),
 		metrics:   newMetrics(deps.Registerer),
+		knobs:     deps.Knobs,
 
 		clusterTLS:       deps.ClusterTLS,
 		dial:             deps.Dial,
@@ -236,11 +254,10 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	ok = true
 	m.bgWG.Add(1)
 	go m.leaderLoop()
-	m.reserves, m.resolves = newBatcher(m, ledger.TypeReserveBatch), newBatcher(m, ledger.TypeResolveBatch)
+	m.reserves = newBatcher(m, ledger.TypeReserveBatch)
 	m.workers = newBatcher(m, ledger.TypeWorkerBatch)
-	m.bgWG.Add(3)
+	m.bgWG.Add(2)
 	go m.reserves.run()
-	go m.resolves.run()
 	go m.workers.run()
 	m.startClockWatch()
 	return m, nil

@@ -20,10 +20,11 @@ import (
 // Submit runs a submission at the leader (rpc.Service).
 //
 // The answer is sent only after the outcome is applied from a committed Raft
-// entry. A failure in the middle (leadership lost, a timeout) answers
-// Unavailable; the gate retries the same key, and the ledger's entry — PENDING
-// until this leader or the next resolves it — makes the retry wait for, then
-// replay, the one outcome.
+// entry: one Admit reserves the key and records its outcome together, so the
+// ledger never holds the key undecided. A failure in the middle (leadership
+// lost, a timeout) answers Unavailable; the gate retries the same key, and
+// the retry finds the outcome if the Admit committed, or admits the key
+// afresh, with the same job ID, if it did not.
 func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
 	start := time.Now()
 	ctx, span := tracing.Tracer().Start(tracing.Extract(ctx, req.TraceParent), "manager.submit")
@@ -69,11 +70,12 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 	wait := time.Duration(req.WaitMillis) * time.Millisecond
 	deadline := time.Now().Add(wait)
 
-	// A key whose entry expires while we wait is reserved again (at most a few
-	// times: an entry lives at least its TTL of a second or more).
+	// A key whose entry expires or is released while we look is admitted
+	// again (at most a few times: an entry lives at least its TTL of a second
+	// or more).
 	for attempt := 0; attempt < 4; attempt++ {
 		// Fast path: a live entry answers without a Raft round (a committed or
-		// rejected entry is a durable fact; a pending one is waited on).
+		// rejected entry is a durable fact).
 		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.expiryNow().UnixNano() {
 			if e.Fingerprint != req.Fingerprint {
 				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
@@ -82,28 +84,23 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 				if resp, err := m.overClaim(ctx, req, e); resp != nil || err != nil {
 					return resp, err
 				}
-				continue // released: reserve it for this datacenter's job
+				continue // released: admit it as this datacenter's job
 			}
-			if e.State != ledger.StatePending {
-				return m.entryResponse(e, "", true), nil
-			}
-			resp, again, err := m.waitPending(ctx, req, deadline)
-			if err != nil || !again {
-				return resp, err
-			}
-			continue
+			return m.entryResponse(e, "", true), nil
 		}
 
 		// Coalesce concurrent first submissions of one key (a storm through
-		// several gates): one proposes the Reserve, the others wait for it and
-		// then find the entry on the fast path. One reservation in the log.
-		proposal, err := m.proposeOrWait(ctx, req.Tenant, req.Key)
-		if err != nil {
-			return nil, err
+		// several gates): one proposes the Admit, the others wait for it (at
+		// most their WaitMillis: in_progress after that) and then find the
+		// entry on the fast path. One admission in the log.
+		proposal, err := m.proposeOrWait(ctx, req.Tenant, req.Key, deadline)
+		if err != nil || proposal == nil {
+			return inProgress(err)
 		}
-		if proposal == nil {
+		if proposal == retry {
 			continue
 		}
+		m.knobs.beforeAdmit(ctx, req.Tenant, req.Key)
 
 		if resp, ok := m.retainedJob(req, k, jobID); ok {
 			m.endProposal(req.Tenant, req.Key, proposal)
@@ -146,20 +143,11 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		switch res.Outcome {
 		case ledger.OutcomeCommitted, ledger.OutcomeRejected:
 			return m.entryResponse(res.Entry, "", false), nil
-		case ledger.OutcomeReserved:
-			defer m.resolving.done(req.Tenant, req.Key)
-			return m.resolveAt(ctx, res.Entry, false, m.expiryBasis(req))
 		case ledger.OutcomeExists:
 			if res.Entry.State == ledger.StateClaimed {
 				continue // a claim landed first: the fast path judges it
 			}
-			if res.Entry.State != ledger.StatePending {
-				return m.entryResponse(res.Entry, "", true), nil
-			}
-			resp, again, err := m.waitPending(ctx, req, deadline)
-			if err != nil || !again {
-				return resp, err
-			}
+			return m.entryResponse(res.Entry, "", true), nil
 		case ledger.OutcomeKeyReused:
 			return m.entryResponse(res.Entry, rpc.OutcomeKeyReused, true), nil
 		case ledger.OutcomeKeyExpired:
@@ -205,17 +193,26 @@ func (m *Manager) beginProposal(tenant, key string) (ch chan struct{}, owner boo
 	return ch, true
 }
 
+// retry is what proposeOrWait returns when another submission's proposal
+// of the key ended: the caller looks at the key again.
+var retry = make(chan struct{})
+
 // proposeOrWait is beginProposal for a submission: the owner gets the
-// channel to pass to endProposal; any other caller waits for the owner's
-// proposal to end and gets nil (look at the key again), or an error when
-// its request or the manager ends first.
-func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string) (chan struct{}, error) {
+// channel to pass to endProposal. Any other caller waits for the owner's
+// proposal to end, until deadline: it gets retry when the proposal ended
+// (look at the key again), nil when the deadline passed first (the key is
+// in progress), or an error when its request or the manager ends first.
+func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadline time.Time) (chan struct{}, error) {
 	proposal, owner := m.beginProposal(tenant, key)
 	if owner {
 		return proposal, nil
 	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	select {
 	case <-proposal:
+		return retry, nil
+	case <-timer.C:
 		return nil, nil
 	case <-ctx.Done():
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
@@ -224,14 +221,21 @@ func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string) (chan s
 	}
 }
 
+// inProgress is the answer to a submission whose key another submission is
+// still admitting when its wait ends (err nil), or err.
+func inProgress(err error) (*rpc.SubmitResponse, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.SubmitResponse{Outcome: rpc.OutcomeInProgress}, nil
+}
+
 func (m *Manager) endProposal(tenant, key string, ch chan struct{}) {
 	m.proposingMu.Lock()
 	delete(m.proposing, slotKey(tenant, key))
 	m.proposingMu.Unlock()
 	close(ch)
 }
-
-func (m *Manager) isResolving(tenant, key string) bool { return m.resolving.has(tenant, key) }
 
 // validateSubmit checks what the gate should already have checked: a manager
 // trusts nothing on the wire.
@@ -258,35 +262,6 @@ func validateSubmit(req *rpc.SubmitRequest) (keys.Key, error) {
 	return k, nil
 }
 
-// waitPending waits until the PENDING entry of the request's key is resolved or
-// the deadline passes. again is true when the entry vanished (expired) and the
-// caller should reserve anew.
-func (m *Manager) waitPending(ctx context.Context, req *rpc.SubmitRequest, deadline time.Time) (resp *rpc.SubmitResponse, again bool, err error) {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for {
-		ch := m.waiters.watch(req.Tenant, req.Key) // register, then read: no lost wake-up
-		e, ok := m.fsm.Entry(req.Tenant, req.Key)
-		switch {
-		case !ok:
-			return nil, true, nil
-		case e.Fingerprint != req.Fingerprint:
-			return m.entryResponse(e, rpc.OutcomeKeyReused, true), false, nil
-		case e.State != ledger.StatePending:
-			return m.entryResponse(e, "", true), false, nil
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			return m.entryResponse(e, rpc.OutcomeInProgress, true), false, nil
-		case <-ctx.Done():
-			return nil, false, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
-		case <-m.shutdown:
-			return nil, false, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
-		}
-	}
-}
-
 // decision is admission's verdict on a reserved entry.
 type decision struct {
 	admit  bool
@@ -296,8 +271,8 @@ type decision struct {
 }
 
 // admit runs admission's validation against this datacenter's rules. It reads
-// only leader-local state; it is re-run from the stored request by a new leader
-// for every PENDING entry its predecessor left, and for orphans.
+// only leader-local state, so the leader decides admission itself and the
+// Admit carries the outcome.
 func (m *Manager) admit(e ledger.Entry) decision {
 	if len(m.cfg.AllowedJobTypes) > 0 && !slices.Contains(m.cfg.AllowedJobTypes, e.Request.Type) {
 		return decision{status: 422, reason: "unknown_job_type",
@@ -307,34 +282,6 @@ func (m *Manager) admit(e ledger.Entry) decision {
 	// the bound and the ledger turns a Commit over it into a 429 rejection, so
 	// concurrent admissions can never overshoot it.
 	return decision{admit: true}
-}
-
-// resolve runs admission on a PENDING entry and makes the outcome durable.
-func (m *Manager) resolve(ctx context.Context, e ledger.Entry, replayed bool) (*rpc.SubmitResponse, error) {
-	return m.resolveAt(ctx, e, replayed, time.Time{})
-}
-
-// resolveAt is resolve with the instant the entry's TTL counts from (see
-// expiryBasis).
-func (m *Manager) resolveAt(ctx context.Context, e ledger.Entry, replayed bool, basis time.Time) (*rpc.SubmitResponse, error) {
-	now := m.ledgerNow()
-	res, err := m.tracedApply(ctx, "raft.apply.resolve", m.resolves, m.outcomeCommand(e, basis, now))
-	if err != nil {
-		return nil, err
-	}
-	switch res.Outcome {
-	case ledger.OutcomeCommitted, ledger.OutcomeRejected:
-		return m.entryResponse(res.Entry, "", replayed), nil
-	case ledger.OutcomeUnchanged:
-		// Someone else resolved it first (a new leader's sweep): that outcome stands.
-		return m.entryResponse(res.Entry, "", true), nil
-	case ledger.OutcomeNotFound:
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "the pending entry expired before admission finished; retry")
-	case ledger.OutcomeJobIDInUse:
-		return m.resolveJobIDInUse(ctx, e, now, basisExpiry(basis, now, m.rejectedTTL(e)))
-	default:
-		return nil, rpc.Errorf(rpc.CodeInternal, "resolve: unexpected outcome %s: %v", res.Outcome, res.Err)
-	}
 }
 
 // rejectedTTL is the REJECTED lifetime of e's key: its own ResultTTL, fixed
@@ -354,8 +301,7 @@ func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Co
 	if basis.IsZero() {
 		basis = now
 	}
-	// The lifetimes: the entry's own ResultTTL, fixed at its first admission
-	// (so a new leader resolving an orphan uses it too), else the defaults. A
+	// The lifetimes: the entry's own ResultTTL, else the defaults. A
 	// job is retained at least as long as its key answers.
 	committedTTL, rejectedTTL, retention := m.cfg.Idempotency.CommittedTTL, m.cfg.Idempotency.RejectedTTL, m.cfg.JobRetention
 	if e.ResultTTL > 0 {

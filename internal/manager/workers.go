@@ -125,9 +125,8 @@ func (m *Manager) lease(ctx, applyCtx context.Context, req *rpc.LeaseRequest) (*
 }
 
 // onChange receives the ledger's changes (from Apply: it must not block):
-// submissions waiting on an entry, and leases waiting for a job.
+// leases waiting for a job.
 func (m *Manager) onChange(c ledger.Change) {
-	m.waiters.notify(c)
 	if c.Kind == ledger.ChangeCommitted || c.Kind == ledger.ChangeRestored {
 		m.jobsQueued.fire()
 	}

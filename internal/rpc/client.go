@@ -49,7 +49,8 @@ type ClientConfig struct {
 	Streams int
 	Logger  *slog.Logger
 	// AttemptTimeout bounds one attempt against one manager, beyond the time the
-	// manager is allowed to wait on a PENDING entry. Default 3s.
+	// manager is allowed to wait on a submission of the same key in flight.
+	// Default 3s.
 	AttemptTimeout time.Duration
 	// RetryBackoff is the first pause between attempts (doubling up to
 	// MaxBackoff). Defaults 10ms and 250ms.

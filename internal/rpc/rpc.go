@@ -179,7 +179,7 @@ type Outcome string
 const (
 	OutcomeCommitted  Outcome = "committed"   // the job exists; Job is set
 	OutcomeRejected   Outcome = "rejected"    // admission refused it; Rejection is set
-	OutcomeInProgress Outcome = "in_progress" // another submission of the key is PENDING and did not finish within WaitMillis
+	OutcomeInProgress Outcome = "in_progress" // another submission of the key is being admitted and did not finish within WaitMillis
 	OutcomeKeyReused  Outcome = "key_reused"  // the key exists with another fingerprint
 	OutcomeKeyExpired Outcome = "key_expired" // the key expired and its sequence committed, or is below the client's watermark window
 	// OutcomeClaimed: the key is held here by a claim for a job that runs in
@@ -197,8 +197,8 @@ type SubmitRequest struct {
 	Fingerprint string `json:"fingerprint"`
 	// Job is the decoded, validated request body; Payload is canonical JSON.
 	Job api.JobRequest `json:"job"`
-	// WaitMillis is how long the manager may wait for the outcome of a PENDING
-	// entry that another submission of the same key owns; 0 answers
+	// WaitMillis is how long the manager may wait for the admission of the
+	// same key that another submission has in flight; 0 answers
 	// OutcomeInProgress at once.
 	WaitMillis int64 `json:"wait_millis"`
 	// ProposedJobID, when set, must be the job ID derived from (Tenant, Key,

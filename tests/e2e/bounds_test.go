@@ -385,8 +385,8 @@ func keyState(ctx context.Context, hc *http.Client, gate, key string) (state, jo
 // leader's submitter stops waiting for it. The followers are thawed (SIGCONT)
 // well within the leader's lease and the entry commits. It is one Admit (the
 // reservation and its outcome in one entry, docs/ledger.md "One round"), so
-// the key is never PENDING: no orphan for MANAGER_ORPHAN_GRACE or the pending
-// TTL (120 s here) to resolve. Its job is readable, and a retry replays it.
+// the key is never PENDING: nothing waits out the pending TTL (120 s here).
+// Its job is readable, and a retry replays it.
 func TestSubmissionCutFromItsQuorumLeavesNoOrphan(t *testing.T) {
 	c := startCluster(t, 3, 1, func(o *localcluster.Options) {
 		// Slow Raft timings (Fast off): a leader keeps its lease for 3 s
@@ -395,7 +395,7 @@ func TestSubmissionCutFromItsQuorumLeavesNoOrphan(t *testing.T) {
 		o.ManagerEnv = append(o.ManagerEnv,
 			"MANAGER_RAFT_HEARTBEAT_TIMEOUT=3s", "MANAGER_RAFT_ELECTION_TIMEOUT=3s",
 			"MANAGER_RAFT_LEADER_LEASE_TIMEOUT=3s", "MANAGER_GOSSIP_PROFILE=local",
-			"MANAGER_APPLY_TIMEOUT=20s", "MANAGER_ORPHAN_GRACE=1s")
+			"MANAGER_APPLY_TIMEOUT=20s")
 		o.GateEnv = append(o.GateEnv, "GATE_GOSSIP_PROFILE=local",
 			"GATE_FORWARD_TIMEOUT_SECONDS=0.4", "IDEMPOTENCY_PENDING_WAIT_TIMEOUT=0.4")
 		o.Env = append(o.Env, "IDEMPOTENCY_PENDING_TTL_SECONDS=120")

@@ -21,12 +21,9 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/once-dev/once/internal/jobid"
-	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
-	"github.com/once-dev/once/pkg/keys"
 )
 
 // Options configure a Cluster. Zero values take the defaults noted.
@@ -46,6 +43,8 @@ type Options struct {
 	// Federation is the view the managers serve (rpc.Server.SetFederation)
 	// (default: their datacenter alone, with their RPC addresses).
 	Federation func() *rpc.Federation
+	// Knobs are every manager's test knobs (manager.Deps.Knobs).
+	Knobs manager.TestingKnobs
 }
 
 // Cluster is a running Raft group of managers.
@@ -142,7 +141,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 	})
 	for i, cfg := range cfgs {
 		m, err := manager.New(cfg, manager.Deps{Logger: testutil.Logger(tb).With("manager", cfg.NodeID),
-			Now: opts.Now, Transport: trans[i], Peers: peers})
+			Now: opts.Now, Transport: trans[i], Peers: peers, Knobs: opts.Knobs})
 		if err != nil {
 			tb.Fatalf("start manager %s: %v", cfg.NodeID, err)
 		}
@@ -162,8 +161,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 
 // Config is a manager's configuration for a test: nodeID's, its ledger in
 // dataDir, Raft timings short enough for an election in well under a
-// second, a MANAGER_ORPHAN_GRACE of 200ms (its leader looks for orphans
-// every 100ms), and everything else the default.
+// second, and everything else the default.
 func Config(nodeID, dataDir string) manager.Config {
 	cfg := manager.DefaultConfig()
 	cfg.NodeID = nodeID
@@ -171,7 +169,6 @@ func Config(nodeID, dataDir string) manager.Config {
 	cfg.HeartbeatTimeout = 200 * time.Millisecond
 	cfg.ElectionTimeout = 200 * time.Millisecond
 	cfg.LeaderLeaseTimeout = 100 * time.Millisecond
-	cfg.OrphanGrace = 200 * time.Millisecond
 	return cfg
 }
 
@@ -212,40 +209,4 @@ func (c *Cluster) Leader(tb testing.TB) *manager.Manager {
 func (c *Cluster) Jobs(tb testing.TB) int {
 	tb.Helper()
 	return c.Leader(tb).FSM().Stats().Jobs
-}
-
-// Reserve applies, through Raft, the Reserve the leader proposes for req when
-// a replica cannot read one-round admissions, and nothing after it: the key
-// is PENDING, as a leader that died between its Reserve and its Commit leaves
-// it. A submission of the key waits for it (or answers in_progress); the
-// leader resolves it as an orphan once it is MANAGER_ORPHAN_GRACE old by the
-// leader's clock. It may be called from any goroutine.
-func (c *Cluster) Reserve(req *rpc.SubmitRequest) error {
-	var m *manager.Manager
-	for _, mm := range c.Managers {
-		if st, err := mm.Status(context.Background()); err == nil && st.IsLeader {
-			m = mm
-		}
-	}
-	if m == nil {
-		return fmt.Errorf("managertest: reserve: no serving leader")
-	}
-	cfg := m.Config()
-	k, err := keys.Parse(req.Key)
-	if err != nil {
-		return fmt.Errorf("managertest: reserve: %w", err)
-	}
-	id := req.ProposedJobID
-	if id == "" {
-		id = jobid.Derive(req.Tenant, req.Key, req.Fingerprint)
-	}
-	now := max(m.FSM().LedgerTime(), c.now().UnixNano())
-	cmd := ledger.Reserve{Tenant: req.Tenant, Key: req.Key, Fingerprint: req.Fingerprint, JobID: id,
-		Now: now, ExpiresAt: now + int64(cfg.Idempotency.PendingTTL), MaxEntries: uint64(cfg.LedgerMaxEntries),
-		Request:    ledger.Request{Type: req.Job.Type, Payload: req.Job.Payload, Datacenters: req.Job.Datacenters},
-		Structured: k.Structured, ClientID: k.ClientID, Sequence: k.Sequence, Nonce: k.Nonce, ResultTTL: req.ResultTTL}
-	if err := m.Raft().Apply(ledger.Encode(cmd), 10*time.Second).Error(); err != nil {
-		return fmt.Errorf("managertest: reserve: %w", err)
-	}
-	return nil
 }

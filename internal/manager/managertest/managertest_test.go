@@ -2,12 +2,12 @@ package managertest_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
@@ -50,28 +50,57 @@ func TestThreeManagersReplicate(t *testing.T) {
 	})
 }
 
-// Reserve leaves the key PENDING: a submission of it answers in_progress;
-// once the managers' clock passes the orphan grace the leader resolves it,
-// and the submission replays the job.
-func TestReserveLeavesTheKeyPending(t *testing.T) {
-	clock := testutil.NewClock(time.Now())
-	c := managertest.Start(t, managertest.Options{Now: clock.Now})
+// While a key's Admit is in flight at the leader (held by
+// Knobs.BeforeAdmit), the key is in progress: a submission of it that may not
+// wait answers in_progress, one that may waits for the Admit and replays its
+// job, and the log holds one admission.
+func TestKnobsHoldAnAdmissionInFlight(t *testing.T) {
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c := managertest.Start(t, managertest.Options{Knobs: manager.TestingKnobs{
+		BeforeAdmit: func(ctx context.Context, _, _ string) {
+			once.Do(func() {
+				close(held)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			})
+		}}})
+	m := c.Managers[0]
 	req := submitRequest("k1")
-	if err := c.Reserve(req); err != nil {
-		t.Fatal(err)
+	type answer struct {
+		resp *rpc.SubmitResponse
+		err  error
 	}
-	if e, ok := c.Managers[0].FSM().Entry("t", "k1"); !ok || e.State != ledger.StatePending {
-		t.Fatalf("entry %+v %v, want PENDING", e, ok)
-	}
+	first := make(chan answer, 1)
+	go func() {
+		resp, err := m.Submit(context.Background(), req)
+		first <- answer{resp, err}
+	}()
+	<-held
 	noWait := *req
 	noWait.WaitMillis = 0
-	if resp, err := c.Managers[0].Submit(context.Background(), &noWait); err != nil || resp.Outcome != rpc.OutcomeInProgress {
-		t.Fatalf("submission of a PENDING key: %+v %v", resp, err)
+	if resp, err := m.Submit(context.Background(), &noWait); err != nil || resp.Outcome != rpc.OutcomeInProgress {
+		t.Fatalf("submission of a key in flight, no wait: %+v %v", resp, err)
 	}
-	clock.Advance(c.Managers[0].Config().OrphanGrace + time.Millisecond)
-	resp, err := c.Managers[0].Submit(context.Background(), req)
-	if err != nil || resp.Outcome != rpc.OutcomeCommitted || !resp.Replayed {
-		t.Fatalf("after the orphan grace: %+v %v", resp, err)
+	waits := *req
+	waits.WaitMillis = 10_000
+	second := make(chan answer, 1)
+	go func() {
+		resp, err := m.Submit(context.Background(), &waits)
+		second <- answer{resp, err}
+	}()
+	close(release)
+	a, b := <-first, <-second
+	if a.err != nil || a.resp.Outcome != rpc.OutcomeCommitted || a.resp.Replayed {
+		t.Fatalf("first: %+v %v", a.resp, a.err)
+	}
+	if b.err != nil || b.resp.Outcome != rpc.OutcomeCommitted || !b.resp.Replayed || b.resp.JobID != a.resp.JobID {
+		t.Fatalf("the one that waited: %+v %v, want a replay of job %s", b.resp, b.err, a.resp.JobID)
+	}
+	if n := m.FSM().Stats().Jobs; n != 1 {
+		t.Fatalf("%d jobs, want 1", n)
 	}
 }
 
