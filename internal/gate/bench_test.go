@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -72,6 +73,49 @@ func BenchmarkSubmitMiss(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		benchSubmit(b, h, fmt.Sprintf("bench:%d:%s", i, nonce))
+		i++
+	}
+}
+
+// benchPost serves a POST of body to path with an Idempotency-Key (as
+// pkg/client sends on every worker call) and returns the answer's body.
+func benchPost(b *testing.B, h http.Handler, path, key, body string) []byte {
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	req.Header.Set(api.HeaderIdempotencyKey, key)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		b.Fatalf("POST %s: HTTP %d: %s", path, rec.Code, rec.Body)
+	}
+	return rec.Body.Bytes()
+}
+
+// BenchmarkJobLifecycle is a job's whole life through the gate, as the
+// workers workload drives it, one op a job: its submission, a share of a
+// lease of 16 jobs, and its completion, each an HTTP request to the gate's
+// handler forwarded to the in-process manager (gate, RPC on both sides and
+// the manager's Raft commits, in one process).
+func BenchmarkJobLifecycle(b *testing.B) {
+	const batch = 16
+	h := benchGate(b)
+	var leases []api.Lease
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if len(leases) == 0 {
+			for j := range batch {
+				benchSubmit(b, h, fmt.Sprintf("life:%d:%s", i+j, nonce))
+			}
+			var l api.LeaseList
+			if err := json.Unmarshal(benchPost(b, h, "/v1/leases", fmt.Sprintf("w-lease-%d-%s", i, nonce),
+				`{"max_jobs":16,"lease_seconds":30,"wait_seconds":1}`), &l); err != nil || len(l.Leases) != batch {
+				b.Fatalf("lease: %d leases, %v", len(l.Leases), err)
+			}
+			leases = l.Leases
+		}
+		l := leases[0]
+		leases = leases[1:]
+		benchPost(b, h, "/v1/jobs/"+l.Job.JobID+"/complete", fmt.Sprintf("w-complete-%d-%s", i, nonce), `{"lease_id":"`+l.LeaseID+`","result":null}`)
 		i++
 	}
 }

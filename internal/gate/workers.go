@@ -79,7 +79,7 @@ func (g *Gate) serveWorkerCall(w http.ResponseWriter, r *http.Request, tenant st
 // serveKeyedCall runs c under key (checked; "" for none), or replays the
 // answer kept for the key.
 func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, key string, c workerCall) {
-	fp := sha256.Sum256(append([]byte(c.route+"\x00"), c.body...))
+	fp := callFingerprint(c.route, c.body)
 	run := func() *workerAnswer {
 		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ForwardTimeout+c.wait)
 		defer cancel()
@@ -106,6 +106,24 @@ func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, ke
 		return
 	}
 	g.writeWorkerAnswer(w, a, a.replayed)
+}
+
+// callFingerprint is the SHA-256 of route, a NUL and body, hashed from a
+// buffer on the stack when they fit in it (a worker call's body mostly
+// does): no allocation.
+func callFingerprint(route string, body []byte) [sha256.Size]byte {
+	var buf [512]byte
+	if len(route)+1+len(body) > len(buf) {
+		h := sha256.New()
+		h.Write([]byte(route))
+		h.Write([]byte{0})
+		h.Write(body)
+		var fp [sha256.Size]byte
+		h.Sum(fp[:0])
+		return fp
+	}
+	b := append(append(append(buf[:0], route...), 0), body...)
+	return sha256.Sum256(b)
 }
 
 func (g *Gate) replayWorkerAnswer(w http.ResponseWriter, a *workerAnswer, fp [sha256.Size]byte) {

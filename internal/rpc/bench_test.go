@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -164,5 +165,129 @@ func BenchmarkSubmit(b *testing.B) {
 		})
 		b.ReportMetric(float64(batchStats.sentItems.Load()-si0)/float64(max(batchStats.sent.Load()-s0, 1)), "subs/msg")
 		b.ReportMetric(float64(batchStats.receivedItems.Load()-ri0)/float64(max(batchStats.received.Load()-r0, 1)), "answers/msg")
+	})
+}
+
+// countingConn counts the reads and writes of a connection, each one a
+// syscall on a TCP connection (ioCounts, for BenchmarkSubmit and
+// BenchmarkWorkerCalls: reads/op and writes/op, both sides together).
+type countingConn struct {
+	net.Conn
+	n *ioCounts
+}
+
+type ioCounts struct{ reads, writes atomic.Int64 }
+
+func (c countingConn) Read(p []byte) (int, error) {
+	c.n.reads.Add(1)
+	return c.Conn.Read(p)
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.n.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// countingListener wraps every accepted connection in a countingConn.
+type countingListener struct {
+	net.Listener
+	n *ioCounts
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, l.n}, nil
+}
+
+// countedClient serves svc and returns a client of it whose connections,
+// and the server's, count their reads and writes in n.
+func countedClient(b *testing.B, svc Service, n *ioCounts) *Client {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := NewServer(svc, ServerConfig{})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(countingListener{ln, n}) }()
+	b.Cleanup(func() {
+		_ = srv.Close()
+		<-done
+	})
+	var d net.Dialer
+	c := NewClient(ClientConfig{Resolver: StaticResolver{ln.Addr().String()}, AttemptTimeout: time.Minute,
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{conn, n}, nil
+		}})
+	b.Cleanup(c.Close)
+	return c
+}
+
+// reportIO reports the reads and writes since n0 per op.
+func reportIO(b *testing.B, n *ioCounts, r0, w0 int64) {
+	b.ReportMetric(float64(n.reads.Load()-r0)/float64(b.N), "reads/op")
+	b.ReportMetric(float64(n.writes.Load()-w0)/float64(b.N), "writes/op")
+}
+
+// BenchmarkStreamIO is BenchmarkSubmit/stream with the reads and writes of
+// both sides' connections counted (each a syscall), and the submit stream's
+// messages: fewer, larger messages and flushes show as fewer writes/op.
+func BenchmarkStreamIO(b *testing.B) {
+	var n ioCounts
+	c := countedClient(b, trivialSvc{&fakeManager{leader: true}}, &n)
+	ctx := context.Background()
+	if _, err := c.Submit(ctx, benchRequest(0)); err != nil { // connect first
+		b.Fatal(err)
+	}
+	s0, r0 := batchStats.sent.Load(), batchStats.received.Load()
+	nr, nw := n.reads.Load(), n.writes.Load()
+	runConcurrent(b, func(i int64) (*SubmitResponse, error) {
+		return c.Submit(ctx, benchRequest(i))
+	})
+	reportIO(b, &n, nr, nw)
+	b.ReportMetric(float64(batchStats.sent.Load()-s0)/float64(b.N), "sends/op")
+	b.ReportMetric(float64(batchStats.received.Load()-r0)/float64(b.N), "recvs/op")
+}
+
+// BenchmarkWorkerCalls measures a worker call's cost on both sides, client
+// and server in one process, at 64 concurrent callers: complete (an item of
+// the submit stream) and lease (a unary call), against stubWorkers.
+func BenchmarkWorkerCalls(b *testing.B) {
+	ctx := context.Background()
+	b.Run("complete", func(b *testing.B) {
+		var n ioCounts
+		c := countedClient(b, workersManager{&fakeManager{leader: true}, stubWorkers{}}, &n)
+		if _, err := c.Complete(ctx, &CompleteRequest{Tenant: "t", JobID: "j", LeaseID: "l"}); err != nil {
+			b.Fatal(err)
+		}
+		nr, nw := n.reads.Load(), n.writes.Load()
+		runConcurrent(b, func(i int64) (*SubmitResponse, error) {
+			id := fmt.Sprintf("j-%012d", i)
+			_, err := c.Complete(ctx, &CompleteRequest{Tenant: "tenant-1", JobID: id, LeaseID: "l-" + id, Result: json.RawMessage(`{"ok":true}`)})
+			return &SubmitResponse{Outcome: OutcomeCommitted}, err
+		})
+		reportIO(b, &n, nr, nw)
+	})
+	b.Run("lease", func(b *testing.B) {
+		var n ioCounts
+		c := countedClient(b, workersManager{&fakeManager{leader: true}, stubWorkers{}}, &n)
+		req := func() *LeaseRequest {
+			return &LeaseRequest{Tenant: "tenant-1", Worker: "127.0.0.1:5555", Types: []string{"email.send"}, MaxJobs: 16, LeaseFor: 30 * time.Second}
+		}
+		if _, err := c.Lease(ctx, req()); err != nil {
+			b.Fatal(err)
+		}
+		nr, nw := n.reads.Load(), n.writes.Load()
+		runConcurrent(b, func(i int64) (*SubmitResponse, error) {
+			_, err := c.Lease(ctx, req())
+			return &SubmitResponse{Outcome: OutcomeCommitted}, err
+		})
+		reportIO(b, &n, nr, nw)
 	})
 }

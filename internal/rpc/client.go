@@ -238,8 +238,9 @@ func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*SubmitRespons
 	}
 	var resp *SubmitResponse
 	wait := time.Duration(req.WaitMillis) * time.Millisecond
+	pr := toPBRequest(req) // only read: every attempt's item carries it
 	err := c.retry(ctx, "submit", func(addr string) error {
-		r, err := c.streamAttempt(ctx, addr, "submit", &rpcpb.SubmitItem{Request: toPBRequest(req)}, n, wait)
+		r, err := c.streamAttempt(ctx, addr, "submit", &rpcpb.SubmitItem{Request: pr}, n, wait)
 		if err == nil {
 			resp = fromPBResponse(r.GetResponse())
 		}
@@ -251,36 +252,89 @@ func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*SubmitRespons
 	return resp, nil
 }
 
+// timerPool holds stopped timers for streamAttempt's wait: since Go 1.23 a
+// stopped timer's channel holds no stale tick, so a timer is reused with
+// Reset.
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
 // streamAttempt sends item (size: its approximate bytes) on a lane to addr
 // and waits for its answer, for at most AttemptTimeout+extra; a caller that
 // stops waiting cancels it there. An answered error is returned as its
-// *Error.
+// *Error. item is the attempt's own: the lane sets its Id and
+// TimeoutMicros; what it points to is only read.
+//
+// On a live lane the attempt allocates no context: its bound is a pooled
+// timer beside ctx, and the call and its channel come from the lane's pool.
 func (c *Client) streamAttempt(ctx context.Context, addr, what string, item *rpcpb.SubmitItem, size int, extra time.Duration) (*rpcpb.SubmitResult, error) {
-	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
-	defer cancel()
-	l, err := c.lane(actx, addr)
+	timeout := c.cfg.AttemptTimeout + extra
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	slot := c.laneRR.Add(1)
+	l := c.liveLane(addr, slot)
+	if l == nil {
+		dctx, cancel := context.WithDeadline(ctx, deadline)
+		var err error
+		l, err = c.lane(dctx, addr, slot)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
+	}
+	call, err := l.enqueue(item, size, deadline)
 	if err != nil {
 		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
 	}
-	deadline, _ := actx.Deadline()
-	// A new item per attempt (the lane sets its Id and TimeoutMicros); the
-	// request it carries is only read.
-	it := &rpcpb.SubmitItem{Request: item.Request, Heartbeat: item.Heartbeat, Complete: item.Complete, Fail: item.Fail}
-	call, err := l.enqueue(it, size, deadline)
-	if err != nil {
-		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
-	}
+	t := timerPool.Get().(*time.Timer)
+	t.Reset(time.Until(deadline))
+	defer func() {
+		t.Stop()
+		timerPool.Put(t)
+	}()
 	select {
 	case r := <-call.done:
+		l.release(call)
 		return r.res, r.err
-	case <-actx.Done():
+	case <-ctx.Done():
 		l.abandon(call)
-		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, actx.Err())
+		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, ctx.Err())
+	case <-t.C:
+		l.abandon(call)
+		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, context.DeadlineExceeded)
 	}
 }
 
-// lane returns a live lane to addr, dialling one if its slot has none.
-func (c *Client) lane(ctx context.Context, addr string) (*lane, error) {
+// liveLane returns the live lane of slot (modulo the slots) to addr, nil
+// when it has none (then lane dials one).
+func (c *Client) liveLane(addr string, slot uint64) *lane {
+	c.mu.Lock()
+	p := c.peers[addr]
+	closed := c.closed
+	c.mu.Unlock()
+	if p == nil || closed {
+		return nil
+	}
+	s := &p.slots[slot%uint64(len(p.slots))]
+	s.mu.Lock()
+	l := s.l
+	s.mu.Unlock()
+	if l == nil || l.dead() {
+		return nil
+	}
+	return l
+}
+
+// lane returns the live lane of slot (modulo the slots) to addr, dialling
+// one if the slot has none.
+func (c *Client) lane(ctx context.Context, addr string, slot uint64) (*lane, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -292,7 +346,7 @@ func (c *Client) lane(ctx context.Context, addr string) (*lane, error) {
 		c.peers[addr] = p
 	}
 	c.mu.Unlock()
-	s := &p.slots[c.laneRR.Add(1)%uint64(len(p.slots))]
+	s := &p.slots[slot%uint64(len(p.slots))]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.l != nil && !s.l.dead() {

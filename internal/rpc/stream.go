@@ -79,8 +79,14 @@ type lane struct {
 	cancels []uint64
 	pending map[uint64]*call // queued or sent, not answered
 	nextID  uint64
-	err     error // non-nil once the lane is dead
+	err     error   // non-nil once the lane is dead
+	free    []*call // answered calls, for enqueue to reuse (release)
+
+	batch rpcpb.SubmitBatch // the sender's message, reused for every Send
 }
+
+// maxFreeCalls bounds a lane's free calls.
+const maxFreeCalls = 1024
 
 // dialOptions are the options of every connection to a manager: TLS or
 // plain, the cluster secret on every call, dial, backoff, keepalive and the
@@ -172,11 +178,33 @@ func (l *lane) enqueue(item *rpcpb.SubmitItem, size int, deadline time.Time) (*c
 		return nil, l.err
 	}
 	l.nextID++
-	c := &call{id: l.nextID, item: item, size: size, deadline: deadline, done: make(chan callResult, 1)}
+	var c *call
+	if n := len(l.free); n > 0 {
+		c = l.free[n-1]
+		l.free[n-1] = nil
+		l.free = l.free[:n-1]
+		c.id, c.item, c.size, c.deadline = l.nextID, item, size, deadline
+	} else {
+		c = &call{id: l.nextID, item: item, size: size, deadline: deadline, done: make(chan callResult, 1)}
+	}
 	l.pending[c.id] = c
 	l.queue = append(l.queue, c)
 	l.wake.Signal()
 	return c, nil
+}
+
+// release gives back c, whose answer its caller has taken from c.done:
+// nothing else refers to it any more (it left pending and the queue when
+// it was answered), so enqueue may hand it out again. An abandoned call is
+// never released: a dropped one stays in the queue until the sender skips
+// it.
+func (l *lane) release(c *call) {
+	*c = call{done: c.done}
+	l.mu.Lock()
+	if len(l.free) < maxFreeCalls {
+		l.free = append(l.free, c)
+	}
+	l.mu.Unlock()
 }
 
 // abandon stops waiting for c: a queued call is not sent; a sent one is
@@ -242,8 +270,11 @@ func (l *lane) send() {
 			l.mu.Unlock()
 			return
 		}
-		batch := &rpcpb.SubmitBatch{Cancel: l.cancels}
-		l.cancels = nil
+		// The message and its slices are reused: gRPC has encoded the
+		// message when Send returns and keeps no reference to it.
+		batch := &l.batch
+		batch.Cancel = append(batch.Cancel[:0], l.cancels...)
+		l.cancels = l.cancels[:0]
 		bytes, n := 0, 0
 		for n < len(l.queue) && len(batch.Items) < maxBatchItems {
 			c := l.queue[n]
@@ -265,9 +296,11 @@ func (l *lane) send() {
 			}
 			batch.Items = append(batch.Items, it)
 		}
-		l.queue = l.queue[n:]
-		if len(l.queue) == 0 {
-			l.queue = nil // let the backing array go
+		if n == len(l.queue) {
+			clear(l.queue[:n])
+			l.queue = l.queue[:0] // the backing array is reused
+		} else {
+			l.queue = l.queue[n:]
 		}
 		l.mu.Unlock()
 		if len(batch.Items) == 0 && len(batch.Cancel) == 0 {
@@ -275,7 +308,10 @@ func (l *lane) send() {
 		}
 		batchStats.sent.Add(1)
 		batchStats.sentItems.Add(int64(len(batch.Items)))
-		if err := l.stream.Send(batch); err != nil {
+		err := l.stream.Send(batch)
+		clear(batch.Items) // keep no item past its Send
+		batch.Items = batch.Items[:0]
+		if err != nil {
 			l.fail(fmt.Errorf("submit stream to %s: send: %w", l.addr, err))
 			return
 		}

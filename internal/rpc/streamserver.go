@@ -232,12 +232,15 @@ func (sv *service) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpc
 	sendErr := make(chan error, 1)
 	go func() {
 		var failed error
+		// One message, reused for every Send: gRPC has encoded it when
+		// Send returns and keeps no reference to it.
+		msg := &rpcpb.SubmitResults{}
 		for r := range out {
 			if failed != nil {
 				continue // the stream is broken; drain
 			}
 			runtime.Gosched() // let answers that are resolving join this message
-			msg := &rpcpb.SubmitResults{Results: []*rpcpb.SubmitResult{r}}
+			msg.Results = append(msg.Results[:0], r)
 			size := approxResultSize(r)
 		more:
 			for len(msg.Results) < maxBatchItems && size < maxBatchBytes {
@@ -255,6 +258,7 @@ func (sv *service) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpc
 			if err := stream.Send(msg); err != nil {
 				failed = err
 			}
+			clear(msg.Results) // keep no answer past its Send
 		}
 		sendErr <- failed
 	}()

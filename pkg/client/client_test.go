@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -355,5 +356,61 @@ func TestSubmitUsesKeys(t *testing.T) {
 	noKeys, _ := New([]string{srv.URL}, fastOpts())
 	if _, err := noKeys.Submit(context.Background(), api.JobRequest{Type: "demo"}); !errors.Is(err, ErrNoKeys) {
 		t.Fatalf("Submit without Keys: %v", err)
+	}
+}
+
+// The default transport keeps a connection per concurrent call: rounds of
+// 64 calls at once, each held at the gate until all 64 have arrived, open
+// 64 connections in the first round and reuse them in the next (net/http's
+// default transport keeps 2 idle per host, and so opened ~62 a round).
+func TestDefaultTransportReusesConnections(t *testing.T) {
+	const concurrent, rounds = 64, 5
+	var conns atomic.Int64
+	var mu sync.Mutex
+	arrived := 0
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		wait := release
+		if arrived++; arrived == concurrent {
+			arrived = 0
+			close(release)
+			release = make(chan struct{})
+		}
+		mu.Unlock()
+		<-wait
+		w.Header().Set("Content-Type", api.ContentTypeJSON)
+		_ = json.NewEncoder(w).Encode(api.Job{JobID: "j1", Status: "succeeded"})
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	opts := fastOpts()
+	opts.AttemptTimeout = time.Minute // a round waits for its slowest call
+	c, err := New([]string{srv.URL}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.hc.CloseIdleConnections()
+	for range rounds {
+		var wg sync.WaitGroup
+		for i := range concurrent {
+			wg.Go(func() {
+				if _, err := c.Complete(context.Background(), fmt.Sprintf("j%d", i), "l", nil); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// The first round's 64, and at most another round's worth for calls
+	// that started before their connection was back in the idle pool.
+	if n := conns.Load(); n < concurrent || n > 2*concurrent {
+		t.Fatalf("%d rounds of %d concurrent calls opened %d connections, want %d to %d", rounds, concurrent, n, concurrent, 2*concurrent)
 	}
 }
