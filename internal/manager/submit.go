@@ -284,15 +284,6 @@ func (m *Manager) admit(e ledger.Entry) decision {
 	return decision{admit: true}
 }
 
-// rejectedTTL is the REJECTED lifetime of e's key: its own ResultTTL, fixed
-// at its first admission, else the default.
-func (m *Manager) rejectedTTL(e ledger.Entry) time.Duration {
-	if e.ResultTTL > 0 {
-		return e.ResultTTL
-	}
-	return m.cfg.Idempotency.RejectedTTL
-}
-
 // outcomeCommand runs admission on e (an entry reserved, or about to be in
 // the same Admit) and returns the Commit or Reject that records it, stamped
 // with now; the key's TTL counts from basis (zero: now, see expiryBasis).
