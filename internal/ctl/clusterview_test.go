@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,5 +120,31 @@ func TestClusterViewThroughAGate(t *testing.T) {
 	two := writeTemp(t, t.TempDir(), "two", "a b\n")
 	if code, _, errOut := oncectl(t, "--gates", url, "cluster", "view", "--operator-token-file", two); code != ExitUsage {
 		t.Errorf("a token file of two words: exit %d, %s", code, errOut)
+	}
+}
+
+// TestJobWatchDefaultsToNamedDatacenters: without --datacenters, job watch
+// follows every datacenter the job's submission named (named_datacenters),
+// not only the copy it first read.
+func TestJobWatchDefaultsToNamedDatacenters(t *testing.T) {
+	const id = "j-1"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dc := r.URL.Query().Get("datacenter")
+		if r.URL.Path != "/v1/jobs/"+id || dc == "dc2" {
+			w.Header().Set("Content-Type", api.ContentTypeProblem)
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(api.CodeJobNotFound), Status: http.StatusNotFound,
+				Code: api.CodeJobNotFound, Detail: "no job"})
+			return
+		}
+		w.Header().Set("Content-Type", api.ContentTypeJSON)
+		_ = json.NewEncoder(w).Encode(api.Job{JobID: id, Status: api.JobStatusCommitted,
+			Datacenters:      map[string]api.DatacenterStatus{"dc1": {Status: api.JobStatusCommitted}},
+			NamedDatacenters: []string{"dc1", "dc2"}})
+	}))
+	defer srv.Close()
+	code, out, errOut := oncectl(t, "--gates", srv.URL, "--timeout", "300ms", "job", "watch", id, "--interval", "50ms")
+	if code != ExitFailure || !strings.Contains(out, "dc1=committed dc2=missing") {
+		t.Fatalf("job watch: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
