@@ -118,7 +118,8 @@ func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "oncectl",
 		Short: "Submit and read once jobs, and operate a once datacenter",
-		Long: `oncectl talks to once's gates (submit, job, key) and managers (cluster, raft).
+		Long: `oncectl talks to once's gates (submit, job, key, cluster view) and managers (cluster status
+and members, raft, snapshot, gossip).
 
 Endpoints come from --gates / --managers, or from ` + EnvGates + ` / ` + EnvManagers + `
 (comma-separated); the bearer token from --token or ` + EnvToken + `.

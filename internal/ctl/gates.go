@@ -168,7 +168,7 @@ func jobCmd(g *globals) *cobra.Command {
 		Use:   "watch JOB_ID [--datacenters dc1,dc2]",
 		Short: "Follow a job until every datacenter holds it",
 		Long: `Follow a job until each of --datacenters holds it (default: the datacenters
-its body names; a job read from one datacenter names that one): one line
+its submission named, its named_datacenters; a job of one datacenter, that one): one line
 whenever what the datacenters hold changes (a datacenter that was unreachable
 at submission gets the job later, from the other datacenters' outboxes).
 Exits 0 once every datacenter holds the job, 1 when --timeout passes first or
@@ -184,7 +184,7 @@ the job is not found anywhere.`,
 		},
 	}
 	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to read the job")
-	watch.Flags().StringSliceVar(&dcs, "datacenters", nil, "the datacenters that must hold the job (default: those its body names)")
+	watch.Flags().StringSliceVar(&dcs, "datacenters", nil, "the datacenters that must hold the job (default: those its submission named)")
 	job.AddCommand(get, list, watch,
 		jobActionCmd(g, "cancel", "Cancel a queued job: it ends cancelled and is never leased",
 			func(c *client.Client) func(context.Context, string, string) (*client.Result, error) { return c.Cancel }),
@@ -284,13 +284,18 @@ func (g *globals) watchJob(ctx context.Context, c *client.Client, id string, dcs
 }
 
 // readJobView reads the job wherever it is, then each datacenter's copy
-// (dcs, or the datacenters its body names).
+// (dcs, or the datacenters its submission named: named_datacenters, or the
+// copy's own datacenter for a job of one).
 func readJobView(ctx context.Context, c *client.Client, id string, dcs []string) (jobView, error) {
 	j, err := c.GetJob(ctx, id)
 	if err != nil {
 		return jobView{}, err
 	}
-	if len(dcs) == 0 {
+	switch {
+	case len(dcs) > 0:
+	case len(j.NamedDatacenters) > 0: // a job of several datacenters
+		dcs = j.NamedDatacenters
+	default:
 		dcs = slices.Collect(maps.Keys(j.Datacenters))
 	}
 	v := jobView{Time: time.Now().UTC().Format(time.RFC3339), JobID: j.JobID, Datacenters: map[string]string{}, Complete: true}

@@ -99,7 +99,8 @@ func (g *globals) withManagers(cmd *cobra.Command, do func(context.Context, *rpc
 }
 
 func clusterCmd(g *globals) *cobra.Command {
-	cluster := &cobra.Command{Use: "cluster", Short: "Look at a datacenter's managers", Args: exactArgs(0, "a subcommand: status or members")}
+	cluster := &cobra.Command{Use: "cluster", Short: "Look at a datacenter's managers (status, members), or at the cluster through a gate (view)",
+		Args: exactArgs(0, "a subcommand: status, members or view")}
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Every manager's view: Raft state, leader, term, indexes, voters",
@@ -162,7 +163,7 @@ func clusterCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cluster.AddCommand(status, members)
+	cluster.AddCommand(status, members, clusterViewCmd(g))
 	return cluster
 }
 

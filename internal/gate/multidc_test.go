@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -355,5 +356,106 @@ func TestMultiDCOmittedListRetryThroughTheOtherGate(t *testing.T) {
 	wantHeader(t, single.submit(t, skey(41), `{"type":"x","datacenters":["dc1"]}`), api.HeaderReplayed, "true")
 	if info, err := m.GetKey(context.Background(), api.DefaultTenant, skey(41)); err != nil || info.State != api.KeyStateCommitted {
 		t.Fatalf("single datacenter's key %+v, %v", info, err)
+	}
+}
+
+// TestMultiDCNamedDatacenters: a read of a job whose submission named two
+// datacenters carries named_datacenters (the set, sorted) right after the
+// lifecycle members, through either gate, of either copy, in a list page,
+// a lease and a worker's answer; the 201 and its replays do not. A job of one
+// datacenter in the same federation reads as it always did: its 201's bytes
+// followed by its state, nothing else.
+func TestMultiDCNamedDatacenters(t *testing.T) {
+	f := startFederation(t, managertest.Options{}, managertest.Options{}, nil)
+	created := f.g1.submit(t, skey(1), `{"type":"x","payload":{"n":1},"datacenters":["dc2","dc1"]}`)
+	both := wantJob(t, created, http.StatusCreated)
+	if both.NamedDatacenters != nil || bytes.Contains(created.body, []byte("named_datacenters")) {
+		t.Fatalf("the 201 carries named_datacenters: %s", created.body)
+	}
+	replay := f.g2.submit(t, skey(1), `{"type":"x","payload":{"n":1},"datacenters":["dc1","dc2"]}`)
+	wantHeader(t, replay, api.HeaderReplayed, "true")
+	if !bytes.Equal(replay.body, created.body) {
+		t.Fatalf("replay differs:\n%s\n%s", replay.body, created.body)
+	}
+	// One datacenter's copy: its 201 members (its own datacenter in the
+	// map, its own creation time: the 201's is dc1's), its state, then the
+	// named set.
+	copyOf := func(dc, createdAt string) []byte {
+		var admission api.Job
+		decodeJSON(t, created.body, &admission)
+		admission.Datacenters = map[string]api.DatacenterStatus{dc: {Status: api.JobStatusCommitted}}
+		if dc != "dc1" {
+			admission.CreatedAt = createdAt
+		}
+		b, err := json.Marshal(admission)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(b[:len(b)-1], `,"state":"queued","named_datacenters":["dc1","dc2"]}`+"\n"...)
+	}
+	for _, read := range []struct {
+		g    *testGate
+		path string
+		dc   string
+	}{
+		{f.g1, "/v1/jobs/" + both.JobID, "dc1"},
+		{f.g2, "/v1/jobs/" + both.JobID, "dc2"},
+		{f.g1, "/v1/jobs/" + both.JobID + "?datacenter=dc2", "dc2"},
+		{f.g2, "/v1/jobs/" + both.JobID + "?datacenter=dc1", "dc1"},
+	} {
+		res := read.g.get(t, read.path)
+		got := wantJob(t, res, http.StatusOK)
+		if want := copyOf(read.dc, got.CreatedAt); !bytes.Equal(res.body, want) {
+			t.Fatalf("GET %s:\n%s\nwant\n%s", read.path, res.body, want)
+		}
+		if !slices.Equal(got.NamedDatacenters, []string{"dc1", "dc2"}) {
+			t.Fatalf("GET %s: named_datacenters %q", read.path, got.NamedDatacenters)
+		}
+	}
+
+	// A job of one datacenter, named or not, in the same federation.
+	for i, body := range []string{`{"type":"x","payload":{"n":2},"datacenters":["dc1"]}`, `{"type":"x","payload":{"n":3}}`} {
+		one := f.g1.submit(t, skey(2+i), body)
+		job := wantJob(t, one, http.StatusCreated)
+		res := f.g1.get(t, "/v1/jobs/"+job.JobID)
+		wantStatus(t, res, http.StatusOK)
+		want := append(bytes.Clone(one.body[:len(one.body)-2]), `,"state":"queued"}`+"\n"...)
+		if !bytes.Equal(res.body, want) {
+			t.Fatalf("GET of a job of one datacenter:\n%s\nwant\n%s", res.body, want)
+		}
+	}
+
+	// A list page of either datacenter.
+	for _, q := range []string{"", "?datacenter=dc2"} {
+		var list api.JobList
+		res := f.g1.get(t, "/v1/jobs"+q)
+		wantStatus(t, res, http.StatusOK)
+		decodeJSON(t, res.body, &list)
+		named := 0
+		for _, j := range list.Jobs {
+			if j.JobID == both.JobID && slices.Equal(j.NamedDatacenters, []string{"dc1", "dc2"}) {
+				named++
+			} else if j.NamedDatacenters != nil {
+				t.Fatalf("list%s: job %s of one datacenter carries %q", q, j.JobID, j.NamedDatacenters)
+			}
+		}
+		if named != 1 {
+			t.Fatalf("list%s: %s", q, res.body)
+		}
+	}
+
+	// A lease in dc2 and its complete.
+	leases := decodeLeases(t, f.g2.post(t, "/v1/leases", `{}`))
+	if len(leases) != 1 || leases[0].Job.JobID != both.JobID || !slices.Equal(leases[0].Job.NamedDatacenters, []string{"dc1", "dc2"}) {
+		t.Fatalf("dc2's leases %+v", leases)
+	}
+	res := f.g2.post(t, "/v1/jobs/"+both.JobID+"/complete", `{"lease_id":"`+leases[0].LeaseID+`","result":1}`)
+	done := wantJob(t, res, http.StatusOK)
+	if done.State != api.JobStatusSucceeded || !bytes.HasSuffix(res.body, []byte(`,"result":1,"named_datacenters":["dc1","dc2"]}`+"\n")) {
+		t.Fatalf("complete: %s", res.body)
+	}
+	// dc1's copy is its own: still queued.
+	if j := wantJob(t, f.g2.get(t, "/v1/jobs/"+both.JobID+"?datacenter=dc1"), http.StatusOK); j.State != api.JobStatusQueued {
+		t.Fatalf("dc1's copy is %s, want queued", j.State)
 	}
 }

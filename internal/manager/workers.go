@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/once-dev/once/internal/ledger"
@@ -219,8 +220,9 @@ func (m *Manager) Fail(ctx context.Context, req *rpc.FailRequest) (*api.Job, err
 }
 
 // apiJobRead is a job as reads and worker calls show it: the admission
-// answer's members (apiJob) and, for a job in the worker lifecycle, its
-// state, attempts, result and error.
+// answer's members (apiJob); for a job in the worker lifecycle, its
+// state, attempts, result and error; and for a job whose submission named
+// more than one datacenter, the set it named (namedDatacenters).
 func (m *Manager) apiJobRead(j ledger.Job) api.Job {
 	out := m.apiJob(j)
 	if j.Life != nil {
@@ -232,5 +234,35 @@ func (m *Manager) apiJobRead(j ledger.Job) api.Job {
 			}
 		}
 	}
+	out.NamedDatacenters = namedDatacenters(j.Datacenters)
 	return out
+}
+
+// namedDatacenters is a read's named_datacenters member: nil for a job of
+// one datacenter (whose answer stays the bytes it always was), else the set
+// the submission named, sorted, each name once. The ledger stores the set
+// the gate resolved (sorted, each name once), and then this is that slice
+// itself, shared read-only like the job's payload; anything else is copied.
+func namedDatacenters(dcs []string) []string {
+	if len(dcs) < 2 {
+		return nil
+	}
+	if strictlySorted(dcs) {
+		return dcs
+	}
+	out := slices.Compact(slices.Sorted(slices.Values(dcs)))
+	if len(out) < 2 {
+		return nil
+	}
+	return out
+}
+
+// strictlySorted reports whether names are in increasing order, each once.
+func strictlySorted(names []string) bool {
+	for i := 1; i < len(names); i++ {
+		if names[i] <= names[i-1] {
+			return false
+		}
+	}
+	return true
 }

@@ -95,21 +95,23 @@ func fromPBResponse(p *rpcpb.SubmitResponse) *SubmitResponse {
 	return r
 }
 
-// toPBJob and fromPBJob carry an api.Job: every member, an empty payload
-// or result as none, a nil Datacenters map apart from an empty one.
+// toPBJob and fromPBJob carry an api.Job: every member, an empty payload,
+// result or named datacenters as none, a nil Datacenters map apart from an
+// empty one.
 func toPBJob(j *api.Job) *rpcpb.Job {
 	pj := &rpcpb.Job{
-		JobId:          j.JobID,
-		Type:           j.Type,
-		Status:         j.Status,
-		IdempotencyKey: j.IdempotencyKey,
-		CreatedAt:      j.CreatedAt,
-		Payload:        j.Payload,
-		DatacentersSet: j.Datacenters != nil,
-		State:          j.State,
-		Attempts:       int64(j.Attempts),
-		Result:         j.Result,
-		Error:          j.Error,
+		JobId:            j.JobID,
+		Type:             j.Type,
+		Status:           j.Status,
+		IdempotencyKey:   j.IdempotencyKey,
+		CreatedAt:        j.CreatedAt,
+		Payload:          j.Payload,
+		DatacentersSet:   j.Datacenters != nil,
+		State:            j.State,
+		Attempts:         int64(j.Attempts),
+		Result:           j.Result,
+		Error:            j.Error,
+		NamedDatacenters: j.NamedDatacenters,
 	}
 	if len(j.Datacenters) > 0 {
 		pj.Datacenters = make(map[string]*rpcpb.DatacenterStatus, len(j.Datacenters))
@@ -136,6 +138,9 @@ func fromPBJob(pj *rpcpb.Job) *api.Job {
 	}
 	if len(pj.GetResult()) > 0 {
 		j.Result = pj.GetResult()
+	}
+	if len(pj.GetNamedDatacenters()) > 0 {
+		j.NamedDatacenters = pj.GetNamedDatacenters()
 	}
 	if pj.GetDatacentersSet() {
 		j.Datacenters = make(map[string]api.DatacenterStatus, len(pj.GetDatacenters()))
@@ -180,6 +185,9 @@ func approxResultSize(r *rpcpb.SubmitResult) int {
 	}
 	if j := r.GetJob(); j != nil {
 		n += 128 + len(j.Payload) + len(j.Result) + len(j.IdempotencyKey) + len(j.Error)
+		for _, dc := range j.NamedDatacenters {
+			n += 2 + len(dc)
+		}
 	}
 	if e := r.GetError(); e != nil {
 		n += len(e.Message) + len(e.Leader)

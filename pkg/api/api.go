@@ -145,12 +145,19 @@ type Job struct {
 	// Error is the last failed attempt's message (failed, dead, or queued
 	// again after a failure).
 	Error string `json:"error,omitempty"`
+	// NamedDatacenters is, for a job whose submission named more than one
+	// datacenter, the set it named (sorted): the datacenters that each hold
+	// a copy of the job, each readable with ?datacenter=NAME. Absent for a
+	// job of one datacenter, and in the admission answer (whose Datacenters
+	// map names them all already).
+	NamedDatacenters []string `json:"named_datacenters,omitempty"`
 }
 
 // Admission returns the job as its admission answer (POST /v1/jobs) shows
-// it: without the worker lifecycle's members, which reads add.
+// it: without the worker lifecycle's members and the named datacenters,
+// which reads add.
 func (j Job) Admission() Job {
-	j.State, j.Attempts, j.Result, j.Error = "", 0, nil, ""
+	j.State, j.Attempts, j.Result, j.Error, j.NamedDatacenters = "", 0, nil, "", nil
 	return j
 }
 

@@ -252,6 +252,24 @@ func (c *Client) GetKey(ctx context.Context, key string) (*api.KeyInfo, error) {
 	return &k, nil
 }
 
+// Cluster reads GET /v1/cluster: the gate's datacenter as its managers
+// report it, its gates and the federation's datacenters (docs/api.md,
+// "Operations"). It needs an operator's token (Options.Token set to a token
+// of the gate's GATE_OPERATOR_TOKEN_FILE), or a gate with no token file at
+// all; a tenant's token is an error matching ErrUnauthorized. A manager or
+// datacenter that did not answer the gate is listed with its Error, not
+// returned as one.
+func (c *Client) Cluster(ctx context.Context) (*api.Cluster, error) {
+	var v api.Cluster
+	err := c.do(ctx, http.MethodGet, "/v1/cluster", nil, nil, func(_ *http.Response, b []byte) error {
+		return json.Unmarshal(b, &v)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // ListOptions filter ListJobs.
 type ListOptions struct {
 	Type   string

@@ -42,8 +42,9 @@ func startFederation(t *testing.T) *localcluster.Federation {
 
 // TestConsoleInBrowserTwoDatacenters: the console of dc1's gate in a
 // federation of dc1 and dc2. A job submitted through the API for both
-// datacenters has a page for each datacenter's copy, committed and queued in
-// each; the cluster view lists both datacenters, each with its outbox
+// datacenters (then cancelled in dc2) shows, from its named_datacenters, a
+// tab for each datacenter's copy with that copy's state, and each tab opens
+// its copy; the cluster view lists both datacenters, each with its outbox
 // backlog.
 func TestConsoleInBrowserTwoDatacenters(t *testing.T) {
 	f := startFederation(t)
@@ -60,22 +61,41 @@ func TestConsoleInBrowserTwoDatacenters(t *testing.T) {
 	}
 	job := res.Job.JobID
 
-	// The tenant: the job's page reads one datacenter's copy (the gate's own
-	// first, as GET /v1/jobs/{job_id} does), and with ?datacenter= the other's:
-	// each lists its datacenter with the job's state there.
-	p.signIn(tokenAlpha, "")
-	for _, dc := range []string{"", "dc1", "dc2"} {
-		frag, want := "#/job/"+job, "dc1: committed"
-		if dc != "" {
-			frag, want = frag+"?datacenter="+dc, dc+": committed"
-		}
-		p.open(frag)
-		p.until("the page of "+frag, fmt.Sprintf(`(document.getElementById("job-datacenters") || {}).textContent === %q`, want))
-		p.wait("the job, queued in "+want, `#job-state [data-state="queued"]`)
-		if got := p.text("#job-id"); got != job {
-			t.Fatalf("%s shows job %q, want %q", frag, got, job)
-		}
+	// Each datacenter's copy is its own: dc2's is cancelled (through a dc2
+	// gate: an action acts on its gate's datacenter's copy), dc1's stays
+	// queued.
+	if _, err := newClient(t, f.DC("dc2").GateURLs()[0], tokenAlpha).Cancel(ctx, job, ""); err != nil {
+		t.Fatal(err)
 	}
+
+	// The tenant: the job's page reads one datacenter's copy (the gate's own
+	// first, as GET /v1/jobs/{job_id} does) and, from the job's
+	// named_datacenters, every named datacenter's copy: one tab each, with
+	// that copy's state. A tab opens its copy.
+	p.signIn(tokenAlpha, "")
+	p.open("#/job/" + job)
+	datacenters := func(want string) string {
+		return fmt.Sprintf(`(document.getElementById("job-datacenters") || {}).textContent === %q`, want)
+	}
+	tabs := `[...document.querySelectorAll("#job-copies a")].map(a => a.dataset.datacenter + ":" +
+		(a.querySelector("[data-state]") || {dataset: {}}).dataset.state).join(",")`
+	current := `(document.querySelector("#job-copies a.current") || {dataset: {}}).dataset.datacenter`
+	p.until("dc1's copy", datacenters("dc1: committed"))
+	p.wait("dc1's copy, queued", `#job-state [data-state="queued"]`)
+	p.until("a tab per named datacenter with its copy's state", tabs+` === "dc1:queued,dc2:cancelled"`)
+	if got := eval[string](p, "the current tab", current); got != "dc1" {
+		t.Errorf("the current tab is %q, want dc1", got)
+	}
+	p.run("open dc2's tab", chromedp.Click(chromedp.CSS(`#job-copies a[data-datacenter="dc2"]`)))
+	p.until("dc2's copy", datacenters("dc2: committed")+` && location.hash.endsWith("?datacenter=dc2")`)
+	p.wait("dc2's copy, cancelled", `#job-state [data-state="cancelled"]`)
+	p.until("the tabs again, dc2 current", tabs+` === "dc1:queued,dc2:cancelled" && `+current+` === "dc2"`)
+	if got := p.text("#job-id"); got != job {
+		t.Fatalf("dc2's tab shows job %q, want %q", got, job)
+	}
+	p.run("open dc1's tab", chromedp.Click(chromedp.CSS(`#job-copies a[data-datacenter="dc1"]`)))
+	p.until("dc1's copy again", datacenters("dc1: committed")+` && `+current+` === "dc1"`)
+	p.wait("dc1's copy, queued again", `#job-state [data-state="queued"]`)
 	if got := res.Job.Datacenters; got["dc1"].Status != api.JobStatusCommitted || got["dc2"].Status != api.JobStatusCommitted {
 		t.Fatalf("the submitted job's datacenters: %+v", got)
 	}

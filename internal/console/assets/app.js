@@ -230,13 +230,46 @@
     }
     cancel.addEventListener("click", function () { act("cancel"); });
     retry.addEventListener("click", function () { act("retry"); });
+    // copyPath reads one datacenter's copy of the job.
+    function copyPath(d) { return path + "?datacenter=" + encodeURIComponent(d); }
+    // copies reads the copy of every datacenter the submission named
+    // (named_datacenters; absent for a job of one datacenter), each with
+    // ?datacenter=NAME, reusing the copy j already read; a copy that cannot
+    // be read carries its error.
+    function copies(j) {
+      var named = j.named_datacenters || [];
+      var own = Object.keys(j.datacenters || {});
+      return Promise.all(named.map(function (d) {
+        if (own.length === 1 && own[0] === d) return { dc: d, job: j };
+        return call("GET", copyPath(d), token()).then(function (res) { return { dc: d, job: res.data }; },
+          function (err) { return { dc: d, err: err }; });
+      }));
+    }
+    // copyTabs is one tab per named datacenter, each a link to that copy's
+    // page with the copy's state; the tab of the copy shown is current.
+    function copyTabs(j, cs) {
+      var shown = Object.keys(j.datacenters || {});
+      var nav = el("nav", { "class": "tabs", id: "job-copies", "aria-label": "the job's copy in each datacenter" });
+      cs.forEach(function (c) {
+        var current = shown.length === 1 && shown[0] === c.dc;
+        var failed = !c.err ? "" : c.err instanceof ApiError ? (c.err.problem.code || "HTTP " + c.err.status) : "unreachable";
+        var st = c.err ? el("span", { "class": "state state-unknown", "data-state": "", text: failed }) : stateBadge(c.job);
+        nav.appendChild(el("a", { href: "#/job/" + encodeURIComponent(id) + "?datacenter=" + encodeURIComponent(c.dc),
+          "class": current ? "tab current" : "tab", "aria-current": current ? "page" : null, "data-datacenter": c.dc,
+          title: c.err ? String(c.err.message || c.err) : null }, c.dc + " ", st));
+      });
+      return nav;
+    }
     function refresh() {
       return call("GET", path + (dc ? "?datacenter=" + encodeURIComponent(dc) : ""), token()).then(function (res) {
+        return copies(res.data).then(function (cs) { return { j: res.data, cs: cs }; });
+      }).then(function (got) {
         if (gen !== generation) return;
-        var j = res.data;
+        var j = got.j;
         cancel.disabled = j.state !== "queued";
         retry.disabled = !(j.state === "failed" || j.state === "dead");
         box.textContent = "";
+        if (got.cs.length) box.appendChild(copyTabs(j, got.cs));
         var dl = el("dl", { "class": "kv" });
         function row(k, v, id) { dl.appendChild(el("dt", { text: k })); dl.appendChild(el("dd", id ? { id: id } : null, v)); }
         row("state", stateBadge(j), "job-state");
@@ -248,7 +281,8 @@
         var dcs = Object.keys(j.datacenters || {}).sort().map(function (d) { return d + ": " + j.datacenters[d].status; });
         row("datacenters", dcs.join(", "), "job-datacenters");
         Object.keys(j).forEach(function (k) {
-          if (["job_id", "type", "status", "idempotency_key", "created_at", "datacenters", "payload", "state", "attempts", "result", "error"].indexOf(k) < 0) {
+          if (["job_id", "type", "status", "idempotency_key", "created_at", "datacenters", "payload", "state", "attempts", "result", "error",
+            "named_datacenters"].indexOf(k) < 0) {
             row(k.replace(/_/g, " "), typeof j[k] === "object" ? json(j[k]) : String(j[k]));
           }
         });

@@ -664,12 +664,15 @@ type Job struct {
 	// datacenters_set distinguishes an empty map from none.
 	DatacentersSet bool `protobuf:"varint,8,opt,name=datacenters_set,json=datacentersSet,proto3" json:"datacenters_set,omitempty"`
 	// The worker lifecycle's members (absent in an admission answer).
-	State         string `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`
-	Attempts      int64  `protobuf:"varint,10,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	Result        []byte `protobuf:"bytes,11,opt,name=result,proto3" json:"result,omitempty"`
-	Error         string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	State    string `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`
+	Attempts int64  `protobuf:"varint,10,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Result   []byte `protobuf:"bytes,11,opt,name=result,proto3" json:"result,omitempty"`
+	Error    string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	// The set of datacenters the submission named, sorted, when it named
+	// more than one (a read's; absent in an admission answer).
+	NamedDatacenters []string `protobuf:"bytes,13,rep,name=named_datacenters,json=namedDatacenters,proto3" json:"named_datacenters,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -784,6 +787,13 @@ func (x *Job) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Job) GetNamedDatacenters() []string {
+	if x != nil {
+		return x.NamedDatacenters
+	}
+	return nil
 }
 
 // DatacenterStatus mirrors api.DatacenterStatus.
@@ -2049,7 +2059,7 @@ const file_manager_proto_rawDesc = "" +
 	"\trejection\x18\x05 \x01(\v2\x16.once.rpc.v1.RejectionR\trejection\x12/\n" +
 	"\x14expires_at_unix_nano\x18\x06 \x01(\x03R\x11expiresAtUnixNano\x12'\n" +
 	"\x0fremaining_nanos\x18\a \x01(\x03R\x0eremainingNanos\x12\x12\n" +
-	"\x04home\x18\b \x01(\tR\x04home\"\xd7\x03\n" +
+	"\x04home\x18\b \x01(\tR\x04home\"\x84\x04\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x16\n" +
@@ -2064,7 +2074,8 @@ const file_manager_proto_rawDesc = "" +
 	"\battempts\x18\n" +
 	" \x01(\x03R\battempts\x12\x16\n" +
 	"\x06result\x18\v \x01(\fR\x06result\x12\x14\n" +
-	"\x05error\x18\f \x01(\tR\x05error\x1a]\n" +
+	"\x05error\x18\f \x01(\tR\x05error\x12+\n" +
+	"\x11named_datacenters\x18\r \x03(\tR\x10namedDatacenters\x1a]\n" +
 	"\x10DatacentersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.once.rpc.v1.DatacenterStatusR\x05value:\x028\x01\"B\n" +
