@@ -199,7 +199,10 @@ type WorkerOptions struct {
 // until ctx ends; it then waits for the running handlers (their contexts
 // are cancelled) and returns nil. While a handler runs, its lease is
 // heartbeated every third of opts.LeaseFor; a lost lease cancels the
-// handler's context and its outcome is not reported. Delivery is at least
+// handler's context and its outcome is not reported. Completions that
+// finish while one is being sent go together in the next CompleteMany (up
+// to api.MaxCompletions; a lone one is sent at once, with no timer), each
+// still reported once and its refusal its own. Delivery is at least
 // once: a handler must tolerate running a job again (docs/workers.md says
 // how to make it idempotent with the job id).
 func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
