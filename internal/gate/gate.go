@@ -239,6 +239,7 @@ func (g *Gate) routes() {
 	g.route("POST /v1/jobs/{job_id}/heartbeat", g.handleHeartbeat)
 	g.route("POST /v1/jobs/{job_id}/complete", g.handleComplete)
 	g.route("POST /v1/jobs/{job_id}/fail", g.handleFail)
+	g.route("POST /v1/completions", g.handleCompletions)
 	g.route("POST /v1/jobs/{job_id}/cancel", g.handleCancel)
 	g.route("POST /v1/jobs/{job_id}/retry", g.handleRetry)
 	g.route("GET /healthz", g.handleHealthz)

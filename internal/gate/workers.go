@@ -47,6 +47,9 @@ type workerAnswer struct {
 	retryAfter  bool
 	// replayed: the leader answered from its memory of lease answers.
 	replayed bool
+	// transient: the answer decided nothing for a part of the call (an item
+	// of a batch answered 5xx), so it is not kept for a retry.
+	transient bool
 }
 
 // size is what a kept answer costs: its body and a fixed overhead.
@@ -96,7 +99,7 @@ func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, ke
 		// A 503 or 500 decided nothing: a retry must run again. Nor did a
 		// 422: the leader keeps this key's answer to another request, and
 		// the retry with that request must be given it.
-		return a, a.status < 500 && a.status != http.StatusUnprocessableEntity
+		return a, a.status < 500 && a.status != http.StatusUnprocessableEntity && !a.transient
 	})
 	if err != nil {
 		return // the client has gone

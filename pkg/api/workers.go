@@ -92,3 +92,34 @@ type FailRequest struct {
 	// again after the leader's backoff, until its last attempt.
 	Retry *bool `json:"retry,omitempty"`
 }
+
+// MaxCompletions bounds the items of one POST /v1/completions.
+const MaxCompletions = 100
+
+// Completion is one item of POST /v1/completions: a complete call's body
+// and the job it names.
+type Completion struct {
+	JobID   string `json:"job_id"`
+	LeaseID string `json:"lease_id"`
+	// Result is any JSON value, stored with the job (null when absent).
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// CompletionsRequest is the body of POST /v1/completions: 1..MaxCompletions
+// items, each judged as its own POST /v1/jobs/{id}/complete.
+type CompletionsRequest struct {
+	Completions []Completion `json:"completions"`
+}
+
+// CompletionResult is one item's answer: the job (what the single call
+// answers 200), or the problem the single call would answer.
+type CompletionResult struct {
+	Job   *Job     `json:"job,omitempty"`
+	Error *Problem `json:"error,omitempty"`
+}
+
+// CompletionsResponse is the 200 answer to POST /v1/completions: one result
+// per item, in the items' order.
+type CompletionsResponse struct {
+	Results []CompletionResult `json:"results"`
+}

@@ -99,6 +99,61 @@ func (c *Client) Complete(ctx context.Context, jobID, leaseID string, result any
 	return &job, nil
 }
 
+// Completion is one item of CompleteMany: a leased job and its result (any
+// value encoding/json encodes; nil is null).
+type Completion struct {
+	JobID   string
+	LeaseID string
+	Result  any
+}
+
+// CompletionResult is one item's outcome: the job, or the error its own
+// Complete would have returned (an *Error: errors.Is(err, ErrLeaseLost),
+// ErrJobNotFound, ErrBudgetExceeded…).
+type CompletionResult struct {
+	Job *api.Job
+	Err error
+}
+
+// CompleteMany completes up to api.MaxCompletions leased jobs in one
+// request (POST /v1/completions), each judged as its own Complete. The
+// results are in items' order. The error is the request's own (nothing
+// was completed then, or the request may be sent again: completing is
+// idempotent); an item's refusal is in its result only.
+func (c *Client) CompleteMany(ctx context.Context, items []Completion) ([]CompletionResult, error) {
+	if len(items) == 0 || len(items) > api.MaxCompletions {
+		return nil, fmt.Errorf("client: %d completions, want 1..%d", len(items), api.MaxCompletions)
+	}
+	req := api.CompletionsRequest{Completions: make([]api.Completion, len(items))}
+	for i, it := range items {
+		raw, err := json.Marshal(it.Result)
+		if err != nil {
+			return nil, fmt.Errorf("client: encoding the result of job %s: %w", it.JobID, err)
+		}
+		req.Completions[i] = api.Completion{JobID: it.JobID, LeaseID: it.LeaseID, Result: raw}
+	}
+	var out api.CompletionsResponse
+	if err := c.workerCall(ctx, 0, "/v1/completions", req, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(items) {
+		return nil, fmt.Errorf("client: %d results for %d completions", len(out.Results), len(items))
+	}
+	res := make([]CompletionResult, len(items))
+	for i, r := range out.Results {
+		switch {
+		case r.Error != nil:
+			p := r.Error
+			res[i].Err = &Error{Status: p.Status, Code: p.Code, Title: p.Title, Detail: p.Detail, Reason: p.Reason}
+		case r.Job != nil:
+			res[i].Job = r.Job
+		default:
+			return nil, fmt.Errorf("client: result %d is neither a job nor an error", i)
+		}
+	}
+	return res, nil
+}
+
 // Fail records a failed attempt: the job is queued again after the
 // leader's backoff (retry true, until its last attempt makes it dead), or
 // failed at once (retry false).
@@ -144,7 +199,10 @@ type WorkerOptions struct {
 // until ctx ends; it then waits for the running handlers (their contexts
 // are cancelled) and returns nil. While a handler runs, its lease is
 // heartbeated every third of opts.LeaseFor; a lost lease cancels the
-// handler's context and its outcome is not reported. Delivery is at least
+// handler's context and its outcome is not reported. Completions that
+// finish while one is being sent go together in the next CompleteMany (up
+// to api.MaxCompletions; a lone one is sent at once, with no timer), each
+// still reported once and its refusal its own. Delivery is at least
 // once: a handler must tolerate running a job again (docs/workers.md says
 // how to make it idempotent with the job id).
 func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
@@ -165,7 +223,8 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 		slots <- struct{}{}
 	}
 	var running sync.WaitGroup
-	defer running.Wait()
+	g := newGrouper(c, ctx)
+	defer g.stop(&running)
 	failures := 0
 	for {
 		// One free slot at least, then every other free one.
@@ -214,14 +273,14 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 					slots <- struct{}{}
 					running.Done()
 				}()
-				c.runOne(ctx, opts, h, l)
+				c.runOne(ctx, opts, h, l, g)
 			}()
 		}
 	}
 }
 
 // runOne runs h on one leased job, heartbeating it, and reports the outcome.
-func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l api.Lease) {
+func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l api.Lease, g *grouper) {
 	log := opts.Logger.With("job_id", l.Job.JobID, "attempt", l.Attempt)
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -264,7 +323,7 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 	defer rcancel()
 	var err error
 	if herr == nil {
-		_, err = c.Complete(rctx, l.Job.JobID, l.LeaseID, result)
+		err = g.complete(rctx, Completion{JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: result})
 		if errors.Is(err, ErrBudgetExceeded) {
 			// The result cannot be stored: say so on the job, and let it
 			// run again after the backoff (the budget may have room by
@@ -277,5 +336,107 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 	}
 	if err != nil {
 		log.Warn("reporting the job's outcome failed; it is redelivered when its lease expires", "err", err)
+	}
+}
+
+// grouper sends Run's completions: one at once when it is alone, and those
+// that finish while a request is in flight together in the next one
+// (POST /v1/completions, up to api.MaxCompletions), with no timer.
+type grouper struct {
+	c    *Client
+	ctx  context.Context // Run's, without its cancellation
+	in   chan *pending
+	done chan struct{}
+}
+
+// pending is a completion waiting for its answer.
+type pending struct {
+	c      Completion
+	result chan outcome
+}
+
+// outcome is a pending completion's answer: err is its own Complete's
+// (lone), the item's, or the group request's (group).
+type outcome struct {
+	err   error
+	lone  bool
+	group bool
+}
+
+func newGrouper(c *Client, ctx context.Context) *grouper {
+	g := &grouper{c: c, ctx: context.WithoutCancel(ctx), in: make(chan *pending), done: make(chan struct{})}
+	go g.loop()
+	return g
+}
+
+// stop waits for the running handlers (the grouper's only senders), then
+// for the grouper.
+func (g *grouper) stop(running *sync.WaitGroup) {
+	running.Wait()
+	close(g.in)
+	<-g.done
+}
+
+// complete completes one job, grouped with others finishing meanwhile, and
+// returns the error its own Complete would have.
+func (g *grouper) complete(ctx context.Context, c Completion) error {
+	p := &pending{c: c, result: make(chan outcome, 1)}
+	select {
+	case g.in <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	o := <-p.result
+	var e *Error
+	if !o.lone && o.err != nil && (o.group || !errors.As(o.err, &e) || transient(e)) {
+		// The group's request failed (a gate without it, say), or the item
+		// decided nothing (a 5xx of the leader): the job's own call, with
+		// its retries. Completing is idempotent, so a retry of an item the
+		// gate did complete answers the same job.
+		_, o.err = g.c.Complete(ctx, c.JobID, c.LeaseID, c.Result)
+	}
+	return o.err
+}
+
+func (g *grouper) loop() {
+	defer close(g.done)
+	for p := range g.in {
+		batch := []*pending{p}
+	more:
+		for len(batch) < api.MaxCompletions {
+			select {
+			case q, ok := <-g.in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, q)
+			default:
+				break more
+			}
+		}
+		g.send(batch)
+	}
+}
+
+// send sends a group: a lone completion as its own call.
+func (g *grouper) send(batch []*pending) {
+	ctx, cancel := context.WithTimeout(g.ctx, 30*time.Second)
+	defer cancel()
+	if len(batch) == 1 {
+		_, err := g.c.Complete(ctx, batch[0].c.JobID, batch[0].c.LeaseID, batch[0].c.Result)
+		batch[0].result <- outcome{err: err, lone: true}
+		return
+	}
+	items := make([]Completion, len(batch))
+	for i, p := range batch {
+		items[i] = p.c
+	}
+	res, err := g.c.CompleteMany(ctx, items)
+	for i, p := range batch {
+		if err != nil {
+			p.result <- outcome{err: err, group: true}
+		} else {
+			p.result <- outcome{err: res[i].Err}
+		}
 	}
 }

@@ -31,6 +31,7 @@ type fakeQueue struct {
 	keys      map[string]bool // Idempotency-Keys seen
 	budget    int             // results longer are refused with budget_exceeded (0: none)
 	errs      map[string]string
+	batches   []int // the items of each POST /v1/completions
 }
 
 func newFakeQueue(jobs ...string) *fakeQueue {
@@ -66,6 +67,18 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(out)
 		return
 	}
+	if r.URL.Path == "/v1/completions" {
+		var req api.CompletionsRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		q.batches = append(q.batches, len(req.Completions))
+		out := api.CompletionsResponse{Results: make([]api.CompletionResult, len(req.Completions))}
+		for i, c := range req.Completions {
+			job, p := q.complete(c.JobID, c.LeaseID, c.Result)
+			out.Results[i] = api.CompletionResult{Job: job, Error: p}
+		}
+		reply(out)
+		return
+	}
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/v1/jobs/"), "/")
 	id, action := parts[0], parts[1]
 	var body struct {
@@ -83,19 +96,31 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "heartbeat":
 		reply(api.HeartbeatResponse{LeaseID: body.LeaseID, ExpiresAt: api.FormatTime(time.Now().Add(time.Minute))})
 	case "complete":
-		if q.budget > 0 && len(body.Result) > q.budget {
-			writeProblem(w, http.StatusInsufficientStorage, api.CodeBudgetExceeded, "over budget")
+		job, p := q.complete(id, body.LeaseID, body.Result)
+		if p != nil {
+			writeProblem(w, p.Status, p.Code, p.Detail)
 			return
 		}
-		q.completed[id] = string(body.Result)
-		delete(q.leases, id)
-		reply(api.Job{JobID: id, State: api.JobStatusSucceeded})
+		reply(job)
 	case "fail":
 		q.failed[id] = body.Retry != nil && *body.Retry
 		q.errs[id] = body.Error
 		delete(q.leases, id)
 		reply(api.Job{JobID: id})
 	}
+}
+
+// complete is one completion, of its own call or of a batch.
+func (q *fakeQueue) complete(id, leaseID string, result json.RawMessage) (*api.Job, *api.Problem) {
+	if q.leases[id] != leaseID {
+		return nil, &api.Problem{Status: http.StatusConflict, Code: api.CodeLeaseLost}
+	}
+	if q.budget > 0 && len(result) > q.budget {
+		return nil, &api.Problem{Status: http.StatusInsufficientStorage, Code: api.CodeBudgetExceeded, Detail: "over budget"}
+	}
+	q.completed[id] = string(result)
+	delete(q.leases, id)
+	return &api.Job{JobID: id, State: api.JobStatusSucceeded}, nil
 }
 
 // Run completes every job with its handler's result, fails a job whose

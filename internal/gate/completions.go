@@ -1,0 +1,119 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// handleCompletions is POST /v1/completions: up to api.MaxCompletions
+// completions in one request, each judged exactly as its own
+// POST /v1/jobs/{job_id}/complete (checked the same, forwarded the same,
+// answered the same bytes), with one result per item in the items' order.
+// The items are forwarded concurrently, so the submit stream to the leader
+// carries them together. A request that is not valid as a whole (its JSON,
+// the number of items, an item's job_id or lease_id) is 400 and completes
+// nothing; otherwise the answer is 200, whatever each item's outcome.
+func (g *Gate) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	var req api.CompletionsRequest
+	body, ok := g.decodeWorkerBody(w, r, &req)
+	if !ok {
+		return
+	}
+	if err := checkCompletions(req.Completions); err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		return
+	}
+	g.serveWorkerCall(w, r, tenant, workerCall{route: "completions", body: body,
+		forward: func(ctx context.Context, _ string, _ [sha256.Size]byte) *workerAnswer {
+			return g.completeAll(ctx, r, tenant, req.Completions)
+		}})
+}
+
+// checkCompletions checks what makes a completions request invalid as a
+// whole: 1..api.MaxCompletions items, each with a job_id and a lease_id of
+// at most api.MaxTypeLen bytes.
+func checkCompletions(items []api.Completion) error {
+	if len(items) == 0 || len(items) > api.MaxCompletions {
+		return fmt.Errorf("invalid request: field \"completions\": %d items, want 1..%d", len(items), api.MaxCompletions)
+	}
+	for i, c := range items {
+		if c.JobID == "" || len(c.JobID) > api.MaxTypeLen {
+			return fmt.Errorf("invalid request: field \"completions[%d].job_id\" is required, at most %d bytes", i, api.MaxTypeLen)
+		}
+		if c.LeaseID == "" || len(c.LeaseID) > api.MaxTypeLen {
+			return fmt.Errorf("invalid request: field \"completions[%d].lease_id\" is required, at most "+strconv.Itoa(api.MaxTypeLen)+" bytes", i)
+		}
+	}
+	return nil
+}
+
+// completeAll forwards every item concurrently and renders the batch answer:
+// {"results":[{"job":…}|{"error":…},…]}, each item's member the bytes its
+// single call would answer. The answer is not kept for an Idempotency-Key
+// when an item's outcome decided nothing (a 5xx: the single call's answer
+// would not be kept either), so a retry with the key runs again.
+func (g *Gate) completeAll(ctx context.Context, r *http.Request, tenant string, items []api.Completion) *workerAnswer {
+	answers := make([]*workerAnswer, len(items))
+	var wg sync.WaitGroup
+	for i := range items {
+		wg.Go(func() { answers[i] = g.completeOne(ctx, r, tenant, &items[i]) })
+	}
+	wg.Wait()
+	var buf bytes.Buffer
+	buf.WriteString(`{"results":[`)
+	transient := false
+	for i, a := range answers {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		member := `{"job":`
+		if a.status != http.StatusOK {
+			member = `{"error":`
+		}
+		if a.status >= 500 || a.status == http.StatusUnprocessableEntity {
+			transient = true
+		}
+		buf.WriteString(member)
+		buf.Write(bytes.TrimRight(a.body, "\n"))
+		buf.WriteByte('}')
+	}
+	buf.WriteString("]}\n")
+	return &workerAnswer{status: http.StatusOK, body: buf.Bytes(), transient: transient}
+}
+
+// completeOne is one item, as handleComplete judges its call.
+func (g *Gate) completeOne(ctx context.Context, r *http.Request, tenant string, c *api.Completion) *workerAnswer {
+	result := json.RawMessage("null")
+	if len(c.Result) > 0 {
+		b, err := json.Marshal(c.Result) // valid: the body decoded
+		switch {
+		case err != nil:
+			return workerProblem(http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: field \"result\": "+err.Error())
+		case int64(len(b)) > g.cfg.MaxBodyBytes:
+			return workerProblem(http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge,
+				errResultTooLarge.Error()+": "+tooLargeDetail(g.cfg.MaxBodyBytes))
+		}
+		result = b
+	}
+	start := time.Now()
+	job, err := g.client.Complete(ctx, &rpc.CompleteRequest{Tenant: tenant, JobID: c.JobID, LeaseID: c.LeaseID, Result: result})
+	g.metrics.workerCall("complete", err, time.Since(start))
+	if err != nil {
+		return g.workerError(r, err, c.JobID)
+	}
+	return workerOK(job)
+}
