@@ -84,26 +84,36 @@ func runWorkers(ctx context.Context, spec loadgen.Spec) (loadgen.Result, error) 
 					}
 					continue
 				}
-				// The batch's completions at once, as a worker running its
-				// jobs concurrently reports them.
-				var batch sync.WaitGroup
-				for _, l := range leases {
-					batch.Go(func() {
-						if _, err := c.Complete(wctx, l.Job.JobID, l.LeaseID, nil); err != nil {
-							failures.Add(1)
-							return
-						}
-						now := time.Now()
-						last.Store(max(last.Load(), now.UnixNano()))
-						completed.Add(1)
-						if at, ok := submittedAt.Load(l.Job.JobID); ok {
-							histMu.Lock()
-							_ = hist.RecordValue(min(now.Sub(at.(time.Time)).Microseconds(), 60_000_000))
-							histMu.Unlock()
-						}
-					})
+				if len(leases) == 0 {
+					continue
 				}
-				batch.Wait()
+				// The lease's jobs finish together (they do no work), so
+				// their completions go in one request (POST
+				// /v1/completions), as pkg/client's worker loop groups the
+				// completions that finish while one is in flight.
+				items := make([]client.Completion, len(leases))
+				for i, l := range leases {
+					items[i] = client.Completion{JobID: l.Job.JobID, LeaseID: l.LeaseID}
+				}
+				results, err := c.CompleteMany(wctx, items)
+				if err != nil {
+					failures.Add(int64(len(items)))
+					continue
+				}
+				now := time.Now()
+				for i, r := range results {
+					if r.Err != nil {
+						failures.Add(1)
+						continue
+					}
+					last.Store(max(last.Load(), now.UnixNano()))
+					completed.Add(1)
+					if at, ok := submittedAt.Load(leases[i].Job.JobID); ok {
+						histMu.Lock()
+						_ = hist.RecordValue(min(now.Sub(at.(time.Time)).Microseconds(), 60_000_000))
+						histMu.Unlock()
+					}
+				}
 			}
 		})
 	}
