@@ -51,8 +51,7 @@ const (
 	pfxTenantWMs   byte = 0x03 // tenant → watermark count (uvarint)
 	pfxEntries     byte = 'e'  // (tenant, key)
 	pfxEntryExp    byte = 'x'  // (expires_at, tenant, key)
-	pfxPendAge     byte = 'p'  // (reserved_at, tenant, key), PENDING only
-	pfxMultiDC     byte = 'm'  // (tenant, key), resolved entries naming several datacenters
+	pfxMultiDC     byte = 'm'  // (tenant, key), entries naming several datacenters
 	pfxOwed        byte = 'o'  // (tenant, key, job_id), entries expired before every datacenter confirmed them (owed.go)
 	pfxJobs        byte = 'j'  // (tenant, id)
 	pfxJobSeq      byte = 's'  // (tenant, seq)
@@ -646,7 +645,7 @@ type storeMeta struct {
 	ledgerTime                               int64
 	lastSeq                                  uint64
 	bytes                                    uint64
-	pending, committed, rejected             uint64
+	committed, rejected                      uint64
 	entries, jobs, watermarks                uint64
 	queued, running, succeeded, failed, dead uint64
 	claimed, cancelled                       uint64
@@ -658,7 +657,6 @@ func (m storeMeta) append(b []byte) []byte {
 	b = appendInt64(b, m.ledgerTime)
 	b = appendUvarint(b, m.lastSeq)
 	b = appendUvarint(b, m.bytes)
-	b = appendUvarint(b, m.pending)
 	b = appendUvarint(b, m.committed)
 	b = appendUvarint(b, m.rejected)
 	b = appendUvarint(b, m.entries)
@@ -689,7 +687,7 @@ func decodeMeta(v []byte) (storeMeta, error) {
 	m.ledgerTime = d.int64()
 	m.lastSeq = d.uvarint()
 	m.bytes = d.uvarint()
-	m.pending, m.committed, m.rejected = d.uvarint(), d.uvarint(), d.uvarint()
+	m.committed, m.rejected = d.uvarint(), d.uvarint()
 	m.entries, m.jobs, m.watermarks = d.uvarint(), d.uvarint(), d.uvarint()
 	m.queued, m.running, m.succeeded, m.failed, m.dead = d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
 	m.claimed, m.cancelled = d.uvarint(), d.uvarint()

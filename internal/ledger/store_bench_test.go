@@ -168,7 +168,7 @@ func BenchmarkDiskLiveKeys(b *testing.B) {
 		}
 		if firstKey == "" {
 			r, _ := DecodeCommand(logs[0].Data)
-			firstKey = r.(Reserve).Key
+			firstKey = r.(Admit).Reserve.Key
 		}
 		f.ApplyBatch(logs)
 	}
