@@ -10,8 +10,9 @@ type CommandType uint8
 
 // Command types. The values are part of the raft log format and never change.
 // 0x01-0x03 and 0x06 are no command: they are refused in the log as any
-// type this build does not know (an Admit's parts, Reserve, Commit and
-// Reject, carry 0x01-0x03 as their tags inside it, admit.go).
+// type this build does not know (they were a Reserve, a Commit, a Reject and
+// a batch of Commits and Rejects of their own entries before 1.0; Reserve,
+// Commit and Reject are an Admit's parts now, admit.go).
 const (
 	TypeExpire CommandType = 0x04
 	// TypeConfirm is ignorable: an older replica may skip it (it records the
@@ -212,7 +213,7 @@ type Reject struct {
 //   - watermarks not updated for WatermarkTTL (UpdatedAt <= Now-WatermarkTTL),
 //     least recently updated first; WatermarkTTL <= 0 disables this.
 //
-// A live watermark is never evicted; a full table refuses at Reserve.
+// A live watermark is never evicted; a full table refuses at an Admit.
 //
 // Result.Removed counts each kind; Result.More is set when MaxRemovals stopped
 // it while something was still due.

@@ -12,8 +12,8 @@ import (
 // btreeDegree is the degree of every index (nodes of 31..63 items).
 const btreeDegree = 32
 
-// maxReliefRemovals bounds how many due entries one Reserve removes to make
-// room when the table is at MaxEntries, so a Reserve stays O(log n).
+// maxReliefRemovals bounds how many due entries one Admit removes to make
+// room when the table is at MaxEntries, so an Admit stays O(log n).
 const maxReliefRemovals = 8
 
 // state is the whole replicated state. Every item in it (*Entry, *Job,

@@ -110,11 +110,11 @@ type store struct {
 	opts StoreOptions
 
 	// The writes of the commands being applied (between begin and commit)
-	// are first kept in pending, one per key, the last one winning: a
-	// submission writes its entry at Reserve and again at Commit, its
-	// client's watermark twice, an order's key it then deletes, and when
-	// both commands are in one batch, only the last write of each key
-	// reaches pebble, whose memtable would hold every version until a flush
+	// are first kept in pending, one per key, the last one winning: an
+	// Admit writes its client's watermark twice (touched, then raised by
+	// its Commit), the counters are written once per batch, and an item a
+	// later command of the batch removes is deleted; only the last write of
+	// each key reaches pebble, whose memtable would hold every version until a flush
 	// (docs/ledger.md, "Apply"). Point reads look there first. A walk of
 	// an order needs pebble's merged view, so it moves pending into an
 	// indexed batch first (reader); a batch that no walk needed is written
@@ -496,10 +496,10 @@ func (s *store) set(k, v []byte) { s.write(k, v, false, false) }
 // had that key in the order when the batch began, and moving the item away
 // since wrote a delete of it, which the batch still has aside (while no walk
 // has moved the batch's writes into an indexed batch: after that, this is a
-// plain set). Such a key set and then deleted in the same batch (the entry's
-// PENDING-age key and its Reserve's expiry key when its Commit follows in
-// the batch) reaches pebble not at all, where a set then a delete would
-// write a tombstone for nothing.
+// plain set). Such a key set and then deleted in the same batch (an
+// entry's expiry key when a later Expire or Admit of the batch removes it)
+// reaches pebble not at all, where a set then a delete would write a
+// tombstone for nothing.
 func (s *store) insert(k, v []byte) { s.write(k, v, false, true) }
 
 func (s *store) delete(k []byte) { s.write(k, nil, true, false) }
