@@ -61,7 +61,7 @@ func TestAdmitReject(t *testing.T) {
 }
 
 // The tenant already has the job ID the key derives: the entry is rejected in
-// the same entry (422, job_id_in_use), not left PENDING.
+// the same entry (422, job_id_in_use).
 func TestAdmitJobIDInUseRejects(t *testing.T) {
 	h := newHarness(t)
 	r := reserve("acme", "order-1", t0)

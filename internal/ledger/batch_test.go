@@ -10,8 +10,8 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// TestBatchMixedOutcomes applies one AdmitBatch and one ResolveBatch whose
-// items get every kind of answer, and checks each item's Result.
+// TestBatchMixedOutcomes applies one AdmitBatch whose items get every kind
+// of answer, and checks each item's Result.
 func TestBatchMixedOutcomes(t *testing.T) {
 	h := newHarness(t)
 	dup := reserve("acme", "dup", t0)

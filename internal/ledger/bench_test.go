@@ -268,10 +268,10 @@ func benchSnapshotPersist(b *testing.B, f *FSM) {
 	b.ReportMetric(float64(st.Jobs), "jobs")
 }
 
-// BenchmarkApplyBatchCommands: one op is a submission (Reserve + Commit, and
-// an Expire every 1000) against ~100k live entries and jobs, proposed as
-// single commands (two entries per submission) or as 64 submissions' Reserves
-// in one AdmitBatch entry and their Commits in one ResolveBatch entry.
+// BenchmarkApplyBatchCommands: one op is a submission (an Admit, and an
+// Expire every 1000) against ~100k live entries and jobs, proposed as single
+// commands (one entry per submission) or as 64 submissions' Admits in one
+// AdmitBatch entry.
 // Decoding is inside the timer (Apply decodes); encoding is not.
 func BenchmarkApplyBatchCommands(b *testing.B) {
 	for _, items := range []int{1, 64} {

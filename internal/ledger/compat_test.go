@@ -143,3 +143,28 @@ func TestPreReleaseCommandsHalt(t *testing.T) {
 		})
 	}
 }
+
+// An entry of state 1 (PENDING before 1.0) is no state of this format: a
+// snapshot holding one is refused, never read as an undecided entry.
+func TestSnapshotWithAPendingEntryIsRefused(t *testing.T) {
+	h := newHarness(t)
+	r := reserve(tenant, "k", t0)
+	h.must(admit(r), OutcomeCommitted)
+	snap := persist(t, h.f)
+	// The entry record begins tenant · key · fingerprint · state.
+	prefix := appendString(appendString(appendString(nil, r.Tenant), r.Key), r.Fingerprint)
+	at := bytes.Index(snap, append(bytes.Clone(prefix), byte(StateCommitted)))
+	if at < 0 {
+		t.Fatal("the entry record is not in the snapshot")
+	}
+	bad := bytes.Clone(snap)
+	bad[at+len(prefix)] = 1
+	bad = relabel(bad, snapshotMagic, FormatVersion) // the CRC again
+	if err := newFSM(t, Options{}).Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("restore of a PENDING entry: %v, want ErrBadSnapshot", err)
+	}
+	// The same bytes with the state left COMMITTED restore.
+	if err := newFSM(t, Options{}).Restore(io.NopCloser(bytes.NewReader(relabel(snap, snapshotMagic, FormatVersion)))); err != nil {
+		t.Fatalf("restore of the snapshot relabelled as it was: %v", err)
+	}
+}
