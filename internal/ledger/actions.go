@@ -148,7 +148,7 @@ func (s *state) applyJobAction(ax *applyCtx, name string, a JobAction, judge fun
 		res.Outcome, res.Job = outcome, *old
 		return res
 	}
-	cost := entryBytes(0, StateCommitted)
+	cost := entryBytes(0)
 	overBytes := func() bool {
 		return (a.MaxBytes > 0 && s.bytes+cost > a.MaxBytes) ||
 			(a.MaxTenantBytes > 0 && s.tenantBytes[a.Tenant]+cost > a.MaxTenantBytes)

@@ -165,7 +165,7 @@ func TestCancelRetryKeys(t *testing.T) {
 		// Submission with an action's key: reused, never a job.
 		rs := reserve(tenant, "r2", tIn+6*sec)
 		rs.Fingerprint = "submit r2"
-		h.must(rs, OutcomeKeyReused)
+		h.must(admit(rs), OutcomeKeyReused)
 
 		// Cancel: replay by key, and by state with another key.
 		h.must(cancelOf("c1", tIn+7*sec), OutcomeCancelled)

@@ -1,17 +1,13 @@
 package ledger
 
-import (
-	"fmt"
-	"net/http"
-)
+import "fmt"
 
 // TypeAdmit is a submission decided in one entry (docs/ledger.md, "One
 // round"): the key's reservation and its outcome together.
 const TypeAdmit CommandType = 0x0D
 
-// ReasonJobIDInUse is the Reason of the rejection an Admit (or the manager,
-// for an entry reserved alone) records when the job ID its key derives is
-// already a job of the tenant (status 422).
+// ReasonJobIDInUse is the Reason of the rejection an Admit records when the
+// job ID its key derives is already a job of the tenant (status 422).
 const ReasonJobIDInUse = "job_id_in_use"
 
 // JobIDInUseDetail is the Detail of that rejection.
@@ -19,116 +15,126 @@ func JobIDInUseDetail(jobID string) string {
 	return fmt.Sprintf("job %s was created earlier for this key and request, whose key has expired since; it is not created twice: read it with GET /v1/jobs/%s", jobID, jobID)
 }
 
-// Admit reserves a key and records the leader's verdict on it in the same
-// entry: Reserve, then, when the Reserve answered OutcomeReserved, Outcome (a
-// Commit or a Reject of the same tenant, key and job ID) on the entry it just
-// inserted. A submission whose admission the leader decides from its own state
-// (every submission today) takes one Raft round instead of two, and no entry
-// is ever left PENDING for a new leader to resolve.
+// Admit is a submission, decided in one log entry: its key's admission checks
+// (Reserve) and the leader's verdict on the request (Outcome, a Commit or a
+// Reject of the same tenant, key and job ID). It is the one command that
+// takes a key for a job; no entry is ever left undecided.
 //
 // Semantics:
-//   - When the Reserve does not answer OutcomeReserved (the key is live,
-//     reused, expired by its watermark, or a bound is full), that is the
-//     answer, exactly as a Reserve alone would give it, and Outcome is not
-//     applied.
-//   - Otherwise Outcome applies as the command of its own entry would, right
-//     after the Reserve: OutcomeCommitted (or OutcomeRejected with reason
-//     "capacity" when the Commit's MaxJobs is reached), or OutcomeRejected for
-//     a Reject. A Commit whose job ID the tenant already has (OutcomeJobIDInUse
-//     alone) rejects the entry instead, with status 422, ReasonJobIDInUse and
-//     JobIDInUseDetail, expiring at the Commit's RejectedExpiresAt (or its
-//     ExpiresAt when that is unset): the job is not created twice and the
-//     entry does not stay PENDING.
-//   - The Result's Removed counts what both removed.
+//   - When Reserve finds the key taken (OutcomeExists, OutcomeKeyReused),
+//     expired by its watermark (OutcomeKeyExpired) or a bound full
+//     (OutcomeFull, OutcomeWatermarksFull, OutcomeBytesFull, ...), that is the
+//     answer and the verdict is not applied.
+//   - Otherwise the key's entry is inserted with the verdict in it: a Commit
+//     makes it COMMITTED and creates the job (OutcomeCommitted), or REJECTED
+//     with reason "capacity" when the Commit's MaxJobs is reached
+//     (OutcomeRejected); a Reject makes it REJECTED (OutcomeRejected). A
+//     Commit whose job ID the tenant already has rejects the entry instead,
+//     with status 422, ReasonJobIDInUse and JobIDInUseDetail, expiring at the
+//     Commit's RejectedExpiresAt (or its ExpiresAt when that is unset): the
+//     job is not created twice.
+//   - The Result's Removed counts what the admission removed (a due entry of
+//     the key, the relief of a full bound).
+//
+// The bytes bound (Reserve.MaxBytes, MaxTenantBytes) is checked against the
+// entry and its job, payloads included, whatever the verdict.
 //
 // An Admit whose parts do not name the same tenant, key and job ID, whose
 // Outcome is neither a Commit nor a Reject, or whose parts break their own
 // rules is invalid as a whole: nothing changes.
 type Admit struct {
 	Reserve Reserve
-	Outcome Command
+	Outcome Verdict
 }
+
+// Verdict is an Admit's outcome: a Commit or a Reject.
+type Verdict interface {
+	verdictTag() byte
+	names() (tenant, key, jobID string)
+	check() error
+	sizeHint() int
+	appendBody(b []byte) []byte
+}
+
+// The tags of the verdicts in an Admit's body.
+const (
+	tagCommit byte = 0x02
+	tagReject byte = 0x03
+)
+
+func (Commit) verdictTag() byte { return tagCommit }
+func (Reject) verdictTag() byte { return tagReject }
+
+func (c Commit) names() (string, string, string) { return c.Tenant, c.Key, c.JobID }
+func (r Reject) names() (string, string, string) { return r.Tenant, r.Key, r.JobID }
 
 func (Admit) CommandType() CommandType { return TypeAdmit }
 
 func (a Admit) sizeHint() int {
-	n := 2*(varintSize+2) + a.Reserve.sizeHint()
+	n := 1 + a.Reserve.sizeHint()
 	if a.Outcome != nil {
 		n += a.Outcome.sizeHint()
 	}
 	return n
 }
 
-// Admit body: two items, each length uvarint · a whole command (type byte ·
-// version byte · body): the Reserve, then the Commit or Reject.
+// Admit body: the Reserve's body, then the verdict's tag byte (0x02 Commit,
+// 0x03 Reject) and body. An Admit without a verdict is encoded with tag 0x00
+// and no body (and then refused by DecodeCommand).
 func (a Admit) appendBody(out []byte) []byte {
-	out = appendItem(out, a.Reserve)
-	if a.Outcome != nil && outcomeItem(a.Outcome.CommandType()) {
-		out = appendItem(out, a.Outcome)
+	out = a.Reserve.appendBody(out)
+	if a.Outcome == nil {
+		return append(out, 0)
 	}
-	return out
+	out = append(out, a.Outcome.verdictTag())
+	return a.Outcome.appendBody(out)
 }
 
 func decodeAdmit(d *decoder) Admit {
-	var a Admit
-	if c := decodeItem(d, 0, func(t CommandType) bool { return t == TypeReserve }); c != nil {
-		a.Reserve = c.(Reserve)
+	a := Admit{Reserve: decodeReserve(d)}
+	switch d.byte() {
+	case tagCommit:
+		a.Outcome = decodeCommit(d)
+	case tagReject:
+		a.Outcome = decodeReject(d)
+	default:
+		d.fail("admit: not a verdict's tag")
 	}
-	if d.err != nil {
-		return a
-	}
-	a.Outcome = decodeItem(d, 1, outcomeItem)
 	return a
 }
 
-// outcomeOf returns the tenant, key and job ID an Admit's outcome names, and
-// its validation error.
-func outcomeOf(c Command) (tenant, key, jobID string, err error) {
-	switch o := c.(type) {
-	case Commit:
-		return o.Tenant, o.Key, o.JobID, o.check()
-	case Reject:
-		return o.Tenant, o.Key, o.JobID, o.check()
-	}
-	return "", "", "", invalidErr("admit: outcome %T is neither a commit nor a reject", c)
-}
-
 func (s *state) applyAdmit(ax *applyCtx, a Admit) Result {
-	tenant, key, jobID, err := outcomeOf(a.Outcome)
-	if err != nil {
+	if a.Outcome == nil {
+		return invalidf("admit: no verdict")
+	}
+	if err := a.Outcome.check(); err != nil {
 		return invalid(err)
 	}
 	r := a.Reserve
-	if tenant != r.Tenant || key != r.Key || jobID != r.JobID {
-		return invalidf("admit: the outcome names %s/%s job %s, the reserve %s/%s job %s",
+	if err := r.check(); err != nil {
+		return invalid(err)
+	}
+	if tenant, key, jobID := a.Outcome.names(); tenant != r.Tenant || key != r.Key || jobID != r.JobID {
+		return invalidf("admit: the verdict names %s/%s job %s, the reserve %s/%s job %s",
 			tenant, key, jobID, r.Tenant, r.Key, r.JobID)
 	}
-	res := s.applyReserve(ax, r) // an invalid Reserve changes nothing
-	if res.Outcome != OutcomeReserved {
+	res, free := s.admissible(ax, r)
+	if !free {
 		return res
 	}
-	removed := res.Removed
-	s.raiseLedgerTime(r)
+	e := s.newEntry(r)
+	var out Result
 	switch o := a.Outcome.(type) {
 	case Commit:
-		res = s.applyCommit(ax, o)
-		if res.Outcome == OutcomeJobIDInUse {
-			expires := o.RejectedExpiresAt
-			if expires <= o.Now {
-				expires = o.ExpiresAt
-			}
-			res = s.applyReject(ax, Reject{Tenant: o.Tenant, Key: o.Key, JobID: o.JobID, Now: o.Now,
-				ExpiresAt: expires, Status: http.StatusUnprocessableEntity, Reason: ReasonJobIDInUse,
-				Detail: JobIDInUseDetail(o.JobID)})
-		}
+		out = s.commitEntry(ax, e, o)
 	case Reject:
-		res = s.applyReject(ax, o)
+		out = s.rejectEntry(ax, e, o)
 	}
-	res.Removed = addRemoved(removed, res.Removed)
-	return res
+	out.Removed = addRemoved(res.Removed, out.Removed)
+	return out
 }
 
 func addRemoved(a, b Removed) Removed {
-	return Removed{Pending: a.Pending + b.Pending, Committed: a.Committed + b.Committed,
+	return Removed{Committed: a.Committed + b.Committed, Claimed: a.Claimed + b.Claimed,
 		Rejected: a.Rejected + b.Rejected, Jobs: a.Jobs + b.Jobs, Watermarks: a.Watermarks + b.Watermarks}
 }

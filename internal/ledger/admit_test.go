@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"testing"
@@ -8,8 +9,8 @@ import (
 
 func admitCommit(r Reserve) Admit { return Admit{Reserve: r, Outcome: QueueCommit(commit(r, r.Now))} }
 
-// An Admit reserves and commits in one entry: the key answers COMMITTED, the
-// job is queued, and no entry is ever PENDING.
+// An Admit reserves and commits in one entry: the key answers COMMITTED and
+// the job is queued.
 func TestAdmitCommitsInOneEntry(t *testing.T) {
 	h := newHarness(t)
 	r := reserve("acme", "order-1", t0)
@@ -21,12 +22,8 @@ func TestAdmitCommitsInOneEntry(t *testing.T) {
 	if !ok || j.Life == nil || j.Life.State != JobQueued {
 		t.Fatalf("job %+v (found %v), want queued", j, ok)
 	}
-	if n := len(h.f.Pending()); n != 0 {
-		t.Fatalf("%d pending entries after an admit", n)
-	}
-	// The entry's changes: reserved then committed, at one index.
-	if len(h.changes) != 2 || h.changes[0].Kind != ChangeReserved || h.changes[1].Kind != ChangeCommitted ||
-		h.changes[0].Index != h.changes[1].Index {
+	// The entry's one change: committed.
+	if len(h.changes) != 1 || h.changes[0].Kind != ChangeCommitted || h.changes[0].Index != h.idx {
 		t.Fatalf("changes %+v", h.changes)
 	}
 }
@@ -38,7 +35,7 @@ func TestAdmitOfALiveKeyChangesNothing(t *testing.T) {
 	r := reserve("acme", "order-1", t0)
 	first := h.must(admitCommit(r), OutcomeCommitted)
 	again := r
-	again.JobID, again.Now, again.ExpiresAt = "job-other", t0+sec, t0+sec+pendingTTL
+	again.JobID, again.Now = "job-other", t0+sec
 	res := h.must(admitCommit(again), OutcomeExists)
 	if res.Entry.JobID != first.Entry.JobID || res.Entry.State != StateCommitted {
 		t.Fatalf("retry answered %+v, want the first entry", res.Entry)
@@ -64,7 +61,7 @@ func TestAdmitReject(t *testing.T) {
 }
 
 // The tenant already has the job ID the key derives: the entry is rejected in
-// the same entry (422, job_id_in_use), not left PENDING.
+// the same entry (422, job_id_in_use).
 func TestAdmitJobIDInUseRejects(t *testing.T) {
 	h := newHarness(t)
 	r := reserve("acme", "order-1", t0)
@@ -117,18 +114,18 @@ func TestAdmitInvalidChangesNothing(t *testing.T) {
 	}
 }
 
-// An Admit's second item must be a Commit or a Reject: anything else does
+// An Admit's verdict is a Commit or a Reject, by its tag: anything else does
 // not decode (and would halt a replica, never be skipped).
-func TestAdmitDecodesOnlyAnOutcome(t *testing.T) {
+func TestAdmitDecodesOnlyAVerdict(t *testing.T) {
 	r := reserve("acme", "a", t0)
-	b := append([]byte{byte(TypeAdmit), FormatVersion}, appendItem(nil, r)...)
+	b := append([]byte{byte(TypeAdmit), FormatVersion}, r.appendBody(nil)...)
 	if _, err := DecodeCommand(b); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("an admit without outcome: %v", err)
+		t.Fatalf("an admit without a verdict: %v", err)
 	}
-	if _, err := DecodeCommand(appendItem(b, expire(t0))); !errors.Is(err, ErrMalformed) {
+	if _, err := DecodeCommand(append(append(bytes.Clone(b), byte(TypeExpire)), expire(t0).appendBody(nil)...)); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("an admit with an expire: %v", err)
 	}
-	if _, err := DecodeCommand(appendItem(b, commit(r, t0))); err != nil {
+	if _, err := DecodeCommand(append(append(bytes.Clone(b), tagCommit), commit(r, t0).appendBody(nil)...)); err != nil {
 		t.Fatalf("an admit with a commit: %v", err)
 	}
 }
@@ -138,8 +135,8 @@ func TestAdmitDecodesOnlyAnOutcome(t *testing.T) {
 func TestAdmitInABatch(t *testing.T) {
 	h := newHarness(t)
 	a, b := reserve("acme", "a", t0), reserve("acme", "b", t0)
-	res := h.must(ReserveBatch{Items: []Command{admitCommit(a), admitCommit(b), admitCommit(a), reserve("acme", "c", t0)}}, OutcomeBatch)
-	want := []Outcome{OutcomeCommitted, OutcomeCommitted, OutcomeExists, OutcomeReserved}
+	res := h.must(AdmitBatch{Items: []Command{admitCommit(a), admitCommit(b), admitCommit(a), admit(reserve("acme", "c", t0))}}, OutcomeBatch)
+	want := []Outcome{OutcomeCommitted, OutcomeCommitted, OutcomeExists, OutcomeCommitted}
 	for i, w := range want {
 		if res.Items[i].Outcome != w {
 			t.Fatalf("item %d: %v, want %v", i, res.Items[i].Outcome, w)

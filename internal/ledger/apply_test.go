@@ -7,8 +7,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/once-dev/once/pkg/api"
 )
 
 const (
@@ -27,24 +25,18 @@ var (
 
 func withFingerprint(r Reserve, fp string) Reserve { r.Fingerprint = fp; return r }
 func withJobID(r Reserve, id string) Reserve       { r.JobID = id; return r }
-func at(r Reserve, now int64) Reserve              { r.Now, r.ExpiresAt = now, now+pendingTTL; return r }
+func at(r Reserve, now int64) Reserve              { r.Now = now; return r }
 func cmd(c Command) func(*harness) Command         { return func(*harness) Command { return c } }
-
-func setupPending(r Reserve) func(*harness) {
-	return func(h *harness) { h.must(r, OutcomeReserved) }
-}
 
 func setupCommitted(r Reserve) func(*harness) {
 	return func(h *harness) {
-		h.must(r, OutcomeReserved)
-		h.must(commit(r, r.Now+sec), OutcomeCommitted)
+		h.must(admitWith(r, commit(r, r.Now+sec)), OutcomeCommitted)
 	}
 }
 
 func setupRejected(r Reserve) func(*harness) {
 	return func(h *harness) {
-		h.must(r, OutcomeReserved)
-		h.must(reject(r, r.Now+sec, 422), OutcomeRejected)
+		h.must(admitWith(r, reject(r, r.Now+sec, 422)), OutcomeRejected)
 	}
 }
 
@@ -57,13 +49,14 @@ func setupWatermark(h *harness) {
 	}
 }
 
-func TestReserve(t *testing.T) {
-	dueAt := t0 + pendingTTL // the pending entry's ExpiresAt: due at that instant
+// TestAdmitReserve: an Admit's checks of its key (Reserve's semantics).
+func TestAdmitReserve(t *testing.T) {
+	dueAt := t0 + commitTTL // a committed entry's ExpiresAt: due at that instant
 	full := func(h *harness) {
 		for _, k := range []string{"a", "b", "c"} {
 			r := reserve(tenant, k, t0)
 			r.MaxEntries = 3
-			h.must(r, OutcomeReserved)
+			h.must(admit(r), OutcomeCommitted)
 		}
 	}
 	bounded := func(r Reserve) Reserve { r.MaxEntries = 3; return r }
@@ -74,11 +67,11 @@ func TestReserve(t *testing.T) {
 	}
 	runCases(t, []applyCase{
 		{
-			name: "new key", cmd: cmd(base), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeReserved},
+			name: "new key", cmd: cmd(admit(base)), want: OutcomeCommitted,
+			changes: []ChangeKind{ChangeCommitted},
 			check: func(t *testing.T, h *harness, res Result) {
-				want := Entry{Tenant: tenant, Key: key, Fingerprint: base.Fingerprint, State: StatePending,
-					JobID: base.JobID, ReservedAt: t0, ExpiresAt: t0 + pendingTTL, Request: base.Request}
+				want := Entry{Tenant: tenant, Key: key, Fingerprint: base.Fingerprint, State: StateCommitted,
+					JobID: base.JobID, ReservedAt: t0, ResolvedAt: t0, ExpiresAt: t0 + commitTTL, Request: base.Request}
 				if !reflect.DeepEqual(res.Entry, want) {
 					t.Fatalf("result entry\n got %+v\nwant %+v", res.Entry, want)
 				}
@@ -91,8 +84,8 @@ func TestReserve(t *testing.T) {
 			},
 		},
 		{
-			name: "new structured key", cmd: cmd(sbase), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeReserved},
+			name: "new structured key", cmd: cmd(admit(sbase)), want: OutcomeCommitted,
+			changes: []ChangeKind{ChangeCommitted},
 			check: func(t *testing.T, h *harness, res Result) {
 				e := h.entry(tenant, sbase.Key)
 				if !e.Structured || e.ClientID != client || e.Sequence != 5 || e.Nonce != nonce {
@@ -101,26 +94,8 @@ func TestReserve(t *testing.T) {
 			},
 		},
 		{
-			name: "pending, same fingerprint", setup: setupPending(base), want: OutcomeExists,
-			cmd: cmd(withJobID(at(base, t0+sec), "other-job")),
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Entry.State != StatePending || res.Entry.JobID != base.JobID || res.Job.ID != "" {
-					t.Fatalf("result %+v", res)
-				}
-			},
-		},
-		{
-			name: "pending, other fingerprint", setup: setupPending(base), want: OutcomeKeyReused,
-			cmd: cmd(withFingerprint(at(base, t0+sec), "other")),
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Entry.Fingerprint != base.Fingerprint || res.Entry.State != StatePending {
-					t.Fatalf("result entry %+v", res.Entry)
-				}
-			},
-		},
-		{
 			name: "committed, same fingerprint", setup: setupCommitted(base), want: OutcomeExists,
-			cmd: cmd(withJobID(at(base, t0+2*sec), "other-job")),
+			cmd: cmd(admit(withJobID(at(base, t0+2*sec), "other-job"))),
 			check: func(t *testing.T, h *harness, res Result) {
 				if res.Entry.State != StateCommitted || res.Job.ID != base.JobID || res.Job.CreatedAt != res.Entry.ResolvedAt {
 					t.Fatalf("result %+v", res)
@@ -129,7 +104,7 @@ func TestReserve(t *testing.T) {
 		},
 		{
 			name: "committed, other fingerprint", setup: setupCommitted(base), want: OutcomeKeyReused,
-			cmd: cmd(withFingerprint(at(base, t0+2*sec), "other")),
+			cmd: cmd(admit(withFingerprint(at(base, t0+2*sec), "other"))),
 			check: func(t *testing.T, h *harness, res Result) {
 				if res.Entry.State != StateCommitted {
 					t.Fatalf("result entry %+v", res.Entry)
@@ -138,7 +113,7 @@ func TestReserve(t *testing.T) {
 		},
 		{
 			name: "rejected, same fingerprint", setup: setupRejected(base), want: OutcomeExists,
-			cmd: cmd(at(base, t0+2*sec)),
+			cmd: cmd(admit(at(base, t0+2*sec))),
 			check: func(t *testing.T, h *harness, res Result) {
 				if e := res.Entry; e.State != StateRejected || e.Status != 422 || e.Reason != "capacity" || e.Detail != "queue full" {
 					t.Fatalf("result entry %+v", e)
@@ -147,28 +122,18 @@ func TestReserve(t *testing.T) {
 		},
 		{
 			name: "rejected, other fingerprint", setup: setupRejected(base), want: OutcomeKeyReused,
-			cmd: cmd(withFingerprint(at(base, t0+2*sec), "other")),
+			cmd: cmd(admit(withFingerprint(at(base, t0+2*sec), "other"))),
 		},
 		{
-			name: "pending past its TTL is removed, then reserved anew", setup: setupPending(base),
-			cmd: cmd(withFingerprint(withJobID(at(base, dueAt), "job-2"), "other")), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeRemoved, ChangeReserved},
+			name: "one nanosecond before its TTL an entry still answers", setup: setupCommitted(base),
+			cmd: cmd(admit(at(base, tCommit+commitTTL-1))), want: OutcomeExists,
+		},
+		{
+			name: "committed opaque key past its TTL is admitted anew", setup: setupCommitted(base),
+			cmd: cmd(admit(withJobID(at(base, tCommit+commitTTL), "job-2"))), want: OutcomeCommitted,
+			changes: []ChangeKind{ChangeRemoved, ChangeCommitted},
 			check: func(t *testing.T, h *harness, res Result) {
-				if res.Removed != (Removed{Pending: 1}) || res.Entry.JobID != "job-2" || res.Entry.ReservedAt != dueAt {
-					t.Fatalf("result %+v", res)
-				}
-			},
-		},
-		{
-			name: "pending one nanosecond before its TTL still answers", setup: setupPending(base),
-			cmd: cmd(at(base, dueAt-1)), want: OutcomeExists,
-		},
-		{
-			name: "committed opaque key past its TTL is reserved anew", setup: setupCommitted(base),
-			cmd: cmd(withJobID(at(base, tCommit+commitTTL), "job-2")), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeRemoved, ChangeReserved},
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Removed != (Removed{Committed: 1}) || h.f.Stats().Watermarks != 0 {
+				if res.Removed != (Removed{Committed: 1}) || h.f.Stats().Watermarks != 0 || res.Entry.ReservedAt != tCommit+commitTTL {
 					t.Fatalf("result %+v, stats %+v", res, h.f.Stats())
 				}
 				if _, ok := h.f.Job(tenant, base.JobID); !ok {
@@ -178,7 +143,7 @@ func TestReserve(t *testing.T) {
 		},
 		{
 			name: "committed structured key past its TTL: key expired", setup: setupCommitted(sbase),
-			cmd: cmd(at(sbase, tCommit+commitTTL)), want: OutcomeKeyExpired,
+			cmd: cmd(admit(at(sbase, tCommit+commitTTL))), want: OutcomeKeyExpired,
 			changes: []ChangeKind{ChangeRemoved},
 			check: func(t *testing.T, h *harness, res Result) {
 				if res.Watermark != 5 || res.Removed != (Removed{Committed: 1}) {
@@ -188,9 +153,9 @@ func TestReserve(t *testing.T) {
 			},
 		},
 		{
-			name: "rejected past its TTL is reserved anew", setup: setupRejected(sbase),
-			cmd: cmd(at(sbase, tCommit+rejectTTL)), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeRemoved, ChangeReserved},
+			name: "rejected past its TTL is admitted anew", setup: setupRejected(sbase),
+			cmd: cmd(admitWith(at(sbase, tCommit+rejectTTL), reject(sbase, tCommit+rejectTTL, 422))), want: OutcomeRejected,
+			changes: []ChangeKind{ChangeRemoved, ChangeRejected},
 			check: func(t *testing.T, h *harness, res Result) {
 				if w, ok := h.f.Watermark(tenant, client, nonce); ok && (w.Committed(sbase.Sequence) || w.Sequence != 0) {
 					t.Fatalf("a rejected entry raised a watermark: %+v", w)
@@ -199,47 +164,47 @@ func TestReserve(t *testing.T) {
 		},
 		{
 			name: "structured, a lower sequence that never committed is judged afresh", setup: setupWatermark,
-			cmd: cmd(structured(tenant, client, 3, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeReserved},
+			cmd: cmd(admit(structured(tenant, client, 3, nonce, t0+time.Hour.Nanoseconds()))), want: OutcomeCommitted,
+			changes: []ChangeKind{ChangeCommitted},
 		},
 		{
 			name: "structured, sequence at the watermark", setup: setupWatermark,
-			cmd: cmd(structured(tenant, client, 5, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeKeyExpired,
+			cmd: cmd(admit(structured(tenant, client, 5, nonce, t0+time.Hour.Nanoseconds()))), want: OutcomeKeyExpired,
 		},
 		{
 			name: "structured, sequence above the watermark", setup: setupWatermark,
-			cmd: cmd(structured(tenant, client, 6, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeReserved},
+			cmd: cmd(admit(structured(tenant, client, 6, nonce, t0+time.Hour.Nanoseconds()))), want: OutcomeCommitted,
+			changes: []ChangeKind{ChangeCommitted},
 		},
 		{
 			name: "structured, new nonce (client restarted)", setup: setupWatermark,
-			cmd: cmd(structured(tenant, client, 1, nonce2, t0+time.Hour.Nanoseconds())), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeReserved},
+			cmd: cmd(admit(structured(tenant, client, 1, nonce2, t0+time.Hour.Nanoseconds()))), want: OutcomeCommitted,
+			changes: []ChangeKind{ChangeCommitted},
 		},
 		{
 			name: "structured, another tenant's watermark", setup: setupWatermark,
-			cmd: cmd(structured("other", client, 1, nonce, t0+time.Hour.Nanoseconds())), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeReserved},
+			cmd: cmd(admit(structured("other", client, 1, nonce, t0+time.Hour.Nanoseconds()))), want: OutcomeCommitted,
+			changes: []ChangeKind{ChangeCommitted},
 		},
 		{
 			name: "opaque key equal to a structured one ignores watermarks", setup: setupWatermark,
-			cmd: cmd(at(reserve(tenant, sbase.Key, 0), t0+time.Hour.Nanoseconds())), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeReserved},
+			cmd: cmd(admit(withJobID(at(reserve(tenant, sbase.Key, 0), t0+time.Hour.Nanoseconds()), "job-opaque"))), want: OutcomeCommitted,
+			changes: []ChangeKind{ChangeCommitted},
 		},
 		{
 			name: "full", setup: full, want: OutcomeFull,
-			cmd: cmd(bounded(reserve(tenant, "d", t0+sec))),
+			cmd: cmd(admit(bounded(reserve(tenant, "d", t0+sec)))),
 		},
 		{
 			name: "full, but a duplicate is still answered", setup: full, want: OutcomeExists,
-			cmd: cmd(bounded(reserve(tenant, "a", t0+sec))),
+			cmd: cmd(admit(bounded(reserve(tenant, "a", t0+sec)))),
 		},
 		{
 			name: "full of due entries: the earliest is removed to make room", setup: full,
-			cmd: cmd(bounded(reserve(tenant, "d", t0+pendingTTL))), want: OutcomeReserved,
-			changes: []ChangeKind{ChangeRemoved, ChangeReserved},
+			cmd: cmd(admit(bounded(reserve(tenant, "d", dueAt)))), want: OutcomeCommitted,
+			changes: []ChangeKind{ChangeRemoved, ChangeCommitted},
 			check: func(t *testing.T, h *harness, res Result) {
-				if res.Removed != (Removed{Pending: 1}) {
+				if res.Removed != (Removed{Committed: 1}) {
 					t.Fatalf("removed %+v", res.Removed)
 				}
 				h.noEntry(tenant, "a") // earliest by (expires_at, tenant, key)
@@ -249,178 +214,24 @@ func TestReserve(t *testing.T) {
 		},
 		{
 			name: "bound lowered below the count: still full", setup: full, want: OutcomeFull,
-			cmd: cmd(Reserve{Tenant: tenant, Key: "d", JobID: "j", Now: t0, ExpiresAt: t0 + 1, MaxEntries: 1}),
+			cmd: cmd(admit(Reserve{Tenant: tenant, Key: "d", JobID: "j", Now: t0, MaxEntries: 1})),
 		},
-		{name: "empty tenant", cmd: cmd(reserve("", key, t0)), want: OutcomeInvalid, check: wantInvalid},
-		{name: "empty key", cmd: cmd(reserve(tenant, "", t0)), want: OutcomeInvalid, check: wantInvalid},
-		{name: "empty job ID", cmd: cmd(withJobID(base, "")), want: OutcomeInvalid, check: wantInvalid},
-		{
-			name: "expires_at not after now", want: OutcomeInvalid, check: wantInvalid,
-			cmd: cmd(Reserve{Tenant: tenant, Key: key, JobID: "j", Now: t0, ExpiresAt: t0, MaxEntries: 1}),
-		},
+		{name: "empty tenant", cmd: cmd(admit(reserve("", key, t0))), want: OutcomeInvalid, check: wantInvalid},
+		{name: "empty key", cmd: cmd(admit(reserve(tenant, "", t0))), want: OutcomeInvalid, check: wantInvalid},
+		{name: "empty job ID", cmd: cmd(admit(withJobID(base, ""))), want: OutcomeInvalid, check: wantInvalid},
 		{
 			name: "max entries 0", want: OutcomeInvalid, check: wantInvalid,
-			cmd: cmd(Reserve{Tenant: tenant, Key: key, JobID: "j", Now: t0, ExpiresAt: t0 + 1}),
-		},
-	})
-}
-
-func TestCommit(t *testing.T) {
-	other := reserve(tenant, "other-key", t0)
-	wantInvalid := func(t *testing.T, _ *harness, res Result) {
-		if !errors.Is(res.Err, ErrInvalidCommand) {
-			t.Fatalf("err %v, want ErrInvalidCommand", res.Err)
-		}
-	}
-	runCases(t, []applyCase{
-		{name: "no entry", cmd: cmd(commit(base, tCommit)), want: OutcomeNotFound},
-		{
-			name: "pending, same job ID", setup: setupPending(base), want: OutcomeCommitted,
-			cmd: cmd(commit(base, tCommit)), changes: []ChangeKind{ChangeCommitted},
-			check: func(t *testing.T, h *harness, res Result) {
-				e := h.entry(tenant, key)
-				if e.State != StateCommitted || e.ResolvedAt != tCommit || e.ExpiresAt != tCommit+commitTTL ||
-					e.ReservedAt != t0 || e.JobID != base.JobID {
-					t.Fatalf("entry %+v", e)
-				}
-				if !reflect.DeepEqual(res.Entry, e) || !reflect.DeepEqual(h.changes[0].Entry, e) {
-					t.Fatalf("result/change entry differ from the stored one")
-				}
-				want := Job{ID: base.JobID, Tenant: tenant, Key: key, Type: "send_invoice",
-					Payload: base.Request.Payload, Datacenters: []string{"dc1"}, Status: api.JobStatusCommitted,
-					CreatedAt: tCommit, Seq: h.idx, ExpiresAt: tCommit + jobTTL}
-				j, ok := h.f.Job(tenant, base.JobID)
-				if !ok || !reflect.DeepEqual(j, want) || !reflect.DeepEqual(res.Job, want) {
-					t.Fatalf("job\n got %+v\nwant %+v", j, want)
-				}
-			},
+			cmd: cmd(admit(Reserve{Tenant: tenant, Key: key, JobID: "j", Now: t0})),
 		},
 		{
-			name: "pending, other job ID", setup: setupPending(base), want: OutcomeUnchanged,
-			cmd: cmd(Commit{Tenant: tenant, Key: key, JobID: "stale", Now: tCommit, ExpiresAt: tCommit + 1, JobExpiresAt: tCommit + 1}),
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Entry.State != StatePending || res.Entry.JobID != base.JobID {
-					t.Fatalf("entry %+v", res.Entry)
-				}
-			},
+			name: "a verdict of another key", want: OutcomeInvalid, check: wantInvalid,
+			cmd: cmd(admitWith(base, commit(reserve(tenant, "other", t0), t0))),
 		},
+		{name: "reject status 200", cmd: cmd(admitWith(base, reject(base, t0, 200))), want: OutcomeInvalid, check: wantInvalid},
+		{name: "reject status 600", cmd: cmd(admitWith(base, reject(base, t0, 600))), want: OutcomeInvalid, check: wantInvalid},
 		{
-			name: "committed (re-proposed by a new leader)", setup: setupCommitted(base), want: OutcomeUnchanged,
-			cmd: cmd(commit(base, tCommit+sec)),
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Entry.State != StateCommitted || res.Entry.ResolvedAt != t0+sec || res.Job.ID != base.JobID {
-					t.Fatalf("result %+v", res)
-				}
-			},
-		},
-		{
-			name: "rejected", setup: setupRejected(base), want: OutcomeUnchanged,
-			cmd: cmd(commit(base, tCommit+sec)),
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Entry.State != StateRejected || res.Job.ID != "" || h.f.Stats().Jobs != 0 {
-					t.Fatalf("result %+v", res)
-				}
-			},
-		},
-		{
-			name: "pending past its TTL, not yet removed", setup: setupPending(base), want: OutcomeCommitted,
-			cmd: cmd(commit(base, t0+pendingTTL+sec)), changes: []ChangeKind{ChangeCommitted},
-		},
-		{
-			name: "job ID already used by another key",
-			setup: func(h *harness) {
-				setupCommitted(other)(h)
-				h.must(withJobID(base, other.JobID), OutcomeReserved)
-			},
-			cmd:  cmd(Commit{Tenant: tenant, Key: key, JobID: other.JobID, Now: tCommit, ExpiresAt: tCommit + 1, JobExpiresAt: tCommit + 1}),
-			want: OutcomeJobIDInUse,
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Entry.State != StatePending || res.Entry.Key != key {
-					t.Fatalf("entry %+v", res.Entry)
-				}
-			},
-		},
-		{
-			name: "another tenant's key", setup: setupPending(base), want: OutcomeNotFound,
-			cmd: cmd(Commit{Tenant: "other", Key: key, JobID: base.JobID, Now: tCommit, ExpiresAt: tCommit + 1, JobExpiresAt: tCommit + 1}),
-		},
-		{
-			name: "expires_at not after now", setup: setupPending(base), want: OutcomeInvalid, check: wantInvalid,
-			cmd: cmd(Commit{Tenant: tenant, Key: key, JobID: base.JobID, Now: tCommit, ExpiresAt: tCommit, JobExpiresAt: tCommit + 1}),
-		},
-		{
-			name: "job_expires_at not after now", setup: setupPending(base), want: OutcomeInvalid, check: wantInvalid,
-			cmd: cmd(Commit{Tenant: tenant, Key: key, JobID: base.JobID, Now: tCommit, ExpiresAt: tCommit + 1, JobExpiresAt: tCommit}),
-		},
-		{
-			name: "empty job ID", setup: setupPending(base), want: OutcomeInvalid, check: wantInvalid,
-			cmd: cmd(Commit{Tenant: tenant, Key: key, Now: tCommit, ExpiresAt: tCommit + 1, JobExpiresAt: tCommit + 1}),
-		},
-	})
-}
-
-func TestReject(t *testing.T) {
-	wantInvalid := func(t *testing.T, _ *harness, res Result) {
-		if !errors.Is(res.Err, ErrInvalidCommand) {
-			t.Fatalf("err %v, want ErrInvalidCommand", res.Err)
-		}
-	}
-	withStatus := func(st int) Reject { return reject(base, tCommit, st) }
-	runCases(t, []applyCase{
-		{name: "no entry", cmd: cmd(reject(base, tCommit, 422)), want: OutcomeNotFound},
-		{
-			name: "pending, validation", setup: setupPending(base), want: OutcomeRejected,
-			cmd: cmd(reject(base, tCommit, 422)), changes: []ChangeKind{ChangeRejected},
-			check: func(t *testing.T, h *harness, res Result) {
-				e := h.entry(tenant, key)
-				if e.State != StateRejected || e.Status != 422 || e.Reason != "capacity" || e.Detail != "queue full" ||
-					e.ResolvedAt != tCommit || e.ExpiresAt != tCommit+rejectTTL || e.JobID != base.JobID {
-					t.Fatalf("entry %+v", e)
-				}
-				if !reflect.DeepEqual(res.Entry, e) || h.f.Stats().Jobs != 0 {
-					t.Fatalf("result %+v", res)
-				}
-			},
-		},
-		{
-			name: "pending, capacity", setup: setupPending(base), want: OutcomeRejected,
-			cmd: cmd(reject(base, tCommit, 429)), changes: []ChangeKind{ChangeRejected},
-		},
-		{
-			name: "pending, other job ID", setup: setupPending(base), want: OutcomeUnchanged,
-			cmd: cmd(Reject{Tenant: tenant, Key: key, JobID: "stale", Now: tCommit, ExpiresAt: tCommit + 1, Status: 422}),
-		},
-		{
-			name: "committed", setup: setupCommitted(base), want: OutcomeUnchanged,
-			cmd: cmd(reject(base, tCommit+sec, 422)),
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Entry.State != StateCommitted || res.Job.ID != base.JobID {
-					t.Fatalf("result %+v", res)
-				}
-			},
-		},
-		{
-			name: "rejected (re-proposed)", setup: setupRejected(base), want: OutcomeUnchanged,
-			cmd: cmd(reject(base, tCommit+sec, 429)),
-			check: func(t *testing.T, h *harness, res Result) {
-				if res.Entry.Status != 422 {
-					t.Fatalf("the first rejection must stand: %+v", res.Entry)
-				}
-			},
-		},
-		{
-			name: "pending past its TTL, not yet removed", setup: setupPending(base), want: OutcomeRejected,
-			cmd: cmd(reject(base, t0+pendingTTL, 429)), changes: []ChangeKind{ChangeRejected},
-		},
-		{name: "status 200", setup: setupPending(base), cmd: cmd(withStatus(200)), want: OutcomeInvalid, check: wantInvalid},
-		{name: "status 600", setup: setupPending(base), cmd: cmd(withStatus(600)), want: OutcomeInvalid, check: wantInvalid},
-		{
-			name: "expires_at not after now", setup: setupPending(base), want: OutcomeInvalid, check: wantInvalid,
-			cmd: cmd(Reject{Tenant: tenant, Key: key, JobID: base.JobID, Now: tCommit, ExpiresAt: tCommit - 1, Status: 422}),
-		},
-		{
-			name: "empty tenant", setup: setupPending(base), want: OutcomeInvalid, check: wantInvalid,
-			cmd: cmd(Reject{Key: key, JobID: base.JobID, Now: tCommit, ExpiresAt: tCommit + 1, Status: 422}),
+			name: "commit expires_at not after now", want: OutcomeInvalid, check: wantInvalid,
+			cmd: cmd(admitWith(base, Commit{Tenant: tenant, Key: key, JobID: base.JobID, Now: t0, ExpiresAt: t0, JobExpiresAt: t0 + 1})),
 		},
 	})
 }
@@ -441,7 +252,8 @@ func TestExpire(t *testing.T) {
 	}
 	fiveDue := func(h *harness) {
 		for i, k := range []string{"e", "d", "c", "b", "a"} {
-			h.must(reserve(tenant, k, t0+int64(i)), OutcomeReserved)
+			r := reserve(tenant, k, t0+int64(i))
+			h.must(admitWith(r, reject(r, r.Now, 422)), OutcomeRejected)
 		}
 	}
 	runCases(t, []applyCase{
@@ -451,27 +263,6 @@ func TestExpire(t *testing.T) {
 				if res.Removed.Total() != 0 || res.More {
 					t.Fatalf("result %+v", res)
 				}
-			},
-		},
-		{
-			name: "pending, not yet due", setup: setupPending(base), want: OutcomeExpired,
-			cmd: cmd(expire(t0 + pendingTTL - 1)),
-			check: func(t *testing.T, h *harness, res Result) {
-				h.entry(tenant, key)
-				if res.Removed.Total() != 0 {
-					t.Fatalf("removed %+v", res.Removed)
-				}
-			},
-		},
-		{
-			name: "pending, due", setup: setupPending(sbase), want: OutcomeExpired,
-			cmd: cmd(expire(t0 + pendingTTL)), changes: []ChangeKind{ChangeRemoved},
-			check: func(t *testing.T, h *harness, res Result) {
-				h.noEntry(tenant, sbase.Key)
-				if res.Removed != (Removed{Pending: 1}) || h.changes[0].Entry.State != StatePending {
-					t.Fatalf("result %+v", res)
-				}
-				wm(t, h, 0) // a pending entry never raises a watermark
 			},
 		},
 		{
@@ -524,9 +315,8 @@ func TestExpire(t *testing.T) {
 		{
 			name: "job retention", want: OutcomeExpired,
 			setup: func(h *harness) {
-				h.must(base, OutcomeReserved)
-				h.must(Commit{Tenant: tenant, Key: key, JobID: base.JobID, Now: tCommit,
-					ExpiresAt: tCommit + commitTTL, JobExpiresAt: tCommit + 10*sec}, OutcomeCommitted)
+				h.must(admitWith(base, Commit{Tenant: tenant, Key: key, JobID: base.JobID, Now: tCommit,
+					ExpiresAt: tCommit + commitTTL, JobExpiresAt: tCommit + 10*sec}), OutcomeCommitted)
 			},
 			cmd: cmd(expire(tCommit + 10*sec)),
 			check: func(t *testing.T, h *harness, res Result) {
@@ -538,7 +328,7 @@ func TestExpire(t *testing.T) {
 				}
 				h.entry(tenant, key) // the entry has its own TTL
 				// A duplicate still gets the entry, without the job.
-				if res := h.apply(at(base, tCommit+11*sec)); res.Outcome != OutcomeExists || res.Job.ID != "" {
+				if res := h.apply(admit(at(base, tCommit+11*sec))); res.Outcome != OutcomeExists || res.Job.ID != "" {
 					t.Fatalf("duplicate: %+v", res)
 				}
 			},
@@ -568,14 +358,14 @@ func TestExpire(t *testing.T) {
 			cmd:     cmd(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxRemovals: 2}),
 			changes: []ChangeKind{ChangeRemoved, ChangeRemoved},
 			check: func(t *testing.T, h *harness, res Result) {
-				if res.Removed.Pending != 2 || !res.More {
+				if res.Removed.Rejected != 2 || !res.More {
 					t.Fatalf("result %+v", res)
 				}
 				h.noEntry(tenant, "e")
 				h.noEntry(tenant, "d")
 				h.entry(tenant, "c")
 				res = h.must(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxRemovals: 3}, OutcomeExpired)
-				if res.Removed.Pending != 3 || res.More {
+				if res.Removed.Rejected != 3 || res.More {
 					t.Fatalf("second round %+v", res)
 				}
 			},
@@ -586,14 +376,14 @@ func TestExpire(t *testing.T) {
 			setup: func(h *harness) {
 				h.quietly(func() {
 					for i := range 3*dueChunk + 7 {
-						h.must(reserve(tenant, fmt.Sprintf("k%04d", i), t0+int64(i)), OutcomeReserved)
+						h.must(admit(reserve(tenant, fmt.Sprintf("k%04d", i), t0+int64(i))), OutcomeCommitted)
 					}
 				})
 			},
 			cmd:     cmd(Expire{Now: t0 + time.Hour.Nanoseconds(), MaxRemovals: 2*dueChunk + 3}),
 			changes: slices.Repeat([]ChangeKind{ChangeRemoved}, 2*dueChunk+3),
 			check: func(t *testing.T, h *harness, res Result) {
-				if res.Removed.Pending != 2*dueChunk+3 || !res.More || len(h.changes) != 2*dueChunk+3 {
+				if res.Removed.Committed != 2*dueChunk+3 || !res.More || len(h.changes) != 2*dueChunk+3 {
 					t.Fatalf("result %+v, %d changes", res, len(h.changes))
 				}
 				for i, c := range h.changes {
@@ -604,7 +394,7 @@ func TestExpire(t *testing.T) {
 				h.noEntry(tenant, fmt.Sprintf("k%04d", 2*dueChunk+2))
 				h.entry(tenant, fmt.Sprintf("k%04d", 2*dueChunk+3))
 				res = h.must(Expire{Now: t0 + time.Hour.Nanoseconds()}, OutcomeExpired)
-				if res.Removed.Pending != dueChunk+4 || res.More || h.f.Stats().Entries != 0 {
+				if res.Removed.Committed != dueChunk+4 || res.More || h.f.Stats().Entries != 0 {
 					t.Fatalf("second round %+v, stats %+v", res, h.f.Stats())
 				}
 			},
@@ -613,10 +403,10 @@ func TestExpire(t *testing.T) {
 			name: "same expiry: ordered by tenant, key", want: OutcomeExpired,
 			setup: func(h *harness) {
 				for _, tk := range [][2]string{{"b", "a"}, {"a", "z"}, {"a", "b"}} {
-					h.must(reserve(tk[0], tk[1], t0), OutcomeReserved)
+					h.must(admit(reserve(tk[0], tk[1], t0)), OutcomeCommitted)
 				}
 			},
-			cmd: cmd(Expire{Now: t0 + pendingTTL}), changes: []ChangeKind{ChangeRemoved, ChangeRemoved, ChangeRemoved},
+			cmd: cmd(Expire{Now: t0 + commitTTL}), changes: []ChangeKind{ChangeRemoved, ChangeRemoved, ChangeRemoved},
 			check: func(t *testing.T, h *harness, res Result) {
 				var got []string
 				for _, c := range h.changes {
@@ -637,35 +427,33 @@ func TestLateRetryRefusedByWatermark(t *testing.T) {
 	h := newHarness(t)
 	now := t0
 	s10 := structured(tenant, client, 10, nonce, now)
-	h.must(s10, OutcomeReserved)
-	h.must(commit(s10, now+sec), OutcomeCommitted)
+	h.must(admitWith(s10, commit(s10, now+sec)), OutcomeCommitted)
 
 	// Out of order: seq 9's first attempt arrives while seq 10 is live.
 	now += 10 * sec
 	s9 := structured(tenant, client, 9, nonce, now)
-	h.must(s9, OutcomeReserved)
-	h.must(commit(s9, now+sec), OutcomeCommitted)
+	h.must(admitWith(s9, commit(s9, now+sec)), OutcomeCommitted)
 
 	// Seq 10 expires: watermark 10. Seq 9 is still live and answers.
 	h.must(expire(t0+sec+commitTTL), OutcomeExpired)
 	if w, _ := h.f.Watermark(tenant, client, nonce); w.Sequence != 10 {
 		t.Fatalf("watermark %d, want 10", w.Sequence)
 	}
-	if res := h.must(at(s9, t0+sec+commitTTL+1), OutcomeExists); res.Job.ID != s9.JobID {
+	if res := h.must(admit(at(s9, t0+sec+commitTTL+1)), OutcomeExists); res.Job.ID != s9.JobID {
 		t.Fatalf("retry of seq 9 while live: %+v", res)
 	}
 	// A late retry of seq 10: refused, not executed again.
 	late := at(s10, t0+sec+commitTTL+2)
-	if res := h.must(late, OutcomeKeyExpired); res.Watermark != 10 {
+	if res := h.must(admit(late), OutcomeKeyExpired); res.Watermark != 10 {
 		t.Fatalf("watermark in result %d", res.Watermark)
 	}
 	// Seq 9 expires too; its late retry is refused as well.
 	h.must(expire(now+sec+commitTTL), OutcomeExpired)
-	h.must(at(s9, now+sec+commitTTL+1), OutcomeKeyExpired)
+	h.must(admit(at(s9, now+sec+commitTTL+1)), OutcomeKeyExpired)
 	// The next sequence is new work.
-	h.must(structured(tenant, client, 11, nonce, now+sec+commitTTL+2), OutcomeReserved)
-	if st := h.f.Stats(); st.Jobs != 2 {
-		t.Fatalf("jobs %d, want 2: nothing ran twice", st.Jobs)
+	h.must(admit(structured(tenant, client, 11, nonce, now+sec+commitTTL+2)), OutcomeCommitted)
+	if st := h.f.Stats(); st.Jobs != 3 {
+		t.Fatalf("jobs %d, want 3 (sequences 10, 9 and 11): nothing ran twice", st.Jobs)
 	}
 }
 
@@ -678,17 +466,18 @@ func TestFullNeverDropsLiveEntries(t *testing.T) {
 	for i := range max {
 		r := reserve(tenant, "k"+string(rune('A'+i)), t0+int64(i))
 		r.MaxEntries = max
-		h.must(r, OutcomeReserved)
 		keys = append(keys, r)
 		if i%2 == 0 {
-			h.must(commit(r, r.Now+1), OutcomeCommitted)
+			h.must(admitWith(r, commit(r, r.Now+1)), OutcomeCommitted)
+		} else {
+			h.must(admitWith(r, reject(r, r.Now+1, 422)), OutcomeRejected)
 		}
 	}
 	before := dumpTables(h.f)
 	for i := range 10 {
 		r := reserve("other", "new"+string(rune('a'+i)), t0+sec)
 		r.MaxEntries = max
-		h.must(r, OutcomeFull)
+		h.must(admit(r), OutcomeFull)
 	}
 	if after := dumpTables(h.f); !reflect.DeepEqual(before, after) {
 		t.Fatal("Full changed the state")
@@ -697,15 +486,15 @@ func TestFullNeverDropsLiveEntries(t *testing.T) {
 		t.Fatalf("entries %d, want %d", st.Entries, max)
 	}
 	// Duplicates of live entries are still answered while full.
-	h.must(keys[3], OutcomeExists)
-	// Expiry makes room: the pending entries (odd i) expire first.
-	res := h.must(expire(t0+pendingTTL+max), OutcomeExpired)
-	if res.Removed.Pending != max/2 {
+	h.must(admit(keys[3]), OutcomeExists)
+	// Expiry makes room: the rejected entries (odd i) expire first.
+	res := h.must(expire(t0+rejectTTL+max), OutcomeExpired)
+	if res.Removed.Rejected != max/2 {
 		t.Fatalf("removed %+v", res.Removed)
 	}
-	r := reserve("other", "new", t0+pendingTTL+max)
+	r := reserve("other", "new", t0+rejectTTL+max)
 	r.MaxEntries = max
-	h.must(r, OutcomeReserved)
+	h.must(admit(r), OutcomeCommitted)
 }
 
 // TestReturnedValuesAreCopies: changing what a reader got does not change the
@@ -715,14 +504,14 @@ func TestReturnedValuesAreCopies(t *testing.T) {
 	r := reserve(tenant, key, t0)
 	r.Request.Datacenters = make([]string, 1, 8) // spare capacity in the input
 	r.Request.Datacenters[0] = "dc1"
-	res := h.must(r, OutcomeReserved)
+	res := h.must(admit(r), OutcomeCommitted)
 	res.Entry.State = StateRejected
 	res.Entry.Request.Datacenters = append(res.Entry.Request.Datacenters, "dc9")
 	e := h.entry(tenant, key)
 	e.JobID = "changed"
 	_ = append(e.Request.Datacenters, "dc8")
 	_ = append(e.Request.Payload, '!')
-	if got := h.entry(tenant, key); got.State != StatePending || got.JobID != r.JobID ||
+	if got := h.entry(tenant, key); got.State != StateCommitted || got.JobID != r.JobID ||
 		!reflect.DeepEqual(got.Request.Datacenters, []string{"dc1"}) || string(got.Request.Payload) != string(r.Request.Payload) {
 		t.Fatalf("stored entry changed: %+v", got)
 	}

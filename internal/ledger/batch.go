@@ -5,14 +5,12 @@ import (
 )
 
 // Batch command types (docs/ledger.md, "Batch commands"). One raft log entry
-// carries many submissions' Reserves, or many submissions' outcomes, so a
-// leader under load writes, replicates, fsyncs and applies one entry where it
-// wrote one per submission.
+// carries many submissions' Admits, or many workers' commands, so a leader
+// under load writes, replicates, fsyncs and applies one entry where it wrote
+// one per submission.
 const (
-	// TypeReserveBatch carries Reserves, applied in order.
-	TypeReserveBatch CommandType = 0x05
-	// TypeResolveBatch carries Commits and Rejects, applied in order.
-	TypeResolveBatch CommandType = 0x06
+	// TypeAdmitBatch carries Admits, applied in order.
+	TypeAdmitBatch CommandType = 0x05
 	// TypeWorkerBatch carries the workers' Leases, Heartbeats, Completes and
 	// Fails, applied in order.
 	TypeWorkerBatch CommandType = 0x0E
@@ -22,30 +20,23 @@ const (
 // none) is refused (OutcomeInvalid). The manager's own bound is lower.
 const MaxBatchItems = 1 << 16
 
-// ReserveBatch applies its Reserves and Admits in order, each exactly as the
-// command of its own log entry would apply at that point (same checks, same
-// effects, same Result), and answers a Result per item in Result.Items
-// (OutcomeBatch). An item that breaks a rule of its command gets
-// OutcomeInvalid and changes nothing; the others apply. The batch is invalid
-// as a whole (no item applied) only when it does not decode or holds no item
-// or more than MaxBatchItems. Encode skips items of any other type.
-type ReserveBatch struct {
-	Items []Command
-}
-
-// ResolveBatch applies its Commits and Rejects in order, as ReserveBatch
-// does its Reserves. Items holds Commit and Reject values; Encode skips any
-// other (a batch left with no item is refused by Apply).
+// AdmitBatch applies its Admits in order, each exactly as an Admit of its own
+// log entry would apply at that point (same checks, same effects, same
+// Result), and answers a Result per item in Result.Items (OutcomeBatch). An
+// item that breaks a rule of its command gets OutcomeInvalid and changes
+// nothing; the others apply. The batch is invalid as a whole (no item
+// applied) only when it does not decode or holds no item or more than
+// MaxBatchItems. Encode skips items of any other type.
 //
-// The i-th item's Commit gets the Seq a single Commit at index+i would get
-// (index+i, or the last Seq given plus one if that is higher), so Seqs stay
-// unique and in log order though a batch's Seqs may pass its index.
-type ResolveBatch struct {
+// The i-th item's job gets the Seq an Admit at index+i would get (index+i,
+// or the last Seq given plus one if that is higher), so Seqs stay unique and
+// in log order though a batch's Seqs may pass its index.
+type AdmitBatch struct {
 	Items []Command
 }
 
 // WorkerBatch applies the workers' commands (Lease, Heartbeat, Complete,
-// Fail) in order, as ReserveBatch does its items: each exactly as the command
+// Fail) in order, as AdmitBatch does its items: each exactly as the command
 // of its own entry would apply at that point, lease fencing and
 // completion-recorded-once included. Encode skips items of any other type.
 type WorkerBatch struct {
@@ -56,8 +47,7 @@ func (WorkerBatch) CommandType() CommandType { return TypeWorkerBatch }
 
 // The item types each batch carries (checked by type byte before an item is
 // decoded, so batches never nest).
-func reserveItem(t CommandType) bool { return t == TypeReserve || t == TypeAdmit }
-func outcomeItem(t CommandType) bool { return t == TypeCommit || t == TypeReject }
+func admitItem(t CommandType) bool { return t == TypeAdmit }
 func workerItem(t CommandType) bool {
 	switch t {
 	case TypeLease, TypeHeartbeat, TypeComplete, TypeFail:
@@ -66,13 +56,11 @@ func workerItem(t CommandType) bool {
 	return false
 }
 
-func (b ReserveBatch) sizeHint() int { return batchSizeHint(b.Items) }
-func (b ResolveBatch) sizeHint() int { return batchSizeHint(b.Items) }
-func (b WorkerBatch) sizeHint() int  { return batchSizeHint(b.Items) }
+func (b AdmitBatch) sizeHint() int  { return batchSizeHint(b.Items) }
+func (b WorkerBatch) sizeHint() int { return batchSizeHint(b.Items) }
 
-func (b ReserveBatch) appendBody(out []byte) []byte { return appendBatch(out, b.Items, reserveItem) }
-func (b ResolveBatch) appendBody(out []byte) []byte { return appendBatch(out, b.Items, outcomeItem) }
-func (b WorkerBatch) appendBody(out []byte) []byte  { return appendBatch(out, b.Items, workerItem) }
+func (b AdmitBatch) appendBody(out []byte) []byte  { return appendBatch(out, b.Items, admitItem) }
+func (b WorkerBatch) appendBody(out []byte) []byte { return appendBatch(out, b.Items, workerItem) }
 
 func batchSizeHint(items []Command) int {
 	n := varintSize
@@ -100,20 +88,24 @@ func appendBatch(out []byte, items []Command, carries func(CommandType) bool) []
 	return out
 }
 
-func (ReserveBatch) CommandType() CommandType { return TypeReserveBatch }
-func (ResolveBatch) CommandType() CommandType { return TypeResolveBatch }
+func (AdmitBatch) CommandType() CommandType { return TypeAdmitBatch }
 
 // Batch body (every batch type):
 //
 //	count uvarint, then count items, each: length uvarint · a whole command
 //	(type byte · version byte · body) of a type the batch carries.
 
-// appendItem appends length · command without a scratch buffer: it writes the
-// command after a maximal length slot, then moves it down to the minimal one.
+// appendItem appends length · command without a scratch buffer.
 func appendItem(out []byte, c Command) []byte {
+	return appendFramed(out, func(b []byte) []byte { return AppendCommand(b, c) })
+}
+
+// appendFramed appends length · what write appends: it writes after a
+// maximal length slot, then moves it down to the minimal one.
+func appendFramed(out []byte, write func([]byte) []byte) []byte {
 	start := len(out)
 	out = append(out, make([]byte, varintSize)...)
-	out = AppendCommand(out, c)
+	out = write(out)
 	n := len(out) - start - varintSize
 	l := uvarintLen(uint64(n))
 	appendUvarint(out[start:start], uint64(n))
@@ -179,16 +171,15 @@ func (s *state) applyBatch(ax *applyCtx, items int, item func(i int) Command) Re
 
 // nextSeq returns the Seq of a job committed at index (for a batch item:
 // the entry's index plus the item's position): the index, unless a batch gave
-// Seqs up to or past it, then the next one. Old logs (single Commits) get
-// exactly their index, as before.
+// Seqs up to or past it, then the next one.
 func (s *state) nextSeq(index uint64) uint64 {
 	seq := max(index, s.lastSeq+1)
 	s.lastSeq = seq
 	return seq
 }
 
-// EncodeBatch returns a batch command of type t (TypeReserveBatch,
-// TypeResolveBatch or TypeWorkerBatch) whose items are already encoded
+// EncodeBatch returns a batch command of type t (TypeAdmitBatch or
+// TypeWorkerBatch) whose items are already encoded
 // commands (Encode's output), so a proposer that encoded each submission's
 // command once need not encode it again. Items of a type the batch does not
 // carry make the batch invalid when applied; nothing is checked here.

@@ -10,14 +10,14 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// TestBatchMixedOutcomes applies one ReserveBatch and one ResolveBatch whose
-// items get every kind of answer, and checks each item's Result.
+// TestBatchMixedOutcomes applies one AdmitBatch whose items get every kind
+// of answer, and checks each item's Result.
 func TestBatchMixedOutcomes(t *testing.T) {
 	h := newHarness(t)
 	dup := reserve("acme", "dup", t0)
 	reused := reserve("acme", "reused", t0)
-	h.must(dup, OutcomeReserved)
-	h.must(reused, OutcomeReserved)
+	h.must(admit(dup), OutcomeCommitted)
+	h.must(admit(reused), OutcomeCommitted)
 
 	now := t0 + sec
 	fresh1, fresh2 := reserve("acme", "new-1", now), reserve("acme", "new-2", now)
@@ -28,12 +28,13 @@ func TestBatchMixedOutcomes(t *testing.T) {
 	tooBig := reserve("acme", "big", now)
 	tooBig.MaxEntries = 2 // the table holds 2 live entries before this batch
 	bad := reserve("acme", "bad", now)
-	bad.ExpiresAt = now // invalid: not after Now
+	bad.MaxEntries = 0 // invalid
 	fresh3 := reserve("globex", "new-3", now)
 
-	res := h.must(ReserveBatch{Items: []Command{fresh1, again, other, tooBig, bad, fresh2, fresh3}}, OutcomeBatch)
-	want := []Outcome{OutcomeReserved, OutcomeExists, OutcomeKeyReused, OutcomeFull, OutcomeInvalid,
-		OutcomeReserved, OutcomeReserved}
+	res := h.must(AdmitBatch{Items: []Command{admit(fresh1), admit(again), admit(other), admit(tooBig), admit(bad),
+		admitWith(fresh2, reject(fresh2, now, 422)), admit(fresh3)}}, OutcomeBatch)
+	want := []Outcome{OutcomeCommitted, OutcomeExists, OutcomeKeyReused, OutcomeFull, OutcomeInvalid,
+		OutcomeRejected, OutcomeCommitted}
 	checkItems(t, res, want)
 	if !errors.Is(res.Items[4].Err, ErrInvalidCommand) {
 		t.Fatalf("invalid item error %v", res.Items[4].Err)
@@ -44,33 +45,17 @@ func TestBatchMixedOutcomes(t *testing.T) {
 	if e, ok := h.f.Entry("acme", "bad"); ok {
 		t.Fatalf("an invalid item left an entry %+v", e)
 	}
-	batchIdx := h.idx
-
-	now += sec
-	res = h.must(ResolveBatch{Items: []Command{
-		commit(fresh1, now),
-		reject(fresh2, now, 422),
-		commit(dup, now),                          // another PENDING entry of before
-		commit(fresh1, now),                       // already committed: unchanged
-		commit(reserve("acme", "none", now), now), // no such entry
-		Commit{Tenant: "acme", Key: "x", JobID: "j", Now: now, ExpiresAt: now}, // invalid
-		commit(fresh3, now),
-	}}, OutcomeBatch)
-	checkItems(t, res, []Outcome{OutcomeCommitted, OutcomeRejected, OutcomeCommitted, OutcomeUnchanged,
-		OutcomeNotFound, OutcomeInvalid, OutcomeCommitted})
 	// Seqs as singles on consecutive indexes would get: index + position.
-	for i, wantSeq := range map[int]uint64{0: h.idx, 2: h.idx + 2, 6: h.idx + 6} {
+	for i, wantSeq := range map[int]uint64{0: h.idx, 6: h.idx + 6} {
 		if got := res.Items[i].Job.Seq; got != wantSeq {
 			t.Fatalf("item %d seq %d, want %d", i, got, wantSeq)
 		}
 	}
-	if h.idx != batchIdx+1 {
-		t.Fatalf("harness index %d", h.idx)
-	}
-	// The next single Commit takes a Seq after the batch's, though its index is lower.
-	h.must(commit(reused, now), OutcomeCommitted)
-	if j, _ := h.f.Job("acme", reused.JobID); j.Seq != h.idx-1+7 {
-		t.Fatalf("single commit after a batch: seq %d, want %d", j.Seq, h.idx-1+7)
+	// The next single Admit takes a Seq after the batch's, though its index is lower.
+	late := reserve("acme", "late", now)
+	h.must(admit(late), OutcomeCommitted)
+	if j, _ := h.f.Job("acme", late.JobID); j.Seq != h.idx-1+7 {
+		t.Fatalf("single admit after a batch: seq %d, want %d", j.Seq, h.idx-1+7)
 	}
 	// A restored replica keeps giving Seqs past the batch's.
 	g := restore(t, persist(t, h.f))
@@ -100,14 +85,13 @@ func checkItems(t *testing.T, res Result, want []Outcome) {
 func TestBatchRefused(t *testing.T) {
 	h := newHarness(t)
 	for name, data := range map[string][]byte{
-		"empty reserve batch": Encode(ReserveBatch{}),
-		"empty resolve batch": Encode(ResolveBatch{}),
-		"expire in a batch":   {byte(TypeResolveBatch), 1, 1, 2, byte(TypeExpire), 2},
-		"nested batch": append([]byte{byte(TypeReserveBatch), 1, 1, 5},
-			Encode(ReserveBatch{Items: []Command{reserve("a", "b", t0)}})[:5]...),
-		"reserve in a resolve batch": append([]byte{byte(TypeResolveBatch), 1, 1, byte(len(Encode(reserve("a", "b", t0))))},
-			Encode(reserve("a", "b", t0))...),
-		"version 2": {byte(TypeReserveBatch), 2, 0},
+		"empty admit batch": Encode(AdmitBatch{}),
+		"expire in a batch": {byte(TypeAdmitBatch), 1, 1, 2, byte(TypeExpire), 2},
+		"nested batch": append([]byte{byte(TypeAdmitBatch), 1, 1, 5},
+			Encode(AdmitBatch{Items: []Command{admit(reserve("a", "b", t0))}})[:5]...),
+		"admit in a worker batch": append([]byte{byte(TypeWorkerBatch), 1, 1, byte(len(Encode(admit(reserve("a", "b", t0)))))},
+			Encode(admit(reserve("a", "b", t0)))...),
+		"version 2": {byte(TypeAdmitBatch), 2, 0},
 	} {
 		res := h.applyRaw(data)
 		if res.Outcome != OutcomeInvalid || res.Err == nil || res.Items != nil {
@@ -120,8 +104,8 @@ func TestBatchRefused(t *testing.T) {
 }
 
 // batched rewrites a log of single commands as the same logical sequence in
-// batch commands: every run of consecutive Reserves and Admits becomes one ReserveBatch,
-// every run of Commits and Rejects one ResolveBatch, each at the index of the
+// batch commands: every run of consecutive Admits becomes one AdmitBatch,
+// every run of workers' commands one WorkerBatch, each at the index of the
 // run's first entry. A run ends at maxRun items or at any other entry.
 func batched(t *testing.T, logs []*raft.Log, maxRun int) (out []*raft.Log, runs [][]int) {
 	t.Helper()
@@ -134,10 +118,8 @@ func batched(t *testing.T, logs []*raft.Log, maxRun int) (out []*raft.Log, runs 
 			return 0
 		}
 		switch c.(type) {
-		case Reserve, Admit: // Admits ride reserve batches
-			return TypeReserve
-		case Commit, Reject:
-			return TypeResolveBatch
+		case Admit:
+			return TypeAdmitBatch
 		case Lease, Heartbeat, Complete, Fail:
 			return TypeWorkerBatch
 		}
@@ -163,10 +145,8 @@ func batched(t *testing.T, logs []*raft.Log, maxRun int) (out []*raft.Log, runs 
 		}
 		var data []byte
 		switch k {
-		case TypeReserve:
-			data = Encode(ReserveBatch{Items: items})
-		case TypeResolveBatch:
-			data = Encode(ResolveBatch{Items: items})
+		case TypeAdmitBatch:
+			data = Encode(AdmitBatch{Items: items})
 		default:
 			data = Encode(WorkerBatch{Items: items})
 		}
@@ -251,19 +231,16 @@ func TestOldLogReplaysAfterBatches(t *testing.T) {
 	// Then batches apply on top of it.
 	idx := logs[len(logs)-1].Index
 	r := reserve("acme", "after", t0+1e15)
-	out := b.Apply(&raft.Log{Index: idx + 1, Type: raft.LogCommand, Data: Encode(ReserveBatch{Items: []Command{r}})})
-	if res := out.(Result); res.Outcome != OutcomeBatch || res.Items[0].Outcome != OutcomeReserved {
+	out := b.Apply(&raft.Log{Index: idx + 1, Type: raft.LogCommand, Data: Encode(AdmitBatch{Items: []Command{admit(r)}})})
+	if res := out.(Result); res.Outcome != OutcomeBatch || res.Items[0].Outcome != OutcomeCommitted {
 		t.Fatalf("batch after an old log: %+v", res)
 	}
 }
 
 func TestEncodeBatchMatchesEncode(t *testing.T) {
-	rs := []Reserve{reserve("a", "1", t0), reserve("a", "2", t0)}
-	if !bytes.Equal(EncodeBatch(TypeReserveBatch, [][]byte{Encode(rs[0]), Encode(rs[1])}), Encode(ReserveBatch{Items: []Command{rs[0], rs[1]}})) {
-		t.Fatal("reserve batch bytes differ")
-	}
-	cs := []Command{commit(rs[0], t0+sec), reject(rs[1], t0+sec, 422)}
-	if !bytes.Equal(EncodeBatch(TypeResolveBatch, [][]byte{Encode(cs[0]), Encode(cs[1])}), Encode(ResolveBatch{Items: cs})) {
-		t.Fatal("resolve batch bytes differ")
+	r1, r2 := reserve("a", "1", t0), reserve("a", "2", t0)
+	as := []Command{admit(r1), admitWith(r2, reject(r2, t0+sec, 422))}
+	if !bytes.Equal(EncodeBatch(TypeAdmitBatch, [][]byte{Encode(as[0]), Encode(as[1])}), Encode(AdmitBatch{Items: as})) {
+		t.Fatal("admit batch bytes differ")
 	}
 }

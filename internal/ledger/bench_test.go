@@ -39,7 +39,7 @@ func (g *benchLog) next(buf []*raft.Log) []*raft.Log {
 		Tenant: "acme", Key: fmt.Sprintf("host1.dc1:12345:%d:a1b2c3d4e5f6a7b8", g.n),
 		Fingerprint: "3f79bb7b435b05321651daefd374cdc681dc06faa65e374e38337b88ca046dea",
 		JobID:       fmt.Sprintf("0193a5c8-0000-7000-8000-%012d", g.n),
-		Now:         now, ExpiresAt: now + ttl, MaxEntries: 1 << 30,
+		Now:         now, MaxEntries: 1 << 30,
 		Request: Request{Type: "send_invoice", Payload: json.RawMessage(`{"order":"ORD-123","amount":4200}`),
 			Datacenters: []string{"dc1"}},
 		Structured: true, ClientID: "host1.dc1:12345", Sequence: uint64(g.n), Nonce: "a1b2c3d4e5f6a7b8",
@@ -48,7 +48,7 @@ func (g *benchLog) next(buf []*raft.Log) []*raft.Log {
 	if g.queue {
 		c = QueueCommit(c)
 	}
-	cmds := [][]byte{Encode(r), Encode(c)}
+	cmds := [][]byte{Encode(admitWith(r, c))}
 	if g.work && g.n >= g.backlog {
 		lease := fmt.Sprintf("lease-%d", g.n)
 		cmds = append(cmds,
@@ -268,10 +268,10 @@ func benchSnapshotPersist(b *testing.B, f *FSM) {
 	b.ReportMetric(float64(st.Jobs), "jobs")
 }
 
-// BenchmarkApplyBatchCommands: one op is a submission (Reserve + Commit, and
-// an Expire every 1000) against ~100k live entries and jobs, proposed as
-// single commands (two entries per submission) or as 64 submissions' Reserves
-// in one ReserveBatch entry and their Commits in one ResolveBatch entry.
+// BenchmarkApplyBatchCommands: one op is a submission (an Admit, and an
+// Expire every 1000) against ~100k live entries and jobs, proposed as single
+// commands (one entry per submission) or as 64 submissions' Admits in one
+// AdmitBatch entry.
 // Decoding is inside the timer (Apply decodes); encoding is not.
 func BenchmarkApplyBatchCommands(b *testing.B) {
 	for _, items := range []int{1, 64} {
@@ -297,32 +297,25 @@ func BenchmarkApplyBatchCommands(b *testing.B) {
 					return singles
 				}
 				var out []*raft.Log
-				var res, outs [][]byte
+				var res [][]byte
 				flush := func() {
-					for _, group := range []struct {
-						t CommandType
-						d *[][]byte
-					}{{TypeReserveBatch, &res}, {TypeResolveBatch, &outs}} {
-						if len(*group.d) > 0 {
-							idx++
-							out = append(out, &raft.Log{Index: idx, Type: raft.LogCommand, Data: EncodeBatch(group.t, *group.d)})
-							*group.d = nil
-						}
+					if len(res) > 0 {
+						idx++
+						out = append(out, &raft.Log{Index: idx, Type: raft.LogCommand, Data: EncodeBatch(TypeAdmitBatch, res)})
+						res = nil
 					}
 				}
 				for _, l := range singles {
 					switch CommandType(l.Data[0]) {
-					case TypeReserve:
+					case TypeAdmit:
 						res = append(res, l.Data)
-					case TypeCommit:
-						outs = append(outs, l.Data)
 					default:
 						flush()
 						idx++
 						l.Index = idx
 						out = append(out, l)
 					}
-					if len(res) == items && len(outs) == items {
+					if len(res) == items {
 						flush()
 					}
 				}
@@ -397,7 +390,7 @@ func BenchmarkListQueuedAfterChurn(b *testing.B) {
 	submit := func(key string, now int64) []Command {
 		r := reserve(tenant, key, now)
 		r.MaxEntries = 1 << 30
-		return []Command{r, QueueCommit(commit(r, now))}
+		return []Command{admitWith(r, QueueCommit(commit(r, now)))}
 	}
 	const churn, batch = 20_000, 100
 	now := tQ

@@ -9,16 +9,14 @@ import (
 
 func TestCommitOverMaxJobsIsACapacityRejection(t *testing.T) {
 	h := newHarness(t)
-	capped := func(r Reserve, now int64) Commit {
+	capped := func(r Reserve, now int64) Admit {
 		c := commit(r, now)
 		c.MaxJobs, c.RejectedExpiresAt, c.CapacityDetail = 2, now+rejectTTL, "dc1 holds its maximum of 2 queued jobs"
-		return c
+		return admitWith(at(r, now), c)
 	}
 	var rs []Reserve
 	for _, k := range []string{"a", "b", "c", "d"} {
-		r := reserve("acme", k, t0)
-		h.must(r, OutcomeReserved)
-		rs = append(rs, r)
+		rs = append(rs, reserve("acme", k, t0))
 	}
 	h.must(capped(rs[0], t0+sec), OutcomeCommitted)
 	h.must(capped(rs[1], t0+sec), OutcomeCommitted)
@@ -30,17 +28,19 @@ func TestCommitOverMaxJobsIsACapacityRejection(t *testing.T) {
 	if st := h.f.Stats(); st.Jobs != 2 || st.Rejected != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	// Re-proposing the Commit of a key rejected for capacity changes nothing.
-	h.must(capped(rs[2], t0+2*sec), OutcomeUnchanged)
-	// Once a job's retention passes, the next Commit removes it and commits.
+	// The same request again is answered by its rejection.
+	h.must(capped(rs[2], t0+2*sec), OutcomeExists)
+	// Once a job's retention passes, the next Admit removes it and commits.
 	late := t0 + jobTTL + 2*sec
 	res = h.must(capped(rs[3], late), OutcomeCommitted)
 	if res.Removed.Jobs == 0 {
 		t.Fatalf("a due job should have been removed to make room: %+v", res.Removed)
 	}
 	// A capped Commit without a rejection expiry is invalid.
-	bad := capped(rs[3], t0)
-	bad.RejectedExpiresAt = 0
+	bad := capped(reserve("acme", "e", late), late)
+	c := bad.Outcome.(Commit)
+	c.RejectedExpiresAt = 0
+	bad.Outcome = c
 	h.must(bad, OutcomeInvalid)
 }
 
@@ -53,29 +53,6 @@ func (h *harness) mustRaw(b []byte, want Outcome) Result {
 	}
 	checkInvariants(h.t, h.f)
 	return res
-}
-
-func TestPendingBeforeListsOldPendingOnly(t *testing.T) {
-	h := newHarness(t)
-	a, b, c := reserve("t", "a", t0), reserve("t", "b", t0+2*sec), reserve("t", "c", t0+4*sec)
-	for _, r := range []Reserve{a, b, c} {
-		h.must(r, OutcomeReserved)
-	}
-	h.must(commit(a, t0+5*sec), OutcomeCommitted)
-	got := h.f.PendingBefore(t0+3*sec, 0)
-	if len(got) != 1 || got[0].Key != "b" {
-		t.Fatalf("pending before t0+3s: %+v", got)
-	}
-	if got := h.f.PendingBefore(t0+10*sec, 1); len(got) != 1 || got[0].Key != "b" {
-		t.Fatalf("limit 1: %+v", got)
-	}
-	if got := h.f.PendingBefore(t0+10*sec, 0); len(got) != 2 || got[1].Key != "c" {
-		t.Fatalf("all: %+v", got)
-	}
-	// A restored FSM has the same index.
-	if got := restore(t, persist(t, h.f)).PendingBefore(t0+10*sec, 0); len(got) != 2 {
-		t.Fatalf("after restore: %+v", got)
-	}
 }
 
 func TestWatermarkWindowRecordAndShift(t *testing.T) {
@@ -116,70 +93,64 @@ func sreserve(tenant, client string, seq uint64, now int64) Reserve {
 func TestRejectedSequenceRetriedAfterAHigherCommitIsAdmitted(t *testing.T) {
 	h := newHarness(t)
 	r5 := sreserve("t", "c", 5, t0)
-	h.must(r5, OutcomeReserved)
-	h.must(reject(r5, t0+sec, 429), OutcomeRejected)
+	h.must(admitWith(r5, reject(r5, t0+sec, 429)), OutcomeRejected)
 	r6 := sreserve("t", "c", 6, t0+2*sec)
-	h.must(r6, OutcomeReserved)
-	h.must(commit(r6, t0+3*sec), OutcomeCommitted)
+	h.must(admitWith(r6, commit(r6, t0+3*sec)), OutcomeCommitted)
 	// Both entries expire; 5 never ran, so its retry is judged afresh...
 	late := t0 + 3*sec + commitTTL
 	h.must(expire(late), OutcomeExpired)
-	res := h.must(at(r5, late+sec), OutcomeReserved)
-	h.must(commit(res.Entry.reserveOf(), late+2*sec), OutcomeCommitted)
+	h.must(admitWith(at(r5, late+sec), commit(r5, late+2*sec)), OutcomeCommitted)
 	// ... while 6, which ran, is refused as expired (409), and so is 5 now.
-	if res := h.must(at(r6, late+3*sec), OutcomeKeyExpired); res.Watermark != 6 {
+	if res := h.must(admit(at(r6, late+3*sec)), OutcomeKeyExpired); res.Watermark != 6 {
 		t.Fatalf("watermark %d", res.Watermark)
 	}
 	h.must(expire(late+2*sec+commitTTL), OutcomeExpired)
-	h.must(at(r5, late+3*sec+commitTTL), OutcomeKeyExpired)
+	h.must(admit(at(r5, late+3*sec+commitTTL)), OutcomeKeyExpired)
 	// A sequence more than the window below the highest is refused, run or not.
 	big := sreserve("t", "c", 6+WatermarkWindow, late+4*sec+commitTTL)
-	h.must(big, OutcomeReserved)
-	h.must(commit(big, big.Now+sec), OutcomeCommitted)
-	h.must(sreserve("t", "c", 6, big.Now+2*sec), OutcomeKeyExpired)
-	h.must(sreserve("t", "c", 7, big.Now+2*sec), OutcomeReserved)
-}
-
-// reserveOf rebuilds the Reserve an entry came from (enough for commit()).
-func (e Entry) reserveOf() Reserve {
-	return Reserve{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID}
+	h.must(admitWith(big, commit(big, big.Now+sec)), OutcomeCommitted)
+	h.must(admit(sreserve("t", "c", 6, big.Now+2*sec)), OutcomeKeyExpired)
+	h.must(admit(sreserve("t", "c", 7, big.Now+2*sec)), OutcomeCommitted)
 }
 
 func TestFullWatermarkTableRefusesAndNeverEvicts(t *testing.T) {
 	h := newHarness(t)
 	bounded := func(r Reserve) Reserve { r.MaxWatermarks = 2; return r }
 	a := bounded(sreserve("t", "a", 1, t0))
-	h.must(a, OutcomeReserved)
-	h.must(commit(a, t0+sec), OutcomeCommitted)
+	h.must(admitWith(a, commit(a, t0+sec)), OutcomeCommitted)
 	late := t0 + sec + commitTTL
 	h.must(expire(late), OutcomeExpired) // a's entry is gone; its watermark stays
 	// A flood of new clients: one fits, the rest are refused.
-	h.must(bounded(sreserve("t", "b", 1, late)), OutcomeReserved)
+	// (rejected: an entry that commits raises its client's watermark again
+	// when it expires)
+	b := bounded(sreserve("t", "b", 1, late))
+	h.must(admitWith(b, reject(b, late, 422)), OutcomeRejected)
 	for i := 0; i < 10; i++ {
-		h.must(bounded(sreserve("t", fmt.Sprintf("flood%d", i), 1, late+sec)), OutcomeWatermarksFull)
+		h.must(admit(bounded(sreserve("t", fmt.Sprintf("flood%d", i), 1, late+sec))), OutcomeWatermarksFull)
 	}
 	// Expire (version 2) never evicts a live watermark either.
 	h.must(Expire{Now: late + 2*sec, WatermarkTTL: 24 * time.Hour}, OutcomeExpired)
 	// a's committed sequence is still refused: it never runs twice.
-	h.must(bounded(at(a, late+3*sec)), OutcomeKeyExpired)
+	h.must(admit(bounded(at(a, late+3*sec))), OutcomeKeyExpired)
 	// Clients that hold a watermark go on.
-	h.must(bounded(sreserve("t", "a", 2, late+3*sec)), OutcomeReserved)
+	a2 := bounded(sreserve("t", "a", 2, late+3*sec))
+	h.must(admitWith(a2, reject(a2, a2.Now, 422)), OutcomeRejected)
 	// Watermarks still age out by their TTL, which makes room.
 	h.must(Expire{Now: late + 3*sec + int64(24*time.Hour), WatermarkTTL: 24 * time.Hour}, OutcomeExpired)
-	h.must(bounded(sreserve("t", "flood0", 1, late+4*sec+int64(24*time.Hour))), OutcomeReserved)
+	h.must(admit(bounded(sreserve("t", "flood0", 1, late+4*sec+int64(24*time.Hour)))), OutcomeCommitted)
 }
 
 func TestOneTenantsFloodDoesNotRefuseAnother(t *testing.T) {
 	h := newHarness(t)
 	bounded := func(r Reserve) Reserve { r.MaxWatermarks, r.MaxTenantWatermarks = 100, 3; return r }
 	for i := 0; i < 3; i++ {
-		h.must(bounded(sreserve("noisy", fmt.Sprintf("c%d", i), 1, t0)), OutcomeReserved)
+		h.must(admit(bounded(sreserve("noisy", fmt.Sprintf("c%d", i), 1, t0))), OutcomeCommitted)
 	}
 	for i := 3; i < 20; i++ {
-		h.must(bounded(sreserve("noisy", fmt.Sprintf("c%d", i), 1, t0)), OutcomeTenantWatermarksFull)
+		h.must(admit(bounded(sreserve("noisy", fmt.Sprintf("c%d", i), 1, t0))), OutcomeTenantWatermarksFull)
 	}
 	for i := 0; i < 3; i++ {
-		h.must(bounded(sreserve("quiet", fmt.Sprintf("c%d", i), 1, t0)), OutcomeReserved)
+		h.must(admit(bounded(sreserve("quiet", fmt.Sprintf("c%d", i), 1, t0))), OutcomeCommitted)
 	}
 	if st := h.f.Stats(); st.Watermarks != 6 {
 		t.Fatalf("watermarks %d", st.Watermarks)
@@ -194,7 +165,7 @@ func TestOneTenantsFloodDoesNotRefuseAnother(t *testing.T) {
 func TestByteBudgetRefusesAndNeverDrops(t *testing.T) {
 	h := newHarness(t)
 	payload := bytes.Repeat([]byte("x"), 100_000)
-	one := entryBytes(len(payload), StatePending)
+	one := entryBytes(len(payload)) + jobBytes(len(payload)) // a committed entry and its job
 	big := func(tenant, key string, now int64) Reserve {
 		r := reserve(tenant, key, now)
 		r.Request.Payload = payload
@@ -202,31 +173,30 @@ func TestByteBudgetRefusesAndNeverDrops(t *testing.T) {
 		return r
 	}
 	a, b := big("t1", "a", t0), big("t1", "b", t0)
-	h.must(a, OutcomeReserved)
-	h.must(b, OutcomeReserved)
+	h.must(admit(a), OutcomeCommitted)
+	h.must(admit(b), OutcomeCommitted)
 	// t1 holds its share: refused with the tenant's outcome; t2 is not.
-	h.must(big("t1", "c", t0), OutcomeTenantBytesFull)
-	h.must(big("t2", "a", t0), OutcomeReserved)
+	h.must(admit(big("t1", "c", t0)), OutcomeTenantBytesFull)
+	h.must(admit(big("t2", "a", t0)), OutcomeCommitted)
 	// The whole budget is held: anyone is refused; every live entry stays.
-	h.must(big("t3", "a", t0), OutcomeBytesFull)
+	h.must(admit(big("t3", "a", t0)), OutcomeBytesFull)
 	if st := h.f.Stats(); st.Entries != 3 || st.Bytes != 3*one || st.Bytes > 3*one {
 		t.Fatalf("stats %+v", st)
 	}
-	// A Commit never adds bytes (the PENDING entry held its job's cost)...
-	h.must(commit(a, t0+sec), OutcomeCommitted)
-	if st := h.f.Stats(); st.Bytes != 3*one {
-		t.Fatalf("bytes after commit %d, want %d", st.Bytes, 3*one)
-	}
-	// ... and a rejection gives the job's share back.
-	h.must(reject(b, t0+sec, 422), OutcomeRejected)
-	if st := h.f.Stats(); st.Bytes != 3*one-jobBytes(len(payload)) {
-		t.Fatalf("bytes after reject %d", st.Bytes)
+	// An Admit is checked against its entry and its job whatever its
+	// verdict: a Reject is refused as well, and holds its entry only.
+	h.must(admitWith(big("t3", "a", t0), reject(big("t3", "a", t0), t0, 422)), OutcomeBytesFull)
+	h2 := newHarness(t)
+	r := big("t4", "a", t0)
+	h2.must(admitWith(r, reject(r, t0, 422)), OutcomeRejected)
+	if st := h2.f.Stats(); st.Bytes != entryBytes(len(payload)) {
+		t.Fatalf("bytes of a rejected entry %d, want %d", st.Bytes, entryBytes(len(payload)))
 	}
 	// Duplicates of live keys are answered while full.
-	h.must(at(a, t0+2*sec), OutcomeExists)
+	h.must(admit(at(a, t0+2*sec)), OutcomeExists)
 	// Once due, entries and then jobs are removed to make room.
 	late := t0 + jobTTL + 2*sec
-	h.must(big("t3", "a", late), OutcomeReserved)
+	h.must(admit(big("t3", "a", late)), OutcomeCommitted)
 }
 
 func TestListJobsStopsAtMaxBytes(t *testing.T) {
@@ -235,8 +205,7 @@ func TestListJobsStopsAtMaxBytes(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		r := reserve("t", fmt.Sprintf("k%d", i), t0)
 		r.Request.Payload = payload
-		h.must(r, OutcomeReserved)
-		h.must(commit(r, t0+sec), OutcomeCommitted)
+		h.must(admitWith(r, commit(r, t0+sec)), OutcomeCommitted)
 	}
 	one := ListJobBytes(&Job{Payload: payload, Key: "k0", Type: "send_invoice", Datacenters: []string{"dc1"}})
 	jobs, next, more := h.f.ListJobs("t", ListOptions{Limit: 100, MaxBytes: 2*one + 1})

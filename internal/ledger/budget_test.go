@@ -19,8 +19,7 @@ func queueSized(h *harness, tenant, key string, n int, now int64) Job {
 	h.t.Helper()
 	r := reserve(tenant, key, now)
 	r.Request.Payload = jsonOfSize(n)
-	h.must(r, OutcomeReserved)
-	return h.must(QueueCommit(commit(r, now)), OutcomeCommitted).Job
+	return h.must(admitWith(r, QueueCommit(commit(r, now))), OutcomeCommitted).Job
 }
 
 // jsonOfSize is a JSON string of exactly n bytes (n >= 2).

@@ -121,7 +121,7 @@ func (s *state) applyClaim(ax *applyCtx, c Claim) Result {
 	if s.answerLive(ax, c.Tenant, c.Key, c.Fingerprint, c.Now, &res) {
 		return res
 	}
-	cost := entryBytes(0, StateClaimed)
+	cost := entryBytes(0)
 	overBytes := func() bool {
 		return (c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes) ||
 			(c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes)

@@ -28,14 +28,11 @@ func TestClaim(t *testing.T) {
 	other := c
 	other.Fingerprint = "another"
 	h.must(other, OutcomeKeyReused)
-	if res := h.must(r, OutcomeExists); res.Entry.State != StateClaimed || res.Job.ID != "" {
+	if res := h.must(admit(r), OutcomeExists); res.Entry.State != StateClaimed || res.Job.ID != "" {
 		t.Fatalf("reserve over a claim: %+v", res)
 	}
 	if st := h.f.Stats(); st.Claimed != 1 || st.Entries != 1 || st.Jobs != 0 {
 		t.Fatalf("stats %+v", st)
-	}
-	if got := h.f.Pending(); len(got) != 0 {
-		t.Fatalf("a claim is pending work: %v", got)
 	}
 
 	// A snapshot keeps it.
@@ -50,8 +47,8 @@ func TestClaim(t *testing.T) {
 	h.must(Release{Tenant: "t", Key: "k", Fingerprint: r.Fingerprint, Home: "dc1", Now: t0 + 2}, OutcomeReleased)
 	h.noEntry("t", "k")
 	h.must(Release{Tenant: "t", Key: "k", Fingerprint: r.Fingerprint, Home: "dc1", Now: t0 + 3}, OutcomeNotFound)
-	r.Now, r.ExpiresAt = t0+3, t0+3+pendingTTL
-	h.must(r, OutcomeReserved)
+	r.Now = t0 + 3
+	h.must(admit(r), OutcomeCommitted)
 	h.must(Release{Tenant: "t", Key: "k", Fingerprint: r.Fingerprint, Home: "dc1", Now: t0 + 4}, OutcomeUnchanged)
 
 	// Expiry.

@@ -9,11 +9,12 @@ import (
 type CommandType uint8
 
 // Command types. The values are part of the raft log format and never change.
+// 0x01-0x03 and 0x06 are no command: they are refused in the log as any
+// type this build does not know (they were a Reserve, a Commit, a Reject and
+// a batch of Commits and Rejects of their own entries before 1.0; Reserve,
+// Commit and Reject are an Admit's parts now, admit.go).
 const (
-	TypeReserve CommandType = 0x01
-	TypeCommit  CommandType = 0x02
-	TypeReject  CommandType = 0x03
-	TypeExpire  CommandType = 0x04
+	TypeExpire CommandType = 0x04
 	// TypeConfirm is ignorable: an older replica may skip it (it records the
 	// outbox's progress, which only saves replays).
 	TypeConfirm CommandType = 0x07 | TypeIgnorable
@@ -48,20 +49,12 @@ const FormatVersion uint8 = 1
 
 func (t CommandType) String() string {
 	switch t {
-	case TypeReserve:
-		return "reserve"
-	case TypeCommit:
-		return "commit"
-	case TypeReject:
-		return "reject"
 	case TypeExpire:
 		return "expire"
 	case TypeAdmit:
 		return "admit"
-	case TypeReserveBatch:
-		return "reserve_batch"
-	case TypeResolveBatch:
-		return "resolve_batch"
+	case TypeAdmitBatch:
+		return "admit_batch"
 	case TypeWorkerBatch:
 		return "worker_batch"
 	case TypeConfirm:
@@ -88,8 +81,7 @@ func (t CommandType) String() string {
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
 
-// Command is one of Reserve, Commit, Reject, Admit, Expire, ReserveBatch,
-// ResolveBatch, WorkerBatch, Confirm, Lease, Heartbeat, Complete, Fail,
+// Command is one of Admit, Expire, AdmitBatch, WorkerBatch, Confirm, Lease, Heartbeat, Complete, Fail,
 // ExpireLeases, Claim, Release, Cancel, Retry (and
 // Unknown, which
 // DecodeCommand returns for an ignorable type it does not know). Encode turns a
@@ -101,7 +93,8 @@ type Command interface {
 	sizeHint() int
 }
 
-// Reserve inserts a PENDING entry for (Tenant, Key) unless one is live.
+// Reserve is an Admit's first part: the key's admission checks, and the
+// entry's request. It is not a command of its own (admit.go).
 //
 // Semantics, in this order:
 //  1. An entry of the key that is due (ExpiresAt <= Now) is removed first, with
@@ -116,19 +109,17 @@ type Command interface {
 //     (OutcomeWatermarksFull) or the tenant MaxTenantWatermarks
 //     (OutcomeTenantWatermarksFull); nothing is evicted for it.
 //  4. When the table holds MaxEntries entries or more, due entries are removed
-//     earliest first (at most a few per Reserve); if it is still at the bound:
+//     earliest first (at most a few per Admit); if it is still at the bound:
 //     OutcomeFull, and nothing else changes. A live entry is never dropped.
-//  5. Otherwise a PENDING entry is inserted: OutcomeReserved.
+//  5. Otherwise the key is free: the Admit's verdict makes its entry.
 type Reserve struct {
 	Tenant      string
 	Key         string
 	Fingerprint string
 	// JobID is decided by the leader; it must be unique per reservation.
 	JobID string
-	// Now is the leader's clock (unix nanoseconds); ExpiresAt = Now + the
-	// pending TTL, computed by the leader. ExpiresAt must be after Now.
-	Now       int64
-	ExpiresAt int64
+	// Now is the leader's clock (unix nanoseconds).
+	Now int64
 	// MaxEntries is the bound on entries (IDEMPOTENCY_MAX_ENTRIES); at least 1.
 	MaxEntries uint64
 	Request    Request
@@ -152,13 +143,9 @@ type Reserve struct {
 	ResultTTL time.Duration
 }
 
-// Commit moves the PENDING entry of (Tenant, Key) reserved with JobID to
-// COMMITTED and creates the job (Seq = the command's raft index, CreatedAt =
-// Now, retained until JobExpiresAt). Any other state of the entry is left as is
-// (OutcomeUnchanged, with the entry), so a new leader can re-propose a Commit
-// safely; no entry: OutcomeNotFound. A PENDING entry is committed even when it
-// is due but not yet removed. If the tenant already has a job with JobID:
-// OutcomeJobIDInUse and nothing changes.
+// Commit is an Admit's verdict that admits the job: the entry becomes
+// COMMITTED and the job is created (Seq = the command's raft index, CreatedAt =
+// Now, retained until JobExpiresAt).
 //
 // Capacity is decided here, atomically: when MaxJobs is not 0 and
 // the job table holds MaxJobs unfinished jobs or more (after removing up to a
@@ -200,9 +187,8 @@ func QueueCommit(c Commit) Commit {
 // ReasonCapacity is the Reason of a capacity rejection (status 429).
 const ReasonCapacity = "capacity"
 
-// Reject moves the PENDING entry of (Tenant, Key) reserved with JobID to
-// REJECTED, storing Status, Reason and Detail. The other states are handled as
-// for Commit.
+// Reject is an Admit's verdict that refuses the job: the entry becomes
+// REJECTED, storing Status, Reason and Detail.
 type Reject struct {
 	Tenant string
 	Key    string
@@ -227,7 +213,7 @@ type Reject struct {
 //   - watermarks not updated for WatermarkTTL (UpdatedAt <= Now-WatermarkTTL),
 //     least recently updated first; WatermarkTTL <= 0 disables this.
 //
-// A live watermark is never evicted; a full table refuses at Reserve.
+// A live watermark is never evicted; a full table refuses at an Admit.
 //
 // Result.Removed counts each kind; Result.More is set when MaxRemovals stopped
 // it while something was still due.
@@ -245,9 +231,6 @@ type Unknown struct {
 	Body    []byte
 }
 
-func (Reserve) CommandType() CommandType   { return TypeReserve }
-func (Commit) CommandType() CommandType    { return TypeCommit }
-func (Reject) CommandType() CommandType    { return TypeReject }
 func (Expire) CommandType() CommandType    { return TypeExpire }
 func (u Unknown) CommandType() CommandType { return u.Type }
 
@@ -272,13 +255,13 @@ const varintSize = 10
 func (r Reserve) sizeHint() int {
 	return len(r.Tenant) + len(r.Key) + len(r.Fingerprint) + len(r.JobID) +
 		len(r.Request.Type) + len(r.Request.Payload) + sizeStrings(r.Request.Datacenters) +
-		len(r.ClientID) + len(r.Nonce) + 16*varintSize + 24
+		len(r.ClientID) + len(r.Nonce) + 16*varintSize + 16
 }
 
 // Reserve body:
 //
 //	tenant string, key string, fingerprint string, job_id string,
-//	now int64, expires_at int64, max_entries uvarint,
+//	now int64, max_entries uvarint,
 //	type string, payload bytes, datacenters strings,
 //	structured bool, [client_id string, sequence uvarint, nonce string],
 //	max_watermarks uvarint, max_tenant_watermarks uvarint,
@@ -289,7 +272,6 @@ func (r Reserve) appendBody(b []byte) []byte {
 	b = appendString(b, r.Fingerprint)
 	b = appendString(b, r.JobID)
 	b = appendInt64(b, r.Now)
-	b = appendInt64(b, r.ExpiresAt)
 	b = appendUvarint(b, r.MaxEntries)
 	b = appendString(b, r.Request.Type)
 	b = appendBytes(b, r.Request.Payload)
@@ -314,7 +296,6 @@ func decodeReserve(d *decoder) Reserve {
 	r.Fingerprint = d.string()
 	r.JobID = d.string()
 	r.Now = d.int64()
-	r.ExpiresAt = d.int64()
 	r.MaxEntries = d.uvarint()
 	r.Request.Type = d.string()
 	r.Request.Payload = d.bytes()
@@ -511,13 +492,9 @@ var decoders map[CommandType]func(*decoder) Command
 
 func init() {
 	decoders = map[CommandType]func(*decoder) Command{
-		TypeReserve:      func(d *decoder) Command { return decodeReserve(d) },
-		TypeCommit:       func(d *decoder) Command { return decodeCommit(d) },
-		TypeReject:       func(d *decoder) Command { return decodeReject(d) },
 		TypeExpire:       func(d *decoder) Command { return decodeExpire(d) },
 		TypeAdmit:        func(d *decoder) Command { return decodeAdmit(d) },
-		TypeReserveBatch: func(d *decoder) Command { return ReserveBatch{Items: decodeItems(d, reserveItem)} },
-		TypeResolveBatch: func(d *decoder) Command { return ResolveBatch{Items: decodeItems(d, outcomeItem)} },
+		TypeAdmitBatch:   func(d *decoder) Command { return AdmitBatch{Items: decodeItems(d, admitItem)} },
 		TypeWorkerBatch:  func(d *decoder) Command { return WorkerBatch{Items: decodeItems(d, workerItem)} },
 		TypeConfirm:      func(d *decoder) Command { return decodeConfirm(d) },
 		TypeLease:        func(d *decoder) Command { return decodeLease(d) },

@@ -17,28 +17,27 @@ func sampleCommands() []Command {
 	s := structured("acme", "host1.dc1:12345", 42, "a1b2c3d4e5f6a7b8", t0)
 	s.Request.Datacenters = []string{"dc1", "dc2"}
 	return []Command{
-		reserve("acme", "order-1", t0),
-		s,
-		Reserve{Tenant: "t", Key: "k", JobID: "j", Now: -5, ExpiresAt: 1, MaxEntries: 1 << 40},
-		commit(s, t0+sec),
-		reject(s, t0+sec, 429),
+		admit(reserve("acme", "order-1", t0)),
+		admitWith(s, commit(s, t0+sec)),
+		admitWith(s, reject(s, t0+sec, 429)),
+		admit(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: -5, MaxEntries: 1 << 40}),
 		Expire{Now: t0, MaxRemovals: 300, WatermarkTTL: 7 * 24 * time.Hour},
-		Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3,
+		admitWith(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, MaxEntries: 3,
 			MaxWatermarks: 4, MaxTenantWatermarks: 5, MaxBytes: 1 << 30, MaxTenantBytes: 1 << 28, ResultTTL: time.Hour},
-		Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3,
-			MaxJobs: 10, RejectedExpiresAt: 4, CapacityDetail: "full"},
+			Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3,
+				MaxJobs: 10, RejectedExpiresAt: 4, CapacityDetail: "full"}),
 		Expire{},
 		Unknown{Type: TypeIgnorable | 0x11, Version: 7, Body: []byte("future")},
-		ReserveBatch{Items: []Command{reserve("acme", "order-2", t0), s,
-			Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, MaxEntries: 3}}},
-		ResolveBatch{Items: []Command{commit(s, t0+sec), reject(s, t0+sec, 422),
-			Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3}}},
+		AdmitBatch{Items: []Command{admit(reserve("acme", "order-2", t0)), admitWith(s, reject(s, t0+sec, 422)),
+			admit(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, MaxEntries: 3})}},
+		AdmitBatch{Items: []Command{admitWith(s, QueueCommit(commit(s, t0+sec)))}},
 		Confirm{Items: []Confirmation{{"acme", "host1.dc1:12345:42:a1b2c3d4e5f6a7b8", s.JobID, "dc2"}, {"t", "k", "j", "dc3"}}},
 		Confirm{Items: []Confirmation{}},
 		// The job lifecycle.
-		QueueCommit(commit(s, t0+sec)),
-		Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, Queue: true,
-			MaxJobs: 10, RejectedExpiresAt: 4, CapacityDetail: "full"},
+		admitWith(s, QueueCommit(commit(s, t0+sec))),
+		admitWith(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 1, MaxEntries: 1},
+			Commit{Tenant: "t", Key: "k", JobID: "j", Now: 1, ExpiresAt: 2, JobExpiresAt: 3, Queue: true,
+				MaxJobs: 10, RejectedExpiresAt: 4, CapacityDetail: "full"}),
 		Lease{Tenant: "acme", Holder: "worker-1", Types: []string{"send_invoice", "resize"}, Max: 2,
 			LeaseIDs: []string{"lease-1", "lease-2"}, Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10},
 		Lease{Tenant: "t", Holder: "h", Max: 1, LeaseIDs: []string{"l"}, Now: 1, Expiry: 2},
@@ -50,7 +49,6 @@ func sampleCommands() []Command {
 		Fail{Tenant: "t", JobID: "j", LeaseID: "l", Error: "bad input"},
 		ExpireLeases{Now: t0, Max: 500, RetryAt: t0 + sec, MaxAttempts: 10},
 		ExpireLeases{},
-		ResolveBatch{Items: []Command{QueueCommit(commit(s, t0+sec)), commit(s, t0+sec)}},
 		// A replayable lease.
 		Lease{Tenant: "acme", Holder: "worker-1", Max: 2, LeaseIDs: []string{"lease-1", "lease-2"},
 			Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10, Replay: true},
@@ -68,7 +66,7 @@ func sampleCommands() []Command {
 		// One round: Admit, alone and in a reserve batch.
 		Admit{Reserve: s, Outcome: QueueCommit(commit(s, t0))},
 		Admit{Reserve: s, Outcome: reject(s, t0, 422)},
-		ReserveBatch{Items: []Command{Admit{Reserve: s, Outcome: commit(s, t0)}, reserve("acme", "order-3", t0)}},
+		AdmitBatch{Items: []Command{Admit{Reserve: s, Outcome: commit(s, t0)}, admit(reserve("acme", "order-3", t0))}},
 		// Worker commands batched.
 		WorkerBatch{Items: []Command{
 			Lease{Tenant: "acme", Holder: "worker-1", Max: 2, LeaseIDs: []string{"lease-1", "lease-2"}, Now: t0, Expiry: t0 + 30*sec, MaxAttempts: 10},
@@ -107,7 +105,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 }
 
 func TestDecodeDoesNotAlias(t *testing.T) {
-	b := Encode(reserve("acme", "k", t0))
+	b := Encode(admit(reserve("acme", "k", t0)))
 	c, err := DecodeCommand(b)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +113,7 @@ func TestDecodeDoesNotAlias(t *testing.T) {
 	for i := range b {
 		b[i] = 0xff
 	}
-	if r := c.(Reserve); string(r.Request.Payload) != `{"order":"k"}` || r.Tenant != "acme" {
+	if r := c.(Admit).Reserve; string(r.Request.Payload) != `{"order":"k"}` || r.Tenant != "acme" {
 		t.Fatalf("decoded command changed with its input: %+v", r)
 	}
 }
@@ -123,26 +121,26 @@ func TestDecodeDoesNotAlias(t *testing.T) {
 func TestStructuredFieldsOnlyWhenStructured(t *testing.T) {
 	r := reserve("acme", "k", t0)
 	r.ClientID, r.Sequence, r.Nonce = "c", 9, "n" // not Structured: not encoded
-	got, err := DecodeCommand(Encode(r))
+	got, err := DecodeCommand(Encode(admit(r)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := got.(Reserve); g.ClientID != "" || g.Sequence != 0 || g.Nonce != "" {
+	if g := got.(Admit).Reserve; g.ClientID != "" || g.Sequence != 0 || g.Nonce != "" {
 		t.Fatalf("structured parts of an opaque key survived: %+v", g)
 	}
 }
 
 func TestDecodeErrors(t *testing.T) {
-	valid := Encode(reserve("acme", "k", t0))
+	valid := Encode(admit(reserve("acme", "k", t0)))
 	nonMinimal := []byte{byte(TypeExpire), 1}
 	nonMinimal = appendInt64(nonMinimal, 1)
 	nonMinimal = append(nonMinimal, 0x80, 0x00) // 0 as a 2-byte varint
 	nonMinimal = appendInt64(nonMinimal, 0)
-	badBool := Encode(commit(reserve("acme", "k", t0), t0))
+	badBool := Encode(admitWith(reserve("acme", "k", t0), commit(reserve("acme", "k", t0), t0)))
 	badBool[len(badBool)-1] = 2 // the queue flag is the last byte
-	hugeLen := []byte{byte(TypeCommit), 1}
+	hugeLen := []byte{byte(TypeAdmit), 1}
 	hugeLen = binary.AppendUvarint(hugeLen, 1<<62)
-	badStatus := Encode(Reject{Tenant: "t", Key: "k", JobID: "j"})
+	badStatus := Encode(admitWith(Reserve{Tenant: "t", Key: "k", JobID: "j"}, Reject{Tenant: "t", Key: "k", JobID: "j"}))
 	badStatus = append(badStatus[:len(badStatus)-2-1], 0x80, 0x80, 0x04, 0, 0) // status 65536
 	badFailBool := Encode(Fail{Tenant: "t", JobID: "j", LeaseID: "l"})
 	badFailBool[2+2+2+2+1] = 7 // the retry flag: after the header, three 1-byte strings and an empty one
@@ -154,7 +152,15 @@ func TestDecodeErrors(t *testing.T) {
 	}{
 		{"empty", nil, ErrMalformed},
 		{"one byte", []byte{1}, ErrMalformed},
-		{"header only", []byte{byte(TypeReserve), 1}, ErrMalformed},
+		{"header only", []byte{byte(TypeAdmit), 1}, ErrMalformed},
+		{"admit without a verdict", append([]byte{byte(TypeAdmit), 1}, reserve("acme", "k", t0).appendBody(nil)...), ErrMalformed},
+		{"admit with no verdict's tag", Encode(Admit{Reserve: reserve("acme", "k", t0)}), ErrMalformed},
+		// Reserve, Commit, Reject and ResolveBatch (0x01-0x03, 0x06) are no
+		// command of the log: refused as unknown.
+		{"a standalone reserve", append([]byte{0x01, 1}, reserve("acme", "k", t0).appendBody(nil)...), ErrUnknownCommand},
+		{"a standalone commit", []byte{0x02, 1}, ErrUnknownCommand},
+		{"a standalone reject", []byte{0x03, 1}, ErrUnknownCommand},
+		{"a resolve batch", []byte{0x06, 1, 0}, ErrUnknownCommand},
 		{"trailing byte", append(bytes.Clone(valid), 0), ErrMalformed},
 		{"non-minimal varint", nonMinimal, ErrMalformed},
 		{"bad bool", badBool, ErrMalformed},
@@ -162,11 +168,10 @@ func TestDecodeErrors(t *testing.T) {
 		{"status out of range", badStatus, ErrMalformed},
 		{"unknown type", []byte{0x07, 1}, ErrUnknownCommand},
 		{"zero type", []byte{0x00, 1, 2, 3}, ErrUnknownCommand},
-		{"reserve v2 (pre-1.0)", append([]byte{byte(TypeReserve), 2}, valid[2:]...), ErrUnsupportedVersion},
-		{"commit v0", []byte{byte(TypeCommit), 0}, ErrUnsupportedVersion},
-		{"reject v9", []byte{byte(TypeReject), 9}, ErrUnsupportedVersion},
+		{"admit v2", append([]byte{byte(TypeAdmit), 2}, valid[2:]...), ErrUnsupportedVersion},
+		{"admit v0", []byte{byte(TypeAdmit), 0}, ErrUnsupportedVersion},
+		{"admit_batch v9", []byte{byte(TypeAdmitBatch), 9}, ErrUnsupportedVersion},
 		{"expire v3", []byte{byte(TypeExpire), 3}, ErrUnsupportedVersion},
-		{"commit v4", []byte{byte(TypeCommit), 4}, ErrUnsupportedVersion},
 		{"lease v4", []byte{byte(TypeLease), 4}, ErrUnsupportedVersion},
 		{"heartbeat v0", []byte{byte(TypeHeartbeat), 0}, ErrUnsupportedVersion},
 		{"complete v3", []byte{byte(TypeComplete), 3}, ErrUnsupportedVersion},
@@ -231,7 +236,7 @@ func FuzzDecodeCommand(f *testing.F) {
 			t.Fatalf("re-encoded %x, input %x", re, data)
 		}
 		h := newHarness(t)
-		h.must(reserve("t", "k", t0), OutcomeReserved)
+		h.must(admit(reserve("t", "k", t0)), OutcomeCommitted)
 		res := h.applyRaw(data)
 		var halt *HaltError
 		if err != nil && (res.Outcome != OutcomeInvalid || !errors.As(res.Err, &halt) || halt.Err.Error() != err.Error() || h.f.Halted() != halt) {
@@ -264,8 +269,8 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	for i, c := range sampleCommands() {
 		write("FuzzDecodeCommand", fmt.Sprintf("seed-%d-type-%02x", i, byte(c.CommandType())), Encode(c))
 	}
-	write("FuzzDecodeCommand", "seed-truncated", Encode(reserve("a", "b", t0))[:20])
-	write("FuzzDecodeCommand", "seed-unknown-version", []byte{byte(TypeCommit), 9})
+	write("FuzzDecodeCommand", "seed-truncated", Encode(admit(reserve("a", "b", t0)))[:20])
+	write("FuzzDecodeCommand", "seed-unknown-version", []byte{byte(TypeAdmit), 9})
 	for name, b := range restoreSeeds(t) {
 		write("FuzzRestore", "seed-"+name, b)
 	}

@@ -95,8 +95,10 @@ func TestPreReleaseStoreIsRefused(t *testing.T) {
 }
 
 // The log of a build before 1.0 is not misread: an entry whose layout this
-// format changed (more fields, or fewer) does not decode, and an entry of
-// another version halts the replica (HaltError) rather than being skipped.
+// format changed (more fields, or fewer) does not decode, an entry of
+// another version halts the replica (HaltError) rather than being skipped,
+// and so does a pre-1.0 Reserve, Commit or Reject of its own entry (types
+// 0x01-0x03, an Admit's parts now, no command of the log).
 func TestPreReleaseCommandsHalt(t *testing.T) {
 	r := reserve(tenant, "k", t0)
 	r.MaxWatermarks, r.MaxTenantWatermarks, r.MaxBytes, r.MaxTenantBytes, r.ResultTTL = 0, 0, 0, 0, 0
@@ -105,8 +107,8 @@ func TestPreReleaseCommandsHalt(t *testing.T) {
 	// uvarints and an int64), a Commit without capacity and queue (a uvarint,
 	// an int64, a string and a bool), an Expire with max_watermarks, a Lease
 	// without replay and max_bytes, a Complete without budgets.
-	reserveV1 := Encode(r)[:len(Encode(r))-4-8]
-	commitV1 := Encode(c)[:len(Encode(c))-(1+8+1+1)]
+	reserveV1 := append([]byte{0x01, 1}, r.appendBody(nil)[:len(r.appendBody(nil))-4-8]...)
+	commitV1 := append([]byte{0x02, 1}, c.appendBody(nil)[:len(c.appendBody(nil))-(1+8+1+1)]...)
 	expireV1 := append(Encode(Expire{Now: t0}), 0)
 	lease := Encode(Lease{Tenant: tenant, Holder: "h", Max: 1, LeaseIDs: []string{"l"}, Now: 1, Expiry: 2})
 	complete := Encode(Complete{Tenant: tenant, JobID: "j", LeaseID: "l", Now: 1})
@@ -116,25 +118,53 @@ func TestPreReleaseCommandsHalt(t *testing.T) {
 		"expire v1":      expireV1,
 		"lease v1":       lease[:len(lease)-2],
 		"complete v1":    complete[:len(complete)-2],
-		"commit v3":      append([]byte{byte(TypeCommit), 3}, Encode(c)[2:]...),
+		"commit v3":      append([]byte{0x02, 3}, c.appendBody(nil)...),
+		"reserve":        append([]byte{0x01, FormatVersion}, r.appendBody(nil)...),
+		"reject":         append([]byte{0x03, FormatVersion}, reject(r, tCommit, 422).appendBody(nil)...),
 		"lease v3":       append([]byte{byte(TypeLease), 3}, lease[2:]...),
-		"reserve v2":     append([]byte{byte(TypeReserve), 2}, Encode(r)[2:]...),
+		"reserve v2":     append([]byte{0x01, 2}, r.appendBody(nil)...),
+		"admit v2":       append([]byte{byte(TypeAdmit), 2}, Encode(admit(r))[2:]...),
 		"a later expire": append([]byte{byte(TypeExpire), FormatVersion + 1}, Encode(Expire{Now: t0})[2:]...),
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
 			res := h.applyRaw(b)
 			var he *HaltError
-			if !errors.As(res.Err, &he) || (!errors.Is(res.Err, ErrMalformed) && !errors.Is(res.Err, ErrUnsupportedVersion)) {
+			if !errors.As(res.Err, &he) || (!errors.Is(res.Err, ErrMalformed) && !errors.Is(res.Err, ErrUnsupportedVersion) && !errors.Is(res.Err, ErrUnknownCommand)) {
 				t.Fatalf("applied %x: %+v, want a halt", b, res)
 			}
 			if st := h.f.Stats(); st.AppliedIndex != 0 {
 				t.Fatalf("applied index %d: the entry was applied", st.AppliedIndex)
 			}
-			out := h.f.ApplyBatch([]*raft.Log{{Index: h.idx + 1, Type: raft.LogCommand, Data: Encode(r)}})
+			out := h.f.ApplyBatch([]*raft.Log{{Index: h.idx + 1, Type: raft.LogCommand, Data: Encode(admit(r))}})
 			if !errors.Is(out[0].(Result).Err, ErrHalted) {
 				t.Fatalf("a later entry: %+v", out[0])
 			}
 		})
+	}
+}
+
+// An entry of state 1 (PENDING before 1.0) is no state of this format: a
+// snapshot holding one is refused, never read as an undecided entry.
+func TestSnapshotWithAPendingEntryIsRefused(t *testing.T) {
+	h := newHarness(t)
+	r := reserve(tenant, "k", t0)
+	h.must(admit(r), OutcomeCommitted)
+	snap := persist(t, h.f)
+	// The entry record begins tenant · key · fingerprint · state.
+	prefix := appendString(appendString(appendString(nil, r.Tenant), r.Key), r.Fingerprint)
+	at := bytes.Index(snap, append(bytes.Clone(prefix), byte(StateCommitted)))
+	if at < 0 {
+		t.Fatal("the entry record is not in the snapshot")
+	}
+	bad := bytes.Clone(snap)
+	bad[at+len(prefix)] = 1
+	bad = relabel(bad, snapshotMagic, FormatVersion) // the CRC again
+	if err := newFSM(t, Options{}).Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("restore of a PENDING entry: %v, want ErrBadSnapshot", err)
+	}
+	// The same bytes with the state left COMMITTED restore.
+	if err := newFSM(t, Options{}).Restore(io.NopCloser(bytes.NewReader(relabel(snap, snapshotMagic, FormatVersion)))); err != nil {
+		t.Fatalf("restore of the snapshot relabelled as it was: %v", err)
 	}
 }

@@ -14,13 +14,10 @@ func TestConfirm(t *testing.T) {
 		r.Request.Datacenters = dcs
 		return r
 	}
-	two, three, pending, single := multi("two", "dc1", "dc2"), multi("three", "dc1", "dc2", "dc3"), multi("pending", "dc1", "dc2"), multi("single", "dc1")
-	for _, r := range []Reserve{two, three, pending, single} {
-		h.must(r, OutcomeReserved)
-	}
-	h.must(commit(two, t0+sec), OutcomeCommitted)
-	h.must(reject(three, t0+sec, 429), OutcomeRejected)
-	h.must(commit(single, t0+sec), OutcomeCommitted)
+	two, three, single := multi("two", "dc1", "dc2"), multi("three", "dc1", "dc2", "dc3"), multi("single", "dc1")
+	h.must(admitWith(two, commit(two, t0+sec)), OutcomeCommitted)
+	h.must(admitWith(three, reject(three, t0+sec, 429)), OutcomeRejected)
+	h.must(admitWith(single, commit(single, t0+sec)), OutcomeCommitted)
 	carriedKeys := func() (keys []string) {
 		h.f.ResolvedMultiDatacenter("dc1", func(e Entry) bool { keys = append(keys, e.Key); return true })
 		return keys
@@ -37,7 +34,6 @@ func TestConfirm(t *testing.T) {
 		{"a named datacenter of a committed entry", item(two, "dc2"), OutcomeConfirmed},
 		{"the same again", item(two, "dc2"), OutcomeUnchanged},
 		{"a rejected entry", item(three, "dc3"), OutcomeConfirmed},
-		{"a pending entry", item(pending, "dc2"), OutcomeUnchanged},
 		{"another job ID", Confirmation{"t", "two", "other-job", "dc2"}, OutcomeUnchanged},
 		{"no such entry", Confirmation{"t", "nope", "j", "dc2"}, OutcomeNotFound},
 		{"a datacenter the request does not name", item(two, "dc9"), OutcomeInvalid},

@@ -66,13 +66,12 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 					key = fmt.Sprintf("k%d", arng.IntN(60))
 				}
 				r := reserve(tn, key, now)
-				r.ExpiresAt = now + scale*(5*sec+arng.Int64N(10*sec))
 				r.MaxEntries = uint64(40 + arng.IntN(60))
 				r.JobID = fmt.Sprintf("adm-%d", len(logs))
 				if arng.IntN(3) > 0 {
 					r.Request.Datacenters = []string{"dc1", "dc2"}
 				}
-				var out Command = QueueCommit(Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
+				var out Verdict = QueueCommit(Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
 					ExpiresAt: now + scale*(5*sec+arng.Int64N(20*sec)), JobExpiresAt: now + scale*(10*sec+arng.Int64N(60*sec))})
 				if arng.IntN(4) == 0 {
 					out = Reject{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
@@ -97,6 +96,11 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 		if len(logs)%11 == 10 && len(reserved) > 0 { // the outbox's progress (no draw: the sequence stays as it was)
 			r := reserved[len(reserved)/2]
 			add(raft.LogCommand, Encode(Confirm{Items: []Confirmation{{r.Tenant, r.Key, r.JobID, "dc2"}}}))
+			// and the latest one's, twice (the outbox's retry: unchanged)
+			r = reserved[len(reserved)-1]
+			c := Encode(Confirm{Items: []Confirmation{{r.Tenant, r.Key, r.JobID, "dc2"}}})
+			add(raft.LogCommand, c)
+			add(raft.LogCommand, c)
 		}
 		if len(logs)%5 == 4 { // the lifecycle (lrng only)
 			tn := tenants[lrng.IntN(len(tenants))]
@@ -105,6 +109,9 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 					return guess{}, false
 				}
 				i := lrng.IntN(len(leased))
+				if lrng.IntN(2) == 0 { // the latest lease, most likely current
+					i = len(leased) - 1
+				}
 				g := leased[i]
 				if lrng.IntN(3) > 0 { // it ends the attempt (probably)
 					leased = append(leased[:i], leased[i+1:]...)
@@ -166,7 +173,6 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 			} else {
 				r = structured(tn, clients[rng.IntN(2)], uint64(rng.IntN(40)), nonces[rng.IntN(2)], now)
 			}
-			r.ExpiresAt = now + scale*(5*sec+rng.Int64N(10*sec))
 			r.MaxEntries = uint64(4 + rng.IntN(16))
 			if scale > 1 {
 				r.MaxEntries = uint64(40 + rng.IntN(60))
@@ -194,33 +200,33 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 				// (not scaled: every run reaches the refusals)
 				r.MaxWatermarks = uint64(2 + rng.IntN(6))
 				r.MaxTenantWatermarks = uint64(1 + rng.IntN(3))
-				r.MaxBytes = uint64(4000 + rng.IntN(12000))
-				r.MaxTenantBytes = uint64(2000 + rng.IntN(6000))
+				if rng.IntN(2) == 0 { // (every admission holds a job: half without the bytes' bounds reach the watermarks')
+					r.MaxBytes = uint64(4000 + rng.IntN(12000))
+					r.MaxTenantBytes = uint64(2000 + rng.IntN(6000))
+				}
 				if rng.IntN(3) == 0 {
 					r.ResultTTL = time.Duration(scale*(1+rng.Int64N(30))) * time.Second
 				}
 			}
 			reserved = append(reserved, r)
-			add(raft.LogCommand, Encode(r))
-		case p < 62 && len(reserved) > 0:
-			// commit one of the latest reservations (sometimes a stale one)
-			r := reserved[max(0, len(reserved)-1-rng.IntN(8))]
-			c := Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
-				ExpiresAt: now + scale*20*sec, JobExpiresAt: now + scale*(10*sec+rng.Int64N(60*sec))}
-			switch rng.IntN(3) {
-			case 0:
-			case 1:
-				c.MaxJobs = uint64(scale * int64(3+rng.IntN(10)))
-				c.RejectedExpiresAt, c.CapacityDetail = now+scale*5*sec, "full"
+			// the verdict: mostly a Commit (some capped, some queued), else a Reject
+			var out Verdict
+			if rng.IntN(4) > 0 {
+				c := Commit{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
+					ExpiresAt: now + scale*20*sec, JobExpiresAt: now + scale*(10*sec+rng.Int64N(60*sec))}
+				if rng.IntN(3) == 1 {
+					c.MaxJobs = uint64(scale * int64(3+rng.IntN(10)))
+					c.RejectedExpiresAt, c.CapacityDetail = now+scale*5*sec, "full"
+				}
+				if lrng.IntN(2) == 0 { // the job is queued
+					c = QueueCommit(c)
+				}
+				out = c
+			} else {
+				out = Reject{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
+					ExpiresAt: now + scale*5*sec, Status: []int{422, 429}[rng.IntN(2)], Reason: "capacity", Detail: "d"}
 			}
-			if lrng.IntN(2) == 0 { // the job is queued
-				c = QueueCommit(c)
-			}
-			add(raft.LogCommand, Encode(c))
-		case p < 72 && len(reserved) > 0:
-			r := reserved[max(0, len(reserved)-1-rng.IntN(8))]
-			add(raft.LogCommand, Encode(Reject{Tenant: r.Tenant, Key: r.Key, JobID: r.JobID, Now: now,
-				ExpiresAt: now + scale*5*sec, Status: []int{422, 429}[rng.IntN(2)], Reason: "capacity", Detail: "d"}))
+			add(raft.LogCommand, Encode(Admit{Reserve: r, Outcome: out}))
 		case p < 84:
 			e := Expire{Now: now, MaxRemovals: uint64(rng.IntN(6)),
 				WatermarkTTL: time.Duration(scale*int64(30+rng.IntN(60))) * time.Second}
@@ -234,16 +240,18 @@ func genLog(seed uint64, n int, scale int64) []*raft.Log {
 			for i := range garbage {
 				garbage[i] = byte(rng.UintN(256))
 			}
-			add(raft.LogCommand, Encode(Reject{Tenant: "t", Key: string(garbage), JobID: "j", Now: now, ExpiresAt: now + 1, Status: 200}))
+			add(raft.LogCommand, Encode(Admit{Reserve: Reserve{Tenant: "t", Key: string(garbage), JobID: "j", Now: now, MaxEntries: 1},
+				Outcome: Reject{Tenant: "t", Key: string(garbage), JobID: "j", Now: now, ExpiresAt: now + 1, Status: 200}}))
 		case p < 90:
 			add(raft.LogCommand, []byte{byte(TypeIgnorable) | 0x33, 1, 1, 2, 3})
 		case p < 92:
-			add(raft.LogCommand, Encode(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: now, ExpiresAt: now})) // invalid
+			add(raft.LogCommand, Encode(admit(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: now}))) // invalid
 		case p < 94:
 			add(raft.LogConfiguration, []byte("config"))
 		case p < 96:
 			// (was an unknown version, which halts: a Commit that decodes and is invalid)
-			add(raft.LogCommand, Encode(Commit{Tenant: "t", Key: "k", JobID: "j", Now: now, ExpiresAt: now}))
+			add(raft.LogCommand, Encode(Admit{Reserve: Reserve{Tenant: "t", Key: "k", JobID: "j", Now: now, MaxEntries: 1},
+				Outcome: Commit{Tenant: "t", Key: "k", JobID: "j", Now: now, ExpiresAt: now}}))
 		}
 	}
 	return logs[:n] // an iteration may add several entries
@@ -317,9 +325,9 @@ func TestDeterminism(t *testing.T) {
 				}
 				owedSeen = max(owedSeen, owed)
 			}
-			want := []Outcome{OutcomeReserved, OutcomeExists, OutcomeKeyReused, OutcomeKeyExpired,
+			want := []Outcome{OutcomeExists, OutcomeKeyReused, OutcomeKeyExpired,
 				OutcomeFull, OutcomeCommitted, OutcomeRejected, OutcomeUnchanged, OutcomeNotFound,
-				OutcomeJobIDInUse, OutcomeExpired, OutcomeIgnored, OutcomeInvalid, OutcomeBytesFull, OutcomeTenantBytesFull,
+				OutcomeExpired, OutcomeIgnored, OutcomeInvalid, OutcomeBytesFull, OutcomeTenantBytesFull,
 				OutcomeLeased, OutcomeExtended, OutcomeLeaseLost, OutcomeCompleted, OutcomeFailed, OutcomeLeasesExpired,
 				OutcomeClaimed, OutcomeReleased, OutcomeConfirmed, OutcomeCancelled, OutcomeRetried, OutcomeConflict}
 			if tc.scale == 1 { // with long TTLs every client keeps its watermark: no new one to refuse

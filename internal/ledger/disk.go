@@ -66,7 +66,7 @@ func loadDiskState(st *store) (s *state, err error) {
 	s.loadWatermarks()
 	s.loadOwed()
 	s.loadRunning()
-	if byState := m.pending + m.committed + m.rejected + m.claimed; m.entries != byState {
+	if byState := m.committed + m.rejected + m.claimed; m.entries != byState {
 		return nil, fmt.Errorf("%w: %d entries, the counts by state say %d", ErrStore, m.entries, byState)
 	}
 	if life := m.queued + m.running + m.succeeded + m.failed + m.dead + m.cancelled; life > m.jobs {
@@ -172,7 +172,6 @@ func (s *state) meta() storeMeta {
 		ledgerTime: s.ledgerTime,
 		lastSeq:    s.lastSeq,
 		bytes:      s.bytes,
-		pending:    uint64(s.pending),
 		committed:  uint64(s.committed),
 		rejected:   uint64(s.rejected),
 		claimed:    uint64(s.claimed),

@@ -407,9 +407,10 @@ func TestKeyCountsAcrossReopen(t *testing.T) {
 	h := &harness{t: t, f: openFSM(t, dir, Options{})}
 	for i := range 20 {
 		r := reserve(tenant, fmt.Sprintf("old-%d", i), t0)
-		h.must(r, OutcomeReserved)
 		if i%2 == 0 {
-			h.must(commit(r, tCommit), OutcomeCommitted)
+			h.must(admitWith(r, commit(r, tCommit)), OutcomeCommitted)
+		} else {
+			h.must(admitWith(r, reject(r, tCommit, 422)), OutcomeRejected)
 		}
 	}
 	checkInvariants(t, h.f) // counted as they were applied
@@ -426,12 +427,11 @@ func TestKeyCountsAcrossReopen(t *testing.T) {
 	keys := h.f.s.store.keys
 
 	// While the scan waits: every read goes to pebble.
-	h.must(reserve(tenant, "old-2", t0), OutcomeExists)
-	h.must(reserve(tenant, "old-3", t0), OutcomeExists)
+	h.must(admit(reserve(tenant, "old-2", t0)), OutcomeExists)
+	h.must(admit(reserve(tenant, "old-3", t0)), OutcomeExists)
 	for i := range 10 {
 		r := reserve(tenant, fmt.Sprintf("new-%d", i), tCommit)
-		h.must(r, OutcomeReserved)
-		h.must(commit(r, tCommit), OutcomeCommitted)
+		h.must(admitWith(r, commit(r, tCommit)), OutcomeCommitted)
 	}
 	// The uncommitted old entries expire; the committed ones stay.
 	h.must(expire(t0+pendingTTL), OutcomeExpired)
@@ -444,14 +444,14 @@ func TestKeyCountsAcrossReopen(t *testing.T) {
 	if want := `msg="ledger key counts scanned" count=30 `; !strings.Contains(logged.String(), want) { // 20 entries, 10 jobs
 		t.Errorf("log %q, want %q", logged.String(), want)
 	}
-	h.must(reserve(tenant, "new-10", tCommit), OutcomeReserved) // the merge is at this batch's start
+	h.must(admit(reserve(tenant, "new-10", tCommit)), OutcomeCommitted) // the merge is at this batch's start
 	if !keys.ready {
 		t.Fatal("counts not merged after the scan")
 	}
 	checkInvariants(t, h.f) // the merged counts are the tables'
-	h.must(reserve(tenant, "old-2", t0), OutcomeExists)
-	h.must(reserve(tenant, "new-4", tCommit), OutcomeExists)
-	h.must(reserve(tenant, "old-3", t0+pendingTTL), OutcomeReserved) // expired while the scan waited
+	h.must(admit(reserve(tenant, "old-2", t0)), OutcomeExists)
+	h.must(admit(reserve(tenant, "new-4", tCommit)), OutcomeExists)
+	h.must(admit(reserve(tenant, "old-3", tCommit+rejectTTL)), OutcomeCommitted) // expired while the scan waited
 	if _, ok := h.f.Job(tenant, "job-"+tenant+"-old-4"); !ok {
 		t.Fatal("a committed old job is missing")
 	}

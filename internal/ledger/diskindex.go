@@ -452,7 +452,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	}
 	entries := &diskIndex[*Entry]{st: st, prefix: pfxEntries, key: entryKey,
 		encode: appendEntry, decode: storeValue(decodeEntry), keys: st.keys,
-		count: func() int { return s.pending + s.committed + s.rejected + s.claimed }}
+		count: func() int { return s.committed + s.rejected + s.claimed }}
 	jobs := &diskIndex[*Job]{st: st, prefix: pfxJobs, key: jobKey,
 		encode: appendJob, decode: storeValue(decodeJob), keys: st.keys, count: func() int { return s.jobCount }}
 	wms := &mirror[*Watermark]{
@@ -463,7 +463,6 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.store = st
 	s.entries = entries
 	s.entryExp = &diskIndex[*Entry]{st: st, prefix: pfxEntryExp, key: entryExpKey, primary: entries, copies: true}
-	s.pendAge = &diskIndex[*Entry]{st: st, prefix: pfxPendAge, key: entryReservedKey, primary: entries}
 	s.multiDC = &diskIndex[*Entry]{st: st, prefix: pfxMultiDC, key: entryKey, primary: entries}
 	s.jobs = jobs
 	s.jobSeq = &diskIndex[*Job]{st: st, prefix: pfxJobSeq, key: jobSeqKey, primary: jobs}
@@ -481,7 +480,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	}
 	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
-	s.pending, s.committed, s.rejected, s.claimed = int(m.pending), int(m.committed), int(m.rejected), int(m.claimed)
+	s.committed, s.rejected, s.claimed = int(m.committed), int(m.rejected), int(m.claimed)
 	s.jobCount = int(m.jobs)
 	s.jobStates = [JobCancelled + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead), int(m.cancelled)}
 	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled)

@@ -3,11 +3,12 @@
 // every job of a datacenter.
 //
 // It holds three tables:
-//   - entries, keyed by (tenant, key): PENDING → COMMITTED | REJECTED, each with
-//     a leader-stamped ExpiresAt after which it is removed;
-//   - jobs, keyed by (tenant, job ID), created by Commit, ordered per tenant by
-//     Seq (the raft index of the Commit), kept until their own retention. A
-//     job committed by a Commit with Queue is in the worker lifecycle (jobs.go):
+//   - entries, keyed by (tenant, key): COMMITTED or REJECTED by the Admit that
+//     took the key (or CLAIMED by a Claim), each with a leader-stamped
+//     ExpiresAt after which it is removed;
+//   - jobs, keyed by (tenant, job ID), created by an Admit's Commit, ordered
+//     per tenant by Seq (the raft index of the Admit), kept until their own
+//     retention. A job committed with Queue is in the worker lifecycle (jobs.go):
 //     QUEUED → RUNNING (Lease, under a leader-stamped lease; Heartbeat) →
 //     SUCCEEDED (Complete) | FAILED | DEAD (Fail, or an expired lease:
 //     ExpireLeases), retained only once finished;
@@ -22,14 +23,14 @@
 //	r, _ := raft.NewRaft(conf, fsm, logs, stable, snaps, transport)
 //
 //	// a submission, at the leader:
-//	fut := r.Apply(ledger.Encode(ledger.Reserve{Tenant: t, Key: k, ...}), timeout)
+//	// admission decides the verdict, then one entry takes the key with it:
+//	fut := r.Apply(ledger.Encode(ledger.Admit{
+//		Reserve: ledger.Reserve{Tenant: t, Key: k, JobID: id, ...},
+//		Outcome: ledger.Commit{Tenant: t, Key: k, JobID: id, ...}, // or a ledger.Reject
+//	}), timeout)
 //	res := fut.Response().(ledger.Result) // after fut.Error() == nil
-//	switch res.Outcome { case ledger.OutcomeReserved: /* admission */ ... }
-//	// then ledger.Commit{...} or ledger.Reject{...} with the same JobID.
+//	switch res.Outcome { case ledger.OutcomeCommitted: ...; case ledger.OutcomeExists: ... }
 //
-//	// on becoming leader: for each e in fsm.Pending(), re-run admission and
-//	// propose Commit or Reject with e.JobID; while leading, the same for
-//	// fsm.PendingBefore(now - grace) (orphans of failed submissions).
 //	// every cleanup interval, when fsm.NextExpiry() is due or the oldest
 //	// watermark (fsm.OldestWatermark()) is WatermarkTTL old: propose Expire.
 //	// Options.OnHalt: a committed entry this build cannot decode; stop.

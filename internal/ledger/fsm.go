@@ -67,8 +67,8 @@ type Options struct {
 //
 // Log indexes must increase: an entry whose Index is not after the last applied
 // one returns OutcomeInvalid (ErrInvalidCommand) and changes nothing. A job's
-// Seq is the index of its Commit (for the i-th item of a batch, the index
-// plus i, raised past any Seq already given: see ResolveBatch).
+// Seq is the index of its Admit (for the i-th item of a batch, the index
+// plus i, raised past any Seq already given: see AdmitBatch).
 //
 // Snapshot returns quickly: under the write lock it clones three copy-on-write
 // B-trees (O(1) each; in memory) or takes a point-in-time view of the store
@@ -91,13 +91,13 @@ type Options struct {
 // ErrSnapshotVersion, never panics, and leaves the previous state in place.
 // Restore closes the reader.
 //
-// Readers (Entry, Job, ListJobs, Pending, NextExpiry, Stats, Watermark,
+// Readers (Entry, Job, ListJobs, NextExpiry, Stats, Watermark,
 // LedgerTime) are safe to call from any goroutine, concurrently with Apply,
 // ApplyBatch, Snapshot, Persist and Restore; they take the read lock and
 // return copies.
 // They see the state after some whole command (or batch), never a partial one.
 // Entries are returned while they are in the table: an entry past its
-// ExpiresAt stays until an Expire (or a Reserve of its key) removes it, so a
+// ExpiresAt stays until an Expire (or an Admit of its key) removes it, so a
 // reader that cares compares ExpiresAt with its clock.
 //
 // Options.OnChange is called synchronously on the goroutine that applies (raft's
@@ -428,85 +428,6 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 // returning them (about 50 ms on disk, ~11 µs a job).
 const MaxListSkips = 4096
 
-// Pending returns every PENDING entry, oldest reservation first (by
-// (reserved_at, tenant, key)): a new leader resolves each (re-running
-// admission from Entry.Request, then proposing Commit or Reject with the
-// entry's JobID) instead of letting it wait out its TTL. Call it after
-// raft.Barrier() succeeds on the new leader, so that every entry its
-// predecessor committed has been applied.
-//
-// O(pending): it walks the order of PENDING entries by reservation (the one
-// PendingBefore walks), never the other entries; nil at once when nothing is
-// pending. It holds the read lock for at most pendingChunk entries at a
-// time, so Apply is not held back by a long walk: an entry reserved or
-// resolved between two chunks may be missing or stale (the leader's own
-// submissions resolve what it reserves, and resolving a resolved entry is
-// OutcomeUnchanged).
-func (f *FSM) Pending() []Entry {
-	var out []Entry
-	var after *Entry // the last entry returned: the next chunk starts past it
-	for {
-		f.mu.RLock()
-		if f.s.pending == 0 {
-			f.mu.RUnlock()
-			return out
-		}
-		if out == nil {
-			out = make([]Entry, 0, min(f.s.pending, pendingChunk))
-		}
-		n := 0
-		visit := func(e *Entry) bool {
-			if after != nil && !lessEntryReserved(after, e) {
-				return true // the pivot itself, returned by the last chunk
-			}
-			out = append(out, *e)
-			n++
-			return n < pendingChunk
-		}
-		if after == nil {
-			f.s.pendAge.Ascend(visit)
-		} else {
-			f.s.pendAge.AscendGreaterOrEqual(after, visit)
-		}
-		f.mu.RUnlock()
-		if n < pendingChunk {
-			return out
-		}
-		last := out[len(out)-1]
-		after = &last
-		if pendingBetweenChunks != nil {
-			pendingBetweenChunks()
-		}
-	}
-}
-
-// pendingChunk bounds the entries Pending reads under one hold of the read
-// lock; pendingBetweenChunks, when set (tests), runs between two chunks.
-var (
-	pendingChunk         = 1024
-	pendingBetweenChunks func()
-)
-
-// PendingBefore returns the PENDING entries reserved before cutoff (ReservedAt <
-// cutoff, unix nanoseconds), oldest first, at most limit of them (limit <= 0:
-// all). The leader calls it continuously to resolve orphans: entries whose
-// submitter timed out or whose Commit proposal failed without a leadership
-// change. O(log n + returned): it walks an index of PENDING entries by
-// reservation time.
-func (f *FSM) PendingBefore(cutoff int64, limit int) []Entry {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	var out []Entry
-	f.s.pendAge.Ascend(func(e *Entry) bool {
-		if e.ReservedAt >= cutoff || (limit > 0 && len(out) == limit) {
-			return false
-		}
-		out = append(out, *e)
-		return true
-	})
-	return out
-}
-
 // NextExpiry returns the earliest ExpiresAt (unix nanoseconds) of any entry or
 // job, and false when there is none: the leader proposes Expire when its clock
 // reaches it. Watermarks are not counted here: their expiry depends on the
@@ -563,7 +484,6 @@ func (f *FSM) Stats() Stats {
 	s := f.s
 	return Stats{
 		Entries:      s.entries.Len(),
-		Pending:      s.pending,
 		Committed:    s.committed,
 		Rejected:     s.rejected,
 		Claimed:      s.claimed,

@@ -15,7 +15,7 @@ import (
 
 func TestContractApplyReturnsResultValue(t *testing.T) {
 	f := newFSM(t, Options{})
-	out := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: Encode(base)})
+	out := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: Encode(admit(base))})
 	if _, ok := out.(Result); !ok {
 		t.Fatalf("Apply returned %T, want ledger.Result", out)
 	}
@@ -23,7 +23,7 @@ func TestContractApplyReturnsResultValue(t *testing.T) {
 		t.Fatal("Apply returned a pointer")
 	}
 	for i, typ := range []raft.LogType{raft.LogConfiguration, raft.LogNoop, raft.LogBarrier, raft.LogAddPeerDeprecated} {
-		if out := f.Apply(&raft.Log{Index: uint64(2 + i), Type: typ, Data: Encode(base)}); out != nil {
+		if out := f.Apply(&raft.Log{Index: uint64(2 + i), Type: typ, Data: Encode(admit(base))}); out != nil {
 			t.Fatalf("Apply of %v returned %v, want nil", typ, out)
 		}
 	}
@@ -31,14 +31,16 @@ func TestContractApplyReturnsResultValue(t *testing.T) {
 
 func TestContractInvalidChangesOnlyAppliedIndex(t *testing.T) {
 	h := newHarness(t)
-	h.must(base, OutcomeReserved)
+	h.must(admit(base), OutcomeCommitted)
 	before := dumpTables(h.f)
 	// Commands that decode and break a rule of their type (one that does
 	// not decode halts the FSM: TestHaltOnUndecodableEntry).
 	for _, data := range [][]byte{
-		Encode(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 5, ExpiresAt: 5, MaxEntries: 1}),
-		Encode(Reject{Tenant: "t", Key: "k", JobID: "j", Now: 5, ExpiresAt: 6, Status: 200}),
-		Encode(Commit{Tenant: "", Key: "k", JobID: "j", Now: 5, ExpiresAt: 6, JobExpiresAt: 6}),
+		Encode(admit(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 5})),
+		Encode(admitWith(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 5, MaxEntries: 1},
+			Reject{Tenant: "t", Key: "k", JobID: "j", Now: 5, ExpiresAt: 6, Status: 200})),
+		Encode(admitWith(Reserve{Tenant: "t", Key: "k", JobID: "j", Now: 5, MaxEntries: 1},
+			Commit{Tenant: "", Key: "k", JobID: "j", Now: 5, ExpiresAt: 6, JobExpiresAt: 6})),
 	} {
 		res := h.applyRaw(data)
 		if res.Outcome != OutcomeInvalid || !errors.Is(res.Err, ErrInvalidCommand) {
@@ -92,7 +94,7 @@ func TestContractNeverPanics(t *testing.T) {
 
 func TestContractIgnorable(t *testing.T) {
 	h := newHarness(t)
-	h.must(base, OutcomeReserved)
+	h.must(admit(base), OutcomeCommitted)
 	before := dumpTables(h.f)
 	for _, data := range [][]byte{{0x80, 1}, {0x9f, 200, 1, 2, 3}, Encode(Unknown{Type: 0xc0, Version: 1, Body: []byte("x")})} {
 		if res := h.applyRaw(data); res.Outcome != OutcomeIgnored || res.Err != nil {
@@ -107,23 +109,23 @@ func TestContractIgnorable(t *testing.T) {
 func TestContractApplyBatchResponses(t *testing.T) {
 	f := newFSM(t, Options{})
 	logs := []*raft.Log{
-		{Index: 1, Type: raft.LogCommand, Data: Encode(base)},
+		{Index: 1, Type: raft.LogCommand, Data: Encode(admit(base))},
 		{Index: 2, Type: raft.LogConfiguration, Data: []byte("cfg")},
-		{Index: 3, Type: raft.LogCommand, Data: Encode(commit(base, tCommit))},
+		{Index: 3, Type: raft.LogCommand, Data: Encode(admit(base))},
 		{Index: 4, Type: raft.LogCommand, Data: []byte{1}},
 	}
 	out := f.ApplyBatch(logs)
 	if len(out) != len(logs) || out[1] != nil {
 		t.Fatalf("responses %v", out)
 	}
-	want := []Outcome{OutcomeReserved, 0, OutcomeCommitted, OutcomeInvalid}
+	want := []Outcome{OutcomeCommitted, 0, OutcomeExists, OutcomeInvalid}
 	for i, o := range want {
 		if o != 0 && out[i].(Result).Outcome != o {
 			t.Fatalf("response %d: %+v, want %v", i, out[i], o)
 		}
 	}
-	if j, _ := f.Job(tenant, base.JobID); j.Seq != 3 {
-		t.Fatalf("job seq %d, want the commit's index 3", j.Seq)
+	if j, _ := f.Job(tenant, base.JobID); j.Seq != 1 {
+		t.Fatalf("job seq %d, want the admit's index 1", j.Seq)
 	}
 	if out := f.ApplyBatch(nil); len(out) != 0 {
 		t.Fatal("empty batch")
@@ -132,10 +134,10 @@ func TestContractApplyBatchResponses(t *testing.T) {
 
 func TestContractIndexesIncrease(t *testing.T) {
 	f := newFSM(t, Options{})
-	f.Apply(&raft.Log{Index: 5, Type: raft.LogCommand, Data: Encode(base)})
+	f.Apply(&raft.Log{Index: 5, Type: raft.LogCommand, Data: Encode(admit(base))})
 	before := dumpTables(f)
 	for _, idx := range []uint64{5, 4, 0} {
-		res := f.Apply(&raft.Log{Index: idx, Type: raft.LogCommand, Data: Encode(reserve(tenant, "x", t0))}).(Result)
+		res := f.Apply(&raft.Log{Index: idx, Type: raft.LogCommand, Data: Encode(admit(reserve(tenant, "x", t0)))}).(Result)
 		if res.Outcome != OutcomeInvalid || !errors.Is(res.Err, ErrInvalidCommand) {
 			t.Fatalf("index %d: %+v", idx, res)
 		}
@@ -167,9 +169,11 @@ func TestContractReadersSeeWholeCommands(t *testing.T) {
 	var logs []*raft.Log
 	for i := 0; i < 2000; i++ {
 		r := reserve(tenant, string(rune('a'+i%26))+string(rune(0x100+i)), t0)
-		logs = append(logs,
-			&raft.Log{Index: uint64(len(logs) + 1), Type: raft.LogCommand, Data: Encode(r)},
-			&raft.Log{Index: uint64(len(logs) + 2), Type: raft.LogCommand, Data: Encode(commit(r, t0+1))})
+		var v Verdict = commit(r, t0+1)
+		if i%3 == 0 {
+			v = reject(r, t0+1, 422)
+		}
+		logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Type: raft.LogCommand, Data: Encode(admitWith(r, v))})
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -189,7 +193,7 @@ func TestContractReadersSeeWholeCommands(t *testing.T) {
 	}()
 	for {
 		st := f.Stats()
-		if st.Entries != st.Pending+st.Committed+st.Rejected || st.Jobs != st.Committed {
+		if st.Entries != st.Committed+st.Rejected || st.Jobs != st.Committed || st.Rejected != (st.Entries+2)/3 {
 			t.Fatalf("inconsistent read %+v", st)
 		}
 		select {
@@ -203,8 +207,7 @@ func TestContractReadersSeeWholeCommands(t *testing.T) {
 
 func TestContractDueEntriesStayUntilRemoved(t *testing.T) {
 	h := newHarness(t)
-	h.must(base, OutcomeReserved)
-	h.must(commit(base, tCommit), OutcomeCommitted) // index 2 at tCommit: the entry is due at tCommit+commitTTL
+	h.must(admitWith(base, commit(base, tCommit)), OutcomeCommitted) // index 2 at tCommit: the entry is due at tCommit+commitTTL
 	if e := h.entry(tenant, key); e.ExpiresAt != tCommit+commitTTL {
 		t.Fatalf("entry %+v", e)
 	}
@@ -245,26 +248,24 @@ func TestContractOnChange(t *testing.T) {
 	}})
 	r2 := reserve(tenant, "second", t0)
 	f.ApplyBatch([]*raft.Log{
-		{Index: 1, Type: raft.LogCommand, Data: Encode(base)},
-		{Index: 2, Type: raft.LogCommand, Data: Encode(r2)},
-		{Index: 3, Type: raft.LogCommand, Data: Encode(commit(base, tCommit))},
-		{Index: 4, Type: raft.LogCommand, Data: Encode(reject(r2, tCommit, 429))},
+		{Index: 1, Type: raft.LogCommand, Data: Encode(admitWith(base, commit(base, tCommit)))},
+		{Index: 2, Type: raft.LogCommand, Data: Encode(admitWith(r2, reject(r2, tCommit, 429)))},
 	})
-	if len(seen) != 4 {
-		t.Fatalf("%d changes after ApplyBatch returned, want 4", len(seen))
+	if len(seen) != 2 {
+		t.Fatalf("%d changes after ApplyBatch returned, want 2", len(seen))
 	}
-	f.Apply(&raft.Log{Index: 5, Type: raft.LogCommand, Data: Encode(expire(t0 + 24*3600*sec))})
+	f.Apply(&raft.Log{Index: 3, Type: raft.LogCommand, Data: Encode(expire(t0 + 24*3600*sec))})
 	var got []ChangeKind
 	var idx []uint64
 	for _, c := range seen {
 		got = append(got, c.Kind)
 		idx = append(idx, c.Index)
 	}
-	want := []ChangeKind{ChangeReserved, ChangeReserved, ChangeCommitted, ChangeRejected, ChangeRemoved, ChangeRemoved}
-	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(idx, []uint64{1, 2, 3, 4, 5, 5}) {
+	want := []ChangeKind{ChangeCommitted, ChangeRejected, ChangeRemoved, ChangeRemoved}
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(idx, []uint64{1, 2, 3, 3}) {
 		t.Fatalf("changes %v at %v, want %v", got, idx, want)
 	}
-	if seen[2].Entry.State != StateCommitted || seen[3].Entry.Status != 429 || seen[4].Entry.State == 0 {
+	if seen[0].Entry.State != StateCommitted || seen[1].Entry.Status != 429 || seen[2].Entry.State == 0 {
 		t.Fatalf("change entries %+v", seen)
 	}
 }

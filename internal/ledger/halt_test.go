@@ -21,15 +21,22 @@ func TestHaltOnUndecodableEntry(t *testing.T) {
 		version uint8
 		cause   error
 	}{
-		{"a future version", append([]byte{byte(TypeCommit), 9}, Encode(commit(base, tCommit))[2:]...), TypeCommit, 9, ErrUnsupportedVersion},
+		{"a future version", append([]byte{byte(TypeAdmit), 9}, Encode(admit(base))[2:]...), TypeAdmit, 9, ErrUnsupportedVersion},
 		{"unknown type", []byte{0x3f, 1, 1, 2, 3}, 0x3f, 1, ErrUnknownCommand},
-		{"malformed", Encode(commit(base, tCommit))[:12], TypeCommit, FormatVersion, ErrMalformed},
+		{"malformed", Encode(admit(base))[:12], TypeAdmit, FormatVersion, ErrMalformed},
+		// An Admit's parts are no commands of the log: a Reserve, a Commit or
+		// a Reject alone (types 0x01-0x03, pre-1.0), or a batch of Commits
+		// and Rejects (0x06), halts as any type this build does not know.
+		{"a standalone reserve", append([]byte{0x01, FormatVersion}, base.appendBody(nil)...), 0x01, FormatVersion, ErrUnknownCommand},
+		{"a standalone commit", append([]byte{0x02, FormatVersion}, commit(base, tCommit).appendBody(nil)...), 0x02, FormatVersion, ErrUnknownCommand},
+		{"a standalone reject", append([]byte{0x03, FormatVersion}, reject(base, tCommit, 422).appendBody(nil)...), 0x03, FormatVersion, ErrUnknownCommand},
+		{"a resolve batch", []byte{0x06, FormatVersion, 0}, 0x06, FormatVersion, ErrUnknownCommand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var halts []*HaltError
 			h := &harness{t: t}
 			h.f = newFSM(t, Options{OnHalt: func(e *HaltError) { halts = append(halts, e) }})
-			h.must(base, OutcomeReserved)
+			h.must(admit(base), OutcomeCommitted)
 			before := dumpTables(h.f)
 
 			res := h.applyRaw(tc.data)
@@ -58,12 +65,12 @@ func TestHaltOnUndecodableEntry(t *testing.T) {
 			}
 
 			// Nothing after it is applied, singly or in a batch.
-			res = h.apply(commit(base, tCommit))
+			res = h.apply(admit(reserve(tenant, "later", t0)))
 			if !errors.Is(res.Err, ErrHalted) {
 				t.Fatalf("a later entry: %+v, want the halt error", res)
 			}
 			h.idx++
-			out := h.f.ApplyBatch([]*raft.Log{{Index: h.idx, Type: raft.LogCommand, Data: Encode(reserve(tenant, "later", t0))}})
+			out := h.f.ApplyBatch([]*raft.Log{{Index: h.idx, Type: raft.LogCommand, Data: Encode(admit(reserve(tenant, "later", t0)))}})
 			if r := out[0].(Result); !errors.Is(r.Err, ErrHalted) {
 				t.Fatalf("a later batch: %+v, want the halt error", r)
 			}
@@ -89,11 +96,11 @@ func TestHaltInBatch(t *testing.T) {
 	calls := 0
 	f := newFSM(t, Options{OnHalt: func(*HaltError) { calls++ }})
 	out := f.ApplyBatch([]*raft.Log{
-		{Index: 1, Type: raft.LogCommand, Data: Encode(reserve(tenant, "a", t0))},
-		{Index: 2, Type: raft.LogCommand, Data: []byte{byte(TypeReserve), 7}},
-		{Index: 3, Type: raft.LogCommand, Data: Encode(reserve(tenant, "b", t0))},
+		{Index: 1, Type: raft.LogCommand, Data: Encode(admit(reserve(tenant, "a", t0)))},
+		{Index: 2, Type: raft.LogCommand, Data: []byte{byte(TypeAdmit), 7}},
+		{Index: 3, Type: raft.LogCommand, Data: Encode(admit(reserve(tenant, "b", t0)))},
 	})
-	if r := out[0].(Result); r.Outcome != OutcomeReserved {
+	if r := out[0].(Result); r.Outcome != OutcomeCommitted {
 		t.Fatalf("entry 1: %+v", r)
 	}
 	for i := 1; i < 3; i++ {
@@ -117,8 +124,8 @@ func TestHaltInBatch(t *testing.T) {
 // skipped without being decoded: it was applied before.
 func TestNoHaltOnEntriesAlreadyApplied(t *testing.T) {
 	f := newFSM(t, Options{})
-	f.Apply(&raft.Log{Index: 5, Type: raft.LogCommand, Data: Encode(base)})
-	res := f.Apply(&raft.Log{Index: 4, Type: raft.LogCommand, Data: []byte{byte(TypeReserve), 9}}).(Result)
+	f.Apply(&raft.Log{Index: 5, Type: raft.LogCommand, Data: Encode(admit(base))})
+	res := f.Apply(&raft.Log{Index: 4, Type: raft.LogCommand, Data: []byte{byte(TypeAdmit), 9}}).(Result)
 	if errors.Is(res.Err, ErrHalted) || f.Halted() != nil || !errors.Is(res.Err, ErrInvalidCommand) {
 		t.Fatalf("an entry below the applied index: %+v, halted %v", res, f.Halted())
 	}
@@ -136,16 +143,16 @@ func TestHaltSurvivesRestart(t *testing.T) {
 	}
 	bad := []byte{byte(TypeExpire), 9}
 	f.ApplyBatch([]*raft.Log{
-		{Index: 1, Type: raft.LogCommand, Data: Encode(base)},
+		{Index: 1, Type: raft.LogCommand, Data: Encode(admit(base))},
 		{Index: 2, Type: raft.LogCommand, Data: bad},
-		{Index: 3, Type: raft.LogCommand, Data: Encode(commit(base, tCommit))},
+		{Index: 3, Type: raft.LogCommand, Data: Encode(admit(reserve(tenant, "later", t0)))},
 	})
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	f = openFSM(t, dir, Options{})
-	if st := f.Stats(); st.AppliedIndex != 1 || st.Pending != 1 {
-		t.Fatalf("after the restart: %+v, want applied index 1 and the entry pending", st)
+	if st := f.Stats(); st.AppliedIndex != 1 || st.Entries != 1 {
+		t.Fatalf("after the restart: %+v, want applied index 1 and one entry", st)
 	}
 	res := f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: bad}).(Result)
 	if !errors.Is(res.Err, ErrHalted) || !errors.Is(res.Err, ErrUnsupportedVersion) {

@@ -50,8 +50,7 @@ func queueJob(h *harness, tenant, key, typ string, now int64) Job {
 	h.t.Helper()
 	r := reserve(tenant, key, now)
 	r.Request.Type = typ
-	h.must(r, OutcomeReserved)
-	res := h.must(QueueCommit(commit(r, now)), OutcomeCommitted)
+	res := h.must(admitWith(r, QueueCommit(commit(r, now))), OutcomeCommitted)
 	if res.Job.State() != JobQueued {
 		h.t.Fatalf("a version-3 commit made a %v job", res.Job.State())
 	}
@@ -62,8 +61,7 @@ func queueJob(h *harness, tenant, key, typ string, now int64) Job {
 func legacyJob(h *harness, tenant, key string, now int64) Job {
 	h.t.Helper()
 	r := reserve(tenant, key, now)
-	h.must(r, OutcomeReserved)
-	return h.must(commit(r, now), OutcomeCommitted).Job
+	return h.must(admitWith(r, commit(r, now)), OutcomeCommitted).Job
 }
 
 // leaseOf returns a Lease of up to max jobs at now, with IDs unique to now.
@@ -621,10 +619,9 @@ func TestCapacityCountsUnfinishedJobs(t *testing.T) {
 	onBoth(t, func(t *testing.T, h *harness) {
 		capped := func(key string, now int64) Result {
 			r := reserve(tenant, key, now)
-			h.must(r, OutcomeReserved)
 			c := QueueCommit(commit(r, now))
 			c.MaxJobs, c.RejectedExpiresAt, c.CapacityDetail = 3, now+rejectTTL, "full"
-			return h.apply(c)
+			return h.apply(admitWith(r, c))
 		}
 		legacyJob(h, tenant, "legacy", tQ)
 		for _, k := range []string{"a", "b"} {
@@ -913,9 +910,8 @@ func TestDiskReopensLegacyAndLifecycleJobs(t *testing.T) {
 	h := &harness{t: t, f: f}
 	legacyJob(h, tenant, "a", tQ)
 	r := reserve(tenant, "p", tQ)
-	h.must(r, OutcomeReserved)
 	h = reopen(h.f, h.idx)
-	h.must(QueueCommit(commit(r, tL)), OutcomeCommitted)
+	h.must(admitWith(r, QueueCommit(commit(r, tL))), OutcomeCommitted)
 	h.lease(leaseOf(tenant, 1, tL))
 	if m := counters(h.f); m.running != 1 || m.jobs != 2 {
 		t.Fatalf("a running job: %+v", m)

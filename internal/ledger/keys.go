@@ -17,7 +17,7 @@ import (
 // the store, how many live keys have that hash. A point read of a key whose
 // hash has no live key is answered "absent" without pebble, which otherwise
 // searches both memtables and every level's Bloom filter; that is most of
-// the apply path's reads (a Reserve's new key, a Commit's new job ID). A
+// the apply path's reads (an Admit's new key and new job ID). A
 // hash with live keys is read from pebble as before: a collision costs a
 // read, never a wrong answer. 10-20 bytes per live entry or job (hashCounts,
 // one word per hash); docs/ledger.md, "Apply".

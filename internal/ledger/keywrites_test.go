@@ -84,7 +84,7 @@ func TestKeyWritesPerSubmission(t *testing.T) {
 	r := structured("acme", "client-1", 2, "n1", now)
 	admit := writesOf(t, f, &idx, Admit{Reserve: r, Outcome: QueueCommit(commit(r, now))})
 	r3 := structured("acme", "client-1", 3, "n1", now)
-	pair := writesOf(t, f, &idx, r3, QueueCommit(commit(r3, now))) // Reserve and Commit in one batch
+	pair := writesOf(t, f, &idx, Admit{Reserve: r3, Outcome: QueueCommit(commit(r3, now))})
 	lease := writesOf(t, f, &idx, Lease{Tenant: "acme", Holder: "w", Max: 1, LeaseIDs: []string{"l1"},
 		Now: now, Expiry: now + 30*sec})
 	heartbeat := writesOf(t, f, &idx, Heartbeat{Tenant: "acme", JobID: warm.JobID, LeaseID: "l1", Now: now, Expiry: now + 60*sec})
@@ -97,11 +97,10 @@ func TestKeyWritesPerSubmission(t *testing.T) {
 		got  keyWrites
 		want uint64
 	}{
-		// 0x01 0x02, e, x, w, and the job: j, s, t, q, u, z. Not the
-		// PENDING-age key nor the Reserve's expiry key (inserted and
-		// deleted in the batch), nor 0x03 (the client's watermark exists).
+		// 0x01 0x02, e, x, w, and the job: j, s, t, q, u, z. Not 0x03
+		// (the client's watermark exists).
 		{"admit", admit, 11},
-		{"reserve+commit in one batch", pair, 11},
+		{"another admit", pair, 11},
 		// 0x01, j, q, u, z out, l in (the tenant's bytes unchanged). The
 		// lease's expiry is in memory only (jobDue, jobLeaseExp).
 		{"lease", lease, 6},

@@ -8,7 +8,7 @@ package ledger
 // them set does not hold a ledger that could be opened again or replicated:
 // it is a measuring instrument.
 type TestingKnobs struct {
-	// OrdersInMemory keeps every secondary order (expiry, pending age,
+	// OrdersInMemory keeps every secondary order (expiry,
 	// sequence, type, the lifecycle's) in the memory state's B-trees, so
 	// pebble holds only the entries, the jobs and the watermarks.
 	OrdersInMemory bool
@@ -23,7 +23,7 @@ type TestingKnobs struct {
 // ordersInMemory gives s the memory state's secondary orders (TestingKnobs.OrdersInMemory).
 func (s *state) ordersInMemory() {
 	m := newState()
-	s.entryExp, s.pendAge, s.multiDC = m.entryExp, m.pendAge, m.multiDC
+	s.entryExp, s.multiDC = m.entryExp, m.multiDC
 	s.jobSeq, s.jobType, s.jobExp = m.jobSeq, m.jobType, m.jobExp
 	s.jobQueue, s.jobQueueType, s.jobRunning, s.jobState = m.jobQueue, m.jobQueueType, m.jobRunning, m.jobState
 }

@@ -37,7 +37,7 @@ func TestBenchKnobs(t *testing.T) {
 	if all[pfxEntries] != want.Entries || all[pfxEntryExp] != want.Entries || all[pfxJobs] != want.Jobs || all[pfxJobSeq] != want.Jobs {
 		t.Fatalf("the whole store holds %v for %d entries and %d jobs", all, want.Entries, want.Jobs)
 	}
-	orders := []byte{pfxEntryExp, pfxPendAge, pfxJobSeq, pfxJobType, pfxJobExp}
+	orders := []byte{pfxEntryExp, pfxJobSeq, pfxJobType, pfxJobExp}
 
 	for _, c := range []struct {
 		name               string

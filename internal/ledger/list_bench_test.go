@@ -50,7 +50,7 @@ func BenchmarkListPageOfMillion(b *testing.B) {
 	for i := range 100 {
 		r := reserve("acme", fmt.Sprintf("rare-%d", i), now)
 		r.Request.Type, r.MaxEntries = "rare", 1<<30
-		for _, c := range []Command{r, QueueCommit(commit(r, now))} {
+		for _, c := range []Command{admitWith(r, QueueCommit(commit(r, now)))} {
 			idx++
 			logs = append(logs, &raft.Log{Index: idx, Type: raft.LogCommand, Data: Encode(c)})
 		}

@@ -78,11 +78,10 @@ func TestListJobs(t *testing.T) {
 			typ := []string{"send_invoice", "resize_image", "noop"}[i%3]
 			r := reserve(tn, fmt.Sprintf("k%03d", i), now)
 			r.Request.Type = typ
-			h.must(r, OutcomeReserved)
 			if i%7 == 0 {
-				h.must(reject(r, now+1, 422), OutcomeRejected) // rejected: no job
+				h.must(admitWith(r, reject(r, now+1, 422)), OutcomeRejected) // rejected: no job
 			} else {
-				h.must(commit(r, now+1), OutcomeCommitted)
+				h.must(admitWith(r, commit(r, now+1)), OutcomeCommitted)
 				want[tn+"/"] = append(want[tn+"/"], r.JobID)
 				want[tn+"/"+typ] = append(want[tn+"/"+typ], r.JobID)
 			}
@@ -118,8 +117,7 @@ func TestListJobs(t *testing.T) {
 	for i := range 1100 {
 		r := reserve("big", fmt.Sprintf("k%d", i), now)
 		r.MaxEntries = 1 << 20
-		h.apply(r)
-		h.apply(commit(r, now+1))
+		h.apply(admitWith(r, commit(r, now+1)))
 	}
 	if jobs, _, more := h.f.ListJobs("big", ListOptions{Limit: 5000}); len(jobs) != api.MaxListLimit || !more {
 		t.Fatalf("limit cap: %d jobs, more %v", len(jobs), more)
@@ -188,8 +186,7 @@ func TestListSkipsBounded(t *testing.T) {
 	queue := func(key, typ string, now int64) Job {
 		r := reserve("acme", key, now)
 		r.Request.Type, r.MaxEntries = typ, uint64(2*bulk+1)
-		h.must(r, OutcomeReserved)
-		return h.must(QueueCommit(commit(r, now)), OutcomeCommitted).Job
+		return h.must(admitWith(r, QueueCommit(commit(r, now))), OutcomeCommitted).Job
 	}
 	var rare Job
 	var bulkJobs []Job

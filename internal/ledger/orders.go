@@ -10,10 +10,9 @@ import "strings"
 // (diskIndex.group: a tenant's queue). The lifecycle's orders hold only
 // lifecycle jobs (and probes with a Life).
 var (
-	lessEntryKey, entryKey              = orderOf(eTenant, eKey)
-	lessEntryExp, entryExpKey           = orderOf(eExpires, eTenant, eKey)
-	lessEntryReserved, entryReservedKey = orderOf(eReserved, eTenant, eKey)
-	lessOwed, owedKey                   = orderOf(eTenant, eKey, eJobID)
+	lessEntryKey, entryKey    = orderOf(eTenant, eKey)
+	lessEntryExp, entryExpKey = orderOf(eExpires, eTenant, eKey)
+	lessOwed, owedKey         = orderOf(eTenant, eKey, eJobID)
 
 	lessJobID, jobKey                 = orderOf(jTenant, jID)
 	lessJobSeq, jobSeqKey             = orderOf(jTenant, jSeq)
@@ -33,11 +32,10 @@ var (
 
 // The fields the orders sort by.
 var (
-	eTenant   = byString(func(e *Entry) string { return e.Tenant })
-	eKey      = byString(func(e *Entry) string { return e.Key })
-	eJobID    = byString(func(e *Entry) string { return e.JobID })
-	eExpires  = byInt64(func(e *Entry) int64 { return e.ExpiresAt })
-	eReserved = byInt64(func(e *Entry) int64 { return e.ReservedAt })
+	eTenant  = byString(func(e *Entry) string { return e.Tenant })
+	eKey     = byString(func(e *Entry) string { return e.Key })
+	eJobID   = byString(func(e *Entry) string { return e.JobID })
+	eExpires = byInt64(func(e *Entry) int64 { return e.ExpiresAt })
 
 	jTenant  = byString(func(j *Job) string { return j.Tenant })
 	jID      = byString(func(j *Job) string { return j.ID })

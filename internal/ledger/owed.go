@@ -14,7 +14,7 @@ import (
 // copy in the owed table, by (tenant, key, job_id), until the last of those
 // datacenters confirms it: the leader's outbox goes on carrying it, across
 // leader changes and restarts, since the table is replicated state (written
-// by the Expire, or the Reserve, Admit or Claim whose relief removed the
+// by the Expire, or the Admit or Claim whose relief removed the
 // entry as due, cleared by Confirm, all stamped by the leader; in snapshots; on disk the 'o' range,
 // mirrored in memory like the watermarks). An owed entry is not charged to
 // the byte budgets (its entry's bytes are released at expiry, as always, so a

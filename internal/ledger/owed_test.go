@@ -27,9 +27,8 @@ func TestOwedEntryOutlivesItsTTL(t *testing.T) {
 			}
 			r := reserve("t", "k", t0)
 			r.Request.Datacenters = []string{"dc1", "dc2"}
-			h.must(r, OutcomeReserved)
-			h.must(commit(r, t0+sec), OutcomeCommitted)
-			bytesAfter := h.f.Stats().Bytes - entryBytes(len(r.Request.Payload), StateCommitted)
+			h.must(admitWith(r, commit(r, t0+sec)), OutcomeCommitted)
+			bytesAfter := h.f.Stats().Bytes - entryBytes(len(r.Request.Payload))
 			if n := h.f.OutboxLen(); n != 1 {
 				t.Fatalf("outbox holds %d, want 1", n)
 			}
@@ -76,7 +75,7 @@ func TestOwedEntryOutlivesItsTTL(t *testing.T) {
 			// The key is free for a new request meanwhile.
 			r2 := reserve("t", "k", t0+sec+commitTTL+sec)
 			r2.JobID = "job-2"
-			h.must(r2, OutcomeReserved)
+			h.must(admit(r2), OutcomeCommitted)
 			// dc2's confirmation clears the owed entry.
 			res := h.must(Confirm{Items: []Confirmation{{"t", "k", r.JobID, "dc2"}}}, OutcomeConfirmed)
 			if res.Items[0].Outcome != OutcomeConfirmed {
@@ -104,13 +103,11 @@ func TestConfirmReachesTheOwedEntryOfALiveJob(t *testing.T) {
 	onBoth(t, func(t *testing.T, h *harness) {
 		r := reserve("t", "k", t0)
 		r.Request.Datacenters = []string{"dc1", "dc2"}
-		h.must(r, OutcomeReserved)
-		h.must(commit(r, t0+sec), OutcomeCommitted)
+		h.must(admitWith(r, commit(r, t0+sec)), OutcomeCommitted)
 		h.must(expire(t0+sec+commitTTL), OutcomeExpired)
 		again := r
-		again.Now, again.ExpiresAt = t0+2*sec+commitTTL, t0+2*sec+commitTTL+pendingTTL
-		h.must(again, OutcomeReserved)
-		h.must(reject(again, again.Now+1, 422), OutcomeRejected)
+		again.Now = t0 + 2*sec + commitTTL
+		h.must(admitWith(again, reject(again, again.Now+1, 422)), OutcomeRejected)
 		if n, o := h.f.OutboxLen(), h.f.OwedLen(); n != 2 || o != 1 {
 			t.Fatalf("outbox %d, owed %d; want 2 and 1", n, o)
 		}

@@ -19,7 +19,7 @@ func TestSnapshotRefusedWhileReplaying(t *testing.T) {
 	var logs []*raft.Log
 	for i := 1; i <= 6; i++ {
 		logs = append(logs, &raft.Log{Index: uint64(i), Type: raft.LogCommand,
-			Data: Encode(reserve(tenant, fmt.Sprintf("k%d", i), t0))})
+			Data: Encode(admit(reserve(tenant, fmt.Sprintf("k%d", i), t0)))})
 	}
 	f, err := Open(dir, Options{})
 	if err != nil {
@@ -55,8 +55,8 @@ func TestSnapshotRefusedWhileReplaying(t *testing.T) {
 	if got := snap.(*Snapshot).applied; got != 6 {
 		t.Fatalf("snapshot applied index %d, want 6", got)
 	}
-	res := f.Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: Encode(reserve(tenant, "k7", t0))}).(Result)
-	if res.Outcome != OutcomeReserved {
+	res := f.Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: Encode(admit(reserve(tenant, "k7", t0)))}).(Result)
+	if res.Outcome != OutcomeCommitted {
 		t.Fatalf("index 7: %+v", res)
 	}
 	last, err := f.Snapshot()

@@ -7,7 +7,7 @@ import (
 
 // TestResolvedMultiDatacenter: the scan yields the resolved entries whose
 // request names another datacenter, committed and rejected, in (tenant, key)
-// order, and neither pending entries nor single-datacenter ones; returning
+// order, and no single-datacenter ones; returning
 // false stops it.
 func TestResolvedMultiDatacenter(t *testing.T) {
 	h := newHarness(t)
@@ -17,13 +17,10 @@ func TestResolvedMultiDatacenter(t *testing.T) {
 		r.Request.Datacenters = []string{"dc1", "dc2"}
 		return r
 	}
-	a, b, pending, single := multi("a"), multi("b"), multi("c"), reserve("t", "d", now)
-	for _, r := range []Reserve{a, b, pending, single} {
-		h.must(r, OutcomeReserved)
-	}
-	h.must(commit(a, now+1), OutcomeCommitted)
-	h.must(reject(b, now+1, 429), OutcomeRejected)
-	h.must(commit(single, now+1), OutcomeCommitted)
+	a, b, single := multi("a"), multi("b"), reserve("t", "d", now)
+	h.must(admitWith(a, commit(a, now+1)), OutcomeCommitted)
+	h.must(admitWith(b, reject(b, now+1, 429)), OutcomeRejected)
+	h.must(admitWith(single, commit(single, now+1)), OutcomeCommitted)
 
 	var got []string
 	h.f.ResolvedMultiDatacenter("dc1", func(e Entry) bool {

@@ -248,9 +248,6 @@ func confirmedValid(e *Entry) bool {
 	if len(e.Confirmed) == 0 {
 		return true
 	}
-	if e.State == StatePending {
-		return false
-	}
 	for i, dc := range e.Confirmed {
 		if (i > 0 && e.Confirmed[i-1] >= dc) || !slices.Contains(e.Request.Datacenters, dc) {
 			return false

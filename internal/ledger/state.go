@@ -12,8 +12,8 @@ import (
 // btreeDegree is the degree of every index (nodes of 31..63 items).
 const btreeDegree = 32
 
-// maxReliefRemovals bounds how many due entries one Reserve removes to make
-// room when the table is at MaxEntries, so a Reserve stays O(log n).
+// maxReliefRemovals bounds how many due entries one Admit removes to make
+// room when the table is at MaxEntries, so an Admit stays O(log n).
 const maxReliefRemovals = 8
 
 // state is the whole replicated state. Every item in it (*Entry, *Job,
@@ -38,7 +38,6 @@ const maxReliefRemovals = 8
 //	jobLeaseExp (lease_expires_at, seq, tenant)   RUNNING jobs: ExpireLeases (in memory for both stores)
 //	wms       (tenant, client_id, nonce)          watermarks
 //	wmAge     (updated_at, tenant, client_id, nonce)  watermark TTL and LRU bound
-//	pendAge   (reserved_at, tenant, key)          PENDING entries (orphans)
 //	multiDC   (tenant, key)                       resolved multi-datacenter entries (outbox)
 //	owed      (tenant, key, job_id)               expired entries the outbox still carries (owed.go)
 type state struct {
@@ -65,9 +64,6 @@ type state struct {
 	jobLeaseExp *btree.BTreeG[runKey]
 	wms         index[*Watermark]
 	wmAge       index[*Watermark]
-	// pendAge holds the PENDING entries only, by (reserved_at, tenant, key):
-	// the leader resolves those older than a grace (FSM.PendingBefore).
-	pendAge index[*Entry]
 	// multiDC holds the resolved entries whose request names several
 	// datacenters, by (tenant, key): what the leader's outbox carries to the
 	// others (FSM.ResolvedMultiDatacenter), without walking every entry.
@@ -93,8 +89,8 @@ type state struct {
 	tenantBytes map[string]uint64
 
 	// counts of entries by state, and of jobs
-	pending, committed, rejected, claimed int
-	jobCount                              int
+	committed, rejected, claimed int
+	jobCount                     int
 	// jobStates counts jobs by JobState (JobLegacy included).
 	jobStates [JobCancelled + 1]int
 	// applied is the raft index of the last command applied.
@@ -129,7 +125,6 @@ func newState() *state {
 
 		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
 		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
-		pendAge:  btree.NewG(btreeDegree, lessEntryReserved),
 		multiDC:  btree.NewG(btreeDegree, lessEntryKey),
 		owed:     btree.NewG(btreeDegree, lessOwed),
 		wmTenant: map[string]int{},
@@ -140,9 +135,8 @@ func newState() *state {
 
 // Byte accounting (docs/ledger.md): cheap and deterministic, from lengths in
 // the commands. An entry costs EntryOverhead plus its payload; a job
-// JobOverhead plus its payload. A PENDING entry also holds its job's cost, so
-// that a Commit never adds bytes and the bound cannot be passed between a
-// Reserve and its Commit.
+// JobOverhead plus its payload. An Admit checks the bound against both,
+// whatever its verdict.
 const (
 	// EntryOverhead is the accounted fixed size of an entry (struct, index
 	// nodes, key, fingerprint and IDs, in memory and in snapshots).
@@ -153,14 +147,8 @@ const (
 
 func jobBytes(payload int) uint64 { return JobOverhead + uint64(payload) }
 
-// entryBytes is what an entry in state st accounts for.
-func entryBytes(payload int, st State) uint64 {
-	n := EntryOverhead + uint64(payload)
-	if st == StatePending {
-		n += jobBytes(payload)
-	}
-	return n
-}
+// entryBytes is what an entry accounts for.
+func entryBytes(payload int) uint64 { return EntryOverhead + uint64(payload) }
 
 func (s *state) charge(tenant string, n uint64) {
 	s.dirty(tenant)
@@ -205,8 +193,8 @@ func (s *state) dirty(tenant string) {
 // applyCtx carries what one command needs besides its body.
 type applyCtx struct {
 	index uint64
-	// item is the position of the command in its batch (0 for a single): a
-	// Commit takes its Seq as if at index+item (nextSeq).
+	// item is the position of the command in its batch (0 for a single): an
+	// Admit's job takes its Seq as if at index+item (nextSeq).
 	item    uint64
 	changes *[]Change // nil: nobody listens
 }
@@ -228,9 +216,7 @@ func (s *state) apply(ax *applyCtx, cmd Command, decodeErr error) Result {
 		return invalid(decodeErr)
 	}
 	switch c := cmd.(type) {
-	case ReserveBatch:
-		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
-	case ResolveBatch:
+	case AdmitBatch:
 		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
 	case WorkerBatch:
 		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
@@ -242,12 +228,6 @@ func (s *state) apply(ax *applyCtx, cmd Command, decodeErr error) Result {
 // command's, or one item of a batch.
 func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
 	switch c := cmd.(type) {
-	case Reserve:
-		return s.applyReserve(ax, c)
-	case Commit:
-		return s.applyCommit(ax, c)
-	case Reject:
-		return s.applyReject(ax, c)
 	case Admit:
 		return s.applyAdmit(ax, c)
 	case Expire:
@@ -323,8 +303,6 @@ func (s *state) jobOf(e *Entry) Job {
 
 func (s *state) count(st State, d int) {
 	switch st {
-	case StatePending:
-		s.pending += d
 	case StateCommitted:
 		s.committed += d
 	case StateRejected:
@@ -334,39 +312,35 @@ func (s *state) count(st State, d int) {
 	}
 }
 
-// carried reports whether an entry belongs in the multiDC order: resolved,
-// and naming another datacenter that has not confirmed it (a request names
-// its own datacenter, which never confirms itself).
+// carried reports whether an entry belongs in the multiDC order: naming
+// another datacenter that has not confirmed it (a request names its own
+// datacenter, which never confirms itself).
 func carried(e *Entry) bool {
-	return e.State != StatePending && len(e.Confirmed) < len(e.Request.Datacenters)-1
+	return len(e.Confirmed) < len(e.Request.Datacenters)-1
 }
 
 func (s *state) insertEntry(e *Entry) {
 	insert(s.entries, e)
 	counted(s.entries, e, 1)
 	insert(s.entryExp, e)
-	if e.State == StatePending {
-		insert(s.pendAge, e)
-	}
 	if carried(e) {
 		insert(s.multiDC, e)
 		s.multiDCLen++
 	}
 	s.count(e.State, 1)
-	s.charge(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
+	s.charge(e.Tenant, entryBytes(len(e.Request.Payload)))
 }
 
 // replaceEntry swaps old for e (same tenant and key).
 func (s *state) replaceEntry(old, e *Entry) {
 	s.entries.ReplaceOrInsert(e)
 	reorder(s.entryExp, lessEntryExp, old, e, true, true)
-	reorder(s.pendAge, lessEntryReserved, old, e, old.State == StatePending, e.State == StatePending)
 	reorder(s.multiDC, lessEntryKey, old, e, carried(old), carried(e))
 	s.multiDCLen += b2i(carried(e)) - b2i(carried(old))
 	s.count(old.State, -1)
 	s.count(e.State, 1)
-	s.release(old.Tenant, entryBytes(len(old.Request.Payload), old.State))
-	s.charge(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
+	s.release(old.Tenant, entryBytes(len(old.Request.Payload)))
+	s.charge(e.Tenant, entryBytes(len(e.Request.Payload)))
 }
 
 // reorder moves an item from old to item in one order of the state, where
@@ -411,19 +385,14 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	s.entries.Delete(e)
 	counted(s.entries, e, -1)
 	s.entryExp.Delete(e)
-	if e.State == StatePending {
-		s.pendAge.Delete(e)
-	}
 	s.count(e.State, -1)
-	s.release(e.Tenant, entryBytes(len(e.Request.Payload), e.State))
+	s.release(e.Tenant, entryBytes(len(e.Request.Payload)))
 	if carried(e) {
 		s.multiDC.Delete(e)
 		s.multiDCLen--
 		s.insertOwed(e)
 	}
 	switch e.State {
-	case StatePending:
-		rm.Pending++
 	case StateCommitted:
 		rm.Committed++
 		if e.Structured {
@@ -543,18 +512,24 @@ func (s *state) answerLive(ax *applyCtx, tenant, key, fingerprint string, now in
 	return true
 }
 
-func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
+// check is Reserve's validation: an Admit with an invalid Reserve changes
+// nothing.
+func (c Reserve) check() error {
 	switch {
 	case c.Tenant == "" || c.Key == "" || c.JobID == "":
-		return invalidf("reserve: empty tenant, key or job ID")
-	case c.ExpiresAt <= c.Now:
-		return invalidf("reserve: expires_at %d not after now %d", c.ExpiresAt, c.Now)
+		return invalidErr("reserve: empty tenant, key or job ID")
 	case c.MaxEntries == 0:
-		return invalidf("reserve: max_entries is 0")
+		return invalidErr("reserve: max_entries is 0")
 	}
-	var res Result
+	return nil
+}
+
+// admissible runs an Admit's checks of its key (Reserve's semantics, 1-4)
+// and reports whether the key is free for its entry; when it is not, res is
+// the Admit's answer. Either way res.Removed counts what it removed.
+func (s *state) admissible(ax *applyCtx, c Reserve) (res Result, free bool) {
 	if s.answerLive(ax, c.Tenant, c.Key, c.Fingerprint, c.Now, &res) {
-		return res
+		return res, false
 	}
 	hasWatermark := false
 	if c.Structured {
@@ -564,16 +539,16 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 		if ok && (w.Committed(c.Sequence) || w.BelowWindow(c.Sequence)) {
 			res.Outcome = OutcomeKeyExpired
 			res.Watermark = w.Sequence
-			return res
+			return res, false
 		}
 	}
-	cost := entryBytes(len(c.Request.Payload), StatePending)
+	cost := entryBytes(len(c.Request.Payload)) + jobBytes(len(c.Request.Payload))
 	overBytes := func() bool {
 		return (c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes) ||
 			(c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes)
 	}
 	// Relief: remove due entries (and, when bytes are short, due jobs),
-	// earliest first, at most a few: a Reserve stays O(log n).
+	// earliest first, at most a few: an Admit stays O(log n).
 	for i := 0; i < maxReliefRemovals && (uint64(s.entries.Len()) >= c.MaxEntries || overBytes()); i++ {
 		if e, ok := s.entryExp.Min(); ok && e.ExpiresAt <= c.Now {
 			s.removeEntry(ax, e, c.Now, &res.Removed)
@@ -588,34 +563,38 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 	}
 	if uint64(s.entries.Len()) >= c.MaxEntries {
 		res.Outcome = OutcomeFull
-		return res
+		return res, false
 	}
 	switch { // the tenant's share first: its refusal is the tenant's own (429)
 	case c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes:
 		res.Outcome = OutcomeTenantBytesFull
-		return res
+		return res, false
 	case c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes:
 		res.Outcome = OutcomeBytesFull
-		return res
+		return res, false
 	}
 	if c.Structured && !hasWatermark {
 		switch {
 		case c.MaxWatermarks > 0 && uint64(s.wms.Len()) >= c.MaxWatermarks:
 			res.Outcome = OutcomeWatermarksFull
-			return res
+			return res, false
 		case c.MaxTenantWatermarks > 0 && uint64(s.wmTenant[c.Tenant]) >= c.MaxTenantWatermarks:
 			res.Outcome = OutcomeTenantWatermarksFull
-			return res
+			return res, false
 		}
 	}
+	return res, true
+}
+
+// newEntry is the entry an admissible Reserve makes, before its verdict is
+// in it (not inserted). A structured key's watermark is created or touched.
+func (s *state) newEntry(c Reserve) *Entry {
 	e := &Entry{
 		Tenant:      c.Tenant,
 		Key:         c.Key,
 		Fingerprint: c.Fingerprint,
-		State:       StatePending,
 		JobID:       c.JobID,
 		ReservedAt:  c.Now,
-		ExpiresAt:   c.ExpiresAt,
 		Request: Request{
 			Type:        c.Request.Type,
 			Payload:     clip(c.Request.Payload),
@@ -629,24 +608,7 @@ func (s *state) applyReserve(ax *applyCtx, c Reserve) Result {
 		e.Structured, e.ClientID, e.Sequence, e.Nonce = true, c.ClientID, c.Sequence, c.Nonce
 		s.touchWatermark(c.Tenant, c.ClientID, c.Nonce, c.Now)
 	}
-	s.insertEntry(e)
-	ax.emit(ChangeReserved, e)
-	res.Outcome = OutcomeReserved
-	res.Entry = *e
-	return res
-}
-
-// resolvable finds the PENDING entry a Commit or Reject resolves. When it
-// returns false, res is the command's result.
-func (s *state) resolvable(tenant, key, jobID string) (e *Entry, res Result, ok bool) {
-	e, found := s.getEntry(tenant, key)
-	if !found {
-		return nil, Result{Outcome: OutcomeNotFound}, false
-	}
-	if e.State != StatePending || e.JobID != jobID {
-		return nil, Result{Outcome: OutcomeUnchanged, Entry: *e, Job: s.jobOf(e)}, false
-	}
-	return e, Result{}, true
+	return e
 }
 
 // check is Commit's validation: an invalid Commit changes nothing.
@@ -663,17 +625,18 @@ func (c Commit) check() error {
 	return nil
 }
 
-func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
-	if err := c.check(); err != nil {
-		return invalid(err)
-	}
-	old, res, ok := s.resolvable(c.Tenant, c.Key, c.JobID)
-	if !ok {
-		return res
-	}
+// commitEntry inserts e (not yet in the state) COMMITTED by c with its job,
+// or REJECTED when its job ID is in use or the jobs are at c.MaxJobs.
+func (s *state) commitEntry(ax *applyCtx, e *Entry, c Commit) Result {
 	if _, taken := s.getJob(c.Tenant, c.JobID); taken {
-		return Result{Outcome: OutcomeJobIDInUse, Entry: *old}
+		expires := c.RejectedExpiresAt
+		if expires <= c.Now {
+			expires = c.ExpiresAt
+		}
+		return s.rejectEntry(ax, e, Reject{Tenant: c.Tenant, Key: c.Key, JobID: c.JobID, Now: c.Now,
+			ExpiresAt: expires, Status: 422, Reason: ReasonJobIDInUse, Detail: JobIDInUseDetail(c.JobID)})
 	}
+	var removed Removed
 	if c.MaxJobs > 0 {
 		for i := 0; i < maxReliefRemovals && uint64(s.unfinishedJobs()) >= c.MaxJobs; i++ {
 			j, ok := s.jobExp.Min()
@@ -681,24 +644,19 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 				break
 			}
 			s.removeJob(j)
-			res.Removed.Jobs++
+			removed.Jobs++
 		}
 		if uint64(s.unfinishedJobs()) >= c.MaxJobs {
-			e := *old
-			e.State = StateRejected
-			e.ResolvedAt = c.Now
-			e.ExpiresAt = c.RejectedExpiresAt
-			e.Status, e.Reason, e.Detail = 429, ReasonCapacity, c.CapacityDetail
-			s.replaceEntry(old, &e)
-			ax.emit(ChangeRejected, &e)
-			return Result{Outcome: OutcomeRejected, Entry: e, Removed: res.Removed}
+			res := s.rejectEntry(ax, e, Reject{Tenant: c.Tenant, Key: c.Key, JobID: c.JobID, Now: c.Now,
+				ExpiresAt: c.RejectedExpiresAt, Status: 429, Reason: ReasonCapacity, Detail: c.CapacityDetail})
+			res.Removed = removed
+			return res
 		}
 	}
-	e := *old
 	e.State = StateCommitted
 	e.ResolvedAt = c.Now
 	e.ExpiresAt = c.ExpiresAt
-	s.replaceEntry(old, &e)
+	s.insertEntry(e)
 	j := &Job{
 		ID:          e.JobID,
 		Tenant:      e.Tenant,
@@ -721,8 +679,8 @@ func (s *state) applyCommit(ax *applyCtx, c Commit) Result {
 		// whether or not the entry is still live.
 		s.raiseWatermark(e.Tenant, e.ClientID, e.Nonce, e.Sequence, c.Now)
 	}
-	ax.emit(ChangeCommitted, &e)
-	return Result{Outcome: OutcomeCommitted, Entry: e, Job: *j, Removed: res.Removed}
+	ax.emit(ChangeCommitted, e)
+	return Result{Outcome: OutcomeCommitted, Entry: *e, Job: *j, Removed: removed}
 }
 
 // check is Reject's validation: an invalid Reject changes nothing.
@@ -738,22 +696,15 @@ func (c Reject) check() error {
 	return nil
 }
 
-func (s *state) applyReject(ax *applyCtx, c Reject) Result {
-	if err := c.check(); err != nil {
-		return invalid(err)
-	}
-	old, res, ok := s.resolvable(c.Tenant, c.Key, c.JobID)
-	if !ok {
-		return res
-	}
-	e := *old
+// rejectEntry inserts e (not yet in the state) REJECTED by c.
+func (s *state) rejectEntry(ax *applyCtx, e *Entry, c Reject) Result {
 	e.State = StateRejected
 	e.ResolvedAt = c.Now
 	e.ExpiresAt = c.ExpiresAt
 	e.Status, e.Reason, e.Detail = c.Status, c.Reason, c.Detail
-	s.replaceEntry(old, &e)
-	ax.emit(ChangeRejected, &e)
-	return Result{Outcome: OutcomeRejected, Entry: e}
+	s.insertEntry(e)
+	ax.emit(ChangeRejected, e)
+	return Result{Outcome: OutcomeRejected, Entry: *e}
 }
 
 func (s *state) applyExpire(ax *applyCtx, c Expire) Result {
@@ -846,7 +797,7 @@ func (s *state) confirm(it Confirmation) Result {
 	if !ok {
 		return Result{Outcome: OutcomeNotFound}
 	}
-	if old.State == StatePending || old.JobID != it.JobID {
+	if old.JobID != it.JobID {
 		return Result{Outcome: OutcomeUnchanged, Entry: *old}
 	}
 	if !slices.Contains(old.Request.Datacenters, it.Datacenter) {

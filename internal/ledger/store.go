@@ -51,8 +51,7 @@ const (
 	pfxTenantWMs   byte = 0x03 // tenant → watermark count (uvarint)
 	pfxEntries     byte = 'e'  // (tenant, key)
 	pfxEntryExp    byte = 'x'  // (expires_at, tenant, key)
-	pfxPendAge     byte = 'p'  // (reserved_at, tenant, key), PENDING only
-	pfxMultiDC     byte = 'm'  // (tenant, key), resolved entries naming several datacenters
+	pfxMultiDC     byte = 'm'  // (tenant, key), entries naming several datacenters
 	pfxOwed        byte = 'o'  // (tenant, key, job_id), entries expired before every datacenter confirmed them (owed.go)
 	pfxJobs        byte = 'j'  // (tenant, id)
 	pfxJobSeq      byte = 's'  // (tenant, seq)
@@ -111,11 +110,11 @@ type store struct {
 	opts StoreOptions
 
 	// The writes of the commands being applied (between begin and commit)
-	// are first kept in pending, one per key, the last one winning: a
-	// submission writes its entry at Reserve and again at Commit, its
-	// client's watermark twice, an order's key it then deletes, and when
-	// both commands are in one batch, only the last write of each key
-	// reaches pebble, whose memtable would hold every version until a flush
+	// are first kept in pending, one per key, the last one winning: an
+	// Admit writes its client's watermark twice (touched, then raised by
+	// its Commit), the counters are written once per batch, and an item a
+	// later command of the batch removes is deleted; only the last write of
+	// each key reaches pebble, whose memtable would hold every version until a flush
 	// (docs/ledger.md, "Apply"). Point reads look there first. A walk of
 	// an order needs pebble's merged view, so it moves pending into an
 	// indexed batch first (reader); a batch that no walk needed is written
@@ -497,10 +496,10 @@ func (s *store) set(k, v []byte) { s.write(k, v, false, false) }
 // had that key in the order when the batch began, and moving the item away
 // since wrote a delete of it, which the batch still has aside (while no walk
 // has moved the batch's writes into an indexed batch: after that, this is a
-// plain set). Such a key set and then deleted in the same batch (the entry's
-// PENDING-age key and its Reserve's expiry key when its Commit follows in
-// the batch) reaches pebble not at all, where a set then a delete would
-// write a tombstone for nothing.
+// plain set). Such a key set and then deleted in the same batch (an
+// entry's expiry key when a later Expire or Admit of the batch removes it)
+// reaches pebble not at all, where a set then a delete would write a
+// tombstone for nothing.
 func (s *store) insert(k, v []byte) { s.write(k, v, false, true) }
 
 func (s *store) delete(k []byte) { s.write(k, nil, true, false) }
@@ -646,7 +645,7 @@ type storeMeta struct {
 	ledgerTime                               int64
 	lastSeq                                  uint64
 	bytes                                    uint64
-	pending, committed, rejected             uint64
+	committed, rejected                      uint64
 	entries, jobs, watermarks                uint64
 	queued, running, succeeded, failed, dead uint64
 	claimed, cancelled                       uint64
@@ -658,7 +657,6 @@ func (m storeMeta) append(b []byte) []byte {
 	b = appendInt64(b, m.ledgerTime)
 	b = appendUvarint(b, m.lastSeq)
 	b = appendUvarint(b, m.bytes)
-	b = appendUvarint(b, m.pending)
 	b = appendUvarint(b, m.committed)
 	b = appendUvarint(b, m.rejected)
 	b = appendUvarint(b, m.entries)
@@ -689,7 +687,7 @@ func decodeMeta(v []byte) (storeMeta, error) {
 	m.ledgerTime = d.int64()
 	m.lastSeq = d.uvarint()
 	m.bytes = d.uvarint()
-	m.pending, m.committed, m.rejected = d.uvarint(), d.uvarint(), d.uvarint()
+	m.committed, m.rejected = d.uvarint(), d.uvarint()
 	m.entries, m.jobs, m.watermarks = d.uvarint(), d.uvarint(), d.uvarint()
 	m.queued, m.running, m.succeeded, m.failed, m.dead = d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
 	m.claimed, m.cancelled = d.uvarint(), d.uvarint()

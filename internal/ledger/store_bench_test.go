@@ -70,7 +70,7 @@ func BenchmarkStoreEngines(b *testing.B) {
 						kv.set(key('e', n), entry)
 						kv.set(key('x', n), key('e', n))
 						kv.set(key('p', n), key('e', n))
-						kv.get(key('e', n)) // Commit: the PENDING entry
+						kv.get(key('e', n)) // an entry read again
 						kv.get(key('j', n)) // the job ID (absent)
 						kv.set(key('e', n), entry)
 						kv.del(key('x', n))
@@ -168,7 +168,7 @@ func BenchmarkDiskLiveKeys(b *testing.B) {
 		}
 		if firstKey == "" {
 			r, _ := DecodeCommand(logs[0].Data)
-			firstKey = r.(Reserve).Key
+			firstKey = r.(Admit).Reserve.Key
 		}
 		f.ApplyBatch(logs)
 	}

@@ -28,18 +28,15 @@ func (s *state) raiseLedgerTime(cmd Command) {
 // leader's time belongs here too.
 func stampOf(cmd Command) (int64, bool) {
 	switch c := cmd.(type) {
-	case Reserve:
-		return c.Now, true
 	case Admit:
 		now := c.Reserve.Now
-		if o, ok := stampOf(c.Outcome); ok {
-			now = max(now, o)
+		switch o := c.Outcome.(type) {
+		case Commit:
+			now = max(now, o.Now)
+		case Reject:
+			now = max(now, o.Now)
 		}
 		return now, true
-	case Commit:
-		return c.Now, true
-	case Reject:
-		return c.Now, true
 	case Expire:
 		return c.Now, true
 	case Lease:

@@ -13,13 +13,13 @@ func TestLedgerTimeIsTheHighestAppliedStamp(t *testing.T) {
 		cmd  Command
 		want int64
 	}{
-		{"reserve", r, t0},
-		{"commit later", commit(r, t0+2*sec), t0 + 2*sec},
-		{"a stamp behind does not lower it", reserve("acme", "k2", t0+sec), t0 + 2*sec},
+		{"admit", admit(r), t0},
+		{"a verdict stamped later", admitWith(reserve("acme", "k4", t0), commit(reserve("acme", "k4", t0), t0+2*sec)), t0 + 2*sec},
+		{"a stamp behind does not lower it", admit(reserve("acme", "k2", t0+sec)), t0 + 2*sec},
 		{"expire ahead", expire(t0 + 10*sec), t0 + 10*sec},
-		{"an invalid command does not raise it", Reserve{Tenant: "acme", Key: "k3", JobID: "j", Now: t0 + 99*sec, ExpiresAt: t0, MaxEntries: 1}, t0 + 10*sec},
-		{"reject", reject(reserve("acme", "k2", t0+sec), t0+11*sec, 429), t0 + 11*sec},
-		{"a business outcome counts", reserve("acme", "k1", t0+12*sec), t0 + 12*sec},
+		{"an invalid command does not raise it", admit(Reserve{Tenant: "acme", Key: "k3", JobID: "j", Now: t0 + 99*sec}), t0 + 10*sec},
+		{"reject", admitWith(reserve("acme", "k5", t0+sec), reject(reserve("acme", "k5", t0+sec), t0+11*sec, 429)), t0 + 11*sec},
+		{"a business outcome counts", admit(reserve("acme", "k1", t0+12*sec)), t0 + 12*sec},
 	}
 	for _, s := range steps {
 		h.apply(s.cmd)

@@ -12,10 +12,9 @@ import (
 // so "expired" is not a state an entry is ever seen in.
 type State uint8
 
-// Entry states. The numeric values are part of the snapshot format.
+// Entry states. The numeric values are part of the snapshot format; 1 is
+// no state.
 const (
-	// StatePending: reserved; admission has not decided yet.
-	StatePending State = 1
 	// StateCommitted: admitted; the job exists. Terminal until its TTL.
 	StateCommitted State = 2
 	// StateRejected: admission refused the job. Terminal until its TTL.
@@ -26,11 +25,9 @@ const (
 	StateClaimed State = 4
 )
 
-// String returns the API name of the state (api.KeyStatePending, ...).
+// String returns the API name of the state (api.KeyStateCommitted, ...).
 func (s State) String() string {
 	switch s {
-	case StatePending:
-		return api.KeyStatePending
 	case StateCommitted:
 		return api.KeyStateCommitted
 	case StateRejected:
@@ -41,10 +38,11 @@ func (s State) String() string {
 	return "state(" + strconv.Itoa(int(s)) + ")"
 }
 
-func (s State) valid() bool { return s >= StatePending && s <= StateClaimed }
+func (s State) valid() bool { return s >= StateCommitted && s <= StateClaimed }
 
-// Request is the part of a submission the ledger stores so that admission can be
-// re-run by a new leader (see FSM.Pending) and the job created on Commit.
+// Request is the part of a submission the ledger stores with its key: what
+// the job is made of, what a duplicate is answered with, and what the outbox
+// carries to the other datacenters it names.
 type Request struct {
 	// Type is the job type.
 	Type string
@@ -68,14 +66,14 @@ type Entry struct {
 	// is opaque to the ledger and compared byte for byte.
 	Fingerprint string
 	State       State
-	// JobID is decided by the leader before it proposes Reserve. For a
-	// committed entry it names the job; for a rejected one it is the ID that was
-	// reserved and never used.
+	// JobID is decided by the leader before it proposes the Admit. For a
+	// committed entry it names the job; for a rejected one it is the ID that
+	// was never used.
 	JobID string
-	// ReservedAt is the Now of the Reserve command (unix nanoseconds).
+	// ReservedAt is the Now of the Admit's Reserve (unix nanoseconds).
 	ReservedAt int64
-	// ResolvedAt is the Now of the Commit or Reject command (unix nanoseconds);
-	// 0 while pending. For a committed entry it equals the job's CreatedAt.
+	// ResolvedAt is the Now of the Admit's Commit or Reject (unix
+	// nanoseconds). For a committed entry it equals the job's CreatedAt.
 	ResolvedAt int64
 	// ExpiresAt is when the entry stops answering duplicates (unix
 	// nanoseconds), stamped by the leader as now + the TTL of the state.
@@ -83,8 +81,8 @@ type Entry struct {
 	// Request is what was submitted with the key.
 	Request Request
 	// ResultTTL, when positive, is the COMMITTED or REJECTED lifetime the
-	// first admission fixed for this key (Reserve.ResultTTL); whoever resolves
-	// the entry stamps ExpiresAt with it instead of the configured default.
+	// first admission fixed for this key (Reserve.ResultTTL): the leader
+	// stamps ExpiresAt with it instead of the configured default.
 	ResultTTL time.Duration
 
 	// Structured is true for keys of the form <client_id>:<sequence>:<nonce>;
@@ -100,7 +98,7 @@ type Entry struct {
 	Reason string
 	Detail string
 
-	// Confirmed lists, sorted, the other datacenters named by a resolved
+	// Confirmed lists, sorted, the other datacenters named by a
 	// multi-datacenter entry's request that hold a final outcome for it
 	// (Confirm): the outbox's durable progress (docs/multidc.md).
 	Confirmed []string
@@ -116,7 +114,7 @@ func (e Entry) Home() string {
 	return e.Request.Datacenters[0]
 }
 
-// Job is a row of the job table: created by a Commit, removed when its
+// Job is a row of the job table: created by an Admit's Commit, removed when its
 // retention (ExpiresAt) passes, independently of its idempotency entry.
 type Job struct {
 	ID     string
@@ -128,9 +126,9 @@ type Job struct {
 	Datacenters []string
 	// Status is api.JobStatusCommitted.
 	Status string
-	// CreatedAt is the Now of the Commit command (unix nanoseconds).
+	// CreatedAt is the Now of the Admit's Commit (unix nanoseconds).
 	CreatedAt int64
-	// Seq is the raft log index of the Commit command: unique, increasing in
+	// Seq is the raft log index of the Admit: unique, increasing in
 	// commit order, identical on every replica. ListJobs orders and pages by it.
 	Seq uint64
 	// ExpiresAt is the end of the job's retention (unix nanoseconds). A job
@@ -195,7 +193,7 @@ const WatermarkWindow = 1024
 // ClientID, Nonce) committed: Sequence is the highest, and Window the exact
 // set inside the window below it (bit i of Window[i/64], counting from the
 // least significant bit, is Sequence-i). A watermark is created by the first
-// Reserve of the client's key, with Sequence 0 and no bit set:
+// Admit of the client's key, with Sequence 0 and no bit set:
 // nothing committed yet.
 type Watermark struct {
 	Tenant   string
@@ -262,13 +260,11 @@ type Outcome uint8
 // Outcomes. The zero value is never returned.
 const (
 	_ Outcome = iota
-	// OutcomeReserved: Reserve inserted a new PENDING entry (Result.Entry).
-	OutcomeReserved
-	// OutcomeExists: Reserve found a live entry with the same fingerprint;
-	// Result.Entry is it (pending, committed or rejected), Result.Job its job
-	// when committed. Nothing changed.
+	// OutcomeExists: an Admit or Claim found a live entry with the same
+	// fingerprint; Result.Entry is it, Result.Job its job when committed.
+	// Nothing changed.
 	OutcomeExists
-	// OutcomeKeyReused: Reserve found a live entry with another fingerprint;
+	// OutcomeKeyReused: an Admit or Claim found a live entry with another fingerprint;
 	// Result.Entry is it. Nothing changed.
 	OutcomeKeyReused
 	// OutcomeKeyExpired: a structured key has no live entry and its sequence
@@ -277,22 +273,18 @@ const (
 	OutcomeKeyExpired
 	// OutcomeFull: the ledger holds MaxEntries live entries. Nothing reserved.
 	OutcomeFull
-	// OutcomeCommitted: Commit moved the entry PENDING → COMMITTED and created
-	// the job (Result.Entry, Result.Job).
+	// OutcomeCommitted: an Admit inserted a COMMITTED entry and created its
+	// job (Result.Entry, Result.Job).
 	OutcomeCommitted
-	// OutcomeRejected: Reject moved the entry PENDING → REJECTED (Result.Entry).
+	// OutcomeRejected: an Admit inserted a REJECTED entry (Result.Entry).
 	OutcomeRejected
-	// OutcomeUnchanged: Commit or Reject found the entry but not PENDING with
-	// its JobID; Result.Entry is the entry as it is (and Result.Job when it is
-	// committed). Re-proposing a Commit or Reject is therefore safe.
+	// OutcomeUnchanged: Confirm, Release, Cancel or Retry found the entry or
+	// job already as the command would leave it, or not the one it names;
+	// Result.Entry is the entry as it is. Nothing changed.
 	OutcomeUnchanged
-	// OutcomeNotFound: Commit or Reject found no entry for the key (it expired,
-	// or never existed). Nothing changed.
+	// OutcomeNotFound: the command found no entry or job for what it names (it
+	// expired, or never existed). Nothing changed.
 	OutcomeNotFound
-	// OutcomeJobIDInUse: Commit found the PENDING entry but the tenant already
-	// has a job with that ID (job IDs must be unique per reservation). Nothing
-	// changed; the entry stays PENDING.
-	OutcomeJobIDInUse
 	// OutcomeExpired: Expire ran; Result.Removed counts what it removed and
 	// Result.More says whether more was due than MaxRemovals allowed.
 	OutcomeExpired
@@ -358,20 +350,18 @@ const (
 )
 
 var outcomeNames = [...]string{
-	OutcomeReserved:   "reserved",
 	OutcomeExists:     "exists",
 	OutcomeKeyReused:  "key_reused",
 	OutcomeKeyExpired: "key_expired",
 	OutcomeFull:       "full",
 
-	OutcomeCommitted:  "committed",
-	OutcomeRejected:   "rejected",
-	OutcomeUnchanged:  "unchanged",
-	OutcomeNotFound:   "not_found",
-	OutcomeJobIDInUse: "job_id_in_use",
-	OutcomeExpired:    "expired",
-	OutcomeIgnored:    "ignored",
-	OutcomeInvalid:    "invalid",
+	OutcomeCommitted: "committed",
+	OutcomeRejected:  "rejected",
+	OutcomeUnchanged: "unchanged",
+	OutcomeNotFound:  "not_found",
+	OutcomeExpired:   "expired",
+	OutcomeIgnored:   "ignored",
+	OutcomeInvalid:   "invalid",
 
 	OutcomeWatermarksFull:       "watermarks_full",
 	OutcomeTenantWatermarksFull: "tenant_watermarks_full",
@@ -402,9 +392,8 @@ func (o Outcome) String() string {
 
 // Removed counts what a command removed by expiry.
 type Removed struct {
-	// Pending, Committed, Rejected and Claimed count removed entries by
-	// their state.
-	Pending, Committed, Rejected, Claimed int
+	// Committed, Rejected and Claimed count removed entries by their state.
+	Committed, Rejected, Claimed int
 	// Jobs counts jobs removed because their retention passed.
 	Jobs int
 	// Watermarks counts watermarks removed by age or by the bound.
@@ -413,7 +402,7 @@ type Removed struct {
 
 // Total is the number of things removed.
 func (r Removed) Total() int {
-	return r.Pending + r.Committed + r.Rejected + r.Claimed + r.Jobs + r.Watermarks
+	return r.Committed + r.Rejected + r.Claimed + r.Jobs + r.Watermarks
 }
 
 // Result is what Apply returns for a LogCommand (as an interface{} holding a
@@ -426,9 +415,9 @@ func (r Removed) Total() int {
 // entry.
 type Result struct {
 	Outcome Outcome
-	// Entry is the key's entry after the command, for OutcomeReserved,
-	// OutcomeExists, OutcomeKeyReused, OutcomeCommitted, OutcomeRejected,
-	// OutcomeUnchanged and OutcomeJobIDInUse.
+	// Entry is the key's entry after the command, for OutcomeExists,
+	// OutcomeKeyReused, OutcomeCommitted, OutcomeRejected and
+	// OutcomeUnchanged.
 	Entry Entry
 	// Job is set (Job.ID != "") when Entry is COMMITTED and its job is still in
 	// the job table.
@@ -436,7 +425,7 @@ type Result struct {
 	// Watermark is the client's highest committed sequence, for
 	// OutcomeKeyExpired.
 	Watermark uint64
-	// Removed counts removals: by Expire, and by Reserve, which removes due
+	// Removed counts removals: by Expire, and by an Admit, which removes due
 	// entries itself (its own key's, and the earliest when the ledger is full).
 	Removed Removed
 	// More is set by Expire when MaxRemovals stopped it with more still due.
@@ -477,11 +466,9 @@ type ChangeKind uint8
 // Change kinds.
 const (
 	_ ChangeKind = iota
-	// ChangeReserved: a new PENDING entry.
-	ChangeReserved
-	// ChangeCommitted: PENDING → COMMITTED.
+	// ChangeCommitted: a new COMMITTED entry (an Admit).
 	ChangeCommitted
-	// ChangeRejected: PENDING → REJECTED.
+	// ChangeRejected: a new REJECTED entry (an Admit).
 	ChangeRejected
 	// ChangeRemoved: the entry expired and was removed; Change.Entry is the
 	// entry as it was.
@@ -494,7 +481,6 @@ const (
 )
 
 var changeNames = [...]string{
-	ChangeReserved:  "reserved",
 	ChangeCommitted: "committed",
 	ChangeRejected:  "rejected",
 	ChangeRemoved:   "removed",
@@ -521,15 +507,14 @@ type Change struct {
 
 // Stats are counts of the FSM's state.
 type Stats struct {
-	// Entries = Pending + Committed + Rejected + Claimed: entries in the
-	// table (live, or due but not yet removed by an Expire).
+	// Entries = Committed + Rejected + Claimed: entries in the table (live,
+	// or due but not yet removed by an Expire).
 	Entries   int
-	Pending   int
 	Committed int
 	Rejected  int
 	Claimed   int
 	// Jobs in the job table: those outside the lifecycle (committed by
-	// Commit v1/v2) and those in each lifecycle state.
+	// a Commit without Queue) and those in each lifecycle state.
 	Jobs      int
 	Queued    int
 	Running   int

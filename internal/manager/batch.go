@@ -17,7 +17,7 @@ import (
 )
 
 // batcher groups the commands of concurrent submissions into batch entries
-// (ledger.ReserveBatch, ledger.ResolveBatch): group commit. One goroutine per
+// (ledger.AdmitBatch): group commit. One goroutine per
 // batcher proposes: while its entry is in flight (replicated, fsynced on a
 // quorum, applied), new commands queue, and as soon as it returns they go
 // out together in the next entry, up to MANAGER_BATCH_MAX_ITEMS and
@@ -31,7 +31,7 @@ import (
 // committed on a quorum and applied, exactly as with a single command.
 type batcher struct {
 	m    *Manager
-	kind ledger.CommandType // TypeReserveBatch or TypeResolveBatch
+	kind ledger.CommandType // TypeAdmitBatch
 	wake chan struct{}      // capacity 1: work queued
 
 	mu    sync.Mutex

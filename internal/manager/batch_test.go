@@ -170,7 +170,7 @@ func TestSingleCommandLogReplaysWithBatches(t *testing.T) {
 		k := fmt.Sprintf("single-%d", i)
 		res, err := m.apply(ctx, ledger.Admit{
 			Reserve: ledger.Reserve{Tenant: "t", Key: k, Fingerprint: "fp", JobID: "job-" + k,
-				Now: now.UnixNano(), ExpiresAt: now.Add(m.cfg.Idempotency.PendingTTL).UnixNano(), MaxEntries: 100,
+				Now: now.UnixNano(), MaxEntries: 100,
 				Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}},
 			Outcome: ledger.Commit{Tenant: "t", Key: k, JobID: "job-" + k, Now: now.UnixNano(),
 				ExpiresAt: now.Add(m.cfg.Idempotency.CommittedTTL).UnixNano(), JobExpiresAt: now.Add(m.cfg.JobRetention).UnixNano()}})
@@ -269,7 +269,7 @@ func TestBatchSubmitterGivesUp(t *testing.T) {
 	now := m.ledgerNow()
 	_, err := m.reserves.apply(ctx, ledger.Admit{
 		Reserve: ledger.Reserve{Tenant: "t", Key: "gave-up", Fingerprint: "fp", JobID: "job-gave-up",
-			Now: now.UnixNano(), ExpiresAt: now.Add(time.Minute).UnixNano(), MaxEntries: 100,
+			Now: now.UnixNano(), MaxEntries: 100,
 			Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}},
 		Outcome: ledger.Commit{Tenant: "t", Key: "gave-up", JobID: "job-gave-up", Now: now.UnixNano(),
 			ExpiresAt: now.Add(time.Minute).UnixNano(), JobExpiresAt: now.Add(time.Hour).UnixNano()}})

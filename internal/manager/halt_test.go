@@ -17,7 +17,7 @@ func TestUnknownVersionHaltsTheManager(t *testing.T) {
 	m := tc.mgrs[0]
 	applied := m.FSM().Stats().AppliedIndex
 
-	bad := append([]byte{byte(ledger.TypeReserve), 200}, 1, 2, 3)
+	bad := append([]byte{byte(ledger.TypeAdmit), 200}, 1, 2, 3)
 	f := m.Raft().Apply(bad, 5*time.Second)
 	if err := f.Error(); err != nil {
 		t.Fatalf("propose: %v", err)

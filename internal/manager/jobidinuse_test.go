@@ -49,8 +49,8 @@ func TestJobIDInUseIsRejectedNotLeftPending(t *testing.T) {
 	if !ok || e.State != ledger.StateRejected {
 		t.Fatalf("entry %+v (found %v), want REJECTED", e, ok)
 	}
-	if st := m.FSM().Stats(); st.Pending != 0 || st.Jobs != 1 {
-		t.Fatalf("stats %+v, want nothing pending and one job", st)
+	if st := m.FSM().Stats(); st.Rejected != 1 || st.Jobs != 1 {
+		t.Fatalf("stats %+v, want the rejected entry and one job", st)
 	}
 	// A duplicate gets the same answer.
 	dup, err := tc.submit(ctx, l, "t", key, "fp", "demo", `1`, 0)

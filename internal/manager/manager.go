@@ -2,12 +2,11 @@
 // whose FSM (internal/ledger) is the authoritative idempotency ledger, and the
 // server of the gates' RPC (internal/rpc).
 //
-// At the leader a submission is: Reserve (PENDING, durable) → admission
-// (validation, capacity) → Commit or Reject (durable) → answer. Every transition
+// At the leader a submission is: admission (validation, capacity) → one
+// Admit (the key and its Commit or Reject, durable) → answer. Every change
 // is a Raft log entry committed on a quorum and applied before the gate hears of
-// it. Concurrent submissions share log entries: the batchers (batch.go) put
-// their Reserves in one ReserveBatch entry and their outcomes in one
-// ResolveBatch, and raft's BatchApplyCh groups concurrent entries into one
+// it. Concurrent submissions share log entries: the batcher (batch.go) puts
+// their Admits in one AdmitBatch entry, and raft's BatchApplyCh groups concurrent entries into one
 // AppendEntries and one fsync. Time and job IDs are decided
 // here, before proposing; the FSM only applies what the command says.
 package manager
@@ -254,7 +253,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	ok = true
 	m.bgWG.Add(1)
 	go m.leaderLoop()
-	m.reserves = newBatcher(m, ledger.TypeReserveBatch)
+	m.reserves = newBatcher(m, ledger.TypeAdmitBatch)
 	m.workers = newBatcher(m, ledger.TypeWorkerBatch)
 	m.bgWG.Add(2)
 	go m.reserves.run()

@@ -117,7 +117,6 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			Fingerprint: req.Fingerprint,
 			JobID:       jobID,
 			Now:         now.UnixNano(),
-			ExpiresAt:   now.Add(m.cfg.Idempotency.PendingTTL).UnixNano(),
 			MaxEntries:  uint64(m.cfg.LedgerMaxEntries),
 			Request:     ledger.Request{Type: req.Job.Type, Payload: req.Job.Payload, Datacenters: req.Job.Datacenters},
 			Structured:  k.Structured,
@@ -287,7 +286,7 @@ func (m *Manager) admit(e ledger.Entry) decision {
 // outcomeCommand runs admission on e (an entry reserved, or about to be in
 // the same Admit) and returns the Commit or Reject that records it, stamped
 // with now; the key's TTL counts from basis (zero: now, see expiryBasis).
-func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Command {
+func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Verdict {
 	d := m.admit(e)
 	if basis.IsZero() {
 		basis = now
@@ -298,7 +297,7 @@ func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Co
 	if e.ResultTTL > 0 {
 		committedTTL, rejectedTTL, retention = e.ResultTTL, e.ResultTTL, max(retention, e.ResultTTL)
 	}
-	var cmd ledger.Command
+	var cmd ledger.Verdict
 	if d.admit {
 		c := ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
 			ExpiresAt:         basisExpiry(basis, now, committedTTL),
