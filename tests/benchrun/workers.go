@@ -19,7 +19,7 @@ import (
 
 // The workers workload: jobs submitted and consumed at once, end to end.
 // Producers submit new jobs for the workload's duration; workers lease them
-// (long poll, up to workerBatch at a time) and complete them concurrently; the run ends
+// (long poll, up to workerBatch at a time) and complete each lease's jobs in one request; the run ends
 // when every job submitted has been completed. Its "requests" are completed
 // jobs, its rate completed jobs per second, its latency from a job's
 // submission to its completion being acknowledged.

@@ -69,7 +69,7 @@ func workloadSpec(name string, o Options, rate float64) (loadgen.Spec, error) {
 	case WWorkers:
 		return loadgen.Spec{Name: name, Keys: loadgen.KeysUnique, Concurrency: workerProducers, Duration: d,
 			Description: fmt.Sprintf("jobs end to end: %d producers submit new jobs for the duration while %d workers lease them "+
-				"(long poll, %d at a time) and complete them concurrently; until every job submitted is completed. req/s is completed jobs/s, "+
+				"(long poll, %d at a time) and complete each lease's jobs in one request (POST /v1/completions); until every job submitted is completed. req/s is completed jobs/s, "+
 				"latency from submission to the completion's answer", workerProducers, workerWorkers, workerBatch)}, nil
 	case WFailover:
 		fd := o.FailoverDuration
