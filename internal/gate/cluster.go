@@ -7,55 +7,22 @@ import (
 	"sync"
 
 	"github.com/once-dev/once/internal/console"
-	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/pkg/api"
 )
 
 // The web console (internal/console, docs/console.md) at /ui/, and the
 // operators' read of the cluster it shows: GET /v1/cluster.
 
-// ClusterView is the answer of GET /v1/cluster: the gate's datacenter as its
-// managers report it (rpc.Status), the gates it knows, and the other
-// datacenters of the federation with their leaders' status.
-type ClusterView struct {
-	Datacenter string `json:"datacenter"`
-	// Gate is the answering gate's name.
-	Gate string `json:"gate"`
-	// Leader is the datacenter leader's status; null when none answered.
-	Leader *rpc.Status `json:"leader"`
-	// Managers are the managers the gate resolves, each with its own status
-	// or the error of asking it.
-	Managers []ManagerView `json:"managers"`
-	// Gates are the gates of the datacenter's gossip pool (this one alone
-	// when the gate does not gossip).
-	Gates []GateView `json:"gates"`
-	// Datacenters are the federation's datacenters, the gate's own
-	// included, by name.
-	Datacenters []DatacenterView `json:"datacenters"`
-}
-
-// ManagerView is one manager in ClusterView.
-type ManagerView struct {
-	Addr   string      `json:"addr"`
-	Status *rpc.Status `json:"status,omitempty"`
-	Error  string      `json:"error,omitempty"`
-}
-
-// GateView is one gate in ClusterView.
-type GateView struct {
-	Name       string `json:"name"`
-	Datacenter string `json:"datacenter,omitempty"`
-	Addr       string `json:"addr,omitempty"`
-	State      string `json:"state,omitempty"`
-}
-
-// DatacenterView is one datacenter of the federation in ClusterView.
-type DatacenterView struct {
-	Name     string      `json:"name"`
-	Managers []string    `json:"managers"`
-	Leader   *rpc.Status `json:"leader,omitempty"`
-	Error    string      `json:"error,omitempty"`
-}
+// The answer of GET /v1/cluster is pkg/api's Cluster, the type the Go
+// client reads: the gate's datacenter as its managers report it (a
+// manager's rpc.Status is api.ManagerStatus), the gates it knows, and the
+// other datacenters of the federation with their leaders' status.
+type (
+	ClusterView    = api.Cluster
+	ManagerView    = api.ClusterManager
+	GateView       = api.ClusterGate
+	DatacenterView = api.ClusterDatacenter
+)
 
 // EnvOperatorTokenFile names the file of the operators' bearer tokens, the
 // credential of GET /v1/cluster (and so of the console's cluster view).

@@ -305,136 +305,17 @@ type ListJobsResponse struct {
 	Next string    `json:"next,omitempty"`
 }
 
-// Status describes a manager, for readiness checks and operators.
-type Status struct {
-	NodeID       string `json:"node_id"`
-	Datacenter   string `json:"datacenter"`
-	RaftState    string `json:"raft_state"`
-	IsLeader     bool   `json:"is_leader"`
-	LeaderID     string `json:"leader_id,omitempty"`
-	LeaderRPC    string `json:"leader_rpc,omitempty"`
-	Term         uint64 `json:"term"`
-	CommitIndex  uint64 `json:"commit_index"`
-	AppliedIndex uint64 `json:"applied_index"`
-	LastIndex    uint64 `json:"last_index"`
-	// Voters are the server IDs of the Raft configuration's voters, as this
-	// node knows it.
-	Voters []string `json:"voters"`
-	// LogBatches counts the Raft log writes (one fsync each) since start.
-	LogBatches uint64 `json:"log_batches"`
-	// LedgerEntries and Jobs count the ledger's live entries and jobs.
-	LedgerEntries int `json:"ledger_entries"`
-	Jobs          int `json:"jobs"`
-	// ClockOffsets are the measured clock offsets of the other voters (their
-	// clock minus this manager's, in seconds), by node ID.
-	ClockOffsets map[string]float64 `json:"clock_offsets_seconds,omitempty"`
-	// ClockGroupOffset is this manager's clock minus its group's (the median
-	// of the voters'), in seconds; absent until measured on a majority.
-	ClockGroupOffset *float64 `json:"clock_group_offset_seconds,omitempty"`
-	// ClockClamped: this manager's clock disagrees with its group's by more
-	// than MANAGER_MAX_CLOCK_OFFSET, so it stamps with the group's clock.
-	ClockClamped bool `json:"clock_clamped,omitempty"`
-	// LedgerTime is the ledger's time: the highest time stamped into an
-	// applied command (RFC 3339; absent while the ledger is empty).
-	LedgerTime string `json:"ledger_time,omitempty"`
-	// Autopilot is raft-autopilot's view of the datacenter's managers, as
-	// the leader computes it; absent on followers.
-	Autopilot *AutopilotHealth `json:"autopilot,omitempty"`
-	// RefusedServers are the pool members whose identity claims (NodeID,
-	// Raft address, protocol version) the leader refuses to act on
-	// (docs/operations.md, "Identity"); empty on followers and when none.
-	RefusedServers []RefusedServer `json:"refused_servers,omitempty"`
-	// ConfigMismatches are the settings that must agree across the
-	// federation (IDEMPOTENCY_* lifetimes and waiting) where another
-	// manager's differ from this one's (docs/multidc.md); empty when all
-	// agree.
-	ConfigMismatches []ConfigMismatch `json:"config_mismatches"`
-	// Queues counts the datacenter's jobs by lifecycle state, every tenant
-	// (this manager's applied ledger); absent from managers that predate it.
-	Queues *QueueCounts `json:"queues,omitempty"`
-	// Budgets are the ledger's bounds and how much of each is used; absent
-	// from managers that predate it.
-	Budgets *Budgets `json:"budgets,omitempty"`
-}
-
-// QueueCounts are the jobs of a datacenter's ledger by lifecycle state.
-type QueueCounts struct {
-	Queued    int `json:"queued"`
-	Running   int `json:"running"`
-	Succeeded int `json:"succeeded"`
-	Failed    int `json:"failed"`
-	Dead      int `json:"dead"`
-	Cancelled int `json:"cancelled"`
-}
-
-// Budgets are a manager's ledger bounds (its settings) and their use.
-type Budgets struct {
-	// Entries and MaxEntries: live idempotency entries, and
-	// IDEMPOTENCY_LEDGER_MAX_ENTRIES.
-	Entries    int `json:"entries"`
-	MaxEntries int `json:"max_entries"`
-	// Bytes and MaxBytes: the accounted bytes of entries and jobs, and
-	// IDEMPOTENCY_LEDGER_MAX_BYTES (0: unbounded).
-	Bytes    uint64 `json:"bytes"`
-	MaxBytes int64  `json:"max_bytes"`
-	// TenantMaxBytes is IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES (0: unbounded).
-	TenantMaxBytes int64 `json:"tenant_max_bytes"`
-	// Queued and MaxQueued: queued jobs, and MANAGER_MAX_QUEUED_JOBS.
-	Queued    int `json:"queued"`
-	MaxQueued int `json:"max_queued"`
-	// Outbox and OutboxMax: multi-datacenter submissions not yet confirmed
-	// by every datacenter they name, and MANAGER_OUTBOX_MAX_ENTRIES.
-	Outbox    int `json:"outbox"`
-	OutboxMax int `json:"outbox_max"`
-}
-
-// ConfigMismatch is one setting of another manager that differs from this
-// manager's.
-type ConfigMismatch struct {
-	Datacenter string `json:"datacenter"`
-	Node       string `json:"node"`
-	// Setting is the variable (IDEMPOTENCY_COMMITTED_TTL_SECONDS).
-	Setting string `json:"setting"`
-	Local   string `json:"local"`
-	Remote  string `json:"remote"`
-}
-
-// AutopilotHealth is the leader's raft-autopilot state in Status.
-type AutopilotHealth struct {
-	// Healthy: every server of the Raft configuration is healthy.
-	Healthy bool `json:"healthy"`
-	// FailureTolerance: how many voters may fail without losing quorum.
-	FailureTolerance int            `json:"failure_tolerance"`
-	Servers          []ServerHealth `json:"servers"`
-}
-
-// RefusedServer is a pool member's claim the leader refuses.
-type RefusedServer struct {
-	// Reason: duplicate_id, old_address_alive, address_in_use, old_protocol.
-	Reason string `json:"reason"`
-	// Node is the member's gossip name; ID, RaftAddr and Version what it
-	// claims.
-	Node     string `json:"node"`
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr,omitempty"`
-	Version  int    `json:"version"`
-	// Holder is who keeps the identity: the other claimant's name, the Raft
-	// server ID whose address is claimed, or the group's protocol version.
-	Holder string    `json:"holder,omitempty"`
-	Since  time.Time `json:"since"`
-}
-
-// ServerHealth is one Raft server in AutopilotHealth.
-type ServerHealth struct {
-	ID      string `json:"id"`
-	Address string `json:"address"`
-	// Status in the gossip pool: alive, failed, left.
-	Status string `json:"status"`
-	// RaftState: leader, voter, non-voter, staging.
-	RaftState   string    `json:"raft_state"`
-	Healthy     bool      `json:"healthy"`
-	StableSince time.Time `json:"stable_since"`
-}
+// A manager's status, for readiness checks and operators, is one type with
+// the public view of GET /v1/cluster (pkg/api): the gate passes it through.
+type (
+	Status          = api.ManagerStatus
+	QueueCounts     = api.QueueCounts
+	Budgets         = api.Budgets
+	ConfigMismatch  = api.ConfigMismatch
+	AutopilotHealth = api.AutopilotHealth
+	ServerHealth    = api.ServerHealth
+	RefusedServer   = api.RefusedServer
+)
 
 // Service is what a manager offers gates. Implementations return *Error values
 // (or errors wrapping them) so the code survives the wire.
