@@ -118,8 +118,8 @@ type Config struct {
 	// Ledger bounds (docs/ledger.md).
 	//
 	// BatchMaxItems and BatchMaxBytes are MANAGER_BATCH_MAX_ITEMS and
-	// MANAGER_BATCH_MAX_BYTES: the bounds on one batch entry of Reserves or of
-	// outcomes (batch.go). 0 takes the default.
+	// MANAGER_BATCH_MAX_BYTES: the bounds on one batch entry of Admits or of
+	// workers' commands (batch.go). 0 takes the default.
 	BatchMaxItems int
 	BatchMaxBytes int
 	// WatermarkMaxClientsPerTenant is IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT.

@@ -64,8 +64,7 @@ func (m *Manager) leaderLoop() {
 }
 
 // lead is one term of leadership: apply everything of earlier terms (Barrier),
-// open for business, resolve the PENDING entries a predecessor left, then expire
-// entries every cleanup interval and job leases every leaseCheckInterval
+// open for business, then expire entries every cleanup interval and job leases every leaseCheckInterval
 // until leadership ends.
 func (m *Manager) lead(ctx context.Context) {
 	term := m.raft.CurrentTerm()

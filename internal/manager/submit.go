@@ -158,7 +158,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 	return nil, rpc.Errorf(rpc.CodeUnavailable, "the key's entry kept expiring while waiting; retry")
 }
 
-// refusal is the error of a Reserve or Claim that recorded nothing: the
+// refusal is the error of an Admit or Claim that recorded nothing: the
 // ledger is full, or the outcome is not one the caller expects.
 func (m *Manager) refusal(what, tenant string, res ledger.Result) error {
 	switch res.Outcome {
@@ -177,7 +177,7 @@ func (m *Manager) refusal(what, tenant string, res ledger.Result) error {
 	}
 }
 
-// beginProposal registers a Reserve about to be proposed for (tenant, key). The
+// beginProposal registers an Admit (or a Claim) about to be proposed for (tenant, key). The
 // first caller owns it (owner true) and must call endProposal; later callers get
 // the channel that endProposal closes.
 func (m *Manager) beginProposal(tenant, key string) (ch chan struct{}, owner bool) {
