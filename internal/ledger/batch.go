@@ -140,7 +140,7 @@ func decodeItem(d *decoder, i int, ok func(CommandType) bool) Command {
 		d.fail(fmt.Sprintf("item %d: not a command this batch carries", i))
 		return nil
 	}
-	c, err := DecodeCommand(d.b[d.off : d.off+l])
+	c, err := decodeCommand(d.b[d.off:d.off+l], d.share)
 	if err != nil {
 		d.fail(fmt.Sprintf("item %d: %v", i, err))
 		return nil

@@ -465,7 +465,11 @@ func (u Unknown) appendBody(b []byte) []byte { return append(b, u.Body...) }
 //
 // An unknown type with TypeIgnorable set decodes as Unknown, without error,
 // whatever its version and body.
-func DecodeCommand(data []byte) (Command, error) {
+func DecodeCommand(data []byte) (Command, error) { return decodeCommand(data, false) }
+
+// decodeCommand is DecodeCommand; with share, the strings of each command
+// (of each item of a batch) are parts of one copy of its bytes (decoder).
+func decodeCommand(data []byte, share bool) (Command, error) {
 	if len(data) < 2 {
 		return nil, fmt.Errorf("%w: %d bytes, want a 2-byte header", ErrMalformed, len(data))
 	}
@@ -479,7 +483,7 @@ func DecodeCommand(data []byte) (Command, error) {
 	case v != FormatVersion:
 		return nil, fmt.Errorf("%w: %s version %d, this build reads version %d", ErrUnsupportedVersion, t, v, FormatVersion)
 	}
-	d := &decoder{b: data, off: 2, base: ErrMalformed}
+	d := &decoder{b: data, off: 2, base: ErrMalformed, share: share}
 	c := decode(d)
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%s v%d: %w", t, v, err)

@@ -235,6 +235,12 @@ func FuzzDecodeCommand(f *testing.F) {
 		} else if re := Encode(c); !bytes.Equal(re, data) {
 			t.Fatalf("re-encoded %x, input %x", re, data)
 		}
+		// The disk state's decoding, whose strings share one copy of each
+		// command's bytes, reads the same command and the same errors.
+		sc, serr := decodeCommand(bytes.Clone(data), true)
+		if !reflect.DeepEqual(sc, c) || fmt.Sprint(serr) != fmt.Sprint(err) {
+			t.Fatalf("shared decoding gave %#v, %v; want %#v, %v", sc, serr, c, err)
+		}
 		h := newHarness(t)
 		h.must(admit(reserve("t", "k", t0)), OutcomeCommitted)
 		res := h.applyRaw(data)

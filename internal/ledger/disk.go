@@ -25,7 +25,7 @@ func Open(dir string, opts Options) (*FSM, error) {
 		_ = st.close(false)
 		return nil, err
 	}
-	return &FSM{onChange: opts.OnChange, onHalt: opts.OnHalt, s: s, delivered: s.applied}, nil
+	return &FSM{onChange: opts.OnChange, onHalt: opts.OnHalt, s: s, delivered: s.applied, disk: true}, nil
 }
 
 // Close closes the FSM's store (a no-op in memory). The FSM must not be used

@@ -169,11 +169,15 @@ func (x *diskIndex[T]) put(item T, fresh bool) {
 		x.floor.Store(&lower)
 	}
 	if x.group != nil {
+		// The group's name is built in scratch and looked up without a
+		// string of its own: one is made only when a floor moves.
+		x.st.groupBuf = x.group(x.st.groupBuf[:0], item)
+		gb := x.st.groupBuf
 		x.mu.Lock()
-		g := string(x.group(nil, item))
-		if f, ok := x.floors[g]; ok && bytes.Compare(k, f) < 0 {
-			x.floors[g] = bytes.Clone(k)
-		} else if f, ok := x.emptyFloors[g]; ok { // the group has a key again
+		if f, ok := x.floors[string(gb)]; ok && bytes.Compare(k, f) < 0 {
+			x.floors[string(gb)] = bytes.Clone(k)
+		} else if f, ok := x.emptyFloors[string(gb)]; ok { // the group has a key again
+			g := string(gb)
 			delete(x.emptyFloors, g)
 			if bytes.Compare(k, f) < 0 {
 				f = bytes.Clone(k)
@@ -433,10 +437,11 @@ func (s *state) loadRunning() {
 
 // The keys of the tables and orders are declared in orders.go.
 
-// storeValue decodes a value of a primary table: a snapshot record.
+// storeValue decodes a value of a primary table: a snapshot record, its
+// strings parts of one copy of it (decoder's share).
 func storeValue[T any](decode func(*decoder) T) func([]byte) (T, error) {
 	return func(v []byte) (T, error) {
-		d := &decoder{b: v, base: ErrStore}
+		d := &decoder{b: v, base: ErrStore, share: true}
 		item := decode(d)
 		return item, d.finish()
 	}

@@ -120,6 +120,14 @@ type FSM struct {
 	mu     sync.RWMutex
 	s      *state
 	closed bool // the store is closed (Close)
+	// disk: the state is on disk (Open), where the strings of a command
+	// decoded for Apply share one copy of its bytes (decodeCommand): most
+	// of an applied command's strings go into the store's keys and values
+	// and are dropped; the few a disk state keeps in memory (a tenant's
+	// name in its counters, a running job's tenant, ID and lease ID in the
+	// lease orders) keep their command's copy, a few hundred bytes, as long
+	// as they are kept.
+	disk bool
 	// delivered is the index of the last command entry Raft gave Apply or
 	// ApplyBatch (the applied index after Open and Restore); below the
 	// applied index while Raft replays what the store has (under mu).
@@ -201,7 +209,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	}
 	f.wmu.Lock()
 	defer f.wmu.Unlock()
-	cmd, err := DecodeCommand(l.Data)
+	cmd, err := decodeCommand(l.Data, f.disk)
 	if h := f.haltsAt(l, err); h != nil {
 		f.halted(h)
 		return invalid(h)
@@ -233,7 +241,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	cmds := make([]decoded, len(logs))
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
-			cmds[i].cmd, cmds[i].err = DecodeCommand(l.Data)
+			cmds[i].cmd, cmds[i].err = decodeCommand(l.Data, f.disk)
 		}
 	}
 	f.wmu.Lock()

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -170,5 +171,51 @@ func TestInsertedThenDeletedKey(t *testing.T) {
 	st.commit()
 	if st.get(walked, nil) {
 		t.Errorf("%s is present after its delete", walked)
+	}
+}
+
+// TestPendingKeysSurviveArenaGrowth: the open batch's writes are found by
+// their keys, with their last values, while the arena that holds them (and
+// the pending map's keys) is reallocated many times over, reused after a
+// commit, and dropped after a large batch.
+func TestPendingKeysSurviveArenaGrowth(t *testing.T) {
+	st, err := openStore(t.TempDir(), StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close(false)
+	key := func(i int) []byte { return fmt.Appendf(nil, "x%06d", i) }
+	val := func(i, round int) []byte { return fmt.Appendf(nil, "%d-%d-%s", i, round, strings.Repeat("v", i%97)) }
+	want := func(k, v []byte, round string) {
+		t.Helper()
+		var got []byte
+		if !st.get(k, func(b []byte) { got = bytes.Clone(b) }) || !bytes.Equal(got, v) {
+			t.Fatalf("%s: %s = %q, want %q", round, k, got, v)
+		}
+	}
+	for round, n := range []int{20_000, 300, 20_000} {
+		name := fmt.Sprintf("round %d", round)
+		st.begin()
+		for i := range n {
+			st.set(key(i), val(i, round))
+		}
+		for i := 0; i < n; i += 3 { // overwritten: the last value wins
+			st.set(key(i), val(i, round+10))
+		}
+		for i := 0; i < n; i++ {
+			v := val(i, round)
+			if i%3 == 0 {
+				v = val(i, round+10)
+			}
+			want(key(i), v, name+", pending")
+		}
+		st.commit()
+		for i := 0; i < n; i += 7 {
+			v := val(i, round)
+			if i%3 == 0 {
+				v = val(i, round+10)
+			}
+			want(key(i), v, name+", committed")
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -143,6 +144,8 @@ type store struct {
 
 	keyBuf []byte // scratch for keys, used under the FSM's write lock only
 	valBuf []byte // scratch for values, likewise
+	// groupBuf is scratch for a group's name (diskIndex.put), likewise.
+	groupBuf []byte
 
 	// Snapshots' views keep a retired generation open until they are
 	// released (a Restore or a Close while a Persist streams).
@@ -519,7 +522,13 @@ func (s *store) write(k, v []byte, del, fresh bool) {
 	}
 	k0 := len(s.arena)
 	s.arena = append(append(s.arena, k...), v...)
-	s.pending[string(k)] = pendingWrite{k0: k0, v0: k0 + len(k), v1: len(s.arena), del: del, fresh: fresh && !del}
+	// The map's key is the arena's copy of k, not a copy of its own: those
+	// bytes are written once and not again until the batch's writes leave
+	// pending (movePending clears the map before the arena is reused); an
+	// append that moves the arena leaves them where they were, kept alive
+	// by the key.
+	key := unsafe.String(&s.arena[k0], len(k))
+	s.pending[key] = pendingWrite{k0: k0, v0: k0 + len(k), v1: len(s.arena), del: del, fresh: fresh && !del}
 	if low := &s.lowSet[k[0]]; !del && (low.v0 == 0 || bytes.Compare(k, s.arena[low.k0:low.v0]) < 0) {
 		low.k0, low.v0 = k0, k0+len(k)
 	}

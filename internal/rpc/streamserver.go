@@ -194,7 +194,7 @@ func (s *Server) closeListener() {
 
 // service is the Manager service of a Server (the unary methods are in
 // workers.go, actions.go). Submit serves the submit stream: each submission of a batch runs
-// Service.Submit in its own goroutine (at most MaxInFlight per stream), with
+// Service.Submit on one of the stream's workers (at most MaxInFlight at once), with
 // the deadline the gate sent, and its answer is sent as soon as it resolves;
 // answers that resolve while a Send is in progress travel together in the
 // next message.
@@ -270,40 +270,71 @@ func (sv *service) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpc
 		items    sync.WaitGroup
 		err      error
 	)
-	start := func(it *rpcpb.SubmitItem) {
-		var ictx context.Context
-		var cancel context.CancelFunc
-		if t := it.GetTimeoutMicros(); t > 0 {
-			ictx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Microsecond)
-		} else {
-			ictx, cancel = context.WithCancel(ctx)
+	// Each submission runs on one of the stream's workers, started as
+	// needed up to MaxInFlight and kept until the stream ends: a worker's
+	// stack has grown to what a submission needs by its second one, where a
+	// goroutine per submission grew a fresh stack each time (a few percent
+	// of a leader's CPU, docs/benchmarks.md).
+	type task struct {
+		ctx    context.Context
+		cancel context.CancelFunc
+		it     *rpcpb.SubmitItem
+	}
+	tasks := make(chan task) // unbuffered: a send is taken by an idle worker
+	workers := 0
+	run := func(t task) {
+		defer func() { <-sem }()
+		id := t.it.GetId()
+		r := &rpcpb.SubmitResult{Id: id}
+		if !s.serveWorkerCall(t.ctx, t.it, r) {
+			resp, err := s.svc.Submit(t.ctx, fromPBRequest(t.it.GetRequest()))
+			if err != nil {
+				r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
+			} else {
+				r.Response = toPBResponse(resp)
+			}
 		}
-		id := it.GetId()
 		mu.Lock()
-		inflight[id] = cancel
+		_, wanted := inflight[id]
+		delete(inflight, id)
 		mu.Unlock()
+		t.cancel()
+		if !wanted {
+			return // the gate cancelled it: nobody waits for the answer
+		}
+		out <- r
+	}
+	start := func(it *rpcpb.SubmitItem) {
+		var t task
+		if us := it.GetTimeoutMicros(); us > 0 {
+			t.ctx, t.cancel = context.WithTimeout(ctx, time.Duration(us)*time.Microsecond)
+		} else {
+			t.ctx, t.cancel = context.WithCancel(ctx)
+		}
+		t.it = it
+		mu.Lock()
+		inflight[it.GetId()] = t.cancel
+		mu.Unlock()
+		select {
+		case tasks <- t:
+			return
+		default:
+		}
+		if workers == cap(sem) {
+			// Every worker exists and the caller holds a slot of sem, so
+			// one of them has finished its submission and is on its way
+			// back for this one.
+			tasks <- t
+			return
+		}
+		workers++
 		items.Add(1)
 		go func() {
 			defer items.Done()
-			defer func() { <-sem }()
-			r := &rpcpb.SubmitResult{Id: id}
-			if !s.serveWorkerCall(ictx, it, r) {
-				resp, err := s.svc.Submit(ictx, fromPBRequest(it.GetRequest()))
-				if err != nil {
-					r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
-				} else {
-					r.Response = toPBResponse(resp)
-				}
+			run(t)
+			for t := range tasks {
+				run(t)
 			}
-			mu.Lock()
-			_, wanted := inflight[id]
-			delete(inflight, id)
-			mu.Unlock()
-			cancel()
-			if !wanted {
-				return // the gate cancelled it: nobody waits for the answer
-			}
-			out <- r
 		}()
 	}
 loop:
@@ -340,6 +371,7 @@ loop:
 			break loop
 		}
 	}
+	close(tasks)
 	items.Wait()
 	close(out)
 	if serr := <-sendErr; err == nil {
