@@ -54,7 +54,7 @@ func (g *Gate) submitAll(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		go func() {
 			defer wg.Done()
 			r := *req // each client may touch its copy; the fields are the same
-			dctx, span := tracing.Tracer().Start(ctx, "gate.forward.datacenter", trace.WithAttributes(attribute.String("once.datacenter", dc)))
+			dctx, span := tracing.Span(ctx, "gate.forward.datacenter", trace.WithAttributes(attribute.String("once.datacenter", dc)))
 			defer span.End()
 			r.TraceParent = tracing.Inject(dctx)
 			resp, err := g.clientFor(dc).Submit(dctx, &r)

@@ -169,7 +169,7 @@ func (g *Gate) homeRound(ctx context.Context, req *rpc.SubmitRequest, home strin
 
 // submitTo sends r to dc's leader in a span of its own.
 func (g *Gate) submitTo(ctx context.Context, dc string, r rpc.SubmitRequest, span string) dcResult {
-	dctx, sp := tracing.Tracer().Start(ctx, span, trace.WithAttributes(attribute.String("once.datacenter", dc)))
+	dctx, sp := tracing.Span(ctx, span, trace.WithAttributes(attribute.String("once.datacenter", dc)))
 	defer sp.End()
 	r.TraceParent = tracing.Inject(dctx)
 	resp, err := g.clientFor(dc).Submit(dctx, &r)

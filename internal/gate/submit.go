@@ -457,7 +457,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	// its outcome, and a deterministic outcome is worth caching.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), g.cfg.ForwardTimeout+wait)
 	defer cancel()
-	ctx, span := tracing.Tracer().Start(ctx, "gate.forward")
+	ctx, span := tracing.Span(ctx, "gate.forward")
 	defer span.End()
 	if span.IsRecording() { // tracing off: no attributes built
 		span.SetAttributes(attribute.String("once.tenant", tenant), attribute.String("once.idempotency_key", key.Raw))

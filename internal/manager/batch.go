@@ -207,7 +207,7 @@ func (m *Manager) applyError(err error) error {
 // from proposing cmd, through the batch it joins, its Raft commit and its
 // apply to the ledger, to its result.
 func (m *Manager) tracedApply(ctx context.Context, name string, b *batcher, cmd ledger.Command) (ledger.Result, error) {
-	ctx, span := tracing.Tracer().Start(ctx, name)
+	ctx, span := tracing.Span(ctx, name)
 	defer span.End()
 	res, err := b.apply(ctx, cmd)
 	switch {

@@ -27,7 +27,7 @@ import (
 // afresh, with the same job ID, if it did not.
 func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
 	start := time.Now()
-	ctx, span := tracing.Tracer().Start(tracing.Extract(ctx, req.TraceParent), "manager.submit")
+	ctx, span := tracing.Span(tracing.Extract(ctx, req.TraceParent), "manager.submit")
 	defer span.End()
 	resp, err := m.submit(ctx, req)
 	m.metrics.observeSubmit(resp, err, time.Since(start))

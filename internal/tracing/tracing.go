@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -80,6 +81,7 @@ func Start(ctx context.Context, endpoint, service, node, datacenter string) (shu
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
+	enabled.Store(true)
 	return tp.Shutdown, nil
 }
 
@@ -88,8 +90,22 @@ func Start(ctx context.Context, endpoint, service, node, datacenter string) (shu
 // global provider's lock on every submission.
 var tracer = otel.Tracer(Name)
 
-// Tracer is once's tracer, from the global provider (no-op unless Start ran).
-func Tracer() trace.Tracer { return tracer }
+// enabled: Start installed an exporting provider.
+var enabled atomic.Bool
+
+// Span starts a span named name with once's tracer (of the global provider)
+// when tracing is on.
+// Off (Start was given no endpoint), it starts nothing: it returns ctx and
+// the span ctx already holds (a no-op one, or the non-recording remote
+// parent Extract put there), whose End does nothing, where the global
+// tracer would allocate a span and a context for every call on the
+// submission path.
+func Span(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !enabled.Load() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return tracer.Start(ctx, name, opts...)
+}
 
 // propagator is W3C trace context, whatever the global propagator is.
 var propagator = propagation.TraceContext{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -65,5 +66,36 @@ func TestCheckEndpoint(t *testing.T) {
 	}
 	if _, err := Start(context.Background(), "nope", "s", "n", "d"); !errors.Is(err, ErrEndpoint) {
 		t.Fatalf("Start with a bad endpoint: %v", err)
+	}
+}
+
+// With tracing off, Span starts nothing and allocates nothing; on, it starts
+// a span of the global provider's, a child of the one ctx holds.
+func TestSpan(t *testing.T) {
+	ctx := context.Background()
+	if got, span := Span(ctx, "x"); got != ctx || span.IsRecording() {
+		t.Fatalf("off: a new context or a recording span")
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		_, span := Span(ctx, "x")
+		span.End()
+	}); n != 0 {
+		t.Errorf("off: %v allocations a span, want 0", n)
+	}
+
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	otel.SetTracerProvider(tp) // for the rest of the package's tests: none uses it
+	enabled.Store(true)
+	defer enabled.Store(false)
+
+	pctx, parent := Span(ctx, "parent")
+	_, child := Span(pctx, "child")
+	child.End()
+	parent.End()
+	spans := rec.Ended()
+	if len(spans) != 2 || spans[0].Name() != "child" || spans[0].Parent().SpanID() != spans[1].SpanContext().SpanID() {
+		t.Fatalf("on: spans %v, want child under parent", spans)
 	}
 }
