@@ -90,12 +90,6 @@ type Members struct {
 	Members []Member `json:"members"`
 }
 
-// PeerRequest names a Raft server (remove-peer; transfer-leader, where an
-// empty ID lets Raft pick the most up-to-date voter).
-type PeerRequest struct {
-	ID string `json:"id"`
-}
-
 // PeerResult is the answer of a change: the leader after it.
 type PeerResult struct {
 	Done   string `json:"done"`

@@ -217,7 +217,8 @@ func (x *MembersResponse) GetMembers() []*Member {
 	return nil
 }
 
-// PeerRequest mirrors rpc.PeerRequest: a Raft server ID.
+// PeerRequest names a Raft server by its ID (TransferLeader: empty lets
+// Raft pick the most up-to-date voter).
 type PeerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
