@@ -293,19 +293,30 @@ func (a *archiveOperator) restored() []byte {
 	return a.archive
 }
 
-// An archive of several chunks crosses whole both ways, from a reader
-// that is not all in memory at the manager (chunks of snapshotChunkBytes).
+// An archive of several chunks crosses whole both ways (chunks of
+// snapshotChunkBytes), and a restore a follower refused is sent again, from
+// its start, to the leader it named.
 func TestSnapshotAndRestoreInChunks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	op := &archiveOperator{}
-	c := operatorClient(t, testOperator, 2, serveOperator(t, op))
+	laddr := serveOperator(t, op)
+	follower := &peerOperator{leaderRPC: laddr}
+	c := operatorClient(t, testOperator, 3, serveOperator(t, follower))
 	archive := make([]byte, 3*snapshotChunkBytes+12345)
 	for i := range archive {
 		archive[i] = byte(i * 7)
 	}
+	// Sent first to a follower, which refuses it before reading (not_leader),
+	// then again from its start to the leader.
 	if err := c.Restore(ctx, bytes.NewReader(archive)); err != nil {
 		t.Fatal(err)
+	}
+	follower.mu.Lock()
+	fcalls := follower.calls
+	follower.mu.Unlock()
+	if fcalls != 1 || c.Leader() != laddr {
+		t.Fatalf("the follower was asked %d times, the client's leader is %q; want once, then %s", fcalls, c.Leader(), laddr)
 	}
 	if got := op.restored(); !bytes.Equal(got, archive) {
 		t.Fatalf("restored %d bytes, want the %d of the archive", len(got), len(archive))
