@@ -126,7 +126,7 @@ deploy-test-multidc:
 clean:
 	rm -rf $(BIN)
 
-## proto: regenerate internal/rpc/rpcpb from manager.proto (the generated code is
+## proto: regenerate internal/rpc/rpcpb from manager.proto and operator.proto (the generated code is
 ## checked in, so building needs no protoc). Needs protoc (Debian: apt-get
 ## install protobuf-compiler); installs the pinned Go plugins into $(BIN)/.
 PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
@@ -137,4 +137,4 @@ proto:
 	PATH=$(abspath $(BIN)):$$PATH protoc -I internal/rpc/rpcpb \
 		--go_out=internal/rpc/rpcpb --go_opt=paths=source_relative \
 		--go-grpc_out=internal/rpc/rpcpb --go-grpc_opt=paths=source_relative \
-		internal/rpc/rpcpb/manager.proto
+		internal/rpc/rpcpb/manager.proto internal/rpc/rpcpb/operator.proto

@@ -24,8 +24,8 @@ const (
 	RoleManager Role = "manager"
 	RoleGate    Role = "gate"
 	// RoleOperator is an operator's client certificate (oncectl --cert):
-	// the RPC listener accepts it like a gate's, and the operator routes
-	// accept it as an operator credential only when the cluster CA is the
+	// the RPC listener accepts it like a gate's, and the Operator service
+	// accepts it as an operator credential only when the cluster CA is the
 	// operator's own (MANAGER_TLS_*), never the CA derived from the cluster
 	// secret, which every gate could sign with (rpc.OperatorAuth).
 	RoleOperator Role = "operator"

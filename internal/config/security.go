@@ -34,7 +34,7 @@ type Security struct {
 	// EnvOperatorSecret and OperatorSecretFile: the operator secret's file
 	// (a manager's MANAGER_OPERATOR_SECRET_FILE, oncectl's
 	// --operator-secret-file). Not a cluster credential by itself, and
-	// refused with insecure mode, which opens the operator routes to all.
+	// refused with insecure mode, which opens the Operator service to all.
 	EnvOperatorSecret  string
 	OperatorSecretFile string
 	// Gossip lists the gossip pools the process joins.

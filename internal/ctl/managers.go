@@ -66,7 +66,7 @@ func (g *globals) managerClient() (*rpc.Client, error) {
 		// The CA derived from the secret verifies the managers; oncectl,
 		// holding the secret, presents a leaf of the managers' role. It is
 		// no operator credential (a leaf of the derived CA never is, whatever
-		// its role): the operator routes take --operator-secret-file.
+		// its role): the Operator service takes --operator-secret-file.
 		c, err := certs.ClusterFromSecret(secret, certs.RoleManager)
 		if err != nil {
 			return nil, usagef("--cluster-secret-file: %v", err)

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // fakeOperator answers the leader-only calls only when leader (elsewhere
@@ -74,14 +76,42 @@ func (f *fakeOperator) Keyring(context.Context, rpc.KeyringRequest) (*rpc.Keyrin
 	return &rpc.Keyring{}, f.enter(false)
 }
 
+// serveOperator serves op as the Operator service of a manager in
+// insecure mode (the Manager service of an empty status).
 func serveOperator(t *testing.T, op rpc.Operator) string {
 	t.Helper()
-	mux := http.NewServeMux()
-	rpc.MountOperator(mux, op, rpc.OperatorAuth{Insecure: true}, nil)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := rpc.NewServer(noService{}, rpc.ServerConfig{Operator: op, OperatorAuth: rpc.OperatorAuth{Insecure: true}})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
+		}
+	})
+	return ln.Addr().String()
 }
+
+// noService is a Manager service that serves nothing.
+type noService struct{}
+
+func (noService) Submit(context.Context, *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+	return nil, rpc.ErrInternal
+}
+func (noService) GetJob(context.Context, string, string) (*api.Job, error) {
+	return nil, rpc.ErrInternal
+}
+func (noService) ListJobs(context.Context, *rpc.ListJobsRequest) (*rpc.ListJobsResponse, error) {
+	return nil, rpc.ErrInternal
+}
+func (noService) GetKey(context.Context, string, string) (*api.KeyInfo, error) {
+	return nil, rpc.ErrInternal
+}
+func (noService) Status(context.Context) (*rpc.Status, error) { return &rpc.Status{}, nil }
 
 // The operator commands reach the leader through a follower's hint, print
 // the leader's answer, and exit 1 on an error answer.

@@ -91,9 +91,9 @@ type Config struct {
 	// caller of the RPC listener must present (docs/security.md); empty: none.
 	ClusterSecretFile string
 	// OperatorSecretFile is MANAGER_OPERATOR_SECRET_FILE: the secret an
-	// operator presents (oncectl's Once-Operator-Secret header) for the
-	// operator routes (docs/security.md, "Operator role"); empty: only an
-	// operator certificate opens them.
+	// operator presents (oncectl sends it in the gRPC metadata
+	// once-operator-secret) for the Operator service (docs/security.md,
+	// "Operator role"); empty: only an operator certificate opens it.
 	OperatorSecretFile string
 	// OTLPEndpoint is MANAGER_OTLP_ENDPOINT: where OpenTelemetry traces go
 	// (OTLP over HTTP, internal/tracing); empty: no tracing.
@@ -316,7 +316,7 @@ func Register(l *config.Loader, c *Config) {
 	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
 		"the cluster secret: RPC and Raft over mutual TLS with a CA derived from it (unless MANAGER_TLS_* is set), the gossip keys derived from it (unless set), and presented by every caller of the RPC listener (gates, other datacenters' managers, oncectl)")
 	l.String(&c.OperatorSecretFile, EnvOperatorSecretFile, "", "a path to a file holding the operator secret", nil,
-		"the secret oncectl presents (header Once-Operator-Secret) for the operator routes: snapshot save and restore, Raft peers, leadership transfer, gossip keyring, pool members; empty: only a client certificate with the URI SAN spiffe://once/role/operator from MANAGER_TLS_* opens them (never one of the CA derived from the cluster secret)")
+		"the secret oncectl presents (gRPC metadata once-operator-secret) for the Operator service: snapshot save and restore, Raft peers, leadership transfer, gossip keyring, pool members; empty: only a client certificate with the URI SAN spiffe://once/role/operator from MANAGER_TLS_* opens it (never one of the CA derived from the cluster secret)")
 	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
 	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
 	l.Duration(&c.MaxClockOffset, EnvMaxClockOffset, d.MaxClockOffset, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")

@@ -159,9 +159,14 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		m.Close()
 		return fmt.Errorf("rpc listen %s: %w", cfg.RPCAddr, err)
 	}
-	// One listener, two protocols: the gates' submit stream (gRPC) and the
-	// HTTP/1.1 reads, metrics and debug routes on srv.Mux() (see docs/rpc.md).
-	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http"), Secret: secret, TLS: serverTLS})
+	// One listener, two protocols: the Manager and Operator services (gRPC)
+	// and the HTTP/1.1 status, metrics and debug routes on srv.Mux() (see
+	// docs/rpc.md).
+	// The Operator service answers as soon as the listener does; its pool
+	// reads wait for the join (unavailable until then).
+	op := operator{m: m, pool: fed.lan.Load, wan: func() *membership.Pool { return fed.wan }}
+	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http"), Secret: secret, TLS: serverTLS,
+		Operator: op, OperatorAuth: opAuth})
 	mux := srv.Mux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	reg.MustRegister(
@@ -217,7 +222,6 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		return err
 	}
 	fed.lan.Store(cluster.pool)
-	rpc.MountOperator(mux, operator{m: m, pool: fed.lan.Load, wan: func() *membership.Pool { return fed.wan }}, opAuth, log.With(logging.KeyComponent, "operator"))
 	// The outbox completes multi-datacenter submissions at the other
 	// datacenters (docs/multidc.md); only a federated manager has any.
 	obCtx, stopOutbox := context.WithCancel(ctx)

@@ -12,7 +12,7 @@ import (
 // secret, which every gate holds too; the operator role would mean nothing.
 var ErrOperatorSecretReused = fmt.Errorf("%w: the operator secret must differ from the cluster secret", config.ErrInvalid)
 
-// operatorAuth is what the operator routes accept (docs/security.md,
+// operatorAuth is what the Operator service accepts (docs/security.md,
 // "Operator role"): the operator secret; an operator certificate when the
 // RPC listener verifies callers against the cluster CA of MANAGER_TLS_*
 // (fileTLS), never against the CA derived from the cluster secret, with which
@@ -22,10 +22,10 @@ func operatorAuth(cfg Config, clusterSecret string, fileTLS bool, log *slog.Logg
 	var auth rpc.OperatorAuth
 	if cfg.Insecure {
 		// CheckSecurity refused an operator secret together with insecure
-		// mode: the listener is open to whoever reaches it, and so are the
-		// operator routes.
+		// mode: the listener is open to whoever reaches it, and so is the
+		// Operator service.
 		auth.Insecure = true
-		log.Warn(EnvInsecure + "=true: the operator routes (snapshot restore, raft peer removal, keyring) are open to any caller")
+		log.Warn(EnvInsecure + "=true: the Operator service (snapshot restore, raft peer removal, keyring) is open to any caller")
 		return auth, nil
 	}
 	if cfg.OperatorSecretFile != "" {
@@ -42,10 +42,10 @@ func operatorAuth(cfg Config, clusterSecret string, fileTLS bool, log *slog.Logg
 	switch {
 	case auth.Secret != "":
 	case fileTLS:
-		log.Info("no operator secret: the operator routes accept only client certificates with the URI SAN " +
+		log.Info("no operator secret: the Operator service accepts only client certificates with the URI SAN " +
 			rpc.OperatorRoleURI + "; set " + EnvOperatorSecretFile + " for oncectl's --operator-secret-file")
 	default:
-		log.Warn("no operator credential: the operator routes (snapshot, raft peers, keyring, members) are closed; set " +
+		log.Warn("no operator credential: the Operator service (snapshot, raft peers, keyring, members) is closed; set " +
 			EnvOperatorSecretFile + " (a certificate of the CA derived from the cluster secret never opens them; docs/security.md)")
 	}
 	return auth, nil

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -204,9 +204,9 @@ func TestSecretOnlyRPCIsTLS(t *testing.T) {
 // The CA derived from the cluster secret never grants the operator role:
 // every gate holds the secret and could sign itself a certificate claiming
 // it. On a manager secured by the secret, such a certificate (with the
-// cluster secret) is served as a cluster member but gets 403 forbidden on a
-// restore, a peer removal and the members list, and nothing changes; the
-// operator secret, over the same connection, gets through.
+// cluster secret) is served as a cluster member but is refused forbidden on
+// a restore, a peer removal and the members list, and nothing changes; the
+// operator secret, with the same certificate, gets through.
 func TestSecretOnlyDerivedOperatorCertificateIsNoOperator(t *testing.T) {
 	const operatorSecret = "operator-secret-0123456789abcdef"
 	opFile := filepath.Join(t.TempDir(), "operator-secret")
@@ -218,41 +218,34 @@ func TestSecretOnlyDerivedOperatorCertificateIsNoOperator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &http.Transport{TLSClientConfig: forged.ClientConfig()}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: rpc.WithSecret(tr, testClusterSecret), Timeout: 10 * time.Second}
-	do := func(method, path, body, opSecret string) (int, rpc.Code) {
-		t.Helper()
-		req, _ := http.NewRequest(method, "https://"+rpcAddr+path, strings.NewReader(body))
-		if opSecret != "" {
-			req.Header.Set(rpc.OperatorSecretHeader, opSecret)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		var e rpc.Error
-		if resp.StatusCode != http.StatusOK {
-			if err := json.Unmarshal(b, &e); err != nil {
-				t.Fatalf("%s %s: %d %q: %v", method, path, resp.StatusCode, b, err)
-			}
-		}
-		return resp.StatusCode, e.Code
+	client := func(opSecret string) *rpc.Client {
+		c := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{rpcAddr}, Secret: testClusterSecret, TLS: forged.ClientConfig(),
+			OperatorSecret: opSecret, AttemptTimeout: 10 * time.Second})
+		t.Cleanup(c.Close)
+		return c
 	}
-	if code, _ := do(http.MethodGet, "/rpc/v1/status", "", ""); code != http.StatusOK {
-		t.Fatalf("the status with a derived certificate and the cluster secret: %d", code)
+	// Until the deadline, a call is retried while the manager has no
+	// leader or has not joined its pool yet.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The operator calls: a restore of something that is no archive, the
+	// removal of the only server, the members list.
+	calls := []struct {
+		name string
+		do   func(*rpc.Client) error
+	}{
+		{"restore", func(c *rpc.Client) error { return c.Restore(ctx, strings.NewReader("not an archive")) }},
+		{"remove peer", func(c *rpc.Client) error { _, err := c.RemovePeer(ctx, "m1"); return err }},
+		{"members", func(c *rpc.Client) error { _, err := c.Members(ctx); return err }},
+	}
+	derived := client("")
+	if _, err := derived.StatusOf(ctx, rpcAddr); err != nil {
+		t.Fatalf("the status with a derived certificate and the cluster secret: %v", err)
 	}
 	before := stateOf(m)
-	calls := []struct{ method, path, body string }{
-		{http.MethodPut, rpc.OperatorSnapshotPath, "not an archive"},
-		{http.MethodPost, rpc.OperatorRemovePeerPath, `{"id":"m1"}`},
-		{http.MethodGet, rpc.OperatorMembersPath, ""},
-	}
 	for _, c := range calls {
-		if status, code := do(c.method, c.path, c.body, ""); status != http.StatusForbidden || code != rpc.CodeForbidden {
-			t.Errorf("%s %s with a derived operator certificate: %d %q, want 403 %s", c.method, c.path, status, code, rpc.CodeForbidden)
+		if err := c.do(derived); !errors.Is(err, rpc.ErrForbidden) {
+			t.Errorf("%s with a derived operator certificate: %v, want %s", c.name, err, rpc.CodeForbidden)
 		}
 	}
 	if after := stateOf(m); after != before {
@@ -262,18 +255,16 @@ func TestSecretOnlyDerivedOperatorCertificateIsNoOperator(t *testing.T) {
 	if err := f.Error(); err != nil || len(f.Configuration().Servers) != 1 || f.Configuration().Servers[0].ID != "m1" {
 		t.Fatalf("the Raft configuration after a refused removal: %+v, %v", f.Configuration().Servers, err)
 	}
-	// The operator secret reaches the routes: the archive is refused as
+	// The operator secret reaches the methods: the archive is refused as
 	// invalid, an unknown peer is not found, the members are listed.
-	for _, tc := range []struct {
-		method, path, body string
-		status             int
-	}{
-		{http.MethodPut, rpc.OperatorSnapshotPath, "not an archive", http.StatusBadRequest},
-		{http.MethodPost, rpc.OperatorRemovePeerPath, `{"id":"no-such-manager"}`, http.StatusNotFound},
-		{http.MethodGet, rpc.OperatorMembersPath, "", http.StatusOK},
-	} {
-		if status, code := do(tc.method, tc.path, tc.body, operatorSecret); status != tc.status {
-			t.Errorf("%s %s with the operator secret: %d %q, want %d", tc.method, tc.path, status, code, tc.status)
-		}
+	op := client(operatorSecret)
+	if err := op.Restore(ctx, strings.NewReader("not an archive")); !errors.Is(err, rpc.ErrInvalid) {
+		t.Errorf("restore of no archive with the operator secret: %v, want %s", err, rpc.CodeInvalid)
+	}
+	if _, err := op.RemovePeer(ctx, "no-such-manager"); !errors.Is(err, rpc.ErrNotFound) {
+		t.Errorf("remove-peer of an unknown server with the operator secret: %v, want %s", err, rpc.CodeNotFound)
+	}
+	if _, err := op.Members(ctx); err != nil {
+		t.Errorf("members with the operator secret: %v", err)
 	}
 }

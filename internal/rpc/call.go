@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -80,6 +81,14 @@ func (c *Client) call(ctx context.Context, what string, extra time.Duration, do 
 
 // callAt runs a unary method once at addr.
 func (c *Client) callAt(ctx context.Context, addr, what string, extra time.Duration, do func(context.Context, rpcpb.ManagerClient) error) error {
+	return c.onConn(ctx, addr, what, extra, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		return do(ctx, rpcpb.NewManagerClient(cc))
+	})
+}
+
+// onConn runs one call of any service at addr, on the connection for unary
+// calls, within AttemptTimeout+extra; its error is callError's.
+func (c *Client) onConn(ctx context.Context, addr, what string, extra time.Duration, do func(context.Context, grpc.ClientConnInterface) error) error {
 	u, err := c.conn(addr)
 	if err != nil {
 		return err
@@ -87,7 +96,7 @@ func (c *Client) callAt(ctx context.Context, addr, what string, extra time.Durat
 	defer c.release(u)
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
 	defer cancel()
-	return callError(what, addr, do(actx, rpcpb.NewManagerClient(u.cc)))
+	return callError(what, addr, do(actx, u.cc))
 }
 
 // callError turns a unary call's error back into what the manager answered:
@@ -98,6 +107,10 @@ func (c *Client) callAt(ctx context.Context, addr, what string, extra time.Durat
 func callError(what, addr string, err error) error {
 	if err == nil {
 		return nil
+	}
+	var f *finalError
+	if errors.As(err, &f) {
+		return err // the attempt's own verdict (a snapshot cut after its first chunk)
 	}
 	st, ok := status.FromError(err)
 	if !ok {
@@ -149,6 +162,15 @@ func grpcCode(c Code) codes.Code {
 // else internal and logged).
 func (s *Server) callStatus(what string, err error) error {
 	pe := toPBError(err, func(err error) { s.log.Error("rpc call failed", logging.KeyPath, what, logging.KeyError, err) })
+	return pbErrorStatus(pe)
+}
+
+// errorStatus is the status e travels under (its code's, e in the details).
+func errorStatus(e *Error) error {
+	return pbErrorStatus(&rpcpb.Error{Code: string(e.Code), Message: e.Message, Leader: e.Leader})
+}
+
+func pbErrorStatus(pe *rpcpb.Error) error {
 	st, derr := status.New(grpcCode(Code(pe.GetCode())), pe.GetMessage()).WithDetails(pe)
 	if derr != nil {
 		return status.Error(codes.Internal, pe.GetMessage())

@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -41,7 +40,7 @@ func (f ResolverFunc) Managers() []string { return f() }
 // ClientConfig configures a Client. Zero values take the defaults noted.
 type ClientConfig struct {
 	Resolver Resolver
-	// Transport carries the status reads and the operator routes (HTTP/JSON); nil means a keep-alive
+	// Transport carries the status reads (HTTP/JSON); nil means a keep-alive
 	// transport sized for many concurrent requests to few hosts.
 	Transport http.RoundTripper
 	// Streams is how many submit streams (each its own connection) the client
@@ -69,9 +68,9 @@ type ClientConfig struct {
 	// the daemons. A seam for the tests module's fault layer, which cuts
 	// the links between datacenters through it.
 	Dial DialFunc
-	// OperatorSecret is the operator secret sent with every HTTP request
-	// (the operator routes, operatorauth.go); empty sends none. oncectl's;
-	// a gate has none.
+	// OperatorSecret is the operator secret sent with every call of the
+	// Operator service (OperatorSecretMetadata, operatorauth.go); empty
+	// sends none. oncectl's; a gate has none.
 	OperatorSecret string
 	// MaxAttempts bounds the attempts of one call, hints followed included;
 	// then the call fails with an error matching ErrUnavailable. 0: until
@@ -147,7 +146,7 @@ func NewClient(cfg ClientConfig) *Client {
 		}
 		cfg.Transport = t
 	}
-	cfg.Transport = WithOperatorSecret(WithSecret(cfg.Transport, cfg.Secret), cfg.OperatorSecret)
+	cfg.Transport = WithSecret(cfg.Transport, cfg.Secret)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -169,8 +168,8 @@ func NewClient(cfg ClientConfig) *Client {
 	return &Client{cfg: cfg, hc: &http.Client{Transport: cfg.Transport}, log: cfg.Logger, peers: map[string]*peer{}, conns: map[string]*callConn{}}
 }
 
-// finalError is an attempt's error that must not be retried (a download
-// that already wrote part of its answer).
+// finalError is an attempt's error that must not be retried (a snapshot
+// that already wrote part of its archive).
 type finalError struct{ err error }
 
 func (f *finalError) Error() string { return f.err.Error() }
@@ -371,30 +370,43 @@ func (c *Client) lane(ctx context.Context, addr string, slot uint64) (*lane, err
 	return l, nil
 }
 
+// Status returns the status of whichever manager answers (the leader when
+// it is known), with retries.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	return getJSON[Status](ctx, c, "/rpc/v1/status", nil)
+}
+
 // LeaderStatus returns the leader's status: it succeeds only when a leader
 // answers, which is what a gate's readiness means.
 func (c *Client) LeaderStatus(ctx context.Context) (*Status, error) {
-	return doJSON[Status](ctx, c, http.MethodGet, "/rpc/v1/status", url.Values{"leader": {"1"}}, nil)
+	return getJSON[Status](ctx, c, "/rpc/v1/status", url.Values{"leader": {"1"}})
 }
 
 // StatusOf returns one manager's own status, wherever it stands; no retries.
 func (c *Client) StatusOf(ctx context.Context, addr string) (*Status, error) {
 	var st Status
-	if err := c.attempt(ctx, addr, http.MethodGet, "/rpc/v1/status", nil, nil, 0, &st); err != nil {
+	if err := c.attempt(ctx, addr, "/rpc/v1/status", nil, &st); err != nil {
 		return nil, err
 	}
 	return &st, nil
 }
 
+// getJSON reads path (HTTP/1.1, JSON) with the retries of every call and
+// decodes the answer.
+func getJSON[T any](ctx context.Context, c *Client, path string, q url.Values) (*T, error) {
+	var out T
+	err := c.retry(ctx, path, func(addr string) error {
+		return c.attempt(ctx, addr, path, q, &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // maxHintHops bounds how many "not leader" hints are followed without pausing,
 // so two managers that disagree about the leader cannot make a client spin.
 const maxHintHops = 3
-
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, body []byte, extra time.Duration, out any) error {
-	return c.retry(ctx, path, func(addr string) error {
-		return c.attempt(ctx, addr, method, path, q, body, extra, out)
-	})
-}
 
 // errClientClosed is what calls on a closed Client get.
 var errClientClosed = &Error{Code: CodeUnavailable, Message: "the rpc client is closed"}
@@ -456,58 +468,40 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(addr strin
 	}
 }
 
-func (c *Client) attempt(ctx context.Context, addr, method, path string, q url.Values, body []byte, extra time.Duration, out any) error {
-	var rd io.Reader
-	ctype := ""
-	if body != nil {
-		rd, ctype = bytes.NewReader(body), "application/json"
-	}
-	return c.exchange(ctx, addr, method, path, q, rd, ctype, extra, func(r io.Reader) error {
-		b, err := io.ReadAll(io.LimitReader(r, MaxResponseBytes+1))
-		if err != nil {
-			return fmt.Errorf("rpc %s %s: read: %w", method, addr, err)
-		}
-		if len(b) > MaxResponseBytes {
-			// Never decode a cut answer: say what happened instead.
-			return Errorf(CodeTooLarge, "the %s answer is over %d bytes", path, MaxResponseBytes)
-		}
-		if err := json.Unmarshal(b, out); err != nil {
-			return Errorf(CodeInternal, "decode %s answer: %v", path, err)
-		}
-		return nil
-	})
-}
-
-// exchange does one HTTP request to addr, within AttemptTimeout+extra, and
-// hands a 200 answer's body to read; another answer is returned as its
-// *Error, a transport failure as a plain error.
-func (c *Client) exchange(ctx context.Context, addr, method, path string, q url.Values, body io.Reader, ctype string, extra time.Duration, read func(io.Reader) error) error {
-	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
+// attempt does one GET of path at addr, within AttemptTimeout, and decodes
+// a 200 answer's JSON into out; another answer is returned as its *Error, a
+// transport failure as a plain error.
+func (c *Client) attempt(ctx context.Context, addr, path string, q url.Values, out any) error {
+	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
 	u := Scheme(c.cfg.TLS) + "://" + addr + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(actx, method, u, body)
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)
 	if err != nil {
 		return Errorf(CodeInvalid, "build request: %v", err)
 	}
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("rpc %s %s: %w", method, addr, err)
+		return fmt.Errorf("rpc GET %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	if err != nil {
+		return fmt.Errorf("rpc GET %s: read: %w", addr, err)
+	}
 	if resp.StatusCode != http.StatusOK {
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if err != nil {
-			return fmt.Errorf("rpc %s %s: read: %w", method, addr, err)
-		}
 		return decodeError(resp.StatusCode, b)
 	}
-	return read(resp.Body)
+	if len(b) > MaxResponseBytes {
+		// Never decode a cut answer: say what happened instead.
+		return Errorf(CodeTooLarge, "the %s answer is over %d bytes", path, MaxResponseBytes)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return Errorf(CodeInternal, "decode %s answer: %v", path, err)
+	}
+	return nil
 }
 
 func (c *Client) pick() string {

@@ -2,31 +2,30 @@ package rpc
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"io"
-	"log/slog"
-	"net/http"
+
+	"google.golang.org/grpc"
 
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
-// Operator routes, on a manager's RPC listener (oncectl's cluster, raft,
-// snapshot and gossip commands, docs/oncectl.md). Every one needs an
-// operator credential besides the cluster's (operatorauth.go); a caller
-// without one is answered forbidden (403). Reads answer on any manager;
-// changes to the Raft configuration answer on the leader only, and elsewhere
-// not_leader naming the leader, as the other routes do.
-const (
-	OperatorMembersPath        = "/rpc/v1/operator/members"
-	OperatorRemovePeerPath     = "/rpc/v1/operator/raft/remove-peer"
-	OperatorTransferLeaderPath = "/rpc/v1/operator/raft/transfer-leader"
-	// OperatorSnapshotPath: GET streams a snapshot archive of the leader's
-	// ledger (application/x-tar); PUT restores one (leader only).
-	OperatorSnapshotPath = "/rpc/v1/operator/snapshot"
-	// OperatorKeyringPath: GET lists every pool member's gossip keys
-	// (?pool=lan|wan); POST applies a KeyringRequest on every member.
-	OperatorKeyringPath = "/rpc/v1/operator/keyring"
-)
+// The Operator service (rpcpb.Operator, docs/rpc.md), served beside Manager
+// on a manager's RPC listener: oncectl's cluster, raft, snapshot and gossip
+// commands (docs/oncectl.md). Every method needs an operator credential
+// besides the cluster's (operatorauth.go); a caller without one is refused
+// CodeForbidden before the method runs. Reads answer on any manager;
+// changes to the Raft configuration, the snapshot and the restore answer on
+// the leader only, and elsewhere not_leader naming the leader, as the
+// Manager service's methods do.
+
+// snapshotChunkBytes is the size of a snapshot archive's chunks, both ways.
+const snapshotChunkBytes = 1 << 20
+
+// maxOperatorRequestBytes bounds a unary operator request (a Raft server
+// ID, a keyring change).
+const maxOperatorRequestBytes = 4 << 10
 
 // Keyring pools and operations (KeyringRequest).
 const (
@@ -35,7 +34,7 @@ const (
 )
 
 // KeyringRequest is a pool-wide keyring change: Op is install, use or remove
-// (list is the GET); Key is the base64 gossip key; Pool is lan (default: the
+// (Client.ChangeKeyring; Client.Keyring lists); Key is the base64 gossip key; Pool is lan (default: the
 // datacenter's pool, managers and gates) or wan (the managers of every
 // datacenter).
 type KeyringRequest struct {
@@ -59,7 +58,7 @@ type KeyringKey struct {
 	Primary   int    `json:"primary"`
 }
 
-// Keyring is the answer of OperatorKeyringPath.
+// Keyring is the answer of the Keyring and ChangeKeyring methods.
 type Keyring struct {
 	Node string `json:"node"` // the manager that asked the pool
 	Pool string `json:"pool"`
@@ -85,16 +84,10 @@ type Member struct {
 	RaftAddr   string `json:"raft_addr,omitempty"`
 }
 
-// Members is the answer of OperatorMembersPath.
+// Members is the answer of the Members method.
 type Members struct {
 	Node    string   `json:"node"` // the manager that answered
 	Members []Member `json:"members"`
-}
-
-// PeerRequest names a Raft server (remove-peer; transfer-leader, where an
-// empty ID lets Raft pick the most up-to-date voter).
-type PeerRequest struct {
-	ID string `json:"id"`
 }
 
 // PeerResult is the answer of a change: the leader after it.
@@ -118,98 +111,200 @@ type Operator interface {
 	Keyring(ctx context.Context, req KeyringRequest) (*Keyring, error)
 }
 
-// OperatorRoutes are the routes MountOperator registers (method and path),
-// all behind the operator credential.
-var OperatorRoutes = []string{
-	"GET " + OperatorMembersPath,
-	"GET " + OperatorSnapshotPath,
-	"PUT " + OperatorSnapshotPath,
-	"GET " + OperatorKeyringPath,
-	"POST " + OperatorKeyringPath,
-	"POST " + OperatorRemovePeerPath,
-	"POST " + OperatorTransferLeaderPath,
+// operatorService is the Operator service of a Server: each method runs
+// the Operator the Server was given (ServerConfig.Operator) and answers its
+// error as the Manager service's methods do (callStatus). The operator
+// credential was checked before (operatorInterceptors).
+type operatorService struct {
+	rpcpb.UnimplementedOperatorServer
+	s  *Server
+	op Operator
 }
 
-// MountOperator registers the operator routes on mux; each answers only a
-// caller auth allows (otherwise forbidden, 403).
-func MountOperator(mux *http.ServeMux, op Operator, auth OperatorAuth, log *slog.Logger) {
-	h := &handler{log: log}
-	handle := func(pattern string, fn http.HandlerFunc) { mux.HandleFunc(pattern, auth.require(fn)) }
-	handle("GET "+OperatorMembersPath, func(w http.ResponseWriter, r *http.Request) {
-		m, err := op.Members(r.Context())
-		h.reply(w, m, err)
-	})
-	change := func(do func(context.Context, string) (*PeerResult, error), idRequired bool) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			var req PeerRequest
-			b, err := io.ReadAll(io.LimitReader(r.Body, 4<<10))
-			if err == nil && len(b) > 0 {
-				err = json.Unmarshal(b, &req)
+func (o *operatorService) Members(ctx context.Context, _ *rpcpb.MembersRequest) (*rpcpb.MembersResponse, error) {
+	m, err := o.op.Members(ctx)
+	if err != nil {
+		return nil, o.s.callStatus("members", err)
+	}
+	return toPBMembers(m), nil
+}
+
+// peerChange runs a Raft change of the server p names (required unless
+// idOptional).
+func (o *operatorService) peerChange(ctx context.Context, what string, p *rpcpb.PeerRequest, idOptional bool,
+	do func(context.Context, string) (*PeerResult, error)) (*rpcpb.PeerResult, error) {
+	if err := checkSize(p, maxOperatorRequestBytes); err != nil {
+		return nil, o.s.callStatus(what, err)
+	}
+	if !idOptional && p.GetId() == "" {
+		return nil, o.s.callStatus(what, Errorf(CodeInvalid, "id: the Raft server ID to act on is required"))
+	}
+	res, err := do(ctx, p.GetId())
+	if err != nil {
+		return nil, o.s.callStatus(what, err)
+	}
+	return &rpcpb.PeerResult{Done: res.Done, Leader: res.Leader}, nil
+}
+
+func (o *operatorService) RemovePeer(ctx context.Context, p *rpcpb.PeerRequest) (*rpcpb.PeerResult, error) {
+	return o.peerChange(ctx, "remove peer", p, false, o.op.RemovePeer)
+}
+
+func (o *operatorService) TransferLeader(ctx context.Context, p *rpcpb.PeerRequest) (*rpcpb.PeerResult, error) {
+	return o.peerChange(ctx, "transfer leader", p, true, o.op.TransferLeader)
+}
+
+func (o *operatorService) Keyring(ctx context.Context, p *rpcpb.KeyringListRequest) (*rpcpb.KeyringResponse, error) {
+	return o.keyring(ctx, KeyringRequest{Op: "list", Pool: p.GetPool()})
+}
+
+func (o *operatorService) ChangeKeyring(ctx context.Context, p *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
+	if err := checkSize(p, maxOperatorRequestBytes); err != nil {
+		return nil, o.s.callStatus("keyring", err)
+	}
+	if p.GetOp() == "list" {
+		return nil, o.s.callStatus("keyring", Errorf(CodeInvalid, "op: list is the Keyring method, not ChangeKeyring"))
+	}
+	return o.keyring(ctx, KeyringRequest{Op: p.GetOp(), Key: p.GetKey(), Pool: p.GetPool()})
+}
+
+func (o *operatorService) keyring(ctx context.Context, req KeyringRequest) (*rpcpb.KeyringResponse, error) {
+	k, err := o.op.Keyring(ctx, req)
+	if err != nil {
+		return nil, o.s.callStatus("keyring", err)
+	}
+	return toPBKeyring(k), nil
+}
+
+// Snapshot sends the archive in chunks of snapshotChunkBytes; an error
+// before the first chunk is answered as the call's error, one after it
+// cuts the stream (the client refuses the archive).
+func (o *operatorService) Snapshot(_ *rpcpb.SnapshotRequest, stream grpc.ServerStreamingServer[rpcpb.SnapshotChunk]) error {
+	w := &chunkWriter{send: stream.Send}
+	err := o.op.Snapshot(stream.Context(), w)
+	if err == nil {
+		err = w.flush()
+	}
+	if err != nil && w.sent {
+		o.s.log.Error("snapshot archive cut short", logging.KeyError, err)
+	}
+	if err != nil {
+		return o.s.callStatus("snapshot", err)
+	}
+	return nil
+}
+
+// Restore hands the chunks to the Operator as one reader.
+func (o *operatorService) Restore(stream grpc.ClientStreamingServer[rpcpb.SnapshotChunk, rpcpb.PeerResult]) error {
+	if err := o.op.Restore(stream.Context(), &chunkReader{recv: stream.Recv}); err != nil {
+		return o.s.callStatus("restore", err)
+	}
+	return stream.SendAndClose(&rpcpb.PeerResult{Done: "restored"})
+}
+
+// chunkWriter sends what is written in chunks of snapshotChunkBytes (the
+// last one shorter, at flush); each chunk is its own buffer, never reused
+// after its Send.
+type chunkWriter struct {
+	send func(*rpcpb.SnapshotChunk) error
+	buf  []byte
+	sent bool // a chunk was sent
+}
+
+func (c *chunkWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		if c.buf == nil {
+			c.buf = make([]byte, 0, snapshotChunkBytes)
+		}
+		k := min(len(p), snapshotChunkBytes-len(c.buf))
+		c.buf = append(c.buf, p[:k]...)
+		p, n = p[k:], n+k
+		if len(c.buf) == snapshotChunkBytes {
+			if err := c.flush(); err != nil {
+				return n, err
 			}
-			if err != nil {
-				h.reply(w, nil, Errorf(CodeInvalid, "body: want {\"id\":\"<server id>\"}: %v", err))
-				return
-			}
-			if idRequired && req.ID == "" {
-				h.reply(w, nil, Errorf(CodeInvalid, "id: the Raft server ID to act on is required"))
-				return
-			}
-			res, err := do(r.Context(), req.ID)
-			h.reply(w, res, err)
 		}
 	}
-	handle("GET "+OperatorSnapshotPath, func(w http.ResponseWriter, r *http.Request) {
-		sw := &lazyWriter{w: w, contentType: "application/x-tar"}
-		if err := op.Snapshot(r.Context(), sw); err != nil {
-			if sw.started {
-				h.log.Error("snapshot archive cut short", logging.KeyError, err)
-				return
-			}
-			h.reply(w, nil, err)
-		}
-	})
-	handle("PUT "+OperatorSnapshotPath, func(w http.ResponseWriter, r *http.Request) {
-		err := op.Restore(r.Context(), r.Body)
-		h.reply(w, &PeerResult{Done: "restored"}, err)
-	})
-	handle("GET "+OperatorKeyringPath, func(w http.ResponseWriter, r *http.Request) {
-		k, err := op.Keyring(r.Context(), KeyringRequest{Op: "list", Pool: r.URL.Query().Get("pool")})
-		h.reply(w, k, err)
-	})
-	handle("POST "+OperatorKeyringPath, func(w http.ResponseWriter, r *http.Request) {
-		var req KeyringRequest
-		b, err := io.ReadAll(io.LimitReader(r.Body, 4<<10))
-		if err == nil {
-			err = json.Unmarshal(b, &req)
-		}
+	return n, nil
+}
+
+func (c *chunkWriter) flush() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	b := c.buf
+	c.buf = nil
+	c.sent = true
+	return c.send(&rpcpb.SnapshotChunk{Data: b})
+}
+
+// chunkReader reads the chunks recv returns as one stream; the end of the
+// client's stream is io.EOF.
+type chunkReader struct {
+	recv func() (*rpcpb.SnapshotChunk, error)
+	buf  []byte
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	for len(c.buf) == 0 {
+		ch, err := c.recv()
 		if err != nil {
-			h.reply(w, nil, Errorf(CodeInvalid, `body: want {"op":"install|use|remove","key":"<base64>","pool":"lan|wan"}: %v`, err))
-			return
+			if errors.Is(err, io.EOF) {
+				return 0, io.EOF
+			}
+			return 0, err
 		}
-		if req.Op == "list" {
-			h.reply(w, nil, Errorf(CodeInvalid, "op: list is GET %s", OperatorKeyringPath))
-			return
-		}
-		k, err := op.Keyring(r.Context(), req)
-		h.reply(w, k, err)
-	})
-	handle("POST "+OperatorRemovePeerPath, change(op.RemovePeer, true))
-	handle("POST "+OperatorTransferLeaderPath, change(op.TransferLeader, false))
-}
-
-// lazyWriter sends the 200 and its content type with the first byte, so a
-// failure before it can still be answered as an error.
-type lazyWriter struct {
-	w           http.ResponseWriter
-	contentType string
-	started     bool
-}
-
-func (l *lazyWriter) Write(p []byte) (int, error) {
-	if !l.started {
-		l.started = true
-		l.w.Header().Set("Content-Type", l.contentType)
-		l.w.WriteHeader(http.StatusOK)
+		c.buf = ch.GetData()
 	}
-	return l.w.Write(p)
+	n := copy(p, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}
+
+// The conversions of the operator's types (as wire.go's): every member
+// crosses, and the slices the manager always sets (Keyring's Keys and
+// NoAnswer, a node's Keys) arrive empty rather than nil, so oncectl's JSON
+// output is the manager's.
+
+func toPBMembers(m *Members) *rpcpb.MembersResponse {
+	p := &rpcpb.MembersResponse{Node: m.Node}
+	for _, x := range m.Members {
+		p.Members = append(p.Members, &rpcpb.Member{Name: x.Name, Addr: x.Addr, Status: x.Status, Role: x.Role,
+			Datacenter: x.Datacenter, NodeId: x.NodeID, RpcAddr: x.RPCAddr, RaftAddr: x.RaftAddr})
+	}
+	return p
+}
+
+func fromPBMembers(p *rpcpb.MembersResponse) *Members {
+	m := &Members{Node: p.GetNode()}
+	for _, x := range p.GetMembers() {
+		m.Members = append(m.Members, Member{Name: x.GetName(), Addr: x.GetAddr(), Status: x.GetStatus(), Role: x.GetRole(),
+			Datacenter: x.GetDatacenter(), NodeID: x.GetNodeId(), RPCAddr: x.GetRpcAddr(), RaftAddr: x.GetRaftAddr()})
+	}
+	return m
+}
+
+func toPBKeyring(k *Keyring) *rpcpb.KeyringResponse {
+	p := &rpcpb.KeyringResponse{Node: k.Node, Pool: k.Pool, Op: k.Op, Members: int64(k.Members),
+		NoAnswer: k.NoAnswer, Complete: k.Complete}
+	for _, x := range k.Keys {
+		p.Keys = append(p.Keys, &rpcpb.KeyringKey{Key: x.Key, Installed: int64(x.Installed), Primary: int64(x.Primary)})
+	}
+	for _, n := range k.Nodes {
+		p.Nodes = append(p.Nodes, &rpcpb.KeyringNode{Node: n.Node, Keys: n.Keys, Error: n.Error})
+	}
+	return p
+}
+
+func fromPBKeyring(p *rpcpb.KeyringResponse) *Keyring {
+	k := &Keyring{Node: p.GetNode(), Pool: p.GetPool(), Op: p.GetOp(), Members: int(p.GetMembers()),
+		Keys: make([]KeyringKey, 0, len(p.GetKeys())), NoAnswer: append([]string{}, p.GetNoAnswer()...), Complete: p.GetComplete()}
+	for _, x := range p.GetKeys() {
+		k.Keys = append(k.Keys, KeyringKey{Key: x.GetKey(), Installed: int(x.GetInstalled()), Primary: int(x.GetPrimary())})
+	}
+	for _, n := range p.GetNodes() {
+		k.Nodes = append(k.Nodes, KeyringNode{Node: n.GetNode(), Keys: append([]string{}, n.GetKeys()...), Error: n.GetError()})
+	}
+	return k
 }

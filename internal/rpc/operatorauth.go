@@ -5,33 +5,43 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
-	"net/http"
+	"strings"
 
 	"github.com/soheilhy/cmux"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	grpcpeer "google.golang.org/grpc/peer"
 
 	"github.com/once-dev/once/internal/certs"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // The operator role (docs/security.md, "Operator role"). The cluster secret
 // and the cluster certificates say a caller belongs to the cluster: a gate,
-// another manager, oncectl. What administers the cluster (the operator
-// routes: snapshot save and restore, Raft peer changes, leadership transfer,
-// the gossip keyring, the pool's members) asks for more: an operator
-// credential, either
+// another manager, oncectl. What administers the cluster (the Operator
+// service, rpcpb.Operator: snapshot save and restore, Raft peer changes,
+// leadership transfer, the gossip keyring, the pool's members) asks for
+// more: an operator credential, either
 //
 //   - the operator secret (MANAGER_OPERATOR_SECRET_FILE), which oncectl sends
-//     in the OperatorSecretHeader header, compared in constant time; or
+//     in the OperatorSecretMetadata gRPC metadata, compared in constant
+//     time; or
 //   - a client certificate that carries the URI SAN OperatorRoleURI, signed
 //     by a cluster CA the operator supplied (MANAGER_TLS_*). A certificate
 //     of the CA derived from the cluster secret never is one: every gate
 //     holds the secret and could sign itself any role.
 //
-// Anything else is answered CodeForbidden (403) before the route runs, except
-// on a manager in insecure mode (MANAGER_INSECURE), where every route is open.
+// Anything else is answered CodeForbidden (PERMISSION_DENIED) before the
+// method runs (operatorInterceptors), except on a manager in insecure mode
+// (MANAGER_INSECURE), where every method is open. The client certificate is
+// the one the listener's TLS handshake verified (listenerCredentials).
 
-// OperatorSecretHeader carries the operator secret.
-const OperatorSecretHeader = "Once-Operator-Secret"
+// OperatorSecretMetadata is the gRPC metadata key that carries the operator
+// secret.
+const OperatorSecretMetadata = "once-operator-secret"
 
 // OperatorRoleURI is the URI SAN of an operator's client certificate.
 const OperatorRoleURI = certs.RolePrefix + string(certs.RoleOperator)
@@ -46,7 +56,7 @@ func HasOperatorRole(cert *x509.Certificate) bool {
 	return err == nil && r == certs.RoleOperator
 }
 
-// OperatorAuth is what the operator routes accept.
+// OperatorAuth is what the Operator service accepts.
 type OperatorAuth struct {
 	// Secret is the operator secret ("" none).
 	Secret string
@@ -55,20 +65,30 @@ type OperatorAuth struct {
 	// supplied (certificate files), never the CA derived from the cluster
 	// secret (certs.Cluster.Derived).
 	Certificates bool
-	// Insecure opens the operator routes to every caller: the manager runs
+	// Insecure opens the Operator service to every caller: the manager runs
 	// in insecure mode (MANAGER_INSECURE), its whole listener open to
 	// whoever reaches it.
 	Insecure bool
 }
 
-// allows reports whether r carries an operator credential.
-func (a OperatorAuth) allows(r *http.Request) bool {
+// operatorServicePrefix starts the full name of every Operator method: the
+// operator interceptors check those, and let every other call pass.
+var operatorServicePrefix = "/" + rpcpb.Operator_ServiceDesc.ServiceName + "/"
+
+// errOperatorForbidden is the answer to a caller without an operator
+// credential.
+var errOperatorForbidden = &Error{Code: CodeForbidden, Message: "an operator credential is required (the operator secret in the " +
+	OperatorSecretMetadata + " metadata, or a client certificate with the URI SAN " + OperatorRoleURI + ")"}
+
+// allows reports whether the call of ctx carries an operator credential.
+func (a OperatorAuth) allows(ctx context.Context) bool {
 	if a.Insecure {
 		return true
 	}
 	if a.Secret != "" {
-		got := r.Header.Get(OperatorSecretHeader)
-		if got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.Secret)) == 1 {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get(OperatorSecretMetadata); len(v) == 1 && v[0] != "" &&
+			subtle.ConstantTimeCompare([]byte(v[0]), []byte(a.Secret)) == 1 {
 			return true
 		}
 	}
@@ -77,79 +97,102 @@ func (a OperatorAuth) allows(r *http.Request) bool {
 	if !a.Certificates {
 		return false
 	}
-	if peer := peerCertificates(r); len(peer) > 0 {
+	if peer := peerCertificates(ctx); len(peer) > 0 {
 		return HasOperatorRole(peer[0])
 	}
 	return false
 }
 
-// require wraps h: a request without an operator credential is 403.
-func (a OperatorAuth) require(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !a.allows(r) {
-			writeError(w, &Error{Code: CodeForbidden, Message: "an operator credential is required (the " +
-				OperatorSecretHeader + " header, or a client certificate with the URI SAN " + OperatorRoleURI + ")"})
-			return
+// operatorInterceptors refuse a call of an Operator method without an
+// operator credential (PERMISSION_DENIED, with CodeForbidden in its
+// details, as every error of the service); the Manager service's calls pass
+// untouched. They run after the cluster secret's (secretInterceptors).
+func operatorInterceptors(auth OperatorAuth) []grpc.ServerOption {
+	check := func(ctx context.Context, method string) error {
+		if !strings.HasPrefix(method, operatorServicePrefix) || auth.allows(ctx) {
+			return nil
 		}
-		h(w, r)
+		return errorStatus(errOperatorForbidden)
+	}
+	return []grpc.ServerOption{
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := check(ss.Context(), info.FullMethod); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := check(ctx, info.FullMethod); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
 	}
 }
 
-// tlsConnKey keys the connection's *tls.Conn in a request's context: the
-// listener's connections reach net/http wrapped by cmux, so http.Request.TLS
-// stays nil.
-type tlsConnKey struct{}
-
-// connContext is the RPC HTTP server's ConnContext: it keeps the
-// connection's *tls.Conn (under cmux's wrapper) for peerCertificates.
-func connContext(ctx context.Context, c net.Conn) context.Context {
-	for {
-		switch x := c.(type) {
-		case *tls.Conn:
-			return context.WithValue(ctx, tlsConnKey{}, x)
-		case *cmux.MuxConn:
-			c = x.Conn
-		default:
-			return ctx
-		}
+// peerCertificates returns the certificates the caller presented, if any:
+// the TLS state listenerCredentials gave the connection.
+func peerCertificates(ctx context.Context) []*x509.Certificate {
+	p, ok := grpcpeer.FromContext(ctx)
+	if !ok {
+		return nil
 	}
-}
-
-// peerCertificates returns the certificates the caller presented, if any.
-func peerCertificates(r *http.Request) []*x509.Certificate {
-	if r.TLS != nil {
-		return r.TLS.PeerCertificates
-	}
-	if c, ok := r.Context().Value(tlsConnKey{}).(*tls.Conn); ok {
-		return c.ConnectionState().PeerCertificates
+	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+		return info.State.PeerCertificates
 	}
 	return nil
 }
 
-// WithOperatorSecret returns rt sending the operator secret with every
-// request (rt itself when secret is empty).
-func WithOperatorSecret(rt http.RoundTripper, secret string) http.RoundTripper {
-	if secret == "" {
-		return rt
+// listenerCredentials are the gRPC server's transport credentials. The TLS
+// handshake happens before cmux sees a connection (Server.Serve wraps the
+// listener with tls.NewListener), so gRPC does none: ServerHandshake hands
+// the connection back as it is and, when it is TLS, its verified state as
+// the call's credentials.TLSInfo (peer.FromContext), which is where the
+// operator interceptor reads the client certificate.
+type listenerCredentials struct{ tls bool }
+
+// errServerCredentials: listenerCredentials never dial.
+var errServerCredentials = errors.New("rpc: the listener's credentials cannot dial")
+
+func (listenerCredentials) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errServerCredentials
+}
+
+func (listenerCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if tc := tlsConnOf(c); tc != nil {
+		return c, credentials.TLSInfo{State: tc.ConnectionState(),
+			CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
 	}
-	return headerTransport{rt: rt, name: OperatorSecretHeader, value: secret}
+	return c, plainAuthInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
 }
 
-type headerTransport struct {
-	rt          http.RoundTripper
-	name, value string
+func (l listenerCredentials) Info() credentials.ProtocolInfo {
+	if l.tls {
+		return credentials.ProtocolInfo{SecurityProtocol: "tls"}
+	}
+	return credentials.ProtocolInfo{SecurityProtocol: "insecure"}
 }
 
-func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set(t.name, t.value)
-	return t.rt.RoundTrip(r)
-}
+func (l listenerCredentials) Clone() credentials.TransportCredentials { return l }
 
-// CloseIdleConnections passes through, so http.Client.CloseIdleConnections
-// still reaches the transport.
-func (t headerTransport) CloseIdleConnections() {
-	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
+func (listenerCredentials) OverrideServerName(string) error { return nil }
+
+// plainAuthInfo is a connection's AuthInfo without TLS.
+type plainAuthInfo struct{ credentials.CommonAuthInfo }
+
+func (plainAuthInfo) AuthType() string { return "insecure" }
+
+// tlsConnOf returns the *tls.Conn under cmux's wrapper, nil for a plain
+// connection.
+func tlsConnOf(c net.Conn) *tls.Conn {
+	for {
+		switch x := c.(type) {
+		case *tls.Conn:
+			return x
+		case *cmux.MuxConn:
+			c = x.Conn
+		default:
+			return nil
+		}
 	}
 }

@@ -2,163 +2,173 @@ package rpc
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/tls"
+	"errors"
 	"io"
-	"net/http"
+	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/soheilhy/cmux"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/certs/certstest"
 )
 
 // fakeOperator answers every operator call; calls counts those that reached it.
-type fakeOperator struct{ calls int }
+type fakeOperator struct{ calls atomic.Int32 }
 
-func (f *fakeOperator) Members(context.Context) (*Members, error) { f.calls++; return &Members{}, nil }
+func (f *fakeOperator) Members(context.Context) (*Members, error) {
+	f.calls.Add(1)
+	return &Members{}, nil
+}
 func (f *fakeOperator) RemovePeer(_ context.Context, id string) (*PeerResult, error) {
-	f.calls++
+	f.calls.Add(1)
 	return &PeerResult{Done: "removed " + id}, nil
 }
 func (f *fakeOperator) TransferLeader(context.Context, string) (*PeerResult, error) {
-	f.calls++
+	f.calls.Add(1)
 	return &PeerResult{Done: "transferred"}, nil
 }
 func (f *fakeOperator) Snapshot(_ context.Context, w io.Writer) error {
-	f.calls++
+	f.calls.Add(1)
 	_, err := w.Write([]byte("archive"))
 	return err
 }
 func (f *fakeOperator) Restore(_ context.Context, r io.Reader) error {
-	f.calls++
+	f.calls.Add(1)
 	_, err := io.Copy(io.Discard, r)
 	return err
 }
 func (f *fakeOperator) Keyring(context.Context, KeyringRequest) (*Keyring, error) {
-	f.calls++
+	f.calls.Add(1)
 	return &Keyring{}, nil
 }
 
-// operatorCalls are a restore and a peer removal, the two most destructive
-// operator routes, plus the keyring list (what it reveals).
-var operatorCalls = []struct{ method, path, body string }{
-	{http.MethodPut, OperatorSnapshotPath, "archive"},
-	{http.MethodPost, OperatorRemovePeerPath, `{"id":"m2"}`},
-	{http.MethodGet, OperatorKeyringPath, ""},
+// operatorCalls are a restore (client stream), a peer removal (unary) and a
+// snapshot (server stream): the two most destructive operator methods, and
+// what reveals every tenant's entries; plus the keyring list (what it
+// reveals).
+var operatorCalls = []struct {
+	name string
+	call func(context.Context, *Client) error
+}{
+	{"restore", func(ctx context.Context, c *Client) error { return c.Restore(ctx, strings.NewReader("archive")) }},
+	{"remove peer", func(ctx context.Context, c *Client) error { _, err := c.RemovePeer(ctx, "m2"); return err }},
+	{"snapshot", func(ctx context.Context, c *Client) error { return c.Snapshot(ctx, io.Discard) }},
+	{"keyring", func(ctx context.Context, c *Client) error { _, err := c.Keyring(ctx, ""); return err }},
 }
 
-// callOperator sends every operatorCalls request through hc and returns
-// their statuses and the code of each error answer.
-func callOperator(t *testing.T, hc *http.Client, base, operatorSecret string) (statuses []int, codes []Code) {
+// callOperator makes every operatorCalls call through a client of cfg to
+// addr and returns the code of each answer ("" for a success).
+func callOperator(t *testing.T, addr string, cfg ClientConfig) []Code {
 	t.Helper()
-	for _, c := range operatorCalls {
-		req, _ := http.NewRequest(c.method, base+c.path, strings.NewReader(c.body))
-		if operatorSecret != "" {
-			req.Header.Set(OperatorSecretHeader, operatorSecret)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		statuses = append(statuses, resp.StatusCode)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg.Resolver, cfg.AttemptTimeout, cfg.MaxAttempts = StaticResolver{addr}, 2*time.Second, 2
+	c := NewClient(cfg)
+	defer c.Close()
+	var codes []Code
+	for _, oc := range operatorCalls {
 		var code Code
-		if resp.StatusCode != http.StatusOK {
-			code = decodeCode(b)
+		if err := oc.call(ctx, c); err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("%s: %v, want an *Error", oc.name, err)
+			}
+			code = e.Code
 		}
 		codes = append(codes, code)
 	}
-	return statuses, codes
+	return codes
 }
 
-func decodeCode(b []byte) Code {
-	var e struct {
-		Code Code `json:"code"`
-	}
-	_ = json.Unmarshal(b, &e)
-	return e.Code
-}
-
-func allStatus(statuses []int, want int) bool {
-	for _, s := range statuses {
-		if s != want {
+func allCode(codes []Code, want Code) bool {
+	for _, c := range codes {
+		if c != want {
 			return false
 		}
 	}
-	return true
+	return len(codes) == len(operatorCalls)
 }
 
-// A gate's credential (the cluster secret) gets 403 forbidden on the
-// operator routes; the operator secret gets through, a wrong one does not.
-func TestOperatorRoutesNeedTheOperatorSecret(t *testing.T) {
+// A gate's credential (the cluster secret) is refused forbidden on the
+// Operator service; the operator secret gets through, a wrong one does not.
+func TestOperatorMethodsNeedTheOperatorSecret(t *testing.T) {
 	const cluster, operator = "cluster-secret-0123456789", "operator-secret-0123456789"
-	addr, srv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: cluster})
 	op := &fakeOperator{}
-	MountOperator(srv.Mux(), op, OperatorAuth{Secret: operator}, nil)
-	hc := &http.Client{Transport: WithSecret(NewTransport(), cluster)}
-	defer hc.CloseIdleConnections()
-	base := "http://" + addr
+	addr, _ := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: cluster, Operator: op, OperatorAuth: OperatorAuth{Secret: operator}})
 
-	for name, secret := range map[string]string{"the gate's credential": "", "a wrong operator secret": "operator-secret-0123456788"} {
-		statuses, codes := callOperator(t, hc, base, secret)
-		for i, c := range operatorCalls {
-			if statuses[i] != http.StatusForbidden || codes[i] != CodeForbidden {
-				t.Errorf("%s: %s %s answered %d %q, want 403 %s", name, c.method, c.path, statuses[i], codes[i], CodeForbidden)
-			}
+	for name, secret := range map[string]string{"the gate's credential": "", "a wrong operator secret": "operator-secret-0123456788",
+		"a longer operator secret": operator + "0"} {
+		if codes := callOperator(t, addr, ClientConfig{Secret: cluster, OperatorSecret: secret}); !allCode(codes, CodeForbidden) {
+			t.Errorf("%s: %v, want %s for every call", name, codes, CodeForbidden)
 		}
 	}
-	if op.calls != 0 {
-		t.Fatalf("%d operator calls reached the manager without the operator secret", op.calls)
+	if n := op.calls.Load(); n != 0 {
+		t.Fatalf("%d operator calls reached the manager without the operator secret", n)
 	}
-	// Reads stay open to the gate's credential.
-	resp, err := hc.Get(base + "/rpc/v1/status")
-	if err != nil {
-		t.Fatal(err)
+	// The refusal says what would open the service.
+	c := NewClient(ClientConfig{Resolver: StaticResolver{addr}, Secret: cluster, MaxAttempts: 1})
+	defer c.Close()
+	_, err := c.Members(context.Background())
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrForbidden) || !strings.Contains(e.Message, OperatorSecretMetadata) || !strings.Contains(e.Message, OperatorRoleURI) {
+		t.Fatalf("members without the operator secret: %v, want forbidden naming %s and %s", err, OperatorSecretMetadata, OperatorRoleURI)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status with the gate's credential: %d", resp.StatusCode)
+	// The status (HTTP) and the Manager service stay open to the gate's
+	// credential.
+	if _, err := c.Status(context.Background()); err != nil {
+		t.Fatalf("status with the gate's credential: %v", err)
 	}
-	if statuses, _ := callOperator(t, hc, base, operator); !allStatus(statuses, http.StatusOK) || op.calls != len(operatorCalls) {
-		t.Fatalf("with the operator secret: %v, %d calls served", statuses, op.calls)
+	if _, err := c.GetJob(context.Background(), "t1", "j-1"); err != nil {
+		t.Fatalf("a read with the gate's credential: %v", err)
+	}
+	if codes := callOperator(t, addr, ClientConfig{Secret: cluster, OperatorSecret: operator}); !allCode(codes, "") || op.calls.Load() != int32(len(operatorCalls)) {
+		t.Fatalf("with the operator secret: %v, %d calls served", codes, op.calls.Load())
 	}
 	// The operator secret does not replace the cluster secret.
-	plain := &http.Client{Transport: NewTransport()}
-	defer plain.CloseIdleConnections()
-	if statuses, _ := callOperator(t, plain, base, operator); !allStatus(statuses, http.StatusUnauthorized) {
-		t.Fatalf("the operator secret without the cluster secret: %v, want 401s", statuses)
+	if codes := callOperator(t, addr, ClientConfig{OperatorSecret: operator}); !allCode(codes, CodeUnauthenticated) {
+		t.Fatalf("the operator secret without the cluster secret: %v, want %s", codes, CodeUnauthenticated)
 	}
 }
 
-// Without an operator credential configured the operator routes are closed,
-// unless the manager runs in insecure mode.
-func TestOperatorRoutesClosedWithoutAnOperatorCredential(t *testing.T) {
+// Without an operator credential configured the Operator service is
+// closed, unless the manager runs in insecure mode; the Manager service is
+// open either way.
+func TestOperatorMethodsClosedWithoutAnOperatorCredential(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		auth OperatorAuth
-		want int
+		want Code
 	}{
-		{"closed", OperatorAuth{}, http.StatusForbidden},
-		{"insecure mode", OperatorAuth{Insecure: true}, http.StatusOK},
+		{"closed", OperatorAuth{}, CodeForbidden},
+		{"insecure mode", OperatorAuth{Insecure: true}, ""},
 	} {
-		addr, srv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{})
-		MountOperator(srv.Mux(), &fakeOperator{}, tc.auth, nil)
-		hc := &http.Client{Transport: NewTransport()}
-		if statuses, _ := callOperator(t, hc, "http://"+addr, ""); !allStatus(statuses, tc.want) {
-			t.Errorf("%s: %v, want %d", tc.name, statuses, tc.want)
+		addr, _ := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Operator: &fakeOperator{}, OperatorAuth: tc.auth})
+		if codes := callOperator(t, addr, ClientConfig{}); !allCode(codes, tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, codes, tc.want)
 		}
-		hc.CloseIdleConnections()
+		c := NewClient(ClientConfig{Resolver: StaticResolver{addr}, MaxAttempts: 1})
+		if _, err := c.Submit(context.Background(), &SubmitRequest{Tenant: "t1", Key: "k"}); err != nil {
+			t.Errorf("%s: a submission: %v", tc.name, err)
+		}
+		c.Close()
 	}
 }
 
-// Over mutual TLS with the operator's CA, a gate's certificate gets 403 on
-// the operator routes and a certificate with the operator role's URI SAN gets
-// through, unless certificates are not accepted (Certificates false, as on
-// a manager whose CA is derived from the cluster secret).
-func TestOperatorRoutesAcceptAnOperatorCertificate(t *testing.T) {
+// Over mutual TLS with the operator's CA, a gate's certificate is refused
+// forbidden on the Operator service and a certificate with the operator
+// role's URI SAN gets through (the listener's credentials hand the verified
+// certificate to the call), unless certificates are not accepted
+// (Certificates false, as on a manager whose CA is derived from the cluster
+// secret).
+func TestOperatorMethodsAcceptAnOperatorCertificate(t *testing.T) {
 	dir := t.TempDir()
 	ca := certstest.NewCA(t)
 	issue := func(name string, spec certstest.Spec) *certs.Cluster {
@@ -177,38 +187,32 @@ func TestOperatorRoutesAcceptAnOperatorCertificate(t *testing.T) {
 	gate := issue("gate", certstest.Spec{Serial: 3, CommonName: "gate", Client: true, URIs: []*url.URL{other}})
 	operator := issue("operator", certstest.Spec{Serial: 4, CommonName: "operator", Client: true, URIs: []*url.URL{role}})
 
-	addr, srv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{TLS: server.ServerConfig()})
 	op := &fakeOperator{}
-	MountOperator(srv.Mux(), op, OperatorAuth{Secret: "operator-secret-0123456789", Certificates: true}, nil)
-	closedAddr, closedSrv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{TLS: server.ServerConfig()})
+	addr, _ := serveConfig(t, &fakeManager{leader: true}, ServerConfig{TLS: server.ServerConfig(), Operator: op,
+		OperatorAuth: OperatorAuth{Secret: "operator-secret-0123456789", Certificates: true}})
 	closedOp := &fakeOperator{}
-	MountOperator(closedSrv.Mux(), closedOp, OperatorAuth{Secret: "operator-secret-0123456789"}, nil)
-	client := func(c *certs.Cluster) *http.Client {
-		t := NewTransport()
-		t.TLSClientConfig = c.ClientConfig()
-		return &http.Client{Transport: t}
+	closedAddr, _ := serveConfig(t, &fakeManager{leader: true}, ServerConfig{TLS: server.ServerConfig(), Operator: closedOp,
+		OperatorAuth: OperatorAuth{Secret: "operator-secret-0123456789"}})
+
+	if codes := callOperator(t, addr, ClientConfig{TLS: gate.ClientConfig()}); !allCode(codes, CodeForbidden) {
+		t.Fatalf("a gate's certificate: %v, want %s", codes, CodeForbidden)
 	}
-	base := "https://" + addr
-	hc := client(gate)
-	defer hc.CloseIdleConnections()
-	if statuses, codes := callOperator(t, hc, base, ""); !allStatus(statuses, http.StatusForbidden) || codes[0] != CodeForbidden {
-		t.Fatalf("a gate's certificate: %v %v, want 403 %s", statuses, codes, CodeForbidden)
+	if n := op.calls.Load(); n != 0 {
+		t.Fatalf("a gate's certificate: %d calls served", n)
 	}
-	oc := client(operator)
-	defer oc.CloseIdleConnections()
-	if statuses, _ := callOperator(t, oc, base, ""); !allStatus(statuses, http.StatusOK) || op.calls != len(operatorCalls) {
-		t.Fatalf("an operator certificate: %v, %d calls served", statuses, op.calls)
+	if codes := callOperator(t, addr, ClientConfig{TLS: operator.ClientConfig()}); !allCode(codes, "") || op.calls.Load() != int32(len(operatorCalls)) {
+		t.Fatalf("an operator certificate: %v, %d calls served", codes, op.calls.Load())
 	}
-	if statuses, codes := callOperator(t, oc, "https://"+closedAddr, ""); !allStatus(statuses, http.StatusForbidden) || codes[0] != CodeForbidden || closedOp.calls != 0 {
-		t.Fatalf("an operator certificate where certificates are not accepted: %v %v, %d calls served", statuses, codes, closedOp.calls)
+	if codes := callOperator(t, closedAddr, ClientConfig{TLS: operator.ClientConfig()}); !allCode(codes, CodeForbidden) || closedOp.calls.Load() != 0 {
+		t.Fatalf("an operator certificate where certificates are not accepted: %v, %d calls served", codes, closedOp.calls.Load())
 	}
 }
 
 // On a listener whose CA is derived from the cluster secret, a certificate
 // claiming the operator role (which any holder of the secret, every gate,
-// can issue) is served as a cluster member and refused on the operator
-// routes; the operator secret gets through.
-func TestOperatorRoutesRefuseADerivedOperatorCertificate(t *testing.T) {
+// can issue) is served as a cluster member and refused on the Operator
+// service; the operator secret gets through.
+func TestOperatorMethodsRefuseADerivedOperatorCertificate(t *testing.T) {
 	const cluster, operator = "cluster-secret-0123456789", "operator-secret-0123456789"
 	manager, err := certs.ClusterFromSecret(cluster, certs.RoleManager)
 	if err != nil {
@@ -218,28 +222,52 @@ func TestOperatorRoutesRefuseADerivedOperatorCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, srv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: cluster, TLS: manager.ServerConfig()})
 	op := &fakeOperator{}
-	// What a manager whose cluster TLS is derived from the secret mounts
+	// What a manager whose cluster TLS is derived from the secret serves
 	// (internal/manager, operatorAuth).
-	MountOperator(srv.Mux(), op, OperatorAuth{Secret: operator}, nil)
-	tr := NewTransport()
-	tr.TLSClientConfig = forged.ClientConfig()
-	hc := &http.Client{Transport: WithSecret(tr, cluster)}
-	defer hc.CloseIdleConnections()
-	base := "https://" + addr
-	resp, err := hc.Get(base + "/rpc/v1/status")
-	if err != nil {
-		t.Fatal(err)
+	addr, _ := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: cluster, TLS: manager.ServerConfig(),
+		Operator: op, OperatorAuth: OperatorAuth{Secret: operator}})
+	c := NewClient(ClientConfig{Resolver: StaticResolver{addr}, Secret: cluster, TLS: forged.ClientConfig(), MaxAttempts: 1})
+	defer c.Close()
+	if _, err := c.Status(context.Background()); err != nil {
+		t.Fatalf("the status with a derived certificate and the cluster secret: %v", err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("the status with a derived certificate and the cluster secret: %d", resp.StatusCode)
+	if codes := callOperator(t, addr, ClientConfig{Secret: cluster, TLS: forged.ClientConfig()}); !allCode(codes, CodeForbidden) || op.calls.Load() != 0 {
+		t.Fatalf("a derived certificate claiming the operator role: %v, %d calls served", codes, op.calls.Load())
 	}
-	if statuses, codes := callOperator(t, hc, base, ""); !allStatus(statuses, http.StatusForbidden) || codes[0] != CodeForbidden || op.calls != 0 {
-		t.Fatalf("a derived certificate claiming the operator role: %v %v, %d calls served", statuses, codes, op.calls)
+	if codes := callOperator(t, addr, ClientConfig{Secret: cluster, TLS: forged.ClientConfig(), OperatorSecret: operator}); !allCode(codes, "") || op.calls.Load() != int32(len(operatorCalls)) {
+		t.Fatalf("with the operator secret: %v, %d calls served", codes, op.calls.Load())
 	}
-	if statuses, _ := callOperator(t, hc, base, operator); !allStatus(statuses, http.StatusOK) || op.calls != len(operatorCalls) {
-		t.Fatalf("with the operator secret: %v, %d calls served", statuses, op.calls)
+}
+
+// listenerCredentials hand a call the TLS state of its connection under
+// cmux's wrapper, and no TLS state to a plain connection.
+func TestListenerCredentialsUnwrapTheConnection(t *testing.T) {
+	creds := listenerCredentials{tls: true}
+	if creds.Info().SecurityProtocol != "tls" || (listenerCredentials{}).Info().SecurityProtocol != "insecure" {
+		t.Fatalf("protocol info: %+v", creds.Info())
+	}
+	if _, _, err := creds.ClientHandshake(context.Background(), "x", nil); !errors.Is(err, errServerCredentials) {
+		t.Fatalf("client handshake: %v", err)
+	}
+	if tlsConnOf(nil) != nil {
+		t.Fatal("a nil connection has a TLS state")
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	tc := tls.Server(a, &tls.Config{})
+	wrapped := &cmux.MuxConn{Conn: tc}
+	if got := tlsConnOf(wrapped); got != tc {
+		t.Fatalf("tlsConnOf(a cmux connection of TLS) = %v", got)
+	}
+	c, info, err := creds.ServerHandshake(wrapped)
+	if _, ok := info.(credentials.TLSInfo); err != nil || c != wrapped || !ok {
+		t.Fatalf("handshake of a TLS connection: %v, %T, %v", c, info, err)
+	}
+	plain := &cmux.MuxConn{Conn: b}
+	c, info, err = (listenerCredentials{}).ServerHandshake(plain)
+	if _, ok := info.(credentials.TLSInfo); err != nil || c != plain || ok || info.AuthType() != "insecure" {
+		t.Fatalf("handshake of a plain connection: %v, %T, %v", c, info, err)
 	}
 }

@@ -2,127 +2,197 @@ package rpc
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
-// The operator routes' client side (operator.go): oncectl's calls of the
+// The Operator service's client side (operator.go): oncectl's calls of the
 // managers, with the retries and the leader following of every call
 // (Client.retry). Reads answer on whichever manager is asked; changes of
-// the Raft configuration and the snapshot follow "not leader" to the
-// leader. ClientConfig.OperatorSecret, or a client certificate of the
-// operator role in ClientConfig.TLS, is the operator credential.
+// the Raft configuration, the snapshot and the restore follow "not leader"
+// to the leader. ClientConfig.OperatorSecret (sent in the
+// OperatorSecretMetadata metadata of these calls only), or a client
+// certificate of the operator role in ClientConfig.TLS, is the operator
+// credential.
 
-// Status returns the status of whichever manager answers (the leader when
-// it is known), with retries.
-func (c *Client) Status(ctx context.Context) (*Status, error) {
-	return doJSON[Status](ctx, c, http.MethodGet, "/rpc/v1/status", nil, nil)
+// operatorCall runs an Operator method with the retries of every call.
+func (c *Client) operatorCall(ctx context.Context, what string, do func(context.Context, rpcpb.OperatorClient) error) error {
+	return c.retry(ctx, what, func(addr string) error {
+		return c.operatorAt(ctx, addr, what, do)
+	})
+}
+
+// operatorAt runs an Operator method once at addr, with the operator
+// secret, within AttemptTimeout (a snapshot's or a restore's whole stream
+// included).
+func (c *Client) operatorAt(ctx context.Context, addr, what string, do func(context.Context, rpcpb.OperatorClient) error) error {
+	if s := c.cfg.OperatorSecret; s != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, OperatorSecretMetadata, s)
+	}
+	return c.onConn(ctx, addr, what, 0, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		return do(ctx, rpcpb.NewOperatorClient(cc))
+	})
 }
 
 // Members returns the LAN gossip pool's members as a manager sees them.
 func (c *Client) Members(ctx context.Context) (*Members, error) {
-	return doJSON[Members](ctx, c, http.MethodGet, OperatorMembersPath, nil, nil)
+	var m *Members
+	err := c.operatorCall(ctx, "members", func(ctx context.Context, oc rpcpb.OperatorClient) error {
+		p, err := oc.Members(ctx, &rpcpb.MembersRequest{})
+		if err == nil {
+			m = fromPBMembers(p)
+		}
+		return err
+	})
+	return m, err
+}
+
+// peerChange runs RemovePeer or TransferLeader.
+func (c *Client) peerChange(ctx context.Context, what string, do func(context.Context, rpcpb.OperatorClient) (*rpcpb.PeerResult, error)) (*PeerResult, error) {
+	var res *PeerResult
+	err := c.operatorCall(ctx, what, func(ctx context.Context, oc rpcpb.OperatorClient) error {
+		p, err := do(ctx, oc)
+		if err == nil {
+			res = &PeerResult{Done: p.GetDone(), Leader: p.GetLeader()}
+		}
+		return err
+	})
+	return res, err
 }
 
 // RemovePeer removes the Raft server id from the configuration, at the
 // leader.
 func (c *Client) RemovePeer(ctx context.Context, id string) (*PeerResult, error) {
-	return doJSON[PeerResult](ctx, c, http.MethodPost, OperatorRemovePeerPath, nil, PeerRequest{ID: id})
+	return c.peerChange(ctx, "remove peer", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.PeerResult, error) {
+		return oc.RemovePeer(ctx, &rpcpb.PeerRequest{Id: id})
+	})
 }
 
 // TransferLeader hands leadership to id, or with "" to the voter Raft
 // picks, and returns the leader after it.
 func (c *Client) TransferLeader(ctx context.Context, id string) (*PeerResult, error) {
-	return doJSON[PeerResult](ctx, c, http.MethodPost, OperatorTransferLeaderPath, nil, PeerRequest{ID: id})
+	return c.peerChange(ctx, "transfer leader", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.PeerResult, error) {
+		return oc.TransferLeader(ctx, &rpcpb.PeerRequest{Id: id})
+	})
 }
 
 // Keyring lists the gossip keys of every member of pool (PoolLAN or
 // PoolWAN; "" is the LAN pool), through one manager.
 func (c *Client) Keyring(ctx context.Context, pool string) (*Keyring, error) {
-	return doJSON[Keyring](ctx, c, http.MethodGet, OperatorKeyringPath, url.Values{"pool": {pool}}, nil)
+	return c.keyring(ctx, func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.KeyringResponse, error) {
+		return oc.Keyring(ctx, &rpcpb.KeyringListRequest{Pool: pool})
+	})
 }
 
 // ChangeKeyring applies req (install, use or remove) on every member of
 // its pool, through one manager.
 func (c *Client) ChangeKeyring(ctx context.Context, req KeyringRequest) (*Keyring, error) {
-	return doJSON[Keyring](ctx, c, http.MethodPost, OperatorKeyringPath, nil, req)
+	return c.keyring(ctx, func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.KeyringResponse, error) {
+		return oc.ChangeKeyring(ctx, &rpcpb.KeyringRequest{Op: req.Op, Key: req.Key, Pool: req.Pool})
+	})
 }
 
-// doJSON sends in (nil: no body) as JSON with the retries of every call
-// and decodes the answer.
-func doJSON[T any](ctx context.Context, c *Client, method, path string, q url.Values, in any) (*T, error) {
-	var body []byte
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return nil, err
+func (c *Client) keyring(ctx context.Context, do func(context.Context, rpcpb.OperatorClient) (*rpcpb.KeyringResponse, error)) (*Keyring, error) {
+	var k *Keyring
+	err := c.operatorCall(ctx, "keyring", func(ctx context.Context, oc rpcpb.OperatorClient) error {
+		p, err := do(ctx, oc)
+		if err == nil {
+			k = fromPBKeyring(p)
 		}
-		body = b
-	}
-	var out T
-	if err := c.do(ctx, method, path, q, body, 0, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+		return err
+	})
+	return k, err
 }
 
 // Snapshot writes a snapshot archive of the leader's ledger to w. An
-// attempt that fails before the first byte is retried; once a byte is
+// attempt that fails before the first chunk is retried; once a chunk is
 // written, or w fails, the error is returned as it is (w may hold part of
 // an archive).
 func (c *Client) Snapshot(ctx context.Context, w io.Writer) error {
-	return c.retry(ctx, OperatorSnapshotPath, func(addr string) error {
-		return c.exchange(ctx, addr, http.MethodGet, OperatorSnapshotPath, nil, nil, "", 0, func(r io.Reader) error {
-			cw := &countWriter{w: w}
-			_, err := io.Copy(cw, r)
-			switch {
-			case cw.err != nil:
-				return &finalError{fmt.Errorf("snapshot: write: %w", cw.err)}
-			case err != nil && cw.n > 0:
-				return &finalError{fmt.Errorf("snapshot from %s cut after %d bytes: %w", addr, cw.n, err)}
-			}
+	return c.operatorCall(ctx, "snapshot", func(ctx context.Context, oc rpcpb.OperatorClient) error {
+		stream, err := oc.Snapshot(ctx, &rpcpb.SnapshotRequest{})
+		if err != nil {
 			return err
-		})
-	})
-}
-
-// countWriter counts what reaches w and keeps w's own error apart from the
-// reader's.
-type countWriter struct {
-	w   io.Writer
-	n   int64
-	err error
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	if err != nil {
-		c.err = err
-	}
-	return n, err
-}
-
-// Restore replaces the leader's ledger with the archive r holds; each
-// attempt sends it from its start.
-func (c *Client) Restore(ctx context.Context, r io.ReadSeeker) error {
-	return c.retry(ctx, OperatorSnapshotPath, func(addr string) error {
-		if _, err := r.Seek(0, io.SeekStart); err != nil {
-			return &finalError{fmt.Errorf("restore: rewind the archive: %w", err)}
 		}
-		return c.exchange(ctx, addr, http.MethodPut, OperatorSnapshotPath, nil, io.NopCloser(r), "", 0, func(r io.Reader) error {
-			var res PeerResult
-			b, err := io.ReadAll(io.LimitReader(r, 1<<20))
-			if err == nil {
-				err = json.Unmarshal(b, &res)
+		var n int64
+		for {
+			ch, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
 			}
 			if err != nil {
-				return Errorf(CodeInternal, "decode restore answer: %v", err)
+				if n > 0 {
+					return &finalError{fmt.Errorf("snapshot cut after %d bytes: %w", n, callError("snapshot", "", err))}
+				}
+				return err
 			}
-			return nil
-		})
+			k, err := w.Write(ch.GetData())
+			n += int64(k)
+			if err != nil {
+				return &finalError{fmt.Errorf("snapshot: write: %w", err)}
+			}
+		}
 	})
+}
+
+// Restore replaces the leader's ledger with the archive r holds, sent in
+// chunks of snapshotChunkBytes as it is read (never all of it in memory).
+// When r is an io.Seeker each attempt sends it from its start; otherwise an
+// attempt that read from r is the last.
+func (c *Client) Restore(ctx context.Context, r io.Reader) error {
+	seeker, _ := r.(io.Seeker)
+	read := false
+	return c.operatorCall(ctx, "restore", func(ctx context.Context, oc rpcpb.OperatorClient) error {
+		if seeker != nil {
+			if _, err := seeker.Seek(0, io.SeekStart); err != nil {
+				return &finalError{fmt.Errorf("restore: rewind the archive: %w", err)}
+			}
+		} else if read {
+			return &finalError{errors.New("restore: the archive cannot be sent again (not seekable)")}
+		}
+		err := c.restoreOnce(ctx, oc, r, &read)
+		if err != nil && seeker == nil && read {
+			var f *finalError
+			if !errors.As(err, &f) {
+				err = &finalError{callError("restore", "", err)}
+			}
+		}
+		return err
+	})
+}
+
+// restoreOnce sends r on one Restore stream and returns the manager's
+// answer; read is set once anything was read from r.
+func (c *Client) restoreOnce(ctx context.Context, oc rpcpb.OperatorClient, r io.Reader, read *bool) error {
+	stream, err := oc.Restore(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		buf := make([]byte, snapshotChunkBytes) // each chunk its own: Send may keep it
+		n, rerr := io.ReadFull(r, buf)
+		*read = true
+		if n > 0 {
+			if err := stream.Send(&rpcpb.SnapshotChunk{Data: buf[:n]}); err != nil {
+				if errors.Is(err, io.EOF) {
+					break // the manager answered already: CloseAndRecv has it
+				}
+				return err
+			}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			return &finalError{fmt.Errorf("restore: read the archive: %w", rerr)}
+		}
+	}
+	_, err = stream.CloseAndRecv()
+	return err
 }

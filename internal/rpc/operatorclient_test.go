@@ -3,13 +3,14 @@ package rpc
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -99,11 +100,10 @@ func (p *peerOperator) Keyring(_ context.Context, req KeyringRequest) (*Keyring,
 
 const testCluster, testOperator = "cluster-secret-0123456789", "operator-secret-0123456789"
 
-// serveOperator serves op's routes behind the cluster and operator secrets.
+// serveOperator serves op's methods behind the cluster and operator secrets.
 func serveOperator(t *testing.T, op Operator) string {
 	t.Helper()
-	addr, srv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: testCluster})
-	MountOperator(srv.Mux(), op, OperatorAuth{Secret: testOperator}, nil)
+	addr, _ := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: testCluster, Operator: op, OperatorAuth: OperatorAuth{Secret: testOperator}})
 	return addr
 }
 
@@ -228,36 +228,131 @@ func TestClientMaxAttempts(t *testing.T) {
 	}
 }
 
-// A snapshot cut after its first bytes is not retried (the writer holds
-// part of an archive); one that fails before them is.
+// cutOperator's snapshot answers unavailable the first time, then sends a
+// chunk and fails.
+type cutOperator struct {
+	peerOperator
+	snapshots atomic.Int32
+}
+
+func (c *cutOperator) Snapshot(_ context.Context, w io.Writer) error {
+	if c.snapshots.Add(1) == 1 {
+		return Errorf(CodeUnavailable, "no leader yet")
+	}
+	if _, err := w.Write(make([]byte, snapshotChunkBytes)); err != nil {
+		return err
+	}
+	return errors.New("the disk went away")
+}
+
+// A snapshot cut after its first chunk is not retried (the writer holds
+// part of an archive); one that fails before it is.
 func TestSnapshotNotRetriedOnceWritten(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var mu sync.Mutex
-	calls := 0
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		calls++
-		n := calls
-		mu.Unlock()
-		if n == 1 {
-			writeError(w, Errorf(CodeUnavailable, "no leader yet"))
-			return
-		}
-		w.Header().Set("Content-Length", "100")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte("part"))
-	}))
-	defer srv.Close()
-	c := operatorClient(t, testOperator, 5, strings.TrimPrefix(srv.URL, "http://"))
+	op := &cutOperator{}
+	c := operatorClient(t, testOperator, 5, serveOperator(t, op))
 	var got bytes.Buffer
 	err := c.Snapshot(ctx, &got)
-	if err == nil || got.String() != "part" {
-		t.Fatalf("cut snapshot: wrote %q, %v; want an error after \"part\"", got.String(), err)
+	if err == nil || got.Len() != snapshotChunkBytes {
+		t.Fatalf("cut snapshot: wrote %d bytes, %v; want an error after %d", got.Len(), err, snapshotChunkBytes)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if calls != 2 {
-		t.Fatalf("%d requests, want 2 (one unavailable, retried; one cut, not retried)", calls)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeInternal || !strings.Contains(err.Error(), "cut after") {
+		t.Fatalf("cut snapshot: %v, want the manager's internal error, cut after the chunk", err)
+	}
+	if n := op.snapshots.Load(); n != 2 {
+		t.Fatalf("%d snapshot calls, want 2 (one unavailable, retried; one cut, not retried)", n)
+	}
+}
+
+// archiveOperator keeps what it is restored and answers it back as its
+// snapshot.
+type archiveOperator struct {
+	peerOperator
+	amu     sync.Mutex
+	archive []byte
+}
+
+func (a *archiveOperator) Snapshot(_ context.Context, w io.Writer) error {
+	_, err := w.Write(a.restored())
+	return err
+}
+
+func (a *archiveOperator) Restore(_ context.Context, r io.Reader) error {
+	b, err := io.ReadAll(r)
+	a.amu.Lock()
+	a.archive = b
+	a.amu.Unlock()
+	return err
+}
+
+func (a *archiveOperator) restored() []byte {
+	a.amu.Lock()
+	defer a.amu.Unlock()
+	return a.archive
+}
+
+// An archive of several chunks crosses whole both ways (chunks of
+// snapshotChunkBytes), and a restore a follower refused is sent again, from
+// its start, to the leader it named.
+func TestSnapshotAndRestoreInChunks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	op := &archiveOperator{}
+	laddr := serveOperator(t, op)
+	follower := &peerOperator{leaderRPC: laddr}
+	c := operatorClient(t, testOperator, 3, serveOperator(t, follower))
+	archive := make([]byte, 3*snapshotChunkBytes+12345)
+	for i := range archive {
+		archive[i] = byte(i * 7)
+	}
+	// Sent first to a follower, which refuses it before reading (not_leader),
+	// then again from its start to the leader.
+	if err := c.Restore(ctx, bytes.NewReader(archive)); err != nil {
+		t.Fatal(err)
+	}
+	follower.mu.Lock()
+	fcalls := follower.calls
+	follower.mu.Unlock()
+	if fcalls != 1 || c.Leader() != laddr {
+		t.Fatalf("the follower was asked %d times, the client's leader is %q; want once, then %s", fcalls, c.Leader(), laddr)
+	}
+	if got := op.restored(); !bytes.Equal(got, archive) {
+		t.Fatalf("restored %d bytes, want the %d of the archive", len(got), len(archive))
+	}
+	var got bytes.Buffer
+	if err := c.Snapshot(ctx, &got); err != nil || !bytes.Equal(got.Bytes(), archive) {
+		t.Fatalf("snapshot: %d bytes, %v; want the %d restored", got.Len(), err, len(archive))
+	}
+	// A reader that cannot seek is sent once, and its answer returned.
+	if err := c.Restore(ctx, io.MultiReader(bytes.NewReader(archive[:10]))); err != nil || len(op.restored()) != 10 {
+		t.Fatalf("restore from a plain reader: %d bytes, %v", len(op.restored()), err)
+	}
+}
+
+// Every member of the operator's answers crosses, and their JSON (oncectl's
+// -o json) is what the manager's own values encode to: the slices the
+// manager always sets stay empty, not null.
+func TestOperatorAnswersCrossWhole(t *testing.T) {
+	k := &Keyring{Node: "m1", Pool: PoolWAN, Op: "install", Members: 3, Complete: false,
+		Keys:     []KeyringKey{{Key: "a2V5", Installed: 2, Primary: 1}, {Key: "b2V5", Installed: 1}},
+		Nodes:    []KeyringNode{{Node: "m1", Keys: []string{"a2V5", "b2V5"}}, {Node: "m2", Keys: []string{}, Error: "refused"}},
+		NoAnswer: []string{"m3"}}
+	empty := &Keyring{Node: "m1", Pool: PoolLAN, Op: "list", Keys: []KeyringKey{}, NoAnswer: []string{}}
+	for _, want := range []*Keyring{k, empty} {
+		got := fromPBKeyring(toPBKeyring(want))
+		wj, _ := json.Marshal(want)
+		gj, _ := json.Marshal(got)
+		if !reflect.DeepEqual(got, want) || !bytes.Equal(gj, wj) {
+			t.Errorf("keyring crossed as %s, want %s", gj, wj)
+		}
+	}
+	m := &Members{Node: "m1", Members: []Member{{Name: "m1", Addr: "a:1", Status: "alive", Role: "manager", Datacenter: "dc1",
+		NodeID: "m1", RPCAddr: "a:2", RaftAddr: "a:3"}, {Name: "g1", Role: "gate"}}}
+	for _, want := range []*Members{m, {Node: "m2"}} {
+		if got := fromPBMembers(toPBMembers(want)); !reflect.DeepEqual(got, want) {
+			t.Errorf("members crossed as %+v, want %+v", got, want)
+		}
 	}
 }

@@ -1,5 +1,5 @@
-// Package rpc is the internal protocol between gates and managers, on the
-// manager's RPC listener (docs/rpc.md): one generated gRPC service,
+// Package rpc is the internal protocol between gates, oncectl and managers,
+// on the manager's RPC listener (docs/rpc.md): the generated gRPC service
 // rpcpb.Manager,
 //
 //   - submissions on a bidirectional stream (Submit), many per message, each
@@ -9,9 +9,10 @@
 //     unary methods (workers.go, actions.go, reads.go, federation.go; call.go
 //     for what they share);
 //
-// and, as JSON over HTTP/1.1 on the same port, the status and the operator
-// routes. Server tells the two apart by a connection's first
-// bytes (cmux).
+// beside it the generated service rpcpb.Operator, oncectl's, behind the
+// operator credential (operator.go, operatorclient.go, operatorauth.go);
+// and, as JSON over HTTP/1.1 on the same port, the status. Server tells the
+// two protocols apart by a connection's first bytes (cmux).
 //
 // Errors keep their identity across the wire: a manager answers an error with a
 // stable Code (a JSON Error, or its protobuf mirror in a stream's result or a
@@ -19,10 +20,9 @@
 // that matches the sentinels below with errors.Is. Nothing is ever matched by
 // text.
 //
-// HTTP endpoints:
+// HTTP endpoint:
 //
 //	GET  /rpc/v1/status            → Status
-//	/rpc/v1/operator/…             → operator.go
 package rpc
 
 import (
@@ -73,7 +73,7 @@ const (
 	// manager requires (secret.go).
 	CodeUnauthenticated Code = "unauthenticated"
 	// CodeForbidden: the caller is authenticated but lacks the role the
-	// route needs: an operator route called without an operator credential
+	// call needs: an Operator method called without an operator credential
 	// (operatorauth.go).
 	CodeForbidden Code = "forbidden"
 	// CodeLeaseLost: a worker's call named a job lease that is not the job's

@@ -57,13 +57,13 @@ func secretInterceptors(secret string) []grpc.ServerOption {
 		return status.Error(codes.Unauthenticated, "the cluster secret is missing or wrong")
 	}
 	return []grpc.ServerOption{
-		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			if err := check(ss.Context()); err != nil {
 				return err
 			}
 			return h(srv, ss)
 		}),
-		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if err := check(ctx); err != nil {
 				return nil, err
 			}

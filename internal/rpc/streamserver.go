@@ -37,10 +37,16 @@ type ServerConfig struct {
 	// TLS, when set, is the listener's TLS configuration (certs.Cluster's
 	// ServerConfig: mutual TLS); nil serves plain TCP.
 	TLS *tls.Config
+	// Operator, when set, is served as the Operator service (operator.go),
+	// to the callers OperatorAuth accepts (operatorauth.go); without it the
+	// service answers no method.
+	Operator     Operator
+	OperatorAuth OperatorAuth
 }
 
 // Server serves a Service on one listener: connections that open with the
-// HTTP/2 preface carry the Manager service (gRPC), every other connection is
+// HTTP/2 preface carry the Manager service, and the Operator service when
+// ServerConfig.Operator is set (gRPC), every other connection is
 // HTTP/1.1 and served by Mux (the status and whatever the caller adds). The
 // listener is split by github.com/soheilhy/cmux, as etcd splits its client
 // port.
@@ -85,15 +91,23 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          cfg.ErrorLog,
-		ConnContext:       connContext, // the client certificate, for the operator role
 	}
-	s.grpc = grpc.NewServer(append([]grpc.ServerOption{
+	opts := []grpc.ServerOption{
+		// TLS, when on, is done before cmux; these hand its state to the
+		// calls (the operator role's client certificate).
+		grpc.Creds(listenerCredentials{tls: cfg.TLS != nil}),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxSendMsgSize(maxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
-	}, secretInterceptors(cfg.Secret)...)...)
+	}
+	opts = append(opts, secretInterceptors(cfg.Secret)...)
+	opts = append(opts, operatorInterceptors(cfg.OperatorAuth)...)
+	s.grpc = grpc.NewServer(opts...)
 	rpcpb.RegisterManagerServer(s.grpc, &service{s: s})
+	if cfg.Operator != nil {
+		rpcpb.RegisterOperatorServer(s.grpc, &operatorService{s: s, op: cfg.Operator})
+	}
 	return s
 }
 

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"encoding/json"
-	"io"
-	"net/http"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,58 +14,51 @@ import (
 )
 
 // The operator role on real managers (docs/security.md, "Operator role"): a
-// gate's credential (the cluster secret) is refused with 403 forbidden on a
-// snapshot restore and a peer removal, as is a wrong operator secret and a
-// certificate of the derived CA claiming the operator role; the operator
-// secret gets through, and oncectl given it works.
+// gate's credential (the cluster secret) is refused forbidden on a
+// snapshot restore, a peer removal and the keyring, as is a wrong operator
+// secret and a certificate of the derived CA claiming the operator role;
+// the operator secret gets through, and oncectl given it works.
 func TestOperatorRoleOnRealProcesses(t *testing.T) {
 	const secret = "0123456789abcdef0123456789abcdef"
 	c := startCluster(t, 3, 1, func(o *localcluster.Options) { o.ClusterSecret = secret })
 	leader := pointOncectlAt(t, c)
 	ctx := t.Context()
 
-	forbidden := func(a localcluster.ManagerAnswer) bool {
-		var e rpc.Error
-		return a.Status == http.StatusForbidden && json.Unmarshal(a.Body, &e) == nil && e.Code == rpc.CodeForbidden
+	forbidden := func(err error) bool {
+		var e *rpc.Error
+		return errors.As(err, &e) && e.Code == rpc.CodeForbidden
+	}
+	// The calls: a restore, a peer removal, the keyring list.
+	calls := []struct {
+		name string
+		do   func(*rpc.Client) error
+	}{
+		{"restore", func(cl *rpc.Client) error { return cl.Restore(ctx, strings.NewReader("not an archive")) }},
+		{"remove peer", func(cl *rpc.Client) error { _, err := cl.RemovePeer(ctx, "manager3"); return err }},
+		{"keyring", func(cl *rpc.Client) error { _, err := cl.Keyring(ctx, rpc.PoolLAN); return err }},
 	}
 	for name, opSecret := range map[string]string{"the gate's credential": "", "a wrong operator secret": "wrong-operator-secret-0123456789"} {
-		for _, call := range []struct{ method, path, body string }{
-			{http.MethodPut, rpc.OperatorSnapshotPath, "not an archive"},
-			{http.MethodPost, rpc.OperatorRemovePeerPath, `{"id":"manager3"}`},
-			{http.MethodGet, rpc.OperatorKeyringPath, ""},
-		} {
-			a, err := c.CallManager(ctx, leader, call.method, call.path, []byte(call.body), opSecret)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !forbidden(a) {
-				t.Errorf("%s: %s %s answered %d %s, want 403 forbidden", name, call.method, call.path, a.Status, a.Body)
+		cl := c.ManagerClient(leader, opSecret)
+		for _, call := range calls {
+			if err := call.do(cl); !forbidden(err) {
+				t.Errorf("%s: %s answered %v, want forbidden", name, call.name, err)
 			}
 		}
+		cl.Close()
 	}
 	// A certificate of the CA derived from the cluster secret that claims
 	// the operator role (any holder of the secret, every gate, can issue
-	// one) is no operator credential: 403 too.
+	// one) is no operator credential: forbidden too.
 	forged, err := certs.ClusterFromSecret(secret, certs.RoleOperator)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &http.Transport{TLSClientConfig: forged.ClientConfig()}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: rpc.WithSecret(tr, secret), Timeout: 10 * time.Second}
-	for _, call := range []struct{ method, path, body string }{
-		{http.MethodPut, rpc.OperatorSnapshotPath, "not an archive"},
-		{http.MethodPost, rpc.OperatorRemovePeerPath, `{"id":"manager3"}`},
-	} {
-		req, _ := http.NewRequestWithContext(ctx, call.method, c.ManagerURL(leader, call.path), strings.NewReader(call.body))
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if a := (localcluster.ManagerAnswer{Status: resp.StatusCode, Body: b}); !forbidden(a) {
-			t.Errorf("a derived certificate claiming the operator role: %s %s answered %d %s, want 403 forbidden", call.method, call.path, a.Status, a.Body)
+	fc := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{leader.HTTPAddr}, Secret: secret, TLS: forged.ClientConfig(),
+		AttemptTimeout: 10 * time.Second, MaxAttempts: 20})
+	defer fc.Close()
+	for _, call := range calls[:2] {
+		if err := call.do(fc); !forbidden(err) {
+			t.Errorf("a derived certificate claiming the operator role: %s answered %v, want forbidden", call.name, err)
 		}
 	}
 	// Nothing was removed.
@@ -79,12 +70,10 @@ func TestOperatorRoleOnRealProcesses(t *testing.T) {
 		t.Fatalf("voters after refused removals: %v", st.Voters)
 	}
 	// The operator secret gets through: an unknown peer is not_found, not forbidden.
-	a, err := c.CallManager(ctx, leader, http.MethodPost, rpc.OperatorRemovePeerPath, []byte(`{"id":"no-such-manager"}`), c.OperatorSecret())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.Status != http.StatusNotFound {
-		t.Fatalf("remove-peer of an unknown ID with the operator secret: %d %s, want 404", a.Status, a.Body)
+	oc := c.ManagerClient(leader, c.OperatorSecret())
+	defer oc.Close()
+	if _, err := oc.RemovePeer(ctx, "no-such-manager"); !errors.Is(err, rpc.ErrNotFound) {
+		t.Fatalf("remove-peer of an unknown ID with the operator secret: %v, want not_found", err)
 	}
 
 	// oncectl with the cluster secret and the operator secret (pointOncectlAt

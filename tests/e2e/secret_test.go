@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -8,12 +9,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/tests/localcluster"
 )
 
 // With a cluster secret, real managers serve gates and oncectl that present
-// it, and refuse a caller that does not: 401 on the reads, the status, the
-// metrics and the operator routes.
+// it, and refuse a caller that does not: 401 on the reads, the status and
+// the metrics, unauthenticated on the Operator service.
 func TestClusterSecretOnRealProcesses(t *testing.T) {
 	const secret = "0123456789abcdef0123456789abcdef"
 	c := startCluster(t, 3, 1, func(o *localcluster.Options) { o.ClusterSecret = secret })
@@ -39,7 +41,7 @@ func TestClusterSecretOnRealProcesses(t *testing.T) {
 	// with a certificate of that CA but without the secret in its header is
 	// still refused.
 	noSecret := c.HTTPClientWithoutSecret()
-	for _, path := range []string{"/rpc/v1/status", "/metrics", "/rpc/v1/operator/members"} {
+	for _, path := range []string{"/rpc/v1/status", "/metrics"} {
 		for _, auth := range []string{"", "Bearer wrong-secret-wrong-secret"} {
 			req, _ := http.NewRequest(http.MethodGet, c.ManagerURL(c.Managers[0], path), nil)
 			if auth != "" {
@@ -53,6 +55,17 @@ func TestClusterSecretOnRealProcesses(t *testing.T) {
 			if resp.StatusCode != http.StatusUnauthorized {
 				t.Errorf("GET %s with %q: %d, want 401", path, auth, resp.StatusCode)
 			}
+		}
+	}
+	// The Operator service (gRPC) too, even to a caller with the operator
+	// secret.
+	for _, wrong := range []string{"", "wrong-secret-wrong-secret"} {
+		cl := c.RPCClientWithSecret(rpc.ClientConfig{Resolver: rpc.StaticResolver{m}, OperatorSecret: c.OperatorSecret(), MaxAttempts: 1}, wrong)
+		_, err := cl.Members(t.Context())
+		cl.Close()
+		var e *rpc.Error
+		if !errors.As(err, &e) || e.Code != rpc.CodeUnauthenticated {
+			t.Errorf("the members with the cluster secret %q: %v, want %s", wrong, err, rpc.CodeUnauthenticated)
 		}
 	}
 	// oncectl with the secret file reads the managers; without it, it is refused.

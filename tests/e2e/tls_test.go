@@ -119,7 +119,7 @@ func TestTLSEverywhere(t *testing.T) {
 		t.Fatalf("oncectl raft peers over mutual TLS: %+v (leader %s)", p, leader.Name)
 	}
 	// The operator commands: the harness's certificate (no role) without
-	// the operator secret is refused (403, exit 1); a certificate of the
+	// the operator secret is refused (forbidden, exit 1); a certificate of the
 	// operator role from the cluster's CA is an operator credential.
 	t.Setenv("ONCE_OPERATOR_SECRET_FILE", "")
 	if out, code := oncectl(t, "cluster", "members"); code != 1 {

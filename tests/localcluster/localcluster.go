@@ -84,14 +84,14 @@ type Options struct {
 	// TLS, not Insecure): a random secret is generated (security.go).
 	ClusterSecret string
 	// Insecure runs the processes without a credential (MANAGER_INSECURE,
-	// GATE_INSECURE): plain RPC, Raft and gossip, the operator routes open
+	// GATE_INSECURE): plain RPC, Raft and gossip, the Operator service open
 	// to anyone; no operator secret.
 	Insecure bool
 	// OperatorSecret is the managers' operator secret (written to
 	// <BaseDir>/operator-secret, MANAGER_OPERATOR_SECRET_FILE); empty: the
-	// file's secret when there is one, else a fresh random one. The
-	// harness's own calls present it; oncectl takes OperatorSecretFile.
-	// None with Insecure.
+	// file's secret when there is one, else a fresh random one. oncectl
+	// takes OperatorSecretFile; ManagerClient presents it when asked. None
+	// with Insecure.
 	OperatorSecret string
 	// TLS, when set, runs the cluster with TLS everywhere (docs/security.md):
 	// the gates serve HTTPS, managers serve RPC and Raft over mutual TLS, the
@@ -141,9 +141,6 @@ type Cluster struct {
 	// rpcTLS is the harness's TLS configuration towards the managers (nil:
 	// insecure).
 	rpcTLS *tls.Config
-	// member is the transport of a member of the cluster without the
-	// operator role (a gate's credentials), for CallManager.
-	member http.RoundTripper
 }
 
 // FaultManagerBinary is the fault-injection manager of the tests module
@@ -265,9 +262,9 @@ func New(opts Options) (*Cluster, error) {
 	// The harness's client sends the managers' credentials to the managers
 	// only: a gate gets the tenant's bearer token its caller set.
 	gates := map[string]bool{}
-	harness := byHost{gates: gates, gate: transport, other: rpc.WithOperatorSecret(member, opts.OperatorSecret)}
+	harness := byHost{gates: gates, gate: transport, other: member}
 	c := &Cluster{opts: opts, client: &http.Client{Timeout: 2 * time.Second, Transport: harness},
-		noSecret: &http.Client{Timeout: 2 * time.Second, Transport: transport}, rpcTLS: transport.TLSClientConfig, member: member}
+		noSecret: &http.Client{Timeout: 2 * time.Second, Transport: transport}, rpcTLS: transport.TLSClientConfig}
 	if f := opts.TLS; f != nil {
 		c.opts.ManagerEnv = append([]string{"MANAGER_TLS_CA_FILE=" + f.CA, "MANAGER_TLS_CERT_FILE=" + f.ManagerCert,
 			"MANAGER_TLS_KEY_FILE=" + f.ManagerKey}, c.opts.ManagerEnv...)
@@ -515,10 +512,9 @@ func (c *Cluster) GateURLs() []string {
 }
 
 // harnessTransport is the transport of the harness's own probes, without
-// the cluster secret (a member of the cluster adds it, the harness's probes
-// the operator secret too): with TLS, it trusts the cluster CA and presents
-// the harness's client certificate; with the secret alone, the CA derived
-// from it and a leaf it signed.
+// the cluster secret (a member of the cluster adds it): with TLS, it trusts
+// the cluster CA and presents the harness's client certificate; with the
+// secret alone, the CA derived from it and a leaf it signed.
 func harnessTransport(opts Options) (*http.Transport, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if f := opts.TLS; f != nil {
@@ -547,35 +543,15 @@ func harnessTransport(opts Options) (*http.Transport, error) {
 	return t, nil
 }
 
-// ManagerAnswer is a manager's answer to CallManager.
-type ManagerAnswer struct {
-	Status int
-	Body   []byte
-}
-
-// CallManager sends one request to manager n's RPC listener with the
-// credentials of a member of the cluster (the cluster secret, or the
-// harness's client certificate: what a gate presents) and, when
-// operatorSecret is not empty, that operator secret: for tests of the
-// managers' authorization.
-func (c *Cluster) CallManager(ctx context.Context, n *Node, method, path string, body []byte, operatorSecret string) (ManagerAnswer, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.ManagerURL(n, path), bytes.NewReader(body))
-	if err != nil {
-		return ManagerAnswer{}, err
-	}
-	if operatorSecret != "" {
-		req.Header.Set(rpc.OperatorSecretHeader, operatorSecret)
-	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: c.member}).Do(req)
-	if err != nil {
-		return ManagerAnswer{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return ManagerAnswer{}, err
-	}
-	return ManagerAnswer{Status: resp.StatusCode, Body: b}, nil
+// ManagerClient is an rpc.Client of manager n alone with the credentials
+// of a member of the cluster (the cluster secret, or the harness's client
+// certificate: what a gate presents) and, when operatorSecret is not empty,
+// that operator secret: for tests of the managers' authorization. A call
+// is retried while no leader answers (unavailable, not_leader), at most 20
+// times; an answered error is returned at once. The caller closes it.
+func (c *Cluster) ManagerClient(n *Node, operatorSecret string) *rpc.Client {
+	return c.RPCClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{n.HTTPAddr}, OperatorSecret: operatorSecret,
+		AttemptTimeout: 10 * time.Second, MaxAttempts: 20})
 }
 
 // OperatorSecret is the managers' operator secret (OperatorSecretFile's).

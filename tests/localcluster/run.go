@@ -26,7 +26,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	gatePorts := fs.String("gate-ports", "8080,8081", "comma-separated HTTP ports of the gates")
 	logs := fs.Bool("logs", false, "stream every process's log to the terminal instead of the status screen")
 	quiet := fs.Bool("quiet", false, "print the summary only, no status lines (and no logs)")
-	insecure := fs.Bool("insecure", false, "run without a credential (MANAGER_INSECURE, GATE_INSECURE): plain RPC, Raft and gossip, the operator routes open to anyone; the summary says so. The default generates a cluster secret and an operator secret in -dir")
+	insecure := fs.Bool("insecure", false, "run without a credential (MANAGER_INSECURE, GATE_INSECURE): plain RPC, Raft and gossip, the operator commands open to anyone; the summary says so. The default generates a cluster secret and an operator secret in -dir")
 	fresh := fs.Bool("fresh", false, "remove the directory's previous data before starting")
 	multidc := fs.Bool("multidc", false, "two datacenters, federated: dc1 (gates on -gate-ports) and dc2 (gates on -dc2-gate-ports), each with -managers managers")
 	dc2GatePorts := fs.String("dc2-gate-ports", "8180,8181", "with -multidc: comma-separated HTTP ports of dc2's gates")

@@ -130,8 +130,8 @@ func (c *Cluster) NodeURL(n *Node, path string) string {
 
 // HTTPClient is the harness's client: it trusts the cluster's CA (the
 // TLS files' or the one derived from the secret), presents a client
-// certificate, the secret and the operator secret to the managers, and
-// reaches the gates without them (the caller's tenant token passes).
+// certificate and the secret to the managers, and reaches the gates
+// without them (the caller's tenant token passes).
 func (c *Cluster) HTTPClient() *http.Client { return c.client }
 
 // HTTPClientWithoutSecret is HTTPClient without the cluster secret: the same
@@ -142,6 +142,15 @@ func (c *Cluster) HTTPClientWithoutSecret() *http.Client { return c.noSecret }
 // (the secret, and TLS towards the managers) added to cfg.
 func (c *Cluster) RPCClient(cfg rpc.ClientConfig) *rpc.Client {
 	cfg.Secret = c.opts.ClusterSecret
+	cfg.TLS = c.rpcTLS
+	return rpc.NewClient(cfg)
+}
+
+// RPCClientWithSecret is RPCClient presenting secret (none when empty)
+// instead of the cluster's: to show what the managers answer a caller that
+// lacks it.
+func (c *Cluster) RPCClientWithSecret(cfg rpc.ClientConfig, secret string) *rpc.Client {
+	cfg.Secret = secret
 	cfg.TLS = c.rpcTLS
 	return rpc.NewClient(cfg)
 }

@@ -112,11 +112,11 @@ Press Ctrl-C to stop.
 func (c *Cluster) writeSecurity(w io.Writer) {
 	switch {
 	case c.opts.Insecure:
-		fmt.Fprintln(w, "INSECURE (-insecure): RPC, Raft and gossip are unauthenticated and plaintext, and the operator routes (snapshot restore, raft peer removal, keyring) are open; anyone who reaches the ports controls the cluster.")
+		fmt.Fprintln(w, "INSECURE (-insecure): RPC, Raft and gossip are unauthenticated and plaintext, and the operator commands (snapshot restore, raft peer removal, keyring) are open; anyone who reaches the ports controls the cluster.")
 	case c.opts.TLS != nil:
-		fmt.Fprintf(w, "Secured: mutual TLS with the cluster CA on RPC and Raft; gossip encrypted; operator routes need the operator secret %s.\n", c.OperatorSecretFile())
+		fmt.Fprintf(w, "Secured: mutual TLS with the cluster CA on RPC and Raft; gossip encrypted; operator commands need the operator secret %s.\n", c.OperatorSecretFile())
 	default:
-		fmt.Fprintf(w, "Secured: cluster secret %s; RPC and Raft over mutual TLS with the CA derived from it, gossip encrypted with keys derived from it; operator routes need the operator secret %s.\n", c.SecretFile(), c.OperatorSecretFile())
+		fmt.Fprintf(w, "Secured: cluster secret %s; RPC and Raft over mutual TLS with the CA derived from it, gossip encrypted with keys derived from it; operator commands need the operator secret %s.\n", c.SecretFile(), c.OperatorSecretFile())
 	}
 	fmt.Fprintf(w, "oncectl: %s ...\n", c.oncectlLine())
 }
