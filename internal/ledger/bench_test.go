@@ -69,32 +69,32 @@ func (g *benchLog) next(buf []*raft.Log) []*raft.Log {
 	return buf
 }
 
-// BenchmarkApplyReserveCommit: one op is a submission (Reserve + Commit, and
+// BenchmarkApplyAdmit: one op is a submission (an Admit committing its job, and
 // an Expire every 1000) against a steady state of ~100k entries and jobs, for
 // the state in memory (New) and on disk (Open). Encoding happens outside the
 // timer. The ratio of the two in one run is what docs/benchmarks.md reports:
 //
-//	go test -tags hashicorpmetrics -run '^$' -bench ApplyReserveCommit -benchtime 200000x ./internal/ledger/
-func BenchmarkApplyReserveCommit(b *testing.B) {
+//	go test -tags hashicorpmetrics -run '^$' -bench ApplyAdmit -benchtime 200000x ./internal/ledger/
+func BenchmarkApplyAdmit(b *testing.B) {
 	for _, store := range []string{"memory", "disk"} {
 		for _, batch := range []int{1, 64} {
 			b.Run(fmt.Sprintf("store=%s/batch=%d", store, batch), func(b *testing.B) {
-				benchApplyReserveCommit(b, benchFSM(b, store, Options{OnChange: func(Change) {}}), batch)
+				benchApplyAdmit(b, benchFSM(b, store, Options{OnChange: func(Change) {}}), batch)
 			})
 		}
 	}
 }
 
-// BenchmarkApplyReserveCommitQueued: as BenchmarkApplyReserveCommit with
-// version-3 Commits (the job QUEUED, in the lifecycle's orders). No worker
+// BenchmarkApplyAdmitQueued: as BenchmarkApplyAdmit with
+// queue commits (QueueCommit: the job QUEUED, in the lifecycle's orders). No worker
 // leases them, so the queue grows by every submission (100k before the timer,
 // and b.N more): unfinished jobs never expire.
 //
-// BenchmarkApplyReserveCommitLeaseComplete: one op is a job's whole life: a
-// submission (Reserve + Commit v3), then a Lease of one job (the oldest of a
+// BenchmarkApplyAdmitLeaseComplete: one op is a job's whole life: a
+// submission (an Admit, its job QUEUED), then a Lease of one job (the oldest of a
 // steady backlog of 100k queued jobs) and its Complete; finished jobs expire
 // after their retention (the Expire every 1000).
-func BenchmarkApplyReserveCommitQueued(b *testing.B) {
+func BenchmarkApplyAdmitQueued(b *testing.B) {
 	for _, store := range []string{"memory", "disk"} {
 		for _, batch := range []int{1, 64} {
 			b.Run(fmt.Sprintf("store=%s/batch=%d", store, batch), func(b *testing.B) {
@@ -105,7 +105,7 @@ func BenchmarkApplyReserveCommitQueued(b *testing.B) {
 	}
 }
 
-func BenchmarkApplyReserveCommitLeaseComplete(b *testing.B) {
+func BenchmarkApplyAdmitLeaseComplete(b *testing.B) {
 	for _, store := range []string{"memory", "disk"} {
 		b.Run(fmt.Sprintf("store=%s/batch=64", store), func(b *testing.B) {
 			benchApply(b, benchFSM(b, store, Options{OnChange: func(Change) {}}), 64,
@@ -114,7 +114,7 @@ func BenchmarkApplyReserveCommitLeaseComplete(b *testing.B) {
 	}
 }
 
-// BenchmarkApplyReserveCommitBounds: the ApplyReserveCommit workload on the
+// BenchmarkApplyAdmitBounds: the ApplyAdmit workload on the
 // memory state, on the disk store, and on the disk store with parts of its
 // work taken away (TestingKnobs), all in one run: how close a layout on pebble
 // could come to the memory state on this machine (docs/benchmarks.md, "What
@@ -123,8 +123,8 @@ func BenchmarkApplyReserveCommitLeaseComplete(b *testing.B) {
 // a store that writes nothing still finds each Commit's entry among its
 // batch's writes.
 //
-//	go test -tags hashicorpmetrics -run '^$' -bench ApplyReserveCommitBounds -benchtime 200000x ./internal/ledger/
-func BenchmarkApplyReserveCommitBounds(b *testing.B) {
+//	go test -tags hashicorpmetrics -run '^$' -bench ApplyAdmitBounds -benchtime 200000x ./internal/ledger/
+func BenchmarkApplyAdmitBounds(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		disk  bool
@@ -155,7 +155,7 @@ func benchFSM(b *testing.B, store string, opts Options) *FSM {
 	return openFSM(b, b.TempDir(), opts)
 }
 
-func benchApplyReserveCommit(b *testing.B, f *FSM, batch int) {
+func benchApplyAdmit(b *testing.B, f *FSM, batch int) {
 	benchApply(b, f, batch, &benchLog{live: 100_000})
 }
 
@@ -353,7 +353,7 @@ func BenchmarkApplyBatchCommands(b *testing.B) {
 	}
 }
 
-// BenchmarkLiveKeysMemory: one op is a submission (Reserve + Commit, small
+// BenchmarkLiveKeysMemory: one op is a submission (an Admit, small
 // payload) that stays live (nothing expires); heap-B/key is the heap the FSM
 // holds per live key (entry, job, its indexes) after a GC. It measures how
 // many live keys fit in a manager's memory (docs/scaling.md):
