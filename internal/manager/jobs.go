@@ -30,33 +30,12 @@ import (
 // lifecycle and expire after MANAGER_JOB_RETENTION_SECONDS, for a
 // deployment without workers.
 
-// LeaseRequest asks the leader for jobs of a tenant.
-type LeaseRequest struct {
-	Tenant string
-	// Holder names the worker (recorded on the job, for operators).
-	Holder string
-	// Types, when not empty, keeps jobs of these types only (at most
-	// ledger.MaxLeaseTypes, none repeated).
-	Types []string
-	// Max is how many jobs at most: 1..ledger.MaxLease (0: 1).
-	Max int
-	// Lease is the lease's duration: 0 for MANAGER_JOB_LEASE_DEFAULT, else
-	// within MANAGER_JOB_LEASE_MIN..MAX.
-	Lease time.Duration
-	// Replay, when not empty, identifies the request (the worker's
-	// idempotency key and its body's fingerprint): the lease IDs are derived
-	// from it, so a retry of the request, on this leader or the next,
-	// proposes the same ones and is answered with the jobs the first attempt
-	// leased while their leases last (ledger.Lease.Replay).
-	Replay string
-}
-
 // LeaseJobs hands out up to req.Max queued jobs of the tenant (the oldest
 // first; expired leases of the tenant first of all), each under a new lease
 // until now + the lease duration. An empty answer is not an error: nothing is
 // due. Errors are *rpc.Error values: CodeInvalid for a bad request,
 // CodeNotLeader / CodeUnavailable as for a submission.
-func (m *Manager) LeaseJobs(ctx context.Context, req LeaseRequest) ([]ledger.Job, error) {
+func (m *Manager) LeaseJobs(ctx context.Context, req *rpc.LeaseRequest) ([]ledger.Job, error) {
 	lr, err := m.leaseJobs(ctx, req)
 	if err != nil {
 		return nil, err
@@ -64,18 +43,25 @@ func (m *Manager) LeaseJobs(ctx context.Context, req LeaseRequest) ([]ledger.Job
 	return lr.Jobs, nil
 }
 
-// leaseJobs is LeaseJobs with the ledger's whole answer (Replayed).
-func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.LeaseResult, error) {
+// leaseJobs is LeaseJobs with the ledger's whole answer (Replayed). Of req
+// it reads the tenant, the worker (recorded on each job as its holder), the
+// types, MaxJobs (0: 1), LeaseFor (0: MANAGER_JOB_LEASE_DEFAULT) and, when
+// Request is set, Request and Fingerprint: the lease IDs are then derived
+// from them, so a retry of the request, on this leader or the next, proposes
+// the same ones and is answered with the jobs the first attempt leased
+// while their leases last (ledger.Lease.Replay).
+func (m *Manager) leaseJobs(ctx context.Context, req *rpc.LeaseRequest) (*ledger.LeaseResult, error) {
 	if err := m.checkLeader(); err != nil {
 		return nil, err
 	}
-	if req.Max == 0 {
-		req.Max = 1
+	n := req.MaxJobs
+	if n == 0 {
+		n = 1
 	}
 	switch {
-	case req.Tenant == "" || req.Holder == "":
-		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: tenant and holder are required")
-	case req.Max < 1 || req.Max > ledger.MaxLease:
+	case req.Tenant == "" || req.Worker == "":
+		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: tenant and worker are required")
+	case n < 1 || n > ledger.MaxLease:
 		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: max must be from 1 to %d", ledger.MaxLease)
 	case len(req.Types) > ledger.MaxLeaseTypes:
 		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: at most %d types", ledger.MaxLeaseTypes)
@@ -85,22 +71,26 @@ func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.Leas
 			return nil, rpc.Errorf(rpc.CodeInvalid, "lease: an empty or repeated type")
 		}
 	}
-	d, err := m.leaseDuration(req.Lease)
+	d, err := m.leaseDuration(req.LeaseFor)
 	if err != nil {
 		return nil, err
 	}
 	now := m.ledgerNow()
-	ids := make([]string, req.Max)
-	if req.Replay != "" {
+	ids := make([]string, n)
+	var replay string
+	if req.Request != "" {
+		replay = req.Request + "\x00" + req.Fingerprint
+	}
+	if replay != "" {
 		// A retry of a request whose jobs are still held under its leases
 		// is answered with them, from the ledger (after this term's
 		// Barrier, it holds every lease an earlier leader gave). Else the
 		// lease IDs are new: a job leased again (its lease expired, the
 		// same request retried) never gets a lease ID it held before, which
 		// a worker still holding the old lease could use.
-		prefix := replayLeasePrefix(req.Tenant, req.Replay)
+		prefix := replayLeasePrefix(req.Tenant, replay)
 		if held := m.fsm.HeldLeases(req.Tenant, prefix, now.UnixNano()); len(held) > 0 {
-			return &ledger.LeaseResult{Jobs: held[:min(len(held), req.Max)], Replayed: true}, nil
+			return &ledger.LeaseResult{Jobs: held[:min(len(held), n)], Replayed: true}, nil
 		}
 		for i := range ids {
 			ids[i] = replayLeaseID(prefix, i)
@@ -110,9 +100,9 @@ func (m *Manager) leaseJobs(ctx context.Context, req LeaseRequest) (*ledger.Leas
 			ids[i] = newLeaseID()
 		}
 	}
-	res, err := m.workers.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Holder, Types: req.Types, Max: uint64(req.Max),
+	res, err := m.workers.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Worker, Types: req.Types, Max: uint64(n),
 		LeaseIDs: ids, Now: now.UnixNano(), Expiry: now.Add(d).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts),
-		Replay: req.Replay != "", MaxBytes: rpc.LeaseAnswerBytes})
+		Replay: replay != "", MaxBytes: rpc.LeaseAnswerBytes})
 	if err != nil {
 		return nil, err
 	}

@@ -90,17 +90,14 @@ func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseR
 // lease leases jobs for req, waiting up to req.Wait for one while ctx lasts;
 // each Lease command is applied under applyCtx.
 func (m *Manager) lease(ctx, applyCtx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseResponse, error) {
-	lr := LeaseRequest{Tenant: req.Tenant, Holder: req.Worker, Types: req.Types, Max: req.MaxJobs, Lease: req.LeaseFor}
-	if lr.Holder == "" {
-		lr.Holder = "worker"
-	}
-	if req.Request != "" {
-		lr.Replay = req.Request + "\x00" + req.Fingerprint
+	lr := *req
+	if lr.Worker == "" {
+		lr.Worker = "worker"
 	}
 	deadline := time.Now().Add(req.Wait)
 	for {
 		queued := m.fsm.Stats().Queued
-		res, err := m.leaseJobs(applyCtx, lr)
+		res, err := m.leaseJobs(applyCtx, &lr)
 		if err != nil {
 			return nil, err
 		}
