@@ -2,7 +2,7 @@ package ledger
 
 // TestingKnobs take parts of the disk store's work away, to measure what the
 // rest costs (CockroachDB's TestingKnobs pattern: passed in StoreOptions,
-// read from there, zero in production). BenchmarkApplyReserveCommitBounds
+// read from there, zero in production). BenchmarkApplyAdmitBounds
 // sets them and TestBenchKnobs checks them (docs/benchmarks.md, "What would
 // close the gap, and how close pebble can come"). A store opened with any of
 // them set does not hold a ledger that could be opened again or replicated:

@@ -88,11 +88,21 @@ type TestingKnobs struct {
 	// submissions of it wait (at most their WaitMillis). It may block,
 	// honouring ctx.
 	BeforeAdmit func(ctx context.Context, tenant, key string)
+	// WaitsOnAdmit runs in a submission that finds its key's Admit in
+	// flight, before it waits for it (or, allowed no wait, answers
+	// in_progress). It must not block.
+	WaitsOnAdmit func(tenant, key string)
 }
 
 func (k TestingKnobs) beforeAdmit(ctx context.Context, tenant, key string) {
 	if k.BeforeAdmit != nil {
 		k.BeforeAdmit(ctx, tenant, key)
+	}
+}
+
+func (k TestingKnobs) waitsOnAdmit(tenant, key string) {
+	if k.WaitsOnAdmit != nil {
+		k.WaitsOnAdmit(tenant, key)
 	}
 }
 

@@ -206,6 +206,7 @@ func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadlin
 	if owner {
 		return proposal, nil
 	}
+	m.knobs.waitsOnAdmit(tenant, key)
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {

@@ -52,10 +52,12 @@ func TestThreeManagersReplicate(t *testing.T) {
 
 // While a key's Admit is in flight at the leader (held by
 // Knobs.BeforeAdmit), the key is in progress: a submission of it that may not
-// wait answers in_progress, one that may waits for the Admit and replays its
-// job, and the log holds one admission.
+// wait answers in_progress, one that may waits for the Admit (seen waiting by
+// Knobs.WaitsOnAdmit before the Admit is let go) and replays its job, and the
+// log holds one admission.
 func TestKnobsHoldAnAdmissionInFlight(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
+	waiting := make(chan string, 2)
 	var once sync.Once
 	c := managertest.Start(t, managertest.Options{Knobs: manager.TestingKnobs{
 		BeforeAdmit: func(ctx context.Context, _, _ string) {
@@ -66,7 +68,9 @@ func TestKnobsHoldAnAdmissionInFlight(t *testing.T) {
 				case <-ctx.Done():
 				}
 			})
-		}}})
+		},
+		WaitsOnAdmit: func(_, key string) { waiting <- key },
+	}})
 	m := c.Managers[0]
 	req := submitRequest("k1")
 	type answer struct {
@@ -84,6 +88,9 @@ func TestKnobsHoldAnAdmissionInFlight(t *testing.T) {
 	if resp, err := m.Submit(context.Background(), &noWait); err != nil || resp.Outcome != rpc.OutcomeInProgress {
 		t.Fatalf("submission of a key in flight, no wait: %+v %v", resp, err)
 	}
+	if k := <-waiting; k != req.Key {
+		t.Fatalf("the no-wait submission found %q in flight", k)
+	}
 	waits := *req
 	waits.WaitMillis = 10_000
 	second := make(chan answer, 1)
@@ -91,6 +98,9 @@ func TestKnobsHoldAnAdmissionInFlight(t *testing.T) {
 		resp, err := m.Submit(context.Background(), &waits)
 		second <- answer{resp, err}
 	}()
+	if k := <-waiting; k != req.Key { // it waits on the Admit still held
+		t.Fatalf("the second submission found %q in flight", k)
+	}
 	close(release)
 	a, b := <-first, <-second
 	if a.err != nil || a.resp.Outcome != rpc.OutcomeCommitted || a.resp.Replayed {
