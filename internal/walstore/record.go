@@ -9,10 +9,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Record format, version 2. Each raft.Log is one tidwall/wal entry; the wal
+// Record format. Each raft.Log is one tidwall/wal entry; the wal
 // frames it as uvarint(len(record)) || record. The record itself is
 //
-//	version    1 byte   recordVersion
+//	version    1 byte   recordVersion (2)
 //	flags      1 byte   flagBatchEnd | flagAppendedAt | flagBatchStart
 //	index      uvarint  raft.Log.Index
 //	term       uvarint  raft.Log.Term
@@ -30,18 +30,20 @@ import (
 // a torn final write from damage to data that was already durable (see
 // scan.go).
 //
-// Version 1 is version 2 without flagBatchStart (logs written before the
-// flag existed): it still parses, and recovery then has only the batch-end
-// marks to go on.
+// recordVersion is the only version written and read. A record that carries
+// another version but is otherwise whole (its checksum matches) is not
+// damage: Open refuses the log with a *VersionError (see scan.go) and
+// changes nothing on disk.
 const (
-	recordVersion   byte = 2
-	recordVersionV1 byte = 1
+	recordVersion byte = 2
+	// recordVersionPre10 is the version byte of records written by builds
+	// before 1.0; this build does not read them.
+	recordVersionPre10 byte = 1
 
 	flagBatchEnd   byte = 1 << 0
 	flagAppendedAt byte = 1 << 1
 	flagBatchStart byte = 1 << 2
 	knownFlags          = flagBatchEnd | flagAppendedAt | flagBatchStart
-	knownFlagsV1        = flagBatchEnd | flagAppendedAt
 
 	crcSize = 4
 	// minRecordSize is version, flags, index, term, type, dataLen, extLen
@@ -99,6 +101,13 @@ type errRecord string
 
 func (e errRecord) Error() string { return string(e) }
 
+// errVersion is parseRecord's error for a record whose version byte is not
+// recordVersion. Alone it says nothing about the rest of the record: damage
+// and garbage produce it too (see sealedRecord).
+type errVersion byte
+
+func (e errVersion) Error() string { return fmt.Sprintf("unknown record version %d", byte(e)) }
+
 // parseRecord checks the structure first (cheap: a handful of varints whose
 // lengths must add up exactly) and the CRC second, so that scanning damaged
 // bytes for the next valid record rarely pays for a checksum.
@@ -108,16 +117,11 @@ func parseRecord(b []byte) (record, error) {
 		return r, errRecord(fmt.Sprintf("record of %d bytes is shorter than the minimum %d", len(b), minRecordSize))
 	}
 	body := b[:len(b)-crcSize]
-	known := knownFlags
-	switch body[0] {
-	case recordVersion:
-	case recordVersionV1:
-		known = knownFlagsV1
-	default:
-		return r, errRecord(fmt.Sprintf("unknown record version %d", body[0]))
+	if body[0] != recordVersion {
+		return r, errVersion(body[0])
 	}
 	r.flags = body[1]
-	if r.flags&^known != 0 {
+	if r.flags&^knownFlags != 0 {
 		return r, errRecord(fmt.Sprintf("unknown record flags %#x", r.flags))
 	}
 	p := body[2:]
@@ -158,6 +162,17 @@ func parseRecord(b []byte) (record, error) {
 		return r, errRecord(fmt.Sprintf("checksum mismatch: stored %#08x, computed %#08x", want, got))
 	}
 	return r, nil
+}
+
+// sealedRecord reports whether the record b (without its wal frame) ends in
+// the CRC-32C of the bytes before it, as every record this store ever wrote
+// does, whatever its version. A torn or damaged record almost never passes.
+func sealedRecord(b []byte) bool {
+	if len(b) < minRecordSize {
+		return false
+	}
+	body := b[:len(b)-crcSize]
+	return crc32.Checksum(body, castagnoli) == binary.LittleEndian.Uint32(b[len(b)-crcSize:])
 }
 
 // into copies r into out. Data and Extensions get fresh memory (one

@@ -17,10 +17,9 @@ import (
 
 // frameInfo locates one record in a segment file.
 type frameInfo struct {
-	off, size int
-	index     uint64
-	batchEnd  bool
-	// batchStart is false for version 1 records, which lack the mark.
+	off, size  int
+	index      uint64
+	batchEnd   bool
 	batchStart bool
 }
 

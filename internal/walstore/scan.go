@@ -98,6 +98,9 @@ type tornTail struct {
 // version, structure, checksum, and that raft indexes are consecutive and
 // agree with the segment names. The first bad record decides:
 //
+//   - a record whose version byte is not recordVersion but whose checksum
+//     matches: a *VersionError, wherever it lies. It was written whole by
+//     another build; it is neither damage nor a torn write.
 //   - in a segment that is not the last one: a *CorruptError. Those segments
 //     were fsynced before the next one was created; damage there is
 //     corruption, and dropping it would silently lose committed entries.
@@ -137,6 +140,13 @@ func scanSegments(dir string) (scanResult, error) {
 				}
 			}
 			if bad != nil {
+				var ve errVersion
+				if errors.As(bad, &ve) && sealedRecord(recordIn(data[pos:pos+size])) {
+					// A whole record of another version, not damage: cutting
+					// it as a torn tail would drop entries this build
+					// merely cannot read.
+					return res, &VersionError{Segment: seg.path, Offset: int64(pos), WalIndex: next, Version: byte(ve)}
+				}
 				want := uint64(0) // raft index the bad record should hold; 0: unknown
 				if haveBase {
 					want = res.base + next - 1
@@ -175,6 +185,15 @@ func frameAt(b []byte) (record, int, error) {
 	return rec, k + int(n), err
 }
 
+// recordIn returns the record inside the wal frame f, as sized by frameAt.
+func recordIn(f []byte) []byte {
+	_, k := binary.Uvarint(f)
+	if k <= 0 {
+		return nil
+	}
+	return f[k:]
+}
+
 // laterBatchFollows reports whether the damaged record at offset from
 // belongs to a batch that is not the final one, and if so names the
 // evidence. want is the raft index the damaged record should hold (0 if
@@ -186,10 +205,10 @@ func frameAt(b []byte) (record, int, error) {
 // was durable and may have been acknowledged. A record whole and valid
 // after the damage that opens a batch (flagBatchStart) is a batch written
 // after the damaged record's batch was complete, hence after that batch was
-// fsynced: the damage hit durable data. Logs written before flagBatchStart
-// existed (record version 1) carry only flagBatchEnd: there a batch end
-// followed by another whole record proves the same (the end may be the
-// damaged batch's own, but the record after it opens a later batch).
+// fsynced: the damage hit durable data. A batch end followed by another
+// whole record proves the same (the end may be the damaged batch's own, but
+// the record after it opens a later batch); it matters when the damage also
+// hit the next batch's first record.
 //
 // Framing may be lost at from, so this resynchronises byte by byte;
 // parseRecord rejects almost every false start on structure before
@@ -239,6 +258,33 @@ func (e *CorruptError) Error() string {
 
 // Unwrap returns ErrCorrupt and the record's error.
 func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// VersionError is what Open returns when a segment holds a whole record
+// (its checksum matches) whose version this build does not read, such as a
+// record written before 1.0. The store does not open and changes nothing on
+// disk: such a record is neither damage nor a torn write, and cutting it
+// would drop entries that may have been acknowledged. It matches
+// ErrUnsupportedVersion.
+type VersionError struct {
+	Segment  string // the segment file
+	Offset   int64  // byte offset of the record's frame in Segment
+	WalIndex uint64 // wal index of the record
+	Version  byte   // the record's version byte
+}
+
+func (e *VersionError) Error() string {
+	what := fmt.Sprintf("the record has version %d, which this build does not know", e.Version)
+	if e.Version == recordVersionPre10 {
+		what = "the record is a pre-1.0 log record (version 1), which this build does not read"
+	}
+	return fmt.Sprintf("%v: segment %s, offset %d (wal index %d): %s; this build reads record version %d only. "+
+		"Nothing was changed on disk. To recover this manager, stop it, move its raft data directory aside and "+
+		"start it with an empty one: the leader adds it back and sends it a snapshot",
+		ErrUnsupportedVersion, e.Segment, e.Offset, e.WalIndex, what, recordVersion)
+}
+
+// Unwrap returns ErrUnsupportedVersion.
+func (e *VersionError) Unwrap() error { return ErrUnsupportedVersion }
 
 // repairTail cuts the torn tail off its segment and makes the cut durable.
 func repairTail(t *tornTail) error {

@@ -54,6 +54,10 @@ var (
 	// operator what to do) instead of dropping entries that may have been
 	// acknowledged; GetLog returns it for a record that does not decode.
 	ErrCorrupt = errors.New("walstore: log corrupt")
+	// ErrUnsupportedVersion: the log holds a whole record of a version this
+	// build does not read (a pre-1.0 log, or one written by a newer build).
+	// Open returns it as a *VersionError and changes nothing on disk.
+	ErrUnsupportedVersion = errors.New("walstore: unsupported record version")
 	// ErrFailed: an earlier write, fsync or truncation failed part-way. The
 	// in-memory view may no longer match the disk, so the store refuses all
 	// further changes; close it and open it again (recovery repairs the tail).
@@ -144,7 +148,8 @@ var (
 // it finishes an interrupted truncation or re-base, checks every record, and
 // cuts a torn final write off the last segment (logging a warning). It
 // returns an error wrapping ErrCorrupt if data that was already durable is
-// damaged.
+// damaged, and one wrapping ErrUnsupportedVersion if a record is of a version
+// this build does not read; either way it changes nothing on disk.
 func Open(dir string, opts Options) (*Store, error) {
 	if opts.SegmentSize < 0 {
 		return nil, fmt.Errorf("%w: SegmentSize %d: must be 0 (default) or positive", ErrInvalidOptions, opts.SegmentSize)

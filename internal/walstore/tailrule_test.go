@@ -1,11 +1,8 @@
 package walstore
 
 import (
-	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -28,26 +25,6 @@ func cutInside(i int) damageFn {
 
 func both(a, b damageFn) damageFn {
 	return func(t *testing.T, seg string, fs []frameInfo) { a(t, seg, fs); b(t, seg, fs) }
-}
-
-// toVersion1 rewrites every record of seg as a version 1 record (no
-// batch-start flag), as a log written before that flag existed holds.
-func toVersion1(t *testing.T, seg string, fs []frameInfo) {
-	data, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fs {
-		_, k := binary.Uvarint(data[f.off:])
-		rec := data[f.off+k : f.off+f.size]
-		body := rec[:len(rec)-crcSize]
-		body[0] = recordVersionV1
-		body[1] &^= flagBatchStart
-		binary.LittleEndian.PutUint32(rec[len(rec)-crcSize:], crc32.Checksum(body, castagnoli))
-	}
-	if err := os.WriteFile(seg, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestTornTailRule pins the rule recovery applies to a damaged record in the
@@ -80,11 +57,6 @@ func TestTornTailRule(t *testing.T) {
 		{name: "damage in the last complete batch followed by nothing", n: 12, batch: 3, damage: flipRecord(11), wantLast: 10},
 		{name: "garbage appended", n: 12, batch: 3, extraGarbage: true, wantLast: 12},
 		{name: "garbage appended after a torn final batch", n: 12, batch: 3, damage: flipRecord(12), extraGarbage: true, wantLast: 11},
-		// Logs written before the batch-start mark (record version 1) still
-		// open, and the batch-end mark followed by a record still proves
-		// durability.
-		{name: "version 1: torn final batch", n: 12, batch: 3, damage: both(toVersion1, flipRecord(11)), wantLast: 10},
-		{name: "version 1: damage before two later batches", n: 12, batch: 3, damage: both(toVersion1, flipRecord(5)), wantCorrupt: 5},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
