@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -80,20 +78,7 @@ func (f *fakeOperator) Keyring(context.Context, rpc.KeyringRequest) (*rpc.Keyrin
 // insecure mode (the Manager service of an empty status).
 func serveOperator(t *testing.T, op rpc.Operator) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := rpc.NewServer(noService{}, rpc.ServerConfig{Operator: op, OperatorAuth: rpc.OperatorAuth{Insecure: true}})
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = srv.Close()
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
-		}
-	})
-	return ln.Addr().String()
+	return rpctest.Listen(t, rpc.NewServer(noService{}, rpc.ServerConfig{Operator: op, OperatorAuth: rpc.OperatorAuth{Insecure: true}}))
 }
 
 // noService is a Manager service that serves nothing.

@@ -3,7 +3,6 @@ package manager
 import (
 	"errors"
 	"fmt"
-	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpctest"
 
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -218,15 +218,8 @@ func TestListLargeJobsPagesThroughRPC(t *testing.T) {
 			t.Fatalf("submit %d: %+v %v", i, r, err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := rpc.NewServer(tc.mgrs[l], rpc.ServerConfig{})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() { _ = srv.Close(); <-served }()
-	client := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{ln.Addr().String()}})
+	addr := rpctest.Listen(t, rpc.NewServer(tc.mgrs[l], rpc.ServerConfig{}))
+	client := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{addr}})
 	defer client.Close()
 	var keys []string
 	after, pages := "", 0

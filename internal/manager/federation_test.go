@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -49,18 +49,12 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 		return ok, fmt.Sprintf("each to see the other datacenter (dc1 sees %v, dc2 sees %v)", v1.Datacenters, v2.Datacenters)
 	})
 	// What a gate reads (rpc.Client.FederationOf) from a Server given the view.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := rpc.NewServer(nil, rpc.ServerConfig{})
 	srv.SetFederation(f1.view)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() { _ = srv.Close(); <-served }()
+	addr := rpctest.Listen(t, srv)
 	rc := rpc.NewClient(rpc.ClientConfig{})
 	defer rc.Close()
-	v, err := rc.FederationOf(context.Background(), ln.Addr().String())
+	v, err := rc.FederationOf(context.Background(), addr)
 	if err != nil || v.Datacenter != "dc1" || len(v.Datacenters) != 2 || fmt.Sprint(v.Datacenters["dc2"]) != "[127.0.0.1:7201]" {
 		t.Fatalf("fetched %+v, %v", v, err)
 	}

@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
@@ -23,15 +23,7 @@ import (
 // returns its address.
 func serveManagerRPC(t *testing.T, m *Manager) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: testutil.Logger(t)})
-	served := make(chan struct{})
-	go func() { defer close(served); _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close(); <-served })
-	return ln.Addr().String()
+	return rpctest.Listen(t, rpc.NewServer(m, rpc.ServerConfig{Logger: testutil.Logger(t)}))
 }
 
 // runOutboxes runs an outbox on every manager of tc, as Main does, until the

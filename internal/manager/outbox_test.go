@@ -2,12 +2,12 @@ package manager
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -23,14 +23,7 @@ func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 	tc2 := newTestCluster(t, 1, func(c *Config) { c.Datacenter = "dc2" })
 	tc2.setNow(clock.Now)
 	l1, l2 := tc1.leader(), tc2.leader()
-	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
-	if lerr != nil {
-		t.Fatal(lerr)
-	}
-	srv := rpc.NewServer(tc2.mgrs[l2], rpc.ServerConfig{Logger: testutil.Logger(t)})
-	served := make(chan struct{})
-	go func() { defer close(served); _ = srv.Serve(ln) }()
-	defer func() { _ = srv.Close(); <-served }()
+	addr := rpctest.Listen(t, rpc.NewServer(tc2.mgrs[l2], rpc.ServerConfig{Logger: testutil.Logger(t)}))
 	ctx := ctxT(t)
 
 	req := &rpc.SubmitRequest{Tenant: "t", Key: "order-9", Fingerprint: "fp9"}
@@ -44,7 +37,7 @@ func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 	}
 
 	peers := func() map[string][]string {
-		return map[string][]string{"dc1": nil, "dc2": {ln.Addr().String()}}
+		return map[string][]string{"dc1": nil, "dc2": {addr}}
 	}
 	ob := newOutbox(tc1.mgrs[l1], peers, testutil.Logger(t))
 	octx, cancel := context.WithCancel(context.Background())

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -24,15 +24,7 @@ func serveRPC(t *testing.T, tc *testCluster) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := rpc.NewServer(m, rpc.ServerConfig{})
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(ln) }()
-		t.Cleanup(func() {
-			_ = srv.Close()
-			if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-				t.Errorf("Serve: %v", err)
-			}
-		})
+		rpctest.Serve(t, rpc.NewServer(m, rpc.ServerConfig{}), ln)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -177,15 +178,7 @@ func Config(nodeID, dataDir string) manager.Config {
 func serve(tb testing.TB, svc rpc.Service, ln net.Listener, federation func() *rpc.Federation) {
 	srv := rpc.NewServer(svc, rpc.ServerConfig{Logger: testutil.Logger(tb).With("rpc", ln.Addr().String())})
 	srv.SetFederation(federation)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	tb.Cleanup(func() {
-		_ = srv.Close()
-		<-done
-	})
+	rpctest.Serve(tb, srv, ln)
 }
 
 // Leader waits (15 s at most) until a manager leads and serves, and returns
