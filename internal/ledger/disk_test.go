@@ -419,11 +419,11 @@ func TestKeyCountsAcrossReopen(t *testing.T) {
 	}
 
 	release := make(chan struct{})
-	keyScanStarts = func() { <-release }
 	var logged testutil.Buffer
-	h.f = openFSM(t, dir, Options{Store: StoreOptions{Logger: slog.New(slog.NewTextHandler(&logged, nil))}})
+	h.f = openFSM(t, dir, Options{Store: StoreOptions{Logger: slog.New(slog.NewTextHandler(&logged, nil)),
+		Knobs: TestingKnobs{KeyScanStarts: func() { <-release }}}})
 	var once sync.Once
-	t.Cleanup(func() { keyScanStarts = nil; once.Do(func() { close(release) }) }) // before the FSM's Close
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the FSM's Close
 	keys := h.f.s.store.keys
 
 	// While the scan waits: every read goes to pebble.

@@ -453,7 +453,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	if m.entries+m.jobs == 0 {
 		st.keys = newKeyCounts()
 	} else {
-		st.keys = scanKeyCounts(st.db.NewSnapshot(), m.entries+m.jobs, st.opts.Logger)
+		st.keys = scanKeyCounts(st.db.NewSnapshot(), m.entries+m.jobs, st.opts.Logger, st.opts.Knobs.KeyScanStarts)
 	}
 	entries := &diskIndex[*Entry]{st: st, prefix: pfxEntries, key: entryKey,
 		encode: appendEntry, decode: storeValue(decodeEntry), keys: st.keys,

@@ -50,13 +50,13 @@ func newKeyCounts() *keyCounts {
 // items is how many entries and jobs the view holds (the map is made that
 // large at once, not grown by doubling). log, when set, is told how the
 // scan ended.
-func scanKeyCounts(view *pebble.Snapshot, items uint64, log *slog.Logger) *keyCounts {
+func scanKeyCounts(view *pebble.Snapshot, items uint64, log *slog.Logger, starts func()) *keyCounts {
 	c := &keyCounts{seed: maphash.MakeSeed(), delta: map[uint64]int32{}, scanned: make(chan *hashCounts, 1)}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		start := time.Now()
-		n, err := c.scan(view, int(min(items, maxScanHint)))
+		n, err := c.scan(view, int(min(items, maxScanHint)), starts)
 		switch {
 		case log == nil || c.stop.Load():
 		case err != nil:
@@ -75,15 +75,13 @@ const maxScanHint = 1 << 24
 // scanStep is how many keys the scan counts between looks at stop.
 const scanStep = 4096
 
-// keyScanStarts, when set (tests), is called as a scan starts.
-var keyScanStarts func()
-
 // scan counts view's entries and jobs, and hands the counts over unless
-// stopped; it returns how many keys it counted.
-func (c *keyCounts) scan(view *pebble.Snapshot, items int) (n int, err error) {
+// stopped; it returns how many keys it counted. starts, when set
+// (TestingKnobs.KeyScanStarts), is called first.
+func (c *keyCounts) scan(view *pebble.Snapshot, items int, starts func()) (n int, err error) {
 	defer view.Close()
-	if keyScanStarts != nil {
-		keyScanStarts()
+	if starts != nil {
+		starts()
 	}
 	counts := newHashCounts(items)
 	for _, p := range []byte{pfxEntries, pfxJobs} {

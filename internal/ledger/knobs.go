@@ -1,13 +1,19 @@
 package ledger
 
-// TestingKnobs take parts of the disk store's work away, to measure what the
-// rest costs (CockroachDB's TestingKnobs pattern: passed in StoreOptions,
-// read from there, zero in production). BenchmarkApplyAdmitBounds
-// sets them and TestBenchKnobs checks them (docs/benchmarks.md, "What would
-// close the gap, and how close pebble can come"). A store opened with any of
-// them set does not hold a ledger that could be opened again or replicated:
-// it is a measuring instrument.
+// TestingKnobs are for tests and benchmarks only (CockroachDB's
+// TestingKnobs pattern: passed in StoreOptions, read from there, zero in
+// production). KeyScanStarts holds the store at a chosen point. The others
+// take parts of the disk store's work away, to measure what the rest costs:
+// BenchmarkApplyAdmitBounds sets them and TestBenchKnobs checks them
+// (docs/benchmarks.md); a store opened with any of those set does not hold a
+// ledger that could be opened again or replicated: it is a measuring
+// instrument.
 type TestingKnobs struct {
+	// KeyScanStarts, when set, is called by the background scan of the key
+	// counts (keys.go) as it starts, before it reads the store; it may
+	// block, holding the counts not ready.
+	KeyScanStarts func()
+
 	// OrdersInMemory keeps every secondary order (expiry,
 	// sequence, type, the lifecycle's) in the memory state's B-trees, so
 	// pebble holds only the entries, the jobs and the watermarks.
