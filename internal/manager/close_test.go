@@ -77,12 +77,14 @@ func newLeaderToClose(t *testing.T, base string, i int, beforeBarrier func(*Mana
 	c.HeartbeatTimeout = 100 * time.Millisecond
 	c.ElectionTimeout = 100 * time.Millisecond
 	c.LeaderLeaseTimeout = 50 * time.Millisecond
-	m, err := New(c, Deps{Logger: testutil.Logger(t), Transport: tr})
+	var m *Manager
+	var knobs TestingKnobs
+	if beforeBarrier != nil {
+		knobs.BeforeBarrier = func() { beforeBarrier(m) } // a term begins after BootstrapSelf, below
+	}
+	m, err := New(c, Deps{Logger: testutil.Logger(t), Transport: tr, Knobs: knobs})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if beforeBarrier != nil {
-		m.beforeBarrier = func() { beforeBarrier(m) }
 	}
 	if err := m.BootstrapSelf(); err != nil {
 		t.Fatal(err)

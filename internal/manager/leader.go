@@ -68,8 +68,8 @@ func (m *Manager) leaderLoop() {
 // until leadership ends.
 func (m *Manager) lead(ctx context.Context) {
 	term := m.raft.CurrentTerm()
-	if m.beforeBarrier != nil {
-		m.beforeBarrier()
+	if m.knobs.BeforeBarrier != nil {
+		m.knobs.BeforeBarrier()
 	}
 	for {
 		if err := m.raft.Barrier(m.cfg.ApplyTimeout).Error(); err == nil {

@@ -92,6 +92,9 @@ type TestingKnobs struct {
 	// flight, before it waits for it (or, allowed no wait, answers
 	// in_progress). It must not block.
 	WaitsOnAdmit func(tenant, key string)
+	// BeforeBarrier runs as a term of leadership begins, before its first
+	// Barrier (leader.go). It may block.
+	BeforeBarrier func()
 }
 
 func (k TestingKnobs) beforeAdmit(ctx context.Context, tenant, key string) {
@@ -152,9 +155,6 @@ type Manager struct {
 	// Leases, Heartbeats, Completes and Fails (batch.go).
 	reserves, workers *batcher
 	knobs             TestingKnobs
-	// beforeBarrier, when set (tests), runs as a term begins, before lead's
-	// first Barrier.
-	beforeBarrier func()
 	// queueJobs: propose version-3 Commits, the job QUEUED for workers
 	// (jobs.go); set from the package's switch, and by tests.
 	queueJobs atomic.Bool
