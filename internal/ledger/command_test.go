@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // sampleCommands has one command of every type, with every field set.
@@ -301,4 +303,31 @@ func quoteBytes(b []byte) string {
 	}
 	sb.WriteByte('"')
 	return sb.String()
+}
+
+// A decoder with share reads the strings of an input up to maxShared bytes
+// as parts of one copy of it, and those of a longer input each as a copy of
+// its own, so a string kept by mistake keeps at most maxShared bytes alive.
+func TestSharedStringsBound(t *testing.T) {
+	for _, c := range []struct {
+		pad    int
+		shared bool
+	}{{pad: 10, shared: true}, {pad: maxShared, shared: false}} {
+		var b []byte
+		b = appendString(b, "first")
+		b = appendString(b, strings.Repeat("x", c.pad))
+		b = appendString(b, "last")
+		d := &decoder{b: b, base: ErrMalformed, share: true}
+		first, _, last := d.string(), d.string(), d.string()
+		if err := d.finish(); err != nil || first != "first" || last != "last" {
+			t.Fatalf("pad %d: %q %q %v", c.pad, first, last, err)
+		}
+		// In the input, "first" starts at 1 (after its length byte) and
+		// "last" at len(b)-4: parts of one copy lie as far apart.
+		apart := uintptr(unsafe.Pointer(unsafe.StringData(last))) - uintptr(unsafe.Pointer(unsafe.StringData(first)))
+		want := uintptr(len(b) - len("last") - 1)
+		if (apart == want) != c.shared {
+			t.Errorf("pad %d (input of %d bytes): shared = %v, want %v", c.pad, len(b), apart == want, c.shared)
+		}
+	}
 }

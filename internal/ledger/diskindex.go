@@ -427,7 +427,7 @@ func (s *state) loadWatermarks() {
 // jobDue, jobLeaseExp) from jobRunning. O(jobs running).
 func (s *state) loadRunning() {
 	s.jobRunning.Ascend(func(j *Job) bool {
-		k := runKeyOf(j)
+		k := runKeyOf(j).kept()
 		s.jobLeaseID.ReplaceOrInsert(k)
 		s.jobDue.ReplaceOrInsert(k)
 		s.jobLeaseExp.ReplaceOrInsert(k)

@@ -349,6 +349,14 @@ type runKey struct {
 	seq                 uint64
 }
 
+// kept is k with strings of its own, for the in-memory orders, which keep it
+// while the job runs: not parts of the record or command they were decoded
+// from (decoder's share).
+func (k runKey) kept() runKey {
+	k.tenant, k.leaseID, k.id = strings.Clone(k.tenant), strings.Clone(k.leaseID), strings.Clone(k.id)
+	return k
+}
+
 func runKeyOf(j *Job) runKey {
 	k := runKey{tenant: j.Tenant, seq: j.Seq, id: j.ID}
 	if j.Life != nil {
@@ -447,6 +455,11 @@ func (s *state) reindexJob(old, j *Job) {
 	}
 	if rn {
 		nk = runKeyOf(j)
+		if ro && ok.leaseID == nk.leaseID {
+			nk.tenant, nk.id, nk.leaseID = ok.tenant, ok.id, ok.leaseID // a heartbeat: the kept strings
+		} else {
+			nk = nk.kept()
+		}
 	}
 	reorder(s.jobDue, lessDueKey, ok, nk, ro, rn)
 	reorder(s.jobLeaseExp, lessLeaseExp, ok, nk, ro, rn)

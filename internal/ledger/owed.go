@@ -31,9 +31,11 @@ func owedTree(x index[*Entry]) *btree.BTreeG[*Entry] {
 	return x.(*btree.BTreeG[*Entry])
 }
 
-// insertOwed keeps e, an expiring entry still carried, in the owed table.
+// insertOwed keeps e, an expiring entry still carried, in the owed table,
+// which a disk state mirrors in memory: a copy of e whose strings are its own,
+// not parts of the record e was read from (decoder's share).
 func (s *state) insertOwed(e *Entry) {
-	s.owed.ReplaceOrInsert(e)
+	s.owed.ReplaceOrInsert(decodeEntry(&decoder{b: appendEntry(nil, e), base: ErrStore}))
 }
 
 func (s *state) removeOwed(e *Entry) { s.owed.Delete(e) }

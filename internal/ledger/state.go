@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/google/btree"
 	"github.com/once-dev/once/pkg/api"
@@ -153,6 +154,9 @@ func entryBytes(payload int) uint64 { return EntryOverhead + uint64(payload) }
 func (s *state) charge(tenant string, n uint64) {
 	s.dirty(tenant)
 	s.bytes += n
+	if _, ok := s.tenantBytes[tenant]; !ok {
+		tenant = strings.Clone(tenant) // kept as the map's key (decoder's share)
+	}
 	s.tenantBytes[tenant] += n
 }
 
@@ -447,6 +451,10 @@ func (s *state) replaceWatermark(old, w *Watermark) {
 }
 
 func (s *state) insertWatermark(w *Watermark) {
+	// Kept in memory (the mirror) while the client lasts: its own strings,
+	// not parts of the command they were decoded from (decoder's share). A
+	// replaced watermark keeps the strings of the one it replaces.
+	w.Tenant, w.ClientID, w.Nonce = strings.Clone(w.Tenant), strings.Clone(w.ClientID), strings.Clone(w.Nonce)
 	s.wms.ReplaceOrInsert(w)
 	s.wmAge.ReplaceOrInsert(w)
 	s.dirty(w.Tenant)

@@ -67,7 +67,11 @@ func sizeStrings(ss []string) int {
 // read so keeps the whole input alive, so share is for inputs no larger than
 // the item the strings belong to (one command of a batch, one record of the
 // store), decoded where the item's strings do not outlive its record: the
-// disk store's apply path (DecodeCommand's share, storeValue).
+// disk store's apply path (DecodeCommand's share, storeValue). What the state
+// keeps in memory beyond the apply (a new watermark, a tenant's name in its
+// counters, a RUNNING job's lease key, an owed entry) it clones; and an input
+// longer than maxShared (a large payload) is read string by string as without
+// share, so a string kept by mistake never keeps more than maxShared bytes.
 type decoder struct {
 	b     []byte
 	off   int
@@ -76,6 +80,10 @@ type decoder struct {
 	share bool
 	s     string // with share: the input, once a string was read
 }
+
+// maxShared is the longest input whose strings a decoder with share reads
+// as parts of one copy (decoder).
+const maxShared = 1 << 10
 
 func (d *decoder) fail(what string) {
 	if d.err == nil {
@@ -169,7 +177,7 @@ func (d *decoder) string() string {
 		return ""
 	}
 	var s string
-	if d.share {
+	if d.share && len(d.b) <= maxShared {
 		if d.s == "" {
 			d.s = string(d.b)
 		}
