@@ -267,7 +267,7 @@ func TestBatchSubmitterGivesUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctxT(t))
 	cancel()
 	now := m.ledgerNow()
-	_, err := m.reserves.apply(ctx, ledger.Admit{
+	_, err := m.admits.apply(ctx, ledger.Admit{
 		Reserve: ledger.Reserve{Tenant: "t", Key: "gave-up", Fingerprint: "fp", JobID: "job-gave-up",
 			Now: now.UnixNano(), MaxEntries: 100,
 			Request: ledger.Request{Type: "demo", Payload: []byte(`1`)}},

@@ -30,7 +30,7 @@ import (
 // lifecycle and expire after MANAGER_JOB_RETENTION_SECONDS, for a
 // deployment without workers.
 
-// LeaseJobs hands out up to req.Max queued jobs of the tenant (the oldest
+// LeaseJobs hands out up to req.MaxJobs queued jobs of the tenant (the oldest
 // first; expired leases of the tenant first of all), each under a new lease
 // until now + the lease duration. An empty answer is not an error: nothing is
 // due. Errors are *rpc.Error values: CodeInvalid for a bad request,
@@ -77,18 +77,14 @@ func (m *Manager) leaseJobs(ctx context.Context, req *rpc.LeaseRequest) (*ledger
 	}
 	now := m.ledgerNow()
 	ids := make([]string, n)
-	var replay string
 	if req.Request != "" {
-		replay = req.Request + "\x00" + req.Fingerprint
-	}
-	if replay != "" {
 		// A retry of a request whose jobs are still held under its leases
 		// is answered with them, from the ledger (after this term's
 		// Barrier, it holds every lease an earlier leader gave). Else the
 		// lease IDs are new: a job leased again (its lease expired, the
 		// same request retried) never gets a lease ID it held before, which
 		// a worker still holding the old lease could use.
-		prefix := replayLeasePrefix(req.Tenant, replay)
+		prefix := replayLeasePrefix(req.Tenant, req.Request+"\x00"+req.Fingerprint)
 		if held := m.fsm.HeldLeases(req.Tenant, prefix, now.UnixNano()); len(held) > 0 {
 			return &ledger.LeaseResult{Jobs: held[:min(len(held), n)], Replayed: true}, nil
 		}
@@ -102,7 +98,7 @@ func (m *Manager) leaseJobs(ctx context.Context, req *rpc.LeaseRequest) (*ledger
 	}
 	res, err := m.workers.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Worker, Types: req.Types, Max: uint64(n),
 		LeaseIDs: ids, Now: now.UnixNano(), Expiry: now.Add(d).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts),
-		Replay: replay != "", MaxBytes: rpc.LeaseAnswerBytes})
+		Replay: req.Request != "", MaxBytes: rpc.LeaseAnswerBytes})
 	if err != nil {
 		return nil, err
 	}

@@ -151,11 +151,11 @@ type Manager struct {
 	proposingMu sync.Mutex
 	proposing   map[string]chan struct{}
 
-	// reserves batches the submissions' Admits, workers the workers'
+	// admits batches the submissions' Admits, workers the workers'
 	// Leases, Heartbeats, Completes and Fails (batch.go).
-	reserves, workers *batcher
-	knobs             TestingKnobs
-	// queueJobs: propose version-3 Commits, the job QUEUED for workers
+	admits, workers *batcher
+	knobs           TestingKnobs
+	// queueJobs: propose queue commits (ledger.QueueCommit), the job QUEUED for workers
 	// (jobs.go); set from the package's switch, and by tests.
 	queueJobs atomic.Bool
 
@@ -263,10 +263,10 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	ok = true
 	m.bgWG.Add(1)
 	go m.leaderLoop()
-	m.reserves = newBatcher(m, ledger.TypeAdmitBatch)
+	m.admits = newBatcher(m, ledger.TypeAdmitBatch)
 	m.workers = newBatcher(m, ledger.TypeWorkerBatch)
 	m.bgWG.Add(2)
-	go m.reserves.run()
+	go m.admits.run()
 	go m.workers.run()
 	m.startClockWatch()
 	return m, nil

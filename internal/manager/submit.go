@@ -134,7 +134,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		// entry; no entry is left PENDING.
 		entry := ledger.Entry{Tenant: req.Tenant, Key: req.Key, JobID: jobID, ResultTTL: req.ResultTTL, Request: reserve.Request}
 		cmd := ledger.Admit{Reserve: reserve, Outcome: m.outcomeCommand(entry, m.expiryBasis(req), now)}
-		res, err := m.tracedApply(ctx, "raft.apply.admit", m.reserves, cmd)
+		res, err := m.tracedApply(ctx, "raft.apply.admit", m.admits, cmd)
 		m.endProposal(req.Tenant, req.Key, proposal)
 		if err != nil {
 			return nil, err
