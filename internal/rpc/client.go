@@ -373,13 +373,13 @@ func (c *Client) lane(ctx context.Context, addr string, slot uint64) (*lane, err
 // Status returns the status of whichever manager answers (the leader when
 // it is known), with retries.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
-	return getJSON[Status](ctx, c, "/rpc/v1/status", nil)
+	return c.status(ctx, nil)
 }
 
 // LeaderStatus returns the leader's status: it succeeds only when a leader
 // answers, which is what a gate's readiness means.
 func (c *Client) LeaderStatus(ctx context.Context) (*Status, error) {
-	return getJSON[Status](ctx, c, "/rpc/v1/status", url.Values{"leader": {"1"}})
+	return c.status(ctx, url.Values{"leader": {"1"}})
 }
 
 // StatusOf returns one manager's own status, wherever it stands; no retries.
@@ -391,17 +391,17 @@ func (c *Client) StatusOf(ctx context.Context, addr string) (*Status, error) {
 	return &st, nil
 }
 
-// getJSON reads path (HTTP/1.1, JSON) with the retries of every call and
-// decodes the answer.
-func getJSON[T any](ctx context.Context, c *Client, path string, q url.Values) (*T, error) {
-	var out T
-	err := c.retry(ctx, path, func(addr string) error {
-		return c.attempt(ctx, addr, path, q, &out)
+// status reads GET /rpc/v1/status (HTTP/1.1, JSON, the one route of the
+// port that is not gRPC) with q and the retries of every call.
+func (c *Client) status(ctx context.Context, q url.Values) (*Status, error) {
+	var st Status
+	err := c.retry(ctx, "/rpc/v1/status", func(addr string) error {
+		return c.attempt(ctx, addr, "/rpc/v1/status", q, &st)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &out, nil
+	return &st, nil
 }
 
 // maxHintHops bounds how many "not leader" hints are followed without pausing,
