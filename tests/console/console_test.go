@@ -306,7 +306,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	eval[int](p, "choose oldest first", `document.getElementById("f-order").value = "asc", 1`)
 	p.run("show oldest first", chromedp.Click(chromedp.CSS("#f-apply")))
-	p.until("the oldest-first page", `location.hash.includes("order=asc") && document.getElementById("f-order").value === "asc"`)
+	// The view drawn for the new address, not the old one whose order
+	// select the test has just set: its note says oldest first. (The old
+	// form, if typed into before the hashchange redraws the view, loses
+	// what was typed.)
+	p.until("the oldest-first page", `location.hash.includes("order=asc") && document.getElementById("f-order").value === "asc" && [...document.querySelectorAll("#view p.note")].some(n => n.textContent.startsWith("Oldest first"))`)
 	p.wait("the job, oldest first", jobRow(work, "succeeded"))
 
 	// Its page, found by its idempotency key: key, payload, state,
