@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,8 +67,8 @@ type Options struct {
 	// Fast uses localcluster's short Raft and gossip timings.
 	Fast bool
 
-	// ProfileDir, when set, receives a CPU profile of the manager leader, of
-	// each gate (if it serves /debug/pprof) and of the load generator for
+	// ProfileDir, when set, receives a CPU profile of each manager (the
+	// leader and the followers), of each gate (if it serves /debug/pprof) and of the load generator for
 	// every workload but the storm: <dir>/<workload>-<node>.pprof. The
 	// managers are started with MANAGER_PPROF=true, the gates with
 	// GATE_PPROF=true.
@@ -373,11 +374,9 @@ func runWorkload(ctx context.Context, c *localcluster.Cluster, p *prober, spec l
 	stopSelf := func() {}
 	if o.ProfileDir != "" && spec.Keys != loadgen.KeysStorm {
 		secs := max(int(time.Duration(spec.Duration).Seconds())-1, 1)
-		var targets []*localcluster.Node
-		if l, err := c.Leader(ctx); err == nil {
-			targets = append(targets, l)
-		}
-		targets = append(targets, c.Gates...)
+		// Every manager: the followers apply every entry too, and their
+		// share of a submission's CPU is as large as the leader's.
+		targets := append(slices.Clone(c.Managers), c.Gates...)
 		for _, n := range targets {
 			path := filepath.Join(o.ProfileDir, spec.Name+"-"+n.Name+".pprof")
 			profWG.Go(func() {

@@ -104,7 +104,7 @@ func parseOptions(sub string, args []string, stderr io.Writer) (o Options, path 
 	fs.IntVar(&o.Managers, "managers", 3, "number of managers")
 	fs.IntVar(&o.Gates, "gates", 2, "number of gates")
 	fs.BoolVar(&o.Fast, "fast", false, "short Raft timings (election timeout 500ms) as in the end-to-end tests")
-	fs.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of the leader, the gates and the load generator during each workload")
+	fs.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of every manager, the gates and the load generator during each workload")
 	env := multiFlag{}
 	fs.Var(&env, "env", "NAME=value added to every process's environment (repeatable), e.g. -env MANAGER_RAFT_MAX_APPEND_ENTRIES=1024")
 	if err := fs.Parse(args); err != nil {
