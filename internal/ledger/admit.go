@@ -1,6 +1,9 @@
 package ledger
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // TypeAdmit is a submission decided in one entry (docs/ledger.md, "One
 // round"): the key's reservation and its outcome together.
@@ -124,11 +127,21 @@ func (s *state) applyAdmit(ax *applyCtx, a Admit) Result {
 	}
 	e := s.newEntry(r)
 	var out Result
+	raisedAt := int64(math.MinInt64) // the Now a commit raised the key's watermark with
 	switch o := a.Outcome.(type) {
 	case Commit:
 		out = s.commitEntry(ax, e, o)
+		if out.Outcome == OutcomeCommitted {
+			raisedAt = o.Now
+		}
 	case Reject:
 		out = s.rejectEntry(ax, e, o)
+	}
+	// A structured key's watermark is created, or touched at the Reserve's
+	// Now, by every admission. A commit's raise (commitEntry) has done both
+	// already, at its own Now, unless the Reserve's is later.
+	if e.Structured && r.Now > raisedAt {
+		s.touchWatermark(r.Tenant, r.ClientID, r.Nonce, r.Now)
 	}
 	out.Removed = addRemoved(res.Removed, out.Removed)
 	return out

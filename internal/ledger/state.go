@@ -595,7 +595,8 @@ func (s *state) admissible(ax *applyCtx, c Reserve) (res Result, free bool) {
 }
 
 // newEntry is the entry an admissible Reserve makes, before its verdict is
-// in it (not inserted). A structured key's watermark is created or touched.
+// in it (not inserted). The Admit creates or touches a structured key's
+// watermark once the verdict is applied (applyAdmit).
 func (s *state) newEntry(c Reserve) *Entry {
 	e := &Entry{
 		Tenant:      c.Tenant,
@@ -614,7 +615,6 @@ func (s *state) newEntry(c Reserve) *Entry {
 	}
 	if c.Structured {
 		e.Structured, e.ClientID, e.Sequence, e.Nonce = true, c.ClientID, c.Sequence, c.Nonce
-		s.touchWatermark(c.Tenant, c.ClientID, c.Nonce, c.Now)
 	}
 	return e
 }

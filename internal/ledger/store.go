@@ -111,9 +111,9 @@ type store struct {
 	opts StoreOptions
 
 	// The writes of the commands being applied (between begin and commit)
-	// are first kept in pending, one per key, the last one winning: an
-	// Admit writes its client's watermark twice (touched, then raised by
-	// its Commit), the counters are written once per batch, and an item a
+	// are first kept in pending, one per key, the last one winning: the
+	// Admits of a batch write their client's watermark once each, the
+	// counters are written once per batch, and an item a
 	// later command of the batch removes is deleted; only the last write of
 	// each key reaches pebble, whose memtable would hold every version until a flush
 	// (docs/ledger.md, "Apply"). Point reads look there first. A walk of
