@@ -21,19 +21,15 @@ const domain = "once/jobid/v1"
 // Derive returns the job ID of the submission (tenant, key, fingerprint), as
 // a UUID string in its canonical 36-character form.
 func Derive(tenant, key, fingerprint string) string {
-	h := sha256.New()
-	write := func(s string) {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
+	// The hashed bytes are built in one buffer, on the stack for the usual
+	// sizes: SHA-256 over them in one call, no digest on the heap.
+	var buf [256]byte
+	in := buf[:0]
+	for _, s := range [...]string{domain, tenant, key, fingerprint} {
+		in = binary.BigEndian.AppendUint64(in, uint64(len(s)))
+		in = append(in, s...)
 	}
-	write(domain)
-	write(tenant)
-	write(key)
-	write(fingerprint)
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
+	sum := sha256.Sum256(in)
 	var u uuid.UUID
 	copy(u[:], sum[:16])
 	u[6] = (u[6] & 0x0f) | 0x80 // version 8
