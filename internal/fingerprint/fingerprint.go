@@ -521,17 +521,25 @@ const fingerprintDomain = "once.fingerprint.v1"
 // each preceded by its length as a big-endian uint64, so no two different
 // tuples encode to the same bytes. canonicalBody should come from Canonicalize.
 func Fingerprint(tenant, method, path string, canonicalBody []byte) string {
-	h := sha256.New()
-	var n [8]byte
-	write := func(b []byte) {
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-		h.Write(n[:])
-		h.Write(b)
+	// A usual request is hashed from one buffer on the stack, in one call;
+	// a larger one streams through a digest.
+	var buf [512]byte
+	in := buf[:0]
+	for _, s := range [...]string{fingerprintDomain, tenant, method, path} {
+		in = binary.BigEndian.AppendUint64(in, uint64(len(s)))
+		in = append(in, s...)
 	}
-	write([]byte(fingerprintDomain))
-	write([]byte(tenant))
-	write([]byte(method))
-	write([]byte(path))
-	write(canonicalBody)
-	return hex.EncodeToString(h.Sum(nil))
+	in = binary.BigEndian.AppendUint64(in, uint64(len(canonicalBody)))
+	var sum [sha256.Size]byte
+	if len(in)+len(canonicalBody) <= len(buf) {
+		sum = sha256.Sum256(append(in, canonicalBody...))
+	} else {
+		h := sha256.New()
+		h.Write(in)
+		h.Write(canonicalBody)
+		h.Sum(sum[:0])
+	}
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }

@@ -225,6 +225,15 @@ func TestFingerprintPinned(t *testing.T) {
 	if got != want {
 		t.Fatalf("Fingerprint = %s, want %s", got, want)
 	}
+	// A body too long to be hashed from one buffer is streamed, to the same
+	// encoding.
+	long := []byte(`{"pad":"` + strings.Repeat("x", 600) + `"}`)
+	if got, want := Fingerprint("default", "POST", "/v1/jobs", long), "9116ec01df83e476b3254537cd45bd6eb57d0f6e2daf99c3b32774dfd8d8a040"; got != want {
+		t.Fatalf("Fingerprint of a %d-byte body = %s, want %s", len(long), got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Fingerprint("default", "POST", "/v1/jobs", []byte(`{"type":"t"}`)) }); n > 1 {
+		t.Fatalf("Fingerprint allocates %v times, want 1 (the string)", n)
+	}
 }
 
 func BenchmarkCanonicalize(b *testing.B) {
