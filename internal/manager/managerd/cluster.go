@@ -28,10 +28,10 @@ type clusterMembership struct {
 }
 
 // lanView is the manager's window on its datacenter's LAN pool
-// (manager.Deps.Peers and manager.Deps.Clock). The pool starts after the manager, whose metadata says
-// whether the node has Raft state: until then the view knows no peer and has
-// measured nobody, so a manager that may lead does not take its own clock on
-// trust.
+// (manager.Deps.Peers and manager.Deps.Clock). The pool starts after the
+// manager, whose metadata says whether the node has Raft state: until then
+// the view knows no peer and has measured nobody, so a manager that may lead
+// does not take its own clock on trust.
 type lanView struct {
 	manager.PeerTable
 	pool atomic.Pointer[membership.Pool]
