@@ -9,11 +9,11 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/manager/managerd"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(manager.Main(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+	os.Exit(managerd.Main(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }

@@ -1,42 +1,11 @@
 package manager
 
 import (
-	"context"
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/once-dev/once/internal/autopilot"
-	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 )
-
-// startAutopilot runs the autopilot: it bootstraps the Raft group once
-// MANAGER_BOOTSTRAP_EXPECT managers of the datacenter see each other (never
-// twice), and, on the leader, runs hashicorp/raft-autopilot: joining managers
-// are added and promoted to voter once healthy, and those that left or stayed
-// dead past MANAGER_DEAD_SERVER_GRACE_SECONDS are removed (see
-// docs/operations.md for how the settings map onto raft-autopilot's).
-func (c *clusterMembership) startAutopilot(ctx context.Context, cfg Config, m *Manager, hasState bool) error {
-	c.ap = autopilot.New(autopilot.Config{
-		DC:               cfg.Datacenter,
-		NodeID:           cfg.NodeID,
-		RaftAddr:         cfg.RaftAdvertise,
-		BootstrapExpect:  cfg.BootstrapExpect,
-		HasExistingState: hasState,
-		DeadServerGrace:  cfg.DeadServerGrace,
-		Logger:           c.log,
-	}, m.Raft(), c.pool)
-	m.autopilot.Store(c.ap)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		if err := c.ap.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			c.log.Error("autopilot stopped", logging.KeyError, err)
-		}
-	}()
-	return nil
-}
 
 // autopilotHealth is raft-autopilot's state for Status: on the leader once it
 // has computed one, nil elsewhere.

@@ -106,12 +106,9 @@ type Config struct {
 	// Insecure is MANAGER_INSECURE: start without any credential (no TLS
 	// files, no cluster secret), RPC, Raft and gossip unauthenticated and
 	// plaintext; without it a manager refuses to start so (CheckSecurity).
-	Insecure bool
-	// clusterSecret is the content of ClusterSecretFile once read (run):
-	// the gossip pools derive their keys from it when none is set.
-	clusterSecret string
-	LogLevel      string // MANAGER_LOG_LEVEL
-	LogFormat     string // MANAGER_LOG_FORMAT
+	Insecure  bool
+	LogLevel  string // MANAGER_LOG_LEVEL
+	LogFormat string // MANAGER_LOG_FORMAT
 
 	Idempotency config.Idempotency
 

@@ -1,8 +1,6 @@
 package manager
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"io"
 	"strings"
@@ -116,21 +114,26 @@ func TestValidateBuiltInCode(t *testing.T) {
 	}
 }
 
-// TestMainExitCodes: -h exits 0 listing the settings; a bad setting exits 2
-// with a message naming it, before anything starts.
-func TestMainExitCodes(t *testing.T) {
-	var stderr bytes.Buffer
-	if code := Main(context.Background(), []string{"-h"}, nil, io.Discard, &stderr); code != config.ExitOK {
-		t.Fatalf("-h: exit %d", code)
+// TestLoadConfigWAN: the WAN settings load from their variables; a WAN seed,
+// advertise address or key without MANAGER_WAN_GOSSIP_ADDR is a configuration
+// error naming the variable.
+func TestLoadConfigWAN(t *testing.T) {
+	c, err := LoadConfig(nil, config.MapLookup(map[string]string{
+		EnvWANGossipAddr: "127.0.0.1:7300", EnvWANJoin: "127.0.0.1:7301,127.0.0.1:7302",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, env := range []string{EnvNodeID, EnvApplyTimeout, config.EnvPendingTTL, EnvLogFormat} {
-		if !strings.Contains(stderr.String(), env) {
-			t.Errorf("-h does not list %s", env)
+	if c.WANGossipAddr != "127.0.0.1:7300" || len(c.WANJoin) != 2 {
+		t.Fatalf("loaded %+v", c)
+	}
+	for _, env := range []map[string]string{
+		{EnvWANJoin: "127.0.0.1:7301"},
+		{EnvWANGossipAddr: "nonsense"},
+	} {
+		_, err := LoadConfig(nil, config.MapLookup(env), io.Discard)
+		if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), EnvWANGossipAddr) {
+			t.Fatalf("%v: err %v, want a configuration error naming %s", env, err, EnvWANGossipAddr)
 		}
-	}
-	stderr.Reset()
-	code := Main(context.Background(), nil, []string{"IDEMPOTENCY_PENDING_TTL_SECONDS=soon"}, io.Discard, &stderr)
-	if code != config.ExitConfig || !strings.Contains(stderr.String(), "IDEMPOTENCY_PENDING_TTL_SECONDS") {
-		t.Fatalf("exit %d, stderr %q", code, stderr.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/manager/managerd"
 )
 
 // Clock is a wall clock shifted by an offset that can change at any time: a
@@ -35,10 +36,10 @@ func (c *Clock) Offset() time.Duration { return time.Duration(c.offset.Load()) }
 // ManagerOptions returns the options that run the real manager with the
 // failpoints: its Raft stream layer wrapped by a Layer, its clock a Clock,
 // and the /debug/failpoints endpoints (Mount) on its RPC listener.
-func ManagerOptions() manager.Options {
+func ManagerOptions() managerd.Options {
 	var layer *Layer
 	clock := &Clock{}
-	return manager.Options{
+	return managerd.Options{
 		WrapStreamLayer: func(s raft.StreamLayer) raft.StreamLayer {
 			layer = Wrap(s)
 			return layer

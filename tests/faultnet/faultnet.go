@@ -1,6 +1,6 @@
 // Package faultnet is the fault layer of the tests module: what the
 // fault-injection manager (tests/cmd/oncemanager-faults) adds to the real
-// manager through manager.Options, and nothing the product links.
+// manager through managerd.Options, and nothing the product links.
 //
 //   - Layer wraps the manager's Raft stream layer with a failpoint that cuts
 //     links. Block(addrs) refuses every new connection to those peers and

@@ -1,4 +1,4 @@
-package manager
+package managerd
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -39,16 +40,16 @@ func TestOperatorAuth(t *testing.T) {
 		{name: "cluster secret only: closed", cluster: cluster, want: rpc.OperatorAuth{}},
 		{name: "insecure: open", insecure: true, want: rpc.OperatorAuth{Insecure: true}},
 	} {
-		got, err := operatorAuth(Config{OperatorSecretFile: tc.file, Insecure: tc.insecure}, tc.cluster, tc.fileTLS, log)
+		got, err := operatorAuth(manager.Config{OperatorSecretFile: tc.file, Insecure: tc.insecure}, tc.cluster, tc.fileTLS, log)
 		if err != nil || got != tc.want {
 			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
 		}
 	}
-	_, err := operatorAuth(Config{OperatorSecretFile: write("same", cluster)}, cluster, false, log)
+	_, err := operatorAuth(manager.Config{OperatorSecretFile: write("same", cluster)}, cluster, false, log)
 	if !errors.Is(err, ErrOperatorSecretReused) || !errors.Is(err, config.ErrInvalid) {
 		t.Fatalf("the cluster secret as operator secret: %v, want ErrOperatorSecretReused", err)
 	}
-	_, err = operatorAuth(Config{OperatorSecretFile: write("short", "short")}, cluster, false, log)
+	_, err = operatorAuth(manager.Config{OperatorSecretFile: write("short", "short")}, cluster, false, log)
 	if !errors.Is(err, config.ErrSecretFile) {
 		t.Fatalf("a short operator secret: %v, want config.ErrSecretFile", err)
 	}

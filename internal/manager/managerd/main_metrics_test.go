@@ -1,6 +1,6 @@
 //go:build hashicorpmetrics
 
-package manager
+package managerd
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -25,13 +26,13 @@ func TestMainExportsRaftMetrics(t *testing.T) {
 	}
 	rpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	env := []string{
-		EnvNodeID + "=m1",
-		EnvDataDir + "=" + t.TempDir(),
-		EnvRaftAddr + fmt.Sprintf("=127.0.0.1:%d", ports[0]),
-		EnvRPCAddr + "=" + rpcAddr,
-		EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
-		EnvBootstrapExpect + "=1",
-		EnvInsecure + "=true",
+		manager.EnvNodeID + "=m1",
+		manager.EnvDataDir + "=" + t.TempDir(),
+		manager.EnvRaftAddr + fmt.Sprintf("=127.0.0.1:%d", ports[0]),
+		manager.EnvRPCAddr + "=" + rpcAddr,
+		manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
+		manager.EnvBootstrapExpect + "=1",
+		manager.EnvInsecure + "=true",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	exit := make(chan int, 1)

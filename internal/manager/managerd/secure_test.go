@@ -1,4 +1,4 @@
-package manager
+package managerd
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -29,7 +31,7 @@ const testClusterSecret = "0123456789abcdef0123456789abcdef"
 // MANAGER_CLUSTER_SECRET_FILE (and the variables of extra) and no TLS files,
 // waits until it leads, and returns it with its Raft and RPC addresses. It
 // stops when the test ends.
-func secretManager(t *testing.T, extra ...string) (m *Manager, raftAddr, rpcAddr string) {
+func secretManager(t *testing.T, extra ...string) (m *manager.Manager, raftAddr, rpcAddr string) {
 	t.Helper()
 	ports, err := testutil.FreePorts(3)
 	if err != nil {
@@ -43,21 +45,21 @@ func secretManager(t *testing.T, extra ...string) (m *Manager, raftAddr, rpcAddr
 	raftAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	rpcAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	env := []string{
-		EnvNodeID + "=m1",
-		EnvDataDir + "=" + filepath.Join(dir, "data"),
-		EnvRaftAddr + "=" + raftAddr,
-		EnvRPCAddr + "=" + rpcAddr,
-		EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
-		EnvBootstrapExpect + "=1",
-		EnvClusterSecretFile + "=" + secretFile,
+		manager.EnvNodeID + "=m1",
+		manager.EnvDataDir + "=" + filepath.Join(dir, "data"),
+		manager.EnvRaftAddr + "=" + raftAddr,
+		manager.EnvRPCAddr + "=" + rpcAddr,
+		manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
+		manager.EnvBootstrapExpect + "=1",
+		manager.EnvClusterSecretFile + "=" + secretFile,
 	}
 	env = append(env, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	exit := make(chan int, 1)
-	built := make(chan *Manager, 1)
+	built := make(chan *manager.Manager, 1)
 	logs := &testutil.Buffer{}
 	go func() {
-		exit <- MainWith(ctx, nil, env, io.Discard, logs, Options{Mount: func(_ *http.ServeMux, m *Manager) { built <- m }})
+		exit <- MainWith(ctx, nil, env, io.Discard, logs, Options{Mount: func(_ *http.ServeMux, m *manager.Manager) { built <- m }})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -72,7 +74,7 @@ func secretManager(t *testing.T, extra ...string) (m *Manager, raftAddr, rpcAddr
 		t.Fatalf("Main exited %d; log:\n%s", code, logs.String())
 	}
 	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
-		return m.checkLeader() == nil && m.raft.AppliedIndex() > 0, "the manager leads with its first entry applied"
+		return m.CheckLeader() == nil && m.Raft().AppliedIndex() > 0, "the manager leads with its first entry applied"
 	})
 	return m, raftAddr, rpcAddr
 }
@@ -84,9 +86,9 @@ type raftState struct {
 	leader              bool
 }
 
-func stateOf(m *Manager) raftState {
-	return raftState{term: m.raft.CurrentTerm(), last: m.raft.LastIndex(), applied: m.raft.AppliedIndex(),
-		entries: m.fsm.Stats().Entries, leader: m.raft.State() == raft.Leader}
+func stateOf(m *manager.Manager) raftState {
+	return raftState{term: m.Raft().CurrentTerm(), last: m.Raft().LastIndex(), applied: m.Raft().AppliedIndex(),
+		entries: m.FSM().Stats().Entries, leader: m.Raft().State() == raft.Leader}
 }
 
 // forge sends every Raft RPC through tr to target, each with a term far
@@ -107,6 +109,37 @@ func forge(tr *raft.NetworkTransport, target string, s raftState) map[string]err
 		LastLogIndex: s.last + 1000, LastLogTerm: term, LeadershipTransfer: true}, &raft.RequestVoteResponse{})
 	errs["TimeoutNow"] = tr.TimeoutNow("m1", addr, &raft.TimeoutNowRequest{RPCHeader: hdr}, &raft.TimeoutNowResponse{})
 	return errs
+}
+
+// tlsStream is a Raft stream layer over mutual TLS with the given
+// configurations, as a manager's own is (internal/manager's tlsLayer): what
+// a holder of a cluster certificate could reach a manager's Raft port with.
+type tlsStream struct {
+	net.Listener
+	server, client *tls.Config
+}
+
+func (l *tlsStream) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return tls.Server(c, l.server), nil
+}
+
+func (l *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(c, l.client)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("raft: TLS handshake with %s: %w", address, err)
+	}
+	return tc, nil
 }
 
 // A manager secured by the cluster secret alone refuses every Raft RPC from
@@ -132,12 +165,12 @@ func TestSecretOnlyRaftRefusesRawClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tcp, err := listenTCP("127.0.0.1:0", "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gateTr := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{MaxPool: 1, Timeout: 2 * time.Second, Logger: hclog.NewNullLogger(),
-		Stream: &tlsLayer{StreamLayer: tcp, server: gate.RaftServerConfig(), client: gate.ClientConfig()}})
+		Stream: &tlsStream{Listener: ln, server: gate.RaftServerConfig(), client: gate.ClientConfig()}})
 	defer gateTr.Close()
 	for rpc, err := range forge(gateTr, raftAddr, before) {
 		if err == nil {
@@ -213,7 +246,7 @@ func TestSecretOnlyDerivedOperatorCertificateIsNoOperator(t *testing.T) {
 	if err := os.WriteFile(opFile, []byte(operatorSecret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m, _, rpcAddr := secretManager(t, EnvOperatorSecretFile+"="+opFile)
+	m, _, rpcAddr := secretManager(t, manager.EnvOperatorSecretFile+"="+opFile)
 	forged, err := certs.ClusterFromSecret(testClusterSecret, certs.RoleOperator)
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +284,7 @@ func TestSecretOnlyDerivedOperatorCertificateIsNoOperator(t *testing.T) {
 	if after := stateOf(m); after != before {
 		t.Fatalf("refused operator calls changed the manager: before %+v, after %+v", before, after)
 	}
-	f := m.raft.GetConfiguration()
+	f := m.Raft().GetConfiguration()
 	if err := f.Error(); err != nil || len(f.Configuration().Servers) != 1 || f.Configuration().Servers[0].ID != "m1" {
 		t.Fatalf("the Raft configuration after a refused removal: %+v, %v", f.Configuration().Servers, err)
 	}

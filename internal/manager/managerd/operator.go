@@ -1,4 +1,4 @@
-package manager
+package managerd
 
 import (
 	"bytes"
@@ -6,11 +6,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 )
@@ -18,7 +20,9 @@ import (
 // operator implements rpc.Operator: what oncectl's cluster and raft commands
 // ask a manager (docs/oncectl.md).
 type operator struct {
-	m    *Manager
+	m    *manager.Manager
+	node string                  // the manager's NodeID
+	log  *slog.Logger            // the manager's logger
 	pool func() *membership.Pool // the LAN pool, nil until joined
 	wan  func() *membership.Pool // the WAN pool, nil when not federated
 }
@@ -31,7 +35,7 @@ func (o operator) Members(context.Context) (*rpc.Members, error) {
 	if p == nil {
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "the manager has not joined its gossip pool yet")
 	}
-	out := &rpc.Members{Node: o.m.cfg.NodeID}
+	out := &rpc.Members{Node: o.node}
 	for _, mem := range p.Members() {
 		out.Members = append(out.Members, rpc.Member{
 			Name: mem.Name, Addr: mem.Addr, Status: mem.State.String(),
@@ -97,7 +101,7 @@ func (o operator) Keyring(ctx context.Context, req rpc.KeyringRequest) (*rpc.Key
 	if err != nil {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "%v", err)
 	}
-	out := &rpc.Keyring{Node: o.m.cfg.NodeID, Pool: req.Pool, Op: req.Op, Members: len(res.Nodes),
+	out := &rpc.Keyring{Node: o.node, Pool: req.Pool, Op: req.Op, Members: len(res.Nodes),
 		NoAnswer: append([]string{}, res.NoAnswer...), Complete: res.Complete(), Keys: []rpc.KeyringKey{}}
 	counts := map[string]*rpc.KeyringKey{}
 	var order []string
@@ -130,40 +134,40 @@ func (o operator) Keyring(ctx context.Context, req rpc.KeyringRequest) (*rpc.Key
 // replaced): a live manager in the pool would be added back by the autopilot;
 // stop it with MANAGER_LEAVE_ON_TERMINATE=true instead (docs/operations.md).
 func (o operator) RemovePeer(ctx context.Context, id string) (*rpc.PeerResult, error) {
-	if err := o.m.checkLeader(); err != nil {
+	if err := o.m.CheckLeader(); err != nil {
 		return nil, err
 	}
 	if _, ok := o.server(id); !ok {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "no server %q in the Raft configuration", id)
 	}
-	if err := o.m.raft.RemoveServer(raft.ServerID(id), 0, operatorTimeout).Error(); err != nil {
-		return nil, o.m.applyError(err)
+	if err := o.m.Raft().RemoveServer(raft.ServerID(id), 0, operatorTimeout).Error(); err != nil {
+		return nil, o.m.ApplyError(err)
 	}
-	_, leader := o.m.raft.LeaderWithID()
+	_, leader := o.m.Raft().LeaderWithID()
 	return &rpc.PeerResult{Done: "removed " + id, Leader: string(leader)}, nil
 }
 
 // TransferLeader hands leadership to id, or to the most up-to-date voter when
 // id is empty, and waits until a leader is known again.
 func (o operator) TransferLeader(ctx context.Context, id string) (*rpc.PeerResult, error) {
-	if err := o.m.checkLeader(); err != nil {
+	if err := o.m.CheckLeader(); err != nil {
 		return nil, err
 	}
 	var f raft.Future
 	if id == "" {
-		f = o.m.raft.LeadershipTransfer()
+		f = o.m.Raft().LeadershipTransfer()
 	} else {
 		srv, ok := o.server(id)
 		if !ok {
 			return nil, rpc.Errorf(rpc.CodeNotFound, "no server %q in the Raft configuration", id)
 		}
-		if srv.ID == raft.ServerID(o.m.cfg.NodeID) {
+		if srv.ID == raft.ServerID(o.node) {
 			return nil, rpc.Errorf(rpc.CodeInvalid, "%s already leads", id)
 		}
 		if srv.Suffrage != raft.Voter {
 			return nil, rpc.Errorf(rpc.CodeInvalid, "%s is not a voter", id)
 		}
-		f = o.m.raft.LeadershipTransferToServer(srv.ID, srv.Address)
+		f = o.m.Raft().LeadershipTransferToServer(srv.ID, srv.Address)
 	}
 	if err := f.Error(); err != nil {
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "leadership transfer: %v", err)
@@ -173,7 +177,7 @@ func (o operator) TransferLeader(ctx context.Context, id string) (*rpc.PeerResul
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if _, leader := o.m.raft.LeaderWithID(); leader != "" && string(leader) != o.m.cfg.NodeID {
+		if _, leader := o.m.Raft().LeaderWithID(); leader != "" && string(leader) != o.node {
 			return &rpc.PeerResult{Done: "leadership transferred", Leader: string(leader)}, nil
 		}
 		select {
@@ -185,7 +189,7 @@ func (o operator) TransferLeader(ctx context.Context, id string) (*rpc.PeerResul
 }
 
 func (o operator) server(id string) (raft.Server, bool) {
-	f := o.m.raft.GetConfiguration()
+	f := o.m.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return raft.Server{}, false
 	}
@@ -202,10 +206,10 @@ const maxRestoreBytes = 8 << 30
 
 // Snapshot writes an archive of a snapshot taken on the leader to w.
 func (o operator) Snapshot(ctx context.Context, w io.Writer) error {
-	if err := o.m.checkLeader(); err != nil {
+	if err := o.m.CheckLeader(); err != nil {
 		return err
 	}
-	f := o.m.raft.Snapshot()
+	f := o.m.Raft().Snapshot()
 	if err := f.Error(); err != nil {
 		return rpc.Errorf(rpc.CodeUnavailable, "taking a snapshot: %v", err)
 	}
@@ -225,16 +229,16 @@ func (o operator) Snapshot(ctx context.Context, w io.Writer) error {
 // a snapshot). It is for disaster recovery; everything admitted after the
 // archive was taken is gone.
 func (o operator) Restore(ctx context.Context, r io.Reader) error {
-	if err := o.m.checkLeader(); err != nil {
+	if err := o.m.CheckLeader(); err != nil {
 		return err
 	}
 	meta, state, err := readArchive(r, maxRestoreBytes)
 	if err != nil {
 		return rpc.Errorf(rpc.CodeInvalid, "%v", err)
 	}
-	if err := o.m.raft.Restore(meta, bytes.NewReader(state), time.Minute); err != nil {
+	if err := o.m.Raft().Restore(meta, bytes.NewReader(state), time.Minute); err != nil {
 		return rpc.Errorf(rpc.CodeUnavailable, "restoring: %v", err)
 	}
-	o.m.log.Warn("ledger restored from a snapshot archive", logging.KeyIndex, meta.Index, logging.KeyBytes, len(state))
+	o.log.Warn("ledger restored from a snapshot archive", logging.KeyIndex, meta.Index, logging.KeyBytes, len(state))
 	return nil
 }

@@ -1,4 +1,4 @@
-package manager
+package managerd
 
 import (
 	"archive/tar"

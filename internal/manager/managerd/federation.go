@@ -1,4 +1,4 @@
-package manager
+package managerd
 
 import (
 	"cmp"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 )
@@ -36,8 +37,10 @@ type federation struct {
 
 // startFederation joins the WAN pool when MANAGER_WAN_GOSSIP_ADDR is set.
 // The pool's node name is <node-id>.<datacenter>, unique across datacenters.
-// wrap, when not nil, wraps the pool's network transport (Options).
-func startFederation(ctx context.Context, cfg Config, log *slog.Logger,
+// secret is the cluster secret ("" for none), from which the pool derives
+// its keys when none is set; wrap, when not nil, wraps the pool's network
+// transport (Options).
+func startFederation(ctx context.Context, cfg manager.Config, secret string, log *slog.Logger,
 	wrap func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport) (*federation, error) {
 	f := &federation{dc: cfg.Datacenter, settings: cfg.Idempotency.Canonical(), log: log}
 	if cfg.WANGossipAddr == "" {
@@ -48,13 +51,13 @@ func startFederation(ctx context.Context, cfg Config, log *slog.Logger,
 		profile = membership.ProfileLocal // one host: the local timings serve both pools
 	}
 	mcfg, err := membership.Settings{Addr: cfg.WANGossipAddr, Advertise: cfg.WANGossipAdvertise, Keys: cfg.WANGossipKey,
-		Profile: profile, Seeds: cfg.WANJoin, Secret: cfg.clusterSecret, Label: membership.KeyWAN}.Config("MANAGER_WAN", cfg.NodeID+"."+cfg.Datacenter, membership.Meta{
+		Profile: profile, Seeds: cfg.WANJoin, Secret: secret, Label: membership.KeyWAN}.Config("MANAGER_WAN", cfg.NodeID+"."+cfg.Datacenter, membership.Meta{
 		Role:       membership.RoleManager,
 		Datacenter: cfg.Datacenter,
 		NodeID:     cfg.NodeID,
 		RPCAddr:    cfg.RPCAdvertise,
 		RaftAddr:   cfg.RaftAdvertise,
-		Version:    ProtocolVersion,
+		Version:    manager.ProtocolVersion,
 		Settings:   cfg.Idempotency.Canonical(),
 	}, log.With(logging.KeyComponent, "wan"))
 	if err != nil {

@@ -1,4 +1,4 @@
-package manager
+package managerd
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/once-dev/once/internal/autopilot"
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -20,7 +21,7 @@ import (
 // NodeID at another Raft address is refused, and the leader reports it in
 // its status (refused_servers) and in once_manager_autopilot_refusals_total.
 func TestRefusedIdentityInStatusAndMetrics(t *testing.T) {
-	c := DefaultConfig()
+	c := manager.DefaultConfig()
 	c.NodeID = "m1"
 	c.DataDir = filepath.Join(t.TempDir(), c.NodeID)
 	c.RaftAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
@@ -35,12 +36,12 @@ func TestRefusedIdentityInStatusAndMetrics(t *testing.T) {
 	c.LeaderLeaseTimeout = 250 * time.Millisecond
 	log := testutil.Logger(t)
 	lan := &lanView{}
-	m, err := New(c, Deps{Logger: log, Peers: lan, Clock: lan})
+	m, err := manager.New(c, manager.Deps{Logger: log, Peers: lan, Clock: lan})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	cluster, err := startCluster(t.Context(), c, m, lan, log)
+	cluster, err := startCluster(t.Context(), c, "", time.Now, m, lan, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestRefusedIdentityInStatusAndMetrics(t *testing.T) {
 		NodeName: "impostor", BindAddr: host, BindPort: p, Seeds: []string{c.GossipAddr},
 		Profile: membership.ProfileTest, Logger: log,
 		Meta: membership.Meta{Role: membership.RoleManager, Datacenter: c.Datacenter, NodeID: "m1",
-			RPCAddr: "127.0.0.1:1", RaftAddr: impostorRaft, HasRaftState: true, Version: ProtocolVersion},
+			RPCAddr: "127.0.0.1:1", RaftAddr: impostorRaft, HasRaftState: true, Version: manager.ProtocolVersion},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func TestRefusedIdentityInStatusAndMetrics(t *testing.T) {
 			r[0].ID == "m1" && r[0].RaftAddr == impostorRaft, fmt.Sprintf("the leader's status to list the impostor: %+v", r)
 	})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(autopilotCollector{m})
+	reg.MustRegister(m.AutopilotCollector())
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

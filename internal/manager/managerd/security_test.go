@@ -1,4 +1,4 @@
-package manager
+package managerd
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/manager"
 )
 
 // A manager refuses to start (exit 2, naming the variables to set) without a
@@ -26,19 +27,19 @@ func TestMainRefusesWithoutCredential(t *testing.T) {
 		env  []string
 		want []string
 	}{
-		{"no credential", nil, []string{EnvClusterSecretFile, EnvTLSCAFile, EnvInsecure}},
-		{"insecure with a secret", []string{EnvInsecure + "=true", EnvClusterSecretFile + "=" + secret}, []string{EnvInsecure, EnvClusterSecretFile}},
-		{"insecure with an operator secret", []string{EnvInsecure + "=true", EnvOperatorSecretFile + "=" + secret}, []string{EnvInsecure, EnvOperatorSecretFile}},
-		{"insecure with a gossip key", []string{EnvInsecure + "=true", EnvGossipKey + "=AAAAAAAAAAAAAAAAAAAAAA=="}, []string{EnvInsecure, EnvGossipKey}},
-		{"half TLS", []string{EnvTLSCAFile + "=ca.pem", EnvTLSCertFile + "=c.pem"}, []string{EnvTLSKeyFile}},
-		{"TLS without a gossip key", []string{EnvTLSCAFile + "=ca.pem", EnvTLSCertFile + "=c.pem", EnvTLSKeyFile + "=k.pem"}, []string{EnvGossipKey}},
+		{"no credential", nil, []string{manager.EnvClusterSecretFile, manager.EnvTLSCAFile, manager.EnvInsecure}},
+		{"insecure with a secret", []string{manager.EnvInsecure + "=true", manager.EnvClusterSecretFile + "=" + secret}, []string{manager.EnvInsecure, manager.EnvClusterSecretFile}},
+		{"insecure with an operator secret", []string{manager.EnvInsecure + "=true", manager.EnvOperatorSecretFile + "=" + secret}, []string{manager.EnvInsecure, manager.EnvOperatorSecretFile}},
+		{"insecure with a gossip key", []string{manager.EnvInsecure + "=true", manager.EnvGossipKey + "=AAAAAAAAAAAAAAAAAAAAAA=="}, []string{manager.EnvInsecure, manager.EnvGossipKey}},
+		{"half TLS", []string{manager.EnvTLSCAFile + "=ca.pem", manager.EnvTLSCertFile + "=c.pem"}, []string{manager.EnvTLSKeyFile}},
+		{"TLS without a gossip key", []string{manager.EnvTLSCAFile + "=ca.pem", manager.EnvTLSCertFile + "=c.pem", manager.EnvTLSKeyFile + "=k.pem"}, []string{manager.EnvGossipKey}},
 	} {
 		var stderr bytes.Buffer
 		// A refusal returns at once; a process that started instead serves
 		// until ctx ends and then exits 0.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		env := append([]string{EnvDataDir + "=" + filepath.Join(t.TempDir(), "never")}, tc.env...)
+		env := append([]string{manager.EnvDataDir + "=" + filepath.Join(t.TempDir(), "never")}, tc.env...)
 		if code := Main(ctx, nil, env, io.Discard, &stderr); code != config.ExitConfig {
 			t.Fatalf("%s: exit %d, want %d; stderr %s", tc.name, code, config.ExitConfig, stderr.String())
 		}

@@ -1,15 +1,13 @@
-package manager
+package managerd
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
@@ -18,15 +16,15 @@ import (
 // startWAN starts the federation of manager m1 of dc (local gossip timings,
 // RPC advertised as 127.0.0.1:7101 unless tweak says otherwise) joining the
 // WAN pool through seeds, and stops it at the end of the test.
-func startWAN(t *testing.T, dc string, tweak func(*Config), seeds ...string) *federation {
+func startWAN(t *testing.T, dc string, tweak func(*manager.Config), seeds ...string) *federation {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := manager.DefaultConfig()
 	cfg.NodeID, cfg.Datacenter, cfg.RPCAdvertise = "m1", dc, "127.0.0.1:7101"
 	cfg.GossipProfile = "local"
 	cfg.WANGossipAddr, cfg.WANJoin = "127.0.0.1:0", seeds
 	cfg.DataDir = t.TempDir()
 	tweak(&cfg)
-	f, err := startFederation(context.Background(), cfg, testutil.Logger(t), nil)
+	f, err := startFederation(context.Background(), cfg, "", testutil.Logger(t), nil)
 	if err != nil {
 		t.Fatalf("startFederation %s: %v", dc, err)
 	}
@@ -39,7 +37,7 @@ func startWAN(t *testing.T, dc string, tweak func(*Config), seeds ...string) *fe
 // manager without WAN settings knows only its own datacenter.
 func TestFederationViewSpansDatacenters(t *testing.T) {
 	start := func(dc, rpcAddr string, seeds ...string) *federation {
-		return startWAN(t, dc, func(c *Config) { c.RPCAdvertise = rpcAddr }, seeds...)
+		return startWAN(t, dc, func(c *manager.Config) { c.RPCAdvertise = rpcAddr }, seeds...)
 	}
 	f1 := start("dc1", "127.0.0.1:7101")
 	f2 := start("dc2", "127.0.0.1:7201", f1.wan.Addr())
@@ -59,7 +57,7 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 		t.Fatalf("fetched %+v, %v", v, err)
 	}
 
-	single, err := startFederation(context.Background(), DefaultConfig(), testutil.Logger(t), nil)
+	single, err := startFederation(context.Background(), manager.DefaultConfig(), "", testutil.Logger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +73,7 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 // settings report nothing.
 func TestFederationReportsConfigMismatches(t *testing.T) {
 	start := func(dc string, committed time.Duration, seeds ...string) *federation {
-		return startWAN(t, dc, func(c *Config) { c.Idempotency.CommittedTTL = committed }, seeds...)
+		return startWAN(t, dc, func(c *manager.Config) { c.Idempotency.CommittedTTL = committed }, seeds...)
 	}
 	f1 := start("dc1", 300*time.Second)
 	f2 := start("dc2", 300*time.Second, f1.wan.Addr())
@@ -88,7 +86,7 @@ func TestFederationReportsConfigMismatches(t *testing.T) {
 		g1, g2, g3 := fmt.Sprint(f1.mismatches()), fmt.Sprint(f2.mismatches()), fmt.Sprint(f3.mismatches())
 		return g1 == want1 && g2 == want1 && g3 == want3, fmt.Sprintf("dc1 %s, dc2 %s, dc3 %s", g1, g2, g3)
 	})
-	single, err := startFederation(context.Background(), DefaultConfig(), testutil.Logger(t), nil)
+	single, err := startFederation(context.Background(), manager.DefaultConfig(), "", testutil.Logger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,38 +96,14 @@ func TestFederationReportsConfigMismatches(t *testing.T) {
 	}
 }
 
-// TestLoadConfigWAN: the WAN settings load from their variables; a WAN seed,
-// advertise address or key without MANAGER_WAN_GOSSIP_ADDR is a configuration
-// error naming the variable.
-func TestLoadConfigWAN(t *testing.T) {
-	c, err := LoadConfig(nil, config.MapLookup(map[string]string{
-		EnvWANGossipAddr: "127.0.0.1:7300", EnvWANJoin: "127.0.0.1:7301,127.0.0.1:7302",
-	}), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.WANGossipAddr != "127.0.0.1:7300" || len(c.WANJoin) != 2 {
-		t.Fatalf("loaded %+v", c)
-	}
-	for _, env := range []map[string]string{
-		{EnvWANJoin: "127.0.0.1:7301"},
-		{EnvWANGossipAddr: "nonsense"},
-	} {
-		_, err := LoadConfig(nil, config.MapLookup(env), io.Discard)
-		if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), EnvWANGossipAddr) {
-			t.Fatalf("%v: err %v, want a configuration error naming %s", env, err, EnvWANGossipAddr)
-		}
-	}
-}
-
 // TestFederationViewSurvivesARestart: a manager restarted while the other
 // datacenter is cut off (its WAN pool cannot rejoin anyone) still names that
 // datacenter in its view, with the addresses it last had, so gates answer
 // 503 for its jobs, not 400.
 func TestFederationViewSurvivesARestart(t *testing.T) {
 	dir := t.TempDir()
-	f1 := startWAN(t, "dc1", func(c *Config) { c.DataDir = dir })
-	f2 := startWAN(t, "dc2", func(c *Config) { c.RPCAdvertise = "127.0.0.1:7201" }, f1.wan.Addr())
+	f1 := startWAN(t, "dc1", func(c *manager.Config) { c.DataDir = dir })
+	f2 := startWAN(t, "dc2", func(c *manager.Config) { c.RPCAdvertise = "127.0.0.1:7201" }, f1.wan.Addr())
 	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
 		v := f1.view()
 		return fmt.Sprint(v.Datacenters["dc2"]) == "[127.0.0.1:7201]", fmt.Sprintf("dc1 to see dc2 (sees %v)", v.Datacenters)
@@ -137,7 +111,7 @@ func TestFederationViewSurvivesARestart(t *testing.T) {
 	f2.stop()
 	f1.stop()
 
-	restarted := startWAN(t, "dc1", func(c *Config) { c.DataDir = dir })
+	restarted := startWAN(t, "dc1", func(c *manager.Config) { c.DataDir = dir })
 	v := restarted.view()
 	if got := fmt.Sprint(v.Datacenters["dc2"]); got != "[127.0.0.1:7201]" {
 		t.Fatalf("restarted manager's view %v: dc2 is %s, want [127.0.0.1:7201]", v.Datacenters, got)

@@ -1,7 +1,8 @@
-package manager
+package managerd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/membership"
 )
 
@@ -25,17 +27,17 @@ type clusterMembership struct {
 	log              *slog.Logger
 }
 
-// lanView is the manager's window on its datacenter's LAN pool (Deps.Peers
-// and Deps.Clock). The pool starts after the manager, whose metadata says
-// whether the node has Raft state: until then the view knows no peer and has
-// measured nobody, so a manager that may lead does not take its own clock on
-// trust.
+// lanView is the manager's window on its datacenter's LAN pool
+// (manager.Deps.Peers and manager.Deps.Clock). The pool starts after the
+// manager, whose metadata says whether the node has Raft state: until then
+// the view knows no peer and has measured nobody, so a manager that may lead
+// does not take its own clock on trust.
 type lanView struct {
-	PeerTable
+	manager.PeerTable
 	pool atomic.Pointer[membership.Pool]
 }
 
-// ClockOffsets implements ClockSource.
+// ClockOffsets implements manager.ClockSource.
 func (v *lanView) ClockOffsets() []membership.PeerOffset {
 	if p := v.pool.Load(); p != nil {
 		return p.ClockOffsets()
@@ -47,7 +49,7 @@ func (v *lanView) ClockOffsets() []membership.PeerOffset {
 // address a member stopped advertising is kept.
 func (v *lanView) refresh(pool *membership.Pool, dc string) {
 	for _, mem := range pool.Managers(dc) {
-		p := Peer{RPCAddr: mem.Meta.RPCAddr}
+		p := manager.Peer{RPCAddr: mem.Meta.RPCAddr}
 		if old, ok := v.Peer(mem.Meta.NodeID); ok && p.RPCAddr == "" {
 			p.RPCAddr = old.RPCAddr
 		}
@@ -56,27 +58,29 @@ func (v *lanView) refresh(pool *membership.Pool, dc string) {
 }
 
 // startCluster joins the LAN pool, feeds view from it and starts the
-// autopilot.
-func startCluster(ctx context.Context, cfg Config, m *Manager, view *lanView, log *slog.Logger) (*clusterMembership, error) {
+// autopilot. secret is the cluster secret ("" for none), from which the pool
+// derives its keys when none is set; now is the clock m stamps with.
+func startCluster(ctx context.Context, cfg manager.Config, secret string, now func() time.Time, m *manager.Manager,
+	view *lanView, log *slog.Logger) (*clusterMembership, error) {
 	hasState, err := m.HasState()
 	if err != nil {
 		return nil, fmt.Errorf("read raft state: %w", err)
 	}
 	mcfg, err := membership.Settings{Addr: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Keys: cfg.GossipKey,
-		Profile: cfg.GossipProfile, Seeds: cfg.Join, Secret: cfg.clusterSecret, Label: membership.KeyLAN}.Config("MANAGER", cfg.NodeID, membership.Meta{
+		Profile: cfg.GossipProfile, Seeds: cfg.Join, Secret: secret, Label: membership.KeyLAN}.Config("MANAGER", cfg.NodeID, membership.Meta{
 		Role:         membership.RoleManager,
 		Datacenter:   cfg.Datacenter,
 		NodeID:       cfg.NodeID,
 		RPCAddr:      cfg.RPCAdvertise,
 		RaftAddr:     cfg.RaftAdvertise,
 		HasRaftState: hasState,
-		Version:      ProtocolVersion,
+		Version:      manager.ProtocolVersion,
 		Settings:     cfg.Idempotency.Canonical(),
 	}, log)
 	if err != nil {
 		return nil, err
 	}
-	mcfg.Now = m.now // offsets are measured against the clock the manager stamps with
+	mcfg.Now = now // offsets are measured against the clock the manager stamps with
 	pool, err := membership.Start(ctx, mcfg)
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
@@ -110,11 +114,34 @@ func startCluster(ctx context.Context, cfg Config, m *Manager, view *lanView, lo
 		}
 	}()
 
-	if err := c.startAutopilot(cctx, cfg, m, hasState); err != nil {
-		c.stop()
-		return nil, err
-	}
+	c.startAutopilot(cctx, cfg, m, hasState)
 	return c, nil
+}
+
+// startAutopilot runs the autopilot: it bootstraps the Raft group once
+// MANAGER_BOOTSTRAP_EXPECT managers of the datacenter see each other (never
+// twice), and, on the leader, runs hashicorp/raft-autopilot: joining managers
+// are added and promoted to voter once healthy, and those that left or stayed
+// dead past MANAGER_DEAD_SERVER_GRACE_SECONDS are removed (see
+// docs/operations.md for how the settings map onto raft-autopilot's).
+func (c *clusterMembership) startAutopilot(ctx context.Context, cfg manager.Config, m *manager.Manager, hasState bool) {
+	c.ap = autopilot.New(autopilot.Config{
+		DC:               cfg.Datacenter,
+		NodeID:           cfg.NodeID,
+		RaftAddr:         cfg.RaftAdvertise,
+		BootstrapExpect:  cfg.BootstrapExpect,
+		HasExistingState: hasState,
+		DeadServerGrace:  cfg.DeadServerGrace,
+		Logger:           c.log,
+	}, m.Raft(), c.pool)
+	m.SetAutopilot(c.ap)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := c.ap.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			c.log.Error("autopilot stopped", logging.KeyError, err)
+		}
+	}()
 }
 
 // leave runs on shutdown. With MANAGER_LEAVE_ON_TERMINATE the manager leaves

@@ -1,4 +1,12 @@
-package manager
+// Package managerd is the manager daemon: the process around a
+// manager.Manager. It loads the configuration and the security mode, starts
+// tracing, the Prometheus registry and the process's metrics, loads and
+// watches the cluster TLS files, wires the operator credential and the
+// Operator service, joins the WAN pool (federation) and the datacenter's LAN
+// pool (membership and the autopilot), runs the outbox, serves the RPC
+// listener with its HTTP routes (metrics, pprof) and shuts everything down in
+// order. cmd/manager is a thin main around Main.
+package managerd
 
 import (
 	"context"
@@ -21,6 +29,7 @@ import (
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/telemetry"
@@ -40,15 +49,16 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 // own (the fault-injection manager of the tests module does): zero values
 // change nothing.
 type Options struct {
-	// WrapStreamLayer wraps the Raft stream layer (Deps.WrapStreamLayer).
+	// WrapStreamLayer wraps the Raft stream layer
+	// (manager.Deps.WrapStreamLayer).
 	WrapStreamLayer func(raft.StreamLayer) raft.StreamLayer
-	// Now is the manager's clock (Deps.Now; default time.Now).
+	// Now is the manager's clock (manager.Deps.Now; default time.Now).
 	Now func() time.Time
 	// Mount, when set, adds handlers to the manager's RPC mux once the
 	// manager is built, before the mux serves.
-	Mount func(mux *http.ServeMux, m *Manager)
+	Mount func(mux *http.ServeMux, m *manager.Manager)
 	// Dial opens the manager's own RPC connections to other managers
-	// (Deps.Dial).
+	// (manager.Deps.Dial).
 	Dial rpc.DialFunc
 	// WrapWANTransport wraps the WAN gossip pool's network transport
 	// (membership.Config.WrapTransport).
@@ -57,7 +67,7 @@ type Options struct {
 
 // MainWith is Main with Options.
 func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Writer, opts Options) int {
-	cfg, err := LoadConfig(args, config.EnvList(environ), stderr)
+	cfg, err := manager.LoadConfig(args, config.EnvList(environ), stderr)
 	if errors.Is(err, config.ErrHelp) {
 		return config.ExitOK
 	}
@@ -73,7 +83,7 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	level, _ := logging.ParseLevel(cfg.LogLevel) // validated by LoadConfig
 	log := logging.New(stderr, cfg.LogFormat, level).With(logging.KeyRole, "manager")
 	if mode == config.ModeInsecure {
-		log.Warn(EnvInsecure + "=true: " + config.InsecureWarning)
+		log.Warn(manager.EnvInsecure + "=true: " + config.InsecureWarning)
 	}
 	if err := run(ctx, cfg, log, opts); err != nil {
 		log.Error("manager failed", logging.KeyError, err)
@@ -88,7 +98,7 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 // tlsReloadInterval is how often a manager looks at its cluster TLS files.
 const tlsReloadInterval = 10 * time.Second
 
-func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error {
+func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options) error {
 	stopTracing, err := tracing.Start(ctx, cfg.OTLPEndpoint, "once-manager", cfg.NodeID, cfg.Datacenter)
 	if err != nil {
 		return err
@@ -108,14 +118,13 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	defer stopTelemetry()
 	var secret string
 	if cfg.ClusterSecretFile != "" {
-		s, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
+		s, err := config.ReadSecretFile(manager.EnvClusterSecretFile, cfg.ClusterSecretFile)
 		if err != nil {
 			return err
 		}
 		secret = s
 	}
-	cfg.clusterSecret = secret
-	clusterTLS, err := LoadClusterTLS(cfg, log)
+	clusterTLS, err := manager.LoadClusterTLS(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -133,7 +142,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 		// Secret-only: mutual TLS all the same, with the CA every process
 		// derives from the secret and a leaf of the manager's role.
 		if clusterTLS, err = certs.ClusterFromSecret(secret, certs.RoleManager); err != nil {
-			return config.Invalid(EnvClusterSecretFile, cfg.ClusterSecretFile, "a cluster secret", err)
+			return config.Invalid(manager.EnvClusterSecretFile, cfg.ClusterSecretFile, "a cluster secret", err)
 		}
 	}
 	if clusterTLS != nil {
@@ -143,13 +152,17 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	if err != nil {
 		return err
 	}
-	fed, err := startFederation(ctx, cfg, log, opts.WrapWANTransport)
+	fed, err := startFederation(ctx, cfg, secret, log, opts.WrapWANTransport)
 	if err != nil {
 		return err
 	}
 	defer fed.stop()
 	lan := &lanView{}
-	m, err := New(cfg, Deps{Logger: log, Registerer: reg, Now: opts.Now, WrapStreamLayer: opts.WrapStreamLayer,
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	m, err := manager.New(cfg, manager.Deps{Logger: log, Registerer: reg, Now: now, WrapStreamLayer: opts.WrapStreamLayer,
 		Clock: lan, Peers: lan, ClusterTLS: clusterTLS, ClusterSecret: secret, Dial: opts.Dial, ConfigMismatches: fed.mismatches})
 	if err != nil {
 		return err
@@ -164,39 +177,12 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	// docs/rpc.md).
 	// The Operator service answers as soon as the listener does; its pool
 	// reads wait for the join (unavailable until then).
-	op := operator{m: m, pool: fed.lan.Load, wan: func() *membership.Pool { return fed.wan }}
+	op := operator{m: m, node: cfg.NodeID, log: log.With(logging.KeyNode, cfg.NodeID), pool: fed.lan.Load, wan: func() *membership.Pool { return fed.wan }}
 	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http"), Secret: secret, TLS: serverTLS,
 		Operator: op, OperatorAuth: opAuth})
 	mux := srv.Mux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "once_manager_raft_log_batches_total",
-			Help: "Raft log write batches (one fsync each) since start."}, func() float64 { return float64(m.logStore.batches.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_raft_last_index",
-			Help: "Index of the last Raft log entry."}, func() float64 { return float64(m.raft.LastIndex()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_raft_applied_index",
-			Help: "Index of the last Raft log entry applied to the ledger."}, func() float64 { return float64(m.raft.AppliedIndex()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_is_leader",
-			Help: "1 while this manager is the serving leader."}, func() float64 {
-			if m.checkLeader() == nil {
-				return 1
-			}
-			return 0
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_ledger_entries",
-			Help: "Entries in the idempotency ledger."}, func() float64 { return float64(m.fsm.Stats().Entries) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_jobs",
-			Help: "Jobs in the job table."}, func() float64 { return float64(m.fsm.Stats().Jobs) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_lease_answers",
-			Help: "Lease answers this manager keeps by Idempotency-Key for retries (docs/workers.md)."},
-			func() float64 { return float64(m.leaseReplays.Len()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_lease_answer_bytes",
-			Help: "Accounted bytes of the lease answers kept for retries (bounded at 64 MiB)."},
-			func() float64 { return float64(m.leaseReplays.Bytes()) }),
-	)
-	reg.MustRegister(jobStateGauges(m.fsm.Stats)...)
-	reg.MustRegister(outboxGauges(m.fsm, cfg.OutboxMaxEntries)...)
-	reg.MustRegister(autopilotCollector{m})
+	registerMetrics(reg, m)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -215,7 +201,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("manager started", logging.KeyNode, cfg.NodeID, logging.KeyDatacenter, cfg.Datacenter, logging.KeyRPCAddr, cfg.RPCAddr, logging.KeyRaftAddr, cfg.RaftAddr, logging.KeyDir, cfg.DataDir)
 
-	cluster, err := startCluster(ctx, cfg, m, lan, log)
+	cluster, err := startCluster(ctx, cfg, secret, now, m, lan, log)
 	if err != nil {
 		_ = srv.Close()
 		m.Close()
@@ -227,8 +213,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	obCtx, stopOutbox := context.WithCancel(ctx)
 	obDone := make(chan struct{})
 	if fed.wan != nil {
-		ob := newOutbox(m, func() map[string][]string { return fed.view().Datacenters }, log.With(logging.KeyComponent, "outbox"))
-		go func() { defer close(obDone); ob.run(obCtx) }()
+		go func() {
+			defer close(obDone)
+			m.RunOutbox(obCtx, func() map[string][]string { return fed.view().Datacenters }, log.With(logging.KeyComponent, "outbox"))
+		}()
 	} else {
 		close(obDone)
 	}
@@ -238,7 +226,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, opts Options) error 
 	case err = <-serveErr:
 		log.Error("rpc server stopped", logging.KeyError, err)
 	case <-m.Halted():
-		err = m.fsm.Halted() // logged as the manager's failure: exit 1
+		err = m.FSM().Halted() // logged as the manager's failure: exit 1
 	}
 	log.Info("manager stopping")
 	stopOutbox()

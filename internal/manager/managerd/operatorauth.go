@@ -1,10 +1,11 @@
-package manager
+package managerd
 
 import (
 	"fmt"
 	"log/slog"
 
 	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/rpc"
 )
 
@@ -18,23 +19,23 @@ var ErrOperatorSecretReused = fmt.Errorf("%w: the operator secret must differ fr
 // (fileTLS), never against the CA derived from the cluster secret, with which
 // any gate could sign itself the operator role; and, only in insecure mode
 // (MANAGER_INSECURE), anyone.
-func operatorAuth(cfg Config, clusterSecret string, fileTLS bool, log *slog.Logger) (rpc.OperatorAuth, error) {
+func operatorAuth(cfg manager.Config, clusterSecret string, fileTLS bool, log *slog.Logger) (rpc.OperatorAuth, error) {
 	var auth rpc.OperatorAuth
 	if cfg.Insecure {
 		// CheckSecurity refused an operator secret together with insecure
 		// mode: the listener is open to whoever reaches it, and so is the
 		// Operator service.
 		auth.Insecure = true
-		log.Warn(EnvInsecure + "=true: the Operator service (snapshot restore, raft peer removal, keyring) is open to any caller")
+		log.Warn(manager.EnvInsecure + "=true: the Operator service (snapshot restore, raft peer removal, keyring) is open to any caller")
 		return auth, nil
 	}
 	if cfg.OperatorSecretFile != "" {
-		s, err := config.ReadSecretFile(EnvOperatorSecretFile, cfg.OperatorSecretFile)
+		s, err := config.ReadSecretFile(manager.EnvOperatorSecretFile, cfg.OperatorSecretFile)
 		if err != nil {
 			return auth, err
 		}
 		if s == clusterSecret {
-			return auth, fmt.Errorf("%s: %w", EnvOperatorSecretFile, ErrOperatorSecretReused)
+			return auth, fmt.Errorf("%s: %w", manager.EnvOperatorSecretFile, ErrOperatorSecretReused)
 		}
 		auth.Secret = s
 	}
@@ -43,10 +44,10 @@ func operatorAuth(cfg Config, clusterSecret string, fileTLS bool, log *slog.Logg
 	case auth.Secret != "":
 	case fileTLS:
 		log.Info("no operator secret: the Operator service accepts only client certificates with the URI SAN " +
-			rpc.OperatorRoleURI + "; set " + EnvOperatorSecretFile + " for oncectl's --operator-secret-file")
+			rpc.OperatorRoleURI + "; set " + manager.EnvOperatorSecretFile + " for oncectl's --operator-secret-file")
 	default:
 		log.Warn("no operator credential: the Operator service (snapshot, raft peers, keyring, members) is closed; set " +
-			EnvOperatorSecretFile + " (a certificate of the CA derived from the cluster secret never opens them; docs/security.md)")
+			manager.EnvOperatorSecretFile + " (a certificate of the CA derived from the cluster secret never opens them; docs/security.md)")
 	}
 	return auth, nil
 }

@@ -1,4 +1,4 @@
-package manager
+package managerd
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/membership"
 
 	"github.com/once-dev/once/internal/testutil"
@@ -38,7 +39,7 @@ func freeGossipAddr(t *testing.T) string {
 // bootstraps through the autopilot, and the leader reports raft-autopilot's
 // server health in its status and metrics.
 func TestAutopilotHealthInStatusAndMetrics(t *testing.T) {
-	c := DefaultConfig()
+	c := manager.DefaultConfig()
 	c.NodeID = "m1"
 	c.DataDir = filepath.Join(t.TempDir(), c.NodeID)
 	c.RaftAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
@@ -53,19 +54,19 @@ func TestAutopilotHealthInStatusAndMetrics(t *testing.T) {
 	c.LeaderLeaseTimeout = 250 * time.Millisecond
 	log := testutil.Logger(t)
 	lan := &lanView{}
-	m, err := New(c, Deps{Logger: log, Peers: lan, Clock: lan})
+	m, err := manager.New(c, manager.Deps{Logger: log, Peers: lan, Clock: lan})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	cluster, err := startCluster(t.Context(), c, m, lan, log)
+	cluster, err := startCluster(t.Context(), c, "", time.Now, m, lan, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cluster.stop()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(autopilotCollector{m})
+	reg.MustRegister(m.AutopilotCollector())
 	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
 		st, err := m.Status(t.Context())
 		if err != nil {
