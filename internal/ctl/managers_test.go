@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/rpc/rpctest"
-	"github.com/once-dev/once/pkg/api"
 )
 
 // fakeOperator answers the leader-only calls only when leader (elsewhere
@@ -84,16 +84,16 @@ func serveOperator(t *testing.T, op rpc.Operator) string {
 // noService is a Manager service that serves nothing.
 type noService struct{}
 
-func (noService) Submit(context.Context, *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+func (noService) Submit(context.Context, *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	return nil, rpc.ErrInternal
 }
-func (noService) GetJob(context.Context, string, string) (*api.Job, error) {
+func (noService) GetJob(context.Context, string, string) (*rpcpb.Job, error) {
 	return nil, rpc.ErrInternal
 }
-func (noService) ListJobs(context.Context, *rpc.ListJobsRequest) (*rpc.ListJobsResponse, error) {
+func (noService) ListJobs(context.Context, *rpcpb.ListJobsRequest) (*rpcpb.ListJobsResponse, error) {
 	return nil, rpc.ErrInternal
 }
-func (noService) GetKey(context.Context, string, string) (*api.KeyInfo, error) {
+func (noService) GetKey(context.Context, string, string) (*rpcpb.KeyInfo, error) {
 	return nil, rpc.ErrInternal
 }
 func (noService) Status(context.Context) (*rpc.Status, error) { return &rpc.Status{}, nil }

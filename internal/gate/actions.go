@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -34,7 +34,7 @@ func (g *Gate) handleRetry(w http.ResponseWriter, r *http.Request) {
 // (the body carries nothing): the same key with another action or job is
 // 422 idempotency_key_reused.
 func (g *Gate) serveJobAction(w http.ResponseWriter, r *http.Request, action string,
-	call func(context.Context, *rpc.JobActionRequest) (*rpc.JobActionResponse, error)) {
+	call func(context.Context, *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error)) {
 	tenant, ok := g.authenticate(w, r)
 	if !ok {
 		return
@@ -58,12 +58,12 @@ func (g *Gate) serveJobAction(w http.ResponseWriter, r *http.Request, action str
 	g.serveKeyedCall(w, r, tenant, key.Raw, workerCall{route: action + " " + id,
 		forward: func(ctx context.Context, key string, fp [sha256.Size]byte) *workerAnswer {
 			start := time.Now()
-			resp, err := call(ctx, &rpc.JobActionRequest{Tenant: tenant, JobID: id, Key: key, Fingerprint: hex.EncodeToString(fp[:])})
+			resp, err := call(ctx, &rpcpb.JobActionRequest{Tenant: tenant, JobId: id, Key: key, Fingerprint: hex.EncodeToString(fp[:])})
 			g.metrics.workerCall(action, err, time.Since(start))
 			if err != nil {
 				return g.workerError(r, err, id)
 			}
-			a := workerOK(resp.Job)
+			a := workerOK(apiJob(resp.Job))
 			a.replayed = resp.Replayed
 			return a
 		}})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -29,7 +30,7 @@ func TestLedgerRefusalsMapToRetryableProblems(t *testing.T) {
 			tg := startGate(t, []string{addr}, nil)
 			var refuse atomic.Bool
 			refuse.Store(true)
-			mgr.SetSubmitHook(func(context.Context, *rpc.SubmitRequest) error {
+			mgr.SetSubmitHook(func(context.Context, *rpcpb.SubmitRequest) error {
 				if refuse.Load() {
 					return rpc.Errorf(tc.code, "refused")
 				}

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -110,10 +110,10 @@ func (g *Gate) completeOne(ctx context.Context, r *http.Request, tenant string, 
 		result = b
 	}
 	start := time.Now()
-	job, err := g.client.Complete(ctx, &rpc.CompleteRequest{Tenant: tenant, JobID: c.JobID, LeaseID: c.LeaseID, Result: result})
+	job, err := g.client.Complete(ctx, &rpcpb.CompleteRequest{Tenant: tenant, JobId: c.JobID, LeaseId: c.LeaseID, Result: result})
 	g.metrics.workerCall("complete", err, time.Since(start))
 	if err != nil {
 		return g.workerError(r, err, c.JobID)
 	}
-	return workerOK(job)
+	return workerOK(apiJob(job))
 }

@@ -10,8 +10,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/tracing"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -30,7 +32,7 @@ func (g *Gate) unknownDatacenter(dcs []string) (string, bool) {
 // dcResult is one datacenter's answer to a fanned-out submission.
 type dcResult struct {
 	dc   string
-	resp *rpc.SubmitResponse
+	resp *rpcpb.SubmitResponse
 	err  error
 }
 
@@ -38,14 +40,14 @@ type dcResult struct {
 // concurrently, with the same tenant, key, fingerprint, job ID, TTL and expiry
 // basis, and combines their answers into one (see combine). A job naming only
 // the gate's own datacenter is forwarded as it always was.
-func (g *Gate) submitAll(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
-	dcs := req.Job.Datacenters
+func (g *Gate) submitAll(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
+	dcs := req.GetJob().GetDatacenters()
 	if len(dcs) == 1 && dcs[0] == g.cfg.Datacenter {
 		req.TraceParent = tracing.Inject(ctx)
 		return g.client.Submit(ctx, req)
 	}
-	if req.ExpiryBasis.IsZero() {
-		req.ExpiryBasis = g.now()
+	if req.ExpiryBasisUnixNanos == 0 {
+		req.ExpiryBasisUnixNanos = g.now().UnixNano()
 	}
 	results := make([]dcResult, len(dcs))
 	var wg sync.WaitGroup
@@ -53,11 +55,11 @@ func (g *Gate) submitAll(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := *req // each client may touch its copy; the fields are the same
+			r := shallowCopy(req) // its own trace parent; the other members the same
 			dctx, span := tracing.Span(ctx, "gate.forward.datacenter", trace.WithAttributes(attribute.String("once.datacenter", dc)))
 			defer span.End()
 			r.TraceParent = tracing.Inject(dctx)
-			resp, err := g.clientFor(dc).Submit(dctx, &r)
+			resp, err := g.clientFor(dc).Submit(dctx, r)
 			if err != nil {
 				span.SetStatus(codes.Error, err.Error())
 			}
@@ -84,25 +86,26 @@ func (g *Gate) submitAll(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 //     datacenter's outcome, and a Job carrying the per-datacenter map
 //     (committed or rejected with reason) for the gate to render.
 //
-// ExpiresAt is the earliest of the datacenters' (they are the same when every
-// leader used the gate's expiry basis); Replayed is true only when every
-// datacenter had the entry already.
-func combine(results []dcResult) (*rpc.SubmitResponse, error) {
+// The expiry is the earliest of the datacenters' (they are the same when
+// every leader used the gate's expiry basis); Replayed is true only when
+// every datacenter had the entry already. The answers are the combination's
+// own: their jobs may be changed.
+func combine(results []dcResult) (*rpcpb.SubmitResponse, error) {
 	for _, r := range results {
 		if r.err != nil {
 			return nil, &datacenterError{dc: r.dc, err: r.err}
 		}
 	}
-	for _, o := range []rpc.Outcome{rpc.OutcomeKeyReused, rpc.OutcomeKeyExpired, rpc.OutcomeInProgress} {
+	for _, o := range []string{rpc.OutcomeKeyReused, rpc.OutcomeKeyExpired, rpc.OutcomeInProgress} {
 		for _, r := range results {
 			if r.resp.Outcome == o {
 				return r.resp, nil
 			}
 		}
 	}
-	out := &rpc.SubmitResponse{Replayed: true}
-	statuses := make(map[string]api.DatacenterStatus, len(results))
-	var base *api.Job
+	out := &rpcpb.SubmitResponse{Replayed: true}
+	statuses := make(map[string]*rpcpb.DatacenterStatus, len(results))
+	var base *rpcpb.Job
 	var rejected *dcResult
 	var parts []string
 	for i := range results {
@@ -115,7 +118,7 @@ func combine(results []dcResult) (*rpc.SubmitResponse, error) {
 			if base == nil {
 				base = r.resp.Job
 			}
-			statuses[r.dc] = api.DatacenterStatus{Status: api.JobStatusCommitted}
+			statuses[r.dc] = &rpcpb.DatacenterStatus{Status: api.JobStatusCommitted}
 			parts = append(parts, fmt.Sprintf("%s: committed", r.dc))
 		case rpc.OutcomeRejected:
 			if r.resp.Rejection == nil {
@@ -124,31 +127,32 @@ func combine(results []dcResult) (*rpc.SubmitResponse, error) {
 			if rejected == nil {
 				rejected = r
 			}
-			statuses[r.dc] = api.DatacenterStatus{Status: api.KeyStateRejected, Reason: r.resp.Rejection.Reason}
+			statuses[r.dc] = &rpcpb.DatacenterStatus{Status: api.KeyStateRejected, Reason: r.resp.Rejection.Reason}
 			parts = append(parts, fmt.Sprintf("%s: rejected (%s: %s)", r.dc, r.resp.Rejection.Reason, r.resp.Rejection.Detail))
 		default:
 			return nil, rpc.Errorf(rpc.CodeInternal, "datacenter %s answered an unknown outcome %q", r.dc, r.resp.Outcome)
 		}
 		out.Replayed = out.Replayed && r.resp.Replayed
-		if exp := r.resp.ExpiresAt; !exp.IsZero() && (out.ExpiresAt.IsZero() || exp.Before(out.ExpiresAt)) {
-			out.ExpiresAt = exp
+		if exp := r.resp.ExpiresAtUnixNano; exp != 0 && (out.ExpiresAtUnixNano == 0 || exp < out.ExpiresAtUnixNano) {
+			out.ExpiresAtUnixNano = exp
 		}
-		if out.JobID == "" {
-			out.JobID = r.resp.JobID
+		if out.JobId == "" {
+			out.JobId = r.resp.JobId
 		}
 	}
 	if rejected == nil {
-		job := *base
-		job.Datacenters = statuses
-		out.Outcome, out.Job, out.JobID = rpc.OutcomeCommitted, &job, job.JobID
+		base.Datacenters, base.DatacentersSet = statuses, true
+		out.Outcome, out.Job, out.JobId = rpc.OutcomeCommitted, base, base.JobId
 		return out, nil
 	}
-	rej := *rejected.resp.Rejection
+	rej := rejected.resp.Rejection
+	detail := rej.Detail
 	if len(results) > 1 {
-		rej.Detail = fmt.Sprintf("the job was rejected in datacenter %s; outcomes: %s", rejected.dc, strings.Join(parts, "; "))
+		detail = fmt.Sprintf("the job was rejected in datacenter %s; outcomes: %s", rejected.dc, strings.Join(parts, "; "))
 	}
-	out.Outcome, out.Rejection = rpc.OutcomeRejected, &rej
-	out.Job = &api.Job{JobID: out.JobID, Datacenters: statuses}
+	out.Outcome = rpc.OutcomeRejected
+	out.Rejection = &rpcpb.Rejection{Status: rej.Status, Reason: rej.Reason, Detail: detail}
+	out.Job = &rpcpb.Job{JobId: out.JobId, Datacenters: statuses, DatacentersSet: true}
 	return out, nil
 }
 
@@ -163,7 +167,7 @@ type rejectionProblem struct {
 
 // rejectionBody renders a job_rejected problem; sr.Job, when combine set it
 // for a job of several datacenters, adds job_id and datacenters.
-func rejectionBody(status int, detail string, sr *rpc.SubmitResponse) []byte {
+func rejectionBody(status int, detail string, sr *rpcpb.SubmitResponse) []byte {
 	if sr.Job == nil || len(sr.Job.Datacenters) < 2 {
 		return problemBody(status, api.CodeJobRejected, detail, sr.Rejection.Reason)
 	}
@@ -171,11 +175,23 @@ func rejectionBody(status int, detail string, sr *rpc.SubmitResponse) []byte {
 	if err := json.Unmarshal(problemBody(status, api.CodeJobRejected, detail, sr.Rejection.Reason), &p); err != nil {
 		panic("gate: decode own problem: " + err.Error())
 	}
-	b, err := json.Marshal(rejectionProblem{Problem: p, JobID: sr.Job.JobID, Datacenters: sr.Job.Datacenters})
+	b, err := json.Marshal(rejectionProblem{Problem: p, JobID: sr.Job.JobId, Datacenters: apiJob(sr.Job).Datacenters})
 	if err != nil {
 		panic("gate: encode problem: " + err.Error())
 	}
 	return append(b, '\n')
+}
+
+// shallowCopy is a new request with req's members: the same values, the
+// same job, payload and lists (which neither copy changes).
+func shallowCopy(req *rpcpb.SubmitRequest) *rpcpb.SubmitRequest {
+	src := req.ProtoReflect()
+	dst := src.New()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	return dst.Interface().(*rpcpb.SubmitRequest)
 }
 
 // datacenterError is the failure of one named datacenter of a fanned-out

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -46,7 +47,7 @@ func (g *Gate) readTarget(w http.ResponseWriter, r *http.Request) (c *rpc.Client
 // there, in every other datacenter of the federation at once; the first
 // datacenter in name order that has it answers. When none has it, the answer
 // is not found if every datacenter answered, else the first failure.
-func (g *Gate) findJob(ctx context.Context, tenant, id string) (*api.Job, error) {
+func (g *Gate) findJob(ctx context.Context, tenant, id string) (*rpcpb.Job, error) {
 	job, err := g.client.GetJob(ctx, tenant, id)
 	if err == nil || !errors.Is(err, rpc.ErrNotFound) || g.federation == nil {
 		return job, err
@@ -57,7 +58,7 @@ func (g *Gate) findJob(ctx context.Context, tenant, id string) (*api.Job, error)
 			others = append(others, dc)
 		}
 	}
-	jobs := make([]*api.Job, len(others))
+	jobs := make([]*rpcpb.Job, len(others))
 	errs := make([]error, len(others))
 	var wg sync.WaitGroup
 	for i, dc := range others {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
-	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -81,9 +81,9 @@ type ttlRecorder struct {
 	ttls []time.Duration
 }
 
-func (r *ttlRecorder) hook(_ context.Context, req *rpc.SubmitRequest) error {
+func (r *ttlRecorder) hook(_ context.Context, req *rpcpb.SubmitRequest) error {
 	r.mu.Lock()
-	r.ttls = append(r.ttls, req.ResultTTL)
+	r.ttls = append(r.ttls, time.Duration(req.ResultTtlNanos))
 	r.mu.Unlock()
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -61,7 +62,7 @@ type testManager struct {
 	submits atomic.Int64
 
 	mu         sync.Mutex
-	submitHook func(ctx context.Context, req *rpc.SubmitRequest) error
+	submitHook func(ctx context.Context, req *rpcpb.SubmitRequest) error
 	admitHook  func(ctx context.Context)
 	noLeader   bool
 	readErr    error
@@ -76,7 +77,7 @@ func (tm *testManager) Jobs() int { return tm.FSM().Stats().Jobs }
 // SetSubmitHook installs (nil: removes) a hook run by every Submit before
 // the manager sees it. It may block (honouring ctx); an error it returns is
 // the answer (use *rpc.Error values) and the manager never sees the call.
-func (tm *testManager) SetSubmitHook(h func(ctx context.Context, req *rpc.SubmitRequest) error) {
+func (tm *testManager) SetSubmitHook(h func(ctx context.Context, req *rpcpb.SubmitRequest) error) {
 	tm.mu.Lock()
 	tm.submitHook = h
 	tm.mu.Unlock()
@@ -112,7 +113,7 @@ func (tm *testManager) SetReadError(err error) {
 
 // faults returns what the layer answers in the manager's place (nil: let
 // the call through) and the submit hook.
-func (tm *testManager) faults(read bool) (error, func(context.Context, *rpc.SubmitRequest) error) {
+func (tm *testManager) faults(read bool) (error, func(context.Context, *rpcpb.SubmitRequest) error) {
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
 	switch {
@@ -131,7 +132,7 @@ type faultLayer struct {
 	tm *testManager
 }
 
-func (f *faultLayer) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+func (f *faultLayer) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	f.tm.submits.Add(1)
 	err, hook := f.tm.faults(false)
 	if err != nil {
@@ -145,21 +146,21 @@ func (f *faultLayer) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.S
 	return f.Manager.Submit(ctx, req)
 }
 
-func (f *faultLayer) GetJob(ctx context.Context, tenant, id string) (*api.Job, error) {
+func (f *faultLayer) GetJob(ctx context.Context, tenant, id string) (*rpcpb.Job, error) {
 	if err, _ := f.tm.faults(true); err != nil {
 		return nil, err
 	}
 	return f.Manager.GetJob(ctx, tenant, id)
 }
 
-func (f *faultLayer) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.ListJobsResponse, error) {
+func (f *faultLayer) ListJobs(ctx context.Context, req *rpcpb.ListJobsRequest) (*rpcpb.ListJobsResponse, error) {
 	if err, _ := f.tm.faults(true); err != nil {
 		return nil, err
 	}
 	return f.Manager.ListJobs(ctx, req)
 }
 
-func (f *faultLayer) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo, error) {
+func (f *faultLayer) GetKey(ctx context.Context, tenant, key string) (*rpcpb.KeyInfo, error) {
 	if err, _ := f.tm.faults(true); err != nil {
 		return nil, err
 	}
@@ -176,7 +177,7 @@ func (f *faultLayer) Status(ctx context.Context) (*rpc.Status, error) {
 	return st, err
 }
 
-func (f *faultLayer) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseResponse, error) {
+func (f *faultLayer) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
 	if err, _ := f.tm.faults(false); err != nil {
 		return nil, err
 	}
@@ -190,7 +191,7 @@ func (tm *testManager) finishJobs(tb testing.TB) {
 	tb.Helper()
 	ctx := context.Background()
 	for {
-		r, err := tm.Manager.Lease(ctx, &rpc.LeaseRequest{Tenant: api.DefaultTenant, Worker: "test", MaxJobs: 100, LeaseFor: time.Minute})
+		r, err := tm.Manager.Lease(ctx, &rpcpb.LeaseRequest{Tenant: api.DefaultTenant, Worker: "test", MaxJobs: 100, LeaseForNanos: int64(time.Minute)})
 		if err != nil {
 			tb.Fatalf("lease: %v", err)
 		}
@@ -198,9 +199,9 @@ func (tm *testManager) finishJobs(tb testing.TB) {
 			return
 		}
 		for _, l := range r.Leases {
-			if _, err := tm.Manager.Complete(ctx, &rpc.CompleteRequest{Tenant: api.DefaultTenant, JobID: l.Job.JobID,
-				LeaseID: l.LeaseID, Result: json.RawMessage(`"done"`)}); err != nil {
-				tb.Fatalf("complete %s: %v", l.Job.JobID, err)
+			if _, err := tm.Manager.Complete(ctx, &rpcpb.CompleteRequest{Tenant: api.DefaultTenant, JobId: l.Job.JobId,
+				LeaseId: l.LeaseId, Result: json.RawMessage(`"done"`)}); err != nil {
+				tb.Fatalf("complete %s: %v", l.Job.JobId, err)
 			}
 		}
 	}
@@ -215,7 +216,7 @@ func holdFirstSubmit(t *testing.T, mgr *testManager) (arrived <-chan struct{}, r
 	var first, closeRel sync.Once
 	release = func() { closeRel.Do(func() { close(rel) }) }
 	t.Cleanup(release)
-	mgr.SetSubmitHook(func(ctx context.Context, _ *rpc.SubmitRequest) error {
+	mgr.SetSubmitHook(func(ctx context.Context, _ *rpcpb.SubmitRequest) error {
 		hold := false
 		first.Do(func() { hold = true })
 		if hold {

@@ -14,6 +14,7 @@ import (
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -45,7 +46,7 @@ func startFederation(t *testing.T, opts1, opts2 managertest.Options, override fu
 }
 
 // jobIn returns datacenter m's copy of job id, failing the test when absent.
-func jobIn(t *testing.T, m *testManager, id string) *api.Job {
+func jobIn(t *testing.T, m *testManager, id string) *rpcpb.Job {
 	t.Helper()
 	j, err := m.GetJob(context.Background(), api.DefaultTenant, id)
 	if err != nil {
@@ -102,7 +103,7 @@ func TestMultiDCPartialFailureThenRetry(t *testing.T) {
 		cfg.ForwardTimeout = 300 * time.Millisecond
 		cfg.Idempotency.PendingWaitTimeout = 200 * time.Millisecond
 	})
-	f.m2.SetSubmitHook(func(ctx context.Context, req *rpc.SubmitRequest) error {
+	f.m2.SetSubmitHook(func(ctx context.Context, req *rpcpb.SubmitRequest) error {
 		return rpc.Errorf(rpc.CodeUnavailable, "dc2 is down")
 	})
 	const body = `{"type":"x","datacenters":["dc1","dc2"]}`
@@ -128,8 +129,8 @@ func TestMultiDCPartialFailureThenRetry(t *testing.T) {
 	if n1, n2 := f.m1.Jobs(), f.m2.Jobs(); n1 != 1 || n2 != 1 {
 		t.Fatalf("datacenters hold %d and %d jobs, want 1 and 1", n1, n2)
 	}
-	if a, b := jobIn(t, f.m1, job.JobID), jobIn(t, f.m2, job.JobID); a.JobID != b.JobID {
-		t.Fatalf("job ids %s and %s", a.JobID, b.JobID)
+	if a, b := jobIn(t, f.m1, job.JobID), jobIn(t, f.m2, job.JobID); a.JobId != b.JobId {
+		t.Fatalf("job ids %s and %s", a.JobId, b.JobId)
 	}
 	again := f.g1.submit(t, skey(2), body)
 	wantStatus(t, again, http.StatusCreated)
@@ -177,7 +178,7 @@ func TestMultiDCRejection(t *testing.T) {
 func TestMultiDCRacedFirstAttempts(t *testing.T) {
 	f := startFederation(t, managertest.Options{}, managertest.Options{}, nil)
 	release := make(chan struct{})
-	hold := func(ctx context.Context, req *rpc.SubmitRequest) error {
+	hold := func(ctx context.Context, req *rpcpb.SubmitRequest) error {
 		select {
 		case <-release:
 			return nil
@@ -334,7 +335,7 @@ func TestMultiDCOmittedListRetryThroughTheOtherGate(t *testing.T) {
 		t.Fatalf("datacenters %+v, want dc1 alone", job.Datacenters)
 	}
 	info, err := f.m2.GetKey(context.Background(), api.DefaultTenant, skey(40))
-	if err != nil || info.State != api.KeyStateClaimed || info.Home != "dc1" || *info.JobID != job.JobID {
+	if err != nil || info.State != api.KeyStateClaimed || info.Home != "dc1" || *info.JobId != job.JobID {
 		t.Fatalf("dc2's key %+v, %v", info, err)
 	}
 	again := f.g2.submit(t, skey(40), `{"payload":{"n":40},"type":"x"}`)

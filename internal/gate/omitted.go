@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/tracing"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -75,7 +76,7 @@ func (e *claimedError) Error() string {
 // home (the gate's datacenter, or the home its datacenter's claim names),
 // then runs the home's round (homeRound), and when a round meets a claim for
 // another home, that home's round, at most maxHomeRounds in all.
-func (g *Gate) submitOmitted(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+func (g *Gate) submitOmitted(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	home := g.cfg.Datacenter
 	// A read, bounded as one forward: a datacenter that does not answer it
 	// will not admit the job either, and the claims are tried anyway.
@@ -85,8 +86,8 @@ func (g *Gate) submitOmitted(ctx context.Context, req *rpc.SubmitRequest) (*rpc.
 	if err == nil && info.State == api.KeyStateClaimed && info.Home != "" {
 		home = info.Home // an earlier attempt went through another datacenter's gate
 	}
-	if req.ExpiryBasis.IsZero() {
-		req.ExpiryBasis = g.now()
+	if req.ExpiryBasisUnixNanos == 0 {
+		req.ExpiryBasisUnixNanos = g.now().UnixNano()
 	}
 	for range maxHomeRounds {
 		resp, next, err := g.homeRound(ctx, req, home)
@@ -110,9 +111,10 @@ func (g *Gate) submitOmitted(ctx context.Context, req *rpc.SubmitRequest) (*rpc.
 //   - a claim for another home, in a datacenter or at home (which lost the
 //     key to it): next is that home, for the caller to try;
 //   - else home's outcome.
-func (g *Gate) homeRound(ctx context.Context, req *rpc.SubmitRequest, home string) (resp *rpc.SubmitResponse, next string, err error) {
-	r := *req
-	r.Home, r.Job.Datacenters = home, []string{home}
+func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home string) (resp *rpcpb.SubmitResponse, next string, err error) {
+	r := shallowCopy(req)
+	r.Home = home
+	r.Job = &rpcpb.JobRequest{Type: req.GetJob().GetType(), Payload: req.GetJob().GetPayload(), Datacenters: []string{home}}
 	var dcs []string
 	for _, dc := range append(g.otherDatacenters(), g.cfg.Datacenter) {
 		if dc != home {
@@ -140,7 +142,7 @@ func (g *Gate) homeRound(ctx context.Context, req *rpc.SubmitRequest, home strin
 			return nil, "", &datacenterError{dc: res.dc, err: res.err}
 		}
 	}
-	for _, o := range []rpc.Outcome{rpc.OutcomeKeyReused, rpc.OutcomeKeyExpired, rpc.OutcomeInProgress} {
+	for _, o := range []string{rpc.OutcomeKeyReused, rpc.OutcomeKeyExpired, rpc.OutcomeInProgress} {
 		for _, res := range results {
 			if res.resp.Outcome == o {
 				return res.resp, "", nil
@@ -167,12 +169,13 @@ func (g *Gate) homeRound(ctx context.Context, req *rpc.SubmitRequest, home strin
 	return res.resp, "", nil
 }
 
-// submitTo sends r to dc's leader in a span of its own.
-func (g *Gate) submitTo(ctx context.Context, dc string, r rpc.SubmitRequest, span string) dcResult {
+// submitTo sends a copy of req to dc's leader in a span of its own.
+func (g *Gate) submitTo(ctx context.Context, dc string, req *rpcpb.SubmitRequest, span string) dcResult {
 	dctx, sp := tracing.Span(ctx, span, trace.WithAttributes(attribute.String("once.datacenter", dc)))
 	defer sp.End()
+	r := shallowCopy(req)
 	r.TraceParent = tracing.Inject(dctx)
-	resp, err := g.clientFor(dc).Submit(dctx, &r)
+	resp, err := g.clientFor(dc).Submit(dctx, r)
 	if err != nil {
 		sp.SetStatus(codes.Error, err.Error())
 	}

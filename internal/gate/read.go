@@ -11,6 +11,7 @@ import (
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
 )
@@ -63,7 +64,7 @@ func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := g.readContext(r)
 	defer cancel()
-	var job *api.Job
+	var job *rpcpb.Job
 	var err error
 	if named {
 		job, err = c.GetJob(ctx, tenant, id)
@@ -74,7 +75,7 @@ func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request) {
 		g.readError(w, r, err, api.CodeJobNotFound, fmt.Sprintf("no job %q", id))
 		return
 	}
-	writeJSON(w, job)
+	writeJSON(w, apiJob(job))
 }
 
 // handleListJobs is GET /v1/jobs?type=&status=&state=&limit=&after=&order=.
@@ -100,10 +101,7 @@ func (g *Gate) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		g.readError(w, r, err, api.CodeNotFound, "not found")
 		return
 	}
-	out := api.JobList{Jobs: resp.Jobs}
-	if out.Jobs == nil {
-		out.Jobs = []api.Job{}
-	}
+	out := api.JobList{Jobs: apiJobs(resp.Jobs)}
 	if resp.Next != "" {
 		next := resp.Next
 		out.Next = &next
@@ -138,7 +136,7 @@ const maxQueryValue = 1024
 // parseListQuery reads GET /v1/jobs's parameters. Unknown parameters are
 // ignored; a known one given twice, a limit outside 1..1000 or an oversized
 // value is an error naming the parameter.
-func parseListQuery(r *http.Request) (*rpc.ListJobsRequest, error) {
+func parseListQuery(r *http.Request) (*rpcpb.ListJobsRequest, error) {
 	q := r.URL.Query()
 	for _, name := range []string{queryType, queryStatus, queryState, queryLimit, queryAfter, queryOrder} {
 		if vs := q[name]; len(vs) > 1 {
@@ -147,7 +145,7 @@ func parseListQuery(r *http.Request) (*rpc.ListJobsRequest, error) {
 			return nil, fmt.Errorf("invalid request: parameter %q is longer than %d characters", name, maxQueryValue)
 		}
 	}
-	req := &rpc.ListJobsRequest{
+	req := &rpcpb.ListJobsRequest{
 		Type:   q.Get(queryType),
 		Status: q.Get(queryStatus),
 		After:  q.Get(queryAfter),
@@ -180,7 +178,7 @@ func parseListQuery(r *http.Request) (*rpc.ListJobsRequest, error) {
 		if err != nil || n < 1 || n > api.MaxListLimit || s[0] == '+' {
 			return nil, fmt.Errorf("invalid request: parameter \"limit\" must be an integer from 1 to %d (got %q)", api.MaxListLimit, s)
 		}
-		req.Limit = n
+		req.Limit = int64(n)
 	}
 	return req, nil
 }
@@ -203,13 +201,14 @@ func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := g.readContext(r)
 	defer cancel()
-	info, err := c.GetKey(ctx, tenant, key.Raw)
+	pinfo, err := c.GetKey(ctx, tenant, key.Raw)
 	if err != nil {
 		g.readError(w, r, err, api.CodeIdempotencyKeyNotFound, fmt.Sprintf("no entry for idempotency key %q", key.Raw))
 		return
 	}
 	// The key's parts come from the key itself: present for a structured key,
 	// absent for an opaque one, whatever the manager filled in.
+	info := apiKeyInfo(pinfo)
 	info.Key = key.Raw
 	info.ClientID, info.Sequence, info.Nonce = "", nil, ""
 	if key.Structured {

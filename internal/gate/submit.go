@@ -22,6 +22,7 @@ import (
 	"github.com/once-dev/once/internal/jobid"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/tracing"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
@@ -467,18 +468,18 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	if claimed {
 		submit = g.submitOmitted
 	}
-	sr, err := submit(ctx, &rpc.SubmitRequest{
-		Tenant:        tenant,
-		Key:           key.Raw,
-		Fingerprint:   fp,
-		Job:           job,
-		WaitMillis:    wait.Milliseconds(),
-		ProposedJobID: jobid.Derive(tenant, key.Raw, fp),
-		ResultTTL:     resultTTL,
+	sr, err := submit(ctx, &rpcpb.SubmitRequest{
+		Tenant:         tenant,
+		Key:            key.Raw,
+		Fingerprint:    fp,
+		Job:            &rpcpb.JobRequest{Type: job.Type, Payload: job.Payload, Datacenters: job.Datacenters},
+		WaitMillis:     wait.Milliseconds(),
+		ProposedJobId:  jobid.Derive(tenant, key.Raw, fp),
+		ResultTtlNanos: int64(resultTTL),
 	})
 	outcome := outcomeUnavailable
 	if err == nil {
-		outcome = string(sr.Outcome)
+		outcome = sr.Outcome
 	}
 	defer func() {
 		g.metrics.forwardDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
@@ -500,7 +501,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 			g.log.Error("manager answered committed without a job", logging.KeyTenant, tenant)
 			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
 		}
-		b, err := json.Marshal(sr.Job)
+		b, err := json.Marshal(apiJob(sr.Job))
 		if err != nil {
 			outcome = outcomeError
 			g.log.Error("encoding job", logging.KeyTenant, tenant, logging.KeyError, err)
@@ -509,10 +510,10 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		resp := &response{
 			status:     http.StatusCreated,
 			body:       append(b, '\n'),
-			location:   "/v1/jobs/" + url.PathEscape(sr.Job.JobID),
+			location:   "/v1/jobs/" + url.PathEscape(sr.Job.JobId),
 			replayable: true,
 			replayed:   sr.Replayed,
-			expiresAt:  sr.ExpiresAt,
+			expiresAt:  expiresAt(sr),
 		}
 		ttl := ttlOr(resultTTL, g.cfg.Idempotency.CommittedTTL)
 		if resp.expiresAt.IsZero() {
@@ -539,7 +540,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 			body:       rejectionBody(status, detail, sr),
 			replayable: true,
 			replayed:   sr.Replayed,
-			expiresAt:  sr.ExpiresAt,
+			expiresAt:  expiresAt(sr),
 		}
 		ttl := ttlOr(resultTTL, g.cfg.Idempotency.RejectedTTL)
 		if resp.expiresAt.IsZero() {
@@ -562,7 +563,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		return problemResponse(http.StatusConflict, api.CodeIdempotencyKeyExpired, detail), 0, 0
 	default:
 		outcome = outcomeError
-		g.log.Error("manager answered an unknown outcome", logging.KeyTenant, tenant, logging.KeyOutcome, string(sr.Outcome))
+		g.log.Error("manager answered an unknown outcome", logging.KeyTenant, tenant, logging.KeyOutcome, sr.Outcome)
 		return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was not understood"), 0, 0
 	}
 }
@@ -577,20 +578,20 @@ func ttlOr(requested, configured time.Duration) time.Duration {
 
 // cacheTTL is how long the gate may cache an outcome: the time left on the
 // ledger's entry, at most the state's configured TTL; the configured TTL when
-// the ledger gave no expiry. The time left is the manager's Remaining (by
-// ledger time) counted from sent, when the request left, on the monotonic
+// the ledger gave no expiry. The time left is the manager's remaining_nanos
+// (by ledger time) counted from sent, when the request left, on the monotonic
 // clock: no wall clock is compared across hosts, so a gate whose clock is
 // behind the ledger's does not replay past the ledger's expiry. Only an
-// older manager, which does not send Remaining, is judged by ExpiresAt
+// older manager, which does not send it, is judged by its expiry
 // against the gate's clock (now). A result of 0 never happens: an entry
 // already expired is kept for a millisecond, enough for its waiters.
-func (g *Gate) cacheTTL(sr *rpc.SubmitResponse, sent, now time.Time, configured time.Duration) time.Duration {
+func (g *Gate) cacheTTL(sr *rpcpb.SubmitResponse, sent, now time.Time, configured time.Duration) time.Duration {
 	var left time.Duration
 	switch {
-	case sr.Remaining > 0:
-		left = sr.Remaining - time.Since(sent)
-	case !sr.ExpiresAt.IsZero():
-		left = sr.ExpiresAt.Sub(now)
+	case sr.RemainingNanos > 0:
+		left = time.Duration(sr.RemainingNanos) - time.Since(sent)
+	case sr.ExpiresAtUnixNano != 0:
+		left = expiresAt(sr).Sub(now)
 	default:
 		return configured
 	}
@@ -599,6 +600,14 @@ func (g *Gate) cacheTTL(sr *rpc.SubmitResponse, sent, now time.Time, configured 
 		ttl = time.Millisecond
 	}
 	return ttl
+}
+
+// expiresAt is when sr's entry expires, the zero time when sr has none.
+func expiresAt(sr *rpcpb.SubmitResponse) time.Time {
+	if n := sr.GetExpiresAtUnixNano(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // forwardError maps a failed forward to its answer: 503 for everything

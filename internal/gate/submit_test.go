@@ -17,6 +17,7 @@ import (
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -437,7 +438,7 @@ func TestSubmitUnavailableNotCached(t *testing.T) {
 		cfg.ForwardTimeout = 200 * time.Millisecond
 		cfg.Idempotency.PendingWaitTimeout = 100 * time.Millisecond
 	})
-	mgr.SetSubmitHook(func(context.Context, *rpc.SubmitRequest) error {
+	mgr.SetSubmitHook(func(context.Context, *rpcpb.SubmitRequest) error {
 		return rpc.Errorf(rpc.CodeUnavailable, "no leader")
 	})
 	res := tg.submit(t, skey(1), invoiceBody)
@@ -510,7 +511,7 @@ func TestSubmitWaitersShareTransientFailure(t *testing.T) {
 	tg.testHookWaiting = func() { waiting <- struct{}{} }
 	arrived, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	mgr.SetSubmitHook(func(ctx context.Context, _ *rpc.SubmitRequest) error {
+	mgr.SetSubmitHook(func(ctx context.Context, _ *rpcpb.SubmitRequest) error {
 		first := false
 		once.Do(func() { first = true })
 		if !first {
@@ -556,7 +557,7 @@ func TestConcurrentIdenticalSubmissions(t *testing.T) {
 	tg.testHookWaiting = waiters.Done
 	start := time.Now()
 	go func() { waiters.Wait(); t.Logf("%d waiters after %v", n-1, time.Since(start)); close(release) }()
-	mgr.SetSubmitHook(func(ctx context.Context, _ *rpc.SubmitRequest) error {
+	mgr.SetSubmitHook(func(ctx context.Context, _ *rpcpb.SubmitRequest) error {
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -606,7 +607,7 @@ func TestTwoGatesSameKey(t *testing.T) {
 	seen.Add(2)
 	go func() { seen.Wait(); close(release) }()
 	var forwards atomic.Int32
-	mgr.SetSubmitHook(func(ctx context.Context, _ *rpc.SubmitRequest) error {
+	mgr.SetSubmitHook(func(ctx context.Context, _ *rpcpb.SubmitRequest) error {
 		if forwards.Add(1) <= 2 {
 			seen.Done()
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
 )
@@ -244,7 +245,8 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	fwd := &rpc.LeaseRequest{Tenant: tenant, Worker: req.Worker, Types: req.Types, MaxJobs: req.MaxJobs}
+	fwd := &rpcpb.LeaseRequest{Tenant: tenant, Worker: req.Worker, Types: req.Types, MaxJobs: int64(req.MaxJobs)}
+	var leaseFor time.Duration
 	var err error
 	switch {
 	case req.MaxJobs < 0 || req.MaxJobs > api.MaxLeaseJobs:
@@ -262,7 +264,7 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err == nil {
-		fwd.LeaseFor, err = leaseSeconds(req.LeaseSeconds)
+		leaseFor, err = leaseSeconds(req.LeaseSeconds)
 	}
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
@@ -274,8 +276,9 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 	if fwd.Worker == "" {
 		fwd.Worker = r.RemoteAddr
 	}
-	fwd.Wait = time.Duration(req.WaitSeconds) * time.Second
-	g.serveWorkerCall(w, r, tenant, workerCall{route: "lease", body: body, wait: fwd.Wait,
+	wait := time.Duration(req.WaitSeconds) * time.Second
+	fwd.LeaseForNanos, fwd.WaitNanos = int64(leaseFor), int64(wait)
+	g.serveWorkerCall(w, r, tenant, workerCall{route: "lease", body: body, wait: wait,
 		forward: func(ctx context.Context, key string, fp [sha256.Size]byte) *workerAnswer {
 			if key != "" {
 				// The leader keeps lease answers too, so a retry through
@@ -288,10 +291,7 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return g.workerError(r, err, "")
 			}
-			out := api.LeaseList{Leases: resp.Leases}
-			if out.Leases == nil {
-				out.Leases = []api.Lease{}
-			}
+			out := api.LeaseList{Leases: apiLeases(resp.Leases)}
 			g.metrics.leased.Add(float64(len(out.Leases)))
 			a := workerOK(out)
 			a.replayed = resp.Replayed
@@ -360,7 +360,11 @@ func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 			return err
 		},
 		func(ctx context.Context, tenant, id string) (any, error) {
-			return g.client.Heartbeat(ctx, &rpc.HeartbeatRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, LeaseFor: d})
+			h, err := g.client.Heartbeat(ctx, &rpcpb.HeartbeatRequest{Tenant: tenant, JobId: id, LeaseId: req.LeaseID, LeaseForNanos: int64(d)})
+			if err != nil {
+				return nil, err
+			}
+			return apiHeartbeat(h), nil
 		})
 }
 
@@ -387,7 +391,11 @@ func (g *Gate) handleComplete(w http.ResponseWriter, r *http.Request) {
 			return nil
 		},
 		func(ctx context.Context, tenant, id string) (any, error) {
-			return g.client.Complete(ctx, &rpc.CompleteRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, Result: result})
+			job, err := g.client.Complete(ctx, &rpcpb.CompleteRequest{Tenant: tenant, JobId: id, LeaseId: req.LeaseID, Result: result})
+			if err != nil {
+				return nil, err
+			}
+			return apiJob(job), nil
 		})
 }
 
@@ -407,6 +415,10 @@ func (g *Gate) handleFail(w http.ResponseWriter, r *http.Request) {
 		},
 		func(ctx context.Context, tenant, id string) (any, error) {
 			retry := req.Retry == nil || *req.Retry
-			return g.client.Fail(ctx, &rpc.FailRequest{Tenant: tenant, JobID: id, LeaseID: req.LeaseID, Error: req.Error, Retry: retry})
+			job, err := g.client.Fail(ctx, &rpcpb.FailRequest{Tenant: tenant, JobId: id, LeaseId: req.LeaseID, Error: req.Error, Retry: retry})
+			if err != nil {
+				return nil, err
+			}
+			return apiJob(job), nil
 		})
 }

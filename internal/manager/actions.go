@@ -5,6 +5,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // A tenant's actions on its jobs (rpc.JobActions; docs/ledger.md, "Cancel
@@ -17,13 +18,13 @@ import (
 var _ rpc.JobActions = (*Manager)(nil)
 
 // Cancel implements rpc.JobActions: a queued job ends cancelled.
-func (m *Manager) Cancel(ctx context.Context, req *rpc.JobActionRequest) (*rpc.JobActionResponse, error) {
+func (m *Manager) Cancel(ctx context.Context, req *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error) {
 	return m.jobAction(ctx, "cancel", req, func(a ledger.JobAction) ledger.Command { return ledger.Cancel{JobAction: a} })
 }
 
 // Retry implements rpc.JobActions: a failed or dead job is queued again for
 // a new attempt.
-func (m *Manager) Retry(ctx context.Context, req *rpc.JobActionRequest) (*rpc.JobActionResponse, error) {
+func (m *Manager) Retry(ctx context.Context, req *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error) {
 	resp, err := m.jobAction(ctx, "retry", req, func(a ledger.JobAction) ledger.Command { return ledger.Retry{JobAction: a} })
 	if err == nil && !resp.Replayed {
 		m.jobsQueued.fire() // leases waiting at this leader take it now
@@ -32,18 +33,18 @@ func (m *Manager) Retry(ctx context.Context, req *rpc.JobActionRequest) (*rpc.Jo
 }
 
 // jobAction proposes the action cmd makes of req and renders its result.
-func (m *Manager) jobAction(ctx context.Context, name string, req *rpc.JobActionRequest,
-	cmd func(ledger.JobAction) ledger.Command) (*rpc.JobActionResponse, error) {
+func (m *Manager) jobAction(ctx context.Context, name string, req *rpcpb.JobActionRequest,
+	cmd func(ledger.JobAction) ledger.Command) (*rpcpb.JobActionResponse, error) {
 	if err := m.checkLeader(); err != nil {
 		return nil, err
 	}
-	if req.Tenant == "" || req.JobID == "" || req.Key == "" || req.Fingerprint == "" {
+	if req.Tenant == "" || req.JobId == "" || req.Key == "" || req.Fingerprint == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "%s: tenant, job ID, key and fingerprint are required", name)
 	}
 	now := m.ledgerNow()
 	res, err := m.apply(ctx, cmd(ledger.JobAction{
 		Tenant:         req.Tenant,
-		JobID:          req.JobID,
+		JobID:          req.JobId,
 		Key:            req.Key,
 		Fingerprint:    req.Fingerprint,
 		Now:            now.UnixNano(),
@@ -57,15 +58,15 @@ func (m *Manager) jobAction(ctx context.Context, name string, req *rpc.JobAction
 	}
 	switch res.Outcome {
 	case ledger.OutcomeCancelled, ledger.OutcomeRetried:
-		return &rpc.JobActionResponse{Job: m.apiJobRead(res.Job)}, nil
+		return &rpcpb.JobActionResponse{Job: m.pbJobRead(res.Job)}, nil
 	case ledger.OutcomeExists, ledger.OutcomeUnchanged:
-		return &rpc.JobActionResponse{Job: m.apiJobRead(res.Job), Replayed: true}, nil
+		return &rpcpb.JobActionResponse{Job: m.pbJobRead(res.Job), Replayed: true}, nil
 	case ledger.OutcomeNotFound:
-		return nil, rpc.Errorf(rpc.CodeNotFound, "job %q not found", req.JobID)
+		return nil, rpc.Errorf(rpc.CodeNotFound, "job %q not found", req.JobId)
 	case ledger.OutcomeKeyReused:
 		return nil, rpc.Errorf(rpc.CodeRequestReused, "%s: the idempotency key was used with another request", name)
 	case ledger.OutcomeConflict:
-		return nil, rpc.Errorf(rpc.CodeConflict, "%s: job %s is %s", name, req.JobID, res.Job.State())
+		return nil, rpc.Errorf(rpc.CodeConflict, "%s: job %s is %s", name, req.JobId, res.Job.State())
 	}
 	return nil, m.refusal(name, req.Tenant, res)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -21,8 +22,8 @@ func TestCancelRetry(t *testing.T) {
 	b := submitJob(t, tc, "host1.dc1:1:2:0123456789abcdef", "email")
 	l := tc.leader()
 	m := tc.mgrs[l]
-	act := func(tenant, id, key string) *rpc.JobActionRequest {
-		return &rpc.JobActionRequest{Tenant: tenant, JobID: id, Key: key, Fingerprint: "fp " + key}
+	act := func(tenant, id, key string) *rpcpb.JobActionRequest {
+		return &rpcpb.JobActionRequest{Tenant: tenant, JobId: id, Key: key, Fingerprint: "fp " + key}
 	}
 
 	// A follower refuses: the leader proposes.
@@ -30,7 +31,7 @@ func TestCancelRetry(t *testing.T) {
 		t.Fatalf("cancel at a follower: %v", err)
 	}
 	c1, err := m.Cancel(ctx, act("acme", a, "c1"))
-	if err != nil || c1.Replayed || c1.Job.JobID != a || c1.Job.State != api.JobStatusCancelled || c1.Job.Attempts != 0 {
+	if err != nil || c1.Replayed || c1.Job.JobId != a || c1.Job.State != api.JobStatusCancelled || c1.Job.Attempts != 0 {
 		t.Fatalf("cancel: %+v %v", c1, err)
 	}
 	// The same key: a replay; another key: idempotent by state.
@@ -41,7 +42,7 @@ func TestCancelRetry(t *testing.T) {
 		}
 	}
 	// The key with another request; another tenant; an unknown job.
-	if _, err := m.Retry(ctx, &rpc.JobActionRequest{Tenant: "acme", JobID: a, Key: "c1", Fingerprint: "another"}); !errors.Is(err, rpc.ErrRequestReused) {
+	if _, err := m.Retry(ctx, &rpcpb.JobActionRequest{Tenant: "acme", JobId: a, Key: "c1", Fingerprint: "another"}); !errors.Is(err, rpc.ErrRequestReused) {
 		t.Fatalf("the key with another request: %v", err)
 	}
 	if _, err := m.Cancel(ctx, act("globex", b, "g1")); !errors.Is(err, rpc.ErrNotFound) {
@@ -53,12 +54,12 @@ func TestCancelRetry(t *testing.T) {
 	if _, err := m.Retry(ctx, act("acme", a, "r0")); !errors.Is(err, rpc.ErrConflict) {
 		t.Fatalf("retry of a cancelled job: %v", err)
 	}
-	if _, err := m.Cancel(ctx, &rpc.JobActionRequest{Tenant: "acme", JobID: a}); !errors.Is(err, rpc.ErrInvalid) {
+	if _, err := m.Cancel(ctx, &rpcpb.JobActionRequest{Tenant: "acme", JobId: a}); !errors.Is(err, rpc.ErrInvalid) {
 		t.Fatalf("no key: %v", err)
 	}
 
 	// The cancelled job is never leased: b is.
-	jobs, err := m.LeaseJobs(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w1", MaxJobs: 10})
+	jobs, err := m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1", MaxJobs: 10})
 	if err != nil || len(jobs) != 1 || jobs[0].ID != b {
 		t.Fatalf("lease: %+v %v", jobs, err)
 	}
@@ -74,10 +75,10 @@ func TestCancelRetry(t *testing.T) {
 	}
 
 	// A lease waiting for work takes the retried job at once.
-	got := make(chan *rpc.LeaseResponse, 1)
+	got := make(chan *rpcpb.LeaseResponse, 1)
 	errs := make(chan error, 1)
 	go func() {
-		r, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, Wait: 15 * time.Second})
+		r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(15 * time.Second)})
 		got <- r
 		errs <- err
 	}()
@@ -85,16 +86,16 @@ func TestCancelRetry(t *testing.T) {
 	if err != nil || r1.Replayed || r1.Job.State != api.JobStatusQueued || r1.Job.Attempts != 1 || r1.Job.Error != "boom" {
 		t.Fatalf("retry of a dead job: %+v %v", r1, err)
 	}
-	var lr *rpc.LeaseResponse
+	var lr *rpcpb.LeaseResponse
 	select {
 	case lr = <-got:
 	case <-time.After(20 * time.Second): // past the lease's own 15 s wait: the goroutine has ended
 		t.Fatal("the waiting lease was not given the retried job")
 	}
-	if err := <-errs; err != nil || len(lr.Leases) != 1 || lr.Leases[0].Job.JobID != b || lr.Leases[0].Attempt != 2 {
+	if err := <-errs; err != nil || len(lr.Leases) != 1 || lr.Leases[0].Job.JobId != b || lr.Leases[0].Attempt != 2 {
 		t.Fatalf("lease of the retried job: %+v %v", lr, err)
 	}
-	done, err := m.CompleteJob(ctx, "acme", b, lr.Leases[0].LeaseID, []byte(`{"ok":true}`))
+	done, err := m.CompleteJob(ctx, "acme", b, lr.Leases[0].LeaseId, []byte(`{"ok":true}`))
 	if err != nil || done.State() != ledger.JobSucceeded {
 		t.Fatalf("complete the retried job: %+v %v", done, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -40,7 +41,7 @@ func TestBatchedSubmissionsShareEntries(t *testing.T) {
 					err = fmt.Errorf("outcome %s", resp.Outcome)
 				}
 				if err == nil {
-					ids[i] = resp.JobID
+					ids[i] = resp.JobId
 				}
 				errs[i] = err
 			}()
@@ -87,7 +88,7 @@ func TestBatchAnswersEachSubmission(t *testing.T) {
 		if err != nil || resp.Outcome != rpc.OutcomeCommitted {
 			t.Fatalf("%s: %+v %v", k, resp, err)
 		}
-		prior[k] = resp.JobID
+		prior[k] = resp.JobId
 	}
 	type sub struct{ key, fp, typ string }
 	var subs []sub
@@ -98,7 +99,7 @@ func TestBatchAnswersEachSubmission(t *testing.T) {
 		subs = append(subs, sub{fmt.Sprintf("bad-type-%d", i), "fp", "nope"}, sub{"dup", "fp", "demo"},
 			sub{"reused", "other", "demo"}, sub{fmt.Sprintf("invalid-%d", i), "fp", ""})
 	}
-	resps := make([]*rpc.SubmitResponse, len(subs))
+	resps := make([]*rpcpb.SubmitResponse, len(subs))
 	errs := make([]error, len(subs))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -127,11 +128,11 @@ func TestBatchAnswersEachSubmission(t *testing.T) {
 				t.Fatalf("%s: want a 422 rejection, got %+v", s.key, resp)
 			}
 		case s.key == "dup":
-			if resp.Outcome != rpc.OutcomeCommitted || !resp.Replayed || resp.JobID != prior["dup"] {
+			if resp.Outcome != rpc.OutcomeCommitted || !resp.Replayed || resp.JobId != prior["dup"] {
 				t.Fatalf("dup: want the replay of %s, got %+v", prior["dup"], resp)
 			}
-			if ttl := tc.cfgs[0].Idempotency.CommittedTTL; resp.Remaining <= 0 || resp.Remaining > ttl {
-				t.Fatalf("dup: remaining lifetime %v, want in (0, %v]", resp.Remaining, ttl)
+			if ttl := tc.cfgs[0].Idempotency.CommittedTTL; time.Duration(resp.RemainingNanos) <= 0 || time.Duration(resp.RemainingNanos) > ttl {
+				t.Fatalf("dup: remaining lifetime %v, want in (0, %v]", time.Duration(resp.RemainingNanos), ttl)
 			}
 		case s.key == "reused":
 			if resp.Outcome != rpc.OutcomeKeyReused {
@@ -141,7 +142,7 @@ func TestBatchAnswersEachSubmission(t *testing.T) {
 			switch {
 			case resp.Outcome == rpc.OutcomeCommitted && !resp.Replayed:
 				committed++
-				if j, ok := tc.mgrs[l].FSM().Job("t", resp.JobID); !ok || j.Key != s.key {
+				if j, ok := tc.mgrs[l].FSM().Job("t", resp.JobId); !ok || j.Key != s.key {
 					t.Fatalf("%s: job %+v %v", s.key, j, ok)
 				}
 			case resp.Outcome == rpc.OutcomeRejected && resp.Rejection.Status == 429 && resp.Rejection.Reason == ledger.ReasonCapacity:
@@ -209,7 +210,7 @@ func TestSingleCommandLogReplaysWithBatches(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		k := fmt.Sprintf("single-%d", i)
 		resp, err := tc.submit(ctx, l, "t", k, "fp", "demo", `1`, 0)
-		if err != nil || !resp.Replayed || resp.JobID != "job-"+k {
+		if err != nil || !resp.Replayed || resp.JobId != "job-"+k {
 			t.Fatalf("%s after the restart: %+v %v", k, resp, err)
 		}
 	}

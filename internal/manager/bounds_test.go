@@ -11,8 +11,8 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/rpc/rpctest"
-
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -81,7 +81,7 @@ func TestRejectedSequenceRetriedAfterHigherCommitIsAdmitted(t *testing.T) {
 	l := tc.leader()
 	ctx := ctxT(t)
 	key := func(seq int) string { return fmt.Sprintf("c1:%d:0123456789abcdef", seq) }
-	submit := func(seq int) *rpc.SubmitResponse {
+	submit := func(seq int) *rpcpb.SubmitResponse {
 		t.Helper()
 		r, err := tc.submit(ctx, l, "t", key(seq), "fp", "demo", `1`, 0)
 		if err != nil {
@@ -129,7 +129,7 @@ func TestWatermarkFloodRefusesAndNeverReruns(t *testing.T) {
 	tc.setNow(clock.Now)
 	l := tc.leader()
 	ctx := ctxT(t)
-	submit := func(tenant, client string, seq int) (*rpc.SubmitResponse, error) {
+	submit := func(tenant, client string, seq int) (*rpcpb.SubmitResponse, error) {
 		return tc.submit(ctx, l, tenant, fmt.Sprintf("%s:%d:0123456789abcdef", client, seq), "fp", "demo", `1`, 0)
 	}
 	first, err := submit("a", "c1", 1)
@@ -158,7 +158,7 @@ func TestWatermarkFloodRefusesAndNeverReruns(t *testing.T) {
 	if r, err := submit("a", "c1", 1); err != nil || r.Outcome != rpc.OutcomeKeyExpired {
 		t.Fatalf("late retry of a/c1 seq 1: want key_expired, got %+v %v", r, err)
 	}
-	if j, err := tc.mgrs[l].GetJob(ctx, "a", first.JobID); err != nil || j.JobID != first.JobID {
+	if j, err := tc.mgrs[l].GetJob(ctx, "a", first.JobId); err != nil || j.JobId != first.JobId {
 		t.Fatalf("the original job: %+v %v", j, err)
 	}
 	if n := tc.mgrs[l].FSM().Stats().Jobs; n != 3 {
@@ -185,7 +185,7 @@ func TestLedgerByteBudget(t *testing.T) {
 		if err != nil || r.Outcome != rpc.OutcomeCommitted {
 			t.Fatalf("%s: %+v %v", tk, r, err)
 		}
-		ids[tk] = r.JobID
+		ids[tk] = r.JobId
 	}
 	if _, err := tc.submit(ctx, l, "t1", "c", "fp", "demo", payload, 0); !errors.Is(err, rpc.ErrTenantQuota) {
 		t.Fatalf("t1 over its share: want tenant_quota, got %v", err)
@@ -196,7 +196,7 @@ func TestLedgerByteBudget(t *testing.T) {
 	for tk, id := range ids {
 		tenant, key, _ := strings.Cut(tk, "/")
 		r, err := tc.submit(ctx, l, tenant, key, "fp", "demo", payload, 0)
-		if err != nil || !r.Replayed || r.JobID != id {
+		if err != nil || !r.Replayed || r.JobId != id {
 			t.Fatalf("live %s must survive: %+v %v", tk, r, err)
 		}
 	}
@@ -224,7 +224,7 @@ func TestListLargeJobsPagesThroughRPC(t *testing.T) {
 	var keys []string
 	after, pages := "", 0
 	for {
-		page, err := client.ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Limit: 100, After: after})
+		page, err := client.ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "t", Limit: 100, After: after})
 		if err != nil {
 			t.Fatalf("page %d: %v", pages, err)
 		}
@@ -255,10 +255,10 @@ func TestResultTTLIsFixedByTheFirstAdmission(t *testing.T) {
 	tc := newTestCluster(t, 1, nil)
 	l := tc.leader()
 	ctx := ctxT(t)
-	submit := func(key string, ttl time.Duration) *rpc.SubmitResponse {
+	submit := func(key string, ttl time.Duration) *rpcpb.SubmitResponse {
 		t.Helper()
-		req := &rpc.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp", ResultTTL: ttl}
-		req.Job.Type, req.Job.Payload = "demo", []byte(`1`)
+		req := &rpcpb.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp", ResultTtlNanos: int64(ttl)}
+		req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`)}
 		r, err := tc.mgrs[l].Submit(ctx, req)
 		if err != nil || r.Outcome != rpc.OutcomeCommitted {
 			t.Fatalf("%s: %+v %v", key, r, err)
@@ -267,17 +267,17 @@ func TestResultTTLIsFixedByTheFirstAdmission(t *testing.T) {
 	}
 	before := time.Now()
 	r := submit("long", 2*time.Hour)
-	if d := r.ExpiresAt.Sub(before); d < 2*time.Hour || d > 2*time.Hour+time.Minute {
+	if d := respExpiresAt(r).Sub(before); d < 2*time.Hour || d > 2*time.Hour+time.Minute {
 		t.Fatalf("expires in %v, want about 2h", d)
 	}
-	if r2 := submit("long", time.Minute); !r2.Replayed || !r2.ExpiresAt.Equal(r.ExpiresAt) {
+	if r2 := submit("long", time.Minute); !r2.Replayed || !respExpiresAt(r2).Equal(respExpiresAt(r)) {
 		t.Fatalf("a retry changed the lifetime: %+v vs %+v", r2, r)
 	}
-	if d := submit("default", 0).ExpiresAt.Sub(before); d > tc.cfgs[l].Idempotency.CommittedTTL+time.Minute {
+	if d := respExpiresAt(submit("default", 0)).Sub(before); d > tc.cfgs[l].Idempotency.CommittedTTL+time.Minute {
 		t.Fatalf("default lifetime %v", d)
 	}
 	// A queued job has no end (ExpiresAt 0) before it finishes.
-	if j, _ := tc.mgrs[l].FSM().Job("t", r.JobID); j.ExpiresAt != 0 && time.Duration(j.ExpiresAt-j.CreatedAt) < 2*time.Hour {
+	if j, _ := tc.mgrs[l].FSM().Job("t", r.JobId); j.ExpiresAt != 0 && time.Duration(j.ExpiresAt-j.CreatedAt) < 2*time.Hour {
 		t.Fatalf("the job is retained less than its key: %+v", j)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -53,7 +54,7 @@ func submitSized(t *testing.T, ctx context.Context, tc *testCluster, n, size int
 		if err != nil || r.Outcome != rpc.OutcomeCommitted {
 			t.Fatalf("submit %s: %+v %v", key, r, err)
 		}
-		ids[r.JobID] = true
+		ids[r.JobId] = true
 	}
 	return ids
 }
@@ -72,7 +73,7 @@ func TestLeaseAnswerFitsRPC(t *testing.T) {
 		if round == len(ids) {
 			t.Fatalf("%d rounds, %d of %d jobs completed", round, len(done), len(ids))
 		}
-		r, err := c.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 100, LeaseFor: time.Minute,
+		r, err := c.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 100, LeaseForNanos: int64(time.Minute),
 			Request: fmt.Sprintf("lease-%d", round), Fingerprint: "f"})
 		if err != nil {
 			t.Fatalf("lease %d: %v", round, err)
@@ -81,13 +82,13 @@ func TestLeaseAnswerFitsRPC(t *testing.T) {
 			t.Fatalf("lease %d handed out %d jobs of %d bytes (answer bound %d)", round, n, size, rpc.LeaseAnswerBytes)
 		}
 		for _, l := range r.Leases {
-			if !ids[l.Job.JobID] || done[l.Job.JobID] || l.Attempt != 1 || len(l.Job.Payload) != size {
-				t.Fatalf("lease %d: job %s attempt %d (payload %d bytes), done before %v", round, l.Job.JobID, l.Attempt, len(l.Job.Payload), done[l.Job.JobID])
+			if !ids[l.Job.JobId] || done[l.Job.JobId] || l.Attempt != 1 || len(l.Job.Payload) != size {
+				t.Fatalf("lease %d: job %s attempt %d (payload %d bytes), done before %v", round, l.Job.JobId, l.Attempt, len(l.Job.Payload), done[l.Job.JobId])
 			}
-			if _, err := c.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: []byte(`true`)}); err != nil {
-				t.Fatalf("complete %s: %v", l.Job.JobID, err)
+			if _, err := c.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "acme", JobId: l.Job.JobId, LeaseId: l.LeaseId, Result: []byte(`true`)}); err != nil {
+				t.Fatalf("complete %s: %v", l.Job.JobId, err)
 			}
-			done[l.Job.JobID] = true
+			done[l.Job.JobId] = true
 		}
 	}
 	for id := range ids {
@@ -106,17 +107,17 @@ func TestListPagesCountResults(t *testing.T) {
 	ctx := longCtx(t)
 	ids := submitSized(t, ctx, tc, 40, 10)
 	result := []byte(`"` + strings.Repeat("r", 1_000_000) + `"`)
-	r, err := c.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 40, LeaseFor: time.Minute})
+	r, err := c.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 40, LeaseForNanos: int64(time.Minute)})
 	if err != nil || len(r.Leases) != 40 {
 		t.Fatalf("lease: %d jobs, %v", len(r.Leases), err)
 	}
 	for _, l := range r.Leases {
-		if _, err := c.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: result}); err != nil {
-			t.Fatalf("complete %s: %v", l.Job.JobID, err)
+		if _, err := c.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "acme", JobId: l.Job.JobId, LeaseId: l.LeaseId, Result: result}); err != nil {
+			t.Fatalf("complete %s: %v", l.Job.JobId, err)
 		}
 	}
 	listed := map[string]bool{}
-	req := &rpc.ListJobsRequest{Tenant: "acme", Status: api.JobStatusSucceeded, Limit: api.MaxListLimit}
+	req := &rpcpb.ListJobsRequest{Tenant: "acme", Status: api.JobStatusSucceeded, Limit: api.MaxListLimit}
 	for pages := 1; ; pages++ {
 		page, err := c.ListJobs(ctx, req)
 		if err != nil {
@@ -126,10 +127,10 @@ func TestListPagesCountResults(t *testing.T) {
 			t.Fatalf("page %d holds %d jobs of %d-byte results", pages, len(page.Jobs), len(result))
 		}
 		for _, j := range page.Jobs {
-			if listed[j.JobID] || len(j.Result) != len(result) {
-				t.Fatalf("job %s listed twice, or its result cut (%d bytes)", j.JobID, len(j.Result))
+			if listed[j.JobId] || len(j.Result) != len(result) {
+				t.Fatalf("job %s listed twice, or its result cut (%d bytes)", j.JobId, len(j.Result))
 			}
-			listed[j.JobID] = true
+			listed[j.JobId] = true
 		}
 		if page.Next == "" {
 			break
@@ -149,27 +150,27 @@ func TestCompleteOverBudget(t *testing.T) {
 	tc, c := servedCluster(t, func(c *Config) { c.LedgerTenantMaxBytes = 1 << 20 })
 	ctx := longCtx(t)
 	submitSized(t, ctx, tc, 2, 10)
-	r, err := c.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, LeaseFor: time.Minute})
+	r, err := c.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, LeaseForNanos: int64(time.Minute)})
 	if err != nil || len(r.Leases) != 2 {
 		t.Fatalf("lease: %+v %v", r, err)
 	}
 	a, b := r.Leases[0], r.Leases[1]
 	big := []byte(`"` + strings.Repeat("r", 1<<20) + `"`)
-	_, err = c.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: a.Job.JobID, LeaseID: a.LeaseID, Result: big})
+	_, err = c.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "acme", JobId: a.Job.JobId, LeaseId: a.LeaseId, Result: big})
 	if !errors.Is(err, rpc.ErrBudgetExceeded) {
 		t.Fatalf("a result over the tenant's share: %v, want %v", err, rpc.ErrBudgetExceeded)
 	}
-	if j, err := c.GetJob(ctx, "acme", a.Job.JobID); err != nil || j.State != api.JobStatusRunning || j.Result != nil {
+	if j, err := c.GetJob(ctx, "acme", a.Job.JobId); err != nil || j.State != api.JobStatusRunning || j.Result != nil {
 		t.Fatalf("the refused job: %+v %v", j, err)
 	}
-	if j, err := c.Fail(ctx, &rpc.FailRequest{Tenant: "acme", JobID: a.Job.JobID, LeaseID: a.LeaseID, Error: "result too large"}); err != nil || j.State != api.JobStatusFailed {
+	if j, err := c.Fail(ctx, &rpcpb.FailRequest{Tenant: "acme", JobId: a.Job.JobId, LeaseId: a.LeaseId, Error: "result too large"}); err != nil || j.State != api.JobStatusFailed {
 		t.Fatalf("failing the refused job: %+v %v", j, err)
 	}
 	// big[:1000] is not JSON: refused as invalid, before any budget.
-	if _, err := c.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: b.Job.JobID, LeaseID: b.LeaseID, Result: big[:1000]}); !errors.Is(err, rpc.ErrInvalid) {
+	if _, err := c.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "acme", JobId: b.Job.JobId, LeaseId: b.LeaseId, Result: big[:1000]}); !errors.Is(err, rpc.ErrInvalid) {
 		t.Fatalf("a result that is not JSON: %v", err)
 	}
-	if j, err := c.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: b.Job.JobID, LeaseID: b.LeaseID, Result: []byte(`{"ok":true}`)}); err != nil || j.State != api.JobStatusSucceeded {
+	if j, err := c.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "acme", JobId: b.Job.JobId, LeaseId: b.LeaseId, Result: []byte(`{"ok":true}`)}); err != nil || j.State != api.JobStatusSucceeded {
 		t.Fatalf("a result that fits: %+v %v", j, err)
 	}
 }

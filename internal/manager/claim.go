@@ -6,6 +6,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // Claims: a job whose client omitted the datacenters list, in a federation
@@ -20,9 +21,8 @@ import (
 // key_reused; this datacenter's own job (a retry found the job's true home)
 // its outcome; a claim, of Home or another home, OutcomeClaimed naming its
 // home.
-func (m *Manager) claim(ctx context.Context, req *rpc.SubmitRequest, jobID string) (*rpc.SubmitResponse, error) {
-	wait := time.Duration(req.WaitMillis) * time.Millisecond
-	deadline := time.Now().Add(wait)
+func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, jobID string) (*rpcpb.SubmitResponse, error) {
+	deadline := time.Now().Add(submitWait(req))
 	for attempt := 0; attempt < 4; attempt++ {
 		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.expiryNow().UnixNano() {
 			if e.Fingerprint != req.Fingerprint {
@@ -38,8 +38,8 @@ func (m *Manager) claim(ctx context.Context, req *rpc.SubmitRequest, jobID strin
 			continue
 		}
 		ttl := m.cfg.Idempotency.CommittedTTL
-		if req.ResultTTL > 0 {
-			ttl = req.ResultTTL
+		if t := resultTTL(req); t > 0 {
+			ttl = t
 		}
 		now := m.ledgerNow()
 		res, err := m.apply(ctx, ledger.Claim{
@@ -80,7 +80,7 @@ func (m *Manager) claim(ctx context.Context, req *rpc.SubmitRequest, jobID strin
 // nil: reserve the key now); the other home can no longer run the job, as
 // its own ledger holds this datacenter's claim. Otherwise the answer is
 // OutcomeClaimed naming the claim's home.
-func (m *Manager) overClaim(ctx context.Context, req *rpc.SubmitRequest, e ledger.Entry) (*rpc.SubmitResponse, error) {
+func (m *Manager) overClaim(ctx context.Context, req *rpcpb.SubmitRequest, e ledger.Entry) (*rpcpb.SubmitResponse, error) {
 	home := e.Home()
 	if req.Home == "" || m.cfg.Datacenter >= home {
 		return m.entryResponse(e, "", true), nil

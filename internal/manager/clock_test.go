@@ -15,9 +15,9 @@ import (
 	"github.com/once-dev/once/internal/clockwatch"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
-	"github.com/once-dev/once/pkg/api"
-
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // newSkewedCluster starts len(skews) managers, manager i with a clock skews[i]
@@ -203,8 +203,8 @@ func TestSkewedClocksCannotExpireEarly(t *testing.T) {
 			return fmt.Errorf("created_at %q: %w", r.Job.CreatedAt, err)
 		}
 		checkNear(key+" created_at at "+tc.cfgs[i].NodeID, created, at)
-		checkNear(key+" expires_at at "+tc.cfgs[i].NodeID, r.ExpiresAt.Add(-ttl), at)
-		subs = append(subs, sub{key, r.JobID, at})
+		checkNear(key+" expires_at at "+tc.cfgs[i].NodeID, respExpiresAt(r).Add(-ttl), at)
+		subs = append(subs, sub{key, r.JobId, at})
 		return nil
 	}
 	l := tc.leader()
@@ -222,10 +222,10 @@ func TestSkewedClocksCannotExpireEarly(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if !r.Replayed || r.JobID != s.job {
-					t.Fatalf("retry of %s at %s: job %s (replayed %v), want %s: expired early", s.key, name, r.JobID, r.Replayed, s.job)
+				if !r.Replayed || r.JobId != s.job {
+					t.Fatalf("retry of %s at %s: job %s (replayed %v), want %s: expired early", s.key, name, r.JobId, r.Replayed, s.job)
 				}
-				checkNear(s.key+" expires_at replayed at "+name, r.ExpiresAt.Add(-ttl), s.at)
+				checkNear(s.key+" expires_at replayed at "+name, respExpiresAt(r).Add(-ttl), s.at)
 				j, err := tc.mgrs[target].GetJob(ctx, "t", s.job)
 				if err != nil {
 					return fmt.Errorf("GetJob %s at %s: %w", s.job, name, err)
@@ -389,7 +389,7 @@ func TestLeaderAfterOutageWaitsForTheGroup(t *testing.T) {
 	tc.lead(ctx, nl, func() error { return nil })
 
 	type result struct {
-		r   *rpc.SubmitResponse
+		r   *rpcpb.SubmitResponse
 		err error
 	}
 	done := make(chan result, 1)

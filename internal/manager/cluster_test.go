@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -135,11 +136,9 @@ func (tc *testCluster) leader() int {
 	return idx
 }
 
-func (tc *testCluster) submit(ctx context.Context, i int, tenant, key, fp, typ, payload string, waitMillis int64) (*rpc.SubmitResponse, error) {
-	req := &rpc.SubmitRequest{Tenant: tenant, Key: key, Fingerprint: fp, WaitMillis: waitMillis}
-	req.Job.Type = typ
-	req.Job.Payload = []byte(payload)
-	req.Job.Datacenters = []string{"dc1"}
+func (tc *testCluster) submit(ctx context.Context, i int, tenant, key, fp, typ, payload string, waitMillis int64) (*rpcpb.SubmitResponse, error) {
+	req := &rpcpb.SubmitRequest{Tenant: tenant, Key: key, Fingerprint: fp, WaitMillis: waitMillis}
+	req.Job = &rpcpb.JobRequest{Type: typ, Payload: []byte(payload), Datacenters: []string{"dc1"}}
 	return tc.mgrs[i].Submit(ctx, req)
 }
 
@@ -147,7 +146,7 @@ func (tc *testCluster) submit(ctx context.Context, i int, tenant, key, fp, typ, 
 // changes as a gate does (retrying NotLeader and Unavailable), so tests that
 // are not about leadership do not fail when a loaded machine causes an
 // election.
-func (tc *testCluster) submitToLeader(ctx context.Context, tenant, key, fp, typ, payload string, waitMillis int64) (*rpc.SubmitResponse, error) {
+func (tc *testCluster) submitToLeader(ctx context.Context, tenant, key, fp, typ, payload string, waitMillis int64) (*rpcpb.SubmitResponse, error) {
 	for {
 		i := tc.leaderNow()
 		if i >= 0 {

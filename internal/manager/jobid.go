@@ -6,11 +6,12 @@ import (
 	"github.com/once-dev/once/internal/jobid"
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/keys"
 )
 
 // expiryBasisMaxSkew bounds how far a gate's expiry basis
-// (rpc.SubmitRequest.ExpiryBasis) may be from the leader's clock to be used:
+// (the submission's expiry_basis_unix_nanos) may be from the leader's clock to be used:
 // further off, the leader's own time is the basis (docs/multidc.md).
 const expiryBasisMaxSkew = 2 * time.Second
 
@@ -19,10 +20,10 @@ const expiryBasisMaxSkew = 2 * time.Second
 // (internal/jobid). A proposed ID must be that one: the ID is always a
 // function of the fingerprint, which is what binds a Commit to the request
 // it was decided for (docs/multidc.md).
-func submissionJobID(req *rpc.SubmitRequest) (string, error) {
+func submissionJobID(req *rpcpb.SubmitRequest) (string, error) {
 	id := jobid.Derive(req.Tenant, req.Key, req.Fingerprint)
-	if req.ProposedJobID != "" && req.ProposedJobID != id {
-		return "", rpc.Errorf(rpc.CodeInvalid, "proposed job id %q is not the one derived from the tenant, key and fingerprint", req.ProposedJobID)
+	if req.ProposedJobId != "" && req.ProposedJobId != id {
+		return "", rpc.Errorf(rpc.CodeInvalid, "proposed job id %q is not the one derived from the tenant, key and fingerprint", req.ProposedJobId)
 	}
 	return id, nil
 }
@@ -31,9 +32,9 @@ func submissionJobID(req *rpc.SubmitRequest) (string, error) {
 // stamp when it is within expiryBasisMaxSkew of the ledger's time, so that
 // every datacenter of a multi-datacenter submission computes the same
 // expires_at; else the ledger's time (the leader's clock as clock.go rules it).
-func (m *Manager) expiryBasis(req *rpc.SubmitRequest) time.Time {
+func (m *Manager) expiryBasis(req *rpcpb.SubmitRequest) time.Time {
 	now := m.expiryNow()
-	if b := req.ExpiryBasis; !b.IsZero() && b.Sub(now).Abs() <= expiryBasisMaxSkew {
+	if b := gateExpiryBasis(req); !b.IsZero() && b.Sub(now).Abs() <= expiryBasisMaxSkew {
 		return b
 	}
 	return now
@@ -54,20 +55,19 @@ func basisExpiry(basis, now time.Time, ttl time.Duration) int64 {
 // entry expired, the job did not. That job is the answer (replayed); no second
 // job is created. Structured keys go through Reserve, whose watermark check
 // answers idempotency_key_expired as before.
-func (m *Manager) retainedJob(req *rpc.SubmitRequest, k keys.Key, id string) (*rpc.SubmitResponse, bool) {
+func (m *Manager) retainedJob(req *rpcpb.SubmitRequest, k keys.Key, id string) (*rpcpb.SubmitResponse, bool) {
 	if k.Structured {
 		return nil, false
 	}
 	return m.retainedJobResponse(req.Tenant, id)
 }
 
-func (m *Manager) retainedJobResponse(tenant, id string) (*rpc.SubmitResponse, bool) {
+func (m *Manager) retainedJobResponse(tenant, id string) (*rpcpb.SubmitResponse, bool) {
 	j, ok := m.fsm.Job(tenant, id)
 	if !ok {
 		return nil, false
 	}
-	job := m.apiJob(j)
-	return &rpc.SubmitResponse{Outcome: rpc.OutcomeCommitted, Replayed: true, JobID: j.ID, Job: &job}, true
+	return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeCommitted, Replayed: true, JobId: j.ID, Job: m.pbJob(j)}, true
 }
 
 // ReasonJobIDInUse is the Reason of the rejection an Admit records when its

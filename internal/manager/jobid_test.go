@@ -7,6 +7,7 @@ import (
 
 	"github.com/once-dev/once/internal/jobid"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -30,22 +31,22 @@ func TestDerivedJobIDAndRetainedJob(t *testing.T) {
 	if err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("%+v %v", r, err)
 	}
-	if want := jobid.Derive("t", key, "fp1"); r.JobID != want || r.Job.JobID != want {
-		t.Fatalf("job id %s, want the derived %s", r.JobID, want)
+	if want := jobid.Derive("t", key, "fp1"); r.JobId != want || r.Job.JobId != want {
+		t.Fatalf("job id %s, want the derived %s", r.JobId, want)
 	}
 	clock.Advance(time.Minute)
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		return tc.mgrs[l].FSM().Stats().Entries == 0, "expiry of the committed entry"
 	})
 	again, err := tc.submit(ctx, l, "t", key, "fp1", "demo", `1`, 0)
-	if err != nil || again.Outcome != rpc.OutcomeCommitted || !again.Replayed || again.JobID != r.JobID {
-		t.Fatalf("resubmission after expiry: %+v %v, want the retained job %s replayed", again, err, r.JobID)
+	if err != nil || again.Outcome != rpc.OutcomeCommitted || !again.Replayed || again.JobId != r.JobId {
+		t.Fatalf("resubmission after expiry: %+v %v, want the retained job %s replayed", again, err, r.JobId)
 	}
 	if n := tc.mgrs[l].FSM().Stats().Jobs; n != 1 {
 		t.Fatalf("jobs: %d, want 1", n)
 	}
 	other, err := tc.submit(ctx, l, "t", key, "fp2", "demo", `2`, 0)
-	if err != nil || other.Outcome != rpc.OutcomeCommitted || other.JobID == r.JobID {
+	if err != nil || other.Outcome != rpc.OutcomeCommitted || other.JobId == r.JobId {
 		t.Fatalf("another request under the expired key: %+v %v", other, err)
 	}
 }
@@ -66,34 +67,34 @@ func TestExpiryBasis(t *testing.T) {
 		{now.Add(-time.Hour), now.Add(time.Minute)},
 		{time.Time{}, now.Add(time.Minute)},
 	} {
-		req := &rpc.SubmitRequest{Tenant: "t", Key: "basis-" + string(rune('a'+i)), Fingerprint: "fp", ExpiryBasis: tt.basis}
-		req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), []string{"dc1"}
+		req := &rpcpb.SubmitRequest{Tenant: "t", Key: "basis-" + string(rune('a'+i)), Fingerprint: "fp", ExpiryBasisUnixNanos: (tt.basis).UnixNano()}
+		req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1"}}
 		r, err := tc.mgrs[l].Submit(ctx, req)
 		if err != nil || r.Outcome != rpc.OutcomeCommitted {
 			t.Fatalf("basis %v: %+v %v", tt.basis, r, err)
 		}
-		if !r.ExpiresAt.Equal(tt.want) {
-			t.Fatalf("basis %v: expires at %v, want %v", tt.basis, r.ExpiresAt, tt.want)
+		if !respExpiresAt(r).Equal(tt.want) {
+			t.Fatalf("basis %v: expires at %v, want %v", tt.basis, respExpiresAt(r), tt.want)
 		}
 	}
 }
 
-// TestProposedJobIDMustBeDerived: a proposal other than the derived ID is
+// TestProposedJobIdMustBeDerived: a proposal other than the derived ID is
 // refused as invalid and reserves nothing; the derived one is accepted.
 func TestProposedJobIDMustBeDerived(t *testing.T) {
 	tc := newTestCluster(t, 1, nil)
 	l := tc.leader()
 	ctx := ctxT(t)
-	req := &rpc.SubmitRequest{Tenant: "t", Key: "k-proposed", Fingerprint: "fp", ProposedJobID: "01a20087-00af-7408-a87b-1180decbaa77"}
-	req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), []string{"dc1"}
+	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "k-proposed", Fingerprint: "fp", ProposedJobId: "01a20087-00af-7408-a87b-1180decbaa77"}
+	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1"}}
 	if r, err := tc.mgrs[l].Submit(ctx, req); !errors.Is(err, rpc.ErrInvalid) {
 		t.Fatalf("foreign proposal: %+v %v, want invalid", r, err)
 	}
 	if _, ok := tc.mgrs[l].FSM().Entry("t", "k-proposed"); ok {
 		t.Fatal("a refused proposal reserved the key")
 	}
-	req.ProposedJobID = jobid.Derive("t", "k-proposed", "fp")
-	if r, err := tc.mgrs[l].Submit(ctx, req); err != nil || r.JobID != req.ProposedJobID {
+	req.ProposedJobId = jobid.Derive("t", "k-proposed", "fp")
+	if r, err := tc.mgrs[l].Submit(ctx, req); err != nil || r.JobId != req.ProposedJobId {
 		t.Fatalf("derived proposal: %+v %v", r, err)
 	}
 }

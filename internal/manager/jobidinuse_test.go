@@ -42,8 +42,8 @@ func TestJobIDInUseIsRejectedNotLeftPending(t *testing.T) {
 	again, err := tc.submit(ctx, l, "t", key, "fp", "demo", `1`, 0)
 	if err != nil || again.Outcome != rpc.OutcomeRejected || again.Rejection == nil ||
 		again.Rejection.Status != 422 || again.Rejection.Reason != ReasonJobIDInUse ||
-		!strings.Contains(again.Rejection.Detail, first.JobID) {
-		t.Fatalf("resubmission: %+v %v, want 422 %s naming job %s", again, err, ReasonJobIDInUse, first.JobID)
+		!strings.Contains(again.Rejection.Detail, first.JobId) {
+		t.Fatalf("resubmission: %+v %v, want 422 %s naming job %s", again, err, ReasonJobIDInUse, first.JobId)
 	}
 	e, ok := m.FSM().Entry("t", key)
 	if !ok || e.State != ledger.StateRejected {

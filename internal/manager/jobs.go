@@ -14,6 +14,7 @@ import (
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // The worker lifecycle at the leader (docs/ledger.md, "Job lifecycle"): what
@@ -35,33 +36,29 @@ import (
 // until now + the lease duration. An empty answer is not an error: nothing is
 // due. Errors are *rpc.Error values: CodeInvalid for a bad request,
 // CodeNotLeader / CodeUnavailable as for a submission.
-func (m *Manager) LeaseJobs(ctx context.Context, req *rpc.LeaseRequest) ([]ledger.Job, error) {
-	lr, err := m.leaseJobs(ctx, req)
+func (m *Manager) LeaseJobs(ctx context.Context, req *rpcpb.LeaseRequest) ([]ledger.Job, error) {
+	lr, err := m.leaseJobs(ctx, req, req.Worker)
 	if err != nil {
 		return nil, err
 	}
 	return lr.Jobs, nil
 }
 
-// leaseJobs is LeaseJobs with the ledger's whole answer (Replayed). Of req
-// it reads the tenant, the worker (recorded on each job as its holder), the
-// types, MaxJobs (0: 1), LeaseFor (0: MANAGER_JOB_LEASE_DEFAULT) and, when
+// leaseJobs is LeaseJobs with the ledger's whole answer (Replayed), for
+// holder (recorded on each job). Of req it reads the tenant, the types,
+// MaxJobs (0: 1), the lease (0: MANAGER_JOB_LEASE_DEFAULT) and, when
 // Request is set, Request and Fingerprint: the lease IDs are then derived
 // from them, so a retry of the request, on this leader or the next, proposes
 // the same ones and is answered with the jobs the first attempt leased
 // while their leases last (ledger.Lease.Replay).
-func (m *Manager) leaseJobs(ctx context.Context, req *rpc.LeaseRequest) (*ledger.LeaseResult, error) {
+func (m *Manager) leaseJobs(ctx context.Context, req *rpcpb.LeaseRequest, holder string) (*ledger.LeaseResult, error) {
 	if err := m.checkLeader(); err != nil {
 		return nil, err
 	}
-	n := req.MaxJobs
-	if n == 0 {
-		n = 1
-	}
 	switch {
-	case req.Tenant == "" || req.Worker == "":
+	case req.Tenant == "" || holder == "":
 		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: tenant and worker are required")
-	case n < 1 || n > ledger.MaxLease:
+	case req.MaxJobs < 0 || req.MaxJobs > ledger.MaxLease:
 		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: max must be from 1 to %d", ledger.MaxLease)
 	case len(req.Types) > ledger.MaxLeaseTypes:
 		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: at most %d types", ledger.MaxLeaseTypes)
@@ -71,7 +68,8 @@ func (m *Manager) leaseJobs(ctx context.Context, req *rpc.LeaseRequest) (*ledger
 			return nil, rpc.Errorf(rpc.CodeInvalid, "lease: an empty or repeated type")
 		}
 	}
-	d, err := m.leaseDuration(req.LeaseFor)
+	n := max(int(req.MaxJobs), 1) // 0: 1
+	d, err := m.leaseDuration(leaseFor(req))
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +94,7 @@ func (m *Manager) leaseJobs(ctx context.Context, req *rpc.LeaseRequest) (*ledger
 			ids[i] = newLeaseID()
 		}
 	}
-	res, err := m.workers.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: req.Worker, Types: req.Types, Max: uint64(n),
+	res, err := m.workers.apply(ctx, ledger.Lease{Tenant: req.Tenant, Holder: holder, Types: req.Types, Max: uint64(n),
 		LeaseIDs: ids, Now: now.UnixNano(), Expiry: now.Add(d).UnixNano(), MaxAttempts: uint64(m.cfg.JobMaxAttempts),
 		Replay: req.Request != "", MaxBytes: rpc.LeaseAnswerBytes})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -30,7 +31,7 @@ func submitJob(t *testing.T, tc *testCluster, key, typ string) string {
 	if err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("submit %s: %+v %v", key, r, err)
 	}
-	return r.JobID
+	return r.JobId
 }
 
 // TestWorkerLifecycle runs a job's life through the leader's calls on a
@@ -49,10 +50,10 @@ func TestWorkerLifecycle(t *testing.T) {
 	}
 	// A follower refuses: the lifecycle's commands are the leader's.
 	f := (l + 1) % 3
-	if _, err := tc.mgrs[f].LeaseJobs(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w1"}); !errors.Is(err, rpc.ErrNotLeader) {
+	if _, err := tc.mgrs[f].LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1"}); !errors.Is(err, rpc.ErrNotLeader) {
 		t.Fatalf("lease at a follower: %v", err)
 	}
-	jobs, err := m.LeaseJobs(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w1", Types: []string{"email"}, MaxJobs: 5})
+	jobs, err := m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1", Types: []string{"email"}, MaxJobs: 5})
 	if err != nil || len(jobs) != 2 || jobs[0].ID != a || jobs[1].ID != c {
 		t.Fatalf("lease of email jobs: %+v %v", jobs, err)
 	}
@@ -85,9 +86,9 @@ func TestWorkerLifecycle(t *testing.T) {
 	if _, err := m.FailJob(ctx, "acme", "no-such-job", "x", "e", true); !errors.Is(err, rpc.ErrNotFound) {
 		t.Fatalf("fail of an unknown job: %v", err)
 	}
-	for _, bad := range []*rpc.LeaseRequest{{Worker: "w"}, {Tenant: "acme"}, {Tenant: "acme", Worker: "w", MaxJobs: ledger.MaxLease + 1},
-		{Tenant: "acme", Worker: "w", Types: []string{"a", "a"}}, {Tenant: "acme", Worker: "w", LeaseFor: time.Millisecond},
-		{Tenant: "acme", Worker: "w", LeaseFor: 2 * time.Hour}} {
+	for _, bad := range []*rpcpb.LeaseRequest{{Worker: "w"}, {Tenant: "acme"}, {Tenant: "acme", Worker: "w", MaxJobs: ledger.MaxLease + 1},
+		{Tenant: "acme", Worker: "w", Types: []string{"a", "a"}}, {Tenant: "acme", Worker: "w", LeaseForNanos: int64(time.Millisecond)},
+		{Tenant: "acme", Worker: "w", LeaseForNanos: int64(2 * time.Hour)}} {
 		if _, err := m.LeaseJobs(ctx, bad); !errors.Is(err, rpc.ErrInvalid) {
 			t.Fatalf("%+v: %v", bad, err)
 		}
@@ -104,11 +105,11 @@ func TestWorkerLifecycle(t *testing.T) {
 	if d := time.Duration(fj.Life.RunAt - before.UnixNano()); d < 500*time.Millisecond || d > time.Second+time.Second/2 {
 		t.Fatalf("retry after %v, want the first backoff (0.5-1s)", d)
 	}
-	if jobs, err := m.LeaseJobs(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w2", Types: []string{"email"}}); err != nil || len(jobs) != 0 {
+	if jobs, err := m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", Types: []string{"email"}}); err != nil || len(jobs) != 0 {
 		t.Fatalf("leased before the retry: %+v %v", jobs, err)
 	}
 	// Without retry: failed.
-	jobs, err = m.LeaseJobs(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w2", Types: []string{"resize"}})
+	jobs, err = m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", Types: []string{"resize"}})
 	if err != nil || len(jobs) != 1 || jobs[0].ID != b {
 		t.Fatalf("lease of resize: %+v %v", jobs, err)
 	}
@@ -117,7 +118,7 @@ func TestWorkerLifecycle(t *testing.T) {
 	}
 	// The retry is leased once due.
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
-		jobs, err := m.LeaseJobs(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w3"})
+		jobs, err := m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w3"})
 		return err == nil && len(jobs) == 1 && jobs[0].ID == c && jobs[0].Life.Attempts == 2, fmt.Sprintf("the retry leased (%v)", err)
 	})
 	// Every manager holds the same jobs.
@@ -136,12 +137,12 @@ func TestWorkerLifecycle(t *testing.T) {
 	}
 	// The list by state, as the gate's GET /v1/jobs?state=S asks it (status stays committed).
 	for status, want := range map[string]string{"succeeded": a, "failed": b, "running": c} {
-		resp, err := m.ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "acme", Status: status})
-		if err != nil || len(resp.Jobs) != 1 || resp.Jobs[0].JobID != want || resp.Jobs[0].State != status || resp.Jobs[0].Status != "committed" {
+		resp, err := m.ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "acme", Status: status})
+		if err != nil || len(resp.Jobs) != 1 || resp.Jobs[0].JobId != want || resp.Jobs[0].State != status || resp.Jobs[0].Status != "committed" {
 			t.Fatalf("list of %s: %+v %v", status, resp, err)
 		}
 	}
-	if resp, err := m.ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "acme", Status: "queued"}); err != nil || len(resp.Jobs) != 0 {
+	if resp, err := m.ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "acme", Status: "queued"}); err != nil || len(resp.Jobs) != 0 {
 		t.Fatalf("list of queued: %+v %v", resp, err)
 	}
 }
@@ -164,7 +165,7 @@ func TestLeaderExpiresLeases(t *testing.T) {
 		var jobs []ledger.Job
 		testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 			var err error
-			jobs, err = m.LeaseJobs(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", LeaseFor: 200 * time.Millisecond})
+			jobs, err = m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", LeaseForNanos: int64(200 * time.Millisecond)})
 			return err == nil && len(jobs) == 1, fmt.Sprintf("attempt %d leased (%v)", attempt, err)
 		})
 		if jobs[0].ID != id || jobs[0].Life.Attempts != attempt {
@@ -201,7 +202,7 @@ func TestQueueJobsOffCommitsLegacyJobs(t *testing.T) {
 	if j, ok := m.fsm.Job("acme", id); !ok || j.Life != nil || j.Status != "committed" {
 		t.Fatalf("job %+v %v", j, ok)
 	}
-	if jobs, err := m.LeaseJobs(ctxT(t), &rpc.LeaseRequest{Tenant: "acme", Worker: "w"}); err != nil || len(jobs) != 0 {
+	if jobs, err := m.LeaseJobs(ctxT(t), &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w"}); err != nil || len(jobs) != 0 {
 		t.Fatalf("leased a legacy job: %+v %v", jobs, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -22,7 +23,7 @@ func TestNewAttemptNeverReusesALeaseID(t *testing.T) {
 	m := tc.mgrs[l]
 	ctx := ctxT(t)
 	submitJobs(t, tc, 1, "email")
-	req := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-1", Fingerprint: "f1"}
+	req := rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-1", Fingerprint: "f1"}
 	first, err := m.Lease(ctx, &req)
 	if err != nil || len(first.Leases) != 1 || first.Leases[0].Attempt != 1 {
 		t.Fatalf("first lease: %+v %v", first, err)
@@ -33,7 +34,7 @@ func TestNewAttemptNeverReusesALeaseID(t *testing.T) {
 	// the leader puts the job back in the queue.
 	clock.Advance(leaseReplayTTL + time.Minute)
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
-		j, ok := m.FSM().Job("acme", old.Job.JobID)
+		j, ok := m.FSM().Job("acme", old.Job.JobId)
 		return ok && j.Life != nil && j.Life.State == ledger.JobQueued, "the expired lease's job queued again"
 	})
 	clock.Advance(2 * time.Second) // past its backoff
@@ -43,21 +44,21 @@ func TestNewAttemptNeverReusesALeaseID(t *testing.T) {
 		t.Fatalf("the retry: %+v %v; want the job leased again", retry, err)
 	}
 	again := retry.Leases[0]
-	if again.Job.JobID != old.Job.JobID || again.Attempt != 2 {
-		t.Fatalf("the retry leased %s attempt %d, want %s attempt 2", again.Job.JobID, again.Attempt, old.Job.JobID)
+	if again.Job.JobId != old.Job.JobId || again.Attempt != 2 {
+		t.Fatalf("the retry leased %s attempt %d, want %s attempt 2", again.Job.JobId, again.Attempt, old.Job.JobId)
 	}
-	if again.LeaseID == old.LeaseID {
-		t.Fatalf("attempt 2 has attempt 1's lease ID %s", old.LeaseID)
+	if again.LeaseId == old.LeaseId {
+		t.Fatalf("attempt 2 has attempt 1's lease ID %s", old.LeaseId)
 	}
-	if _, err := m.HeartbeatJob(ctx, "acme", old.Job.JobID, old.LeaseID, 0); !isCode(err, rpc.CodeLeaseLost) {
+	if _, err := m.HeartbeatJob(ctx, "acme", old.Job.JobId, old.LeaseId, 0); !isCode(err, rpc.CodeLeaseLost) {
 		t.Fatalf("heartbeat with attempt 1's lease: %v, want lease_lost", err)
 	}
-	if _, err := m.HeartbeatJob(ctx, "acme", again.Job.JobID, again.LeaseID, 0); err != nil {
+	if _, err := m.HeartbeatJob(ctx, "acme", again.Job.JobId, again.LeaseId, 0); err != nil {
 		t.Fatalf("heartbeat with attempt 2's lease: %v", err)
 	}
 	// A retry while attempt 2's lease lasts is answered with it (replayed).
 	third, err := m.Lease(ctx, &req)
-	if err != nil || !third.Replayed || len(third.Leases) != 1 || third.Leases[0].LeaseID != again.LeaseID {
+	if err != nil || !third.Replayed || len(third.Leases) != 1 || third.Leases[0].LeaseId != again.LeaseId {
 		t.Fatalf("a retry while the lease lasts: %+v %v; want attempt 2's lease replayed", third, err)
 	}
 }

@@ -22,7 +22,7 @@ func (tc *testCluster) submitN(prefix string, n int) map[string]string {
 		if err != nil || r.Outcome != rpc.OutcomeCommitted {
 			tc.t.Fatalf("%s: %+v %v", k, r, err)
 		}
-		ids[k] = r.JobID
+		ids[k] = r.JobId
 	}
 	return ids
 }
@@ -55,7 +55,7 @@ func TestRestartGoesOnFromTheLedgerOnDisk(t *testing.T) {
 	ctx := ctxT(t)
 	for k, id := range ids {
 		r, err := tc.submitToLeader(ctx, "t", k, "fp", "demo", `1`, 0)
-		if err != nil || r.JobID != id || !r.Replayed {
+		if err != nil || r.JobId != id || !r.Replayed {
 			t.Fatalf("after restart %s: %+v %v (want %s)", k, r, err, id)
 		}
 	}
@@ -84,7 +84,7 @@ func TestLedgerBehindTheSnapshotIsRestored(t *testing.T) {
 	ctx := ctxT(t)
 	for k, id := range ids {
 		r, err := tc.submitToLeader(ctx, "t", k, "fp", "demo", `1`, 0)
-		if err != nil || r.JobID != id || !r.Replayed {
+		if err != nil || r.JobId != id || !r.Replayed {
 			t.Fatalf("after restore %s: %+v %v (want %s)", k, r, err, id)
 		}
 	}
@@ -126,7 +126,7 @@ func TestLedgerInMemory(t *testing.T) {
 	ctx := ctxT(t)
 	for k, id := range ids {
 		r, err := tc.submitToLeader(ctx, "t", k, "fp", "demo", `1`, 0)
-		if err != nil || r.JobID != id || !r.Replayed {
+		if err != nil || r.JobId != id || !r.Replayed {
 			t.Fatalf("after restart %s: %+v %v (want %s)", k, r, err, id)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -36,7 +37,7 @@ func TestSubmitCommitReplayReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r1.Outcome != rpc.OutcomeCommitted || r1.Replayed || r1.Job == nil || r1.Job.JobID != r1.JobID {
+	if r1.Outcome != rpc.OutcomeCommitted || r1.Replayed || r1.Job == nil || r1.Job.JobId != r1.JobId {
 		t.Fatalf("first submit: %+v", r1)
 	}
 	if r1.Job.Type != "demo" || string(r1.Job.Payload) != `{"n":1}` || r1.Job.Datacenters["dc1"].Status != "committed" {
@@ -46,7 +47,7 @@ func TestSubmitCommitReplayReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r2.Outcome != rpc.OutcomeCommitted || !r2.Replayed || r2.JobID != r1.JobID || r2.Job.CreatedAt != r1.Job.CreatedAt {
+	if r2.Outcome != rpc.OutcomeCommitted || !r2.Replayed || r2.JobId != r1.JobId || r2.Job.CreatedAt != r1.Job.CreatedAt {
 		t.Fatalf("replay: %+v vs %+v", r2, r1)
 	}
 	r3, err := tc.submitToLeader(ctx, "default", key1, "fp-other", "demo", `{"n":2}`, 1000)
@@ -55,20 +56,20 @@ func TestSubmitCommitReplayReuse(t *testing.T) {
 	}
 	// Another tenant with the same key is another submission.
 	r4, err := tc.submitToLeader(ctx, "other", key1, "fp1", "demo", `{"n":1}`, 1000)
-	if err != nil || r4.Outcome != rpc.OutcomeCommitted || r4.JobID == r1.JobID || r4.Replayed {
+	if err != nil || r4.Outcome != rpc.OutcomeCommitted || r4.JobId == r1.JobId || r4.Replayed {
 		t.Fatalf("other tenant: %+v %v", r4, err)
 	}
 	// Reads at the leader.
-	job, err := tc.mgrs[tc.leader()].GetJob(ctx, "default", r1.JobID)
-	if err != nil || job.JobID != r1.JobID {
+	job, err := tc.mgrs[tc.leader()].GetJob(ctx, "default", r1.JobId)
+	if err != nil || job.JobId != r1.JobId {
 		t.Fatalf("get job: %+v %v", job, err)
 	}
-	if _, err := tc.mgrs[tc.leader()].GetJob(ctx, "other", r1.JobID); !errors.Is(err, rpc.ErrNotFound) {
+	if _, err := tc.mgrs[tc.leader()].GetJob(ctx, "other", r1.JobId); !errors.Is(err, rpc.ErrNotFound) {
 		t.Fatalf("cross-tenant read must be not found, got %v", err)
 	}
 	info, err := tc.mgrs[tc.leader()].GetKey(ctx, "default", key1)
-	if err != nil || info.State != "committed" || info.JobID == nil || *info.JobID != r1.JobID ||
-		info.ClientID != "host1.dc1:12345" || info.Sequence == nil || *info.Sequence != 1 || info.Nonce != "0123456789abcdef" {
+	if err != nil || info.State != "committed" || info.JobId == nil || *info.JobId != r1.JobId ||
+		info.ClientId != "host1.dc1:12345" || info.Sequence == nil || *info.Sequence != 1 || info.Nonce != "0123456789abcdef" {
 		t.Fatalf("key info: %+v %v", info, err)
 	}
 }
@@ -102,7 +103,7 @@ func TestConcurrentSubmissionsOfOneKeyShareOneOutcome(t *testing.T) {
 				err = fmt.Errorf("outcome %s", r.Outcome)
 			}
 			if err == nil {
-				ids[i] = r.JobID
+				ids[i] = r.JobId
 			}
 			errs[i] = err
 		}()
@@ -163,16 +164,16 @@ func TestAdmissionRejections(t *testing.T) {
 	if err != nil || r.Outcome != rpc.OutcomeRejected || r.Rejection.Status != 429 || r.Rejection.Reason != "capacity" {
 		t.Fatalf("capacity rejection: %+v %v", r, err)
 	}
-	if !r.ExpiresAt.After(time.Now()) {
-		t.Fatalf("a rejection carries its expiry (Retry-After): %v", r.ExpiresAt)
+	if !respExpiresAt(r).After(time.Now()) {
+		t.Fatalf("a rejection carries its expiry (Retry-After): %v", respExpiresAt(r))
 	}
 	// The rejection is a stored outcome: replayed as is.
 	r2, err := tc.submit(ctx, l, "t", "k-cap", "fp", "demo", `1`, 0)
-	if err != nil || r2.Outcome != rpc.OutcomeRejected || !r2.Replayed || r2.JobID != r.JobID {
+	if err != nil || r2.Outcome != rpc.OutcomeRejected || !r2.Replayed || r2.JobId != r.JobId {
 		t.Fatalf("rejection replay: %+v %v", r2, err)
 	}
 	info, err := tc.mgrs[l].GetKey(ctx, "t", "k-cap")
-	if err != nil || info.State != "rejected" || info.JobID != nil || info.ClientID != "" {
+	if err != nil || info.State != "rejected" || info.JobId != nil || info.ClientId != "" {
 		t.Fatalf("rejected key info: %+v %v", info, err)
 	}
 }
@@ -211,7 +212,7 @@ func TestExpiryAndWatermark(t *testing.T) {
 	if err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("%+v %v", r, err)
 	}
-	job5 := r.JobID
+	job5 := r.JobId
 	// An out-of-order first attempt with a lower sequence is fine while 5 is live.
 	if r, err := tc.submit(ctx, l, "t", "c1:3:0123456789abcdef", "fp", "demo", `1`, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("seq 3 while 5 live: %+v %v", r, err)
@@ -227,7 +228,7 @@ func TestExpiryAndWatermark(t *testing.T) {
 	if err != nil || r.Outcome != rpc.OutcomeKeyExpired {
 		t.Fatalf("late retry of an expired key: want key_expired, got %+v %v", r, err)
 	}
-	if r.JobID != "" || r.Job != nil {
+	if r.JobId != "" || r.Job != nil {
 		t.Fatalf("key_expired must name no job: %+v", r)
 	}
 	// The job is not executed again: the original is still readable (its
@@ -256,7 +257,7 @@ func TestLeaderFailoverKeepsJobs(t *testing.T) {
 		if err != nil || r.Outcome != rpc.OutcomeCommitted {
 			t.Fatalf("%s: %+v %v", k, r, err)
 		}
-		committed[k] = r.JobID
+		committed[k] = r.JobId
 	}
 	tc.stop(l)
 	nl := tc.leader()
@@ -266,7 +267,7 @@ func TestLeaderFailoverKeepsJobs(t *testing.T) {
 	// Every committed key answers with the same job id at the new leader.
 	for k, id := range committed {
 		r, err := tc.submit(ctx, nl, "t", k, "fp", "demo", "0", 0)
-		if err != nil || r.JobID != id || r.Outcome != rpc.OutcomeCommitted {
+		if err != nil || r.JobId != id || r.Outcome != rpc.OutcomeCommitted {
 			t.Fatalf("after failover %s: %+v %v (want %s)", k, r, err, id)
 		}
 	}
@@ -288,7 +289,7 @@ func TestRestartAllFromDataDirsLosesNothing(t *testing.T) {
 		if err != nil || r.Outcome != rpc.OutcomeCommitted {
 			t.Fatalf("%s: %+v %v", k, r, err)
 		}
-		ids[k] = r.JobID
+		ids[k] = r.JobId
 	}
 	if err := tc.mgrs[tc.leader()].Raft().Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
@@ -300,7 +301,7 @@ func TestRestartAllFromDataDirsLosesNothing(t *testing.T) {
 	tc.leader()
 	for k, id := range ids {
 		r, err := tc.submitToLeader(ctx, "t", k, "fp", "demo", `1`, 0)
-		if err != nil || r.JobID != id || !r.Replayed {
+		if err != nil || r.JobId != id || !r.Replayed {
 			t.Fatalf("after restart %s: %+v %v (want %s)", k, r, err, id)
 		}
 	}
@@ -325,7 +326,7 @@ func TestListJobsPagesWithCursor(t *testing.T) {
 	pages := func(desc bool) (got []string, cursors []string) {
 		after := ""
 		for {
-			page, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Type: "a", Limit: 2, After: after, Desc: desc})
+			page, err := tc.mgrs[l].ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "t", Type: "a", Limit: 2, After: after, Desc: desc})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -347,14 +348,14 @@ func TestListJobsPagesWithCursor(t *testing.T) {
 	if fmt.Sprint(got) != "[k6 k4 k2 k0]" {
 		t.Fatalf("pages newest first: %v", got)
 	}
-	if _, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", After: "garbage"}); !errors.Is(err, rpc.ErrInvalid) {
+	if _, err := tc.mgrs[l].ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "t", After: "garbage"}); !errors.Is(err, rpc.ErrInvalid) {
 		t.Fatalf("bad cursor: %v", err)
 	}
 	// A cursor pages only in the order of the page that returned it.
-	if _, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Type: "a", After: ascCursors[0], Desc: true}); !errors.Is(err, rpc.ErrInvalid) {
+	if _, err := tc.mgrs[l].ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "t", Type: "a", After: ascCursors[0], Desc: true}); !errors.Is(err, rpc.ErrInvalid) {
 		t.Fatalf("oldest-first cursor newest first: %v", err)
 	}
-	if _, err := tc.mgrs[l].ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "t", Type: "a", After: descCursors[0]}); !errors.Is(err, rpc.ErrInvalid) {
+	if _, err := tc.mgrs[l].ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "t", Type: "a", After: descCursors[0]}); !errors.Is(err, rpc.ErrInvalid) {
 		t.Fatalf("newest-first cursor oldest first: %v", err)
 	}
 }
@@ -373,4 +374,9 @@ func TestCursorRoundTrip(t *testing.T) {
 			t.Fatalf("%q decoded", raw)
 		}
 	}
+}
+
+// respExpiresAt is when r's entry expires, as the gate reads it.
+func respExpiresAt(r *rpcpb.SubmitResponse) time.Time {
+	return time.Unix(0, r.ExpiresAtUnixNano)
 }

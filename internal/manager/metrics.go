@@ -8,6 +8,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -71,13 +72,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) observeSubmit(resp *rpc.SubmitResponse, err error, d time.Duration) {
+func (m *metrics) observeSubmit(resp *rpcpb.SubmitResponse, err error, d time.Duration) {
 	m.submitTime.Observe(d.Seconds())
 	result := "error"
 	var e *rpc.Error
 	switch {
 	case err == nil && resp != nil:
-		result = string(resp.Outcome)
+		result = resp.Outcome
 	case errors.As(err, &e):
 		result = string(e.Code)
 	}

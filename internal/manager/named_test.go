@@ -22,7 +22,7 @@ func TestNamedDatacenters(t *testing.T) {
 		{[]string{"dc3", "dc1", "dc2", "dc1"}, []string{"dc1", "dc2", "dc3"}},
 	} {
 		in := slices.Clone(c.in)
-		j := m.apiJobRead(ledger.Job{ID: "j", Datacenters: in, Life: &ledger.JobLife{State: ledger.JobQueued}})
+		j := m.pbJobRead(ledger.Job{ID: "j", Datacenters: in, Life: &ledger.JobLife{State: ledger.JobQueued}})
 		if !slices.Equal(j.NamedDatacenters, c.want) || (c.want == nil) != (j.NamedDatacenters == nil) {
 			t.Errorf("%q: named %q, want %q", c.in, j.NamedDatacenters, c.want)
 		}
@@ -32,12 +32,12 @@ func TestNamedDatacenters(t *testing.T) {
 		if len(j.Datacenters) != 1 || j.Datacenters["dc2"].Status == "" {
 			t.Errorf("%q: datacenters %v, want this datacenter's alone", c.in, j.Datacenters)
 		}
-		if a := m.apiJob(ledger.Job{ID: "j", Datacenters: in}); a.NamedDatacenters != nil {
+		if a := m.pbJob(ledger.Job{ID: "j", Datacenters: in}); a.NamedDatacenters != nil {
 			t.Errorf("%q: the admission answer names %q", c.in, a.NamedDatacenters)
 		}
 	}
 	sorted := []string{"dc1", "dc2"}
-	if j := m.apiJobRead(ledger.Job{Datacenters: sorted}); &j.NamedDatacenters[0] != &sorted[0] {
+	if j := m.pbJobRead(ledger.Job{Datacenters: sorted}); &j.NamedDatacenters[0] != &sorted[0] {
 		t.Error("the ledger's sorted set was copied")
 	}
 }

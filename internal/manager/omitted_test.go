@@ -15,6 +15,7 @@ import (
 
 	"github.com/once-dev/once/internal/gate"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -274,7 +275,7 @@ func TestOmittedListSingleDatacenter(t *testing.T) {
 		t.Fatalf("[\"dc1\"] after an omitted list: %d %s", again.status, again.body)
 	}
 	info, err := tc.mgrs[tc.leader()].GetKey(context.Background(), api.DefaultTenant, key)
-	if err != nil || info.State != api.KeyStateCommitted || info.Home != "" || *info.JobID != job.JobID {
+	if err != nil || info.State != api.KeyStateCommitted || info.Home != "" || *info.JobId != job.JobID {
 		t.Fatalf("key %+v, %v", info, err)
 	}
 	if st := tc.mgrs[tc.leader()].fsm.Stats(); st.Claimed != 0 || st.Jobs != 1 {
@@ -290,13 +291,13 @@ func TestClaimAtTheManager(t *testing.T) {
 	tc := newTestCluster(t, 1, func(c *Config) { c.Datacenter = "dc2" })
 	m := tc.mgrs[tc.leader()]
 	ctx := ctxT(t)
-	req := func(key, home string) *rpc.SubmitRequest {
-		return &rpc.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp-" + key, Home: home, WaitMillis: 1000,
-			Job: api.JobRequest{Type: "demo", Payload: json.RawMessage(`{}`), Datacenters: []string{home}}}
+	req := func(key, home string) *rpcpb.SubmitRequest {
+		return &rpcpb.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp-" + key, Home: home, WaitMillis: 1000,
+			Job: &rpcpb.JobRequest{Type: "demo", Payload: json.RawMessage(`{}`), Datacenters: []string{home}}}
 	}
 	for _, c := range []struct {
-		req      *rpc.SubmitRequest
-		outcome  rpc.Outcome
+		req      *rpcpb.SubmitRequest
+		outcome  string
 		home     string
 		replayed bool
 	}{

@@ -11,6 +11,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -112,7 +113,7 @@ func TestWorkerCommandsShareEntries(t *testing.T) {
 	const n = 40
 	submitJobs(t, tc, n, "email")
 	m := tc.mgrs[tc.leader()]
-	lr, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: n, LeaseFor: time.Minute})
+	lr, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: n, LeaseForNanos: int64(time.Minute)})
 	if err != nil || len(lr.Leases) != n {
 		t.Fatalf("lease: %d leases, %v", len(lr.Leases), err)
 	}
@@ -125,11 +126,11 @@ func TestWorkerCommandsShareEntries(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			j, err := m.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+			j, err := m.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "acme", JobId: l.Job.JobId, LeaseId: l.LeaseId, Result: []byte(fmt.Sprintf(`{"i":%d}`, i))})
 			switch {
 			case err != nil:
 				errs[i] = err
-			case j.JobID != l.Job.JobID || j.State != api.JobStatusSucceeded || string(j.Result) != fmt.Sprintf(`{"i":%d}`, i):
+			case j.JobId != l.Job.JobId || j.State != api.JobStatusSucceeded || string(j.Result) != fmt.Sprintf(`{"i":%d}`, i):
 				errs[i] = fmt.Errorf("completion %d answered %+v", i, j)
 			}
 		}()
@@ -171,11 +172,11 @@ func TestWorkerCommandsShareEntries(t *testing.T) {
 	// Recorded once: the same completion again gets the same job; another
 	// lease's ID is refused.
 	l := lr.Leases[0]
-	j, err := m.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: []byte(`{"i":0}`)})
+	j, err := m.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "acme", JobId: l.Job.JobId, LeaseId: l.LeaseId, Result: []byte(`{"i":0}`)})
 	if err != nil || j.State != api.JobStatusSucceeded || string(j.Result) != `{"i":0}` {
 		t.Fatalf("a repeated completion: %+v %v", j, err)
 	}
-	if _, err := m.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: l.Job.JobID, LeaseID: lr.Leases[1].LeaseID}); !errors.Is(err, &rpc.Error{Code: rpc.CodeLeaseLost}) {
+	if _, err := m.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "acme", JobId: l.Job.JobId, LeaseId: lr.Leases[1].LeaseId}); !errors.Is(err, &rpc.Error{Code: rpc.CodeLeaseLost}) {
 		t.Fatalf("a completion under another job's lease: %v, want lease_lost", err)
 	}
 }

@@ -9,11 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
-
-	"golang.org/x/sync/errgroup"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // The outbox's timings.
@@ -199,15 +200,16 @@ func (o *outbox) confirm(ctx context.Context, items []ledger.Confirmation) {
 // carry sends one entry's submission to one datacenter and records the
 // answer; it reports whether the answer was final.
 func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
-	req := &rpc.SubmitRequest{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, ProposedJobID: e.JobID, Carried: true}
 	// The entry expires at the same instant there as here: its remaining
 	// lifetime, counted from now (which the other leader accepts as the
 	// basis within expiryBasisMaxSkew of its clock), instead of that
 	// datacenter's TTL counted from whenever this carry lands.
-	now := o.m.expiryNow()
-	req.ExpiryBasis = now
-	req.ResultTTL = max(time.Duration(e.ExpiresAt-now.UnixNano()), carriedMinTTL)
-	req.Job.Type, req.Job.Payload, req.Job.Datacenters = e.Request.Type, e.Request.Payload, e.Request.Datacenters
+	now := o.m.expiryNow().UnixNano()
+	req := &rpcpb.SubmitRequest{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, ProposedJobId: e.JobID, Carried: true,
+		Job:                  &rpcpb.JobRequest{Type: e.Request.Type, Payload: e.Request.Payload, Datacenters: e.Request.Datacenters},
+		ExpiryBasisUnixNanos: now,
+		ResultTtlNanos:       max(e.ExpiresAt-now, int64(carriedMinTTL)),
+	}
 	actx, cancel := context.WithTimeout(ctx, outboxAttempt)
 	defer cancel()
 	resp, err := o.client(k.dc).Submit(actx, req)

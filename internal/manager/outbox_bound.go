@@ -1,10 +1,11 @@
 package manager
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
-
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // admitToOutbox refuses a new multi-datacenter submission while the outbox
@@ -14,7 +15,7 @@ import (
 // is admitted: that datacenter admitted it already, under its own bound. The
 // bound is checked before the Reserve, so the submissions in flight at that
 // instant may pass it by as many.
-func (m *Manager) admitToOutbox(req *rpc.SubmitRequest) error {
+func (m *Manager) admitToOutbox(req *rpcpb.SubmitRequest) error {
 	if req.Carried || !namesOtherDatacenter(req.Job.Datacenters, m.cfg.Datacenter) {
 		return nil
 	}

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
-
-	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // serveManagerRPC serves m's RPC on a local listener until the test ends and
@@ -66,8 +66,8 @@ func TestOutboxOutlivesTheTTL(t *testing.T) {
 	runOutboxes(t, tc1, peers)
 	ctx := ctxT(t)
 
-	req := &rpc.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
-	req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), []string{"dc1", "dc2"}
+	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
+	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}
 	l1 := tc1.leader()
 	first := tc1.mgrs[l1].Raft().AppliedIndex() + 1
 	r, err := tc1.mgrs[l1].Submit(ctx, req)
@@ -99,14 +99,14 @@ func TestOutboxOutlivesTheTTL(t *testing.T) {
 	if n := tc1.mgrs[nl].FSM().OwedLen(); n != 1 {
 		t.Fatalf("the new leader's ledger owes %d entries, want 1", n)
 	}
-	if _, ok := m2.FSM().Job("t", r.JobID); ok {
+	if _, ok := m2.FSM().Job("t", r.JobId); ok {
 		t.Fatal("dc2 has the job while unreachable")
 	}
 
 	reachable.Store(true)
 	testutil.WaitFor(t, 60*time.Second, func() (bool, string) {
-		j, ok := m2.FSM().Job("t", r.JobID)
-		return ok && j.Key == "order-1", "dc2 to hold job " + r.JobID
+		j, ok := m2.FSM().Job("t", r.JobId)
+		return ok && j.Key == "order-1", "dc2 to hold job " + r.JobId
 	})
 	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
 		f := tc1.mgrs[nl].FSM()
@@ -126,9 +126,9 @@ func TestOutboxFullRefusesNewMultiDatacenterSubmissions(t *testing.T) {
 	tc := newTestCluster(t, 1, func(c *Config) { c.OutboxMaxEntries = 1 })
 	m := tc.mgrs[tc.leader()]
 	ctx := ctxT(t)
-	submit := func(key string, carried bool, dcs ...string) (*rpc.SubmitResponse, error) {
-		req := &rpc.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp-" + key, Carried: carried}
-		req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`1`), dcs
+	submit := func(key string, carried bool, dcs ...string) (*rpcpb.SubmitResponse, error) {
+		req := &rpcpb.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp-" + key, Carried: carried}
+		req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: dcs}
 		return m.Submit(ctx, req)
 	}
 	first, err := submit("a", false, "dc1", "dc2")
@@ -141,7 +141,7 @@ func TestOutboxFullRefusesNewMultiDatacenterSubmissions(t *testing.T) {
 	if _, ok := m.FSM().Entry("t", "b"); ok {
 		t.Fatal("the refused key was recorded")
 	}
-	if again, err := submit("a", false, "dc1", "dc2"); err != nil || again.JobID != first.JobID {
+	if again, err := submit("a", false, "dc1", "dc2"); err != nil || again.JobId != first.JobId {
 		t.Fatalf("a retry of the admitted key: %+v %v", again, err)
 	}
 	if r, err := submit("c", false, "dc1"); err != nil || r.Outcome != rpc.OutcomeCommitted {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -26,13 +27,13 @@ func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 	addr := rpctest.Listen(t, rpc.NewServer(tc2.mgrs[l2], rpc.ServerConfig{Logger: testutil.Logger(t)}))
 	ctx := ctxT(t)
 
-	req := &rpc.SubmitRequest{Tenant: "t", Key: "order-9", Fingerprint: "fp9"}
-	req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(`9`), []string{"dc1", "dc2"}
+	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-9", Fingerprint: "fp9"}
+	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`9`), Datacenters: []string{"dc1", "dc2"}}
 	r, err := tc1.mgrs[l1].Submit(ctx, req)
 	if err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("dc1: %+v %v", r, err)
 	}
-	if _, ok := tc2.mgrs[l2].FSM().Job("t", r.JobID); ok {
+	if _, ok := tc2.mgrs[l2].FSM().Job("t", r.JobId); ok {
 		t.Fatal("dc2 has the job before the outbox carried it")
 	}
 
@@ -47,13 +48,13 @@ func TestOutboxCompletesOtherDatacenters(t *testing.T) {
 
 	clock.Advance(outboxGrace) // past the grace the gate's own fan-out is given
 	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
-		j, ok := tc2.mgrs[l2].FSM().Job("t", r.JobID)
-		return ok && j.Key == "order-9", "dc2 to hold job " + r.JobID
+		j, ok := tc2.mgrs[l2].FSM().Job("t", r.JobId)
+		return ok && j.Key == "order-9", "dc2 to hold job " + r.JobId
 	})
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		ob.mu.Lock()
 		defer ob.mu.Unlock()
-		st := ob.state[outboxKey{"t", "order-9", r.JobID, "dc2"}]
+		st := ob.state[outboxKey{"t", "order-9", r.JobId, "dc2"}]
 		return st != nil && st.done, "the outbox to record dc2's final outcome"
 	})
 	e1, _ := tc1.mgrs[l1].FSM().Entry("t", "order-9")

@@ -10,12 +10,13 @@ import (
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
 
-func submit(ctx context.Context, m *manager.Manager, key, payload string) (*rpc.SubmitResponse, error) {
-	req := &rpc.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp"}
-	req.Job.Type, req.Job.Payload, req.Job.Datacenters = "demo", []byte(payload), []string{"dc1"}
+func submit(ctx context.Context, m *manager.Manager, key, payload string) (*rpcpb.SubmitResponse, error) {
+	req := &rpcpb.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp"}
+	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(payload), Datacenters: []string{"dc1"}}
 	return m.Submit(ctx, req)
 }
 
@@ -64,8 +65,8 @@ func TestInmemTransportPartitionedLeaderIsReplaced(t *testing.T) {
 		return false, "a serving leader on the majority side"
 	})
 	replay, err := submit(ctx, c.Managers[nl], "c:1:0123456789abcdef", "1")
-	if err != nil || replay.JobID != first.JobID {
-		t.Fatalf("the new leader must answer the committed key with job %s: %+v %v", first.JobID, replay, err)
+	if err != nil || replay.JobId != first.JobId {
+		t.Fatalf("the new leader must answer the committed key with job %s: %+v %v", first.JobId, replay, err)
 	}
 	second, err := submit(ctx, c.Managers[nl], "c:2:0123456789abcdef", "2")
 	if err != nil || second.Outcome != rpc.OutcomeCommitted {
@@ -83,6 +84,6 @@ func TestInmemTransportPartitionedLeaderIsReplaced(t *testing.T) {
 	}
 	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
 		e, ok := c.Managers[l].FSM().Entry("t", "c:2:0123456789abcdef")
-		return ok && e.JobID == second.JobID, "the old leader to catch up after the heal"
+		return ok && e.JobID == second.JobId, "the old leader to catch up after the heal"
 	})
 }

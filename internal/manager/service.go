@@ -10,6 +10,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
 )
@@ -34,7 +35,7 @@ func (m *Manager) checkRead() error {
 }
 
 // GetJob implements rpc.Service.
-func (m *Manager) GetJob(ctx context.Context, tenant, id string) (*api.Job, error) {
+func (m *Manager) GetJob(ctx context.Context, tenant, id string) (*rpcpb.Job, error) {
 	if err := m.checkRead(); err != nil {
 		return nil, err
 	}
@@ -42,8 +43,7 @@ func (m *Manager) GetJob(ctx context.Context, tenant, id string) (*api.Job, erro
 	if !ok || j.Gone(m.expiryNow().UnixNano()) {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "job %q not found", id)
 	}
-	out := m.apiJobRead(j)
-	return &out, nil
+	return m.pbJobRead(j), nil
 }
 
 // encodeCursor makes a ledger sequence an opaque cursor, for a page in the
@@ -71,11 +71,11 @@ func decodeCursor(s string) (seq uint64, desc, ok bool) {
 }
 
 // ListJobs implements rpc.Service.
-func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.ListJobsResponse, error) {
+func (m *Manager) ListJobs(ctx context.Context, req *rpcpb.ListJobsRequest) (*rpcpb.ListJobsResponse, error) {
 	if err := m.checkRead(); err != nil {
 		return nil, err
 	}
-	opts := ledger.ListOptions{Type: req.Type, Status: req.Status, Limit: req.Limit, MaxBytes: rpc.ListPageBytes, Desc: req.Desc}
+	opts := ledger.ListOptions{Type: req.Type, Status: req.Status, Limit: int(req.Limit), MaxBytes: rpc.ListPageBytes, Desc: req.Desc}
 	if req.Status == api.JobStatusCommitted {
 		opts.Status = "" // every job is a committed one, in the lifecycle or not
 	}
@@ -95,9 +95,9 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 		return nil, rpc.Errorf(rpc.CodeTooLarge, "job %s is too large to be listed (%d bytes; a page carries at most %d)",
 			jobs[0].ID, ledger.ListJobBytes(&jobs[0]), rpc.MaxJobBytes)
 	}
-	resp := &rpc.ListJobsResponse{Jobs: make([]api.Job, 0, len(jobs))}
+	resp := &rpcpb.ListJobsResponse{Jobs: make([]*rpcpb.Job, 0, len(jobs))}
 	for _, j := range jobs {
-		resp.Jobs = append(resp.Jobs, m.apiJobRead(j))
+		resp.Jobs = append(resp.Jobs, m.pbJobRead(j))
 	}
 	if more {
 		resp.Next = encodeCursor(next, req.Desc)
@@ -106,7 +106,7 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpc.ListJobsRequest) (*rpc.
 }
 
 // GetKey implements rpc.Service.
-func (m *Manager) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo, error) {
+func (m *Manager) GetKey(ctx context.Context, tenant, key string) (*rpcpb.KeyInfo, error) {
 	if err := m.checkRead(); err != nil {
 		return nil, err
 	}
@@ -114,18 +114,18 @@ func (m *Manager) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo,
 	if !ok || e.ExpiresAt <= m.expiryNow().UnixNano() {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "idempotency key not found")
 	}
-	info := &api.KeyInfo{Key: e.Key, State: e.State.String(), ExpiresAt: api.FormatTime(time.Unix(0, e.ExpiresAt))}
+	info := &rpcpb.KeyInfo{Key: e.Key, State: e.State.String(), ExpiresAt: api.FormatTime(time.Unix(0, e.ExpiresAt))}
 	if e.State != ledger.StateRejected {
 		id := e.JobID
-		info.JobID = &id
+		info.JobId = &id
 	}
 	info.Home = e.Home()
 	if e.Structured {
 		seq := e.Sequence
-		info.ClientID, info.Sequence, info.Nonce = e.ClientID, &seq, e.Nonce
+		info.ClientId, info.Sequence, info.Nonce = e.ClientID, &seq, e.Nonce
 	} else if k, err := keys.Parse(e.Key); err == nil && k.Structured {
 		seq := k.Sequence
-		info.ClientID, info.Sequence, info.Nonce = k.ClientID, &seq, k.Nonce
+		info.ClientId, info.Sequence, info.Nonce = k.ClientID, &seq, k.Nonce
 	}
 	return info, nil
 }

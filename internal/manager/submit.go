@@ -12,6 +12,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/tracing"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
@@ -25,7 +26,7 @@ import (
 // lost, a timeout) answers Unavailable; the gate retries the same key, and
 // the retry finds the outcome if the Admit committed, or admits the key
 // afresh, with the same job ID, if it did not.
-func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+func (m *Manager) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	start := time.Now()
 	ctx, span := tracing.Span(tracing.Extract(ctx, req.TraceParent), "manager.submit")
 	defer span.End()
@@ -38,13 +39,13 @@ func (m *Manager) Submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		case err != nil:
 			span.SetStatus(codes.Error, err.Error())
 		case resp != nil:
-			span.SetAttributes(attribute.String("once.outcome", string(resp.Outcome)))
+			span.SetAttributes(attribute.String("once.outcome", resp.Outcome))
 		}
 	}
 	return resp, err
 }
 
-func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	if err := m.checkLeader(); err != nil {
 		return nil, err
 	}
@@ -67,8 +68,8 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 	if len(req.Job.Datacenters) > 0 && !slices.Contains(req.Job.Datacenters, m.cfg.Datacenter) {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "the job targets %v, not this manager's datacenter %s", req.Job.Datacenters, m.cfg.Datacenter)
 	}
-	wait := time.Duration(req.WaitMillis) * time.Millisecond
-	deadline := time.Now().Add(wait)
+	deadline := time.Now().Add(submitWait(req))
+	ttl := resultTTL(req)
 
 	// A key whose entry expires or is released while we look is admitted
 	// again (at most a few times: an entry lives at least its TTL of a second
@@ -128,11 +129,11 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 			MaxTenantWatermarks: uint64(m.cfg.WatermarkMaxClientsPerTenant),
 			MaxBytes:            uint64(m.cfg.LedgerMaxBytes),
 			MaxTenantBytes:      uint64(m.cfg.LedgerTenantMaxBytes),
-			ResultTTL:           req.ResultTTL,
+			ResultTTL:           ttl,
 		}
 		// One round (ledger.Admit): the reservation and its outcome in one
 		// entry; no entry is left PENDING.
-		entry := ledger.Entry{Tenant: req.Tenant, Key: req.Key, JobID: jobID, ResultTTL: req.ResultTTL, Request: reserve.Request}
+		entry := ledger.Entry{Tenant: req.Tenant, Key: req.Key, JobID: jobID, ResultTTL: ttl, Request: reserve.Request}
 		cmd := ledger.Admit{Reserve: reserve, Outcome: m.outcomeCommand(entry, m.expiryBasis(req), now)}
 		res, err := m.tracedApply(ctx, "raft.apply.admit", m.admits, cmd)
 		m.endProposal(req.Tenant, req.Key, proposal)
@@ -150,7 +151,7 @@ func (m *Manager) submit(ctx context.Context, req *rpc.SubmitRequest) (*rpc.Subm
 		case ledger.OutcomeKeyReused:
 			return m.entryResponse(res.Entry, rpc.OutcomeKeyReused, true), nil
 		case ledger.OutcomeKeyExpired:
-			return &rpc.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, nil
+			return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, nil
 		default:
 			return nil, m.refusal("reserve", req.Tenant, res)
 		}
@@ -223,11 +224,11 @@ func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadlin
 
 // inProgress is the answer to a submission whose key another submission is
 // still admitting when its wait ends (err nil), or err.
-func inProgress(err error) (*rpc.SubmitResponse, error) {
+func inProgress(err error) (*rpcpb.SubmitResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rpc.SubmitResponse{Outcome: rpc.OutcomeInProgress}, nil
+	return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeInProgress}, nil
 }
 
 func (m *Manager) endProposal(tenant, key string, ch chan struct{}) {
@@ -239,7 +240,7 @@ func (m *Manager) endProposal(tenant, key string, ch chan struct{}) {
 
 // validateSubmit checks what the gate should already have checked: a manager
 // trusts nothing on the wire.
-func validateSubmit(req *rpc.SubmitRequest) (keys.Key, error) {
+func validateSubmit(req *rpcpb.SubmitRequest) (keys.Key, error) {
 	if req.Tenant == "" || req.Fingerprint == "" {
 		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "tenant and fingerprint are required")
 	}
@@ -250,10 +251,10 @@ func validateSubmit(req *rpc.SubmitRequest) (keys.Key, error) {
 	if k.Raw != req.Key {
 		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "key must be sent unquoted")
 	}
-	if req.Job.Type == "" {
+	if req.GetJob().GetType() == "" {
 		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "job type is required")
 	}
-	if req.ResultTTL < 0 {
+	if req.ResultTtlNanos < 0 {
 		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "result_ttl must not be negative")
 	}
 	if len(req.Job.Payload) == 0 {
@@ -374,19 +375,18 @@ func (m *Manager) notLeader() error {
 // entryResponse turns an entry into the answer a gate renders. The job body is
 // built from the entry alone, so every answer for the key — first or replay,
 // through any gate — is the same bytes.
-func (m *Manager) entryResponse(e ledger.Entry, outcome rpc.Outcome, replayed bool) *rpc.SubmitResponse {
-	r := &rpc.SubmitResponse{Replayed: replayed, JobID: e.JobID, ExpiresAt: time.Unix(0, e.ExpiresAt).UTC()}
+func (m *Manager) entryResponse(e ledger.Entry, outcome string, replayed bool) *rpcpb.SubmitResponse {
+	r := &rpcpb.SubmitResponse{Replayed: replayed, JobId: e.JobID, ExpiresAtUnixNano: e.ExpiresAt}
 	// The lifetime left by ledger time, which the gate counts on its own
 	// monotonic clock (at least 1ns: 0 means "not sent").
-	r.Remaining = max(time.Duration(e.ExpiresAt-m.expiryNow().UnixNano()), time.Nanosecond)
+	r.RemainingNanos = max(e.ExpiresAt-m.expiryNow().UnixNano(), 1)
 	switch e.State {
 	case ledger.StateCommitted:
 		r.Outcome = rpc.OutcomeCommitted
-		j := m.jobFromEntry(e)
-		r.Job = &j
+		r.Job = m.jobFromEntry(e)
 	case ledger.StateRejected:
 		r.Outcome = rpc.OutcomeRejected
-		r.Rejection = &rpc.Rejection{Status: e.Status, Reason: e.Reason, Detail: e.Detail}
+		r.Rejection = &rpcpb.Rejection{Status: int32(e.Status), Reason: e.Reason, Detail: e.Detail}
 	case ledger.StateClaimed:
 		r.Outcome, r.Home = rpc.OutcomeClaimed, e.Home()
 	default:
@@ -401,14 +401,15 @@ func (m *Manager) entryResponse(e ledger.Entry, outcome rpc.Outcome, replayed bo
 	return r
 }
 
-func (m *Manager) jobFromEntry(e ledger.Entry) api.Job {
-	return m.apiJob(ledger.Job{ID: e.JobID, Tenant: e.Tenant, Key: e.Key, Type: e.Request.Type,
+func (m *Manager) jobFromEntry(e ledger.Entry) *rpcpb.Job {
+	return m.pbJob(ledger.Job{ID: e.JobID, Tenant: e.Tenant, Key: e.Key, Type: e.Request.Type,
 		Payload: e.Request.Payload, Datacenters: e.Request.Datacenters, Status: api.JobStatusCommitted, CreatedAt: e.ResolvedAt})
 }
 
-// apiJob renders a job. The datacenters map holds this datacenter's outcome; a
-// gate combining several datacenters merges the maps.
-func (m *Manager) apiJob(j ledger.Job) api.Job {
+// pbJob renders a job as the gates show it (api.Job's members). The
+// datacenters map holds this datacenter's outcome; a gate combining several
+// datacenters merges the maps.
+func (m *Manager) pbJob(j ledger.Job) *rpcpb.Job {
 	payload := j.Payload
 	if len(payload) == 0 {
 		payload = []byte("null")
@@ -417,16 +418,17 @@ func (m *Manager) apiJob(j ledger.Job) api.Job {
 	if j.Life != nil {
 		// The ledger's Status of a job in the lifecycle is its state; the
 		// API's status is the admission outcome (committed), the state its
-		// own member (apiJobRead).
+		// own member (pbJobRead).
 		status = api.JobStatusCommitted
 	}
-	return api.Job{
-		JobID:          j.ID,
+	return &rpcpb.Job{
+		JobId:          j.ID,
 		Type:           j.Type,
 		Status:         status,
 		IdempotencyKey: j.Key,
 		CreatedAt:      api.FormatTime(time.Unix(0, j.CreatedAt)),
-		Datacenters:    map[string]api.DatacenterStatus{m.cfg.Datacenter: {Status: status}},
+		Datacenters:    map[string]*rpcpb.DatacenterStatus{m.cfg.Datacenter: {Status: status}},
+		DatacentersSet: true,
 		Payload:        payload,
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -33,7 +34,7 @@ const (
 // leaseAnswer is a lease asked with an idempotency key, as answered.
 type leaseAnswer struct {
 	fingerprint string
-	resp        *rpc.LeaseResponse
+	resp        *rpcpb.LeaseResponse
 	err         error
 }
 
@@ -58,7 +59,7 @@ func (a leaseAnswer) size() int64 {
 // Without that, a worker whose answer was lost (a timeout, a gate or a
 // leader that died) would lease other jobs on its retry, and the first ones
 // would come back only when their leases expire.
-func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseResponse, error) {
+func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
 	if req.Request == "" {
 		return m.lease(ctx, ctx, req)
 	}
@@ -80,24 +81,22 @@ func (m *Manager) Lease(ctx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseR
 		return nil, rpc.Errorf(rpc.CodeRequestReused, "lease: the idempotency key was used with another request")
 	case replayed:
 		m.metrics.leaseReplays.Inc()
-		out := *a.resp
-		out.Replayed = true
-		return &out, nil
+		return &rpcpb.LeaseResponse{Leases: a.resp.Leases, Replayed: true}, nil
 	}
 	return a.resp, nil
 }
 
-// lease leases jobs for req, waiting up to req.Wait for one while ctx lasts;
+// lease leases jobs for req, waiting up to its wait for one while ctx lasts;
 // each Lease command is applied under applyCtx.
-func (m *Manager) lease(ctx, applyCtx context.Context, req *rpc.LeaseRequest) (*rpc.LeaseResponse, error) {
-	lr := *req
-	if lr.Worker == "" {
-		lr.Worker = "worker"
+func (m *Manager) lease(ctx, applyCtx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
+	holder := req.Worker
+	if holder == "" {
+		holder = "worker"
 	}
-	deadline := time.Now().Add(req.Wait)
+	deadline := time.Now().Add(leaseWait(req))
 	for {
 		queued := m.fsm.Stats().Queued
-		res, err := m.leaseJobs(applyCtx, &lr)
+		res, err := m.leaseJobs(applyCtx, req, holder)
 		if err != nil {
 			return nil, err
 		}
@@ -174,12 +173,12 @@ func (m *Manager) awaitQueued(ctx context.Context, before int, deadline time.Tim
 }
 
 // leases renders leased jobs as the API shows them.
-func (m *Manager) leases(jobs []ledger.Job) *rpc.LeaseResponse {
-	out := &rpc.LeaseResponse{Leases: make([]api.Lease, 0, len(jobs))}
+func (m *Manager) leases(jobs []ledger.Job) *rpcpb.LeaseResponse {
+	out := &rpcpb.LeaseResponse{Leases: make([]*rpcpb.Lease, 0, len(jobs))}
 	for _, j := range jobs {
-		l := api.Lease{Job: m.apiJobRead(j)}
+		l := &rpcpb.Lease{Job: m.pbJobRead(j)}
 		if j.Life != nil {
-			l.LeaseID, l.Attempt = j.Life.LeaseID, int(j.Life.Attempts)
+			l.LeaseId, l.Attempt = j.Life.LeaseID, int64(j.Life.Attempts)
 			l.ExpiresAt = api.FormatTime(time.Unix(0, j.Life.LeaseExpiresAt))
 		}
 		out.Leases = append(out.Leases, l)
@@ -188,42 +187,40 @@ func (m *Manager) leases(jobs []ledger.Job) *rpc.LeaseResponse {
 }
 
 // Heartbeat implements rpc.Workers.
-func (m *Manager) Heartbeat(ctx context.Context, req *rpc.HeartbeatRequest) (*api.HeartbeatResponse, error) {
-	j, err := m.HeartbeatJob(ctx, req.Tenant, req.JobID, req.LeaseID, req.LeaseFor)
+func (m *Manager) Heartbeat(ctx context.Context, req *rpcpb.HeartbeatRequest) (*rpcpb.HeartbeatResponse, error) {
+	j, err := m.HeartbeatJob(ctx, req.Tenant, req.JobId, req.LeaseId, leaseFor(req))
 	if err != nil {
 		return nil, err
 	}
-	return &api.HeartbeatResponse{LeaseID: req.LeaseID, ExpiresAt: api.FormatTime(time.Unix(0, j.Life.LeaseExpiresAt))}, nil
+	return &rpcpb.HeartbeatResponse{LeaseId: req.LeaseId, ExpiresAt: api.FormatTime(time.Unix(0, j.Life.LeaseExpiresAt))}, nil
 }
 
 // Complete implements rpc.Workers.
-func (m *Manager) Complete(ctx context.Context, req *rpc.CompleteRequest) (*api.Job, error) {
-	j, err := m.CompleteJob(ctx, req.Tenant, req.JobID, req.LeaseID, req.Result)
+func (m *Manager) Complete(ctx context.Context, req *rpcpb.CompleteRequest) (*rpcpb.Job, error) {
+	j, err := m.CompleteJob(ctx, req.Tenant, req.JobId, req.LeaseId, req.Result)
 	if err != nil {
 		return nil, err
 	}
-	out := m.apiJobRead(j)
-	return &out, nil
+	return m.pbJobRead(j), nil
 }
 
 // Fail implements rpc.Workers.
-func (m *Manager) Fail(ctx context.Context, req *rpc.FailRequest) (*api.Job, error) {
-	j, err := m.FailJob(ctx, req.Tenant, req.JobID, req.LeaseID, req.Error, req.Retry)
+func (m *Manager) Fail(ctx context.Context, req *rpcpb.FailRequest) (*rpcpb.Job, error) {
+	j, err := m.FailJob(ctx, req.Tenant, req.JobId, req.LeaseId, req.Error, req.Retry)
 	if err != nil {
 		return nil, err
 	}
-	out := m.apiJobRead(j)
-	return &out, nil
+	return m.pbJobRead(j), nil
 }
 
-// apiJobRead is a job as reads and worker calls show it: the admission
-// answer's members (apiJob); for a job in the worker lifecycle, its
+// pbJobRead is a job as reads and worker calls show it: the admission
+// answer's members (pbJob); for a job in the worker lifecycle, its
 // state, attempts, result and error; and for a job whose submission named
 // more than one datacenter, the set it named (namedDatacenters).
-func (m *Manager) apiJobRead(j ledger.Job) api.Job {
-	out := m.apiJob(j)
+func (m *Manager) pbJobRead(j ledger.Job) *rpcpb.Job {
+	out := m.pbJob(j)
 	if j.Life != nil {
-		out.State, out.Attempts, out.Error = j.Life.State.String(), int(j.Life.Attempts), j.Life.Error
+		out.State, out.Attempts, out.Error = j.Life.State.String(), int64(j.Life.Attempts), j.Life.Error
 		if j.Life.State == ledger.JobSucceeded {
 			out.Result = j.Life.Result
 			if len(out.Result) == 0 {

@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -25,20 +27,20 @@ func TestWorkersLongPollAndReads(t *testing.T) {
 	m := tc.mgrs[tc.leader()]
 	ctx := ctxT(t)
 
-	empty, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Wait: 200 * time.Millisecond})
+	empty, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, WaitNanos: int64(200 * time.Millisecond)})
 	if err != nil || len(empty.Leases) != 0 {
 		t.Fatalf("a lease with nothing queued: %+v %v", empty, err)
 	}
 
-	got := make(chan *rpc.LeaseResponse, 1)
+	got := make(chan *rpcpb.LeaseResponse, 1)
 	errs := make(chan error, 1)
 	go func() {
-		r, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, Wait: 30 * time.Second})
+		r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, WaitNanos: int64(30 * time.Second)})
 		got <- r
 		errs <- err
 	}()
 	id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
-	var r *rpc.LeaseResponse
+	var r *rpcpb.LeaseResponse
 	select {
 	case r = <-got:
 	case <-time.After(20 * time.Second):
@@ -48,29 +50,29 @@ func TestWorkersLongPollAndReads(t *testing.T) {
 		t.Fatalf("long poll: %+v %v", r, err)
 	}
 	l := r.Leases[0]
-	if l.Job.JobID != id || l.Job.State != api.JobStatusRunning || l.Job.Status != api.JobStatusCommitted || l.Attempt != 1 || l.LeaseID == "" {
+	if l.Job.JobId != id || l.Job.State != api.JobStatusRunning || l.Job.Status != api.JobStatusCommitted || l.Attempt != 1 || l.LeaseId == "" {
 		t.Fatalf("lease %+v", l)
 	}
 	job, err := m.GetJob(ctx, "acme", id)
 	if err != nil || job.State != api.JobStatusRunning || job.Attempts != 1 {
 		t.Fatalf("read of a running job: %+v %v", job, err)
 	}
-	done, err := m.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: id, LeaseID: l.LeaseID, Result: []byte(`{"ok":1}`)})
+	done, err := m.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "acme", JobId: id, LeaseId: l.LeaseId, Result: []byte(`{"ok":1}`)})
 	if err != nil || done.State != api.JobStatusSucceeded || string(done.Result) != `{"ok":1}` {
 		t.Fatalf("complete: %+v %v", done, err)
 	}
-	again, err := m.Complete(ctx, &rpc.CompleteRequest{Tenant: "acme", JobID: id, LeaseID: l.LeaseID, Result: []byte(`{"ok":1}`)})
+	again, err := m.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "acme", JobId: id, LeaseId: l.LeaseId, Result: []byte(`{"ok":1}`)})
 	if err != nil || again.State != api.JobStatusSucceeded {
 		t.Fatalf("the same completion again: %+v %v", again, err)
 	}
-	if _, err := m.Heartbeat(ctx, &rpc.HeartbeatRequest{Tenant: "acme", JobID: id, LeaseID: l.LeaseID}); err == nil || !isCode(err, rpc.CodeLeaseLost) {
+	if _, err := m.Heartbeat(ctx, &rpcpb.HeartbeatRequest{Tenant: "acme", JobId: id, LeaseId: l.LeaseId}); err == nil || !isCode(err, rpc.CodeLeaseLost) {
 		t.Fatalf("heartbeat of a finished job: %v", err)
 	}
-	list, err := m.ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "acme", Status: api.JobStatusSucceeded, Limit: 10})
-	if err != nil || len(list.Jobs) != 1 || list.Jobs[0].JobID != id {
+	list, err := m.ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "acme", Status: api.JobStatusSucceeded, Limit: 10})
+	if err != nil || len(list.Jobs) != 1 || list.Jobs[0].JobId != id {
 		t.Fatalf("succeeded jobs: %+v %v", list, err)
 	}
-	list, err = m.ListJobs(ctx, &rpc.ListJobsRequest{Tenant: "acme", Status: api.JobStatusCommitted, Limit: 10})
+	list, err = m.ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "acme", Status: api.JobStatusCommitted, Limit: 10})
 	if err != nil || len(list.Jobs) != 1 {
 		t.Fatalf("status=committed lists every job: %+v %v", list, err)
 	}
@@ -90,13 +92,13 @@ func TestLongPollWakesOnLeaseExpiryAndLeadershipEnd(t *testing.T) {
 	ctx := ctxT(t)
 	id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
 	m := tc.mgrs[tc.leader()]
-	first, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w1", MaxJobs: 1, LeaseFor: 300 * time.Millisecond})
+	first, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1", MaxJobs: 1, LeaseForNanos: int64(300 * time.Millisecond)})
 	if err != nil || len(first.Leases) != 1 {
 		t.Fatalf("first lease: %+v %v", first, err)
 	}
 
 	type answer struct {
-		r   *rpc.LeaseResponse
+		r   *rpcpb.LeaseResponse
 		err error
 	}
 	wait := func(m *Manager) <-chan answer {
@@ -105,14 +107,14 @@ func TestLongPollWakesOnLeaseExpiryAndLeadershipEnd(t *testing.T) {
 			// A context that outlives the test's waits below (ctxT's does not).
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			r, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, Wait: time.Minute})
+			r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(time.Minute)})
 			ch <- answer{r, err}
 		}()
 		return ch
 	}
 	select {
 	case a := <-wait(m):
-		if a.err != nil || len(a.r.Leases) != 1 || a.r.Leases[0].Job.JobID != id || a.r.Leases[0].Attempt != 2 {
+		if a.err != nil || len(a.r.Leases) != 1 || a.r.Leases[0].Job.JobId != id || a.r.Leases[0].Attempt != 2 {
 			t.Fatalf("the waiting lease after w1's lease expired: %+v %v", a.r, a.err)
 		}
 	case <-time.After(30 * time.Second):
@@ -151,23 +153,23 @@ func TestLeaseWithIdempotencyKeyIsAnsweredOnce(t *testing.T) {
 	m := tc.mgrs[tc.leader()]
 	ctx := ctxT(t)
 	submitJobs(t, tc, 4, "email")
-	req := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, Request: "lease-1", Fingerprint: "f1"}
-	first, err := m.Lease(ctx, &req)
+	req := &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, Request: "lease-1", Fingerprint: "f1"}
+	first, err := m.Lease(ctx, req)
 	if err != nil || len(first.Leases) != 2 || first.Replayed {
 		t.Fatalf("first lease: %+v %v", first, err)
 	}
-	again, err := m.Lease(ctx, &req)
-	if err != nil || !again.Replayed || !reflect.DeepEqual(again.Leases, first.Leases) {
+	again, err := m.Lease(ctx, req)
+	if err != nil || !again.Replayed || !leasesEqual(again.Leases, first.Leases) {
 		t.Fatalf("the same key again: %+v %v; want %+v replayed", again, err, first.Leases)
 	}
-	other := req
+	other := proto.Clone(req).(*rpcpb.LeaseRequest)
 	other.Fingerprint = "f2"
-	if _, err := m.Lease(ctx, &other); !isCode(err, rpc.CodeRequestReused) {
+	if _, err := m.Lease(ctx, other); !isCode(err, rpc.CodeRequestReused) {
 		t.Fatalf("the key with another request: %v, want request_reused", err)
 	}
-	elsewhere := req
+	elsewhere := proto.Clone(req).(*rpcpb.LeaseRequest)
 	elsewhere.Tenant = "globex"
-	if r, err := m.Lease(ctx, &elsewhere); err != nil || r.Replayed || len(r.Leases) != 0 {
+	if r, err := m.Lease(ctx, elsewhere); err != nil || r.Replayed || len(r.Leases) != 0 {
 		t.Fatalf("the key in a tenant without jobs: %+v %v", r, err)
 	}
 
@@ -175,7 +177,7 @@ func TestLeaseWithIdempotencyKeyIsAnsweredOnce(t *testing.T) {
 	// same and its retry is given it.
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	lost := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-2", Fingerprint: "f"}
+	lost := rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-2", Fingerprint: "f"}
 	if _, err := m.Lease(gone, &lost); err == nil {
 		t.Log("the lease was answered before the cancelled caller noticed")
 	}
@@ -185,7 +187,7 @@ func TestLeaseWithIdempotencyKeyIsAnsweredOnce(t *testing.T) {
 	}
 
 	// Two jobs were leased by "lease-1" and one by "lease-2": one is left.
-	rest, err := m.Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 10})
+	rest, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 10})
 	if err != nil || len(rest.Leases) != 1 {
 		t.Fatalf("after the replays, %+v %v; want the one job no lease took", rest, err)
 	}
@@ -196,15 +198,15 @@ func TestLeaseWithIdempotencyKeyIsAnsweredOnce(t *testing.T) {
 }
 
 // leasedOnce fails the test when a job is in two of the answers' leases.
-func leasedOnce(t *testing.T, answers ...[]api.Lease) {
+func leasedOnce(t *testing.T, answers ...[]*rpcpb.Lease) {
 	t.Helper()
 	seen := map[string]bool{}
 	for _, ls := range answers {
 		for _, l := range ls {
-			if seen[l.Job.JobID] {
-				t.Fatalf("job %s leased twice", l.Job.JobID)
+			if seen[l.Job.JobId] {
+				t.Fatalf("job %s leased twice", l.Job.JobId)
 			}
-			seen[l.Job.JobID] = true
+			seen[l.Job.JobId] = true
 		}
 	}
 }
@@ -226,7 +228,7 @@ func TestLeaseRetriedAfterLeaderChange(t *testing.T) {
 	l := tc.leader()
 	ctx := ctxT(t)
 	submitJobs(t, tc, 4, "email")
-	req := rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, Request: "lease-1", Fingerprint: "f1"}
+	req := rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 2, Request: "lease-1", Fingerprint: "f1"}
 	first, err := tc.mgrs[l].Lease(ctx, &req)
 	if err != nil || len(first.Leases) != 2 || first.Replayed {
 		t.Fatalf("first lease: %+v %v", first, err)
@@ -234,16 +236,21 @@ func TestLeaseRetriedAfterLeaderChange(t *testing.T) {
 	tc.stop(l) // the answer is lost with it
 	nl := tc.leader()
 	retry, err := tc.mgrs[nl].Lease(ctx, &req)
-	if err != nil || !retry.Replayed || !reflect.DeepEqual(retry.Leases, first.Leases) {
+	if err != nil || !retry.Replayed || !leasesEqual(retry.Leases, first.Leases) {
 		t.Fatalf("the retry at the next leader: %+v %v; want %+v replayed", retry, err, first.Leases)
 	}
 	if n := promtest.ToFloat64(tc.mgrs[nl].metrics.leaseReplays); n != 1 {
 		t.Fatalf("once_manager_lease_replays_total %v, want 1", n)
 	}
 	// The two jobs the first attempt did not lease are left to others.
-	rest, err := tc.mgrs[nl].Lease(ctx, &rpc.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 10})
+	rest, err := tc.mgrs[nl].Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 10})
 	if err != nil || len(rest.Leases) != 2 {
 		t.Fatalf("after the replay, %+v %v; want the two jobs no lease took", rest, err)
 	}
 	leasedOnce(t, first.Leases, rest.Leases)
+}
+
+// leasesEqual reports whether a and b are the same leases, in order.
+func leasesEqual(a, b []*rpcpb.Lease) bool {
+	return slices.EqualFunc(a, b, func(x, y *rpcpb.Lease) bool { return proto.Equal(x, y) })
 }

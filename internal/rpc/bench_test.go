@@ -15,18 +15,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
 // trivialSvc answers every submission at once, as a committed job.
 type trivialSvc struct{ *fakeManager }
 
-func (trivialSvc) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+func (trivialSvc) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	id := "j-" + req.Key
-	return &SubmitResponse{Outcome: OutcomeCommitted, JobID: id, Job: &api.Job{
-		JobID: id, Type: req.Job.Type, Status: api.JobStatusCommitted, IdempotencyKey: req.Key,
-		CreatedAt: "2026-11-23T20:00:00Z", Datacenters: map[string]api.DatacenterStatus{"dc1": {Status: "committed"}},
-		Payload: req.Job.Payload,
+	return &rpcpb.SubmitResponse{Outcome: OutcomeCommitted, JobId: id, Job: &rpcpb.Job{
+		JobId: id, Type: req.GetJob().GetType(), Status: api.JobStatusCommitted, IdempotencyKey: req.Key,
+		CreatedAt: "2026-11-23T20:00:00Z", Datacenters: map[string]*rpcpb.DatacenterStatus{"dc1": {Status: "committed"}},
+		Payload: req.GetJob().GetPayload(), DatacentersSet: true,
 	}}, nil
 }
 
@@ -35,7 +36,7 @@ func (trivialSvc) Submit(ctx context.Context, req *SubmitRequest) (*SubmitRespon
 // the benchmark's baseline.
 func httpSubmitHandler(svc Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req SubmitRequest
+		var req rpcpb.SubmitRequest
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
 		if err == nil {
 			err = json.Unmarshal(body, &req)
@@ -56,7 +57,7 @@ func httpSubmitHandler(svc Service) http.Handler {
 }
 
 // httpSubmit is the client side of that baseline.
-func httpSubmit(ctx context.Context, hc *http.Client, url string, req *SubmitRequest) (*SubmitResponse, error) {
+func httpSubmit(ctx context.Context, hc *http.Client, url string, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -78,7 +79,7 @@ func httpSubmit(ctx context.Context, hc *http.Client, url string, req *SubmitReq
 	if resp.StatusCode != http.StatusOK {
 		return nil, decodeError(resp.StatusCode, b)
 	}
-	var out SubmitResponse
+	var out rpcpb.SubmitResponse
 	return &out, json.Unmarshal(b, &out)
 }
 
@@ -96,7 +97,7 @@ func cpuTime() time.Duration {
 // runConcurrent calls f b.N times from benchConcurrency goroutines and
 // reports, besides ns/op, the process CPU time per call (client and server
 // together), which neighbours on a shared machine disturb less than wall time.
-func runConcurrent(b *testing.B, f func(i int64) (*SubmitResponse, error)) {
+func runConcurrent(b *testing.B, f func(i int64) (*rpcpb.SubmitResponse, error)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ReportAllocs()
@@ -129,12 +130,12 @@ func runConcurrent(b *testing.B, f func(i int64) (*SubmitResponse, error)) {
 	wg.Wait()
 }
 
-func benchRequest(i int64) *SubmitRequest {
-	return &SubmitRequest{
+func benchRequest(i int64) *rpcpb.SubmitRequest {
+	return &rpcpb.SubmitRequest{
 		Tenant:      "tenant-1",
 		Key:         fmt.Sprintf("c7b9a3e2-bench-%012d", i),
 		Fingerprint: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
-		Job:         api.JobRequest{Type: "email.send", Payload: json.RawMessage(`{"to":"someone@example.com","template":"welcome","vars":{"name":"Ada"}}`)},
+		Job:         &rpcpb.JobRequest{Type: "email.send", Payload: json.RawMessage(`{"to":"someone@example.com","template":"welcome","vars":{"name":"Ada"}}`)},
 		WaitMillis:  5000,
 	}
 }
@@ -152,7 +153,7 @@ func BenchmarkSubmit(b *testing.B) {
 		tr := NewTransport()
 		defer tr.CloseIdleConnections()
 		hc := &http.Client{Transport: tr}
-		runConcurrent(b, func(i int64) (*SubmitResponse, error) {
+		runConcurrent(b, func(i int64) (*rpcpb.SubmitResponse, error) {
 			return httpSubmit(ctx, hc, srv.URL+"/rpc/v1/submit", benchRequest(i))
 		})
 	})
@@ -160,7 +161,7 @@ func BenchmarkSubmit(b *testing.B) {
 		c := NewClient(ClientConfig{Resolver: StaticResolver{serve(b, svc)}})
 		defer c.Close()
 		s0, si0, r0, ri0 := batchStats.sent.Load(), batchStats.sentItems.Load(), batchStats.received.Load(), batchStats.receivedItems.Load()
-		runConcurrent(b, func(i int64) (*SubmitResponse, error) {
+		runConcurrent(b, func(i int64) (*rpcpb.SubmitResponse, error) {
 			return c.Submit(ctx, benchRequest(i))
 		})
 		b.ReportMetric(float64(batchStats.sentItems.Load()-si0)/float64(max(batchStats.sent.Load()-s0, 1)), "subs/msg")
@@ -247,7 +248,7 @@ func BenchmarkStreamIO(b *testing.B) {
 	}
 	s0, r0 := batchStats.sent.Load(), batchStats.received.Load()
 	nr, nw := n.reads.Load(), n.writes.Load()
-	runConcurrent(b, func(i int64) (*SubmitResponse, error) {
+	runConcurrent(b, func(i int64) (*rpcpb.SubmitResponse, error) {
 		return c.Submit(ctx, benchRequest(i))
 	})
 	reportIO(b, &n, nr, nw)
@@ -263,30 +264,30 @@ func BenchmarkWorkerCalls(b *testing.B) {
 	b.Run("complete", func(b *testing.B) {
 		var n ioCounts
 		c := countedClient(b, workersManager{&fakeManager{leader: true}, stubWorkers{}}, &n)
-		if _, err := c.Complete(ctx, &CompleteRequest{Tenant: "t", JobID: "j", LeaseID: "l"}); err != nil {
+		if _, err := c.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "t", JobId: "j", LeaseId: "l"}); err != nil {
 			b.Fatal(err)
 		}
 		nr, nw := n.reads.Load(), n.writes.Load()
-		runConcurrent(b, func(i int64) (*SubmitResponse, error) {
+		runConcurrent(b, func(i int64) (*rpcpb.SubmitResponse, error) {
 			id := fmt.Sprintf("j-%012d", i)
-			_, err := c.Complete(ctx, &CompleteRequest{Tenant: "tenant-1", JobID: id, LeaseID: "l-" + id, Result: json.RawMessage(`{"ok":true}`)})
-			return &SubmitResponse{Outcome: OutcomeCommitted}, err
+			_, err := c.Complete(ctx, &rpcpb.CompleteRequest{Tenant: "tenant-1", JobId: id, LeaseId: "l-" + id, Result: json.RawMessage(`{"ok":true}`)})
+			return &rpcpb.SubmitResponse{Outcome: OutcomeCommitted}, err
 		})
 		reportIO(b, &n, nr, nw)
 	})
 	b.Run("lease", func(b *testing.B) {
 		var n ioCounts
 		c := countedClient(b, workersManager{&fakeManager{leader: true}, stubWorkers{}}, &n)
-		req := func() *LeaseRequest {
-			return &LeaseRequest{Tenant: "tenant-1", Worker: "127.0.0.1:5555", Types: []string{"email.send"}, MaxJobs: 16, LeaseFor: 30 * time.Second}
+		req := func() *rpcpb.LeaseRequest {
+			return &rpcpb.LeaseRequest{Tenant: "tenant-1", Worker: "127.0.0.1:5555", Types: []string{"email.send"}, MaxJobs: 16, LeaseForNanos: int64(30 * time.Second)}
 		}
 		if _, err := c.Lease(ctx, req()); err != nil {
 			b.Fatal(err)
 		}
 		nr, nw := n.reads.Load(), n.writes.Load()
-		runConcurrent(b, func(i int64) (*SubmitResponse, error) {
+		runConcurrent(b, func(i int64) (*rpcpb.SubmitResponse, error) {
 			_, err := c.Lease(ctx, req())
-			return &SubmitResponse{Outcome: OutcomeCommitted}, err
+			return &rpcpb.SubmitResponse{Outcome: OutcomeCommitted}, err
 		})
 		reportIO(b, &n, nr, nw)
 	})

@@ -187,14 +187,13 @@ func checkSize(m proto.Message, limit int) error {
 	return nil
 }
 
-// serveCall runs a unary method of the service: the request converted by
-// from, do, and its answer converted by to, or its error as callStatus.
-func serveCall[P, Req, Resp, Out any](s *Server, ctx context.Context, what string, p P,
-	from func(P) *Req, do func(context.Context, *Req) (*Resp, error), to func(*Resp) Out) (Out, error) {
-	resp, err := do(ctx, from(p))
+// serveCall runs a unary method of the service: do, and its answer, or its
+// error as callStatus.
+func serveCall[Req, Resp any](s *Server, ctx context.Context, what string, req *Req,
+	do func(context.Context, *Req) (*Resp, error)) (*Resp, error) {
+	resp, err := do(ctx, req)
 	if err != nil {
-		var zero Out
-		return zero, s.callStatus(what, err)
+		return nil, s.callStatus(what, err)
 	}
-	return to(resp), nil
+	return resp, nil
 }

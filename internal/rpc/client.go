@@ -230,18 +230,23 @@ func (c *Client) takeLanes(match func(*lane) bool) []*lane {
 }
 
 // Submit submits a job at the leader, over a submit stream (see stream.go).
-func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+// req is only read: every attempt's item carries it. The caller must not
+// change it afterwards either: an attempt it stopped waiting for may still
+// be encoding it (the same holds for Heartbeat's, Complete's and Fail's).
+func (c *Client) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	n := approxSize(req)
 	if n > maxMessageBytes-1024 {
 		return nil, Errorf(CodeInvalid, "a submission of about %d bytes is over the stream's message limit of %d", n, maxMessageBytes)
 	}
-	var resp *SubmitResponse
-	wait := time.Duration(req.WaitMillis) * time.Millisecond
-	pr := toPBRequest(req) // only read: every attempt's item carries it
+	var resp *rpcpb.SubmitResponse
+	wait := time.Duration(req.GetWaitMillis()) * time.Millisecond
 	err := c.retry(ctx, "submit", func(addr string) error {
-		r, err := c.streamAttempt(ctx, addr, "submit", &rpcpb.SubmitItem{Request: pr}, n, wait)
+		r, err := c.streamAttempt(ctx, addr, "submit", &rpcpb.SubmitItem{Request: req}, n, wait)
 		if err == nil {
-			resp = fromPBResponse(r.GetResponse())
+			resp = r.GetResponse()
+			if resp == nil {
+				resp = &rpcpb.SubmitResponse{}
+			}
 		}
 		return err
 	})

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // TestDialSurvivesConnectionLostAsItBecomesReady: a connection that completes
@@ -17,8 +19,8 @@ import (
 // the gate's tests): a lost answer for the gate's forward. The dial now asks
 // for a new connection, and the submission is answered long before.
 func TestDialSurvivesConnectionLostAsItBecomesReady(t *testing.T) {
-	svc := newScript(func(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
-		return &SubmitResponse{Outcome: OutcomeCommitted, JobID: "j-" + req.Key}, nil
+	svc := newScript(func(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
+		return &rpcpb.SubmitResponse{Outcome: OutcomeCommitted, JobId: "j-" + req.Key}, nil
 	})
 	backend := serve(t, svc)
 	const bad = 5 // the first connections are lost right after the server's preface
@@ -30,12 +32,12 @@ func TestDialSurvivesConnectionLostAsItBecomesReady(t *testing.T) {
 	// IDLE channel ends only with the caller, unanswered.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r, err := c.Submit(ctx, &SubmitRequest{Key: "k"})
+	r, err := c.Submit(ctx, &rpcpb.SubmitRequest{Key: "k"})
 	if err != nil {
 		t.Fatalf("submit through a flaky first connection: %v", err)
 	}
-	if r.JobID != "j-k" {
-		t.Fatalf("answer for job %q, want j-k", r.JobID)
+	if r.JobId != "j-k" {
+		t.Fatalf("answer for job %q, want j-k", r.JobId)
 	}
 }
 

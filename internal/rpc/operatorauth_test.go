@@ -18,6 +18,7 @@ import (
 
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/certs/certstest"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // fakeOperator answers every operator call; calls counts those that reached it.
@@ -155,7 +156,7 @@ func TestOperatorMethodsClosedWithoutAnOperatorCredential(t *testing.T) {
 			t.Errorf("%s: %v, want %q", tc.name, codes, tc.want)
 		}
 		c := NewClient(ClientConfig{Resolver: StaticResolver{addr}, MaxAttempts: 1})
-		if _, err := c.Submit(context.Background(), &SubmitRequest{Tenant: "t1", Key: "k"}); err != nil {
+		if _, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Tenant: "t1", Key: "k"}); err != nil {
 			t.Errorf("%s: a submission: %v", tc.name, err)
 		}
 		c.Close()

@@ -15,7 +15,7 @@
 // two protocols apart by a connection's first bytes (cmux).
 //
 // Errors keep their identity across the wire: a manager answers an error with a
-// stable Code (a JSON Error, or its protobuf mirror in a stream's result or a
+// stable Code (a JSON Error, or its rpcpb.Error in a stream's result or a
 // unary call's status details), and the client turns it back into an *Error
 // that matches the sentinels below with errors.Is. Nothing is ever matched by
 // text.
@@ -30,8 +30,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -172,106 +172,18 @@ func httpStatus(c Code) int {
 	}
 }
 
-// Outcome is the result of a submission, as decided by the ledger.
-type Outcome string
-
-// Submission outcomes.
+// Submission outcomes: the values of rpcpb.SubmitResponse.Outcome.
 const (
-	OutcomeCommitted  Outcome = "committed"   // the job exists; Job is set
-	OutcomeRejected   Outcome = "rejected"    // admission refused it; Rejection is set
-	OutcomeInProgress Outcome = "in_progress" // another submission of the key is being admitted and did not finish within WaitMillis
-	OutcomeKeyReused  Outcome = "key_reused"  // the key exists with another fingerprint
-	OutcomeKeyExpired Outcome = "key_expired" // the key expired and its sequence committed, or is below the client's watermark window
+	OutcomeCommitted  = "committed"   // the job exists; Job is set
+	OutcomeRejected   = "rejected"    // admission refused it; Rejection is set
+	OutcomeInProgress = "in_progress" // another submission of the key is being admitted and did not finish within wait_millis
+	OutcomeKeyReused  = "key_reused"  // the key exists with another fingerprint
+	OutcomeKeyExpired = "key_expired" // the key expired and its sequence committed, or is below the client's watermark window
 	// OutcomeClaimed: the key is held here by a claim for a job that runs in
-	// another datacenter, SubmitResponse.Home (an omitted datacenters list
-	// in a federation; docs/multidc.md). JobID is the claimed job's.
-	OutcomeClaimed Outcome = "claimed"
+	// another datacenter, the response's Home (an omitted datacenters list
+	// in a federation; docs/multidc.md). JobId is the claimed job's.
+	OutcomeClaimed = "claimed"
 )
-
-// SubmitRequest asks the leader to submit a job under an idempotency key.
-type SubmitRequest struct {
-	Tenant string `json:"tenant"`
-	// Key is the raw idempotency key, without sf-string quotes.
-	Key string `json:"key"`
-	// Fingerprint identifies the request (tenant, method, path, canonical body).
-	Fingerprint string `json:"fingerprint"`
-	// Job is the decoded, validated request body; Payload is canonical JSON.
-	Job api.JobRequest `json:"job"`
-	// WaitMillis is how long the manager may wait for the admission of the
-	// same key that another submission has in flight; 0 answers
-	// OutcomeInProgress at once.
-	WaitMillis int64 `json:"wait_millis"`
-	// ProposedJobID, when set, must be the job ID derived from (Tenant, Key,
-	// Fingerprint) by internal/jobid, which the manager uses for a new key
-	// anyway (the same key gets the same job ID in every datacenter); another
-	// value is refused as CodeInvalid.
-	ProposedJobID string `json:"proposed_job_id,omitempty"`
-	// ResultTTL, when positive, is the COMMITTED or REJECTED lifetime of this
-	// key instead of the manager's configured default; it is fixed by the first
-	// admission and retries cannot change it.
-	ResultTTL time.Duration `json:"result_ttl,omitempty"`
-	// ExpiryBasis, when set, is the instant the entry's COMMITTED or REJECTED
-	// TTL counts from, stamped by the gate; a gate sends the same basis to
-	// every datacenter of a submission so that they all expire it at the
-	// same instant. A leader whose clock is too far from it uses its own.
-	ExpiryBasis time.Time `json:"expiry_basis,omitzero"`
-	// TraceParent is the W3C traceparent of the gate's forward span, "" when
-	// the gate does not trace (internal/tracing): the manager's spans of this
-	// submission are its children.
-	TraceParent string `json:"trace_parent,omitempty"`
-	// Home, set only for a job whose client omitted the datacenters list in
-	// a federation, is the datacenter the job runs in (Job.Datacenters is
-	// [Home]). A manager of Home admits it as its own job, unless its ledger
-	// holds another home's claim on the key; a manager of another
-	// datacenter records a claim for Home instead (docs/multidc.md).
-	Home string `json:"home,omitempty"`
-	// Carried says another datacenter's outbox sends this submission, which
-	// that datacenter admitted already: it is never refused for a full
-	// outbox here (CodeOutboxFull), or two datacenters whose outboxes are
-	// full of each other's submissions would wait on each other forever.
-	Carried bool `json:"carried,omitempty"`
-}
-
-// Rejection is why admission refused a job.
-type Rejection struct {
-	Status int    `json:"status"` // 422 (validation) or 429 (capacity)
-	Reason string `json:"reason"`
-	Detail string `json:"detail"`
-}
-
-// SubmitResponse is the ledger's answer to a submission.
-type SubmitResponse struct {
-	Outcome Outcome `json:"outcome"`
-	// Replayed is true when the entry existed before this request.
-	Replayed bool `json:"replayed"`
-	// JobID is the job ID the key is bound to (also for rejected keys: the ID
-	// that was reserved).
-	JobID string `json:"job_id,omitempty"`
-	// Job is set when Outcome is OutcomeCommitted.
-	Job *api.Job `json:"job,omitempty"`
-	// Rejection is set when Outcome is OutcomeRejected.
-	Rejection *Rejection `json:"rejection,omitempty"`
-	// ExpiresAt is when the key's entry expires (zero when there is no entry).
-	ExpiresAt time.Time `json:"expires_at"`
-	// Remaining is the entry's lifetime left when the manager answered:
-	// ExpiresAt minus the ledger's time, so a gate can count it on its own
-	// monotonic clock from when it sent the request instead of comparing
-	// ExpiresAt with its wall clock. 0: none, or an older manager.
-	Remaining time.Duration `json:"remaining,omitempty"`
-	// Home is, with OutcomeClaimed, the datacenter the claimed job runs in.
-	Home string `json:"home,omitempty"`
-}
-
-// ListJobsRequest selects a tenant's jobs, oldest first (Desc: newest first).
-type ListJobsRequest struct {
-	Tenant string `json:"tenant"`
-	Type   string `json:"type,omitempty"`
-	Status string `json:"status,omitempty"`
-	Limit  int    `json:"limit"`
-	After  string `json:"after,omitempty"` // an opaque cursor from a previous Next
-	// Desc lists newest first; After must then be a cursor of a Desc page.
-	Desc bool `json:"desc,omitempty"`
-}
 
 // MaxResponseBytes bounds an RPC answer the client reads; a longer one is
 // refused with CodeTooLarge, never decoded cut. ListPageBytes is the byte
@@ -297,14 +209,6 @@ const (
 	MaxWorkerRequestBytes = MaxBodyBytes + 64<<10
 )
 
-// ListJobsResponse is a page of jobs; Next is empty on the last page. A page
-// ends at the request's limit or at ListPageBytes, whichever comes first, and
-// Next continues after it.
-type ListJobsResponse struct {
-	Jobs []api.Job `json:"jobs"`
-	Next string    `json:"next,omitempty"`
-}
-
 // A manager's status, for readiness checks and operators, is one type with
 // the public view of GET /v1/cluster (pkg/api): the gate passes it through.
 type (
@@ -317,13 +221,20 @@ type (
 	RefusedServer   = api.RefusedServer
 )
 
-// Service is what a manager offers gates. Implementations return *Error values
-// (or errors wrapping them) so the code survives the wire.
+// Service is what a manager offers gates, in the messages of the wire
+// (rpcpb, manager.proto). Implementations return *Error values (or errors
+// wrapping them) so the code survives the wire.
+//
+// Submit: the ledger's answer to a submission under an idempotency key
+// (docs/rpc.md has every member). ListJobs: a page of a tenant's jobs,
+// oldest first (desc: newest first); a page ends at the request's limit or
+// at ListPageBytes, whichever comes first, and next (empty on the last
+// page) continues after it.
 type Service interface {
-	Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error)
-	GetJob(ctx context.Context, tenant, id string) (*api.Job, error)
-	ListJobs(ctx context.Context, req *ListJobsRequest) (*ListJobsResponse, error)
-	GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo, error)
+	Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error)
+	GetJob(ctx context.Context, tenant, id string) (*rpcpb.Job, error)
+	ListJobs(ctx context.Context, req *rpcpb.ListJobsRequest) (*rpcpb.ListJobsResponse, error)
+	GetKey(ctx context.Context, tenant, key string) (*rpcpb.KeyInfo, error)
 	Status(ctx context.Context) (*Status, error)
 }
 

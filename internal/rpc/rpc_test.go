@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -40,36 +41,36 @@ func (f *fakeManager) check() error {
 	return nil
 }
 
-func (f *fakeManager) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+func (f *fakeManager) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
 	f.submits.Add(1)
-	return &SubmitResponse{Outcome: OutcomeCommitted, JobID: "j-" + req.Key, Job: &api.Job{JobID: "j-" + req.Key, Type: req.Job.Type}}, nil
+	return &rpcpb.SubmitResponse{Outcome: OutcomeCommitted, JobId: "j-" + req.Key, Job: &rpcpb.Job{JobId: "j-" + req.Key, Type: req.GetJob().GetType()}}, nil
 }
 
-func (f *fakeManager) GetJob(ctx context.Context, tenant, id string) (*api.Job, error) {
+func (f *fakeManager) GetJob(ctx context.Context, tenant, id string) (*rpcpb.Job, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
 	if id != "j-1" || tenant != "t1" {
 		return nil, Errorf(CodeNotFound, "no job %s", id)
 	}
-	return &api.Job{JobID: id}, nil
+	return &rpcpb.Job{JobId: id}, nil
 }
 
-func (f *fakeManager) ListJobs(ctx context.Context, req *ListJobsRequest) (*ListJobsResponse, error) {
+func (f *fakeManager) ListJobs(ctx context.Context, req *rpcpb.ListJobsRequest) (*rpcpb.ListJobsResponse, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return &ListJobsResponse{Jobs: []api.Job{{JobID: req.Tenant + "/" + req.Type + "/" + req.After}}, Next: "n"}, nil
+	return &rpcpb.ListJobsResponse{Jobs: []*rpcpb.Job{{JobId: req.Tenant + "/" + req.Type + "/" + req.After}}, Next: "n"}, nil
 }
 
-func (f *fakeManager) GetKey(ctx context.Context, tenant, key string) (*api.KeyInfo, error) {
+func (f *fakeManager) GetKey(ctx context.Context, tenant, key string) (*rpcpb.KeyInfo, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return &api.KeyInfo{Key: key, State: api.KeyStateCommitted}, nil
+	return &rpcpb.KeyInfo{Key: key, State: api.KeyStateCommitted}, nil
 }
 
 func (f *fakeManager) Status(ctx context.Context) (*Status, error) {
@@ -123,11 +124,11 @@ func TestClientFollowsLeaderHint(t *testing.T) {
 	faddr := serve(t, follower)
 
 	c := newClient(t, faddr)
-	resp, err := c.Submit(context.Background(), &SubmitRequest{Tenant: "t", Key: "k1", Job: api.JobRequest{Type: "x"}})
+	resp, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Tenant: "t", Key: "k1", Job: &rpcpb.JobRequest{Type: "x"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Outcome != OutcomeCommitted || resp.JobID != "j-k1" || resp.Job.Type != "x" {
+	if resp.Outcome != OutcomeCommitted || resp.JobId != "j-k1" || resp.Job.Type != "x" {
 		t.Fatalf("unexpected response %+v", resp)
 	}
 	if got := c.Leader(); got != laddr {
@@ -152,7 +153,7 @@ func TestClientRetriesUnavailableAndDeadConnections(t *testing.T) {
 	c := newClient(t, dead, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.Submit(ctx, &SubmitRequest{Key: "k"}); err != nil {
+	if _, err := c.Submit(ctx, &rpcpb.SubmitRequest{Key: "k"}); err != nil {
 		t.Fatalf("want success after retries, got %v", err)
 	}
 	if m.submits.Load() != 1 {
@@ -165,7 +166,7 @@ func TestClientGivesUpWithUnavailable(t *testing.T) {
 	c := newClient(t, serve(t, m))
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := c.Submit(ctx, &SubmitRequest{Key: "k"})
+	_, err := c.Submit(ctx, &rpcpb.SubmitRequest{Key: "k"})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("want ErrUnavailable, got %v", err)
 	}
@@ -184,15 +185,15 @@ func TestCodesSurviveTheWire(t *testing.T) {
 		t.Fatalf("want not_found with message, got %v", err)
 	}
 	job, err := c.GetJob(ctx, "t1", "j-1")
-	if err != nil || job.JobID != "j-1" {
+	if err != nil || job.JobId != "j-1" {
 		t.Fatalf("get job: %v %+v", err, job)
 	}
-	lr, err := c.ListJobs(ctx, &ListJobsRequest{Tenant: "t1", Type: "ty", After: "c9", Limit: 5})
-	if err != nil || len(lr.Jobs) != 1 || lr.Jobs[0].JobID != "t1/ty/c9" || lr.Next != "n" {
+	lr, err := c.ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "t1", Type: "ty", After: "c9", Limit: 5})
+	if err != nil || len(lr.Jobs) != 1 || lr.Jobs[0].JobId != "t1/ty/c9" || lr.Next != "n" {
 		t.Fatalf("list: %v %+v", err, lr)
 	}
 	ki, err := c.GetKey(ctx, "t1", "a:b/c d")
-	if err != nil || ki.Key != "a:b/c d" || ki.JobID != nil || ki.Sequence != nil {
+	if err != nil || ki.Key != "a:b/c d" || ki.JobId != nil || ki.Sequence != nil {
 		t.Fatalf("key: %v %+v", err, ki)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // With a cluster secret, the manager's RPC serves only callers that present
@@ -16,7 +16,7 @@ func TestClusterSecret(t *testing.T) {
 	svc := &fakeManager{leader: true}
 	addr, srv := serveConfig(t, svc, ServerConfig{Secret: "s3cret"})
 	srv.Mux().HandleFunc("GET /extra", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	req := &SubmitRequest{Tenant: "t", Key: "k1", Job: api.JobRequest{Type: "x"}}
+	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "k1", Job: &rpcpb.JobRequest{Type: "x"}}
 
 	for name, secret := range map[string]string{"no secret": "", "a wrong secret": "s3cre7"} {
 		c := NewClient(ClientConfig{Resolver: StaticResolver([]string{addr}), AttemptTimeout: 300 * time.Millisecond, Secret: secret})
@@ -33,7 +33,7 @@ func TestClusterSecret(t *testing.T) {
 		}
 		cancel()
 		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
-		_, err = c.Heartbeat(ctx, &HeartbeatRequest{Tenant: "t", JobID: "j", LeaseID: "l"})
+		_, err = c.Heartbeat(ctx, &rpcpb.HeartbeatRequest{Tenant: "t", JobId: "j", LeaseId: "l"})
 		if !errors.As(err, &e) || e.Code != CodeUnauthenticated {
 			t.Errorf("%s: a worker call answered %v, want %s", name, err, CodeUnauthenticated)
 		}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
@@ -25,14 +25,14 @@ import (
 // embedded leader fakeManager.
 type scriptSvc struct {
 	*fakeManager
-	submit func(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error)
+	submit func(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error)
 }
 
-func newScript(f func(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error)) *scriptSvc {
+func newScript(f func(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error)) *scriptSvc {
 	return &scriptSvc{fakeManager: &fakeManager{leader: true}, submit: f}
 }
 
-func (s *scriptSvc) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+func (s *scriptSvc) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	return s.submit(ctx, req)
 }
 
@@ -82,64 +82,63 @@ func recvResults(t *testing.T, st grpc.BidiStreamingClient[rpcpb.SubmitBatch, rp
 }
 
 func TestSubmitFieldsSurviveTheWire(t *testing.T) {
-	var got atomic.Pointer[SubmitRequest]
-	want := &SubmitResponse{
+	var got atomic.Pointer[rpcpb.SubmitRequest]
+	want := &rpcpb.SubmitResponse{
 		Outcome:  OutcomeCommitted,
 		Replayed: true,
-		JobID:    "j-1",
-		Job: &api.Job{
-			JobID: "j-1", Type: "demo", Status: api.JobStatusCommitted, IdempotencyKey: "k",
-			CreatedAt:   "2026-11-23T20:00:00.000000001Z",
-			Datacenters: map[string]api.DatacenterStatus{"dc1": {Status: "committed"}, "dc2": {Status: "pending"}},
-			Payload:     json.RawMessage(`{"a":[1,2]}`),
+		JobId:    "j-1",
+		Job: &rpcpb.Job{
+			JobId: "j-1", Type: "demo", Status: api.JobStatusCommitted, IdempotencyKey: "k",
+			CreatedAt:      "2026-11-23T20:00:00.000000001Z",
+			Datacenters:    map[string]*rpcpb.DatacenterStatus{"dc1": {Status: "committed"}, "dc2": {Status: "pending"}},
+			DatacentersSet: true,
+			Payload:        []byte(`{"a":[1,2]}`),
 		},
-		Rejection: &Rejection{Status: 429, Reason: "capacity", Detail: "full"},
-		ExpiresAt: time.Unix(1795000000, 123456789),
-		Remaining: 42*time.Second + 7,
+		Rejection:         &rpcpb.Rejection{Status: 429, Reason: "capacity", Detail: "full"},
+		ExpiresAtUnixNano: time.Unix(1795000000, 123456789).UnixNano(),
+		RemainingNanos:    int64(42*time.Second + 7),
+		Home:              "dc2",
 	}
-	addr := serve(t, newScript(func(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+	addr := serve(t, newScript(func(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 		got.Store(req)
 		return want, nil
 	}))
 	c := newClient(t, addr)
-	req := &SubmitRequest{
+	req := &rpcpb.SubmitRequest{
 		Tenant: "t", Key: `"k"`, Fingerprint: "fp",
-		Job:        api.JobRequest{Type: "demo", Payload: json.RawMessage(`{"x":"é"}`), Datacenters: []string{"dc1", "dc2"}},
-		WaitMillis: 1500, ProposedJobID: "p-1", ResultTTL: 90 * time.Second, ExpiryBasis: time.Unix(1_700_000_000, 123),
+		Job:        &rpcpb.JobRequest{Type: "demo", Payload: []byte(`{"x":"é"}`), Datacenters: []string{"dc1", "dc2"}},
+		WaitMillis: 1500, ProposedJobId: "p-1", ResultTtlNanos: int64(90 * time.Second),
+		ExpiryBasisUnixNanos: time.Unix(1_700_000_000, 123).UnixNano(), TraceParent: "00-01-02-01", Home: "dc1",
 		Carried: true,
 	}
 	resp, err := c.Submit(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got.Load(), req) {
+	if !proto.Equal(got.Load(), req) {
 		t.Fatalf("manager got %+v, want %+v", got.Load(), req)
 	}
-	if !resp.ExpiresAt.Equal(want.ExpiresAt) {
-		t.Fatalf("expires_at %v, want %v", resp.ExpiresAt, want.ExpiresAt)
-	}
-	resp.ExpiresAt = want.ExpiresAt
-	if !reflect.DeepEqual(resp, want) {
+	if !proto.Equal(resp, want) {
 		t.Fatalf("gate got %+v, want %+v", resp, want)
 	}
 
-	// Absent parts stay absent: no job, no rejection, zero expiry, nil payload.
-	empty := &SubmitResponse{Outcome: OutcomeInProgress, Job: &api.Job{JobID: "j"}}
+	// Absent parts stay absent: no rejection, zero expiry, nil payload.
+	empty := &rpcpb.SubmitResponse{Outcome: OutcomeInProgress, Job: &rpcpb.Job{JobId: "j"}}
 	want = empty
-	resp, err = c.Submit(context.Background(), &SubmitRequest{Key: "k2"})
+	resp, err = c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "k2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(resp, empty) || !resp.ExpiresAt.IsZero() {
+	if !proto.Equal(resp, empty) || resp.Rejection != nil || resp.Job.Payload != nil || resp.Job.Datacenters != nil {
 		t.Fatalf("gate got %+v, want %+v", resp, empty)
 	}
-	if r := got.Load(); r.Job.Payload != nil || r.ResultTTL != 0 || !r.ExpiryBasis.IsZero() {
+	if r := got.Load(); r.GetJob().GetPayload() != nil || r.ResultTtlNanos != 0 || r.ExpiryBasisUnixNanos != 0 {
 		t.Fatalf("manager got %+v", r)
 	}
 }
 
 func TestSubmitCodesSurviveTheWire(t *testing.T) {
-	addr := serve(t, newScript(func(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+	addr := serve(t, newScript(func(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 		switch req.Key {
 		case "plain":
 			return nil, errors.New("boom")
@@ -185,7 +184,7 @@ func TestSubmitCodesSurviveTheWire(t *testing.T) {
 	// sentinel, with the message.
 	c := newClient(t, addr)
 	for _, code := range []Code{CodeLedgerFull, CodeNotFound, CodeInvalid, CodeInternal, "a_future_code"} {
-		_, err := c.Submit(context.Background(), &SubmitRequest{Key: string(code)})
+		_, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: string(code)})
 		var e *Error
 		if !errors.As(err, &e) || e.Code != code || e.Message != "msg "+string(code) {
 			t.Errorf("code %s: got %v", code, err)
@@ -194,7 +193,7 @@ func TestSubmitCodesSurviveTheWire(t *testing.T) {
 			t.Errorf("code %s: errors.Is fails on %v", code, err)
 		}
 	}
-	if _, err := c.Submit(context.Background(), &SubmitRequest{Key: "wrapped"}); !errors.Is(err, ErrLedgerFull) {
+	if _, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "wrapped"}); !errors.Is(err, ErrLedgerFull) {
 		t.Errorf("wrapped ledger_full: got %v", err)
 	}
 }
@@ -204,16 +203,16 @@ func TestSubmitCodesSurviveTheWire(t *testing.T) {
 type ledgerSvc struct {
 	*fakeManager
 	mu      sync.Mutex
-	entries map[string]*SubmitResponse
+	entries map[string]*rpcpb.SubmitResponse
 	fps     map[string]string
 	calls   atomic.Int64
 }
 
 func newLedgerSvc() *ledgerSvc {
-	return &ledgerSvc{fakeManager: &fakeManager{leader: true}, entries: map[string]*SubmitResponse{}, fps: map[string]string{}}
+	return &ledgerSvc{fakeManager: &fakeManager{leader: true}, entries: map[string]*rpcpb.SubmitResponse{}, fps: map[string]string{}}
 }
 
-func (l *ledgerSvc) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+func (l *ledgerSvc) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	l.calls.Add(1)
 	if len(req.Key) > 4 && req.Key[:4] == "bad-" {
 		return nil, Errorf(CodeInvalid, "key %s is malformed", req.Key)
@@ -221,16 +220,16 @@ func (l *ledgerSvc) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResp
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.entries[req.Key]; ok {
-		r := *e
+		r := proto.Clone(e).(*rpcpb.SubmitResponse)
 		r.Replayed = true
 		if l.fps[req.Key] != req.Fingerprint {
 			r.Outcome, r.Job = OutcomeKeyReused, nil
 		}
-		return &r, nil
+		return r, nil
 	}
-	r := &SubmitResponse{Outcome: OutcomeCommitted, JobID: "j-" + req.Key, Job: &api.Job{JobID: "j-" + req.Key, Type: req.Job.Type, Payload: req.Job.Payload}}
+	r := &rpcpb.SubmitResponse{Outcome: OutcomeCommitted, JobId: "j-" + req.Key, Job: &rpcpb.Job{JobId: "j-" + req.Key, Type: req.GetJob().GetType(), Payload: req.GetJob().GetPayload()}}
 	if len(req.Key) > 4 && req.Key[:4] == "rej-" {
-		r = &SubmitResponse{Outcome: OutcomeRejected, JobID: "j-" + req.Key, Rejection: &Rejection{Status: 422, Reason: "unknown_job_type", Detail: req.Job.Type}}
+		r = &rpcpb.SubmitResponse{Outcome: OutcomeRejected, JobId: "j-" + req.Key, Rejection: &rpcpb.Rejection{Status: 422, Reason: "unknown_job_type", Detail: req.GetJob().GetType()}}
 	}
 	l.entries[req.Key], l.fps[req.Key] = r, req.Fingerprint
 	return r, nil
@@ -260,14 +259,14 @@ func TestBatchAnswersEachSubmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := recvResults(t, st, 3, 4, 5, 6, 7, 8, 9)
-	check := func(id uint64, outcome Outcome, replayed bool, jobID string) {
+	check := func(id uint64, outcome string, replayed bool, jobID string) {
 		t.Helper()
 		r := res[id]
 		if r.GetError() != nil {
 			t.Fatalf("item %d: error %+v", id, r.GetError())
 		}
-		got := fromPBResponse(r.GetResponse())
-		if got.Outcome != outcome || got.Replayed != replayed || got.JobID != jobID {
+		got := r.GetResponse()
+		if got.Outcome != outcome || got.Replayed != replayed || got.JobId != jobID {
 			t.Errorf("item %d: got %+v, want %s replayed=%v job %s", id, got, outcome, replayed, jobID)
 		}
 	}
@@ -276,10 +275,10 @@ func TestBatchAnswersEachSubmission(t *testing.T) {
 	check(5, OutcomeCommitted, false, "j-c")
 	check(7, OutcomeKeyReused, true, "j-a")
 	check(8, OutcomeRejected, false, "j-rej-e")
-	if p := string(fromPBResponse(res[3].GetResponse()).Job.Payload); p != `{"n":1}` {
+	if p := string(res[3].GetResponse().GetJob().GetPayload()); p != `{"n":1}` {
 		t.Errorf("duplicate's job payload %s, want the first submission's", p)
 	}
-	if r := fromPBResponse(res[8].GetResponse()); r.Rejection == nil || r.Rejection.Reason != "unknown_job_type" {
+	if r := res[8].GetResponse(); r.Rejection == nil || r.Rejection.Reason != "unknown_job_type" {
 		t.Errorf("rejection lost: %+v", r)
 	}
 	for _, id := range []uint64{6, 9} {
@@ -305,7 +304,7 @@ func newBlockSvc() *blockSvc {
 	return &blockSvc{fakeManager: &fakeManager{leader: true}, started: make(chan string, 16), ended: map[string]error{}}
 }
 
-func (b *blockSvc) Submit(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+func (b *blockSvc) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	if len(req.Key) >= 5 && req.Key[:5] == "block" {
 		b.started <- req.Key
 		<-ctx.Done()
@@ -314,7 +313,7 @@ func (b *blockSvc) Submit(ctx context.Context, req *SubmitRequest) (*SubmitRespo
 		b.mu.Unlock()
 		return nil, ctx.Err()
 	}
-	return &SubmitResponse{Outcome: OutcomeCommitted, JobID: "j-" + req.Key}, nil
+	return &rpcpb.SubmitResponse{Outcome: OutcomeCommitted, JobId: "j-" + req.Key}, nil
 }
 
 func (b *blockSvc) endedWith(key string) error {
@@ -369,14 +368,14 @@ func TestClientCancelStopsTheManagerWaiting(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Submit(ctx, &SubmitRequest{Key: "block-1"})
+		_, err := c.Submit(ctx, &rpcpb.SubmitRequest{Key: "block-1"})
 		errc <- err
 	}()
 	if k := <-svc.started; k != "block-1" {
 		t.Fatalf("started %s", k)
 	}
 	// Another submission on the same stream is answered while block-1 waits.
-	if r, err := c.Submit(context.Background(), &SubmitRequest{Key: "other"}); err != nil || r.JobID != "j-other" {
+	if r, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "other"}); err != nil || r.JobId != "j-other" {
 		t.Fatalf("other: %v %+v", err, r)
 	}
 	cancel()
@@ -387,7 +386,7 @@ func TestClientCancelStopsTheManagerWaiting(t *testing.T) {
 		return errors.Is(svc.endedWith("block-1"), context.Canceled), "the manager to stop waiting for the cancelled submission"
 	})
 	// The stream survives: the next submission uses it.
-	if r, err := c.Submit(context.Background(), &SubmitRequest{Key: "after"}); err != nil || r.JobID != "j-after" {
+	if r, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "after"}); err != nil || r.JobId != "j-after" {
 		t.Fatalf("after: %v %+v", err, r)
 	}
 }
@@ -402,18 +401,18 @@ func TestClientRetriesWhenTheStreamBreaks(t *testing.T) {
 	c := NewClient(ClientConfig{Resolver: ResolverFunc(func() []string { return addrs.Load().([]string) }), AttemptTimeout: 5 * time.Second})
 	t.Cleanup(c.Close)
 
-	if _, err := c.Submit(context.Background(), &SubmitRequest{Key: "first"}); err != nil {
+	if _, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "first"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	type answer struct {
-		r   *SubmitResponse
+		r   *rpcpb.SubmitResponse
 		err error
 	}
 	done := make(chan answer, 1)
 	go func() {
-		r, err := c.Submit(ctx, &SubmitRequest{Key: "block-x"})
+		r, err := c.Submit(ctx, &rpcpb.SubmitRequest{Key: "block-x"})
 		done <- answer{r, err}
 	}()
 	<-a.started
@@ -423,7 +422,7 @@ func TestClientRetriesWhenTheStreamBreaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := <-done
-	if got.err != nil || got.r.JobID != "j-block-x" {
+	if got.err != nil || got.r.JobId != "j-block-x" {
 		t.Fatalf("want the answer of b after the retry, got %+v %v", got.r, got.err)
 	}
 	if c.Leader() != bAddr || b.submits.Load() != 1 {
@@ -434,17 +433,17 @@ func TestClientRetriesWhenTheStreamBreaks(t *testing.T) {
 func TestShutdownAnswersWhatTheStreamHolds(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{})
-	svc := newScript(func(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
+	svc := newScript(func(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 		close(started)
 		<-release
-		return &SubmitResponse{Outcome: OutcomeCommitted, JobID: "j-" + req.Key}, nil
+		return &rpcpb.SubmitResponse{Outcome: OutcomeCommitted, JobId: "j-" + req.Key}, nil
 	})
 	addr, srv := serveServer(t, svc)
 	c := newClient(t, addr)
 	done := make(chan error, 1)
 	go func() {
-		r, err := c.Submit(context.Background(), &SubmitRequest{Key: "slow"})
-		if err == nil && r.JobID != "j-slow" {
+		r, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "slow"})
+		if err == nil && r.JobId != "j-slow" {
 			err = fmt.Errorf("answer %+v", r)
 		}
 		done <- err
@@ -476,7 +475,7 @@ func TestShutdownAnswersWhatTheStreamHolds(t *testing.T) {
 func TestCloseIdleConnectionsAndClose(t *testing.T) {
 	svc := newBlockSvc()
 	c := NewClient(ClientConfig{Resolver: StaticResolver{serve(t, svc)}, Streams: 1})
-	if _, err := c.Submit(context.Background(), &SubmitRequest{Key: "a"}); err != nil {
+	if _, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	lanes := func() (n int) {
@@ -499,13 +498,13 @@ func TestCloseIdleConnectionsAndClose(t *testing.T) {
 		t.Fatalf("%d lanes after CloseIdleConnections, want 0", n)
 	}
 	// A later submission opens a new lane.
-	if _, err := c.Submit(context.Background(), &SubmitRequest{Key: "b"}); err != nil {
+	if _, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	// A lane something waits on is not idle.
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Submit(context.Background(), &SubmitRequest{Key: "block-1"})
+		_, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "block-1"})
 		errc <- err
 	}()
 	<-svc.started
@@ -520,7 +519,7 @@ func TestCloseIdleConnectionsAndClose(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := c.Submit(ctx, &SubmitRequest{Key: "c"}); !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+	if _, err := c.Submit(ctx, &rpcpb.SubmitRequest{Key: "c"}); !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 		t.Fatalf("submission after Close: want ErrUnavailable at once, got %v", err)
 	}
 	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
@@ -533,8 +532,8 @@ func TestCloseIdleConnectionsAndClose(t *testing.T) {
 // several at once so that batches must split by size, and gets them back
 // whole in the answers.
 func TestLargeSubmissionsCross(t *testing.T) {
-	svc := newScript(func(ctx context.Context, req *SubmitRequest) (*SubmitResponse, error) {
-		return &SubmitResponse{Outcome: OutcomeCommitted, JobID: "j-" + req.Key, Job: &api.Job{JobID: "j-" + req.Key, Payload: req.Job.Payload}}, nil
+	svc := newScript(func(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
+		return &rpcpb.SubmitResponse{Outcome: OutcomeCommitted, JobId: "j-" + req.Key, Job: &rpcpb.Job{JobId: "j-" + req.Key, Payload: req.GetJob().GetPayload()}}, nil
 	})
 	c := NewClient(ClientConfig{Resolver: StaticResolver{serve(t, svc)}, Streams: 1, AttemptTimeout: 20 * time.Second})
 	t.Cleanup(c.Close)
@@ -550,13 +549,13 @@ func TestLargeSubmissionsCross(t *testing.T) {
 			key := fmt.Sprint("big-", i)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			r, err := c.Submit(ctx, &SubmitRequest{Key: key, Job: api.JobRequest{Type: "x", Payload: payload}})
+			r, err := c.Submit(ctx, &rpcpb.SubmitRequest{Key: key, Job: &rpcpb.JobRequest{Type: "x", Payload: payload}})
 			if err != nil {
 				t.Errorf("%s: %v", key, err)
 				return
 			}
-			if r.JobID != "j-"+key || !bytes.Equal(r.Job.Payload, payload) {
-				t.Errorf("%s: answer with job %s and a payload of %d bytes, want %d", key, r.JobID, len(r.Job.Payload), len(payload))
+			if r.JobId != "j-"+key || !bytes.Equal(r.Job.Payload, payload) {
+				t.Errorf("%s: answer with job %s and a payload of %d bytes, want %d", key, r.JobId, len(r.Job.Payload), len(payload))
 			}
 		}()
 	}
@@ -564,7 +563,7 @@ func TestLargeSubmissionsCross(t *testing.T) {
 
 	// A submission no message can carry is refused at once, not retried.
 	huge := json.RawMessage(`"` + string(bytes.Repeat([]byte{'h'}, maxMessageBytes)) + `"`)
-	if _, err := c.Submit(context.Background(), &SubmitRequest{Key: "huge", Job: api.JobRequest{Type: "x", Payload: huge}}); !errors.Is(err, ErrInvalid) {
+	if _, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "huge", Job: &rpcpb.JobRequest{Type: "x", Payload: huge}}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a submission over the message limit: want ErrInvalid, got %v", err)
 	}
 }

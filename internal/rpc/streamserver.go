@@ -301,11 +301,15 @@ func (sv *service) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpc
 		id := t.it.GetId()
 		r := &rpcpb.SubmitResult{Id: id}
 		if !s.serveWorkerCall(t.ctx, t.it, r) {
-			resp, err := s.svc.Submit(t.ctx, fromPBRequest(t.it.GetRequest()))
+			req := t.it.GetRequest()
+			if req == nil {
+				req = &rpcpb.SubmitRequest{} // refused by the Service as invalid
+			}
+			resp, err := s.svc.Submit(t.ctx, req)
 			if err != nil {
 				r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
 			} else {
-				r.Response = toPBResponse(resp)
+				r.Response = resp
 			}
 		}
 		mu.Lock()

@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
-	"github.com/once-dev/once/pkg/api"
 )
 
 // The worker calls (docs/rpc.md): Lease, a unary method of the Manager
@@ -19,67 +17,14 @@ import (
 // answers not_leader naming it. A job's lease, its heartbeats, completion and failure are Raft
 // commands, durable before the answer.
 
-// LeaseRequest asks the leader for up to MaxJobs queued jobs of Tenant.
-// Wait, when positive, holds the call at the leader until a job is queued or
-// the wait ends (a long poll: no polling between gate and leader).
-//
-// Request, when set, is the caller's idempotency key for the lease (the
-// worker's Idempotency-Key) and Fingerprint the digest of what it asked:
-// the leader keeps its answer (for 10 minutes, while it leads) and answers
-// a repeat of the key, through any gate, with the same leases
-// (LeaseResponse.Replayed); the key with another Fingerprint is
-// CodeRequestReused.
-type LeaseRequest struct {
-	Tenant      string        `json:"tenant"`
-	Worker      string        `json:"worker"`
-	Types       []string      `json:"types,omitempty"`
-	MaxJobs     int           `json:"max_jobs"`
-	LeaseFor    time.Duration `json:"lease_for"`
-	Wait        time.Duration `json:"wait"`
-	Request     string        `json:"request,omitempty"`
-	Fingerprint string        `json:"fingerprint,omitempty"`
-}
-
-// LeaseResponse is what the leader handed out, oldest queued first.
-// Replayed: the answer is the one kept for the request's key.
-type LeaseResponse struct {
-	Leases   []api.Lease `json:"leases"`
-	Replayed bool        `json:"replayed,omitempty"`
-}
-
-// HeartbeatRequest extends a lease to the leader's now + LeaseFor.
-type HeartbeatRequest struct {
-	Tenant   string        `json:"tenant"`
-	JobID    string        `json:"job_id"`
-	LeaseID  string        `json:"lease_id"`
-	LeaseFor time.Duration `json:"lease_for"`
-}
-
-// CompleteRequest finishes a job as succeeded with Result.
-type CompleteRequest struct {
-	Tenant  string          `json:"tenant"`
-	JobID   string          `json:"job_id"`
-	LeaseID string          `json:"lease_id"`
-	Result  json.RawMessage `json:"result,omitempty"`
-}
-
-// FailRequest reports a failed attempt.
-type FailRequest struct {
-	Tenant  string `json:"tenant"`
-	JobID   string `json:"job_id"`
-	LeaseID string `json:"lease_id"`
-	Error   string `json:"error"`
-	Retry   bool   `json:"retry"`
-}
-
 // Workers is the manager side of the worker routes. Errors are *Error:
 // CodeNotFound for an unknown job, CodeLeaseLost for a lease that is not the
 // job's current one, CodeNotLeader, CodeUnavailable, CodeInvalid.
 type Workers interface {
-	Lease(ctx context.Context, req *LeaseRequest) (*LeaseResponse, error)
-	Heartbeat(ctx context.Context, req *HeartbeatRequest) (*api.HeartbeatResponse, error)
-	Complete(ctx context.Context, req *CompleteRequest) (*api.Job, error)
-	Fail(ctx context.Context, req *FailRequest) (*api.Job, error)
+	Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error)
+	Heartbeat(ctx context.Context, req *rpcpb.HeartbeatRequest) (*rpcpb.HeartbeatResponse, error)
+	Complete(ctx context.Context, req *rpcpb.CompleteRequest) (*rpcpb.Job, error)
+	Fail(ctx context.Context, req *rpcpb.FailRequest) (*rpcpb.Job, error)
 }
 
 // workers is the Server's Workers, or the error of a manager without them.
@@ -96,7 +41,7 @@ func (sv *service) Lease(ctx context.Context, p *rpcpb.LeaseRequest) (*rpcpb.Lea
 	if err != nil {
 		return nil, sv.s.callStatus("lease", err)
 	}
-	return serveCall(sv.s, ctx, "lease", p, fromPBLeaseRequest, w.Lease, toPBLeaseResponse)
+	return serveCall(sv.s, ctx, "lease", p, w.Lease)
 }
 
 // serveWorkerCall runs the worker call an item of the submit stream
@@ -106,40 +51,22 @@ func (s *Server) serveWorkerCall(ctx context.Context, it *rpcpb.SubmitItem, r *r
 	var err error
 	switch {
 	case it.GetHeartbeat() != nil:
-		p := it.GetHeartbeat()
 		var w Workers
 		if w, err = s.workers(); err == nil {
-			var resp *api.HeartbeatResponse
-			resp, err = w.Heartbeat(ctx, &HeartbeatRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId(), LeaseFor: time.Duration(p.GetLeaseForNanos())})
-			if err == nil {
-				r.Heartbeat = &rpcpb.HeartbeatResponse{LeaseId: resp.LeaseID, ExpiresAt: resp.ExpiresAt}
-			}
+			r.Heartbeat, err = w.Heartbeat(ctx, it.GetHeartbeat())
 		}
 	case it.GetComplete() != nil:
-		p := it.GetComplete()
 		var w Workers
 		if w, err = s.workers(); err == nil {
-			if err = checkSize(p, MaxWorkerRequestBytes); err == nil {
-				req := &CompleteRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId()}
-				if len(p.GetResult()) > 0 {
-					req.Result = p.GetResult()
-				}
-				var job *api.Job
-				if job, err = w.Complete(ctx, req); err == nil {
-					r.Job = toPBJob(job)
-				}
+			if err = checkSize(it.GetComplete(), MaxWorkerRequestBytes); err == nil {
+				r.Job, err = w.Complete(ctx, it.GetComplete())
 			}
 		}
 	case it.GetFail() != nil:
-		p := it.GetFail()
 		var w Workers
 		if w, err = s.workers(); err == nil {
-			if err = checkSize(p, MaxWorkerRequestBytes); err == nil {
-				var job *api.Job
-				job, err = w.Fail(ctx, &FailRequest{Tenant: p.GetTenant(), JobID: p.GetJobId(), LeaseID: p.GetLeaseId(), Error: p.GetError(), Retry: p.GetRetry()})
-				if err == nil {
-					r.Job = toPBJob(job)
-				}
+			if err = checkSize(it.GetFail(), MaxWorkerRequestBytes); err == nil {
+				r.Job, err = w.Fail(ctx, it.GetFail())
 			}
 		}
 	default:
@@ -151,63 +78,33 @@ func (s *Server) serveWorkerCall(ctx context.Context, it *rpcpb.SubmitItem, r *r
 	return true
 }
 
-func toPBLeaseRequest(r *LeaseRequest) *rpcpb.LeaseRequest {
-	return &rpcpb.LeaseRequest{Tenant: r.Tenant, Worker: r.Worker, Types: r.Types, MaxJobs: int64(r.MaxJobs),
-		LeaseForNanos: int64(r.LeaseFor), WaitNanos: int64(r.Wait), Request: r.Request, Fingerprint: r.Fingerprint}
-}
-
-func fromPBLeaseRequest(p *rpcpb.LeaseRequest) *LeaseRequest {
-	return &LeaseRequest{Tenant: p.GetTenant(), Worker: p.GetWorker(), Types: p.GetTypes(), MaxJobs: int(p.GetMaxJobs()),
-		LeaseFor: time.Duration(p.GetLeaseForNanos()), Wait: time.Duration(p.GetWaitNanos()), Request: p.GetRequest(), Fingerprint: p.GetFingerprint()}
-}
-
-func toPBLeaseResponse(r *LeaseResponse) *rpcpb.LeaseResponse {
-	p := &rpcpb.LeaseResponse{Replayed: r.Replayed, Leases: make([]*rpcpb.Lease, len(r.Leases))}
-	for i := range r.Leases {
-		l := &r.Leases[i]
-		p.Leases[i] = &rpcpb.Lease{LeaseId: l.LeaseID, Job: toPBJob(&l.Job), Attempt: int64(l.Attempt), ExpiresAt: l.ExpiresAt}
-	}
-	return p
-}
-
-func fromPBLeaseResponse(p *rpcpb.LeaseResponse) *LeaseResponse {
-	r := &LeaseResponse{Replayed: p.GetReplayed(), Leases: make([]api.Lease, len(p.GetLeases()))}
-	for i, l := range p.GetLeases() {
-		r.Leases[i] = api.Lease{LeaseID: l.GetLeaseId(), Attempt: int(l.GetAttempt()), ExpiresAt: l.GetExpiresAt()}
-		if j := l.GetJob(); j != nil {
-			r.Leases[i].Job = *fromPBJob(j)
-		}
-	}
-	return r
-}
-
-// Lease asks the leader for jobs; the call may be held up to req.Wait.
-func (c *Client) Lease(ctx context.Context, req *LeaseRequest) (*LeaseResponse, error) {
-	var resp *LeaseResponse
-	err := c.call(ctx, "lease", req.Wait, func(ctx context.Context, mc rpcpb.ManagerClient) error {
-		p, err := mc.Lease(ctx, toPBLeaseRequest(req))
-		if err == nil {
-			resp = fromPBLeaseResponse(p)
-		}
+// Lease asks the leader for jobs; the call may be held up to the request's
+// wait.
+func (c *Client) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
+	var resp *rpcpb.LeaseResponse
+	err := c.call(ctx, "lease", time.Duration(req.GetWaitNanos()), func(ctx context.Context, mc rpcpb.ManagerClient) (err error) {
+		resp, err = mc.Lease(ctx, req)
 		return err
 	})
 	return resp, err
 }
 
 // Heartbeat extends a lease at the leader, on a submit stream.
-func (c *Client) Heartbeat(ctx context.Context, req *HeartbeatRequest) (*api.HeartbeatResponse, error) {
-	p := &rpcpb.HeartbeatRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, LeaseForNanos: int64(req.LeaseFor)}
-	r, err := c.workerCall(ctx, "heartbeat", &rpcpb.SubmitItem{Heartbeat: p}, 64+len(req.Tenant)+len(req.JobID)+len(req.LeaseID))
+func (c *Client) Heartbeat(ctx context.Context, req *rpcpb.HeartbeatRequest) (*rpcpb.HeartbeatResponse, error) {
+	r, err := c.workerCall(ctx, "heartbeat", &rpcpb.SubmitItem{Heartbeat: req}, 64+len(req.GetTenant())+len(req.GetJobId())+len(req.GetLeaseId()))
 	if err != nil {
 		return nil, err
 	}
-	return &api.HeartbeatResponse{LeaseID: r.GetHeartbeat().GetLeaseId(), ExpiresAt: r.GetHeartbeat().GetExpiresAt()}, nil
+	if h := r.GetHeartbeat(); h != nil {
+		return h, nil
+	}
+	return &rpcpb.HeartbeatResponse{}, nil
 }
 
 // Complete finishes a job at the leader, on a submit stream.
-func (c *Client) Complete(ctx context.Context, req *CompleteRequest) (*api.Job, error) {
-	p := &rpcpb.CompleteRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, Result: req.Result}
-	r, err := c.workerCall(ctx, "complete", &rpcpb.SubmitItem{Complete: p}, 64+len(req.Tenant)+len(req.JobID)+len(req.LeaseID)+len(req.Result))
+func (c *Client) Complete(ctx context.Context, req *rpcpb.CompleteRequest) (*rpcpb.Job, error) {
+	r, err := c.workerCall(ctx, "complete", &rpcpb.SubmitItem{Complete: req},
+		64+len(req.GetTenant())+len(req.GetJobId())+len(req.GetLeaseId())+len(req.GetResult()))
 	if err != nil {
 		return nil, err
 	}
@@ -215,9 +112,9 @@ func (c *Client) Complete(ctx context.Context, req *CompleteRequest) (*api.Job, 
 }
 
 // Fail reports a failed attempt at the leader, on a submit stream.
-func (c *Client) Fail(ctx context.Context, req *FailRequest) (*api.Job, error) {
-	p := &rpcpb.FailRequest{Tenant: req.Tenant, JobId: req.JobID, LeaseId: req.LeaseID, Error: req.Error, Retry: req.Retry}
-	r, err := c.workerCall(ctx, "fail", &rpcpb.SubmitItem{Fail: p}, 64+len(req.Tenant)+len(req.JobID)+len(req.LeaseID)+len(req.Error))
+func (c *Client) Fail(ctx context.Context, req *rpcpb.FailRequest) (*rpcpb.Job, error) {
+	r, err := c.workerCall(ctx, "fail", &rpcpb.SubmitItem{Fail: req},
+		64+len(req.GetTenant())+len(req.GetJobId())+len(req.GetLeaseId())+len(req.GetError()))
 	if err != nil {
 		return nil, err
 	}
@@ -225,11 +122,11 @@ func (c *Client) Fail(ctx context.Context, req *FailRequest) (*api.Job, error) {
 }
 
 // jobOf is the job a complete or fail answered (empty if it named none).
-func jobOf(r *rpcpb.SubmitResult) *api.Job {
+func jobOf(r *rpcpb.SubmitResult) *rpcpb.Job {
 	if j := r.GetJob(); j != nil {
-		return fromPBJob(j)
+		return j
 	}
-	return &api.Job{}
+	return &rpcpb.Job{}
 }
 
 // workerCall sends a worker call on a submit stream to the leader, with the

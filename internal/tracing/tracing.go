@@ -1,7 +1,7 @@
 // Package tracing is once's OpenTelemetry tracing: a submission's trace
 // runs from the gate's HTTP handler, through its forward to each
 // datacenter's leader (the W3C traceparent travels in the submit stream's
-// message, rpc.SubmitRequest.TraceParent, since one gRPC stream carries
+// message, rpcpb.SubmitRequest.TraceParent, since one gRPC stream carries
 // many submissions), to the manager's admission and its Raft applies. It is
 // off by default: without an endpoint the global no-op tracer provider
 // stays, and every span is free.
@@ -111,7 +111,7 @@ func Span(ctx context.Context, name string, opts ...trace.SpanStartOption) (cont
 var propagator = propagation.TraceContext{}
 
 // Inject is the W3C traceparent of ctx's span, "" when ctx has no sampled
-// span (tracing off): what a forward puts in rpc.SubmitRequest.TraceParent.
+// span (tracing off): what a forward puts in rpcpb.SubmitRequest.TraceParent.
 func Inject(ctx context.Context) string {
 	if !trace.SpanContextFromContext(ctx).IsSampled() {
 		return ""

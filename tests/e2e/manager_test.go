@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/rpc"
-	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/tests/localcluster"
 )
 
@@ -19,9 +19,9 @@ func managerClient(c *localcluster.Cluster) *rpc.Client {
 	return c.RPCClient(rpc.ClientConfig{Resolver: rpc.StaticResolver(addrs), AttemptTimeout: 2 * time.Second})
 }
 
-func submitKey(ctx context.Context, cl *rpc.Client, key string) (*rpc.SubmitResponse, error) {
-	return cl.Submit(ctx, &rpc.SubmitRequest{Tenant: "default", Key: key, Fingerprint: "fp-" + key,
-		Job: api.JobRequest{Type: "demo", Payload: []byte(`{"k":"` + key + `"}`), Datacenters: []string{"dc1"}}, WaitMillis: 5000})
+func submitKey(ctx context.Context, cl *rpc.Client, key string) (*rpcpb.SubmitResponse, error) {
+	return cl.Submit(ctx, &rpcpb.SubmitRequest{Tenant: "default", Key: key, Fingerprint: "fp-" + key,
+		Job: &rpcpb.JobRequest{Type: "demo", Payload: []byte(`{"k":"` + key + `"}`), Datacenters: []string{"dc1"}}, WaitMillis: 5000})
 }
 
 // Three manager processes elect a leader and serve; kill -9 of the leader loses
@@ -51,10 +51,10 @@ func TestManagersSurviveKillNine(t *testing.T) {
 			if r.Outcome != rpc.OutcomeCommitted {
 				t.Fatalf("submit %s: outcome %s", key, r.Outcome)
 			}
-			if prev, ok := acked[key]; ok && prev != r.JobID {
-				t.Fatalf("key %s answered with two job ids: %s then %s", key, prev, r.JobID)
+			if prev, ok := acked[key]; ok && prev != r.JobId {
+				t.Fatalf("key %s answered with two job ids: %s then %s", key, prev, r.JobId)
 			}
-			acked[key] = r.JobID
+			acked[key] = r.JobId
 		}
 	}
 	verify := func(stage string) {
@@ -66,11 +66,11 @@ func TestManagersSurviveKillNine(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: resubmit %s: %v", stage, key, err)
 			}
-			if r.JobID != id || r.Outcome != rpc.OutcomeCommitted || !r.Replayed {
-				t.Fatalf("%s: key %s: got %s (%s, replayed=%v), acknowledged %s", stage, key, r.JobID, r.Outcome, r.Replayed, id)
+			if r.JobId != id || r.Outcome != rpc.OutcomeCommitted || !r.Replayed {
+				t.Fatalf("%s: key %s: got %s (%s, replayed=%v), acknowledged %s", stage, key, r.JobId, r.Outcome, r.Replayed, id)
 			}
 			job, err := cl.GetJob(ctx, "default", id)
-			if err != nil || job.JobID != id {
+			if err != nil || job.JobId != id {
 				t.Fatalf("%s: job %s lost: %v", stage, id, err)
 			}
 		}

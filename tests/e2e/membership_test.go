@@ -235,7 +235,7 @@ func (s *submitter) run(ctx context.Context) {
 		case r.Outcome != rpc.OutcomeCommitted:
 			s.fails = append(s.fails, fmt.Sprintf("%s %s: outcome %s", start.Format("15:04:05.000"), key, r.Outcome))
 		default:
-			s.acked[key] = r.JobID
+			s.acked[key] = r.JobId
 		}
 		s.mu.Unlock()
 	}
@@ -280,8 +280,8 @@ func (s *submitter) finish(t *testing.T, ctx context.Context, verify *rpc.Client
 		if err != nil {
 			t.Fatalf("resubmit %s: %v", key, err)
 		}
-		if r.JobID != id || !r.Replayed || r.Outcome != rpc.OutcomeCommitted {
-			t.Fatalf("key %s: now %s (%s, replayed=%v), acknowledged as %s", key, r.JobID, r.Outcome, r.Replayed, id)
+		if r.JobId != id || !r.Replayed || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("key %s: now %s (%s, replayed=%v), acknowledged as %s", key, r.JobId, r.Outcome, r.Replayed, id)
 		}
 	}
 }
@@ -319,7 +319,7 @@ func submitOnce(t *testing.T, ctx context.Context, c *localcluster.Cluster, key 
 	if r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("submit %s through %v: outcome %s", key, addrs, r.Outcome)
 	}
-	return r.JobID
+	return r.JobId
 }
 
 // Three managers, each given one seed, bootstrap exactly one Raft group: they
@@ -519,8 +519,8 @@ func TestMembershipRestartAllDoesNotBootstrapAgain(t *testing.T) {
 		if err != nil {
 			t.Fatalf("resubmit %s: %v", key, err)
 		}
-		if r.JobID != id || !r.Replayed {
-			t.Fatalf("key %s after the restart: job %s (replayed=%v), acknowledged as %s", key, r.JobID, r.Replayed, id)
+		if r.JobId != id || !r.Replayed {
+			t.Fatalf("key %s after the restart: job %s (replayed=%v), acknowledged as %s", key, r.JobId, r.Replayed, id)
 		}
 	}
 	t.Logf("term %d -> %d, commit index %d -> %d", st.Term, after.term, st.CommitIndex, after.status[after.leader.Name].CommitIndex)

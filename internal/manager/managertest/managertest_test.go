@@ -7,18 +7,20 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func submitRequest(key string) *rpc.SubmitRequest {
-	req := &rpc.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp", WaitMillis: 5000}
-	req.Job.Type, req.Job.Payload = "demo", []byte(`1`)
+func submitRequest(key string) *rpcpb.SubmitRequest {
+	req := &rpcpb.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp", WaitMillis: 5000}
+	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`)}
 	return req
 }
 
@@ -42,7 +44,7 @@ func TestThreeManagersReplicate(t *testing.T) {
 	}
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		for _, m := range c.Managers {
-			if e, ok := m.FSM().Entry("t", "k1"); !ok || e.JobID != resp.JobID {
+			if e, ok := m.FSM().Entry("t", "k1"); !ok || e.JobID != resp.JobId {
 				return false, "every replica to hold the job"
 			}
 		}
@@ -74,7 +76,7 @@ func TestKnobsHoldAnAdmissionInFlight(t *testing.T) {
 	m := c.Managers[0]
 	req := submitRequest("k1")
 	type answer struct {
-		resp *rpc.SubmitResponse
+		resp *rpcpb.SubmitResponse
 		err  error
 	}
 	first := make(chan answer, 1)
@@ -83,19 +85,19 @@ func TestKnobsHoldAnAdmissionInFlight(t *testing.T) {
 		first <- answer{resp, err}
 	}()
 	<-held
-	noWait := *req
+	noWait := proto.Clone(req).(*rpcpb.SubmitRequest)
 	noWait.WaitMillis = 0
-	if resp, err := m.Submit(context.Background(), &noWait); err != nil || resp.Outcome != rpc.OutcomeInProgress {
+	if resp, err := m.Submit(context.Background(), noWait); err != nil || resp.Outcome != rpc.OutcomeInProgress {
 		t.Fatalf("submission of a key in flight, no wait: %+v %v", resp, err)
 	}
 	if k := <-waiting; k != req.Key {
 		t.Fatalf("the no-wait submission found %q in flight", k)
 	}
-	waits := *req
+	waits := proto.Clone(req).(*rpcpb.SubmitRequest)
 	waits.WaitMillis = 10_000
 	second := make(chan answer, 1)
 	go func() {
-		resp, err := m.Submit(context.Background(), &waits)
+		resp, err := m.Submit(context.Background(), waits)
 		second <- answer{resp, err}
 	}()
 	if k := <-waiting; k != req.Key { // it waits on the Admit still held
@@ -106,8 +108,8 @@ func TestKnobsHoldAnAdmissionInFlight(t *testing.T) {
 	if a.err != nil || a.resp.Outcome != rpc.OutcomeCommitted || a.resp.Replayed {
 		t.Fatalf("first: %+v %v", a.resp, a.err)
 	}
-	if b.err != nil || b.resp.Outcome != rpc.OutcomeCommitted || !b.resp.Replayed || b.resp.JobID != a.resp.JobID {
-		t.Fatalf("the one that waited: %+v %v, want a replay of job %s", b.resp, b.err, a.resp.JobID)
+	if b.err != nil || b.resp.Outcome != rpc.OutcomeCommitted || !b.resp.Replayed || b.resp.JobId != a.resp.JobId {
+		t.Fatalf("the one that waited: %+v %v, want a replay of job %s", b.resp, b.err, a.resp.JobId)
 	}
 	if n := m.FSM().Stats().Jobs; n != 1 {
 		t.Fatalf("%d jobs, want 1", n)
@@ -117,7 +119,7 @@ func TestKnobsHoldAnAdmissionInFlight(t *testing.T) {
 // unavailable is a fault layer that answers every submission unavailable.
 type unavailable struct{ *manager.Manager }
 
-func (unavailable) Submit(context.Context, *rpc.SubmitRequest) (*rpc.SubmitResponse, error) {
+func (unavailable) Submit(context.Context, *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	return nil, rpc.Errorf(rpc.CodeUnavailable, "the test's fault layer")
 }
 

@@ -167,17 +167,32 @@ func (x *SubmitItem) GetFail() *FailRequest {
 	return nil
 }
 
-// SubmitRequest mirrors rpc.SubmitRequest field by field.
+// SubmitRequest asks the leader to submit a job under an idempotency key.
 type SubmitRequest struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Tenant         string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Key            string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Fingerprint    string                 `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
-	Job            *JobRequest            `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`
-	WaitMillis     int64                  `protobuf:"varint,5,opt,name=wait_millis,json=waitMillis,proto3" json:"wait_millis,omitempty"`
-	ProposedJobId  string                 `protobuf:"bytes,6,opt,name=proposed_job_id,json=proposedJobId,proto3" json:"proposed_job_id,omitempty"`
-	ResultTtlNanos int64                  `protobuf:"varint,7,opt,name=result_ttl_nanos,json=resultTtlNanos,proto3" json:"result_ttl_nanos,omitempty"`
-	// expiry_basis_unix_nanos: 0 when unset.
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// key: the raw idempotency key, without sf-string quotes.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// fingerprint identifies the request (tenant, method, path, canonical body).
+	Fingerprint string `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// job: the decoded, validated request body.
+	Job *JobRequest `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`
+	// wait_millis: how long the manager may wait for the admission of the
+	// same key that another submission has in flight; 0 answers in_progress
+	// at once.
+	WaitMillis int64 `protobuf:"varint,5,opt,name=wait_millis,json=waitMillis,proto3" json:"wait_millis,omitempty"`
+	// proposed_job_id, when set, must be the job ID derived from (tenant,
+	// key, fingerprint) by internal/jobid, which the manager uses for a new
+	// key anyway; another value is refused as invalid.
+	ProposedJobId string `protobuf:"bytes,6,opt,name=proposed_job_id,json=proposedJobId,proto3" json:"proposed_job_id,omitempty"`
+	// result_ttl_nanos, when positive, is the COMMITTED or REJECTED lifetime
+	// of this key instead of the manager's default; the first admission fixes
+	// it and retries cannot change it.
+	ResultTtlNanos int64 `protobuf:"varint,7,opt,name=result_ttl_nanos,json=resultTtlNanos,proto3" json:"result_ttl_nanos,omitempty"`
+	// expiry_basis_unix_nanos, when set (not 0), is the instant the entry's
+	// TTL counts from, stamped by the gate: the same for every datacenter of a
+	// submission, so that they all expire it at the same instant. A leader
+	// whose clock is too far from it uses its own.
 	ExpiryBasisUnixNanos int64 `protobuf:"varint,8,opt,name=expiry_basis_unix_nanos,json=expiryBasisUnixNanos,proto3" json:"expiry_basis_unix_nanos,omitempty"`
 	// trace_parent: the W3C traceparent of the gate's span, "" when the gate
 	// does not trace (docs/operations.md, Tracing).
@@ -300,7 +315,8 @@ func (x *SubmitRequest) GetCarried() bool {
 	return false
 }
 
-// JobRequest mirrors api.JobRequest; payload is the canonical JSON bytes.
+// JobRequest is a submission's job (api.JobRequest's members); payload is
+// the canonical JSON bytes.
 type JobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -484,8 +500,8 @@ func (x *SubmitResult) GetJob() *Job {
 	return nil
 }
 
-// Error mirrors rpc.Error: code is an rpc.Code, leader the leader's RPC
-// address on not_leader.
+// Error is an rpc.Error on the wire: code is an rpc.Code, leader the
+// leader's RPC address on not_leader.
 type Error struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
@@ -546,16 +562,22 @@ func (x *Error) GetLeader() string {
 	return ""
 }
 
-// SubmitResponse mirrors rpc.SubmitResponse. expires_at_unix_nano is 0 when
-// ExpiresAt is the zero time.
+// SubmitResponse is the ledger's answer to a submission.
 type SubmitResponse struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	Outcome           string                 `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Replayed          bool                   `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	JobId             string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Job               *Job                   `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`
-	Rejection         *Rejection             `protobuf:"bytes,5,opt,name=rejection,proto3" json:"rejection,omitempty"`
-	ExpiresAtUnixNano int64                  `protobuf:"varint,6,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// outcome: one of rpc.OutcomeCommitted (job is set), rpc.OutcomeRejected
+	// (rejection is set), rpc.OutcomeInProgress, rpc.OutcomeKeyReused,
+	// rpc.OutcomeKeyExpired, rpc.OutcomeClaimed (home is set).
+	Outcome string `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// replayed: the entry existed before this request.
+	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// job_id: the job ID the key is bound to (also for a rejected key: the
+	// ID that was reserved).
+	JobId     string     `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Job       *Job       `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`
+	Rejection *Rejection `protobuf:"bytes,5,opt,name=rejection,proto3" json:"rejection,omitempty"`
+	// expires_at_unix_nano: when the key's entry expires; 0: no entry.
+	ExpiresAtUnixNano int64 `protobuf:"varint,6,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
 	// remaining_nanos is the entry's lifetime left when the manager answered
 	// (expires_at minus ledger time); 0: unknown (an older manager) or none.
 	RemainingNanos int64 `protobuf:"varint,7,opt,name=remaining_nanos,json=remainingNanos,proto3" json:"remaining_nanos,omitempty"`
@@ -651,7 +673,8 @@ func (x *SubmitResponse) GetHome() string {
 	return ""
 }
 
-// Job mirrors api.Job; payload and result are JSON bytes (empty: none).
+// Job is a job (api.Job's members); payload and result are JSON bytes
+// (empty: none).
 type Job struct {
 	state          protoimpl.MessageState       `protogen:"open.v1"`
 	JobId          string                       `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -796,7 +819,7 @@ func (x *Job) GetNamedDatacenters() []string {
 	return nil
 }
 
-// DatacenterStatus mirrors api.DatacenterStatus.
+// DatacenterStatus is a job's outcome in one datacenter.
 type DatacenterStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -849,12 +872,13 @@ func (x *DatacenterStatus) GetReason() string {
 	return ""
 }
 
-// Rejection mirrors rpc.Rejection.
+// Rejection is why admission refused a job.
 type Rejection struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        int32                  `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status: 422 (validation) or 429 (capacity).
+	Status        int32  `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -910,7 +934,14 @@ func (x *Rejection) GetDetail() string {
 	return ""
 }
 
-// LeaseRequest mirrors rpc.LeaseRequest; durations in nanoseconds.
+// LeaseRequest asks the leader for up to max_jobs (0: 1) queued jobs of
+// tenant, each leased for lease_for_nanos (0: the default). wait_nanos,
+// when positive, holds the call at the leader until a job is queued or the
+// wait ends (a long poll). request, when set, is the caller's idempotency
+// key for the lease and fingerprint the digest of what it asked: the leader
+// keeps its answer (10 minutes, while it leads) and answers a repeat of the
+// key, through any gate, with the same leases (LeaseResponse.replayed); the
+// key with another fingerprint is request_reused.
 type LeaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -1011,7 +1042,7 @@ func (x *LeaseRequest) GetFingerprint() string {
 	return ""
 }
 
-// Lease mirrors api.Lease.
+// Lease is a leased job (api.Lease's members).
 type Lease struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -1080,7 +1111,8 @@ func (x *Lease) GetExpiresAt() string {
 	return ""
 }
 
-// LeaseResponse mirrors rpc.LeaseResponse.
+// LeaseResponse is what the leader handed out, oldest queued first;
+// replayed: the answer kept for the request's key.
 type LeaseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Leases        []*Lease               `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
@@ -1133,7 +1165,8 @@ func (x *LeaseResponse) GetReplayed() bool {
 	return false
 }
 
-// HeartbeatRequest mirrors rpc.HeartbeatRequest.
+// HeartbeatRequest extends a lease to the leader's now + lease_for_nanos
+// (0: the default).
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -1202,7 +1235,7 @@ func (x *HeartbeatRequest) GetLeaseForNanos() int64 {
 	return 0
 }
 
-// HeartbeatResponse mirrors api.HeartbeatResponse.
+// HeartbeatResponse is the extended lease (api.HeartbeatResponse's members).
 type HeartbeatResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -1255,7 +1288,7 @@ func (x *HeartbeatResponse) GetExpiresAt() string {
 	return ""
 }
 
-// CompleteRequest mirrors rpc.CompleteRequest; result is JSON bytes.
+// CompleteRequest finishes a job as succeeded with result (JSON bytes).
 type CompleteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -1324,7 +1357,7 @@ func (x *CompleteRequest) GetResult() []byte {
 	return nil
 }
 
-// FailRequest mirrors rpc.FailRequest.
+// FailRequest reports a failed attempt; retry queues the job again.
 type FailRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -1401,7 +1434,11 @@ func (x *FailRequest) GetRetry() bool {
 	return false
 }
 
-// JobActionRequest mirrors rpc.JobActionRequest (cancel, retry).
+// JobActionRequest asks the leader to cancel or retry the job job_id of
+// tenant. key is the caller's Idempotency-Key and fingerprint the digest of
+// the action: the ledger records the action under the key, so a repeat of
+// the key through any gate is answered as a replay, and the key with
+// another fingerprint is request_reused.
 type JobActionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -1470,7 +1507,9 @@ func (x *JobActionRequest) GetFingerprint() string {
 	return ""
 }
 
-// JobActionResponse mirrors rpc.JobActionResponse.
+// JobActionResponse is the job after the action; replayed: the key had
+// recorded this action already (or, for a cancel, the job was cancelled
+// already); nothing changed.
 type JobActionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1576,7 +1615,9 @@ func (x *GetJobRequest) GetJobId() string {
 	return ""
 }
 
-// ListJobsRequest mirrors rpc.ListJobsRequest.
+// ListJobsRequest selects a tenant's jobs, oldest first (desc: newest
+// first); after is an opaque cursor of a previous page's next (of a desc
+// page when desc is set).
 type ListJobsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -1661,7 +1702,9 @@ func (x *ListJobsRequest) GetDesc() bool {
 	return false
 }
 
-// ListJobsResponse mirrors rpc.ListJobsResponse.
+// ListJobsResponse is a page of jobs; next is empty on the last page. A
+// page ends at the request's limit or at rpc.ListPageBytes, whichever comes
+// first, and next continues after it.
 type ListJobsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -1767,7 +1810,7 @@ func (x *GetKeyRequest) GetKey() string {
 	return ""
 }
 
-// KeyInfo mirrors api.KeyInfo.
+// KeyInfo is an idempotency key's entry (api.KeyInfo's members).
 type KeyInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1905,8 +1948,8 @@ func (*FederationRequest) Descriptor() ([]byte, []int) {
 	return file_manager_proto_rawDescGZIP(), []int{25}
 }
 
-// FederationView mirrors rpc.Federation: each datacenter's managers' RPC
-// addresses, sorted.
+// FederationView is rpc.Federation on the wire: each datacenter's managers'
+// RPC addresses, sorted.
 type FederationView struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Datacenter    string                 `protobuf:"bytes,1,opt,name=datacenter,proto3" json:"datacenter,omitempty"`
