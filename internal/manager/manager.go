@@ -112,8 +112,11 @@ func (k TestingKnobs) waitsOnAdmit(tenant, key string) {
 // Manager is one manager node.
 type Manager struct {
 	cfg Config
-	log *slog.Logger
-	now func() time.Time
+	// capacityDetail is the detail of a capacity rejection, which every
+	// Commit carries (ledger.Commit.CapacityDetail): made once.
+	capacityDetail string
+	log            *slog.Logger
+	now            func() time.Time
 	// secret is Deps.ClusterSecret.
 	secret string
 	// clusterTLS is Deps.ClusterTLS (nil: plain TCP).
@@ -182,14 +185,15 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		deps.Now = time.Now
 	}
 	m := &Manager{
-		cfg:       cfg,
-		log:       deps.Logger.With(logging.KeyNode, cfg.NodeID),
-		now:       deps.Now,
-		proposing: map[string]chan struct{}{},
-		shutdown:  make(chan struct{}),
-		halted:    make(chan struct{}),
-		metrics:   newMetrics(deps.Registerer),
-		knobs:     deps.Knobs,
+		cfg:            cfg,
+		capacityDetail: fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", cfg.Datacenter, cfg.MaxQueuedJobs),
+		log:            deps.Logger.With(logging.KeyNode, cfg.NodeID),
+		now:            deps.Now,
+		proposing:      map[string]chan struct{}{},
+		shutdown:       make(chan struct{}),
+		halted:         make(chan struct{}),
+		metrics:        newMetrics(deps.Registerer),
+		knobs:          deps.Knobs,
 
 		clusterTLS:       deps.ClusterTLS,
 		dial:             deps.Dial,

@@ -164,6 +164,9 @@ func TestAdmissionRejections(t *testing.T) {
 	if err != nil || r.Outcome != rpc.OutcomeRejected || r.Rejection.Status != 429 || r.Rejection.Reason != "capacity" {
 		t.Fatalf("capacity rejection: %+v %v", r, err)
 	}
+	if want := fmt.Sprintf("datacenter %s holds its maximum of 1 queued jobs", tc.mgrs[l].cfg.Datacenter); r.Rejection.Detail != want {
+		t.Fatalf("capacity detail %q, want %q", r.Rejection.Detail, want)
+	}
 	if !respExpiresAt(r).After(time.Now()) {
 		t.Fatalf("a rejection carries its expiry (Retry-After): %v", respExpiresAt(r))
 	}

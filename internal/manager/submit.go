@@ -306,7 +306,7 @@ func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Ve
 			JobExpiresAt:      now.Add(retention).UnixNano(),
 			MaxJobs:           uint64(m.cfg.MaxQueuedJobs),
 			RejectedExpiresAt: basisExpiry(basis, now, rejectedTTL),
-			CapacityDetail:    fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", m.cfg.Datacenter, m.cfg.MaxQueuedJobs)}
+			CapacityDetail:    m.capacityDetail}
 		cmd = c
 		if m.queueJobs.Load() { // the worker lifecycle (jobs.go)
 			cmd = ledger.QueueCommit(c)
