@@ -39,31 +39,7 @@ func freeGossipAddr(t *testing.T) string {
 // bootstraps through the autopilot, and the leader reports raft-autopilot's
 // server health in its status and metrics.
 func TestAutopilotHealthInStatusAndMetrics(t *testing.T) {
-	c := manager.DefaultConfig()
-	c.NodeID = "m1"
-	c.DataDir = filepath.Join(t.TempDir(), c.NodeID)
-	c.RaftAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	c.RaftAdvertise = c.RaftAddr
-	c.RPCAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)) // not served: the test calls Status directly
-	c.RPCAdvertise = c.RPCAddr
-	c.GossipAddr = freeGossipAddr(t)
-	c.GossipProfile = membership.ProfileTest
-	c.BootstrapExpect = 1
-	c.HeartbeatTimeout = 500 * time.Millisecond
-	c.ElectionTimeout = 500 * time.Millisecond
-	c.LeaderLeaseTimeout = 250 * time.Millisecond
-	log := testutil.Logger(t)
-	lan := &lanView{}
-	m, err := manager.New(c, manager.Deps{Logger: log, Peers: lan, Clock: lan})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	cluster, err := startCluster(t.Context(), c, "", time.Now, m, lan, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.stop()
+	m, _ := startLoneManager(t)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.AutopilotCollector())
@@ -104,4 +80,38 @@ func TestAutopilotHealthInStatusAndMetrics(t *testing.T) {
 			t.Errorf("metric %s = %q; want %q (all: %v)", k, got[k], v, got)
 		}
 	}
+}
+
+// startLoneManager starts a manager that bootstraps a Raft group of its own
+// with its LAN pool and autopilot (startCluster), stopped at the test's end.
+// Its RPC address is not served: the tests call the Manager directly. c is
+// its configuration.
+func startLoneManager(t *testing.T) (m *manager.Manager, c manager.Config) {
+	t.Helper()
+	c = manager.DefaultConfig()
+	c.NodeID = "m1"
+	c.DataDir = filepath.Join(t.TempDir(), c.NodeID)
+	c.RaftAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	c.RaftAdvertise = c.RaftAddr
+	c.RPCAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	c.RPCAdvertise = c.RPCAddr
+	c.GossipAddr = freeGossipAddr(t)
+	c.GossipProfile = membership.ProfileTest
+	c.BootstrapExpect = 1
+	c.HeartbeatTimeout = 500 * time.Millisecond
+	c.ElectionTimeout = 500 * time.Millisecond
+	c.LeaderLeaseTimeout = 250 * time.Millisecond
+	log := testutil.Logger(t)
+	lan := &lanView{}
+	m, err := manager.New(c, manager.Deps{Logger: log, Peers: lan, Clock: lan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	cluster, err := startCluster(t.Context(), c, "", time.Now, m, lan, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.stop)
+	return m, c
 }

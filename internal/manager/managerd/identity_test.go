@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -21,31 +20,8 @@ import (
 // NodeID at another Raft address is refused, and the leader reports it in
 // its status (refused_servers) and in once_manager_autopilot_refusals_total.
 func TestRefusedIdentityInStatusAndMetrics(t *testing.T) {
-	c := manager.DefaultConfig()
-	c.NodeID = "m1"
-	c.DataDir = filepath.Join(t.TempDir(), c.NodeID)
-	c.RaftAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	c.RaftAdvertise = c.RaftAddr
-	c.RPCAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	c.RPCAdvertise = c.RPCAddr
-	c.GossipAddr = freeGossipAddr(t)
-	c.GossipProfile = membership.ProfileTest
-	c.BootstrapExpect = 1
-	c.HeartbeatTimeout = 500 * time.Millisecond
-	c.ElectionTimeout = 500 * time.Millisecond
-	c.LeaderLeaseTimeout = 250 * time.Millisecond
+	m, c := startLoneManager(t)
 	log := testutil.Logger(t)
-	lan := &lanView{}
-	m, err := manager.New(c, manager.Deps{Logger: log, Peers: lan, Clock: lan})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	cluster, err := startCluster(t.Context(), c, "", time.Now, m, lan, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.stop()
 	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
 		st, err := m.Status(t.Context())
 		return err == nil && st.Autopilot != nil, "the leader's autopilot state"
