@@ -3,7 +3,6 @@ package certs
 import (
 	"crypto/tls"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -32,80 +31,36 @@ func newCluster(t *testing.T, f [3]string) *Cluster {
 	return c
 }
 
-// serve accepts connections with cfg, completes each handshake and answers
-// "ok"; it returns the address.
-func serve(t *testing.T, cfg *tls.Config) string {
-	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { _ = ln.Close(); <-done })
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if err := c.(*tls.Conn).Handshake(); err == nil {
-				_, _ = c.Write([]byte("ok"))
-			}
-			_ = c.Close()
-		}
-	}()
-	return ln.Addr().String()
-}
-
-// call dials addr with cfg and reads the answer.
-func call(addr string, cfg *tls.Config) error {
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", addr, cfg)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	b, err := io.ReadAll(c)
-	if err != nil {
-		return err
-	}
-	if string(b) != "ok" {
-		return errors.New("no answer: the server refused the handshake")
-	}
-	return nil
-}
-
 func TestClusterMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca, other := certstest.NewCA(t), certstest.NewCA(t)
 	server := newCluster(t, clusterFiles(t, ca, dir, "manager", certstest.Spec{Serial: 2, DNSNames: []string{ServerName}, Server: true, Client: true}))
 	gate := newCluster(t, clusterFiles(t, ca, dir, "gate", certstest.Spec{Serial: 3, CommonName: "gate", Client: true}))
 	stranger := newCluster(t, clusterFiles(t, other, dir, "stranger", certstest.Spec{Serial: 4, DNSNames: []string{ServerName}, Server: true, Client: true}))
-	addr := serve(t, server.ServerConfig())
+	addr := certstest.Serve(t, server.ServerConfig())
 
-	if err := call(addr, gate.ClientConfig()); err != nil {
+	if err := certstest.Call(addr, gate.ClientConfig()); err != nil {
 		t.Fatalf("a gate with a cluster certificate: %v", err)
 	}
 	// A caller whose certificate another CA signed is refused, and so is one
 	// with no certificate at all.
 	strangerCfg := stranger.ClientConfig()
 	strangerCfg.VerifyConnection = nil // it would refuse the server first
-	if err := call(addr, strangerCfg); err == nil {
+	if err := certstest.Call(addr, strangerCfg); err == nil {
 		t.Fatal("a certificate of another CA was accepted")
 	}
 	noCert := gate.ClientConfig()
 	noCert.GetClientCertificate = nil
-	if err := call(addr, noCert); err == nil {
+	if err := certstest.Call(addr, noCert); err == nil {
 		t.Fatal("a caller without a certificate was accepted")
 	}
 	// A cluster client refuses a server the cluster CA did not sign, and a
 	// certificate of the cluster CA that is not a manager's.
-	if err := call(serve(t, stranger.ServerConfig()), gate.ClientConfig()); err == nil {
+	if err := certstest.Call(certstest.Serve(t, stranger.ServerConfig()), gate.ClientConfig()); err == nil {
 		t.Fatal("a server of another CA was accepted")
 	}
 	notManager := newCluster(t, clusterFiles(t, ca, dir, "web", certstest.Spec{Serial: 5, DNSNames: []string{"www.example"}, Server: true, Client: true}))
-	if err := call(serve(t, notManager.ServerConfig()), gate.ClientConfig()); err == nil {
+	if err := certstest.Call(certstest.Serve(t, notManager.ServerConfig()), gate.ClientConfig()); err == nil {
 		t.Fatal("a server certificate not for " + ServerName + " was accepted")
 	}
 }
@@ -118,11 +73,11 @@ func TestClusterReloadsTheCA(t *testing.T) {
 	mspec := certstest.Spec{Serial: 2, DNSNames: []string{ServerName}, Server: true, Client: true}
 	gspec := certstest.Spec{Serial: 3, CommonName: "gate", Client: true}
 	server := newCluster(t, clusterFiles(t, oldCA, dir, "manager", mspec))
-	addr := serve(t, server.ServerConfig())
+	addr := certstest.Serve(t, server.ServerConfig())
 	// The gate already has the new CA's certificate: refused until the
 	// manager trusts the new CA.
 	gate := newCluster(t, clusterFiles(t, newCA, dir, "gate", gspec))
-	if err := call(addr, gate.ClientConfig()); err == nil {
+	if err := certstest.Call(addr, gate.ClientConfig()); err == nil {
 		t.Fatal("accepted before the reload")
 	}
 	clusterFiles(t, newCA, dir, "manager", mspec) // rotate the manager's CA and certificate
@@ -133,7 +88,7 @@ func TestClusterReloadsTheCA(t *testing.T) {
 	if loaded, err := server.Reload(); !loaded || err != nil {
 		t.Fatalf("Reload: loaded %v, err %v", loaded, err)
 	}
-	if err := call(addr, gate.ClientConfig()); err != nil {
+	if err := certstest.Call(addr, gate.ClientConfig()); err != nil {
 		t.Fatalf("after the reload: %v", err)
 	}
 }
@@ -163,7 +118,7 @@ func TestClusterServerNegotiatesHTTP1UnlessOnlyH2IsOffered(t *testing.T) {
 	ca := certstest.NewCA(t)
 	server := newCluster(t, clusterFiles(t, ca, dir, "manager", certstest.Spec{Serial: 2, DNSNames: []string{ServerName}, Server: true, Client: true}))
 	gate := newCluster(t, clusterFiles(t, ca, dir, "gate", certstest.Spec{Serial: 3, CommonName: "gate", Client: true}))
-	addr := serve(t, server.ServerConfig())
+	addr := certstest.Serve(t, server.ServerConfig())
 	for _, tc := range []struct {
 		offer []string
 		want  string

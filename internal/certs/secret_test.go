@@ -91,32 +91,32 @@ func TestSecretClusterRoles(t *testing.T) {
 	}
 	manager, peer, gate := mk(testSecret, RoleManager), mk(testSecret, RoleManager), mk(testSecret, RoleGate)
 	stranger := mk(testSecret+"x", RoleManager)
-	rpcAddr, raftAddr := serve(t, manager.ServerConfig()), serve(t, manager.RaftServerConfig())
+	rpcAddr, raftAddr := certstest.Serve(t, manager.ServerConfig()), certstest.Serve(t, manager.RaftServerConfig())
 
-	if err := call(rpcAddr, gate.ClientConfig()); err != nil {
+	if err := certstest.Call(rpcAddr, gate.ClientConfig()); err != nil {
 		t.Fatalf("a gate on RPC: %v", err)
 	}
-	if err := call(rpcAddr, peer.ClientConfig()); err != nil {
+	if err := certstest.Call(rpcAddr, peer.ClientConfig()); err != nil {
 		t.Fatalf("a manager on RPC: %v", err)
 	}
-	if err := call(raftAddr, peer.ClientConfig()); err != nil {
+	if err := certstest.Call(raftAddr, peer.ClientConfig()); err != nil {
 		t.Fatalf("a manager on Raft: %v", err)
 	}
-	if err := call(raftAddr, gate.ClientConfig()); err == nil {
+	if err := certstest.Call(raftAddr, gate.ClientConfig()); err == nil {
 		t.Fatal("a gate's certificate was accepted on Raft")
 	}
 	// The gate (the client) verifies the manager against the derived CA:
 	// a server of another secret is refused, before any byte is sent.
-	if err := call(serve(t, stranger.ServerConfig()), gate.ClientConfig()); err == nil {
+	if err := certstest.Call(certstest.Serve(t, stranger.ServerConfig()), gate.ClientConfig()); err == nil {
 		t.Fatal("the gate accepted a manager of another secret")
 	}
 	strangerCfg := stranger.ClientConfig()
 	strangerCfg.VerifyConnection = nil
-	if err := call(rpcAddr, strangerCfg); err == nil {
+	if err := certstest.Call(rpcAddr, strangerCfg); err == nil {
 		t.Fatal("a caller of another secret was accepted")
 	}
 	// A gate's leaf served as if it were a manager is refused by callers.
-	if err := call(serve(t, gate.ServerConfig()), peer.ClientConfig()); err == nil {
+	if err := certstest.Call(certstest.Serve(t, gate.ServerConfig()), peer.ClientConfig()); err == nil {
 		t.Fatal("a gate's certificate passed for a manager's")
 	}
 }
@@ -133,20 +133,20 @@ func TestFileClusterRoles(t *testing.T) {
 	plain := newCluster(t, clusterFiles(t, ca, filepath.Join(dir), "plain", certstest.Spec{Serial: 4, DNSNames: []string{ServerName}, Server: true, Client: true}))
 	operator := newCluster(t, clusterFiles(t, ca, dir, "operator", certstest.Spec{Serial: 5, CommonName: "operator",
 		URIs: []*url.URL{RoleOperator.URI()}, Client: true}))
-	raftAddr, rpcAddr := serve(t, manager.RaftServerConfig()), serve(t, manager.ServerConfig())
-	if err := call(raftAddr, gate.ClientConfig()); err == nil {
+	raftAddr, rpcAddr := certstest.Serve(t, manager.RaftServerConfig()), certstest.Serve(t, manager.ServerConfig())
+	if err := certstest.Call(raftAddr, gate.ClientConfig()); err == nil {
 		t.Fatal("a gate's certificate (with its role) was accepted on Raft")
 	}
-	if err := call(raftAddr, operator.ClientConfig()); err == nil {
+	if err := certstest.Call(raftAddr, operator.ClientConfig()); err == nil {
 		t.Fatal("an operator's certificate was accepted on Raft")
 	}
-	if err := call(rpcAddr, gate.ClientConfig()); err != nil {
+	if err := certstest.Call(rpcAddr, gate.ClientConfig()); err != nil {
 		t.Fatalf("a gate on RPC: %v", err)
 	}
-	if err := call(rpcAddr, operator.ClientConfig()); err != nil {
+	if err := certstest.Call(rpcAddr, operator.ClientConfig()); err != nil {
 		t.Fatalf("an operator on RPC: %v", err)
 	}
-	if err := call(raftAddr, plain.ClientConfig()); err != nil {
+	if err := certstest.Call(raftAddr, plain.ClientConfig()); err != nil {
 		t.Fatalf("a certificate without a role on Raft: %v", err)
 	}
 }
