@@ -230,7 +230,7 @@ func benchApply(b *testing.B, f *FSM, batch int, g *benchLog) {
 // keysWritten is how many keys f's store has written to pebble (0 in memory).
 func keysWritten(f *FSM) (n uint64) {
 	if f.s.store != nil {
-		for _, c := range f.s.store.writes {
+		for _, c := range f.s.store.Writes() {
 			n += c
 		}
 	}
@@ -443,12 +443,12 @@ func settleStore(b *testing.B, f *FSM) {
 	if f.s.store == nil {
 		return
 	}
-	if err := f.s.store.sync(); err != nil {
+	if err := f.s.store.Sync(); err != nil {
 		b.Fatal(err)
 	}
 	var last int64 = -1
 	for {
-		m := f.s.store.db.Metrics()
+		m := f.s.store.Metrics()
 		if m.Compact.NumInProgress == 0 && m.Compact.Count == last {
 			return
 		}

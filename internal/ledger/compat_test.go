@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/ledger/engine"
 )
 
 // relabel rewrites a snapshot's magic and version byte (and its CRC).
@@ -68,17 +69,17 @@ func TestPreReleaseStoreIsRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			st, err := openStore(dir, StoreOptions{})
+			st, err := engine.Open(dir, engine.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := st.db.Set(metaKey, tc.counters, pebble.NoSync); err != nil {
+			st.Begin()
+			st.Set(metaKey, tc.counters)
+			st.Commit()
+			if err := st.Sync(); err != nil {
 				t.Fatal(err)
 			}
-			if err := st.db.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.close(false); err != nil {
+			if err := st.Abandon(); err != nil {
 				t.Fatal(err)
 			}
 			f, err := Open(dir, Options{})

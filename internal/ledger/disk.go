@@ -3,6 +3,8 @@ package ledger
 import (
 	"errors"
 	"fmt"
+
+	"github.com/once-dev/once/internal/ledger/engine"
 )
 
 // Open returns an FSM whose state is kept on disk in dir (docs/ledger.md,
@@ -13,16 +15,17 @@ import (
 // Everything in the FSM's contract holds for it as for New's: the same
 // commands give the same results and byte-identical snapshots. Memory holds
 // pebble's caches, a few counters, the watermarks and the key counts
-// (keys.go), not the tables. Open does not read the tables: the key counts
-// are scanned in the background, and Close stops that scan.
+// (engine/keys.go), not the tables. Open does not read the tables: the key
+// counts are scanned in the background, and Close stops that scan.
 func Open(dir string, opts Options) (*FSM, error) {
-	st, err := openStore(dir, opts.Store)
+	es, err := engine.Open(dir, opts.Store.engine())
 	if err != nil {
 		return nil, err
 	}
+	st := &store{Store: es, knobs: opts.Store.Knobs}
 	s, err := loadDiskState(st)
 	if err != nil {
-		_ = st.close(false)
+		_ = st.Abandon()
 		return nil, err
 	}
 	return &FSM{onChange: opts.OnChange, onHalt: opts.OnHalt, s: s, delivered: s.applied, disk: true}, nil
@@ -39,7 +42,7 @@ func (f *FSM) Close() error {
 		return nil
 	}
 	f.closed = true
-	return f.s.store.retire(false)
+	return f.s.store.Close()
 }
 
 // loadDiskState reads the counters of a store. O(tenants).
@@ -47,9 +50,9 @@ func loadDiskState(st *store) (s *state, err error) {
 	defer recoverStore(&err)
 	var m storeMeta
 	var merr error
-	if !getFrom(st.db, metaKey, func(v []byte) { m, merr = decodeMeta(v) }) {
+	if !st.Get(metaKey, func(v []byte) { m, merr = decodeMeta(v) }) {
 		nonEmpty := false
-		iterate(st.db, nil, nil, false, func(_, _ []byte) bool { nonEmpty = true; return false })
+		st.Walk(nil, nil, func(_, _ []byte) bool { nonEmpty = true; return false })
 		if nonEmpty {
 			return nil, fmt.Errorf("%w: data without its counters", ErrStore)
 		}
@@ -77,14 +80,14 @@ func loadDiskState(st *store) (s *state, err error) {
 	}
 	var sum uint64
 	var derr error
-	iterate(st.db, []byte{pfxTenantBytes}, prefixEnd(pfxTenantBytes), false, func(k, v []byte) bool {
+	st.Walk([]byte{pfxTenantBytes}, prefixEnd(pfxTenantBytes), func(k, v []byte) bool {
 		n, err := uvarintValue(v)
 		derr = err
 		s.tenantBytes[string(k[1:])] = n
 		sum += n
 		return err == nil
 	})
-	iterate(st.db, []byte{pfxTenantWMs}, prefixEnd(pfxTenantWMs), false, func(k, v []byte) bool {
+	st.Walk([]byte{pfxTenantWMs}, prefixEnd(pfxTenantWMs), func(k, v []byte) bool {
 		n, err := uvarintValue(v)
 		if derr == nil {
 			derr = err
@@ -123,7 +126,7 @@ func recoverStore(err *error) {
 // them with the counters in one atomic batch. No-ops in memory.
 func (s *state) begin() {
 	if s.store != nil {
-		s.store.begin()
+		s.store.Begin()
 	}
 }
 
@@ -139,22 +142,22 @@ func (s *state) commit() {
 		switch {
 		case now.hasBytes == was.hasBytes && now.bytes == was.bytes:
 		case now.hasBytes:
-			st.set(k, appendUvarint(buf[:0], now.bytes))
+			st.Set(k, appendUvarint(buf[:0], now.bytes))
 		default:
-			st.delete(k)
+			st.Delete(k)
 		}
 		k[0] = pfxTenantWMs
 		switch {
 		case now.hasWM == was.hasWM && now.wms == was.wms:
 		case now.hasWM:
-			st.set(k, appendUvarint(buf[:0], uint64(now.wms)))
+			st.Set(k, appendUvarint(buf[:0], uint64(now.wms)))
 		default:
-			st.delete(k)
+			st.Delete(k)
 		}
 		delete(s.dirtyTenants, t)
 	}
-	st.set(metaKey, s.meta().append(buf[:0]))
-	st.commit()
+	st.Set(metaKey, s.meta().append(buf[:0]))
+	st.Commit()
 }
 
 // checkpoint commits what was applied so far and opens a new batch (Restore

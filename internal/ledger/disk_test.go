@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/testutil"
@@ -52,87 +51,6 @@ func TestDiskAndMemoryGiveIdenticalSnapshots(t *testing.T) {
 		t.Fatal("memory and disk snapshots differ for the same log")
 	}
 	checkInvariants(t, disk)
-}
-
-// The store keeps a batch's writes aside, the last per key, until a walk or
-// the commit needs them in pebble: reads and walks in the batch see every
-// write so far, and nothing reaches the database before the commit.
-func TestStorePendingWrites(t *testing.T) {
-	st, err := openStore(t.TempDir(), StoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.close(false) })
-	get := func(k string) string {
-		t.Helper()
-		v := ""
-		ok := st.get([]byte(k), func(b []byte) { v = string(b) })
-		if !ok {
-			return "<absent>"
-		}
-		return v
-	}
-	walk := func(r pebble.Reader) string {
-		var out []string
-		iterate(r, []byte("k"), []byte("l"), false, func(k, v []byte) bool {
-			out = append(out, string(k)+"="+string(v))
-			return true
-		})
-		return strings.Join(out, " ")
-	}
-	expect := func(what, got, want string) {
-		t.Helper()
-		if got != want {
-			t.Fatalf("%s: %q, want %q", what, got, want)
-		}
-	}
-
-	st.begin()
-	st.set([]byte("k1"), []byte("a"))
-	st.set([]byte("k2"), []byte("b"))
-	st.commit()
-
-	st.begin()
-	st.set([]byte("k3"), []byte("c"))
-	st.set([]byte("k3"), []byte("c2")) // the last write wins
-	st.delete([]byte("k1"))            // deletes what an earlier batch wrote
-	st.set([]byte("k4"), []byte("d"))
-	st.delete([]byte("k4")) // deletes what this batch wrote
-	expect("k1 deleted in the batch", get("k1"), "<absent>")
-	expect("k3 rewritten in the batch", get("k3"), "c2")
-	expect("k4 written and deleted", get("k4"), "<absent>")
-	expect("k2 from the database", get("k2"), "b")
-	if !getFrom(st.db, []byte("k1"), nil) || getFrom(st.db, []byte("k3"), nil) {
-		t.Fatal("the database changed before the commit")
-	}
-	expect("a walk in the batch", walk(st.reader()), "k2=b k3=c2")
-	st.set([]byte("k5"), []byte("e")) // after the walk
-	st.set([]byte("k2"), []byte("b2"))
-	expect("k5 after the walk", get("k5"), "e")
-	expect("a second walk", walk(st.reader()), "k2=b2 k3=c2 k5=e")
-	if getFrom(st.db, []byte("k5"), nil) {
-		t.Fatal("a walk wrote to the database before the commit")
-	}
-	st.commit()
-	expect("after the commit", walk(st.db), "k2=b2 k3=c2 k5=e")
-	expect("k1 after the commit", get("k1"), "<absent>")
-
-	// A batch larger than keptPending does not keep its memory for the next.
-	big := strings.Repeat("v", 2*keptPending)
-	st.begin()
-	st.set([]byte("k6"), []byte(big))
-	st.commit()
-	if cap(st.arena) > keptPending || len(st.pending) != 0 {
-		t.Fatalf("after a large batch: arena of %d bytes, %d pending kept", cap(st.arena), len(st.pending))
-	}
-	if get("k6") != big {
-		t.Fatal("the large batch's value")
-	}
-	st.begin()
-	st.set([]byte("k7"), []byte("g"))
-	expect("a batch after the large one", get("k7"), "g")
-	st.commit()
-	expect("and committed", walk(st.db), "k2=b2 k3=c2 k5=e k6="+big+" k7=g")
 }
 
 func asResult(v interface{}) Result {
@@ -398,7 +316,7 @@ func TestDiskSurvivesKill9(t *testing.T) {
 }
 
 // TestKeyCountsAcrossReopen: a reopened store counts its entries' and jobs'
-// keys in the background (keys.go). Commands applied before that scan ends
+// keys in the background (engine/keys.go). Commands applied before that scan ends
 // read pebble, and what they change is merged with the scan's counts; then
 // an absent key is answered from the counts, and every answer is the same.
 func TestKeyCountsAcrossReopen(t *testing.T) {
@@ -435,17 +353,17 @@ func TestKeyCountsAcrossReopen(t *testing.T) {
 	}
 	// The uncommitted old entries expire; the committed ones stay.
 	h.must(expire(t0+pendingTTL), OutcomeExpired)
-	if keys.ready {
+	if keys.Ready() {
 		t.Fatal("counts ready before the scan")
 	}
 
 	once.Do(func() { close(release) })
-	keys.scanDone()
+	keys.ScanDone()
 	if want := `msg="ledger key counts scanned" count=30 `; !strings.Contains(logged.String(), want) { // 20 entries, 10 jobs
 		t.Errorf("log %q, want %q", logged.String(), want)
 	}
 	h.must(admit(reserve(tenant, "new-10", tCommit)), OutcomeCommitted) // the merge is at this batch's start
-	if !keys.ready {
+	if !keys.Ready() {
 		t.Fatal("counts not merged after the scan")
 	}
 	checkInvariants(t, h.f) // the merged counts are the tables'

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/google/btree"
+
+	"github.com/once-dev/once/internal/ledger/engine"
 )
 
 // diskIndex is an index (index.go) kept in a key range of the store. A
@@ -26,8 +28,8 @@ type diskIndex[T any] struct {
 	decode func(v []byte) (T, error)
 	count  func() int
 	// keys, for the entries and the jobs, answers a point read of an
-	// absent key without pebble (keys.go).
-	keys *keyCounts
+	// absent key without pebble (engine/keys.go).
+	keys *engine.KeyCounts
 
 	// A secondary order names its primary table. With copies, its values are
 	// the items' records themselves, not their primary keys: the expiry
@@ -97,7 +99,7 @@ func (x *diskIndex[T]) scratch(item T) []byte {
 func (x *diskIndex[T]) decodeValue(v []byte) T {
 	item, err := x.decode(v)
 	if err != nil {
-		storeFail(fmt.Sprintf("decode %c", x.prefix), err)
+		engine.Fail(fmt.Sprintf("decode %c", x.prefix), err)
 	}
 	return item
 }
@@ -115,7 +117,7 @@ func (x *diskIndex[T]) resolve(v []byte) (item T, ok bool) {
 
 // getKey reads a primary table's item by its full key.
 func (x *diskIndex[T]) getKey(k []byte) (item T, ok bool) {
-	ok = x.st.get(k, func(v []byte) { item = x.decodeValue(v) })
+	ok = x.st.Get(k, func(v []byte) { item = x.decodeValue(v) })
 	return item, ok
 }
 
@@ -125,23 +127,23 @@ func (x *diskIndex[T]) Get(probe T) (item T, ok bool) {
 	k := x.fullKey(make([]byte, 0, 64), probe)
 	switch {
 	case x.primary == nil:
-		if x.keys != nil && x.keys.absent(k) {
+		if x.keys != nil && x.keys.Absent(k) {
 			return item, false
 		}
 		return x.getKey(k)
 	case x.copies:
-		ok = x.st.get(k, func(v []byte) { item = x.primary.decodeValue(v) })
+		ok = x.st.Get(k, func(v []byte) { item = x.primary.decodeValue(v) })
 		return item, ok
 	}
 	var pk []byte
-	if !x.st.get(k, func(v []byte) { pk = append([]byte(nil), v...) }) {
+	if !x.st.Get(k, func(v []byte) { pk = append([]byte(nil), v...) }) {
 		return item, false
 	}
 	return x.primary.getKey(pk)
 }
 
 func (x *diskIndex[T]) Has(probe T) bool {
-	return x.st.get(x.fullKey(make([]byte, 0, 64), probe), nil)
+	return x.st.Get(x.fullKey(make([]byte, 0, 64), probe), nil)
 }
 
 // ReplaceOrInsert stores item. Unlike the B-tree's, it does not say what was
@@ -151,7 +153,7 @@ func (x *diskIndex[T]) ReplaceOrInsert(item T) (old T, replaced bool) {
 	return old, false
 }
 
-// insert puts the state's items into x where they are not (store.insert):
+// insert puts the state's items into x where they are not (engine's Insert):
 // insertEntry, insertJob, and reorder moving an item to another key. In
 // memory, ReplaceOrInsert.
 func insert[T any](x index[T], item T) {
@@ -199,18 +201,18 @@ func (x *diskIndex[T]) put(item T, fresh bool) {
 	}
 	x.st.valBuf = v
 	if fresh {
-		x.st.insert(k, v)
+		x.st.Insert(k, v)
 	} else {
-		x.st.set(k, v)
+		x.st.Set(k, v)
 	}
 }
 
 // Delete removes item's key (blind, like ReplaceOrInsert).
 func (x *diskIndex[T]) Delete(item T) (old T, deleted bool) {
-	if x.st.opts.Knobs.KeepRemoved && x.keys != nil {
+	if x.st.knobs.KeepRemoved && x.keys != nil {
 		return old, false
 	}
-	x.st.delete(x.scratch(item))
+	x.st.Delete(x.scratch(item))
 	return old, false
 }
 
@@ -223,13 +225,13 @@ func (x *diskIndex[T]) Len() int {
 
 func (x *diskIndex[T]) edge(last bool) (item T, ok bool) {
 	if last {
-		iterate(x.st.reader(), []byte{x.prefix}, prefixEnd(x.prefix), true, func(_, v []byte) bool {
+		x.st.WalkReverse([]byte{x.prefix}, prefixEnd(x.prefix), func(_, v []byte) bool {
 			item, ok = x.resolve(v)
 			return false
 		})
 		return item, ok
 	}
-	x.st.walk(x.start(), prefixEnd(x.prefix), func(k, v []byte) bool {
+	x.st.Walk(x.start(), prefixEnd(x.prefix), func(k, v []byte) bool {
 		item, ok = x.resolve(v)
 		min := bytes.Clone(k)
 		x.floor.Store(&min)
@@ -245,7 +247,7 @@ func (x *diskIndex[T]) Max() (T, bool) { return x.edge(true) }
 // least key it finds.
 func (x *diskIndex[T]) Ascend(fn btree.ItemIteratorG[T]) {
 	first := true
-	x.st.walk(x.start(), prefixEnd(x.prefix), func(k, v []byte) bool {
+	x.st.Walk(x.start(), prefixEnd(x.prefix), func(k, v []byte) bool {
 		if first {
 			first = false
 			min := bytes.Clone(k)
@@ -253,7 +255,7 @@ func (x *diskIndex[T]) Ascend(fn btree.ItemIteratorG[T]) {
 		}
 		item, ok := x.resolve(v)
 		if !ok {
-			storeFail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
+			engine.Fail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
 		}
 		return fn(item)
 	})
@@ -283,13 +285,13 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 	x.mu.Unlock()
 	first := prefixEnd(x.prefix) // no key at all: every key of the group is at or past it
 	seen := false
-	x.st.walk(lo, prefixEnd(x.prefix), func(k, v []byte) bool {
+	x.st.Walk(lo, prefixEnd(x.prefix), func(k, v []byte) bool {
 		if !seen {
 			seen, first = true, bytes.Clone(k)
 		}
 		item, ok := x.resolve(v)
 		if !ok {
-			storeFail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
+			engine.Fail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
 		}
 		return fn(item)
 	})
@@ -346,20 +348,20 @@ func (x *diskIndex[T]) DescendLessOrEqual(pivot T, fn btree.ItemIteratorG[T]) {
 	if bytes.Compare(lo, hi) >= 0 {
 		return // every key of the group is past pivot's
 	}
-	iterate(x.st.reader(), lo, hi, true, func(_, v []byte) bool {
+	x.st.WalkReverse(lo, hi, func(_, v []byte) bool {
 		item, ok := x.resolve(v)
 		if !ok {
-			storeFail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
+			engine.Fail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
 		}
 		return fn(item)
 	})
 }
 
 func (x *diskIndex[T]) ascendFrom(lo []byte, fn btree.ItemIteratorG[T]) {
-	x.st.walk(lo, prefixEnd(x.prefix), func(_, v []byte) bool {
+	x.st.Walk(lo, prefixEnd(x.prefix), func(_, v []byte) bool {
 		item, ok := x.resolve(v)
 		if !ok {
-			storeFail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
+			engine.Fail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
 		}
 		return fn(item)
 	})
@@ -386,7 +388,7 @@ func removedFront[T any](x index[T], items []T) {
 // joined (d = 1) or left (d = -1) the table. A no-op in memory.
 func counted[T any](x index[T], item T, d int32) {
 	if dx, ok := x.(*diskIndex[T]); ok && dx.keys != nil {
-		dx.keys.add(dx.scratch(item), d)
+		dx.keys.Add(dx.scratch(item), d)
 	}
 }
 
@@ -415,7 +417,7 @@ func (m *mirror[T]) Delete(item T) (T, bool) {
 // loadWatermarks reads the watermarks into memory. O(watermarks).
 func (s *state) loadWatermarks() {
 	m := s.wms.(*mirror[*Watermark])
-	iterate(m.disk.st.db, []byte{pfxWatermarks}, prefixEnd(pfxWatermarks), false, func(_, v []byte) bool {
+	m.disk.st.Walk([]byte{pfxWatermarks}, prefixEnd(pfxWatermarks), func(_, v []byte) bool {
 		w := m.disk.decodeValue(v)
 		m.BTreeG.ReplaceOrInsert(w)
 		s.wmAge.ReplaceOrInsert(w)
@@ -450,11 +452,7 @@ func storeValue[T any](decode func(*decoder) T) func([]byte) (T, error) {
 // useStore points a state's indexes at the store, with the primary
 // tables' lengths from its meta record.
 func (s *state) useStore(st *store, m storeMeta) {
-	if m.entries+m.jobs == 0 {
-		st.keys = newKeyCounts()
-	} else {
-		st.keys = scanKeyCounts(st.db.NewSnapshot(), m.entries+m.jobs, st.opts.Logger, st.opts.Knobs.KeyScanStarts)
-	}
+	st.keys = st.CountKeys(m.entries+m.jobs, pfxEntries, pfxJobs)
 	entries := &diskIndex[*Entry]{st: st, prefix: pfxEntries, key: entryKey,
 		encode: appendEntry, decode: storeValue(decodeEntry), keys: st.keys,
 		count: func() int { return s.committed + s.rejected + s.claimed }}
@@ -490,7 +488,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobStates = [JobCancelled + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead), int(m.cancelled)}
 	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled)
 	s.dirtyTenants = map[string]tenantCounts{}
-	if st.opts.Knobs.OrdersInMemory {
+	if st.knobs.OrdersInMemory {
 		s.ordersInMemory()
 	}
 }

@@ -882,7 +882,7 @@ func TestDiskReopensLegacyAndLifecycleJobs(t *testing.T) {
 		defer f.mu.RUnlock()
 		var m storeMeta
 		var err error
-		if !getFrom(f.s.store.db, metaKey, func(v []byte) { m, err = decodeMeta(v) }) || err != nil {
+		if !f.s.store.Get(metaKey, func(v []byte) { m, err = decodeMeta(v) }) || err != nil {
 			t.Fatalf("meta: %v", err)
 		}
 		return m

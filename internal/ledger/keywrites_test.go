@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -45,7 +44,7 @@ func (w keyWrites) String() string {
 // the batch's commit wrote.
 func writesOf(t *testing.T, f *FSM, idx *uint64, cmds ...Command) keyWrites {
 	t.Helper()
-	before := f.s.store.writes
+	before := f.s.store.Writes()
 	logs := make([]*raft.Log, 0, len(cmds))
 	for _, c := range cmds {
 		*idx++
@@ -57,7 +56,7 @@ func writesOf(t *testing.T, f *FSM, idx *uint64, cmds ...Command) keyWrites {
 		}
 	}
 	w := keyWrites{}
-	for p, n := range f.s.store.writes {
+	for p, n := range f.s.store.Writes() {
 		if d := n - before[p]; d > 0 {
 			w[byte(p)] = d
 		}
@@ -72,7 +71,8 @@ func writesOf(t *testing.T, f *FSM, idx *uint64, cmds ...Command) keyWrites {
 // count is pinned: a change of layout that writes more fails here. The
 // counters (0x01) are written once per batch whatever it holds.
 func TestKeyWritesPerSubmission(t *testing.T) {
-	f := openFSM(t, t.TempDir(), Options{})
+	dir := t.TempDir()
+	f := openFSM(t, dir, Options{})
 	var idx uint64
 	// A first submission of the client, so that its watermark and the
 	// tenant's counters exist: the one measured is a steady client's.
@@ -121,101 +121,11 @@ func TestKeyWritesPerSubmission(t *testing.T) {
 	}
 	// The counters written only when they change are what a reopen reads.
 	bytes, wms := maps.Clone(f.s.tenantBytes), maps.Clone(f.s.wmTenant)
-	dir := f.s.store.dir
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	g := openFSM(t, dir, Options{})
 	if !maps.Equal(g.s.tenantBytes, bytes) || !maps.Equal(g.s.wmTenant, wms) {
 		t.Errorf("reopened: tenant bytes %v watermarks %v, want %v %v", g.s.tenantBytes, g.s.wmTenant, bytes, wms)
-	}
-}
-
-// TestInsertedThenDeletedKey: a key inserted and deleted in one batch is
-// written not at all, and never resurrects or hides a key pebble holds: a
-// key the batch deleted before inserting it again, and a key whose insert a
-// walk moved into the indexed batch before its delete, are deleted in pebble.
-func TestInsertedThenDeletedKey(t *testing.T) {
-	st, err := openStore(t.TempDir(), StoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.close(false)
-	held, fresh, walked := []byte("xheld"), []byte("xfresh"), []byte("xwalked")
-	st.begin()
-	st.set(held, []byte("v0"))
-	st.commit()
-
-	st.begin()
-	before := st.writes['x']
-	st.insert(fresh, []byte("v"))
-	st.set(fresh, []byte("v2")) // overwritten: still not in pebble
-	st.delete(fresh)
-	st.delete(held)
-	st.insert(held, []byte("v1")) // back under the same key: pebble holds it
-	st.delete(held)
-	st.commit()
-	if n := st.writes['x'] - before; n != 1 {
-		t.Errorf("the batch wrote %d keys, want 1 (the delete of the key pebble held)", n)
-	}
-	for _, k := range [][]byte{held, fresh} {
-		if st.get(k, nil) {
-			t.Errorf("%s is present after its delete", k)
-		}
-	}
-
-	st.begin()
-	st.insert(walked, []byte("v"))
-	st.walk([]byte("x"), []byte("y"), func(_, _ []byte) bool { return true }) // moves the writes into the indexed batch
-	st.delete(walked)
-	st.commit()
-	if st.get(walked, nil) {
-		t.Errorf("%s is present after its delete", walked)
-	}
-}
-
-// TestPendingKeysSurviveArenaGrowth: the open batch's writes are found by
-// their keys, with their last values, while the arena that holds them (and
-// the pending map's keys) is reallocated many times over, reused after a
-// commit, and dropped after a large batch.
-func TestPendingKeysSurviveArenaGrowth(t *testing.T) {
-	st, err := openStore(t.TempDir(), StoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.close(false)
-	key := func(i int) []byte { return fmt.Appendf(nil, "x%06d", i) }
-	val := func(i, round int) []byte { return fmt.Appendf(nil, "%d-%d-%s", i, round, strings.Repeat("v", i%97)) }
-	want := func(k, v []byte, round string) {
-		t.Helper()
-		var got []byte
-		if !st.get(k, func(b []byte) { got = bytes.Clone(b) }) || !bytes.Equal(got, v) {
-			t.Fatalf("%s: %s = %q, want %q", round, k, got, v)
-		}
-	}
-	for round, n := range []int{20_000, 300, 20_000} {
-		name := fmt.Sprintf("round %d", round)
-		st.begin()
-		for i := range n {
-			st.set(key(i), val(i, round))
-		}
-		for i := 0; i < n; i += 3 { // overwritten: the last value wins
-			st.set(key(i), val(i, round+10))
-		}
-		for i := 0; i < n; i++ {
-			v := val(i, round)
-			if i%3 == 0 {
-				v = val(i, round+10)
-			}
-			want(key(i), v, name+", pending")
-		}
-		st.commit()
-		for i := 0; i < n; i += 7 {
-			v := val(i, round)
-			if i%3 == 0 {
-				v = val(i, round+10)
-			}
-			want(key(i), v, name+", committed")
-		}
 	}
 }

@@ -2,7 +2,10 @@ package ledger
 
 // TestingKnobs are for tests and benchmarks only (CockroachDB's
 // TestingKnobs pattern: passed in StoreOptions, read from there, zero in
-// production). KeyScanStarts holds the store at a chosen point. The others
+// production). KeyScanStarts and NoWrites concern the storage engine and are
+// passed on to it (engine.TestingKnobs, StoreOptions.engine); OrdersInMemory
+// and KeepRemoved are the typed layer's. KeyScanStarts holds the store at a
+// chosen point. The others
 // take parts of the disk store's work away, to measure what the rest costs:
 // BenchmarkApplyAdmitBounds sets them and TestBenchKnobs checks them
 // (docs/benchmarks.md); a store opened with any of those set does not hold a
@@ -10,7 +13,7 @@ package ledger
 // instrument.
 type TestingKnobs struct {
 	// KeyScanStarts, when set, is called by the background scan of the key
-	// counts (keys.go) as it starts, before it reads the store; it may
+	// counts (engine/keys.go) as it starts, before it reads the store; it may
 	// block, holding the counts not ready.
 	KeyScanStarts func()
 

@@ -26,7 +26,7 @@ func TestBenchKnobs(t *testing.T) {
 			f.ApplyBatch(logs)
 		}
 		h := held{}
-		iterate(f.s.store.db, nil, nil, false, func(k, _ []byte) bool { h[k[0]]++; return true })
+		f.s.store.Walk(nil, nil, func(k, _ []byte) bool { h[k[0]]++; return true })
 		return f.Stats(), h
 	}
 

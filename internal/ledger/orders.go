@@ -1,6 +1,10 @@
 package ledger
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/once-dev/once/internal/ledger/engine"
+)
 
 // The orders of the state (docs/ledger.md, "State on disk"), each declared
 // once, as the fields it sorts by: its B-tree comparator (less, the memory
@@ -63,8 +67,9 @@ func byInt64[T any](f func(T) int64) field[T]   { return field[T]{i64: f} }
 func byUint64[T any](f func(T) uint64) field[T] { return field[T]{u64: f} }
 
 // orderOf returns the comparator and the key encoder of the order of fields:
-// strings compare as strings.Compare and encode with keyString, an int64
-// with keyInt64, a uint64 with keyUint64, all order-preserving, so pebble's
+// strings compare as strings.Compare and encode with engine.AppendString, an
+// int64 with engine.AppendInt64, a uint64 with engine.AppendUint64, all
+// order-preserving, so pebble's
 // byte order of the keys is less's order.
 func orderOf[T any](fields ...field[T]) (less func(a, b T) bool, key func(b []byte, item T) []byte) {
 	less = func(a, b T) bool {
@@ -90,11 +95,11 @@ func orderOf[T any](fields ...field[T]) (less func(a, b T) bool, key func(b []by
 		for _, f := range fields {
 			switch {
 			case f.str != nil:
-				b = keyString(b, f.str(item))
+				b = engine.AppendString(b, f.str(item))
 			case f.i64 != nil:
-				b = keyInt64(b, f.i64(item))
+				b = engine.AppendInt64(b, f.i64(item))
 			default:
-				b = keyUint64(b, f.u64(item))
+				b = engine.AppendUint64(b, f.u64(item))
 			}
 		}
 		return b

@@ -68,11 +68,11 @@ func (s *state) confirmOwed(it Confirmation) (res Result, ok bool) {
 // O(entries carried).
 func (s *state) loadOwed() {
 	m := s.owed.(*mirror[*Entry])
-	iterate(m.disk.st.db, []byte{pfxOwed}, prefixEnd(pfxOwed), false, func(_, v []byte) bool {
+	m.disk.st.Walk([]byte{pfxOwed}, prefixEnd(pfxOwed), func(_, v []byte) bool {
 		m.BTreeG.ReplaceOrInsert(m.disk.decodeValue(v))
 		return true
 	})
-	iterate(m.disk.st.db, []byte{pfxMultiDC}, prefixEnd(pfxMultiDC), false, func(_, _ []byte) bool {
+	m.disk.st.Walk([]byte{pfxMultiDC}, prefixEnd(pfxMultiDC), func(_, _ []byte) bool {
 		s.multiDCLen++
 		return true
 	})

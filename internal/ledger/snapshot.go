@@ -85,11 +85,11 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	if f.closed {
 		return nil, fmt.Errorf("%w: snapshot of a closed FSM", ErrStore)
 	}
-	view, release := s.store.view()
+	view, release := s.store.View()
 	snap.entries = storeRecords{view, pfxEntries, s.entries.Len()}
 	snap.jobs = storeRecords{view, pfxJobs, s.jobs.Len()}
 	snap.watermarks = storeRecords{view, pfxWatermarks, s.wms.Len()} // written through: the same as memory
-	snap.sync = s.store.sync
+	snap.sync = s.store.Sync
 	snap.release = release
 	return snap, nil
 }
@@ -438,13 +438,13 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	var gen *store
 	if cur != nil {
 		fresh = func() (*state, error) {
-			g, err := cur.newGeneration()
+			g, err := cur.NewGeneration()
 			if err != nil {
 				return nil, err
 			}
-			gen = g
+			gen = &store{Store: g, knobs: cur.knobs}
 			s := newState()
-			s.useStore(g, storeMeta{})
+			s.useStore(gen, storeMeta{})
 			s.begin()
 			return s, nil
 		}
@@ -452,7 +452,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	s, err := readSnapshot(rc, fresh)
 	if err != nil {
 		if gen != nil {
-			gen.discard()
+			gen.Discard()
 		}
 		return fmt.Errorf("ledger: restore: %w", err)
 	}
@@ -460,9 +460,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.wmu.Unlock()
 	f.mu.Lock()
 	if gen != nil {
-		if err := gen.makeCurrent(cur); err != nil {
+		if err := gen.MakeCurrent(cur.Store); err != nil {
 			f.mu.Unlock()
-			gen.discard()
+			gen.Discard()
 			return fmt.Errorf("ledger: restore: %w", err)
 		}
 	}

@@ -1,39 +1,16 @@
 package ledger
 
 import (
-	"bytes"
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"sync"
-	"unsafe"
 
-	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/once-dev/once/internal/ledger/engine"
 )
 
-// The disk-backed state keeps every table in one pebble database
-// (docs/ledger.md, "State on disk"). The Raft log stays the durable record,
-// so pebble runs without its own write-ahead log: a batch of applied commands
-// goes into the memtable, with the applied index in the same atomic batch,
-// and reaches disk when pebble flushes the memtable; a crash loses what was
-// not flushed, and a restart goes on from the applied index of what was
-// (Raft replays the log after it). Before Raft may compact its log up to a
-// snapshot, Persist flushes the store, so the store is never behind the
-// newest snapshot's index; a clean close flushes too.
-//
-// A directory holds generations of the store: CURRENT names the live one
-// (gen-N). Restore writes a new generation beside it, syncs it and only then
-// switches CURRENT (write a temporary file, fsync, rename, fsync the
-// directory), so a crash during Restore leaves the old state in place; other
-// generations are removed when the store is opened.
+// The disk-backed state keeps every table in one store of the storage
+// engine (internal/ledger/engine: pebble, bytes only); this file is how the
+// ledger lays its state out in it: a one-byte prefix per table and order,
+// the counters record, and what the typed layer (diskindex.go) keeps beside
+// the engine's store.
 
 // The counters record (metaKey) begins with storeTag and the store's format,
 // FormatVersion. A build before 1.0 began it with its own format, 1 or 2,
@@ -72,22 +49,15 @@ var metaKey = []byte{pfxMeta}
 
 // ErrStore: the ledger's store could not be opened or is not one this build
 // reads (another format, damaged counters, a generation that cannot be
-// found). Open returns it; the manager refuses to start.
-var ErrStore = errors.New("ledger: store")
+// found). Open returns it; the manager refuses to start. It is the engine's
+// (engine.ErrStore), which wraps its own failures.
+var ErrStore = engine.ErrStore
 
 // StoreError is what the FSM panics with when its store fails while applying
 // or reading (a disk error, a damaged value): an FSM that cannot record a
 // command must not go on answering, as etcd's backend stops on a failed
-// commit. Op says what was done.
-type StoreError struct {
-	Op  string
-	Err error
-}
-
-func (e *StoreError) Error() string { return "ledger: store: " + e.Op + ": " + e.Err.Error() }
-func (e *StoreError) Unwrap() error { return e.Err }
-
-func storeFail(op string, err error) { panic(&StoreError{Op: op, Err: err}) }
+// commit. Op says what was done. The engine's (engine.StoreError).
+type StoreError = engine.StoreError
 
 // StoreOptions tune the store; zero values take the defaults.
 type StoreOptions struct {
@@ -103,591 +73,26 @@ type StoreOptions struct {
 	Knobs TestingKnobs
 }
 
-// store is one open generation of the disk-backed state.
+// engine returns the engine's options for o.
+func (o StoreOptions) engine() engine.Options {
+	return engine.Options{CacheBytes: o.CacheBytes, MemTableBytes: o.MemTableBytes, Logger: o.Logger,
+		Knobs: engine.TestingKnobs{KeyScanStarts: o.Knobs.KeyScanStarts,
+			NoWrites: o.Knobs.NoWrites, NoWritesKeep: pfxTenantWMs}} // the counters only
+}
+
+// store is one open generation of the disk-backed state: the engine's store
+// (its methods called directly, no interface between), with what the typed
+// layer keeps beside it.
 type store struct {
-	dir  string // the ledger directory: CURRENT and the generations
-	gen  int    // the generation's number (directory gen-N)
-	db   *pebble.DB
-	opts StoreOptions
-
-	// The writes of the commands being applied (between begin and commit)
-	// are first kept in pending, one per key, the last one winning: the
-	// Admits of a batch write their client's watermark once each, the
-	// counters are written once per batch, and an item a
-	// later command of the batch removes is deleted; only the last write of
-	// each key reaches pebble, whose memtable would hold every version until a flush
-	// (docs/ledger.md, "Apply"). Point reads look there first. A walk of
-	// an order needs pebble's merged view, so it moves pending into an
-	// indexed batch first (reader); a batch that no walk needed is written
-	// through a plain one, which costs less per write.
-	//
-	// open says a batch is open. w is the indexed batch a walk made (nil
-	// until then); r is what reads go to after pending: w when there is
-	// one, the database otherwise.
-	open bool
-	// pending finds a key's write in written: the batch's writes, one per
-	// key, in the order their keys were first written (a write of a key
-	// again replaces its element; gone: deleted from pending since).
-	pending map[string]int32
-	written []pendingWrite
-	// lowSet is, per key prefix, the least key the open batch has set
-	// (arena[k0:v0]; v0 == 0: none): below it, a walk may read the database
-	// and skip what pending deletes, without moving pending (walk).
-	lowSet [256]struct{ k0, v0 int }
-	arena  []byte         // pending's keys and values, reset at commit
-	sorted []pendingWrite // scratch for movePending
-	r      pebble.Reader
-	w      *pebble.Batch
-
-	keys *keyCounts // which entries and jobs exist (keys.go); set by useStore
-
-	// writes counts the keys each commit sent to pebble (a Set or a
-	// Delete each), by key prefix: what a command costs the memtable
-	// (TestKeyWritesPerSubmission). Under the write lock.
-	writes [256]uint64
+	*engine.Store
+	knobs TestingKnobs
+	keys  *engine.KeyCounts // which entries and jobs exist (engine/keys.go); set by useStore
 
 	keyBuf []byte // scratch for keys, used under the FSM's write lock only
 	valBuf []byte // scratch for values, likewise
 	// groupBuf is scratch for a group's name (diskIndex.put), likewise.
 	groupBuf []byte
-
-	// Snapshots' views keep a retired generation open until they are
-	// released (a Restore or a Close while a Persist streams).
-	mu      sync.Mutex
-	views   int
-	retired bool
-	remove  bool // remove the generation's directory once closed
 }
-
-func genDir(dir string, gen int) string { return filepath.Join(dir, "gen-"+strconv.Itoa(gen)) }
-
-const currentFile = "CURRENT"
-
-// openStore opens the live generation in dir, creating the directory and a
-// first generation when there is none, and removes other generations (left by
-// a Restore that did not finish, or by one that finished before removing its
-// predecessor).
-func openStore(dir string, opts StoreOptions) (*store, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStore, err)
-	}
-	gen := 1
-	switch b, err := os.ReadFile(filepath.Join(dir, currentFile)); {
-	case err == nil:
-		s := strings.TrimSpace(string(b))
-		n, perr := strconv.Atoi(strings.TrimPrefix(s, "gen-"))
-		if perr != nil || !strings.HasPrefix(s, "gen-") || n < 1 {
-			return nil, fmt.Errorf("%w: %s names %q, not a generation", ErrStore, currentFile, s)
-		}
-		gen = n
-		if _, err := os.Stat(genDir(dir, gen)); err != nil {
-			return nil, fmt.Errorf("%w: %s names %s: %w", ErrStore, currentFile, s, err)
-		}
-	case errors.Is(err, os.ErrNotExist):
-		if err := writeCurrent(dir, gen); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("%w: %w", ErrStore, err)
-	}
-	if err := removeOtherGenerations(dir, gen); err != nil {
-		return nil, err
-	}
-	return openGeneration(dir, gen, opts)
-}
-
-// openGeneration opens (or creates) generation gen's database.
-func openGeneration(dir string, gen int, opts StoreOptions) (*store, error) {
-	if opts.CacheBytes <= 0 {
-		opts.CacheBytes = 256 << 20
-	}
-	if opts.MemTableBytes == 0 {
-		opts.MemTableBytes = 64 << 20
-	}
-	cache := pebble.NewCache(opts.CacheBytes)
-	defer cache.Unref() // the database holds its own reference
-	po := &pebble.Options{
-		Cache:        cache,
-		MemTableSize: opts.MemTableBytes,
-		Logger:       pebbleLogger{opts.Logger},
-		// The Raft log is the write-ahead log (above): a second one would
-		// write every byte twice and cost the apply path its appends.
-		DisableWAL: true,
-	}
-	// Most point reads on the apply path miss (a new key's entry, a new
-	// job's ID): Bloom filters answer those without reading blocks.
-	for i := range po.Levels {
-		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
-	}
-	db, err := pebble.Open(genDir(dir, gen), po)
-	if err != nil {
-		return nil, fmt.Errorf("%w: open %s: %w", ErrStore, genDir(dir, gen), err)
-	}
-	s := &store{dir: dir, gen: gen, db: db, opts: opts}
-	s.r = db
-	return s, nil
-}
-
-// newGeneration creates the next generation, empty, beside s (for Restore).
-func (s *store) newGeneration() (*store, error) {
-	next := s.gen + 1
-	if err := os.RemoveAll(genDir(s.dir, next)); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStore, err)
-	}
-	return openGeneration(s.dir, next, s.opts)
-}
-
-// makeCurrent syncs s and makes it the live generation; the previous one
-// (old) is closed and removed. Called with the FSM's write lock held.
-func (s *store) makeCurrent(old *store) error {
-	if err := s.db.Flush(); err != nil {
-		return fmt.Errorf("%w: flush: %w", ErrStore, err)
-	}
-	if err := writeCurrent(s.dir, s.gen); err != nil {
-		return err
-	}
-	if old != nil {
-		old.retire(true) // what is left goes at the next open
-	}
-	return nil
-}
-
-// view returns a point-in-time view of the store, which keeps it open until
-// released.
-func (s *store) view() (*pebble.Snapshot, func()) {
-	s.mu.Lock()
-	s.views++
-	s.mu.Unlock()
-	v := s.db.NewSnapshot()
-	return v, func() {
-		_ = v.Close()
-		s.mu.Lock()
-		s.views--
-		last := s.retired && s.views == 0
-		s.mu.Unlock()
-		if last {
-			s.finish()
-		}
-	}
-}
-
-// retire closes the store (and, with remove, deletes its directory) once no
-// view is open.
-func (s *store) retire(remove bool) error {
-	s.mu.Lock()
-	s.retired, s.remove = true, remove
-	now := s.views == 0
-	s.mu.Unlock()
-	if now {
-		return s.finish()
-	}
-	return nil
-}
-
-func (s *store) finish() error {
-	err := s.close(!s.remove)
-	if s.remove {
-		_ = os.RemoveAll(genDir(s.dir, s.gen))
-	}
-	return err
-}
-
-// discard closes and removes a generation that did not become current.
-func (s *store) discard() {
-	_ = s.close(false)
-	_ = os.RemoveAll(genDir(s.dir, s.gen))
-}
-
-func writeCurrent(dir string, gen int) error {
-	tmp := filepath.Join(dir, currentFile+".tmp")
-	f, err := os.Create(tmp)
-	if err == nil {
-		_, err = f.WriteString("gen-" + strconv.Itoa(gen) + "\n")
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, currentFile))
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: write %s: %w", ErrStore, currentFile, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-func removeOtherGenerations(dir string, keep int) error {
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrStore, err)
-	}
-	for _, de := range des {
-		n, err := strconv.Atoi(strings.TrimPrefix(de.Name(), "gen-"))
-		if err != nil || !strings.HasPrefix(de.Name(), "gen-") || n == keep {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(dir, de.Name())); err != nil {
-			return fmt.Errorf("%w: remove %s: %w", ErrStore, de.Name(), err)
-		}
-	}
-	return nil
-}
-
-// close closes the database; with flush, what is still in the memtables is
-// written first (without a WAL it would be lost: a clean close keeps it, so a
-// restart replays nothing). A generation about to be removed is not flushed.
-func (s *store) close(flush bool) error {
-	if s.w != nil {
-		_ = s.w.Close()
-		s.w = nil
-	}
-	s.open = false
-	if s.keys != nil {
-		s.keys.close() // its scan reads the database
-	}
-	if flush {
-		if err := s.db.Flush(); err != nil {
-			_ = s.db.Close()
-			return fmt.Errorf("%w: flush at close: %w", ErrStore, err)
-		}
-	}
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("%w: close: %w", ErrStore, err)
-	}
-	return nil
-}
-
-// pendingWrite is one key's last write in the open batch: the key is
-// arena[k0:v0], the value arena[v0:v1]; del says the key is deleted.
-type pendingWrite struct {
-	k0, v0, v1 int
-	del        bool
-	// gone: the write is no longer in pending (an insert deleted again).
-	gone bool
-	// fresh: pebble does not hold the key (an insert's first write in the
-	// batch, insert): a delete of it then writes nothing at all.
-	fresh bool
-}
-
-// begin opens the batch the next commands are applied into.
-func (s *store) begin() {
-	s.keys.settle()
-	s.open = true
-	if s.pending == nil {
-		s.pending = make(map[string]int32)
-	}
-}
-
-// commit writes the open batch without an fsync (the Raft log is the durable
-// record) and goes back to reading the database.
-func (s *store) commit() {
-	if !s.open {
-		storeFail("commit", errors.New("no batch open"))
-	}
-	if s.w == nil {
-		s.w = s.db.NewBatch() // no walk read this batch: nothing needs its index
-	}
-	s.movePending()
-	if err := s.w.Commit(pebble.NoSync); err != nil {
-		storeFail("commit", err)
-	}
-	_ = s.w.Close()
-	s.w = nil
-	s.r = s.db
-	s.open = false
-}
-
-// movePending writes pending into w in key order and empties it. Any order
-// gives the same state (there is one write per key), but pebble's memtable
-// inserts a key faster next to the one before: sorted, a batch's writes cost
-// about 40 % less to commit, sorting included (docs/benchmarks.md). The
-// writes are put in their orders first (a key's first byte), each order's
-// in the order they were written, and then each order is sorted: most
-// orders are written in their own order (a job's Seq, a queue's run time,
-// an entry's expiry grow with the log), which the sort finds sorted at the
-// cost of one comparison per write; only the tables keyed by names (the
-// entries, the jobs, the watermarks) take a full sort, each of its own
-// writes only.
-func (s *store) movePending() {
-	var ends [256]int // per first byte: where its writes end in ws
-	n := 0
-	for _, p := range s.written {
-		if !p.gone {
-			ends[s.arena[p.k0]]++
-			n++
-		}
-	}
-	for b, at := 0, 0; b < len(ends); b++ {
-		at += ends[b]
-		ends[b] = at - ends[b] // the bucket's start, for now
-	}
-	ws := slices.Grow(s.sorted[:0], n)[:n]
-	for _, p := range s.written {
-		if !p.gone {
-			b := s.arena[p.k0]
-			ws[ends[b]] = p
-			ends[b]++ // the bucket's end once every write is placed
-		}
-	}
-	for b, from := 0, 0; b < len(ends); b++ {
-		if ends[b]-from > 1 {
-			slices.SortFunc(ws[from:ends[b]], func(a, b pendingWrite) int {
-				return bytes.Compare(s.arena[a.k0+1:a.v0], s.arena[b.k0+1:b.v0])
-			})
-		}
-		from = ends[b]
-	}
-	noWrites := s.opts.Knobs.NoWrites
-	for _, p := range ws {
-		k := s.arena[p.k0:p.v0]
-		if noWrites && k[0] > pfxTenantWMs {
-			continue
-		}
-		var err error
-		if p.del {
-			err = s.w.Delete(k, nil)
-		} else {
-			err = s.w.Set(k, s.arena[p.v0:p.v1], nil)
-		}
-		if err != nil {
-			storeFail("write", err)
-		}
-		s.writes[k[0]]++
-	}
-	if cap(s.arena) > keptPending {
-		// A large batch (a Restore's checkpoint, a batch of big payloads)
-		// does not keep its memory for the next, which is mostly small.
-		s.pending, s.arena, s.sorted, s.written = make(map[string]int32), nil, nil, nil
-		clear(s.lowSet[:])
-		return
-	}
-	s.sorted = ws[:0]
-	s.written = s.written[:0]
-	clear(s.pending)
-	clear(s.lowSet[:])
-	s.arena = s.arena[:0]
-}
-
-// keptPending bounds the bytes of keys and values that pending's memory is
-// kept for, from one batch to the next.
-const keptPending = 1 << 20
-
-// reader is what a walk of the open batch reads: pebble's view merged with
-// every write so far, pending moved into an indexed batch first. Outside a
-// batch, the database.
-func (s *store) reader() pebble.Reader {
-	if s.open && len(s.pending) > 0 {
-		if s.w == nil {
-			s.w = s.db.NewIndexedBatch()
-			s.r = s.w
-		}
-		s.movePending()
-	}
-	return s.r
-}
-
-// get calls fn with k's value (valid only during fn) when k is present,
-// seeing the open batch's writes.
-func (s *store) get(k []byte, fn func(v []byte)) bool {
-	if i, ok := s.pending[string(k)]; ok {
-		p := &s.written[i]
-		if p.del {
-			return false
-		}
-		if fn != nil {
-			fn(s.arena[p.v0:p.v1])
-		}
-		return true
-	}
-	return getFrom(s.r, k, fn)
-}
-
-// sync makes everything committed so far durable: it flushes the memtables
-// (there is no WAL to sync) and waits for the flush.
-func (s *store) sync() error {
-	if err := s.db.Flush(); err != nil {
-		return fmt.Errorf("%w: sync: %w", ErrStore, err)
-	}
-	return nil
-}
-
-func (s *store) set(k, v []byte) { s.write(k, v, false, false) }
-
-// insert sets a key the caller knows pebble did not hold when the batch
-// began, unless the batch deleted it since: the key of an item put into a
-// table or an order it is not in (diskIndex.insert). Every key of an order
-// names its item (a key, a job's Seq), so pebble holds it only when the item
-// had that key in the order when the batch began, and moving the item away
-// since wrote a delete of it, which the batch still has aside (while no walk
-// has moved the batch's writes into an indexed batch: after that, this is a
-// plain set). Such a key set and then deleted in the same batch (an
-// entry's expiry key when a later Expire or Admit of the batch removes it)
-// reaches pebble not at all, where a set then a delete would write a
-// tombstone for nothing.
-func (s *store) insert(k, v []byte) { s.write(k, v, false, true) }
-
-func (s *store) delete(k []byte) { s.write(k, nil, true, false) }
-
-func (s *store) write(k, v []byte, del, fresh bool) {
-	if !s.open {
-		storeFail("write", errors.New("no batch open"))
-	}
-	i, ok := s.pending[string(k)]
-	if ok {
-		p := &s.written[i]
-		if p.fresh && del {
-			delete(s.pending, string(k)) // as if never written (lowSet may stay below: it stays a bound)
-			p.gone = true
-			return
-		}
-		fresh = p.fresh
-	} else if s.w != nil {
-		fresh = false // an earlier write of the batch may be in w
-	}
-	k0 := len(s.arena)
-	s.arena = append(append(s.arena, k...), v...)
-	w := pendingWrite{k0: k0, v0: k0 + len(k), v1: len(s.arena), del: del, fresh: fresh && !del}
-	if ok {
-		s.written[i] = w
-	} else {
-		// The map's key is the arena's copy of k, not a copy of its own:
-		// those bytes are written once and not again until the batch's
-		// writes leave pending (movePending clears the map before the arena
-		// is reused); an append that moves the arena leaves them where they
-		// were, kept alive by the key.
-		s.pending[unsafe.String(&s.arena[k0], len(k))] = int32(len(s.written))
-		s.written = append(s.written, w)
-	}
-	if low := &s.lowSet[k[0]]; !del && (low.v0 == 0 || bytes.Compare(k, s.arena[low.k0:low.v0]) < 0) {
-		low.k0, low.v0 = k0, k0+len(k)
-	}
-}
-
-// walk calls fn with the keys and values in [lo, hi), within one prefix, in
-// order until fn returns false, seeing the open batch's writes as reader
-// does. Below the least key the batch has set under the prefix, every key
-// there is is in the database, and pending says which of them the batch
-// deleted: the walk reads that part there, without moving pending into an
-// indexed batch, which would index every write of the batch once more (an
-// Expire's walks of the expiry orders and a Lease's of its queue nearly
-// always end below it, docs/benchmarks.md). The rest it reads through
-// reader. fn must not write.
-func (s *store) walk(lo, hi []byte, fn func(k, v []byte) bool) {
-	if s.open && s.w == nil && len(lo) > 0 {
-		bound := hi
-		if low := s.lowSet[lo[0]]; low.v0 != 0 && bytes.Compare(s.arena[low.k0:low.v0], hi) < 0 {
-			bound = s.arena[low.k0:low.v0]
-		}
-		if bytes.Compare(lo, bound) >= 0 {
-			iterate(s.reader(), lo, hi, false, fn)
-			return
-		}
-		stopped := false
-		iterate(s.db, lo, bound, false, func(k, v []byte) bool {
-			if _, ok := s.pending[string(k)]; ok {
-				return true // below bound, pending holds deletes only
-			}
-			stopped = !fn(k, v)
-			return !stopped
-		})
-		if stopped || bytes.Equal(bound, hi) {
-			return
-		}
-		lo = bytes.Clone(bound) // reader may reuse the arena
-	}
-	iterate(s.reader(), lo, hi, false, fn)
-}
-
-// get calls fn with k's value (valid only during fn) when k is present.
-func getFrom(r pebble.Reader, k []byte, fn func(v []byte)) bool {
-	v, closer, err := r.Get(k)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false
-	}
-	if err != nil {
-		storeFail("get", err)
-	}
-	if fn != nil {
-		fn(v)
-	}
-	_ = closer.Close()
-	return true
-}
-
-// iterate calls fn with the keys and values in [lo, hi) in order (first to
-// last, or last to first with reverse) until fn returns false.
-func iterate(r pebble.Reader, lo, hi []byte, reverse bool, fn func(k, v []byte) bool) {
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		storeFail("iterate", err)
-	}
-	if reverse {
-		for ok := it.Last(); ok && fn(it.Key(), it.Value()); ok = it.Prev() {
-		}
-	} else {
-		for ok := it.First(); ok && fn(it.Key(), it.Value()); ok = it.Next() {
-		}
-	}
-	if err := it.Close(); err != nil {
-		storeFail("iterate", err)
-	}
-}
-
-// pebbleLogger sends pebble's messages to a slog.Logger (or nowhere).
-type pebbleLogger struct{ log *slog.Logger }
-
-func (l pebbleLogger) Infof(format string, args ...interface{}) {
-	if l.log != nil {
-		l.log.Debug(fmt.Sprintf(format, args...))
-	}
-}
-
-func (l pebbleLogger) Errorf(format string, args ...interface{}) {
-	if l.log != nil {
-		l.log.Error(fmt.Sprintf(format, args...))
-	}
-}
-
-func (l pebbleLogger) Fatalf(format string, args ...interface{}) {
-	storeFail("pebble", fmt.Errorf(format, args...))
-}
-
-// Order-preserving key encoding: a string is its bytes with 0x00 escaped as
-// 0x00 0xFF and terminated by 0x00 0x01, so byte order of the encodings is
-// strings.Compare order of the strings, field by field; an int64 is
-// big-endian with the sign bit flipped; a uint64 is big-endian.
-
-func keyString(b []byte, s string) []byte {
-	for {
-		i := strings.IndexByte(s, 0)
-		if i < 0 {
-			return append(append(b, s...), 0, 1)
-		}
-		b = append(append(b, s[:i]...), 0, 0xFF)
-		s = s[i+1:]
-	}
-}
-
-func keyInt64(b []byte, v int64) []byte {
-	return binary.BigEndian.AppendUint64(b, uint64(v)^(1<<63))
-}
-
-func keyUint64(b []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(b, v) }
 
 // The meta record: after storeTag and the format, the applied index, ledger
 // time, last Seq, accounted bytes, entries by state, the three primary
@@ -753,7 +158,7 @@ func prefixEnd(p byte) []byte { return []byte{p + 1} }
 // storeRecords streams one primary table of a pebble snapshot: its values
 // are already snapshot records.
 type storeRecords struct {
-	snap   *pebble.Snapshot
+	snap   engine.View
 	prefix byte
 	n      int
 }
@@ -770,8 +175,6 @@ func (r storeRecords) each(fn func(rec []byte) bool) (err error) {
 			err = se
 		}
 	}()
-	iterate(r.snap, []byte{r.prefix}, prefixEnd(r.prefix), false, func(_, v []byte) bool { return fn(v) })
+	r.snap.Walk([]byte{r.prefix}, prefixEnd(r.prefix), func(_, v []byte) bool { return fn(v) })
 	return nil
 }
-
-var _ io.Closer = (*pebble.Snapshot)(nil)

@@ -1,4 +1,4 @@
-package ledger
+package engine
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 // FuzzKeyOrder: the pebble key of two fields sorts as the fields do,
 // strings.Compare on the first and then on the second, whatever bytes the
 // strings hold (0x00 and 0xFF included), which is what lets every order's
-// key encoder stand in for its comparator (orders.go).
+// key encoder stand in for its comparator (the ledger's orders.go).
 func FuzzKeyOrder(f *testing.F) {
 	for _, s := range [][4]string{
 		{"a", "b", "a", "b"},
@@ -23,8 +23,8 @@ func FuzzKeyOrder(f *testing.F) {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
 	f.Fuzz(func(t *testing.T, a1, a2, b1, b2 string) {
-		ka := keyString(keyString(nil, a1), a2)
-		kb := keyString(keyString(nil, b1), b2)
+		ka := AppendString(AppendString(nil, a1), a2)
+		kb := AppendString(AppendString(nil, b1), b2)
 		want := cmp.Or(strings.Compare(a1, b1), strings.Compare(a2, b2))
 		if got := bytes.Compare(ka, kb); got != want {
 			t.Fatalf("keys of (%q, %q) and (%q, %q) compare %d, the fields %d", a1, a2, b1, b2, got, want)
@@ -35,7 +35,7 @@ func FuzzKeyOrder(f *testing.F) {
 	})
 }
 
-// escapeEachByte is keyString's encoding written out byte by byte.
+// escapeEachByte is AppendString's encoding written out byte by byte.
 func escapeEachByte(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if s[i] == 0 {

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The store keeps a batch's writes aside, the last per key, until a walk or
+// the commit needs them in pebble: reads and walks in the batch see every
+// write so far, and nothing reaches the database before the commit.
+func TestStorePendingWrites(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.close(false) })
+	get := func(k string) string {
+		t.Helper()
+		v := ""
+		ok := st.Get([]byte(k), func(b []byte) { v = string(b) })
+		if !ok {
+			return "<absent>"
+		}
+		return v
+	}
+	walk := func(r pebble.Reader) string {
+		var out []string
+		iterate(r, []byte("k"), []byte("l"), false, func(k, v []byte) bool {
+			out = append(out, string(k)+"="+string(v))
+			return true
+		})
+		return strings.Join(out, " ")
+	}
+	expect := func(what, got, want string) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: %q, want %q", what, got, want)
+		}
+	}
+
+	st.Begin()
+	st.Set([]byte("k1"), []byte("a"))
+	st.Set([]byte("k2"), []byte("b"))
+	st.Commit()
+
+	st.Begin()
+	st.Set([]byte("k3"), []byte("c"))
+	st.Set([]byte("k3"), []byte("c2")) // the last write wins
+	st.Delete([]byte("k1"))            // deletes what an earlier batch wrote
+	st.Set([]byte("k4"), []byte("d"))
+	st.Delete([]byte("k4")) // deletes what this batch wrote
+	expect("k1 deleted in the batch", get("k1"), "<absent>")
+	expect("k3 rewritten in the batch", get("k3"), "c2")
+	expect("k4 written and deleted", get("k4"), "<absent>")
+	expect("k2 from the database", get("k2"), "b")
+	if !getFrom(st.db, []byte("k1"), nil) || getFrom(st.db, []byte("k3"), nil) {
+		t.Fatal("the database changed before the commit")
+	}
+	expect("a walk in the batch", walk(st.reader()), "k2=b k3=c2")
+	st.Set([]byte("k5"), []byte("e")) // after the walk
+	st.Set([]byte("k2"), []byte("b2"))
+	expect("k5 after the walk", get("k5"), "e")
+	expect("a second walk", walk(st.reader()), "k2=b2 k3=c2 k5=e")
+	if getFrom(st.db, []byte("k5"), nil) {
+		t.Fatal("a walk wrote to the database before the commit")
+	}
+	st.Commit()
+	expect("after the commit", walk(st.db), "k2=b2 k3=c2 k5=e")
+	expect("k1 after the commit", get("k1"), "<absent>")
+
+	// A batch larger than keptPending does not keep its memory for the next.
+	big := strings.Repeat("v", 2*keptPending)
+	st.Begin()
+	st.Set([]byte("k6"), []byte(big))
+	st.Commit()
+	if cap(st.arena) > keptPending || len(st.pending) != 0 {
+		t.Fatalf("after a large batch: arena of %d bytes, %d pending kept", cap(st.arena), len(st.pending))
+	}
+	if get("k6") != big {
+		t.Fatal("the large batch's value")
+	}
+	st.Begin()
+	st.Set([]byte("k7"), []byte("g"))
+	expect("a batch after the large one", get("k7"), "g")
+	st.Commit()
+	expect("and committed", walk(st.db), "k2=b2 k3=c2 k5=e k6="+big+" k7=g")
+}
+
+// TestInsertedThenDeletedKey: a key inserted and deleted in one batch is
+// written not at all, and never resurrects or hides a key pebble holds: a
+// key the batch deleted before inserting it again, and a key whose insert a
+// walk moved into the indexed batch before its delete, are deleted in pebble.
+func TestInsertedThenDeletedKey(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close(false)
+	held, fresh, walked := []byte("xheld"), []byte("xfresh"), []byte("xwalked")
+	st.Begin()
+	st.Set(held, []byte("v0"))
+	st.Commit()
+
+	st.Begin()
+	before := st.writes['x']
+	st.Insert(fresh, []byte("v"))
+	st.Set(fresh, []byte("v2")) // overwritten: still not in pebble
+	st.Delete(fresh)
+	st.Delete(held)
+	st.Insert(held, []byte("v1")) // back under the same key: pebble holds it
+	st.Delete(held)
+	st.Commit()
+	if n := st.writes['x'] - before; n != 1 {
+		t.Errorf("the batch wrote %d keys, want 1 (the delete of the key pebble held)", n)
+	}
+	for _, k := range [][]byte{held, fresh} {
+		if st.Get(k, nil) {
+			t.Errorf("%s is present after its delete", k)
+		}
+	}
+
+	st.Begin()
+	st.Insert(walked, []byte("v"))
+	st.Walk([]byte("x"), []byte("y"), func(_, _ []byte) bool { return true }) // moves the writes into the indexed batch
+	st.Delete(walked)
+	st.Commit()
+	if st.Get(walked, nil) {
+		t.Errorf("%s is present after its delete", walked)
+	}
+}
+
+// TestPendingKeysSurviveArenaGrowth: the open batch's writes are found by
+// their keys, with their last values, while the arena that holds them (and
+// the pending map's keys) is reallocated many times over, reused after a
+// commit, and dropped after a large batch.
+func TestPendingKeysSurviveArenaGrowth(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close(false)
+	key := func(i int) []byte { return fmt.Appendf(nil, "x%06d", i) }
+	val := func(i, round int) []byte { return fmt.Appendf(nil, "%d-%d-%s", i, round, strings.Repeat("v", i%97)) }
+	want := func(k, v []byte, round string) {
+		t.Helper()
+		var got []byte
+		if !st.Get(k, func(b []byte) { got = bytes.Clone(b) }) || !bytes.Equal(got, v) {
+			t.Fatalf("%s: %s = %q, want %q", round, k, got, v)
+		}
+	}
+	for round, n := range []int{20_000, 300, 20_000} {
+		name := fmt.Sprintf("round %d", round)
+		st.Begin()
+		for i := range n {
+			st.Set(key(i), val(i, round))
+		}
+		for i := 0; i < n; i += 3 { // overwritten: the last value wins
+			st.Set(key(i), val(i, round+10))
+		}
+		for i := 0; i < n; i++ {
+			v := val(i, round)
+			if i%3 == 0 {
+				v = val(i, round+10)
+			}
+			want(key(i), v, name+", pending")
+		}
+		st.Commit()
+		for i := 0; i < n; i += 7 {
+			v := val(i, round)
+			if i%3 == 0 {
+				v = val(i, round+10)
+			}
+			want(key(i), v, name+", committed")
+		}
+	}
+}
