@@ -99,8 +99,10 @@ FUZZ_TARGETS := \
 	pkg/api:FuzzDecodeJobRequest \
 	pkg/api:FuzzCheckJSONValue \
 	internal/fingerprint:FuzzCanonicalize \
+	internal/gate:FuzzDecodeMembers \
 	internal/ledger:FuzzDecodeCommand \
 	internal/ledger:FuzzRestore \
+	internal/ledger/engine:FuzzKeyOrder \
 	internal/walstore:FuzzRecordRoundTrip
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
