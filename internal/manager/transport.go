@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/once-dev/once/internal/certs"
 )
 
 // newTransport returns deps.Transport, or raft's NetworkTransport over the
@@ -30,7 +31,7 @@ func newTransport(cfg Config, deps Deps, hcl hclog.Logger) (raft.Transport, erro
 		layer = deps.WrapStreamLayer(tcp)
 	}
 	if deps.ClusterTLS != nil {
-		layer = &tlsLayer{StreamLayer: layer, server: deps.ClusterTLS.RaftServerConfig(), client: deps.ClusterTLS.ClientConfig()}
+		layer = TLSStreamLayer(layer, deps.ClusterTLS)
 	}
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
@@ -55,6 +56,13 @@ func newTransport(cfg Config, deps Deps, hcl hclog.Logger) (raft.Transport, erro
 type tlsLayer struct {
 	raft.StreamLayer
 	server, client *tls.Config
+}
+
+// TLSStreamLayer is layer carrying Raft over mutual TLS with c's
+// certificates, as a manager's own stream layer does: what the holder of
+// c reaches a manager's Raft port with (its security tests).
+func TLSStreamLayer(layer raft.StreamLayer, c *certs.Cluster) raft.StreamLayer {
+	return &tlsLayer{StreamLayer: layer, server: c.RaftServerConfig(), client: c.ClientConfig()}
 }
 
 func (l *tlsLayer) Accept() (net.Conn, error) {

@@ -111,37 +111,6 @@ func forge(tr *raft.NetworkTransport, target string, s raftState) map[string]err
 	return errs
 }
 
-// tlsStream is a Raft stream layer over mutual TLS with the given
-// configurations, as a manager's own is (internal/manager's tlsLayer): what
-// a holder of a cluster certificate could reach a manager's Raft port with.
-type tlsStream struct {
-	net.Listener
-	server, client *tls.Config
-}
-
-func (l *tlsStream) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return tls.Server(c, l.server), nil
-}
-
-func (l *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(address), timeout)
-	if err != nil {
-		return nil, err
-	}
-	tc := tls.Client(c, l.client)
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := tc.HandshakeContext(ctx); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("raft: TLS handshake with %s: %w", address, err)
-	}
-	return tc, nil
-}
-
 // A manager secured by the cluster secret alone refuses every Raft RPC from
 // a plain TCP client (forged AppendEntries, InstallSnapshot, RequestVote,
 // TimeoutNow: its term and ledger stay as they were), and from a TLS client
@@ -170,7 +139,7 @@ func TestSecretOnlyRaftRefusesRawClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	gateTr := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{MaxPool: 1, Timeout: 2 * time.Second, Logger: hclog.NewNullLogger(),
-		Stream: &tlsStream{Listener: ln, server: gate.RaftServerConfig(), client: gate.ClientConfig()}})
+		Stream: manager.TLSStreamLayer(plainStream{ln}, gate)})
 	defer gateTr.Close()
 	for rpc, err := range forge(gateTr, raftAddr, before) {
 		if err == nil {
@@ -300,4 +269,11 @@ func TestSecretOnlyDerivedOperatorCertificateIsNoOperator(t *testing.T) {
 	if _, err := op.Members(ctx); err != nil {
 		t.Errorf("members with the operator secret: %v", err)
 	}
+}
+
+// plainStream is a Raft stream layer on a listener, dialing plain TCP.
+type plainStream struct{ net.Listener }
+
+func (plainStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(address), timeout)
 }
