@@ -48,29 +48,23 @@ func (sv *service) Lease(ctx context.Context, p *rpcpb.LeaseRequest) (*rpcpb.Lea
 // carries (heartbeat, complete or fail) and answers it in r; ok is false
 // for an item that carries none.
 func (s *Server) serveWorkerCall(ctx context.Context, it *rpcpb.SubmitItem, r *rpcpb.SubmitResult) (ok bool) {
-	var err error
+	hb, complete, fail := it.GetHeartbeat(), it.GetComplete(), it.GetFail()
+	if hb == nil && complete == nil && fail == nil {
+		return false
+	}
+	w, err := s.workers()
 	switch {
-	case it.GetHeartbeat() != nil:
-		var w Workers
-		if w, err = s.workers(); err == nil {
-			r.Heartbeat, err = w.Heartbeat(ctx, it.GetHeartbeat())
-		}
-	case it.GetComplete() != nil:
-		var w Workers
-		if w, err = s.workers(); err == nil {
-			if err = checkSize(it.GetComplete(), MaxWorkerRequestBytes); err == nil {
-				r.Job, err = w.Complete(ctx, it.GetComplete())
-			}
-		}
-	case it.GetFail() != nil:
-		var w Workers
-		if w, err = s.workers(); err == nil {
-			if err = checkSize(it.GetFail(), MaxWorkerRequestBytes); err == nil {
-				r.Job, err = w.Fail(ctx, it.GetFail())
-			}
+	case err != nil:
+	case hb != nil:
+		r.Heartbeat, err = w.Heartbeat(ctx, hb)
+	case complete != nil:
+		if err = checkSize(complete, MaxWorkerRequestBytes); err == nil {
+			r.Job, err = w.Complete(ctx, complete)
 		}
 	default:
-		return false
+		if err = checkSize(fail, MaxWorkerRequestBytes); err == nil {
+			r.Job, err = w.Fail(ctx, fail)
+		}
 	}
 	if err != nil {
 		r.Error = toPBError(err, func(err error) { s.log.Error("rpc worker call failed", logging.KeyError, err) })

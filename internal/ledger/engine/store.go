@@ -102,12 +102,10 @@ type Store struct {
 	db   *pebble.DB
 	opts Options
 
-	// The writes of the commands being applied (between begin and commit)
-	// are first kept in pending, one per key, the last one winning: the
-	// Admits of a batch write their client's watermark once each, the
-	// counters are written once per batch, and an item a
-	// later command of the batch removes is deleted; only the last write of
-	// each key reaches pebble, whose memtable would hold every version until a flush
+	// The writes of a batch (between Begin and Commit) are first kept in
+	// pending, one per key, the last one winning: a key written by several
+	// commands of the batch, or set and then deleted, reaches pebble once,
+	// where its memtable would hold every version until a flush
 	// (docs/ledger.md, "Apply"). Point reads look there first. A walk of
 	// an order needs pebble's merged view, so it moves pending into an
 	// indexed batch first (reader); a batch that no walk needed is written
