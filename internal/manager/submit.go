@@ -101,6 +101,14 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 		if proposal == retry {
 			continue
 		}
+		// Another submission's Admit of the key may have applied and ended
+		// between the look above and this proposal: look again, so that a
+		// key is admitted by one proposal however the submissions interleave.
+		// (A claim is left to the path above, which the look already took.)
+		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.State != ledger.StateClaimed && e.ExpiresAt > m.expiryNow().UnixNano() {
+			m.endProposal(req.Tenant, req.Key, proposal)
+			continue
+		}
 		m.knobs.beforeAdmit(ctx, req.Tenant, req.Key)
 
 		if resp, ok := m.retainedJob(req, k, jobID); ok {
