@@ -113,6 +113,10 @@ func dialOptions(secret string, tlsCfg *tls.Config, dial DialFunc) []grpc.DialOp
 	)
 }
 
+// idleReconnectWait is how long a dial waits on an IDLE channel it asked to
+// connect before asking again.
+const idleReconnectWait = 50 * time.Millisecond
+
 // dialLane connects to addr and opens a Submit stream, within ctx.
 // dial, when not nil, opens the connection (ClientConfig.Dial).
 func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial DialFunc) (*lane, error) {
@@ -124,18 +128,24 @@ func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial
 	// fail, within the caller's attempt.
 	cc.Connect()
 	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
-		if s == connectivity.Idle {
-			// A connection lost as (or right after) it became ready leaves
-			// the channel IDLE, and gRPC leaves IDLE only when asked: without
-			// this the wait below lasts until ctx ends (grpc.DialContext's
-			// blocking dial asks the same way).
-			cc.Connect()
-		}
 		if s == connectivity.TransientFailure || s == connectivity.Shutdown {
 			_ = cc.Close()
 			return nil, fmt.Errorf("connect %s: %s", addr, s)
 		}
-		if !cc.WaitForStateChange(ctx, s) {
+		wait, cancelWait := ctx, context.CancelFunc(func() {})
+		if s == connectivity.Idle {
+			// A connection lost as (or right after) it became ready leaves
+			// the channel IDLE, and gRPC leaves IDLE only when asked
+			// (grpc.DialContext's blocking dial asks the same way). Connect
+			// only schedules the new connection: a whole attempt, lost
+			// again, can end before the wait below begins, and then nothing
+			// changes the state. So the wait is short, and the loop asks again.
+			cc.Connect()
+			wait, cancelWait = context.WithTimeout(ctx, idleReconnectWait)
+		}
+		changed := cc.WaitForStateChange(wait, s)
+		cancelWait()
+		if !changed && ctx.Err() != nil {
 			_ = cc.Close()
 			return nil, fmt.Errorf("connect %s: %w", addr, ctx.Err())
 		}
