@@ -133,6 +133,9 @@ type FSM struct {
 	// applied index while Raft replays what the store has (under mu).
 	delivered uint64
 
+	// mutations counts the mutators' changes of s (Applies).
+	mutations atomic.Uint64
+
 	// halt is set once, by the mutators, when an entry does not decode.
 	halt   atomic.Pointer[HaltError]
 	onHalt func(*HaltError)
@@ -223,6 +226,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	f.s.begin()
 	res := f.s.applyTimed(&ax, cmd, err)
 	f.s.commit()
+	f.mutations.Add(1)
 	f.mu.Unlock()
 	f.notify()
 	return res
@@ -265,6 +269,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		out[i] = f.s.applyTimed(&ax, cmds[i].cmd, cmds[i].err)
 	}
 	f.s.commit()
+	f.mutations.Add(1)
 	f.mu.Unlock()
 	f.notify()
 	f.halted(halt)
@@ -290,6 +295,13 @@ func (f *FSM) notify() {
 	}
 	f.changes = f.changes[:0]
 }
+
+// Applies counts the changes of the state so far: each Apply, ApplyBatch
+// and Restore adds one, under the write lock, once its changes are in
+// place. Two equal readings mean that a read between them saw the state
+// a read after them sees (the manager's submit looks at a key's entry
+// again only when the count moved). O(1), without a lock.
+func (f *FSM) Applies() uint64 { return f.mutations.Load() }
 
 // Entry returns the entry of (tenant, key), if it is in the table. O(log n).
 func (f *FSM) Entry(tenant, key string) (Entry, bool) {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"reflect"
 	"sync"
@@ -267,5 +268,31 @@ func TestContractOnChange(t *testing.T) {
 	}
 	if seen[0].Entry.State != StateCommitted || seen[1].Entry.Status != 429 || seen[2].Entry.State == 0 {
 		t.Fatalf("change entries %+v", seen)
+	}
+}
+
+// Applies moves with every change of the state (an Apply, an ApplyBatch, a
+// Restore) and only then: reads do not move it.
+func TestAppliesCountsTheStateChanges(t *testing.T) {
+	h := newHarness(t)
+	if n := h.f.Applies(); n != 0 {
+		t.Fatalf("a new FSM counts %d changes", n)
+	}
+	h.must(admit(reserve("t", "k1", 1*sec)), OutcomeCommitted)
+	h.entry("t", "k1")
+	if n := h.f.Applies(); n != 1 {
+		t.Fatalf("after one Apply and a read: %d changes, want 1", n)
+	}
+	h.idx++
+	h.f.ApplyBatch([]*raft.Log{{Index: h.idx, Term: 1, Type: raft.LogCommand, Data: Encode(admit(reserve("t", "k2", 2*sec)))}})
+	if n := h.f.Applies(); n != 2 {
+		t.Fatalf("after an ApplyBatch: %d changes, want 2", n)
+	}
+	snap := persist(t, h.f)
+	if err := h.f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.f.Applies(); n != 3 {
+		t.Fatalf("after a Restore: %d changes, want 3", n)
 	}
 }

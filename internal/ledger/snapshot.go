@@ -468,6 +468,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.s = s
 	f.delivered = s.applied
+	f.mutations.Add(1)
 	f.mu.Unlock()
 	if f.onChange != nil {
 		f.changes = append(f.changes[:0], Change{Kind: ChangeRestored})

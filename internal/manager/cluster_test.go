@@ -33,6 +33,8 @@ type testCluster struct {
 	// skew is each manager's clock offset in a skewed cluster
 	// (newSkewedCluster), changeable while it runs.
 	skew []*atomic.Int64
+	// knobs are every manager's Deps.Knobs (newKnobbedCluster).
+	knobs TestingKnobs
 }
 
 func (tc *testCluster) now() time.Time {
@@ -48,7 +50,13 @@ func (tc *testCluster) setNow(f func() time.Time) { tc.clock.Store(&f) }
 // not nil, adjusts every manager's configuration.
 func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t}
+	return newKnobbedCluster(t, n, tweak, TestingKnobs{})
+}
+
+// newKnobbedCluster is newTestCluster with knobs in every manager's Deps.
+func newKnobbedCluster(t *testing.T, n int, tweak func(*Config), knobs TestingKnobs) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t, knobs: knobs}
 	base := t.TempDir()
 	for i := 0; i < n; i++ {
 		c := DefaultConfig()
@@ -87,7 +95,7 @@ func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 // start (re)starts manager i on its data directory.
 func (tc *testCluster) start(i int) {
 	tc.t.Helper()
-	m, err := New(tc.cfgs[i], Deps{Logger: testutil.Logger(tc.t).With("m", i+1), Now: tc.now, Peers: &tc.peers})
+	m, err := New(tc.cfgs[i], Deps{Logger: testutil.Logger(tc.t).With("m", i+1), Now: tc.now, Peers: &tc.peers, Knobs: tc.knobs})
 	if err != nil {
 		tc.t.Fatalf("start %s: %v", tc.cfgs[i].NodeID, err)
 	}

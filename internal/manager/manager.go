@@ -88,6 +88,10 @@ type TestingKnobs struct {
 	// submissions of it wait (at most their WaitMillis). It may block,
 	// honouring ctx.
 	BeforeAdmit func(ctx context.Context, tenant, key string)
+	// AfterLook runs in a submission whose look at its key found no live
+	// entry, before it asks to propose the key's Admit. It may block,
+	// honouring ctx.
+	AfterLook func(ctx context.Context, tenant, key string)
 	// WaitsOnAdmit runs in a submission that finds its key's Admit in
 	// flight, before it waits for it (or, allowed no wait, answers
 	// in_progress). It must not block.
@@ -100,6 +104,12 @@ type TestingKnobs struct {
 func (k TestingKnobs) beforeAdmit(ctx context.Context, tenant, key string) {
 	if k.BeforeAdmit != nil {
 		k.BeforeAdmit(ctx, tenant, key)
+	}
+}
+
+func (k TestingKnobs) afterLook(ctx context.Context, tenant, key string) {
+	if k.AfterLook != nil {
+		k.AfterLook(ctx, tenant, key)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,23 +126,77 @@ func TestConcurrentSubmissionsOfOneKeyShareOneOutcome(t *testing.T) {
 	// exactly one command, the Admit (unless an election added entries). Raft's own entries (a configuration change autopilot makes
 	// after an election) do not count.
 	if l == l0 && tc.mgrs[l].Raft().CurrentTerm() == term0 {
-		var cmds []string
-		for i := last0 + 1; i <= tc.mgrs[l].Raft().LastIndex(); i++ {
-			var e raft.Log
-			if err := tc.mgrs[l].logStore.GetLog(i, &e); err != nil {
-				t.Fatal(err)
-			}
-			if e.Type == raft.LogCommand {
-				cmd, err := ledger.DecodeCommand(e.Data)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cmds = append(cmds, fmt.Sprintf("%T", cmd))
-			}
-		}
-		if len(cmds) != 1 || cmds[0] != fmt.Sprintf("%T", ledger.Admit{}) {
+		if cmds := tc.commandsSince(l, last0); len(cmds) != 1 || cmds[0] != fmt.Sprintf("%T", ledger.Admit{}) {
 			t.Fatalf("200 concurrent submissions of one key added commands %v, want one Admit", cmds)
 		}
+	}
+}
+
+// commandsSince names (by Go type) the commands in manager i's log after
+// index last; Raft's own entries (a configuration change autopilot makes
+// after an election) are not commands.
+func (tc *testCluster) commandsSince(i int, last uint64) []string {
+	tc.t.Helper()
+	var cmds []string
+	for n := last + 1; n <= tc.mgrs[i].Raft().LastIndex(); n++ {
+		var e raft.Log
+		if err := tc.mgrs[i].logStore.GetLog(n, &e); err != nil {
+			tc.t.Fatal(err)
+		}
+		if e.Type == raft.LogCommand {
+			cmd, err := ledger.DecodeCommand(e.Data)
+			if err != nil {
+				tc.t.Fatal(err)
+			}
+			cmds = append(cmds, fmt.Sprintf("%T", cmd))
+		}
+	}
+	return cmds
+}
+
+// A submission looks at its key (no entry), and before it asks to propose
+// the key's Admit, another submission of the key admits it, from proposal
+// to answer (the window is held open by Knobs.AfterLook). The first then
+// owns no proposal in flight; it must look again rather than propose a
+// second Admit of the key: it answers the other's job as a replay, and the
+// log holds one Admit.
+func TestAnAdmitThatEndsBetweenLookAndProposalIsNotProposedTwice(t *testing.T) {
+	looked, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool // the first look is held; later ones pass (a sync.Once would hold them too)
+	tc := newKnobbedCluster(t, 1, nil, TestingKnobs{AfterLook: func(ctx context.Context, _, _ string) {
+		if !held.CompareAndSwap(false, true) {
+			return
+		}
+		close(looked)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}})
+	ctx := ctxT(t)
+	l := tc.leader()
+	last0 := tc.mgrs[l].Raft().LastIndex()
+	type answer struct {
+		r   *rpcpb.SubmitResponse
+		err error
+	}
+	first := make(chan answer, 1)
+	go func() {
+		r, err := tc.submit(ctx, l, "default", key1, "fp", "demo", `1`, 10_000)
+		first <- answer{r, err}
+	}()
+	<-looked
+	second, err := tc.submit(ctx, l, "default", key1, "fp", "demo", `1`, 10_000)
+	if err != nil || second.Outcome != rpc.OutcomeCommitted || second.Replayed {
+		t.Fatalf("the submission admitted inside the window: %+v %v", second, err)
+	}
+	close(release)
+	a := <-first
+	if a.err != nil || a.r.Outcome != rpc.OutcomeCommitted || !a.r.Replayed || a.r.JobId != second.JobId {
+		t.Fatalf("the submission held after its look: %+v %v, want a replay of job %s", a.r, a.err, second.JobId)
+	}
+	if cmds := tc.commandsSince(l, last0); len(cmds) != 1 || cmds[0] != fmt.Sprintf("%T", ledger.Admit{}) {
+		t.Fatalf("two submissions of one key added commands %v, want one Admit", cmds)
 	}
 }
 
