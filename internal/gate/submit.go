@@ -3,7 +3,6 @@ package gate
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -501,7 +500,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 			g.log.Error("manager answered committed without a job", logging.KeyTenant, tenant)
 			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
 		}
-		b, err := json.Marshal(apiJob(sr.Job))
+		body, err := jobBody(apiJob(sr.Job))
 		if err != nil {
 			outcome = outcomeError
 			g.log.Error("encoding job", logging.KeyTenant, tenant, logging.KeyError, err)
@@ -509,7 +508,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		}
 		resp := &response{
 			status:     http.StatusCreated,
-			body:       append(b, '\n'),
+			body:       body,
 			location:   "/v1/jobs/" + url.PathEscape(sr.Job.JobId),
 			replayable: true,
 			replayed:   sr.Replayed,
