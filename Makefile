@@ -98,6 +98,7 @@ FUZZ_TARGETS := \
 	pkg/keys:FuzzParse \
 	pkg/api:FuzzDecodeJobRequest \
 	pkg/api:FuzzCheckJSONValue \
+	pkg/api:FuzzJobAppendJSON \
 	internal/fingerprint:FuzzCanonicalize \
 	internal/gate:FuzzDecodeMembers \
 	internal/ledger:FuzzDecodeCommand \

@@ -75,7 +75,12 @@ func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request) {
 		g.readError(w, r, err, api.CodeJobNotFound, fmt.Sprintf("no job %q", id))
 		return
 	}
-	writeJSON(w, apiJob(job))
+	body, err := jobBody(apiJob(job))
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, api.CodeInternal, "encoding the answer failed")
+		return
+	}
+	writeBody(w, http.StatusOK, api.ContentTypeJSON, body)
 }
 
 // handleListJobs is GET /v1/jobs?type=&status=&state=&limit=&after=&order=.

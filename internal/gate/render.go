@@ -41,6 +41,27 @@ func apiJob(pj *rpcpb.Job) api.Job {
 	return j
 }
 
+// jobBody renders j as an answer's body: the bytes json.Marshal gives (an
+// error where it would fail: a payload or result that is not valid JSON),
+// then a newline, written without reflection into one buffer sized for it.
+func jobBody(j api.Job) ([]byte, error) {
+	// The members' names and punctuation take under 200 bytes; a
+	// value that needs escaping makes append grow the buffer.
+	n := 200 + len(j.JobID) + len(j.Type) + len(j.Status) + len(j.IdempotencyKey) + len(j.CreatedAt) +
+		len(j.Payload) + len(j.State) + len(j.Result) + len(j.Error)
+	for dc, st := range j.Datacenters {
+		n += 32 + len(dc) + len(st.Status) + len(st.Reason)
+	}
+	for _, dc := range j.NamedDatacenters {
+		n += 3 + len(dc)
+	}
+	b, err := j.AppendJSON(make([]byte, 0, n))
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
 // apiJobs is a page of jobs as the API shows it (never nil).
 func apiJobs(pjs []*rpcpb.Job) []api.Job {
 	out := make([]api.Job, len(pjs))

@@ -3,7 +3,6 @@ package gate
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -83,9 +82,13 @@ var (
 // and renders the header values every replay sends. r is immutable after.
 func (r *response) seal(rawSum [sha256.Size]byte) {
 	r.rawSum = rawSum
-	r.lengthText = []string{strconv.Itoa(len(r.body))}
+	// Both values in one allocation, each slice with cap == len.
+	texts := make([]string, 1, 2)
+	texts[0] = strconv.Itoa(len(r.body))
+	r.lengthText = texts[0:1:1]
 	if r.replayable && !r.expiresAt.IsZero() {
-		r.expiresText = []string{api.FormatTime(r.expiresAt)}
+		texts = append(texts, api.FormatTime(r.expiresAt))
+		r.expiresText = texts[1:2:2]
 	}
 	r.sealed = true
 }
@@ -304,7 +307,8 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 // name X-Idempotency-Key, or answers 400 and returns false. Each header may
 // appear once; when both are sent they must carry the same key.
 func idempotencyKey(w http.ResponseWriter, r *http.Request) (keys.Key, bool) {
-	var found []keys.Key
+	var buf [2]keys.Key // one a header: found stays on the stack
+	found := buf[:0]
 	for _, name := range []string{api.HeaderIdempotencyKey, api.HeaderXIdempotencyKey} {
 		values := r.Header.Values(name)
 		switch len(values) {
@@ -468,15 +472,22 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	if claimed {
 		submit = g.submitOmitted
 	}
-	sr, err := submit(ctx, &rpcpb.SubmitRequest{
+	// The request and its job in one allocation.
+	msgs := new(struct {
+		req rpcpb.SubmitRequest
+		job rpcpb.JobRequest
+	})
+	msgs.job = rpcpb.JobRequest{Type: job.Type, Payload: job.Payload, Datacenters: job.Datacenters}
+	msgs.req = rpcpb.SubmitRequest{
 		Tenant:         tenant,
 		Key:            key.Raw,
 		Fingerprint:    fp,
-		Job:            &rpcpb.JobRequest{Type: job.Type, Payload: job.Payload, Datacenters: job.Datacenters},
+		Job:            &msgs.job,
 		WaitMillis:     wait.Milliseconds(),
 		ProposedJobId:  jobid.Derive(tenant, key.Raw, fp),
 		ResultTtlNanos: int64(resultTTL),
-	})
+	}
+	sr, err := submit(ctx, &msgs.req)
 	outcome := outcomeUnavailable
 	if err == nil {
 		outcome = sr.Outcome
@@ -501,7 +512,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 			g.log.Error("manager answered committed without a job", logging.KeyTenant, tenant)
 			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
 		}
-		b, err := json.Marshal(apiJob(sr.Job))
+		body, err := jobBody(apiJob(sr.Job))
 		if err != nil {
 			outcome = outcomeError
 			g.log.Error("encoding job", logging.KeyTenant, tenant, logging.KeyError, err)
@@ -509,7 +520,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		}
 		resp := &response{
 			status:     http.StatusCreated,
-			body:       append(b, '\n'),
+			body:       body,
 			location:   "/v1/jobs/" + url.PathEscape(sr.Job.JobId),
 			replayable: true,
 			replayed:   sr.Replayed,
