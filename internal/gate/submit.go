@@ -82,13 +82,9 @@ var (
 // and renders the header values every replay sends. r is immutable after.
 func (r *response) seal(rawSum [sha256.Size]byte) {
 	r.rawSum = rawSum
-	// Both values in one allocation, each slice with cap == len.
-	texts := make([]string, 1, 2)
-	texts[0] = strconv.Itoa(len(r.body))
-	r.lengthText = texts[0:1:1]
+	r.lengthText = []string{strconv.Itoa(len(r.body))}
 	if r.replayable && !r.expiresAt.IsZero() {
-		texts = append(texts, api.FormatTime(r.expiresAt))
-		r.expiresText = texts[1:2:2]
+		r.expiresText = []string{api.FormatTime(r.expiresAt)}
 	}
 	r.sealed = true
 }
@@ -472,22 +468,15 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	if claimed {
 		submit = g.submitOmitted
 	}
-	// The request and its job in one allocation.
-	msgs := new(struct {
-		req rpcpb.SubmitRequest
-		job rpcpb.JobRequest
-	})
-	msgs.job = rpcpb.JobRequest{Type: job.Type, Payload: job.Payload, Datacenters: job.Datacenters}
-	msgs.req = rpcpb.SubmitRequest{
+	sr, err := submit(ctx, &rpcpb.SubmitRequest{
 		Tenant:         tenant,
 		Key:            key.Raw,
 		Fingerprint:    fp,
-		Job:            &msgs.job,
+		Job:            &rpcpb.JobRequest{Type: job.Type, Payload: job.Payload, Datacenters: job.Datacenters},
 		WaitMillis:     wait.Milliseconds(),
 		ProposedJobId:  jobid.Derive(tenant, key.Raw, fp),
 		ResultTtlNanos: int64(resultTTL),
-	}
-	sr, err := submit(ctx, &msgs.req)
+	})
 	outcome := outcomeUnavailable
 	if err == nil {
 		outcome = sr.Outcome
