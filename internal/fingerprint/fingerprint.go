@@ -176,7 +176,7 @@ func (c *canonicalizer) value(depth int) error {
 		if err != nil {
 			return err
 		}
-		c.out = appendString(c.out, s)
+		c.out = jsonescape.AppendString(c.out, s)
 		return nil
 	case 't':
 		return c.literal("true")
@@ -276,7 +276,7 @@ func (c *canonicalizer) object(depth int) error {
 			c.out = append(c.out, ',')
 		}
 		m := member{key: key, start: len(c.out)}
-		c.out = appendString(c.out, key)
+		c.out = jsonescape.AppendString(c.out, key)
 		c.out = append(c.out, ':')
 		if err := c.expect(':'); err != nil {
 			return err
@@ -441,62 +441,6 @@ func unescape(raw []byte, base int) ([]byte, error) {
 		}
 	}
 	return out, nil
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s, which is valid UTF-8, as a JSON string exactly as
-// json.Marshal encodes a Go string: the short escapes \", \\, \b, \f, \n,
-// \r, \t; \u00XX for other control characters and for <, > and &; \u2028
-// and \u2029; every other character as itself.
-func appendString(out, s []byte) []byte {
-	out = append(out, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			out = append(out, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				out = append(out, '\\', b)
-			case '\b':
-				out = append(out, '\\', 'b')
-			case '\f':
-				out = append(out, '\\', 'f')
-			case '\n':
-				out = append(out, '\\', 'n')
-			case '\r':
-				out = append(out, '\\', 'r')
-			case '\t':
-				out = append(out, '\\', 't')
-			default:
-				out = append(out, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			// Not reached for valid UTF-8; json.Marshal writes U+FFFD.
-			out = append(out, s[start:i]...)
-			out = append(out, `\ufffd`...)
-		} else if r == '\u2028' || r == '\u2029' {
-			out = append(out, s[start:i]...)
-			out = append(out, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		} else {
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	out = append(out, s[start:]...)
-	return append(out, '"')
 }
 
 func quoteForError(s string) string {

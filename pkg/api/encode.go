@@ -6,7 +6,8 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/once-dev/once/internal/jsonescape"
 )
 
 // ErrInvalidRawJSON is matched (errors.Is) by the error AppendJSON returns
@@ -46,15 +47,15 @@ func (j *Job) AppendJSON(dst []byte) ([]byte, error) {
 	}
 	orig := len(dst)
 	dst = append(dst, `{"job_id":`...)
-	dst = appendJSONString(dst, j.JobID)
+	dst = jsonescape.AppendString(dst, j.JobID)
 	dst = append(dst, `,"type":`...)
-	dst = appendJSONString(dst, j.Type)
+	dst = jsonescape.AppendString(dst, j.Type)
 	dst = append(dst, `,"status":`...)
-	dst = appendJSONString(dst, j.Status)
+	dst = jsonescape.AppendString(dst, j.Status)
 	dst = append(dst, `,"idempotency_key":`...)
-	dst = appendJSONString(dst, j.IdempotencyKey)
+	dst = jsonescape.AppendString(dst, j.IdempotencyKey)
 	dst = append(dst, `,"created_at":`...)
-	dst = appendJSONString(dst, j.CreatedAt)
+	dst = jsonescape.AppendString(dst, j.CreatedAt)
 	dst = append(dst, `,"datacenters":`...)
 	dst = appendDatacenters(dst, j.Datacenters)
 	dst = append(dst, `,"payload":`...)
@@ -64,7 +65,7 @@ func (j *Job) AppendJSON(dst []byte) ([]byte, error) {
 	}
 	if j.State != "" {
 		dst = append(dst, `,"state":`...)
-		dst = appendJSONString(dst, j.State)
+		dst = jsonescape.AppendString(dst, j.State)
 	}
 	if j.Attempts != 0 {
 		dst = append(dst, `,"attempts":`...)
@@ -78,7 +79,7 @@ func (j *Job) AppendJSON(dst []byte) ([]byte, error) {
 	}
 	if j.Error != "" {
 		dst = append(dst, `,"error":`...)
-		dst = appendJSONString(dst, j.Error)
+		dst = jsonescape.AppendString(dst, j.Error)
 	}
 	if len(j.NamedDatacenters) != 0 {
 		dst = append(dst, `,"named_datacenters":[`...)
@@ -86,7 +87,7 @@ func (j *Job) AppendJSON(dst []byte) ([]byte, error) {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, dc)
+			dst = jsonescape.AppendString(dst, dc)
 		}
 		dst = append(dst, ']')
 	}
@@ -112,13 +113,13 @@ func appendDatacenters(dst []byte, m map[string]DatacenterStatus) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, name)
+		dst = jsonescape.AppendString(dst, name)
 		st := m[name]
 		dst = append(dst, `:{"status":`...)
-		dst = appendJSONString(dst, st.Status)
+		dst = jsonescape.AppendString(dst, st.Status)
 		if st.Reason != "" {
 			dst = append(dst, `,"reason":`...)
-			dst = appendJSONString(dst, st.Reason)
+			dst = jsonescape.AppendString(dst, st.Reason)
 		}
 		dst = append(dst, '}')
 	}
@@ -152,11 +153,11 @@ func appendRawJSON(dst, raw []byte, member string) ([]byte, error) {
 		switch {
 		case c == '<' || c == '>' || c == '&':
 			dst = append(dst, raw[start:i]...)
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			dst = append(dst, '\\', 'u', '0', '0', jsonescape.HexDigits[c>>4], jsonescape.HexDigits[c&0xF])
 			start = i + 1
 		case c == 0xE2 && i+2 < len(raw) && raw[i+1] == 0x80 && raw[i+2]&^1 == 0xA8:
 			dst = append(dst, raw[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[raw[i+2]&0xF])
+			dst = append(dst, '\\', 'u', '2', '0', '2', jsonescape.HexDigits[raw[i+2]&0xF])
 			i += 2
 			start = i + 1
 		case inString:
@@ -174,62 +175,4 @@ func appendRawJSON(dst, raw []byte, member string) ([]byte, error) {
 		}
 	}
 	return append(dst, raw[start:]...), nil
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string as encoding/json writes it by
-// default (with HTML escaping): ", \ and the control characters escaped
-// (\b \f \n \r \t by name, the rest as \u00XX), <, > and & as \u003c, \u003e
-// and \u0026, U+2028 and U+2029 as \u2028 and \u2029, and each byte of
-// invalid UTF-8 as \ufffd.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
