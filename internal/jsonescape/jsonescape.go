@@ -1,6 +1,8 @@
-// Package jsonescape reads the escapes of JSON strings, for the scanners
-// that walk a body's bytes without decoding it (the gate's fingerprint and
-// the API's duplicate-member check).
+// Package jsonescape reads and writes the escapes of JSON strings, for the
+// code that walks or writes JSON bytes without encoding/json: it reads
+// \uXXXX escapes for the scanners (the gate's fingerprint and the API's
+// duplicate-member check) and writes a string as json.Marshal does for the
+// fingerprint's canonical form and the API's job encoder.
 package jsonescape
 
 // Hex4 reads the four hexadecimal digits of a \uXXXX escape starting at
