@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -53,8 +52,7 @@ func (g *globals) managerClient() (*rpc.Client, error) {
 		}
 		opSecret = s
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	var tlsCfg *tls.Config // a clone of http.DefaultTransport may carry a TLS config of its own
+	var tlsCfg *tls.Config
 	switch {
 	case files.Set():
 		c, err := certs.NewCluster(g.cacert, g.cert, g.key, nil)
@@ -73,14 +71,13 @@ func (g *globals) managerClient() (*rpc.Client, error) {
 		}
 		tlsCfg = c.ClientConfig()
 	}
-	t.TLSClientConfig = tlsCfg
 	for _, a := range g.managers {
 		if _, err := url.Parse("http://" + a); err != nil {
 			return nil, usagef("manager address %q: %v", a, err)
 		}
 	}
 	return rpc.NewClient(rpc.ClientConfig{
-		Resolver: rpc.StaticResolver(g.managers), Transport: t, TLS: tlsCfg,
+		Resolver: rpc.StaticResolver(g.managers), TLS: tlsCfg,
 		Secret: secret, OperatorSecret: opSecret,
 		AttemptTimeout: g.timeout, MaxAttempts: 2 * len(g.managers),
 	}), nil

@@ -37,17 +37,17 @@ func (trivialSvc) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 func httpSubmitHandler(svc Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req rpcpb.SubmitRequest
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+		body, err := io.ReadAll(io.LimitReader(r.Body, MaxWorkerRequestBytes))
 		if err == nil {
 			err = json.Unmarshal(body, &req)
 		}
 		if err != nil {
-			writeError(w, Errorf(CodeInvalid, "decode submit request: %v", err))
+			writeError(w, http.StatusBadRequest, Errorf(CodeInvalid, "decode submit request: %v", err))
 			return
 		}
 		resp, err := svc.Submit(r.Context(), &req)
 		if err != nil {
-			writeError(w, Errorf(CodeInternal, "%v", err))
+			writeError(w, http.StatusInternalServerError, Errorf(CodeInternal, "%v", err))
 			return
 		}
 		b, _ := json.Marshal(resp)
@@ -77,7 +77,7 @@ func httpSubmit(ctx context.Context, hc *http.Client, url string, req *rpcpb.Sub
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, decodeError(resp.StatusCode, b)
+		return nil, fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, b)
 	}
 	var out rpcpb.SubmitResponse
 	return &out, json.Unmarshal(b, &out)
@@ -150,7 +150,7 @@ func BenchmarkSubmit(b *testing.B) {
 	b.Run("http-json", func(b *testing.B) {
 		srv := httptest.NewServer(httpSubmitHandler(svc))
 		defer srv.Close()
-		tr := NewTransport()
+		tr := &http.Transport{MaxIdleConnsPerHost: benchConcurrency}
 		defer tr.CloseIdleConnections()
 		hc := &http.Client{Transport: tr}
 		runConcurrent(b, func(i int64) (*rpcpb.SubmitResponse, error) {

@@ -3,14 +3,10 @@ package rpc
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,9 +36,6 @@ func (f ResolverFunc) Managers() []string { return f() }
 // ClientConfig configures a Client. Zero values take the defaults noted.
 type ClientConfig struct {
 	Resolver Resolver
-	// Transport carries the status reads (HTTP/JSON); nil means a keep-alive
-	// transport sized for many concurrent requests to few hosts.
-	Transport http.RoundTripper
 	// Streams is how many submit streams (each its own connection) the client
 	// keeps to a manager. Default 2.
 	Streams int
@@ -55,16 +48,14 @@ type ClientConfig struct {
 	// MaxBackoff). Defaults 10ms and 250ms.
 	RetryBackoff time.Duration
 	MaxBackoff   time.Duration
-	// Secret is the cluster secret sent with every call, stream and status
-	// read (secret.go); empty sends none.
+	// Secret is the cluster secret sent with every call and stream
+	// (secret.go); empty sends none.
 	Secret string
 	// TLS, when set, is how the client dials the managers (certs.Cluster's
-	// ClientConfig: mutual TLS), for the gRPC connections and, when
-	// Transport is nil, the status reads; nil dials plain TCP.
+	// ClientConfig: mutual TLS); nil dials plain TCP.
 	TLS *tls.Config
 	// Dial, when set, opens the TCP connections to the managers (addr is
-	// host:port), for the gRPC connections and, when Transport is nil, the
-	// status reads; TLS, if any, runs over them. nil: a plain dial, as always in
+	// host:port); TLS, if any, runs over them. nil: a plain dial, as always in
 	// the daemons. A seam for the tests module's fault layer, which cuts
 	// the links between datacenters through it.
 	Dial DialFunc
@@ -88,7 +79,6 @@ type DialFunc func(ctx context.Context, addr string) (net.Conn, error)
 // once. Retrying a submission is safe: the ledger deduplicates by key.
 type Client struct {
 	cfg ClientConfig
-	hc  *http.Client
 	log *slog.Logger
 
 	mu     sync.Mutex
@@ -112,41 +102,8 @@ type laneSlot struct {
 	l  *lane
 }
 
-// NewTransport returns the default transport: keep-alive connections, enough idle
-// connections per manager for a busy gate, and short dial timeouts so a dead
-// manager is detected quickly.
-func NewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 15 * time.Second}).DialContext,
-		MaxIdleConns:        4096,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
-	}
-}
-
-// Scheme is the URL scheme of the managers' RPC listener for a client with
-// tlsCfg: https with TLS, http without.
-func Scheme(tlsCfg *tls.Config) string {
-	if tlsCfg != nil {
-		return "https"
-	}
-	return "http"
-}
-
 // NewClient returns a Client.
 func NewClient(cfg ClientConfig) *Client {
-	if cfg.Transport == nil {
-		t := NewTransport()
-		t.TLSClientConfig = cfg.TLS
-		if dial := cfg.Dial; dial != nil {
-			t.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) }
-		}
-		cfg.Transport = t
-	}
-	cfg.Transport = WithSecret(cfg.Transport, cfg.Secret)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -165,7 +122,7 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Streams <= 0 {
 		cfg.Streams = 2
 	}
-	return &Client{cfg: cfg, hc: &http.Client{Transport: cfg.Transport}, log: cfg.Logger, peers: map[string]*peer{}, conns: map[string]*callConn{}}
+	return &Client{cfg: cfg, log: cfg.Logger, peers: map[string]*peer{}, conns: map[string]*callConn{}}
 }
 
 // finalError is an attempt's error that must not be retried (a snapshot
@@ -182,14 +139,13 @@ func (c *Client) Leader() string {
 	return c.leader
 }
 
-// CloseIdleConnections closes idle keep-alive connections and the submit
-// streams nothing waits on; later calls open new ones.
+// CloseIdleConnections closes the connections and the submit streams
+// nothing waits on; later calls open new ones.
 func (c *Client) CloseIdleConnections() {
 	for _, l := range c.takeLanes(func(l *lane) bool { return l.idle() }) {
 		l.close()
 	}
 	c.closeConns(false)
-	c.hc.CloseIdleConnections()
 }
 
 // Close closes every connection and stream; submissions still waiting fail
@@ -203,7 +159,6 @@ func (c *Client) Close() {
 		l.close()
 	}
 	c.closeConns(true)
-	c.hc.CloseIdleConnections()
 }
 
 // takeLanes removes from their slots, and returns, the lanes that match.
@@ -375,40 +330,6 @@ func (c *Client) lane(ctx context.Context, addr string, slot uint64) (*lane, err
 	return l, nil
 }
 
-// Status returns the status of whichever manager answers (the leader when
-// it is known), with retries.
-func (c *Client) Status(ctx context.Context) (*Status, error) {
-	return c.status(ctx, nil)
-}
-
-// LeaderStatus returns the leader's status: it succeeds only when a leader
-// answers, which is what a gate's readiness means.
-func (c *Client) LeaderStatus(ctx context.Context) (*Status, error) {
-	return c.status(ctx, url.Values{"leader": {"1"}})
-}
-
-// StatusOf returns one manager's own status, wherever it stands; no retries.
-func (c *Client) StatusOf(ctx context.Context, addr string) (*Status, error) {
-	var st Status
-	if err := c.attempt(ctx, addr, "/rpc/v1/status", nil, &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
-}
-
-// status reads GET /rpc/v1/status (HTTP/1.1, JSON, the one route of the
-// port that is not gRPC) with q and the retries of every call.
-func (c *Client) status(ctx context.Context, q url.Values) (*Status, error) {
-	var st Status
-	err := c.retry(ctx, "/rpc/v1/status", func(addr string) error {
-		return c.attempt(ctx, addr, "/rpc/v1/status", q, &st)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &st, nil
-}
-
 // maxHintHops bounds how many "not leader" hints are followed without pausing,
 // so two managers that disagree about the leader cannot make a client spin.
 const maxHintHops = 3
@@ -471,42 +392,6 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(addr strin
 		}
 		backoff = min(backoff*2, c.cfg.MaxBackoff)
 	}
-}
-
-// attempt does one GET of path at addr, within AttemptTimeout, and decodes
-// a 200 answer's JSON into out; another answer is returned as its *Error, a
-// transport failure as a plain error.
-func (c *Client) attempt(ctx context.Context, addr, path string, q url.Values, out any) error {
-	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-	defer cancel()
-	u := Scheme(c.cfg.TLS) + "://" + addr + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)
-	if err != nil {
-		return Errorf(CodeInvalid, "build request: %v", err)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("rpc GET %s: %w", addr, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
-	if err != nil {
-		return fmt.Errorf("rpc GET %s: read: %w", addr, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return decodeError(resp.StatusCode, b)
-	}
-	if len(b) > MaxResponseBytes {
-		// Never decode a cut answer: say what happened instead.
-		return Errorf(CodeTooLarge, "the %s answer is over %d bytes", path, MaxResponseBytes)
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return Errorf(CodeInternal, "decode %s answer: %v", path, err)
-	}
-	return nil
 }
 
 func (c *Client) pick() string {

@@ -10,26 +10,21 @@
 //     for what they share);
 //
 // beside it the generated service rpcpb.Operator, oncectl's, behind the
-// operator credential (operator.go, operatorclient.go, operatorauth.go);
-// and, as JSON over HTTP/1.1 on the same port, the status. Server tells the
-// two protocols apart by a connection's first bytes (cmux).
+// operator credential (operator.go, operatorclient.go, operatorauth.go).
+// The same port answers HTTP/1.1 for what curl and Prometheus read: the
+// status as JSON (status.go) and the routes the daemon adds (/metrics).
+// Server tells the two apart by a connection's first bytes (cmux).
 //
 // Errors keep their identity across the wire: a manager answers an error with a
 // stable Code (a JSON Error, or its rpcpb.Error in a stream's result or a
 // unary call's status details), and the client turns it back into an *Error
 // that matches the sentinels below with errors.Is. Nothing is ever matched by
 // text.
-//
-// HTTP endpoint:
-//
-//	GET  /rpc/v1/status            → Status
 package rpc
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
@@ -94,7 +89,7 @@ const (
 	CodeConflict Code = "conflict"
 )
 
-// Error is an RPC error. It is the JSON body of every non-200 answer.
+// Error is an RPC error (also the JSON body of an HTTP/1.1 refusal).
 type Error struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
@@ -142,34 +137,6 @@ var (
 // Errorf builds an *Error with a code and a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// httpStatus maps a code to the HTTP status of its answer.
-func httpStatus(c Code) int {
-	switch c {
-	case CodeNotLeader:
-		return http.StatusMisdirectedRequest
-	case CodeUnavailable, CodeLedgerFull, CodeWatermarksFull, CodeOutboxFull:
-		return http.StatusServiceUnavailable
-	case CodeTenantQuota:
-		return http.StatusTooManyRequests
-	case CodeNotFound:
-		return http.StatusNotFound
-	case CodeInvalid:
-		return http.StatusBadRequest
-	case CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case CodeForbidden:
-		return http.StatusForbidden
-	case CodeLeaseLost, CodeConflict:
-		return http.StatusConflict
-	case CodeRequestReused:
-		return http.StatusUnprocessableEntity
-	case CodeBudgetExceeded:
-		return http.StatusInsufficientStorage
-	default:
-		return http.StatusInternalServerError
-	}
 }
 
 // Submission outcomes: the values of rpcpb.SubmitResponse.Outcome.
@@ -236,18 +203,4 @@ type Service interface {
 	ListJobs(ctx context.Context, req *rpcpb.ListJobsRequest) (*rpcpb.ListJobsResponse, error)
 	GetKey(ctx context.Context, tenant, key string) (*rpcpb.KeyInfo, error)
 	Status(ctx context.Context) (*Status, error)
-}
-
-// decodeError reads an Error body; a body that is not one becomes CodeInternal
-// (or CodeUnavailable for 502/503/504 answers from something in between).
-func decodeError(status int, body []byte) *Error {
-	var e Error
-	if err := json.Unmarshal(body, &e); err == nil && e.Code != "" {
-		return &e
-	}
-	switch status {
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return Errorf(CodeUnavailable, "HTTP %d from manager", status)
-	}
-	return Errorf(CodeInternal, "HTTP %d from manager: %.200s", status, body)
 }

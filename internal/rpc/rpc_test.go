@@ -2,10 +2,12 @@ package rpc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,7 +78,8 @@ func (f *fakeManager) GetKey(ctx context.Context, tenant, key string) (*rpcpb.Ke
 func (f *fakeManager) Status(ctx context.Context) (*Status, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return &Status{IsLeader: f.leader, LeaderRPC: f.leaderRPC}, nil
+	return &Status{NodeID: "m1", Term: 7, Voters: []string{"m1", "m2", "m3"}, IsLeader: f.leader, LeaderRPC: f.leaderRPC,
+		Queues: &QueueCounts{Queued: 3, Running: 1}}, nil
 }
 
 // serve serves svc with a Server on a loopback port, closed when the test ends,
@@ -214,17 +217,43 @@ func TestLeaderStatusRequiresLeader(t *testing.T) {
 	}
 }
 
-func TestNonRPCErrorBodies(t *testing.T) {
+// The status over gRPC and over HTTP/1.1 is the same document: the
+// service's Status.
+func TestStatusOverGRPCAndHTTPIsOneDocument(t *testing.T) {
+	svc := &fakeManager{leader: true}
+	addr := serve(t, svc)
+	c := newClient(t, addr)
+	st, err := c.StatusOf(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := svc.Status(context.Background())
+	if !reflect.DeepEqual(st, want) {
+		t.Fatalf("gRPC status %+v, want %+v", st, want)
+	}
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://" + addr + "/rpc/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got Status
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /rpc/v1/status: %d %v", resp.StatusCode, err)
+	}
+	if !reflect.DeepEqual(&got, want) {
+		t.Fatalf("HTTP status %+v, want %+v", got, want)
+	}
+}
+
+// A listener that answers HTTP but not the service is a transport failure:
+// the client retries it until its deadline, then says unavailable.
+func TestNonRPCAnswersAreUnavailable(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad gateway", http.StatusBadGateway)
 	}))
 	defer srv.Close()
-	if e := decodeError(http.StatusBadGateway, []byte("bad gateway")); e.Code != CodeUnavailable {
-		t.Fatalf("502 should be unavailable, got %v", e)
-	}
-	if e := decodeError(http.StatusTeapot, []byte("teapot")); e.Code != CodeInternal {
-		t.Fatalf("418 should be internal, got %v", e)
-	}
 	c := newClient(t, strings.TrimPrefix(srv.URL, "http://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()

@@ -37,7 +37,7 @@ func requireSecret(h http.Handler, secret string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !secretOK(r.Header.Get(secretHeader), secret) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="once-rpc"`)
-			writeError(w, &Error{Code: CodeUnauthenticated, Message: "the cluster secret is missing or wrong"})
+			writeError(w, http.StatusUnauthorized, &Error{Code: CodeUnauthenticated, Message: "the cluster secret is missing or wrong"})
 			return
 		}
 		h.ServeHTTP(w, r)

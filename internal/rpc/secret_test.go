@@ -39,7 +39,7 @@ func TestClusterSecret(t *testing.T) {
 		}
 		cancel()
 		c.Close()
-		hc := &http.Client{Transport: WithSecret(NewTransport(), secret)}
+		hc := &http.Client{Transport: WithSecret(&http.Transport{}, secret)}
 		resp, err := hc.Get("http://" + addr + "/extra")
 		if err != nil {
 			t.Fatal(err)
@@ -58,6 +58,17 @@ func TestClusterSecret(t *testing.T) {
 	defer c.Close()
 	if _, err := c.Submit(context.Background(), req); err != nil {
 		t.Fatalf("with the secret: %v", err)
+	}
+	// The HTTP side serves the status with the secret.
+	hc := &http.Client{Transport: WithSecret(&http.Transport{}, "s3cret")}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://" + addr + "/rpc/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("with the secret, GET /rpc/v1/status answered %d", resp.StatusCode)
 	}
 	if _, err := c.GetJob(context.Background(), "t", "j-k1"); err != nil {
 		var e *Error

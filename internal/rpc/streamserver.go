@@ -83,9 +83,10 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 		log:         cfg.Logger,
 		maxInFlight: cfg.MaxInFlight,
 		tls:         cfg.TLS,
-		mux:         NewHandler(svc, cfg.Logger),
+		mux:         http.NewServeMux(),
 		draining:    make(chan struct{}),
 	}
+	s.mux.HandleFunc("GET /rpc/v1/status", s.serveStatusHTTP)
 	s.http = &http.Server{
 		Handler:           requireSecret(s.mux, cfg.Secret),
 		ReadHeaderTimeout: 5 * time.Second,

@@ -2002,6 +2002,101 @@ func (x *FederationView) GetDatacenters() map[string]*Managers {
 	return nil
 }
 
+// StatusRequest asks for a manager's status.
+type StatusRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// leader_only: answer not_leader unless this manager is the leader.
+	LeaderOnly    bool `protobuf:"varint,1,opt,name=leader_only,json=leaderOnly,proto3" json:"leader_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_manager_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_manager_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_manager_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *StatusRequest) GetLeaderOnly() bool {
+	if x != nil {
+		return x.LeaderOnly
+	}
+	return false
+}
+
+// StatusResponse is a manager's status as the JSON document of the public
+// ManagerStatus (pkg/api; docs/api.md), which a gate answers GET
+// /v1/cluster with and the manager's curl-friendly GET /rpc/v1/status
+// serves: the status's members are the public API's, defined there once,
+// and the wire carries that document rather than a second definition of it.
+type StatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Json          []byte                 `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_manager_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_manager_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_manager_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *StatusResponse) GetJson() []byte {
+	if x != nil {
+		return x.Json
+	}
+	return nil
+}
+
 // Managers is a datacenter's managers' RPC addresses.
 type Managers struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2012,7 +2107,7 @@ type Managers struct {
 
 func (x *Managers) Reset() {
 	*x = Managers{}
-	mi := &file_manager_proto_msgTypes[27]
+	mi := &file_manager_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2119,7 @@ func (x *Managers) String() string {
 func (*Managers) ProtoMessage() {}
 
 func (x *Managers) ProtoReflect() protoreflect.Message {
-	mi := &file_manager_proto_msgTypes[27]
+	mi := &file_manager_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2132,7 @@ func (x *Managers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Managers.ProtoReflect.Descriptor instead.
 func (*Managers) Descriptor() ([]byte, []int) {
-	return file_manager_proto_rawDescGZIP(), []int{27}
+	return file_manager_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Managers) GetAddrs() []string {
@@ -2212,9 +2307,14 @@ const file_manager_proto_rawDesc = "" +
 	"\vdatacenters\x18\x02 \x03(\v2,.once.rpc.v1.FederationView.DatacentersEntryR\vdatacenters\x1aU\n" +
 	"\x10DatacentersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
-	"\x05value\x18\x02 \x01(\v2\x15.once.rpc.v1.ManagersR\x05value:\x028\x01\" \n" +
+	"\x05value\x18\x02 \x01(\v2\x15.once.rpc.v1.ManagersR\x05value:\x028\x01\"0\n" +
+	"\rStatusRequest\x12\x1f\n" +
+	"\vleader_only\x18\x01 \x01(\bR\n" +
+	"leaderOnly\"$\n" +
+	"\x0eStatusResponse\x12\x12\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json\" \n" +
 	"\bManagers\x12\x14\n" +
-	"\x05addrs\x18\x01 \x03(\tR\x05addrs2\xa6\x04\n" +
+	"\x05addrs\x18\x01 \x03(\tR\x05addrs2\xe9\x04\n" +
 	"\aManager\x12B\n" +
 	"\x06Submit\x12\x18.once.rpc.v1.SubmitBatch\x1a\x1a.once.rpc.v1.SubmitResults(\x010\x01\x12>\n" +
 	"\x05Lease\x12\x19.once.rpc.v1.LeaseRequest\x1a\x1a.once.rpc.v1.LeaseResponse\x12G\n" +
@@ -2224,7 +2324,8 @@ const file_manager_proto_rawDesc = "" +
 	"\bListJobs\x12\x1c.once.rpc.v1.ListJobsRequest\x1a\x1d.once.rpc.v1.ListJobsResponse\x12:\n" +
 	"\x06GetKey\x12\x1a.once.rpc.v1.GetKeyRequest\x1a\x14.once.rpc.v1.KeyInfo\x12I\n" +
 	"\n" +
-	"Federation\x12\x1e.once.rpc.v1.FederationRequest\x1a\x1b.once.rpc.v1.FederationViewB-Z+github.com/once-dev/once/internal/rpc/rpcpbb\x06proto3"
+	"Federation\x12\x1e.once.rpc.v1.FederationRequest\x1a\x1b.once.rpc.v1.FederationView\x12A\n" +
+	"\x06Status\x12\x1a.once.rpc.v1.StatusRequest\x1a\x1b.once.rpc.v1.StatusResponseB-Z+github.com/once-dev/once/internal/rpc/rpcpbb\x06proto3"
 
 var (
 	file_manager_proto_rawDescOnce sync.Once
@@ -2238,7 +2339,7 @@ func file_manager_proto_rawDescGZIP() []byte {
 	return file_manager_proto_rawDescData
 }
 
-var file_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_manager_proto_goTypes = []any{
 	(*SubmitBatch)(nil),       // 0: once.rpc.v1.SubmitBatch
 	(*SubmitItem)(nil),        // 1: once.rpc.v1.SubmitItem
@@ -2267,9 +2368,11 @@ var file_manager_proto_goTypes = []any{
 	(*KeyInfo)(nil),           // 24: once.rpc.v1.KeyInfo
 	(*FederationRequest)(nil), // 25: once.rpc.v1.FederationRequest
 	(*FederationView)(nil),    // 26: once.rpc.v1.FederationView
-	(*Managers)(nil),          // 27: once.rpc.v1.Managers
-	nil,                       // 28: once.rpc.v1.Job.DatacentersEntry
-	nil,                       // 29: once.rpc.v1.FederationView.DatacentersEntry
+	(*StatusRequest)(nil),     // 27: once.rpc.v1.StatusRequest
+	(*StatusResponse)(nil),    // 28: once.rpc.v1.StatusResponse
+	(*Managers)(nil),          // 29: once.rpc.v1.Managers
+	nil,                       // 30: once.rpc.v1.Job.DatacentersEntry
+	nil,                       // 31: once.rpc.v1.FederationView.DatacentersEntry
 }
 var file_manager_proto_depIdxs = []int32{
 	1,  // 0: once.rpc.v1.SubmitBatch.items:type_name -> once.rpc.v1.SubmitItem
@@ -2285,14 +2388,14 @@ var file_manager_proto_depIdxs = []int32{
 	8,  // 10: once.rpc.v1.SubmitResult.job:type_name -> once.rpc.v1.Job
 	8,  // 11: once.rpc.v1.SubmitResponse.job:type_name -> once.rpc.v1.Job
 	10, // 12: once.rpc.v1.SubmitResponse.rejection:type_name -> once.rpc.v1.Rejection
-	28, // 13: once.rpc.v1.Job.datacenters:type_name -> once.rpc.v1.Job.DatacentersEntry
+	30, // 13: once.rpc.v1.Job.datacenters:type_name -> once.rpc.v1.Job.DatacentersEntry
 	8,  // 14: once.rpc.v1.Lease.job:type_name -> once.rpc.v1.Job
 	12, // 15: once.rpc.v1.LeaseResponse.leases:type_name -> once.rpc.v1.Lease
 	8,  // 16: once.rpc.v1.JobActionResponse.job:type_name -> once.rpc.v1.Job
 	8,  // 17: once.rpc.v1.ListJobsResponse.jobs:type_name -> once.rpc.v1.Job
-	29, // 18: once.rpc.v1.FederationView.datacenters:type_name -> once.rpc.v1.FederationView.DatacentersEntry
+	31, // 18: once.rpc.v1.FederationView.datacenters:type_name -> once.rpc.v1.FederationView.DatacentersEntry
 	9,  // 19: once.rpc.v1.Job.DatacentersEntry.value:type_name -> once.rpc.v1.DatacenterStatus
-	27, // 20: once.rpc.v1.FederationView.DatacentersEntry.value:type_name -> once.rpc.v1.Managers
+	29, // 20: once.rpc.v1.FederationView.DatacentersEntry.value:type_name -> once.rpc.v1.Managers
 	0,  // 21: once.rpc.v1.Manager.Submit:input_type -> once.rpc.v1.SubmitBatch
 	11, // 22: once.rpc.v1.Manager.Lease:input_type -> once.rpc.v1.LeaseRequest
 	18, // 23: once.rpc.v1.Manager.Cancel:input_type -> once.rpc.v1.JobActionRequest
@@ -2301,16 +2404,18 @@ var file_manager_proto_depIdxs = []int32{
 	21, // 26: once.rpc.v1.Manager.ListJobs:input_type -> once.rpc.v1.ListJobsRequest
 	23, // 27: once.rpc.v1.Manager.GetKey:input_type -> once.rpc.v1.GetKeyRequest
 	25, // 28: once.rpc.v1.Manager.Federation:input_type -> once.rpc.v1.FederationRequest
-	4,  // 29: once.rpc.v1.Manager.Submit:output_type -> once.rpc.v1.SubmitResults
-	13, // 30: once.rpc.v1.Manager.Lease:output_type -> once.rpc.v1.LeaseResponse
-	19, // 31: once.rpc.v1.Manager.Cancel:output_type -> once.rpc.v1.JobActionResponse
-	19, // 32: once.rpc.v1.Manager.Retry:output_type -> once.rpc.v1.JobActionResponse
-	8,  // 33: once.rpc.v1.Manager.GetJob:output_type -> once.rpc.v1.Job
-	22, // 34: once.rpc.v1.Manager.ListJobs:output_type -> once.rpc.v1.ListJobsResponse
-	24, // 35: once.rpc.v1.Manager.GetKey:output_type -> once.rpc.v1.KeyInfo
-	26, // 36: once.rpc.v1.Manager.Federation:output_type -> once.rpc.v1.FederationView
-	29, // [29:37] is the sub-list for method output_type
-	21, // [21:29] is the sub-list for method input_type
+	27, // 29: once.rpc.v1.Manager.Status:input_type -> once.rpc.v1.StatusRequest
+	4,  // 30: once.rpc.v1.Manager.Submit:output_type -> once.rpc.v1.SubmitResults
+	13, // 31: once.rpc.v1.Manager.Lease:output_type -> once.rpc.v1.LeaseResponse
+	19, // 32: once.rpc.v1.Manager.Cancel:output_type -> once.rpc.v1.JobActionResponse
+	19, // 33: once.rpc.v1.Manager.Retry:output_type -> once.rpc.v1.JobActionResponse
+	8,  // 34: once.rpc.v1.Manager.GetJob:output_type -> once.rpc.v1.Job
+	22, // 35: once.rpc.v1.Manager.ListJobs:output_type -> once.rpc.v1.ListJobsResponse
+	24, // 36: once.rpc.v1.Manager.GetKey:output_type -> once.rpc.v1.KeyInfo
+	26, // 37: once.rpc.v1.Manager.Federation:output_type -> once.rpc.v1.FederationView
+	28, // 38: once.rpc.v1.Manager.Status:output_type -> once.rpc.v1.StatusResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -2328,7 +2433,7 @@ func file_manager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_manager_proto_rawDesc), len(file_manager_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Manager_ListJobs_FullMethodName   = "/once.rpc.v1.Manager/ListJobs"
 	Manager_GetKey_FullMethodName     = "/once.rpc.v1.Manager/GetKey"
 	Manager_Federation_FullMethodName = "/once.rpc.v1.Manager/Federation"
+	Manager_Status_FullMethodName     = "/once.rpc.v1.Manager/Status"
 )
 
 // ManagerClient is the client API for Manager service.
@@ -57,6 +58,10 @@ type ManagerClient interface {
 	GetKey(ctx context.Context, in *GetKeyRequest, opts ...grpc.CallOption) (*KeyInfo, error)
 	// The federation view of the answering manager, any manager.
 	Federation(ctx context.Context, in *FederationRequest, opts ...grpc.CallOption) (*FederationView, error)
+	// The answering manager's status, any manager; with leader_only only the
+	// leader answers, and another manager answers not_leader naming it (a
+	// gate's readiness follows the hint).
+	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
 
 type managerClient struct {
@@ -150,6 +155,16 @@ func (c *managerClient) Federation(ctx context.Context, in *FederationRequest, o
 	return out, nil
 }
 
+func (c *managerClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Manager_Status_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagerServer is the server API for Manager service.
 // All implementations must embed UnimplementedManagerServer
 // for forward compatibility.
@@ -174,6 +189,10 @@ type ManagerServer interface {
 	GetKey(context.Context, *GetKeyRequest) (*KeyInfo, error)
 	// The federation view of the answering manager, any manager.
 	Federation(context.Context, *FederationRequest) (*FederationView, error)
+	// The answering manager's status, any manager; with leader_only only the
+	// leader answers, and another manager answers not_leader naming it (a
+	// gate's readiness follows the hint).
+	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedManagerServer()
 }
 
@@ -207,6 +226,9 @@ func (UnimplementedManagerServer) GetKey(context.Context, *GetKeyRequest) (*KeyI
 }
 func (UnimplementedManagerServer) Federation(context.Context, *FederationRequest) (*FederationView, error) {
 	return nil, status.Error(codes.Unimplemented, "method Federation not implemented")
+}
+func (UnimplementedManagerServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
 }
 func (UnimplementedManagerServer) mustEmbedUnimplementedManagerServer() {}
 func (UnimplementedManagerServer) testEmbeddedByValue()                 {}
@@ -362,6 +384,24 @@ func _Manager_Federation_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Manager_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagerServer).Status(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Manager_Status_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagerServer).Status(ctx, req.(*StatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Manager_ServiceDesc is the grpc.ServiceDesc for Manager service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -396,6 +436,10 @@ var Manager_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Federation",
 			Handler:    _Manager_Federation_Handler,
+		},
+		{
+			MethodName: "Status",
+			Handler:    _Manager_Status_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
