@@ -26,10 +26,13 @@ build:
 ## test: gofmt check, go vet, the dependency check, then the product suite and
 ## the tests module's suite (end-to-end, short chaos run), both under the race
 ## detector. The ledger's suite runs on its disk-backed state (what managers
-## run) and once more on the in-memory state.
+## run) and once more on the in-memory state. The allocation tests that the
+## race detector would falsify (built with !race) run once more without it.
+NORACE_PKGS := $(addprefix ./,$(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build !race' cmd internal pkg))))
 test: fmt-check vet deps-check
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
 	ONCE_LEDGER_TEST_STORE=memory $(GO) test -tags $(TAGS) -race -count=1 ./internal/ledger/
+	$(GO) test -tags $(TAGS) -count=1 -run Allocs $(NORACE_PKGS)
 	cd $(TESTS) && $(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
 
 ## unit: both suites without the real-process end-to-end tests (fast inner loop)
