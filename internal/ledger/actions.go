@@ -148,32 +148,10 @@ func (s *state) applyJobAction(ax *applyCtx, name string, a JobAction, judge fun
 		res.Outcome, res.Job = outcome, *old
 		return res
 	}
-	cost := entryBytes(0)
-	overBytes := func() bool {
-		return (a.MaxBytes > 0 && s.bytes+cost > a.MaxBytes) ||
-			(a.MaxTenantBytes > 0 && s.tenantBytes[a.Tenant]+cost > a.MaxTenantBytes)
-	}
-	for i := 0; i < maxReliefRemovals && (uint64(s.entries.Len()) >= a.MaxEntries || overBytes()); i++ {
-		if e, ok := s.entryExp.Min(); ok && e.ExpiresAt <= a.Now {
-			s.removeEntry(ax, e, a.Now, &res.Removed)
-			continue
-		}
-		if j, ok := s.jobExp.Min(); ok && j.ExpiresAt <= a.Now && overBytes() && (j.Tenant != a.Tenant || j.ID != a.JobID) {
-			s.removeJob(j)
-			res.Removed.Jobs++
-			continue
-		}
-		break
-	}
-	switch {
-	case uint64(s.entries.Len()) >= a.MaxEntries:
-		res.Outcome, res.Job = OutcomeFull, *old
-		return res
-	case a.MaxTenantBytes > 0 && s.tenantBytes[a.Tenant]+cost > a.MaxTenantBytes:
-		res.Outcome, res.Job = OutcomeTenantBytesFull, *old
-		return res
-	case a.MaxBytes > 0 && s.bytes+cost > a.MaxBytes:
-		res.Outcome, res.Job = OutcomeBytesFull, *old
+	r := room{tenant: a.Tenant, cost: entryBytes(0), maxEntries: a.MaxEntries, maxBytes: a.MaxBytes,
+		maxTenantBytes: a.MaxTenantBytes, keepJob: a.JobID}
+	if res.Outcome = s.makeRoom(ax, r, a.Now, &res.Removed); res.Outcome != 0 {
+		res.Job = *old
 		return res
 	}
 	j := s.update(old, change)

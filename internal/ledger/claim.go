@@ -121,32 +121,8 @@ func (s *state) applyClaim(ax *applyCtx, c Claim) Result {
 	if s.answerLive(ax, c.Tenant, c.Key, c.Fingerprint, c.Now, &res) {
 		return res
 	}
-	cost := entryBytes(0)
-	overBytes := func() bool {
-		return (c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes) ||
-			(c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes)
-	}
-	for i := 0; i < maxReliefRemovals && (uint64(s.entries.Len()) >= c.MaxEntries || overBytes()); i++ {
-		if e, ok := s.entryExp.Min(); ok && e.ExpiresAt <= c.Now {
-			s.removeEntry(ax, e, c.Now, &res.Removed)
-			continue
-		}
-		if j, ok := s.jobExp.Min(); ok && j.ExpiresAt <= c.Now && overBytes() {
-			s.removeJob(j)
-			res.Removed.Jobs++
-			continue
-		}
-		break
-	}
-	switch {
-	case uint64(s.entries.Len()) >= c.MaxEntries:
-		res.Outcome = OutcomeFull
-		return res
-	case c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes:
-		res.Outcome = OutcomeTenantBytesFull
-		return res
-	case c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes:
-		res.Outcome = OutcomeBytesFull
+	r := room{tenant: c.Tenant, cost: entryBytes(0), maxEntries: c.MaxEntries, maxBytes: c.MaxBytes, maxTenantBytes: c.MaxTenantBytes}
+	if res.Outcome = s.makeRoom(ax, r, c.Now, &res.Removed); res.Outcome != 0 {
 		return res
 	}
 	e := &Entry{

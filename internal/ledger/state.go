@@ -550,35 +550,9 @@ func (s *state) admissible(ax *applyCtx, c Reserve) (res Result, free bool) {
 			return res, false
 		}
 	}
-	cost := entryBytes(len(c.Request.Payload)) + jobBytes(len(c.Request.Payload))
-	overBytes := func() bool {
-		return (c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes) ||
-			(c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes)
-	}
-	// Relief: remove due entries (and, when bytes are short, due jobs),
-	// earliest first, at most a few: an Admit stays O(log n).
-	for i := 0; i < maxReliefRemovals && (uint64(s.entries.Len()) >= c.MaxEntries || overBytes()); i++ {
-		if e, ok := s.entryExp.Min(); ok && e.ExpiresAt <= c.Now {
-			s.removeEntry(ax, e, c.Now, &res.Removed)
-			continue
-		}
-		if j, ok := s.jobExp.Min(); ok && j.ExpiresAt <= c.Now && overBytes() {
-			s.removeJob(j)
-			res.Removed.Jobs++
-			continue
-		}
-		break
-	}
-	if uint64(s.entries.Len()) >= c.MaxEntries {
-		res.Outcome = OutcomeFull
-		return res, false
-	}
-	switch { // the tenant's share first: its refusal is the tenant's own (429)
-	case c.MaxTenantBytes > 0 && s.tenantBytes[c.Tenant]+cost > c.MaxTenantBytes:
-		res.Outcome = OutcomeTenantBytesFull
-		return res, false
-	case c.MaxBytes > 0 && s.bytes+cost > c.MaxBytes:
-		res.Outcome = OutcomeBytesFull
+	r := room{tenant: c.Tenant, cost: entryBytes(len(c.Request.Payload)) + jobBytes(len(c.Request.Payload)),
+		maxEntries: c.MaxEntries, maxBytes: c.MaxBytes, maxTenantBytes: c.MaxTenantBytes}
+	if res.Outcome = s.makeRoom(ax, r, c.Now, &res.Removed); res.Outcome != 0 {
 		return res, false
 	}
 	if c.Structured && !hasWatermark {
@@ -592,6 +566,51 @@ func (s *state) admissible(ax *applyCtx, c Reserve) (res Result, free bool) {
 		}
 	}
 	return res, true
+}
+
+// room is what a new entry asks of the ledger's bounds: its cost in
+// bytes, its tenant's, under a command's MaxEntries, MaxBytes and
+// MaxTenantBytes (a zero byte bound is no bound). keepJob names a job of the
+// tenant that relief must not remove (a Cancel's or Retry's own).
+type room struct {
+	tenant                               string
+	cost                                 uint64
+	maxEntries, maxBytes, maxTenantBytes uint64
+	keepJob                              string
+}
+
+// makeRoom makes room for the entry r describes. Relief first: it removes
+// due entries (and, while bytes are short, due jobs), earliest first, at
+// most maxReliefRemovals, so a command stays O(log n), counting them in rm.
+// Then it answers the refusal that still stands, the table's before the
+// tenant's share, the tenant's before the ledger's bytes (the tenant's is
+// its own, 429), or 0 when the entry fits.
+func (s *state) makeRoom(ax *applyCtx, r room, now int64, rm *Removed) Outcome {
+	tenantOver := func() bool { return r.maxTenantBytes > 0 && s.tenantBytes[r.tenant]+r.cost > r.maxTenantBytes }
+	bytesOver := func() bool { return r.maxBytes > 0 && s.bytes+r.cost > r.maxBytes }
+	full := func() bool { return uint64(s.entries.Len()) >= r.maxEntries }
+	for i := 0; i < maxReliefRemovals && (full() || tenantOver() || bytesOver()); i++ {
+		if e, ok := s.entryExp.Min(); ok && e.ExpiresAt <= now {
+			s.removeEntry(ax, e, now, rm)
+			continue
+		}
+		if j, ok := s.jobExp.Min(); ok && j.ExpiresAt <= now && (tenantOver() || bytesOver()) &&
+			(j.Tenant != r.tenant || j.ID != r.keepJob) {
+			s.removeJob(j)
+			rm.Jobs++
+			continue
+		}
+		break
+	}
+	switch {
+	case full():
+		return OutcomeFull
+	case tenantOver():
+		return OutcomeTenantBytesFull
+	case bytesOver():
+		return OutcomeBytesFull
+	}
+	return 0
 }
 
 // newEntry is the entry an admissible Reserve makes, before its verdict is
