@@ -2,7 +2,6 @@ package benchrun
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -196,10 +195,10 @@ func newProber(c *localcluster.Cluster) *prober {
 
 func (p *prober) close() { p.client.CloseIdleConnections() }
 
-// status reads a manager's full /rpc/v1/status.
+// status reads a manager's full status.
 func (p *prober) status(ctx context.Context, n *localcluster.Node) (*rpc.Status, error) {
-	var st rpc.Status
-	if err := p.getJSON(ctx, p.c.ManagerURL(n, "/rpc/v1/status"), &st); err != nil {
+	st, err := p.c.Status(ctx, n)
+	if err != nil {
 		return nil, err
 	}
 	return &st, nil
@@ -223,14 +222,6 @@ func (p *prober) get(ctx context.Context, url string) ([]byte, error) {
 		return nil, fmt.Errorf("GET %s: HTTP %d: %.200s", url, resp.StatusCode, b)
 	}
 	return b, nil
-}
-
-func (p *prober) getJSON(ctx context.Context, url string, v any) error {
-	b, err := p.get(ctx, url)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
 }
 
 // gateCounter selects the gate metrics kept: once's own counters.

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,29 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/tests/localcluster"
 )
-
-// managerStatus reads a manager's full /rpc/v1/status (clock fields included).
-func managerStatus(ctx context.Context, c *localcluster.Cluster, n *localcluster.Node) (rpc.Status, error) {
-	var st rpc.Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.ManagerURL(n, "/rpc/v1/status"), nil)
-	if err != nil {
-		return st, err
-	}
-	resp, err := c.HTTPClient().Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("status of %s: HTTP %d", n.Name, resp.StatusCode)
-	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
-}
 
 // near fails unless a time the cluster stamped is within 5 s of the real
 // clock's reading at (a skewed stamp is off by minutes).
@@ -117,7 +96,7 @@ func TestSkewedLeadersKeepEveryKey(t *testing.T) {
 	// minutes off and stamp with the group's clock; the right one does not.
 	testutil.WaitFor(t, 60*time.Second, func() (bool, string) {
 		for n, d := range skews {
-			st, err := managerStatus(ctx, c, n)
+			st, err := c.Status(ctx, n)
 			if err != nil || st.ClockGroupOffset == nil || st.ClockClamped != (d != 0) {
 				return false, "every manager to measure its group's clock"
 			}
@@ -203,7 +182,7 @@ func TestSkewedLeadersKeepEveryKey(t *testing.T) {
 		if !ledOnce {
 			t.Fatalf("%s (%v) never led through a whole round", target.Name, skews[target])
 		}
-		st, err := managerStatus(ctx, c, target)
+		st, err := c.Status(ctx, target)
 		if err != nil {
 			t.Fatal(err)
 		}

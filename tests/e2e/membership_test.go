@@ -65,11 +65,11 @@ func names(nodes []*localcluster.Node) []string {
 type agreement struct {
 	leader *localcluster.Node
 	term   uint64
-	status map[string]localcluster.ManagerStatus
+	status map[string]rpc.Status
 }
 
 func lookAgreement(ctx context.Context, c *localcluster.Cluster, nodes []*localcluster.Node, want []string) (agreement, bool, string) {
-	a := agreement{status: map[string]localcluster.ManagerStatus{}}
+	a := agreement{status: map[string]rpc.Status{}}
 	var leaders []string
 	for _, n := range nodes {
 		// Not bounded by ctx: the look at the deadline is the one reported.
@@ -103,7 +103,7 @@ func lookAgreement(ctx context.Context, c *localcluster.Cluster, nodes []*localc
 	return a, true, ""
 }
 
-func describe(sts map[string]localcluster.ManagerStatus) string {
+func describe(sts map[string]rpc.Status) string {
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(sts)) {
 		st := sts[name]

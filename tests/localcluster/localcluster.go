@@ -753,22 +753,10 @@ func (n *Node) wait(timeout time.Duration) bool {
 	}
 }
 
-// ManagerStatus is the part of a manager's /rpc/v1/status the harness reads.
-type ManagerStatus struct {
-	NodeID       string `json:"node_id"`
-	RaftState    string `json:"raft_state"`
-	IsLeader     bool   `json:"is_leader"`
-	LeaderID     string `json:"leader_id"`
-	Term         uint64 `json:"term"`
-	CommitIndex  uint64 `json:"commit_index"`
-	AppliedIndex uint64 `json:"applied_index"`
-	// Voters are the Raft configuration's voters as this manager knows them.
-	Voters []string `json:"voters"`
-}
-
-// Status asks a manager for its status.
-func (c *Cluster) Status(ctx context.Context, n *Node) (ManagerStatus, error) {
-	var st ManagerStatus
+// Status reads a manager's status as curl does: GET /rpc/v1/status on its
+// RPC port, with the cluster's credentials.
+func (c *Cluster) Status(ctx context.Context, n *Node) (rpc.Status, error) {
+	var st rpc.Status
 	err := c.getJSON(ctx, c.ManagerURL(n, "/rpc/v1/status"), &st)
 	return st, err
 }

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/tests/chaos/history"
 	"github.com/once-dev/once/tests/localcluster"
 )
@@ -531,9 +532,9 @@ func (n *Nemesis) waitHealthy(ctx context.Context, label string) (*localcluster.
 // whole makes one observation of the managers; it returns the leader when they
 // are whole, else why not.
 func (n *Nemesis) whole(ctx context.Context, target *uint64) (*localcluster.Node, string) {
-	sts := make([]localcluster.ManagerStatus, len(n.c.Managers))
+	sts := make([]rpc.Status, len(n.c.Managers))
 	var leader *localcluster.Node
-	var lst localcluster.ManagerStatus
+	var lst rpc.Status
 	for i, m := range n.c.Managers {
 		st, err := n.c.Status(ctx, m)
 		if err != nil {
