@@ -5,6 +5,7 @@
 package ctl
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/once-dev/once/internal/config"
 )
@@ -162,6 +165,10 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 	return root
 }
 
+// protoJSON is how print writes a protobuf message: the field names of the
+// .proto (snake_case), and the fields at their zero value too.
+var protoJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
 func splitEnv(name, def string) []string {
 	v := os.Getenv(name)
 	if v == "" {
@@ -176,10 +183,24 @@ func splitEnv(name, def string) []string {
 	return out
 }
 
-// print writes v as indented JSON (-o json) or calls table (-o table).
+// print writes v as indented JSON (-o json) or calls table (-o table). A
+// protobuf message (the Operator service's answers) is written as protojson
+// with the .proto's field names, every field present (an empty list as []),
+// indented as the rest.
 func (g *globals) print(v any, table func(w *tabwriter.Writer)) error {
 	if g.output == "json" {
-		b, err := json.MarshalIndent(v, "", "  ")
+		var b []byte
+		var err error
+		if m, ok := v.(proto.Message); ok {
+			b, err = protoJSON.Marshal(m)
+			if err == nil {
+				var buf bytes.Buffer
+				err = json.Indent(&buf, b, "", "  ") // protojson's own spacing is unstable by design
+				b = buf.Bytes()
+			}
+		} else {
+			b, err = json.MarshalIndent(v, "", "  ")
+		}
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // ErrKeyringIncomplete: a keyring command reached the pool, but not every
@@ -51,7 +52,7 @@ remove the old one. Restart members with the new key in their settings
 				if err != nil {
 					return err
 				}
-				return g.printKeyring(*k)
+				return g.printKeyring(k)
 			})
 		},
 	}
@@ -62,11 +63,11 @@ remove the old one. Restart members with the new key in their settings
 			Args:  exactArgs(1, "the base64 gossip key"),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
-					k, err := mc.ChangeKeyring(ctx, rpc.KeyringRequest{Op: op, Key: args[0], Pool: pool()})
+					k, err := mc.ChangeKeyring(ctx, &rpcpb.KeyringRequest{Op: op, Key: args[0], Pool: pool()})
 					if err != nil {
 						return err
 					}
-					return g.printKeyring(*k)
+					return g.printKeyring(k)
 				})
 			},
 		}
@@ -81,7 +82,7 @@ remove the old one. Restart members with the new key in their settings
 
 // printKeyring prints a keyring answer and fails when not every member
 // applied it.
-func (g *globals) printKeyring(k rpc.Keyring) error {
+func (g *globals) printKeyring(k *rpcpb.KeyringResponse) error {
 	err := g.print(k, func(w *tabwriter.Writer) {
 		fmt.Fprintf(w, "%s pool, asked through %s: %d members answered\n", strings.ToUpper(k.Pool), k.Node, k.Members)
 		fmt.Fprintln(w, "KEY\tINSTALLED\tPRIMARY")

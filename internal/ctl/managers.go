@@ -15,6 +15,7 @@ import (
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // managerClient is the managers' client (rpc.Client, the gates' own) with
@@ -154,7 +155,7 @@ func clusterCmd(g *globals) *cobra.Command {
 				return g.print(m, func(w *tabwriter.Writer) {
 					fmt.Fprintln(w, "NAME\tROLE\tDC\tSTATUS\tGOSSIP\tRPC\tRAFT")
 					for _, x := range m.Members {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.Name, x.Role, x.Datacenter, x.Status, x.Addr, dash(x.RPCAddr), dash(x.RaftAddr))
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.Name, x.Role, x.Datacenter, x.Status, x.Addr, dash(x.RpcAddr), dash(x.RaftAddr))
 					}
 				})
 			})
@@ -234,7 +235,7 @@ func raftCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	change := func(use, short string, do func(*rpc.Client, context.Context, string) (*rpc.PeerResult, error), args cobra.PositionalArgs) *cobra.Command {
+	change := func(use, short string, do func(*rpc.Client, context.Context, string) (*rpcpb.PeerResult, error), args cobra.PositionalArgs) *cobra.Command {
 		return &cobra.Command{
 			Use: use, Short: short, Args: args,
 			RunE: func(cmd *cobra.Command, args []string) error {

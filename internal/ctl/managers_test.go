@@ -3,13 +3,14 @@ package ctl
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
@@ -36,22 +37,22 @@ func (f *fakeOperator) enter(leaderOnly bool) error {
 	return nil
 }
 
-func (f *fakeOperator) Members(context.Context) (*rpc.Members, error) {
-	return &rpc.Members{Node: "m1", Members: []rpc.Member{{Name: "manager1", Role: "manager", Status: "alive"}}}, f.enter(false)
+func (f *fakeOperator) Members(context.Context) (*rpcpb.MembersResponse, error) {
+	return &rpcpb.MembersResponse{Node: "m1", Members: []*rpcpb.Member{{Name: "manager1", Role: "manager", Status: "alive"}}}, f.enter(false)
 }
 
-func (f *fakeOperator) RemovePeer(_ context.Context, id string) (*rpc.PeerResult, error) {
+func (f *fakeOperator) RemovePeer(_ context.Context, id string) (*rpcpb.PeerResult, error) {
 	if err := f.enter(true); err != nil {
 		return nil, err
 	}
 	if id != "m3" {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "no server %s", id)
 	}
-	return &rpc.PeerResult{Done: "removed " + id, Leader: "m1"}, nil
+	return &rpcpb.PeerResult{Done: "removed " + id, Leader: "m1"}, nil
 }
 
-func (f *fakeOperator) TransferLeader(context.Context, string) (*rpc.PeerResult, error) {
-	return &rpc.PeerResult{Done: "transferred"}, f.enter(true)
+func (f *fakeOperator) TransferLeader(context.Context, string) (*rpcpb.PeerResult, error) {
+	return &rpcpb.PeerResult{Done: "transferred"}, f.enter(true)
 }
 
 func (f *fakeOperator) Snapshot(_ context.Context, w io.Writer) error {
@@ -70,8 +71,11 @@ func (f *fakeOperator) Restore(_ context.Context, r io.Reader) error {
 	return err
 }
 
-func (f *fakeOperator) Keyring(context.Context, rpc.KeyringRequest) (*rpc.Keyring, error) {
-	return &rpc.Keyring{}, f.enter(false)
+// Keyring answers two members that both hold and use one key, with empty
+// lists of nodes and of members that did not answer.
+func (f *fakeOperator) Keyring(_ context.Context, req *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
+	return &rpcpb.KeyringResponse{Node: "m1", Pool: req.GetPool(), Op: req.GetOp(), Members: 2,
+		Keys: []*rpcpb.KeyringKey{{Key: "a2V5", Installed: 2, Primary: 2}}, Complete: true}, f.enter(false)
 }
 
 // serveOperator serves op as the Operator service of a manager in
@@ -114,8 +118,8 @@ func TestOperatorCommandsFollowTheLeader(t *testing.T) {
 	}
 
 	out, code := run("raft", "remove-peer", "m3")
-	var res rpc.PeerResult
-	if code != ExitOK || json.Unmarshal([]byte(out), &res) != nil || res.Done != "removed m3" {
+	var res rpcpb.PeerResult
+	if code != ExitOK || protojson.Unmarshal([]byte(out), &res) != nil || res.Done != "removed m3" {
 		t.Fatalf("remove-peer m3: exit %d, %s", code, out)
 	}
 	if out, code := run("raft", "remove-peer", "m9"); code != ExitFailure {
@@ -140,5 +144,39 @@ func TestOperatorCommandsFollowTheLeader(t *testing.T) {
 	// remove-peer m3, m9; snapshot save, restore: each at the leader once.
 	if leader.calls != 4 {
 		t.Fatalf("the leader served %d calls, want 4", leader.calls)
+	}
+}
+
+// -o json prints an Operator answer with the .proto's field names, its
+// counts as numbers and its empty lists as [], indented as every other
+// answer.
+func TestOperatorAnswerJSON(t *testing.T) {
+	t.Setenv(EnvOperatorSecretFile, "")
+	t.Setenv(EnvClusterSecretFile, "")
+	t.Setenv(EnvCACert, "")
+	addr := serveOperator(t, &fakeOperator{leader: true})
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"--managers", addr, "--insecure", "-o", "json", "gossip", "keyring", "list"}, &stdout, &stderr); code != ExitOK {
+		t.Fatalf("gossip keyring list: exit %d, %s", code, stderr.String())
+	}
+	want := `{
+  "node": "m1",
+  "pool": "lan",
+  "op": "list",
+  "members": 2,
+  "keys": [
+    {
+      "key": "a2V5",
+      "installed": 2,
+      "primary": 2
+    }
+  ],
+  "nodes": [],
+  "no_answer": [],
+  "complete": true
+}
+`
+	if got := stdout.String(); got != want {
+		t.Fatalf("gossip keyring list -o json:\n%s\nwant\n%s", got, want)
 	}
 }

@@ -159,7 +159,11 @@ func (p *federationPoller) refresh(ctx context.Context) {
 			p.log.Debug("reading the federation view", logging.KeyAddr, addr, logging.KeyError, err)
 			continue
 		}
-		p.store(f.Datacenters)
+		dcs := make(map[string][]string, len(f.GetDatacenters()))
+		for dc, m := range f.GetDatacenters() {
+			dcs[dc] = m.GetAddrs()
+		}
+		p.store(dcs)
 		return
 	}
 }

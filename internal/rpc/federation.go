@@ -17,21 +17,17 @@ import (
 // exists. Consul reaps a WAN member after 72 hours the same way.
 const FederationMemory = 72 * time.Hour
 
-// Federation is a manager's view of the datacenters of the federation: every
+// Federation is rpcpb.FederationView, the name the Server keeps its view
+// under: a manager's view of the datacenters of the federation, every
 // datacenter whose managers it knows through the WAN gossip pool (its own
-// included, from the LAN pool), with their managers' RPC addresses. Gates
-// read it to forward submissions to other datacenters' leaders directly.
-type Federation struct {
-	// Datacenter is the answering manager's own datacenter.
-	Datacenter string `json:"datacenter"`
-	// Datacenters maps each datacenter's name to its managers' RPC addresses
-	// (host:port), sorted.
-	Datacenters map[string][]string `json:"datacenters"`
-}
+// included, from the LAN pool), with their managers' RPC addresses (host:port,
+// sorted); Datacenter is the answering manager's own. Gates read it to
+// forward submissions to other datacenters' leaders directly.
+type Federation = rpcpb.FederationView
 
 // SetFederation makes view the Server's federation view (at any time); a
 // Server without one answers Federation with internal.
-func (s *Server) SetFederation(view func() *Federation) { s.federation.Store(&view) }
+func (s *Server) SetFederation(view func() *rpcpb.FederationView) { s.federation.Store(&view) }
 
 // Federation serves the Server's federation view.
 func (sv *service) Federation(context.Context, *rpcpb.FederationRequest) (*rpcpb.FederationView, error) {
@@ -39,26 +35,16 @@ func (sv *service) Federation(context.Context, *rpcpb.FederationRequest) (*rpcpb
 	if view == nil {
 		return nil, sv.s.callStatus("federation", Errorf(CodeInternal, "this manager has no federation view"))
 	}
-	f := (*view)()
-	p := &rpcpb.FederationView{Datacenter: f.Datacenter, Datacenters: make(map[string]*rpcpb.Managers, len(f.Datacenters))}
-	for dc, addrs := range f.Datacenters {
-		p.Datacenters[dc] = &rpcpb.Managers{Addrs: addrs}
-	}
-	return p, nil
+	return (*view)(), nil
 }
 
 // FederationOf reads the federation view of the manager at addr (host:port),
 // once, without retries.
-func (c *Client) FederationOf(ctx context.Context, addr string) (*Federation, error) {
-	var f *Federation
+func (c *Client) FederationOf(ctx context.Context, addr string) (*rpcpb.FederationView, error) {
+	var f *rpcpb.FederationView
 	err := c.callAt(ctx, addr, "federation", 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
-		p, err := mc.Federation(ctx, &rpcpb.FederationRequest{})
-		if err == nil {
-			f = &Federation{Datacenter: p.GetDatacenter(), Datacenters: make(map[string][]string, len(p.GetDatacenters()))}
-			for dc, m := range p.GetDatacenters() {
-				f.Datacenters[dc] = m.GetAddrs()
-			}
-		}
+		var err error
+		f, err = mc.Federation(ctx, &rpcpb.FederationRequest{})
 		return err
 	})
 	return f, err

@@ -24,17 +24,17 @@ import (
 // fakeOperator answers every operator call; calls counts those that reached it.
 type fakeOperator struct{ calls atomic.Int32 }
 
-func (f *fakeOperator) Members(context.Context) (*Members, error) {
+func (f *fakeOperator) Members(context.Context) (*rpcpb.MembersResponse, error) {
 	f.calls.Add(1)
-	return &Members{}, nil
+	return &rpcpb.MembersResponse{}, nil
 }
-func (f *fakeOperator) RemovePeer(_ context.Context, id string) (*PeerResult, error) {
+func (f *fakeOperator) RemovePeer(_ context.Context, id string) (*rpcpb.PeerResult, error) {
 	f.calls.Add(1)
-	return &PeerResult{Done: "removed " + id}, nil
+	return &rpcpb.PeerResult{Done: "removed " + id}, nil
 }
-func (f *fakeOperator) TransferLeader(context.Context, string) (*PeerResult, error) {
+func (f *fakeOperator) TransferLeader(context.Context, string) (*rpcpb.PeerResult, error) {
 	f.calls.Add(1)
-	return &PeerResult{Done: "transferred"}, nil
+	return &rpcpb.PeerResult{Done: "transferred"}, nil
 }
 func (f *fakeOperator) Snapshot(_ context.Context, w io.Writer) error {
 	f.calls.Add(1)
@@ -46,9 +46,9 @@ func (f *fakeOperator) Restore(_ context.Context, r io.Reader) error {
 	_, err := io.Copy(io.Discard, r)
 	return err
 }
-func (f *fakeOperator) Keyring(context.Context, KeyringRequest) (*Keyring, error) {
+func (f *fakeOperator) Keyring(context.Context, *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
 	f.calls.Add(1)
-	return &Keyring{}, nil
+	return &rpcpb.KeyringResponse{}, nil
 }
 
 // operatorCalls are a restore (client stream), a peer removal (unary) and a

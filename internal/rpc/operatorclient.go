@@ -41,25 +41,20 @@ func (c *Client) operatorAt(ctx context.Context, addr, what string, do func(cont
 }
 
 // Members returns the LAN gossip pool's members as a manager sees them.
-func (c *Client) Members(ctx context.Context) (*Members, error) {
-	var m *Members
-	err := c.operatorCall(ctx, "members", func(ctx context.Context, oc rpcpb.OperatorClient) error {
-		p, err := oc.Members(ctx, &rpcpb.MembersRequest{})
-		if err == nil {
-			m = fromPBMembers(p)
-		}
-		return err
+func (c *Client) Members(ctx context.Context) (*rpcpb.MembersResponse, error) {
+	return operatorUnary(c, ctx, "members", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.MembersResponse, error) {
+		return oc.Members(ctx, &rpcpb.MembersRequest{})
 	})
-	return m, err
 }
 
-// peerChange runs RemovePeer or TransferLeader.
-func (c *Client) peerChange(ctx context.Context, what string, do func(context.Context, rpcpb.OperatorClient) (*rpcpb.PeerResult, error)) (*PeerResult, error) {
-	var res *PeerResult
+// operatorUnary runs a unary Operator method (operatorCall) and returns its
+// answer.
+func operatorUnary[T any](c *Client, ctx context.Context, what string, do func(context.Context, rpcpb.OperatorClient) (*T, error)) (*T, error) {
+	var res *T
 	err := c.operatorCall(ctx, what, func(ctx context.Context, oc rpcpb.OperatorClient) error {
 		p, err := do(ctx, oc)
 		if err == nil {
-			res = &PeerResult{Done: p.GetDone(), Leader: p.GetLeader()}
+			res = p
 		}
 		return err
 	})
@@ -68,46 +63,34 @@ func (c *Client) peerChange(ctx context.Context, what string, do func(context.Co
 
 // RemovePeer removes the Raft server id from the configuration, at the
 // leader.
-func (c *Client) RemovePeer(ctx context.Context, id string) (*PeerResult, error) {
-	return c.peerChange(ctx, "remove peer", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.PeerResult, error) {
+func (c *Client) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
+	return operatorUnary(c, ctx, "remove peer", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.PeerResult, error) {
 		return oc.RemovePeer(ctx, &rpcpb.PeerRequest{Id: id})
 	})
 }
 
 // TransferLeader hands leadership to id, or with "" to the voter Raft
 // picks, and returns the leader after it.
-func (c *Client) TransferLeader(ctx context.Context, id string) (*PeerResult, error) {
-	return c.peerChange(ctx, "transfer leader", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.PeerResult, error) {
+func (c *Client) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
+	return operatorUnary(c, ctx, "transfer leader", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.PeerResult, error) {
 		return oc.TransferLeader(ctx, &rpcpb.PeerRequest{Id: id})
 	})
 }
 
 // Keyring lists the gossip keys of every member of pool (PoolLAN or
 // PoolWAN; "" is the LAN pool), through one manager.
-func (c *Client) Keyring(ctx context.Context, pool string) (*Keyring, error) {
-	return c.keyring(ctx, func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.KeyringResponse, error) {
+func (c *Client) Keyring(ctx context.Context, pool string) (*rpcpb.KeyringResponse, error) {
+	return operatorUnary(c, ctx, "keyring", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.KeyringResponse, error) {
 		return oc.Keyring(ctx, &rpcpb.KeyringListRequest{Pool: pool})
 	})
 }
 
-// ChangeKeyring applies req (install, use or remove) on every member of
+// ChangeKeyring applies req (op install, use or remove) on every member of
 // its pool, through one manager.
-func (c *Client) ChangeKeyring(ctx context.Context, req KeyringRequest) (*Keyring, error) {
-	return c.keyring(ctx, func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.KeyringResponse, error) {
-		return oc.ChangeKeyring(ctx, &rpcpb.KeyringRequest{Op: req.Op, Key: req.Key, Pool: req.Pool})
+func (c *Client) ChangeKeyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
+	return operatorUnary(c, ctx, "keyring", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.KeyringResponse, error) {
+		return oc.ChangeKeyring(ctx, req)
 	})
-}
-
-func (c *Client) keyring(ctx context.Context, do func(context.Context, rpcpb.OperatorClient) (*rpcpb.KeyringResponse, error)) (*Keyring, error) {
-	var k *Keyring
-	err := c.operatorCall(ctx, "keyring", func(ctx context.Context, oc rpcpb.OperatorClient) error {
-		p, err := do(ctx, oc)
-		if err == nil {
-			k = fromPBKeyring(p)
-		}
-		return err
-	})
-	return k, err
 }
 
 // Snapshot writes a snapshot archive of the leader's ledger to w. An

@@ -16,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/tests/localcluster"
@@ -91,7 +95,13 @@ func oncectlJSON(t *testing.T, v any, args ...string) {
 	if code != 0 {
 		t.Fatalf("oncectl %s: exit %d, stdout %s", strings.Join(args, " "), code, out)
 	}
-	if err := json.Unmarshal([]byte(out), v); err != nil {
+	var err error
+	if m, ok := v.(proto.Message); ok {
+		err = protojson.Unmarshal([]byte(out), m) // an Operator answer
+	} else {
+		err = json.Unmarshal([]byte(out), v)
+	}
+	if err != nil {
 		t.Fatalf("oncectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
@@ -157,8 +167,8 @@ func TestOncectl(t *testing.T) {
 	if len(status) != 3 || leaders != 1 {
 		t.Fatalf("cluster status: %d managers, %d leaders", len(status), leaders)
 	}
-	var members rpc.Members
-	oncectlJSON(t, &members, "cluster", "members")
+	members := &rpcpb.MembersResponse{}
+	oncectlJSON(t, members, "cluster", "members")
 	roles := map[string]int{}
 	for _, m := range members.Members {
 		if m.Status == "alive" {
@@ -166,7 +176,7 @@ func TestOncectl(t *testing.T) {
 		}
 	}
 	if roles["manager"] != 3 || roles["gate"] != 1 {
-		t.Fatalf("cluster members: %+v", members)
+		t.Fatalf("cluster members: %v", members)
 	}
 	peers := func() (string, []string) {
 		var p struct {
@@ -188,10 +198,10 @@ func TestOncectl(t *testing.T) {
 	}
 
 	// Leadership handed over, to whoever is most up to date.
-	var res rpc.PeerResult
-	oncectlJSON(t, &res, "raft", "transfer-leader")
+	res := &rpcpb.PeerResult{}
+	oncectlJSON(t, res, "raft", "transfer-leader")
 	if res.Leader == "" || res.Leader == leader.Name {
-		t.Fatalf("transfer-leader: %+v (leader was %s)", res, leader.Name)
+		t.Fatalf("transfer-leader: %v (leader was %s)", res, leader.Name)
 	}
 	newLeader, err := c.WaitLeader(t.Context())
 	if err != nil {
@@ -212,16 +222,16 @@ func TestOncectl(t *testing.T) {
 	// Until the pool has found it dead, the autopilot would add it back as a
 	// live member: remove-peer is for managers that are gone.
 	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
-		var m rpc.Members
-		oncectlJSON(t, &m, "cluster", "members")
+		m := &rpcpb.MembersResponse{}
+		oncectlJSON(t, m, "cluster", "members")
 		for _, x := range m.Members {
-			if x.Name == victim.Name || x.NodeID == victim.Name {
+			if x.Name == victim.Name || x.NodeId == victim.Name {
 				return x.Status != "alive", "the killed manager marked failed in the pool: " + x.Status
 			}
 		}
 		return true, ""
 	})
-	oncectlJSON(t, &res, "raft", "remove-peer", victim.Name)
+	oncectlJSON(t, &rpcpb.PeerResult{}, "raft", "remove-peer", victim.Name)
 	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
 		_, ids := peers()
 		return len(ids) == 2 && !slices.Contains(ids, victim.Name), "the killed manager gone from the Raft peers"
@@ -328,8 +338,9 @@ func TestOncectlGossipKeyring(t *testing.T) {
 		o.Env = append(o.Env, "MANAGER_GOSSIP_KEY="+oldKey, "GATE_GOSSIP_KEY="+oldKey)
 	})
 	pointOncectlAt(t, c)
-	alive := func() (n int, m rpc.Members) {
-		oncectlJSON(t, &m, "cluster", "members")
+	alive := func() (n int, m *rpcpb.MembersResponse) {
+		m = &rpcpb.MembersResponse{}
+		oncectlJSON(t, m, "cluster", "members")
 		for _, x := range m.Members {
 			if x.Status == "alive" {
 				n++
@@ -345,11 +356,11 @@ func TestOncectlGossipKeyring(t *testing.T) {
 	})
 	check := func(args []string, want map[string][2]int) {
 		t.Helper()
-		var k rpc.Keyring
-		oncectlJSON(t, &k, append([]string{"gossip", "keyring"}, args...)...)
+		k := &rpcpb.KeyringResponse{}
+		oncectlJSON(t, k, append([]string{"gossip", "keyring"}, args...)...)
 		got := map[string][2]int{}
 		for _, key := range k.Keys {
-			got[key.Key] = [2]int{key.Installed, key.Primary}
+			got[key.Key] = [2]int{int(key.Installed), int(key.Primary)}
 		}
 		if k.Members != 4 || !k.Complete || fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("oncectl gossip keyring %v: %d members, complete %v, keys (installed, primary) %v; want 4 members, %v",
@@ -366,7 +377,7 @@ func TestOncectlGossipKeyring(t *testing.T) {
 
 	// The pool still gossips (every member alive) and the cluster admits.
 	if n, m := alive(); n != 4 {
-		t.Fatalf("after the rotation: %d of %d members alive: %+v", n, len(m.Members), m.Members)
+		t.Fatalf("after the rotation: %d of %d members alive: %v", n, len(m.Members), m.Members)
 	}
 	hc := &http.Client{Timeout: 10 * time.Second}
 	a, err := post(t.Context(), hc, c.GateURLs()[0], "keyring-rotated-1", `{"type":"demo","payload":{}}`)

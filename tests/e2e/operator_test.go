@@ -10,6 +10,7 @@ import (
 
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/tests/localcluster"
 )
 
@@ -84,10 +85,10 @@ func TestOperatorRoleOnRealProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("ONCE_CLUSTER_SECRET_FILE", file)
-	var members rpc.Members
-	oncectlJSON(t, &members, "cluster", "members")
+	members := &rpcpb.MembersResponse{}
+	oncectlJSON(t, members, "cluster", "members")
 	if len(members.Members) < 4 {
-		t.Fatalf("cluster members with the operator secret: %+v", members)
+		t.Fatalf("cluster members with the operator secret: %v", members)
 	}
 	var peers struct {
 		Peers []struct {

@@ -17,6 +17,7 @@ import (
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // federation is the manager's view of every datacenter: its own datacenter's
@@ -82,29 +83,40 @@ func startFederation(ctx context.Context, cfg manager.Config, secret string, log
 	return f, nil
 }
 
-// view is the federation as this manager knows it: every datacenter with a
-// manager in the WAN pool (alive or not: a datacenter whose managers are all
-// down is still a datacenter of the federation, unreachable for now), mapped
-// to its alive managers' RPC addresses; its own datacenter from the LAN pool.
-// A datacenter the pool does not name (yet) that this manager knew within
-// rpc.FederationMemory, even before a restart, is kept with the addresses it
-// last had (knownDatacenters).
-func (f *federation) view() *rpc.Federation {
-	out := &rpc.Federation{Datacenter: f.dc, Datacenters: map[string][]string{}}
+// view is the federation view this manager serves (rpc.Server.SetFederation):
+// its datacenter and datacenters.
+func (f *federation) view() *rpcpb.FederationView {
+	dcs := f.datacenters()
+	out := &rpcpb.FederationView{Datacenter: f.dc, Datacenters: make(map[string]*rpcpb.Managers, len(dcs))}
+	for dc, addrs := range dcs {
+		out.Datacenters[dc] = &rpcpb.Managers{Addrs: addrs}
+	}
+	return out
+}
+
+// datacenters is the federation as this manager knows it: every datacenter
+// with a manager in the WAN pool (alive or not: a datacenter whose managers
+// are all down is still a datacenter of the federation, unreachable for now),
+// mapped to its alive managers' RPC addresses, sorted and never nil; its own
+// datacenter from the LAN pool. A datacenter the pool does not name (yet) that
+// this manager knew within rpc.FederationMemory, even before a restart, is
+// kept with the addresses it last had (knownDatacenters).
+func (f *federation) datacenters() map[string][]string {
+	out := map[string][]string{}
 	if f.wan != nil {
 		for _, m := range f.wan.Members() {
 			if m.Meta.Role != membership.RoleManager || m.Meta.Datacenter == f.dc {
 				continue
 			}
-			addrs := out.Datacenters[m.Meta.Datacenter]
+			addrs := out[m.Meta.Datacenter]
 			if m.State == membership.StateAlive && m.Meta.RPCAddr != "" {
 				addrs = append(addrs, m.Meta.RPCAddr)
 			}
-			out.Datacenters[m.Meta.Datacenter] = addrs
+			out[m.Meta.Datacenter] = addrs
 		}
 	}
 	if f.known != nil {
-		f.known.merge(out.Datacenters, f.dc, time.Now())
+		f.known.merge(out, f.dc, time.Now())
 	}
 	own := []string{}
 	if lan := f.lan.Load(); lan != nil {
@@ -114,13 +126,13 @@ func (f *federation) view() *rpc.Federation {
 			}
 		}
 	}
-	out.Datacenters[f.dc] = own
-	for dc, addrs := range out.Datacenters {
+	out[f.dc] = own
+	for dc, addrs := range out {
 		if addrs == nil {
 			addrs = []string{}
 		}
 		slices.Sort(addrs)
-		out.Datacenters[dc] = addrs
+		out[dc] = addrs
 	}
 	return out
 }

@@ -42,9 +42,9 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 	f1 := start("dc1", "127.0.0.1:7101")
 	f2 := start("dc2", "127.0.0.1:7201", f1.wan.Addr())
 	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
-		v1, v2 := f1.view(), f2.view()
-		ok := fmt.Sprint(v1.Datacenters["dc2"]) == "[127.0.0.1:7201]" && fmt.Sprint(v2.Datacenters["dc1"]) == "[127.0.0.1:7101]"
-		return ok, fmt.Sprintf("each to see the other datacenter (dc1 sees %v, dc2 sees %v)", v1.Datacenters, v2.Datacenters)
+		v1, v2 := f1.datacenters(), f2.datacenters()
+		ok := fmt.Sprint(v1["dc2"]) == "[127.0.0.1:7201]" && fmt.Sprint(v2["dc1"]) == "[127.0.0.1:7101]"
+		return ok, fmt.Sprintf("each to see the other datacenter (dc1 sees %v, dc2 sees %v)", v1, v2)
 	})
 	// What a gate reads (rpc.Client.FederationOf) from a Server given the view.
 	srv := rpc.NewServer(nil, rpc.ServerConfig{})
@@ -53,8 +53,8 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 	rc := rpc.NewClient(rpc.ClientConfig{})
 	defer rc.Close()
 	v, err := rc.FederationOf(context.Background(), addr)
-	if err != nil || v.Datacenter != "dc1" || len(v.Datacenters) != 2 || fmt.Sprint(v.Datacenters["dc2"]) != "[127.0.0.1:7201]" {
-		t.Fatalf("fetched %+v, %v", v, err)
+	if err != nil || v.Datacenter != "dc1" || len(v.Datacenters) != 2 || fmt.Sprint(v.Datacenters["dc2"].GetAddrs()) != "[127.0.0.1:7201]" {
+		t.Fatalf("fetched %v, %v", v, err)
 	}
 
 	single, err := startFederation(context.Background(), manager.DefaultConfig(), "", testutil.Logger(t), nil)
@@ -63,7 +63,7 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 	}
 	defer single.stop()
 	if v := single.view(); len(v.Datacenters) != 1 || v.Datacenters[v.Datacenter] == nil {
-		t.Fatalf("single-datacenter view %+v", v)
+		t.Fatalf("single-datacenter view %v", v)
 	}
 }
 
@@ -105,15 +105,15 @@ func TestFederationViewSurvivesARestart(t *testing.T) {
 	f1 := startWAN(t, "dc1", func(c *manager.Config) { c.DataDir = dir })
 	f2 := startWAN(t, "dc2", func(c *manager.Config) { c.RPCAdvertise = "127.0.0.1:7201" }, f1.wan.Addr())
 	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
-		v := f1.view()
-		return fmt.Sprint(v.Datacenters["dc2"]) == "[127.0.0.1:7201]", fmt.Sprintf("dc1 to see dc2 (sees %v)", v.Datacenters)
+		v := f1.datacenters()
+		return fmt.Sprint(v["dc2"]) == "[127.0.0.1:7201]", fmt.Sprintf("dc1 to see dc2 (sees %v)", v)
 	})
 	f2.stop()
 	f1.stop()
 
 	restarted := startWAN(t, "dc1", func(c *manager.Config) { c.DataDir = dir })
-	v := restarted.view()
-	if got := fmt.Sprint(v.Datacenters["dc2"]); got != "[127.0.0.1:7201]" {
-		t.Fatalf("restarted manager's view %v: dc2 is %s, want [127.0.0.1:7201]", v.Datacenters, got)
+	v := restarted.datacenters()
+	if got := fmt.Sprint(v["dc2"]); got != "[127.0.0.1:7201]" {
+		t.Fatalf("restarted manager's view %v: dc2 is %s, want [127.0.0.1:7201]", v, got)
 	}
 }

@@ -215,7 +215,7 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 	if fed.wan != nil {
 		go func() {
 			defer close(obDone)
-			m.RunOutbox(obCtx, func() map[string][]string { return fed.view().Datacenters }, log.With(logging.KeyComponent, "outbox"))
+			m.RunOutbox(obCtx, fed.datacenters, log.With(logging.KeyComponent, "outbox"))
 		}()
 	} else {
 		close(obDone)

@@ -15,6 +15,7 @@ import (
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
 // operator implements rpc.Operator: what oncectl's cluster and raft commands
@@ -30,17 +31,17 @@ type operator struct {
 // operatorTimeout bounds a change to the Raft configuration.
 const operatorTimeout = 10 * time.Second
 
-func (o operator) Members(context.Context) (*rpc.Members, error) {
+func (o operator) Members(context.Context) (*rpcpb.MembersResponse, error) {
 	p := o.pool()
 	if p == nil {
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "the manager has not joined its gossip pool yet")
 	}
-	out := &rpc.Members{Node: o.node}
+	out := &rpcpb.MembersResponse{Node: o.node}
 	for _, mem := range p.Members() {
-		out.Members = append(out.Members, rpc.Member{
+		out.Members = append(out.Members, &rpcpb.Member{
 			Name: mem.Name, Addr: mem.Addr, Status: mem.State.String(),
-			Role: string(mem.Meta.Role), Datacenter: mem.Meta.Datacenter, NodeID: mem.Meta.NodeID,
-			RPCAddr: mem.Meta.RPCAddr, RaftAddr: mem.Meta.RaftAddr,
+			Role: string(mem.Meta.Role), Datacenter: mem.Meta.Datacenter, NodeId: mem.Meta.NodeID,
+			RpcAddr: mem.Meta.RPCAddr, RaftAddr: mem.Meta.RaftAddr,
 		})
 	}
 	return out, nil
@@ -53,11 +54,15 @@ const keyringTimeout = 5 * time.Second
 // Keyring runs a keyring operation on every member of the LAN or WAN pool
 // through membership's pool-wide query, and counts the keys the members
 // hold.
-func (o operator) Keyring(ctx context.Context, req rpc.KeyringRequest) (*rpc.Keyring, error) {
+func (o operator) Keyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
 	var p *membership.Pool
-	switch req.Pool {
-	case "", rpc.PoolLAN:
-		req.Pool, p = rpc.PoolLAN, o.pool()
+	pool := req.GetPool()
+	if pool == "" {
+		pool = rpc.PoolLAN
+	}
+	switch pool {
+	case rpc.PoolLAN:
+		p = o.pool()
 	case rpc.PoolWAN:
 		if o.wan != nil {
 			p = o.wan()
@@ -66,13 +71,13 @@ func (o operator) Keyring(ctx context.Context, req rpc.KeyringRequest) (*rpc.Key
 			return nil, rpc.Errorf(rpc.CodeInvalid, "this manager is not in a WAN pool (MANAGER_WAN_GOSSIP_ADDR)")
 		}
 	default:
-		return nil, rpc.Errorf(rpc.CodeInvalid, "pool %q: want lan or wan", req.Pool)
+		return nil, rpc.Errorf(rpc.CodeInvalid, "pool %q: want lan or wan", pool)
 	}
 	if p == nil {
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "the manager has not joined its gossip pool yet")
 	}
 	var op membership.KeyringOp
-	switch req.Op {
+	switch req.GetOp() {
 	case "list":
 		op = membership.KeyringList
 	case "install":
@@ -82,11 +87,11 @@ func (o operator) Keyring(ctx context.Context, req rpc.KeyringRequest) (*rpc.Key
 	case "remove":
 		op = membership.KeyringRemove
 	default:
-		return nil, rpc.Errorf(rpc.CodeInvalid, "op %q: want list, install, use or remove", req.Op)
+		return nil, rpc.Errorf(rpc.CodeInvalid, "op %q: want list, install, use or remove", req.GetOp())
 	}
 	var key []byte
 	if op != membership.KeyringList {
-		k, err := membership.ParseSecretKey(req.Key)
+		k, err := membership.ParseSecretKey(req.GetKey())
 		if err != nil {
 			return nil, rpc.Errorf(rpc.CodeInvalid, "key: %v", err)
 		}
@@ -96,25 +101,24 @@ func (o operator) Keyring(ctx context.Context, req rpc.KeyringRequest) (*rpc.Key
 	defer cancel()
 	res, err := p.KeyringQuery(qctx, op, key)
 	if errors.Is(err, membership.ErrNoEncryption) {
-		return nil, rpc.Errorf(rpc.CodeInvalid, "the %s pool is not encrypted: start every member with a gossip key first (docs/operations.md)", req.Pool)
+		return nil, rpc.Errorf(rpc.CodeInvalid, "the %s pool is not encrypted: start every member with a gossip key first (docs/operations.md)", pool)
 	}
 	if err != nil {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "%v", err)
 	}
-	out := &rpc.Keyring{Node: o.node, Pool: req.Pool, Op: req.Op, Members: len(res.Nodes),
-		NoAnswer: append([]string{}, res.NoAnswer...), Complete: res.Complete(), Keys: []rpc.KeyringKey{}}
-	counts := map[string]*rpc.KeyringKey{}
-	var order []string
+	out := &rpcpb.KeyringResponse{Node: o.node, Pool: pool, Op: req.GetOp(), Members: int32(len(res.Nodes)),
+		NoAnswer: res.NoAnswer, Complete: res.Complete()}
+	counts := map[string]*rpcpb.KeyringKey{} // out.Keys's, by key
 	for _, n := range res.Nodes {
-		node := rpc.KeyringNode{Node: n.Node, Error: n.Err, Keys: []string{}}
+		node := &rpcpb.KeyringNode{Node: n.Node, Error: n.Err}
 		for i, k := range n.Keys {
 			enc := base64.StdEncoding.EncodeToString(k)
 			node.Keys = append(node.Keys, enc)
 			c := counts[enc]
 			if c == nil {
-				c = &rpc.KeyringKey{Key: enc}
+				c = &rpcpb.KeyringKey{Key: enc}
 				counts[enc] = c
-				order = append(order, enc)
+				out.Keys = append(out.Keys, c)
 			}
 			c.Installed++
 			if i == 0 {
@@ -123,9 +127,6 @@ func (o operator) Keyring(ctx context.Context, req rpc.KeyringRequest) (*rpc.Key
 		}
 		out.Nodes = append(out.Nodes, node)
 	}
-	for _, k := range order {
-		out.Keys = append(out.Keys, *counts[k])
-	}
 	return out, nil
 }
 
@@ -133,7 +134,7 @@ func (o operator) Keyring(ctx context.Context, req rpc.KeyringRequest) (*rpc.Key
 // is meant for a manager that is gone for good (dead, or its machine
 // replaced): a live manager in the pool would be added back by the autopilot;
 // stop it with MANAGER_LEAVE_ON_TERMINATE=true instead (docs/operations.md).
-func (o operator) RemovePeer(ctx context.Context, id string) (*rpc.PeerResult, error) {
+func (o operator) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
 	if err := o.m.CheckLeader(); err != nil {
 		return nil, err
 	}
@@ -144,12 +145,12 @@ func (o operator) RemovePeer(ctx context.Context, id string) (*rpc.PeerResult, e
 		return nil, o.m.ApplyError(err)
 	}
 	_, leader := o.m.Raft().LeaderWithID()
-	return &rpc.PeerResult{Done: "removed " + id, Leader: string(leader)}, nil
+	return &rpcpb.PeerResult{Done: "removed " + id, Leader: string(leader)}, nil
 }
 
 // TransferLeader hands leadership to id, or to the most up-to-date voter when
 // id is empty, and waits until a leader is known again.
-func (o operator) TransferLeader(ctx context.Context, id string) (*rpc.PeerResult, error) {
+func (o operator) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
 	if err := o.m.CheckLeader(); err != nil {
 		return nil, err
 	}
@@ -178,11 +179,11 @@ func (o operator) TransferLeader(ctx context.Context, id string) (*rpc.PeerResul
 	defer t.Stop()
 	for {
 		if _, leader := o.m.Raft().LeaderWithID(); leader != "" && string(leader) != o.node {
-			return &rpc.PeerResult{Done: "leadership transferred", Leader: string(leader)}, nil
+			return &rpcpb.PeerResult{Done: "leadership transferred", Leader: string(leader)}, nil
 		}
 		select {
 		case <-ctx.Done():
-			return &rpc.PeerResult{Done: "leadership transfer started; no new leader known yet"}, nil
+			return &rpcpb.PeerResult{Done: "leadership transfer started; no new leader known yet"}, nil
 		case <-t.C:
 		}
 	}

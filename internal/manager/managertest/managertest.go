@@ -23,6 +23,7 @@ import (
 
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -43,7 +44,7 @@ type Options struct {
 	Serve func(m *manager.Manager) rpc.Service
 	// Federation is the view the managers serve (rpc.Server.SetFederation)
 	// (default: their datacenter alone, with their RPC addresses).
-	Federation func() *rpc.Federation
+	Federation func() *rpcpb.FederationView
 	// Knobs are every manager's test knobs (manager.Deps.Knobs).
 	Knobs manager.TestingKnobs
 }
@@ -118,8 +119,9 @@ func Start(tb testing.TB, opts Options) *Cluster {
 	}
 	federation := opts.Federation
 	if federation == nil {
-		federation = func() *rpc.Federation {
-			return &rpc.Federation{Datacenter: opts.Datacenter, Datacenters: map[string][]string{opts.Datacenter: c.Addrs}}
+		federation = func() *rpcpb.FederationView {
+			return &rpcpb.FederationView{Datacenter: opts.Datacenter,
+				Datacenters: map[string]*rpcpb.Managers{opts.Datacenter: {Addrs: c.Addrs}}}
 		}
 	}
 	// Registered before the servers' Cleanups, this runs after them. The
@@ -175,7 +177,7 @@ func Config(nodeID, dataDir string) manager.Config {
 
 // serve serves svc's RPC on ln until the test ends (the Cleanups registered
 // later, the managers' Close among them, run before it stops).
-func serve(tb testing.TB, svc rpc.Service, ln net.Listener, federation func() *rpc.Federation) {
+func serve(tb testing.TB, svc rpc.Service, ln net.Listener, federation func() *rpcpb.FederationView) {
 	srv := rpc.NewServer(svc, rpc.ServerConfig{Logger: testutil.Logger(tb).With("rpc", ln.Addr().String())})
 	srv.SetFederation(federation)
 	rpctest.Serve(tb, srv, ln)

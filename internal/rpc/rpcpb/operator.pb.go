@@ -63,17 +63,21 @@ func (*MembersRequest) Descriptor() ([]byte, []int) {
 	return file_operator_proto_rawDescGZIP(), []int{0}
 }
 
-// Member mirrors rpc.Member: one node of a LAN gossip pool.
+// Member is one node of a manager's LAN gossip pool.
 type Member struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	Role          string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
-	Datacenter    string                 `protobuf:"bytes,5,opt,name=datacenter,proto3" json:"datacenter,omitempty"`
-	NodeId        string                 `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	RpcAddr       string                 `protobuf:"bytes,7,opt,name=rpc_addr,json=rpcAddr,proto3" json:"rpc_addr,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,8,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// addr is the node's gossip address.
+	Addr string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// status is alive, suspect, failed or left.
+	Status string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// role is manager or gate.
+	Role       string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	Datacenter string `protobuf:"bytes,5,opt,name=datacenter,proto3" json:"datacenter,omitempty"`
+	// node_id, rpc_addr and raft_addr are a manager's (empty for a gate).
+	NodeId        string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RpcAddr       string `protobuf:"bytes,7,opt,name=rpc_addr,json=rpcAddr,proto3" json:"rpc_addr,omitempty"`
+	RaftAddr      string `protobuf:"bytes,8,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -164,11 +168,12 @@ func (x *Member) GetRaftAddr() string {
 	return ""
 }
 
-// MembersResponse mirrors rpc.Members.
+// MembersResponse is the answer of Members.
 type MembersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Members       []*Member              `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node is the manager that answered.
+	Node          string    `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Members       []*Member `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -263,7 +268,8 @@ func (x *PeerRequest) GetId() string {
 	return ""
 }
 
-// PeerResult mirrors rpc.PeerResult: what was done, and the leader after it.
+// PeerResult is the answer of a change: what was done, and the leader after
+// it (empty when none is known yet).
 type PeerResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Done          string                 `protobuf:"bytes,1,opt,name=done,proto3" json:"done,omitempty"`
@@ -361,8 +367,10 @@ func (x *KeyringListRequest) GetPool() string {
 	return ""
 }
 
-// KeyringRequest mirrors rpc.KeyringRequest: op install, use or remove,
-// key the base64 gossip key, pool lan (also "") or wan.
+// KeyringRequest is a pool-wide keyring change: op install, use or remove
+// (ChangeKeyring; Keyring lists, and a manager's Go code passes a list as op
+// "list"); key the base64 gossip key; pool lan (also "": the datacenter's
+// pool, managers and gates) or wan (the managers of every datacenter).
 type KeyringRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
@@ -423,12 +431,14 @@ func (x *KeyringRequest) GetPool() string {
 	return ""
 }
 
-// KeyringKey mirrors rpc.KeyringKey.
+// KeyringKey is one key (base64) and how many members hold it (installed)
+// and encrypt with it (primary). The counts are int32, not int64, so that
+// their JSON form (oncectl -o json) is a number, not a string.
 type KeyringKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Installed     int64                  `protobuf:"varint,2,opt,name=installed,proto3" json:"installed,omitempty"`
-	Primary       int64                  `protobuf:"varint,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	Installed     int32                  `protobuf:"varint,2,opt,name=installed,proto3" json:"installed,omitempty"`
+	Primary       int32                  `protobuf:"varint,3,opt,name=primary,proto3" json:"primary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -470,21 +480,22 @@ func (x *KeyringKey) GetKey() string {
 	return ""
 }
 
-func (x *KeyringKey) GetInstalled() int64 {
+func (x *KeyringKey) GetInstalled() int32 {
 	if x != nil {
 		return x.Installed
 	}
 	return 0
 }
 
-func (x *KeyringKey) GetPrimary() int64 {
+func (x *KeyringKey) GetPrimary() int32 {
 	if x != nil {
 		return x.Primary
 	}
 	return 0
 }
 
-// KeyringNode mirrors rpc.KeyringNode.
+// KeyringNode is one member's answer: its keys after the operation (base64,
+// the primary first), or its error.
 type KeyringNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -545,17 +556,21 @@ func (x *KeyringNode) GetError() string {
 	return ""
 }
 
-// KeyringResponse mirrors rpc.Keyring.
+// KeyringResponse is the answer of Keyring and ChangeKeyring.
 type KeyringResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Pool          string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Op            string                 `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
-	Members       int64                  `protobuf:"varint,4,opt,name=members,proto3" json:"members,omitempty"`
-	Keys          []*KeyringKey          `protobuf:"bytes,5,rep,name=keys,proto3" json:"keys,omitempty"`
-	Nodes         []*KeyringNode         `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	NoAnswer      []string               `protobuf:"bytes,7,rep,name=no_answer,json=noAnswer,proto3" json:"no_answer,omitempty"`
-	Complete      bool                   `protobuf:"varint,8,opt,name=complete,proto3" json:"complete,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node is the manager that asked the pool.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Op   string `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
+	// members is how many members answered; keys counts them per key.
+	Members int32          `protobuf:"varint,4,opt,name=members,proto3" json:"members,omitempty"`
+	Keys    []*KeyringKey  `protobuf:"bytes,5,rep,name=keys,proto3" json:"keys,omitempty"`
+	Nodes   []*KeyringNode `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// no_answer names the alive members that did not answer in time.
+	NoAnswer []string `protobuf:"bytes,7,rep,name=no_answer,json=noAnswer,proto3" json:"no_answer,omitempty"`
+	// complete: every alive member answered, without error.
+	Complete      bool `protobuf:"varint,8,opt,name=complete,proto3" json:"complete,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -611,7 +626,7 @@ func (x *KeyringResponse) GetOp() string {
 	return ""
 }
 
-func (x *KeyringResponse) GetMembers() int64 {
+func (x *KeyringResponse) GetMembers() int32 {
 	if x != nil {
 		return x.Members
 	}
@@ -763,8 +778,8 @@ const file_operator_proto_rawDesc = "" +
 	"\n" +
 	"KeyringKey\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1c\n" +
-	"\tinstalled\x18\x02 \x01(\x03R\tinstalled\x12\x18\n" +
-	"\aprimary\x18\x03 \x01(\x03R\aprimary\"K\n" +
+	"\tinstalled\x18\x02 \x01(\x05R\tinstalled\x12\x18\n" +
+	"\aprimary\x18\x03 \x01(\x05R\aprimary\"K\n" +
 	"\vKeyringNode\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\x12\x14\n" +
@@ -773,7 +788,7 @@ const file_operator_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x0e\n" +
 	"\x02op\x18\x03 \x01(\tR\x02op\x12\x18\n" +
-	"\amembers\x18\x04 \x01(\x03R\amembers\x12+\n" +
+	"\amembers\x18\x04 \x01(\x05R\amembers\x12+\n" +
 	"\x04keys\x18\x05 \x03(\v2\x17.once.rpc.v1.KeyringKeyR\x04keys\x12.\n" +
 	"\x05nodes\x18\x06 \x03(\v2\x18.once.rpc.v1.KeyringNodeR\x05nodes\x12\x1b\n" +
 	"\tno_answer\x18\a \x03(\tR\bnoAnswer\x12\x1a\n" +
