@@ -17,14 +17,6 @@ import (
 // exists. Consul reaps a WAN member after 72 hours the same way.
 const FederationMemory = 72 * time.Hour
 
-// Federation is rpcpb.FederationView, the name the Server keeps its view
-// under: a manager's view of the datacenters of the federation, every
-// datacenter whose managers it knows through the WAN gossip pool (its own
-// included, from the LAN pool), with their managers' RPC addresses (host:port,
-// sorted); Datacenter is the answering manager's own. Gates read it to
-// forward submissions to other datacenters' leaders directly.
-type Federation = rpcpb.FederationView
-
 // SetFederation makes view the Server's federation view (at any time); a
 // Server without one answers Federation with internal.
 func (s *Server) SetFederation(view func() *rpcpb.FederationView) { s.federation.Store(&view) }

@@ -58,7 +58,7 @@ type Server struct {
 	mux         *http.ServeMux
 	http        *http.Server
 	grpc        *grpc.Server
-	federation  atomic.Pointer[func() *Federation] // SetFederation
+	federation  atomic.Pointer[func() *rpcpb.FederationView] // SetFederation
 
 	draining  chan struct{} // closed by Shutdown and Close: streams finish what they hold and end
 	drainOnce sync.Once

@@ -1948,8 +1948,11 @@ func (*FederationRequest) Descriptor() ([]byte, []int) {
 	return file_manager_proto_rawDescGZIP(), []int{25}
 }
 
-// FederationView is rpc.Federation on the wire: each datacenter's managers'
-// RPC addresses, sorted.
+// FederationView is a manager's view of the datacenters of the federation:
+// every datacenter whose managers it knows through the WAN gossip pool (its
+// own included, from the LAN pool), with their managers' RPC addresses
+// (host:port, sorted); datacenter is the answering manager's own. Gates read
+// it to forward submissions to other datacenters' leaders directly.
 type FederationView struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Datacenter    string                 `protobuf:"bytes,1,opt,name=datacenter,proto3" json:"datacenter,omitempty"`
