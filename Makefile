@@ -32,7 +32,7 @@ NORACE_PKGS := $(addprefix ./,$(sort $(dir $(shell grep -rl --include='*_test.go
 test: fmt-check vet deps-check
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
 	ONCE_LEDGER_TEST_STORE=memory $(GO) test -tags $(TAGS) -race -count=1 ./internal/ledger/
-	$(GO) test -tags $(TAGS) -count=1 -run Allocs $(NORACE_PKGS)
+	$(if $(NORACE_PKGS),$(GO) test -tags $(TAGS) -count=1 -run Allocs $(NORACE_PKGS))
 	cd $(TESTS) && $(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
 
 ## unit: both suites without the real-process end-to-end tests (fast inner loop)

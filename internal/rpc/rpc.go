@@ -16,7 +16,7 @@
 // Server tells the two apart by a connection's first bytes (cmux).
 //
 // Errors keep their identity across the wire: a manager answers an error with a
-// stable Code (a JSON Error, or its rpcpb.Error in a stream's result or a
+// stable Code (its rpcpb.Error in a stream's result or a
 // unary call's status details), and the client turns it back into an *Error
 // that matches the sentinels below with errors.Is. Nothing is ever matched by
 // text.
