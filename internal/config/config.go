@@ -9,6 +9,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -89,12 +90,14 @@ func FlagName(env string) string {
 // setting is one registered variable.
 type setting struct {
 	env, flag, usage string
-	set              func(string) error // parses and stores a raw value
-	want             string
-	def              string
+	want             string             // the accepted range or form
+	def              string             // the field's value when registered, for -h
+	set              func(string) error // parses a raw value, checks it and stores it
+	check            func() error       // checks the value the field holds
 }
 
-// Loader collects settings, then parses flags and the environment once.
+// Loader collects settings, then parses flags and the environment once, or
+// checks the values a configuration built in code holds (Check).
 type Loader struct {
 	fs       *flag.FlagSet
 	settings []*setting
@@ -140,8 +143,37 @@ func (f flagValue) Set(v string) error {
 	return err
 }
 
-func (l *Loader) add(env, usage, def, want string, set func(string) error) {
-	s := &setting{env: env, flag: FlagName(env), usage: usage, set: set, want: want, def: def}
+// bind registers the setting env of the field at p, whose value now is its
+// default. parse reads the text an operator gives (its error is the cause,
+// e.g. ErrSyntax); valid (nil: any value) checks a value however it was
+// given, parsed or set in code; format renders a value for -h and for the
+// errors of Check. Both paths report the same *Error: the variable, its
+// flag, the value, want and the cause.
+func bind[T any](l *Loader, p *T, env, want, usage string, parse func(string) (T, error), valid func(T) error, format func(T) string) {
+	s := &setting{env: env, flag: FlagName(env), usage: usage, want: want, def: format(*p)}
+	invalid := func(value string, cause error) error {
+		return &Error{Env: env, Flag: s.flag, Value: value, Want: want, Err: cause}
+	}
+	s.set = func(text string) error {
+		v, err := parse(text)
+		if err == nil && valid != nil {
+			err = valid(v)
+		}
+		if err != nil {
+			return invalid(text, err)
+		}
+		*p = v
+		return nil
+	}
+	s.check = func() error {
+		if valid == nil {
+			return nil
+		}
+		if err := valid(*p); err != nil {
+			return invalid(format(*p), err)
+		}
+		return nil
+	}
 	if _, dup := l.byFlag[s.flag]; dup {
 		panic("config: duplicate setting " + env)
 	}
@@ -150,146 +182,115 @@ func (l *Loader) add(env, usage, def, want string, set func(string) error) {
 	l.fs.Var(flagValue{s: s, l: l}, s.flag, usage)
 }
 
+// within accepts the values from min to max; others are ErrOutOfRange.
+func within[T cmp.Ordered](min, max T) func(T) error {
+	return func(v T) error {
+		if v < min || v > max {
+			return ErrOutOfRange
+		}
+		return nil
+	}
+}
+
 // Int registers an integer setting in [min, max].
-func (l *Loader) Int(p *int, env string, def, min, max int, usage string) {
-	*p = def
-	want := fmt.Sprintf("an integer from %d to %d", min, max)
-	l.add(env, usage, strconv.Itoa(def), want, func(v string) error {
+func (l *Loader) Int(p *int, env string, min, max int, usage string) {
+	bind(l, p, env, fmt.Sprintf("an integer from %d to %d", min, max), usage, func(v string) (int, error) {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrSyntax}
+			return 0, ErrSyntax
 		}
-		if n < min || n > max {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrOutOfRange}
-		}
-		*p = n
-		return nil
-	})
+		return n, nil
+	}, within(min, max), strconv.Itoa)
 }
 
 // Int64 registers a 64-bit integer setting in [min, max].
-func (l *Loader) Int64(p *int64, env string, def, min, max int64, usage string) {
-	*p = def
-	want := fmt.Sprintf("an integer from %d to %d", min, max)
-	l.add(env, usage, strconv.FormatInt(def, 10), want, func(v string) error {
+func (l *Loader) Int64(p *int64, env string, min, max int64, usage string) {
+	bind(l, p, env, fmt.Sprintf("an integer from %d to %d", min, max), usage, func(v string) (int64, error) {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrSyntax}
+			return 0, ErrSyntax
 		}
-		if n < min || n > max {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrOutOfRange}
-		}
-		*p = n
-		return nil
-	})
+		return n, nil
+	}, within(min, max), func(n int64) string { return strconv.FormatInt(n, 10) })
 }
 
-// Seconds registers a duration given in seconds, in [min, max] seconds. The
-// value is a decimal number as operators write it: 60, 60.0 or 0.5 (see
-// ParseSeconds).
-func (l *Loader) Seconds(p *time.Duration, env string, def, min, max int, usage string) {
-	l.SecondsRange(p, env, time.Duration(def)*time.Second, time.Duration(min)*time.Second, time.Duration(max)*time.Second, usage)
-}
-
-// SecondsRange is Seconds with a default and bounds that need not be whole
-// seconds (a TTL that may be 0.5).
-func (l *Loader) SecondsRange(p *time.Duration, env string, def, min, max time.Duration, usage string) {
-	*p = def
+// Seconds registers a duration given as a decimal number of seconds, as
+// operators write it: 60, 60.0 or 0.5 (see ParseSeconds), in [min, max].
+func (l *Loader) Seconds(p *time.Duration, env string, min, max time.Duration, usage string) {
 	want := fmt.Sprintf("a number of seconds from %s to %s (decimals allowed: 0.5, 60.0)", FormatSeconds(min), FormatSeconds(max))
-	l.add(env, usage, FormatSeconds(def), want, func(v string) error {
-		d, err := ParseSeconds(v)
-		if err != nil {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: err}
-		}
-		if d < min || d > max {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrOutOfRange}
-		}
-		*p = d
-		return nil
-	})
+	bind(l, p, env, want, usage, ParseSeconds, within(min, max), FormatSeconds)
 }
 
 // Duration registers a duration in [min, max], written as a Go duration
 // ("250ms", "2s") or as a decimal number of seconds ("0.25", "2").
-func (l *Loader) Duration(p *time.Duration, env string, def, min, max time.Duration, usage string) {
-	*p = def
+func (l *Loader) Duration(p *time.Duration, env string, min, max time.Duration, usage string) {
 	want := fmt.Sprintf("a duration from %s to %s (250ms, or 0.25 for seconds)", min, max)
-	l.add(env, usage, def.String(), want, func(v string) error {
+	bind(l, p, env, want, usage, func(v string) (time.Duration, error) {
 		d, err := ParseSeconds(v)
 		if err != nil {
 			d, err = time.ParseDuration(strings.TrimSpace(v))
 		}
 		if err != nil {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrSyntax}
+			return 0, ErrSyntax
 		}
-		if d < min || d > max {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: ErrOutOfRange}
-		}
-		*p = d
-		return nil
-	})
+		return d, nil
+	}, within(min, max), time.Duration.String)
 }
 
 // Bool registers a boolean setting: true/false, 1/0, yes/no, on/off (and t/f,
 // y/n), in any case.
-func (l *Loader) Bool(p *bool, env string, def bool, usage string) {
-	*p = def
-	want := "true or false (also 1/0, yes/no, on/off, in any case)"
-	l.add(env, usage, strconv.FormatBool(def), want, func(v string) error {
-		b, err := ParseBool(v)
-		if err != nil {
-			return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: err}
-		}
-		*p = b
-		return nil
-	})
+func (l *Loader) Bool(p *bool, env string, usage string) {
+	bind(l, p, env, "true or false (also 1/0, yes/no, on/off, in any case)", usage, ParseBool, nil, strconv.FormatBool)
 }
 
 // String registers a string setting; validate (may be nil) checks it and its
 // error is reported with want as the accepted form.
-func (l *Loader) String(p *string, env, def, want string, validate func(string) error, usage string) {
-	*p = def
+func (l *Loader) String(p *string, env, want string, validate func(string) error, usage string) {
 	if want == "" {
 		want = "a string"
 	}
-	l.add(env, usage, def, want, func(v string) error {
-		if validate != nil {
-			if err := validate(v); err != nil {
-				return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: err}
-			}
-		}
-		*p = v
-		return nil
-	})
+	bind(l, p, env, want, usage, func(v string) (string, error) { return v, nil }, validate,
+		func(v string) string { return v })
 }
 
-// List registers a comma-separated list; empty items are dropped.
-func (l *Loader) List(p *[]string, env, def, want string, validate func(string) error, usage string) {
-	parse := func(v string) []string {
+// List registers a comma-separated list; empty items are dropped. validate
+// (may be nil) checks every item.
+func (l *Loader) List(p *[]string, env, want string, validate func(string) error, usage string) {
+	if want == "" {
+		want = "a comma-separated list"
+	}
+	var valid func([]string) error
+	if validate != nil {
+		valid = func(items []string) error {
+			for _, it := range items {
+				if err := validate(it); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	bind(l, p, env, want, usage, func(v string) ([]string, error) {
 		var out []string
 		for _, s := range strings.Split(v, ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				out = append(out, s)
 			}
 		}
-		return out
-	}
-	*p = parse(def)
-	if want == "" {
-		want = "a comma-separated list"
-	}
-	l.add(env, usage, def, want, func(v string) error {
-		items := parse(v)
-		for _, it := range items {
-			if validate != nil {
-				if err := validate(it); err != nil {
-					return &Error{Env: env, Flag: FlagName(env), Value: v, Want: want, Err: err}
-				}
-			}
+		return out, nil
+	}, valid, func(items []string) string { return strings.Join(items, ",") })
+}
+
+// Check checks the value every registered field holds, in the order of
+// registration, as Parse checks a value given: for a configuration built in
+// code (the daemons' Validate). It returns the first *Error.
+func (l *Loader) Check() error {
+	for _, s := range l.settings {
+		if err := s.check(); err != nil {
+			return err
 		}
-		*p = items
-		return nil
-	})
+	}
+	return nil
 }
 
 // ErrHelp is returned by Parse when -h or -help was given.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 func load(t *testing.T, args []string, env map[string]string) (Idempotency, error) {
 	t.Helper()
 	l := NewLoader("test", io.Discard)
-	var c Idempotency
+	c := DefaultIdempotency()
 	RegisterIdempotency(l, &c)
 	err := l.Parse(args, MapLookup(env))
 	return c, err
@@ -90,14 +91,14 @@ func TestUnexpectedArgument(t *testing.T) {
 func TestListAndString(t *testing.T) {
 	l := NewLoader("t", io.Discard)
 	var seeds []string
-	var name string
-	l.List(&seeds, "GATE_JOIN", "", "host:port list", func(s string) error {
+	name := "g1"
+	l.List(&seeds, "GATE_JOIN", "host:port list", func(s string) error {
 		if !strings.Contains(s, ":") {
 			return errors.New("missing port")
 		}
 		return nil
 	}, "seeds")
-	l.String(&name, "GATE_NODE_NAME", "g1", "", nil, "name")
+	l.String(&name, "GATE_NODE_NAME", "", nil, "name")
 	if err := l.Parse(nil, MapLookup(map[string]string{"GATE_JOIN": "a:1, b:2,,"})); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestListAndString(t *testing.T) {
 		t.Fatalf("got %v %q", seeds, name)
 	}
 	l2 := NewLoader("t", io.Discard)
-	l2.List(&seeds, "GATE_JOIN", "", "host:port list", func(s string) error {
+	l2.List(&seeds, "GATE_JOIN", "host:port list", func(s string) error {
 		if !strings.Contains(s, ":") {
 			return errors.New("missing port")
 		}
@@ -139,6 +140,59 @@ func TestReadSecretFile(t *testing.T) {
 		_, err := ReadSecretFile("X_SECRET_FILE", path)
 		if !errors.Is(err, ErrSecretFile) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "X_SECRET_FILE") {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestCheckAsParse: Check reports a value set in code with the same *Error
+// as Parse reports the same value given as text, for every kind of setting;
+// registering keeps the value a field holds (its default).
+func TestCheckAsParse(t *testing.T) {
+	type fields struct {
+		n     int
+		n64   int64
+		secs  time.Duration
+		dur   time.Duration
+		name  string
+		seeds []string
+	}
+	register := func(l *Loader, f *fields) {
+		l.Int(&f.n, "T_INT", 1, 9, "n")
+		l.Int64(&f.n64, "T_INT64", 1, 9, "n64")
+		l.Seconds(&f.secs, "T_SECONDS", MinTTL, time.Minute, "secs")
+		l.Duration(&f.dur, "T_DURATION", time.Millisecond, time.Second, "dur")
+		l.String(&f.name, "T_NAME", WantName, Name, "name")
+		l.List(&f.seeds, "T_SEEDS", "", HostPort, "seeds")
+	}
+	good := fields{n: 3, n64: 4, secs: time.Second, dur: 250 * time.Millisecond, name: "dc1", seeds: []string{"a:1"}}
+	f := good
+	l := NewLoader("t", io.Discard)
+	register(l, &f)
+	if err := l.Check(); err != nil || !reflect.DeepEqual(f, good) {
+		t.Fatalf("registering changed %+v to %+v, or Check failed: %v", good, f, err)
+	}
+	for _, tc := range []struct {
+		env, text string
+		set       func(*fields)
+		cause     error
+	}{
+		{"T_INT", "10", func(f *fields) { f.n = 10 }, ErrOutOfRange},
+		{"T_INT64", "0", func(f *fields) { f.n64 = 0 }, ErrOutOfRange},
+		{"T_SECONDS", "0.05", func(f *fields) { f.secs = 50 * time.Millisecond }, ErrOutOfRange},
+		{"T_DURATION", "2s", func(f *fields) { f.dur = 2 * time.Second }, ErrOutOfRange},
+		{"T_NAME", "dc/1", func(f *fields) { f.name = "dc/1" }, ErrSyntax},
+		{"T_SEEDS", "a:1,b", func(f *fields) { f.seeds = []string{"a:1", "b"} }, ErrSyntax},
+	} {
+		f := good
+		l := NewLoader("t", io.Discard)
+		register(l, &f)
+		parsed := l.Parse(nil, MapLookup(map[string]string{tc.env: tc.text}))
+		f = good
+		tc.set(&f)
+		checked := l.Check()
+		var ce *Error
+		if !errors.As(checked, &ce) || ce.Env != tc.env || !errors.Is(checked, tc.cause) || !reflect.DeepEqual(checked, parsed) {
+			t.Errorf("%s: Check() = %v, Parse of %q = %v; want the same *Error matching %v", tc.env, checked, tc.text, parsed, tc.cause)
 		}
 	}
 }

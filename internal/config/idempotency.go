@@ -48,22 +48,22 @@ func DefaultIdempotency() Idempotency {
 const MinTTL = 100 * time.Millisecond
 
 // RegisterIdempotency registers the IDEMPOTENCY_* settings on l, storing into c
-// (which starts at the defaults). Durations are decimal seconds (60, 60.0, 0.5).
+// (which holds the defaults, DefaultIdempotency). Durations are decimal
+// seconds (60, 60.0, 0.5).
 func RegisterIdempotency(l *Loader, c *Idempotency) {
-	d := DefaultIdempotency()
-	l.SecondsRange(&c.PendingTTL, EnvPendingTTL, d.PendingTTL, MinTTL, maxSeconds*time.Second,
+	l.Seconds(&c.PendingTTL, EnvPendingTTL, MinTTL, maxSeconds*time.Second,
 		"how long a PENDING entry lives before it expires")
-	l.SecondsRange(&c.CommittedTTL, EnvCommittedTTL, d.CommittedTTL, MinTTL, maxSeconds*time.Second,
+	l.Seconds(&c.CommittedTTL, EnvCommittedTTL, MinTTL, maxSeconds*time.Second,
 		"how long a COMMITTED entry answers duplicates")
-	l.SecondsRange(&c.RejectedTTL, EnvRejectedTTL, d.RejectedTTL, MinTTL, maxSeconds*time.Second,
+	l.Seconds(&c.RejectedTTL, EnvRejectedTTL, MinTTL, maxSeconds*time.Second,
 		"how long a REJECTED entry answers duplicates (and the Retry-After of capacity rejections)")
-	l.Int(&c.MaxEntries, EnvMaxEntries, d.MaxEntries, 1, 100_000_000,
+	l.Int(&c.MaxEntries, EnvMaxEntries, 1, 100_000_000,
 		"the bound on entries in each gate's idempotency cache")
-	l.Seconds(&c.CleanupInterval, EnvCleanupInterval, int(d.CleanupInterval/time.Second), 1, 3600,
+	l.Seconds(&c.CleanupInterval, EnvCleanupInterval, time.Second, time.Hour,
 		"how often expired entries are swept (gate cache) and expired (ledger)")
-	l.Bool(&c.WaitForPending, EnvWaitForPending, d.WaitForPending,
+	l.Bool(&c.WaitForPending, EnvWaitForPending,
 		"whether a duplicate of a PENDING submission waits for its outcome (else 409 request_in_progress)")
-	l.SecondsRange(&c.PendingWaitTimeout, EnvPendingWaitTimeout, d.PendingWaitTimeout, MinTTL, time.Hour,
+	l.Seconds(&c.PendingWaitTimeout, EnvPendingWaitTimeout, MinTTL, time.Hour,
 		"how long a duplicate waits on a PENDING submission before 409 request_in_progress")
 }
 

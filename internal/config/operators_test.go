@@ -103,8 +103,8 @@ func TestBoolsAsOperatorsWriteThem(t *testing.T) {
 func TestDurationTakesSeconds(t *testing.T) {
 	for v, want := range map[string]time.Duration{"250ms": 250 * time.Millisecond, "0.25": 250 * time.Millisecond, "2": 2 * time.Second, "1.5s": 1500 * time.Millisecond} {
 		l := NewLoader("t", io.Discard)
-		var d time.Duration
-		l.Duration(&d, "MANAGER_APPLY_TIMEOUT", time.Second, 100*time.Millisecond, time.Minute, "t")
+		d := time.Second
+		l.Duration(&d, "MANAGER_APPLY_TIMEOUT", 100*time.Millisecond, time.Minute, "t")
 		if err := l.Parse(nil, MapLookup(map[string]string{"MANAGER_APPLY_TIMEOUT": v})); err != nil {
 			t.Fatalf("%q: %v", v, err)
 		}
@@ -113,8 +113,8 @@ func TestDurationTakesSeconds(t *testing.T) {
 		}
 	}
 	l := NewLoader("t", io.Discard)
-	var d time.Duration
-	l.Duration(&d, "MANAGER_APPLY_TIMEOUT", time.Second, 100*time.Millisecond, time.Minute, "t")
+	d := time.Second
+	l.Duration(&d, "MANAGER_APPLY_TIMEOUT", 100*time.Millisecond, time.Minute, "t")
 	err := l.Parse(nil, MapLookup(map[string]string{"MANAGER_APPLY_TIMEOUT": "61"}))
 	if !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "MANAGER_APPLY_TIMEOUT") {
 		t.Fatalf("got %v", err)

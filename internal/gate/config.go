@@ -3,8 +3,6 @@ package gate
 import (
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/once-dev/once/internal/config"
@@ -66,10 +64,10 @@ const (
 )
 
 // Config is the gate's configuration. DefaultConfig returns the defaults;
-// Register binds the operator-facing fields to flags and environment variables;
-// LoadConfig parses and validates (the manager's Config has the same shape).
-// Adding a setting is a field, an Env constant, a default and one Register
-// line.
+// Register binds the operator-facing fields to flags and environment variables
+// and declares the range of each, which both LoadConfig and Validate check
+// (the manager's Config has the same shape). Adding a setting is a field, an
+// Env constant, a default and one Register line.
 // The fields below "Not settable" are for tests and embedders; zero values take
 // the defaults noted.
 type Config struct {
@@ -167,65 +165,64 @@ func DefaultConfig() Config {
 }
 
 // Register binds c's operator-facing fields to flags and environment variables
-// on l. c should start at DefaultConfig(); Register resets the registered fields
-// to their defaults.
+// on l, with their accepted ranges. The values c holds are the defaults (c
+// starts at DefaultConfig()); Register does not change them.
 func Register(l *config.Loader, c *Config) {
-	d := DefaultConfig()
-	l.String(&c.ListenAddr, EnvListenAddr, d.ListenAddr, config.WantListenAddr,
+	l.String(&c.ListenAddr, EnvListenAddr, config.WantListenAddr,
 		config.ListenAddr, "the address the HTTP API listens on")
-	l.String(&c.Datacenter, EnvDatacenter, d.Datacenter, config.WantName,
+	l.String(&c.Datacenter, EnvDatacenter, config.WantName,
 		config.Name, "the gate's own datacenter: the default target of a job")
-	l.String(&c.NodeName, EnvNodeName, d.NodeName, "at most 128 visible ASCII characters (empty: the host name)",
+	l.String(&c.NodeName, EnvNodeName, "at most 128 visible ASCII characters (empty: the host name)",
 		validateNodeName, "the gate's name in logs and metrics")
-	l.List(&c.Managers, EnvManagers, "", "a comma-separated list of manager RPC addresses host:port",
+	l.List(&c.Managers, EnvManagers, "a comma-separated list of manager RPC addresses host:port",
 		config.HostPort, "the datacenter's managers; the gate follows their leader")
-	l.String(&c.TokenFile, EnvTokenFile, d.TokenFile, "a path to a file of '<token> <tenant>' lines (empty: no authentication)",
+	l.String(&c.TokenFile, EnvTokenFile, "a path to a file of '<token> <tenant>' lines (empty: no authentication)",
 		nil, "the bearer tokens and the tenants they map to")
-	l.String(&c.OperatorTokenFile, EnvOperatorTokenFile, "", "a path to a file of '<token> <operator>' lines (empty: none)",
+	l.String(&c.OperatorTokenFile, EnvOperatorTokenFile, "a path to a file of '<token> <operator>' lines (empty: none)",
 		nil, "the operators' bearer tokens: the credential of GET /v1/cluster, the console's cluster view (read at start)")
-	l.String(&c.TLSCertFile, EnvTLSCertFile, "", "a path to a PEM certificate (chain)", nil,
+	l.String(&c.TLSCertFile, EnvTLSCertFile, "a path to a PEM certificate (chain)", nil,
 		"serve HTTPS with this certificate (with GATE_TLS_KEY_FILE); reloaded when the file changes")
-	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "", "a path to a PEM private key", nil,
+	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "a path to a PEM private key", nil,
 		"the private key of GATE_TLS_CERT_FILE")
-	l.String(&c.RPCTLSCAFile, EnvRPCTLSCAFile, "", "a path to a PEM certificate", nil,
+	l.String(&c.RPCTLSCAFile, EnvRPCTLSCAFile, "a path to a PEM certificate", nil,
 		"the cluster CA: reach the managers' RPC over mutual TLS, accepting only managers it signed (with GATE_RPC_TLS_CERT_FILE and _KEY_FILE); reloaded when the file changes")
-	l.String(&c.RPCTLSCertFile, EnvRPCTLSCertFile, "", "a path to a PEM certificate (chain)", nil,
+	l.String(&c.RPCTLSCertFile, EnvRPCTLSCertFile, "a path to a PEM certificate (chain)", nil,
 		"the gate's client certificate for the managers' RPC, signed by the cluster CA")
-	l.String(&c.RPCTLSKeyFile, EnvRPCTLSKeyFile, "", "a path to a PEM private key", nil,
+	l.String(&c.RPCTLSKeyFile, EnvRPCTLSKeyFile, "a path to a PEM private key", nil,
 		"the private key of GATE_RPC_TLS_CERT_FILE")
-	l.String(&c.OTLPEndpoint, EnvOTLPEndpoint, "", "an http:// or https:// URL", tracing.CheckEndpoint,
+	l.String(&c.OTLPEndpoint, EnvOTLPEndpoint, "an http:// or https:// URL", tracing.CheckEndpoint,
 		"send OpenTelemetry traces of submissions there (OTLP over HTTP, e.g. http://otel-collector:4318); empty: no tracing")
-	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
+	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "a path to a file holding the cluster secret", nil,
 		"the cluster secret (MANAGER_CLUSTER_SECRET_FILE's): the managers' RPC over mutual TLS with the CA derived from it (unless GATE_RPC_TLS_* is set), the gossip key derived from it (unless set), and presented to the managers")
-	l.Bool(&c.Insecure, EnvInsecure, false,
+	l.Bool(&c.Insecure, EnvInsecure,
 		"start without a cluster credential: the managers' RPC and gossip unauthenticated and unencrypted (development only); refused together with a credential or a gossip key")
-	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, d.MaxBodyBytes, MinBodyBytes, MaxBodyBytes,
+	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, MinBodyBytes, MaxBodyBytes,
 		"the largest POST /v1/jobs body accepted (413 body_too_large beyond)")
-	l.Int64(&c.CacheMaxBytes, EnvCacheMaxBytes, d.CacheMaxBytes, 1<<20, 1<<40,
+	l.Int64(&c.CacheMaxBytes, EnvCacheMaxBytes, 1<<20, 1<<40,
 		"bytes of outcomes the idempotency cache holds; beyond it outcomes are answered but not cached")
-	l.SecondsRange(&c.ForwardTimeout, EnvForwardTimeout, d.ForwardTimeout, config.MinTTL, 600*time.Second,
+	l.Seconds(&c.ForwardTimeout, EnvForwardTimeout, config.MinTTL, 600*time.Second,
 		"how long a submission may spend reaching the manager leader before 503 unavailable (plus the pending wait)")
-	l.SecondsRange(&c.ShutdownTimeout, EnvShutdownTimeout, d.ShutdownTimeout, config.MinTTL, time.Hour,
+	l.Seconds(&c.ShutdownTimeout, EnvShutdownTimeout, config.MinTTL, time.Hour,
 		"how long a graceful shutdown waits for requests in flight")
-	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel,
+	l.String(&c.LogLevel, EnvLogLevel, config.WantLogLevel,
 		config.LogLevel, "the lowest level logged")
-	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat,
+	l.String(&c.LogFormat, EnvLogFormat, config.WantLogFormat,
 		config.LogFormat, "the log line format")
-	l.Bool(&c.Pprof, EnvPprof, false, "serve Go's /debug/pprof profiles on the API listener (profiling only: do not expose)")
-	l.List(&c.Join, EnvJoin, "", "a comma-separated list of gossip addresses host:port",
+	l.Bool(&c.Pprof, EnvPprof, "serve Go's /debug/pprof profiles on the API listener (profiling only: do not expose)")
+	l.List(&c.Join, EnvJoin, "a comma-separated list of gossip addresses host:port",
 		config.HostPort, "gossip seeds: the gate learns the managers and their leader from the pool")
-	l.String(&c.GossipAddr, EnvGossipAddr, d.GossipAddr, config.WantHostPort, config.HostPort,
+	l.String(&c.GossipAddr, EnvGossipAddr, config.WantHostPort, config.HostPort,
 		"the gate's memberlist bind address (TCP and UDP), used when GATE_JOIN is set")
-	l.String(&c.GossipAdvertise, EnvGossipAdvertise, "", config.WantAdvertise,
+	l.String(&c.GossipAdvertise, EnvGossipAdvertise, config.WantAdvertise,
 		config.Advertise, "the gossip address the others dial (NAT, containers), resolved at start")
-	l.String(&c.GossipKey, EnvGossipKey, "", "base64 of a 16, 24 or 32-byte key", nil,
+	l.String(&c.GossipKey, EnvGossipKey, "base64 of a 16, 24 or 32-byte key", nil,
 		"gossip encryption key, shared by every node of the pool; empty: plaintext")
-	l.String(&c.GossipProfile, EnvGossipProfile, d.GossipProfile, "lan or local", config.OneOf("lan", "local"),
+	l.String(&c.GossipProfile, EnvGossipProfile, "lan or local", config.OneOf("lan", "local"),
 		"memberlist timing profile")
 	config.RegisterIdempotency(l, &c.Idempotency)
-	l.SecondsRange(&c.FederationSettle, EnvFederationSettle, d.FederationSettle, 0, time.Minute,
+	l.Seconds(&c.FederationSettle, EnvFederationSettle, 0, time.Minute,
 		"how long the set of datacenters read from the managers must stay the same before the federation counts as formed: until then an unknown datacenter is answered 503 (retry), not 400, and /readyz waits")
-	l.SecondsRange(&c.MaxTTL, EnvMaxTTL, d.MaxTTL, time.Second, MaxMaxTTL,
+	l.Seconds(&c.MaxTTL, EnvMaxTTL, time.Second, MaxMaxTTL,
 		"the longest Idempotency-TTL a submission may ask for (400 invalid_request beyond)")
 }
 
@@ -240,7 +237,6 @@ func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writ
 	if err := l.Parse(args, lookup); err != nil {
 		return c, err
 	}
-	c = c.withDefaults()
 	return c, c.Validate()
 }
 
@@ -261,75 +257,28 @@ func (c *Config) rpcTLSFiles() config.TLSFiles {
 		EnvKey: EnvRPCTLSKeyFile, Key: c.RPCTLSKeyFile}
 }
 
-// Validate checks c as New does. Errors are *config.Error values naming the
-// variable, its flag and the accepted range; they match config.ErrInvalid and
-// the cause (config.ErrSyntax, config.ErrOutOfRange).
+// Validate checks c as LoadConfig and New do: every setting against the range
+// or form Register declares for it, then the rules that span several settings.
+// Errors are *config.Error values naming the variable, its flag and the
+// accepted range; they match config.ErrInvalid and the cause
+// (config.ErrSyntax, config.ErrOutOfRange).
 func (c *Config) Validate() error {
-	check := func(env, value, want string, err error) error {
-		if err == nil {
-			return nil
-		}
-		return config.Invalid(env, value, want, err)
-	}
-	if err := check(EnvListenAddr, c.ListenAddr, config.WantListenAddr, config.ListenAddr(c.ListenAddr)); err != nil {
+	l := config.NewLoader("gate", io.Discard)
+	Register(l, c)
+	if err := l.Check(); err != nil {
 		return err
-	}
-	if err := check(EnvDatacenter, c.Datacenter, config.WantName, config.Name(c.Datacenter)); err != nil {
-		return err
-	}
-	if err := check(EnvNodeName, c.NodeName, "at most 128 visible ASCII characters", validateNodeName(c.NodeName)); err != nil {
-		return err
-	}
-	for _, m := range c.Managers {
-		if err := check(EnvManagers, strings.Join(c.Managers, ","), "a comma-separated list of host:port", config.HostPort(m)); err != nil {
-			return err
-		}
 	}
 	if err := c.rpcTLSFiles().Check(); err != nil {
 		return err
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		env, v := EnvTLSKeyFile, c.TLSKeyFile
+		missing, other := EnvTLSKeyFile, EnvTLSCertFile
 		if c.TLSCertFile == "" {
-			env, v = EnvTLSCertFile, c.TLSCertFile
+			missing, other = EnvTLSCertFile, EnvTLSKeyFile
 		}
-		return check(env, v, "set together with "+map[string]string{EnvTLSKeyFile: EnvTLSCertFile, EnvTLSCertFile: EnvTLSKeyFile}[env], config.ErrSyntax)
+		return config.Invalid(missing, "", "set together with "+other, config.ErrSyntax)
 	}
-	if c.MaxBodyBytes < MinBodyBytes || c.MaxBodyBytes > MaxBodyBytes {
-		return check(EnvMaxBodyBytes, strconv.FormatInt(c.MaxBodyBytes, 10),
-			fmt.Sprintf("an integer from %d to %d", MinBodyBytes, MaxBodyBytes), config.ErrOutOfRange)
-	}
-	positive := []struct {
-		env string
-		d   time.Duration
-	}{
-		{EnvForwardTimeout, c.ForwardTimeout},
-		{EnvShutdownTimeout, c.ShutdownTimeout},
-		{config.EnvPendingTTL, c.Idempotency.PendingTTL},
-		{config.EnvCommittedTTL, c.Idempotency.CommittedTTL},
-		{config.EnvRejectedTTL, c.Idempotency.RejectedTTL},
-		{config.EnvCleanupInterval, c.Idempotency.CleanupInterval},
-		{config.EnvPendingWaitTimeout, c.Idempotency.PendingWaitTimeout},
-	}
-	for _, p := range positive {
-		if p.d <= 0 {
-			return check(p.env, config.FormatSeconds(p.d), "a positive number of seconds", config.ErrOutOfRange)
-		}
-	}
-	if c.MaxTTL < time.Second || c.MaxTTL > MaxMaxTTL {
-		return check(EnvMaxTTL, config.FormatSeconds(c.MaxTTL),
-			"a number of seconds from 1 to "+config.FormatSeconds(MaxMaxTTL), config.ErrOutOfRange)
-	}
-	if c.Idempotency.MaxEntries < 1 {
-		return check(config.EnvMaxEntries, strconv.Itoa(c.Idempotency.MaxEntries), "at least 1", config.ErrOutOfRange)
-	}
-	if err := check(EnvGossipAdvertise, c.GossipAdvertise, config.WantAdvertise, config.Advertise(c.GossipAdvertise)); err != nil {
-		return err
-	}
-	if err := check(EnvLogLevel, c.LogLevel, config.WantLogLevel, config.LogLevel(c.LogLevel)); err != nil {
-		return err
-	}
-	return check(EnvLogFormat, c.LogFormat, config.WantLogFormat, config.LogFormat(c.LogFormat))
+	return nil
 }
 
 // withDefaults fills the zero values of the fields that are not settable from
@@ -350,15 +299,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = d.RetryAfter
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = d.LogLevel
-	}
-	if c.LogFormat == "" {
-		c.LogFormat = d.LogFormat
-	}
-	if c.MaxTTL <= 0 {
-		c.MaxTTL = d.MaxTTL
 	}
 	return c
 }

@@ -3,14 +3,17 @@ package gate
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/manager/managertest"
@@ -202,6 +205,36 @@ func TestConfigValidate(t *testing.T) {
 	cfg := DefaultConfig()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
+	}
+}
+
+// TestValidateAsLoadConfig: a Config built in code with a value out of its
+// range or form fails Validate, and New, with the same *config.Error as
+// LoadConfig gives for that value in the environment.
+func TestValidateAsLoadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		env, value string
+		set        func(*Config)
+	}{
+		{EnvMaxBodyBytes, "10", func(c *Config) { c.MaxBodyBytes = 10 }},
+		{EnvCacheMaxBytes, "1024", func(c *Config) { c.CacheMaxBytes = 1024 }},
+		{EnvForwardTimeout, "0.05", func(c *Config) { c.ForwardTimeout = 50 * time.Millisecond }},
+		{config.EnvCleanupInterval, "0.5", func(c *Config) { c.Idempotency.CleanupInterval = 500 * time.Millisecond }},
+		{EnvMaxTTL, "31536001", func(c *Config) { c.MaxTTL = MaxMaxTTL + time.Second }},
+		{EnvGossipProfile, "wan", func(c *Config) { c.GossipProfile = "wan" }},
+		{EnvManagers, "127.0.0.1:1,no-port", func(c *Config) { c.Managers = []string{"127.0.0.1:1", "no-port"} }},
+	} {
+		_, loaded := LoadConfig(nil, config.MapLookup(map[string]string{tc.env: tc.value}), io.Discard)
+		cfg := DefaultConfig()
+		tc.set(&cfg)
+		err := cfg.Validate()
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Env != tc.env || ce.Value != tc.value || !reflect.DeepEqual(err, loaded) {
+			t.Errorf("%s: Validate() = %v, LoadConfig with %s=%s: %v; want the same *config.Error", tc.env, err, tc.env, tc.value, loaded)
+		}
+		if _, err := New(cfg, Deps{}); !reflect.DeepEqual(err, loaded) {
+			t.Errorf("%s: New = %v, want %v", tc.env, err, loaded)
+		}
 	}
 }
 

@@ -3,7 +3,6 @@ package manager
 import (
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"time"
 
@@ -199,13 +198,18 @@ const (
 )
 
 // DefaultConfig returns the defaults of every setting, with the derived ones
-// (DataDir, RaftAdvertise, RPCAdvertise) filled as withDefaults does.
-func DefaultConfig() Config {
+// (DataDir, RaftAdvertise, RPCAdvertise, the ledger's byte budgets) filled as
+// withDefaults does.
+func DefaultConfig() Config { return defaults().withDefaults() }
+
+// defaults returns the defaults with the derived settings empty: LoadConfig
+// derives them from what was given.
+func defaults() Config {
 	host, _ := os.Hostname()
 	if config.Name(host) != nil {
 		host = "manager1"
 	}
-	c := Config{
+	return Config{
 		NodeID:                       host,
 		Datacenter:                   "dc1",
 		RaftAddr:                     "127.0.0.1:7000",
@@ -244,90 +248,89 @@ func DefaultConfig() Config {
 		LogFormat:                    logging.FormatText,
 		Idempotency:                  config.DefaultIdempotency(),
 	}
-	return c.withDefaults()
 }
 
-// Register binds c's fields to flags and environment variables on l, with the
-// defaults of DefaultConfig. Derived settings (MANAGER_DATA_DIR and the
-// *_ADVERTISE addresses) default to empty: withDefaults derives them after
-// parsing.
+// Register binds c's fields to flags and environment variables on l, with their
+// accepted ranges. The values c holds are the defaults; Register does not
+// change them. LoadConfig registers on the defaults with the derived settings
+// (MANAGER_DATA_DIR, the *_ADVERTISE addresses, the ledger's byte budgets)
+// empty, and derives them after parsing (withDefaults).
 func Register(l *config.Loader, c *Config) {
-	d := DefaultConfig()
-	l.String(&c.NodeID, EnvNodeID, d.NodeID, config.WantName, config.Name,
+	l.String(&c.NodeID, EnvNodeID, config.WantName, config.Name,
 		"this manager's unique, stable ID (its Raft server ID)")
-	l.String(&c.Datacenter, EnvDatacenter, d.Datacenter, config.WantName, config.Name,
+	l.String(&c.Datacenter, EnvDatacenter, config.WantName, config.Name,
 		"the datacenter this manager's Raft group serves")
-	l.String(&c.DataDir, EnvDataDir, "", "a directory path", nil,
+	l.String(&c.DataDir, EnvDataDir, "a directory path", nil,
 		"where the Raft log, stable store, snapshots and ledger live (default ./data/<node-id>)")
-	l.String(&c.LedgerStore, EnvLedgerStore, d.LedgerStore, "disk or memory", config.OneOf("disk", "memory"),
+	l.String(&c.LedgerStore, EnvLedgerStore, "disk or memory", config.OneOf("disk", "memory"),
 		"where the ledger keeps its tables: disk (DATA_DIR/ledger, memory for caches only; a restart goes on from it) or memory (rebuilt from the newest snapshot at every start)")
-	l.Int64(&c.LedgerCacheBytes, EnvLedgerCacheBytes, d.LedgerCacheBytes, 1<<20, 1<<40,
+	l.Int64(&c.LedgerCacheBytes, EnvLedgerCacheBytes, 1<<20, 1<<40,
 		"bytes of the disk ledger's block cache")
-	l.String(&c.RaftAddr, EnvRaftAddr, d.RaftAddr, config.WantListenAddr, config.ListenAddr, "Raft bind address")
-	l.String(&c.RaftAdvertise, EnvRaftAdvertise, "", config.WantAdvertise, config.Advertise, "Raft address peers dial (default MANAGER_RAFT_ADDR)")
-	l.String(&c.RPCAddr, EnvRPCAddr, d.RPCAddr, config.WantListenAddr, config.ListenAddr, "RPC listener for gates (also serves /metrics)")
-	l.String(&c.RPCAdvertise, EnvRPCAdvertise, "", config.WantAdvertise, config.Advertise, "RPC address gates dial (default MANAGER_RPC_ADDR)")
-	l.String(&c.GossipAddr, EnvGossipAddr, d.GossipAddr, config.WantListenAddr, config.ListenAddr, "memberlist bind address (TCP and UDP)")
-	l.String(&c.GossipAdvertise, EnvGossipAdvertise, "", config.WantAdvertise, config.Advertise, "gossip address the others dial, resolved at start (default: MANAGER_GOSSIP_ADDR, or a private IP when that is 0.0.0.0)")
-	l.List(&c.Join, EnvJoin, "", "comma-separated host:port gossip seeds", config.HostPort, "gossip addresses of nodes to join")
-	l.String(&c.GossipKey, EnvGossipKey, "", "base64 of a 16, 24 or 32-byte key", nil, "gossip encryption key; empty: plaintext")
-	l.String(&c.GossipProfile, EnvGossipProfile, d.GossipProfile, "lan or local", config.OneOf("lan", "local"), "memberlist timing profile")
-	l.String(&c.WANGossipAddr, EnvWANGossipAddr, "", config.WantListenAddr, optional(config.ListenAddr), "WAN memberlist bind address, joining the federation of datacenters (default: none, a single-datacenter manager)")
-	l.String(&c.WANGossipAdvertise, EnvWANGossipAdvertise, "", config.WantAdvertise, optional(config.Advertise), "WAN gossip address the others dial, resolved at start (default: MANAGER_WAN_GOSSIP_ADDR)")
-	l.List(&c.WANJoin, EnvWANJoin, "", "comma-separated host:port gossip seeds", config.HostPort, "WAN gossip addresses of managers (of any datacenter) to join")
-	l.String(&c.WANGossipKey, EnvWANGossipKey, "", "base64 of 16, 24 or 32-byte keys, comma-separated", nil, "WAN gossip encryption keys (the first encrypts); empty: plaintext")
-	l.Int(&c.BootstrapExpect, EnvBootstrapExpect, d.BootstrapExpect, 1, 9, "how many managers must see each other before the Raft group is bootstrapped")
-	l.SecondsRange(&c.DeadServerGrace, EnvDeadServerGrace, d.DeadServerGrace, time.Second, 86400*time.Second, "how long a failed manager stays a voter before the leader removes it")
-	l.Bool(&c.LeaveOnTerminate, EnvLeaveOnTerminate, d.LeaveOnTerminate, "on SIGTERM/SIGINT leave the Raft configuration for good (default: stop as a voter that will come back)")
-	l.Duration(&c.HeartbeatTimeout, EnvHeartbeatTimeout, d.HeartbeatTimeout, 50*time.Millisecond, time.Minute, "Raft heartbeat timeout")
-	l.Duration(&c.ElectionTimeout, EnvElectionTimeout, d.ElectionTimeout, 50*time.Millisecond, time.Minute, "Raft election timeout")
-	l.Duration(&c.LeaderLeaseTimeout, EnvLeaderLeaseTimeout, d.LeaderLeaseTimeout, 25*time.Millisecond, time.Minute, "Raft leader lease timeout")
-	l.Int(&c.SnapshotThreshold, EnvSnapshotThreshold, d.SnapshotThreshold, 16, 1<<30, "log entries between snapshots")
-	l.Int(&c.TrailingLogs, EnvTrailingLogs, d.TrailingLogs, 0, 1<<30, "log entries kept after a snapshot")
-	l.Int(&c.MaxAppendEntries, EnvMaxAppendEntries, d.MaxAppendEntries, 1, 1024, "log entries per AppendEntries RPC and per apply batch")
-	l.Int(&c.MaxQueuedJobs, EnvMaxQueuedJobs, d.MaxQueuedJobs, 1, 1<<31-1, "jobs the datacenter holds before admission rejects with 429 (capacity)")
-	l.SecondsRange(&c.JobRetention, EnvJobRetention, d.JobRetention, time.Second, 365*86400*time.Second, "how long a job stays readable (at least IDEMPOTENCY_COMMITTED_TTL_SECONDS)")
-	l.List(&c.AllowedJobTypes, EnvAllowedJobTypes, "", "comma-separated job types", nil, "if set, admission rejects other job types with 422")
-	l.Int(&c.LedgerMaxEntries, EnvLedgerMaxEntries, d.LedgerMaxEntries, 1, 1<<31-1, "live entries the ledger holds before it refuses new reservations")
-	l.SecondsRange(&c.WatermarkTTL, EnvWatermarkTTL, d.WatermarkTTL, time.Second, 365*86400*time.Second, "how long a client's sequence watermark is kept after its last update")
-	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, d.WatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks; when full, keys of new clients are refused (503), no watermark is evicted")
-	l.Duration(&c.ApplyTimeout, EnvApplyTimeout, d.ApplyTimeout, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
-	l.Bool(&c.QueueJobs, EnvQueueJobs, d.QueueJobs, "queue committed jobs for workers (POST /v1/leases); false keeps them outside the lifecycle, expiring after MANAGER_JOB_RETENTION_SECONDS")
-	l.Int(&c.JobMaxAttempts, EnvJobMaxAttempts, d.JobMaxAttempts, 1, 1000, "leases a job gets: a failed attempt or an expired lease after the last makes it dead")
-	l.Duration(&c.JobBackoffMin, EnvJobBackoffMin, d.JobBackoffMin, 0, 24*time.Hour, "the retry delay after a job's first failed attempt (then doubled per attempt up to MANAGER_JOB_BACKOFF_MAX, with jitter)")
-	l.Duration(&c.JobBackoffMax, EnvJobBackoffMax, d.JobBackoffMax, 0, 7*24*time.Hour, "the longest retry delay after a failed attempt (at least MANAGER_JOB_BACKOFF_MIN)")
-	l.Duration(&c.JobLeaseDefault, EnvJobLeaseDefault, d.JobLeaseDefault, 100*time.Millisecond, 24*time.Hour, "a job lease's duration when the worker names none (within MANAGER_JOB_LEASE_MIN..MAX)")
-	l.Duration(&c.JobLeaseMin, EnvJobLeaseMin, d.JobLeaseMin, 100*time.Millisecond, 24*time.Hour, "the shortest lease (or heartbeat extension) a worker may ask for")
-	l.Duration(&c.JobLeaseMax, EnvJobLeaseMax, d.JobLeaseMax, 100*time.Millisecond, 24*time.Hour, "the longest lease (or heartbeat extension) a worker may ask for")
-	l.Bool(&c.Pprof, EnvPprof, d.Pprof, "serve Go's /debug/pprof profiles on the RPC listener")
-	l.String(&c.TLSCAFile, EnvTLSCAFile, "", "a path to a PEM certificate", nil,
+	l.String(&c.RaftAddr, EnvRaftAddr, config.WantListenAddr, config.ListenAddr, "Raft bind address")
+	l.String(&c.RaftAdvertise, EnvRaftAdvertise, config.WantAdvertise, config.Advertise, "Raft address peers dial (default MANAGER_RAFT_ADDR)")
+	l.String(&c.RPCAddr, EnvRPCAddr, config.WantListenAddr, config.ListenAddr, "RPC listener for gates (also serves /metrics)")
+	l.String(&c.RPCAdvertise, EnvRPCAdvertise, config.WantAdvertise, config.Advertise, "RPC address gates dial (default MANAGER_RPC_ADDR)")
+	l.String(&c.GossipAddr, EnvGossipAddr, config.WantListenAddr, config.ListenAddr, "memberlist bind address (TCP and UDP)")
+	l.String(&c.GossipAdvertise, EnvGossipAdvertise, config.WantAdvertise, config.Advertise, "gossip address the others dial, resolved at start (default: MANAGER_GOSSIP_ADDR, or a private IP when that is 0.0.0.0)")
+	l.List(&c.Join, EnvJoin, "comma-separated host:port gossip seeds", config.HostPort, "gossip addresses of nodes to join")
+	l.String(&c.GossipKey, EnvGossipKey, "base64 of a 16, 24 or 32-byte key", nil, "gossip encryption key; empty: plaintext")
+	l.String(&c.GossipProfile, EnvGossipProfile, "lan or local", config.OneOf("lan", "local"), "memberlist timing profile")
+	l.String(&c.WANGossipAddr, EnvWANGossipAddr, config.WantListenAddr, optional(config.ListenAddr), "WAN memberlist bind address, joining the federation of datacenters (default: none, a single-datacenter manager)")
+	l.String(&c.WANGossipAdvertise, EnvWANGossipAdvertise, config.WantAdvertise, config.Advertise, "WAN gossip address the others dial, resolved at start (default: MANAGER_WAN_GOSSIP_ADDR)")
+	l.List(&c.WANJoin, EnvWANJoin, "comma-separated host:port gossip seeds", config.HostPort, "WAN gossip addresses of managers (of any datacenter) to join")
+	l.String(&c.WANGossipKey, EnvWANGossipKey, "base64 of 16, 24 or 32-byte keys, comma-separated", nil, "WAN gossip encryption keys (the first encrypts); empty: plaintext")
+	l.Int(&c.BootstrapExpect, EnvBootstrapExpect, 1, 9, "how many managers must see each other before the Raft group is bootstrapped")
+	l.Seconds(&c.DeadServerGrace, EnvDeadServerGrace, time.Second, 86400*time.Second, "how long a failed manager stays a voter before the leader removes it")
+	l.Bool(&c.LeaveOnTerminate, EnvLeaveOnTerminate, "on SIGTERM/SIGINT leave the Raft configuration for good (default: stop as a voter that will come back)")
+	l.Duration(&c.HeartbeatTimeout, EnvHeartbeatTimeout, 50*time.Millisecond, time.Minute, "Raft heartbeat timeout")
+	l.Duration(&c.ElectionTimeout, EnvElectionTimeout, 50*time.Millisecond, time.Minute, "Raft election timeout")
+	l.Duration(&c.LeaderLeaseTimeout, EnvLeaderLeaseTimeout, 25*time.Millisecond, time.Minute, "Raft leader lease timeout")
+	l.Int(&c.SnapshotThreshold, EnvSnapshotThreshold, 16, 1<<30, "log entries between snapshots")
+	l.Int(&c.TrailingLogs, EnvTrailingLogs, 0, 1<<30, "log entries kept after a snapshot")
+	l.Int(&c.MaxAppendEntries, EnvMaxAppendEntries, 1, 1024, "log entries per AppendEntries RPC and per apply batch")
+	l.Int(&c.MaxQueuedJobs, EnvMaxQueuedJobs, 1, 1<<31-1, "jobs the datacenter holds before admission rejects with 429 (capacity)")
+	l.Seconds(&c.JobRetention, EnvJobRetention, time.Second, 365*86400*time.Second, "how long a job stays readable (at least IDEMPOTENCY_COMMITTED_TTL_SECONDS)")
+	l.List(&c.AllowedJobTypes, EnvAllowedJobTypes, "comma-separated job types", nil, "if set, admission rejects other job types with 422")
+	l.Int(&c.LedgerMaxEntries, EnvLedgerMaxEntries, 1, 1<<31-1, "live entries the ledger holds before it refuses new reservations")
+	l.Seconds(&c.WatermarkTTL, EnvWatermarkTTL, time.Second, 365*86400*time.Second, "how long a client's sequence watermark is kept after its last update")
+	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks; when full, keys of new clients are refused (503), no watermark is evicted")
+	l.Duration(&c.ApplyTimeout, EnvApplyTimeout, 100*time.Millisecond, time.Minute, "bound on one Raft round of a submission")
+	l.Bool(&c.QueueJobs, EnvQueueJobs, "queue committed jobs for workers (POST /v1/leases); false keeps them outside the lifecycle, expiring after MANAGER_JOB_RETENTION_SECONDS")
+	l.Int(&c.JobMaxAttempts, EnvJobMaxAttempts, 1, 1000, "leases a job gets: a failed attempt or an expired lease after the last makes it dead")
+	l.Duration(&c.JobBackoffMin, EnvJobBackoffMin, 0, 24*time.Hour, "the retry delay after a job's first failed attempt (then doubled per attempt up to MANAGER_JOB_BACKOFF_MAX, with jitter)")
+	l.Duration(&c.JobBackoffMax, EnvJobBackoffMax, 0, 7*24*time.Hour, "the longest retry delay after a failed attempt (at least MANAGER_JOB_BACKOFF_MIN)")
+	l.Duration(&c.JobLeaseDefault, EnvJobLeaseDefault, 100*time.Millisecond, 24*time.Hour, "a job lease's duration when the worker names none (within MANAGER_JOB_LEASE_MIN..MAX)")
+	l.Duration(&c.JobLeaseMin, EnvJobLeaseMin, 100*time.Millisecond, 24*time.Hour, "the shortest lease (or heartbeat extension) a worker may ask for")
+	l.Duration(&c.JobLeaseMax, EnvJobLeaseMax, 100*time.Millisecond, 24*time.Hour, "the longest lease (or heartbeat extension) a worker may ask for")
+	l.Bool(&c.Pprof, EnvPprof, "serve Go's /debug/pprof profiles on the RPC listener")
+	l.String(&c.TLSCAFile, EnvTLSCAFile, "a path to a PEM certificate", nil,
 		"the cluster CA: serve RPC and Raft over mutual TLS, accepting only callers whose certificate it signed (with MANAGER_TLS_CERT_FILE and _KEY_FILE); reloaded when the file changes")
-	l.String(&c.TLSCertFile, EnvTLSCertFile, "", "a path to a PEM certificate (chain)", nil,
+	l.String(&c.TLSCertFile, EnvTLSCertFile, "a path to a PEM certificate (chain)", nil,
 		"this manager's certificate, signed by the cluster CA for the name manager.once, for server and client use")
-	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "", "a path to a PEM private key", nil,
+	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "a path to a PEM private key", nil,
 		"the private key of MANAGER_TLS_CERT_FILE")
-	l.Bool(&c.Insecure, EnvInsecure, false,
+	l.Bool(&c.Insecure, EnvInsecure,
 		"start without a cluster credential: RPC, Raft and gossip unauthenticated and unencrypted (development only); refused together with a credential or a gossip key")
-	l.String(&c.OTLPEndpoint, EnvOTLPEndpoint, "", "an http:// or https:// URL", tracing.CheckEndpoint,
+	l.String(&c.OTLPEndpoint, EnvOTLPEndpoint, "an http:// or https:// URL", tracing.CheckEndpoint,
 		"send OpenTelemetry traces of submissions there (OTLP over HTTP, e.g. http://otel-collector:4318); empty: no tracing")
-	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "", "a path to a file holding the cluster secret", nil,
+	l.String(&c.ClusterSecretFile, EnvClusterSecretFile, "a path to a file holding the cluster secret", nil,
 		"the cluster secret: RPC and Raft over mutual TLS with a CA derived from it (unless MANAGER_TLS_* is set), the gossip keys derived from it (unless set), and presented by every caller of the RPC listener (gates, other datacenters' managers, oncectl)")
-	l.String(&c.OperatorSecretFile, EnvOperatorSecretFile, "", "a path to a file holding the operator secret", nil,
+	l.String(&c.OperatorSecretFile, EnvOperatorSecretFile, "a path to a file holding the operator secret", nil,
 		"the secret oncectl presents (gRPC metadata once-operator-secret) for the Operator service: snapshot save and restore, Raft peers, leadership transfer, gossip keyring, pool members; empty: only a client certificate with the URI SAN spiffe://once/role/operator from MANAGER_TLS_* opens it (never one of the CA derived from the cluster secret)")
-	l.String(&c.LogLevel, EnvLogLevel, d.LogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
-	l.String(&c.LogFormat, EnvLogFormat, d.LogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
-	l.Duration(&c.MaxClockOffset, EnvMaxClockOffset, d.MaxClockOffset, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")
-	l.Int(&c.WatermarkMaxClientsPerTenant, EnvWatermarkMaxClientsPerTenant, d.WatermarkMaxClientsPerTenant, 1, 1<<31-1,
+	l.String(&c.LogLevel, EnvLogLevel, config.WantLogLevel, config.LogLevel, "the lowest level logged")
+	l.String(&c.LogFormat, EnvLogFormat, config.WantLogFormat, config.LogFormat, "the log line format")
+	l.Duration(&c.MaxClockOffset, EnvMaxClockOffset, 10*time.Millisecond, time.Hour, "how far this manager's clock may disagree with its group's (the median of the voters') before it stamps ledger time with the group's clock and, as leader, hands leadership over")
+	l.Int(&c.WatermarkMaxClientsPerTenant, EnvWatermarkMaxClientsPerTenant, 1, 1<<31-1,
 		"the bound on one tenant's client watermarks; beyond it that tenant's new clients are refused (429)")
-	l.Int64(&c.LedgerMaxBytes, EnvLedgerMaxBytes, 0, 1<<20, 1<<40,
+	l.Int64(&c.LedgerMaxBytes, EnvLedgerMaxBytes, 1<<20, 1<<40,
 		"bytes of entries and retained jobs (payloads included) the ledger holds before it refuses new reservations (503); 0: 256 GiB with MANAGER_LEDGER_STORE=disk, 1 GiB with memory")
-	l.Int64(&c.LedgerTenantMaxBytes, EnvLedgerTenantMaxBytes, 0, 1<<20, 1<<40,
+	l.Int64(&c.LedgerTenantMaxBytes, EnvLedgerTenantMaxBytes, 1<<20, 1<<40,
 		"one tenant's share of IDEMPOTENCY_LEDGER_MAX_BYTES; beyond it that tenant's new keys are refused (429); 0: 64 GiB with MANAGER_LEDGER_STORE=disk, 256 MiB with memory")
-	l.Int(&c.OutboxMaxEntries, EnvOutboxMaxEntries, d.OutboxMaxEntries, 1, 1<<31-1,
+	l.Int(&c.OutboxMaxEntries, EnvOutboxMaxEntries, 1, 1<<31-1,
 		"multi-datacenter submissions the outbox carries (not yet confirmed by every datacenter they name, live or expired) before new ones are refused (503 outbox_full)")
-	l.Int(&c.BatchMaxItems, EnvBatchMaxItems, d.BatchMaxItems, 1, 4096,
+	l.Int(&c.BatchMaxItems, EnvBatchMaxItems, 1, 4096,
 		"submissions (Reserves, or outcomes) one Raft log entry carries at most; 1 proposes every command alone")
-	l.Int(&c.BatchMaxBytes, EnvBatchMaxBytes, d.BatchMaxBytes, 4<<10, 64<<20,
+	l.Int(&c.BatchMaxBytes, EnvBatchMaxBytes, 4<<10, 64<<20,
 		"bytes of commands one batch entry carries at most (a larger command goes alone)")
 	config.RegisterIdempotency(l, &c.Idempotency)
 }
@@ -337,7 +340,7 @@ func Register(l *config.Loader, c *Config) {
 // and returns config.ErrHelp. Errors are *config.Error values naming the
 // variable and its flag; they match config.ErrInvalid.
 func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writer) (Config, error) {
-	c := DefaultConfig()
+	c := defaults()
 	l := config.NewLoader("manager", usage)
 	Register(l, &c)
 	if err := l.Parse(args, lookup); err != nil {
@@ -348,7 +351,8 @@ func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writ
 }
 
 // withDefaults fills the settings derived from others when they were not
-// given: DataDir from NodeID, the advertised addresses from the bind ones.
+// given: DataDir from NodeID, the advertised addresses from the bind ones,
+// the ledger's byte budgets from its store.
 func (c Config) withDefaults() Config {
 	if c.DataDir == "" {
 		c.DataDir = "data/" + c.NodeID
@@ -364,15 +368,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LedgerTenantMaxBytes <= 0 {
 		c.LedgerTenantMaxBytes = DefaultLedgerTenantMaxBytes(c.LedgerStore)
-	}
-	if c.OutboxMaxEntries <= 0 {
-		c.OutboxMaxEntries = DefaultOutboxMaxEntries
-	}
-	if c.BatchMaxItems <= 0 {
-		c.BatchMaxItems = DefaultBatchMaxItems
-	}
-	if c.BatchMaxBytes <= 0 {
-		c.BatchMaxBytes = DefaultBatchMaxBytes
 	}
 	return c
 }
@@ -445,27 +440,15 @@ func (c *Config) CheckSecurity() (config.Mode, error) {
 		EnvOperatorSecret: EnvOperatorSecretFile, OperatorSecretFile: c.OperatorSecretFile, Gossip: gossip})
 }
 
-// Validate checks c as LoadConfig does: the forms of the names, addresses and
-// log settings (for a Config built in code), the rules that involve more than
-// one setting, and the routability of the advertised addresses. Errors are
-// *config.Error values naming the variable and its flag; they match
-// config.ErrInvalid and the cause.
+// Validate checks c as LoadConfig does: every setting against the range or
+// form Register declares for it, then the rules that involve more than one
+// setting. Errors are *config.Error values naming the variable and its flag;
+// they match config.ErrInvalid and the cause.
 func (c *Config) Validate() error {
-	for _, f := range []struct {
-		env, value, want string
-		check            func(string) error
-	}{
-		{EnvNodeID, c.NodeID, config.WantName, config.Name},
-		{EnvDatacenter, c.Datacenter, config.WantName, config.Name},
-		{EnvRaftAddr, c.RaftAddr, config.WantListenAddr, config.ListenAddr},
-		{EnvRPCAddr, c.RPCAddr, config.WantListenAddr, config.ListenAddr},
-		{EnvGossipAddr, c.GossipAddr, config.WantListenAddr, config.ListenAddr},
-		{EnvLogLevel, c.LogLevel, config.WantLogLevel, config.LogLevel},
-		{EnvLogFormat, c.LogFormat, config.WantLogFormat, config.LogFormat},
-	} {
-		if err := f.check(f.value); err != nil {
-			return config.Invalid(f.env, f.value, f.want, err)
-		}
+	l := config.NewLoader("manager", io.Discard)
+	Register(l, c)
+	if err := l.Check(); err != nil {
+		return err
 	}
 	if err := c.tlsFiles().Check(); err != nil {
 		return err
@@ -492,12 +475,6 @@ func (c *Config) Validate() error {
 	}
 	if c.WANGossipAddr == "" && (len(c.WANJoin) > 0 || c.WANGossipAdvertise != "" || c.WANGossipKey != "") {
 		return config.Invalid(EnvWANGossipAddr, "", "a listen address host:port whenever "+EnvWANJoin+", "+EnvWANGossipAdvertise+" or "+EnvWANGossipKey+" is set", config.ErrOutOfRange)
-	}
-	for _, a := range []struct{ env, v string }{{EnvRaftAdvertise, c.RaftAdvertise}, {EnvRPCAdvertise, c.RPCAdvertise}, {EnvGossipAdvertise, c.GossipAdvertise}, {EnvWANGossipAdvertise, c.WANGossipAdvertise}} {
-		host, _, _ := net.SplitHostPort(a.v)
-		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-			return config.Invalid(a.env, a.v, "a routable address (not 0.0.0.0); set it when binding to all interfaces", config.ErrOutOfRange)
-		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package manager
 import (
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,33 @@ func TestValidateBuiltInCode(t *testing.T) {
 	c.LogFormat = "xml"
 	if err := c.Validate(); !errors.Is(err, config.ErrSyntax) || !strings.Contains(err.Error(), "-manager-log-format") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestValidateAsLoadConfig: a Config built in code with a value out of its
+// range or form fails Validate with the same *config.Error as LoadConfig
+// gives for that value in the environment.
+func TestValidateAsLoadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		env, value string
+		set        func(*Config)
+	}{
+		{EnvBootstrapExpect, "10", func(c *Config) { c.BootstrapExpect = 10 }},
+		{EnvHeartbeatTimeout, "10ms", func(c *Config) { c.HeartbeatTimeout = 10 * time.Millisecond }},
+		{EnvDeadServerGrace, "0.5", func(c *Config) { c.DeadServerGrace = 500 * time.Millisecond }},
+		{config.EnvPendingTTL, "0.05", func(c *Config) { c.Idempotency.PendingTTL = 50 * time.Millisecond }},
+		{EnvLedgerMaxBytes, "1024", func(c *Config) { c.LedgerMaxBytes = 1024 }},
+		{EnvLedgerStore, "tape", func(c *Config) { c.LedgerStore = "tape" }},
+		{EnvWANJoin, "nohost", func(c *Config) { c.WANJoin = []string{"nohost"} }},
+	} {
+		_, loaded := LoadConfig(nil, config.MapLookup(map[string]string{tc.env: tc.value}), io.Discard)
+		c := DefaultConfig()
+		tc.set(&c)
+		err := c.Validate()
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Env != tc.env || ce.Value != tc.value || !reflect.DeepEqual(err, loaded) {
+			t.Errorf("%s: Validate() = %v, LoadConfig with %s=%s: %v; want the same *config.Error", tc.env, err, tc.env, tc.value, loaded)
+		}
 	}
 }
 
