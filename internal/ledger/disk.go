@@ -18,11 +18,12 @@ import (
 // (engine/keys.go), not the tables. Open does not read the tables: the key
 // counts are scanned in the background, and Close stops that scan.
 func Open(dir string, opts Options) (*FSM, error) {
-	es, err := engine.Open(dir, opts.Store.engine())
+	eo := opts.Store
+	eo.Knobs.NoWritesKeep = pfxTenantWMs // NoWrites keeps the counters
+	st, err := engine.Open(dir, eo)
 	if err != nil {
 		return nil, err
 	}
-	st := &store{Store: es, knobs: opts.Store.Knobs}
 	s, err := loadDiskState(st)
 	if err != nil {
 		_ = st.Abandon()
@@ -46,7 +47,7 @@ func (f *FSM) Close() error {
 }
 
 // loadDiskState reads the counters of a store. O(tenants).
-func loadDiskState(st *store) (s *state, err error) {
+func loadDiskState(st *engine.Store) (s *state, err error) {
 	defer recoverStore(&err)
 	var m storeMeta
 	var merr error

@@ -345,7 +345,7 @@ func TestKeyCountsAcrossReopen(t *testing.T) {
 		Knobs: TestingKnobs{KeyScanStarts: func() { <-release }}}})
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the FSM's Close
-	keys := h.f.s.store.keys
+	keys := h.f.s.store.Keys()
 
 	// While the scan waits: every read goes to pebble.
 	h.must(admit(reserve(tenant, "old-2", t0)), OutcomeExists)

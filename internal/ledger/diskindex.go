@@ -16,7 +16,7 @@ import (
 // value is the item's key in its primary table, where the item is read.
 // Items come back decoded, fresh: nothing read is shared with the store.
 type diskIndex[T any] struct {
-	st     *store
+	st     *engine.Store
 	prefix byte
 	// key appends the item's key in this index (after the prefix).
 	key func(dst []byte, item T) []byte
@@ -71,6 +71,10 @@ type diskIndex[T any] struct {
 	// so both maps follow from the log alone.
 	emptyCap    int
 	emptyFloors map[string][]byte
+
+	// Scratch for a key, a value and a group's name, used by the mutators
+	// only, under the FSM's write lock.
+	keyBuf, valBuf, groupBuf []byte
 }
 
 // maxEmptyTypeFloors bounds the floors kept for (tenant, type) queue groups
@@ -89,11 +93,10 @@ func (x *diskIndex[T]) fullKey(dst []byte, item T) []byte {
 	return x.key(append(dst, x.prefix), item)
 }
 
-// scratch returns the store's key buffer for one short-lived key; for the
-// mutators only, which run under the write lock.
+// scratch returns item's key in keyBuf, for one short-lived use.
 func (x *diskIndex[T]) scratch(item T) []byte {
-	x.st.keyBuf = x.fullKey(x.st.keyBuf[:0], item)
-	return x.st.keyBuf
+	x.keyBuf = x.fullKey(x.keyBuf[:0], item)
+	return x.keyBuf
 }
 
 func (x *diskIndex[T]) decodeValue(v []byte) T {
@@ -104,7 +107,8 @@ func (x *diskIndex[T]) decodeValue(v []byte) T {
 	return item
 }
 
-// resolve turns a key's value in this index into the item.
+// resolve turns a key's value in this index into the item: a secondary
+// order's value (without copies) is the item's key in its primary table.
 func (x *diskIndex[T]) resolve(v []byte) (item T, ok bool) {
 	switch {
 	case x.primary == nil:
@@ -112,34 +116,29 @@ func (x *diskIndex[T]) resolve(v []byte) (item T, ok bool) {
 	case x.copies:
 		return x.primary.decodeValue(v), true
 	}
-	return x.primary.getKey(v)
+	ok = x.st.Get(v, func(v []byte) { item = x.primary.decodeValue(v) })
+	return item, ok
 }
 
-// getKey reads a primary table's item by its full key.
-func (x *diskIndex[T]) getKey(k []byte) (item T, ok bool) {
-	ok = x.st.Get(k, func(v []byte) { item = x.decodeValue(v) })
-	return item, ok
+// item is resolve for a walk: an order that names a missing item is a
+// damaged store.
+func (x *diskIndex[T]) item(v []byte) T {
+	item, ok := x.resolve(v)
+	if !ok {
+		engine.Fail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
+	}
+	return item
 }
 
 // Get and Has are readers' calls too (under the read lock, concurrently):
 // they build their key in a buffer of their own.
 func (x *diskIndex[T]) Get(probe T) (item T, ok bool) {
 	k := x.fullKey(make([]byte, 0, 64), probe)
-	switch {
-	case x.primary == nil:
-		if x.keys != nil && x.keys.Absent(k) {
-			return item, false
-		}
-		return x.getKey(k)
-	case x.copies:
-		ok = x.st.Get(k, func(v []byte) { item = x.primary.decodeValue(v) })
-		return item, ok
-	}
-	var pk []byte
-	if !x.st.Get(k, func(v []byte) { pk = append([]byte(nil), v...) }) {
+	if x.keys != nil && x.keys.Absent(k) {
 		return item, false
 	}
-	return x.primary.getKey(pk)
+	x.st.Get(k, func(v []byte) { item, ok = x.resolve(v) })
+	return item, ok
 }
 
 func (x *diskIndex[T]) Has(probe T) bool {
@@ -173,8 +172,8 @@ func (x *diskIndex[T]) put(item T, fresh bool) {
 	if x.group != nil {
 		// The group's name is built in scratch and looked up without a
 		// string of its own: one is made only when a floor moves.
-		x.st.groupBuf = x.group(x.st.groupBuf[:0], item)
-		gb := x.st.groupBuf
+		x.groupBuf = x.group(x.groupBuf[:0], item)
+		gb := x.groupBuf
 		x.mu.Lock()
 		if f, ok := x.floors[string(gb)]; ok && bytes.Compare(k, f) < 0 {
 			x.floors[string(gb)] = bytes.Clone(k)
@@ -188,9 +187,9 @@ func (x *diskIndex[T]) put(item T, fresh bool) {
 		}
 		x.mu.Unlock()
 	}
-	// The batch copies what it is given: the value is built in the store's
-	// scratch buffer, as the key is.
-	v := x.st.valBuf[:0]
+	// The batch copies what it is given: the value is built in scratch, as
+	// the key is.
+	v := x.valBuf[:0]
 	switch {
 	case x.primary == nil:
 		v = x.encode(v, item)
@@ -199,7 +198,7 @@ func (x *diskIndex[T]) put(item T, fresh bool) {
 	default:
 		v = x.primary.fullKey(v, item)
 	}
-	x.st.valBuf = v
+	x.valBuf = v
 	if fresh {
 		x.st.Insert(k, v)
 	} else {
@@ -209,7 +208,7 @@ func (x *diskIndex[T]) put(item T, fresh bool) {
 
 // Delete removes item's key (blind, like ReplaceOrInsert).
 func (x *diskIndex[T]) Delete(item T) (old T, deleted bool) {
-	if x.st.knobs.KeepRemoved && x.keys != nil {
+	if x.keys != nil && x.st.Knobs().KeepRemoved {
 		return old, false
 	}
 	x.st.Delete(x.scratch(item))
@@ -246,25 +245,17 @@ func (x *diskIndex[T]) Max() (T, bool) { return x.edge(true) }
 // Ascend walks from the floor and, like Min, moves the floor up to the
 // least key it finds.
 func (x *diskIndex[T]) Ascend(fn btree.ItemIteratorG[T]) {
-	first := true
-	x.st.Walk(x.start(), prefixEnd(x.prefix), func(k, v []byte) bool {
-		if first {
-			first = false
-			min := bytes.Clone(k)
-			x.floor.Store(&min)
-		}
-		item, ok := x.resolve(v)
-		if !ok {
-			engine.Fail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
-		}
-		return fn(item)
-	})
+	var first []byte
+	x.ascendFrom(x.start(), &first, fn)
+	if first != nil {
+		x.floor.Store(&first)
+	}
 }
 
 func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) {
 	lo := x.fullKey(nil, pivot)
 	if x.group == nil {
-		x.ascendFrom(lo, fn)
+		x.ascendFrom(lo, nil, fn)
 		return
 	}
 	gk := x.group(nil, pivot)
@@ -273,30 +264,19 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 	for _, b := range lo[1+len(gk):] {
 		fromLeast = fromLeast && b == 0
 	}
-	x.mu.Lock()
-	f, known := x.floors[g]
-	if !known {
-		f, known = x.emptyFloors[g]
-	}
+	f, known := x.groupFloor(g)
 	fromFloor := known && bytes.Compare(f, lo) >= 0
 	if fromFloor {
 		lo = f
 	}
-	x.mu.Unlock()
-	first := prefixEnd(x.prefix) // no key at all: every key of the group is at or past it
-	seen := false
-	x.st.Walk(lo, prefixEnd(x.prefix), func(k, v []byte) bool {
-		if !seen {
-			seen, first = true, bytes.Clone(k)
-		}
-		item, ok := x.resolve(v)
-		if !ok {
-			engine.Fail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
-		}
-		return fn(item)
-	})
+	var first []byte
+	x.ascendFrom(lo, &first, fn)
 	if !fromFloor && !fromLeast {
 		return
+	}
+	seen := first != nil
+	if !seen {
+		first = prefixEnd(x.prefix) // no key at all: every key of the group is at or past it
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -320,6 +300,17 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 	x.emptyFloors[g] = first
 }
 
+// groupFloor returns group g's floor, if a walk has set one.
+func (x *diskIndex[T]) groupFloor(g string) ([]byte, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	f, known := x.floors[g]
+	if !known {
+		f, known = x.emptyFloors[g]
+	}
+	return f, known
+}
+
 // DescendLessOrEqual walks from pivot's key down, in reverse key order. An
 // order with groups bounds the walk below by the pivot's group (its least
 // possible key, or the group's floor when a walk has set it), so a walk that
@@ -334,36 +325,24 @@ func (x *diskIndex[T]) DescendLessOrEqual(pivot T, fn btree.ItemIteratorG[T]) {
 		if least := append([]byte{x.prefix}, gk...); bytes.Compare(least, lo) > 0 {
 			lo = least
 		}
-		g := string(gk)
-		x.mu.Lock()
-		f, known := x.floors[g]
-		if !known {
-			f, known = x.emptyFloors[g]
-		}
-		x.mu.Unlock()
-		if known && bytes.Compare(f, lo) > 0 {
+		if f, known := x.groupFloor(string(gk)); known && bytes.Compare(f, lo) > 0 {
 			lo = f
 		}
 	}
 	if bytes.Compare(lo, hi) >= 0 {
 		return // every key of the group is past pivot's
 	}
-	x.st.WalkReverse(lo, hi, func(_, v []byte) bool {
-		item, ok := x.resolve(v)
-		if !ok {
-			engine.Fail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
-		}
-		return fn(item)
-	})
+	x.st.WalkReverse(lo, hi, func(_, v []byte) bool { return fn(x.item(v)) })
 }
 
-func (x *diskIndex[T]) ascendFrom(lo []byte, fn btree.ItemIteratorG[T]) {
-	x.st.Walk(lo, prefixEnd(x.prefix), func(_, v []byte) bool {
-		item, ok := x.resolve(v)
-		if !ok {
-			engine.Fail(fmt.Sprintf("order %c", x.prefix), fmt.Errorf("%w: names a missing item", ErrStore))
+// ascendFrom calls fn with the items from key lo on, in key order; with
+// first, it sets *first to a copy of the first key it finds.
+func (x *diskIndex[T]) ascendFrom(lo []byte, first *[]byte, fn btree.ItemIteratorG[T]) {
+	x.st.Walk(lo, prefixEnd(x.prefix), func(k, v []byte) bool {
+		if first != nil {
+			*first, first = bytes.Clone(k), nil
 		}
-		return fn(item)
+		return fn(x.item(v))
 	})
 }
 
@@ -451,13 +430,13 @@ func storeValue[T any](decode func(*decoder) T) func([]byte) (T, error) {
 
 // useStore points a state's indexes at the store, with the primary
 // tables' lengths from its meta record.
-func (s *state) useStore(st *store, m storeMeta) {
-	st.keys = st.CountKeys(m.entries+m.jobs, pfxEntries, pfxJobs)
+func (s *state) useStore(st *engine.Store, m storeMeta) {
+	keys := st.CountKeys(m.entries+m.jobs, pfxEntries, pfxJobs)
 	entries := &diskIndex[*Entry]{st: st, prefix: pfxEntries, key: entryKey,
-		encode: appendEntry, decode: storeValue(decodeEntry), keys: st.keys,
+		encode: appendEntry, decode: storeValue(decodeEntry), keys: keys,
 		count: func() int { return s.committed + s.rejected + s.claimed }}
 	jobs := &diskIndex[*Job]{st: st, prefix: pfxJobs, key: jobKey,
-		encode: appendJob, decode: storeValue(decodeJob), keys: st.keys, count: func() int { return s.jobCount }}
+		encode: appendJob, decode: storeValue(decodeJob), keys: keys, count: func() int { return s.jobCount }}
 	wms := &mirror[*Watermark]{
 		BTreeG: s.wms.(*btree.BTreeG[*Watermark]),
 		disk: &diskIndex[*Watermark]{st: st, prefix: pfxWatermarks, key: watermarkKey,
@@ -488,7 +467,7 @@ func (s *state) useStore(st *store, m storeMeta) {
 	s.jobStates = [JobCancelled + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead), int(m.cancelled)}
 	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled)
 	s.dirtyTenants = map[string]tenantCounts{}
-	if st.knobs.OrdersInMemory {
+	if st.Knobs().OrdersInMemory {
 		s.ordersInMemory()
 	}
 }

@@ -338,7 +338,7 @@ func checkInvariants(t testing.TB, f *FSM) {
 // merged, against the tables: every entry and job counted, and nothing else.
 func checkKeyCounts(t testing.TB, s *state) {
 	t.Helper()
-	if s.store == nil || !s.store.keys.Ready() {
+	if s.store == nil || !s.store.Keys().Ready() {
 		return
 	}
 	var keys [][]byte
@@ -350,7 +350,7 @@ func checkKeyCounts(t testing.TB, s *state) {
 		keys = append(keys, jobKey([]byte{pfxJobs}, j))
 		return true
 	})
-	if !s.store.keys.Matches(keys) {
+	if !s.store.Keys().Matches(keys) {
 		t.Errorf("key counts: not those of the tables' %d keys", len(keys))
 	}
 }

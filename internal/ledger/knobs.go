@@ -1,33 +1,11 @@
 package ledger
 
-// TestingKnobs are for tests and benchmarks only (CockroachDB's
-// TestingKnobs pattern: passed in StoreOptions, read from there, zero in
-// production). KeyScanStarts and NoWrites concern the storage engine and are
-// passed on to it (engine.TestingKnobs, StoreOptions.engine); OrdersInMemory
-// and KeepRemoved are the typed layer's. KeyScanStarts holds the store at a
-// chosen point. The others
-// take parts of the disk store's work away, to measure what the rest costs:
-// BenchmarkApplyAdmitBounds sets them and TestBenchKnobs checks them
-// (docs/benchmarks.md); a store opened with any of those set does not hold a
-// ledger that could be opened again or replicated: it is a measuring
-// instrument.
-type TestingKnobs struct {
-	// KeyScanStarts, when set, is called by the background scan of the key
-	// counts (engine/keys.go) as it starts, before it reads the store; it may
-	// block, holding the counts not ready.
-	KeyScanStarts func()
+import "github.com/once-dev/once/internal/ledger/engine"
 
-	// OrdersInMemory keeps every secondary order (expiry,
-	// sequence, type, the lifecycle's) in the memory state's B-trees, so
-	// pebble holds only the entries, the jobs and the watermarks.
-	OrdersInMemory bool
-	// KeepRemoved writes no tombstone for an entry or a job the state
-	// removes (the key counts still answer "absent" for it).
-	KeepRemoved bool
-	// NoWrites commits only the counters to pebble: the state's writes are
-	// kept aside in the batch, as always, then dropped.
-	NoWrites bool
-}
+// TestingKnobs are for tests and benchmarks only, passed in StoreOptions:
+// the engine's (engine.TestingKnobs), OrdersInMemory and KeepRemoved read by
+// the typed layer.
+type TestingKnobs = engine.TestingKnobs
 
 // ordersInMemory gives s the memory state's secondary orders (TestingKnobs.OrdersInMemory).
 func (s *state) ordersInMemory() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/btree"
 	"github.com/hashicorp/raft"
+	"github.com/once-dev/once/internal/ledger/engine"
 )
 
 // Snapshot format (docs/ledger.md has the details):
@@ -435,14 +436,13 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("ledger: restore: %w: closed", ErrStore)
 	}
 	fresh := func() (*state, error) { return newState(), nil }
-	var gen *store
+	var gen *engine.Store
 	if cur != nil {
 		fresh = func() (*state, error) {
-			g, err := cur.NewGeneration()
-			if err != nil {
+			var err error
+			if gen, err = cur.NewGeneration(); err != nil {
 				return nil, err
 			}
-			gen = &store{Store: g, knobs: cur.knobs}
 			s := newState()
 			s.useStore(gen, storeMeta{})
 			s.begin()
@@ -460,7 +460,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.wmu.Unlock()
 	f.mu.Lock()
 	if gen != nil {
-		if err := gen.MakeCurrent(cur.Store); err != nil {
+		if err := gen.MakeCurrent(cur); err != nil {
 			f.mu.Unlock()
 			gen.Discard()
 			return fmt.Errorf("ledger: restore: %w", err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/google/btree"
+	"github.com/once-dev/once/internal/ledger/engine"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -79,7 +80,7 @@ type state struct {
 	// values before it: a counter is written only when it differs (a
 	// tenant's watermark count changes with its clients, not with every
 	// submission).
-	store        *store
+	store        *engine.Store
 	dirtyTenants map[string]tenantCounts
 
 	// wmTenant counts watermarks per tenant (looked up, never iterated).

@@ -1,16 +1,11 @@
 package ledger
 
-import (
-	"log/slog"
-
-	"github.com/once-dev/once/internal/ledger/engine"
-)
+import "github.com/once-dev/once/internal/ledger/engine"
 
 // The disk-backed state keeps every table in one store of the storage
 // engine (internal/ledger/engine: pebble, bytes only); this file is how the
 // ledger lays its state out in it: a one-byte prefix per table and order,
-// the counters record, and what the typed layer (diskindex.go) keeps beside
-// the engine's store.
+// and the counters record.
 
 // The counters record (metaKey) begins with storeTag and the store's format,
 // FormatVersion. A build before 1.0 began it with its own format, 1 or 2,
@@ -59,40 +54,9 @@ var ErrStore = engine.ErrStore
 // commit. Op says what was done. The engine's (engine.StoreError).
 type StoreError = engine.StoreError
 
-// StoreOptions tune the store; zero values take the defaults.
-type StoreOptions struct {
-	// CacheBytes is pebble's block cache (default 256 MiB).
-	CacheBytes int64
-	// MemTableBytes is the size of one memtable (default 64 MiB, the size
-	// pebble targets for its base level; 32 MiB applied ~15 % slower,
-	// docs/benchmarks.md).
-	MemTableBytes uint64
-	// Logger receives pebble's messages (default: discarded).
-	Logger *slog.Logger
-	// Knobs are for benchmarks and their tests only (TestingKnobs).
-	Knobs TestingKnobs
-}
-
-// engine returns the engine's options for o.
-func (o StoreOptions) engine() engine.Options {
-	return engine.Options{CacheBytes: o.CacheBytes, MemTableBytes: o.MemTableBytes, Logger: o.Logger,
-		Knobs: engine.TestingKnobs{KeyScanStarts: o.Knobs.KeyScanStarts,
-			NoWrites: o.Knobs.NoWrites, NoWritesKeep: pfxTenantWMs}} // the counters only
-}
-
-// store is one open generation of the disk-backed state: the engine's store
-// (its methods called directly, no interface between), with what the typed
-// layer keeps beside it.
-type store struct {
-	*engine.Store
-	knobs TestingKnobs
-	keys  *engine.KeyCounts // which entries and jobs exist (engine/keys.go); set by useStore
-
-	keyBuf []byte // scratch for keys, used under the FSM's write lock only
-	valBuf []byte // scratch for values, likewise
-	// groupBuf is scratch for a group's name (diskIndex.put), likewise.
-	groupBuf []byte
-}
+// StoreOptions tune the store (the engine's options); zero values take the
+// defaults.
+type StoreOptions = engine.Options
 
 // The meta record: after storeTag and the format, the applied index, ledger
 // time, last Seq, accounted bytes, entries by state, the three primary

@@ -62,7 +62,7 @@ func BenchmarkDiskLiveKeys(b *testing.B) {
 	}
 	reopen := time.Since(start)
 	defer f.Close()
-	f.s.store.keys.ScanDone() // the key counts, scanned in the background
+	f.s.store.Keys().ScanDone() // the key counts, scanned in the background
 	counted := time.Since(start)
 	var ms runtime.MemStats
 	runtime.GC()

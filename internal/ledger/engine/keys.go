@@ -150,6 +150,9 @@ func (c *KeyCounts) Absent(k []byte) bool {
 	return c.count.get(c.hash(k)) == 0
 }
 
+// Keys returns the counts CountKeys gave the store (nil: none).
+func (s *Store) Keys() *KeyCounts { return s.keys }
+
 // ScanDone waits for the scan, if any, to end (tests and benchmarks; Begin
 // merges it).
 func (c *KeyCounts) ScanDone() { c.wg.Wait() }
