@@ -27,8 +27,9 @@ type diskIndex[T any] struct {
 	encode func(dst []byte, item T) []byte
 	decode func(v []byte) (T, error)
 	count  func() int
-	// keys, for the entries and the jobs, answers a point read of an
-	// absent key without pebble (engine/keys.go).
+	// keys, for the entries and the jobs, counts their keys as they are
+	// inserted and deleted, and answers a point read of an absent key
+	// without pebble (engine/keys.go).
 	keys *engine.KeyCounts
 
 	// A secondary order names its primary table. With copies, its values are
@@ -200,6 +201,9 @@ func (x *diskIndex[T]) put(item T, fresh bool) {
 	}
 	x.valBuf = v
 	if fresh {
+		if x.keys != nil {
+			x.keys.Add(k, 1)
+		}
 		x.st.Insert(k, v)
 	} else {
 		x.st.Set(k, v)
@@ -208,10 +212,14 @@ func (x *diskIndex[T]) put(item T, fresh bool) {
 
 // Delete removes item's key (blind, like ReplaceOrInsert).
 func (x *diskIndex[T]) Delete(item T) (old T, deleted bool) {
-	if x.keys != nil && x.st.Knobs().KeepRemoved {
-		return old, false
+	k := x.scratch(item)
+	if x.keys != nil {
+		x.keys.Add(k, -1)
+		if x.st.Knobs().KeepRemoved {
+			return old, false
+		}
 	}
-	x.st.Delete(x.scratch(item))
+	x.st.Delete(k)
 	return old, false
 }
 
@@ -360,14 +368,6 @@ func removedFront[T any](x index[T], items []T) {
 	past := append(dx.fullKey(nil, items[len(items)-1]), 0) // the least key after it
 	if f := dx.floor.Load(); f == nil || bytes.Compare(*f, past) < 0 {
 		dx.floor.Store(&past)
-	}
-}
-
-// counted tells x's key counts (the entries' or the jobs' on disk) that item
-// joined (d = 1) or left (d = -1) the table. A no-op in memory.
-func counted[T any](x index[T], item T, d int32) {
-	if dx, ok := x.(*diskIndex[T]); ok && dx.keys != nil {
-		dx.keys.Add(dx.scratch(item), d)
 	}
 }
 

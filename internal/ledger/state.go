@@ -326,7 +326,6 @@ func carried(e *Entry) bool {
 
 func (s *state) insertEntry(e *Entry) {
 	insert(s.entries, e)
-	counted(s.entries, e, 1)
 	insert(s.entryExp, e)
 	if carried(e) {
 		insert(s.multiDC, e)
@@ -388,7 +387,6 @@ func b2i(b bool) int {
 // carries stays owed (owed.go).
 func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	s.entries.Delete(e)
-	counted(s.entries, e, -1)
 	s.entryExp.Delete(e)
 	s.count(e.State, -1)
 	s.release(e.Tenant, entryBytes(len(e.Request.Payload)))
@@ -473,7 +471,6 @@ func (s *state) removeWatermark(w *Watermark) {
 
 func (s *state) insertJob(j *Job) {
 	insert(s.jobs, j)
-	counted(s.jobs, j, 1)
 	insert(s.jobSeq, j)
 	insert(s.jobType, j)
 	s.reindexJob(nil, j)
@@ -484,7 +481,6 @@ func (s *state) insertJob(j *Job) {
 
 func (s *state) removeJob(j *Job) {
 	s.jobs.Delete(j)
-	counted(s.jobs, j, -1)
 	s.jobSeq.Delete(j)
 	s.jobType.Delete(j)
 	s.reindexJob(j, nil)
