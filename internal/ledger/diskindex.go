@@ -16,16 +16,14 @@ import (
 // value is the item's key in its primary table, where the item is read.
 // Items come back decoded, fresh: nothing read is shared with the store.
 type diskIndex[T any] struct {
-	st     *engine.Store
-	prefix byte
-	// key appends the item's key in this index (after the prefix).
-	key func(dst []byte, item T) []byte
+	st *engine.Store
+	order[T]
 
 	// A primary table encodes and decodes items. Its writes are blind (no
 	// read first): the state inserts only absent items, replaces and deletes
 	// only present ones, and counts them itself (count).
 	encode func(dst []byte, item T) []byte
-	decode func(v []byte) (T, error)
+	decode func(*decoder) T
 	count  func() int
 	// keys, for the entries and the jobs, counts their keys as they are
 	// inserted and deleted, and answers a point read of an absent key
@@ -100,9 +98,12 @@ func (x *diskIndex[T]) scratch(item T) []byte {
 	return x.keyBuf
 }
 
+// decodeValue decodes a value of a primary table: a snapshot record, its
+// strings parts of one copy of it (decoder's share).
 func (x *diskIndex[T]) decodeValue(v []byte) T {
-	item, err := x.decode(v)
-	if err != nil {
+	d := &decoder{b: v, base: ErrStore, share: true}
+	item := x.decode(d)
+	if err := d.finish(); err != nil {
 		engine.Fail(fmt.Sprintf("decode %c", x.prefix), err)
 	}
 	return item
@@ -418,47 +419,37 @@ func (s *state) loadRunning() {
 
 // The keys of the tables and orders are declared in orders.go.
 
-// storeValue decodes a value of a primary table: a snapshot record, its
-// strings parts of one copy of it (decoder's share).
-func storeValue[T any](decode func(*decoder) T) func([]byte) (T, error) {
-	return func(v []byte) (T, error) {
-		d := &decoder{b: v, base: ErrStore, share: true}
-		item := decode(d)
-		return item, d.finish()
-	}
-}
-
 // useStore points a state's indexes at the store, with the primary
 // tables' lengths from its meta record.
 func (s *state) useStore(st *engine.Store, m storeMeta) {
 	keys := st.CountKeys(m.entries+m.jobs, pfxEntries, pfxJobs)
-	entries := &diskIndex[*Entry]{st: st, prefix: pfxEntries, key: entryKey,
-		encode: appendEntry, decode: storeValue(decodeEntry), keys: keys,
+	entries := &diskIndex[*Entry]{st: st, order: entryOrder,
+		encode: appendEntry, decode: decodeEntry, keys: keys,
 		count: func() int { return s.committed + s.rejected + s.claimed }}
-	jobs := &diskIndex[*Job]{st: st, prefix: pfxJobs, key: jobKey,
-		encode: appendJob, decode: storeValue(decodeJob), keys: keys, count: func() int { return s.jobCount }}
+	jobs := &diskIndex[*Job]{st: st, order: jobOrder,
+		encode: appendJob, decode: decodeJob, keys: keys, count: func() int { return s.jobCount }}
 	wms := &mirror[*Watermark]{
 		BTreeG: s.wms.(*btree.BTreeG[*Watermark]),
-		disk: &diskIndex[*Watermark]{st: st, prefix: pfxWatermarks, key: watermarkKey,
-			encode: appendWatermark, decode: storeValue(decodeWatermark)},
+		disk: &diskIndex[*Watermark]{st: st, order: watermarkOrder,
+			encode: appendWatermark, decode: decodeWatermark},
 	}
 	s.store = st
 	s.entries = entries
-	s.entryExp = &diskIndex[*Entry]{st: st, prefix: pfxEntryExp, key: entryExpKey, primary: entries, copies: true}
-	s.multiDC = &diskIndex[*Entry]{st: st, prefix: pfxMultiDC, key: entryKey, primary: entries}
+	s.entryExp = &diskIndex[*Entry]{st: st, order: entryExpOrder, primary: entries, copies: true}
+	s.multiDC = &diskIndex[*Entry]{st: st, order: multiDCOrder, primary: entries}
 	s.jobs = jobs
-	s.jobSeq = &diskIndex[*Job]{st: st, prefix: pfxJobSeq, key: jobSeqKey, primary: jobs}
-	s.jobType = &diskIndex[*Job]{st: st, prefix: pfxJobType, key: jobTypeKey, primary: jobs}
-	s.jobExp = &diskIndex[*Job]{st: st, prefix: pfxJobExp, key: jobExpKey, primary: jobs, copies: true}
-	s.jobQueue = &diskIndex[*Job]{st: st, prefix: pfxJobQueue, key: jobQueueKey, primary: jobs, group: jobTenantGroup}
-	s.jobQueueType = &diskIndex[*Job]{st: st, prefix: pfxJobQueueType, key: jobQueueTypeKey, primary: jobs, group: jobTypeGroup,
+	s.jobSeq = &diskIndex[*Job]{st: st, order: jobSeqOrder, primary: jobs}
+	s.jobType = &diskIndex[*Job]{st: st, order: jobTypeOrder, primary: jobs}
+	s.jobExp = &diskIndex[*Job]{st: st, order: jobExpOrder, primary: jobs, copies: true}
+	s.jobQueue = &diskIndex[*Job]{st: st, order: jobQueueOrder, primary: jobs, group: jobTenantGroup}
+	s.jobQueueType = &diskIndex[*Job]{st: st, order: jobQueueTypeOrder, primary: jobs, group: jobTypeGroup,
 		emptyCap: maxEmptyTypeFloors}
-	s.jobRunning = &diskIndex[*Job]{st: st, prefix: pfxJobRunning, key: jobRunningKey, primary: jobs, group: jobTenantGroup}
-	s.jobState = &diskIndex[*Job]{st: st, prefix: pfxJobState, key: jobStateKey, primary: jobs, group: jobStateGroup}
+	s.jobRunning = &diskIndex[*Job]{st: st, order: jobRunningOrder, primary: jobs, group: jobTenantGroup}
+	s.jobState = &diskIndex[*Job]{st: st, order: jobStateOrder, primary: jobs, group: jobStateGroup}
 	s.owed = &mirror[*Entry]{
 		BTreeG: s.owed.(*btree.BTreeG[*Entry]),
-		disk: &diskIndex[*Entry]{st: st, prefix: pfxOwed, key: owedKey,
-			encode: appendEntry, decode: storeValue(decodeEntry)},
+		disk: &diskIndex[*Entry]{st: st, order: owedOrder,
+			encode: appendEntry, decode: decodeEntry},
 	}
 	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes

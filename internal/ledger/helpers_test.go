@@ -343,11 +343,11 @@ func checkKeyCounts(t testing.TB, s *state) {
 	}
 	var keys [][]byte
 	s.entries.Ascend(func(e *Entry) bool {
-		keys = append(keys, entryKey([]byte{pfxEntries}, e))
+		keys = append(keys, entryOrder.key([]byte{pfxEntries}, e))
 		return true
 	})
 	s.jobs.Ascend(func(j *Job) bool {
-		keys = append(keys, jobKey([]byte{pfxJobs}, j))
+		keys = append(keys, jobOrder.key([]byte{pfxJobs}, j))
 		return true
 	})
 	if !s.store.Keys().Matches(keys) {

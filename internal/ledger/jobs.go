@@ -444,11 +444,11 @@ func retained(j *Job) bool { return j != nil && (j.Life == nil || j.Life.State.F
 // for a job inserted, j for a job removed.
 func (s *state) reindexJob(old, j *Job) {
 	ro, rn := inState(old, JobRunning), inState(j, JobRunning)
-	reorder(s.jobExp, lessJobExp, old, j, retained(old), retained(j))
-	reorder(s.jobState, lessJobState, old, j, byState(old), byState(j))
-	reorder(s.jobQueue, lessJobQueue, old, j, inState(old, JobQueued), inState(j, JobQueued))
-	reorder(s.jobQueueType, lessJobQueueType, old, j, inState(old, JobQueued), inState(j, JobQueued))
-	reorder(s.jobRunning, lessJobRunning, old, j, ro, rn)
+	reorder(s.jobExp, jobExpOrder.less, old, j, retained(old), retained(j))
+	reorder(s.jobState, jobStateOrder.less, old, j, byState(old), byState(j))
+	reorder(s.jobQueue, jobQueueOrder.less, old, j, inState(old, JobQueued), inState(j, JobQueued))
+	reorder(s.jobQueueType, jobQueueTypeOrder.less, old, j, inState(old, JobQueued), inState(j, JobQueued))
+	reorder(s.jobRunning, jobRunningOrder.less, old, j, ro, rn)
 	var ok, nk runKey
 	if ro {
 		ok = runKeyOf(old)
@@ -481,8 +481,8 @@ func inState(j *Job, st JobState) bool { return j != nil && j.Life != nil && j.L
 func (s *state) replaceJob(old, j *Job) {
 	s.jobs.ReplaceOrInsert(j)
 	// Same tenant, type and Seq: the same keys (on disk, nothing to write).
-	reorder(s.jobSeq, lessJobSeq, old, j, true, true)
-	reorder(s.jobType, lessJobType, old, j, true, true)
+	reorder(s.jobSeq, jobSeqOrder.less, old, j, true, true)
+	reorder(s.jobType, jobTypeOrder.less, old, j, true, true)
 	s.reindexJob(old, j)
 	s.jobStates[stateOf(old)]--
 	s.jobStates[stateOf(j)]++
@@ -650,7 +650,7 @@ func (s *state) applyLease(c Lease) Result {
 			s.jobQueueType.AscendGreaterOrEqual(&Job{Tenant: c.Tenant, Type: t, Life: &JobLife{RunAt: math.MinInt64}}, collect(t, true))
 		}
 		slices.SortFunc(due, func(a, b *Job) int {
-			if lessJobQueue(a, b) {
+			if jobQueueOrder.less(a, b) {
 				return -1
 			}
 			return 1 // Seqs are unique: never equal

@@ -7,31 +7,33 @@ import (
 )
 
 // The orders of the state (docs/ledger.md, "State on disk"), each declared
-// once, as the fields it sorts by: its B-tree comparator (less, the memory
-// engine) and its pebble key (key, the disk engine, a one-byte prefix per
-// order ahead of it) both follow from that one declaration, so the engines
-// cannot disagree on an order. A key's prefix of whole fields is a group
-// (diskIndex.group: a tenant's queue). The lifecycle's orders hold only
-// lifecycle jobs (and probes with a Life).
+// once, as its key prefix on disk and the fields it sorts by: its B-tree
+// comparator (less, the memory engine) and its pebble key (key, the disk
+// engine, after the prefix) both follow from that one declaration, so the
+// engines cannot disagree on an order. A key's prefix of whole fields is a
+// group (diskIndex.group: a tenant's queue), declared as an order of its own
+// without a prefix, as is an order kept in memory only. The lifecycle's orders hold only lifecycle jobs (and
+// probes with a Life).
 var (
-	lessEntryKey, entryKey    = orderOf(eTenant, eKey)
-	lessEntryExp, entryExpKey = orderOf(eExpires, eTenant, eKey)
-	lessOwed, owedKey         = orderOf(eTenant, eKey, eJobID)
+	entryOrder    = orderOf(pfxEntries, eTenant, eKey)
+	entryExpOrder = orderOf(pfxEntryExp, eExpires, eTenant, eKey)
+	multiDCOrder  = orderOf(pfxMultiDC, eTenant, eKey)
+	owedOrder     = orderOf(pfxOwed, eTenant, eKey, eJobID)
 
-	lessJobID, jobKey                 = orderOf(jTenant, jID)
-	lessJobSeq, jobSeqKey             = orderOf(jTenant, jSeq)
-	lessJobType, jobTypeKey           = orderOf(jTenant, jType, jSeq)
-	lessJobExp, jobExpKey             = orderOf(jExpires, jSeq, jTenant)
-	lessJobQueue, jobQueueKey         = orderOf(jTenant, jRunAt, jSeq)
-	lessJobQueueType, jobQueueTypeKey = orderOf(jTenant, jType, jRunAt, jSeq)
-	lessJobRunning, jobRunningKey     = orderOf(jTenant, jSeq)
-	lessJobState, jobStateKey         = orderOf(jTenant, jState, jSeq)
-	_, jobTenantGroup                 = orderOf(jTenant)
-	_, jobTypeGroup                   = orderOf(jTenant, jType)
-	_, jobStateGroup                  = orderOf(jTenant, jState)
+	jobOrder          = orderOf(pfxJobs, jTenant, jID)
+	jobSeqOrder       = orderOf(pfxJobSeq, jTenant, jSeq)
+	jobTypeOrder      = orderOf(pfxJobType, jTenant, jType, jSeq)
+	jobExpOrder       = orderOf(pfxJobExp, jExpires, jSeq, jTenant)
+	jobQueueOrder     = orderOf(pfxJobQueue, jTenant, jRunAt, jSeq)
+	jobQueueTypeOrder = orderOf(pfxJobQueueType, jTenant, jType, jRunAt, jSeq)
+	jobRunningOrder   = orderOf(pfxJobRunning, jTenant, jSeq)
+	jobStateOrder     = orderOf(pfxJobState, jTenant, jState, jSeq)
+	jobTenantGroup    = orderOf(0, jTenant).key
+	jobTypeGroup      = orderOf(0, jTenant, jType).key
+	jobStateGroup     = orderOf(0, jTenant, jState).key
 
-	lessWatermarkKey, watermarkKey    = orderOf(wTenant, wClient, wNonce)
-	lessWatermarkAge, watermarkAgeKey = orderOf(wUpdated, wTenant, wClient, wNonce)
+	watermarkOrder    = orderOf(pfxWatermarks, wTenant, wClient, wNonce)
+	watermarkAgeOrder = orderOf(0, wUpdated, wTenant, wClient, wNonce) // in memory only
 )
 
 // The fields the orders sort by.
@@ -66,13 +68,20 @@ func byString[T any](f func(T) string) field[T] { return field[T]{str: f} }
 func byInt64[T any](f func(T) int64) field[T]   { return field[T]{i64: f} }
 func byUint64[T any](f func(T) uint64) field[T] { return field[T]{u64: f} }
 
-// orderOf returns the comparator and the key encoder of the order of fields:
-// strings compare as strings.Compare and encode with engine.AppendString, an
-// int64 with engine.AppendInt64, a uint64 with engine.AppendUint64, all
-// order-preserving, so pebble's
-// byte order of the keys is less's order.
-func orderOf[T any](fields ...field[T]) (less func(a, b T) bool, key func(b []byte, item T) []byte) {
-	less = func(a, b T) bool {
+// order is one order of the state: its keys' prefix on disk, its
+// comparator, and its key encoder (what follows the prefix).
+type order[T any] struct {
+	prefix byte
+	less   func(a, b T) bool
+	key    func(b []byte, item T) []byte
+}
+
+// orderOf returns the order of fields under prefix: strings compare as
+// strings.Compare and encode with engine.AppendString, an int64 with
+// engine.AppendInt64, a uint64 with engine.AppendUint64, all
+// order-preserving, so pebble's byte order of the keys is less's order.
+func orderOf[T any](prefix byte, fields ...field[T]) order[T] {
+	less := func(a, b T) bool {
 		for _, f := range fields {
 			switch {
 			case f.str != nil:
@@ -91,7 +100,7 @@ func orderOf[T any](fields ...field[T]) (less func(a, b T) bool, key func(b []by
 		}
 		return false
 	}
-	key = func(b []byte, item T) []byte {
+	key := func(b []byte, item T) []byte {
 		for _, f := range fields {
 			switch {
 			case f.str != nil:
@@ -104,5 +113,5 @@ func orderOf[T any](fields ...field[T]) (less func(a, b T) bool, key func(b []by
 		}
 		return b
 	}
-	return less, key
+	return order[T]{prefix, less, key}
 }

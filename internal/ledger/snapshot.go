@@ -520,14 +520,14 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 	s.applied = applied
 	s.ledgerTime = ledgerTime
 	s.lastSeq = seqHigh
-	err = readTable(r, s, "entry", nEntries, decodeEntry, lessEntryKey, func(e *Entry) error {
+	err = readTable(r, s, "entry", nEntries, decodeEntry, entryOrder.less, func(e *Entry) error {
 		if e.Tenant == "" || e.Key == "" {
 			return badSnapshot("empty tenant or key")
 		}
 		return nil
 	}, s.insertEntry)
 	if err == nil {
-		err = readTable(r, s, "job", nJobs, decodeJob, lessJobID, func(j *Job) error {
+		err = readTable(r, s, "job", nJobs, decodeJob, jobOrder.less, func(j *Job) error {
 			switch {
 			case j.Tenant == "" || j.ID == "" || j.Seq == 0 || j.Seq > seqHigh:
 				return badSnapshot("empty tenant or id, or seq %d not in 1..%d", j.Seq, seqHigh)
@@ -538,11 +538,11 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 		}, s.insertJob)
 	}
 	if err == nil {
-		err = readTable(r, s, "watermark", nWatermarks, decodeWatermark, lessWatermarkKey,
+		err = readTable(r, s, "watermark", nWatermarks, decodeWatermark, watermarkOrder.less,
 			func(*Watermark) error { return nil }, s.insertWatermark)
 	}
 	if err == nil {
-		err = readTable(r, s, "owed entry", nOwed, decodeEntry, lessOwed, func(e *Entry) error {
+		err = readTable(r, s, "owed entry", nOwed, decodeEntry, owedOrder.less, func(e *Entry) error {
 			if e.Tenant == "" || e.Key == "" || e.JobID == "" || !carried(e) {
 				return badSnapshot("empty tenant, key or job ID, or nothing owed")
 			}

@@ -23,25 +23,27 @@ const maxReliefRemovals = 8
 // deletes the old one. That is what lets Snapshot share items with a clone of
 // the trees while Apply goes on.
 //
-// Indexes (all github.com/google/btree, copy-on-write clonable):
+// Indexes (github.com/google/btree, copy-on-write clonable, in memory; key
+// ranges of the store on disk), each in its order (orders.go; the runKey
+// orders in jobs.go):
 //
-//	entries   (tenant, key)                       the entries
-//	entryExp  (expires_at, tenant, key)           expiry order
-//	jobs      (tenant, id)                        the job table
-//	jobSeq    (tenant, seq)                       ListJobs
-//	jobType   (tenant, type, seq)                 ListJobs with a type filter
-//	jobExp    (expires_at, seq)                   job retention (legacy and finished jobs)
-//	jobQueue  (tenant, run_at, seq)               QUEUED jobs: Lease (jobs.go)
-//	jobQueueType (tenant, type, run_at, seq)      QUEUED jobs: Lease with types
-//	jobRunning (tenant, seq)                      RUNNING jobs: ListJobs by status
-//	jobState  (tenant, state, seq)                QUEUED and finished jobs: ListJobs by status
-//	jobLeaseID (tenant, lease_id, seq)            RUNNING jobs: a Lease's replay (in memory for both stores)
-//	jobDue    (tenant, lease_expires_at, seq)     RUNNING jobs: Lease's reclaim (in memory for both stores)
-//	jobLeaseExp (lease_expires_at, seq, tenant)   RUNNING jobs: ExpireLeases (in memory for both stores)
-//	wms       (tenant, client_id, nonce)          watermarks
-//	wmAge     (updated_at, tenant, client_id, nonce)  watermark TTL and LRU bound
-//	multiDC   (tenant, key)                       resolved multi-datacenter entries (outbox)
-//	owed      (tenant, key, job_id)               expired entries the outbox still carries (owed.go)
+//	entries      the entries
+//	entryExp     expiry order
+//	jobs         the job table
+//	jobSeq       ListJobs
+//	jobType      ListJobs with a type filter
+//	jobExp       job retention (legacy and finished jobs)
+//	jobQueue     QUEUED jobs: Lease (jobs.go)
+//	jobQueueType QUEUED jobs: Lease with types
+//	jobRunning   RUNNING jobs: ListJobs by status
+//	jobState     QUEUED and finished jobs: ListJobs by status
+//	jobLeaseID   RUNNING jobs: a Lease's replay (in memory for both stores)
+//	jobDue       RUNNING jobs: Lease's reclaim (in memory for both stores)
+//	jobLeaseExp  RUNNING jobs: ExpireLeases (in memory for both stores)
+//	wms          watermarks
+//	wmAge        watermark TTL and LRU bound (in memory for both stores)
+//	multiDC      resolved multi-datacenter entries (outbox)
+//	owed         expired entries the outbox still carries (owed.go)
 type state struct {
 	entries  index[*Entry]
 	entryExp index[*Entry]
@@ -110,25 +112,25 @@ type state struct {
 
 func newState() *state {
 	return &state{
-		entries:  btree.NewG(btreeDegree, lessEntryKey),
-		entryExp: btree.NewG(btreeDegree, lessEntryExp),
-		jobs:     btree.NewG(btreeDegree, lessJobID),
-		jobSeq:   btree.NewG(btreeDegree, lessJobSeq),
-		jobType:  btree.NewG(btreeDegree, lessJobType),
-		jobExp:   btree.NewG(btreeDegree, lessJobExp),
+		entries:  btree.NewG(btreeDegree, entryOrder.less),
+		entryExp: btree.NewG(btreeDegree, entryExpOrder.less),
+		jobs:     btree.NewG(btreeDegree, jobOrder.less),
+		jobSeq:   btree.NewG(btreeDegree, jobSeqOrder.less),
+		jobType:  btree.NewG(btreeDegree, jobTypeOrder.less),
+		jobExp:   btree.NewG(btreeDegree, jobExpOrder.less),
 
-		jobQueue:     btree.NewG(btreeDegree, lessJobQueue),
-		jobQueueType: btree.NewG(btreeDegree, lessJobQueueType),
-		jobRunning:   btree.NewG(btreeDegree, lessJobRunning),
-		jobState:     btree.NewG(btreeDegree, lessJobState),
+		jobQueue:     btree.NewG(btreeDegree, jobQueueOrder.less),
+		jobQueueType: btree.NewG(btreeDegree, jobQueueTypeOrder.less),
+		jobRunning:   btree.NewG(btreeDegree, jobRunningOrder.less),
+		jobState:     btree.NewG(btreeDegree, jobStateOrder.less),
 		jobLeaseID:   btree.NewG(btreeDegree, lessLeaseKey),
 		jobDue:       btree.NewG(btreeDegree, lessDueKey),
 		jobLeaseExp:  btree.NewG(btreeDegree, lessLeaseExp),
 
-		wms:      btree.NewG(btreeDegree, lessWatermarkKey),
-		wmAge:    btree.NewG(btreeDegree, lessWatermarkAge),
-		multiDC:  btree.NewG(btreeDegree, lessEntryKey),
-		owed:     btree.NewG(btreeDegree, lessOwed),
+		wms:      btree.NewG(btreeDegree, watermarkOrder.less),
+		wmAge:    btree.NewG(btreeDegree, watermarkAgeOrder.less),
+		multiDC:  btree.NewG(btreeDegree, multiDCOrder.less),
+		owed:     btree.NewG(btreeDegree, owedOrder.less),
 		wmTenant: map[string]int{},
 
 		tenantBytes: map[string]uint64{},
@@ -338,8 +340,8 @@ func (s *state) insertEntry(e *Entry) {
 // replaceEntry swaps old for e (same tenant and key).
 func (s *state) replaceEntry(old, e *Entry) {
 	s.entries.ReplaceOrInsert(e)
-	reorder(s.entryExp, lessEntryExp, old, e, true, true)
-	reorder(s.multiDC, lessEntryKey, old, e, carried(old), carried(e))
+	reorder(s.entryExp, entryExpOrder.less, old, e, true, true)
+	reorder(s.multiDC, multiDCOrder.less, old, e, carried(old), carried(e))
 	s.multiDCLen += b2i(carried(e)) - b2i(carried(old))
 	s.count(old.State, -1)
 	s.count(e.State, 1)
@@ -446,7 +448,7 @@ func (s *state) touchWatermark(tenant, clientID, nonce string, now int64) {
 // tenant's count of watermarks does not change.
 func (s *state) replaceWatermark(old, w *Watermark) {
 	s.wms.ReplaceOrInsert(w)
-	reorder(s.wmAge, lessWatermarkAge, old, w, true, true)
+	reorder(s.wmAge, watermarkAgeOrder.less, old, w, true, true)
 }
 
 func (s *state) insertWatermark(w *Watermark) {

@@ -14,30 +14,29 @@ import "github.com/once-dev/once/internal/ledger/engine"
 // snapshot (remove the ledger directory; Raft restores it).
 const storeTag = 0
 
-// Key prefixes, one byte each. Values of primary tables are snapshot records
-// of the current version (appendEntry, appendJob, appendWatermark), so
-// Persist streams them as they are; values of secondary orders are the
-// primary key of their item.
+// Key prefixes, one byte each; what follows the prefix is declared with the
+// order (orders.go). Values of primary tables are snapshot records of the
+// current version (appendEntry, appendJob, appendWatermark), so Persist
+// streams them as they are; values of secondary orders are the primary key
+// of their item, or (the expiry orders) its record.
 const (
 	pfxMeta        byte = 0x01 // one key: the counters (metaKey)
 	pfxTenantBytes byte = 0x02 // tenant → accounted bytes (uvarint)
 	pfxTenantWMs   byte = 0x03 // tenant → watermark count (uvarint)
-	pfxEntries     byte = 'e'  // (tenant, key)
-	pfxEntryExp    byte = 'x'  // (expires_at, tenant, key)
-	pfxMultiDC     byte = 'm'  // (tenant, key), entries naming several datacenters
-	pfxOwed        byte = 'o'  // (tenant, key, job_id), entries expired before every datacenter confirmed them (owed.go)
-	pfxJobs        byte = 'j'  // (tenant, id)
-	pfxJobSeq      byte = 's'  // (tenant, seq)
-	pfxJobType     byte = 't'  // (tenant, type, seq)
-	pfxJobExp      byte = 'y'  // (expires_at, seq, tenant)
-	pfxWatermarks  byte = 'w'  // (tenant, client_id, nonce)
-	pfxWMAge       byte = 'a'  // (updated_at, tenant, client_id, nonce)
-
-	// The job lifecycle; values are the job's key.
-	pfxJobQueue     byte = 'q' // (tenant, run_at, seq), QUEUED
-	pfxJobQueueType byte = 'u' // (tenant, type, run_at, seq), QUEUED
-	pfxJobRunning   byte = 'l' // (tenant, seq), RUNNING
-	pfxJobState     byte = 'z' // (tenant, state, seq), QUEUED and finished
+	pfxEntries     byte = 'e'
+	pfxEntryExp    byte = 'x'
+	pfxMultiDC     byte = 'm' // entries naming several datacenters
+	pfxOwed        byte = 'o' // entries expired before every datacenter confirmed them (owed.go)
+	pfxJobs        byte = 'j'
+	pfxJobSeq      byte = 's'
+	pfxJobType     byte = 't'
+	pfxJobExp      byte = 'y'
+	pfxWatermarks  byte = 'w'
+	// The job lifecycle.
+	pfxJobQueue     byte = 'q' // QUEUED
+	pfxJobQueueType byte = 'u' // QUEUED
+	pfxJobRunning   byte = 'l' // RUNNING
+	pfxJobState     byte = 'z' // QUEUED and finished
 )
 
 var metaKey = []byte{pfxMeta}
