@@ -79,23 +79,21 @@ func loadDiskState(st *engine.Store) (s *state, err error) {
 	if s.wms.Len() != int(m.watermarks) {
 		return nil, fmt.Errorf("%w: %d watermarks stored, the counters say %d", ErrStore, s.wms.Len(), m.watermarks)
 	}
-	var sum uint64
 	var derr error
-	st.Walk([]byte{pfxTenantBytes}, prefixEnd(pfxTenantBytes), func(k, v []byte) bool {
-		n, err := uvarintValue(v)
-		derr = err
-		s.tenantBytes[string(k[1:])] = n
-		sum += n
-		return err == nil
-	})
-	st.Walk([]byte{pfxTenantWMs}, prefixEnd(pfxTenantWMs), func(k, v []byte) bool {
-		n, err := uvarintValue(v)
-		if derr == nil {
-			derr = err
-		}
-		s.wmTenant[string(k[1:])] = int(n)
-		return err == nil
-	})
+	tenants := func(p byte, set func(tenant string, n uint64)) {
+		st.Walk([]byte{p}, prefixEnd(p), func(k, v []byte) bool {
+			d := &decoder{b: v, base: ErrStore}
+			n := d.uvarint()
+			set(string(k[1:]), n)
+			derr = d.finish()
+			return derr == nil
+		})
+	}
+	var sum uint64
+	tenants(pfxTenantBytes, func(t string, n uint64) { s.tenantBytes[t], sum = n, sum+n })
+	if derr == nil {
+		tenants(pfxTenantWMs, func(t string, n uint64) { s.wmTenant[t] = int(n) })
+	}
 	if derr != nil {
 		return nil, fmt.Errorf("%w: tenant counters: %w", ErrStore, derr)
 	}
@@ -103,12 +101,6 @@ func loadDiskState(st *engine.Store) (s *state, err error) {
 		return nil, fmt.Errorf("%w: tenants account for %d bytes, the counters for %d", ErrStore, sum, s.bytes)
 	}
 	return s, nil
-}
-
-func uvarintValue(v []byte) (uint64, error) {
-	d := &decoder{b: v, base: ErrStore}
-	n := d.uvarint()
-	return n, d.finish()
 }
 
 // recoverStore turns a store failure's panic into an error (for Open and

@@ -25,14 +25,6 @@ type index[T any] interface {
 	DescendLessOrEqual(pivot T, fn btree.ItemIteratorG[T])
 }
 
-var (
-	_ index[*Entry]     = (*btree.BTreeG[*Entry])(nil)
-	_ index[*Job]       = (*btree.BTreeG[*Job])(nil)
-	_ index[*Watermark] = (*btree.BTreeG[*Watermark])(nil)
-	_ index[*Entry]     = (*diskIndex[*Entry])(nil)
-	_ index[*Watermark] = (*mirror[*Watermark])(nil)
-)
-
 // records is what a snapshot streams of one primary table: its length and
 // its items as snapshot records (the current version's layout), in key order.
 type records interface {

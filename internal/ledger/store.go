@@ -42,15 +42,12 @@ const (
 var metaKey = []byte{pfxMeta}
 
 // ErrStore: the ledger's store could not be opened or is not one this build
-// reads (another format, damaged counters, a generation that cannot be
-// found). Open returns it; the manager refuses to start. It is the engine's
-// (engine.ErrStore), which wraps its own failures.
+// reads (another format, damaged counters); Open returns it and the manager
+// refuses to start (engine.ErrStore).
 var ErrStore = engine.ErrStore
 
 // StoreError is what the FSM panics with when its store fails while applying
-// or reading (a disk error, a damaged value): an FSM that cannot record a
-// command must not go on answering, as etcd's backend stops on a failed
-// commit. Op says what was done. The engine's (engine.StoreError).
+// or reading (engine.StoreError).
 type StoreError = engine.StoreError
 
 // StoreOptions tune the store (the engine's options); zero values take the

@@ -315,10 +315,7 @@ func (s *Store) Close() error { return s.retire(false) }
 func (s *Store) Abandon() error { return s.close(false) }
 
 // Discard closes and removes a generation that did not become current.
-func (s *Store) Discard() {
-	_ = s.close(false)
-	_ = os.RemoveAll(genDir(s.dir, s.gen))
-}
+func (s *Store) Discard() { _ = s.retire(true) }
 
 func writeCurrent(dir string, gen int) error {
 	tmp := filepath.Join(dir, currentFile+".tmp")
@@ -651,7 +648,8 @@ func (s *Store) WalkReverse(lo, hi []byte, fn func(k, v []byte) bool) {
 	iterate(s.reader(), lo, hi, true, fn)
 }
 
-// get calls fn with k's value (valid only during fn) when k is present.
+// getFrom calls fn with k's value in r (valid only during fn) when k is
+// present.
 func getFrom(r pebble.Reader, k []byte, fn func(v []byte)) bool {
 	v, closer, err := r.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
