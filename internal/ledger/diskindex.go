@@ -427,7 +427,7 @@ func (s *state) useStore(st *engine.Store, m storeMeta) {
 		encode: appendEntry, decode: decodeEntry, keys: keys,
 		count: func() int { return s.committed + s.rejected + s.claimed }}
 	jobs := &diskIndex[*Job]{st: st, order: jobOrder,
-		encode: appendJob, decode: decodeJob, keys: keys, count: func() int { return s.jobCount }}
+		encode: appendJob, decode: decodeJob, keys: keys, count: s.jobTotal}
 	wms := &mirror[*Watermark]{
 		BTreeG: s.wms.(*btree.BTreeG[*Watermark]),
 		disk: &diskIndex[*Watermark]{st: st, order: watermarkOrder,
@@ -454,9 +454,8 @@ func (s *state) useStore(st *engine.Store, m storeMeta) {
 	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
 	s.committed, s.rejected, s.claimed = int(m.committed), int(m.rejected), int(m.claimed)
-	s.jobCount = int(m.jobs)
-	s.jobStates = [JobCancelled + 1]int{0, int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead), int(m.cancelled)}
-	s.jobStates[JobLegacy] = s.jobCount - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled)
+	s.jobStates = [JobCancelled + 1]int{int(m.jobs) - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled),
+		int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead), int(m.cancelled)}
 	s.dirtyTenants = map[string]tenantCounts{}
 	if st.Knobs().OrdersInMemory {
 		s.ordersInMemory()

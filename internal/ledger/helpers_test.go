@@ -283,8 +283,8 @@ func checkInvariants(t testing.TB, f *FSM) {
 		}
 		return true
 	})
-	if s.jobCount != countOf(s.jobs) {
-		t.Errorf("jobCount %d, jobs %d", s.jobCount, countOf(s.jobs))
+	if s.jobTotal() != countOf(s.jobs) {
+		t.Errorf("jobTotal %d, jobs %d", s.jobTotal(), countOf(s.jobs))
 	}
 	if jobStates != s.jobStates {
 		t.Errorf("jobs by state %v, counters %v", jobStates, s.jobStates)

@@ -501,9 +501,18 @@ func (s *state) update(old *Job, change func(j *Job, l *JobLife)) Job {
 	return j
 }
 
+// jobTotal is how many jobs the state holds.
+func (s *state) jobTotal() int {
+	n := 0
+	for _, c := range s.jobStates {
+		n += c
+	}
+	return n
+}
+
 // unfinishedJobs is what MaxJobs bounds.
 func (s *state) unfinishedJobs() int {
-	return s.jobCount - s.jobStates[JobSucceeded] - s.jobStates[JobFailed] - s.jobStates[JobDead] - s.jobStates[JobCancelled]
+	return s.jobStates[JobLegacy] + s.jobStates[JobQueued] + s.jobStates[JobRunning]
 }
 
 // currentLease: id is the job's current lease at now.

@@ -92,10 +92,9 @@ type state struct {
 	bytes       uint64
 	tenantBytes map[string]uint64
 
-	// counts of entries by state, and of jobs
+	// counts of entries by state
 	committed, rejected, claimed int
-	jobCount                     int
-	// jobStates counts jobs by JobState (JobLegacy included).
+	// jobStates counts jobs by JobState (JobLegacy included): every job.
 	jobStates [JobCancelled + 1]int
 	// applied is the raft index of the last command applied.
 	applied uint64
@@ -476,7 +475,6 @@ func (s *state) insertJob(j *Job) {
 	insert(s.jobSeq, j)
 	insert(s.jobType, j)
 	s.reindexJob(nil, j)
-	s.jobCount++
 	s.jobStates[stateOf(j)]++
 	s.charge(j.Tenant, jobSize(j))
 }
@@ -486,7 +484,6 @@ func (s *state) removeJob(j *Job) {
 	s.jobSeq.Delete(j)
 	s.jobType.Delete(j)
 	s.reindexJob(j, nil)
-	s.jobCount--
 	s.jobStates[stateOf(j)]--
 	s.release(j.Tenant, jobSize(j))
 }
