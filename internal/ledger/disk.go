@@ -67,8 +67,6 @@ func loadDiskState(st *engine.Store) (s *state, err error) {
 	}
 	s = newState()
 	s.useStore(st, m)
-	s.loadWatermarks()
-	s.loadOwed()
 	s.loadRunning()
 	if byState := m.committed + m.rejected + m.claimed; m.entries != byState {
 		return nil, fmt.Errorf("%w: %d entries, the counts by state say %d", ErrStore, m.entries, byState)

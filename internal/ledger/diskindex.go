@@ -378,7 +378,7 @@ func removedFront[T any](x index[T], items []T) {
 // often until it flushes and compacts, so reading it there costs more with
 // every version; the table is bounded (IDEMPOTENCY_WATERMARK_MAX_CLIENTS) and
 // small per item, so memory holds it, and the store holds it durably for the
-// next open (loadWatermarks).
+// next open (newMirror). The owed entries are kept the same way.
 type mirror[T any] struct {
 	*btree.BTreeG[T]
 	disk *diskIndex[T]
@@ -394,15 +394,15 @@ func (m *mirror[T]) Delete(item T) (T, bool) {
 	return m.BTreeG.Delete(item)
 }
 
-// loadWatermarks reads the watermarks into memory. O(watermarks).
-func (s *state) loadWatermarks() {
-	m := s.wms.(*mirror[*Watermark])
-	m.disk.st.Walk([]byte{pfxWatermarks}, prefixEnd(pfxWatermarks), func(_, v []byte) bool {
-		w := m.disk.decodeValue(v)
-		m.BTreeG.ReplaceOrInsert(w)
-		s.wmAge.ReplaceOrInsert(w)
+// newMirror returns tree, a table in memory, written through to disk, with
+// what disk holds read into it. O(items).
+func newMirror[T any](tree index[T], disk *diskIndex[T]) *mirror[T] {
+	m := &mirror[T]{tree.(*btree.BTreeG[T]), disk}
+	disk.st.Walk([]byte{disk.prefix}, prefixEnd(disk.prefix), func(_, v []byte) bool {
+		m.BTreeG.ReplaceOrInsert(disk.decodeValue(v))
 		return true
 	})
+	return m
 }
 
 // loadRunning builds the in-memory orders of the RUNNING jobs (jobLeaseID,
@@ -420,7 +420,9 @@ func (s *state) loadRunning() {
 // The keys of the tables and orders are declared in orders.go.
 
 // useStore points a state's indexes at the store, with the primary
-// tables' lengths from its meta record.
+// tables' lengths from its meta record, and reads what the state keeps in
+// memory of it: the mirrors (wmAge with them) and multiDC's length.
+// O(watermarks + entries carried).
 func (s *state) useStore(st *engine.Store, m storeMeta) {
 	keys := st.CountKeys(m.entries+m.jobs, pfxEntries, pfxJobs)
 	entries := &diskIndex[*Entry]{st: st, order: entryOrder,
@@ -428,11 +430,6 @@ func (s *state) useStore(st *engine.Store, m storeMeta) {
 		count: func() int { return s.committed + s.rejected + s.claimed }}
 	jobs := &diskIndex[*Job]{st: st, order: jobOrder,
 		encode: appendJob, decode: decodeJob, keys: keys, count: s.jobTotal}
-	wms := &mirror[*Watermark]{
-		BTreeG: s.wms.(*btree.BTreeG[*Watermark]),
-		disk: &diskIndex[*Watermark]{st: st, order: watermarkOrder,
-			encode: appendWatermark, decode: decodeWatermark},
-	}
 	s.store = st
 	s.entries = entries
 	s.entryExp = &diskIndex[*Entry]{st: st, order: entryExpOrder, primary: entries, copies: true}
@@ -446,12 +443,18 @@ func (s *state) useStore(st *engine.Store, m storeMeta) {
 		emptyCap: maxEmptyTypeFloors}
 	s.jobRunning = &diskIndex[*Job]{st: st, order: jobRunningOrder, primary: jobs, group: jobTenantGroup}
 	s.jobState = &diskIndex[*Job]{st: st, order: jobStateOrder, primary: jobs, group: jobStateGroup}
-	s.owed = &mirror[*Entry]{
-		BTreeG: s.owed.(*btree.BTreeG[*Entry]),
-		disk: &diskIndex[*Entry]{st: st, order: owedOrder,
-			encode: appendEntry, decode: decodeEntry},
-	}
-	s.wms = wms // s.wmAge stays a B-tree in memory, rebuilt by loadWatermarks
+	s.wms = newMirror(s.wms, &diskIndex[*Watermark]{st: st, order: watermarkOrder,
+		encode: appendWatermark, decode: decodeWatermark})
+	s.wms.Ascend(func(w *Watermark) bool { // wmAge stays a B-tree in memory
+		s.wmAge.ReplaceOrInsert(w)
+		return true
+	})
+	s.owed = newMirror(s.owed, &diskIndex[*Entry]{st: st, order: owedOrder,
+		encode: appendEntry, decode: decodeEntry})
+	st.Walk([]byte{pfxMultiDC}, prefixEnd(pfxMultiDC), func(_, _ []byte) bool {
+		s.multiDCLen++
+		return true
+	})
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
 	s.committed, s.rejected, s.claimed = int(m.committed), int(m.rejected), int(m.claimed)
 	s.jobStates = [JobCancelled + 1]int{int(m.jobs) - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled),

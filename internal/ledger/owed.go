@@ -64,20 +64,6 @@ func (s *state) confirmOwed(it Confirmation) (res Result, ok bool) {
 	return Result{Outcome: OutcomeConfirmed, Entry: e}, true
 }
 
-// loadOwed reads the owed table into memory, and counts the multiDC order.
-// O(entries carried).
-func (s *state) loadOwed() {
-	m := s.owed.(*mirror[*Entry])
-	m.disk.st.Walk([]byte{pfxOwed}, prefixEnd(pfxOwed), func(_, v []byte) bool {
-		m.BTreeG.ReplaceOrInsert(m.disk.decodeValue(v))
-		return true
-	})
-	m.disk.st.Walk([]byte{pfxMultiDC}, prefixEnd(pfxMultiDC), func(_, _ []byte) bool {
-		s.multiDCLen++
-		return true
-	})
-}
-
 // OwedMultiDatacenter calls fn with every owed entry (expired before every
 // other datacenter it names confirmed it), in (tenant, key, job_id) order,
 // until fn returns false. Like ResolvedMultiDatacenter, it reads copies under
