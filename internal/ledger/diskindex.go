@@ -23,7 +23,7 @@ type diskIndex[T any] struct {
 	// read first): the state inserts only absent items, replaces and deletes
 	// only present ones, and counts them itself (count).
 	encode func(dst []byte, item T) []byte
-	decode func(*decoder) T
+	decode func(v []byte) (T, error)
 	count  func() int
 	// keys, for the entries and the jobs, counts their keys as they are
 	// inserted and deleted, and answers a point read of an absent key
@@ -98,15 +98,23 @@ func (x *diskIndex[T]) scratch(item T) []byte {
 	return x.keyBuf
 }
 
-// decodeValue decodes a value of a primary table: a snapshot record, its
-// strings parts of one copy of it (decoder's share).
 func (x *diskIndex[T]) decodeValue(v []byte) T {
-	d := &decoder{b: v, base: ErrStore, share: true}
-	item := x.decode(d)
-	if err := d.finish(); err != nil {
+	item, err := x.decode(v)
+	if err != nil {
 		engine.Fail(fmt.Sprintf("decode %c", x.prefix), err)
 	}
 	return item
+}
+
+// storeValue decodes a value of a primary table: a snapshot record, its
+// strings parts of one copy of it (decoder's share). Made in useStore, with
+// decode known there, its decoder does not escape to the heap.
+func storeValue[T any](decode func(*decoder) T) func([]byte) (T, error) {
+	return func(v []byte) (T, error) {
+		d := &decoder{b: v, base: ErrStore, share: true}
+		item := decode(d)
+		return item, d.finish()
+	}
 }
 
 // resolve turns a key's value in this index into the item: a secondary
@@ -426,10 +434,10 @@ func (s *state) loadRunning() {
 func (s *state) useStore(st *engine.Store, m storeMeta) {
 	keys := st.CountKeys(m.entries+m.jobs, pfxEntries, pfxJobs)
 	entries := &diskIndex[*Entry]{st: st, order: entryOrder,
-		encode: appendEntry, decode: decodeEntry, keys: keys,
+		encode: appendEntry, decode: storeValue(decodeEntry), keys: keys,
 		count: func() int { return s.committed + s.rejected + s.claimed }}
 	jobs := &diskIndex[*Job]{st: st, order: jobOrder,
-		encode: appendJob, decode: decodeJob, keys: keys, count: s.jobTotal}
+		encode: appendJob, decode: storeValue(decodeJob), keys: keys, count: s.jobTotal}
 	s.store = st
 	s.entries = entries
 	s.entryExp = &diskIndex[*Entry]{st: st, order: entryExpOrder, primary: entries, copies: true}
@@ -444,13 +452,13 @@ func (s *state) useStore(st *engine.Store, m storeMeta) {
 	s.jobRunning = &diskIndex[*Job]{st: st, order: jobRunningOrder, primary: jobs, group: jobTenantGroup}
 	s.jobState = &diskIndex[*Job]{st: st, order: jobStateOrder, primary: jobs, group: jobStateGroup}
 	s.wms = newMirror(s.wms, &diskIndex[*Watermark]{st: st, order: watermarkOrder,
-		encode: appendWatermark, decode: decodeWatermark})
+		encode: appendWatermark, decode: storeValue(decodeWatermark)})
 	s.wms.Ascend(func(w *Watermark) bool { // wmAge stays a B-tree in memory
 		s.wmAge.ReplaceOrInsert(w)
 		return true
 	})
 	s.owed = newMirror(s.owed, &diskIndex[*Entry]{st: st, order: owedOrder,
-		encode: appendEntry, decode: decodeEntry})
+		encode: appendEntry, decode: storeValue(decodeEntry)})
 	st.Walk([]byte{pfxMultiDC}, prefixEnd(pfxMultiDC), func(_, _ []byte) bool {
 		s.multiDCLen++
 		return true
