@@ -18,13 +18,11 @@ import (
 // (engine/keys.go), not the tables. Open does not read the tables: the key
 // counts are scanned in the background, and Close stops that scan.
 func Open(dir string, opts Options) (*FSM, error) {
-	eo := opts.Store
-	eo.Knobs.NoWritesKeep = pfxTenantWMs // NoWrites keeps the counters
-	st, err := engine.Open(dir, eo)
+	st, err := engine.Open(dir, opts.Store.engine())
 	if err != nil {
 		return nil, err
 	}
-	s, err := loadDiskState(st)
+	s, err := loadDiskState(st, opts.Store.Knobs)
 	if err != nil {
 		_ = st.Abandon()
 		return nil, err
@@ -47,7 +45,7 @@ func (f *FSM) Close() error {
 }
 
 // loadDiskState reads the counters of a store. O(tenants).
-func loadDiskState(st *engine.Store) (s *state, err error) {
+func loadDiskState(st *engine.Store, knobs TestingKnobs) (s *state, err error) {
 	defer recoverStore(&err)
 	var m storeMeta
 	var merr error
@@ -66,6 +64,7 @@ func loadDiskState(st *engine.Store) (s *state, err error) {
 		return nil, fmt.Errorf("%w: counters: %w", ErrStore, merr)
 	}
 	s = newState()
+	s.knobs = knobs
 	s.useStore(st, m)
 	s.loadRunning()
 	if byState := m.committed + m.rejected + m.claimed; m.entries != byState {

@@ -29,6 +29,8 @@ type diskIndex[T any] struct {
 	// inserted and deleted, and answers a point read of an absent key
 	// without pebble (engine/keys.go).
 	keys *engine.KeyCounts
+	// keepRemoved: TestingKnobs.KeepRemoved, for the entries and the jobs.
+	keepRemoved bool
 
 	// A secondary order names its primary table. With copies, its values are
 	// the items' records themselves, not their primary keys: the expiry
@@ -224,7 +226,7 @@ func (x *diskIndex[T]) Delete(item T) (old T, deleted bool) {
 	k := x.scratch(item)
 	if x.keys != nil {
 		x.keys.Add(k, -1)
-		if x.st.Knobs().KeepRemoved {
+		if x.keepRemoved {
 			return old, false
 		}
 	}
@@ -434,10 +436,11 @@ func (s *state) loadRunning() {
 func (s *state) useStore(st *engine.Store, m storeMeta) {
 	keys := st.CountKeys(m.entries+m.jobs, pfxEntries, pfxJobs)
 	entries := &diskIndex[*Entry]{st: st, order: entryOrder,
-		encode: appendEntry, decode: storeValue(decodeEntry), keys: keys,
+		encode: appendEntry, decode: storeValue(decodeEntry), keys: keys, keepRemoved: s.knobs.KeepRemoved,
 		count: func() int { return s.committed + s.rejected + s.claimed }}
 	jobs := &diskIndex[*Job]{st: st, order: jobOrder,
-		encode: appendJob, decode: storeValue(decodeJob), keys: keys, count: s.jobTotal}
+		encode: appendJob, decode: storeValue(decodeJob), keys: keys, keepRemoved: s.knobs.KeepRemoved,
+		count: s.jobTotal}
 	s.store = st
 	s.entries = entries
 	s.entryExp = &diskIndex[*Entry]{st: st, order: entryExpOrder, primary: entries, copies: true}
@@ -468,7 +471,7 @@ func (s *state) useStore(st *engine.Store, m storeMeta) {
 	s.jobStates = [JobCancelled + 1]int{int(m.jobs) - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled),
 		int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead), int(m.cancelled)}
 	s.dirtyTenants = map[string]tenantCounts{}
-	if st.Knobs().OrdersInMemory {
+	if s.knobs.OrdersInMemory {
 		s.ordersInMemory()
 	}
 }

@@ -430,7 +430,7 @@ func (r *snapReader) record(what string) (*decoder, error) {
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	f.mu.RLock()
-	cur, closed := f.s.store, f.closed
+	cur, knobs, closed := f.s.store, f.s.knobs, f.closed
 	f.mu.RUnlock()
 	if closed {
 		return fmt.Errorf("ledger: restore: %w: closed", ErrStore)
@@ -444,6 +444,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 				return nil, err
 			}
 			s := newState()
+			s.knobs = knobs
 			s.useStore(gen, storeMeta{})
 			s.begin()
 			return s, nil

@@ -83,6 +83,7 @@ type state struct {
 	// tenant's watermark count changes with its clients, not with every
 	// submission).
 	store        *engine.Store
+	knobs        TestingKnobs // the disk state's (StoreOptions.Knobs)
 	dirtyTenants map[string]tenantCounts
 
 	// wmTenant counts watermarks per tenant (looked up, never iterated).

@@ -1,6 +1,10 @@
 package ledger
 
-import "github.com/once-dev/once/internal/ledger/engine"
+import (
+	"log/slog"
+
+	"github.com/once-dev/once/internal/ledger/engine"
+)
 
 // The disk-backed state keeps every table in one store of the storage
 // engine (internal/ledger/engine: pebble, bytes only); this file is how the
@@ -50,9 +54,26 @@ var ErrStore = engine.ErrStore
 // or reading (engine.StoreError).
 type StoreError = engine.StoreError
 
-// StoreOptions tune the store (the engine's options); zero values take the
-// defaults.
-type StoreOptions = engine.Options
+// StoreOptions tune the store; zero values take the defaults.
+type StoreOptions struct {
+	// CacheBytes is pebble's block cache (default 256 MiB).
+	CacheBytes int64
+	// MemTableBytes is the size of one memtable (default 64 MiB, the size
+	// pebble targets for its base level; 32 MiB applied ~15 % slower,
+	// docs/benchmarks.md).
+	MemTableBytes uint64
+	// Logger receives pebble's messages (default: discarded).
+	Logger *slog.Logger
+	// Knobs are for benchmarks and their tests only (TestingKnobs).
+	Knobs TestingKnobs
+}
+
+// engine returns the engine's options for o.
+func (o StoreOptions) engine() engine.Options {
+	return engine.Options{CacheBytes: o.CacheBytes, MemTableBytes: o.MemTableBytes, Logger: o.Logger,
+		Knobs: engine.TestingKnobs{KeyScanStarts: o.Knobs.KeyScanStarts,
+			NoWrites: o.Knobs.NoWrites, NoWritesKeep: pfxTenantWMs}} // the counters only
+}
 
 // The meta record: after storeTag and the format, the applied index, ledger
 // time, last Seq, accounted bytes, entries by state, the three primary

@@ -79,13 +79,8 @@ type Options struct {
 }
 
 // TestingKnobs are for tests and benchmarks only (CockroachDB's
-// TestingKnobs pattern: passed in Options, zero in production; the ledger's
-// TestingKnobs are these). KeyScanStarts holds the store at a chosen point.
-// The others take parts of the disk store's work away, to measure what the
-// rest costs: the ledger's BenchmarkApplyAdmitBounds sets them and its
-// TestBenchKnobs checks them (docs/benchmarks.md); a store opened with any
-// of those set does not hold a ledger that could be opened again or
-// replicated: it is a measuring instrument.
+// TestingKnobs pattern: passed in Options, zero in production); the ledger's
+// TestingKnobs set them.
 type TestingKnobs struct {
 	// KeyScanStarts, when set, is called by the background scan of the key
 	// counts (keys.go) as it starts, before it reads the store; it may
@@ -96,20 +91,7 @@ type TestingKnobs struct {
 	// dropped. The ledger's Open sets NoWritesKeep: it keeps the counters.
 	NoWrites     bool
 	NoWritesKeep byte
-
-	// The ledger's own (the engine does not read them).
-	//
-	// OrdersInMemory keeps every secondary order (expiry, sequence, type,
-	// the lifecycle's) in the memory state's B-trees, so pebble holds only
-	// the entries, the jobs and the watermarks.
-	OrdersInMemory bool
-	// KeepRemoved writes no tombstone for an entry or a job the state
-	// removes (the key counts still answer "absent" for it).
-	KeepRemoved bool
 }
-
-// Knobs returns the options' TestingKnobs the store was opened with.
-func (s *Store) Knobs() TestingKnobs { return s.opts.Knobs }
 
 // Store is one open generation of the store. The caller serializes its
 // writes (Begin to Commit) and keeps reads from running during them (the
