@@ -7,9 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/once-dev/once/internal/rpc"
@@ -52,19 +49,7 @@ func (g *Gate) submitAll(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 	results := make([]dcResult, len(dcs))
 	var wg sync.WaitGroup
 	for i, dc := range dcs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := shallowCopy(req) // its own trace parent; the other members the same
-			dctx, span := tracing.Span(ctx, "gate.forward.datacenter", trace.WithAttributes(attribute.String("once.datacenter", dc)))
-			defer span.End()
-			r.TraceParent = tracing.Inject(dctx)
-			resp, err := g.clientFor(dc).Submit(dctx, r)
-			if err != nil {
-				span.SetStatus(codes.Error, err.Error())
-			}
-			results[i] = dcResult{dc: dc, resp: resp, err: err}
-		}()
+		wg.Go(func() { results[i] = g.submitTo(ctx, dc, req, "gate.forward.datacenter") })
 	}
 	wg.Wait()
 	return combine(results)
@@ -91,17 +76,11 @@ func (g *Gate) submitAll(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 // every datacenter had the entry already. The answers are the combination's
 // own: their jobs may be changed.
 func combine(results []dcResult) (*rpcpb.SubmitResponse, error) {
-	for _, r := range results {
-		if r.err != nil {
-			return nil, &datacenterError{dc: r.dc, err: r.err}
-		}
+	if err := firstFailure(results); err != nil {
+		return nil, err
 	}
-	for _, o := range []string{rpc.OutcomeKeyReused, rpc.OutcomeKeyExpired, rpc.OutcomeInProgress} {
-		for _, r := range results {
-			if r.resp.Outcome == o {
-				return r.resp, nil
-			}
-		}
+	if resp := firstNonOutcome(results); resp != nil {
+		return resp, nil
 	}
 	out := &rpcpb.SubmitResponse{Replayed: true}
 	statuses := make(map[string]*rpcpb.DatacenterStatus, len(results))
@@ -154,6 +133,31 @@ func combine(results []dcResult) (*rpcpb.SubmitResponse, error) {
 	out.Rejection = &rpcpb.Rejection{Status: rej.Status, Reason: rej.Reason, Detail: detail}
 	out.Job = &rpcpb.Job{JobId: out.JobId, Datacenters: statuses, DatacentersSet: true}
 	return out, nil
+}
+
+// firstFailure is the failure of the first datacenter of results that
+// failed, nil when every one answered.
+func firstFailure(results []dcResult) error {
+	for _, r := range results {
+		if r.err != nil {
+			return &datacenterError{dc: r.dc, err: r.err}
+		}
+	}
+	return nil
+}
+
+// firstNonOutcome is the first answer of results that is not an outcome of
+// the job, key_reused before key_expired before in_progress; nil when there
+// is none. Every datacenter of results answered.
+func firstNonOutcome(results []dcResult) *rpcpb.SubmitResponse {
+	for _, o := range []string{rpc.OutcomeKeyReused, rpc.OutcomeKeyExpired, rpc.OutcomeInProgress} {
+		for _, r := range results {
+			if r.resp.Outcome == o {
+				return r.resp
+			}
+		}
+	}
+	return nil
 }
 
 // rejectionProblem is the body of a job_rejected answer of a job naming

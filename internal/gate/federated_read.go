@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"sync"
 
 	"github.com/once-dev/once/internal/rpc"
@@ -52,21 +50,12 @@ func (g *Gate) findJob(ctx context.Context, tenant, id string) (*rpcpb.Job, erro
 	if err == nil || !errors.Is(err, rpc.ErrNotFound) || g.federation == nil {
 		return job, err
 	}
-	var others []string
-	for _, dc := range slices.Sorted(maps.Keys(g.federation.Datacenters())) {
-		if dc != g.cfg.Datacenter {
-			others = append(others, dc)
-		}
-	}
+	others := g.otherDatacenters()
 	jobs := make([]*rpcpb.Job, len(others))
 	errs := make([]error, len(others))
 	var wg sync.WaitGroup
 	for i, dc := range others {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			jobs[i], errs[i] = g.clientFor(dc).GetJob(ctx, tenant, id)
-		}()
+		wg.Go(func() { jobs[i], errs[i] = g.clientFor(dc).GetJob(ctx, tenant, id) })
 	}
 	wg.Wait()
 	for i := range others {

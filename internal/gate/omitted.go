@@ -125,11 +125,7 @@ func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home str
 	results := make([]dcResult, len(dcs))
 	var wg sync.WaitGroup
 	for i, dc := range dcs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = g.submitTo(ctx, dc, r, "gate.forward.claim")
-		}()
+		wg.Go(func() { results[i] = g.submitTo(ctx, dc, r, "gate.forward.claim") })
 	}
 	wg.Wait()
 	for _, res := range results { // a datacenter holding the job is its home
@@ -137,17 +133,11 @@ func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home str
 			return res.resp, "", nil
 		}
 	}
-	for _, res := range results {
-		if res.err != nil {
-			return nil, "", &datacenterError{dc: res.dc, err: res.err}
-		}
+	if err := firstFailure(results); err != nil {
+		return nil, "", err
 	}
-	for _, o := range []string{rpc.OutcomeKeyReused, rpc.OutcomeKeyExpired, rpc.OutcomeInProgress} {
-		for _, res := range results {
-			if res.resp.Outcome == o {
-				return res.resp, "", nil
-			}
-		}
+	if resp := firstNonOutcome(results); resp != nil {
+		return resp, "", nil
 	}
 	for _, res := range results {
 		switch {
