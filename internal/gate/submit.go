@@ -99,50 +99,21 @@ func responseSize(v any) int64 {
 	return int64(responseOverhead + len(r.body) + len(r.location))
 }
 
-// write sends r. replay says whether the answer is a replay of a stored outcome.
+// write sends r. replay says whether the answer is a replay of a stored
+// outcome. A sealed response (every replay from the cache) sets the header
+// values it rendered once, without rendering or canonicalizing anything; a
+// 429's Retry-After counts down to its expiry, so it is rendered each time.
 func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
-	if r.sealed && r.status != http.StatusTooManyRequests {
-		r.writeSealed(w, replay)
-		return
-	}
-	h := w.Header()
-	if r.location != "" {
-		h.Set(api.HeaderLocation, r.location)
-	}
-	if r.replayable && !r.expiresAt.IsZero() {
-		h.Set(api.HeaderIdempotencyExpiresAt, api.FormatTime(r.expiresAt))
-	}
-	if r.replayable {
-		if replay {
-			h.Set(api.HeaderReplayed, "true")
-		} else {
-			h.Set(api.HeaderReplayed, "false")
-		}
-	}
-	switch {
-	case r.status == http.StatusTooManyRequests:
-		h.Set(api.HeaderRetryAfter, retryAfter(r.expiresAt.Sub(now)))
-	case r.retryAfter > 0:
-		h.Set(api.HeaderRetryAfter, retryAfter(r.retryAfter))
-	}
-	ct := api.ContentTypeProblem
-	if r.code == "" {
-		ct = api.ContentTypeJSON
-	}
-	noteCode(w, r.code)
-	writeBody(w, r.status, ct, r.body)
-}
-
-// writeSealed is write for a sealed response (every replay from the cache
-// but a 429, whose Retry-After counts down): the same headers, set without
-// rendering or canonicalizing anything.
-func (r *response) writeSealed(w http.ResponseWriter, replay bool) {
 	h := w.Header()
 	if r.location != "" {
 		h.Set(hdrLocation, r.location)
 	}
-	if r.expiresText != nil {
-		h[hdrExpiresAt] = r.expiresText
+	if r.replayable && !r.expiresAt.IsZero() {
+		if r.expiresText != nil {
+			h[hdrExpiresAt] = r.expiresText
+		} else {
+			h.Set(hdrExpiresAt, api.FormatTime(r.expiresAt))
+		}
 	}
 	if r.replayable {
 		if replay {
@@ -151,7 +122,10 @@ func (r *response) writeSealed(w http.ResponseWriter, replay bool) {
 			h[hdrReplayed] = valFalse
 		}
 	}
-	if r.retryAfter > 0 {
+	switch {
+	case r.status == http.StatusTooManyRequests:
+		h.Set(api.HeaderRetryAfter, retryAfter(r.expiresAt.Sub(now)))
+	case r.retryAfter > 0:
 		h.Set(api.HeaderRetryAfter, retryAfter(r.retryAfter))
 	}
 	if r.code == "" {
@@ -159,7 +133,11 @@ func (r *response) writeSealed(w http.ResponseWriter, replay bool) {
 	} else {
 		h[hdrContentType] = valProblem
 	}
-	h[hdrContentLength] = r.lengthText
+	if r.lengthText != nil {
+		h[hdrContentLength] = r.lengthText
+	} else {
+		h.Set(hdrContentLength, strconv.Itoa(len(r.body)))
+	}
 	h[hdrNosniff] = valNosniff
 	noteCode(w, r.code)
 	w.WriteHeader(r.status)
