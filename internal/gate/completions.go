@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -97,17 +96,9 @@ func (g *Gate) completeAll(ctx context.Context, r *http.Request, tenant string, 
 
 // completeOne is one item, as handleComplete judges its call.
 func (g *Gate) completeOne(ctx context.Context, r *http.Request, tenant string, c *api.Completion) *workerAnswer {
-	result := json.RawMessage("null")
-	if len(c.Result) > 0 {
-		b, err := json.Marshal(c.Result) // valid: the body decoded
-		switch {
-		case err != nil:
-			return workerProblem(http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: field \"result\": "+err.Error())
-		case int64(len(b)) > g.cfg.MaxBodyBytes:
-			return workerProblem(http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge,
-				errResultTooLarge.Error()+": "+tooLargeDetail(g.cfg.MaxBodyBytes))
-		}
-		result = b
+	result, err := g.storedResult(c.Result)
+	if err != nil {
+		return g.checkFailed(err)
 	}
 	start := time.Now()
 	job, err := g.client.Complete(ctx, &rpcpb.CompleteRequest{Tenant: tenant, JobId: c.JobID, LeaseId: c.LeaseID, Result: result})

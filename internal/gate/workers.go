@@ -38,9 +38,11 @@ const (
 	workerReplayBytes = 64 << 20
 )
 
-// workerAnswer is a worker call's answer as sent: status and body.
+// workerAnswer is a worker call's answer as sent: status, problem code
+// ("" for 200) and body.
 type workerAnswer struct {
 	status int
+	code   api.Code
 	body   []byte
 	// fingerprint is the SHA-256 of the route and the request body: a retry
 	// with the same key must send the same request.
@@ -149,10 +151,7 @@ func (g *Gate) writeWorkerAnswer(w http.ResponseWriter, a *workerAnswer, replaye
 	ct := api.ContentTypeJSON
 	if a.status != http.StatusOK {
 		ct = api.ContentTypeProblem
-		var p api.Problem
-		if json.Unmarshal(a.body, &p) == nil {
-			noteCode(w, p.Code)
-		}
+		noteCode(w, a.code)
 	}
 	writeBody(w, a.status, ct, a.body)
 }
@@ -167,7 +166,7 @@ func workerOK(v any) *workerAnswer {
 }
 
 func workerProblem(status int, code api.Code, detail string) *workerAnswer {
-	return &workerAnswer{status: status, body: problemBody(status, code, detail, "")}
+	return &workerAnswer{status: status, code: code, body: problemBody(status, code, detail, "")}
 }
 
 // workerError renders the leader's refusal of a worker call.
@@ -331,11 +330,8 @@ func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action strin
 	if !ok {
 		return
 	}
-	if err := check(); errors.Is(err, errResultTooLarge) {
-		writeProblem(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, err.Error()+": "+tooLargeDetail(g.cfg.MaxBodyBytes))
-		return
-	} else if err != nil {
-		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+	if err := check(); err != nil {
+		g.writeWorkerAnswer(w, g.checkFailed(err), false)
 		return
 	}
 	g.serveWorkerCall(w, r, tenant, workerCall{route: action + " " + id, body: body,
@@ -374,21 +370,11 @@ func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 // carries. Longer than GATE_MAX_BODY_BYTES so written, it is 413.
 func (g *Gate) handleComplete(w http.ResponseWriter, r *http.Request) {
 	var req api.CompleteRequest
-	result := json.RawMessage("null")
+	var result json.RawMessage
 	g.serveJobCall(w, r, "complete", &req, func() string { return req.LeaseID },
-		func() error {
-			if len(req.Result) == 0 {
-				return nil
-			}
-			b, err := json.Marshal(req.Result) // valid: the body decoded
-			switch {
-			case err != nil:
-				return fmt.Errorf("invalid request: field \"result\": %w", err)
-			case int64(len(b)) > g.cfg.MaxBodyBytes:
-				return errResultTooLarge
-			}
-			result = b
-			return nil
+		func() (err error) {
+			result, err = g.storedResult(req.Result)
+			return err
 		},
 		func(ctx context.Context, tenant, id string) (any, error) {
 			job, err := g.client.Complete(ctx, &rpcpb.CompleteRequest{Tenant: tenant, JobId: id, LeaseId: req.LeaseID, Result: result})
@@ -399,9 +385,36 @@ func (g *Gate) handleComplete(w http.ResponseWriter, r *http.Request) {
 		})
 }
 
+// storedResult is a completion's result as the ledger stores it: null when
+// absent, else as encoding/json writes it. It is errResultTooLarge when that
+// is longer than GATE_MAX_BODY_BYTES.
+func (g *Gate) storedResult(result json.RawMessage) (json.RawMessage, error) {
+	if len(result) == 0 {
+		return json.RawMessage("null"), nil
+	}
+	b, err := json.Marshal(result) // valid: the body decoded
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("invalid request: field \"result\": %w", err)
+	case int64(len(b)) > g.cfg.MaxBodyBytes:
+		return nil, errResultTooLarge
+	}
+	return b, nil
+}
+
 // errResultTooLarge: a result longer than GATE_MAX_BODY_BYTES once written
-// as stored (serveJobCall answers it 413 body_too_large).
+// as stored (checkFailed answers it 413 body_too_large).
 var errResultTooLarge = errors.New("the result is larger than the body limit once encoded as stored")
+
+// checkFailed is the answer to a worker call that failed the gate's
+// checks: 413 body_too_large for errResultTooLarge, else 400
+// invalid_request, the error's text the detail.
+func (g *Gate) checkFailed(err error) *workerAnswer {
+	if errors.Is(err, errResultTooLarge) {
+		return workerProblem(http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, err.Error()+": "+tooLargeDetail(g.cfg.MaxBodyBytes))
+	}
+	return workerProblem(http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+}
 
 // handleFail is POST /v1/jobs/{job_id}/fail.
 func (g *Gate) handleFail(w http.ResponseWriter, r *http.Request) {
