@@ -28,13 +28,6 @@ type (
 // credential of GET /v1/cluster (and so of the console's cluster view).
 const EnvOperatorTokenFile = "GATE_OPERATOR_TOKEN_FILE"
 
-// loadOperatorTokens reads GATE_OPERATOR_TOKEN_FILE: '<token> <operator>'
-// lines, the token file's format. Its errors are *config.Error values
-// naming the variable.
-func loadOperatorTokens(path string) (*tokenTable, error) {
-	return loadTokens(EnvOperatorTokenFile, "operator", path)
-}
-
 // consoleRoutes registers the console and GET /v1/cluster.
 func (g *Gate) consoleRoutes() {
 	h := console.Handler(func(w http.ResponseWriter, r *http.Request) {

@@ -242,18 +242,12 @@ func (g *Gate) clientFor(dc string) *rpc.Client {
 		g.remote.clients = map[string]*rpc.Client{}
 	}
 	fed := g.federation
-	c := rpc.NewClient(rpc.ClientConfig{
-		Resolver: rpc.ResolverFunc(func() []string {
-			if fed == nil {
-				return nil
-			}
-			return fed.Datacenters()[dc]
-		}),
-		Logger: g.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc),
-		Secret: g.secret,
-		TLS:    g.rpcTLSConfig(),
-		Dial:   g.dial,
-	})
+	c := g.newClient(rpc.ResolverFunc(func() []string {
+		if fed == nil {
+			return nil
+		}
+		return fed.Datacenters()[dc]
+	}), g.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc))
 	g.remote.clients[dc] = c
 	return c
 }

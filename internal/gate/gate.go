@@ -112,16 +112,11 @@ type Gate struct {
 	testHookWaiting func()
 }
 
-// loadClusterTLS loads GATE_RPC_TLS_* (nil when unset).
-func loadClusterTLS(cfg Config, log *slog.Logger) (*certs.Cluster, error) {
-	return certs.LoadCluster(cfg.rpcTLSFiles(), log)
-}
-
 // clusterTLSFor is the gate's side of the managers' mutual TLS:
 // GATE_RPC_TLS_* when set, else a gate's leaf of the CA derived from the
 // cluster secret, else nil (insecure mode: plain TCP).
 func clusterTLSFor(cfg Config, secret string, log *slog.Logger) (*certs.Cluster, error) {
-	c, err := loadClusterTLS(cfg, log)
+	c, err := certs.LoadCluster(cfg.rpcTLSFiles(), log)
 	if err != nil || c != nil || secret == "" {
 		return c, err
 	}
@@ -139,6 +134,12 @@ func (g *Gate) rpcTLSConfig() *tls.Config {
 		return nil
 	}
 	return g.rpcTLS.ClientConfig()
+}
+
+// newClient is a client of the managers resolver finds, with the gate's
+// cluster secret, TLS and dialer.
+func (g *Gate) newClient(resolver rpc.Resolver, log *slog.Logger) *rpc.Client {
+	return rpc.NewClient(rpc.ClientConfig{Resolver: resolver, Logger: log, Secret: g.secret, TLS: g.rpcTLSConfig(), Dial: g.dial})
 }
 
 // New validates cfg, loads the token file and builds a gate. Configuration
@@ -164,7 +165,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation, dial: deps.Dial,
 		resolver: deps.Resolver, gatesFn: deps.Gates}
 	if cfg.OperatorTokenFile != "" {
-		t, err := loadOperatorTokens(cfg.OperatorTokenFile)
+		t, err := loadTokens(EnvOperatorTokenFile, "operator", cfg.OperatorTokenFile)
 		if err != nil {
 			return nil, err
 		}
@@ -214,13 +215,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		return nil, fmt.Errorf("gate: idempotency cache: %w", err)
 	}
 	g.cache = c
-	g.client = rpc.NewClient(rpc.ClientConfig{
-		Resolver: deps.Resolver,
-		Logger:   g.log.With(logging.KeyComponent, "rpc"),
-		Secret:   g.secret,
-		TLS:      g.rpcTLSConfig(),
-		Dial:     g.dial,
-	})
+	g.client = g.newClient(deps.Resolver, g.log.With(logging.KeyComponent, "rpc"))
 	g.metrics = newMetrics(deps.Registry, c, cfg.NodeName, cfg.Datacenter)
 	g.workerReplays = replay.New(replay.Options[*workerAnswer]{MaxAnswers: workerReplayMax, MaxBytes: workerReplayBytes,
 		TTL: workerReplayTTL, Now: g.now, Size: (*workerAnswer).size})
@@ -357,24 +352,23 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          logging.ErrorLog(g.log, "http"),
 	}
+	// The certificates, tokens and cluster TLS in use are reloaded when
+	// their files change, until Serve returns.
+	wctx, stopWatch := context.WithCancel(ctx)
+	var watchers sync.WaitGroup
+	defer func() { stopWatch(); watchers.Wait() }()
+	watch := func(w func(context.Context, time.Duration)) {
+		watchers.Go(func() { w(wctx, certReloadInterval) })
+	}
 	if g.certs != nil {
 		ln = tls.NewListener(ln, g.certs.ServerConfig())
-		wctx, stopWatch := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		go func() { defer close(watched); g.certs.Watch(wctx, certReloadInterval) }()
-		defer func() { stopWatch(); <-watched }()
+		watch(g.certs.Watch)
 	}
 	if g.tokens != nil {
-		wctx, stopWatch := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		go func() { defer close(watched); g.tokens.Watch(wctx, certReloadInterval) }()
-		defer func() { stopWatch(); <-watched }()
+		watch(g.tokens.Watch)
 	}
 	if g.rpcTLS != nil {
-		wctx, stopWatch := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		go func() { defer close(watched); g.rpcTLS.Watch(wctx, certReloadInterval) }()
-		defer func() { stopWatch(); <-watched }()
+		watch(g.rpcTLS.Watch)
 	}
 	g.log.Info("gate serving", logging.KeyAddr, ln.Addr().String(),
 		logging.KeyDatacenter, g.cfg.Datacenter, logging.KeyManagers, g.cfg.Managers, "auth", g.tokens != nil, "tls", g.certs != nil)

@@ -45,23 +45,23 @@ type Options struct {
 // MainWith is Main with Options.
 func MainWith(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer, opts Options) int {
 	_ = stdout
-	cfg, err := LoadConfig(args, config.EnvList(environ), stderr)
-	if err != nil {
-		if errors.Is(err, config.ErrHelp) {
-			return ExitOK
-		}
+	fail := func(code int, err error) int {
 		fmt.Fprintf(stderr, "gate: %v\n", err)
-		return ExitConfig
+		return code
+	}
+	cfg, err := LoadConfig(args, config.EnvList(environ), stderr)
+	if errors.Is(err, config.ErrHelp) {
+		return ExitOK
+	} else if err != nil {
+		return fail(ExitConfig, err)
 	}
 	mode, err := cfg.CheckSecurity()
 	if err != nil {
-		fmt.Fprintf(stderr, "gate: %v\n", err)
-		return ExitConfig
+		return fail(ExitConfig, err)
 	}
 	logger, err := NewLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
-		fmt.Fprintf(stderr, "gate: %v\n", err)
-		return ExitConfig
+		return fail(ExitConfig, err)
 	}
 	if cfg.NodeName == "" {
 		cfg.NodeName, _ = os.Hostname()
@@ -76,15 +76,13 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	if cfg.ClusterSecretFile != "" {
 		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
 		if err != nil {
-			fmt.Fprintf(stderr, "gate: %v\n", err)
-			return ExitConfig
+			return fail(ExitConfig, err)
 		}
 		deps.ClusterSecret = secret
 	}
 	stopTracing, err := tracing.Start(ctx, cfg.OTLPEndpoint, "once-gate", cfg.NodeName, cfg.Datacenter)
 	if err != nil {
-		fmt.Fprintf(stderr, "gate: %v\n", err)
-		return ExitConfig
+		return fail(ExitConfig, err)
 	}
 	defer tracing.Flush(stopTracing, logger)
 	if cfg.OTLPEndpoint != "" {
@@ -92,15 +90,13 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	}
 	stopTelemetry, err := telemetry.Export(deps.Registry, logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "gate: %v\n", err)
-		return ExitFailed
+		return fail(ExitFailed, err)
 	}
 	defer stopTelemetry()
 	if len(cfg.Join) > 0 {
 		pool, err := startMembership(ctx, cfg, deps.ClusterSecret, logger)
 		if err != nil {
-			fmt.Fprintf(stderr, "gate: %v\n", err)
-			return ExitFailed
+			return fail(ExitFailed, err)
 		}
 		defer func() {
 			if err := pool.Leave(2 * time.Second); err != nil {
@@ -118,8 +114,7 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	// managers and refreshed while the gate runs.
 	clusterTLS, err := clusterTLSFor(cfg, deps.ClusterSecret, logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "gate: %v\n", err)
-		return ExitConfig
+		return fail(ExitConfig, err)
 	}
 	deps.ClusterTLS = clusterTLS
 	var fedTLS *tls.Config
@@ -134,12 +129,10 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	go func() { defer close(fedDone); fed.run(fedCtx) }()
 	defer func() { stopFed(); <-fedDone }()
 	g, err := New(cfg, deps)
-	if err != nil {
-		fmt.Fprintf(stderr, "gate: %v\n", err)
-		if errors.Is(err, config.ErrInvalid) {
-			return ExitConfig
-		}
-		return ExitFailed
+	if errors.Is(err, config.ErrInvalid) {
+		return fail(ExitConfig, err)
+	} else if err != nil {
+		return fail(ExitFailed, err)
 	}
 	defer g.Close()
 	if len(cfg.Managers) == 0 && len(cfg.Join) == 0 {

@@ -3,6 +3,7 @@ package gate
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,6 +17,10 @@ import (
 
 // metricsNamespace prefixes every metric of the gate.
 const metricsNamespace = "once_gate"
+
+// durationBuckets are the buckets, in seconds, of the gate's duration
+// histograms.
+var durationBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
 // metrics are the gate's Prometheus metrics, on a registry of their own (never
 // the global one), served at GET /metrics.
@@ -48,13 +53,13 @@ func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], node, datac
 			Namespace: metricsNamespace, Name: "http_request_duration_seconds",
 			Help:        "Time to answer HTTP requests, by route pattern.",
 			ConstLabels: constLabels,
-			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Buckets:     durationBuckets,
 		}, []string{"route"}),
 		forwardDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNamespace, Name: "forward_duration_seconds",
 			Help:        "Time from forwarding a submission to the manager leader to its answer, by outcome.",
 			ConstLabels: constLabels,
-			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Buckets:     durationBuckets,
 		}, []string{"outcome"}),
 		replays: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "replays_total",
@@ -70,7 +75,7 @@ func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], node, datac
 			Namespace: metricsNamespace, Name: "worker_call_duration_seconds",
 			Help:        "Time from forwarding a worker call (lease, heartbeat, complete, fail) to the leader to its answer, by call and outcome (ok, lease_lost, not_found, invalid, unavailable, error); a lease's includes its wait.",
 			ConstLabels: constLabels,
-			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+			Buckets:     slices.Concat(durationBuckets, []float64{60}), // a lease waits up to a minute,
 		}, []string{"call", "outcome"}),
 		leased: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "jobs_leased_total",

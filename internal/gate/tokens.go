@@ -66,7 +66,7 @@ type tokenFile struct {
 	size int64
 }
 
-// openTokenFile loads the token file at path; errors as loadTokenFile's.
+// openTokenFile loads GATE_TOKEN_FILE at path; errors as Reload's.
 func openTokenFile(path string, log *slog.Logger) (*tokenFile, error) {
 	f := &tokenFile{path: path, log: log}
 	if _, err := f.Reload(); err != nil {
@@ -82,18 +82,20 @@ func (f *tokenFile) tenant(authorization string) (string, bool) {
 
 // Reload loads the file again if it changed since the last load (its
 // modification time or size), and reports whether it did. On error the
-// table in use stays; the error is loadTokenFile's.
+// table in use stays; the error is a *config.Error naming GATE_TOKEN_FILE
+// (so it matches config.ErrInvalid) that wraps the cause (a
+// *TokenFileError or the file system's error).
 func (f *tokenFile) Reload() (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fi, err := os.Stat(f.path)
 	if err != nil {
-		return false, tokenFileError(f.path, err)
+		return false, tokensError(EnvTokenFile, "tenant", f.path, err)
 	}
 	if f.cur.Load() != nil && fi.ModTime().Equal(f.mod) && fi.Size() == f.size {
 		return false, nil
 	}
-	t, err := loadTokenFile(f.path)
+	t, err := loadTokens(EnvTokenFile, "tenant", f.path)
 	if err != nil {
 		return false, err
 	}
@@ -122,15 +124,9 @@ func (f *tokenFile) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// loadTokenFile reads the token file at path. Its errors are *config.Error
-// values naming GATE_TOKEN_FILE (so they match config.ErrInvalid) and wrap the
-// cause (a *TokenFileError or the file system's error).
-func loadTokenFile(path string) (*tokenTable, error) {
-	return loadTokens(EnvTokenFile, "tenant", path)
-}
-
 // loadTokens reads a file of '<token> <holder>' lines at path, the file of
-// the variable env. Its errors are *config.Error values naming env.
+// the variable env (GATE_TOKEN_FILE: tenants; GATE_OPERATOR_TOKEN_FILE:
+// operators). Its errors are *config.Error values naming env.
 func loadTokens(env, holder, path string) (*tokenTable, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -142,11 +138,6 @@ func loadTokens(env, holder, path string) (*tokenTable, error) {
 		return nil, tokensError(env, holder, path, err)
 	}
 	return t, nil
-}
-
-// tokenFileError is a *config.Error naming GATE_TOKEN_FILE that wraps err.
-func tokenFileError(path string, err error) error {
-	return tokensError(EnvTokenFile, "tenant", path, err)
 }
 
 // tokensError is a *config.Error naming env, the variable of a token file
