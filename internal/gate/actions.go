@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/rpc/rpcpb"
-	"github.com/once-dev/once/pkg/api"
 )
 
 // A tenant's actions on its jobs (docs/api.md, "Cancel and retry"):
@@ -50,9 +49,8 @@ func (g *Gate) serveJobAction(w http.ResponseWriter, r *http.Request, action str
 	if _, ok := g.decodeWorkerBody(w, r, &ignored); !ok {
 		return
 	}
-	id := r.PathValue("job_id")
-	if id == "" || len(id) > api.MaxTypeLen {
-		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: the job id in the path is empty or too long")
+	id, ok := pathJobID(w, r)
+	if !ok {
 		return
 	}
 	g.serveKeyedCall(w, r, tenant, key.Raw, workerCall{route: action + " " + id,

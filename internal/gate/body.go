@@ -160,7 +160,7 @@ func validName(s []byte, max int) bool {
 		return false
 	}
 	for _, c := range s {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+		if !isNameChar(c) {
 			return false
 		}
 	}

@@ -29,8 +29,7 @@ func (g *Gate) readTarget(w http.ResponseWriter, r *http.Request) (c *rpc.Client
 			fmt.Sprintf("invalid request: parameter %q is given %d times", queryDatacenter, len(vs)))
 		return nil, false, false
 	case !g.knownDatacenter(vs[0]) && g.federationForming():
-		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
-		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable,
+		g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable,
 			fmt.Sprintf("datacenter %q is not known yet: the federation of datacenters this gate reads from its managers is still forming; retry later", vs[0]))
 		return nil, false, false
 	case !g.knownDatacenter(vs[0]):

@@ -419,8 +419,7 @@ func (g *Gate) handleHealthz(w http.ResponseWriter, r *http.Request) {
 // ReadyTimeout.
 func (g *Gate) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	if !g.federationFormedOnce() {
-		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
-		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable,
+		g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable,
 			"the gate has not yet read the federation of datacenters from its managers (or it is still forming)")
 		return
 	}
@@ -428,8 +427,7 @@ func (g *Gate) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	st, err := g.client.LeaderStatus(ctx)
 	if err != nil {
-		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
-		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable,
+		g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable,
 			"the gate cannot reach its datacenter's manager leader")
 		return
 	}

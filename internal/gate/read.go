@@ -38,8 +38,7 @@ func (g *Gate) readError(w http.ResponseWriter, r *http.Request, err error, notF
 		writeProblem(w, http.StatusInternalServerError, api.CodeInternal, "the manager failed to answer the read")
 	default:
 		g.log.Warn("read failed", logging.KeyPath, r.URL.Path, logging.KeyError, err)
-		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
-		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no manager leader answered in time; retry later")
+		g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no manager leader answered in time; retry later")
 	}
 }
 

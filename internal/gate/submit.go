@@ -354,7 +354,7 @@ const reusedDetail = "this idempotency key was used with a different request (te
 // answers 409 request_in_progress.
 func (g *Gate) awaitPending(w http.ResponseWriter, r *http.Request, waiter *cache.Waiter[*response]) {
 	if !g.cfg.Idempotency.WaitForPending {
-		g.inProgress(w, "a request with this idempotency key is still being processed")
+		g.retryLater(w, http.StatusConflict, api.CodeRequestInProgress, "a request with this idempotency key is still being processed")
 		return
 	}
 	if g.testHookWaiting != nil {
@@ -375,14 +375,16 @@ func (g *Gate) awaitPending(w http.ResponseWriter, r *http.Request, waiter *cach
 		// The client is gone; nobody reads an answer.
 		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the request was cancelled")
 	default:
-		g.inProgress(w, fmt.Sprintf("a request with this idempotency key is still being processed after waiting %s",
-			g.cfg.Idempotency.PendingWaitTimeout))
+		g.retryLater(w, http.StatusConflict, api.CodeRequestInProgress,
+			fmt.Sprintf("a request with this idempotency key is still being processed after waiting %s", g.cfg.Idempotency.PendingWaitTimeout))
 	}
 }
 
-func (g *Gate) inProgress(w http.ResponseWriter, detail string) {
+// retryLater answers a transient problem (503, 409) with Config.RetryAfter
+// as its Retry-After.
+func (g *Gate) retryLater(w http.ResponseWriter, status int, code api.Code, detail string) {
 	w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
-	writeProblem(w, http.StatusConflict, api.CodeRequestInProgress, detail)
+	writeProblem(w, status, code, detail)
 }
 
 // readBody reads the request body, at most MaxBodyBytes. Content-Type is not

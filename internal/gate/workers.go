@@ -298,16 +298,12 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 		}})
 }
 
-// jobCall checks the {id} of a job route and the lease_id of its body.
-func jobCall(w http.ResponseWriter, r *http.Request, leaseID string) (string, bool) {
+// pathJobID is the {job_id} of a job route, or answers 400 and returns
+// false when it is empty or too long.
+func pathJobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("job_id")
 	if id == "" || len(id) > api.MaxTypeLen {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: the job id in the path is empty or too long")
-		return "", false
-	}
-	if leaseID == "" || len(leaseID) > api.MaxTypeLen {
-		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
-			"invalid request: field \"lease_id\" is required, at most "+strconv.Itoa(api.MaxTypeLen)+" bytes")
 		return "", false
 	}
 	return id, true
@@ -326,8 +322,13 @@ func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action strin
 	if !ok {
 		return
 	}
-	id, ok := jobCall(w, r, leaseID())
+	id, ok := pathJobID(w, r)
 	if !ok {
+		return
+	}
+	if l := leaseID(); l == "" || len(l) > api.MaxTypeLen {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
+			"invalid request: field \"lease_id\" is required, at most "+strconv.Itoa(api.MaxTypeLen)+" bytes")
 		return
 	}
 	if err := check(); err != nil {
