@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -54,7 +53,7 @@ func checkCompletions(items []api.Completion) error {
 			return fmt.Errorf("invalid request: field \"completions[%d].job_id\" is required, at most %d bytes", i, api.MaxTypeLen)
 		}
 		if c.LeaseID == "" || len(c.LeaseID) > api.MaxTypeLen {
-			return fmt.Errorf("invalid request: field \"completions[%d].lease_id\" is required, at most "+strconv.Itoa(api.MaxTypeLen)+" bytes", i)
+			return fmt.Errorf("invalid request: field \"completions[%d].lease_id\" is required, at most %d bytes", i, api.MaxTypeLen)
 		}
 	}
 	return nil

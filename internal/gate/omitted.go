@@ -2,7 +2,6 @@ package gate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -170,13 +169,4 @@ func (g *Gate) submitTo(ctx context.Context, dc string, req *rpcpb.SubmitRequest
 		sp.SetStatus(codes.Error, err.Error())
 	}
 	return dcResult{dc: dc, resp: resp, err: err}
-}
-
-// isClaimed reports whether err is a claimedError, and its home.
-func isClaimed(err error) (string, bool) {
-	var ce *claimedError
-	if errors.As(err, &ce) {
-		return ce.home, true
-	}
-	return "", false
 }

@@ -474,6 +474,17 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		return g.forwardError(err, tenant), 0, 0
 	}
 	now := g.now()
+	// stored completes a deterministic outcome: its expiry (the ledger's,
+	// else the lifetime asked for or configured, from now) and how long the
+	// cache keeps it.
+	stored := func(resp *response, state cache.State, configured time.Duration) (*response, cache.State, time.Duration) {
+		resp.replayable, resp.replayed, resp.expiresAt = true, sr.Replayed, expiresAt(sr)
+		ttl := ttlOr(resultTTL, configured)
+		if resp.expiresAt.IsZero() {
+			resp.expiresAt = now.Add(ttl)
+		}
+		return resp, state, g.cacheTTL(sr, start, now, min(ttl, configured))
+	}
 	switch sr.Outcome {
 	case rpc.OutcomeCommitted:
 		if sr.Job == nil {
@@ -487,19 +498,8 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 			g.log.Error("encoding job", logging.KeyTenant, tenant, logging.KeyError, err)
 			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "encoding the job failed"), 0, 0
 		}
-		resp := &response{
-			status:     http.StatusCreated,
-			body:       body,
-			location:   "/v1/jobs/" + url.PathEscape(sr.Job.JobId),
-			replayable: true,
-			replayed:   sr.Replayed,
-			expiresAt:  expiresAt(sr),
-		}
-		ttl := ttlOr(resultTTL, g.cfg.Idempotency.CommittedTTL)
-		if resp.expiresAt.IsZero() {
-			resp.expiresAt = now.Add(ttl)
-		}
-		return resp, cache.Committed, g.cacheTTL(sr, start, now, min(ttl, g.cfg.Idempotency.CommittedTTL))
+		return stored(&response{status: http.StatusCreated, body: body, location: "/v1/jobs/" + url.PathEscape(sr.Job.JobId)},
+			cache.Committed, g.cfg.Idempotency.CommittedTTL)
 	case rpc.OutcomeRejected:
 		if sr.Rejection == nil {
 			outcome = outcomeError
@@ -514,19 +514,8 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		if detail == "" {
 			detail = "admission refused the job: " + sr.Rejection.Reason
 		}
-		resp := &response{
-			status:     status,
-			code:       api.CodeJobRejected,
-			body:       rejectionBody(status, detail, sr),
-			replayable: true,
-			replayed:   sr.Replayed,
-			expiresAt:  expiresAt(sr),
-		}
-		ttl := ttlOr(resultTTL, g.cfg.Idempotency.RejectedTTL)
-		if resp.expiresAt.IsZero() {
-			resp.expiresAt = now.Add(ttl)
-		}
-		return resp, cache.Rejected, g.cacheTTL(sr, start, now, min(ttl, g.cfg.Idempotency.RejectedTTL))
+		return stored(&response{status: status, code: api.CodeJobRejected, body: rejectionBody(status, detail, sr)},
+			cache.Rejected, g.cfg.Idempotency.RejectedTTL)
 	case rpc.OutcomeInProgress:
 		resp := problemResponse(http.StatusConflict, api.CodeRequestInProgress,
 			"a request with this idempotency key is still being processed")
@@ -602,11 +591,12 @@ func (g *Gate) forwardError(err error, tenant string) *response {
 			return resp
 		}
 	}
-	if home, ok := isClaimed(err); ok {
-		g.log.Warn("key held for another datacenter's job", logging.KeyTenant, tenant, logging.KeyDatacenter, home)
+	var ce *claimedError
+	if errors.As(err, &ce) {
+		g.log.Warn("key held for another datacenter's job", logging.KeyTenant, tenant, logging.KeyDatacenter, ce.home)
 		return problemResponse(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyClaimed,
 			fmt.Sprintf("this idempotency key is held for a job of datacenter %q, submitted at the same time through a gate of that datacenter; "+
-				"retry later with the same key for its answer", home))
+				"retry later with the same key for its answer", ce.home))
 	}
 	switch {
 	case errors.Is(err, rpc.ErrInvalid), errors.Is(err, rpc.ErrInternal):

@@ -310,9 +310,9 @@ func pathJobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 // serveJobCall serves POST /v1/jobs/{job_id}/<action>: it decodes the body
-// into req, checks the job id and leaseID(), then check (a 400 with its
-// error), and forwards call.
-func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action string, req any, leaseID func() string,
+// into req, checks the job id and *leaseID (req's lease_id, decoded), then
+// check (checkFailed answers its error), and forwards call.
+func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action string, req any, leaseID *string,
 	check func() error, call func(ctx context.Context, tenant, id string) (any, error)) {
 	tenant, ok := g.authenticate(w, r)
 	if !ok {
@@ -326,7 +326,7 @@ func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action strin
 	if !ok {
 		return
 	}
-	if l := leaseID(); l == "" || len(l) > api.MaxTypeLen {
+	if l := *leaseID; l == "" || len(l) > api.MaxTypeLen {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
 			"invalid request: field \"lease_id\" is required, at most "+strconv.Itoa(api.MaxTypeLen)+" bytes")
 		return
@@ -351,7 +351,7 @@ func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action strin
 func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	var req api.HeartbeatRequest
 	var d time.Duration
-	g.serveJobCall(w, r, "heartbeat", &req, func() string { return req.LeaseID },
+	g.serveJobCall(w, r, "heartbeat", &req, &req.LeaseID,
 		func() (err error) {
 			d, err = leaseSeconds(req.LeaseSeconds)
 			return err
@@ -372,7 +372,7 @@ func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 func (g *Gate) handleComplete(w http.ResponseWriter, r *http.Request) {
 	var req api.CompleteRequest
 	var result json.RawMessage
-	g.serveJobCall(w, r, "complete", &req, func() string { return req.LeaseID },
+	g.serveJobCall(w, r, "complete", &req, &req.LeaseID,
 		func() (err error) {
 			result, err = g.storedResult(req.Result)
 			return err
@@ -420,7 +420,7 @@ func (g *Gate) checkFailed(err error) *workerAnswer {
 // handleFail is POST /v1/jobs/{job_id}/fail.
 func (g *Gate) handleFail(w http.ResponseWriter, r *http.Request) {
 	var req api.FailRequest
-	g.serveJobCall(w, r, "fail", &req, func() string { return req.LeaseID },
+	g.serveJobCall(w, r, "fail", &req, &req.LeaseID,
 		func() error {
 			if len(req.Error) > api.MaxJobErrorBytes {
 				return errors.New("invalid request: field \"error\": longer than " + strconv.Itoa(api.MaxJobErrorBytes) + " bytes")
