@@ -3,8 +3,6 @@ package rpc
 import (
 	"context"
 
-	"google.golang.org/grpc"
-
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
@@ -49,27 +47,16 @@ func (sv *service) jobAction(ctx context.Context, what string, p *rpcpb.JobActio
 	if !ok {
 		return nil, sv.s.callStatus(what, Errorf(CodeInternal, "this manager serves no job actions"))
 	}
-	return serveCall(sv.s, ctx, what, p, func(ctx context.Context, r *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error) {
-		return do(a, ctx, r)
-	})
+	resp, err := do(a, ctx, p)
+	return resp, sv.s.callStatus(what, err)
 }
 
 // Cancel cancels a queued job at the leader.
 func (c *Client) Cancel(ctx context.Context, req *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error) {
-	return c.jobAction(ctx, "cancel", req, rpcpb.ManagerClient.Cancel)
+	return unary(c, ctx, "cancel", 0, rpcpb.ManagerClient.Cancel, req)
 }
 
 // Retry gives a failed or dead job a new attempt at the leader.
 func (c *Client) Retry(ctx context.Context, req *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error) {
-	return c.jobAction(ctx, "retry", req, rpcpb.ManagerClient.Retry)
-}
-
-func (c *Client) jobAction(ctx context.Context, what string, req *rpcpb.JobActionRequest,
-	do func(rpcpb.ManagerClient, context.Context, *rpcpb.JobActionRequest, ...grpc.CallOption) (*rpcpb.JobActionResponse, error)) (*rpcpb.JobActionResponse, error) {
-	var resp *rpcpb.JobActionResponse
-	err := c.call(ctx, what, 0, func(ctx context.Context, mc rpcpb.ManagerClient) (err error) {
-		resp, err = do(mc, ctx, req)
-		return err
-	})
-	return resp, err
+	return unary(c, ctx, "retry", 0, rpcpb.ManagerClient.Retry, req)
 }

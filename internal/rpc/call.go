@@ -71,19 +71,29 @@ func (c *Client) closeConns(all bool) {
 	}
 }
 
-// call runs a unary method at the leader with the retries of every call
-// (retry); extra lengthens each attempt's timeout (a long poll's wait).
-func (c *Client) call(ctx context.Context, what string, extra time.Duration, do func(context.Context, rpcpb.ManagerClient) error) error {
-	return c.retry(ctx, what, func(addr string) error {
-		return c.callAt(ctx, addr, what, extra, do)
+// unary runs a unary Manager method (m, a method expression of
+// rpcpb.ManagerClient) at the leader with the retries of every call
+// (retry) and returns its answer; extra lengthens each attempt's timeout
+// (a long poll's wait).
+func unary[Req, Resp any](c *Client, ctx context.Context, what string, extra time.Duration,
+	m func(rpcpb.ManagerClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req, opts ...grpc.CallOption) (Resp, error) {
+	var res Resp
+	err := c.retry(ctx, what, func(addr string) (err error) {
+		res, err = unaryAt(c, ctx, addr, what, extra, m, req, opts...)
+		return err
 	})
+	return res, err
 }
 
-// callAt runs a unary method once at addr.
-func (c *Client) callAt(ctx context.Context, addr, what string, extra time.Duration, do func(context.Context, rpcpb.ManagerClient) error) error {
-	return c.onConn(ctx, addr, what, extra, func(ctx context.Context, cc grpc.ClientConnInterface) error {
-		return do(ctx, rpcpb.NewManagerClient(cc))
+// unaryAt runs a unary Manager method once at addr.
+func unaryAt[Req, Resp any](c *Client, ctx context.Context, addr, what string, extra time.Duration,
+	m func(rpcpb.ManagerClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req, opts ...grpc.CallOption) (Resp, error) {
+	var res Resp
+	err := c.onConn(ctx, addr, what, extra, func(ctx context.Context, cc grpc.ClientConnInterface) (err error) {
+		res, err = m(rpcpb.NewManagerClient(cc), ctx, req, opts...)
+		return err
 	})
+	return res, err
 }
 
 // onConn runs one call of any service at addr, on the connection for unary
@@ -157,19 +167,20 @@ func grpcCode(c Code) codes.Code {
 	}
 }
 
-// callStatus is the status a unary method answers err with (toPBError's
-// rules: an *Error keeps its code, a context error is unavailable, anything
-// else internal and logged).
+// callStatus is the status a unary method answers err with, nil for nil
+// (toPBError's rules: an *Error keeps its code, a context error is
+// unavailable, anything else internal and logged). A handler returns its
+// answer beside it: gRPC sends no answer with an error.
 func (s *Server) callStatus(what string, err error) error {
+	if err == nil {
+		return nil
+	}
 	pe := toPBError(err, func(err error) { s.log.Error("rpc call failed", logging.KeyPath, what, logging.KeyError, err) })
 	return pbErrorStatus(pe)
 }
 
-// errorStatus is the status e travels under (its code's, e in the details).
-func errorStatus(e *Error) error {
-	return pbErrorStatus(&rpcpb.Error{Code: string(e.Code), Message: e.Message, Leader: e.Leader})
-}
-
+// pbErrorStatus is the status pe travels under (its code's, pe in the
+// details).
 func pbErrorStatus(pe *rpcpb.Error) error {
 	st, derr := status.New(grpcCode(Code(pe.GetCode())), pe.GetMessage()).WithDetails(pe)
 	if derr != nil {
@@ -185,15 +196,4 @@ func checkSize(m proto.Message, limit int) error {
 		return Errorf(CodeInvalid, "request of %d bytes is over %d", n, limit)
 	}
 	return nil
-}
-
-// serveCall runs a unary method of the service: do, and its answer, or its
-// error as callStatus.
-func serveCall[Req, Resp any](s *Server, ctx context.Context, what string, req *Req,
-	do func(context.Context, *Req) (*Resp, error)) (*Resp, error) {
-	resp, err := do(ctx, req)
-	if err != nil {
-		return nil, s.callStatus(what, err)
-	}
-	return resp, nil
 }

@@ -33,11 +33,5 @@ func (sv *service) Federation(context.Context, *rpcpb.FederationRequest) (*rpcpb
 // FederationOf reads the federation view of the manager at addr (host:port),
 // once, without retries.
 func (c *Client) FederationOf(ctx context.Context, addr string) (*rpcpb.FederationView, error) {
-	var f *rpcpb.FederationView
-	err := c.callAt(ctx, addr, "federation", 0, func(ctx context.Context, mc rpcpb.ManagerClient) error {
-		var err error
-		f, err = mc.Federation(ctx, &rpcpb.FederationRequest{})
-		return err
-	})
-	return f, err
+	return unaryAt(c, ctx, addr, "federation", 0, rpcpb.ManagerClient.Federation, &rpcpb.FederationRequest{})
 }

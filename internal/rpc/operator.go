@@ -60,27 +60,22 @@ type operatorService struct {
 
 func (o *operatorService) Members(ctx context.Context, _ *rpcpb.MembersRequest) (*rpcpb.MembersResponse, error) {
 	m, err := o.op.Members(ctx)
-	if err != nil {
-		return nil, o.s.callStatus("members", err)
-	}
-	return m, nil
+	return m, o.s.callStatus("members", err)
 }
 
 // peerChange runs a Raft change of the server p names (required unless
 // idOptional).
 func (o *operatorService) peerChange(ctx context.Context, what string, p *rpcpb.PeerRequest, idOptional bool,
 	do func(context.Context, string) (*rpcpb.PeerResult, error)) (*rpcpb.PeerResult, error) {
-	if err := checkSize(p, maxOperatorRequestBytes); err != nil {
-		return nil, o.s.callStatus(what, err)
+	err := checkSize(p, maxOperatorRequestBytes)
+	if err == nil && !idOptional && p.GetId() == "" {
+		err = Errorf(CodeInvalid, "id: the Raft server ID to act on is required")
 	}
-	if !idOptional && p.GetId() == "" {
-		return nil, o.s.callStatus(what, Errorf(CodeInvalid, "id: the Raft server ID to act on is required"))
-	}
-	res, err := do(ctx, p.GetId())
 	if err != nil {
 		return nil, o.s.callStatus(what, err)
 	}
-	return res, nil
+	res, err := do(ctx, p.GetId())
+	return res, o.s.callStatus(what, err)
 }
 
 func (o *operatorService) RemovePeer(ctx context.Context, p *rpcpb.PeerRequest) (*rpcpb.PeerResult, error) {
@@ -92,25 +87,20 @@ func (o *operatorService) TransferLeader(ctx context.Context, p *rpcpb.PeerReque
 }
 
 func (o *operatorService) Keyring(ctx context.Context, p *rpcpb.KeyringListRequest) (*rpcpb.KeyringResponse, error) {
-	return o.keyring(ctx, &rpcpb.KeyringRequest{Op: "list", Pool: p.GetPool()})
+	k, err := o.op.Keyring(ctx, &rpcpb.KeyringRequest{Op: "list", Pool: p.GetPool()})
+	return k, o.s.callStatus("keyring", err)
 }
 
 func (o *operatorService) ChangeKeyring(ctx context.Context, p *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
-	if err := checkSize(p, maxOperatorRequestBytes); err != nil {
-		return nil, o.s.callStatus("keyring", err)
+	err := checkSize(p, maxOperatorRequestBytes)
+	if err == nil && p.GetOp() == "list" {
+		err = Errorf(CodeInvalid, "op: list is the Keyring method, not ChangeKeyring")
 	}
-	if p.GetOp() == "list" {
-		return nil, o.s.callStatus("keyring", Errorf(CodeInvalid, "op: list is the Keyring method, not ChangeKeyring"))
-	}
-	return o.keyring(ctx, p)
-}
-
-func (o *operatorService) keyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
-	k, err := o.op.Keyring(ctx, req)
 	if err != nil {
 		return nil, o.s.callStatus("keyring", err)
 	}
-	return k, nil
+	k, err := o.op.Keyring(ctx, p)
+	return k, o.s.callStatus("keyring", err)
 }
 
 // Snapshot sends the archive in chunks of snapshotChunkBytes; an error
@@ -125,10 +115,7 @@ func (o *operatorService) Snapshot(_ *rpcpb.SnapshotRequest, stream grpc.ServerS
 	if err != nil && w.sent {
 		o.s.log.Error("snapshot archive cut short", logging.KeyError, err)
 	}
-	if err != nil {
-		return o.s.callStatus("snapshot", err)
-	}
-	return nil
+	return o.s.callStatus("snapshot", err)
 }
 
 // Restore hands the chunks to the Operator as one reader.

@@ -108,26 +108,12 @@ func (a OperatorAuth) allows(ctx context.Context) bool {
 // details, as every error of the service); the Manager service's calls pass
 // untouched. They run after the cluster secret's (secretInterceptors).
 func operatorInterceptors(auth OperatorAuth) []grpc.ServerOption {
-	check := func(ctx context.Context, method string) error {
+	return checkInterceptors(func(ctx context.Context, method string) error {
 		if !strings.HasPrefix(method, operatorServicePrefix) || auth.allows(ctx) {
 			return nil
 		}
-		return errorStatus(errOperatorForbidden)
-	}
-	return []grpc.ServerOption{
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if err := check(ss.Context(), info.FullMethod); err != nil {
-				return err
-			}
-			return h(srv, ss)
-		}),
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if err := check(ctx, info.FullMethod); err != nil {
-				return nil, err
-			}
-			return h(ctx, req)
-		}),
-	}
+		return pbErrorStatus(toPBError(errOperatorForbidden, nil))
+	})
 }
 
 // peerCertificates returns the certificates the caller presented, if any:

@@ -21,76 +21,59 @@ import (
 // certificate of the operator role in ClientConfig.TLS, is the operator
 // credential.
 
-// operatorCall runs an Operator method with the retries of every call.
+// operatorCall runs an Operator method with the retries of every call,
+// the operator secret in its metadata, each attempt within AttemptTimeout
+// (a snapshot's or a restore's whole stream included).
 func (c *Client) operatorCall(ctx context.Context, what string, do func(context.Context, rpcpb.OperatorClient) error) error {
-	return c.retry(ctx, what, func(addr string) error {
-		return c.operatorAt(ctx, addr, what, do)
-	})
-}
-
-// operatorAt runs an Operator method once at addr, with the operator
-// secret, within AttemptTimeout (a snapshot's or a restore's whole stream
-// included).
-func (c *Client) operatorAt(ctx context.Context, addr, what string, do func(context.Context, rpcpb.OperatorClient) error) error {
 	if s := c.cfg.OperatorSecret; s != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, OperatorSecretMetadata, s)
 	}
-	return c.onConn(ctx, addr, what, 0, func(ctx context.Context, cc grpc.ClientConnInterface) error {
-		return do(ctx, rpcpb.NewOperatorClient(cc))
+	return c.retry(ctx, what, func(addr string) error {
+		return c.onConn(ctx, addr, what, 0, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+			return do(ctx, rpcpb.NewOperatorClient(cc))
+		})
 	})
 }
 
-// Members returns the LAN gossip pool's members as a manager sees them.
-func (c *Client) Members(ctx context.Context) (*rpcpb.MembersResponse, error) {
-	return operatorUnary(c, ctx, "members", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.MembersResponse, error) {
-		return oc.Members(ctx, &rpcpb.MembersRequest{})
-	})
-}
-
-// operatorUnary runs a unary Operator method (operatorCall) and returns its
-// answer.
-func operatorUnary[T any](c *Client, ctx context.Context, what string, do func(context.Context, rpcpb.OperatorClient) (*T, error)) (*T, error) {
-	var res *T
-	err := c.operatorCall(ctx, what, func(ctx context.Context, oc rpcpb.OperatorClient) error {
-		p, err := do(ctx, oc)
-		if err == nil {
-			res = p
-		}
+// operatorUnary runs a unary Operator method (m, a method expression of
+// rpcpb.OperatorClient) with operatorCall and returns its answer.
+func operatorUnary[Req, Resp any](c *Client, ctx context.Context, what string,
+	m func(rpcpb.OperatorClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	var res Resp
+	err := c.operatorCall(ctx, what, func(ctx context.Context, oc rpcpb.OperatorClient) (err error) {
+		res, err = m(oc, ctx, req)
 		return err
 	})
 	return res, err
 }
 
+// Members returns the LAN gossip pool's members as a manager sees them.
+func (c *Client) Members(ctx context.Context) (*rpcpb.MembersResponse, error) {
+	return operatorUnary(c, ctx, "members", rpcpb.OperatorClient.Members, &rpcpb.MembersRequest{})
+}
+
 // RemovePeer removes the Raft server id from the configuration, at the
 // leader.
 func (c *Client) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
-	return operatorUnary(c, ctx, "remove peer", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.PeerResult, error) {
-		return oc.RemovePeer(ctx, &rpcpb.PeerRequest{Id: id})
-	})
+	return operatorUnary(c, ctx, "remove peer", rpcpb.OperatorClient.RemovePeer, &rpcpb.PeerRequest{Id: id})
 }
 
 // TransferLeader hands leadership to id, or with "" to the voter Raft
 // picks, and returns the leader after it.
 func (c *Client) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
-	return operatorUnary(c, ctx, "transfer leader", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.PeerResult, error) {
-		return oc.TransferLeader(ctx, &rpcpb.PeerRequest{Id: id})
-	})
+	return operatorUnary(c, ctx, "transfer leader", rpcpb.OperatorClient.TransferLeader, &rpcpb.PeerRequest{Id: id})
 }
 
 // Keyring lists the gossip keys of every member of pool (PoolLAN or
 // PoolWAN; "" is the LAN pool), through one manager.
 func (c *Client) Keyring(ctx context.Context, pool string) (*rpcpb.KeyringResponse, error) {
-	return operatorUnary(c, ctx, "keyring", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.KeyringResponse, error) {
-		return oc.Keyring(ctx, &rpcpb.KeyringListRequest{Pool: pool})
-	})
+	return operatorUnary(c, ctx, "keyring", rpcpb.OperatorClient.Keyring, &rpcpb.KeyringListRequest{Pool: pool})
 }
 
 // ChangeKeyring applies req (op install, use or remove) on every member of
 // its pool, through one manager.
 func (c *Client) ChangeKeyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
-	return operatorUnary(c, ctx, "keyring", func(ctx context.Context, oc rpcpb.OperatorClient) (*rpcpb.KeyringResponse, error) {
-		return oc.ChangeKeyring(ctx, req)
-	})
+	return operatorUnary(c, ctx, "keyring", rpcpb.OperatorClient.ChangeKeyring, req)
 }
 
 // Snapshot writes a snapshot archive of the leader's ledger to w. An

@@ -18,52 +18,32 @@ var readLimit = grpc.MaxCallRecvMsgSize(MaxResponseBytes)
 // GetJob serves Service.GetJob.
 func (sv *service) GetJob(ctx context.Context, p *rpcpb.GetJobRequest) (*rpcpb.Job, error) {
 	job, err := sv.s.svc.GetJob(ctx, p.GetTenant(), p.GetJobId())
-	if err != nil {
-		return nil, sv.s.callStatus("get job", err)
-	}
-	return job, nil
+	return job, sv.s.callStatus("get job", err)
 }
 
 // ListJobs serves Service.ListJobs.
 func (sv *service) ListJobs(ctx context.Context, p *rpcpb.ListJobsRequest) (*rpcpb.ListJobsResponse, error) {
-	return serveCall(sv.s, ctx, "list jobs", p, sv.s.svc.ListJobs)
+	resp, err := sv.s.svc.ListJobs(ctx, p)
+	return resp, sv.s.callStatus("list jobs", err)
 }
 
 // GetKey serves Service.GetKey.
 func (sv *service) GetKey(ctx context.Context, p *rpcpb.GetKeyRequest) (*rpcpb.KeyInfo, error) {
 	info, err := sv.s.svc.GetKey(ctx, p.GetTenant(), p.GetKey())
-	if err != nil {
-		return nil, sv.s.callStatus("get key", err)
-	}
-	return info, nil
+	return info, sv.s.callStatus("get key", err)
 }
 
 // GetJob reads a job at the leader.
 func (c *Client) GetJob(ctx context.Context, tenant, id string) (*rpcpb.Job, error) {
-	var job *rpcpb.Job
-	err := c.call(ctx, "get job", 0, func(ctx context.Context, mc rpcpb.ManagerClient) (err error) {
-		job, err = mc.GetJob(ctx, &rpcpb.GetJobRequest{Tenant: tenant, JobId: id}, readLimit)
-		return err
-	})
-	return job, err
+	return unary(c, ctx, "get job", 0, rpcpb.ManagerClient.GetJob, &rpcpb.GetJobRequest{Tenant: tenant, JobId: id}, readLimit)
 }
 
 // ListJobs reads a page of jobs at the leader.
 func (c *Client) ListJobs(ctx context.Context, req *rpcpb.ListJobsRequest) (*rpcpb.ListJobsResponse, error) {
-	var resp *rpcpb.ListJobsResponse
-	err := c.call(ctx, "list jobs", 0, func(ctx context.Context, mc rpcpb.ManagerClient) (err error) {
-		resp, err = mc.ListJobs(ctx, req, readLimit)
-		return err
-	})
-	return resp, err
+	return unary(c, ctx, "list jobs", 0, rpcpb.ManagerClient.ListJobs, req, readLimit)
 }
 
 // GetKey reads an idempotency key's entry at the leader.
 func (c *Client) GetKey(ctx context.Context, tenant, key string) (*rpcpb.KeyInfo, error) {
-	var info *rpcpb.KeyInfo
-	err := c.call(ctx, "get key", 0, func(ctx context.Context, mc rpcpb.ManagerClient) (err error) {
-		info, err = mc.GetKey(ctx, &rpcpb.GetKeyRequest{Tenant: tenant, Key: key}, readLimit)
-		return err
-	})
-	return info, err
+	return unary(c, ctx, "get key", 0, rpcpb.ManagerClient.GetKey, &rpcpb.GetKeyRequest{Tenant: tenant, Key: key}, readLimit)
 }

@@ -49,22 +49,28 @@ func secretInterceptors(secret string) []grpc.ServerOption {
 	if secret == "" {
 		return nil
 	}
-	check := func(ctx context.Context) error {
+	return checkInterceptors(func(ctx context.Context, _ string) error {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if v := md.Get(secretHeader); len(v) == 1 && secretOK(v[0], secret) {
 			return nil
 		}
 		return status.Error(codes.Unauthenticated, "the cluster secret is missing or wrong")
-	}
+	})
+}
+
+// checkInterceptors run check on every call, streams and unary, before its
+// handler (method is the call's full method name); a call it fails is
+// answered its error.
+func checkInterceptors(check func(ctx context.Context, method string) error) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if err := check(ss.Context()); err != nil {
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := check(ss.Context(), info.FullMethod); err != nil {
 				return err
 			}
 			return h(srv, ss)
 		}),
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if err := check(ctx); err != nil {
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := check(ctx, info.FullMethod); err != nil {
 				return nil, err
 			}
 			return h(ctx, req)

@@ -19,10 +19,7 @@ import (
 // leader answers not_leader naming the leader.
 func (sv *service) Status(ctx context.Context, p *rpcpb.StatusRequest) (*rpcpb.StatusResponse, error) {
 	b, err := sv.s.statusJSON(ctx, p.GetLeaderOnly())
-	if err != nil {
-		return nil, sv.s.callStatus("status", err)
-	}
-	return &rpcpb.StatusResponse{Json: b}, nil
+	return &rpcpb.StatusResponse{Json: b}, sv.s.callStatus("status", err)
 }
 
 // statusJSON is the manager's status as JSON, or not_leader when leaderOnly
@@ -80,26 +77,16 @@ func (c *Client) LeaderStatus(ctx context.Context) (*Status, error) {
 }
 
 func (c *Client) status(ctx context.Context, leaderOnly bool) (*Status, error) {
-	var st *Status
-	err := c.call(ctx, "status", 0, func(ctx context.Context, mc rpcpb.ManagerClient) (err error) {
-		st, err = askStatus(ctx, mc, leaderOnly)
-		return err
-	})
-	return st, err
+	return decodeStatus(unary(c, ctx, "status", 0, rpcpb.ManagerClient.Status, &rpcpb.StatusRequest{LeaderOnly: leaderOnly}, readLimit))
 }
 
 // StatusOf returns one manager's own status, wherever it stands; no retries.
 func (c *Client) StatusOf(ctx context.Context, addr string) (*Status, error) {
-	var st *Status
-	err := c.callAt(ctx, addr, "status", 0, func(ctx context.Context, mc rpcpb.ManagerClient) (err error) {
-		st, err = askStatus(ctx, mc, false)
-		return err
-	})
-	return st, err
+	return decodeStatus(unaryAt(c, ctx, addr, "status", 0, rpcpb.ManagerClient.Status, &rpcpb.StatusRequest{}, readLimit))
 }
 
-func askStatus(ctx context.Context, mc rpcpb.ManagerClient, leaderOnly bool) (*Status, error) {
-	p, err := mc.Status(ctx, &rpcpb.StatusRequest{LeaderOnly: leaderOnly}, readLimit)
+// decodeStatus decodes a Status method's answer.
+func decodeStatus(p *rpcpb.StatusResponse, err error) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}

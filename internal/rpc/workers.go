@@ -41,7 +41,8 @@ func (sv *service) Lease(ctx context.Context, p *rpcpb.LeaseRequest) (*rpcpb.Lea
 	if err != nil {
 		return nil, sv.s.callStatus("lease", err)
 	}
-	return serveCall(sv.s, ctx, "lease", p, w.Lease)
+	resp, err := w.Lease(ctx, p)
+	return resp, sv.s.callStatus("lease", err)
 }
 
 // serveWorkerCall runs the worker call an item of the submit stream
@@ -75,12 +76,7 @@ func (s *Server) serveWorkerCall(ctx context.Context, it *rpcpb.SubmitItem, r *r
 // Lease asks the leader for jobs; the call may be held up to the request's
 // wait.
 func (c *Client) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
-	var resp *rpcpb.LeaseResponse
-	err := c.call(ctx, "lease", time.Duration(req.GetWaitNanos()), func(ctx context.Context, mc rpcpb.ManagerClient) (err error) {
-		resp, err = mc.Lease(ctx, req)
-		return err
-	})
-	return resp, err
+	return unary(c, ctx, "lease", time.Duration(req.GetWaitNanos()), rpcpb.ManagerClient.Lease, req)
 }
 
 // Heartbeat extends a lease at the leader, on a submit stream.
