@@ -31,10 +31,13 @@ type operator struct {
 // operatorTimeout bounds a change to the Raft configuration.
 const operatorTimeout = 10 * time.Second
 
+// errNotJoined answers a pool read before the manager joined its LAN pool.
+var errNotJoined = rpc.Errorf(rpc.CodeUnavailable, "the manager has not joined its gossip pool yet")
+
 func (o operator) Members(context.Context) (*rpcpb.MembersResponse, error) {
 	p := o.pool()
 	if p == nil {
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "the manager has not joined its gossip pool yet")
+		return nil, errNotJoined
 	}
 	out := &rpcpb.MembersResponse{Node: o.node}
 	for _, mem := range p.Members() {
@@ -50,6 +53,12 @@ func (o operator) Members(context.Context) (*rpcpb.MembersResponse, error) {
 // keyringTimeout bounds a pool-wide keyring operation: members that have not
 // answered by then are listed as such.
 const keyringTimeout = 5 * time.Second
+
+// keyringOps are the keyring operations by their name in a KeyringRequest.
+var keyringOps = map[string]membership.KeyringOp{
+	"list": membership.KeyringList, "install": membership.KeyringInstall,
+	"use": membership.KeyringUse, "remove": membership.KeyringRemove,
+}
 
 // Keyring runs a keyring operation on every member of the LAN or WAN pool
 // through membership's pool-wide query, and counts the keys the members
@@ -74,19 +83,10 @@ func (o operator) Keyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcp
 		return nil, rpc.Errorf(rpc.CodeInvalid, "pool %q: want lan or wan", pool)
 	}
 	if p == nil {
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "the manager has not joined its gossip pool yet")
+		return nil, errNotJoined
 	}
-	var op membership.KeyringOp
-	switch req.GetOp() {
-	case "list":
-		op = membership.KeyringList
-	case "install":
-		op = membership.KeyringInstall
-	case "use":
-		op = membership.KeyringUse
-	case "remove":
-		op = membership.KeyringRemove
-	default:
+	op, ok := keyringOps[req.GetOp()]
+	if !ok {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "op %q: want list, install, use or remove", req.GetOp())
 	}
 	var key []byte
@@ -138,8 +138,8 @@ func (o operator) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult,
 	if err := o.m.CheckLeader(); err != nil {
 		return nil, err
 	}
-	if _, ok := o.server(id); !ok {
-		return nil, rpc.Errorf(rpc.CodeNotFound, "no server %q in the Raft configuration", id)
+	if _, err := o.server(id); err != nil {
+		return nil, err
 	}
 	if err := o.m.Raft().RemoveServer(raft.ServerID(id), 0, operatorTimeout).Error(); err != nil {
 		return nil, o.m.ApplyError(err)
@@ -158,9 +158,9 @@ func (o operator) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerRes
 	if id == "" {
 		f = o.m.Raft().LeadershipTransfer()
 	} else {
-		srv, ok := o.server(id)
-		if !ok {
-			return nil, rpc.Errorf(rpc.CodeNotFound, "no server %q in the Raft configuration", id)
+		srv, err := o.server(id)
+		if err != nil {
+			return nil, err
 		}
 		if srv.ID == raft.ServerID(o.node) {
 			return nil, rpc.Errorf(rpc.CodeInvalid, "%s already leads", id)
@@ -189,17 +189,17 @@ func (o operator) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerRes
 	}
 }
 
-func (o operator) server(id string) (raft.Server, bool) {
+// server is the Raft configuration's server id, or CodeNotFound.
+func (o operator) server(id string) (raft.Server, error) {
 	f := o.m.Raft().GetConfiguration()
-	if f.Error() != nil {
-		return raft.Server{}, false
-	}
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == id {
-			return s, true
+	if f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == id {
+				return s, nil
+			}
 		}
 	}
-	return raft.Server{}, false
+	return raft.Server{}, rpc.Errorf(rpc.CodeNotFound, "no server %q in the Raft configuration", id)
 }
 
 // maxRestoreBytes bounds the ledger state a restore reads.
