@@ -186,10 +186,8 @@ the job is not found anywhere.`,
 	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to read the job")
 	watch.Flags().StringSliceVar(&dcs, "datacenters", nil, "the datacenters that must hold the job (default: those its submission named)")
 	job.AddCommand(get, list, watch,
-		jobActionCmd(g, "cancel", "Cancel a queued job: it ends cancelled and is never leased",
-			func(c *client.Client) func(context.Context, string, string) (*client.Result, error) { return c.Cancel }),
-		jobActionCmd(g, "retry", "Give a failed or dead job a new attempt under the same job ID (queued again)",
-			func(c *client.Client) func(context.Context, string, string) (*client.Result, error) { return c.Retry }),
+		jobActionCmd(g, "cancel", "Cancel a queued job: it ends cancelled and is never leased", (*client.Client).Cancel),
+		jobActionCmd(g, "retry", "Give a failed or dead job a new attempt under the same job ID (queued again)", (*client.Client).Retry),
 		workCmd(g))
 	return job
 }
@@ -206,7 +204,7 @@ func keysUnless(key, keysFile string) (*client.Keys, error) {
 // jobActionCmd is job cancel or job retry: the action under --key, or a new
 // key from the keys file, retried with that key until the gates answer for
 // good; it prints the job as it is after the action.
-func jobActionCmd(g *globals, action, short string, do func(*client.Client) func(context.Context, string, string) (*client.Result, error)) *cobra.Command {
+func jobActionCmd(g *globals, action, short string, do func(*client.Client, context.Context, string, string) (*client.Result, error)) *cobra.Command {
 	var key, keysFile string
 	cmd := &cobra.Command{
 		Use:   action + " JOB_ID [--key K]",
@@ -218,7 +216,7 @@ func jobActionCmd(g *globals, action, short string, do func(*client.Client) func
 				return err
 			}
 			return g.withGates(cmd, keys, func(ctx context.Context, c *client.Client) error {
-				res, err := do(c)(ctx, args[0], key)
+				res, err := do(c, ctx, args[0], key)
 				if err != nil {
 					return err
 				}

@@ -48,11 +48,7 @@ remove the old one. Restart members with the new key in their settings
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
-				k, err := mc.Keyring(ctx, pool())
-				if err != nil {
-					return err
-				}
-				return g.printKeyring(k)
+				return g.printKeyring(mc.Keyring(ctx, pool()))
 			})
 		},
 	}
@@ -63,11 +59,7 @@ remove the old one. Restart members with the new key in their settings
 			Args:  exactArgs(1, "the base64 gossip key"),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
-					k, err := mc.ChangeKeyring(ctx, &rpcpb.KeyringRequest{Op: op, Key: args[0], Pool: pool()})
-					if err != nil {
-						return err
-					}
-					return g.printKeyring(k)
+					return g.printKeyring(mc.ChangeKeyring(ctx, &rpcpb.KeyringRequest{Op: op, Key: args[0], Pool: pool()}))
 				})
 			},
 		}
@@ -81,9 +73,12 @@ remove the old one. Restart members with the new key in their settings
 }
 
 // printKeyring prints a keyring answer and fails when not every member
-// applied it.
-func (g *globals) printKeyring(k *rpcpb.KeyringResponse) error {
-	err := g.print(k, func(w *tabwriter.Writer) {
+// applied it, or returns the call's error.
+func (g *globals) printKeyring(k *rpcpb.KeyringResponse, err error) error {
+	if err != nil {
+		return err
+	}
+	err = g.print(k, func(w *tabwriter.Writer) {
 		fmt.Fprintf(w, "%s pool, asked through %s: %d members answered\n", strings.ToUpper(k.Pool), k.Node, k.Members)
 		fmt.Fprintln(w, "KEY\tINSTALLED\tPRIMARY")
 		for _, key := range k.Keys {

@@ -37,21 +37,13 @@ func (g *globals) managerClient() (*rpc.Client, error) {
 		}
 		return nil, usagef("%v", err)
 	}
-	secret := ""
-	if g.secret != "" {
-		s, err := config.ReadSecretFile("--cluster-secret-file", g.secret)
-		if err != nil {
-			return nil, usagef("%v", err)
-		}
-		secret = s
+	secret, err := readSecret("--cluster-secret-file", g.secret)
+	if err != nil {
+		return nil, err
 	}
-	opSecret := ""
-	if g.operatorSecret != "" {
-		s, err := config.ReadSecretFile("--operator-secret-file", g.operatorSecret)
-		if err != nil {
-			return nil, usagef("%v", err)
-		}
-		opSecret = s
+	opSecret, err := readSecret("--operator-secret-file", g.operatorSecret)
+	if err != nil {
+		return nil, err
 	}
 	var tlsCfg *tls.Config
 	switch {
@@ -82,6 +74,18 @@ func (g *globals) managerClient() (*rpc.Client, error) {
 		Secret: secret, OperatorSecret: opSecret,
 		AttemptTimeout: g.timeout, MaxAttempts: 2 * len(g.managers),
 	}), nil
+}
+
+// readSecret reads the secret file a flag names ("" for none).
+func readSecret(flag, file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	s, err := config.ReadSecretFile(flag, file)
+	if err != nil {
+		return "", usagef("%v", err)
+	}
+	return s, nil
 }
 
 // withManagers runs do with a manager client and the command's context.
