@@ -46,16 +46,6 @@ const OperatorSecretMetadata = "once-operator-secret"
 // OperatorRoleURI is the URI SAN of an operator's client certificate.
 const OperatorRoleURI = certs.RolePrefix + string(certs.RoleOperator)
 
-// HasOperatorRole reports whether cert carries the operator role, and no
-// other (certs.RoleOf).
-func HasOperatorRole(cert *x509.Certificate) bool {
-	if cert == nil {
-		return false
-	}
-	r, err := certs.RoleOf(cert)
-	return err == nil && r == certs.RoleOperator
-}
-
 // OperatorAuth is what the Operator service accepts.
 type OperatorAuth struct {
 	// Secret is the operator secret ("" none).
@@ -98,7 +88,8 @@ func (a OperatorAuth) allows(ctx context.Context) bool {
 		return false
 	}
 	if peer := peerCertificates(ctx); len(peer) > 0 {
-		return HasOperatorRole(peer[0])
+		r, err := certs.RoleOf(peer[0]) // the operator role, and no other
+		return err == nil && r == certs.RoleOperator
 	}
 	return false
 }
@@ -112,7 +103,7 @@ func operatorInterceptors(auth OperatorAuth) []grpc.ServerOption {
 		if !strings.HasPrefix(method, operatorServicePrefix) || auth.allows(ctx) {
 			return nil
 		}
-		return pbErrorStatus(toPBError(errOperatorForbidden, nil))
+		return pbErrorStatus(toPBError(errOperatorForbidden, nil)) // an *Error: nothing to log
 	})
 }
 

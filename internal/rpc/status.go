@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 
 	"github.com/once-dev/once/internal/logging"
@@ -40,19 +39,14 @@ func (s *Server) statusJSON(ctx context.Context, leaderOnly bool) ([]byte, error
 }
 
 // serveStatusHTTP answers GET /rpc/v1/status: this manager's status; 503
-// with the Error's JSON when it cannot be read.
+// with the Error's JSON (asError's) when it cannot be read.
 func (s *Server) serveStatusHTTP(w http.ResponseWriter, r *http.Request) {
 	b, err := s.statusJSON(r.Context(), false)
-	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
-		var e *Error
-		if !errors.As(err, &e) {
-			s.log.Error("status failed", logging.KeyError, err)
-			e = Errorf(CodeInternal, "%v", err)
-		}
-		writeError(w, http.StatusServiceUnavailable, e)
+		writeError(w, http.StatusServiceUnavailable, asError(err, func(err error) { s.log.Error("status failed", logging.KeyError, err) }))
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
 }
 

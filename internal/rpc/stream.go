@@ -40,7 +40,6 @@ const (
 	maxMessageBytes = 64 << 20
 )
 
-// errLaneClosed fails the submissions of a lane the client closed.
 // batchStats counts the messages of every stream of the process and the
 // submissions or answers they carried (BenchmarkSubmit reports items per
 // message from them).
@@ -48,6 +47,7 @@ var batchStats struct {
 	sent, sentItems, received, receivedItems atomic.Int64
 }
 
+// errLaneClosed fails the submissions of a lane the client closed.
 var errLaneClosed = errors.New("submit stream closed by the client")
 
 // call is one submission (or worker call) waiting on a lane.

@@ -12,20 +12,25 @@ import (
 // unconverted. What crosses converted is an error: an *Error travels as its
 // rpcpb.Error.
 
-// toPBError turns a Service error into its wire form: an *Error keeps its code,
-// message and leader hint; a context error (the caller's deadline or
-// cancellation) is unavailable; anything else is internal, and reported
-// through logf.
-func toPBError(err error, logf func(err error)) *rpcpb.Error {
+// asError is the *Error a Service error answers as: an *Error itself; a
+// context error (the caller's deadline or cancellation) unavailable;
+// anything else internal, and reported through logf.
+func asError(err error, logf func(err error)) *Error {
 	var e *Error
 	switch {
 	case errors.As(err, &e):
+		return e
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		e = Errorf(CodeUnavailable, "%v", err)
+		return Errorf(CodeUnavailable, "%v", err)
 	default:
 		logf(err)
-		e = Errorf(CodeInternal, "%v", err)
+		return Errorf(CodeInternal, "%v", err)
 	}
+}
+
+// toPBError is asError's *Error in its wire form.
+func toPBError(err error, logf func(err error)) *rpcpb.Error {
+	e := asError(err, logf)
 	return &rpcpb.Error{Code: string(e.Code), Message: e.Message, Leader: e.Leader}
 }
 

@@ -93,30 +93,26 @@ func (c *Client) Heartbeat(ctx context.Context, req *rpcpb.HeartbeatRequest) (*r
 
 // Complete finishes a job at the leader, on a submit stream.
 func (c *Client) Complete(ctx context.Context, req *rpcpb.CompleteRequest) (*rpcpb.Job, error) {
-	r, err := c.workerCall(ctx, "complete", &rpcpb.SubmitItem{Complete: req},
-		64+len(req.GetTenant())+len(req.GetJobId())+len(req.GetLeaseId())+len(req.GetResult()))
-	if err != nil {
-		return nil, err
-	}
-	return jobOf(r), nil
+	return jobOf(c.workerCall(ctx, "complete", &rpcpb.SubmitItem{Complete: req},
+		64+len(req.GetTenant())+len(req.GetJobId())+len(req.GetLeaseId())+len(req.GetResult())))
 }
 
 // Fail reports a failed attempt at the leader, on a submit stream.
 func (c *Client) Fail(ctx context.Context, req *rpcpb.FailRequest) (*rpcpb.Job, error) {
-	r, err := c.workerCall(ctx, "fail", &rpcpb.SubmitItem{Fail: req},
-		64+len(req.GetTenant())+len(req.GetJobId())+len(req.GetLeaseId())+len(req.GetError()))
+	return jobOf(c.workerCall(ctx, "fail", &rpcpb.SubmitItem{Fail: req},
+		64+len(req.GetTenant())+len(req.GetJobId())+len(req.GetLeaseId())+len(req.GetError())))
+}
+
+// jobOf is the job a complete or fail answered (empty if it named none), or
+// its error.
+func jobOf(r *rpcpb.SubmitResult, err error) (*rpcpb.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return jobOf(r), nil
-}
-
-// jobOf is the job a complete or fail answered (empty if it named none).
-func jobOf(r *rpcpb.SubmitResult) *rpcpb.Job {
 	if j := r.GetJob(); j != nil {
-		return j
+		return j, nil
 	}
-	return &rpcpb.Job{}
+	return &rpcpb.Job{}, nil
 }
 
 // workerCall sends a worker call on a submit stream to the leader, with the
