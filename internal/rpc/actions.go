@@ -11,15 +11,6 @@ import (
 // answers not_leader naming it); each action is one Raft command that
 // records it under the caller's idempotency key, durable before the answer.
 
-// A JobActionRequest asks the leader to cancel or retry the job job_id of
-// tenant. key is the caller's Idempotency-Key and fingerprint the digest of
-// the action (route and body): the ledger records the action under the key,
-// so a repeat of the key through any gate is answered as a replay, and the
-// key with another fingerprint is CodeRequestReused. The JobActionResponse
-// is the job after the action; replayed: the key had recorded this action
-// already (or, for a cancel, the job was cancelled already); nothing
-// changed.
-
 // JobActions is the manager side of the job action routes. Errors are
 // *Error: CodeNotFound for an unknown job (or another tenant's),
 // CodeConflict for a state the action does not apply to,

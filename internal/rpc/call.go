@@ -38,9 +38,9 @@ func (c *Client) conn(addr string) (*callConn, error) {
 	}
 	u := c.conns[addr]
 	if u == nil {
-		cc, err := grpc.NewClient("passthrough:///"+addr, dialOptions(c.cfg.Secret, c.cfg.TLS, c.cfg.Dial)...)
+		cc, err := newConn(&c.cfg, addr)
 		if err != nil {
-			return nil, fmt.Errorf("dial %s: %w", addr, err)
+			return nil, err
 		}
 		u = &callConn{cc: cc}
 		c.conns[addr] = u

@@ -315,7 +315,7 @@ func (c *Client) lane(ctx context.Context, addr string, slot uint64) (*lane, err
 		s.l.wg.Wait() // a dead lane's goroutines are ending
 		s.l = nil
 	}
-	l, err := dialLane(ctx, addr, c.cfg.Secret, c.cfg.TLS, c.cfg.Dial)
+	l, err := dialLane(ctx, &c.cfg, addr)
 	if err != nil {
 		return nil, err
 	}

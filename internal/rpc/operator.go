@@ -11,14 +11,10 @@ import (
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
-// The Operator service (rpcpb.Operator, docs/rpc.md), served beside Manager
-// on a manager's RPC listener: oncectl's cluster, raft, snapshot and gossip
-// commands (docs/oncectl.md). Every method needs an operator credential
-// besides the cluster's (operatorauth.go); a caller without one is refused
-// CodeForbidden before the method runs. Reads answer on any manager;
-// changes to the Raft configuration, the snapshot and the restore answer on
-// the leader only, and elsewhere not_leader naming the leader, as the
-// Manager service's methods do.
+// The Operator service (rpcpb.Operator; operator.proto and docs/rpc.md say
+// what each method answers, and where), served beside Manager on a
+// manager's RPC listener, to callers with an operator credential
+// (operatorauth.go).
 
 // snapshotChunkBytes is the size of a snapshot archive's chunks, both ways.
 const snapshotChunkBytes = 1 << 20

@@ -12,14 +12,9 @@ import (
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
-// The Operator service's client side (operator.go): oncectl's calls of the
-// managers, with the retries and the leader following of every call
-// (Client.retry). Reads answer on whichever manager is asked; changes of
-// the Raft configuration, the snapshot and the restore follow "not leader"
-// to the leader. ClientConfig.OperatorSecret (sent in the
-// OperatorSecretMetadata metadata of these calls only), or a client
-// certificate of the operator role in ClientConfig.TLS, is the operator
-// credential.
+// The Operator service's client side (operator.go): oncectl's. The operator
+// credential is ClientConfig.OperatorSecret, sent with these calls only, or
+// a client certificate of the operator role in ClientConfig.TLS.
 
 // operatorCall runs an Operator method with the retries of every call,
 // the operator secret in its metadata, each attempt within AttemptTimeout

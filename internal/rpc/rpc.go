@@ -189,14 +189,9 @@ type (
 )
 
 // Service is what a manager offers gates, in the messages of the wire
-// (rpcpb, manager.proto). Implementations return *Error values (or errors
-// wrapping them) so the code survives the wire.
-//
-// Submit: the ledger's answer to a submission under an idempotency key
-// (docs/rpc.md has every member). ListJobs: a page of a tenant's jobs,
-// oldest first (desc: newest first); a page ends at the request's limit or
-// at ListPageBytes, whichever comes first, and next (empty on the last
-// page) continues after it.
+// (rpcpb; manager.proto says what each method answers). Implementations
+// return *Error values (or errors wrapping them) so the code survives the
+// wire.
 type Service interface {
 	Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error)
 	GetJob(ctx context.Context, tenant, id string) (*rpcpb.Job, error)

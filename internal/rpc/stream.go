@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"runtime"
@@ -88,29 +87,33 @@ type lane struct {
 // maxFreeCalls bounds a lane's free calls.
 const maxFreeCalls = 1024
 
-// dialOptions are the options of every connection to a manager: TLS or
-// plain, the cluster secret on every call, dial, backoff, keepalive and the
-// message bounds.
-func dialOptions(secret string, tlsCfg *tls.Config, dial DialFunc) []grpc.DialOption {
+// newConn returns a connection to the manager at addr, connected on first
+// use: TLS or plain, the cluster secret on every call, cfg's dial, backoff,
+// keepalive and the message bounds.
+func newConn(cfg *ClientConfig, addr string) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
-	if tlsCfg != nil {
-		creds = credentials.NewTLS(tlsCfg)
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	if dial != nil {
-		opts = append(opts, grpc.WithContextDialer(dial))
-	}
-	if secret != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(secretCredentials(secret)))
-	}
-	return append(opts,
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
-	)
+	}
+	if cfg.Dial != nil {
+		opts = append(opts, grpc.WithContextDialer(cfg.Dial))
+	}
+	if cfg.Secret != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(secretCredentials(cfg.Secret)))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return cc, nil
 }
 
 // idleReconnectWait is how long a dial waits on an IDLE channel it asked to
@@ -118,11 +121,10 @@ func dialOptions(secret string, tlsCfg *tls.Config, dial DialFunc) []grpc.DialOp
 const idleReconnectWait = 50 * time.Millisecond
 
 // dialLane connects to addr and opens a Submit stream, within ctx.
-// dial, when not nil, opens the connection (ClientConfig.Dial).
-func dialLane(ctx context.Context, addr, secret string, tlsCfg *tls.Config, dial DialFunc) (*lane, error) {
-	cc, err := grpc.NewClient("passthrough:///"+addr, dialOptions(secret, tlsCfg, dial)...)
+func dialLane(ctx context.Context, cfg *ClientConfig, addr string) (*lane, error) {
+	cc, err := newConn(cfg, addr)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
+		return nil, err
 	}
 	// Fail fast like a refused dial: wait for the connection to be ready or to
 	// fail, within the caller's attempt.
