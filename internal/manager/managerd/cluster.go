@@ -57,6 +57,20 @@ func (v *lanView) refresh(pool *membership.Pool, dc string) {
 	}
 }
 
+// memberMeta is what the manager publishes about itself in both gossip
+// pools.
+func memberMeta(cfg manager.Config) membership.Meta {
+	return membership.Meta{
+		Role:       membership.RoleManager,
+		Datacenter: cfg.Datacenter,
+		NodeID:     cfg.NodeID,
+		RPCAddr:    cfg.RPCAdvertise,
+		RaftAddr:   cfg.RaftAdvertise,
+		Version:    manager.ProtocolVersion,
+		Settings:   cfg.Idempotency.Canonical(),
+	}
+}
+
 // startCluster joins the LAN pool, feeds view from it and starts the
 // autopilot. secret is the cluster secret ("" for none), from which the pool
 // derives its keys when none is set; now is the clock m stamps with.
@@ -66,17 +80,10 @@ func startCluster(ctx context.Context, cfg manager.Config, secret string, now fu
 	if err != nil {
 		return nil, fmt.Errorf("read raft state: %w", err)
 	}
+	meta := memberMeta(cfg)
+	meta.HasRaftState = hasState
 	mcfg, err := membership.Settings{Addr: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Keys: cfg.GossipKey,
-		Profile: cfg.GossipProfile, Seeds: cfg.Join, Secret: secret, Label: membership.KeyLAN}.Config("MANAGER", cfg.NodeID, membership.Meta{
-		Role:         membership.RoleManager,
-		Datacenter:   cfg.Datacenter,
-		NodeID:       cfg.NodeID,
-		RPCAddr:      cfg.RPCAdvertise,
-		RaftAddr:     cfg.RaftAdvertise,
-		HasRaftState: hasState,
-		Version:      manager.ProtocolVersion,
-		Settings:     cfg.Idempotency.Canonical(),
-	}, log)
+		Profile: cfg.GossipProfile, Seeds: cfg.Join, Secret: secret, Label: membership.KeyLAN}.Config("MANAGER", cfg.NodeID, meta, log)
 	if err != nil {
 		return nil, err
 	}

@@ -52,15 +52,8 @@ func startFederation(ctx context.Context, cfg manager.Config, secret string, log
 		profile = membership.ProfileLocal // one host: the local timings serve both pools
 	}
 	mcfg, err := membership.Settings{Addr: cfg.WANGossipAddr, Advertise: cfg.WANGossipAdvertise, Keys: cfg.WANGossipKey,
-		Profile: profile, Seeds: cfg.WANJoin, Secret: secret, Label: membership.KeyWAN}.Config("MANAGER_WAN", cfg.NodeID+"."+cfg.Datacenter, membership.Meta{
-		Role:       membership.RoleManager,
-		Datacenter: cfg.Datacenter,
-		NodeID:     cfg.NodeID,
-		RPCAddr:    cfg.RPCAdvertise,
-		RaftAddr:   cfg.RaftAdvertise,
-		Version:    manager.ProtocolVersion,
-		Settings:   cfg.Idempotency.Canonical(),
-	}, log.With(logging.KeyComponent, "wan"))
+		Profile: profile, Seeds: cfg.WANJoin, Secret: secret, Label: membership.KeyWAN}.Config("MANAGER_WAN", cfg.NodeID+"."+cfg.Datacenter, memberMeta(cfg),
+		log.With(logging.KeyComponent, "wan"))
 	if err != nil {
 		return nil, err
 	}
