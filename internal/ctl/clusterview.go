@@ -64,21 +64,14 @@ token) or cannot be reached, and when no leader of its datacenter answered
 it (the view is printed first).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			token := g.token
 			if tokenFile != "" {
 				t, err := readTokenFile(tokenFile)
 				if err != nil {
 					return usagef("--operator-token-file: %v", err)
 				}
-				token = t
+				g.token = t // the operator's token is this command's --token
 			}
-			c, err := client.New(g.gates, client.Options{Token: token, MaxAttempts: 5})
-			if err != nil {
-				return usagef("--gates: %v", err)
-			}
-			ctx, cancel := g.context(cmd)
-			defer cancel()
-			return g.clusterView(ctx, c)
+			return g.withGates(cmd, nil, g.clusterView)
 		},
 	}
 	cmd.Flags().StringVar(&tokenFile, "operator-token-file", tokenFile, "file holding an operator's bearer token for the gate (env "+EnvOperatorTokenFile+")")
