@@ -113,16 +113,12 @@ func (e *Error) Is(target error) bool {
 
 // Sentinels for errors.Is.
 var (
-	ErrNotLeader   = &Error{Code: CodeNotLeader, Message: "not the leader"}
-	ErrUnavailable = &Error{Code: CodeUnavailable, Message: "unavailable"}
-	ErrLedgerFull  = &Error{Code: CodeLedgerFull, Message: "ledger full"}
-	ErrNotFound    = &Error{Code: CodeNotFound, Message: "not found"}
-	ErrInvalid     = &Error{Code: CodeInvalid, Message: "invalid request"}
-	ErrInternal    = &Error{Code: CodeInternal, Message: "internal error"}
-)
-
-// Sentinels of the ledger's refusals and of oversized answers.
-var (
+	ErrNotLeader      = &Error{Code: CodeNotLeader, Message: "not the leader"}
+	ErrUnavailable    = &Error{Code: CodeUnavailable, Message: "unavailable"}
+	ErrLedgerFull     = &Error{Code: CodeLedgerFull, Message: "ledger full"}
+	ErrNotFound       = &Error{Code: CodeNotFound, Message: "not found"}
+	ErrInvalid        = &Error{Code: CodeInvalid, Message: "invalid request"}
+	ErrInternal       = &Error{Code: CodeInternal, Message: "internal error"}
 	ErrWatermarksFull = &Error{Code: CodeWatermarksFull, Message: "watermark table full"}
 	ErrOutboxFull     = &Error{Code: CodeOutboxFull, Message: "outbox full"}
 	ErrTenantQuota    = &Error{Code: CodeTenantQuota, Message: "tenant over its share"}
