@@ -234,16 +234,9 @@ func (c *Client) streamAttempt(ctx context.Context, addr, what string, item *rpc
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	slot := c.laneRR.Add(1)
-	l := c.liveLane(addr, slot)
-	if l == nil {
-		dctx, cancel := context.WithDeadline(ctx, deadline)
-		var err error
-		l, err = c.lane(dctx, addr, slot)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
-		}
+	l, err := c.lane(ctx, addr, c.laneRR.Add(1), deadline)
+	if err != nil {
+		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
@@ -271,29 +264,9 @@ func (c *Client) streamAttempt(ctx context.Context, addr, what string, item *rpc
 	}
 }
 
-// liveLane returns the live lane of slot (modulo the slots) to addr, nil
-// when it has none (then lane dials one).
-func (c *Client) liveLane(addr string, slot uint64) *lane {
-	c.mu.Lock()
-	p := c.peers[addr]
-	closed := c.closed
-	c.mu.Unlock()
-	if p == nil || closed {
-		return nil
-	}
-	s := &p.slots[slot%uint64(len(p.slots))]
-	s.mu.Lock()
-	l := s.l
-	s.mu.Unlock()
-	if l == nil || l.dead() {
-		return nil
-	}
-	return l
-}
-
 // lane returns the live lane of slot (modulo the slots) to addr, dialling
-// one if the slot has none.
-func (c *Client) lane(ctx context.Context, addr string, slot uint64) (*lane, error) {
+// one, by deadline, if the slot has none.
+func (c *Client) lane(ctx context.Context, addr string, slot uint64, deadline time.Time) (*lane, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -315,14 +288,13 @@ func (c *Client) lane(ctx context.Context, addr string, slot uint64) (*lane, err
 		s.l.wg.Wait() // a dead lane's goroutines are ending
 		s.l = nil
 	}
-	l, err := dialLane(ctx, &c.cfg, addr)
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	l, err := dialLane(dctx, &c.cfg, addr)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed { // Close ran while we dialled
+	if c.isClosed() { // Close ran while we dialled
 		l.close()
 		return nil, errClientClosed
 	}
