@@ -30,7 +30,6 @@ import (
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/manager"
-	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/telemetry"
 	"github.com/once-dev/once/internal/tracing"
@@ -177,7 +176,7 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 	// docs/rpc.md).
 	// The Operator service answers as soon as the listener does; its pool
 	// reads wait for the join (unavailable until then).
-	op := operator{m: m, node: cfg.NodeID, log: log.With(logging.KeyNode, cfg.NodeID), pool: fed.lan.Load, wan: func() *membership.Pool { return fed.wan }}
+	op := operator{m: m, node: cfg.NodeID, log: log.With(logging.KeyNode, cfg.NodeID), fed: fed}
 	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http"), Secret: secret, TLS: serverTLS,
 		Operator: op, OperatorAuth: opAuth})
 	mux := srv.Mux()

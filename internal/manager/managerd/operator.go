@@ -22,10 +22,9 @@ import (
 // ask a manager (docs/oncectl.md).
 type operator struct {
 	m    *manager.Manager
-	node string                  // the manager's NodeID
-	log  *slog.Logger            // the manager's logger
-	pool func() *membership.Pool // the LAN pool, nil until joined
-	wan  func() *membership.Pool // the WAN pool, nil when not federated
+	node string       // the manager's NodeID
+	log  *slog.Logger // the manager's logger
+	fed  *federation  // its gossip pools: the LAN pool nil until joined, the WAN pool nil when not federated
 }
 
 // operatorTimeout bounds a change to the Raft configuration.
@@ -35,7 +34,7 @@ const operatorTimeout = 10 * time.Second
 var errNotJoined = rpc.Errorf(rpc.CodeUnavailable, "the manager has not joined its gossip pool yet")
 
 func (o operator) Members(context.Context) (*rpcpb.MembersResponse, error) {
-	p := o.pool()
+	p := o.fed.lan.Load()
 	if p == nil {
 		return nil, errNotJoined
 	}
@@ -71,12 +70,9 @@ func (o operator) Keyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcp
 	}
 	switch pool {
 	case rpc.PoolLAN:
-		p = o.pool()
+		p = o.fed.lan.Load()
 	case rpc.PoolWAN:
-		if o.wan != nil {
-			p = o.wan()
-		}
-		if p == nil {
+		if p = o.fed.wan; p == nil {
 			return nil, rpc.Errorf(rpc.CodeInvalid, "this manager is not in a WAN pool (MANAGER_WAN_GOSSIP_ADDR)")
 		}
 	default:
