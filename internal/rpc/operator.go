@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"errors"
 	"io"
 
 	"google.golang.org/grpc"
@@ -159,8 +158,7 @@ func (c *chunkWriter) flush() error {
 	return c.send(&rpcpb.SnapshotChunk{Data: b})
 }
 
-// chunkReader reads the chunks recv returns as one stream; the end of the
-// client's stream is io.EOF.
+// chunkReader reads the chunks recv returns as one stream.
 type chunkReader struct {
 	recv func() (*rpcpb.SnapshotChunk, error)
 	buf  []byte
@@ -170,10 +168,7 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	for len(c.buf) == 0 {
 		ch, err := c.recv()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return 0, io.EOF
-			}
-			return 0, err
+			return 0, err // io.EOF at the end of the client's stream
 		}
 		c.buf = ch.GetData()
 	}
