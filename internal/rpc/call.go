@@ -168,7 +168,7 @@ func grpcCode(c Code) codes.Code {
 }
 
 // callStatus is the status a unary method answers err with, nil for nil
-// (toPBError's rules: an *Error keeps its code, a context error is
+// (asError's rules: an *Error keeps its code, a context error is
 // unavailable, anything else internal and logged). A handler returns its
 // answer beside it: gRPC sends no answer with an error.
 func (s *Server) callStatus(what string, err error) error {
