@@ -44,7 +44,7 @@ func decodeMembers(members []fingerprint.Member, defaultDC string) (req api.JobR
 			req.Payload = json.RawMessage(m.Value)
 		case "type":
 			t, tail, ok := plainString(m.Value)
-			if !ok || len(tail) != 0 || !validName(t, api.MaxTypeLen) {
+			if !ok || len(tail) != 0 || !api.ValidName(t, api.MaxTypeLen) {
 				return req, false
 			}
 			req.Type, seenType = string(t), true
@@ -117,7 +117,7 @@ func datacenters(v []byte) ([]string, bool) {
 	items := 0
 	for len(v) > 0 {
 		name, rest, ok := plainString(v)
-		if !ok || !validName(name, api.MaxDatacenterLen) || items == api.MaxDatacenters {
+		if !ok || !api.ValidName(name, api.MaxDatacenterLen) || items == api.MaxDatacenters {
 			return nil, false
 		}
 		items++
@@ -152,17 +152,4 @@ func plainString(s []byte) (str, rest []byte, ok bool) {
 		}
 	}
 	return nil, nil, false
-}
-
-// validName is api's name rule: 1 to max bytes of A-Z a-z 0-9 . _ -.
-func validName(s []byte, max int) bool {
-	if len(s) == 0 || len(s) > max {
-		return false
-	}
-	for _, c := range s {
-		if !isNameChar(c) {
-			return false
-		}
-	}
-	return true
 }

@@ -258,7 +258,7 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf("invalid request: field \"worker\": longer than %d bytes", api.MaxTypeLen)
 	}
 	for _, t := range req.Types {
-		if err == nil && !validName([]byte(t), api.MaxTypeLen) {
+		if err == nil && !api.ValidName(t, api.MaxTypeLen) {
 			err = fmt.Errorf("invalid request: field \"types\": %q is not a job type", t)
 		}
 	}

@@ -222,26 +222,44 @@ func syntaxError(err error) *RequestError {
 	return badRequest("", "is not valid JSON: %v", err)
 }
 
-// validateName checks s against the name alphabet shared by job types and
-// datacenter names: 1 to max characters of A-Z a-z 0-9 . _ -.
-func validateName(s string, max int) error {
-	if s == "" {
-		return errors.New("got an empty string")
-	}
-	if len(s) > max {
-		return fmt.Errorf("got %d characters", len(s))
+// ValidName reports whether s is a valid job type (max MaxTypeLen) or
+// datacenter name (max MaxDatacenterLen): 1 to max bytes of
+// A-Z a-z 0-9 . _ -.
+func ValidName[S ~string | ~[]byte](s S, max int) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' {
-			continue
+		if !isNameByte(s[i]) {
+			return false
 		}
-		if c < 0x20 || c >= 0x7f {
-			return fmt.Errorf("got byte 0x%02X at offset %d", c, i)
-		}
-		return fmt.Errorf("got %q at offset %d", c, i)
 	}
-	return nil
+	return true
+}
+
+func isNameByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+// validateName is ValidName with the reason s is not a name.
+func validateName(s string, max int) error {
+	switch {
+	case ValidName(s, max):
+		return nil
+	case s == "":
+		return errors.New("got an empty string")
+	case len(s) > max:
+		return fmt.Errorf("got %d characters", len(s))
+	}
+	i := 0
+	for isNameByte(s[i]) {
+		i++
+	}
+	c := s[i]
+	if c < 0x20 || c >= 0x7f {
+		return fmt.Errorf("got byte 0x%02X at offset %d", c, i)
+	}
+	return fmt.Errorf("got %q at offset %d", c, i)
 }
 
 // checkJSONValue checks a JSON value that encoding/json has already accepted
