@@ -130,10 +130,7 @@ type Result struct {
 
 // Submit submits job with a new key from Options.Keys. See SubmitWithKey.
 func (c *Client) Submit(ctx context.Context, job api.JobRequest) (*Result, error) {
-	if c.opts.Keys == nil {
-		return nil, ErrNoKeys
-	}
-	key, err := c.opts.Keys.Next()
+	key, err := c.nextKey()
 	if err != nil {
 		return nil, err
 	}
@@ -147,26 +144,11 @@ func (c *Client) Submit(ctx context.Context, job api.JobRequest) (*Result, error
 // run out, the last error is returned (wrapping ctx.Err() when the context
 // ended it).
 func (c *Client) SubmitWithKey(ctx context.Context, key string, job api.JobRequest) (*Result, error) {
-	if _, err := keys.Parse(key); err != nil {
-		return nil, err
-	}
 	body, err := json.Marshal(job)
 	if err != nil {
 		return nil, fmt.Errorf("client: encoding job: %w", err)
 	}
-	var res Result
-	err = c.do(ctx, http.MethodPost, "/v1/jobs", body, func(h http.Header) {
-		h.Set(api.HeaderIdempotencyKey, key)
-		h.Set("Content-Type", api.ContentTypeJSON)
-	}, func(resp *http.Response, b []byte) error {
-		res.Replayed = resp.Header.Get(api.HeaderReplayed) == "true"
-		return json.Unmarshal(b, &res.Job)
-	})
-	if err != nil {
-		return nil, err
-	}
-	res.Key = key
-	return &res, nil
+	return c.keyed(ctx, key, "/v1/jobs", body)
 }
 
 // Cancel cancels the queued job id of the client's tenant: it ends
@@ -191,25 +173,30 @@ func (c *Client) Retry(ctx context.Context, id, key string) (*Result, error) {
 
 func (c *Client) jobAction(ctx context.Context, id, key, action string) (*Result, error) {
 	if key == "" {
-		if c.opts.Keys == nil {
-			return nil, ErrNoKeys
-		}
 		var err error
-		if key, err = c.opts.Keys.Next(); err != nil {
+		if key, err = c.nextKey(); err != nil {
 			return nil, err
 		}
 	}
+	return c.keyed(ctx, key, jobPath(id, action), nil)
+}
+
+func (c *Client) nextKey() (string, error) {
+	if c.opts.Keys == nil {
+		return "", ErrNoKeys
+	}
+	return c.opts.Keys.Next()
+}
+
+// keyed posts body to path with the structured idempotency key key; the
+// answer is a job.
+func (c *Client) keyed(ctx context.Context, key, path string, body []byte) (*Result, error) {
 	if _, err := keys.Parse(key); err != nil {
 		return nil, err
 	}
 	res := Result{Key: key}
-	err := c.do(ctx, http.MethodPost, jobPath(id, action), nil, func(h http.Header) {
-		h.Set(api.HeaderIdempotencyKey, key)
-	}, func(resp *http.Response, b []byte) error {
-		res.Replayed = resp.Header.Get(api.HeaderReplayed) == "true"
-		return json.Unmarshal(b, &res.Job)
-	})
-	if err != nil {
+	var err error
+	if res.Replayed, err = c.do(ctx, 0, http.MethodPost, path, key, body, &res.Job); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -218,7 +205,7 @@ func (c *Client) jobAction(ctx context.Context, id, key, action string) (*Result
 // GetJob reads one job: the gate looks in its own datacenter, then in the
 // others of the federation.
 func (c *Client) GetJob(ctx context.Context, id string) (*api.Job, error) {
-	return c.getJob(ctx, "/v1/jobs/"+url.PathEscape(id))
+	return get[api.Job](ctx, c, "/v1/jobs/"+url.PathEscape(id))
 }
 
 // GetJobIn reads datacenter's copy of one job (?datacenter=); an error
@@ -226,30 +213,12 @@ func (c *Client) GetJob(ctx context.Context, id string) (*api.Job, error) {
 // multi-datacenter job reaches every datacenter it names, but not at once
 // when one was unreachable).
 func (c *Client) GetJobIn(ctx context.Context, id, datacenter string) (*api.Job, error) {
-	return c.getJob(ctx, "/v1/jobs/"+url.PathEscape(id)+"?datacenter="+url.QueryEscape(datacenter))
-}
-
-func (c *Client) getJob(ctx context.Context, path string) (*api.Job, error) {
-	var j api.Job
-	err := c.do(ctx, http.MethodGet, path, nil, nil, func(_ *http.Response, b []byte) error {
-		return json.Unmarshal(b, &j)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &j, nil
+	return get[api.Job](ctx, c, "/v1/jobs/"+url.PathEscape(id)+"?datacenter="+url.QueryEscape(datacenter))
 }
 
 // GetKey reads the ledger's entry of an idempotency key.
 func (c *Client) GetKey(ctx context.Context, key string) (*api.KeyInfo, error) {
-	var k api.KeyInfo
-	err := c.do(ctx, http.MethodGet, "/v1/idempotency-keys/"+url.PathEscape(key), nil, nil, func(_ *http.Response, b []byte) error {
-		return json.Unmarshal(b, &k)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &k, nil
+	return get[api.KeyInfo](ctx, c, "/v1/idempotency-keys/"+url.PathEscape(key))
 }
 
 // Cluster reads GET /v1/cluster: the gate's datacenter as its managers
@@ -260,14 +229,16 @@ func (c *Client) GetKey(ctx context.Context, key string) (*api.KeyInfo, error) {
 // datacenter that did not answer the gate is listed with its Error, not
 // returned as one.
 func (c *Client) Cluster(ctx context.Context) (*api.Cluster, error) {
-	var v api.Cluster
-	err := c.do(ctx, http.MethodGet, "/v1/cluster", nil, nil, func(_ *http.Response, b []byte) error {
-		return json.Unmarshal(b, &v)
-	})
-	if err != nil {
+	return get[api.Cluster](ctx, c, "/v1/cluster")
+}
+
+// get reads path into a new T.
+func get[T any](ctx context.Context, c *Client, path string) (*T, error) {
+	v := new(T)
+	if _, err := c.do(ctx, 0, http.MethodGet, path, "", nil, v); err != nil {
 		return nil, err
 	}
-	return &v, nil
+	return v, nil
 }
 
 // ListOptions filter ListJobs.
@@ -310,14 +281,7 @@ func (c *Client) ListPage(ctx context.Context, opts ListOptions, after string) (
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var l api.JobList
-	err := c.do(ctx, http.MethodGet, path, nil, nil, func(_ *http.Response, b []byte) error {
-		return json.Unmarshal(b, &l)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return get[api.JobList](ctx, c, path)
 }
 
 // ListJobs iterates over every job matching opts, oldest first (newest first
@@ -345,45 +309,42 @@ func (c *Client) ListJobs(ctx context.Context, opts ListOptions) iter.Seq2[api.J
 	}
 }
 
-// do runs one call with retries. decode is given a 2xx answer's body.
-func (c *Client) do(ctx context.Context, method, path string, body []byte, header func(http.Header), decode func(*http.Response, []byte) error) error {
-	return c.doLonger(ctx, 0, method, path, body, header, decode)
-}
-
-// doLonger is do with each attempt's timeout lengthened by extra (a long
-// poll's wait).
-func (c *Client) doLonger(ctx context.Context, extra time.Duration, method, path string, body []byte, header func(http.Header), decode func(*http.Response, []byte) error) error {
+// do runs one call with retries and decodes its 2xx answer into out. key,
+// when not empty, is sent as the Idempotency-Key; a body is sent as JSON.
+// extra lengthens each attempt's timeout (a long poll's wait). replayed is
+// the answer's Idempotent-Replayed header.
+func (c *Client) do(ctx context.Context, extra time.Duration, method, path, key string, body []byte, out any) (replayed bool, err error) {
 	// Spread calls over the gates; an attempt that fails moves to the next.
 	first := int(c.start.Add(1) % uint64(len(c.gates)))
 	var last error
 	for attempt := 0; attempt < c.opts.MaxAttempts; attempt++ {
 		if attempt > 0 {
 			if err := c.wait(ctx, attempt, last); err != nil {
-				return err
+				return false, err
 			}
 		}
 		gate := c.gates[(first+attempt)%len(c.gates)]
-		resp, b, err := c.once(ctx, extra, gate, method, path, body, header)
+		resp, b, err := c.once(ctx, extra, gate, method, path, key, body)
 		if err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("client: %s %s: %w (last error: %w)", method, path, ctx.Err(), err)
+				return false, fmt.Errorf("client: %s %s: %w (last error: %w)", method, path, ctx.Err(), err)
 			}
 			last = err // connection error or attempt timeout: retry
 			continue
 		}
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-			if err := decode(resp, b); err != nil {
-				return fmt.Errorf("client: decoding %s %s answer: %w", method, path, err)
+			if err := json.Unmarshal(b, out); err != nil {
+				return false, fmt.Errorf("client: decoding %s %s answer: %w", method, path, err)
 			}
-			return nil
+			return resp.Header.Get(api.HeaderReplayed) == "true", nil
 		}
 		e := problem(resp, b)
 		if !transient(e) {
-			return e
+			return false, e
 		}
 		last = e
 	}
-	return last
+	return false, last
 }
 
 // transient reports whether an answer is worth another attempt with the same
@@ -421,7 +382,7 @@ func (c *Client) wait(ctx context.Context, attempt int, last error) error {
 }
 
 // once is one HTTP exchange, bounded by AttemptTimeout + extra.
-func (c *Client) once(ctx context.Context, extra time.Duration, gate *url.URL, method, path string, body []byte, header func(http.Header)) (*http.Response, []byte, error) {
+func (c *Client) once(ctx context.Context, extra time.Duration, gate *url.URL, method, path, key string, body []byte) (*http.Response, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout+extra)
 	defer cancel()
 	var r io.Reader
@@ -432,13 +393,16 @@ func (c *Client) once(ctx context.Context, extra time.Duration, gate *url.URL, m
 	if err != nil {
 		return nil, nil, fmt.Errorf("client: %w", err)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", api.ContentTypeJSON)
+	}
+	if key != "" {
+		req.Header.Set(api.HeaderIdempotencyKey, key)
+	}
 	if c.opts.Token != "" {
 		req.Header.Set(api.HeaderAuthorization, "Bearer "+c.opts.Token)
 	}
 	req.Header.Set("Accept", api.ContentTypeJSON+", "+api.ContentTypeProblem)
-	if header != nil {
-		header(req.Header)
-	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("client: %s %s%s: %w", method, gate.Host, path, err)

@@ -42,18 +42,18 @@ func workerKey() string {
 	return "w-" + hex.EncodeToString(b[:])
 }
 
-// workerCall posts v to path with a fresh Idempotency-Key and decodes the
-// answer into out.
-func (c *Client) workerCall(ctx context.Context, extra time.Duration, path string, v, out any) error {
+// post posts v to path with a fresh Idempotency-Key and decodes the answer
+// into a new T; extra lengthens each attempt's timeout.
+func post[T any](ctx context.Context, c *Client, extra time.Duration, path string, v any) (*T, error) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("client: encoding %s: %w", path, err)
+		return nil, fmt.Errorf("client: encoding %s: %w", path, err)
 	}
-	key := workerKey()
-	return c.doLonger(ctx, extra, http.MethodPost, path, body, func(h http.Header) {
-		h.Set(api.HeaderIdempotencyKey, key)
-		h.Set("Content-Type", api.ContentTypeJSON)
-	}, func(_ *http.Response, b []byte) error { return json.Unmarshal(b, out) })
+	out := new(T)
+	if _, err := c.do(ctx, extra, http.MethodPost, path, workerKey(), body, out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func seconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
@@ -64,8 +64,8 @@ func seconds(d time.Duration) int { return int((d + time.Second - 1) / time.Seco
 func (c *Client) Lease(ctx context.Context, opts LeaseOptions) ([]api.Lease, error) {
 	req := api.LeaseRequest{Types: opts.Types, MaxJobs: opts.MaxJobs, LeaseSeconds: seconds(opts.LeaseFor),
 		WaitSeconds: seconds(opts.Wait), Worker: opts.Worker}
-	var out api.LeaseList
-	if err := c.workerCall(ctx, opts.Wait, "/v1/leases", req, &out); err != nil {
+	out, err := post[api.LeaseList](ctx, c, opts.Wait, "/v1/leases", req)
+	if err != nil {
 		return nil, err
 	}
 	return out.Leases, nil
@@ -76,9 +76,9 @@ func jobPath(jobID, action string) string { return "/v1/jobs/" + url.PathEscape(
 // Heartbeat extends a lease to now + leaseFor (0: 30 s) and returns its new
 // expiry. An error matching ErrLeaseLost: the job is no longer the caller's.
 func (c *Client) Heartbeat(ctx context.Context, jobID, leaseID string, leaseFor time.Duration) (time.Time, error) {
-	var out api.HeartbeatResponse
-	if err := c.workerCall(ctx, 0, jobPath(jobID, "heartbeat"),
-		api.HeartbeatRequest{LeaseID: leaseID, LeaseSeconds: seconds(leaseFor)}, &out); err != nil {
+	out, err := post[api.HeartbeatResponse](ctx, c, 0, jobPath(jobID, "heartbeat"),
+		api.HeartbeatRequest{LeaseID: leaseID, LeaseSeconds: seconds(leaseFor)})
+	if err != nil {
 		return time.Time{}, err
 	}
 	return time.Parse(time.RFC3339Nano, out.ExpiresAt)
@@ -92,11 +92,7 @@ func (c *Client) Complete(ctx context.Context, jobID, leaseID string, result any
 	if err != nil {
 		return nil, fmt.Errorf("client: encoding the result of job %s: %w", jobID, err)
 	}
-	var job api.Job
-	if err := c.workerCall(ctx, 0, jobPath(jobID, "complete"), api.CompleteRequest{LeaseID: leaseID, Result: raw}, &job); err != nil {
-		return nil, err
-	}
-	return &job, nil
+	return post[api.Job](ctx, c, 0, jobPath(jobID, "complete"), api.CompleteRequest{LeaseID: leaseID, Result: raw})
 }
 
 // Completion is one item of CompleteMany: a leased job and its result (any
@@ -132,8 +128,8 @@ func (c *Client) CompleteMany(ctx context.Context, items []Completion) ([]Comple
 		}
 		req.Completions[i] = api.Completion{JobID: it.JobID, LeaseID: it.LeaseID, Result: raw}
 	}
-	var out api.CompletionsResponse
-	if err := c.workerCall(ctx, 0, "/v1/completions", req, &out); err != nil {
+	out, err := post[api.CompletionsResponse](ctx, c, 0, "/v1/completions", req)
+	if err != nil {
 		return nil, err
 	}
 	if len(out.Results) != len(items) {
@@ -161,11 +157,7 @@ func (c *Client) Fail(ctx context.Context, jobID, leaseID, message string, retry
 	if len(message) > api.MaxJobErrorBytes {
 		message = message[:api.MaxJobErrorBytes]
 	}
-	var job api.Job
-	if err := c.workerCall(ctx, 0, jobPath(jobID, "fail"), api.FailRequest{LeaseID: leaseID, Error: message, Retry: &retry}, &job); err != nil {
-		return nil, err
-	}
-	return &job, nil
+	return post[api.Job](ctx, c, 0, jobPath(jobID, "fail"), api.FailRequest{LeaseID: leaseID, Error: message, Retry: &retry})
 }
 
 // ErrPermanent marks a handler's error as not worth a retry: Run then
