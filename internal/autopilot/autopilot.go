@@ -28,6 +28,7 @@ import (
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // RaftAPI is the part of *raft.Raft the autopilot uses: what raft-autopilot
@@ -201,7 +202,7 @@ type Autopilot struct {
 	libRunning bool // only the Run goroutine touches it
 
 	mu sync.Mutex
-	st status
+	st Status // HasState, Bootstrapped, LastReconcile, Waiting
 	// bootstrap state (only the Run goroutine touches it)
 	boot bootstrapState
 
@@ -220,7 +221,7 @@ type Autopilot struct {
 	// each once.
 	held map[raft.ServerID]bool
 	// health: raft-autopilot's last state (NotifyState); nil when not leader.
-	health *Health
+	health *api.AutopilotHealth
 
 	// rmu guards the identity claims refused (identity.go).
 	rmu sync.Mutex
@@ -228,13 +229,6 @@ type Autopilot struct {
 	refusals map[string]Refusal
 	// refusalCounts: refusals made since start, by reason.
 	refusalCounts map[string]uint64
-}
-
-type status struct {
-	hasState      bool
-	bootstrapped  bool
-	lastReconcile time.Time
-	waiting       string
 }
 
 // Status is a snapshot of what the autopilot has done and is waiting for.
@@ -252,7 +246,7 @@ type Status struct {
 	Waiting string
 	// Health is raft-autopilot's view of the servers, on the leader once it
 	// has computed one (nil elsewhere).
-	Health *Health
+	Health *api.AutopilotHealth
 	// Refused: the pool members' identity claims this leader refuses
 	// (identity.go); empty elsewhere.
 	Refused []Refusal
@@ -288,15 +282,8 @@ func (a *Autopilot) Status() Status {
 	a.mu.Lock()
 	st := a.st
 	a.mu.Unlock()
-	return Status{
-		HasState:      st.hasState,
-		Bootstrapped:  st.bootstrapped,
-		Leader:        a.raft.State() == raft.Leader,
-		LastReconcile: st.lastReconcile,
-		Waiting:       st.waiting,
-		Health:        a.Health(),
-		Refused:       a.Refused(),
-	}
+	st.Leader, st.Health, st.Refused = a.raft.State() == raft.Leader, a.Health(), a.Refused()
+	return st
 }
 
 // Run bootstraps (if this manager is fresh and the conditions hold) and,
@@ -413,7 +400,7 @@ func (a *Autopilot) step(ctx context.Context) {
 	a.addServers()
 	a.lib.RemoveDeadServers() // a signal: raft-autopilot prunes in its own goroutine
 	a.mu.Lock()
-	a.st.lastReconcile = time.Now()
+	a.st.LastReconcile = time.Now()
 	a.mu.Unlock()
 }
 
@@ -433,7 +420,7 @@ func (a *Autopilot) stopLib() {
 // hasState reports whether this manager holds Raft state, latching true.
 func (a *Autopilot) hasState() bool {
 	a.mu.Lock()
-	has := a.st.hasState
+	has := a.st.HasState
 	a.mu.Unlock()
 	if has {
 		return true
@@ -446,8 +433,8 @@ func (a *Autopilot) hasState() bool {
 	}
 	if has {
 		a.mu.Lock()
-		a.st.hasState = true
-		a.st.waiting = ""
+		a.st.HasState = true
+		a.st.Waiting = ""
 		a.mu.Unlock()
 		a.log.Info("raft state present; this manager will not bootstrap")
 	}
@@ -490,8 +477,8 @@ func (a *Autopilot) modifyMeta(fn func(*membership.Meta)) bool {
 
 func (a *Autopilot) setWaiting(why string) {
 	a.mu.Lock()
-	changed := a.st.waiting != why
-	a.st.waiting = why
+	changed := a.st.Waiting != why
+	a.st.Waiting = why
 	a.mu.Unlock()
 	if changed && why != "" {
 		a.log.Info("bootstrap waiting", logging.KeyReason, why)
@@ -549,7 +536,7 @@ func (a *Autopilot) Leave(ctx context.Context, timeout time.Duration) error {
 		if err := f.Error(); err != nil {
 			return fmt.Errorf("autopilot: leave: %w", err)
 		}
-		if !inConfig(f.Configuration(), self) {
+		if serverIndex(f.Configuration().Servers, self) < 0 {
 			a.log.Info("removed from the raft configuration")
 			return nil
 		}
@@ -573,13 +560,4 @@ func (a *Autopilot) otherVoters(self raft.ServerID) int {
 		}
 	}
 	return n
-}
-
-func inConfig(c raft.Configuration, id raft.ServerID) bool {
-	for _, s := range c.Servers {
-		if s.ID == id {
-			return true
-		}
-	}
-	return false
 }

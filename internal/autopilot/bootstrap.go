@@ -218,7 +218,7 @@ func (a *Autopilot) tryBootstrap() {
 	case err == nil:
 		a.boot.done = true
 		a.mu.Lock()
-		a.st.bootstrapped = true
+		a.st.Bootstrapped = true
 		a.mu.Unlock()
 		a.log.Info("raft cluster bootstrapped")
 	case isCantBootstrap(err):

@@ -12,39 +12,15 @@ import (
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
+	"github.com/once-dev/once/pkg/api"
 )
 
-// Health is raft-autopilot's view of the datacenter's Raft servers, as this
-// manager last computed it as the leader.
-type Health struct {
-	// Healthy: every server of the configuration is healthy.
-	Healthy bool
-	// FailureTolerance is how many voters can fail without losing quorum
-	// (healthy voters beyond a majority).
-	FailureTolerance int
-	// Servers, by ID.
-	Servers []ServerHealth
-}
-
-// ServerHealth is one server of Health.
-type ServerHealth struct {
-	ID      string
-	Address string
-	// Status is the pool's: "alive", "failed" (also for a server the pool
-	// does not know), "left".
-	Status string
-	// RaftState: "leader", "voter", "non-voter" or "staging".
-	RaftState string
-	// Healthy: alive in the pool, reached by this leader's heartbeats within
-	// LastContactThreshold, and on the leader's term.
-	Healthy bool
-	// StableSince is when Healthy last changed.
-	StableSince time.Time
-}
-
 // Health returns raft-autopilot's last computed state while this manager is
-// the leader, nil otherwise.
-func (a *Autopilot) Health() *Health {
+// the leader, nil otherwise. A server's Status is the pool's, "failed" also
+// for one the pool does not know; it is Healthy when alive in the pool,
+// reached by this leader's heartbeats within LastContactThreshold, and on
+// the leader's term.
+func (a *Autopilot) Health() *api.AutopilotHealth {
 	a.dmu.Lock()
 	defer a.dmu.Unlock()
 	if a.health == nil {
@@ -78,14 +54,14 @@ func (d *delegate) AutopilotConfig() *raftautopilot.Config {
 // NotifyState keeps raft-autopilot's new state for Health and logs the
 // servers whose health changed.
 func (d *delegate) NotifyState(s *raftautopilot.State) {
-	h := &Health{Healthy: s.Healthy, FailureTolerance: s.FailureTolerance}
+	h := &api.AutopilotHealth{Healthy: s.Healthy, FailureTolerance: s.FailureTolerance}
 	for id, srv := range s.Servers {
-		h.Servers = append(h.Servers, ServerHealth{
+		h.Servers = append(h.Servers, api.ServerHealth{
 			ID: string(id), Address: string(srv.Server.Address), Status: string(srv.Server.NodeStatus),
 			RaftState: string(srv.State), Healthy: srv.Health.Healthy, StableSince: srv.Health.StableSince,
 		})
 	}
-	slices.SortFunc(h.Servers, func(x, y ServerHealth) int { return cmp.Compare(x.ID, y.ID) })
+	slices.SortFunc(h.Servers, func(x, y api.ServerHealth) int { return cmp.Compare(x.ID, y.ID) })
 	d.dmu.Lock()
 	prev := d.health
 	d.health = h
@@ -94,7 +70,7 @@ func (d *delegate) NotifyState(s *raftautopilot.State) {
 		return // a new leader's first view: nothing changed yet
 	}
 	for id, srv := range s.Servers {
-		i := slices.IndexFunc(prev.Servers, func(p ServerHealth) bool { return p.ID == string(id) })
+		i := slices.IndexFunc(prev.Servers, func(p api.ServerHealth) bool { return p.ID == string(id) })
 		switch {
 		case i < 0 && srv.Health.Healthy:
 		case i >= 0 && prev.Servers[i].Healthy == srv.Health.Healthy:
@@ -157,7 +133,7 @@ func (d *delegate) KnownServers() map[raft.ServerID]*raftautopilot.Server {
 		switch {
 		case m.State == membership.StateLeft:
 			status = raftautopilot.NodeLeft
-		case m.State == membership.StateAlive && !m.Meta.Leaving:
+		case serving(m):
 			status = raftautopilot.NodeAlive
 		}
 		out[id] = &raftautopilot.Server{
@@ -232,14 +208,11 @@ func (a *Autopilot) allowRemovals(f *raftautopilot.FailedServers, now time.Time)
 	}
 	for id := range a.absentSince {
 		_, known := byID[id]
-		if known || !slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == id }) {
+		if known || serverIndex(servers, id) < 0 {
 			delete(a.absentSince, id)
 		}
 	}
-	alive := func(id raft.ServerID) bool {
-		m, ok := byID[id]
-		return id == self || (ok && m.State == membership.StateAlive && !m.Meta.Leaving)
-	}
+	alive := a.aliveIn(byID)
 	allow := func(id raft.ServerID, reason string, since time.Time) bool {
 		if id == self {
 			return false
@@ -306,16 +279,33 @@ func (a *Autopilot) allowRemovals(f *raftautopilot.FailedServers, now time.Time)
 		FailedVoters:    failedOK(f.FailedVoters),
 	}
 	for id := range a.held {
-		if _, failing := a.unreachable[id]; failing || !slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == id }) {
+		if _, failing := a.unreachable[id]; failing || serverIndex(servers, id) < 0 {
 			delete(a.held, id)
 		}
 	}
 	for id := range a.refused {
-		if alive(id) || !slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == id }) {
+		if alive(id) || serverIndex(servers, id) < 0 {
 			delete(a.refused, id)
 		}
 	}
 	return out
+}
+
+// serving reports whether m is alive in the pool and not leaving it.
+func serving(m membership.Member) bool { return m.State == membership.StateAlive && !m.Meta.Leaving }
+
+// aliveIn returns whether a server is serving by byID's record; this
+// manager always is.
+func (a *Autopilot) aliveIn(byID map[raft.ServerID]membership.Member) func(raft.ServerID) bool {
+	return func(id raft.ServerID) bool {
+		m, ok := byID[id]
+		return string(id) == a.cfg.NodeID || ok && serving(m)
+	}
+}
+
+// serverIndex is the index of id in servers, or -1.
+func serverIndex(servers []raft.Server, id raft.ServerID) int {
+	return slices.IndexFunc(servers, func(s raft.Server) bool { return s.ID == id })
 }
 
 // quorumSafe reports whether removing id from servers leaves a configuration
@@ -366,14 +356,11 @@ func (a *Autopilot) addServers() {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	alive := func(id raft.ServerID) bool {
-		m, ok := byID[id]
-		return string(id) == a.cfg.NodeID || (ok && m.State == membership.StateAlive && !m.Meta.Leaving)
-	}
+	alive := a.aliveIn(byID)
 	for _, id := range ids {
 		m := byID[id]
 		if m.State == membership.StateLeft && string(id) != a.cfg.NodeID &&
-			slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == id }) {
+			serverIndex(servers, id) >= 0 {
 			if ok, _, _ := quorumSafe(servers, id, alive); !ok {
 				continue // allowRemovals logs the refusal
 			}
@@ -385,12 +372,12 @@ func (a *Autopilot) addServers() {
 			servers = slices.DeleteFunc(slices.Clone(servers), func(s raft.Server) bool { return s.ID == id })
 			continue
 		}
-		if m.State != membership.StateAlive || m.Meta.Leaving || string(id) == a.cfg.NodeID || m.Meta.RaftAddr == "" {
+		if !serving(m) || string(id) == a.cfg.NodeID || m.Meta.RaftAddr == "" {
 			continue
 		}
 		addr := raft.ServerAddress(m.Meta.RaftAddr)
 		what, as := "adding voter", "non-voter until healthy"
-		if i := slices.IndexFunc(servers, func(s raft.Server) bool { return s.ID == id }); i >= 0 {
+		if i := serverIndex(servers, id); i >= 0 {
 			if servers[i].Address == addr {
 				continue
 			}
