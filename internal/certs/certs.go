@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,14 +26,8 @@ var ErrLoad = errors.New("loading the TLS certificate")
 
 // Reloader holds the current certificate of a cert/key file pair.
 type Reloader struct {
-	certFile, keyFile string
-	log               *slog.Logger
-
-	cur atomic.Pointer[tls.Certificate]
-
-	mu      sync.Mutex // serialises reloads
-	modCert time.Time
-	modKey  time.Time
+	pair fileValue[tls.Certificate]
+	log  *slog.Logger
 }
 
 // New loads the pair; an error (unreadable files, a key that does not match
@@ -41,7 +36,15 @@ func New(certFile, keyFile string, log *slog.Logger) (*Reloader, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Reloader{certFile: certFile, keyFile: keyFile, log: log}
+	r := &Reloader{log: log}
+	r.pair = fileValue[tls.Certificate]{files: []string{certFile, keyFile}, errStat: ErrLoad,
+		load: func() (*tls.Certificate, error) {
+			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("%w from %s and %s: %w", ErrLoad, certFile, keyFile, err)
+			}
+			return &pair, nil
+		}}
 	if _, err := r.Reload(); err != nil {
 		return nil, err
 	}
@@ -50,39 +53,64 @@ func New(certFile, keyFile string, log *slog.Logger) (*Reloader, error) {
 
 // GetCertificate is tls.Config.GetCertificate.
 func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	return r.cur.Load(), nil
+	return r.pair.cur.Load(), nil
 }
 
 // Certificate returns the certificate in use.
-func (r *Reloader) Certificate() *tls.Certificate { return r.cur.Load() }
+func (r *Reloader) Certificate() *tls.Certificate { return r.pair.cur.Load() }
 
 // Reload loads the pair again if either file changed since the last load
 // (by modification time), and reports whether it did. On error the
 // certificate in use stays.
-func (r *Reloader) Reload() (bool, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ci, err1 := os.Stat(r.certFile)
-	ki, err2 := os.Stat(r.keyFile)
-	if err := errors.Join(err1, err2); err != nil {
-		return false, fmt.Errorf("%w: %w", ErrLoad, err)
+func (r *Reloader) Reload() (bool, error) { return r.pair.reload() }
+
+// fileValue is a value loaded from files (a certificate and its key, a CA
+// bundle): readers take the current one without a lock, and reload loads
+// it again when a file's modification time changed.
+type fileValue[T any] struct {
+	files   []string
+	errStat error // wraps the error of a file that cannot be stat'ed
+	load    func() (*T, error)
+
+	cur  atomic.Pointer[T]
+	mu   sync.Mutex // serialises reloads
+	mods []time.Time
+}
+
+// reload loads the value again if a file changed since the last load, and
+// reports whether it did. On error the value in use stays.
+func (v *fileValue[T]) reload() (bool, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	mods := make([]time.Time, len(v.files))
+	var errs []error
+	for i, f := range v.files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		mods[i] = fi.ModTime()
 	}
-	if r.cur.Load() != nil && ci.ModTime().Equal(r.modCert) && ki.ModTime().Equal(r.modKey) {
+	if err := errors.Join(errs...); err != nil {
+		return false, fmt.Errorf("%w: %w", v.errStat, err)
+	}
+	if v.cur.Load() != nil && slices.EqualFunc(mods, v.mods, time.Time.Equal) {
 		return false, nil
 	}
-	pair, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+	x, err := v.load()
 	if err != nil {
-		return false, fmt.Errorf("%w from %s and %s: %w", ErrLoad, r.certFile, r.keyFile, err)
+		return false, err
 	}
-	r.cur.Store(&pair)
-	r.modCert, r.modKey = ci.ModTime(), ki.ModTime()
+	v.cur.Store(x)
+	v.mods = mods
 	return true, nil
 }
 
 // Watch reloads the pair every interval until ctx ends, logging what it
 // loads and what fails.
 func (r *Reloader) Watch(ctx context.Context, interval time.Duration) {
-	watch(ctx, interval, r.Reload, r.log, "TLS certificate", r.certFile)
+	watch(ctx, interval, r.Reload, r.log, "TLS certificate", r.pair.files[0])
 }
 
 // watch calls reload every interval until ctx ends, logging what it loads

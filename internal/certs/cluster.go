@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/once-dev/once/internal/config"
@@ -37,18 +35,14 @@ var ErrCA = errors.New("loading the cluster CA")
 // oncectl) dials with ClientConfig, which presents this node's certificate
 // and accepts only a server certificate signed by the CA for ServerName.
 type Cluster struct {
-	pair   *Reloader // the certificate files; nil for a cluster derived from the secret
-	caFile string
-	log    *slog.Logger
+	pair *Reloader                // the certificate files; nil for a cluster derived from the secret
+	ca   fileValue[x509.CertPool] // a derived cluster's: stored once, no files
+	log  *slog.Logger
 
 	// A cluster derived from the secret (FromSecret): its leaf, issued at
 	// start, and TLS 1.3 with a role in every certificate.
 	leaf    *tls.Certificate
 	derived bool
-
-	ca    atomic.Pointer[x509.CertPool]
-	mu    sync.Mutex // serialises CA reloads
-	caMod time.Time
 }
 
 // NewCluster loads the CA and the pair; an error matches ErrCA or ErrLoad.
@@ -60,8 +54,19 @@ func NewCluster(caFile, certFile, keyFile string, log *slog.Logger) (*Cluster, e
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{pair: pair, caFile: caFile, log: log}
-	if _, err := c.reloadCA(); err != nil {
+	c := &Cluster{pair: pair, log: log}
+	c.ca = fileValue[x509.CertPool]{files: []string{caFile}, errStat: ErrCA, load: func() (*x509.CertPool, error) {
+		b, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCA, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("%w: %s holds no PEM certificate", ErrCA, caFile)
+		}
+		return pool, nil
+	}}
+	if _, err := c.ca.reload(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -109,39 +114,13 @@ func (c *Cluster) minVersion() uint16 {
 // Derived reports whether the cluster was derived from the cluster secret.
 func (c *Cluster) Derived() bool { return c.derived }
 
-func (c *Cluster) reloadCA() (bool, error) {
-	if c.pair == nil {
-		return false, nil // derived: nothing to reload
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	fi, err := os.Stat(c.caFile)
-	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrCA, err)
-	}
-	if c.ca.Load() != nil && fi.ModTime().Equal(c.caMod) {
-		return false, nil
-	}
-	b, err := os.ReadFile(c.caFile)
-	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrCA, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return false, fmt.Errorf("%w: %s holds no PEM certificate", ErrCA, c.caFile)
-	}
-	c.ca.Store(pool)
-	c.caMod = fi.ModTime()
-	return true, nil
-}
-
 // Reload loads the CA and the pair again where their files changed, and
 // reports whether anything was loaded. On error what is in use stays.
 func (c *Cluster) Reload() (bool, error) {
 	if c.pair == nil {
 		return false, nil
 	}
-	ca, err1 := c.reloadCA()
+	ca, err1 := c.ca.reload()
 	pair, err2 := c.pair.Reload()
 	return ca || pair, errors.Join(err1, err2)
 }
@@ -152,7 +131,7 @@ func (c *Cluster) Watch(ctx context.Context, interval time.Duration) {
 	if c.pair == nil {
 		return // derived: no files
 	}
-	watch(ctx, interval, c.Reload, c.log, "cluster TLS", c.caFile)
+	watch(ctx, interval, c.Reload, c.log, "cluster TLS", c.ca.files[0])
 }
 
 // ServerConfig is the TLS configuration of a manager's RPC listener: this
@@ -191,7 +170,7 @@ func (c *Cluster) serverConfig(accept []Role, alpn bool) *tls.Config {
 				MinVersion:       c.minVersion(),
 				GetCertificate:   c.getCertificate,
 				ClientAuth:       tls.RequireAndVerifyClientCert,
-				ClientCAs:        c.ca.Load(),
+				ClientCAs:        c.ca.cur.Load(),
 				NextProtos:       protos,
 				VerifyConnection: verify,
 			}, nil
@@ -225,7 +204,7 @@ func (c *Cluster) verifyServer(cs tls.ConnectionState) error {
 		inter.AddCert(ic)
 	}
 	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-		Roots:         c.ca.Load(),
+		Roots:         c.ca.cur.Load(),
 		Intermediates: inter,
 		DNSName:       ServerName,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},

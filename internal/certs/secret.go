@@ -144,7 +144,7 @@ func (ca *SecretCA) Cluster(role Role) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{leaf: leaf, derived: true}
-	c.ca.Store(ca.pool)
+	c.ca.cur.Store(ca.pool)
 	return c, nil
 }
 
