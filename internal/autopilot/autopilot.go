@@ -15,6 +15,7 @@
 package autopilot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -149,41 +150,42 @@ func (c *Config) Validate() error {
 		return &ConfigError{Field: "NodeID", Reason: "required"}
 	case c.BootstrapExpect < 0:
 		return &ConfigError{Field: "BootstrapExpect", Value: strconv.Itoa(c.BootstrapExpect), Reason: "must be >= 0"}
-	case c.DeadServerGrace < 0:
-		return &ConfigError{Field: "DeadServerGrace", Value: c.DeadServerGrace.String(), Reason: "must be >= 0"}
-	case c.ReconcileInterval < 0:
-		return &ConfigError{Field: "ReconcileInterval", Value: c.ReconcileInterval.String(), Reason: "must be >= 0"}
-	case c.ChangeTimeout < 0:
-		return &ConfigError{Field: "ChangeTimeout", Value: c.ChangeTimeout.String(), Reason: "must be >= 0"}
-	case c.UpdateInterval < 0:
-		return &ConfigError{Field: "UpdateInterval", Value: c.UpdateInterval.String(), Reason: "must be >= 0"}
-	case c.ServerStabilizationTime < 0:
-		return &ConfigError{Field: "ServerStabilizationTime", Value: c.ServerStabilizationTime.String(), Reason: "must be >= 0"}
-	case c.LastContactThreshold < 0:
-		return &ConfigError{Field: "LastContactThreshold", Value: c.LastContactThreshold.String(), Reason: "must be >= 0"}
+	}
+	for _, f := range c.durations() {
+		if *f.d < 0 {
+			return &ConfigError{Field: f.name, Value: f.d.String(), Reason: "must be >= 0"}
+		}
 	}
 	return nil
 }
 
+// configDuration is a duration field of Config and its default.
+type configDuration struct {
+	name string
+	d    *time.Duration
+	def  time.Duration
+}
+
+// durations are c's durations; ServerStabilizationTime's default is capped
+// at DeadServerGrace.
+func (c *Config) durations() []configDuration {
+	return []configDuration{
+		{"DeadServerGrace", &c.DeadServerGrace, DefaultDeadServerGrace},
+		{"ReconcileInterval", &c.ReconcileInterval, DefaultReconcileInterval},
+		{"ChangeTimeout", &c.ChangeTimeout, DefaultChangeTimeout},
+		{"UpdateInterval", &c.UpdateInterval, DefaultUpdateInterval},
+		{"ServerStabilizationTime", &c.ServerStabilizationTime,
+			min(DefaultServerStabilizationTime, cmp.Or(c.DeadServerGrace, DefaultDeadServerGrace))},
+		{"LastContactThreshold", &c.LastContactThreshold, DefaultLastContactThreshold},
+	}
+}
+
 func (c *Config) withDefaults() Config {
 	d := *c
-	if d.DeadServerGrace == 0 {
-		d.DeadServerGrace = DefaultDeadServerGrace
-	}
-	if d.ReconcileInterval == 0 {
-		d.ReconcileInterval = DefaultReconcileInterval
-	}
-	if d.ChangeTimeout == 0 {
-		d.ChangeTimeout = DefaultChangeTimeout
-	}
-	if d.UpdateInterval == 0 {
-		d.UpdateInterval = DefaultUpdateInterval
-	}
-	if d.ServerStabilizationTime == 0 {
-		d.ServerStabilizationTime = min(DefaultServerStabilizationTime, d.DeadServerGrace)
-	}
-	if d.LastContactThreshold == 0 {
-		d.LastContactThreshold = DefaultLastContactThreshold
+	for _, f := range d.durations() {
+		if *f.d == 0 {
+			*f.d = f.def
+		}
 	}
 	return d
 }

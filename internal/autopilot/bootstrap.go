@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 
@@ -70,13 +71,9 @@ type decision struct {
 	reason    string              // why it waits or stops
 }
 
-// fingerprint of a set of NodeIDs; never 0 (0 means "no vote").
-func fingerprint(view map[string]string) uint64 {
-	ids := make([]string, 0, len(view))
-	for id := range view {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+// fingerprint of a set of NodeIDs, given sorted; never 0 (0 means "no
+// vote").
+func fingerprint(ids []string) uint64 {
 	h := fnv.New64a()
 	for _, id := range ids {
 		h.Write([]byte(id))
@@ -109,13 +106,8 @@ func decide(view map[string]string, self, selfAddr, dc string, expect int, membe
 	for id, m := range alive {
 		view[id] = m.Meta.RaftAddr
 	}
-	d := decision{vote: fingerprint(view)}
-
-	ids := make([]string, 0, len(view))
-	for id := range view {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(view))
+	d := decision{vote: fingerprint(ids)}
 	for _, id := range ids {
 		m, ok := alive[id]
 		if !ok {
@@ -221,15 +213,13 @@ func (a *Autopilot) tryBootstrap() {
 		a.st.Bootstrapped = true
 		a.mu.Unlock()
 		a.log.Info("raft cluster bootstrapped")
-	case isCantBootstrap(err):
+	case errors.Is(err, raft.ErrCantBootstrap):
 		a.boot.done = true
 		a.log.Warn("bootstrap skipped: raft already has state", logging.KeyError, err)
 	default:
 		a.log.Error("bootstrap failed; will retry", logging.KeyError, err)
 	}
 }
-
-func isCantBootstrap(err error) bool { return errors.Is(err, raft.ErrCantBootstrap) }
 
 func serversString(servers []raft.Server) string {
 	parts := make([]string, len(servers))

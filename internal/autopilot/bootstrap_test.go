@@ -3,6 +3,7 @@ package autopilot
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,11 +20,8 @@ func mgr(id string, state membership.State, expect int, vote uint64, hasState bo
 }
 
 func voteOf(ids ...string) uint64 {
-	v := map[string]string{}
-	for _, id := range ids {
-		v[id] = ""
-	}
-	return fingerprint(v)
+	slices.Sort(ids)
+	return fingerprint(ids)
 }
 
 func TestDecide(t *testing.T) {

@@ -198,8 +198,7 @@ func resolveIdentities(servers []raft.Server, members []membership.Member, dc st
 				}
 			}
 			if !inConfig && group > 0 && memberVersion(m) < group {
-				refusals = append(refusals, Refusal{Reason: RefusedOldProtocol, Name: m.Name, ID: m.Meta.NodeID,
-					Addr: m.Meta.RaftAddr, Version: m.Meta.Version, Holder: "version " + strconv.Itoa(group)})
+				refuse(m, RefusedOldProtocol, "version "+strconv.Itoa(group))
 				break
 			}
 			out[id], accepted = m, true
