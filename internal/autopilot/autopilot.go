@@ -502,6 +502,7 @@ func (a *Autopilot) setWaiting(why string) {
 // and the leader removes it later (as left, or after DeadServerGrace).
 func (a *Autopilot) Leave(ctx context.Context, timeout time.Duration) error {
 	self := raft.ServerID(a.cfg.NodeID)
+	removed := false
 	if a.raft.State() == raft.Leader && a.otherVoters(self) > 0 {
 		// A leaving leader removes itself, as Consul's servers do: it commits
 		// the configuration without itself, so it knows it is out, then steps
@@ -517,16 +518,15 @@ func (a *Autopilot) Leave(ctx context.Context, timeout time.Duration) error {
 				a.log.Warn("leadership transfer failed", logging.KeyError, err)
 			}
 		} else {
-			// Committed by this node itself: it is out of the configuration.
-			if err := a.pool.Leave(timeout); err != nil {
-				a.log.Warn("pool leave incomplete", logging.KeyError, err)
-			}
-			a.log.Info("removed from the raft configuration")
-			return nil
+			removed = true // committed by this node itself: it is out of the configuration
 		}
 	}
 	if err := a.pool.Leave(timeout); err != nil {
 		a.log.Warn("pool leave incomplete", logging.KeyError, err)
+	}
+	if removed {
+		a.log.Info("removed from the raft configuration")
+		return nil
 	}
 	if a.otherVoters(self) == 0 {
 		return nil // alone: nobody to remove us
