@@ -259,23 +259,16 @@ type ListOptions struct {
 // (empty for the first page).
 func (c *Client) ListPage(ctx context.Context, opts ListOptions, after string) (*api.JobList, error) {
 	q := url.Values{}
-	if opts.Type != "" {
-		q.Set("type", opts.Type)
-	}
-	if opts.Status != "" {
-		q.Set("status", opts.Status)
-	}
-	if opts.State != "" {
-		q.Set("state", opts.State)
-	}
 	if opts.Limit > 0 {
 		q.Set("limit", strconv.Itoa(opts.Limit))
 	}
 	if opts.Desc {
 		q.Set("order", "desc")
 	}
-	if after != "" {
-		q.Set("after", after)
+	for _, p := range [][2]string{{"type", opts.Type}, {"status", opts.Status}, {"state", opts.State}, {"after", after}} {
+		if p[1] != "" {
+			q.Set(p[0], p[1])
+		}
 	}
 	path := "/v1/jobs"
 	if len(q) > 0 {
