@@ -2,6 +2,7 @@ package membership
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 )
 
@@ -18,35 +19,34 @@ import (
 
 // InstallKey adds key to the keyring (decryption only until UseKey).
 func (p *Pool) InstallKey(key []byte) error {
-	if err := p.checkKeyring(key); err != nil {
-		return err
-	}
-	if err := p.keyring.AddKey(bytes.Clone(key)); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
-	}
-	return nil
+	return p.changeKeyring(key, func(key []byte) error { return p.keyring.AddKey(bytes.Clone(key)) })
 }
 
 // UseKey makes an installed key the one used to encrypt.
 func (p *Pool) UseKey(key []byte) error {
-	if err := p.checkKeyring(key); err != nil {
-		return err
-	}
-	if err := p.keyring.UseKey(key); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
-	}
-	return nil
+	return p.changeKeyring(key, func(key []byte) error { return p.keyring.UseKey(key) })
 }
 
 // RemoveKey removes a key that is not the primary one.
 func (p *Pool) RemoveKey(key []byte) error {
-	if err := p.checkKeyring(key); err != nil {
+	return p.changeKeyring(key, func(key []byte) error {
+		if bytes.Equal(p.keyring.GetPrimaryKey(), key) {
+			return errors.New("cannot remove the primary key (UseKey another first)")
+		}
+		return p.keyring.RemoveKey(key)
+	})
+}
+
+// changeKeyring checks key and applies change to the keyring; its error
+// wraps ErrInvalidKey.
+func (p *Pool) changeKeyring(key []byte, change func([]byte) error) error {
+	if p.keyring == nil {
+		return ErrNoEncryption
+	}
+	if err := validateKeyLen(len(key)); err != nil {
 		return err
 	}
-	if bytes.Equal(p.keyring.GetPrimaryKey(), key) {
-		return fmt.Errorf("%w: cannot remove the primary key (UseKey another first)", ErrInvalidKey)
-	}
-	if err := p.keyring.RemoveKey(key); err != nil {
+	if err := change(key); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	return nil
@@ -64,11 +64,4 @@ func (p *Pool) Keys() [][]byte {
 		out[i] = bytes.Clone(k)
 	}
 	return out
-}
-
-func (p *Pool) checkKeyring(key []byte) error {
-	if p.keyring == nil {
-		return ErrNoEncryption
-	}
-	return validateKeyLen(len(key))
 }
