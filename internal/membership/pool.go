@@ -14,6 +14,7 @@ package membership
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -181,7 +182,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	p.ml = ml
 	self := ml.LocalNode()
 	p.selfIP, p.selfPort = slices.Clone(self.Addr), int(self.Port)
-	p.log.Info("gossip pool started", logging.KeyNode, cfg.NodeName, logging.KeyAddr, p.addr(),
+	p.log.Info("gossip pool started", logging.KeyNode, cfg.NodeName, logging.KeyAddr, p.Addr(),
 		logging.KeyDatacenter, cfg.Meta.Datacenter, logging.KeyEncrypted, cfg.SecretKey != nil, logging.KeyProfile, cfg.profile())
 
 	if len(cfg.Seeds) == 0 {
@@ -202,14 +203,11 @@ func (c *Config) profile() string {
 	return c.Profile
 }
 
-// addr is this node's advertised gossip address.
-func (p *Pool) addr() string {
-	return net.JoinHostPort(p.selfIP.String(), strconv.Itoa(p.selfPort))
-}
-
 // Addr returns the gossip address the others reach this node at (useful as a
 // seed; with BindPort 0 it carries the port the OS chose).
-func (p *Pool) Addr() string { return p.addr() }
+func (p *Pool) Addr() string {
+	return net.JoinHostPort(p.selfIP.String(), strconv.Itoa(p.selfPort))
+}
 
 // Joined is closed once the pool has exchanged state with another member
 // (right away for a pool without seeds).
@@ -435,10 +433,7 @@ func (p *Pool) Managers(dc string) []Member {
 		}
 	}
 	slices.SortFunc(out, func(a, b Member) int {
-		if c := strings.Compare(a.Meta.NodeID, b.Meta.NodeID); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
+		return cmp.Or(strings.Compare(a.Meta.NodeID, b.Meta.NodeID), strings.Compare(a.Name, b.Name))
 	})
 	return out
 }
