@@ -26,7 +26,7 @@ var ErrLoad = errors.New("loading the TLS certificate")
 
 // Reloader holds the current certificate of a cert/key file pair.
 type Reloader struct {
-	pair fileValue[tls.Certificate]
+	pair *fileValue[tls.Certificate]
 	log  *slog.Logger
 }
 
@@ -36,8 +36,16 @@ func New(certFile, keyFile string, log *slog.Logger) (*Reloader, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Reloader{log: log}
-	r.pair = fileValue[tls.Certificate]{files: []string{certFile, keyFile}, errStat: ErrLoad,
+	r := &Reloader{pair: pairFiles(certFile, keyFile), log: log}
+	if _, err := r.Reload(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// pairFiles is the certificate and key of a file pair, not loaded yet.
+func pairFiles(certFile, keyFile string) *fileValue[tls.Certificate] {
+	return &fileValue[tls.Certificate]{files: []string{certFile, keyFile}, errStat: ErrLoad,
 		load: func() (*tls.Certificate, error) {
 			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 			if err != nil {
@@ -45,10 +53,6 @@ func New(certFile, keyFile string, log *slog.Logger) (*Reloader, error) {
 			}
 			return &pair, nil
 		}}
-	if _, err := r.Reload(); err != nil {
-		return nil, err
-	}
-	return r, nil
 }
 
 // GetCertificate is tls.Config.GetCertificate.

@@ -35,13 +35,14 @@ var ErrCA = errors.New("loading the cluster CA")
 // oncectl) dials with ClientConfig, which presents this node's certificate
 // and accepts only a server certificate signed by the CA for ServerName.
 type Cluster struct {
-	pair *Reloader                // the certificate files; nil for a cluster derived from the secret
-	ca   fileValue[x509.CertPool] // a derived cluster's: stored once, no files
+	// This node's certificate and the CA. A cluster derived from the secret
+	// (FromSecret) stores its leaf, issued at start, and the derived CA once,
+	// without files.
+	pair *fileValue[tls.Certificate]
+	ca   fileValue[x509.CertPool]
 	log  *slog.Logger
 
-	// A cluster derived from the secret (FromSecret): its leaf, issued at
-	// start, and TLS 1.3 with a role in every certificate.
-	leaf    *tls.Certificate
+	// derived: from the secret; TLS 1.3 with a role in every certificate.
 	derived bool
 }
 
@@ -50,11 +51,10 @@ func NewCluster(caFile, certFile, keyFile string, log *slog.Logger) (*Cluster, e
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	pair, err := New(certFile, keyFile, log)
-	if err != nil {
+	c := &Cluster{pair: pairFiles(certFile, keyFile), log: log}
+	if _, err := c.pair.reload(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{pair: pair, log: log}
 	c.ca = fileValue[x509.CertPool]{files: []string{caFile}, errStat: ErrCA, load: func() (*x509.CertPool, error) {
 		b, err := os.ReadFile(caFile)
 		if err != nil {
@@ -89,17 +89,9 @@ func LoadCluster(f config.TLSFiles, log *slog.Logger) (*Cluster, error) {
 	return c, nil
 }
 
-// certificate is this node's certificate now.
-func (c *Cluster) certificate() *tls.Certificate {
-	if c.pair == nil {
-		return c.leaf
-	}
-	return c.pair.Certificate()
-}
-
 // getCertificate is tls.Config.GetCertificate.
 func (c *Cluster) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	return c.certificate(), nil
+	return c.pair.cur.Load(), nil
 }
 
 // minVersion is TLS 1.3 for a derived cluster (every process is this
@@ -117,19 +109,19 @@ func (c *Cluster) Derived() bool { return c.derived }
 // Reload loads the CA and the pair again where their files changed, and
 // reports whether anything was loaded. On error what is in use stays.
 func (c *Cluster) Reload() (bool, error) {
-	if c.pair == nil {
+	if c.derived {
 		return false, nil
 	}
 	ca, err1 := c.ca.reload()
-	pair, err2 := c.pair.Reload()
+	pair, err2 := c.pair.reload()
 	return ca || pair, errors.Join(err1, err2)
 }
 
 // Watch reloads every interval until ctx ends, logging what it loads and
 // what fails.
 func (c *Cluster) Watch(ctx context.Context, interval time.Duration) {
-	if c.pair == nil {
-		return // derived: no files
+	if c.derived {
+		return // no files
 	}
 	watch(ctx, interval, c.Reload, c.log, "cluster TLS", c.ca.files[0])
 }
@@ -185,7 +177,7 @@ func (c *Cluster) ClientConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: c.minVersion(),
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return c.certificate(), nil
+			return c.pair.cur.Load(), nil
 		},
 		// The chain and the name are verified in VerifyConnection, against
 		// the CA loaded now (RootCAs would fix the CA at the first dial).

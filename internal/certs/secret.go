@@ -143,7 +143,8 @@ func (ca *SecretCA) Cluster(role Role) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{leaf: leaf, derived: true}
+	c := &Cluster{pair: &fileValue[tls.Certificate]{}, derived: true}
+	c.pair.cur.Store(leaf)
 	c.ca.cur.Store(ca.pool)
 	return c, nil
 }
