@@ -35,7 +35,7 @@ func (m *Manager) Retry(ctx context.Context, req *rpcpb.JobActionRequest) (*rpcp
 // jobAction proposes the action cmd makes of req and renders its result.
 func (m *Manager) jobAction(ctx context.Context, name string, req *rpcpb.JobActionRequest,
 	cmd func(ledger.JobAction) ledger.Command) (*rpcpb.JobActionResponse, error) {
-	if err := m.checkLeader(); err != nil {
+	if err := m.CheckLeader(); err != nil {
 		return nil, err
 	}
 	if req.Tenant == "" || req.JobId == "" || req.Key == "" || req.Fingerprint == "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/raft"
 	"go.opentelemetry.io/otel/attribute"
@@ -152,50 +151,30 @@ func (b *batcher) propose(batch []*batchItem) {
 		}
 		data = ledger.EncodeBatch(b.kind, items)
 	}
-	m := b.m
-	start := time.Now()
-	f := m.raft.Apply(data, m.cfg.ApplyTimeout)
-	err := f.Error()
-	m.metrics.applyLatency.Observe(time.Since(start).Seconds())
-	if err != nil {
-		err = m.applyError(err)
-		for _, it := range batch {
-			it.done <- batchDone{err: err}
-		}
-		return
-	}
-	res, ok := f.Response().(ledger.Result)
+	res, err := b.m.applyEntry(data)
 	switch {
-	case !ok:
-		err = rpc.Errorf(rpc.CodeInternal, "raft apply returned %T", f.Response())
+	case err != nil:
 	case len(batch) == 1:
-		batch[0].done <- itemDone(res)
+		batch[0].done <- commandResult(res)
 		return
 	case res.Outcome != ledger.OutcomeBatch || len(res.Items) != len(batch):
 		err = rpc.Errorf(rpc.CodeInternal, "ledger refused the batch: %s %v", res.Outcome, res.Err)
-	}
-	if err != nil {
-		m.log.Error("batch entry refused", logging.KeyError, err)
-		for _, it := range batch {
-			it.done <- batchDone{err: err}
+		b.m.log.Error("batch entry refused", logging.KeyError, err)
+	default:
+		for i, it := range batch {
+			it.done <- commandResult(res.Items[i])
 		}
 		return
 	}
-	for i, it := range batch {
-		it.done <- itemDone(res.Items[i])
+	for _, it := range batch {
+		it.done <- batchDone{err: err}
 	}
 }
 
-func itemDone(res ledger.Result) batchDone {
-	if res.Outcome == ledger.OutcomeInvalid {
-		return batchDone{res: res, err: rpc.Errorf(rpc.CodeInternal, "ledger refused the command: %v", res.Err)}
-	}
-	return batchDone{res: res}
-}
-
-// applyError turns a raft.Apply error into the answer of every submission of
-// the entry.
-func (m *Manager) applyError(err error) error {
+// ApplyError is the error a caller gets for err, a Raft future's failure on
+// this node (for a raft.Apply, every submission of the entry): not_leader
+// (the node stops serving as leader) or unavailable.
+func (m *Manager) ApplyError(err error) error {
 	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 		m.readyTerm.Store(0)
 		return m.notLeader()

@@ -208,27 +208,21 @@ func (m *Manager) computeView(src ClockSource) (clockwatch.View, []membership.Pe
 	if src == nil {
 		return clockwatch.View{Known: true, Voters: 1, Measured: 1}, nil
 	}
-	f := m.raft.GetConfiguration()
-	if f.Error() != nil {
+	voters, err := m.voterIDs()
+	if err != nil {
 		return clockwatch.View{}, nil // unknown: the safe side
-	}
-	voters := map[string]bool{}
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			voters[string(s.ID)] = true
-		}
 	}
 	var peers []membership.PeerOffset
 	var offs []time.Duration
 	for _, o := range src.ClockOffsets() {
-		if o.Role == membership.RoleManager && o.NodeID != m.cfg.NodeID && voters[o.NodeID] {
+		if o.Role == membership.RoleManager && o.NodeID != m.cfg.NodeID && slices.Contains(voters, o.NodeID) {
 			peers = append(peers, o)
 			offs = append(offs, o.Offset)
 		}
 	}
 	slices.SortFunc(peers, func(a, b membership.PeerOffset) int { return strings.Compare(a.NodeID, b.NodeID) })
 	n := len(voters)
-	if !voters[m.cfg.NodeID] {
+	if !slices.Contains(voters, m.cfg.NodeID) {
 		n++ // not (yet) a voter: judge as if one
 	}
 	return clockwatch.GroupView(n, offs, m.cfg.MaxClockOffset), peers
@@ -259,22 +253,10 @@ func (m *Manager) ClockState() ClockState {
 		Handoffs: c.handoffCount, HandoffTo: c.handoffTo}
 }
 
-// startClockWatch starts the clock watch (New calls it).
-func (m *Manager) startClockWatch() {
-	m.bgWG.Add(1)
-	go func() {
-		defer m.bgWG.Done()
-		tick := time.NewTicker(clockCheckInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-m.shutdown:
-				return
-			case <-tick.C:
-				m.checkClock()
-			}
-		}
-	}()
+// watchClock runs checkClock every clockCheckInterval until shutdown.
+func (m *Manager) watchClock() {
+	defer m.bgWG.Done()
+	every(m.shutdown, clockCheckInterval, m.checkClock)
 }
 
 // checkClock logs when this manager's clock starts or stops disagreeing with
@@ -291,7 +273,7 @@ func (m *Manager) checkClock() {
 	c.mu.Lock()
 	changed := offending != c.wasOffending
 	c.wasOffending = offending
-	if offending && m.checkLeader() == nil {
+	if offending && m.CheckLeader() == nil {
 		c.offendingChecks++
 	} else {
 		c.offendingChecks = 0
@@ -345,18 +327,11 @@ func handoffTarget(st ClockState, bound time.Duration) (membership.PeerOffset, b
 		if !st.View.Agrees(p.Offset, bound) {
 			continue
 		}
-		if !found || absDuration(p.Offset-st.View.Offset) < absDuration(best.Offset-st.View.Offset) {
+		if !found || (p.Offset-st.View.Offset).Abs() < (best.Offset-st.View.Offset).Abs() {
 			best, found = p, true
 		}
 	}
 	return best, found
-}
-
-func absDuration(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
 }
 
 func (m *Manager) serverAddress(id string) string {

@@ -107,14 +107,14 @@ func (tc *testCluster) lead(ctx context.Context, i int, fn func() error) {
 	tc.t.Helper()
 	for {
 		testutil.WaitFor(tc.t, 20*time.Second, func() (bool, string) {
-			if tc.mgrs[i].checkLeader() == nil {
+			if tc.mgrs[i].CheckLeader() == nil {
 				return true, fmt.Sprintf("%s to lead", tc.cfgs[i].NodeID)
 			}
 			if l := tc.leaderNow(); l >= 0 && l != i {
 				// An error (a transfer in flight) is retried on the next poll.
 				_ = tc.mgrs[l].raft.LeadershipTransferToServer(raft.ServerID(tc.cfgs[i].NodeID), raft.ServerAddress(tc.cfgs[i].RaftAdvertise)).Error()
 			}
-			return tc.mgrs[i].checkLeader() == nil, fmt.Sprintf("%s to lead", tc.cfgs[i].NodeID)
+			return tc.mgrs[i].CheckLeader() == nil, fmt.Sprintf("%s to lead", tc.cfgs[i].NodeID)
 		})
 		err := fn()
 		if errors.Is(err, rpc.ErrNotLeader) || errors.Is(err, rpc.ErrUnavailable) {

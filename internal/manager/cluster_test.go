@@ -134,7 +134,7 @@ func (tc *testCluster) leader() int {
 	idx := -1
 	testutil.WaitFor(tc.t, 15*time.Second, func() (bool, string) {
 		for i, m := range tc.mgrs {
-			if m != nil && m.checkLeader() == nil {
+			if m != nil && m.CheckLeader() == nil {
 				idx = i
 				return true, ""
 			}
@@ -174,7 +174,7 @@ func (tc *testCluster) submitToLeader(ctx context.Context, tenant, key, fp, typ,
 // leaderNow returns the index of a serving leader, or -1.
 func (tc *testCluster) leaderNow() int {
 	for i, m := range tc.mgrs {
-		if m != nil && m.checkLeader() == nil {
+		if m != nil && m.CheckLeader() == nil {
 			return i
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/jobid"
-	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/keys"
@@ -59,17 +58,9 @@ func (m *Manager) retainedJob(req *rpcpb.SubmitRequest, k keys.Key, id string) (
 	if k.Structured {
 		return nil, false
 	}
-	return m.retainedJobResponse(req.Tenant, id)
-}
-
-func (m *Manager) retainedJobResponse(tenant, id string) (*rpcpb.SubmitResponse, bool) {
-	j, ok := m.fsm.Job(tenant, id)
+	j, ok := m.fsm.Job(req.Tenant, id)
 	if !ok {
 		return nil, false
 	}
 	return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeCommitted, Replayed: true, JobId: j.ID, Job: m.pbJob(j)}, true
 }
-
-// ReasonJobIDInUse is the Reason of the rejection an Admit records when its
-// derived job ID is taken (422, job_rejected at the gate).
-const ReasonJobIDInUse = ledger.ReasonJobIDInUse

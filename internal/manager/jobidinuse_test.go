@@ -41,9 +41,9 @@ func TestJobIDInUseIsRejectedNotLeftPending(t *testing.T) {
 
 	again, err := tc.submit(ctx, l, "t", key, "fp", "demo", `1`, 0)
 	if err != nil || again.Outcome != rpc.OutcomeRejected || again.Rejection == nil ||
-		again.Rejection.Status != 422 || again.Rejection.Reason != ReasonJobIDInUse ||
+		again.Rejection.Status != 422 || again.Rejection.Reason != ledger.ReasonJobIDInUse ||
 		!strings.Contains(again.Rejection.Detail, first.JobId) {
-		t.Fatalf("resubmission: %+v %v, want 422 %s naming job %s", again, err, ReasonJobIDInUse, first.JobId)
+		t.Fatalf("resubmission: %+v %v, want 422 %s naming job %s", again, err, ledger.ReasonJobIDInUse, first.JobId)
 	}
 	e, ok := m.FSM().Entry("t", key)
 	if !ok || e.State != ledger.StateRejected {
@@ -54,7 +54,7 @@ func TestJobIDInUseIsRejectedNotLeftPending(t *testing.T) {
 	}
 	// A duplicate gets the same answer.
 	dup, err := tc.submit(ctx, l, "t", key, "fp", "demo", `1`, 0)
-	if err != nil || dup.Outcome != rpc.OutcomeRejected || dup.Rejection == nil || dup.Rejection.Reason != ReasonJobIDInUse {
+	if err != nil || dup.Outcome != rpc.OutcomeRejected || dup.Rejection == nil || dup.Rejection.Reason != ledger.ReasonJobIDInUse {
 		t.Fatalf("duplicate: %+v %v", dup, err)
 	}
 }

@@ -52,7 +52,7 @@ func (m *Manager) LeaseJobs(ctx context.Context, req *rpcpb.LeaseRequest) ([]led
 // the same ones and is answered with the jobs the first attempt leased
 // while their leases last (ledger.Lease.Replay).
 func (m *Manager) leaseJobs(ctx context.Context, req *rpcpb.LeaseRequest, holder string) (*ledger.LeaseResult, error) {
-	if err := m.checkLeader(); err != nil {
+	if err := m.CheckLeader(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -110,20 +110,15 @@ func (m *Manager) leaseJobs(ctx context.Context, req *rpcpb.LeaseRequest, holder
 // MANAGER_JOB_LEASE_DEFAULT). CodeLeaseLost when leaseID is not the job's
 // current lease (the worker must stop), CodeNotFound without the job.
 func (m *Manager) HeartbeatJob(ctx context.Context, tenant, jobID, leaseID string, lease time.Duration) (ledger.Job, error) {
-	if err := m.checkLeader(); err != nil {
-		return ledger.Job{}, err
-	}
-	if err := jobCallValid(tenant, jobID, leaseID); err != nil {
-		return ledger.Job{}, err
-	}
-	d, err := m.leaseDuration(lease)
-	if err != nil {
-		return ledger.Job{}, err
-	}
-	now := m.ledgerNow()
-	res, err := m.workers.apply(ctx, ledger.Heartbeat{Tenant: tenant, JobID: jobID, LeaseID: leaseID,
-		Now: now.UnixNano(), Expiry: now.Add(d).UnixNano()})
-	return jobAnswer(res, err, ledger.OutcomeExtended)
+	return m.leaseCall(ctx, tenant, jobID, leaseID, ledger.OutcomeExtended, func() (ledger.Command, error) {
+		d, err := m.leaseDuration(lease)
+		if err != nil {
+			return nil, err
+		}
+		now := m.ledgerNow()
+		return ledger.Heartbeat{Tenant: tenant, JobID: jobID, LeaseID: leaseID,
+			Now: now.UnixNano(), Expiry: now.Add(d).UnixNano()}, nil
+	})
 }
 
 // CompleteJob ends the job's attempt under leaseID with its result:
@@ -134,24 +129,19 @@ func (m *Manager) HeartbeatJob(ctx context.Context, tenant, jobID, leaseID strin
 // cannot hold the result (nothing recorded; the job still runs under the
 // lease).
 func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string, result json.RawMessage) (ledger.Job, error) {
-	if err := m.checkLeader(); err != nil {
-		return ledger.Job{}, err
-	}
-	if err := jobCallValid(tenant, jobID, leaseID); err != nil {
-		return ledger.Job{}, err
-	}
-	if len(result) > 0 {
-		// Stored as every answer writes it (compact, with encoding/json's
-		// escapes), so what the ledger charges is what a read carries.
-		b, err := json.Marshal(json.RawMessage(result))
-		if err != nil {
-			return ledger.Job{}, rpc.Errorf(rpc.CodeInvalid, "complete: the result is not JSON")
+	return m.leaseCall(ctx, tenant, jobID, leaseID, ledger.OutcomeCompleted, func() (ledger.Command, error) {
+		if len(result) > 0 {
+			// Stored as every answer writes it (compact, with encoding/json's
+			// escapes), so what the ledger charges is what a read carries.
+			b, err := json.Marshal(json.RawMessage(result))
+			if err != nil {
+				return nil, rpc.Errorf(rpc.CodeInvalid, "complete: the result is not JSON")
+			}
+			result = b
 		}
-		result = b
-	}
-	res, err := m.workers.apply(ctx, ledger.Complete{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Result: result,
-		Now: m.ledgerNow().UnixNano(), MaxBytes: uint64(m.cfg.LedgerMaxBytes), MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes)})
-	return jobAnswer(res, err, ledger.OutcomeCompleted)
+		return ledger.Complete{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Result: result,
+			Now: m.ledgerNow().UnixNano(), MaxBytes: uint64(m.cfg.LedgerMaxBytes), MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes)}, nil
+	})
 }
 
 // FailJob ends the job's attempt under leaseID with an error: with retry the
@@ -160,35 +150,37 @@ func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string
 // MANAGER_JOB_MAX_ATTEMPTS; without retry it is failed. Errors as
 // CompleteJob's.
 func (m *Manager) FailJob(ctx context.Context, tenant, jobID, leaseID, errMsg string, retry bool) (ledger.Job, error) {
-	if err := m.checkLeader(); err != nil {
-		return ledger.Job{}, err
-	}
-	if err := jobCallValid(tenant, jobID, leaseID); err != nil {
-		return ledger.Job{}, err
-	}
-	// The attempt's number, for its backoff: the job as this leader has
-	// applied it (the command itself judges the lease).
-	attempts := uint64(1)
-	if j, ok := m.fsm.Job(tenant, jobID); ok && j.Life != nil {
-		attempts = max(j.Life.Attempts, 1)
-	}
-	now := m.ledgerNow()
-	res, err := m.workers.apply(ctx, ledger.Fail{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Error: errMsg, Retry: retry,
-		Now: now.UnixNano(), RetryAt: now.Add(m.backoff(attempts, rand.Float64())).UnixNano(),
-		MaxAttempts: uint64(m.cfg.JobMaxAttempts), MaxBytes: uint64(m.cfg.LedgerMaxBytes), MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes)})
-	return jobAnswer(res, err, ledger.OutcomeFailed)
+	return m.leaseCall(ctx, tenant, jobID, leaseID, ledger.OutcomeFailed, func() (ledger.Command, error) {
+		// The attempt's number, for its backoff: the job as this leader has
+		// applied it (the command itself judges the lease).
+		attempts := uint64(1)
+		if j, ok := m.fsm.Job(tenant, jobID); ok && j.Life != nil {
+			attempts = max(j.Life.Attempts, 1)
+		}
+		now := m.ledgerNow()
+		return ledger.Fail{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Error: errMsg, Retry: retry,
+			Now: now.UnixNano(), RetryAt: now.Add(m.backoff(attempts, rand.Float64())).UnixNano(),
+			MaxAttempts: uint64(m.cfg.JobMaxAttempts), MaxBytes: uint64(m.cfg.LedgerMaxBytes), MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes)}, nil
+	})
 }
 
-func jobCallValid(tenant, jobID, leaseID string) error {
+// leaseCall is a worker's call on a job it holds under leaseID (Heartbeat,
+// Complete, Fail): at the leader, on a valid request, it proposes the command
+// cmd makes and answers with the job, or an *rpc.Error; done is the outcome
+// of the command's success.
+func (m *Manager) leaseCall(ctx context.Context, tenant, jobID, leaseID string, done ledger.Outcome,
+	cmd func() (ledger.Command, error)) (ledger.Job, error) {
+	if err := m.CheckLeader(); err != nil {
+		return ledger.Job{}, err
+	}
 	if tenant == "" || jobID == "" || leaseID == "" {
-		return rpc.Errorf(rpc.CodeInvalid, "tenant, job ID and lease ID are required")
+		return ledger.Job{}, rpc.Errorf(rpc.CodeInvalid, "tenant, job ID and lease ID are required")
 	}
-	return nil
-}
-
-// jobAnswer turns the result of a Heartbeat, Complete or Fail into the job
-// or an *rpc.Error.
-func jobAnswer(res ledger.Result, err error, done ledger.Outcome) (ledger.Job, error) {
+	c, err := cmd()
+	if err != nil {
+		return ledger.Job{}, err
+	}
+	res, err := m.workers.apply(ctx, c)
 	if err != nil {
 		return ledger.Job{}, err
 	}

@@ -68,8 +68,8 @@ func (m *Manager) leaderLoop() {
 // until leadership ends.
 func (m *Manager) lead(ctx context.Context) {
 	term := m.raft.CurrentTerm()
-	if m.knobs.BeforeBarrier != nil {
-		m.knobs.BeforeBarrier()
+	if m.deps.Knobs.BeforeBarrier != nil {
+		m.deps.Knobs.BeforeBarrier()
 	}
 	for {
 		if err := m.raft.Barrier(m.cfg.ApplyTimeout).Error(); err == nil {
@@ -145,4 +145,18 @@ func (m *Manager) expiryDue(now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// every calls f every d until stop is closed.
+func every(stop <-chan struct{}, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }

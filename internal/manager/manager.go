@@ -101,42 +101,15 @@ type TestingKnobs struct {
 	BeforeBarrier func()
 }
 
-func (k TestingKnobs) beforeAdmit(ctx context.Context, tenant, key string) {
-	if k.BeforeAdmit != nil {
-		k.BeforeAdmit(ctx, tenant, key)
-	}
-}
-
-func (k TestingKnobs) afterLook(ctx context.Context, tenant, key string) {
-	if k.AfterLook != nil {
-		k.AfterLook(ctx, tenant, key)
-	}
-}
-
-func (k TestingKnobs) waitsOnAdmit(tenant, key string) {
-	if k.WaitsOnAdmit != nil {
-		k.WaitsOnAdmit(tenant, key)
-	}
-}
-
 // Manager is one manager node.
 type Manager struct {
-	cfg Config
+	cfg  Config
+	deps Deps // as New was given them, Logger and Now defaulted
 	// capacityDetail is the detail of a capacity rejection, which every
 	// Commit carries (ledger.Commit.CapacityDetail): made once.
 	capacityDetail string
 	log            *slog.Logger
 	now            func() time.Time
-	// secret is Deps.ClusterSecret.
-	secret string
-	// clusterTLS is Deps.ClusterTLS (nil: plain TCP).
-	clusterTLS *certs.Cluster
-	// dial is Deps.Dial (nil: a plain dial).
-	dial rpc.DialFunc
-	// configMismatches is Deps.ConfigMismatches (nil: none).
-	configMismatches func() []rpc.ConfigMismatch
-	// peers is Deps.Peers (nil: this manager alone).
-	peers Peers
 
 	fsm       *ledger.FSM
 	raft      *raft.Raft
@@ -167,7 +140,6 @@ type Manager struct {
 	// admits batches the submissions' Admits, workers the workers'
 	// Leases, Heartbeats, Completes and Fails (batch.go).
 	admits, workers *batcher
-	knobs           TestingKnobs
 	// queueJobs: propose queue commits (ledger.QueueCommit), the job QUEUED for workers
 	// (jobs.go); set from the package's switch, and by tests.
 	queueJobs atomic.Bool
@@ -196,6 +168,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg:            cfg,
+		deps:           deps,
 		capacityDetail: fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", cfg.Datacenter, cfg.MaxQueuedJobs),
 		log:            deps.Logger.With(logging.KeyNode, cfg.NodeID),
 		now:            deps.Now,
@@ -203,13 +176,6 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		shutdown:       make(chan struct{}),
 		halted:         make(chan struct{}),
 		metrics:        newMetrics(deps.Registerer),
-		knobs:          deps.Knobs,
-
-		clusterTLS:       deps.ClusterTLS,
-		dial:             deps.Dial,
-		secret:           deps.ClusterSecret,
-		peers:            deps.Peers,
-		configMismatches: deps.ConfigMismatches,
 	}
 	m.leaseReplays = replay.New(replay.Options[leaseAnswer]{MaxAnswers: leaseReplayMax, MaxBytes: leaseReplayBytes,
 		TTL: leaseReplayTTL, Now: m.now, Size: leaseAnswer.size})
@@ -279,10 +245,10 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	go m.leaderLoop()
 	m.admits = newBatcher(m, ledger.TypeAdmitBatch)
 	m.workers = newBatcher(m, ledger.TypeWorkerBatch)
-	m.bgWG.Add(2)
+	m.bgWG.Add(3)
 	go m.admits.run()
 	go m.workers.run()
-	m.startClockWatch()
+	go m.watchClock()
 	return m, nil
 }
 
@@ -373,7 +339,7 @@ func (m *Manager) Close() error {
 	// Raft still answers, and nothing asks once m.closed is set.
 	m.bgWG.Wait()
 	m.waitsWG.Wait()
-	if m.raft.State() == raft.Leader && m.voters() > 1 {
+	if voters, _ := m.voterIDs(); m.raft.State() == raft.Leader && len(voters) > 1 {
 		if err := m.raft.LeadershipTransfer().Error(); err != nil {
 			m.log.Warn("leadership transfer before shutdown failed", logging.KeyError, err)
 		}
@@ -406,18 +372,19 @@ func (m *Manager) holdRaft() (release func(), err error) {
 	return m.waitsWG.Done, nil
 }
 
-func (m *Manager) voters() int {
+// voterIDs lists the voters of the Raft configuration.
+func (m *Manager) voterIDs() ([]string, error) {
 	f := m.raft.GetConfiguration()
-	if f.Error() != nil {
-		return 0
+	if err := f.Error(); err != nil {
+		return nil, err
 	}
-	n := 0
+	var ids []string
 	for _, s := range f.Configuration().Servers {
 		if s.Suffrage == raft.Voter {
-			n++
+			ids = append(ids, string(s.ID))
 		}
 	}
-	return n
+	return ids, nil
 }
 
 func (m *Manager) closeStores() error {

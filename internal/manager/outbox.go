@@ -69,23 +69,16 @@ func newOutbox(m *Manager, peers func() map[string][]string, log *slog.Logger) *
 // until ctx ends.
 func (o *outbox) run(ctx context.Context) {
 	defer o.close()
-	t := time.NewTicker(outboxInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if o.m.checkLeader() != nil {
+	every(ctx.Done(), outboxInterval, func() {
+		if o.m.CheckLeader() != nil {
 			o.m.metrics.outboxOldest.Set(0)
 			o.mu.Lock()
 			clear(o.state) // a later term asks again
 			o.mu.Unlock()
-			continue
+			return
 		}
 		o.pass(ctx)
-	}
+	})
 }
 
 // pass carries every due (entry, datacenter) pair once.
@@ -243,23 +236,19 @@ func (o *outbox) client(dc string) *rpc.Client {
 	if c, ok := o.clients[dc]; ok {
 		return c
 	}
+	var clientTLS *tls.Config // nil: plain TCP
+	if o.m.deps.ClusterTLS != nil {
+		clientTLS = o.m.deps.ClusterTLS.ClientConfig()
+	}
 	c := rpc.NewClient(rpc.ClientConfig{
 		Resolver: rpc.ResolverFunc(func() []string { return o.peers()[dc] }),
 		Logger:   o.log.With(logging.KeyComponent, "rpc", logging.KeyDatacenter, dc),
-		Secret:   o.m.secret,
-		TLS:      o.m.clientTLS(),
-		Dial:     o.m.dial,
+		Secret:   o.m.deps.ClusterSecret,
+		TLS:      clientTLS,
+		Dial:     o.m.deps.Dial,
 	})
 	o.clients[dc] = c
 	return c
-}
-
-// clientTLS is how the manager's own RPC calls dial (nil: plain TCP).
-func (m *Manager) clientTLS() *tls.Config {
-	if m.clusterTLS == nil {
-		return nil
-	}
-	return m.clusterTLS.ClientConfig()
 }
 
 func (o *outbox) close() {

@@ -3,7 +3,6 @@ package manager
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
@@ -36,9 +35,10 @@ func namesOtherDatacenter(dcs []string, own string) bool {
 	return false
 }
 
-// outboxGauges are the outbox's gauges read from the ledger when scraped:
+// OutboxGauges are the outbox's gauges, read from the ledger when scraped:
 // the same on every manager of the datacenter (replicated state).
-func outboxGauges(fsm *ledger.FSM, maxEntries int) []prometheus.Collector {
+func (m *Manager) OutboxGauges() []prometheus.Collector {
+	fsm, maxEntries := m.fsm, m.cfg.OutboxMaxEntries
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_outbox_entries",
 			Help: "Multi-datacenter submissions the outbox carries: resolved here, not yet confirmed by every other datacenter they name (live or expired)."},

@@ -49,21 +49,16 @@ func (t *PeerTable) Peer(nodeID string) (Peer, bool) {
 	return p, ok
 }
 
-// peer is what this manager knows of the manager nodeID: from Deps.Peers,
-// else its own address when nodeID is its own.
-func (m *Manager) peer(nodeID string) (Peer, bool) {
-	if m.peers != nil {
-		if p, ok := m.peers.Peer(nodeID); ok {
-			return p, true
+// peerRPC is the RPC address of the manager nodeID: from Deps.Peers, else
+// this manager's own when nodeID is its own ("": not known).
+func (m *Manager) peerRPC(nodeID string) string {
+	if m.deps.Peers != nil {
+		if p, ok := m.deps.Peers.Peer(nodeID); ok {
+			return p.RPCAddr
 		}
 	}
 	if nodeID == m.cfg.NodeID {
-		return Peer{RPCAddr: m.cfg.RPCAdvertise}, true
+		return m.cfg.RPCAdvertise
 	}
-	return Peer{}, false
-}
-
-func (m *Manager) peerRPC(nodeID string) string {
-	p, _ := m.peer(nodeID)
-	return p.RPCAddr
+	return ""
 }

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
@@ -20,7 +18,7 @@ var _ rpc.Service = (*Manager)(nil)
 // checkRead makes reads linearizable: only a leader that a quorum still follows
 // (VerifyLeader) answers, so a deposed leader cannot serve a stale "not found".
 func (m *Manager) checkRead() error {
-	if err := m.checkLeader(); err != nil {
+	if err := m.CheckLeader(); err != nil {
 		return err
 	}
 	release, err := m.holdRaft() // Close waits for the answer before Raft stops
@@ -137,7 +135,7 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 		NodeID:       m.cfg.NodeID,
 		Datacenter:   m.cfg.Datacenter,
 		RaftState:    m.raft.State().String(),
-		IsLeader:     m.raft.State() == raft.Leader && m.readyTerm.Load() == m.raft.CurrentTerm(),
+		IsLeader:     m.CheckLeader() == nil,
 		LeaderID:     string(id),
 		Term:         m.raft.CurrentTerm(),
 		CommitIndex:  m.raft.CommitIndex(),
@@ -155,18 +153,12 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 		TenantMaxBytes: m.cfg.LedgerTenantMaxBytes, Queued: fs.Queued, MaxQueued: m.cfg.MaxQueuedJobs,
 		Outbox: m.fsm.OutboxLen(), OutboxMax: m.cfg.OutboxMaxEntries}
 	m.clockStatus(st)
-	if f := m.raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			if s.Suffrage == raft.Voter {
-				st.Voters = append(st.Voters, string(s.ID))
-			}
-		}
-	}
+	st.Voters, _ = m.voterIDs()
 	st.Autopilot = m.autopilotHealth()
 	st.RefusedServers = m.refusedServers()
 	st.ConfigMismatches = []rpc.ConfigMismatch{}
-	if m.configMismatches != nil {
-		st.ConfigMismatches = m.configMismatches()
+	if m.deps.ConfigMismatches != nil {
+		st.ConfigMismatches = m.deps.ConfigMismatches()
 	}
 	return st, nil
 }

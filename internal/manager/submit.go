@@ -46,7 +46,7 @@ func (m *Manager) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 }
 
 func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
-	if err := m.checkLeader(); err != nil {
+	if err := m.CheckLeader(); err != nil {
 		return nil, err
 	}
 	k, err := validateSubmit(req)
@@ -91,7 +91,9 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 			return m.entryResponse(e, "", true), nil
 		}
 
-		m.knobs.afterLook(ctx, req.Tenant, req.Key)
+		if f := m.deps.Knobs.AfterLook; f != nil {
+			f(ctx, req.Tenant, req.Key)
+		}
 
 		// Coalesce concurrent first submissions of one key (a storm through
 		// several gates): one proposes the Admit, the others wait for it (at
@@ -118,7 +120,9 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 				continue
 			}
 		}
-		m.knobs.beforeAdmit(ctx, req.Tenant, req.Key)
+		if f := m.deps.Knobs.BeforeAdmit; f != nil {
+			f(ctx, req.Tenant, req.Key)
+		}
 
 		if resp, ok := m.retainedJob(req, k, jobID); ok {
 			m.endProposal(req.Tenant, req.Key, proposal)
@@ -224,7 +228,9 @@ func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadlin
 	if owner {
 		return proposal, nil
 	}
-	m.knobs.waitsOnAdmit(tenant, key)
+	if f := m.deps.Knobs.WaitsOnAdmit; f != nil {
+		f(tenant, key)
+	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {
@@ -280,33 +286,12 @@ func validateSubmit(req *rpcpb.SubmitRequest) (keys.Key, error) {
 	return k, nil
 }
 
-// decision is admission's verdict on a reserved entry.
-type decision struct {
-	admit  bool
-	status int
-	reason string
-	detail string
-}
-
-// admit runs admission's validation against this datacenter's rules. It reads
-// only leader-local state, so the leader decides admission itself and the
-// Admit carries the outcome.
-func (m *Manager) admit(e ledger.Entry) decision {
-	if len(m.cfg.AllowedJobTypes) > 0 && !slices.Contains(m.cfg.AllowedJobTypes, e.Request.Type) {
-		return decision{status: 422, reason: "unknown_job_type",
-			detail: fmt.Sprintf("job type %q is not accepted in datacenter %s", e.Request.Type, m.cfg.Datacenter)}
-	}
-	// Capacity (MANAGER_MAX_QUEUED_JOBS) is not decided here: the Commit carries
-	// the bound and the ledger turns a Commit over it into a 429 rejection, so
-	// concurrent admissions can never overshoot it.
-	return decision{admit: true}
-}
-
 // outcomeCommand runs admission on e (an entry reserved, or about to be in
-// the same Admit) and returns the Commit or Reject that records it, stamped
-// with now; the key's TTL counts from basis (zero: now, see expiryBasis).
+// the same Admit) against this datacenter's rules, and returns the Commit or
+// Reject that records it, stamped with now; the key's TTL counts from basis
+// (zero: now, see expiryBasis). Admission reads only leader-local state, so
+// the leader decides it and the Admit carries the outcome.
 func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Verdict {
-	d := m.admit(e)
 	if basis.IsZero() {
 		basis = now
 	}
@@ -316,61 +301,84 @@ func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Ve
 	if e.ResultTTL > 0 {
 		committedTTL, rejectedTTL, retention = e.ResultTTL, e.ResultTTL, max(retention, e.ResultTTL)
 	}
-	var cmd ledger.Verdict
-	if d.admit {
-		c := ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt:         basisExpiry(basis, now, committedTTL),
-			JobExpiresAt:      now.Add(retention).UnixNano(),
-			MaxJobs:           uint64(m.cfg.MaxQueuedJobs),
-			RejectedExpiresAt: basisExpiry(basis, now, rejectedTTL),
-			CapacityDetail:    m.capacityDetail}
-		cmd = c
-		if m.queueJobs.Load() { // the worker lifecycle (jobs.go)
-			cmd = ledger.QueueCommit(c)
-		}
-	} else {
-		cmd = ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
-			ExpiresAt: basisExpiry(basis, now, rejectedTTL),
-			Status:    d.status, Reason: d.reason, Detail: d.detail}
+	if len(m.cfg.AllowedJobTypes) > 0 && !slices.Contains(m.cfg.AllowedJobTypes, e.Request.Type) {
+		return ledger.Reject{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
+			ExpiresAt: basisExpiry(basis, now, rejectedTTL), Status: 422, Reason: "unknown_job_type",
+			Detail: fmt.Sprintf("job type %q is not accepted in datacenter %s", e.Request.Type, m.cfg.Datacenter)}
 	}
-	return cmd
+	// Capacity (MANAGER_MAX_QUEUED_JOBS) is not decided here: the Commit carries
+	// the bound and the ledger turns a Commit over it into a 429 rejection, so
+	// concurrent admissions can never overshoot it.
+	c := ledger.Commit{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Now: now.UnixNano(),
+		ExpiresAt:         basisExpiry(basis, now, committedTTL),
+		JobExpiresAt:      now.Add(retention).UnixNano(),
+		MaxJobs:           uint64(m.cfg.MaxQueuedJobs),
+		RejectedExpiresAt: basisExpiry(basis, now, rejectedTTL),
+		CapacityDetail:    m.capacityDetail}
+	if m.queueJobs.Load() { // the worker lifecycle (jobs.go)
+		return ledger.QueueCommit(c)
+	}
+	return c
 }
 
 // apply proposes a command alone and waits until it is committed and applied
 // (Expire; the submissions' commands go through the batchers, batch.go).
 func (m *Manager) apply(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
-	release, herr := m.holdRaft() // Close waits for the answer before Raft stops
-	if herr != nil {
+	release, err := m.holdRaft() // Close waits for the answer before Raft stops
+	if err != nil {
 		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
 	}
-	start := time.Now()
-	f := m.raft.Apply(ledger.Encode(cmd), m.cfg.ApplyTimeout)
-	errCh := make(chan error, 1)
-	go func() { defer release(); errCh <- f.Error() }()
-	var err error
+	done := make(chan batchDone, 1)
+	go func() {
+		defer release()
+		res, err := m.applyEntry(ledger.Encode(cmd))
+		if err != nil {
+			done <- batchDone{err: err}
+			return
+		}
+		done <- commandResult(res)
+	}()
 	select {
-	case err = <-errCh:
+	case d := <-done:
+		return d.res, d.err
 	case <-ctx.Done():
 		// The entry may still commit; the ledger makes the retry safe.
 		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "request ended before the Raft entry was applied: %v", ctx.Err())
 	}
+}
+
+// applyEntry proposes data as one log entry and waits until it is committed
+// and applied: its command's result (a batch's, for a batch entry), or the
+// error its proposers get.
+func (m *Manager) applyEntry(data []byte) (ledger.Result, error) {
+	start := time.Now()
+	f := m.raft.Apply(data, m.cfg.ApplyTimeout)
+	err := f.Error()
 	m.metrics.applyLatency.Observe(time.Since(start).Seconds())
 	if err != nil {
-		return ledger.Result{}, m.applyError(err)
+		return ledger.Result{}, m.ApplyError(err)
 	}
 	res, ok := f.Response().(ledger.Result)
 	if !ok {
 		return ledger.Result{}, rpc.Errorf(rpc.CodeInternal, "raft apply returned %T", f.Response())
 	}
-	if res.Outcome == ledger.OutcomeInvalid {
-		return res, rpc.Errorf(rpc.CodeInternal, "ledger refused the command: %v", res.Err)
-	}
 	return res, nil
 }
 
-// checkLeader answers whether this node may serve: the leader, having applied
-// everything before its term.
-func (m *Manager) checkLeader() error {
+// commandResult is one command's result as its proposer gets it: with an
+// error when the ledger refused the command.
+func commandResult(res ledger.Result) batchDone {
+	if res.Outcome == ledger.OutcomeInvalid {
+		return batchDone{res: res, err: rpc.Errorf(rpc.CodeInternal, "ledger refused the command: %v", res.Err)}
+	}
+	return batchDone{res: res}
+}
+
+// CheckLeader is nil when this manager is the serving leader (it leads and
+// has applied every entry of earlier terms); else the error a caller gets:
+// not_leader, naming the leader's RPC address when known, or unavailable
+// while a new leader catches up.
+func (m *Manager) CheckLeader() error {
 	if m.raft.State() != raft.Leader {
 		return m.notLeader()
 	}

@@ -63,7 +63,7 @@ func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Le
 	if req.Request == "" {
 		return m.lease(ctx, ctx, req)
 	}
-	if err := m.checkLeader(); err != nil {
+	if err := m.CheckLeader(); err != nil {
 		return nil, err // not_leader: the gate asks the leader, whose memory it is
 	}
 	a, replayed, err := m.leaseReplays.Do(ctx, req.Tenant+"\x00"+req.Request, func() (leaseAnswer, bool) {
@@ -141,7 +141,7 @@ func (m *Manager) awaitQueued(ctx context.Context, before int, deadline time.Tim
 	for {
 		wake := m.jobsQueued.wait() // before reading: a commit after the read wakes it
 		now := time.Now()
-		if !now.Before(deadline) || m.checkLeader() != nil {
+		if !now.Before(deadline) || m.CheckLeader() != nil {
 			return false
 		}
 		q := m.fsm.Stats().Queued
