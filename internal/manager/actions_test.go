@@ -59,7 +59,7 @@ func TestCancelRetry(t *testing.T) {
 	}
 
 	// The cancelled job is never leased: b is.
-	jobs, err := m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1", MaxJobs: 10})
+	jobs, err := m.leaseNow(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1", MaxJobs: 10})
 	if err != nil || len(jobs) != 1 || jobs[0].ID != b {
 		t.Fatalf("lease: %+v %v", jobs, err)
 	}

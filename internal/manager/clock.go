@@ -345,13 +345,8 @@ func (m *Manager) serverAddress(id string) string {
 	return ""
 }
 
-// registerClockMetrics exports the clock watch (New calls it):
-//
-//	once_manager_clock_offset_seconds{peer}   each voter's clock minus this manager's
-//	once_manager_clock_group_offset_seconds   this manager's clock minus the group's (when known)
-//	once_manager_clock_clamped                1 while this manager does not stamp with its own clock
-//	once_manager_ledger_time_seconds          the ledger's time (unix seconds)
-//	once_manager_clock_handoffs_total         leadership handoffs for a disagreeing clock
+// registerClockMetrics exports the clock watch: the handoffs counter and
+// clockCollector's gauges (New calls it).
 func (m *Manager) registerClockMetrics(reg prometheus.Registerer) {
 	m.clock.handoffs = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "once_manager_clock_handoffs_total",

@@ -15,18 +15,15 @@ import (
 // Config is everything a manager is told at start. Settings come from flags and
 // MANAGER_* / IDEMPOTENCY_* variables (docs/configuration.md lists them all):
 // DefaultConfig holds every default, Register binds the fields to flags and
-// variables, LoadConfig parses and validates. Adding a setting is a field, an
-// Env constant, a default and one Register line.
+// variables (with the help text that says what each means), LoadConfig parses
+// and validates. Adding a setting is a field, an Env constant, a default and
+// one Register line.
 type Config struct {
-	NodeID     string // MANAGER_NODE_ID: unique, stable across restarts (the Raft server ID)
-	Datacenter string // MANAGER_DATACENTER
-	DataDir    string // MANAGER_DATA_DIR: raft/wal, raft/stable.db, raft/snapshots, ledger/
-	// LedgerStore (MANAGER_LEDGER_STORE): disk keeps the ledger's tables in
-	// DataDir/ledger (docs/ledger.md, "State on disk"); memory keeps them in
-	// RAM and rebuilds them from the newest snapshot at every start.
-	LedgerStore string
-	// LedgerCacheBytes (MANAGER_LEDGER_CACHE_BYTES): the disk store's block
-	// cache.
+	NodeID      string // MANAGER_NODE_ID: unique, stable across restarts (the Raft server ID)
+	Datacenter  string // MANAGER_DATACENTER
+	DataDir     string // MANAGER_DATA_DIR: raft/wal, raft/stable.db, raft/snapshots, ledger/
+	LedgerStore string // MANAGER_LEDGER_STORE: disk (DataDir/ledger, docs/ledger.md "State on disk") or memory
+	// LedgerCacheBytes is MANAGER_LEDGER_CACHE_BYTES: the disk store's block cache.
 	LedgerCacheBytes int64
 
 	RaftAddr      string // MANAGER_RAFT_ADDR: Raft bind address
@@ -47,9 +44,7 @@ type Config struct {
 	WANGossipKey       string        // MANAGER_WAN_GOSSIP_KEY: base64 16/24/32-byte keys, empty = no encryption
 	BootstrapExpect    int           // MANAGER_BOOTSTRAP_EXPECT
 	DeadServerGrace    time.Duration // MANAGER_DEAD_SERVER_GRACE_SECONDS
-	// LeaveOnTerminate (MANAGER_LEAVE_ON_TERMINATE): on SIGTERM/SIGINT, leave
-	// the Raft configuration for good instead of stopping as a voter.
-	LeaveOnTerminate bool
+	LeaveOnTerminate   bool          // MANAGER_LEAVE_ON_TERMINATE: on SIGTERM/SIGINT, leave the Raft configuration for good
 
 	HeartbeatTimeout   time.Duration // MANAGER_RAFT_HEARTBEAT_TIMEOUT
 	ElectionTimeout    time.Duration // MANAGER_RAFT_ELECTION_TIMEOUT
@@ -67,44 +62,26 @@ type Config struct {
 	ApplyTimeout        time.Duration // MANAGER_APPLY_TIMEOUT: bound on one Raft round of a submission
 
 	// The worker lifecycle (jobs.go, docs/ledger.md "Job lifecycle").
-	// QueueJobs (MANAGER_JOB_QUEUE): committed jobs are queued for workers.
-	QueueJobs bool
-	// JobMaxAttempts (MANAGER_JOB_MAX_ATTEMPTS): leases a job gets before a
-	// failure or an expired lease makes it dead.
-	JobMaxAttempts int
-	// JobBackoffMin and JobBackoffMax (MANAGER_JOB_BACKOFF_MIN/MAX): the
-	// retry delay after a failed attempt doubles from min up to max, with
-	// jitter (backoff).
-	JobBackoffMin time.Duration
-	JobBackoffMax time.Duration
-	// JobLeaseDefault, JobLeaseMin and JobLeaseMax (MANAGER_JOB_LEASE_*): a
-	// lease's duration when the worker names none, and the bounds of one it
-	// names.
-	JobLeaseDefault time.Duration
-	JobLeaseMin     time.Duration
-	JobLeaseMax     time.Duration
+	QueueJobs       bool          // MANAGER_JOB_QUEUE: committed jobs are queued for workers
+	JobMaxAttempts  int           // MANAGER_JOB_MAX_ATTEMPTS
+	JobBackoffMin   time.Duration // MANAGER_JOB_BACKOFF_MIN: the retry delay doubles from min up to max (backoff)
+	JobBackoffMax   time.Duration // MANAGER_JOB_BACKOFF_MAX
+	JobLeaseDefault time.Duration // MANAGER_JOB_LEASE_DEFAULT: a lease's duration when the worker names none
+	JobLeaseMin     time.Duration // MANAGER_JOB_LEASE_MIN: the bounds of one it names
+	JobLeaseMax     time.Duration // MANAGER_JOB_LEASE_MAX
 	MaxClockOffset  time.Duration // MANAGER_MAX_CLOCK_OFFSET: beyond it from the group's clock, stamp with the group's
 
-	Pprof bool // MANAGER_PPROF: serve /debug/pprof on the RPC listener
-	// ClusterSecretFile is MANAGER_CLUSTER_SECRET_FILE: the secret every
-	// caller of the RPC listener must present (docs/security.md); empty: none.
-	ClusterSecretFile string
-	// OperatorSecretFile is MANAGER_OPERATOR_SECRET_FILE: the secret an
-	// operator presents (oncectl sends it in the gRPC metadata
-	// once-operator-secret) for the Operator service (docs/security.md,
-	// "Operator role"); empty: only an operator certificate opens it.
-	OperatorSecretFile string
-	// OTLPEndpoint is MANAGER_OTLP_ENDPOINT: where OpenTelemetry traces go
-	// (OTLP over HTTP, internal/tracing); empty: no tracing.
-	OTLPEndpoint string
+	Pprof        bool   // MANAGER_PPROF: serve /debug/pprof on the RPC listener
+	OTLPEndpoint string // MANAGER_OTLP_ENDPOINT: where traces go (OTLP over HTTP); empty: no tracing
+	// Credentials (docs/security.md).
+	ClusterSecretFile  string // MANAGER_CLUSTER_SECRET_FILE: the secret every RPC caller presents; empty: none
+	OperatorSecretFile string // MANAGER_OPERATOR_SECRET_FILE: the Operator service's secret ("Operator role")
 	// TLSCAFile, TLSCertFile and TLSKeyFile are MANAGER_TLS_*: the cluster CA
-	// and this manager's certificate (for manager.once, server and client
-	// use): RPC and Raft over mutual TLS (docs/security.md); all three or
-	// none.
+	// and this manager's certificate: RPC and Raft over mutual TLS; all
+	// three or none.
 	TLSCAFile, TLSCertFile, TLSKeyFile string
-	// Insecure is MANAGER_INSECURE: start without any credential (no TLS
-	// files, no cluster secret), RPC, Raft and gossip unauthenticated and
-	// plaintext; without it a manager refuses to start so (CheckSecurity).
+	// Insecure is MANAGER_INSECURE: start without any credential; without it
+	// a manager refuses to start so (CheckSecurity).
 	Insecure  bool
 	LogLevel  string // MANAGER_LOG_LEVEL
 	LogFormat string // MANAGER_LOG_FORMAT
@@ -112,24 +89,12 @@ type Config struct {
 	Idempotency config.Idempotency
 
 	// Ledger bounds (docs/ledger.md).
-	//
-	// BatchMaxItems and BatchMaxBytes are MANAGER_BATCH_MAX_ITEMS and
-	// MANAGER_BATCH_MAX_BYTES: the bounds on one batch entry of Admits or of
-	// workers' commands (batch.go). 0 takes the default.
-	BatchMaxItems int
-	BatchMaxBytes int
-	// WatermarkMaxClientsPerTenant is IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT.
-	WatermarkMaxClientsPerTenant int
-	// LedgerMaxBytes is IDEMPOTENCY_LEDGER_MAX_BYTES: the bound on the bytes of
-	// entries and retained jobs, payloads included.
-	LedgerMaxBytes int64
-	// LedgerTenantMaxBytes is IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES: one tenant's share.
-	LedgerTenantMaxBytes int64
-	// OutboxMaxEntries is MANAGER_OUTBOX_MAX_ENTRIES: the multi-datacenter
-	// submissions the outbox carries (not yet confirmed by every datacenter
-	// they name, live or expired) before new ones are refused (503
-	// outbox_full).
-	OutboxMaxEntries int
+	BatchMaxItems                int   // MANAGER_BATCH_MAX_ITEMS: one batch entry's commands (batch.go); 0: the default
+	BatchMaxBytes                int   // MANAGER_BATCH_MAX_BYTES: one batch entry's bytes; 0: the default
+	WatermarkMaxClientsPerTenant int   // IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT
+	LedgerMaxBytes               int64 // IDEMPOTENCY_LEDGER_MAX_BYTES: entries and retained jobs, payloads included
+	LedgerTenantMaxBytes         int64 // IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES: one tenant's share
+	OutboxMaxEntries             int   // MANAGER_OUTBOX_MAX_ENTRIES: submissions the outbox carries before refusing (503 outbox_full)
 }
 
 // Names of the manager's environment variables. Each has a flag derived from
@@ -363,44 +328,29 @@ func (c Config) withDefaults() Config {
 	if c.RPCAdvertise == "" {
 		c.RPCAdvertise = c.RPCAddr
 	}
+	total, tenant := DefaultLedgerBudgets(c.LedgerStore)
 	if c.LedgerMaxBytes <= 0 {
-		c.LedgerMaxBytes = DefaultLedgerMaxBytes(c.LedgerStore)
+		c.LedgerMaxBytes = total
 	}
 	if c.LedgerTenantMaxBytes <= 0 {
-		c.LedgerTenantMaxBytes = DefaultLedgerTenantMaxBytes(c.LedgerStore)
+		c.LedgerTenantMaxBytes = tenant
 	}
 	return c
 }
 
-// The byte budgets of the ledger by store (docs/configuration.md). On disk
-// they hold a day (MANAGER_JOB_RETENTION_SECONDS' default) of 1,000 jobs/s
-// of one tenant: 86.4 million jobs in 64 GiB, ~795 bytes each, the job's 384
-// bytes of overhead and ~400 bytes of payload and result; four such tenants
-// fill the whole. In memory the ledger shares the manager's RAM and the
-// snapshot is rebuilt from it: the small budgets of a 2-4 GiB manager.
-const (
-	diskLedgerMaxBytes         = 256 << 30
-	diskLedgerTenantMaxBytes   = 64 << 30
-	memoryLedgerMaxBytes       = 1 << 30
-	memoryLedgerTenantMaxBytes = 256 << 20
-)
-
-// DefaultLedgerMaxBytes is IDEMPOTENCY_LEDGER_MAX_BYTES' default for a
-// ledger store (MANAGER_LEDGER_STORE).
-func DefaultLedgerMaxBytes(store string) int64 {
+// DefaultLedgerBudgets are the defaults of IDEMPOTENCY_LEDGER_MAX_BYTES and
+// IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES for a ledger store
+// (MANAGER_LEDGER_STORE; docs/configuration.md). On disk they hold a day
+// (MANAGER_JOB_RETENTION_SECONDS' default) of 1,000 jobs/s of one tenant:
+// 86.4 million jobs in 64 GiB, ~795 bytes each, the job's 384 bytes of
+// overhead and ~400 bytes of payload and result; four such tenants fill the
+// whole. In memory the ledger shares the manager's RAM and the snapshot is
+// rebuilt from it: the small budgets of a 2-4 GiB manager.
+func DefaultLedgerBudgets(store string) (total, tenant int64) {
 	if store == "memory" {
-		return memoryLedgerMaxBytes
+		return 1 << 30, 256 << 20
 	}
-	return diskLedgerMaxBytes
-}
-
-// DefaultLedgerTenantMaxBytes is IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES'
-// default for a ledger store.
-func DefaultLedgerTenantMaxBytes(store string) int64 {
-	if store == "memory" {
-		return memoryLedgerTenantMaxBytes
-	}
-	return diskLedgerTenantMaxBytes
+	return 256 << 30, 64 << 30
 }
 
 // DefaultOutboxMaxEntries is MANAGER_OUTBOX_MAX_ENTRIES' default: 100 s of

@@ -34,10 +34,11 @@ func TestLedgerByteBudgetDefaults(t *testing.T) {
 	// A day of 1,000 jobs/s of one tenant, each job its overhead and 400
 	// bytes of payload and result, within the disk store's tenant share.
 	const day = 86400 * 1000
-	if need := int64(day) * (384 + 400); need > DefaultLedgerTenantMaxBytes("disk") {
-		t.Fatalf("a day at 1,000 jobs/s needs %d bytes, the tenant's default is %d", need, DefaultLedgerTenantMaxBytes("disk"))
+	if _, tenant := DefaultLedgerBudgets("disk"); int64(day)*(384+400) > tenant {
+		t.Fatalf("a day at 1,000 jobs/s needs %d bytes, the tenant's default is %d", int64(day)*(384+400), tenant)
 	}
-	if d := DefaultConfig(); d.LedgerMaxBytes != DefaultLedgerMaxBytes(d.LedgerStore) {
+	d := DefaultConfig()
+	if total, _ := DefaultLedgerBudgets(d.LedgerStore); d.LedgerMaxBytes != total {
 		t.Fatalf("DefaultConfig's budget %d", d.LedgerMaxBytes)
 	}
 }

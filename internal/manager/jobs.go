@@ -31,26 +31,17 @@ import (
 // lifecycle and expire after MANAGER_JOB_RETENTION_SECONDS, for a
 // deployment without workers.
 
-// LeaseJobs hands out up to req.MaxJobs queued jobs of the tenant (the oldest
-// first; expired leases of the tenant first of all), each under a new lease
-// until now + the lease duration. An empty answer is not an error: nothing is
-// due. Errors are *rpc.Error values: CodeInvalid for a bad request,
+// leaseJobs hands out up to req.MaxJobs queued jobs of the tenant (the oldest
+// first; expired leases of the tenant first of all) to holder (recorded on
+// each job), each under a new lease until now + the lease duration. An
+// empty answer is not an error: nothing is due. Of req it reads the tenant,
+// the types, MaxJobs (0: 1), the lease (0: MANAGER_JOB_LEASE_DEFAULT) and,
+// when Request is set, Request and Fingerprint: the lease IDs are then
+// derived from them, so a retry of the request, on this leader or the next,
+// proposes the same ones and is answered with the jobs the first attempt
+// leased while their leases last (ledger.Lease.Replay, the answer's
+// Replayed). Errors are *rpc.Error values: CodeInvalid for a bad request,
 // CodeNotLeader / CodeUnavailable as for a submission.
-func (m *Manager) LeaseJobs(ctx context.Context, req *rpcpb.LeaseRequest) ([]ledger.Job, error) {
-	lr, err := m.leaseJobs(ctx, req, req.Worker)
-	if err != nil {
-		return nil, err
-	}
-	return lr.Jobs, nil
-}
-
-// leaseJobs is LeaseJobs with the ledger's whole answer (Replayed), for
-// holder (recorded on each job). Of req it reads the tenant, the types,
-// MaxJobs (0: 1), the lease (0: MANAGER_JOB_LEASE_DEFAULT) and, when
-// Request is set, Request and Fingerprint: the lease IDs are then derived
-// from them, so a retry of the request, on this leader or the next, proposes
-// the same ones and is answered with the jobs the first attempt leased
-// while their leases last (ledger.Lease.Replay).
 func (m *Manager) leaseJobs(ctx context.Context, req *rpcpb.LeaseRequest, holder string) (*ledger.LeaseResult, error) {
 	if err := m.CheckLeader(); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -50,10 +51,10 @@ func TestWorkerLifecycle(t *testing.T) {
 	}
 	// A follower refuses: the lifecycle's commands are the leader's.
 	f := (l + 1) % 3
-	if _, err := tc.mgrs[f].LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1"}); !errors.Is(err, rpc.ErrNotLeader) {
+	if _, err := tc.mgrs[f].leaseNow(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1"}); !errors.Is(err, rpc.ErrNotLeader) {
 		t.Fatalf("lease at a follower: %v", err)
 	}
-	jobs, err := m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1", Types: []string{"email"}, MaxJobs: 5})
+	jobs, err := m.leaseNow(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1", Types: []string{"email"}, MaxJobs: 5})
 	if err != nil || len(jobs) != 2 || jobs[0].ID != a || jobs[1].ID != c {
 		t.Fatalf("lease of email jobs: %+v %v", jobs, err)
 	}
@@ -89,7 +90,7 @@ func TestWorkerLifecycle(t *testing.T) {
 	for _, bad := range []*rpcpb.LeaseRequest{{Worker: "w"}, {Tenant: "acme"}, {Tenant: "acme", Worker: "w", MaxJobs: ledger.MaxLease + 1},
 		{Tenant: "acme", Worker: "w", Types: []string{"a", "a"}}, {Tenant: "acme", Worker: "w", LeaseForNanos: int64(time.Millisecond)},
 		{Tenant: "acme", Worker: "w", LeaseForNanos: int64(2 * time.Hour)}} {
-		if _, err := m.LeaseJobs(ctx, bad); !errors.Is(err, rpc.ErrInvalid) {
+		if _, err := m.leaseNow(ctx, bad); !errors.Is(err, rpc.ErrInvalid) {
 			t.Fatalf("%+v: %v", bad, err)
 		}
 	}
@@ -105,11 +106,11 @@ func TestWorkerLifecycle(t *testing.T) {
 	if d := time.Duration(fj.Life.RunAt - before.UnixNano()); d < 500*time.Millisecond || d > time.Second+time.Second/2 {
 		t.Fatalf("retry after %v, want the first backoff (0.5-1s)", d)
 	}
-	if jobs, err := m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", Types: []string{"email"}}); err != nil || len(jobs) != 0 {
+	if jobs, err := m.leaseNow(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", Types: []string{"email"}}); err != nil || len(jobs) != 0 {
 		t.Fatalf("leased before the retry: %+v %v", jobs, err)
 	}
 	// Without retry: failed.
-	jobs, err = m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", Types: []string{"resize"}})
+	jobs, err = m.leaseNow(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", Types: []string{"resize"}})
 	if err != nil || len(jobs) != 1 || jobs[0].ID != b {
 		t.Fatalf("lease of resize: %+v %v", jobs, err)
 	}
@@ -118,7 +119,7 @@ func TestWorkerLifecycle(t *testing.T) {
 	}
 	// The retry is leased once due.
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
-		jobs, err := m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w3"})
+		jobs, err := m.leaseNow(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w3"})
 		return err == nil && len(jobs) == 1 && jobs[0].ID == c && jobs[0].Life.Attempts == 2, fmt.Sprintf("the retry leased (%v)", err)
 	})
 	// Every manager holds the same jobs.
@@ -165,7 +166,7 @@ func TestLeaderExpiresLeases(t *testing.T) {
 		var jobs []ledger.Job
 		testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 			var err error
-			jobs, err = m.LeaseJobs(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", LeaseForNanos: int64(200 * time.Millisecond)})
+			jobs, err = m.leaseNow(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", LeaseForNanos: int64(200 * time.Millisecond)})
 			return err == nil && len(jobs) == 1, fmt.Sprintf("attempt %d leased (%v)", attempt, err)
 		})
 		if jobs[0].ID != id || jobs[0].Life.Attempts != attempt {
@@ -202,7 +203,7 @@ func TestQueueJobsOffCommitsLegacyJobs(t *testing.T) {
 	if j, ok := m.fsm.Job("acme", id); !ok || j.Life != nil || j.Status != "committed" {
 		t.Fatalf("job %+v %v", j, ok)
 	}
-	if jobs, err := m.LeaseJobs(ctxT(t), &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w"}); err != nil || len(jobs) != 0 {
+	if jobs, err := m.leaseNow(ctxT(t), &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w"}); err != nil || len(jobs) != 0 {
 		t.Fatalf("leased a legacy job: %+v %v", jobs, err)
 	}
 }
@@ -244,4 +245,13 @@ func TestJobStateGauges(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("gauges %v, want %v", got, want)
 	}
+}
+
+// leaseNow leases for req.Worker without a wait: the jobs leaseJobs hands out.
+func (m *Manager) leaseNow(ctx context.Context, req *rpcpb.LeaseRequest) ([]ledger.Job, error) {
+	lr, err := m.leaseJobs(ctx, req, req.Worker)
+	if err != nil {
+		return nil, err
+	}
+	return lr.Jobs, nil
 }

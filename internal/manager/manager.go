@@ -140,9 +140,7 @@ type Manager struct {
 	// admits batches the submissions' Admits, workers the workers'
 	// Leases, Heartbeats, Completes and Fails (batch.go).
 	admits, workers *batcher
-	// queueJobs: propose queue commits (ledger.QueueCommit), the job QUEUED for workers
-	// (jobs.go); set from the package's switch, and by tests.
-	queueJobs atomic.Bool
+	queueJobs       atomic.Bool // Config.QueueJobs (jobs.go), which tests switch at run time
 
 	bgWG     sync.WaitGroup
 	waitsWG  sync.WaitGroup // callers between a Raft request and its answer (holdRaft)

@@ -12,21 +12,12 @@ import (
 	"github.com/once-dev/once/pkg/api"
 )
 
+// metrics are the manager's own; each one's Help says what it counts.
 type metrics struct {
-	submissions  *prometheus.CounterVec
-	submitTime   prometheus.Histogram
-	applyLatency prometheus.Histogram
-	expired      prometheus.Counter
-	// outboxConfirmed counts the (entry, datacenter) pairs this manager's
-	// outbox recorded as final in the ledger.
-	outboxConfirmed prometheus.Counter
-	// leaseReplays counts leases answered from the kept answers.
-	leaseReplays prometheus.Counter
-	// outboxRefused counts submissions refused for a full outbox;
-	// outboxOldest is the age of the oldest entry the leader's outbox
-	// carries (0 at a follower or with none).
-	outboxRefused prometheus.Counter
-	outboxOldest  prometheus.Gauge
+	submissions                                           *prometheus.CounterVec
+	submitTime, applyLatency                              prometheus.Histogram
+	expired, outboxConfirmed, leaseReplays, outboxRefused prometheus.Counter
+	outboxOldest                                          prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {

@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/once-dev/once/internal/rpc"
@@ -15,7 +17,8 @@ import (
 // bound is checked before the Reserve, so the submissions in flight at that
 // instant may pass it by as many.
 func (m *Manager) admitToOutbox(req *rpcpb.SubmitRequest) error {
-	if req.Carried || !namesOtherDatacenter(req.Job.Datacenters, m.cfg.Datacenter) {
+	own := m.cfg.Datacenter
+	if req.Carried || !slices.ContainsFunc(req.Job.Datacenters, func(dc string) bool { return dc != own }) {
 		return nil
 	}
 	if n := m.fsm.OutboxLen(); n >= m.cfg.OutboxMaxEntries {
@@ -24,15 +27,6 @@ func (m *Manager) admitToOutbox(req *rpcpb.SubmitRequest) error {
 			"the outbox carries its maximum of %d multi-datacenter submissions not yet confirmed by every datacenter they name", m.cfg.OutboxMaxEntries)
 	}
 	return nil
-}
-
-func namesOtherDatacenter(dcs []string, own string) bool {
-	for _, dc := range dcs {
-		if dc != own {
-			return true
-		}
-	}
-	return false
 }
 
 // OutboxGauges are the outbox's gauges, read from the ledger when scraped:

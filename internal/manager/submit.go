@@ -199,33 +199,26 @@ func (m *Manager) refusal(what, tenant string, res ledger.Result) error {
 	}
 }
 
-// beginProposal registers an Admit (or a Claim) about to be proposed for (tenant, key). The
-// first caller owns it (owner true) and must call endProposal; later callers get
-// the channel that endProposal closes.
-func (m *Manager) beginProposal(tenant, key string) (ch chan struct{}, owner bool) {
-	k := slotKey(tenant, key)
-	m.proposingMu.Lock()
-	defer m.proposingMu.Unlock()
-	if ch, ok := m.proposing[k]; ok {
-		return ch, false
-	}
-	ch = make(chan struct{})
-	m.proposing[k] = ch
-	return ch, true
-}
-
 // retry is what proposeOrWait returns when another submission's proposal
 // of the key ended: the caller looks at the key again.
 var retry = make(chan struct{})
 
-// proposeOrWait is beginProposal for a submission: the owner gets the
-// channel to pass to endProposal. Any other caller waits for the owner's
-// proposal to end, until deadline: it gets retry when the proposal ended
-// (look at the key again), nil when the deadline passed first (the key is
-// in progress), or an error when its request or the manager ends first.
+// proposeOrWait registers an Admit (or a Claim) about to be proposed for
+// (tenant, key). The first caller owns it and gets the channel to pass to
+// endProposal. Any other caller waits for the owner's proposal to end,
+// until deadline: it gets retry when the proposal ended (look at the key
+// again), nil when the deadline passed first (the key is in progress), or
+// an error when its request or the manager ends first.
 func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadline time.Time) (chan struct{}, error) {
-	proposal, owner := m.beginProposal(tenant, key)
-	if owner {
+	k := slotKey(tenant, key)
+	m.proposingMu.Lock()
+	proposal, busy := m.proposing[k]
+	if !busy {
+		proposal = make(chan struct{})
+		m.proposing[k] = proposal
+	}
+	m.proposingMu.Unlock()
+	if !busy {
 		return proposal, nil
 	}
 	if f := m.deps.Knobs.WaitsOnAdmit; f != nil {
