@@ -101,10 +101,7 @@ func (o *outbox) pass(ctx context.Context) {
 			return true
 		}
 		for _, dc := range e.Request.Datacenters {
-			if dc == own {
-				continue
-			}
-			if slices.Contains(e.Confirmed, dc) {
+			if dc == own || slices.Contains(e.Confirmed, dc) {
 				continue
 			}
 			k := outboxKey{e.Tenant, e.Key, e.JobID, dc}

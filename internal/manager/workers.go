@@ -100,16 +100,15 @@ func (m *Manager) lease(ctx, applyCtx context.Context, req *rpcpb.LeaseRequest) 
 		if err != nil {
 			return nil, err
 		}
-		if res.Replayed {
-			// An earlier attempt of this request leased these (through
-			// another leader, whose answer was lost).
-			m.metrics.leaseReplays.Inc()
+		if res.Replayed || len(res.Jobs) > 0 || !time.Now().Before(deadline) {
 			out := m.leases(res.Jobs)
-			out.Replayed = true
+			if res.Replayed {
+				// An earlier attempt of this request leased these (through
+				// another leader, whose answer was lost).
+				m.metrics.leaseReplays.Inc()
+				out.Replayed = true
+			}
 			return out, nil
-		}
-		if len(res.Jobs) > 0 || !time.Now().Before(deadline) {
-			return m.leases(res.Jobs), nil
 		}
 		if !m.awaitQueued(ctx, queued, deadline) {
 			if ctx.Err() != nil {
