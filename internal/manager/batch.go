@@ -16,7 +16,7 @@ import (
 )
 
 // batcher groups the commands of concurrent submissions into batch entries
-// (ledger.AdmitBatch): group commit. One goroutine per
+// (ledger.AdmitBatch, ledger.WorkerBatch): group commit. One goroutine per
 // batcher proposes: while its entry is in flight (replicated, fsynced on a
 // quorum, applied), new commands queue, and as soon as it returns they go
 // out together in the next entry, up to MANAGER_BATCH_MAX_ITEMS and
@@ -30,7 +30,7 @@ import (
 // committed on a quorum and applied, exactly as with a single command.
 type batcher struct {
 	m    *Manager
-	kind ledger.CommandType // TypeAdmitBatch
+	kind ledger.CommandType // of its batch entries: TypeAdmitBatch or TypeWorkerBatch
 	wake chan struct{}      // capacity 1: work queued
 
 	mu    sync.Mutex

@@ -68,8 +68,8 @@ func (m *Manager) leaderLoop() {
 // until leadership ends.
 func (m *Manager) lead(ctx context.Context) {
 	term := m.raft.CurrentTerm()
-	if m.deps.Knobs.BeforeBarrier != nil {
-		m.deps.Knobs.BeforeBarrier()
+	if f := m.deps.Knobs.BeforeBarrier; f != nil {
+		f()
 	}
 	for {
 		if err := m.raft.Barrier(m.cfg.ApplyTimeout).Error(); err == nil {

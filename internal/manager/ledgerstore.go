@@ -42,10 +42,9 @@ func openLedger(cfg Config, onChange func(ledger.Change), onHalt func(*ledger.Ha
 // so a restart reads no snapshot at all (and the ledger takes no snapshot
 // while that replay is below its applied index: ledger.ErrReplaying, so no
 // snapshot records an index above the one Raft names it by). A disk ledger
-// behind the newest
-// snapshot (a new store beside an old Raft directory, or one lost with its
-// disk) is restored from it. A disk ledger past everything Raft holds is
-// refused (ErrLedgerAhead).
+// behind the newest snapshot (a new store beside an old Raft directory, or
+// one lost with its disk) is restored from it. A disk ledger past everything
+// Raft holds is refused (ErrLedgerAhead).
 func (m *Manager) ledgerRestoreOnStart() (bool, error) {
 	if m.cfg.LedgerStore == "memory" {
 		return true, nil

@@ -337,9 +337,11 @@ func (m *Manager) Close() error {
 	// Raft still answers, and nothing asks once m.closed is set.
 	m.bgWG.Wait()
 	m.waitsWG.Wait()
-	if voters, _ := m.voterIDs(); m.raft.State() == raft.Leader && len(voters) > 1 {
-		if err := m.raft.LeadershipTransfer().Error(); err != nil {
-			m.log.Warn("leadership transfer before shutdown failed", logging.KeyError, err)
+	if m.raft.State() == raft.Leader {
+		if voters, _ := m.voterIDs(); len(voters) > 1 {
+			if err := m.raft.LeadershipTransfer().Error(); err != nil {
+				m.log.Warn("leadership transfer before shutdown failed", logging.KeyError, err)
+			}
 		}
 	}
 	// Start the shutdown, then close the transport before waiting for it: a
