@@ -14,17 +14,7 @@ func (m *Manager) autopilotHealth() *rpc.AutopilotHealth {
 	if ap == nil {
 		return nil
 	}
-	h := ap.Health()
-	if h == nil {
-		return nil
-	}
-	out := &rpc.AutopilotHealth{Healthy: h.Healthy, FailureTolerance: h.FailureTolerance,
-		Servers: make([]rpc.ServerHealth, 0, len(h.Servers))}
-	for _, s := range h.Servers {
-		out.Servers = append(out.Servers, rpc.ServerHealth{ID: s.ID, Address: s.Address, Status: s.Status,
-			RaftState: s.RaftState, Healthy: s.Healthy, StableSince: s.StableSince})
-	}
-	return out
+	return ap.Health() // a copy
 }
 
 // refusedServers is the leader's refused identity claims for Status.
