@@ -11,6 +11,7 @@ import (
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // Gossip is not trusted for identity. The pool is how managers find each
@@ -49,24 +50,16 @@ const (
 	RefusedOldProtocol     = "old_protocol"
 )
 
-// Refusal is a pool member's claim the leader refused to act on.
-type Refusal struct {
-	// Reason is one of the Refused* constants.
-	Reason string
-	// Name is the member's pool name; ID, Addr and Version what it claims.
-	Name    string
-	ID      string
-	Addr    string
-	Version int
-	// Holder is who holds the identity instead: the pool name of the other
-	// claimant, or the Raft server ID whose address is claimed; for
-	// RefusedOldProtocol, the group's version.
-	Holder string
-	// Since is when this leader first refused the claim.
-	Since time.Time
-}
+// Refusal is a pool member's claim the leader refused to act on, as the
+// status reports it: Reason is one of the Refused* constants; Holder is the
+// pool name of the other claimant, or the Raft server ID whose address is
+// claimed, or for RefusedOldProtocol the group's version; Since is when this
+// leader first refused the claim.
+type Refusal = api.RefusedServer
 
-func (r Refusal) key() string { return r.Reason + "\x00" + r.Name + "\x00" + r.ID + "\x00" + r.Addr }
+func refusalKey(r Refusal) string {
+	return r.Reason + "\x00" + r.Node + "\x00" + r.ID + "\x00" + r.RaftAddr
+}
 
 // live reports whether m still holds what it claims.
 func live(m membership.Member) bool {
@@ -116,8 +109,8 @@ func resolveIdentities(servers []raft.Server, members []membership.Member, dc st
 
 	var refusals []Refusal
 	refuse := func(m membership.Member, reason, holder string) {
-		refusals = append(refusals, Refusal{Reason: reason, Name: m.Name, ID: m.Meta.NodeID,
-			Addr: m.Meta.RaftAddr, Version: m.Meta.Version, Holder: holder})
+		refusals = append(refusals, Refusal{Reason: reason, Node: m.Name, ID: m.Meta.NodeID,
+			RaftAddr: m.Meta.RaftAddr, Version: m.Meta.Version, Holder: holder})
 	}
 	// addrOK: m may use its Raft address (no live member of another ID holds
 	// it by right).
@@ -236,14 +229,14 @@ func (a *Autopilot) recordRefusals(refusals []Refusal, now time.Time) {
 	defer a.rmu.Unlock()
 	next := make(map[string]Refusal, len(refusals))
 	for _, r := range refusals {
-		k := r.key()
+		k := refusalKey(r)
 		if prev, ok := a.refusals[k]; ok {
 			r.Since = prev.Since
 		} else {
 			r.Since = now
 			a.refusalCounts[r.Reason]++
 			a.log.Warn("refusing a pool member's identity claim", logging.KeyReason, r.Reason,
-				logging.KeyNode, r.Name, logging.KeyPeer, r.ID, logging.KeyRaftAddr, r.Addr,
+				logging.KeyNode, r.Node, logging.KeyPeer, r.ID, logging.KeyRaftAddr, r.RaftAddr,
 				"holder", r.Holder, "version", r.Version)
 		}
 		next[k] = r
@@ -251,7 +244,7 @@ func (a *Autopilot) recordRefusals(refusals []Refusal, now time.Time) {
 	for k, r := range a.refusals {
 		if _, ok := next[k]; !ok {
 			a.log.Info("identity claim no longer refused", logging.KeyReason, r.Reason,
-				logging.KeyNode, r.Name, logging.KeyPeer, r.ID, logging.KeyRaftAddr, r.Addr)
+				logging.KeyNode, r.Node, logging.KeyPeer, r.ID, logging.KeyRaftAddr, r.RaftAddr)
 		}
 	}
 	a.refusals = next
@@ -270,7 +263,7 @@ func (a *Autopilot) Refused() []Refusal {
 	out := slices.Collect(maps.Values(a.refusals))
 	a.rmu.Unlock()
 	slices.SortFunc(out, func(x, y Refusal) int {
-		return cmp.Or(cmp.Compare(x.Reason, y.Reason), cmp.Compare(x.ID, y.ID), cmp.Compare(x.Name, y.Name), cmp.Compare(x.Addr, y.Addr))
+		return cmp.Or(cmp.Compare(x.Reason, y.Reason), cmp.Compare(x.ID, y.ID), cmp.Compare(x.Node, y.Node), cmp.Compare(x.RaftAddr, y.RaftAddr))
 	})
 	return out
 }

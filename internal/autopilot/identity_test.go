@@ -39,7 +39,7 @@ func renderAccepted(byID map[raft.ServerID]membership.Member) string {
 func renderRefused(rs []Refusal) string {
 	var parts []string
 	for _, r := range rs {
-		parts = append(parts, fmt.Sprintf("%s:%s(%s@%s)", r.Reason, r.Name, r.ID, r.Addr))
+		parts = append(parts, fmt.Sprintf("%s:%s(%s@%s)", r.Reason, r.Node, r.ID, r.RaftAddr))
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, " ")
@@ -172,7 +172,7 @@ func TestGossipAloneChangesNoIdentity(t *testing.T) {
 		return n == 1, fmt.Sprintf("the leader to count one %s refusal, have %d (%v)", RefusedDuplicateID, n, l.ap.RefusalCounts())
 	})
 	st := l.ap.Status()
-	if len(st.Refused) != 1 || st.Refused[0].Name != "impostor" || st.Refused[0].ID != victim.id {
+	if len(st.Refused) != 1 || st.Refused[0].Node != "impostor" || st.Refused[0].ID != victim.id {
 		t.Fatalf("Status().Refused = %+v, want the impostor's claim of %s", st.Refused, victim.id)
 	}
 	// Two more reconcile rounds see the claim and change nothing.

@@ -23,12 +23,7 @@ func (m *Manager) refusedServers() []rpc.RefusedServer {
 	if ap == nil {
 		return nil
 	}
-	var out []rpc.RefusedServer
-	for _, r := range ap.Refused() {
-		out = append(out, rpc.RefusedServer{Reason: r.Reason, Node: r.Name, ID: r.ID, RaftAddr: r.Addr,
-			Version: r.Version, Holder: r.Holder, Since: r.Since})
-	}
-	return out
+	return ap.Refused()
 }
 
 // refusalReasons are the reason labels of once_manager_autopilot_refusals_total,
