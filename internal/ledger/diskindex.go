@@ -158,9 +158,14 @@ func (x *diskIndex[T]) Has(probe T) bool {
 }
 
 // ReplaceOrInsert stores item. Unlike the B-tree's, it does not say what was
-// there (the state never asks; a read would cost more than the write).
+// there (the state never asks; a read would cost more than the write). A
+// secondary order whose values are primary keys (not copies) writes nothing:
+// it replaces only a present item (blind writes, above), whose key there
+// already holds the same primary key, the same bytes.
 func (x *diskIndex[T]) ReplaceOrInsert(item T) (old T, replaced bool) {
-	x.put(item, false)
+	if x.primary == nil || x.copies {
+		x.put(item, false)
+	}
 	return old, false
 }
 

@@ -515,6 +515,25 @@ func (s *state) unfinishedJobs() int {
 	return s.jobStates[JobLegacy] + s.jobStates[JobQueued] + s.jobStates[JobRunning]
 }
 
+// leased looks up the job of a worker's command under lease leaseID at now.
+// ok false when the command does nothing, with its answer: OutcomeNotFound
+// without the job; OutcomeUnchanged with the job when ended (nil: never)
+// says the lease already ended the job's attempt as the command would (the
+// lease stays on a job its worker's Complete or Fail moved on);
+// OutcomeLeaseLost when the lease is not the job's current one.
+func (s *state) leased(tenant, jobID, leaseID string, now int64, ended func(*JobLife) bool) (*Job, Result, bool) {
+	j, ok := s.getJob(tenant, jobID)
+	switch {
+	case !ok:
+		return nil, Result{Outcome: OutcomeNotFound}, false
+	case ended != nil && j.Life != nil && j.Life.LeaseID == leaseID && ended(j.Life):
+		return nil, Result{Outcome: OutcomeUnchanged, Job: *j}, false
+	case !currentLease(j, leaseID, now):
+		return nil, Result{Outcome: OutcomeLeaseLost, Job: *j}, false
+	}
+	return j, Result{}, true
+}
+
 // currentLease: id is the job's current lease at now.
 func currentLease(j *Job, id string, now int64) bool {
 	return j.Life != nil && j.Life.State == JobRunning && j.Life.LeaseID == id && j.Life.LeaseExpiresAt > now
@@ -704,12 +723,9 @@ func (s *state) applyHeartbeat(c Heartbeat) Result {
 	case c.Expiry <= c.Now:
 		return invalidf("heartbeat: expiry %d not after now %d", c.Expiry, c.Now)
 	}
-	old, ok := s.getJob(c.Tenant, c.JobID)
+	old, res, ok := s.leased(c.Tenant, c.JobID, c.LeaseID, c.Now, nil)
 	if !ok {
-		return Result{Outcome: OutcomeNotFound}
-	}
-	if !currentLease(old, c.LeaseID, c.Now) {
-		return Result{Outcome: OutcomeLeaseLost, Job: *old}
+		return res
 	}
 	j := s.update(old, func(_ *Job, l *JobLife) { l.LeaseExpiresAt = c.Expiry })
 	return Result{Outcome: OutcomeExtended, Job: j}
@@ -719,15 +735,9 @@ func (s *state) applyComplete(c Complete) Result {
 	if c.Tenant == "" || c.JobID == "" || c.LeaseID == "" {
 		return invalidf("complete: empty tenant, job ID or lease ID")
 	}
-	old, ok := s.getJob(c.Tenant, c.JobID)
+	old, res, ok := s.leased(c.Tenant, c.JobID, c.LeaseID, c.Now, func(l *JobLife) bool { return l.State == JobSucceeded })
 	if !ok {
-		return Result{Outcome: OutcomeNotFound}
-	}
-	if old.Life != nil && old.Life.State == JobSucceeded && old.Life.LeaseID == c.LeaseID {
-		return Result{Outcome: OutcomeUnchanged, Job: *old}
-	}
-	if !currentLease(old, c.LeaseID, c.Now) {
-		return Result{Outcome: OutcomeLeaseLost, Job: *old}
+		return res
 	}
 	if o, over := s.overBudget(old, len(c.Result), 0, c.MaxBytes, c.MaxTenantBytes); over {
 		return Result{Outcome: o, Job: *old}
@@ -746,17 +756,13 @@ func (s *state) applyFail(c Fail) Result {
 	case c.Retry && c.RetryAt < c.Now:
 		return invalidf("fail: retry_at %d before now %d", c.RetryAt, c.Now)
 	}
-	old, ok := s.getJob(c.Tenant, c.JobID)
-	if !ok {
-		return Result{Outcome: OutcomeNotFound}
-	}
 	// The lease that ended the last attempt by a Fail stays on the job (an
 	// expired lease is cleared): the same Fail again answers the job.
-	if l := old.Life; l != nil && l.LeaseID == c.LeaseID && (l.State == JobQueued || l.State == JobFailed || l.State == JobDead) {
-		return Result{Outcome: OutcomeUnchanged, Job: *old}
-	}
-	if !currentLease(old, c.LeaseID, c.Now) {
-		return Result{Outcome: OutcomeLeaseLost, Job: *old}
+	old, res, ok := s.leased(c.Tenant, c.JobID, c.LeaseID, c.Now, func(l *JobLife) bool {
+		return l.State == JobQueued || l.State == JobFailed || l.State == JobDead
+	})
+	if !ok {
+		return res
 	}
 	if o, over := s.overBudget(old, len(old.Life.Result), len(c.Error), c.MaxBytes, c.MaxTenantBytes); over {
 		return Result{Outcome: o, Job: *old}

@@ -1,8 +1,6 @@
 package ledger
 
 import (
-	"slices"
-
 	"github.com/google/btree"
 )
 
@@ -38,8 +36,6 @@ func (s *state) insertOwed(e *Entry) {
 	s.owed.ReplaceOrInsert(decodeEntry(&decoder{b: appendEntry(nil, e), base: ErrStore}))
 }
 
-func (s *state) removeOwed(e *Entry) { s.owed.Delete(e) }
-
 // confirmOwed is Confirm's item for an owed entry; ok false when none is owed
 // under (tenant, key, job_id).
 func (s *state) confirmOwed(it Confirmation) (res Result, ok bool) {
@@ -47,21 +43,15 @@ func (s *state) confirmOwed(it Confirmation) (res Result, ok bool) {
 	if !ok {
 		return res, false
 	}
-	if !slices.Contains(old.Request.Datacenters, it.Datacenter) {
-		return invalidf("confirm: %s/%s does not name datacenter %q", it.Tenant, it.Key, it.Datacenter), true
+	e, res := confirmed(old, it)
+	switch {
+	case e == nil:
+	case carried(e):
+		s.owed.ReplaceOrInsert(e) // same key: the write replaces old
+	default:
+		s.owed.Delete(old)
 	}
-	at, found := slices.BinarySearch(old.Confirmed, it.Datacenter)
-	if found {
-		return Result{Outcome: OutcomeUnchanged, Entry: *old}, true
-	}
-	e := *old
-	e.Confirmed = clip(slices.Insert(slices.Clone(old.Confirmed), at, it.Datacenter))
-	if carried(&e) {
-		s.owed.ReplaceOrInsert(&e) // same key: the write replaces old
-	} else {
-		s.removeOwed(old)
-	}
-	return Result{Outcome: OutcomeConfirmed, Entry: e}, true
+	return res, true
 }
 
 // OwedMultiDatacenter calls fn with every owed entry (expired before every

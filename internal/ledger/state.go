@@ -352,9 +352,9 @@ func (s *state) replaceEntry(old, e *Entry) {
 // reorder moves an item from old to item in one order of the state, where
 // old is (inOld) and item is to be (inNew). When both have the same key in
 // it, the write replaces old: on disk a delete is a tombstone that is
-// written, flushed and compacted only to be shadowed by the next write. And
-// an order on disk that holds primary keys already holds the right value
-// then: it is not written at all.
+// written, flushed and compacted only to be shadowed by the next write (and
+// an order on disk that holds primary keys writes nothing then:
+// diskIndex.ReplaceOrInsert).
 func reorder[T any](x index[T], less func(a, b T) bool, old, item T, inOld, inNew bool) {
 	same := inOld && inNew && !less(old, item) && !less(item, old)
 	if inOld && !same {
@@ -363,18 +363,9 @@ func reorder[T any](x index[T], less func(a, b T) bool, old, item T, inOld, inNe
 	switch {
 	case inNew && !same:
 		insert(x, item) // not in x: never was, or just deleted under another key
-	case inNew && !holdsPrimaryKeys(x):
+	case inNew:
 		x.ReplaceOrInsert(item)
 	}
-}
-
-// holdsPrimaryKeys reports whether x is an order on disk whose values are
-// its items' primary keys (not copies of the items): an item written again
-// under the same key there writes the same bytes. An order in memory holds
-// the item itself and must be pointed at the new one.
-func holdsPrimaryKeys[T any](x index[T]) bool {
-	d, ok := x.(*diskIndex[T])
-	return ok && d.primary != nil && !d.copies
 }
 
 func b2i(b bool) int {
@@ -824,18 +815,29 @@ func (s *state) confirm(it Confirmation) Result {
 	if old.JobID != it.JobID {
 		return Result{Outcome: OutcomeUnchanged, Entry: *old}
 	}
+	e, res := confirmed(old, it)
+	if e != nil {
+		s.replaceEntry(old, e)
+	}
+	return res
+}
+
+// confirmed is old with it.Datacenter added to its Confirmed (a new entry,
+// and the item's OutcomeConfirmed), or nil and the item's answer when that
+// is not to be: invalid for a datacenter the request does not name,
+// OutcomeUnchanged for one confirmed already. A live entry and an owed one
+// (owed.go) are confirmed alike.
+func confirmed(old *Entry, it Confirmation) (*Entry, Result) {
 	if !slices.Contains(old.Request.Datacenters, it.Datacenter) {
-		return invalidf("confirm: %s/%s does not name datacenter %q", it.Tenant, it.Key, it.Datacenter)
+		return nil, invalidf("confirm: %s/%s does not name datacenter %q", it.Tenant, it.Key, it.Datacenter)
 	}
 	at, found := slices.BinarySearch(old.Confirmed, it.Datacenter)
 	if found {
-		return Result{Outcome: OutcomeUnchanged, Entry: *old}
+		return nil, Result{Outcome: OutcomeUnchanged, Entry: *old}
 	}
 	e := *old
-	e.Confirmed = slices.Insert(slices.Clone(old.Confirmed), at, it.Datacenter)
-	e.Confirmed = clip(e.Confirmed)
-	s.replaceEntry(old, &e)
-	return Result{Outcome: OutcomeConfirmed, Entry: e}
+	e.Confirmed = clip(slices.Insert(slices.Clone(old.Confirmed), at, it.Datacenter))
+	return &e, Result{Outcome: OutcomeConfirmed, Entry: e}
 }
 
 // satSub returns a-b (b > 0), saturating at math.MinInt64.
