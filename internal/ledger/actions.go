@@ -62,6 +62,8 @@ type Retry struct{ JobAction }
 func (Cancel) CommandType() CommandType { return TypeCancel }
 func (Retry) CommandType() CommandType  { return TypeRetry }
 
+func (a JobAction) stamp() int64 { return a.Now }
+
 func (a JobAction) sizeHint() int {
 	return len(a.Tenant) + len(a.JobID) + len(a.Key) + len(a.Fingerprint) + 9*varintSize
 }

@@ -73,6 +73,17 @@ func (r Reject) names() (string, string, string) { return r.Tenant, r.Key, r.Job
 
 func (Admit) CommandType() CommandType { return TypeAdmit }
 
+// An Admit's time is the later of its parts'.
+func (a Admit) stamp() int64 {
+	switch o := a.Outcome.(type) {
+	case Commit:
+		return max(a.Reserve.Now, o.Now)
+	case Reject:
+		return max(a.Reserve.Now, o.Now)
+	}
+	return a.Reserve.Now
+}
+
 func (a Admit) sizeHint() int {
 	n := 1 + a.Reserve.sizeHint()
 	if a.Outcome != nil {

@@ -60,6 +60,9 @@ type Release struct {
 func (Claim) CommandType() CommandType   { return TypeClaim }
 func (Release) CommandType() CommandType { return TypeRelease }
 
+func (c Claim) stamp() int64   { return c.Now }
+func (r Release) stamp() int64 { return r.Now }
+
 func (c Claim) sizeHint() int {
 	return len(c.Tenant) + len(c.Key) + len(c.Fingerprint) + len(c.JobID) + len(c.Home) + len(c.Type) + 10*varintSize
 }

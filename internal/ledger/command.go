@@ -234,6 +234,8 @@ type Unknown struct {
 func (Expire) CommandType() CommandType    { return TypeExpire }
 func (u Unknown) CommandType() CommandType { return u.Type }
 
+func (c Expire) stamp() int64 { return c.Now }
+
 // Encode returns the bytes of c (type byte, version byte, body), ready for
 // raft.Apply. It never fails: every value of a command type has an encoding.
 func Encode(c Command) []byte {

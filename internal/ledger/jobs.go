@@ -226,6 +226,13 @@ func (Heartbeat) CommandType() CommandType    { return TypeHeartbeat }
 func (Complete) CommandType() CommandType     { return TypeComplete }
 func (Fail) CommandType() CommandType         { return TypeFail }
 func (ExpireLeases) CommandType() CommandType { return TypeExpireLeases }
+
+func (c Lease) stamp() int64        { return c.Now }
+func (c Heartbeat) stamp() int64    { return c.Now }
+func (c Complete) stamp() int64     { return c.Now }
+func (c Fail) stamp() int64         { return c.Now }
+func (c ExpireLeases) stamp() int64 { return c.Now }
+
 func (c Lease) sizeHint() int {
 	return len(c.Tenant) + len(c.Holder) + sizeStrings(c.Types) + sizeStrings(c.LeaseIDs) + 5*varintSize + 17
 }

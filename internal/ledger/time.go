@@ -16,49 +16,16 @@ func (s *state) applyTimed(ax *applyCtx, cmd Command, decodeErr error) Result {
 	return res
 }
 
-// raiseLedgerTime raises the ledger time to cmd's Now. A batch raised it item
-// by item (stampOf has none for it).
-func (s *state) raiseLedgerTime(cmd Command) {
-	if now, ok := stampOf(cmd); ok && now > s.ledgerTime {
-		s.ledgerTime = now
-	}
-}
+// stamped is a command that carries a leader's time: stamp is its Now. Every
+// command type that carries one implements it (a type added later too); a
+// batch does not, its items raise the ledger time one by one.
+type stamped interface{ stamp() int64 }
 
-// stampOf returns a command's Now. A command type added later that carries a
-// leader's time belongs here too.
-func stampOf(cmd Command) (int64, bool) {
-	switch c := cmd.(type) {
-	case Admit:
-		now := c.Reserve.Now
-		switch o := c.Outcome.(type) {
-		case Commit:
-			now = max(now, o.Now)
-		case Reject:
-			now = max(now, o.Now)
-		}
-		return now, true
-	case Expire:
-		return c.Now, true
-	case Lease:
-		return c.Now, true
-	case Heartbeat:
-		return c.Now, true
-	case Complete:
-		return c.Now, true
-	case Fail:
-		return c.Now, true
-	case ExpireLeases:
-		return c.Now, true
-	case Claim:
-		return c.Now, true
-	case Release:
-		return c.Now, true
-	case Cancel:
-		return c.Now, true
-	case Retry:
-		return c.Now, true
+// raiseLedgerTime raises the ledger time to cmd's Now.
+func (s *state) raiseLedgerTime(cmd Command) {
+	if c, ok := cmd.(stamped); ok && c.stamp() > s.ledgerTime {
+		s.ledgerTime = c.stamp()
 	}
-	return 0, false
 }
 
 // LedgerTime returns the highest Now (unix nanoseconds) of any command applied
