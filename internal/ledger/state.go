@@ -744,14 +744,8 @@ func (s *state) applyExpire(ax *applyCtx, c Expire) Result {
 	}
 	if c.WatermarkTTL > 0 {
 		cutoff := satSub(c.Now, int64(c.WatermarkTTL))
-		for {
-			w, ok := s.wmAge.Min()
-			if !ok || w.UpdatedAt > cutoff || !take() {
-				break
-			}
-			s.removeWatermark(w)
-			res.Removed.Watermarks++
-		}
+		removeDue(s.wmAge, func(w *Watermark) bool { return w.UpdatedAt <= cutoff }, take,
+			func(w *Watermark) { s.removeWatermark(w); res.Removed.Watermarks++ })
 	}
 	return res
 }

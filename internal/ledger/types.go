@@ -383,11 +383,14 @@ var outcomeNames = [...]string{
 	OutcomeConflict:      "conflict",
 }
 
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) && outcomeNames[o] != "" {
-		return outcomeNames[o]
+func (o Outcome) String() string { return nameOf(outcomeNames[:], int(o), "outcome") }
+
+// nameOf is names[v], or kind(v) for a value without a name.
+func nameOf(names []string, v int, kind string) string {
+	if v < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return "outcome(" + strconv.Itoa(int(o)) + ")"
+	return kind + "(" + strconv.Itoa(v) + ")"
 }
 
 // Removed counts what a command removed by expiry.
@@ -488,12 +491,7 @@ var changeNames = [...]string{
 	ChangeClaimed:   "claimed",
 }
 
-func (k ChangeKind) String() string {
-	if int(k) < len(changeNames) && changeNames[k] != "" {
-		return changeNames[k]
-	}
-	return "change(" + strconv.Itoa(int(k)) + ")"
-}
+func (k ChangeKind) String() string { return nameOf(changeNames[:], int(k), "change") }
 
 // Change is passed to Options.OnChange after an entry changes.
 type Change struct {
