@@ -48,35 +48,8 @@ const (
 const FormatVersion uint8 = 1
 
 func (t CommandType) String() string {
-	switch t {
-	case TypeExpire:
-		return "expire"
-	case TypeAdmit:
-		return "admit"
-	case TypeAdmitBatch:
-		return "admit_batch"
-	case TypeWorkerBatch:
-		return "worker_batch"
-	case TypeConfirm:
-		return "confirm"
-	case TypeLease:
-		return "lease"
-	case TypeHeartbeat:
-		return "heartbeat"
-	case TypeComplete:
-		return "complete"
-	case TypeFail:
-		return "fail"
-	case TypeExpireLeases:
-		return "expire_leases"
-	case TypeClaim:
-		return "claim"
-	case TypeRelease:
-		return "release"
-	case TypeCancel:
-		return "cancel"
-	case TypeRetry:
-		return "retry"
+	if k, ok := commandKinds[t]; ok {
+		return k.name
 	}
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
@@ -476,7 +449,7 @@ func decodeCommand(data []byte, share bool) (Command, error) {
 		return nil, fmt.Errorf("%w: %d bytes, want a 2-byte header", ErrMalformed, len(data))
 	}
 	t, v := CommandType(data[0]), data[1]
-	decode, known := decoders[t]
+	kind, known := commandKinds[t]
 	switch {
 	case !known && t&TypeIgnorable != 0:
 		return Unknown{Type: t, Version: v, Body: append([]byte(nil), data[2:]...)}, nil
@@ -486,31 +459,39 @@ func decodeCommand(data []byte, share bool) (Command, error) {
 		return nil, fmt.Errorf("%w: %s version %d, this build reads version %d", ErrUnsupportedVersion, t, v, FormatVersion)
 	}
 	d := &decoder{b: data, off: 2, base: ErrMalformed, share: share}
-	c := decode(d)
+	c := kind.decode(d)
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%s v%d: %w", t, v, err)
 	}
 	return c, nil
 }
 
-// decoders decode the body of each command type (at FormatVersion).
-var decoders map[CommandType]func(*decoder) Command
+// commandKind is what this build knows of a command type: its name, and how
+// its body decodes (at FormatVersion).
+type commandKind struct {
+	name   string
+	decode func(*decoder) Command
+}
+
+// commandKinds are the command types this build knows (set in init: the
+// batches' decoders refer to the table).
+var commandKinds map[CommandType]commandKind
 
 func init() {
-	decoders = map[CommandType]func(*decoder) Command{
-		TypeExpire:       func(d *decoder) Command { return decodeExpire(d) },
-		TypeAdmit:        func(d *decoder) Command { return decodeAdmit(d) },
-		TypeAdmitBatch:   func(d *decoder) Command { return AdmitBatch{Items: decodeItems(d, admitItem)} },
-		TypeWorkerBatch:  func(d *decoder) Command { return WorkerBatch{Items: decodeItems(d, workerItem)} },
-		TypeConfirm:      func(d *decoder) Command { return decodeConfirm(d) },
-		TypeLease:        func(d *decoder) Command { return decodeLease(d) },
-		TypeHeartbeat:    func(d *decoder) Command { return decodeHeartbeat(d) },
-		TypeComplete:     func(d *decoder) Command { return decodeComplete(d) },
-		TypeFail:         func(d *decoder) Command { return decodeFail(d) },
-		TypeExpireLeases: func(d *decoder) Command { return decodeExpireLeases(d) },
-		TypeClaim:        func(d *decoder) Command { return decodeClaim(d) },
-		TypeRelease:      func(d *decoder) Command { return decodeRelease(d) },
-		TypeCancel:       func(d *decoder) Command { return Cancel{decodeJobAction(d)} },
-		TypeRetry:        func(d *decoder) Command { return Retry{decodeJobAction(d)} },
+	commandKinds = map[CommandType]commandKind{
+		TypeExpire:       {"expire", func(d *decoder) Command { return decodeExpire(d) }},
+		TypeAdmit:        {"admit", func(d *decoder) Command { return decodeAdmit(d) }},
+		TypeAdmitBatch:   {"admit_batch", func(d *decoder) Command { return AdmitBatch{Items: decodeItems(d, admitItem)} }},
+		TypeWorkerBatch:  {"worker_batch", func(d *decoder) Command { return WorkerBatch{Items: decodeItems(d, workerItem)} }},
+		TypeConfirm:      {"confirm", func(d *decoder) Command { return decodeConfirm(d) }},
+		TypeLease:        {"lease", func(d *decoder) Command { return decodeLease(d) }},
+		TypeHeartbeat:    {"heartbeat", func(d *decoder) Command { return decodeHeartbeat(d) }},
+		TypeComplete:     {"complete", func(d *decoder) Command { return decodeComplete(d) }},
+		TypeFail:         {"fail", func(d *decoder) Command { return decodeFail(d) }},
+		TypeExpireLeases: {"expire_leases", func(d *decoder) Command { return decodeExpireLeases(d) }},
+		TypeClaim:        {"claim", func(d *decoder) Command { return decodeClaim(d) }},
+		TypeRelease:      {"release", func(d *decoder) Command { return decodeRelease(d) }},
+		TypeCancel:       {"cancel", func(d *decoder) Command { return Cancel{decodeJobAction(d)} }},
+		TypeRetry:        {"retry", func(d *decoder) Command { return Retry{decodeJobAction(d)} }},
 	}
 }

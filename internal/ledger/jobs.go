@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/once-dev/once/pkg/api"
@@ -46,27 +45,19 @@ const (
 	JobCancelled JobState = 6
 )
 
+var jobStateNames = [...]string{
+	JobLegacy:    api.JobStatusCommitted,
+	JobQueued:    api.JobStatusQueued,
+	JobRunning:   api.JobStatusRunning,
+	JobSucceeded: api.JobStatusSucceeded,
+	JobFailed:    api.JobStatusFailed,
+	JobDead:      api.JobStatusDead,
+	JobCancelled: api.JobStatusCancelled,
+}
+
 // String returns the API name of the state (api.JobStatusQueued, ...;
 // api.JobStatusCommitted for JobLegacy).
-func (s JobState) String() string {
-	switch s {
-	case JobLegacy:
-		return api.JobStatusCommitted
-	case JobQueued:
-		return api.JobStatusQueued
-	case JobRunning:
-		return api.JobStatusRunning
-	case JobSucceeded:
-		return api.JobStatusSucceeded
-	case JobFailed:
-		return api.JobStatusFailed
-	case JobDead:
-		return api.JobStatusDead
-	case JobCancelled:
-		return api.JobStatusCancelled
-	}
-	return "job_state(" + strconv.Itoa(int(s)) + ")"
-}
+func (s JobState) String() string { return nameOf(jobStateNames[:], int(s), "job_state") }
 
 // Finished reports whether the job is done (SUCCEEDED, FAILED, DEAD or
 // CANCELLED): it no longer counts against the capacity and expires by its

@@ -25,18 +25,14 @@ const (
 	StateClaimed State = 4
 )
 
-// String returns the API name of the state (api.KeyStateCommitted, ...).
-func (s State) String() string {
-	switch s {
-	case StateCommitted:
-		return api.KeyStateCommitted
-	case StateRejected:
-		return api.KeyStateRejected
-	case StateClaimed:
-		return api.KeyStateClaimed
-	}
-	return "state(" + strconv.Itoa(int(s)) + ")"
+var stateNames = [...]string{
+	StateCommitted: api.KeyStateCommitted,
+	StateRejected:  api.KeyStateRejected,
+	StateClaimed:   api.KeyStateClaimed,
 }
+
+// String returns the API name of the state (api.KeyStateCommitted, ...).
+func (s State) String() string { return nameOf(stateNames[:], int(s), "state") }
 
 func (s State) valid() bool { return s >= StateCommitted && s <= StateClaimed }
 
