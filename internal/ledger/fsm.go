@@ -480,21 +480,7 @@ func (f *FSM) OldestWatermark() (int64, bool) {
 func (f *FSM) HeldLeases(tenant, prefix string, now int64) []Job {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	var keys []runKey
-	f.s.jobLeaseID.AscendGreaterOrEqual(runKey{tenant: tenant, leaseID: prefix}, func(k runKey) bool {
-		if k.tenant != tenant || !strings.HasPrefix(k.leaseID, prefix) {
-			return false
-		}
-		keys = append(keys, k)
-		return true
-	})
-	var held []Job
-	for _, k := range keys {
-		if j, ok := f.s.getJob(k.tenant, k.id); ok && currentLease(j, k.leaseID, now) {
-			held = append(held, *j)
-		}
-	}
-	return held
+	return f.s.leaseHolders(nil, tenant, prefix, func(id string) bool { return strings.HasPrefix(id, prefix) }, now)
 }
 
 // Stats returns the counts of the state. O(1).

@@ -697,18 +697,27 @@ func (s *state) applyLease(c Lease) Result {
 func (s *state) heldLeases(c *Lease) []Job {
 	var held []Job
 	for _, id := range c.LeaseIDs {
-		var keys []runKey
-		s.jobLeaseID.AscendGreaterOrEqual(runKey{tenant: c.Tenant, leaseID: id}, func(k runKey) bool {
-			if k.tenant != c.Tenant || k.leaseID != id {
-				return false
-			}
-			keys = append(keys, k)
-			return true
-		})
-		for _, k := range keys {
-			if j, ok := s.getJob(k.tenant, k.id); ok && currentLease(j, id, c.Now) {
-				held = append(held, *j)
-			}
+		held = s.leaseHolders(held, c.Tenant, id, func(l string) bool { return l == id }, c.Now)
+	}
+	return held
+}
+
+// leaseHolders appends to held the tenant's jobs whose lease ID, walked in
+// lease-ID order from `from` on while match accepts it, is their current
+// lease at now. Readers call it too (HeldLeases): it looks the jobs up with
+// probes of its own, not the apply path's (getJob).
+func (s *state) leaseHolders(held []Job, tenant, from string, match func(leaseID string) bool, now int64) []Job {
+	var keys []runKey
+	s.jobLeaseID.AscendGreaterOrEqual(runKey{tenant: tenant, leaseID: from}, func(k runKey) bool {
+		if k.tenant != tenant || !match(k.leaseID) {
+			return false
+		}
+		keys = append(keys, k)
+		return true
+	})
+	for _, k := range keys {
+		if j, ok := s.jobs.Get(&Job{Tenant: k.tenant, ID: k.id}); ok && currentLease(j, k.leaseID, now) {
+			held = append(held, *j)
 		}
 	}
 	return held

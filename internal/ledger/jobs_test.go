@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"sync"
 	"testing"
 
 	"github.com/once-dev/once/pkg/api"
@@ -1022,5 +1023,54 @@ func TestListByStateThroughChurn(t *testing.T) {
 		if got := list(api.JobStatusRunning, 2); !reflect.DeepEqual(got, append(append([]string{}, ids[40:45]...), ids[46:]...)) {
 			t.Fatalf("running after the retry: %v", got)
 		}
+	})
+}
+
+// HeldLeases answers the tenant's jobs whose current lease ID has the
+// prefix, in lease-ID order; readers call it concurrently (each with its own
+// lookups: under -race, a shared probe would be a race).
+func TestHeldLeases(t *testing.T) {
+	onBoth(t, func(t *testing.T, h *harness) {
+		var ids []string
+		for i := range 3 {
+			ids = append(ids, queueJob(h, tenant, fmt.Sprintf("h%d", i), "a", tQ).ID)
+		}
+		queueJob(h, "globex", "g1", "a", tQ)
+		l := leaseOf(tenant, 2, tL)
+		l.LeaseIDs = []string{"req1-0", "req1-1"}
+		h.lease(l)
+		g := leaseOf("globex", 1, tL)
+		g.LeaseIDs = []string{"req1-0"}
+		h.lease(g)
+		held := func(prefix string, now int64) []string {
+			var got []string
+			for _, j := range h.f.HeldLeases(tenant, prefix, now) {
+				got = append(got, j.ID+"@"+j.Life.LeaseID)
+			}
+			return got
+		}
+		if got, want := held("req1-", tIn), []string{ids[0] + "@req1-0", ids[1] + "@req1-1"}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("held %v, want %v", got, want)
+		}
+		if got := held("req2-", tIn); got != nil {
+			t.Fatalf("another prefix holds %v", got)
+		}
+		if got := held("req1-", tOut+1); got != nil {
+			t.Fatalf("expired leases hold %v", got)
+		}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					if n := len(h.f.HeldLeases(tenant, "req1-", tIn)); n != 2 {
+						t.Errorf("a concurrent reader found %d jobs", n)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
 	})
 }
