@@ -442,10 +442,10 @@ func (s *state) useStore(st *engine.Store, m storeMeta) {
 	keys := st.CountKeys(m.entries+m.jobs, pfxEntries, pfxJobs)
 	entries := &diskIndex[*Entry]{st: st, order: entryOrder,
 		encode: appendEntry, decode: storeValue(decodeEntry), keys: keys, keepRemoved: s.knobs.KeepRemoved,
-		count: func() int { return s.committed + s.rejected + s.claimed }}
+		count: func() int { return sum(s.entryStates[:]) }}
 	jobs := &diskIndex[*Job]{st: st, order: jobOrder,
 		encode: appendJob, decode: storeValue(decodeJob), keys: keys, keepRemoved: s.knobs.KeepRemoved,
-		count: s.jobTotal}
+		count: func() int { return sum(s.jobStates[:]) }}
 	s.store = st
 	s.entries = entries
 	s.entryExp = &diskIndex[*Entry]{st: st, order: entryExpOrder, primary: entries, copies: true}
@@ -472,7 +472,8 @@ func (s *state) useStore(st *engine.Store, m storeMeta) {
 		return true
 	})
 	s.applied, s.ledgerTime, s.lastSeq, s.bytes = m.applied, m.ledgerTime, m.lastSeq, m.bytes
-	s.committed, s.rejected, s.claimed = int(m.committed), int(m.rejected), int(m.claimed)
+	s.entryStates[StateCommitted], s.entryStates[StateRejected], s.entryStates[StateClaimed] =
+		int(m.committed), int(m.rejected), int(m.claimed)
 	s.jobStates = [JobCancelled + 1]int{int(m.jobs) - int(m.queued+m.running+m.succeeded+m.failed+m.dead+m.cancelled),
 		int(m.queued), int(m.running), int(m.succeeded), int(m.failed), int(m.dead), int(m.cancelled)}
 	s.dirtyTenants = map[string]tenantCounts{}

@@ -490,9 +490,9 @@ func (f *FSM) Stats() Stats {
 	s := f.s
 	return Stats{
 		Entries:      s.entries.Len(),
-		Committed:    s.committed,
-		Rejected:     s.rejected,
-		Claimed:      s.claimed,
+		Committed:    s.entryStates[StateCommitted],
+		Rejected:     s.entryStates[StateRejected],
+		Claimed:      s.entryStates[StateClaimed],
 		Jobs:         s.jobs.Len(),
 		Queued:       s.jobStates[JobQueued],
 		Running:      s.jobStates[JobRunning],

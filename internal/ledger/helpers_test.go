@@ -221,8 +221,9 @@ func checkInvariants(t testing.TB, f *FSM) {
 	if countOf(s.entryExp) != s.entries.Len() {
 		t.Errorf("entryExp has %d items, entries %d", countOf(s.entryExp), s.entries.Len())
 	}
-	if counts[StateCommitted] != s.committed || counts[StateRejected] != s.rejected || counts[StateClaimed] != s.claimed {
-		t.Errorf("counts %v, counters %d/%d/%d", counts, s.committed, s.rejected, s.claimed)
+	if counts[StateCommitted] != s.entryStates[StateCommitted] || counts[StateRejected] != s.entryStates[StateRejected] ||
+		counts[StateClaimed] != s.entryStates[StateClaimed] {
+		t.Errorf("counts %v, counters %v", counts, s.entryStates)
 	}
 	var jobStates [JobCancelled + 1]int
 	var retainedN, queuedN, runningN, lifeN int
@@ -283,8 +284,8 @@ func checkInvariants(t testing.TB, f *FSM) {
 		}
 		return true
 	})
-	if s.jobTotal() != countOf(s.jobs) {
-		t.Errorf("jobTotal %d, jobs %d", s.jobTotal(), countOf(s.jobs))
+	if sum(s.jobStates[:]) != countOf(s.jobs) {
+		t.Errorf("jobs by state %d, jobs %d", sum(s.jobStates[:]), countOf(s.jobs))
 	}
 	if jobStates != s.jobStates {
 		t.Errorf("jobs by state %v, counters %v", jobStates, s.jobStates)

@@ -499,10 +499,11 @@ func (s *state) update(old *Job, change func(j *Job, l *JobLife)) Job {
 	return j
 }
 
-// jobTotal is how many jobs the state holds.
-func (s *state) jobTotal() int {
+// sum is the total of counts by state: how many entries or jobs the state
+// holds.
+func sum(counts []int) int {
 	n := 0
-	for _, c := range s.jobStates {
+	for _, c := range counts {
 		n += c
 	}
 	return n

@@ -93,8 +93,8 @@ type state struct {
 	bytes       uint64
 	tenantBytes map[string]uint64
 
-	// counts of entries by state
-	committed, rejected, claimed int
+	// entryStates counts entries by State: every entry.
+	entryStates [StateClaimed + 1]int
 	// jobStates counts jobs by JobState (JobLegacy included): every job.
 	jobStates [JobCancelled + 1]int
 	// applied is the raft index of the last command applied.
@@ -308,17 +308,6 @@ func (s *state) jobOf(e *Entry) Job {
 	return Job{}
 }
 
-func (s *state) count(st State, d int) {
-	switch st {
-	case StateCommitted:
-		s.committed += d
-	case StateRejected:
-		s.rejected += d
-	case StateClaimed:
-		s.claimed += d
-	}
-}
-
 // carried reports whether an entry belongs in the multiDC order: naming
 // another datacenter that has not confirmed it (a request names its own
 // datacenter, which never confirms itself).
@@ -333,7 +322,7 @@ func (s *state) insertEntry(e *Entry) {
 		insert(s.multiDC, e)
 		s.multiDCLen++
 	}
-	s.count(e.State, 1)
+	s.entryStates[e.State]++
 	s.charge(e.Tenant, entryBytes(len(e.Request.Payload)))
 }
 
@@ -343,8 +332,8 @@ func (s *state) replaceEntry(old, e *Entry) {
 	reorder(s.entryExp, entryExpOrder.less, old, e, true, true)
 	reorder(s.multiDC, multiDCOrder.less, old, e, carried(old), carried(e))
 	s.multiDCLen += b2i(carried(e)) - b2i(carried(old))
-	s.count(old.State, -1)
-	s.count(e.State, 1)
+	s.entryStates[old.State]--
+	s.entryStates[e.State]++
 	s.release(old.Tenant, entryBytes(len(old.Request.Payload)))
 	s.charge(e.Tenant, entryBytes(len(e.Request.Payload)))
 }
@@ -381,7 +370,7 @@ func b2i(b bool) int {
 func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	s.entries.Delete(e)
 	s.entryExp.Delete(e)
-	s.count(e.State, -1)
+	s.entryStates[e.State]--
 	s.release(e.Tenant, entryBytes(len(e.Request.Payload)))
 	if carried(e) {
 		s.multiDC.Delete(e)
