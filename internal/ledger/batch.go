@@ -151,14 +151,13 @@ func decodeItem(d *decoder, i int, ok func(CommandType) bool) Command {
 
 // applyBatch applies the items of a batch in order, each as the command of its
 // own entry would apply (ledger time included); the index was checked by apply.
-func (s *state) applyBatch(ax *applyCtx, items int, item func(i int) Command) Result {
-	if items == 0 || items > MaxBatchItems {
-		return invalidf("batch: %d items, want 1..%d", items, MaxBatchItems)
+func (s *state) applyBatch(ax *applyCtx, items []Command) Result {
+	if len(items) == 0 || len(items) > MaxBatchItems {
+		return invalidf("batch: %d items, want 1..%d", len(items), MaxBatchItems)
 	}
-	res := Result{Outcome: OutcomeBatch, Items: make([]Result, items)}
+	res := Result{Outcome: OutcomeBatch, Items: make([]Result, len(items))}
 	defer func() { ax.item = 0 }()
-	for i := range res.Items {
-		c := item(i)
+	for i, c := range items {
 		ax.item = uint64(i)
 		r := s.applyCommand(ax, c)
 		if r.Outcome != OutcomeInvalid {

@@ -224,9 +224,9 @@ func (s *state) apply(ax *applyCtx, cmd Command, decodeErr error) Result {
 	}
 	switch c := cmd.(type) {
 	case AdmitBatch:
-		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
+		return s.applyBatch(ax, c.Items)
 	case WorkerBatch:
-		return s.applyBatch(ax, len(c.Items), func(i int) Command { return c.Items[i] })
+		return s.applyBatch(ax, c.Items)
 	}
 	return s.applyCommand(ax, cmd)
 }
