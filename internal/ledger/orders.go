@@ -12,8 +12,8 @@ import (
 // engine, after the prefix) both follow from that one declaration, so the
 // engines cannot disagree on an order. A key's prefix of whole fields is a
 // group (diskIndex.group: a tenant's queue), declared as an order of its own
-// without a prefix, as is an order kept in memory only. The lifecycle's orders hold only lifecycle jobs (and
-// probes with a Life).
+// without a prefix, as is an order kept in memory only. The lifecycle's
+// orders hold only lifecycle jobs (and probes with a Life).
 var (
 	entryOrder    = orderOf(pfxEntries, eTenant, eKey)
 	entryExpOrder = orderOf(pfxEntryExp, eExpires, eTenant, eKey)

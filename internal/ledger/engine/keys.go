@@ -22,8 +22,9 @@ import (
 // one word per hash); docs/ledger.md, "Apply".
 //
 // The caller counts the keys as they join and leave (Add; in the ledger,
-// the entries' and the jobs' tables as they insert and delete them). A store opened with such keys counts them by a scan in the background,
-// of the store as it was opened, so a restart is not slowed by it; until the
+// the entries' and the jobs' tables as they insert and delete them). A
+// store opened with such keys counts them by a scan in the background, of
+// the store as it was opened, so a restart is not slowed by it; until the
 // scan is merged, changes are kept as differences (delta) and every point
 // read goes to pebble. The hashes are the process's own (maphash): nothing
 // of this is stored or replicated, and no result depends on it.
