@@ -488,18 +488,10 @@ var ErrLeft = errors.New("membership: pool has left")
 func (p *Pool) ModifyMeta(fn func(*Meta)) error {
 	p.lifeMu.Lock()
 	defer p.lifeMu.Unlock()
-	p.mu.Lock()
-	if p.shut {
-		p.mu.Unlock()
-		return ErrShutdown
+	cur, err := p.publishedMeta()
+	if err != nil {
+		return err
 	}
-	if p.left {
-		p.mu.Unlock()
-		return ErrLeft
-	}
-	cur := p.local
-	p.mu.Unlock()
-
 	next := cur
 	fn(&next)
 	if cur.HasRaftState {
@@ -540,19 +532,17 @@ func (p *Pool) ModifyMeta(fn func(*Meta)) error {
 func (p *Pool) Leave(timeout time.Duration) error {
 	p.lifeMu.Lock()
 	defer p.lifeMu.Unlock()
-	p.mu.Lock()
-	if p.shut {
-		p.mu.Unlock()
-		return ErrShutdown
-	}
-	if p.left {
-		p.mu.Unlock()
+	next, err := p.publishedMeta()
+	if errors.Is(err, ErrLeft) {
 		return nil
 	}
-	next := p.local
+	if err != nil {
+		return err
+	}
 	next.Leaving = true
 	next.Bootstrap.Vote = 0
 	b, err := next.Encode()
+	p.mu.Lock()
 	if err == nil {
 		p.local, p.localBytes = next, b
 	}
@@ -577,6 +567,22 @@ func (p *Pool) Leave(timeout time.Duration) error {
 		errs = append(errs, fmt.Errorf("%w: leave: %w", ErrBroadcastTimeout, err))
 	}
 	return errors.Join(errs...)
+}
+
+// publishedMeta returns the Meta this node publishes, or ErrShutdown after
+// Shutdown and ErrLeft after Leave. The caller holds lifeMu: Shutdown, Leave
+// and ModifyMeta change them only under it, so the answer holds until the
+// caller releases it.
+func (p *Pool) publishedMeta() (Meta, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.shut:
+		return Meta{}, ErrShutdown
+	case p.left:
+		return Meta{}, ErrLeft
+	}
+	return p.local, nil
 }
 
 // msgLeaving is the user message a leaving node sends every alive member
