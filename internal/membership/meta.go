@@ -93,10 +93,8 @@ const MaxMetaSize = memberlist.MetaMaxSize
 
 // Validate checks the fields a node must set before it joins a pool.
 func (m Meta) Validate() error {
-	switch m.Role {
-	case RoleGate, RoleManager:
-	default:
-		return &MetaError{Field: "Role", Value: string(m.Role), Err: ErrInvalidMeta, Reason: `must be "gate" or "manager"`}
+	if _, err := m.roleByte(); err != nil {
+		return err
 	}
 	if m.Datacenter == "" || len(m.Datacenter) > maxDatacenterLen {
 		return &MetaError{Field: "Datacenter", Value: m.Datacenter, Err: ErrInvalidMeta, Reason: "required, at most 128 bytes"}
@@ -115,30 +113,35 @@ func (m Meta) Validate() error {
 			return &MetaError{Field: f.name, Value: f.v, Err: ErrInvalidMeta, Reason: "must be host:port"}
 		}
 	}
-	if m.Version < 0 {
-		return &MetaError{Field: "Version", Value: strconv.Itoa(m.Version), Err: ErrInvalidMeta, Reason: "must be >= 0"}
-	}
-	if m.Bootstrap.Expect < 0 {
-		return &MetaError{Field: "Bootstrap.Expect", Value: strconv.Itoa(m.Bootstrap.Expect), Err: ErrInvalidMeta, Reason: "must be >= 0"}
-	}
+	// Encode refuses what it cannot carry: negative numbers, a Meta over
+	// MaxMetaSize.
 	_, err := m.Encode()
 	return err
+}
+
+// roleByte is m.Role's byte in the encoding.
+func (m Meta) roleByte() (byte, error) {
+	switch m.Role {
+	case RoleGate:
+		return roleGateByte, nil
+	case RoleManager:
+		return roleManagerByte, nil
+	}
+	return 0, &MetaError{Field: "Role", Value: string(m.Role), Err: ErrInvalidMeta, Reason: `must be "gate" or "manager"`}
 }
 
 // Encode returns the compact encoding of m, or an error wrapping
 // ErrMetaTooLarge or ErrInvalidMeta.
 func (m Meta) Encode() ([]byte, error) {
-	var role byte
-	switch m.Role {
-	case RoleGate:
-		role = roleGateByte
-	case RoleManager:
-		role = roleManagerByte
-	default:
-		return nil, &MetaError{Field: "Role", Value: string(m.Role), Err: ErrInvalidMeta, Reason: `must be "gate" or "manager"`}
+	role, err := m.roleByte()
+	if err != nil {
+		return nil, err
 	}
-	if m.Version < 0 || m.Bootstrap.Expect < 0 {
-		return nil, &MetaError{Field: "Version", Err: ErrInvalidMeta, Reason: "negative number"}
+	if m.Version < 0 {
+		return nil, &MetaError{Field: "Version", Value: strconv.Itoa(m.Version), Err: ErrInvalidMeta, Reason: "must be >= 0"}
+	}
+	if m.Bootstrap.Expect < 0 {
+		return nil, &MetaError{Field: "Bootstrap.Expect", Value: strconv.Itoa(m.Bootstrap.Expect), Err: ErrInvalidMeta, Reason: "must be >= 0"}
 	}
 	var flags byte
 	if m.HasRaftState {
@@ -202,22 +205,35 @@ func DecodeMeta(b []byte) (Meta, error) {
 		b = b[n:]
 		return v, nil
 	}
-	v, err := readUvarint("Version")
-	if err != nil {
+	readInt := func(field string) (int, error) {
+		v, err := readUvarint(field)
+		if err != nil {
+			return 0, err
+		}
+		if v > uint64(maxInt32) {
+			return 0, &MetaError{Field: field, Err: ErrMetaCorrupt, Reason: "out of range"}
+		}
+		return int(v), nil
+	}
+	readString := func(field string) (string, error) {
+		n, err := readUvarint(field)
+		if err != nil {
+			return "", err
+		}
+		if n > uint64(len(b)) {
+			return "", &MetaError{Field: field, Err: ErrMetaCorrupt, Reason: "truncated"}
+		}
+		s := string(b[:n])
+		b = b[n:]
+		return s, nil
+	}
+	var err error
+	if m.Version, err = readInt("Version"); err != nil {
 		return Meta{}, err
 	}
-	if v > uint64(maxInt32) {
-		return Meta{}, &MetaError{Field: "Version", Err: ErrMetaCorrupt, Reason: "out of range"}
-	}
-	m.Version = int(v)
-	v, err = readUvarint("Bootstrap.Expect")
-	if err != nil {
+	if m.Bootstrap.Expect, err = readInt("Bootstrap.Expect"); err != nil {
 		return Meta{}, err
 	}
-	if v > uint64(maxInt32) {
-		return Meta{}, &MetaError{Field: "Bootstrap.Expect", Err: ErrMetaCorrupt, Reason: "out of range"}
-	}
-	m.Bootstrap.Expect = int(v)
 	if flags&flagVote != 0 {
 		if len(b) < 8 {
 			return Meta{}, &MetaError{Field: "Bootstrap.Vote", Err: ErrMetaCorrupt, Reason: "truncated"}
@@ -229,25 +245,14 @@ func DecodeMeta(b []byte) (Meta, error) {
 		name string
 		dst  *string
 	}{{"Datacenter", &m.Datacenter}, {"NodeID", &m.NodeID}, {"RPCAddr", &m.RPCAddr}, {"RaftAddr", &m.RaftAddr}} {
-		n, err := readUvarint(f.name)
-		if err != nil {
+		if *f.dst, err = readString(f.name); err != nil {
 			return Meta{}, err
 		}
-		if n > uint64(len(b)) {
-			return Meta{}, &MetaError{Field: f.name, Err: ErrMetaCorrupt, Reason: "truncated"}
-		}
-		*f.dst = string(b[:n])
-		b = b[n:]
 	}
 	if len(b) > 0 { // revision 2: Settings
-		n, err := readUvarint("Settings")
-		if err != nil {
+		if m.Settings, err = readString("Settings"); err != nil {
 			return Meta{}, err
 		}
-		if n > uint64(len(b)) {
-			return Meta{}, &MetaError{Field: "Settings", Err: ErrMetaCorrupt, Reason: "truncated"}
-		}
-		m.Settings = string(b[:n])
 	}
 	// Trailing bytes are fields of a later revision of format 1.
 	return m, nil
