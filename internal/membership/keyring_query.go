@@ -98,8 +98,8 @@ const maxKeyringReplyKeys = 64
 // before ctx ends. An error is returned only when the pool is not encrypted
 // or op is unknown; failures on nodes are in the result.
 func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (KeyringResult, error) {
-	if op < KeyringList || op > KeyringRemove {
-		return KeyringResult{}, fmt.Errorf("%w: %d", ErrKeyringOp, op)
+	if err := op.check(); err != nil {
+		return KeyringResult{}, err
 	}
 	if p.keyring == nil {
 		return KeyringResult{}, ErrNoEncryption
@@ -110,12 +110,7 @@ func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (Keyr
 		}
 	}
 	var res KeyringResult
-	self := NodeKeyring{Node: p.cfg.NodeName}
-	if err := p.applyKeyringOp(op, key); err != nil {
-		self.Err = err.Error()
-	}
-	self.Keys = p.Keys()
-	res.Nodes = append(res.Nodes, self)
+	res.Nodes = append(res.Nodes, p.answerKeyringOp(op, key))
 
 	p.mu.Lock()
 	p.querySeq++
@@ -129,11 +124,7 @@ func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (Keyr
 		p.mu.Unlock()
 	}()
 
-	msg := []byte{msgKeyringQuery, byte(op)}
-	msg = binary.BigEndian.AppendUint64(msg, id)
-	msg = binary.AppendUvarint(msg, uint64(len(p.cfg.NodeName)))
-	msg = append(msg, p.cfg.NodeName...)
-	msg = append(msg, key...)
+	msg := appendKeyringQuery([]byte{msgKeyringQuery}, op, id, p.cfg.NodeName, key)
 	waiting := map[string]bool{}
 	for _, n := range p.ml.Members() {
 		if n.Name == p.cfg.NodeName || n.State != memberlist.StateAlive {
@@ -164,6 +155,30 @@ func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (Keyr
 	return res, nil
 }
 
+// check returns an error wrapping ErrKeyringOp when op is not one of the
+// operations.
+func (op KeyringOp) check() error {
+	if op < KeyringList || op > KeyringRemove {
+		return fmt.Errorf("%w: %d", ErrKeyringOp, op)
+	}
+	return nil
+}
+
+// answerKeyringOp applies op on this node and returns this node's answer:
+// the operation's error, if any, and the keys after it.
+func (p *Pool) answerKeyringOp(op KeyringOp, key []byte) NodeKeyring {
+	answer := NodeKeyring{Node: p.cfg.NodeName}
+	err := op.check()
+	if err == nil {
+		err = p.applyKeyringOp(op, key)
+	}
+	if err != nil {
+		answer.Err = err.Error()
+	}
+	answer.Keys = p.Keys()
+	return answer
+}
+
 func (p *Pool) applyKeyringOp(op KeyringOp, key []byte) error {
 	switch op {
 	case KeyringInstall:
@@ -180,42 +195,19 @@ func (p *Pool) applyKeyringOp(op KeyringOp, key []byte) error {
 // sends the reply back over a reliable message. It runs on its own
 // goroutine (NotifyMsg must not block memberlist).
 func (p *Pool) handleKeyringQuery(b []byte) {
-	if len(b) < 10 {
+	op, id, from, key, ok := decodeKeyringQuery(b)
+	if !ok {
 		return
 	}
-	op := KeyringOp(b[0])
-	id := binary.BigEndian.Uint64(b[1:9])
-	n, w := binary.Uvarint(b[9:])
-	if w <= 0 || n > uint64(len(b)-9-w) {
-		return
-	}
-	from := string(b[9+w : 9+w+int(n)])
-	key := bytes.Clone(b[9+w+int(n):])
-	var errText string
-	if op < KeyringList || op > KeyringRemove {
-		errText = fmt.Sprintf("%v: %d", ErrKeyringOp, op)
-	} else if err := p.applyKeyringOp(op, key); err != nil {
-		errText = err.Error()
-	}
+	answer := p.answerKeyringOp(op, key)
 	switch {
 	case op == KeyringList:
-	case errText != "":
-		p.log.Warn("pool-wide gossip keyring request failed here", logging.KeyOp, op.String(), logging.KeyPeer, from, logging.KeyError, errText)
+	case answer.Err != "":
+		p.log.Warn("pool-wide gossip keyring request failed here", logging.KeyOp, op.String(), logging.KeyPeer, from, logging.KeyError, answer.Err)
 	default:
 		p.log.Info("gossip keyring changed by a pool-wide request", logging.KeyOp, op.String(), logging.KeyPeer, from)
 	}
-	reply := []byte{msgKeyringReply}
-	reply = binary.BigEndian.AppendUint64(reply, id)
-	for _, s := range []string{p.cfg.NodeName, errText} {
-		reply = binary.AppendUvarint(reply, uint64(len(s)))
-		reply = append(reply, s...)
-	}
-	keys := p.Keys()
-	reply = binary.AppendUvarint(reply, uint64(len(keys)))
-	for _, k := range keys {
-		reply = binary.AppendUvarint(reply, uint64(len(k)))
-		reply = append(reply, k...)
-	}
+	reply := appendKeyringReply([]byte{msgKeyringReply}, id, answer)
 	for _, m := range p.ml.Members() {
 		if m.Name == from {
 			if err := p.ml.SendReliable(m, reply); err != nil {
@@ -224,45 +216,6 @@ func (p *Pool) handleKeyringQuery(b []byte) {
 			return
 		}
 	}
-}
-
-// decodeKeyringReply decodes what handleKeyringQuery sends (after the type
-// byte): the query id and the answer.
-func decodeKeyringReply(b []byte) (uint64, NodeKeyring, bool) {
-	if len(b) < 8 {
-		return 0, NodeKeyring{}, false
-	}
-	id := binary.BigEndian.Uint64(b)
-	b = b[8:]
-	next := func() ([]byte, bool) {
-		n, w := binary.Uvarint(b)
-		if w <= 0 || n > uint64(len(b)-w) {
-			return nil, false
-		}
-		v := b[w : w+int(n)]
-		b = b[w+int(n):]
-		return v, true
-	}
-	var r NodeKeyring
-	name, ok1 := next()
-	errText, ok2 := next()
-	if !ok1 || !ok2 {
-		return 0, NodeKeyring{}, false
-	}
-	r.Node, r.Err = string(name), string(errText)
-	count, w := binary.Uvarint(b)
-	if w <= 0 || count > maxKeyringReplyKeys {
-		return 0, NodeKeyring{}, false
-	}
-	b = b[w:]
-	for range count {
-		k, ok := next()
-		if !ok {
-			return 0, NodeKeyring{}, false
-		}
-		r.Keys = append(r.Keys, bytes.Clone(k))
-	}
-	return id, r, true
 }
 
 // deliverKeyringReply hands a reply to the query waiting for it.
@@ -281,4 +234,87 @@ func (p *Pool) deliverKeyringReply(b []byte) {
 	case ch <- r:
 	default: // the query's buffer is full: it gathers what it can
 	}
+}
+
+// The messages after their type byte. A field is a uvarint length and that
+// many bytes (appendField, cutField).
+//
+//	query: op (1 byte), query id (8 bytes, big endian), asking node's name
+//	       (field), key (the rest)
+//	reply: query id (8 bytes, big endian), answering node's name (field),
+//	       error (field), key count (uvarint), keys (a field each)
+
+func appendKeyringQuery(b []byte, op KeyringOp, id uint64, from string, key []byte) []byte {
+	b = append(b, byte(op))
+	b = binary.BigEndian.AppendUint64(b, id)
+	b = appendField(b, from)
+	return append(b, key...)
+}
+
+func decodeKeyringQuery(b []byte) (op KeyringOp, id uint64, from string, key []byte, ok bool) {
+	if len(b) < 9 {
+		return 0, 0, "", nil, false
+	}
+	op, id = KeyringOp(b[0]), binary.BigEndian.Uint64(b[1:9])
+	name, rest, ok := cutField(b[9:])
+	if !ok {
+		return 0, 0, "", nil, false
+	}
+	return op, id, string(name), bytes.Clone(rest), true
+}
+
+func appendKeyringReply(b []byte, id uint64, r NodeKeyring) []byte {
+	b = binary.BigEndian.AppendUint64(b, id)
+	b = appendField(b, r.Node)
+	b = appendField(b, r.Err)
+	b = binary.AppendUvarint(b, uint64(len(r.Keys)))
+	for _, k := range r.Keys {
+		b = appendField(b, k)
+	}
+	return b
+}
+
+func decodeKeyringReply(b []byte) (uint64, NodeKeyring, bool) {
+	if len(b) < 8 {
+		return 0, NodeKeyring{}, false
+	}
+	id := binary.BigEndian.Uint64(b)
+	name, b, ok := cutField(b[8:])
+	if !ok {
+		return 0, NodeKeyring{}, false
+	}
+	errText, b, ok := cutField(b)
+	if !ok {
+		return 0, NodeKeyring{}, false
+	}
+	r := NodeKeyring{Node: string(name), Err: string(errText)}
+	count, w := binary.Uvarint(b)
+	if w <= 0 || count > maxKeyringReplyKeys {
+		return 0, NodeKeyring{}, false
+	}
+	b = b[w:]
+	for range count {
+		var k []byte
+		if k, b, ok = cutField(b); !ok {
+			return 0, NodeKeyring{}, false
+		}
+		r.Keys = append(r.Keys, bytes.Clone(k))
+	}
+	return id, r, true
+}
+
+// appendField appends v as a field: its length as a uvarint, then v.
+func appendField[T string | []byte](b []byte, v T) []byte {
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+// cutField splits the field at the start of b from the rest; ok is false
+// when b does not start with a whole field.
+func cutField(b []byte) (field, rest []byte, ok bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return nil, nil, false
+	}
+	return b[w : w+int(n)], b[w+int(n):], true
 }

@@ -95,3 +95,27 @@ func TestDecodeKeyringReplyRefusesDamage(t *testing.T) {
 		t.Fatal("a reply claiming 1000 keys decoded")
 	}
 }
+
+// The messages keep their bytes (a rolling upgrade mixes versions) and
+// decode back to what was sent.
+func TestKeyringMessagesAreStable(t *testing.T) {
+	q := appendKeyringQuery(nil, KeyringInstall, 1, "a", []byte{9, 9})
+	if want := []byte{2, 0, 0, 0, 0, 0, 0, 0, 1, 1, 'a', 9, 9}; !bytes.Equal(q, want) {
+		t.Fatalf("query % x, want % x", q, want)
+	}
+	op, id, from, k, ok := decodeKeyringQuery(q)
+	if !ok || op != KeyringInstall || id != 1 || from != "a" || !bytes.Equal(k, []byte{9, 9}) {
+		t.Fatalf("query decoded as %v %d %q %v %v", op, id, from, k, ok)
+	}
+	if _, _, _, _, ok := decodeKeyringQuery(q[:9]); ok {
+		t.Fatal("a query without its sender's name decoded")
+	}
+	r := appendKeyringReply(nil, 1, NodeKeyring{Node: "n", Err: "e", Keys: [][]byte{{7}}})
+	if want := []byte{0, 0, 0, 0, 0, 0, 0, 1, 1, 'n', 1, 'e', 1, 1, 7}; !bytes.Equal(r, want) {
+		t.Fatalf("reply % x, want % x", r, want)
+	}
+	id, nk, ok := decodeKeyringReply(r)
+	if !ok || id != 1 || nk.Node != "n" || nk.Err != "e" || len(nk.Keys) != 1 || !bytes.Equal(nk.Keys[0], []byte{7}) {
+		t.Fatalf("reply decoded as %d %+v %v", id, nk, ok)
+	}
+}
