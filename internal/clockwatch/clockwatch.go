@@ -8,7 +8,7 @@
 // ack, see internal/membership): the responder puts its wall clock in the ack;
 // the prober knows the round-trip time, so
 //
-//	offset ≈ remote − (local_at_ack − rtt/2)
+//	offset ≈ remote − (local_at_ack − rtt/2)   (AckSample)
 //
 // with an error of at most rtt/2 (the one-way delays may differ). The
 // Estimator keeps a few recent samples per peer and answers a robust
@@ -44,6 +44,15 @@ type Sample struct {
 	// restored after being set back must not see its peers still that far
 	// ahead until fresh samples outvote the old ones.
 	Wall int64
+}
+
+// AckSample is the sample of a round trip whose answer carried the peer's
+// wall clock, remote. local is this node's wall clock when the answer
+// arrived (both unix nanoseconds), at the same moment as time.Now() gave it.
+// The peer read its clock about rtt/2 before, so the offset is
+// remote − (local − rtt/2).
+func AckSample(remote, local int64, rtt time.Duration, at time.Time) Sample {
+	return Sample{Offset: time.Duration(remote - (local - int64(rtt/2))), RTT: rtt, At: at, Wall: local}
 }
 
 // offsetAt is s's offset corrected for any step of this node's wall clock
@@ -123,18 +132,9 @@ func (e *Estimator) Forget(peer string) {
 	e.mu.Unlock()
 }
 
-// Estimate returns peer's estimate at now (on the clock of Sample.At), with
-// wall this node's wall clock then (unix nanoseconds, 0: do not correct for
-// steps; Sample.Wall), and false when it has no sample younger than MaxAge.
-func (e *Estimator) Estimate(peer string, now time.Time, wall int64) (Estimate, bool) {
-	e.mu.Lock()
-	ss := slices.Clone(e.peers[peer])
-	e.mu.Unlock()
-	return estimate(ss, now, wall, e.maxAge)
-}
-
-// Peers returns the peers with a current estimate, by name (now and wall as
-// for Estimate).
+// Peers returns the estimate of every peer with a sample younger than MaxAge,
+// by name: at now (on the clock of Sample.At), with wall this node's wall
+// clock then (unix nanoseconds, 0: do not correct for steps; Sample.Wall).
 func (e *Estimator) Peers(now time.Time, wall int64) map[string]Estimate {
 	e.mu.Lock()
 	all := make(map[string][]Sample, len(e.peers))

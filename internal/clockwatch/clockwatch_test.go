@@ -13,6 +13,21 @@ const (
 
 var t0 = time.Unix(1_700_000_000, 0)
 
+// estimateOf is peer's entry of e.Peers.
+func estimateOf(e *Estimator, peer string, now time.Time, wall int64) (Estimate, bool) {
+	est, ok := e.Peers(now, wall)[peer]
+	return est, ok
+}
+
+// The peer read its clock half a round trip before its answer arrived.
+func TestAckSample(t *testing.T) {
+	local := t0.UnixNano()
+	s := AckSample(local+int64(5*sec), local, 4*ms, t0)
+	if s.Offset != 5*sec+2*ms || s.RTT != 4*ms || !s.At.Equal(t0) || s.Wall != local {
+		t.Fatalf("AckSample = %+v; want offset 5.002s, rtt 4ms, at t0, wall local", s)
+	}
+}
+
 func TestEstimate(t *testing.T) {
 	s := func(off, rtt time.Duration, age time.Duration) Sample {
 		return Sample{Offset: off, RTT: rtt, At: t0.Add(-age)}
@@ -42,7 +57,7 @@ func TestEstimate(t *testing.T) {
 			for _, x := range tt.samples {
 				e.Observe("p", x)
 			}
-			got, ok := e.Estimate("p", t0, 0)
+			got, ok := estimateOf(e, "p", t0, 0)
 			if ok != tt.ok || got.Offset != tt.want || got.Samples != tt.wantN {
 				t.Fatalf("Estimate = %+v, %v; want offset %v from %d samples, %v", got, ok, tt.want, tt.wantN, tt.ok)
 			}
@@ -56,7 +71,7 @@ func TestEstimatorWindowAndForget(t *testing.T) {
 		e.Observe("p", Sample{Offset: time.Duration(i) * sec, RTT: time.Duration(10-i) * ms, At: t0})
 	}
 	e.Observe("p", Sample{Offset: time.Hour, RTT: -ms, At: t0}) // refused
-	got, ok := e.Estimate("p", t0, 0)
+	got, ok := estimateOf(e, "p", t0, 0)
 	if !ok || got.Offset != 8*sec+sec/2 || got.Samples != 3 {
 		t.Fatalf("Estimate = %+v, %v; want 8.5s (the two shortest round trips of the last three) from 3 samples", got, ok)
 	}
@@ -65,7 +80,7 @@ func TestEstimatorWindowAndForget(t *testing.T) {
 		t.Fatalf("Peers = %+v", peers)
 	}
 	e.Forget("p")
-	if _, ok := e.Estimate("p", t0, 0); ok {
+	if _, ok := estimateOf(e, "p", t0, 0); ok {
 		t.Fatal("p still estimated after Forget")
 	}
 }
@@ -83,17 +98,17 @@ func TestEstimateCorrectsClockSteps(t *testing.T) {
 		e.Observe("p", Sample{Offset: back + time.Duration(i)*ms, RTT: ms, At: at, Wall: real + int64(time.Duration(i)*sec-back)})
 	}
 	later := t0.Add(10 * sec)
-	if got, _ := e.Estimate("p", later, real+int64(10*sec-back)); got.Offset < back || got.Offset > back+4*ms {
+	if got, _ := estimateOf(e, "p", later, real+int64(10*sec-back)); got.Offset < back || got.Offset > back+4*ms {
 		t.Fatalf("still set back: offset %v, want ~%v", got.Offset, back)
 	}
-	if got, _ := e.Estimate("p", later, real+int64(10*sec)); got.Offset < 0 || got.Offset > 4*ms {
+	if got, _ := estimateOf(e, "p", later, real+int64(10*sec)); got.Offset < 0 || got.Offset > 4*ms {
 		t.Fatalf("restored: offset %v, want ~0 (the step of %v taken out)", got.Offset, back)
 	}
-	if got, _ := e.Estimate("p", later, 0); got.Offset < back {
+	if got, _ := estimateOf(e, "p", later, 0); got.Offset < back {
 		t.Fatalf("no wall reading: offset %v, want the samples' %v", got.Offset, back)
 	}
 	e.Observe("q", Sample{Offset: sec, RTT: ms, At: t0}) // no Wall
-	if got, _ := e.Estimate("q", later, real+int64(time.Hour)); got.Offset != sec {
+	if got, _ := estimateOf(e, "q", later, real+int64(time.Hour)); got.Offset != sec {
 		t.Fatalf("a sample without a wall reading was corrected: %v", got.Offset)
 	}
 }

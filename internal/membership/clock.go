@@ -13,13 +13,10 @@ import (
 
 // Clock offsets ride on memberlist's probes, as Serf's network coordinates do:
 // no extra traffic. A node answering a ping puts its wall clock in the ack
-// (AckPayload); the prober, told the round trip (NotifyPingComplete), computes
-//
-//	offset = remote − (local_now − rtt/2)
-//
-// and feeds it to a clockwatch.Estimator. Only direct probes carry payloads
-// (memberlist drops them on indirect ones), which is what we want: an indirect
-// round trip says little about one link.
+// (AckPayload); the prober, told the round trip (NotifyPingComplete), makes
+// it a clockwatch.AckSample for its clockwatch.Estimator. Only direct probes
+// carry payloads (memberlist drops them on indirect ones), which is what we
+// want: an indirect round trip says little about one link.
 
 // ackPayloadVersion is the first byte of the ack payload; the next 8 bytes are
 // the responder's wall clock in unix nanoseconds, big-endian. A payload of
@@ -70,12 +67,12 @@ func (d *pingDelegate) AckPayload() []byte {
 func (d *pingDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
 	p := (*Pool)(d)
 	local := p.now()
-	if other == nil || other.Name == p.cfg.NodeName || len(payload) != 9 || payload[0] != ackPayloadVersion || rtt < 0 {
+	if other == nil || other.Name == p.cfg.NodeName || len(payload) != 9 || payload[0] != ackPayloadVersion {
 		return
 	}
 	remote := int64(binary.BigEndian.Uint64(payload[1:]))
-	offset := time.Duration(remote - (local.UnixNano() - int64(rtt/2)))
-	p.clocks.Observe(other.Name, clockwatch.Sample{Offset: offset, RTT: rtt, At: time.Now(), Wall: local.UnixNano()})
+	// Observe refuses a negative round trip.
+	p.clocks.Observe(other.Name, clockwatch.AckSample(remote, local.UnixNano(), rtt, time.Now()))
 }
 
 // ClockOffsets returns the clock offsets of the alive members that have been
