@@ -49,24 +49,17 @@ type PeerOffset struct {
 // the estimator's own lock.
 type pingDelegate Pool
 
-func (p *Pool) now() time.Time {
-	if p.cfg.Now != nil {
-		return p.cfg.Now()
-	}
-	return time.Now()
-}
-
 // AckPayload implements memberlist.PingDelegate.
 func (d *pingDelegate) AckPayload() []byte {
 	b := make([]byte, 1, 9)
 	b[0] = ackPayloadVersion
-	return binary.BigEndian.AppendUint64(b, uint64((*Pool)(d).now().UnixNano()))
+	return binary.BigEndian.AppendUint64(b, uint64((*Pool)(d).cfg.Now().UnixNano()))
 }
 
 // NotifyPingComplete implements memberlist.PingDelegate.
 func (d *pingDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
 	p := (*Pool)(d)
-	local := p.now()
+	local := p.cfg.Now()
 	if other == nil || other.Name == p.cfg.NodeName || len(payload) != 9 || payload[0] != ackPayloadVersion {
 		return
 	}
@@ -79,7 +72,7 @@ func (d *pingDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Durat
 // probed recently, sorted by name. Members that left or failed are not listed
 // (and their samples are dropped).
 func (p *Pool) ClockOffsets() []PeerOffset {
-	est := p.clocks.Peers(time.Now(), p.now().UnixNano())
+	est := p.clocks.Peers(time.Now(), p.cfg.Now().UnixNano())
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]PeerOffset, 0, len(est))

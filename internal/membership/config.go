@@ -62,7 +62,7 @@ type Config struct {
 	// Give it the node's identity (e.g. logging.KeyNode) if the process's
 	// logger does not already carry it.
 	Logger *slog.Logger
-	// Profile is ProfileLAN (default), ProfileLocal or ProfileTest.
+	// Profile is ProfileLAN (default), ProfileLocal, ProfileTest or ProfileWAN.
 	Profile string
 	// BroadcastTimeout bounds how long UpdateMeta and Leave wait for their
 	// message to be gossiped (default 5s).
@@ -143,6 +143,27 @@ func (c *Config) Validate() error {
 		return &ConfigError{Field: field, Err: err}
 	}
 	return nil
+}
+
+// withDefaults returns c with every optional field that is not set given its
+// default. Start runs it once; the pool then reads the fields as they are.
+func (c Config) withDefaults() Config {
+	if c.BindAddr == "" {
+		c.BindAddr = "0.0.0.0"
+	}
+	if c.Profile == "" {
+		c.Profile = ProfileLAN
+	}
+	if c.BroadcastTimeout == 0 {
+		c.BroadcastTimeout = 5 * time.Second
+	}
+	if c.DepartedRetention == 0 {
+		c.DepartedRetention = 72 * time.Hour
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
 }
 
 // ParseSecretKey decodes a base64 (standard encoding, as `openssl rand
@@ -234,7 +255,8 @@ func splitSeed(s string) (host string, port int, err error) {
 	return h, n, nil
 }
 
-// memberlistConfig builds memberlist's config for the profile.
+// memberlistConfig builds memberlist's config for the profile, from c with
+// its defaults (withDefaults).
 func (c *Config) memberlistConfig() *memberlist.Config {
 	var mc *memberlist.Config
 	switch c.Profile {
@@ -267,9 +289,6 @@ func (c *Config) memberlistConfig() *memberlist.Config {
 	}
 	mc.Name = c.NodeName
 	mc.BindAddr = c.BindAddr
-	if mc.BindAddr == "" {
-		mc.BindAddr = "0.0.0.0"
-	}
 	mc.BindPort = c.BindPort
 	mc.AdvertiseAddr = c.AdvertiseAddr
 	mc.AdvertisePort = c.AdvertisePort
@@ -283,20 +302,6 @@ func (c *Config) memberlistConfig() *memberlist.Config {
 		mc.Label = "once-wan"
 	}
 	return mc
-}
-
-func (c *Config) broadcastTimeout() time.Duration {
-	if c.BroadcastTimeout > 0 {
-		return c.BroadcastTimeout
-	}
-	return 5 * time.Second
-}
-
-func (c *Config) departedRetention() time.Duration {
-	if c.DepartedRetention > 0 {
-		return c.DepartedRetention
-	}
-	return 72 * time.Hour
 }
 
 // reconnectInterval is how often the pool tries to join a failed member.

@@ -127,6 +127,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	cfg.Seeds = slices.Clone(cfg.Seeds)
 	cfg.SecretKey = bytes.Clone(cfg.SecretKey)
 	extra := make([][]byte, len(cfg.ExtraKeys))
@@ -183,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	self := ml.LocalNode()
 	p.selfIP, p.selfPort = slices.Clone(self.Addr), int(self.Port)
 	p.log.Info("gossip pool started", logging.KeyNode, cfg.NodeName, logging.KeyAddr, p.Addr(),
-		logging.KeyDatacenter, cfg.Meta.Datacenter, logging.KeyEncrypted, cfg.SecretKey != nil, logging.KeyProfile, cfg.profile())
+		logging.KeyDatacenter, cfg.Meta.Datacenter, logging.KeyEncrypted, cfg.SecretKey != nil, logging.KeyProfile, cfg.Profile)
 
 	if len(cfg.Seeds) == 0 {
 		p.markJoined()
@@ -194,13 +195,6 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	p.wg.Add(1)
 	go p.reconnectLoop()
 	return p, nil
-}
-
-func (c *Config) profile() string {
-	if c.Profile == "" {
-		return ProfileLAN
-	}
-	return c.Profile
 }
 
 // Addr returns the gossip address the others reach this node at (useful as a
@@ -361,7 +355,7 @@ func resolveSeed(ctx context.Context, seed string) []string {
 // otherSeeds drops the seeds that are this node's own gossip address, so a
 // seed list shared by every node (MANAGER_JOIN=m1,m2,m3) works on m1 too.
 func (p *Pool) otherSeeds(ctx context.Context, seeds []string) []string {
-	bindAny := p.cfg.BindAddr == "" || net.ParseIP(p.cfg.BindAddr).IsUnspecified()
+	bindAny := net.ParseIP(p.cfg.BindAddr).IsUnspecified()
 	out := make([]string, 0, len(seeds))
 	for _, s := range seeds {
 		host, port, err := splitSeed(s)
@@ -439,7 +433,7 @@ func (p *Pool) Managers(dc string) []Member {
 }
 
 func (p *Pool) reapLocked(now time.Time) {
-	keep := p.cfg.departedRetention()
+	keep := p.cfg.DepartedRetention
 	for name, m := range p.members {
 		if m.State != StateAlive && now.Sub(m.LastSeen) > keep {
 			delete(p.members, name)
@@ -518,7 +512,7 @@ func (p *Pool) ModifyMeta(fn func(*Meta)) error {
 	p.mu.Lock()
 	p.local, p.localBytes = next, b
 	p.mu.Unlock()
-	if err := p.ml.UpdateNode(p.cfg.broadcastTimeout()); err != nil {
+	if err := p.ml.UpdateNode(p.cfg.BroadcastTimeout); err != nil {
 		return fmt.Errorf("%w: %w", ErrBroadcastTimeout, err)
 	}
 	return nil
