@@ -23,8 +23,14 @@ var (
 	ErrInvalidKey = errors.New("membership: invalid gossip key")
 	// ErrNoEncryption: a keyring operation on a pool started without a key.
 	ErrNoEncryption = errors.New("membership: gossip encryption is not enabled")
+	// ErrKeyringOp: an unknown KeyringOp.
+	ErrKeyringOp = errors.New("membership: unknown keyring operation")
 	// ErrJoin: no seed could be joined (see *JoinError).
 	ErrJoin = errors.New("membership: join failed")
+	// ErrBroadcastTimeout: UpdateMeta or Leave could not confirm its broadcast in time.
+	ErrBroadcastTimeout = errors.New("membership: broadcast not confirmed in time")
+	// ErrLeft: the pool has left (Leave); it no longer publishes updates.
+	ErrLeft = errors.New("membership: pool has left")
 	// ErrShutdown: the pool has been shut down.
 	ErrShutdown = errors.New("membership: pool is shut down")
 )
@@ -39,21 +45,11 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString("membership: invalid config ")
-	b.WriteString(e.Field)
-	if e.Value != "" {
-		fmt.Fprintf(&b, "=%q", e.Value)
-	}
-	if e.Reason != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Reason)
-	}
+	s := "membership: invalid config " + fieldDetail(e.Field, e.Value, e.Reason)
 	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
+		s += ": " + e.Err.Error()
 	}
-	return b.String()
+	return s
 }
 
 func (e *ConfigError) Unwrap() []error {
@@ -73,23 +69,29 @@ type MetaError struct {
 }
 
 func (e *MetaError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.Err.Error())
-	if e.Field != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Field)
-		if e.Value != "" {
-			fmt.Fprintf(&b, "=%q", e.Value)
-		}
+	if d := fieldDetail(e.Field, e.Value, e.Reason); d != "" {
+		return e.Err.Error() + ": " + d
 	}
-	if e.Reason != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Reason)
-	}
-	return b.String()
+	return e.Err.Error()
 }
 
 func (e *MetaError) Unwrap() error { return e.Err }
+
+// fieldDetail is `field="value": reason`, the parts that are empty left out
+// (the value also when there is no field).
+func fieldDetail(field, value, reason string) string {
+	var parts []string
+	if field != "" {
+		if value != "" {
+			field += fmt.Sprintf("=%q", value)
+		}
+		parts = append(parts, field)
+	}
+	if reason != "" {
+		parts = append(parts, reason)
+	}
+	return strings.Join(parts, ": ")
+}
 
 // JoinError reports that none of Seeds could be joined. It matches ErrJoin.
 type JoinError struct {

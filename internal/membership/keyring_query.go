@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -47,9 +46,6 @@ func (op KeyringOp) String() string {
 	}
 	return fmt.Sprintf("keyring-op(%d)", byte(op))
 }
-
-// ErrKeyringOp: an unknown KeyringOp.
-var ErrKeyringOp = errors.New("membership: unknown keyring operation")
 
 // NodeKeyring is one node's answer to a keyring query.
 type NodeKeyring struct {

@@ -161,3 +161,23 @@ func TestParseSecretKey(t *testing.T) {
 		}
 	}
 }
+
+// The errors' texts name the field, its value and the reason, leaving out
+// what is empty.
+func TestErrorTexts(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&ConfigError{Field: "BindPort", Value: "-1", Reason: "must be 0..65535"}, `membership: invalid config BindPort="-1": must be 0..65535`},
+		{&ConfigError{Field: "Meta.NodeID", Err: &MetaError{Field: "NodeID", Err: ErrInvalidMeta, Reason: "required"}},
+			"membership: invalid config Meta.NodeID: membership: invalid meta: NodeID: required"},
+		{&MetaError{Err: ErrMetaCorrupt, Reason: "empty"}, "membership: corrupt meta: empty"},
+		{&MetaError{Field: "Role", Value: "db", Err: ErrInvalidMeta}, `membership: invalid meta: Role="db"`},
+		{&MetaError{Err: ErrMetaTooLarge}, "membership: meta too large"},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("got %s\nwant %s", got, tc.want)
+		}
+	}
+}

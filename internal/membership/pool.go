@@ -470,12 +470,6 @@ func (p *Pool) UpdateMeta(m Meta) error {
 	})
 }
 
-// ErrBroadcastTimeout: UpdateMeta or Leave could not confirm its broadcast in time.
-var ErrBroadcastTimeout = errors.New("membership: broadcast not confirmed in time")
-
-// ErrLeft: the pool has left (Leave); it no longer publishes updates.
-var ErrLeft = errors.New("membership: pool has left")
-
 // ModifyMeta applies fn to a copy of the current Meta and publishes the
 // result as UpdateMeta does. Calls are serialized, so concurrent modifiers
 // (the manager and the autopilot) do not lose each other's changes.
