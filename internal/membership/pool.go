@@ -336,20 +336,34 @@ func resolveSeed(ctx context.Context, seed string) []string {
 	if err != nil {
 		return nil
 	}
+	ips, err := seedIPs(ctx, host)
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+	}
+	return out
+}
+
+// seedIPs returns the IP addresses a seed's host names: the host itself if it
+// is an IP, else what it resolves to.
+func seedIPs(ctx context.Context, host string) ([]net.IP, error) {
 	if ip := net.ParseIP(host); ip != nil {
-		return []string{net.JoinHostPort(ip.String(), strconv.Itoa(port))}
+		return []net.IP{ip}, nil
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	addrs, err := net.DefaultResolver.LookupIPAddr(lctx, host)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	out := make([]string, 0, len(addrs))
-	for _, a := range addrs {
-		out = append(out, net.JoinHostPort(a.IP.String(), strconv.Itoa(port)))
+	ips := make([]net.IP, len(addrs))
+	for i, a := range addrs {
+		ips[i] = a.IP
 	}
-	return out
+	return ips, nil
 }
 
 // otherSeeds drops the seeds that are this node's own gossip address, so a
@@ -366,28 +380,14 @@ func (p *Pool) otherSeeds(ctx context.Context, seeds []string) []string {
 			out = append(out, s)
 			continue
 		}
-		var ips []net.IP
-		if ip := net.ParseIP(host); ip != nil {
-			ips = []net.IP{ip}
-		} else {
-			lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			addrs, err := net.DefaultResolver.LookupIPAddr(lctx, host)
-			cancel()
-			if err != nil {
-				out = append(out, s) // let memberlist resolve (and fail) it
-				continue
-			}
-			for _, a := range addrs {
-				ips = append(ips, a.IP)
-			}
+		ips, err := seedIPs(ctx, host)
+		if err != nil {
+			out = append(out, s) // let memberlist resolve (and fail) it
+			continue
 		}
-		isSelf := false
-		for _, ip := range ips {
-			if ip.Equal(p.selfIP) || (bindAny && ip.IsLoopback()) {
-				isSelf = true
-				break
-			}
-		}
+		isSelf := slices.ContainsFunc(ips, func(ip net.IP) bool {
+			return ip.Equal(p.selfIP) || (bindAny && ip.IsLoopback())
+		})
 		if !isSelf {
 			out = append(out, s)
 		}
