@@ -20,18 +20,22 @@ const (
 	EventFailed
 )
 
-func (t EventType) String() string {
-	switch t {
-	case EventJoin:
-		return "join"
-	case EventUpdate:
-		return "update"
-	case EventLeave:
-		return "leave"
-	case EventFailed:
-		return "failed"
+var eventTypeNames = [...]string{
+	EventJoin:   "join",
+	EventUpdate: "update",
+	EventLeave:  "leave",
+	EventFailed: "failed",
+}
+
+func (t EventType) String() string { return nameOf(eventTypeNames[:], int(t), "event") }
+
+// nameOf is names[v], or kind(v) for a value without a name (the String of
+// State, EventType and KeyringOp).
+func nameOf(names []string, v int, kind string) string {
+	if v >= 0 && v < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return "event(" + strconv.Itoa(int(t)) + ")"
+	return kind + "(" + strconv.Itoa(v) + ")"
 }
 
 // Event is a change of one member, carrying its state after the change.

@@ -33,19 +33,14 @@ const (
 	KeyringRemove  KeyringOp = 4 // RemoveKey
 )
 
-func (op KeyringOp) String() string {
-	switch op {
-	case KeyringList:
-		return "list"
-	case KeyringInstall:
-		return "install"
-	case KeyringUse:
-		return "use"
-	case KeyringRemove:
-		return "remove"
-	}
-	return fmt.Sprintf("keyring-op(%d)", byte(op))
+var keyringOpNames = [...]string{
+	KeyringList:    "list",
+	KeyringInstall: "install",
+	KeyringUse:     "use",
+	KeyringRemove:  "remove",
 }
+
+func (op KeyringOp) String() string { return nameOf(keyringOpNames[:], int(op), "keyring-op") }
 
 // NodeKeyring is one node's answer to a keyring query.
 type NodeKeyring struct {

@@ -50,19 +50,14 @@ const (
 	StateLeft
 )
 
-func (s State) String() string {
-	switch s {
-	case StateAlive:
-		return "alive"
-	case StateSuspect:
-		return "suspect"
-	case StateDead:
-		return "dead"
-	case StateLeft:
-		return "left"
-	}
-	return "state(" + strconv.Itoa(int(s)) + ")"
+var stateNames = [...]string{
+	StateAlive:   "alive",
+	StateSuspect: "suspect",
+	StateDead:    "dead",
+	StateLeft:    "left",
 }
+
+func (s State) String() string { return nameOf(stateNames[:], int(s), "state") }
 
 // Member is a node of the pool.
 type Member struct {

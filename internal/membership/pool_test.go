@@ -268,3 +268,19 @@ func TestShutdownClosesSubscriptions(t *testing.T) {
 		t.Fatal("subscription after shutdown is open")
 	}
 }
+
+// The enums name themselves in logs; a value without a name says its number.
+func TestEnumNames(t *testing.T) {
+	for _, tc := range []struct {
+		v    fmt.Stringer
+		want string
+	}{
+		{StateAlive, "alive"}, {StateSuspect, "suspect"}, {StateLeft, "left"}, {State(-1), "state(-1)"}, {State(7), "state(7)"},
+		{EventJoin, "join"}, {EventFailed, "failed"}, {EventType(0), "event(0)"},
+		{KeyringList, "list"}, {KeyringRemove, "remove"}, {KeyringOp(0), "keyring-op(0)"}, {KeyringOp(9), "keyring-op(9)"},
+	} {
+		if got := tc.v.String(); got != tc.want {
+			t.Errorf("%#v: %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}
