@@ -232,31 +232,24 @@ func GroupView(voters int, offsets []time.Duration, maxOffset time.Duration) Vie
 	}
 	v.Known = true
 	v.Offset = a
-	if abs(b) < abs(a) {
+	if b.Abs() < a.Abs() {
 		v.Offset = b
 	}
 	return v
-}
-
-func abs(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
 }
 
 // Offending reports whether a node with this view should not stamp with its
 // own clock: the group, as far as it is known, disagrees with it by more than
 // maxOffset.
 func (v View) Offending(maxOffset time.Duration) bool {
-	return v.Known && abs(v.Offset) > maxOffset
+	return v.Known && v.Offset.Abs() > maxOffset
 }
 
 // Agrees reports whether a peer with the given offset (its clock minus this
 // node's) agrees with the group's clock within maxOffset: a candidate to hand
 // leadership to.
 func (v View) Agrees(peerOffset, maxOffset time.Duration) bool {
-	return v.Known && abs(peerOffset-v.Offset) <= maxOffset
+	return v.Known && (peerOffset-v.Offset).Abs() <= maxOffset
 }
 
 // Input is what LedgerTime decides from. Times are unix nanoseconds.
