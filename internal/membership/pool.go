@@ -163,16 +163,8 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
-	if cfg.WrapTransport != nil {
-		if err := wrapTransport(mc, cfg.WrapTransport); err != nil {
-			return nil, fmt.Errorf("membership: start memberlist on %s:%d: %w", mc.BindAddr, cfg.BindPort, err)
-		}
-	}
-	ml, err := memberlist.Create(mc)
+	ml, err := createMemberlist(mc, cfg.WrapTransport)
 	if err != nil {
-		if mc.Transport != nil {
-			_ = mc.Transport.Shutdown()
-		}
 		return nil, fmt.Errorf("membership: start memberlist on %s:%d: %w", mc.BindAddr, cfg.BindPort, err)
 	}
 	p.ml = ml
@@ -808,19 +800,26 @@ func (p *Pool) departed(n *memberlist.Node) {
 	p.publishLocked(Event{Type: typ, Member: *m})
 }
 
-// wrapTransport gives mc the network transport memberlist.Create would make
-// for it (UDP and TCP on BindAddr:BindPort; a port 0 becomes the one bound),
-// wrapped by wrap.
-func wrapTransport(mc *memberlist.Config, wrap func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport) error {
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger, MetricLabels: mc.MetricLabels})
-	if err != nil {
-		return err
+// createMemberlist creates the memberlist of mc. With wrap set, it first
+// gives mc the network transport memberlist.Create would make for itself
+// (UDP and TCP on BindAddr:BindPort; a port 0 becomes the one bound), wrapped
+// by wrap, and shuts that transport down if Create fails.
+func createMemberlist(mc *memberlist.Config, wrap func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport) (*memberlist.Memberlist, error) {
+	if wrap != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+			BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger, MetricLabels: mc.MetricLabels})
+		if err != nil {
+			return nil, err
+		}
+		if mc.BindPort == 0 {
+			mc.BindPort = nt.GetAutoBindPort()
+			mc.AdvertisePort = mc.BindPort
+		}
+		mc.Transport = wrap(nt)
 	}
-	if mc.BindPort == 0 {
-		mc.BindPort = nt.GetAutoBindPort()
-		mc.AdvertisePort = mc.BindPort
+	ml, err := memberlist.Create(mc)
+	if err != nil && mc.Transport != nil {
+		_ = mc.Transport.Shutdown()
 	}
-	mc.Transport = wrap(nt)
-	return nil
+	return ml, err
 }
