@@ -7,6 +7,7 @@ import (
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/tracing"
 )
 
@@ -151,7 +152,7 @@ func DefaultConfig() Config {
 		LogLevel:          "info",
 		LogFormat:         logging.FormatText,
 		GossipAddr:        "127.0.0.1:7300",
-		GossipProfile:     "lan",
+		GossipProfile:     membership.ProfileLAN,
 		Idempotency:       config.DefaultIdempotency(),
 		MaxTTL:            DefaultMaxTTL,
 		FederationSettle:  DefaultFederationSettle,
@@ -217,7 +218,7 @@ func Register(l *config.Loader, c *Config) {
 		config.Advertise, "the gossip address the others dial (NAT, containers), resolved at start")
 	l.String(&c.GossipKey, EnvGossipKey, "base64 of a 16, 24 or 32-byte key", nil,
 		"gossip encryption key, shared by every node of the pool; empty: plaintext")
-	l.String(&c.GossipProfile, EnvGossipProfile, "lan or local", config.OneOf("lan", "local"),
+	l.String(&c.GossipProfile, EnvGossipProfile, "lan or local", config.OneOf(membership.ProfileLAN, membership.ProfileLocal),
 		"memberlist timing profile")
 	config.RegisterIdempotency(l, &c.Idempotency)
 	l.Seconds(&c.FederationSettle, EnvFederationSettle, 0, time.Minute,

@@ -9,6 +9,7 @@ import (
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/tracing"
 )
 
@@ -180,7 +181,7 @@ func defaults() Config {
 		RaftAddr:                     "127.0.0.1:7000",
 		RPCAddr:                      "127.0.0.1:7100",
 		GossipAddr:                   "127.0.0.1:7200",
-		GossipProfile:                "lan",
+		GossipProfile:                membership.ProfileLAN,
 		BootstrapExpect:              3,
 		DeadServerGrace:              30 * time.Second,
 		HeartbeatTimeout:             500 * time.Millisecond,
@@ -239,7 +240,7 @@ func Register(l *config.Loader, c *Config) {
 	l.String(&c.GossipAdvertise, EnvGossipAdvertise, config.WantAdvertise, config.Advertise, "gossip address the others dial, resolved at start (default: MANAGER_GOSSIP_ADDR, or a private IP when that is 0.0.0.0)")
 	l.List(&c.Join, EnvJoin, "comma-separated host:port gossip seeds", config.HostPort, "gossip addresses of nodes to join")
 	l.String(&c.GossipKey, EnvGossipKey, "base64 of a 16, 24 or 32-byte key", nil, "gossip encryption key; empty: plaintext")
-	l.String(&c.GossipProfile, EnvGossipProfile, "lan or local", config.OneOf("lan", "local"), "memberlist timing profile")
+	l.String(&c.GossipProfile, EnvGossipProfile, "lan or local", config.OneOf(membership.ProfileLAN, membership.ProfileLocal), "memberlist timing profile")
 	l.String(&c.WANGossipAddr, EnvWANGossipAddr, config.WantListenAddr, optional(config.ListenAddr), "WAN memberlist bind address, joining the federation of datacenters (default: none, a single-datacenter manager)")
 	l.String(&c.WANGossipAdvertise, EnvWANGossipAdvertise, config.WantAdvertise, config.Advertise, "WAN gossip address the others dial, resolved at start (default: MANAGER_WAN_GOSSIP_ADDR)")
 	l.List(&c.WANJoin, EnvWANJoin, "comma-separated host:port gossip seeds", config.HostPort, "WAN gossip addresses of managers (of any datacenter) to join")
