@@ -18,11 +18,7 @@ import (
 // "name: " (memberlist writes "[DEBUG] memberlist: Stream connection ...") is
 // moved into the KeySubsystem attribute.
 func StdLogger(l *slog.Logger, component string) *log.Logger {
-	l = OrDiscard(l)
-	if component != "" {
-		l = l.With(KeyComponent, component)
-	}
-	return log.New(&stdWriter{l: l, infer: true, force: slog.LevelInfo}, "", 0)
+	return log.New(&stdWriter{l: withComponent(l, component), infer: true, force: slog.LevelInfo}, "", 0)
 }
 
 // ErrorLog returns the *log.Logger for an http.Server's ErrorLog (both
@@ -30,11 +26,17 @@ func StdLogger(l *slog.Logger, component string) *log.Logger {
 // panics in handlers) are logged at Warn with KeyComponent=component; a
 // [LEVEL] prefix is stripped, not obeyed.
 func ErrorLog(l *slog.Logger, component string) *log.Logger {
+	return log.New(&stdWriter{l: withComponent(l, component), forced: true, force: slog.LevelWarn}, "", 0)
+}
+
+// withComponent is l (or Discard() when nil) with KeyComponent=component,
+// unless component is empty.
+func withComponent(l *slog.Logger, component string) *slog.Logger {
 	l = OrDiscard(l)
 	if component != "" {
 		l = l.With(KeyComponent, component)
 	}
-	return log.New(&stdWriter{l: l, forced: true, force: slog.LevelWarn}, "", 0)
+	return l
 }
 
 // stdWriter receives one line per Write from a *log.Logger.
@@ -98,9 +100,6 @@ func (w *stdWriter) Write(p []byte) (int, error) {
 		parsed, subsystem, msg, ok = parseStdLine(line)
 		if ok && !w.forced {
 			level = parsed
-		}
-		if !ok {
-			level = w.force
 		}
 	}
 	ctx := context.Background()
