@@ -359,41 +359,27 @@ func (c *Cache[V]) Begin(key, fingerprint string) Lookup[V] {
 	now := c.now()
 	s := c.shardFor(key)
 	s.mu.Lock()
-	if e, ok := s.done.Peek(key); ok {
-		if !e.expired(now) {
-			if e.fp != fingerprint {
-				l := Lookup[V]{Kind: LookupMismatch, State: e.state, ExpiresAt: e.expires}
-				s.mu.Unlock()
-				s.stats.mismatches.Add(1)
-				return l
-			}
+	if e, ok := s.live(key, now); ok {
+		switch {
+		case e.fp != fingerprint:
+			l := Lookup[V]{Kind: LookupMismatch, State: e.state, ExpiresAt: e.expires}
+			s.mu.Unlock()
+			s.stats.mismatches.Add(1)
+			return l
+		case e.state == Pending:
+			// Its recency is not refreshed: the pending list stays in
+			// insertion order, so its oldest is the longest-pending entry.
+			l := Lookup[V]{Kind: LookupPending, State: Pending, ExpiresAt: e.expires, Waiter: (*Waiter[V])(e)}
+			s.mu.Unlock()
+			s.stats.waits.Add(1)
+			return l
+		default:
 			s.done.Get(key) // refresh its recency
 			l := Lookup[V]{Kind: LookupHit, Value: e.value, State: e.state, ExpiresAt: e.expires}
 			s.mu.Unlock()
 			s.stats.hits.Add(1)
 			return l
 		}
-		s.done.Remove(key)
-		s.stats.expirations.Add(1)
-	} else if e, ok := s.pending.Peek(key); ok {
-		if !e.expired(now) {
-			if e.fp != fingerprint {
-				l := Lookup[V]{Kind: LookupMismatch, State: Pending, ExpiresAt: e.expires}
-				s.mu.Unlock()
-				s.stats.mismatches.Add(1)
-				return l
-			}
-			// Peek, not Get: the pending list stays in insertion order, so its
-			// oldest is the longest-pending entry.
-			l := Lookup[V]{Kind: LookupPending, State: Pending, ExpiresAt: e.expires, Waiter: (*Waiter[V])(e)}
-			s.mu.Unlock()
-			s.stats.waits.Add(1)
-			return l
-		}
-		// The owner overran PendingTTL: the entry leaves the cache (its own
-		// waiters keep it) and this caller becomes the owner of a new one.
-		s.pending.Remove(key)
-		s.stats.expirations.Add(1)
 	}
 	e := &entry[V]{
 		key:     key,
@@ -471,20 +457,35 @@ func (c *Cache[V]) Get(key string) (value V, state State, found bool) {
 	s := c.shardFor(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.done.Peek(key); ok {
-		if !e.expired(now) {
-			return e.value, e.state, true
-		}
-		s.done.Remove(key)
-		s.stats.expirations.Add(1)
-	} else if e, ok := s.pending.Peek(key); ok {
-		if !e.expired(now) {
-			return value, Pending, true
-		}
-		s.pending.Remove(key)
-		s.stats.expirations.Add(1)
+	e, ok := s.live(key, now)
+	if !ok {
+		return value, 0, false
 	}
-	return value, 0, false
+	if e.state == Pending {
+		return value, Pending, true
+	}
+	return e.value, e.state, true
+}
+
+// live returns the unexpired entry under key, from either list. An expired
+// one leaves the cache (counted as an expiration); an expired PENDING entry
+// means its owner overran PendingTTL, and its own waiters keep it. s.mu is
+// held.
+func (s *shard[V]) live(key string, now time.Time) (*entry[V], bool) {
+	l := s.done
+	e, ok := l.Peek(key)
+	if !ok {
+		l = s.pending
+		if e, ok = l.Peek(key); !ok {
+			return nil, false
+		}
+	}
+	if e.expired(now) {
+		l.Remove(key)
+		s.stats.expirations.Add(1)
+		return nil, false
+	}
+	return e, true
 }
 
 // Remove removes the entry under key, whatever its state, and reports whether
