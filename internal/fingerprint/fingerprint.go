@@ -250,8 +250,7 @@ func (c *canonicalizer) object(depth int) error {
 	objStart := len(c.out)
 	c.out = append(c.out, '{')
 	c.skipSpace()
-	if c.pos < len(c.in) && c.in[c.pos] == '}' {
-		c.pos++
+	if c.accept('}') {
 		c.out = append(c.out, '}')
 		return nil
 	}
@@ -289,11 +288,7 @@ func (c *canonicalizer) object(depth int) error {
 		m.end = len(c.out)
 		members = append(members, m)
 		c.skipSpace()
-		if c.pos >= len(c.in) {
-			return errUnexpected
-		}
-		if c.in[c.pos] == ',' {
-			c.pos++
+		if c.accept(',') {
 			continue
 		}
 		if err := c.expect('}'); err != nil {
@@ -330,8 +325,7 @@ func (c *canonicalizer) array(depth int) error {
 	c.pos++ // '['
 	c.out = append(c.out, '[')
 	c.skipSpace()
-	if c.pos < len(c.in) && c.in[c.pos] == ']' {
-		c.pos++
+	if c.accept(']') {
 		c.out = append(c.out, ']')
 		return nil
 	}
@@ -344,11 +338,7 @@ func (c *canonicalizer) array(depth int) error {
 			return err
 		}
 		c.skipSpace()
-		if c.pos >= len(c.in) {
-			return errUnexpected
-		}
-		if c.in[c.pos] == ',' {
-			c.pos++
+		if c.accept(',') {
 			continue
 		}
 		if err := c.expect(']'); err != nil {
@@ -431,7 +421,7 @@ func unescape(raw []byte, base int) ([]byte, error) {
 						break
 					}
 				}
-				return nil, invalidf("lone UTF-16 surrogate \\u%04X at offset %d", r, at)
+				fallthrough // a high surrogate without its low half is lone too
 			case 0xDC00 <= r && r <= 0xDFFF:
 				return nil, invalidf("lone UTF-16 surrogate \\u%04X at offset %d", r, at)
 			}
