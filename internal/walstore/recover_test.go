@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/wal"
+
+	"github.com/once-dev/once/internal/logging"
 )
 
 // frameInfo locates one record in a segment file.
@@ -120,7 +122,7 @@ func checkTornWarning(t testing.TB, rec *logRecorder, dropped int64) {
 	if !ok {
 		t.Fatal("no warning about the torn tail")
 	}
-	if got := attrs[attrDroppedBytes].Int64(); got != dropped {
+	if got := attrs[logging.KeyDroppedBytes].Int64(); got != dropped {
 		t.Fatalf("warning says %d bytes dropped, want %d", got, dropped)
 	}
 }

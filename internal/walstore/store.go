@@ -80,19 +80,6 @@ const (
 	retiredDirName = "segments.retired"
 )
 
-// Attribute keys of the store's log lines: internal/logging's, under local names.
-const (
-	attrDir          = logging.KeyDir
-	attrSegment      = logging.KeySegment
-	attrOffset       = logging.KeyOffset
-	attrDroppedBytes = logging.KeyDroppedBytes
-	attrKeptEntries  = logging.KeyKeptEntries
-	attrLastIndex    = logging.KeyLastIndex
-	attrReason       = logging.KeyReason
-	attrOp           = logging.KeyOp
-	attrError        = logging.KeyError
-)
-
 // Options configure a Store.
 type Options struct {
 	// NoSync skips every fsync. For tests and benchmarks only: a crash can
@@ -157,10 +144,6 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.SegmentSize == 0 {
 		opts.SegmentSize = DefaultSegmentSize
 	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("walstore: create %s: %w", dir, err)
 	}
@@ -168,7 +151,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		dir:    dir,
 		segDir: filepath.Join(dir, segmentsDirName),
 		opts:   opts,
-		logger: logger.With(attrDir, dir),
+		logger: logging.OrDiscard(opts.Logger).With(logging.KeyDir, dir),
 		empty:  true,
 	}
 	if err := s.recover(); err != nil {
@@ -255,9 +238,9 @@ func (s *Store) recover() error {
 			last = res.base + res.walFirst + res.entries - 2
 		}
 		s.logger.Warn("walstore: dropped the torn tail of the last segment",
-			attrSegment, filepath.Base(t.path), attrOffset, t.offset,
-			attrDroppedBytes, t.size-t.offset, attrKeptEntries, t.kept,
-			attrLastIndex, last, attrReason, t.reason)
+			logging.KeySegment, filepath.Base(t.path), logging.KeyOffset, t.offset,
+			logging.KeyDroppedBytes, t.size-t.offset, logging.KeyKeptEntries, t.kept,
+			logging.KeyLastIndex, last, logging.KeyReason, t.reason)
 	}
 	if res.entries == 0 {
 		// Only a torn first batch (or nothing) was there: the log is empty.
@@ -470,7 +453,7 @@ func (s *Store) fail(op string, err error) error {
 	if s.failed == nil {
 		s.failed = err
 		s.logger.Error("walstore: change failed; the store refuses further changes until reopened",
-			attrOp, op, attrError, err)
+			logging.KeyOp, op, logging.KeyError, err)
 	}
 	return err
 }
@@ -507,10 +490,7 @@ func (s *Store) create(first uint64) error {
 	s.mu.Lock()
 	s.w, s.base = w, first // still empty until the batch is durable
 	s.mu.Unlock()
-	if err := s.openTail(); err != nil {
-		return err
-	}
-	return nil
+	return s.openTail()
 }
 
 // reset empties the log. The commit point is one atomic rename of the
@@ -543,7 +523,7 @@ func (s *Store) retireSegments() error {
 	}
 	if err := os.RemoveAll(retired); err != nil {
 		// The log is empty already; Open deletes what is left.
-		s.logger.Warn("walstore: could not delete the retired segments", attrError, err)
+		s.logger.Warn("walstore: could not delete the retired segments", logging.KeyError, err)
 	}
 	return nil
 }
