@@ -33,10 +33,7 @@ type Reloader struct {
 // New loads the pair; an error (unreadable files, a key that does not match
 // the certificate) matches ErrLoad.
 func New(certFile, keyFile string, log *slog.Logger) (*Reloader, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	r := &Reloader{pair: pairFiles(certFile, keyFile), log: log}
+	r := &Reloader{pair: pairFiles(certFile, keyFile), log: logging.OrDiscard(log)}
 	if _, err := r.Reload(); err != nil {
 		return nil, err
 	}

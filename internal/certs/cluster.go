@@ -48,10 +48,7 @@ type Cluster struct {
 
 // NewCluster loads the CA and the pair; an error matches ErrCA or ErrLoad.
 func NewCluster(caFile, certFile, keyFile string, log *slog.Logger) (*Cluster, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	c := &Cluster{pair: pairFiles(certFile, keyFile), log: log}
+	c := &Cluster{pair: pairFiles(certFile, keyFile), log: logging.OrDiscard(log)}
 	if _, err := c.pair.reload(); err != nil {
 		return nil, err
 	}
