@@ -103,12 +103,7 @@ func (h *hcLogger) ImpliedArgs() []any {
 
 func (h *hcLogger) With(args ...any) hclog.Logger {
 	c := *h
-	attrs := hclogAttrs(args)
-	as := make([]any, len(attrs))
-	for i, a := range attrs {
-		as[i] = a
-	}
-	c.l = h.l.With(as...)
+	c.l = slog.New(h.l.Handler().WithAttrs(hclogAttrs(args)))
 	c.implied = append(append([]any(nil), h.implied...), args...)
 	return &c
 }
