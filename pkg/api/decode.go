@@ -192,7 +192,6 @@ func DecodeJobRequest(body []byte, defaultDC string) (JobRequest, error) {
 		return JobRequest{}, badRequest("datacenters", "must name at most %d datacenters (got %d)", MaxDatacenters, len(items))
 	}
 	req.Datacenters = make([]string, 0, len(items))
-	seenDC := make(map[string]int, len(items))
 	for i, item := range items {
 		if item[0] != '"' {
 			return JobRequest{}, badRequest("datacenters", "element %d must be a string", i)
@@ -204,13 +203,11 @@ func DecodeJobRequest(body []byte, defaultDC string) (JobRequest, error) {
 		if err := validateName(dc, MaxDatacenterLen); err != nil {
 			return JobRequest{}, badRequest("datacenters", "element %d must be 1 to %d characters of a-z A-Z 0-9 . _ - (%s)", i, MaxDatacenterLen, err)
 		}
-		if _, dup := seenDC[dc]; dup {
-			continue // a set: repetition does not matter
-		}
-		seenDC[dc] = i
 		req.Datacenters = append(req.Datacenters, dc)
 	}
-	slices.Sort(req.Datacenters) // a set: order does not matter
+	// A set: neither order nor repetition matters.
+	slices.Sort(req.Datacenters)
+	req.Datacenters = slices.Compact(req.Datacenters)
 	return req, nil
 }
 
@@ -480,15 +477,10 @@ func checkSurrogates(v []byte, base int) error {
 				r, ok := jsonescape.Hex4(v, i+2)
 				switch {
 				case !ok:
-				case 0xD800 <= r && r <= 0xDBFF:
-					if i+7 < len(v) && v[i+6] == '\\' && v[i+7] == 'u' {
-						if lo, ok := jsonescape.Hex4(v, i+8); ok && 0xDC00 <= lo && lo <= 0xDFFF {
-							i += 11 // the pair; the loop's i++ steps past it
-							continue
-						}
-					}
-					return fmt.Errorf("has a lone UTF-16 surrogate \\u%04X at offset %d", r, base+i)
-				case 0xDC00 <= r && r <= 0xDFFF:
+				case 0xD800 <= r && r <= 0xDBFF && lowSurrogateAt(v, i+6):
+					i += 11 // the pair; the loop's i++ steps past it
+					continue
+				case 0xD800 <= r && r <= 0xDFFF:
 					return fmt.Errorf("has a lone UTF-16 surrogate \\u%04X at offset %d", r, base+i)
 				}
 			}
@@ -496,4 +488,13 @@ func checkSurrogates(v []byte, base int) error {
 		}
 	}
 	return nil
+}
+
+// lowSurrogateAt reports whether v holds a \uDC00-\uDFFF escape at i.
+func lowSurrogateAt(v []byte, i int) bool {
+	if i+1 >= len(v) || v[i] != '\\' || v[i+1] != 'u' {
+		return false
+	}
+	lo, ok := jsonescape.Hex4(v, i+2)
+	return ok && 0xDC00 <= lo && lo <= 0xDFFF
 }
