@@ -181,7 +181,7 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 		Operator: op, OperatorAuth: opAuth})
 	mux := srv.Mux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	registerMetrics(reg, m)
+	registerMetrics(reg, m, fed.mismatches)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -190,9 +190,6 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	srv.SetFederation(fed.view)
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_config_mismatches",
-		Help: "Settings of other managers of the federation (IDEMPOTENCY_* lifetimes and waiting) that differ from this manager's, counted per manager and setting; see GET /rpc/v1/status."},
-		func() float64 { return float64(len(fed.mismatches())) }))
 	if opts.Mount != nil {
 		opts.Mount(mux, m)
 	}

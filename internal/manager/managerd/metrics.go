@@ -4,39 +4,47 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/rpc"
 )
 
 // registerMetrics registers on reg the series read from m's state when
 // scraped: its Raft log and indexes, whether it leads, its ledger, its kept
-// lease answers, its jobs by state, its outbox and its autopilot. The
+// lease answers, its jobs by state, its outbox and its autopilot; and the
+// federation's settings that differ from this manager's (mismatches). The
 // Manager's own counters and histograms are registered by manager.New
 // (Deps.Registerer).
-func registerMetrics(reg prometheus.Registerer, m *manager.Manager) {
-	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "once_manager_raft_log_batches_total",
-			Help: "Raft log write batches (one fsync each) since start."}, func() float64 { return float64(m.RaftLogBatches()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_raft_last_index",
-			Help: "Index of the last Raft log entry."}, func() float64 { return float64(m.Raft().LastIndex()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_raft_applied_index",
-			Help: "Index of the last Raft log entry applied to the ledger."}, func() float64 { return float64(m.Raft().AppliedIndex()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_is_leader",
-			Help: "1 while this manager is the serving leader."}, func() float64 {
-			if m.CheckLeader() == nil {
-				return 1
-			}
-			return 0
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_ledger_entries",
-			Help: "Entries in the idempotency ledger."}, func() float64 { return float64(m.FSM().Stats().Entries) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_jobs",
-			Help: "Jobs in the job table."}, func() float64 { return float64(m.FSM().Stats().Jobs) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_lease_answers",
-			Help: "Lease answers this manager keeps by Idempotency-Key for retries (docs/workers.md)."},
-			func() float64 { n, _ := m.LeaseAnswers(); return float64(n) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_lease_answer_bytes",
-			Help: "Accounted bytes of the lease answers kept for retries (bounded at 64 MiB)."},
-			func() float64 { _, b := m.LeaseAnswers(); return float64(b) }),
-	)
+func registerMetrics(reg prometheus.Registerer, m *manager.Manager, mismatches func() []rpc.ConfigMismatch) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "once_manager_raft_log_batches_total",
+		Help: "Raft log write batches (one fsync each) since start."}, func() float64 { return float64(m.RaftLogBatches()) }))
+	gauges := []struct {
+		name, help string
+		value      func() float64
+	}{
+		{"once_manager_raft_last_index", "Index of the last Raft log entry.",
+			func() float64 { return float64(m.Raft().LastIndex()) }},
+		{"once_manager_raft_applied_index", "Index of the last Raft log entry applied to the ledger.",
+			func() float64 { return float64(m.Raft().AppliedIndex()) }},
+		{"once_manager_is_leader", "1 while this manager is the serving leader.",
+			func() float64 {
+				if m.CheckLeader() == nil {
+					return 1
+				}
+				return 0
+			}},
+		{"once_manager_ledger_entries", "Entries in the idempotency ledger.",
+			func() float64 { return float64(m.FSM().Stats().Entries) }},
+		{"once_manager_jobs", "Jobs in the job table.",
+			func() float64 { return float64(m.FSM().Stats().Jobs) }},
+		{"once_manager_lease_answers", "Lease answers this manager keeps by Idempotency-Key for retries (docs/workers.md).",
+			func() float64 { n, _ := m.LeaseAnswers(); return float64(n) }},
+		{"once_manager_lease_answer_bytes", "Accounted bytes of the lease answers kept for retries (bounded at 64 MiB).",
+			func() float64 { _, b := m.LeaseAnswers(); return float64(b) }},
+		{"once_manager_config_mismatches", "Settings of other managers of the federation (IDEMPOTENCY_* lifetimes and waiting) that differ from this manager's, counted per manager and setting; see GET /rpc/v1/status.",
+			func() float64 { return float64(len(mismatches())) }},
+	}
+	for _, g := range gauges {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, g.value))
+	}
 	reg.MustRegister(m.JobStateGauges()...)
 	reg.MustRegister(m.OutboxGauges()...)
 	reg.MustRegister(m.AutopilotCollector())
