@@ -107,6 +107,22 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 	}
 }
 
+// withSubcommands adds subs to parent, a command that only groups them: run
+// with arguments, it is a usage error that names subs.
+func withSubcommands(parent *cobra.Command, subs ...*cobra.Command) *cobra.Command {
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.Name()
+	}
+	list := names[0]
+	if n := len(names); n > 1 {
+		list = strings.Join(names[:n-1], ", ") + " or " + names[n-1]
+	}
+	parent.Args = exactArgs(0, "a subcommand: "+list)
+	parent.AddCommand(subs...)
+	return parent
+}
+
 // maxArgs allows up to n arguments.
 func maxArgs(n int, what string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {

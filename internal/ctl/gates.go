@@ -116,8 +116,7 @@ func submitCmd(g *globals) *cobra.Command {
 }
 
 func jobCmd(g *globals) *cobra.Command {
-	job := &cobra.Command{Use: "job", Aliases: []string{"jobs"}, Short: "Read, cancel and retry jobs",
-		Args: exactArgs(0, "a subcommand: get, list, watch, cancel, retry or work")}
+	job := &cobra.Command{Use: "job", Aliases: []string{"jobs"}, Short: "Read, cancel and retry jobs"}
 	get := &cobra.Command{
 		Use:   "get JOB_ID",
 		Short: "Show one job",
@@ -185,11 +184,10 @@ the job is not found anywhere.`,
 	}
 	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to read the job")
 	watch.Flags().StringSliceVar(&dcs, "datacenters", nil, "the datacenters that must hold the job (default: those its submission named)")
-	job.AddCommand(get, list, watch,
+	return withSubcommands(job, get, list, watch,
 		jobActionCmd(g, "cancel", "Cancel a queued job: it ends cancelled and is never leased", (*client.Client).Cancel),
 		jobActionCmd(g, "retry", "Give a failed or dead job a new attempt under the same job ID (queued again)", (*client.Client).Retry),
 		workCmd(g))
-	return job
 }
 
 // keysUnless opens the keys file when no --key was given: the client then
@@ -328,8 +326,8 @@ func jobTable(w *tabwriter.Writer, jobs []api.Job) {
 }
 
 func keyCmd(g *globals) *cobra.Command {
-	key := &cobra.Command{Use: "key", Short: "Read idempotency keys", Args: exactArgs(0, "a subcommand: get")}
-	key.AddCommand(&cobra.Command{
+	key := &cobra.Command{Use: "key", Short: "Read idempotency keys"}
+	return withSubcommands(key, &cobra.Command{
 		Use:   "get KEY",
 		Short: "Show the ledger's entry of an idempotency key",
 		Args:  exactArgs(1, "one key"),
@@ -350,5 +348,4 @@ func keyCmd(g *globals) *cobra.Command {
 			})
 		},
 	})
-	return key
 }

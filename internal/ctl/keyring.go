@@ -22,7 +22,7 @@ var ErrKeyringIncomplete = errors.New("not every member of the pool applied it")
 // or with --wan the managers of every datacenter), changed through one
 // manager (consul keyring's conventions).
 func gossipCmd(g *globals) *cobra.Command {
-	gossip := &cobra.Command{Use: "gossip", Short: "The gossip pools' encryption keys", Args: exactArgs(0, "a subcommand: keyring")}
+	gossip := &cobra.Command{Use: "gossip", Short: "The gossip pools' encryption keys"}
 	keyring := &cobra.Command{
 		Use:   "keyring",
 		Short: "List or rotate the gossip keys of every member of a pool",
@@ -32,7 +32,6 @@ the WAN pool (the managers of every datacenter). A rotation is three steps,
 each applied to every member before the next: install the new key, use it,
 remove the old one. Restart members with the new key in their settings
 (MANAGER_GOSSIP_KEY, GATE_GOSSIP_KEY) from the use step on.`,
-		Args: exactArgs(0, "a subcommand: list, install, use or remove"),
 	}
 	var wan bool
 	keyring.PersistentFlags().BoolVar(&wan, "wan", false, "the WAN pool (managers of every datacenter) instead of the datacenter's LAN pool")
@@ -64,12 +63,11 @@ remove the old one. Restart members with the new key in their settings
 			},
 		}
 	}
-	keyring.AddCommand(list,
+	withSubcommands(keyring, list,
 		change("install", "Add a key to every member's keyring (it decrypts; the primary key still encrypts)"),
 		change("use", "Make an installed key every member's primary (encrypting) key"),
 		change("remove", "Remove a key that no member uses as its primary key"))
-	gossip.AddCommand(keyring)
-	return gossip
+	return withSubcommands(gossip, keyring)
 }
 
 // printKeyring prints a keyring answer and fails when not every member

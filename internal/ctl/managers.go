@@ -101,8 +101,7 @@ func (g *globals) withManagers(cmd *cobra.Command, do func(context.Context, *rpc
 }
 
 func clusterCmd(g *globals) *cobra.Command {
-	cluster := &cobra.Command{Use: "cluster", Short: "Look at a datacenter's managers (status, members), or at the cluster through a gate (view)",
-		Args: exactArgs(0, "a subcommand: status, members or view")}
+	cluster := &cobra.Command{Use: "cluster", Short: "Look at a datacenter's managers (status, members), or at the cluster through a gate (view)"}
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Every manager's view: Raft state, leader, term, indexes, voters",
@@ -165,12 +164,11 @@ func clusterCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cluster.AddCommand(status, members, clusterViewCmd(g))
-	return cluster
+	return withSubcommands(cluster, status, members, clusterViewCmd(g))
 }
 
 func raftCmd(g *globals) *cobra.Command {
-	r := &cobra.Command{Use: "raft", Short: "Look at and change the Raft configuration", Args: exactArgs(0, "a subcommand: peers, remove-peer or transfer-leader")}
+	r := &cobra.Command{Use: "raft", Short: "Look at and change the Raft configuration"}
 	peers := &cobra.Command{
 		Use:   "peers",
 		Short: "The Raft servers, with the leader's autopilot health",
@@ -259,10 +257,9 @@ func raftCmd(g *globals) *cobra.Command {
 			},
 		}
 	}
-	r.AddCommand(peers,
+	return withSubcommands(r, peers,
 		change("remove-peer ID", "Remove a dead manager from the Raft configuration (on the leader)", (*rpc.Client).RemovePeer, exactArgs(1, "one Raft server ID")),
 		change("transfer-leader [ID]", "Hand leadership to ID, or to the most up-to-date voter", (*rpc.Client).TransferLeader, maxArgs(1, "one Raft server ID")))
-	return r
 }
 
 func dash(s string) string {
@@ -273,7 +270,7 @@ func dash(s string) string {
 }
 
 func snapshotCmd(g *globals) *cobra.Command {
-	snap := &cobra.Command{Use: "snapshot", Short: "Save and restore the datacenter's ledger (backups)", Args: exactArgs(0, "a subcommand: save or restore")}
+	snap := &cobra.Command{Use: "snapshot", Short: "Save and restore the datacenter's ledger (backups)"}
 	save := &cobra.Command{
 		Use:   "save FILE",
 		Short: "Write a snapshot archive of the leader's ledger to FILE",
@@ -329,6 +326,5 @@ func snapshotCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	snap.AddCommand(save, restore)
-	return snap
+	return withSubcommands(snap, save, restore)
 }
