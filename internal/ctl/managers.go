@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/once-dev/once/internal/atomicfile"
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/rpc"
@@ -277,23 +279,8 @@ func snapshotCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(1, "the archive's file name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
-				tmp := args[0] + ".part"
-				f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+				err := atomicfile.Write(args[0], func(w io.Writer) error { return mc.Snapshot(ctx, w) })
 				if err != nil {
-					return err
-				}
-				err = mc.Snapshot(ctx, f)
-				if err == nil {
-					err = f.Sync()
-				}
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
-				if err == nil {
-					err = os.Rename(tmp, args[0])
-				}
-				if err != nil {
-					_ = os.Remove(tmp)
 					return err
 				}
 				st, _ := os.Stat(args[0])

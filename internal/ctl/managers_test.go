@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/once-dev/once/internal/atomicfile"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/rpc/rpctest"
@@ -135,8 +136,8 @@ func TestOperatorCommandsFollowTheLeader(t *testing.T) {
 	if b, err := os.ReadFile(file); err != nil || string(b) != "archive" {
 		t.Fatalf("snapshot file: %q, %v", b, err)
 	}
-	if _, err := os.Stat(file + ".part"); !os.IsNotExist(err) {
-		t.Fatalf("the .part file is left: %v", err)
+	if _, err := os.Stat(file + atomicfile.Suffix); !os.IsNotExist(err) {
+		t.Fatalf("the temporary file is left: %v", err)
 	}
 	if out, code := run("snapshot", "restore", file); code != ExitOK {
 		t.Fatalf("snapshot restore: exit %d, %s", code, out)

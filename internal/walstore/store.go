@@ -34,6 +34,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tidwall/wal"
 
+	"github.com/once-dev/once/internal/atomicfile"
 	"github.com/once-dev/once/internal/logging"
 )
 
@@ -642,10 +643,5 @@ func (s *Store) syncDir(dir string) error {
 	if s.opts.NoSync {
 		return nil
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	return errors.Join(err, d.Close())
+	return atomicfile.SyncDir(dir)
 }

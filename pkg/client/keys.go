@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 
+	"github.com/once-dev/once/internal/atomicfile"
 	"github.com/once-dev/once/pkg/keys"
 )
 
@@ -131,42 +131,11 @@ func (k *Keys) reserve() error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrKeysState, err)
 	}
-	if err := writeFileSync(k.path, append(b, '\n')); err != nil {
+	if err := atomicfile.WriteBytes(k.path, append(b, '\n')); err != nil {
 		return fmt.Errorf("%w: %w", ErrKeysState, err)
 	}
 	k.limit = st.Reserved
 	return nil
-}
-
-// writeFileSync replaces path with data atomically and durably.
-func writeFileSync(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // a no-op after the rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // ClientID is the client id every key carries.

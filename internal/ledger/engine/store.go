@@ -23,6 +23,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+
+	"github.com/once-dev/once/internal/atomicfile"
 )
 
 // The ledger's disk-backed state keeps every table in one pebble database
@@ -300,36 +302,11 @@ func (s *Store) Abandon() error { return s.close(false) }
 func (s *Store) Discard() { _ = s.retire(true) }
 
 func writeCurrent(dir string, gen int) error {
-	tmp := filepath.Join(dir, currentFile+".tmp")
-	f, err := os.Create(tmp)
-	if err == nil {
-		_, err = f.WriteString("gen-" + strconv.Itoa(gen) + "\n")
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, currentFile))
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
+	err := atomicfile.WriteBytes(filepath.Join(dir, currentFile), []byte("gen-"+strconv.Itoa(gen)+"\n"))
 	if err != nil {
 		return fmt.Errorf("%w: write %s: %w", ErrStore, currentFile, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func removeOtherGenerations(dir string, keep int) error {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/once-dev/once/internal/atomicfile"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 )
@@ -117,7 +118,7 @@ func (k *knownDatacenters) merge(view map[string][]string, own string, now time.
 	}
 }
 
-// save writes the memory atomically: a temporary file, fsynced, renamed.
+// save writes the memory atomically and durably (atomicfile).
 func (k *knownDatacenters) save() error {
 	if k.path == "" {
 		return nil
@@ -129,27 +130,5 @@ func (k *knownDatacenters) save() error {
 	if err := os.MkdirAll(filepath.Dir(k.path), 0o700); err != nil {
 		return err
 	}
-	tmp := k.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err = f.Write(b); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, k.path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(k.path)); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
+	return atomicfile.WriteBytes(k.path, b)
 }
