@@ -378,6 +378,13 @@ func (a *Autopilot) observe(o raft.Observation) {
 		}
 	case raft.ResumedHeartbeatObservation:
 		delete(a.unreachable, d.PeerID)
+	case raft.PeerObservation:
+		// Raft starts or stops a peer's replication. A new one reports its
+		// own failures, and only its own: raft reports a resumed heartbeat
+		// only after a failure of the same replication, so a failure of a
+		// server's earlier replication (before it was removed and added
+		// again) would otherwise keep it unhealthy, a non-voter, for good.
+		delete(a.unreachable, d.Peer.ID)
 	}
 }
 

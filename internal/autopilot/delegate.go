@@ -212,6 +212,14 @@ func (a *Autopilot) allowRemovals(f *raftautopilot.FailedServers, now time.Time)
 			delete(a.absentSince, id)
 		}
 	}
+	// A server out of the configuration has no replication, so its failed
+	// heartbeats are moot (observe drops them when raft stops it; this covers
+	// an observation the non-blocking observer dropped).
+	for id := range a.unreachable {
+		if serverIndex(servers, id) < 0 {
+			delete(a.unreachable, id)
+		}
+	}
 	alive := a.aliveIn(byID)
 	allow := func(id raft.ServerID, reason string, since time.Time) bool {
 		if id == self {

@@ -322,6 +322,53 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// TestReaddedServerIsHealthy: a server whose heartbeats failed, removed from
+// the configuration and added again, starts a new replication. Raft reports a
+// resumed heartbeat only after a failure of the same replication, so the new
+// one's success says nothing: the failure of the old one must not keep the
+// server unhealthy (never promoted to voter).
+func TestReaddedServerIsHealthy(t *testing.T) {
+	alive := membership.StateAlive
+	r := &fakeRaft{servers: []raft.Server{voter("a", "addr-a"), voter("b", "addr-b"), voter("c", "addr-c")}}
+	p := &fakePool{local: mgr("a", alive, 3, 0, true), joined: make(chan struct{})}
+	ap := New(Config{DC: "dc1", NodeID: "a", Logger: testutil.Logger(t)}, r, p)
+	p.set(mgr("a", alive, 3, 0, true), mgr("b", alive, 3, 0, true), mgr("c", alive, 3, 0, true))
+	healthy := func() bool {
+		t.Helper()
+		st, err := ap.lib.ComputeState(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Servers["c"].Health.Healthy
+	}
+
+	ap.observe(raft.Observation{Data: raft.FailedHeartbeatObservation{PeerID: "c", LastContact: time.Now().Add(-time.Minute)}})
+	if healthy() {
+		t.Fatal("c healthy while the heartbeats fail to reach it")
+	}
+	c := voter("c", "addr-c")
+	ap.observe(raft.Observation{Data: raft.PeerObservation{Peer: c, Removed: true}})
+	ap.observe(raft.Observation{Data: raft.PeerObservation{Peer: c, Removed: false}})
+	if !healthy() {
+		t.Fatal("c unhealthy after it was added again, on the failure of its earlier replication")
+	}
+
+	// Were the observation of its removal dropped (the observer does not
+	// block raft), the removal filter forgets the failure of a server that
+	// is no longer in the configuration.
+	ap.observe(raft.Observation{Data: raft.FailedHeartbeatObservation{PeerID: "c", LastContact: time.Now().Add(-time.Minute)}})
+	r.mu.Lock()
+	r.servers = r.servers[:2]
+	r.mu.Unlock()
+	ap.allowRemovals(&raftautopilot.FailedServers{}, time.Now())
+	r.mu.Lock()
+	r.servers = append(r.servers, c)
+	r.mu.Unlock()
+	if !healthy() {
+		t.Fatal("c unhealthy after it was added again, on a failure before its removal")
+	}
+}
+
 func TestRunRefusesMismatchedConfig(t *testing.T) {
 	p := &fakePool{local: mgr("a", membership.StateAlive, 3, 0, false), joined: make(chan struct{})}
 	cases := []Config{
