@@ -456,10 +456,13 @@ func (a *Autopilot) publishState() {
 	if m.HasRaftState && m.Bootstrap.Vote == 0 {
 		return
 	}
-	a.modifyMeta(func(m *membership.Meta) {
-		m.HasRaftState = true
-		m.Bootstrap.Vote = 0
-	})
+	a.modifyMeta(announceState)
+}
+
+// announceState makes a meta say HasRaftState and carry no vote, for good.
+func announceState(m *membership.Meta) {
+	m.HasRaftState = true
+	m.Bootstrap.Vote = 0
 }
 
 func (a *Autopilot) publishExpect() {

@@ -190,10 +190,7 @@ func (a *Autopilot) bootstrapStep() {
 	}
 	// Decided. Withdraw the vote and announce state first, for good: from
 	// here on this manager never publishes a vote again (hasState latches).
-	if !a.modifyMeta(func(m *membership.Meta) {
-		m.HasRaftState = true
-		m.Bootstrap.Vote = 0
-	}) {
+	if !a.modifyMeta(announceState) {
 		return
 	}
 	a.boot.decided = d.bootstrap

@@ -3,6 +3,7 @@ package autopilot
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -206,20 +207,14 @@ func (a *Autopilot) allowRemovals(f *raftautopilot.FailedServers, now time.Time)
 			}
 		}
 	}
-	for id := range a.absentSince {
+	maps.DeleteFunc(a.absentSince, func(id raft.ServerID, _ time.Time) bool {
 		_, known := byID[id]
-		if known || serverIndex(servers, id) < 0 {
-			delete(a.absentSince, id)
-		}
-	}
+		return known || serverIndex(servers, id) < 0
+	})
 	// A server out of the configuration has no replication, so its failed
 	// heartbeats are moot (observe drops them when raft stops it; this covers
 	// an observation the non-blocking observer dropped).
-	for id := range a.unreachable {
-		if serverIndex(servers, id) < 0 {
-			delete(a.unreachable, id)
-		}
-	}
+	maps.DeleteFunc(a.unreachable, func(id raft.ServerID, _ time.Time) bool { return serverIndex(servers, id) < 0 })
 	alive := a.aliveIn(byID)
 	allow := func(id raft.ServerID, reason string, since time.Time) bool {
 		if id == self {
@@ -286,16 +281,11 @@ func (a *Autopilot) allowRemovals(f *raftautopilot.FailedServers, now time.Time)
 		FailedNonVoters: failedOK(f.FailedNonVoters),
 		FailedVoters:    failedOK(f.FailedVoters),
 	}
-	for id := range a.held {
-		if _, failing := a.unreachable[id]; failing || serverIndex(servers, id) < 0 {
-			delete(a.held, id)
-		}
-	}
-	for id := range a.refused {
-		if alive(id) || serverIndex(servers, id) < 0 {
-			delete(a.refused, id)
-		}
-	}
+	maps.DeleteFunc(a.held, func(id raft.ServerID, _ bool) bool {
+		_, failing := a.unreachable[id]
+		return failing || serverIndex(servers, id) < 0
+	})
+	maps.DeleteFunc(a.refused, func(id raft.ServerID, _ bool) bool { return alive(id) || serverIndex(servers, id) < 0 })
 	return out
 }
 
@@ -359,13 +349,8 @@ func (a *Autopilot) addServers() {
 	servers := f.Configuration().Servers
 	byID, refusals := resolveIdentities(servers, a.pool.Members(), a.cfg.DC)
 	a.recordRefusals(refusals, time.Now())
-	ids := make([]raft.ServerID, 0, len(byID))
-	for id := range byID {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
 	alive := a.aliveIn(byID)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
 		m := byID[id]
 		if m.State == membership.StateLeft && string(id) != a.cfg.NodeID &&
 			serverIndex(servers, id) >= 0 {

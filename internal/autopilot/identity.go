@@ -199,13 +199,7 @@ func resolveIdentities(servers []raft.Server, members []membership.Member, dc st
 		if accepted || len(departed) == 0 {
 			continue
 		}
-		best := departed[0]
-		for _, m := range departed[1:] {
-			if m.LastSeen.After(best.LastSeen) {
-				best = m
-			}
-		}
-		out[id] = best
+		out[id] = slices.MaxFunc(departed, func(x, y membership.Member) int { return x.LastSeen.Compare(y.LastSeen) })
 	}
 	return out, refusals
 }
