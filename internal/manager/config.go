@@ -405,16 +405,14 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.JobRetention < c.Idempotency.CommittedTTL {
-		return config.Invalid(EnvJobRetention, config.FormatSeconds(c.JobRetention),
-			"at least IDEMPOTENCY_COMMITTED_TTL_SECONDS ("+config.FormatSeconds(c.Idempotency.CommittedTTL)+")", config.ErrOutOfRange)
+		return atLeast(EnvJobRetention, config.FormatSeconds(c.JobRetention),
+			config.EnvCommittedTTL, config.FormatSeconds(c.Idempotency.CommittedTTL))
 	}
 	if c.JobBackoffMax < c.JobBackoffMin {
-		return config.Invalid(EnvJobBackoffMax, c.JobBackoffMax.String(),
-			"at least MANAGER_JOB_BACKOFF_MIN ("+c.JobBackoffMin.String()+")", config.ErrOutOfRange)
+		return atLeast(EnvJobBackoffMax, c.JobBackoffMax.String(), EnvJobBackoffMin, c.JobBackoffMin.String())
 	}
 	if c.JobLeaseMax < c.JobLeaseMin {
-		return config.Invalid(EnvJobLeaseMax, c.JobLeaseMax.String(),
-			"at least MANAGER_JOB_LEASE_MIN ("+c.JobLeaseMin.String()+")", config.ErrOutOfRange)
+		return atLeast(EnvJobLeaseMax, c.JobLeaseMax.String(), EnvJobLeaseMin, c.JobLeaseMin.String())
 	}
 	if c.JobLeaseDefault < c.JobLeaseMin || c.JobLeaseDefault > c.JobLeaseMax {
 		return config.Invalid(EnvJobLeaseDefault, c.JobLeaseDefault.String(),
@@ -428,6 +426,12 @@ func (c *Config) Validate() error {
 		return config.Invalid(EnvWANGossipAddr, "", "a listen address host:port whenever "+EnvWANJoin+", "+EnvWANGossipAdvertise+" or "+EnvWANGossipKey+" is set", config.ErrOutOfRange)
 	}
 	return nil
+}
+
+// atLeast is the error of env's value, which must be at least minEnv's
+// (minValue).
+func atLeast(env, value, minEnv, minValue string) error {
+	return config.Invalid(env, value, "at least "+minEnv+" ("+minValue+")", config.ErrOutOfRange)
 }
 
 // optional accepts the empty string and checks any other value with check.
