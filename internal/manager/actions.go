@@ -64,9 +64,15 @@ func (m *Manager) jobAction(ctx context.Context, name string, req *rpcpb.JobActi
 	case ledger.OutcomeNotFound:
 		return nil, rpc.Errorf(rpc.CodeNotFound, "job %q not found", req.JobId)
 	case ledger.OutcomeKeyReused:
-		return nil, rpc.Errorf(rpc.CodeRequestReused, "%s: the idempotency key was used with another request", name)
+		return nil, requestReused(name)
 	case ledger.OutcomeConflict:
 		return nil, rpc.Errorf(rpc.CodeConflict, "%s: job %s is %s", name, req.JobId, res.Job.State())
 	}
 	return nil, m.refusal(name, req.Tenant, res)
+}
+
+// requestReused answers a request whose idempotency key was recorded with
+// another request's fingerprint.
+func requestReused(what string) error {
+	return rpc.Errorf(rpc.CodeRequestReused, "%s: the idempotency key was used with another request", what)
 }

@@ -4,27 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/once-dev/once/internal/autopilot"
-	"github.com/once-dev/once/internal/rpc"
 )
-
-// autopilotHealth is raft-autopilot's state for Status: on the leader once it
-// has computed one, nil elsewhere.
-func (m *Manager) autopilotHealth() *rpc.AutopilotHealth {
-	ap := m.autopilot.Load()
-	if ap == nil {
-		return nil
-	}
-	return ap.Health() // a copy
-}
-
-// refusedServers is the leader's refused identity claims for Status.
-func (m *Manager) refusedServers() []rpc.RefusedServer {
-	ap := m.autopilot.Load()
-	if ap == nil {
-		return nil
-	}
-	return ap.Refused()
-}
 
 // refusalReasons are the reason labels of once_manager_autopilot_refusals_total,
 // all exported from the start.
@@ -54,13 +34,15 @@ func (c autopilotCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c autopilotCollector) Collect(ch chan<- prometheus.Metric) {
-	if ap := c.m.autopilot.Load(); ap != nil {
-		counts := ap.RefusalCounts()
-		for _, r := range refusalReasons {
-			ch <- prometheus.MustNewConstMetric(autopilotRefusalsDesc, prometheus.CounterValue, float64(counts[r]), r)
-		}
+	ap := c.m.autopilot.Load()
+	if ap == nil {
+		return
 	}
-	h := c.m.autopilotHealth()
+	counts := ap.RefusalCounts()
+	for _, r := range refusalReasons {
+		ch <- prometheus.MustNewConstMetric(autopilotRefusalsDesc, prometheus.CounterValue, float64(counts[r]), r)
+	}
+	h := ap.Health()
 	if h == nil {
 		return
 	}

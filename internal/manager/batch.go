@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -57,7 +58,7 @@ func newBatcher(m *Manager, kind ledger.CommandType) *batcher {
 func (b *batcher) apply(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
 	select {
 	case <-b.m.shutdown:
-		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+		return ledger.Result{}, errShuttingDown
 	default:
 	}
 	it := &batchItem{data: ledger.Encode(cmd), done: make(chan batchDone, 1)}
@@ -72,16 +73,14 @@ func (b *batcher) apply(ctx context.Context, cmd ledger.Command) (ledger.Result,
 	case d := <-it.done:
 		return d.res, d.err
 	case <-ctx.Done():
-		// The entry may still commit; the ledger makes the retry safe.
-		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "request ended before the Raft entry was applied: %v", ctx.Err())
+		return ledger.Result{}, endedBeforeApplied(ctx)
 	case <-b.m.shutdown:
-		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+		return ledger.Result{}, errShuttingDown
 	}
 }
 
 // run proposes batches until the manager shuts down.
 func (b *batcher) run() {
-	defer b.m.bgWG.Done()
 	for {
 		select {
 		case <-b.wake:
@@ -120,11 +119,8 @@ func (b *batcher) take() []*batchItem {
 		size += sz
 		n++
 	}
-	batch := make([]*batchItem, n)
-	copy(batch, b.queue)
-	rest := copy(b.queue, b.queue[n:])
-	clear(b.queue[rest:])
-	b.queue = b.queue[:rest]
+	batch := slices.Clone(b.queue[:n])
+	b.queue = slices.Delete(b.queue, 0, n) // clears the tail it vacates
 	return batch
 }
 
@@ -134,7 +130,7 @@ func (b *batcher) failQueued() {
 	b.queue = nil
 	b.mu.Unlock()
 	for _, it := range q {
-		it.done <- batchDone{err: rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")}
+		it.done <- batchDone{err: errShuttingDown}
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, jobID string) (*rpcpb.SubmitResponse, error) {
 	deadline := time.Now().Add(submitWait(req))
 	for attempt := 0; attempt < 4; attempt++ {
-		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.expiryNow().UnixNano() {
+		if e, ok := m.liveEntry(req.Tenant, req.Key); ok {
 			if e.Fingerprint != req.Fingerprint {
 				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/once-dev/once/internal/clockwatch"
 	"github.com/once-dev/once/internal/logging"
@@ -253,12 +254,6 @@ func (m *Manager) ClockState() ClockState {
 		Handoffs: c.handoffCount, HandoffTo: c.handoffTo}
 }
 
-// watchClock runs checkClock every clockCheckInterval until shutdown.
-func (m *Manager) watchClock() {
-	defer m.bgWG.Done()
-	every(m.shutdown, clockCheckInterval, m.checkClock)
-}
-
 // checkClock logs when this manager's clock starts or stops disagreeing with
 // the group's, and, at a leader whose clock has disagreed for
 // handoffAfterChecks checks in a row, hands leadership to a voter whose clock
@@ -303,7 +298,7 @@ func (m *Manager) checkClock() {
 			logging.KeyClockOffset, -st.View.Offset)
 		return
 	}
-	addr := m.serverAddress(target.NodeID)
+	srv, _ := m.RaftServer(target.NodeID)
 	m.log.Warn("handing leadership to a manager whose clock agrees with the group's",
 		logging.KeyPeer, target.NodeID, logging.KeyClockOffset, -st.View.Offset, logging.KeyReason, "clock offset")
 	c.handoffs.Inc()
@@ -313,7 +308,7 @@ func (m *Manager) checkClock() {
 	c.mu.Unlock()
 	// raft bounds a transfer by its election timeout, and fails it on
 	// shutdown.
-	if err := m.raft.LeadershipTransferToServer(raft.ServerID(target.NodeID), raft.ServerAddress(addr)).Error(); err != nil {
+	if err := m.raft.LeadershipTransferToServer(raft.ServerID(target.NodeID), srv.Address).Error(); err != nil {
 		m.log.Warn("leadership handoff failed", logging.KeyPeer, target.NodeID, logging.KeyError, err)
 	}
 }
@@ -334,26 +329,15 @@ func handoffTarget(st ClockState, bound time.Duration) (membership.PeerOffset, b
 	return best, found
 }
 
-func (m *Manager) serverAddress(id string) string {
-	if f := m.raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			if string(s.ID) == id {
-				return string(s.Address)
-			}
-		}
-	}
-	return ""
-}
-
 // registerClockMetrics exports the clock watch: the handoffs counter and
 // clockCollector's gauges (New calls it).
 func (m *Manager) registerClockMetrics(reg prometheus.Registerer) {
-	m.clock.handoffs = prometheus.NewCounter(prometheus.CounterOpts{
+	m.clock.handoffs = promauto.With(reg).NewCounter(prometheus.CounterOpts{
 		Name: "once_manager_clock_handoffs_total",
 		Help: "Leadership handoffs by this manager because its clock disagreed with its group's.",
 	})
 	if reg != nil {
-		reg.MustRegister(m.clock.handoffs, clockCollector{m})
+		reg.MustRegister(clockCollector{m})
 	}
 }
 
@@ -386,11 +370,7 @@ func (c clockCollector) Collect(ch chan<- prometheus.Metric) {
 	if st.View.Known {
 		ch <- prometheus.MustNewConstMetric(descGroupOffset, prometheus.GaugeValue, (-st.View.Offset).Seconds())
 	}
-	clamped := 0.0
-	if st.View.Offending(c.m.cfg.MaxClockOffset) {
-		clamped = 1
-	}
-	ch <- prometheus.MustNewConstMetric(descClamped, prometheus.GaugeValue, clamped)
+	ch <- prometheus.MustNewConstMetric(descClamped, prometheus.GaugeValue, b2f(st.View.Offending(c.m.cfg.MaxClockOffset)))
 	ch <- prometheus.MustNewConstMetric(descLedgerTime, prometheus.GaugeValue, float64(st.LedgerTime)/1e9)
 }
 

@@ -15,7 +15,6 @@ import (
 // leadership through a Raft observer (never missing a transition, unlike a
 // dropped LeaderCh signal) and runs one leadership term's work at a time.
 func (m *Manager) leaderLoop() {
-	defer m.bgWG.Done()
 	obs := make(chan raft.Observation, 16)
 	observer := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.RaftState)
@@ -42,8 +41,7 @@ func (m *Manager) leaderLoop() {
 		case leading && cancel == nil:
 			var ctx context.Context
 			ctx, cancel = context.WithCancel(context.Background())
-			wg.Add(1)
-			go func() { defer wg.Done(); m.lead(ctx) }()
+			wg.Go(func() { m.lead(ctx) })
 		case !leading && cancel != nil:
 			stop()
 		}
@@ -72,13 +70,14 @@ func (m *Manager) lead(ctx context.Context) {
 		f()
 	}
 	for {
-		if err := m.raft.Barrier(m.cfg.ApplyTimeout).Error(); err == nil {
+		err := m.raft.Barrier(m.cfg.ApplyTimeout).Error()
+		if err == nil {
 			break
-		} else if m.raft.State() != raft.Leader {
-			return
-		} else {
-			m.log.Warn("leader barrier failed; retrying", logging.KeyError, err)
 		}
+		if m.raft.State() != raft.Leader {
+			return
+		}
+		m.log.Warn("leader barrier failed; retrying", logging.KeyError, err)
 		select {
 		case <-ctx.Done():
 			return

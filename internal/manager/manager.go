@@ -152,8 +152,14 @@ type Manager struct {
 	halted chan struct{}
 }
 
-// ErrClosed is returned by calls on a closed manager.
-var ErrClosed = errors.New("manager: closed")
+// errShuttingDown answers a call that needs Raft once Close has begun.
+var errShuttingDown = rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+
+// endedBeforeApplied answers a caller whose ctx ended while its command was
+// in flight: the entry may still commit; the ledger makes the retry safe.
+func endedBeforeApplied(ctx context.Context) error {
+	return rpc.Errorf(rpc.CodeUnavailable, "request ended before the Raft entry was applied: %v", ctx.Err())
+}
 
 // New opens the stores in cfg.DataDir and starts the Raft node. It does not
 // bootstrap a cluster: see BootstrapSelf and the autopilot.
@@ -239,14 +245,12 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		return nil, fmt.Errorf("manager: start raft: %w", err)
 	}
 	ok = true
-	m.bgWG.Add(1)
-	go m.leaderLoop()
+	m.bgWG.Go(m.leaderLoop)
 	m.admits = newBatcher(m, ledger.TypeAdmitBatch)
 	m.workers = newBatcher(m, ledger.TypeWorkerBatch)
-	m.bgWG.Add(3)
-	go m.admits.run()
-	go m.workers.run()
-	go m.watchClock()
+	m.bgWG.Go(m.admits.run)
+	m.bgWG.Go(m.workers.run)
+	m.bgWG.Go(func() { every(m.shutdown, clockCheckInterval, m.checkClock) })
 	return m, nil
 }
 
@@ -361,12 +365,12 @@ func (m *Manager) Close() error {
 
 // holdRaft registers a caller about to ask Raft for a future and wait on it
 // outside the background goroutines: Close waits for release before it shuts
-// Raft down. It fails (ErrClosed) once Close has begun.
+// Raft down. It fails (errShuttingDown) once Close has begun.
 func (m *Manager) holdRaft() (release func(), err error) {
 	m.closeMu.Lock()
 	defer m.closeMu.Unlock()
 	if m.closed {
-		return nil, ErrClosed
+		return nil, errShuttingDown
 	}
 	m.waitsWG.Add(1)
 	return m.waitsWG.Done, nil
@@ -385,6 +389,19 @@ func (m *Manager) voterIDs() ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// RaftServer is the Raft configuration's server with ID id; false when the
+// configuration does not hold it or cannot be read.
+func (m *Manager) RaftServer(id string) (raft.Server, bool) {
+	if f := m.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == id {
+				return s, true
+			}
+		}
+	}
+	return raft.Server{}, false
 }
 
 func (m *Manager) closeStores() error {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
@@ -20,47 +21,49 @@ type metrics struct {
 	outboxOldest                                          prometheus.Gauge
 }
 
+// latencyBuckets are the bounds of the manager's latency histograms: 0.5 ms
+// doubling up to about 16 s.
+var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
+
+// newMetrics makes the metrics, registered on reg unless it is nil.
 func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		submissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := promauto.With(reg)
+	return &metrics{
+		submissions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "once_manager_submissions_total",
 			Help: "Submissions handled at this manager, by outcome or error code.",
 		}, []string{"result"}),
-		submitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+		submitTime: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "once_manager_submit_seconds",
 			Help:    "Time to answer a submission at the leader.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+			Buckets: latencyBuckets,
 		}),
-		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		applyLatency: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "once_manager_raft_apply_seconds",
 			Help:    "Time from proposing a ledger command to its application.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+			Buckets: latencyBuckets,
 		}),
-		expired: prometheus.NewCounter(prometheus.CounterOpts{
+		expired: f.NewCounter(prometheus.CounterOpts{
 			Name: "once_manager_expired_total",
 			Help: "Entries, jobs and watermarks removed by Expire commands this manager proposed.",
 		}),
-		outboxConfirmed: prometheus.NewCounter(prometheus.CounterOpts{
+		outboxConfirmed: f.NewCounter(prometheus.CounterOpts{
 			Name: "once_manager_outbox_confirmed_total",
 			Help: "Multi-datacenter submissions this manager's outbox carried to another datacenter and recorded as final there (one per entry and datacenter).",
 		}),
-		outboxRefused: prometheus.NewCounter(prometheus.CounterOpts{
+		outboxRefused: f.NewCounter(prometheus.CounterOpts{
 			Name: "once_manager_outbox_refused_total",
 			Help: "Multi-datacenter submissions refused (503 outbox_full) because the outbox held MANAGER_OUTBOX_MAX_ENTRIES.",
 		}),
-		outboxOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+		outboxOldest: f.NewGauge(prometheus.GaugeOpts{
 			Name: "once_manager_outbox_oldest_entry_age_seconds",
 			Help: "Age (since it was resolved) of the oldest multi-datacenter submission this manager's outbox, as leader, is still carrying to another datacenter; 0 at a follower or when none is.",
 		}),
-		leaseReplays: prometheus.NewCounter(prometheus.CounterOpts{
+		leaseReplays: f.NewCounter(prometheus.CounterOpts{
 			Name: "once_manager_lease_replays_total",
 			Help: "Leases retried with their Idempotency-Key and answered with the kept answer (the same jobs), at this manager as leader.",
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.submissions, m.submitTime, m.applyLatency, m.expired, m.outboxConfirmed, m.leaseReplays, m.outboxRefused, m.outboxOldest)
-	}
-	return m
 }
 
 func (m *metrics) observeSubmit(resp *rpcpb.SubmitResponse, err error, d time.Duration) {

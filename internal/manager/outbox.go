@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -135,11 +136,8 @@ func (o *outbox) pass(ctx context.Context) {
 	}
 	o.m.metrics.outboxOldest.Set(age)
 	o.mu.Lock()
-	for k := range o.state {
-		if !seen[k] { // confirmed meanwhile: nothing left to carry
-			delete(o.state, k)
-		}
-	}
+	// A pair not seen was confirmed meanwhile: nothing left to carry.
+	maps.DeleteFunc(o.state, func(k outboxKey, _ *outboxState) bool { return !seen[k] })
 	o.mu.Unlock()
 
 	var (

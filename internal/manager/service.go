@@ -23,7 +23,7 @@ func (m *Manager) checkRead() error {
 	}
 	release, err := m.holdRaft() // Close waits for the answer before Raft stops
 	if err != nil {
-		return rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+		return err
 	}
 	defer release()
 	if err := m.raft.VerifyLeader().Error(); err != nil {
@@ -108,8 +108,8 @@ func (m *Manager) GetKey(ctx context.Context, tenant, key string) (*rpcpb.KeyInf
 	if err := m.checkRead(); err != nil {
 		return nil, err
 	}
-	e, ok := m.fsm.Entry(tenant, key)
-	if !ok || e.ExpiresAt <= m.expiryNow().UnixNano() {
+	e, ok := m.liveEntry(tenant, key)
+	if !ok {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "idempotency key not found")
 	}
 	info := &rpcpb.KeyInfo{Key: e.Key, State: e.State.String(), ExpiresAt: api.FormatTime(time.Unix(0, e.ExpiresAt))}
@@ -154,8 +154,10 @@ func (m *Manager) Status(ctx context.Context) (*rpc.Status, error) {
 		Outbox: m.fsm.OutboxLen(), OutboxMax: m.cfg.OutboxMaxEntries}
 	m.clockStatus(st)
 	st.Voters, _ = m.voterIDs()
-	st.Autopilot = m.autopilotHealth()
-	st.RefusedServers = m.refusedServers()
+	if ap := m.autopilot.Load(); ap != nil {
+		// raft-autopilot's state, on the leader once it has computed one.
+		st.Autopilot, st.RefusedServers = ap.Health(), ap.Refused()
+	}
 	st.ConfigMismatches = []rpc.ConfigMismatch{}
 	if m.deps.ConfigMismatches != nil {
 		st.ConfigMismatches = m.deps.ConfigMismatches()

@@ -78,7 +78,7 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 		// Fast path: a live entry answers without a Raft round (a committed or
 		// rejected entry is a durable fact).
 		looked := m.fsm.Applies()
-		if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.ExpiresAt > m.expiryNow().UnixNano() {
+		if e, ok := m.liveEntry(req.Tenant, req.Key); ok {
 			if e.Fingerprint != req.Fingerprint {
 				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
 			}
@@ -115,7 +115,7 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 		// applied in between. (A claim is left to the path above, which the
 		// look already took.)
 		if m.fsm.Applies() != looked {
-			if e, ok := m.fsm.Entry(req.Tenant, req.Key); ok && e.State != ledger.StateClaimed && e.ExpiresAt > m.expiryNow().UnixNano() {
+			if e, ok := m.liveEntry(req.Tenant, req.Key); ok && e.State != ledger.StateClaimed {
 				m.endProposal(req.Tenant, req.Key, proposal)
 				continue
 			}
@@ -180,6 +180,15 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 	return nil, rpc.Errorf(rpc.CodeUnavailable, "the key's entry kept expiring while waiting; retry")
 }
 
+// liveEntry is the key's entry while it has not expired by ledger time.
+func (m *Manager) liveEntry(tenant, key string) (ledger.Entry, bool) {
+	e, ok := m.fsm.Entry(tenant, key)
+	if !ok || e.ExpiresAt <= m.expiryNow().UnixNano() {
+		return ledger.Entry{}, false
+	}
+	return e, true
+}
+
 // refusal is the error of an Admit or Claim that recorded nothing: the
 // ledger is full, or the outcome is not one the caller expects.
 func (m *Manager) refusal(what, tenant string, res ledger.Result) error {
@@ -234,7 +243,7 @@ func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadlin
 	case <-ctx.Done():
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
 	case <-m.shutdown:
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+		return nil, errShuttingDown
 	}
 }
 
@@ -319,7 +328,7 @@ func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Ve
 func (m *Manager) apply(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
 	release, err := m.holdRaft() // Close waits for the answer before Raft stops
 	if err != nil {
-		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "manager shutting down")
+		return ledger.Result{}, err
 	}
 	done := make(chan batchDone, 1)
 	go func() {
@@ -335,8 +344,7 @@ func (m *Manager) apply(ctx context.Context, cmd ledger.Command) (ledger.Result,
 	case d := <-done:
 		return d.res, d.err
 	case <-ctx.Done():
-		// The entry may still commit; the ledger makes the retry safe.
-		return ledger.Result{}, rpc.Errorf(rpc.CodeUnavailable, "request ended before the Raft entry was applied: %v", ctx.Err())
+		return ledger.Result{}, endedBeforeApplied(ctx)
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -171,10 +173,7 @@ func (l *tcpLayer) Close() error {
 	err := l.ln.Close()
 	l.mu.Lock()
 	l.closed = true
-	all := make([]*trackedConn, 0, len(l.conns))
-	for c := range l.conns {
-		all = append(all, c)
-	}
+	all := slices.Collect(maps.Keys(l.conns))
 	l.mu.Unlock()
 	for _, c := range all {
 		c.Close()

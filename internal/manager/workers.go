@@ -78,7 +78,7 @@ func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Le
 	case a.err != nil:
 		return nil, a.err
 	case a.fingerprint != req.Fingerprint:
-		return nil, rpc.Errorf(rpc.CodeRequestReused, "lease: the idempotency key was used with another request")
+		return nil, requestReused("lease")
 	case replayed:
 		m.metrics.leaseReplays.Inc()
 		return &rpcpb.LeaseResponse{Leases: a.resp.Leases, Replayed: true}, nil
@@ -196,16 +196,16 @@ func (m *Manager) Heartbeat(ctx context.Context, req *rpcpb.HeartbeatRequest) (*
 
 // Complete implements rpc.Workers.
 func (m *Manager) Complete(ctx context.Context, req *rpcpb.CompleteRequest) (*rpcpb.Job, error) {
-	j, err := m.CompleteJob(ctx, req.Tenant, req.JobId, req.LeaseId, req.Result)
-	if err != nil {
-		return nil, err
-	}
-	return m.pbJobRead(j), nil
+	return m.jobAnswer(m.CompleteJob(ctx, req.Tenant, req.JobId, req.LeaseId, req.Result))
 }
 
 // Fail implements rpc.Workers.
 func (m *Manager) Fail(ctx context.Context, req *rpcpb.FailRequest) (*rpcpb.Job, error) {
-	j, err := m.FailJob(ctx, req.Tenant, req.JobId, req.LeaseId, req.Error, req.Retry)
+	return m.jobAnswer(m.FailJob(ctx, req.Tenant, req.JobId, req.LeaseId, req.Error, req.Retry))
+}
+
+// jobAnswer is a worker call's answer: the job it ended, or its error.
+func (m *Manager) jobAnswer(j ledger.Job, err error) (*rpcpb.Job, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -98,9 +98,7 @@ func startCluster(ctx context.Context, cfg manager.Config, secret string, now fu
 
 	// Peer RPC addresses for leader hints.
 	events, unsubscribe := pool.Subscribe()
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.wg.Go(func() {
 		defer unsubscribe()
 		refresh := func() { view.refresh(pool, cfg.Datacenter) }
 		refresh()
@@ -119,7 +117,7 @@ func startCluster(ctx context.Context, cfg manager.Config, secret string, now fu
 				refresh()
 			}
 		}
-	}()
+	})
 
 	c.startAutopilot(cctx, cfg, m, hasState)
 	return c, nil
@@ -142,13 +140,11 @@ func (c *clusterMembership) startAutopilot(ctx context.Context, cfg manager.Conf
 		Logger:           c.log,
 	}, m.Raft(), c.pool)
 	m.SetAutopilot(c.ap)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.wg.Go(func() {
 		if err := c.ap.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			c.log.Error("autopilot stopped", logging.KeyError, err)
 		}
-	}()
+	})
 }
 
 // leave runs on shutdown. With MANAGER_LEAVE_ON_TERMINATE the manager leaves

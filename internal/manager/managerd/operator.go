@@ -187,13 +187,8 @@ func (o operator) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerRes
 
 // server is the Raft configuration's server id, or CodeNotFound.
 func (o operator) server(id string) (raft.Server, error) {
-	f := o.m.Raft().GetConfiguration()
-	if f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			if string(s.ID) == id {
-				return s, nil
-			}
-		}
+	if s, ok := o.m.RaftServer(id); ok {
+		return s, nil
 	}
 	return raft.Server{}, rpc.Errorf(rpc.CodeNotFound, "no server %q in the Raft configuration", id)
 }
