@@ -151,16 +151,13 @@ func (f flagValue) Set(v string) error {
 // flag, the value, want and the cause.
 func bind[T any](l *Loader, p *T, env, want, usage string, parse func(string) (T, error), valid func(T) error, format func(T) string) {
 	s := &setting{env: env, flag: FlagName(env), usage: usage, want: want, def: format(*p)}
-	invalid := func(value string, cause error) error {
-		return &Error{Env: env, Flag: s.flag, Value: value, Want: want, Err: cause}
-	}
 	s.set = func(text string) error {
 		v, err := parse(text)
 		if err == nil && valid != nil {
 			err = valid(v)
 		}
 		if err != nil {
-			return invalid(text, err)
+			return Invalid(env, text, want, err)
 		}
 		*p = v
 		return nil
@@ -170,7 +167,7 @@ func bind[T any](l *Loader, p *T, env, want, usage string, parse func(string) (T
 			return nil
 		}
 		if err := valid(*p); err != nil {
-			return invalid(format(*p), err)
+			return Invalid(env, format(*p), want, err)
 		}
 		return nil
 	}
@@ -194,24 +191,24 @@ func within[T cmp.Ordered](min, max T) func(T) error {
 
 // Int registers an integer setting in [min, max].
 func (l *Loader) Int(p *int, env string, min, max int, usage string) {
-	bind(l, p, env, fmt.Sprintf("an integer from %d to %d", min, max), usage, func(v string) (int, error) {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil {
-			return 0, ErrSyntax
-		}
-		return n, nil
-	}, within(min, max), strconv.Itoa)
+	integer(l, p, env, min, max, strconv.IntSize, usage)
 }
 
 // Int64 registers a 64-bit integer setting in [min, max].
 func (l *Loader) Int64(p *int64, env string, min, max int64, usage string) {
-	bind(l, p, env, fmt.Sprintf("an integer from %d to %d", min, max), usage, func(v string) (int64, error) {
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	integer(l, p, env, min, max, 64, usage)
+}
+
+// integer registers a decimal integer setting in [min, max]; bitSize is
+// T's, for strconv.ParseInt.
+func integer[T int | int64](l *Loader, p *T, env string, min, max T, bitSize int, usage string) {
+	bind(l, p, env, fmt.Sprintf("an integer from %d to %d", min, max), usage, func(v string) (T, error) {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, bitSize)
 		if err != nil {
 			return 0, ErrSyntax
 		}
-		return n, nil
-	}, within(min, max), func(n int64) string { return strconv.FormatInt(n, 10) })
+		return T(n), nil
+	}, within(min, max), func(n T) string { return strconv.FormatInt(int64(n), 10) })
 }
 
 // Seconds registers a duration given as a decimal number of seconds, as
@@ -270,15 +267,20 @@ func (l *Loader) List(p *[]string, env, want string, validate func(string) error
 			return nil
 		}
 	}
-	bind(l, p, env, want, usage, func(v string) ([]string, error) {
-		var out []string
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				out = append(out, s)
-			}
+	bind(l, p, env, want, usage, func(v string) ([]string, error) { return SplitList(v), nil },
+		valid, func(items []string) string { return strings.Join(items, ",") })
+}
+
+// SplitList splits a comma-separated list, trimming every item and dropping
+// the empty ones (nil for none).
+func SplitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
 		}
-		return out, nil
-	}, valid, func(items []string) string { return strings.Join(items, ",") })
+	}
+	return out
 }
 
 // Check checks the value every registered field holds, in the order of

@@ -190,13 +190,7 @@ func splitEnv(name, def string) []string {
 	if v == "" {
 		v = def
 	}
-	var out []string
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
+	return config.SplitList(v)
 }
 
 // print writes v as indented JSON (-o json) or calls table (-o table). A
