@@ -410,12 +410,12 @@ func (c *Client) once(ctx context.Context, extra time.Duration, gate *url.URL, m
 
 // problem turns a non-2xx answer into an *Error.
 func problem(resp *http.Response, b []byte) *Error {
-	e := &Error{Status: resp.StatusCode}
+	var e *Error
 	var p api.Problem
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), api.ContentTypeProblem) && json.Unmarshal(b, &p) == nil {
-		e.Code, e.Title, e.Detail, e.Reason = p.Code, p.Title, p.Detail, p.Reason
+		e = problemError(resp.StatusCode, &p)
 	} else {
-		e.Detail = strings.TrimSpace(string(b))
+		e = &Error{Status: resp.StatusCode, Detail: strings.TrimSpace(string(b))}
 		if len(e.Detail) > 200 {
 			e.Detail = e.Detail[:200]
 		}
@@ -428,4 +428,9 @@ func problem(resp *http.Response, b []byte) *Error {
 		}
 	}
 	return e
+}
+
+// problemError is the *Error of problem p answered with status.
+func problemError(status int, p *api.Problem) *Error {
+	return &Error{Status: status, Code: p.Code, Title: p.Title, Detail: p.Detail, Reason: p.Reason}
 }

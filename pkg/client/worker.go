@@ -139,8 +139,7 @@ func (c *Client) CompleteMany(ctx context.Context, items []Completion) ([]Comple
 	for i, r := range out.Results {
 		switch {
 		case r.Error != nil:
-			p := r.Error
-			res[i].Err = &Error{Status: p.Status, Code: p.Code, Title: p.Title, Detail: p.Detail, Reason: p.Reason}
+			res[i].Err = problemError(r.Error.Status, r.Error)
 		case r.Job != nil:
 			res[i].Job = r.Job
 		default:
