@@ -190,8 +190,8 @@ func (c *Client) takeLanes(match func(*lane) bool) []*lane {
 // be encoding it (the same holds for Heartbeat's, Complete's and Fail's).
 func (c *Client) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	n := approxSize(req)
-	if n > maxMessageBytes-1024 {
-		return nil, Errorf(CodeInvalid, "a submission of about %d bytes is over the stream's message limit of %d", n, maxMessageBytes)
+	if err := checkStreamSize("submission", n); err != nil {
+		return nil, err
 	}
 	var resp *rpcpb.SubmitResponse
 	wait := time.Duration(req.GetWaitMillis()) * time.Millisecond

@@ -218,7 +218,7 @@ type service struct {
 	s *Server
 }
 
-func (sv *service) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpcpb.SubmitResults]) error {
+func (sv *service) Submit(stream submitServerStream) error {
 	s := sv.s
 	ctx := stream.Context()
 
@@ -227,56 +227,14 @@ func (sv *service) Submit(stream grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpc
 	s.streams.Add(1)
 	go func() {
 		defer s.streams.Done()
-		for {
-			b, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case batches <- b:
-			case <-ctx.Done():
-				return
-			}
-		}
+		receiveBatches(stream, batches, recvErr)
 	}()
 
 	// out holds at most MaxInFlight answers, so a resolving submission never
 	// blocks on it.
 	out := make(chan *rpcpb.SubmitResult, s.maxInFlight)
 	sendErr := make(chan error, 1)
-	go func() {
-		var failed error
-		// One message, reused for every Send: gRPC has encoded it when
-		// Send returns and keeps no reference to it.
-		msg := &rpcpb.SubmitResults{}
-		for r := range out {
-			if failed != nil {
-				continue // the stream is broken; drain
-			}
-			runtime.Gosched() // let answers that are resolving join this message
-			msg.Results = append(msg.Results[:0], r)
-			size := approxResultSize(r)
-		more:
-			for len(msg.Results) < maxBatchItems && size < maxBatchBytes {
-				select {
-				case r, ok := <-out:
-					if !ok {
-						break more
-					}
-					msg.Results = append(msg.Results, r)
-					size += approxResultSize(r)
-				default:
-					break more
-				}
-			}
-			if err := stream.Send(msg); err != nil {
-				failed = err
-			}
-			clear(msg.Results) // keep no answer past its Send
-		}
-		sendErr <- failed
-	}()
+	go func() { sendErr <- sendResults(stream, out) }()
 
 	sem := make(chan struct{}, s.maxInFlight)
 	var (
@@ -397,4 +355,61 @@ loop:
 		err = serr
 	}
 	return err
+}
+
+// submitServerStream is the manager's side of a Submit stream.
+type submitServerStream = grpc.BidiStreamingServer[rpcpb.SubmitBatch, rpcpb.SubmitResults]
+
+// receiveBatches hands the stream's messages to batches until Recv fails
+// (its error on recvErr) or the stream's context ends.
+func receiveBatches(stream submitServerStream, batches chan<- *rpcpb.SubmitBatch, recvErr chan<- error) {
+	ctx := stream.Context()
+	for {
+		b, err := stream.Recv()
+		if err != nil {
+			recvErr <- err
+			return
+		}
+		select {
+		case batches <- b:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// sendResults sends the answers of out, those ready together in one
+// message, until out is closed, and returns the first Send error (after
+// which it only drains out).
+func sendResults(stream submitServerStream, out <-chan *rpcpb.SubmitResult) error {
+	var failed error
+	// One message, reused for every Send: gRPC has encoded it when
+	// Send returns and keeps no reference to it.
+	msg := &rpcpb.SubmitResults{}
+	for r := range out {
+		if failed != nil {
+			continue // the stream is broken; drain
+		}
+		runtime.Gosched() // let answers that are resolving join this message
+		msg.Results = append(msg.Results[:0], r)
+		size := approxResultSize(r)
+	more:
+		for len(msg.Results) < maxBatchItems && size < maxBatchBytes {
+			select {
+			case r, ok := <-out:
+				if !ok {
+					break more
+				}
+				msg.Results = append(msg.Results, r)
+				size += approxResultSize(r)
+			default:
+				break more
+			}
+		}
+		if err := stream.Send(msg); err != nil {
+			failed = err
+		}
+		clear(msg.Results) // keep no answer past its Send
+	}
+	return failed
 }

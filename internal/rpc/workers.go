@@ -81,7 +81,7 @@ func (c *Client) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Lea
 
 // Heartbeat extends a lease at the leader, on a submit stream.
 func (c *Client) Heartbeat(ctx context.Context, req *rpcpb.HeartbeatRequest) (*rpcpb.HeartbeatResponse, error) {
-	r, err := c.workerCall(ctx, "heartbeat", &rpcpb.SubmitItem{Heartbeat: req}, 64+len(req.GetTenant())+len(req.GetJobId())+len(req.GetLeaseId()))
+	r, err := c.workerCall(ctx, "heartbeat", &rpcpb.SubmitItem{Heartbeat: req}, workerCallSize(req, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -93,14 +93,12 @@ func (c *Client) Heartbeat(ctx context.Context, req *rpcpb.HeartbeatRequest) (*r
 
 // Complete finishes a job at the leader, on a submit stream.
 func (c *Client) Complete(ctx context.Context, req *rpcpb.CompleteRequest) (*rpcpb.Job, error) {
-	return jobOf(c.workerCall(ctx, "complete", &rpcpb.SubmitItem{Complete: req},
-		64+len(req.GetTenant())+len(req.GetJobId())+len(req.GetLeaseId())+len(req.GetResult())))
+	return jobOf(c.workerCall(ctx, "complete", &rpcpb.SubmitItem{Complete: req}, workerCallSize(req, len(req.GetResult()))))
 }
 
 // Fail reports a failed attempt at the leader, on a submit stream.
 func (c *Client) Fail(ctx context.Context, req *rpcpb.FailRequest) (*rpcpb.Job, error) {
-	return jobOf(c.workerCall(ctx, "fail", &rpcpb.SubmitItem{Fail: req},
-		64+len(req.GetTenant())+len(req.GetJobId())+len(req.GetLeaseId())+len(req.GetError())))
+	return jobOf(c.workerCall(ctx, "fail", &rpcpb.SubmitItem{Fail: req}, workerCallSize(req, len(req.GetError()))))
 }
 
 // jobOf is the job a complete or fail answered (empty if it named none), or
@@ -119,8 +117,8 @@ func jobOf(r *rpcpb.SubmitResult, err error) (*rpcpb.Job, error) {
 // retries of every call; it travels batched with the submissions and the
 // other worker calls of the lane.
 func (c *Client) workerCall(ctx context.Context, what string, item *rpcpb.SubmitItem, size int) (*rpcpb.SubmitResult, error) {
-	if size > maxMessageBytes-1024 {
-		return nil, Errorf(CodeInvalid, "a %s of about %d bytes is over the stream's message limit of %d", what, size, maxMessageBytes)
+	if err := checkStreamSize(what, size); err != nil {
+		return nil, err
 	}
 	var res *rpcpb.SubmitResult
 	err := c.retry(ctx, what, func(addr string) error {
