@@ -282,38 +282,7 @@ func (l *lane) send() {
 			l.mu.Unlock()
 			return
 		}
-		// The message and its slices are reused: gRPC has encoded the
-		// message when Send returns and keeps no reference to it.
-		batch := &l.batch
-		batch.Cancel = append(batch.Cancel[:0], l.cancels...)
-		l.cancels = l.cancels[:0]
-		bytes, n := 0, 0
-		for n < len(l.queue) && len(batch.Items) < maxBatchItems {
-			c := l.queue[n]
-			if c.dropped {
-				n++
-				continue
-			}
-			sz := c.size
-			if len(batch.Items) > 0 && bytes+sz > maxBatchBytes {
-				break
-			}
-			n++
-			bytes += sz
-			c.sent = true
-			it := c.item
-			it.Id = c.id
-			if !c.deadline.IsZero() {
-				it.TimeoutMicros = max(time.Until(c.deadline).Microseconds(), 1)
-			}
-			batch.Items = append(batch.Items, it)
-		}
-		if n == len(l.queue) {
-			clear(l.queue[:n])
-			l.queue = l.queue[:0] // the backing array is reused
-		} else {
-			l.queue = l.queue[n:]
-		}
+		batch := l.fillBatch()
 		l.mu.Unlock()
 		if len(batch.Items) == 0 && len(batch.Cancel) == 0 {
 			continue
@@ -328,6 +297,43 @@ func (l *lane) send() {
 			return
 		}
 	}
+}
+
+// fillBatch moves the cancels, and the queued calls one message holds,
+// into l.batch and returns it; l.mu is held. The message and its slices
+// are reused: gRPC has encoded the message when Send returns and keeps no
+// reference to it.
+func (l *lane) fillBatch() *rpcpb.SubmitBatch {
+	batch := &l.batch
+	batch.Cancel = append(batch.Cancel[:0], l.cancels...)
+	l.cancels = l.cancels[:0]
+	bytes, n := 0, 0
+	for n < len(l.queue) && len(batch.Items) < maxBatchItems {
+		c := l.queue[n]
+		if c.dropped {
+			n++
+			continue
+		}
+		if len(batch.Items) > 0 && bytes+c.size > maxBatchBytes {
+			break
+		}
+		n++
+		bytes += c.size
+		c.sent = true
+		it := c.item
+		it.Id = c.id
+		if !c.deadline.IsZero() {
+			it.TimeoutMicros = max(time.Until(c.deadline).Microseconds(), 1)
+		}
+		batch.Items = append(batch.Items, it)
+	}
+	if n == len(l.queue) {
+		clear(l.queue[:n])
+		l.queue = l.queue[:0] // the backing array is reused
+	} else {
+		l.queue = l.queue[n:]
+	}
+	return batch
 }
 
 func (l *lane) receive() {

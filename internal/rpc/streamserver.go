@@ -258,19 +258,7 @@ func (sv *service) Submit(stream submitServerStream) error {
 	run := func(t task) {
 		defer func() { <-sem }()
 		id := t.it.GetId()
-		r := &rpcpb.SubmitResult{Id: id}
-		if !s.serveWorkerCall(t.ctx, t.it, r) {
-			req := t.it.GetRequest()
-			if req == nil {
-				req = &rpcpb.SubmitRequest{} // refused by the Service as invalid
-			}
-			resp, err := s.svc.Submit(t.ctx, req)
-			if err != nil {
-				r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
-			} else {
-				r.Response = resp
-			}
-		}
+		r := s.answer(t.ctx, t.it)
 		mu.Lock()
 		_, wanted := inflight[id]
 		delete(inflight, id)
@@ -355,6 +343,26 @@ loop:
 		err = serr
 	}
 	return err
+}
+
+// answer runs what an item of the submit stream carries, a submission or
+// a worker call, and returns its result.
+func (s *Server) answer(ctx context.Context, it *rpcpb.SubmitItem) *rpcpb.SubmitResult {
+	r := &rpcpb.SubmitResult{Id: it.GetId()}
+	if s.serveWorkerCall(ctx, it, r) {
+		return r
+	}
+	req := it.GetRequest()
+	if req == nil {
+		req = &rpcpb.SubmitRequest{} // refused by the Service as invalid
+	}
+	resp, err := s.svc.Submit(ctx, req)
+	if err != nil {
+		r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
+	} else {
+		r.Response = resp
+	}
+	return r
 }
 
 // submitServerStream is the manager's side of a Submit stream.
