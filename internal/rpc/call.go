@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -124,7 +123,7 @@ func callError(what, addr string, err error) error {
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return fmt.Errorf("rpc %s %s: %w", what, addr, err)
+		return attemptError(what, addr, err)
 	}
 	for _, d := range st.Details() {
 		if pe, ok := d.(*rpcpb.Error); ok {
@@ -141,7 +140,7 @@ func callError(what, addr string, err error) error {
 	case codes.Unimplemented:
 		return Errorf(CodeInternal, "%s: %s", what, st.Message())
 	}
-	return fmt.Errorf("rpc %s %s: %w", what, addr, err)
+	return attemptError(what, addr, err)
 }
 
 // grpcCode is the gRPC status code an rpc Code travels under (the Error in

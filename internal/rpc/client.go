@@ -236,14 +236,14 @@ func (c *Client) streamAttempt(ctx context.Context, addr, what string, item *rpc
 	}
 	l, err := c.lane(ctx, addr, c.laneRR.Add(1), deadline)
 	if err != nil {
-		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
+		return nil, attemptError(what, addr, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
+		return nil, attemptError(what, addr, err)
 	}
 	call, err := l.enqueue(item, size, deadline)
 	if err != nil {
-		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, err)
+		return nil, attemptError(what, addr, err)
 	}
 	t := timerPool.Get().(*time.Timer)
 	t.Reset(time.Until(deadline))
@@ -257,10 +257,10 @@ func (c *Client) streamAttempt(ctx context.Context, addr, what string, item *rpc
 		return r.res, r.err
 	case <-ctx.Done():
 		l.abandon(call)
-		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, ctx.Err())
+		return nil, attemptError(what, addr, ctx.Err())
 	case <-t.C:
 		l.abandon(call)
-		return nil, fmt.Errorf("rpc %s %s: %w", what, addr, context.DeadlineExceeded)
+		return nil, attemptError(what, addr, context.DeadlineExceeded)
 	}
 }
 
@@ -300,6 +300,12 @@ func (c *Client) lane(ctx context.Context, addr string, slot uint64, deadline ti
 	}
 	s.l = l
 	return l, nil
+}
+
+// attemptError is err, an attempt of what at addr that failed short of an
+// answer (a transport failure, the attempt's bound), named for the logs.
+func attemptError(what, addr string, err error) error {
+	return fmt.Errorf("rpc %s %s: %w", what, addr, err)
 }
 
 // maxHintHops bounds how many "not leader" hints are followed without pausing,
