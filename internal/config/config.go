@@ -48,8 +48,8 @@ const (
 	ExitConfig = 2
 )
 
-// Invalid returns the *Error of a setting that failed validation after
-// parsing (Validate methods): env names the variable (the flag is derived),
+// Invalid returns the *Error of a setting that failed to parse or validate
+// (the Loader's, and the Validate methods' after parsing): env names the variable (the flag is derived),
 // value is what was given, want the accepted range, and cause why (may be
 // nil). It matches ErrInvalid and cause.
 func Invalid(env, value, want string, cause error) *Error {
