@@ -283,7 +283,10 @@ func snapshotCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				st, _ := os.Stat(args[0])
+				st, err := os.Stat(args[0])
+				if err != nil {
+					return err
+				}
 				return g.print(map[string]any{"file": args[0], "bytes": st.Size()}, func(w *tabwriter.Writer) {
 					fmt.Fprintf(w, "saved %s (%d bytes)\n", args[0], st.Size())
 				})

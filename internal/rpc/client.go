@@ -13,6 +13,8 @@ import (
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Resolver tells a client where the datacenter's managers are.
@@ -254,6 +256,12 @@ func (c *Client) streamAttempt(ctx context.Context, addr, what string, item *rpc
 	select {
 	case r := <-call.done:
 		l.release(call)
+		if st, ok := status.FromError(r.err); ok && st.Code() == codes.Unauthenticated {
+			// The listener refused the stream: a definite answer, as a
+			// unary call's refusal is (callError), for a submission and a
+			// worker call alike.
+			return nil, &Error{Code: CodeUnauthenticated, Message: st.Message()}
+		}
 		return r.res, r.err
 	case <-ctx.Done():
 		l.abandon(call)

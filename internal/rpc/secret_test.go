@@ -21,13 +21,14 @@ func TestClusterSecret(t *testing.T) {
 	for name, secret := range map[string]string{"no secret": "", "a wrong secret": "s3cre7"} {
 		c := NewClient(ClientConfig{Resolver: StaticResolver([]string{addr}), AttemptTimeout: 300 * time.Millisecond, Secret: secret})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if _, err := c.Submit(ctx, req); err == nil {
-			t.Errorf("%s: a submission was served", name)
+		_, err := c.Submit(ctx, req)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeUnauthenticated {
+			t.Errorf("%s: a submission answered %v, want %s", name, err, CodeUnauthenticated)
 		}
 		cancel()
 		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
-		_, err := c.GetJob(ctx, "t", "j-k1")
-		var e *Error
+		_, err = c.GetJob(ctx, "t", "j-k1")
 		if !errors.As(err, &e) || e.Code != CodeUnauthenticated {
 			t.Errorf("%s: read answered %v, want %s", name, err, CodeUnauthenticated)
 		}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
@@ -123,11 +120,6 @@ func (c *Client) workerCall(ctx context.Context, what string, item *rpcpb.Submit
 	var res *rpcpb.SubmitResult
 	err := c.retry(ctx, what, func(addr string) error {
 		r, err := c.streamAttempt(ctx, addr, what, item, size, 0)
-		if st, ok := status.FromError(err); ok && st.Code() == codes.Unauthenticated {
-			// The listener refused the stream: a definite answer, as a
-			// unary call's refusal is (callError).
-			err = &Error{Code: CodeUnauthenticated, Message: st.Message()}
-		}
 		res = r
 		return err
 	})
