@@ -42,9 +42,7 @@ func (g *Gate) serveJobAction(w http.ResponseWriter, r *http.Request, action str
 	if !ok {
 		return
 	}
-	if rw, ok := w.(*responseWriter); ok {
-		rw.key = key.Raw
-	}
+	noteKey(w, key.Raw)
 	var ignored struct{}
 	if _, ok := g.decodeWorkerBody(w, r, &ignored); !ok {
 		return

@@ -47,15 +47,11 @@ func (g *Gate) authenticateOperator(w http.ResponseWriter, r *http.Request) bool
 	}
 	if values := r.Header.Values(api.HeaderAuthorization); g.operators != nil && len(values) == 1 {
 		if name, ok := g.operators.tenant(values[0]); ok {
-			if rw, ok := w.(*responseWriter); ok {
-				rw.tenant = "operator:" + name
-			}
+			noteTenant(w, "operator:"+name)
 			return true
 		}
 	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
-	writeProblem(w, http.StatusUnauthorized, api.CodeUnauthorized,
-		"an operator's 'Authorization: Bearer <token>' header is required (a token of GATE_OPERATOR_TOKEN_FILE)")
+	unauthorized(w, "an operator's 'Authorization: Bearer <token>' header is required (a token of GATE_OPERATOR_TOKEN_FILE)")
 	return false
 }
 

@@ -279,7 +279,7 @@ func (g *Gate) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				logging.KeyPanic, fmt.Sprint(p), logging.KeyStack, string(debug.Stack()))
 			if !rw.wroteHeader {
 				rw.owned, rw.intercepted = true, false
-				writeProblem(rw, http.StatusInternalServerError, api.CodeInternal, "the gate failed unexpectedly; the failure was logged")
+				writeProblem(rw, http.StatusInternalServerError, api.CodeInternal, panicDetail)
 			}
 		}
 		g.finish(rw, r, start)

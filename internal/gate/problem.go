@@ -64,11 +64,15 @@ func writeProblem(w http.ResponseWriter, status int, code api.Code, detail strin
 	writeBody(w, status, api.ContentTypeProblem, problemBody(status, code, detail, ""))
 }
 
+// encodingFailedDetail is the detail of a 500 for an answer that did not
+// encode.
+const encodingFailedDetail = "encoding the answer failed"
+
 // writeJSON answers 200 with v encoded by encoding/json.
 func writeJSON(w http.ResponseWriter, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeProblem(w, http.StatusInternalServerError, api.CodeInternal, "encoding the answer failed")
+		writeProblem(w, http.StatusInternalServerError, api.CodeInternal, encodingFailedDetail)
 		return
 	}
 	writeBody(w, http.StatusOK, api.ContentTypeJSON, append(b, '\n'))
@@ -167,4 +171,25 @@ func noteCode(w http.ResponseWriter, code api.Code) {
 	if rw, ok := w.(*responseWriter); ok {
 		rw.code = code
 	}
+}
+
+// noteTenant records the caller on the request's writer, for the access log.
+func noteTenant(w http.ResponseWriter, tenant string) {
+	if rw, ok := w.(*responseWriter); ok {
+		rw.tenant = tenant
+	}
+}
+
+// noteKey records the Idempotency-Key on the request's writer, for the
+// access log.
+func noteKey(w http.ResponseWriter, key string) {
+	if rw, ok := w.(*responseWriter); ok {
+		rw.key = key
+	}
+}
+
+// unauthorized answers 401 with the bearer challenge.
+func unauthorized(w http.ResponseWriter, detail string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
+	writeProblem(w, http.StatusUnauthorized, api.CodeUnauthorized, detail)
 }

@@ -76,7 +76,7 @@ func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := jobBody(apiJob(job))
 	if err != nil {
-		writeProblem(w, http.StatusInternalServerError, api.CodeInternal, "encoding the answer failed")
+		writeProblem(w, http.StatusInternalServerError, api.CodeInternal, encodingFailedDetail)
 		return
 	}
 	writeBody(w, http.StatusOK, api.ContentTypeJSON, body)

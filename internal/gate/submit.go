@@ -152,10 +152,8 @@ func (g *Gate) checkRoute(job api.JobRequest) *response {
 			// The gate has not read a federation view yet, or the view is
 			// still forming (formingFederation): it cannot tell an unknown
 			// datacenter from one it has not heard of yet.
-			resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
+			return g.retryLaterResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
 				fmt.Sprintf("datacenter %q is not known yet: the federation of datacenters this gate reads from its managers is still forming; retry later with the same key", dc))
-			resp.retryAfter = g.cfg.RetryAfter
-			return resp
 		}
 		// Not in the federation this gate knows: the request is wrong, not
 		// the cluster. Nothing is forwarded or cached.
@@ -168,6 +166,22 @@ func (g *Gate) checkRoute(job api.JobRequest) *response {
 // problemResponse builds a response carrying a problem.
 func problemResponse(status int, code api.Code, detail string) *response {
 	return &response{status: status, code: code, body: problemBody(status, code, detail, "")}
+}
+
+// retryLaterResponse is a transient problem (503, 409) with Config.RetryAfter
+// as its Retry-After: retryLater's answer, as a response.
+func (g *Gate) retryLaterResponse(status int, code api.Code, detail string) *response {
+	resp := problemResponse(status, code, detail)
+	resp.retryAfter = g.cfg.RetryAfter
+	return resp
+}
+
+// reply sends resp, counting it in replays_total when it is a replay.
+func (g *Gate) reply(w http.ResponseWriter, resp *response, replay bool) {
+	if replay {
+		g.metrics.replays.Inc()
+	}
+	resp.write(w, replay, g.now())
 }
 
 // handleSubmit is POST /v1/jobs.
@@ -184,9 +198,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if rw, ok := w.(*responseWriter); ok {
-		rw.key = key.Raw
-	}
+	noteKey(w, key.Raw)
 	body, ok := g.readBody(w, r)
 	if !ok {
 		return
@@ -198,8 +210,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	rawSum := sha256.Sum256(body)
 	ckey := cache.Key(tenant, key.Raw)
 	if look, ok := g.cache.Replay(ckey, func(v *response) bool { return v.sealed && v.rawSum == rawSum }); ok {
-		g.metrics.replays.Inc()
-		look.Value.write(w, true, g.now())
+		g.reply(w, look.Value, true)
 		return
 	}
 	// The body is read once: the canonical form is what is fingerprinted,
@@ -228,8 +239,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if look.Kind == cache.LookupHit {
 		// The same fingerprint is the same canonical body, which passed the
 		// route check below when it was first accepted: replay.
-		g.metrics.replays.Inc()
-		look.Value.write(w, true, g.now())
+		g.reply(w, look.Value, true)
 		return
 	}
 	if problem := g.checkRoute(job); problem != nil {
@@ -238,7 +248,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			// the same answer, and nothing is cached.
 			_ = look.Owner.Abandon(problem)
 		}
-		problem.write(w, false, g.now())
+		g.reply(w, problem, false)
 		return
 	}
 	switch look.Kind {
@@ -250,8 +260,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		resolved := false
 		defer func() {
 			if !resolved { // forward panicked: never leave the waiters hanging
-				_ = look.Owner.Abandon(problemResponse(http.StatusInternalServerError, api.CodeInternal,
-					"the gate failed unexpectedly; the failure was logged"))
+				_ = look.Owner.Abandon(problemResponse(http.StatusInternalServerError, api.CodeInternal, panicDetail))
 			}
 		}()
 		resp, state, ttl := g.forward(r.Context(), tenant, key, fp, job, resultTTL, claimed)
@@ -268,10 +277,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			// client's concern. The answer stands; waiters were already woken.
 			g.log.Warn("resolving cache entry", logging.KeyTenant, tenant, logging.KeyError, err)
 		}
-		if resp.replayed {
-			g.metrics.replays.Inc()
-		}
-		resp.write(w, resp.replayed, g.now())
+		g.reply(w, resp, resp.replayed)
 	default:
 		panic(fmt.Sprintf("gate: unexpected cache lookup kind %v", look.Kind))
 	}
@@ -346,15 +352,20 @@ func (g *Gate) resultTTL(w http.ResponseWriter, r *http.Request) (time.Duration,
 	return d, true
 }
 
-const reusedDetail = "this idempotency key was used with a different request (tenant, method, path or body); " +
-	"use a new key for a new request"
+// Details of problems answered from more than one place.
+const (
+	reusedDetail = "this idempotency key was used with a different request (tenant, method, path or body); " +
+		"use a new key for a new request"
+	inProgressDetail = "a request with this idempotency key is still being processed"
+	panicDetail      = "the gate failed unexpectedly; the failure was logged"
+)
 
 // awaitPending answers a duplicate of a PENDING submission: it waits for the
 // owner's outcome (at most IDEMPOTENCY_PENDING_WAIT_TIMEOUT) and replays it, or
 // answers 409 request_in_progress.
 func (g *Gate) awaitPending(w http.ResponseWriter, r *http.Request, waiter *cache.Waiter[*response]) {
 	if !g.cfg.Idempotency.WaitForPending {
-		g.retryLater(w, http.StatusConflict, api.CodeRequestInProgress, "a request with this idempotency key is still being processed")
+		g.retryLater(w, http.StatusConflict, api.CodeRequestInProgress, inProgressDetail)
 		return
 	}
 	if g.testHookWaiting != nil {
@@ -367,16 +378,13 @@ func (g *Gate) awaitPending(w http.ResponseWriter, r *http.Request, waiter *cach
 	case err == nil || errors.Is(err, cache.ErrAbandoned):
 		// The owner's outcome: a stored result is replayed; a transient
 		// answer (503 and the like, never cached) is passed on as it is.
-		if v.replayable {
-			g.metrics.replays.Inc()
-		}
-		v.write(w, v.replayable, g.now())
+		g.reply(w, v, v.replayable)
 	case r.Context().Err() != nil:
 		// The client is gone; nobody reads an answer.
 		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the request was cancelled")
 	default:
 		g.retryLater(w, http.StatusConflict, api.CodeRequestInProgress,
-			fmt.Sprintf("a request with this idempotency key is still being processed after waiting %s", g.cfg.Idempotency.PendingWaitTimeout))
+			fmt.Sprintf("%s after waiting %s", inProgressDetail, g.cfg.Idempotency.PendingWaitTimeout))
 	}
 }
 
@@ -479,32 +487,36 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	// cache keeps it.
 	stored := func(resp *response, state cache.State, configured time.Duration) (*response, cache.State, time.Duration) {
 		resp.replayable, resp.replayed, resp.expiresAt = true, sr.Replayed, expiresAt(sr)
-		ttl := ttlOr(resultTTL, configured)
+		ttl := configured
+		if resultTTL > 0 {
+			ttl = resultTTL
+		}
 		if resp.expiresAt.IsZero() {
 			resp.expiresAt = now.Add(ttl)
 		}
 		return resp, state, g.cacheTTL(sr, start, now, min(ttl, configured))
 	}
+	// failed answers 500 for a manager's answer the gate cannot render (a
+	// bug): logged, never cached.
+	failed := func(detail, logMsg string, logArgs ...any) (*response, cache.State, time.Duration) {
+		outcome = outcomeError
+		g.log.Error(logMsg, append([]any{logging.KeyTenant, tenant}, logArgs...)...)
+		return problemResponse(http.StatusInternalServerError, api.CodeInternal, detail), 0, 0
+	}
 	switch sr.Outcome {
 	case rpc.OutcomeCommitted:
 		if sr.Job == nil {
-			outcome = outcomeError
-			g.log.Error("manager answered committed without a job", logging.KeyTenant, tenant)
-			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
+			return failed("the manager's answer was incomplete", "manager answered committed without a job")
 		}
 		body, err := jobBody(apiJob(sr.Job))
 		if err != nil {
-			outcome = outcomeError
-			g.log.Error("encoding job", logging.KeyTenant, tenant, logging.KeyError, err)
-			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "encoding the job failed"), 0, 0
+			return failed("encoding the job failed", "encoding job", logging.KeyError, err)
 		}
 		return stored(&response{status: http.StatusCreated, body: body, location: "/v1/jobs/" + url.PathEscape(sr.Job.JobId)},
 			cache.Committed, g.cfg.Idempotency.CommittedTTL)
 	case rpc.OutcomeRejected:
 		if sr.Rejection == nil {
-			outcome = outcomeError
-			g.log.Error("manager answered rejected without a rejection", logging.KeyTenant, tenant)
-			return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was incomplete"), 0, 0
+			return failed("the manager's answer was incomplete", "manager answered rejected without a rejection")
 		}
 		status := http.StatusUnprocessableEntity
 		if sr.Rejection.Status == http.StatusTooManyRequests {
@@ -517,10 +529,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		return stored(&response{status: status, code: api.CodeJobRejected, body: rejectionBody(status, detail, sr)},
 			cache.Rejected, g.cfg.Idempotency.RejectedTTL)
 	case rpc.OutcomeInProgress:
-		resp := problemResponse(http.StatusConflict, api.CodeRequestInProgress,
-			"a request with this idempotency key is still being processed")
-		resp.retryAfter = g.cfg.RetryAfter
-		return resp, 0, 0
+		return g.retryLaterResponse(http.StatusConflict, api.CodeRequestInProgress, inProgressDetail), 0, 0
 	case rpc.OutcomeKeyReused:
 		return problemResponse(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, reusedDetail), 0, 0
 	case rpc.OutcomeKeyExpired:
@@ -531,18 +540,8 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		}
 		return problemResponse(http.StatusConflict, api.CodeIdempotencyKeyExpired, detail), 0, 0
 	default:
-		outcome = outcomeError
-		g.log.Error("manager answered an unknown outcome", logging.KeyTenant, tenant, logging.KeyOutcome, sr.Outcome)
-		return problemResponse(http.StatusInternalServerError, api.CodeInternal, "the manager's answer was not understood"), 0, 0
+		return failed("the manager's answer was not understood", "manager answered an unknown outcome", logging.KeyOutcome, sr.Outcome)
 	}
-}
-
-// ttlOr returns requested when positive, else configured.
-func ttlOr(requested, configured time.Duration) time.Duration {
-	if requested > 0 {
-		return requested
-	}
-	return configured
 }
 
 // cacheTTL is how long the gate may cache an outcome: the time left on the
@@ -613,9 +612,7 @@ func (g *Gate) forwardError(err error, tenant string) *response {
 		if errors.As(err, &dcErr) {
 			detail = fmt.Sprintf("datacenter %q did not answer in time; what the other datacenters admitted stays: retry later with the same key", dcErr.dc)
 		}
-		resp := problemResponse(http.StatusServiceUnavailable, api.CodeUnavailable, detail)
-		resp.retryAfter = g.cfg.RetryAfter
-		return resp
+		return g.retryLaterResponse(http.StatusServiceUnavailable, api.CodeUnavailable, detail)
 	}
 }
 
@@ -641,25 +638,20 @@ var ledgerRefusals = []struct {
 // authenticate returns the request's tenant, or answers 401 and returns false.
 func (g *Gate) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if g.tokens == nil {
-		if rw, ok := w.(*responseWriter); ok {
-			rw.tenant = api.DefaultTenant
-		}
+		noteTenant(w, api.DefaultTenant)
 		return api.DefaultTenant, true
 	}
 	values := r.Header.Values(api.HeaderAuthorization)
 	if len(values) == 1 {
 		if tenant, ok := g.tokens.tenant(values[0]); ok {
-			if rw, ok := w.(*responseWriter); ok {
-				rw.tenant = tenant
-			}
+			noteTenant(w, tenant)
 			return tenant, true
 		}
 	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
 	detail := "a valid 'Authorization: Bearer <token>' header is required"
 	if len(values) > 1 {
 		detail = "exactly one Authorization header is allowed"
 	}
-	writeProblem(w, http.StatusUnauthorized, api.CodeUnauthorized, detail)
+	unauthorized(w, detail)
 	return "", false
 }
