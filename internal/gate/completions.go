@@ -49,10 +49,10 @@ func checkCompletions(items []api.Completion) error {
 		return fmt.Errorf("invalid request: field \"completions\": %d items, want 1..%d", len(items), api.MaxCompletions)
 	}
 	for i, c := range items {
-		if c.JobID == "" || len(c.JobID) > api.MaxTypeLen {
+		if !validID(c.JobID) {
 			return fmt.Errorf("invalid request: field \"completions[%d].job_id\" is required, at most %d bytes", i, api.MaxTypeLen)
 		}
-		if c.LeaseID == "" || len(c.LeaseID) > api.MaxTypeLen {
+		if !validID(c.LeaseID) {
 			return fmt.Errorf("invalid request: field \"completions[%d].lease_id\" is required, at most %d bytes", i, api.MaxTypeLen)
 		}
 	}
@@ -62,8 +62,9 @@ func checkCompletions(items []api.Completion) error {
 // completeAll forwards every item concurrently and renders the batch answer:
 // {"results":[{"job":…}|{"error":…},…]}, each item's member the bytes its
 // single call would answer. The answer is not kept for an Idempotency-Key
-// when an item's outcome decided nothing (a 5xx: the single call's answer
-// would not be kept either), so a retry with the key runs again.
+// when an item's outcome decided nothing (workerAnswer.decided: the single
+// call's answer would not be kept either), so a retry with the key runs
+// again.
 func (g *Gate) completeAll(ctx context.Context, r *http.Request, tenant string, items []api.Completion) *workerAnswer {
 	answers := make([]*workerAnswer, len(items))
 	var wg sync.WaitGroup
@@ -82,7 +83,7 @@ func (g *Gate) completeAll(ctx context.Context, r *http.Request, tenant string, 
 		if a.status != http.StatusOK {
 			member = `{"error":`
 		}
-		if a.status >= 500 || a.status == http.StatusUnprocessableEntity {
+		if !a.decided() {
 			transient = true
 		}
 		buf.WriteString(member)

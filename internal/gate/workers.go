@@ -55,6 +55,14 @@ type workerAnswer struct {
 	transient bool
 }
 
+// decided reports whether the answer decided the call, so that a retry with
+// the same Idempotency-Key may be given it. A 503 or 500 decided nothing: a
+// retry must run again. Nor did a 422: the leader keeps this key's answer to
+// another request, and the retry with that request must be given it.
+func (a *workerAnswer) decided() bool {
+	return a.status < 500 && a.status != http.StatusUnprocessableEntity
+}
+
 // size is what a kept answer costs: its body and a fixed overhead.
 func (a *workerAnswer) size() int64 { return int64(len(a.body)) + 128 }
 
@@ -99,20 +107,19 @@ func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, ke
 	}
 	a, replayed, err := g.workerReplays.Do(r.Context(), tenant+"\x00"+key, func() (*workerAnswer, bool) {
 		a := run()
-		// A 503 or 500 decided nothing: a retry must run again. Nor did a
-		// 422: the leader keeps this key's answer to another request, and
-		// the retry with that request must be given it.
-		return a, a.status < 500 && a.status != http.StatusUnprocessableEntity && !a.transient
+		return a, a.decided() && !a.transient
 	})
 	if err != nil {
 		return // the client has gone
 	}
-	if replayed {
-		g.replayWorkerAnswer(w, a, fp)
+	if replayed && a.fingerprint != fp {
+		writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, workerReusedDetail)
 		return
 	}
-	g.writeWorkerAnswer(w, a, a.replayed)
+	g.writeWorkerAnswer(w, a, replayed || a.replayed)
 }
+
+const workerReusedDetail = "this Idempotency-Key was used with a different worker request"
 
 // callFingerprint is the SHA-256 of route, a NUL and body, hashed from a
 // buffer on the stack when they fit in it (a worker call's body mostly
@@ -130,15 +137,6 @@ func callFingerprint(route string, body []byte) [sha256.Size]byte {
 	}
 	b := append(append(append(buf[:0], route...), 0), body...)
 	return sha256.Sum256(b)
-}
-
-func (g *Gate) replayWorkerAnswer(w http.ResponseWriter, a *workerAnswer, fp [sha256.Size]byte) {
-	if a.fingerprint != fp {
-		writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused,
-			"this Idempotency-Key was used with a different worker request")
-		return
-	}
-	g.writeWorkerAnswer(w, a, true)
 }
 
 func (g *Gate) writeWorkerAnswer(w http.ResponseWriter, a *workerAnswer, replayed bool) {
@@ -160,7 +158,7 @@ func (g *Gate) writeWorkerAnswer(w http.ResponseWriter, a *workerAnswer, replaye
 func workerOK(v any) *workerAnswer {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return workerProblem(http.StatusInternalServerError, api.CodeInternal, "encoding the answer failed")
+		return workerProblem(http.StatusInternalServerError, api.CodeInternal, encodingFailedDetail)
 	}
 	return &workerAnswer{status: http.StatusOK, body: append(b, '\n')}
 }
@@ -176,8 +174,7 @@ func (g *Gate) workerError(r *http.Request, err error, jobID string) *workerAnsw
 		return workerProblem(http.StatusConflict, api.CodeLeaseLost,
 			"the lease is not the job's current one (it expired, another worker holds the job, or the job is finished): stop working on it; "+rpcMessage(err))
 	case errors.Is(err, rpc.ErrRequestReused):
-		return workerProblem(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused,
-			"this Idempotency-Key was used with a different worker request")
+		return workerProblem(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, workerReusedDetail)
 	case errors.Is(err, rpc.ErrConflict):
 		return workerProblem(http.StatusConflict, api.CodeJobStateConflict,
 			"the action does not apply to the job in its state; nothing changed: "+rpcMessage(err))
@@ -298,11 +295,17 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 		}})
 }
 
+// validID reports whether s is a valid job or lease id: 1 to api.MaxTypeLen
+// bytes.
+func validID(s string) bool {
+	return s != "" && len(s) <= api.MaxTypeLen
+}
+
 // pathJobID is the {job_id} of a job route, or answers 400 and returns
 // false when it is empty or too long.
 func pathJobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("job_id")
-	if id == "" || len(id) > api.MaxTypeLen {
+	if !validID(id) {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: the job id in the path is empty or too long")
 		return "", false
 	}
@@ -326,7 +329,7 @@ func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action strin
 	if !ok {
 		return
 	}
-	if l := *leaseID; l == "" || len(l) > api.MaxTypeLen {
+	if !validID(*leaseID) {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
 			"invalid request: field \"lease_id\" is required, at most "+strconv.Itoa(api.MaxTypeLen)+" bytes")
 		return
