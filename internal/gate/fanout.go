@@ -46,13 +46,20 @@ func (g *Gate) submitAll(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 	if req.ExpiryBasisUnixNanos == 0 {
 		req.ExpiryBasisUnixNanos = g.now().UnixNano()
 	}
+	return combine(g.submitEach(ctx, dcs, req, "gate.forward.datacenter"))
+}
+
+// submitEach sends req to the leader of every datacenter of dcs
+// concurrently (submitTo), each in a span named span; the results are in
+// the order of dcs.
+func (g *Gate) submitEach(ctx context.Context, dcs []string, req *rpcpb.SubmitRequest, span string) []dcResult {
 	results := make([]dcResult, len(dcs))
 	var wg sync.WaitGroup
 	for i, dc := range dcs {
-		wg.Go(func() { results[i] = g.submitTo(ctx, dc, req, "gate.forward.datacenter") })
+		wg.Go(func() { results[i] = g.submitTo(ctx, dc, req, span) })
 	}
 	wg.Wait()
-	return combine(results)
+	return results
 }
 
 // combine makes one answer of every named datacenter's, in the order of the

@@ -27,17 +27,16 @@ func (g *Gate) readTarget(w http.ResponseWriter, r *http.Request) (c *rpc.Client
 	case len(vs) > 1:
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
 			fmt.Sprintf("invalid request: parameter %q is given %d times", queryDatacenter, len(vs)))
-		return nil, false, false
-	case !g.knownDatacenter(vs[0]) && g.federationForming():
+	case g.knownDatacenter(vs[0]):
+		return g.clientFor(vs[0]), true, true
+	case g.federationForming():
 		g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable,
 			fmt.Sprintf("datacenter %q is not known yet: the federation of datacenters this gate reads from its managers is still forming; retry later", vs[0]))
-		return nil, false, false
-	case !g.knownDatacenter(vs[0]):
+	default:
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
 			fmt.Sprintf("invalid request: parameter %q: datacenter %q is not in the federation", queryDatacenter, vs[0]))
-		return nil, false, false
 	}
-	return g.clientFor(vs[0]), true, true
+	return nil, false, false
 }
 
 // findJob looks a job up in the gate's own datacenter, then, when it is not

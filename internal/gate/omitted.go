@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -121,12 +120,7 @@ func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home str
 		}
 	}
 	slices.Sort(dcs)
-	results := make([]dcResult, len(dcs))
-	var wg sync.WaitGroup
-	for i, dc := range dcs {
-		wg.Go(func() { results[i] = g.submitTo(ctx, dc, r, "gate.forward.claim") })
-	}
-	wg.Wait()
+	results := g.submitEach(ctx, dcs, r, "gate.forward.claim")
 	for _, res := range results { // a datacenter holding the job is its home
 		if res.err == nil && (res.resp.Outcome == rpc.OutcomeCommitted || res.resp.Outcome == rpc.OutcomeRejected) {
 			return res.resp, "", nil
