@@ -42,46 +42,32 @@ func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], node, datac
 		reg = prometheus.NewRegistry()
 	}
 	constLabels := prometheus.Labels{"node": node, "datacenter": datacenter}
+	opts := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: metricsNamespace, Name: name, Help: help, ConstLabels: constLabels}
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metricsNamespace, Name: name, Help: help,
+			ConstLabels: constLabels, Buckets: buckets}, labels)
+	}
 	m := &metrics{
 		reg: reg,
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "http_requests_total",
-			Help:        "HTTP requests answered, by route pattern, method, status and problem code (none for successes).",
-			ConstLabels: constLabels,
-		}, []string{"route", "method", "status", "code"}),
-		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: metricsNamespace, Name: "http_request_duration_seconds",
-			Help:        "Time to answer HTTP requests, by route pattern.",
-			ConstLabels: constLabels,
-			Buckets:     durationBuckets,
-		}, []string{"route"}),
-		forwardDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: metricsNamespace, Name: "forward_duration_seconds",
-			Help:        "Time from forwarding a submission to the manager leader to its answer, by outcome.",
-			ConstLabels: constLabels,
-			Buckets:     durationBuckets,
-		}, []string{"outcome"}),
-		replays: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "replays_total",
-			Help:        "Answers sent with Idempotent-Replayed: true.",
-			ConstLabels: constLabels,
-		}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "http_requests_in_flight",
-			Help:        "HTTP requests being answered.",
-			ConstLabels: constLabels,
-		}),
-		workerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: metricsNamespace, Name: "worker_call_duration_seconds",
-			Help:        "Time from forwarding a worker call (lease, heartbeat, complete, fail) to the leader to its answer, by call and outcome (ok, lease_lost, not_found, invalid, unavailable, error); a lease's includes its wait.",
-			ConstLabels: constLabels,
-			Buckets:     slices.Concat(durationBuckets, []float64{60}), // a lease waits up to a minute,
-		}, []string{"call", "outcome"}),
-		leased: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "jobs_leased_total",
-			Help:        "Jobs handed to workers through this gate.",
-			ConstLabels: constLabels,
-		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts(opts("http_requests_total",
+			"HTTP requests answered, by route pattern, method, status and problem code (none for successes).")),
+			[]string{"route", "method", "status", "code"}),
+		requestDuration: histogram("http_request_duration_seconds",
+			"Time to answer HTTP requests, by route pattern.", durationBuckets, "route"),
+		forwardDuration: histogram("forward_duration_seconds",
+			"Time from forwarding a submission to the manager leader to its answer, by outcome.", durationBuckets, "outcome"),
+		replays: prometheus.NewCounter(prometheus.CounterOpts(opts("replays_total",
+			"Answers sent with Idempotent-Replayed: true."))),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts(opts("http_requests_in_flight",
+			"HTTP requests being answered."))),
+		workerDuration: histogram("worker_call_duration_seconds",
+			"Time from forwarding a worker call (lease, heartbeat, complete, fail) to the leader to its answer, by call and outcome (ok, lease_lost, not_found, invalid, unavailable, error); a lease's includes its wait.",
+			slices.Concat(durationBuckets, []float64{60}), // a lease waits up to a minute
+			"call", "outcome"),
+		leased: prometheus.NewCounter(prometheus.CounterOpts(opts("jobs_leased_total",
+			"Jobs handed to workers through this gate."))),
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.forwardDuration, m.replays, m.inflight, m.workerDuration, m.leased,
 		newCacheCollector(c, constLabels),
@@ -107,7 +93,7 @@ func (m *metrics) observeRequest(route, method string, status int, code string, 
 // cacheCollector exports cache.Stats and the cache's size at scrape time.
 type cacheCollector struct {
 	c     *cache.Cache[*response]
-	descs map[string]*prometheus.Desc
+	descs []*prometheus.Desc // of cacheCounters, in their order
 	size  *prometheus.Desc
 }
 
@@ -128,9 +114,9 @@ var cacheCounters = []struct {
 }
 
 func newCacheCollector(c *cache.Cache[*response], constLabels prometheus.Labels) *cacheCollector {
-	cc := &cacheCollector{c: c, descs: map[string]*prometheus.Desc{}}
-	for _, k := range cacheCounters {
-		cc.descs[k.name] = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", k.name), k.help, nil, constLabels)
+	cc := &cacheCollector{c: c, descs: make([]*prometheus.Desc, len(cacheCounters))}
+	for i, k := range cacheCounters {
+		cc.descs[i] = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", k.name), k.help, nil, constLabels)
 	}
 	cc.size = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", "cache_entries"),
 		"Entries in the idempotency cache (expired ones not yet swept included).", nil, constLabels)
@@ -148,8 +134,8 @@ func (cc *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (cc *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	st := cc.c.Stats()
-	for _, k := range cacheCounters {
-		ch <- prometheus.MustNewConstMetric(cc.descs[k.name], prometheus.CounterValue, float64(k.get(st)))
+	for i, k := range cacheCounters {
+		ch <- prometheus.MustNewConstMetric(cc.descs[i], prometheus.CounterValue, float64(k.get(st)))
 	}
 	ch <- prometheus.MustNewConstMetric(cc.size, prometheus.GaugeValue, float64(cc.c.Len()))
 }
