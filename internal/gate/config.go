@@ -286,20 +286,16 @@ func (c *Config) Validate() error {
 // the environment.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.ReadyTimeout <= 0 {
-		c.ReadyTimeout = d.ReadyTimeout
-	}
-	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = d.ReadHeaderTimeout
-	}
-	if c.ReadTimeout <= 0 {
-		c.ReadTimeout = d.ReadTimeout
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = d.IdleTimeout
-	}
-	if c.RetryAfter <= 0 {
-		c.RetryAfter = d.RetryAfter
+	for _, f := range []struct{ value, def *time.Duration }{
+		{&c.ReadyTimeout, &d.ReadyTimeout},
+		{&c.ReadHeaderTimeout, &d.ReadHeaderTimeout},
+		{&c.ReadTimeout, &d.ReadTimeout},
+		{&c.IdleTimeout, &d.IdleTimeout},
+		{&c.RetryAfter, &d.RetryAfter},
+	} {
+		if *f.value <= 0 {
+			*f.value = *f.def
+		}
 	}
 	return c
 }
@@ -331,9 +327,4 @@ func validateNodeName(s string) error {
 		}
 	}
 	return nil
-}
-
-// isNameChar reports whether c is in the alphabet of tenants: A-Z a-z 0-9 . _ -.
-func isNameChar(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
 }

@@ -216,7 +216,7 @@ func validateToken(s string) error {
 	}
 	for i := 0; i < len(body); i++ {
 		c := body[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~+/", c) >= 0 {
+		if isNameChar(c) || strings.IndexByte("~+/", c) >= 0 {
 			continue
 		}
 		return fmt.Errorf("has %q at offset %d (want A-Z a-z 0-9 - . _ ~ + / and trailing =)", c, i)
@@ -234,4 +234,9 @@ func validateTenant(s string) error {
 		}
 	}
 	return nil
+}
+
+// isNameChar reports whether c is in the alphabet of tenants: A-Z a-z 0-9 . _ -.
+func isNameChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
 }
