@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/once-dev/once/internal/config"
 )
 
 // Exit codes of Main.
@@ -118,7 +120,7 @@ func parseOptions(sub string, args []string, stderr io.Writer) (o Options, path 
 		return o, "", ExitUsage, false
 	}
 	o.Env = env
-	o.Workloads = splitComma(*workloads)
+	o.Workloads = config.SplitList(*workloads)
 	if err := checkWorkloads(o.Workloads); err != nil {
 		fmt.Fprintf(stderr, "oncebench: -workloads: %v\n", err)
 		return o, "", ExitUsage, false
@@ -187,13 +189,3 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
-
-func splitComma(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}

@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/once-dev/once/internal/config"
 )
 
 // Report is the JSON document oncebench writes: the results and the machine
@@ -138,13 +140,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return ExitOK
 	}
-	gateList := splitComma(*gates)
+	gateList := config.SplitList(*gates)
 	if len(gateList) == 0 {
 		return usage("-gates is required, e.g. -gates http://127.0.0.1:8080,http://127.0.0.1:8081")
 	}
 
 	var specs []Spec
-	for _, name := range splitComma(*workload) {
+	for _, name := range config.SplitList(*workload) {
 		if name == "all" {
 			for _, d := range defs {
 				if d.Disrupt == "" {
@@ -325,7 +327,7 @@ func override(s *Spec, fs *flag.FlagSet) error {
 		s.JobType = get("type").(string)
 	}
 	if set["datacenters"] {
-		s.Datacenters = splitComma(get("datacenters").(string))
+		s.Datacenters = config.SplitList(get("datacenters").(string))
 	}
 	return err
 }
@@ -343,16 +345,6 @@ func merge(base, more []Spec) []Spec {
 		}
 		if !replaced {
 			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func splitComma(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
 		}
 	}
 	return out
