@@ -88,3 +88,14 @@ func (f *FSM) OwedLen() int {
 	defer f.mu.RUnlock()
 	return f.s.owed.Len()
 }
+
+// Owed returns the owed entry of (tenant, key, job_id), if any. O(log n).
+func (f *FSM) Owed(tenant, key, jobID string) (Entry, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	e, ok := f.s.owed.Get(&Entry{Tenant: tenant, Key: key, JobID: jobID})
+	if !ok {
+		return Entry{}, false
+	}
+	return *e, true
+}

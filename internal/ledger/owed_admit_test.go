@@ -37,6 +37,12 @@ func TestAdmitOwes(t *testing.T) {
 				}
 				checkInvariants(t, h.f)
 			}
+			if e, ok := one.f.Owed("t", "k", r.JobID); !ok || e.JobID != r.JobID {
+				t.Fatalf("Owed(t, k, %s) = %+v, %v; want the owed entry", r.JobID, e, ok)
+			}
+			if _, ok := one.f.Owed("t", "k", "another-job"); ok {
+				t.Fatal("Owed found an entry under another job ID")
+			}
 			if a := owedEntries(one.f); len(a) != 1 || a[0].JobID != r.JobID || a[0].Key != "k" || !reflect.DeepEqual(a[0].Request.Datacenters, r.Request.Datacenters) {
 				t.Fatalf("owed after an admit %+v", a)
 			}

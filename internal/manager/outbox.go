@@ -193,7 +193,7 @@ func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
 	// basis within expiryBasisMaxSkew of its clock), instead of that
 	// datacenter's TTL counted from whenever this carry lands.
 	now := o.m.expiryNow().UnixNano()
-	req := &rpcpb.SubmitRequest{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, ProposedJobId: e.JobID, Carried: true,
+	req := &rpcpb.SubmitRequest{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, ProposedJobId: e.JobID, Carried: true, Carrier: o.m.cfg.Datacenter,
 		Job:                  &rpcpb.JobRequest{Type: e.Request.Type, Payload: e.Request.Payload, Datacenters: e.Request.Datacenters},
 		ExpiryBasisUnixNanos: now,
 		ResultTtlNanos:       max(e.ExpiresAt-now, int64(carriedMinTTL)),

@@ -31,6 +31,9 @@ func (m *Manager) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 	ctx, span := tracing.Span(tracing.Extract(ctx, req.TraceParent), "manager.submit")
 	defer span.End()
 	resp, err := m.submit(ctx, req)
+	if err == nil {
+		m.confirmCarrier(ctx, req, resp)
+	}
 	m.metrics.observeSubmit(resp, err, time.Since(start))
 	if span.IsRecording() { // tracing off: no attributes built
 		span.SetAttributes(attribute.String("once.tenant", req.Tenant), attribute.String("once.idempotency_key", req.Key),
@@ -124,7 +127,11 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 			f(ctx, req.Tenant, req.Key)
 		}
 
-		if resp, ok := m.retainedJob(req, k, jobID); ok {
+		resp, ok := m.carriedOwed(req, jobID)
+		if !ok {
+			resp, ok = m.retainedJob(req, k, jobID)
+		}
+		if ok {
 			m.endProposal(req.Tenant, req.Key, proposal)
 			return resp, nil
 		}

@@ -203,7 +203,11 @@ type SubmitRequest struct {
 	Home string `protobuf:"bytes,10,opt,name=home,proto3" json:"home,omitempty"`
 	// carried: another datacenter's outbox sends it (never refused for a full
 	// outbox here; docs/multidc.md, The outbox).
-	Carried       bool `protobuf:"varint,11,opt,name=carried,proto3" json:"carried,omitempty"`
+	Carried bool `protobuf:"varint,11,opt,name=carried,proto3" json:"carried,omitempty"`
+	// carrier: with carried, the datacenter whose outbox sends it, which holds
+	// the job: once the job is final here, this datacenter does not carry it
+	// back there.
+	Carrier       string `protobuf:"bytes,12,opt,name=carrier,proto3" json:"carrier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,6 +317,13 @@ func (x *SubmitRequest) GetCarried() bool {
 		return x.Carried
 	}
 	return false
+}
+
+func (x *SubmitRequest) GetCarrier() string {
+	if x != nil {
+		return x.Carrier
+	}
+	return ""
 }
 
 // JobRequest is a submission's job (api.JobRequest's members); payload is
@@ -2160,7 +2171,7 @@ const file_manager_proto_rawDesc = "" +
 	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\x12;\n" +
 	"\theartbeat\x18\x04 \x01(\v2\x1d.once.rpc.v1.HeartbeatRequestR\theartbeat\x128\n" +
 	"\bcomplete\x18\x05 \x01(\v2\x1c.once.rpc.v1.CompleteRequestR\bcomplete\x12,\n" +
-	"\x04fail\x18\x06 \x01(\v2\x18.once.rpc.v1.FailRequestR\x04fail\"\x81\x03\n" +
+	"\x04fail\x18\x06 \x01(\v2\x18.once.rpc.v1.FailRequestR\x04fail\"\x9b\x03\n" +
 	"\rSubmitRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -2174,7 +2185,8 @@ const file_manager_proto_rawDesc = "" +
 	"\ftrace_parent\x18\t \x01(\tR\vtraceParent\x12\x12\n" +
 	"\x04home\x18\n" +
 	" \x01(\tR\x04home\x12\x18\n" +
-	"\acarried\x18\v \x01(\bR\acarried\"\\\n" +
+	"\acarried\x18\v \x01(\bR\acarried\x12\x18\n" +
+	"\acarrier\x18\f \x01(\tR\acarrier\"\\\n" +
 	"\n" +
 	"JobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
