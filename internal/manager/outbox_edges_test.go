@@ -2,6 +2,7 @@ package manager
 
 import (
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,21 +21,11 @@ import (
 func TestOutboxDoesNotCarryAJobBackToItsOrigin(t *testing.T) {
 	clock := newManualClock()
 	const ttl = 5 * time.Second
-	short := func(c *Config) {
+	dcs := newOutboxDatacenters(t, 2, clock, func(c *Config) {
 		c.Idempotency.CommittedTTL = ttl
 		c.JobRetention = ttl
-		c.QueueJobs = false
-	}
-	tc1 := newTestCluster(t, 1, short)
-	tc1.setNow(clock.Now)
-	tc2 := newTestCluster(t, 1, func(c *Config) { short(c); c.Datacenter = "dc2" })
-	tc2.setNow(clock.Now)
-	m1, m2 := tc1.mgrs[tc1.leader()], tc2.mgrs[tc2.leader()]
-	peers := map[string][]string{"dc1": {serveManagerRPC(t, m1)}, "dc2": {serveManagerRPC(t, m2)}}
-	ob1 := newOutbox(m1, func() map[string][]string { return peers }, testutil.Logger(t))
-	ob2 := newOutbox(m2, func() map[string][]string { return peers }, testutil.Logger(t))
-	t.Cleanup(ob1.close)
-	t.Cleanup(ob2.close)
+	}, func(string) bool { return true })
+	m1, m2, ob1, ob2 := dcs[0].m, dcs[1].m, dcs[0].ob, dcs[1].ob
 	ctx := ctxT(t)
 
 	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
@@ -81,21 +72,11 @@ func TestOutboxDoesNotCarryAJobBackToItsOrigin(t *testing.T) {
 func TestOutboxAnswersACarriedJobFromTheOwedEntry(t *testing.T) {
 	clock := newManualClock()
 	const ttl = 5 * time.Second
-	short := func(c *Config) {
+	dcs := newOutboxDatacenters(t, 2, clock, func(c *Config) {
 		c.Idempotency.CommittedTTL = ttl
 		c.JobRetention = ttl
-		c.QueueJobs = false
-	}
-	tc1 := newTestCluster(t, 1, short)
-	tc1.setNow(clock.Now)
-	tc2 := newTestCluster(t, 1, func(c *Config) { short(c); c.Datacenter = "dc2" })
-	tc2.setNow(clock.Now)
-	m1, m2 := tc1.mgrs[tc1.leader()], tc2.mgrs[tc2.leader()]
-	peers := map[string][]string{"dc1": {serveManagerRPC(t, m1)}, "dc2": {serveManagerRPC(t, m2)}}
-	ob1 := newOutbox(m1, func() map[string][]string { return peers }, testutil.Logger(t))
-	ob2 := newOutbox(m2, func() map[string][]string { return peers }, testutil.Logger(t))
-	t.Cleanup(ob1.close)
-	t.Cleanup(ob2.close)
+	}, func(string) bool { return true })
+	m1, m2, ob1, ob2 := dcs[0].m, dcs[1].m, dcs[0].ob, dcs[1].ob
 	ctx := ctxT(t)
 
 	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
@@ -141,25 +122,10 @@ func TestOutboxAnswersACarriedJobFromTheOwedEntry(t *testing.T) {
 // dc3 once it is back, and dc3 admits it once.
 func TestCrossCarriedJobStillReachesTheThird(t *testing.T) {
 	clock := newManualClock()
-	var m [3]*Manager
-	for i := range m {
-		tc := newTestCluster(t, 1, func(c *Config) { c.Datacenter = fmt.Sprintf("dc%d", i+1); c.QueueJobs = false })
-		tc.setNow(clock.Now)
-		m[i] = tc.mgrs[tc.leader()]
-	}
-	addrs := map[string][]string{"dc1": {serveManagerRPC(t, m[0])}, "dc2": {serveManagerRPC(t, m[1])}}
 	var dc3Back atomic.Bool
-	dc3 := serveManagerRPC(t, m[2])
-	peers := func() map[string][]string {
-		if !dc3Back.Load() {
-			return addrs
-		}
-		return map[string][]string{"dc1": addrs["dc1"], "dc2": addrs["dc2"], "dc3": {dc3}}
-	}
-	ob1 := newOutbox(m[0], peers, testutil.Logger(t))
-	ob2 := newOutbox(m[1], peers, testutil.Logger(t))
-	t.Cleanup(ob1.close)
-	t.Cleanup(ob2.close)
+	dcs := newOutboxDatacenters(t, 3, clock, func(*Config) {}, func(dc string) bool { return dc != "dc3" || dc3Back.Load() })
+	m := [3]*Manager{dcs[0].m, dcs[1].m, dcs[2].m}
+	ob1, ob2 := dcs[0].ob, dcs[1].ob
 	ctx := ctxT(t)
 
 	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
@@ -206,4 +172,40 @@ func TestCrossCarriedJobStillReachesTheThird(t *testing.T) {
 			t.Fatalf("%s's outbox carries %d entries after dc3 confirmed, want 0", mgr.cfg.Datacenter, n)
 		}
 	}
+}
+
+// outboxDatacenter is one datacenter of newOutboxDatacenters: its manager and
+// its outbox, which runs a pass only when the test calls it.
+type outboxDatacenter struct {
+	m  *Manager
+	ob *outbox
+}
+
+// newOutboxDatacenters starts datacenters dc1..dcn of one manager each on
+// clock, with cfg applied (the lifecycle off: a job is kept by retention), their
+// RPC served. Their outboxes reach the datacenters reachable allows.
+func newOutboxDatacenters(t *testing.T, n int, clock *manualClock, cfg func(*Config), reachable func(dc string) bool) []outboxDatacenter {
+	t.Helper()
+	dcs := make([]outboxDatacenter, n)
+	addrs := map[string][]string{}
+	for i := range dcs {
+		tc := newTestCluster(t, 1, func(c *Config) {
+			cfg(c)
+			c.Datacenter = fmt.Sprintf("dc%d", i+1)
+			c.QueueJobs = false
+		})
+		tc.setNow(clock.Now)
+		dcs[i].m = tc.mgrs[tc.leader()]
+		addrs[dcs[i].m.cfg.Datacenter] = []string{serveManagerRPC(t, dcs[i].m)}
+	}
+	peers := func() map[string][]string {
+		reached := maps.Clone(addrs)
+		maps.DeleteFunc(reached, func(dc string, _ []string) bool { return !reachable(dc) })
+		return reached
+	}
+	for i := range dcs {
+		dcs[i].ob = newOutbox(dcs[i].m, peers, testutil.Logger(t))
+		t.Cleanup(dcs[i].ob.close)
+	}
+	return dcs
 }
