@@ -49,9 +49,10 @@ const (
 )
 
 // Invalid returns the *Error of a setting that failed to parse or validate
-// (the Loader's, and the Validate methods' after parsing): env names the variable (the flag is derived),
-// value is what was given, want the accepted range, and cause why (may be
-// nil). It matches ErrInvalid and cause.
+// (the Loader's, and the Validate methods' after parsing): env names the
+// variable (the flag is derived), value is what was given, want the
+// accepted range, and cause why (may be nil). It matches ErrInvalid and
+// cause.
 func Invalid(env, value, want string, cause error) *Error {
 	return &Error{Env: env, Flag: FlagName(env), Value: value, Want: want, Err: cause}
 }
