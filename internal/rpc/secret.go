@@ -88,31 +88,3 @@ func (s secretCredentials) GetRequestMetadata(context.Context, ...string) (map[s
 // RequireTransportSecurity is false: the secret is the authentication when
 // the RPC runs without TLS (docs/security.md says what that protects).
 func (secretCredentials) RequireTransportSecurity() bool { return false }
-
-// WithSecret returns rt sending the cluster secret with every request (rt
-// itself when secret is empty).
-func WithSecret(rt http.RoundTripper, secret string) http.RoundTripper {
-	if secret == "" {
-		return rt
-	}
-	return secretTransport{rt: rt, value: bearer(secret)}
-}
-
-type secretTransport struct {
-	rt    http.RoundTripper
-	value string
-}
-
-func (t secretTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set(secretHeader, t.value)
-	return t.rt.RoundTrip(r)
-}
-
-// CloseIdleConnections passes through, so http.Client.CloseIdleConnections
-// still reaches the transport.
-func (t secretTransport) CloseIdleConnections() {
-	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
-}

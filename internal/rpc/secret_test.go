@@ -40,16 +40,9 @@ func TestClusterSecret(t *testing.T) {
 		}
 		cancel()
 		c.Close()
-		hc := &http.Client{Transport: WithSecret(&http.Transport{}, secret)}
-		resp, err := hc.Get("http://" + addr + "/extra")
-		if err != nil {
-			t.Fatal(err)
+		if code := getWithSecret(t, "http://"+addr+"/extra", secret); code != http.StatusUnauthorized {
+			t.Errorf("%s: a route added to the mux answered %d, want 401", name, code)
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("%s: a route added to the mux answered %d, want 401", name, resp.StatusCode)
-		}
-		hc.CloseIdleConnections()
 	}
 	if n := svc.submits.Load(); n != 0 {
 		t.Fatalf("the service saw %d submissions from callers without the secret", n)
@@ -61,15 +54,8 @@ func TestClusterSecret(t *testing.T) {
 		t.Fatalf("with the secret: %v", err)
 	}
 	// The HTTP side serves the status with the secret.
-	hc := &http.Client{Transport: WithSecret(&http.Transport{}, "s3cret")}
-	defer hc.CloseIdleConnections()
-	resp, err := hc.Get("http://" + addr + "/rpc/v1/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("with the secret, GET /rpc/v1/status answered %d", resp.StatusCode)
+	if code := getWithSecret(t, "http://"+addr+"/rpc/v1/status", "s3cret"); code != http.StatusOK {
+		t.Errorf("with the secret, GET /rpc/v1/status answered %d", code)
 	}
 	if _, err := c.GetJob(context.Background(), "t", "j-k1"); err != nil {
 		var e *Error
@@ -77,4 +63,25 @@ func TestClusterSecret(t *testing.T) {
 			t.Fatalf("with the secret, the read was refused: %v", err)
 		}
 	}
+}
+
+// getWithSecret GETs url presenting secret as the managers' HTTP routes read
+// it (none when empty) and returns the status code.
+func getWithSecret(t *testing.T, url, secret string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secret != "" {
+		req.Header.Set(secretHeader, bearer(secret))
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

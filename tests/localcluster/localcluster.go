@@ -258,7 +258,7 @@ func New(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	member := rpc.WithSecret(transport, opts.ClusterSecret)
+	member := withSecret(transport, opts.ClusterSecret)
 	// The harness's client sends the managers' credentials to the managers
 	// only: a gate gets the tenant's bearer token its caller set.
 	gates := map[string]bool{}

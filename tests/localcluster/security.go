@@ -210,3 +210,32 @@ func (t byHost) CloseIdleConnections() {
 		}
 	}
 }
+
+// withSecret returns rt sending the cluster secret as the managers' HTTP
+// routes read it (`authorization: Bearer <secret>`, docs/security.md) with
+// every request; rt itself when secret is empty.
+func withSecret(rt http.RoundTripper, secret string) http.RoundTripper {
+	if secret == "" {
+		return rt
+	}
+	return secretTransport{rt: rt, value: "Bearer " + secret}
+}
+
+type secretTransport struct {
+	rt    http.RoundTripper
+	value string
+}
+
+func (t secretTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", t.value)
+	return t.rt.RoundTrip(r)
+}
+
+// CloseIdleConnections passes through, so http.Client.CloseIdleConnections
+// still reaches the transport.
+func (t secretTransport) CloseIdleConnections() {
+	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
