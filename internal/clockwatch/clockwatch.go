@@ -206,6 +206,15 @@ type View struct {
 // maxOffset (then the one nearer this node's clock is taken). Two values
 // that disagree (this node and one peer, ten minutes apart) say nothing about
 // which of them is wrong.
+//
+// Voters not measured yet count too: each could hold any clock, so the
+// median of all the voters lies anywhere between the measured values it
+// would be with every unmeasured clock below them and with every one above.
+// The view is Known only when that whole range is within maxOffset, and
+// then the value of the range nearest this node's clock is taken. Otherwise
+// a minority could decide it: of five voters, the two measured first both
+// ten minutes ahead would make a node whose clock is right, and so are the
+// two not measured yet, take the group's clock for ten minutes ahead.
 func GroupView(voters int, offsets []time.Duration, maxOffset time.Duration) View {
 	all := make([]time.Duration, 0, len(offsets)+1)
 	all = append(all, 0)
@@ -221,19 +230,26 @@ func GroupView(voters int, offsets []time.Duration, maxOffset time.Duration) Vie
 		return v
 	}
 	slices.Sort(all)
-	n := len(all)
-	if n%2 == 1 {
-		v.Known, v.Offset = true, all[n/2]
-		return v
-	}
-	a, b := all[n/2-1], all[n/2]
-	if b-a > maxOffset {
+	// The median of all the voters is their value at index lowMid (and,
+	// with an even count, highMid too; the same index for an odd count).
+	// With the unmeasured voters all below the measured ones, lowMid falls
+	// on the measured value at lowMid-unmeasured; with all of them above,
+	// highMid falls on the measured value at highMid. The majority check
+	// keeps both indexes within the measured values.
+	unmeasured := v.Voters - v.Measured
+	lowMid, highMid := (v.Voters-1)/2, v.Voters/2
+	lo, hi := all[lowMid-unmeasured], all[highMid]
+	if hi-lo > maxOffset {
 		return v
 	}
 	v.Known = true
-	v.Offset = a
-	if b.Abs() < a.Abs() {
-		v.Offset = b
+	// The value of [lo, hi] nearest this node's clock (0, which is one of
+	// the measured values: between two adjacent ones it is one of them).
+	switch {
+	case lo > 0:
+		v.Offset = lo
+	case hi < 0:
+		v.Offset = hi
 	}
 	return v
 }

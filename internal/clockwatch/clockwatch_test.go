@@ -133,8 +133,10 @@ func TestGroupView(t *testing.T) {
 			View{Voters: 3, Measured: 2}},
 		{"one peer that agrees", 3, []time.Duration{200 * ms},
 			View{Known: true, Offset: 0, Voters: 3, Measured: 2}},
-		{"five voters, two measured: a majority with us", 5, []time.Duration{-10 * min, -10 * min},
-			View{Voters: 5, Measured: 3, Known: true, Offset: -10 * min}},
+		{"five voters, two measured who agree with each other, not with us: undecided", 5, []time.Duration{-10 * min, -10 * min},
+			View{Voters: 5, Measured: 3}},
+		{"five voters, three measured, all agreeing", 5, []time.Duration{-10 * min, -10 * min, -10*min + 100*ms},
+			View{Voters: 5, Measured: 4, Known: true, Offset: -10*min + 100*ms}},
 		{"five voters, one measured", 5, []time.Duration{-10 * min},
 			View{Voters: 5, Measured: 2}},
 		{"even, middles agree: nearer to us", 5, []time.Duration{-10 * min, -10*min + 300*ms, -20 * min},
@@ -148,6 +150,39 @@ func TestGroupView(t *testing.T) {
 				t.Fatalf("GroupView(%d, %v) = %+v; want %+v", tt.voters, tt.offsets, got, tt.want)
 			}
 		})
+	}
+}
+
+// A minority of the voters never sets the group's clock, even when it is
+// all that has been measured so far: of five voters, two with clocks ten
+// minutes ahead, measured before the others, must not make a node whose
+// clock is right (as are the two not measured yet) stamp ten minutes ahead.
+// The same two with the node's clock the odd one out are undecided too,
+// until one more voter is measured.
+func TestGroupViewMinorityMeasuredFirst(t *testing.T) {
+	max := 500 * ms
+	ahead := []time.Duration{10 * min, 10 * min}
+	if v := GroupView(5, ahead, max); v.Known || v.Offending(max) {
+		t.Fatalf("5 voters, the two measured 10m ahead: %+v; want unknown (the two unmeasured may agree with this node)", v)
+	}
+	// Four voters, two of them measured 10m ahead: the other one unmeasured
+	// may agree with this node, and two against two is no majority.
+	if v := GroupView(4, ahead, max); v.Known || v.Offending(max) {
+		t.Fatalf("4 voters, the two measured 10m ahead: %+v; want unknown", v)
+	}
+	// One more voter measured on their side: three of five are a majority,
+	// whatever the last one says, and this node's clock is the odd one out.
+	third := append(ahead, 10*min+100*ms)
+	if v := GroupView(5, third, max); !v.Known || v.Offset != 10*min || !v.Offending(max) {
+		t.Fatalf("5 voters, three measured 10m ahead: %+v; want known, offset 10m", v)
+	}
+	// Two with this node's side are not enough: the last one decides.
+	if v := GroupView(5, append(ahead, 100*ms), max); v.Known {
+		t.Fatalf("5 voters, two measured 10m ahead and one with this node: %+v; want unknown", v)
+	}
+	// Three with it are, whatever the last one says.
+	if v := GroupView(5, []time.Duration{10 * min, 100 * ms, -100 * ms}, max); !v.Known || v.Offset != 0 || v.Offending(max) {
+		t.Fatalf("5 voters, one measured 10m ahead and two with this node: %+v; want known, offset 0", v)
 	}
 }
 
