@@ -221,10 +221,17 @@ func GroupView(voters int, offsets []time.Duration, maxOffset time.Duration) Vie
 	all = append(all, offsets...)
 	v := View{Voters: max(voters, 1), Measured: len(all)}
 	if v.Measured > v.Voters {
-		// More estimates than voters: a caller bug, or a configuration
-		// change in flight. Count only what a configuration can hold.
+		// More estimates than voters: some do not measure a voter (two pool
+		// members claiming one voter's ID, a configuration change in
+		// flight), and nothing here tells which. Keeping the first ones
+		// would let the bogus ones decide the median; alone, this node is
+		// the group whatever the others say. Otherwise the view is unknown,
+		// the safe side, until the estimates fit the voters again.
 		v.Measured = v.Voters
-		all = all[:v.Voters]
+		if v.Voters > 1 {
+			return v
+		}
+		all = all[:1]
 	}
 	if v.Measured < v.Voters/2+1 {
 		return v

@@ -141,8 +141,10 @@ func TestGroupView(t *testing.T) {
 			View{Voters: 5, Measured: 2}},
 		{"even, middles agree: nearer to us", 5, []time.Duration{-10 * min, -10*min + 300*ms, -20 * min},
 			View{Known: true, Offset: -10*min + 300*ms, Voters: 5, Measured: 4}},
-		{"more offsets than voters", 1, []time.Duration{time.Hour},
+		{"more offsets than voters, alone", 1, []time.Duration{time.Hour},
 			View{Known: true, Voters: 1, Measured: 1}},
+		{"more offsets than voters: unknown", 3, []time.Duration{0, time.Hour, time.Hour},
+			View{Voters: 3, Measured: 3}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,6 +185,18 @@ func TestGroupViewMinorityMeasuredFirst(t *testing.T) {
 	// Three with it are, whatever the last one says.
 	if v := GroupView(5, []time.Duration{10 * min, 100 * ms, -100 * ms}, max); !v.Known || v.Offset != 0 || v.Offending(max) {
 		t.Fatalf("5 voters, one measured 10m ahead and two with this node: %+v; want known, offset 0", v)
+	}
+}
+
+// Offsets that outnumber the other voters cannot all be theirs (two pool
+// members claiming one voter's ID): whichever were kept, bogus ones could
+// decide the median, so the view is unknown. Here the two real peers agree
+// with this node and two claimants an hour ahead come first.
+func TestGroupViewMoreOffsetsThanVoters(t *testing.T) {
+	max := 500 * ms
+	offs := []time.Duration{time.Hour, time.Hour, 0, 10 * ms}
+	if v := GroupView(3, offs, max); v.Known || v.Offending(max) {
+		t.Fatalf("3 voters, offsets %v: %+v; want unknown", offs, v)
 	}
 }
 
