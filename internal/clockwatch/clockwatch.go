@@ -250,8 +250,10 @@ func GroupView(voters int, offsets []time.Duration, maxOffset time.Duration) Vie
 		return v
 	}
 	v.Known = true
-	// The value of [lo, hi] nearest this node's clock (0, which is one of
-	// the measured values: between two adjacent ones it is one of them).
+	// The value of [lo, hi] nearest this node's clock: 0 when the range
+	// holds it, else the end nearer 0. With every voter measured and an
+	// even count, lo and hi are the two middle values and 0 is one of the
+	// values, so this is the nearer of the two.
 	switch {
 	case lo > 0:
 		v.Offset = lo
