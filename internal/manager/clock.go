@@ -215,8 +215,14 @@ func (m *Manager) computeView(src ClockSource) (clockwatch.View, []membership.Pe
 	}
 	var peers []membership.PeerOffset
 	var offs []time.Duration
+	// A manager's pool member is named by its node ID, and a pool holds one
+	// member of a name: counting only such members counts each voter once.
+	// Another member whose metadata claims a voter's ID (any holder of the
+	// gossip key can publish it) would otherwise add a clock of its choosing
+	// to the median (TestClockViewIgnoresMembersClaimingAVotersID).
 	for _, o := range src.ClockOffsets() {
-		if o.Role == membership.RoleManager && o.NodeID != m.cfg.NodeID && slices.Contains(voters, o.NodeID) {
+		if o.Role == membership.RoleManager && o.Name == o.NodeID && o.NodeID != m.cfg.NodeID &&
+			slices.Contains(voters, o.NodeID) {
 			peers = append(peers, o)
 			offs = append(offs, o.Offset)
 		}

@@ -343,8 +343,8 @@ func TestUnmeasuredLeaderCannotPullTimeAhead(t *testing.T) {
 	// Once a majority is measured (the leader's clock is 10 minutes ahead of
 	// both peers'), it stamps with the group's clock.
 	tc.mgrs[nl].setClockSource(&fakeClockSource{offs: []membership.PeerOffset{
-		{Name: "a", NodeID: tc.cfgs[(nl+1)%3].NodeID, Role: membership.RoleManager, Offset: -10 * time.Minute},
-		{Name: "b", NodeID: tc.cfgs[(nl+2)%3].NodeID, Role: membership.RoleManager, Offset: -10 * time.Minute},
+		{Name: tc.cfgs[(nl+1)%3].NodeID, NodeID: tc.cfgs[(nl+1)%3].NodeID, Role: membership.RoleManager, Offset: -10 * time.Minute},
+		{Name: tc.cfgs[(nl+2)%3].NodeID, NodeID: tc.cfgs[(nl+2)%3].NodeID, Role: membership.RoleManager, Offset: -10 * time.Minute},
 	}})
 	start = time.Now()
 	r3, err := tc.submit(ctx, nl, "t", "k3", "fp", "demo", `1`, 0)
@@ -513,4 +513,31 @@ func (m *Manager) setClockSource(src ClockSource) {
 	m.clock.src = src
 	m.clock.viewAt = time.Time{}
 	m.clock.mu.Unlock()
+}
+
+// TestClockViewIgnoresMembersClaimingAVotersID: pool members whose metadata
+// claims the other voters' node IDs, under names of their own, do not count
+// as those voters: two of them an hour ahead do not make a leader of three
+// take the group's clock for an hour ahead. The voters themselves, measured
+// under their own names, do count.
+func TestClockViewIgnoresMembersClaimingAVotersID(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	var impostors, voters []membership.PeerOffset
+	for i, c := range tc.cfgs {
+		if i == l {
+			continue
+		}
+		impostors = append(impostors, membership.PeerOffset{Name: "not-" + c.NodeID, NodeID: c.NodeID,
+			Role: membership.RoleManager, Offset: time.Hour})
+		voters = append(voters, membership.PeerOffset{Name: c.NodeID, NodeID: c.NodeID, Role: membership.RoleManager})
+	}
+	tc.mgrs[l].setClockSource(&fakeClockSource{offs: impostors})
+	if v := tc.mgrs[l].ClockState().View; v.Known || v.Measured != 1 {
+		t.Fatalf("members claiming the voters' IDs were counted: %+v", v)
+	}
+	tc.mgrs[l].setClockSource(&fakeClockSource{offs: append(impostors, voters...)})
+	if v := tc.mgrs[l].ClockState().View; !v.Known || v.Measured != 3 || v.Offset != 0 {
+		t.Fatalf("with the voters measured under their own names: %+v, want known, 3 measured, offset 0", v)
+	}
 }
