@@ -58,9 +58,11 @@ type workerAnswer struct {
 // decided reports whether the answer decided the call, so that a retry with
 // the same Idempotency-Key may be given it. A 503 or 500 decided nothing: a
 // retry must run again. Nor did a 422: the leader keeps this key's answer to
-// another request, and the retry with that request must be given it.
+// another request, and the retry with that request must be given it. Nor
+// did a 429 (the tenant over its share of the ledger): nothing was
+// recorded, and a retry with the same key once room is back must run.
 func (a *workerAnswer) decided() bool {
-	return a.status < 500 && a.status != http.StatusUnprocessableEntity
+	return a.status < 500 && a.status != http.StatusUnprocessableEntity && a.status != http.StatusTooManyRequests
 }
 
 // size is what a kept answer costs: its body and a fixed overhead.
