@@ -79,9 +79,12 @@ func (g *Gate) submitEach(ctx context.Context, dcs []string, req *rpcpb.SubmitRe
 //     (committed or rejected with reason) for the gate to render.
 //
 // The expiry is the earliest of the datacenters' (they are the same when
-// every leader used the gate's expiry basis); Replayed is true only when
-// every datacenter had the entry already. The answers are the combination's
-// own: their jobs may be changed.
+// every leader used the gate's expiry basis), and so is the lifetime left
+// (RemainingNanos, by the leaders' clocks; none when a datacenter sent
+// none), so that the gate caches the outcome no longer than the first entry
+// lives, whatever its own clock says; Replayed is true only when every
+// datacenter had the entry already. The answers are the combination's own:
+// their jobs may be changed.
 func combine(results []dcResult) (*rpcpb.SubmitResponse, error) {
 	if err := firstFailure(results); err != nil {
 		return nil, err
@@ -94,6 +97,7 @@ func combine(results []dcResult) (*rpcpb.SubmitResponse, error) {
 	var base *rpcpb.Job
 	var rejected *dcResult
 	var parts []string
+	allRemaining := true // every datacenter sent the lifetime left
 	for i := range results {
 		r := &results[i]
 		switch r.resp.Outcome {
@@ -122,9 +126,17 @@ func combine(results []dcResult) (*rpcpb.SubmitResponse, error) {
 		if exp := r.resp.ExpiresAtUnixNano; exp != 0 && (out.ExpiresAtUnixNano == 0 || exp < out.ExpiresAtUnixNano) {
 			out.ExpiresAtUnixNano = exp
 		}
+		if left := r.resp.RemainingNanos; left <= 0 {
+			allRemaining = false
+		} else if out.RemainingNanos == 0 || left < out.RemainingNanos {
+			out.RemainingNanos = left
+		}
 		if out.JobId == "" {
 			out.JobId = r.resp.JobId
 		}
+	}
+	if !allRemaining {
+		out.RemainingNanos = 0 // the gate judges the expiry by its clock
 	}
 	if rejected == nil {
 		base.Datacenters, base.DatacentersSet = statuses, true
