@@ -1,8 +1,10 @@
 package gate
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,5 +42,51 @@ func TestSubmitCacheFullOfPendingStillOneJob(t *testing.T) {
 	wantHeader(t, second, api.HeaderReplayed, "true")
 	if n := mgr.Jobs(); n != 2 {
 		t.Fatalf("the ledger holds %d jobs, want 2 (one per key)", n)
+	}
+}
+
+// TestSubmitOwnerHangsUpWaiterGetsTheJob: the client of the request that
+// forwards a key hangs up while its submission is at the manager; the forward
+// goes on, the duplicate waiting on its PENDING entry gets the job as a
+// replay, the outcome is cached, and the ledger holds one job.
+func TestSubmitOwnerHangsUpWaiterGetsTheJob(t *testing.T) {
+	mgr, addr := startManager(t, managertest.Options{})
+	tg := startGate(t, []string{addr}, nil)
+	waiting := make(chan struct{}, 1)
+	tg.testHookWaiting = func() { waiting <- struct{}{} }
+	arrived, release := holdFirstSubmit(t, mgr)
+
+	ctx, hangUp := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tg.URL+"/v1/jobs", strings.NewReader(invoiceBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(api.HeaderIdempotencyKey, skey(1))
+	ownerDone := make(chan error, 1)
+	go func() {
+		resp, err := tg.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		ownerDone <- err
+	}()
+	<-arrived
+	dup := goSubmit(tg, skey(1), invoiceBody)
+	<-waiting
+	hangUp()
+	if err := <-ownerDone; err == nil {
+		t.Fatal("the owner's request was answered although it was held at the manager")
+	}
+	release()
+	res := <-dup
+	job := wantJob(t, res, http.StatusCreated)
+	wantHeader(t, res, api.HeaderReplayed, "true")
+	n := mgr.Submits()
+	again := tg.submit(t, skey(1), invoiceBody)
+	if j := wantJob(t, again, http.StatusCreated); j.JobID != job.JobID {
+		t.Fatalf("the next duplicate answered job %s, want %s", j.JobID, job.JobID)
+	}
+	if mgr.Submits() != n || mgr.Jobs() != 1 {
+		t.Fatalf("manager saw %d submissions (want %d: the outcome was cached) and holds %d jobs (want 1)", mgr.Submits(), n, mgr.Jobs())
 	}
 }
