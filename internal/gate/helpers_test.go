@@ -60,6 +60,7 @@ type testManager struct {
 	*manager.Manager
 	cluster *managertest.Cluster
 	submits atomic.Int64
+	leases  atomic.Int64
 
 	mu         sync.Mutex
 	submitHook func(ctx context.Context, req *rpcpb.SubmitRequest) error
@@ -178,6 +179,7 @@ func (f *faultLayer) Status(ctx context.Context) (*rpc.Status, error) {
 }
 
 func (f *faultLayer) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
+	f.tm.leases.Add(1)
 	if err, _ := f.tm.faults(false); err != nil {
 		return nil, err
 	}

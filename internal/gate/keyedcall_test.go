@@ -1,0 +1,70 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/manager/managertest"
+	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// TestKeyedCallOutlivesTheCallerWhoStartedIt: two lease calls with one
+// Idempotency-Key at once run once, and the second waits for the first's
+// answer. When the first caller hangs up (its HTTP client timed out, and it
+// retries with the key, as a worker does), the call goes on for the one still
+// waiting: the waiter gets the long poll's jobs, not a 503 it did nothing to
+// cause.
+func TestKeyedCallOutlivesTheCallerWhoStartedIt(t *testing.T) {
+	mgr, addr := startManager(t, managertest.Options{})
+	g := startGate(t, []string{addr}, nil)
+	keyed := make(chan struct{}, 2)
+	g.testHookKeyedCall = func() { keyed <- struct{}{} }
+	const key, body = "lease-hang-up", `{"wait_seconds":20}`
+
+	ctx, hangUp := context.WithCancel(context.Background())
+	defer hangUp()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.URL+"/v1/leases", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(api.HeaderIdempotencyKey, key)
+	firstDone := make(chan error, 1)
+	go func() {
+		resp, err := g.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		firstDone <- err
+	}()
+	<-keyed
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		return mgr.leases.Load() == 1, fmt.Sprintf("the first lease to reach the manager (%d leases)", mgr.leases.Load())
+	})
+	second := make(chan result, 1)
+	go func() {
+		res, err := g.try(http.MethodPost, "/v1/leases", strings.NewReader(body), api.HeaderIdempotencyKey, key)
+		if err != nil {
+			res = result{status: -1, body: []byte(err.Error())}
+		}
+		second <- res
+	}()
+	<-keyed
+	hangUp()
+	if err := <-firstDone; err == nil {
+		t.Fatal("the first lease was answered before any job was queued")
+	}
+	job := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+	res := <-second
+	leases := decodeLeases(t, res)
+	if len(leases) != 1 || leases[0].Job.JobID != job.JobID {
+		t.Fatalf("the waiting lease got %s, want job %s", res.body, job.JobID)
+	}
+	if n := mgr.leases.Load(); n != 1 {
+		t.Fatalf("the manager saw %d leases, want 1: the calls with one key run once", n)
+	}
+}
