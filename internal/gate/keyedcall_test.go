@@ -68,3 +68,38 @@ func TestKeyedCallOutlivesTheCallerWhoStartedIt(t *testing.T) {
 		t.Fatalf("the manager saw %d leases, want 1: the calls with one key run once", n)
 	}
 }
+
+// TestKeyedCallTransientAnswerIsNoReplay: a caller that waited for another
+// caller's run of its key, which ended in a 503 (no leader), gets the 503 as
+// it is: not marked Idempotent-Replayed, since nothing was decided or kept.
+func TestKeyedCallTransientAnswerIsNoReplay(t *testing.T) {
+	mgr, addr := startManager(t, managertest.Options{})
+	g := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.ForwardTimeout = 2 * time.Second })
+	keyed := make(chan struct{}, 2)
+	g.testHookKeyedCall = func() { keyed <- struct{}{} }
+	mgr.SetLeader(false)
+	const key = "lease-no-leader"
+	call := func() <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			res, err := g.try(http.MethodPost, "/v1/leases", strings.NewReader(`{}`), api.HeaderIdempotencyKey, key)
+			if err != nil {
+				res = result{status: -1, body: []byte(err.Error())}
+			}
+			ch <- res
+		}()
+		return ch
+	}
+	first := call()
+	<-keyed
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		return mgr.leases.Load() >= 1, "the first lease to reach the manager"
+	})
+	second := call()
+	<-keyed
+	for _, ch := range []<-chan result{first, second} {
+		res := <-ch
+		wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+		wantNoHeader(t, res, api.HeaderReplayed)
+	}
+}

@@ -127,6 +127,10 @@ func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, ke
 		writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, workerReusedDetail)
 		return
 	}
+	// Another caller's answer that decided nothing (a 503, a batch with an
+	// item undecided) was not kept: it is passed on as it is, not as a
+	// replay.
+	replayed = replayed && a.decided() && !a.transient
 	g.writeWorkerAnswer(w, a, replayed || a.replayed)
 }
 
