@@ -92,10 +92,8 @@ type Gate struct {
 	cache  *cache.Cache[*response]
 	// workerReplays keeps worker calls' answers by Idempotency-Key (workers.go).
 	workerReplays *replay.Memory[*workerAnswer]
-	// keyedRuns bound the runs of worker calls with a key (workers.go).
-	keyedRuns keyedRuns
-	metrics   *metrics
-	mux       *http.ServeMux
+	metrics       *metrics
+	mux           *http.ServeMux
 
 	federation Federation // nil: the gate's own datacenter only
 	remote     dcClients  // clients of other datacenters' leaders
@@ -112,10 +110,6 @@ type Gate struct {
 	// testHookWaiting, when set, is called by a duplicate submission after it
 	// found a PENDING entry and before it waits (tests synchronise on it).
 	testHookWaiting func()
-	// testHookKeyedCall, when set, is called by a worker call or action with
-	// an Idempotency-Key once it counts among the key's callers, just before
-	// it asks for the key's answer.
-	testHookKeyedCall func()
 }
 
 // clusterTLSFor is the gate's side of the managers' mutual TLS:

@@ -22,8 +22,6 @@ import (
 func TestKeyedCallOutlivesTheCallerWhoStartedIt(t *testing.T) {
 	mgr, addr := startManager(t, managertest.Options{})
 	g := startGate(t, []string{addr}, nil)
-	keyed := make(chan struct{}, 2)
-	g.testHookKeyedCall = func() { keyed <- struct{}{} }
 	const key, body = "lease-hang-up", `{"wait_seconds":20}`
 
 	ctx, hangUp := context.WithCancel(context.Background())
@@ -41,7 +39,6 @@ func TestKeyedCallOutlivesTheCallerWhoStartedIt(t *testing.T) {
 		}
 		firstDone <- err
 	}()
-	<-keyed
 	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
 		return mgr.leases.Load() == 1, fmt.Sprintf("the first lease to reach the manager (%d leases)", mgr.leases.Load())
 	})
@@ -53,7 +50,7 @@ func TestKeyedCallOutlivesTheCallerWhoStartedIt(t *testing.T) {
 		}
 		second <- res
 	}()
-	<-keyed
+	waitCallers(t, g, key, 2)
 	hangUp()
 	if err := <-firstDone; err == nil {
 		t.Fatal("the first lease was answered before any job was queued")
@@ -74,9 +71,7 @@ func TestKeyedCallOutlivesTheCallerWhoStartedIt(t *testing.T) {
 // it is: not marked Idempotent-Replayed, since nothing was decided or kept.
 func TestKeyedCallTransientAnswerIsNoReplay(t *testing.T) {
 	mgr, addr := startManager(t, managertest.Options{})
-	g := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.ForwardTimeout = 2 * time.Second })
-	keyed := make(chan struct{}, 2)
-	g.testHookKeyedCall = func() { keyed <- struct{}{} }
+	g := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.ForwardTimeout = 5 * time.Second })
 	mgr.SetLeader(false)
 	const key = "lease-no-leader"
 	call := func() <-chan result {
@@ -91,15 +86,24 @@ func TestKeyedCallTransientAnswerIsNoReplay(t *testing.T) {
 		return ch
 	}
 	first := call()
-	<-keyed
 	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
 		return mgr.leases.Load() >= 1, "the first lease to reach the manager"
 	})
 	second := call()
-	<-keyed
+	waitCallers(t, g, key, 2)
 	for _, ch := range []<-chan result{first, second} {
 		res := <-ch
 		wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
 		wantNoHeader(t, res, api.HeaderReplayed)
 	}
+}
+
+// waitCallers waits until n callers of the default tenant's worker call with
+// Idempotency-Key key share its run.
+func waitCallers(t *testing.T, g *testGate, key string, n int) {
+	t.Helper()
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		got := g.workerReplays.Callers(keyedCall(api.DefaultTenant, key))
+		return got == n, fmt.Sprintf("%d callers of key %s to share its run (%d do)", n, key, got)
+	})
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/once-dev/once/internal/logging"
@@ -95,8 +94,7 @@ func (g *Gate) serveWorkerCall(w http.ResponseWriter, r *http.Request, tenant st
 
 // serveKeyedCall runs c under key (checked; "" for none), or replays the
 // answer kept for the key. Callers asking with one key at the same time share
-// one run (replay.Memory.Do): it is bounded by the callers' presence as a
-// whole (keyedRuns), not by the request of the one that started it.
+// one run (replay.Memory.Do), which goes on while any of them waits for it.
 func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, key string, c workerCall) {
 	fp := callFingerprint(c.route, c.body)
 	run := func(parent context.Context) *workerAnswer {
@@ -110,14 +108,8 @@ func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, ke
 		g.writeWorkerAnswer(w, run(r.Context()), false)
 		return
 	}
-	mkey := tenant + "\x00" + key
-	shared, leave := g.keyedRuns.join(mkey, r.Context())
-	defer leave()
-	if g.testHookKeyedCall != nil {
-		g.testHookKeyedCall()
-	}
-	a, replayed, err := g.workerReplays.Do(r.Context(), mkey, func() (*workerAnswer, bool) {
-		a := run(shared)
+	a, replayed, err := g.workerReplays.Do(r.Context(), keyedCall(tenant, key), func(ctx context.Context) (*workerAnswer, bool) {
+		a := run(ctx)
 		return a, a.decided() && !a.transient
 	})
 	if err != nil {
@@ -127,56 +119,12 @@ func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, ke
 		writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, workerReusedDetail)
 		return
 	}
-	// Another caller's answer that decided nothing (a 503, a batch with an
-	// item undecided) was not kept: it is passed on as it is, not as a
-	// replay.
-	replayed = replayed && a.decided() && !a.transient
 	g.writeWorkerAnswer(w, a, replayed || a.replayed)
 }
 
-// keyedRuns are the contexts of the worker calls running under an
-// Idempotency-Key. Every caller asking with the key while its run goes on
-// waits for that run's answer, so the run ends early only once all of them
-// have left: a caller that hangs up (a worker whose HTTP client timed out,
-// and that retries with the same key) does not cut the run short for the
-// retry waiting on it. Its zero value is ready to use.
-type keyedRuns struct {
-	mu   sync.Mutex
-	runs map[string]*keyedRun
-}
-
-type keyedRun struct {
-	ctx     context.Context
-	cancel  context.CancelFunc
-	callers int
-}
-
-// join counts a caller of key in. It returns the context of key's run (made
-// by the first caller, with its request's values, ended when the last caller
-// leaves) and leave, which the caller calls once it has its answer or has
-// gone.
-func (k *keyedRuns) join(key string, req context.Context) (context.Context, func()) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	run, ok := k.runs[key]
-	if !ok {
-		if k.runs == nil {
-			k.runs = map[string]*keyedRun{}
-		}
-		ctx, cancel := context.WithCancel(context.WithoutCancel(req))
-		run = &keyedRun{ctx: ctx, cancel: cancel}
-		k.runs[key] = run
-	}
-	run.callers++
-	return run.ctx, func() {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if run.callers--; run.callers == 0 {
-			run.cancel()
-			delete(k.runs, key)
-		}
-	}
-}
+// keyedCall is the key of tenant's worker call with Idempotency-Key key in
+// the gate's memory of answers.
+func keyedCall(tenant, key string) string { return tenant + "\x00" + key }
 
 const workerReusedDetail = "this Idempotency-Key was used with a different worker request"
 

@@ -66,9 +66,10 @@ func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Le
 	if err := m.CheckLeader(); err != nil {
 		return nil, err // not_leader: the gate asks the leader, whose memory it is
 	}
-	a, replayed, err := m.leaseReplays.Do(ctx, req.Tenant+"\x00"+req.Request, func() (leaseAnswer, bool) {
-		// Once proposed, the lease is applied and its answer kept even if
-		// this caller has left: its retry is what will read it.
+	a, replayed, err := m.leaseReplays.Do(ctx, req.Tenant+"\x00"+req.Request, func(ctx context.Context) (leaseAnswer, bool) {
+		// The long poll lasts while any caller of the key waits (ctx); once
+		// proposed, the lease is applied and its answer kept even if every
+		// caller has left: their retry is what will read it.
 		resp, err := m.lease(ctx, context.WithoutCancel(ctx), req)
 		return leaseAnswer{fingerprint: req.Fingerprint, resp: resp, err: err}, err == nil
 	})

@@ -13,11 +13,11 @@ package replay
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	"golang.org/x/sync/singleflight"
 )
 
 // Memory keeps answers of type V by key. Its zero value is not usable: use
@@ -26,7 +26,9 @@ type Memory[V any] struct {
 	opts    Options[V]
 	answers *lru.Cache[string, kept[V]]
 	bytes   atomic.Int64 // the sum of the kept answers' sizes
-	flight  singleflight.Group
+
+	mu      sync.Mutex
+	flights map[string]*flight[V] // the calls running, by key
 }
 
 type kept[V any] struct {
@@ -55,7 +57,7 @@ func New[V any](opts Options[V]) *Memory[V] {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	m := &Memory[V]{opts: opts}
+	m := &Memory[V]{opts: opts, flights: map[string]*flight[V]{}}
 	c, err := lru.NewWithEvict(opts.MaxAnswers, func(_ string, k kept[V]) { m.bytes.Add(-k.size) })
 	if err != nil {
 		panic("replay: " + err.Error()) // only for MaxAnswers <= 0
@@ -107,34 +109,80 @@ func (m *Memory[V]) keep(key string, v V) {
 // run, once for all the callers asking with key at the same time. run's
 // answer is kept when keep is true (an answer that decided nothing, such as
 // "no leader", is not: a retry must run again). replayed is true when the
-// answer is not the one this caller's own run produced: kept from an
-// earlier call, or produced by a concurrent caller's run.
+// answer was kept and is not the one this caller's own run produced: kept
+// from an earlier call, or by a concurrent caller's run. A concurrent
+// caller's answer that was not kept is passed on as it is, not as a replay.
 //
 // When ctx ends before the answer, Do returns ctx's error; the run goes on
-// for the callers still waiting and its answer is kept all the same.
-func (m *Memory[V]) Do(ctx context.Context, key string, run func() (v V, keep bool)) (v V, replayed bool, err error) {
+// for the callers still waiting and its answer is kept all the same. run's
+// context carries the values of the first caller's ctx and ends only once
+// every caller asking with key has left: a caller that hangs up and retries
+// with the key does not cut the run short for its own retry waiting on it.
+func (m *Memory[V]) Do(ctx context.Context, key string, run func(ctx context.Context) (v V, keep bool)) (v V, replayed bool, err error) {
 	if v, ok := m.Get(key); ok {
 		return v, true, nil
 	}
-	mine := false
-	ch := m.flight.DoChan(key, func() (any, error) {
+	m.mu.Lock()
+	f, joined := m.flights[key]
+	if !joined {
+		// A run that ended since the look above kept its answer before it
+		// left flights.
 		if v, ok := m.Get(key); ok {
-			return v, nil
+			m.mu.Unlock()
+			return v, true, nil
 		}
-		mine = true
-		v, keep := run()
-		if keep {
-			m.keep(key, v)
-		}
-		return v, nil
-	})
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		f = &flight[V]{done: make(chan struct{}), cancel: cancel}
+		m.flights[key] = f
+		go m.fly(runCtx, key, f, run)
+	}
+	f.callers++
+	m.mu.Unlock()
 	select {
-	case r := <-ch:
-		// mine is written by this caller's run, if it ran, before the
-		// result is sent: the receive orders the read after the write.
-		return r.Val.(V), !mine, nil
+	case <-f.done:
+		return f.v, joined && f.kept, nil
 	case <-ctx.Done():
+		m.mu.Lock()
+		if f.callers--; f.callers == 0 {
+			f.cancel()
+		}
+		m.mu.Unlock()
 		var zero V
 		return zero, false, ctx.Err()
 	}
+}
+
+// flight is a run of a key's call and its callers.
+type flight[V any] struct {
+	done    chan struct{} // closed once v and kept are set
+	v       V
+	kept    bool
+	callers int                // waiting for done (guarded by Memory.mu)
+	cancel  context.CancelFunc // ends the run's context
+}
+
+// fly runs f's call, keeps its answer as run says, and hands it to f's
+// callers.
+func (m *Memory[V]) fly(ctx context.Context, key string, f *flight[V], run func(context.Context) (V, bool)) {
+	defer f.cancel()
+	v, keep := run(ctx)
+	if keep {
+		m.keep(key, v)
+	}
+	m.mu.Lock()
+	delete(m.flights, key)
+	m.mu.Unlock()
+	f.v, f.kept = v, keep
+	close(f.done)
+}
+
+// Callers is how many callers wait for the run of key's call (0 when none
+// runs).
+func (m *Memory[V]) Callers(key string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f, ok := m.flights[key]; ok {
+		return f.callers
+	}
+	return 0
 }

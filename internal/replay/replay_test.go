@@ -15,7 +15,7 @@ func TestKeptAnswerIsReplayedUntilItsTTL(t *testing.T) {
 	clk := testutil.NewClock(time.Unix(1000, 0))
 	m := New(Options[int]{MaxAnswers: 10, TTL: time.Minute, Now: clk.Now})
 	runs := 0
-	run := func() (int, bool) { runs++; return runs, true }
+	run := func(context.Context) (int, bool) { runs++; return runs, true }
 	ctx := context.Background()
 
 	if v, replayed, err := m.Do(ctx, "k", run); err != nil || v != 1 || replayed {
@@ -37,7 +37,7 @@ func TestKeptAnswerIsReplayedUntilItsTTL(t *testing.T) {
 func TestAnswerNotKeptRunsAgain(t *testing.T) {
 	m := New(Options[string]{MaxAnswers: 10, TTL: time.Minute})
 	runs := 0
-	run := func() (string, bool) { runs++; return "unavailable", false }
+	run := func(context.Context) (string, bool) { runs++; return "unavailable", false }
 	for range 3 {
 		if _, replayed, _ := m.Do(context.Background(), "k", run); replayed {
 			t.Fatal("an answer that was not kept was replayed")
@@ -50,7 +50,7 @@ func TestAnswerNotKeptRunsAgain(t *testing.T) {
 
 func TestBoundDropsTheLeastRecentlyUsed(t *testing.T) {
 	m := New(Options[string]{MaxAnswers: 2, TTL: time.Hour})
-	keep := func(v string) func() (string, bool) { return func() (string, bool) { return v, true } }
+	keep := func(v string) func(context.Context) (string, bool) { return func(context.Context) (string, bool) { return v, true } }
 	ctx := context.Background()
 	m.Do(ctx, "a", keep("a1"))
 	m.Do(ctx, "b", keep("b1"))
@@ -74,7 +74,7 @@ func TestConcurrentCallsRunOnce(t *testing.T) {
 	var runs atomic.Int32
 	release := make(chan struct{})
 	started := make(chan struct{})
-	run := func() (int, bool) {
+	run := func(context.Context) (int, bool) {
 		runs.Add(1)
 		close(started)
 		<-release
@@ -124,7 +124,7 @@ func TestCallerLeavingDoesNotLoseTheAnswer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer close(done)
-		_, _, err := m.Do(ctx, "k", func() (int, bool) { <-release; return 42, true })
+		_, _, err := m.Do(ctx, "k", func(context.Context) (int, bool) { <-release; return 42, true })
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("the caller that left got %v, want context.Canceled", err)
 		}
@@ -134,7 +134,7 @@ func TestCallerLeavingDoesNotLoseTheAnswer(t *testing.T) {
 	close(release)
 	// The run ends after the caller has left; the retry joins it or finds
 	// its answer kept.
-	v, replayed, err := m.Do(context.Background(), "k", func() (int, bool) { return -1, true })
+	v, replayed, err := m.Do(context.Background(), "k", func(context.Context) (int, bool) { return -1, true })
 	if err != nil || v != 42 || !replayed {
 		t.Fatalf("retry: %d %v %v, want the run's answer 42 replayed", v, replayed, err)
 	}
@@ -146,7 +146,7 @@ func TestByteBoundDropsUntilTheAnswersFit(t *testing.T) {
 	m := New(Options[string]{MaxAnswers: 100, MaxBytes: 10, TTL: time.Hour,
 		Size: func(v string) int64 { return int64(len(v)) }})
 	ctx := context.Background()
-	keep := func(v string) func() (string, bool) { return func() (string, bool) { return v, true } }
+	keep := func(v string) func(context.Context) (string, bool) { return func(context.Context) (string, bool) { return v, true } }
 	m.Do(ctx, "a", keep("aaaa"))
 	m.Do(ctx, "b", keep("bbbb"))
 	if m.Bytes() != 8 || m.Len() != 2 {
@@ -159,5 +159,77 @@ func TestByteBoundDropsUntilTheAnswersFit(t *testing.T) {
 	m.Do(ctx, "big", keep("0123456789x"))
 	if _, ok := m.Get("big"); ok || m.Bytes() != 8 || m.Len() != 2 {
 		t.Fatalf("an answer over the bound by itself: kept %v, %d bytes in %d answers", ok, m.Bytes(), m.Len())
+	}
+}
+
+// The run's context outlives the caller that started it while another caller
+// of the key waits, and ends once the last one has left.
+func TestRunLastsWhileACallerWaits(t *testing.T) {
+	m := New(Options[int]{MaxAnswers: 10, TTL: time.Minute})
+	runCtx := make(chan context.Context, 1)
+	run := func(ctx context.Context) (int, bool) {
+		runCtx <- ctx
+		<-ctx.Done()
+		return 0, false
+	}
+	call := func(ctx context.Context) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := m.Do(ctx, "k", run)
+			done <- err
+		}()
+		return done
+	}
+	first, leaveFirst := context.WithCancel(context.Background())
+	second, leaveSecond := context.WithCancel(context.Background())
+	defer leaveSecond()
+	firstDone := call(first)
+	ctx := <-runCtx
+	secondDone := call(second)
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		return m.Callers("k") == 2, "the second caller to join the run"
+	})
+	leaveFirst()
+	if err := <-firstDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first caller got %v, want context.Canceled", err)
+	}
+	if err := ctx.Err(); err != nil {
+		t.Fatalf("the run's context ended with a caller still waiting: %v", err)
+	}
+	leaveSecond()
+	if err := <-secondDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the second caller got %v, want context.Canceled", err)
+	}
+	<-ctx.Done() // the last caller left: the run ends
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		return m.Callers("k") == 0, "the run to end"
+	})
+}
+
+// A caller that joined a run whose answer was not kept gets the answer, not
+// as a replay.
+func TestJoinedAnswerNotKeptIsNoReplay(t *testing.T) {
+	m := New(Options[string]{MaxAnswers: 10, TTL: time.Minute})
+	release := make(chan struct{})
+	run := func(context.Context) (string, bool) { <-release; return "unavailable", false }
+	type answer struct {
+		v        string
+		replayed bool
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			v, r, _ := m.Do(context.Background(), "k", run)
+			answers <- answer{v, r}
+		}()
+	}
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		return m.Callers("k") == 2, "both callers to share the run"
+	})
+	close(release)
+	for range 2 {
+		if a := <-answers; a.v != "unavailable" || a.replayed {
+			t.Fatalf("got %+v, want the run's answer, not replayed", a)
+		}
 	}
 }
