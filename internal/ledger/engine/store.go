@@ -154,11 +154,15 @@ const currentFile = "CURRENT"
 // first generation when there is none, and removes other generations (left by
 // a Restore that did not finish, or by one that finished before removing its
 // predecessor).
+//
+// The first generation is created, and its directory entry made durable,
+// before CURRENT names it: a first Open that fails or is killed before
+// CURRENT is written leaves no CURRENT, and the next Open starts afresh.
 func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
-	gen := 1
+	gen, first := 1, false
 	switch b, err := os.ReadFile(filepath.Join(dir, currentFile)); {
 	case err == nil:
 		s := strings.TrimSpace(string(b))
@@ -171,16 +175,25 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("%w: %s names %s: %w", ErrStore, currentFile, s, err)
 		}
 	case errors.Is(err, os.ErrNotExist):
-		if err := writeCurrent(dir, gen); err != nil {
-			return nil, err
-		}
+		first = true
 	default:
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
 	if err := removeOtherGenerations(dir, gen); err != nil {
 		return nil, err
 	}
-	return openGeneration(dir, gen, opts)
+	if !first {
+		return openGeneration(dir, gen, opts)
+	}
+	s, err := createGeneration(dir, gen, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeCurrent(dir, gen); err != nil {
+		_ = s.Abandon()
+		return nil, err
+	}
+	return s, nil
 }
 
 // openGeneration opens (or creates) generation gen's database.
@@ -215,6 +228,21 @@ func openGeneration(dir string, gen int, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// createGeneration opens (or creates) generation gen's database and makes
+// its directory entry durable, so that CURRENT, written after, never names
+// a generation that a crash could lose.
+func createGeneration(dir string, gen int, opts Options) (*Store, error) {
+	s, err := openGeneration(dir, gen, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.SyncDir(dir); err != nil {
+		_ = s.Abandon()
+		return nil, fmt.Errorf("%w: sync %s: %w", ErrStore, dir, err)
+	}
+	return s, nil
+}
+
 // NewGeneration creates the next generation, empty, beside s (for the
 // ledger's Restore), with s's options.
 func (s *Store) NewGeneration() (*Store, error) {
@@ -222,7 +250,7 @@ func (s *Store) NewGeneration() (*Store, error) {
 	if err := os.RemoveAll(genDir(s.dir, next)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
-	return openGeneration(s.dir, next, s.opts)
+	return createGeneration(s.dir, next, s.opts)
 }
 
 // MakeCurrent syncs s and makes it the live generation; the previous one

@@ -2,7 +2,10 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -176,5 +179,49 @@ func TestPendingKeysSurviveArenaGrowth(t *testing.T) {
 			}
 			want(key(i), v, name+", committed")
 		}
+	}
+}
+
+// TestFirstOpenInterrupted: a first Open that stops before its generation
+// exists (here pebble refuses the options; a kill -9 or a full disk stops it
+// at the same point) leaves a directory that the next Open opens, empty,
+// instead of a CURRENT naming a generation that is not there. A first Open
+// killed after creating the generation but before writing CURRENT leaves
+// that generation and no CURRENT: the next Open goes on with it.
+func TestFirstOpenInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Open(dir, Options{MemTableBytes: 1 << 40}); !errors.Is(err, ErrStore) {
+		t.Fatalf("Open with a memtable pebble refuses: %v, want ErrStore", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, currentFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("CURRENT after a first Open that created no generation: %v, want none", err)
+	}
+	st, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open after an interrupted first Open: %v", err)
+	}
+	if st.gen != 1 {
+		t.Fatalf("opened generation %d, want 1", st.gen)
+	}
+	st.Walk(nil, nil, func(k, _ []byte) bool { t.Fatalf("key %q in a new store", k); return false })
+	st.Begin()
+	st.Set([]byte("k"), []byte("v"))
+	st.Commit()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The state a kill -9 between the generation's creation and CURRENT
+	// leaves: the generation, without CURRENT.
+	if err := os.Remove(filepath.Join(dir, currentFile)); err != nil {
+		t.Fatal(err)
+	}
+	st, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open of a generation without CURRENT: %v", err)
+	}
+	defer st.Close()
+	if b, err := os.ReadFile(filepath.Join(dir, currentFile)); err != nil || string(b) != "gen-1\n" {
+		t.Fatalf("CURRENT %q (%v), want gen-1", b, err)
 	}
 }
