@@ -21,8 +21,10 @@ import (
 const Suffix = ".tmp"
 
 // Write replaces path with what write writes, with permissions 0600 for a new
-// file. On any failure path is unchanged and the temporary file is removed.
-// Writers of the same path must not run at once.
+// file. On a failure before the rename, path is unchanged and the temporary
+// file is removed; when only the directory's fsync after the rename fails
+// (the disk failing), path already holds the new content, which a crash
+// could still undo. Writers of the same path must not run at once.
 func Write(path string, write func(io.Writer) error) (err error) {
 	tmp := path + Suffix
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
