@@ -50,7 +50,9 @@ func TestAnswerNotKeptRunsAgain(t *testing.T) {
 
 func TestBoundDropsTheLeastRecentlyUsed(t *testing.T) {
 	m := New(Options[string]{MaxAnswers: 2, TTL: time.Hour})
-	keep := func(v string) func(context.Context) (string, bool) { return func(context.Context) (string, bool) { return v, true } }
+	keep := func(v string) func(context.Context) (string, bool) {
+		return func(context.Context) (string, bool) { return v, true }
+	}
 	ctx := context.Background()
 	m.Do(ctx, "a", keep("a1"))
 	m.Do(ctx, "b", keep("b1"))
@@ -146,7 +148,9 @@ func TestByteBoundDropsUntilTheAnswersFit(t *testing.T) {
 	m := New(Options[string]{MaxAnswers: 100, MaxBytes: 10, TTL: time.Hour,
 		Size: func(v string) int64 { return int64(len(v)) }})
 	ctx := context.Background()
-	keep := func(v string) func(context.Context) (string, bool) { return func(context.Context) (string, bool) { return v, true } }
+	keep := func(v string) func(context.Context) (string, bool) {
+		return func(context.Context) (string, bool) { return v, true }
+	}
 	m.Do(ctx, "a", keep("aaaa"))
 	m.Do(ctx, "b", keep("bbbb"))
 	if m.Bytes() != 8 || m.Len() != 2 {
