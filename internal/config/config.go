@@ -17,6 +17,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -294,6 +295,83 @@ func (l *Loader) Check() error {
 		}
 	}
 	return nil
+}
+
+// Unknown is a variable of the environment that no setting reads.
+type Unknown struct {
+	Name string
+	// Nearest is the name of a setting that Name is most likely a
+	// misspelling of (at most two letters added, dropped, changed or
+	// swapped), or "" when none is that near.
+	Nearest string
+}
+
+// Unknown returns, sorted by name, the variables of environ named with one of
+// prefixes that no setting of l reads and that are not among also (the names
+// of the same prefixes another program reads: the other daemon's
+// IDEMPOTENCY_* variables, when one environment serves both). Parse ignores
+// such a variable, so a misspelled one leaves its setting at the default in
+// silence; the daemons log a warning for each.
+func (l *Loader) Unknown(environ []string, prefixes, also []string) []Unknown {
+	known := map[string]bool{}
+	for _, s := range l.settings {
+		known[s.env] = true
+	}
+	var names []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if known[name] || slices.Contains(also, name) {
+			continue
+		}
+		if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var out []Unknown
+	for _, name := range slices.Compact(names) {
+		u := Unknown{Name: name}
+		best := maxMisspelling + 1
+		for _, s := range l.settings {
+			if d := editDistance(name, s.env); d < best {
+				best, u.Nearest = d, s.env
+			}
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// maxMisspelling is the largest edit distance at which Unknown names a
+// setting as the one a variable probably meant.
+const maxMisspelling = 2
+
+// editDistance is the optimal string alignment distance between a and b: the
+// fewest single-byte insertions, deletions, substitutions and transpositions
+// of neighbours that turn one into the other.
+func editDistance(a, b string) int {
+	// d[i][j] is the distance between a[:i] and b[:j].
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
 
 // ErrHelp is returned by Parse when -h or -help was given.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,6 +194,59 @@ func TestCheckAsParse(t *testing.T) {
 		var ce *Error
 		if !errors.As(checked, &ce) || ce.Env != tc.env || !errors.Is(checked, tc.cause) || !reflect.DeepEqual(checked, parsed) {
 			t.Errorf("%s: Check() = %v, Parse of %q = %v; want the same *Error matching %v", tc.env, checked, tc.text, parsed, tc.cause)
+		}
+	}
+}
+
+// TestLoaderUnknown: a variable of the loader's prefixes that no setting reads
+// is reported once, with the setting it most likely misspells; known names,
+// the names another program reads and other prefixes are not.
+func TestLoaderUnknown(t *testing.T) {
+	l := NewLoader("test", io.Discard)
+	var ttl time.Duration
+	var n int
+	l.Seconds(&ttl, "X_COMMITTED_TTL_SECONDS", time.Second, time.Hour, "ttl")
+	l.Int(&n, "X_MAX_ENTRIES", 1, 10, "entries")
+	environ := []string{
+		"X_COMMITTED_TTL_SECONDS=5",  // known
+		"X_COMMITED_TTL_SECONDS=5",   // one letter dropped
+		"X_MAX_ENTIRES=3",            // two letters swapped
+		"X_MAX_ENTIRES=4",            // the same name again
+		"X_SOMETHING_ELSE=1",         // near nothing
+		"X_OTHER_PROGRAMS_SETTING=1", // another program's
+		"Y_COMMITED_TTL_SECONDS=5",   // another prefix
+		"X_NO_VALUE",                 // no '=': still a name
+	}
+	got := l.Unknown(environ, []string{"X_"}, []string{"X_OTHER_PROGRAMS_SETTING"})
+	want := []Unknown{
+		{Name: "X_COMMITED_TTL_SECONDS", Nearest: "X_COMMITTED_TTL_SECONDS"},
+		{Name: "X_MAX_ENTIRES", Nearest: "X_MAX_ENTRIES"},
+		{Name: "X_NO_VALUE"},
+		{Name: "X_SOMETHING_ELSE"},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Unknown = %+v, want %+v", got, want)
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0},
+		{"abc", "abc", 0},
+		{"", "abc", 3},
+		{"abc", "abd", 1},
+		{"abc", "acb", 1}, // a transposition is one edit
+		{"COMMITTED", "COMMITED", 1},
+		{"kitten", "sitting", 3},
+	} {
+		if got := editDistance(tt.a, tt.b); got != tt.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+		if got := editDistance(tt.b, tt.a); got != tt.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.b, tt.a, got, tt.want)
 		}
 	}
 }

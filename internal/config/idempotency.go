@@ -19,7 +19,7 @@ type Idempotency struct {
 	PendingWaitTimeout time.Duration // IDEMPOTENCY_PENDING_WAIT_TIMEOUT=30
 }
 
-// Names of the IDEMPOTENCY_* variables.
+// Names of the IDEMPOTENCY_* variables both daemons read.
 const (
 	EnvPendingTTL         = "IDEMPOTENCY_PENDING_TTL_SECONDS"
 	EnvCommittedTTL       = "IDEMPOTENCY_COMMITTED_TTL_SECONDS"
@@ -29,6 +29,31 @@ const (
 	EnvWaitForPending     = "IDEMPOTENCY_WAIT_FOR_PENDING"
 	EnvPendingWaitTimeout = "IDEMPOTENCY_PENDING_WAIT_TIMEOUT"
 )
+
+// Names of the IDEMPOTENCY_* variables one daemon reads. They are named here
+// with the shared ones, and the gate and the manager register them under
+// these names, so that each daemon knows the other's IDEMPOTENCY_* variables
+// and warns only about names neither reads (Loader.Unknown): one
+// environment often serves both.
+const (
+	// The gate's.
+	EnvMaxTTL        = "IDEMPOTENCY_MAX_TTL_SECONDS"
+	EnvCacheMaxBytes = "IDEMPOTENCY_MAX_BYTES"
+	// The manager's.
+	EnvLedgerMaxEntries             = "IDEMPOTENCY_LEDGER_MAX_ENTRIES"
+	EnvLedgerMaxBytes               = "IDEMPOTENCY_LEDGER_MAX_BYTES"
+	EnvLedgerTenantMaxBytes         = "IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES"
+	EnvWatermarkTTL                 = "IDEMPOTENCY_WATERMARK_TTL_SECONDS"
+	EnvWatermarkMaxClients          = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS"
+	EnvWatermarkMaxClientsPerTenant = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT"
+)
+
+// IdempotencyVariables is every IDEMPOTENCY_* variable either daemon reads.
+var IdempotencyVariables = []string{
+	EnvPendingTTL, EnvCommittedTTL, EnvRejectedTTL, EnvMaxEntries, EnvCleanupInterval, EnvWaitForPending,
+	EnvPendingWaitTimeout, EnvMaxTTL, EnvCacheMaxBytes, EnvLedgerMaxEntries, EnvLedgerMaxBytes,
+	EnvLedgerTenantMaxBytes, EnvWatermarkTTL, EnvWatermarkMaxClients, EnvWatermarkMaxClientsPerTenant,
+}
 
 // DefaultIdempotency returns the defaults of the IDEMPOTENCY_* settings.
 func DefaultIdempotency() Idempotency {

@@ -40,7 +40,7 @@ const (
 	EnvGossipAdvertise   = "GATE_GOSSIP_ADVERTISE"
 	EnvGossipKey         = "GATE_GOSSIP_KEY"
 	EnvGossipProfile     = "GATE_GOSSIP_PROFILE"
-	EnvMaxTTL            = "IDEMPOTENCY_MAX_TTL_SECONDS"
+	EnvMaxTTL            = config.EnvMaxTTL
 	EnvFederationSettle  = "GATE_FEDERATION_SETTLE_SECONDS"
 )
 
@@ -52,7 +52,7 @@ const (
 	MaxBodyBytes = 8 << 20
 	// EnvCacheMaxBytes bounds the bytes of the gate's idempotency cache, and
 	// DefaultCacheMaxBytes is its default (256 MiB).
-	EnvCacheMaxBytes     = "IDEMPOTENCY_MAX_BYTES"
+	EnvCacheMaxBytes     = config.EnvCacheMaxBytes
 	DefaultCacheMaxBytes = 256 << 20
 	// DefaultMaxBodyBytes is the contract's default: 1 MiB for the whole body.
 	DefaultMaxBodyBytes = 1 << 20
@@ -239,6 +239,16 @@ func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writ
 		return c, err
 	}
 	return c, c.Validate()
+}
+
+// UnknownVariables returns the GATE_* and IDEMPOTENCY_* variables of environ
+// that neither daemon reads (config.Loader.Unknown): Main logs a warning for
+// each, with the setting it probably misspells.
+func UnknownVariables(environ []string) []config.Unknown {
+	c := DefaultConfig()
+	l := config.NewLoader("gate", io.Discard)
+	Register(l, &c)
+	return l.Unknown(environ, []string{"GATE_", "IDEMPOTENCY_"}, config.IdempotencyVariables)
 }
 
 // CheckSecurity applies config.CheckSecurity to the gate's settings: a gate

@@ -73,6 +73,9 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	if mode == config.ModeInsecure {
 		logger.Warn(EnvInsecure + "=true: " + config.InsecureWarning)
 	}
+	for _, u := range UnknownVariables(environ) {
+		logger.Warn("unknown variable ignored", logging.KeyVariable, u.Name, logging.KeyNearest, u.Nearest)
+	}
 	if cfg.ClusterSecretFile != "" {
 		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
 		if err != nil {

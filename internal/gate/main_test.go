@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -157,6 +158,50 @@ func TestMainServesAndStops(t *testing.T) {
 	cancel()
 	if code := <-exit; code != ExitOK {
 		t.Fatalf("exit %d after shutdown", code)
+	}
+}
+
+// TestMainWarnsOfUnknownVariables: a GATE_* or IDEMPOTENCY_* variable that
+// neither daemon reads is logged as ignored, with the setting it misspells;
+// the manager's variables, which one environment may hold for both, are not.
+func TestMainWarnsOfUnknownVariables(t *testing.T) {
+	logs := &logLines{addr: make(chan string, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exit := make(chan int, 1)
+	env := []string{"GATE_LISTEN_ADDR=127.0.0.1:0", "GATE_INSECURE=true", "GATE_LOG_FORMAT=json",
+		"IDEMPOTENCY_COMMITED_TTL_SECONDS=5", "GATE_MAX_BODDY_BYTES=2048", // misspelled
+		"IDEMPOTENCY_LEDGER_MAX_ENTRIES=10", "MANAGER_NODE_ID=m1"} // the manager's
+	go func() { exit <- Main(ctx, nil, env, io.Discard, logs) }()
+	select {
+	case <-logs.addr:
+	case code := <-exit:
+		t.Fatalf("Main exited %d before serving", code)
+	}
+	cancel()
+	if code := <-exit; code != ExitOK {
+		t.Fatalf("exit %d after shutdown", code)
+	}
+	type warning struct {
+		Variable   string `json:"variable"`
+		DidYouMean string `json:"did_you_mean"`
+	}
+	var got []warning
+	for _, line := range logs.lines {
+		var rec struct {
+			Msg string `json:"msg"`
+			warning
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "unknown variable ignored" {
+			got = append(got, rec.warning)
+		}
+	}
+	want := []warning{
+		{"GATE_MAX_BODDY_BYTES", EnvMaxBodyBytes},
+		{"IDEMPOTENCY_COMMITED_TTL_SECONDS", config.EnvCommittedTTL},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("warnings %+v, want %+v; logs:\n%s", got, want, strings.Join(logs.lines, "\n"))
 	}
 }
 

@@ -46,6 +46,8 @@ const (
 	KeyVoters      = "voters"       // number of voters
 	KeyAlive       = "alive"        // number of alive members or voters
 	KeyClockOffset = "clock_offset" // a clock offset (a duration: their clock minus ours)
+	KeyVariable    = "variable"     // an environment variable's name
+	KeyNearest     = "did_you_mean" // the known name an unknown one probably misspells
 	KeyExtraValue  = "EXTRA_VALUE_AT_END"
 
 	// HTTP access and error logs (the gate's API, the manager's RPC listener).

@@ -133,9 +133,9 @@ const (
 	EnvMaxQueuedJobs                = "MANAGER_MAX_QUEUED_JOBS"
 	EnvJobRetention                 = "MANAGER_JOB_RETENTION_SECONDS"
 	EnvAllowedJobTypes              = "MANAGER_ALLOWED_JOB_TYPES"
-	EnvLedgerMaxEntries             = "IDEMPOTENCY_LEDGER_MAX_ENTRIES"
-	EnvWatermarkTTL                 = "IDEMPOTENCY_WATERMARK_TTL_SECONDS"
-	EnvWatermarkMaxClients          = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS"
+	EnvLedgerMaxEntries             = config.EnvLedgerMaxEntries
+	EnvWatermarkTTL                 = config.EnvWatermarkTTL
+	EnvWatermarkMaxClients          = config.EnvWatermarkMaxClients
 	EnvApplyTimeout                 = "MANAGER_APPLY_TIMEOUT"
 	EnvQueueJobs                    = "MANAGER_JOB_QUEUE"
 	EnvJobMaxAttempts               = "MANAGER_JOB_MAX_ATTEMPTS"
@@ -145,9 +145,9 @@ const (
 	EnvJobLeaseMin                  = "MANAGER_JOB_LEASE_MIN"
 	EnvJobLeaseMax                  = "MANAGER_JOB_LEASE_MAX"
 	EnvMaxClockOffset               = "MANAGER_MAX_CLOCK_OFFSET"
-	EnvLedgerMaxBytes               = "IDEMPOTENCY_LEDGER_MAX_BYTES"
-	EnvLedgerTenantMaxBytes         = "IDEMPOTENCY_LEDGER_TENANT_MAX_BYTES"
-	EnvWatermarkMaxClientsPerTenant = "IDEMPOTENCY_WATERMARK_MAX_CLIENTS_PER_TENANT"
+	EnvLedgerMaxBytes               = config.EnvLedgerMaxBytes
+	EnvLedgerTenantMaxBytes         = config.EnvLedgerTenantMaxBytes
+	EnvWatermarkMaxClientsPerTenant = config.EnvWatermarkMaxClientsPerTenant
 	EnvBatchMaxItems                = "MANAGER_BATCH_MAX_ITEMS"
 	EnvOutboxMaxEntries             = "MANAGER_OUTBOX_MAX_ENTRIES"
 	EnvBatchMaxBytes                = "MANAGER_BATCH_MAX_BYTES"
@@ -314,6 +314,16 @@ func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writ
 	}
 	c = c.withDefaults()
 	return c, c.Validate()
+}
+
+// UnknownVariables returns the MANAGER_* and IDEMPOTENCY_* variables of
+// environ that neither daemon reads (config.Loader.Unknown): the daemon logs
+// a warning for each, with the setting it probably misspells.
+func UnknownVariables(environ []string) []config.Unknown {
+	c := defaults()
+	l := config.NewLoader("manager", io.Discard)
+	Register(l, &c)
+	return l.Unknown(environ, []string{"MANAGER_", "IDEMPOTENCY_"}, config.IdempotencyVariables)
 }
 
 // withDefaults fills the settings derived from others when they were not

@@ -84,6 +84,9 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	if mode == config.ModeInsecure {
 		log.Warn(manager.EnvInsecure + "=true: " + config.InsecureWarning)
 	}
+	for _, u := range manager.UnknownVariables(environ) {
+		log.Warn("unknown variable ignored", logging.KeyVariable, u.Name, logging.KeyNearest, u.Nearest)
+	}
 	if err := run(ctx, cfg, log, opts); err != nil {
 		log.Error("manager failed", logging.KeyError, err)
 		if errors.Is(err, config.ErrInvalid) {
