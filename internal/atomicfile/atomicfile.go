@@ -11,7 +11,9 @@
 package atomicfile
 
 import (
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -58,6 +60,34 @@ func WriteBytes(path string, data []byte) error {
 		_, err := w.Write(data)
 		return err
 	})
+}
+
+// MkdirAll creates dir and any missing parents, as os.MkdirAll does, and
+// makes each directory it creates durable by fsyncing its parent: a crash
+// after MkdirAll returns cannot take away the directory, and with it what is
+// later made durable inside it (a node's first Raft log, its ledger).
+func MkdirAll(dir string, perm os.FileMode) error {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	for _, d := range missing {
+		if err := SyncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SyncDir fsyncs a directory, making the entries created, renamed or removed

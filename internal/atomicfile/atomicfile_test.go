@@ -73,3 +73,26 @@ func TestWriteIntoMissingDirectory(t *testing.T) {
 		t.Fatalf("Write into a missing directory = %v, want ErrNotExist", err)
 	}
 }
+
+// TestMkdirAll: MkdirAll creates the missing directories as os.MkdirAll does,
+// is a no-op on an existing one and fails where a file stands in the way. (The
+// fsync of each new directory's parent cannot be observed without a crash.)
+func TestMkdirAll(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "a", "b", "c")
+	for range 2 {
+		if err := MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			t.Fatalf("stat %s: %v, %v", dir, st, err)
+		}
+	}
+	file := filepath.Join(root, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirAll(filepath.Join(file, "d"), 0o750); err == nil {
+		t.Fatal("MkdirAll under a file: no error")
+	}
+}

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -26,6 +25,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/once-dev/once/internal/atomicfile"
 	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/ledger"
@@ -188,7 +188,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.clock.src = deps.Clock
 
 	raftDir := filepath.Join(cfg.DataDir, "raft")
-	if err := os.MkdirAll(raftDir, 0o755); err != nil {
+	if err := atomicfile.MkdirAll(raftDir, 0o755); err != nil {
 		return nil, fmt.Errorf("manager: data dir: %w", err)
 	}
 	var err error
@@ -212,6 +212,11 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	hcl := logging.HCLog(m.log, "raft")
 	if m.snaps, err = raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hcl.Named("snapshots")); err != nil {
 		return nil, fmt.Errorf("manager: open snapshot store: %w", err)
+	}
+	// bbolt and the snapshot store create stable.db and snapshots/ without
+	// fsyncing raftDir: a crash could lose the node's vote with the file.
+	if err := atomicfile.SyncDir(raftDir); err != nil {
+		return nil, fmt.Errorf("manager: data dir: %w", err)
 	}
 	if m.transport, err = newTransport(cfg, deps, hcl); err != nil {
 		return nil, fmt.Errorf("manager: %w", err)

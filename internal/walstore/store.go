@@ -145,7 +145,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.SegmentSize == 0 {
 		opts.SegmentSize = DefaultSegmentSize
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := atomicfile.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("walstore: create %s: %w", dir, err)
 	}
 	s := &Store{

@@ -159,7 +159,7 @@ const currentFile = "CURRENT"
 // before CURRENT names it: a first Open that fails or is killed before
 // CURRENT is written leaves no CURRENT, and the next Open starts afresh.
 func Open(dir string, opts Options) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := atomicfile.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
 	gen, first := 1, false
