@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/membership"
@@ -227,6 +228,14 @@ func (o operator) Restore(ctx context.Context, r io.Reader) error {
 	meta, state, err := readArchive(r, maxRestoreBytes)
 	if err != nil {
 		return rpc.Errorf(rpc.CodeInvalid, "%v", err)
+	}
+	// raft.Restore stores the state as the newest snapshot before the ledger
+	// reads it, and panics when the ledger refuses it: a state this build
+	// does not read (a newer build's format, a damaged one under good
+	// checksums) would crash the leader and leave it a snapshot it cannot
+	// start from. Decode it into a throwaway ledger first.
+	if err := ledger.New(ledger.Options{}).Restore(io.NopCloser(bytes.NewReader(state))); err != nil {
+		return rpc.Errorf(rpc.CodeInvalid, "%v: state.bin: %v", ErrBadArchive, err)
 	}
 	if err := o.m.Raft().Restore(meta, bytes.NewReader(state), time.Minute); err != nil {
 		return rpc.Errorf(rpc.CodeUnavailable, "restoring: %v", err)
