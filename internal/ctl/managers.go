@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -115,16 +116,28 @@ func clusterCmd(g *globals) *cobra.Command {
 					Status *rpc.Status `json:"status,omitempty"`
 					Error  string      `json:"error,omitempty"`
 				}
-				var rows []row
+				// Every manager is asked at once: asked in turn, one that
+				// never answers would take the whole --timeout, and every
+				// manager after it would be shown as failed.
+				rows := make([]row, len(g.managers))
+				var wg sync.WaitGroup
+				for i, a := range g.managers {
+					wg.Go(func() {
+						rows[i].Addr = a
+						st, err := mc.StatusOf(ctx, a)
+						if err != nil {
+							rows[i].Error = err.Error()
+							return
+						}
+						rows[i].Status = st
+					})
+				}
+				wg.Wait()
 				failed := 0
-				for _, a := range g.managers {
-					st, err := mc.StatusOf(ctx, a)
-					if err != nil {
-						rows = append(rows, row{Addr: a, Error: err.Error()})
+				for _, r := range rows {
+					if r.Status == nil {
 						failed++
-						continue
 					}
-					rows = append(rows, row{Addr: a, Status: st})
 				}
 				if err := g.print(rows, func(w *tabwriter.Writer) {
 					fmt.Fprintln(w, "MANAGER\tADDR\tDC\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tVOTERS")
