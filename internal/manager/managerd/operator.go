@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -138,11 +139,56 @@ func (o operator) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult,
 	if _, err := o.server(id); err != nil {
 		return nil, err
 	}
+	if err := o.checkQuorumWithout(ctx, id); err != nil {
+		return nil, err
+	}
 	if err := o.m.Raft().RemoveServer(raft.ServerID(id), 0, operatorTimeout).Error(); err != nil {
 		return nil, o.m.ApplyError(err)
 	}
 	_, leader := o.m.Raft().LeaderWithID()
 	return &rpcpb.PeerResult{Done: "removed " + id, Leader: string(leader)}, nil
+}
+
+// checkQuorumWithout refuses to remove id when the voters left after it
+// would not hold a quorum of healthy ones by the leader's autopilot: Raft
+// counts the new configuration's quorum from the moment the leader appends
+// it, so such a removal (a live manager taken out while another is dead, or
+// the leader while the last other voter is dead) can neither commit nor let
+// any manager win an election after it: the datacenter would have no leader
+// until the dead ones came back. Without an autopilot view yet, nothing is
+// refused.
+func (o operator) checkQuorumWithout(ctx context.Context, id string) error {
+	st, err := o.m.Status(ctx)
+	if err != nil || st.Autopilot == nil {
+		return nil
+	}
+	healthy := map[string]bool{}
+	for _, s := range st.Autopilot.Servers {
+		healthy[s.ID] = s.Healthy
+	}
+	f := o.m.Raft().GetConfiguration()
+	if err := f.Error(); err != nil {
+		return o.m.ApplyError(err)
+	}
+	var left, ok []string
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == id {
+			continue
+		}
+		left = append(left, string(s.ID))
+		if healthy[string(s.ID)] {
+			ok = append(ok, string(s.ID))
+		}
+	}
+	if len(left) == 0 {
+		return rpc.Errorf(rpc.CodeInvalid, "%s is the last voter: a group without voters has no leader", id)
+	}
+	if quorum := len(left)/2 + 1; len(ok) < quorum {
+		return rpc.Errorf(rpc.CodeInvalid, "removing %s would leave %d healthy voter(s) of %d (%s healthy), fewer than the %d a quorum needs: "+
+			"the group could neither commit the removal nor elect a leader until the others came back; remove the dead managers first (raft peers lists them)",
+			id, len(ok), len(left), strings.Join(ok, ","), quorum)
+	}
+	return nil
 }
 
 // TransferLeader hands leadership to id, or to the most up-to-date voter when

@@ -3,11 +3,15 @@ package managerd
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
+	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
@@ -109,4 +113,128 @@ func TestRestoreKeepsTheArchivesJobs(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// groupMember is one manager of startGroup, with its membership side.
+type groupMember struct {
+	m    *manager.Manager
+	stop func() // as on SIGTERM without leaving: the pool and Raft stop
+}
+
+// startGroup starts n managers as managerd does (gossip pool, autopilot
+// bootstrap with MANAGER_BOOTSTRAP_EXPECT=n, Raft over TCP) and waits for a
+// leader whose autopilot finds all n healthy.
+func startGroup(t *testing.T, n int) []groupMember {
+	t.Helper()
+	var out []groupMember
+	var seed string
+	for i := range n {
+		c := manager.DefaultConfig()
+		c.NodeID = fmt.Sprintf("m%d", i+1)
+		c.DataDir = filepath.Join(t.TempDir(), c.NodeID)
+		c.RaftAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+		c.RaftAdvertise = c.RaftAddr
+		c.RPCAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+		c.RPCAdvertise = c.RPCAddr
+		c.GossipAddr = freeGossipAddr(t)
+		c.GossipProfile = membership.ProfileTest
+		c.BootstrapExpect = n
+		c.DeadServerGrace = time.Hour // the autopilot removes no one while the test runs
+		if seed != "" {
+			c.Join = []string{seed}
+		}
+		seed = c.GossipAddr
+		c.HeartbeatTimeout = 500 * time.Millisecond
+		c.ElectionTimeout = 500 * time.Millisecond
+		c.LeaderLeaseTimeout = 250 * time.Millisecond
+		log := testutil.Logger(t).With("manager", c.NodeID)
+		lan := &lanView{}
+		m, err := manager.New(c, manager.Deps{Logger: log, Peers: lan, Clock: lan})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cluster, err := startCluster(t.Context(), c, "", time.Now, m, lan, log)
+		if err != nil {
+			_ = m.Close()
+			t.Fatal(err)
+		}
+		stop := sync.OnceFunc(func() {
+			cluster.stop()
+			_ = m.Close()
+		})
+		t.Cleanup(stop)
+		out = append(out, groupMember{m: m, stop: stop})
+	}
+	groupLeader(t, out, n)
+	return out
+}
+
+// groupLeader waits for the leader of g whose autopilot finds want servers
+// healthy, and returns it.
+func groupLeader(t *testing.T, g []groupMember, want int) *manager.Manager {
+	t.Helper()
+	var leader *manager.Manager
+	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+		for _, x := range g {
+			st, err := x.m.Status(t.Context())
+			if err != nil || !st.IsLeader || st.Autopilot == nil {
+				continue
+			}
+			healthy := 0
+			for _, s := range st.Autopilot.Servers {
+				if s.Healthy {
+					healthy++
+				}
+			}
+			if healthy == want {
+				leader = x.m
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("a leader whose autopilot finds %d managers healthy", want)
+	})
+	return leader
+}
+
+// TestRemovePeerKeepsAQuorum: with one of three managers dead, removing a
+// live one would leave two voters, one of them dead: Raft could commit
+// neither the removal nor anything after it, and nobody could be elected.
+// It is refused, nothing changes and the leader still admits; removing the
+// dead one is done, and the group keeps its leader.
+func TestRemovePeerKeepsAQuorum(t *testing.T) {
+	g := startGroup(t, 3)
+	leader := groupLeader(t, g, 3)
+	var dead, live *manager.Manager
+	for _, x := range g {
+		switch {
+		case x.m == leader:
+		case dead == nil:
+			dead = x.m
+			x.stop()
+		default:
+			live = x.m
+		}
+	}
+	if l := groupLeader(t, g, 2); l != leader {
+		t.Fatalf("the leader changed to %s", l.Config().NodeID)
+	}
+	op := operatorOf(t, leader)
+	_, err := op.RemovePeer(t.Context(), live.Config().NodeID)
+	wantCode(t, "remove the live follower", err, rpc.CodeInvalid)
+	_, err = op.RemovePeer(t.Context(), leader.Config().NodeID)
+	wantCode(t, "remove the leader", err, rpc.CodeInvalid)
+	submit(t, leader, "after-refusals")
+	if st, err := leader.Status(t.Context()); err != nil || len(st.Voters) != 3 {
+		t.Fatalf("voters after the refusals: %+v %v", st, err)
+	}
+
+	res, err := op.RemovePeer(t.Context(), dead.Config().NodeID)
+	if err != nil {
+		t.Fatalf("remove the dead manager: %v", err)
+	}
+	t.Logf("%s, leader %s", res.Done, res.Leader)
+	submit(t, leader, "after-removal")
+	if st, err := leader.Status(t.Context()); err != nil || len(st.Voters) != 2 {
+		t.Fatalf("voters after removing %s: %+v %v", dead.Config().NodeID, st, err)
+	}
 }
