@@ -21,6 +21,10 @@ import (
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
+// ErrNoManagerLeader: cluster status reached managers, but none of them knows
+// a leader of its datacenter.
+var ErrNoManagerLeader = errors.New("no manager that answered knows a leader")
+
 // managerClient is the managers' client (rpc.Client, the gates' own) with
 // oncectl's credentials; a call makes at most two attempts per manager
 // given, "not leader" hints followed, each bounded by --timeout.
@@ -156,7 +160,12 @@ func clusterCmd(g *globals) *cobra.Command {
 				if failed == len(rows) {
 					return errors.New("no manager answered")
 				}
-				return nil
+				for _, r := range rows {
+					if r.Status != nil && r.Status.LeaderID != "" {
+						return nil
+					}
+				}
+				return ErrNoManagerLeader
 			})
 		},
 	}

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // hungStatus is a manager whose Status never answers (a manager stuck, or
@@ -58,6 +60,37 @@ func TestClusterStatusAroundAHungManager(t *testing.T) {
 			t.Errorf("the hung manager's row: %+v; want an error", r)
 		case i > 0 && (r.Status == nil || r.Status.NodeID != c.Managers[i].Config().NodeID):
 			t.Errorf("manager %s's row: %+v; want its status", c.Addrs[i], r)
+		}
+	}
+}
+
+// TestClusterStatusWithoutLeaderExits1: every manager answers, none knows a
+// leader (their Raft links are cut): the table is printed, and the exit code
+// says the datacenter has no leader, as for cluster view.
+func TestClusterStatusWithoutLeaderExits1(t *testing.T) {
+	t.Setenv(EnvOperatorSecretFile, "")
+	t.Setenv(EnvClusterSecretFile, "")
+	t.Setenv(EnvCACert, "")
+	c := managertest.Start(t, managertest.Options{Managers: 3})
+	for _, tr := range c.Transports {
+		tr.DisconnectAll()
+	}
+	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
+		for _, m := range c.Managers {
+			if st, err := m.Status(t.Context()); err != nil || st.LeaderID != "" {
+				return false, "every manager to have lost its leader"
+			}
+		}
+		return true, ""
+	})
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), []string{"--managers", strings.Join(c.Addrs, ","), "--insecure", "cluster", "status"}, &stdout, &stderr)
+	if code != ExitFailure || !strings.Contains(stderr.String(), ErrNoManagerLeader.Error()) {
+		t.Fatalf("exit %d; want %d naming the missing leader: %s", code, ExitFailure, stderr.String())
+	}
+	for _, m := range c.Managers {
+		if !strings.Contains(stdout.String(), m.Config().NodeID) {
+			t.Errorf("the table does not show %s:\n%s", m.Config().NodeID, stdout.String())
 		}
 	}
 }
