@@ -21,8 +21,8 @@ import (
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
-// ErrNoManagerLeader: cluster status reached managers, but none of them knows
-// a leader of its datacenter.
+// ErrNoManagerLeader: cluster status or raft peers reached managers, but
+// none of them knows a leader of its datacenter.
 var ErrNoManagerLeader = errors.New("no manager that answered knows a leader")
 
 // managerClient is the managers' client (rpc.Client, the gates' own) with
@@ -241,7 +241,7 @@ func raftCmd(g *globals) *cobra.Command {
 				if st.Autopilot != nil {
 					out["failure_tolerance"] = st.Autopilot.FailureTolerance
 				}
-				return g.print(out, func(w *tabwriter.Writer) {
+				err = g.print(out, func(w *tabwriter.Writer) {
 					fmt.Fprintln(w, "ID\tADDRESS\tRAFT STATE\tGOSSIP\tHEALTHY")
 					for _, p := range ps {
 						h := "-"
@@ -258,6 +258,12 @@ func raftCmd(g *globals) *cobra.Command {
 						}
 					}
 				})
+				if err == nil && st.LeaderID == "" {
+					// The voters of a manager without a leader: printed, and
+					// the exit code says the datacenter has none.
+					err = ErrNoManagerLeader
+				}
+				return err
 			})
 		},
 	}

@@ -65,8 +65,9 @@ func TestClusterStatusAroundAHungManager(t *testing.T) {
 }
 
 // TestClusterStatusWithoutLeaderExits1: every manager answers, none knows a
-// leader (their Raft links are cut): the table is printed, and the exit code
-// says the datacenter has no leader, as for cluster view.
+// leader (their Raft links are cut): cluster status and raft peers print
+// their tables, and the exit code says the datacenter has no leader, as for
+// cluster view.
 func TestClusterStatusWithoutLeaderExits1(t *testing.T) {
 	t.Setenv(EnvOperatorSecretFile, "")
 	t.Setenv(EnvClusterSecretFile, "")
@@ -83,14 +84,16 @@ func TestClusterStatusWithoutLeaderExits1(t *testing.T) {
 		}
 		return true, ""
 	})
-	var stdout, stderr bytes.Buffer
-	code := Main(context.Background(), []string{"--managers", strings.Join(c.Addrs, ","), "--insecure", "cluster", "status"}, &stdout, &stderr)
-	if code != ExitFailure || !strings.Contains(stderr.String(), ErrNoManagerLeader.Error()) {
-		t.Fatalf("exit %d; want %d naming the missing leader: %s", code, ExitFailure, stderr.String())
-	}
-	for _, m := range c.Managers {
-		if !strings.Contains(stdout.String(), m.Config().NodeID) {
-			t.Errorf("the table does not show %s:\n%s", m.Config().NodeID, stdout.String())
+	for _, cmd := range [][]string{{"cluster", "status"}, {"raft", "peers"}} {
+		var stdout, stderr bytes.Buffer
+		code := Main(context.Background(), append([]string{"--managers", strings.Join(c.Addrs, ","), "--insecure"}, cmd...), &stdout, &stderr)
+		if code != ExitFailure || !strings.Contains(stderr.String(), ErrNoManagerLeader.Error()) {
+			t.Fatalf("%s: exit %d; want %d naming the missing leader: %s", cmd, code, ExitFailure, stderr.String())
+		}
+		for _, m := range c.Managers {
+			if !strings.Contains(stdout.String(), m.Config().NodeID) {
+				t.Errorf("%s: the table does not show %s:\n%s", cmd, m.Config().NodeID, stdout.String())
+			}
 		}
 	}
 }
