@@ -191,3 +191,29 @@ func TestRunGroupsCompletionsThroughARealGate(t *testing.T) {
 		}
 	}
 }
+
+// Fail with a message over api.MaxJobErrorBytes whose cut falls inside a
+// multi-byte character: the client cuts it at a character boundary, so
+// the gate takes it (a byte cut travels as U+FFFD, 3 bytes a byte, and
+// went over the bound: 400 invalid_request, the failure unrecorded).
+func TestFailCutsALongMessageAtACharacter(t *testing.T) {
+	url := realGate(t, nil)
+	submitJobs(t, url, "x", 1)
+	c, err := New([]string{url}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	leases, err := c.Lease(ctx, LeaseOptions{})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("leases %+v: %v", leases, err)
+	}
+	msg := "x" + strings.Repeat("é", api.MaxJobErrorBytes) // byte MaxJobErrorBytes is inside an "é"
+	job, err := c.Fail(ctx, leases[0].Job.JobID, leases[0].LeaseID, msg, false)
+	if err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	if len(job.Error) > api.MaxJobErrorBytes || !strings.HasPrefix(msg, job.Error) {
+		t.Fatalf("the job's error (%d bytes) is not a prefix of the message within the bound", len(job.Error))
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/once-dev/once/pkg/api"
 )
@@ -154,7 +155,14 @@ func (c *Client) CompleteMany(ctx context.Context, items []Completion) ([]Comple
 // failed at once (retry false).
 func (c *Client) Fail(ctx context.Context, jobID, leaseID, message string, retry bool) (*api.Job, error) {
 	if len(message) > api.MaxJobErrorBytes {
-		message = message[:api.MaxJobErrorBytes]
+		// Cut at a character: a cut inside one would travel as U+FFFD (3
+		// bytes for each byte left of it) and bring the message over the
+		// bound the gate enforces (400 invalid_request, nothing recorded).
+		n := api.MaxJobErrorBytes
+		for n > 0 && !utf8.RuneStart(message[n]) {
+			n--
+		}
+		message = message[:n]
 	}
 	return post[api.Job](ctx, c, 0, jobPath(jobID, "fail"), api.FailRequest{LeaseID: leaseID, Error: message, Retry: &retry})
 }
