@@ -119,7 +119,11 @@ func (c *Client) workerCall(ctx context.Context, what string, item *rpcpb.Submit
 	}
 	var res *rpcpb.SubmitResult
 	err := c.retry(ctx, what, func(addr string) error {
-		r, err := c.streamAttempt(ctx, addr, what, item, size, 0)
+		// Each attempt sends an item of its own (streamAttempt's rule): the
+		// lane writes the item's id and timeout as it sends it, and the lane
+		// of an attempt that timed out may still be encoding its copy.
+		it := &rpcpb.SubmitItem{Heartbeat: item.GetHeartbeat(), Complete: item.GetComplete(), Fail: item.GetFail()}
+		r, err := c.streamAttempt(ctx, addr, what, it, size, 0)
 		res = r
 		return err
 	})
