@@ -138,7 +138,8 @@ func (c *Client) Submit(ctx context.Context, job api.JobRequest) (*Result, error
 }
 
 // SubmitWithKey submits job with key. Transient answers (503, 409
-// request_in_progress, connection errors, attempt timeouts) are retried with
+// request_in_progress, 422 idempotency_key_claimed, connection errors,
+// attempt timeouts) are retried with
 // the same key and the same body bytes, on the next gate each time. Any other
 // problem is returned at once as an *Error; when the attempts or the context
 // run out, the last error is returned (wrapping ctx.Err() when the context
@@ -348,6 +349,10 @@ func transient(e *Error) bool {
 		return true
 	case http.StatusConflict:
 		return e.Code == api.CodeRequestInProgress
+	case http.StatusUnprocessableEntity:
+		// Another datacenter's concurrent first attempt holds the key; the
+		// same key again gets its job's answer (docs/api.md, Datacenters).
+		return e.Code == api.CodeIdempotencyKeyClaimed
 	}
 	return false
 }

@@ -414,3 +414,40 @@ func TestDefaultTransportReusesConnections(t *testing.T) {
 		t.Fatalf("%d rounds of %d concurrent calls opened %d connections, want %d to %d", rounds, concurrent, n, concurrent, 2*concurrent)
 	}
 }
+
+// A 422 idempotency_key_claimed says another datacenter's concurrent first
+// attempt won the key, and that a retry with the same key gets that job's
+// answer (docs/api.md): Submit retries it with the same key and body and
+// returns the job, rather than an error for a job that exists.
+func TestSubmitRetriesAClaimedKeyForItsJob(t *testing.T) {
+	var s seen
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.record(r)
+		if n.Add(1) == 1 {
+			writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyClaimed, "")
+			return
+		}
+		writeJob(w, true)
+	}))
+	defer srv.Close()
+	c, err := New([]string{srv.URL}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+	if err != nil {
+		t.Fatalf("SubmitWithKey: %v", err)
+	}
+	if res.Job.JobID != "j1" || !res.Replayed {
+		t.Fatalf("result %+v", res)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.keys) != 2 || s.keys[1] != testKey || s.bodies[1] != s.bodies[0] {
+		t.Fatalf("attempts: keys %q bodies %q", s.keys, s.bodies)
+	}
+	if !errors.Is(&Error{Status: 422, Code: api.CodeIdempotencyKeyClaimed}, ErrKeyClaimed) {
+		t.Fatal("ErrKeyClaimed does not match idempotency_key_claimed")
+	}
+}

@@ -58,11 +58,15 @@ var (
 	ErrBodyTooLarge         = &sentinel{api.CodeBodyTooLarge}
 	ErrUnsupportedMediaType = &sentinel{api.CodeUnsupportedMediaType}
 	ErrKeyReused            = &sentinel{api.CodeIdempotencyKeyReused}
-	ErrJobRejected          = &sentinel{api.CodeJobRejected}
-	ErrInternal             = &sentinel{api.CodeInternal}
-	ErrUnavailable          = &sentinel{api.CodeUnavailable}
-	ErrTenantQuotaExceeded  = &sentinel{api.CodeTenantQuotaExceeded}
-	ErrResponseTooLarge     = &sentinel{api.CodeResponseTooLarge}
+	// ErrKeyClaimed: another datacenter's concurrent first attempt of the
+	// key won it (an omitted datacenters list in a federation); a retry
+	// with the same key gets that job's answer, and Submit makes it.
+	ErrKeyClaimed          = &sentinel{api.CodeIdempotencyKeyClaimed}
+	ErrJobRejected         = &sentinel{api.CodeJobRejected}
+	ErrInternal            = &sentinel{api.CodeInternal}
+	ErrUnavailable         = &sentinel{api.CodeUnavailable}
+	ErrTenantQuotaExceeded = &sentinel{api.CodeTenantQuotaExceeded}
+	ErrResponseTooLarge    = &sentinel{api.CodeResponseTooLarge}
 	// ErrLeaseLost: a worker call named a lease that is no longer the job's
 	// current one; stop working on the job (Run does).
 	ErrLeaseLost = &sentinel{api.CodeLeaseLost}
