@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -305,5 +306,47 @@ func TestMultiDC3RejectedInOne(t *testing.T) {
 	}
 	if n := f.jobs(); n != [3]int{1, 1, 1} {
 		t.Fatalf("datacenters hold %v jobs, want 1, 1 (the earlier one), 1", n)
+	}
+}
+
+// TestMultiDC3OmittedListRetryThroughAnotherHome: an omitted-list submission
+// through dc3's gate while dc2 is unreachable is 503 and leaves dc3's claim in
+// dc1. Its retry through dc2's gate finds nothing in dc2's ledger, so dc2 is
+// its home: dc2's claim replaces dc3's in dc1 (dc2 sorts first) and the job is
+// made in dc2, once. Before claims gave way, every retry through every gate
+// was 422 idempotency_key_claimed until the claims expired. Every gate then
+// answers the same job.
+func TestMultiDC3OmittedListRetryThroughAnotherHome(t *testing.T) {
+	f := startFederation3(t, [3]managertest.Options{}, func(cfg *Config, deps *Deps) {
+		cfg.ForwardTimeout = 300 * time.Millisecond
+	})
+	const body = `{"type":"x","payload":{"n":7}}`
+	f.m[1].SetSubmitHook(unavailable)
+	wantProblem(t, f.g[2].submit(t, skey(7), body), http.StatusServiceUnavailable, api.CodeUnavailable)
+	if e, ok := f.m[0].FSM().Entry(api.DefaultTenant, skey(7)); !ok || e.Home() != "dc3" {
+		t.Fatalf("dc1's entry after the first attempt: %+v, %v; want dc3's claim", e, ok)
+	}
+	f.m[1].SetSubmitHook(nil)
+
+	first := f.g[1].submit(t, skey(7), body)
+	job := wantJob(t, first, http.StatusCreated)
+	if _, ok := job.Datacenters["dc2"]; len(job.Datacenters) != 1 || !ok {
+		t.Fatalf("job %+v, want one run in dc2", job)
+	}
+	for i, tg := range f.g {
+		again := tg.submit(t, skey(7), body)
+		wantStatus(t, again, http.StatusCreated)
+		if wantJob(t, again, http.StatusCreated).JobID != job.JobID {
+			t.Fatalf("through dc%d's gate: %s; want job %s", i+1, again.body, job.JobID)
+		}
+	}
+	if n := f.jobs(); n != [3]int{0, 1, 0} {
+		t.Fatalf("datacenters hold %v jobs, want dc2's alone", n)
+	}
+	for i, m := range f.m {
+		e, ok := m.FSM().Entry(api.DefaultTenant, skey(7))
+		if !ok || e.JobID != job.JobID || !slices.Equal(e.Request.Datacenters, []string{"dc2"}) {
+			t.Fatalf("dc%d's entry %+v, %v; want dc2's job or claim", i+1, e, ok)
+		}
 	}
 }

@@ -24,9 +24,11 @@ import (
 // through any gate of any datacenter finds the key and is answered by the
 // home: the first answer, never a second job.
 
-// maxHomeRounds bounds how many homes one submission tries: its own
+// maxHomeRounds bounds how many homes one submission tries (its own
 // datacenter's, or the home of a claim its datacenter holds, and then the
-// homes that claims it meets name.
+// homes that claims it meets name) when its view knows fewer datacenters.
+// Each next home sorts before the last (a claim gives way to one for a home
+// that sorts first, ledger.Claim), so one round per datacenter is enough.
 const maxHomeRounds = 3
 
 // federated reports whether the gate knows a datacenter other than its own:
@@ -87,7 +89,7 @@ func (g *Gate) submitOmitted(ctx context.Context, req *rpcpb.SubmitRequest) (*rp
 	if req.ExpiryBasisUnixNanos == 0 {
 		req.ExpiryBasisUnixNanos = g.now().UnixNano()
 	}
-	for range maxHomeRounds {
+	for range max(maxHomeRounds, len(g.otherDatacenters())+1) {
 		resp, next, err := g.homeRound(ctx, req, home)
 		if err != nil || next == "" {
 			return resp, err

@@ -14,10 +14,13 @@ package ledger
 //
 // Semantics, in this order:
 //  1. An entry of the key that is due (ExpiresAt <= Now) is removed first, with
-//     exactly Expire's effects.
-//  2. A live entry with the same Fingerprint: OutcomeExists (a claim, of this
-//     Home or another, or this datacenter's own entry); another fingerprint:
-//     OutcomeKeyReused. Both return the entry; nothing changes.
+//     exactly Expire's effects. So is a live claim with the same Fingerprint
+//     for a home whose name sorts after Home: it gives way, and this claim is
+//     inserted in its place (step 4).
+//  2. A live entry with the same Fingerprint: OutcomeExists (a claim of this
+//     Home or of a home that sorts before it, or this datacenter's own
+//     entry); another fingerprint: OutcomeKeyReused. Both return the entry;
+//     nothing changes.
 //  3. When the table holds MaxEntries entries or more, or the bytes are short,
 //     due entries are removed earliest first (at most a few); if still at the
 //     bound: OutcomeFull, OutcomeTenantBytesFull or OutcomeBytesFull.
@@ -121,6 +124,15 @@ func (s *state) applyClaim(ax *applyCtx, c Claim) Result {
 		return invalidf("claim: max_entries is 0")
 	}
 	var res Result
+	// Claims of one request converge on the home that sorts first, so that
+	// one home always ends up holding a claim in every other datacenter, and
+	// two homes that raced never leave the key held by neither (docs/multidc.md,
+	// "Why one job at most"). A home's own entry never gives way, and a claim
+	// for a home that sorts before this one is answered as it stands.
+	if e, ok := s.getEntry(c.Tenant, c.Key); ok && e.State == StateClaimed && e.ExpiresAt > c.Now &&
+		e.Fingerprint == c.Fingerprint && c.Home < e.Home() {
+		s.removeEntry(ax, e, c.Now, &res.Removed)
+	}
 	if s.answerLive(ax, c.Tenant, c.Key, c.Fingerprint, c.Now, &res) {
 		return res
 	}

@@ -61,6 +61,37 @@ func TestClaim(t *testing.T) {
 	h.noEntry("t", "k2")
 }
 
+// Claims of one request converge on the home that sorts first: a claim for
+// a home that sorts before the held claim's replaces it; one for a home that
+// sorts after it, one of another request, and one meeting the datacenter's
+// own entry change nothing.
+func TestClaimGivesWayToAnEarlierHome(t *testing.T) {
+	h := newHarness(t)
+	r := reserve("t", "k", t0)
+	h.must(claimOf(r, "dc3", t0), OutcomeClaimed)
+	other := claimOf(r, "dc1", t0+1)
+	other.Fingerprint = "another"
+	if res := h.must(other, OutcomeKeyReused); res.Entry.Home() != "dc3" {
+		t.Fatalf("another request's claim changed the home to %q", res.Entry.Home())
+	}
+	res := h.must(claimOf(r, "dc2", t0+1), OutcomeClaimed)
+	if res.Entry.Home() != "dc2" || res.Removed.Claimed != 1 {
+		t.Fatalf("dc2's claim over dc3's: %+v", res)
+	}
+	if res := h.must(claimOf(r, "dc3", t0+2), OutcomeExists); res.Entry.Home() != "dc2" {
+		t.Fatalf("dc3's claim over dc2's: home %q", res.Entry.Home())
+	}
+	if st := h.f.Stats(); st.Claimed != 1 || st.Entries != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The datacenter's own entry never gives way.
+	own := reserve("t", "own", t0)
+	h.must(admit(own), OutcomeCommitted)
+	if res := h.must(claimOf(own, "dc1", t0+1), OutcomeExists); res.Entry.State != StateCommitted {
+		t.Fatalf("a claim over the datacenter's own entry: %+v", res.Entry)
+	}
+}
+
 // Claims count against the entry bound like any entry.
 func TestClaimBounds(t *testing.T) {
 	h := newHarness(t)

@@ -400,7 +400,7 @@ func TestStoreLayoutIsStable(t *testing.T) {
 		h.Write(v)
 		return true
 	})
-	const want = "d0e01331716dc52f454c0062dd7148c84035fd2b5d35db5f216edf076077be59"
+	const want = "c5b751fbe0cd81ba1972ab6beacb265f4a3847b892b4df4b457eb3f354f7bc58"
 	if got := hex.EncodeToString(h.Sum(nil)); got != want {
 		t.Fatalf("%d keys, digest %s, want %s", keys, got, want)
 	}
