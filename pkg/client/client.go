@@ -129,12 +129,18 @@ type Result struct {
 }
 
 // Submit submits job with a new key from Options.Keys. See SubmitWithKey.
+// Its errors are *KeyError values naming the key: repeat a submission that
+// failed with SubmitWithKey and that key, never with Submit.
 func (c *Client) Submit(ctx context.Context, job api.JobRequest) (*Result, error) {
 	key, err := c.nextKey()
 	if err != nil {
 		return nil, err
 	}
-	return c.SubmitWithKey(ctx, key, job)
+	res, err := c.SubmitWithKey(ctx, key, job)
+	if err != nil {
+		return nil, &KeyError{Key: key, Err: err}
+	}
+	return res, nil
 }
 
 // SubmitWithKey submits job with key. Transient answers (503, 409
@@ -154,7 +160,8 @@ func (c *Client) SubmitWithKey(ctx context.Context, key string, job api.JobReque
 
 // Cancel cancels the queued job id of the client's tenant: it ends
 // cancelled and is never leased. key is the action's Idempotency-Key (""
-// for a new one from Options.Keys); transient answers are retried with it,
+// for a new one from Options.Keys, named by the *KeyError of a failure);
+// transient answers are retried with it,
 // as SubmitWithKey retries, and the ledger answers a repeat of the key
 // through any gate as a replay. A job already cancelled is answered as it
 // is (Replayed). Errors match ErrJobNotFound (no such job for the tenant)
@@ -173,13 +180,18 @@ func (c *Client) Retry(ctx context.Context, id, key string) (*Result, error) {
 }
 
 func (c *Client) jobAction(ctx context.Context, id, key, action string) (*Result, error) {
-	if key == "" {
-		var err error
-		if key, err = c.nextKey(); err != nil {
-			return nil, err
-		}
+	if key != "" {
+		return c.keyed(ctx, key, jobPath(id, action), nil)
 	}
-	return c.keyed(ctx, key, jobPath(id, action), nil)
+	key, err := c.nextKey()
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.keyed(ctx, key, jobPath(id, action), nil)
+	if err != nil {
+		return nil, &KeyError{Key: key, Err: err}
+	}
+	return res, nil
 }
 
 func (c *Client) nextKey() (string, error) {

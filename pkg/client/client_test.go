@@ -141,6 +141,53 @@ func TestSubmitGivesUpAfterMaxAttempts(t *testing.T) {
 	}
 }
 
+// TestSubmitErrorNamesItsKey: a Submit that drew its key and failed names
+// the key in a *KeyError (still matching the answer's sentinel), so the
+// caller can repeat the submission with it: the repeat carries the same key
+// and gets the first attempt's job, not a second one.
+func TestSubmitErrorNamesItsKey(t *testing.T) {
+	var s seen
+	var up atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.record(r)
+		if !up.Load() {
+			writeProblem(w, 503, api.CodeUnavailable, "")
+			return
+		}
+		writeJob(w, true)
+	}))
+	defer srv.Close()
+	k, err := OpenKeys(filepath.Join(t.TempDir(), "keys.json"), KeysOptions{ClientID: "host1.dc1:42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := fastOpts()
+	o.Keys, o.MaxAttempts = k, 2
+	c, _ := New([]string{srv.URL}, o)
+	var submitted string
+	for i, call := range []func() error{
+		func() error { _, err := c.Submit(context.Background(), api.JobRequest{Type: "demo"}); return err },
+		func() error { _, err := c.Cancel(context.Background(), "job-1", ""); return err },
+	} {
+		err := call()
+		var ke *KeyError
+		if !errors.As(err, &ke) || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("error %v: want a *KeyError matching ErrUnavailable", err)
+		}
+		if last := s.keys[len(s.keys)-1]; ke.Key != last || !strings.Contains(err.Error(), last) {
+			t.Fatalf("KeyError names %q, the attempts sent %q (%v)", ke.Key, last, err)
+		}
+		if i == 0 {
+			submitted = ke.Key
+		}
+	}
+	up.Store(true)
+	res, err := c.SubmitWithKey(context.Background(), submitted, api.JobRequest{Type: "demo"})
+	if err != nil || res.Key != submitted || s.keys[len(s.keys)-1] != submitted {
+		t.Fatalf("repeat with the named key: %+v, %v; sent %q", res, err, s.keys[len(s.keys)-1])
+	}
+}
+
 func TestErrorMappingForEveryCode(t *testing.T) {
 	cases := []struct {
 		code   api.Code

@@ -38,6 +38,23 @@ func (e *Error) Is(target error) bool {
 	return ok && e.Code != "" && s.code == e.Code
 }
 
+// KeyError is the error of a call that drew its idempotency key itself
+// (Submit; Cancel and Retry given no key): Key is the key every attempt
+// used, and Err what ended them (it matches the sentinels through errors.Is).
+// After an error that may have left the call done (an attempt timed out, a
+// 503, the context ended), repeat it with Key (SubmitWithKey, or Cancel and
+// Retry given Key): a new key is a new submission, and may make a second
+// job.
+type KeyError struct {
+	Key string
+	Err error
+}
+
+func (e *KeyError) Error() string { return fmt.Sprintf("%v (idempotency key %s)", e.Err, e.Key) }
+
+// Unwrap returns Err.
+func (e *KeyError) Unwrap() error { return e.Err }
+
 type sentinel struct{ code api.Code }
 
 func (s *sentinel) Error() string { return "once: " + string(s.code) }
