@@ -438,3 +438,22 @@ func TestCursorRoundTrip(t *testing.T) {
 func respExpiresAt(r *rpcpb.SubmitResponse) time.Time {
 	return time.Unix(0, r.ExpiresAtUnixNano)
 }
+
+// TestSubmitRefusesADatacenterListThatIsNoSet: the ledger keeps a job's
+// datacenters as a set (the outbox counts what it owes each one by it), so a
+// list out of order or naming a datacenter twice is refused before anything
+// is recorded.
+func TestSubmitRefusesADatacenterListThatIsNoSet(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	ctx := ctxT(t)
+	for _, dcs := range [][]string{{"dc1", "dc1"}, {"dc2", "dc1"}, {"dc1", "dc2", "dc2"}} {
+		req := &rpcpb.SubmitRequest{Tenant: "default", Key: key1, Fingerprint: "fp1", WaitMillis: 1000,
+			Job: &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: dcs}}
+		if resp, err := tc.mgrs[tc.leader()].Submit(ctx, req); !errors.Is(err, rpc.ErrInvalid) {
+			t.Fatalf("datacenters %v: %+v, %v; want invalid", dcs, resp, err)
+		}
+	}
+	if _, ok := tc.mgrs[tc.leader()].fsm.Entry("default", key1); ok {
+		t.Fatal("a refused submission left an entry")
+	}
+}
