@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -111,7 +112,13 @@ func tail(stderr []byte, err error) string {
 		return err.Error()
 	}
 	if len(s) > api.MaxJobErrorBytes {
-		s = s[len(s)-api.MaxJobErrorBytes:]
+		// Start at a character: the bytes of one cut in two would travel
+		// as U+FFFD each.
+		start := len(s) - api.MaxJobErrorBytes
+		for start < len(s) && !utf8.RuneStart(s[start]) {
+			start++
+		}
+		s = s[start:]
 	}
 	return s
 }
