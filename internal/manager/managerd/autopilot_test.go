@@ -82,14 +82,12 @@ func TestAutopilotHealthInStatusAndMetrics(t *testing.T) {
 	}
 }
 
-// startLoneManager starts a manager that bootstraps a Raft group of its own
-// with its LAN pool and autopilot (startCluster), stopped at the test's end.
-// Its RPC address is not served: the tests call the Manager directly. c is
-// its configuration.
-func startLoneManager(t *testing.T) (m *manager.Manager, c manager.Config) {
-	t.Helper()
-	c = manager.DefaultConfig()
-	c.NodeID = "m1"
+// localConfig is the configuration of manager id of a group of expect on
+// 127.0.0.1: free ports, its own data directory, the test gossip profile and
+// Raft timeouts short enough for a test.
+func localConfig(t *testing.T, id string, expect int) manager.Config {
+	c := manager.DefaultConfig()
+	c.NodeID = id
 	c.DataDir = filepath.Join(t.TempDir(), c.NodeID)
 	c.RaftAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	c.RaftAdvertise = c.RaftAddr
@@ -97,10 +95,20 @@ func startLoneManager(t *testing.T) (m *manager.Manager, c manager.Config) {
 	c.RPCAdvertise = c.RPCAddr
 	c.GossipAddr = freeGossipAddr(t)
 	c.GossipProfile = membership.ProfileTest
-	c.BootstrapExpect = 1
+	c.BootstrapExpect = expect
 	c.HeartbeatTimeout = 500 * time.Millisecond
 	c.ElectionTimeout = 500 * time.Millisecond
 	c.LeaderLeaseTimeout = 250 * time.Millisecond
+	return c
+}
+
+// startLoneManager starts a manager that bootstraps a Raft group of its own
+// with its LAN pool and autopilot (startCluster), stopped at the test's end.
+// Its RPC address is not served: the tests call the Manager directly. c is
+// its configuration.
+func startLoneManager(t *testing.T) (m *manager.Manager, c manager.Config) {
+	t.Helper()
+	c = localConfig(t, "m1", 1)
 	log := testutil.Logger(t)
 	lan := &lanView{}
 	m, err := manager.New(c, manager.Deps{Logger: log, Peers: lan, Clock: lan})

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
-	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
@@ -129,24 +127,12 @@ func startGroup(t *testing.T, n int) []groupMember {
 	var out []groupMember
 	var seed string
 	for i := range n {
-		c := manager.DefaultConfig()
-		c.NodeID = fmt.Sprintf("m%d", i+1)
-		c.DataDir = filepath.Join(t.TempDir(), c.NodeID)
-		c.RaftAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-		c.RaftAdvertise = c.RaftAddr
-		c.RPCAddr = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-		c.RPCAdvertise = c.RPCAddr
-		c.GossipAddr = freeGossipAddr(t)
-		c.GossipProfile = membership.ProfileTest
-		c.BootstrapExpect = n
+		c := localConfig(t, fmt.Sprintf("m%d", i+1), n)
 		c.DeadServerGrace = time.Hour // the autopilot removes no one while the test runs
 		if seed != "" {
 			c.Join = []string{seed}
 		}
 		seed = c.GossipAddr
-		c.HeartbeatTimeout = 500 * time.Millisecond
-		c.ElectionTimeout = 500 * time.Millisecond
-		c.LeaderLeaseTimeout = 250 * time.Millisecond
 		log := testutil.Logger(t).With("manager", c.NodeID)
 		lan := &lanView{}
 		m, err := manager.New(c, manager.Deps{Logger: log, Peers: lan, Clock: lan})
