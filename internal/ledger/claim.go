@@ -60,6 +60,18 @@ type Release struct {
 	Now         int64
 }
 
+// GivesWayTo reports whether e is a claim that a Claim of the same request
+// (fingerprint) for home replaces: its own home sorts after home. Claims of
+// one request so converge on the home that sorts first, so that one home
+// always ends up holding a claim in every other datacenter, and two homes
+// that raced never leave the key held by neither (docs/multidc.md, "Why one
+// job at most"). A datacenter's own entry never gives way, nor does a claim
+// for a home that sorts first. The manager reads it too, to know that a
+// claim it finds is no answer.
+func (e Entry) GivesWayTo(fingerprint, home string) bool {
+	return e.State == StateClaimed && e.Fingerprint == fingerprint && home < e.Home()
+}
+
 func (Claim) CommandType() CommandType   { return TypeClaim }
 func (Release) CommandType() CommandType { return TypeRelease }
 
@@ -124,13 +136,7 @@ func (s *state) applyClaim(ax *applyCtx, c Claim) Result {
 		return invalidf("claim: max_entries is 0")
 	}
 	var res Result
-	// Claims of one request converge on the home that sorts first, so that
-	// one home always ends up holding a claim in every other datacenter, and
-	// two homes that raced never leave the key held by neither (docs/multidc.md,
-	// "Why one job at most"). A home's own entry never gives way, and a claim
-	// for a home that sorts before this one is answered as it stands.
-	if e, ok := s.getEntry(c.Tenant, c.Key); ok && e.State == StateClaimed && e.ExpiresAt > c.Now &&
-		e.Fingerprint == c.Fingerprint && c.Home < e.Home() {
+	if e, ok := s.getEntry(c.Tenant, c.Key); ok && e.ExpiresAt > c.Now && e.GivesWayTo(c.Fingerprint, c.Home) {
 		s.removeEntry(ax, e, c.Now, &res.Removed)
 	}
 	if s.answerLive(ax, c.Tenant, c.Key, c.Fingerprint, c.Now, &res) {

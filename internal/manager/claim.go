@@ -21,11 +21,11 @@ import (
 // key_reused; this datacenter's own job (a retry found the job's true home)
 // its outcome; a claim of Home, or of a home that sorts before it,
 // OutcomeClaimed naming its home. A claim for a home that sorts after Home
-// gives way to this one (ledger.Claim).
+// gives way to this one (ledger.Entry.GivesWayTo).
 func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, jobID string) (*rpcpb.SubmitResponse, error) {
 	deadline := time.Now().Add(submitWait(req))
 	for attempt := 0; attempt < 4; attempt++ {
-		if e, ok := m.liveEntry(req.Tenant, req.Key); ok && !givesWay(e, req) {
+		if e, ok := m.liveEntry(req.Tenant, req.Key); ok && !e.GivesWayTo(req.Fingerprint, req.Home) {
 			if e.Fingerprint != req.Fingerprint {
 				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
 			}
@@ -70,12 +70,6 @@ func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, jobID str
 		}
 	}
 	return nil, rpc.Errorf(rpc.CodeUnavailable, "the key's entry kept changing while claiming it; retry")
-}
-
-// givesWay reports whether e is a claim of req's request for a home that
-// sorts after req's, which the ledger replaces with req's claim (ledger.Claim).
-func givesWay(e ledger.Entry, req *rpcpb.SubmitRequest) bool {
-	return e.State == ledger.StateClaimed && e.Fingerprint == req.Fingerprint && req.Home < e.Home()
 }
 
 // overClaim judges, at the home, another home's claim on the key (e, with the

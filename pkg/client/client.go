@@ -129,18 +129,11 @@ type Result struct {
 }
 
 // Submit submits job with a new key from Options.Keys. See SubmitWithKey.
-// Its errors are *KeyError values naming the key: repeat a submission that
-// failed with SubmitWithKey and that key, never with Submit.
+// Once it has drawn the key, its errors are *KeyError values naming it:
+// repeat a submission that failed with SubmitWithKey and that key, never
+// with Submit.
 func (c *Client) Submit(ctx context.Context, job api.JobRequest) (*Result, error) {
-	key, err := c.nextKey()
-	if err != nil {
-		return nil, err
-	}
-	res, err := c.SubmitWithKey(ctx, key, job)
-	if err != nil {
-		return nil, &KeyError{Key: key, Err: err}
-	}
-	return res, nil
+	return c.withNewKey(func(key string) (*Result, error) { return c.SubmitWithKey(ctx, key, job) })
 }
 
 // SubmitWithKey submits job with key. Transient answers (503, 409
@@ -180,14 +173,21 @@ func (c *Client) Retry(ctx context.Context, id, key string) (*Result, error) {
 }
 
 func (c *Client) jobAction(ctx context.Context, id, key, action string) (*Result, error) {
+	call := func(key string) (*Result, error) { return c.keyed(ctx, key, jobPath(id, action), nil) }
 	if key != "" {
-		return c.keyed(ctx, key, jobPath(id, action), nil)
+		return call(key)
 	}
+	return c.withNewKey(call)
+}
+
+// withNewKey makes call with a new key from Options.Keys; its failure is a
+// *KeyError naming the key, for the caller to repeat the call with it.
+func (c *Client) withNewKey(call func(key string) (*Result, error)) (*Result, error) {
 	key, err := c.nextKey()
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.keyed(ctx, key, jobPath(id, action), nil)
+	res, err := call(key)
 	if err != nil {
 		return nil, &KeyError{Key: key, Err: err}
 	}
