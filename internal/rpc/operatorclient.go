@@ -48,9 +48,29 @@ func (c *Client) Members(ctx context.Context) (*rpcpb.MembersResponse, error) {
 }
 
 // RemovePeer removes the Raft server id from the configuration, at the
-// leader.
+// leader. An attempt whose outcome is unknown (its answer lost in
+// transport, or unavailable: the leader lost its office while the removal
+// was being committed) may have removed id, so the retry would find no such
+// server: after such an attempt, not_found is the removal's goal reached,
+// and the answer says so instead of failing.
 func (c *Client) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
-	return operatorUnary(c, ctx, "remove peer", rpcpb.OperatorClient.RemovePeer, &rpcpb.PeerRequest{Id: id})
+	var res *rpcpb.PeerResult
+	mayHaveRemoved := false
+	err := c.operatorCall(ctx, "remove peer", func(ctx context.Context, oc rpcpb.OperatorClient) (err error) {
+		res, err = oc.RemovePeer(ctx, &rpcpb.PeerRequest{Id: id})
+		if err == nil {
+			return nil
+		}
+		var e *Error
+		switch answered := errors.As(callError("remove peer", "", err), &e); {
+		case mayHaveRemoved && answered && e.Code == CodeNotFound:
+			res, err = &rpcpb.PeerResult{Done: id + " is not in the Raft configuration (removed by an earlier attempt whose answer was lost)"}, nil
+		case !answered || e.Code == CodeUnavailable:
+			mayHaveRemoved = true
+		}
+		return err
+	})
+	return res, err
 }
 
 // TransferLeader hands leadership to id, or with "" to the voter Raft

@@ -330,3 +330,45 @@ func TestSnapshotAndRestoreInChunks(t *testing.T) {
 		t.Fatalf("restore from a plain reader: %d bytes, %v", len(op.restored()), err)
 	}
 }
+
+// lostRemoval is a leader whose first remove-peer removes the server and
+// then fails as a leader that lost its office while committing does
+// (unavailable): the removal happened, the answer did not arrive.
+type lostRemoval struct {
+	peerOperator
+	gone bool
+}
+
+func (p *lostRemoval) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
+	p.mu.Lock()
+	gone := p.gone
+	p.gone = true
+	p.mu.Unlock()
+	if gone {
+		return nil, Errorf(CodeNotFound, "no server %s", id)
+	}
+	if _, err := p.peerOperator.RemovePeer(ctx, id); err != nil {
+		return nil, err
+	}
+	return nil, Errorf(CodeUnavailable, "removing %s: leadership lost (it may still be committed)", id)
+}
+
+// A remove-peer whose first attempt removed the server but lost its answer
+// is done, not not_found, when its retry finds the server gone; without
+// such an attempt, not_found stays an error (TestOperatorClientFollowsTheLeader).
+func TestRemovePeerRetryAfterALostAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	op := &lostRemoval{peerOperator: peerOperator{leader: true}}
+	c := operatorClient(t, testOperator, 4, serveOperator(t, op))
+	res, err := c.RemovePeer(ctx, "m3")
+	if err != nil {
+		t.Fatalf("remove-peer after a lost answer: %v, want done", err)
+	}
+	if !strings.Contains(res.Done, "m3 is not in the Raft configuration") {
+		t.Fatalf("remove-peer after a lost answer: %q", res.Done)
+	}
+	if len(op.removed) != 1 || op.calls != 1 {
+		t.Fatalf("removed %v in %d calls", op.removed, op.calls)
+	}
+}

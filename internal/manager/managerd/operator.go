@@ -143,7 +143,14 @@ func (o operator) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult,
 		return nil, err
 	}
 	if err := o.m.Raft().RemoveServer(raft.ServerID(id), 0, operatorTimeout).Error(); err != nil {
-		return nil, o.m.ApplyError(err)
+		if errors.Is(err, raft.ErrNotLeader) {
+			return nil, o.m.ApplyError(err) // nothing was appended
+		}
+		// The configuration change may have been appended, and may still
+		// commit under the next leader: not a not_leader, which says
+		// nothing was done, but unavailable, which the caller retries
+		// knowing that the removal may have happened (rpc.Client.RemovePeer).
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "removing %s: %v (it may still be committed)", id, err)
 	}
 	_, leader := o.m.Raft().LeaderWithID()
 	return &rpcpb.PeerResult{Done: "removed " + id, Leader: string(leader)}, nil
@@ -282,6 +289,12 @@ func (o operator) Restore(ctx context.Context, r io.Reader) error {
 	// start from. Decode it into a throwaway ledger first.
 	if err := ledger.New(ledger.Options{}).Restore(io.NopCloser(bytes.NewReader(state))); err != nil {
 		return rpc.Errorf(rpc.CodeInvalid, "%v: state.bin: %v", ErrBadArchive, err)
+	}
+	// A caller that gave up while the archive was read and checked (its
+	// --timeout passed) has reported the restore failed: it must not then
+	// happen. raft.Restore itself cannot be called off once started.
+	if err := ctx.Err(); err != nil {
+		return rpc.Errorf(rpc.CodeUnavailable, "restore not started: the caller left before the archive was checked: %v", err)
 	}
 	if err := o.m.Raft().Restore(meta, bytes.NewReader(state), time.Minute); err != nil {
 		return rpc.Errorf(rpc.CodeUnavailable, "restoring: %v", err)

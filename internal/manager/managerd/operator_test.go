@@ -2,6 +2,7 @@ package managerd
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -111,6 +112,42 @@ func TestRestoreKeepsTheArchivesJobs(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// cancelAtEOF is an archive whose caller gives up (its context cancelled)
+// as the last byte is read, before the manager has checked it.
+type cancelAtEOF struct {
+	r      *bytes.Buffer
+	cancel context.CancelFunc
+}
+
+func (c cancelAtEOF) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.r.Len() == 0 {
+		c.cancel()
+	}
+	return n, err
+}
+
+// TestRestoreAfterTheCallerLeftDoesNotHappen: oncectl reports a restore
+// whose --timeout passed as failed; if its caller left before raft.Restore
+// began, the ledger must be left as it was.
+func TestRestoreAfterTheCallerLeftDoesNotHappen(t *testing.T) {
+	c := managertest.Start(t, managertest.Options{})
+	m := c.Leader(t)
+	submit(t, m, "before")
+	op := operatorOf(t, m)
+	var archive bytes.Buffer
+	if err := op.Snapshot(t.Context(), &archive); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, m, "after")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	wantCode(t, "restore", op.Restore(ctx, cancelAtEOF{&archive, cancel}), rpc.CodeUnavailable)
+	if _, ok := m.FSM().Entry("t", "after"); !ok {
+		t.Fatal("the restore happened after its caller left: the later job is gone")
+	}
 }
 
 // groupMember is one manager of startGroup, with its membership side.
