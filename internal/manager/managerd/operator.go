@@ -264,7 +264,7 @@ func (o operator) Snapshot(ctx context.Context, w io.Writer) error {
 		return rpc.Errorf(rpc.CodeInternal, "opening the snapshot: %v", err)
 	}
 	defer rc.Close()
-	if err := writeArchive(w, meta, rc); err != nil {
+	if err := writeArchive(w, &archiveMeta{SnapshotMeta: *meta, Datacenter: o.m.Config().Datacenter}, rc); err != nil {
 		return rpc.Errorf(rpc.CodeInternal, "writing the archive: %v", err)
 	}
 	return nil
@@ -282,6 +282,11 @@ func (o operator) Restore(ctx context.Context, r io.Reader) error {
 	if err != nil {
 		return rpc.Errorf(rpc.CodeInvalid, "%v", err)
 	}
+	// Every datacenter runs its own ledger: another's would run its jobs
+	// a second time here, under this datacenter's name.
+	if dc := o.m.Config().Datacenter; meta.Datacenter != "" && meta.Datacenter != dc {
+		return rpc.Errorf(rpc.CodeInvalid, "%v: it holds the ledger of datacenter %s, and this is %s", ErrBadArchive, meta.Datacenter, dc)
+	}
 	// raft.Restore stores the state as the newest snapshot before the ledger
 	// reads it, and panics when the ledger refuses it: a state this build
 	// does not read (a newer build's format, a damaged one under good
@@ -296,7 +301,7 @@ func (o operator) Restore(ctx context.Context, r io.Reader) error {
 	if err := ctx.Err(); err != nil {
 		return rpc.Errorf(rpc.CodeUnavailable, "restore not started: the caller left before the archive was checked: %v", err)
 	}
-	if err := o.m.Raft().Restore(meta, bytes.NewReader(state), time.Minute); err != nil {
+	if err := o.m.Raft().Restore(&meta.SnapshotMeta, bytes.NewReader(state), time.Minute); err != nil {
 		return rpc.Errorf(rpc.CodeUnavailable, "restoring: %v", err)
 	}
 	o.log.Warn("ledger restored from a snapshot archive", logging.KeyIndex, meta.Index, logging.KeyBytes, len(state))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,6 +113,52 @@ func TestRestoreKeepsTheArchivesJobs(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// TestRestoreRefusesAnotherDatacentersArchive: an archive records the
+// datacenter whose ledger it holds, and another datacenter's leader refuses
+// it (its jobs would run a second time there); an archive that records none
+// (written before it was recorded) is restored.
+func TestRestoreRefusesAnotherDatacentersArchive(t *testing.T) {
+	c := managertest.Start(t, managertest.Options{})
+	m := c.Leader(t)
+	submit(t, m, "before")
+	op := operatorOf(t, m)
+	var archive bytes.Buffer
+	if err := op.Snapshot(t.Context(), &archive); err != nil {
+		t.Fatal(err)
+	}
+	meta, state, err := readArchive(bytes.NewReader(archive.Bytes()), maxRestoreBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dc := m.Config().Datacenter; meta.Datacenter != dc {
+		t.Fatalf("the archive records datacenter %q, want %q", meta.Datacenter, dc)
+	}
+	submit(t, m, "after")
+	rewrite := func(dc string) *bytes.Buffer {
+		var b bytes.Buffer
+		other := *meta
+		other.Datacenter = dc
+		if err := writeArchive(&b, &other, bytes.NewReader(state)); err != nil {
+			t.Fatal(err)
+		}
+		return &b
+	}
+	err = op.Restore(t.Context(), rewrite("dc9"))
+	wantCode(t, "restore of another datacenter's archive", err, rpc.CodeInvalid)
+	if !strings.Contains(err.Error(), "dc9") {
+		t.Fatalf("the refusal does not name the archive's datacenter: %v", err)
+	}
+	if _, ok := m.FSM().Entry("t", "after"); !ok {
+		t.Fatal("the refused restore changed the ledger")
+	}
+	if err := op.Restore(t.Context(), rewrite("")); err != nil {
+		t.Fatalf("restore of an archive that records no datacenter: %v", err)
+	}
+	if _, ok := m.FSM().Entry("t", "after"); ok {
+		t.Fatal("the archive without a datacenter was not restored")
+	}
 }
 
 // cancelAtEOF is an archive whose caller gives up (its context cancelled)

@@ -16,9 +16,10 @@ import (
 )
 
 // A snapshot archive (oncectl snapshot save|restore) is a tar file, as
-// Consul's are: meta.json (the Raft snapshot's metadata), state.bin (the
-// ledger's snapshot, docs/ledger.md's versioned format) and SHA256SUMS (the
-// digests of both, checked before anything is restored).
+// Consul's are: meta.json (the Raft snapshot's metadata and the datacenter
+// whose ledger it holds), state.bin (the ledger's snapshot, docs/ledger.md's
+// versioned format) and SHA256SUMS (the digests of both, checked before
+// anything is restored).
 
 // ErrBadArchive is matched by every error about an archive's content.
 var ErrBadArchive = errors.New("not a valid once snapshot archive")
@@ -26,7 +27,15 @@ var ErrBadArchive = errors.New("not a valid once snapshot archive")
 // maxArchiveMeta bounds meta.json and SHA256SUMS.
 const maxArchiveMeta = 1 << 20
 
-func writeArchive(w io.Writer, meta *raft.SnapshotMeta, state io.Reader) error {
+// archiveMeta is meta.json: the Raft snapshot's metadata, with the
+// datacenter of the ledger beside its fields (empty in an archive written
+// before it was recorded).
+type archiveMeta struct {
+	raft.SnapshotMeta
+	Datacenter string `json:",omitempty"`
+}
+
+func writeArchive(w io.Writer, meta *archiveMeta, state io.Reader) error {
 	metaJSON, err := json.Marshal(meta)
 	if err != nil {
 		return err
@@ -55,7 +64,7 @@ func writeArchive(w io.Writer, meta *raft.SnapshotMeta, state io.Reader) error {
 }
 
 // readArchive reads and checks an archive; maxState bounds state.bin.
-func readArchive(r io.Reader, maxState int64) (*raft.SnapshotMeta, []byte, error) {
+func readArchive(r io.Reader, maxState int64) (*archiveMeta, []byte, error) {
 	files := map[string][]byte{}
 	tr := tar.NewReader(r)
 	for {
@@ -97,7 +106,7 @@ func readArchive(r io.Reader, maxState int64) (*raft.SnapshotMeta, []byte, error
 			return nil, nil, fmt.Errorf("%w: %s does not match its SHA-256 in SHA256SUMS", ErrBadArchive, name)
 		}
 	}
-	var meta raft.SnapshotMeta
+	var meta archiveMeta
 	if err := json.Unmarshal(files["meta.json"], &meta); err != nil {
 		return nil, nil, fmt.Errorf("%w: meta.json: %w", ErrBadArchive, err)
 	}

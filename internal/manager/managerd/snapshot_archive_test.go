@@ -11,13 +11,13 @@ import (
 )
 
 func TestSnapshotArchiveRoundTripAndChecks(t *testing.T) {
-	meta := &raft.SnapshotMeta{ID: "2-10-1", Index: 10, Term: 2, Version: raft.SnapshotVersionMax}
+	meta := &archiveMeta{SnapshotMeta: raft.SnapshotMeta{ID: "2-10-1", Index: 10, Term: 2, Version: raft.SnapshotVersionMax}, Datacenter: "dc2"}
 	var buf bytes.Buffer
 	if err := writeArchive(&buf, meta, strings.NewReader("the ledger's state")); err != nil {
 		t.Fatal(err)
 	}
 	got, state, err := readArchive(bytes.NewReader(buf.Bytes()), 1<<20)
-	if err != nil || got.Index != 10 || got.Term != 2 || string(state) != "the ledger's state" || got.Size != int64(len(state)) {
+	if err != nil || got.Index != 10 || got.Term != 2 || got.Datacenter != "dc2" || string(state) != "the ledger's state" || got.Size != int64(len(state)) {
 		t.Fatalf("round trip: %+v %q %v", got, state, err)
 	}
 	if _, _, err := readArchive(bytes.NewReader(buf.Bytes()), 4); !errors.Is(err, ErrBadArchive) {
