@@ -252,6 +252,26 @@ func (l *Loader) String(p *string, env, want string, validate func(string) error
 		func(v string) string { return v })
 }
 
+// Secret registers a string setting that holds a secret (a gossip key): as
+// String, but an error never shows the value given, which would put the
+// secret, or something close to it, in the logs.
+func (l *Loader) Secret(p *string, env, want string, validate func(string) error, usage string) {
+	l.String(p, env, want, validate, usage)
+	s := l.settings[len(l.settings)-1]
+	set, check := s.set, s.check
+	s.set = func(text string) error { return withheld(set(text)) }
+	s.check = func() error { return withheld(check()) }
+}
+
+// withheld replaces the value an *Error shows with a placeholder.
+func withheld(err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		e.Value = "(withheld)"
+	}
+	return err
+}
+
 // List registers a comma-separated list; empty items are dropped. validate
 // (may be nil) checks every item.
 func (l *Loader) List(p *[]string, env, want string, validate func(string) error, usage string) {

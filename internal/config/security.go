@@ -37,14 +37,18 @@ type Security struct {
 	// refused with insecure mode, which opens the Operator service to all.
 	EnvOperatorSecret  string
 	OperatorSecretFile string
-	// Gossip lists the gossip pools the process joins.
+	// Gossip lists the gossip pools of the process, joined or not.
 	Gossip []GossipPool
 }
 
-// GossipPool is one gossip pool a process joins, and its explicit key.
+// GossipPool is one gossip pool of a process, and its explicit key.
 type GossipPool struct {
 	EnvKey string
 	Key    string
+	// Unjoined: the process joins no such pool this time (a gate without
+	// GATE_JOIN). It needs no key then, but a key given still contradicts
+	// insecure mode.
+	Unjoined bool
 }
 
 // Mode is what CheckSecurity decided.
@@ -104,7 +108,7 @@ func CheckSecurity(s Security) (Mode, error) {
 	}
 	if s.SecretFile == "" {
 		for _, g := range s.Gossip {
-			if g.Key == "" {
+			if g.Key == "" && !g.Unjoined {
 				return 0, Invalid(g.EnvKey, "", "a gossip key when "+s.TLS.EnvCA+" is set without "+s.EnvSecret+" (or set "+s.EnvSecret+", from which the key is derived)", ErrPlaintextGossip)
 			}
 		}

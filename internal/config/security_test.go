@@ -11,6 +11,7 @@ func TestCheckSecurity(t *testing.T) {
 	tlsHalf.Key = ""
 	noTLS := TLSFiles{EnvCA: "X_TLS_CA_FILE", EnvCert: "X_TLS_CERT_FILE", EnvKey: "X_TLS_KEY_FILE"}
 	lan := func(key string) []GossipPool { return []GossipPool{{EnvKey: "X_GOSSIP_KEY", Key: key}} }
+	unjoined := func(key string) []GossipPool { return []GossipPool{{EnvKey: "X_GOSSIP_KEY", Key: key, Unjoined: true}} }
 	for _, tc := range []struct {
 		name     string
 		insecure bool
@@ -36,6 +37,12 @@ func TestCheckSecurity(t *testing.T) {
 		{name: "insecure and TLS", insecure: true, tls: tlsAll, err: ErrContradictory, env: "X_INSECURE"},
 		{name: "insecure and secret", insecure: true, tls: noTLS, secret: "s", err: ErrContradictory, env: "X_INSECURE"},
 		{name: "insecure and a gossip key", insecure: true, tls: noTLS, gossip: lan("k"), err: ErrContradictory, env: "X_INSECURE"},
+		// A pool the process does not join needs no key, but its key still
+		// contradicts insecure mode (a gate with GATE_GOSSIP_KEY and no
+		// GATE_JOIN).
+		{name: "TLS, an unjoined pool without a key", tls: tlsAll, gossip: unjoined(""), mode: ModeTLS},
+		{name: "insecure, an unjoined pool", insecure: true, tls: noTLS, gossip: unjoined(""), mode: ModeInsecure},
+		{name: "insecure and the key of an unjoined pool", insecure: true, tls: noTLS, gossip: unjoined("k"), err: ErrContradictory, env: "X_INSECURE"},
 		{name: "insecure and an operator secret", insecure: true, tls: noTLS, operator: "o", err: ErrContradictory, env: "X_INSECURE"},
 		{name: "an operator secret alone", tls: noTLS, operator: "o", err: ErrNoCredential, env: "X_CLUSTER_SECRET_FILE"},
 		{name: "secret and an operator secret", tls: noTLS, secret: "s", operator: "o", gossip: lan(""), mode: ModeSecret},

@@ -216,7 +216,7 @@ func Register(l *config.Loader, c *Config) {
 		"the gate's memberlist bind address (TCP and UDP), used when GATE_JOIN is set")
 	l.String(&c.GossipAdvertise, EnvGossipAdvertise, config.WantAdvertise,
 		config.Advertise, "the gossip address the others dial (NAT, containers), resolved at start")
-	l.String(&c.GossipKey, EnvGossipKey, "base64 of a 16, 24 or 32-byte key", nil,
+	l.Secret(&c.GossipKey, EnvGossipKey, "base64 of a 16, 24 or 32-byte key", membership.CheckSecretKeys,
 		"gossip encryption key, shared by every node of the pool; empty: plaintext")
 	l.String(&c.GossipProfile, EnvGossipProfile, "lan or local", config.OneOf(membership.ProfileLAN, membership.ProfileLocal),
 		"memberlist timing profile")
@@ -255,10 +255,7 @@ func UnknownVariables(environ []string) []config.Unknown {
 // starts with GATE_RPC_TLS_* or GATE_CLUSTER_SECRET_FILE, or with
 // GATE_INSECURE=true alone.
 func (c *Config) CheckSecurity() (config.Mode, error) {
-	var gossip []config.GossipPool
-	if len(c.Join) > 0 {
-		gossip = append(gossip, config.GossipPool{EnvKey: EnvGossipKey, Key: c.GossipKey})
-	}
+	gossip := []config.GossipPool{{EnvKey: EnvGossipKey, Key: c.GossipKey, Unjoined: len(c.Join) == 0}}
 	return config.CheckSecurity(config.Security{EnvInsecure: EnvInsecure, Insecure: c.Insecure, TLS: c.rpcTLSFiles(),
 		EnvSecret: EnvClusterSecretFile, SecretFile: c.ClusterSecretFile, Gossip: gossip})
 }

@@ -185,10 +185,16 @@ func ParseSecretKey(s string) ([]byte, error) {
 // MANAGER_GOSSIP_KEY and GATE_GOSSIP_KEY accept: the first is the primary
 // key (Config.SecretKey, used to encrypt), the others only decrypt
 // (Config.ExtraKeys). A single key is the common case. An empty string
-// returns nil, nil, nil (no encryption).
+// returns nil, nil, nil (no encryption); a string of white space alone is
+// an error wrapping ErrInvalidKey, not "no key": a variable set to a blank
+// value (a template's empty substitution) must not turn encryption off
+// (nor stand in the way of the key derived from the cluster secret).
 func ParseSecretKeys(s string) (primary []byte, extra [][]byte, err error) {
-	if strings.TrimSpace(s) == "" {
+	if s == "" {
 		return nil, nil, nil
+	}
+	if strings.TrimSpace(s) == "" {
+		return nil, nil, fmt.Errorf("%w: only white space (leave it empty for no key)", ErrInvalidKey)
 	}
 	for i, part := range strings.Split(s, ",") {
 		k, err := ParseSecretKey(part)
@@ -202,6 +208,15 @@ func ParseSecretKeys(s string) (primary []byte, extra [][]byte, err error) {
 		}
 	}
 	return primary, extra, nil
+}
+
+// CheckSecretKeys checks a list of keys as ParseSecretKeys reads it: the
+// validator of MANAGER_GOSSIP_KEY, MANAGER_WAN_GOSSIP_KEY and
+// GATE_GOSSIP_KEY, so that a bad key stops a daemon at start, before it
+// listens.
+func CheckSecretKeys(s string) error {
+	_, _, err := ParseSecretKeys(s)
+	return err
 }
 
 func validateKeyLen(n int) error {

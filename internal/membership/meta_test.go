@@ -160,6 +160,16 @@ func TestParseSecretKey(t *testing.T) {
 			t.Errorf("ParseSecretKey(%q) = %v; want ErrInvalidKey", bad, err)
 		}
 	}
+	// A list: empty is no key; white space alone is an error, never a
+	// plaintext pool.
+	if k, extra, err := ParseSecretKeys(""); k != nil || extra != nil || err != nil {
+		t.Errorf("ParseSecretKeys(\"\") = %v %v %v; want no key", k, extra, err)
+	}
+	for _, blank := range []string{" ", "\n", " \t "} {
+		if k, _, err := ParseSecretKeys(blank); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("ParseSecretKeys(%q) = %v, %v; want ErrInvalidKey", blank, k, err)
+		}
+	}
 }
 
 // The errors' texts name the field, its value and the reason, leaving out

@@ -23,6 +23,10 @@ func TestSettingsConfig(t *testing.T) {
 		{Settings{Addr: "nope"}, "GATE_GOSSIP_ADDR"},
 		{Settings{Addr: "127.0.0.1:x"}, "GATE_GOSSIP_ADDR"},
 		{Settings{Addr: "127.0.0.1:1", Keys: "not-base64!"}, "GATE_GOSSIP_KEY"},
+		// A blank key is no "no key": it neither turns encryption off nor
+		// stands in the way of the key derived from the secret.
+		{Settings{Addr: "127.0.0.1:1", Keys: " "}, "GATE_GOSSIP_KEY"},
+		{Settings{Addr: "127.0.0.1:1", Keys: "\n", Secret: "0123456789abcdef0123456789abcdef"}, "GATE_GOSSIP_KEY"},
 		{Settings{Addr: "127.0.0.1:1", Advertise: "0.0.0.0:1"}, "GATE_GOSSIP_ADVERTISE"},
 	} {
 		if _, err := tc.s.Config("GATE", "g1", meta, nil); err == nil || !strings.HasPrefix(err.Error(), tc.want) {

@@ -3,6 +3,7 @@ package managerd
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // A manager refuses to start (exit 2, naming the variables to set) without a
@@ -47,6 +49,48 @@ func TestMainRefusesWithoutCredential(t *testing.T) {
 			if !strings.Contains(stderr.String(), w) {
 				t.Errorf("%s: stderr %q does not name %s", tc.name, stderr.String(), w)
 			}
+		}
+	}
+}
+
+// A gossip key that cannot be used stops the manager at start (exit 2,
+// before it listens: the LAN key was read only when the pool started, after
+// the RPC listener, and failed with exit 1), and the message does not show
+// the key. A blank key, with the cluster secret, would have turned the
+// pool's encryption off instead of leaving the key derived from the secret.
+func TestMainRefusesABadGossipKey(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, env, key string }{
+		{"LAN, not base64", manager.EnvGossipKey, "s3cr3t-but-not-base64!"},
+		{"LAN, 15 bytes", manager.EnvGossipKey, "AAAAAAAAAAAAAAAAAAAA"},
+		{"LAN, blank", manager.EnvGossipKey, " "},
+		{"WAN, not base64", manager.EnvWANGossipKey, "s3cr3t-but-not-base64!"},
+		{"WAN, blank", manager.EnvWANGossipKey, "\t"},
+	} {
+		var stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// Free ports: a manager that started instead would listen there.
+		ports, err := testutil.FreePorts(4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := []string{manager.EnvDataDir + "=" + filepath.Join(t.TempDir(), "data"), manager.EnvClusterSecretFile + "=" + secret,
+			manager.EnvNodeID + "=m1", manager.EnvBootstrapExpect + "=1",
+			manager.EnvRPCAddr + fmt.Sprintf("=127.0.0.1:%d", ports[0]), manager.EnvRaftAddr + fmt.Sprintf("=127.0.0.1:%d", ports[1]),
+			manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]), manager.EnvWANGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[3]),
+			tc.env + "=" + tc.key}
+		if code := Main(ctx, nil, env, io.Discard, &stderr); code != config.ExitConfig {
+			t.Fatalf("%s: exit %d, want %d; stderr %s", tc.name, code, config.ExitConfig, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), tc.env) {
+			t.Errorf("%s: stderr %q does not name %s", tc.name, stderr.String(), tc.env)
+		}
+		if strings.TrimSpace(tc.key) != "" && strings.Contains(stderr.String(), tc.key) {
+			t.Errorf("%s: stderr shows the key: %s", tc.name, stderr.String())
 		}
 	}
 }
