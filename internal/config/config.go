@@ -500,8 +500,16 @@ const MaxSecretBytes = 4 << 10
 var ErrSecretFile = fmt.Errorf("%w: secret file", ErrInvalid)
 
 // ReadSecretFile reads a secret from path: the file's content without
-// surrounding white space, at least 16 and at most MaxSecretBytes bytes.
-// env names the variable that gave the path, for the message.
+// surrounding white space, at least 16 and at most MaxSecretBytes bytes, of
+// printable ASCII (space to '~'). env names the variable that gave the path,
+// for the message.
+//
+// A secret travels as "Authorization: Bearer <secret>" (an HTTP header, gRPC
+// metadata) and the operator secret as gRPC metadata, neither of which can
+// carry a control character or a byte above 0x7E: a binary secret (head -c
+// 32 /dev/urandom) or one of several lines would let every process start
+// and then fail every call between gates and managers ("unavailable"), so it
+// is refused here, at start, instead.
 func ReadSecretFile(env, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -513,6 +521,12 @@ func ReadSecretFile(env, path string) (string, error) {
 	s := strings.TrimSpace(string(b))
 	if len(s) < 16 {
 		return "", fmt.Errorf("%s: %s: %w: want at least 16 characters (e.g. openssl rand -hex 32)", env, path, ErrSecretFile)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' {
+			// The offset, never the byte: the message must not leak the secret.
+			return "", fmt.Errorf("%s: %s: %w: a byte at offset %d is not printable ASCII; want text on one line (e.g. openssl rand -hex 32)", env, path, ErrSecretFile, i)
+		}
 	}
 	return s, nil
 }

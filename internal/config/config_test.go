@@ -132,11 +132,23 @@ func TestReadSecretFile(t *testing.T) {
 	if s, err := ReadSecretFile("X_SECRET_FILE", good); err != nil || s != "0123456789abcdef0123" {
 		t.Fatalf("good file: %q %v", s, err)
 	}
+	// Every printable ASCII character, inner spaces included, and a CRLF
+	// line end.
+	printable := write("printable", "!\"#$%&'()*+,-./0123456789:;<=>?@AZ[\\]^_`az{|}~ x\r\n")
+	if s, err := ReadSecretFile("X_SECRET_FILE", printable); err != nil || !strings.HasSuffix(s, "~ x") {
+		t.Fatalf("printable file: %q %v", s, err)
+	}
 	for name, path := range map[string]string{
 		"missing": filepath.Join(dir, "nope"),
 		"short":   write("short", "tooshort\n"),
 		"empty":   write("empty", "\n"),
 		"long":    write("long", strings.Repeat("x", MaxSecretBytes+1)),
+		// Not printable ASCII: it could travel in no Authorization header
+		// nor gRPC metadata, and every call would fail after a clean start.
+		"binary":    write("binary", "0123456789abcdef\x00\x01\xfe\xff0123456789abcdef"),
+		"two lines": write("two-lines", "0123456789abcdef\n0123456789abcdef\n"),
+		"non-ASCII": write("non-ascii", "0123456789abcdéf0123456789abcdef"),
+		"a tab":     write("tab", "0123456789abcdef\t0123456789abcdef"),
 	} {
 		_, err := ReadSecretFile("X_SECRET_FILE", path)
 		if !errors.Is(err, ErrSecretFile) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "X_SECRET_FILE") {
