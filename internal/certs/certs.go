@@ -9,6 +9,7 @@ package certs
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,7 +32,7 @@ type Reloader struct {
 }
 
 // New loads the pair; an error (unreadable files, a key that does not match
-// the certificate) matches ErrLoad.
+// the certificate, a certificate that is not valid now) matches ErrLoad.
 func New(certFile, keyFile string, log *slog.Logger) (*Reloader, error) {
 	r := &Reloader{pair: pairFiles(certFile, keyFile), log: logging.OrDiscard(log)}
 	if _, err := r.Reload(); err != nil {
@@ -48,8 +49,33 @@ func pairFiles(certFile, keyFile string) *fileValue[tls.Certificate] {
 			if err != nil {
 				return nil, fmt.Errorf("%w from %s and %s: %w", ErrLoad, certFile, keyFile, err)
 			}
+			if err := checkValidity(pair.Leaf, time.Now()); err != nil {
+				return nil, fmt.Errorf("%w from %s: %w", ErrLoad, certFile, err)
+			}
 			return &pair, nil
 		}}
+}
+
+// ErrNotValidNow is matched by the error of a certificate loaded outside its
+// validity period (expired, or not valid yet).
+var ErrNotValidNow = errors.New("the certificate is not valid now")
+
+// checkValidity refuses a leaf outside its validity period at now: every
+// peer would refuse it in the handshake, so a reload that found one (a
+// renewal gone wrong, a stale file copied back, a clock behind the issuer's)
+// keeps the certificate in use, and tries again at the next look; at start
+// the process stops with the reason instead of failing every handshake.
+func checkValidity(leaf *x509.Certificate, now time.Time) error {
+	if leaf == nil {
+		return nil
+	}
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("%w: it expired at %s", ErrNotValidNow, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("%w: it is valid from %s only", ErrNotValidNow, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // GetCertificate is tls.Config.GetCertificate.
@@ -61,29 +87,42 @@ func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error
 func (r *Reloader) Certificate() *tls.Certificate { return r.pair.cur.Load() }
 
 // Reload loads the pair again if either file changed since the last load
-// (by modification time), and reports whether it did. On error the
+// (by modification time or size), and reports whether it did. On error the
 // certificate in use stays.
 func (r *Reloader) Reload() (bool, error) { return r.pair.reload() }
 
 // fileValue is a value loaded from files (a certificate and its key, a CA
 // bundle): readers take the current one without a lock, and reload loads
-// it again when a file's modification time changed.
+// it again when a file's modification time or size changed.
 type fileValue[T any] struct {
 	files   []string
 	errStat error // wraps the error of a file that cannot be stat'ed
 	load    func() (*T, error)
 
-	cur  atomic.Pointer[T]
-	mu   sync.Mutex // serialises reloads
-	mods []time.Time
+	cur atomic.Pointer[T]
+	mu  sync.Mutex // serialises reloads
+	// stamps are the files' modification times and sizes at the last load.
+	// The size too: a file written in place (cat new.pem >> ca.pem) may
+	// change again within one tick of the file system's clock after a look
+	// that read it half-written and loaded what it held (a bundle with its
+	// first certificate whole).
+	stamps []fileStamp
 }
+
+// fileStamp is what tells that a file changed.
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+func (a fileStamp) equal(b fileStamp) bool { return a.mod.Equal(b.mod) && a.size == b.size }
 
 // reload loads the value again if a file changed since the last load, and
 // reports whether it did. On error the value in use stays.
 func (v *fileValue[T]) reload() (bool, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	mods := make([]time.Time, len(v.files))
+	stamps := make([]fileStamp, len(v.files))
 	var errs []error
 	for i, f := range v.files {
 		fi, err := os.Stat(f)
@@ -91,12 +130,12 @@ func (v *fileValue[T]) reload() (bool, error) {
 			errs = append(errs, err)
 			continue
 		}
-		mods[i] = fi.ModTime()
+		stamps[i] = fileStamp{mod: fi.ModTime(), size: fi.Size()}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return false, fmt.Errorf("%w: %w", v.errStat, err)
 	}
-	if v.cur.Load() != nil && slices.EqualFunc(mods, v.mods, time.Time.Equal) {
+	if v.cur.Load() != nil && slices.EqualFunc(stamps, v.stamps, fileStamp.equal) {
 		return false, nil
 	}
 	x, err := v.load()
@@ -104,7 +143,7 @@ func (v *fileValue[T]) reload() (bool, error) {
 		return false, err
 	}
 	v.cur.Store(x)
-	v.mods = mods
+	v.stamps = stamps
 	return true, nil
 }
 

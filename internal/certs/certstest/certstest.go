@@ -62,6 +62,9 @@ type Spec struct {
 	URIs []*url.URL
 	// Server and Client set the extended key usages.
 	Server, Client bool
+	// NotBefore and NotAfter bound the validity (zero: from an hour ago
+	// to an hour from now).
+	NotBefore, NotAfter time.Time
 }
 
 // WriteCA writes the CA's certificate (PEM) to file.
@@ -95,8 +98,15 @@ func (ca *CA) IssueFor(t testing.TB, spec Spec, certFile, keyFile string) {
 	if spec.Client {
 		eku = append(eku, x509.ExtKeyUsageClientAuth)
 	}
+	notBefore, notAfter := spec.NotBefore, spec.NotAfter
+	if notBefore.IsZero() {
+		notBefore = time.Now().Add(-time.Hour)
+	}
+	if notAfter.IsZero() {
+		notAfter = time.Now().Add(time.Hour)
+	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(spec.Serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		NotBefore: notBefore, NotAfter: notAfter,
 		DNSNames: spec.DNSNames, IPAddresses: spec.IPs, URIs: spec.URIs, KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: eku}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
