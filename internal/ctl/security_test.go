@@ -8,6 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/once-dev/once/internal/certs"
+	"github.com/once-dev/once/internal/manager/managertest"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpctest"
 )
 
 // oncectl refuses to call managers without a credential unless --insecure
@@ -47,5 +52,54 @@ func TestMainRefusesWithoutCredential(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := Main(context.Background(), []string{"--managers", "127.0.0.1:1", "--insecure", "raft", "peers"}, io.Discard, &stderr); code != ExitFailure {
 		t.Fatalf("--insecure: exit %d, want %d; stderr %s", code, ExitFailure, stderr.String())
+	}
+}
+
+// oncectl against a manager secured by the cluster secret, with a
+// credential the manager does not accept: another cluster secret, or
+// --insecure. It fails at once, exit 1, with the handshake's reason (not a
+// deadline: --timeout is long, and a hang would end there instead), and
+// sends nothing the manager serves; with the right secret it is answered.
+func TestManagerCommandsWithAWrongCredential(t *testing.T) {
+	t.Setenv(EnvOperatorSecretFile, "")
+	t.Setenv(EnvClusterSecretFile, "")
+	t.Setenv(EnvCACert, "")
+	t.Setenv(EnvInsecure, "")
+	c := managertest.Start(t, managertest.Options{Managers: 1})
+	const secret = "0123456789abcdef0123456789abcdef"
+	cluster, err := certs.ClusterFromSecret(secret, certs.RoleManager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The manager's RPC as managerd serves it secured by the secret alone.
+	addr := rpctest.Listen(t, rpc.NewServer(c.Managers[0], rpc.ServerConfig{Secret: secret, TLS: cluster.ServerConfig()}))
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	right, wrong := write("right", secret+"\n"), write("wrong", "another-secret-0123456789abcdef\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"another secret, status", []string{"--cluster-secret-file", wrong, "cluster", "status"}, "authentication handshake failed"},
+		{"another secret, peers", []string{"--cluster-secret-file", wrong, "raft", "peers"}, "authentication handshake failed"},
+		{"insecure", []string{"--insecure", "raft", "peers"}, "no manager answered"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Main(context.Background(), append([]string{"--managers", addr, "--timeout", "60s"}, tc.args...), &stdout, &stderr)
+		out := stdout.String() + stderr.String()
+		if code != ExitFailure || !strings.Contains(out, tc.want) || strings.Contains(out, "deadline") {
+			t.Errorf("%s: exit %d, output %q; want exit %d naming %q, not a deadline", tc.name, code, out, ExitFailure, tc.want)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"--managers", addr, "--cluster-secret-file", right, "cluster", "status"}, &stdout, &stderr); code != ExitOK {
+		t.Fatalf("the right secret: exit %d; %s%s", code, stdout.String(), stderr.String())
 	}
 }
