@@ -172,7 +172,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		g.operators = t
 	}
 	if cfg.TokenFile != "" {
-		t, err := openTokenFile(cfg.TokenFile, g.log.With(logging.KeyComponent, "tokens"))
+		t, err := openTokenFile(cfg.TokenFile, g.operators, g.log.With(logging.KeyComponent, "tokens"))
 		if err != nil {
 			return nil, err
 		}

@@ -60,15 +60,20 @@ type tokenFile struct {
 	path string
 	log  *slog.Logger
 	cur  atomic.Pointer[tokenTable]
+	// operators are GATE_OPERATOR_TOKEN_FILE's tokens (nil: none), which no
+	// table of tenants may hold: an operator's token is no tenant's, and a
+	// tenant's token must not open the cluster view.
+	operators *tokenTable
 
 	mu   sync.Mutex // serialises reloads
 	mod  time.Time  // the file's modification time and size at the last load
 	size int64
 }
 
-// openTokenFile loads GATE_TOKEN_FILE at path; errors as Reload's.
-func openTokenFile(path string, log *slog.Logger) (*tokenFile, error) {
-	f := &tokenFile{path: path, log: log}
+// openTokenFile loads GATE_TOKEN_FILE at path, refusing a token of
+// operators (nil: none); errors as Reload's.
+func openTokenFile(path string, operators *tokenTable, log *slog.Logger) (*tokenFile, error) {
+	f := &tokenFile{path: path, log: log, operators: operators}
 	if _, err := f.Reload(); err != nil {
 		return nil, err
 	}
@@ -81,7 +86,8 @@ func (f *tokenFile) tenant(authorization string) (string, bool) {
 }
 
 // Reload loads the file again if it changed since the last load (its
-// modification time or size), and reports whether it did. On error the
+// modification time or size), and reports whether it did. A file holding
+// an operator's token is not loaded. On error the
 // table in use stays; the error is a *config.Error naming GATE_TOKEN_FILE
 // (so it matches config.ErrInvalid) that wraps the cause (a
 // *TokenFileError or the file system's error).
@@ -98,6 +104,14 @@ func (f *tokenFile) Reload() (bool, error) {
 	t, err := loadTokens(EnvTokenFile, "tenant", f.path)
 	if err != nil {
 		return false, err
+	}
+	if f.operators != nil {
+		for d := range t.byDigest {
+			if _, shared := f.operators.byDigest[d]; shared {
+				return false, tokensError(EnvTokenFile, "tenant", f.path,
+					&TokenFileError{Reason: "a token is also an operator's token of " + EnvOperatorTokenFile + " (an operator's token is no tenant's)"})
+			}
+		}
 	}
 	f.cur.Store(t)
 	f.mod, f.size = fi.ModTime(), fi.Size()

@@ -78,3 +78,49 @@ func TestTokenFileReloadRevokesWithoutRestart(t *testing.T) {
 		t.Fatal("tok-gamma refused after the file was removed")
 	}
 }
+
+// An operator's token (GATE_OPERATOR_TOKEN_FILE) is no tenant's: a token
+// file holding one is refused at start (exit 2 from Main: a config error
+// naming GATE_TOKEN_FILE), and a reload that would bring one in keeps the
+// tokens in use, so that a tenant's token never opens GET /v1/cluster.
+func TestOperatorTokenIsNoTenantToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ops := write("operators", "tok-ops alice\n")
+	shared := write("shared", "tok-alpha alpha\ntok-ops beta\n")
+	cfg := DefaultConfig()
+	cfg.Insecure = true
+	cfg.OperatorTokenFile, cfg.TokenFile = ops, shared
+	if _, err := New(cfg, Deps{}); !errors.Is(err, config.ErrInvalid) || !errors.Is(err, ErrTokenFile) {
+		t.Fatalf("a token in both files: %v; want a GATE_TOKEN_FILE error", err)
+	}
+
+	tenants := write("tenants", "tok-alpha alpha\n")
+	cfg.TokenFile = tenants
+	g, err := New(cfg, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	write("tenants", "tok-alpha alpha\ntok-ops beta\n")
+	if loaded, err := g.tokens.Reload(); loaded || !errors.Is(err, ErrTokenFile) {
+		t.Fatalf("a reload bringing in an operator's token: loaded %v, err %v", loaded, err)
+	}
+	if _, ok := g.tokens.tenant("Bearer tok-ops"); ok {
+		t.Fatal("an operator's token is a tenant's after the reload")
+	}
+	if _, ok := g.tokens.tenant("Bearer tok-alpha"); !ok {
+		t.Fatal("tok-alpha refused after a reload that was not loaded")
+	}
+}
