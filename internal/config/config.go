@@ -511,7 +511,14 @@ var ErrSecretFile = fmt.Errorf("%w: secret file", ErrInvalid)
 // and then fail every call between gates and managers ("unavailable"), so it
 // is refused here, at start, instead.
 func ReadSecretFile(env, path string) (string, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w: %w", env, ErrSecretFile, err)
+	}
+	defer f.Close()
+	// At most one byte past the bound: a path that never ends (/dev/urandom
+	// given by mistake, a pipe) is refused, not read until memory runs out.
+	b, err := io.ReadAll(io.LimitReader(f, MaxSecretBytes+1))
 	if err != nil {
 		return "", fmt.Errorf("%s: %w: %w", env, ErrSecretFile, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -154,6 +155,40 @@ func TestReadSecretFile(t *testing.T) {
 		if !errors.Is(err, ErrSecretFile) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "X_SECRET_FILE") {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// A secret path that does not end (a device such as /dev/urandom given by
+// mistake, a pipe whose writer stays) is refused once past MaxSecretBytes,
+// not read until memory runs out or forever. The pipe's writer writes more
+// than the bound and then holds its end open until the read has returned:
+// a read to the end would never return.
+func TestReadSecretFileRefusesAnEndlessFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			wrote <- err
+			return
+		}
+		// Within the pipe's buffer: the writes return before any read.
+		_, err = w.Write([]byte(strings.Repeat("x", 2*MaxSecretBytes)))
+		<-read
+		_ = w.Close()
+		wrote <- err
+	}()
+	_, err := ReadSecretFile("X_SECRET_FILE", fifo)
+	close(read)
+	if werr := <-wrote; werr != nil {
+		t.Fatal(werr)
+	}
+	if !errors.Is(err, ErrSecretFile) || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("a pipe that does not end: %v", err)
 	}
 }
 
