@@ -152,6 +152,11 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 			if g.timeout <= 0 {
 				return usagef("--timeout %s: want a positive duration", g.timeout)
 			}
+			// The token is read from the environment here, not as the
+			// flag's default, which --help would print.
+			if !cmd.Flags().Changed("token") {
+				g.token = os.Getenv(EnvToken)
+			}
 			return nil
 		},
 	}
@@ -168,7 +173,7 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 	pf := root.PersistentFlags()
 	pf.StringSliceVar(&g.gates, "gates", splitEnv(EnvGates, "http://127.0.0.1:8080"), "gate URLs (env "+EnvGates+")")
 	pf.StringSliceVar(&g.managers, "managers", splitEnv(EnvManagers, "127.0.0.1:7101"), "manager RPC addresses host:port (env "+EnvManagers+")")
-	pf.StringVar(&g.token, "token", os.Getenv(EnvToken), "bearer token for the gates (env "+EnvToken+")")
+	pf.StringVar(&g.token, "token", "", "bearer token for the gates (env "+EnvToken+")")
 	pf.StringVar(&g.secret, "cluster-secret-file", os.Getenv(EnvClusterSecretFile), "file holding the managers' cluster secret (env "+EnvClusterSecretFile+")")
 	pf.StringVar(&g.operatorSecret, "operator-secret-file", os.Getenv(EnvOperatorSecretFile), "file holding the managers' operator secret, for the cluster, raft, snapshot and gossip commands (env "+EnvOperatorSecretFile+")")
 	pf.StringVar(&g.cacert, "cacert", os.Getenv(EnvCACert), "the cluster CA, for managers serving RPC over mutual TLS (env "+EnvCACert+")")

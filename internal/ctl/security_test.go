@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,5 +103,43 @@ func TestManagerCommandsWithAWrongCredential(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := Main(context.Background(), []string{"--managers", addr, "--cluster-secret-file", right, "cluster", "status"}, &stdout, &stderr); code != ExitOK {
 		t.Fatalf("the right secret: exit %d; %s%s", code, stdout.String(), stderr.String())
+	}
+}
+
+// The gates' token from ONCE_TOKEN is sent, and never printed: --help
+// shows no default taken from the environment (it did, as the flag's
+// default); --token given wins over it.
+func TestTokenFromTheEnvironmentIsNotPrinted(t *testing.T) {
+	const token = "tok-from-env-0123456789"
+	t.Setenv(EnvToken, token)
+	seen := make(chan string, 4)
+	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"type":"about:blank","title":"not found","status":404,"code":"job_not_found"}`)
+	}))
+	defer gate.Close()
+	for _, args := range [][]string{{"--help"}, {"job", "get", "--help"}} {
+		var stdout, stderr bytes.Buffer
+		if code := Main(context.Background(), args, &stdout, &stderr); code != ExitOK {
+			t.Fatalf("%v: exit %d; %s", args, code, stderr.String())
+		}
+		if out := stdout.String() + stderr.String(); strings.Contains(out, token) {
+			t.Errorf("%v prints the token of %s:\n%s", args, EnvToken, out)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "Bearer " + token},
+		{[]string{"--token", "tok-flag"}, "Bearer tok-flag"},
+	} {
+		args := append([]string{"--gates", gate.URL, "job", "get", "00000000-0000-8000-8000-000000000000"}, tc.args...)
+		Main(context.Background(), args, io.Discard, io.Discard)
+		if got := <-seen; got != tc.want {
+			t.Errorf("%v: the gate got Authorization %q, want %q", tc.args, got, tc.want)
+		}
 	}
 }
