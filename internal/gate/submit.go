@@ -45,9 +45,14 @@ type response struct {
 	// sent through another gate, or this gate's cache lost it).
 	replayed bool
 	// expiresAt is when the ledger's entry expires: the Idempotency-Expires-At
-	// of every answer carrying this outcome; a 429's Retry-After counts down
-	// to it.
+	// of every answer carrying this outcome.
 	expiresAt time.Time
+	// retryBy is the same instant on the gate's own clock (the lifetime the
+	// manager said was left, counted from when the gate asked; cacheTTL): a
+	// 429's Retry-After counts down to it, so a gate whose wall clock is
+	// off the ledger's still tells the time left. Zero: from expiresAt (a
+	// manager that sends no lifetime left).
+	retryBy time.Time
 	// retryAfter, when positive, is a fixed Retry-After (503, 409).
 	retryAfter time.Duration
 
@@ -123,8 +128,14 @@ func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 		}
 	}
 	switch {
-	case r.status == http.StatusTooManyRequests:
-		h.Set(api.HeaderRetryAfter, retryAfter(r.expiresAt.Sub(now)))
+	case r.status == http.StatusTooManyRequests && r.replayable:
+		// A stored rejection (capacity): the time left on its entry. A 429
+		// that recorded nothing (tenant_quota_exceeded) has a fixed one.
+		by := r.retryBy
+		if by.IsZero() {
+			by = r.expiresAt
+		}
+		h.Set(api.HeaderRetryAfter, retryAfter(by.Sub(now)))
 	case r.retryAfter > 0:
 		h.Set(api.HeaderRetryAfter, retryAfter(r.retryAfter))
 	}
@@ -494,6 +505,9 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		if resp.expiresAt.IsZero() {
 			resp.expiresAt = now.Add(ttl)
 		}
+		if left, ok := timeLeft(sr, start); ok {
+			resp.retryBy = now.Add(left)
+		}
 		return resp, state, g.cacheTTL(sr, start, now, min(ttl, configured))
 	}
 	// failed answers 500 for a manager's answer the gate cannot render (a
@@ -554,10 +568,9 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 // against the gate's clock (now). A result of 0 never happens: an entry
 // already expired is kept for a millisecond, enough for its waiters.
 func (g *Gate) cacheTTL(sr *rpcpb.SubmitResponse, sent, now time.Time, configured time.Duration) time.Duration {
-	var left time.Duration
+	left, ok := timeLeft(sr, sent)
 	switch {
-	case sr.RemainingNanos > 0:
-		left = time.Duration(sr.RemainingNanos) - time.Since(sent)
+	case ok:
 	case sr.ExpiresAtUnixNano != 0:
 		left = expiresAt(sr).Sub(now)
 	default:
@@ -568,6 +581,16 @@ func (g *Gate) cacheTTL(sr *rpcpb.SubmitResponse, sent, now time.Time, configure
 		ttl = time.Millisecond
 	}
 	return ttl
+}
+
+// timeLeft is the lifetime left on sr's entry by the ledger's clock
+// (remaining_nanos), less the time since the request was sent on the gate's
+// monotonic clock; false when the manager sent none.
+func timeLeft(sr *rpcpb.SubmitResponse, sent time.Time) (time.Duration, bool) {
+	if sr.RemainingNanos <= 0 {
+		return 0, false
+	}
+	return time.Duration(sr.RemainingNanos) - time.Since(sent), true
 }
 
 // expiresAt is when sr's entry expires, the zero time when sr has none.
