@@ -7,6 +7,7 @@ import (
 
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
+	"github.com/once-dev/once/pkg/keys"
 )
 
 // admitToOutbox refuses a new multi-datacenter submission while the outbox
@@ -15,11 +16,18 @@ import (
 // (503 outbox_full). A submission another datacenter's outbox carries here
 // is admitted: that datacenter admitted it already, under its own bound. The
 // bound is checked before the Reserve, so the submissions in flight at that
-// instant may pass it by as many.
-func (m *Manager) admitToOutbox(req *rpcpb.SubmitRequest) error {
+// instant may pass it by as many. A structured key whose sequence its
+// client's watermark refuses is let through too: the ledger answers it
+// idempotency_key_expired and records nothing, as it would with room.
+func (m *Manager) admitToOutbox(req *rpcpb.SubmitRequest, k keys.Key) error {
 	own := m.cfg.Datacenter
 	if req.Carried || !slices.ContainsFunc(req.Job.Datacenters, func(dc string) bool { return dc != own }) {
 		return nil
+	}
+	if k.Structured {
+		if w, ok := m.fsm.Watermark(req.Tenant, k.ClientID, k.Nonce); ok && (w.Committed(k.Sequence) || w.BelowWindow(k.Sequence)) {
+			return nil
+		}
 	}
 	if n := m.fsm.OutboxLen(); n >= m.cfg.OutboxMaxEntries {
 		m.metrics.outboxRefused.Inc()

@@ -135,7 +135,7 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 			m.endProposal(req.Tenant, req.Key, proposal)
 			return resp, nil
 		}
-		if err := m.admitToOutbox(req); err != nil {
+		if err := m.admitToOutbox(req, k); err != nil {
 			m.endProposal(req.Tenant, req.Key, proposal)
 			return nil, err
 		}
