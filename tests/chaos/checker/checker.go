@@ -25,7 +25,13 @@
 //	    every datacenter's job for it has the same id;
 //	(i) with workers (CheckWorkers): every job is run to an end — succeeded,
 //	    with at least one handler run — once the cluster healed; the runs
-//	    above one per job (redeliveries) are counted, not judged.
+//	    above one per job (redeliveries) are counted, not judged;
+//	(j) with several datacenters, a key whose submissions omit the
+//	    datacenters list (CheckFederationPlaces, Config.Places,
+//	    CheckRunPlaces): it is admitted in one datacenter, its home, and in
+//	    exactly one once answered; no other datacenter lists or runs its job;
+//	(k) with several datacenters, a key whose submissions name some of them:
+//	    no other datacenter holds its entry, lists its job or runs it.
 //
 // Indeterminate requests (transport errors, timeouts, 503s) never cause a
 // violation by themselves: such a request may or may not have created its job,
@@ -34,6 +40,7 @@ package checker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -58,11 +65,13 @@ const (
 	RuleExpectedAnswer  Rule = "g:expected-answer"
 	RuleEverywhere      Rule = "h:same-job-everywhere"
 	RuleRunOnce         Rule = "i:every-job-run-to-an-end"
+	RuleOneHome         Rule = "j:omitted-list-one-home"
+	RuleOnlyNamed       Rule = "k:only-named-datacenters"
 )
 
 // Rules lists every rule in report order.
 var Rules = []Rule{RuleAtMostOneJob, RuleJobMatches, RuleSameJobID, RuleCommitXorReject,
-	RuleNotForgotten, RuleReplayIdentical, RuleExpectedAnswer, RuleEverywhere, RuleRunOnce}
+	RuleNotForgotten, RuleReplayIdentical, RuleExpectedAnswer, RuleEverywhere, RuleRunOnce, RuleOneHome, RuleOnlyNamed}
 
 // Config says how to read the cluster.
 type Config struct {
@@ -96,6 +105,12 @@ type Config struct {
 	// (?datacenter=, docs/multidc.md): Check then checks one datacenter of a
 	// federation.
 	Datacenter string
+	// Places, with Datacenter, are the placements CheckFederationPlaces
+	// found: Check then holds to rules (a)-(g) only the keys whose job
+	// belongs in Datacenter (named by their submissions, or the home of an
+	// omitted list), and reports a job it lists or fetches there for a key
+	// that belongs elsewhere (rule (j) or (k)).
+	Places *Places
 }
 
 // Violation is one broken rule for one (tenant, key).
@@ -209,12 +224,32 @@ func Check(ctx context.Context, cfg Config, ops []history.Op) (Result, error) {
 		return Result{}, err
 	}
 	defer r.close()
+	all := ops
+	var elsewhere map[tk]Placement
+	if cfg.Places != nil {
+		if cfg.Datacenter == "" {
+			return Result{}, errors.New("checker: Config.Places needs Config.Datacenter")
+		}
+		ops, elsewhere = cfg.Places.opsIn(ops, cfg.Datacenter)
+	}
 	h := newHistoryIndex(ops)
 	cl, err := r.readCluster(ctx, h)
 	if err != nil {
 		return Result{}, err
 	}
-	return evaluate(h, cl, cfg), nil
+	res := evaluate(h, cl, cfg)
+	if len(elsewhere) > 0 {
+		byKey := map[tk][]history.Op{}
+		for _, op := range all {
+			if k := (tk{tenantOf(op), op.Key}); op.Kind == history.KindSubmit {
+				if _, ok := elsewhere[k]; ok {
+					byKey[k] = append(byKey[k], op)
+				}
+			}
+		}
+		res.Violations = append(res.Violations, foreignJobs(cfg.Datacenter, elsewhere, cl, byKey)...)
+	}
+	return res, nil
 }
 
 // CheckHistory checks the rules that need no cluster reads — (c), (d), (f) and

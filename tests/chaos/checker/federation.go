@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -13,26 +14,41 @@ import (
 	"github.com/once-dev/once/tests/chaos/history"
 )
 
-// CheckFederation checks rule (h) across the datacenters of a federation,
-// one Config per datacenter (Config.Datacenter set, each read through one of
-// its gates): every key of ops whose entry is committed or rejected in any
-// datacenter must be final in every one of them, and the committed ones
-// must name the same job. The outbox completes a datacenter some time after
-// the faults healed, so a key that is final somewhere and missing or pending
-// elsewhere is read again until wait has passed; only then is it a
-// violation. Two different job ids never heal and are reported at once.
-// Run the per-datacenter Check for the other rules.
+// CheckFederation checks rules (h), (j) and (k) across the datacenters of
+// a federation: CheckFederationPlaces without the placements.
 func CheckFederation(ctx context.Context, cfgs []Config, ops []history.Op, wait time.Duration) (Result, error) {
+	res, _, err := CheckFederationPlaces(ctx, cfgs, ops, wait)
+	return res, err
+}
+
+// CheckFederationPlaces checks the rules across the datacenters of a
+// federation, one Config per datacenter (Config.Datacenter set, each read
+// through one of its gates), and returns where each key's job belongs and
+// was found. A key whose submissions name datacenters is held to rule (h):
+// if its entry is committed or rejected in any datacenter it names, it must
+// be final in every one of them, and the committed ones must name the same
+// job; and to rule (k): no datacenter it does not name holds an entry of
+// it. A key whose submissions omit the list is held to rule (j): its entry
+// is final in at most one datacenter, its home (the others hold claims),
+// and in exactly one once a submission was answered 201 or job_rejected.
+// The outbox completes a datacenter some time after the faults healed, so
+// a key that is final somewhere and missing or pending where it must be
+// final is read again until wait has passed; only then is it a violation.
+// Two different job ids, two homes or an entry outside the named
+// datacenters never heal and are reported at once. Run the per-datacenter
+// Check (with Config.Places) for the other rules.
+func CheckFederationPlaces(ctx context.Context, cfgs []Config, ops []history.Op, wait time.Duration) (Result, *Places, error) {
 	h := newHistoryIndex(ops)
 	res := Result{Checked: Counts{Ops: h.ops, Keys: len(h.keys)}}
+	places := &Places{byKey: make(map[tk]Placement, len(h.keys))}
 	readers := make([]*reader, len(cfgs))
 	for i, cfg := range cfgs {
 		if cfg.Datacenter == "" {
-			return res, fmt.Errorf("checker: CheckFederation needs Config.Datacenter (config %d)", i)
+			return res, nil, fmt.Errorf("checker: CheckFederation needs Config.Datacenter (config %d)", i)
 		}
 		r, err := newReader(cfg)
 		if err != nil {
-			return res, err
+			return res, nil, err
 		}
 		defer r.close()
 		readers[i] = r
@@ -42,12 +58,23 @@ func CheckFederation(ctx context.Context, cfgs []Config, ops []history.Op, wait 
 	for {
 		entries, err := readEntries(ctx, readers, open)
 		if err != nil {
-			return res, err
+			return res, nil, err
 		}
 		var still []tk
 		final := time.Now().After(deadline)
 		for _, k := range open {
-			if v, pending := judgeEverywhere(k, entries[k], cfgs); v != nil {
+			pl := Placement{Named: namedOf(h.byKey[k])}
+			var v *Violation
+			var pending bool
+			if pl.Omitted() {
+				v, pending, pl.Home = judgeOmitted(k, entries[k], cfgs, definitelyAnswered(h.byKey[k]))
+			} else {
+				v = judgeOnlyNamed(k, entries[k], cfgs, pl.Named)
+				if v == nil {
+					v, pending = judgeEverywhere(k, named(entries[k], cfgs, pl.Named))
+				}
+			}
+			if v != nil {
 				if pending && !final {
 					still = append(still, k)
 					continue
@@ -55,6 +82,13 @@ func CheckFederation(ctx context.Context, cfgs []Config, ops []history.Op, wait 
 				v.Ops = h.byKey[k]
 				res.Violations = append(res.Violations, *v)
 			}
+			for i, e := range entries[k] {
+				if e != nil && e.State == api.KeyStateCommitted && e.JobID != nil {
+					pl.Committed = append(pl.Committed, cfgs[i].Datacenter)
+					pl.JobID = *e.JobID
+				}
+			}
+			places.byKey[k] = pl
 		}
 		if len(still) == 0 {
 			break
@@ -62,7 +96,7 @@ func CheckFederation(ctx context.Context, cfgs []Config, ops []history.Op, wait 
 		open = still
 		select {
 		case <-ctx.Done():
-			return res, fmt.Errorf("%w: %w", ErrRead, ctx.Err())
+			return res, nil, fmt.Errorf("%w: %w", ErrRead, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}
@@ -73,7 +107,24 @@ func CheckFederation(ctx context.Context, cfgs []Config, ops []history.Op, wait 
 		}
 		return a.Key < b.Key
 	})
-	return res, nil
+	return res, places, nil
+}
+
+// dcEntry is one datacenter's entry of a key (nil: none).
+type dcEntry struct {
+	dc    string
+	entry *api.KeyInfo
+}
+
+// named returns the entries of the datacenters a key names, in cfgs' order.
+func named(entries []*api.KeyInfo, cfgs []Config, names []string) []dcEntry {
+	var out []dcEntry
+	for i, e := range entries {
+		if slices.Contains(names, cfgs[i].Datacenter) {
+			out = append(out, dcEntry{cfgs[i].Datacenter, e})
+		}
+	}
+	return out
 }
 
 // readEntries reads every key's entry in every datacenter: entries[k][i] is
@@ -105,17 +156,18 @@ func readEntries(ctx context.Context, readers []*reader, keys []tk) (map[tk][]*a
 	return out, nil
 }
 
-// judgeEverywhere applies rule (h) to one key's entries. pending says the
-// violation may still heal (a datacenter has no final outcome yet).
-func judgeEverywhere(k tk, entries []*api.KeyInfo, cfgs []Config) (v *Violation, pending bool) {
+// judgeEverywhere applies rule (h) to one key's entries in the datacenters
+// it names. pending says the violation may still heal (a datacenter has no
+// final outcome yet).
+func judgeEverywhere(k tk, entries []dcEntry) (v *Violation, pending bool) {
 	final := func(e *api.KeyInfo) bool {
 		return e != nil && (e.State == api.KeyStateCommitted || e.State == api.KeyStateRejected)
 	}
 	var anyFinal bool
 	ids := map[string][]string{} // job id → datacenters holding it
 	var missing, states []string
-	for i, e := range entries {
-		dc := cfgs[i].Datacenter
+	for _, de := range entries {
+		dc, e := de.dc, de.entry
 		switch {
 		case e == nil:
 			states = append(states, dc+": no entry")

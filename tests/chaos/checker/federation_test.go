@@ -33,7 +33,7 @@ func TestJudgeEverywhere(t *testing.T) {
 		{"nowhere", nil, nil, false, false},
 		{"pending in one, nothing in the other", &pendingEntry, nil, false, false},
 	} {
-		v, pending := judgeEverywhere(k, []*api.KeyInfo{tc.dc1, tc.dc2}, cfgs)
+		v, pending := judgeEverywhere(k, named([]*api.KeyInfo{tc.dc1, tc.dc2}, cfgs, []string{"dc1", "dc2"}))
 		if (v != nil) != tc.want || pending != tc.pending {
 			t.Errorf("%s: violation %v, pending %v; want %v, %v", tc.name, v, pending, tc.want, tc.pending)
 		}
@@ -41,6 +41,14 @@ func TestJudgeEverywhere(t *testing.T) {
 			t.Errorf("%s: rule %s", tc.name, v.Rule)
 		}
 	}
+}
+
+// both names dc1 and dc2 in every op, as a two-datacenter run sends them.
+func both(ops ...history.Op) []history.Op {
+	for i := range ops {
+		ops[i].Datacenters = []string{"dc1", "dc2"}
+	}
+	return ops
 }
 
 // federationGate serves GET /v1/idempotency-keys/{key}?datacenter= from a
@@ -52,7 +60,7 @@ type federationGate struct {
 }
 
 func newFederationGate(t *testing.T) *federationGate {
-	g := &federationGate{keys: map[string]map[string]api.KeyInfo{"dc1": {}, "dc2": {}}}
+	g := &federationGate{keys: map[string]map[string]api.KeyInfo{"dc1": {}, "dc2": {}, "dc3": {}}}
 	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k := strings.TrimPrefix(r.URL.Path, "/v1/idempotency-keys/")
 		g.mu.Lock()
@@ -81,12 +89,12 @@ func (g *federationGate) set(dc, k string, e api.KeyInfo) {
 func TestCheckFederationWaitsForTheOutbox(t *testing.T) {
 	g := newFederationGate(t)
 	cfgs := []Config{{GateURL: g.srv.URL, Datacenter: "dc1"}, {GateURL: g.srv.URL, Datacenter: "dc2"}}
-	ops := []history.Op{
+	ops := both(
 		sub("1", gateA, 1, false, 0, 1, history.Outcome{Status: 503}),
 		sub("2", gateA, 1, false, 2, 3, history.Outcome{Status: 503}),
 		sub("3", gateA, 1, false, 4, 5, created("job-3", "h", false)),
 		sub("4", gateA, 1, false, 6, 7, history.Outcome{Status: 503}),
-	}
+	)
 	g.set("dc1", key("1"), committedKey("1", "job-1")) // reaches dc2 later
 	g.set("dc1", key("2"), committedKey("2", "job-2")) // never reaches dc2
 	g.set("dc1", key("3"), committedKey("3", "job-3"))

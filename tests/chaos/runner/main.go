@@ -51,7 +51,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rounds := fs.Int("rounds", 0, "stop after this many rounds of faults (every kind once per round); 0: run for -duration")
 	workers := fs.Int("workers", 2, "pkg/client workers per tenant (per datacenter with -multidc) consuming the jobs through the faults; rule (i): every job run to an end; 0: none")
 	verbose := fs.Bool("v", false, "print every nemesis step, not only one line per fault")
-	multiDC := fs.Bool("multidc", false, "two federated datacenters (dc1, dc2; 3 managers and 2 gates each): jobs name both, dc1 takes the faults, dc2 has outages; rule (h) checked across them")
+	multiDC := fs.Bool("multidc", false, "federated datacenters (dc1, dc2[, dc3]; 3 managers and 2 gates each): dc1 takes the faults, dc2 has outages; rules (h), (j), (k) checked across them")
+	datacenters := fs.Int("datacenters", 2, "with -multidc: how many datacenters (2: every job names both; 3: jobs name all, a subset, or omit the list)")
 	recheck := fs.String("recheck", "", "check the saved run in this directory again instead of running one")
 	gate := fs.String("gate", "", "with -recheck: read the cluster through this gate URL (a cluster restarted from the run's data)")
 	restart := fs.Bool("restart", false, "with -recheck: restart the run's cluster from its saved data directories and read through it")
@@ -93,6 +94,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "oncechaos: -duration, -clients and -fault-interval must be positive, -rounds not negative, -dup in [0, 1]")
 		return 2
 	}
+	if *datacenters != 2 && (!*multiDC || *datacenters < 2 || *datacenters > MaxDatacenters) {
+		fmt.Fprintf(stderr, "oncechaos: -datacenters needs -multidc and is 2 to %d\n", MaxDatacenters)
+		return 2
+	}
+	ndc := 0
+	if *multiDC {
+		ndc = *datacenters
+	}
 	if *seed == 0 {
 		*seed = NewSeed()
 	}
@@ -107,7 +116,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sum, err := Run(ctx, Options{
 		Duration: *duration, Seed: *seed, Clients: *clients, DuplicateRate: *dup, BaseDir: runDir, BinDir: *bin,
 		FaultInterval: *interval, Faults: kinds, Rounds: *rounds, Logf: logf, Verbose: *verbose, MultiDC: *multiDC,
-		Workers: *workers,
+		Workers: *workers, Datacenters: ndc,
 	})
 	if sum.Seed != 0 { // zero: the options were refused before anything ran
 		fmt.Fprintln(stdout, sum.String())

@@ -116,10 +116,49 @@ type Options struct {
 	// dc2 (every manager SIGSTOPped for a while). The check runs the rules
 	// per datacenter and rule (h) across them.
 	MultiDC bool
+	// Datacenters is the number of datacenters of a MultiDC run, dc1 to
+	// dcN (default 2, at most 3). With three, the submissions mix lists:
+	// a third name every datacenter, a third a strict subset (two of
+	// them, or dc3 alone), a third omit the list (the job runs in one
+	// home datacenter, found through claims in the others); a client
+	// retries through a gate of another datacenter after a timeout or a
+	// 5xx, as pkg/client fails over; and rules (j) and (k) check where
+	// each job was admitted and ran. With two, every submission names
+	// both and retries go to the next gate, as before.
+	Datacenters int
 }
 
-// Datacenters of a MultiDC run.
-var multiDCs = []string{"dc1", "dc2"}
+// MaxDatacenters bounds Options.Datacenters.
+const MaxDatacenters = 3
+
+// datacenterNames are the names of the n datacenters of a MultiDC run.
+func datacenterNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "dc" + strconv.Itoa(i+1)
+	}
+	return names
+}
+
+// datacenterSets are the lists a submission of a run of three or more
+// datacenters draws from (workload.Config.DatacenterSets): every
+// datacenter, each pair, the last datacenter alone (a job forwarded only
+// to another datacenter than most gates'), and an omitted list, weighed so
+// that a third name all, a third a subset and a third none.
+func datacenterSets(names []string) [][]string {
+	var subsets [][]string
+	for i := range names {
+		for j := i + 1; j < len(names); j++ {
+			subsets = append(subsets, []string{names[i], names[j]})
+		}
+	}
+	subsets = append(subsets, []string{names[len(names)-1]})
+	var sets [][]string
+	for range subsets {
+		sets = append(sets, names, nil)
+	}
+	return append(sets, subsets...)
+}
 
 func (o *Options) validate() error {
 	switch {
@@ -133,6 +172,13 @@ func (o *Options) validate() error {
 		return errors.New("runner: Clients, Rounds, FaultInterval, Settle, SnapshotThreshold and TrailingLogs must not be negative")
 	case o.DuplicateRate > 1:
 		return fmt.Errorf("runner: DuplicateRate %v is above 1", o.DuplicateRate)
+	case o.Datacenters != 0 && !o.MultiDC:
+		return errors.New("runner: Datacenters needs MultiDC")
+	case o.MultiDC && o.Datacenters != 0 && (o.Datacenters < 2 || o.Datacenters > MaxDatacenters):
+		return fmt.Errorf("runner: Datacenters %d: a MultiDC run has 2 to %d", o.Datacenters, MaxDatacenters)
+	}
+	if o.MultiDC && o.Datacenters == 0 {
+		o.Datacenters = 2
 	}
 	for _, b := range []string{"gate", "manager"} {
 		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
@@ -239,21 +285,37 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		dcs   []*localcluster.Cluster // dcs[0] takes the nemesis's faults
 		start func(context.Context) error
 		stop  func()
-		names []string // the datacenters a submission names (none: the gate's own)
+		names []string // the datacenters of a MultiDC run
 		fed   *localcluster.Federation
 	)
+	wcfg := workload.Config{Tokens: Tenants, Clients: o.Clients, Duration: o.Duration,
+		DuplicateRate: o.DuplicateRate, Seed: o.Seed}
 	if o.MultiDC {
 		// A forward gives up before an outage ends: 503s, retried by the
 		// clients, and jobs admitted in one datacenter only, for the outboxes
 		// to carry.
 		base.GateEnv = append(base.GateEnv, "GATE_FORWARD_TIMEOUT_SECONDS=3")
-		f, err := localcluster.NewFederation(base, []localcluster.DatacenterSpec{
-			{Name: multiDCs[0], Managers: 3, Gates: 2}, {Name: multiDCs[1], Managers: 3, Gates: 2}})
+		names = datacenterNames(o.Datacenters)
+		var specs []localcluster.DatacenterSpec
+		for _, dc := range names {
+			specs = append(specs, localcluster.DatacenterSpec{Name: dc, Managers: 3, Gates: 2})
+		}
+		f, err := localcluster.NewFederation(base, specs)
 		if err != nil {
 			return sum, err
 		}
-		dcs, start, stop, names, fed = f.DCs, f.StartReady, f.Stop, multiDCs, f
-		logf("starting two datacenters (%v), each with 3 managers and 2 gates; logs under %s", multiDCs, base.BaseDir)
+		dcs, start, stop, fed = f.DCs, f.StartReady, f.Stop, f
+		if len(names) == 2 {
+			wcfg.Datacenters = names
+		} else {
+			wcfg.DatacenterSets = datacenterSets(names)
+			for i, dc := range f.DCs {
+				for range dc.GateURLs() {
+					wcfg.GateDatacenters = append(wcfg.GateDatacenters, names[i])
+				}
+			}
+		}
+		logf("starting %d datacenters (%v), each with 3 managers and 2 gates; logs under %s", len(names), names, base.BaseDir)
 	} else {
 		c, err := localcluster.New(base)
 		if err != nil {
@@ -278,10 +340,8 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 
 	rec := history.NewRecorder()
 	sum.Start = rec.Start()
-	w, err := workload.New(workload.Config{
-		GateURLs: gateURLs, Tokens: Tenants, Clients: o.Clients, Duration: o.Duration,
-		DuplicateRate: o.DuplicateRate, Seed: o.Seed, Datacenters: names,
-	})
+	wcfg.GateURLs = gateURLs
+	w, err := workload.New(wcfg)
 	if err != nil {
 		return sum, err
 	}
@@ -421,37 +481,53 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		}
 		return sum, errors.Join(nerr, cerr)
 	}
-	// Every datacenter against the rules, through one of its own gates;
-	// then rule (h) across them, giving the outboxes time to finish.
-	var res checker.Result
+	// Where every key's job belongs, and rules (h), (j) and (k) across the
+	// datacenters, giving the outboxes time to finish; then every
+	// datacenter against the rules, through one of its own gates, for the
+	// keys whose job belongs there.
+	// The counts: the history's, and the cluster's summed over the
+	// datacenters.
+	res := checker.Result{Checked: checker.CheckHistory(ops).Checked}
 	var cfgs []checker.Config
 	for i, dc := range dcs {
-		cfg := checker.Config{GateURL: dc.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys, Datacenter: names[i]}
-		cfgs = append(cfgs, cfg)
-		logf("checking %d requests in %s through %s", sum.Requests, names[i], cfg.GateURL)
-		r, cerr := checker.Check(cctx, cfg, ops)
+		cfgs = append(cfgs, checker.Config{GateURL: dc.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys, Datacenter: names[i]})
+	}
+	logf("checking where every key's job is in %v (waiting up to %v for the outboxes)", names, federationWait)
+	fr, places, cerr := checker.CheckFederationPlaces(cctx, cfgs, ops, federationWait)
+	if cerr != nil {
+		return sum, errors.Join(nerr, cerr)
+	}
+	sum.Homes = places.Homes()
+	for i := range cfgs {
+		cfgs[i].Places = places
+		logf("checking %d requests in %s through %s", sum.Requests, names[i], cfgs[i].GateURL)
+		r, cerr := checker.Check(cctx, cfgs[i], ops)
 		if cerr != nil {
 			return sum, errors.Join(nerr, fmt.Errorf("checking %s: %w", names[i], cerr))
-		}
-		if i == 0 {
-			res.Checked = r.Checked
 		}
 		for _, v := range r.Violations {
 			v.Detail = names[i] + ": " + v.Detail
 			res.Violations = append(res.Violations, v)
 		}
-	}
-	logf("checking that every admitted job is in %v with one id (waiting up to %v for the outboxes)", names, federationWait)
-	fr, cerr := checker.CheckFederation(cctx, cfgs, ops, federationWait)
-	if cerr != nil {
-		return sum, errors.Join(nerr, cerr)
+		c := &res.Checked
+		c.JobsListed += r.Checked.JobsListed
+		c.JobsFetched += r.Checked.JobsFetched
+		c.JobsNotFound += r.Checked.JobsNotFound
+		c.KeysFound += r.Checked.KeysFound
+		c.KeysNotFound += r.Checked.KeysNotFound
 	}
 	res.Violations = append(res.Violations, fr.Violations...)
 	if o.Workers > 0 {
-		// After the outboxes: the jobs they carried must run too.
+		// After the outboxes: the jobs they carried must run too; and each
+		// job where it was admitted, nowhere else.
 		if cerr := checkWorkers(cctx, &sum, &res, cfgs, runs, o.WorkersWait, logf); cerr != nil {
 			return sum, errors.Join(nerr, cerr)
 		}
+		rp := make([]*checker.Runs, len(runs))
+		for i := range runs {
+			rp[i] = &runs[i]
+		}
+		res.Violations = append(res.Violations, checker.CheckRunPlaces(places, names, rp, ops).Violations...)
 	}
 	sum.Check = &res
 	return sum, nerr

@@ -160,6 +160,8 @@ func TestRunValidates(t *testing.T) {
 		{"no dir", Options{Duration: time.Second, BinDir: bin}, "BaseDir"},
 		{"no bin", Options{Duration: time.Second, BaseDir: t.TempDir()}, "BinDir"},
 		{"no binaries", Options{Duration: time.Second, BaseDir: t.TempDir(), BinDir: bin}, "make build"},
+		{"datacenters without multidc", Options{Duration: time.Second, BaseDir: t.TempDir(), BinDir: bin, Datacenters: 3}, "MultiDC"},
+		{"four datacenters", Options{Duration: time.Second, BaseDir: t.TempDir(), BinDir: bin, MultiDC: true, Datacenters: 4}, "2 to 3"},
 	} {
 		_, err := Run(context.Background(), tc.o)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -177,6 +179,8 @@ func TestMainExitCodes(t *testing.T) {
 		{[]string{"-duration", "0"}, 2},
 		{[]string{"-faults", "kill-leader,reboot"}, 2},
 		{[]string{"extra"}, 2},
+		{[]string{"-datacenters", "3"}, 2},
+		{[]string{"-multidc", "-datacenters", "4"}, 2},
 		{[]string{"-recheck", filepath.Join(t.TempDir(), "missing")}, 1},
 		{[]string{"-duration", "1s", "-bin", t.TempDir(), "-dir", t.TempDir()}, 1},
 	} {
@@ -184,6 +188,31 @@ func TestMainExitCodes(t *testing.T) {
 		if code := Main(context.Background(), tc.args, &out, &errb); code != tc.code {
 			t.Errorf("oncechaos %v: exit %d, want %d\n%s%s", tc.args, code, tc.code, out.String(), errb.String())
 		}
+	}
+}
+
+// A three-datacenter run draws every list, a third each: all, a strict
+// subset, omitted.
+func TestDatacenterSets(t *testing.T) {
+	names := datacenterNames(3)
+	if strings.Join(names, ",") != "dc1,dc2,dc3" {
+		t.Fatalf("names %v", names)
+	}
+	n := map[string]int{}
+	sets := datacenterSets(names)
+	for _, s := range sets {
+		switch l := strings.Join(s, ","); {
+		case s == nil:
+			n["omitted"]++
+		case l == "dc1,dc2,dc3":
+			n["all"]++
+		default:
+			n["subset"]++
+			n[l]++
+		}
+	}
+	if n["all"] != n["omitted"] || n["all"] != n["subset"] || n["dc1,dc2"] != 1 || n["dc1,dc3"] != 1 || n["dc2,dc3"] != 1 || n["dc3"] != 1 {
+		t.Fatalf("%d sets: %v", len(sets), n)
 	}
 }
 

@@ -43,6 +43,12 @@ type Summary struct {
 	// port had been taken while they were down (nemesis.Nemesis.PortClashes):
 	// a limit of the harness, not a fault of once.
 	PortClashes int `json:"port_clashes,omitempty"`
+	// Lists counts the keys of a MultiDC run by the datacenters their
+	// submissions named ("dc1,dc2", "omitted"); Homes counts the
+	// omitted-list keys by the datacenter that admitted them ("none": no
+	// job anywhere, the client gave up).
+	Lists map[string]int `json:"lists,omitempty"`
+	Homes map[string]int `json:"homes,omitempty"`
 	// Check is the checker's result; nil when the check could not run.
 	Check *checker.Result `json:"check"`
 	// Workers is what the run's workers did (Options.Workers), checked by
@@ -92,12 +98,25 @@ func Answer(op history.Op) string {
 func (s *Summary) countAnswers(ops []history.Op) {
 	s.Answers = map[string]int{}
 	s.Requests = 0
+	lists := map[string]int{}
+	seen := map[[2]string]bool{}
 	for _, op := range ops {
 		if op.Kind != history.KindSubmit {
 			continue
 		}
 		s.Requests++
 		s.Answers[Answer(op)]++
+		if k := [2]string{op.Tenant, op.Key}; !seen[k] {
+			seen[k] = true
+			list := strings.Join(op.Datacenters, ",")
+			if list == "" {
+				list = "omitted"
+			}
+			lists[list]++
+		}
+	}
+	if len(lists) > 1 {
+		s.Lists = lists
 	}
 }
 
@@ -126,6 +145,19 @@ func (s *Summary) String() string {
 		fmt.Fprintf(&b, " (%d restarts after a port clash)", s.PortClashes)
 	}
 	b.WriteString("\n")
+	if len(s.Lists) > 0 {
+		fmt.Fprintf(&b, "  lists      ")
+		for _, l := range sortedKeys(s.Lists) {
+			fmt.Fprintf(&b, " [%s]: %d;", l, s.Lists[l])
+		}
+		if len(s.Homes) > 0 {
+			b.WriteString(" omitted lists' homes:")
+			for _, h := range sortedKeys(s.Homes) {
+				fmt.Fprintf(&b, " %s %d;", h, s.Homes[h])
+			}
+		}
+		b.WriteString("\n")
+	}
 	if wc := s.Workers; wc != nil {
 		fmt.Fprintf(&b, "  workers     %d jobs run to an end with %d handler runs (%d redeliveries)\n", wc.Jobs, wc.Runs, wc.Redeliveries)
 	}

@@ -76,6 +76,16 @@ type Config struct {
 	JobType string
 	// Datacenters, when set, is sent in every request.
 	Datacenters []string
+	// DatacenterSets, when set (and Datacenters is not), are the lists a
+	// submission draws from, uniformly (repeat a list to weigh it): each
+	// key is sent with its drawn list every time; a nil list omits the
+	// member (in a federation: the job runs in one home datacenter).
+	DatacenterSets [][]string
+	// GateDatacenters, when set, names the datacenter of each of GateURLs
+	// (the same length): a retry after a transport error, a timeout or a
+	// 5xx then goes to the next gate of another datacenter, as pkg/client
+	// fails over, instead of the next gate.
+	GateDatacenters []string
 	// PayloadPad adds a string of this many bytes to every payload.
 	PayloadPad int
 	// RequestTimeout bounds one HTTP attempt (default 5s). An attempt that
@@ -110,6 +120,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("workload: GateURLs[%d]: %q is not an http(s) base URL", i, u)
 		}
 		c.GateURLs[i] = strings.TrimRight(u, "/")
+	}
+	if len(c.GateDatacenters) != 0 && len(c.GateDatacenters) != len(c.GateURLs) {
+		return fmt.Errorf("workload: GateDatacenters: %d names for %d gates", len(c.GateDatacenters), len(c.GateURLs))
+	}
+	if len(c.Datacenters) != 0 && len(c.DatacenterSets) != 0 {
+		return errors.New("workload: Datacenters and DatacenterSets are exclusive")
 	}
 	if c.Clients == 0 {
 		c.Clients = DefaultClients
@@ -341,7 +357,11 @@ func (r *run) client(ctx context.Context, c *client) {
 		if err != nil {
 			panic(err) // a map of strings and numbers always encodes
 		}
-		s.req = api.JobRequest{Type: cfg.JobType, Payload: payload, Datacenters: cfg.Datacenters}
+		dcs := cfg.Datacenters
+		if len(cfg.DatacenterSets) > 0 {
+			dcs = cfg.DatacenterSets[c.rng.IntN(len(cfg.DatacenterSets))]
+		}
+		s.req = api.JobRequest{Type: cfg.JobType, Payload: payload, Datacenters: dcs}
 		if s.body, err = json.Marshal(s.req); err != nil {
 			panic(err)
 		}
@@ -380,15 +400,19 @@ func (r *run) client(ctx context.Context, c *client) {
 func (r *run) path(ctx context.Context, s *submission, g int, dup bool, rng *mrand.Rand) {
 	cfg := r.w.cfg
 	budget := time.Now().Add(cfg.SubmissionBudget)
+	var out history.Outcome
 	backoff := cfg.BackoffMin
 	for attempt := 1; ; attempt++ {
-		gate := cfg.GateURLs[(g+attempt-1)%len(cfg.GateURLs)]
+		if attempt > 1 {
+			g = r.nextGate(g, out)
+		}
+		gate := cfg.GateURLs[g]
 		h := r.rec.Invoke(history.Op{
 			Kind: history.KindSubmit, Client: s.c.id, Gate: gate, Tenant: s.c.tenant, Key: s.key, Seq: s.seq,
 			Attempt: attempt, Dup: dup, Type: s.req.Type, Payload: s.req.Payload, Datacenters: s.req.Datacenters,
 		})
 		r.attempts.Add(1)
-		out := r.send(ctx, gate, s)
+		out = r.send(ctx, gate, s)
 		r.rec.Complete(h, out)
 
 		if !out.Retryable() {
@@ -426,6 +450,24 @@ func (r *run) path(ctx context.Context, s *submission, g int, dup bool, rng *mra
 		case <-t.C:
 		}
 	}
+}
+
+// nextGate is the gate index of the retry after an attempt through gate g
+// answered out: the next gate, or, with GateDatacenters and an answer that
+// says the gate or its datacenter failed (a transport error, a timeout, a
+// 5xx), the next gate of another datacenter.
+func (r *run) nextGate(g int, out history.Outcome) int {
+	cfg := r.w.cfg
+	n := len(cfg.GateURLs)
+	if len(cfg.GateDatacenters) == 0 || (out.Err == "" && out.Status < 500) {
+		return (g + 1) % n
+	}
+	for i := 1; i < n; i++ {
+		if next := (g + i) % n; cfg.GateDatacenters[next] != cfg.GateDatacenters[g] {
+			return next
+		}
+	}
+	return (g + 1) % n
 }
 
 // send makes one attempt and describes its outcome.

@@ -315,14 +315,18 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mutate := range map[string]func(*Config){
-		"no gates":       func(c *Config) { c.GateURLs = nil },
-		"bad gate":       func(c *Config) { c.GateURLs = []string{"127.0.0.1:1"} },
-		"unbounded":      func(c *Config) { c.Submissions = 0 },
-		"rate":           func(c *Config) { c.DuplicateRate = 1.5 },
-		"prefix":         func(c *Config) { c.ClientIDPrefix = "has space" },
-		"long prefix":    func(c *Config) { c.ClientIDPrefix = strings.Repeat("a", 126) },
-		"backoff":        func(c *Config) { c.BackoffMin, c.BackoffMax = time.Second, time.Millisecond },
-		"negative count": func(c *Config) { c.Clients = -1 },
+		"no gates":         func(c *Config) { c.GateURLs = nil },
+		"bad gate":         func(c *Config) { c.GateURLs = []string{"127.0.0.1:1"} },
+		"unbounded":        func(c *Config) { c.Submissions = 0 },
+		"rate":             func(c *Config) { c.DuplicateRate = 1.5 },
+		"prefix":           func(c *Config) { c.ClientIDPrefix = "has space" },
+		"long prefix":      func(c *Config) { c.ClientIDPrefix = strings.Repeat("a", 126) },
+		"backoff":          func(c *Config) { c.BackoffMin, c.BackoffMax = time.Second, time.Millisecond },
+		"negative count":   func(c *Config) { c.Clients = -1 },
+		"gate datacenters": func(c *Config) { c.GateDatacenters = []string{"dc1", "dc2"} },
+		"both lists": func(c *Config) {
+			c.Datacenters, c.DatacenterSets = []string{"dc1"}, [][]string{nil}
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := ok
@@ -334,5 +338,63 @@ func TestConfigValidate(t *testing.T) {
 				t.Log(err)
 			}
 		})
+	}
+}
+
+// With DatacenterSets each key is sent with one drawn list (nil: the member
+// omitted) on every attempt; with GateDatacenters a retry after a 503 goes
+// through a gate of another datacenter, and after a 409 to the next gate.
+func TestDatacenterSetsAndFailoverToAnotherDatacenter(t *testing.T) {
+	_, urls := startGates(t, 6, fakegate.Options{Tokens: gateTokens, Seed: 3, Unavailable: 0.3, InProgress: 0.1})
+	cfg := fastConfig(urls)
+	cfg.Submissions = 120
+	cfg.GateDatacenters = []string{"dc1", "dc1", "dc2", "dc2", "dc3", "dc3"}
+	cfg.DatacenterSets = [][]string{{"dc1", "dc2", "dc3"}, {"dc1", "dc3"}, nil}
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := history.NewRecorder()
+	if _, err := w.Run(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	dcOf := map[string]string{}
+	for i, u := range urls {
+		dcOf[u] = cfg.GateDatacenters[i]
+	}
+	type path struct {
+		key string
+		dup bool
+	}
+	last := map[path]history.Op{}
+	lists := map[string]string{}
+	seen := map[string]bool{}
+	var failovers, nexts int
+	for _, op := range rec.Ops() { // in invoke order: a path's attempts in sequence
+		list := strings.Join(op.Datacenters, ",")
+		if l, ok := lists[op.Key]; ok && l != list {
+			t.Fatalf("key %s sent with [%s] and [%s]", op.Key, l, list)
+		}
+		lists[op.Key] = list
+		seen[list] = true
+		p := path{op.Key, op.Dup}
+		if prev, ok := last[p]; ok {
+			switch {
+			case prev.Status >= 500 || prev.Err != "":
+				failovers++
+				if dcOf[op.Gate] == dcOf[prev.Gate] {
+					t.Errorf("key %s: retry after %d through %s, the same datacenter", op.Key, prev.Status, op.Gate)
+				}
+			default:
+				nexts++
+				if op.Gate == prev.Gate {
+					t.Errorf("key %s: retry after %d through the same gate", op.Key, prev.Status)
+				}
+			}
+		}
+		last[p] = op
+	}
+	if len(seen) != 3 || failovers == 0 || nexts == 0 {
+		t.Fatalf("lists %v, %d failovers, %d other retries: not exercised", seen, failovers, nexts)
 	}
 }
