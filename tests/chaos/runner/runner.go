@@ -296,6 +296,18 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		// to carry.
 		base.GateEnv = append(base.GateEnv, "GATE_FORWARD_TIMEOUT_SECONDS=3")
 		names = datacenterNames(o.Datacenters)
+		if len(names) > 2 {
+			// A gate's deadline for a submission is the forward timeout
+			// plus the pending wait (30 s by default): with the default, a
+			// gate facing a cut-off datacenter holds the request past the
+			// clients' 5 s timeout until the cut heals, and never answers
+			// 503 (the first three-datacenter run, 3 minutes: 142 timeouts, no
+			// 503). A 1 s wait, in every process of the run so the managers'
+			// settings agree, makes it 4 s: gates answer 503 during a
+			// disconnection and the clients fail over on it. Set before
+			// the processes are laid out; Env given to the run overrides it.
+			base.Env = append([]string{"IDEMPOTENCY_PENDING_WAIT_TIMEOUT=1"}, base.Env...)
+		}
 		var specs []localcluster.DatacenterSpec
 		for _, dc := range names {
 			specs = append(specs, localcluster.DatacenterSpec{Name: dc, Managers: 3, Gates: 2})
