@@ -291,9 +291,11 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	wcfg := workload.Config{Tokens: Tenants, Clients: o.Clients, Duration: o.Duration,
 		DuplicateRate: o.DuplicateRate, Seed: o.Seed}
 	if o.MultiDC {
-		// A forward gives up before an outage ends: 503s, retried by the
-		// clients, and jobs admitted in one datacenter only, for the outboxes
-		// to carry.
+		// A forward gives up before an outage ends: jobs admitted in one
+		// datacenter only, for the outboxes to carry, and (with the short
+		// pending wait of a run of three datacenters, below) 503s, retried
+		// by the clients. With the default pending wait the gate's deadline
+		// is 33 s and a disconnection ends in client timeouts instead.
 		base.GateEnv = append(base.GateEnv, "GATE_FORWARD_TIMEOUT_SECONDS=3")
 		names = datacenterNames(o.Datacenters)
 		if len(names) > 2 {
