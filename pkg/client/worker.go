@@ -196,7 +196,11 @@ type WorkerOptions struct {
 
 // Run leases jobs and runs h on each, at most opts.Concurrency at once,
 // until ctx ends; it then waits for the running handlers (their contexts
-// are cancelled) and returns nil. While a handler runs, its lease is
+// are cancelled) and returns nil. A lease refused for good (400, 401, 403,
+// 404, 405, 413: the options or the credentials are wrong) makes Run
+// return that error, after the running handlers; any other failed lease
+// (a 5xx, a 429, the gates unreachable) is logged and retried after a
+// backoff. While a handler runs, its lease is
 // heartbeated every third of opts.LeaseFor; a lost lease cancels the
 // handler's context and its outcome is not reported. Completions that
 // finish while one is being sent go together in the next CompleteMany (up
@@ -251,7 +255,7 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 				return nil
 			}
 			var e *Error
-			if errors.As(err, &e) && !transient(e) {
+			if errors.As(err, &e) && leaseRefused(e) {
 				return fmt.Errorf("client: leasing jobs: %w", err)
 			}
 			failures++
@@ -276,6 +280,22 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 			}()
 		}
 	}
+}
+
+// leaseRefused reports whether a lease answer can never succeed, however
+// long Run waits: the request itself is refused (400: options out of
+// bounds; 404: no such path; 405; 413) or the caller is not allowed (401,
+// 403). Run returns it. Anything else — a 500 of a manager's bug, a 429, a
+// 409 or 422 of the call's own key, a proxy's error page, a connection
+// error — may pass: Run backs off and leases again, as a long-lived worker
+// must survive a transient fault of the server.
+func leaseRefused(e *Error) bool {
+	switch e.Status {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
+		http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge:
+		return true
+	}
+	return false
 }
 
 // runOne runs h on one leased job, heartbeating it, and reports the outcome.

@@ -32,6 +32,8 @@ type fakeQueue struct {
 	budget    int             // results longer are refused with budget_exceeded (0: none)
 	errs      map[string]string
 	batches   []int // the items of each POST /v1/completions
+	leaseErrs []int // statuses answered to the first leases, one each
+	leaseN    int   // leases asked
 }
 
 func newFakeQueue(jobs ...string) *fakeQueue {
@@ -53,6 +55,22 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(v)
 	}
 	if r.URL.Path == "/v1/leases" {
+		q.leaseN++
+		if len(q.leaseErrs) > 0 {
+			status := q.leaseErrs[0]
+			q.leaseErrs = q.leaseErrs[1:]
+			code := api.CodeInternal
+			switch status {
+			case http.StatusUnauthorized:
+				code = api.CodeUnauthorized
+			case http.StatusBadRequest:
+				code = api.CodeInvalidRequest
+			case http.StatusTooManyRequests:
+				code = api.CodeTenantQuotaExceeded
+			}
+			writeProblem(w, status, code, "")
+			return
+		}
 		var req api.LeaseRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		q.maxJobs = max(q.maxJobs, req.MaxJobs)
@@ -244,5 +262,75 @@ func TestRunFailsAResultOverBudget(t *testing.T) {
 	defer q.mu.Unlock()
 	if !q.failed["big"] || !strings.Contains(q.errs["big"], string(api.CodeBudgetExceeded)) || q.completed["small"] != `"ok"` {
 		t.Fatalf("completed %v, failed %v with %q", q.completed, q.failed, q.errs["big"])
+	}
+}
+
+// A lease answered with a server error (500 internal: a manager's bug, a
+// 429) is not the end of a worker: Run backs off and leases again, and the
+// jobs queued meanwhile are run. An answer that can never succeed (401, a
+// 400 for its options) ends Run with that error.
+func TestRunSurvivesALeaseServerError(t *testing.T) {
+	q := newFakeQueue("a", "b")
+	q.leaseErrs = []int{http.StatusInternalServerError, http.StatusInternalServerError, http.StatusTooManyRequests,
+		http.StatusInternalServerError}
+	srv := httptest.NewServer(q)
+	defer srv.Close()
+	c, err := New([]string{srv.URL}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, WorkerOptions{Concurrency: 2, LeaseFor: time.Minute, Wait: time.Second},
+			func(ctx context.Context, job api.Job, attempt int) (any, error) { return "ok", nil })
+	}()
+	completed := func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.completed) == 2
+	}
+	for !completed() {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v on a server error; want it to lease again", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestRunStopsOnALeaseRefusedForGood(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		want   error
+	}{
+		{http.StatusUnauthorized, ErrUnauthorized},
+		{http.StatusBadRequest, ErrInvalidRequest},
+	} {
+		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
+			q := newFakeQueue("a")
+			q.leaseErrs = []int{tc.status}
+			srv := httptest.NewServer(q)
+			defer srv.Close()
+			c, err := New([]string{srv.URL}, fastOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Run(context.Background(), WorkerOptions{LeaseFor: time.Minute, Wait: time.Second},
+				func(ctx context.Context, job api.Job, attempt int) (any, error) { return "ok", nil })
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Run = %v, want %v", err, tc.want)
+			}
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			if q.leaseN != 1 || len(q.completed) != 0 {
+				t.Fatalf("%d leases, %d completed: want Run to stop at the first refusal", q.leaseN, len(q.completed))
+			}
+		})
 	}
 }
