@@ -141,7 +141,7 @@ func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string
 // MANAGER_JOB_MAX_ATTEMPTS; without retry it is failed. Errors as
 // CompleteJob's.
 func (m *Manager) FailJob(ctx context.Context, tenant, jobID, leaseID, errMsg string, retry bool) (ledger.Job, error) {
-	return m.leaseCall(ctx, tenant, jobID, leaseID, ledger.OutcomeFailed, func() (ledger.Command, error) {
+	j, err := m.leaseCall(ctx, tenant, jobID, leaseID, ledger.OutcomeFailed, func() (ledger.Command, error) {
 		// The attempt's number, for its backoff: the job as this leader has
 		// applied it (the command itself judges the lease).
 		attempts := uint64(1)
@@ -153,6 +153,13 @@ func (m *Manager) FailJob(ctx context.Context, tenant, jobID, leaseID, errMsg st
 			Now: now.UnixNano(), RetryAt: now.Add(m.backoff(attempts, rand.Float64())).UnixNano(),
 			MaxAttempts: uint64(m.cfg.JobMaxAttempts), MaxBytes: uint64(m.cfg.LedgerMaxBytes), MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes)}, nil
 	})
+	if err == nil && j.State() == ledger.JobQueued {
+		// Queued again (after its backoff): leases waiting at this leader
+		// on a queue they found empty must hear of it, as of a commit, or
+		// they would sleep to the end of their wait.
+		m.jobsQueued.fire()
+	}
+	return j, err
 }
 
 // leaseCall is a worker's call on a job it holds under leaseID (Heartbeat,

@@ -254,3 +254,47 @@ func TestLeaseRetriedAfterLeaderChange(t *testing.T) {
 func leasesEqual(a, b []*rpcpb.Lease) bool {
 	return slices.EqualFunc(a, b, func(x, y *rpcpb.Lease) bool { return proto.Equal(x, y) })
 }
+
+// A job failed with a retry goes back to the queue: a lease waiting on an
+// empty queue is given it once its backoff ends, not when its own wait ends
+// (the job is queued as a commit queues one, and the waiting lease must
+// hear of it).
+func TestLongPollTakesAJobFailedWithARetry(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.JobBackoffMin, c.JobBackoffMax = 10*time.Millisecond, 10*time.Millisecond })
+	queueOn(tc)
+	ctx := ctxT(t)
+	id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
+	m := tc.mgrs[tc.leader()]
+	first, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1", MaxJobs: 1, LeaseForNanos: int64(10 * time.Minute)})
+	if err != nil || len(first.Leases) != 1 {
+		t.Fatalf("first lease: %+v %v", first, err)
+	}
+
+	m.jobsQueued.fire() // no one else waits: a channel is the new waiter's
+	type answer struct {
+		r   *rpcpb.LeaseResponse
+		err error
+	}
+	waiting := make(chan answer, 1)
+	go func() {
+		// Longer than ctxT's: on a leader that does not hear of the failed
+		// job, the wait ends empty.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(15 * time.Second)})
+		waiting <- answer{r, err}
+	}()
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		m.jobsQueued.mu.Lock()
+		defer m.jobsQueued.mu.Unlock()
+		return m.jobsQueued.ch != nil, "the lease is not waiting"
+	})
+	failed, err := m.Fail(ctx, &rpcpb.FailRequest{Tenant: "acme", JobId: id, LeaseId: first.Leases[0].LeaseId, Error: "smtp timeout", Retry: true})
+	if err != nil || failed.State != api.JobStatusQueued {
+		t.Fatalf("fail with a retry: %+v %v", failed, err)
+	}
+	a := <-waiting
+	if a.err != nil || len(a.r.Leases) != 1 || a.r.Leases[0].Job.JobId != id || a.r.Leases[0].Attempt != 2 {
+		t.Fatalf("the lease waiting while the job failed with a retry: %+v %v; want the job, attempt 2", a.r, a.err)
+	}
+}
