@@ -226,11 +226,14 @@ func (g *Gate) decodeWorkerBody(w http.ResponseWriter, r *http.Request, v any) (
 	return body, true
 }
 
-// leaseSeconds checks a lease_seconds member (0: the default).
+// leaseSeconds checks a lease_seconds member. 0 (none named) stays 0: the
+// leader then gives MANAGER_JOB_LEASE_DEFAULT (30 s unless set), which a
+// duration put here in its place would override (and a MANAGER_JOB_LEASE_MAX
+// under it would refuse).
 func leaseSeconds(n int) (time.Duration, error) {
 	switch {
 	case n == 0:
-		return api.DefaultLeaseSeconds * time.Second, nil
+		return 0, nil
 	case n < 1 || n > api.MaxLeaseSeconds:
 		return 0, fmt.Errorf("invalid request: field \"lease_seconds\": %d is outside 1..%d", n, api.MaxLeaseSeconds)
 	}

@@ -259,3 +259,37 @@ func TestCallFingerprint(t *testing.T) {
 		t.Fatalf("%v allocations for a small call, want 0", a)
 	}
 }
+
+// A lease or heartbeat that names no lease_seconds gets the managers'
+// MANAGER_JOB_LEASE_DEFAULT, within their bounds: the gate does not put
+// its own 30 s in its place (which a MANAGER_JOB_LEASE_MAX under 30 s
+// refused, 400, to every worker naming none).
+func TestWorkerLeaseDefaultIsTheManagers(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		def, min, max time.Duration
+	}{
+		{"longer", 2 * time.Minute, time.Second, time.Hour},
+		{"max under 30s", 10 * time.Second, time.Second, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newFakeClock()
+			_, g := startWorkerGateWith(t, clock, func(c *manager.Config) {
+				c.JobLeaseDefault, c.JobLeaseMin, c.JobLeaseMax = tc.def, tc.min, tc.max
+			})
+			j := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+			leases := decodeLeases(t, g.post(t, "/v1/leases", `{}`))
+			want := api.FormatTime(clock.Now().Add(tc.def))
+			if len(leases) != 1 || leases[0].ExpiresAt != want {
+				t.Fatalf("a lease naming no duration: %+v, want it to expire at %s", leases, want)
+			}
+			clock.Advance(time.Second)
+			hb := g.post(t, "/v1/jobs/"+j.JobID+"/heartbeat", `{"lease_id":"`+leases[0].LeaseID+`"}`)
+			wantStatus(t, hb, http.StatusOK)
+			var hbr api.HeartbeatResponse
+			if err := json.Unmarshal(hb.body, &hbr); err != nil || hbr.ExpiresAt != api.FormatTime(clock.Now().Add(tc.def)) {
+				t.Fatalf("a heartbeat naming no duration: %s: %v; want it to extend the lease by %s", hb.body, err, tc.def)
+			}
+		})
+	}
+}
