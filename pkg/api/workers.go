@@ -40,7 +40,7 @@ type LeaseRequest struct {
 	// MaxJobs is how many jobs at most (1..MaxLeaseJobs; 0: 1).
 	MaxJobs int `json:"max_jobs,omitempty"`
 	// LeaseSeconds is how long the worker holds each job without a
-	// heartbeat (1..MaxLeaseSeconds; 0: DefaultLeaseSeconds).
+	// heartbeat (1..MaxLeaseSeconds; 0: the managers' MANAGER_JOB_LEASE_DEFAULT).
 	LeaseSeconds int `json:"lease_seconds,omitempty"`
 	// WaitSeconds holds the request until a job is queued, at most this long
 	// (0..MaxWaitSeconds; 0: answer at once).
@@ -67,7 +67,7 @@ type LeaseList struct {
 // HeartbeatRequest is the body of POST /v1/jobs/{id}/heartbeat.
 type HeartbeatRequest struct {
 	LeaseID string `json:"lease_id"`
-	// LeaseSeconds extends the lease to now + this (0: DefaultLeaseSeconds).
+	// LeaseSeconds extends the lease to now + this (0: the managers' MANAGER_JOB_LEASE_DEFAULT).
 	LeaseSeconds int `json:"lease_seconds,omitempty"`
 }
 
