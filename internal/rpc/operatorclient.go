@@ -7,7 +7,9 @@ import (
 	"io"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
@@ -52,7 +54,12 @@ func (c *Client) Members(ctx context.Context) (*rpcpb.MembersResponse, error) {
 // transport, or unavailable: the leader lost its office while the removal
 // was being committed) may have removed id, so the retry would find no such
 // server: after such an attempt, not_found is the removal's goal reached,
-// and the answer says so instead of failing.
+// and the answer says so instead of failing. Unknown means answered
+// unavailable, or no answer before the attempt's deadline; a connection
+// refused (a dead manager of the list) is not, or a mistyped ID would pass
+// for removed. A deadline passed on a manager that got the request but
+// would not have led cannot be told apart, so the answer says "may have":
+// the server is out of the configuration either way.
 func (c *Client) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
 	var res *rpcpb.PeerResult
 	mayHaveRemoved := false
@@ -64,8 +71,8 @@ func (c *Client) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, 
 		var e *Error
 		switch answered := errors.As(callError("remove peer", "", err), &e); {
 		case mayHaveRemoved && answered && e.Code == CodeNotFound:
-			res, err = &rpcpb.PeerResult{Done: id + " is not in the Raft configuration (removed by an earlier attempt whose answer was lost)"}, nil
-		case !answered || e.Code == CodeUnavailable:
+			res, err = &rpcpb.PeerResult{Done: id + " is not in the Raft configuration (an earlier attempt, whose answer was lost, may have removed it)"}, nil
+		case answered && e.Code == CodeUnavailable, status.Code(err) == codes.DeadlineExceeded:
 			mayHaveRemoved = true
 		}
 		return err

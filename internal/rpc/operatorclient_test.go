@@ -372,3 +372,28 @@ func TestRemovePeerRetryAfterALostAnswer(t *testing.T) {
 		t.Fatalf("removed %v in %d calls", op.removed, op.calls)
 	}
 }
+
+// A manager of the list that refuses connections (dead) says nothing about
+// the removal: a remove-peer of an ID the leader does not hold stays
+// not_found after it, never "may have been removed".
+func TestRemovePeerAfterADeadManagerIsNotFound(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	leader := &peerOperator{leader: true}
+	// The client tries the second address first (round robin from 1).
+	c := operatorClient(t, testOperator, 4, serveOperator(t, leader), dead)
+	_, err = c.RemovePeer(ctx, "m9")
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeNotFound {
+		t.Fatalf("remove-peer of an unknown server after a dead manager: %v, want not_found", err)
+	}
+	if leader.calls != 1 {
+		t.Fatalf("the leader was asked %d times, want 1 (the dead manager first)", leader.calls)
+	}
+}

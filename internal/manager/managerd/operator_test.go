@@ -43,20 +43,28 @@ func wantCode(t *testing.T, what string, err error, code rpc.Code) {
 	}
 }
 
+// saved starts managers as opts says, admits key on the leader and saves a
+// snapshot archive of its ledger: how every restore test begins.
+func saved(t *testing.T, opts managertest.Options, key string) (*managertest.Cluster, *manager.Manager, operator, *bytes.Buffer) {
+	t.Helper()
+	c := managertest.Start(t, opts)
+	m := c.Leader(t)
+	submit(t, m, key)
+	op := operatorOf(t, m)
+	var archive bytes.Buffer
+	if err := op.Snapshot(t.Context(), &archive); err != nil {
+		t.Fatal(err)
+	}
+	return c, m, op, &archive
+}
+
 // TestRestoreRefusesAStateTheLedgerDoesNotRead: an archive whose checksums
 // hold but whose state.bin the ledger refuses (another format version, as a
 // newer build writes) is refused before raft.Restore, which would have
 // stored it as the newest snapshot and then panicked when the ledger refused
 // it: the leader stays up, leads, and keeps every acknowledged job.
 func TestRestoreRefusesAStateTheLedgerDoesNotRead(t *testing.T) {
-	c := managertest.Start(t, managertest.Options{})
-	m := c.Leader(t)
-	submit(t, m, "k1")
-	op := operatorOf(t, m)
-	var archive bytes.Buffer
-	if err := op.Snapshot(t.Context(), &archive); err != nil {
-		t.Fatal(err)
-	}
+	c, m, op, archive := saved(t, managertest.Options{}, "k1")
 	meta, state, err := readArchive(bytes.NewReader(archive.Bytes()), maxRestoreBytes)
 	if err != nil {
 		t.Fatal(err)
@@ -91,16 +99,9 @@ func TestRestoreRefusesAStateTheLedgerDoesNotRead(t *testing.T) {
 // TestRestoreKeepsTheArchivesJobs: a good archive restores, through the check
 // above, every job admitted before it was saved, and none admitted after.
 func TestRestoreKeepsTheArchivesJobs(t *testing.T) {
-	c := managertest.Start(t, managertest.Options{Managers: 3})
-	m := c.Leader(t)
-	submit(t, m, "before")
-	op := operatorOf(t, m)
-	var archive bytes.Buffer
-	if err := op.Snapshot(t.Context(), &archive); err != nil {
-		t.Fatal(err)
-	}
+	c, m, op, archive := saved(t, managertest.Options{Managers: 3}, "before")
 	submit(t, m, "after")
-	if err := op.Restore(t.Context(), &archive); err != nil {
+	if err := op.Restore(t.Context(), archive); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
@@ -120,14 +121,7 @@ func TestRestoreKeepsTheArchivesJobs(t *testing.T) {
 // it (its jobs would run a second time there); an archive that records none
 // (written before it was recorded) is restored.
 func TestRestoreRefusesAnotherDatacentersArchive(t *testing.T) {
-	c := managertest.Start(t, managertest.Options{})
-	m := c.Leader(t)
-	submit(t, m, "before")
-	op := operatorOf(t, m)
-	var archive bytes.Buffer
-	if err := op.Snapshot(t.Context(), &archive); err != nil {
-		t.Fatal(err)
-	}
+	_, m, op, archive := saved(t, managertest.Options{}, "before")
 	meta, state, err := readArchive(bytes.NewReader(archive.Bytes()), maxRestoreBytes)
 	if err != nil {
 		t.Fatal(err)
@@ -180,18 +174,11 @@ func (c cancelAtEOF) Read(p []byte) (int, error) {
 // whose --timeout passed as failed; if its caller left before raft.Restore
 // began, the ledger must be left as it was.
 func TestRestoreAfterTheCallerLeftDoesNotHappen(t *testing.T) {
-	c := managertest.Start(t, managertest.Options{})
-	m := c.Leader(t)
-	submit(t, m, "before")
-	op := operatorOf(t, m)
-	var archive bytes.Buffer
-	if err := op.Snapshot(t.Context(), &archive); err != nil {
-		t.Fatal(err)
-	}
+	_, m, op, archive := saved(t, managertest.Options{}, "before")
 	submit(t, m, "after")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	wantCode(t, "restore", op.Restore(ctx, cancelAtEOF{&archive, cancel}), rpc.CodeUnavailable)
+	wantCode(t, "restore", op.Restore(ctx, cancelAtEOF{archive, cancel}), rpc.CodeUnavailable)
 	if _, ok := m.FSM().Entry("t", "after"); !ok {
 		t.Fatal("the restore happened after its caller left: the later job is gone")
 	}
