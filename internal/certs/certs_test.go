@@ -24,14 +24,7 @@ func serial(r *Reloader) int64 {
 }
 
 func TestReloadOnChange(t *testing.T) {
-	dir := t.TempDir()
-	cf, kf := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	ca := certstest.NewCA(t)
-	ca.Issue(t, 10, cf, kf)
-	r, err := New(cf, kf, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cf, kf, ca, r := loadedPair(t, t.TempDir())
 	if loaded, err := r.Reload(); loaded || err != nil || serial(r) != 10 {
 		t.Fatalf("reload without a change: loaded %v, err %v, serial %d", loaded, err, serial(r))
 	}

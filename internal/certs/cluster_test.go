@@ -14,6 +14,32 @@ import (
 
 // clusterFiles issues a certificate of ca as spec says into dir and returns
 // the CA, certificate and key paths.
+// managerSpec is the certificate of the manager these tests serve.
+var managerSpec = certstest.Spec{Serial: 2, DNSNames: []string{ServerName}, Server: true, Client: true}
+
+// servedManager serves the manager side of a cluster whose CA file and
+// certificate ca signed, from files in dir.
+func servedManager(t *testing.T, ca *certstest.CA, dir string) (f [3]string, server *Cluster, addr string) {
+	t.Helper()
+	f = clusterFiles(t, ca, dir, "manager", managerSpec)
+	server = newCluster(t, f)
+	return f, server, certstest.Serve(t, server.ServerConfig())
+}
+
+// loadedPair writes a pair of serial 10, signed by a new CA, into dir and
+// loads it.
+func loadedPair(t *testing.T, dir string) (cf, kf string, ca *certstest.CA, r *Reloader) {
+	t.Helper()
+	cf, kf = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	ca = certstest.NewCA(t)
+	ca.Issue(t, 10, cf, kf)
+	r, err := New(cf, kf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cf, kf, ca, r
+}
+
 func clusterFiles(t *testing.T, ca *certstest.CA, dir, name string, spec certstest.Spec) [3]string {
 	t.Helper()
 	f := [3]string{filepath.Join(dir, name+"-ca.pem"), filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")}
@@ -70,9 +96,8 @@ func TestClusterMutualTLS(t *testing.T) {
 func TestClusterReloadsTheCA(t *testing.T) {
 	dir := t.TempDir()
 	oldCA, newCA := certstest.NewCA(t), certstest.NewCA(t)
-	mspec := certstest.Spec{Serial: 2, DNSNames: []string{ServerName}, Server: true, Client: true}
 	gspec := certstest.Spec{Serial: 3, CommonName: "gate", Client: true}
-	server := newCluster(t, clusterFiles(t, oldCA, dir, "manager", mspec))
+	server := newCluster(t, clusterFiles(t, oldCA, dir, "manager", managerSpec))
 	addr := certstest.Serve(t, server.ServerConfig())
 	// The gate already has the new CA's certificate: refused until the
 	// manager trusts the new CA.
@@ -80,7 +105,7 @@ func TestClusterReloadsTheCA(t *testing.T) {
 	if err := certstest.Call(addr, gate.ClientConfig()); err == nil {
 		t.Fatal("accepted before the reload")
 	}
-	clusterFiles(t, newCA, dir, "manager", mspec) // rotate the manager's CA and certificate
+	clusterFiles(t, newCA, dir, "manager", managerSpec) // rotate the manager's CA and certificate
 	future := time.Now().Add(2 * time.Second)
 	for _, f := range []string{"manager-ca.pem", "manager.pem", "manager-key.pem"} {
 		_ = os.Chtimes(filepath.Join(dir, f), future, future)

@@ -26,14 +26,7 @@ func touch(t *testing.T, at time.Time, files ...string) {
 // why, and the pair is tried again at the next look, loaded once it is
 // valid. At start such a pair is refused with the same error.
 func TestReloadKeepsTheCertificateForOneNotValidNow(t *testing.T) {
-	dir := t.TempDir()
-	cf, kf := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	ca := certstest.NewCA(t)
-	ca.Issue(t, 10, cf, kf)
-	r, err := New(cf, kf, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cf, kf, ca, r := loadedPair(t, t.TempDir())
 	at := time.Now().Add(time.Hour)
 	now := time.Now()
 	for i, spec := range []certstest.Spec{
@@ -67,10 +60,7 @@ func TestReloadKeepsTheCertificateForOneNotValidNow(t *testing.T) {
 func TestReloadSeesARewriteOfTheSameModificationTime(t *testing.T) {
 	dir := t.TempDir()
 	oldCA, newCA := certstest.NewCA(t), certstest.NewCA(t)
-	mspec := certstest.Spec{Serial: 2, DNSNames: []string{ServerName}, Server: true, Client: true}
-	f := clusterFiles(t, oldCA, dir, "manager", mspec)
-	server := newCluster(t, f)
-	addr := certstest.Serve(t, server.ServerConfig())
+	f, server, addr := servedManager(t, oldCA, dir)
 	gate := bundledGate(t, newCA, dir, "gate", oldCA, newCA)
 
 	// The bundle old+new, written in place, seen when only the old CA was
@@ -126,10 +116,7 @@ func bundle(t *testing.T, file string, cas ...*certstest.CA) {
 func TestClusterCARotationWithOverlap(t *testing.T) {
 	dir := t.TempDir()
 	oldCA, newCA := certstest.NewCA(t), certstest.NewCA(t)
-	mspec := certstest.Spec{Serial: 2, DNSNames: []string{ServerName}, Server: true, Client: true}
-	f := clusterFiles(t, oldCA, dir, "manager", mspec)
-	server := newCluster(t, f)
-	addr := certstest.Serve(t, server.ServerConfig())
+	f, server, addr := servedManager(t, oldCA, dir)
 	// The gates trust both CAs from the start (the first step of a
 	// rotation on every node): what is tested is the manager's side.
 	oldGate := bundledGate(t, oldCA, dir, "old-gate", oldCA, newCA)
@@ -165,7 +152,7 @@ func TestClusterCARotationWithOverlap(t *testing.T) {
 
 	// The manager's certificate rolled to the new CA: callers trusting both
 	// accept it.
-	newCA.IssueFor(t, mspec, f[1], f[2])
+	newCA.IssueFor(t, managerSpec, f[1], f[2])
 	reload("the manager's certificate rolled", false)
 	calls("the manager's certificate rolled", true, true)
 

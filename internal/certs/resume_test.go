@@ -16,8 +16,7 @@ import (
 func TestRemovedCARefusesAResumedSession(t *testing.T) {
 	dir := t.TempDir()
 	oldCA, newCA := certstest.NewCA(t), certstest.NewCA(t)
-	mspec := certstest.Spec{Serial: 2, DNSNames: []string{ServerName}, Server: true, Client: true}
-	f := clusterFiles(t, newCA, dir, "manager", mspec)
+	f := clusterFiles(t, newCA, dir, "manager", managerSpec)
 	bundle(t, f[0], oldCA, newCA)
 	server := newCluster(t, f)
 	addr := certstest.Serve(t, server.ServerConfig())

@@ -47,11 +47,9 @@ type response struct {
 	// expiresAt is when the ledger's entry expires: the Idempotency-Expires-At
 	// of every answer carrying this outcome.
 	expiresAt time.Time
-	// retryBy is the same instant on the gate's own clock (the lifetime the
-	// manager said was left, counted from when the gate asked; cacheTTL): a
+	// retryBy is the same instant on the gate's own clock (localExpiry): a
 	// 429's Retry-After counts down to it, so a gate whose wall clock is
-	// off the ledger's still tells the time left. Zero: from expiresAt (a
-	// manager that sends no lifetime left).
+	// off the ledger's still tells the time left.
 	retryBy time.Time
 	// retryAfter, when positive, is a fixed Retry-After (503, 409).
 	retryAfter time.Duration
@@ -131,11 +129,7 @@ func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 	case r.status == http.StatusTooManyRequests && r.replayable:
 		// A stored rejection (capacity): the time left on its entry. A 429
 		// that recorded nothing (tenant_quota_exceeded) has a fixed one.
-		by := r.retryBy
-		if by.IsZero() {
-			by = r.expiresAt
-		}
-		h.Set(api.HeaderRetryAfter, retryAfter(by.Sub(now)))
+		h.Set(api.HeaderRetryAfter, retryAfter(r.retryBy.Sub(now)))
 	case r.retryAfter > 0:
 		h.Set(api.HeaderRetryAfter, retryAfter(r.retryAfter))
 	}
@@ -505,10 +499,12 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		if resp.expiresAt.IsZero() {
 			resp.expiresAt = now.Add(ttl)
 		}
-		if left, ok := timeLeft(sr, start); ok {
-			resp.retryBy = now.Add(left)
+		until, known := localExpiry(sr, start, now)
+		resp.retryBy = resp.expiresAt
+		if known {
+			resp.retryBy = until
 		}
-		return resp, state, g.cacheTTL(sr, start, now, min(ttl, configured))
+		return resp, state, cacheTTL(until, known, now, min(ttl, configured))
 	}
 	// failed answers 500 for a manager's answer the gate cannot render (a
 	// bug): logged, never cached.
@@ -558,39 +554,33 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	}
 }
 
-// cacheTTL is how long the gate may cache an outcome: the time left on the
-// ledger's entry, at most the state's configured TTL; the configured TTL when
-// the ledger gave no expiry. The time left is the manager's remaining_nanos
-// (by ledger time) counted from sent, when the request left, on the monotonic
-// clock: no wall clock is compared across hosts, so a gate whose clock is
-// behind the ledger's does not replay past the ledger's expiry. Only an
-// older manager, which does not send it, is judged by its expiry
-// against the gate's clock (now). A result of 0 never happens: an entry
-// already expired is kept for a millisecond, enough for its waiters.
-func (g *Gate) cacheTTL(sr *rpcpb.SubmitResponse, sent, now time.Time, configured time.Duration) time.Duration {
-	left, ok := timeLeft(sr, sent)
+// localExpiry is when sr's entry expires by the gate's clock (now): the
+// manager's remaining_nanos (by ledger time) less the time since sent, when
+// the request left, on the monotonic clock. No wall clock is compared
+// across hosts, so a gate whose clock is off the ledger's neither replays
+// past the ledger's expiry nor miscounts a Retry-After. Only an older
+// manager, which does not send it, is taken by its expiry as it is. false:
+// the ledger gave no expiry.
+func localExpiry(sr *rpcpb.SubmitResponse, sent, now time.Time) (time.Time, bool) {
 	switch {
-	case ok:
+	case sr.RemainingNanos > 0:
+		return now.Add(time.Duration(sr.RemainingNanos) - time.Since(sent)), true
 	case sr.ExpiresAtUnixNano != 0:
-		left = expiresAt(sr).Sub(now)
-	default:
-		return configured
+		return expiresAt(sr), true
 	}
-	ttl := min(left, configured)
-	if ttl <= 0 {
-		ttl = time.Millisecond
-	}
-	return ttl
+	return time.Time{}, false
 }
 
-// timeLeft is the lifetime left on sr's entry by the ledger's clock
-// (remaining_nanos), less the time since the request was sent on the gate's
-// monotonic clock; false when the manager sent none.
-func timeLeft(sr *rpcpb.SubmitResponse, sent time.Time) (time.Duration, bool) {
-	if sr.RemainingNanos <= 0 {
-		return 0, false
+// cacheTTL is how long the gate may cache an outcome: the time left until
+// the entry expires by the gate's clock (localExpiry), at most the state's
+// configured TTL; the configured TTL when the ledger gave no expiry. A
+// result of 0 never happens: an entry already expired is kept for a
+// millisecond, enough for its waiters.
+func cacheTTL(until time.Time, known bool, now time.Time, configured time.Duration) time.Duration {
+	if !known {
+		return configured
 	}
-	return time.Duration(sr.RemainingNanos) - time.Since(sent), true
+	return max(min(until.Sub(now), configured), time.Millisecond)
 }
 
 // expiresAt is when sr's entry expires, the zero time when sr has none.

@@ -520,8 +520,7 @@ func (s *state) admissible(ax *applyCtx, c Reserve) (res Result, free bool) {
 	if c.Structured {
 		w, ok := s.getWatermark(c.Tenant, c.ClientID, c.Nonce)
 		hasWatermark = ok
-		// Refused: what is known committed, or too old for the window to tell.
-		if ok && (w.Committed(c.Sequence) || w.BelowWindow(c.Sequence)) {
+		if ok && w.Refuses(c.Sequence) {
 			res.Outcome = OutcomeKeyExpired
 			res.Watermark = w.Sequence
 			return res, false

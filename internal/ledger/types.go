@@ -212,6 +212,10 @@ func (w *Watermark) Committed(seq uint64) bool {
 	return w.Window[i/64]&(1<<(i%64)) != 0
 }
 
+// Refuses reports whether an Admit of seq is refused (KeyExpired): known
+// committed, or too old for the window to tell.
+func (w *Watermark) Refuses(seq uint64) bool { return w.Committed(seq) || w.BelowWindow(seq) }
+
 // BelowWindow reports whether seq is too old for the window to tell.
 func (w *Watermark) BelowWindow(seq uint64) bool {
 	return seq <= w.Sequence && w.Sequence-seq >= WatermarkWindow

@@ -24,12 +24,13 @@ func (m *Manager) admitToOutbox(req *rpcpb.SubmitRequest, k keys.Key) error {
 	if req.Carried || !slices.ContainsFunc(req.Job.Datacenters, func(dc string) bool { return dc != own }) {
 		return nil
 	}
-	if k.Structured {
-		if w, ok := m.fsm.Watermark(req.Tenant, k.ClientID, k.Nonce); ok && (w.Committed(k.Sequence) || w.BelowWindow(k.Sequence)) {
-			return nil
-		}
-	}
 	if n := m.fsm.OutboxLen(); n >= m.cfg.OutboxMaxEntries {
+		// Only when full: the watermark is read under the ledger's lock.
+		if k.Structured {
+			if w, ok := m.fsm.Watermark(req.Tenant, k.ClientID, k.Nonce); ok && w.Refuses(k.Sequence) {
+				return nil
+			}
+		}
 		m.metrics.outboxRefused.Inc()
 		return rpc.Errorf(rpc.CodeOutboxFull,
 			"the outbox carries its maximum of %d multi-datacenter submissions not yet confirmed by every datacenter they name", m.cfg.OutboxMaxEntries)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -276,14 +277,16 @@ func TestLongPollTakesAJobFailedWithARetry(t *testing.T) {
 		err error
 	}
 	waiting := make(chan answer, 1)
-	go func() {
-		// Longer than ctxT's: on a leader that does not hear of the failed
-		// job, the wait ends empty.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(15 * time.Second)})
+	// Longer than ctxT's: on a leader that does not hear of the failed job,
+	// the wait ends empty. Cancelled and waited for if the test fails first.
+	lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer lcancel()
+	wg.Go(func() {
+		r, err := m.Lease(lctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(15 * time.Second)})
 		waiting <- answer{r, err}
-	}()
+	})
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		m.jobsQueued.mu.Lock()
 		defer m.jobsQueued.mu.Unlock()
