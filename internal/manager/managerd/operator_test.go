@@ -295,3 +295,50 @@ func TestRemovePeerKeepsAQuorum(t *testing.T) {
 		t.Fatalf("voters after removing %s: %+v %v", dead.Config().NodeID, st, err)
 	}
 }
+
+// TestRemovePeerKeepsAQuorumOfFive: with two of five managers dead, removing
+// a live one would leave four voters of which two are healthy, fewer than
+// the three a quorum of four needs; removing the leader likewise. Both are
+// refused. The dead ones are removed one after the other (four voters, three
+// healthy; then three, all healthy), and the group keeps its leader.
+func TestRemovePeerKeepsAQuorumOfFive(t *testing.T) {
+	g := startGroup(t, 5)
+	leader := groupLeader(t, g, 5)
+	var dead, live []*manager.Manager
+	for _, x := range g {
+		switch {
+		case x.m == leader:
+		case len(dead) < 2:
+			dead = append(dead, x.m)
+			x.stop()
+		default:
+			live = append(live, x.m)
+		}
+	}
+	if l := groupLeader(t, g, 3); l != leader {
+		t.Fatalf("the leader changed to %s", l.Config().NodeID)
+	}
+	op := operatorOf(t, leader)
+	for _, m := range live {
+		_, err := op.RemovePeer(t.Context(), m.Config().NodeID)
+		wantCode(t, "remove the live follower "+m.Config().NodeID, err, rpc.CodeInvalid)
+	}
+	_, err := op.RemovePeer(t.Context(), leader.Config().NodeID)
+	wantCode(t, "remove the leader", err, rpc.CodeInvalid)
+	submit(t, leader, "after-refusals")
+	if st, err := leader.Status(t.Context()); err != nil || len(st.Voters) != 5 {
+		t.Fatalf("voters after the refusals: %+v %v", st, err)
+	}
+
+	for i, m := range dead {
+		res, err := op.RemovePeer(t.Context(), m.Config().NodeID)
+		if err != nil {
+			t.Fatalf("remove the dead manager %s: %v", m.Config().NodeID, err)
+		}
+		t.Logf("%s, leader %s", res.Done, res.Leader)
+		submit(t, leader, fmt.Sprintf("after-removal-%d", i))
+		if st, err := leader.Status(t.Context()); err != nil || len(st.Voters) != 4-i {
+			t.Fatalf("voters after removing %s: %+v %v", m.Config().NodeID, st, err)
+		}
+	}
+}
