@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/once-dev/once/internal/ledger"
@@ -53,12 +54,13 @@ func (a leaseAnswer) size() int64 {
 // Lease implements rpc.Workers. A lease asked with an idempotency key
 // (req.Request) is answered once: a repeat of the key, through any gate,
 // gets the first answer, the same jobs under the same leases, for
-// leaseReplayTTL while this node leads; at a later leader, the jobs the
-// first attempt leased, as long as their leases last, from the ledger (the
-// lease IDs are derived from the key and the body, ledger.Lease.Replay).
-// Without that, a worker whose answer was lost (a timeout, a gate or a
-// leader that died) would lease other jobs on its retry, and the first ones
-// would come back only when their leases expire.
+// leaseReplayTTL while this node leads (in this term); at a later leader,
+// or at this one leading again, the jobs the key's attempts leased, as long
+// as their leases last, from the ledger (the lease IDs are derived from the
+// key and the body, ledger.Lease.Replay). Without that, a worker whose
+// answer was lost (a timeout, a gate or a leader that died) would lease
+// other jobs on its retry, and the first ones would come back only when
+// their leases expire.
 func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
 	if req.Request == "" {
 		return m.lease(ctx, ctx, req)
@@ -66,7 +68,14 @@ func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Le
 	if err := m.CheckLeader(); err != nil {
 		return nil, err // not_leader: the gate asks the leader, whose memory it is
 	}
-	a, replayed, err := m.leaseReplays.Do(ctx, req.Tenant+"\x00"+req.Request, func(ctx context.Context) (leaseAnswer, bool) {
+	// The memory is this term's (its term is in the key): while another
+	// manager led, the key's retries may have leased its jobs again (their
+	// first leases expired) under leases this memory never saw, and its
+	// answer would give the worker a lease the ledger has ended while the
+	// current one, held for the key, waited for its expiry. In a new term
+	// the ledger answers (leaseJobs: FSM.HeldLeases).
+	key := strconv.FormatUint(m.readyTerm.Load(), 10) + "\x00" + req.Tenant + "\x00" + req.Request
+	a, replayed, err := m.leaseReplays.Do(ctx, key, func(ctx context.Context) (leaseAnswer, bool) {
 		// The long poll lasts while any caller of the key waits (ctx); once
 		// proposed, the lease is applied and its answer kept even if every
 		// caller has left: their retry is what will read it.

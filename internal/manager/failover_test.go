@@ -1,0 +1,65 @@
+package manager
+
+import (
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
+	"github.com/once-dev/once/internal/testutil"
+)
+
+// A leader's memory of lease answers is its term's: a lease retried with its
+// key at a manager that leads again, after another manager led meanwhile,
+// is answered from the ledger (the leases the key holds now), not with what
+// this manager answered in its earlier term. Before, manager A kept its
+// answer across terms: the key's jobs were leased at A, their leases
+// expired and the key's retry leased the job again at B (attempt 2, a new
+// lease); back at A the next retry was given A's old answer, a lease the
+// ledger had ended (lease_lost on the worker's first heartbeat), while the
+// job's current lease, held for the key, went to no worker until it
+// expired.
+func TestLeaseMemoryIsTheTerms(t *testing.T) {
+	clock := newManualClock()
+	tc := newTestCluster(t, 3, func(c *Config) { c.JobLeaseDefault = time.Minute })
+	tc.setNow(clock.Now)
+	queueOn(tc)
+	ctx := ctxT(t)
+	id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
+	req := &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-1", Fingerprint: "f1",
+		WaitNanos: int64(10 * time.Second)}
+	lease := func(i int) *rpcpb.LeaseResponse {
+		t.Helper()
+		var r *rpcpb.LeaseResponse
+		tc.lead(ctx, i, func() (err error) {
+			r, err = tc.mgrs[i].Lease(ctx, req)
+			return err
+		})
+		if len(r.Leases) != 1 || r.Leases[0].Job.JobId != id {
+			t.Fatalf("lease at %s: %+v; want job %s", tc.cfgs[i].NodeID, r, id)
+		}
+		return r
+	}
+
+	first := lease(0)
+	// Another manager leads; the first lease expires there, and its job
+	// is queued again.
+	tc.lead(ctx, 1, func() error { return nil })
+	clock.Advance(2 * time.Minute)
+	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
+		j, ok := tc.mgrs[1].FSM().Job("acme", id)
+		return ok && j.State() == ledger.JobQueued, "the expired lease's job to be queued again"
+	})
+	clock.Advance(time.Minute) // past its backoff
+	second := lease(1)
+	if second.Replayed || second.Leases[0].LeaseId == first.Leases[0].LeaseId || second.Leases[0].Attempt != 2 {
+		t.Fatalf("the key's retry after its lease expired: %+v; want attempt 2 under a new lease", second)
+	}
+	// Back at the first manager, the key's retry is given the lease the
+	// ledger holds for it.
+	third := lease(0)
+	if !third.Replayed || !leasesEqual(third.Leases, second.Leases) {
+		t.Fatalf("the key's retry at a manager leading again: %+v; want %+v replayed (first term's answer: %+v)",
+			third, second.Leases, first.Leases)
+	}
+}
