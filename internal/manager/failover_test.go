@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -61,5 +62,44 @@ func TestLeaseMemoryIsTheTerms(t *testing.T) {
 	if !third.Replayed || !leasesEqual(third.Leases, second.Leases) {
 		t.Fatalf("the key's retry at a manager leading again: %+v; want %+v replayed (first term's answer: %+v)",
 			third, second.Leases, first.Leases)
+	}
+}
+
+// A lease waiting on an empty queue while another tenant's lease has
+// expired (and waits for the leader's ExpireLeases sweep, as the leases
+// that expired during an election wait for the new leader's first sweep)
+// does not propose Lease after Lease until the sweep: the expired lease was
+// looked at by its Lease already, and is not its to reclaim. Before, the
+// wait woke at once for it, every time: one waiting lease proposed some 250
+// empty Lease entries in the second before the sweep.
+func TestLongPollDoesNotSpinOnAnotherTenantsExpiredLease(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.JobLeaseMin = 100 * time.Millisecond })
+	queueOn(tc)
+	ctx := ctxT(t)
+	if r, err := tc.submitToLeader(ctx, "globex", "host1.dc1:1:1:0123456789abcdef", "fp", "email", `1`, 1000); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("submit: %+v %v", r, err)
+	}
+	m := tc.mgrs[tc.leader()]
+	if r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "globex", Worker: "w1", MaxJobs: 1, LeaseForNanos: int64(time.Second)}); err != nil || len(r.Leases) != 1 {
+		t.Fatalf("globex's lease: %+v %v", r, err)
+	}
+	last := m.Raft().LastIndex()
+	// The wait outlasts globex's lease, its expiry, the sweep and the
+	// requeued job (another tenant's) that follow.
+	r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(4 * time.Second)})
+	if err != nil || len(r.Leases) != 0 {
+		t.Fatalf("acme's lease, with nothing of acme's queued: %+v %v", r, err)
+	}
+	leases := 0
+	for _, c := range tc.commandsSince(tc.leader(), last) {
+		if c == "ledger.Lease" {
+			leases++
+		}
+	}
+	// One to begin with, one when globex's lease expired, one when its job
+	// was queued again, and one a second while jobs are queued
+	// (leaseWaitRetry): a handful, not one per Raft round.
+	if leases > 10 {
+		t.Fatalf("a lease waiting 4 s proposed %d Lease commands", leases)
 	}
 }

@@ -106,6 +106,9 @@ func (m *Manager) lease(ctx, applyCtx context.Context, req *rpcpb.LeaseRequest) 
 	deadline := time.Now().Add(leaseWait(req))
 	for {
 		queued := m.fsm.Stats().Queued
+		// The Lease stamps a time at least this one (ledger time never runs
+		// back at one manager): it looks at every lease expired by then.
+		looked := m.expiryNow().UnixNano()
 		res, err := m.leaseJobs(applyCtx, req, holder)
 		if err != nil {
 			return nil, err
@@ -120,7 +123,7 @@ func (m *Manager) lease(ctx, applyCtx context.Context, req *rpcpb.LeaseRequest) 
 			}
 			return out, nil
 		}
-		if !m.awaitQueued(ctx, queued, deadline) {
+		if !m.awaitQueued(ctx, queued, looked, deadline) {
 			if ctx.Err() != nil {
 				// The caller has left: an empty answer must not be kept.
 				return nil, rpc.Errorf(rpc.CodeUnavailable, "lease: the request ended while waiting: %v", ctx.Err())
@@ -140,10 +143,18 @@ func (m *Manager) onChange(c ledger.Change) {
 
 // awaitQueued waits until more jobs are queued than before (woken by the
 // commit that queued one, not by polling), or jobs are queued and
-// leaseWaitRetry has passed, or a lease has expired (its job can be
-// reclaimed); false when the deadline passes, ctx ends or this node stops
-// leading.
-func (m *Manager) awaitQueued(ctx context.Context, before int, deadline time.Time) bool {
+// leaseWaitRetry has passed, or a lease has expired after looked, the time
+// of the last Lease (its job can be reclaimed); false when the deadline
+// passes, ctx ends or this node stops leading.
+//
+// A lease expired at or before looked was seen by that Lease and is not
+// this waiter's (another tenant's, or a type it does not want): it stays
+// RUNNING until the ExpireLeases sweep, and waking for it at once would
+// propose an empty Lease, a Raft entry, again and again until the sweep
+// (as after a change of leader, when the leases that expired during the
+// election wait for the new leader's first sweep). The wait looks again
+// after the sweep's interval instead.
+func (m *Manager) awaitQueued(ctx context.Context, before int, looked int64, deadline time.Time) bool {
 	retry := time.Now().Add(leaseWaitRetry)
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
@@ -164,8 +175,11 @@ func (m *Manager) awaitQueued(ctx context.Context, before int, deadline time.Tim
 		if at, ok := m.fsm.NextLeaseExpiry(); ok {
 			// In ledger time, which may run ahead of or behind this clock.
 			in := time.Duration(at - m.expiryNow().UnixNano())
-			if in <= 0 {
+			if in <= 0 && at > looked {
 				return true
+			}
+			if in <= 0 {
+				in = leaseCheckInterval
 			}
 			if now.Add(in).Before(next) {
 				next = now.Add(in)
