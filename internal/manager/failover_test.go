@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // A leader's memory of lease answers is its term's: a lease retried with its
@@ -101,5 +103,89 @@ func TestLongPollDoesNotSpinOnAnotherTenantsExpiredLease(t *testing.T) {
 	// (leaseWaitRetry): a handful, not one per Raft round.
 	if leases > 10 {
 		t.Fatalf("a lease waiting 4 s proposed %d Lease commands", leases)
+	}
+}
+
+// Coverage (passes on main): leases across leaders whose clocks are 10
+// minutes ahead and 10 minutes behind the group's. Each leader stamps a
+// heartbeat's expiry with the group's clock (the lease lasts what the
+// worker asked, in real time, whoever leads), and no leader's ExpireLeases
+// sweep ends a live lease early, while a lease that did expire is ended
+// (docs/ledger.md, "Ledger time"; docs/workers.md, "Clock skew").
+func TestSkewedLeadersKeepLiveLeases(t *testing.T) {
+	skews := []time.Duration{0, 10 * time.Minute, -10 * time.Minute}
+	tc := newSkewedCluster(t, skews, func(c *Config) { c.JobLeaseMin = 100 * time.Millisecond })
+	queueOn(tc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+		for _, m := range tc.mgrs {
+			if v := m.ClockState().View; !v.Known || v.Measured != 3 {
+				return false, "every manager to measure its group"
+			}
+		}
+		return true, ""
+	})
+	live := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
+	short := submitJob(t, tc, "host1.dc1:2:1:0123456789abcdef", "email")
+	// lease leases the oldest queued job at manager i for d.
+	lease := func(i int, d time.Duration) *rpcpb.Lease {
+		var r *rpcpb.LeaseResponse
+		tc.lead(ctx, i, func() (err error) {
+			r, err = tc.mgrs[i].Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, LeaseForNanos: int64(d)})
+			return err
+		})
+		if len(r.Leases) != 1 {
+			t.Fatalf("lease at %s: %+v", tc.cfgs[i].NodeID, r)
+		}
+		return r.Leases[0]
+	}
+	l := lease(0, time.Minute)
+	if l.Job.JobId != live {
+		t.Fatalf("leased %s first, want %s", l.Job.JobId, live)
+	}
+	for _, i := range []int{1, 2, 0} {
+		name := tc.cfgs[i].NodeID
+		tc.lead(ctx, i, func() error {
+			m := tc.mgrs[i]
+			term := m.Raft().CurrentTerm()
+			at := time.Now()
+			r, err := m.Heartbeat(ctx, &rpcpb.HeartbeatRequest{Tenant: "acme", JobId: live, LeaseId: l.LeaseId, LeaseForNanos: int64(time.Minute)})
+			if err != nil {
+				return err
+			}
+			exp, err := time.Parse(api.TimeFormat, r.ExpiresAt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := exp.Sub(at.Add(time.Minute)); d < -2*time.Second || d > 2*time.Second {
+				t.Fatalf("a heartbeat of a minute at %s (clock %v off) expires at %v, %v from a minute after it", name, skews[i], exp, d)
+			}
+			// A lease this leader lets expire: its sweep ends it, and not
+			// the live one.
+			s, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1,
+				LeaseForNanos: int64(100 * time.Millisecond), WaitNanos: int64(10 * time.Second)})
+			if err != nil {
+				return err
+			}
+			if len(s.Leases) != 1 || s.Leases[0].Job.JobId != short {
+				t.Fatalf("the short job's lease at %s: %+v", name, s)
+			}
+			testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
+				j, ok := m.FSM().Job("acme", short)
+				return ok && j.State() != ledger.JobRunning, "the expired lease to end"
+			})
+			if m.CheckLeader() != nil || m.Raft().CurrentTerm() != term {
+				return rpc.Errorf(rpc.CodeUnavailable, "%s stopped leading before its sweep was seen", name)
+			}
+			return nil
+		})
+		tc.waitFSMsApplied()
+		for _, m := range tc.mgrs {
+			j, ok := m.FSM().Job("acme", live)
+			if !ok || j.State() != ledger.JobRunning || j.Life.LeaseID != l.LeaseId || j.Life.Attempts != 1 {
+				t.Fatalf("after %s led, the heartbeated job at %s: %+v", name, m.cfg.NodeID, j.Life)
+			}
+		}
 	}
 }
