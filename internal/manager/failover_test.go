@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -188,4 +189,72 @@ func TestSkewedLeadersKeepLiveLeases(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Coverage (passes on main): worker calls applied at a leader that dies
+// before answering, retried at the next leader (which never saw them): a
+// completion answers the job as it was completed, with the first result (not
+// the retry's) and the first finish; a failure with a retry answers the job
+// queued as the first failure left it (its backoff not drawn again); a
+// heartbeat extends the lease again. Nothing is applied twice, and no lease
+// is lost.
+func TestWorkerCallsRetriedAfterLeaderDies(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	queueOn(tc)
+	ctx := ctxT(t)
+	submitJobs(t, tc, 3, "email")
+	l := tc.leader()
+	m := tc.mgrs[l]
+	r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 3, LeaseForNanos: int64(time.Minute)})
+	if err != nil || len(r.Leases) != 3 {
+		t.Fatalf("lease: %+v %v", r, err)
+	}
+	done, fail, beat := r.Leases[0], r.Leases[1], r.Leases[2]
+	completed, err := m.CompleteJob(ctx, "acme", done.Job.JobId, done.LeaseId, []byte(`{"first":true}`))
+	if err != nil || completed.State() != ledger.JobSucceeded {
+		t.Fatalf("complete: %+v %v", completed, err)
+	}
+	failed, err := m.FailJob(ctx, "acme", fail.Job.JobId, fail.LeaseId, "smtp down", true)
+	if err != nil || failed.State() != ledger.JobQueued {
+		t.Fatalf("fail: %+v %v", failed, err)
+	}
+	beaten, err := m.HeartbeatJob(ctx, "acme", beat.Job.JobId, beat.LeaseId, time.Minute)
+	if err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+	tc.stop(l) // every answer is lost with it
+
+	retry := func(call func(m *Manager) error) {
+		t.Helper()
+		for {
+			err := call(tc.mgrs[tc.leader()])
+			if !errors.Is(err, rpc.ErrNotLeader) && !errors.Is(err, rpc.ErrUnavailable) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+		}
+	}
+	retry(func(m *Manager) error {
+		j, err := m.CompleteJob(ctx, "acme", done.Job.JobId, done.LeaseId, []byte(`{"retry":true}`))
+		if err == nil && (j.State() != ledger.JobSucceeded || string(j.Life.Result) != `{"first":true}` || j.Life.FinishedAt != completed.Life.FinishedAt) {
+			t.Fatalf("the completion retried at the next leader: %+v; want %+v", j.Life, completed.Life)
+		}
+		return err
+	})
+	retry(func(m *Manager) error {
+		j, err := m.FailJob(ctx, "acme", fail.Job.JobId, fail.LeaseId, "smtp down", true)
+		if err == nil && (j.State() != ledger.JobQueued || j.Life.RunAt != failed.Life.RunAt || j.Life.Attempts != 1) {
+			t.Fatalf("the failure retried at the next leader: %+v; want %+v", j.Life, failed.Life)
+		}
+		return err
+	})
+	retry(func(m *Manager) error {
+		j, err := m.HeartbeatJob(ctx, "acme", beat.Job.JobId, beat.LeaseId, time.Minute)
+		if err == nil && (j.State() != ledger.JobRunning || j.Life.LeaseID != beat.LeaseId || j.Life.LeaseExpiresAt < beaten.Life.LeaseExpiresAt) {
+			t.Fatalf("the heartbeat retried at the next leader: %+v; after %+v", j.Life, beaten.Life)
+		}
+		return err
+	})
 }
