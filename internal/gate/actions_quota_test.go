@@ -24,7 +24,7 @@ func TestCancelOverTenantQuotaIsNotKept(t *testing.T) {
 		// key) does not, until the submission's entry is due.
 		c.LedgerTenantMaxBytes = 1200
 	}})
-	tg := startGate(t, []string{addr}, nil)
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.Idempotency.CleanupInterval = 30 * time.Second })
 	job := wantJob(t, tg.submit(t, skey(1), `{"type":"email"}`), http.StatusCreated)
 	cancel := "/v1/jobs/" + job.JobID + "/cancel"
 	key := []string{api.HeaderIdempotencyKey, skey(2)}
@@ -32,6 +32,9 @@ func TestCancelOverTenantQuotaIsNotKept(t *testing.T) {
 	refused := tg.post(t, cancel, "", key...)
 	wantProblem(t, refused, http.StatusTooManyRequests, api.CodeTenantQuotaExceeded)
 	wantNoHeader(t, refused, api.HeaderReplayed)
+	// Nothing was recorded: room comes back as expiry frees it, as for a
+	// submission's 429 tenant_quota_exceeded.
+	wantHeader(t, refused, api.HeaderRetryAfter, "30")
 
 	// The submission's entry is due: the ledger makes room for the cancel's.
 	ledgerClock.Advance(ttl + time.Second)
@@ -40,4 +43,19 @@ func TestCancelOverTenantQuotaIsNotKept(t *testing.T) {
 		t.Fatalf("cancel once room is back: %s", again.body)
 	}
 	wantNoHeader(t, again, api.HeaderReplayed)
+}
+
+// TestCancelOnAFullLedgerRetriesAfterTheCleanupInterval: a cancel whose key
+// the datacenter's ledger has no room for (IDEMPOTENCY_LEDGER_MAX_ENTRIES)
+// is 503 unavailable with a Retry-After of IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS,
+// as a submission refused for a full ledger is (docs/api.md): asking again
+// in a second cannot help.
+func TestCancelOnAFullLedgerRetriesAfterTheCleanupInterval(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{Config: func(c *manager.Config) { c.LedgerMaxEntries = 1 }})
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.Idempotency.CleanupInterval = 45 * time.Second })
+	job := wantJob(t, tg.submit(t, skey(1), `{"type":"email"}`), http.StatusCreated)
+
+	refused := tg.post(t, "/v1/jobs/"+job.JobID+"/cancel", "", api.HeaderIdempotencyKey, skey(2))
+	wantProblem(t, refused, http.StatusServiceUnavailable, api.CodeUnavailable)
+	wantHeader(t, refused, api.HeaderRetryAfter, "45")
 }

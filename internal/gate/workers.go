@@ -47,7 +47,8 @@ type workerAnswer struct {
 	// fingerprint is the SHA-256 of the route and the request body: a retry
 	// with the same key must send the same request.
 	fingerprint [sha256.Size]byte
-	retryAfter  bool
+	// retryAfter, when positive, is the answer's Retry-After.
+	retryAfter time.Duration
 	// replayed: the leader answered from its memory of lease answers.
 	replayed bool
 	// transient: the answer decided nothing for a part of the call (an item
@@ -150,8 +151,8 @@ func (g *Gate) writeWorkerAnswer(w http.ResponseWriter, a *workerAnswer, replaye
 	if replayed {
 		w.Header().Set(api.HeaderReplayed, "true")
 	}
-	if a.retryAfter {
-		w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
+	if a.retryAfter > 0 {
+		w.Header().Set(api.HeaderRetryAfter, retryAfter(a.retryAfter))
 	}
 	ct := api.ContentTypeJSON
 	if a.status != http.StatusOK {
@@ -176,6 +177,16 @@ func workerProblem(status int, code api.Code, detail string) *workerAnswer {
 
 // workerError renders the leader's refusal of a worker call.
 func (g *Gate) workerError(r *http.Request, err error, jobID string) *workerAnswer {
+	for _, refusal := range ledgerRefusals {
+		if errors.Is(err, refusal.err) {
+			// The ledger had no room for the call's entry (an action's key,
+			// a worker call's answer): nothing changed, and expiry frees room.
+			g.log.Warn(refusal.log, logging.KeyPath, r.URL.Path, logging.KeyError, err)
+			a := workerProblem(refusal.status, refusal.code, refusal.detail)
+			a.retryAfter = g.cfg.Idempotency.CleanupInterval
+			return a
+		}
+	}
 	switch {
 	case errors.Is(err, rpc.ErrLeaseLost):
 		return workerProblem(http.StatusConflict, api.CodeLeaseLost,
@@ -185,10 +196,6 @@ func (g *Gate) workerError(r *http.Request, err error, jobID string) *workerAnsw
 	case errors.Is(err, rpc.ErrConflict):
 		return workerProblem(http.StatusConflict, api.CodeJobStateConflict,
 			"the action does not apply to the job in its state; nothing changed: "+rpcMessage(err))
-	case errors.Is(err, rpc.ErrTenantQuota):
-		a := workerProblem(http.StatusTooManyRequests, api.CodeTenantQuotaExceeded, "the tenant holds its share of the ledger: "+rpcMessage(err))
-		a.retryAfter = true
-		return a
 	case errors.Is(err, rpc.ErrNotFound):
 		return workerProblem(http.StatusNotFound, api.CodeJobNotFound, fmt.Sprintf("no job %q", jobID))
 	case errors.Is(err, rpc.ErrBudgetExceeded):
@@ -204,7 +211,7 @@ func (g *Gate) workerError(r *http.Request, err error, jobID string) *workerAnsw
 		g.log.Warn("worker call failed", logging.KeyPath, r.URL.Path, logging.KeyError, err)
 		a := workerProblem(http.StatusServiceUnavailable, api.CodeUnavailable,
 			"no manager leader answered in time; retry later (with the same Idempotency-Key)")
-		a.retryAfter = true
+		a.retryAfter = g.cfg.RetryAfter
 		return a
 	}
 }
