@@ -182,7 +182,9 @@ func TestGateKillLeaderUnderLoad(t *testing.T) {
 		defer mu.Unlock()
 		return len(acked) >= 200, "200 acknowledged jobs"
 	})
-	leader, err := c.Leader(ctx)
+	// On a loaded machine an election may be under way: the leader to kill is
+	// the one every manager agrees on once it is over.
+	leader, err := c.WaitLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

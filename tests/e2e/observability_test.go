@@ -11,11 +11,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/once-dev/once/internal/testutil"
 )
 
 const (
@@ -190,6 +193,25 @@ func TestDashboardsAndAlertsUseExportedMetrics(t *testing.T) {
 	if err := c.WaitReady(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	// Some series exist only once an asynchronous event has happened: the
+	// autopilot's (the leader's first health computation) and the clock's
+	// (offsets measured on gossip probes). Wait for them, as the managers'
+	// statuses show them, before scraping.
+	ctx := ctxFor(t, time.Minute)
+	testutil.WaitFor(t, left(ctx), func() (bool, string) {
+		health := false
+		for _, m := range c.Managers {
+			st, err := c.Status(ctx, m)
+			if err != nil {
+				return false, fmt.Sprintf("%s: %v", m.Name, err)
+			}
+			if st.ClockGroupOffset == nil || len(st.ClockOffsets) == 0 {
+				return false, fmt.Sprintf("%s to measure its peers' clocks (%v) and its group's", m.Name, st.ClockOffsets)
+			}
+			health = health || st.Autopilot != nil
+		}
+		return health, "the leader's autopilot health"
+	})
 	gate := "http://" + c.Gates[0].HTTPAddr
 	// Traffic, so that labelled series exist: an admission, its replay, a
 	// refusal, a read.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -89,6 +90,31 @@ func pointOncectlAt(t *testing.T, c *localcluster.Cluster) *localcluster.Node {
 	return leader
 }
 
+// waitMembersAlive waits until every manager's gossip view holds want
+// members alive. oncectl cluster members asks whichever manager answers
+// first, and a member joins through one seed: the other managers learn of
+// it only as gossip spreads, after the cluster has a leader and ready gates.
+func waitMembersAlive(t *testing.T, ctx context.Context, c *localcluster.Cluster, want int) {
+	t.Helper()
+	for _, m := range c.Managers {
+		mc := c.ManagerClient(m, c.OperatorSecret())
+		testutil.WaitFor(t, left(ctx), func() (bool, string) {
+			got, err := mc.Members(ctx)
+			if err != nil {
+				return false, fmt.Sprintf("%s: %v", m.Name, err)
+			}
+			alive := 0
+			for _, x := range got.Members {
+				if x.Status == "alive" {
+					alive++
+				}
+			}
+			return alive >= want, fmt.Sprintf("%s sees %d of %d members alive: %v", m.Name, alive, want, got.Members)
+		})
+		mc.Close()
+	}
+}
+
 func oncectlJSON(t *testing.T, v any, args ...string) {
 	t.Helper()
 	out, code := oncectl(t, append([]string{"-o", "json"}, args...)...)
@@ -167,6 +193,9 @@ func TestOncectl(t *testing.T) {
 	if len(status) != 3 || leaders != 1 {
 		t.Fatalf("cluster status: %d managers, %d leaders", len(status), leaders)
 	}
+	// oncectl asks any manager: wait until every one sees the gate, which
+	// joined through one seed.
+	waitMembersAlive(t, t.Context(), c, 4)
 	members := &rpcpb.MembersResponse{}
 	oncectlJSON(t, members, "cluster", "members")
 	roles := map[string]int{}
@@ -220,17 +249,28 @@ func TestOncectl(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Until the pool has found it dead, the autopilot would add it back as a
-	// live member: remove-peer is for managers that are gone.
-	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
-		m := &rpcpb.MembersResponse{}
-		oncectlJSON(t, m, "cluster", "members")
-		for _, x := range m.Members {
-			if x.Name == victim.Name || x.NodeId == victim.Name {
-				return x.Status != "alive", "the killed manager marked failed in the pool: " + x.Status
-			}
+	// live member: remove-peer is for managers that are gone. It is the
+	// leader's view that counts, and oncectl cluster members may ask another
+	// manager: wait until every running manager's view marks it.
+	for _, m := range c.Managers {
+		if m == victim {
+			continue
 		}
-		return true, ""
-	})
+		mc := c.ManagerClient(m, c.OperatorSecret())
+		testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+			got, err := mc.Members(t.Context())
+			if err != nil {
+				return false, fmt.Sprintf("%s: %v", m.Name, err)
+			}
+			for _, x := range got.Members {
+				if x.Name == victim.Name || x.NodeId == victim.Name {
+					return x.Status != "alive", fmt.Sprintf("the killed manager marked failed in %s's pool: %s", m.Name, x.Status)
+				}
+			}
+			return true, ""
+		})
+		mc.Close()
+	}
 	oncectlJSON(t, &rpcpb.PeerResult{}, "raft", "remove-peer", victim.Name)
 	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
 		_, ids := peers()
@@ -348,12 +388,10 @@ func TestOncectlGossipKeyring(t *testing.T) {
 		}
 		return n, m
 	}
-	// The gate may join the pool a moment after the managers have a leader:
-	// count keys once all four members are there.
-	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
-		n, _ := alive()
-		return n == 4, fmt.Sprintf("4 members alive, have %d", n)
-	})
+	// The gate may join the pool a moment after the managers have a leader,
+	// and oncectl may ask any manager: count keys once all four members are
+	// there in every manager's view.
+	waitMembersAlive(t, ctxFor(t, 30*time.Second), c, 4)
 	check := func(args []string, want map[string][2]int) {
 		t.Helper()
 		k := &rpcpb.KeyringResponse{}

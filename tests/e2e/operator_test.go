@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
-	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/tests/localcluster"
 )
 
@@ -89,17 +87,7 @@ func TestOperatorRoleOnRealProcesses(t *testing.T) {
 	t.Setenv("ONCE_CLUSTER_SECRET_FILE", file)
 	// The gate joined through one seed; oncectl may ask any manager, so wait
 	// until every manager's view holds all four members.
-	for _, m := range c.Managers {
-		mc := c.ManagerClient(m, c.OperatorSecret())
-		testutil.WaitFor(t, left(ctx), func() (bool, string) {
-			got, err := mc.Members(ctx)
-			if err != nil {
-				return false, fmt.Sprintf("%s: %v", m.Name, err)
-			}
-			return len(got.Members) >= 4, fmt.Sprintf("%s sees %d members", m.Name, len(got.Members))
-		})
-		mc.Close()
-	}
+	waitMembersAlive(t, ctx, c, 4)
 	members := &rpcpb.MembersResponse{}
 	oncectlJSON(t, members, "cluster", "members")
 	if len(members.Members) < 4 {

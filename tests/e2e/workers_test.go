@@ -153,7 +153,9 @@ func TestWorkersThroughKills(t *testing.T) {
 	if err != nil || heldFirst.status != http.StatusOK || json.Unmarshal(heldFirst.body, &held) != nil || len(held.Leases) != 2 {
 		t.Fatalf("the lease before the kill: %d %s %v", heldFirst.status, heldFirst.body, err)
 	}
-	leader, err := c.Leader(ctx)
+	// On a loaded machine an election may be under way: the leader to kill is
+	// the one every manager agrees on once it is over.
+	leader, err := c.WaitLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +332,9 @@ func TestWorkerProcessesSurviveKill9(t *testing.T) {
 	if err := victim.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	leader, err := c.Leader(ctx)
+	// On a loaded machine an election may be under way: the leader to kill is
+	// the one every manager agrees on once it is over.
+	leader, err := c.WaitLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
