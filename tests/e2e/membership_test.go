@@ -710,6 +710,7 @@ func TestMembershipRemovedManagersComeBack(t *testing.T) {
 			fmt.Sprintf("MANAGER_DEAD_SERVER_GRACE_SECONDS=%d", int(grace/time.Second)))
 	})
 	ctx := ctxFor(t, 4*time.Minute)
+	deadline, _ := ctx.Deadline() // left(ctx) is hidden by the manager named left
 	waitAgreement(t, ctx, c, c.Managers)
 	left, dead, rest := c.Managers[0], c.Managers[1], c.Managers[2:]
 	left.Stop(15 * time.Second)
@@ -734,10 +735,12 @@ func TestMembershipRemovedManagersComeBack(t *testing.T) {
 	// gossip has brought the leader's RPC address (the manager re-reads its
 	// peers on every membership event and every 5 s). The agreement above
 	// can come first: Raft reached the manager before gossip did. Once it
-	// took longer than one submission's 10 s budget.
+	// took longer than one submission's 10 s budget; the gossip rounds that
+	// bring the leader's address are the ones the agreement above may wait
+	// for well beyond 45 s, so the wait has the rest of the test's deadline.
 	cl := c.RPCClient(rpc.ClientConfig{Resolver: rpc.StaticResolver([]string{left.HTTPAddr}), AttemptTimeout: 2 * time.Second})
 	defer cl.CloseIdleConnections()
-	took := testutil.WaitFor(t, 45*time.Second, func() (bool, string) {
+	took := testutil.WaitFor(t, time.Until(deadline), func() (bool, string) {
 		sctx, cancel := context.WithTimeout(ctx, submitBudget)
 		defer cancel()
 		r, err := submitKey(sctx, cl, "member-comeback:1:0123456789abcdef")
