@@ -24,6 +24,16 @@ func fiveNodes(t *testing.T, expect int, grace time.Duration) []*node {
 	return nodes
 }
 
+// startFive starts five managers that expect five, each seeded with all the
+// others, and returns them and their leader once they agree on five voters.
+func startFive(t *testing.T, grace time.Duration) ([]*node, *node) {
+	t.Helper()
+	nodes := fiveNodes(t, 5, grace)
+	startAll(t, nodes, allSeeds(nodes))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, voters(ids(nodes)...)))
+	return nodes, leader(t, nodes)
+}
+
 // allSeeds gives every node the gossip addresses of all the others.
 func allSeeds(nodes []*node) func(int) []string {
 	return func(i int) []string {
@@ -101,10 +111,7 @@ func TestFiveManagersStaggeredBootstrapOnce(t *testing.T) {
 // come back on their data they are voters again and catch up.
 func TestFiveManagersTwoKilledAtOnce(t *testing.T) {
 	const grace = 1500 * time.Millisecond
-	nodes := fiveNodes(t, 5, grace)
-	startAll(t, nodes, allSeeds(nodes))
-	testutil.WaitFor(t, waitTimeout, converged(nodes, voters(ids(nodes)...)))
-	l := leader(t, nodes)
+	nodes, l := startFive(t, grace)
 	apply(t, l, 2)
 
 	fs := followers(nodes, l)
@@ -141,11 +148,8 @@ func TestFiveManagersTwoKilledAtOnce(t *testing.T) {
 // back on their data before the grace period ends: nothing is removed, they
 // are voters throughout and catch up.
 func TestFiveManagersTwoKilledReturnWithinGrace(t *testing.T) {
-	nodes := fiveNodes(t, 5, time.Hour)
-	startAll(t, nodes, allSeeds(nodes))
+	nodes, l := startFive(t, time.Hour)
 	all := voters(ids(nodes)...)
-	testutil.WaitFor(t, waitTimeout, converged(nodes, all))
-	l := leader(t, nodes)
 	dead := followers(nodes, l)[:2]
 	for _, n := range dead {
 		n.kill()
@@ -179,11 +183,8 @@ func (n *node) wipe() {
 // grace period ends. It does not bootstrap, it stays the one server of its
 // ID (no second voter, no second group), and it receives the log.
 func TestFiveManagersWipedFollowerReturns(t *testing.T) {
-	nodes := fiveNodes(t, 5, time.Hour)
-	startAll(t, nodes, allSeeds(nodes))
+	nodes, l := startFive(t, time.Hour)
 	all := voters(ids(nodes)...)
-	testutil.WaitFor(t, waitTimeout, converged(nodes, all))
-	l := leader(t, nodes)
 	apply(t, l, 4)
 	victim := followers(nodes, l)[0]
 	victim.kill()
@@ -205,10 +206,7 @@ func TestFiveManagersWipedFollowerReturns(t *testing.T) {
 // becomes a voter of the same group.
 func TestFiveManagersWipedAfterRemoval(t *testing.T) {
 	const grace = 1500 * time.Millisecond
-	nodes := fiveNodes(t, 5, grace)
-	startAll(t, nodes, allSeeds(nodes))
-	testutil.WaitFor(t, waitTimeout, converged(nodes, voters(ids(nodes)...)))
-	l := leader(t, nodes)
+	nodes, l := startFive(t, grace)
 	apply(t, l, 2)
 	victim := followers(nodes, l)[0]
 	victim.kill()
