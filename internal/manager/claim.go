@@ -7,6 +7,7 @@ import (
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
+	"github.com/once-dev/once/pkg/keys"
 )
 
 // Claims: a job whose client omitted the datacenters list, in a federation
@@ -21,8 +22,9 @@ import (
 // key_reused; this datacenter's own job (a retry found the job's true home)
 // its outcome; a claim of Home, or of a home that sorts before it,
 // OutcomeClaimed naming its home. A claim for a home that sorts after Home
-// gives way to this one (ledger.Entry.GivesWayTo).
-func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, jobID string) (*rpcpb.SubmitResponse, error) {
+// gives way to this one (ledger.Entry.GivesWayTo). With no live entry, a job
+// this datacenter ran itself answers too (ranHere).
+func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, k keys.Key, jobID string) (*rpcpb.SubmitResponse, error) {
 	deadline := time.Now().Add(submitWait(req))
 	for attempt := 0; attempt < 4; attempt++ {
 		if e, ok := m.liveEntry(req.Tenant, req.Key); ok && !e.GivesWayTo(req.Fingerprint, req.Home) {
@@ -37,6 +39,10 @@ func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, jobID str
 		}
 		if proposal == retry {
 			continue
+		}
+		if resp, ok := m.ranHere(req, k, jobID); ok {
+			m.endProposal(req.Tenant, req.Key, proposal)
+			return resp, nil
 		}
 		ttl := m.cfg.Idempotency.CommittedTTL
 		if t := resultTTL(req); t > 0 {
@@ -70,6 +76,31 @@ func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, jobID str
 		}
 	}
 	return nil, rpc.Errorf(rpc.CodeUnavailable, "the key's entry kept changing while claiming it; retry")
+}
+
+// ranHere answers a claim whose key has no live entry here when this
+// datacenter was the job's home: its entry expired, but it still retains the
+// job (the same derived ID), or, for a structured key, its watermark refuses
+// the sequence. Claiming the key for another home would let that home run
+// the job a second time; a single datacenter answers such a late retry with
+// the retained job or idempotency_key_expired, and the home that ran the
+// job answers it the same way here: the gate's round meets the job (or the
+// refusal) and answers with it
+// (TestOmittedListRetryAfterExpiryThroughAnotherDatacenter). A structured
+// key whose watermark aged out while the job is retained is answered with
+// the job, not the job_id_in_use rejection an Admit would record: a claim
+// records nothing.
+func (m *Manager) ranHere(req *rpcpb.SubmitRequest, k keys.Key, jobID string) (*rpcpb.SubmitResponse, bool) {
+	if k.Structured {
+		if w, ok := m.fsm.Watermark(req.Tenant, k.ClientID, k.Nonce); ok && w.Refuses(k.Sequence) {
+			return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, true
+		}
+	}
+	j, ok := m.fsm.Job(req.Tenant, jobID)
+	if !ok {
+		return nil, false
+	}
+	return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeCommitted, Replayed: true, JobId: j.ID, Job: m.pbJob(j)}, true
 }
 
 // overClaim judges, at the home, another home's claim on the key (e, with the

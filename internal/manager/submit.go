@@ -65,7 +65,7 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 			return nil, rpc.Errorf(rpc.CodeInvalid, "a job with home %s must name it alone, not %v", req.Home, req.Job.Datacenters)
 		}
 		if req.Home != m.cfg.Datacenter {
-			return m.claim(ctx, req, jobID)
+			return m.claim(ctx, req, k, jobID)
 		}
 	}
 	if len(req.Job.Datacenters) > 0 && !slices.Contains(req.Job.Datacenters, m.cfg.Datacenter) {

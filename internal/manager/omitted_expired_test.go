@@ -1,0 +1,79 @@
+package manager
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// TestOmittedListRetryAfterExpiryThroughAnotherDatacenter: a job without a
+// datacenters list ran in dc1; its key expired in both datacenters while dc1
+// retains the job. A retry through a dc2 gate makes dc2 its home and asks
+// dc1 for a claim. dc1 must not hand the key to dc2 while it still holds the
+// job (or, for a structured key, while its watermark refuses the sequence):
+// a single datacenter answers such a retry with the retained job (opaque
+// key) or idempotency_key_expired (structured key), and in a federation the
+// datacenter that ran the job answers it the same way, never a second job in
+// dc2 (docs/multidc.md, "The same job ID everywhere").
+func TestOmittedListRetryAfterExpiryThroughAnotherDatacenter(t *testing.T) {
+	for _, tt := range []struct {
+		name, key string
+		want      int
+	}{
+		{"opaque", "order-expired-1", http.StatusCreated},
+		{"structured", "host1.dc1:12345:1:0123456789abcdef", http.StatusConflict},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := startTwoDCs(t)
+			const body = `{"type":"demo","payload":{"n":1}}`
+			send := func(srv *httptest.Server) answer {
+				req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/jobs", strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set(api.HeaderIdempotencyKey, tt.key)
+				req.Header.Set(api.HeaderIdempotencyTTL, "1")
+				return do(t, srv, req)
+			}
+			first := send(f.g1).job(t)
+			if len(first.Datacenters) != 1 || first.Datacenters["dc1"].Status != api.JobStatusCommitted {
+				t.Fatalf("datacenters %+v, want dc1 alone", first.Datacenters)
+			}
+			// Both entries expire and are removed (a structured key's
+			// watermark is raised then); dc1 retains the job.
+			for _, tc := range []*testCluster{f.dc1, f.dc2} {
+				fsm := tc.mgrs[tc.leader()].FSM()
+				testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+					_, ok := fsm.Entry("default", tt.key)
+					return !ok, "the key's entries to expire"
+				})
+			}
+			if _, ok := f.dc1.mgrs[f.dc1.leader()].FSM().Job("default", first.JobID); !ok {
+				t.Fatal("dc1 no longer retains the job")
+			}
+
+			again := send(f.g2)
+			if again.status != tt.want {
+				t.Fatalf("retry through dc2: %d %s, want %d", again.status, again.body, tt.want)
+			}
+			if tt.want == http.StatusCreated {
+				var j api.Job
+				if err := json.Unmarshal(again.body, &j); err != nil {
+					t.Fatal(err)
+				}
+				if j.JobID != first.JobID {
+					t.Fatalf("retry through dc2 answered job %s, want dc1's %s", j.JobID, first.JobID)
+				}
+			}
+			if n1, n2 := jobsIn(f.dc1), jobsIn(f.dc2); n1 != 1 || n2 != 0 {
+				t.Fatalf("dc1 holds %d jobs and dc2 %d, want 1 and 0", n1, n2)
+			}
+		})
+	}
+}
