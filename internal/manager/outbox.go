@@ -160,7 +160,20 @@ func (o *outbox) pass(ctx context.Context) {
 		})
 	}
 	_ = g.Wait()
-	o.confirm(ctx, confirmed)
+	if left := o.confirm(ctx, confirmed); len(left) > 0 {
+		// Not recorded (leadership lost, a timeout): the pairs are not
+		// done. A manager that leads again before a pass saw it follow
+		// (run clears the state then) must ask them again, a replay at the
+		// other end, or their entries stay carried for its whole term
+		// (TestOutboxConfirmLostToALeaderChangeIsRetried).
+		o.mu.Lock()
+		for _, c := range left {
+			if st := o.state[outboxKey{c.Tenant, c.Key, c.JobID, c.Datacenter}]; st != nil {
+				st.done = false
+			}
+		}
+		o.mu.Unlock()
+	}
 }
 
 // carriedMinTTL is the shortest lifetime a carried entry gets: one whose
@@ -171,18 +184,20 @@ const carriedMinTTL = time.Second
 // confirmChunk bounds the items of one Confirm command.
 const confirmChunk = 1024
 
-// confirm records the final outcomes in the ledger. A failure (leadership
-// lost) only costs replays: the next leader asks those pairs again.
-func (o *outbox) confirm(ctx context.Context, items []ledger.Confirmation) {
+// confirm records the final outcomes in the ledger, and returns the items
+// it could not record. A failure (leadership lost) only costs replays: the
+// next leader, or this one's next pass, asks those pairs again.
+func (o *outbox) confirm(ctx context.Context, items []ledger.Confirmation) []ledger.Confirmation {
 	for len(items) > 0 {
 		n := min(len(items), confirmChunk)
 		if _, err := o.m.apply(ctx, ledger.Confirm{Items: items[:n]}); err != nil {
-			o.log.Debug("recording the other datacenters' outcomes failed; a later leader asks again", logging.KeyCount, n, logging.KeyError, err)
-			return
+			o.log.Debug("recording the other datacenters' outcomes failed; a later pass asks again", logging.KeyCount, n, logging.KeyError, err)
+			return items
 		}
 		o.m.metrics.outboxConfirmed.Add(float64(n))
 		items = items[n:]
 	}
+	return nil
 }
 
 // carry sends one entry's submission to one datacenter and records the
