@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,5 +88,64 @@ func TestOutboxRedeliveryAfterTheHomeLeaderStopsIsADuplicate(t *testing.T) {
 				t.Fatal("the redelivery left an entry of the key in dc2 (admitted again)")
 			}
 		})
+	}
+}
+
+// TestOutboxCarriesThroughTheOtherLeaderChanging: dc2's leadership moves
+// away while its leader is admitting a job dc1's outbox carries there. The
+// carry follows dc2's new leader, the job lands once on every dc2 replica,
+// and dc1 records the confirmation. (Coverage: passes on main.)
+func TestOutboxCarriesThroughTheOtherLeaderChanging(t *testing.T) {
+	clock := newManualClock()
+	tc1 := newTestCluster(t, 1, nil)
+	tc1.setNow(clock.Now)
+	m1 := tc1.mgrs[tc1.leader()]
+	var (
+		once  sync.Once
+		moved atomic.Bool
+		tc2   *testCluster
+	)
+	tc2 = newKnobbedCluster(t, 3, func(c *Config) { c.Datacenter = "dc2" }, TestingKnobs{
+		BeforeAdmit: func(_ context.Context, _, key string) {
+			if key != "order-1" {
+				return
+			}
+			once.Do(func() {
+				if err := tc2.mgrs[tc2.leaderNow()].raft.LeadershipTransfer().Error(); err != nil {
+					t.Errorf("leadership transfer in dc2: %v", err)
+				}
+				moved.Store(true)
+			})
+		},
+	})
+	tc2.setNow(clock.Now)
+	var dc2Addrs []string
+	for _, m := range tc2.mgrs {
+		dc2Addrs = append(dc2Addrs, serveManagerRPC(t, m))
+	}
+	peers := func() map[string][]string { return map[string][]string{"dc1": nil, "dc2": dc2Addrs} }
+	ctx := ctxT(t)
+
+	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
+	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}
+	r, err := m1.Submit(ctx, req)
+	if err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("dc1: %+v %v", r, err)
+	}
+	clock.Advance(outboxGrace + time.Second)
+	ob := newOutbox(m1, peers, testutil.Logger(t))
+	t.Cleanup(ob.close)
+	testutil.WaitFor(t, 60*time.Second, func() (bool, string) {
+		ob.pass(ctx) // a failed attempt's backoff is on the wall clock: a few passes
+		return m1.FSM().OutboxLen() == 0, "dc1 to record dc2's confirmation"
+	})
+	if !moved.Load() {
+		t.Fatal("dc2's leadership did not move while it admitted the carried job")
+	}
+	tc2.waitFSMsApplied()
+	for i, m := range tc2.mgrs {
+		if j, ok := m.FSM().Job("t", r.JobId); !ok || m.FSM().Stats().Jobs != 1 {
+			t.Fatalf("dc2 manager %d: job %+v %v, %d jobs; want the job alone", i, j, ok, m.FSM().Stats().Jobs)
+		}
 	}
 }
