@@ -57,9 +57,6 @@ func TestOutboxConfirmLostToALeaderChangeIsRetried(t *testing.T) {
 	if _, ok := m2.FSM().Job("t", r.JobId); !ok {
 		t.Fatal("dc2 does not hold the job after dc1's outbox carried it")
 	}
-	if m1.CheckLeader() == nil {
-		t.Fatal("dc1's leader still leads after the transfer")
-	}
 	if n := m1.FSM().OutboxLen(); n != 1 {
 		t.Fatalf("dc1's outbox carries %d entries after a Confirm its leader could not record, want 1", n)
 	}
