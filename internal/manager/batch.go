@@ -169,10 +169,12 @@ func (b *batcher) propose(batch []*batchItem) {
 
 // ApplyError is the error a caller gets for err, a Raft future's failure on
 // this node (for a raft.Apply, every submission of the entry): not_leader
-// (the node stops serving as leader) or unavailable.
+// or unavailable. It leaves the serving term alone: Raft is no longer
+// leader by the time it fails a future for leadership (CheckLeader looks at
+// that first), and a failure that reaches its caller late, after this node
+// has won and served a newer term, must not stop that term's serving.
 func (m *Manager) ApplyError(err error) error {
 	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-		m.readyTerm.Store(0)
 		return m.notLeader()
 	}
 	return rpc.Errorf(rpc.CodeUnavailable, "raft apply: %v", err)

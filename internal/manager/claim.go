@@ -96,11 +96,7 @@ func (m *Manager) ranHere(req *rpcpb.SubmitRequest, k keys.Key, jobID string) (*
 			return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, true
 		}
 	}
-	j, ok := m.fsm.Job(req.Tenant, jobID)
-	if !ok {
-		return nil, false
-	}
-	return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeCommitted, Replayed: true, JobId: j.ID, Job: m.pbJob(j)}, true
+	return m.keptJob(req.Tenant, jobID)
 }
 
 // overClaim judges, at the home, another home's claim on the key (e, with the

@@ -58,7 +58,13 @@ func (m *Manager) retainedJob(req *rpcpb.SubmitRequest, k keys.Key, id string) (
 	if k.Structured {
 		return nil, false
 	}
-	j, ok := m.fsm.Job(req.Tenant, id)
+	return m.keptJob(req.Tenant, id)
+}
+
+// keptJob answers with the tenant's job id, replayed, when the job table
+// still holds it.
+func (m *Manager) keptJob(tenant, id string) (*rpcpb.SubmitResponse, bool) {
+	j, ok := m.fsm.Job(tenant, id)
 	if !ok {
 		return nil, false
 	}

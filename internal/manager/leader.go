@@ -35,15 +35,22 @@ func (m *Manager) leaderLoop() {
 		m.jobsQueued.fire() // leases waiting at this leader answer now
 	}
 	defer stop()
+	var leadTerm uint64 // the term the running lead serves
 	check := func() {
 		leading := m.raft.State() == raft.Leader
-		switch {
-		case leading && cancel == nil:
+		term := m.raft.CurrentTerm()
+		// A term of leadership lost and won again between two looks (the
+		// observations of both come after the second) is a new term: its
+		// lead starts afresh, barrier included, or the node would lead
+		// without ever serving (CheckLeader compares the terms).
+		if cancel != nil && (!leading || term != leadTerm) {
+			stop()
+		}
+		if leading && cancel == nil {
 			var ctx context.Context
 			ctx, cancel = context.WithCancel(context.Background())
-			wg.Go(func() { m.lead(ctx) })
-		case !leading && cancel != nil:
-			stop()
+			leadTerm = term
+			wg.Go(func() { m.lead(ctx, term) })
 		}
 	}
 	check()
@@ -63,14 +70,17 @@ func (m *Manager) leaderLoop() {
 
 // lead is one term of leadership: apply everything of earlier terms (Barrier),
 // open for business, then expire entries every cleanup interval and job leases every leaseCheckInterval
-// until leadership ends.
-func (m *Manager) lead(ctx context.Context) {
-	term := m.raft.CurrentTerm()
+// until leadership ends. A barrier that completes in another term than term
+// proves nothing of it: lead returns, and the loop starts the new term's.
+func (m *Manager) lead(ctx context.Context, term uint64) {
 	if f := m.deps.Knobs.BeforeBarrier; f != nil {
 		f()
 	}
 	for {
 		err := m.raft.Barrier(m.cfg.ApplyTimeout).Error()
+		if m.raft.CurrentTerm() != term {
+			return
+		}
 		if err == nil {
 			break
 		}
