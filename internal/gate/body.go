@@ -68,6 +68,12 @@ func decodeMembers(members []fingerprint.Member, defaultDC string) (req api.JobR
 // begins; members are sorted, so in a valid request it comes first.
 const datacentersMember = `"datacenters":`
 
+// omittedList reports whether a valid submission's canonical members omit
+// the datacenters list (absent or null).
+func omittedList(members []fingerprint.Member) bool {
+	return len(members) == 0 || string(members[0].Key) != "datacenters" || string(members[0].Value) == "null"
+}
+
 // fingerprintBody is the body the fingerprint of a valid submission is taken
 // over, and whether it is an omitted list in a federation (claimed): the
 // datacenters member dropped, then (null is absent), so that every gate of
@@ -76,12 +82,11 @@ const datacentersMember = `"datacenters":`
 // once; omitted means the gate's own datacenter), so that bodies naming the
 // same set have the same fingerprint.
 func fingerprintBody(canonical []byte, members []fingerprint.Member, job api.JobRequest, federated bool) (body []byte, claimed bool) {
-	rest, omitted := canonical[1:], true // after '{'
+	rest := canonical[1:] // after '{'
 	if len(members) > 0 && string(members[0].Key) == "datacenters" {
-		omitted = string(members[0].Value) == "null"
 		rest = bytes.TrimPrefix(rest[len(datacentersMember)+len(members[0].Value):], []byte(","))
 	}
-	if omitted && federated {
+	if omittedList(members) && federated {
 		return append([]byte{'{'}, rest...), true
 	}
 	out := make([]byte, 0, len(canonical)+len(datacentersMember)+16*len(job.Datacenters))

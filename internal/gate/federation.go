@@ -78,6 +78,37 @@ func (g *Gate) federationFormedOnce() bool {
 	return !ok || f.FormedOnce()
 }
 
+// firstViewer is a Federation read over time that tells when it has read
+// its first view (the federationPoller).
+type firstViewer interface {
+	// FirstView is closed once a view has been read.
+	FirstView() <-chan struct{}
+}
+
+// awaitFederationView waits until the gate has read a federation view, for
+// at most GATE_FORWARD_TIMEOUT_SECONDS or until ctx ends; false if it has
+// not. A fixed view is always read.
+func (g *Gate) awaitFederationView(ctx context.Context) bool {
+	f, ok := g.federation.(firstViewer)
+	if !ok {
+		return true
+	}
+	select {
+	case <-f.FirstView():
+		return true
+	default:
+	}
+	t := time.NewTimer(g.cfg.ForwardTimeout)
+	defer t.Stop()
+	select {
+	case <-f.FirstView():
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
+}
+
 // federationForget is how long a gate keeps a datacenter that the views it
 // reads no longer name. Managers remember the federation across their own
 // restarts for as long (rpc.FederationMemory); the gate's memory covers a view
@@ -106,13 +137,18 @@ type federationPoller struct {
 	changed    time.Time
 	formed     atomic.Bool
 	formedOnce atomic.Bool
+	// read is closed by the first view stored (FirstView).
+	read chan struct{}
 }
 
 func newFederationPoller(local rpc.Resolver, secret string, tlsCfg *tls.Config, log *slog.Logger) *federationPoller {
 	rc := rpc.NewClient(rpc.ClientConfig{Secret: secret, TLS: tlsCfg})
 	return &federationPoller{local: local, rc: rc, log: log,
-		seen: map[string]time.Time{}, now: time.Now, settle: DefaultFederationSettle}
+		seen: map[string]time.Time{}, now: time.Now, settle: DefaultFederationSettle, read: make(chan struct{})}
 }
+
+// FirstView implements firstViewer.
+func (p *federationPoller) FirstView() <-chan struct{} { return p.read }
 
 // Forming implements formingFederation.
 func (p *federationPoller) Forming() bool { return !p.formed.Load() }
@@ -195,6 +231,9 @@ func (p *federationPoller) store(fetched map[string][]string) {
 		p.log.Info("federation view changed", logging.KeyDatacenter, slices.Sorted(maps.Keys(v)))
 	}
 	p.view.Store(&v)
+	if old == nil {
+		close(p.read)
+	}
 	if names := slices.Sorted(maps.Keys(v)); old == nil || !slices.Equal(names, p.names) {
 		p.names, p.changed = names, now
 	}

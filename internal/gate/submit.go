@@ -233,6 +233,17 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
 		return
 	}
+	// An omitted list is fingerprinted by whether the gate's federation names
+	// another datacenter. A gate that has read no view yet (it has just
+	// started) waits for its first: fingerprinted as its own datacenter's
+	// job, the same request through it would be another request than
+	// through every other gate (422 idempotency_key_reused against the
+	// claims of a federation), or a second job.
+	if omittedList(members) && !g.awaitFederationView(r.Context()) {
+		g.reply(w, g.retryLaterResponse(http.StatusServiceUnavailable, api.CodeUnavailable,
+			"this gate has not read the federation of datacenters from its managers yet; retry later with the same key"), false)
+		return
+	}
 	// The fingerprint is taken over the datacenters as the set they resolve
 	// to; the canonical payload sent on is unchanged. An omitted list in a
 	// federation is fingerprinted as omitted: its home is decided by the

@@ -1,0 +1,98 @@
+package gate
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/manager/managertest"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// unreadView is a federation view the gate has not read yet (a gate that has
+// just started): no datacenters until release, FirstView closed then.
+type unreadView struct {
+	view     StaticFederation
+	released atomic.Bool
+	read     chan struct{}
+	asked    chan struct{} // closed when the gate first waits for the view
+	once     sync.Once
+}
+
+func newUnreadView(view StaticFederation) *unreadView {
+	return &unreadView{view: view, read: make(chan struct{}), asked: make(chan struct{})}
+}
+
+func (u *unreadView) Datacenters() map[string][]string {
+	if u.released.Load() {
+		return u.view
+	}
+	return nil
+}
+
+func (u *unreadView) FirstView() <-chan struct{} {
+	u.once.Do(func() { close(u.asked) })
+	return u.read
+}
+
+func (u *unreadView) release() {
+	u.released.Store(true)
+	close(u.read)
+}
+
+// TestOmittedListAtAGateBeforeItsFirstView: a gate of a federation that has
+// not read its first view (it has just restarted) cannot tell whether an
+// omitted list is a federation's claim or its own datacenter's job. It waits
+// for the view: the same request another datacenter's gate already answered
+// gets that job, not 422 idempotency_key_reused against the claim that
+// datacenter left here (found by the three-datacenter chaos run, a dc1 gate
+// restarted while a dc2 gate answered the key).
+func TestOmittedListAtAGateBeforeItsFirstView(t *testing.T) {
+	f := startFederation3(t, [3]managertest.Options{}, nil)
+	const body = `{"type":"x","payload":{"n":3}}`
+	job := wantJob(t, f.g[1].submit(t, skey(3), body), http.StatusCreated)
+
+	view := newUnreadView(f.addrs)
+	restarted := startGate(t, f.addrs["dc1"], func(cfg *Config, deps *Deps) {
+		cfg.Datacenter = "dc1"
+		deps.Federation = view
+	})
+	answered := make(chan result, 1)
+	go func() { answered <- restarted.submit(t, skey(3), body) }()
+	select {
+	case <-view.asked:
+	case res := <-answered:
+		t.Fatalf("answered before the gate read a view: %d %s", res.status, res.body)
+	}
+	view.release()
+	again := wantJob(t, <-answered, http.StatusCreated)
+	if again.JobID != job.JobID {
+		t.Fatalf("through the restarted dc1 gate: job %s, want dc2's %s", again.JobID, job.JobID)
+	}
+	if n := f.jobs(); n != [3]int{0, 1, 0} {
+		t.Fatalf("datacenters hold %v jobs, want dc2's alone", n)
+	}
+}
+
+// TestOmittedListWithoutAViewIs503: with no view read within the forward
+// timeout (its managers do not answer), an omitted list is 503 unavailable
+// with Retry-After, nothing forwarded; a named list is not held up.
+func TestOmittedListWithoutAViewIs503(t *testing.T) {
+	m, addr := startManager(t, managertest.Options{Datacenter: "dc1"})
+	view := newUnreadView(StaticFederation{"dc1": {addr}})
+	g := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) {
+		cfg.ForwardTimeout = 200 * time.Millisecond
+		deps.Federation = view
+	})
+	res := g.submit(t, skey(1), `{"type":"x"}`)
+	wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+	wantHeader(t, res, api.HeaderRetryAfter, "1")
+	if n := m.Submits(); n != 0 {
+		t.Fatalf("%d submissions forwarded, want 0", n)
+	}
+	wantJob(t, g.submit(t, skey(2), `{"type":"x","datacenters":["dc1"]}`), http.StatusCreated)
+	view.release()
+	wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+}
