@@ -144,6 +144,9 @@ type Store struct {
 	views   int
 	retired bool
 	remove  bool // remove the generation's directory once closed
+	// keep: a failed MakeCurrent may have left CURRENT naming this
+	// generation, so it is never removed (MakeCurrent).
+	keep bool
 }
 
 func genDir(dir string, gen int) string { return filepath.Join(dir, "gen-"+strconv.Itoa(gen)) }
@@ -175,6 +178,15 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("%w: %s names %s: %w", ErrStore, currentFile, s, err)
 		}
 	case errors.Is(err, os.ErrNotExist):
+		// Only a first Open stopped before writing CURRENT leaves none, and
+		// then at most gen-1. A later generation without CURRENT means
+		// CURRENT was lost: refuse rather than delete the generation and
+		// start an empty store in its place.
+		if later, err := laterGeneration(dir); err != nil {
+			return nil, err
+		} else if later != "" {
+			return nil, fmt.Errorf("%w: %s is missing beside %s (docs/operations.md)", ErrStore, filepath.Join(dir, currentFile), later)
+		}
 		first = true
 	default:
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
@@ -261,6 +273,17 @@ func (s *Store) MakeCurrent(old *Store) error {
 		return fmt.Errorf("%w: flush: %w", ErrStore, err)
 	}
 	if err := writeCurrent(s.dir, s.gen); err != nil {
+		// The write may have failed after its rename (the directory's
+		// fsync): CURRENT may then name s, and a crash may or may not undo
+		// that. Unless CURRENT still names another generation, s stays on
+		// disk when the caller discards it, so whichever generation CURRENT
+		// names at the next Open is there; that Open removes the other.
+		if b, rerr := os.ReadFile(filepath.Join(s.dir, currentFile)); rerr != nil ||
+			strings.TrimSpace(string(b)) == "gen-"+strconv.Itoa(s.gen) {
+			s.mu.Lock()
+			s.keep = true
+			s.mu.Unlock()
+		}
 		return err
 	}
 	if old != nil {
@@ -301,7 +324,7 @@ func (s *Store) View() (View, func()) {
 // view is open.
 func (s *Store) retire(remove bool) error {
 	s.mu.Lock()
-	s.retired, s.remove = true, remove
+	s.retired, s.remove = true, remove && !s.keep
 	now := s.views == 0
 	s.mu.Unlock()
 	if now {
@@ -329,12 +352,31 @@ func (s *Store) Abandon() error { return s.close(false) }
 // Discard closes and removes a generation that did not become current.
 func (s *Store) Discard() { _ = s.retire(true) }
 
+// writeFile writes CURRENT; a variable so that tests can fail it.
+var writeFile = atomicfile.WriteBytes
+
 func writeCurrent(dir string, gen int) error {
-	err := atomicfile.WriteBytes(filepath.Join(dir, currentFile), []byte("gen-"+strconv.Itoa(gen)+"\n"))
+	err := writeFile(filepath.Join(dir, currentFile), []byte("gen-"+strconv.Itoa(gen)+"\n"))
 	if err != nil {
 		return fmt.Errorf("%w: write %s: %w", ErrStore, currentFile, err)
 	}
 	return nil
+}
+
+// laterGeneration returns the name of a generation in dir other than gen-1,
+// "" if there is none.
+func laterGeneration(dir string) (string, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	for _, de := range des {
+		n, err := strconv.Atoi(strings.TrimPrefix(de.Name(), "gen-"))
+		if err == nil && strings.HasPrefix(de.Name(), "gen-") && n != 1 {
+			return de.Name(), nil
+		}
+	}
+	return "", nil
 }
 
 func removeOtherGenerations(dir string, keep int) error {
