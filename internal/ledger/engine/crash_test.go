@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/once-dev/once/internal/atomicfile"
 )
 
 // putAndSwitch writes k=v into a new generation of st and makes it current,
@@ -90,6 +92,18 @@ func TestFailedSwitchKeepsTheGenerationCurrentMayName(t *testing.T) {
 		t.Fatalf("MakeCurrent with a failing CURRENT write: %v, want ErrStore and the injected error", err)
 	}
 	gen.Discard() // what the ledger's Restore does with a failed switch
+
+	// The next Restore's generation does not reuse gen-2, which CURRENT
+	// names until a switch succeeds.
+	writeFile = atomicfile.WriteBytes
+	next, err := st.NewGeneration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.gen != 3 {
+		t.Fatalf("next generation after a failed switch to gen-2: gen-%d, want gen-3", next.gen)
+	}
+	next.Discard()
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}

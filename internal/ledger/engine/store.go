@@ -259,6 +259,13 @@ func createGeneration(dir string, gen int, opts Options) (*Store, error) {
 // ledger's Restore), with s's options.
 func (s *Store) NewGeneration() (*Store, error) {
 	next := s.gen + 1
+	// A failed switch may have left CURRENT naming s.gen+1 (MakeCurrent):
+	// that generation is kept, not reused, until a switch succeeds.
+	if b, err := os.ReadFile(filepath.Join(s.dir, currentFile)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStore, err)
+	} else if strings.TrimSpace(string(b)) == "gen-"+strconv.Itoa(next) {
+		next++
+	}
 	if err := os.RemoveAll(genDir(s.dir, next)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
