@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/once-dev/once/internal/atomicfile"
@@ -65,7 +66,18 @@ func TestMissingCurrentBesideALaterGenerationIsRefused(t *testing.T) {
 // whichever CURRENT names.
 func TestFailedSwitchKeepsTheGenerationCurrentMayName(t *testing.T) {
 	dir := t.TempDir()
-	st, err := Open(dir, Options{})
+	var failWrite atomic.Bool // CURRENT's write fails after its rename
+	injected := errors.New("injected: fsync of the directory failed")
+	knobs := TestingKnobs{WriteCurrent: func(path string, data []byte) error {
+		if !failWrite.Load() {
+			return atomicfile.WriteBytes(path, data)
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil { // the rename took effect
+			t.Error(err)
+		}
+		return injected
+	}}
+	st, err := Open(dir, Options{Knobs: knobs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,14 +92,7 @@ func TestFailedSwitchKeepsTheGenerationCurrentMayName(t *testing.T) {
 	gen.Set([]byte("k"), []byte("new"))
 	gen.Commit()
 
-	injected := errors.New("injected: fsync of the directory failed")
-	defer func(w func(string, []byte) error) { writeFile = w }(writeFile)
-	writeFile = func(path string, data []byte) error {
-		if err := os.WriteFile(path, data, 0o600); err != nil { // the rename took effect
-			t.Fatal(err)
-		}
-		return injected
-	}
+	failWrite.Store(true)
 	if err := gen.MakeCurrent(st); !errors.Is(err, injected) || !errors.Is(err, ErrStore) {
 		t.Fatalf("MakeCurrent with a failing CURRENT write: %v, want ErrStore and the injected error", err)
 	}
@@ -95,7 +100,7 @@ func TestFailedSwitchKeepsTheGenerationCurrentMayName(t *testing.T) {
 
 	// The next Restore's generation does not reuse gen-2, which CURRENT
 	// names until a switch succeeds.
-	writeFile = atomicfile.WriteBytes
+	failWrite.Store(false)
 	next, err := st.NewGeneration()
 	if err != nil {
 		t.Fatal(err)

@@ -93,6 +93,9 @@ type TestingKnobs struct {
 	// dropped. The ledger's Open sets NoWritesKeep: it keeps the counters.
 	NoWrites     bool
 	NoWritesKeep byte
+	// WriteCurrent, when set, writes the CURRENT file in place of
+	// atomicfile.WriteBytes (a test fails it to stand for a failing disk).
+	WriteCurrent func(path string, data []byte) error
 }
 
 // Store is one open generation of the store. The caller serializes its
@@ -201,7 +204,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeCurrent(dir, gen); err != nil {
+	if err := writeCurrent(dir, gen, opts.Knobs); err != nil {
 		_ = s.Abandon()
 		return nil, err
 	}
@@ -279,7 +282,7 @@ func (s *Store) MakeCurrent(old *Store) error {
 	if err := s.db.Flush(); err != nil {
 		return fmt.Errorf("%w: flush: %w", ErrStore, err)
 	}
-	if err := writeCurrent(s.dir, s.gen); err != nil {
+	if err := writeCurrent(s.dir, s.gen, s.opts.Knobs); err != nil {
 		// The write may have failed after its rename (the directory's
 		// fsync): CURRENT may then name s, and a crash may or may not undo
 		// that. Unless CURRENT still names another generation, s stays on
@@ -359,11 +362,12 @@ func (s *Store) Abandon() error { return s.close(false) }
 // Discard closes and removes a generation that did not become current.
 func (s *Store) Discard() { _ = s.retire(true) }
 
-// writeFile writes CURRENT; a variable so that tests can fail it.
-var writeFile = atomicfile.WriteBytes
-
-func writeCurrent(dir string, gen int) error {
-	err := writeFile(filepath.Join(dir, currentFile), []byte("gen-"+strconv.Itoa(gen)+"\n"))
+func writeCurrent(dir string, gen int, knobs TestingKnobs) error {
+	write := atomicfile.WriteBytes
+	if knobs.WriteCurrent != nil {
+		write = knobs.WriteCurrent
+	}
+	err := write(filepath.Join(dir, currentFile), []byte("gen-"+strconv.Itoa(gen)+"\n"))
 	if err != nil {
 		return fmt.Errorf("%w: write %s: %w", ErrStore, currentFile, err)
 	}
