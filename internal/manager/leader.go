@@ -46,6 +46,10 @@ func (m *Manager) leaderLoop() {
 		if cancel != nil && (!leading || term != leadTerm) {
 			stop()
 		}
+		if leading && m.votes != nil {
+			// Elected, its log holds every committed entry (voteguard.go).
+			m.votes.markProven("elected leader")
+		}
 		if leading && cancel == nil {
 			var ctx context.Context
 			ctx, cancel = context.WithCancel(context.Background())

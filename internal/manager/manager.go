@@ -114,9 +114,12 @@ type Manager struct {
 	fsm       *ledger.FSM
 	raft      *raft.Raft
 	transport raft.Transport
-	logStore  *countingLogStore
-	stable    *raftboltdb.BoltStore
-	snaps     raft.SnapshotStore
+	// votes guards the votes of a manager that started without Raft state
+	// (voteguard.go); nil when it started with state.
+	votes    *voteGuard
+	logStore *countingLogStore
+	stable   *raftboltdb.BoltStore
+	snaps    raft.SnapshotStore
 	// jobsQueued fires when a commit may have queued a job or leadership
 	// ends: what a long-polling lease waits for (workers.go).
 	jobsQueued broadcast
@@ -218,8 +221,15 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if err := atomicfile.SyncDir(raftDir); err != nil {
 		return nil, fmt.Errorf("manager: data dir: %w", err)
 	}
+	hasState, err := m.HasState()
+	if err != nil {
+		return nil, fmt.Errorf("manager: read raft state: %w", err)
+	}
 	if m.transport, err = newTransport(cfg, deps, hcl); err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
+	}
+	if !hasState {
+		m.transport, m.votes = newVoteGuard(m.transport, raft.ServerID(cfg.NodeID), m.log.With(logging.KeyComponent, "voteguard"))
 	}
 
 	rc := raft.DefaultConfig()
@@ -248,6 +258,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	if m.raft, err = raft.NewRaft(rc, m.fsm, m.logStore, m.stable, m.snaps, m.transport); err != nil {
 		return nil, fmt.Errorf("manager: start raft: %w", err)
+	}
+	if m.votes != nil {
+		m.votes.setLastIndex(m.raft.LastIndex)
 	}
 	ok = true
 	m.bgWG.Go(m.leaderLoop)
@@ -294,6 +307,10 @@ func (m *Manager) Bootstrap(servers []raft.Server) error {
 	err := m.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
 	if errors.Is(err, raft.ErrCantBootstrap) {
 		return nil
+	}
+	if err == nil && m.votes != nil {
+		// Its log is the bootstrap configuration: nothing was forgotten.
+		m.votes.markProven("bootstrapped the group")
 	}
 	return err
 }
