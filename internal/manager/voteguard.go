@@ -49,9 +49,10 @@ type voteGuard struct {
 
 	// mu guards the target: the filter goroutine sets it, raft's
 	// candidate reads it.
-	mu        sync.Mutex
-	target    uint64 // the commit index the first leader announced
-	hasTarget bool
+	mu         sync.Mutex
+	target     uint64 // the commit index the first leader of targetTerm announced
+	targetTerm uint64
+	hasTarget  bool
 
 	refused   atomic.Uint64 // votes refused, for the log
 	held      atomic.Uint64 // vote requests not sent, for the log
@@ -167,10 +168,10 @@ func (g *voteGuard) pass(rpc raft.RPC) bool {
 		// commit index) says nothing of the leader's commit index.
 		heartbeat := len(req.Entries) == 0 && req.PrevLogEntry == 0 && req.PrevLogTerm == 0 && req.LeaderCommitIndex == 0
 		if !heartbeat {
-			g.setTarget(req.LeaderCommitIndex)
+			g.setTarget(req.Term, req.LeaderCommitIndex)
 		}
 	case *raft.InstallSnapshotRequest:
-		g.setTarget(req.LastLogIndex)
+		g.setTarget(req.Term, req.LastLogIndex)
 	}
 	if g.reached() {
 		g.markProven("log reached the first leader's commit index")
@@ -193,14 +194,19 @@ func (g *voteGuard) pass(rpc raft.RPC) bool {
 	return true
 }
 
-// setTarget records the first leader's commit index; later ones are ignored
-// (the first already covers every entry committed before the restart).
-func (g *voteGuard) setTarget(index uint64) {
+// setTarget records the commit index the first leader of a term announces
+// to this manager; later ones of the same term are ignored (the first
+// already covers every entry committed before the restart, and a target
+// that moved with every append could never be reached under load). A
+// leader of a later term replaces it: the first contact may have come from
+// a leader already deposed (until its lease timeout), whose commit index
+// lags the group's.
+func (g *voteGuard) setTarget(term, index uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.hasTarget {
-		g.target, g.hasTarget = index, true
-		g.log.Info("raft votes guarded until the log reaches the leader's commit index", logging.KeyIndex, index)
+	if !g.hasTarget || term > g.targetTerm {
+		g.target, g.targetTerm, g.hasTarget = index, term, true
+		g.log.Info("raft votes guarded until the log reaches the leader's commit index", logging.KeyIndex, index, logging.KeyTerm, term)
 	}
 }
 
