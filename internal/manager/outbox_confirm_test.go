@@ -1,8 +1,6 @@
 package manager
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,17 +26,8 @@ func TestOutboxConfirmLostToALeaderChangeIsRetried(t *testing.T) {
 	l1 := tc1.leader()
 	m1 := tc1.mgrs[l1]
 
-	var once sync.Once
-	tc2 := newKnobbedCluster(t, 1, func(c *Config) { c.Datacenter = "dc2" }, TestingKnobs{
-		// dc2 is admitting the carried job: dc1's leadership moves away.
-		BeforeAdmit: func(context.Context, string, string) {
-			once.Do(func() {
-				if err := m1.raft.LeadershipTransfer().Error(); err != nil {
-					t.Errorf("leadership transfer away from dc1's leader: %v", err)
-				}
-			})
-		},
-	})
+	// dc2 is admitting the carried job: dc1's leadership moves away.
+	tc2 := newKnobbedCluster(t, 1, func(c *Config) { c.Datacenter = "dc2" }, transferOnFirstAdmit(t, m1))
 	tc2.setNow(clock.Now)
 	m2 := tc2.mgrs[tc2.leader()]
 	dc2Addr := serveManagerRPC(t, m2)

@@ -55,14 +55,7 @@ func TestOutboxOutlivesTheTTL(t *testing.T) {
 	tc2.setNow(clock.Now)
 	m2 := tc2.mgrs[tc2.leader()]
 	dc2Addr := serveManagerRPC(t, m2)
-	dead := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)) // nothing listens there
-	var reachable atomic.Bool
-	peers := func() map[string][]string {
-		if reachable.Load() {
-			return map[string][]string{"dc1": nil, "dc2": {dc2Addr}}
-		}
-		return map[string][]string{"dc1": nil, "dc2": {dead}}
-	}
+	peers, reachable := dc2Peers(t, dc2Addr)
 	runOutboxes(t, tc1, peers)
 	ctx := ctxT(t)
 
@@ -185,4 +178,30 @@ func admissionEntries(t *testing.T, m *Manager, first uint64, key string) (admit
 		count(cmd)
 	}
 	return admits
+}
+
+// dc2Peers is a federation view of dc1 and dc2 whose dc2 is unreachable (an
+// address nothing listens on) until reachable is set, then at dc2Addr.
+func dc2Peers(t *testing.T, dc2Addr string) (peers func() map[string][]string, reachable *atomic.Bool) {
+	dead := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)) // nothing listens there
+	reachable = new(atomic.Bool)
+	return func() map[string][]string {
+		if reachable.Load() {
+			return map[string][]string{"dc1": nil, "dc2": {dc2Addr}}
+		}
+		return map[string][]string{"dc1": nil, "dc2": {dead}}
+	}, reachable
+}
+
+// transferOnFirstAdmit are knobs that move m's leadership away as the
+// manager they are given to first admits a submission.
+func transferOnFirstAdmit(t *testing.T, m *Manager) TestingKnobs {
+	var once sync.Once
+	return TestingKnobs{BeforeAdmit: func(context.Context, string, string) {
+		once.Do(func() {
+			if err := m.raft.LeadershipTransfer().Error(); err != nil {
+				t.Errorf("leadership transfer away from %s: %v", m.cfg.NodeID, err)
+			}
+		})
+	}}
 }

@@ -30,16 +30,7 @@ func TestOutboxRedeliveryAfterTheHomeLeaderStopsIsADuplicate(t *testing.T) {
 			tc1.setNow(clock.Now)
 			l1 := tc1.leader()
 			m1 := tc1.mgrs[l1]
-			var once sync.Once
-			tc2 := newKnobbedCluster(t, 1, func(c *Config) { short(c); c.Datacenter = "dc2" }, TestingKnobs{
-				BeforeAdmit: func(context.Context, string, string) {
-					once.Do(func() {
-						if err := m1.raft.LeadershipTransfer().Error(); err != nil {
-							t.Errorf("leadership transfer away from dc1's leader: %v", err)
-						}
-					})
-				},
-			})
+			tc2 := newKnobbedCluster(t, 1, func(c *Config) { short(c); c.Datacenter = "dc2" }, transferOnFirstAdmit(t, m1))
 			tc2.setNow(clock.Now)
 			m2 := tc2.mgrs[tc2.leader()]
 			dc2Addr := serveManagerRPC(t, m2)

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,14 +32,7 @@ func TestOutboxAfterASnapshotInstallOnTheNextLeader(t *testing.T) {
 	tc2 := newTestCluster(t, 1, func(c *Config) { c.Datacenter = "dc2" })
 	m2 := tc2.mgrs[tc2.leader()]
 	dc2Addr := serveManagerRPC(t, m2)
-	dead := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)) // nothing listens there
-	var reachable atomic.Bool
-	peers := func() map[string][]string {
-		if reachable.Load() {
-			return map[string][]string{"dc1": nil, "dc2": {dc2Addr}}
-		}
-		return map[string][]string{"dc1": nil, "dc2": {dead}}
-	}
+	peers, reachable := dc2Peers(t, dc2Addr)
 	ctx := ctxT(t)
 	submit := func(m *Manager, key string, dcs ...string) (*rpcpb.SubmitResponse, error) {
 		req := &rpcpb.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp-" + key}
