@@ -6,8 +6,6 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/once-dev/once/internal/rpc"
-	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -35,12 +33,7 @@ func TestOutboxConfirmLostToALeaderChangeIsRetried(t *testing.T) {
 	t.Cleanup(ob.close)
 	ctx := ctxT(t)
 
-	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
-	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}
-	r, err := m1.Submit(ctx, req)
-	if err != nil || r.Outcome != rpc.OutcomeCommitted {
-		t.Fatalf("dc1: %+v %v", r, err)
-	}
+	r := submitForBoth(t, ctx, m1, "order-1")
 	clock.Advance(outboxGrace + time.Second)
 	ob.pass(ctx)
 	if _, ok := m2.FSM().Job("t", r.JobId); !ok {

@@ -205,3 +205,16 @@ func transferOnFirstAdmit(t *testing.T, m *Manager) TestingKnobs {
 		})
 	}}
 }
+
+// submitForBoth submits a job for dc1 and dc2 under key at m (dc1's
+// leader), which must commit it.
+func submitForBoth(t *testing.T, ctx context.Context, m *Manager, key string) *rpcpb.SubmitResponse {
+	t.Helper()
+	req := &rpcpb.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp1"}
+	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}
+	r, err := m.Submit(ctx, req)
+	if err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("dc1: %+v %v", r, err)
+	}
+	return r
+}

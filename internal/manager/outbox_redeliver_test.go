@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/once-dev/once/internal/rpc"
-	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -37,12 +35,7 @@ func TestOutboxRedeliveryAfterTheHomeLeaderStopsIsADuplicate(t *testing.T) {
 			peers := func() map[string][]string { return map[string][]string{"dc1": nil, "dc2": {dc2Addr}} }
 			ctx := ctxT(t)
 
-			req := &rpcpb.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp1"}
-			req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}
-			r, err := m1.Submit(ctx, req)
-			if err != nil || r.Outcome != rpc.OutcomeCommitted {
-				t.Fatalf("dc1: %+v %v", r, err)
-			}
+			r := submitForBoth(t, ctx, m1, key)
 			clock.Advance(outboxGrace + time.Second)
 			ob := newOutbox(m1, peers, testutil.Logger(t))
 			ob.pass(ctx)
@@ -117,12 +110,7 @@ func TestOutboxCarriesThroughTheOtherLeaderChanging(t *testing.T) {
 	peers := func() map[string][]string { return map[string][]string{"dc1": nil, "dc2": dc2Addrs} }
 	ctx := ctxT(t)
 
-	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
-	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}
-	r, err := m1.Submit(ctx, req)
-	if err != nil || r.Outcome != rpc.OutcomeCommitted {
-		t.Fatalf("dc1: %+v %v", r, err)
-	}
+	r := submitForBoth(t, ctx, m1, "order-1")
 	clock.Advance(outboxGrace + time.Second)
 	ob := newOutbox(m1, peers, testutil.Logger(t))
 	t.Cleanup(ob.close)
