@@ -59,15 +59,28 @@ func TestOmittedListAtAGateBeforeItsFirstView(t *testing.T) {
 		cfg.Datacenter = "dc1"
 		deps.Federation = view
 	})
-	answered := make(chan result, 1)
-	go func() { answered <- restarted.submit(t, skey(3), body) }()
+	// The submission's goroutine reports its error rather than failing the
+	// test itself (t.Fatal belongs to the test's goroutine).
+	type answer struct {
+		res result
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		res, err := restarted.trySubmit(skey(3), body)
+		answered <- answer{res, err}
+	}()
 	select {
 	case <-view.asked:
-	case res := <-answered:
-		t.Fatalf("answered before the gate read a view: %d %s", res.status, res.body)
+	case a := <-answered:
+		t.Fatalf("answered before the gate read a view: %d %s (%v)", a.res.status, a.res.body, a.err)
 	}
 	view.release()
-	again := wantJob(t, <-answered, http.StatusCreated)
+	a := <-answered
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	again := wantJob(t, a.res, http.StatusCreated)
 	if again.JobID != job.JobID {
 		t.Fatalf("through the restarted dc1 gate: job %s, want dc2's %s", again.JobID, job.JobID)
 	}
