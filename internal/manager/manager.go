@@ -228,8 +228,12 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if m.transport, err = newTransport(cfg, deps, hcl); err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
-	if !hasState {
-		m.transport, m.votes = newVoteGuard(m.transport, raft.ServerID(cfg.NodeID), m.log.With(logging.KeyComponent, "voteguard"))
+	why, err := guardOnStart(m.stable, hasState)
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	if why != "" {
+		m.transport, m.votes = newVoteGuard(m.transport, raft.ServerID(cfg.NodeID), why, m.stable, m.log.With(logging.KeyComponent, "voteguard"))
 	}
 
 	rc := raft.DefaultConfig()

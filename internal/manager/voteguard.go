@@ -2,11 +2,13 @@ package manager
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/once-dev/once/internal/logging"
 )
@@ -27,14 +29,46 @@ import (
 // reached the commit index that leader announced first (every entry committed
 // before the restart is among them), once it bootstraps the group itself (it
 // had nothing to forget), or once it is elected leader (its election, under
-// these rules, had a quorum of voters that remember their logs). A manager that starts with Raft
-// state has its log and its vote: it is not guarded at all (newVoteGuard is
-// not called).
+// these rules, had a quorum of voters that remember their logs).
+//
+// The guard outlives the process: a guarded manager's stable store holds
+// unprovenKey until it is proven, so one that restarts before it caught up
+// (with the part of the log it received, which is Raft state) is guarded
+// again (guardOnStart). A manager that starts with Raft state and without
+// the mark has its log and its vote: it is not guarded at all.
 //
 // In a fresh group the only entry before the first election is the bootstrap
 // configuration, index 1 (raft's BootstrapCluster), so the first election is
 // not affected.
 const bootstrapLastIndex = 1
+
+// unprovenKey is the stable-store key that marks a guarded manager not yet
+// proven (value 1; 0 once proven). raft's own keys there are CurrentTerm,
+// LastVoteTerm and LastVoteCand.
+var unprovenKey = []byte("OnceVotesUnproven")
+
+// guardOnStart reports whether a manager starting on stable must be
+// guarded, and why: one without Raft state is (and the mark is written,
+// synced, before Raft starts), one with state only if the mark from an
+// earlier run is still there.
+func guardOnStart(stable raft.StableStore, hasState bool) (string, error) {
+	if !hasState {
+		if err := stable.SetUint64(unprovenKey, 1); err != nil {
+			return "", fmt.Errorf("mark the raft votes unproven: %w", err)
+		}
+		return "started without raft state", nil
+	}
+	v, err := stable.GetUint64(unprovenKey)
+	switch {
+	case errors.Is(err, raftboltdb.ErrKeyNotFound):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("read the raft votes mark: %w", err)
+	case v == 0:
+		return "", nil
+	}
+	return "restarted before catching up after it started without raft state", nil
+}
 
 // voteGuard wraps a raft.Transport, filtering the RPCs it delivers to raft
 // (Consumer).
@@ -42,6 +76,8 @@ type voteGuard struct {
 	raft.Transport
 	localID raft.ServerID
 	log     *slog.Logger
+	why     string           // guardOnStart's reason, for the log
+	stable  raft.StableStore // where the mark is cleared once proven
 
 	// lastIndex is raft's last index (log or snapshot), set once raft runs.
 	lastIndex atomic.Pointer[func() uint64]
@@ -99,15 +135,18 @@ func (g *voteGuard) mayCampaign(last uint64) error {
 	}
 	if g.held.Add(1) == 1 {
 		g.log.Info("raft campaign held: this manager started without raft state and has not caught up with a leader",
-			logging.KeyIndex, last, logging.KeyReason, "started without raft state")
+			logging.KeyIndex, last, logging.KeyReason, g.why)
 	}
 	return errVoteGuarded
 }
 
-// newVoteGuard starts guarding t's votes; Close stops it (and closes t).
-func newVoteGuard(t raft.Transport, localID raft.ServerID, log *slog.Logger) (raft.Transport, *voteGuard) {
-	g := &voteGuard{Transport: t, localID: localID, log: log,
+// newVoteGuard starts guarding t's votes, for why (guardOnStart); once
+// proven it clears the mark in stable (nil: no mark). Close stops it (and
+// closes t).
+func newVoteGuard(t raft.Transport, localID raft.ServerID, why string, stable raft.StableStore, log *slog.Logger) (raft.Transport, *voteGuard) {
+	g := &voteGuard{Transport: t, localID: localID, why: why, stable: stable, log: log,
 		out: make(chan raft.RPC), stop: make(chan struct{}), done: make(chan struct{})}
+	log.Info("raft votes guarded until this manager catches up with a leader", logging.KeyReason, why)
 	go g.run()
 	if _, ok := t.(raft.WithPreVote); ok {
 		return voteGuardPreVote{g}, g
@@ -118,10 +157,19 @@ func newVoteGuard(t raft.Transport, localID raft.ServerID, log *slog.Logger) (ra
 // setLastIndex gives the guard raft's last index, once raft runs.
 func (g *voteGuard) setLastIndex(f func() uint64) { g.lastIndex.Store(&f) }
 
-// markProven ends the guard for good.
+// markProven ends the guard for good: in this process, and in the next
+// ones once the mark is cleared. Failing to clear it only guards the next
+// start again, which proves itself on its first catch-up.
 func (g *voteGuard) markProven(reason string) {
-	if g.proven.CompareAndSwap(false, true) {
-		g.log.Info("raft votes no longer guarded", logging.KeyReason, reason, logging.KeyCount, g.refused.Load())
+	if !g.proven.CompareAndSwap(false, true) {
+		return
+	}
+	g.log.Info("raft votes no longer guarded", logging.KeyReason, reason, logging.KeyCount, g.refused.Load())
+	if g.stable == nil {
+		return
+	}
+	if err := g.stable.SetUint64(unprovenKey, 0); err != nil {
+		g.log.Warn("raft votes mark not cleared: the next start is guarded again", logging.KeyError, err)
 	}
 }
 
@@ -220,7 +268,7 @@ func (g *voteGuard) reached() bool {
 func (g *voteGuard) refuse(candidateLast uint64) {
 	if g.refused.Add(1) == 1 {
 		g.log.Info("raft vote refused: this manager started without raft state and has not caught up with a leader",
-			logging.KeyIndex, candidateLast, logging.KeyReason, "started without raft state")
+			logging.KeyIndex, candidateLast, logging.KeyReason, g.why)
 	}
 }
 

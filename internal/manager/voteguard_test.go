@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
@@ -243,7 +244,7 @@ func TestVoteGuardRefusesAndHoldsUntilProven(t *testing.T) {
 	addr2, t2 := raft.NewInmemTransport("")
 	t1.Connect(addr2, t2)
 	t2.Connect(addr1, t1)
-	tr, g := newVoteGuard(t1, "m1", testutil.Logger(t))
+	tr, g := newVoteGuard(t1, "m1", "started without raft state", nil, testutil.Logger(t))
 	defer tr.(raft.WithClose).Close()
 	defer t2.Close()
 	var last atomic.Uint64
@@ -335,5 +336,87 @@ func TestVoteGuardRefusesAndHoldsUntilProven(t *testing.T) {
 	}
 	if err := tr.RequestVote("m2", addr2, &raft.RequestVoteRequest{Term: 8, LastLogIndex: 9}, &resp); err != nil || !resp.Granted {
 		t.Fatalf("a proven manager asks for votes: %+v %v", resp, err)
+	}
+}
+
+// TestVoteGuardOutlivesARestartBeforeProven: a manager that started without
+// Raft state and stops before it is proven holds Raft state at its next
+// start (here a term, as after any vote request raft saw), and is guarded
+// again: its stable store still holds the mark. Once proven it is not.
+func TestVoteGuardOutlivesARestartBeforeProven(t *testing.T) {
+	c := DefaultConfig()
+	c.NodeID = "m1"
+	c.DataDir = t.TempDir()
+	var peers PeerTable
+	candAddr, cand := raft.NewInmemTransport("")
+	defer cand.Close()
+	start := func() *Manager {
+		t.Helper()
+		addr, tr := raft.NewInmemTransport("")
+		c.RaftAddr, c.RaftAdvertise = string(addr), string(addr)
+		cand.Connect(addr, tr)
+		tr.Connect(candAddr, cand)
+		m, err := New(c, Deps{Logger: testutil.Logger(t), Transport: tr, Peers: &peers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	closeM := func(m *Manager) {
+		t.Helper()
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A vote request from a candidate past the bootstrap entry.
+	votes := func(m *Manager) bool {
+		t.Helper()
+		var resp raft.RequestVoteResponse
+		req := &raft.RequestVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("m2"), Addr: []byte(candAddr)},
+			Term: 9, LastLogIndex: 50, LastLogTerm: 8}
+		if err := cand.RequestVote("m1", raft.ServerAddress(c.RaftAdvertise), req, &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp.Granted
+	}
+
+	m := start()
+	if m.votes == nil {
+		t.Fatal("a manager without raft state must be guarded")
+	}
+	closeM(m)
+	// What it received before it stopped: raft state.
+	st, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(c.DataDir, "raft", "stable.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetUint64([]byte("CurrentTerm"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	m = start()
+	if has, err := m.HasState(); err != nil || !has {
+		t.Fatalf("the restarted manager must hold raft state: %v %v", has, err)
+	}
+	if m.votes == nil {
+		closeM(m)
+		t.Fatal("a manager restarted before it was proven must be guarded again")
+	}
+	if votes(m) {
+		t.Fatal("the restarted, unproven manager granted a vote past the bootstrap entry")
+	}
+	m.votes.markProven("test")
+	closeM(m)
+
+	m = start()
+	defer closeM(m)
+	if m.votes != nil {
+		t.Fatal("a manager proven in an earlier run must not be guarded")
+	}
+	if !votes(m) {
+		t.Fatal("a proven manager's raft must grant the vote of a candidate with a later term and a longer log")
 	}
 }
