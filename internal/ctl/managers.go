@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -107,6 +109,61 @@ func (g *globals) withManagers(cmd *cobra.Command, do func(context.Context, *rpc
 	return do(ctx, mc)
 }
 
+// managerStatus is one --managers entry's status, or why it has none.
+type managerStatus struct {
+	Addr   string      `json:"addr"`
+	Status *rpc.Status `json:"status,omitempty"`
+	Error  string      `json:"error,omitempty"`
+}
+
+// statusAll asks every --managers entry for its status at once: asked in
+// turn, one that never answers would take the whole --timeout, and every
+// manager after it would be shown as failed.
+func (g *globals) statusAll(ctx context.Context, mc *rpc.Client) []managerStatus {
+	rows := make([]managerStatus, len(g.managers))
+	var wg sync.WaitGroup
+	for i, a := range g.managers {
+		wg.Go(func() {
+			rows[i].Addr = a
+			st, err := mc.StatusOf(ctx, a)
+			if err != nil {
+				rows[i].Error = err.Error()
+				return
+			}
+			rows[i].Status = st
+		})
+	}
+	wg.Wait()
+	return rows
+}
+
+// oneDatacenter refuses --managers entries that answer from more than one
+// datacenter. A Raft change names a server ID, unique only within a
+// datacenter, and goes to the first manager that answers: with managers of
+// two datacenters given, it could change the other datacenter's group.
+// Entries that do not answer are not judged (the change cannot reach them
+// either).
+func (g *globals) oneDatacenter(ctx context.Context, mc *rpc.Client) error {
+	if len(g.managers) < 2 {
+		return nil
+	}
+	byDC := map[string][]string{}
+	for _, r := range g.statusAll(ctx, mc) {
+		if r.Status != nil {
+			byDC[r.Status.Datacenter] = append(byDC[r.Status.Datacenter], r.Addr)
+		}
+	}
+	if len(byDC) < 2 {
+		return nil
+	}
+	var dcs []string
+	for _, dc := range slices.Sorted(maps.Keys(byDC)) {
+		dcs = append(dcs, fmt.Sprintf("%s (%s)", dc, strings.Join(byDC[dc], ",")))
+	}
+	return usagef("--managers: the managers answer from %d datacenters, %s: a Raft change goes to one datacenter's group; give the managers of that datacenter only",
+		len(byDC), strings.Join(dcs, ", "))
+}
+
 func clusterCmd(g *globals) *cobra.Command {
 	cluster := &cobra.Command{Use: "cluster", Short: "Look at a datacenter's managers (status, members), or at the cluster through a gate (view)"}
 	status := &cobra.Command{
@@ -115,28 +172,7 @@ func clusterCmd(g *globals) *cobra.Command {
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
-				type row struct {
-					Addr   string      `json:"addr"`
-					Status *rpc.Status `json:"status,omitempty"`
-					Error  string      `json:"error,omitempty"`
-				}
-				// Every manager is asked at once: asked in turn, one that
-				// never answers would take the whole --timeout, and every
-				// manager after it would be shown as failed.
-				rows := make([]row, len(g.managers))
-				var wg sync.WaitGroup
-				for i, a := range g.managers {
-					wg.Go(func() {
-						rows[i].Addr = a
-						st, err := mc.StatusOf(ctx, a)
-						if err != nil {
-							rows[i].Error = err.Error()
-							return
-						}
-						rows[i].Status = st
-					})
-				}
-				wg.Wait()
+				rows := g.statusAll(ctx, mc)
 				failed := 0
 				for _, r := range rows {
 					if r.Status == nil {
@@ -272,6 +308,9 @@ func raftCmd(g *globals) *cobra.Command {
 			Use: use, Short: short, Args: args,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
+					if err := g.oneDatacenter(ctx, mc); err != nil {
+						return err
+					}
 					id := ""
 					if len(args) > 0 {
 						id = args[0]

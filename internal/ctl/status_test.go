@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,5 +96,36 @@ func TestClusterStatusWithoutLeaderExits1(t *testing.T) {
 				t.Errorf("%s: the table does not show %s:\n%s", cmd, m.Config().NodeID, stdout.String())
 			}
 		}
+	}
+}
+
+// TestRaftChangesRefuseManagersOfTwoDatacenters: server IDs are unique only
+// within a datacenter, so remove-peer or transfer-leader given the managers
+// of two datacenters could change the wrong group: refused (exit 2) before
+// anything is sent, naming both; nothing is removed. Given one datacenter's
+// managers, the change reaches its leader.
+func TestRaftChangesRefuseManagersOfTwoDatacenters(t *testing.T) {
+	t.Setenv(EnvOperatorSecretFile, "")
+	t.Setenv(EnvClusterSecretFile, "")
+	t.Setenv(EnvCACert, "")
+	dc1 := managertest.Start(t, managertest.Options{Managers: 2, Datacenter: "dc1"})
+	dc2 := managertest.Start(t, managertest.Options{Managers: 1, Datacenter: "dc2"})
+	both := strings.Join(append(slices.Clone(dc2.Addrs), dc1.Addrs...), ",")
+	for _, cmd := range [][]string{{"raft", "remove-peer", "m2"}, {"raft", "transfer-leader"}} {
+		code, _, errOut := oncectl(t, append([]string{"--managers", both, "--insecure"}, cmd...)...)
+		if code != ExitUsage || !strings.Contains(errOut, "dc1 (") || !strings.Contains(errOut, "dc2 (") {
+			t.Fatalf("%s over two datacenters: exit %d, want %d naming both; %s", cmd, code, ExitUsage, errOut)
+		}
+	}
+	for _, m := range dc1.Managers {
+		if st, err := m.Status(t.Context()); err != nil || len(st.Voters) != 2 {
+			t.Fatalf("dc1's voters after the refused removal: %+v %v", st, err)
+		}
+	}
+	// One datacenter's managers: the change is sent (these in-process
+	// managers serve no Operator service, so it fails there, exit 1).
+	code, _, errOut := oncectl(t, "--managers", strings.Join(dc1.Addrs, ","), "--insecure", "raft", "remove-peer", "m2")
+	if code != ExitFailure || strings.Contains(errOut, "datacenters") {
+		t.Fatalf("remove-peer m2 in dc1: exit %d, want %d from the managers; %s", code, ExitFailure, errOut)
 	}
 }
