@@ -32,6 +32,54 @@ func (a *Autopilot) Health() *api.AutopilotHealth {
 	return &h
 }
 
+// UnhealthyNow returns the servers of the Raft configuration that are
+// unhealthy by what this manager knows at this instant, each with why: the
+// pool does not have it alive and not leaving ("pool status dead", "pool
+// status left", "leaving the pool", "absent from the pool"), or this
+// leader's heartbeats have failed to reach it for longer than
+// LastContactThreshold ("unreachable for 1.2s"). These are Health's
+// criteria, but Health is raft-autopilot's state as of its last update
+// (every UpdateInterval), while UnhealthyNow reads the pool and the heartbeat
+// failures raft has reported so far: a manager killed a moment ago is in it
+// before Health calls it unhealthy. This manager is never in it; on a
+// follower, which sends no heartbeats, only the pool counts. It does not
+// wait for anything.
+func (a *Autopilot) UnhealthyNow() map[raft.ServerID]string {
+	f := a.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	servers := f.Configuration().Servers
+	byID, _ := resolveIdentities(servers, a.pool.Members(), a.cfg.DC)
+	now := time.Now()
+	a.dmu.Lock()
+	defer a.dmu.Unlock()
+	out := make(map[raft.ServerID]string)
+	for _, s := range servers {
+		if string(s.ID) == a.cfg.NodeID {
+			continue
+		}
+		m, known := byID[s.ID]
+		switch {
+		case !known:
+			out[s.ID] = "absent from the pool"
+		case m.State != membership.StateAlive:
+			out[s.ID] = "pool status " + m.State.String()
+		case m.Meta.Leaving:
+			out[s.ID] = "leaving the pool"
+		}
+		if _, bad := out[s.ID]; bad {
+			continue
+		}
+		if last, failing := a.unreachable[s.ID]; failing {
+			if d := now.Sub(last); d > a.cfg.LastContactThreshold {
+				out[s.ID] = "unreachable for " + d.Round(time.Millisecond).String()
+			}
+		}
+	}
+	return out
+}
+
 // delegate is the Autopilot seen as raft-autopilot's ApplicationIntegration.
 // Its methods run on raft-autopilot's goroutines.
 type delegate Autopilot

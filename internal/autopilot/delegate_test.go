@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -320,6 +321,68 @@ func TestHealth(t *testing.T) {
 	if st.FailureTolerance != 1 || !st.Servers["d"].Health.Healthy {
 		t.Fatalf("after d is reached again: tolerance %d, d healthy %v; want 1, true", st.FailureTolerance, st.Servers["d"].Health.Healthy)
 	}
+}
+
+// TestUnhealthyNow: raft-autopilot's health is as of its last update; what
+// the leader knows at this instant says more. A voter whose heartbeats have
+// failed for longer than LastContactThreshold, or that the pool no longer has
+// alive and not leaving, is unhealthy now while Health still calls it
+// healthy; one whose heartbeats failed within the threshold, or resumed, is
+// not, and the leader never is.
+func TestUnhealthyNow(t *testing.T) {
+	alive := membership.StateAlive
+	r := &fakeRaft{servers: []raft.Server{voter("a", "addr-a"), voter("b", "addr-b"), voter("c", "addr-c"),
+		voter("d", "addr-d"), voter("e", "addr-e")}}
+	p := &fakePool{local: mgr("a", alive, 3, 0, true), joined: make(chan struct{})}
+	ap := New(Config{DC: "dc1", NodeID: "a", LastContactThreshold: time.Hour, Logger: testutil.Logger(t)}, r, p)
+	all := []membership.Member{mgr("a", alive, 3, 0, true), mgr("b", alive, 3, 0, true), mgr("c", alive, 3, 0, true),
+		mgr("d", alive, 3, 0, true), mgr("e", alive, 3, 0, true)}
+	p.set(all...)
+	st, err := ap.lib.ComputeState(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	(*delegate)(ap).NotifyState(st)
+	// check compares UnhealthyNow with want, whose reasons are prefixes (a
+	// duration goes on counting).
+	check := func(step string, want map[raft.ServerID]string) {
+		t.Helper()
+		got := ap.UnhealthyNow()
+		ok := len(got) == len(want)
+		for id, reason := range want {
+			ok = ok && strings.HasPrefix(got[id], reason)
+		}
+		if !ok {
+			t.Fatalf("%s: unhealthy now %q; want %q", step, got, want)
+		}
+	}
+	check("all alive and reached", map[raft.ServerID]string{})
+
+	now := time.Now()
+	ap.observe(raft.Observation{Data: raft.FailedHeartbeatObservation{PeerID: "b", LastContact: now}})
+	ap.observe(raft.Observation{Data: raft.FailedHeartbeatObservation{PeerID: "c", LastContact: now.Add(-2 * time.Hour)}})
+	ap.observe(raft.Observation{Data: raft.FailedHeartbeatObservation{PeerID: "a", LastContact: now.Add(-2 * time.Hour)}})
+	leaving := mgr("e", alive, 3, 0, true)
+	leaving.Meta.Leaving = true
+	p.set(all[0], all[1], all[2], departed("d", membership.StateDead, 0), leaving)
+	r.mu.Lock()
+	r.servers = append(r.servers, voter("ghost", "addr-ghost"))
+	r.mu.Unlock()
+	for _, s := range ap.Health().Servers {
+		if !s.Healthy {
+			t.Fatalf("the cached health changed without an update: %+v", s)
+		}
+	}
+	check("c unreached past the threshold, d dead, e leaving, ghost unknown to the pool", map[raft.ServerID]string{
+		"c": "unreachable for 2h0m", "d": "pool status dead", "e": "leaving the pool", "ghost": "absent from the pool",
+	})
+
+	ap.observe(raft.Observation{Data: raft.ResumedHeartbeatObservation{PeerID: "c"}})
+	p.set(all...)
+	r.mu.Lock()
+	r.servers = r.servers[:5]
+	r.mu.Unlock()
+	check("c reached again, d and e alive, ghost gone", map[raft.ServerID]string{})
 }
 
 // TestReaddedServerIsHealthy: a server whose heartbeats failed, removed from
