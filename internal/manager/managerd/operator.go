@@ -8,16 +8,19 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // operator implements rpc.Operator: what oncectl's cluster and raft commands
@@ -27,6 +30,9 @@ type operator struct {
 	node string       // the manager's NodeID
 	log  *slog.Logger // the manager's logger
 	fed  *federation  // its gossip pools: the LAN pool nil until joined, the WAN pool nil when not federated
+	// autopilot returns the manager's autopilot, nil until its membership
+	// starts (autopilotOf).
+	autopilot func() autopilotView
 }
 
 // operatorTimeout bounds a change to the Raft configuration.
@@ -139,7 +145,7 @@ func (o operator) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult,
 	if _, err := o.server(id); err != nil {
 		return nil, err
 	}
-	if err := o.checkQuorumWithout(ctx, id); err != nil {
+	if err := o.checkQuorumWithout(id); err != nil {
 		return nil, err
 	}
 	if err := o.m.Raft().RemoveServer(raft.ServerID(id), 0, operatorTimeout).Error(); err != nil {
@@ -157,45 +163,85 @@ func (o operator) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult,
 }
 
 // checkQuorumWithout refuses to remove id when the voters left after it
-// would not hold a quorum of healthy ones by the leader's autopilot: Raft
-// counts the new configuration's quorum from the moment the leader appends
-// it, so such a removal (a live manager taken out while another is dead, or
-// the leader while the last other voter is dead) can neither commit nor let
-// any manager win an election after it: the datacenter would have no leader
-// until the dead ones came back. Without an autopilot view yet, nothing is
+// would not hold a quorum of healthy ones: Raft counts the new
+// configuration's quorum from the moment the leader appends it, so such a
+// removal (a live manager taken out while another is dead, or the leader
+// while the last other voter is dead) can neither commit nor let any manager
+// win an election after it: the datacenter would have no leader until the
+// dead ones came back. A voter counts as healthy only if the autopilot's
+// health (raft-autopilot's, recomputed every few seconds) says so and it is
+// not unhealthy at this instant by what the leader knows (heartbeats failing
+// past the threshold, not alive in the pool): a manager killed a moment ago
+// is still healthy by the former. Without an autopilot view yet, nothing is
 // refused.
-func (o operator) checkQuorumWithout(ctx context.Context, id string) error {
-	st, err := o.m.Status(ctx)
-	if err != nil || st.Autopilot == nil {
+func (o operator) checkQuorumWithout(id string) error {
+	if o.autopilot == nil {
+		return rpc.Errorf(rpc.CodeInternal, "the operator has no access to the autopilot: the quorum check cannot run")
+	}
+	ap := o.autopilot()
+	if ap == nil {
+		return nil
+	}
+	h := ap.Health()
+	if h == nil {
 		return nil
 	}
 	healthy := map[string]bool{}
-	for _, s := range st.Autopilot.Servers {
+	for _, s := range h.Servers {
 		healthy[s.ID] = s.Healthy
 	}
+	unhealthyNow := ap.UnhealthyNow()
 	f := o.m.Raft().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return o.m.ApplyError(err)
 	}
-	var left, ok []string
+	var left, ok, notOK []string
 	for _, s := range f.Configuration().Servers {
 		if s.Suffrage != raft.Voter || string(s.ID) == id {
 			continue
 		}
 		left = append(left, string(s.ID))
-		if healthy[string(s.ID)] {
+		switch why, now := unhealthyNow[s.ID]; {
+		case now:
+			notOK = append(notOK, string(s.ID)+" "+why)
+		case healthy[string(s.ID)]:
 			ok = append(ok, string(s.ID))
+		default:
+			notOK = append(notOK, string(s.ID)+" unhealthy")
 		}
 	}
 	if len(left) == 0 {
 		return rpc.Errorf(rpc.CodeInvalid, "%s is the last voter: a group without voters has no leader", id)
 	}
 	if quorum := len(left)/2 + 1; len(ok) < quorum {
-		return rpc.Errorf(rpc.CodeInvalid, "removing %s would leave %d healthy voter(s) of %d (%s healthy), fewer than the %d a quorum needs: "+
+		okList := strings.Join(ok, ",")
+		if okList == "" {
+			okList = "none"
+		}
+		return rpc.Errorf(rpc.CodeInvalid, "removing %s would leave %d healthy voter(s) of %d (%s healthy; %s), fewer than the %d a quorum needs: "+
 			"the group could neither commit the removal nor elect a leader until the others came back; remove the dead managers first (raft peers lists them)",
-			id, len(ok), len(left), strings.Join(ok, ","), quorum)
+			id, len(ok), len(left), okList, strings.Join(notOK, ", "), quorum)
 	}
 	return nil
+}
+
+// autopilotView is what checkQuorumWithout reads of the manager's autopilot
+// (*autopilot.Autopilot): raft-autopilot's last health, and the servers
+// unhealthy at this instant.
+type autopilotView interface {
+	Health() *api.AutopilotHealth
+	UnhealthyNow() map[raft.ServerID]string
+}
+
+// autopilotOf is operator.autopilot for p, which holds the manager's
+// autopilot once its membership has started.
+func autopilotOf(p *atomic.Pointer[autopilot.Autopilot]) func() autopilotView {
+	return func() autopilotView {
+		if ap := p.Load(); ap != nil {
+			return ap
+		}
+		return nil
+	}
 }
 
 // TransferLeader hands leadership to id, or to the most up-to-date voter when

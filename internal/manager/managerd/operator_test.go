@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
+	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
@@ -187,7 +190,23 @@ func TestRestoreAfterTheCallerLeftDoesNotHappen(t *testing.T) {
 // groupMember is one manager of startGroup, with its membership side.
 type groupMember struct {
 	m    *manager.Manager
+	ap   *autopilot.Autopilot
 	stop func() // as on SIGTERM without leaving: the pool and Raft stop
+}
+
+// groupOperator is the Operator service managerd serves on m, a manager of
+// g, with its autopilot (main.go), without gossip pools.
+func groupOperator(t *testing.T, g []groupMember, m *manager.Manager) operator {
+	t.Helper()
+	for _, x := range g {
+		if x.m == m {
+			op := operatorOf(t, m)
+			op.autopilot = func() autopilotView { return x.ap }
+			return op
+		}
+	}
+	t.Fatalf("%s is not a manager of the group", m.Config().NodeID)
+	return operator{}
 }
 
 // startGroup starts n managers as managerd does (gossip pool, autopilot
@@ -220,7 +239,7 @@ func startGroup(t *testing.T, n int) []groupMember {
 			_ = m.Close()
 		})
 		t.Cleanup(stop)
-		out = append(out, groupMember{m: m, stop: stop})
+		out = append(out, groupMember{m: m, ap: cluster.ap, stop: stop})
 	}
 	groupLeader(t, out, n)
 	return out
@@ -275,7 +294,7 @@ func TestRemovePeerKeepsAQuorum(t *testing.T) {
 	if l := groupLeader(t, g, 2); l != leader {
 		t.Fatalf("the leader changed to %s", l.Config().NodeID)
 	}
-	op := operatorOf(t, leader)
+	op := groupOperator(t, g, leader)
 	_, err := op.RemovePeer(t.Context(), live.Config().NodeID)
 	wantCode(t, "remove the live follower", err, rpc.CodeInvalid)
 	_, err = op.RemovePeer(t.Context(), leader.Config().NodeID)
@@ -318,7 +337,7 @@ func TestRemovePeerKeepsAQuorumOfFive(t *testing.T) {
 	if l := groupLeader(t, g, 3); l != leader {
 		t.Fatalf("the leader changed to %s", l.Config().NodeID)
 	}
-	op := operatorOf(t, leader)
+	op := groupOperator(t, g, leader)
 	for _, m := range live {
 		_, err := op.RemovePeer(t.Context(), m.Config().NodeID)
 		wantCode(t, "remove the live follower "+m.Config().NodeID, err, rpc.CodeInvalid)
@@ -341,4 +360,119 @@ func TestRemovePeerKeepsAQuorumOfFive(t *testing.T) {
 			t.Fatalf("voters after removing %s: %+v %v", m.Config().NodeID, st, err)
 		}
 	}
+}
+
+// healthyFor is a voter's health by the leader's autopilot: raft-autopilot's
+// last computed view (cached), and at this instant (now).
+func healthyFor(t *testing.T, ap *autopilot.Autopilot, id string) (cached, now bool) {
+	t.Helper()
+	h := ap.Health()
+	if h == nil {
+		t.Fatal("the leader's autopilot has no health view")
+	}
+	for _, s := range h.Servers {
+		if s.ID == id {
+			cached = s.Healthy
+		}
+	}
+	_, unhealthy := ap.UnhealthyNow()[raft.ServerID(id)]
+	return cached, !unhealthy
+}
+
+// wantVoters fails unless m's configuration has n voters and m still admits.
+func wantVoters(t *testing.T, m *manager.Manager, n int, key string) {
+	t.Helper()
+	submit(t, m, key)
+	if st, err := m.Status(t.Context()); err != nil || len(st.Voters) != n {
+		t.Fatalf("voters: %+v %v; want %d", st, err, n)
+	}
+}
+
+// TestRemovePeerRightAfterAKill: a follower is killed and, as soon as the
+// leader's heartbeats have failed to reach it past the threshold (well
+// before raft-autopilot's next health update, every 2 s, says so), removing
+// the other follower is asked for. It would leave two voters, one of them
+// dead: refused, and the refusal names the leader alone as healthy. Before
+// the check read the leader's view at this instant, raft-autopilot's last
+// health still called the dead follower healthy, and the removal went
+// through, leaving a group that could elect no leader.
+func TestRemovePeerRightAfterAKill(t *testing.T) {
+	g := startGroup(t, 3)
+	leader := groupLeader(t, g, 3)
+	var ap *autopilot.Autopilot
+	var dead, live *manager.Manager
+	for _, x := range g {
+		switch {
+		case x.m == leader:
+			ap = x.ap
+		case dead == nil:
+			dead = x.m
+		default:
+			live = x.m
+		}
+	}
+	for _, x := range g {
+		if x.m == dead {
+			x.stop()
+		}
+	}
+	deadID := dead.Config().NodeID
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		_, now := healthyFor(t, ap, deadID)
+		return !now, "the leader to find " + deadID + " unhealthy now"
+	})
+	_, err := groupOperator(t, g, leader).RemovePeer(t.Context(), live.Config().NodeID)
+	cached, _ := healthyFor(t, ap, deadID)
+	t.Logf("raft-autopilot's last health calls %s healthy: %v", deadID, cached)
+	wantCode(t, "remove the live follower right after the kill", err, rpc.CodeInvalid)
+	if want := "(" + leader.Config().NodeID + " healthy; " + deadID + " "; !strings.Contains(err.Error(), want) {
+		t.Fatalf("the refusal does not say %q: %v", want, err)
+	}
+	wantVoters(t, leader, 3, "after-refusal")
+}
+
+// freshlyDead is the leader's autopilot, but for one voter that is
+// unhealthy at this instant while raft-autopilot's last health still calls
+// it healthy: how the leader sees a manager killed a moment ago.
+type freshlyDead struct {
+	*autopilot.Autopilot
+	id string
+}
+
+func (f freshlyDead) UnhealthyNow() map[raft.ServerID]string {
+	out := f.Autopilot.UnhealthyNow()
+	out[raft.ServerID(f.id)] = "unreachable for 1s"
+	return out
+}
+
+// TestRemovePeerCountsTheHealthNow: the quorum check counts a voter as
+// healthy only if raft-autopilot's last health and the leader's view at
+// this instant both say so. With all three cached as healthy and one
+// follower unhealthy now, removing the other follower, or the leader, is
+// refused; nothing changes.
+func TestRemovePeerCountsTheHealthNow(t *testing.T) {
+	g := startGroup(t, 3)
+	leader := groupLeader(t, g, 3)
+	var ap *autopilot.Autopilot
+	var followers []string
+	for _, x := range g {
+		if x.m == leader {
+			ap = x.ap
+		} else {
+			followers = append(followers, x.m.Config().NodeID)
+		}
+	}
+	if cached, now := healthyFor(t, ap, followers[0]); !cached || !now {
+		t.Fatalf("%s healthy: cached %v, now %v; want both", followers[0], cached, now)
+	}
+	op := groupOperator(t, g, leader)
+	op.autopilot = func() autopilotView { return freshlyDead{ap, followers[0]} }
+	_, err := op.RemovePeer(t.Context(), followers[1])
+	wantCode(t, "remove a follower while the other is dead now", err, rpc.CodeInvalid)
+	if want := "(" + leader.Config().NodeID + " healthy; " + followers[0] + " unreachable for 1s)"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("the refusal does not say %q: %v", want, err)
+	}
+	_, err = op.RemovePeer(t.Context(), leader.Config().NodeID)
+	wantCode(t, "remove the leader while a follower is dead now", err, rpc.CodeInvalid)
+	wantVoters(t, leader, 3, "after-refusals")
 }
