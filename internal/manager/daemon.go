@@ -37,6 +37,9 @@ func (m *Manager) AutopilotCollector() prometheus.Collector { return autopilotCo
 // group once membership starts: Status and AutopilotCollector read it.
 func (m *Manager) SetAutopilot(ap *autopilot.Autopilot) { m.autopilot.Store(ap) }
 
+// Autopilot returns the autopilot SetAutopilot recorded, nil before.
+func (m *Manager) Autopilot() *autopilot.Autopilot { return m.autopilot.Load() }
+
 // RunOutbox carries the multi-datacenter submissions this datacenter
 // resolved to the other datacenters they name, every pass while this
 // manager leads, until ctx ends (docs/multidc.md). datacenters maps each

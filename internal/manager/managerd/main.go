@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -27,7 +26,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
@@ -181,8 +179,7 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 	// docs/rpc.md).
 	// The Operator service answers as soon as the listener does; its pool
 	// reads wait for the join (unavailable until then).
-	var pilot atomic.Pointer[autopilot.Autopilot] // set once the membership starts
-	op := operator{m: m, node: cfg.NodeID, log: log.With(logging.KeyNode, cfg.NodeID), fed: fed, autopilot: autopilotOf(&pilot)}
+	op := operator{m: m, node: cfg.NodeID, log: log.With(logging.KeyNode, cfg.NodeID), fed: fed}
 	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http"), Secret: secret, TLS: serverTLS,
 		Operator: op, OperatorAuth: opAuth})
 	mux := srv.Mux()
@@ -210,7 +207,6 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 		return err
 	}
 	fed.lan.Store(cluster.pool)
-	pilot.Store(cluster.ap)
 	// The outbox completes multi-datacenter submissions at the other
 	// datacenters (docs/multidc.md); only a federated manager has any.
 	obCtx, stopOutbox := context.WithCancel(ctx)

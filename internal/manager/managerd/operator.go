@@ -8,12 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 
-	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/manager"
@@ -30,8 +28,7 @@ type operator struct {
 	node string       // the manager's NodeID
 	log  *slog.Logger // the manager's logger
 	fed  *federation  // its gossip pools: the LAN pool nil until joined, the WAN pool nil when not federated
-	// autopilot returns the manager's autopilot, nil until its membership
-	// starts (autopilotOf).
+	// autopilot, when set, stands in for the manager's autopilot (tests).
 	autopilot func() autopilotView
 }
 
@@ -175,10 +172,7 @@ func (o operator) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult,
 // is still healthy by the former. Without an autopilot view yet, nothing is
 // refused.
 func (o operator) checkQuorumWithout(id string) error {
-	if o.autopilot == nil {
-		return rpc.Errorf(rpc.CodeInternal, "the operator has no access to the autopilot: the quorum check cannot run")
-	}
-	ap := o.autopilot()
+	ap := o.pilot()
 	if ap == nil {
 		return nil
 	}
@@ -233,15 +227,16 @@ type autopilotView interface {
 	UnhealthyNow() map[raft.ServerID]string
 }
 
-// autopilotOf is operator.autopilot for p, which holds the manager's
-// autopilot once its membership has started.
-func autopilotOf(p *atomic.Pointer[autopilot.Autopilot]) func() autopilotView {
-	return func() autopilotView {
-		if ap := p.Load(); ap != nil {
-			return ap
-		}
-		return nil
+// pilot is the autopilot checkQuorumWithout reads: o.autopilot's when set
+// (tests), else the manager's, nil until its membership starts.
+func (o operator) pilot() autopilotView {
+	if o.autopilot != nil {
+		return o.autopilot()
 	}
+	if ap := o.m.Autopilot(); ap != nil {
+		return ap
+	}
+	return nil
 }
 
 // TransferLeader hands leadership to id, or to the most up-to-date voter when

@@ -194,21 +194,6 @@ type groupMember struct {
 	stop func() // as on SIGTERM without leaving: the pool and Raft stop
 }
 
-// groupOperator is the Operator service managerd serves on m, a manager of
-// g, with its autopilot (main.go), without gossip pools.
-func groupOperator(t *testing.T, g []groupMember, m *manager.Manager) operator {
-	t.Helper()
-	for _, x := range g {
-		if x.m == m {
-			op := operatorOf(t, m)
-			op.autopilot = func() autopilotView { return x.ap }
-			return op
-		}
-	}
-	t.Fatalf("%s is not a manager of the group", m.Config().NodeID)
-	return operator{}
-}
-
 // startGroup starts n managers as managerd does (gossip pool, autopilot
 // bootstrap with MANAGER_BOOTSTRAP_EXPECT=n, Raft over TCP) and waits for a
 // leader whose autopilot finds all n healthy.
@@ -294,7 +279,7 @@ func TestRemovePeerKeepsAQuorum(t *testing.T) {
 	if l := groupLeader(t, g, 2); l != leader {
 		t.Fatalf("the leader changed to %s", l.Config().NodeID)
 	}
-	op := groupOperator(t, g, leader)
+	op := operatorOf(t, leader)
 	_, err := op.RemovePeer(t.Context(), live.Config().NodeID)
 	wantCode(t, "remove the live follower", err, rpc.CodeInvalid)
 	_, err = op.RemovePeer(t.Context(), leader.Config().NodeID)
@@ -337,7 +322,7 @@ func TestRemovePeerKeepsAQuorumOfFive(t *testing.T) {
 	if l := groupLeader(t, g, 3); l != leader {
 		t.Fatalf("the leader changed to %s", l.Config().NodeID)
 	}
-	op := groupOperator(t, g, leader)
+	op := operatorOf(t, leader)
 	for _, m := range live {
 		_, err := op.RemovePeer(t.Context(), m.Config().NodeID)
 		wantCode(t, "remove the live follower "+m.Config().NodeID, err, rpc.CodeInvalid)
@@ -421,7 +406,7 @@ func TestRemovePeerRightAfterAKill(t *testing.T) {
 		_, now := healthyFor(t, ap, deadID)
 		return !now, "the leader to find " + deadID + " unhealthy now"
 	})
-	_, err := groupOperator(t, g, leader).RemovePeer(t.Context(), live.Config().NodeID)
+	_, err := operatorOf(t, leader).RemovePeer(t.Context(), live.Config().NodeID)
 	cached, _ := healthyFor(t, ap, deadID)
 	t.Logf("raft-autopilot's last health calls %s healthy: %v", deadID, cached)
 	wantCode(t, "remove the live follower right after the kill", err, rpc.CodeInvalid)
@@ -465,7 +450,7 @@ func TestRemovePeerCountsTheHealthNow(t *testing.T) {
 	if cached, now := healthyFor(t, ap, followers[0]); !cached || !now {
 		t.Fatalf("%s healthy: cached %v, now %v; want both", followers[0], cached, now)
 	}
-	op := groupOperator(t, g, leader)
+	op := operatorOf(t, leader)
 	op.autopilot = func() autopilotView { return freshlyDead{ap, followers[0]} }
 	_, err := op.RemovePeer(t.Context(), followers[1])
 	wantCode(t, "remove a follower while the other is dead now", err, rpc.CodeInvalid)
