@@ -169,20 +169,20 @@ func (o operator) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult,
 // health (raft-autopilot's, recomputed every few seconds) says so and it is
 // not unhealthy at this instant by what the leader knows (heartbeats failing
 // past the threshold, not alive in the pool): a manager killed a moment ago
-// is still healthy by the former. Without an autopilot view yet, nothing is
-// refused.
+// is still healthy by the former. Before raft-autopilot's first view of a
+// new leader's term, only the view at this instant counts; without an
+// autopilot at all (before the membership starts), nothing is refused.
 func (o operator) checkQuorumWithout(id string) error {
 	ap := o.pilot()
 	if ap == nil {
 		return nil
 	}
-	h := ap.Health()
-	if h == nil {
-		return nil
-	}
-	healthy := map[string]bool{}
-	for _, s := range h.Servers {
-		healthy[s.ID] = s.Healthy
+	var healthy map[string]bool // nil: no view yet
+	if h := ap.Health(); h != nil {
+		healthy = map[string]bool{}
+		for _, s := range h.Servers {
+			healthy[s.ID] = s.Healthy
+		}
 	}
 	unhealthyNow := ap.UnhealthyNow()
 	f := o.m.Raft().GetConfiguration()
@@ -198,7 +198,7 @@ func (o operator) checkQuorumWithout(id string) error {
 		switch why, now := unhealthyNow[s.ID]; {
 		case now:
 			notOK = append(notOK, string(s.ID)+" "+why)
-		case healthy[string(s.ID)]:
+		case healthy == nil || healthy[string(s.ID)]:
 			ok = append(ok, string(s.ID))
 		default:
 			notOK = append(notOK, string(s.ID)+" unhealthy")

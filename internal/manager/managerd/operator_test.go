@@ -18,6 +18,7 @@ import (
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // operatorOf is the Operator service managerd serves on m (main.go), without
@@ -459,5 +460,15 @@ func TestRemovePeerCountsTheHealthNow(t *testing.T) {
 	}
 	_, err = op.RemovePeer(t.Context(), leader.Config().NodeID)
 	wantCode(t, "remove the leader while a follower is dead now", err, rpc.CodeInvalid)
+	// Before raft-autopilot's first view (a new leader's term), the view
+	// at this instant still counts.
+	op.autopilot = func() autopilotView { return noViewYet{freshlyDead{ap, followers[0]}} }
+	_, err = op.RemovePeer(t.Context(), followers[1])
+	wantCode(t, "remove a follower while the other is dead now, before the first health view", err, rpc.CodeInvalid)
 	wantVoters(t, leader, 3, "after-refusals")
 }
+
+// noViewYet is an autopilot before raft-autopilot's first health view.
+type noViewYet struct{ freshlyDead }
+
+func (noViewYet) Health() *api.AutopilotHealth { return nil }
