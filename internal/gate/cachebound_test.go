@@ -90,3 +90,33 @@ func TestSubmitOwnerHangsUpWaiterGetsTheJob(t *testing.T) {
 		t.Fatalf("manager saw %d submissions (want %d: the outcome was cached) and holds %d jobs (want 1)", mgr.Submits(), n, mgr.Jobs())
 	}
 }
+
+// TestSubmitRetryIsNotRefusedByAnotherBodyPending: a key committed through
+// the gate leaves its cache (evicted); a request reusing the key with another
+// body is then in flight, PENDING in the cache. A retry of the original
+// request meanwhile is the key's first request, so it must get its job, not
+// 422 idempotency_key_reused from the PENDING entry of a request the ledger
+// will refuse: the gate does not know which of two bodies holds the key until
+// one is stored, the ledger does.
+func TestSubmitRetryIsNotRefusedByAnotherBodyPending(t *testing.T) {
+	mgr, addr := startManager(t, managertest.Options{})
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.Idempotency.MaxEntries = 1 })
+	first := wantJob(t, tg.submit(t, skey(1), invoiceBody), http.StatusCreated)
+	wantJob(t, tg.submit(t, skey(2), invoiceBody), http.StatusCreated) // evicts skey(1)
+
+	arrived, release := holdFirstSubmit(t, mgr)
+	const other = `{"type":"send_invoice","payload":{"order":"ORD-124"}}`
+	reuse := goSubmit(tg, skey(1), other)
+	<-arrived // the other body's entry is PENDING in the cache
+
+	retry := tg.submit(t, skey(1), invoiceBody)
+	release()
+	if j := wantJob(t, retry, http.StatusCreated); j.JobID != first.JobID {
+		t.Fatalf("the retry answered job %s, want %s", j.JobID, first.JobID)
+	}
+	wantHeader(t, retry, api.HeaderReplayed, "true")
+	wantProblem(t, <-reuse, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	if n := mgr.Jobs(); n != 2 {
+		t.Fatalf("the ledger holds %d jobs, want 2 (one per key)", n)
+	}
+}

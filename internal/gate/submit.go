@@ -269,7 +269,19 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	switch look.Kind {
 	case cache.LookupMismatch:
-		writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, reusedDetail)
+		if look.State != cache.Pending {
+			// A stored outcome of another body: the ledger holds the key for it.
+			writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, reusedDetail)
+			return
+		}
+		// Another body's request is in flight under the key: nothing is
+		// stored yet, so the gate cannot tell which of the two the key
+		// belongs to (this one may be the retry of the key's first request,
+		// its outcome evicted or expired from the cache, and the other the
+		// reuse). The ledger can: forward, cache nothing (the key's entry is
+		// the other request's), and answer what the ledger answers.
+		resp, _, _ := g.forward(r.Context(), tenant, key, fp, job, resultTTL, claimed)
+		g.reply(w, resp, resp.replayed)
 	case cache.LookupPending:
 		g.awaitPending(w, r, look.Waiter)
 	case cache.LookupMiss:
