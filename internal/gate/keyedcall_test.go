@@ -98,6 +98,52 @@ func TestKeyedCallTransientAnswerIsNoReplay(t *testing.T) {
 	}
 }
 
+// TestKeyedCallJoinedByAnotherRequestRunsItsOwn: a call that joins the run
+// of another request under its key (the key reused with another body) gets
+// nothing of that run unless the run's answer was kept, and then a 422.
+// Here the other request's run is refused by the leader, which keeps the
+// key's answer for this very request (sent earlier through another gate):
+// this request must run on its own and get its replay, not the other's 422.
+func TestKeyedCallJoinedByAnotherRequestRunsItsOwn(t *testing.T) {
+	mgr, addr := startManager(t, managertest.Options{})
+	first := startGate(t, []string{addr}, nil)
+	// The other request's run must outlast the wait for a leader below on
+	// a slow machine: a 503 would decide nothing either, but the test wants
+	// the leader's 422.
+	g := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.ForwardTimeout = 30 * time.Second })
+	wantJob(t, first.submit(t, skey(1), `{"type":"email"}`), http.StatusCreated)
+	const key, mine, other = "lease-joined", `{"max_jobs":1}`, `{"max_jobs":2}`
+	leases := decodeLeases(t, first.post(t, "/v1/leases", mine, api.HeaderIdempotencyKey, key))
+	if len(leases) != 1 {
+		t.Fatalf("the first lease got %d leases, want 1", len(leases))
+	}
+
+	call := func(body string) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			res, err := g.try(http.MethodPost, "/v1/leases", strings.NewReader(body), api.HeaderIdempotencyKey, key)
+			if err != nil {
+				res = result{status: -1, body: []byte(err.Error())}
+			}
+			ch <- res
+		}()
+		return ch
+	}
+	mgr.SetLeader(false) // the run waits for a leader
+	reuse := call(other)
+	waitCallers(t, g, key, 1)
+	retry := call(mine)
+	waitCallers(t, g, key, 2)
+	mgr.SetLeader(true)
+
+	wantProblem(t, <-reuse, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	res := <-retry
+	if got := decodeLeases(t, res); len(got) != 1 || got[0].LeaseID != leases[0].LeaseID {
+		t.Fatalf("the retry got %s, want lease %s", res.body, leases[0].LeaseID)
+	}
+	wantHeader(t, res, api.HeaderReplayed, "true")
+}
+
 // waitCallers waits until n callers of the default tenant's worker call with
 // Idempotency-Key key share its run.
 func waitCallers(t *testing.T, g *testGate, key string, n int) {

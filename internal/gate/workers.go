@@ -95,7 +95,9 @@ func (g *Gate) serveWorkerCall(w http.ResponseWriter, r *http.Request, tenant st
 
 // serveKeyedCall runs c under key (checked; "" for none), or replays the
 // answer kept for the key. Callers asking with one key at the same time share
-// one run (replay.Memory.Do), which goes on while any of them waits for it.
+// one run (replay.Memory.Do), which goes on while any of them waits for it;
+// a caller whose request is not the run's gets the run's answer only if it
+// was kept (then a 422), else it asks again.
 func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, key string, c workerCall) {
 	fp := callFingerprint(c.route, c.body)
 	run := func(parent context.Context) *workerAnswer {
@@ -109,19 +111,40 @@ func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, ke
 		g.writeWorkerAnswer(w, run(r.Context()), false)
 		return
 	}
-	a, replayed, err := g.workerReplays.Do(r.Context(), keyedCall(tenant, key), func(ctx context.Context) (*workerAnswer, bool) {
-		a := run(ctx)
-		return a, a.decided() && !a.transient
-	})
-	if err != nil {
-		return // the client has gone
+	for attempt := 1; ; attempt++ {
+		a, replayed, err := g.workerReplays.Do(r.Context(), keyedCall(tenant, key), func(ctx context.Context) (*workerAnswer, bool) {
+			a := run(ctx)
+			return a, a.decided() && !a.transient
+		})
+		switch {
+		case err != nil:
+			return // the client has gone
+		case a.fingerprint == fp:
+			g.writeWorkerAnswer(w, a, replayed || a.replayed)
+			return
+		case replayed:
+			// Kept: the call the key decided is another request.
+			writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, workerReusedDetail)
+			return
+		case attempt == maxKeyedAttempts:
+			g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable, keyBusyDetail)
+			return
+		}
+		// This call joined the run of another request under the key, whose
+		// answer was not kept: it decided nothing (a 503), or the leader
+		// refused it (a 422: the key may be this request's). Nothing of it
+		// answers this request, which asks again: it runs, or joins a run
+		// begun since.
 	}
-	if replayed && a.fingerprint != fp {
-		writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, workerReusedDetail)
-		return
-	}
-	g.writeWorkerAnswer(w, a, replayed || a.replayed)
 }
+
+// maxKeyedAttempts bounds how many runs under its key a keyed call waits
+// for: after that many runs of other requests (each deciding nothing for
+// it) it gives up with 503, so that a key reused with other bodies without
+// pause cannot hold it forever.
+const maxKeyedAttempts = 3
+
+const keyBusyDetail = "other requests with this Idempotency-Key kept running at this gate; retry later (with the same Idempotency-Key)"
 
 // keyedCall is the key of tenant's worker call with Idempotency-Key key in
 // the gate's memory of answers.
