@@ -217,3 +217,30 @@ func TestFailCutsALongMessageAtACharacter(t *testing.T) {
 		t.Fatalf("the job's error (%d bytes) is not a prefix of the message within the bound", len(job.Error))
 	}
 }
+
+// Fail with a message holding invalid UTF-8 (a handler's error quoting a
+// program's raw output): within the bound as bytes, but each invalid byte
+// travels as U+FFFD (3 bytes) and went over it (400 invalid_request, the
+// failure unrecorded). The client replaces each run of invalid bytes with
+// one U+FFFD, so the gate takes it.
+func TestFailTakesAMessageOfInvalidUTF8(t *testing.T) {
+	url := realGate(t, nil)
+	submitJobs(t, url, "x", 1)
+	c, err := New([]string{url}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	leases, err := c.Lease(ctx, LeaseOptions{})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("leases %+v: %v", leases, err)
+	}
+	msg := "tool said: " + strings.Repeat("\xff", 2000) + " (exit 1)" // 2020 bytes, 6020 as JSON decodes it
+	job, err := c.Fail(ctx, leases[0].Job.JobID, leases[0].LeaseID, msg, false)
+	if err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	if want := "tool said: \uFFFD (exit 1)"; job.Error != want {
+		t.Fatalf("the job's error is %q, want %q", job.Error, want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -154,6 +155,11 @@ func (c *Client) CompleteMany(ctx context.Context, items []Completion) ([]Comple
 // leader's backoff (retry true, until its last attempt makes it dead), or
 // failed at once (retry false).
 func (c *Client) Fail(ctx context.Context, jobID, leaseID, message string, retry bool) (*api.Job, error) {
+	// Invalid UTF-8 (an error quoting a program's raw output, say) would
+	// travel as U+FFFD, 3 bytes for each invalid byte, and could bring the
+	// message over the bound the gate enforces: replace each run of it
+	// with one U+FFFD first, then cut.
+	message = strings.ToValidUTF8(message, "\uFFFD")
 	if len(message) > api.MaxJobErrorBytes {
 		// Cut at a character: a cut inside one would travel as U+FFFD (3
 		// bytes for each byte left of it) and bring the message over the
