@@ -181,8 +181,8 @@ var ErrPermanent = errors.New("permanent failure")
 // Handler runs one job. ctx ends when the lease is lost (another worker may
 // run the job now: stop) or Run is stopping. A nil error completes the job
 // with result; an error fails the attempt. A result the ledger's byte
-// budget cannot hold (ErrBudgetExceeded) fails the attempt too, with a
-// retry.
+// budget cannot hold (ErrBudgetExceeded), or that encoding/json cannot
+// encode (a NaN), fails the attempt too, with a retry.
 type Handler func(ctx context.Context, job api.Job, attempt int) (result any, err error)
 
 // WorkerOptions configure Run.
@@ -347,6 +347,18 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer rcancel()
 	var err error
+	if herr == nil {
+		// Encode the result here: one that encoding/json refuses (a NaN,
+		// a channel) can never be completed, and left unreported the job
+		// would wait for its lease's expiry, run again and end dead with
+		// no error saying why. It is a failed attempt instead.
+		raw, jerr := json.Marshal(result)
+		if jerr != nil {
+			herr = fmt.Errorf("result not encodable as JSON: %w", jerr)
+		} else {
+			result = json.RawMessage(raw)
+		}
+	}
 	if herr == nil {
 		err = g.complete(rctx, Completion{JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: result})
 		if errors.Is(err, ErrBudgetExceeded) {

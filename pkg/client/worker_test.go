@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -332,5 +333,43 @@ func TestRunStopsOnALeaseRefusedForGood(t *testing.T) {
 				t.Fatalf("%d leases, %d completed: want Run to stop at the first refusal", q.leaseN, len(q.completed))
 			}
 		})
+	}
+}
+
+// A result encoding/json refuses (a NaN) can never be completed: Run
+// fails the attempt, with a retry and an error that says why, instead of
+// leaving the job to its lease's expiry with nothing recorded.
+func TestRunFailsAResultThatCannotBeEncoded(t *testing.T) {
+	q := newFakeQueue("nan", "ok")
+	srv := httptest.NewServer(q)
+	defer srv.Close()
+	c, err := New([]string{srv.URL}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, WorkerOptions{Concurrency: 2, LeaseFor: time.Minute, Wait: time.Second},
+			func(ctx context.Context, job api.Job, attempt int) (any, error) {
+				if job.JobID == "nan" {
+					return map[string]float64{"ratio": math.NaN()}, nil
+				}
+				return "ok", nil
+			})
+	}()
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.completed) == 1 && len(q.failed) == 1
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.failed["nan"] || !strings.Contains(q.errs["nan"], "NaN") || q.completed["ok"] != `"ok"` {
+		t.Fatalf("completed %v, failed %v with %q", q.completed, q.failed, q.errs["nan"])
 	}
 }
