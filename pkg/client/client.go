@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -136,13 +137,14 @@ func (c *Client) Submit(ctx context.Context, job api.JobRequest) (*Result, error
 	return c.withNewKey(func(key string) (*Result, error) { return c.SubmitWithKey(ctx, key, job) })
 }
 
-// SubmitWithKey submits job with key. Transient answers (503, 409
-// request_in_progress, 422 idempotency_key_claimed, connection errors,
-// attempt timeouts) are retried with
-// the same key and the same body bytes, on the next gate each time. Any other
-// problem is returned at once as an *Error; when the attempts or the context
-// run out, the last error is returned (wrapping ctx.Err() when the context
-// ended it).
+// SubmitWithKey submits job with key. Transient answers (503, a proxy's
+// 502, 504, 408 or code-less 429, 409 request_in_progress, 422
+// idempotency_key_claimed, connection errors, attempt timeouts) are
+// retried with the same key and the same body bytes, on the next gate each
+// time. Any other problem is returned at once as an *Error; when the
+// attempts or the context run out, the last error is returned (wrapping
+// ctx.Err() when the context ended it, or context.DeadlineExceeded when
+// the next attempt would start past its deadline).
 func (c *Client) SubmitWithKey(ctx context.Context, key string, job api.JobRequest) (*Result, error) {
 	body, err := json.Marshal(job)
 	if err != nil {
@@ -325,7 +327,15 @@ func (c *Client) do(ctx context.Context, extra time.Duration, method, path, key 
 	var last error
 	for attempt := 0; attempt < c.opts.MaxAttempts; attempt++ {
 		if attempt > 0 {
-			if err := c.wait(ctx, attempt, last); err != nil {
+			d := c.backoff(attempt, last)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+				// The next attempt would start past the deadline (a
+				// Retry-After longer than the time left): give up now
+				// rather than sleep until the context ends.
+				return false, fmt.Errorf("client: %s %s: the next attempt, in %v, would start past the context's deadline: %w (last error: %w)",
+					method, path, d.Round(time.Millisecond), context.DeadlineExceeded, last)
+			}
+			if err := sleep(ctx, d, last); err != nil {
 				return false, err
 			}
 		}
@@ -359,6 +369,16 @@ func transient(e *Error) bool {
 	switch e.Status {
 	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return true
+	case http.StatusRequestTimeout:
+		// A proxy (or a server) timed out reading the request: it was
+		// never answered, and the same key and body again are safe.
+		return true
+	case http.StatusTooManyRequests:
+		// A gate's 429 is a problem (job_rejected, a stored outcome;
+		// tenant_quota_exceeded): its answer. One without a code is a
+		// proxy's rate limit in front of the gates: the request never
+		// reached one.
+		return e.Code == ""
 	case http.StatusConflict:
 		return e.Code == api.CodeRequestInProgress
 	case http.StatusUnprocessableEntity:
@@ -369,9 +389,14 @@ func transient(e *Error) bool {
 	return false
 }
 
-// wait sleeps before attempt (1-based retry count): exponential backoff with
-// jitter, at least the last answer's Retry-After.
+// wait sleeps before attempt (1-based retry count) for its backoff.
 func (c *Client) wait(ctx context.Context, attempt int, last error) error {
+	return sleep(ctx, c.backoff(attempt, last), last)
+}
+
+// backoff is the wait before attempt (1-based retry count): exponential
+// backoff with jitter, at least the last answer's Retry-After.
+func (c *Client) backoff(attempt int, last error) time.Duration {
 	d := c.opts.InitialBackoff << min(attempt-1, 30)
 	if d <= 0 || d > c.opts.MaxBackoff {
 		d = c.opts.MaxBackoff
@@ -381,6 +406,11 @@ func (c *Client) wait(ctx context.Context, attempt int, last error) error {
 	if errors.As(last, &e) && e.RetryAfter > d {
 		d = e.RetryAfter
 	}
+	return d
+}
+
+// sleep waits d, or until ctx ends (an error wrapping ctx.Err() and last).
+func sleep(ctx context.Context, d time.Duration, last error) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -437,14 +467,25 @@ func problem(resp *http.Response, b []byte) *Error {
 			e.Detail = e.Detail[:200]
 		}
 	}
-	if s := resp.Header.Get(api.HeaderRetryAfter); s != "" {
-		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
-			e.RetryAfter = time.Duration(n) * time.Second
-		} else if t, err := http.ParseTime(s); err == nil {
-			e.RetryAfter = max(time.Until(t), 0)
-		}
-	}
+	e.RetryAfter = retryAfter(resp.Header.Get(api.HeaderRetryAfter))
 	return e
+}
+
+// retryAfter reads a Retry-After value (RFC 9110): delta-seconds (digits
+// only; a number too large for a time.Duration is the largest one), or an
+// HTTP date (the time until it, 0 when past); 0 when absent or malformed.
+func retryAfter(s string) time.Duration {
+	if s != "" && strings.Trim(s, "0123456789") == "" {
+		n, _ := strconv.ParseUint(s, 10, 64) // all digits: on overflow, the largest uint64
+		if n > uint64(math.MaxInt64/time.Second) {
+			return math.MaxInt64
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(s); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
 }
 
 // problemError is the *Error of problem p answered with status.

@@ -1,0 +1,116 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// A 408 (a proxy timed out reading the request) and a 429 that is not a
+// gate's problem (a proxy's rate limit) never reached a gate: Submit
+// retries them, with the same key and body, as it retries a 502.
+func TestSubmitRetriesAnswersThatNeverReachedAGate(t *testing.T) {
+	var s seen
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.record(r)
+		switch n.Add(1) {
+		case 1:
+			http.Error(w, "request timeout", http.StatusRequestTimeout)
+		case 2:
+			w.Header().Set(api.HeaderRetryAfter, "0")
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+		default:
+			writeJob(w, false)
+		}
+	}))
+	defer srv.Close()
+	c, err := New([]string{srv.URL}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+	if err != nil {
+		t.Fatalf("SubmitWithKey: %v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if res.Job.JobID != "j1" || len(s.keys) != 3 {
+		t.Fatalf("job %q after %d attempts, want j1 after 3", res.Job.JobID, len(s.keys))
+	}
+	for i := range s.keys {
+		if s.keys[i] != testKey || s.bodies[i] != s.bodies[0] {
+			t.Fatalf("attempt %d: key %q body %q; first: %q %q", i, s.keys[i], s.bodies[i], testKey, s.bodies[0])
+		}
+	}
+}
+
+// A gate's own 429 (tenant_quota_exceeded, job_rejected) is still its
+// answer: returned at once.
+func TestSubmitReturnsAGate429AtOnce(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		writeProblem(w, http.StatusTooManyRequests, api.CodeTenantQuotaExceeded, "0")
+	}))
+	defer srv.Close()
+	c, _ := New([]string{srv.URL}, fastOpts())
+	_, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+	if !errors.Is(err, ErrTenantQuotaExceeded) || n.Load() != 1 {
+		t.Fatalf("err %v after %d attempts, want tenant_quota_exceeded after 1", err, n.Load())
+	}
+}
+
+// An answer whose Retry-After ends past the context's deadline is not
+// slept on until the deadline: the call returns at once, its error
+// wrapping context.DeadlineExceeded and the answer, as if the context had
+// run out.
+func TestSubmitGivesUpAtOnceWhenRetryAfterPassesTheDeadline(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "3600")
+	}))
+	defer srv.Close()
+	c, _ := New([]string{srv.URL}, fastOpts())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := c.SubmitWithKey(ctx, testKey, api.JobRequest{Type: "demo"})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err %v, want it to wrap context.DeadlineExceeded and unavailable", err)
+	}
+	if ctx.Err() != nil || n.Load() != 1 {
+		t.Fatalf("returned after %d attempts with the context %v: want 1, before its deadline", n.Load(), ctx.Err())
+	}
+}
+
+// Retry-After in both forms of RFC 9110: delta-seconds, and an HTTP date;
+// a number of seconds too large for a time.Duration is the largest one,
+// never a wrapped-around value.
+func TestRetryAfterForms(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		ok     func(time.Duration) bool
+	}{
+		{"7", func(d time.Duration) bool { return d == 7*time.Second }},
+		{time.Now().Add(time.Hour).UTC().Format(http.TimeFormat), func(d time.Duration) bool {
+			return d > 58*time.Minute && d <= time.Hour
+		}},
+		{time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat), func(d time.Duration) bool { return d == 0 }},
+		{"99999999999999999", func(d time.Duration) bool { return d == time.Duration(1<<63-1) }},
+		{"-1", func(d time.Duration) bool { return d == 0 }},
+		{"soon", func(d time.Duration) bool { return d == 0 }},
+	} {
+		resp := &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{}}
+		resp.Header.Set(api.HeaderRetryAfter, tc.header)
+		if e := problem(resp, nil); !tc.ok(e.RetryAfter) {
+			t.Errorf("Retry-After %q: %v", tc.header, e.RetryAfter)
+		}
+	}
+}
