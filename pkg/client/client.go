@@ -421,6 +421,12 @@ func sleep(ctx context.Context, d time.Duration, last error) error {
 	}
 }
 
+// MaxProblemBytes bounds how much of a non-2xx answer's body is read: far
+// more than any problem of docs/api.md, far less than an endless error
+// page. A 2xx answer is read whole (a list page, a lease answer: their
+// sizes are bounded by the gate, docs/api.md), within AttemptTimeout.
+const MaxProblemBytes = 64 << 10
+
 // once is one HTTP exchange, bounded by AttemptTimeout + extra.
 func (c *Client) once(ctx context.Context, extra time.Duration, gate *url.URL, method, path, key string, body []byte) (*http.Response, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout+extra)
@@ -448,7 +454,14 @@ func (c *Client) once(ctx context.Context, extra time.Duration, gate *url.URL, m
 		return nil, nil, fmt.Errorf("client: %s %s%s: %w", method, gate.Host, path, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	var rb io.Reader = resp.Body
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// A problem is small; a proxy's error page may not be (or may
+		// never end): read what a problem could hold, and drop the rest
+		// with the connection.
+		rb = io.LimitReader(resp.Body, MaxProblemBytes)
+	}
+	b, err := io.ReadAll(rb)
 	if err != nil {
 		return nil, nil, fmt.Errorf("client: reading %s %s%s: %w", method, gate.Host, path, err)
 	}

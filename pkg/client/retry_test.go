@@ -114,3 +114,33 @@ func TestRetryAfterForms(t *testing.T) {
 		}
 	}
 }
+
+// A non-2xx answer with an endless body (a misbehaving proxy's error page)
+// is read up to a bound, not until the attempt times out: the call sees
+// the 502 and retries it at once.
+func TestSubmitReadsAnErrorBodyUpToABound(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) > 1 {
+			writeJob(w, false)
+			return
+		}
+		w.WriteHeader(http.StatusBadGateway)
+		chunk := make([]byte, 32<<10)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(chunk); err != nil {
+				return // the client hung up
+			}
+		}
+	}))
+	defer srv.Close()
+	o := fastOpts()
+	o.AttemptTimeout = time.Hour
+	c, _ := New([]string{srv.URL}, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.SubmitWithKey(ctx, testKey, api.JobRequest{Type: "demo"})
+	if err != nil || res.Job.JobID != "j1" || n.Load() != 2 {
+		t.Fatalf("after %d attempts: %+v, %v; want j1 after 2", n.Load(), res, err)
+	}
+}
