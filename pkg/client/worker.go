@@ -202,7 +202,8 @@ type WorkerOptions struct {
 
 // Run leases jobs and runs h on each, at most opts.Concurrency at once,
 // until ctx ends; it then waits for the running handlers (their contexts
-// are cancelled) and returns nil. A lease refused for good (400, 401, 403,
+// are cancelled, their leases still heartbeated until they return, their
+// outcomes reported) and returns nil. A lease refused for good (400, 401, 403,
 // 404, 405, 413: the options or the credentials are wrong) makes Run
 // return that error, after the running handlers; any other failed lease
 // (a 5xx, a 429, the gates unreachable) is logged and retried after a
@@ -309,6 +310,12 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 	log := opts.Logger.With("job_id", l.Job.JobID, "attempt", l.Attempt)
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The heartbeats go on until the handler returns, after Run's context
+	// ended too: a handler that takes its time to stop (or ignores its
+	// context) keeps its lease, instead of losing it to another worker
+	// while it still runs and having its outcome refused.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
 	var lost sync.Once
 	lostCh := make(chan struct{})
 	beat := make(chan struct{})
@@ -318,23 +325,24 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 		defer t.Stop()
 		for {
 			select {
-			case <-jctx.Done():
+			case <-hctx.Done():
 				return
 			case <-t.C:
 			}
-			_, err := c.Heartbeat(jctx, l.Job.JobID, l.LeaseID, opts.LeaseFor)
+			_, err := c.Heartbeat(hctx, l.Job.JobID, l.LeaseID, opts.LeaseFor)
 			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrJobNotFound) {
 				log.Warn("lease lost: stopping the handler", "err", err)
 				lost.Do(func() { close(lostCh) })
 				cancel()
 				return
 			}
-			if err != nil && jctx.Err() == nil {
+			if err != nil && hctx.Err() == nil {
 				log.Warn("heartbeat failed", "err", err)
 			}
 		}
 	}()
 	result, herr := h(jctx, l.Job, l.Attempt)
+	hcancel()
 	cancel()
 	<-beat
 	select {

@@ -32,14 +32,15 @@ type fakeQueue struct {
 	keys      map[string]bool // Idempotency-Keys seen
 	budget    int             // results longer are refused with budget_exceeded (0: none)
 	errs      map[string]string
-	batches   []int // the items of each POST /v1/completions
-	leaseErrs []int // statuses answered to the first leases, one each
-	leaseN    int   // leases asked
+	batches   []int          // the items of each POST /v1/completions
+	leaseErrs []int          // statuses answered to the first leases, one each
+	leaseN    int            // leases asked
+	beats     map[string]int // heartbeats answered, per job
 }
 
 func newFakeQueue(jobs ...string) *fakeQueue {
 	return &fakeQueue{queued: jobs, leases: map[string]string{}, completed: map[string]string{},
-		failed: map[string]bool{}, lose: map[string]bool{}, keys: map[string]bool{}, errs: map[string]string{}}
+		failed: map[string]bool{}, lose: map[string]bool{}, keys: map[string]bool{}, errs: map[string]string{}, beats: map[string]int{}}
 }
 
 func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -113,6 +114,7 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch action {
 	case "heartbeat":
+		q.beats[id]++
 		reply(api.HeartbeatResponse{LeaseID: body.LeaseID, ExpiresAt: api.FormatTime(time.Now().Add(time.Minute))})
 	case "complete":
 		job, p := q.complete(id, body.LeaseID, body.Result)
@@ -371,5 +373,61 @@ func TestRunFailsAResultThatCannotBeEncoded(t *testing.T) {
 	defer q.mu.Unlock()
 	if !q.failed["nan"] || !strings.Contains(q.errs["nan"], "NaN") || q.completed["ok"] != `"ok"` {
 		t.Fatalf("completed %v, failed %v with %q", q.completed, q.failed, q.errs["nan"])
+	}
+}
+
+// A handler still running when Run's context ends (it ignores its context,
+// or takes its time to stop) keeps its lease: Run heartbeats it until the
+// handler returns, then completes it. Without the heartbeats the lease
+// would expire under a running handler, another worker could run the job
+// meanwhile, and this one's completion would be refused (lease_lost).
+func TestRunHeartbeatsAHandlerThatOutlivesItsContext(t *testing.T) {
+	q := newFakeQueue("slow")
+	srv := httptest.NewServer(q)
+	defer srv.Close()
+	c, err := New([]string{srv.URL}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	done := make(chan error, 1)
+	var runErr error
+	returned := false
+	defer func() { // on a failure too: Run ends before the test does
+		free()
+		if !returned {
+			<-done
+		}
+	}()
+	go func() {
+		done <- c.Run(ctx, WorkerOptions{LeaseFor: time.Second, Wait: time.Second},
+			func(context.Context, api.Job, int) (any, error) {
+				close(started)
+				<-release // ignores its context
+				return "ok", nil
+			})
+	}()
+	<-started
+	beats := func() int {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.beats["slow"]
+	}
+	cancel()
+	atCancel := beats()
+	waitFor(t, func() bool { return beats() >= atCancel+2 })
+	free()
+	runErr, returned = <-done, true
+	if runErr != nil {
+		t.Fatalf("Run: %v", runErr)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.completed["slow"] != `"ok"` {
+		t.Fatalf("completed %v: want the slow job completed with its result", q.completed)
 	}
 }
