@@ -208,7 +208,8 @@ type WorkerOptions struct {
 // return that error, after the running handlers; any other failed lease
 // (a 5xx, a 429, the gates unreachable) is logged and retried after a
 // backoff. While a handler runs, its lease is
-// heartbeated every third of opts.LeaseFor; a lost lease cancels the
+// heartbeated every third of opts.LeaseFor (each heartbeat has until the
+// next, so one stuck on a gate gives way to the next); a lost lease cancels the
 // handler's context and its outcome is not reported. Completions that
 // finish while one is being sent go together in the next CompleteMany (up
 // to api.MaxCompletions; a lone one is sent at once, with no timer), each
@@ -321,7 +322,8 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 	beat := make(chan struct{})
 	go func() {
 		defer close(beat)
-		t := time.NewTicker(max(opts.LeaseFor/3, 100*time.Millisecond))
+		every := max(opts.LeaseFor/3, 100*time.Millisecond)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -329,7 +331,12 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 				return
 			case <-t.C:
 			}
-			_, err := c.Heartbeat(hctx, l.Job.JobID, l.LeaseID, opts.LeaseFor)
+			// One heartbeat (with its retries) has until the next tick: one
+			// stuck on a gate that does not answer gives way to the next,
+			// which starts on the next gate, before the lease runs out.
+			bctx, bcancel := context.WithTimeout(hctx, every)
+			_, err := c.Heartbeat(bctx, l.Job.JobID, l.LeaseID, opts.LeaseFor)
+			bcancel()
 			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrJobNotFound) {
 				log.Warn("lease lost: stopping the handler", "err", err)
 				lost.Do(func() { close(lostCh) })

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -429,5 +430,65 @@ func TestRunHeartbeatsAHandlerThatOutlivesItsContext(t *testing.T) {
 	defer q.mu.Unlock()
 	if q.completed["slow"] != `"ok"` {
 		t.Fatalf("completed %v: want the slow job completed with its result", q.completed)
+	}
+}
+
+// A heartbeat sent to a gate that never answers gives way to the next one
+// at the next tick (through the next gate), instead of holding the lease's
+// heartbeats for the whole of its attempts while the lease runs out.
+func TestRunHeartbeatsPastAGateThatHangs(t *testing.T) {
+	q := newFakeQueue("j")
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/heartbeat") {
+			_, _ = io.Copy(io.Discard, r.Body) // so that the server sees the client hang up
+			<-r.Context().Done()               // never answers a heartbeat
+			return
+		}
+		q.ServeHTTP(w, r)
+	}))
+	defer hung.Close()
+	up := httptest.NewServer(q)
+	defer up.Close()
+	o := fastOpts()
+	o.AttemptTimeout = time.Hour
+	c, err := New([]string{hung.URL, up.URL}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	beats := func() int {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.beats["j"]
+	}
+	enough := make(chan struct{})
+	var enoughOnce sync.Once
+	done := make(chan error, 1)
+	returned := false
+	defer func() { // on a failure too: Run ends before the test does
+		cancel()
+		enoughOnce.Do(func() { close(enough) })
+		if !returned {
+			<-done
+		}
+	}()
+	go func() {
+		done <- c.Run(ctx, WorkerOptions{LeaseFor: time.Second, Wait: time.Second},
+			func(context.Context, api.Job, int) (any, error) {
+				<-enough
+				return "ok", nil
+			})
+	}()
+	waitFor(t, func() bool { return beats() >= 2 })
+	enoughOnce.Do(func() { close(enough) })
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.completed["j"] == `"ok"`
+	})
+	cancel()
+	err, returned = <-done, true
+	if err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
