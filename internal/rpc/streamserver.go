@@ -16,7 +16,9 @@ import (
 
 	"github.com/soheilhy/cmux"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
@@ -88,10 +90,13 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 	}
 	s.mux.HandleFunc("GET /rpc/v1/status", s.serveStatusHTTP)
 	s.http = &http.Server{
-		Handler:           requireSecret(s.mux, cfg.Secret),
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          cfg.ErrorLog,
+		Handler: requireSecret(s.mux, cfg.Secret),
+		// "OPTIONS *" too goes to the handler, behind the secret: net/http
+		// would answer it 200 itself, before any handler, to anyone.
+		DisableGeneralOptionsHandler: true,
+		ReadHeaderTimeout:            5 * time.Second,
+		IdleTimeout:                  120 * time.Second,
+		ErrorLog:                     cfg.ErrorLog,
 	}
 	opts := []grpc.ServerOption{
 		// TLS, when on, is done before cmux; these hand its state to the
@@ -101,6 +106,11 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 		grpc.MaxSendMsgSize(maxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
+		// A method the server does not serve (an unknown service, gRPC
+		// reflection or health, a method of neither service) is answered
+		// by this handler, through the interceptors: a caller without the
+		// credential is refused before it learns which methods exist.
+		grpc.UnknownServiceHandler(unknownMethod),
 	}
 	opts = append(opts, secretInterceptors(cfg.Secret)...)
 	opts = append(opts, operatorInterceptors(cfg.OperatorAuth)...)
@@ -110,6 +120,13 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 		rpcpb.RegisterOperatorServer(s.grpc, &operatorService{s: s, op: cfg.Operator})
 	}
 	return s
+}
+
+// unknownMethod answers a call of a method the server does not serve:
+// Unimplemented, as gRPC does, once the interceptors let it through.
+func unknownMethod(_ any, ss grpc.ServerStream) error {
+	m, _ := grpc.MethodFromServerStream(ss)
+	return status.Errorf(codes.Unimplemented, "unknown method %s", m)
 }
 
 // Mux is the HTTP/1.1 side's ServeMux: add routes before Serve.
