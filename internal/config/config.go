@@ -111,7 +111,11 @@ type Loader struct {
 // -h goes to w.
 func NewLoader(program string, w io.Writer) *Loader {
 	fs := flag.NewFlagSet(program, flag.ContinueOnError)
-	fs.SetOutput(w)
+	// The flag package's own message of a refused flag ("invalid value
+	// %q for flag ...") shows the value given, a secret's too: it is not
+	// written. Parse returns the error, which the program prints (a
+	// secret's without its value: Secret), and Usage writes to w.
+	fs.SetOutput(io.Discard)
 	l := &Loader{fs: fs, byFlag: map[string]*setting{}}
 	fs.Usage = func() {
 		fmt.Fprintf(w, "Usage of %s:\n\nEvery flag may also be set by its environment variable; a flag wins.\n\n", program)
@@ -254,10 +258,14 @@ func (l *Loader) String(p *string, env, want string, validate func(string) error
 
 // Secret registers a string setting that holds a secret (a gossip key): as
 // String, but an error never shows the value given, which would put the
-// secret, or something close to it, in the logs.
+// secret, or something close to it, in the logs, nor does -h show its
+// default.
 func (l *Loader) Secret(p *string, env, want string, validate func(string) error, usage string) {
 	l.String(p, env, want, validate, usage)
 	s := l.settings[len(l.settings)-1]
+	if s.def != "" {
+		s.def = "(withheld)" // -h lists the default
+	}
 	set, check := s.set, s.check
 	s.set = func(text string) error { return withheld(set(text)) }
 	s.check = func() error { return withheld(check()) }

@@ -297,3 +297,48 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// A secret setting (a gossip key) that is refused never shows its value,
+// given as a flag or in the environment: not in the error, and not in what
+// the loader writes (the flag package's own "invalid value" line, the
+// usage and its defaults).
+func TestSecretSettingNeverShowsItsValue(t *testing.T) {
+	const key = "s3cr3t-but-not-base64!"
+	refuse := func(v string) error {
+		if v != "" {
+			return ErrSyntax
+		}
+		return nil
+	}
+	for name, given := range map[string]struct {
+		args []string
+		env  map[string]string
+	}{
+		"flag":        {args: []string{"-x-gossip-key=" + key}},
+		"flag, apart": {args: []string{"-x-gossip-key", key}},
+		"environment": {env: map[string]string{"X_GOSSIP_KEY": key}},
+	} {
+		var out strings.Builder
+		l := NewLoader("x", &out)
+		v := ""
+		l.Secret(&v, "X_GOSSIP_KEY", "a key", refuse, "the key")
+		err := l.Parse(given.args, MapLookup(given.env))
+		if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("%s: %v, want an error matching ErrInvalid", name, err)
+		}
+		if strings.Contains(err.Error(), key) || strings.Contains(out.String(), key) {
+			t.Errorf("%s: the key is shown: error %q, output %q", name, err, out.String())
+		}
+	}
+	// A default (a configuration built in code) is not shown by -h either.
+	var out strings.Builder
+	l := NewLoader("x", &out)
+	v := key
+	l.Secret(&v, "X_GOSSIP_KEY", "a key", nil, "the key")
+	if err := l.Parse([]string{"-h"}, nil); !errors.Is(err, ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	if !strings.Contains(out.String(), "X_GOSSIP_KEY") || strings.Contains(out.String(), key) {
+		t.Errorf("-h: %q, want the setting without its value", out.String())
+	}
+}

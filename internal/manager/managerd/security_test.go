@@ -63,12 +63,17 @@ func TestMainRefusesABadGossipKey(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ name, env, key string }{
-		{"LAN, not base64", manager.EnvGossipKey, "s3cr3t-but-not-base64!"},
-		{"LAN, 15 bytes", manager.EnvGossipKey, "AAAAAAAAAAAAAAAAAAAA"},
-		{"LAN, blank", manager.EnvGossipKey, " "},
-		{"WAN, not base64", manager.EnvWANGossipKey, "s3cr3t-but-not-base64!"},
-		{"WAN, blank", manager.EnvWANGossipKey, "\t"},
+	for _, tc := range []struct {
+		name, env, key string
+		flag           bool // given as the variable's flag, not in the environment
+	}{
+		{"LAN, not base64", manager.EnvGossipKey, "s3cr3t-but-not-base64!", false},
+		{"LAN, not base64, as a flag", manager.EnvGossipKey, "s3cr3t-but-not-base64!", true},
+		{"WAN, not base64, as a flag", manager.EnvWANGossipKey, "s3cr3t-but-not-base64!", true},
+		{"LAN, 15 bytes", manager.EnvGossipKey, "AAAAAAAAAAAAAAAAAAAA", false},
+		{"LAN, blank", manager.EnvGossipKey, " ", false},
+		{"WAN, not base64", manager.EnvWANGossipKey, "s3cr3t-but-not-base64!", false},
+		{"WAN, blank", manager.EnvWANGossipKey, "\t", false},
 	} {
 		var stderr bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -81,9 +86,14 @@ func TestMainRefusesABadGossipKey(t *testing.T) {
 		env := []string{manager.EnvDataDir + "=" + filepath.Join(t.TempDir(), "data"), manager.EnvClusterSecretFile + "=" + secret,
 			manager.EnvNodeID + "=m1", manager.EnvBootstrapExpect + "=1",
 			manager.EnvRPCAddr + fmt.Sprintf("=127.0.0.1:%d", ports[0]), manager.EnvRaftAddr + fmt.Sprintf("=127.0.0.1:%d", ports[1]),
-			manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]), manager.EnvWANGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[3]),
-			tc.env + "=" + tc.key}
-		if code := Main(ctx, nil, env, io.Discard, &stderr); code != config.ExitConfig {
+			manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]), manager.EnvWANGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[3])}
+		var args []string
+		if tc.flag {
+			args = []string{"-" + config.FlagName(tc.env) + "=" + tc.key}
+		} else {
+			env = append(env, tc.env+"="+tc.key)
+		}
+		if code := Main(ctx, args, env, io.Discard, &stderr); code != config.ExitConfig {
 			t.Fatalf("%s: exit %d, want %d; stderr %s", tc.name, code, config.ExitConfig, stderr.String())
 		}
 		if !strings.Contains(stderr.String(), tc.env) {
