@@ -33,6 +33,10 @@ func TestMainRefusesWithoutCredential(t *testing.T) {
 		{"insecure with a secret", []string{manager.EnvInsecure + "=true", manager.EnvClusterSecretFile + "=" + secret}, []string{manager.EnvInsecure, manager.EnvClusterSecretFile}},
 		{"insecure with an operator secret", []string{manager.EnvInsecure + "=true", manager.EnvOperatorSecretFile + "=" + secret}, []string{manager.EnvInsecure, manager.EnvOperatorSecretFile}},
 		{"insecure with a gossip key", []string{manager.EnvInsecure + "=true", manager.EnvGossipKey + "=AAAAAAAAAAAAAAAAAAAAAA=="}, []string{manager.EnvInsecure, manager.EnvGossipKey}},
+		{"insecure with a WAN gossip key", []string{manager.EnvInsecure + "=true", manager.EnvWANGossipAddr + "=127.0.0.1:0",
+			manager.EnvWANGossipKey + "=AAAAAAAAAAAAAAAAAAAAAA=="}, []string{manager.EnvInsecure, manager.EnvWANGossipKey}},
+		{"insecure with TLS files", []string{manager.EnvInsecure + "=true", manager.EnvTLSCAFile + "=ca.pem", manager.EnvTLSCertFile + "=c.pem",
+			manager.EnvTLSKeyFile + "=k.pem"}, []string{manager.EnvInsecure, manager.EnvTLSCAFile}},
 		{"half TLS", []string{manager.EnvTLSCAFile + "=ca.pem", manager.EnvTLSCertFile + "=c.pem"}, []string{manager.EnvTLSKeyFile}},
 		{"TLS without a gossip key", []string{manager.EnvTLSCAFile + "=ca.pem", manager.EnvTLSCertFile + "=c.pem", manager.EnvTLSKeyFile + "=k.pem"}, []string{manager.EnvGossipKey}},
 	} {
