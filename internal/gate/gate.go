@@ -242,11 +242,24 @@ func (g *Gate) routes() {
 	g.route("GET /metrics", g.metrics.handler().ServeHTTP)
 	g.consoleRoutes()
 	if g.cfg.Pprof {
-		g.route("GET /debug/pprof/", pprof.Index)
-		g.route("GET /debug/pprof/cmdline", pprof.Cmdline)
-		g.route("GET /debug/pprof/profile", pprof.Profile)
-		g.route("GET /debug/pprof/symbol", pprof.Symbol)
-		g.route("GET /debug/pprof/trace", pprof.Trace)
+		// On the public listener: with a token file, operators only, as
+		// GET /v1/cluster (the command line, goroutine stacks and
+		// profiles that cost CPU are no tenant's, nor anyone's).
+		g.route("GET /debug/pprof/", g.operatorsOnly(pprof.Index))
+		g.route("GET /debug/pprof/cmdline", g.operatorsOnly(pprof.Cmdline))
+		g.route("GET /debug/pprof/profile", g.operatorsOnly(pprof.Profile))
+		g.route("GET /debug/pprof/symbol", g.operatorsOnly(pprof.Symbol))
+		g.route("GET /debug/pprof/trace", g.operatorsOnly(pprof.Trace))
+	}
+}
+
+// operatorsOnly is h behind authenticateOperator: open on a gate with no
+// token file of either kind, else for operators' tokens only.
+func (g *Gate) operatorsOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if g.authenticateOperator(w, r) {
+			h(w, r)
+		}
 	}
 }
 
