@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -52,10 +53,13 @@ type tokenTable struct {
 }
 
 // tokenFile is the token file and the table last loaded from it. It is
-// loaded again when the file changes (Watch), as internal/certs reloads
-// certificates: a token added or revoked takes effect without a restart. A
-// new file that cannot be used (unreadable, a bad line, no token) leaves the
-// table in use as it was, and is logged; the next change is tried again.
+// loaded again when the file's content changes (Watch): a token added or
+// revoked takes effect without a restart. The content, not the file's
+// modification time and size, tells a change: a token replaced by another
+// of the same length within one tick of the file system's clock (a
+// revocation) changes neither. A new file that cannot be used (unreadable,
+// a bad line, no token) leaves the table in use as it was, and is logged;
+// it is tried again at every look until it loads.
 type tokenFile struct {
 	path string
 	log  *slog.Logger
@@ -65,10 +69,14 @@ type tokenFile struct {
 	// tenant's token must not open the cluster view.
 	operators *tokenTable
 
-	mu   sync.Mutex // serialises reloads
-	mod  time.Time  // the file's modification time and size at the last load
-	size int64
+	mu  sync.Mutex        // serialises reloads
+	sum [sha256.Size]byte // the SHA-256 of the content last loaded
 }
+
+// maxTokenFileBytes bounds what is read of a token file: a longer one (a
+// path given by mistake that does not end, such as a device) is refused
+// rather than read until memory runs out.
+const maxTokenFileBytes = 64 << 20
 
 // openTokenFile loads GATE_TOKEN_FILE at path, refusing a token of
 // operators (nil: none); errors as Reload's.
@@ -85,8 +93,8 @@ func (f *tokenFile) tenant(authorization string) (string, bool) {
 	return f.cur.Load().tenant(authorization)
 }
 
-// Reload loads the file again if it changed since the last load (its
-// modification time or size), and reports whether it did. A file holding
+// Reload loads the file again if its content changed since the last load,
+// and reports whether it did. A file holding
 // an operator's token is not loaded. On error the
 // table in use stays; the error is a *config.Error naming GATE_TOKEN_FILE
 // (so it matches config.ErrInvalid) that wraps the cause (a
@@ -94,16 +102,17 @@ func (f *tokenFile) tenant(authorization string) (string, bool) {
 func (f *tokenFile) Reload() (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fi, err := os.Stat(f.path)
+	b, err := readTokenFile(f.path)
 	if err != nil {
 		return false, tokensError(EnvTokenFile, "tenant", f.path, err)
 	}
-	if f.cur.Load() != nil && fi.ModTime().Equal(f.mod) && fi.Size() == f.size {
+	sum := sha256.Sum256(b)
+	if f.cur.Load() != nil && sum == f.sum {
 		return false, nil
 	}
-	t, err := loadTokens(EnvTokenFile, "tenant", f.path)
+	t, err := parseTokens(bytes.NewReader(b))
 	if err != nil {
-		return false, err
+		return false, tokensError(EnvTokenFile, "tenant", f.path, err)
 	}
 	if f.operators != nil {
 		for d := range t.byDigest {
@@ -114,8 +123,25 @@ func (f *tokenFile) Reload() (bool, error) {
 		}
 	}
 	f.cur.Store(t)
-	f.mod, f.size = fi.ModTime(), fi.Size()
+	f.sum = sum
 	return true, nil
+}
+
+// readTokenFile reads the file at path, at most maxTokenFileBytes of it.
+func readTokenFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxTokenFileBytes {
+		return nil, &TokenFileError{Reason: fmt.Sprintf("longer than %d bytes", maxTokenFileBytes)}
+	}
+	return b, nil
 }
 
 // Watch reloads the file every interval until ctx ends, logging each reload
@@ -142,12 +168,11 @@ func (f *tokenFile) Watch(ctx context.Context, interval time.Duration) {
 // the variable env (GATE_TOKEN_FILE: tenants; GATE_OPERATOR_TOKEN_FILE:
 // operators). Its errors are *config.Error values naming env.
 func loadTokens(env, holder, path string) (*tokenTable, error) {
-	f, err := os.Open(path)
+	b, err := readTokenFile(path)
 	if err != nil {
 		return nil, tokensError(env, holder, path, err)
 	}
-	defer f.Close()
-	t, err := parseTokens(f)
+	t, err := parseTokens(bytes.NewReader(b))
 	if err != nil {
 		return nil, tokensError(env, holder, path, err)
 	}

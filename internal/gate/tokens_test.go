@@ -124,3 +124,41 @@ func TestOperatorTokenIsNoTenantToken(t *testing.T) {
 		t.Fatal("tok-alpha refused after a reload that was not loaded")
 	}
 }
+
+// A token replaced by another of the same length, at the same modification
+// time (a revocation within one tick of the file system's clock, or a file
+// restored with its old time), is seen: the gate reloads the file when its
+// content changes, not only its modification time or size.
+func TestTokenFileReloadSeesARewriteOfTheSameSizeAndTime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	at := time.Now().Add(-time.Hour).Truncate(time.Second)
+	write := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tok-alpha alpha\n")
+	f, err := openTokenFile(path, nil, testutil.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("tok-omega alpha\n")
+	if loaded, err := f.Reload(); !loaded || err != nil {
+		t.Fatalf("a rewrite of the same size and time: loaded %v, err %v", loaded, err)
+	}
+	if _, ok := f.tenant("Bearer tok-alpha"); ok {
+		t.Fatal("the revoked token is still accepted")
+	}
+	if tenant, ok := f.tenant("Bearer tok-omega"); !ok || tenant != "alpha" {
+		t.Fatalf("the new token: %q, %v", tenant, ok)
+	}
+	// The same content again is no change.
+	write("tok-omega alpha\n")
+	if loaded, err := f.Reload(); loaded || err != nil {
+		t.Fatalf("the same content: loaded %v, err %v", loaded, err)
+	}
+}
