@@ -73,6 +73,9 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	if mode == config.ModeInsecure {
 		logger.Warn(EnvInsecure + "=true: " + config.InsecureWarning)
 	}
+	if cfg.TokenFile == "" {
+		logger.Warn(noTokenFileWarning, logging.KeyVariable, EnvTokenFile)
+	}
 	for _, u := range UnknownVariables(environ) {
 		logger.Warn("unknown variable ignored", logging.KeyVariable, u.Name, logging.KeyNearest, u.Nearest)
 	}
@@ -153,6 +156,10 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	}
 	return ExitOK
 }
+
+// noTokenFileWarning is logged at start by a gate without GATE_TOKEN_FILE:
+// its API then authenticates no one (docs/security.md).
+const noTokenFileWarning = "no token file (" + EnvTokenFile + "): the API authenticates no one, and every caller acts as tenant \"default\""
 
 // NewLogger returns the gate's logger: internal/logging's handler writing to w
 // at level (trace, debug, info, warn, error) in format (text or json). Errors

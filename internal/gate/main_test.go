@@ -264,3 +264,43 @@ func TestMainStartsWithDecimalSeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestMainWarnsWithoutTokenFile: a gate started without GATE_TOKEN_FILE
+// serves every caller as tenant "default", which it says at start with a
+// warning naming the variable; a gate with a token file does not.
+func TestMainWarnsWithoutTokenFile(t *testing.T) {
+	tokens := writeFile(t, "tokens", "tok-alpha alpha\n")
+	for _, tc := range []struct {
+		env  []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{EnvTokenFile + "=" + tokens}, false},
+	} {
+		logs := &logLines{addr: make(chan string, 1)}
+		ctx, cancel := context.WithCancel(context.Background())
+		exit := make(chan int, 1)
+		env := append([]string{"GATE_LISTEN_ADDR=127.0.0.1:0", "GATE_INSECURE=true", "GATE_LOG_FORMAT=json"}, tc.env...)
+		go func() { exit <- Main(ctx, nil, env, io.Discard, logs) }()
+		select {
+		case <-logs.addr:
+		case code := <-exit:
+			cancel()
+			t.Fatalf("%v: Main exited %d before serving", tc.env, code)
+		}
+		cancel()
+		if code := <-exit; code != ExitOK {
+			t.Fatalf("%v: exit %d after shutdown", tc.env, code)
+		}
+		warned := false
+		for _, line := range logs.lines {
+			var rec struct{ Level, Msg, Variable string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == noTokenFileWarning {
+				warned = rec.Level == "WARN" && rec.Variable == EnvTokenFile
+			}
+		}
+		if warned != tc.want {
+			t.Errorf("%v: warned %v, want %v; logs:\n%s", tc.env, warned, tc.want, strings.Join(logs.lines, "\n"))
+		}
+	}
+}
