@@ -86,8 +86,21 @@ func (m *metrics) observeRequest(route, method string, status int, code string, 
 	if code == "" {
 		code = "none"
 	}
-	m.requests.WithLabelValues(route, method, strconv.Itoa(status), code).Inc()
+	m.requests.WithLabelValues(route, methodLabel(method), strconv.Itoa(status), code).Inc()
 	m.requestDuration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// methodLabel is method as the requests counter's label: one of the
+// methods of RFC 9110 (and PATCH) as it is, any other "other". The method
+// is the client's to choose, unauthenticated: a label of each would let
+// anyone who reaches the gate add series without end.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return method
+	}
+	return "other"
 }
 
 // cacheCollector exports cache.Stats and the cache's size at scrape time.
