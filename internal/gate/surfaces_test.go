@@ -1,7 +1,10 @@
 package gate
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -66,5 +69,80 @@ func TestMetricsMethodLabelIsBounded(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q:\n%s", want, text)
 		}
+	}
+}
+
+// A listing's cursor positions a walk of the caller's own jobs only: a
+// cursor minted for one tenant, given by another (as it is, or forged from
+// another position or order), lists none of the first tenant's jobs.
+func TestListCursorStaysInItsCallersTenant(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	tenants := writeFile(t, "tokens", "tok-alpha alpha\ntok-beta beta\n")
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile = tenants })
+	alpha := []string{"Authorization", "Bearer tok-alpha"}
+	beta := []string{"Authorization", "Bearer tok-beta"}
+	own := map[string]bool{}
+	for i := 1; i <= 3; i++ {
+		wantJob(t, tg.submit(t, skey(i), `{"type":"x"}`, alpha...), http.StatusCreated)
+		own[wantJob(t, tg.submit(t, skey(10+i), `{"type":"x"}`, beta...), http.StatusCreated).JobID] = true
+	}
+	var page api.JobList
+	res := tg.get(t, "/v1/jobs?limit=1", alpha...)
+	wantStatus(t, res, http.StatusOK)
+	if err := json.Unmarshal(res.body, &page); err != nil || page.Next == nil {
+		t.Fatalf("alpha's first page: %s", res.body)
+	}
+	forged := base64.RawURLEncoding.EncodeToString([]byte("v1:0"))
+	for _, q := range []string{"?after=" + url.QueryEscape(*page.Next), "?type=x&after=" + url.QueryEscape(*page.Next), "?after=" + forged} {
+		res := tg.get(t, "/v1/jobs"+q, beta...)
+		wantStatus(t, res, http.StatusOK)
+		var got api.JobList
+		if err := json.Unmarshal(res.body, &got); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range got.Jobs {
+			if !own[j.JobID] {
+				t.Fatalf("beta lists %s with %s: %s", j.JobID, q, res.body)
+			}
+		}
+	}
+}
+
+// Another tenant's job, even with its lease, answers every job route
+// exactly as an unknown job of an id as long does: the same status and
+// the same bytes but for the id, and it stays untouched.
+func TestAnotherTenantsJobIsAnUnknownJob(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	tenants := writeFile(t, "tokens", "tok-alpha alpha\ntok-beta beta\n")
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile = tenants })
+	alpha := []string{"Authorization", "Bearer tok-alpha"}
+	beta := []string{"Authorization", "Bearer tok-beta"}
+	a := wantJob(t, tg.submit(t, skey(1), `{"type":"x"}`, alpha...), http.StatusCreated)
+	leases := decodeLeases(t, tg.post(t, "/v1/leases", `{}`, alpha...))
+	if len(leases) != 1 {
+		t.Fatalf("leases %+v", leases)
+	}
+	unknown := strings.Repeat("0", len(a.JobID))
+	lease := `{"lease_id":"` + leases[0].LeaseID + `","lease_seconds":60}`
+	for i, c := range []struct{ method, path, body string }{
+		{http.MethodGet, "", ""},
+		{http.MethodPost, "/heartbeat", lease},
+		{http.MethodPost, "/complete", lease},
+		{http.MethodPost, "/fail", lease},
+		{http.MethodPost, "/cancel", ""},
+		{http.MethodPost, "/retry", ""},
+	} {
+		ask := func(id string, seq int) result {
+			hdr := append([]string{api.HeaderIdempotencyKey, skey(seq)}, beta...)
+			return tg.do(t, c.method, "/v1/jobs/"+id+c.path, strings.NewReader(c.body), hdr...)
+		}
+		theirs, none := ask(a.JobID, 100+2*i), ask(unknown, 101+2*i)
+		wantProblem(t, theirs, http.StatusNotFound, api.CodeJobNotFound)
+		if want := strings.ReplaceAll(string(none.body), unknown, a.JobID); string(theirs.body) != want {
+			t.Errorf("%s %s: another tenant's job answers\n%s\nan unknown one\n%s", c.method, c.path, theirs.body, none.body)
+		}
+	}
+	if j := wantJob(t, tg.get(t, "/v1/jobs/"+a.JobID, alpha...), http.StatusOK); j.State != api.JobStatusRunning || j.Attempts != 1 {
+		t.Fatalf("alpha's job after beta's calls: %+v", j)
 	}
 }
