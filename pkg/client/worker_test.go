@@ -231,11 +231,11 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// A result the ledger's budget refuses (507 budget_exceeded) is not
-// dropped silently: Run fails the attempt with a retry and says why.
-func TestRunFailsAResultOverBudget(t *testing.T) {
-	q := newFakeQueue("small", "big")
-	q.budget = 100
+// runOneGoodOneBad runs Run over a queue of jobs good and bad, with h, until
+// one job is completed and one failed, and leaves q locked for the
+// caller's checks (the caller defers q.mu.Unlock).
+func runOneGoodOneBad(t *testing.T, q *fakeQueue, h Handler) {
+	t.Helper()
 	srv := httptest.NewServer(q)
 	defer srv.Close()
 	c, err := New([]string{srv.URL}, fastOpts())
@@ -244,15 +244,7 @@ func TestRunFailsAResultOverBudget(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- c.Run(ctx, WorkerOptions{Concurrency: 2, LeaseFor: time.Minute, Wait: time.Second},
-			func(ctx context.Context, job api.Job, attempt int) (any, error) {
-				if job.JobID == "big" {
-					return strings.Repeat("r", 200), nil
-				}
-				return "ok", nil
-			})
-	}()
+	go func() { done <- c.Run(ctx, WorkerOptions{Concurrency: 2, LeaseFor: time.Minute, Wait: time.Second}, h) }()
 	waitFor(t, func() bool {
 		q.mu.Lock()
 		defer q.mu.Unlock()
@@ -263,6 +255,19 @@ func TestRunFailsAResultOverBudget(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	q.mu.Lock()
+}
+
+// A result the ledger's budget refuses (507 budget_exceeded) is not
+// dropped silently: Run fails the attempt with a retry and says why.
+func TestRunFailsAResultOverBudget(t *testing.T) {
+	q := newFakeQueue("small", "big")
+	q.budget = 100
+	runOneGoodOneBad(t, q, func(ctx context.Context, job api.Job, attempt int) (any, error) {
+		if job.JobID == "big" {
+			return strings.Repeat("r", 200), nil
+		}
+		return "ok", nil
+	})
 	defer q.mu.Unlock()
 	if !q.failed["big"] || !strings.Contains(q.errs["big"], string(api.CodeBudgetExceeded)) || q.completed["small"] != `"ok"` {
 		t.Fatalf("completed %v, failed %v with %q", q.completed, q.failed, q.errs["big"])
@@ -344,33 +349,12 @@ func TestRunStopsOnALeaseRefusedForGood(t *testing.T) {
 // leaving the job to its lease's expiry with nothing recorded.
 func TestRunFailsAResultThatCannotBeEncoded(t *testing.T) {
 	q := newFakeQueue("nan", "ok")
-	srv := httptest.NewServer(q)
-	defer srv.Close()
-	c, err := New([]string{srv.URL}, fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Run(ctx, WorkerOptions{Concurrency: 2, LeaseFor: time.Minute, Wait: time.Second},
-			func(ctx context.Context, job api.Job, attempt int) (any, error) {
-				if job.JobID == "nan" {
-					return map[string]float64{"ratio": math.NaN()}, nil
-				}
-				return "ok", nil
-			})
-	}()
-	waitFor(t, func() bool {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return len(q.completed) == 1 && len(q.failed) == 1
+	runOneGoodOneBad(t, q, func(ctx context.Context, job api.Job, attempt int) (any, error) {
+		if job.JobID == "nan" {
+			return map[string]float64{"ratio": math.NaN()}, nil
+		}
+		return "ok", nil
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.failed["nan"] || !strings.Contains(q.errs["nan"], "NaN") || q.completed["ok"] != `"ok"` {
 		t.Fatalf("completed %v, failed %v with %q", q.completed, q.failed, q.errs["nan"])
