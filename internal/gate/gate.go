@@ -83,7 +83,7 @@ type Gate struct {
 	cfg    Config
 	log    *slog.Logger
 	now    func() time.Time
-	tokens *tokenFile      // nil: no token file, every request is tenant "default"
+	tokens *tokenFiles     // nil: no token file, every request is tenant "default" and every route open
 	secret string          // the cluster secret, "" for none
 	certs  *certs.Reloader // GATE_TLS_*: nil serves plain HTTP
 	rpcTLS *certs.Cluster  // GATE_RPC_TLS_*: nil reaches the managers over plain TCP
@@ -98,12 +98,10 @@ type Gate struct {
 	federation Federation // nil: the gate's own datacenter only
 	remote     dcClients  // clients of other datacenters' leaders
 
-	// GET /v1/cluster (cluster.go): GATE_OPERATOR_TOKEN_FILE's tokens (nil:
-	// none), the datacenter's managers (Deps.Resolver), the pool's gates
-	// (Deps.Gates).
-	operators *tokenTable
-	resolver  rpc.Resolver
-	gatesFn   func() []GateView
+	// GET /v1/cluster (cluster.go): the datacenter's managers
+	// (Deps.Resolver), the pool's gates (Deps.Gates).
+	resolver rpc.Resolver
+	gatesFn  func() []GateView
 
 	closeOnce sync.Once
 
@@ -164,15 +162,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation, dial: deps.Dial,
 		resolver: deps.Resolver, gatesFn: deps.Gates}
-	if cfg.OperatorTokenFile != "" {
-		t, err := loadTokens(EnvOperatorTokenFile, "operator", cfg.OperatorTokenFile)
-		if err != nil {
-			return nil, err
-		}
-		g.operators = t
-	}
-	if cfg.TokenFile != "" {
-		t, err := openTokenFile(cfg.TokenFile, g.operators, g.log.With(logging.KeyComponent, "tokens"))
+	if cfg.TokenFile != "" || cfg.OperatorTokenFile != "" {
+		t, err := openTokenFiles(cfg.TokenFile, cfg.OperatorTokenFile, g.log.With(logging.KeyComponent, "tokens"))
 		if err != nil {
 			return nil, err
 		}
@@ -384,7 +375,7 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		watch(g.rpcTLS.Watch)
 	}
 	g.log.Info("gate serving", logging.KeyAddr, ln.Addr().String(),
-		logging.KeyDatacenter, g.cfg.Datacenter, logging.KeyManagers, g.cfg.Managers, "auth", g.tokens != nil, "tls", g.certs != nil)
+		logging.KeyDatacenter, g.cfg.Datacenter, logging.KeyManagers, g.cfg.Managers, "auth", g.tokens.tenants(), "tls", g.certs != nil)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

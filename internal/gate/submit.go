@@ -673,7 +673,7 @@ var ledgerRefusals = []struct {
 
 // authenticate returns the request's tenant, or answers 401 and returns false.
 func (g *Gate) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
-	if g.tokens == nil {
+	if !g.tokens.tenants() {
 		noteTenant(w, api.DefaultTenant)
 		return api.DefaultTenant, true
 	}

@@ -52,25 +52,32 @@ type tokenTable struct {
 	byDigest map[[sha256.Size]byte]string
 }
 
-// tokenFile is the token file and the table last loaded from it. It is
-// loaded again when the file's content changes (Watch): a token added or
-// revoked takes effect without a restart. The content, not the file's
-// modification time and size, tells a change: a token replaced by another
-// of the same length within one tick of the file system's clock (a
-// revocation) changes neither. A new file that cannot be used (unreadable,
-// a bad line, no token) leaves the table in use as it was, and is logged;
-// it is tried again at every look until it loads.
-type tokenFile struct {
-	path string
-	log  *slog.Logger
-	cur  atomic.Pointer[tokenTable]
-	// operators are GATE_OPERATOR_TOKEN_FILE's tokens (nil: none), which no
-	// table of tenants may hold: an operator's token is no tenant's, and a
-	// tenant's token must not open the cluster view.
-	operators *tokenTable
+// tokenFiles are the gate's two token files, GATE_TOKEN_FILE (tenants)
+// and GATE_OPERATOR_TOKEN_FILE (operators), and the tables last loaded from
+// them. Both are loaded again when either file's content changes (Watch): a
+// token added or revoked takes effect without a restart. The content, not
+// the file's modification time and size, tells a change: a token replaced
+// by another of the same length within one tick of the file system's clock
+// (a revocation) changes neither. The two are loaded together, under one
+// lock, because no token may be in both: an operator's token is no
+// tenant's, and a tenant's token must not open the cluster view. A new pair
+// that cannot be used (a file unreadable, a bad line, no token, a token in
+// both) leaves the pair in use as it was, and is logged; it is tried again
+// at every look until it loads.
+type tokenFiles struct {
+	tenantPath, operatorPath string // "": that file is not configured
+	log                      *slog.Logger
+	cur                      atomic.Pointer[tokenTables]
 
-	mu  sync.Mutex        // serialises reloads
-	sum [sha256.Size]byte // the SHA-256 of the content last loaded
+	mu  sync.Mutex           // serialises reloads
+	sum [2][sha256.Size]byte // the SHA-256 of each file's content last loaded
+}
+
+// tokenTables are the tables in use: tenants nil when GATE_TOKEN_FILE is not
+// set (every request is tenant "default"), operators nil when
+// GATE_OPERATOR_TOKEN_FILE is not set.
+type tokenTables struct {
+	tenants, operators *tokenTable
 }
 
 // maxTokenFileBytes bounds what is read of a token file: a longer one (a
@@ -78,51 +85,89 @@ type tokenFile struct {
 // rather than read until memory runs out.
 const maxTokenFileBytes = 64 << 20
 
-// openTokenFile loads GATE_TOKEN_FILE at path, refusing a token of
-// operators (nil: none); errors as Reload's.
-func openTokenFile(path string, operators *tokenTable, log *slog.Logger) (*tokenFile, error) {
-	f := &tokenFile{path: path, log: log, operators: operators}
+// openTokenFiles loads GATE_TOKEN_FILE at tenants and
+// GATE_OPERATOR_TOKEN_FILE at operators ("" for a file not configured);
+// errors as Reload's.
+func openTokenFiles(tenants, operators string, log *slog.Logger) (*tokenFiles, error) {
+	f := &tokenFiles{tenantPath: tenants, operatorPath: operators, log: log}
 	if _, err := f.Reload(); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// tenant is tokenTable.tenant on the table in use.
-func (f *tokenFile) tenant(authorization string) (string, bool) {
-	return f.cur.Load().tenant(authorization)
+// tenants reports whether the gate authenticates tenants (GATE_TOKEN_FILE
+// is set); without, every request is tenant api.DefaultTenant.
+func (f *tokenFiles) tenants() bool { return f != nil && f.tenantPath != "" }
+
+// tenant returns the tenant of an Authorization header value among the
+// tenants' tokens in use (false with no GATE_TOKEN_FILE).
+func (f *tokenFiles) tenant(authorization string) (string, bool) {
+	t := f.cur.Load().tenants
+	if t == nil {
+		return "", false
+	}
+	return t.tenant(authorization)
 }
 
-// Reload loads the file again if its content changed since the last load,
-// and reports whether it did. A file holding
-// an operator's token is not loaded. On error the
-// table in use stays; the error is a *config.Error naming GATE_TOKEN_FILE
-// (so it matches config.ErrInvalid) that wraps the cause (a
-// *TokenFileError or the file system's error).
-func (f *tokenFile) Reload() (bool, error) {
+// operator returns the operator named by an Authorization header value
+// among the operators' tokens in use (false with no GATE_OPERATOR_TOKEN_FILE).
+func (f *tokenFiles) operator(authorization string) (string, bool) {
+	t := f.cur.Load().operators
+	if t == nil {
+		return "", false
+	}
+	return t.tenant(authorization)
+}
+
+// Reload loads both files again if either's content changed since the last
+// load, and reports whether it did. A pair in which a token is both a
+// tenant's and an operator's is not loaded. On error the tables in use
+// stay; the error is a *config.Error naming the file's variable (so it
+// matches config.ErrInvalid) that wraps the cause (a *TokenFileError or the
+// file system's error); a token in both files is GATE_TOKEN_FILE's error.
+func (f *tokenFiles) Reload() (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	b, err := readTokenFile(f.path)
-	if err != nil {
-		return false, tokensError(EnvTokenFile, "tenant", f.path, err)
+	sources := [2]struct{ env, holder, path string }{
+		{EnvTokenFile, "tenant", f.tenantPath},
+		{EnvOperatorTokenFile, "operator", f.operatorPath},
 	}
-	sum := sha256.Sum256(b)
+	var raw [2][]byte
+	var sum [2][sha256.Size]byte
+	for i, src := range sources {
+		if src.path == "" {
+			continue
+		}
+		b, err := readTokenFile(src.path)
+		if err != nil {
+			return false, tokensError(src.env, src.holder, src.path, err)
+		}
+		raw[i], sum[i] = b, sha256.Sum256(b)
+	}
 	if f.cur.Load() != nil && sum == f.sum {
 		return false, nil
 	}
-	t, err := parseTokens(bytes.NewReader(b))
-	if err != nil {
-		return false, tokensError(EnvTokenFile, "tenant", f.path, err)
+	var tables [2]*tokenTable
+	for i, src := range sources {
+		if src.path == "" {
+			continue
+		}
+		t, err := parseTokens(bytes.NewReader(raw[i]))
+		if err != nil {
+			return false, tokensError(src.env, src.holder, src.path, err)
+		}
+		tables[i] = t
 	}
-	if f.operators != nil {
-		for d := range t.byDigest {
-			if _, shared := f.operators.byDigest[d]; shared {
-				return false, tokensError(EnvTokenFile, "tenant", f.path,
+	if tables[0] != nil && tables[1] != nil {
+		for d := range tables[0].byDigest {
+			if _, shared := tables[1].byDigest[d]; shared {
+				return false, tokensError(EnvTokenFile, "tenant", f.tenantPath,
 					&TokenFileError{Reason: "a token is also an operator's token of " + EnvOperatorTokenFile + " (an operator's token is no tenant's)"})
 			}
 		}
 	}
-	f.cur.Store(t)
+	f.cur.Store(&tokenTables{tenants: tables[0], operators: tables[1]})
 	f.sum = sum
 	return true, nil
 }
@@ -144,9 +189,9 @@ func readTokenFile(path string) ([]byte, error) {
 	return b, nil
 }
 
-// Watch reloads the file every interval until ctx ends, logging each reload
-// and each file that cannot be used (the table in use then stays).
-func (f *tokenFile) Watch(ctx context.Context, interval time.Duration) {
+// Watch reloads the files every interval until ctx ends, logging each
+// reload and each pair that cannot be used (the tables in use then stay).
+func (f *tokenFiles) Watch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -157,26 +202,12 @@ func (f *tokenFile) Watch(ctx context.Context, interval time.Duration) {
 		}
 		switch loaded, err := f.Reload(); {
 		case err != nil:
-			f.log.Error("token file not reloaded; the tokens loaded before stay in use", logging.KeyFile, f.path, logging.KeyError, err)
+			f.log.Error("token files not reloaded; the tokens loaded before stay in use", logging.KeyError, err)
 		case loaded:
-			f.log.Info("token file reloaded", logging.KeyFile, f.path, logging.KeyCount, len(f.cur.Load().byDigest))
+			cur := f.cur.Load()
+			f.log.Info("token files reloaded", logging.KeyCount, cur.tenants.len()+cur.operators.len())
 		}
 	}
-}
-
-// loadTokens reads a file of '<token> <holder>' lines at path, the file of
-// the variable env (GATE_TOKEN_FILE: tenants; GATE_OPERATOR_TOKEN_FILE:
-// operators). Its errors are *config.Error values naming env.
-func loadTokens(env, holder, path string) (*tokenTable, error) {
-	b, err := readTokenFile(path)
-	if err != nil {
-		return nil, tokensError(env, holder, path, err)
-	}
-	t, err := parseTokens(bytes.NewReader(b))
-	if err != nil {
-		return nil, tokensError(env, holder, path, err)
-	}
-	return t, nil
 }
 
 // tokensError is a *config.Error naming env, the variable of a token file
@@ -228,6 +259,14 @@ func parseTokens(r io.Reader) (*tokenTable, error) {
 		return nil, &TokenFileError{Reason: "no '<token> <tenant>' line"}
 	}
 	return t, nil
+}
+
+// len is the number of tokens of t (0 for nil).
+func (t *tokenTable) len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.byDigest)
 }
 
 // tenant returns the tenant of an Authorization header value ("Bearer <token>",

@@ -20,18 +20,7 @@ import (
 // be used keeps the tokens loaded before.
 func TestTokenFileReloadRevokesWithoutRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens")
-	write := func(content string) {
-		t.Helper()
-		// Write beside and rename, as a deployment does: the reader never
-		// sees a half-written file.
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(content string) { replaceFile(t, path, content) }
 	write("tok-alpha alpha\ntok-beta beta\n")
 	_, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile = path })
@@ -86,15 +75,8 @@ func TestTokenFileReloadRevokesWithoutRestart(t *testing.T) {
 func TestOperatorTokenIsNoTenantToken(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
-		t.Helper()
 		p := filepath.Join(dir, name)
-		tmp := p + ".tmp"
-		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, p); err != nil {
-			t.Fatal(err)
-		}
+		replaceFile(t, p, content)
 		return p
 	}
 	ops := write("operators", "tok-ops alice\n")
@@ -142,7 +124,7 @@ func TestTokenFileReloadSeesARewriteOfTheSameSizeAndTime(t *testing.T) {
 		}
 	}
 	write("tok-alpha alpha\n")
-	f, err := openTokenFile(path, nil, testutil.Logger(t))
+	f, err := openTokenFiles(path, "", testutil.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,4 +143,90 @@ func TestTokenFileReloadSeesARewriteOfTheSameSizeAndTime(t *testing.T) {
 	if loaded, err := f.Reload(); loaded || err != nil {
 		t.Fatalf("the same content: loaded %v, err %v", loaded, err)
 	}
+}
+
+// replaceFile writes content beside path and renames it over path, as a
+// deployment does: a reader never sees a half-written file.
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An operator's token revoked in GATE_OPERATOR_TOKEN_FILE is refused once
+// the gate has reloaded its token files, without a restart, and one added
+// is accepted; an operators' file that would make a tenant's token an
+// operator's is not loaded (the tokens in use stay), nor is one that cannot
+// be used. A gate with operators' tokens and no tenants' file keeps its
+// tenant routes open, as at start.
+func TestOperatorTokenFileReloadRevokesWithoutRestart(t *testing.T) {
+	dir := t.TempDir()
+	tenants, operators := filepath.Join(dir, "tenants"), filepath.Join(dir, "operators")
+	replaceFile(t, tenants, "tok-alpha alpha\n")
+	replaceFile(t, operators, "tok-ops alice\n")
+	_, addr := startManager(t, managertest.Options{})
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile, cfg.OperatorTokenFile = tenants, operators })
+	cluster := func(token string) int {
+		return tg.get(t, "/v1/cluster", "Authorization", "Bearer "+token).status
+	}
+	if s := cluster("tok-ops"); s != http.StatusOK {
+		t.Fatalf("GET /v1/cluster with the operator's token before the reload: %d", s)
+	}
+
+	// The watcher, as Serve runs it, at a test's pace.
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { defer close(watched); tg.tokens.Watch(ctx, 10*time.Millisecond) }()
+	defer func() { cancel(); <-watched }()
+
+	replaceFile(t, operators, "tok-ops2 bob\n")
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		return cluster("tok-ops") == http.StatusUnauthorized, "the revoked operator's token refused after the reload"
+	})
+	wantProblem(t, tg.get(t, "/v1/cluster", "Authorization", "Bearer tok-ops"), http.StatusUnauthorized, api.CodeUnauthorized)
+	if s := cluster("tok-ops2"); s != http.StatusOK {
+		t.Fatalf("GET /v1/cluster with the added operator's token: %d", s)
+	}
+	cancel()
+	<-watched
+
+	// A tenant's token made an operator's: not loaded; both files' tokens
+	// in use stay as they were.
+	replaceFile(t, operators, "tok-ops3 carol\ntok-alpha dave\n")
+	if loaded, err := tg.tokens.Reload(); loaded || !errors.Is(err, config.ErrInvalid) || !errors.Is(err, ErrTokenFile) {
+		t.Fatalf("an operators' file holding a tenant's token: loaded %v, err %v", loaded, err)
+	}
+	if s := cluster("tok-alpha"); s != http.StatusUnauthorized {
+		t.Fatalf("a tenant's token opened GET /v1/cluster: %d", s)
+	}
+	if s := cluster("tok-ops3"); s != http.StatusUnauthorized {
+		t.Fatalf("an operator's token of a file not loaded was accepted: %d", s)
+	}
+	if s := cluster("tok-ops2"); s != http.StatusOK {
+		t.Fatalf("the operator's token in use refused after a file not loaded: %d", s)
+	}
+	// An operators' file that cannot be used names its variable.
+	replaceFile(t, operators, "tok-ops4\n")
+	var cerr *config.Error
+	if _, err := tg.tokens.Reload(); !errors.Is(err, ErrTokenFile) || !errors.As(err, &cerr) || cerr.Env != EnvOperatorTokenFile {
+		t.Fatalf("an invalid operators' file: %v; want a %s error", err, EnvOperatorTokenFile)
+	}
+	if s := cluster("tok-ops2"); s != http.StatusOK {
+		t.Fatalf("the operator's token in use refused after an invalid file: %d", s)
+	}
+
+	// Operators' tokens alone: the tenant routes stay open (tenant
+	// "default"), the cluster view takes an operator's token.
+	replaceFile(t, operators, "tok-ops alice\n")
+	opsOnly := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.OperatorTokenFile = operators })
+	if r := opsOnly.get(t, "/v1/jobs/x"); r.status == http.StatusUnauthorized {
+		t.Fatal("a gate with operators' tokens only refused a tenant route without a token")
+	}
+	wantProblem(t, opsOnly.get(t, "/v1/cluster"), http.StatusUnauthorized, api.CodeUnauthorized)
+	wantStatus(t, opsOnly.get(t, "/v1/cluster", "Authorization", "Bearer tok-ops"), http.StatusOK)
 }
