@@ -179,7 +179,7 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 	// docs/rpc.md).
 	// The Operator service answers as soon as the listener does; its pool
 	// reads wait for the join (unavailable until then).
-	op := operator{m: m, node: cfg.NodeID, log: log.With(logging.KeyNode, cfg.NodeID), fed: fed}
+	op := operator{m: m, node: cfg.NodeID, log: log.With(logging.KeyNode, cfg.NodeID), fed: fed, pilot: autopilotOf(m)}
 	srv := rpc.NewServer(m, rpc.ServerConfig{Logger: log.With(logging.KeyComponent, "rpc"), ErrorLog: logging.ErrorLog(log, "rpc-http"), Secret: secret, TLS: serverTLS,
 		Operator: op, OperatorAuth: opAuth})
 	mux := srv.Mux()

@@ -28,8 +28,9 @@ type operator struct {
 	node string       // the manager's NodeID
 	log  *slog.Logger // the manager's logger
 	fed  *federation  // its gossip pools: the LAN pool nil until joined, the WAN pool nil when not federated
-	// autopilot, when set, stands in for the manager's autopilot (tests).
-	autopilot func() autopilotView
+	// pilot is the autopilot checkQuorumWithout reads (autopilotOf the
+	// manager in the daemon), nil until there is one.
+	pilot func() autopilotView
 }
 
 // operatorTimeout bounds a change to the Raft configuration.
@@ -227,16 +228,14 @@ type autopilotView interface {
 	UnhealthyNow() map[raft.ServerID]string
 }
 
-// pilot is the autopilot checkQuorumWithout reads: o.autopilot's when set
-// (tests), else the manager's, nil until its membership starts.
-func (o operator) pilot() autopilotView {
-	if o.autopilot != nil {
-		return o.autopilot()
+// autopilotOf is the autopilot of m, nil until its membership starts.
+func autopilotOf(m *manager.Manager) func() autopilotView {
+	return func() autopilotView {
+		if ap := m.Autopilot(); ap != nil {
+			return ap
+		}
+		return nil // not a typed nil
 	}
-	if ap := o.m.Autopilot(); ap != nil {
-		return ap
-	}
-	return nil
 }
 
 // TransferLeader hands leadership to id, or to the most up-to-date voter when

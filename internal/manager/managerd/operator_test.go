@@ -24,7 +24,7 @@ import (
 // operatorOf is the Operator service managerd serves on m (main.go), without
 // gossip pools: the Raft and snapshot methods need none.
 func operatorOf(t *testing.T, m *manager.Manager) operator {
-	return operator{m: m, node: m.Config().NodeID, log: testutil.Logger(t), fed: &federation{}}
+	return operator{m: m, node: m.Config().NodeID, log: testutil.Logger(t), fed: &federation{}, pilot: autopilotOf(m)}
 }
 
 func submit(t *testing.T, m *manager.Manager, key string) *rpcpb.SubmitResponse {
@@ -452,7 +452,7 @@ func TestRemovePeerCountsTheHealthNow(t *testing.T) {
 		t.Fatalf("%s healthy: cached %v, now %v; want both", followers[0], cached, now)
 	}
 	op := operatorOf(t, leader)
-	op.autopilot = func() autopilotView { return freshlyDead{ap, followers[0]} }
+	op.pilot = func() autopilotView { return freshlyDead{ap, followers[0]} }
 	_, err := op.RemovePeer(t.Context(), followers[1])
 	wantCode(t, "remove a follower while the other is dead now", err, rpc.CodeInvalid)
 	if want := "(" + leader.Config().NodeID + " healthy; " + followers[0] + " unreachable for 1s)"; !strings.Contains(err.Error(), want) {
@@ -462,7 +462,7 @@ func TestRemovePeerCountsTheHealthNow(t *testing.T) {
 	wantCode(t, "remove the leader while a follower is dead now", err, rpc.CodeInvalid)
 	// Before raft-autopilot's first view (a new leader's term), the view
 	// at this instant still counts.
-	op.autopilot = func() autopilotView { return noViewYet{freshlyDead{ap, followers[0]}} }
+	op.pilot = func() autopilotView { return noViewYet{freshlyDead{ap, followers[0]}} }
 	_, err = op.RemovePeer(t.Context(), followers[1])
 	wantCode(t, "remove a follower while the other is dead now, before the first health view", err, rpc.CodeInvalid)
 	wantVoters(t, leader, 3, "after-refusals")
