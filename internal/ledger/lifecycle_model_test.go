@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/hashicorp/raft"
 )
 
 // TestLifecycleAgainstModel drives the job lifecycle with a random sequence
@@ -348,12 +345,9 @@ func sameJob(a, b Job) bool {
 // lifeRun is the state of one run: the two FSMs, the model, and what the
 // generator knows.
 type lifeRun struct {
+	*twin
 	t       *testing.T
 	rng     *rand.Rand
-	mem     *FSM
-	disk    *FSM
-	dir     string
-	idx     uint64
 	now     int64
 	model   lifeModel
 	keyN    int
@@ -369,10 +363,8 @@ var lifeTenants = []string{"acme", "globex"}
 const tick = sec / 2
 
 func runLifecycleModel(t *testing.T, seed uint64, steps int) {
-	r := &lifeRun{t: t, rng: rand.New(rand.NewPCG(seed, 99)), mem: New(Options{}), dir: t.TempDir(), now: t0,
+	r := &lifeRun{twin: newTwin(t), t: t, rng: rand.New(rand.NewPCG(seed, 99)), now: t0,
 		model: lifeModel{jobs: map[[2]string]*Job{}}, seen: map[string]int{}}
-	r.disk = r.open()
-	defer func() { r.close() }()
 	for step := 0; step < steps; step++ {
 		r.now += r.rng.Int64N(5) * tick
 		switch p := r.rng.IntN(100); {
@@ -403,14 +395,10 @@ func runLifecycleModel(t *testing.T, seed uint64, steps int) {
 		}
 		r.compareTables(step)
 		if step%250 == 249 {
-			r.swapDisk(step)
+			r.swapDisk(step, (step/250)%2 == 0)
 		}
 	}
-	if !bytes.Equal(persist(t, r.mem), persist(t, r.disk)) {
-		t.Fatal("memory and disk snapshots differ")
-	}
-	checkInvariants(t, r.mem)
-	checkInvariants(t, r.disk)
+	r.finish()
 	for _, want := range []string{"ledger.Lease leased", "reclaimed", "dead", "requeued", "replayed",
 		"ledger.Heartbeat extended", "ledger.Heartbeat lease_lost",
 		"ledger.Complete completed", "ledger.Complete unchanged", "ledger.Complete lease_lost",
@@ -423,20 +411,6 @@ func runLifecycleModel(t *testing.T, seed uint64, steps int) {
 	}
 }
 
-func (r *lifeRun) open() *FSM {
-	f, err := Open(r.dir, Options{})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return f
-}
-
-func (r *lifeRun) close() {
-	if err := r.disk.Close(); err != nil {
-		r.t.Error(err)
-	}
-}
-
 // stamp is a command's Now: the leader's clock, or a little behind it (a
 // proposal stamped before another that reached the log first).
 func (r *lifeRun) stamp() int64 {
@@ -444,22 +418,6 @@ func (r *lifeRun) stamp() int64 {
 		return r.now - (1+r.rng.Int64N(6))*tick
 	}
 	return r.now
-}
-
-// apply applies one entry to both FSMs and returns its Result, the same on
-// both.
-func (r *lifeRun) apply(data []byte) Result {
-	r.t.Helper()
-	r.idx++
-	l := &raft.Log{Index: r.idx, Term: 1, Type: raft.LogCommand, Data: data}
-	a, b := asResult(r.mem.Apply(l)), asResult(r.disk.Apply(l))
-	if !sameResult(a, b) {
-		r.t.Fatalf("entry %d: memory and disk differ:\nmemory %+v\ndisk   %+v", r.idx, a, b)
-	}
-	if a.Outcome == OutcomeInvalid {
-		r.t.Fatalf("entry %d: invalid: %v", r.idx, a.Err)
-	}
-	return a
 }
 
 func (r *lifeRun) admit() {
@@ -726,28 +684,5 @@ func (r *lifeRun) compareLists(step int) {
 				}
 			}
 		}
-	}
-}
-
-// swapDisk replaces the disk FSM, in turn, by its own store reopened and by
-// the memory FSM's snapshot restored on disk: both go on as the live one.
-func (r *lifeRun) swapDisk(step int) {
-	r.t.Helper()
-	snap := persist(r.t, r.mem)
-	if !bytes.Equal(snap, persist(r.t, r.disk)) {
-		r.t.Fatalf("step %d: memory and disk snapshots differ", step)
-	}
-	r.close()
-	if (step/250)%2 == 0 {
-		r.disk = r.open()
-	} else {
-		r.dir = r.t.TempDir()
-		r.disk = r.open()
-		if err := r.disk.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
-			r.t.Fatal(err)
-		}
-	}
-	if !bytes.Equal(snap, persist(r.t, r.disk)) {
-		r.t.Fatalf("step %d: the disk FSM, reopened or restored, persists other bytes", step)
 	}
 }

@@ -1,14 +1,10 @@
 package ledger
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // TestStructuredKeysAgainstModel drives structured keys (several clients
@@ -70,11 +66,9 @@ type wmEntry struct {
 }
 
 type wmRun struct {
+	*twin
 	t          *testing.T
 	rng        *rand.Rand
-	mem, disk  *FSM
-	dir        string
-	idx        uint64
 	now        int64
 	clients    []wmClient
 	wms        map[int]*wmModel
@@ -86,9 +80,10 @@ type wmRun struct {
 
 func runWatermarkModel(t *testing.T, seed uint64, steps int) {
 	r := &wmRun{
-		t:   t,
-		rng: rand.New(rand.NewPCG(seed, seed^0x5eed)),
-		now: t0,
+		twin: newTwin(t),
+		t:    t,
+		rng:  rand.New(rand.NewPCG(seed, seed^0x5eed)),
+		now:  t0,
 		clients: []wmClient{
 			{"t1", "host1:10", "n1"}, {"t1", "host1:10", "n2"}, {"t1", "host2:7", "n1"}, {"t2", "host1:10", "n1"},
 			// Seldom used: their watermarks age out between uses.
@@ -98,11 +93,7 @@ func runWatermarkModel(t *testing.T, seed uint64, steps int) {
 		entries:    map[[2]string]*wmEntry{},
 		watermarkT: 10 * time.Minute,
 		seen:       map[Outcome]int{},
-		mem:        New(Options{}),
 	}
-	r.dir = t.TempDir()
-	r.disk = r.open()
-	t.Cleanup(func() { r.close() })
 	for step := range steps {
 		r.now += r.rng.Int64N(20 * sec)
 		if r.rng.IntN(10) == 0 {
@@ -112,14 +103,11 @@ func runWatermarkModel(t *testing.T, seed uint64, steps int) {
 		}
 		r.compareWatermarks(step)
 		if step%200 == 199 {
-			r.swapDisk(step)
+			r.swapDisk(step, (step/200)%2 == 0)
+			r.compareWatermarks(step)
 		}
 	}
-	if !bytes.Equal(persist(t, r.mem), persist(t, r.disk)) {
-		t.Fatal("memory and disk snapshots differ")
-	}
-	checkInvariants(t, r.mem)
-	checkInvariants(t, r.disk)
+	r.finish()
 	t.Logf("outcomes %v, watermarks aged out %d", r.seen, r.aged)
 	// The run reached every case it is about.
 	for _, o := range []Outcome{OutcomeCommitted, OutcomeRejected, OutcomeExists, OutcomeKeyReused, OutcomeKeyExpired,
@@ -131,43 +119,6 @@ func runWatermarkModel(t *testing.T, seed uint64, steps int) {
 	if r.seen[OutcomeExpired] == 0 || r.aged == 0 {
 		t.Errorf("the run never expired an entry or aged a watermark out: %v", r.seen)
 	}
-}
-
-func (r *wmRun) open() *FSM {
-	f, err := Open(r.dir, Options{})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return f
-}
-
-func (r *wmRun) close() {
-	if r.disk != nil {
-		if err := r.disk.Close(); err != nil {
-			r.t.Error(err)
-		}
-		r.disk = nil
-	}
-}
-
-// apply applies c to both FSMs and returns the memory one's Result, after
-// checking that the disk one's is the same.
-func (r *wmRun) apply(c Command) Result {
-	r.t.Helper()
-	r.idx++
-	data := Encode(c)
-	var out [2]Result
-	for i, f := range []*FSM{r.mem, r.disk} {
-		res, ok := f.Apply(&raft.Log{Index: r.idx, Term: 1, Type: raft.LogCommand, Data: data}).(Result)
-		if !ok || res.Err != nil {
-			r.t.Fatalf("entry %d (%T): %+v", r.idx, c, res)
-		}
-		out[i] = res
-	}
-	if !sameResult(out[0], out[1]) {
-		r.t.Fatalf("entry %d (%T): memory %+v, disk %+v", r.idx, c, out[0], out[1])
-	}
-	return out[0]
 }
 
 // pickSeq chooses a sequence for client i: mostly the next ones, often a
@@ -222,7 +173,7 @@ func (r *wmRun) admit(step int) {
 	if rejected {
 		v = reject(res, r.now, 429)
 	}
-	got := r.apply(admitWith(res, v))
+	got := r.apply(Encode(admitWith(res, v)))
 
 	// The model.
 	k := [2]string{c.tenant, res.Key}
@@ -305,7 +256,7 @@ func (r *wmRun) removeEntry(k [2]string, e *wmEntry) {
 }
 
 func (r *wmRun) expire(step int) {
-	got := r.apply(Expire{Now: r.now, WatermarkTTL: r.watermarkT})
+	got := r.apply(Encode(Expire{Now: r.now, WatermarkTTL: r.watermarkT}))
 	var want Removed
 	for k, e := range r.entries {
 		if e.expiresAt <= r.now {
@@ -359,28 +310,4 @@ func (r *wmRun) compareWatermarks(step int) {
 			}
 		}
 	}
-}
-
-// swapDisk replaces the disk FSM, in turn, by its own store reopened and by
-// the memory FSM's snapshot restored on disk: both go on as the live one.
-func (r *wmRun) swapDisk(step int) {
-	r.t.Helper()
-	snap := persist(r.t, r.mem)
-	if !bytes.Equal(snap, persist(r.t, r.disk)) {
-		r.t.Fatalf("step %d: memory and disk snapshots differ", step)
-	}
-	r.close()
-	if (step/200)%2 == 0 {
-		r.disk = r.open()
-	} else {
-		r.dir = r.t.TempDir()
-		r.disk = r.open()
-		if err := r.disk.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
-			r.t.Fatal(err)
-		}
-	}
-	if !bytes.Equal(snap, persist(r.t, r.disk)) {
-		r.t.Fatalf("step %d: the disk FSM, reopened or restored, persists other bytes", step)
-	}
-	r.compareWatermarks(step)
 }
