@@ -62,12 +62,46 @@ func fastOpts() Options {
 	return Options{InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, AttemptTimeout: time.Second}
 }
 
-func TestSubmitRetries503HonouringRetryAfterWithSameKeyAndBody(t *testing.T) {
-	var s seen
-	var n atomic.Int32
+// scripted is a gate that answers its n-th request (from 1) as its script
+// says, recording every request.
+type scripted struct {
+	seen
+	n atomic.Int32
+}
+
+// scriptedGate starts a scripted gate, closed when the test ends, and a
+// client of it with opts.
+func scriptedGate(t *testing.T, opts Options, answer func(n int32, w http.ResponseWriter, r *http.Request)) (*Client, *scripted) {
+	t.Helper()
+	g := &scripted{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.record(r)
-		switch n.Add(1) {
+		g.record(r)
+		answer(g.n.Add(1), w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New([]string{srv.URL}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, g
+}
+
+// sameKeyAndBody fails unless every attempt the gate saw carried testKey
+// and the first attempt's body.
+func (s *seen) sameKeyAndBody(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.keys {
+		if s.keys[i] != testKey || s.bodies[i] != s.bodies[0] {
+			t.Fatalf("attempt %d: key %q body %q; first: %q %q", i, s.keys[i], s.bodies[i], testKey, s.bodies[0])
+		}
+	}
+}
+
+func TestSubmitRetries503HonouringRetryAfterWithSameKeyAndBody(t *testing.T) {
+	c, s := scriptedGate(t, fastOpts(), func(n int32, w http.ResponseWriter, _ *http.Request) {
+		switch n {
 		case 1:
 			writeProblem(w, 503, api.CodeUnavailable, "1")
 		case 2:
@@ -75,12 +109,7 @@ func TestSubmitRetries503HonouringRetryAfterWithSameKeyAndBody(t *testing.T) {
 		default:
 			writeJob(w, true)
 		}
-	}))
-	defer srv.Close()
-	c, err := New([]string{srv.URL}, fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo", Payload: json.RawMessage(`{"n":1}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -91,11 +120,7 @@ func TestSubmitRetries503HonouringRetryAfterWithSameKeyAndBody(t *testing.T) {
 	if len(s.keys) != 3 {
 		t.Fatalf("%d attempts, want 3", len(s.keys))
 	}
-	for i := range s.keys {
-		if s.keys[i] != testKey || s.bodies[i] != s.bodies[0] {
-			t.Fatalf("attempt %d: key %q body %q; first: %q %q", i, s.keys[i], s.bodies[i], testKey, s.bodies[0])
-		}
-	}
+	s.sameKeyAndBody(t)
 	if gap := s.times[1].Sub(s.times[0]); gap < time.Second {
 		t.Fatalf("retried after %v, before Retry-After: 1", gap)
 	}
@@ -467,21 +492,13 @@ func TestDefaultTransportReusesConnections(t *testing.T) {
 // answer (docs/api.md): Submit retries it with the same key and body and
 // returns the job, rather than an error for a job that exists.
 func TestSubmitRetriesAClaimedKeyForItsJob(t *testing.T) {
-	var s seen
-	var n atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.record(r)
-		if n.Add(1) == 1 {
+	c, s := scriptedGate(t, fastOpts(), func(n int32, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
 			writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyClaimed, "")
 			return
 		}
 		writeJob(w, true)
-	}))
-	defer srv.Close()
-	c, err := New([]string{srv.URL}, fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
 	if err != nil {
 		t.Fatalf("SubmitWithKey: %v", err)
@@ -489,11 +506,10 @@ func TestSubmitRetriesAClaimedKeyForItsJob(t *testing.T) {
 	if res.Job.JobID != "j1" || !res.Replayed {
 		t.Fatalf("result %+v", res)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.keys) != 2 || s.keys[1] != testKey || s.bodies[1] != s.bodies[0] {
-		t.Fatalf("attempts: keys %q bodies %q", s.keys, s.bodies)
+	if s.n.Load() != 2 {
+		t.Fatalf("%d attempts, want 2", s.n.Load())
 	}
+	s.sameKeyAndBody(t)
 	if !errors.Is(&Error{Status: 422, Code: api.CodeIdempotencyKeyClaimed}, ErrKeyClaimed) {
 		t.Fatal("ErrKeyClaimed does not match idempotency_key_claimed")
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,11 +14,8 @@ import (
 // gate's problem (a proxy's rate limit) never reached a gate: Submit
 // retries them, with the same key and body, as it retries a 502.
 func TestSubmitRetriesAnswersThatNeverReachedAGate(t *testing.T) {
-	var s seen
-	var n atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.record(r)
-		switch n.Add(1) {
+	c, s := scriptedGate(t, fastOpts(), func(n int32, w http.ResponseWriter, _ *http.Request) {
+		switch n {
 		case 1:
 			http.Error(w, "request timeout", http.StatusRequestTimeout)
 		case 2:
@@ -29,41 +24,26 @@ func TestSubmitRetriesAnswersThatNeverReachedAGate(t *testing.T) {
 		default:
 			writeJob(w, false)
 		}
-	}))
-	defer srv.Close()
-	c, err := New([]string{srv.URL}, fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
 	if err != nil {
 		t.Fatalf("SubmitWithKey: %v", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if res.Job.JobID != "j1" || len(s.keys) != 3 {
-		t.Fatalf("job %q after %d attempts, want j1 after 3", res.Job.JobID, len(s.keys))
+	if res.Job.JobID != "j1" || s.n.Load() != 3 {
+		t.Fatalf("job %q after %d attempts, want j1 after 3", res.Job.JobID, s.n.Load())
 	}
-	for i := range s.keys {
-		if s.keys[i] != testKey || s.bodies[i] != s.bodies[0] {
-			t.Fatalf("attempt %d: key %q body %q; first: %q %q", i, s.keys[i], s.bodies[i], testKey, s.bodies[0])
-		}
-	}
+	s.sameKeyAndBody(t)
 }
 
 // A gate's own 429 (tenant_quota_exceeded, job_rejected) is still its
 // answer: returned at once.
 func TestSubmitReturnsAGate429AtOnce(t *testing.T) {
-	var n atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.Add(1)
+	c, g := scriptedGate(t, fastOpts(), func(_ int32, w http.ResponseWriter, _ *http.Request) {
 		writeProblem(w, http.StatusTooManyRequests, api.CodeTenantQuotaExceeded, "0")
-	}))
-	defer srv.Close()
-	c, _ := New([]string{srv.URL}, fastOpts())
+	})
 	_, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
-	if !errors.Is(err, ErrTenantQuotaExceeded) || n.Load() != 1 {
-		t.Fatalf("err %v after %d attempts, want tenant_quota_exceeded after 1", err, n.Load())
+	if !errors.Is(err, ErrTenantQuotaExceeded) || g.n.Load() != 1 {
+		t.Fatalf("err %v after %d attempts, want tenant_quota_exceeded after 1", err, g.n.Load())
 	}
 }
 
@@ -72,21 +52,17 @@ func TestSubmitReturnsAGate429AtOnce(t *testing.T) {
 // wrapping context.DeadlineExceeded and the answer, as if the context had
 // run out.
 func TestSubmitGivesUpAtOnceWhenRetryAfterPassesTheDeadline(t *testing.T) {
-	var n atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.Add(1)
+	c, g := scriptedGate(t, fastOpts(), func(_ int32, w http.ResponseWriter, _ *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "3600")
-	}))
-	defer srv.Close()
-	c, _ := New([]string{srv.URL}, fastOpts())
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err := c.SubmitWithKey(ctx, testKey, api.JobRequest{Type: "demo"})
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err %v, want it to wrap context.DeadlineExceeded and unavailable", err)
 	}
-	if ctx.Err() != nil || n.Load() != 1 {
-		t.Fatalf("returned after %d attempts with the context %v: want 1, before its deadline", n.Load(), ctx.Err())
+	if ctx.Err() != nil || g.n.Load() != 1 {
+		t.Fatalf("returned after %d attempts with the context %v: want 1, before its deadline", g.n.Load(), ctx.Err())
 	}
 }
 
@@ -117,9 +93,10 @@ func TestRetryAfterForms(t *testing.T) {
 // is read up to a bound, not until the attempt times out: the call sees
 // the 502 and retries it at once.
 func TestSubmitReadsAnErrorBodyUpToABound(t *testing.T) {
-	var n atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if n.Add(1) > 1 {
+	o := fastOpts()
+	o.AttemptTimeout = time.Hour
+	c, g := scriptedGate(t, o, func(n int32, w http.ResponseWriter, r *http.Request) {
+		if n > 1 {
 			writeJob(w, false)
 			return
 		}
@@ -130,15 +107,11 @@ func TestSubmitReadsAnErrorBodyUpToABound(t *testing.T) {
 				return // the client hung up
 			}
 		}
-	}))
-	defer srv.Close()
-	o := fastOpts()
-	o.AttemptTimeout = time.Hour
-	c, _ := New([]string{srv.URL}, o)
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	res, err := c.SubmitWithKey(ctx, testKey, api.JobRequest{Type: "demo"})
-	if err != nil || res.Job.JobID != "j1" || n.Load() != 2 {
-		t.Fatalf("after %d attempts: %+v, %v; want j1 after 2", n.Load(), res, err)
+	if err != nil || res.Job.JobID != "j1" || g.n.Load() != 2 {
+		t.Fatalf("after %d attempts: %+v, %v; want j1 after 2", g.n.Load(), res, err)
 	}
 }
