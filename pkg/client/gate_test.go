@@ -197,19 +197,10 @@ func TestRunGroupsCompletionsThroughARealGate(t *testing.T) {
 // the gate takes it (a byte cut travels as U+FFFD, 3 bytes a byte, and
 // went over the bound: 400 invalid_request, the failure unrecorded).
 func TestFailCutsALongMessageAtACharacter(t *testing.T) {
-	url := realGate(t, nil)
-	submitJobs(t, url, "x", 1)
-	c, err := New([]string{url}, fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, lease := leaseOneJob(t)
 	ctx := context.Background()
-	leases, err := c.Lease(ctx, LeaseOptions{})
-	if err != nil || len(leases) != 1 {
-		t.Fatalf("leases %+v: %v", leases, err)
-	}
 	msg := "x" + strings.Repeat("é", api.MaxJobErrorBytes) // byte MaxJobErrorBytes is inside an "é"
-	job, err := c.Fail(ctx, leases[0].Job.JobID, leases[0].LeaseID, msg, false)
+	job, err := c.Fail(ctx, lease.Job.JobID, lease.LeaseID, msg, false)
 	if err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
@@ -224,23 +215,31 @@ func TestFailCutsALongMessageAtACharacter(t *testing.T) {
 // failure unrecorded). The client replaces each run of invalid bytes with
 // one U+FFFD, so the gate takes it.
 func TestFailTakesAMessageOfInvalidUTF8(t *testing.T) {
-	url := realGate(t, nil)
-	submitJobs(t, url, "x", 1)
-	c, err := New([]string{url}, fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, lease := leaseOneJob(t)
 	ctx := context.Background()
-	leases, err := c.Lease(ctx, LeaseOptions{})
-	if err != nil || len(leases) != 1 {
-		t.Fatalf("leases %+v: %v", leases, err)
-	}
 	msg := "tool said: " + strings.Repeat("\xff", 2000) + " (exit 1)" // 2020 bytes, 6020 as JSON decodes it
-	job, err := c.Fail(ctx, leases[0].Job.JobID, leases[0].LeaseID, msg, false)
+	job, err := c.Fail(ctx, lease.Job.JobID, lease.LeaseID, msg, false)
 	if err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
 	if want := "tool said: \uFFFD (exit 1)"; job.Error != want {
 		t.Fatalf("the job's error is %q, want %q", job.Error, want)
 	}
+}
+
+// leaseOneJob submits one job of type x to a real gate and leases it with a
+// client of that gate.
+func leaseOneJob(t *testing.T) (*Client, api.Lease) {
+	t.Helper()
+	url := realGate(t, nil)
+	submitJobs(t, url, "x", 1)
+	c, err := New([]string{url}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := c.Lease(context.Background(), LeaseOptions{})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("leases %+v: %v", leases, err)
+	}
+	return c, leases[0]
 }
