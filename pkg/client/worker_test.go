@@ -44,6 +44,18 @@ func newFakeQueue(jobs ...string) *fakeQueue {
 		failed: map[string]bool{}, lose: map[string]bool{}, keys: map[string]bool{}, errs: map[string]string{}, beats: map[string]int{}}
 }
 
+// client serves q until the test ends and returns a client of it.
+func (q *fakeQueue) client(t *testing.T) *Client {
+	t.Helper()
+	srv := httptest.NewServer(q)
+	t.Cleanup(srv.Close)
+	c, err := New([]string{srv.URL}, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -152,12 +164,7 @@ func (q *fakeQueue) complete(id, leaseID string, result json.RawMessage) (*api.J
 func TestRunLeasesRunsAndReports(t *testing.T) {
 	q := newFakeQueue("a", "b", "c", "d", "e", "bad", "hopeless", "stolen")
 	q.lose["stolen"] = true
-	srv := httptest.NewServer(q)
-	defer srv.Close()
-	c, err := New([]string{srv.URL}, fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := q.client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	concurrent, peak := 0, 0
@@ -236,12 +243,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // caller's checks (the caller defers q.mu.Unlock).
 func runOneGoodOneBad(t *testing.T, q *fakeQueue, h Handler) {
 	t.Helper()
-	srv := httptest.NewServer(q)
-	defer srv.Close()
-	c, err := New([]string{srv.URL}, fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := q.client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, WorkerOptions{Concurrency: 2, LeaseFor: time.Minute, Wait: time.Second}, h) }()
@@ -282,12 +284,7 @@ func TestRunSurvivesALeaseServerError(t *testing.T) {
 	q := newFakeQueue("a", "b")
 	q.leaseErrs = []int{http.StatusInternalServerError, http.StatusInternalServerError, http.StatusTooManyRequests,
 		http.StatusInternalServerError}
-	srv := httptest.NewServer(q)
-	defer srv.Close()
-	c, err := New([]string{srv.URL}, fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := q.client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -324,13 +321,8 @@ func TestRunStopsOnALeaseRefusedForGood(t *testing.T) {
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			q := newFakeQueue("a")
 			q.leaseErrs = []int{tc.status}
-			srv := httptest.NewServer(q)
-			defer srv.Close()
-			c, err := New([]string{srv.URL}, fastOpts())
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = c.Run(context.Background(), WorkerOptions{LeaseFor: time.Minute, Wait: time.Second},
+			c := q.client(t)
+			err := c.Run(context.Background(), WorkerOptions{LeaseFor: time.Minute, Wait: time.Second},
 				func(ctx context.Context, job api.Job, attempt int) (any, error) { return "ok", nil })
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Run = %v, want %v", err, tc.want)
@@ -368,12 +360,7 @@ func TestRunFailsAResultThatCannotBeEncoded(t *testing.T) {
 // meanwhile, and this one's completion would be refused (lease_lost).
 func TestRunHeartbeatsAHandlerThatOutlivesItsContext(t *testing.T) {
 	q := newFakeQueue("slow")
-	srv := httptest.NewServer(q)
-	defer srv.Close()
-	c, err := New([]string{srv.URL}, fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := q.client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	started, release := make(chan struct{}), make(chan struct{})
