@@ -85,16 +85,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
-	switch {
-	case err == nil:
+	if err == nil {
 		return ExitOK
-	case errors.Is(err, errUsage):
-		fmt.Fprintln(stderr, "oncectl:", err)
-		return ExitUsage
-	default:
-		fmt.Fprintln(stderr, "oncectl:", err)
-		return ExitFailure
 	}
+	fmt.Fprintln(stderr, "oncectl:", err)
+	if errors.Is(err, errUsage) {
+		return ExitUsage
+	}
+	return ExitFailure
 }
 
 // exactArgs is cobra.ExactArgs with the error marked as a usage error.

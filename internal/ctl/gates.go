@@ -41,24 +41,16 @@ func (g *globals) withGates(cmd *cobra.Command, keys *client.Keys, do func(conte
 	return do(ctx, c)
 }
 
-// keysPath is where oncectl keeps its client id and sequence (pkg/client's
-// Keys file), so that its submissions have keys that never repeat.
-func keysPath() (string, error) {
-	dir, err := os.UserConfigDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "oncectl", "keys"), nil
-}
-
-// openKeys opens the keys file at path (default: keysPath).
+// openKeys opens the keys file at path, by default where oncectl keeps its
+// client id and sequence (pkg/client's Keys file), so that its submissions
+// have keys that never repeat.
 func openKeys(path string) (*client.Keys, error) {
 	if path == "" {
-		p, err := keysPath()
+		dir, err := os.UserConfigDir()
 		if err != nil {
 			return nil, fmt.Errorf("no place for the keys file (give --keys-file): %w", err)
 		}
-		path = p
+		path = filepath.Join(dir, "oncectl", "keys")
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err

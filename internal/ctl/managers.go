@@ -173,10 +173,13 @@ func clusterCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
 				rows := g.statusAll(ctx, mc)
-				failed := 0
+				failed, leader := 0, false
 				for _, r := range rows {
-					if r.Status == nil {
+					switch {
+					case r.Status == nil:
 						failed++
+					case r.Status.LeaderID != "":
+						leader = true
 					}
 				}
 				if err := g.print(rows, func(w *tabwriter.Writer) {
@@ -196,12 +199,10 @@ func clusterCmd(g *globals) *cobra.Command {
 				if failed == len(rows) {
 					return errors.New("no manager answered")
 				}
-				for _, r := range rows {
-					if r.Status != nil && r.Status.LeaderID != "" {
-						return nil
-					}
+				if !leader {
+					return ErrNoManagerLeader
 				}
-				return ErrNoManagerLeader
+				return nil
 			})
 		},
 	}
