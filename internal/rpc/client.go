@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -166,10 +168,7 @@ func (c *Client) Close() {
 // takeLanes removes from their slots, and returns, the lanes that match.
 func (c *Client) takeLanes(match func(*lane) bool) []*lane {
 	c.mu.Lock()
-	peers := make([]*peer, 0, len(c.peers))
-	for _, p := range c.peers {
-		peers = append(peers, p)
-	}
+	peers := slices.Collect(maps.Values(c.peers))
 	c.mu.Unlock()
 	var out []*lane
 	for _, p := range peers {
@@ -207,10 +206,7 @@ func (c *Client) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.S
 		}
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return resp, nil
+	return resp, err // resp is set only by the attempt that succeeded
 }
 
 // timerPool holds stopped timers for streamAttempt's wait: since Go 1.23 a

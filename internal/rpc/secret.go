@@ -25,8 +25,7 @@ func bearer(secret string) string { return "Bearer " + secret }
 
 // secretOK compares in constant time.
 func secretOK(got, secret string) bool {
-	want := bearer(secret)
-	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+	return subtle.ConstantTimeCompare([]byte(got), []byte(bearer(secret))) == 1
 }
 
 // requireSecret wraps h so that a request without the secret is 401.
