@@ -389,11 +389,6 @@ func transient(e *Error) bool {
 	return false
 }
 
-// wait sleeps before attempt (1-based retry count) for its backoff.
-func (c *Client) wait(ctx context.Context, attempt int, last error) error {
-	return sleep(ctx, c.backoff(attempt, last), last)
-}
-
 // backoff is the wait before attempt (1-based retry count): exponential
 // backoff with jitter, at least the last answer's Retry-After.
 func (c *Client) backoff(attempt int, last error) time.Duration {

@@ -155,15 +155,13 @@ func (c *Client) CompleteMany(ctx context.Context, items []Completion) ([]Comple
 // leader's backoff (retry true, until its last attempt makes it dead), or
 // failed at once (retry false).
 func (c *Client) Fail(ctx context.Context, jobID, leaseID, message string, retry bool) (*api.Job, error) {
-	// Invalid UTF-8 (an error quoting a program's raw output, say) would
-	// travel as U+FFFD, 3 bytes for each invalid byte, and could bring the
-	// message over the bound the gate enforces: replace each run of it
-	// with one U+FFFD first, then cut.
+	// Invalid UTF-8 (a program's raw output, say), or a cut inside a
+	// character, would travel as U+FFFD, 3 bytes for each invalid byte, and
+	// could bring the message over the bound the gate enforces (400
+	// invalid_request, nothing recorded): replace each invalid run with one
+	// U+FFFD, then cut at a character.
 	message = strings.ToValidUTF8(message, "\uFFFD")
 	if len(message) > api.MaxJobErrorBytes {
-		// Cut at a character: a cut inside one would travel as U+FFFD (3
-		// bytes for each byte left of it) and bring the message over the
-		// bound the gate enforces (400 invalid_request, nothing recorded).
 		n := api.MaxJobErrorBytes
 		for n > 0 && !utf8.RuneStart(message[n]) {
 			n--
@@ -268,7 +266,7 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 			}
 			failures++
 			opts.Logger.Warn("leasing jobs failed; retrying", "err", err)
-			if c.wait(ctx, failures, err) != nil {
+			if sleep(ctx, c.backoff(failures, err), err) != nil {
 				return nil
 			}
 			continue
