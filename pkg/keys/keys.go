@@ -62,18 +62,10 @@ const (
 // String returns the part's name as the API documentation spells it: "key",
 // "client_id", "sequence" or "nonce".
 func (p Part) String() string {
-	switch p {
-	case PartKey:
-		return "key"
-	case PartClientID:
-		return "client_id"
-	case PartSequence:
-		return "sequence"
-	case PartNonce:
-		return "nonce"
-	default:
-		return "Part(" + strconv.Itoa(int(p)) + ")"
+	if names := [...]string{"key", "client_id", "sequence", "nonce"}; p >= 0 && int(p) < len(names) {
+		return names[p]
 	}
+	return "Part(" + strconv.Itoa(int(p)) + ")"
 }
 
 // ParseError says why a key is invalid and which part is wrong. It unwraps to
