@@ -105,21 +105,18 @@ func clusterTable(w *tabwriter.Writer, v *api.Cluster) {
 	}
 	if l != nil && l.Queues != nil {
 		q := l.Queues
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "QUEUED\tRUNNING\tSUCCEEDED\tFAILED\tDEAD\tCANCELLED")
+		fmt.Fprintln(w, "\nQUEUED\tRUNNING\tSUCCEEDED\tFAILED\tDEAD\tCANCELLED")
 		fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\n", q.Queued, q.Running, q.Succeeded, q.Failed, q.Dead, q.Cancelled)
 	}
 	if l != nil && l.Budgets != nil {
 		b := l.Budgets
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "BUDGET\tUSED\tMAX")
+		fmt.Fprintln(w, "\nBUDGET\tUSED\tMAX")
 		fmt.Fprintf(w, "entries\t%d\t%d\n", b.Entries, b.MaxEntries)
 		fmt.Fprintf(w, "bytes\t%d\t%s\n", b.Bytes, bound(b.MaxBytes))
 		fmt.Fprintf(w, "queued jobs\t%d\t%d\n", b.Queued, b.MaxQueued)
 		fmt.Fprintf(w, "outbox\t%d\t%d\n", b.Outbox, b.OutboxMax)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "MANAGER\tADDR\tSTATE\tTERM\tCOMMIT\tCLOCK VS GROUP\tOUTBOX")
+	fmt.Fprintln(w, "\nMANAGER\tADDR\tSTATE\tTERM\tCOMMIT\tCLOCK VS GROUP\tOUTBOX")
 	for _, m := range v.Managers {
 		s := m.Status
 		if s == nil {
@@ -135,13 +132,11 @@ func clusterTable(w *tabwriter.Writer, v *api.Cluster) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.NodeID, m.Addr, s.RaftState, s.Term, s.CommitIndex, clock, outbox)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "GATE\tDC\tADDR\tSTATE")
+	fmt.Fprintln(w, "\nGATE\tDC\tADDR\tSTATE")
 	for _, x := range v.Gates {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", x.Name, dash(x.Datacenter), dash(x.Addr), dash(x.State))
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "DATACENTER\tMANAGERS\tLEADER\tTERM\tOUTBOX")
+	fmt.Fprintln(w, "\nDATACENTER\tMANAGERS\tLEADER\tTERM\tOUTBOX")
 	for _, d := range v.Datacenters {
 		managers := dash(strings.Join(d.Managers, ","))
 		switch s := d.Leader; {
