@@ -111,22 +111,22 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.AttemptTimeout <= 0 {
-		cfg.AttemptTimeout = 3 * time.Second
-	}
-	if cfg.RetryBackoff <= 0 {
-		cfg.RetryBackoff = 10 * time.Millisecond
-	}
-	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = 250 * time.Millisecond
-	}
+	cfg.AttemptTimeout = positiveOr(cfg.AttemptTimeout, 3*time.Second)
+	cfg.RetryBackoff = positiveOr(cfg.RetryBackoff, 10*time.Millisecond)
+	cfg.MaxBackoff = positiveOr(cfg.MaxBackoff, 250*time.Millisecond)
+	cfg.Streams = positiveOr(cfg.Streams, 2)
 	if cfg.Resolver == nil {
 		cfg.Resolver = StaticResolver(nil)
 	}
-	if cfg.Streams <= 0 {
-		cfg.Streams = 2
-	}
 	return &Client{cfg: cfg, log: cfg.Logger, peers: map[string]*peer{}, conns: map[string]*callConn{}}
+}
+
+// positiveOr is v, or def when v is not positive (a setting left unset).
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // finalError is an attempt's error that must not be retried (a snapshot

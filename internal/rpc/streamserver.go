@@ -77,13 +77,10 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 1024
-	}
 	s := &Server{
 		svc:         svc,
 		log:         cfg.Logger,
-		maxInFlight: cfg.MaxInFlight,
+		maxInFlight: positiveOr(cfg.MaxInFlight, 1024),
 		tls:         cfg.TLS,
 		mux:         http.NewServeMux(),
 		draining:    make(chan struct{}),
