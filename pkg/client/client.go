@@ -85,19 +85,19 @@ func New(gates []string, opts Options) (*Client, error) {
 	if c.hc == nil {
 		c.hc = &http.Client{Transport: NewTransport()}
 	}
-	if c.opts.MaxAttempts <= 0 {
-		c.opts.MaxAttempts = 10
-	}
-	if c.opts.InitialBackoff <= 0 {
-		c.opts.InitialBackoff = 100 * time.Millisecond
-	}
-	if c.opts.MaxBackoff <= 0 {
-		c.opts.MaxBackoff = 5 * time.Second
-	}
-	if c.opts.AttemptTimeout <= 0 {
-		c.opts.AttemptTimeout = 10 * time.Second
-	}
+	c.opts.MaxAttempts = positiveOr(c.opts.MaxAttempts, 10)
+	c.opts.InitialBackoff = positiveOr(c.opts.InitialBackoff, 100*time.Millisecond)
+	c.opts.MaxBackoff = positiveOr(c.opts.MaxBackoff, 5*time.Second)
+	c.opts.AttemptTimeout = positiveOr(c.opts.AttemptTimeout, 10*time.Second)
 	return c, nil
+}
+
+// positiveOr is v, or def when v is not positive (an option left unset).
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // MaxIdleConnsPerGate is how many idle keep-alive connections the default

@@ -215,15 +215,9 @@ type WorkerOptions struct {
 // once: a handler must tolerate running a job again (docs/workers.md says
 // how to make it idempotent with the job id).
 func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
-	if opts.Concurrency <= 0 {
-		opts.Concurrency = 1
-	}
-	if opts.LeaseFor <= 0 {
-		opts.LeaseFor = api.DefaultLeaseSeconds * time.Second
-	}
-	if opts.Wait <= 0 {
-		opts.Wait = 20 * time.Second
-	}
+	opts.Concurrency = positiveOr(opts.Concurrency, 1)
+	opts.LeaseFor = positiveOr(opts.LeaseFor, api.DefaultLeaseSeconds*time.Second)
+	opts.Wait = positiveOr(opts.Wait, 20*time.Second)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
