@@ -175,13 +175,12 @@ const (
 // A manager's status, for readiness checks and operators, is one type with
 // the public view of GET /v1/cluster (pkg/api): the gate passes it through.
 type (
-	Status          = api.ManagerStatus
-	QueueCounts     = api.QueueCounts
-	Budgets         = api.Budgets
-	ConfigMismatch  = api.ConfigMismatch
-	AutopilotHealth = api.AutopilotHealth
-	ServerHealth    = api.ServerHealth
-	RefusedServer   = api.RefusedServer
+	Status         = api.ManagerStatus
+	QueueCounts    = api.QueueCounts
+	Budgets        = api.Budgets
+	ConfigMismatch = api.ConfigMismatch
+	ServerHealth   = api.ServerHealth
+	RefusedServer  = api.RefusedServer
 )
 
 // Service is what a manager offers gates, in the messages of the wire
