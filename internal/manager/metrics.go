@@ -28,41 +28,31 @@ var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 // newMetrics makes the metrics, registered on reg unless it is nil.
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
+	counter := func(name, help string) prometheus.Counter {
+		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	histogram := func(name, help string) prometheus.Histogram {
+		return f.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets})
+	}
 	return &metrics{
 		submissions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "once_manager_submissions_total",
 			Help: "Submissions handled at this manager, by outcome or error code.",
 		}, []string{"result"}),
-		submitTime: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "once_manager_submit_seconds",
-			Help:    "Time to answer a submission at the leader.",
-			Buckets: latencyBuckets,
-		}),
-		applyLatency: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "once_manager_raft_apply_seconds",
-			Help:    "Time from proposing a ledger command to its application.",
-			Buckets: latencyBuckets,
-		}),
-		expired: f.NewCounter(prometheus.CounterOpts{
-			Name: "once_manager_expired_total",
-			Help: "Entries, jobs and watermarks removed by Expire commands this manager proposed.",
-		}),
-		outboxConfirmed: f.NewCounter(prometheus.CounterOpts{
-			Name: "once_manager_outbox_confirmed_total",
-			Help: "Multi-datacenter submissions this manager's outbox carried to another datacenter and recorded as final there (one per entry and datacenter).",
-		}),
-		outboxRefused: f.NewCounter(prometheus.CounterOpts{
-			Name: "once_manager_outbox_refused_total",
-			Help: "Multi-datacenter submissions refused (503 outbox_full) because the outbox held MANAGER_OUTBOX_MAX_ENTRIES.",
-		}),
+		submitTime:   histogram("once_manager_submit_seconds", "Time to answer a submission at the leader."),
+		applyLatency: histogram("once_manager_raft_apply_seconds", "Time from proposing a ledger command to its application."),
+		expired: counter("once_manager_expired_total",
+			"Entries, jobs and watermarks removed by Expire commands this manager proposed."),
+		outboxConfirmed: counter("once_manager_outbox_confirmed_total",
+			"Multi-datacenter submissions this manager's outbox carried to another datacenter and recorded as final there (one per entry and datacenter)."),
+		outboxRefused: counter("once_manager_outbox_refused_total",
+			"Multi-datacenter submissions refused (503 outbox_full) because the outbox held MANAGER_OUTBOX_MAX_ENTRIES."),
 		outboxOldest: f.NewGauge(prometheus.GaugeOpts{
 			Name: "once_manager_outbox_oldest_entry_age_seconds",
 			Help: "Age (since it was resolved) of the oldest multi-datacenter submission this manager's outbox, as leader, is still carrying to another datacenter; 0 at a follower or when none is.",
 		}),
-		leaseReplays: f.NewCounter(prometheus.CounterOpts{
-			Name: "once_manager_lease_replays_total",
-			Help: "Leases retried with their Idempotency-Key and answered with the kept answer (the same jobs), at this manager as leader.",
-		}),
+		leaseReplays: counter("once_manager_lease_replays_total",
+			"Leases retried with their Idempotency-Key and answered with the kept answer (the same jobs), at this manager as leader."),
 	}
 }
 

@@ -60,7 +60,6 @@ type Cluster struct {
 	Transports []*raft.InmemTransport
 	// Datacenter is their datacenter.
 	Datacenter string
-	now        func() time.Time
 }
 
 // Start starts the managers, bootstraps them as one group and waits until
@@ -76,7 +75,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &Cluster{Datacenter: opts.Datacenter, now: opts.Now}
+	c := &Cluster{Datacenter: opts.Datacenter}
 	peers := &manager.PeerTable{}
 	cfgs := make([]manager.Config, opts.Managers)
 	lns := make([]net.Listener, opts.Managers)
@@ -198,10 +197,4 @@ func (c *Cluster) Leader(tb testing.TB) *manager.Manager {
 		return false, "a serving leader"
 	})
 	return leader
-}
-
-// Jobs is how many jobs the leader's ledger holds.
-func (c *Cluster) Jobs(tb testing.TB) int {
-	tb.Helper()
-	return c.Leader(tb).FSM().Stats().Jobs
 }
