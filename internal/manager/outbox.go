@@ -10,12 +10,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
+	"github.com/once-dev/once/pkg/keys"
 )
 
 // The outbox's timings.
@@ -267,4 +269,110 @@ func (o *outbox) close() {
 	for _, c := range o.clients {
 		c.CloseIdleConnections()
 	}
+}
+
+// admitToOutbox refuses a new multi-datacenter submission while the outbox
+// carries MANAGER_OUTBOX_MAX_ENTRIES entries (docs/multidc.md, "The
+// outbox"): nothing is recorded, and the client retries the key later
+// (503 outbox_full). A submission another datacenter's outbox carries here
+// is admitted: that datacenter admitted it already, under its own bound. The
+// bound is checked before the Reserve, so the submissions in flight at that
+// instant may pass it by as many. A structured key whose sequence its
+// client's watermark refuses is let through too: the ledger answers it
+// idempotency_key_expired and records nothing, as it would with room.
+func (m *Manager) admitToOutbox(req *rpcpb.SubmitRequest, k keys.Key) error {
+	own := m.cfg.Datacenter
+	if req.Carried || !slices.ContainsFunc(req.Job.Datacenters, func(dc string) bool { return dc != own }) {
+		return nil
+	}
+	if n := m.fsm.OutboxLen(); n >= m.cfg.OutboxMaxEntries {
+		// Only when full: the watermark is read under the ledger's lock.
+		if k.Structured {
+			if w, ok := m.fsm.Watermark(req.Tenant, k.ClientID, k.Nonce); ok && w.Refuses(k.Sequence) {
+				return nil
+			}
+		}
+		m.metrics.outboxRefused.Inc()
+		return rpc.Errorf(rpc.CodeOutboxFull,
+			"the outbox carries its maximum of %d multi-datacenter submissions not yet confirmed by every datacenter they name", m.cfg.OutboxMaxEntries)
+	}
+	return nil
+}
+
+// OutboxGauges are the outbox's gauges, read from the ledger when scraped:
+// the same on every manager of the datacenter (replicated state).
+func (m *Manager) OutboxGauges() []prometheus.Collector {
+	fsm, maxEntries := m.fsm, m.cfg.OutboxMaxEntries
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_outbox_entries",
+			Help: "Multi-datacenter submissions the outbox carries: resolved here, not yet confirmed by every other datacenter they name (live or expired)."},
+			func() float64 { return float64(fsm.OutboxLen()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_outbox_expired_entries",
+			Help: "Of once_manager_outbox_entries, those whose entry expired here before every datacenter confirmed them (kept until they do)."},
+			func() float64 { return float64(fsm.OwedLen()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_outbox_max_entries",
+			Help: "MANAGER_OUTBOX_MAX_ENTRIES: once_manager_outbox_entries at which new multi-datacenter submissions are refused (503 outbox_full)."},
+			func() float64 { return float64(maxEntries) }),
+	}
+}
+
+// A submission another datacenter's outbox carries here (the SubmitRequest's
+// Carried) comes from a datacenter that holds its job: its Carrier. Carrying
+// the job back there would be harmless only while the carrier still
+// remembers it; one that carried it after more than
+// MANAGER_JOB_RETENTION_SECONDS (a datacenter that came back after a day)
+// has forgotten both its entry and its job, and would admit the key again: a
+// second run. So once the job is final here, this datacenter records the
+// carrier as confirmed, and answers a carried submission of a job it still
+// owes from that owed entry instead of admitting it again.
+//
+// Only the carrier is confirmed: the other datacenters the request names
+// stay this datacenter's to carry as well. Two datacenters that both
+// admitted a job and carried it to each other at the same time must not
+// each leave a third to the other (docs/multidc.md).
+
+// carriedOwed answers a carried submission from this datacenter's owed entry
+// of the same job: this datacenter resolved the job before its entry expired
+// and may have forgotten the job since, so admitting it again could run it
+// twice (TestOutboxAnswersACarriedJobFromTheOwedEntry).
+func (m *Manager) carriedOwed(req *rpcpb.SubmitRequest, jobID string) (*rpcpb.SubmitResponse, bool) {
+	if !req.Carried {
+		return nil, false
+	}
+	e, ok := m.fsm.Owed(req.Tenant, req.Key, jobID)
+	if !ok {
+		return nil, false
+	}
+	return m.entryResponse(e, "", true), true
+}
+
+// confirmCarrier records, once a carried submission has a final outcome
+// here, that its carrier holds the job, so that this datacenter's outbox
+// does not carry the job back (TestOutboxDoesNotCarryAJobBackToItsOrigin).
+// A failure (leadership lost) leaves the pair to this datacenter's outbox,
+// as before.
+func (m *Manager) confirmCarrier(ctx context.Context, req *rpcpb.SubmitRequest, resp *rpcpb.SubmitResponse) {
+	if !req.Carried || (resp.Outcome != rpc.OutcomeCommitted && resp.Outcome != rpc.OutcomeRejected) {
+		return
+	}
+	dc := req.Carrier
+	if dc == "" || dc == m.cfg.Datacenter || !slices.Contains(req.GetJob().GetDatacenters(), dc) ||
+		!m.owes(req.Tenant, req.Key, resp.JobId, dc) {
+		return
+	}
+	items := []ledger.Confirmation{{Tenant: req.Tenant, Key: req.Key, JobID: resp.JobId, Datacenter: dc}}
+	if _, err := m.apply(ctx, ledger.Confirm{Items: items}); err != nil {
+		m.log.Debug("recording that a carried submission's carrier holds the job failed; the outbox carries it back",
+			logging.KeyDatacenter, dc, logging.KeyError, err)
+	}
+}
+
+// owes reports whether this datacenter's ledger, live or owed, still has
+// job jobID of (tenant, key) to carry to dc.
+func (m *Manager) owes(tenant, key, jobID, dc string) bool {
+	if e, ok := m.fsm.Entry(tenant, key); ok && e.JobID == jobID && !slices.Contains(e.Confirmed, dc) {
+		return true
+	}
+	e, ok := m.fsm.Owed(tenant, key, jobID)
+	return ok && !slices.Contains(e.Confirmed, dc)
 }
