@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"io"
 	"log/slog"
 	"os"
@@ -330,15 +331,9 @@ func UnknownVariables(environ []string) []config.Unknown {
 // given: DataDir from NodeID, the advertised addresses from the bind ones,
 // the ledger's byte budgets from its store.
 func (c Config) withDefaults() Config {
-	if c.DataDir == "" {
-		c.DataDir = "data/" + c.NodeID
-	}
-	if c.RaftAdvertise == "" {
-		c.RaftAdvertise = c.RaftAddr
-	}
-	if c.RPCAdvertise == "" {
-		c.RPCAdvertise = c.RPCAddr
-	}
+	c.DataDir = cmp.Or(c.DataDir, "data/"+c.NodeID)
+	c.RaftAdvertise = cmp.Or(c.RaftAdvertise, c.RaftAddr)
+	c.RPCAdvertise = cmp.Or(c.RPCAdvertise, c.RPCAddr)
 	total, tenant := DefaultLedgerBudgets(c.LedgerStore)
 	if c.LedgerMaxBytes <= 0 {
 		c.LedgerMaxBytes = total

@@ -423,7 +423,8 @@ func (m *Manager) entryResponse(e ledger.Entry, outcome string, replayed bool) *
 	switch e.State {
 	case ledger.StateCommitted:
 		r.Outcome = rpc.OutcomeCommitted
-		r.Job = m.jobFromEntry(e)
+		r.Job = m.pbJob(ledger.Job{ID: e.JobID, Tenant: e.Tenant, Key: e.Key, Type: e.Request.Type,
+			Payload: e.Request.Payload, Datacenters: e.Request.Datacenters, Status: api.JobStatusCommitted, CreatedAt: e.ResolvedAt})
 	case ledger.StateRejected:
 		r.Outcome = rpc.OutcomeRejected
 		r.Rejection = &rpcpb.Rejection{Status: int32(e.Status), Reason: e.Reason, Detail: e.Detail}
@@ -439,11 +440,6 @@ func (m *Manager) entryResponse(e ledger.Entry, outcome string, replayed bool) *
 		}
 	}
 	return r
-}
-
-func (m *Manager) jobFromEntry(e ledger.Entry) *rpcpb.Job {
-	return m.pbJob(ledger.Job{ID: e.JobID, Tenant: e.Tenant, Key: e.Key, Type: e.Request.Type,
-		Payload: e.Request.Payload, Datacenters: e.Request.Datacenters, Status: api.JobStatusCommitted, CreatedAt: e.ResolvedAt})
 }
 
 // pbJob renders a job as the gates show it (api.Job's members). The

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strconv"
@@ -99,10 +100,7 @@ func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Le
 // lease leases jobs for req, waiting up to its wait for one while ctx lasts;
 // each Lease command is applied under applyCtx.
 func (m *Manager) lease(ctx, applyCtx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
-	holder := req.Worker
-	if holder == "" {
-		holder = "worker"
-	}
+	holder := cmp.Or(req.Worker, "worker")
 	deadline := time.Now().Add(leaseWait(req))
 	for {
 		queued := m.fsm.Stats().Queued

@@ -2,6 +2,7 @@ package managerd
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -70,10 +71,7 @@ var keyringOps = map[string]membership.KeyringOp{
 // hold.
 func (o operator) Keyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
 	var p *membership.Pool
-	pool := req.GetPool()
-	if pool == "" {
-		pool = rpc.PoolLAN
-	}
+	pool := cmp.Or(req.GetPool(), rpc.PoolLAN)
 	switch pool {
 	case rpc.PoolLAN:
 		p = o.fed.lan.Load()
@@ -209,10 +207,7 @@ func (o operator) checkQuorumWithout(id string) error {
 		return rpc.Errorf(rpc.CodeInvalid, "%s is the last voter: a group without voters has no leader", id)
 	}
 	if quorum := len(left)/2 + 1; len(ok) < quorum {
-		okList := strings.Join(ok, ",")
-		if okList == "" {
-			okList = "none"
-		}
+		okList := cmp.Or(strings.Join(ok, ","), "none")
 		return rpc.Errorf(rpc.CodeInvalid, "removing %s would leave %d healthy voter(s) of %d (%s healthy; %s), fewer than the %d a quorum needs: "+
 			"the group could neither commit the removal nor elect a leader until the others came back; remove the dead managers first (raft peers lists them)",
 			id, len(ok), len(left), okList, strings.Join(notOK, ", "), quorum)

@@ -11,6 +11,7 @@
 package managertest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -69,9 +70,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 	if opts.Managers <= 0 {
 		opts.Managers = 1
 	}
-	if opts.Datacenter == "" {
-		opts.Datacenter = "dc1"
-	}
+	opts.Datacenter = cmp.Or(opts.Datacenter, "dc1")
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
