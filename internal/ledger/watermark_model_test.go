@@ -151,58 +151,58 @@ func (r *wmRun) admit(step int) {
 	}
 	c := r.clients[i]
 	seq := r.pickSeq(i)
-	res := structured(c.tenant, c.client, seq, c.nonce, r.now)
-	res.MaxEntries = 1 << 20
-	res.JobID = fmt.Sprintf("job-%d", r.idx+1) // every attempt its own
+	rs := structured(c.tenant, c.client, seq, c.nonce, r.now)
+	rs.MaxEntries = 1 << 20
+	rs.JobID = fmt.Sprintf("job-%d", r.idx+1) // every attempt its own
 	if r.rng.IntN(15) == 0 {
-		res.Fingerprint = "another body"
+		rs.Fingerprint = "another body"
 	}
 	// The watermark bounds, as the leader's configuration stamps them; some
 	// entries carry them, so a client without a watermark is refused while
 	// the table or its tenant's share is full (nothing is evicted).
 	switch r.rng.IntN(6) {
 	case 0:
-		res.MaxWatermarks = 5
+		rs.MaxWatermarks = 5
 	case 1:
-		res.MaxTenantWatermarks = 2
+		rs.MaxTenantWatermarks = 2
 	case 2:
-		res.MaxWatermarks, res.MaxTenantWatermarks = 5, 2
+		rs.MaxWatermarks, rs.MaxTenantWatermarks = 5, 2
 	}
-	var v Verdict = commit(res, r.now)
+	var v Verdict = commit(rs, r.now)
 	rejected := r.rng.IntN(4) == 0
 	if rejected {
-		v = reject(res, r.now, 429)
+		v = reject(rs, r.now, 429)
 	}
-	got := r.apply(Encode(admitWith(res, v)))
+	got := r.apply(Encode(admitWith(rs, v)))
 
 	// The model.
-	k := [2]string{c.tenant, res.Key}
+	k := [2]string{c.tenant, rs.Key}
 	want := Outcome(0)
 	if e := r.entries[k]; e != nil && e.expiresAt <= r.now {
 		r.removeEntry(k, e) // a due entry of the key goes first
 	}
 	switch e := r.entries[k]; {
-	case e != nil && e.fp == res.Fingerprint:
+	case e != nil && e.fp == rs.Fingerprint:
 		want = OutcomeExists
 	case e != nil:
 		want = OutcomeKeyReused
 	case r.wms[i] != nil && r.wms[i].refuses(seq):
 		want = OutcomeKeyExpired
-	case r.wms[i] == nil && res.MaxWatermarks > 0 && uint64(len(r.wms)) >= res.MaxWatermarks:
+	case r.wms[i] == nil && rs.MaxWatermarks > 0 && uint64(len(r.wms)) >= rs.MaxWatermarks:
 		want = OutcomeWatermarksFull
-	case r.wms[i] == nil && res.MaxTenantWatermarks > 0 && uint64(r.tenantWatermarks(c.tenant)) >= res.MaxTenantWatermarks:
+	case r.wms[i] == nil && rs.MaxTenantWatermarks > 0 && uint64(r.tenantWatermarks(c.tenant)) >= rs.MaxTenantWatermarks:
 		want = OutcomeTenantWatermarksFull
 	case rejected:
 		want = OutcomeRejected
-		r.entries[k] = &wmEntry{client: i, seq: seq, fp: res.Fingerprint, expiresAt: r.now + rejectTTL}
+		r.entries[k] = &wmEntry{client: i, seq: seq, fp: rs.Fingerprint, expiresAt: r.now + rejectTTL}
 		r.touch(i)
 	default:
 		want = OutcomeCommitted
-		r.entries[k] = &wmEntry{client: i, seq: seq, committed: true, fp: res.Fingerprint, expiresAt: r.now + commitTTL}
+		r.entries[k] = &wmEntry{client: i, seq: seq, committed: true, fp: rs.Fingerprint, expiresAt: r.now + commitTTL}
 		r.raise(i, seq)
 	}
 	if got.Outcome != want {
-		r.t.Fatalf("step %d: %s/%s (seq %d, high %d) at %d: %v, the model %v", step, c.tenant, res.Key, seq,
+		r.t.Fatalf("step %d: %s/%s (seq %d, high %d) at %d: %v, the model %v", step, c.tenant, rs.Key, seq,
 			r.highOf(i), r.now, got.Outcome, want)
 	}
 	if want == OutcomeKeyExpired && got.Watermark != r.wms[i].high {
