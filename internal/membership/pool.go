@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -335,22 +336,12 @@ func resolveSeed(ctx context.Context, seed string) []string {
 }
 
 // seedIPs returns the IP addresses a seed's host names: the host itself if it
-// is an IP, else what it resolves to.
+// is an IP (LookupIP returns a literal without asking DNS), else what it
+// resolves to.
 func seedIPs(ctx context.Context, host string) ([]net.IP, error) {
-	if ip := net.ParseIP(host); ip != nil {
-		return []net.IP{ip}, nil
-	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	addrs, err := net.DefaultResolver.LookupIPAddr(lctx, host)
-	if err != nil {
-		return nil, err
-	}
-	ips := make([]net.IP, len(addrs))
-	for i, a := range addrs {
-		ips[i] = a.IP
-	}
-	return ips, nil
+	return net.DefaultResolver.LookupIP(lctx, "ip", host)
 }
 
 // otherSeeds drops the seeds that are this node's own gossip address, so a
@@ -652,10 +643,7 @@ func (p *Pool) Shutdown() error {
 		return nil
 	}
 	p.shut = true
-	subs := make([]*subscriber, 0, len(p.subs))
-	for s := range p.subs {
-		subs = append(subs, s)
-	}
+	subs := slices.Collect(maps.Keys(p.subs))
 	clear(p.subs)
 	p.mu.Unlock()
 	close(p.stop)
