@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -135,14 +136,11 @@ func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (Keyr
 				res.Nodes = append(res.Nodes, r)
 			}
 		case <-ctx.Done():
-			for n := range waiting {
-				res.NoAnswer = append(res.NoAnswer, n)
-			}
+			res.NoAnswer = slices.Sorted(maps.Keys(waiting))
 			waiting = nil
 		}
 	}
 	slices.SortFunc(res.Nodes, func(a, b NodeKeyring) int { return strings.Compare(a.Node, b.Node) })
-	slices.Sort(res.NoAnswer)
 	return res, nil
 }
 
@@ -158,28 +156,23 @@ func (op KeyringOp) check() error {
 // answerKeyringOp applies op on this node and returns this node's answer:
 // the operation's error, if any, and the keys after it.
 func (p *Pool) answerKeyringOp(op KeyringOp, key []byte) NodeKeyring {
-	answer := NodeKeyring{Node: p.cfg.NodeName}
-	err := op.check()
-	if err == nil {
-		err = p.applyKeyringOp(op, key)
+	var err error
+	switch op {
+	case KeyringList:
+	case KeyringInstall:
+		err = p.InstallKey(key)
+	case KeyringUse:
+		err = p.UseKey(key)
+	case KeyringRemove:
+		err = p.RemoveKey(key)
+	default:
+		err = op.check()
 	}
+	answer := NodeKeyring{Node: p.cfg.NodeName, Keys: p.Keys()}
 	if err != nil {
 		answer.Err = err.Error()
 	}
-	answer.Keys = p.Keys()
 	return answer
-}
-
-func (p *Pool) applyKeyringOp(op KeyringOp, key []byte) error {
-	switch op {
-	case KeyringInstall:
-		return p.InstallKey(key)
-	case KeyringUse:
-		return p.UseKey(key)
-	case KeyringRemove:
-		return p.RemoveKey(key)
-	}
-	return nil
 }
 
 // handleKeyringQuery answers a query from another node: applies it, then
