@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 
 	"github.com/hashicorp/memberlist"
@@ -83,10 +84,8 @@ const (
 	flagVote
 )
 
-const (
-	roleGateByte    = 1
-	roleManagerByte = 2
-)
+// roleBytes are the roles by their byte in the encoding.
+var roleBytes = [...]Role{1: RoleGate, 2: RoleManager}
 
 // MaxMetaSize is the largest encoded Meta memberlist accepts.
 const MaxMetaSize = memberlist.MetaMaxSize
@@ -121,11 +120,8 @@ func (m Meta) Validate() error {
 
 // roleByte is m.Role's byte in the encoding.
 func (m Meta) roleByte() (byte, error) {
-	switch m.Role {
-	case RoleGate:
-		return roleGateByte, nil
-	case RoleManager:
-		return roleManagerByte, nil
+	if i := slices.Index(roleBytes[:], m.Role); i > 0 {
+		return byte(i), nil
 	}
 	return 0, &MetaError{Field: "Role", Value: string(m.Role), Err: ErrInvalidMeta, Reason: `must be "gate" or "manager"`}
 }
@@ -184,14 +180,10 @@ func DecodeMeta(b []byte) (Meta, error) {
 	if len(b) < 3 {
 		return m, &MetaError{Err: ErrMetaCorrupt, Reason: "truncated header"}
 	}
-	switch b[1] {
-	case roleGateByte:
-		m.Role = RoleGate
-	case roleManagerByte:
-		m.Role = RoleManager
-	default:
+	if int(b[1]) >= len(roleBytes) || roleBytes[b[1]] == "" {
 		return m, &MetaError{Field: "Role", Value: strconv.Itoa(int(b[1])), Err: ErrMetaCorrupt, Reason: "unknown role"}
 	}
+	m.Role = roleBytes[b[1]]
 	flags := b[2]
 	m.HasRaftState = flags&flagHasRaftState != 0
 	m.Leaving = flags&flagLeaving != 0
