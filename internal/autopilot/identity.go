@@ -119,19 +119,17 @@ func resolveIdentities(servers []raft.Server, members []membership.Member, dc st
 		if m.Meta.RaftAddr == "" {
 			return true
 		}
-		if owner, ok := cfgByAddr[m.Meta.RaftAddr]; ok && owner != id {
-			// The server at that address is live if any live member claims
-			// its ID (at that address or, moving, at another).
-			for _, h := range mgrs {
-				if live(h) && raft.ServerID(h.Meta.NodeID) == owner {
-					refuse(m, RefusedAddressInUse, string(owner))
-					return false
-				}
+		if owner, ok := cfgByAddr[m.Meta.RaftAddr]; ok {
+			// Another server's address is in use while any live member
+			// claims that server's ID (at that address or, moving, at
+			// another); once it is dead, its replacement may take it.
+			if owner != id && slices.ContainsFunc(mgrs, func(h membership.Member) bool {
+				return live(h) && raft.ServerID(h.Meta.NodeID) == owner
+			}) {
+				refuse(m, RefusedAddressInUse, string(owner))
+				return false
 			}
-			return true // the server there is dead: its replacement may take the address
-		}
-		if _, ok := cfgByAddr[m.Meta.RaftAddr]; ok {
-			return true // the configuration's own address for this ID
+			return true
 		}
 		for _, h := range holders[m.Meta.RaftAddr] {
 			if h.Meta.NodeID != m.Meta.NodeID {
