@@ -557,12 +557,7 @@ const msgLeaving byte = 1
 
 func (p *Pool) announceLeaving(timeout time.Duration) error {
 	msg := append([]byte{msgLeaving}, p.cfg.NodeName...)
-	var nodes []*memberlist.Node
-	for _, n := range p.ml.Members() {
-		if n.Name != p.cfg.NodeName {
-			nodes = append(nodes, n)
-		}
-	}
+	nodes := slices.DeleteFunc(p.ml.Members(), func(n *memberlist.Node) bool { return n.Name == p.cfg.NodeName })
 	errc := make(chan error, len(nodes))
 	for _, n := range nodes {
 		go func() {
