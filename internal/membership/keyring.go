@@ -19,12 +19,12 @@ import (
 
 // InstallKey adds key to the keyring (decryption only until UseKey).
 func (p *Pool) InstallKey(key []byte) error {
-	return p.changeKeyring(key, func(key []byte) error { return p.keyring.AddKey(bytes.Clone(key)) })
+	return p.changeKeyring(key, p.keyring.AddKey)
 }
 
 // UseKey makes an installed key the one used to encrypt.
 func (p *Pool) UseKey(key []byte) error {
-	return p.changeKeyring(key, func(key []byte) error { return p.keyring.UseKey(key) })
+	return p.changeKeyring(key, p.keyring.UseKey)
 }
 
 // RemoveKey removes a key that is not the primary one.
@@ -37,8 +37,8 @@ func (p *Pool) RemoveKey(key []byte) error {
 	})
 }
 
-// changeKeyring checks key and applies change to the keyring; its error
-// wraps ErrInvalidKey.
+// changeKeyring checks key and applies change to a copy of it (the keyring
+// keeps the slice it is given); its error wraps ErrInvalidKey.
 func (p *Pool) changeKeyring(key []byte, change func([]byte) error) error {
 	if p.keyring == nil {
 		return ErrNoEncryption
@@ -46,7 +46,7 @@ func (p *Pool) changeKeyring(key []byte, change func([]byte) error) error {
 	if err := validateKeyLen(len(key)); err != nil {
 		return err
 	}
-	if err := change(key); err != nil {
+	if err := change(bytes.Clone(key)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	return nil
