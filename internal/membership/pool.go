@@ -272,18 +272,15 @@ func (p *Pool) join(ctx context.Context, seeds []string) (int, []string, error) 
 		p.markJoined()
 		return 0, nil, nil
 	}
-	n := 0
 	var missed []string
 	var errs []error
 	for _, s := range others {
 		if _, err := p.ml.Join([]string{s}); err != nil {
 			missed = append(missed, s)
 			errs = append(errs, err)
-			continue
 		}
-		n++
 	}
-	if n > 0 {
+	if n := len(others) - len(missed); n > 0 {
 		if len(errs) > 0 {
 			p.log.Debug("some seeds did not answer", logging.KeyError, errors.Join(errs...))
 		}
