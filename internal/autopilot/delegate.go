@@ -60,6 +60,7 @@ func (a *Autopilot) UnhealthyNow() map[raft.ServerID]string {
 			continue
 		}
 		m, known := byID[s.ID]
+		last, failing := a.unreachable[s.ID]
 		switch {
 		case !known:
 			out[s.ID] = "absent from the pool"
@@ -67,14 +68,8 @@ func (a *Autopilot) UnhealthyNow() map[raft.ServerID]string {
 			out[s.ID] = "pool status " + m.State.String()
 		case m.Meta.Leaving:
 			out[s.ID] = "leaving the pool"
-		}
-		if _, bad := out[s.ID]; bad {
-			continue
-		}
-		if last, failing := a.unreachable[s.ID]; failing {
-			if d := now.Sub(last); d > a.cfg.LastContactThreshold {
-				out[s.ID] = "unreachable for " + d.Round(time.Millisecond).String()
-			}
+		case failing && now.Sub(last) > a.cfg.LastContactThreshold:
+			out[s.ID] = "unreachable for " + now.Sub(last).Round(time.Millisecond).String()
 		}
 	}
 	return out
