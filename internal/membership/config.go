@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"log/slog"
@@ -148,18 +149,10 @@ func (c *Config) Validate() error {
 // withDefaults returns c with every optional field that is not set given its
 // default. Start runs it once; the pool then reads the fields as they are.
 func (c Config) withDefaults() Config {
-	if c.BindAddr == "" {
-		c.BindAddr = "0.0.0.0"
-	}
-	if c.Profile == "" {
-		c.Profile = ProfileLAN
-	}
-	if c.BroadcastTimeout == 0 {
-		c.BroadcastTimeout = 5 * time.Second
-	}
-	if c.DepartedRetention == 0 {
-		c.DepartedRetention = 72 * time.Hour
-	}
+	c.BindAddr = cmp.Or(c.BindAddr, "0.0.0.0")
+	c.Profile = cmp.Or(c.Profile, ProfileLAN)
+	c.BroadcastTimeout = cmp.Or(c.BroadcastTimeout, 5*time.Second)
+	c.DepartedRetention = cmp.Or(c.DepartedRetention, 72*time.Hour)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -296,20 +289,15 @@ func (c *Config) memberlistConfig() *memberlist.Config {
 	default:
 		mc = memberlist.DefaultLANConfig()
 	}
-	if mc.DeadNodeReclaimTime == 0 {
-		// Let a manager that crashed come back under its name on a new
-		// address once it has been dead this long (memberlist refuses the
-		// address change of a dead node otherwise until it is reaped).
-		mc.DeadNodeReclaimTime = mc.GossipToTheDeadTime
-	}
+	// Let a manager that crashed come back under its name on a new address
+	// once it has been dead this long (memberlist refuses the address change
+	// of a dead node otherwise until it is reaped).
+	mc.DeadNodeReclaimTime = cmp.Or(mc.DeadNodeReclaimTime, mc.GossipToTheDeadTime)
 	mc.Name = c.NodeName
 	mc.BindAddr = c.BindAddr
 	mc.BindPort = c.BindPort
 	mc.AdvertiseAddr = c.AdvertiseAddr
-	mc.AdvertisePort = c.AdvertisePort
-	if mc.AdvertisePort == 0 {
-		mc.AdvertisePort = c.BindPort
-	}
+	mc.AdvertisePort = cmp.Or(c.AdvertisePort, c.BindPort)
 	// The label keeps two datacenters' LAN pools apart even if a seed list
 	// points across: memberlist drops packets whose label differs.
 	mc.Label = "once-lan/" + c.Meta.Datacenter
