@@ -436,9 +436,8 @@ func (a *Autopilot) hasState() bool {
 	}
 	has = a.cfg.HasExistingState || a.boot.decided != nil || a.raft.LastIndex() > 0 || a.raft.CurrentTerm() > 0
 	if !has {
-		if f := a.raft.GetConfiguration(); f.Error() == nil && len(f.Configuration().Servers) > 0 {
-			has = true
-		}
+		f := a.raft.GetConfiguration()
+		has = f.Error() == nil && len(f.Configuration().Servers) > 0
 	}
 	if has {
 		a.mu.Lock()
