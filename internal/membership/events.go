@@ -96,7 +96,6 @@ type subscriber struct {
 	mu      sync.Mutex
 	order   []string         // member names with a queued event, oldest first
 	pending map[string]Event // the queued event of each
-	closed  bool
 
 	wake      chan struct{} // capacity 1: "the queue is not empty"
 	out       chan Event
@@ -105,13 +104,11 @@ type subscriber struct {
 	closeOnce sync.Once
 }
 
-// push queues ev without blocking.
+// push queues ev without blocking. It is called under Pool.mu, and only for
+// the subscribers in Pool.subs: a subscriber is taken out of it, under that
+// lock, before it is closed, so nothing is pushed after close.
 func (s *subscriber) push(ev Event) {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
 	name := ev.Member.Name
 	if old, ok := s.pending[name]; ok {
 		if old.Type == EventJoin && ev.Type == EventUpdate {
@@ -169,11 +166,6 @@ func (s *subscriber) run() {
 // close stops the delivery goroutine and waits for it; the channel is
 // closed when it returns.
 func (s *subscriber) close() {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		close(s.done)
-	})
+	s.closeOnce.Do(func() { close(s.done) })
 	<-s.exited
 }
