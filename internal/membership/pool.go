@@ -722,10 +722,6 @@ func (e *eventDelegate) NotifyJoin(n *memberlist.Node)   { (*Pool)(e).alive(n, E
 func (e *eventDelegate) NotifyUpdate(n *memberlist.Node) { (*Pool)(e).alive(n, EventUpdate) }
 func (e *eventDelegate) NotifyLeave(n *memberlist.Node)  { (*Pool)(e).departed(n) }
 
-func nodeAddr(n *memberlist.Node) string {
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-}
-
 func (p *Pool) alive(n *memberlist.Node, typ EventType) {
 	meta, err := DecodeMeta(n.Meta)
 	now := time.Now()
@@ -733,7 +729,7 @@ func (p *Pool) alive(n *memberlist.Node, typ EventType) {
 	defer p.mu.Unlock()
 	if err != nil {
 		// A node of an incompatible version, or not one of ours: ignore it.
-		p.log.Warn("ignoring member with unreadable meta", logging.KeyPeer, n.Name, logging.KeyAddr, nodeAddr(n), logging.KeyError, err)
+		p.log.Warn("ignoring member with unreadable meta", logging.KeyPeer, n.Name, logging.KeyAddr, n.Address(), logging.KeyError, err)
 		delete(p.members, n.Name)
 		return
 	}
@@ -744,7 +740,7 @@ func (p *Pool) alive(n *memberlist.Node, typ EventType) {
 	if typ == EventJoin {
 		delete(p.leaving, n.Name) // back after a leave: a new life
 	}
-	m := &Member{Name: n.Name, Addr: nodeAddr(n), Meta: meta, State: StateAlive, LastSeen: now}
+	m := &Member{Name: n.Name, Addr: n.Address(), Meta: meta, State: StateAlive, LastSeen: now}
 	p.members[n.Name] = m
 	p.log.Debug("member "+typ.String(), logging.KeyPeer, n.Name, logging.KeyAddr, m.Addr,
 		logging.KeyNodeID, meta.NodeID, logging.KeyRole, string(meta.Role), logging.KeyRaftState, meta.HasRaftState)
@@ -761,7 +757,7 @@ func (p *Pool) departed(n *memberlist.Node) {
 		if err != nil {
 			return
 		}
-		m = &Member{Name: n.Name, Addr: nodeAddr(n), Meta: meta}
+		m = &Member{Name: n.Name, Addr: n.Address(), Meta: meta}
 		p.members[n.Name] = m
 	} else if meta, err := DecodeMeta(n.Meta); err == nil {
 		m.Meta = meta
