@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -149,5 +150,24 @@ func TestRollingKeyRotationByRestart(t *testing.T) {
 	bad := Config{NodeName: "x", ExtraKeys: [][]byte{key(1)}, Meta: Meta{Role: RoleGate, Datacenter: "d", NodeID: "x"}}
 	if err := bad.Validate(); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("extra keys without a primary: %v", err)
+	}
+}
+
+// TestKeyringKeepsItsOwnCopyOfAKey: memberlist's keyring keeps the slice it
+// is given as its primary key, so a caller that reuses its buffer after
+// UseKey (or InstallKey) must not change the key the pool encrypts with.
+func TestKeyringKeepsItsOwnCopyOfAKey(t *testing.T) {
+	p := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = key(1) })
+	buf := key(2)
+	if err := p.InstallKey(buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.UseKey(buf); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, key(9))
+	keys := p.Keys()
+	if len(keys) != 2 || !bytes.Equal(keys[0], key(2)) || !bytes.Equal(keys[1], key(1)) {
+		t.Fatalf("keys after the caller reused its buffer = %x, want primary %x then %x", keys, key(2), key(1))
 	}
 }
