@@ -174,14 +174,7 @@ func hclogAttrs(args []any) []slog.Attr {
 			attrs = append(attrs, slog.Any(KeyExtraValue, hclogValue(args[i])))
 			break
 		}
-		var key string
-		switch k := args[i].(type) {
-		case string:
-			key = k
-		default:
-			key = fmt.Sprint(k)
-		}
-		attrs = append(attrs, slog.Any(key, hclogValue(args[i+1])))
+		attrs = append(attrs, slog.Any(fmt.Sprint(args[i]), hclogValue(args[i+1])))
 	}
 	return attrs
 }

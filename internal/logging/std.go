@@ -80,15 +80,11 @@ func parseStdLine(line string) (level slog.Level, subsystem, msg string, ok bool
 	return level, subsystem, msg, true
 }
 
+// isSubsystem reports whether s is all of a-z, 0-9, '-', '_' and '.'.
 func isSubsystem(s string) bool {
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
-		default:
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(s, func(r rune) bool {
+		return (r < 'a' || r > 'z') && (r < '0' || r > '9') && !strings.ContainsRune("-_.", r)
+	})
 }
 
 func (w *stdWriter) Write(p []byte) (int, error) {
