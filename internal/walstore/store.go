@@ -116,7 +116,7 @@ type Store struct {
 	mu     sync.RWMutex
 	w      *wal.Log // nil while the log is empty
 	base   uint64   // raft index of wal index 1
-	empty  bool     // no entries; first and last are meaningless
+	empty  bool     // no entries; first and last are then 0
 	first  uint64
 	last   uint64
 	closed bool
@@ -281,9 +281,6 @@ func (s *Store) FirstIndex() (uint64, error) {
 	if s.closed {
 		return 0, ErrClosed
 	}
-	if s.empty {
-		return 0, nil
-	}
 	return s.first, nil
 }
 
@@ -293,9 +290,6 @@ func (s *Store) LastIndex() (uint64, error) {
 	defer s.mu.RUnlock()
 	if s.closed {
 		return 0, ErrClosed
-	}
-	if s.empty {
-		return 0, nil
 	}
 	return s.last, nil
 }
