@@ -413,10 +413,6 @@ func (l *Loader) Parse(args []string, lookup func(string) (string, bool)) error 
 		if l.flagErr != nil {
 			return l.flagErr
 		}
-		var ce *Error
-		if errors.As(err, &ce) {
-			return ce
-		}
 		if errors.Is(err, flag.ErrHelp) {
 			return ErrHelp
 		}
@@ -561,14 +557,8 @@ func (f TLSFiles) Set() bool { return f.CA != "" }
 // Check returns an *Error naming the first missing variable when some but
 // not all three are set.
 func (f TLSFiles) Check() error {
-	set := 0
-	for _, v := range []string{f.CA, f.Cert, f.Key} {
-		if v != "" {
-			set++
-		}
-	}
-	if set == 0 || set == 3 {
-		return nil
+	if (f.CA == "") == (f.Cert == "") && (f.Cert == "") == (f.Key == "") {
+		return nil // all three or none
 	}
 	want := "set with " + f.EnvCA + ", " + f.EnvCert + " and " + f.EnvKey + ", or none of them"
 	for _, v := range [][2]string{{f.EnvCA, f.CA}, {f.EnvCert, f.Cert}, {f.EnvKey, f.Key}} {

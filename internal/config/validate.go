@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 
 	"github.com/once-dev/once/internal/logging"
@@ -111,10 +112,8 @@ func LogFormat(s string) error {
 // OneOf returns a validator accepting exactly the given values.
 func OneOf(values ...string) func(string) error {
 	return func(s string) error {
-		for _, v := range values {
-			if s == v {
-				return nil
-			}
+		if slices.Contains(values, s) {
+			return nil
 		}
 		return fmt.Errorf("%w: %q is not one of %q", ErrSyntax, s, values)
 	}
