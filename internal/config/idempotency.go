@@ -124,16 +124,11 @@ var canonicalSettings = []struct {
 // federation ("pending_ttl=60 committed_ttl=300 ..."; seconds), which
 // managers publish in their gossip metadata and compare with DiffCanonical.
 func (c Idempotency) Canonical() string {
-	var b strings.Builder
+	fields := make([]string, len(canonicalSettings))
 	for i, s := range canonicalSettings {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(s.name)
-		b.WriteByte('=')
-		b.WriteString(s.value(c))
+		fields[i] = s.name + "=" + s.value(c)
 	}
-	return b.String()
+	return strings.Join(fields, " ")
 }
 
 // SettingDiff is one setting whose value differs between two nodes.
