@@ -174,13 +174,9 @@ func estimate(ss []Sample, now time.Time, wall int64, maxAge time.Duration) (Est
 		offs[i] = s.offsetAt(now, wall)
 	}
 	slices.Sort(offs)
-	var med time.Duration
-	if n := len(offs); n%2 == 1 {
-		med = offs[n/2]
-	} else {
-		a, b := offs[n/2-1], offs[n/2]
-		med = a + (b-a)/2
-	}
+	// The median: the middle offset, or halfway between the two middle ones.
+	a, b := offs[(len(offs)-1)/2], offs[len(offs)/2]
+	med := a + (b-a)/2
 	return Estimate{Offset: med, RTT: best[0].RTT, Samples: len(recent), At: newest}, true
 }
 
@@ -216,9 +212,7 @@ type View struct {
 // ten minutes ahead would make a node whose clock is right, and so are the
 // two not measured yet, take the group's clock for ten minutes ahead.
 func GroupView(voters int, offsets []time.Duration, maxOffset time.Duration) View {
-	all := make([]time.Duration, 0, len(offsets)+1)
-	all = append(all, 0)
-	all = append(all, offsets...)
+	all := append([]time.Duration{0}, offsets...) // this node's own offset is 0
 	v := View{Voters: max(voters, 1), Measured: len(all)}
 	if v.Measured > v.Voters {
 		// More estimates than voters: some do not measure a voter (two pool
@@ -345,7 +339,7 @@ func LedgerTime(in Input) Reading {
 		if r.Now > limit {
 			r.Now, r.Capped = limit, true
 		}
-		if d := time.Duration(in.Wall - limit); d > in.MaxOffset || d < -in.MaxOffset {
+		if time.Duration(in.Wall-limit).Abs() > in.MaxOffset {
 			r.Unsure = true
 		}
 	}
