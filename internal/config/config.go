@@ -533,11 +533,9 @@ func ReadSecretFile(env, path string) (string, error) {
 	if len(s) < 16 {
 		return "", fmt.Errorf("%s: %s: %w: want at least 16 characters (e.g. openssl rand -hex 32)", env, path, ErrSecretFile)
 	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' || c > '~' {
-			// The offset, never the byte: the message must not leak the secret.
-			return "", fmt.Errorf("%s: %s: %w: a byte at offset %d is not printable ASCII; want text on one line (e.g. openssl rand -hex 32)", env, path, ErrSecretFile, i)
-		}
+	// The offset, never the byte: the message must not leak the secret.
+	if i := strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r > '~' }); i >= 0 {
+		return "", fmt.Errorf("%s: %s: %w: a byte at offset %d is not printable ASCII; want text on one line (e.g. openssl rand -hex 32)", env, path, ErrSecretFile, i)
 	}
 	return s, nil
 }
