@@ -89,14 +89,12 @@ func isSubsystem(s string) bool {
 
 func (w *stdWriter) Write(p []byte) (int, error) {
 	line := strings.TrimRight(string(p), "\r\n")
-	level, subsystem, msg := w.force, "", line
+	level, subsystem, msg, ok := w.force, "", line, false
 	if w.infer || w.forced {
-		var ok bool
-		var parsed slog.Level
-		parsed, subsystem, msg, ok = parseStdLine(line)
-		if ok && !w.forced {
-			level = parsed
-		}
+		level, subsystem, msg, ok = parseStdLine(line)
+	}
+	if !ok || w.forced {
+		level = w.force
 	}
 	ctx := context.Background()
 	if !w.l.Enabled(ctx, level) {
