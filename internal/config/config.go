@@ -103,7 +103,6 @@ type setting struct {
 type Loader struct {
 	fs       *flag.FlagSet
 	settings []*setting
-	byFlag   map[string]*setting
 	flagErr  error // the first typed error a flag's Set returned
 }
 
@@ -116,7 +115,7 @@ func NewLoader(program string, w io.Writer) *Loader {
 	// written. Parse returns the error, which the program prints (a
 	// secret's without its value: Secret), and Usage writes to w.
 	fs.SetOutput(io.Discard)
-	l := &Loader{fs: fs, byFlag: map[string]*setting{}}
+	l := &Loader{fs: fs}
 	fs.Usage = func() {
 		fmt.Fprintf(w, "Usage of %s:\n\nEvery flag may also be set by its environment variable; a flag wins.\n\n", program)
 		ss := append([]*setting(nil), l.settings...)
@@ -177,11 +176,10 @@ func bind[T any](l *Loader, p *T, env, want, usage string, parse func(string) (T
 		}
 		return nil
 	}
-	if _, dup := l.byFlag[s.flag]; dup {
+	if l.fs.Lookup(s.flag) != nil {
 		panic("config: duplicate setting " + env)
 	}
 	l.settings = append(l.settings, s)
-	l.byFlag[s.flag] = s
 	l.fs.Var(flagValue{s: s, l: l}, s.flag, usage)
 }
 
