@@ -441,13 +441,19 @@ func MapLookup(m map[string]string) func(string) (string, bool) {
 
 // EnvList turns an os.Environ-style slice into a lookup function.
 func EnvList(environ []string) func(string) (string, bool) {
-	m := make(map[string]string, len(environ))
-	for _, kv := range environ {
+	return MapLookup(pairs(environ))
+}
+
+// pairs maps the keys of key=value items to their values; an item without
+// '=' is skipped.
+func pairs(items []string) map[string]string {
+	m := make(map[string]string, len(items))
+	for _, kv := range items {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			m[k] = v
 		}
 	}
-	return MapLookup(m)
+	return m
 }
 
 // maxSeconds is a generous upper bound for TTL-like settings (30 days).

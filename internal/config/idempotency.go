@@ -142,23 +142,13 @@ type SettingDiff struct {
 // values differ, in Canonical's order. A setting one side does not publish
 // (an older or newer build) is not compared.
 func DiffCanonical(local, remote string) []SettingDiff {
-	l, r := parseCanonical(local), parseCanonical(remote)
+	l, r := pairs(strings.Fields(local)), pairs(strings.Fields(remote))
 	var out []SettingDiff
 	for _, s := range canonicalSettings {
 		lv, lok := l[s.name]
 		rv, rok := r[s.name]
 		if lok && rok && lv != rv {
 			out = append(out, SettingDiff{Setting: s.env, Local: lv, Remote: rv})
-		}
-	}
-	return out
-}
-
-func parseCanonical(s string) map[string]string {
-	out := map[string]string{}
-	for _, f := range strings.Fields(s) {
-		if k, v, ok := strings.Cut(f, "="); ok {
-			out[k] = v
 		}
 	}
 	return out
