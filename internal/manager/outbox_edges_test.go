@@ -21,15 +21,10 @@ import (
 func TestOutboxDoesNotCarryAJobBackToItsOrigin(t *testing.T) {
 	clock := newManualClock()
 	const ttl = 5 * time.Second
-	dcs := newOutboxDatacenters(t, 2, clock, func(c *Config) {
-		c.Idempotency.CommittedTTL = ttl
-		c.JobRetention = ttl
-	}, func(string) bool { return true })
+	dcs := newOutboxDatacenters(t, 2, clock, retainFor(ttl), func(string) bool { return true })
 	m1, m2, ob1, ob2 := dcs[0].m, dcs[1].m, dcs[0].ob, dcs[1].ob
 	ctx := ctxT(t)
-
-	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
-	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}
+	req := order1ForDC1AndDC2()
 	first := m1.Raft().AppliedIndex() + 1
 	r, err := m1.Submit(ctx, req)
 	if err != nil || r.Outcome != rpc.OutcomeCommitted {
@@ -72,15 +67,10 @@ func TestOutboxDoesNotCarryAJobBackToItsOrigin(t *testing.T) {
 func TestOutboxAnswersACarriedJobFromTheOwedEntry(t *testing.T) {
 	clock := newManualClock()
 	const ttl = 5 * time.Second
-	dcs := newOutboxDatacenters(t, 2, clock, func(c *Config) {
-		c.Idempotency.CommittedTTL = ttl
-		c.JobRetention = ttl
-	}, func(string) bool { return true })
+	dcs := newOutboxDatacenters(t, 2, clock, retainFor(ttl), func(string) bool { return true })
 	m1, m2, ob1, ob2 := dcs[0].m, dcs[1].m, dcs[0].ob, dcs[1].ob
 	ctx := ctxT(t)
-
-	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1"}
-	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}
+	req := order1ForDC1AndDC2()
 	first1, first2 := m1.Raft().AppliedIndex()+1, m2.Raft().AppliedIndex()+1
 	var jobID string
 	for _, m := range []*Manager{m1, m2} {
@@ -184,6 +174,21 @@ type outboxDatacenter struct {
 // newOutboxDatacenters starts datacenters dc1..dcn of one manager each on
 // clock, with cfg applied (the lifecycle off: a job is kept by retention), their
 // RPC served. Their outboxes reach the datacenters reachable allows.
+// retainFor sets both the committed TTL and the job retention to ttl: a
+// datacenter that forgets the entry and the job of a submission at once.
+func retainFor(ttl time.Duration) func(*Config) {
+	return func(c *Config) {
+		c.Idempotency.CommittedTTL = ttl
+		c.JobRetention = ttl
+	}
+}
+
+// order1ForDC1AndDC2 is a submission of key order-1 for dc1 and dc2.
+func order1ForDC1AndDC2() *rpcpb.SubmitRequest {
+	return &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1",
+		Job: &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}}
+}
+
 func newOutboxDatacenters(t *testing.T, n int, clock *manualClock, cfg func(*Config), reachable func(dc string) bool) []outboxDatacenter {
 	t.Helper()
 	dcs := make([]outboxDatacenter, n)
