@@ -103,21 +103,13 @@ func (f *tokenFiles) tenants() bool { return f != nil && f.tenantPath != "" }
 // tenant returns the tenant of an Authorization header value among the
 // tenants' tokens in use (false with no GATE_TOKEN_FILE).
 func (f *tokenFiles) tenant(authorization string) (string, bool) {
-	t := f.cur.Load().tenants
-	if t == nil {
-		return "", false
-	}
-	return t.tenant(authorization)
+	return f.cur.Load().tenants.tenant(authorization)
 }
 
 // operator returns the operator named by an Authorization header value
 // among the operators' tokens in use (false with no GATE_OPERATOR_TOKEN_FILE).
 func (f *tokenFiles) operator(authorization string) (string, bool) {
-	t := f.cur.Load().operators
-	if t == nil {
-		return "", false
-	}
-	return t.tenant(authorization)
+	return f.cur.Load().operators.tenant(authorization)
 }
 
 // Reload loads both files again if either's content changed since the last
@@ -269,11 +261,13 @@ func (t *tokenTable) len() int {
 	return len(t.byDigest)
 }
 
-// tenant returns the tenant of an Authorization header value ("Bearer <token>",
-// the scheme matched case-insensitively), and false if it names no known token.
+// tenant returns the tenant (or, of the operators' table, the operator) of
+// an Authorization header value ("Bearer <token>", the scheme matched
+// case-insensitively), and false if it names no known token or t is nil
+// (its file is not configured).
 func (t *tokenTable) tenant(authorization string) (string, bool) {
 	scheme, token, ok := strings.Cut(authorization, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
+	if t == nil || !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false
 	}
 	token = strings.TrimLeft(token, " ")
