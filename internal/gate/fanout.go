@@ -2,7 +2,6 @@ package gate
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -191,18 +190,12 @@ type rejectionProblem struct {
 // rejectionBody renders a job_rejected problem; sr.Job, when combine set it
 // for a job of several datacenters, adds job_id and datacenters.
 func rejectionBody(status int, detail string, sr *rpcpb.SubmitResponse) []byte {
+	p := problem(status, api.CodeJobRejected, detail)
+	p.Reason = sr.Rejection.Reason
 	if sr.Job == nil || len(sr.Job.Datacenters) < 2 {
-		return problemBody(status, api.CodeJobRejected, detail, sr.Rejection.Reason)
+		return problemJSON(p)
 	}
-	var p api.Problem
-	if err := json.Unmarshal(problemBody(status, api.CodeJobRejected, detail, sr.Rejection.Reason), &p); err != nil {
-		panic("gate: decode own problem: " + err.Error())
-	}
-	b, err := json.Marshal(rejectionProblem{Problem: p, JobID: sr.Job.JobId, Datacenters: apiJob(sr.Job).Datacenters})
-	if err != nil {
-		panic("gate: encode problem: " + err.Error())
-	}
-	return append(b, '\n')
+	return problemJSON(rejectionProblem{Problem: p, JobID: sr.Job.JobId, Datacenters: apiJob(sr.Job).Datacenters})
 }
 
 // shallowCopy is a new request with req's members: the same values, the

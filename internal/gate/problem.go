@@ -34,24 +34,28 @@ var titles = map[api.Code]string{
 	api.CodeJobStateConflict:       "Job state conflict",
 }
 
-// problemBody renders an RFC 9457 problem: type is api.ProblemTypeBase plus the
-// code, title is fixed per code. The bytes end with a newline, as every JSON
-// body of the gate does.
-func problemBody(status int, code api.Code, detail, reason string) []byte {
+// problem is an RFC 9457 problem: type is api.ProblemTypeBase plus the code,
+// title is fixed per code.
+func problem(status int, code api.Code, detail string) api.Problem {
 	title := titles[code]
 	if title == "" {
 		title = http.StatusText(status)
 	}
-	b, err := json.Marshal(api.Problem{
-		Type:   api.ProblemTypeBase + string(code),
-		Title:  title,
-		Status: status,
-		Detail: detail,
-		Code:   code,
-		Reason: reason,
-	})
+	return api.Problem{Type: api.ProblemTypeBase + string(code), Title: title, Status: status, Detail: detail, Code: code}
+}
+
+// problemBody renders problem(status, code, detail) as a body.
+func problemBody(status int, code api.Code, detail string) []byte {
+	return problemJSON(problem(status, code, detail))
+}
+
+// problemJSON renders a problem (an api.Problem, or a struct that embeds one
+// with more members) as encoding/json writes it. The bytes end with a
+// newline, as every JSON body of the gate does.
+func problemJSON(p any) []byte {
+	b, err := json.Marshal(p)
 	if err != nil {
-		// A struct of strings and an int always encodes.
+		// Strings, ints and maps of strings always encode.
 		panic("gate: encode problem: " + err.Error())
 	}
 	return append(b, '\n')
@@ -61,7 +65,7 @@ func problemBody(status int, code api.Code, detail, reason string) []byte {
 // WWW-Authenticate) are kept.
 func writeProblem(w http.ResponseWriter, status int, code api.Code, detail string) {
 	noteCode(w, code)
-	writeBody(w, status, api.ContentTypeProblem, problemBody(status, code, detail, ""))
+	writeBody(w, status, api.ContentTypeProblem, problemBody(status, code, detail))
 }
 
 // encodingFailedDetail is the detail of a 500 for an answer that did not

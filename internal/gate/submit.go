@@ -170,7 +170,7 @@ func (g *Gate) checkRoute(job api.JobRequest) *response {
 
 // problemResponse builds a response carrying a problem.
 func problemResponse(status int, code api.Code, detail string) *response {
-	return &response{status: status, code: code, body: problemBody(status, code, detail, "")}
+	return &response{status: status, code: code, body: problemBody(status, code, detail)}
 }
 
 // retryLaterResponse is a transient problem (503, 409) with Config.RetryAfter

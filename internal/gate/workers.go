@@ -195,7 +195,7 @@ func workerOK(v any) *workerAnswer {
 }
 
 func workerProblem(status int, code api.Code, detail string) *workerAnswer {
-	return &workerAnswer{status: status, code: code, body: problemBody(status, code, detail, "")}
+	return &workerAnswer{status: status, code: code, body: problemBody(status, code, detail)}
 }
 
 // workerError renders the leader's refusal of a worker call.
