@@ -66,15 +66,14 @@ func (g *Gate) handleCluster(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := g.readContext(r)
 	defer cancel()
-	view := ClusterView{Datacenter: g.cfg.Datacenter, Gate: g.cfg.NodeName, Managers: []ManagerView{}, Datacenters: []DatacenterView{}}
+	view := ClusterView{Datacenter: g.cfg.Datacenter, Gate: g.cfg.NodeName}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if st, err := g.client.LeaderStatus(ctx); err == nil {
 			view.Leader = st
 		}
 	})
-	addrs := slices.Sorted(slices.Values(g.resolver.Managers()))
-	addrs = slices.Compact(addrs)
+	addrs := slices.Compact(slices.Sorted(slices.Values(g.resolver.Managers())))
 	view.Managers = make([]ManagerView, len(addrs))
 	for i, addr := range addrs {
 		view.Managers[i].Addr = addr
@@ -97,10 +96,9 @@ func (g *Gate) handleCluster(w http.ResponseWriter, r *http.Request) {
 	names := slices.Sorted(maps.Keys(dcs))
 	view.Datacenters = make([]DatacenterView, len(names))
 	for i, dc := range names {
-		view.Datacenters[i] = DatacenterView{Name: dc, Managers: slices.Sorted(slices.Values(dcs[dc]))}
-		if view.Datacenters[i].Managers == nil {
-			view.Datacenters[i].Managers = []string{}
-		}
+		managers := append([]string{}, dcs[dc]...) // [] when none, not null
+		slices.Sort(managers)
+		view.Datacenters[i] = DatacenterView{Name: dc, Managers: managers}
 		wg.Go(func() {
 			st, err := g.clientFor(dc).LeaderStatus(ctx)
 			if err != nil {
