@@ -14,17 +14,6 @@ import (
 	"github.com/once-dev/once/pkg/api"
 )
 
-// unknownDatacenter returns the first datacenter of dcs the gate does not know
-// (neither its own nor in the federation view).
-func (g *Gate) unknownDatacenter(dcs []string) (string, bool) {
-	for _, dc := range dcs {
-		if !g.knownDatacenter(dc) {
-			return dc, true
-		}
-	}
-	return "", false
-}
-
 // dcResult is one datacenter's answer to a fanned-out submission.
 type dcResult struct {
 	dc   string

@@ -149,10 +149,13 @@ func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 	_, _ = w.Write(r.body)
 }
 
-// checkRoute checks that the gate can route job; a failure is the response
-// to send.
+// checkRoute checks that the gate knows every datacenter job names (its
+// own, or one of the federation view); a failure is the response to send.
 func (g *Gate) checkRoute(job api.JobRequest) *response {
-	if dc, ok := g.unknownDatacenter(job.Datacenters); ok {
+	for _, dc := range job.Datacenters {
+		if g.knownDatacenter(dc) {
+			continue
+		}
 		if g.federationForming() {
 			// The gate has not read a federation view yet, or the view is
 			// still forming (formingFederation): it cannot tell an unknown
