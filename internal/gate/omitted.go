@@ -53,13 +53,8 @@ func (g *Gate) otherDatacenters() []string {
 	if g.federation == nil {
 		return nil
 	}
-	var out []string
-	for _, dc := range slices.Sorted(maps.Keys(g.federation.Datacenters())) {
-		if dc != g.cfg.Datacenter {
-			out = append(out, dc)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Sorted(maps.Keys(g.federation.Datacenters())),
+		func(dc string) bool { return dc == g.cfg.Datacenter })
 }
 
 // claimedError is the refusal of a submission whose key is held for a job of
@@ -115,12 +110,7 @@ func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home str
 	r := shallowCopy(req)
 	r.Home = home
 	r.Job = &rpcpb.JobRequest{Type: req.GetJob().GetType(), Payload: req.GetJob().GetPayload(), Datacenters: []string{home}}
-	var dcs []string
-	for _, dc := range append(g.otherDatacenters(), g.cfg.Datacenter) {
-		if dc != home {
-			dcs = append(dcs, dc)
-		}
-	}
+	dcs := slices.DeleteFunc(append(g.otherDatacenters(), g.cfg.Datacenter), func(dc string) bool { return dc == home })
 	slices.Sort(dcs)
 	results := g.submitEach(ctx, dcs, r, "gate.forward.claim")
 	for _, res := range results { // a datacenter holding the job is its home
