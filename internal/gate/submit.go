@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -111,14 +112,13 @@ func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 	if r.location != "" {
 		h.Set(hdrLocation, r.location)
 	}
-	if r.replayable && !r.expiresAt.IsZero() {
-		if r.expiresText != nil {
+	if r.replayable {
+		switch {
+		case r.expiresText != nil:
 			h[hdrExpiresAt] = r.expiresText
-		} else {
+		case !r.expiresAt.IsZero():
 			h.Set(hdrExpiresAt, api.FormatTime(r.expiresAt))
 		}
-	}
-	if r.replayable {
 		if replay {
 			h[hdrReplayed] = valTrue
 		} else {
@@ -340,12 +340,8 @@ func idempotencyKey(w http.ResponseWriter, r *http.Request) (keys.Key, bool) {
 	}
 	switch {
 	case len(found) == 0:
-		route := r.Pattern
-		if route == "" {
-			route = "POST /v1/jobs"
-		}
 		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyMissing,
-			route+" requires an Idempotency-Key header (or X-Idempotency-Key)")
+			cmp.Or(r.Pattern, "POST /v1/jobs")+" requires an Idempotency-Key header (or X-Idempotency-Key)")
 		return keys.Key{}, false
 	case len(found) == 2 && found[0].Raw != found[1].Raw:
 		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid,
@@ -518,10 +514,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 	// cache keeps it.
 	stored := func(resp *response, state cache.State, configured time.Duration) (*response, cache.State, time.Duration) {
 		resp.replayable, resp.replayed, resp.expiresAt = true, sr.Replayed, expiresAt(sr)
-		ttl := configured
-		if resultTTL > 0 {
-			ttl = resultTTL
-		}
+		ttl := cmp.Or(resultTTL, configured)
 		if resp.expiresAt.IsZero() {
 			resp.expiresAt = now.Add(ttl)
 		}
