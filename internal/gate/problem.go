@@ -93,11 +93,7 @@ func writeBody(w http.ResponseWriter, status int, contentType string, body []byt
 
 // retryAfter renders a Retry-After value in whole seconds, rounded up, at least 1.
 func retryAfter(d time.Duration) string {
-	s := int64((d + time.Second - 1) / time.Second)
-	if s < 1 {
-		s = 1
-	}
-	return strconv.FormatInt(s, 10)
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }
 
 // responseWriter wraps the connection's ResponseWriter for one request: it
@@ -131,14 +127,11 @@ func (rw *responseWriter) WriteHeader(status int) {
 }
 
 func (rw *responseWriter) Write(b []byte) (int, error) {
+	if !rw.wroteHeader && !rw.intercepted {
+		rw.WriteHeader(http.StatusOK) // may intercept
+	}
 	if rw.intercepted {
 		return len(b), nil
-	}
-	if !rw.wroteHeader {
-		rw.WriteHeader(http.StatusOK)
-		if rw.intercepted {
-			return len(b), nil
-		}
 	}
 	n, err := rw.ResponseWriter.Write(b)
 	rw.bytes += int64(n)
