@@ -28,7 +28,6 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,19 +46,17 @@ const (
 	Abandoned
 )
 
+var stateNames = [...]string{Pending: "pending", Committed: "committed", Rejected: "rejected", Abandoned: "abandoned"}
+
 // String returns the state's name as the API spells it ("pending", ...).
-func (s State) String() string {
-	switch s {
-	case Pending:
-		return "pending"
-	case Committed:
-		return "committed"
-	case Rejected:
-		return "rejected"
-	case Abandoned:
-		return "abandoned"
+func (s State) String() string { return name(stateNames[:], s, "State") }
+
+// name is names[i], or kind(i) for a value with no name.
+func name[T ~uint8](names []string, i T, kind string) string {
+	if int(i) < len(names) && names[i] != "" {
+		return names[i]
 	}
-	return "State(" + strconv.Itoa(int(s)) + ")"
+	return kind + "(" + strconv.Itoa(int(i)) + ")"
 }
 
 // Kind says which case Begin found.
@@ -80,20 +77,10 @@ const (
 	LookupMismatch
 )
 
+var kindNames = [...]string{LookupMiss: "miss", LookupHit: "hit", LookupPending: "pending", LookupMismatch: "mismatch"}
+
 // String returns the kind's name ("miss", "hit", "pending", "mismatch").
-func (k Kind) String() string {
-	switch k {
-	case LookupMiss:
-		return "miss"
-	case LookupHit:
-		return "hit"
-	case LookupPending:
-		return "pending"
-	case LookupMismatch:
-		return "mismatch"
-	}
-	return "Kind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k Kind) String() string { return name(kindNames[:], k, "Kind") }
 
 // Lookup is the answer of Begin.
 type Lookup[V any] struct {
@@ -321,14 +308,7 @@ func (c *Cache[V]) sweeper(tick <-chan time.Time, stopTick func()) {
 // Get and Remove. Distinct (tenant, key) pairs give distinct results whatever
 // characters they contain.
 func Key(tenant, idempotencyKey string) string {
-	var b strings.Builder
-	b.Grow(len(tenant) + len(idempotencyKey) + 8)
-	b.WriteString(strconv.Itoa(len(tenant)))
-	b.WriteByte(':')
-	b.WriteString(tenant)
-	b.WriteByte(':')
-	b.WriteString(idempotencyKey)
-	return b.String()
+	return strconv.Itoa(len(tenant)) + ":" + tenant + ":" + idempotencyKey
 }
 
 func (c *Cache[V]) shardFor(key string) *shard[V] {
