@@ -29,6 +29,7 @@ import (
 	"math/bits"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -340,26 +341,22 @@ func (c *Cache[V]) Begin(key, fingerprint string) Lookup[V] {
 	s := c.shardFor(key)
 	s.mu.Lock()
 	if e, ok := s.live(key, now); ok {
+		l := Lookup[V]{State: e.state, ExpiresAt: e.expires}
+		var counter *atomic.Uint64
 		switch {
 		case e.fp != fingerprint:
-			l := Lookup[V]{Kind: LookupMismatch, State: e.state, ExpiresAt: e.expires}
-			s.mu.Unlock()
-			s.stats.mismatches.Add(1)
-			return l
+			l.Kind, counter = LookupMismatch, &s.stats.mismatches
 		case e.state == Pending:
 			// Its recency is not refreshed: the pending list stays in
 			// insertion order, so its oldest is the longest-pending entry.
-			l := Lookup[V]{Kind: LookupPending, State: Pending, ExpiresAt: e.expires, Waiter: (*Waiter[V])(e)}
-			s.mu.Unlock()
-			s.stats.waits.Add(1)
-			return l
+			l.Kind, l.Waiter, counter = LookupPending, (*Waiter[V])(e), &s.stats.waits
 		default:
 			s.done.Get(key) // refresh its recency
-			l := Lookup[V]{Kind: LookupHit, Value: e.value, State: e.state, ExpiresAt: e.expires}
-			s.mu.Unlock()
-			s.stats.hits.Add(1)
-			return l
+			l.Kind, l.Value, counter = LookupHit, e.value, &s.stats.hits
 		}
+		s.mu.Unlock()
+		counter.Add(1)
+		return l
 	}
 	e := &entry[V]{
 		key:     key,
