@@ -222,10 +222,7 @@ func (p *federationPoller) store(fetched map[string][]string) {
 			p.log.Info("datacenter forgotten: no view has named it for a long time", logging.KeyDatacenter, dc)
 			continue
 		}
-		v[dc] = old[dc]
-		if v[dc] == nil {
-			v[dc] = []string{}
-		}
+		v[dc] = append([]string{}, old[dc]...) // its last addresses, [] if it has none
 	}
 	if !maps.EqualFunc(old, v, slices.Equal) {
 		p.log.Info("federation view changed", logging.KeyDatacenter, slices.Sorted(maps.Keys(v)))
