@@ -315,8 +315,7 @@ func (g *Gate) finish(rw *responseWriter, r *http.Request, start time.Time) {
 	if !g.log.Enabled(r.Context(), level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 10)
-	attrs = append(attrs,
+	attrs := append(make([]slog.Attr, 0, 10),
 		slog.String(logging.KeyMethod, r.Method),
 		slog.String(logging.KeyPath, r.URL.Path),
 		slog.String(logging.KeyRoute, route),
