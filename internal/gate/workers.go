@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -281,7 +282,6 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	fwd := &rpcpb.LeaseRequest{Tenant: tenant, Worker: req.Worker, Types: req.Types, MaxJobs: int64(req.MaxJobs)}
 	var leaseFor time.Duration
 	var err error
 	switch {
@@ -306,14 +306,9 @@ func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
 		return
 	}
-	if fwd.MaxJobs == 0 {
-		fwd.MaxJobs = api.DefaultLeaseJobs
-	}
-	if fwd.Worker == "" {
-		fwd.Worker = r.RemoteAddr
-	}
 	wait := time.Duration(req.WaitSeconds) * time.Second
-	fwd.LeaseForNanos, fwd.WaitNanos = int64(leaseFor), int64(wait)
+	fwd := &rpcpb.LeaseRequest{Tenant: tenant, Worker: cmp.Or(req.Worker, r.RemoteAddr), Types: req.Types,
+		MaxJobs: int64(cmp.Or(req.MaxJobs, api.DefaultLeaseJobs)), LeaseForNanos: int64(leaseFor), WaitNanos: int64(wait)}
 	g.serveWorkerCall(w, r, tenant, workerCall{route: "lease", body: body, wait: wait,
 		forward: func(ctx context.Context, key string, fp [sha256.Size]byte) *workerAnswer {
 			if key != "" {
