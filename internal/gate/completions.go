@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -74,7 +75,6 @@ func (g *Gate) completeAll(ctx context.Context, r *http.Request, tenant string, 
 	wg.Wait()
 	var buf bytes.Buffer
 	buf.WriteString(`{"results":[`)
-	transient := false
 	for i, a := range answers {
 		if i > 0 {
 			buf.WriteByte(',')
@@ -83,14 +83,12 @@ func (g *Gate) completeAll(ctx context.Context, r *http.Request, tenant string, 
 		if a.status != http.StatusOK {
 			member = `{"error":`
 		}
-		if !a.decided() {
-			transient = true
-		}
 		buf.WriteString(member)
 		buf.Write(bytes.TrimRight(a.body, "\n"))
 		buf.WriteByte('}')
 	}
 	buf.WriteString("]}\n")
+	transient := slices.ContainsFunc(answers, func(a *workerAnswer) bool { return !a.decided() })
 	return &workerAnswer{status: http.StatusOK, body: buf.Bytes(), transient: transient}
 }
 
