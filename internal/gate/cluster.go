@@ -13,17 +13,6 @@ import (
 // The web console (internal/console, docs/console.md) at /ui/, and the
 // operators' read of the cluster it shows: GET /v1/cluster.
 
-// The answer of GET /v1/cluster is pkg/api's Cluster, the type the Go
-// client reads: the gate's datacenter as its managers report it (a
-// manager's rpc.Status is api.ManagerStatus), the gates it knows, and the
-// other datacenters of the federation with their leaders' status.
-type (
-	ClusterView    = api.Cluster
-	ManagerView    = api.ClusterManager
-	GateView       = api.ClusterGate
-	DatacenterView = api.ClusterDatacenter
-)
-
 // EnvOperatorTokenFile names the file of the operators' bearer tokens, the
 // credential of GET /v1/cluster (and so of the console's cluster view).
 const EnvOperatorTokenFile = "GATE_OPERATOR_TOKEN_FILE"
@@ -59,14 +48,15 @@ func (g *Gate) authenticateOperator(w http.ResponseWriter, r *http.Request) bool
 // manager's, the gates and the federation's datacenters, each asked at
 // once within the forward timeout. A manager or datacenter that does not
 // answer is listed with its error; the answer is 200 while the gate can
-// ask at all.
+// ask at all. It is pkg/api's Cluster, the type the Go client reads (a
+// manager's rpc.Status is api.ManagerStatus).
 func (g *Gate) handleCluster(w http.ResponseWriter, r *http.Request) {
 	if !g.authenticateOperator(w, r) {
 		return
 	}
 	ctx, cancel := g.readContext(r)
 	defer cancel()
-	view := ClusterView{Datacenter: g.cfg.Datacenter, Gate: g.cfg.NodeName}
+	view := api.Cluster{Datacenter: g.cfg.Datacenter, Gate: g.cfg.NodeName}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if st, err := g.client.LeaderStatus(ctx); err == nil {
@@ -74,7 +64,7 @@ func (g *Gate) handleCluster(w http.ResponseWriter, r *http.Request) {
 		}
 	})
 	addrs := slices.Compact(slices.Sorted(slices.Values(g.resolver.Managers())))
-	view.Managers = make([]ManagerView, len(addrs))
+	view.Managers = make([]api.ClusterManager, len(addrs))
 	for i, addr := range addrs {
 		view.Managers[i].Addr = addr
 		wg.Go(func() {
@@ -94,11 +84,11 @@ func (g *Gate) handleCluster(w http.ResponseWriter, r *http.Request) {
 		dcs[g.cfg.Datacenter] = addrs
 	}
 	names := slices.Sorted(maps.Keys(dcs))
-	view.Datacenters = make([]DatacenterView, len(names))
+	view.Datacenters = make([]api.ClusterDatacenter, len(names))
 	for i, dc := range names {
 		managers := append([]string{}, dcs[dc]...) // [] when none, not null
 		slices.Sort(managers)
-		view.Datacenters[i] = DatacenterView{Name: dc, Managers: managers}
+		view.Datacenters[i] = api.ClusterDatacenter{Name: dc, Managers: managers}
 		wg.Go(func() {
 			st, err := g.clientFor(dc).LeaderStatus(ctx)
 			if err != nil {
@@ -114,11 +104,11 @@ func (g *Gate) handleCluster(w http.ResponseWriter, r *http.Request) {
 }
 
 // gates lists the gates of the gossip pool (Deps.Gates), or this gate.
-func (g *Gate) gates() []GateView {
+func (g *Gate) gates() []api.ClusterGate {
 	if g.gatesFn != nil {
 		if gs := g.gatesFn(); len(gs) > 0 {
 			return gs
 		}
 	}
-	return []GateView{{Name: g.cfg.NodeName, Datacenter: g.cfg.Datacenter, State: "alive"}}
+	return []api.ClusterGate{{Name: g.cfg.NodeName, Datacenter: g.cfg.Datacenter, State: "alive"}}
 }

@@ -73,7 +73,7 @@ func TestClusterNeedsOperatorToken(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("operator: %v", r)
 	}
-	var v ClusterView
+	var v api.Cluster
 	if err := json.Unmarshal(r.body, &v); err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +105,11 @@ func TestClusterOpenWithoutTokens(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("%v", r)
 	}
-	var v ClusterView
+	var v api.Cluster
 	if err := json.Unmarshal(r.body, &v); err != nil {
 		t.Fatal(err)
 	}
-	var down *ManagerView
+	var down *api.ClusterManager
 	for i := range v.Managers {
 		if v.Managers[i].Addr == "127.0.0.1:1" {
 			down = &v.Managers[i]

@@ -73,7 +73,7 @@ type Deps struct {
 	Dial rpc.DialFunc
 	// Gates, when set, lists the gates of the datacenter's gossip pool for
 	// GET /v1/cluster (default: this gate alone).
-	Gates func() []GateView
+	Gates func() []api.ClusterGate
 }
 
 // Gate is one gate: its idempotency cache, its client of the manager leader and
@@ -101,7 +101,7 @@ type Gate struct {
 	// GET /v1/cluster (cluster.go): the datacenter's managers
 	// (Deps.Resolver), the pool's gates (Deps.Gates).
 	resolver rpc.Resolver
-	gatesFn  func() []GateView
+	gatesFn  func() []api.ClusterGate
 
 	closeOnce sync.Once
 

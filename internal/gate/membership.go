@@ -7,6 +7,7 @@ import (
 
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // startMembership joins the datacenter's LAN pool as a gate, so the gate learns
@@ -48,12 +49,12 @@ func poolResolver(pool *membership.Pool, dc string, static []string) rpc.Resolve
 
 // poolGates lists the gates of the pool, alive or departed, for GET
 // /v1/cluster.
-func poolGates(pool *membership.Pool) func() []GateView {
-	return func() []GateView {
-		var out []GateView
+func poolGates(pool *membership.Pool) func() []api.ClusterGate {
+	return func() []api.ClusterGate {
+		var out []api.ClusterGate
 		for _, m := range pool.Members() {
 			if m.Meta.Role == membership.RoleGate {
-				out = append(out, GateView{Name: m.Name, Datacenter: m.Meta.Datacenter, Addr: m.Addr, State: m.State.String()})
+				out = append(out, api.ClusterGate{Name: m.Name, Datacenter: m.Meta.Datacenter, Addr: m.Addr, State: m.State.String()})
 			}
 		}
 		return out
