@@ -319,13 +319,6 @@ func (c *Cache[V]) shardFor(key string) *shard[V] {
 	return &c.shards[maphash.String(c.seed, key)>>c.shift]
 }
 
-func (c *Cache[V]) ttl(s State) time.Duration {
-	if s == Rejected {
-		return c.cfg.RejectedTTL
-	}
-	return c.cfg.CommittedTTL
-}
-
 // expired reports whether e has expired at now (an entry lives in [insert, expires)).
 func (e *entry[V]) expired(now time.Time) bool { return !now.Before(e.expires) }
 

@@ -33,8 +33,12 @@ func (o *Owner[V]) Complete(v V, state State, ttl time.Duration) error {
 		return fmt.Errorf("%w: negative ttl %v", ErrInvalidState, ttl)
 	}
 	e := (*entry[V])(o)
-	if ttl == 0 {
-		ttl = e.s.c.ttl(state)
+	switch {
+	case ttl > 0:
+	case state == Rejected:
+		ttl = e.s.c.cfg.RejectedTTL
+	default:
+		ttl = e.s.c.cfg.CommittedTTL
 	}
 	return e.resolve(v, state, e.s.c.now().Add(ttl))
 }
