@@ -44,7 +44,6 @@ type Options struct {
 
 // MainWith is Main with Options.
 func MainWith(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer, opts Options) int {
-	_ = stdout
 	fail := func(code int, err error) int {
 		fmt.Fprintf(stderr, "gate: %v\n", err)
 		return code
