@@ -70,10 +70,17 @@ func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], node, datac
 			"Jobs handed to workers through this gate."))),
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.forwardDuration, m.replays, m.inflight, m.workerDuration, m.leased,
-		newCacheCollector(c, constLabels),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	// The cache's counters and size are read from it at scrape time.
+	for _, k := range cacheCounters {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts(opts(k.name, k.help)),
+			func() float64 { return float64(k.get(c.Stats())) }))
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts("cache_entries",
+		"Entries in the idempotency cache (expired ones not yet swept included).")),
+		func() float64 { return float64(c.Len()) }))
 	return m
 }
 
@@ -103,14 +110,8 @@ func methodLabel(method string) string {
 	return "other"
 }
 
-// cacheCollector exports cache.Stats and the cache's size at scrape time.
-type cacheCollector struct {
-	c     *cache.Cache[*response]
-	descs []*prometheus.Desc // of cacheCounters, in their order
-	size  *prometheus.Desc
-}
-
-// cacheCounters name the cumulative counters of cache.Stats.
+// cacheCounters name the cumulative counters of cache.Stats, exported at
+// /metrics.
 var cacheCounters = []struct {
 	name, help string
 	get        func(cache.Stats) uint64
@@ -124,33 +125,6 @@ var cacheCounters = []struct {
 	{"cache_evictions_total", "Entries evicted by LRU pressure.", func(s cache.Stats) uint64 { return s.Evictions }},
 	{"cache_pending_evictions_total", "PENDING entries evicted by LRU pressure.", func(s cache.Stats) uint64 { return s.PendingEvictions }},
 	{"cache_expirations_total", "Expired entries removed.", func(s cache.Stats) uint64 { return s.Expirations }},
-}
-
-func newCacheCollector(c *cache.Cache[*response], constLabels prometheus.Labels) *cacheCollector {
-	cc := &cacheCollector{c: c, descs: make([]*prometheus.Desc, len(cacheCounters))}
-	for i, k := range cacheCounters {
-		cc.descs[i] = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", k.name), k.help, nil, constLabels)
-	}
-	cc.size = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", "cache_entries"),
-		"Entries in the idempotency cache (expired ones not yet swept included).", nil, constLabels)
-	return cc
-}
-
-// Describe implements prometheus.Collector.
-func (cc *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range cc.descs {
-		ch <- d
-	}
-	ch <- cc.size
-}
-
-// Collect implements prometheus.Collector.
-func (cc *cacheCollector) Collect(ch chan<- prometheus.Metric) {
-	st := cc.c.Stats()
-	for i, k := range cacheCounters {
-		ch <- prometheus.MustNewConstMetric(cc.descs[i], prometheus.CounterValue, float64(k.get(st)))
-	}
-	ch <- prometheus.MustNewConstMetric(cc.size, prometheus.GaugeValue, float64(cc.c.Len()))
 }
 
 // workerCall records a worker call's forward.
