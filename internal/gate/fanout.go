@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -97,7 +98,7 @@ func combine(results []dcResult) (*rpcpb.SubmitResponse, error) {
 				base = r.resp.Job
 			}
 			statuses[r.dc] = &rpcpb.DatacenterStatus{Status: api.JobStatusCommitted}
-			parts = append(parts, fmt.Sprintf("%s: committed", r.dc))
+			parts = append(parts, r.dc+": committed")
 		case rpc.OutcomeRejected:
 			if r.resp.Rejection == nil {
 				return nil, rpc.Errorf(rpc.CodeInternal, "datacenter %s answered rejected without a rejection", r.dc)
@@ -119,9 +120,7 @@ func combine(results []dcResult) (*rpcpb.SubmitResponse, error) {
 		} else if out.RemainingNanos == 0 || left < out.RemainingNanos {
 			out.RemainingNanos = left
 		}
-		if out.JobId == "" {
-			out.JobId = r.resp.JobId
-		}
+		out.JobId = cmp.Or(out.JobId, r.resp.JobId)
 	}
 	if !allRemaining {
 		out.RemainingNanos = 0 // the gate judges the expiry by its clock
