@@ -161,38 +161,29 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		}
 	}
 	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation, dial: deps.Dial,
-		resolver: deps.Resolver, gatesFn: deps.Gates}
+		resolver: deps.Resolver, gatesFn: deps.Gates, secret: deps.ClusterSecret, rpcTLS: deps.ClusterTLS}
+	var err error
 	if cfg.TokenFile != "" || cfg.OperatorTokenFile != "" {
-		t, err := openTokenFiles(cfg.TokenFile, cfg.OperatorTokenFile, g.log.With(logging.KeyComponent, "tokens"))
-		if err != nil {
+		if g.tokens, err = openTokenFiles(cfg.TokenFile, cfg.OperatorTokenFile, g.log.With(logging.KeyComponent, "tokens")); err != nil {
 			return nil, err
 		}
-		g.tokens = t
 	}
 	if cfg.TLSCertFile != "" {
-		r, err := certs.New(cfg.TLSCertFile, cfg.TLSKeyFile, g.log.With(logging.KeyComponent, "tls"))
-		if err != nil {
+		if g.certs, err = certs.New(cfg.TLSCertFile, cfg.TLSKeyFile, g.log.With(logging.KeyComponent, "tls")); err != nil {
 			return nil, config.Invalid(EnvTLSCertFile, cfg.TLSCertFile, "a readable PEM certificate matching GATE_TLS_KEY_FILE", err)
 		}
-		g.certs = r
 	}
-	g.secret = deps.ClusterSecret
 	if g.secret == "" && cfg.ClusterSecretFile != "" {
-		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
-		if err != nil {
+		if g.secret, err = config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile); err != nil {
 			return nil, err
 		}
-		g.secret = secret
 	}
-	g.rpcTLS = deps.ClusterTLS
 	if g.rpcTLS == nil {
-		c, err := clusterTLSFor(cfg, g.secret, g.log)
-		if err != nil {
+		if g.rpcTLS, err = clusterTLSFor(cfg, g.secret, g.log); err != nil {
 			return nil, err
 		}
-		g.rpcTLS = c
 	}
-	c, err := cache.New[*response](cache.Config{
+	g.cache, err = cache.New[*response](cache.Config{
 		MaxEntries:      cfg.Idempotency.MaxEntries,
 		PendingTTL:      cfg.Idempotency.PendingTTL,
 		CommittedTTL:    cfg.Idempotency.CommittedTTL,
@@ -205,9 +196,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate: idempotency cache: %w", err)
 	}
-	g.cache = c
 	g.client = g.newClient(deps.Resolver, g.log.With(logging.KeyComponent, "rpc"))
-	g.metrics = newMetrics(deps.Registry, c, cfg.NodeName, cfg.Datacenter)
+	g.metrics = newMetrics(deps.Registry, g.cache, cfg.NodeName, cfg.Datacenter)
 	g.workerReplays = replay.New(replay.Options[*workerAnswer]{MaxAnswers: workerReplayMax, MaxBytes: workerReplayBytes,
 		TTL: workerReplayTTL, Now: g.now, Size: (*workerAnswer).size})
 	g.mux = http.NewServeMux()
