@@ -79,11 +79,9 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 		logger.Warn("unknown variable ignored", logging.KeyVariable, u.Name, logging.KeyNearest, u.Nearest)
 	}
 	if cfg.ClusterSecretFile != "" {
-		secret, err := config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile)
-		if err != nil {
+		if deps.ClusterSecret, err = config.ReadSecretFile(EnvClusterSecretFile, cfg.ClusterSecretFile); err != nil {
 			return fail(ExitConfig, err)
 		}
-		deps.ClusterSecret = secret
 	}
 	stopTracing, err := tracing.Start(ctx, cfg.OTLPEndpoint, "once-gate", cfg.NodeName, cfg.Datacenter)
 	if err != nil {
@@ -117,14 +115,12 @@ func MainWith(ctx context.Context, args []string, environ []string, stdout, stde
 	}
 	// The federation (other datacenters' managers) is read from the local
 	// managers and refreshed while the gate runs.
-	clusterTLS, err := clusterTLSFor(cfg, deps.ClusterSecret, logger)
-	if err != nil {
+	if deps.ClusterTLS, err = clusterTLSFor(cfg, deps.ClusterSecret, logger); err != nil {
 		return fail(ExitConfig, err)
 	}
-	deps.ClusterTLS = clusterTLS
 	var fedTLS *tls.Config
-	if clusterTLS != nil {
-		fedTLS = clusterTLS.ClientConfig()
+	if deps.ClusterTLS != nil {
+		fedTLS = deps.ClusterTLS.ClientConfig()
 	}
 	fed := newFederationPoller(deps.Resolver, deps.ClusterSecret, fedTLS, logger.With(logging.KeyComponent, "federation"))
 	fed.settle = cfg.FederationSettle
