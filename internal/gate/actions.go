@@ -19,25 +19,21 @@ import (
 // the gate also keeps the answer as it does a worker call's.
 
 // handleCancel is POST /v1/jobs/{job_id}/cancel.
-func (g *Gate) handleCancel(w http.ResponseWriter, r *http.Request) {
-	g.serveJobAction(w, r, "cancel", g.client.Cancel)
+func (g *Gate) handleCancel(w http.ResponseWriter, r *http.Request, tenant string) {
+	g.serveJobAction(w, r, tenant, "cancel", g.client.Cancel)
 }
 
 // handleRetry is POST /v1/jobs/{job_id}/retry.
-func (g *Gate) handleRetry(w http.ResponseWriter, r *http.Request) {
-	g.serveJobAction(w, r, "retry", g.client.Retry)
+func (g *Gate) handleRetry(w http.ResponseWriter, r *http.Request, tenant string) {
+	g.serveJobAction(w, r, tenant, "retry", g.client.Retry)
 }
 
-// serveJobAction checks the request (tenant, key, body, job id) and forwards
+// serveJobAction checks the request (key, body, job id) and forwards
 // the action to the leader. The fingerprint is the action and the job id
 // (the body carries nothing): the same key with another action or job is
 // 422 idempotency_key_reused.
-func (g *Gate) serveJobAction(w http.ResponseWriter, r *http.Request, action string,
+func (g *Gate) serveJobAction(w http.ResponseWriter, r *http.Request, tenant, action string,
 	call func(context.Context, *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error)) {
-	tenant, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
 	key, ok := idempotencyKey(w, r)
 	if !ok {
 		return

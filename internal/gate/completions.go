@@ -22,11 +22,7 @@ import (
 // carries them together. A request that is not valid as a whole (its JSON,
 // the number of items, an item's job_id or lease_id) is 400 and completes
 // nothing; otherwise the answer is 200, whatever each item's outcome.
-func (g *Gate) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
+func (g *Gate) handleCompletions(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req api.CompletionsRequest
 	body, ok := g.decodeWorkerBody(w, r, &req)
 	if !ok {

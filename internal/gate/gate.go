@@ -207,17 +207,17 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 
 // routes registers every endpoint on the gate's own ServeMux.
 func (g *Gate) routes() {
-	g.route("POST /v1/jobs", g.handleSubmit)
-	g.route("GET /v1/jobs", g.handleListJobs)
-	g.route("GET /v1/jobs/{job_id}", g.handleGetJob)
-	g.route("GET /v1/idempotency-keys/{key}", g.handleGetKey)
-	g.route("POST /v1/leases", g.handleLease)
-	g.route("POST /v1/jobs/{job_id}/heartbeat", g.handleHeartbeat)
-	g.route("POST /v1/jobs/{job_id}/complete", g.handleComplete)
-	g.route("POST /v1/jobs/{job_id}/fail", g.handleFail)
-	g.route("POST /v1/completions", g.handleCompletions)
-	g.route("POST /v1/jobs/{job_id}/cancel", g.handleCancel)
-	g.route("POST /v1/jobs/{job_id}/retry", g.handleRetry)
+	g.route("POST /v1/jobs", g.tenantsOnly(g.handleSubmit))
+	g.route("GET /v1/jobs", g.tenantsOnly(g.handleListJobs))
+	g.route("GET /v1/jobs/{job_id}", g.tenantsOnly(g.handleGetJob))
+	g.route("GET /v1/idempotency-keys/{key}", g.tenantsOnly(g.handleGetKey))
+	g.route("POST /v1/leases", g.tenantsOnly(g.handleLease))
+	g.route("POST /v1/jobs/{job_id}/heartbeat", g.tenantsOnly(g.handleHeartbeat))
+	g.route("POST /v1/jobs/{job_id}/complete", g.tenantsOnly(g.handleComplete))
+	g.route("POST /v1/jobs/{job_id}/fail", g.tenantsOnly(g.handleFail))
+	g.route("POST /v1/completions", g.tenantsOnly(g.handleCompletions))
+	g.route("POST /v1/jobs/{job_id}/cancel", g.tenantsOnly(g.handleCancel))
+	g.route("POST /v1/jobs/{job_id}/retry", g.tenantsOnly(g.handleRetry))
 	g.route("GET /healthz", g.handleHealthz)
 	g.route("GET /readyz", g.handleReadyz)
 	g.route("GET /metrics", g.metrics.handler().ServeHTTP)
@@ -231,6 +231,16 @@ func (g *Gate) routes() {
 		g.route("GET /debug/pprof/profile", g.operatorsOnly(pprof.Profile))
 		g.route("GET /debug/pprof/symbol", g.operatorsOnly(pprof.Symbol))
 		g.route("GET /debug/pprof/trace", g.operatorsOnly(pprof.Trace))
+	}
+}
+
+// tenantsOnly is h behind authenticate: it runs as the caller's tenant
+// (tenant default on a gate with no GATE_TOKEN_FILE), else 401.
+func (g *Gate) tenantsOnly(h func(w http.ResponseWriter, r *http.Request, tenant string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if tenant, ok := g.authenticate(w, r); ok {
+			h(w, r, tenant)
+		}
 	}
 }
 

@@ -51,11 +51,7 @@ func rpcMessage(err error) string {
 }
 
 // handleGetJob is GET /v1/jobs/{job_id}.
-func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
+func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request, tenant string) {
 	id := r.PathValue("job_id")
 	c, named, ok := g.readTarget(w, r)
 	if !ok {
@@ -83,11 +79,7 @@ func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleListJobs is GET /v1/jobs?type=&status=&state=&limit=&after=&order=.
-func (g *Gate) handleListJobs(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
+func (g *Gate) handleListJobs(w http.ResponseWriter, r *http.Request, tenant string) {
 	req, err := parseListQuery(r)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
@@ -189,11 +181,7 @@ func parseListQuery(r *http.Request) (*rpcpb.ListJobsRequest, error) {
 
 // handleGetKey is GET /v1/idempotency-keys/{key}; the key is URL-escaped in the
 // path (an sf-string is accepted too).
-func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
+func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request, tenant string) {
 	key, err := keys.Parse(r.PathValue("key"))
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, err.Error())

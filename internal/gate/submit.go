@@ -193,11 +193,7 @@ func (g *Gate) reply(w http.ResponseWriter, resp *response, replay bool) {
 }
 
 // handleSubmit is POST /v1/jobs.
-func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
+func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request, tenant string) {
 	key, ok := idempotencyKey(w, r)
 	if !ok {
 		return

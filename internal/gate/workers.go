@@ -272,11 +272,7 @@ func leaseSeconds(n int) (time.Duration, error) {
 }
 
 // handleLease is POST /v1/leases.
-func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
+func (g *Gate) handleLease(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req api.LeaseRequest
 	body, ok := g.decodeWorkerBody(w, r, &req)
 	if !ok {
@@ -350,12 +346,8 @@ func pathJobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 // serveJobCall serves POST /v1/jobs/{job_id}/<action>: it decodes the body
 // into req, checks the job id and *leaseID (req's lease_id, decoded), then
 // check (checkFailed answers its error), and forwards call.
-func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action string, req any, leaseID *string,
-	check func() error, call func(ctx context.Context, tenant, id string) (any, error)) {
-	tenant, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
+func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, tenant, action string, req any, leaseID *string,
+	check func() error, call func(ctx context.Context, id string) (any, error)) {
 	body, ok := g.decodeWorkerBody(w, r, req)
 	if !ok {
 		return
@@ -376,7 +368,7 @@ func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action strin
 	g.serveWorkerCall(w, r, tenant, workerCall{route: action + " " + id, body: body,
 		forward: func(ctx context.Context, _ string, _ [sha256.Size]byte) *workerAnswer {
 			start := time.Now()
-			v, err := call(ctx, tenant, id)
+			v, err := call(ctx, id)
 			g.metrics.workerCall(action, err, time.Since(start))
 			if err != nil {
 				return g.workerError(r, err, id)
@@ -386,15 +378,15 @@ func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, action strin
 }
 
 // handleHeartbeat is POST /v1/jobs/{job_id}/heartbeat.
-func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req api.HeartbeatRequest
 	var d time.Duration
-	g.serveJobCall(w, r, "heartbeat", &req, &req.LeaseID,
+	g.serveJobCall(w, r, tenant, "heartbeat", &req, &req.LeaseID,
 		func() (err error) {
 			d, err = leaseSeconds(req.LeaseSeconds)
 			return err
 		},
-		func(ctx context.Context, tenant, id string) (any, error) {
+		func(ctx context.Context, id string) (any, error) {
 			h, err := g.client.Heartbeat(ctx, &rpcpb.HeartbeatRequest{Tenant: tenant, JobId: id, LeaseId: req.LeaseID, LeaseForNanos: int64(d)})
 			if err != nil {
 				return nil, err
@@ -407,15 +399,15 @@ func (g *Gate) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 // forwarded as encoding/json writes it (compact, with its escapes of <, >
 // and &, which may lengthen it): what the ledger stores and every answer
 // carries. Longer than GATE_MAX_BODY_BYTES so written, it is 413.
-func (g *Gate) handleComplete(w http.ResponseWriter, r *http.Request) {
+func (g *Gate) handleComplete(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req api.CompleteRequest
 	var result json.RawMessage
-	g.serveJobCall(w, r, "complete", &req, &req.LeaseID,
+	g.serveJobCall(w, r, tenant, "complete", &req, &req.LeaseID,
 		func() (err error) {
 			result, err = g.storedResult(req.Result)
 			return err
 		},
-		func(ctx context.Context, tenant, id string) (any, error) {
+		func(ctx context.Context, id string) (any, error) {
 			job, err := g.client.Complete(ctx, &rpcpb.CompleteRequest{Tenant: tenant, JobId: id, LeaseId: req.LeaseID, Result: result})
 			if err != nil {
 				return nil, err
@@ -456,16 +448,16 @@ func (g *Gate) checkFailed(err error) *workerAnswer {
 }
 
 // handleFail is POST /v1/jobs/{job_id}/fail.
-func (g *Gate) handleFail(w http.ResponseWriter, r *http.Request) {
+func (g *Gate) handleFail(w http.ResponseWriter, r *http.Request, tenant string) {
 	var req api.FailRequest
-	g.serveJobCall(w, r, "fail", &req, &req.LeaseID,
+	g.serveJobCall(w, r, tenant, "fail", &req, &req.LeaseID,
 		func() error {
 			if len(req.Error) > api.MaxJobErrorBytes {
 				return errors.New("invalid request: field \"error\": longer than " + strconv.Itoa(api.MaxJobErrorBytes) + " bytes")
 			}
 			return nil
 		},
-		func(ctx context.Context, tenant, id string) (any, error) {
+		func(ctx context.Context, id string) (any, error) {
 			retry := req.Retry == nil || *req.Retry
 			job, err := g.client.Fail(ctx, &rpcpb.FailRequest{Tenant: tenant, JobId: id, LeaseId: req.LeaseID, Error: req.Error, Retry: retry})
 			if err != nil {
