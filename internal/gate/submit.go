@@ -103,21 +103,25 @@ func responseSize(v any) int64 {
 	return int64(responseOverhead + len(r.body) + len(r.location))
 }
 
-// write sends r. replay says whether the answer is a replay of a stored
-// outcome. A sealed response (every replay from the cache) sets the header
-// values it rendered once, without rendering or canonicalizing anything; a
-// 429's Retry-After counts down to its expiry, so it is rendered each time.
-func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
-	h := w.Header()
-	if r.location != "" {
-		h.Set(hdrLocation, r.location)
+// reply sends resp. replay says whether the answer is a replay of a stored
+// outcome (counted in replays_total). A sealed response (every replay from
+// the cache) sets the header values it rendered once, without rendering or
+// canonicalizing anything; a 429's Retry-After counts down to its expiry,
+// so it is rendered each time.
+func (g *Gate) reply(w http.ResponseWriter, resp *response, replay bool) {
+	if replay {
+		g.metrics.replays.Inc()
 	}
-	if r.replayable {
+	h := w.Header()
+	if resp.location != "" {
+		h.Set(hdrLocation, resp.location)
+	}
+	if resp.replayable {
 		switch {
-		case r.expiresText != nil:
-			h[hdrExpiresAt] = r.expiresText
-		case !r.expiresAt.IsZero():
-			h.Set(hdrExpiresAt, api.FormatTime(r.expiresAt))
+		case resp.expiresText != nil:
+			h[hdrExpiresAt] = resp.expiresText
+		case !resp.expiresAt.IsZero():
+			h.Set(hdrExpiresAt, api.FormatTime(resp.expiresAt))
 		}
 		if replay {
 			h[hdrReplayed] = valTrue
@@ -126,27 +130,27 @@ func (r *response) write(w http.ResponseWriter, replay bool, now time.Time) {
 		}
 	}
 	switch {
-	case r.status == http.StatusTooManyRequests && r.replayable:
+	case resp.status == http.StatusTooManyRequests && resp.replayable:
 		// A stored rejection (capacity): the time left on its entry. A 429
 		// that recorded nothing (tenant_quota_exceeded) has a fixed one.
-		h.Set(api.HeaderRetryAfter, retryAfter(r.retryBy.Sub(now)))
-	case r.retryAfter > 0:
-		h.Set(api.HeaderRetryAfter, retryAfter(r.retryAfter))
+		h.Set(api.HeaderRetryAfter, retryAfter(resp.retryBy.Sub(g.now())))
+	case resp.retryAfter > 0:
+		h.Set(api.HeaderRetryAfter, retryAfter(resp.retryAfter))
 	}
-	if r.code == "" {
+	if resp.code == "" {
 		h[hdrContentType] = valJSON
 	} else {
 		h[hdrContentType] = valProblem
 	}
-	if r.lengthText != nil {
-		h[hdrContentLength] = r.lengthText
+	if resp.lengthText != nil {
+		h[hdrContentLength] = resp.lengthText
 	} else {
-		h.Set(hdrContentLength, strconv.Itoa(len(r.body)))
+		h.Set(hdrContentLength, strconv.Itoa(len(resp.body)))
 	}
 	h[hdrNosniff] = valNosniff
-	noteCode(w, r.code)
-	w.WriteHeader(r.status)
-	_, _ = w.Write(r.body)
+	noteCode(w, resp.code)
+	w.WriteHeader(resp.status)
+	_, _ = w.Write(resp.body)
 }
 
 // checkRoute checks that the gate knows every datacenter job names (its
@@ -182,14 +186,6 @@ func (g *Gate) retryLaterResponse(status int, code api.Code, detail string) *res
 	resp := problemResponse(status, code, detail)
 	resp.retryAfter = g.cfg.RetryAfter
 	return resp
-}
-
-// reply sends resp, counting it in replays_total when it is a replay.
-func (g *Gate) reply(w http.ResponseWriter, resp *response, replay bool) {
-	if replay {
-		g.metrics.replays.Inc()
-	}
-	resp.write(w, replay, g.now())
 }
 
 // handleSubmit is POST /v1/jobs.
