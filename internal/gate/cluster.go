@@ -23,7 +23,7 @@ func (g *Gate) consoleRoutes() {
 		writeProblem(w, http.StatusNotFound, api.CodeNotFound, "no such page of the console")
 	})
 	g.route("GET "+console.Prefix, h.ServeHTTP)
-	g.route("GET /v1/cluster", g.handleCluster)
+	g.route("GET /v1/cluster", g.operatorsOnly(g.handleCluster))
 }
 
 // authenticateOperator checks GET /v1/cluster's credential: an operator
@@ -51,9 +51,6 @@ func (g *Gate) authenticateOperator(w http.ResponseWriter, r *http.Request) bool
 // ask at all. It is pkg/api's Cluster, the type the Go client reads (a
 // manager's rpc.Status is api.ManagerStatus).
 func (g *Gate) handleCluster(w http.ResponseWriter, r *http.Request) {
-	if !g.authenticateOperator(w, r) {
-		return
-	}
 	ctx, cancel := g.readContext(r)
 	defer cancel()
 	view := api.Cluster{Datacenter: g.cfg.Datacenter, Gate: g.cfg.NodeName}
