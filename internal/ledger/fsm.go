@@ -305,37 +305,33 @@ func (f *FSM) Applies() uint64 { return f.mutations.Load() }
 
 // Entry returns the entry of (tenant, key), if it is in the table. O(log n).
 func (f *FSM) Entry(tenant, key string) (Entry, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	e, ok := f.s.entries.Get(&Entry{Tenant: tenant, Key: key})
-	if !ok {
-		return Entry{}, false
-	}
-	return *e, true
+	return lookup(f, func(s *state) index[*Entry] { return s.entries }, &Entry{Tenant: tenant, Key: key})
 }
 
 // Job returns the tenant's job with that ID, if it is in the job table.
 // O(log n).
 func (f *FSM) Job(tenant, id string) (Job, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	j, ok := f.s.jobs.Get(&Job{Tenant: tenant, ID: id})
-	if !ok {
-		return Job{}, false
-	}
-	return *j, true
+	return lookup(f, func(s *state) index[*Job] { return s.jobs }, &Job{Tenant: tenant, ID: id})
 }
 
 // Watermark returns the watermark of a structured-key client, if any.
 // O(log n).
 func (f *FSM) Watermark(tenant, clientID, nonce string) (Watermark, bool) {
+	return lookup(f, func(s *state) index[*Watermark] { return s.wms },
+		&Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce})
+}
+
+// lookup returns a copy of the item equal to probe in the table of f's
+// state that table picks (the state is replaced by Restore, so it is read
+// under the lock), if there is one.
+func lookup[T any](f *FSM, table func(*state) index[*T], probe *T) (T, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	w, ok := f.s.wms.Get(&Watermark{Tenant: tenant, ClientID: clientID, Nonce: nonce})
-	if !ok {
-		return Watermark{}, false
+	if item, ok := table(f.s).Get(probe); ok {
+		return *item, true
 	}
-	return *w, true
+	var zero T
+	return zero, false
 }
 
 // ListJobs returns a page of the tenant's jobs in Seq order (oldest first,

@@ -91,11 +91,5 @@ func (f *FSM) OwedLen() int {
 
 // Owed returns the owed entry of (tenant, key, job_id), if any. O(log n).
 func (f *FSM) Owed(tenant, key, jobID string) (Entry, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	e, ok := f.s.owed.Get(&Entry{Tenant: tenant, Key: key, JobID: jobID})
-	if !ok {
-		return Entry{}, false
-	}
-	return *e, true
+	return lookup(f, func(s *state) index[*Entry] { return s.owed }, &Entry{Tenant: tenant, Key: key, JobID: jobID})
 }
