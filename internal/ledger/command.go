@@ -265,26 +265,14 @@ func (r Reserve) appendBody(b []byte) []byte {
 }
 
 func decodeReserve(d *decoder) Reserve {
-	var r Reserve
-	r.Tenant = d.string()
-	r.Key = d.string()
-	r.Fingerprint = d.string()
-	r.JobID = d.string()
-	r.Now = d.int64()
-	r.MaxEntries = d.uvarint()
-	r.Request.Type = d.string()
-	r.Request.Payload = d.bytes()
-	r.Request.Datacenters = d.strings()
-	r.Structured = d.bool()
+	r := Reserve{Tenant: d.string(), Key: d.string(), Fingerprint: d.string(), JobID: d.string(), Now: d.int64(),
+		MaxEntries: d.uvarint(), Request: Request{Type: d.string(), Payload: d.bytes(), Datacenters: d.strings()},
+		Structured: d.bool()}
 	if r.Structured {
-		r.ClientID = d.string()
-		r.Sequence = d.uvarint()
-		r.Nonce = d.string()
+		r.ClientID, r.Sequence, r.Nonce = d.string(), d.uvarint(), d.string()
 	}
-	r.MaxWatermarks = d.uvarint()
-	r.MaxTenantWatermarks = d.uvarint()
-	r.MaxBytes = d.uvarint()
-	r.MaxTenantBytes = d.uvarint()
+	r.MaxWatermarks, r.MaxTenantWatermarks = d.uvarint(), d.uvarint()
+	r.MaxBytes, r.MaxTenantBytes = d.uvarint(), d.uvarint()
 	r.ResultTTL = time.Duration(d.int64())
 	return r
 }
@@ -344,20 +332,14 @@ func (r Reject) appendBody(b []byte) []byte {
 }
 
 func decodeReject(d *decoder) Reject {
-	var r Reject
-	r.Tenant = d.string()
-	r.Key = d.string()
-	r.JobID = d.string()
-	r.Now = d.int64()
-	r.ExpiresAt = d.int64()
+	r := Reject{Tenant: d.string(), Key: d.string(), JobID: d.string(), Now: d.int64(), ExpiresAt: d.int64()}
 	st := d.uvarint()
 	if st > 0xFFFF {
 		d.fail("status out of range")
 		st = 0
 	}
 	r.Status = int(st)
-	r.Reason = d.string()
-	r.Detail = d.string()
+	r.Reason, r.Detail = d.string(), d.string()
 	return r
 }
 

@@ -203,35 +203,24 @@ func appendEntry(b []byte, e *Entry) []byte {
 }
 
 func decodeEntry(d *decoder) *Entry {
-	e := &Entry{}
-	e.Tenant = d.string()
-	e.Key = d.string()
-	e.Fingerprint = d.string()
+	e := &Entry{Tenant: d.string(), Key: d.string(), Fingerprint: d.string()}
 	st := d.uvarint()
 	e.State = State(st)
 	if d.err == nil && (st > 255 || !e.State.valid()) {
 		d.fail(fmt.Sprintf("bad state %d", st))
 	}
-	e.JobID = d.string()
-	e.ReservedAt = d.int64()
-	e.ResolvedAt = d.int64()
-	e.ExpiresAt = d.int64()
-	e.Request.Type = d.string()
-	e.Request.Payload = d.bytes()
-	e.Request.Datacenters = d.strings()
+	e.JobID, e.ReservedAt, e.ResolvedAt, e.ExpiresAt = d.string(), d.int64(), d.int64(), d.int64()
+	e.Request = Request{Type: d.string(), Payload: d.bytes(), Datacenters: d.strings()}
 	e.Structured = d.bool()
 	if e.Structured {
-		e.ClientID = d.string()
-		e.Sequence = d.uvarint()
-		e.Nonce = d.string()
+		e.ClientID, e.Sequence, e.Nonce = d.string(), d.uvarint(), d.string()
 	}
 	status := d.uvarint()
 	if d.err == nil && status > 0xFFFF {
 		d.fail("bad status")
 	}
 	e.Status = int(status)
-	e.Reason = d.string()
-	e.Detail = d.string()
+	e.Reason, e.Detail = d.string(), d.string()
 	e.ResultTTL = time.Duration(d.int64())
 	if d.err == nil && e.ResultTTL < 0 {
 		d.fail("negative result_ttl")
@@ -294,17 +283,8 @@ func appendJob(b []byte, j *Job) []byte {
 }
 
 func decodeJob(d *decoder) *Job {
-	j := &Job{}
-	j.Tenant = d.string()
-	j.ID = d.string()
-	j.Key = d.string()
-	j.Type = d.string()
-	j.Payload = d.bytes()
-	j.Datacenters = d.strings()
-	j.Status = d.string()
-	j.CreatedAt = d.int64()
-	j.Seq = d.uvarint()
-	j.ExpiresAt = d.int64()
+	j := &Job{Tenant: d.string(), ID: d.string(), Key: d.string(), Type: d.string(), Payload: d.bytes(),
+		Datacenters: d.strings(), Status: d.string(), CreatedAt: d.int64(), Seq: d.uvarint(), ExpiresAt: d.int64()}
 	if d.err != nil || d.remaining() == 0 {
 		return j
 	}
@@ -315,15 +295,9 @@ func decodeJob(d *decoder) *Job {
 	if d.err == nil && (st < uint64(JobQueued) || st > uint64(JobCancelled)) {
 		d.fail(fmt.Sprintf("bad job state %d", st))
 	}
-	l.Attempts = d.uvarint()
-	l.RunAt = d.int64()
-	l.LeaseID = d.string()
-	l.Holder = d.string()
-	l.LeaseExpiresAt = d.int64()
-	l.Retention = d.int64()
-	l.FinishedAt = d.int64()
-	l.Result = d.bytes()
-	l.Error = d.string()
+	l.Attempts, l.RunAt, l.LeaseID, l.Holder = d.uvarint(), d.int64(), d.string(), d.string()
+	l.LeaseExpiresAt, l.Retention, l.FinishedAt = d.int64(), d.int64(), d.int64()
+	l.Result, l.Error = d.bytes(), d.string()
 	switch {
 	case d.err != nil:
 	case l.Retention < 0:
