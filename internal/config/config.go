@@ -102,6 +102,8 @@ type setting struct {
 // checks the values a configuration built in code holds (Check).
 type Loader struct {
 	fs       *flag.FlagSet
+	program  string
+	usage    io.Writer // where -h writes the listing
 	settings []*setting
 	flagErr  error // the first typed error a flag's Set returned
 }
@@ -113,18 +115,23 @@ func NewLoader(program string, w io.Writer) *Loader {
 	// The flag package's own message of a refused flag ("invalid value
 	// %q for flag ...") shows the value given, a secret's too: it is not
 	// written. Parse returns the error, which the program prints (a
-	// secret's without its value: Secret), and Usage writes to w.
+	// secret's without its value: Secret). The listing of the settings is
+	// written to w for -h only: the flag package would write it after
+	// every refused flag too, burying the one line that says what is wrong.
 	fs.SetOutput(io.Discard)
-	l := &Loader{fs: fs}
-	fs.Usage = func() {
-		fmt.Fprintf(w, "Usage of %s:\n\nEvery flag may also be set by its environment variable; a flag wins.\n\n", program)
-		ss := append([]*setting(nil), l.settings...)
-		sort.Slice(ss, func(i, j int) bool { return ss[i].env < ss[j].env })
-		for _, s := range ss {
-			fmt.Fprintf(w, "  -%s / %s (default %q)\n      %s; %s\n", s.flag, s.env, s.def, s.usage, s.want)
-		}
+	fs.Usage = func() {}
+	return &Loader{fs: fs, program: program, usage: w}
+}
+
+// writeUsage writes the listing of the settings, as -h shows it.
+func (l *Loader) writeUsage() {
+	w := l.usage
+	fmt.Fprintf(w, "Usage of %s:\n\nEvery flag may also be set by its environment variable; a flag wins.\n\n", l.program)
+	ss := append([]*setting(nil), l.settings...)
+	sort.Slice(ss, func(i, j int) bool { return ss[i].env < ss[j].env })
+	for _, s := range ss {
+		fmt.Fprintf(w, "  -%s / %s (default %q)\n      %s; %s\n", s.flag, s.env, s.def, s.usage, s.want)
 	}
-	return l
 }
 
 // FlagSet exposes the underlying FlagSet, e.g. for boolean switches that have no
@@ -412,6 +419,7 @@ func (l *Loader) Parse(args []string, lookup func(string) (string, bool)) error 
 			return l.flagErr
 		}
 		if errors.Is(err, flag.ErrHelp) {
+			l.writeUsage()
 			return ErrHelp
 		}
 		return fmt.Errorf("%w: %v", ErrInvalid, err)

@@ -248,6 +248,38 @@ func TestCheckAsParse(t *testing.T) {
 // TestLoaderUnknown: a variable of the loader's prefixes that no setting reads
 // is reported once, with the setting it most likely misspells; known names,
 // the names another program reads and other prefixes are not.
+// A refused flag is answered by its error alone: the listing of every
+// setting is written for -h only, not after the error where it would bury it.
+func TestUsageOnlyForHelp(t *testing.T) {
+	for name, args := range map[string][]string{
+		"a bad value":     {"-x-max-entries=many"},
+		"out of range":    {"-x-max-entries=11"},
+		"an unknown flag": {"-x-max-entires=3"},
+		"no value":        {"-x-max-entries"},
+	} {
+		var out strings.Builder
+		l := NewLoader("x", &out)
+		var n int
+		l.Int(&n, "X_MAX_ENTRIES", 1, 10, "entries")
+		if err := l.Parse(args, nil); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want an error matching ErrInvalid", name, err)
+		}
+		if out.Len() != 0 {
+			t.Errorf("%s: wrote %q, want nothing besides the error", name, out.String())
+		}
+	}
+	var out strings.Builder
+	l := NewLoader("x", &out)
+	var n int
+	l.Int(&n, "X_MAX_ENTRIES", 1, 10, "entries")
+	if err := l.Parse([]string{"-h"}, nil); !errors.Is(err, ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	if !strings.Contains(out.String(), "Usage of x:") || !strings.Contains(out.String(), "-x-max-entries / X_MAX_ENTRIES") {
+		t.Errorf("-h wrote %q, want the listing", out.String())
+	}
+}
+
 func TestLoaderUnknown(t *testing.T) {
 	l := NewLoader("test", io.Discard)
 	var ttl time.Duration
