@@ -26,8 +26,9 @@ import (
 // is above it: a wiped manager that has received part of the log before the
 // leader died would otherwise campaign with its own vote, which it cannot
 // trust either. It is proven once a leader has contacted it and its log has
-// reached the commit index that leader announced first (every entry committed
-// before the restart is among them), once it bootstraps the group itself (it
+// reached the commit index that leader announced first, or the end of the
+// entries it sent first if that is further (every entry committed before
+// the restart is among them), once it bootstraps the group itself (it
 // had nothing to forget), or once it is elected leader (its election, under
 // these rules, had a quorum of voters that remember their logs).
 //
@@ -216,7 +217,14 @@ func (g *voteGuard) pass(rpc raft.RPC) bool {
 		// commit index) says nothing of the leader's commit index.
 		heartbeat := len(req.Entries) == 0 && req.PrevLogEntry == 0 && req.PrevLogTerm == 0 && req.LeaderCommitIndex == 0
 		if !heartbeat {
-			g.setTarget(req.Term, req.LeaderCommitIndex)
+			// The leader's commit index alone can lag what is committed:
+			// raft's starts at 0 in a restarted process and is raised only
+			// once an entry of the leader's own term commits, so a leader
+			// elected after a restart announces 0 (or an old index) first.
+			// Its log holds every committed entry (Raft's leader
+			// completeness), and the first entries it sends this manager
+			// end at its last index.
+			g.setTarget(req.Term, max(req.LeaderCommitIndex, req.PrevLogEntry+uint64(len(req.Entries))))
 		}
 	case *raft.InstallSnapshotRequest:
 		g.setTarget(req.Term, req.LastLogIndex)
@@ -242,8 +250,9 @@ func (g *voteGuard) pass(rpc raft.RPC) bool {
 	return true
 }
 
-// setTarget records the commit index the first leader of a term announces
-// to this manager; later ones of the same term are ignored (the first
+// setTarget records the index the first leader of a term announces to this
+// manager (its commit index, or the end of the entries it sends if that is
+// further: see pass); later ones of the same term are ignored (the first
 // already covers every entry committed before the restart, and a target
 // that moved with every append could never be reached under load). A
 // leader of a later term replaces it: the first contact may have come from

@@ -420,3 +420,41 @@ func TestVoteGuardOutlivesARestartBeforeProven(t *testing.T) {
 		t.Fatal("a proven manager's raft must grant the vote of a candidate with a later term and a longer log")
 	}
 }
+
+// TestVoteGuardTargetIsTheLeadersLogWhenItsCommitIndexLags: a leader elected
+// after a restart of its own announces commit index 0 (raft's starts there
+// in a new process and rises only once an entry of the leader's term
+// commits), though its log holds every entry committed before: the entries
+// it sends first end at its last index. A guarded manager taking that 0 for
+// its target would be proven at once with an empty log, and its vote could
+// then elect a candidate without an entry the wiped manager had
+// acknowledged. It stays guarded until its log reaches the leader's.
+func TestVoteGuardTargetIsTheLeadersLogWhenItsCommitIndexLags(t *testing.T) {
+	_, tr := raft.NewInmemTransport("")
+	wrapped, g := newVoteGuard(tr, "m1", "started without raft state", nil, testutil.Logger(t))
+	defer wrapped.(raft.WithClose).Close()
+	var last atomic.Uint64
+	g.setLastIndex(last.Load)
+
+	// The new leader's first replication: its last index (95) as the
+	// previous entry, its no-op, commit index 0.
+	first := raft.RPC{Command: &raft.AppendEntriesRequest{Term: 6, PrevLogEntry: 95, PrevLogTerm: 5,
+		Entries: []*raft.Log{{Index: 96, Term: 6, Type: raft.LogNoop}}, LeaderCommitIndex: 0}}
+	if !g.pass(first) {
+		t.Fatal("an AppendEntries must reach raft")
+	}
+	if g.proven.Load() {
+		t.Fatal("proven with an empty log by a leader whose commit index lags its log")
+	}
+	// Its retries, further back, and its commit index once the no-op
+	// committed elsewhere, do not move the target of the term.
+	last.Store(60)
+	if g.pass(raft.RPC{Command: &raft.AppendEntriesRequest{Term: 6, PrevLogEntry: 40, PrevLogTerm: 3, LeaderCommitIndex: 96}}); g.proven.Load() {
+		t.Fatal("proven below the leader's log")
+	}
+	last.Store(96)
+	g.pass(raft.RPC{Command: &raft.AppendEntriesRequest{Term: 6, PrevLogEntry: 96, PrevLogTerm: 6, LeaderCommitIndex: 96}})
+	if !g.proven.Load() {
+		t.Fatal("not proven once the log reached the leader's")
+	}
+}
