@@ -86,7 +86,13 @@ func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], node, datac
 
 // handler serves the registry in the Prometheus text format.
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Every answer of the gate is nosniff (docs/api.md, Conventions);
+		// promhttp sets no such header itself.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (m *metrics) observeRequest(route, method string, status int, code string, d time.Duration) {

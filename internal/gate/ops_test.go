@@ -64,6 +64,30 @@ func TestRoutingProblems(t *testing.T) {
 	wantStatus(t, tg.get(t, "/healthz"), http.StatusOK)
 }
 
+// TestEveryAnswerIsNosniff: docs/api.md, Conventions: "Every answer has
+// X-Content-Type-Options: nosniff" — the redirects the gate writes in the
+// ServeMux's place (a path that needs cleaning, /ui to /ui/) and /metrics
+// included, not only the problems and JSON bodies.
+func TestEveryAnswerIsNosniff(t *testing.T) {
+	tg := startGate(t, nil, nil)
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{
+		{"/v1//jobs", http.StatusTemporaryRedirect},
+		{"/ui", http.StatusTemporaryRedirect},
+		{"/metrics", http.StatusOK},
+		{"/healthz", http.StatusOK},
+		{"/nope", http.StatusNotFound},
+	} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			res := tg.do(t, method, tc.path, nil)
+			wantStatus(t, res, tc.status)
+			wantHeader(t, res, "X-Content-Type-Options", "nosniff")
+		}
+	}
+}
+
 // TestHealthReadyMetrics: /healthz is 200 while serving; /readyz follows the
 // manager leader; /metrics is Prometheus text with the gate's, the cache's, the
 // Go runtime's and the process's metrics.

@@ -153,8 +153,10 @@ func (rw *responseWriter) intercept(status int) {
 		writeProblem(rw, status, api.CodeMethodNotAllowed, "the method is not allowed on this path; Allow lists the methods that are")
 	case status >= 300 && status < 400:
 		// A path that needs cleaning ("//", "/./", "/../") is redirected to
-		// its clean form: keep the status and Location, send no body.
+		// its clean form: keep the status and Location, send no body. It is
+		// an answer like any other: nosniff (docs/api.md, Conventions).
 		h.Set("Content-Length", "0")
+		h.Set("X-Content-Type-Options", "nosniff")
 		rw.WriteHeader(status)
 	default:
 		writeProblem(rw, http.StatusNotFound, api.CodeNotFound, "no such path in API v1")
