@@ -18,7 +18,7 @@
 // completed entry to a pending one in O(1). Every entry carries its own done
 // channel, closed exactly once when the owner resolves it: waiters select on it,
 // so no wake-up can be missed and an entry that left the cache (evicted, swept,
-// expired, removed) still wakes its waiters. docs/cache.md has the full account.
+// expired) still wakes its waiters. docs/cache.md has the full account.
 //
 // New starts a sweeper goroutine that removes expired entries every
 // CleanupInterval; Close stops it and waits for it to exit.
@@ -262,7 +262,7 @@ func New[V any](cfg Config) (*Cache[V], error) {
 		}
 		// The lists never evict by themselves: total <= capacity <= their size.
 		s.pending, _ = simplelru.NewLRU[string, *entry[V]](s.capacity, nil)
-		// Every removal from done (eviction, expiry, sweep, Remove) gives its
+		// Every removal from done (eviction, expiry, sweep) gives its
 		// bytes back; the lists are only used under s.mu.
 		s.done, _ = simplelru.NewLRU[string, *entry[V]](s.capacity, func(_ string, e *entry[V]) { s.bytes -= e.size })
 		if cfg.MaxBytes > 0 {
@@ -305,8 +305,8 @@ func (c *Cache[V]) sweeper(tick <-chan time.Time, stopTick func()) {
 	}
 }
 
-// Key scopes an idempotency key by tenant: the key the gate passes to Begin,
-// Get and Remove. Distinct (tenant, key) pairs give distinct results whatever
+// Key scopes an idempotency key by tenant: the key the gate passes to Begin
+// and Replay. Distinct (tenant, key) pairs give distinct results whatever
 // characters they contain.
 func Key(tenant, idempotencyKey string) string {
 	return strconv.Itoa(len(tenant)) + ":" + tenant + ":" + idempotencyKey
@@ -419,24 +419,6 @@ func (s *shard[V]) makeRoom(now time.Time) {
 	s.stats.pendingEvictions.Add(1)
 }
 
-// Get returns the entry under key without changing its recency: the value and
-// state of a COMMITTED or REJECTED entry, or the zero value and Pending. found is
-// false if there is no entry or it expired.
-func (c *Cache[V]) Get(key string) (value V, state State, found bool) {
-	now := c.now()
-	s := c.shardFor(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.live(key, now)
-	if !ok {
-		return value, 0, false
-	}
-	if e.state == Pending {
-		return value, Pending, true
-	}
-	return e.value, e.state, true
-}
-
 // live returns the unexpired entry under key, from either list. An expired
 // one leaves the cache (counted as an expiration); an expired PENDING entry
 // means its owner overran PendingTTL, and its own waiters keep it. s.mu is
@@ -456,16 +438,6 @@ func (s *shard[V]) live(key string, now time.Time) (*entry[V], bool) {
 		return nil, false
 	}
 	return e, true
-}
-
-// Remove removes the entry under key, whatever its state, and reports whether
-// there was one. A removed PENDING entry still wakes its waiters when its owner
-// resolves it; the outcome is then not cached.
-func (c *Cache[V]) Remove(key string) bool {
-	s := c.shardFor(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.done.Remove(key) || s.pending.Remove(key)
 }
 
 // Len returns the number of entries, expired ones not yet swept included.

@@ -180,8 +180,8 @@ func TestMissThenHit(t *testing.T) {
 	if l.Owner == nil || l.Waiter != nil || l.State != Pending || !l.ExpiresAt.Equal(clk.Now().Add(pendingTTL)) {
 		t.Fatalf("miss: %+v", l)
 	}
-	if _, st, ok := c.Get("k"); !ok || st != Pending {
-		t.Fatalf("Get pending: %v %v", st, ok)
+	if w := mustBegin(t, c, "k", "fp", LookupPending); w.State != Pending || !w.ExpiresAt.Equal(l.ExpiresAt) {
+		t.Fatalf("pending: %+v", w)
 	}
 	want := &response{status: 201, body: []byte(`{"job_id":"j1"}`)}
 	mustComplete(t, l.Owner, want, Committed, 0)
@@ -191,12 +191,12 @@ func TestMissThenHit(t *testing.T) {
 			t.Fatalf("hit: %+v", h)
 		}
 	}
-	if v, st, ok := c.Get("k"); !ok || st != Committed || v != want {
-		t.Fatalf("Get committed: %v %v %v", v, st, ok)
-	}
 	st := c.Stats()
 	if st.Misses != 1 || st.Hits != 3 || c.Len() != 1 {
 		t.Fatalf("stats %+v len %d", st, c.Len())
+	}
+	if r, ok := c.Replay("k", func(v *response) bool { return v == want }); !ok || r.State != Committed || r.Value != want {
+		t.Fatalf("replay committed: %+v %v", r, ok)
 	}
 }
 
@@ -224,8 +224,8 @@ func TestPerStateTTL(t *testing.T) {
 				t.Fatalf("hit before expiry: %+v", h)
 			}
 			clk.Advance(time.Nanosecond)
-			if _, _, ok := c.Get("k"); ok {
-				t.Fatal("Get found an expired entry")
+			if _, ok := c.Replay("k", func(*response) bool { return true }); ok {
+				t.Fatal("an expired entry was replayed")
 			}
 			mustBegin(t, c, "k", "fp", LookupMiss)
 			if st := c.Stats(); st.Expirations != 1 {
@@ -263,10 +263,9 @@ func TestOwnerOverrunsPendingTTL(t *testing.T) {
 	if r := <-got; r.err != nil || r.v != late || r.st != Committed {
 		t.Fatalf("old waiter: %+v", r)
 	}
-	if _, st, ok := c.Get("k"); !ok || st != Pending {
-		t.Fatalf("the late Complete replaced the new entry: %v %v", st, ok)
+	if l := c.Begin("k", "fp"); l.Kind != LookupPending {
+		t.Fatalf("the late Complete replaced the new entry: %v %v", l.Kind, l.State)
 	}
-	mustBegin(t, c, "k", "fp", LookupPending)
 	newer := &response{status: 201, body: []byte("new")}
 	mustComplete(t, fresh, newer, Committed, 0)
 	if h := mustBegin(t, c, "k", "fp", LookupHit); h.Value != newer {
@@ -291,9 +290,10 @@ func TestSweep(t *testing.T) {
 	if n := c.Sweep(); n != 2 || c.Len() != 2 {
 		t.Fatalf("swept %d, len %d; want 2, 2", n, c.Len())
 	}
-	for _, k := range []string{"rejected", "pending"} {
-		if _, _, ok := c.Get(k); ok {
-			t.Fatalf("%s survived the sweep", k)
+	// Two entries left, both live: rejected and pending did not survive.
+	for _, k := range []string{"committed", "long"} {
+		if _, ok := c.Replay(k, func(*response) bool { return true }); !ok {
+			t.Fatalf("the sweep removed %s, a live entry", k)
 		}
 	}
 	// The swept PENDING entry still wakes its waiter, and is not cached.
@@ -302,8 +302,8 @@ func TestSweep(t *testing.T) {
 	if r := <-got; r.err != nil || r.v != v {
 		t.Fatalf("waiter of swept entry: %+v", r)
 	}
-	if _, _, ok := c.Get("pending"); ok {
-		t.Fatal("a swept entry came back on Complete")
+	if c.Len() != 2 {
+		t.Fatalf("len %d: a swept entry came back on Complete", c.Len())
 	}
 	clk.Advance(committedTTL)
 	if n := c.Sweep(); n != 1 || c.Len() != 1 {
@@ -372,7 +372,7 @@ func TestCapacityBound(t *testing.T) {
 			}
 			if shards == 1 {
 				// Completed entries go first, so the oldest pending survive too.
-				if _, st, ok := c.Get("k1"); !ok || st != Pending {
+				if l := c.Begin("k1", "fp"); l.Kind != LookupPending {
 					t.Fatal("an old pending entry was evicted while completed ones remained")
 				}
 				if st.PendingEvictions != 0 {
@@ -389,17 +389,18 @@ func TestEvictionPrefersCompleted(t *testing.T) {
 	mustBegin(t, c, "p2", "fp", LookupMiss)
 	mustComplete(t, mustBegin(t, c, "c1", "fp", LookupMiss).Owner, &response{}, Committed, 0)
 	mustBegin(t, c, "p3", "fp", LookupMiss) // evicts c1, the only completed entry
-	for k, want := range map[string]bool{"p1": true, "p2": true, "p3": true, "c1": false} {
-		if _, _, ok := c.Get(k); ok != want {
-			t.Fatalf("%s present=%v", k, ok)
-		}
+	if _, ok := c.Replay("c1", func(*response) bool { return true }); ok {
+		t.Fatal("c1 present=true")
+	}
+	for _, k := range []string{"p1", "p2", "p3"} {
+		mustBegin(t, c, k, "fp", LookupPending)
 	}
 	mustBegin(t, c, "p4", "fp", LookupMiss) // only pending left: evicts p1, the oldest
-	if _, _, ok := c.Get("p1"); ok {
-		t.Fatal("p1 not evicted")
-	}
 	if st := c.Stats(); st.Evictions != 2 || st.PendingEvictions != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+	if l := c.Begin("p1", "fp"); l.Kind != LookupMiss {
+		t.Fatalf("p1 not evicted: %v", l.Kind)
 	}
 }
 
@@ -410,7 +411,7 @@ func TestEvictionTakesExpiredFirst(t *testing.T) {
 	mustBegin(t, c, "p", "fp", LookupMiss)
 	clk.Advance(pendingTTL)
 	mustBegin(t, c, "b", "fp", LookupMiss) // p expired: it goes, a stays
-	if _, _, ok := c.Get("a"); !ok {
+	if _, ok := c.Replay("a", func(*response) bool { return true }); !ok {
 		t.Fatal("a live entry was evicted while an expired one remained")
 	}
 	if st := c.Stats(); st.Evictions != 0 || st.Expirations != 1 {
@@ -439,11 +440,11 @@ func TestEvictedPendingStillWakesWaiters(t *testing.T) {
 			t.Fatalf("waiter %d: %+v", i, r)
 		}
 	}
-	if _, _, ok := c.Get("a"); ok {
+	if _, ok := c.Replay("a", func(*response) bool { return true }); ok {
 		t.Fatal("the evicted entry came back")
 	}
-	if _, _, ok := c.Get("b"); !ok {
-		t.Fatal("the late Complete displaced b")
+	if l := c.Begin("b", "fp"); l.Kind != LookupPending {
+		t.Fatalf("the late Complete displaced b: %v", l.Kind)
 	}
 	mustBegin(t, c, "a", "fp", LookupMiss)
 }
@@ -521,10 +522,8 @@ func TestWaiterTimeoutDoesNotAffectOthers(t *testing.T) {
 	if r := <-blocked; !errors.Is(r.err, ErrWaitTimeout) || !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("cancelled waiter: %+v", r)
 	}
-	select {
-	case <-w.Done():
-		t.Fatal("a waiter's timeout resolved the entry")
-	default:
+	if l := c.Begin("k", "fp"); l.Kind != LookupPending {
+		t.Fatalf("a waiter's timeout resolved the entry: %v", l.Kind)
 	}
 	v := &response{status: 201}
 	mustComplete(t, owner, v, Committed, 0)
@@ -545,7 +544,7 @@ func TestWaiterTimeoutDoesNotAffectOthers(t *testing.T) {
 // A waiter that registers while the owner completes (or abandons) never hangs,
 // whichever side wins, and gets the owner's value.
 func TestWaitRacesResolution(t *testing.T) {
-	c, _ := newCache(t, func(cfg *Config) { cfg.MaxEntries = 4 })
+	c, clk := newCache(t, func(cfg *Config) { cfg.MaxEntries = 4 })
 	ctx := guard(t)
 	iterations := 3000
 	if testing.Short() {
@@ -603,7 +602,7 @@ func TestWaitRacesResolution(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		c.Remove(key)
+		clk.Advance(committedTTL) // the key's outcome expires: the next Begin of it misses
 	}
 }
 
@@ -627,7 +626,7 @@ func TestAbandon(t *testing.T) {
 	if c.Len() != 0 {
 		t.Fatalf("len %d after Abandon", c.Len())
 	}
-	if _, _, ok := c.Get("k"); ok {
+	if _, ok := c.Replay("k", func(*response) bool { return true }); ok {
 		t.Fatal("an abandoned entry is cached")
 	}
 	if err := owner.Complete(&response{status: 201}, Committed, 0); !errors.Is(err, ErrResolved) {
@@ -689,54 +688,28 @@ func TestCompleteOnce(t *testing.T) {
 	}
 }
 
-func TestGetRemove(t *testing.T) {
-	c, clk := newCache(t, nil)
-	ctx := guard(t)
-	if _, _, ok := c.Get("k"); ok || c.Remove("k") {
-		t.Fatal("empty cache has k")
-	}
-	owner := mustBegin(t, c, "k", "fp", LookupMiss).Owner
-	got := waitAsync(ctx, mustBegin(t, c, "k", "fp", LookupPending).Waiter)
-	if !c.Remove("k") || c.Len() != 0 {
-		t.Fatal("Remove of a pending entry")
-	}
-	v := &response{status: 201}
-	mustComplete(t, owner, v, Committed, 0)
-	if r := <-got; r.err != nil || r.v != v {
-		t.Fatalf("waiter of a removed entry: %+v", r)
-	}
-	mustComplete(t, mustBegin(t, c, "k", "fp", LookupMiss).Owner, v, Committed, 0)
-	if !c.Remove("k") {
-		t.Fatal("Remove of a committed entry")
-	}
-	mustComplete(t, mustBegin(t, c, "k", "fp", LookupMiss).Owner, v, Committed, 0)
-	mustBegin(t, c, "k", "fp", LookupHit)
-	clk.Advance(committedTTL)
-	if _, _, ok := c.Get("k"); ok || c.Len() != 0 {
-		t.Fatal("Get returned (or kept) an expired entry")
-	}
-}
-
-func TestWaiterExpiresAt(t *testing.T) {
+// A Lookup's ExpiresAt is its entry's: the PENDING deadline while it is
+// pending, then the completed entry's expiry, counted from the Complete.
+func TestLookupExpiresAt(t *testing.T) {
 	c, clk := newCache(t, nil)
 	owner := mustBegin(t, c, "k", "fp", LookupMiss).Owner
-	w := mustBegin(t, c, "k", "fp", LookupPending).Waiter
-	if !w.ExpiresAt().Equal(clk.Now().Add(pendingTTL)) {
-		t.Fatalf("pending ExpiresAt %v", w.ExpiresAt())
+	pending := mustBegin(t, c, "k", "fp", LookupPending)
+	if !pending.ExpiresAt.Equal(clk.Now().Add(pendingTTL)) {
+		t.Fatalf("pending ExpiresAt %v", pending.ExpiresAt)
 	}
 	clk.Advance(time.Second)
 	mustComplete(t, owner, &response{status: 429}, Rejected, 0)
-	if _, _, err := w.Wait(context.Background()); err != nil {
+	if _, _, err := pending.Waiter.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if !w.ExpiresAt().Equal(clk.Now().Add(rejectedTTL)) {
-		t.Fatalf("rejected ExpiresAt %v", w.ExpiresAt())
+	if h := mustBegin(t, c, "k", "fp", LookupHit); !h.ExpiresAt.Equal(clk.Now().Add(rejectedTTL)) {
+		t.Fatalf("rejected ExpiresAt %v", h.ExpiresAt)
 	}
 }
 
-// Random operations from many goroutines on few keys, with the clock, sweeps,
-// removals and eviction racing: every waiter gets its own entry's outcome, none
-// hangs, and the bound holds.
+// Random operations from many goroutines on few keys, with the clock, sweeps
+// and eviction racing: every waiter gets its own entry's outcome, none hangs,
+// and the bound holds.
 func TestRandomInterleavings(t *testing.T) {
 	const (
 		workers = 8
@@ -762,8 +735,6 @@ func TestRandomInterleavings(t *testing.T) {
 					clk.Advance(time.Duration(rng.IntN(20)) * time.Second)
 				case op < 5:
 					c.Sweep()
-				case op < 7:
-					c.Remove(key)
 				default:
 					l := c.Begin(key, fp)
 					switch l.Kind {

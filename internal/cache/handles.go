@@ -19,7 +19,7 @@ type Waiter[V any] entry[V]
 // Complete records the deterministic outcome v, in state Committed or Rejected,
 // for ttl (0 means the state's configured TTL, counted from now), and wakes every
 // waiter with it. If the entry is still in the cache it becomes a completed
-// entry there; if it left (evicted, swept, expired, removed) the waiters are
+// entry there; if it left (evicted, swept, expired) the waiters are
 // woken all the same and nothing is cached: the ledger remains the authority for
 // a later retry.
 //
@@ -87,18 +87,4 @@ func (w *Waiter[V]) Wait(ctx context.Context) (V, State, error) {
 		return e.value, Abandoned, ErrAbandoned
 	}
 	return e.value, e.state, nil
-}
-
-// Done returns a channel closed when the entry is resolved, for callers that
-// select on more than a context.
-func (w *Waiter[V]) Done() <-chan struct{} { return (*entry[V])(w).done }
-
-// ExpiresAt returns when the entry expires: the PENDING deadline until it is
-// resolved, then the completed entry's expiry (for a REJECTED outcome, the
-// Retry-After is ExpiresAt minus now). Zero for an abandoned entry.
-func (w *Waiter[V]) ExpiresAt() time.Time {
-	e := (*entry[V])(w)
-	e.s.mu.Lock()
-	defer e.s.mu.Unlock()
-	return e.expires
 }
