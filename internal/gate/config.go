@@ -132,7 +132,8 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// ReadHeaderTimeout, ReadTimeout and IdleTimeout configure the HTTP server
 	// (defaults 5s, 30s, 120s). The server's WriteTimeout is derived: the
-	// longest a submission may take (pending wait + forward timeout) plus 10s.
+	// longest a submission may take (the first federation view's wait + a
+	// forward timeout + the pending wait) plus 10s.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration
@@ -317,11 +318,14 @@ func (c *Config) pendingWait() time.Duration {
 }
 
 // writeTimeout is the HTTP server's WriteTimeout. The longest a submission
-// takes is a forward: ForwardTimeout plus the pending wait the manager is
-// allowed (a duplicate waiting on the gate's own PENDING entry takes at most the
-// pending wait). 10s of slack covers reading the body and writing the answer.
+// takes is an omitted datacenters list at a gate that has read no federation
+// view yet: the wait for the first view (at most ForwardTimeout,
+// awaitFederationView), then a forward: ForwardTimeout plus the pending wait
+// the manager is allowed (a duplicate waiting on the gate's own PENDING entry
+// takes at most the view's wait and the pending wait). 10s of slack covers
+// reading the body and writing the answer.
 func (c *Config) writeTimeout() time.Duration {
-	return c.ForwardTimeout + c.pendingWait() + 10*time.Second
+	return 2*c.ForwardTimeout + c.pendingWait() + 10*time.Second
 }
 
 func validateNodeName(s string) error {

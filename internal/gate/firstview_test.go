@@ -109,3 +109,26 @@ func TestOmittedListWithoutAViewIs503(t *testing.T) {
 	view.release()
 	wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
 }
+
+// TestWriteTimeoutCoversTheFirstViewWait: the HTTP server's WriteTimeout
+// must outlast the longest a submission takes, or its answer is cut off and
+// the client gets a reset connection instead of it. That longest is an
+// omitted datacenters list at a gate that has read no federation view yet:
+// it waits for the view (at most GATE_FORWARD_TIMEOUT_SECONDS), then
+// forwards (GATE_FORWARD_TIMEOUT_SECONDS plus the pending wait); 10 s of
+// slack remain for reading the body and writing the answer. A WriteTimeout
+// that counted the forward alone was short by the view's wait.
+func TestWriteTimeoutCoversTheFirstViewWait(t *testing.T) {
+	for _, fwd := range []time.Duration{100 * time.Millisecond, 10 * time.Second, 30 * time.Second, 600 * time.Second} {
+		for _, waitForPending := range []bool{true, false} {
+			cfg := DefaultConfig()
+			cfg.ForwardTimeout = fwd
+			cfg.Idempotency.WaitForPending = waitForPending
+			longest := fwd + fwd + cfg.pendingWait() // the first view's wait, then the forward
+			if got := cfg.writeTimeout(); got-longest < 10*time.Second {
+				t.Errorf("GATE_FORWARD_TIMEOUT_SECONDS %v, waiting for pending %v: WriteTimeout %v, want at least %v + 10s",
+					fwd, waitForPending, got, longest)
+			}
+		}
+	}
+}
