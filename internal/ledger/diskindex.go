@@ -246,14 +246,8 @@ func (x *diskIndex[T]) Len() int {
 	return x.count()
 }
 
-func (x *diskIndex[T]) edge(last bool) (item T, ok bool) {
-	if last {
-		x.st.WalkReverse([]byte{x.prefix}, prefixEnd(x.prefix), func(_, v []byte) bool {
-			item, ok = x.resolve(v)
-			return false
-		})
-		return item, ok
-	}
+// Min finds the least item, and moves the floor up to its key.
+func (x *diskIndex[T]) Min() (item T, ok bool) {
 	x.st.Walk(x.start(), prefixEnd(x.prefix), func(k, v []byte) bool {
 		item, ok = x.resolve(v)
 		min := bytes.Clone(k)
@@ -262,9 +256,6 @@ func (x *diskIndex[T]) edge(last bool) (item T, ok bool) {
 	})
 	return item, ok
 }
-
-func (x *diskIndex[T]) Min() (T, bool) { return x.edge(false) }
-func (x *diskIndex[T]) Max() (T, bool) { return x.edge(true) }
 
 // Ascend walks from the floor and, like Min, moves the floor up to the
 // least key it finds.
@@ -284,10 +275,7 @@ func (x *diskIndex[T]) AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T]) 
 	}
 	gk := x.group(nil, pivot)
 	g := string(gk)
-	fromLeast := true // the pivot's key past its group is all zero bytes
-	for _, b := range lo[1+len(gk):] {
-		fromLeast = fromLeast && b == 0
-	}
+	fromLeast := len(bytes.TrimLeft(lo[1+len(gk):], "\x00")) == 0 // the pivot's key past its group is all zero bytes
 	f, known := x.groupFloor(g)
 	fromFloor := known && bytes.Compare(f, lo) >= 0
 	if fromFloor {

@@ -18,7 +18,6 @@ type index[T any] interface {
 	ReplaceOrInsert(item T) (T, bool)
 	Delete(item T) (T, bool)
 	Min() (T, bool)
-	Max() (T, bool)
 	Len() int
 	Ascend(fn btree.ItemIteratorG[T])
 	AscendGreaterOrEqual(pivot T, fn btree.ItemIteratorG[T])
