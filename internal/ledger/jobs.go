@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"encoding/json"
 	"math"
 	"slices"
@@ -70,12 +71,8 @@ func (s JobState) Unfinished() bool { return s <= JobRunning }
 
 // ParseJobState returns the state an API status name names.
 func ParseJobState(status string) (JobState, bool) {
-	for s := JobLegacy; s <= JobCancelled; s++ {
-		if s.String() == status {
-			return s, true
-		}
-	}
-	return 0, false
+	i := slices.Index(jobStateNames[:], status)
+	return JobState(max(i, 0)), i >= 0
 }
 
 // Bounds of the lifecycle commands.
@@ -365,35 +362,17 @@ func runKeyOf(j *Job) runKey {
 
 // lessLeaseKey orders jobLeaseID: (tenant, lease_id, seq).
 func lessLeaseKey(a, b runKey) bool {
-	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
-		return c < 0
-	}
-	if c := strings.Compare(a.leaseID, b.leaseID); c != 0 {
-		return c < 0
-	}
-	return a.seq < b.seq
+	return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.leaseID, b.leaseID), cmp.Compare(a.seq, b.seq)) < 0
 }
 
 // lessDueKey orders jobDue: (tenant, lease_expires_at, seq).
 func lessDueKey(a, b runKey) bool {
-	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
-		return c < 0
-	}
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	return a.seq < b.seq
+	return cmp.Or(strings.Compare(a.tenant, b.tenant), cmp.Compare(a.at, b.at), cmp.Compare(a.seq, b.seq)) < 0
 }
 
 // lessLeaseExp orders jobLeaseExp: (lease_expires_at, seq, tenant).
 func lessLeaseExp(a, b runKey) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	if a.seq != b.seq {
-		return a.seq < b.seq
-	}
-	return a.tenant < b.tenant
+	return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.seq, b.seq), strings.Compare(a.tenant, b.tenant)) < 0
 }
 
 // stateOf is j.State() without copying the job.

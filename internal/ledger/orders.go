@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"strings"
 
 	"github.com/once-dev/once/internal/ledger/engine"
@@ -83,19 +84,17 @@ type order[T any] struct {
 func orderOf[T any](prefix byte, fields ...field[T]) order[T] {
 	less := func(a, b T) bool {
 		for _, f := range fields {
+			var c int
 			switch {
 			case f.str != nil:
-				if c := strings.Compare(f.str(a), f.str(b)); c != 0 {
-					return c < 0
-				}
+				c = strings.Compare(f.str(a), f.str(b))
 			case f.i64 != nil:
-				if x, y := f.i64(a), f.i64(b); x != y {
-					return x < y
-				}
+				c = cmp.Compare(f.i64(a), f.i64(b))
 			default:
-				if x, y := f.u64(a), f.u64(b); x != y {
-					return x < y
-				}
+				c = cmp.Compare(f.u64(a), f.u64(b))
+			}
+			if c != 0 {
+				return c < 0
 			}
 		}
 		return false

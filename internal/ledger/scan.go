@@ -1,5 +1,7 @@
 package ledger
 
+import "slices"
+
 // ResolvedMultiDatacenter calls fn with every COMMITTED or REJECTED entry whose request
 // names a datacenter other than own, in (tenant, key) order, until fn returns
 // false. It reads a copy of each entry under the read lock: fn must not call
@@ -10,11 +12,8 @@ func (f *FSM) ResolvedMultiDatacenter(own string, fn func(Entry) bool) {
 	f.mu.RLock()
 	var out []Entry
 	f.s.multiDC.Ascend(func(e *Entry) bool {
-		for _, dc := range e.Request.Datacenters {
-			if dc != own {
-				out = append(out, *e)
-				break
-			}
+		if slices.ContainsFunc(e.Request.Datacenters, func(dc string) bool { return dc != own }) {
+			out = append(out, *e)
 		}
 		return true
 	})
