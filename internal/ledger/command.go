@@ -332,15 +332,8 @@ func (r Reject) appendBody(b []byte) []byte {
 }
 
 func decodeReject(d *decoder) Reject {
-	r := Reject{Tenant: d.string(), Key: d.string(), JobID: d.string(), Now: d.int64(), ExpiresAt: d.int64()}
-	st := d.uvarint()
-	if st > 0xFFFF {
-		d.fail("status out of range")
-		st = 0
-	}
-	r.Status = int(st)
-	r.Reason, r.Detail = d.string(), d.string()
-	return r
+	return Reject{Tenant: d.string(), Key: d.string(), JobID: d.string(), Now: d.int64(), ExpiresAt: d.int64(),
+		Status: d.status(), Reason: d.string(), Detail: d.string()}
 }
 
 func (Expire) sizeHint() int { return 2*varintSize + 16 }

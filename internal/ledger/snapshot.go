@@ -215,12 +215,7 @@ func decodeEntry(d *decoder) *Entry {
 	if e.Structured {
 		e.ClientID, e.Sequence, e.Nonce = d.string(), d.uvarint(), d.string()
 	}
-	status := d.uvarint()
-	if d.err == nil && status > 0xFFFF {
-		d.fail("bad status")
-	}
-	e.Status = int(status)
-	e.Reason, e.Detail = d.string(), d.string()
+	e.Status, e.Reason, e.Detail = d.status(), d.string(), d.string()
 	e.ResultTTL = time.Duration(d.int64())
 	if d.err == nil && e.ResultTTL < 0 {
 		d.fail("negative result_ttl")
@@ -235,9 +230,6 @@ func decodeEntry(d *decoder) *Entry {
 // confirmedValid: Confirmed is a sorted set of datacenters the request names,
 // and only a resolved entry has one (what Confirm builds).
 func confirmedValid(e *Entry) bool {
-	if len(e.Confirmed) == 0 {
-		return true
-	}
 	for i, dc := range e.Confirmed {
 		if (i > 0 && e.Confirmed[i-1] >= dc) || !slices.Contains(e.Request.Datacenters, dc) {
 			return false

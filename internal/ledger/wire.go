@@ -3,6 +3,7 @@ package ledger
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 )
 
 // The primitives of the binary formats (commands and snapshot records); see
@@ -110,14 +111,8 @@ func (d *decoder) uvarint() uint64 {
 	return v
 }
 
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
-}
+// uvarintLen is the length of v's minimal uvarint: 7 bits a byte.
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 func (d *decoder) int64() int64 {
 	if d.err != nil {
@@ -155,6 +150,16 @@ func (d *decoder) bool() bool {
 	d.off--
 	d.fail("bad bool")
 	return false
+}
+
+// status reads an HTTP status: a uvarint of at most 0xFFFF.
+func (d *decoder) status() int {
+	st := d.uvarint()
+	if st > 0xFFFF {
+		d.fail("status out of range")
+		return 0
+	}
+	return int(st)
 }
 
 // length reads a length and checks that at least min*length bytes remain, so a
