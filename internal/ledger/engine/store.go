@@ -152,7 +152,22 @@ type Store struct {
 	keep bool
 }
 
-func genDir(dir string, gen int) string { return filepath.Join(dir, "gen-"+strconv.Itoa(gen)) }
+// genName is generation gen's directory name, what CURRENT holds to name it.
+func genName(gen int) string { return "gen-" + strconv.Itoa(gen) }
+
+func genDir(dir string, gen int) string { return filepath.Join(dir, genName(gen)) }
+
+// genOf returns the generation a name (a directory's, CURRENT's) names.
+func genOf(name string) (int, bool) {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "gen-"))
+	return n, err == nil && strings.HasPrefix(name, "gen-")
+}
+
+// readCurrent returns what CURRENT holds, trimmed.
+func readCurrent(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, currentFile))
+	return strings.TrimSpace(string(b)), err
+}
 
 const currentFile = "CURRENT"
 
@@ -169,11 +184,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
 	gen, first := 1, false
-	switch b, err := os.ReadFile(filepath.Join(dir, currentFile)); {
+	switch s, err := readCurrent(dir); {
 	case err == nil:
-		s := strings.TrimSpace(string(b))
-		n, perr := strconv.Atoi(strings.TrimPrefix(s, "gen-"))
-		if perr != nil || !strings.HasPrefix(s, "gen-") || n < 1 {
+		n, ok := genOf(s)
+		if !ok || n < 1 {
 			return nil, fmt.Errorf("%w: %s names %q, not a generation", ErrStore, currentFile, s)
 		}
 		gen = n
@@ -185,10 +199,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		// then at most gen-1. A later generation without CURRENT means
 		// CURRENT was lost: refuse rather than delete the generation and
 		// start an empty store in its place.
-		if later, err := laterGeneration(dir); err != nil {
+		if later, err := otherGenerations(dir, 1); err != nil {
 			return nil, err
-		} else if later != "" {
-			return nil, fmt.Errorf("%w: %s is missing beside %s (docs/operations.md)", ErrStore, filepath.Join(dir, currentFile), later)
+		} else if len(later) > 0 {
+			return nil, fmt.Errorf("%w: %s is missing beside %s (docs/operations.md)", ErrStore, filepath.Join(dir, currentFile), later[0])
 		}
 		first = true
 	default:
@@ -264,9 +278,9 @@ func (s *Store) NewGeneration() (*Store, error) {
 	next := s.gen + 1
 	// A failed switch may have left CURRENT naming s.gen+1 (MakeCurrent):
 	// that generation is kept, not reused, until a switch succeeds.
-	if b, err := os.ReadFile(filepath.Join(s.dir, currentFile)); err != nil {
+	if cur, err := readCurrent(s.dir); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
-	} else if strings.TrimSpace(string(b)) == "gen-"+strconv.Itoa(next) {
+	} else if cur == genName(next) {
 		next++
 	}
 	if err := os.RemoveAll(genDir(s.dir, next)); err != nil {
@@ -288,8 +302,7 @@ func (s *Store) MakeCurrent(old *Store) error {
 		// that. Unless CURRENT still names another generation, s stays on
 		// disk when the caller discards it, so whichever generation CURRENT
 		// names at the next Open is there; that Open removes the other.
-		if b, rerr := os.ReadFile(filepath.Join(s.dir, currentFile)); rerr != nil ||
-			strings.TrimSpace(string(b)) == "gen-"+strconv.Itoa(s.gen) {
+		if cur, rerr := readCurrent(s.dir); rerr != nil || cur == genName(s.gen) {
 			s.mu.Lock()
 			s.keep = true
 			s.mu.Unlock()
@@ -367,41 +380,37 @@ func writeCurrent(dir string, gen int, knobs TestingKnobs) error {
 	if knobs.WriteCurrent != nil {
 		write = knobs.WriteCurrent
 	}
-	err := write(filepath.Join(dir, currentFile), []byte("gen-"+strconv.Itoa(gen)+"\n"))
+	err := write(filepath.Join(dir, currentFile), []byte(genName(gen)+"\n"))
 	if err != nil {
 		return fmt.Errorf("%w: write %s: %w", ErrStore, currentFile, err)
 	}
 	return nil
 }
 
-// laterGeneration returns the name of a generation in dir other than gen-1,
-// "" if there is none.
-func laterGeneration(dir string) (string, error) {
+// otherGenerations returns the names of the generations in dir other than
+// keep, sorted.
+func otherGenerations(dir string, keep int) ([]string, error) {
 	des, err := os.ReadDir(dir)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrStore, err)
+		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
+	var names []string
 	for _, de := range des {
-		n, err := strconv.Atoi(strings.TrimPrefix(de.Name(), "gen-"))
-		if err == nil && strings.HasPrefix(de.Name(), "gen-") && n != 1 {
-			return de.Name(), nil
+		if n, ok := genOf(de.Name()); ok && n != keep {
+			names = append(names, de.Name())
 		}
 	}
-	return "", nil
+	return names, nil
 }
 
 func removeOtherGenerations(dir string, keep int) error {
-	des, err := os.ReadDir(dir)
+	names, err := otherGenerations(dir, keep)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrStore, err)
+		return err
 	}
-	for _, de := range des {
-		n, err := strconv.Atoi(strings.TrimPrefix(de.Name(), "gen-"))
-		if err != nil || !strings.HasPrefix(de.Name(), "gen-") || n == keep {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(dir, de.Name())); err != nil {
-			return fmt.Errorf("%w: remove %s: %w", ErrStore, de.Name(), err)
+	for _, name := range names {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("%w: remove %s: %w", ErrStore, name, err)
 		}
 	}
 	return nil
