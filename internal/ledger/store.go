@@ -54,16 +54,12 @@ var ErrStore = engine.ErrStore
 // or reading (engine.StoreError).
 type StoreError = engine.StoreError
 
-// StoreOptions tune the store; zero values take the defaults.
+// StoreOptions tune the store; zero values take the defaults. CacheBytes,
+// MemTableBytes and Logger are the storage engine's (engine.Options).
 type StoreOptions struct {
-	// CacheBytes is pebble's block cache (default 256 MiB).
-	CacheBytes int64
-	// MemTableBytes is the size of one memtable (default 64 MiB, the size
-	// pebble targets for its base level; 32 MiB applied ~15 % slower,
-	// docs/benchmarks.md).
+	CacheBytes    int64
 	MemTableBytes uint64
-	// Logger receives pebble's messages (default: discarded).
-	Logger *slog.Logger
+	Logger        *slog.Logger
 	// Knobs are for benchmarks and their tests only (TestingKnobs).
 	Knobs TestingKnobs
 }
@@ -147,15 +143,7 @@ type storeRecords struct {
 func (r storeRecords) Len() int { return r.n }
 
 func (r storeRecords) each(fn func(rec []byte) bool) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			se, ok := p.(*StoreError)
-			if !ok {
-				panic(p)
-			}
-			err = se
-		}
-	}()
+	defer recoverStore(&err)
 	r.snap.Walk([]byte{r.prefix}, prefixEnd(r.prefix), func(_, v []byte) bool { return fn(v) })
 	return nil
 }
