@@ -129,25 +129,25 @@ func (s *state) commit() {
 	for t, was := range s.dirtyTenants { // the order of these writes does not matter
 		now := s.tenantCounts(t)
 		k := append([]byte{pfxTenantBytes}, t...)
-		switch {
-		case now.hasBytes == was.hasBytes && now.bytes == was.bytes:
-		case now.hasBytes:
-			st.Set(k, appendUvarint(buf[:0], now.bytes))
-		default:
-			st.Delete(k)
-		}
+		writeCounter(st, k, buf, was.hasBytes, now.hasBytes, was.bytes, now.bytes)
 		k[0] = pfxTenantWMs
-		switch {
-		case now.hasWM == was.hasWM && now.wms == was.wms:
-		case now.hasWM:
-			st.Set(k, appendUvarint(buf[:0], uint64(now.wms)))
-		default:
-			st.Delete(k)
-		}
+		writeCounter(st, k, buf, was.hasWM, now.hasWM, uint64(was.wms), uint64(now.wms))
 		delete(s.dirtyTenants, t)
 	}
 	st.Set(metaKey, s.meta().append(buf[:0]))
 	st.Commit()
+}
+
+// writeCounter writes counter k (in buf) where it changed: set to v, or
+// deleted when it is no longer held.
+func writeCounter(st *engine.Store, k, buf []byte, had, has bool, was, v uint64) {
+	switch {
+	case had == has && was == v:
+	case has:
+		st.Set(k, appendUvarint(buf[:0], v))
+	default:
+		st.Delete(k)
+	}
 }
 
 // checkpoint commits what was applied so far and opens a new batch (Restore
