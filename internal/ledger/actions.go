@@ -157,18 +157,7 @@ func (s *state) applyJobAction(ax *applyCtx, name string, a JobAction, judge fun
 		return res
 	}
 	j := s.update(old, change)
-	e := &Entry{
-		Tenant:      a.Tenant,
-		Key:         a.Key,
-		Fingerprint: a.Fingerprint,
-		State:       StateCommitted,
-		JobID:       a.JobID,
-		ReservedAt:  a.Now,
-		ResolvedAt:  a.Now,
-		ExpiresAt:   a.ExpiresAt,
-		Request:     Request{Type: j.Type},
-	}
-	s.insertEntry(e)
+	e := s.recordKey(a.Tenant, a.Key, a.Fingerprint, a.JobID, StateCommitted, a.Now, a.ExpiresAt, Request{Type: j.Type})
 	res.Outcome, res.Job, res.Entry = outcome, j, *e
 	return res
 }

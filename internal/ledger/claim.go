@@ -146,22 +146,21 @@ func (s *state) applyClaim(ax *applyCtx, c Claim) Result {
 	if res.Outcome = s.makeRoom(ax, r, c.Now, &res.Removed); res.Outcome != 0 {
 		return res
 	}
-	e := &Entry{
-		Tenant:      c.Tenant,
-		Key:         c.Key,
-		Fingerprint: c.Fingerprint,
-		State:       StateClaimed,
-		JobID:       c.JobID,
-		ReservedAt:  c.Now,
-		ResolvedAt:  c.Now,
-		ExpiresAt:   c.ExpiresAt,
-		Request:     Request{Type: c.Type, Datacenters: []string{c.Home}},
-	}
-	s.insertEntry(e)
+	e := s.recordKey(c.Tenant, c.Key, c.Fingerprint, c.JobID, StateClaimed, c.Now, c.ExpiresAt,
+		Request{Type: c.Type, Datacenters: []string{c.Home}})
 	ax.emit(ChangeClaimed, e)
 	res.Outcome = OutcomeClaimed
 	res.Entry = *e
 	return res
+}
+
+// recordKey inserts the entry a Claim, Cancel or Retry takes its key with:
+// reserved and resolved at once, at now.
+func (s *state) recordKey(tenant, key, fingerprint, jobID string, st State, now, expiresAt int64, req Request) *Entry {
+	e := &Entry{Tenant: tenant, Key: key, Fingerprint: fingerprint, State: st, JobID: jobID,
+		ReservedAt: now, ResolvedAt: now, ExpiresAt: expiresAt, Request: req}
+	s.insertEntry(e)
+	return e
 }
 
 func (s *state) applyRelease(ax *applyCtx, c Release) Result {
