@@ -37,6 +37,16 @@ type treeRecords[T any] struct {
 	encode func(dst []byte, item T) []byte
 }
 
+// cloneRecords streams a clone of x, an in-memory table or the memory side
+// of a mirror (the owed entries on disk).
+func cloneRecords[T any](x index[T], encode func(dst []byte, item T) []byte) records {
+	tree, ok := x.(*btree.BTreeG[T])
+	if !ok {
+		tree = x.(*mirror[T]).BTreeG
+	}
+	return treeRecords[T]{tree.Clone(), encode}
+}
+
 func (r treeRecords[T]) Len() int { return r.tree.Len() }
 
 func (r treeRecords[T]) each(fn func(rec []byte) bool) error {

@@ -1,9 +1,5 @@
 package ledger
 
-import (
-	"github.com/google/btree"
-)
-
 // The outbox's owed entries (docs/multidc.md, "The outbox"). A resolved entry
 // whose request names other datacenters stays in the multiDC order until each
 // of them has confirmed it (Confirm). When such an entry expires first (a
@@ -20,14 +16,6 @@ import (
 // manager bounds the entries being carried by count instead
 // (MANAGER_OUTBOX_MAX_ENTRIES, FSM.OutboxLen), so this table never grows
 // past what was being carried when its entries expired.
-
-// owedTree is the in-memory B-tree of the owed table (a mirror's on disk).
-func owedTree(x index[*Entry]) *btree.BTreeG[*Entry] {
-	if m, ok := x.(*mirror[*Entry]); ok {
-		return m.BTreeG
-	}
-	return x.(*btree.BTreeG[*Entry])
-}
 
 // insertOwed keeps e, an expiring entry still carried, in the owed table,
 // which a disk state mirrors in memory: a copy of e whose strings are its own,

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 	"github.com/once-dev/once/internal/ledger/engine"
 )
@@ -74,12 +73,12 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		applied:    s.applied,
 		ledgerTime: s.ledgerTime,
 		seqHigh:    max(s.lastSeq, s.applied),
-		owed:       treeRecords[*Entry]{owedTree(s.owed).Clone(), appendEntry},
+		owed:       cloneRecords(s.owed, appendEntry),
 	}
 	if s.store == nil {
-		snap.entries = treeRecords[*Entry]{s.entries.(*btree.BTreeG[*Entry]).Clone(), appendEntry}
-		snap.jobs = treeRecords[*Job]{s.jobs.(*btree.BTreeG[*Job]).Clone(), appendJob}
-		snap.watermarks = treeRecords[*Watermark]{s.wms.(*btree.BTreeG[*Watermark]).Clone(), appendWatermark}
+		snap.entries = cloneRecords(s.entries, appendEntry)
+		snap.jobs = cloneRecords(s.jobs, appendJob)
+		snap.watermarks = cloneRecords(s.wms, appendWatermark)
 		snap.release = func() {}
 		return snap, nil
 	}
