@@ -451,7 +451,20 @@ const MaxListSkips = 4096
 func (f *FSM) NextExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.s.nextExpiry()
+	e, eok := minOf(f.s.entryExp, func(e *Entry) int64 { return e.ExpiresAt })
+	j, jok := minOf(f.s.jobExp, func(j *Job) int64 { return j.ExpiresAt })
+	if !eok || (jok && j < e) {
+		return j, jok
+	}
+	return e, true
+}
+
+// minOf returns at of x's least item, false when x is empty.
+func minOf[T any](x interface{ Min() (T, bool) }, at func(T) int64) (int64, bool) {
+	if item, ok := x.Min(); ok {
+		return at(item), true
+	}
+	return 0, false
 }
 
 // OldestWatermark returns the least UpdatedAt (unix nanoseconds) of any
@@ -462,10 +475,7 @@ func (f *FSM) NextExpiry() (int64, bool) {
 func (f *FSM) OldestWatermark() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if w, ok := f.s.wmAge.Min(); ok {
-		return w.UpdatedAt, true
-	}
-	return 0, false
+	return minOf(f.s.wmAge, func(w *Watermark) int64 { return w.UpdatedAt })
 }
 
 // HeldLeases returns the tenant's RUNNING jobs whose current lease ID

@@ -800,8 +800,5 @@ func (s *state) applyExpireLeases(c ExpireLeases) Result {
 func (f *FSM) NextLeaseExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if k, ok := f.s.jobLeaseExp.Min(); ok {
-		return k.at, true
-	}
-	return 0, false
+	return minOf(f.s.jobLeaseExp, func(k runKey) int64 { return k.at })
 }

@@ -829,16 +829,3 @@ func satSub(a, b int64) int64 {
 	}
 	return a - b
 }
-
-// nextExpiry is the earliest ExpiresAt of an entry or a job.
-func (s *state) nextExpiry() (int64, bool) {
-	var at int64
-	var ok bool
-	if e, found := s.entryExp.Min(); found {
-		at, ok = e.ExpiresAt, true
-	}
-	if j, found := s.jobExp.Min(); found && (!ok || j.ExpiresAt < at) {
-		at, ok = j.ExpiresAt, true
-	}
-	return at, ok
-}
