@@ -90,7 +90,7 @@ func decodeJobAction(d *decoder) JobAction {
 		ExpiresAt: d.int64(), MaxEntries: d.uvarint(), MaxBytes: d.uvarint(), MaxTenantBytes: d.uvarint()}
 }
 
-func (s *state) applyCancel(ax *applyCtx, c Cancel) Result {
+func (c Cancel) apply(s *state, ax *applyCtx) Result {
 	return s.applyJobAction(ax, "cancel", c.JobAction, func(j *Job) (Outcome, bool) {
 		switch stateOf(j) {
 		case JobQueued:
@@ -105,7 +105,7 @@ func (s *state) applyCancel(ax *applyCtx, c Cancel) Result {
 	})
 }
 
-func (s *state) applyRetry(ax *applyCtx, c Retry) Result {
+func (c Retry) apply(s *state, ax *applyCtx) Result {
 	return s.applyJobAction(ax, "retry", c.JobAction, func(j *Job) (Outcome, bool) {
 		switch stateOf(j) {
 		case JobFailed, JobDead:

@@ -117,7 +117,7 @@ func decodeAdmit(d *decoder) Admit {
 	return a
 }
 
-func (s *state) applyAdmit(ax *applyCtx, a Admit) Result {
+func (a Admit) apply(s *state, ax *applyCtx) Result {
 	if a.Outcome == nil {
 		return invalidf("admit: no verdict")
 	}

@@ -149,6 +149,9 @@ func decodeItem(d *decoder, i int, ok func(CommandType) bool) Command {
 	return c
 }
 
+func (b AdmitBatch) apply(s *state, ax *applyCtx) Result  { return s.applyBatch(ax, b.Items) }
+func (b WorkerBatch) apply(s *state, ax *applyCtx) Result { return s.applyBatch(ax, b.Items) }
+
 // applyBatch applies the items of a batch in order, each as the command of its
 // own entry would apply (ledger time included); the index was checked by apply.
 func (s *state) applyBatch(ax *applyCtx, items []Command) Result {
@@ -159,7 +162,7 @@ func (s *state) applyBatch(ax *applyCtx, items []Command) Result {
 	defer func() { ax.item = 0 }()
 	for i, c := range items {
 		ax.item = uint64(i)
-		r := s.applyCommand(ax, c)
+		r := c.apply(s, ax)
 		if r.Outcome != OutcomeInvalid {
 			s.raiseLedgerTime(c)
 		}

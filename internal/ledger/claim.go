@@ -126,7 +126,7 @@ func decodeRelease(d *decoder) Release {
 	return Release{Tenant: d.string(), Key: d.string(), Fingerprint: d.string(), Home: d.string(), Now: d.int64()}
 }
 
-func (s *state) applyClaim(ax *applyCtx, c Claim) Result {
+func (c Claim) apply(s *state, ax *applyCtx) Result {
 	switch {
 	case c.Tenant == "" || c.Key == "" || c.JobID == "" || c.Home == "":
 		return invalidf("claim: empty tenant, key, job ID or home")
@@ -163,7 +163,7 @@ func (s *state) recordKey(tenant, key, fingerprint, jobID string, st State, now,
 	return e
 }
 
-func (s *state) applyRelease(ax *applyCtx, c Release) Result {
+func (c Release) apply(s *state, ax *applyCtx) Result {
 	if c.Tenant == "" || c.Key == "" || c.Home == "" {
 		return invalidf("release: empty tenant, key or home")
 	}

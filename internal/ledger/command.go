@@ -64,6 +64,9 @@ type Command interface {
 	CommandType() CommandType
 	appendBody(b []byte) []byte
 	sizeHint() int
+	// apply applies the command (a single command, or an item of a batch)
+	// once state.apply has checked its index.
+	apply(s *state, ax *applyCtx) Result
 }
 
 // Reserve is an Admit's first part: the key's admission checks, and the
@@ -403,8 +406,9 @@ func decodeConfirm(d *decoder) Confirm {
 	return c
 }
 
-func (u Unknown) sizeHint() int              { return len(u.Body) }
-func (u Unknown) appendBody(b []byte) []byte { return append(b, u.Body...) }
+func (u Unknown) sizeHint() int                { return len(u.Body) }
+func (u Unknown) appendBody(b []byte) []byte   { return append(b, u.Body...) }
+func (Unknown) apply(*state, *applyCtx) Result { return Result{Outcome: OutcomeIgnored} }
 
 // DecodeCommand decodes the bytes of a raft log entry. It never panics, and the
 // returned command never aliases data. Errors match:

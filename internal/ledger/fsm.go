@@ -114,6 +114,7 @@ type FSM struct {
 	// delivery of their changes, so changes arrive in log order.
 	wmu     sync.Mutex
 	changes []Change // scratch, under wmu
+	ax      applyCtx // the applying command's (ctx), under wmu
 
 	// mu guards s: readers take RLock; Apply, Restore's swap and Snapshot's
 	// clone take Lock.
@@ -224,7 +225,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	f.mu.Lock()
 	f.delivered = l.Index
 	f.s.begin()
-	res := f.s.applyTimed(&ax, cmd, err)
+	res := f.s.applyTimed(ax, cmd, err)
 	f.s.commit()
 	f.mutations.Add(1)
 	f.mu.Unlock()
@@ -265,8 +266,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			continue
 		}
 		f.delivered = l.Index
-		ax := f.ctx(l.Index)
-		out[i] = f.s.applyTimed(&ax, cmds[i].cmd, cmds[i].err)
+		out[i] = f.s.applyTimed(f.ctx(l.Index), cmds[i].cmd, cmds[i].err)
 	}
 	f.s.commit()
 	f.mutations.Add(1)
@@ -276,12 +276,14 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	return out
 }
 
-func (f *FSM) ctx(index uint64) applyCtx {
-	ax := applyCtx{index: index}
+// ctx returns the context of the command at index: f's own, so that
+// handing it to the commands (Command.apply) allocates nothing. Under wmu.
+func (f *FSM) ctx(index uint64) *applyCtx {
+	f.ax = applyCtx{index: index}
 	if f.onChange != nil {
-		ax.changes = &f.changes
+		f.ax.changes = &f.changes
 	}
-	return ax
+	return &f.ax
 }
 
 // notify delivers the collected changes; called under wmu, not under mu.

@@ -574,7 +574,7 @@ func validIDs(ids []string) bool {
 	return true
 }
 
-func (s *state) applyLease(c Lease) Result {
+func (c Lease) apply(s *state, _ *applyCtx) Result {
 	switch {
 	case c.Tenant == "" || c.Holder == "":
 		return invalidf("lease: empty tenant or holder")
@@ -703,7 +703,7 @@ func (s *state) leaseHolders(held []Job, tenant, from string, match func(leaseID
 	return held
 }
 
-func (s *state) applyHeartbeat(c Heartbeat) Result {
+func (c Heartbeat) apply(s *state, _ *applyCtx) Result {
 	switch {
 	case c.Tenant == "" || c.JobID == "" || c.LeaseID == "":
 		return invalidf("heartbeat: empty tenant, job ID or lease ID")
@@ -718,7 +718,7 @@ func (s *state) applyHeartbeat(c Heartbeat) Result {
 	return Result{Outcome: OutcomeExtended, Job: j}
 }
 
-func (s *state) applyComplete(c Complete) Result {
+func (c Complete) apply(s *state, _ *applyCtx) Result {
 	if c.Tenant == "" || c.JobID == "" || c.LeaseID == "" {
 		return invalidf("complete: empty tenant, job ID or lease ID")
 	}
@@ -736,7 +736,7 @@ func (s *state) applyComplete(c Complete) Result {
 	return Result{Outcome: OutcomeCompleted, Job: j}
 }
 
-func (s *state) applyFail(c Fail) Result {
+func (c Fail) apply(s *state, _ *applyCtx) Result {
 	switch {
 	case c.Tenant == "" || c.JobID == "" || c.LeaseID == "":
 		return invalidf("fail: empty tenant, job ID or lease ID")
@@ -769,7 +769,7 @@ func (s *state) applyFail(c Fail) Result {
 	return Result{Outcome: OutcomeFailed, Job: j}
 }
 
-func (s *state) applyExpireLeases(c ExpireLeases) Result {
+func (c ExpireLeases) apply(s *state, _ *applyCtx) Result {
 	if c.RetryAt < c.Now {
 		return invalidf("expire_leases: retry_at %d before now %d", c.RetryAt, c.Now)
 	}

@@ -222,47 +222,7 @@ func (s *state) apply(ax *applyCtx, cmd Command, decodeErr error) Result {
 	if decodeErr != nil {
 		return invalid(decodeErr)
 	}
-	switch c := cmd.(type) {
-	case AdmitBatch:
-		return s.applyBatch(ax, c.Items)
-	case WorkerBatch:
-		return s.applyBatch(ax, c.Items)
-	}
-	return s.applyCommand(ax, cmd)
-}
-
-// applyCommand applies one command whose index apply has checked: a single
-// command's, or one item of a batch.
-func (s *state) applyCommand(ax *applyCtx, cmd Command) Result {
-	switch c := cmd.(type) {
-	case Admit:
-		return s.applyAdmit(ax, c)
-	case Expire:
-		return s.applyExpire(ax, c)
-	case Confirm:
-		return s.applyConfirm(c)
-	case Lease:
-		return s.applyLease(c)
-	case Heartbeat:
-		return s.applyHeartbeat(c)
-	case Complete:
-		return s.applyComplete(c)
-	case Fail:
-		return s.applyFail(c)
-	case ExpireLeases:
-		return s.applyExpireLeases(c)
-	case Claim:
-		return s.applyClaim(ax, c)
-	case Release:
-		return s.applyRelease(ax, c)
-	case Cancel:
-		return s.applyCancel(ax, c)
-	case Retry:
-		return s.applyRetry(ax, c)
-	case Unknown:
-		return Result{Outcome: OutcomeIgnored}
-	}
-	return invalid(fmt.Errorf("%w: %T", ErrUnknownCommand, cmd))
+	return cmd.apply(s, ax)
 }
 
 func invalid(err error) Result { return Result{Outcome: OutcomeInvalid, Err: err} }
@@ -710,7 +670,7 @@ func (s *state) rejectEntry(ax *applyCtx, e *Entry, c Reject) Result {
 	return Result{Outcome: OutcomeRejected, Entry: *e}
 }
 
-func (s *state) applyExpire(ax *applyCtx, c Expire) Result {
+func (c Expire) apply(s *state, ax *applyCtx) Result {
 	res := Result{Outcome: OutcomeExpired}
 	budget, limited := c.MaxRemovals, c.MaxRemovals != 0
 	// take spends one removal of the budget; false (and More) when it is spent.
@@ -772,7 +732,7 @@ func removeDue[T any](order index[T], due func(T) bool, take func() bool, remove
 	}
 }
 
-func (s *state) applyConfirm(c Confirm) Result {
+func (c Confirm) apply(s *state, _ *applyCtx) Result {
 	res := Result{Outcome: OutcomeConfirmed, Items: make([]Result, len(c.Items))}
 	for i, it := range c.Items {
 		res.Items[i] = s.confirm(it)
