@@ -71,8 +71,10 @@ func (s JobState) Unfinished() bool { return s <= JobRunning }
 
 // ParseJobState returns the state an API status name names.
 func ParseJobState(status string) (JobState, bool) {
-	i := slices.Index(jobStateNames[:], status)
-	return JobState(max(i, 0)), i >= 0
+	if i := slices.Index(jobStateNames[:], status); i >= 0 {
+		return JobState(i), true
+	}
+	return 0, false
 }
 
 // Bounds of the lifecycle commands.
