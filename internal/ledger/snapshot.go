@@ -116,24 +116,19 @@ func (s *Snapshot) PersistTo(w io.Writer) error {
 		}
 	}
 	crc := crc32.New(castagnoli)
+	// bw's first error sticks: every later write and Flush return it, so
+	// only put, which stops a table's walk, and Flush look at it.
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 256<<10)
-	var err error
-	var rec []byte
 	lenBuf := make([]byte, 0, binary.MaxVarintLen64)
 	put := func(r []byte) bool {
 		lenBuf = binary.AppendUvarint(lenBuf[:0], uint64(len(r)))
-		if _, err = bw.Write(lenBuf); err != nil {
-			return false
-		}
-		_, err = bw.Write(r)
+		_, _ = bw.Write(lenBuf)
+		_, err := bw.Write(r)
 		return err == nil
 	}
-	if _, err = bw.WriteString(snapshotMagic); err != nil {
-		return err
-	}
-	if err = bw.WriteByte(FormatVersion); err != nil {
-		return err
-	}
+	_, _ = bw.WriteString(snapshotMagic)
+	_ = bw.WriteByte(FormatVersion)
+	var rec []byte
 	rec = appendUvarint(rec, s.applied)
 	rec = appendUvarint(rec, uint64(s.entries.Len()))
 	rec = appendUvarint(rec, uint64(s.jobs.Len()))
@@ -141,21 +136,16 @@ func (s *Snapshot) PersistTo(w io.Writer) error {
 	rec = appendInt64(rec, s.ledgerTime)
 	rec = appendUvarint(rec, s.seqHigh)
 	rec = appendUvarint(rec, uint64(s.owed.Len()))
-	if !put(rec) {
-		return err
-	}
+	put(rec)
 	for _, table := range []records{s.entries, s.jobs, s.watermarks, s.owed} {
-		if ierr := table.each(put); ierr != nil {
-			return ierr
-		}
-		if err != nil {
+		if err := table.each(put); err != nil {
 			return err
 		}
 	}
-	if err = bw.Flush(); err != nil {
+	if err := bw.Flush(); err != nil {
 		return err
 	}
-	_, err = w.Write(crc.Sum(nil))
+	_, err := w.Write(crc.Sum(nil))
 	return err
 }
 
