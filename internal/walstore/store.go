@@ -62,6 +62,8 @@ var (
 	// ErrFailed: an earlier write, fsync or truncation failed part-way. The
 	// in-memory view may no longer match the disk, so the store refuses all
 	// further changes; close it and open it again (recovery repairs the tail).
+	// After a failed fsync, reopen it in a new process: the page cache may
+	// hold bytes that never reach the disk, and Open would read them.
 	ErrFailed = errors.New("walstore: failed, reopen to recover")
 	// ErrInvalidOptions: Options holds an unusable value.
 	ErrInvalidOptions = errors.New("walstore: invalid options")
@@ -92,6 +94,10 @@ type Options struct {
 	// SegmentSize is the target size of a segment file in bytes; 0 means
 	// DefaultSegmentSize.
 	SegmentSize int
+
+	// fsync, when set, replaces (*os.File).Sync for the fsyncs Open does
+	// before it trusts what it read (tests observe and fail them).
+	fsync func(*os.File) error
 }
 
 // Store is a raft.LogStore over tidwall/wal. It is safe for concurrent use:
@@ -270,6 +276,46 @@ func (s *Store) recover() error {
 	if err := s.openTail(); err != nil {
 		closeWAL()
 		return err
+	}
+	if err := s.syncRecovered(); err != nil {
+		_ = s.closeWAL() // the error that matters is the fsync's
+		return err
+	}
+	return nil
+}
+
+// syncRecovered makes durable what recovery found before the store treats it
+// as durable. A process killed while it wrote a batch, or during the batch's
+// fsync, leaves that batch in the page cache, where the scan read it whole,
+// but perhaps not on disk; and raft stores no entry it already holds (a
+// follower answers an AppendEntries for such entries without a StoreLogs), so
+// without this fsync those entries could be acknowledged, and committed, and
+// then lost at a power failure. Only the last segment can hold such bytes
+// (tidwall/wal fsyncs a segment before it starts the next); the segment
+// directory and its parent name it. A failed fsync stops Open: what the scan
+// read cannot be trusted (the page cache may hold bytes that never reach the
+// disk), so the process must not go on with it.
+func (s *Store) syncRecovered() error {
+	if s.opts.NoSync {
+		return nil
+	}
+	fsync := s.opts.fsync
+	if fsync == nil {
+		fsync = (*os.File).Sync
+	}
+	if err := fsync(s.tail); err != nil {
+		return fmt.Errorf("walstore: fsync %s on open: %w", s.tail.Name(), err)
+	}
+	for _, dir := range []string{s.segDir, s.dir} {
+		d, err := os.Open(dir)
+		if err != nil {
+			return fmt.Errorf("walstore: fsync %s on open: %w", dir, err)
+		}
+		err = fsync(d)
+		_ = d.Close() // opened for the fsync only
+		if err != nil {
+			return fmt.Errorf("walstore: fsync %s on open: %w", dir, err)
+		}
 	}
 	return nil
 }
