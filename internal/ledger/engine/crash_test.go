@@ -123,3 +123,63 @@ func TestFailedSwitchKeepsTheGenerationCurrentMayName(t *testing.T) {
 		t.Fatalf("k = %q after reopening on the generation CURRENT names, want new", got)
 	}
 }
+
+// TestOpenMakesCurrentDurableBeforeRemoving: a process killed after
+// CURRENT's rename, before the directory's fsync and the removal of the old
+// generation, leaves CURRENT naming the new one in the page cache only. The
+// next Open goes on with it and removes the old one; were the rename still
+// undone by a power failure after that, CURRENT would name a generation that
+// is gone and every later Open would refuse. So Open fsyncs the directory
+// first, and when that fails it stops and removes nothing.
+//
+// Failed before Open fsynced the directory.
+func TestOpenMakesCurrentDurableBeforeRemoving(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := putAndSwitch(t, st, "k", "v").Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The killed process had not removed gen-1 yet.
+	if err := os.MkdirAll(genDir(dir, 1), 0o750); err != nil {
+		t.Fatal(err)
+	}
+
+	injected := errors.New("injected: fsync failed")
+	fail := TestingKnobs{SyncDir: func(string) error { return injected }}
+	if st, err = Open(dir, Options{Knobs: fail}); err == nil {
+		st.Close()
+		t.Fatal("Open with a failing directory fsync succeeded")
+	}
+	if !errors.Is(err, ErrStore) || !errors.Is(err, injected) {
+		t.Fatalf("Open with a failing directory fsync: %v, want ErrStore and the fsync's error", err)
+	}
+	if _, err := os.Stat(genDir(dir, 1)); err != nil {
+		t.Fatalf("gen-1 after an Open that could not make CURRENT durable: %v, want it kept", err)
+	}
+
+	var synced []string
+	record := TestingKnobs{SyncDir: func(d string) error {
+		if _, err := os.Stat(genDir(dir, 1)); err != nil {
+			t.Errorf("gen-1 removed before the fsync of %s: %v", d, err)
+		}
+		synced = append(synced, d)
+		return atomicfile.SyncDir(d)
+	}}
+	if st, err = Open(dir, Options{Knobs: record}); err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if len(synced) != 1 || synced[0] != dir {
+		t.Fatalf("Open fsynced %q, want [%s]", synced, dir)
+	}
+	if _, err := os.Stat(genDir(dir, 1)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("gen-1 after Open: %v, want it removed", err)
+	}
+	var got string
+	if !st.Get([]byte("k"), func(v []byte) { got = string(v) }) || got != "v" {
+		t.Fatalf("k = %q, want v", got)
+	}
+}

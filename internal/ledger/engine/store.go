@@ -96,6 +96,10 @@ type TestingKnobs struct {
 	// WriteCurrent, when set, writes the CURRENT file in place of
 	// atomicfile.WriteBytes (a test fails it to stand for a failing disk).
 	WriteCurrent func(path string, data []byte) error
+	// SyncDir, when set, fsyncs the directory in place of
+	// atomicfile.SyncDir when Open makes CURRENT durable (a test observes
+	// it).
+	SyncDir func(dir string) error
 }
 
 // Store is one open generation of the store. The caller serializes its
@@ -207,6 +211,20 @@ func Open(dir string, opts Options) (*Store, error) {
 		first = true
 	default:
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	if !first {
+		// A process killed after CURRENT's rename, before the fsync of the
+		// directory, leaves a CURRENT that a power failure can still undo,
+		// back to naming the generation removed below (Open would then
+		// refuse a CURRENT naming nothing). Make it durable before going on
+		// with the generation it names and removing the others.
+		sync := atomicfile.SyncDir
+		if opts.Knobs.SyncDir != nil {
+			sync = opts.Knobs.SyncDir
+		}
+		if err := sync(dir); err != nil {
+			return nil, fmt.Errorf("%w: sync %s: %w", ErrStore, dir, err)
+		}
 	}
 	if err := removeOtherGenerations(dir, gen); err != nil {
 		return nil, err
