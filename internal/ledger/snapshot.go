@@ -369,14 +369,14 @@ func (r *snapReader) full(n int) ([]byte, error) {
 func (r *snapReader) record(what string) (*decoder, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
-		return nil, badSnapshot("%s: length: %v", what, err)
+		return nil, badSnapshot("%s: length: %w", what, err)
 	}
 	if n > maxRecord {
 		return nil, badSnapshot("%s: record of %d bytes", what, n)
 	}
 	b, err := r.full(int(n))
 	if err != nil {
-		return nil, badSnapshot("%s: %v", what, err)
+		return nil, badSnapshot("%s: %w", what, err)
 	}
 	return &decoder{b: b, base: ErrBadSnapshot}, nil
 }
@@ -444,7 +444,7 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 	r := &snapReader{r: bufio.NewReaderSize(src, 256<<10), crc: crc32.New(castagnoli)}
 	var head [len(snapshotMagic) + 1]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
-		return nil, badSnapshot("header: %v", err)
+		return nil, badSnapshot("header: %w", err)
 	}
 	version := head[len(snapshotMagic)]
 	switch magic := string(head[:len(snapshotMagic)]); {
@@ -511,7 +511,7 @@ func readSnapshot(src io.Reader, fresh func() (*state, error)) (s *state, err er
 	sum := r.crc.Sum32()
 	var trailer [4]byte
 	if _, err := io.ReadFull(r.r, trailer[:]); err != nil {
-		return nil, badSnapshot("crc: %v", err)
+		return nil, badSnapshot("crc: %w", err)
 	}
 	if got := binary.BigEndian.Uint32(trailer[:]); got != sum {
 		return nil, badSnapshot("crc mismatch: stored %08x, computed %08x", got, sum)

@@ -295,3 +295,42 @@ func TestReleasedSnapshot(t *testing.T) {
 		t.Fatalf("Persist after Release: err %v, cancelled %v", err, sink.cancelled)
 	}
 }
+
+// failingReader returns err once its data is read.
+type failingReader struct {
+	data []byte
+	err  error
+}
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, r.err
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// TestRestoreReadErrorIsWrapped: a Restore whose stream fails (a disk error
+// reading the snapshot file, a broken InstallSnapshot stream) is refused as
+// a bad snapshot and keeps the stream's error, wrapped, for errors.Is and
+// errors.As: a read failure stays distinguishable from damaged bytes, at
+// every place Restore reads (header, a record's length, a record, the CRC).
+//
+// Failed before those errors were wrapped with %w.
+func TestRestoreReadErrorIsWrapped(t *testing.T) {
+	good, _ := populated(t, 18, 300, 300)
+	snap := persist(t, good)
+	victim, _ := populated(t, 19, 300, 300)
+	before := persist(t, victim)
+	injected := errors.New("injected: read failed")
+	for _, n := range []int{0, 4, len(snapshotMagic) + 1, len(snapshotMagic) + 3, len(snap) / 2, len(snap) - 2} {
+		err := victim.Restore(io.NopCloser(&failingReader{data: snap[:n], err: injected}))
+		if !errors.Is(err, injected) || !errors.Is(err, ErrBadSnapshot) {
+			t.Fatalf("stream failing after %d of %d bytes: %v, want ErrBadSnapshot wrapping the read error", n, len(snap), err)
+		}
+	}
+	if !bytes.Equal(before, persist(t, victim)) {
+		t.Fatal("a failed Restore changed the state")
+	}
+}
