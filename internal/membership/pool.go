@@ -556,8 +556,15 @@ func (p *Pool) announceLeaving(timeout time.Duration) error {
 	msg := append([]byte{msgLeaving}, p.cfg.NodeName...)
 	nodes := slices.DeleteFunc(p.ml.Members(), func(n *memberlist.Node) bool { return n.Name == p.cfg.NodeName })
 	errc := make(chan error, len(nodes))
+	// A send outlives this call when the timeout ends the wait first (a
+	// member not answering TCP holds its dial for TCPTimeout): the pool's
+	// WaitGroup lets Shutdown wait for it. Adding here is safe: Leave holds
+	// lifeMu and has seen the pool not shut, and Shutdown takes lifeMu
+	// before it waits.
+	p.wg.Add(len(nodes))
 	for _, n := range nodes {
 		go func() {
+			defer p.wg.Done()
 			if err := p.ml.SendReliable(n, msg); err != nil {
 				errc <- fmt.Errorf("%s: %w", n.Name, err)
 				return
@@ -625,7 +632,9 @@ func (p *Pool) reconnectLoop() {
 
 // Shutdown stops gossip (without a leave message unless Leave was called:
 // the others will find this node dead), the join retries and every
-// subscription. It is safe to call more than once.
+// subscription, and waits for the pool's goroutines (a leaving notice Leave
+// stopped waiting for ends within memberlist's TCP timeout). It is safe to
+// call more than once.
 func (p *Pool) Shutdown() error {
 	p.lifeMu.Lock()
 	p.mu.Lock()
