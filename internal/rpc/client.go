@@ -321,7 +321,17 @@ var errClientClosed = &Error{Code: CodeUnavailable, Message: "the rpc client is 
 
 // retry runs attempt against the leader (or a resolved manager) until it
 // succeeds, answers definitely, or ctx ends; what names the call in logs.
+// The manager that answered is taken for the leader: only the leader
+// answers these calls.
 func (c *Client) retry(ctx context.Context, what string, attempt func(addr string) error) error {
+	return c.retryAt(ctx, what, true, attempt)
+}
+
+// retryAt is retry; learn says whether a success proves its manager the
+// leader (false for a call any manager answers, as Status: a follower's
+// answer taken for the leader's would send the next calls to it first, and
+// Leader would name it).
+func (c *Client) retryAt(ctx context.Context, what string, learn bool, attempt func(addr string) error) error {
 	backoff := c.cfg.RetryBackoff
 	var last error
 	hops, attempts := 0, 0
@@ -339,7 +349,9 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(addr strin
 		} else {
 			err := attempt(addr)
 			if err == nil {
-				c.setLeader(addr)
+				if learn {
+					c.setLeader(addr)
+				}
 				return nil
 			}
 			last = err

@@ -261,3 +261,21 @@ func TestNonRPCAnswersAreUnavailable(t *testing.T) {
 		t.Fatalf("want unavailable, got %v", err)
 	}
 }
+
+// Any manager answers Status: a follower's answer proves nothing about who
+// leads, so the client must not take the follower for the leader (its next
+// call would go there first, and Leader would name it).
+func TestStatusOfAFollowerIsNotTakenForTheLeader(t *testing.T) {
+	leader := &fakeManager{leader: true}
+	laddr := serve(t, leader)
+	follower := &fakeManager{leaderRPC: laddr}
+	faddr := serve(t, follower)
+	c := newClient(t, faddr)
+	st, err := c.Status(context.Background())
+	if err != nil || st.IsLeader {
+		t.Fatalf("follower's status: %v %+v", err, st)
+	}
+	if got := c.Leader(); got == faddr {
+		t.Fatalf("Leader() = %s, the follower that answered Status", got)
+	}
+}

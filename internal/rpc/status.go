@@ -71,7 +71,23 @@ func (c *Client) LeaderStatus(ctx context.Context) (*Status, error) {
 }
 
 func (c *Client) status(ctx context.Context, leaderOnly bool) (*Status, error) {
-	return decodeStatus(unary(c, ctx, "status", 0, rpcpb.ManagerClient.Status, &rpcpb.StatusRequest{LeaderOnly: leaderOnly}, readLimit))
+	if leaderOnly {
+		return decodeStatus(unary(c, ctx, "status", 0, rpcpb.ManagerClient.Status, &rpcpb.StatusRequest{LeaderOnly: true}, readLimit))
+	}
+	// Any manager answers: its answer proves it the leader only when it
+	// says so.
+	var res *rpcpb.StatusResponse
+	var from string
+	err := c.retryAt(ctx, "status", false, func(addr string) (err error) {
+		res, err = unaryAt(c, ctx, addr, "status", 0, rpcpb.ManagerClient.Status, &rpcpb.StatusRequest{}, readLimit)
+		from = addr
+		return err
+	})
+	st, err := decodeStatus(res, err)
+	if err == nil && st.IsLeader {
+		c.setLeader(from)
+	}
+	return st, err
 }
 
 // StatusOf returns one manager's own status, wherever it stands; no retries.
