@@ -20,12 +20,19 @@ import (
 
 // operatorCall runs an Operator method with the retries of every call,
 // the operator secret in its metadata, each attempt within AttemptTimeout
-// (a snapshot's or a restore's whole stream included).
+// (a snapshot's or a restore's whole stream included). The manager that
+// answers is taken for the leader (retry).
 func (c *Client) operatorCall(ctx context.Context, what string, do func(context.Context, rpcpb.OperatorClient) error) error {
+	return c.operatorCallAt(ctx, what, true, do)
+}
+
+// operatorCallAt is operatorCall; learn is retryAt's (false for a method
+// any manager answers: its answer proves nothing about the leader).
+func (c *Client) operatorCallAt(ctx context.Context, what string, learn bool, do func(context.Context, rpcpb.OperatorClient) error) error {
 	if s := c.cfg.OperatorSecret; s != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, OperatorSecretMetadata, s)
 	}
-	return c.retry(ctx, what, func(addr string) error {
+	return c.retryAt(ctx, what, learn, func(addr string) error {
 		return c.onConn(ctx, addr, what, 0, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 			return do(ctx, rpcpb.NewOperatorClient(cc))
 		})
@@ -33,11 +40,12 @@ func (c *Client) operatorCall(ctx context.Context, what string, do func(context.
 }
 
 // operatorUnary runs a unary Operator method (m, a method expression of
-// rpcpb.OperatorClient) with operatorCall and returns its answer.
-func operatorUnary[Req, Resp any](c *Client, ctx context.Context, what string,
+// rpcpb.OperatorClient) with operatorCallAt (learn: its answer is the
+// leader's) and returns its answer.
+func operatorUnary[Req, Resp any](c *Client, ctx context.Context, what string, learn bool,
 	m func(rpcpb.OperatorClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	var res Resp
-	err := c.operatorCall(ctx, what, func(ctx context.Context, oc rpcpb.OperatorClient) (err error) {
+	err := c.operatorCallAt(ctx, what, learn, func(ctx context.Context, oc rpcpb.OperatorClient) (err error) {
 		res, err = m(oc, ctx, req)
 		return err
 	})
@@ -46,7 +54,7 @@ func operatorUnary[Req, Resp any](c *Client, ctx context.Context, what string,
 
 // Members returns the LAN gossip pool's members as a manager sees them.
 func (c *Client) Members(ctx context.Context) (*rpcpb.MembersResponse, error) {
-	return operatorUnary(c, ctx, "members", rpcpb.OperatorClient.Members, &rpcpb.MembersRequest{})
+	return operatorUnary(c, ctx, "members", false, rpcpb.OperatorClient.Members, &rpcpb.MembersRequest{})
 }
 
 // RemovePeer removes the Raft server id from the configuration, at the
@@ -83,19 +91,19 @@ func (c *Client) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, 
 // TransferLeader hands leadership to id, or with "" to the voter Raft
 // picks, and returns the leader after it.
 func (c *Client) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
-	return operatorUnary(c, ctx, "transfer leader", rpcpb.OperatorClient.TransferLeader, &rpcpb.PeerRequest{Id: id})
+	return operatorUnary(c, ctx, "transfer leader", true, rpcpb.OperatorClient.TransferLeader, &rpcpb.PeerRequest{Id: id})
 }
 
 // Keyring lists the gossip keys of every member of pool (PoolLAN or
 // PoolWAN; "" is the LAN pool), through one manager.
 func (c *Client) Keyring(ctx context.Context, pool string) (*rpcpb.KeyringResponse, error) {
-	return operatorUnary(c, ctx, "keyring", rpcpb.OperatorClient.Keyring, &rpcpb.KeyringListRequest{Pool: pool})
+	return operatorUnary(c, ctx, "keyring", false, rpcpb.OperatorClient.Keyring, &rpcpb.KeyringListRequest{Pool: pool})
 }
 
 // ChangeKeyring applies req (op install, use or remove) on every member of
 // its pool, through one manager.
 func (c *Client) ChangeKeyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
-	return operatorUnary(c, ctx, "keyring", rpcpb.OperatorClient.ChangeKeyring, req)
+	return operatorUnary(c, ctx, "keyring", false, rpcpb.OperatorClient.ChangeKeyring, req)
 }
 
 // Snapshot writes a snapshot archive of the leader's ledger to w. An

@@ -397,3 +397,25 @@ func TestRemovePeerAfterADeadManagerIsNotFound(t *testing.T) {
 		t.Fatalf("the leader was asked %d times, want 1 (the dead manager first)", leader.calls)
 	}
 }
+
+// The operator reads and keyring changes run on whichever manager is asked:
+// a follower's answer does not make it the client's leader.
+func TestOperatorReadsOfAFollowerAreNotTakenForTheLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	laddr := serveOperator(t, &peerOperator{leader: true})
+	faddr := serveOperator(t, &peerOperator{leaderRPC: laddr})
+	c := operatorClient(t, testOperator, 4, faddr)
+	if _, err := c.Members(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Keyring(ctx, PoolLAN); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ChangeKeyring(ctx, &rpcpb.KeyringRequest{Op: "install", Key: "a2V5", Pool: PoolLAN}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Leader(); got == faddr {
+		t.Fatalf("Leader() = %s, the follower that answered", got)
+	}
+}
