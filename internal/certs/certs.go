@@ -150,12 +150,17 @@ func (v *fileValue[T]) reload() (bool, error) {
 // Watch reloads the pair every interval until ctx ends, logging what it
 // loads and what fails.
 func (r *Reloader) Watch(ctx context.Context, interval time.Duration) {
-	watch(ctx, interval, r.Reload, r.log, "TLS certificate", r.pair.files[0])
+	watch(ctx, interval, r.Reload, r.pair, r.log, "TLS certificate", r.pair.files[0])
 }
 
 // watch calls reload every interval until ctx ends, logging what it loads
-// (what, file) and what fails: what was loaded before stays in use.
-func watch(ctx context.Context, interval time.Duration, reload func() (bool, error), log *slog.Logger, what, file string) {
+// (what, file) and what fails: what was loaded before stays in use. At each
+// look it also says, at error, when the certificate of pair in use is not
+// valid now: one that expired while its files stayed as they were (a renewal
+// forgotten, or one that fails to load) is refused by every peer, and
+// nothing else in the process would say why.
+func watch(ctx context.Context, interval time.Duration, reload func() (bool, error), pair *fileValue[tls.Certificate],
+	log *slog.Logger, what, file string) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -169,6 +174,12 @@ func watch(ctx context.Context, interval time.Duration, reload func() (bool, err
 			log.Error(what+" not reloaded; what was loaded before stays in use", logging.KeyFile, file, logging.KeyError, err)
 		case loaded:
 			log.Info(what+" reloaded", logging.KeyFile, file)
+		}
+		if cur := pair.cur.Load(); cur != nil {
+			if err := checkValidity(cur.Leaf, time.Now()); err != nil {
+				log.Error(what+": the certificate in use is not valid now, and every peer refuses it until a valid one is loaded",
+					logging.KeyFile, pair.files[0], logging.KeyError, err)
+			}
 		}
 	}
 }

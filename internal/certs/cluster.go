@@ -120,7 +120,7 @@ func (c *Cluster) Watch(ctx context.Context, interval time.Duration) {
 	if c.derived {
 		return // no files
 	}
-	watch(ctx, interval, c.Reload, c.log, "cluster TLS", c.ca.files[0])
+	watch(ctx, interval, c.Reload, c.pair, c.log, "cluster TLS", c.ca.files[0])
 }
 
 // ServerConfig is the TLS configuration of a manager's RPC listener: this

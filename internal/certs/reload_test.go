@@ -1,13 +1,18 @@
 package certs
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/once-dev/once/internal/certs/certstest"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // touch sets a file's modification time.
@@ -172,4 +177,40 @@ func TestClusterCARotationWithOverlap(t *testing.T) {
 	newCA.WriteCA(t, f[0])
 	reload("the old CA removed", false)
 	calls("the old CA removed", false, true)
+}
+
+// A certificate in use that expires while its files stay as they are (the
+// renewal forgotten, or failing to load) is said to be expired at each look:
+// every peer refuses it from then on, and without the log line nothing in
+// the process would say why. The same holds for a cluster's certificate.
+func TestWatchSaysTheCertificateInUseExpired(t *testing.T) {
+	dir := t.TempDir()
+	ca := certstest.NewCA(t)
+	// Valid at load, expired a moment later (x509 times are whole seconds).
+	expiring := certstest.Spec{Serial: 20, Server: true, Client: true, DNSNames: []string{ServerName},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(2 * time.Second)}
+	cf, kf := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	ca.IssueFor(t, expiring, cf, kf)
+	caf := filepath.Join(dir, "ca.pem")
+	ca.WriteCA(t, caf)
+
+	var pairLog, clusterLog testutil.Buffer
+	r, err := New(cf, kf, slog.New(slog.NewTextHandler(&pairLog, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCluster(caf, cf, kf, slog.New(slog.NewTextHandler(&clusterLog, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { r.Watch(ctx, 10*time.Millisecond) })
+	wg.Go(func() { c.Watch(ctx, 10*time.Millisecond) })
+	defer func() { cancel(); wg.Wait() }()
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		p, cl := pairLog.String(), clusterLog.String()
+		return strings.Contains(p, "expired at") && strings.Contains(p, "level=ERROR") && strings.Contains(cl, "expired at"),
+			"the pair's log:\n" + p + "\nthe cluster's log:\n" + cl
+	})
 }
