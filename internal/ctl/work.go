@@ -62,8 +62,11 @@ or SIGTERM, then waits for the running commands.`,
 				return err
 			}
 			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			return c.Run(cmd.Context(), opts, func(ctx context.Context, job api.Job, attempt int) (any, error) {
-				return runJobCommand(ctx, args, job, attempt)
+			run := cmd.Context()
+			return c.Run(run, opts, func(ctx context.Context, job api.Job, attempt int) (any, error) {
+				cctx, cancel := commandContext(run, ctx)
+				defer cancel()
+				return runJobCommand(cctx, args, job, attempt)
 			})
 		},
 	}
@@ -73,6 +76,24 @@ or SIGTERM, then waits for the running commands.`,
 	f.DurationVar(&opts.LeaseFor, "lease", 30*time.Second, "how long a job is held between heartbeats")
 	f.StringVar(&opts.Worker, "worker", "", "the worker's name in its leases (default: its address)")
 	return cmd
+}
+
+// commandContext is the context a job's command runs under. client.Run
+// ends a handler's context both when its lease is lost and when the worker
+// stops (run, Main's context: SIGINT, SIGTERM). Only the first kills the
+// command: on a stop the worker waits for the running commands, and reports
+// their outcomes, as documented; killing them would report each a failed
+// attempt (a job on its last one would end dead because a worker stopped).
+// A lease lost after the stop began no longer kills the command: its
+// outcome is then not reported (client.Run), and delivery is at least once.
+func commandContext(run, handler context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(handler))
+	stop := context.AfterFunc(handler, func() {
+		if run.Err() == nil {
+			cancel() // the lease was lost
+		}
+	})
+	return ctx, func() { stop(); cancel() }
 }
 
 // runJobCommand runs args for job and turns its outcome into a result or an
