@@ -8,8 +8,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +26,7 @@ type workGate struct {
 	mu         sync.Mutex
 	leased     bool
 	heartbeats int
+	lose       bool     // heartbeats answer lease_lost
 	completed  []string // the results of the complete calls
 	failed     []string // the errors of the fail calls
 }
@@ -50,6 +53,12 @@ func (g *workGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 	case strings.HasSuffix(p, "/heartbeat"):
 		g.heartbeats++
+		if g.lose {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusConflict)
+			_ = json.NewEncoder(w).Encode(api.Problem{Title: "Lease lost", Status: http.StatusConflict, Code: api.CodeLeaseLost})
+			return
+		}
 		reply(api.HeartbeatResponse{LeaseID: "l1", ExpiresAt: time.Now().Add(time.Minute).UTC().Format(time.RFC3339)})
 	case p == "/v1/completions":
 		var req api.CompletionsRequest
@@ -132,5 +141,45 @@ func TestWorkWaitsForTheRunningCommandOnStop(t *testing.T) {
 	completed, failed := gate.outcomes()
 	if len(failed) != 0 || len(completed) != 1 || completed[0] != `"done"` {
 		t.Fatalf("after the stop: completed %q, failed %q; want the command's result completed, nothing failed", completed, failed)
+	}
+}
+
+// A lost lease still kills the job's command while the worker runs (only a
+// stop of the worker lets the commands finish), and nothing is reported.
+func TestWorkKillsTheCommandOfALostLease(t *testing.T) {
+	gate := &workGate{}
+	srv := httptest.NewServer(gate)
+	defer srv.Close()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	script := `echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; while :; do sleep 0.01; done`
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	code := make(chan int, 1)
+	go func() {
+		code <- Main(ctx, []string{"--gates", srv.URL, "--timeout", "1m", "job", "work", "--lease", "1s", "--",
+			"sh", "-c", script, "sh", pidFile}, io.Discard, io.Discard)
+	}()
+	var pid int
+	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false, "the job's command to start"
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil, "the command's pid"
+	})
+	gate.mu.Lock()
+	gate.lose = true
+	gate.mu.Unlock()
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		return syscall.Kill(pid, 0) == syscall.ESRCH, "the command of the lost lease to be killed"
+	})
+	stop()
+	if c := <-code; c != ExitOK {
+		t.Errorf("exit %d after a stop; want 0", c)
+	}
+	if completed, failed := gate.outcomes(); len(completed)+len(failed) != 0 {
+		t.Fatalf("a lost lease's outcome reported: completed %q, failed %q", completed, failed)
 	}
 }
