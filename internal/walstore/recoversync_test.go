@@ -44,10 +44,10 @@ func TestOpenSyncsWhatItRecovers(t *testing.T) {
 			appendFile(t, lastSegment(t, dir), tc.tail)
 
 			var synced []string
-			s := open(t, dir, Options{SegmentSize: 300, fsync: func(f *os.File) error {
+			s := open(t, dir, Options{SegmentSize: 300, Knobs: TestingKnobs{Fsync: func(f *os.File) error {
 				synced = append(synced, f.Name())
 				return f.Sync()
-			}})
+			}}})
 			checkRange(t, s, 1, tc.last)
 			for _, want := range []string{lastSegment(t, dir), filepath.Join(dir, segmentsDirName), dir} {
 				if !slices.Contains(synced, want) {
@@ -59,10 +59,10 @@ func TestOpenSyncsWhatItRecovers(t *testing.T) {
 	t.Run("NoSync", func(t *testing.T) {
 		dir := t.TempDir()
 		writeDurable(t, dir, 300, n, 3)
-		s := open(t, dir, Options{SegmentSize: 300, NoSync: true, fsync: func(f *os.File) error {
+		s := open(t, dir, Options{SegmentSize: 300, NoSync: true, Knobs: TestingKnobs{Fsync: func(f *os.File) error {
 			t.Errorf("Open with NoSync fsynced %s", f.Name())
 			return nil
-		}})
+		}}})
 		checkRange(t, s, 1, n)
 	})
 }
@@ -80,7 +80,7 @@ func TestOpenFailsOnAFailedFsync(t *testing.T) {
 	appendFile(t, lastSegment(t, dir), unsyncedBatch(n+1, n+3))
 
 	injected := errors.New("injected: fsync failed")
-	s, err := Open(dir, Options{SegmentSize: 300, fsync: func(*os.File) error { return injected }})
+	s, err := Open(dir, Options{SegmentSize: 300, Knobs: TestingKnobs{Fsync: func(*os.File) error { return injected }}})
 	if err == nil {
 		_ = s.Close()
 		t.Fatal("Open with a failing fsync succeeded")

@@ -94,10 +94,16 @@ type Options struct {
 	// SegmentSize is the target size of a segment file in bytes; 0 means
 	// DefaultSegmentSize.
 	SegmentSize int
+	// Knobs are for tests only (TestingKnobs).
+	Knobs TestingKnobs
+}
 
-	// fsync, when set, replaces (*os.File).Sync for the fsyncs Open does
+// TestingKnobs are hooks for tests only (CockroachDB's TestingKnobs
+// pattern: passed in Options, zero in production).
+type TestingKnobs struct {
+	// Fsync, when set, replaces (*os.File).Sync for the fsyncs Open does
 	// before it trusts what it read (tests observe and fail them).
-	fsync func(*os.File) error
+	Fsync func(*os.File) error
 }
 
 // Store is a raft.LogStore over tidwall/wal. It is safe for concurrent use:
@@ -299,7 +305,7 @@ func (s *Store) syncRecovered() error {
 	if s.opts.NoSync {
 		return nil
 	}
-	fsync := s.opts.fsync
+	fsync := s.opts.Knobs.Fsync
 	if fsync == nil {
 		fsync = (*os.File).Sync
 	}
