@@ -88,6 +88,20 @@ type Config struct {
 	// test seam: the tests module's fault layer cuts the WAN pool between
 	// datacenters through it.
 	WrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+	// Knobs are for tests only (TestingKnobs).
+	Knobs TestingKnobs
+}
+
+// TestingKnobs are hooks for tests only (CockroachDB's TestingKnobs
+// pattern: passed in Config, zero in production).
+type TestingKnobs struct {
+	// KeyringQuerySent, when set, is called by KeyringQuery once it has sent
+	// the query to every member it asks, before it waits for their replies.
+	KeyringQuerySent func()
+	// KeyringReplyArrived, when set, is called with the answering node's
+	// name each time a reply to a keyring query of this node arrives, after
+	// the query has been given it.
+	KeyringReplyArrived func(node string)
 }
 
 // Validate checks c; the error is a *ConfigError that names the field.

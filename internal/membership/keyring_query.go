@@ -104,44 +104,79 @@ func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (Keyr
 	var res KeyringResult
 	res.Nodes = append(res.Nodes, p.answerKeyringOp(op, key))
 
-	p.mu.Lock()
-	p.querySeq++
-	id := p.querySeq
-	replies := make(chan NodeKeyring, 64)
-	p.queries[id] = replies
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.queries, id)
-		p.mu.Unlock()
-	}()
-
-	msg := appendKeyringQuery([]byte{msgKeyringQuery}, op, id, p.cfg.NodeName, key)
-	waiting := map[string]bool{}
+	// Every member asked is waiting before the first send: a reply is taken
+	// whenever it arrives, even while the query is still being sent to the
+	// others, and none is ever dropped (the replies go into the query's own
+	// record, as many as members were asked, not through a buffer).
+	q := &keyringQuery{waiting: map[string]bool{}, done: make(chan struct{})}
+	var asked []*memberlist.Node
 	for _, n := range p.ml.Members() {
 		if n.Name == p.cfg.NodeName || n.State != memberlist.StateAlive {
 			continue
 		}
-		waiting[n.Name] = true
+		asked = append(asked, n)
+		q.waiting[n.Name] = true
+	}
+	q.closeIfDone()
+	p.mu.Lock()
+	p.querySeq++
+	id := p.querySeq
+	p.queries[id] = q
+	p.mu.Unlock()
+
+	msg := appendKeyringQuery([]byte{msgKeyringQuery}, op, id, p.cfg.NodeName, key)
+	for _, n := range asked {
 		if err := p.ml.SendReliable(n, msg); err != nil {
-			delete(waiting, n.Name)
-			res.Nodes = append(res.Nodes, NodeKeyring{Node: n.Name, Err: "unreachable: " + err.Error()})
+			p.mu.Lock()
+			q.take(NodeKeyring{Node: n.Name, Err: "unreachable: " + err.Error()})
+			p.mu.Unlock()
 		}
 	}
-	for len(waiting) > 0 {
-		select {
-		case r := <-replies:
-			if waiting[r.Node] {
-				delete(waiting, r.Node)
-				res.Nodes = append(res.Nodes, r)
-			}
-		case <-ctx.Done():
-			res.NoAnswer = slices.Sorted(maps.Keys(waiting))
-			waiting = nil
-		}
+	if k := p.cfg.Knobs.KeyringQuerySent; k != nil {
+		k()
 	}
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	delete(p.queries, id) // a later reply finds no query and is ignored
+	res.Nodes = append(res.Nodes, q.answers...)
+	if len(q.waiting) > 0 {
+		res.NoAnswer = slices.Sorted(maps.Keys(q.waiting))
+	}
+	p.mu.Unlock()
 	slices.SortFunc(res.Nodes, func(a, b NodeKeyring) int { return strings.Compare(a.Node, b.Node) })
 	return res, nil
+}
+
+// keyringQuery is a keyring query of this node gathering its replies
+// (Pool.queries). Its fields are guarded by Pool.mu.
+type keyringQuery struct {
+	// waiting are the members asked that have not answered yet.
+	waiting map[string]bool
+	// answers are the answers of the others.
+	answers []NodeKeyring
+	// done is closed once no member is waiting.
+	done chan struct{}
+}
+
+// take records r as the answer of its node if the query is waiting for that
+// node, and ignores it otherwise: a second answer, or one from a node not
+// asked.
+func (q *keyringQuery) take(r NodeKeyring) {
+	if !q.waiting[r.Node] {
+		return
+	}
+	delete(q.waiting, r.Node)
+	q.answers = append(q.answers, r)
+	q.closeIfDone()
+}
+
+func (q *keyringQuery) closeIfDone() {
+	if len(q.waiting) == 0 {
+		close(q.done)
+	}
 }
 
 // check returns an error wrapping ErrKeyringOp when op is not one of the
@@ -202,21 +237,20 @@ func (p *Pool) handleKeyringQuery(b []byte) {
 	}
 }
 
-// deliverKeyringReply hands a reply to the query waiting for it.
+// deliverKeyringReply hands a reply to the query waiting for it; a reply
+// to a query that has ended (it came too late) is ignored.
 func (p *Pool) deliverKeyringReply(b []byte) {
 	id, r, ok := decodeKeyringReply(b)
 	if !ok {
 		return
 	}
 	p.mu.Lock()
-	ch := p.queries[id]
-	p.mu.Unlock()
-	if ch == nil {
-		return
+	if q := p.queries[id]; q != nil {
+		q.take(r)
 	}
-	select {
-	case ch <- r:
-	default: // the query's buffer is full: it gathers what it can
+	p.mu.Unlock()
+	if k := p.cfg.Knobs.KeyringReplyArrived; k != nil {
+		k(r.Node)
 	}
 }
 

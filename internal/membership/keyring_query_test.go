@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -117,5 +118,66 @@ func TestKeyringMessagesAreStable(t *testing.T) {
 	id, nk, ok := decodeKeyringReply(r)
 	if !ok || id != 1 || nk.Node != "n" || nk.Err != "e" || len(nk.Keys) != 1 || !bytes.Equal(nk.Keys[0], []byte{7}) {
 		t.Fatalf("reply decoded as %d %+v %v", id, nk, ok)
+	}
+}
+
+// Every reply counts, however many arrive before the asking node starts
+// reading them: here all of them, while it is held right after its sends.
+// A member's second reply, and a reply from a node it did not ask, change
+// nothing. (The gathering once went through a fixed buffer of 64 replies
+// and dropped the rest: in a larger pool, members that had applied the
+// step were reported as not answering.)
+func TestKeyringQueryKeepsRepliesThatArriveDuringTheSends(t *testing.T) {
+	k := key(1)
+	arrived := make(chan string, 16)
+	var a *Pool
+	a = startPool(t, "a", RoleManager, func(c *Config) {
+		c.SecretKey = k
+		c.Knobs.KeyringReplyArrived = func(node string) {
+			select {
+			case arrived <- node:
+			default:
+			}
+		}
+		c.Knobs.KeyringQuerySent = func() {
+			got := map[string]bool{}
+			testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+				for {
+					select {
+					case n := <-arrived:
+						got[n] = true
+						continue
+					default:
+					}
+					break
+				}
+				return len(got) == 3, fmt.Sprintf("every reply to arrive (got %v)", got)
+			})
+			a.mu.Lock()
+			id := a.querySeq
+			a.mu.Unlock()
+			a.deliverKeyringReply(appendKeyringReply(nil, id, NodeKeyring{Node: "b", Err: "a second answer"}))
+			a.deliverKeyringReply(appendKeyringReply(nil, id, NodeKeyring{Node: "stranger"}))
+		}
+	})
+	pools := []*Pool{a}
+	for _, name := range []string{"b", "c", "d"} {
+		pools = append(pools, startPool(t, name, RoleGate, func(c *Config) { c.SecretKey = k; c.Seeds = []string{a.Addr()} }))
+	}
+	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b", "c", "d"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := a.KeyringQuery(ctx, KeyringList, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Complete() || len(res.Nodes) != 4 {
+		t.Fatalf("answers %+v, no answer from %v", res.Nodes, res.NoAnswer)
+	}
+	for i, want := range []string{"a", "b", "c", "d"} {
+		if n := res.Nodes[i]; n.Node != want || n.Err != "" || len(n.Keys) != 1 || !bytes.Equal(n.Keys[0], k) {
+			t.Fatalf("answer %d: %+v, want %s's one key", i, n, want)
+		}
 	}
 }

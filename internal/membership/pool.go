@@ -105,7 +105,7 @@ type Pool struct {
 
 	// queries are the keyring queries of this node waiting for replies, by
 	// id (keyring_query.go).
-	queries  map[uint64]chan NodeKeyring
+	queries  map[uint64]*keyringQuery
 	querySeq uint64
 
 	joined     chan struct{}
@@ -137,7 +137,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		local:   cfg.Meta,
 		members: make(map[string]*Member),
 		leaving: make(map[string]bool),
-		queries: make(map[uint64]chan NodeKeyring),
+		queries: make(map[uint64]*keyringQuery),
 		subs:    make(map[*subscriber]struct{}),
 		clocks:  clockwatch.NewEstimator(0, clockSampleMaxAge),
 		joined:  make(chan struct{}),
