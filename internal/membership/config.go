@@ -95,8 +95,9 @@ type Config struct {
 // TestingKnobs are hooks for tests only (CockroachDB's TestingKnobs
 // pattern: passed in Config, zero in production).
 type TestingKnobs struct {
-	// KeyringQuerySent, when set, is called by KeyringQuery once it has sent
-	// the query to every member it asks, before it waits for their replies.
+	// KeyringQuerySent, when set, is called by KeyringQuery once it has
+	// started sending the query to every member it asks, before it waits
+	// for their replies.
 	KeyringQuerySent func()
 	// KeyringReplyArrived, when set, is called with the answering node's
 	// name each time a reply to a keyring query of this node arrives, after

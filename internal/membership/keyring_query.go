@@ -87,8 +87,9 @@ const maxKeyringReplyKeys = 64
 
 // KeyringQuery applies op (with key, except for KeyringList) on this node and
 // on every alive member of the pool, and returns every answer gathered
-// before ctx ends. An error is returned only when the pool is not encrypted
-// or op is unknown; failures on nodes are in the result.
+// before ctx ends. An error is returned only when the pool is not encrypted,
+// op is unknown or the pool is shut down (ErrShutdown); failures on nodes
+// are in the result.
 func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (KeyringResult, error) {
 	if err := op.check(); err != nil {
 		return KeyringResult{}, err
@@ -101,9 +102,6 @@ func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (Keyr
 			return KeyringResult{}, err
 		}
 	}
-	var res KeyringResult
-	res.Nodes = append(res.Nodes, p.answerKeyringOp(op, key))
-
 	// Every member asked is waiting before the first send: a reply is taken
 	// whenever it arrives, even while the query is still being sent to the
 	// others, and none is ever dropped (the replies go into the query's own
@@ -114,23 +112,42 @@ func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (Keyr
 		if n.Name == p.cfg.NodeName || n.State != memberlist.StateAlive {
 			continue
 		}
-		asked = append(asked, n)
+		c := *n // memberlist updates its own in place; the sends read a copy
+		asked = append(asked, &c)
 		q.waiting[n.Name] = true
 	}
 	q.closeIfDone()
 	p.mu.Lock()
+	if p.shut {
+		p.mu.Unlock()
+		return KeyringResult{}, ErrShutdown
+	}
 	p.querySeq++
 	id := p.querySeq
 	p.queries[id] = q
+	// The sends may outlive this call (see below): the pool's WaitGroup
+	// lets Shutdown wait for them. Adding is safe here: the pool is not shut
+	// and Shutdown marks it so under mu before it waits.
+	p.wg.Add(len(asked))
 	p.mu.Unlock()
 
+	var res KeyringResult
+	res.Nodes = append(res.Nodes, p.answerKeyringOp(op, key))
+
+	// Each member on its own goroutine, all at once: a member that does not
+	// answer TCP (a host gone, not found dead yet) holds its send for
+	// memberlist's TCP timeout, and must hold up neither the others nor the
+	// end of the query when ctx ends.
 	msg := appendKeyringQuery([]byte{msgKeyringQuery}, op, id, p.cfg.NodeName, key)
 	for _, n := range asked {
-		if err := p.ml.SendReliable(n, msg); err != nil {
-			p.mu.Lock()
-			q.take(NodeKeyring{Node: n.Name, Err: "unreachable: " + err.Error()})
-			p.mu.Unlock()
-		}
+		go func() {
+			defer p.wg.Done()
+			if err := p.ml.SendReliable(n, msg); err != nil {
+				p.mu.Lock()
+				q.take(NodeKeyring{Node: n.Name, Err: "unreachable: " + err.Error()})
+				p.mu.Unlock()
+			}
+		}()
 	}
 	if k := p.cfg.Knobs.KeyringQuerySent; k != nil {
 		k()
@@ -145,6 +162,7 @@ func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (Keyr
 	if len(q.waiting) > 0 {
 		res.NoAnswer = slices.Sorted(maps.Keys(q.waiting))
 	}
+	q.waiting = nil // the query is over: a send failing later changes nothing
 	p.mu.Unlock()
 	slices.SortFunc(res.Nodes, func(a, b NodeKeyring) int { return strings.Compare(a.Node, b.Node) })
 	return res, nil

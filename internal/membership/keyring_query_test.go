@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -84,6 +88,12 @@ func TestKeyringQueryRefusals(t *testing.T) {
 	if _, err := enc.KeyringQuery(context.Background(), KeyringOp(9), nil); !errors.Is(err, ErrKeyringOp) {
 		t.Fatalf("op 9: %v", err)
 	}
+	if err := enc.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := enc.KeyringQuery(context.Background(), KeyringList, nil); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("after Shutdown: %v", err)
+	}
 }
 
 func TestDecodeKeyringReplyRefusesDamage(t *testing.T) {
@@ -122,7 +132,8 @@ func TestKeyringMessagesAreStable(t *testing.T) {
 }
 
 // Every reply counts, however many arrive before the asking node starts
-// reading them: here all of them, while it is held right after its sends.
+// reading them: here all of them, while it is held right after starting
+// its sends.
 // A member's second reply, and a reply from a node it did not ask, change
 // nothing. (The gathering once went through a fixed buffer of 64 replies
 // and dropped the rest: in a larger pool, members that had applied the
@@ -178,6 +189,91 @@ func TestKeyringQueryKeepsRepliesThatArriveDuringTheSends(t *testing.T) {
 	for i, want := range []string{"a", "b", "c", "d"} {
 		if n := res.Nodes[i]; n.Node != want || n.Err != "" || len(n.Keys) != 1 || !bytes.Equal(n.Keys[0], k) {
 			t.Fatalf("answer %d: %+v, want %s's one key", i, n, want)
+		}
+	}
+}
+
+// stallDialTo is a transport whose stream dials to one address, once it is
+// set, hang until release is closed (a member that stopped answering TCP
+// without being found dead yet: a host gone, a network cut).
+type stallDialTo struct {
+	memberlist.NodeAwareTransport
+	mu      sync.Mutex
+	addr    string
+	release chan struct{}
+}
+
+func (s *stallDialTo) stall(addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addr = addr
+}
+
+func (s *stallDialTo) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	s.mu.Lock()
+	stall := s.addr != "" && s.addr == a.Addr
+	s.mu.Unlock()
+	if stall {
+		<-s.release
+		return nil, errors.New("stalled dial")
+	}
+	return s.NodeAwareTransport.DialAddressTimeout(a, timeout)
+}
+
+// A member that does not answer TCP holds up neither the query nor the
+// others: they all get the step and answer, and the query ends with its
+// context, naming that member, while the send to it is still stuck. (The
+// query once sent to the members one by one: each such member held it for
+// memberlist's TCP timeout, 10 s on a LAN, past the operator's 5 s, and
+// the members after it got the step only then.)
+func TestKeyringQueryIsNotHeldByAMemberThatDoesNotAnswer(t *testing.T) {
+	k := key(1)
+	release := make(chan struct{})
+	releaseDials := sync.OnceFunc(func() { close(release) })
+	defer releaseDials()
+	var tr *stallDialTo
+	a := startPool(t, "a", RoleManager, func(c *Config) {
+		c.SecretKey = k
+		c.WrapTransport = func(nt memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+			tr = &stallDialTo{NodeAwareTransport: nt, release: release}
+			return tr
+		}
+	})
+	pools := []*Pool{a}
+	for _, name := range []string{"b", "c", "d"} {
+		pools = append(pools, startPool(t, name, RoleGate, func(c *Config) { c.SecretKey = k; c.Seeds = []string{a.Addr()} }))
+	}
+	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b", "c", "d"))
+
+	tr.stall(pools[3].Addr())
+	type result struct {
+		res KeyringResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		res, err := a.KeyringQuery(ctx, KeyringList, nil)
+		done <- result{res, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(waitTimeout):
+		releaseDials() // let the query end, then fail
+		<-done
+		t.Fatal("the query was held past its context by a member that does not answer")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.res.Nodes) != 3 || len(r.res.NoAnswer) != 1 || r.res.NoAnswer[0] != "d" {
+		t.Fatalf("answers %+v, no answer from %v; want a, b and c, and no answer from d", r.res.Nodes, r.res.NoAnswer)
+	}
+	for i, want := range []string{"a", "b", "c"} {
+		if n := r.res.Nodes[i]; n.Node != want || n.Err != "" {
+			t.Fatalf("answer %d: %+v, want %s's", i, n, want)
 		}
 	}
 }

@@ -633,8 +633,9 @@ func (p *Pool) reconnectLoop() {
 // Shutdown stops gossip (without a leave message unless Leave was called:
 // the others will find this node dead), the join retries and every
 // subscription, and waits for the pool's goroutines (a leaving notice Leave
-// stopped waiting for ends within memberlist's TCP timeout). It is safe to
-// call more than once.
+// stopped waiting for, or a keyring query's send KeyringQuery stopped
+// waiting for, ends within memberlist's TCP timeout). It is safe to call
+// more than once.
 func (p *Pool) Shutdown() error {
 	p.lifeMu.Lock()
 	p.mu.Lock()
