@@ -38,7 +38,7 @@ func (p *Pool) RemoveKey(key []byte) error {
 }
 
 // changeKeyring checks key and applies change to a copy of it (the keyring
-// keeps the slice it is given); its error wraps ErrInvalidKey.
+// keeps the slice it is given), under keyMu; its error wraps ErrInvalidKey.
 func (p *Pool) changeKeyring(key []byte, change func([]byte) error) error {
 	if p.keyring == nil {
 		return ErrNoEncryption
@@ -46,6 +46,8 @@ func (p *Pool) changeKeyring(key []byte, change func([]byte) error) error {
 	if err := validateKeyLen(len(key)); err != nil {
 		return err
 	}
+	p.keyMu.Lock()
+	defer p.keyMu.Unlock()
 	if err := change(bytes.Clone(key)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
@@ -58,6 +60,8 @@ func (p *Pool) Keys() [][]byte {
 	if p.keyring == nil {
 		return nil
 	}
+	p.keyMu.Lock() // not while a change moves the keys GetKeys returns
+	defer p.keyMu.Unlock()
 	keys := p.keyring.GetKeys()
 	out := make([][]byte, len(keys))
 	for i, k := range keys {

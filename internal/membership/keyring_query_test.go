@@ -277,3 +277,48 @@ func TestKeyringQueryIsNotHeldByAMemberThatDoesNotAnswer(t *testing.T) {
 		}
 	}
 }
+
+// A node's keys read while a key is being removed (two keyring queries
+// answered at once on one node, as a list from one manager during a remove
+// from another) are whole: memberlist's RemoveKey shifts the keys down in
+// the array GetKeys handed out, so reading it unguarded is a data race and
+// can list a key twice and miss another.
+func TestKeysWhileAKeyIsRemoved(t *testing.T) {
+	p := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = key(1) })
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			keys := p.Keys()
+			seen := map[string]bool{}
+			for _, k := range keys {
+				if seen[string(k)] {
+					t.Errorf("key %x listed twice in %x", k[0], keys)
+					return
+				}
+				seen[string(k)] = true
+			}
+		}
+	}()
+	for round := range 50 {
+		for b := byte(2); b < 10; b++ {
+			if err := p.InstallKey(key(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for b := byte(2); b < 10; b++ {
+			if err := p.RemoveKey(key(b)); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+}

@@ -78,6 +78,10 @@ type Pool struct {
 	log     *slog.Logger
 	ml      *memberlist.Memberlist
 	keyring *memberlist.Keyring
+	// keyMu orders this node's keyring changes with its reads of the keys
+	// (keyring.go): memberlist's RemoveKey shifts the keys in the array
+	// GetKeys hands out, which is read after memberlist's lock is let go.
+	keyMu sync.Mutex
 	// selfIP, selfPort: the advertised gossip address, read once after
 	// Create. (memberlist's LocalNode returns its internal node, which
 	// UpdateNode rewrites: reading it concurrently is a data race.)
