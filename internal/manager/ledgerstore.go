@@ -3,8 +3,12 @@ package manager
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
@@ -73,4 +77,70 @@ func (m *Manager) ledgerRestoreOnStart() (bool, error) {
 	}
 	m.log.Info("ledger opened", logging.KeyIndex, applied, logging.KeySnapIndex, snapIndex, logging.KeyReason, reason)
 	return restore, nil
+}
+
+// ErrRestoreUnconfirmed: a RestoreLedger installed its state on this leader
+// (the newest snapshot and the ledger) but Raft did not confirm it: the
+// entry raft.Restore appends after it did not commit (the leader lost its
+// office, or its time ran out). The state may or may not reach the other
+// replicas (a next leader that holds it sends it to every replica; one that
+// does not drops it), and admissions may follow it: restoring the archive
+// again could erase them, so the caller must not simply send it again.
+var ErrRestoreUnconfirmed = errors.New("manager: the restore was installed on the leader but not confirmed")
+
+// RestoreLedger replaces the datacenter's ledger with state, a snapshot of
+// meta's (raft.Restore: the leader installs it as its newest snapshot and
+// ledger, then sends it to the followers). An error that wraps
+// ErrRestoreUnconfirmed says the state was installed here although
+// raft.Restore failed; any other error says it was not.
+func (m *Manager) RestoreLedger(meta *raft.SnapshotMeta, state io.Reader, timeout time.Duration) error {
+	release, err := m.holdRaft()
+	if err != nil {
+		return err
+	}
+	defer release()
+	if f := m.deps.Knobs.RestoreRead; f != nil {
+		state = &eofHook{r: state, f: f}
+	}
+	last := m.raft.LastIndex()
+	err = m.raft.Restore(meta, state, timeout)
+	if err == nil || !m.restoreInstalled(meta, last) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrRestoreUnconfirmed, err)
+}
+
+// restoreInstalled tells whether raft.Restore installed meta's state after
+// the log ended at last: it stores the state as a snapshot past the log's
+// end (and past meta's index) before the ledger takes it, and the snapshots
+// Raft takes of its own are at an applied index, so a snapshot past last of
+// the state's size is the restore's. A store that cannot be listed says
+// yes: the caller then does not restore again.
+func (m *Manager) restoreInstalled(meta *raft.SnapshotMeta, last uint64) bool {
+	snaps, err := m.snaps.List()
+	if err != nil {
+		return true
+	}
+	for _, s := range snaps {
+		if s.Index > last && s.Index > meta.Index && s.Size == meta.Size {
+			return true
+		}
+	}
+	return false
+}
+
+// eofHook is r that calls f when it first reaches the end (RestoreRead).
+type eofHook struct {
+	r    io.Reader
+	f    func()
+	done bool
+}
+
+func (h *eofHook) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if errors.Is(err, io.EOF) && !h.done {
+		h.done = true
+		h.f()
+	}
+	return n, err
 }

@@ -99,6 +99,11 @@ type TestingKnobs struct {
 	// BeforeBarrier runs as a term of leadership begins, before its first
 	// Barrier (leader.go). It may block.
 	BeforeBarrier func()
+	// RestoreRead runs when raft.Restore has read the whole state a
+	// RestoreLedger hands it, before the ledger takes it (on Raft's main
+	// goroutine: the leader can neither step down nor append meanwhile).
+	// It must not block.
+	RestoreRead func()
 }
 
 // Manager is one manager node.

@@ -140,7 +140,11 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) error {
 // Restore replaces the leader's ledger with the archive r holds, sent in
 // chunks of snapshotChunkBytes as it is read (never all of it in memory).
 // When r is an io.Seeker each attempt sends it from its start; otherwise an
-// attempt that read from r is the last.
+// attempt that read from r is the last. An attempt that sent the whole
+// archive and got no answer is the last too: the leader may have installed
+// it. The leader answers unavailable only for a restore it did not install
+// (an archive it installed and could not confirm is an internal error), so
+// that answer is retried.
 func (c *Client) Restore(ctx context.Context, r io.Reader) error {
 	seeker, _ := r.(io.Seeker)
 	read := false
@@ -190,5 +194,14 @@ func (c *Client) restoreOnce(ctx context.Context, oc rpcpb.OperatorClient, r io.
 		}
 	}
 	_, err = stream.CloseAndRecv()
+	var e *Error
+	if err != nil && !errors.As(callError("restore", "", err), &e) {
+		// The whole archive was sent and no answer came (the attempt's
+		// deadline, a connection cut): the leader may be installing it,
+		// and sending it again would restore it a second time, erasing
+		// what was admitted after the first.
+		return &finalError{fmt.Errorf("restore: the archive was sent and its answer lost: the leader may have installed it; "+
+			"do not send it again before checking the ledger: %w", callError("restore", "", err))}
+	}
 	return err
 }

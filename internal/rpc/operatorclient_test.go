@@ -419,3 +419,40 @@ func TestOperatorReadsOfAFollowerAreNotTakenForTheLeader(t *testing.T) {
 		t.Fatalf("Leader() = %s, the follower that answered", got)
 	}
 }
+
+// slowRestore reads the whole archive and answers only when its caller
+// has left, as a leader still installing a large archive at the attempt's
+// deadline does.
+type slowRestore struct {
+	peerOperator
+	restores atomic.Int32
+}
+
+func (s *slowRestore) Restore(ctx context.Context, r io.Reader) error {
+	s.restores.Add(1)
+	if _, err := io.ReadAll(r); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return Errorf(CodeUnavailable, "too late")
+}
+
+// A restore whose whole archive was sent and whose answer did not come
+// before the attempt's deadline is not sent again: the leader may have
+// installed it, and a second restore would erase what was admitted after
+// the first.
+func TestRestoreNotResentAfterALostAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	op := &slowRestore{}
+	c := NewClient(ClientConfig{Resolver: StaticResolver([]string{serveOperator(t, op)}), AttemptTimeout: 200 * time.Millisecond,
+		Secret: testCluster, OperatorSecret: testOperator, MaxAttempts: 4})
+	t.Cleanup(c.Close)
+	err := c.Restore(ctx, bytes.NewReader(make([]byte, snapshotChunkBytes+10)))
+	if err == nil {
+		t.Fatal("restore without an answer: done, want an error")
+	}
+	if n := op.restores.Load(); n != 1 {
+		t.Fatalf("the archive was sent %d times, want once (%v)", n, err)
+	}
+}

@@ -336,8 +336,17 @@ func (o operator) Restore(ctx context.Context, r io.Reader) error {
 	if err := ctx.Err(); err != nil {
 		return rpc.Errorf(rpc.CodeUnavailable, "restore not started: the caller left before the archive was checked: %v", err)
 	}
-	if err := o.m.Raft().Restore(&meta.SnapshotMeta, bytes.NewReader(state), time.Minute); err != nil {
-		return rpc.Errorf(rpc.CodeUnavailable, "restoring: %v", err)
+	if err := o.m.RestoreLedger(&meta.SnapshotMeta, bytes.NewReader(state), time.Minute); err != nil {
+		if errors.Is(err, manager.ErrRestoreUnconfirmed) {
+			// Not unavailable, which the caller retries by sending the
+			// archive again: a second restore, if the first one took,
+			// would erase what was admitted after it.
+			o.log.Warn("ledger restored from a snapshot archive on this leader, not confirmed", logging.KeyIndex, meta.Index,
+				logging.KeyBytes, len(state), logging.KeyError, err)
+			return rpc.Errorf(rpc.CodeInternal, "restore not confirmed: the archive was installed on %s, which could not confirm it (%v): "+
+				"the restore may or may not have taken effect; do not send the archive again before checking the ledger (oncectl job list)", o.node, err)
+		}
+		return rpc.Errorf(rpc.CodeUnavailable, "restore not started: %v", err)
 	}
 	o.log.Warn("ledger restored from a snapshot archive", logging.KeyIndex, meta.Index, logging.KeyBytes, len(state))
 	return nil

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,9 +107,7 @@ func TestRestoreRefusesAStateTheLedgerDoesNotRead(t *testing.T) {
 func TestRestoreKeepsTheArchivesJobs(t *testing.T) {
 	c, m, op, archive := saved(t, managertest.Options{Managers: 3}, "before")
 	submit(t, m, "after")
-	// Seekable, as the file oncectl sends: a restore answered unavailable
-	// (the leader lost its office while the restore committed, as a loaded
-	// machine can make it) is sent again, not failed.
+	// Seekable, as the file oncectl sends.
 	if err := op.Restore(t.Context(), bytes.NewReader(archive.Bytes())); err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +188,41 @@ func TestRestoreAfterTheCallerLeftDoesNotHappen(t *testing.T) {
 	wantCode(t, "restore", op.Restore(ctx, cancelAtEOF{archive, cancel}), rpc.CodeUnavailable)
 	if _, ok := m.FSM().Entry("t", "after"); !ok {
 		t.Fatal("the restore happened after its caller left: the later job is gone")
+	}
+}
+
+// TestRestoreNotConfirmedIsNotAnsweredUnavailable: a restore the leader
+// installed but could not confirm (its followers cut off as raft.Restore
+// read the state, so the entry after it never commits and the leader steps
+// down) is not answered unavailable, which the caller retries by sending the
+// archive again: the state may still reach the group, and a second restore
+// would erase what was admitted after the first.
+func TestRestoreNotConfirmedIsNotAnsweredUnavailable(t *testing.T) {
+	var cut atomic.Pointer[func()]
+	c, m, op, archive := saved(t, managertest.Options{Managers: 3, Knobs: manager.TestingKnobs{
+		RestoreRead: func() {
+			if f := cut.Load(); f != nil {
+				(*f)()
+			}
+		},
+	}}, "before")
+	submit(t, m, "after")
+	i := slices.Index(c.Managers, m)
+	isolate := func() {
+		c.Transports[i].DisconnectAll()
+		for j, tr := range c.Transports {
+			if j != i {
+				tr.Disconnect(c.Transports[i].LocalAddr())
+			}
+		}
+	}
+	cut.Store(&isolate)
+	err := op.Restore(t.Context(), bytes.NewReader(archive.Bytes()))
+	wantCode(t, "restore installed on a leader cut off from its followers", err, rpc.CodeInternal)
+	_, before := m.FSM().Entry("t", "before")
+	_, after := m.FSM().Entry("t", "after")
+	if !before || after {
+		t.Fatalf("the leader's ledger holds the archive's job: %v, the later one: %v; want the archive's state installed", before, after)
 	}
 }
 
