@@ -29,12 +29,20 @@ func (c *Client) operatorCall(ctx context.Context, what string, do func(context.
 // operatorCallAt is operatorCall; learn is retryAt's (false for a method
 // any manager answers: its answer proves nothing about the leader).
 func (c *Client) operatorCallAt(ctx context.Context, what string, learn bool, do func(context.Context, rpcpb.OperatorClient) error) error {
+	return c.operatorCallAddr(ctx, what, learn, func(ctx context.Context, _ string, oc rpcpb.OperatorClient) error {
+		return do(ctx, oc)
+	})
+}
+
+// operatorCallAddr is operatorCallAt whose do is told the address of the
+// manager its attempt goes to.
+func (c *Client) operatorCallAddr(ctx context.Context, what string, learn bool, do func(context.Context, string, rpcpb.OperatorClient) error) error {
 	if s := c.cfg.OperatorSecret; s != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, OperatorSecretMetadata, s)
 	}
 	return c.retryAt(ctx, what, learn, func(addr string) error {
 		return c.onConn(ctx, addr, what, 0, func(ctx context.Context, cc grpc.ClientConnInterface) error {
-			return do(ctx, rpcpb.NewOperatorClient(cc))
+			return do(ctx, addr, rpcpb.NewOperatorClient(cc))
 		})
 	})
 }
@@ -89,9 +97,67 @@ func (c *Client) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, 
 }
 
 // TransferLeader hands leadership to id, or with "" to the voter Raft
-// picks, and returns the leader after it.
+// picks, and returns the leader after it. An attempt whose outcome is
+// unknown (answered unavailable: Raft's transfer timed out, and its target
+// may still win the election it started; or no answer before the attempt's
+// deadline) may have moved leadership, so the retry first asks the manager
+// that attempt went to for its status: when the leader it knows is id (any
+// manager but itself with ""), the transfer happened and the answer says so,
+// rather than transfer leadership a second time (with "") or refuse a
+// transfer to the manager that already leads (with id). A manager that
+// knows no leader yet (the election under way) is asked again after the
+// backoff; one that does not answer leaves the outcome unknown: with "" the
+// call then fails, without a second transfer; with id the status of the
+// manager the retry goes to decides instead.
 func (c *Client) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
-	return operatorUnary(c, ctx, "transfer leader", true, rpcpb.OperatorClient.TransferLeader, &rpcpb.PeerRequest{Id: id})
+	var res *rpcpb.PeerResult
+	unknownAt := "" // the manager an attempt of unknown outcome went to
+	err := c.operatorCallAddr(ctx, "transfer leader", true, func(ctx context.Context, addr string, oc rpcpb.OperatorClient) (err error) {
+		if unknownAt != "" {
+			done, err := c.transferDone(ctx, id, unknownAt, addr)
+			if done != nil || err != nil {
+				res = done
+				return err
+			}
+		}
+		res, err = oc.TransferLeader(ctx, &rpcpb.PeerRequest{Id: id})
+		if err == nil {
+			return nil
+		}
+		var e *Error
+		if answered := errors.As(callError("transfer leader", "", err), &e); (answered && e.Code == CodeUnavailable) ||
+			status.Code(err) == codes.DeadlineExceeded {
+			unknownAt = addr
+		}
+		return err
+	})
+	return res, err
+}
+
+// transferDone tells whether a transfer of leadership to id (or, with "",
+// away from the manager at) happened after an attempt at at whose outcome is
+// unknown: the answer when it did; nil when the transfer is still to be
+// made (at still leads, or with id another manager does); an error when
+// that cannot be told yet (unavailable, retried) or at all (final). With
+// id, next (the manager the retry goes to) is asked when at does not
+// answer: its leader, if id, is enough.
+func (c *Client) transferDone(ctx context.Context, id, at, next string) (*rpcpb.PeerResult, error) {
+	st, err := c.StatusOf(ctx, at)
+	if err != nil && id != "" && next != at {
+		st, err = c.StatusOf(ctx, next)
+	}
+	switch {
+	case err != nil && id == "":
+		return nil, &finalError{fmt.Errorf("transfer leader: an attempt at %s, whose answer was lost, may have moved leadership, and %s does not answer now: "+
+			"the outcome is unknown (see cluster status): %w", at, at, err)}
+	case err != nil:
+		return nil, err // retried: the transfer to id is still to be confirmed or made
+	case st.LeaderID == "":
+		return nil, Errorf(CodeUnavailable, "transfer leader: %s knows no leader yet", st.NodeID)
+	case id != "" && st.LeaderID == id, id == "" && st.LeaderID != st.NodeID:
+		return &rpcpb.PeerResult{Done: "leadership transferred (by an earlier attempt, whose answer was lost)", Leader: st.LeaderID}, nil
+	}
+	return nil, nil
 }
 
 // Keyring lists the gossip keys of every member of pool (PoolLAN or

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -418,6 +419,138 @@ func TestOperatorReadsOfAFollowerAreNotTakenForTheLeader(t *testing.T) {
 	if got := c.Leader(); got == faddr {
 		t.Fatalf("Leader() = %s, the follower that answered", got)
 	}
+}
+
+// transferGroup is two managers, m1 and m2, and who of them leads. The
+// first transfer moves leadership and is answered unavailable, as a Raft
+// transfer that timed out before its target won the election it started
+// is; the others are answered as a manager answers them: not_leader
+// naming the leader, invalid for a transfer to the leader itself.
+type transferGroup struct {
+	mu        sync.Mutex
+	leader    string            // the node ID of the leader
+	addrs     map[string]string // RPC addresses by node ID
+	transfers int
+}
+
+func (g *transferGroup) other(id string) string {
+	if id == "m1" {
+		return "m2"
+	}
+	return "m1"
+}
+
+// transferNode is one manager of a transferGroup: its Status and its
+// TransferLeader.
+type transferNode struct {
+	*fakeManager
+	peerOperator
+	g  *transferGroup
+	id string
+}
+
+func (n *transferNode) Status(context.Context) (*Status, error) {
+	n.g.mu.Lock()
+	defer n.g.mu.Unlock()
+	return &Status{NodeID: n.id, IsLeader: n.g.leader == n.id, LeaderID: n.g.leader, LeaderRPC: n.g.addrs[n.g.leader]}, nil
+}
+
+func (n *transferNode) TransferLeader(_ context.Context, id string) (*rpcpb.PeerResult, error) {
+	g := n.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.leader != n.id:
+		return nil, &Error{Code: CodeNotLeader, Message: "follower", Leader: g.addrs[g.leader]}
+	case id == n.id:
+		return nil, Errorf(CodeInvalid, "%s already leads", id)
+	}
+	g.transfers++
+	g.leader = cmp.Or(id, g.other(n.id))
+	if g.transfers == 1 {
+		return nil, Errorf(CodeUnavailable, "leadership transfer: leadership transfer timeout")
+	}
+	return &rpcpb.PeerResult{Done: "leadership transferred", Leader: g.leader}, nil
+}
+
+// startTransferGroup serves m1 (the leader) and m2.
+func startTransferGroup(t *testing.T) (*transferGroup, []string) {
+	g := &transferGroup{leader: "m1", addrs: map[string]string{}}
+	var addrs []string
+	for _, id := range []string{"m1", "m2"} {
+		n := &transferNode{fakeManager: &fakeManager{}, g: g, id: id}
+		addr, _ := serveConfig(t, n, ServerConfig{Secret: testCluster, Operator: n, OperatorAuth: OperatorAuth{Secret: testOperator}})
+		g.mu.Lock()
+		g.addrs[id] = addr
+		g.mu.Unlock()
+		addrs = append(addrs, addr)
+	}
+	return g, addrs
+}
+
+// A transfer whose first attempt moved leadership but was answered
+// unavailable is done when its retry finds the leader moved: without a
+// target it does not move leadership a second time, and with one it does
+// not report that the target "already leads" as a failure.
+func TestTransferLeaderRetryAfterALateTransfer(t *testing.T) {
+	for _, id := range []string{"", "m2"} {
+		t.Run("id="+id, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			g, addrs := startTransferGroup(t)
+			c := operatorClient(t, testOperator, 6, addrs...)
+			res, err := c.TransferLeader(ctx, id)
+			if err != nil {
+				t.Fatalf("transfer-leader after a late transfer: %v, want done", err)
+			}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.transfers != 1 || g.leader != "m2" || res.Leader != "m2" {
+				t.Fatalf("%d transfers, leader %s, answered %+v; want one transfer, to m2, answered", g.transfers, g.leader, res)
+			}
+		})
+	}
+}
+
+// A transfer that was never made is made by the retry: an attempt answered
+// unavailable before the manager led (a new leader catching up) proves
+// nothing moved.
+func TestTransferLeaderRetryAfterUnavailableTransfers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, addrs := startTransferGroup(t)
+	g.mu.Lock()
+	g.transfers = 1 // the next transfer is answered
+	g.mu.Unlock()
+	op := &catchingUp{transferNode: &transferNode{fakeManager: &fakeManager{}, g: g, id: "m1"}}
+	addr, _ := serveConfig(t, op.transferNode, ServerConfig{Secret: testCluster, Operator: op, OperatorAuth: OperatorAuth{Secret: testOperator}})
+	g.mu.Lock()
+	g.addrs["m1"] = addr
+	g.mu.Unlock()
+	c := operatorClient(t, testOperator, 6, addr, addrs[1])
+	res, err := c.TransferLeader(ctx, "")
+	if err != nil || res.Leader != "m2" {
+		t.Fatalf("transfer-leader: %+v, %v; want done, to m2", res, err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.transfers != 2 || op.refused.Load() != 1 {
+		t.Fatalf("%d transfers after %d refusals; want the one made after one refusal", g.transfers-1, op.refused.Load())
+	}
+}
+
+// catchingUp is m1 answering its first transfer unavailable, as a leader
+// still catching up does, without transferring.
+type catchingUp struct {
+	*transferNode
+	refused atomic.Int32
+}
+
+func (c *catchingUp) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
+	if c.refused.CompareAndSwap(0, 1) {
+		return nil, Errorf(CodeUnavailable, "new leader is catching up")
+	}
+	return c.transferNode.TransferLeader(ctx, id)
 }
 
 // slowRestore reads the whole archive and answers only when its caller
