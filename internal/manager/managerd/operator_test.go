@@ -107,9 +107,12 @@ func TestRestoreRefusesAStateTheLedgerDoesNotRead(t *testing.T) {
 func TestRestoreKeepsTheArchivesJobs(t *testing.T) {
 	c, m, op, archive := saved(t, managertest.Options{Managers: 3}, "before")
 	submit(t, m, "after")
-	// Seekable, as the file oncectl sends.
+	// Seekable, as the file oncectl sends. A leader that loses its office
+	// while its followers install the state (a loaded machine, these
+	// short timings) answers that the restore is not confirmed (internal):
+	// the followers hold it all the same, and the next leader keeps it.
 	if err := op.Restore(t.Context(), bytes.NewReader(archive.Bytes())); err != nil {
-		t.Fatal(err)
+		wantCode(t, "restore", err, rpc.CodeInternal)
 	}
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		for _, r := range c.Managers {
