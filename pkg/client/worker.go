@@ -47,15 +47,23 @@ func workerKey() string {
 // post posts v to path with a fresh Idempotency-Key and decodes the answer
 // into a new T; extra lengthens each attempt's timeout.
 func post[T any](ctx context.Context, c *Client, extra time.Duration, path string, v any) (*T, error) {
+	out, _, err := postReplayed[T](ctx, c, extra, path, v)
+	return out, err
+}
+
+// postReplayed is post, and says whether the answer was a replay
+// (Idempotent-Replayed: true).
+func postReplayed[T any](ctx context.Context, c *Client, extra time.Duration, path string, v any) (*T, bool, error) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("client: encoding %s: %w", path, err)
+		return nil, false, fmt.Errorf("client: encoding %s: %w", path, err)
 	}
 	out := new(T)
-	if _, err := c.do(ctx, extra, http.MethodPost, path, workerKey(), body, out); err != nil {
-		return nil, err
+	replayed, err := c.do(ctx, extra, http.MethodPost, path, workerKey(), body, out)
+	if err != nil {
+		return nil, false, err
 	}
-	return out, nil
+	return out, replayed, nil
 }
 
 func seconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
@@ -64,13 +72,22 @@ func seconds(d time.Duration) int { return int((d + time.Second - 1) / time.Seco
 // first; none (an empty slice) when nothing was queued before opts.Wait
 // ended.
 func (c *Client) Lease(ctx context.Context, opts LeaseOptions) ([]api.Lease, error) {
+	leases, _, err := c.lease(ctx, opts)
+	return leases, err
+}
+
+// lease is Lease, and says whether the answer was a replay: the kept answer
+// of an earlier attempt of the call (Idempotent-Replayed: true), whose
+// leases may have expired since it was first given (docs/api.md keeps it
+// for 10 minutes), and then been handed to another worker.
+func (c *Client) lease(ctx context.Context, opts LeaseOptions) ([]api.Lease, bool, error) {
 	req := api.LeaseRequest{Types: opts.Types, MaxJobs: opts.MaxJobs, LeaseSeconds: seconds(opts.LeaseFor),
 		WaitSeconds: seconds(opts.Wait), Worker: opts.Worker}
-	out, err := post[api.LeaseList](ctx, c, opts.Wait, "/v1/leases", req)
+	out, replayed, err := postReplayed[api.LeaseList](ctx, c, opts.Wait, "/v1/leases", req)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return out.Leases, nil
+	return out.Leases, replayed, nil
 }
 
 func jobPath(jobID, action string) string { return "/v1/jobs/" + url.PathEscape(jobID) + "/" + action }
@@ -208,7 +225,9 @@ type WorkerOptions struct {
 // backoff. While a handler runs, its lease is
 // heartbeated every third of opts.LeaseFor (each heartbeat has until the
 // next, so one stuck on a gate gives way to the next); a lost lease cancels the
-// handler's context and its outcome is not reported. Completions that
+// handler's context and its outcome is not reported (a lease of a replayed
+// answer, which may have expired since it was first given, is heartbeated
+// before its handler starts, and a lost one is not run). Completions that
 // finish while one is being sent go together in the next CompleteMany (up
 // to api.MaxCompletions; a lone one is sent at once, with no timer), each
 // still reported once and its refusal its own. Delivery is at least
@@ -246,7 +265,7 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 				break more
 			}
 		}
-		leases, err := c.Lease(ctx, LeaseOptions{Types: opts.Types, MaxJobs: n, LeaseFor: opts.LeaseFor, Wait: opts.Wait, Worker: opts.Worker})
+		leases, replayed, err := c.lease(ctx, LeaseOptions{Types: opts.Types, MaxJobs: n, LeaseFor: opts.LeaseFor, Wait: opts.Wait, Worker: opts.Worker})
 		if err != nil {
 			for range n {
 				slots <- struct{}{}
@@ -276,7 +295,7 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 					slots <- struct{}{}
 					running.Done()
 				}()
-				c.runOne(ctx, opts, h, l, g)
+				c.runOne(ctx, opts, h, l, replayed, g)
 			}()
 		}
 	}
@@ -299,8 +318,21 @@ func leaseRefused(e *Error) bool {
 }
 
 // runOne runs h on one leased job, heartbeating it, and reports the outcome.
-func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l api.Lease, g *grouper) {
+// A lease of a replayed answer (replayed) is heartbeated first: the answer
+// kept for a retry of the lease call still names leases that expired since
+// (another worker may hold the job now), and such a job is not run.
+func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l api.Lease, replayed bool, g *grouper) {
 	log := opts.Logger.With("job_id", l.Job.JobID, "attempt", l.Attempt)
+	if replayed {
+		bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), max(opts.LeaseFor/3, 100*time.Millisecond))
+		_, err := c.Heartbeat(bctx, l.Job.JobID, l.LeaseID, opts.LeaseFor)
+		bcancel()
+		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrJobNotFound) {
+			log.Warn("a replayed lease is no longer held: not running the job", "err", err)
+			return
+		}
+		// Any other error decided nothing: run it, heartbeating as always.
+	}
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The heartbeats go on until the handler returns, after Run's context

@@ -37,6 +37,7 @@ type fakeQueue struct {
 	leaseErrs []int          // statuses answered to the first leases, one each
 	leaseN    int            // leases asked
 	beats     map[string]int // heartbeats answered, per job
+	replay    bool           // lease answers say Idempotent-Replayed: true
 }
 
 func newFakeQueue(jobs ...string) *fakeQueue {
@@ -96,6 +97,9 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			q.n++
 			q.leases[id] = fmt.Sprint("l", q.n)
 			out.Leases = append(out.Leases, api.Lease{LeaseID: q.leases[id], Job: api.Job{JobID: id}, Attempt: 1})
+		}
+		if q.replay {
+			w.Header().Set(api.HeaderReplayed, "true")
 		}
 		reply(out)
 		return
@@ -461,5 +465,53 @@ func TestRunHeartbeatsPastAGateThatHangs(t *testing.T) {
 	err, returned = <-done, true
 	if err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// A replayed lease answer (the kept answer of a retried lease call, which the
+// gate and the leader give for 10 minutes) may name leases that expired
+// since and whose jobs another worker holds: Run heartbeats each such lease
+// before running its job, and runs only those it still holds. Without it the
+// job ran (and was completed by the fake) under a lease its heartbeat
+// calls lost.
+func TestRunDoesNotRunAReplayedLeaseNoLongerHeld(t *testing.T) {
+	q := newFakeQueue("gone", "held")
+	q.replay = true
+	q.lose["gone"] = true // its lease expired and went to another worker
+	c := q.client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	ran := map[string]bool{}
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, WorkerOptions{Concurrency: 2, LeaseFor: time.Minute, Wait: time.Second},
+			func(ctx context.Context, job api.Job, attempt int) (any, error) {
+				mu.Lock()
+				ran[job.JobID] = true
+				mu.Unlock()
+				return "ok", nil
+			})
+	}()
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.completed) == 1
+	})
+	cancel()
+	if err := <-done; err != nil { // Run returns after every job it leased is done with
+		t.Fatalf("Run: %v", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if ran["gone"] || !ran["held"] {
+		t.Fatalf("handlers ran for %v: want held only", ran)
+	}
+	if _, ok := q.completed["gone"]; ok || q.leases["gone"] == "" || q.failed["gone"] {
+		t.Fatalf("the job whose replayed lease was lost was reported: completed %v failed %v", q.completed, q.failed)
+	}
+	if q.beats["held"] != 1 {
+		t.Fatalf("the held job was heartbeated %d times before its handler: want 1", q.beats["held"])
 	}
 }
