@@ -115,7 +115,26 @@ type Config struct {
 	ChangeTimeout time.Duration
 	// Logger (nil discards).
 	Logger *slog.Logger
+	// Knobs are for tests only (TestingKnobs).
+	Knobs TestingKnobs
 }
+
+// TestingKnobs are hooks for tests only (CockroachDB's TestingKnobs
+// pattern: passed in Config, zero in production).
+type TestingKnobs struct {
+	// ObservationBuffer, when > 0, replaces the capacity of the channel Run
+	// receives raft's observations on (observationBuffer), so that a test
+	// fills it and raft drops observations.
+	ObservationBuffer int
+	// AfterObservation, when set, is called by Run's loop after it has
+	// taken in each raft observation (a test blocks it to hold the loop up,
+	// as a slow AddServer does).
+	AfterObservation func(raft.Observation)
+}
+
+// observationBuffer is the capacity of the channel raft's observations
+// arrive on.
+const observationBuffer = 64
 
 // Errors.
 var (
@@ -217,8 +236,12 @@ type Autopilot struct {
 	refused map[raft.ServerID]bool
 	// unreachable: servers this leader's heartbeats currently fail to reach
 	// (raft FailedHeartbeatObservation, until ResumedHeartbeatObservation),
-	// and their last contact. Reset on leader change.
+	// and their last contact. Reset on leader change, and when raft has
+	// dropped an observation (resync).
 	unreachable map[raft.ServerID]time.Time
+	// dropped: the observer's dropped count resync last acted on (only the
+	// Run goroutine touches it).
+	dropped uint64
 	// held: removals held back because raft still reaches the server, to log
 	// each once.
 	held map[raft.ServerID]bool
@@ -312,7 +335,10 @@ func (a *Autopilot) Run(ctx context.Context) error {
 	}
 	events, cancel := a.pool.Subscribe()
 	defer cancel()
-	obsCh := make(chan raft.Observation, 64)
+	obsCh := make(chan raft.Observation, cmp.Or(max(a.cfg.Knobs.ObservationBuffer, 0), observationBuffer))
+	// The observer does not block raft (a blocking one would stall raft's
+	// loop, and so the AddServer this loop may be waiting on): raft drops
+	// what does not fit in obsCh, and resync repairs what a drop lost.
 	obs := raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
 		case raft.LeaderObservation, raft.PeerObservation,
@@ -339,7 +365,7 @@ func (a *Autopilot) Run(ctx context.Context) error {
 				events = nil // the pool shut down; keep serving until ctx
 			}
 		case o := <-obsCh:
-			a.observe(o)
+			a.handle(o)
 		case <-tick.C:
 		case <-joined:
 			joined = nil
@@ -352,12 +378,43 @@ func (a *Autopilot) Run(ctx context.Context) error {
 					events = nil
 				}
 			case o := <-obsCh:
-				a.observe(o)
+				a.handle(o)
 			default:
 				drained = true
 			}
 		}
+		a.resync(obs.GetNumDropped())
 	}
+}
+
+// handle is observe, then the AfterObservation knob.
+func (a *Autopilot) handle(o raft.Observation) {
+	a.observe(o)
+	if k := a.cfg.Knobs.AfterObservation; k != nil {
+		k(o)
+	}
+}
+
+// resync forgets every heartbeat failure observed so far once raft has
+// dropped an observation (dropped is the observer's count): the dropped one
+// may be a ResumedHeartbeatObservation, raft's only notice that a server is
+// reached again, and without it the server would stay unhealthy, never
+// promoted, for good. Forgetting is safe the other way: raft reports a
+// failure on every failed heartbeat (retried HeartbeatTimeout/2 at most after
+// the last one failed), each
+// with the follower's real last contact, so a server still unreachable is
+// back in unreachable, with its true duration, at its next failed heartbeat.
+func (a *Autopilot) resync(dropped uint64) {
+	if dropped == a.dropped {
+		return
+	}
+	lost := dropped - a.dropped
+	a.dropped = dropped
+	a.dmu.Lock()
+	clear(a.unreachable)
+	a.dmu.Unlock()
+	a.log.Warn("raft observations dropped; heartbeat failures forgotten until raft reports them again",
+		logging.KeyCount, lost)
 }
 
 // observe tracks which followers this leader's heartbeats reach, and when
