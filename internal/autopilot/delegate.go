@@ -206,10 +206,29 @@ func (d *delegate) RemoveFailedServer(srv *raftautopilot.Server) {
 
 // promoter is raft-autopilot's StablePromoter (every server a voter, healthy
 // non-voters promoted after ServerStabilizationTime, no demotions or
-// leadership transfers) with our removal rules.
+// leadership transfers) with our removal rules, and the stabilization time
+// applied from a leader's start too.
 type promoter struct {
 	raftautopilot.StablePromoter
 	a *Autopilot
+}
+
+// CalculatePromotionsAndDemotions promotes the non-voters healthy for
+// ServerStabilizationTime. StablePromoter's would waive that time during
+// the leader's first ServerStabilizationTime (State.ServerStabilizationTime)
+// and promote a server added then at once: health is only known to fail
+// LastContactThreshold after raft starts replicating to a server, so a
+// manager raft cannot reach, joining a one-voter datacenter, became a voter
+// the leader cannot reach, and the leader lost its quorum.
+func (p *promoter) CalculatePromotionsAndDemotions(c *raftautopilot.Config, s *raftautopilot.State) raftautopilot.RaftChanges {
+	var changes raftautopilot.RaftChanges
+	now := time.Now()
+	for id, srv := range s.Servers {
+		if srv.State == raftautopilot.RaftNonVoter && srv.Health.IsStable(now, c.ServerStabilizationTime) {
+			changes.Promotions = append(changes.Promotions, id)
+		}
+	}
+	return changes
 }
 
 // FilterFailedServerRemovals keeps of raft-autopilot's removal candidates

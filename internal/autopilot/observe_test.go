@@ -2,6 +2,8 @@ package autopilot
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // inmemRaft starts a raft server id on an in-memory transport at "addr-"+id
@@ -163,6 +166,78 @@ func TestDroppedResumedHeartbeatDoesNotKeepServerUnhealthy(t *testing.T) {
 			return false, err.Error()
 		}
 		c := configString(f.Configuration(), false)
+		return c == voters("a", "b"), "configuration " + c
+	})
+}
+
+// TestNewLeaderDoesNotPromoteUnprovenServer: raft-autopilot's own promoter
+// skips the stabilization time during a leader's first
+// ServerStabilizationTime, so a manager added then was promoted as soon as
+// it looked healthy, that is before its heartbeats had failed for
+// LastContactThreshold. A manager raft cannot reach (alive in the pool, its
+// Raft port unreachable) joining a one-manager datacenter then made a
+// second voter the leader cannot reach: the leader lost its quorum and
+// stepped down. A non-voter is promoted only once healthy for
+// ServerStabilizationTime, whenever the leader was elected.
+func TestNewLeaderDoesNotPromoteUnprovenServer(t *testing.T) {
+	ra, ta := inmemRaft(t, "a")
+	_, tb := inmemRaft(t, "b")
+	tb.Connect("addr-a", ta)
+	if err := ra.BootstrapCluster(raft.Configuration{Servers: []raft.Server{voter("a", "addr-a")}}).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		return ra.State() == raft.Leader, "a is not the leader"
+	})
+	// a cannot reach b; b looks healthy to a for LastContactThreshold after
+	// it is added, well within the leader's first stabilization time.
+	alive := membership.StateAlive
+	pool := &fakePool{local: mgr("a", alive, 1, 0, true), joined: make(chan struct{}),
+		members: []membership.Member{mgr("a", alive, 1, 0, true), mgr("b", alive, 1, 0, false)}}
+	ap := New(Config{
+		DC: "dc1", NodeID: "a", DeadServerGrace: time.Hour, ReconcileInterval: 50 * time.Millisecond,
+		UpdateInterval: 50 * time.Millisecond, ServerStabilizationTime: 3 * time.Second,
+		LastContactThreshold: time.Second, ChangeTimeout: 5 * time.Second, Logger: testutil.Logger(t),
+	}, ra, pool)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ap.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	config := func() string {
+		f := ra.GetConfiguration()
+		if err := f.Error(); err != nil {
+			return "error: " + err.Error()
+		}
+		return configString(f.Configuration(), false)
+	}
+	const added = "a(Voter) b(Nonvoter)"
+	// Wait until raft-autopilot finds b unhealthy: b must still be a
+	// non-voter, and a the leader.
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		if c := config(); c != added {
+			return c == voters("a", "b"), "configuration " + c
+		}
+		h := ap.Health()
+		if h == nil {
+			return false, "no health"
+		}
+		i := slices.IndexFunc(h.Servers, func(s api.ServerHealth) bool { return s.ID == "b" })
+		return i >= 0 && !h.Servers[i].Healthy, fmt.Sprintf("health %+v", h.Servers)
+	})
+	if c := config(); c != added || ra.State() != raft.Leader {
+		t.Fatalf("b, unreachable, was promoted: configuration %s, a %s", c, ra.State())
+	}
+
+	// Once a reaches b, b is promoted after the stabilization time.
+	ta.Connect("addr-b", tb)
+	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
+		c := config()
 		return c == voters("a", "b"), "configuration " + c
 	})
 }
