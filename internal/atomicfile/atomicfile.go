@@ -65,10 +65,20 @@ func WriteBytes(path string, data []byte) error {
 // MkdirAll creates dir and any missing parents, as os.MkdirAll does, and
 // makes each directory it creates durable by fsyncing its parent: a crash
 // after MkdirAll returns cannot take away the directory, and with it what is
-// later made durable inside it (a node's first Raft log, its ledger).
+// later made durable inside it (a node's first Raft log, its ledger). The
+// parent of dir is fsynced even when dir already exists: a call interrupted
+// between the creation and its fsync (a crash, a failed fsync) leaves dir in
+// place but not durable, and the next call, which finds it, must still make
+// it so.
 func MkdirAll(dir string, perm os.FileMode) error {
+	return mkdirAll(dir, perm, SyncDir)
+}
+
+// mkdirAll is MkdirAll with the directory fsync given (a test records it).
+func mkdirAll(dir string, perm os.FileMode, syncDir func(string) error) error {
+	dir = filepath.Clean(dir)
 	var missing []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(d); err == nil {
 			break
 		} else if !errors.Is(err, fs.ErrNotExist) {
@@ -82,8 +92,11 @@ func MkdirAll(dir string, perm os.FileMode) error {
 	if err := os.MkdirAll(dir, perm); err != nil {
 		return err
 	}
+	if len(missing) == 0 && filepath.Dir(dir) != dir {
+		missing = append(missing, dir)
+	}
 	for _, d := range missing {
-		if err := SyncDir(filepath.Dir(d)); err != nil {
+		if err := syncDir(filepath.Dir(d)); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -94,5 +95,47 @@ func TestMkdirAll(t *testing.T) {
 	}
 	if err := MkdirAll(filepath.Join(file, "d"), 0o750); err == nil {
 		t.Fatal("MkdirAll under a file: no error")
+	}
+}
+
+// TestMkdirAllSyncsParents: MkdirAll fsyncs the parent of each directory it
+// creates, the first existing ancestor included, and the parent of dir when
+// dir already exists: a call interrupted after the creation, before its
+// fsync, leaves a directory a crash could still take away, which the next
+// call must make durable.
+func TestMkdirAllSyncsParents(t *testing.T) {
+	root := t.TempDir()
+	var synced []string
+	record := func(d string) error {
+		synced = append(synced, d)
+		return SyncDir(d)
+	}
+	a := filepath.Join(root, "a")
+	b := filepath.Join(a, "b")
+	c := filepath.Join(b, "c")
+	if err := mkdirAll(c, 0o750, record); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{b, a, root}; !slices.Equal(synced, want) {
+		t.Fatalf("creating %s fsynced %q, want %q", c, synced, want)
+	}
+
+	// The directory an interrupted call created, not yet durable.
+	d := filepath.Join(c, "d")
+	if err := os.Mkdir(d, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	synced = nil
+	if err := mkdirAll(d, 0o750, record); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{c}; !slices.Equal(synced, want) {
+		t.Fatalf("for an existing %s fsynced %q, want %q", d, synced, want)
+	}
+
+	// A failed fsync is MkdirAll's error.
+	boom := errors.New("boom")
+	if err := mkdirAll(d, 0o750, func(string) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("MkdirAll with a failing fsync = %v, want it", err)
 	}
 }
