@@ -118,37 +118,62 @@ func (m *Memory[V]) keep(key string, v V) {
 // context carries the values of the first caller's ctx and ends only once
 // every caller asking with key has left: a caller that hangs up and retries
 // with the key does not cut the run short for its own retry waiting on it.
+// A caller that comes after they all left does not take the answer of the
+// run they cut short: it waits for that run to end, then is answered with
+// what it kept, or runs again.
 func (m *Memory[V]) Do(ctx context.Context, key string, run func(ctx context.Context) (v V, keep bool)) (v V, replayed bool, err error) {
-	if v, ok := m.Get(key); ok {
-		return v, true, nil
-	}
-	m.mu.Lock()
-	f, joined := m.flights[key]
-	if !joined {
-		// A run that ended since the look above kept its answer before it
-		// left flights.
+	for {
 		if v, ok := m.Get(key); ok {
-			m.mu.Unlock()
 			return v, true, nil
 		}
-		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		f = &flight[V]{done: make(chan struct{}), cancel: cancel}
-		m.flights[key] = f
-		go m.fly(runCtx, key, f, run)
-	}
-	f.callers++
-	m.mu.Unlock()
-	select {
-	case <-f.done:
-		return f.v, joined && f.kept, nil
-	case <-ctx.Done():
 		m.mu.Lock()
-		if f.callers--; f.callers == 0 {
-			f.cancel()
+		f, joined := m.flights[key]
+		if joined && f.callers == 0 {
+			// Every caller of this run has left, and its context has
+			// ended: its answer, unless kept, is that of a run cut short,
+			// not one for this caller, which waits for it to end and looks
+			// again, at the answer it kept or at no run (then it runs).
+			f.after++
+			m.mu.Unlock()
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+			}
+			m.mu.Lock()
+			f.after--
+			m.mu.Unlock()
+			if err := ctx.Err(); err != nil {
+				var zero V
+				return zero, false, err
+			}
+			continue
 		}
+		if !joined {
+			// A run that ended since the look above kept its answer before
+			// it left flights.
+			if v, ok := m.Get(key); ok {
+				m.mu.Unlock()
+				return v, true, nil
+			}
+			runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			f = &flight[V]{done: make(chan struct{}), cancel: cancel}
+			m.flights[key] = f
+			go m.fly(runCtx, key, f, run)
+		}
+		f.callers++
 		m.mu.Unlock()
-		var zero V
-		return zero, false, ctx.Err()
+		select {
+		case <-f.done:
+			return f.v, joined && f.kept, nil
+		case <-ctx.Done():
+			m.mu.Lock()
+			if f.callers--; f.callers == 0 {
+				f.cancel()
+			}
+			m.mu.Unlock()
+			var zero V
+			return zero, false, ctx.Err()
+		}
 	}
 }
 
@@ -158,6 +183,7 @@ type flight[V any] struct {
 	v       V
 	kept    bool
 	callers int                // waiting for done (guarded by Memory.mu)
+	after   int                // waiting for the run, ended early, to end (guarded by Memory.mu)
 	cancel  context.CancelFunc // ends the run's context
 }
 
@@ -177,12 +203,12 @@ func (m *Memory[V]) fly(ctx context.Context, key string, f *flight[V], run func(
 }
 
 // Callers is how many callers wait for the run of key's call (0 when none
-// runs).
+// runs), those waiting for a run whose callers all left to end included.
 func (m *Memory[V]) Callers(key string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if f, ok := m.flights[key]; ok {
-		return f.callers
+		return f.callers + f.after
 	}
 	return 0
 }

@@ -237,3 +237,56 @@ func TestJoinedAnswerNotKeptIsNoReplay(t *testing.T) {
 		}
 	}
 }
+
+// A caller that comes once every caller of a run has left is not answered
+// by that run, cut short for their leaving (its answer, not kept, is what a
+// canceled run says): it waits for the run to end, then runs again.
+func TestCallerAfterEveryoneLeftIsNotAnsweredByTheEndedRun(t *testing.T) {
+	m := New(Options[string]{MaxAnswers: 10, TTL: time.Minute})
+	started := make(chan context.Context, 1)
+	release := make(chan struct{})
+	var runs atomic.Int32
+	run := func(ctx context.Context) (string, bool) {
+		if runs.Add(1) > 1 {
+			return "answer", true
+		}
+		started <- ctx
+		<-ctx.Done()
+		<-release
+		return "canceled", false
+	}
+	first, leaveFirst := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() {
+		_, _, err := m.Do(first, "k", run)
+		firstDone <- err
+	}()
+	runCtx := <-started
+	leaveFirst()
+	if err := <-firstDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first caller got %v, want context.Canceled", err)
+	}
+	<-runCtx.Done() // the only caller left: the run is cut short, not ended yet
+
+	type answer struct {
+		v        string
+		replayed bool
+		err      error
+	}
+	retry := make(chan answer, 1)
+	go func() {
+		v, r, err := m.Do(context.Background(), "k", run)
+		retry <- answer{v, r, err}
+	}()
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		return m.Callers("k") == 1, "the retry to wait on the key"
+	})
+	close(release)
+	got := <-retry
+	if want := (answer{"answer", false, nil}); got != want {
+		t.Fatalf("the retry got %+v, want %+v (its own run's answer)", got, want)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("%d runs, want 2", n)
+	}
+}
