@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -111,22 +112,15 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	cfg.AttemptTimeout = positiveOr(cfg.AttemptTimeout, 3*time.Second)
-	cfg.RetryBackoff = positiveOr(cfg.RetryBackoff, 10*time.Millisecond)
-	cfg.MaxBackoff = positiveOr(cfg.MaxBackoff, 250*time.Millisecond)
-	cfg.Streams = positiveOr(cfg.Streams, 2)
+	// A setting left unset (zero or negative) takes its default.
+	cfg.AttemptTimeout = cmp.Or(max(cfg.AttemptTimeout, 0), 3*time.Second)
+	cfg.RetryBackoff = cmp.Or(max(cfg.RetryBackoff, 0), 10*time.Millisecond)
+	cfg.MaxBackoff = cmp.Or(max(cfg.MaxBackoff, 0), 250*time.Millisecond)
+	cfg.Streams = cmp.Or(max(cfg.Streams, 0), 2)
 	if cfg.Resolver == nil {
 		cfg.Resolver = StaticResolver(nil)
 	}
 	return &Client{cfg: cfg, log: cfg.Logger, peers: map[string]*peer{}, conns: map[string]*callConn{}}
-}
-
-// positiveOr is v, or def when v is not positive (a setting left unset).
-func positiveOr[T int | time.Duration](v, def T) T {
-	if v <= 0 {
-		return def
-	}
-	return v
 }
 
 // finalError is an attempt's error that must not be retried (a snapshot

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -80,7 +81,7 @@ func NewServer(svc Service, cfg ServerConfig) *Server {
 	s := &Server{
 		svc:         svc,
 		log:         cfg.Logger,
-		maxInFlight: positiveOr(cfg.MaxInFlight, 1024),
+		maxInFlight: cmp.Or(max(cfg.MaxInFlight, 0), 1024),
 		tls:         cfg.TLS,
 		mux:         http.NewServeMux(),
 		draining:    make(chan struct{}),

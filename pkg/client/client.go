@@ -7,6 +7,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,19 +86,12 @@ func New(gates []string, opts Options) (*Client, error) {
 	if c.hc == nil {
 		c.hc = &http.Client{Transport: NewTransport()}
 	}
-	c.opts.MaxAttempts = positiveOr(c.opts.MaxAttempts, 10)
-	c.opts.InitialBackoff = positiveOr(c.opts.InitialBackoff, 100*time.Millisecond)
-	c.opts.MaxBackoff = positiveOr(c.opts.MaxBackoff, 5*time.Second)
-	c.opts.AttemptTimeout = positiveOr(c.opts.AttemptTimeout, 10*time.Second)
+	// An option left unset (zero or negative) takes its default.
+	c.opts.MaxAttempts = cmp.Or(max(c.opts.MaxAttempts, 0), 10)
+	c.opts.InitialBackoff = cmp.Or(max(c.opts.InitialBackoff, 0), 100*time.Millisecond)
+	c.opts.MaxBackoff = cmp.Or(max(c.opts.MaxBackoff, 0), 5*time.Second)
+	c.opts.AttemptTimeout = cmp.Or(max(c.opts.AttemptTimeout, 0), 10*time.Second)
 	return c, nil
-}
-
-// positiveOr is v, or def when v is not positive (an option left unset).
-func positiveOr[T int | time.Duration](v, def T) T {
-	if v <= 0 {
-		return def
-	}
-	return v
 }
 
 // MaxIdleConnsPerGate is how many idle keep-alive connections the default

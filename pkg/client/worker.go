@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -234,9 +235,10 @@ type WorkerOptions struct {
 // once: a handler must tolerate running a job again (docs/workers.md says
 // how to make it idempotent with the job id).
 func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
-	opts.Concurrency = positiveOr(opts.Concurrency, 1)
-	opts.LeaseFor = positiveOr(opts.LeaseFor, api.DefaultLeaseSeconds*time.Second)
-	opts.Wait = positiveOr(opts.Wait, 20*time.Second)
+	// An option left unset (zero or negative) takes its default.
+	opts.Concurrency = cmp.Or(max(opts.Concurrency, 0), 1)
+	opts.LeaseFor = cmp.Or(max(opts.LeaseFor, 0), api.DefaultLeaseSeconds*time.Second)
+	opts.Wait = cmp.Or(max(opts.Wait, 0), 20*time.Second)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
