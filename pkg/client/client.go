@@ -342,6 +342,15 @@ func (c *Client) do(ctx context.Context, extra time.Duration, method, path, key 
 			last = err // connection error or attempt timeout: retry
 			continue
 		}
+		if r := resp.Request; r != nil && r.Method != method && r.Response != nil {
+			// net/http followed a 301, 302 or 303 of a POST with a GET
+			// of the new address, without the body (a proxy sending
+			// http:// on to https://, say): the call never reached a
+			// gate, and the GET's answer is not its answer.
+			return false, &Error{Status: r.Response.StatusCode, Detail: fmt.Sprintf(
+				"%s %s was redirected to %s %s, which drops its body: give the client the address the gate answers on",
+				method, path, r.Method, r.URL.Redacted())}
+		}
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			if err := json.Unmarshal(b, out); err != nil {
 				return false, fmt.Errorf("client: decoding %s %s answer: %w", method, path, err)

@@ -115,3 +115,42 @@ func TestSubmitReadsAnErrorBodyUpToABound(t *testing.T) {
 		t.Fatalf("after %d attempts: %+v, %v; want j1 after 2", g.n.Load(), res, err)
 	}
 }
+
+// A 301, 302 or 303 in front of the gate (a proxy sending http:// on to
+// https://, say) makes net/http follow a POST with a GET of the new
+// address, without the body: the submission never reaches a gate, and the
+// GET's answer (a list of jobs) must not be taken for its job. The call
+// fails with the redirect's status, at once; a 307 or 308, which repeats
+// the method, the key and the body, is followed.
+func TestSubmitRedirectedToAGetIsAnErrorNotAJob(t *testing.T) {
+	for _, status := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther} {
+		c, g := scriptedGate(t, fastOpts(), func(_ int32, w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/jobs" && r.Method == http.MethodPost {
+				http.Redirect(w, r, "/moved/v1/jobs", status)
+				return
+			}
+			w.Header().Set("Content-Type", api.ContentTypeJSON)
+			w.Write([]byte(`{"jobs":[],"next":null}`))
+		})
+		res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+		var e *Error
+		if !errors.As(err, &e) || e.Status != status {
+			t.Fatalf("%d: SubmitWithKey = %+v, %v; want an *Error of status %d", status, res, err, status)
+		}
+		if n := g.n.Load(); n != 2 {
+			t.Fatalf("%d: the gate saw %d requests, want the POST and the GET it was redirected to, once", status, n)
+		}
+	}
+	c, g := scriptedGate(t, fastOpts(), func(_ int32, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/jobs" {
+			http.Redirect(w, r, "/moved/v1/jobs", http.StatusTemporaryRedirect)
+			return
+		}
+		writeJob(w, false)
+	})
+	res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+	if err != nil || res.Job.JobID != "j1" {
+		t.Fatalf("307: SubmitWithKey = %+v, %v; want job j1", res, err)
+	}
+	g.sameKeyAndBody(t)
+}
