@@ -337,7 +337,13 @@ func (c *Client) do(ctx context.Context, extra time.Duration, method, path, key 
 		resp, b, err := c.once(ctx, extra, gate, method, path, key, body)
 		if err != nil {
 			if ctx.Err() != nil {
-				return false, fmt.Errorf("client: %s %s: %w (last error: %w)", method, path, ctx.Err(), err)
+				// The context ended this attempt: the call's error wraps
+				// it and the last answer a gate gave, as sleep's does
+				// (this attempt's error says no more than ctx.Err()).
+				if last == nil {
+					last = err
+				}
+				return false, fmt.Errorf("client: %s %s: %w (last error: %w)", method, path, ctx.Err(), last)
 			}
 			last = err // connection error or attempt timeout: retry
 			continue

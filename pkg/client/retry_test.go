@@ -154,3 +154,29 @@ func TestSubmitRedirectedToAGetIsAnErrorNotAJob(t *testing.T) {
 	}
 	g.sameKeyAndBody(t)
 }
+
+// A context that ends while an attempt is in flight ends the call with an
+// error wrapping both the context's error and the last answer a gate gave
+// (here a 503), as when it ends during the wait between attempts: the
+// caller still reads the answer's problem with errors.Is and errors.As.
+func TestSubmitCancelledDuringAnAttemptKeepsTheLastAnswer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, g := scriptedGate(t, fastOpts(), func(n int32, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "0")
+			return
+		}
+		cancel() // the caller gives up while this attempt is in flight
+		<-r.Context().Done()
+	})
+	_, err := c.SubmitWithKey(ctx, testKey, api.JobRequest{Type: "demo"})
+	var e *Error
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrUnavailable) || !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable {
+		t.Fatalf("err %v, want it to wrap context.Canceled and the 503 unavailable", err)
+	}
+	if n := g.n.Load(); n != 2 {
+		t.Fatalf("the gate saw %d attempts, want 2 (none after the cancel)", n)
+	}
+	g.sameKeyAndBody(t)
+}
