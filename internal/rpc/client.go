@@ -362,11 +362,11 @@ func (c *Client) retryAt(ctx context.Context, what string, learn bool, attempt f
 					continue
 				}
 			case errors.As(err, &e) && e.Code == CodeUnavailable:
-				c.forget(addr)
+				c.forgetUnlessGivenUp(ctx, addr)
 			case errors.As(err, &e):
 				return err // a definite answer: not found, invalid, ledger full, internal
 			default:
-				c.forget(addr) // transport failure: dead connection, refused, timeout
+				c.forgetUnlessGivenUp(ctx, addr) // transport failure: dead connection, refused, timeout
 			}
 			c.log.Debug("rpc attempt failed, retrying", logging.KeyAddr, addr, logging.KeyPath, what, logging.KeyError, err)
 		}
@@ -406,6 +406,16 @@ func (c *Client) setLeader(addr string) {
 	c.mu.Lock()
 	c.leader = addr
 	c.mu.Unlock()
+}
+
+// forgetUnlessGivenUp forgets addr as the leader after an attempt failed
+// there, unless the caller gave up (ctx ended: a gate's client hung up, a
+// long poll ended): that failure says nothing of the manager, which stays
+// the last known leader.
+func (c *Client) forgetUnlessGivenUp(ctx context.Context, addr string) {
+	if ctx.Err() == nil {
+		c.forget(addr)
+	}
 }
 
 func (c *Client) forget(addr string) {

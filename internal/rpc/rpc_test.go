@@ -279,3 +279,34 @@ func TestStatusOfAFollowerIsNotTakenForTheLeader(t *testing.T) {
 		t.Fatalf("Leader() = %s, the follower that answered Status", got)
 	}
 }
+
+// A call its caller gave up on (a gate's HTTP client hanging up, a worker
+// ending its long poll) says nothing of the manager it was sent to: the
+// leader stays the last known one, and the next call goes to it directly
+// rather than to the resolver's managers in turn.
+func TestCallerCancelKeepsTheLeader(t *testing.T) {
+	leader := &fakeManager{leader: true}
+	laddr := serve(t, leader)
+	follower := &fakeManager{leaderRPC: laddr}
+	faddr := serve(t, follower)
+	c := newClient(t, faddr)
+	if _, err := c.GetJob(context.Background(), "t1", "j-1"); err != nil || c.Leader() != laddr {
+		t.Fatalf("GetJob: %v; leader %q, want %q", err, c.Leader(), laddr)
+	}
+	for _, call := range []func(context.Context) error{
+		func(ctx context.Context) error { _, err := c.GetJob(ctx, "t1", "j-1"); return err },
+		func(ctx context.Context) error {
+			_, err := c.Submit(ctx, &rpcpb.SubmitRequest{Tenant: "t", Key: "k1", Job: &rpcpb.JobRequest{Type: "x"}})
+			return err
+		},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := call(ctx); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("a call with its context cancelled: %v, want unavailable", err)
+		}
+		if got := c.Leader(); got != laddr {
+			t.Fatalf("after a cancelled call, leader %q, want %q", got, laddr)
+		}
+	}
+}
