@@ -1,7 +1,8 @@
 // Package client is the Go client of once's gate API (docs/api.md): it submits
 // jobs with structured idempotency keys (Keys), retries transient answers with
 // the same key and body while failing over between gates, and maps every
-// problem code to a sentinel error. It depends on pkg/api and pkg/keys only.
+// problem code to a sentinel error. It depends on pkg/api, pkg/keys and
+// internal/atomicfile (the keys file) only.
 // docs/client.md describes it.
 package client
 
