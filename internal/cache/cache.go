@@ -515,7 +515,10 @@ func (e *entry[V]) resolve(v V, state State, expires time.Time) error {
 	e.value, e.state, e.expires = v, state, expires
 	if cur, ok := s.pending.Peek(e.key); ok && cur == e {
 		s.pending.Remove(e.key)
-		if state != Abandoned && s.fits(size, s.c.now()) {
+		now := s.c.now()
+		// An outcome already expired is never cached: a duplicate would be
+		// answered from an entry past its own expiry.
+		if state != Abandoned && !e.expired(now) && s.fits(size, now) {
 			// The key was in the pending list, so it is not in done and the
 			// shard's total is unchanged: no eviction.
 			e.size = size

@@ -823,3 +823,43 @@ func TestReplay(t *testing.T) {
 		t.Fatal("replay of an expired entry")
 	}
 }
+
+// CompleteUntil caches the outcome until its absolute expiry, and an outcome
+// whose expiry is at or before now not at all: its waiters get it, a later
+// duplicate misses (never a hit on an entry already past its expiry).
+func TestCompleteUntil(t *testing.T) {
+	c, clk := newCache(t, nil)
+	owner := mustBegin(t, c, "k", "fp", LookupMiss).Owner
+	if err := owner.CompleteUntil(&response{}, Pending, clk.Now().Add(time.Hour)); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("CompleteUntil(Pending): %v", err)
+	}
+	expires := clk.Now().Add(5 * time.Second)
+	if err := owner.CompleteUntil(&response{status: 201}, Committed, expires); err != nil {
+		t.Fatal(err)
+	}
+	if h := mustBegin(t, c, "k", "fp", LookupHit); !h.ExpiresAt.Equal(expires) {
+		t.Fatalf("hit ExpiresAt %v, want %v", h.ExpiresAt, expires)
+	}
+	clk.Advance(5 * time.Second)
+	mustBegin(t, c, "k", "fp", LookupMiss)
+
+	for _, past := range []time.Duration{0, -time.Millisecond} {
+		key := fmt.Sprintf("expired%v", past)
+		owner := mustBegin(t, c, key, "fp", LookupMiss).Owner
+		waiter := mustBegin(t, c, key, "fp", LookupPending).Waiter
+		v := &response{status: 201}
+		if err := owner.CompleteUntil(v, Committed, clk.Now().Add(past)); err != nil {
+			t.Fatal(err)
+		}
+		if got, st, err := waiter.Wait(guard(t)); got != v || st != Committed || err != nil {
+			t.Fatalf("waiter got %v, %v, %v", got, st, err)
+		}
+		if _, ok := c.Replay(key, func(*response) bool { return true }); ok {
+			t.Fatalf("expiry now%+v: Replay answered from an expired entry", past)
+		}
+		mustBegin(t, c, key, "fp", LookupMiss)
+	}
+	if n := c.Stats().NotCached; n != 2 {
+		t.Fatalf("NotCached = %d, want 2", n)
+	}
+}

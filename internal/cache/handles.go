@@ -43,6 +43,22 @@ func (o *Owner[V]) Complete(v V, state State, ttl time.Duration) error {
 	return e.resolve(v, state, e.s.c.now().Add(ttl))
 }
 
+// CompleteUntil is Complete with an absolute expiry: the outcome is cached
+// until expires (an entry lives in [completed, expires)). An expires at or
+// before now caches nothing, as an outcome that does not fit the byte bound
+// (Stats.NotCached): every waiter still gets v, and a later duplicate misses.
+// It lets a caller whose outcome carries its own expiry (the ledger's) never
+// keep it past that expiry, not even for an instant.
+//
+// A second Complete or Abandon returns ErrResolved and changes nothing. An
+// invalid state returns ErrInvalidState and changes nothing.
+func (o *Owner[V]) CompleteUntil(v V, state State, expires time.Time) error {
+	if state != Committed && state != Rejected {
+		return fmt.Errorf("%w: state %v (want committed or rejected)", ErrInvalidState, state)
+	}
+	return (*entry[V])(o).resolve(v, state, expires)
+}
+
 // Abandon ends the entry after a transient failure (a 503): every waiter,
 // current or racing, receives v with the state Abandoned and ErrAbandoned, and
 // the entry leaves the cache so that nothing transient is cached and the next

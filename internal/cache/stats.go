@@ -15,7 +15,8 @@ type Stats struct {
 	Evictions        uint64 // entries removed by LRU pressure
 	PendingEvictions uint64 // of which PENDING (the cache was full of PENDING entries)
 	Expirations      uint64 // expired entries removed (by lookup, eviction or sweep)
-	// NotCached counts outcomes not cached because they did not fit MaxBytes.
+	// NotCached counts outcomes not cached because they did not fit MaxBytes
+	// or had already expired (Owner.CompleteUntil).
 	NotCached uint64
 }
 

@@ -247,3 +247,39 @@ func TestSubmitExpiresAtOnStoredOutcomes(t *testing.T) {
 	wantStatus(t, res, http.StatusServiceUnavailable)
 	wantNoHeader(t, res, api.HeaderIdempotencyExpiresAt)
 }
+
+// TestSubmitExpiringLedgerReplayNotCached: a ledger answer whose entry has
+// already expired by the time it reaches the gate (a replay received in the
+// entry's last nanosecond) is answered but not cached: once the ledger's
+// entry has expired, a duplicate is forwarded and judged afresh, never
+// replayed from the cache with an expiry in the past.
+func TestSubmitExpiringLedgerReplayNotCached(t *testing.T) {
+	clock := newFakeClock()
+	mgr, addr := startManager(t, managertest.Options{Now: clock.Now})
+	first := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = clock.Now })
+	second := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { deps.Now = clock.Now })
+	const okey = "order-ORD-expiring"
+
+	orig := first.submit(t, okey, invoiceBody, api.HeaderIdempotencyTTL, "5")
+	wantJob(t, orig, http.StatusCreated)
+
+	// One nanosecond before the ledger's entry expires, the other gate (whose
+	// cache has not seen the key) gets the ledger's replay: by the time it
+	// arrives, the entry has expired by the gate's clock.
+	clock.Advance(5*time.Second - time.Nanosecond)
+	late := second.submit(t, okey, invoiceBody)
+	wantStatus(t, late, http.StatusCreated)
+	wantHeader(t, late, api.HeaderReplayed, "true")
+	if n := mgr.Submits(); n != 2 {
+		t.Fatalf("manager saw %d submissions, want 2", n)
+	}
+
+	clock.Advance(time.Nanosecond) // the ledger's entry has expired
+	again := second.submit(t, okey, invoiceBody)
+	wantStatus(t, again, http.StatusCreated)
+	if n := mgr.Submits(); n != 3 {
+		t.Fatalf("manager saw %d submissions, want 3: the duplicate was answered from a cache entry outliving the ledger's (Idempotency-Expires-At %s at %s)",
+			n, again.header.Get(api.HeaderIdempotencyExpiresAt), api.FormatTime(clock.Now()))
+	}
+	wantHeader(t, again, api.HeaderIdempotencyExpiresAt, api.FormatTime(clock.Now().Add(300*time.Second)))
+}

@@ -286,11 +286,11 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request, tenant strin
 				_ = look.Owner.Abandon(problemResponse(http.StatusInternalServerError, api.CodeInternal, panicDetail))
 			}
 		}()
-		resp, state, ttl := g.forward(r.Context(), tenant, key, fp, job, resultTTL, claimed)
+		resp, state, cacheUntil := g.forward(r.Context(), tenant, key, fp, job, resultTTL, claimed)
 		resolved = true
 		if state == cache.Committed || state == cache.Rejected {
 			resp.seal(rawSum)
-			err = look.Owner.Complete(resp, state, ttl)
+			err = look.Owner.CompleteUntil(resp, state, cacheUntil)
 		} else {
 			err = look.Owner.Abandon(resp)
 		}
@@ -452,14 +452,15 @@ const (
 )
 
 // forward submits a job at the manager leader and renders its answer. state is
-// Committed or Rejected for the deterministic outcomes the cache keeps (with the
-// TTL left on the ledger's entry), else 0: the answer is not cached.
+// Committed or Rejected for the deterministic outcomes the cache keeps (until
+// the returned time: the ledger's entry's expiry by the gate's clock, at most
+// the configured TTL from now), else 0: the answer is not cached.
 //
 // resultTTL, when positive, is the lifetime the client asked for (the
 // Idempotency-TTL header): the manager stores the outcome that long, and the
 // cache keeps it at most that long. claimed marks an omitted datacenters
 // list in a federation (submitOmitted).
-func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp string, job api.JobRequest, resultTTL time.Duration, claimed bool) (*response, cache.State, time.Duration) {
+func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp string, job api.JobRequest, resultTTL time.Duration, claimed bool) (*response, cache.State, time.Time) {
 	wait := g.cfg.pendingWait()
 	// The forward outlives a client that hangs up: duplicates may be waiting on
 	// its outcome, and a deterministic outcome is worth caching.
@@ -498,13 +499,13 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		}
 	}()
 	if err != nil {
-		return g.forwardError(err, tenant), 0, 0
+		return g.forwardError(err, tenant), 0, time.Time{}
 	}
 	now := g.now()
 	// stored completes a deterministic outcome: its expiry (the ledger's,
-	// else the lifetime asked for or configured, from now) and how long the
+	// else the lifetime asked for or configured, from now) and until when the
 	// cache keeps it.
-	stored := func(resp *response, state cache.State, configured time.Duration) (*response, cache.State, time.Duration) {
+	stored := func(resp *response, state cache.State, configured time.Duration) (*response, cache.State, time.Time) {
 		resp.replayable, resp.replayed, resp.expiresAt = true, sr.Replayed, expiresAt(sr)
 		ttl := cmp.Or(resultTTL, configured)
 		if resp.expiresAt.IsZero() {
@@ -515,14 +516,14 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		if known {
 			resp.retryBy = until
 		}
-		return resp, state, cacheTTL(until, known, now, min(ttl, configured))
+		return resp, state, cacheExpiry(until, known, now, min(ttl, configured))
 	}
 	// failed answers 500 for a manager's answer the gate cannot render (a
 	// bug): logged, never cached.
-	failed := func(detail, logMsg string, logArgs ...any) (*response, cache.State, time.Duration) {
+	failed := func(detail, logMsg string, logArgs ...any) (*response, cache.State, time.Time) {
 		outcome = outcomeError
 		g.log.Error(logMsg, append([]any{logging.KeyTenant, tenant}, logArgs...)...)
-		return problemResponse(http.StatusInternalServerError, api.CodeInternal, detail), 0, 0
+		return problemResponse(http.StatusInternalServerError, api.CodeInternal, detail), 0, time.Time{}
 	}
 	switch sr.Outcome {
 	case rpc.OutcomeCommitted:
@@ -550,16 +551,16 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		return stored(&response{status: status, code: api.CodeJobRejected, body: rejectionBody(status, detail, sr)},
 			cache.Rejected, g.cfg.Idempotency.RejectedTTL)
 	case rpc.OutcomeInProgress:
-		return g.retryLaterResponse(http.StatusConflict, api.CodeRequestInProgress, inProgressDetail), 0, 0
+		return g.retryLaterResponse(http.StatusConflict, api.CodeRequestInProgress, inProgressDetail), 0, time.Time{}
 	case rpc.OutcomeKeyReused:
-		return problemResponse(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, reusedDetail), 0, 0
+		return problemResponse(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, reusedDetail), 0, time.Time{}
 	case rpc.OutcomeKeyExpired:
 		detail := "the entry of this idempotency key expired and the client has already committed this sequence; the job is not executed again"
 		if key.Structured {
 			detail = fmt.Sprintf("the entry of this idempotency key expired and sequence %d is at or below what client %q has already committed; "+
 				"the job is not executed again: use a new sequence for a new job", key.Sequence, key.ClientID)
 		}
-		return problemResponse(http.StatusConflict, api.CodeIdempotencyKeyExpired, detail), 0, 0
+		return problemResponse(http.StatusConflict, api.CodeIdempotencyKeyExpired, detail), 0, time.Time{}
 	default:
 		return failed("the manager's answer was not understood", "manager answered an unknown outcome", logging.KeyOutcome, sr.Outcome)
 	}
@@ -582,16 +583,20 @@ func localExpiry(sr *rpcpb.SubmitResponse, sent, now time.Time) (time.Time, bool
 	return time.Time{}, false
 }
 
-// cacheTTL is how long the gate may cache an outcome: the time left until
-// the entry expires by the gate's clock (localExpiry), at most the state's
-// configured TTL; the configured TTL when the ledger gave no expiry. A
-// result of 0 never happens: an entry already expired is kept for a
-// millisecond, enough for its waiters.
-func cacheTTL(until time.Time, known bool, now time.Time, configured time.Duration) time.Duration {
+// cacheExpiry is until when the gate may cache an outcome: when the entry
+// expires by the gate's clock (localExpiry), at most the state's configured
+// TTL from now; the configured TTL from now when the ledger gave no expiry.
+// An entry already expired (until at or before now) is not cached at all:
+// its waiters get the outcome all the same (cache.Owner.CompleteUntil), and
+// a duplicate is forwarded, never replayed past the ledger's expiry.
+func cacheExpiry(until time.Time, known bool, now time.Time, configured time.Duration) time.Time {
 	if !known {
-		return configured
+		return now.Add(configured)
 	}
-	return max(min(until.Sub(now), configured), time.Millisecond)
+	if limit := now.Add(configured); limit.Before(until) {
+		return limit
+	}
+	return until
 }
 
 // expiresAt is when sr's entry expires, the zero time when sr has none.
