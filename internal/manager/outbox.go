@@ -100,15 +100,25 @@ func (o *outbox) pass(ctx context.Context) {
 		if oldest == 0 || e.ResolvedAt < oldest {
 			oldest = e.ResolvedAt
 		}
-		if !expired && now.Sub(time.Unix(0, e.ResolvedAt)) < outboxGrace {
-			return true
-		}
+		grace := !expired && now.Sub(time.Unix(0, e.ResolvedAt)) < outboxGrace
 		for _, dc := range e.Request.Datacenters {
 			if dc == own || slices.Contains(e.Confirmed, dc) {
 				continue
 			}
 			k := outboxKey{e.Tenant, e.Key, e.JobID, dc}
+			// The job's live entry, visited first, is carried instead of
+			// its owed copy (the key sent again after its entry expired,
+			// same job ID), in grace or not: once per pair, with the live
+			// entry's expiry; the owed copy's is carriedMinTTL, and a
+			// second Submit that landed first would make the other
+			// datacenter's entry expire at once
+			// (TestOutboxCarriesALiveAndOwedJobOnce). One Confirm clears
+			// both.
+			carriedLive := seen[k]
 			seen[k] = true
+			if grace {
+				continue
+			}
 			o.mu.Lock()
 			st := o.state[k]
 			if st == nil {
@@ -124,7 +134,7 @@ func (o *outbox) pass(ctx context.Context) {
 					logging.KeyTenant, e.Tenant, logging.KeyIdemKey, e.Key, logging.KeyJobID, e.JobID, logging.KeyDatacenter, dc,
 					logging.KeyDuration, now.Sub(time.Unix(0, e.ResolvedAt)).Round(time.Second))
 			}
-			if _, known := peers[dc]; ready && known {
+			if _, known := peers[dc]; ready && known && !carriedLive {
 				due = append(due, job{k, e})
 			}
 		}
