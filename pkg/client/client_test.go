@@ -237,7 +237,7 @@ func TestErrorMappingForEveryCode(t *testing.T) {
 		{api.CodeTenantQuotaExceeded, 429, ErrTenantQuotaExceeded},
 		{api.CodeResponseTooLarge, 500, ErrResponseTooLarge},
 	}
-	all := []error{ErrTenantQuotaExceeded, ErrResponseTooLarge, ErrKeyMissing, ErrKeyInvalid, ErrInvalidRequest, ErrUnauthorized, ErrNotFound, ErrJobNotFound, ErrKeyNotFound, ErrMethodNotAllowed, ErrRequestInProgress, ErrKeyExpired, ErrBodyTooLarge, ErrUnsupportedMediaType, ErrKeyReused, ErrJobRejected, ErrInternal, ErrUnavailable}
+	all := []error{ErrTenantQuotaExceeded, ErrResponseTooLarge, ErrKeyMissing, ErrKeyInvalid, ErrInvalidRequest, ErrUnauthorized, ErrNotFound, ErrJobNotFound, ErrKeyNotFound, ErrMethodNotAllowed, ErrRequestInProgress, ErrKeyExpired, ErrBodyTooLarge, ErrUnsupportedMediaType, ErrKeyReused, ErrJobRejected, ErrInternal, ErrUnavailable, ErrOutboxFull}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%d_%s", tc.status, tc.code), func(t *testing.T) {
 			var n atomic.Int32
@@ -262,12 +262,13 @@ func TestErrorMappingForEveryCode(t *testing.T) {
 			}
 		})
 	}
-	// The two transient codes map too, once the attempts run out.
+	// The transient codes map too, once the attempts run out; each to its
+	// own sentinel only.
 	for _, tc := range []struct {
 		code   api.Code
 		status int
 		want   error
-	}{{api.CodeRequestInProgress, 409, ErrRequestInProgress}, {api.CodeUnavailable, 503, ErrUnavailable}} {
+	}{{api.CodeRequestInProgress, 409, ErrRequestInProgress}, {api.CodeUnavailable, 503, ErrUnavailable}, {api.CodeOutboxFull, 503, ErrOutboxFull}} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, tc.status, tc.code, "")
 		}))
@@ -276,8 +277,10 @@ func TestErrorMappingForEveryCode(t *testing.T) {
 		c, _ := New([]string{srv.URL}, o)
 		_, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
 		srv.Close()
-		if !errors.Is(err, tc.want) {
-			t.Fatalf("%s: err %v", tc.code, err)
+		for _, s := range all {
+			if got := errors.Is(err, s); got != (s == tc.want) {
+				t.Fatalf("%s: errors.Is(%v, %v) = %v", tc.code, err, s, got)
+			}
 		}
 	}
 }

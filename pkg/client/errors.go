@@ -83,7 +83,11 @@ var (
 	ErrInternal            = &sentinel{api.CodeInternal}
 	ErrUnavailable         = &sentinel{api.CodeUnavailable}
 	ErrTenantQuotaExceeded = &sentinel{api.CodeTenantQuotaExceeded}
-	ErrResponseTooLarge    = &sentinel{api.CodeResponseTooLarge}
+	// ErrOutboxFull: the datacenter's outbox holds its maximum of
+	// multi-datacenter submissions another datacenter has not confirmed
+	// (503, retried by Submit); nothing was recorded.
+	ErrOutboxFull       = &sentinel{api.CodeOutboxFull}
+	ErrResponseTooLarge = &sentinel{api.CodeResponseTooLarge}
 	// ErrLeaseLost: a worker call named a lease that is no longer the job's
 	// current one; stop working on the job (Run does).
 	ErrLeaseLost = &sentinel{api.CodeLeaseLost}
