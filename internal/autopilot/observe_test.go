@@ -50,15 +50,7 @@ func inmemRaft(t *testing.T, id string) (*raft.Raft, *raft.InmemTransport) {
 // the observer's dropped count instead of waiting for a notice that never
 // comes.
 func TestDroppedResumedHeartbeatDoesNotKeepServerUnhealthy(t *testing.T) {
-	ra, ta := inmemRaft(t, "a")
-	_, tb := inmemRaft(t, "b")
-	tb.Connect("addr-a", ta)
-	if err := ra.BootstrapCluster(raft.Configuration{Servers: []raft.Server{voter("a", "addr-a")}}).Error(); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
-		return ra.State() == raft.Leader, "a is not the leader"
-	})
+	ra, ta, tb := leaderAUnreachingB(t)
 	// a's heartbeats to b fail from the start (a never connects to b yet).
 
 	// The test's own observer sees every heartbeat notice about b; flush
@@ -180,15 +172,7 @@ func TestDroppedResumedHeartbeatDoesNotKeepServerUnhealthy(t *testing.T) {
 // stepped down. A non-voter is promoted only once healthy for
 // ServerStabilizationTime, whenever the leader was elected.
 func TestNewLeaderDoesNotPromoteUnprovenServer(t *testing.T) {
-	ra, ta := inmemRaft(t, "a")
-	_, tb := inmemRaft(t, "b")
-	tb.Connect("addr-a", ta)
-	if err := ra.BootstrapCluster(raft.Configuration{Servers: []raft.Server{voter("a", "addr-a")}}).Error(); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
-		return ra.State() == raft.Leader, "a is not the leader"
-	})
+	ra, ta, tb := leaderAUnreachingB(t)
 	// a cannot reach b; b looks healthy to a for LastContactThreshold after
 	// it is added, well within the leader's first stabilization time.
 	alive := membership.StateAlive
@@ -240,4 +224,21 @@ func TestNewLeaderDoesNotPromoteUnprovenServer(t *testing.T) {
 		c := config()
 		return c == voters("a", "b"), "configuration " + c
 	})
+}
+
+// leaderAUnreachingB starts raft servers a and b on in-memory transports,
+// bootstraps a alone and waits for it to lead: b reaches a, a does not
+// reach b yet (the test connects ta to tb when it wants).
+func leaderAUnreachingB(t *testing.T) (*raft.Raft, *raft.InmemTransport, *raft.InmemTransport) {
+	t.Helper()
+	ra, ta := inmemRaft(t, "a")
+	_, tb := inmemRaft(t, "b")
+	tb.Connect("addr-a", ta)
+	if err := ra.BootstrapCluster(raft.Configuration{Servers: []raft.Server{voter("a", "addr-a")}}).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		return ra.State() == raft.Leader, "a is not the leader"
+	})
+	return ra, ta, tb
 }

@@ -24,20 +24,9 @@ func TestOutboxDoesNotCarryAJobBackToItsOrigin(t *testing.T) {
 	dcs := newOutboxDatacenters(t, 2, clock, retainFor(ttl), func(string) bool { return true })
 	m1, m2, ob1, ob2 := dcs[0].m, dcs[1].m, dcs[0].ob, dcs[1].ob
 	ctx := ctxT(t)
-	req := order1ForDC1AndDC2()
 	first := m1.Raft().AppliedIndex() + 1
-	r, err := m1.Submit(ctx, req)
-	if err != nil || r.Outcome != rpc.OutcomeCommitted {
-		t.Fatalf("dc1: %+v %v", r, err)
-	}
-
 	// dc2 stays unreachable past the entry's TTL and the job's retention.
-	clock.Advance(2*ttl + time.Second)
-	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
-		_, live := m1.FSM().Entry("t", "order-1")
-		_, job := m1.FSM().Job("t", r.JobId)
-		return !live && !job && m1.FSM().OwedLen() == 1, "dc1 to expire the entry and the job, and keep the entry owed"
-	})
+	r := admitUntilOwed(t, m1, clock, ttl)
 
 	// dc2 is back: dc1 carries the job there.
 	ob1.pass(ctx)
@@ -213,4 +202,22 @@ func newOutboxDatacenters(t *testing.T, n int, clock *manualClock, cfg func(*Con
 		t.Cleanup(dcs[i].ob.close)
 	}
 	return dcs
+}
+
+// admitUntilOwed admits order1ForDC1AndDC2 at m (dc1), then moves clock past
+// the entry's TTL and the job's retention (both ttl, no pass carrying it to
+// dc2) and waits for m to have forgotten both and to owe the entry.
+func admitUntilOwed(t *testing.T, m *Manager, clock *manualClock, ttl time.Duration) *rpcpb.SubmitResponse {
+	t.Helper()
+	r, err := m.Submit(ctxT(t), order1ForDC1AndDC2())
+	if err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("dc1: %+v %v", r, err)
+	}
+	clock.Advance(2*ttl + time.Second)
+	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
+		_, live := m.FSM().Entry("t", "order-1")
+		_, job := m.FSM().Job("t", r.JobId)
+		return !live && !job && m.FSM().OwedLen() == 1, "dc1 to expire the entry and the job, and keep the entry owed"
+	})
+	return r
 }

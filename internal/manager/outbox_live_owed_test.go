@@ -51,18 +51,9 @@ func TestOutboxCarriesALiveAndOwedJobOnce(t *testing.T) {
 	ctx := ctxT(t)
 
 	req := order1ForDC1AndDC2()
-	r, err := m1.Submit(ctx, req)
-	if err != nil || r.Outcome != rpc.OutcomeCommitted {
-		t.Fatalf("dc1: %+v %v", r, err)
-	}
 	// dc2 is not reached (no pass) while the entry and the job expire in
 	// dc1; the entry stays owed.
-	clock.Advance(2*ttl + time.Second)
-	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
-		_, live := m1.FSM().Entry("t", "order-1")
-		_, job := m1.FSM().Job("t", r.JobId)
-		return !live && !job && m1.FSM().OwedLen() == 1, "dc1 to expire the entry and the job, and keep the entry owed"
-	})
+	r := admitUntilOwed(t, m1, clock, ttl)
 	again, err := m1.Submit(ctx, req)
 	if err != nil || again.Outcome != rpc.OutcomeCommitted || again.JobId != r.JobId {
 		t.Fatalf("dc1, the key sent again: %+v %v", again, err)
