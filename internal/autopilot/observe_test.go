@@ -107,16 +107,7 @@ func TestDroppedResumedHeartbeatDoesNotKeepServerUnhealthy(t *testing.T) {
 		LastContactThreshold: 200 * time.Millisecond, ChangeTimeout: 5 * time.Second, Logger: testutil.Logger(t),
 		Knobs: TestingKnobs{ObservationBuffer: 1, AfterObservation: hold},
 	}, ra, pool)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ap.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		unblock()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runAutopilot(t, ap, unblock)
 
 	// raft-autopilot promotes any healthy non-voter during its first
 	// ServerStabilizationTime as leader; b joins after it.
@@ -183,15 +174,7 @@ func TestNewLeaderDoesNotPromoteUnprovenServer(t *testing.T) {
 		UpdateInterval: 50 * time.Millisecond, ServerStabilizationTime: 3 * time.Second,
 		LastContactThreshold: time.Second, ChangeTimeout: 5 * time.Second, Logger: testutil.Logger(t),
 	}, ra, pool)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ap.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runAutopilot(t, ap, func() {})
 
 	config := func() string {
 		f := ra.GetConfiguration()
@@ -241,4 +224,20 @@ func leaderAUnreachingB(t *testing.T) (*raft.Raft, *raft.InmemTransport, *raft.I
 		return ra.State() == raft.Leader, "a is not the leader"
 	})
 	return ra, ta, tb
+}
+
+// runAutopilot runs ap until the test ends; then it cancels Run, calls
+// release (which lets a loop a test holds go on) and checks Run's error.
+func runAutopilot(t *testing.T, ap *Autopilot, release func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ap.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		release()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }
