@@ -92,3 +92,29 @@ func TestCancelRetryThroughTheGate(t *testing.T) {
 	res := g.get(t, "/v1/jobs?state=cancelled", alpha...)
 	wantStatus(t, res, http.StatusOK)
 }
+
+// TestActionBodyIsEmptyOrAnObject: the body of a cancel or a retry is empty
+// or a JSON object, whose members are ignored; anything else (docs/api.md,
+// "Cancel and retry") is 400 invalid_request, and nothing is acted on.
+func TestActionBodyIsEmptyOrAnObject(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	g := startGate(t, []string{addr}, nil)
+	q := wantJob(t, g.submit(t, skey(1), `{"type":"email"}`), http.StatusCreated)
+	seq := 100
+	for _, action := range []string{"cancel", "retry"} {
+		for _, body := range []string{"null", " null ", "[]", `"x"`, "1", "true", "{} {}", "{"} {
+			seq++
+			res := g.post(t, "/v1/jobs/"+q.JobID+"/"+action, body, api.HeaderIdempotencyKey, skey(seq))
+			wantProblem(t, res, http.StatusBadRequest, api.CodeInvalidRequest)
+		}
+	}
+	if j := wantJob(t, g.get(t, "/v1/jobs/"+q.JobID), http.StatusOK); j.State != api.JobStatusQueued {
+		t.Fatalf("a refused action changed the job: %+v", j)
+	}
+	for i, body := range []string{"", " ", "{}", `{"reason":"not needed"}`} {
+		res := g.post(t, "/v1/jobs/"+q.JobID+"/cancel", body, api.HeaderIdempotencyKey, skey(200+i))
+		if j := wantJob(t, res, http.StatusOK); j.State != api.JobStatusCancelled {
+			t.Fatalf("cancel with body %q: %+v", body, j)
+		}
+	}
+}
