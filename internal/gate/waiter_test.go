@@ -34,14 +34,15 @@ func TestWaiterAnswersAsTheOwner(t *testing.T) {
 		answer func() error // the held submission's answer; nil: the manager's
 		status int
 		code   api.Code // "" for 201
+		retry  string   // the Retry-After both answers carry, "" for none
 	}{
 		{name: "committed", body: invoiceBody, status: http.StatusCreated},
 		{name: "rejected validation", body: `{"type":"invalid_kind"}`, status: http.StatusUnprocessableEntity, code: api.CodeJobRejected},
-		{name: "rejected capacity", body: `{"type":"more"}`, fill: true, status: http.StatusTooManyRequests, code: api.CodeJobRejected},
-		{name: "ledger full", body: invoiceBody, answer: refusal(rpc.CodeLedgerFull), status: http.StatusServiceUnavailable, code: api.CodeUnavailable},
-		{name: "watermarks full", body: invoiceBody, answer: refusal(rpc.CodeWatermarksFull), status: http.StatusServiceUnavailable, code: api.CodeUnavailable},
-		{name: "outbox full", body: invoiceBody, answer: refusal(rpc.CodeOutboxFull), status: http.StatusServiceUnavailable, code: api.CodeOutboxFull},
-		{name: "tenant quota", body: invoiceBody, answer: refusal(rpc.CodeTenantQuota), status: http.StatusTooManyRequests, code: api.CodeTenantQuotaExceeded},
+		{name: "rejected capacity", body: `{"type":"more"}`, fill: true, status: http.StatusTooManyRequests, code: api.CodeJobRejected, retry: "60"},
+		{name: "ledger full", body: invoiceBody, answer: refusal(rpc.CodeLedgerFull), status: http.StatusServiceUnavailable, code: api.CodeUnavailable, retry: "10"},
+		{name: "watermarks full", body: invoiceBody, answer: refusal(rpc.CodeWatermarksFull), status: http.StatusServiceUnavailable, code: api.CodeUnavailable, retry: "10"},
+		{name: "outbox full", body: invoiceBody, answer: refusal(rpc.CodeOutboxFull), status: http.StatusServiceUnavailable, code: api.CodeOutboxFull, retry: "10"},
+		{name: "tenant quota", body: invoiceBody, answer: refusal(rpc.CodeTenantQuota), status: http.StatusTooManyRequests, code: api.CodeTenantQuotaExceeded, retry: "10"},
 		{name: "manager bug", body: invoiceBody, answer: refusal(rpc.CodeInvalid), status: http.StatusInternalServerError, code: api.CodeInternal},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,9 +96,24 @@ func TestWaiterAnswersAsTheOwner(t *testing.T) {
 			if replayable {
 				wantHeader(t, a, api.HeaderReplayed, "false")
 				wantHeader(t, b, api.HeaderReplayed, "true")
+				if a.header.Get(api.HeaderIdempotencyExpiresAt) == "" {
+					t.Fatalf("a stored outcome without %s: %s", api.HeaderIdempotencyExpiresAt, a)
+				}
 			} else {
-				wantNoHeader(t, a, api.HeaderReplayed)
-				wantNoHeader(t, b, api.HeaderReplayed)
+				for _, res := range []result{a, b} {
+					wantNoHeader(t, res, api.HeaderReplayed)
+					wantNoHeader(t, res, api.HeaderIdempotencyExpiresAt)
+				}
+			}
+			if c.code == "" {
+				wantHeader(t, a, api.HeaderLocation, "/v1/jobs/"+wantJob(t, a, c.status).JobID)
+			} else {
+				wantNoHeader(t, a, api.HeaderLocation)
+			}
+			if c.retry != "" {
+				wantHeader(t, a, api.HeaderRetryAfter, c.retry)
+			} else {
+				wantNoHeader(t, a, api.HeaderRetryAfter)
 			}
 			for _, h := range []http.Header{a.header, b.header} {
 				h.Del("Date")
