@@ -14,9 +14,10 @@ package ledger
 //
 // Semantics, in this order:
 //  1. An entry of the key that is due (ExpiresAt <= Now) is removed first, with
-//     exactly Expire's effects. So is a live claim with the same Fingerprint
-//     for a home whose name sorts after Home: it gives way, and this claim is
-//     inserted in its place (step 4).
+//     exactly Expire's effects. A live claim with the same Fingerprint for a
+//     home whose name sorts after Home gives way: this claim takes its place
+//     (its entry and bytes count as freed in step 3), and it is removed only
+//     when this one is inserted (step 4); a refusal in step 3 leaves it.
 //  2. A live entry with the same Fingerprint: OutcomeExists (a claim of this
 //     Home or of a home that sorts before it, or this datacenter's own
 //     entry); another fingerprint: OutcomeKeyReused. Both return the entry;
@@ -136,15 +137,22 @@ func (c Claim) apply(s *state, ax *applyCtx) Result {
 		return invalidf("claim: max_entries is 0")
 	}
 	var res Result
+	// A live claim that gives way is replaced: removed once room is made
+	// (it frees the entry and the bytes this one takes), so a refusal
+	// leaves it and the key is never held by neither home.
+	var replaces *Entry
 	if e, ok := s.getEntry(c.Tenant, c.Key); ok && e.ExpiresAt > c.Now && e.GivesWayTo(c.Fingerprint, c.Home) {
-		s.removeEntry(ax, e, c.Now, &res.Removed)
-	}
-	if s.answerLive(ax, c.Tenant, c.Key, c.Fingerprint, c.Now, &res) {
+		replaces = e
+	} else if s.answerLive(ax, c.Tenant, c.Key, c.Fingerprint, c.Now, &res) {
 		return res
 	}
-	r := room{tenant: c.Tenant, cost: entryBytes(0), maxEntries: c.MaxEntries, maxBytes: c.MaxBytes, maxTenantBytes: c.MaxTenantBytes}
+	r := room{tenant: c.Tenant, cost: entryBytes(0), maxEntries: c.MaxEntries, maxBytes: c.MaxBytes, maxTenantBytes: c.MaxTenantBytes,
+		replaces: replaces}
 	if res.Outcome = s.makeRoom(ax, r, c.Now, &res.Removed); res.Outcome != 0 {
 		return res
+	}
+	if replaces != nil {
+		s.removeEntry(ax, replaces, c.Now, &res.Removed)
 	}
 	e := s.recordKey(c.Tenant, c.Key, c.Fingerprint, c.JobID, StateClaimed, c.Now, c.ExpiresAt,
 		Request{Type: c.Type, Datacenters: []string{c.Home}})

@@ -125,3 +125,46 @@ func TestClaimEncoding(t *testing.T) {
 		}
 	}
 }
+
+// A claim that would replace another home's claim but is refused by a bound
+// (the ledger holds more than the bound it carries: a leader with a lower
+// IDEMPOTENCY_LEDGER_MAX_ENTRIES or tenant budget) changes nothing: the held
+// claim stays, so the key is never left held by neither home.
+func TestRefusedClaimKeepsTheClaimItWouldReplace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		bound func(c *Claim)
+		want  Outcome
+	}{
+		{"entries", func(c *Claim) { c.MaxEntries = 1 }, OutcomeFull},
+		{"tenant bytes", func(c *Claim) { c.MaxTenantBytes = entryBytes(0) }, OutcomeTenantBytesFull},
+		{"bytes", func(c *Claim) { c.MaxBytes = entryBytes(0) }, OutcomeBytesFull},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			r := reserve("t", "k", t0)
+			h.must(claimOf(r, "dc3", t0), OutcomeClaimed)
+			h.must(claimOf(reserve("t", "other", t0), "dc3", t0), OutcomeClaimed) // live: no relief
+			before := dumpTables(h.f)
+			c := claimOf(r, "dc2", t0+1)
+			tc.bound(&c)
+			res := h.must(c, tc.want)
+			if res.Removed != (Removed{}) {
+				t.Errorf("a refused claim removed %+v", res.Removed)
+			}
+			if e := h.entry("t", "k"); e.State != StateClaimed || e.Home() != "dc3" {
+				t.Fatalf("after a refused claim the key holds %+v, want dc3's claim", e)
+			}
+			if !reflect.DeepEqual(before, dumpTables(h.f)) {
+				t.Fatal("a refused claim changed the tables")
+			}
+			// Within the bound it replaces the claim (no room needed: it frees
+			// the entry it fills).
+			c = claimOf(r, "dc2", t0+2)
+			c.MaxEntries = 2
+			if res := h.must(c, OutcomeClaimed); res.Entry.Home() != "dc2" || res.Removed.Claimed != 1 {
+				t.Fatalf("dc2's claim within the bound: %+v", res)
+			}
+		})
+	}
+}

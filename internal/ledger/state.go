@@ -507,12 +507,16 @@ func (s *state) admissible(ax *applyCtx, c Reserve) (res Result, free bool) {
 // room is what a new entry asks of the ledger's bounds: its cost in
 // bytes, its tenant's, under a command's MaxEntries, MaxBytes and
 // MaxTenantBytes (a zero byte bound is no bound). keepJob names a job of the
-// tenant that relief must not remove (a Cancel's or Retry's own).
+// tenant that relief must not remove (a Cancel's or Retry's own). replaces
+// is a live entry of the tenant that the new one takes the place of (a
+// Claim's over a claim that gives way): it is counted as gone, and the
+// command removes it only once room is made, so a refusal leaves it.
 type room struct {
 	tenant                               string
 	cost                                 uint64
 	maxEntries, maxBytes, maxTenantBytes uint64
 	keepJob                              string
+	replaces                             *Entry
 }
 
 // makeRoom makes room for the entry r describes. Relief first: it removes
@@ -522,9 +526,13 @@ type room struct {
 // tenant's share, the tenant's before the ledger's bytes (the tenant's is
 // its own, 429), or 0 when the entry fits.
 func (s *state) makeRoom(ax *applyCtx, r room, now int64, rm *Removed) Outcome {
-	tenantOver := func() bool { return r.maxTenantBytes > 0 && s.tenantBytes[r.tenant]+r.cost > r.maxTenantBytes }
-	bytesOver := func() bool { return r.maxBytes > 0 && s.bytes+r.cost > r.maxBytes }
-	full := func() bool { return uint64(s.entries.Len()) >= r.maxEntries }
+	var freed uint64 // the entry and the bytes of the one replaced
+	if r.replaces != nil {
+		freed = entryBytes(len(r.replaces.Request.Payload))
+	}
+	tenantOver := func() bool { return r.maxTenantBytes > 0 && s.tenantBytes[r.tenant]+r.cost > r.maxTenantBytes+freed }
+	bytesOver := func() bool { return r.maxBytes > 0 && s.bytes+r.cost > r.maxBytes+freed }
+	full := func() bool { return uint64(s.entries.Len()-b2i(r.replaces != nil)) >= r.maxEntries }
 	for i := 0; i < maxReliefRemovals && (full() || tenantOver() || bytesOver()); i++ {
 		if e, ok := s.entryExp.Min(); ok && e.ExpiresAt <= now {
 			s.removeEntry(ax, e, now, rm)
