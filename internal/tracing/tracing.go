@@ -35,19 +35,48 @@ import (
 // Name is the instrumentation scope of every once span.
 const Name = "github.com/once-dev/once"
 
-// ErrEndpoint: an OTLP endpoint that is not an http or https URL.
+// ErrEndpoint: an OTLP endpoint that is not an http or https URL, or one
+// that carries credentials.
 var ErrEndpoint = errors.New("tracing: the OTLP endpoint must be an http:// or https:// URL")
 
 // CheckEndpoint validates an OTLP/HTTP endpoint URL ("" is off, and valid).
+// A URL with credentials (user:password@) is refused: the exporter would
+// drop them, sending spans unauthenticated, and the endpoint is logged at
+// start; credentials go in OTEL_EXPORTER_OTLP_HEADERS. The error names the
+// URL without them.
 func CheckEndpoint(endpoint string) error {
 	if endpoint == "" {
 		return nil
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%w: %q", ErrEndpoint, endpoint)
+		return fmt.Errorf("%w: %q", ErrEndpoint, redact(endpoint, u, err))
+	}
+	if u.User != nil {
+		return fmt.Errorf("%w without credentials: %q carries some, which the exporter would not send: "+
+			"give them in OTEL_EXPORTER_OTLP_HEADERS (Authorization=...)", ErrEndpoint, withoutUser(u))
 	}
 	return nil
+}
+
+// redact is endpoint without the credentials it carries, for an error:
+// "(not a URL)" when it does not parse (the text may hold anything).
+func redact(endpoint string, u *url.URL, err error) string {
+	if err != nil {
+		return "(not a URL)"
+	}
+	if u.User != nil {
+		return withoutUser(u)
+	}
+	return endpoint
+}
+
+// withoutUser is u with its user information (a user name, which may be a
+// token, and a password) shown as "***".
+func withoutUser(u *url.URL) string {
+	c := *u
+	c.User = url.User("***")
+	return c.String()
 }
 
 // Start installs a tracer provider exporting to endpoint (an OTLP/HTTP base

@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -62,6 +63,14 @@ func TestCheckEndpoint(t *testing.T) {
 	for _, bad := range []string{"127.0.0.1:4318", "grpc://x:4317", "http://"} {
 		if err := CheckEndpoint(bad); !errors.Is(err, ErrEndpoint) {
 			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	// Credentials in the URL are refused (the exporter would drop them),
+	// and the error does not repeat the password.
+	for _, withUser := range []string{"http://user:s3cret@collector:4318", "https://s3cret@collector:4318/v1/traces", "ftp://u:s3cret@x"} {
+		err := CheckEndpoint(withUser)
+		if !errors.Is(err, ErrEndpoint) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%q: %v", withUser, err)
 		}
 	}
 	if _, err := Start(context.Background(), "nope", "s", "n", "d"); !errors.Is(err, ErrEndpoint) {
