@@ -322,3 +322,52 @@ func TestKeysWhileAKeyIsRemoved(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// A reply delayed across a restart of the asking node is not taken as the
+// answer to a query of its new run: here the restarted node's query cannot
+// reach b, and a reply of b to the first run's query, arriving meanwhile,
+// must not count b as having applied the new step. (The ids once started
+// at 1 in every run of a node: the first query of the new run had the id of
+// the first query of the old, and took that reply.)
+func TestKeyringQueryIgnoresAReplyToAnEarlierRun(t *testing.T) {
+	k := key(1)
+	first := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = k })
+	if _, err := first.KeyringQuery(t.Context(), KeyringList, nil); err != nil {
+		t.Fatal(err)
+	}
+	first.mu.Lock()
+	oldID := first.querySeq
+	first.mu.Unlock()
+	if err := first.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+
+	release := make(chan struct{})
+	releaseDials := sync.OnceFunc(func() { close(release) })
+	defer releaseDials()
+	var tr *stallDialTo
+	var a *Pool
+	a = startPool(t, "a", RoleManager, func(c *Config) {
+		c.SecretKey = k
+		c.WrapTransport = func(nt memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+			tr = &stallDialTo{NodeAwareTransport: nt, release: release}
+			return tr
+		}
+		c.Knobs.KeyringQuerySent = func() {
+			a.deliverKeyringReply(appendKeyringReply(nil, oldID, NodeKeyring{Node: "b", Keys: [][]byte{k}}))
+		}
+	})
+	b := startPool(t, "b", RoleGate, func(c *Config) { c.SecretKey = k; c.Seeds = []string{a.Addr()} })
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b}, "a", "b"))
+
+	tr.stall(b.Addr())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	res, err := a.KeyringQuery(ctx, KeyringList, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Nodes) != 1 || res.Nodes[0].Node != "a" || len(res.NoAnswer) != 1 || res.NoAnswer[0] != "b" {
+		t.Fatalf("answers %+v, no answer from %v; want a's only, and no answer from b", res.Nodes, res.NoAnswer)
+	}
+}

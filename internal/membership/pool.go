@@ -109,7 +109,11 @@ type Pool struct {
 
 	// queries are the keyring queries of this node waiting for replies, by
 	// id (keyring_query.go).
-	queries  map[uint64]*keyringQuery
+	queries map[uint64]*keyringQuery
+	// querySeq is the id of this node's last keyring query. It starts at a
+	// random value (Start), not 0: a reply delayed across a restart of this
+	// node must not find a new query of the same id and be taken as its
+	// answer (a member counted as having applied a step it was never sent).
 	querySeq uint64
 
 	joined     chan struct{}
@@ -147,6 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		joined:  make(chan struct{}),
 		stop:    make(chan struct{}),
 	}
+	p.querySeq = rand.Uint64() // the ids of two runs of this node do not meet
 	b, err := p.local.Encode()
 	if err != nil {
 		return nil, &ConfigError{Field: "Meta", Err: err}
