@@ -103,6 +103,11 @@ func (o operator) Keyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcp
 	if errors.Is(err, membership.ErrNoEncryption) {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "the %s pool is not encrypted: start every member with a gossip key first (docs/operations.md)", pool)
 	}
+	if errors.Is(err, membership.ErrShutdown) {
+		// The manager is stopping: nothing was applied, not even here; the
+		// client asks another manager.
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "the %s gossip pool of this manager is shut down (the manager is stopping)", pool)
+	}
 	if err != nil {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "%v", err)
 	}

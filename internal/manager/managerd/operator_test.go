@@ -3,6 +3,7 @@ package managerd
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/once-dev/once/internal/autopilot"
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
+	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
@@ -513,3 +515,32 @@ func TestRemovePeerCountsTheHealthNow(t *testing.T) {
 type noViewYet struct{ freshlyDead }
 
 func (noViewYet) Health() *api.AutopilotHealth { return nil }
+
+// A keyring call to a manager whose gossip pool is shut down (the manager
+// is stopping) answers unavailable, so the client asks another manager: the
+// step was applied nowhere, and the request was fine. (It was answered
+// invalid, a definite answer the client returns to the operator as the
+// request's fault.)
+func TestKeyringOnAShutDownPoolIsUnavailable(t *testing.T) {
+	p, err := membership.Start(t.Context(), membership.Config{
+		NodeName: "m1", BindAddr: "127.0.0.1", Profile: membership.ProfileTest, Logger: testutil.Logger(t),
+		SecretKey: bytes.Repeat([]byte{1}, 32),
+		Meta: membership.Meta{Role: membership.RoleManager, Datacenter: "dc1", NodeID: "m1",
+			RPCAddr: "127.0.0.1:1", RaftAddr: "127.0.0.1:2", Version: manager.ProtocolVersion},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	fed := &federation{wan: p}
+	fed.lan.Store(p)
+	op := operator{node: "m1", log: testutil.Logger(t), fed: fed}
+	for _, pool := range []string{rpc.PoolLAN, rpc.PoolWAN} {
+		_, err := op.Keyring(t.Context(), &rpcpb.KeyringRequest{Op: "list", Pool: pool})
+		wantCode(t, pool+" list", err, rpc.CodeUnavailable)
+		_, err = op.Keyring(t.Context(), &rpcpb.KeyringRequest{Op: "install", Key: base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, 32)), Pool: pool})
+		wantCode(t, pool+" install", err, rpc.CodeUnavailable)
+	}
+}
