@@ -24,6 +24,24 @@ func (s *state) insertOwed(e *Entry) {
 	s.owed.ReplaceOrInsert(decodeEntry(&decoder{b: appendEntry(nil, e), base: ErrStore}))
 }
 
+// owe keeps e, an expiring entry still carried, owed. An owed copy of the
+// same job already there (its key sent again after its entry expired, the
+// same job ID) is replaced by e, keeping the datacenters either confirmed
+// (their sorted union: a confirmation is of the job, not of one copy); when
+// that leaves none to carry it to, nothing is owed.
+func (s *state) owe(e *Entry) {
+	if old, ok := s.owed.Get(&Entry{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID}); ok {
+		m := *e
+		m.Confirmed = unionConfirmed(e.Request.Datacenters, e.Confirmed, old.Confirmed)
+		if !carried(&m) {
+			s.owed.Delete(old)
+			return
+		}
+		e = &m
+	}
+	s.insertOwed(e)
+}
+
 // confirmOwed is Confirm's item for an owed entry; ok false when none is owed
 // under (tenant, key, job_id).
 func (s *state) confirmOwed(it Confirmation) (res Result, ok bool) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"reflect"
 	"testing"
 )
 
@@ -118,5 +119,65 @@ func TestConfirmReachesTheOwedEntryOfALiveJob(t *testing.T) {
 		if n := h.f.OutboxLen(); n != 0 {
 			t.Fatalf("outbox %d after dc2 confirmed the job, want 0", n)
 		}
+	})
+}
+
+// A confirmation is of the job, not of one copy of it. With three
+// datacenters, dc2 confirms the job, its entry expires (owed, dc3 not
+// confirmed) and the key is sent again (a live entry of the same job, which
+// no datacenter confirmed). Neither the live entry's expiry, which replaces
+// the owed copy, nor dc3's Confirm, which clears it, may forget dc2's
+// confirmation: the outbox would carry the job to dc2 again, and a dc2 past
+// its retention would run it a second time.
+func TestOwedCopyKeepsTheConfirmationsOfBoth(t *testing.T) {
+	setup := func(h *harness) Reserve {
+		r := reserve("t", "k", t0)
+		r.Request.Datacenters = []string{"dc1", "dc2", "dc3"}
+		h.must(admitWith(r, commit(r, t0+sec)), OutcomeCommitted)
+		h.must(Confirm{Items: []Confirmation{{"t", "k", r.JobID, "dc2"}}}, OutcomeConfirmed)
+		h.must(expire(t0+sec+commitTTL), OutcomeExpired)
+		again := r
+		again.Now = t0 + 2*sec + commitTTL
+		h.must(admitWith(again, reject(again, again.Now+1, 422)), OutcomeRejected)
+		if n, o := h.f.OutboxLen(), h.f.OwedLen(); n != 2 || o != 1 {
+			h.t.Fatalf("outbox %d, owed %d; want 2 and 1", n, o)
+		}
+		return again
+	}
+	t.Run("live expires", func(t *testing.T) {
+		onBoth(t, func(t *testing.T, h *harness) {
+			again := setup(h)
+			h.must(expire(again.Now+1+commitTTL), OutcomeExpired)
+			h.noEntry("t", "k")
+			e, ok := h.f.Owed("t", "k", again.JobID)
+			if !ok || !reflect.DeepEqual(e.Confirmed, []string{"dc2"}) {
+				t.Fatalf("owed after the live entry expired: %+v, %v; want confirmed by dc2", e.Confirmed, ok)
+			}
+			checkInvariants(t, h.f)
+			sameState(t, h.f, restore(t, persist(t, h.f)))
+			h.must(Confirm{Items: []Confirmation{{"t", "k", again.JobID, "dc3"}}}, OutcomeConfirmed)
+			if n, o := h.f.OutboxLen(), h.f.OwedLen(); n != 0 || o != 0 {
+				t.Fatalf("after dc3 confirmed: outbox %d, owed %d; want 0 and 0", n, o)
+			}
+		})
+	})
+	t.Run("owed cleared first", func(t *testing.T) {
+		onBoth(t, func(t *testing.T, h *harness) {
+			again := setup(h)
+			res := h.must(Confirm{Items: []Confirmation{{"t", "k", again.JobID, "dc3"}}}, OutcomeConfirmed)
+			if it := res.Items[0]; it.Outcome != OutcomeConfirmed || !reflect.DeepEqual(it.Entry.Confirmed, []string{"dc2", "dc3"}) {
+				t.Fatalf("confirm of dc3: %v, confirmed %v; want confirmed by dc2 and dc3", it.Outcome, it.Entry.Confirmed)
+			}
+			if n, o := h.f.OutboxLen(), h.f.OwedLen(); n != 0 || o != 0 {
+				t.Fatalf("after dc3 confirmed: outbox %d, owed %d; want 0 and 0", n, o)
+			}
+			checkInvariants(t, h.f)
+			h.must(expire(again.Now+1+commitTTL), OutcomeExpired)
+			h.noEntry("t", "k")
+			if n, o := h.f.OutboxLen(), h.f.OwedLen(); n != 0 || o != 0 {
+				t.Fatalf("after the live entry expired: outbox %d, owed %d; want 0 and 0", n, o)
+			}
+			checkInvariants(t, h.f)
+		})
 	})
 }

@@ -335,7 +335,7 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	if carried(e) {
 		s.multiDC.Delete(e)
 		s.multiDCLen--
-		s.insertOwed(e)
+		s.owe(e)
 	}
 	switch e.State {
 	case StateCommitted:
@@ -753,16 +753,20 @@ func (s *state) confirm(it Confirmation) Result {
 		return invalidf("confirm: empty tenant, key, job ID or datacenter")
 	}
 	old, ok := s.getEntry(it.Tenant, it.Key)
-	// An owed entry of the job (owed.go) is confirmed as well: the same
-	// request sent again after its entry expired has the same job ID, and a
-	// live entry of it does not make the owed one less owed.
-	if res, owed := s.confirmOwed(it); owed && (!ok || old.JobID != it.JobID) {
+	live := ok && old.JobID == it.JobID
+	if live {
+		if owed, ok := s.owed.Get(&Entry{Tenant: it.Tenant, Key: it.Key, JobID: it.JobID}); ok {
+			return s.confirmBoth(old, owed, it)
+		}
+	}
+	// An owed entry of the job (owed.go), with no live entry of the job.
+	if res, owed := s.confirmOwed(it); owed {
 		return res
 	}
 	if !ok {
 		return Result{Outcome: OutcomeNotFound}
 	}
-	if old.JobID != it.JobID {
+	if !live {
 		return Result{Outcome: OutcomeUnchanged, Entry: *old}
 	}
 	e, res := confirmed(old, it)
@@ -770,6 +774,53 @@ func (s *state) confirm(it Confirmation) Result {
 		s.replaceEntry(old, e)
 	}
 	return res
+}
+
+// confirmBoth is Confirm's item for a job with a live entry and an owed one
+// (the same request sent again after its entry expired: the same job ID). A
+// confirmation is of the job, not of one copy: both copies get the union of
+// their Confirmed and it.Datacenter, so that neither carries the job again
+// to a datacenter that confirmed the other (when the owed copy is cleared,
+// the live one must not stay carried for a datacenter only the owed copy
+// recorded; its expiry would owe the job to it again). The item's answer is
+// the live entry's: OutcomeConfirmed when its Confirmed grew.
+func (s *state) confirmBoth(old, owed *Entry, it Confirmation) Result {
+	if !slices.Contains(old.Request.Datacenters, it.Datacenter) {
+		return invalidf("confirm: %s/%s does not name datacenter %q", it.Tenant, it.Key, it.Datacenter)
+	}
+	all := unionConfirmed(old.Request.Datacenters, old.Confirmed, owed.Confirmed, []string{it.Datacenter})
+	if of := unionConfirmed(owed.Request.Datacenters, all, owed.Confirmed); !slices.Equal(of, owed.Confirmed) {
+		o := *owed
+		o.Confirmed = of
+		if carried(&o) {
+			s.insertOwed(&o) // same key: the write replaces owed
+		} else {
+			s.owed.Delete(owed)
+		}
+	}
+	if slices.Equal(all, old.Confirmed) {
+		return Result{Outcome: OutcomeUnchanged, Entry: *old}
+	}
+	e := *old
+	e.Confirmed = clip(slices.Clone(all))
+	s.replaceEntry(old, &e)
+	return Result{Outcome: OutcomeConfirmed, Entry: e}
+}
+
+// unionConfirmed is the sorted set of the datacenters in lists that named
+// names (an entry's Request.Datacenters): a Confirmed (confirmedValid) for
+// an entry of that request.
+func unionConfirmed(named []string, lists ...[]string) []string {
+	var all []string
+	for _, l := range lists {
+		for _, dc := range l {
+			if slices.Contains(named, dc) {
+				all = append(all, dc)
+			}
+		}
+	}
+	slices.Sort(all)
+	return clip(slices.Compact(all))
 }
 
 // confirmed is old with it.Datacenter added to its Confirmed (a new entry,
