@@ -295,6 +295,40 @@ func TestSubmitBodyTooLarge(t *testing.T) {
 }
 
 // goSubmit submits in the background; the answer arrives on the channel.
+// ownerAndWaiter submits body with key to tg twice: the first submission
+// (the owner) is held at mgr until the second waits on its pending entry,
+// then answered with answer's error (mgr's own answer when answer is nil
+// or returns nil). It returns the owner's answer and the waiter's.
+func ownerAndWaiter(tg *testGate, mgr *testManager, key, body string, answer func() error) (owner, waiter result) {
+	waiting := make(chan struct{}, 1)
+	tg.testHookWaiting = func() { waiting <- struct{}{} }
+	defer func() { tg.testHookWaiting = nil }()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	mgr.SetSubmitHook(func(ctx context.Context, _ *rpcpb.SubmitRequest) error {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return nil
+		}
+		close(arrived)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		if answer != nil {
+			return answer()
+		}
+		return nil
+	})
+	o := goSubmit(tg, key, body)
+	<-arrived
+	w := goSubmit(tg, key, body)
+	<-waiting
+	close(release)
+	return <-o, <-w
+}
+
 func goSubmit(tg *testGate, key, body string) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
@@ -507,29 +541,8 @@ func TestSubmitNoManager(t *testing.T) {
 func TestSubmitWaitersShareTransientFailure(t *testing.T) {
 	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, nil)
-	waiting := make(chan struct{}, 1)
-	tg.testHookWaiting = func() { waiting <- struct{}{} }
-	arrived, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	mgr.SetSubmitHook(func(ctx context.Context, _ *rpcpb.SubmitRequest) error {
-		first := false
-		once.Do(func() { first = true })
-		if !first {
-			return nil
-		}
-		close(arrived)
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return rpc.Errorf(rpc.CodeLedgerFull, "full") // a definite failure: not retried
-	})
-	owner := goSubmit(tg, skey(1), invoiceBody)
-	<-arrived
-	dup := goSubmit(tg, skey(1), invoiceBody)
-	<-waiting
-	close(release)
-	a, b := <-owner, <-dup
+	// A definite failure: not retried.
+	a, b := ownerAndWaiter(tg, mgr, skey(1), invoiceBody, func() error { return rpc.Errorf(rpc.CodeLedgerFull, "full") })
 	wantProblem(t, a, http.StatusServiceUnavailable, api.CodeUnavailable)
 	wantProblem(t, b, http.StatusServiceUnavailable, api.CodeUnavailable)
 	wantNoHeader(t, b, api.HeaderReplayed)

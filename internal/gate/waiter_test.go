@@ -2,16 +2,13 @@ package gate
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
-	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -55,32 +52,7 @@ func TestWaiterAnswersAsTheOwner(t *testing.T) {
 			if c.fill {
 				wantJob(t, tg.submit(t, skey(1), invoiceBody), http.StatusCreated)
 			}
-			waiting := make(chan struct{}, 1)
-			tg.testHookWaiting = func() { waiting <- struct{}{} }
-			arrived, release := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			mgr.SetSubmitHook(func(ctx context.Context, _ *rpcpb.SubmitRequest) error {
-				first := false
-				once.Do(func() { first = true })
-				if !first {
-					return nil
-				}
-				close(arrived)
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-				if c.answer != nil {
-					return c.answer()
-				}
-				return nil
-			})
-			owner := goSubmit(tg, skey(2), c.body)
-			<-arrived
-			dup := goSubmit(tg, skey(2), c.body)
-			<-waiting
-			close(release)
-			a, b := <-owner, <-dup
+			a, b := ownerAndWaiter(tg, mgr, skey(2), c.body, c.answer)
 
 			if c.code == "" {
 				wantJob(t, a, c.status)
