@@ -28,7 +28,11 @@ func (s *state) insertOwed(e *Entry) {
 // same job already there (its key sent again after its entry expired, the
 // same job ID) is replaced by e, keeping the datacenters either confirmed
 // (their sorted union: a confirmation is of the job, not of one copy); when
-// that leaves none to carry it to, nothing is owed.
+// that leaves none to carry it to, nothing is owed. e was admitted with the
+// owed copy's Confirmed and both were confirmed alike since (newEntry,
+// confirmBoth), so the union is e's own list, but for a pair kept in a state
+// written before the Admit copied it, whose live entry may lack what only
+// the owed copy recorded.
 func (s *state) owe(e *Entry) {
 	if old, ok := s.owed.Get(&Entry{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID}); ok {
 		m := *e

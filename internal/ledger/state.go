@@ -560,6 +560,13 @@ func (s *state) makeRoom(ax *applyCtx, r room, now int64, rm *Removed) Outcome {
 // newEntry is the entry an admissible Reserve makes, before its verdict is
 // in it (not inserted). The Admit creates or touches a structured key's
 // watermark once the verdict is applied (applyAdmit).
+//
+// An owed copy of the same job (owed.go: the key sent again after its entry
+// expired, the same job ID) gives the entry its Confirmed, of the datacenters
+// the request names: a confirmation is of the job, not of one copy, and an
+// entry that started with none would be carried at once to a datacenter that
+// confirmed the job already (TestReadmittedEntryKeepsTheOwedConfirmations).
+// Whatever the verdict: a REJECTED entry is carried as well.
 func (s *state) newEntry(c Reserve) *Entry {
 	e := &Entry{
 		Tenant:      c.Tenant,
@@ -578,6 +585,9 @@ func (s *state) newEntry(c Reserve) *Entry {
 	}
 	if c.Structured {
 		e.Structured, e.ClientID, e.Sequence, e.Nonce = true, c.ClientID, c.Sequence, c.Nonce
+	}
+	if o, ok := s.owed.Get(&Entry{Tenant: c.Tenant, Key: c.Key, JobID: c.JobID}); ok {
+		e.Confirmed = unionConfirmed(e.Request.Datacenters, o.Confirmed)
 	}
 	return e
 }
@@ -779,11 +789,18 @@ func (s *state) confirm(it Confirmation) Result {
 // confirmBoth is Confirm's item for a job with a live entry and an owed one
 // (the same request sent again after its entry expired: the same job ID). A
 // confirmation is of the job, not of one copy: both copies get the union of
-// their Confirmed and it.Datacenter, so that neither carries the job again
-// to a datacenter that confirmed the other (when the owed copy is cleared,
-// the live one must not stay carried for a datacenter only the owed copy
-// recorded; its expiry would owe the job to it again). The item's answer is
-// the live entry's: OutcomeConfirmed when its Confirmed grew.
+// their Confirmed and it.Datacenter. The live entry was admitted with the
+// owed copy's Confirmed (newEntry), so both lists are the same one and stay
+// so: the outbox, which carries the live entry instead of the owed copy only
+// for the datacenters the live entry is carried to, never carries the owed
+// copy beside it, and the Confirm that clears one clears the other. Confirming
+// the live entry alone would let the owed copy lag: carried to a datacenter
+// that confirmed the live entry, and carried alone once the live entry is
+// clear. The union repairs a pair whose lists differ (kept in a state
+// written before the Admit copied them), so that clearing the owed copy never
+// leaves the live one carried to a datacenter only the owed copy recorded.
+// The item's answer is the live entry's: OutcomeConfirmed when its Confirmed
+// grew.
 func (s *state) confirmBoth(old, owed *Entry, it Confirmation) Result {
 	if !slices.Contains(old.Request.Datacenters, it.Datacenter) {
 		return invalidf("confirm: %s/%s does not name datacenter %q", it.Tenant, it.Key, it.Datacenter)
