@@ -424,8 +424,9 @@ func (s *state) loadRunning() {
 
 // useStore points a state's indexes at the store, with the primary
 // tables' lengths from its meta record, and reads what the state keeps in
-// memory of it: the mirrors (wmAge with them) and multiDC's length.
-// O(watermarks + entries carried).
+// memory of it: the mirrors (wmAge with them), multiDC's length and the
+// owed entries counted with a live one (owedLive). O(watermarks + entries
+// carried + owed entries).
 func (s *state) useStore(st *engine.Store, m storeMeta) {
 	keys := st.CountKeys(m.entries+m.jobs, pfxEntries, pfxJobs)
 	entries := &diskIndex[*Entry]{st: st, order: entryOrder,
@@ -468,4 +469,5 @@ func (s *state) useStore(st *engine.Store, m storeMeta) {
 	if s.knobs.OrdersInMemory {
 		s.ordersInMemory()
 	}
+	s.countOwedLive()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -212,12 +213,28 @@ func checkInvariants(t testing.TB, f *FSM) {
 	if s.multiDCLen != carriedN {
 		t.Errorf("multiDCLen is %d, %d entries are carried", s.multiDCLen, carriedN)
 	}
+	owedLive := 0
 	s.owed.Ascend(func(e *Entry) bool {
 		if !carried(e) {
 			t.Errorf("owed entry %s/%s/%s owes nothing", e.Tenant, e.Key, e.JobID)
 		}
+		live, ok := s.entries.Get(&Entry{Tenant: e.Tenant, Key: e.Key})
+		if !ok || live.JobID != e.JobID {
+			return true
+		}
+		if carried(live) {
+			owedLive++
+		}
+		// The live entry of an owed job was admitted with the owed copy's
+		// confirmations and both were confirmed alike since.
+		if slices.Equal(live.Request.Datacenters, e.Request.Datacenters) && !slices.Equal(live.Confirmed, e.Confirmed) {
+			t.Errorf("job %s/%s/%s: the live entry is confirmed by %v, its owed copy by %v", e.Tenant, e.Key, e.JobID, live.Confirmed, e.Confirmed)
+		}
 		return true
 	})
+	if s.owedLive != owedLive {
+		t.Errorf("owedLive is %d, %d owed entries have a carried live entry of their job", s.owedLive, owedLive)
+	}
 	if countOf(s.entryExp) != s.entries.Len() {
 		t.Errorf("entryExp has %d items, entries %d", countOf(s.entryExp), s.entries.Len())
 	}

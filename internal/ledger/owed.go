@@ -21,7 +21,38 @@ package ledger
 // which a disk state mirrors in memory: a copy of e whose strings are its own,
 // not parts of the record e was read from (decoder's share).
 func (s *state) insertOwed(e *Entry) {
-	s.owed.ReplaceOrInsert(decodeEntry(&decoder{b: appendEntry(nil, e), base: ErrStore}))
+	if _, replaced := s.owed.ReplaceOrInsert(decodeEntry(&decoder{b: appendEntry(nil, e), base: ErrStore})); !replaced {
+		s.owedLive += b2i(s.liveCarried(e))
+	}
+}
+
+// deleteOwed removes e from the owed table.
+func (s *state) deleteOwed(e *Entry) {
+	s.owed.Delete(e)
+	s.owedLive -= b2i(s.liveCarried(e))
+}
+
+// hasOwed reports whether an owed entry of e's job (tenant, key, job_id) is
+// kept.
+func (s *state) hasOwed(e *Entry) bool {
+	return s.owed.Has(&Entry{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID})
+}
+
+// liveCarried reports whether the live entry of o's key is of o's job and
+// carried: o, owed, is then counted once with it (owedLive).
+func (s *state) liveCarried(o *Entry) bool {
+	e, ok := s.getEntry(o.Tenant, o.Key)
+	return ok && e.JobID == o.JobID && carried(e)
+}
+
+// countOwedLive derives owedLive from the tables (a store opened).
+// O(owed entries).
+func (s *state) countOwedLive() {
+	s.owedLive = 0
+	s.owed.Ascend(func(o *Entry) bool {
+		s.owedLive += b2i(s.liveCarried(o))
+		return true
+	})
 }
 
 // owe keeps e, an expiring entry still carried, owed. An owed copy of the
@@ -38,7 +69,7 @@ func (s *state) owe(e *Entry) {
 		m := *e
 		m.Confirmed = unionConfirmed(e.Request.Datacenters, e.Confirmed, old.Confirmed)
 		if !carried(&m) {
-			s.owed.Delete(old)
+			s.deleteOwed(old)
 			return
 		}
 		e = &m
@@ -59,7 +90,7 @@ func (s *state) confirmOwed(it Confirmation) (res Result, ok bool) {
 	case carried(e):
 		s.owed.ReplaceOrInsert(e) // same key: the write replaces old
 	default:
-		s.owed.Delete(old)
+		s.deleteOwed(old)
 	}
 	return res, true
 }
@@ -83,12 +114,14 @@ func (f *FSM) OwedMultiDatacenter(fn func(Entry) bool) {
 	}
 }
 
-// OutboxLen is how many entries the outbox carries: the resolved entries
-// naming another datacenter that has not confirmed them, live or owed.
+// OutboxLen is how many jobs the outbox carries: the resolved entries
+// naming another datacenter that has not confirmed them, live or owed, a
+// job with both a live and an owed entry (its key sent again after its
+// entry expired) counted once: the outbox carries it once.
 func (f *FSM) OutboxLen() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.s.multiDCLen + f.s.owed.Len()
+	return f.s.multiDCLen + f.s.owed.Len() - f.s.owedLive
 }
 
 // OwedLen is how many of them are owed (expired before every datacenter

@@ -76,6 +76,9 @@ type state struct {
 	multiDCLen int
 	// owed holds the entries that expired while multiDC held them (owed.go).
 	owed index[*Entry]
+	// owedLive counts the owed entries whose job has a live entry in
+	// multiDC too (twinned): FSM.OutboxLen counts such a job once.
+	owedLive int
 
 	// store is the disk-backed state's store (nil in memory); dirtyTenants
 	// are the tenants whose counters the open batch touched, with their
@@ -281,6 +284,7 @@ func (s *state) insertEntry(e *Entry) {
 	if carried(e) {
 		insert(s.multiDC, e)
 		s.multiDCLen++
+		s.owedLive += b2i(s.hasOwed(e))
 	}
 	s.entryStates[e.State]++
 	s.charge(e.Tenant, entryBytes(len(e.Request.Payload)))
@@ -292,6 +296,9 @@ func (s *state) replaceEntry(old, e *Entry) {
 	reorder(s.entryExp, entryExpOrder.less, old, e, true, true)
 	reorder(s.multiDC, multiDCOrder.less, old, e, carried(old), carried(e))
 	s.multiDCLen += b2i(carried(e)) - b2i(carried(old))
+	if carried(e) != carried(old) && s.hasOwed(e) { // old and e: the same job
+		s.owedLive += b2i(carried(e)) - b2i(carried(old))
+	}
 	s.entryStates[old.State]--
 	s.entryStates[e.State]++
 	s.release(old.Tenant, entryBytes(len(old.Request.Payload)))
@@ -335,6 +342,7 @@ func (s *state) removeEntry(ax *applyCtx, e *Entry, now int64, rm *Removed) {
 	if carried(e) {
 		s.multiDC.Delete(e)
 		s.multiDCLen--
+		s.owedLive -= b2i(s.hasOwed(e))
 		s.owe(e)
 	}
 	switch e.State {
@@ -812,7 +820,7 @@ func (s *state) confirmBoth(old, owed *Entry, it Confirmation) Result {
 		if carried(&o) {
 			s.insertOwed(&o) // same key: the write replaces owed
 		} else {
-			s.owed.Delete(owed)
+			s.deleteOwed(owed)
 		}
 	}
 	if slices.Equal(all, old.Confirmed) {
