@@ -107,6 +107,32 @@ func operatorInterceptors(auth OperatorAuth) []grpc.ServerOption {
 	})
 }
 
+// errCarriedByNonManager answers a carried submission (SubmitRequest's
+// carried or carrier) from a caller whose certificate names another role
+// than the manager's.
+var errCarriedByNonManager = &Error{Code: CodeForbidden, Message: "a carried submission (carried, carrier) is sent only by " +
+	"another datacenter's manager: the caller's certificate must carry the URI SAN " + certs.RolePrefix + string(certs.RoleManager) + " or no role"}
+
+// mayCarry reports whether the caller of ctx may send carried submissions,
+// which only another datacenter's outbox sends (docs/multidc.md): a caller
+// whose client certificate names a role may if that role is the manager's;
+// one whose certificate names none (a CA issued without roles: all its
+// certificates are equal), or a caller without a certificate (a listener
+// without TLS: insecure mode, where everything is open), may. A gate's
+// certificate (the gate role, derived from the secret or issued from
+// files) or an operator's may not: a gate forwards its clients'
+// submissions, never a carried one, and a carried submission is exempt
+// from the outbox's bound and makes the receiver take its carrier for
+// confirmed.
+func mayCarry(ctx context.Context) bool {
+	peer := peerCertificates(ctx)
+	if len(peer) == 0 {
+		return true
+	}
+	r, err := certs.RoleOf(peer[0])
+	return err == nil && (r == "" || r == certs.RoleManager)
+}
+
 // peerCertificates returns the certificates the caller presented, if any:
 // the TLS state listenerCredentials gave the connection.
 func peerCertificates(ctx context.Context) []*x509.Certificate {

@@ -236,6 +236,9 @@ type service struct {
 func (sv *service) Submit(stream submitServerStream) error {
 	s := sv.s
 	ctx := stream.Context()
+	// Whether this caller may send carried submissions: one connection,
+	// one certificate, checked once per stream.
+	carryOK := mayCarry(ctx)
 
 	batches := make(chan *rpcpb.SubmitBatch)
 	recvErr := make(chan error, 1)
@@ -273,7 +276,7 @@ func (sv *service) Submit(stream submitServerStream) error {
 	run := func(t task) {
 		defer func() { <-sem }()
 		id := t.it.GetId()
-		r := s.answer(t.ctx, t.it)
+		r := s.answer(t.ctx, t.it, carryOK)
 		mu.Lock()
 		_, wanted := inflight[id]
 		delete(inflight, id)
@@ -361,8 +364,9 @@ loop:
 }
 
 // answer runs what an item of the submit stream carries, a submission or
-// a worker call, and returns its result.
-func (s *Server) answer(ctx context.Context, it *rpcpb.SubmitItem) *rpcpb.SubmitResult {
+// a worker call, and returns its result; mayCarry says whether the caller
+// may send a carried submission (mayCarry).
+func (s *Server) answer(ctx context.Context, it *rpcpb.SubmitItem, mayCarry bool) *rpcpb.SubmitResult {
 	r := &rpcpb.SubmitResult{Id: it.GetId()}
 	if s.serveWorkerCall(ctx, it, r) {
 		return r
@@ -370,6 +374,10 @@ func (s *Server) answer(ctx context.Context, it *rpcpb.SubmitItem) *rpcpb.Submit
 	req := it.GetRequest()
 	if req == nil {
 		req = &rpcpb.SubmitRequest{} // refused by the Service as invalid
+	}
+	if !mayCarry && (req.GetCarried() || req.GetCarrier() != "") {
+		r.Error = toPBError(errCarriedByNonManager, nil) // an *Error: nothing to log
+		return r
 	}
 	resp, err := s.svc.Submit(ctx, req)
 	if err != nil {
