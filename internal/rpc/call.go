@@ -138,10 +138,19 @@ func callError(what, addr string, err error) error {
 	case codes.ResourceExhausted:
 		return Errorf(CodeTooLarge, "%s: %s", what, st.Message())
 	case codes.Unimplemented:
-		return Errorf(CodeInternal, "%s: %s", what, st.Message())
+		return &unservedError{Errorf(CodeInternal, "%s: %s", what, st.Message())}
 	}
 	return attemptError(what, addr, err)
 }
+
+// unservedError is the answer of a listener that serves no such method
+// (Unimplemented, without an Error in its details): internal, as any
+// manager's, unless the client reached that listener by a not_leader hint,
+// which then named an address where no manager serves (retryAt).
+type unservedError struct{ err *Error }
+
+func (u *unservedError) Error() string { return u.err.Error() }
+func (u *unservedError) Unwrap() error { return u.err }
 
 // grpcCode is the gRPC status code an rpc Code travels under (the Error in
 // the details is what the client reads; the code is for other tools).

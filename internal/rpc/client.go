@@ -329,6 +329,11 @@ func (c *Client) retryAt(ctx context.Context, what string, learn bool, attempt f
 	backoff := c.cfg.RetryBackoff
 	var last error
 	hops, attempts := 0, 0
+	// hint is the address a not_leader answer named, asked next. It becomes
+	// the last known leader only once it answers as one: a hint may name a
+	// dead manager, or an address where no manager serves, and the calls
+	// after this one must not be sent there first on its word alone.
+	hint := ""
 	for {
 		if c.isClosed() {
 			return errClientClosed
@@ -337,7 +342,11 @@ func (c *Client) retryAt(ctx context.Context, what string, learn bool, attempt f
 			return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("no manager answered in %d attempts (last error: %v)", attempts, last)}
 		}
 		attempts++
-		addr := c.pick()
+		addr, hinted := hint, hint != ""
+		hint = ""
+		if !hinted {
+			addr = c.pick()
+		}
 		if addr == "" {
 			last = errors.New("no manager address known")
 		} else {
@@ -351,6 +360,7 @@ func (c *Client) retryAt(ctx context.Context, what string, learn bool, attempt f
 			last = err
 			var e *Error
 			var f *finalError
+			var u *unservedError
 			switch {
 			case errors.As(err, &f):
 				return f.err // the attempt cannot be repeated
@@ -358,11 +368,15 @@ func (c *Client) retryAt(ctx context.Context, what string, learn bool, attempt f
 				c.forget(addr)
 				if e.Leader != "" && e.Leader != addr && hops < maxHintHops {
 					hops++
-					c.setLeader(e.Leader)
+					hint = e.Leader
 					continue
 				}
 			case errors.As(err, &e) && e.Code == CodeUnavailable:
 				c.forgetUnlessGivenUp(ctx, addr)
+			case hinted && errors.As(err, &u):
+				// The hint named an address that serves no such method:
+				// not a manager (another service on that port), so not
+				// an answer about this call; ask the resolver's managers.
 			case errors.As(err, &e):
 				return err // a definite answer: not found, invalid, ledger full, internal
 			default:
