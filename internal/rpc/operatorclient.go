@@ -234,12 +234,16 @@ func (c *Client) Restore(ctx context.Context, r io.Reader) error {
 }
 
 // restoreOnce sends r on one Restore stream and returns the manager's
-// answer; read is set once anything was read from r.
+// answer; read is set once anything was read from r. An attempt whose
+// stream ended before the whole archive was sent (a connection cut as it
+// was sent) fails as any attempt does: the manager cannot have installed
+// an archive it did not receive.
 func (c *Client) restoreOnce(ctx context.Context, oc rpcpb.OperatorClient, r io.Reader, read *bool) error {
 	stream, err := oc.Restore(ctx)
 	if err != nil {
 		return err
 	}
+	sentAll := false // every chunk of the archive handed to the stream
 	for {
 		buf := make([]byte, snapshotChunkBytes) // each chunk its own: Send may keep it
 		n, rerr := io.ReadFull(r, buf)
@@ -247,12 +251,16 @@ func (c *Client) restoreOnce(ctx context.Context, oc rpcpb.OperatorClient, r io.
 		if n > 0 {
 			if err := stream.Send(&rpcpb.SnapshotChunk{Data: buf[:n]}); err != nil {
 				if errors.Is(err, io.EOF) {
-					break // the manager answered already: CloseAndRecv has it
+					// The stream ended before the archive did: the
+					// manager answered already, or the connection was
+					// cut. CloseAndRecv has which.
+					break
 				}
 				return err
 			}
 		}
 		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			sentAll = true
 			break
 		}
 		if rerr != nil {
@@ -261,7 +269,7 @@ func (c *Client) restoreOnce(ctx context.Context, oc rpcpb.OperatorClient, r io.
 	}
 	_, err = stream.CloseAndRecv()
 	var e *Error
-	if err != nil && !errors.As(callError("restore", "", err), &e) {
+	if err != nil && sentAll && !errors.As(callError("restore", "", err), &e) {
 		// The whole archive was sent and no answer came (the attempt's
 		// deadline, a connection cut): the leader may be installing it,
 		// and sending it again would restore it a second time, erasing

@@ -589,3 +589,54 @@ func TestRestoreNotResentAfterALostAnswer(t *testing.T) {
 		t.Fatalf("the archive was sent %d times, want once (%v)", n, err)
 	}
 }
+
+// cutRestore reads the first bytes of an archive and then waits, as a
+// manager whose connection is about to be cut does.
+type cutRestore struct {
+	peerOperator
+	started chan struct{}
+}
+
+func (c *cutRestore) Restore(ctx context.Context, r io.Reader) error {
+	if _, err := io.ReadFull(r, make([]byte, 1)); err != nil {
+		return err
+	}
+	close(c.started)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A restore whose connection is cut while its archive is being sent (the
+// manager has not received all of it, so cannot have installed it) is an
+// attempt that failed like any other: a seekable archive is sent again,
+// from its start, to the next manager, not refused as possibly installed.
+func TestRestoreCutWhileSendingIsSentAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cut := &cutRestore{started: make(chan struct{})}
+	cutAddr, cutSrv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: testCluster, Operator: cut, OperatorAuth: OperatorAuth{Secret: testOperator}})
+	next := &archiveOperator{}
+	nextAddr := serveOperator(t, next)
+	// pick's round robin starts with the second address: cutAddr first.
+	c := NewClient(ClientConfig{Resolver: StaticResolver{nextAddr, cutAddr}, AttemptTimeout: 10 * time.Second,
+		Secret: testCluster, OperatorSecret: testOperator, MaxAttempts: 4})
+	t.Cleanup(c.Close)
+	archive := make([]byte, 16*snapshotChunkBytes) // far over what flow control lets through unread
+	for i := range archive {
+		archive[i] = byte(i % 251)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Restore(ctx, bytes.NewReader(archive)) }()
+	select {
+	case <-cut.started:
+	case err := <-done:
+		t.Fatalf("restore ended before it reached the first manager: %v", err)
+	}
+	_ = cutSrv.Close() // the connection is cut with most of the archive unsent
+	if err := <-done; err != nil {
+		t.Fatalf("restore cut while sending: %v, want it sent again to the next manager", err)
+	}
+	if got := next.restored(); !bytes.Equal(got, archive) {
+		t.Fatalf("the next manager restored %d bytes, want the archive's %d", len(got), len(archive))
+	}
+}
