@@ -396,18 +396,36 @@ func (c *Client) retryAt(ctx context.Context, what string, learn bool, attempt f
 	}
 }
 
+// pick returns the address of the next attempt: the last known leader, or
+// the resolver's managers in turn. When it reads the resolver, it closes
+// the unary connections no call is using to the addresses the resolver no
+// longer names (a manager replaced, moved or gone): gRPC would otherwise
+// keep dialling a dead one, every second or so, for as long as the client
+// lives.
 func (c *Client) pick() string {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.leader != "" {
+		defer c.mu.Unlock()
 		return c.leader
 	}
 	ms := c.cfg.Resolver.Managers()
-	if len(ms) == 0 {
-		return ""
+	var unlisted []*callConn
+	for addr, u := range c.conns {
+		if u.calls == 0 && !slices.Contains(ms, addr) {
+			unlisted = append(unlisted, u)
+			delete(c.conns, addr)
+		}
 	}
-	c.rr = (c.rr + 1) % len(ms)
-	return ms[c.rr]
+	addr := ""
+	if len(ms) > 0 {
+		c.rr = (c.rr + 1) % len(ms)
+		addr = ms[c.rr]
+	}
+	c.mu.Unlock()
+	for _, u := range unlisted {
+		_ = u.cc.Close()
+	}
+	return addr
 }
 
 func (c *Client) isClosed() bool {
