@@ -75,8 +75,7 @@ func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Le
 	// answer would give the worker a lease the ledger has ended while the
 	// current one, held for the key, waited for its expiry. In a new term
 	// the ledger answers (leaseJobs: FSM.HeldLeases).
-	key := strconv.FormatUint(m.readyTerm.Load(), 10) + "\x00" + req.Tenant + "\x00" + req.Request
-	a, replayed, err := m.leaseReplays.Do(ctx, key, func(ctx context.Context) (leaseAnswer, bool) {
+	a, replayed, err := m.leaseReplays.Do(ctx, m.leaseReplayKey(req.Tenant, req.Request), func(ctx context.Context) (leaseAnswer, bool) {
 		// The long poll lasts while any caller of the key waits (ctx); once
 		// proposed, the lease is applied and its answer kept even if every
 		// caller has left: their retry is what will read it.
@@ -86,15 +85,24 @@ func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Le
 	switch {
 	case err != nil:
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "lease: %v", err)
+	case a.fingerprint != req.Fingerprint:
+		// The key's run is another body's (kept, or still running when
+		// this call came and joined it): refused whatever that run's
+		// answer, its error included, which says nothing of this call.
+		return nil, requestReused("lease")
 	case a.err != nil:
 		return nil, a.err
-	case a.fingerprint != req.Fingerprint:
-		return nil, requestReused("lease")
 	case replayed:
 		m.metrics.leaseReplays.Inc()
 		return &rpcpb.LeaseResponse{Leases: a.resp.Leases, Replayed: true}, nil
 	}
 	return a.resp, nil
+}
+
+// leaseReplayKey is the key of tenant's lease asked with request in the
+// leader's memory of answers: the memory is this term's (readyTerm).
+func (m *Manager) leaseReplayKey(tenant, request string) string {
+	return strconv.FormatUint(m.readyTerm.Load(), 10) + "\x00" + tenant + "\x00" + request
 }
 
 // lease leases jobs for req, waiting up to its wait for one while ctx lasts;

@@ -301,3 +301,51 @@ func TestLongPollTakesAJobFailedWithARetry(t *testing.T) {
 		t.Fatalf("the lease waiting while the job failed with a retry: %+v %v; want the job, attempt 2", a.r, a.err)
 	}
 }
+
+// A lease with a key and another body that comes while the key's run (the
+// first body's) is in flight, and joins it, is refused as the key reused,
+// whatever that run answers: its error (a retryable one, not kept) says
+// nothing of this call, which must not be told to retry with the body the
+// key is not free for.
+func TestLeaseJoiningAnotherBodysFailedRunIsRefused(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	m := tc.mgrs[tc.leader()]
+	ctx := ctxT(t)
+	key := m.leaseReplayKey("acme", "lease-1")
+	release := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		// The first body's run, held until released, then failing as a
+		// lease does when the leader cannot apply it.
+		_, _, err := m.leaseReplays.Do(ctx, key, func(context.Context) (leaseAnswer, bool) {
+			<-release
+			return leaseAnswer{fingerprint: "f1", err: rpc.Errorf(rpc.CodeUnavailable, "lease: not applied")}, false
+		})
+		first <- err
+	}()
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		return m.leaseReplays.Callers(key) == 1, "the first run is not in flight"
+	})
+	other := make(chan error, 1)
+	go func() {
+		_, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-1", Fingerprint: "f2"})
+		other <- err
+	}()
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		return m.leaseReplays.Callers(key) == 2, "the other body's lease did not join the run"
+	})
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the first run: %v", err)
+	}
+	if err := <-other; !isCode(err, rpc.CodeRequestReused) {
+		t.Fatalf("a lease with another body joining the key's failed run: %v, want request_reused", err)
+	}
+	// Nothing was kept: the key is free, and the other body, asked again,
+	// runs.
+	submitJobs(t, tc, 1, "email")
+	r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-1", Fingerprint: "f2"})
+	if err != nil || len(r.Leases) != 1 || r.Replayed {
+		t.Fatalf("the other body asked again once the key's run failed: %+v %v", r, err)
+	}
+}
