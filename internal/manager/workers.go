@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
@@ -40,14 +42,14 @@ type leaseAnswer struct {
 	err         error
 }
 
-// size is what a kept lease answer costs: each job's payload and result
-// and a fixed overhead per lease.
+// size is what a kept lease answer costs: the answer as encoded (each job's
+// payload, result and error, which a job leased again after a failed
+// attempt carries and which can be as long as a result, and its other
+// members) and a fixed overhead per lease.
 func (a leaseAnswer) size() int64 {
 	n := int64(len(a.fingerprint)) + 64
 	if a.resp != nil {
-		for _, l := range a.resp.Leases {
-			n += int64(len(l.Job.Payload)+len(l.Job.Result)) + 512
-		}
+		n += int64(proto.Size(a.resp)) + 512*int64(len(a.resp.Leases))
 	}
 	return n
 }

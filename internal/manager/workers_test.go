@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -347,5 +348,36 @@ func TestLeaseJoiningAnotherBodysFailedRunIsRefused(t *testing.T) {
 	r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-1", Fingerprint: "f2"})
 	if err != nil || len(r.Leases) != 1 || r.Replayed {
 		t.Fatalf("the other body asked again once the key's run failed: %+v %v", r, err)
+	}
+}
+
+// The leader's memory of lease answers counts what an answer holds: a job
+// leased again after a failed attempt carries that attempt's error, which
+// can be as long as a result, and counts as a result does. Before, only
+// payloads and results counted: answers carrying long errors went past
+// leaseReplayBytes uncounted.
+func TestLeaseMemoryCountsTheJobsErrors(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.JobBackoffMin, c.JobBackoffMax = time.Millisecond, time.Millisecond })
+	queueOn(tc)
+	m := tc.mgrs[tc.leader()]
+	ctx := ctxT(t)
+	id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
+	first, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1})
+	if err != nil || len(first.Leases) != 1 {
+		t.Fatalf("first lease: %+v %v", first, err)
+	}
+	long := strings.Repeat("e", 1<<20)
+	if _, err := m.FailJob(ctx, "acme", id, first.Leases[0].LeaseId, long, true); err != nil {
+		t.Fatalf("fail: %v", err)
+	}
+	// Past the backoff the job is leased again, with the first attempt's
+	// error.
+	r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-1", Fingerprint: "f1",
+		WaitNanos: int64(10 * time.Second)})
+	if err != nil || len(r.Leases) != 1 || r.Leases[0].Job.Error != long {
+		t.Fatalf("the lease of the failed job: %v; want it with its error", err)
+	}
+	if got := m.leaseReplays.Bytes(); got < int64(len(long)) {
+		t.Fatalf("the kept answer counts %d bytes; it holds an error of %d", got, len(long))
 	}
 }
