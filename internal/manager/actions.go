@@ -19,22 +19,29 @@ var _ rpc.JobActions = (*Manager)(nil)
 
 // Cancel implements rpc.JobActions: a queued job ends cancelled.
 func (m *Manager) Cancel(ctx context.Context, req *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error) {
-	return m.jobAction(ctx, "cancel", req, func(a ledger.JobAction) ledger.Command { return ledger.Cancel{JobAction: a} })
+	return m.jobAction(ctx, "cancel", req, func(a ledger.JobAction) ledger.Command { return ledger.Cancel{JobAction: a} }, nil)
 }
 
 // Retry implements rpc.JobActions: a failed or dead job is queued again for
 // a new attempt.
 func (m *Manager) Retry(ctx context.Context, req *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error) {
-	resp, err := m.jobAction(ctx, "retry", req, func(a ledger.JobAction) ledger.Command { return ledger.Retry{JobAction: a} })
-	if err == nil && !resp.Replayed {
-		m.jobsQueued.fire() // leases waiting at this leader take it now
-	}
-	return resp, err
+	return m.jobAction(ctx, "retry", req, func(a ledger.JobAction) ledger.Command { return ledger.Retry{JobAction: a} },
+		func(res ledger.Result) {
+			if res.Outcome == ledger.OutcomeRetried {
+				// Leases waiting at this leader take it now: woken once
+				// the retry is applied, whether or not its caller still
+				// waits (a caller that left, retrying with its key, is
+				// answered with a replay).
+				m.jobsQueued.fire()
+			}
+		})
 }
 
-// jobAction proposes the action cmd makes of req and renders its result.
+// jobAction proposes the action cmd makes of req and renders its result;
+// then, when not nil, is given the command's result once applied, even if
+// ctx has ended (Manager.applyThen).
 func (m *Manager) jobAction(ctx context.Context, name string, req *rpcpb.JobActionRequest,
-	cmd func(ledger.JobAction) ledger.Command) (*rpcpb.JobActionResponse, error) {
+	cmd func(ledger.JobAction) ledger.Command, then func(ledger.Result)) (*rpcpb.JobActionResponse, error) {
 	if err := m.CheckLeader(); err != nil {
 		return nil, err
 	}
@@ -42,7 +49,7 @@ func (m *Manager) jobAction(ctx context.Context, name string, req *rpcpb.JobActi
 		return nil, rpc.Errorf(rpc.CodeInvalid, "%s: tenant, job ID, key and fingerprint are required", name)
 	}
 	now := m.ledgerNow()
-	res, err := m.apply(ctx, cmd(ledger.JobAction{
+	res, err := m.applyThen(ctx, cmd(ledger.JobAction{
 		Tenant:         req.Tenant,
 		JobID:          req.JobId,
 		Key:            req.Key,
@@ -52,7 +59,7 @@ func (m *Manager) jobAction(ctx context.Context, name string, req *rpcpb.JobActi
 		MaxEntries:     uint64(m.cfg.LedgerMaxEntries),
 		MaxBytes:       uint64(m.cfg.LedgerMaxBytes),
 		MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes),
-	}))
+	}), then)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,18 @@ type batcher struct {
 type batchItem struct {
 	data []byte
 	done chan batchDone // capacity 1: the proposer never blocks on it
+	// then, when set, is given the command's result once applied, whether
+	// or not its submitter still waits (applyThen).
+	then func(ledger.Result)
+}
+
+// finish hands the item its result: to then (once applied) and to its
+// submitter.
+func (it *batchItem) finish(d batchDone) {
+	if it.then != nil && d.err == nil {
+		it.then(d.res)
+	}
+	it.done <- d
 }
 
 type batchDone struct {
@@ -56,12 +68,20 @@ func newBatcher(m *Manager, kind ledger.CommandType) *batcher {
 // apply proposes cmd in the next batch and waits for its own result, as
 // Manager.apply does for a single command.
 func (b *batcher) apply(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
+	return b.applyThen(ctx, cmd, nil)
+}
+
+// applyThen is apply, and then, when not nil, is given cmd's result once it
+// is applied, on the proposer's goroutine (it must not block), even after
+// ctx has ended: what must follow the command's effect (waking the leases
+// waiting for a job it queued) does not depend on its caller still waiting.
+func (b *batcher) applyThen(ctx context.Context, cmd ledger.Command, then func(ledger.Result)) (ledger.Result, error) {
 	select {
 	case <-b.m.shutdown:
 		return ledger.Result{}, errShuttingDown
 	default:
 	}
-	it := &batchItem{data: ledger.Encode(cmd), done: make(chan batchDone, 1)}
+	it := &batchItem{data: ledger.Encode(cmd), done: make(chan batchDone, 1), then: then}
 	b.mu.Lock()
 	b.queue = append(b.queue, it)
 	b.mu.Unlock()
@@ -130,7 +150,7 @@ func (b *batcher) failQueued() {
 	b.queue = nil
 	b.mu.Unlock()
 	for _, it := range q {
-		it.done <- batchDone{err: errShuttingDown}
+		it.finish(batchDone{err: errShuttingDown})
 	}
 }
 
@@ -151,19 +171,19 @@ func (b *batcher) propose(batch []*batchItem) {
 	switch {
 	case err != nil:
 	case len(batch) == 1:
-		batch[0].done <- commandResult(res)
+		batch[0].finish(commandResult(res))
 		return
 	case res.Outcome != ledger.OutcomeBatch || len(res.Items) != len(batch):
 		err = rpc.Errorf(rpc.CodeInternal, "ledger refused the batch: %s %v", res.Outcome, res.Err)
 		b.m.log.Error("batch entry refused", logging.KeyError, err)
 	default:
 		for i, it := range batch {
-			it.done <- commandResult(res.Items[i])
+			it.finish(commandResult(res.Items[i]))
 		}
 		return
 	}
 	for _, it := range batch {
-		it.done <- batchDone{err: err}
+		it.finish(batchDone{err: err})
 	}
 }
 

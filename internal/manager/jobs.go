@@ -109,7 +109,7 @@ func (m *Manager) HeartbeatJob(ctx context.Context, tenant, jobID, leaseID strin
 		now := m.ledgerNow()
 		return ledger.Heartbeat{Tenant: tenant, JobID: jobID, LeaseID: leaseID,
 			Now: now.UnixNano(), Expiry: now.Add(d).UnixNano()}, nil
-	})
+	}, nil)
 }
 
 // CompleteJob ends the job's attempt under leaseID with its result:
@@ -132,7 +132,7 @@ func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string
 		}
 		return ledger.Complete{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Result: result,
 			Now: m.ledgerNow().UnixNano(), MaxBytes: uint64(m.cfg.LedgerMaxBytes), MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes)}, nil
-	})
+	}, nil)
 }
 
 // FailJob ends the job's attempt under leaseID with an error: with retry the
@@ -152,22 +152,27 @@ func (m *Manager) FailJob(ctx context.Context, tenant, jobID, leaseID, errMsg st
 		return ledger.Fail{Tenant: tenant, JobID: jobID, LeaseID: leaseID, Error: errMsg, Retry: retry,
 			Now: now.UnixNano(), RetryAt: now.Add(m.backoff(attempts, rand.Float64())).UnixNano(),
 			MaxAttempts: uint64(m.cfg.JobMaxAttempts), MaxBytes: uint64(m.cfg.LedgerMaxBytes), MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes)}, nil
+	}, func(res ledger.Result) {
+		if res.Job.State() == ledger.JobQueued {
+			// Queued again (after its backoff): leases waiting at this
+			// leader on a queue they found empty must hear of it, as of a
+			// commit, or they would sleep to the end of their wait. Once
+			// applied, whether or not the caller still waits for the
+			// answer: one that left is not retried by anyone, and its
+			// retry, answered as a replay, would come too late.
+			m.jobsQueued.fire()
+		}
 	})
-	if err == nil && j.State() == ledger.JobQueued {
-		// Queued again (after its backoff): leases waiting at this leader
-		// on a queue they found empty must hear of it, as of a commit, or
-		// they would sleep to the end of their wait.
-		m.jobsQueued.fire()
-	}
 	return j, err
 }
 
 // leaseCall is a worker's call on a job it holds under leaseID (Heartbeat,
 // Complete, Fail): at the leader, on a valid request, it proposes the command
 // cmd makes and answers with the job, or an *rpc.Error; done is the outcome
-// of the command's success.
+// of the command's success. then, when not nil, is given the command's
+// result once applied, even if ctx has ended (batcher.applyThen).
 func (m *Manager) leaseCall(ctx context.Context, tenant, jobID, leaseID string, done ledger.Outcome,
-	cmd func() (ledger.Command, error)) (ledger.Job, error) {
+	cmd func() (ledger.Command, error), then func(ledger.Result)) (ledger.Job, error) {
 	if err := m.CheckLeader(); err != nil {
 		return ledger.Job{}, err
 	}
@@ -178,7 +183,7 @@ func (m *Manager) leaseCall(ctx context.Context, tenant, jobID, leaseID string, 
 	if err != nil {
 		return ledger.Job{}, err
 	}
-	res, err := m.workers.apply(ctx, c)
+	res, err := m.workers.applyThen(ctx, c, then)
 	if err != nil {
 		return ledger.Job{}, err
 	}

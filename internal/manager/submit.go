@@ -340,6 +340,12 @@ func (m *Manager) outcomeCommand(e ledger.Entry, basis, now time.Time) ledger.Ve
 // apply proposes a command alone and waits until it is committed and applied
 // (Expire; the submissions' commands go through the batchers, batch.go).
 func (m *Manager) apply(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
+	return m.applyThen(ctx, cmd, nil)
+}
+
+// applyThen is apply, and then, when not nil, is given cmd's result once it
+// is applied, even after ctx has ended (batcher.applyThen).
+func (m *Manager) applyThen(ctx context.Context, cmd ledger.Command, then func(ledger.Result)) (ledger.Result, error) {
 	release, err := m.holdRaft() // Close waits for the answer before Raft stops
 	if err != nil {
 		return ledger.Result{}, err
@@ -352,7 +358,11 @@ func (m *Manager) apply(ctx context.Context, cmd ledger.Command) (ledger.Result,
 			done <- batchDone{err: err}
 			return
 		}
-		done <- commandResult(res)
+		d := commandResult(res)
+		if then != nil && d.err == nil {
+			then(d.res)
+		}
+		done <- d
 	}()
 	select {
 	case d := <-done:

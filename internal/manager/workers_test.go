@@ -14,6 +14,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
@@ -379,5 +380,79 @@ func TestLeaseMemoryCountsTheJobsErrors(t *testing.T) {
 	}
 	if got := m.leaseReplays.Bytes(); got < int64(len(long)) {
 		t.Fatalf("the kept answer counts %d bytes; it holds an error of %d", got, len(long))
+	}
+}
+
+// A job queued again by a call whose caller left before its answer (a
+// fail with a retry, a tenant's retry: the command applies all the same)
+// is handed to a lease waiting at the leader on an empty queue at once,
+// not when the lease's wait ends. Before, only the call's answer woke the
+// waiting leases: a caller that had left woke none, and a retry of the
+// action, answered as a replay, did not either.
+func TestLongPollTakesAJobQueuedByACallWhoseCallerLeft(t *testing.T) {
+	for _, action := range []string{"fail", "retry"} {
+		t.Run(action, func(t *testing.T) {
+			tc := newTestCluster(t, 1, func(c *Config) {
+				c.JobBackoffMin, c.JobBackoffMax = time.Millisecond, time.Millisecond
+				if action == "retry" {
+					c.JobMaxAttempts = 1 // a failure with a retry is dead: the tenant's retry queues it
+				}
+			})
+			queueOn(tc)
+			ctx := ctxT(t)
+			id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
+			m := tc.mgrs[tc.leader()]
+			first, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w1", MaxJobs: 1, LeaseForNanos: int64(10 * time.Minute)})
+			if err != nil || len(first.Leases) != 1 {
+				t.Fatalf("first lease: %+v %v", first, err)
+			}
+			if action == "retry" {
+				if j, err := m.FailJob(ctx, "acme", id, first.Leases[0].LeaseId, "boom", true); err != nil || j.State() != ledger.JobDead {
+					t.Fatalf("fail at the last attempt: %+v %v", j, err)
+				}
+			}
+
+			m.jobsQueued.fire() // no one else waits: a channel is the new waiter's
+			type answer struct {
+				r   *rpcpb.LeaseResponse
+				err error
+			}
+			waiting := make(chan answer, 1)
+			lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer lcancel()
+			wg.Go(func() {
+				r, err := m.Lease(lctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(30 * time.Second)})
+				waiting <- answer{r, err}
+			})
+			testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+				m.jobsQueued.mu.Lock()
+				defer m.jobsQueued.mu.Unlock()
+				return m.jobsQueued.ch != nil, "the lease is not waiting"
+			})
+
+			// The caller has left before the answer: the call returns at
+			// once, and its command applies after.
+			gone, cancel := context.WithCancel(ctx)
+			cancel()
+			switch action {
+			case "fail":
+				_, err = m.FailJob(gone, "acme", id, first.Leases[0].LeaseId, "smtp timeout", true)
+			case "retry":
+				_, err = m.Retry(gone, &rpcpb.JobActionRequest{Tenant: "acme", JobId: id, Key: "r1", Fingerprint: "fp r1"})
+			}
+			if err == nil {
+				t.Log("the call was answered before its cancelled caller noticed")
+			}
+			select {
+			case a := <-waiting:
+				if a.err != nil || len(a.r.Leases) != 1 || a.r.Leases[0].Job.JobId != id || a.r.Leases[0].Attempt != 2 {
+					t.Fatalf("the lease waiting while the job was queued again: %+v %v; want the job, attempt 2", a.r, a.err)
+				}
+			case <-time.After(15 * time.Second): // half the lease's wait
+				t.Fatal("the lease waiting while a call whose caller left queued the job again was not given it")
+			}
+		})
 	}
 }
