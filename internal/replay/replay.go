@@ -26,6 +26,11 @@ type Memory[V any] struct {
 	opts    Options[V]
 	answers *lru.Cache[string, kept[V]]
 	bytes   atomic.Int64 // the sum of the kept answers' sizes
+	// answersMu orders the changes of answers that read before they write
+	// (keep, and Get dropping an expired answer), so that a drop never
+	// drops an answer kept since it read.
+	answersMu sync.Mutex
+	gen       atomic.Uint64 // numbers the kept answers
 
 	mu      sync.Mutex
 	flights map[string]*flight[V] // the calls running, by key
@@ -35,6 +40,7 @@ type kept[V any] struct {
 	v    V
 	at   time.Time
 	size int64
+	gen  uint64 // which keep kept it
 }
 
 // Options bound a Memory.
@@ -67,14 +73,25 @@ func New[V any](opts Options[V]) *Memory[V] {
 }
 
 // Get returns the answer kept for key, if it is younger than the time to
-// live.
+// live. An answer older than that is dropped, unless another was kept for
+// key since Get read it: that one is the answer.
 func (m *Memory[V]) Get(key string) (V, bool) {
 	k, ok := m.answers.Get(key)
-	if ok && m.opts.Now().Sub(k.at) >= m.opts.TTL {
+	if !ok || m.opts.Now().Sub(k.at) < m.opts.TTL {
+		return k.v, ok
+	}
+	m.answersMu.Lock()
+	defer m.answersMu.Unlock()
+	cur, ok := m.answers.Peek(key)
+	if ok && cur.gen == k.gen {
 		m.answers.Remove(key)
 		ok = false
 	}
-	return k.v, ok
+	if ok && m.opts.Now().Sub(cur.at) < m.opts.TTL {
+		return cur.v, true // kept since the read above
+	}
+	var zero V
+	return zero, false
 }
 
 // Len is how many answers are kept (some may have outlived the time to live
@@ -95,9 +112,11 @@ func (m *Memory[V]) keep(key string, v V) {
 	if m.opts.MaxBytes > 0 && size > m.opts.MaxBytes {
 		return
 	}
+	m.answersMu.Lock()
+	defer m.answersMu.Unlock()
 	m.answers.Remove(key) // an answer that outlived its TTL, never read since
 	m.bytes.Add(size)
-	m.answers.Add(key, kept[V]{v: v, at: m.opts.Now(), size: size})
+	m.answers.Add(key, kept[V]{v: v, at: m.opts.Now(), size: size, gen: m.gen.Add(1)})
 	for m.opts.MaxBytes > 0 && m.bytes.Load() > m.opts.MaxBytes {
 		if _, _, ok := m.answers.RemoveOldest(); !ok {
 			return

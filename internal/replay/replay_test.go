@@ -290,3 +290,51 @@ func TestCallerAfterEveryoneLeftIsNotAnsweredByTheEndedRun(t *testing.T) {
 		t.Fatalf("%d runs, want 2", n)
 	}
 }
+
+// A caller that finds its key's answer expired drops it only if it is still
+// the one it read: an answer kept meanwhile, by a run another caller
+// started for the key, is that caller's answer too. Before, it dropped
+// the new answer and ran the call again: two runs for one key, one
+// right after the other.
+func TestExpiredAnswerDropNeverDropsANewerOne(t *testing.T) {
+	clk := testutil.NewClock(time.Unix(1000, 0))
+	var armed atomic.Bool
+	paused, resume := make(chan struct{}), make(chan struct{})
+	now := func() time.Time {
+		if armed.CompareAndSwap(true, false) {
+			close(paused) // this caller has read the expired answer
+			<-resume
+		}
+		return clk.Now()
+	}
+	m := New(Options[int]{MaxAnswers: 10, TTL: time.Minute, Now: now})
+	var runs atomic.Int32
+	run := func(context.Context) (int, bool) { return int(runs.Add(1)), true }
+	ctx := context.Background()
+	if v, _, _ := m.Do(ctx, "k", run); v != 1 {
+		t.Fatalf("first call: %d", v)
+	}
+	clk.Advance(2 * time.Minute) // the answer has expired
+
+	armed.Store(true)
+	type answer struct {
+		v        int
+		replayed bool
+	}
+	late := make(chan answer, 1)
+	go func() {
+		v, replayed, _ := m.Do(ctx, "k", run)
+		late <- answer{v, replayed}
+	}()
+	<-paused
+	// Meanwhile another caller finds the answer expired too, runs the
+	// call and keeps its answer.
+	if v, replayed, _ := m.Do(ctx, "k", run); v != 2 || replayed {
+		t.Fatalf("the call after the expiry: %d %v, want a new run's 2", v, replayed)
+	}
+	close(resume)
+	if a := <-late; a.v != 2 || !a.replayed || runs.Load() != 2 {
+		t.Fatalf("the caller that read the expired answer first: %d (replayed %v) after %d runs; want the new answer 2 replayed, 2 runs",
+			a.v, a.replayed, runs.Load())
+	}
+}
