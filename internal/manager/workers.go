@@ -43,9 +43,8 @@ type leaseAnswer struct {
 }
 
 // size is what a kept lease answer costs: the answer as encoded (each job's
-// payload, result and error, which a job leased again after a failed
-// attempt carries and which can be as long as a result, and its other
-// members) and a fixed overhead per lease.
+// payload, its error, which a job leased again after a failed attempt
+// carries, and its other members) and a fixed overhead per lease.
 func (a leaseAnswer) size() int64 {
 	n := int64(len(a.fingerprint)) + 64
 	if a.resp != nil {

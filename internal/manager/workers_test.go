@@ -354,8 +354,9 @@ func TestLeaseJoiningAnotherBodysFailedRunIsRefused(t *testing.T) {
 
 // The leader's memory of lease answers counts what an answer holds: a job
 // leased again after a failed attempt carries that attempt's error, which
-// can be as long as a result, and counts as a result does. Before, only
-// payloads and results counted: answers carrying long errors went past
+// counts as its payload does. Before, only payloads and results (which a
+// leased job never has) counted: up to 100 errors of 4 KiB an answer
+// (api.MaxJobErrorBytes at the gate, none at the manager) went past
 // leaseReplayBytes uncounted.
 func TestLeaseMemoryCountsTheJobsErrors(t *testing.T) {
 	tc := newTestCluster(t, 1, func(c *Config) { c.JobBackoffMin, c.JobBackoffMax = time.Millisecond, time.Millisecond })
