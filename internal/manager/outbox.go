@@ -237,9 +237,17 @@ func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
 	}
 	if final {
 		st.done = true
-		if resp.Outcome == rpc.OutcomeKeyReused {
+		switch resp.Outcome {
+		case rpc.OutcomeKeyReused:
 			o.log.Error("another datacenter holds this key for another request", logging.KeyTenant, k.tenant,
 				logging.KeyIdemKey, k.key, logging.KeyDatacenter, k.dc)
+		case rpc.OutcomeKeyExpired:
+			// Final: the key expired there after its job ran, or its
+			// sequence is below the client's watermark window there, where
+			// that datacenter cannot tell whether it ran and so never
+			// admits it. In the second case the job does not run there.
+			o.log.Error("another datacenter answers that this key expired there; unless it ran the job before, the job does not run there",
+				logging.KeyTenant, k.tenant, logging.KeyIdemKey, k.key, logging.KeyJobID, k.jobID, logging.KeyDatacenter, k.dc)
 		}
 		return true
 	}
