@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -49,6 +50,12 @@ import (
 // that cannot be found, a disk error, a damaged value). The ledger's
 // ErrStore is this error.
 var ErrStore = errors.New("ledger: store")
+
+// errClosed is why a closed store refuses to be used: Sync, MakeCurrent and
+// NewGeneration return it (wrapped in ErrStore), the methods that return no
+// error fail with it (a StoreError), and a second Close returns nil, where
+// pebble would panic with an error the ledger does not recover.
+var errClosed = errors.New("closed")
 
 // StoreError is what the store panics with when it fails while writing or
 // reading (a disk error, a damaged value): the ledger's FSM, which cannot
@@ -154,6 +161,24 @@ type Store struct {
 	// keep: a failed MakeCurrent may have left CURRENT naming this
 	// generation, so it is never removed (MakeCurrent).
 	keep bool
+	// closed: the database is closed (close); read without a lock by the
+	// methods that would otherwise reach a closed pebble.
+	closed atomic.Bool
+}
+
+// usable fails (a StoreError) when the store is closed.
+func (s *Store) usable(op string) {
+	if s.closed.Load() {
+		Fail(op, errClosed)
+	}
+}
+
+// closedErr returns an error wrapping ErrStore when the store is closed.
+func (s *Store) closedErr(op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%w: %s: %w", ErrStore, op, errClosed)
+	}
+	return nil
 }
 
 // genName is generation gen's directory name, what CURRENT holds to name it.
@@ -293,6 +318,9 @@ func createGeneration(dir string, gen int, opts Options) (*Store, error) {
 // NewGeneration creates the next generation, empty, beside s (for the
 // ledger's Restore), with s's options.
 func (s *Store) NewGeneration() (*Store, error) {
+	if err := s.closedErr("new generation"); err != nil {
+		return nil, err
+	}
 	next := s.gen + 1
 	// A failed switch may have left CURRENT naming s.gen+1 (MakeCurrent):
 	// that generation is kept, not reused, until a switch succeeds.
@@ -311,6 +339,9 @@ func (s *Store) NewGeneration() (*Store, error) {
 // (old) is closed and removed once no view of it is open. Called with the
 // FSM's write lock held.
 func (s *Store) MakeCurrent(old *Store) error {
+	if err := s.closedErr("make current"); err != nil {
+		return err
+	}
 	if err := s.db.Flush(); err != nil {
 		return fmt.Errorf("%w: flush: %w", ErrStore, err)
 	}
@@ -345,6 +376,7 @@ func (v View) Walk(lo, hi []byte, fn func(k, v []byte) bool) {
 // View returns a point-in-time view of the store, which keeps it open until
 // released (a Restore or a Close while the ledger's Persist streams it).
 func (s *Store) View() (View, func()) {
+	s.usable("view")
 	s.mu.Lock()
 	s.views++
 	s.mu.Unlock()
@@ -383,7 +415,9 @@ func (s *Store) finish() error {
 }
 
 // Close closes the store once no view is open, flushing its memtables
-// first (close). The store must not be used after.
+// first (close). The store must not be used after: Sync, MakeCurrent and
+// NewGeneration then return an error wrapping ErrStore, the other methods
+// fail with a StoreError, and Close again returns nil.
 func (s *Store) Close() error { return s.retire(false) }
 
 // Abandon closes the store at once, without a flush: one that the caller
@@ -438,6 +472,9 @@ func removeOtherGenerations(dir string, keep int) error {
 // written first (without a WAL it would be lost: a clean close keeps it, so a
 // restart replays nothing). A generation about to be removed is not flushed.
 func (s *Store) close(flush bool) error {
+	if s.closed.Swap(true) {
+		return nil // closed already (a second Close, or Abandon then Close)
+	}
 	if s.w != nil {
 		_ = s.w.Close()
 		s.w = nil
@@ -472,6 +509,7 @@ type pendingWrite struct {
 
 // Begin opens the batch the next commands are applied into.
 func (s *Store) Begin() {
+	s.usable("begin")
 	s.keys.settle()
 	s.open = true
 	if s.pending == nil {
@@ -600,6 +638,7 @@ func (s *Store) Get(k []byte, fn func(v []byte)) bool {
 		}
 		return true
 	}
+	s.usable("get")
 	return getFrom(s.r, k, fn)
 }
 
@@ -613,6 +652,9 @@ func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
 // Sync makes everything committed so far durable: it flushes the memtables
 // (there is no WAL to sync) and waits for the flush.
 func (s *Store) Sync() error {
+	if err := s.closedErr("sync"); err != nil {
+		return err
+	}
 	if err := s.db.Flush(); err != nil {
 		return fmt.Errorf("%w: sync: %w", ErrStore, err)
 	}
@@ -683,6 +725,7 @@ func (s *Store) write(k, v []byte, del, fresh bool) {
 // always end below it, docs/benchmarks.md). The rest it reads through
 // reader. fn must not write.
 func (s *Store) Walk(lo, hi []byte, fn func(k, v []byte) bool) {
+	s.usable("walk")
 	if s.open && s.w == nil && len(lo) > 0 {
 		bound := hi
 		if low := s.lowSet[lo[0]]; low.v0 != 0 && bytes.Compare(s.arena[low.k0:low.v0], hi) < 0 {
@@ -712,6 +755,7 @@ func (s *Store) Walk(lo, hi []byte, fn func(k, v []byte) bool) {
 // first until fn returns false, seeing the open batch's writes (reader).
 // fn must not write.
 func (s *Store) WalkReverse(lo, hi []byte, fn func(k, v []byte) bool) {
+	s.usable("walk")
 	iterate(s.reader(), lo, hi, true, fn)
 }
 

@@ -225,3 +225,66 @@ func TestFirstOpenInterrupted(t *testing.T) {
 		t.Fatalf("CURRENT %q (%v), want gen-1", b, err)
 	}
 }
+
+// TestClosedStore: a closed store refuses to be used with an error (Sync,
+// MakeCurrent, NewGeneration: ErrStore) or a StoreError (the methods without
+// one, which the ledger turns into an error), and a second Close returns nil.
+// pebble itself panics with a plain error on a closed database, which the
+// ledger's recovery does not catch.
+func TestClosedStore(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Begin()
+	st.Set([]byte("k"), []byte("v"))
+	st.Commit()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	noPanic := func(op string, f func() error) {
+		t.Helper()
+		defer func() {
+			if p := recover(); p != nil {
+				t.Errorf("%s on a closed store panicked: %v", op, p)
+			}
+		}()
+		if err := f(); op == "Close" && err != nil {
+			t.Errorf("second Close = %v, want nil", err)
+		} else if op != "Close" && !errors.Is(err, ErrStore) {
+			t.Errorf("%s on a closed store = %v, want ErrStore", op, err)
+		}
+	}
+	noPanic("Close", st.Close)
+	noPanic("Sync", st.Sync)
+	noPanic("MakeCurrent", func() error { return st.MakeCurrent(nil) })
+	noPanic("NewGeneration", func() error { _, err := st.NewGeneration(); return err })
+	storeError := func(op string, f func()) {
+		t.Helper()
+		defer func() {
+			var se *StoreError
+			if p := recover(); p == nil {
+				t.Errorf("%s on a closed store did not fail", op)
+			} else if err, ok := p.(error); !ok || !errors.As(err, &se) {
+				t.Errorf("%s on a closed store panicked with %v, want a *StoreError", op, p)
+			}
+		}()
+		f()
+	}
+	storeError("Get", func() { st.Get([]byte("k"), nil) })
+	storeError("Walk", func() { st.Walk([]byte("a"), []byte("z"), func(_, _ []byte) bool { return true }) })
+	storeError("WalkReverse", func() { st.WalkReverse([]byte("a"), []byte("z"), func(_, _ []byte) bool { return true }) })
+	storeError("Begin", st.Begin)
+	storeError("View", func() { st.View() })
+
+	// Closing twice flushed nothing twice and lost nothing.
+	st, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if !st.Get([]byte("k"), nil) {
+		t.Fatal("k lost after a double Close")
+	}
+}
