@@ -63,13 +63,17 @@ func WriteBytes(path string, data []byte) error {
 }
 
 // MkdirAll creates dir and any missing parents, as os.MkdirAll does, and
-// makes each directory it creates durable by fsyncing its parent: a crash
-// after MkdirAll returns cannot take away the directory, and with it what is
-// later made durable inside it (a node's first Raft log, its ledger). The
-// parent of dir is fsynced even when dir already exists: a call interrupted
-// between the creation and its fsync (a crash, a failed fsync) leaves dir in
-// place but not durable, and the next call, which finds it, must still make
-// it so.
+// makes dir durable: it fsyncs the parent of dir and of each of its
+// ancestors, up to the root. A crash after MkdirAll returns cannot take
+// away the directory, and with it what is later made durable inside it (a
+// node's first Raft log, its ledger). Directories that already exist are
+// made durable too: a call interrupted between the creation and its fsyncs
+// (a crash, a failed fsync) leaves directories in place but not durable,
+// possibly several levels of them, and the next call, which finds them,
+// cannot tell which, so it must still make each of them so. Above the
+// directories this call creates and dir's parent, an ancestor that cannot
+// be opened for want of permission is skipped: this process could not have
+// created what it holds either.
 func MkdirAll(dir string, perm os.FileMode) error {
 	return mkdirAll(dir, perm, SyncDir)
 }
@@ -77,14 +81,14 @@ func MkdirAll(dir string, perm os.FileMode) error {
 // mkdirAll is MkdirAll with the directory fsync given (a test records it).
 func mkdirAll(dir string, perm os.FileMode, syncDir func(string) error) error {
 	dir = filepath.Clean(dir)
-	var missing []string
+	created := map[string]bool{dir: true} // whose parent's fsync must succeed
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(d); err == nil {
 			break
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		missing = append(missing, d)
+		created[d] = true
 		if filepath.Dir(d) == d {
 			break
 		}
@@ -92,11 +96,9 @@ func mkdirAll(dir string, perm os.FileMode, syncDir func(string) error) error {
 	if err := os.MkdirAll(dir, perm); err != nil {
 		return err
 	}
-	if len(missing) == 0 && filepath.Dir(dir) != dir {
-		missing = append(missing, dir)
-	}
-	for _, d := range missing {
-		if err := syncDir(filepath.Dir(d)); err != nil {
+	for d := dir; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		err := syncDir(filepath.Dir(d))
+		if err != nil && (created[d] || !errors.Is(err, fs.ErrPermission)) {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package atomicfile
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,11 +99,21 @@ func TestMkdirAll(t *testing.T) {
 	}
 }
 
+// parentsUp returns the parent of d and of each of its ancestors, bottom up:
+// what MkdirAll(d) fsyncs.
+func parentsUp(d string) []string {
+	var ps []string
+	for ; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		ps = append(ps, filepath.Dir(d))
+	}
+	return ps
+}
+
 // TestMkdirAllSyncsParents: MkdirAll fsyncs the parent of each directory it
-// creates, the first existing ancestor included, and the parent of dir when
-// dir already exists: a call interrupted after the creation, before its
-// fsync, leaves a directory a crash could still take away, which the next
-// call must make durable.
+// creates, the first existing ancestor included, and the parents of dir and
+// of its ancestors when they already exist: a call interrupted after the
+// creation, before its fsync, leaves a directory a crash could still take
+// away, which the next call must make durable.
 func TestMkdirAllSyncsParents(t *testing.T) {
 	root := t.TempDir()
 	var synced []string
@@ -116,7 +127,7 @@ func TestMkdirAllSyncsParents(t *testing.T) {
 	if err := mkdirAll(c, 0o750, record); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{b, a, root}; !slices.Equal(synced, want) {
+	if want := append([]string{b, a, root}, parentsUp(root)...); !slices.Equal(synced, want) {
 		t.Fatalf("creating %s fsynced %q, want %q", c, synced, want)
 	}
 
@@ -129,7 +140,7 @@ func TestMkdirAllSyncsParents(t *testing.T) {
 	if err := mkdirAll(d, 0o750, record); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{c}; !slices.Equal(synced, want) {
+	if want := parentsUp(d); !slices.Equal(synced, want) {
 		t.Fatalf("for an existing %s fsynced %q, want %q", d, synced, want)
 	}
 
@@ -137,5 +148,65 @@ func TestMkdirAllSyncsParents(t *testing.T) {
 	boom := errors.New("boom")
 	if err := mkdirAll(d, 0o750, func(string) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("MkdirAll with a failing fsync = %v, want it", err)
+	}
+}
+
+// TestMkdirAllSyncsWhatAnInterruptedCallCreated: a call killed after
+// os.MkdirAll created several levels, before it fsynced them, leaves them
+// all in place and none durable. The next call finds them all and must make
+// each durable, not only the last: a crash could otherwise take the
+// topmost away, and everything below it, the log and the ledger included.
+func TestMkdirAllSyncsWhatAnInterruptedCallCreated(t *testing.T) {
+	root := t.TempDir()
+	a := filepath.Join(root, "a")
+	b := filepath.Join(a, "b")
+	c := filepath.Join(b, "c")
+	if err := os.MkdirAll(c, 0o750); err != nil { // the interrupted call
+		t.Fatal(err)
+	}
+	for _, dir := range []string{c, filepath.Join(c, "d")} {
+		synced := map[string]bool{}
+		record := func(d string) error {
+			synced[d] = true
+			return SyncDir(d)
+		}
+		if err := mkdirAll(dir, 0o750, record); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{b, a, root} { // the parents of c, b and a
+			if !synced[p] {
+				t.Errorf("MkdirAll(%s) after an interrupted MkdirAll(%s) did not fsync %s", dir, c, p)
+			}
+		}
+	}
+}
+
+// TestMkdirAllSkipsUnreadableAncestors: above what it creates and dir's
+// parent, MkdirAll skips an ancestor it may not open (a 0711 home
+// directory), which it could not have created into either; other errors,
+// and a refusal where it created, are its error.
+func TestMkdirAllSkipsUnreadableAncestors(t *testing.T) {
+	root := t.TempDir()
+	a := filepath.Join(root, "a")
+	b := filepath.Join(a, "b")
+	if err := os.MkdirAll(a, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	denyAbove := func(deny string) func(string) error {
+		return func(d string) error {
+			if d == deny {
+				return &fs.PathError{Op: "open", Path: d, Err: fs.ErrPermission}
+			}
+			return SyncDir(d)
+		}
+	}
+	if err := mkdirAll(b, 0o750, denyAbove(filepath.Dir(root))); err != nil {
+		t.Fatalf("MkdirAll with an unreadable ancestor above: %v", err)
+	}
+	if err := mkdirAll(filepath.Join(b, "c"), 0o750, denyAbove(b)); !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("MkdirAll whose new directory's parent cannot be fsynced = %v, want the error", err)
+	}
+	if err := mkdirAll(b, 0o750, denyAbove(a)); !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("MkdirAll whose parent cannot be fsynced = %v, want the error", err)
 	}
 }
