@@ -67,6 +67,12 @@ var (
 	ErrFailed = errors.New("walstore: failed, reopen to recover")
 	// ErrInvalidOptions: Options holds an unusable value.
 	ErrInvalidOptions = errors.New("walstore: invalid options")
+	// ErrLocked: another open store, in this process or another, holds the
+	// directory. Open changes nothing on disk: its recovery (cutting a torn
+	// tail, retiring a log without a whole record) would otherwise act on a
+	// log that the other store is writing, and could drop what it
+	// acknowledges.
+	ErrLocked = errors.New("walstore: locked by another open store")
 )
 
 // DefaultSegmentSize is the target size of a wal segment file. A prefix
@@ -81,6 +87,8 @@ const (
 	// retiredDirName is segmentsDirName after the log was emptied; it is
 	// deleted right away, or on the next Open after a crash.
 	retiredDirName = "segments.retired"
+	// lockFileName is the file an open store holds an exclusive flock on.
+	lockFileName = "LOCK"
 )
 
 // Options configure a Store.
@@ -109,8 +117,9 @@ type TestingKnobs struct {
 // Store is a raft.LogStore over tidwall/wal. It is safe for concurrent use:
 // raft reads (GetLog, FirstIndex, LastIndex) while it writes.
 type Store struct {
-	dir    string // the store's directory
-	segDir string // dir/segments
+	dir    string   // the store's directory
+	segDir string   // dir/segments
+	lock   *os.File // holds the directory's lock until Close
 	opts   Options
 	logger *slog.Logger
 
@@ -149,7 +158,9 @@ var (
 // cuts a torn final write off the last segment (logging a warning). It
 // returns an error wrapping ErrCorrupt if data that was already durable is
 // damaged, and one wrapping ErrUnsupportedVersion if a record is of a version
-// this build does not read; either way it changes nothing on disk.
+// this build does not read; either way it changes nothing on disk. The store
+// holds an exclusive lock on dir until Close: while another store holds it,
+// Open returns an error wrapping ErrLocked and changes nothing.
 func Open(dir string, opts Options) (*Store, error) {
 	if opts.SegmentSize < 0 {
 		return nil, fmt.Errorf("%w: SegmentSize %d: must be 0 (default) or positive", ErrInvalidOptions, opts.SegmentSize)
@@ -160,14 +171,20 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := atomicfile.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("walstore: create %s: %w", dir, err)
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("walstore: lock %s: %w", dir, err)
+	}
 	s := &Store{
 		dir:    dir,
 		segDir: filepath.Join(dir, segmentsDirName),
+		lock:   lock,
 		opts:   opts,
 		logger: logging.OrDiscard(opts.Logger).With(logging.KeyDir, dir),
 		empty:  true,
 	}
 	if err := s.recover(); err != nil {
+		_ = lock.Close() // releases the lock; recover's error is the one that matters
 		return nil, err
 	}
 	return s, nil
@@ -480,7 +497,8 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	return s.closeWAL()
+	err := s.closeWAL()
+	return errors.Join(err, s.lock.Close()) // the lock last: the log is closed
 }
 
 // writable returns why the store refuses changes, if it does.

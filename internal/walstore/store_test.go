@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -517,4 +518,39 @@ func TestFailedWriteIsSticky(t *testing.T) {
 		t.Fatalf("after reopen LastIndex = %d, %v; want 10 or 12", last, err)
 	}
 	mustStore(t, s, testLogs(last+1, last+1))
+}
+
+// TestOpenRefusesALockedDirectory: a second Open of a directory that an open
+// store holds (a manager started twice on one data directory, or a new
+// process while the old one still runs) is refused with ErrLocked and
+// changes nothing. Without the lock its recovery acts on a log that the
+// first store is writing: a log it finds without a whole record yet (the
+// first batch not written) is retired, renaming segments/ away from under
+// the first store, whose acknowledged entries then go to a directory that
+// is deleted.
+func TestOpenRefusesALockedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	// The state between the first StoreLogs' creation of segments/ and its
+	// write: an empty first segment (what create leaves).
+	if err := s.create(1); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshotDir(t, filepath.Join(dir, segmentsDirName))
+	s2, err := Open(dir, Options{})
+	if err == nil {
+		_ = s2.Close()
+	}
+	if !errors.Is(err, ErrLocked) {
+		t.Errorf("second Open of a held directory = %v, want ErrLocked", err)
+	}
+	if after := snapshotDir(t, filepath.Join(dir, segmentsDirName)); after != before {
+		t.Fatalf("the refused Open changed the segments: %s, was %s", after, before)
+	}
+	mustStore(t, s, testLogs(1, 3))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Close releases the lock: the log is there, whole.
+	checkRange(t, open(t, dir, Options{}), 1, 3)
 }
