@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 )
 
@@ -89,4 +90,66 @@ func TestOpenFailsOnAFailedFsync(t *testing.T) {
 		t.Fatalf("Open with a failing fsync: %v, want the fsync's error", err)
 	}
 	checkRange(t, open(t, dir, Options{SegmentSize: 300}), 1, n+3)
+}
+
+// TestFailedFsyncDropsTheBatch: a batch whose fsync failed was never
+// acknowledged, and the kernel may keep its bytes in the page cache, marked
+// clean, with no error for the next fsync. StoreLogs cuts it off the last
+// segment, so that a later Open (here after Close, whose own flush of the
+// page cache succeeds) does not find it and treat it as durable: raft,
+// which stores no entry it already holds, would then acknowledge it. Parts
+// of the batch in segments the wal left (and fsynced) before the failure
+// are durable and stay.
+func TestFailedFsyncDropsTheBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		segSize  int
+		durable  uint64 // [1, durable] stored before the failure, in batches of 2
+		from, to uint64 // the batch whose fsync fails
+	}{
+		{"within the tail segment", 0, 10, 11, 13},
+		{"across segments", 300, 20, 21, 40},
+		{"first batch of a new log", 0, 0, 1, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			injected := errors.New("injected: fsync failed")
+			var fail atomic.Bool
+			s := open(t, dir, Options{SegmentSize: tc.segSize, Knobs: TestingKnobs{Fsync: func(f *os.File) error {
+				if fail.Load() {
+					return injected
+				}
+				return f.Sync()
+			}}})
+			if tc.durable > 0 {
+				storeBatches(t, s, 1, tc.durable, 2)
+			}
+			fail.Store(true)
+			if err := s.StoreLogs(testLogs(tc.from, tc.to)); !errors.Is(err, injected) {
+				t.Fatalf("StoreLogs with a failing fsync = %v, want the fsync's error", err)
+			}
+			checkRange(t, s, min(1, tc.durable), tc.durable)
+			_ = s.Close() // a failed store may report the wal's state; the reopen is what matters
+
+			s = open(t, dir, Options{SegmentSize: tc.segSize})
+			last, err := s.LastIndex()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if segs := segmentCount(t, dir); tc.segSize == 0 && last != tc.durable {
+				t.Fatalf("after reopen the log ends at %d (%d segments), want %d: the failed batch was kept", last, segs, tc.durable)
+			}
+			if last < tc.durable {
+				t.Fatalf("after reopen the log ends at %d, before the durable %d", last, tc.durable)
+			}
+			if last > 0 {
+				checkRange(t, s, 1, last)
+				for _, f := range frames(t, lastSegment(t, dir)) {
+					if f.index > tc.durable {
+						t.Fatalf("the last segment still holds index %d of the failed batch", f.index)
+					}
+				}
+			}
+		})
+	}
 }

@@ -62,8 +62,10 @@ var (
 	// ErrFailed: an earlier write, fsync or truncation failed part-way. The
 	// in-memory view may no longer match the disk, so the store refuses all
 	// further changes; close it and open it again (recovery repairs the tail).
-	// After a failed fsync, reopen it in a new process: the page cache may
-	// hold bytes that never reach the disk, and Open would read them.
+	// A failed write or fsync of a batch cuts that batch off the last
+	// segment first, so that Open does not read it back from the page cache
+	// (where it may stay, marked clean, without ever reaching the disk) and
+	// take it as durable.
 	ErrFailed = errors.New("walstore: failed, reopen to recover")
 	// ErrInvalidOptions: Options holds an unusable value.
 	ErrInvalidOptions = errors.New("walstore: invalid options")
@@ -110,7 +112,8 @@ type Options struct {
 // pattern: passed in Options, zero in production).
 type TestingKnobs struct {
 	// Fsync, when set, replaces (*os.File).Sync for the fsyncs Open does
-	// before it trusts what it read (tests observe and fail them).
+	// before it trusts what it read and for the fsyncs of the segment files
+	// StoreLogs writes (tests observe and fail them).
 	Fsync func(*os.File) error
 }
 
@@ -322,11 +325,7 @@ func (s *Store) syncRecovered() error {
 	if s.opts.NoSync {
 		return nil
 	}
-	fsync := s.opts.Knobs.Fsync
-	if fsync == nil {
-		fsync = (*os.File).Sync
-	}
-	if err := fsync(s.tail); err != nil {
+	if err := s.fsync(s.tail); err != nil {
 		return fmt.Errorf("walstore: fsync %s on open: %w", s.tail.Name(), err)
 	}
 	for _, dir := range []string{s.segDir, s.dir} {
@@ -334,13 +333,21 @@ func (s *Store) syncRecovered() error {
 		if err != nil {
 			return fmt.Errorf("walstore: fsync %s on open: %w", dir, err)
 		}
-		err = fsync(d)
+		err = s.fsync(d)
 		_ = d.Close() // opened for the fsync only
 		if err != nil {
 			return fmt.Errorf("walstore: fsync %s on open: %w", dir, err)
 		}
 	}
 	return nil
+}
+
+// fsync is f.Sync, or the Fsync knob.
+func (s *Store) fsync(f *os.File) error {
+	if s.opts.Knobs.Fsync != nil {
+		return s.opts.Knobs.Fsync(f)
+	}
+	return f.Sync()
 }
 
 // FirstIndex returns the first index in the log, 0 if it is empty.
@@ -435,10 +442,14 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	}
 	if err := s.w.WriteBatch(&s.batch); err != nil {
 		s.batch.Clear()
-		return s.fail("write", err)
+		err = s.fail("write", err)
+		s.dropUnsynced()
+		return err
 	}
 	if err := s.syncTail(size); err != nil {
-		return s.fail("fsync", err)
+		err = s.fail("fsync", err)
+		s.dropUnsynced()
+		return err
 	}
 	s.mu.Lock()
 	if s.empty {
@@ -662,6 +673,52 @@ func (s *Store) openTail() error {
 	return nil
 }
 
+// dropUnsynced cuts the batch whose write or fsync failed off the last
+// segment file, the only one that can hold bytes not known durable
+// (tidwall/wal fsyncs a segment before it starts the next). After a failed
+// fsync the kernel may keep those bytes in the page cache, marked clean, and
+// report no error to the next fsync: a later Open, in this process or
+// another, would read the batch, fsync it "successfully" and treat it as
+// durable, and raft, which stores no entry it already holds, could then
+// acknowledge entries that are not on disk. Cutting the file drops those
+// pages. It cuts at the first frame that is not a whole record at or below
+// the last published index (s.last; on an empty log, at the start). Best
+// effort: the store has failed already, and a cut that does not happen
+// leaves the batch as a crash would (a torn or whole final batch, which was
+// never acknowledged). Called with writeMu held.
+func (s *Store) dropUnsynced() {
+	segs, err := listSegments(s.segDir)
+	if err != nil || len(segs) == 0 {
+		return
+	}
+	path := segs[len(segs)-1].path
+	data, err := os.ReadFile(path)
+	if err != nil {
+		s.logger.Error("walstore: could not cut the failed batch off the last segment",
+			logging.KeySegment, filepath.Base(path), logging.KeyError, err)
+		return
+	}
+	keep := 0
+	for !s.empty && keep < len(data) {
+		rec, size, err := frameAt(data[keep:])
+		if err != nil || rec.index > s.last {
+			break
+		}
+		keep += size
+	}
+	if keep == len(data) {
+		return
+	}
+	if err := os.Truncate(path, int64(keep)); err != nil {
+		s.logger.Error("walstore: could not cut the failed batch off the last segment",
+			logging.KeySegment, filepath.Base(path), logging.KeyError, err)
+		return
+	}
+	s.logger.Warn("walstore: cut the failed batch off the last segment",
+		logging.KeySegment, filepath.Base(path), logging.KeyOffset, keep,
+		logging.KeyDroppedBytes, len(data)-keep, logging.KeyLastIndex, s.last)
+}
+
 // syncTail makes the batch just written (size bytes of frames) durable.
 // tidwall/wal appends to its last segment and starts a new one when a
 // segment reaches SegmentSize (at the start of a batch, after any entry of
@@ -681,7 +738,7 @@ func (s *Store) syncTail(size int64) error {
 	}
 	if st.Size() == s.tailSize+size {
 		s.tailSize += size
-		if err := s.tail.Sync(); err != nil {
+		if err := s.fsync(s.tail); err != nil {
 			return err
 		}
 		if s.tailSize < int64(s.opts.SegmentSize) {
@@ -689,13 +746,13 @@ func (s *Store) syncTail(size int64) error {
 		}
 		// The batch filled the segment, and the wal moves on as soon as a
 		// segment reaches SegmentSize: it has created the next (empty) one.
-	} else if err := s.tail.Sync(); err != nil {
+	} else if err := s.fsync(s.tail); err != nil {
 		return err
 	}
 	if err := s.openTail(); err != nil {
 		return err
 	}
-	if err := s.tail.Sync(); err != nil {
+	if err := s.fsync(s.tail); err != nil {
 		return err
 	}
 	return s.syncDir(s.segDir)
