@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Suffix names the temporary file: path+Suffix, one per path, so a write
@@ -72,8 +73,9 @@ func WriteBytes(path string, data []byte) error {
 // possibly several levels of them, and the next call, which finds them,
 // cannot tell which, so it must still make each of them so. Above the
 // directories this call creates and dir's parent, an ancestor that cannot
-// be opened for want of permission is skipped: this process could not have
-// created what it holds either.
+// be opened for want of permission is skipped (this process could not have
+// created what it holds either), and so is one whose file system does not
+// fsync directories (EINVAL, ENOTSUP).
 func MkdirAll(dir string, perm os.FileMode) error {
 	return mkdirAll(dir, perm, SyncDir)
 }
@@ -98,11 +100,17 @@ func mkdirAll(dir string, perm os.FileMode, syncDir func(string) error) error {
 	}
 	for d := dir; filepath.Dir(d) != d; d = filepath.Dir(d) {
 		err := syncDir(filepath.Dir(d))
-		if err != nil && (created[d] || !errors.Is(err, fs.ErrPermission)) {
+		if err != nil && (created[d] || !skippable(err)) {
 			return err
 		}
 	}
 	return nil
+}
+
+// skippable reports whether a failed fsync of an ancestor MkdirAll did not
+// create says nothing about the durability of what it created.
+func skippable(err error) bool {
+	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSUP)
 }
 
 // SyncDir fsyncs a directory, making the entries created, renamed or removed

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 )
 
@@ -183,8 +184,9 @@ func TestMkdirAllSyncsWhatAnInterruptedCallCreated(t *testing.T) {
 
 // TestMkdirAllSkipsUnreadableAncestors: above what it creates and dir's
 // parent, MkdirAll skips an ancestor it may not open (a 0711 home
-// directory), which it could not have created into either; other errors,
-// and a refusal where it created, are its error.
+// directory), which it could not have created into either, or whose file
+// system does not fsync directories; other errors (EIO), and a refusal
+// where it created, are its error.
 func TestMkdirAllSkipsUnreadableAncestors(t *testing.T) {
 	root := t.TempDir()
 	a := filepath.Join(root, "a")
@@ -202,6 +204,24 @@ func TestMkdirAllSkipsUnreadableAncestors(t *testing.T) {
 	}
 	if err := mkdirAll(b, 0o750, denyAbove(filepath.Dir(root))); err != nil {
 		t.Fatalf("MkdirAll with an unreadable ancestor above: %v", err)
+	}
+	einval := func(d string) error {
+		if d == filepath.Dir(root) {
+			return &fs.PathError{Op: "sync", Path: d, Err: syscall.EINVAL}
+		}
+		return SyncDir(d)
+	}
+	if err := mkdirAll(b, 0o750, einval); err != nil {
+		t.Fatalf("MkdirAll with an ancestor above on a file system without directory fsync: %v", err)
+	}
+	eio := func(d string) error {
+		if d == filepath.Dir(root) {
+			return &fs.PathError{Op: "sync", Path: d, Err: syscall.EIO}
+		}
+		return SyncDir(d)
+	}
+	if err := mkdirAll(b, 0o750, eio); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("MkdirAll with an ancestor whose fsync fails = %v, want EIO", err)
 	}
 	if err := mkdirAll(filepath.Join(b, "c"), 0o750, denyAbove(b)); !errors.Is(err, fs.ErrPermission) {
 		t.Fatalf("MkdirAll whose new directory's parent cannot be fsynced = %v, want the error", err)
