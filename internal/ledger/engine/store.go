@@ -396,6 +396,9 @@ func (s *Store) View() (View, func()) {
 // retire closes the store (and, with remove, deletes its directory) once no
 // view is open.
 func (s *Store) retire(remove bool) error {
+	if s.closed.Load() {
+		return nil // closed already: a second Close, or a Discard after it, does nothing
+	}
 	s.mu.Lock()
 	s.retired, s.remove = true, remove && !s.keep
 	now := s.views == 0

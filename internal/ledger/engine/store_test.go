@@ -278,6 +278,8 @@ func TestClosedStore(t *testing.T) {
 	storeError("Begin", st.Begin)
 	storeError("View", func() { st.View() })
 
+	st.Discard() // after Close: does nothing, removes nothing
+
 	// Closing twice flushed nothing twice and lost nothing.
 	st, err = Open(dir, Options{})
 	if err != nil {
