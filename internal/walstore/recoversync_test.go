@@ -153,3 +153,41 @@ func TestFailedFsyncDropsTheBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedFsyncKeepsDamagedDurableRecords: the cut after a failed fsync
+// never reaches the entries already published. When one of them no longer
+// parses (damage to durable data), nothing is cut: cutting there would
+// drop acknowledged entries silently, where Open refuses the damage with a
+// *CorruptError.
+func TestFailedFsyncKeepsDamagedDurableRecords(t *testing.T) {
+	dir := t.TempDir()
+	injected := errors.New("injected: fsync failed")
+	var fail atomic.Bool
+	s := open(t, dir, Options{Knobs: TestingKnobs{Fsync: func(f *os.File) error {
+		if fail.Load() {
+			return injected
+		}
+		return f.Sync()
+	}}})
+	storeBatches(t, s, 1, 10, 2)
+	seg := lastSegment(t, dir)
+	fs := frames(t, seg)
+	flipByte(t, seg, fs[4].off+fs[4].size-1) // index 5's CRC: a durable batch damaged
+	published := fileSize(t, seg)
+	fail.Store(true)
+	if err := s.StoreLogs(testLogs(11, 13)); !errors.Is(err, injected) {
+		t.Fatalf("StoreLogs with a failing fsync = %v, want the fsync's error", err)
+	}
+	_ = s.Close()
+	if got := fileSize(t, seg); got < published {
+		t.Fatalf("the failed batch's cut left %d bytes of the segment, want the %d of the published entries kept", got, published)
+	}
+	s2, err := Open(dir, Options{})
+	if err == nil {
+		_ = s2.Close()
+	}
+	var ce *CorruptError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Open after the damage = %v, want a *CorruptError", err)
+	}
+}

@@ -681,8 +681,9 @@ func (s *Store) openTail() error {
 // another, would read the batch, fsync it "successfully" and treat it as
 // durable, and raft, which stores no entry it already holds, could then
 // acknowledge entries that are not on disk. Cutting the file drops those
-// pages. It cuts at the first frame that is not a whole record at or below
-// the last published index (s.last; on an empty log, at the start). Best
+// pages. It cuts just after the record of the last published index (s.last;
+// on an empty log, at the start), and not at all if a record before it does
+// not parse. Best
 // effort: the store has failed already, and a cut that does not happen
 // leaves the batch as a crash would (a torn or whole final batch, which was
 // never acknowledged). Called with writeMu held.
@@ -698,15 +699,25 @@ func (s *Store) dropUnsynced() {
 			logging.KeySegment, filepath.Base(path), logging.KeyError, err)
 		return
 	}
+	// The published entries the segment holds must stay, whole: if one of
+	// them does not parse (damage to durable data), cutting there would drop
+	// acknowledged entries, so nothing is cut and Open judges the damage.
 	keep := 0
+	whole := s.empty || s.last < s.base+segs[len(segs)-1].index-1 // none of them in this segment
 	for !s.empty && keep < len(data) {
 		rec, size, err := frameAt(data[keep:])
 		if err != nil || rec.index > s.last {
 			break
 		}
 		keep += size
+		whole = whole || rec.index == s.last
 	}
 	if keep == len(data) {
+		return
+	}
+	if !whole {
+		s.logger.Error("walstore: did not cut the failed batch off the last segment: a record before it does not parse",
+			logging.KeySegment, filepath.Base(path), logging.KeyOffset, keep, logging.KeyLastIndex, s.last)
 		return
 	}
 	if err := os.Truncate(path, int64(keep)); err != nil {
