@@ -19,6 +19,7 @@
 package clockwatch
 
 import (
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -52,7 +53,34 @@ type Sample struct {
 // The peer read its clock about rtt/2 before, so the offset is
 // remote − (local − rtt/2).
 func AckSample(remote, local int64, rtt time.Duration, at time.Time) Sample {
-	return Sample{Offset: time.Duration(remote - (local - int64(rtt/2))), RTT: rtt, At: at, Wall: local}
+	return Sample{Offset: time.Duration(sub(remote, sub(local, int64(rtt/2)))), RTT: rtt, At: at, Wall: local}
+}
+
+// add and sub are a+b and a-b saturated at the ends of int64. Offsets are
+// differences of two clocks, and a clock centuries off (a dead RTC battery,
+// a clock set by hand to 1900, a buggy peer) puts them near those ends,
+// where a wrapped sum would turn a peer far behind into one far ahead, or a
+// huge disagreement into an agreement.
+func add(a, b int64) int64 {
+	s := a + b
+	switch {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
+}
+
+func sub(a, b int64) int64 {
+	d := a - b
+	switch {
+	case a >= 0 && b < 0 && d < 0:
+		return math.MaxInt64
+	case a < 0 && b > 0 && d >= 0:
+		return math.MinInt64
+	}
+	return d
 }
 
 // offsetAt is s's offset corrected for any step of this node's wall clock
@@ -61,8 +89,8 @@ func (s Sample) offsetAt(now time.Time, wall int64) time.Duration {
 	if s.Wall == 0 || wall == 0 {
 		return s.Offset
 	}
-	step := time.Duration(wall-s.Wall) - now.Sub(s.At)
-	return s.Offset - step
+	step := sub(sub(wall, s.Wall), int64(now.Sub(s.At)))
+	return time.Duration(sub(int64(s.Offset), step))
 }
 
 // Estimate is a peer's offset as the Estimator sees it.
@@ -175,8 +203,13 @@ func estimate(ss []Sample, now time.Time, wall int64, maxAge time.Duration) (Est
 	}
 	slices.Sort(offs)
 	// The median: the middle offset, or halfway between the two middle ones.
+	// a <= b, so a negative b-a is one that overflowed (a far behind, b far
+	// ahead), and then a/2+b/2 cannot.
 	a, b := offs[(len(offs)-1)/2], offs[len(offs)/2]
-	med := a + (b-a)/2
+	med := a/2 + b/2
+	if d := b - a; d >= 0 {
+		med = a + d/2
+	}
 	return Estimate{Offset: med, RTT: best[0].RTT, Samples: len(recent), At: newest}, true
 }
 
@@ -240,7 +273,9 @@ func GroupView(voters int, offsets []time.Duration, maxOffset time.Duration) Vie
 	unmeasured := v.Voters - v.Measured
 	lowMid, highMid := (v.Voters-1)/2, v.Voters/2
 	lo, hi := all[lowMid-unmeasured], all[highMid]
-	if hi-lo > maxOffset {
+	// hi >= lo: a negative difference overflowed, a range wider than any
+	// bound.
+	if d := hi - lo; d < 0 || d > maxOffset {
 		return v
 	}
 	v.Known = true
@@ -268,7 +303,7 @@ func (v View) Offending(maxOffset time.Duration) bool {
 // node's) agrees with the group's clock within maxOffset: a candidate to hand
 // leadership to.
 func (v View) Agrees(peerOffset, maxOffset time.Duration) bool {
-	return v.Known && (peerOffset-v.Offset).Abs() <= maxOffset
+	return v.Known && time.Duration(sub(int64(peerOffset), int64(v.Offset))).Abs() <= maxOffset
 }
 
 // Input is what LedgerTime decides from. Times are unix nanoseconds.
@@ -329,17 +364,17 @@ type Reading struct {
 func LedgerTime(in Input) Reading {
 	r := Reading{Now: in.Wall}
 	if in.View.Offending(in.MaxOffset) {
-		r.Now, r.Clamped = in.Wall+int64(in.View.Offset), true
+		r.Now, r.Clamped = add(in.Wall, int64(in.View.Offset)), true
 	}
 	if !in.View.Known && !in.Anchored {
 		r.Unsure = true // nothing to compare this clock with
 	}
 	if !in.View.Known && in.Anchored {
-		limit := in.Anchor + int64(in.Elapsed)
+		limit := add(in.Anchor, int64(in.Elapsed))
 		if r.Now > limit {
 			r.Now, r.Capped = limit, true
 		}
-		if time.Duration(in.Wall-limit).Abs() > in.MaxOffset {
+		if time.Duration(sub(in.Wall, limit)).Abs() > in.MaxOffset {
 			r.Unsure = true
 		}
 	}
