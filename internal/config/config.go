@@ -53,9 +53,28 @@ const (
 // (the Loader's, and the Validate methods' after parsing): env names the
 // variable (the flag is derived), value is what was given, want the
 // accepted range, and cause why (may be nil). It matches ErrInvalid and
-// cause.
+// cause. A value that seems to carry credentials is shown without them
+// (WithoutCredentials): the error goes to stderr and the logs.
 func Invalid(env, value, want string, cause error) *Error {
-	return &Error{Env: env, Flag: FlagName(env), Value: value, Want: want, Err: cause}
+	return &Error{Env: env, Flag: FlagName(env), Value: WithoutCredentials(value), Want: want, Err: cause}
+}
+
+// WithoutCredentials is v with what may be credentials replaced by "***":
+// the user information of a URL (https://user:password@collector), and,
+// since a refused value is often a mistyped one (http//user:password@host,
+// user:password@host, which url.Parse does not take for a user), whatever
+// comes before the last '@', from the first "//" on or from the start.
+// A value without '@' is returned as it is.
+func WithoutCredentials(v string) string {
+	at := strings.LastIndexByte(v, '@')
+	if at < 0 {
+		return v
+	}
+	start := 0
+	if i := strings.Index(v[:at], "//"); i >= 0 {
+		start = i + 2
+	}
+	return v[:start] + "***" + v[at:]
 }
 
 // Error is a setting that failed to parse or validate. It names the environment

@@ -29,6 +29,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 )
 
@@ -68,7 +69,9 @@ func redact(endpoint string, u *url.URL, err error) string {
 	if u.User != nil {
 		return withoutUser(u)
 	}
-	return endpoint
+	// A URL with a user whose "://" was mistyped (http//user:password@host)
+	// parses without one: what precedes its '@' may still be a password.
+	return config.WithoutCredentials(endpoint)
 }
 
 // withoutUser is u with its user information (a user name, which may be a

@@ -108,3 +108,15 @@ func TestSpan(t *testing.T) {
 		t.Fatalf("on: spans %v, want child under parent", spans)
 	}
 }
+
+// An endpoint refused for its form does not repeat credentials it seems to
+// carry either: a URL with a user whose "://" was mistyped is no URL with a
+// user to url.Parse, and its password would be shown as it is.
+func TestCheckEndpointMistypedWithCredentials(t *testing.T) {
+	for _, bad := range []string{"http//user:s3cret@collector:4318", "http:/user:s3cret@collector", "user:s3cret@collector:4318"} {
+		err := CheckEndpoint(bad)
+		if !errors.Is(err, ErrEndpoint) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// A refused value that carries credentials (an OTLP endpoint given as
+// https://user:password@collector, or such a URL mistyped) is shown without
+// them: the error goes to stderr and the logs. The validator's own message
+// may redact them; the *Error's Value must too.
+func TestErrorWithholdsCredentialsOfARefusedValue(t *testing.T) {
+	refuse := func(string) error { return ErrSyntax }
+	for _, v := range []string{
+		"https://user:hunter2@collector:4318",
+		"http://hunter2@collector:4318/v1/traces",
+		"http//user:hunter2@collector:4318", // the colon forgotten: not a URL with a user
+		"http:/user:hunter2@collector",
+		"user:hunter2@collector:4318",
+	} {
+		l := NewLoader("x", nil)
+		var s string
+		l.String(&s, "X_ENDPOINT", "a URL", refuse, "where")
+		err := l.Parse(nil, MapLookup(map[string]string{"X_ENDPOINT": v}))
+		if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("%q: %v, want ErrInvalid", v, err)
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%q: the error shows the password: %v", v, err)
+		}
+		if !strings.Contains(err.Error(), "collector") {
+			t.Errorf("%q: the error no longer names the host: %v", v, err)
+		}
+		// A value set in code and checked (Check) is shown the same way.
+		s = v
+		if err := l.Check(); err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Check of %q: %v", v, err)
+		}
+	}
+	// Values without credentials are shown as given.
+	l := NewLoader("x", nil)
+	var s string
+	l.String(&s, "X_ADDR", "an address", refuse, "where")
+	err := l.Parse(nil, MapLookup(map[string]string{"X_ADDR": "10.0.0.1:7000"}))
+	if err == nil || !strings.Contains(err.Error(), `"10.0.0.1:7000"`) {
+		t.Fatalf("a value without credentials: %v", err)
+	}
+}
