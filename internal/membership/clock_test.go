@@ -1,7 +1,9 @@
 package membership
 
 import (
+	"encoding/binary"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -100,3 +102,34 @@ func TestAckPayloadMalformedIgnored(t *testing.T) {
 }
 
 func nodeNamed(name string) *memberlist.Node { return &memberlist.Node{Name: name} }
+
+// A member that failed and comes back is a new process, maybe on a new
+// address and with its clock set right: the samples of its former life do
+// not count for it (they would, for up to clockSampleMaxAge, until fresh
+// probes outvoted them, had nothing asked for the offsets while it was
+// down).
+func TestClockOffsetsForgetAFormerLife(t *testing.T) {
+	a := startPool(t, "a", RoleManager, nil)
+	meta, err := Meta{Role: RoleManager, Datacenter: "dc1", NodeID: "id-x", RaftAddr: "127.0.0.1:2"}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(port uint16) *memberlist.Node {
+		return &memberlist.Node{Name: "x", Addr: net.IPv4(127, 0, 0, 1), Port: port, Meta: meta}
+	}
+	ev := (*eventDelegate)(a)
+	ev.NotifyJoin(node(1001))
+	// x's clock an hour ahead, as measured on a probe.
+	ahead := make([]byte, 1, 9)
+	ahead[0] = ackPayloadVersion
+	ahead = binary.BigEndian.AppendUint64(ahead, uint64(time.Now().Add(time.Hour).UnixNano()))
+	(*pingDelegate)(a).NotifyPingComplete(node(1001), time.Millisecond, ahead)
+	if offs := a.ClockOffsets(); len(offs) != 1 || offs[0].Offset < 50*time.Minute {
+		t.Fatalf("x not measured an hour ahead: %+v", offs)
+	}
+	ev.NotifyLeave(node(1001)) // a failure
+	ev.NotifyJoin(node(1002))  // back, on another address
+	if offs := a.ClockOffsets(); len(offs) != 0 {
+		t.Fatalf("the offsets of x's former life still count: %+v", offs)
+	}
+}

@@ -757,7 +757,13 @@ func (p *Pool) alive(n *memberlist.Node, typ EventType) {
 		typ = EventJoin
 	}
 	if typ == EventJoin {
-		delete(p.leaving, n.Name) // back after a leave: a new life
+		// Back after a leave or a failure: a new life, maybe a new process
+		// on a new address with its clock set right. Neither the leave of
+		// the former one nor its clock samples are this one's (ClockOffsets
+		// drops a departed member's samples only if asked while it is
+		// gone).
+		delete(p.leaving, n.Name)
+		p.clocks.Forget(n.Name)
 	}
 	m := &Member{Name: n.Name, Addr: n.Address(), Meta: meta, State: StateAlive, LastSeen: now}
 	p.members[n.Name] = m
