@@ -7,9 +7,11 @@
 package certs
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,7 +47,15 @@ func New(certFile, keyFile string, log *slog.Logger) (*Reloader, error) {
 func pairFiles(certFile, keyFile string) *fileValue[tls.Certificate] {
 	return &fileValue[tls.Certificate]{files: []string{certFile, keyFile}, errStat: ErrLoad,
 		load: func() (*tls.Certificate, error) {
-			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+			certPEM, err := readPEM(certFile)
+			if err != nil {
+				return nil, fmt.Errorf("%w from %s: %w", ErrLoad, certFile, err)
+			}
+			keyPEM, err := readPEM(keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("%w from %s: %w", ErrLoad, keyFile, err)
+			}
+			pair, err := tls.X509KeyPair(certPEM, keyPEM)
 			if err != nil {
 				return nil, fmt.Errorf("%w from %s and %s: %w", ErrLoad, certFile, keyFile, err)
 			}
@@ -54,6 +64,32 @@ func pairFiles(certFile, keyFile string) *fileValue[tls.Certificate] {
 			}
 			return &pair, nil
 		}}
+}
+
+// ErrCutShort is matched by the error of a PEM file whose last block is cut
+// short: a file caught while it is written in place.
+var ErrCutShort = errors.New("a PEM block is cut short (the file is being written?)")
+
+// readPEM reads a PEM file, refusing one with a block cut short. The
+// standard library skips such a block and loads the whole ones before it: a
+// certificate chain caught with its leaf whole and its intermediate half
+// written would be presented without the intermediate, a CA bundle caught
+// half rewritten would drop the CAs not written yet, each until the next
+// look. Refused, the value in use stays and the file is tried again then.
+func readPEM(file string) ([]byte, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	for rest := b; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			if bytes.Contains(rest, []byte("-----BEGIN")) {
+				return nil, ErrCutShort
+			}
+			return b, nil
+		}
+	}
 }
 
 // ErrNotValidNow is matched by the error of a certificate loaded outside its

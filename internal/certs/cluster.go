@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"time"
 
@@ -53,9 +52,9 @@ func NewCluster(caFile, certFile, keyFile string, log *slog.Logger) (*Cluster, e
 		return nil, err
 	}
 	c.ca = fileValue[x509.CertPool]{files: []string{caFile}, errStat: ErrCA, load: func() (*x509.CertPool, error) {
-		b, err := os.ReadFile(caFile)
+		b, err := readPEM(caFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrCA, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrCA, caFile, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(b) {
