@@ -1,0 +1,56 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/testutil"
+)
+
+// A manager that crashed and comes back at once under its name on a new
+// address (a container rescheduled), before the pool has found the old one
+// dead, is listed alive at its new address once the old one is reclaimed:
+// the pool does not keep the old address, nor lose the node.
+func TestCrashedNodeRejoinsOnANewAddress(t *testing.T) {
+	a := startPool(t, "a", RoleManager, nil)
+	b := startPool(t, "b", RoleManager, func(c *Config) { c.Seeds = []string{a.Addr()} })
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b}, "a", "b"))
+	old := b.Addr()
+	if err := b.Shutdown(); err != nil { // a crash: no leave
+		t.Fatal(err)
+	}
+	b2 := startPool(t, "b", RoleManager, func(c *Config) { c.Seeds = []string{a.Addr()} })
+	if b2.Addr() == old {
+		t.Fatalf("the new b has the old address %s", old)
+	}
+	testutil.WaitFor(t, 2*waitTimeout, func() (bool, string) {
+		for _, m := range a.Members() {
+			if m.Name == "b" {
+				return m.State == StateAlive && m.Addr == b2.Addr(), fmt.Sprintf("a to list b alive at %s (%+v)", b2.Addr(), m)
+			}
+		}
+		return false, "a to list b"
+	})
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b2}, "a", "b"))
+}
+
+// A pool of another datacenter is never merged, even when a seed list points
+// across: the join fails and neither side lists the other.
+func TestLANPoolRefusesAnotherDatacenter(t *testing.T) {
+	a := startPool(t, "a", RoleManager, nil)
+	b := startPool(t, "b", RoleManager, func(c *Config) { c.Meta.Datacenter = "dc2" })
+	if n, err := b.Join(context.Background(), []string{a.Addr()}); n != 0 || !errors.Is(err, ErrJoin) {
+		t.Fatalf("a node of dc2 joined dc1's pool: n=%d err=%v", n, err)
+	}
+	never(t, time.Second, func() (bool, string) {
+		for _, pair := range [][2]*Pool{{a, b}, {b, a}} {
+			if ok, what := lists(pair[0], pair[1].cfg.NodeName); ok {
+				return true, what
+			}
+		}
+		return false, ""
+	})
+}
