@@ -364,6 +364,7 @@ type Unknown struct {
 // IDEMPOTENCY_* variables, when one environment serves both). Parse ignores
 // such a variable, so a misspelled one leaves its setting at the default in
 // silence; the daemons log a warning for each.
+// Nearest is sought among the settings of l and the names of also.
 func (l *Loader) Unknown(environ []string, prefixes, also []string) []Unknown {
 	known := map[string]bool{}
 	for _, s := range l.settings {
@@ -384,12 +385,24 @@ func (l *Loader) Unknown(environ []string, prefixes, also []string) []Unknown {
 	for _, name := range slices.Compact(names) {
 		u := Unknown{Name: name}
 		best := maxMisspelling + 1
-		for _, s := range l.settings {
-			if d := editDistance(name, s.env); d < best {
-				best, u.Nearest = d, s.env
+		// The other program's names are candidates too: a misspelling of
+		// one of them (the gate's IDEMPOTENCY_MAX_TTL_SECONDS at a
+		// manager) is named as such, by both programs.
+		for _, env := range slices.Concat(l.names(), also) {
+			if d := editDistance(name, env); d < best {
+				best, u.Nearest = d, env
 			}
 		}
 		out = append(out, u)
+	}
+	return out
+}
+
+// names are the variables of the settings, in the order of registration.
+func (l *Loader) names() []string {
+	out := make([]string, len(l.settings))
+	for i, s := range l.settings {
+		out[i] = s.env
 	}
 	return out
 }

@@ -295,12 +295,14 @@ func TestLoaderUnknown(t *testing.T) {
 		"X_OTHER_PROGRAMS_SETTING=1", // another program's
 		"Y_COMMITED_TTL_SECONDS=5",   // another prefix
 		"X_NO_VALUE",                 // no '=': still a name
+		"X_OTHER_PROGRAMS_SETING=1",  // another program's, misspelt
 	}
 	got := l.Unknown(environ, []string{"X_"}, []string{"X_OTHER_PROGRAMS_SETTING"})
 	want := []Unknown{
 		{Name: "X_COMMITED_TTL_SECONDS", Nearest: "X_COMMITTED_TTL_SECONDS"},
 		{Name: "X_MAX_ENTIRES", Nearest: "X_MAX_ENTRIES"},
 		{Name: "X_NO_VALUE"},
+		{Name: "X_OTHER_PROGRAMS_SETING", Nearest: "X_OTHER_PROGRAMS_SETTING"},
 		{Name: "X_SOMETHING_ELSE"},
 	}
 	if !slices.Equal(got, want) {
