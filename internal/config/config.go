@@ -14,8 +14,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -561,7 +563,7 @@ var ErrSecretFile = fmt.Errorf("%w: secret file", ErrInvalid)
 func ReadSecretFile(env, path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w: %w", env, ErrSecretFile, err)
+		return "", fmt.Errorf("%s: %w: %w", env, ErrSecretFile, withheldPath(path, err))
 	}
 	defer f.Close()
 	// At most one byte past the bound: a path that never ends (/dev/urandom
@@ -582,6 +584,27 @@ func ReadSecretFile(env, path string) (string, error) {
 		return "", fmt.Errorf("%s: %s: %w: a byte at offset %d is not printable ASCII; want text on one line (e.g. openssl rand -hex 32)", env, path, ErrSecretFile, i)
 	}
 	return s, nil
+}
+
+// withheldPath is err, the error of opening path, without path when path
+// may be the secret itself, given where its file's path is wanted
+// (X_SECRET_FILE=$(openssl rand -hex 32)): when no file is there, and path
+// has no directory part or one that does not exist. A path to a file of a
+// directory that exists, or to a file that exists, is shown.
+func withheldPath(path string, err error) error {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	if _, serr := os.Lstat(path); serr == nil {
+		return err
+	}
+	if strings.ContainsRune(path, '/') {
+		if fi, serr := os.Stat(filepath.Dir(path)); serr == nil && fi.IsDir() {
+			return err
+		}
+	}
+	return fmt.Errorf("%s of the path given: %w (the path is not shown: no file is there, nor a directory it names, and it may be the secret itself)", pe.Op, pe.Err)
 }
 
 // TLSFiles is the cluster TLS trio of a daemon (docs/security.md): the

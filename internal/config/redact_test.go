@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,28 @@ func TestErrorWithholdsCredentialsOfARefusedValue(t *testing.T) {
 	err := l.Parse(nil, MapLookup(map[string]string{"X_ADDR": "10.0.0.1:7000"}))
 	if err == nil || !strings.Contains(err.Error(), `"10.0.0.1:7000"`) {
 		t.Fatalf("a value without credentials: %v", err)
+	}
+}
+
+// The secret itself given where its file's path is wanted
+// (X_SECRET_FILE=$(openssl rand -hex 32), a mix-up of X_SECRET and
+// X_SECRET_FILE) is not repeated by the error, which goes to stderr and the
+// logs. A path that names a file in a directory that exists is still shown.
+func TestReadSecretFileWithholdsASecretGivenAsItsPath(t *testing.T) {
+	for _, secret := range []string{
+		"0123456789abcdef0123456789abcdef0123456789abcdef", // openssl rand -hex 24
+		"q83vEjRXQ/2Pw1nB+Zk4c2h9YXh5Lk1wS0VtQWFCcnpNd1E=", // openssl rand -base64 32, with a '/'
+	} {
+		_, err := ReadSecretFile("X_SECRET_FILE", secret)
+		if !errors.Is(err, ErrSecretFile) {
+			t.Fatalf("%v, want ErrSecretFile", err)
+		}
+		if strings.Contains(err.Error(), secret[:16]) || strings.Contains(err.Error(), secret[len(secret)-16:]) {
+			t.Errorf("the error repeats the secret given as the path: %v", err)
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "cluster-secret")
+	if _, err := ReadSecretFile("X_SECRET_FILE", missing); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("a missing file in a directory that exists: %v, want its path named", err)
 	}
 }
