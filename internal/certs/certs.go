@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/logging"
 )
 
@@ -47,17 +48,20 @@ func New(certFile, keyFile string, log *slog.Logger) (*Reloader, error) {
 func pairFiles(certFile, keyFile string) *fileValue[tls.Certificate] {
 	return &fileValue[tls.Certificate]{files: []string{certFile, keyFile}, errStat: ErrLoad,
 		load: func() (*tls.Certificate, error) {
+			// The paths as errors show them: a key's PEM given where its
+			// path is wanted is not repeated (config.ShownPath).
+			certName, keyName := config.ShownPath(certFile), config.ShownPath(keyFile)
 			certPEM, err := readPEM(certFile)
 			if err != nil {
-				return nil, fmt.Errorf("%w from %s: %w", ErrLoad, certFile, err)
+				return nil, fmt.Errorf("%w from %s: %w", ErrLoad, certName, err)
 			}
 			keyPEM, err := readPEM(keyFile)
 			if err != nil {
-				return nil, fmt.Errorf("%w from %s: %w", ErrLoad, keyFile, err)
+				return nil, fmt.Errorf("%w from %s: %w", ErrLoad, keyName, err)
 			}
 			pair, err := tls.X509KeyPair(certPEM, keyPEM)
 			if err != nil {
-				return nil, fmt.Errorf("%w from %s and %s: %w", ErrLoad, certFile, keyFile, err)
+				return nil, fmt.Errorf("%w from %s and %s: %w", ErrLoad, certName, keyName, err)
 			}
 			if err := checkValidity(pair.Leaf, time.Now()); err != nil {
 				return nil, fmt.Errorf("%w from %s: %w", ErrLoad, certFile, err)
@@ -79,7 +83,7 @@ var ErrCutShort = errors.New("a PEM block is cut short (the file is being writte
 func readPEM(file string) ([]byte, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, err
+		return nil, config.WithheldPath(file, err)
 	}
 	for rest := b; ; {
 		var block *pem.Block
@@ -163,7 +167,7 @@ func (v *fileValue[T]) reload() (bool, error) {
 	for i, f := range v.files {
 		fi, err := os.Stat(f)
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, config.WithheldPath(f, err))
 			continue
 		}
 		stamps[i] = fileStamp{mod: fi.ModTime(), size: fi.Size()}

@@ -563,7 +563,7 @@ var ErrSecretFile = fmt.Errorf("%w: secret file", ErrInvalid)
 func ReadSecretFile(env, path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w: %w", env, ErrSecretFile, withheldPath(path, err))
+		return "", fmt.Errorf("%s: %w: %w", env, ErrSecretFile, WithheldPath(path, err))
 	}
 	defer f.Close()
 	// At most one byte past the bound: a path that never ends (/dev/urandom
@@ -586,25 +586,33 @@ func ReadSecretFile(env, path string) (string, error) {
 	return s, nil
 }
 
-// withheldPath is err, the error of opening path, without path when path
-// may be the secret itself, given where its file's path is wanted
-// (X_SECRET_FILE=$(openssl rand -hex 32)): when no file is there, and path
-// has no directory part or one that does not exist. A path to a file of a
-// directory that exists, or to a file that exists, is shown.
-func withheldPath(path string, err error) error {
+// WithheldPath is err, the error of opening or reading path, without path
+// unless ShownPath shows it: path may be the secret itself, given where its
+// file's path is wanted (X_SECRET_FILE=$(openssl rand -hex 32), a key's PEM
+// in X_TLS_KEY_FILE).
+func WithheldPath(path string, err error) error {
 	var pe *fs.PathError
-	if !errors.As(err, &pe) {
+	if !errors.As(err, &pe) || ShownPath(path) == path {
 		return err
 	}
-	if _, serr := os.Lstat(path); serr == nil {
-		return err
+	return fmt.Errorf("%s %s: %w", pe.Op, ShownPath(path), pe.Err)
+}
+
+// ShownPath is path, to name in an error or a log line, or a placeholder
+// when path may be a secret given where its file's path is wanted: when no
+// file is there, and path has no directory part or one that does not
+// exist. A path to a file that exists, or into a directory that exists, is
+// shown.
+func ShownPath(path string) string {
+	if _, err := os.Lstat(path); err == nil {
+		return path
 	}
 	if strings.ContainsRune(path, '/') {
-		if fi, serr := os.Stat(filepath.Dir(path)); serr == nil && fi.IsDir() {
-			return err
+		if fi, err := os.Stat(filepath.Dir(path)); err == nil && fi.IsDir() {
+			return path
 		}
 	}
-	return fmt.Errorf("%s of the path given: %w (the path is not shown: no file is there, nor a directory it names, and it may be the secret itself)", pe.Op, pe.Err)
+	return "(the path given, not shown: no file is there, nor a directory it names, and it may be the secret itself)"
 }
 
 // TLSFiles is the cluster TLS trio of a daemon (docs/security.md): the
