@@ -14,8 +14,11 @@ import (
 )
 
 // mu makes Start and its stop one at a time: the go-metrics sink is one per
-// process.
-var mu sync.Mutex
+// process. current is the sink installed last (nil after its stop).
+var (
+	mu      sync.Mutex
+	current *gmprometheus.PrometheusSink
+)
 
 // Start registers a go-metrics Prometheus sink on reg and makes it the
 // process-wide go-metrics sink, so raft's (raft_commitTime,
@@ -24,9 +27,10 @@ var mu sync.Mutex
 // the process's /metrics. Series are named as go-metrics keys joined with
 // underscores, with no service or host prefix.
 //
-// stop unregisters the sink, stops its cleanup and puts the discarding sink
-// back. A process runs one daemon and calls Start once; a second Start
-// replaces the first's sink.
+// stop unregisters the sink, stops its cleanup and, unless a later Start has
+// replaced it, puts the discarding sink back. A process runs one daemon and
+// calls Start once; a second Start (two daemons in one test process)
+// replaces the first's sink, whose stop then leaves the second's in place.
 func Start(reg prometheus.Registerer) (stop func(), err error) {
 	mu.Lock()
 	defer mu.Unlock()
@@ -43,13 +47,19 @@ func Start(reg prometheus.Registerer) (stop func(), err error) {
 		reg.Unregister(sink)
 		return nil, fmt.Errorf("telemetry: install the go-metrics sink: %w", err)
 	}
+	current = sink
 	ctx, cancel := context.WithCancel(context.Background())
 	sink.RunBackgroundCleanup(ctx)
 	return func() {
 		mu.Lock()
 		defer mu.Unlock()
 		cancel()
-		_, _ = gometrics.NewGlobal(quiet(), &gometrics.BlackholeSink{})
+		// A sink another Start replaced is no longer the process's: the
+		// one installed since stays (two daemons in one process, in tests).
+		if current == sink {
+			_, _ = gometrics.NewGlobal(quiet(), &gometrics.BlackholeSink{})
+			current = nil
+		}
 		reg.Unregister(sink)
 	}, nil
 }
