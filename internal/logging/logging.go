@@ -120,9 +120,11 @@ func ValidateFormat(format string) error {
 }
 
 // ParseLevel parses trace, debug, info, warn (or warning) and error, in any
-// case, as well as slog's offset forms such as "DEBUG+2".
+// case, as well as slog's offset forms such as "DEBUG+2"; white space around
+// the value is ignored.
 func ParseLevel(s string) (slog.Level, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
+	s = strings.TrimSpace(s)
+	switch strings.ToLower(s) {
 	case "trace":
 		return LevelTrace, nil
 	case "debug":

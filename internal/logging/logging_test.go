@@ -41,6 +41,9 @@ func TestParseLevel(t *testing.T) {
 		{"trace", LevelTrace}, {"DEBUG", slog.LevelDebug}, {"info", slog.LevelInfo},
 		{"Warn", slog.LevelWarn}, {"warning", slog.LevelWarn}, {"error", slog.LevelError},
 		{"err", slog.LevelError}, {"DEBUG+2", slog.LevelDebug + 2},
+		// White space around a value is ignored in every form, the offset
+		// ones too (" debug " was read, " DEBUG+2 " refused).
+		{" info ", slog.LevelInfo}, {" DEBUG+2 ", slog.LevelDebug + 2},
 	}
 	for _, c := range cases {
 		got, err := ParseLevel(c.in)
