@@ -290,9 +290,9 @@ func Register(l *config.Loader, c *Config) {
 	l.Int(&c.WatermarkMaxClientsPerTenant, EnvWatermarkMaxClientsPerTenant, 1, 1<<31-1,
 		"the bound on one tenant's client watermarks; beyond it that tenant's new clients are refused (429)")
 	l.Int64(&c.LedgerMaxBytes, EnvLedgerMaxBytes, 1<<20, 1<<40,
-		"bytes of entries and retained jobs (payloads included) the ledger holds before it refuses new reservations (503); 0: 256 GiB with MANAGER_LEDGER_STORE=disk, 1 GiB with memory")
+		"bytes of entries and retained jobs (payloads included) the ledger holds before it refuses new reservations (503); unset: 256 GiB with MANAGER_LEDGER_STORE=disk, 1 GiB with memory")
 	l.Int64(&c.LedgerTenantMaxBytes, EnvLedgerTenantMaxBytes, 1<<20, 1<<40,
-		"one tenant's share of IDEMPOTENCY_LEDGER_MAX_BYTES; beyond it that tenant's new keys are refused (429); 0: 64 GiB with MANAGER_LEDGER_STORE=disk, 256 MiB with memory")
+		"one tenant's share of IDEMPOTENCY_LEDGER_MAX_BYTES; beyond it that tenant's new keys are refused (429); unset: 64 GiB with MANAGER_LEDGER_STORE=disk, 256 MiB with memory")
 	l.Int(&c.OutboxMaxEntries, EnvOutboxMaxEntries, 1, 1<<31-1,
 		"multi-datacenter submissions the outbox carries (not yet confirmed by every datacenter they name, live or expired) before new ones are refused (503 outbox_full)")
 	l.Int(&c.BatchMaxItems, EnvBatchMaxItems, 1, 4096,
