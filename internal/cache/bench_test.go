@@ -16,8 +16,6 @@ func benchCache(b *testing.B, shards int) *Cache[*response] {
 	c, err := New[*response](Config{
 		MaxEntries:      100000, // the IDEMPOTENCY_MAX_ENTRIES default
 		PendingTTL:      time.Minute,
-		CommittedTTL:    5 * time.Minute,
-		RejectedTTL:     time.Minute,
 		CleanupInterval: 10 * time.Second,
 		Shards:          shards,
 	})
@@ -51,7 +49,7 @@ func BenchmarkBeginComplete(b *testing.B) {
 		b.Run(fmt.Sprint("shards=", shards), func(b *testing.B) {
 			c := benchCache(b, shards)
 			for _, k := range keys[n-100000:] { // fill with keys used last
-				c.Begin(k, "fp").Owner.Complete(v, Committed, 0)
+				completeIn(c.Begin(k, "fp").Owner, v, Committed, 0)
 			}
 			procs := uint64(runtime.GOMAXPROCS(0))
 			var ids atomic.Uint64
@@ -64,7 +62,7 @@ func BenchmarkBeginComplete(b *testing.B) {
 						b.Errorf("kind %v", l.Kind)
 						return
 					}
-					l.Owner.Complete(v, Committed, 0)
+					completeIn(l.Owner, v, Committed, 0)
 					i += procs
 				}
 			})
@@ -81,7 +79,7 @@ func BenchmarkHitHot(b *testing.B) {
 		b.Run(fmt.Sprint("shards=", shards), func(b *testing.B) {
 			c := benchCache(b, shards)
 			for _, k := range keys {
-				c.Begin(k, "fp").Owner.Complete(v, Committed, 0)
+				completeIn(c.Begin(k, "fp").Owner, v, Committed, 0)
 			}
 			var next atomic.Uint64
 			b.ResetTimer()

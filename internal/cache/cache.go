@@ -1,6 +1,6 @@
 // Package cache is the gate's idempotency cache (see docs/architecture.md and
-// docs/cache.md): a bounded LRU of idempotency entries with a TTL per entry
-// state and coalescing of concurrent duplicates.
+// docs/cache.md): a bounded LRU of idempotency entries, each with its expiry,
+// and coalescing of concurrent duplicates.
 //
 // The gate calls Begin on every POST /v1/jobs with the tenant-scoped key (see Key)
 // and the request fingerprint, and acts on the Lookup it gets:
@@ -8,7 +8,7 @@
 //	LookupHit      replay Lookup.Value (a COMMITTED or REJECTED outcome)
 //	LookupMismatch 422 idempotency_key_reused
 //	LookupPending  Lookup.Waiter.Wait(ctx) for the owner's outcome, or 409
-//	LookupMiss     the caller is the owner: forward, then Lookup.Owner.Complete
+//	LookupMiss     the caller is the owner: forward, then Lookup.Owner.CompleteUntil
 //	               (a deterministic outcome, cached) or Lookup.Owner.Abandon
 //	               (a transient failure, not cached)
 //
@@ -100,7 +100,7 @@ type Lookup[V any] struct {
 	ExpiresAt time.Time
 
 	// Owner is set for LookupMiss only: the caller must resolve the entry with
-	// Complete or Abandon (an owner that never does is bounded by PendingTTL).
+	// CompleteUntil or Abandon (an owner that never does is bounded by PendingTTL).
 	Owner *Owner[V]
 
 	// Waiter is set for LookupPending only. The caller may Wait on it or drop
@@ -117,11 +117,6 @@ type Config struct {
 	// PendingTTL bounds how long a PENDING entry answers duplicates: after it
 	// the entry is expired and the next Begin becomes a new owner.
 	PendingTTL time.Duration
-	// CommittedTTL and RejectedTTL are the default TTLs of completed entries
-	// (Owner.Complete with ttl 0).
-	CommittedTTL time.Duration
-	RejectedTTL  time.Duration
-
 	// CleanupInterval is the period of the sweeper that removes expired
 	// entries. Expired entries are also ignored (and removed) on lookup, so the
 	// sweep only reclaims memory.
@@ -135,7 +130,7 @@ type Config struct {
 	// required.
 	MaxBytes int64
 	// Size returns the accounted size of a value (a V: its bytes plus a fixed
-	// overhead); it is called once per Complete, outside the cache's locks.
+	// overhead); it is called once per CompleteUntil, outside the cache's locks.
 	Size func(value any) int64
 
 	// Now is the clock (default time.Now). Tests inject a fake one.
@@ -166,8 +161,6 @@ func (cfg *Config) validate() error {
 		v    time.Duration
 	}{
 		{"PendingTTL", cfg.PendingTTL},
-		{"CommittedTTL", cfg.CommittedTTL},
-		{"RejectedTTL", cfg.RejectedTTL},
 		{"CleanupInterval", cfg.CleanupInterval},
 	} {
 		if d.v <= 0 {
@@ -413,7 +406,7 @@ func (s *shard[V]) makeRoom(now time.Time) {
 		return
 	}
 	// An evicted PENDING entry lives on for its owner and waiters: the owner's
-	// Complete still wakes them, it just is not cached.
+	// CompleteUntil still wakes them, it just is not cached.
 	s.pending.RemoveOldest()
 	s.stats.evictions.Add(1)
 	s.stats.pendingEvictions.Add(1)

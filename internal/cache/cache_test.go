@@ -41,8 +41,6 @@ func testConfig(clk *clock) Config {
 	return Config{
 		MaxEntries:      1000,
 		PendingTTL:      pendingTTL,
-		CommittedTTL:    committedTTL,
-		RejectedTTL:     rejectedTTL,
 		CleanupInterval: 10 * time.Second,
 		Now:             clk.Now,
 		// A nil channel never ticks: only the test sweeps.
@@ -85,10 +83,23 @@ func mustBegin(t *testing.T, c *Cache[*response], key, fp string, want Kind) Loo
 	return l
 }
 
+// completeIn completes o with CompleteUntil, expiring ttl from now on the
+// cache's clock; ttl 0 is the state's TTL (committedTTL or rejectedTTL), as
+// the gate's configuration gives it.
+func completeIn(o *Owner[*response], v *response, st State, ttl time.Duration) error {
+	if ttl == 0 {
+		ttl = committedTTL
+		if st == Rejected {
+			ttl = rejectedTTL
+		}
+	}
+	return o.CompleteUntil(v, st, (*entry[*response])(o).s.c.now().Add(ttl))
+}
+
 func mustComplete(t *testing.T, o *Owner[*response], v *response, st State, ttl time.Duration) {
 	t.Helper()
-	if err := o.Complete(v, st, ttl); err != nil {
-		t.Fatalf("Complete: %v", err)
+	if err := completeIn(o, v, st, ttl); err != nil {
+		t.Fatalf("CompleteUntil: %v", err)
 	}
 }
 
@@ -116,8 +127,6 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"MaxEntries", func(c *Config) { c.MaxEntries = 0 }},
 		{"PendingTTL", func(c *Config) { c.PendingTTL = 0 }},
-		{"CommittedTTL", func(c *Config) { c.CommittedTTL = -time.Second }},
-		{"RejectedTTL", func(c *Config) { c.RejectedTTL = 0 }},
 		{"CleanupInterval", func(c *Config) { c.CleanupInterval = 0 }},
 		{"Shards", func(c *Config) { c.Shards = 3 }},
 		{"Shards", func(c *Config) { c.Shards = 512 }},
@@ -204,7 +213,7 @@ func TestPerStateTTL(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		state State
-		ttl   time.Duration // given to Complete
+		ttl   time.Duration // from completion to the expiry given to CompleteUntil
 		lives time.Duration
 	}{
 		{"committed", Committed, 0, committedTTL},
@@ -473,7 +482,7 @@ func TestCoalesceThousand(t *testing.T) {
 			case LookupMiss:
 				owners.Add(1)
 				begun.Wait() // every other caller has its Lookup: they all see PENDING
-				results[i] = waitResult{want, Committed, l.Owner.Complete(want, Committed, 0)}
+				results[i] = waitResult{want, Committed, completeIn(l.Owner, want, Committed, 0)}
 			case LookupPending:
 				waiters.Add(1)
 				v, st, err := l.Waiter.Wait(ctx)
@@ -594,7 +603,7 @@ func TestWaitRacesResolution(t *testing.T) {
 			if abandon {
 				l.Owner.Abandon(v)
 			} else {
-				l.Owner.Complete(v, Committed, 0)
+				completeIn(l.Owner, v, Committed, 0)
 			}
 		})
 		wg.Wait()
@@ -629,7 +638,7 @@ func TestAbandon(t *testing.T) {
 	if _, ok := c.Replay("k", func(*response) bool { return true }); ok {
 		t.Fatal("an abandoned entry is cached")
 	}
-	if err := owner.Complete(&response{status: 201}, Committed, 0); !errors.Is(err, ErrResolved) {
+	if err := completeIn(owner, &response{status: 201}, Committed, 0); !errors.Is(err, ErrResolved) {
 		t.Fatalf("Complete after Abandon: %v", err)
 	}
 	if err := owner.Abandon(unavailable); !errors.Is(err, ErrResolved) {
@@ -666,18 +675,15 @@ func TestMismatch(t *testing.T) {
 func TestCompleteOnce(t *testing.T) {
 	c, _ := newCache(t, nil)
 	owner := mustBegin(t, c, "k", "fp", LookupMiss).Owner
-	for _, bad := range []struct {
-		st  State
-		ttl time.Duration
-	}{{Pending, 0}, {Abandoned, 0}, {0, 0}, {Committed, -time.Second}} {
-		if err := owner.Complete(&response{}, bad.st, bad.ttl); !errors.Is(err, ErrInvalidState) {
-			t.Fatalf("Complete(%v, %v): %v", bad.st, bad.ttl, err)
+	for _, bad := range []State{Pending, Abandoned, 0} {
+		if err := completeIn(owner, &response{}, bad, time.Hour); !errors.Is(err, ErrInvalidState) {
+			t.Fatalf("CompleteUntil(%v): %v", bad, err)
 		}
 	}
 	mustBegin(t, c, "k", "fp", LookupPending)
 	first := &response{status: 201}
 	mustComplete(t, owner, first, Committed, 0)
-	if err := owner.Complete(&response{status: 500}, Rejected, time.Hour); !errors.Is(err, ErrResolved) {
+	if err := completeIn(owner, &response{status: 500}, Rejected, time.Hour); !errors.Is(err, ErrResolved) {
 		t.Fatalf("second Complete: %v", err)
 	}
 	if err := owner.Abandon(&response{status: 503}); !errors.Is(err, ErrResolved) {
@@ -744,7 +750,7 @@ func TestRandomInterleavings(t *testing.T) {
 						if rng.IntN(4) == 0 {
 							l.Owner.Abandon(v)
 						} else {
-							l.Owner.Complete(v, Committed, time.Duration(rng.IntN(3))*time.Second)
+							completeIn(l.Owner, v, Committed, time.Duration(rng.IntN(3))*time.Second)
 						}
 					case LookupPending:
 						v, st, err := l.Waiter.Wait(ctx)

@@ -21,12 +21,12 @@ var (
 	// transient failure (a 503). Nothing was cached; a retry forwards anew.
 	ErrAbandoned = errors.New("cache: owner abandoned the entry after a transient failure")
 
-	// ErrResolved is returned by Owner.Complete and Owner.Abandon when the entry
+	// ErrResolved is returned by Owner.CompleteUntil and Owner.Abandon when the entry
 	// was already completed or abandoned. The call changed nothing.
 	ErrResolved = errors.New("cache: entry already resolved")
 
-	// ErrInvalidState is returned by Owner.Complete for a state other than
-	// Committed or Rejected, or a negative TTL. The call changed nothing.
+	// ErrInvalidState is returned by Owner.CompleteUntil for a state other
+	// than Committed or Rejected. The call changed nothing.
 	ErrInvalidState = errors.New("cache: invalid completion")
 )
 

@@ -7,7 +7,7 @@ import (
 )
 
 // Owner is the handle of the caller that got LookupMiss: it alone resolves the
-// entry, once, with Complete or Abandon.
+// entry, once, with CompleteUntil or Abandon.
 //
 // Owner and Waiter are the entry itself under another type (no allocation per
 // handle).
@@ -16,42 +16,19 @@ type Owner[V any] entry[V]
 // Waiter is the handle of a caller that got LookupPending.
 type Waiter[V any] entry[V]
 
-// Complete records the deterministic outcome v, in state Committed or Rejected,
-// for ttl (0 means the state's configured TTL, counted from now), and wakes every
-// waiter with it. If the entry is still in the cache it becomes a completed
-// entry there; if it left (evicted, swept, expired) the waiters are
-// woken all the same and nothing is cached: the ledger remains the authority for
-// a later retry.
+// CompleteUntil records the deterministic outcome v, in state Committed or
+// Rejected, until expires (an entry lives in [completed, expires)), and wakes
+// every waiter with it. If the entry is still in the cache it becomes a
+// completed entry there; if it left (evicted, swept, expired) the waiters are
+// woken all the same and nothing is cached: the ledger remains the authority
+// for a later retry. An expires at or before now caches nothing, as an
+// outcome that does not fit the byte bound (Stats.NotCached): every waiter
+// still gets v, and a later duplicate misses. So a caller whose outcome
+// carries its own expiry (the ledger's) never keeps it past that expiry, not
+// even for an instant.
 //
-// A second Complete or Abandon returns ErrResolved and changes nothing. An
-// invalid state or a negative ttl returns ErrInvalidState and changes nothing.
-func (o *Owner[V]) Complete(v V, state State, ttl time.Duration) error {
-	if state != Committed && state != Rejected {
-		return fmt.Errorf("%w: state %v (want committed or rejected)", ErrInvalidState, state)
-	}
-	if ttl < 0 {
-		return fmt.Errorf("%w: negative ttl %v", ErrInvalidState, ttl)
-	}
-	e := (*entry[V])(o)
-	switch {
-	case ttl > 0:
-	case state == Rejected:
-		ttl = e.s.c.cfg.RejectedTTL
-	default:
-		ttl = e.s.c.cfg.CommittedTTL
-	}
-	return e.resolve(v, state, e.s.c.now().Add(ttl))
-}
-
-// CompleteUntil is Complete with an absolute expiry: the outcome is cached
-// until expires (an entry lives in [completed, expires)). An expires at or
-// before now caches nothing, as an outcome that does not fit the byte bound
-// (Stats.NotCached): every waiter still gets v, and a later duplicate misses.
-// It lets a caller whose outcome carries its own expiry (the ledger's) never
-// keep it past that expiry, not even for an instant.
-//
-// A second Complete or Abandon returns ErrResolved and changes nothing. An
-// invalid state returns ErrInvalidState and changes nothing.
+// A second CompleteUntil or Abandon returns ErrResolved and changes nothing.
+// An invalid state returns ErrInvalidState and changes nothing.
 func (o *Owner[V]) CompleteUntil(v V, state State, expires time.Time) error {
 	if state != Committed && state != Rejected {
 		return fmt.Errorf("%w: state %v (want committed or rejected)", ErrInvalidState, state)
@@ -62,7 +39,7 @@ func (o *Owner[V]) CompleteUntil(v V, state State, expires time.Time) error {
 // Abandon ends the entry after a transient failure (a 503): every waiter,
 // current or racing, receives v with the state Abandoned and ErrAbandoned, and
 // the entry leaves the cache so that nothing transient is cached and the next
-// request forwards anew. A second Complete or Abandon returns ErrResolved.
+// request forwards anew. A second CompleteUntil or Abandon returns ErrResolved.
 func (o *Owner[V]) Abandon(v V) error {
 	e := (*entry[V])(o)
 	err := e.resolve(v, Abandoned, time.Time{})
@@ -75,7 +52,7 @@ func (o *Owner[V]) Abandon(v V) error {
 // Wait returns the owner's outcome once the entry is resolved, or when ctx ends,
 // whichever comes first; if both have happened the outcome wins.
 //
-//   - Complete: (v, Committed|Rejected, nil);
+//   - CompleteUntil: (v, Committed|Rejected, nil);
 //   - Abandon: (v, Abandoned, ErrAbandoned), v being the owner's transient answer;
 //   - ctx ended first: (zero, Pending, error matching ErrWaitTimeout and
 //     context.Cause(ctx)).
@@ -83,7 +60,7 @@ func (o *Owner[V]) Abandon(v V) error {
 // Wait may be called any number of times, by any number of goroutines; a
 // waiter that gives up affects no other. The waiter is never lost: the entry
 // carries a channel that is closed exactly once when it is resolved, so a waiter
-// that arrives after the owner's Complete returns at once, and an entry that
+// that arrives after the owner's CompleteUntil returns at once, and an entry that
 // left the cache still wakes its waiters.
 func (w *Waiter[V]) Wait(ctx context.Context) (V, State, error) {
 	e := (*entry[V])(w)

@@ -186,8 +186,6 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.cache, err = cache.New[*response](cache.Config{
 		MaxEntries:      cfg.Idempotency.MaxEntries,
 		PendingTTL:      cfg.Idempotency.PendingTTL,
-		CommittedTTL:    cfg.Idempotency.CommittedTTL,
-		RejectedTTL:     cfg.Idempotency.RejectedTTL,
 		CleanupInterval: cfg.Idempotency.CleanupInterval,
 		Now:             deps.Now,
 		MaxBytes:        cfg.CacheMaxBytes,
