@@ -9,7 +9,8 @@ import (
 	"github.com/once-dev/once/pkg/api"
 )
 
-// titles are the RFC 9457 titles of the problem codes: short, fixed per code.
+// titles are the RFC 9457 titles of the problem codes: short, fixed per code,
+// as docs/api.md's table of errors lists them.
 var titles = map[api.Code]string{
 	api.CodeIdempotencyKeyMissing:  "Idempotency-Key header missing",
 	api.CodeIdempotencyKeyInvalid:  "Idempotency-Key header invalid",
@@ -32,6 +33,8 @@ var titles = map[api.Code]string{
 	api.CodeResponseTooLarge:       "Response too large",
 	api.CodeLeaseLost:              "Lease lost",
 	api.CodeJobStateConflict:       "Job state conflict",
+	api.CodeOutboxFull:             "Outbox full",
+	api.CodeBudgetExceeded:         "Budget exceeded",
 }
 
 // problem is an RFC 9457 problem: type is api.ProblemTypeBase plus the code,

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -148,5 +150,64 @@ func TestEveryRouteAnswersItsRefusalsAsProblems(t *testing.T) {
 		for _, h := range []string{api.HeaderReplayed, api.HeaderIdempotencyExpiresAt, api.HeaderRetryAfter} {
 			wantNoHeader(t, res, h)
 		}
+	}
+}
+
+// TestEveryCodeHasItsDocumentedTitle holds the title of every problem code
+// the gate can answer to docs/api.md's table of errors, word for word. The
+// codes the gate can answer are those of api/openapi.yaml's Problem.code
+// enum (every answer of this suite is validated against it), less
+// unsupported_media_type, which docs/api.md says is never sent; each must
+// have a row, and the problem the gate renders for it carries that row's
+// title, never the HTTP status text.
+func TestEveryCodeHasItsDocumentedTitle(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| ([0-9]{3})[^|]* \\| ([^|]+) \\|$")
+	type documented struct {
+		status int
+		title  string
+	}
+	table := map[api.Code]documented{}
+	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
+		status, _ := strconv.Atoi(m[2])
+		table[api.Code(m[1])] = documented{status, m[3]}
+	}
+	spec, err := os.ReadFile(openapiPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enum := regexp.MustCompile(`(?s)code:\s+type: string\s+enum:\n((?:\s+- [a-z_]+\n)+)`).FindSubmatch(spec)
+	if enum == nil {
+		t.Fatalf("%s: no Problem.code enum", openapiPath)
+	}
+	codes := strings.Fields(strings.ReplaceAll(string(enum[1]), "- ", ""))
+	if len(codes) < 20 {
+		t.Fatalf("%s: the Problem.code enum parsed as %q", openapiPath, codes)
+	}
+	for _, c := range codes {
+		code := api.Code(c)
+		if code == api.CodeUnsupportedMediaType {
+			if _, ok := table[code]; ok {
+				t.Errorf("docs/api.md lists %s, which the gate never sends", code)
+			}
+			continue
+		}
+		d, ok := table[code]
+		if !ok {
+			t.Errorf("docs/api.md's table of errors has no row for %s", code)
+			continue
+		}
+		if titles[code] != d.title {
+			t.Errorf("%s: titles has %q, docs/api.md %q", code, titles[code], d.title)
+		}
+		if p := problem(d.status, code, "d"); p.Title != d.title {
+			t.Errorf("%s: the problem's title is %q, docs/api.md's %q", code, p.Title, d.title)
+		}
+	}
+	if len(table) != len(codes)-1 {
+		t.Errorf("docs/api.md's table of errors has %d rows, the enum %d codes the gate sends", len(table), len(codes)-1)
 	}
 }
