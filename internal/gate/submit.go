@@ -307,9 +307,25 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request, tenant strin
 }
 
 // idempotencyKey returns the request's key, from Idempotency-Key or its other
-// name X-Idempotency-Key, or answers 400 and returns false. Each header may
-// appear once; when both are sent they must carry the same key.
+// name X-Idempotency-Key, or answers 400 and returns false: the key is
+// required (optionalKey says how it is read).
 func idempotencyKey(w http.ResponseWriter, r *http.Request) (keys.Key, bool) {
+	key, present, ok := optionalKey(w, r)
+	if ok && !present {
+		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyMissing,
+			cmp.Or(r.Pattern, "POST /v1/jobs")+" requires an Idempotency-Key header (or X-Idempotency-Key)")
+		return keys.Key{}, false
+	}
+	return key, ok
+}
+
+// optionalKey returns the request's key, from Idempotency-Key or its other
+// name X-Idempotency-Key (present false when neither is sent), or answers
+// 400 idempotency_key_invalid and returns ok false. Each header may appear
+// once, and an empty one is invalid, not missing; when both are sent they
+// must carry the same key. Every route that takes a key reads it so, whether
+// it requires one (a submission, an action) or not (a worker call).
+func optionalKey(w http.ResponseWriter, r *http.Request) (key keys.Key, present, ok bool) {
 	var buf [2]keys.Key // one a header: found stays on the stack
 	found := buf[:0]
 	for _, name := range []string{api.HeaderIdempotencyKey, api.HeaderXIdempotencyKey} {
@@ -321,26 +337,24 @@ func idempotencyKey(w http.ResponseWriter, r *http.Request) (keys.Key, bool) {
 		default:
 			writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid,
 				fmt.Sprintf("idempotency key must be sent in exactly one %s header (got %d)", name, len(values)))
-			return keys.Key{}, false
+			return keys.Key{}, false, false
 		}
 		key, err := keys.Parse(values[0])
 		if err != nil {
 			writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, name+": "+err.Error())
-			return keys.Key{}, false
+			return keys.Key{}, false, false
 		}
 		found = append(found, key)
 	}
 	switch {
 	case len(found) == 0:
-		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyMissing,
-			cmp.Or(r.Pattern, "POST /v1/jobs")+" requires an Idempotency-Key header (or X-Idempotency-Key)")
-		return keys.Key{}, false
+		return keys.Key{}, false, true
 	case len(found) == 2 && found[0].Raw != found[1].Raw:
 		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid,
 			"the Idempotency-Key and X-Idempotency-Key headers carry different keys; send one, or both with the same key")
-		return keys.Key{}, false
+		return keys.Key{}, false, false
 	}
-	return found[0], true
+	return found[0], true, true
 }
 
 // resultTTL returns the lifetime the request asks for its stored outcome

@@ -17,7 +17,6 @@ import (
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
-	"github.com/once-dev/once/pkg/keys"
 )
 
 // The worker endpoints (docs/workers.md): POST /v1/leases and
@@ -82,16 +81,19 @@ type workerCall struct {
 }
 
 // serveWorkerCall runs c, or replays its stored answer when the request
-// carries an Idempotency-Key seen before.
+// carries an Idempotency-Key seen before. The key is optional, and read as
+// a submission's (optionalKey): X-Idempotency-Key is another name for it,
+// and a key that is empty, sent twice or different under the two names is
+// 400, never a call run without its key.
 func (g *Gate) serveWorkerCall(w http.ResponseWriter, r *http.Request, tenant string, c workerCall) {
-	key := r.Header.Get(api.HeaderIdempotencyKey)
-	if key != "" {
-		if _, err := keys.Parse(key); err != nil {
-			writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, "invalid Idempotency-Key: "+err.Error())
-			return
-		}
+	key, present, ok := optionalKey(w, r)
+	if !ok {
+		return
 	}
-	g.serveKeyedCall(w, r, tenant, key, c)
+	if present {
+		noteKey(w, key.Raw)
+	}
+	g.serveKeyedCall(w, r, tenant, key.Raw, c)
 }
 
 // serveKeyedCall runs c under key (checked; "" for none), or replays the

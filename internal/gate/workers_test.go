@@ -186,6 +186,53 @@ func TestWorkerIdempotencyKey(t *testing.T) {
 	}
 }
 
+// A worker call's optional Idempotency-Key is read as a submission's
+// (docs/api.md, Idempotency keys and Choices 4 and 15): X-Idempotency-Key
+// is another name for it (a retry under it is a replay, not a second
+// lease), and an empty key, a key sent twice, or two names carrying
+// different keys are 400 idempotency_key_invalid, never a call run as if
+// it had no key.
+func TestWorkerIdempotencyKeyHeaders(t *testing.T) {
+	mgr, g := startWorkerGate(t, nil)
+	for i := range 3 {
+		wantJob(t, g.submit(t, skey(i+1), `{"type":"x"}`), http.StatusCreated)
+	}
+	for _, hdr := range [][]string{
+		{api.HeaderIdempotencyKey, ""},
+		{api.HeaderXIdempotencyKey, ""},
+		{api.HeaderIdempotencyKey, "k1", api.HeaderIdempotencyKey, "k2"},
+		{api.HeaderXIdempotencyKey, "k1", api.HeaderXIdempotencyKey, "k1"},
+		{api.HeaderIdempotencyKey, "k1", api.HeaderXIdempotencyKey, "k2"},
+	} {
+		for _, path := range []string{"/v1/leases", "/v1/jobs/j1/heartbeat", "/v1/jobs/j1/complete", "/v1/jobs/j1/fail"} {
+			res := g.post(t, path, `{"lease_id":"l"}`, hdr...)
+			if res.status != http.StatusBadRequest {
+				t.Fatalf("%s with %q: %s", path, hdr, res)
+			}
+			wantProblem(t, res, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid)
+		}
+		wantProblem(t, g.post(t, "/v1/completions", `{"completions":[{"job_id":"j1","lease_id":"l"}]}`, hdr...),
+			http.StatusBadRequest, api.CodeIdempotencyKeyInvalid)
+	}
+	if n := mgr.Jobs(); n != 3 {
+		t.Fatalf("%d jobs", n)
+	}
+	// Under its other name, and under both names alike (an sf-string is the
+	// same key), the key makes a retry a replay.
+	a := g.post(t, "/v1/leases", `{}`, api.HeaderXIdempotencyKey, "lease-x")
+	b := g.post(t, "/v1/leases", `{}`, api.HeaderXIdempotencyKey, "lease-x")
+	c := g.post(t, "/v1/leases", `{}`, api.HeaderIdempotencyKey, `"lease-x"`, api.HeaderXIdempotencyKey, "lease-x")
+	if len(decodeLeases(t, a)) != 1 || string(a.body) != string(b.body) || string(a.body) != string(c.body) {
+		t.Fatalf("a lease retried under X-Idempotency-Key: %s, then %s and %s", a.body, b.body, c.body)
+	}
+	wantNoHeader(t, a, api.HeaderReplayed)
+	wantHeader(t, b, api.HeaderReplayed, "true")
+	wantHeader(t, c, api.HeaderReplayed, "true")
+	if l := decodeLeases(t, g.post(t, "/v1/leases", `{"max_jobs":5}`)); len(l) != 2 {
+		t.Fatalf("after the retries, %d jobs leased; want the 2 no lease took", len(l))
+	}
+}
+
 // A lease retried with its Idempotency-Key through another gate is answered
 // by the leader's memory of lease answers: the same leases, replayed; the
 // key with another body is 422 there too.
