@@ -179,7 +179,9 @@ func TestSubmitLongIdempotencyTTL(t *testing.T) {
 func TestSubmitIdempotencyTTLInvalid(t *testing.T) {
 	mgr, addr := startManager(t, managertest.Options{})
 	tg := startGate(t, []string{addr}, func(cfg *Config, deps *Deps) { cfg.MaxTTL = time.Hour })
-	for _, v := range [][]string{{"0"}, {"0.5"}, {"-1"}, {"abc"}, {"1e3"}, {"10s"}, {""}, {"3600.001"}, {"3601"}, {"5", "5"}} {
+	for _, v := range [][]string{{"0"}, {"0.5"}, {"-1"}, {"abc"}, {"1e3"}, {"10s"}, {""}, {"3600.001"}, {"3601"}, {"5", "5"},
+		// Out of range as written, although they round to 1 s and 3600 s.
+		{"0.9999999999"}, {"3600.0000000001"}} {
 		var hdr []string
 		for _, x := range v {
 			hdr = append(hdr, api.HeaderIdempotencyTTL, x)
@@ -195,6 +197,8 @@ func TestSubmitIdempotencyTTLInvalid(t *testing.T) {
 	}
 	wantJob(t, tg.submit(t, skey(1), invoiceBody, api.HeaderIdempotencyTTL, "3600"), http.StatusCreated)
 	wantJob(t, tg.submit(t, skey(2), invoiceBody, api.HeaderIdempotencyTTL, "1"), http.StatusCreated)
+	wantJob(t, tg.submit(t, skey(3), invoiceBody, api.HeaderIdempotencyTTL, "1.0000000001"), http.StatusCreated)
+	wantJob(t, tg.submit(t, skey(4), invoiceBody, api.HeaderIdempotencyTTL, "3600.000"), http.StatusCreated)
 }
 
 // TestSubmitExpiresAtOnStoredOutcomes: 201, 422 job_rejected and 429 carry

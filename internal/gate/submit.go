@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -379,7 +381,10 @@ func (g *Gate) resultTTL(w http.ResponseWriter, r *http.Request) (time.Duration,
 	if err != nil {
 		return fail(fmt.Sprintf("%q is not a decimal number", values[0]))
 	}
-	if d < time.Second || d > max {
+	// The range is checked on the value as written, not as rounded to the
+	// nanosecond: 0.9999999999 is below 1 although it rounds to 1 s.
+	exact, ok := new(big.Rat).SetString(strings.TrimSpace(values[0]))
+	if !ok || exact.Cmp(big.NewRat(1, 1)) < 0 || exact.Cmp(big.NewRat(int64(max), int64(time.Second))) > 0 {
 		return fail(fmt.Sprintf("%q is out of range", values[0]))
 	}
 	return d, true
