@@ -175,6 +175,7 @@ func callFingerprint(route string, body []byte) [sha256.Size]byte {
 
 func (g *Gate) writeWorkerAnswer(w http.ResponseWriter, a *workerAnswer, replayed bool) {
 	if replayed {
+		g.metrics.replays.Inc()
 		w.Header().Set(api.HeaderReplayed, "true")
 	}
 	if a.retryAfter > 0 {

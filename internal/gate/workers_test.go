@@ -233,6 +233,32 @@ func TestWorkerIdempotencyKeyHeaders(t *testing.T) {
 	}
 }
 
+// once_gate_replays_total counts every answer sent with
+// Idempotent-Replayed: true (docs/api.md, Operations): a worker call's and
+// an action's replays too, not only a submission's.
+func TestWorkerReplaysAreCounted(t *testing.T) {
+	_, g := startWorkerGate(t, nil)
+	job := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+	replayed := 0
+	for _, c := range []struct{ path, key string }{
+		{"/v1/leases", "lease-1"},
+		{"/v1/jobs/" + job.JobID + "/cancel", skey(2)},
+	} {
+		for range 2 {
+			if res := g.post(t, c.path, `{}`, api.HeaderIdempotencyKey, c.key); res.header.Get(api.HeaderReplayed) == "true" {
+				replayed++
+			}
+		}
+	}
+	if replayed != 2 {
+		t.Fatalf("%d answers replayed, want 2", replayed)
+	}
+	res := g.get(t, "/metrics")
+	if want := `once_gate_replays_total{datacenter="dc1",node="test-gate"} 2`; !strings.Contains(string(res.body), want) {
+		t.Fatalf("metrics lack %q:\n%s", want, res.body)
+	}
+}
+
 // A lease retried with its Idempotency-Key through another gate is answered
 // by the leader's memory of lease answers: the same leases, replayed; the
 // key with another body is 422 there too.
