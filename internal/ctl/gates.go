@@ -271,11 +271,26 @@ func (g *globals) watchJob(ctx context.Context, c *client.Client, id string, dcs
 	}
 }
 
+// withoutDeadline is ctx without its deadline, cancelled when ctx ends.
+func withoutDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	calls, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	return calls, func() { stop(); cancel() }
+}
+
 // readJobView reads the job wherever it is, then each datacenter's copy
 // (dcs, or the datacenters its submission named: named_datacenters, or the
 // copy's own datacenter for a job of one).
 func readJobView(ctx context.Context, c *client.Client, id string, dcs []string) (jobView, error) {
-	j, err := c.GetJob(ctx, id)
+	// GetJob runs without ctx's deadline, only ended with it: a client
+	// that sees a deadline gives up before it when its next attempt would
+	// start past it (a Retry-After longer than the time left), with an
+	// error of its own while ctx has not ended, which watchJob would print
+	// instead of ErrWatchTimeout. A copy's read keeps the deadline: its
+	// early end is the datacenter's "unreachable".
+	calls, stop := withoutDeadline(ctx)
+	j, err := c.GetJob(calls, id)
+	stop()
 	if err != nil {
 		return jobView{}, err
 	}

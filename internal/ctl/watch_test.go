@@ -1,0 +1,57 @@
+package ctl
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// TestJobWatchTimeoutIsErrWatchTimeout: whatever call of job watch the
+// --timeout ends, the command fails with ErrWatchTimeout's message (exit 1),
+// never the Go client's own deadline error: here the gate answers 503 with
+// a Retry-After longer than the time left, which the client gives up on
+// before the deadline passes (a datacenter's copy read so is printed
+// unreachable, and the watch goes on), and a gate that never answers.
+func TestJobWatchTimeoutIsErrWatchTimeout(t *testing.T) {
+	const id = "j-1"
+	for name, h := range map[string]http.HandlerFunc{
+		"retry-after past the deadline": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", api.ContentTypeProblem)
+			w.Header().Set(api.HeaderRetryAfter, "30")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(api.CodeUnavailable), Status: http.StatusServiceUnavailable,
+				Code: api.CodeUnavailable, Detail: "no leader"})
+		},
+		"a datacenter's copy past the deadline": func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("datacenter") == "dc2" {
+				w.Header().Set("Content-Type", api.ContentTypeProblem)
+				w.Header().Set(api.HeaderRetryAfter, "30")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(api.CodeUnavailable), Status: http.StatusServiceUnavailable,
+					Code: api.CodeUnavailable, Detail: "no leader"})
+				return
+			}
+			w.Header().Set("Content-Type", api.ContentTypeJSON)
+			_ = json.NewEncoder(w).Encode(api.Job{JobID: id, Status: api.JobStatusCommitted,
+				Datacenters:      map[string]api.DatacenterStatus{"dc1": {Status: api.JobStatusCommitted}},
+				NamedDatacenters: []string{"dc1", "dc2"}})
+		},
+		"no answer": func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			code, out, errOut := oncectl(t, "--gates", srv.URL, "--timeout", "300ms", "job", "watch", id, "--interval", "50ms")
+			if code != ExitFailure || !strings.Contains(errOut, "oncectl: "+ErrWatchTimeout.Error()) || strings.Contains(errOut, "deadline") {
+				t.Fatalf("job watch: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+			}
+			if strings.Contains(name, "copy") && !strings.Contains(out, "dc1=committed dc2=unreachable") {
+				t.Fatalf("a copy whose read gives up early is unreachable: %s", out)
+			}
+		})
+	}
+}
