@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -126,6 +127,12 @@ func defaultClientID() (string, error) {
 // reserve records limit+block as reserved, durably. k.mu is held (or k is not
 // shared yet).
 func (k *Keys) reserve() error {
+	if k.limit > math.MaxUint64-k.block {
+		// limit+block would wrap around to a small number, and the
+		// sequences after it would be used a second time.
+		return fmt.Errorf("%w: %s: the sequences are used up (reserved %d, block %d, the largest is %d): start a new state file, which has a new client id",
+			ErrKeysState, k.path, k.limit, k.block, uint64(math.MaxUint64))
+	}
 	st := keysState{ClientID: k.clientID, Reserved: k.limit + k.block}
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -149,7 +156,9 @@ func (k *Keys) Nonce() string { return k.nonce }
 func (k *Keys) Next() (string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.next > k.limit {
+	// next is 0 once the largest sequence was handed out (it wrapped
+	// around): reserve then fails, the sequences being used up.
+	if k.next > k.limit || k.next == 0 {
 		if err := k.reserve(); err != nil {
 			return "", err
 		}

@@ -138,3 +138,72 @@ func TestKeysBadState(t *testing.T) {
 func errorsIsInvalid(err error) bool {
 	return errors.Is(err, keys.ErrInvalid) && errors.Is(err, ErrKeysState)
 }
+
+// TestKeysNeverWrapAround: a state file whose reserved sequence is near the
+// largest uint64 (or a block that large) makes OpenKeys or Next fail with
+// ErrKeysState, never hand out sequences that wrapped around to 0, 1, 2…
+// (used already) nor write a smaller reserved sequence to the file.
+func TestKeysNeverWrapAround(t *testing.T) {
+	const max = ^uint64(0)
+	path := filepath.Join(t.TempDir(), "keys.json")
+	if err := os.WriteFile(path, []byte(`{"client_id":"c","reserved":18446744073709551615}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := OpenKeys(path, KeysOptions{}); !errors.Is(err, ErrKeysState) {
+		var raw string
+		if err == nil {
+			raw, err = k.Next()
+		}
+		t.Fatalf("reserved %d: OpenKeys gave %q, %v; want ErrKeysState", max, raw, err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != `{"client_id":"c","reserved":18446744073709551615}`+"\n" {
+		t.Fatalf("the state file changed: %s", b)
+	}
+
+	// The last block that fits is handed out up to the largest sequence,
+	// then Next fails.
+	if err := os.WriteFile(path, []byte(`{"client_id":"c","reserved":18446744073709551612}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k, err := OpenKeys(path, KeysOptions{Block: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want := max - 2; ; want++ {
+		raw, err := k.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := seqOf(t, raw).Sequence; got != want {
+			t.Fatalf("sequence %d, want %d", got, want)
+		}
+		if want == max {
+			break
+		}
+	}
+	if raw, err := k.Next(); !errors.Is(err, ErrKeysState) {
+		t.Fatalf("past the largest sequence: %q, %v", raw, err)
+	}
+
+	// A block too large to add to what the file reserved.
+	path2 := filepath.Join(t.TempDir(), "keys.json")
+	k2, err := OpenKeys(path2, KeysOptions{ClientID: "c", Block: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for range 3 {
+		raw, err := k2.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := seqOf(t, raw).Sequence; s <= last {
+			t.Fatalf("sequence %d after %d", s, last)
+		} else {
+			last = s
+		}
+	}
+	if _, err := OpenKeys(path2, KeysOptions{Block: 1}); !errors.Is(err, ErrKeysState) {
+		t.Fatalf("a file reserving every sequence reopened: %v", err)
+	}
+}
