@@ -68,7 +68,8 @@ type Client struct {
 }
 
 // New returns a client of the gates, given as base URLs ("http://host:8080")
-// or host:port.
+// or host:port. A gate that is not an http or https URL with a host (an
+// empty one included) is an error.
 func New(gates []string, opts Options) (*Client, error) {
 	if len(gates) == 0 {
 		return nil, ErrNoGates
@@ -81,6 +82,14 @@ func New(gates []string, opts Options) (*Client, error) {
 		u, err := url.Parse(strings.TrimRight(g, "/"))
 		if err != nil {
 			return nil, fmt.Errorf("client: gate %q: %w", g, err)
+		}
+		// What net/http would refuse at every attempt (until MaxAttempts or
+		// the context ran out) is refused here.
+		switch {
+		case u.Scheme != "http" && u.Scheme != "https":
+			return nil, fmt.Errorf("client: gate %q: scheme %q: want http or https", g, u.Scheme)
+		case u.Host == "":
+			return nil, fmt.Errorf("client: gate %q: no host", g)
 		}
 		c.gates = append(c.gates, u)
 	}
