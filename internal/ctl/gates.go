@@ -18,6 +18,7 @@ import (
 
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/client"
+	"github.com/once-dev/once/pkg/keys"
 )
 
 // client returns a pkg/client for the gates; keys, when set, makes the keys
@@ -48,14 +49,19 @@ func openKeys(path string) (*client.Keys, error) {
 	if path == "" {
 		dir, err := os.UserConfigDir()
 		if err != nil {
-			return nil, fmt.Errorf("no place for the keys file (give --keys-file): %w", err)
+			return nil, usagef("no place for the keys file (give --keys-file): %v", err)
 		}
 		path = filepath.Join(dir, "oncectl", "keys")
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
+		return nil, usagef("--keys-file: %v", err)
 	}
-	return client.OpenKeys(path, client.KeysOptions{})
+	k, err := client.OpenKeys(path, client.KeysOptions{})
+	if err != nil {
+		// Nothing was sent: another --keys-file, or --key, is the way on.
+		return nil, usagef("--keys-file: %v", err)
+	}
+	return k, nil
 }
 
 func submitCmd(g *globals) *cobra.Command {
@@ -183,9 +189,13 @@ the job is not found anywhere.`,
 }
 
 // keysUnless opens the keys file when no --key was given: the client then
-// takes a new key from it.
+// takes a new key from it. A --key given must be a key (docs/api.md): a
+// malformed one is a bad command line, and nothing is sent.
 func keysUnless(key, keysFile string) (*client.Keys, error) {
 	if key != "" {
+		if _, err := keys.Parse(key); err != nil {
+			return nil, usagef("--key %q: %v", key, err)
+		}
 		return nil, nil
 	}
 	return openKeys(keysFile)

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -74,8 +77,8 @@ func (g *globals) managerClient() (*rpc.Client, error) {
 		tlsCfg = c.ClientConfig()
 	}
 	for _, a := range g.managers {
-		if _, err := url.Parse("http://" + a); err != nil {
-			return nil, usagef("manager address %q: %v", a, err)
+		if err := checkManagerAddr(a); err != nil {
+			return nil, usagef("--managers: manager address %q: %v", a, err)
 		}
 	}
 	return rpc.NewClient(rpc.ClientConfig{
@@ -83,6 +86,26 @@ func (g *globals) managerClient() (*rpc.Client, error) {
 		Secret: secret, OperatorSecret: opSecret,
 		AttemptTimeout: g.timeout, MaxAttempts: 2 * len(g.managers),
 	}), nil
+}
+
+// checkManagerAddr checks that a is host:port, the port a number: an
+// address without a port would otherwise only fail at the dial, as "no
+// manager answered".
+func checkManagerAddr(a string) error {
+	if _, err := url.Parse("http://" + a); err != nil {
+		return err
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want host:port: %v", err)
+	}
+	if host == "" {
+		return errors.New("want host:port: no host")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("want host:port: port %q is not a number from 1 to 65535", port)
+	}
+	return nil
 }
 
 // readSecret reads the secret file a flag names ("" for none).
@@ -346,6 +369,17 @@ func snapshotCmd(g *globals) *cobra.Command {
 		Short: "Write a snapshot archive of the leader's ledger to FILE",
 		Args:  exactArgs(1, "the archive's file name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Where the archive goes is checked before the leader is asked
+			// for it: a directory that does not exist, or FILE naming a
+			// directory, would only fail once the archive was sent.
+			if st, err := os.Stat(filepath.Dir(args[0])); err != nil {
+				return usagef("%s: its directory: %v", args[0], err)
+			} else if !st.IsDir() {
+				return usagef("%s: not a directory", filepath.Dir(args[0]))
+			}
+			if st, err := os.Stat(args[0]); err == nil && st.IsDir() {
+				return usagef("%s: a directory: want the archive's file name", args[0])
+			}
 			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
 				err := atomicfile.Write(args[0], func(w io.Writer) error { return mc.Snapshot(ctx, w) })
 				if err != nil {
@@ -366,8 +400,10 @@ func snapshotCmd(g *globals) *cobra.Command {
 		Short: "Replace the datacenter's ledger with a snapshot archive (disaster recovery: later admissions are lost)",
 		Args:  exactArgs(1, "the archive's file name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := os.Stat(args[0]); err != nil {
+			if st, err := os.Stat(args[0]); err != nil {
 				return usagef("%v", err)
+			} else if st.IsDir() {
+				return usagef("%s: a directory: want a snapshot archive", args[0])
 			}
 			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
 				f, err := os.Open(args[0])

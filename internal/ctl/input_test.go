@@ -1,0 +1,59 @@
+package ctl
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// TestBadInputIsExit2: a bad command line — a malformed --key, a keys file
+// that cannot be used, a manager address without a port, a gate address
+// without a host, an archive that is a directory, a save into a missing
+// directory — is a clear error and exit 2, with nothing sent.
+func TestBadInputIsExit2(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	corrupt := writeTemp(t, dir, "corrupt-keys", "{not json")
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"submit --key malformed", []string{"--gates", srv.URL, "submit", "--type", "t", "--key", "c:1:nothex"}, "--key"},
+		{"submit --key with a space", []string{"--gates", srv.URL, "submit", "--type", "t", "--key", "a b"}, "--key"},
+		{"job cancel --key malformed", []string{"--gates", srv.URL, "job", "cancel", "j-1", "--key", "c:x:0123456789abcdef"}, "--key"},
+		{"job retry --key malformed", []string{"--gates", srv.URL, "job", "retry", "j-1", "--key", "c:1:0123"}, "--key"},
+		{"submit --keys-file corrupt", []string{"--gates", srv.URL, "submit", "--type", "t", "--keys-file", corrupt}, "--keys-file"},
+		{"submit --keys-file a directory", []string{"--gates", srv.URL, "submit", "--type", "t", "--keys-file", dir}, "--keys-file"},
+		{"job cancel --keys-file corrupt", []string{"--gates", srv.URL, "job", "cancel", "j-1", "--keys-file", corrupt}, "--keys-file"},
+		{"--gates without a host", []string{"--gates", "http://", "job", "get", "j-1"}, "--gates"},
+		{"--gates an empty entry", []string{"--gates", srv.URL + ",", "job", "get", "j-1"}, "--gates"},
+		{"--gates another scheme", []string{"--gates", "ftp://gate:21", "job", "get", "j-1"}, "--gates"},
+		{"--managers without a port", []string{"--insecure", "--managers", "127.0.0.1", "cluster", "status"}, "127.0.0.1"},
+		{"--managers a bad port", []string{"--insecure", "--managers", "127.0.0.1:http", "raft", "peers"}, "127.0.0.1:http"},
+		{"--managers an empty entry", []string{"--insecure", "--managers", "127.0.0.1:7101,", "cluster", "status"}, "--managers"},
+		{"snapshot restore a directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "restore", dir}, dir},
+		{"snapshot save into a missing directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "save", filepath.Join(dir, "none", "x.snap")}, "none"},
+		{"snapshot save over a directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "save", dir}, dir},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := hits.Load()
+			code, out, errOut := oncectl(t, append([]string{"--timeout", "2s"}, c.args...)...)
+			if code != ExitUsage || !strings.Contains(errOut, c.want) || hits.Load() != before {
+				t.Fatalf("exit %d (want %d), %d requests sent\nstdout: %s\nstderr: %s", code, ExitUsage, hits.Load()-before, out, errOut)
+			}
+		})
+	}
+	if b, err := os.ReadFile(corrupt); err != nil || string(b) != "{not json" {
+		t.Fatalf("the corrupt keys file was changed: %q %v", b, err)
+	}
+}
