@@ -12,7 +12,8 @@ import (
 
 // TestBadInputIsExit2: a bad command line — a malformed --key, a keys file
 // that cannot be used, a manager address without a port, a gate address
-// without a host, an archive that is a directory, a save into a missing
+// without a host, a gossip key that is not one, a job work COMMAND that
+// cannot be run, an archive that is a directory, a save into a missing
 // directory — is a clear error and exit 2, with nothing sent.
 func TestBadInputIsExit2(t *testing.T) {
 	var hits atomic.Int32
@@ -41,6 +42,10 @@ func TestBadInputIsExit2(t *testing.T) {
 		{"--managers without a port", []string{"--insecure", "--managers", "127.0.0.1", "cluster", "status"}, "127.0.0.1"},
 		{"--managers a bad port", []string{"--insecure", "--managers", "127.0.0.1:http", "raft", "peers"}, "127.0.0.1:http"},
 		{"--managers an empty entry", []string{"--insecure", "--managers", "127.0.0.1:7101,", "cluster", "status"}, "--managers"},
+		{"gossip keyring install not base64", []string{"--insecure", "--managers", "127.0.0.1:1", "gossip", "keyring", "install", "not-base64!"}, "base64"},
+		{"gossip keyring use a short key", []string{"--insecure", "--managers", "127.0.0.1:1", "gossip", "keyring", "use", "c2hvcnQ="}, "5 bytes"},
+		{"job work a command not found", []string{"--gates", srv.URL, "job", "work", "--", filepath.Join(dir, "no-such-command")}, "no-such-command"},
+		{"job work a command not executable", []string{"--gates", srv.URL, "job", "work", "--", corrupt}, "corrupt-keys"},
 		{"snapshot restore a directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "restore", dir}, dir},
 		{"snapshot save into a missing directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "save", filepath.Join(dir, "none", "x.snap")}, "none"},
 		{"snapshot save over a directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "save", dir}, dir},

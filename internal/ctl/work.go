@@ -57,6 +57,11 @@ or SIGTERM, then waits for the running commands.`,
 			if opts.LeaseFor < time.Second || opts.LeaseFor > time.Hour {
 				return usagef("--lease %v: want 1s to 1h", opts.LeaseFor)
 			}
+			// A command that cannot be found would fail every job leased,
+			// one attempt after the other, until each ended dead.
+			if _, err := exec.LookPath(args[0]); err != nil {
+				return usagef("COMMAND: %v", err)
+			}
 			c, err := g.client(nil)
 			if err != nil {
 				return err
