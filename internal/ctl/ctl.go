@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -95,11 +96,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return ExitFailure
 }
 
-// exactArgs is cobra.ExactArgs with the error marked as a usage error.
+// exactArgs is cobra.ExactArgs with the error marked as a usage error. An
+// empty argument (a job ID, key, server ID or file from an unset shell
+// variable) is one too: sent, it would name another path ("no such path")
+// or nothing.
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {
 		if len(args) != n {
 			return usagef("want %s, got %d argument(s)", what, len(args))
+		}
+		if slices.Contains(args, "") {
+			return usagef("want %s, got an empty argument", what)
 		}
 		return nil
 	}

@@ -12,7 +12,7 @@ import (
 
 // TestBadInputIsExit2: a bad command line — a malformed --key, a keys file
 // that cannot be used, a manager address without a port, a gate address
-// without a host, a gossip key that is not one, a job work COMMAND that
+// without a host, an empty argument, a gossip key that is not one, a job work COMMAND that
 // cannot be run, an archive that is a directory, a save into a missing
 // directory — is a clear error and exit 2, with nothing sent.
 func TestBadInputIsExit2(t *testing.T) {
@@ -46,6 +46,12 @@ func TestBadInputIsExit2(t *testing.T) {
 		{"gossip keyring use a short key", []string{"--insecure", "--managers", "127.0.0.1:1", "gossip", "keyring", "use", "c2hvcnQ="}, "5 bytes"},
 		{"job work a command not found", []string{"--gates", srv.URL, "job", "work", "--", filepath.Join(dir, "no-such-command")}, "no-such-command"},
 		{"job work a command not executable", []string{"--gates", srv.URL, "job", "work", "--", corrupt}, "corrupt-keys"},
+		{"job get an empty ID", []string{"--gates", srv.URL, "job", "get", ""}, "one job ID, got an empty argument"},
+		{"job watch an empty ID", []string{"--gates", srv.URL, "job", "watch", ""}, "empty argument"},
+		{"job cancel an empty ID", []string{"--gates", srv.URL, "job", "cancel", "", "--key", "c:1:0123456789abcdef"}, "empty argument"},
+		{"key get an empty key", []string{"--gates", srv.URL, "key", "get", ""}, "empty argument"},
+		{"raft remove-peer an empty ID", []string{"--insecure", "--managers", "127.0.0.1:1", "raft", "remove-peer", ""}, "empty argument"},
+		{"snapshot restore an empty FILE", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "restore", ""}, "empty argument"},
 		{"snapshot restore a directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "restore", dir}, dir},
 		{"snapshot save into a missing directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "save", filepath.Join(dir, "none", "x.snap")}, "none"},
 		{"snapshot save over a directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "save", dir}, dir},
