@@ -68,17 +68,22 @@ func OpenKeys(path string, opts KeysOptions) (*Keys, error) {
 	if opts.Block == 0 {
 		opts.Block = DefaultBlock
 	}
-	var st keysState
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		if err := json.Unmarshal(b, &st); err != nil {
-			return nil, fmt.Errorf("%w: parsing %s: %w", ErrKeysState, path, err)
-		}
+	// Under the lock: two processes creating the file at once agree on one
+	// client id, and neither reserves the block the other does.
+	unlock, err := lockFile(path + lockSuffix)
+	if err != nil {
+		return nil, fmt.Errorf("%w: locking %s: %w", ErrKeysState, path, err)
+	}
+	defer unlock()
+	st, found, err := readKeysState(path)
+	if err != nil {
+		return nil, err
+	}
+	if found {
 		if err := keys.ValidateClientID(st.ClientID); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrKeysState, path, err)
 		}
-	case errors.Is(err, os.ErrNotExist):
+	} else {
 		st.ClientID = opts.ClientID
 		if st.ClientID == "" {
 			if st.ClientID, err = defaultClientID(); err != nil {
@@ -88,18 +93,35 @@ func OpenKeys(path string, opts KeysOptions) (*Keys, error) {
 		if err := keys.ValidateClientID(st.ClientID); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrKeysState, err)
 		}
-	default:
-		return nil, fmt.Errorf("%w: reading %s: %w", ErrKeysState, path, err)
 	}
 	nonce, err := keys.NewNonce()
 	if err != nil {
 		return nil, err
 	}
 	k := &Keys{path: path, block: opts.Block, clientID: st.ClientID, nonce: nonce, next: st.Reserved + 1, limit: st.Reserved}
-	if err := k.reserve(); err != nil {
+	if err := k.reserveLocked(); err != nil {
 		return nil, err
 	}
 	return k, nil
+}
+
+// lockSuffix names the lock file beside the state file: path+lockSuffix,
+// locked (flock) while the state file is read and replaced.
+const lockSuffix = ".lock"
+
+// readKeysState reads the state file; found is false when it does not exist.
+func readKeysState(path string) (st keysState, found bool, err error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return st, false, nil
+	case err != nil:
+		return st, false, fmt.Errorf("%w: reading %s: %w", ErrKeysState, path, err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, false, fmt.Errorf("%w: parsing %s: %w", ErrKeysState, path, err)
+	}
+	return st, true, nil
 }
 
 func defaultClientID() (string, error) {
@@ -124,22 +146,43 @@ func defaultClientID() (string, error) {
 	return host + "." + n[:8], nil
 }
 
-// reserve records limit+block as reserved, durably. k.mu is held (or k is not
-// shared yet).
+// reserve records the next block as reserved, durably, under the state
+// file's lock. k.mu is held.
 func (k *Keys) reserve() error {
-	if k.limit > math.MaxUint64-k.block {
-		// limit+block would wrap around to a small number, and the
+	unlock, err := lockFile(k.path + lockSuffix)
+	if err != nil {
+		return fmt.Errorf("%w: locking %s: %w", ErrKeysState, k.path, err)
+	}
+	defer unlock()
+	return k.reserveLocked()
+}
+
+// reserveLocked records the block after limit, or after what the file
+// says was reserved when that is more (another process of the same client
+// id sharing the file reserved it since: its sequences are skipped), as
+// reserved, durably. The state file's lock is held, and k.mu (or k is not
+// shared yet).
+func (k *Keys) reserveLocked() error {
+	base := k.limit
+	if st, found, err := readKeysState(k.path); err == nil && found && st.ClientID == k.clientID && st.Reserved > base {
+		base = st.Reserved
+	}
+	if base > math.MaxUint64-k.block {
+		// base+block would wrap around to a small number, and the
 		// sequences after it would be used a second time.
 		return fmt.Errorf("%w: %s: the sequences are used up (reserved %d, block %d, the largest is %d): start a new state file, which has a new client id",
-			ErrKeysState, k.path, k.limit, k.block, uint64(math.MaxUint64))
+			ErrKeysState, k.path, base, k.block, uint64(math.MaxUint64))
 	}
-	st := keysState{ClientID: k.clientID, Reserved: k.limit + k.block}
+	st := keysState{ClientID: k.clientID, Reserved: base + k.block}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrKeysState, err)
 	}
 	if err := atomicfile.WriteBytes(k.path, append(b, '\n')); err != nil {
 		return fmt.Errorf("%w: %w", ErrKeysState, err)
+	}
+	if base > k.limit {
+		k.next = base + 1
 	}
 	k.limit = st.Reserved
 	return nil

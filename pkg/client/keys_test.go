@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -78,10 +79,15 @@ func TestKeysCrashAfterReserveNeverReuses(t *testing.T) {
 		}
 		seen[s] = true
 	}
-	// No temporary files are left behind.
+	// No temporary files are left behind: the state file, and the lock
+	// file beside it (which stays, as locks are taken on it).
 	ents, _ := os.ReadDir(filepath.Dir(path))
-	if len(ents) != 1 {
-		t.Fatalf("directory holds %d entries", len(ents))
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if want := []string{"keys.json"}; len(names) != 2 || names[0] != want[0] || names[1] != "keys.json.lock" {
+		t.Fatalf("directory holds %v", names)
 	}
 }
 
@@ -205,5 +211,85 @@ func TestKeysNeverWrapAround(t *testing.T) {
 	}
 	if _, err := OpenKeys(path2, KeysOptions{Block: 1}); !errors.Is(err, ErrKeysState) {
 		t.Fatalf("a file reserving every sequence reopened: %v", err)
+	}
+}
+
+// TestKeysSharedByTwoProcesses: two Keys of one state file (two processes
+// of one client id; flock excludes two open files of one process as it
+// does two processes) never hand out the same sequence, however their
+// blocks interleave, and many opening it at once leave it whole.
+func TestKeysSharedByTwoProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.json")
+	k1, err := OpenKeys(path, KeysOptions{ClientID: "c", Block: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := OpenKeys(path, KeysOptions{Block: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]string{}
+	draw := func(name string, k *Keys) {
+		t.Helper()
+		raw, err := k.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := seqOf(t, raw).Sequence
+		if other, ok := seen[s]; ok {
+			t.Fatalf("sequence %d handed out by %s and %s", s, other, name)
+		}
+		seen[s] = name
+	}
+	for range 10 {
+		draw("first", k1)
+		draw("first", k1)
+		draw("second", k2)
+	}
+
+	// Processes opening the file at once (the default keys file of
+	// oncectl commands run in parallel), each drawing past a block.
+	const procs, each = 8, 5
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, procs)
+	for range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k, err := OpenKeys(path, KeysOptions{Block: 3})
+			if err != nil {
+				errs <- err
+				return
+			}
+			for range each {
+				raw, err := k.Next()
+				if err != nil {
+					errs <- err
+					return
+				}
+				key, err := keys.Parse(raw)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				if other, ok := seen[key.Sequence]; ok {
+					mu.Unlock()
+					errs <- fmt.Errorf("sequence %d handed out twice (also by %s)", key.Sequence, other)
+					return
+				}
+				seen[key.Sequence] = "a parallel one"
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if _, err := OpenKeys(path, KeysOptions{}); err != nil {
+		t.Fatalf("the state file after parallel use: %v", err)
 	}
 }
