@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -169,7 +170,8 @@ its submission named, its named_datacenters; a job of one datacenter, that one):
 whenever what the datacenters hold changes (a datacenter that was unreachable
 at submission gets the job later, from the other datacenters' outboxes).
 Exits 0 once every datacenter holds the job, 1 when --timeout passes first or
-the job is not found anywhere.`,
+the job is not found anywhere (gates that do not answer for a while are
+asked again after --interval).`,
 		Args: exactArgs(1, "one job ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if interval <= 0 {
@@ -258,20 +260,26 @@ func (g *globals) watchJob(ctx context.Context, c *client.Client, id string, dcs
 	last := ""
 	for {
 		view, err := readJobView(ctx, c, id, dcs)
-		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("%w (%s)", ErrWatchTimeout, last)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("%w (%s)", ErrWatchTimeout, last)
+		case err != nil && !unanswered(err):
+			return err // the job is not found anywhere, the token is refused…
+		case err != nil:
+			// The gates did not answer for now (down, 503 until the
+			// client's attempts ran out): the job's copies may still
+			// arrive; read again after the interval, as for a copy's
+			// datacenter that is unreachable.
+		default:
+			if l := view.line(); l != last {
+				last = l
+				if err := g.printLine(view, view.Time+"  "+l); err != nil {
+					return err
+				}
 			}
-			return err
-		}
-		if l := view.line(); l != last {
-			last = l
-			if err := g.printLine(view, view.Time+"  "+l); err != nil {
-				return err
+			if view.Complete {
+				return nil
 			}
-		}
-		if view.Complete {
-			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -279,6 +287,17 @@ func (g *globals) watchJob(ctx context.Context, c *client.Client, id string, dcs
 		case <-time.After(interval):
 		}
 	}
+}
+
+// unanswered reports whether a read's error says the gates did not answer
+// for now (no connection, a 5xx, 408 or 429 until the attempts ran out)
+// rather than answer for good (404 job_not_found, 401…).
+func unanswered(err error) bool {
+	var e *client.Error
+	if !errors.As(err, &e) {
+		return true
+	}
+	return e.Status >= 500 || e.Status == http.StatusRequestTimeout || e.Status == http.StatusTooManyRequests
 }
 
 // withoutDeadline is ctx without its deadline, cancelled when ctx ends.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/once-dev/once/pkg/api"
@@ -53,5 +54,43 @@ func TestJobWatchTimeoutIsErrWatchTimeout(t *testing.T) {
 				t.Fatalf("a copy whose read gives up early is unreachable: %s", out)
 			}
 		})
+	}
+}
+
+// TestJobWatchOutlastsGatesThatDoNotAnswer: a read of the job that fails
+// for now (503 until the client's attempts run out) does not end the
+// watch: it reads again after --interval, and exits 0 once every
+// datacenter holds the job. A job not found anywhere still ends it (exit 1).
+func TestJobWatchOutlastsGatesThatDoNotAnswer(t *testing.T) {
+	const id = "j-1"
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) <= 6 { // more than one read's 5 attempts
+			w.Header().Set("Content-Type", api.ContentTypeProblem)
+			w.Header().Set(api.HeaderRetryAfter, "0")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(api.CodeUnavailable), Status: http.StatusServiceUnavailable,
+				Code: api.CodeUnavailable, Detail: "no leader"})
+			return
+		}
+		w.Header().Set("Content-Type", api.ContentTypeJSON)
+		_ = json.NewEncoder(w).Encode(api.Job{JobID: id, Status: api.JobStatusCommitted,
+			Datacenters: map[string]api.DatacenterStatus{"dc1": {Status: api.JobStatusCommitted}}})
+	}))
+	defer srv.Close()
+	code, out, errOut := oncectl(t, "--gates", srv.URL, "--timeout", "30s", "job", "watch", id, "--interval", "10ms")
+	if code != ExitOK || !strings.Contains(out, "dc1=committed") || n.Load() <= 6 {
+		t.Fatalf("job watch: exit %d after %d requests\nstdout: %s\nstderr: %s", code, n.Load(), out, errOut)
+	}
+
+	missing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", api.ContentTypeProblem)
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(api.CodeJobNotFound), Status: http.StatusNotFound,
+			Code: api.CodeJobNotFound, Detail: "no job"})
+	}))
+	defer missing.Close()
+	if code, out, errOut := oncectl(t, "--gates", missing.URL, "--timeout", "30s", "job", "watch", id); code != ExitFailure || !strings.Contains(errOut, string(api.CodeJobNotFound)) {
+		t.Fatalf("a job not found: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }
