@@ -177,6 +177,11 @@ asked again after --interval).`,
 			if interval <= 0 {
 				return usagef("--interval %v: want a positive duration", interval)
 			}
+			// An empty name would read the gate's own copy (?datacenter=
+			// empty is no datacenter named) and print it as "=committed".
+			if slices.Contains(dcs, "") {
+				return usagef("--datacenters %q: an empty datacenter name", strings.Join(dcs, ","))
+			}
 			return g.withGates(cmd, nil, func(ctx context.Context, c *client.Client) error {
 				return g.watchJob(ctx, c, args[0], dcs, interval)
 			})

@@ -49,6 +49,7 @@ func TestBadInputIsExit2(t *testing.T) {
 		{"job get an empty ID", []string{"--gates", srv.URL, "job", "get", ""}, "one job ID, got an empty argument"},
 		{"job watch an empty ID", []string{"--gates", srv.URL, "job", "watch", ""}, "empty argument"},
 		{"job cancel an empty ID", []string{"--gates", srv.URL, "job", "cancel", "", "--key", "c:1:0123456789abcdef"}, "empty argument"},
+		{"job watch an empty datacenter", []string{"--gates", srv.URL, "job", "watch", "j-1", "--datacenters", "dc1,,dc2"}, "empty datacenter"},
 		{"key get an empty key", []string{"--gates", srv.URL, "key", "get", ""}, "empty argument"},
 		{"raft remove-peer an empty ID", []string{"--insecure", "--managers", "127.0.0.1:1", "raft", "remove-peer", ""}, "empty argument"},
 		{"snapshot restore an empty FILE", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "restore", ""}, "empty argument"},
