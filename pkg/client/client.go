@@ -69,10 +69,16 @@ type Client struct {
 
 // New returns a client of the gates, given as base URLs ("http://host:8080")
 // or host:port. A gate that is not an http or https URL with a host (an
-// empty one included) is an error.
+// empty one included) is an error, as is a Token holding a control
+// character (a newline: an HTTP header cannot carry it).
 func New(gates []string, opts Options) (*Client, error) {
 	if len(gates) == 0 {
 		return nil, ErrNoGates
+	}
+	if i := strings.IndexFunc(opts.Token, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }); i >= 0 {
+		// net/http refuses such a header at every attempt, which would
+		// be retried until the attempts ran out. The token is not echoed.
+		return nil, fmt.Errorf("client: Options.Token holds a control character (%U at offset %d: a trailing newline?), which an HTTP header cannot carry", opts.Token[i], i)
 	}
 	c := &Client{opts: opts, hc: opts.HTTPClient}
 	for _, g := range gates {

@@ -533,3 +533,19 @@ func TestNewRefusesAGateWithoutHost(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRefusesATokenAnHTTPHeaderCannotCarry: a token with a control
+// character (the trailing newline of a file or secret) is New's error,
+// which does not echo it, not a call that net/http refuses at every
+// attempt until they run out.
+func TestNewRefusesATokenAnHTTPHeaderCannotCarry(t *testing.T) {
+	for _, tok := range []string{"secret-token\n", "secret\r\ntoken", "secret\x00", "secret\x7f"} {
+		_, err := New([]string{"http://127.0.0.1:8080"}, Options{Token: tok})
+		if err == nil || strings.Contains(err.Error(), "secret") {
+			t.Errorf("token %q: %v", tok, err)
+		}
+	}
+	if _, err := New([]string{"http://127.0.0.1:8080"}, Options{Token: "a-token with\tspace"}); err != nil {
+		t.Errorf("a token net/http sends: %v", err)
+	}
+}
