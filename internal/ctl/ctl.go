@@ -162,6 +162,12 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 			if !cmd.Flags().Changed("token") {
 				g.token = os.Getenv(EnvToken)
 			}
+			// A control character (the trailing newline of a secret
+			// file) cannot travel in a header: net/http would refuse
+			// every attempt. The token is not echoed.
+			if strings.ContainsFunc(g.token, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+				return usagef("--token (or %s) holds a control character (a trailing newline?), which an HTTP header cannot carry", EnvToken)
+			}
 			return nil
 		},
 	}

@@ -12,7 +12,7 @@ import (
 
 // TestBadInputIsExit2: a bad command line — a malformed --key, a keys file
 // that cannot be used, a manager address without a port, a gate address
-// without a host, an empty argument, a gossip key that is not one, a job work COMMAND that
+// without a host, a token with a newline, an empty argument, a gossip key that is not one, a job work COMMAND that
 // cannot be run, an archive that is a directory, a save into a missing
 // directory — is a clear error and exit 2, with nothing sent.
 func TestBadInputIsExit2(t *testing.T) {
@@ -50,6 +50,7 @@ func TestBadInputIsExit2(t *testing.T) {
 		{"job watch an empty ID", []string{"--gates", srv.URL, "job", "watch", ""}, "empty argument"},
 		{"job cancel an empty ID", []string{"--gates", srv.URL, "job", "cancel", "", "--key", "c:1:0123456789abcdef"}, "empty argument"},
 		{"job watch an empty datacenter", []string{"--gates", srv.URL, "job", "watch", "j-1", "--datacenters", "dc1,,dc2"}, "empty datacenter"},
+		{"--token with a newline", []string{"--gates", srv.URL, "--token", "tok\n", "job", "get", "j-1"}, "--token"},
 		{"key get an empty key", []string{"--gates", srv.URL, "key", "get", ""}, "empty argument"},
 		{"raft remove-peer an empty ID", []string{"--insecure", "--managers", "127.0.0.1:1", "raft", "remove-peer", ""}, "empty argument"},
 		{"snapshot restore an empty FILE", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "restore", ""}, "empty argument"},
@@ -65,6 +66,14 @@ func TestBadInputIsExit2(t *testing.T) {
 			}
 		})
 	}
+	t.Run(EnvToken+" with a newline", func(t *testing.T) {
+		t.Setenv(EnvToken, "s3cr3t\n")
+		before := hits.Load()
+		code, out, errOut := oncectl(t, "--gates", srv.URL, "--timeout", "2s", "job", "get", "j-1")
+		if code != ExitUsage || !strings.Contains(errOut, EnvToken) || strings.Contains(errOut, "s3cr3t") || hits.Load() != before {
+			t.Fatalf("exit %d (want %d), %d requests sent\nstdout: %s\nstderr: %s", code, ExitUsage, hits.Load()-before, out, errOut)
+		}
+	})
 	if b, err := os.ReadFile(corrupt); err != nil || string(b) != "{not json" {
 		t.Fatalf("the corrupt keys file was changed: %q %v", b, err)
 	}
