@@ -21,7 +21,14 @@ func lockFile(path string) (unlock func(), err error) {
 			break
 		}
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case err == syscall.ENOLCK || err == syscall.EOPNOTSUPP || err == syscall.ENOTSUP: // one errno on Linux, two elsewhere
+		// A file system without locks (some network ones): as where
+		// flock does not exist, one process at a time.
+		f.Close()
+		return func() {}, nil
+	default:
 		f.Close()
 		return nil, &os.PathError{Op: "flock", Path: path, Err: err}
 	}
