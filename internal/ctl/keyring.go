@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -58,9 +57,6 @@ remove the old one. Restart members with the new key in their settings
 			Short: short,
 			Args:  exactArgs(1, "the base64 gossip key"),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				if err := checkGossipKey(args[0]); err != nil {
-					return usagef("KEY: %v", err)
-				}
 				return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
 					return g.printKeyring(mc.ChangeKeyring(ctx, &rpcpb.KeyringRequest{Op: op, Key: args[0], Pool: pool()}))
 				})
@@ -76,21 +72,6 @@ remove the old one. Restart members with the new key in their settings
 
 // printKeyring prints a keyring answer and fails when not every member
 // applied it, or returns the call's error.
-// checkGossipKey checks KEY as the members will (membership.ParseSecretKey,
-// not imported here for so little: it would bring memberlist into
-// oncectl): base64 of 16, 24 or 32 bytes, white space around it ignored.
-// A bad key is a bad command line, refused before any manager is asked.
-func checkGossipKey(s string) error {
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
-	if err != nil {
-		return fmt.Errorf("not base64 (standard encoding, as openssl rand -base64 32 prints): %v", err)
-	}
-	if n := len(key); n != 16 && n != 24 && n != 32 {
-		return fmt.Errorf("%d bytes: want 16, 24 or 32 (AES-128, AES-192 or AES-256)", n)
-	}
-	return nil
-}
-
 func (g *globals) printKeyring(k *rpcpb.KeyringResponse, err error) error {
 	if err != nil {
 		return err
