@@ -69,7 +69,7 @@ type Client struct {
 
 // New returns a client of the gates, given as base URLs ("http://host:8080")
 // or host:port. A gate that is not an http or https URL with a host (an
-// empty one included) is an error, as is a Token holding a control
+// empty one included), or whose port is not 1 to 65535, is an error, as is a Token holding a control
 // character (a newline: an HTTP header cannot carry it).
 func New(gates []string, opts Options) (*Client, error) {
 	if len(gates) == 0 {
@@ -96,6 +96,11 @@ func New(gates []string, opts Options) (*Client, error) {
 			return nil, fmt.Errorf("client: gate %q: scheme %q: want http or https", g, u.Scheme)
 		case u.Host == "":
 			return nil, fmt.Errorf("client: gate %q: no host", g)
+		}
+		if p := u.Port(); p != "" {
+			if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+				return nil, fmt.Errorf("client: gate %q: port %s: want 1 to 65535", g, p)
+			}
 		}
 		c.gates = append(c.gates, u)
 	}

@@ -519,15 +519,15 @@ func TestSubmitRetriesAClaimedKeyForItsJob(t *testing.T) {
 }
 
 // TestNewRefusesAGateWithoutHost: a gate address net/http could never send
-// to (no host, an empty entry, another scheme) is New's error, not a call
+// to (no host, an empty entry, another scheme, a port past 65535) is New's error, not a call
 // that retries "no Host in request URL" until its attempts run out.
 func TestNewRefusesAGateWithoutHost(t *testing.T) {
-	for _, g := range []string{"", "http://", "https:///v1", "ftp://gate:21", "/path"} {
+	for _, g := range []string{"", "http://", "https:///v1", "ftp://gate:21", "/path", "gate:99999", "http://gate:0"} {
 		if c, err := New([]string{"http://127.0.0.1:8080", g}, Options{}); err == nil {
 			t.Errorf("New took gate %q: %v", g, c.gates)
 		}
 	}
-	for _, g := range []string{"gate:8080", "http://gate", "https://gate:8443/", "127.0.0.1:8080"} {
+	for _, g := range []string{"gate:8080", "http://gate", "https://gate:8443/", "127.0.0.1:8080", "[::1]:8080", "http://gate:65535"} {
 		if _, err := New([]string{g}, Options{}); err != nil {
 			t.Errorf("gate %q: %v", g, err)
 		}
