@@ -118,11 +118,20 @@ const federationForget = rpc.FederationMemory
 
 // federationPoller is the Federation a gate started by Main uses: it reads
 // the federation view (rpc.Client.FederationOf) from one of its datacenter's
-// managers every federationRefresh, keeping the last view it got.
+// managers every federationRefresh, keeping the last view it got. Its client
+// keeps a connection to each manager it asked; FederationOf calls an address
+// directly, without the client's resolver, so the client never drops one on
+// its own: when the local resolver's addresses change (a manager replaced,
+// moved or gone), refresh closes them all (the next call reopens the ones
+// still named) rather than leave gRPC redialling a dead address for as long
+// as the gate lives.
 type federationPoller struct {
 	local rpc.Resolver
 	rc    *rpc.Client
 	log   *slog.Logger
+	// addrs is the sorted set of the local managers' addresses at the last
+	// refresh (refresh's goroutine only).
+	addrs []string
 	view  atomic.Pointer[map[string][]string]
 	// seen is when each datacenter was last named by a view (refresh's
 	// goroutine only).
@@ -185,9 +194,15 @@ func (p *federationPoller) run(ctx context.Context) {
 	}
 }
 
-// refresh asks the local managers in turn until one answers.
+// refresh asks the local managers in turn until one answers, first closing
+// the client's connections if their addresses changed since the last refresh.
 func (p *federationPoller) refresh(ctx context.Context) {
-	for _, addr := range p.local.Managers() {
+	ms := p.local.Managers()
+	if addrs := slices.Sorted(slices.Values(ms)); !slices.Equal(addrs, p.addrs) {
+		p.addrs = addrs
+		p.rc.CloseIdleConnections() // no call is in flight: refresh makes them all
+	}
+	for _, addr := range ms {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		f, err := p.rc.FederationOf(actx, addr)
 		cancel()
