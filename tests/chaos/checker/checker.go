@@ -24,8 +24,10 @@
 //	    any datacenter has a final outcome in every datacenter it names, and
 //	    every datacenter's job for it has the same id;
 //	(i) with workers (CheckWorkers): every job is run to an end — succeeded,
-//	    with at least one handler run — once the cluster healed; the runs
-//	    above one per job (redeliveries) are counted, not judged;
+//	    with at least one handler run and no more runs than attempts
+//	    (leases: a run beyond them is an attempt run twice) — once the
+//	    cluster healed; the runs above one per job (redeliveries) are
+//	    counted, not judged;
 //	(j) with several datacenters, a key whose submissions omit the
 //	    datacenters list (CheckFederationPlaces, Config.Places,
 //	    CheckRunPlaces): it is admitted in one datacenter, its home, and in

@@ -49,7 +49,9 @@ type WorkerCounts struct {
 // job of every tenant of cfg must reach succeeded (the handlers never fail)
 // within wait; a job still queued or running then, or failed or dead, is a
 // violation (lost to the workers), and so is a succeeded job that no
-// handler of runs ran (completed by no one). The ledger records one
+// handler of runs ran (completed by no one), and a job whose handler runs
+// outnumber its attempts (the leases it was handed out: each run is one
+// lease, so an attempt ran twice). The ledger records one
 // completion per job by construction (a job has one state); the redeliveries
 // (runs above one per job) are counted, not judged: delivery is at least
 // once.
@@ -109,6 +111,10 @@ func CheckWorkers(ctx context.Context, cfg Config, runs *Runs, wait time.Duratio
 				detail = fmt.Sprintf("job %s is %s after the workers ran %v past the workload (attempts %d, error %q): not run to an end", j.JobID, j.State, wait, j.Attempts, j.Error)
 			case n == 0:
 				detail = fmt.Sprintf("job %s succeeded without a handler run", j.JobID)
+			case n > j.Attempts:
+				// Every handler run is one lease, and every lease one
+				// attempt: more runs than attempts is one attempt run twice.
+				detail = fmt.Sprintf("job %s ran %d times in %d attempts: an attempt was run twice", j.JobID, n, j.Attempts)
 			default:
 				continue
 			}

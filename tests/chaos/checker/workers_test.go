@@ -11,14 +11,18 @@ import (
 	"github.com/once-dev/once/pkg/api"
 )
 
-// Rule (i) catches a job left unfinished and a job completed by no handler
-// run, and counts the redeliveries of the others.
+// Rule (i) catches a job left unfinished, a job completed by no handler
+// run and a job run more often than it was leased, and counts the
+// redeliveries of the others.
 func TestRuleRunOnce(t *testing.T) {
 	jobs := []api.Job{
-		{JobID: "ran-once", IdempotencyKey: "k1", State: api.JobStatusSucceeded},
-		{JobID: "ran-twice", IdempotencyKey: "k2", State: api.JobStatusSucceeded},
-		{JobID: "nobody-ran", IdempotencyKey: "k3", State: api.JobStatusSucceeded},
+		{JobID: "ran-once", IdempotencyKey: "k1", State: api.JobStatusSucceeded, Attempts: 1},
+		// Redelivered: a lease expired and a second attempt ran it.
+		{JobID: "ran-twice", IdempotencyKey: "k2", State: api.JobStatusSucceeded, Attempts: 2},
+		{JobID: "nobody-ran", IdempotencyKey: "k3", State: api.JobStatusSucceeded, Attempts: 1},
 		{JobID: "dead", IdempotencyKey: "k4", State: api.JobStatusDead, Attempts: 10, Error: "lease expired"},
+		// Leased once, run twice: one attempt ran twice.
+		{JobID: "one-lease-two-runs", IdempotencyKey: "k5", State: api.JobStatusSucceeded, Attempts: 1},
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		out := api.JobList{Jobs: []api.Job{}}
@@ -36,11 +40,14 @@ func TestRuleRunOnce(t *testing.T) {
 	runs.Add("ran-twice")
 	runs.Add("ran-twice")
 	runs.Add("dead")
+	runs.Add("one-lease-two-runs")
+	runs.Add("one-lease-two-runs")
 	res, wc, err := CheckWorkers(context.Background(), Config{GateURL: srv.URL, Tokens: map[string]string{"acme": "t"}}, &runs, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Violations) != 2 || res.Violations[0].JobIDs[0] != "nobody-ran" || res.Violations[1].JobIDs[0] != "dead" {
+	if len(res.Violations) != 3 || res.Violations[0].JobIDs[0] != "nobody-ran" || res.Violations[1].JobIDs[0] != "dead" ||
+		res.Violations[2].JobIDs[0] != "one-lease-two-runs" {
 		t.Fatalf("violations %+v", res.Violations)
 	}
 	for _, v := range res.Violations {
@@ -48,7 +55,7 @@ func TestRuleRunOnce(t *testing.T) {
 			t.Fatalf("violation %+v", v)
 		}
 	}
-	if wc.Jobs != 4 || wc.Runs != 4 || wc.Redeliveries != 0 {
+	if wc.Jobs != 5 || wc.Runs != 6 || wc.Redeliveries != 1 {
 		t.Fatalf("counts %+v", wc)
 	}
 }
