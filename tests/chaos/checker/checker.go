@@ -15,7 +15,10 @@
 //	    Retry-After had run out before the commit could have happened;
 //	(e) nothing answered 201 was forgotten: the job is in GET /v1/jobs/{id} and
 //	    in the list, and the key's entry still says committed;
-//	(f) every 201 for the same job is byte-for-byte the same body;
+//	(f) every 201 for the same job is byte-for-byte the same body, and so
+//	    is every rejection replayed while the first rejection's entry may
+//	    have lived (same status, same bytes); checking one datacenter, at
+//	    most one 201 of a key says Idempotent-Replayed: false;
 //	(g) no answer falls outside what the contract allows for a well-formed,
 //	    authorized request whose key always carries the same body (no 400,
 //	    401, 413, 422 idempotency_key_reused, 500; every 201 has a job_id and

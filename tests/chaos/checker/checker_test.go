@@ -338,9 +338,50 @@ func TestRuleNotForgotten(t *testing.T) {
 }
 
 func TestRuleReplayIdentical(t *testing.T) {
-	w := newWorld(t)
-	w.ops[1].BodyHash = "other"
-	expectOne(t, w.check(t), RuleReplayIdentical, "acme", key("1"))
+	t.Run("201 replay", func(t *testing.T) {
+		w := newWorld(t)
+		w.ops[1].BodyHash = "other"
+		expectOne(t, w.check(t), RuleReplayIdentical, "acme", key("1"))
+	})
+	t.Run("rejection replay bytes", func(t *testing.T) {
+		// k5's duplicate came while the rejection's entry lived: it is a
+		// replay, the stored bytes.
+		w := newWorld(t)
+		w.ops[8].BodyHash = "other"
+		expectOne(t, w.check(t), RuleReplayIdentical, "acme", key("5"))
+		expectOne(t, CheckHistory(w.ops), RuleReplayIdentical, "acme", key("5"))
+	})
+	t.Run("rejection replay status", func(t *testing.T) {
+		w := newWorld(t)
+		w.ops[8].Status = 422
+		expectOne(t, w.check(t), RuleReplayIdentical, "acme", key("5"))
+	})
+	t.Run("rejection judged afresh", func(t *testing.T) {
+		// The duplicate came after the rejection's Retry-After: judged
+		// afresh, it may be another rejection.
+		w := newWorld(t)
+		w.ops[7].RetryAfter = "1"
+		w.ops[8].Invoke, w.ops[8].Complete = ms(1400), ms(1405)
+		w.ops[8].Status, w.ops[8].BodyHash, w.ops[8].Replayed = 422, "h5b", "false"
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+	})
+	t.Run("admitted twice", func(t *testing.T) {
+		// Two originals of one key, with the same job id and bytes: the
+		// ledger admitted it twice. The history alone cannot tell (in a
+		// federation each datacenter's ledger admits), one datacenter can.
+		w := newWorld(t)
+		w.ops[1].Replayed = "false"
+		expectOne(t, w.check(t), RuleReplayIdentical, "acme", key("1"))
+		if res := CheckHistory(w.ops); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+		w.cfg.Datacenter = "dc1"
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+	})
 }
 
 func TestRuleExpectedAnswer(t *testing.T) {

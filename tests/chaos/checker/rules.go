@@ -119,7 +119,7 @@ func evaluate(h *historyIndex, cl *clusterState, cfg Config) Result {
 		if cl != nil {
 			checkNotForgotten(k, committed, entry, entryRead, entryJob, cl, cfg.RequireKeys, report)
 		}
-		checkReplayIdentical(k, committed, report)
+		checkReplayIdentical(k, committed, rejected, cl != nil && cfg.Datacenter == "", report)
 		checkExpectedAnswers(k, ops, report)
 	}
 
@@ -251,14 +251,7 @@ func checkCommitXorReject(k tk, committed, rejected []history.Op, anyIndetermina
 	// expiry is the earliest the last rejection's entry may have expired.
 	expiry := time.Duration(0)
 	for _, r := range rejected {
-		e := never
-		if r.RetryAfter != "" {
-			e = r.Invoke // lenient: unknown formats expire at once
-			if secs, err := strconv.ParseInt(strings.TrimSpace(r.RetryAfter), 10, 64); err == nil && secs > 0 {
-				e = r.Invoke + time.Duration(secs-1)*time.Second
-			}
-		}
-		expiry = max(expiry, e)
+		expiry = max(expiry, rejectionExpiry(r))
 	}
 	ok := false
 	if len(committed) > 0 {
@@ -287,6 +280,20 @@ func checkCommitXorReject(k tk, committed, rejected []history.Op, anyIndetermina
 	report(RuleCommitXorReject, k, dedupe(ids), fmt.Sprintf(
 		"the key was answered rejected (op %d: %d %s) and committed (%s), and the rejection cannot have expired first",
 		rejected[0].Index, rejected[0].Status, rejected[0].Code, how))
+}
+
+// rejectionExpiry is the earliest the entry behind rejection r may have
+// expired: invoke + Retry-After − 1s (Retry-After is rounded up), never
+// without a Retry-After (a validation rejection is final), at once for a
+// Retry-After that is not a number of seconds (lenient).
+func rejectionExpiry(r history.Op) time.Duration {
+	if r.RetryAfter == "" {
+		return never
+	}
+	if secs, err := strconv.ParseInt(strings.TrimSpace(r.RetryAfter), 10, 64); err == nil && secs > 0 {
+		return r.Invoke + time.Duration(secs-1)*time.Second
+	}
+	return r.Invoke
 }
 
 // (e) Nothing answered 201 is forgotten: the job is in GET /v1/jobs/{id} and in
@@ -333,8 +340,13 @@ func checkNotForgotten(k tk, committed []history.Op, entry *api.KeyInfo, entryRe
 	}
 }
 
-// (f) Every 201 for the same job carries byte-for-byte the same body.
-func checkReplayIdentical(k tk, committed []history.Op, report reportFunc) {
+// (f) Every 201 for the same job carries byte-for-byte the same body. So
+// does every rejection answered while the first one's entry may still live
+// (a replay of a REJECTED entry is its status and bytes; only after the entry
+// expired is the key judged afresh). With oneLedger (one datacenter, whose
+// ledger alone admits), at most one 201 of the key says Idempotent-Replayed:
+// false: a second original means the ledger admitted the key twice.
+func checkReplayIdentical(k tk, committed, rejected []history.Op, oneLedger bool, report reportFunc) {
 	hashes := map[string]map[string][]string{}
 	for _, op := range committed {
 		if op.JobID == "" || op.BodyHash == "" {
@@ -358,6 +370,54 @@ func checkReplayIdentical(k tk, committed []history.Op, report reportFunc) {
 	if len(bad) > 0 {
 		report(RuleReplayIdentical, k, bad, "201 answers for the same job differ in their bytes: "+strings.Join(parts, "; "))
 	}
+	if why := rejectionReplaysDiffer(rejected); why != "" {
+		report(RuleReplayIdentical, k, nil, why)
+	}
+	if oneLedger {
+		var originals []string
+		var ids []string
+		for _, op := range committed {
+			if op.Replayed == "false" && op.JobID != "" { // a 201 without a job_id is (g)'s
+				originals = append(originals, fmt.Sprintf("op %d", op.Index))
+				ids = append(ids, op.JobID)
+			}
+		}
+		if len(originals) > 1 {
+			sort.Strings(ids)
+			report(RuleReplayIdentical, k, dedupe(ids), "the key was admitted more than once: "+
+				strings.Join(originals, ", ")+" all say Idempotent-Replayed: false")
+		}
+	}
+}
+
+// rejectionReplaysDiffer compares each rejection with the later ones sent
+// while its entry may still have lived: they are its replays, so they carry
+// its status and bytes. Keys naming several datacenters are skipped: their
+// rejection reports every datacenter's outcome at the time of the answer.
+func rejectionReplaysDiffer(rejected []history.Op) string {
+	var parts []string
+	for i, first := range rejected {
+		if len(first.Datacenters) > 1 || first.BodyHash == "" {
+			continue
+		}
+		expiry := rejectionExpiry(first)
+		for _, later := range rejected[i+1:] {
+			if later.Invoke <= first.Invoke || later.Invoke >= expiry || later.BodyHash == "" {
+				continue
+			}
+			if later.Status != first.Status || later.BodyHash != first.BodyHash {
+				parts = append(parts, fmt.Sprintf("op %d answered %d body %.12s while op %d's rejection (%d body %.12s) lived",
+					later.Index, later.Status, later.BodyHash, first.Index, first.Status, first.BodyHash))
+			}
+		}
+		if len(parts) > 0 {
+			break
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "a rejection's replays differ from it: " + strings.Join(parts, "; ")
 }
 
 // (g) Every answer is one the contract allows for a well-formed, authorized
