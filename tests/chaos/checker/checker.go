@@ -14,7 +14,10 @@
 //	(d) no key was answered both committed and rejected, unless the rejection's
 //	    Retry-After had run out before the commit could have happened;
 //	(e) nothing answered 201 was forgotten: the job is in GET /v1/jobs/{id} and
-//	    in the list, and the key's entry still says committed;
+//	    in the list, and the key's entry still says committed; checking one
+//	    datacenter, no key is answered 409 idempotency_key_expired ("it
+//	    ran") unless it committed or lies more than 1024 sequences below its
+//	    client's highest committed one;
 //	(f) every 201 for the same job is byte-for-byte the same body, and so
 //	    is every rejection replayed while the first rejection's entry may
 //	    have lived (same status, same bytes); checking one datacenter, at

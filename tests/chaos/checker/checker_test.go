@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,8 +49,12 @@ func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // sub is one recorded submit attempt as acme.
 func sub(seq string, gate string, attempt int, dup bool, inv, comp int, out history.Outcome) history.Op {
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if err != nil {
+		panic(err)
+	}
 	return history.Op{
-		Kind: history.KindSubmit, Client: "chaos:c0", Gate: gate, Tenant: "acme", Key: key(seq),
+		Kind: history.KindSubmit, Client: "chaos:c0", Gate: gate, Tenant: "acme", Key: key(seq), Seq: n,
 		Attempt: attempt, Dup: dup, Type: jobType, Payload: payload(seq),
 		Invoke: ms(inv), Complete: ms(comp), Done: true, Outcome: out,
 	}
@@ -334,6 +339,55 @@ func TestRuleNotForgotten(t *testing.T) {
 		w := newWorld(t)
 		w.gate.DeleteJob("acme", "J3")
 		expectOne(t, w.check(t), RuleNotForgotten, "acme", key("3"))
+	})
+}
+
+func TestRuleNotForgottenExpired(t *testing.T) {
+	// 409 idempotency_key_expired says the job ran and is not run again.
+	expired := func(w *world, seq string) {
+		op := sub(seq, gateB, 2, false, 2300, 2301, history.Outcome{Status: 409, Code: "idempotency_key_expired"})
+		op.Index = len(w.ops)
+		w.ops = append(w.ops, op)
+	}
+	t.Run("key that never ran", func(t *testing.T) {
+		// k4 never reached the cluster: nothing ran, yet the client is told
+		// it did.
+		w := newWorld(t)
+		expired(w, "4")
+		v := expectOne(t, w.check(t), RuleNotForgotten, "acme", key("4"))
+		if !strings.Contains(v.Detail, "idempotency_key_expired") {
+			t.Fatalf("detail: %s", v.Detail)
+		}
+		// The history alone cannot tell, nor one datacenter of several.
+		if res := CheckHistory(w.ops); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+		w.cfg.Datacenter = "dc1"
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+	})
+	t.Run("key that ran", func(t *testing.T) {
+		// k3 was never answered, but its job exists.
+		w := newWorld(t)
+		expired(w, "3")
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+	})
+	t.Run("key outside the window", func(t *testing.T) {
+		// The client committed sequence 2000: the ledger no longer knows
+		// whether sequence 4 ran, and says expired either way.
+		w := newWorld(t)
+		expired(w, "4")
+		op := sub("2000", gateA, 1, false, 2400, 2410, created("J2000", "h2000", false))
+		op.Index = len(w.ops)
+		w.ops = append(w.ops, op)
+		w.gate.PutJob("acme", job("J2000", "2000"))
+		w.gate.PutKey("acme", committedKey("2000", "J2000"))
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
 	})
 }
 

@@ -72,6 +72,25 @@ func evaluate(h *historyIndex, cl *clusterState, cfg Config) Result {
 		})
 	}
 
+	// With one datacenter's cluster read, every key's commit evidence, and
+	// each client's highest sequence that committed (for the late-retry
+	// window of idempotency_key_expired).
+	var ran map[tk]bool
+	var highest map[clientNonce]uint64
+	if cl != nil && cfg.Datacenter == "" {
+		ran = map[tk]bool{}
+		highest = map[clientNonce]uint64{}
+		for _, k := range h.keys {
+			if !keyCommitted(h.byKey[k], existing[k], cl.keys[k]) {
+				continue
+			}
+			ran[k] = true
+			if cn, seq, ok := clientOf(k, h.byKey[k]); ok {
+				highest[cn] = max(highest[cn], seq)
+			}
+		}
+	}
+
 	for _, k := range h.keys {
 		ops := h.byKey[k]
 		var committed, rejected []history.Op
@@ -118,6 +137,9 @@ func evaluate(h *historyIndex, cl *clusterState, cfg Config) Result {
 		checkCommitXorReject(k, committed, rejected, indeterminate > 0, commitSeen, report)
 		if cl != nil {
 			checkNotForgotten(k, committed, entry, entryRead, entryJob, cl, cfg.RequireKeys, report)
+		}
+		if ran != nil && !ran[k] {
+			checkExpiredRan(k, ops, highest, report)
 		}
 		checkReplayIdentical(k, committed, rejected, cl != nil && cfg.Datacenter == "", report)
 		checkExpectedAnswers(k, ops, report)
@@ -338,6 +360,76 @@ func checkNotForgotten(k tk, committed []history.Op, entry *api.KeyInfo, entryRe
 		sort.Strings(ids)
 		report(RuleNotForgotten, k, dedupe(ids), strings.Join(problems, "; "))
 	}
+}
+
+// clientNonce is one client run's keys: the watermark the ledger keeps per
+// tenant, client and nonce.
+type clientNonce struct{ tenant, client, nonce string }
+
+// expiredWindow is how many sequences below a client's highest committed one
+// the ledger still knows which committed (docs/api.md, "Late retries of
+// structured keys").
+const expiredWindow = 1024
+
+// clientOf splits a structured key of the history into its client run and
+// sequence; ok is false for an opaque key.
+func clientOf(k tk, ops []history.Op) (cn clientNonce, seq uint64, ok bool) {
+	i := strings.LastIndexByte(k.key, ':')
+	if i < 0 || len(ops) == 0 || ops[0].Seq == 0 {
+		return cn, 0, false
+	}
+	rest := k.key[:i]
+	j := strings.LastIndexByte(rest, ':')
+	if j < 0 {
+		return cn, 0, false
+	}
+	seq, err := strconv.ParseUint(rest[j+1:], 10, 64)
+	if err != nil || seq != ops[0].Seq {
+		return cn, 0, false
+	}
+	return clientNonce{k.tenant, rest[:j], k.key[i+1:]}, seq, true
+}
+
+// keyCommitted reports whether anything shows the key committed: a 201, a
+// job of the key, or a committed entry.
+func keyCommitted(ops []history.Op, jobs map[string][]string, entry *api.KeyInfo) bool {
+	if len(jobs) > 0 || (entry != nil && entry.State == api.KeyStateCommitted) {
+		return true
+	}
+	for _, op := range ops {
+		if op.Class() == history.Committed {
+			return true
+		}
+	}
+	return false
+}
+
+// (e) A 409 idempotency_key_expired tells the client its job ran and is not
+// run again. Checking one datacenter, it is allowed only for a key that
+// committed, or one more than 1024 sequences below its client's highest
+// committed sequence (the ledger no longer knows). A key with no commit
+// anywhere answered expired was told it ran when nothing did: the
+// submission is lost. Keys naming datacenters are left to the federation's
+// rules (another datacenter may hold the commit).
+func checkExpiredRan(k tk, ops []history.Op, highest map[clientNonce]uint64, report reportFunc) {
+	var bad []string
+	for _, op := range ops {
+		if len(op.Datacenters) > 0 {
+			return
+		}
+		if op.Done && op.Err == "" && op.Status == http.StatusConflict && op.Code == string(api.CodeIdempotencyKeyExpired) {
+			bad = append(bad, fmt.Sprintf("op %d", op.Index))
+		}
+	}
+	if len(bad) == 0 {
+		return
+	}
+	if cn, seq, ok := clientOf(k, ops); !ok || seq+expiredWindow < highest[cn] {
+		return
+	}
+	report(RuleNotForgotten, k, nil, fmt.Sprintf(
+		"%s answered idempotency_key_expired (the job ran), but no job, committed entry or 201 of the key exists, and its sequence is within %d of the client's highest committed one",
+		strings.Join(bad, ", "), expiredWindow))
 }
 
 // (f) Every 201 for the same job carries byte-for-byte the same body. So
