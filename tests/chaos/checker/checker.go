@@ -10,7 +10,7 @@
 //	(a) at most one job exists per (tenant, key), across every job listed;
 //	(b) every job answered 201 exists with the id, key, type and payload sent;
 //	(c) every definite answer for a key (201s, their replays, the key's entry)
-//	    names the same job id;
+//	    names the same job id, and no job id is answered for two keys;
 //	(d) no key was answered both committed and rejected, unless the rejection's
 //	    Retry-After had run out before the commit could have happened;
 //	(e) nothing answered 201 was forgotten: the job is in GET /v1/jobs/{id} and

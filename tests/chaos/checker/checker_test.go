@@ -257,6 +257,21 @@ func TestRuleSameJobID(t *testing.T) {
 			t.Fatalf("jobs %v", v.JobIDs)
 		}
 	})
+	t.Run("one job for two keys", func(t *testing.T) {
+		// k2's retry was answered with k1's job (and the same bytes): both
+		// keys report it, from the history alone.
+		w := newWorld(t)
+		w.ops[3].JobID, w.ops[3].BodyHash = "J1", "h1"
+		res := CheckHistory(w.ops)
+		if len(res.Violations) != 2 {
+			t.Fatalf("want a violation on each key:\n%s", res.Summary())
+		}
+		for i, k := range []string{key("1"), key("2")} {
+			if v := res.Violations[i]; v.Rule != RuleSameJobID || v.Key != k || strings.Join(v.JobIDs, ",") != "J1" {
+				t.Fatalf("violation %d: %s", i, v)
+			}
+		}
+	})
 	t.Run("answers disagree", func(t *testing.T) {
 		// The duplicate's replay named another job: caught from the history
 		// alone.

@@ -145,6 +145,8 @@ func evaluate(h *historyIndex, cl *clusterState, cfg Config) Result {
 		checkExpectedAnswers(k, ops, report)
 	}
 
+	checkOneKeyPerJob(h, report)
+
 	// Keys that only the cluster knows (submitted by nobody in this history)
 	// still get at most one job.
 	sortTK(clusterKeys)
@@ -260,6 +262,30 @@ func checkSameJobID(k tk, committed []history.Op, entryJob string, report report
 		parts[i] = fmt.Sprintf("%s by %s", id, strings.Join(named[id], ", "))
 	}
 	report(RuleSameJobID, k, ids, "answers name different jobs: "+strings.Join(parts, "; "))
+}
+
+// (c) A job id belongs to one key: a job id answered 201 for two keys of a
+// tenant is one key's answer delivered to another (the id is derived from
+// tenant, key and request). Caught from the history alone; with the cluster,
+// rule (b) also finds the job's own key differing from one of them.
+func checkOneKeyPerJob(h *historyIndex, report reportFunc) {
+	keysOf := map[tid][]string{}
+	for _, k := range h.keys {
+		for _, id := range answeredIDs(h.byKey[k]) {
+			t := tid{k.tenant, id}
+			keysOf[t] = append(keysOf[t], k.key)
+		}
+	}
+	for _, t := range sortedTIDs(keysOf) {
+		keys := keysOf[t]
+		if len(keys) < 2 {
+			continue
+		}
+		for _, key := range keys {
+			report(RuleSameJobID, tk{t.tenant, key}, []string{t.id}, fmt.Sprintf(
+				"job %s was answered 201 for %d keys: %s", t.id, len(keys), strings.Join(keys, ", ")))
+		}
+	}
 }
 
 // (d) No key is both committed and rejected. A rejected entry expires after its
