@@ -20,8 +20,10 @@
 //	    client's highest committed one;
 //	(f) every 201 for the same job is byte-for-byte the same body, and so
 //	    is every rejection replayed while the first rejection's entry may
-//	    have lived (same status, same bytes); checking one datacenter, at
-//	    most one 201 of a key says Idempotent-Replayed: false;
+//	    have lived (same status, same bytes, same Idempotency-Expires-At);
+//	    every 201 of a structured key, and its committed entry, name one
+//	    expiry; checking one datacenter, at most one 201 of a key says
+//	    Idempotent-Replayed: false;
 //	(g) no answer falls outside what the contract allows for a well-formed,
 //	    authorized request whose key always carries the same body (no 400,
 //	    401, 413, 422 idempotency_key_reused, 500; every 201 has a job_id and

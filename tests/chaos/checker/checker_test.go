@@ -436,6 +436,38 @@ func TestRuleReplayIdentical(t *testing.T) {
 			t.Fatal(res.Summary())
 		}
 	})
+	t.Run("expiry", func(t *testing.T) {
+		// Every answer of a stored outcome carries the expiry the ledger
+		// recorded at its first admission, as does the key's entry.
+		stamp := func(w *world) {
+			w.ops[0].ExpiresAt = "2026-11-21T12:05:00.000Z"
+			w.ops[1].ExpiresAt = "2026-11-21T12:05:00Z" // the same instant
+			w.ops[7].ExpiresAt = "2026-11-21T12:01:00.000Z"
+			w.ops[8].ExpiresAt = "2026-11-21T12:01:00.000Z"
+		}
+		w := newWorld(t)
+		stamp(w)
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+		w.ops[1].ExpiresAt = "2026-11-21T12:05:07.000Z"
+		expectOne(t, w.check(t), RuleReplayIdentical, "acme", key("1"))
+		expectOne(t, CheckHistory(w.ops), RuleReplayIdentical, "acme", key("1"))
+
+		w = newWorld(t)
+		stamp(w)
+		w.gate.PutKey("acme", api.KeyInfo{Key: key("1"), State: api.KeyStateCommitted, JobID: &[]string{"J1"}[0],
+			ExpiresAt: "2026-11-21T12:09:00.000Z"})
+		v := expectOne(t, w.check(t), RuleReplayIdentical, "acme", key("1"))
+		if !strings.Contains(v.Detail, "entry") {
+			t.Fatalf("detail: %s", v.Detail)
+		}
+
+		w = newWorld(t)
+		stamp(w)
+		w.ops[8].ExpiresAt = "2026-11-21T12:02:00.000Z"
+		expectOne(t, w.check(t), RuleReplayIdentical, "acme", key("5"))
+	})
 	t.Run("admitted twice", func(t *testing.T) {
 		// Two originals of one key, with the same job id and bytes: the
 		// ledger admitted it twice. The history alone cannot tell (in a

@@ -142,6 +142,11 @@ func evaluate(h *historyIndex, cl *clusterState, cfg Config) Result {
 			checkExpiredRan(k, ops, highest, report)
 		}
 		checkReplayIdentical(k, committed, rejected, cl != nil && cfg.Datacenter == "", report)
+		var ownEntry *api.KeyInfo
+		if cfg.Datacenter == "" {
+			ownEntry = entry
+		}
+		checkSameExpiry(k, committed, ownEntry, report)
 		checkExpectedAnswers(k, ops, report)
 	}
 
@@ -508,6 +513,57 @@ func checkReplayIdentical(k tk, committed, rejected []history.Op, oneLedger bool
 	}
 }
 
+// sameInstant reports whether two Idempotency-Expires-At values (or
+// expires_at members) name the same instant; an absent one (not recorded)
+// matches anything.
+func sameInstant(a, b string) bool {
+	if a == "" || b == "" || a == b {
+		return true
+	}
+	ta, errA := time.Parse(time.RFC3339Nano, a)
+	tb, errB := time.Parse(time.RFC3339Nano, b)
+	return errA == nil && errB == nil && ta.Equal(tb)
+}
+
+// (f) Every 201 of a structured key carries the Idempotency-Expires-At the
+// ledger recorded at its first admission, and so does the key's committed
+// entry (one datacenter's: entry is nil in a federation, where each
+// datacenter's ledger records its own). A structured key's committed entry
+// is never admitted again (after it expires, a retry is 409
+// idempotency_key_expired), so a second expiry is a second admission. Opaque
+// keys are judged afresh once their entry expired (a new expiry, the same
+// job), and keys naming several datacenters merge several ledgers' answers:
+// both are skipped.
+func checkSameExpiry(k tk, committed []history.Op, entry *api.KeyInfo, report reportFunc) {
+	var first *history.Op
+	var parts []string
+	for i, op := range committed {
+		if op.Seq == 0 || len(op.Datacenters) > 1 {
+			return
+		}
+		if op.ExpiresAt == "" {
+			continue
+		}
+		if first == nil {
+			first = &committed[i]
+			continue
+		}
+		if !sameInstant(op.ExpiresAt, first.ExpiresAt) {
+			parts = append(parts, fmt.Sprintf("op %d says %s, op %d %s", first.Index, first.ExpiresAt, op.Index, op.ExpiresAt))
+		}
+	}
+	if first == nil {
+		return
+	}
+	if entry != nil && entry.State == api.KeyStateCommitted && !sameInstant(entry.ExpiresAt, first.ExpiresAt) {
+		parts = append(parts, fmt.Sprintf("op %d says %s, the key's committed entry expires_at %s", first.Index, first.ExpiresAt, entry.ExpiresAt))
+	}
+	if len(parts) > 0 {
+		report(RuleReplayIdentical, k, answeredIDs(committed),
+			"the key's 201 answers do not carry one Idempotency-Expires-At (a committed key admitted again?): "+strings.Join(parts, "; "))
+	}
+}
+
 // rejectionReplaysDiffer compares each rejection with the later ones sent
 // while its entry may still have lived: they are its replays, so they carry
 // its status and bytes. Keys naming several datacenters are skipped: their
@@ -526,6 +582,9 @@ func rejectionReplaysDiffer(rejected []history.Op) string {
 			if later.Status != first.Status || later.BodyHash != first.BodyHash {
 				parts = append(parts, fmt.Sprintf("op %d answered %d body %.12s while op %d's rejection (%d body %.12s) lived",
 					later.Index, later.Status, later.BodyHash, first.Index, first.Status, first.BodyHash))
+			} else if !sameInstant(later.ExpiresAt, first.ExpiresAt) {
+				parts = append(parts, fmt.Sprintf("op %d says Idempotency-Expires-At %s while op %d's rejection (expiring %s) lived",
+					later.Index, later.ExpiresAt, first.Index, first.ExpiresAt))
 			}
 		}
 		if len(parts) > 0 {

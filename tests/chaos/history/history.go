@@ -89,6 +89,9 @@ type Outcome struct {
 	Replayed string `json:"replayed,omitempty"`
 	// RetryAfter is the Retry-After header as received.
 	RetryAfter string `json:"retry_after,omitempty"`
+	// ExpiresAt is the Idempotency-Expires-At header as received: when the
+	// key's stored outcome expires, the same on every replay of it.
+	ExpiresAt string `json:"expires_at,omitempty"`
 	// BodyHash is the hex SHA-256 of the response body bytes.
 	BodyHash string `json:"body_sha256,omitempty"`
 	// Err is the transport error (connection refused, reset, timeout, a body

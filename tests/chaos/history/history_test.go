@@ -68,7 +68,7 @@ func TestJSONLRoundTrip(t *testing.T) {
 	h := rec.Invoke(Op{Client: "host1.dc1:c0", Gate: "http://127.0.0.1:1", Tenant: "acme",
 		Key: "host1.dc1:c0:1:0123456789abcdef", Seq: 1, Attempt: 1, Type: "chaos.noop",
 		Payload: json.RawMessage(`{"a":[1,2,"<x>"]}`), Datacenters: []string{"dc1"}})
-	rec.Complete(h, Outcome{Status: 201, JobID: "j1", Replayed: "false", BodyHash: "ab"})
+	rec.Complete(h, Outcome{Status: 201, JobID: "j1", Replayed: "false", BodyHash: "ab", ExpiresAt: "2026-11-21T12:05:00.000Z"})
 	h = rec.Invoke(Op{Client: "host1.dc1:c0", Key: "host1.dc1:c0:1:0123456789abcdef", Attempt: 1, Dup: true})
 	rec.Complete(h, Outcome{Err: "context deadline exceeded", Timeout: true})
 	rec.Invoke(Op{Kind: KindNemesis, Client: "nemesis", Note: "kill manager-1"})

@@ -493,6 +493,7 @@ func (r *run) send(ctx context.Context, gate string, s *submission) history.Outc
 		Status:     resp.StatusCode,
 		Replayed:   resp.Header.Get(api.HeaderReplayed),
 		RetryAfter: resp.Header.Get(api.HeaderRetryAfter),
+		ExpiresAt:  resp.Header.Get(api.HeaderIdempotencyExpiresAt),
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
