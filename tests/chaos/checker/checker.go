@@ -9,6 +9,9 @@
 //
 //	(a) at most one job exists per (tenant, key), across every job listed;
 //	(b) every job answered 201 exists with the id, key, type and payload sent;
+//	    for a key no 201 named a job of, every job the cluster shows for it
+//	    (made by an indeterminate attempt) or its entry names carries the key,
+//	    type and payload sent;
 //	(c) every definite answer for a key (201s, their replays, the key's entry)
 //	    names the same job id, and no job id is answered for two keys;
 //	(d) no key was answered both committed and rejected, unless the rejection's

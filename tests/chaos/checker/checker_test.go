@@ -247,6 +247,29 @@ func TestRuleJobMatches(t *testing.T) {
 	}
 }
 
+func TestRuleJobMatchesUnanswered(t *testing.T) {
+	// k3 was never answered, but its timed-out attempt made J3: the job
+	// still holds what was sent with the key.
+	t.Run("job of the key", func(t *testing.T) {
+		w := newWorld(t)
+		j := job("J3", "3")
+		j.Payload = json.RawMessage(`{"client":"chaos:c9","seq":3}`)
+		w.gate.PutJob("acme", j)
+		v := expectOne(t, w.check(t), RuleJobMatches, "acme", key("3"))
+		if strings.Join(v.JobIDs, ",") != "J3" || !strings.Contains(v.Detail, "payload") {
+			t.Fatalf("violation %s", v)
+		}
+	})
+	t.Run("entry names another key's job", func(t *testing.T) {
+		w := newWorld(t)
+		w.gate.PutKey("acme", committedKey("3", "J6"))
+		v := expectOne(t, w.check(t), RuleJobMatches, "acme", key("3"))
+		if strings.Join(v.JobIDs, ",") != "J6" || !strings.Contains(v.Detail, "idempotency_key") {
+			t.Fatalf("violation %s", v)
+		}
+	})
+}
+
 func TestRuleSameJobID(t *testing.T) {
 	t.Run("key entry names another job", func(t *testing.T) {
 		// The cluster's entry for k1 points at k6's job: cross-talk.

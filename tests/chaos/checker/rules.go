@@ -130,7 +130,7 @@ func evaluate(h *historyIndex, cl *clusterState, cfg Config) Result {
 
 		if cl != nil {
 			checkAtMostOne(k, existing[k], report)
-			checkJobMatches(k, committed, cl, report)
+			checkJobMatches(k, jobsOfKey(ops, committed, existing[k], entryJob), cl, report)
 		}
 		checkSameJobID(k, committed, entryJob, report)
 		commitSeen := len(committed) > 0 || len(existing[k]) > 0 || entryJob != ""
@@ -197,8 +197,34 @@ type jobCopy struct {
 	job   api.Job
 }
 
-// (b) Every job answered 201 exists with the id, key, type and payload sent.
-// A job that cannot be found at all is rule (e)'s business.
+// jobsOfKey returns, for rule (b), the 201 answers of a key or, when none
+// names a job, one stand-in answer per job the cluster shows for the key:
+// its jobs grouped by idempotency_key and the job its committed entry names.
+// The stand-in carries the body of the key's first submission (the workload
+// sends a key always with the same body), so a job created by an
+// indeterminate attempt is held to what was sent too.
+func jobsOfKey(ops, committed []history.Op, jobs map[string][]string, entryJob string) []history.Op {
+	if len(ops) == 0 || len(answeredIDs(committed)) > 0 {
+		// Another job beside an answered one is (a)'s or (c)'s business.
+		return committed
+	}
+	ids := sortedKeys(jobs)
+	if entryJob != "" && jobs[entryJob] == nil {
+		ids = append(ids, entryJob)
+	}
+	out := append([]history.Op(nil), committed...)
+	for _, id := range ids {
+		stand := ops[0]
+		stand.JobID = id
+		out = append(out, stand)
+	}
+	return out
+}
+
+// (b) Every job answered 201 exists with the id, key, type and payload sent,
+// and so does every other job the cluster shows for the key (created by an
+// indeterminate attempt) or its entry names. A job that cannot be found at
+// all is rule (e)'s business.
 func checkJobMatches(k tk, committed []history.Op, cl *clusterState, report reportFunc) {
 	var problems []string
 	var bad []string
