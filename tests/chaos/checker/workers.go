@@ -15,16 +15,48 @@ import (
 type Runs struct {
 	mu sync.Mutex
 	n  map[string]int
+	// attempts counts the runs of each (job, attempt) recorded by
+	// AddAttempt.
+	attempts map[string]map[int]int
 }
 
 // Add records one handler run of job id.
-func (r *Runs) Add(id string) {
+func (r *Runs) Add(id string) { r.AddAttempt(id, 0) }
+
+// AddAttempt records one handler run of job id for its lease's attempt
+// (the attempt a pkg/client Handler is given; 0: unknown). Rule (i) then
+// also reports an attempt run twice.
+func (r *Runs) AddAttempt(id string, attempt int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.n == nil {
 		r.n = map[string]int{}
 	}
 	r.n[id]++
+	if attempt > 0 {
+		if r.attempts == nil {
+			r.attempts = map[string]map[int]int{}
+		}
+		if r.attempts[id] == nil {
+			r.attempts[id] = map[int]int{}
+		}
+		r.attempts[id][attempt]++
+	}
+}
+
+// twice returns the attempts of job id recorded by AddAttempt more than
+// once, sorted.
+func (r *Runs) twice(id string) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []int
+	for a, n := range r.attempts[id] {
+		if n > 1 {
+			out = append(out, a)
+		}
+	}
+	sort.Ints(out)
+	return out
 }
 
 // Of returns the runs of job id.
@@ -51,7 +83,8 @@ type WorkerCounts struct {
 // violation (lost to the workers), and so is a succeeded job that no
 // handler of runs ran (completed by no one), and a job whose handler runs
 // outnumber its attempts (the leases it was handed out: each run is one
-// lease, so an attempt ran twice). The ledger records one
+// lease, so an attempt ran twice), or that ran one attempt twice (with
+// Runs.AddAttempt). The ledger records one
 // completion per job by construction (a job has one state); the redeliveries
 // (runs above one per job) are counted, not judged: delivery is at least
 // once.
@@ -111,6 +144,8 @@ func CheckWorkers(ctx context.Context, cfg Config, runs *Runs, wait time.Duratio
 				detail = fmt.Sprintf("job %s is %s after the workers ran %v past the workload (attempts %d, error %q): not run to an end", j.JobID, j.State, wait, j.Attempts, j.Error)
 			case n == 0:
 				detail = fmt.Sprintf("job %s succeeded without a handler run", j.JobID)
+			case len(runs.twice(j.JobID)) > 0:
+				detail = fmt.Sprintf("job %s ran attempt %v more than once (%d runs in %d attempts)", j.JobID, runs.twice(j.JobID), n, j.Attempts)
 			case n > j.Attempts:
 				// Every handler run is one lease, and every lease one
 				// attempt: more runs than attempts is one attempt run twice.

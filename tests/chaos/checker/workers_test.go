@@ -23,6 +23,11 @@ func TestRuleRunOnce(t *testing.T) {
 		{JobID: "dead", IdempotencyKey: "k4", State: api.JobStatusDead, Attempts: 10, Error: "lease expired"},
 		// Leased once, run twice: one attempt ran twice.
 		{JobID: "one-lease-two-runs", IdempotencyKey: "k5", State: api.JobStatusSucceeded, Attempts: 1},
+		// Leased three times (a lease lost before its holder heard of it),
+		// its second attempt run twice.
+		{JobID: "attempt-twice", IdempotencyKey: "k6", State: api.JobStatusSucceeded, Attempts: 3},
+		// Two attempts, each run once.
+		{JobID: "attempts-once", IdempotencyKey: "k7", State: api.JobStatusSucceeded, Attempts: 2},
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		out := api.JobList{Jobs: []api.Job{}}
@@ -42,12 +47,16 @@ func TestRuleRunOnce(t *testing.T) {
 	runs.Add("dead")
 	runs.Add("one-lease-two-runs")
 	runs.Add("one-lease-two-runs")
+	runs.AddAttempt("attempt-twice", 2)
+	runs.AddAttempt("attempt-twice", 2)
+	runs.AddAttempt("attempts-once", 1)
+	runs.AddAttempt("attempts-once", 2)
 	res, wc, err := CheckWorkers(context.Background(), Config{GateURL: srv.URL, Tokens: map[string]string{"acme": "t"}}, &runs, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Violations) != 3 || res.Violations[0].JobIDs[0] != "nobody-ran" || res.Violations[1].JobIDs[0] != "dead" ||
-		res.Violations[2].JobIDs[0] != "one-lease-two-runs" {
+	if len(res.Violations) != 4 || res.Violations[0].JobIDs[0] != "nobody-ran" || res.Violations[1].JobIDs[0] != "dead" ||
+		res.Violations[2].JobIDs[0] != "one-lease-two-runs" || res.Violations[3].JobIDs[0] != "attempt-twice" {
 		t.Fatalf("violations %+v", res.Violations)
 	}
 	for _, v := range res.Violations {
@@ -55,7 +64,7 @@ func TestRuleRunOnce(t *testing.T) {
 			t.Fatalf("violation %+v", v)
 		}
 	}
-	if wc.Jobs != 5 || wc.Runs != 6 || wc.Redeliveries != 1 {
+	if wc.Jobs != 7 || wc.Runs != 10 || wc.Redeliveries != 3 {
 		t.Fatalf("counts %+v", wc)
 	}
 }
