@@ -371,6 +371,14 @@ func TestRuleNotForgotten(t *testing.T) {
 		w.cfg.RequireKeys = false
 		expectOne(t, w.check(t), RuleNotForgotten, "acme", key("2"))
 	})
+	t.Run("committed entry names no job", func(t *testing.T) {
+		w := newWorld(t)
+		w.gate.PutKey("acme", api.KeyInfo{Key: key("2"), State: api.KeyStateCommitted, ExpiresAt: "2026-11-21T12:05:00.000Z"})
+		v := expectOne(t, w.check(t), RuleNotForgotten, "acme", key("2"))
+		if !strings.Contains(v.Detail, "names no job") {
+			t.Fatalf("detail: %s", v.Detail)
+		}
+	})
 	t.Run("entry names a lost job", func(t *testing.T) {
 		// k3 was never answered, but its committed entry names a job that is
 		// gone.
@@ -524,6 +532,15 @@ func TestRuleExpectedAnswer(t *testing.T) {
 			expectOne(t, w.check(t), RuleExpectedAnswer, "acme", key("1"))
 		})
 	}
+	t.Run("capacity rejection without Retry-After", func(t *testing.T) {
+		// k4 never reached the cluster; its retry is rejected for capacity
+		// without saying when to come back.
+		w := newWorld(t)
+		op := sub("4", gateB, 2, false, 280, 290, history.Outcome{Status: 429, Code: "job_rejected", Replayed: "false", BodyHash: "h4"})
+		op.Index = len(w.ops)
+		w.ops = append(w.ops, op)
+		expectOne(t, w.check(t), RuleExpectedAnswer, "acme", key("4"))
+	})
 	t.Run("expired key is allowed", func(t *testing.T) {
 		w := newWorld(t)
 		op := sub("1", gateB, 2, true, 20, 30, history.Outcome{Status: 409, Code: "idempotency_key_expired"})

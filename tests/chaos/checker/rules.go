@@ -406,6 +406,9 @@ func checkNotForgotten(k tk, committed []history.Op, entry *api.KeyInfo, entryRe
 			problems = append(problems, fmt.Sprintf("the key was answered 201 but its idempotency entry is %q", entry.State))
 		}
 	}
+	if entry != nil && entry.State == api.KeyStateCommitted && entryJob == "" {
+		problems = append(problems, "the key's entry is committed but names no job")
+	}
 	if entryJob != "" {
 		t := tid{k.tenant, entryJob}
 		if _, inList := cl.listed[t]; !inList && cl.fetched[t] == nil {
@@ -648,6 +651,15 @@ func unexpected(op history.Op) string {
 		}
 		if op.Replayed != "true" && op.Replayed != "false" {
 			return fmt.Sprintf("201 with Idempotent-Replayed %q", op.Replayed)
+		}
+		return ""
+	case history.Rejected:
+		if op.Status == http.StatusTooManyRequests {
+			// A capacity rejection says when its entry expires, in whole
+			// seconds, at least 1 on a replay; rule (d) reads it.
+			if secs, err := strconv.ParseInt(strings.TrimSpace(op.RetryAfter), 10, 64); err != nil || secs < 1 {
+				return fmt.Sprintf("429 job_rejected with Retry-After %q, not a number of seconds", op.RetryAfter)
+			}
 		}
 		return ""
 	case history.Failed:
