@@ -541,6 +541,18 @@ func TestRuleExpectedAnswer(t *testing.T) {
 		w.ops = append(w.ops, op)
 		expectOne(t, w.check(t), RuleExpectedAnswer, "acme", key("4"))
 	})
+	t.Run("claimed omitted list is allowed", func(t *testing.T) {
+		w := newWorld(t)
+		op := sub("1", gateB, 2, true, 20, 30, history.Outcome{Status: 422, Code: "idempotency_key_claimed"})
+		op.Index = len(w.ops)
+		w.ops = append(w.ops, op)
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+		// A list that names datacenters is never claimed.
+		w.ops[len(w.ops)-1].Datacenters = []string{"dc1"}
+		expectOne(t, CheckHistory(w.ops), RuleExpectedAnswer, "acme", key("1"))
+	})
 	t.Run("expired key is allowed", func(t *testing.T) {
 		w := newWorld(t)
 		op := sub("1", gateB, 2, true, 20, 30, history.Outcome{Status: 409, Code: "idempotency_key_expired"})
