@@ -35,8 +35,10 @@ func CheckFederation(ctx context.Context, cfgs []Config, ops []history.Op, wait 
 // a key that is final somewhere and missing or pending where it must be
 // final is read again until wait has passed; only then is it a violation.
 // Two different job ids, two homes or an entry outside the named
-// datacenters never heal and are reported at once. Run the per-datacenter
-// Check (with Config.Places) for the other rules.
+// datacenters never heal and are reported at once. A key that belongs in
+// no datacenter (an omitted list with no single home) is also held here to
+// the rules that need only its answers, (c), (d), (f) and (g). Run the
+// per-datacenter Check (with Config.Places) for the other rules.
 func CheckFederationPlaces(ctx context.Context, cfgs []Config, ops []history.Op, wait time.Duration) (Result, *Places, error) {
 	h := newHistoryIndex(ops)
 	res := Result{Checked: Counts{Ops: h.ops, Keys: len(h.keys)}}
@@ -100,7 +102,19 @@ func CheckFederationPlaces(ctx context.Context, cfgs []Config, ops []history.Op,
 		case <-time.After(time.Second):
 		}
 	}
-	sort.Slice(res.Violations, func(i, j int) bool {
+	// A key that belongs in no datacenter (an omitted list with no single
+	// home) is held to rules (a)-(g) by no datacenter's Check: hold it
+	// here to those that need only its answers, (c), (d), (f) and (g).
+	var homeless []history.Op
+	for _, k := range h.keys {
+		if pl := places.byKey[k]; pl.Omitted() && pl.Home == "" {
+			homeless = append(homeless, h.byKey[k]...)
+		}
+	}
+	if len(homeless) > 0 {
+		res.Violations = append(res.Violations, CheckHistory(homeless).Violations...)
+	}
+	sort.SliceStable(res.Violations, func(i, j int) bool {
 		a, b := res.Violations[i], res.Violations[j]
 		if a.Tenant != b.Tenant {
 			return a.Tenant < b.Tenant

@@ -107,6 +107,36 @@ func TestCheckFederationPlaces(t *testing.T) {
 	}
 }
 
+// An omitted list with no home belongs in no datacenter, so no
+// datacenter's Check holds it to rules (c)-(g): CheckFederationPlaces does.
+func TestCheckFederationPlacesHomeless(t *testing.T) {
+	g, cfgs, ops := placesWorld(t)
+	// 8: omitted, answered only 422 idempotency_key_reused (it was sent
+	// with one body): claims and no job.
+	ops = append(ops, naming(nil, sub("8", gateA, 1, false, 16, 17, history.Outcome{Status: 422, Code: "idempotency_key_reused"}))...)
+	ops[len(ops)-1].Index = len(ops) - 1
+	g.set("dc2", key("8"), claimedKey("8", "dc1"))
+	res, places, err := CheckFederationPlaces(context.Background(), cfgs, ops, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl, _ := places.Of("acme", key("8")); pl.Home != "" {
+		t.Fatalf("key 8 placed %+v, want no home", pl)
+	}
+	var got []Violation
+	for _, v := range res.Violations {
+		if v.Key == key("8") {
+			got = append(got, v)
+		}
+	}
+	if len(got) != 1 || got[0].Rule != RuleExpectedAnswer || len(got[0].Ops) != 1 {
+		t.Fatalf("want one (g) violation on key 8:\n%s", res.Summary())
+	}
+	if len(res.Violations) != 5 {
+		t.Fatalf("want the 4 violations of placesWorld and key 8's:\n%s", res.Summary())
+	}
+}
+
 // A job of an omitted list outside its home, and one of a named list
 // outside its list, are reported by the datacenter that lists them; the
 // keys that belong there are checked there and nowhere else.
