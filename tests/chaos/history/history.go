@@ -273,8 +273,9 @@ func WriteJSONL(w io.Writer, ops []Op) error {
 var ErrFormat = errors.New("history: malformed history")
 
 // ReadJSONL reads a history written by WriteJSONL and returns its Ops sorted by
-// Index. Unknown fields are rejected, so a history from an incompatible version
-// fails loudly instead of being checked wrongly.
+// Index. Unknown fields and kinds, and submit ops without a key, are
+// rejected, so a history from an incompatible version fails loudly instead of
+// being checked wrongly (the checker would skip such ops).
 func ReadJSONL(r io.Reader) ([]Op, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
@@ -288,8 +289,15 @@ func ReadJSONL(r io.Reader) ([]Op, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: record %d: %w", ErrFormat, line, err)
 		}
-		if op.Kind == "" {
+		switch {
+		case op.Kind == "":
 			return nil, fmt.Errorf("%w: record %d: no kind", ErrFormat, line)
+		case op.Kind != KindSubmit && op.Kind != KindNemesis:
+			// The checker looks at submit ops only: a kind it does not
+			// know would drop its ops from the check unseen.
+			return nil, fmt.Errorf("%w: record %d: unknown kind %q", ErrFormat, line, op.Kind)
+		case op.Kind == KindSubmit && op.Key == "":
+			return nil, fmt.Errorf("%w: record %d: a submit without a key", ErrFormat, line)
 		}
 		ops = append(ops, op)
 	}

@@ -98,6 +98,8 @@ func TestReadJSONLRejectsGarbage(t *testing.T) {
 		"not json":      "hello\n",
 		"unknown field": `{"index":0,"kind":"submit","client":"c","invoke_ns":1,"done":false,"surprise":1}` + "\n",
 		"no kind":       `{"index":0,"client":"c","invoke_ns":1,"done":false}` + "\n",
+		"unknown kind":  `{"index":0,"kind":"Submit","client":"c","key":"c:1:0123456789abcdef","invoke_ns":1,"done":false}` + "\n",
+		"submit no key": `{"index":0,"kind":"submit","client":"c","invoke_ns":1,"done":true,"status":201,"job_id":"j"}` + "\n",
 		"dup index": `{"index":0,"kind":"submit","client":"c","invoke_ns":1,"done":false}` + "\n" +
 			`{"index":0,"kind":"submit","client":"c","invoke_ns":2,"done":false}` + "\n",
 	} {
