@@ -30,7 +30,9 @@
 //	(g) no answer falls outside what the contract allows for a well-formed,
 //	    authorized request whose key always carries the same body (no 400,
 //	    401, 413, 422 idempotency_key_reused, 500; every 201 has a job_id and
-//	    an Idempotent-Replayed header);
+//	    an Idempotent-Replayed header; every 429 job_rejected a Retry-After
+//	    in seconds; 422 idempotency_key_claimed is allowed for an omitted
+//	    list);
 //	(h) with several datacenters (CheckFederation): every key with a job in
 //	    any datacenter has a final outcome in every datacenter it names, and
 //	    every datacenter's job for it has the same id;
