@@ -648,8 +648,9 @@ func (s *Summary) write(dir string) error {
 }
 
 // startWorkers runs n pkg/client workers per tenant against the gates until
-// the returned stop is called: each handler records its run in runs and
-// completes the job after a few milliseconds (drawn from seed).
+// the returned stop is called: each handler records its run, and the
+// attempt it runs, in runs and completes the job after a few milliseconds
+// (drawn from seed).
 func startWorkers(ctx context.Context, gates []string, n int, runs *checker.Runs, seed uint64, logf func(string, ...any)) (stop func()) {
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -665,8 +666,8 @@ func startWorkers(ctx context.Context, gates []string, n int, runs *checker.Runs
 			wg.Go(func() {
 				err := c.Run(wctx, client.WorkerOptions{Concurrency: 4, LeaseFor: 5 * time.Second, Wait: 2 * time.Second,
 					Worker: fmt.Sprintf("chaos-%s-%d", tenant, w)},
-					func(ctx context.Context, job api.Job, _ int) (any, error) {
-						runs.Add(job.JobID)
+					func(ctx context.Context, job api.Job, attempt int) (any, error) {
+						runs.AddAttempt(job.JobID, attempt)
 						mu.Lock()
 						d := time.Duration(rng.IntN(10)) * time.Millisecond
 						mu.Unlock()
