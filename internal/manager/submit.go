@@ -291,10 +291,8 @@ func validateSubmit(req *rpcpb.SubmitRequest) (keys.Key, error) {
 	}
 	// The ledger keeps the list as a set (the outbox counts what it owes
 	// each datacenter by it): sorted, each name once, as the gate sends it.
-	for i, dcs := 1, req.Job.Datacenters; i < len(dcs); i++ {
-		if dcs[i-1] >= dcs[i] {
-			return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "datacenters %v: want each name once, sorted", dcs)
-		}
+	if dcs := req.Job.Datacenters; !strictlySorted(dcs) {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "datacenters %v: want each name once, sorted", dcs)
 	}
 	if len(req.Job.Payload) == 0 {
 		req.Job.Payload = []byte("null")
