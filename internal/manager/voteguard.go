@@ -236,15 +236,11 @@ func (g *voteGuard) pass(rpc raft.RPC) bool {
 	switch req := rpc.Command.(type) {
 	case *raft.RequestVoteRequest:
 		if req.LastLogIndex > bootstrapLastIndex {
-			g.refuse(req.LastLogIndex)
-			rpc.Respond(&raft.RequestVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}, nil)
-			return false
+			return g.refuse(rpc, req.LastLogIndex, &raft.RequestVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false})
 		}
 	case *raft.RequestPreVoteRequest:
 		if req.LastLogIndex > bootstrapLastIndex {
-			g.refuse(req.LastLogIndex)
-			rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}, nil)
-			return false
+			return g.refuse(rpc, req.LastLogIndex, &raft.RequestPreVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false})
 		}
 	}
 	return true
@@ -274,11 +270,14 @@ func (g *voteGuard) reached() bool {
 	return g.hasTarget && f != nil && (*f)() >= g.target
 }
 
-func (g *voteGuard) refuse(candidateLast uint64) {
+// refuse answers a vote request with resp, a refusal, and returns false.
+func (g *voteGuard) refuse(rpc raft.RPC, candidateLast uint64, resp any) bool {
 	if g.refused.Add(1) == 1 {
 		g.log.Info("raft vote refused: this manager started without raft state and has not caught up with a leader",
 			logging.KeyIndex, candidateLast, logging.KeyReason, g.why)
 	}
+	rpc.Respond(resp, nil)
+	return false
 }
 
 // header is the RPC header raft itself would answer with.
