@@ -100,18 +100,7 @@ func (s *state) confirmOwed(it Confirmation) (res Result, ok bool) {
 // until fn returns false. Like ResolvedMultiDatacenter, it reads copies under
 // the read lock: fn must not call back into the FSM.
 func (f *FSM) OwedMultiDatacenter(fn func(Entry) bool) {
-	f.mu.RLock()
-	out := make([]Entry, 0, f.s.owed.Len())
-	f.s.owed.Ascend(func(e *Entry) bool {
-		out = append(out, *e)
-		return true
-	})
-	f.mu.RUnlock()
-	for _, e := range out {
-		if !fn(e) {
-			return
-		}
-	}
+	eachCopy(f, func(s *state) index[*Entry] { return s.owed }, func(*Entry) bool { return true }, fn)
 }
 
 // OutboxLen is how many jobs the outbox carries: the resolved entries
