@@ -351,23 +351,19 @@ func (s *Store) fsync(f *os.File) error {
 }
 
 // FirstIndex returns the first index in the log, 0 if it is empty.
-func (s *Store) FirstIndex() (uint64, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return 0, ErrClosed
-	}
-	return s.first, nil
-}
+func (s *Store) FirstIndex() (uint64, error) { return s.bound(&s.first) }
 
 // LastIndex returns the last index in the log, 0 if it is empty.
-func (s *Store) LastIndex() (uint64, error) {
+func (s *Store) LastIndex() (uint64, error) { return s.bound(&s.last) }
+
+// bound reads s.first or s.last (b) under the read lock.
+func (s *Store) bound(b *uint64) (uint64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return 0, ErrClosed
 	}
-	return s.last, nil
+	return *b, nil
 }
 
 // GetLog reads the entry at index into out. It returns raft.ErrLogNotFound
@@ -611,10 +607,7 @@ func (s *Store) truncateFront(first uint64) error {
 	s.mu.Lock()
 	s.first = first
 	s.mu.Unlock()
-	if err := s.w.TruncateFront(first - s.base + 1); err != nil {
-		return err
-	}
-	return s.afterTruncate()
+	return s.afterTruncate(s.w.TruncateFront(first - s.base + 1))
 }
 
 // truncateBack deletes the entries after raft index last, publishing the
@@ -623,19 +616,17 @@ func (s *Store) truncateBack(last uint64) error {
 	s.mu.Lock()
 	s.last = last
 	s.mu.Unlock()
-	if err := s.w.TruncateBack(last - s.base + 1); err != nil {
-		return err
-	}
-	return s.afterTruncate()
+	return s.afterTruncate(s.w.TruncateBack(last - s.base + 1))
 }
 
-// afterTruncate makes a truncation durable. tidwall/wal wrote and fsynced
-// the rewritten segment under a temporary name, renamed it over the old one
-// and deleted the dropped segments, but did not fsync the directory. It may
-// also have replaced the tail segment file, so the tail handle is reopened.
-func (s *Store) afterTruncate() error {
-	if s.opts.NoSync {
-		return nil
+// afterTruncate makes a truncation durable, unless it failed (err, which it
+// returns). tidwall/wal wrote and fsynced the rewritten segment under a
+// temporary name, renamed it over the old one and deleted the dropped
+// segments, but did not fsync the directory. It may also have replaced the
+// tail segment file, so the tail handle is reopened.
+func (s *Store) afterTruncate(err error) error {
+	if err != nil || s.opts.NoSync {
+		return err
 	}
 	if err := s.syncDir(s.segDir); err != nil {
 		return err
@@ -683,10 +674,9 @@ func (s *Store) openTail() error {
 // acknowledge entries that are not on disk. Cutting the file drops those
 // pages. It cuts just after the record of the last published index (s.last;
 // on an empty log, at the start), and not at all if a record before it does
-// not parse. Best
-// effort: the store has failed already, and a cut that does not happen
-// leaves the batch as a crash would (a torn or whole final batch, which was
-// never acknowledged). Called with writeMu held.
+// not parse. Best effort: the store has failed already, and a cut that does
+// not happen leaves the batch as a crash would (a torn or whole final batch,
+// which was never acknowledged). Called with writeMu held.
 func (s *Store) dropUnsynced() {
 	segs, err := listSegments(s.segDir)
 	if err != nil || len(segs) == 0 {
