@@ -218,8 +218,7 @@ func (ax *applyCtx) emit(kind ChangeKind, e *Entry) {
 // apply applies one decoded command. decodeErr is DecodeCommand's error.
 func (s *state) apply(ax *applyCtx, cmd Command, decodeErr error) Result {
 	if ax.index <= s.applied {
-		return invalid(fmt.Errorf("%w: log index %d is not after the applied index %d",
-			ErrInvalidCommand, ax.index, s.applied))
+		return invalidf("log index %d is not after the applied index %d", ax.index, s.applied)
 	}
 	s.applied = ax.index
 	if decodeErr != nil {
