@@ -54,11 +54,10 @@ func (t CommandType) String() string {
 	return fmt.Sprintf("type(0x%02x)", uint8(t))
 }
 
-// Command is one of Admit, Expire, AdmitBatch, WorkerBatch, Confirm, Lease, Heartbeat, Complete, Fail,
-// ExpireLeases, Claim, Release, Cancel, Retry (and
-// Unknown, which
-// DecodeCommand returns for an ignorable type it does not know). Encode turns a
-// Command into the bytes to pass to raft.Apply.
+// Command is one of Admit, Expire, AdmitBatch, WorkerBatch, Confirm, Lease,
+// Heartbeat, Complete, Fail, ExpireLeases, Claim, Release, Cancel, Retry (and
+// Unknown, which DecodeCommand returns for an ignorable type it does not
+// know). Encode turns a Command into the bytes to pass to raft.Apply.
 type Command interface {
 	// CommandType is the type byte.
 	CommandType() CommandType

@@ -58,8 +58,8 @@ type Options struct {
 // ErrHalted and the decoding error); Options.OnHalt is called once; Halted
 // returns the error; Snapshot refuses. Nothing changes the state until the
 // process restarts, and a build that reads the entry applies it on the
-// replay (docs/ledger.md, "Formats"). An entry at
-// or below the applied index is skipped without being judged (below).
+// replay (docs/ledger.md, "Formats"). An entry at or below the applied index
+// is skipped without being judged (below).
 //
 // ApplyBatch applies its entries in order exactly as Apply would one by one,
 // and returns one response per entry (nil for non-command entries). Applying a
@@ -87,14 +87,14 @@ type Options struct {
 //
 // Restore discards all previous state: it decodes the whole snapshot into a
 // fresh state (on disk: a new generation of the store, beside the live one),
-// without holding any lock, and only then swaps it in under the write lock. A malformed snapshot returns an error matching ErrBadSnapshot or
+// without holding any lock, and only then swaps it in under the write lock.
+// A malformed snapshot returns an error matching ErrBadSnapshot or
 // ErrSnapshotVersion, never panics, and leaves the previous state in place.
 // Restore closes the reader.
 //
-// Readers (Entry, Job, ListJobs, NextExpiry, Stats, Watermark,
-// LedgerTime) are safe to call from any goroutine, concurrently with Apply,
-// ApplyBatch, Snapshot, Persist and Restore; they take the read lock and
-// return copies.
+// Readers (Entry, Job, ListJobs, NextExpiry, Stats, Watermark, LedgerTime)
+// are safe to call from any goroutine, concurrently with Apply, ApplyBatch,
+// Snapshot, Persist and Restore; they take the read lock and return copies.
 // They see the state after some whole command (or batch), never a partial one.
 // Entries are returned while they are in the table: an entry past its
 // ExpiresAt stays until an Expire (or an Admit of its key) removes it, so a

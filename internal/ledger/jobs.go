@@ -102,20 +102,19 @@ const ErrorLeaseExpired = "lease expired"
 // lease LeaseIDs[i] (i-th job handed out), Holder and LeaseExpiresAt =
 // Expiry. OutcomeLeased, with Result.Lease.Jobs (possibly empty).
 //
-// With MaxBytes, the jobs handed out are bounded by their size
-// in the answer (ListJobBytes): in that order, the job that would bring the
-// sum over MaxBytes, and every one after it, stays where it is (QUEUED, or
-// RUNNING under its expired lease, for the next Lease), but the first job is
-// always handed out, however large. So the leader's answer fits the RPC
-// limit, and no job is leased (its attempt counted) that the answer could
-// not carry.
+// With MaxBytes, the jobs handed out are bounded by their size in the answer
+// (ListJobBytes): in that order, the job that would bring the sum over
+// MaxBytes, and every one after it, stays where it is (QUEUED, or RUNNING
+// under its expired lease, for the next Lease), but the first job is always
+// handed out, however large. So the leader's answer fits the RPC limit, and no
+// job is leased (its attempt counted) that the answer could not carry.
 //
-// With Replay, the lease IDs are derived from the worker's
-// request (its idempotency key), so its retry carries the same ones, through
-// any leader: when a RUNNING job of Tenant holds one of them under a lease
-// not expired at Now, the command leases nothing and answers the jobs that
-// hold them, in LeaseIDs' order (Result.Lease.Replayed). A job leased by the
-// first attempt is then handed to its retry, not left to its lease's expiry.
+// With Replay, the lease IDs are derived from the worker's request (its
+// idempotency key), so its retry carries the same ones, through any leader:
+// when a RUNNING job of Tenant holds one of them under a lease not expired at
+// Now, the command leases nothing and answers the jobs that hold them, in
+// LeaseIDs' order (Result.Lease.Replayed). A job leased by the first attempt
+// is then handed to its retry, not left to its lease's expiry.
 //
 // Invalid: empty Tenant or Holder; Max not in 1..MaxLease; len(LeaseIDs) !=
 // Max or an empty or repeated ID; more than MaxLeaseTypes types, an empty or
