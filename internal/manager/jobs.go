@@ -141,7 +141,7 @@ func (m *Manager) CompleteJob(ctx context.Context, tenant, jobID, leaseID string
 // MANAGER_JOB_MAX_ATTEMPTS; without retry it is failed. Errors as
 // CompleteJob's.
 func (m *Manager) FailJob(ctx context.Context, tenant, jobID, leaseID, errMsg string, retry bool) (ledger.Job, error) {
-	j, err := m.leaseCall(ctx, tenant, jobID, leaseID, ledger.OutcomeFailed, func() (ledger.Command, error) {
+	return m.leaseCall(ctx, tenant, jobID, leaseID, ledger.OutcomeFailed, func() (ledger.Command, error) {
 		// The attempt's number, for its backoff: the job as this leader has
 		// applied it (the command itself judges the lease).
 		attempts := uint64(1)
@@ -163,7 +163,6 @@ func (m *Manager) FailJob(ctx context.Context, tenant, jobID, leaseID, errMsg st
 			m.jobsQueued.fire()
 		}
 	})
-	return j, err
 }
 
 // leaseCall is a worker's call on a job it holds under leaseID (Heartbeat,
