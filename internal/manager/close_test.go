@@ -80,13 +80,13 @@ func newLeaderToClose(t *testing.T, base string, i int, beforeBarrier func(*Mana
 	var m *Manager
 	var knobs TestingKnobs
 	if beforeBarrier != nil {
-		knobs.BeforeBarrier = func() { beforeBarrier(m) } // a term begins after BootstrapSelf, below
+		knobs.BeforeBarrier = func() { beforeBarrier(m) } // a term begins after Bootstrap, below
 	}
 	m, err := New(c, Deps{Logger: testutil.Logger(t), Transport: tr, Knobs: knobs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.BootstrapSelf(); err != nil {
+	if err := m.Bootstrap([]raft.Server{{ID: raft.ServerID(c.NodeID), Address: raft.ServerAddress(c.RaftAdvertise)}}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {

@@ -170,7 +170,7 @@ func endedBeforeApplied(ctx context.Context) error {
 }
 
 // New opens the stores in cfg.DataDir and starts the Raft node. It does not
-// bootstrap a cluster: see BootstrapSelf and the autopilot.
+// bootstrap a cluster: see Bootstrap and the autopilot.
 func New(cfg Config, deps Deps) (*Manager, error) {
 	if deps.Logger == nil {
 		deps.Logger = logging.Discard()
@@ -302,12 +302,6 @@ func (c *countingLogStore) StoreLogs(logs []*raft.Log) error {
 // joined a cluster before). A node with state never bootstraps.
 func (m *Manager) HasState() (bool, error) {
 	return raft.HasExistingState(m.logStore, m.stable, m.snaps)
-}
-
-// BootstrapSelf bootstraps a Raft group whose only voter is this node (a
-// single-manager datacenter, or tests). It is a no-op when state exists.
-func (m *Manager) BootstrapSelf() error {
-	return m.Bootstrap([]raft.Server{{ID: raft.ServerID(m.cfg.NodeID), Address: raft.ServerAddress(m.cfg.RaftAdvertise)}})
 }
 
 // Bootstrap bootstraps the Raft group with the given voters; a no-op when this
