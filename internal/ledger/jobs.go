@@ -65,10 +65,6 @@ func (s JobState) String() string { return nameOf(jobStateNames[:], int(s), "job
 // retention.
 func (s JobState) Finished() bool { return s >= JobSucceeded && s <= JobCancelled }
 
-// Unfinished reports whether the job counts against MaxJobs: a legacy, queued
-// or running job.
-func (s JobState) Unfinished() bool { return s <= JobRunning }
-
 // ParseJobState returns the state an API status name names.
 func ParseJobState(status string) (JobState, bool) {
 	if i := slices.Index(jobStateNames[:], status); i >= 0 {
