@@ -100,23 +100,18 @@ func TestLongPollWakesOnLeaseExpiryAndLeadershipEnd(t *testing.T) {
 		t.Fatalf("first lease: %+v %v", first, err)
 	}
 
-	type answer struct {
-		r   *rpcpb.LeaseResponse
-		err error
-	}
-	wait := func(m *Manager) <-chan answer {
-		ch := make(chan answer, 1)
-		go func() {
-			// A context that outlives the test's waits below (ctxT's does not).
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(time.Minute)})
-			ch <- answer{r, err}
-		}()
-		return ch
-	}
+	// A context that outlives the test's waits below (ctxT's does not).
+	lctx, lcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer lcancel()
+	expired := make(chan leaseReply, 1)
+	wg.Go(func() {
+		r, err := m.Lease(lctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(time.Minute)})
+		expired <- leaseReply{r, err}
+	})
 	select {
-	case a := <-wait(m):
+	case a := <-expired:
 		if a.err != nil || len(a.r.Leases) != 1 || a.r.Leases[0].Job.JobId != id || a.r.Leases[0].Attempt != 2 {
 			t.Fatalf("the waiting lease after w1's lease expired: %+v %v", a.r, a.err)
 		}
@@ -124,13 +119,7 @@ func TestLongPollWakesOnLeaseExpiryAndLeadershipEnd(t *testing.T) {
 		t.Fatal("a lease waiting a minute was not given the job whose lease expired")
 	}
 
-	m.jobsQueued.fire() // no one else waits: a channel is the new waiter's
-	waiting := wait(m)
-	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
-		m.jobsQueued.mu.Lock()
-		defer m.jobsQueued.mu.Unlock()
-		return m.jobsQueued.ch != nil, "the lease is not waiting"
-	})
+	waiting := waitingLease(t, m, time.Minute)
 	l := tc.leader()
 	next := (l + 1) % 3
 	if err := tc.mgrs[l].raft.LeadershipTransferToServer(raft.ServerID(tc.cfgs[next].NodeID), raft.ServerAddress(tc.cfgs[next].RaftAdvertise)).Error(); err != nil {
@@ -273,27 +262,8 @@ func TestLongPollTakesAJobFailedWithARetry(t *testing.T) {
 		t.Fatalf("first lease: %+v %v", first, err)
 	}
 
-	m.jobsQueued.fire() // no one else waits: a channel is the new waiter's
-	type answer struct {
-		r   *rpcpb.LeaseResponse
-		err error
-	}
-	waiting := make(chan answer, 1)
-	// Longer than ctxT's: on a leader that does not hear of the failed job,
-	// the wait ends empty. Cancelled and waited for if the test fails first.
-	lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer lcancel()
-	wg.Go(func() {
-		r, err := m.Lease(lctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(15 * time.Second)})
-		waiting <- answer{r, err}
-	})
-	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
-		m.jobsQueued.mu.Lock()
-		defer m.jobsQueued.mu.Unlock()
-		return m.jobsQueued.ch != nil, "the lease is not waiting"
-	})
+	// On a leader that does not hear of the failed job, the wait ends empty.
+	waiting := waitingLease(t, m, 15*time.Second)
 	failed, err := m.Fail(ctx, &rpcpb.FailRequest{Tenant: "acme", JobId: id, LeaseId: first.Leases[0].LeaseId, Error: "smtp timeout", Retry: true})
 	if err != nil || failed.State != api.JobStatusQueued {
 		t.Fatalf("fail with a retry: %+v %v", failed, err)
@@ -413,25 +383,7 @@ func TestLongPollTakesAJobQueuedByACallWhoseCallerLeft(t *testing.T) {
 				}
 			}
 
-			m.jobsQueued.fire() // no one else waits: a channel is the new waiter's
-			type answer struct {
-				r   *rpcpb.LeaseResponse
-				err error
-			}
-			waiting := make(chan answer, 1)
-			lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
-			var wg sync.WaitGroup
-			defer wg.Wait()
-			defer lcancel()
-			wg.Go(func() {
-				r, err := m.Lease(lctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(30 * time.Second)})
-				waiting <- answer{r, err}
-			})
-			testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
-				m.jobsQueued.mu.Lock()
-				defer m.jobsQueued.mu.Unlock()
-				return m.jobsQueued.ch != nil, "the lease is not waiting"
-			})
+			waiting := waitingLease(t, m, 30*time.Second)
 
 			// The caller has left before the answer: the call returns at
 			// once, and its command applies after.
@@ -456,4 +408,34 @@ func TestLongPollTakesAJobQueuedByACallWhoseCallerLeft(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leaseReply is a lease call's answer.
+type leaseReply struct {
+	r   *rpcpb.LeaseResponse
+	err error
+}
+
+// waitingLease starts a lease of one job by worker w2 of tenant acme at m,
+// waiting up to wait on an empty queue, and returns once it waits (m's
+// jobsQueued holds the channel it waits on); its answer comes on the
+// channel returned. Its context outlives ctxT's, so that the wait, not the
+// test's deadline, ends it; it is cancelled and waited for at cleanup.
+func waitingLease(t *testing.T, m *Manager, wait time.Duration) <-chan leaseReply {
+	t.Helper()
+	m.jobsQueued.fire() // no one else waits: a channel is the new waiter's
+	ch := make(chan leaseReply, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() {
+		r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w2", MaxJobs: 1, WaitNanos: int64(wait)})
+		ch <- leaseReply{r, err}
+	})
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		m.jobsQueued.mu.Lock()
+		defer m.jobsQueued.mu.Unlock()
+		return m.jobsQueued.ch != nil, "the lease is not waiting"
+	})
+	return ch
 }
