@@ -36,18 +36,7 @@ func (s *countingService) Submit(ctx context.Context, req *rpcpb.SubmitRequest) 
 func TestOutboxCarriesALiveAndOwedJobOnce(t *testing.T) {
 	clock := newManualClock()
 	const ttl = 5 * time.Second
-	cfg := func(dc string) func(*Config) {
-		return func(c *Config) { retainFor(ttl)(c); c.Datacenter = dc; c.QueueJobs = false }
-	}
-	tc1 := newTestCluster(t, 1, cfg("dc1"))
-	tc1.setNow(clock.Now)
-	tc2 := newTestCluster(t, 1, cfg("dc2"))
-	tc2.setNow(clock.Now)
-	m1, m2 := tc1.mgrs[tc1.leader()], tc2.mgrs[tc2.leader()]
-	svc2 := &countingService{Manager: m2}
-	addr2 := rpctest.Listen(t, rpc.NewServer(svc2, rpc.ServerConfig{Logger: testutil.Logger(t)}))
-	ob1 := newOutbox(m1, func() map[string][]string { return map[string][]string{"dc1": nil, "dc2": {addr2}} }, testutil.Logger(t))
-	t.Cleanup(ob1.close)
+	m1, m2, svc2, ob1 := dc1CarryingToCountedDC2(t, clock, ttl)
 	ctx := ctxT(t)
 
 	req := order1ForDC1AndDC2()
@@ -84,4 +73,25 @@ func TestOutboxCarriesALiveAndOwedJobOnce(t *testing.T) {
 	if n := m1.FSM().OutboxLen(); n != 0 {
 		t.Fatalf("dc1's outbox carries %d entries after dc2 confirmed the job, want 0", n)
 	}
+}
+
+// dc1CarryingToCountedDC2 starts dc1 and dc2, one manager each on clock,
+// with retainFor(ttl) and jobs not queued, and dc1's outbox, which reaches
+// dc2 only (through svc2, which counts the carried submissions; any other
+// datacenter is known and unreachable).
+func dc1CarryingToCountedDC2(t *testing.T, clock *manualClock, ttl time.Duration) (m1, m2 *Manager, svc2 *countingService, ob1 *outbox) {
+	t.Helper()
+	cfg := func(dc string) func(*Config) {
+		return func(c *Config) { retainFor(ttl)(c); c.Datacenter = dc; c.QueueJobs = false }
+	}
+	tc1 := newTestCluster(t, 1, cfg("dc1"))
+	tc1.setNow(clock.Now)
+	tc2 := newTestCluster(t, 1, cfg("dc2"))
+	tc2.setNow(clock.Now)
+	m1, m2 = tc1.mgrs[tc1.leader()], tc2.mgrs[tc2.leader()]
+	svc2 = &countingService{Manager: m2}
+	addr2 := rpctest.Listen(t, rpc.NewServer(svc2, rpc.ServerConfig{Logger: testutil.Logger(t)}))
+	ob1 = newOutbox(m1, func() map[string][]string { return map[string][]string{"dc1": nil, "dc2": {addr2}} }, testutil.Logger(t))
+	t.Cleanup(ob1.close)
+	return m1, m2, svc2, ob1
 }

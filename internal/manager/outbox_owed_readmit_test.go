@@ -7,7 +7,6 @@ import (
 
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
-	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -21,19 +20,8 @@ import (
 func TestOutboxDoesNotCarryAReadmittedJobToWhereItWasConfirmed(t *testing.T) {
 	clock := newManualClock()
 	const ttl = 5 * time.Second
-	cfg := func(dc string) func(*Config) {
-		return func(c *Config) { retainFor(ttl)(c); c.Datacenter = dc; c.QueueJobs = false }
-	}
-	tc1 := newTestCluster(t, 1, cfg("dc1"))
-	tc1.setNow(clock.Now)
-	tc2 := newTestCluster(t, 1, cfg("dc2"))
-	tc2.setNow(clock.Now)
-	m1, m2 := tc1.mgrs[tc1.leader()], tc2.mgrs[tc2.leader()]
-	svc2 := &countingService{Manager: m2}
-	addr2 := rpctest.Listen(t, rpc.NewServer(svc2, rpc.ServerConfig{Logger: testutil.Logger(t)}))
 	// dc3 is never reachable: the outbox knows no address of it.
-	ob1 := newOutbox(m1, func() map[string][]string { return map[string][]string{"dc1": nil, "dc2": {addr2}} }, testutil.Logger(t))
-	t.Cleanup(ob1.close)
+	m1, _, svc2, ob1 := dc1CarryingToCountedDC2(t, clock, ttl)
 	ctx := ctxT(t)
 
 	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-1", Fingerprint: "fp1",
