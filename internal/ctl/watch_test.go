@@ -21,19 +21,11 @@ func TestJobWatchTimeoutIsErrWatchTimeout(t *testing.T) {
 	const id = "j-1"
 	for name, h := range map[string]http.HandlerFunc{
 		"retry-after past the deadline": func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", api.ContentTypeProblem)
-			w.Header().Set(api.HeaderRetryAfter, "30")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(api.CodeUnavailable), Status: http.StatusServiceUnavailable,
-				Code: api.CodeUnavailable, Detail: "no leader"})
+			writeUnavailable(w, "30")
 		},
 		"a datacenter's copy past the deadline": func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Query().Get("datacenter") == "dc2" {
-				w.Header().Set("Content-Type", api.ContentTypeProblem)
-				w.Header().Set(api.HeaderRetryAfter, "30")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(api.CodeUnavailable), Status: http.StatusServiceUnavailable,
-					Code: api.CodeUnavailable, Detail: "no leader"})
+				writeUnavailable(w, "30")
 				return
 			}
 			w.Header().Set("Content-Type", api.ContentTypeJSON)
@@ -66,11 +58,7 @@ func TestJobWatchOutlastsGatesThatDoNotAnswer(t *testing.T) {
 	var n atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) <= 6 { // more than one read's 5 attempts
-			w.Header().Set("Content-Type", api.ContentTypeProblem)
-			w.Header().Set(api.HeaderRetryAfter, "0")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(api.CodeUnavailable), Status: http.StatusServiceUnavailable,
-				Code: api.CodeUnavailable, Detail: "no leader"})
+			writeUnavailable(w, "0")
 			return
 		}
 		w.Header().Set("Content-Type", api.ContentTypeJSON)
@@ -93,4 +81,14 @@ func TestJobWatchOutlastsGatesThatDoNotAnswer(t *testing.T) {
 	if code, out, errOut := oncectl(t, "--gates", missing.URL, "--timeout", "30s", "job", "watch", id); code != ExitFailure || !strings.Contains(errOut, string(api.CodeJobNotFound)) {
 		t.Fatalf("a job not found: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
+}
+
+// writeUnavailable answers as a gate without a leader does: 503
+// unavailable with Retry-After retryAfter.
+func writeUnavailable(w http.ResponseWriter, retryAfter string) {
+	w.Header().Set("Content-Type", api.ContentTypeProblem)
+	w.Header().Set(api.HeaderRetryAfter, retryAfter)
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(api.CodeUnavailable), Status: http.StatusServiceUnavailable,
+		Code: api.CodeUnavailable, Detail: "no leader"})
 }
