@@ -601,14 +601,16 @@ func WithheldPath(path string, err error) error {
 // ShownPath is path, to name in an error or a log line, or a placeholder
 // when path may be a secret given where its file's path is wanted: when no
 // file is there, and path has no directory part or one that does not
-// exist. A path to a file that exists, or into a directory that exists, is
-// shown.
+// exist. A path to a file that exists, or into a directory that exists
+// other than the root, is shown: a secret in base64 (openssl rand -base64)
+// may begin with its only '/', and so name a file in the root.
 func ShownPath(path string) string {
 	if _, err := os.Lstat(path); err == nil {
 		return path
 	}
 	if strings.ContainsRune(path, '/') {
-		if fi, err := os.Stat(filepath.Dir(path)); err == nil && fi.IsDir() {
+		dir := filepath.Dir(path)
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() && dir != string(filepath.Separator) {
 			return path
 		}
 	}

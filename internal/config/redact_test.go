@@ -71,3 +71,25 @@ func TestReadSecretFileWithholdsASecretGivenAsItsPath(t *testing.T) {
 		t.Errorf("a missing file in a directory that exists: %v, want its path named", err)
 	}
 }
+
+// A secret in base64 may begin with its only '/' (openssl rand -base64 32
+// draws one such secret in about a hundred): given where its file's path is
+// wanted, it names a file in the root, which exists. The error must not
+// repeat it; a missing file in another directory that exists is still named.
+func TestReadSecretFileWithholdsABase64SecretStartingWithASlash(t *testing.T) {
+	secret := "/q83vEjRXQ2Pw1nB+Zk4c2h9YXh5Lk1wS0VtQWFCcnpNd1E="
+	_, err := ReadSecretFile("X_SECRET_FILE", secret)
+	if !errors.Is(err, ErrSecretFile) {
+		t.Fatalf("%v, want ErrSecretFile", err)
+	}
+	if strings.Contains(err.Error(), secret[1:17]) {
+		t.Errorf("the error repeats the secret given as the path: %v", err)
+	}
+	if got := ShownPath(secret); got == secret {
+		t.Errorf("ShownPath shows the secret: %q", got)
+	}
+	missing := filepath.Join(t.TempDir(), "sub", "..", "cluster-secret")
+	if got := ShownPath(missing); got != missing {
+		t.Errorf("a missing file in a directory that exists: ShownPath %q, want it named", got)
+	}
+}
