@@ -101,6 +101,9 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 const tlsReloadInterval = 10 * time.Second
 
 func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options) error {
+	if err := checkRaftLogFree(cfg.DataDir); err != nil {
+		return err
+	}
 	stopTracing, err := tracing.Start(ctx, cfg.OTLPEndpoint, "once-manager", cfg.NodeID, cfg.Datacenter)
 	if err != nil {
 		return err
