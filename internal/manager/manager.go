@@ -206,14 +206,17 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 			m.closeStores()
 		}
 	}()
-	if m.fsm, err = openLedger(cfg, m.onChange, m.onHalt, m.log); err != nil {
-		return nil, err
-	}
+	// The Raft log first: its lock refuses a second process on this data
+	// directory (walstore.ErrLocked) before the ledger's store is opened,
+	// whose opening clears the ledger's other generations.
 	ws, err := walstore.Open(filepath.Join(raftDir, "wal"), walstore.Options{Logger: m.log.With(logging.KeyComponent, "walstore")})
 	if err != nil {
 		return nil, fmt.Errorf("manager: open raft log: %w", err)
 	}
 	m.logStore = &countingLogStore{Store: ws}
+	if m.fsm, err = openLedger(cfg, m.onChange, m.onHalt, m.log); err != nil {
+		return nil, err
+	}
 	if m.stable, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir, "stable.db")}); err != nil {
 		return nil, fmt.Errorf("manager: open stable store: %w", err)
 	}

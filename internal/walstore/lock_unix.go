@@ -17,12 +17,34 @@ func lockDir(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flock(f); err != nil {
 		_ = f.Close() // the lock was not taken
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, ErrLocked
-		}
 		return nil, err
 	}
 	return f, nil
+}
+
+// probeDir takes dir's lock and releases it at once, creating nothing: nil
+// when no store holds it or dir has no lock file (no store was opened
+// there), ErrLocked when one does.
+func probeDir(dir string) error {
+	f, err := os.Open(filepath.Join(dir, lockFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close() // closing releases the lock
+	return flock(f)
+}
+
+// flock takes an exclusive flock on f without waiting: ErrLocked if another
+// open file description holds one.
+func flock(f *os.File) error {
+	err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return ErrLocked
+	}
+	return err
 }
