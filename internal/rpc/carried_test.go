@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/url"
-	"path/filepath"
 	"testing"
 
 	"github.com/once-dev/once/internal/certs"
@@ -56,18 +55,7 @@ func TestCarriedSubmissionNeedsAManagersCertificate(t *testing.T) {
 	}
 
 	t.Run("files", func(t *testing.T) {
-		dir := t.TempDir()
-		ca := certstest.NewCA(t)
-		issue := func(name string, spec certstest.Spec) *certs.Cluster {
-			f := [3]string{filepath.Join(dir, "ca.pem"), filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")}
-			ca.WriteCA(t, f[0])
-			ca.IssueFor(t, spec, f[1], f[2])
-			c, err := certs.NewCluster(f[0], f[1], f[2], nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c
-		}
+		issue := clusterIssuer(t)
 		role := func(r certs.Role) []*url.URL { return []*url.URL{r.URI()} }
 		server := issue("server", certstest.Spec{Serial: 2, DNSNames: []string{certs.ServerName}, Server: true, Client: true, URIs: role(certs.RoleManager)})
 		m := &fakeManager{leader: true}

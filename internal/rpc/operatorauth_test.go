@@ -170,18 +170,7 @@ func TestOperatorMethodsClosedWithoutAnOperatorCredential(t *testing.T) {
 // (Certificates false, as on a manager whose CA is derived from the cluster
 // secret).
 func TestOperatorMethodsAcceptAnOperatorCertificate(t *testing.T) {
-	dir := t.TempDir()
-	ca := certstest.NewCA(t)
-	issue := func(name string, spec certstest.Spec) *certs.Cluster {
-		f := [3]string{filepath.Join(dir, "ca.pem"), filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")}
-		ca.WriteCA(t, f[0])
-		ca.IssueFor(t, spec, f[1], f[2])
-		c, err := certs.NewCluster(f[0], f[1], f[2], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	issue := clusterIssuer(t)
 	role, _ := url.Parse(OperatorRoleURI)
 	other, _ := url.Parse("spiffe://once/role/gate")
 	server := issue("manager", certstest.Spec{Serial: 2, DNSNames: []string{certs.ServerName}, Server: true, Client: true})
@@ -270,5 +259,25 @@ func TestListenerCredentialsUnwrapTheConnection(t *testing.T) {
 	c, info, err = (listenerCredentials{}).ServerHandshake(plain)
 	if _, ok := info.(credentials.TLSInfo); err != nil || c != plain || ok || info.AuthType() != "insecure" {
 		t.Fatalf("handshake of a plain connection: %v, %T, %v", c, info, err)
+	}
+}
+
+// clusterIssuer returns a function that issues, from one new CA, a
+// certificate of spec under name and loads it as a node's cluster TLS
+// (certs.NewCluster over the CA, certificate and key files it writes in a
+// temporary directory).
+func clusterIssuer(t *testing.T) func(name string, spec certstest.Spec) *certs.Cluster {
+	dir := t.TempDir()
+	ca := certstest.NewCA(t)
+	return func(name string, spec certstest.Spec) *certs.Cluster {
+		t.Helper()
+		f := [3]string{filepath.Join(dir, "ca.pem"), filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")}
+		ca.WriteCA(t, f[0])
+		ca.IssueFor(t, spec, f[1], f[2])
+		c, err := certs.NewCluster(f[0], f[1], f[2], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
 }
