@@ -285,8 +285,11 @@ func TestLeaseJoiningAnotherBodysFailedRunIsRefused(t *testing.T) {
 	ctx := ctxT(t)
 	key := m.leaseReplayKey("acme", "lease-1")
 	release := make(chan struct{})
-	first := make(chan error, 1)
-	go func() {
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	first, other := make(chan error, 1), make(chan error, 1)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { releaseOnce(); wg.Wait() }) // a failed wait below still ends both calls
+	wg.Go(func() {
 		// The first body's run, held until released, then failing as a
 		// lease does when the leader cannot apply it.
 		_, _, err := m.leaseReplays.Do(ctx, key, func(context.Context) (leaseAnswer, bool) {
@@ -294,19 +297,18 @@ func TestLeaseJoiningAnotherBodysFailedRunIsRefused(t *testing.T) {
 			return leaseAnswer{fingerprint: "f1", err: rpc.Errorf(rpc.CodeUnavailable, "lease: not applied")}, false
 		})
 		first <- err
-	}()
+	})
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		return m.leaseReplays.Callers(key) == 1, "the first run is not in flight"
 	})
-	other := make(chan error, 1)
-	go func() {
+	wg.Go(func() {
 		_, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, Request: "lease-1", Fingerprint: "f2"})
 		other <- err
-	}()
+	})
 	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
 		return m.leaseReplays.Callers(key) == 2, "the other body's lease did not join the run"
 	})
-	close(release)
+	releaseOnce()
 	if err := <-first; err != nil {
 		t.Fatalf("the first run: %v", err)
 	}
