@@ -46,7 +46,14 @@
 //	    CheckRunPlaces): it is admitted in one datacenter, its home, and in
 //	    exactly one once answered; no other datacenter lists or runs its job;
 //	(k) with several datacenters, a key whose submissions name some of them:
-//	    no other datacenter holds its entry, lists its job or runs it.
+//	    no other datacenter holds its entry, lists its job or runs it;
+//	(l) with workers (CheckWorkers): a job ends by its current lease: no
+//	    completion is answered recorded for an attempt other than the job's
+//	    last, nor for two attempts of one job, nor for a job that did not
+//	    succeed, and a result that names its attempt names the last;
+//	(m) with Config.Start, checking one datacenter: no key is answered 409
+//	    idempotency_key_expired before an Idempotency-Expires-At it was
+//	    answered earlier, less the ledger's clock bound.
 //
 // Indeterminate requests (transport errors, timeouts, 503s) never cause a
 // violation by themselves: such a request may or may not have created its job,
@@ -82,11 +89,14 @@ const (
 	RuleRunOnce         Rule = "i:every-job-run-to-an-end"
 	RuleOneHome         Rule = "j:omitted-list-one-home"
 	RuleOnlyNamed       Rule = "k:only-named-datacenters"
+	RuleCurrentLease    Rule = "l:ended-by-current-lease"
+	RuleNoEarlyExpiry   Rule = "m:no-early-expiry"
 )
 
 // Rules lists every rule in report order.
 var Rules = []Rule{RuleAtMostOneJob, RuleJobMatches, RuleSameJobID, RuleCommitXorReject,
-	RuleNotForgotten, RuleReplayIdentical, RuleExpectedAnswer, RuleEverywhere, RuleRunOnce, RuleOneHome, RuleOnlyNamed}
+	RuleNotForgotten, RuleReplayIdentical, RuleExpectedAnswer, RuleEverywhere, RuleRunOnce, RuleOneHome, RuleOnlyNamed,
+	RuleCurrentLease, RuleNoEarlyExpiry}
 
 // Config says how to read the cluster.
 type Config struct {
@@ -126,6 +136,11 @@ type Config struct {
 	// omitted list), and reports a job it lists or fetches there for a key
 	// that belongs elsewhere (rule (j) or (k)).
 	Places *Places
+	// Start is the wall-clock start of the history's monotonic clock
+	// (history.Recorder.Start). With it, checking one datacenter, Check
+	// holds each 409 idempotency_key_expired to rule (m); without it, (m)
+	// is not checked.
+	Start time.Time
 }
 
 // Violation is one broken rule for one (tenant, key).

@@ -437,6 +437,63 @@ func TestRuleNotForgottenExpired(t *testing.T) {
 	})
 }
 
+// Rule (m) holds a 409 idempotency_key_expired to the key's recorded
+// expiry: k1's 201 says its entry lives until 12:05:00 (the history started
+// at 12:00:00), so an expired answer before 12:04:59 expired it early.
+func TestRuleNoEarlyExpiry(t *testing.T) {
+	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	expired := func(w *world, inv, comp int) {
+		w.cfg.Start = start
+		w.ops[0].ExpiresAt = "2026-11-21T12:05:00.000Z"
+		op := sub("1", gateB, 2, false, inv, comp, history.Outcome{Status: 409, Code: "idempotency_key_expired"})
+		op.Index = len(w.ops)
+		w.ops = append(w.ops, op)
+	}
+	t.Run("before the expiry", func(t *testing.T) {
+		w := newWorld(t)
+		expired(w, 2300, 2301)
+		v := expectOne(t, w.check(t), RuleNoEarlyExpiry, "acme", key("1"))
+		if !strings.Contains(v.Detail, "op 15 ") || !strings.Contains(v.Detail, "op 0's Idempotency-Expires-At 2026-11-21T12:05:00.000Z") {
+			t.Fatalf("detail: %s", v.Detail)
+		}
+		// Without the history's start, or checking one datacenter of
+		// several, the rule is not checked.
+		w.cfg.Start = time.Time{}
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+		w.cfg.Start, w.cfg.Datacenter = start, "dc1"
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+	})
+	t.Run("within the clock bound", func(t *testing.T) {
+		// Answered 700ms before the expiry: ledger time may run up to
+		// MANAGER_MAX_CLOCK_OFFSET ahead.
+		w := newWorld(t)
+		expired(w, 299200, 299300)
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+	})
+	t.Run("after the expiry", func(t *testing.T) {
+		w := newWorld(t)
+		expired(w, 300100, 300200)
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+	})
+	t.Run("expiry told after the 409 was sent", func(t *testing.T) {
+		// The answer carrying the expiry completed after the 409 was sent:
+		// it says nothing of the entry the 409 met.
+		w := newWorld(t)
+		expired(w, 5, 6)
+		if res := w.check(t); !res.OK() {
+			t.Fatal(res.Summary())
+		}
+	})
+}
+
 func TestRuleReplayIdentical(t *testing.T) {
 	t.Run("201 replay", func(t *testing.T) {
 		w := newWorld(t)

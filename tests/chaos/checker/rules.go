@@ -148,6 +148,9 @@ func evaluate(h *historyIndex, cl *clusterState, cfg Config) Result {
 		}
 		checkSameExpiry(k, committed, ownEntry, report)
 		checkExpectedAnswers(k, ops, report)
+		if !cfg.Start.IsZero() && cfg.Datacenter == "" {
+			checkExpiredNotEarly(k, ops, cfg.Start, report)
+		}
 	}
 
 	checkOneKeyPerJob(h, report)
@@ -490,6 +493,48 @@ func checkExpiredRan(k tk, ops []history.Op, highest map[clientNonce]uint64, rep
 	report(RuleNotForgotten, k, nil, fmt.Sprintf(
 		"%s answered idempotency_key_expired (the job ran), but no job, committed entry or 201 of the key exists, and its sequence is within %d of the client's highest committed one",
 		strings.Join(bad, ", "), expiredWindow))
+}
+
+// expirySkew is how much earlier than an entry's Idempotency-Expires-At its
+// key may be answered 409 idempotency_key_expired: no stamp of ledger time
+// runs more than MANAGER_MAX_CLOCK_OFFSET (500ms by default) ahead of real
+// time (docs/ledger.md, "Why nothing expires early"); as much again covers
+// the history's own wall clock and the header's milliseconds.
+const expirySkew = time.Second
+
+// (m) A key is answered 409 idempotency_key_expired only once it has no
+// live entry: the ledger answers a live entry first. An answer that carried
+// Idempotency-Expires-At E, completed before the 409 was sent, shows an
+// entry that lives until E; a 409 completed (start + its offset) before E
+// less expirySkew expired that entry early. Keys naming datacenters are
+// left out: their answers merge several ledgers'.
+func checkExpiredNotEarly(k tk, ops []history.Op, start time.Time, report reportFunc) {
+	var parts []string
+	for _, x := range ops {
+		if len(x.Datacenters) > 0 {
+			return
+		}
+		if !x.Done || x.Err != "" || x.Status != http.StatusConflict || x.Code != string(api.CodeIdempotencyKeyExpired) {
+			continue
+		}
+		by := start.Add(x.Complete)
+		for _, y := range ops {
+			if !y.Done || y.ExpiresAt == "" || y.Complete > x.Invoke {
+				continue
+			}
+			exp, err := time.Parse(time.RFC3339Nano, y.ExpiresAt)
+			if err != nil || !by.Before(exp.Add(-expirySkew)) {
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("op %d was answered idempotency_key_expired by %s, %v before op %d's Idempotency-Expires-At %s",
+				x.Index, by.UTC().Format(time.RFC3339Nano), exp.Sub(by).Round(time.Millisecond), y.Index, y.ExpiresAt))
+			break
+		}
+	}
+	if len(parts) > 0 {
+		report(RuleNoEarlyExpiry, k, nil, fmt.Sprintf("the key's entry expired early (allowing %v of clock skew): %s",
+			expirySkew, strings.Join(parts, "; ")))
+	}
 }
 
 // (f) Every 201 for the same job carries byte-for-byte the same body. So
