@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -485,7 +486,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	defer ccancel()
 	if !o.MultiDC {
 		logf("checking %d requests through %s", sum.Requests, c.GateURLs()[0])
-		cfg := checker.Config{GateURL: c.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys}
+		cfg := checker.Config{GateURL: c.GateURLs()[0], Tokens: Tenants, RequireKeys: requireKeys, Start: rec.Start()}
 		res, cerr := checker.Check(cctx, cfg, ops)
 		if cerr == nil && o.Workers > 0 {
 			cerr = checkWorkers(cctx, &sum, &res, []checker.Config{cfg}, runs, o.WorkersWait, logf)
@@ -650,13 +651,15 @@ func (s *Summary) write(dir string) error {
 // startWorkers runs n pkg/client workers per tenant against the gates until
 // the returned stop is called: each handler records its run, and the
 // attempt it runs, in runs and completes the job after a few milliseconds
-// (drawn from seed).
+// (drawn from seed) with a result naming the attempt; their transport
+// (completionsSeen) records in runs each completion answered recorded.
 func startWorkers(ctx context.Context, gates []string, n int, runs *checker.Runs, seed uint64, logf func(string, ...any)) (stop func()) {
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i, tenant := range sortedKeys(Tenants) {
 		for w := range n {
-			c, err := client.New(gates, client.Options{Token: Tenants[tenant], MaxAttempts: 1000, MaxBackoff: time.Second, AttemptTimeout: 5 * time.Second})
+			c, err := client.New(gates, client.Options{Token: Tenants[tenant], MaxAttempts: 1000, MaxBackoff: time.Second, AttemptTimeout: 5 * time.Second,
+				HTTPClient: &http.Client{Transport: completionsSeen{next: client.NewTransport(), runs: runs}}})
 			if err != nil {
 				logf("worker %s/%d: %v", tenant, w, err)
 				continue
@@ -676,7 +679,7 @@ func startWorkers(ctx context.Context, gates []string, n int, runs *checker.Runs
 							return nil, ctx.Err()
 						case <-time.After(d):
 						}
-						return map[string]bool{"ok": true}, nil
+						return map[string]any{"ok": true, "attempt": attempt}, nil
 					})
 				if err != nil {
 					logf("worker %s/%d stopped: %v", tenant, w, err)
