@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -27,8 +26,8 @@ import (
 // more: an operator credential, either
 //
 //   - the operator secret (MANAGER_OPERATOR_SECRET_FILE), which oncectl sends
-//     in the OperatorSecretMetadata gRPC metadata, compared in constant
-//     time; or
+//     in the OperatorSecretMetadata gRPC metadata, compared by digest in
+//     constant time (secretDigest); or
 //   - a client certificate that carries the URI SAN OperatorRoleURI, signed
 //     by a cluster CA the operator supplied (MANAGER_TLS_*). A certificate
 //     of the CA derived from the cluster secret never is one: every gate
@@ -70,15 +69,15 @@ var operatorServicePrefix = "/" + rpcpb.Operator_ServiceDesc.ServiceName + "/"
 var errOperatorForbidden = &Error{Code: CodeForbidden, Message: "an operator credential is required (the operator secret in the " +
 	OperatorSecretMetadata + " metadata, or a client certificate with the URI SAN " + OperatorRoleURI + ")"}
 
-// allows reports whether the call of ctx carries an operator credential.
-func (a OperatorAuth) allows(ctx context.Context) bool {
+// allows reports whether the call of ctx carries an operator credential;
+// secret is the digest of a.Secret.
+func (a OperatorAuth) allows(ctx context.Context, secret *secretDigest) bool {
 	if a.Insecure {
 		return true
 	}
 	if a.Secret != "" {
 		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get(OperatorSecretMetadata); len(v) == 1 && v[0] != "" &&
-			subtle.ConstantTimeCompare([]byte(v[0]), []byte(a.Secret)) == 1 {
+		if v := md.Get(OperatorSecretMetadata); len(v) == 1 && v[0] != "" && secret.matches(v[0]) {
 			return true
 		}
 	}
@@ -99,8 +98,9 @@ func (a OperatorAuth) allows(ctx context.Context) bool {
 // details, as every error of the service); the Manager service's calls pass
 // untouched. They run after the cluster secret's (secretInterceptors).
 func operatorInterceptors(auth OperatorAuth) []grpc.ServerOption {
+	secret := newSecretDigest(auth.Secret)
 	return checkInterceptors(func(ctx context.Context, method string) error {
-		if !strings.HasPrefix(method, operatorServicePrefix) || auth.allows(ctx) {
+		if !strings.HasPrefix(method, operatorServicePrefix) || auth.allows(ctx, &secret) {
 			return nil
 		}
 		return pbErrorStatus(toPBError(errOperatorForbidden, nil)) // an *Error: nothing to log

@@ -99,14 +99,15 @@ func allCode(codes []Code, want Code) bool {
 }
 
 // A gate's credential (the cluster secret) is refused forbidden on the
-// Operator service; the operator secret gets through, a wrong one does not.
+// Operator service; the operator secret gets through, a wrong one (of its
+// length, longer, or a prefix) does not.
 func TestOperatorMethodsNeedTheOperatorSecret(t *testing.T) {
 	const cluster, operator = "cluster-secret-0123456789", "operator-secret-0123456789"
 	op := &fakeOperator{}
 	addr, _ := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: cluster, Operator: op, OperatorAuth: OperatorAuth{Secret: operator}})
 
 	for name, secret := range map[string]string{"the gate's credential": "", "a wrong operator secret": "operator-secret-0123456788",
-		"a longer operator secret": operator + "0"} {
+		"a longer operator secret": operator + "0", "a prefix of the operator secret": operator[:len(operator)-1]} {
 		if codes := callOperator(t, addr, ClientConfig{Secret: cluster, OperatorSecret: secret}); !allCode(codes, CodeForbidden) {
 			t.Errorf("%s: %v, want %s for every call", name, codes, CodeForbidden)
 		}

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
 
@@ -23,9 +24,21 @@ const secretHeader = "authorization"
 
 func bearer(secret string) string { return "Bearer " + secret }
 
-// secretOK compares in constant time.
-func secretOK(got, secret string) bool {
-	return subtle.ConstantTimeCompare([]byte(got), []byte(bearer(secret))) == 1
+// secretDigest is a configured secret kept as its SHA-256 digest, computed
+// once. matches compares digests, never the values: it hashes what a caller
+// presents and compares the two 32-byte digests in constant time
+// (subtle.ConstantTimeCompare). Compared directly, values of different
+// lengths return at once, which tells a caller the secret's length; digests
+// are always of one length, and how much of the secret a guess shares does
+// not show in the time either.
+type secretDigest [sha256.Size]byte
+
+func newSecretDigest(secret string) secretDigest { return sha256.Sum256([]byte(secret)) }
+
+// matches reports whether got is the secret.
+func (d *secretDigest) matches(got string) bool {
+	g := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(g[:], d[:]) == 1
 }
 
 // requireSecret wraps h so that a request without the secret is 401.
@@ -33,8 +46,9 @@ func requireSecret(h http.Handler, secret string) http.Handler {
 	if secret == "" {
 		return h
 	}
+	want := newSecretDigest(bearer(secret))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !secretOK(r.Header.Get(secretHeader), secret) {
+		if !want.matches(r.Header.Get(secretHeader)) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="once-rpc"`)
 			writeError(w, http.StatusUnauthorized, &Error{Code: CodeUnauthenticated, Message: "the cluster secret is missing or wrong"})
 			return
@@ -48,9 +62,10 @@ func secretInterceptors(secret string) []grpc.ServerOption {
 	if secret == "" {
 		return nil
 	}
+	want := newSecretDigest(bearer(secret))
 	return checkInterceptors(func(ctx context.Context, _ string) error {
 		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get(secretHeader); len(v) == 1 && secretOK(v[0], secret) {
+		if v := md.Get(secretHeader); len(v) == 1 && want.matches(v[0]) {
 			return nil
 		}
 		return status.Error(codes.Unauthenticated, "the cluster secret is missing or wrong")

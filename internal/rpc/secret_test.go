@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,52 @@ func TestClusterSecret(t *testing.T) {
 		if errors.As(err, &e) && e.Code == CodeUnauthenticated {
 			t.Fatalf("with the secret, the read was refused: %v", err)
 		}
+	}
+}
+
+// A secret matches only itself: not a value shorter, longer or of its
+// length, nor a prefix of it, nor nothing. The comparison is of SHA-256
+// digests, so its time depends on neither length (no timing test: it would
+// be flaky; secretDigest's doc states the contract).
+func TestSecretDigestMatchesOnlyTheSecret(t *testing.T) {
+	const secret = "s3cret-0123456789"
+	wrong := map[string]string{
+		"empty":           "",
+		"shorter":         "s3cret",
+		"a prefix":        secret[:len(secret)-1],
+		"of equal length": "s3cret-0123456788",
+		"longer":          secret + "0",
+		"much longer":     strings.Repeat(secret, 8),
+	}
+	d := newSecretDigest(secret)
+	if !d.matches(secret) {
+		t.Fatal("the secret does not match itself")
+	}
+	for name, v := range wrong {
+		if d.matches(v) {
+			t.Errorf("%s (%q) matches", name, v)
+		}
+	}
+	// requireSecret compares "Bearer <secret>" so: the HTTP routes and
+	// the gRPC interceptor share the helper.
+	h := requireSecret(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }), secret)
+	get := func(header string) int {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set(secretHeader, header)
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := get(bearer(secret)); code != http.StatusOK {
+		t.Fatalf("with the secret: %d, want 200", code)
+	}
+	for name, v := range wrong {
+		if code := get(bearer(v)); code != http.StatusUnauthorized {
+			t.Errorf("%s (%q): %d, want 401", name, v, code)
+		}
+	}
+	if code := get(secret); code != http.StatusUnauthorized {
+		t.Errorf("the secret without \"Bearer \": %d, want 401", code)
 	}
 }
 
