@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/once-dev/once/internal/atomicfile"
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/client"
 	"github.com/once-dev/once/pkg/keys"
@@ -45,7 +46,9 @@ func (g *globals) withGates(cmd *cobra.Command, keys *client.Keys, do func(conte
 
 // openKeys opens the keys file at path, by default where oncectl keeps its
 // client id and sequence (pkg/client's Keys file), so that its submissions
-// have keys that never repeat.
+// have keys that never repeat. The directories it creates for the file are
+// made durable (atomicfile.MkdirAll): a crash must not take away the
+// directory, and with it the file's reservation of sequences.
 func openKeys(path string) (*client.Keys, error) {
 	if path == "" {
 		dir, err := os.UserConfigDir()
@@ -54,7 +57,7 @@ func openKeys(path string) (*client.Keys, error) {
 		}
 		path = filepath.Join(dir, "oncectl", "keys")
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := atomicfile.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, usagef("--keys-file: %v", err)
 	}
 	k, err := client.OpenKeys(path, client.KeysOptions{})

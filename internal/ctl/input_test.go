@@ -78,3 +78,36 @@ func TestBadInputIsExit2(t *testing.T) {
 		t.Fatalf("the corrupt keys file was changed: %q %v", b, err)
 	}
 }
+
+// TestDefaultKeysFileDirectory: without --keys-file the keys file is
+// <user config dir>/oncectl/keys; the directories missing on the way are
+// created private (0700) and made durable (atomicfile.MkdirAll), and the
+// file is created in them.
+func TestDefaultKeysFileDirectory(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "config")
+	t.Setenv("XDG_CONFIG_HOME", base)
+	t.Setenv("HOME", base) // where os.UserConfigDir looks outside Linux
+	cfg, err := os.UserConfigDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := openKeys("")
+	if err != nil {
+		t.Fatalf("openKeys: %v", err)
+	}
+	if k.ClientID() == "" {
+		t.Fatal("the keys have no client id")
+	}
+	for _, d := range []string{base, filepath.Join(cfg, "oncectl")} {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v, want a directory of mode 0700", d, fi.Mode())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cfg, "oncectl", "keys")); err != nil {
+		t.Fatalf("the keys file: %v", err)
+	}
+}
