@@ -62,6 +62,9 @@ var (
 	// ErrFailed: an earlier write, fsync or truncation failed part-way. The
 	// in-memory view may no longer match the disk, so the store refuses all
 	// further changes; close it and open it again (recovery repairs the tail).
+	// A prefix or suffix truncation that fails before it takes effect (see
+	// truncate) is not such a failure: its error is returned, nothing
+	// changed, and the next DeleteRange tries again.
 	// A failed write or fsync of a batch cuts that batch off the last
 	// segment first, so that Open does not read it back from the page cache
 	// (where it may stay, marked clean, without ever reaching the disk) and
@@ -488,13 +491,9 @@ func (s *Store) DeleteRange(min, max uint64) error {
 			return s.fail("empty log", err)
 		}
 	case min <= s.first:
-		if err := s.truncateFront(max + 1); err != nil {
-			return s.fail("delete prefix", err)
-		}
+		return s.truncate("delete prefix", &s.first, max+1, s.w.TruncateFront)
 	case max >= s.last:
-		if err := s.truncateBack(min - 1); err != nil {
-			return s.fail("delete suffix", err)
-		}
+		return s.truncate("delete suffix", &s.last, min-1, s.w.TruncateBack)
 	default:
 		return fmt.Errorf("%w: [%d, %d] inside [%d, %d]", ErrGap, min, max, s.first, s.last)
 	}
@@ -580,6 +579,15 @@ func (s *Store) create(first uint64) error {
 // segment directory, made durable by an fsync of its parent: a crash before
 // it leaves the old log whole, a crash after it leaves an empty log (and a
 // retired directory that Open deletes). The next StoreLogs re-bases.
+//
+// A failure fails the store (ErrFailed) until it is reopened, unlike a
+// failed prefix or suffix truncation (truncate). Before the rename the wal
+// is closed and the view already empty while segments/ still holds the old
+// log: a later StoreLogs would open that directory at a new base, so only
+// Open, which loads that log whole (as a crash before the rename leaves
+// it), can go on from there. After the rename, the failure is the commit
+// point's fsync, which cannot be retried: once an fsync has failed, the
+// next one may succeed without the rename ever reaching the disk.
 func (s *Store) reset() error {
 	s.mu.Lock()
 	err := s.closeWAL()
@@ -611,38 +619,62 @@ func (s *Store) retireSegments() error {
 	return nil
 }
 
-// truncateFront deletes the entries before raft index first. The new first
-// index is published before the wal is truncated, so readers never ask for
-// an entry that is going away.
-func (s *Store) truncateFront(first uint64) error {
+// truncate deletes a prefix or a suffix of the log for DeleteRange (op
+// names it): bound is &s.first and index the new first raft index, cut the
+// wal's TruncateFront; or bound is &s.last, index the new last one, cut
+// TruncateBack. The new bound is published before the wal is cut, so
+// readers never ask for an entry that is going away.
+//
+// tidwall/wal (v1.2.1) cuts in two stages. It first writes the part of the
+// affected segment that stays to a .START or .END file through a .TEMP file
+// (write, fsync, rename); a failure there (ENOSPC: the copy is up to
+// SegmentSize bytes; an I/O error; a failed read of the segment) leaves its
+// log as it was, in memory and on disk, but for a .TEMP file that it removes
+// or that the next Open deletes. Once the .START/.END file exists the cut
+// has taken effect (wal.Open finishes it), and any later failure marks the
+// wal corrupt: it refuses every call from then on. So when the wal reports
+// the bounds it had before, unchanged and not corrupt, the cut did not
+// happen and can be retried: the old bound is published again and the error
+// returned without failing the store. Raft retries it (compaction at its
+// next snapshot; a follower's conflicting suffix when the leader sends the
+// entries again), and the cut succeeds once the disk has room. Any other
+// failure fails the store: the cut happened, in part or whole, and its
+// directory fsync (tidwall/wal makes none) did not: once an fsync has
+// failed, the next one may succeed without the cut ever reaching the disk,
+// and entries appended after it could then be lost with it at a crash.
+func (s *Store) truncate(op string, bound *uint64, index uint64, cut func(walIndex uint64) error) error {
+	old, walFirst, walLast := *bound, s.first-s.base+1, s.last-s.base+1
 	s.mu.Lock()
-	s.first = first
+	*bound = index
 	s.mu.Unlock()
-	return s.afterTruncate(s.w.TruncateFront(first - s.base + 1))
-}
-
-// truncateBack deletes the entries after raft index last, publishing the
-// new last index first.
-func (s *Store) truncateBack(last uint64) error {
-	s.mu.Lock()
-	s.last = last
-	s.mu.Unlock()
-	return s.afterTruncate(s.w.TruncateBack(last - s.base + 1))
-}
-
-// afterTruncate makes a truncation durable, unless it failed (err, which it
-// returns). tidwall/wal wrote and fsynced the rewritten segment under a
-// temporary name, renamed it over the old one and deleted the dropped
-// segments, but did not fsync the directory. It may also have replaced the
-// tail segment file, so the tail handle is reopened.
-func (s *Store) afterTruncate(err error) error {
-	if err != nil || s.opts.NoSync {
+	if err := cut(index - s.base + 1); err != nil {
+		f, ferr := s.w.FirstIndex()
+		l, lerr := s.w.LastIndex()
+		if ferr != nil || lerr != nil || f != walFirst || l != walLast {
+			return s.fail(op, err)
+		}
+		s.mu.Lock()
+		*bound = old
+		s.mu.Unlock()
+		err = fmt.Errorf("walstore: %s: %w", op, err)
+		s.logger.Error("walstore: truncation failed before it took effect; the log is unchanged and the next DeleteRange tries again",
+			logging.KeyOp, op, logging.KeyError, err)
 		return err
 	}
+	if s.opts.NoSync {
+		return nil
+	}
+	// tidwall/wal wrote and fsynced the rewritten segment under a temporary
+	// name, renamed it over the old one and deleted the dropped segments,
+	// but did not fsync the directory. It may also have replaced the tail
+	// segment file, so the tail handle is reopened.
 	if err := s.syncDir(s.segDir); err != nil {
-		return err
+		return s.fail(op, err)
 	}
-	return s.openTail()
+	if err := s.openTail(); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
 }
 
 // openTail opens a handle on the wal's last segment file (the one it
@@ -688,6 +720,15 @@ func (s *Store) openTail() error {
 // not parse. Best effort: the store has failed already, and a cut that does
 // not happen leaves the batch as a crash would (a torn or whole final batch,
 // which was never acknowledged). Called with writeMu held.
+//
+// Neither the batch nor this cut is retried in this process, whether the cut
+// succeeds or fails: the store refuses changes until it is reopened. A
+// failed write leaves tidwall/wal's in-memory segment holding the batch (it
+// appends to its buffer before it writes the file), so the next batch would
+// be written after bytes the file does not hold; after a failed fsync what
+// the page cache holds may not be on disk, and a second fsync may report
+// success without writing it. Only Open, which rescans the files, fsyncs
+// what it keeps and builds a new wal, can say what the log holds.
 func (s *Store) dropUnsynced() {
 	segs, err := listSegments(s.segDir)
 	if err != nil || len(segs) == 0 {

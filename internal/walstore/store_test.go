@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -518,6 +519,93 @@ func TestFailedWriteIsSticky(t *testing.T) {
 		t.Fatalf("after reopen LastIndex = %d, %v; want 10 or 12", last, err)
 	}
 	mustStore(t, s, testLogs(last+1, last+1))
+}
+
+// blockTruncation puts a non-empty directory at name in dir's segment
+// directory, where tidwall/wal renames the file of a truncation: the rename
+// fails, as a write of that file does on a full disk. unblock removes it.
+func blockTruncation(t *testing.T, dir, name string) (unblock func()) {
+	t.Helper()
+	p := filepath.Join(dir, segmentsDirName, name)
+	if err := os.MkdirAll(filepath.Join(p, "x"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFailedTruncationIsRetried: a prefix or suffix truncation that fails
+// before it takes effect (tidwall/wal cannot write the .START/.END file that
+// holds the kept part of the segment: a full disk) changes nothing and does
+// not fail the store: the log stays whole, appends go on, and the same
+// DeleteRange succeeds once it can write the file.
+func TestFailedTruncationIsRetried(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	mustStore(t, s, testLogs(1, 20))
+
+	// A prefix: the new first entry, wal index 6, names the .START file.
+	unblock := blockTruncation(t, dir, fmt.Sprintf("%020d", 6)+startSuffix)
+	for range 2 {
+		if err := s.DeleteRange(1, 5); err == nil || errors.Is(err, ErrFailed) {
+			t.Fatalf("DeleteRange(1, 5) that cannot write its file = %v, want an error other than ErrFailed", err)
+		}
+		checkRange(t, s, 1, 20)
+	}
+	mustStore(t, s, testLogs(21, 22))
+	unblock()
+	if err := s.DeleteRange(1, 5); err != nil {
+		t.Fatalf("DeleteRange(1, 5) once it can write its file: %v", err)
+	}
+	checkRange(t, s, 6, 22)
+
+	// A suffix: the segment that keeps the new last entry (wal index 1
+	// since the prefix was cut: 6) names the .END file.
+	unblock = blockTruncation(t, dir, fmt.Sprintf("%020d", 6)+endSuffix)
+	if err := s.DeleteRange(18, 22); err == nil || errors.Is(err, ErrFailed) {
+		t.Fatalf("DeleteRange(18, 22) that cannot write its file = %v, want an error other than ErrFailed", err)
+	}
+	checkRange(t, s, 6, 22)
+	unblock()
+	if err := s.DeleteRange(18, 22); err != nil {
+		t.Fatalf("DeleteRange(18, 22) once it can write its file: %v", err)
+	}
+	checkRange(t, s, 6, 17)
+	mustStore(t, s, testLogs(18, 19))
+	checkRange(t, s, 6, 19)
+	_ = s.Close()
+
+	s = open(t, dir, Options{})
+	checkRange(t, s, 6, 19)
+}
+
+// TestTruncationFailedAfterItTookEffectIsSticky: a truncation that fails
+// after its .START file exists (wal.Open would finish it) fails the store
+// until it is reopened, and the reopened store holds the truncated log.
+func TestTruncationFailedAfterItTookEffectIsSticky(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	mustStore(t, s, testLogs(1, 20))
+	// The .START file is renamed to the new first segment's name last.
+	unblock := blockTruncation(t, dir, fmt.Sprintf("%020d", 6))
+	if err := s.DeleteRange(1, 5); err == nil {
+		t.Fatal("DeleteRange(1, 5) whose last rename fails succeeded")
+	}
+	if err := s.DeleteRange(1, 5); !errors.Is(err, ErrFailed) {
+		t.Fatalf("DeleteRange after a truncation failed part-way = %v, want ErrFailed", err)
+	}
+	if err := s.StoreLogs(testLogs(21, 21)); !errors.Is(err, ErrFailed) {
+		t.Fatalf("StoreLogs after a truncation failed part-way = %v, want ErrFailed", err)
+	}
+	_ = s.Close() // the wal is corrupt: its error is expected
+	unblock()
+
+	s = open(t, dir, Options{})
+	checkRange(t, s, 6, 20)
 }
 
 // TestOpenRefusesALockedDirectory: a second Open of a directory that an open
