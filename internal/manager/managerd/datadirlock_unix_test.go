@@ -8,12 +8,15 @@ package managerd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/memberlist"
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/manager"
@@ -49,8 +52,8 @@ func listTree(t *testing.T, dir string) string {
 // TestMainRefusesADataDirWhoseRaftLogIsOpen: a manager started on a data
 // directory whose Raft log another store holds open (a manager process
 // still running there) exits 1 with the message of docs/operations.md and
-// changes nothing in the directory: it does not get as far as the ledger
-// or the federation's files.
+// changes nothing in the directory: it does not get as far as the ledger,
+// the federation's files or the WAN pool.
 func TestMainRefusesADataDirWhoseRaftLogIsOpen(t *testing.T) {
 	dataDir := t.TempDir()
 	ws, err := walstore.Open(filepath.Join(dataDir, "raft", "wal"), walstore.Options{})
@@ -75,14 +78,66 @@ func TestMainRefusesADataDirWhoseRaftLogIsOpen(t *testing.T) {
 		manager.EnvInsecure + "=true",
 	}
 	var stderr bytes.Buffer
-	if code := Main(context.Background(), nil, env, io.Discard, &stderr); code != config.ExitFailure {
+	joined := false
+	opts := Options{WrapWANTransport: func(tr memberlist.NodeAwareTransport) memberlist.NodeAwareTransport { joined = true; return tr }}
+	if code := MainWith(context.Background(), nil, env, io.Discard, &stderr, opts); code != config.ExitFailure {
 		t.Fatalf("exit %d, want %d; stderr:\n%s", code, config.ExitFailure, stderr.String())
 	}
 	want := "manager: open raft log: walstore: lock " + filepath.Join(dataDir, "raft", "wal") + ": walstore: locked by another open store"
 	if !strings.Contains(stderr.String(), want) {
 		t.Fatalf("stderr lacks %q:\n%s", want, stderr.String())
 	}
+	if joined {
+		t.Error("the refused start joined the WAN pool")
+	}
 	if after := listTree(t, dataDir); after != before {
 		t.Fatalf("the refused start changed the data directory:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// TestMainHoldsTheRaftLogBeforeJoiningTheWANPool: a manager holds its Raft
+// log's lock before it joins the WAN pool under its node's name, so of two
+// processes started at once on one data directory only the one holding the
+// lock ever joins: a rival that tries the lock at the instant of the join is
+// refused (walstore.ErrLocked), and the manager goes on to a clean stop.
+func TestMainHoldsTheRaftLogBeforeJoiningTheWANPool(t *testing.T) {
+	dataDir := t.TempDir()
+	wal := filepath.Join(dataDir, "raft", "wal")
+	ports, err := testutil.FreePorts(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{
+		manager.EnvNodeID + "=m1",
+		manager.EnvDataDir + "=" + dataDir,
+		manager.EnvRaftAddr + fmt.Sprintf("=127.0.0.1:%d", ports[0]),
+		manager.EnvRPCAddr + fmt.Sprintf("=127.0.0.1:%d", ports[1]),
+		manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
+		manager.EnvWANGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[3]),
+		manager.EnvBootstrapExpect + "=1",
+		manager.EnvInsecure + "=true",
+	}
+	rival := make(chan error, 1)
+	wrap := func(tr memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+		ws, err := walstore.Open(wal, walstore.Options{})
+		if err == nil {
+			t.Cleanup(func() { _ = ws.Close() })
+		}
+		rival <- err
+		return tr
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exit := make(chan int, 1)
+	logs := &testutil.Buffer{}
+	go func() { exit <- MainWith(ctx, nil, env, io.Discard, logs, Options{WrapWANTransport: wrap}) }()
+	err = <-rival
+	cancel()
+	code := <-exit
+	if !errors.Is(err, walstore.ErrLocked) {
+		t.Fatalf("a rival's open of the Raft log as the manager joined the WAN pool = %v, want walstore.ErrLocked", err)
+	}
+	if code != config.ExitOK {
+		t.Fatalf("exit %d after shutdown; log:\n%s", code, logs.String())
 	}
 }

@@ -2,7 +2,9 @@
 // manager.Manager. It loads the configuration and the security mode, starts
 // tracing, the Prometheus registry and the process's metrics, loads and
 // watches the cluster TLS files, wires the operator credential and the
-// Operator service, joins the WAN pool (federation) and the datacenter's LAN
+// Operator service, opens the manager's stores (before anything else writes
+// in the data directory or joins a pool: the Raft log's lock refuses a second
+// process there), joins the WAN pool (federation) and the datacenter's LAN
 // pool (membership and the autopilot), runs the outbox, serves the RPC
 // listener with its HTTP routes (metrics, pprof) and shuts everything down in
 // order. cmd/manager is a thin main around Main.
@@ -101,9 +103,6 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 const tlsReloadInterval = 10 * time.Second
 
 func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options) error {
-	if err := checkRaftLogFree(cfg.DataDir); err != nil {
-		return err
-	}
 	stopTracing, err := tracing.Start(ctx, cfg.OTLPEndpoint, "once-manager", cfg.NodeID, cfg.Datacenter)
 	if err != nil {
 		return err
@@ -157,21 +156,28 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return err
 	}
-	fed, err := startFederation(ctx, cfg, secret, log, opts.WrapWANTransport)
-	if err != nil {
-		return err
-	}
-	defer fed.stop()
 	lan := &lanView{}
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
+	// The manager's stores open first: the Raft log's lock refuses a second
+	// process on this data directory (walstore.ErrLocked) before it writes
+	// there or joins a pool under this node's name. The federation starts
+	// after; Status reads its mismatches only once the server serves.
+	var fed *federation
 	m, err := manager.New(cfg, manager.Deps{Logger: log, Registerer: reg, Now: now, WrapStreamLayer: opts.WrapStreamLayer,
-		Clock: lan, Peers: lan, ClusterTLS: clusterTLS, ClusterSecret: secret, Dial: opts.Dial, ConfigMismatches: fed.mismatches})
+		Clock: lan, Peers: lan, ClusterTLS: clusterTLS, ClusterSecret: secret, Dial: opts.Dial,
+		ConfigMismatches: func() []rpc.ConfigMismatch { return fed.mismatches() }})
 	if err != nil {
 		return err
 	}
+	fed, err = startFederation(ctx, cfg, secret, log, opts.WrapWANTransport)
+	if err != nil {
+		m.Close()
+		return err
+	}
+	defer fed.stop()
 	ln, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {
 		m.Close()
