@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -140,4 +141,42 @@ func TestMainHoldsTheRaftLogBeforeJoiningTheWANPool(t *testing.T) {
 	if code != config.ExitOK {
 		t.Fatalf("exit %d after shutdown; log:\n%s", code, logs.String())
 	}
+}
+
+// TestMainReleasesTheDataDirWhenTheWANPoolCannotStart: a manager whose WAN
+// pool cannot start (its address taken) exits 1 and closes the stores it had
+// opened: the Raft log's lock is free again when Main returns.
+func TestMainReleasesTheDataDirWhenTheWANPoolCannotStart(t *testing.T) {
+	dataDir := t.TempDir()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ports, err := testutil.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{
+		manager.EnvNodeID + "=m1",
+		manager.EnvDataDir + "=" + dataDir,
+		manager.EnvRaftAddr + fmt.Sprintf("=127.0.0.1:%d", ports[0]),
+		manager.EnvRPCAddr + fmt.Sprintf("=127.0.0.1:%d", ports[1]),
+		manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
+		manager.EnvWANGossipAddr + "=" + taken.Addr().String(),
+		manager.EnvBootstrapExpect + "=1",
+		manager.EnvInsecure + "=true",
+	}
+	var stderr bytes.Buffer
+	if code := Main(context.Background(), nil, env, io.Discard, &stderr); code != config.ExitFailure {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, config.ExitFailure, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "wan membership") {
+		t.Fatalf("stderr does not say the WAN pool failed:\n%s", stderr.String())
+	}
+	ws, err := walstore.Open(filepath.Join(dataDir, "raft", "wal"), walstore.Options{})
+	if err != nil {
+		t.Fatalf("the Raft log after the failed start: %v", err)
+	}
+	_ = ws.Close()
 }
