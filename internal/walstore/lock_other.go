@@ -12,6 +12,3 @@ import (
 func lockDir(dir string) (*os.File, error) {
 	return os.OpenFile(filepath.Join(dir, lockFileName), os.O_RDWR|os.O_CREATE, 0o640)
 }
-
-// probeDir checks nothing where no lock is taken.
-func probeDir(string) error { return nil }

@@ -24,21 +24,6 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// probeDir takes dir's lock and releases it at once, creating nothing: nil
-// when no store holds it or dir has no lock file (no store was opened
-// there), ErrLocked when one does.
-func probeDir(dir string) error {
-	f, err := os.Open(filepath.Join(dir, lockFileName))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close() // closing releases the lock
-	return flock(f)
-}
-
 // flock takes an exclusive flock on f without waiting: ErrLocked if another
 // open file description holds one.
 func flock(f *os.File) error {

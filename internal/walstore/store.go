@@ -159,17 +159,6 @@ var (
 	_ io.Closer              = (*Store)(nil)
 )
 
-// CheckUnlocked returns an error wrapping ErrLocked, worded as Open's, when
-// an open store holds dir, and nil when none does or none was ever opened
-// there. It creates and changes nothing: a process checks, before it writes
-// anything beside the log, that it is not a second one on the same data.
-func CheckUnlocked(dir string) error {
-	if err := probeDir(dir); err != nil {
-		return fmt.Errorf("walstore: lock %s: %w", dir, err)
-	}
-	return nil
-}
-
 // Open opens the log store in dir, creating dir if needed, and recovers it:
 // it finishes an interrupted truncation or re-base, checks every record, and
 // cuts a torn final write off the last segment (logging a warning). It
