@@ -77,7 +77,7 @@ func (c *Client) closeConns(all bool) {
 func unary[Req, Resp any](c *Client, ctx context.Context, what string, extra time.Duration,
 	m func(rpcpb.ManagerClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req, opts ...grpc.CallOption) (Resp, error) {
 	var res Resp
-	err := c.retry(ctx, what, func(addr string) (err error) {
+	err := c.retry(ctx, what, true, func(addr string) (err error) {
 		res, err = unaryAt(c, ctx, addr, what, extra, m, req, opts...)
 		return err
 	})
@@ -146,7 +146,7 @@ func callError(what, addr string, err error) error {
 // unservedError is the answer of a listener that serves no such method
 // (Unimplemented, without an Error in its details): internal, as any
 // manager's, unless the client reached that listener by a not_leader hint,
-// which then named an address where no manager serves (retryAt).
+// which then named an address where no manager serves (retry).
 type unservedError struct{ err *Error }
 
 func (u *unservedError) Error() string { return u.err.Error() }

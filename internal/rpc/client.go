@@ -190,7 +190,7 @@ func (c *Client) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.S
 	}
 	var resp *rpcpb.SubmitResponse
 	wait := time.Duration(req.GetWaitMillis()) * time.Millisecond
-	err := c.retry(ctx, "submit", func(addr string) error {
+	err := c.retry(ctx, "submit", true, func(addr string) error {
 		r, err := c.streamAttempt(ctx, addr, "submit", &rpcpb.SubmitItem{Request: req}, n, wait)
 		if err == nil {
 			resp = r.GetResponse()
@@ -315,17 +315,11 @@ var errClientClosed = &Error{Code: CodeUnavailable, Message: "the rpc client is 
 
 // retry runs attempt against the leader (or a resolved manager) until it
 // succeeds, answers definitely, or ctx ends; what names the call in logs.
-// The manager that answered is taken for the leader: only the leader
-// answers these calls.
-func (c *Client) retry(ctx context.Context, what string, attempt func(addr string) error) error {
-	return c.retryAt(ctx, what, true, attempt)
-}
-
-// retryAt is retry; learn says whether a success proves its manager the
-// leader (false for a call any manager answers, as Status: a follower's
-// answer taken for the leader's would send the next calls to it first, and
-// Leader would name it).
-func (c *Client) retryAt(ctx context.Context, what string, learn bool, attempt func(addr string) error) error {
+// learn says whether a success proves its manager the leader: true for the
+// calls only the leader answers; false for a call any manager answers, as
+// Status (a follower's answer taken for the leader's would send the next
+// calls to it first, and Leader would name it).
+func (c *Client) retry(ctx context.Context, what string, learn bool, attempt func(addr string) error) error {
 	backoff := c.cfg.RetryBackoff
 	var last error
 	hops, attempts := 0, 0

@@ -20,27 +20,15 @@ import (
 
 // operatorCall runs an Operator method with the retries of every call,
 // the operator secret in its metadata, each attempt within AttemptTimeout
-// (a snapshot's or a restore's whole stream included). The manager that
-// answers is taken for the leader (retry).
-func (c *Client) operatorCall(ctx context.Context, what string, do func(context.Context, rpcpb.OperatorClient) error) error {
-	return c.operatorCallAt(ctx, what, true, do)
-}
-
-// operatorCallAt is operatorCall; learn is retryAt's (false for a method
-// any manager answers: its answer proves nothing about the leader).
-func (c *Client) operatorCallAt(ctx context.Context, what string, learn bool, do func(context.Context, rpcpb.OperatorClient) error) error {
-	return c.operatorCallAddr(ctx, what, learn, func(ctx context.Context, _ string, oc rpcpb.OperatorClient) error {
-		return do(ctx, oc)
-	})
-}
-
-// operatorCallAddr is operatorCallAt whose do is told the address of the
-// manager its attempt goes to.
-func (c *Client) operatorCallAddr(ctx context.Context, what string, learn bool, do func(context.Context, string, rpcpb.OperatorClient) error) error {
+// (a snapshot's or a restore's whole stream included); do is told the
+// address of the manager its attempt goes to. learn is retry's: with true
+// the manager that answers is taken for the leader (false for a method any
+// manager answers: its answer proves nothing about the leader).
+func (c *Client) operatorCall(ctx context.Context, what string, learn bool, do func(context.Context, string, rpcpb.OperatorClient) error) error {
 	if s := c.cfg.OperatorSecret; s != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, OperatorSecretMetadata, s)
 	}
-	return c.retryAt(ctx, what, learn, func(addr string) error {
+	return c.retry(ctx, what, learn, func(addr string) error {
 		return c.onConn(ctx, addr, what, 0, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 			return do(ctx, addr, rpcpb.NewOperatorClient(cc))
 		})
@@ -48,12 +36,12 @@ func (c *Client) operatorCallAddr(ctx context.Context, what string, learn bool, 
 }
 
 // operatorUnary runs a unary Operator method (m, a method expression of
-// rpcpb.OperatorClient) with operatorCallAt (learn: its answer is the
+// rpcpb.OperatorClient) with operatorCall (learn: its answer is the
 // leader's) and returns its answer.
 func operatorUnary[Req, Resp any](c *Client, ctx context.Context, what string, learn bool,
 	m func(rpcpb.OperatorClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	var res Resp
-	err := c.operatorCallAt(ctx, what, learn, func(ctx context.Context, oc rpcpb.OperatorClient) (err error) {
+	err := c.operatorCall(ctx, what, learn, func(ctx context.Context, _ string, oc rpcpb.OperatorClient) (err error) {
 		res, err = m(oc, ctx, req)
 		return err
 	})
@@ -79,7 +67,7 @@ func (c *Client) Members(ctx context.Context) (*rpcpb.MembersResponse, error) {
 func (c *Client) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
 	var res *rpcpb.PeerResult
 	mayHaveRemoved := false
-	err := c.operatorCall(ctx, "remove peer", func(ctx context.Context, oc rpcpb.OperatorClient) (err error) {
+	err := c.operatorCall(ctx, "remove peer", true, func(ctx context.Context, _ string, oc rpcpb.OperatorClient) (err error) {
 		res, err = oc.RemovePeer(ctx, &rpcpb.PeerRequest{Id: id})
 		if err == nil {
 			return nil
@@ -112,7 +100,7 @@ func (c *Client) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, 
 func (c *Client) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerResult, error) {
 	var res *rpcpb.PeerResult
 	unknownAt := "" // the manager an attempt of unknown outcome went to
-	err := c.operatorCallAddr(ctx, "transfer leader", true, func(ctx context.Context, addr string, oc rpcpb.OperatorClient) (err error) {
+	err := c.operatorCall(ctx, "transfer leader", true, func(ctx context.Context, addr string, oc rpcpb.OperatorClient) (err error) {
 		if unknownAt != "" {
 			done, err := c.transferDone(ctx, id, unknownAt, addr)
 			if done != nil || err != nil {
@@ -177,7 +165,7 @@ func (c *Client) ChangeKeyring(ctx context.Context, req *rpcpb.KeyringRequest) (
 // written, or w fails, the error is returned as it is (w may hold part of
 // an archive).
 func (c *Client) Snapshot(ctx context.Context, w io.Writer) error {
-	return c.operatorCall(ctx, "snapshot", func(ctx context.Context, oc rpcpb.OperatorClient) error {
+	return c.operatorCall(ctx, "snapshot", true, func(ctx context.Context, _ string, oc rpcpb.OperatorClient) error {
 		stream, err := oc.Snapshot(ctx, &rpcpb.SnapshotRequest{})
 		if err != nil {
 			return err
@@ -214,7 +202,7 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) error {
 func (c *Client) Restore(ctx context.Context, r io.Reader) error {
 	seeker, _ := r.(io.Seeker)
 	read := false
-	return c.operatorCall(ctx, "restore", func(ctx context.Context, oc rpcpb.OperatorClient) error {
+	return c.operatorCall(ctx, "restore", true, func(ctx context.Context, _ string, oc rpcpb.OperatorClient) error {
 		if seeker != nil {
 			if _, err := seeker.Seek(0, io.SeekStart); err != nil {
 				return &finalError{fmt.Errorf("restore: rewind the archive: %w", err)}

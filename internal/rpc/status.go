@@ -78,7 +78,7 @@ func (c *Client) status(ctx context.Context, leaderOnly bool) (*Status, error) {
 	// says so.
 	var res *rpcpb.StatusResponse
 	var from string
-	err := c.retryAt(ctx, "status", false, func(addr string) (err error) {
+	err := c.retry(ctx, "status", false, func(addr string) (err error) {
 		res, err = unaryAt(c, ctx, addr, "status", 0, rpcpb.ManagerClient.Status, &rpcpb.StatusRequest{}, readLimit)
 		from = addr
 		return err

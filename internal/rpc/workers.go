@@ -118,7 +118,7 @@ func (c *Client) workerCall(ctx context.Context, what string, item *rpcpb.Submit
 		return nil, err
 	}
 	var res *rpcpb.SubmitResult
-	err := c.retry(ctx, what, func(addr string) error {
+	err := c.retry(ctx, what, true, func(addr string) error {
 		// Each attempt sends an item of its own (streamAttempt's rule): the
 		// lane writes the item's id and timeout as it sends it, and the lane
 		// of an attempt that timed out may still be encoding its copy.
