@@ -61,19 +61,6 @@ func writeError(w http.ResponseWriter, code int, e *Error) {
 // Status returns the status of whichever manager answers (the leader when
 // it is known), with the retries of every call.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
-	return c.status(ctx, false)
-}
-
-// LeaderStatus returns the leader's status: it succeeds only when a leader
-// answers, which is what a gate's readiness means.
-func (c *Client) LeaderStatus(ctx context.Context) (*Status, error) {
-	return c.status(ctx, true)
-}
-
-func (c *Client) status(ctx context.Context, leaderOnly bool) (*Status, error) {
-	if leaderOnly {
-		return decodeStatus(unary(c, ctx, "status", 0, rpcpb.ManagerClient.Status, &rpcpb.StatusRequest{LeaderOnly: true}, readLimit))
-	}
 	// Any manager answers: its answer proves it the leader only when it
 	// says so.
 	var res *rpcpb.StatusResponse
@@ -88,6 +75,12 @@ func (c *Client) status(ctx context.Context, leaderOnly bool) (*Status, error) {
 		c.setLeader(from)
 	}
 	return st, err
+}
+
+// LeaderStatus returns the leader's status: it succeeds only when a leader
+// answers, which is what a gate's readiness means.
+func (c *Client) LeaderStatus(ctx context.Context) (*Status, error) {
+	return decodeStatus(unary(c, ctx, "status", 0, rpcpb.ManagerClient.Status, &rpcpb.StatusRequest{LeaderOnly: true}, readLimit))
 }
 
 // StatusOf returns one manager's own status, wherever it stands; no retries.
