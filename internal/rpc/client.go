@@ -184,23 +184,36 @@ func (c *Client) takeLanes(match func(*lane) bool) []*lane {
 // change it afterwards either: an attempt it stopped waiting for may still
 // be encoding it (the same holds for Heartbeat's, Complete's and Fail's).
 func (c *Client) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
-	n := approxSize(req)
-	if err := checkStreamSize("submission", n); err != nil {
+	wait := time.Duration(req.GetWaitMillis()) * time.Millisecond
+	return streamCall(c, ctx, "submit", "submission", &rpcpb.SubmitItem{Request: req}, approxSize(req), wait, (*rpcpb.SubmitResult).GetResponse)
+}
+
+// streamCall sends item, a submission or a worker call (noun names it in
+// the size check's error), on a submit stream to the leader, with the
+// retries of every call, and returns the answer get reads from its result
+// (empty if it holds none); it travels batched with the other items of the
+// lane. extra lengthens each attempt's timeout (streamAttempt).
+func streamCall[T any](c *Client, ctx context.Context, what, noun string, item *rpcpb.SubmitItem, size int, extra time.Duration,
+	get func(*rpcpb.SubmitResult) *T) (*T, error) {
+	if err := checkStreamSize(noun, size); err != nil {
 		return nil, err
 	}
-	var resp *rpcpb.SubmitResponse
-	wait := time.Duration(req.GetWaitMillis()) * time.Millisecond
-	err := c.retry(ctx, "submit", true, func(addr string) error {
-		r, err := c.streamAttempt(ctx, addr, "submit", &rpcpb.SubmitItem{Request: req}, n, wait)
-		if err == nil {
-			resp = r.GetResponse()
-			if resp == nil {
-				resp = &rpcpb.SubmitResponse{}
-			}
-		}
+	var res *rpcpb.SubmitResult
+	err := c.retry(ctx, what, true, func(addr string) (err error) {
+		// Each attempt sends an item of its own (streamAttempt's rule): the
+		// lane writes the item's id and timeout as it sends it, and the lane
+		// of an attempt that timed out may still be encoding its copy.
+		it := &rpcpb.SubmitItem{Request: item.GetRequest(), Heartbeat: item.GetHeartbeat(), Complete: item.GetComplete(), Fail: item.GetFail()}
+		res, err = c.streamAttempt(ctx, addr, what, it, size, extra)
 		return err
 	})
-	return resp, err // resp is set only by the attempt that succeeded
+	if err != nil {
+		return nil, err
+	}
+	if a := get(res); a != nil {
+		return a, nil
+	}
+	return new(T), nil
 }
 
 // timerPool holds stopped timers for streamAttempt's wait: since Go 1.23 a

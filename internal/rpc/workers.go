@@ -78,57 +78,15 @@ func (c *Client) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Lea
 
 // Heartbeat extends a lease at the leader, on a submit stream.
 func (c *Client) Heartbeat(ctx context.Context, req *rpcpb.HeartbeatRequest) (*rpcpb.HeartbeatResponse, error) {
-	r, err := c.workerCall(ctx, "heartbeat", &rpcpb.SubmitItem{Heartbeat: req}, workerCallSize(req, 0))
-	if err != nil {
-		return nil, err
-	}
-	if h := r.GetHeartbeat(); h != nil {
-		return h, nil
-	}
-	return &rpcpb.HeartbeatResponse{}, nil
+	return streamCall(c, ctx, "heartbeat", "heartbeat", &rpcpb.SubmitItem{Heartbeat: req}, workerCallSize(req, 0), 0, (*rpcpb.SubmitResult).GetHeartbeat)
 }
 
 // Complete finishes a job at the leader, on a submit stream.
 func (c *Client) Complete(ctx context.Context, req *rpcpb.CompleteRequest) (*rpcpb.Job, error) {
-	return jobOf(c.workerCall(ctx, "complete", &rpcpb.SubmitItem{Complete: req}, workerCallSize(req, len(req.GetResult()))))
+	return streamCall(c, ctx, "complete", "complete", &rpcpb.SubmitItem{Complete: req}, workerCallSize(req, len(req.GetResult())), 0, (*rpcpb.SubmitResult).GetJob)
 }
 
 // Fail reports a failed attempt at the leader, on a submit stream.
 func (c *Client) Fail(ctx context.Context, req *rpcpb.FailRequest) (*rpcpb.Job, error) {
-	return jobOf(c.workerCall(ctx, "fail", &rpcpb.SubmitItem{Fail: req}, workerCallSize(req, len(req.GetError()))))
-}
-
-// jobOf is the job a complete or fail answered (empty if it named none), or
-// its error.
-func jobOf(r *rpcpb.SubmitResult, err error) (*rpcpb.Job, error) {
-	if err != nil {
-		return nil, err
-	}
-	if j := r.GetJob(); j != nil {
-		return j, nil
-	}
-	return &rpcpb.Job{}, nil
-}
-
-// workerCall sends a worker call on a submit stream to the leader, with the
-// retries of every call; it travels batched with the submissions and the
-// other worker calls of the lane.
-func (c *Client) workerCall(ctx context.Context, what string, item *rpcpb.SubmitItem, size int) (*rpcpb.SubmitResult, error) {
-	if err := checkStreamSize(what, size); err != nil {
-		return nil, err
-	}
-	var res *rpcpb.SubmitResult
-	err := c.retry(ctx, what, true, func(addr string) error {
-		// Each attempt sends an item of its own (streamAttempt's rule): the
-		// lane writes the item's id and timeout as it sends it, and the lane
-		// of an attempt that timed out may still be encoding its copy.
-		it := &rpcpb.SubmitItem{Heartbeat: item.GetHeartbeat(), Complete: item.GetComplete(), Fail: item.GetFail()}
-		r, err := c.streamAttempt(ctx, addr, what, it, size, 0)
-		res = r
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return streamCall(c, ctx, "fail", "fail", &rpcpb.SubmitItem{Fail: req}, workerCallSize(req, len(req.GetError())), 0, (*rpcpb.SubmitResult).GetJob)
 }
