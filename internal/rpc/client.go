@@ -109,9 +109,7 @@ type laneSlot struct {
 
 // NewClient returns a Client.
 func NewClient(cfg ClientConfig) *Client {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	// A setting left unset (zero or negative) takes its default.
 	cfg.AttemptTimeout = cmp.Or(max(cfg.AttemptTimeout, 0), 3*time.Second)
 	cfg.RetryBackoff = cmp.Or(max(cfg.RetryBackoff, 0), 10*time.Millisecond)

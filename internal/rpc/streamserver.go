@@ -75,9 +75,7 @@ type Server struct {
 
 // NewServer returns a Server of svc.
 func NewServer(svc Service, cfg ServerConfig) *Server {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	s := &Server{
 		svc:         svc,
 		log:         cfg.Logger,
