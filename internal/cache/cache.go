@@ -387,17 +387,7 @@ func (c *Cache[V]) Replay(key string, same func(V) bool) (Lookup[V], bool) {
 // if there is one, else the least recently used completed entry, else (only
 // PENDING entries left) the oldest PENDING entry. s.mu is held.
 func (s *shard[V]) makeRoom(now time.Time) {
-	if s.pending.Len()+s.done.Len() < s.capacity {
-		return
-	}
-	if _, e, ok := s.done.GetOldest(); ok && e.expired(now) {
-		s.done.RemoveOldest()
-		s.stats.expirations.Add(1)
-		return
-	}
-	if _, e, ok := s.pending.GetOldest(); ok && e.expired(now) {
-		s.pending.RemoveOldest()
-		s.stats.expirations.Add(1)
+	if s.pending.Len()+s.done.Len() < s.capacity || s.dropExpiredOldest(s.done, now) || s.dropExpiredOldest(s.pending, now) {
 		return
 	}
 	if s.done.Len() > 0 {
@@ -480,13 +470,21 @@ func (s *shard[V]) fits(size int64, now time.Time) bool {
 		return true
 	}
 	for s.bytes+size > s.byteCap {
-		_, old, ok := s.done.GetOldest()
-		if !ok || !old.expired(now) {
+		if !s.dropExpiredOldest(s.done, now) {
 			return false
 		}
-		s.done.RemoveOldest()
-		s.stats.expirations.Add(1)
 	}
+	return true
+}
+
+// dropExpiredOldest removes l's oldest entry if it has expired at now
+// (counted as an expiration), and reports whether it did. s.mu is held.
+func (s *shard[V]) dropExpiredOldest(l *simplelru.LRU[string, *entry[V]], now time.Time) bool {
+	if _, e, ok := l.GetOldest(); !ok || !e.expired(now) {
+		return false
+	}
+	l.RemoveOldest()
+	s.stats.expirations.Add(1)
 	return true
 }
 
