@@ -368,14 +368,14 @@ type Unknown struct {
 // silence; the daemons log a warning for each.
 // Nearest is sought among the settings of l and the names of also.
 func (l *Loader) Unknown(environ []string, prefixes, also []string) []Unknown {
-	known := map[string]bool{}
-	for _, s := range l.settings {
-		known[s.env] = true
+	known := make([]string, len(l.settings)) // in the order of registration
+	for i, s := range l.settings {
+		known[i] = s.env
 	}
 	var names []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if known[name] || slices.Contains(also, name) {
+		if slices.Contains(known, name) || slices.Contains(also, name) {
 			continue
 		}
 		if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
@@ -390,21 +390,12 @@ func (l *Loader) Unknown(environ []string, prefixes, also []string) []Unknown {
 		// The other program's names are candidates too: a misspelling of
 		// one of them (the gate's IDEMPOTENCY_MAX_TTL_SECONDS at a
 		// manager) is named as such, by both programs.
-		for _, env := range slices.Concat(l.names(), also) {
+		for _, env := range slices.Concat(known, also) {
 			if d := editDistance(name, env); d < best {
 				best, u.Nearest = d, env
 			}
 		}
 		out = append(out, u)
-	}
-	return out
-}
-
-// names are the variables of the settings, in the order of registration.
-func (l *Loader) names() []string {
-	out := make([]string, len(l.settings))
-	for i, s := range l.settings {
-		out[i] = s.env
 	}
 	return out
 }
