@@ -111,13 +111,10 @@ func (h *hcLogger) With(args ...any) hclog.Logger {
 func (h *hcLogger) Name() string { return h.name }
 
 func (h *hcLogger) Named(name string) hclog.Logger {
-	c := *h
-	if c.name != "" {
-		c.name += "." + name
-	} else {
-		c.name = name
+	if h.name != "" {
+		name = h.name + "." + name
 	}
-	return &c
+	return h.ResetNamed(name)
 }
 
 func (h *hcLogger) ResetNamed(name string) hclog.Logger {
