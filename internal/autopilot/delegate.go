@@ -310,17 +310,12 @@ func (a *Autopilot) allowRemovals(f *raftautopilot.FailedServers, now time.Time)
 		return true
 	}
 	staleOK := func(ids []raft.ServerID) []raft.ServerID {
-		var out []raft.ServerID
-		for _, id := range ids { // none: KnownServers lists every server
-			if allow(id, "absent", cmp.Or(a.absentSince[id], now)) {
-				out = append(out, id)
-			}
-		}
-		return out
+		return slices.DeleteFunc(slices.Clone(ids), func(id raft.ServerID) bool { // none: KnownServers lists every server
+			return !allow(id, "absent", cmp.Or(a.absentSince[id], now))
+		})
 	}
 	failedOK := func(srvs []*raftautopilot.Server) []*raftautopilot.Server {
-		var out []*raftautopilot.Server
-		for _, s := range srvs {
+		return slices.DeleteFunc(slices.Clone(srvs), func(s *raftautopilot.Server) bool {
 			reason, since := "absent", a.absentSince[s.ID]
 			if m, ok := byID[s.ID]; ok {
 				reason, since = "failed", m.LastSeen
@@ -331,11 +326,8 @@ func (a *Autopilot) allowRemovals(f *raftautopilot.FailedServers, now time.Time)
 			if since.IsZero() {
 				since = now
 			}
-			if allow(s.ID, reason, since) {
-				out = append(out, s)
-			}
-		}
-		return out
+			return !allow(s.ID, reason, since)
+		})
 	}
 	out := &raftautopilot.FailedServers{
 		StaleNonVoters:  staleOK(f.StaleNonVoters),
