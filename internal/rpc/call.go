@@ -54,12 +54,12 @@ func (c *Client) release(u *callConn) {
 	c.mu.Unlock()
 }
 
-// closeConns closes the unary connections that match (all, or the idle).
-func (c *Client) closeConns(all bool) {
+// closeConns removes and closes the unary connections that match.
+func (c *Client) closeConns(match func(addr string, u *callConn) bool) {
 	c.mu.Lock()
 	var out []*callConn
 	for addr, u := range c.conns {
-		if all || u.calls == 0 {
+		if match(addr, u) {
 			out = append(out, u)
 			delete(c.conns, addr)
 		}

@@ -141,7 +141,7 @@ func (c *Client) CloseIdleConnections() {
 	for _, l := range c.takeLanes(func(l *lane) bool { return l.idle() }) {
 		l.close()
 	}
-	c.closeConns(false)
+	c.closeConns(func(_ string, u *callConn) bool { return u.calls == 0 })
 }
 
 // Close closes every connection and stream; submissions still waiting fail
@@ -154,7 +154,7 @@ func (c *Client) Close() {
 	for _, l := range c.takeLanes(func(*lane) bool { return true }) {
 		l.close()
 	}
-	c.closeConns(true)
+	c.closeConns(func(string, *callConn) bool { return true })
 }
 
 // takeLanes removes from their slots, and returns, the lanes that match.
@@ -414,22 +414,13 @@ func (c *Client) pick() string {
 		return c.leader
 	}
 	ms := c.cfg.Resolver.Managers()
-	var unlisted []*callConn
-	for addr, u := range c.conns {
-		if u.calls == 0 && !slices.Contains(ms, addr) {
-			unlisted = append(unlisted, u)
-			delete(c.conns, addr)
-		}
-	}
 	addr := ""
 	if len(ms) > 0 {
 		c.rr = (c.rr + 1) % len(ms)
 		addr = ms[c.rr]
 	}
 	c.mu.Unlock()
-	for _, u := range unlisted {
-		_ = u.cc.Close()
-	}
+	c.closeConns(func(a string, u *callConn) bool { return u.calls == 0 && !slices.Contains(ms, a) })
 	return addr
 }
 
