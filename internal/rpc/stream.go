@@ -269,10 +269,6 @@ func (l *lane) send() {
 		for len(l.queue) == 0 && len(l.cancels) == 0 && l.err == nil {
 			l.wake.Wait()
 		}
-		if l.err != nil {
-			l.mu.Unlock()
-			return
-		}
 		// Yield once, so that callers already runnable can queue theirs and
 		// travel in this message: batching without a timer.
 		l.mu.Unlock()
