@@ -103,7 +103,7 @@ func (c *Client) onConn(ctx context.Context, addr, what string, extra time.Durat
 		return err
 	}
 	defer c.release(u)
-	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
+	actx, cancel := c.attemptContext(ctx, c.cfg.AttemptTimeout+extra)
 	defer cancel()
 	return callError(what, addr, do(actx, u.cc))
 }

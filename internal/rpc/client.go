@@ -94,6 +94,11 @@ type Client struct {
 	conns  map[string]*callConn // unary calls' connections by manager address (call.go)
 
 	laneRR atomic.Uint64 // round-robin position over a peer's lanes
+
+	// attemptContext bounds an attempt on the unary connection (onConn):
+	// context.WithTimeout, or a test's context whose deadline passes when
+	// the test says.
+	attemptContext func(context.Context, time.Duration) (context.Context, context.CancelFunc)
 }
 
 // peer holds the submit lanes to one manager; a slot's lane is dialled on
@@ -118,7 +123,7 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Resolver == nil {
 		cfg.Resolver = StaticResolver(nil)
 	}
-	return &Client{cfg: cfg, log: cfg.Logger, peers: map[string]*peer{}, conns: map[string]*callConn{}}
+	return &Client{cfg: cfg, log: cfg.Logger, peers: map[string]*peer{}, conns: map[string]*callConn{}, attemptContext: context.WithTimeout}
 }
 
 // finalError is an attempt's error that must not be retried (a snapshot

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
@@ -555,10 +558,12 @@ func (c *catchingUp) TransferLeader(ctx context.Context, id string) (*rpcpb.Peer
 
 // slowRestore reads the whole archive and answers only when its caller
 // has left, as a leader still installing a large archive at the attempt's
-// deadline does.
+// deadline does: once it has read the archive, late passes the deadline of
+// the client's attempt.
 type slowRestore struct {
 	peerOperator
 	restores atomic.Int32
+	late     func()
 }
 
 func (s *slowRestore) Restore(ctx context.Context, r io.Reader) error {
@@ -566,27 +571,77 @@ func (s *slowRestore) Restore(ctx context.Context, r io.Reader) error {
 	if _, err := io.ReadAll(r); err != nil {
 		return err
 	}
+	s.late()
 	<-ctx.Done()
 	return Errorf(CodeUnavailable, "too late")
+}
+
+// heldDeadline is an attempt's context whose deadline passes when the test
+// calls pass, not at a time, so that no machine, however slow, reaches it
+// before the test's condition holds. It ends with its parent too, and is
+// cancelled as a context.WithTimeout is.
+type heldDeadline struct {
+	context.Context // the parent: its values, and its deadline for gRPC's grpc-timeout
+	done            chan struct{}
+	once            sync.Once
+	err             error
+}
+
+// holdDeadlines makes every attempt of c on its unary connection end by a
+// heldDeadline, not by AttemptTimeout; last returns the latest attempt's.
+func holdDeadlines(c *Client) (last func() *heldDeadline) {
+	var latest atomic.Pointer[heldDeadline]
+	c.attemptContext = func(parent context.Context, _ time.Duration) (context.Context, context.CancelFunc) {
+		d := &heldDeadline{Context: parent, done: make(chan struct{})}
+		stop := context.AfterFunc(parent, func() { d.end(parent.Err()) })
+		latest.Store(d)
+		return d, func() { stop(); d.end(context.Canceled) }
+	}
+	return latest.Load
+}
+
+func (d *heldDeadline) end(err error) {
+	d.once.Do(func() {
+		d.err = err
+		close(d.done)
+	})
+}
+
+// pass makes the deadline pass: the attempt ends with DeadlineExceeded.
+func (d *heldDeadline) pass() { d.end(context.DeadlineExceeded) }
+
+func (d *heldDeadline) Done() <-chan struct{} { return d.done }
+
+func (d *heldDeadline) Err() error {
+	select {
+	case <-d.done:
+		return d.err
+	default:
+		return nil
+	}
 }
 
 // A restore whose whole archive was sent and whose answer did not come
 // before the attempt's deadline is not sent again: the leader may have
 // installed it, and a second restore would erase what was admitted after
-// the first.
+// the first. The deadline passes once the manager has read the whole
+// archive, however long the machine took to send it.
 func TestRestoreNotResentAfterALostAnswer(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	op := &slowRestore{}
-	c := NewClient(ClientConfig{Resolver: StaticResolver([]string{serveOperator(t, op)}), AttemptTimeout: 200 * time.Millisecond,
-		Secret: testCluster, OperatorSecret: testOperator, MaxAttempts: 4})
-	t.Cleanup(c.Close)
+	c := operatorClient(t, testOperator, 4, serveOperator(t, op))
+	attempt := holdDeadlines(c)
+	op.late = func() { attempt().pass() }
 	err := c.Restore(ctx, bytes.NewReader(make([]byte, snapshotChunkBytes+10)))
 	if err == nil {
 		t.Fatal("restore without an answer: done, want an error")
 	}
 	if n := op.restores.Load(); n != 1 {
 		t.Fatalf("the archive was sent %d times, want once (%v)", n, err)
+	}
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("restore without an answer: %v, want its attempt's deadline", err)
 	}
 }
 
