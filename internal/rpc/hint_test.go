@@ -76,7 +76,7 @@ func TestClientDoesNotTakeAWrongHintForTheLeader(t *testing.T) {
 		laddr := serve(t, leader)
 		follower := &fakeManager{leaderRPC: silent.Addr().String()}
 		faddr := serve(t, follower)
-		c := newClient(t, laddr, faddr) // AttemptTimeout 1s
+		c := newClient(t, laddr, faddr) // AttemptTimeout a minute: the caller gives up first
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		if _, err := c.GetJob(ctx, "t1", "j-1"); !errors.Is(err, ErrUnavailable) {

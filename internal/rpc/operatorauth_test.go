@@ -71,7 +71,7 @@ func callOperator(t *testing.T, addr string, cfg ClientConfig) []Code {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cfg.Resolver, cfg.AttemptTimeout, cfg.MaxAttempts = StaticResolver{addr}, 2*time.Second, 2
+	cfg.Resolver, cfg.AttemptTimeout, cfg.MaxAttempts = StaticResolver{addr}, time.Minute, 2
 	c := NewClient(cfg)
 	defer c.Close()
 	var codes []Code

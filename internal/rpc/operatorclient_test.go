@@ -111,9 +111,12 @@ func serveOperator(t *testing.T, op Operator) string {
 	return addr
 }
 
+// operatorClient is a client whose attempts are answered: each may take a
+// minute, far more than a loaded machine needs, so only the caller's
+// context ends one.
 func operatorClient(t *testing.T, operatorSecret string, maxAttempts int, addrs ...string) *Client {
 	t.Helper()
-	c := NewClient(ClientConfig{Resolver: StaticResolver(addrs), AttemptTimeout: time.Second,
+	c := NewClient(ClientConfig{Resolver: StaticResolver(addrs), AttemptTimeout: time.Minute,
 		Secret: testCluster, OperatorSecret: operatorSecret, MaxAttempts: maxAttempts})
 	t.Cleanup(c.Close)
 	return c
@@ -301,7 +304,7 @@ func (a *archiveOperator) restored() []byte {
 // snapshotChunkBytes), and a restore a follower refused is sent again, from
 // its start, to the leader it named.
 func TestSnapshotAndRestoreInChunks(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	op := &archiveOperator{}
 	laddr := serveOperator(t, op)
@@ -666,14 +669,16 @@ func (c *cutRestore) Restore(ctx context.Context, r io.Reader) error {
 // attempt that failed like any other: a seekable archive is sent again,
 // from its start, to the next manager, not refused as possibly installed.
 func TestRestoreCutWhileSendingIsSentAgain(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cut := &cutRestore{started: make(chan struct{})}
 	cutAddr, cutSrv := serveConfig(t, &fakeManager{leader: true}, ServerConfig{Secret: testCluster, Operator: cut, OperatorAuth: OperatorAuth{Secret: testOperator}})
 	next := &archiveOperator{}
 	nextAddr := serveOperator(t, next)
 	// pick's round robin starts with the second address: cutAddr first.
-	c := NewClient(ClientConfig{Resolver: StaticResolver{nextAddr, cutAddr}, AttemptTimeout: 10 * time.Second,
+	// 16 MiB take seconds under -race on a loaded machine: an attempt may
+	// take a minute, so that only the cut ends one.
+	c := NewClient(ClientConfig{Resolver: StaticResolver{nextAddr, cutAddr}, AttemptTimeout: time.Minute,
 		Secret: testCluster, OperatorSecret: testOperator, MaxAttempts: 4})
 	t.Cleanup(c.Close)
 	archive := make([]byte, 16*snapshotChunkBytes) // far over what flow control lets through unread

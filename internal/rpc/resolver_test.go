@@ -22,7 +22,7 @@ func TestClientDropsTheConnectionsOfManagersNoLongerResolved(t *testing.T) {
 	replacement := serve(t, &fakeManager{leader: true})
 	var mu sync.Mutex
 	managers := []string{gone}
-	c := NewClient(ClientConfig{AttemptTimeout: time.Second, MaxAttempts: 1, Resolver: ResolverFunc(func() []string {
+	c := NewClient(ClientConfig{AttemptTimeout: time.Minute, MaxAttempts: 1, Resolver: ResolverFunc(func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return managers

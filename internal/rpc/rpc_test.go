@@ -113,9 +113,12 @@ func serveConfig(t testing.TB, svc Service, cfg ServerConfig) (string, *Server) 
 	return ln.Addr().String(), srv
 }
 
+// newClient is a client whose attempts are answered: each may take a
+// minute, far more than a loaded machine needs, so only the caller's
+// context ends one.
 func newClient(t testing.TB, addrs ...string) *Client {
 	t.Helper()
-	c := NewClient(ClientConfig{Resolver: StaticResolver(addrs), AttemptTimeout: time.Second})
+	c := NewClient(ClientConfig{Resolver: StaticResolver(addrs), AttemptTimeout: time.Minute})
 	t.Cleanup(c.Close)
 	return c
 }

@@ -33,21 +33,21 @@ func TestClusterSecret(t *testing.T) {
 	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "k1", Job: &rpcpb.JobRequest{Type: "x"}}
 
 	for name, secret := range map[string]string{"no secret": "", "a wrong secret": "s3cre7"} {
-		c := NewClient(ClientConfig{Resolver: StaticResolver([]string{addr}), AttemptTimeout: 300 * time.Millisecond, Secret: secret})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c := NewClient(ClientConfig{Resolver: StaticResolver([]string{addr}), AttemptTimeout: time.Minute, Secret: secret})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		_, err := c.Submit(ctx, req)
 		var e *Error
 		if !errors.As(err, &e) || e.Code != CodeUnauthenticated {
 			t.Errorf("%s: a submission answered %v, want %s", name, err, CodeUnauthenticated)
 		}
 		cancel()
-		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 		_, err = c.GetJob(ctx, "t", "j-k1")
 		if !errors.As(err, &e) || e.Code != CodeUnauthenticated {
 			t.Errorf("%s: read answered %v, want %s", name, err, CodeUnauthenticated)
 		}
 		cancel()
-		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 		_, err = c.Heartbeat(ctx, &rpcpb.HeartbeatRequest{Tenant: "t", JobId: "j", LeaseId: "l"})
 		if !errors.As(err, &e) || e.Code != CodeUnauthenticated {
 			t.Errorf("%s: a worker call answered %v, want %s", name, err, CodeUnauthenticated)
@@ -62,7 +62,7 @@ func TestClusterSecret(t *testing.T) {
 		t.Fatalf("the service saw %d submissions from callers without the secret", n)
 	}
 
-	c := NewClient(ClientConfig{Resolver: StaticResolver([]string{addr}), AttemptTimeout: time.Second, Secret: "s3cret"})
+	c := NewClient(ClientConfig{Resolver: StaticResolver([]string{addr}), AttemptTimeout: time.Minute, Secret: "s3cret"})
 	defer c.Close()
 	if _, err := c.Submit(context.Background(), req); err != nil {
 		t.Fatalf("with the secret: %v", err)

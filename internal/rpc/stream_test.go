@@ -535,7 +535,9 @@ func TestLargeSubmissionsCross(t *testing.T) {
 	svc := newScript(func(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 		return &rpcpb.SubmitResponse{Outcome: OutcomeCommitted, JobId: "j-" + req.Key, Job: &rpcpb.Job{JobId: "j-" + req.Key, Payload: req.GetJob().GetPayload()}}, nil
 	})
-	c := NewClient(ClientConfig{Resolver: StaticResolver{serve(t, svc)}, Streams: 1, AttemptTimeout: 20 * time.Second})
+	// About 20 MiB on one stream take seconds under -race on a loaded
+	// machine: an attempt may take a minute.
+	c := NewClient(ClientConfig{Resolver: StaticResolver{serve(t, svc)}, Streams: 1, AttemptTimeout: time.Minute})
 	t.Cleanup(c.Close)
 	var wg sync.WaitGroup
 	for i := range 4 {
@@ -547,7 +549,7 @@ func TestLargeSubmissionsCross(t *testing.T) {
 				payload = json.RawMessage(`"` + string(bytes.Repeat([]byte{'z'}, 9<<20)) + `"`)
 			}
 			key := fmt.Sprint("big-", i)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			r, err := c.Submit(ctx, &rpcpb.SubmitRequest{Key: key, Job: &rpcpb.JobRequest{Type: "x", Payload: payload}})
 			if err != nil {
