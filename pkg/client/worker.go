@@ -48,19 +48,19 @@ func workerKey() string {
 // post posts v to path with a fresh Idempotency-Key and decodes the answer
 // into a new T; extra lengthens each attempt's timeout.
 func post[T any](ctx context.Context, c *Client, extra time.Duration, path string, v any) (*T, error) {
-	out, _, err := postReplayed[T](ctx, c, extra, path, v)
+	out, _, err := postReplayed[T](ctx, c, extra, path, workerKey(), v)
 	return out, err
 }
 
-// postReplayed is post, and says whether the answer was a replay
-// (Idempotent-Replayed: true).
-func postReplayed[T any](ctx context.Context, c *Client, extra time.Duration, path string, v any) (*T, bool, error) {
+// postReplayed is post with Idempotency-Key key, and says whether the answer
+// was a replay (Idempotent-Replayed: true).
+func postReplayed[T any](ctx context.Context, c *Client, extra time.Duration, path, key string, v any) (*T, bool, error) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return nil, false, fmt.Errorf("client: encoding %s: %w", path, err)
 	}
 	out := new(T)
-	replayed, err := c.do(ctx, extra, http.MethodPost, path, workerKey(), body, out)
+	replayed, err := c.do(ctx, extra, http.MethodPost, path, key, body, out)
 	if err != nil {
 		return nil, false, err
 	}
@@ -73,18 +73,19 @@ func seconds(d time.Duration) int { return int((d + time.Second - 1) / time.Seco
 // first; none (an empty slice) when nothing was queued before opts.Wait
 // ended.
 func (c *Client) Lease(ctx context.Context, opts LeaseOptions) ([]api.Lease, error) {
-	leases, _, err := c.lease(ctx, opts)
+	leases, _, err := c.lease(ctx, opts, workerKey())
 	return leases, err
 }
 
-// lease is Lease, and says whether the answer was a replay: the kept answer
-// of an earlier attempt of the call (Idempotent-Replayed: true), whose
-// leases may have expired since it was first given (docs/api.md keeps it
-// for 10 minutes), and then been handed to another worker.
-func (c *Client) lease(ctx context.Context, opts LeaseOptions) ([]api.Lease, bool, error) {
+// lease is Lease with Idempotency-Key key, and says whether the answer was a
+// replay: the kept answer of an earlier attempt of the call
+// (Idempotent-Replayed: true), whose leases may have expired since it was
+// first given (docs/api.md keeps it for 10 minutes), and then been handed to
+// another worker.
+func (c *Client) lease(ctx context.Context, opts LeaseOptions, key string) ([]api.Lease, bool, error) {
 	req := api.LeaseRequest{Types: opts.Types, MaxJobs: opts.MaxJobs, LeaseSeconds: seconds(opts.LeaseFor),
 		WaitSeconds: seconds(opts.Wait), Worker: opts.Worker}
-	out, replayed, err := postReplayed[api.LeaseList](ctx, c, opts.Wait, "/v1/leases", req)
+	out, replayed, err := postReplayed[api.LeaseList](ctx, c, opts.Wait, "/v1/leases", key, req)
 	if err != nil {
 		return nil, false, err
 	}
@@ -250,6 +251,11 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 	g := newGrouper(c, ctx)
 	defer g.stop(&running)
 	failures := 0
+	// A lease call left with no answer (its attempts ran out on 5xx,
+	// timeouts, unreachable gates) may have leased jobs: it is sent again,
+	// its key and body unchanged, so those jobs come back as a replay
+	// instead of being held by no one until their leases expire.
+	retryKey, retryN := "", 0
 	for {
 		// One free slot at least, then every other free one.
 		select {
@@ -267,7 +273,14 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 				break more
 			}
 		}
-		leases, replayed, err := c.lease(ctx, LeaseOptions{Types: opts.Types, MaxJobs: n, LeaseFor: opts.LeaseFor, Wait: opts.Wait, Worker: opts.Worker})
+		key := workerKey()
+		if retryKey != "" {
+			for ; n > retryN; n-- { // every slot it had is free again
+				slots <- struct{}{}
+			}
+			key, retryKey = retryKey, ""
+		}
+		leases, replayed, err := c.lease(ctx, LeaseOptions{Types: opts.Types, MaxJobs: n, LeaseFor: opts.LeaseFor, Wait: opts.Wait, Worker: opts.Worker}, key)
 		if err != nil {
 			for range n {
 				slots <- struct{}{}
@@ -278,6 +291,9 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 			var e *Error
 			if errors.As(err, &e) && leaseRefused(e) {
 				return fmt.Errorf("client: leasing jobs: %w", err)
+			}
+			if !errors.As(err, &e) || transient(e) {
+				retryKey, retryN = key, n
 			}
 			failures++
 			opts.Logger.Warn("leasing jobs failed; retrying", "err", err)

@@ -38,11 +38,17 @@ type fakeQueue struct {
 	leaseN    int            // leases asked
 	beats     map[string]int // heartbeats answered, per job
 	replay    bool           // lease answers say Idempotent-Replayed: true
+	// lostLeases: the next lease call leases jobs but its answer is lost,
+	// and it and the next lostLeases-1 lease calls are answered 503; after
+	// them a lease call with its key is answered its leases, replayed.
+	lostLeases int
+	lost       map[string]api.LeaseList // the answers lost, by key
 }
 
 func newFakeQueue(jobs ...string) *fakeQueue {
 	return &fakeQueue{queued: jobs, leases: map[string]string{}, completed: map[string]string{},
-		failed: map[string]bool{}, lose: map[string]bool{}, keys: map[string]bool{}, errs: map[string]string{}, beats: map[string]int{}}
+		failed: map[string]bool{}, lose: map[string]bool{}, keys: map[string]bool{}, errs: map[string]string{}, beats: map[string]int{},
+		lost: map[string]api.LeaseList{}}
 }
 
 // client serves q until the test ends and returns a client of it.
@@ -60,7 +66,9 @@ func (q *fakeQueue) client(t *testing.T) *Client {
 func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if k := r.Header.Get(api.HeaderIdempotencyKey); k == "" || q.keys[k] {
+	k := r.Header.Get(api.HeaderIdempotencyKey)
+	_, retried := q.lost[k]
+	if k == "" || (q.keys[k] && !retried) {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "")
 		return
 	} else {
@@ -72,6 +80,16 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.URL.Path == "/v1/leases" {
 		q.leaseN++
+		switch {
+		case retried && q.lostLeases > 0:
+			q.lostLeases--
+			writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "")
+			return
+		case retried:
+			w.Header().Set(api.HeaderReplayed, "true")
+			reply(q.lost[k])
+			return
+		}
 		if len(q.leaseErrs) > 0 {
 			status := q.leaseErrs[0]
 			q.leaseErrs = q.leaseErrs[1:]
@@ -97,6 +115,12 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			q.n++
 			q.leases[id] = fmt.Sprint("l", q.n)
 			out.Leases = append(out.Leases, api.Lease{LeaseID: q.leases[id], Job: api.Job{JobID: id}, Attempt: 1})
+		}
+		if q.lostLeases > 0 {
+			q.lost[k] = out
+			q.lostLeases--
+			writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "")
+			return
 		}
 		if q.replay {
 			w.Header().Set(api.HeaderReplayed, "true")
@@ -311,6 +335,37 @@ func TestRunSurvivesALeaseServerError(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// A lease call whose every attempt failed with no answer (a gate cut off
+// from its leader for longer than the client's attempts) may have leased
+// jobs: Run sends it again with its key and body, and gets them, replayed.
+// Sent with a new key, its jobs stayed leased to no one until their leases
+// expired (an attempt spent on each, the last one's job dead unrun).
+func TestRunSendsALeaseLeftWithNoAnswerAgain(t *testing.T) {
+	q := newFakeQueue("a")
+	q.lostLeases = 10 // the client's MaxAttempts
+	c := q.client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, WorkerOptions{Concurrency: 2, LeaseFor: time.Minute, Wait: time.Second},
+			func(ctx context.Context, job api.Job, attempt int) (any, error) { return "ok", nil })
+	}()
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.completed) == 1 || q.leaseN > 30
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.completed["a"] != `"ok"` {
+		t.Fatalf("after %d lease calls completed %v: want a, leased by the call left with no answer", q.leaseN, q.completed)
 	}
 }
 
