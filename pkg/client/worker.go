@@ -198,8 +198,9 @@ var ErrPermanent = errors.New("permanent failure")
 // Handler runs one job. ctx ends when the lease is lost (another worker may
 // run the job now: stop) or Run is stopping. A nil error completes the job
 // with result; an error fails the attempt. A result the ledger's byte
-// budget cannot hold (ErrBudgetExceeded), or that encoding/json cannot
-// encode (a NaN), fails the attempt too, with a retry.
+// budget cannot hold (ErrBudgetExceeded), larger than the gate takes
+// (ErrBodyTooLarge), or that encoding/json cannot encode (a NaN), fails the
+// attempt too, with a retry.
 type Handler func(ctx context.Context, job api.Job, attempt int) (result any, err error)
 
 // WorkerOptions configure Run.
@@ -418,11 +419,12 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 	}
 	if herr == nil {
 		err = g.complete(rctx, Completion{JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: result})
-		if errors.Is(err, ErrBudgetExceeded) {
-			// The result cannot be stored: say so on the job, and let it
-			// run again after the backoff (the budget may have room by
-			// then), rather than leave it to its lease's expiry.
-			log.Warn("the ledger cannot hold the job's result: failing the attempt", "err", err)
+		if errors.Is(err, ErrBudgetExceeded) || errors.Is(err, ErrBodyTooLarge) {
+			// The result cannot be stored (the budget has no room for it,
+			// or it is larger than the gate takes): say so on the job, and
+			// let it run again after the backoff (the budget may have room
+			// by then), rather than leave it to its lease's expiry.
+			log.Warn("the job's result cannot be recorded: failing the attempt", "err", err)
 			_, err = c.Fail(rctx, l.Job.JobID, l.LeaseID, "result not recorded: "+err.Error(), true)
 		}
 	} else {

@@ -32,6 +32,7 @@ type fakeQueue struct {
 	running   int
 	keys      map[string]bool // Idempotency-Keys seen
 	budget    int             // results longer are refused with budget_exceeded (0: none)
+	maxResult int             // results longer are refused with body_too_large (0: none)
 	errs      map[string]string
 	batches   []int          // the items of each POST /v1/completions
 	leaseErrs []int          // statuses answered to the first leases, one each
@@ -176,6 +177,9 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (q *fakeQueue) complete(id, leaseID string, result json.RawMessage) (*api.Job, *api.Problem) {
 	if q.leases[id] != leaseID {
 		return nil, &api.Problem{Status: http.StatusConflict, Code: api.CodeLeaseLost}
+	}
+	if q.maxResult > 0 && len(result) > q.maxResult {
+		return nil, &api.Problem{Status: http.StatusRequestEntityTooLarge, Code: api.CodeBodyTooLarge, Detail: "too large"}
 	}
 	if q.budget > 0 && len(result) > q.budget {
 		return nil, &api.Problem{Status: http.StatusInsufficientStorage, Code: api.CodeBudgetExceeded, Detail: "over budget"}
@@ -392,6 +396,25 @@ func TestRunStopsOnALeaseRefusedForGood(t *testing.T) {
 				t.Fatalf("%d leases, %d completed: want Run to stop at the first refusal", q.leaseN, len(q.completed))
 			}
 		})
+	}
+}
+
+// A result larger than the gate takes (413 body_too_large) can never be
+// completed either: Run fails the attempt with a retry and says why. Left
+// unreported, the job stayed running until its lease expired, ran again,
+// and ended dead with no error saying why.
+func TestRunFailsAResultTooLarge(t *testing.T) {
+	q := newFakeQueue("small", "big")
+	q.maxResult = 100
+	runOneGoodOneBad(t, q, func(ctx context.Context, job api.Job, attempt int) (any, error) {
+		if job.JobID == "big" {
+			return strings.Repeat("r", 200), nil
+		}
+		return "ok", nil
+	})
+	defer q.mu.Unlock()
+	if !q.failed["big"] || !strings.Contains(q.errs["big"], string(api.CodeBodyTooLarge)) || q.completed["small"] != `"ok"` {
+		t.Fatalf("completed %v, failed %v with %q", q.completed, q.failed, q.errs["big"])
 	}
 }
 
