@@ -79,7 +79,7 @@ type Config struct {
 	// (as Consul's servers' WAN pool) rather than one datacenter's LAN pool:
 	// its packets carry the label "once-wan" instead of "once-lan/<dc>", so
 	// the two pools never mix even when their seeds point across. Node names
-	// must be unique across datacenters (the manager uses <node>.<dc>).
+	// must be unique across datacenters (the manager uses WANNodeName).
 	WAN bool
 	// WrapTransport, when set, wraps the pool's network transport (the UDP
 	// and TCP listener on BindAddr:BindPort that memberlist would otherwise
@@ -103,6 +103,19 @@ type TestingKnobs struct {
 	// name each time a reply to a keyring query of this node arrives, after
 	// the query has been given it.
 	KeyringReplyArrived func(node string)
+}
+
+// WANNodeName is the name a manager gives the WAN pool: <node-id>.<datacenter>,
+// or <node-id>/<datacenter> when the datacenter's name holds a dot. Node IDs
+// and datacenter names are of A-Z a-z 0-9 . _ - (config.Name), so a node ID
+// may be a host name with dots; the slash keeps node "a.b" of datacenter "c"
+// and node "a" of datacenter "b.c" apart, and every datacenter without a dot
+// keeps its managers' names.
+func WANNodeName(nodeID, datacenter string) string {
+	if strings.Contains(datacenter, ".") {
+		return nodeID + "/" + datacenter
+	}
+	return nodeID + "." + datacenter
 }
 
 // Validate checks c; the error is a *ConfigError that names the field.

@@ -37,7 +37,7 @@ type federation struct {
 }
 
 // startFederation joins the WAN pool when MANAGER_WAN_GOSSIP_ADDR is set.
-// The pool's node name is <node-id>.<datacenter>, unique across datacenters.
+// The pool's node name is membership.WANNodeName, unique across datacenters.
 // secret is the cluster secret ("" for none), from which the pool derives
 // its keys when none is set; wrap, when not nil, wraps the pool's network
 // transport (Options).
@@ -52,7 +52,7 @@ func startFederation(ctx context.Context, cfg manager.Config, secret string, log
 		profile = membership.ProfileLocal // one host: the local timings serve both pools
 	}
 	mcfg, err := membership.Settings{Addr: cfg.WANGossipAddr, Advertise: cfg.WANGossipAdvertise, Keys: cfg.WANGossipKey,
-		Profile: profile, Seeds: cfg.WANJoin, Secret: secret, Label: membership.KeyWAN}.Config("MANAGER_WAN", cfg.NodeID+"."+cfg.Datacenter, memberMeta(cfg),
+		Profile: profile, Seeds: cfg.WANJoin, Secret: secret, Label: membership.KeyWAN}.Config("MANAGER_WAN", membership.WANNodeName(cfg.NodeID, cfg.Datacenter), memberMeta(cfg),
 		log.With(logging.KeyComponent, "wan"))
 	if err != nil {
 		return nil, err

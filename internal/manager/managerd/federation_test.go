@@ -67,6 +67,20 @@ func TestFederationViewSpansDatacenters(t *testing.T) {
 	}
 }
 
+// TestFederationTellsDottedNamesApart: node IDs and datacenter names may
+// both hold dots, so node "a.b" of datacenter "c" and node "a" of datacenter
+// "b.c" must not share a WAN pool name: each manager sees the other's
+// datacenter.
+func TestFederationTellsDottedNamesApart(t *testing.T) {
+	f1 := startWAN(t, "c", func(c *manager.Config) { c.NodeID = "a.b" })
+	f2 := startWAN(t, "b.c", func(c *manager.Config) { c.NodeID, c.RPCAdvertise = "a", "127.0.0.1:7201" }, f1.wan.Addr())
+	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
+		v1, v2 := f1.datacenters(), f2.datacenters()
+		ok := fmt.Sprint(v1["b.c"]) == "[127.0.0.1:7201]" && fmt.Sprint(v2["c"]) == "[127.0.0.1:7101]"
+		return ok, fmt.Sprintf("each to see the other datacenter (c sees %v, b.c sees %v)", v1, v2)
+	})
+}
+
 // TestFederationReportsConfigMismatches: managers publish their IDEMPOTENCY_*
 // lifetimes and waiting rule in the WAN pool; one whose settings differ is
 // reported, per node and setting, by the others (GET /rpc/v1/status); equal
