@@ -17,7 +17,7 @@ import (
 // (empty: plaintext, insecure mode).
 func startMembership(ctx context.Context, cfg Config, secret string, log *slog.Logger) (*membership.Pool, error) {
 	mcfg, err := membership.Settings{Addr: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Keys: cfg.GossipKey,
-		Profile: cfg.GossipProfile, Seeds: cfg.Join, Secret: secret, Label: membership.KeyLAN}.Config("GATE", cfg.NodeName,
+		Profile: cfg.GossipProfile, Seeds: cfg.Join, Secret: secret, Label: membership.KeyLAN}.Config("GATE", membership.GateNodeName(cfg.NodeName),
 		membership.Meta{Role: membership.RoleGate, Datacenter: cfg.Datacenter, NodeID: cfg.NodeName, Version: 1}, log)
 	if err != nil {
 		return nil, err
@@ -54,7 +54,7 @@ func poolGates(pool *membership.Pool) func() []api.ClusterGate {
 		var out []api.ClusterGate
 		for _, m := range pool.Members() {
 			if m.Meta.Role == membership.RoleGate {
-				out = append(out, api.ClusterGate{Name: m.Name, Datacenter: m.Meta.Datacenter, Addr: m.Addr, State: m.State.String()})
+				out = append(out, api.ClusterGate{Name: m.Meta.NodeID, Datacenter: m.Meta.Datacenter, Addr: m.Addr, State: m.State.String()})
 			}
 		}
 		return out

@@ -105,6 +105,12 @@ type TestingKnobs struct {
 	KeyringReplyArrived func(node string)
 }
 
+// GateNodeName is the name a gate gives its LAN pool: its name (GATE_NODE_NAME)
+// followed by "/gate". A manager's name there is its node ID, which holds no
+// "/", so a gate and a manager never share one, not even with the same
+// default (the host name): memberlist would keep one of them out of the pool.
+func GateNodeName(name string) string { return name + "/gate" }
+
 // WANNodeName is the name a manager gives the WAN pool: <node-id>.<datacenter>,
 // or <node-id>/<datacenter> when the datacenter's name holds a dot. Node IDs
 // and datacenter names are of A-Z a-z 0-9 . _ - (config.Name), so a node ID
