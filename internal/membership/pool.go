@@ -162,6 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	mc.Delegate = (*delegate)(p)
 	mc.Events = (*eventDelegate)(p)
 	mc.Ping = (*pingDelegate)(p)
+	mc.Conflict = (*conflictDelegate)(p)
 	mc.Logger = logging.StdLogger(cfg.Logger, "memberlist")
 	if cfg.SecretKey != nil {
 		kr, err := memberlist.NewKeyring(cfg.ExtraKeys, cfg.SecretKey)
@@ -731,6 +732,24 @@ func (d *delegate) NotifyMsg(b []byte) {
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// conflictDelegate is told by memberlist, with its node lock held, of a node
+// that announces a name a member at another address holds: memberlist keeps
+// that node out of the pool, for as long as the other is alive. Two nodes
+// configured with one name are the usual cause, and only the operator can
+// undo it, so it is logged as an error that names the settings.
+type conflictDelegate Pool
+
+func (d *conflictDelegate) NotifyConflict(existing, other *memberlist.Node) {
+	var role Role
+	if meta, err := DecodeMeta(other.Meta); err == nil {
+		role = meta.Role
+	}
+	(*Pool)(d).log.Error("two nodes of the pool have one name: the one at addr is kept out of the pool while the one at peer is alive;"+
+		" give every manager its own MANAGER_NODE_ID and every gate its own GATE_NODE_NAME"+
+		" (or a node came back at a new address before its old one was found dead)",
+		logging.KeyNode, existing.Name, logging.KeyAddr, other.Address(), logging.KeyRole, role, logging.KeyPeer, existing.Address())
+}
 
 // eventDelegate receives memberlist's membership changes. memberlist calls it
 // with its node lock held: it must not call back into memberlist, and must
