@@ -129,8 +129,10 @@ type Manager struct {
 	// ends: what a long-polling lease waits for (workers.go).
 	jobsQueued broadcast
 	// leaseReplays keeps the answers of leases asked with an idempotency
-	// key while this node leads (workers.go).
+	// key while this node leads (workers.go); restores counts the ledger's
+	// Restores, which end that memory (leaseReplayKey).
 	leaseReplays *replay.Memory[leaseAnswer]
+	restores     atomic.Uint64
 	metrics      *metrics
 	clock        ledgerClock                         // ledger time and the clock watch (clock.go)
 	autopilot    atomic.Pointer[autopilot.Autopilot] // set once membership starts

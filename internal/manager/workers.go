@@ -56,8 +56,8 @@ func (a leaseAnswer) size() int64 {
 // Lease implements rpc.Workers. A lease asked with an idempotency key
 // (req.Request) is answered once: a repeat of the key, through any gate,
 // gets the first answer, the same jobs under the same leases, for
-// leaseReplayTTL while this node leads (in this term); at a later leader,
-// or at this one leading again, the jobs the key's attempts leased, as long
+// leaseReplayTTL while this node leads (in this term, until a Restore); at a
+// later leader, after a Restore, or at this one leading again, the jobs the key's attempts leased, as long
 // as their leases last, from the ledger (the lease IDs are derived from the
 // key and the body, ledger.Lease.Replay). Without that, a worker whose
 // answer was lost (a timeout, a gate or a leader that died) would lease
@@ -101,9 +101,12 @@ func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Le
 }
 
 // leaseReplayKey is the key of tenant's lease asked with request in the
-// leader's memory of answers: the memory is this term's (readyTerm).
+// leader's memory of answers: the memory is this term's (readyTerm), and
+// ends at a Restore (an operator's snapshot restore, in the same term),
+// whose ledger need not hold the leases it remembers: a worker given one
+// would run a job the ledger holds queued for another.
 func (m *Manager) leaseReplayKey(tenant, request string) string {
-	return strconv.FormatUint(m.readyTerm.Load(), 10) + "\x00" + tenant + "\x00" + request
+	return strconv.FormatUint(m.readyTerm.Load(), 10) + "\x00" + strconv.FormatUint(m.restores.Load(), 10) + "\x00" + tenant + "\x00" + request
 }
 
 // lease leases jobs for req, waiting up to its wait for one while ctx lasts;
@@ -141,8 +144,11 @@ func (m *Manager) lease(ctx, applyCtx context.Context, req *rpcpb.LeaseRequest) 
 }
 
 // onChange receives the ledger's changes (from Apply: it must not block):
-// leases waiting for a job.
+// leases waiting for a job, and the memory of lease answers at a Restore.
 func (m *Manager) onChange(c ledger.Change) {
+	if c.Kind == ledger.ChangeRestored {
+		m.restores.Add(1)
+	}
 	if c.Kind == ledger.ChangeCommitted || c.Kind == ledger.ChangeRestored {
 		m.jobsQueued.fire()
 	}
