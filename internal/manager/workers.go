@@ -57,12 +57,12 @@ func (a leaseAnswer) size() int64 {
 // (req.Request) is answered once: a repeat of the key, through any gate,
 // gets the first answer, the same jobs under the same leases, for
 // leaseReplayTTL while this node leads (in this term, until a Restore); at a
-// later leader, after a Restore, or at this one leading again, the jobs the key's attempts leased, as long
-// as their leases last, from the ledger (the lease IDs are derived from the
-// key and the body, ledger.Lease.Replay). Without that, a worker whose
-// answer was lost (a timeout, a gate or a leader that died) would lease
-// other jobs on its retry, and the first ones would come back only when
-// their leases expire.
+// later leader, after a Restore, or at this one leading again, the jobs the
+// key's attempts leased, as long as their leases last, from the ledger (the
+// lease IDs are derived from the key and the body, ledger.Lease.Replay).
+// Without that, a worker whose answer was lost (a timeout, a gate or a
+// leader that died) would lease other jobs on its retry, and the first ones
+// would come back only when their leases expire.
 func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
 	if req.Request == "" {
 		return m.lease(ctx, ctx, req)
