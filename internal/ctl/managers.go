@@ -24,6 +24,7 @@ import (
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // ErrNoManagerLeader: cluster status or raft peers reached managers, but
@@ -132,18 +133,12 @@ func (g *globals) withManagers(cmd *cobra.Command, do func(context.Context, *rpc
 	return do(ctx, mc)
 }
 
-// managerStatus is one --managers entry's status, or why it has none.
-type managerStatus struct {
-	Addr   string      `json:"addr"`
-	Status *rpc.Status `json:"status,omitempty"`
-	Error  string      `json:"error,omitempty"`
-}
-
 // statusAll asks every --managers entry for its status at once: asked in
 // turn, one that never answers would take the whole --timeout, and every
-// manager after it would be shown as failed.
-func (g *globals) statusAll(ctx context.Context, mc *rpc.Client) []managerStatus {
-	rows := make([]managerStatus, len(g.managers))
+// manager after it would be shown as failed. A row is the entry's status, or
+// why it has none (rpc.Status is api.ManagerStatus).
+func (g *globals) statusAll(ctx context.Context, mc *rpc.Client) []api.ClusterManager {
+	rows := make([]api.ClusterManager, len(g.managers))
 	var wg sync.WaitGroup
 	for i, a := range g.managers {
 		wg.Go(func() {
