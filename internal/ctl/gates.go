@@ -308,13 +308,6 @@ func unanswered(err error) bool {
 	return e.Status >= 500 || e.Status == http.StatusRequestTimeout || e.Status == http.StatusTooManyRequests
 }
 
-// withoutDeadline is ctx without its deadline, cancelled when ctx ends.
-func withoutDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	calls, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, cancel)
-	return calls, func() { stop(); cancel() }
-}
-
 // readJobView reads the job wherever it is, then each datacenter's copy
 // (dcs, or the datacenters its submission named: named_datacenters, or the
 // copy's own datacenter for a job of one).
@@ -325,7 +318,7 @@ func readJobView(ctx context.Context, c *client.Client, id string, dcs []string)
 	// error of its own while ctx has not ended, which watchJob would print
 	// instead of ErrWatchTimeout. A copy's read keeps the deadline: its
 	// early end is the datacenter's "unreachable".
-	calls, stop := withoutDeadline(ctx)
+	calls, stop := detach(ctx, context.Background())
 	j, err := c.GetJob(calls, id)
 	stop()
 	if err != nil {

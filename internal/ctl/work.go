@@ -69,7 +69,16 @@ or SIGTERM, then waits for the running commands.`,
 			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			run := cmd.Context()
 			return c.Run(run, opts, func(ctx context.Context, job api.Job, attempt int) (any, error) {
-				cctx, cancel := commandContext(run, ctx)
+				// client.Run ends a handler's context both when its lease is
+				// lost and when the worker stops (run, Main's context: SIGINT,
+				// SIGTERM). Only the first kills the command: on a stop the
+				// worker waits for the running commands, and reports their
+				// outcomes, as documented; killing them would report each a
+				// failed attempt (a job on its last one would end dead because
+				// a worker stopped). A lease lost after the stop began no
+				// longer kills the command: its outcome is then not reported
+				// (client.Run), and delivery is at least once.
+				cctx, cancel := detach(ctx, run)
 				defer cancel()
 				return runJobCommand(cctx, args, job, attempt)
 			})
@@ -83,22 +92,16 @@ or SIGTERM, then waits for the running commands.`,
 	return cmd
 }
 
-// commandContext is the context a job's command runs under. client.Run
-// ends a handler's context both when its lease is lost and when the worker
-// stops (run, Main's context: SIGINT, SIGTERM). Only the first kills the
-// command: on a stop the worker waits for the running commands, and reports
-// their outcomes, as documented; killing them would report each a failed
-// attempt (a job on its last one would end dead because a worker stopped).
-// A lease lost after the stop began no longer kills the command: its
-// outcome is then not reported (client.Run), and delivery is at least once.
-func commandContext(run, handler context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(handler))
-	stop := context.AfterFunc(handler, func() {
-		if run.Err() == nil {
-			cancel() // the lease was lost
+// detach is ctx without its deadline, cancelled when ctx ends unless
+// stopping has ended by then.
+func detach(ctx, stopping context.Context) (context.Context, context.CancelFunc) {
+	d, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if stopping.Err() == nil {
+			cancel()
 		}
 	})
-	return ctx, func() { stop(); cancel() }
+	return d, func() { stop(); cancel() }
 }
 
 // runJobCommand runs args for job and turns its outcome into a result or an
