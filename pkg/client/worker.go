@@ -45,23 +45,17 @@ func workerKey() string {
 	return "w-" + hex.EncodeToString(b[:])
 }
 
-// post posts v to path with a fresh Idempotency-Key and decodes the answer
-// into a new T; extra lengthens each attempt's timeout.
-func post[T any](ctx context.Context, c *Client, extra time.Duration, path string, v any) (*T, error) {
-	out, _, err := postReplayed[T](ctx, c, extra, path, workerKey(), v)
-	return out, err
-}
-
-// postReplayed is post with Idempotency-Key key, and says whether the answer
-// was a replay (Idempotent-Replayed: true).
-func postReplayed[T any](ctx context.Context, c *Client, extra time.Duration, path, key string, v any) (*T, bool, error) {
+// post posts v to path with Idempotency-Key key (workerKey: a fresh one)
+// and decodes the answer into a new T; extra lengthens each attempt's
+// timeout. replayed says whether the answer was a replay
+// (Idempotent-Replayed: true).
+func post[T any](ctx context.Context, c *Client, extra time.Duration, path, key string, v any) (out *T, replayed bool, err error) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return nil, false, fmt.Errorf("client: encoding %s: %w", path, err)
 	}
-	out := new(T)
-	replayed, err := c.do(ctx, extra, http.MethodPost, path, key, body, out)
-	if err != nil {
+	out = new(T)
+	if replayed, err = c.do(ctx, extra, http.MethodPost, path, key, body, out); err != nil {
 		return nil, false, err
 	}
 	return out, replayed, nil
@@ -85,7 +79,7 @@ func (c *Client) Lease(ctx context.Context, opts LeaseOptions) ([]api.Lease, err
 func (c *Client) lease(ctx context.Context, opts LeaseOptions, key string) ([]api.Lease, bool, error) {
 	req := api.LeaseRequest{Types: opts.Types, MaxJobs: opts.MaxJobs, LeaseSeconds: seconds(opts.LeaseFor),
 		WaitSeconds: seconds(opts.Wait), Worker: opts.Worker}
-	out, replayed, err := postReplayed[api.LeaseList](ctx, c, opts.Wait, "/v1/leases", key, req)
+	out, replayed, err := post[api.LeaseList](ctx, c, opts.Wait, "/v1/leases", key, req)
 	if err != nil {
 		return nil, false, err
 	}
@@ -97,7 +91,7 @@ func jobPath(jobID, action string) string { return "/v1/jobs/" + url.PathEscape(
 // Heartbeat extends a lease to now + leaseFor (0: 30 s) and returns its new
 // expiry. An error matching ErrLeaseLost: the job is no longer the caller's.
 func (c *Client) Heartbeat(ctx context.Context, jobID, leaseID string, leaseFor time.Duration) (time.Time, error) {
-	out, err := post[api.HeartbeatResponse](ctx, c, 0, jobPath(jobID, "heartbeat"),
+	out, _, err := post[api.HeartbeatResponse](ctx, c, 0, jobPath(jobID, "heartbeat"), workerKey(),
 		api.HeartbeatRequest{LeaseID: leaseID, LeaseSeconds: seconds(leaseFor)})
 	if err != nil {
 		return time.Time{}, err
@@ -113,7 +107,8 @@ func (c *Client) Complete(ctx context.Context, jobID, leaseID string, result any
 	if err != nil {
 		return nil, fmt.Errorf("client: encoding the result of job %s: %w", jobID, err)
 	}
-	return post[api.Job](ctx, c, 0, jobPath(jobID, "complete"), api.CompleteRequest{LeaseID: leaseID, Result: raw})
+	job, _, err := post[api.Job](ctx, c, 0, jobPath(jobID, "complete"), workerKey(), api.CompleteRequest{LeaseID: leaseID, Result: raw})
+	return job, err
 }
 
 // Completion is one item of CompleteMany: a leased job and its result (any
@@ -149,7 +144,7 @@ func (c *Client) CompleteMany(ctx context.Context, items []Completion) ([]Comple
 		}
 		req.Completions[i] = api.Completion{JobID: it.JobID, LeaseID: it.LeaseID, Result: raw}
 	}
-	out, err := post[api.CompletionsResponse](ctx, c, 0, "/v1/completions", req)
+	out, _, err := post[api.CompletionsResponse](ctx, c, 0, "/v1/completions", workerKey(), req)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +182,8 @@ func (c *Client) Fail(ctx context.Context, jobID, leaseID, message string, retry
 		}
 		message = message[:n]
 	}
-	return post[api.Job](ctx, c, 0, jobPath(jobID, "fail"), api.FailRequest{LeaseID: leaseID, Error: message, Retry: &retry})
+	job, _, err := post[api.Job](ctx, c, 0, jobPath(jobID, "fail"), workerKey(), api.FailRequest{LeaseID: leaseID, Error: message, Retry: &retry})
+	return job, err
 }
 
 // ErrPermanent marks a handler's error as not worth a retry: Run then
@@ -342,8 +338,9 @@ func leaseRefused(e *Error) bool {
 // (another worker may hold the job now), and such a job is not run.
 func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l api.Lease, replayed bool, g *grouper) {
 	log := opts.Logger.With("job_id", l.Job.JobID, "attempt", l.Attempt)
+	every := max(opts.LeaseFor/3, 100*time.Millisecond)
 	if replayed {
-		bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), max(opts.LeaseFor/3, 100*time.Millisecond))
+		bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), every)
 		_, err := c.Heartbeat(bctx, l.Job.JobID, l.LeaseID, opts.LeaseFor)
 		bcancel()
 		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrJobNotFound) {
@@ -365,7 +362,6 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 	beat := make(chan struct{})
 	go func() {
 		defer close(beat)
-		every := max(opts.LeaseFor/3, 100*time.Millisecond)
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
