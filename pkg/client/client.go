@@ -200,7 +200,10 @@ func (c *Client) jobAction(ctx context.Context, id, key, action string) (*Result
 // withNewKey makes call with a new key from Options.Keys; its failure is a
 // *KeyError naming the key, for the caller to repeat the call with it.
 func (c *Client) withNewKey(call func(key string) (*Result, error)) (*Result, error) {
-	key, err := c.nextKey()
+	if c.opts.Keys == nil {
+		return nil, ErrNoKeys
+	}
+	key, err := c.opts.Keys.Next()
 	if err != nil {
 		return nil, err
 	}
@@ -209,13 +212,6 @@ func (c *Client) withNewKey(call func(key string) (*Result, error)) (*Result, er
 		return nil, &KeyError{Key: key, Err: err}
 	}
 	return res, nil
-}
-
-func (c *Client) nextKey() (string, error) {
-	if c.opts.Keys == nil {
-		return "", ErrNoKeys
-	}
-	return c.opts.Keys.Next()
 }
 
 // keyed posts body to path with the structured idempotency key key; the
