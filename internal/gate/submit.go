@@ -183,7 +183,7 @@ func problemResponse(status int, code api.Code, detail string) *response {
 }
 
 // retryLaterResponse is a transient problem (503, 409) with Config.RetryAfter
-// as its Retry-After: retryLater's answer, as a response.
+// as its Retry-After.
 func (g *Gate) retryLaterResponse(status int, code api.Code, detail string) *response {
 	resp := problemResponse(status, code, detail)
 	resp.retryAfter = g.cfg.RetryAfter
@@ -426,11 +426,9 @@ func (g *Gate) awaitPending(w http.ResponseWriter, r *http.Request, waiter *cach
 	}
 }
 
-// retryLater answers a transient problem (503, 409) with Config.RetryAfter
-// as its Retry-After.
+// retryLater answers retryLaterResponse(status, code, detail).
 func (g *Gate) retryLater(w http.ResponseWriter, status int, code api.Code, detail string) {
-	w.Header().Set(api.HeaderRetryAfter, retryAfter(g.cfg.RetryAfter))
-	writeProblem(w, status, code, detail)
+	g.reply(w, g.retryLaterResponse(status, code, detail), false)
 }
 
 // readBody reads the request body, at most MaxBodyBytes. Content-Type is not
