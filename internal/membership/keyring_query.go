@@ -89,7 +89,9 @@ const maxKeyringReplyKeys = 64
 // on every alive member of the pool, and returns every answer gathered
 // before ctx ends. An error is returned only when the pool is not encrypted,
 // op is unknown or the pool is shut down (ErrShutdown); failures on nodes
-// are in the result.
+// are in the result. A KeyringRemove first lists every member's keys, and
+// removes the key nowhere, every answer saying why, when a member uses it
+// as its primary key or does not answer.
 func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (KeyringResult, error) {
 	if err := op.check(); err != nil {
 		return KeyringResult{}, err
@@ -102,6 +104,53 @@ func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (Keyr
 			return KeyringResult{}, err
 		}
 	}
+	if op == KeyringRemove {
+		// A member still encrypting with the key (it missed the use step,
+		// or came back configured with the old keys) would refuse, while
+		// the others would remove it and no longer read that member: the
+		// pool split in two. So the members are asked their keys first, and
+		// the key is removed nowhere unless every one answered and none uses
+		// it as its primary key.
+		check, err := p.queryPool(ctx, KeyringList, nil)
+		if err != nil {
+			return KeyringResult{}, err
+		}
+		if refused, ok := refuseRemove(check, key); ok {
+			return refused, nil
+		}
+	}
+	return p.queryPool(ctx, op, key)
+}
+
+// refuseRemove returns check, the members' keys before a remove of key,
+// with every answer refusing the remove, and true, when a member uses key
+// as its primary key or did not answer; check is then what the query
+// returns.
+func refuseRemove(check KeyringResult, key []byte) (KeyringResult, bool) {
+	var users []string
+	for _, n := range check.Nodes {
+		if len(n.Keys) > 0 && bytes.Equal(n.Keys[0], key) {
+			users = append(users, n.Node)
+		}
+	}
+	var why string
+	switch {
+	case len(users) > 0:
+		why = "it is the primary key of " + strings.Join(users, ", ") + " (run use with another key on every member first)"
+	case len(check.NoAnswer) > 0:
+		why = "no answer from " + strings.Join(check.NoAnswer, ", ") + ", which may use it as its primary key"
+	default:
+		return KeyringResult{}, false
+	}
+	for i := range check.Nodes {
+		check.Nodes[i].Err = "not removed from any member: " + why
+	}
+	return check, true
+}
+
+// queryPool is KeyringQuery once op and key are checked: it applies op on
+// this node and sends it to every alive member.
+func (p *Pool) queryPool(ctx context.Context, op KeyringOp, key []byte) (KeyringResult, error) {
 	// Every member asked is waiting before the first send: a reply is taken
 	// whenever it arrives, even while the query is still being sent to the
 	// others, and none is ever dropped (the replies go into the query's own

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -369,5 +370,112 @@ func TestKeyringQueryIgnoresAReplyToAnEarlierRun(t *testing.T) {
 	}
 	if len(res.Nodes) != 1 || res.Nodes[0].Node != "a" || len(res.NoAnswer) != 1 || res.NoAnswer[0] != "b" {
 		t.Fatalf("answers %+v, no answer from %v; want a's only, and no answer from b", res.Nodes, res.NoAnswer)
+	}
+}
+
+// Removing a key that a member still uses as its primary key (it missed the
+// use step) removes it from no member: the others would otherwise no longer
+// read that member's gossip, and the pool would split in two. Every answer
+// says so; once the member uses the new key too, the remove goes through.
+// (The remove was once applied wherever the key was not the primary, and
+// only that member refused.)
+func TestKeyringRemoveOfAKeyAMemberStillUsesRemovesItNowhere(t *testing.T) {
+	old, next := key(1), key(2)
+	a := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = old })
+	b := startPool(t, "b", RoleManager, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
+	g := startPool(t, "g", RoleGate, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
+	pools := []*Pool{a, b, g}
+	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b", "g"))
+	query := func(op KeyringOp, k []byte) KeyringResult {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		res, err := a.KeyringQuery(ctx, op, k)
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		return res
+	}
+	if res := query(KeyringInstall, next); !res.Complete() {
+		t.Fatalf("install: %+v", res)
+	}
+	for _, p := range []*Pool{a, b} { // g misses the use step
+		if err := p.UseKey(next); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	res := query(KeyringRemove, old)
+	if res.Complete() || len(res.Nodes) != 3 {
+		t.Fatalf("remove of g's primary key: %+v, want every member's refusal", res)
+	}
+	for _, n := range res.Nodes {
+		if n.Err == "" || !strings.Contains(n.Err, "primary key of g") {
+			t.Fatalf("%s: error %q, want a refusal naming g", n.Node, n.Err)
+		}
+	}
+	for _, p := range pools {
+		if keys := p.Keys(); len(keys) != 2 {
+			t.Fatalf("%s holds %d keys after the refused remove, want both", p.cfg.NodeName, len(keys))
+		}
+	}
+
+	if res := query(KeyringUse, next); !res.Complete() {
+		t.Fatalf("use: %+v", res)
+	}
+	if res := query(KeyringRemove, old); !res.Complete() {
+		t.Fatalf("remove once no member uses the key: %+v", res)
+	}
+	if err := g.ModifyMeta(func(m *Meta) { m.Version = 7 }); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		for _, m := range a.Members() {
+			if m.Name == "g" && m.Meta.Version == 7 {
+				return true, ""
+			}
+		}
+		return false, "a to see g's update under the new key"
+	})
+}
+
+// A remove is applied nowhere while a member does not answer: that member
+// may use the key as its primary key.
+func TestKeyringRemoveWithAMemberNotAnsweringRemovesItNowhere(t *testing.T) {
+	old, next := key(1), key(2)
+	release := make(chan struct{})
+	releaseDials := sync.OnceFunc(func() { close(release) })
+	defer releaseDials()
+	var tr *stallDialTo
+	a := startPool(t, "a", RoleManager, func(c *Config) {
+		c.SecretKey, c.ExtraKeys = next, [][]byte{old}
+		c.WrapTransport = func(nt memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+			tr = &stallDialTo{NodeAwareTransport: nt, release: release}
+			return tr
+		}
+	})
+	pools := []*Pool{a}
+	for _, name := range []string{"b", "d"} {
+		pools = append(pools, startPool(t, name, RoleGate, func(c *Config) {
+			c.SecretKey, c.ExtraKeys = next, [][]byte{old}
+			c.Seeds = []string{a.Addr()}
+		}))
+	}
+	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b", "d"))
+
+	tr.stall(pools[2].Addr())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	res, err := a.KeyringQuery(ctx, KeyringRemove, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Complete() || len(res.NoAnswer) != 1 || res.NoAnswer[0] != "d" {
+		t.Fatalf("remove with d not answering: %+v", res)
+	}
+	for _, p := range pools[:2] {
+		if keys := p.Keys(); len(keys) != 2 {
+			t.Fatalf("%s holds %d keys after the refused remove, want both", p.cfg.NodeName, len(keys))
+		}
 	}
 }
