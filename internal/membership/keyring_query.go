@@ -89,9 +89,10 @@ const maxKeyringReplyKeys = 64
 // on every alive member of the pool, and returns every answer gathered
 // before ctx ends. An error is returned only when the pool is not encrypted,
 // op is unknown or the pool is shut down (ErrShutdown); failures on nodes
-// are in the result. A KeyringRemove first lists every member's keys, and
-// removes the key nowhere, every answer saying why, when a member uses it
-// as its primary key or does not answer.
+// are in the result. A KeyringUse or KeyringRemove first lists every
+// member's keys, and is applied nowhere, every answer saying why, when a
+// member does not answer or would refuse it (a use of a key it does not
+// hold, a remove of its primary key).
 func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (KeyringResult, error) {
 	if err := op.check(); err != nil {
 		return KeyringResult{}, err
@@ -104,46 +105,55 @@ func (p *Pool) KeyringQuery(ctx context.Context, op KeyringOp, key []byte) (Keyr
 			return KeyringResult{}, err
 		}
 	}
-	if op == KeyringRemove {
-		// A member still encrypting with the key (it missed the use step,
-		// or came back configured with the old keys) would refuse, while
-		// the others would remove it and no longer read that member: the
-		// pool split in two. So the members are asked their keys first, and
-		// the key is removed nowhere unless every one answered and none uses
-		// it as its primary key.
+	if op == KeyringUse || op == KeyringRemove {
+		// A member that refuses the step while the others apply it is cut
+		// off from them: one without the key (it was down during the
+		// install, or came back configured with the old keys) cannot read
+		// the others once they encrypt with it, and the others cannot read
+		// one still encrypting with a key they removed. So the members are
+		// asked their keys first, and the step is applied nowhere unless
+		// every one answered and every one can take it.
 		check, err := p.queryPool(ctx, KeyringList, nil)
 		if err != nil {
 			return KeyringResult{}, err
 		}
-		if refused, ok := refuseRemove(check, key); ok {
+		if refused, ok := refuseStep(op, check, key); ok {
 			return refused, nil
 		}
 	}
 	return p.queryPool(ctx, op, key)
 }
 
-// refuseRemove returns check, the members' keys before a remove of key,
-// with every answer refusing the remove, and true, when a member uses key
-// as its primary key or did not answer; check is then what the query
-// returns.
-func refuseRemove(check KeyringResult, key []byte) (KeyringResult, bool) {
-	var users []string
+// refuseStep returns check, the members' keys before a use or a remove of
+// key, with every answer refusing the step, and true, when a member did not
+// answer or would refuse the step: a use of a key it does not hold, a
+// remove of its primary key. check is then what the query returns.
+func refuseStep(op KeyringOp, check KeyringResult, key []byte) (KeyringResult, bool) {
+	var blocking []string
 	for _, n := range check.Nodes {
-		if len(n.Keys) > 0 && bytes.Equal(n.Keys[0], key) {
-			users = append(users, n.Node)
+		holds := slices.ContainsFunc(n.Keys, func(k []byte) bool { return bytes.Equal(k, key) })
+		primary := len(n.Keys) > 0 && bytes.Equal(n.Keys[0], key)
+		if (op == KeyringUse && !holds) || (op == KeyringRemove && primary) {
+			blocking = append(blocking, n.Node)
 		}
 	}
 	var why string
+	done := "made primary on"
+	if op == KeyringRemove {
+		done = "removed from"
+	}
 	switch {
-	case len(users) > 0:
-		why = "it is the primary key of " + strings.Join(users, ", ") + " (run use with another key on every member first)"
+	case len(blocking) > 0 && op == KeyringUse:
+		why = "not installed on " + strings.Join(blocking, ", ") + " (run install first)"
+	case len(blocking) > 0:
+		why = "it is the primary key of " + strings.Join(blocking, ", ") + " (run use with another key first)"
 	case len(check.NoAnswer) > 0:
-		why = "no answer from " + strings.Join(check.NoAnswer, ", ") + ", which may use it as its primary key"
+		why = "no answer from " + strings.Join(check.NoAnswer, ", ") + ", which would then be cut off from the others"
 	default:
 		return KeyringResult{}, false
 	}
 	for i := range check.Nodes {
-		check.Nodes[i].Err = "not removed from any member: " + why
+		check.Nodes[i].Err = "not " + done + " any member: " + why
 	}
 	return check, true
 }

@@ -479,3 +479,65 @@ func TestKeyringRemoveWithAMemberNotAnsweringRemovesItNowhere(t *testing.T) {
 		}
 	}
 }
+
+// A member that was down during the install, back with the old key only,
+// is not cut off by the use step: the key is made primary on no member
+// while one does not hold it (it would refuse, and could no longer read the
+// others encrypting with the new key). Once it is installed there too, the
+// use goes through. (The use was once applied everywhere the key was
+// installed, and only that member refused.)
+func TestKeyringUseOfAKeyAMemberDoesNotHoldUsesItNowhere(t *testing.T) {
+	old, next := key(1), key(2)
+	a := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = old })
+	b := startPool(t, "b", RoleManager, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b}, "a", "b"))
+	query := func(op KeyringOp, k []byte) KeyringResult {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		res, err := a.KeyringQuery(ctx, op, k)
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		return res
+	}
+	if res := query(KeyringInstall, next); !res.Complete() || len(res.Nodes) != 2 {
+		t.Fatalf("install: %+v", res)
+	}
+	g := startPool(t, "g", RoleGate, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
+	pools := []*Pool{a, b, g}
+	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b", "g"))
+
+	res := query(KeyringUse, next)
+	if res.Complete() || len(res.Nodes) != 3 {
+		t.Fatalf("use of a key g does not hold: %+v, want every member's refusal", res)
+	}
+	for _, n := range res.Nodes {
+		if !strings.Contains(n.Err, "not installed on g") {
+			t.Fatalf("%s: error %q, want a refusal naming g", n.Node, n.Err)
+		}
+	}
+	for _, p := range pools {
+		if keys := p.Keys(); !bytes.Equal(keys[0], old) {
+			t.Fatalf("%s encrypts with the new key after the refused use", p.cfg.NodeName)
+		}
+	}
+
+	if res := query(KeyringInstall, next); !res.Complete() {
+		t.Fatalf("install again: %+v", res)
+	}
+	if res := query(KeyringUse, next); !res.Complete() {
+		t.Fatalf("use once every member holds the key: %+v", res)
+	}
+	if err := g.ModifyMeta(func(m *Meta) { m.Version = 7 }); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		for _, m := range a.Members() {
+			if m.Name == "g" && m.Meta.Version == 7 {
+				return true, ""
+			}
+		}
+		return false, "a to see g's update under the new key"
+	})
+}
