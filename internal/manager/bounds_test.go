@@ -211,7 +211,9 @@ func TestLedgerByteBudget(t *testing.T) {
 func TestListLargeJobsPagesThroughRPC(t *testing.T) {
 	tc := newTestCluster(t, 1, nil)
 	l := tc.leader()
-	ctx := ctxT(t)
+	// 18 MB through the race detector on a loaded machine: the test is of
+	// paging, not of speed, so neither the test nor an attempt is short.
+	ctx := longCtx(t)
 	payload := `"` + strings.Repeat("p", 900_000) + `"`
 	for i := 0; i < 20; i++ {
 		if r, err := tc.submit(ctx, l, "t", fmt.Sprintf("big-%02d", i), "fp", "demo", payload, 0); err != nil || r.Outcome != rpc.OutcomeCommitted {
@@ -219,7 +221,7 @@ func TestListLargeJobsPagesThroughRPC(t *testing.T) {
 		}
 	}
 	addr := rpctest.Listen(t, rpc.NewServer(tc.mgrs[l], rpc.ServerConfig{}))
-	client := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{addr}})
+	client := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{addr}, AttemptTimeout: time.Minute})
 	defer client.Close()
 	var keys []string
 	after, pages := "", 0

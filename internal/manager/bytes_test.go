@@ -31,7 +31,9 @@ func servedCluster(t *testing.T, tweak func(*Config)) (*testCluster, *rpc.Client
 	})
 	queueOn(tc)
 	serveRPC(t, tc)
-	c := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{tc.cfgs[0].RPCAdvertise}})
+	// Pages of megabytes through the race detector: an attempt is given a
+	// minute, as the tests are of bytes and bounds, not of speed.
+	c := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{tc.cfgs[0].RPCAdvertise}, AttemptTimeout: time.Minute})
 	t.Cleanup(c.Close)
 	return tc, c
 }
