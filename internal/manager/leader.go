@@ -76,6 +76,11 @@ func (m *Manager) leaderLoop() {
 // open for business, then expire entries every cleanup interval and job leases every leaseCheckInterval
 // until leadership ends. A barrier that completes in another term than term
 // proves nothing of it: lead returns, and the loop starts the new term's.
+// A barrier that fails in term is retried, also while this node does not
+// lead: the loop reads the state and the term apart, so it may start a lead
+// for the term of an election the node still runs, and it ends the lead
+// itself when the node does not lead
+// (TestALeadStartedDuringItsElectionServesTheTermItWins).
 func (m *Manager) lead(ctx context.Context, term uint64) {
 	if f := m.deps.Knobs.BeforeBarrier; f != nil {
 		f()
@@ -87,9 +92,6 @@ func (m *Manager) lead(ctx context.Context, term uint64) {
 		}
 		if err == nil {
 			break
-		}
-		if m.raft.State() != raft.Leader {
-			return
 		}
 		m.log.Warn("leader barrier failed; retrying", logging.KeyError, err)
 		select {

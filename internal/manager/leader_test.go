@@ -1,12 +1,15 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/testutil"
 )
 
 // TestALateLeadershipLossLeavesTheServingTermAlone: a Raft future failed
@@ -27,5 +30,49 @@ func TestALateLeadershipLossLeavesTheServingTermAlone(t *testing.T) {
 	resp, err := tc.submit(ctxT(t), 0, "t", "k", "fp", "email", "{}", 0)
 	if err != nil || resp.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("a submission after a late leadership failure: %v, %v", resp, err)
+	}
+}
+
+// TestALeadStartedDuringItsElectionServesTheTermItWins: the leader loop reads
+// the node's state and its term apart, so a node deposed and campaigning
+// again between the two reads starts a lead for the term of its new
+// election while it is still a candidate in it. That lead must wait for the
+// term (retrying its barrier) until the node wins it, or the term moves on,
+// or the loop ends it: one that returned at once left the loop believing the
+// term led, and the node, winning that very term, answered "new leader is
+// catching up" to every call until the next election. Here the node
+// campaigns alone (its peers stopped), the lead is started for its term,
+// and it must not return before the term has moved on (the peers back).
+func TestALeadStartedDuringItsElectionServesTheTermItWins(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	x := (l + 1) % 3
+	for i := range tc.mgrs {
+		if i != x {
+			tc.stop(i)
+		}
+	}
+	m := tc.mgrs[x]
+	testutil.WaitFor(t, 15*time.Second, func() (bool, string) {
+		return m.raft.State() == raft.Candidate, "node " + m.raft.State().String() + ", want a candidate"
+	})
+	term := m.raft.CurrentTerm()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended := make(chan uint64, 1)
+	go func() {
+		m.lead(ctx, term)
+		ended <- m.raft.CurrentTerm()
+	}()
+	// The lead runs while the node campaigns; its peers come back, and
+	// the term moves on (to the node's own win or another's).
+	for i := range tc.mgrs {
+		if i != x {
+			tc.start(i)
+		}
+	}
+	if got := <-ended; got == term {
+		t.Fatalf("the lead for term %d returned while the node still was in it (%s): had it won the term, it would never serve",
+			term, m.raft.State())
 	}
 }
