@@ -52,6 +52,10 @@ const (
 	// handoffBackoff is the least time between two leadership handoffs by one
 	// manager.
 	handoffBackoff = time.Minute
+	// readingTries bounds how often a reading of ledger time is taken again
+	// because the clock stepped while it measured the view (readLedgerTime):
+	// a clock that steps at every try is not one to measure anything by.
+	readingTries = 3
 )
 
 // ledgerClock is the manager's clock state; see ledgerNow.
@@ -140,8 +144,22 @@ func (m *Manager) expiryNow() time.Time {
 
 // readLedgerTime is one reading of the rule; see ledgerNow.
 func (m *Manager) readLedgerTime() clockwatch.Reading {
-	wall := m.now()
-	v := m.groupView(false, wall)
+	// The clock and the view must be of one clock: a step between reading
+	// the one and measuring the other (the view's offsets are corrected to
+	// the clock after the step, the reading is from before it) would stamp
+	// the clock before the step plus the offsets after it, as far ahead as
+	// the clock was set back. A reading whose clock stepped across the view
+	// is taken again.
+	var wall time.Time
+	var v clockwatch.View
+	for range readingTries {
+		at := time.Now()
+		wall = m.now()
+		v = m.groupView(false, wall)
+		if !stepped(m.now().UnixNano()-wall.UnixNano(), time.Since(at)) {
+			break
+		}
+	}
 	c := &m.clock
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -180,14 +198,10 @@ func (m *Manager) readLedgerTime() clockwatch.Reading {
 func (m *Manager) groupView(fresh bool, now time.Time) clockwatch.View {
 	c := &m.clock
 	c.mu.Lock()
-	stepped := false
-	if !c.viewAt.IsZero() {
-		step := time.Duration(now.UnixNano()-c.viewWall) - time.Since(c.viewAt)
-		stepped = step > clockStepTolerance || step < -clockStepTolerance
-	}
+	moved := !c.viewAt.IsZero() && stepped(now.UnixNano()-c.viewWall, time.Since(c.viewAt))
 	// After a step this reading computes its own view even while another
 	// does: it must not use the one from before the step.
-	if !stepped && (c.computing || (!fresh && !c.viewAt.IsZero() && time.Since(c.viewAt) < viewTTL)) {
+	if !moved && (c.computing || (!fresh && !c.viewAt.IsZero() && time.Since(c.viewAt) < viewTTL)) {
 		v := c.view
 		c.mu.Unlock()
 		return v
@@ -201,6 +215,13 @@ func (m *Manager) groupView(fresh bool, now time.Time) clockwatch.View {
 	c.view, c.peers, c.viewAt, c.viewWall, c.computing = v, peers, at, wall, false
 	c.mu.Unlock()
 	return v
+}
+
+// stepped reports whether a wall clock that moved by wall while the monotonic
+// clock moved by mono was stepped (beyond clockStepTolerance).
+func stepped(wall int64, mono time.Duration) bool {
+	step := time.Duration(wall) - mono
+	return step > clockStepTolerance || step < -clockStepTolerance
 }
 
 // computeView measures the group: the voters of the Raft configuration and

@@ -541,3 +541,57 @@ func TestClockViewIgnoresMembersClaimingAVotersID(t *testing.T) {
 		t.Fatalf("with the voters measured under their own names: %+v, want known, 3 measured, offset 0", v)
 	}
 }
+
+// steppingClockSource measures peers whose clocks are right (real time) from
+// a manager whose clock is real time plus skew, and steps that clock by step
+// (once) as it measures: the step lands between the reading of the
+// manager's clock and the measuring of its view.
+type steppingClockSource struct {
+	peers []string
+	skew  *atomic.Int64
+	step  atomic.Int64
+}
+
+func (s *steppingClockSource) ClockOffsets() []membership.PeerOffset {
+	s.skew.Add(s.step.Swap(0))
+	var out []membership.PeerOffset
+	for _, p := range s.peers {
+		out = append(out, membership.PeerOffset{Name: p, NodeID: p, Role: membership.RoleManager,
+			Offset: -time.Duration(s.skew.Load())})
+	}
+	return out
+}
+
+// TestClockStepDuringAReadingDoesNotStampAhead: a leader's clock, right, is
+// set back 10 minutes while a reading of ledger time measures its group: the
+// reading's clock is from before the step, the view (the peers 10 minutes
+// ahead) from after it. Taken together they would stamp 10 minutes ahead of
+// real time, and ledger time, which never runs back, would expire every key
+// up to 10 minutes early.
+func TestClockStepDuringAReadingDoesNotStampAhead(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	var skew atomic.Int64
+	tc.setNow(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })
+	l := tc.leader()
+	src := &steppingClockSource{skew: &skew}
+	for i, c := range tc.cfgs {
+		if i != l {
+			src.peers = append(src.peers, c.NodeID)
+		}
+	}
+	m := tc.mgrs[l]
+	m.setClockSource(src)
+	if v := m.ClockState().View; !v.Known || v.Offset != 0 {
+		t.Fatalf("view before the step: %+v, want known, offset 0", v)
+	}
+	src.step.Store(int64(-10 * time.Minute))
+	m.setClockSource(src) // the next reading measures its view
+	start := time.Now()
+	got := m.ledgerNow()
+	if d := got.Sub(start); d > time.Second {
+		t.Fatalf("stamped %v ahead of real time across a step of the clock", d)
+	}
+	if v := m.ClockState().View; !v.Known || v.Offset != 10*time.Minute {
+		t.Fatalf("view after the step: %+v, want known, offset 10m", v)
+	}
+}
