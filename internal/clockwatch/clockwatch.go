@@ -240,7 +240,10 @@ type View struct {
 // median of all the voters lies anywhere between the measured values it
 // would be with every unmeasured clock below them and with every one above.
 // The view is Known only when that whole range is within maxOffset, and
-// then the value of the range nearest this node's clock is taken. Otherwise
+// then the value of the range nearest this node's clock is taken, unless
+// that value is within maxOffset of this node's clock and the range's other
+// end is not: then that end is taken, so that the node does not stamp with
+// a clock up to twice maxOffset off the group's. Otherwise
 // a minority could decide it: of five voters, the two measured first both
 // ten minutes ahead would make a node whose clock is right, and so are the
 // two not measured yet, take the group's clock for ten minutes ahead.
@@ -282,12 +285,21 @@ func GroupView(voters int, offsets []time.Duration, maxOffset time.Duration) Vie
 	// The value of [lo, hi] nearest this node's clock: 0 when the range
 	// holds it, else the end nearer 0. With every voter measured and an
 	// even count, lo and hi are the two middle values and 0 is one of the
-	// values, so this is the nearer of the two.
+	// values, so this is the nearer of the two. But when the nearer end is
+	// within maxOffset and the farther is not, the group's clock may be up
+	// to twice maxOffset from this node's: the farther end is taken, the
+	// view is Offending, and a stamp of this clock plus it is within
+	// maxOffset of every value the range allows.
+	near, far := lo, hi
+	if hi < 0 {
+		near, far = hi, lo
+	}
 	switch {
-	case lo > 0:
-		v.Offset = lo
-	case hi < 0:
-		v.Offset = hi
+	case lo <= 0 && hi >= 0:
+	case near.Abs() <= maxOffset && far.Abs() > maxOffset:
+		v.Offset = far
+	default:
+		v.Offset = near
 	}
 	return v
 }
@@ -355,8 +367,10 @@ type Reading struct {
 //     time elapsed since it was taken: min(Wall, Anchor + Elapsed); and when
 //     Wall is more than MaxOffset away from Anchor + Elapsed, say Unsure (the
 //     caller waits for the View rather than stamp new entries with a time
-//     that may lag real time). Without an anchor (an empty ledger) it is
-//     Wall, and Unsure: there is nothing to check this clock against.
+//     that may lag real time), and when Wall is that far behind, use
+//     Anchor + Elapsed (a clock set back lags real time). Without an anchor
+//     (an empty ledger) it is Wall, and Unsure: there is nothing to check
+//     this clock against.
 //  3. Never below Floor: time does not run backwards.
 //
 // So clock skew can delay an expiry but never bring one forward by more than
@@ -376,6 +390,10 @@ func LedgerTime(in Input) Reading {
 		}
 		if time.Duration(sub(in.Wall, limit)).Abs() > in.MaxOffset {
 			r.Unsure = true
+			// A clock this far behind Anchor + Elapsed, itself never ahead of
+			// real time by more than MaxOffset, lags real time: it was set
+			// back. Anchor + Elapsed is nearer.
+			r.Now = max(r.Now, limit)
 		}
 	}
 	if r.Now < in.Floor {

@@ -1,6 +1,7 @@
 package clockwatch
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -244,11 +245,11 @@ func TestLedgerTime(t *testing.T) {
 		{"unknown view, clock just behind anchor+elapsed: own clock",
 			Input{Wall: wall, View: unknown, Anchored: true, Anchor: wall - int64(5*sec), Elapsed: 5*sec + 200*ms},
 			Reading{Now: wall}},
-		{"unknown view, clock 5s behind anchor+elapsed: unsure",
+		{"unknown view, clock 5s behind anchor+elapsed: anchor+elapsed, unsure",
 			Input{Wall: wall, View: unknown, Anchored: true, Anchor: wall - int64(5*sec), Elapsed: 10 * sec},
-			Reading{Now: wall, Unsure: true}},
-		{"unknown view, clock behind the floor", Input{Wall: wall - int64(10*min), Floor: wall, View: unknown, Anchored: true, Anchor: wall, Elapsed: sec},
-			Reading{Now: wall, Held: true, Unsure: true}},
+			Reading{Now: wall + int64(5*sec), Unsure: true}},
+		{"unknown view, clock behind the floor and anchor+elapsed: anchor+elapsed", Input{Wall: wall - int64(10*min), Floor: wall, View: unknown, Anchored: true, Anchor: wall, Elapsed: sec},
+			Reading{Now: wall + int64(sec), Unsure: true}},
 		{"unknown view, empty ledger: own clock, unsure", Input{Wall: wall, View: unknown}, Reading{Now: wall, Unsure: true}},
 		{"known view ignores the anchor", Input{Wall: wall, View: known(0), Anchored: true, Anchor: wall - int64(time.Hour)},
 			Reading{Now: wall}},
@@ -260,5 +261,48 @@ func TestLedgerTime(t *testing.T) {
 				t.Fatalf("LedgerTime(%+v) = %+v; want %+v", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLedgerTimeWithinTheBoundOfEveryMedian: while a voter is unmeasured the
+// group's clock is anywhere in a range, and a node stamps within maxOffset
+// of it wherever the unmeasured clock is. Here (five voters, four measured,
+// this node's clock the highest) the group's clock is 400 ms to 900 ms
+// behind this one: stamping with its own clock, taken for 400 ms off, would
+// be up to 900 ms ahead of the group's, and keys expire that much early.
+func TestLedgerTimeWithinTheBoundOfEveryMedian(t *testing.T) {
+	max := 500 * ms
+	const wall = int64(1_700_000_000) * int64(sec)
+	for _, sign := range []time.Duration{1, -1} {
+		offs := []time.Duration{-950 * ms * sign, -900 * ms * sign, -400 * ms * sign}
+		v := GroupView(5, offs, max)
+		if !v.Known {
+			t.Fatalf("GroupView(5, %v) = %+v; want known", offs, v)
+		}
+		r := LedgerTime(Input{Wall: wall, View: v, MaxOffset: max})
+		for u := -2 * sec; u <= 2*sec; u += 10 * ms {
+			all := append([]time.Duration{0, u}, offs...)
+			slices.Sort(all)
+			if d := time.Duration(r.Now - (wall + int64(all[2]))); d.Abs() > max {
+				t.Fatalf("offsets %v, the unmeasured voter at %v: stamped %v off the group's clock (view %+v)", offs, u, d, v)
+			}
+		}
+	}
+}
+
+// TestLedgerTimeClockSetBackWithoutAView: a leader without a view of its
+// group (gossip cut) whose clock is set back a minute stamps anchor+elapsed,
+// not its clock. Its clock would be held at the floor, time standing still
+// for a minute: a lease heartbeated meanwhile would end as long before its
+// worker's next heartbeat, once ledger time catches up, and its job run
+// twice.
+func TestLedgerTimeClockSetBackWithoutAView(t *testing.T) {
+	max := 500 * ms
+	const wall = int64(1_700_000_000) * int64(sec)
+	unknown := View{Voters: 3, Measured: 1}
+	in := Input{Wall: wall - int64(min), Floor: wall - int64(30*sec), View: unknown, MaxOffset: max,
+		Anchored: true, Anchor: wall - int64(time.Hour), Elapsed: time.Hour}
+	if r := LedgerTime(in); r.Now != wall || !r.Unsure {
+		t.Fatalf("LedgerTime(%+v) = %+v; want Now anchor+elapsed %d, unsure", in, r, wall)
 	}
 }
