@@ -15,11 +15,12 @@ import (
 // memory one's snapshot in turn), and holds every answer to the promise the
 // ledger makes a client: a key answered COMMITTED is answered with its job
 // while its entry's TTL runs (never dropped by relief, an Expire, a Claim or
-// a restart), and a structured key's committed sequence, with watermarks
-// that never age out, is never admitted again; a sequence more than the
-// window below the client's highest committed one is refused as expired.
+// a restart), and a structured key's committed sequence is never admitted
+// again while its client's watermark lasts (Expires age some out); a
+// sequence more than the window below the client's highest committed one is
+// refused as expired.
 func TestAcknowledgedKeysAreNeverAdmittedAgain(t *testing.T) {
-	for seed := uint64(1); seed <= 3; seed++ {
+	for seed := uint64(1); seed <= 6; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runKeyLife(t, seed, 400) })
 	}
 }
@@ -138,7 +139,11 @@ func runKeyLife(t *testing.T, seed uint64, steps int) {
 				w.apply(Encode(Retry{a}))
 			}
 		case p < 19:
-			w.apply(Encode(Expire{Now: now, MaxRemovals: uint64(rng.IntN(4))}))
+			var ttl time.Duration
+			if rng.IntN(2) == 0 {
+				ttl = time.Duration(3+rng.IntN(15)) * time.Second
+			}
+			w.apply(Encode(Expire{Now: now, MaxRemovals: uint64(rng.IntN(4)), WatermarkTTL: ttl}))
 		default:
 			w.swapDisk(step, rng.IntN(2) == 0)
 		}
@@ -151,6 +156,13 @@ func runKeyLife(t *testing.T, seed uint64, steps int) {
 			e, ok := w.disk.Entry(k[0], k[1])
 			if !ok || e.State != StateCommitted || e.JobID != a.jobID {
 				t.Fatalf("step %d: %s/%s committed as %s until %d: at %d the ledger holds %+v (%v)", step, k[0], k[1], a.jobID, a.expiresAt, now, e, ok)
+			}
+		}
+		// A watermark aged out forgets its client's sequences (the age limit).
+		for id := range ran {
+			if _, ok := w.mem.Watermark(id.tenant, id.client, "n"); !ok {
+				delete(ran, id)
+				delete(high, id)
 			}
 		}
 		if step%50 == 49 {
