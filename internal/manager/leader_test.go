@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,7 +43,9 @@ func TestALateLeadershipLossLeavesTheServingTermAlone(t *testing.T) {
 // term led, and the node, winning that very term, answered "new leader is
 // catching up" to every call until the next election. Here the node
 // campaigns alone (its peers stopped), the lead is started for its term,
-// and it must not return before the term has moved on (the peers back).
+// and it must not return while the node is in that term: the test ends
+// when the lead has returned in a later term (the peers back), or the node
+// has won the term and serves it.
 func TestALeadStartedDuringItsElectionServesTheTermItWins(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	l := tc.leader()
@@ -58,21 +61,35 @@ func TestALeadStartedDuringItsElectionServesTheTermItWins(t *testing.T) {
 	})
 	term := m.raft.CurrentTerm()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ended := make(chan uint64, 1)
+	var endTerm uint64 // the node's term when the lead returned; read after done
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		m.lead(ctx, term)
-		ended <- m.raft.CurrentTerm()
+		endTerm = m.raft.CurrentTerm()
 	}()
+	defer func() { cancel(); <-done }() // the lead ends with its test
 	// The lead runs while the node campaigns; its peers come back, and
-	// the term moves on (to the node's own win or another's).
+	// the term moves on (to the node's own win or another's), or the node
+	// wins this very term and serves it.
 	for i := range tc.mgrs {
 		if i != x {
 			tc.start(i)
 		}
 	}
-	if got := <-ended; got == term {
-		t.Fatalf("the lead for term %d returned while the node still was in it (%s): had it won the term, it would never serve",
-			term, m.raft.State())
-	}
+	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+		select {
+		case <-done:
+			if endTerm == term {
+				t.Fatalf("the lead for term %d returned while the node still was in it (%s): had it won the term, it would never serve",
+					term, m.raft.State())
+			}
+			return true, ""
+		default:
+		}
+		if m.raft.State() == raft.Leader && m.raft.CurrentTerm() == term && m.readyTerm.Load() == term {
+			return true, "" // it won the term, and serves it
+		}
+		return false, fmt.Sprintf("the lead for term %d still runs; the node is %s in term %d", term, m.raft.State(), m.raft.CurrentTerm())
+	})
 }
