@@ -64,20 +64,7 @@ func TestMainRefusesADataDirWhoseRaftLogIsOpen(t *testing.T) {
 	defer ws.Close()
 	before := listTree(t, dataDir)
 
-	ports, err := testutil.FreePorts(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := []string{
-		manager.EnvNodeID + "=m1",
-		manager.EnvDataDir + "=" + dataDir,
-		manager.EnvRaftAddr + fmt.Sprintf("=127.0.0.1:%d", ports[0]),
-		manager.EnvRPCAddr + fmt.Sprintf("=127.0.0.1:%d", ports[1]),
-		manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
-		manager.EnvWANGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[3]),
-		manager.EnvBootstrapExpect + "=1",
-		manager.EnvInsecure + "=true",
-	}
+	env, _ := soloManagerEnv(t, dataDir, manager.EnvWANGossipAddr+fmt.Sprintf("=127.0.0.1:%d", testutil.FreePort(t)))
 	var stderr bytes.Buffer
 	joined := false
 	opts := Options{WrapWANTransport: func(tr memberlist.NodeAwareTransport) memberlist.NodeAwareTransport { joined = true; return tr }}
@@ -104,20 +91,7 @@ func TestMainRefusesADataDirWhoseRaftLogIsOpen(t *testing.T) {
 func TestMainHoldsTheRaftLogBeforeJoiningTheWANPool(t *testing.T) {
 	dataDir := t.TempDir()
 	wal := filepath.Join(dataDir, "raft", "wal")
-	ports, err := testutil.FreePorts(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := []string{
-		manager.EnvNodeID + "=m1",
-		manager.EnvDataDir + "=" + dataDir,
-		manager.EnvRaftAddr + fmt.Sprintf("=127.0.0.1:%d", ports[0]),
-		manager.EnvRPCAddr + fmt.Sprintf("=127.0.0.1:%d", ports[1]),
-		manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
-		manager.EnvWANGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[3]),
-		manager.EnvBootstrapExpect + "=1",
-		manager.EnvInsecure + "=true",
-	}
+	env, _ := soloManagerEnv(t, dataDir, manager.EnvWANGossipAddr+fmt.Sprintf("=127.0.0.1:%d", testutil.FreePort(t)))
 	rival := make(chan error, 1)
 	wrap := func(tr memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
 		ws, err := walstore.Open(wal, walstore.Options{})
@@ -132,7 +106,7 @@ func TestMainHoldsTheRaftLogBeforeJoiningTheWANPool(t *testing.T) {
 	exit := make(chan int, 1)
 	logs := &testutil.Buffer{}
 	go func() { exit <- MainWith(ctx, nil, env, io.Discard, logs, Options{WrapWANTransport: wrap}) }()
-	err = <-rival
+	err := <-rival
 	cancel()
 	code := <-exit
 	if !errors.Is(err, walstore.ErrLocked) {
@@ -153,20 +127,7 @@ func TestMainReleasesTheDataDirWhenTheWANPoolCannotStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	ports, err := testutil.FreePorts(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := []string{
-		manager.EnvNodeID + "=m1",
-		manager.EnvDataDir + "=" + dataDir,
-		manager.EnvRaftAddr + fmt.Sprintf("=127.0.0.1:%d", ports[0]),
-		manager.EnvRPCAddr + fmt.Sprintf("=127.0.0.1:%d", ports[1]),
-		manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
-		manager.EnvWANGossipAddr + "=" + taken.Addr().String(),
-		manager.EnvBootstrapExpect + "=1",
-		manager.EnvInsecure + "=true",
-	}
+	env, _ := soloManagerEnv(t, dataDir, manager.EnvWANGossipAddr+"="+taken.Addr().String())
 	var stderr bytes.Buffer
 	if code := Main(context.Background(), nil, env, io.Discard, &stderr); code != config.ExitFailure {
 		t.Fatalf("exit %d, want %d; stderr:\n%s", code, config.ExitFailure, stderr.String())

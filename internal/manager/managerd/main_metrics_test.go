@@ -4,7 +4,6 @@ package managerd
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/config"
-	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -20,20 +18,7 @@ import (
 // its /metrics: raft's commit time and its leader-change counter are there,
 // next to the manager's own series (internal/telemetry).
 func TestMainExportsRaftMetrics(t *testing.T) {
-	ports, err := testutil.FreePorts(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	env := []string{
-		manager.EnvNodeID + "=m1",
-		manager.EnvDataDir + "=" + t.TempDir(),
-		manager.EnvRaftAddr + fmt.Sprintf("=127.0.0.1:%d", ports[0]),
-		manager.EnvRPCAddr + "=" + rpcAddr,
-		manager.EnvGossipAddr + fmt.Sprintf("=127.0.0.1:%d", ports[2]),
-		manager.EnvBootstrapExpect + "=1",
-		manager.EnvInsecure + "=true",
-	}
+	env, rpcAddr := soloManagerEnv(t, t.TempDir())
 	ctx, cancel := context.WithCancel(context.Background())
 	exit := make(chan int, 1)
 	logs := &testutil.Buffer{}
