@@ -92,17 +92,7 @@ func TestGossipKeyRotation(t *testing.T) {
 	}
 	// The pool still gossips (meta updates get through) and a node with only
 	// the new key joins, one with only the old key does not.
-	if err := b.ModifyMeta(func(m *Meta) { m.Version = 7 }); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
-		for _, m := range a.Members() {
-			if m.Name == "b" && m.Meta.Version == 7 {
-				return true, ""
-			}
-		}
-		return false, "a to see b's update under the new key"
-	})
+	waitGossipsUnderNewKey(t, b, a)
 	c := startPool(t, "c", RoleGate, func(c *Config) { c.SecretKey = next; c.Seeds = []string{b.Addr()} })
 	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b, c}, "a", "b", "c"))
 	stale := startPool(t, "stale", RoleGate, func(c *Config) { c.SecretKey = old })
@@ -170,4 +160,22 @@ func TestKeyringKeepsItsOwnCopyOfAKey(t *testing.T) {
 	if len(keys) != 2 || !bytes.Equal(keys[0], key(2)) || !bytes.Equal(keys[1], key(1)) {
 		t.Fatalf("keys after the caller reused its buffer = %x, want primary %x then %x", keys, key(2), key(1))
 	}
+}
+
+// waitGossipsUnderNewKey changes from's metadata and waits until to sees
+// the change: the two still gossip after a key rotation.
+func waitGossipsUnderNewKey(t *testing.T, from, to *Pool) {
+	t.Helper()
+	if err := from.ModifyMeta(func(m *Meta) { m.Version = 7 }); err != nil {
+		t.Fatal(err)
+	}
+	name := from.cfg.NodeName
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		for _, m := range to.Members() {
+			if m.Name == name && m.Meta.Version == 7 {
+				return true, ""
+			}
+		}
+		return false, to.cfg.NodeName + " to see " + name + "'s update under the new key"
+	})
 }

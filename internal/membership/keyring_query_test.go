@@ -426,17 +426,7 @@ func TestKeyringRemoveOfAKeyAMemberStillUsesRemovesItNowhere(t *testing.T) {
 	if res := query(KeyringRemove, old); !res.Complete() {
 		t.Fatalf("remove once no member uses the key: %+v", res)
 	}
-	if err := g.ModifyMeta(func(m *Meta) { m.Version = 7 }); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
-		for _, m := range a.Members() {
-			if m.Name == "g" && m.Meta.Version == 7 {
-				return true, ""
-			}
-		}
-		return false, "a to see g's update under the new key"
-	})
+	waitGossipsUnderNewKey(t, g, a)
 }
 
 // A remove is applied nowhere while a member does not answer: that member
@@ -529,15 +519,5 @@ func TestKeyringUseOfAKeyAMemberDoesNotHoldUsesItNowhere(t *testing.T) {
 	if res := query(KeyringUse, next); !res.Complete() {
 		t.Fatalf("use once every member holds the key: %+v", res)
 	}
-	if err := g.ModifyMeta(func(m *Meta) { m.Version = 7 }); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
-		for _, m := range a.Members() {
-			if m.Name == "g" && m.Meta.Version == 7 {
-				return true, ""
-			}
-		}
-		return false, "a to see g's update under the new key"
-	})
+	waitGossipsUnderNewKey(t, g, a)
 }
