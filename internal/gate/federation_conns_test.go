@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 )
 
 // watchedListener is a net.Listener that keeps the connections it accepted,
-// each telling whether its peer closed it (a read saw EOF).
+// each telling whether its peer closed it (a read saw EOF or a reset).
 type watchedListener struct {
 	net.Listener
 	mu    sync.Mutex
@@ -45,7 +46,10 @@ func (l *watchedListener) Accept() (net.Conn, error) {
 
 func (c *watchedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if errors.Is(err, io.EOF) {
+	// A peer that closes its end with data it has not read yet (a frame
+	// the server sent just before) resets the connection instead: closed
+	// all the same.
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 		c.eof.Store(true)
 	}
 	return n, err
