@@ -30,17 +30,7 @@ func TestRuleRunOnce(t *testing.T) {
 		// Two attempts, each run once.
 		{JobID: "attempts-once", IdempotencyKey: "k7", State: api.JobStatusSucceeded, Attempts: 2},
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		out := api.JobList{Jobs: []api.Job{}}
-		for _, j := range jobs {
-			if st := r.URL.Query().Get("state"); st == "" || st == j.State {
-				out.Jobs = append(out.Jobs, j)
-			}
-		}
-		w.Header().Set("Content-Type", api.ContentTypeJSON)
-		_ = json.NewEncoder(w).Encode(out)
-	}))
-	defer srv.Close()
+	srv := serveJobs(t, jobs)
 	var runs Runs
 	runs.Add("ran-once")
 	runs.Add("ran-twice")
@@ -91,17 +81,7 @@ func TestRuleCurrentLease(t *testing.T) {
 		// A completion answered recorded, yet the job failed.
 		{JobID: "completed-failed", IdempotencyKey: "k6", State: api.JobStatusFailed, Attempts: 1, Error: "boom"},
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		out := api.JobList{Jobs: []api.Job{}}
-		for _, j := range jobs {
-			if st := r.URL.Query().Get("state"); st == "" || st == j.State {
-				out.Jobs = append(out.Jobs, j)
-			}
-		}
-		w.Header().Set("Content-Type", api.ContentTypeJSON)
-		_ = json.NewEncoder(w).Encode(out)
-	}))
-	defer srv.Close()
+	srv := serveJobs(t, jobs)
 	var runs Runs
 	for _, j := range jobs {
 		for a := 1; a <= min(j.Attempts, 2); a++ {
@@ -138,4 +118,22 @@ func TestRuleCurrentLease(t *testing.T) {
 			t.Fatalf("violation %d: %+v, want %s on %s saying %q", i, v, w.rule, w.id, w.detail)
 		}
 	}
+}
+
+// serveJobs serves jobs as a gate's GET /v1/jobs would (the state filter
+// only) until the test ends.
+func serveJobs(t *testing.T, jobs []api.Job) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out := api.JobList{Jobs: []api.Job{}}
+		for _, j := range jobs {
+			if st := r.URL.Query().Get("state"); st == "" || st == j.State {
+				out.Jobs = append(out.Jobs, j)
+			}
+		}
+		w.Header().Set("Content-Type", api.ContentTypeJSON)
+		_ = json.NewEncoder(w).Encode(out)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }
