@@ -22,20 +22,11 @@ import (
 // key only; a node that refuses (removing the primary) reports its error.
 func TestKeyringQueryRotatesThePool(t *testing.T) {
 	old, next := key(1), key(2)
-	a := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = old })
-	b := startPool(t, "b", RoleManager, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
-	g := startPool(t, "g", RoleGate, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
-	pools := []*Pool{a, b, g}
-	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b", "g"))
-
+	pools := managersAndGate(t, old)
+	a, b := pools[0], pools[1]
 	query := func(op KeyringOp, k []byte) KeyringResult {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		res, err := a.KeyringQuery(ctx, op, k)
-		if err != nil {
-			t.Fatalf("%s: %v", op, err)
-		}
+		res := askKeyring(t, a, op, k)
 		if len(res.Nodes) != 3 || len(res.NoAnswer) != 0 {
 			t.Fatalf("%s: answers %+v, no answer from %v", op, res.Nodes, res.NoAnswer)
 		}
@@ -178,12 +169,7 @@ func TestKeyringQueryKeepsRepliesThatArriveDuringTheSends(t *testing.T) {
 	}
 	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b", "c", "d"))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	res, err := a.KeyringQuery(ctx, KeyringList, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := askKeyring(t, a, KeyringList, nil)
 	if !res.Complete() || len(res.Nodes) != 4 {
 		t.Fatalf("answers %+v, no answer from %v", res.Nodes, res.NoAnswer)
 	}
@@ -381,21 +367,9 @@ func TestKeyringQueryIgnoresAReplyToAnEarlierRun(t *testing.T) {
 // only that member refused.)
 func TestKeyringRemoveOfAKeyAMemberStillUsesRemovesItNowhere(t *testing.T) {
 	old, next := key(1), key(2)
-	a := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = old })
-	b := startPool(t, "b", RoleManager, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
-	g := startPool(t, "g", RoleGate, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
-	pools := []*Pool{a, b, g}
-	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b", "g"))
-	query := func(op KeyringOp, k []byte) KeyringResult {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		defer cancel()
-		res, err := a.KeyringQuery(ctx, op, k)
-		if err != nil {
-			t.Fatalf("%s: %v", op, err)
-		}
-		return res
-	}
+	pools := managersAndGate(t, old)
+	a, b, g := pools[0], pools[1], pools[2]
+	query := func(op KeyringOp, k []byte) KeyringResult { t.Helper(); return askKeyring(t, a, op, k) }
 	if res := query(KeyringInstall, next); !res.Complete() {
 		t.Fatalf("install: %+v", res)
 	}
@@ -481,16 +455,7 @@ func TestKeyringUseOfAKeyAMemberDoesNotHoldUsesItNowhere(t *testing.T) {
 	a := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = old })
 	b := startPool(t, "b", RoleManager, func(c *Config) { c.SecretKey = old; c.Seeds = []string{a.Addr()} })
 	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b}, "a", "b"))
-	query := func(op KeyringOp, k []byte) KeyringResult {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		defer cancel()
-		res, err := a.KeyringQuery(ctx, op, k)
-		if err != nil {
-			t.Fatalf("%s: %v", op, err)
-		}
-		return res
-	}
+	query := func(op KeyringOp, k []byte) KeyringResult { t.Helper(); return askKeyring(t, a, op, k) }
 	if res := query(KeyringInstall, next); !res.Complete() || len(res.Nodes) != 2 {
 		t.Fatalf("install: %+v", res)
 	}
@@ -520,4 +485,30 @@ func TestKeyringUseOfAKeyAMemberDoesNotHoldUsesItNowhere(t *testing.T) {
 		t.Fatalf("use once every member holds the key: %+v", res)
 	}
 	waitGossipsUnderNewKey(t, g, a)
+}
+
+// managersAndGate starts managers a and b and gate g, all with key, and
+// waits until each sees the others.
+func managersAndGate(t *testing.T, key []byte) []*Pool {
+	t.Helper()
+	a := startPool(t, "a", RoleManager, func(c *Config) { c.SecretKey = key })
+	b := startPool(t, "b", RoleManager, func(c *Config) { c.SecretKey = key; c.Seeds = []string{a.Addr()} })
+	g := startPool(t, "g", RoleGate, func(c *Config) { c.SecretKey = key; c.Seeds = []string{a.Addr()} })
+	pools := []*Pool{a, b, g}
+	testutil.WaitFor(t, waitTimeout, seesAlive(pools, "a", "b", "g"))
+	return pools
+}
+
+// askKeyring runs a keyring query from p, failing the test on an error.
+// Every member answers in these tests, so the query ends with the last
+// answer; the minute only bounds a hang.
+func askKeyring(t *testing.T, p *Pool, op KeyringOp, k []byte) KeyringResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	res, err := p.KeyringQuery(ctx, op, k)
+	if err != nil {
+		t.Fatalf("%s: %v", op, err)
+	}
+	return res
 }
