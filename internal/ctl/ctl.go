@@ -162,6 +162,16 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 			if !cmd.Flags().Changed("token") {
 				g.token = os.Getenv(EnvToken)
 			}
+			// ONCE_INSECURE takes the booleans MANAGER_INSECURE takes
+			// (true, 1, yes...); empty is unset, as for oncectl's other
+			// variables; another value is refused rather than read as false.
+			if v := os.Getenv(EnvInsecure); v != "" && !cmd.Flags().Changed("insecure") {
+				insecure, err := config.ParseBool(v)
+				if err != nil {
+					return usagef("%s: %v", EnvInsecure, err)
+				}
+				g.insecure = insecure
+			}
 			// A control character (the trailing newline of a secret
 			// file) cannot travel in a header: net/http would refuse
 			// every attempt. The token is not echoed.
@@ -190,7 +200,7 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 	pf.StringVar(&g.cacert, "cacert", os.Getenv(EnvCACert), "the cluster CA, for managers serving RPC over mutual TLS (env "+EnvCACert+")")
 	pf.StringVar(&g.cert, "cert", os.Getenv(EnvCert), "a client certificate the cluster CA signed (env "+EnvCert+")")
 	pf.StringVar(&g.key, "key", os.Getenv(EnvKey), "the private key of --cert (env "+EnvKey+")")
-	pf.BoolVar(&g.insecure, "insecure", os.Getenv(EnvInsecure) == "true", "talk to managers running without a credential (MANAGER_INSECURE=true) over plain HTTP; refused with --cluster-secret-file, --operator-secret-file or --cacert (env "+EnvInsecure+"=true)")
+	pf.BoolVar(&g.insecure, "insecure", false, "talk to managers running without a credential (MANAGER_INSECURE=true) over plain HTTP; refused with --cluster-secret-file, --operator-secret-file or --cacert (env "+EnvInsecure+"=true)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on the whole command")
 	root.AddCommand(submitCmd(g), jobCmd(g), keyCmd(g), clusterCmd(g), raftCmd(g), snapshotCmd(g), gossipCmd(g))

@@ -143,3 +143,37 @@ func TestTokenFromTheEnvironmentIsNotPrinted(t *testing.T) {
 		}
 	}
 }
+
+// ONCE_INSECURE takes the booleans the daemons' MANAGER_INSECURE takes, and
+// refuses another value (exit 2, naming the variable) instead of reading it
+// as false; --insecure given on the command line wins over it.
+func TestInsecureVariable(t *testing.T) {
+	t.Setenv(EnvClusterSecretFile, "")
+	t.Setenv(EnvCACert, "")
+	t.Setenv(EnvOperatorSecretFile, "")
+	run := func(env string, args ...string) (int, string) {
+		t.Helper()
+		t.Setenv(EnvInsecure, env)
+		var stderr bytes.Buffer
+		code := Main(context.Background(), append([]string{"--managers", "127.0.0.1:1", "--timeout", "1m"}, append(args, "raft", "peers")...), io.Discard, &stderr)
+		return code, stderr.String()
+	}
+	// Insecure: it goes on and fails to reach the manager (exit 1).
+	for _, v := range []string{"true", "1", "yes", "TRUE", " on "} {
+		if code, stderr := run(v); code != ExitFailure {
+			t.Errorf("%s=%q: exit %d, want %d (insecure, unreachable manager); stderr %s", EnvInsecure, v, code, ExitFailure, stderr)
+		}
+	}
+	// Secure, with no credential: refused before anything is sent.
+	for _, v := range []string{"", "false", "0", "no"} {
+		if code, stderr := run(v); code != ExitUsage || !strings.Contains(stderr, "--cluster-secret-file") {
+			t.Errorf("%s=%q: exit %d, want %d asking for a credential; stderr %s", EnvInsecure, v, code, ExitUsage, stderr)
+		}
+	}
+	if code, stderr := run("ture"); code != ExitUsage || !strings.Contains(stderr, EnvInsecure) {
+		t.Errorf("%s=ture: exit %d, want %d naming %s; stderr %s", EnvInsecure, code, ExitUsage, EnvInsecure, stderr)
+	}
+	if code, stderr := run("ture", "--insecure=false"); code != ExitUsage || !strings.Contains(stderr, "--cluster-secret-file") {
+		t.Errorf("--insecure=false over %s=ture: exit %d, want %d asking for a credential; stderr %s", EnvInsecure, code, ExitUsage, stderr)
+	}
+}

@@ -179,9 +179,9 @@ func Register(l *config.Loader, c *Config) {
 	l.List(&c.Managers, EnvManagers, "a comma-separated list of manager RPC addresses host:port",
 		config.HostPort, "the datacenter's managers; the gate follows their leader")
 	l.String(&c.TokenFile, EnvTokenFile, "a path to a file of '<token> <tenant>' lines (empty: no authentication)",
-		nil, "the bearer tokens and the tenants they map to")
+		nil, "the bearer tokens and the tenants they map to; reloaded when the file changes")
 	l.String(&c.OperatorTokenFile, EnvOperatorTokenFile, "a path to a file of '<token> <operator>' lines (empty: none)",
-		nil, "the operators' bearer tokens: the credential of GET /v1/cluster, the console's cluster view (read at start)")
+		nil, "the operators' bearer tokens: the credential of GET /v1/cluster, the console's cluster view; reloaded with GATE_TOKEN_FILE")
 	l.String(&c.TLSCertFile, EnvTLSCertFile, "a path to a PEM certificate (chain)", nil,
 		"serve HTTPS with this certificate (with GATE_TLS_KEY_FILE); reloaded when the file changes")
 	l.String(&c.TLSKeyFile, EnvTLSKeyFile, "a path to a PEM private key", nil,
@@ -218,7 +218,7 @@ func Register(l *config.Loader, c *Config) {
 	l.String(&c.GossipAdvertise, EnvGossipAdvertise, config.WantAdvertise,
 		config.Advertise, "the gossip address the others dial (NAT, containers), resolved at start")
 	l.Secret(&c.GossipKey, EnvGossipKey, "base64 of a 16, 24 or 32-byte key", membership.CheckSecretKeys,
-		"gossip encryption key, shared by every node of the pool; empty: plaintext")
+		"gossip encryption key, shared by every node of the pool; unset: derived from the cluster secret")
 	l.String(&c.GossipProfile, EnvGossipProfile, "lan or local", config.OneOf(membership.ProfileLAN, membership.ProfileLocal),
 		"memberlist timing profile")
 	config.RegisterIdempotency(l, &c.Idempotency)

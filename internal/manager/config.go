@@ -240,12 +240,12 @@ func Register(l *config.Loader, c *Config) {
 	l.String(&c.GossipAddr, EnvGossipAddr, config.WantListenAddr, config.ListenAddr, "memberlist bind address (TCP and UDP)")
 	l.String(&c.GossipAdvertise, EnvGossipAdvertise, config.WantAdvertise, config.Advertise, "gossip address the others dial, resolved at start (default: MANAGER_GOSSIP_ADDR, or a private IP when that is 0.0.0.0)")
 	l.List(&c.Join, EnvJoin, "comma-separated host:port gossip seeds", config.HostPort, "gossip addresses of nodes to join")
-	l.Secret(&c.GossipKey, EnvGossipKey, "base64 of a 16, 24 or 32-byte key", membership.CheckSecretKeys, "gossip encryption key; empty: plaintext")
+	l.Secret(&c.GossipKey, EnvGossipKey, "base64 of a 16, 24 or 32-byte key", membership.CheckSecretKeys, "gossip encryption key; unset: derived from the cluster secret")
 	l.String(&c.GossipProfile, EnvGossipProfile, "lan or local", config.OneOf(membership.ProfileLAN, membership.ProfileLocal), "memberlist timing profile")
 	l.String(&c.WANGossipAddr, EnvWANGossipAddr, config.WantListenAddr, optional(config.ListenAddr), "WAN memberlist bind address, joining the federation of datacenters (default: none, a single-datacenter manager)")
 	l.String(&c.WANGossipAdvertise, EnvWANGossipAdvertise, config.WantAdvertise, config.Advertise, "WAN gossip address the others dial, resolved at start (default: MANAGER_WAN_GOSSIP_ADDR)")
 	l.List(&c.WANJoin, EnvWANJoin, "comma-separated host:port gossip seeds", config.HostPort, "WAN gossip addresses of managers (of any datacenter) to join")
-	l.Secret(&c.WANGossipKey, EnvWANGossipKey, "base64 of 16, 24 or 32-byte keys, comma-separated", membership.CheckSecretKeys, "WAN gossip encryption keys (the first encrypts); empty: plaintext")
+	l.Secret(&c.WANGossipKey, EnvWANGossipKey, "base64 of 16, 24 or 32-byte keys, comma-separated", membership.CheckSecretKeys, "WAN gossip encryption keys (the first encrypts); unset: derived from the cluster secret")
 	l.Int(&c.BootstrapExpect, EnvBootstrapExpect, 1, 9, "how many managers must see each other before the Raft group is bootstrapped")
 	l.Seconds(&c.DeadServerGrace, EnvDeadServerGrace, time.Second, 86400*time.Second, "how long a failed manager stays a voter before the leader removes it")
 	l.Bool(&c.LeaveOnTerminate, EnvLeaveOnTerminate, "on SIGTERM/SIGINT leave the Raft configuration for good (default: stop as a voter that will come back)")
@@ -296,7 +296,7 @@ func Register(l *config.Loader, c *Config) {
 	l.Int(&c.OutboxMaxEntries, EnvOutboxMaxEntries, 1, 1<<31-1,
 		"multi-datacenter submissions the outbox carries (not yet confirmed by every datacenter they name, live or expired) before new ones are refused (503 outbox_full)")
 	l.Int(&c.BatchMaxItems, EnvBatchMaxItems, 1, 4096,
-		"submissions (Reserves, or outcomes) one Raft log entry carries at most; 1 proposes every command alone")
+		"submissions (Admits) one Raft log entry carries at most; 1 proposes every command alone")
 	l.Int(&c.BatchMaxBytes, EnvBatchMaxBytes, 4<<10, 64<<20,
 		"bytes of commands one batch entry carries at most (a larger command goes alone)")
 	config.RegisterIdempotency(l, &c.Idempotency)
