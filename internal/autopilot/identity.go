@@ -229,7 +229,7 @@ func (a *Autopilot) recordRefusals(refusals []Refusal, now time.Time) {
 			a.refusalCounts[r.Reason]++
 			a.log.Warn("refusing a pool member's identity claim", logging.KeyReason, r.Reason,
 				logging.KeyNode, r.Node, logging.KeyPeer, r.ID, logging.KeyRaftAddr, r.RaftAddr,
-				"holder", r.Holder, "version", r.Version)
+				logging.KeyHolder, r.Holder, logging.KeyVersion, r.Version)
 		}
 		next[k] = r
 	}

@@ -71,6 +71,10 @@ const (
 	KeyOp         = "op"              // the operation that failed
 	KeyRPCAddr    = "rpc"             // a manager's RPC address
 	KeyRaftAddr   = "raft"            // a manager's Raft address
+	KeyVersion    = "version"         // a format or protocol version
+	KeyHolder     = "holder"          // who holds a claimed identity
+	KeyRequeued   = "requeued"        // jobs put back in their queue
+	KeyDead       = "dead"            // jobs that ran out of attempts
 
 	// The Raft log store (internal/walstore).
 	KeySegment      = "segment"       // a WAL segment file

@@ -291,7 +291,7 @@ func (m *Manager) expireLeases(ctx context.Context) {
 			return
 		}
 		if res.Lease != nil && res.Lease.Requeued+res.Lease.Dead > 0 {
-			m.log.Info("job leases expired", "requeued", res.Lease.Requeued, "dead", res.Lease.Dead)
+			m.log.Info("job leases expired", logging.KeyRequeued, res.Lease.Requeued, logging.KeyDead, res.Lease.Dead)
 		}
 		if !res.More {
 			return

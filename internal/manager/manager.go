@@ -338,7 +338,7 @@ func (m *Manager) Halted() <-chan struct{} { return m.halted }
 // must not block.
 func (m *Manager) onHalt(h *ledger.HaltError) {
 	m.log.Error("the ledger halted: a committed entry cannot be applied by this build; the manager stops",
-		logging.KeyIndex, h.Index, logging.KeyOp, h.Type.String(), "version", h.Version, logging.KeyError, h)
+		logging.KeyIndex, h.Index, logging.KeyOp, h.Type.String(), logging.KeyVersion, h.Version, logging.KeyError, h)
 	close(m.halted)
 }
 
