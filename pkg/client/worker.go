@@ -221,10 +221,10 @@ type WorkerOptions struct {
 // 404, 405, 413: the options or the credentials are wrong) makes Run
 // return that error, after the running handlers; any other failed lease
 // (a 5xx, a 429, the gates unreachable) is logged and retried after a
-// backoff. While a handler runs, its lease is
-// heartbeated every third of opts.LeaseFor (each heartbeat has until the
-// next, so one stuck on a gate gives way to the next); a lost lease cancels the
-// handler's context and its outcome is not reported (a lease of a replayed
+// backoff. While a handler runs, and until its outcome is reported, its lease
+// is heartbeated every third of opts.LeaseFor (each heartbeat has until the
+// next, so one stuck on a gate gives way to the next); a lease lost while the
+// handler runs cancels its context and its outcome is not reported (a lease of a replayed
 // answer, which may have expired since it was first given, is heartbeated
 // before its handler starts, and a lost one is not run). Completions that
 // finish while one is being sent go together in the next CompleteMany (up
@@ -351,15 +351,19 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 	}
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// The heartbeats go on until the handler returns, after Run's context
-	// ended too: a handler that takes its time to stop (or ignores its
-	// context) keeps its lease, instead of losing it to another worker
-	// while it still runs and having its outcome refused.
+	// The heartbeats go on until the outcome is reported, after Run's
+	// context ended too: a handler that takes its time to stop (or ignores
+	// its context) keeps its lease, instead of losing it to another worker
+	// while it still runs and having its outcome refused; and so does a
+	// completion waiting behind another group's request, however slow.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer hcancel()
-	var lost sync.Once
-	lostCh := make(chan struct{})
 	beat := make(chan struct{})
+	defer func() {
+		hcancel()
+		<-beat
+	}()
+	var mu sync.Mutex
+	returned, lost := false, false
 	go func() {
 		defer close(beat)
 		t := time.NewTicker(every)
@@ -377,9 +381,16 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 			_, err := c.Heartbeat(bctx, l.Job.JobID, l.LeaseID, opts.LeaseFor)
 			bcancel()
 			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrJobNotFound) {
-				log.Warn("lease lost: stopping the handler", "err", err)
-				lost.Do(func() { close(lostCh) })
-				cancel()
+				// Once the handler has returned, the report's own answer
+				// says whether the lease held: a heartbeat refused because
+				// the completion got there first is no loss.
+				mu.Lock()
+				lost = !returned
+				mu.Unlock()
+				if lost {
+					log.Warn("lease lost: stopping the handler", "err", err)
+					cancel()
+				}
 				return
 			}
 			if err != nil && hctx.Err() == nil {
@@ -388,13 +399,13 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 		}
 	}()
 	result, herr := h(jctx, l.Job, l.Attempt)
-	hcancel()
 	cancel()
-	<-beat
-	select {
-	case <-lostCh:
+	mu.Lock()
+	returned = true
+	wasLost := lost
+	mu.Unlock()
+	if wasLost {
 		return // another worker may hold the job: report nothing
-	default:
 	}
 	// Report even while Run stops: the outcome is known, and a lost report
 	// costs a redelivery after the lease expires.

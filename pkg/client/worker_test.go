@@ -55,9 +55,20 @@ func newFakeQueue(jobs ...string) *fakeQueue {
 // client serves q until the test ends and returns a client of it.
 func (q *fakeQueue) client(t *testing.T) *Client {
 	t.Helper()
-	srv := httptest.NewServer(q)
+	return q.serve(t, fastOpts(), nil)
+}
+
+// serve serves q through wrap (nil: as is) until the test ends and returns
+// a client of it with opts.
+func (q *fakeQueue) serve(t *testing.T, opts Options, wrap func(http.Handler) http.Handler) *Client {
+	t.Helper()
+	var h http.Handler = q
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	c, err := New([]string{srv.URL}, fastOpts())
+	c, err := New([]string{srv.URL}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,5 +602,82 @@ func TestRunDoesNotRunAReplayedLeaseNoLongerHeld(t *testing.T) {
 	}
 	if q.beats["held"] != 1 {
 		t.Fatalf("the held job was heartbeated %d times before its handler: want 1", q.beats["held"])
+	}
+}
+
+// startRun runs c.Run with opts and h until stop is called or the test
+// ends: stop cancels its context and returns Run's error. At the test's end
+// (a failure included), unblock (nil: none) runs first, so that handlers
+// and reports the test holds can end, then stop.
+func startRun(t *testing.T, c *Client, opts WorkerOptions, h Handler, unblock func()) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx, opts, h) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-ran })
+		return err
+	}
+	t.Cleanup(func() {
+		if unblock != nil {
+			unblock()
+		}
+		_ = stop()
+	})
+	return stop
+}
+
+// A completion that finishes while another is being sent waits for it, and
+// its lease is heartbeated meanwhile, as while its handler ran. The
+// heartbeats used to stop when the handler returned: held behind a slow
+// request for longer than its lease, the completion was refused
+// (lease_lost) and the job ran again.
+func TestRunHeartbeatsACompletionWaitingBehindAnother(t *testing.T) {
+	q := newFakeQueue("a", "b")
+	held, release := make(chan struct{}), make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	o := fastOpts()
+	o.AttemptTimeout = time.Minute // the held request is not given up on
+	c := q.serve(t, o, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/jobs/a/complete" {
+				holdOnce.Do(func() { close(held); <-release })
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	beats := func() int {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.beats["b"]
+	}
+	returned := make(chan int, 1) // b's heartbeats when its handler returned
+	stop := startRun(t, c, WorkerOptions{Concurrency: 2, LeaseFor: time.Second, Wait: time.Second},
+		func(ctx context.Context, job api.Job, attempt int) (any, error) {
+			if job.JobID == "b" {
+				<-held // a's completion is being sent
+				returned <- beats()
+			}
+			return job.JobID, nil
+		}, free)
+	// b's completion waits behind a's, held at the gate, until b's lease
+	// has been heartbeated twice since b's handler returned.
+	atReturn := <-returned
+	waitFor(t, func() bool { return beats() >= atReturn+2 })
+	free()
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.completed) == 2
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.completed["b"] != `"b"` {
+		t.Fatalf("completed %v", q.completed)
 	}
 }
