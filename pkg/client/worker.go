@@ -407,10 +407,6 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 	if wasLost {
 		return // another worker may hold the job: report nothing
 	}
-	// Report even while Run stops: the outcome is known, and a lost report
-	// costs a redelivery after the lease expires.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer rcancel()
 	var err error
 	if herr == nil {
 		// Encode the result here: one that encoding/json refuses (a NaN,
@@ -425,21 +421,43 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 		}
 	}
 	if herr == nil {
-		err = g.complete(rctx, Completion{JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: result})
+		err = g.complete(Completion{JobID: l.Job.JobID, LeaseID: l.LeaseID, Result: result})
 		if errors.Is(err, ErrBudgetExceeded) || errors.Is(err, ErrBodyTooLarge) {
 			// The result cannot be stored (the budget has no room for it,
 			// or it is larger than the gate takes): say so on the job, and
 			// let it run again after the backoff (the budget may have room
 			// by then), rather than leave it to its lease's expiry.
 			log.Warn("the job's result cannot be recorded: failing the attempt", "err", err)
-			_, err = c.Fail(rctx, l.Job.JobID, l.LeaseID, "result not recorded: "+err.Error(), true)
+			msg := "result not recorded: " + err.Error()
+			err = c.report(ctx, func(rctx context.Context) error {
+				_, err := c.Fail(rctx, l.Job.JobID, l.LeaseID, msg, true)
+				return err
+			})
 		}
 	} else {
-		_, err = c.Fail(rctx, l.Job.JobID, l.LeaseID, herr.Error(), !errors.Is(herr, ErrPermanent))
+		err = c.report(ctx, func(rctx context.Context) error {
+			_, err := c.Fail(rctx, l.Job.JobID, l.LeaseID, herr.Error(), !errors.Is(herr, ErrPermanent))
+			return err
+		})
 	}
 	if err != nil {
 		log.Warn("reporting the job's outcome failed; it is redelivered when its lease expires", "err", err)
 	}
+}
+
+// reportTimeout bounds each call reporting an outcome (a job's Complete or
+// Fail, a group's CompleteMany).
+var reportTimeout = 30 * time.Second
+
+// report makes one call reporting an outcome, even while Run stops (the
+// outcome is known, and a lost report costs a redelivery after the lease
+// expires), within reportTimeout of its own: a call made after another ran
+// out of time (a group's request, then the job's own Complete) still has
+// the whole of it.
+func (c *Client) report(ctx context.Context, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	defer cancel()
+	return call(ctx)
 }
 
 // grouper sends Run's completions: one at once when it is alone, and those
@@ -481,14 +499,13 @@ func (g *grouper) stop(running *sync.WaitGroup) {
 }
 
 // complete completes one job, grouped with others finishing meanwhile, and
-// returns the error its own Complete would have.
-func (g *grouper) complete(ctx context.Context, c Completion) error {
+// returns the error its own Complete would have. It waits for the request
+// in flight, if any, however long it takes (its lease is heartbeated
+// meanwhile): the grouper takes every completion given to it in its next
+// request.
+func (g *grouper) complete(c Completion) error {
 	p := &pending{c: c, result: make(chan outcome, 1)}
-	select {
-	case g.in <- p:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	g.in <- p
 	o := <-p.result
 	var e *Error
 	if !o.lone && o.err != nil && (o.group || !errors.As(o.err, &e) || transient(e)) {
@@ -496,7 +513,10 @@ func (g *grouper) complete(ctx context.Context, c Completion) error {
 		// decided nothing (a 5xx of the leader): the job's own call, with
 		// its retries. Completing is idempotent, so a retry of an item the
 		// gate did complete answers the same job.
-		_, o.err = g.c.Complete(ctx, c.JobID, c.LeaseID, c.Result)
+		o.err = g.c.report(g.ctx, func(ctx context.Context) error {
+			_, err := g.c.Complete(ctx, c.JobID, c.LeaseID, c.Result)
+			return err
+		})
 	}
 	return o.err
 }
@@ -523,7 +543,7 @@ func (g *grouper) loop() {
 
 // send sends a group: a lone completion as its own call.
 func (g *grouper) send(batch []*pending) {
-	ctx, cancel := context.WithTimeout(g.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(g.ctx, reportTimeout)
 	defer cancel()
 	if len(batch) == 1 {
 		_, err := g.c.Complete(ctx, batch[0].c.JobID, batch[0].c.LeaseID, batch[0].c.Result)

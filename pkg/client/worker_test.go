@@ -9,8 +9,10 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -679,5 +681,73 @@ func TestRunHeartbeatsACompletionWaitingBehindAnother(t *testing.T) {
 	defer q.mu.Unlock()
 	if q.completed["b"] != `"b"` {
 		t.Fatalf("completed %v", q.completed)
+	}
+}
+
+// parkedCompletions counts the goroutines waiting in grouper.complete to
+// hand their completion to the grouper: the next request takes them all.
+func parkedCompletions() int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(g, ".(*grouper).complete(") && (strings.Contains(header, "[chan send") || strings.Contains(header, "[select")) {
+			n++
+		}
+	}
+	return n
+}
+
+// A group's request that ran out of time (a gate that never answers it) is
+// sent again as each job's own Complete, and each has a time of its own.
+// They used to share the time their report was given before it waited for
+// the group, which the group's request had spent: each ended at once,
+// unsent, and its job ran again after its lease.
+func TestRunRetriesATimedOutGroupWithTimeOfItsOwn(t *testing.T) {
+	was := reportTimeout
+	reportTimeout = 3 * time.Second // what the group's request hangs for
+	t.Cleanup(func() { reportTimeout = was })
+	q := newFakeQueue("a", "b", "c")
+	held, release := make(chan struct{}), make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	var groups atomic.Int32
+	o := fastOpts()
+	o.AttemptTimeout = time.Minute // the report's time ends the hung request, not an attempt's
+	c := q.serve(t, o, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/v1/jobs/a/complete":
+				holdOnce.Do(func() { close(held); <-release })
+			case "/v1/completions":
+				groups.Add(1)
+				_, _ = io.Copy(io.Discard, r.Body) // so that the server sees the client hang up
+				<-r.Context().Done()               // never answers a group
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	stop := startRun(t, c, WorkerOptions{Concurrency: 3, LeaseFor: time.Minute, Wait: time.Second},
+		func(ctx context.Context, job api.Job, attempt int) (any, error) {
+			if job.JobID != "a" {
+				<-held // a's completion is being sent
+			}
+			return job.JobID, nil
+		}, free)
+	// b's and c's completions wait behind a's, then go together.
+	waitFor(t, func() bool { return parkedCompletions() == 2 })
+	free()
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.completed) == 3
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := groups.Load(); n != 1 {
+		t.Fatalf("%d group requests: want b and c sent together once", n)
 	}
 }
