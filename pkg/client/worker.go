@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -196,7 +197,8 @@ var ErrPermanent = errors.New("permanent failure")
 // with result; an error fails the attempt. A result the ledger's byte
 // budget cannot hold (ErrBudgetExceeded), larger than the gate takes
 // (ErrBodyTooLarge), or that encoding/json cannot encode (a NaN), fails the
-// attempt too, with a retry.
+// attempt too, with a retry, as does a panic of the handler (its value is
+// the attempt's error; Run goes on).
 type Handler func(ctx context.Context, job api.Job, attempt int) (result any, err error)
 
 // WorkerOptions configure Run.
@@ -398,7 +400,7 @@ func (c *Client) runOne(ctx context.Context, opts WorkerOptions, h Handler, l ap
 			}
 		}
 	}()
-	result, herr := h(jctx, l.Job, l.Attempt)
+	result, herr := callHandler(jctx, h, l, log)
 	cancel()
 	mu.Lock()
 	returned = true
@@ -458,6 +460,26 @@ func (c *Client) report(ctx context.Context, call func(context.Context) error) e
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
 	return call(ctx)
+}
+
+// callHandler runs h on l's job. A panic of h is its error (the panic's
+// value; wrapped when it is an error, so ErrPermanent in it fails the job
+// for good), logged with its stack: the attempt fails, rather than the
+// panic ending the worker's process and every job it runs (each run again
+// after its lease; a job whose handler always panics would bring down
+// every worker that leased it).
+func callHandler(ctx context.Context, h Handler, l api.Lease, log *slog.Logger) (result any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if e, ok := v.(error); ok {
+				err = fmt.Errorf("handler panicked: %w", e)
+			} else {
+				err = fmt.Errorf("handler panicked: %v", v)
+			}
+			log.Error("the handler panicked: failing the attempt", "err", fmt.Sprintf("%v\n%s", err, debug.Stack()))
+		}
+	}()
+	return h(ctx, l.Job, l.Attempt)
 }
 
 // grouper sends Run's completions: one at once when it is alone, and those

@@ -751,3 +751,22 @@ func TestRunRetriesATimedOutGroupWithTimeOfItsOwn(t *testing.T) {
 		t.Fatalf("%d group requests: want b and c sent together once", n)
 	}
 }
+
+// A handler that panics fails its job's attempt, with a retry and an error
+// that says so, and Run goes on with the other jobs. The panic used to end
+// the worker's process, and with it every job it ran, each then run again
+// after its lease; a job whose handler always panics brought down every
+// worker that leased it.
+func TestRunFailsTheAttemptOfAHandlerThatPanics(t *testing.T) {
+	q := newFakeQueue("boom", "ok")
+	runOneGoodOneBad(t, q, func(ctx context.Context, job api.Job, attempt int) (any, error) {
+		if job.JobID == "boom" {
+			panic("index out of range")
+		}
+		return "ok", nil
+	})
+	defer q.mu.Unlock()
+	if !q.failed["boom"] || !strings.Contains(q.errs["boom"], "index out of range") || q.completed["ok"] != `"ok"` {
+		t.Fatalf("completed %v, failed %v with %q", q.completed, q.failed, q.errs["boom"])
+	}
+}
