@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -302,6 +303,7 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 			continue
 		}
 		failures = 0
+		leases = runnable(leases, n, opts.Logger)
 		for i := len(leases); i < n; i++ {
 			slots <- struct{}{}
 		}
@@ -316,6 +318,23 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 			}()
 		}
 	}
+}
+
+// runnable returns the leases of a lease answer to run with n slots: each
+// job once, n at most. An answer breaking either (a gate's bug: the ledger
+// leases a job once, and no more than max_jobs) would run a job twice at
+// once, or more handlers than slots; the leases left out are logged, and
+// expire.
+func runnable(leases []api.Lease, n int, log *slog.Logger) []api.Lease {
+	run := make([]api.Lease, 0, min(len(leases), n))
+	for _, l := range leases {
+		if len(run) == n || slices.ContainsFunc(run, func(r api.Lease) bool { return r.Job.JobID == l.Job.JobID }) {
+			log.Warn("a lease answer names a job twice, or more jobs than asked: not running this lease", "job_id", l.Job.JobID)
+			continue
+		}
+		run = append(run, l)
+	}
+	return run
 }
 
 // leaseRefused reports whether a lease answer can never succeed, however

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,7 @@ type fakeQueue struct {
 	leaseN    int            // leases asked
 	beats     map[string]int // heartbeats answered, per job
 	replay    bool           // lease answers say Idempotent-Replayed: true
+	dup       bool           // lease answers name each of their leases twice
 	// lostLeases: the next lease call leases jobs but its answer is lost,
 	// and it and the next lostLeases-1 lease calls are answered 503; after
 	// them a lease call with its key is answered its leases, replayed.
@@ -138,6 +140,9 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if q.replay {
 			w.Header().Set(api.HeaderReplayed, "true")
+		}
+		if q.dup {
+			out.Leases = slices.Repeat(out.Leases, 2)
 		}
 		reply(out)
 		return
@@ -768,5 +773,49 @@ func TestRunFailsTheAttemptOfAHandlerThatPanics(t *testing.T) {
 	defer q.mu.Unlock()
 	if !q.failed["boom"] || !strings.Contains(q.errs["boom"], "index out of range") || q.completed["ok"] != `"ok"` {
 		t.Fatalf("completed %v, failed %v with %q", q.completed, q.failed, q.errs["boom"])
+	}
+}
+
+// A lease answer that names a job twice, and so more leases than max_jobs
+// (a gate's bug: the ledger leases a job once), runs each job once and
+// never more handlers than Concurrency. Each lease used to run: the same
+// job twice at once, more handlers than slots, and slots given back beyond
+// Concurrency, which blocked their goroutines and Run's return.
+func TestRunRunsAJobNamedTwiceInALeaseAnswerOnce(t *testing.T) {
+	q := newFakeQueue("a", "b")
+	q.dup = true
+	c := q.client(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	stop := startRun(t, c, WorkerOptions{Concurrency: 2, LeaseFor: time.Minute, Wait: time.Second},
+		func(ctx context.Context, job api.Job, attempt int) (any, error) {
+			mu.Lock()
+			runs[job.JobID]++
+			mu.Unlock()
+			<-release
+			return "ok", nil
+		}, free)
+	started := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return runs["a"] + runs["b"]
+	}
+	waitFor(t, func() bool { return started() >= 2 })
+	free()
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.completed) == 2
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs["a"] != 1 || runs["b"] != 1 {
+		t.Fatalf("handler runs %v: want each job run once", runs)
 	}
 }
