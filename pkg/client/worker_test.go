@@ -819,3 +819,48 @@ func TestRunRunsAJobNamedTwiceInALeaseAnswerOnce(t *testing.T) {
 		t.Fatalf("handler runs %v: want each job run once", runs)
 	}
 }
+
+// Run's context ending while a completion is being sent, and others wait
+// behind it, abandons none: Run returns once each is sent (and the outcome
+// of the handler that saw the context end), every job completed.
+func TestRunStoppedWhileCompletionsAreSentSendsThem(t *testing.T) {
+	q := newFakeQueue("a", "b", "c", "d")
+	held, release := make(chan struct{}), make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	o := fastOpts()
+	o.AttemptTimeout = time.Minute // the held request is not given up on
+	c := q.serve(t, o, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/jobs/a/complete" {
+				holdOnce.Do(func() { close(held); <-release })
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	stopping := make(chan struct{}) // d's handler saw Run's context end
+	stop := startRun(t, c, WorkerOptions{Concurrency: 4, LeaseFor: time.Minute, Wait: time.Second},
+		func(ctx context.Context, job api.Job, attempt int) (any, error) {
+			switch job.JobID {
+			case "b", "c":
+				<-held // a's completion is being sent
+			case "d":
+				<-ctx.Done()
+				close(stopping)
+			}
+			return job.JobID, nil
+		}, free)
+	waitFor(t, func() bool { return parkedCompletions() == 2 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	<-stopping // Run stops while a's completion is held and b's and c's wait
+	free()
+	if err := <-stopped; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.completed) != 4 {
+		t.Fatalf("completed %v when Run returned: want a, b, c and d", q.completed)
+	}
+}
