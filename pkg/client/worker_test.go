@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -862,5 +864,60 @@ func TestRunStoppedWhileCompletionsAreSentSendsThem(t *testing.T) {
 	defer q.mu.Unlock()
 	if len(q.completed) != 4 {
 		t.Fatalf("completed %v when Run returned: want a, b, c and d", q.completed)
+	}
+}
+
+// A heartbeat answered lease_lost after the job's completion got there
+// first (the heartbeats go on while the outcome is reported) is no loss:
+// the job is completed and nothing says its lease was lost.
+func TestRunTakesAHeartbeatRefusedAfterTheCompletionForNoLoss(t *testing.T) {
+	q := newFakeQueue("j")
+	hbHeld, completed, hbAnswered := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var hbOnce, completeOnce sync.Once
+	unblock := func() {
+		completeOnce.Do(func() { close(completed) })
+	}
+	o := fastOpts()
+	o.AttemptTimeout = time.Minute // the held requests are not given up on
+	c := q.serve(t, o, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/v1/jobs/j/heartbeat":
+				// The first heartbeat is answered once the completion is
+				// recorded, and before the completion's answer is sent.
+				first := false
+				hbOnce.Do(func() { first = true })
+				if first {
+					close(hbHeld)
+					<-completed
+					next.ServeHTTP(w, r)
+					close(hbAnswered)
+					return
+				}
+			case "/v1/jobs/j/complete":
+				next.ServeHTTP(w, r)
+				unblock()
+				<-hbAnswered
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	var logs testutil.Buffer
+	stop := startRun(t, c, WorkerOptions{LeaseFor: time.Second, Wait: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+		func(ctx context.Context, job api.Job, attempt int) (any, error) {
+			<-hbHeld // a heartbeat is in flight when the handler returns
+			return "ok", nil
+		}, unblock)
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.completed["j"] == `"ok"`
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if strings.Contains(logs.String(), "lease lost") {
+		t.Fatalf("a heartbeat refused after the completion was logged as a loss:\n%s", logs.String())
 	}
 }
