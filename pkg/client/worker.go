@@ -208,7 +208,8 @@ type WorkerOptions struct {
 	Types    []string
 	LeaseFor time.Duration
 	Worker   string
-	// Concurrency is how many jobs run at once (default 1).
+	// Concurrency is how many jobs run at once (default 1; a lease call asks
+	// for api.MaxLeaseJobs at most).
 	Concurrency int
 	// Wait is each lease call's long poll (default 20 s).
 	Wait time.Duration
@@ -217,8 +218,8 @@ type WorkerOptions struct {
 	Logger *slog.Logger
 }
 
-// Run leases jobs and runs h on each, at most opts.Concurrency at once,
-// until ctx ends; it then waits for the running handlers (their contexts
+// Run leases jobs (at most api.MaxLeaseJobs a call) and runs h on each, at
+// most opts.Concurrency at once, until ctx ends; it then waits for the running handlers (their contexts
 // are cancelled, their leases still heartbeated until they return, their
 // outcomes reported) and returns nil. A lease refused for good (400, 401, 403,
 // 404, 405, 413: the options or the credentials are wrong) makes Run
@@ -257,7 +258,8 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 	// instead of being held by no one until their leases expire.
 	retryKey, retryN := "", 0
 	for {
-		// One free slot at least, then every other free one.
+		// One free slot at least, then every other free one, up to the
+		// most jobs a lease call may ask for (the gate refuses more).
 		select {
 		case <-ctx.Done():
 			return nil
@@ -265,7 +267,7 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 		}
 		n := 1
 	more:
-		for n < opts.Concurrency {
+		for n < min(opts.Concurrency, api.MaxLeaseJobs) {
 			select {
 			case <-slots:
 				n++

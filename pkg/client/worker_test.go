@@ -126,6 +126,10 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var req api.LeaseRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		q.maxJobs = max(q.maxJobs, req.MaxJobs)
+		if req.MaxJobs > api.MaxLeaseJobs { // as the gate
+			writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "max_jobs")
+			return
+		}
 		out := api.LeaseList{Leases: []api.Lease{}}
 		for len(q.queued) > 0 && len(out.Leases) < req.MaxJobs {
 			id := q.queued[0]
@@ -919,5 +923,29 @@ func TestRunTakesAHeartbeatRefusedAfterTheCompletionForNoLoss(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "lease lost") {
 		t.Fatalf("a heartbeat refused after the completion was logged as a loss:\n%s", logs.String())
+	}
+}
+
+// A Concurrency above the most jobs a lease call may ask for
+// (api.MaxLeaseJobs) leases that many at a time. Asked for as many jobs as
+// free slots, the gate refused the call (400: max_jobs out of bounds) and
+// Run returned that error at once.
+func TestRunWithMoreSlotsThanALeaseMayAskFor(t *testing.T) {
+	q := newFakeQueue("a", "b")
+	c := q.client(t)
+	stop := startRun(t, c, WorkerOptions{Concurrency: api.MaxLeaseJobs + 1, LeaseFor: time.Minute, Wait: time.Second},
+		func(ctx context.Context, job api.Job, attempt int) (any, error) { return "ok", nil }, nil)
+	waitFor(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.completed) == 2 || q.maxJobs > api.MaxLeaseJobs
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.completed) != 2 || q.maxJobs > api.MaxLeaseJobs {
+		t.Fatalf("max_jobs %d, completed %v: want at most %d asked, and a and b completed", q.maxJobs, q.completed, api.MaxLeaseJobs)
 	}
 }
