@@ -219,23 +219,27 @@ type WorkerOptions struct {
 }
 
 // Run leases jobs (at most api.MaxLeaseJobs a call) and runs h on each, at
-// most opts.Concurrency at once, until ctx ends; it then waits for the running handlers (their contexts
-// are cancelled, their leases still heartbeated until they return, their
-// outcomes reported) and returns nil. A lease refused for good (400, 401, 403,
-// 404, 405, 413: the options or the credentials are wrong) makes Run
-// return that error, after the running handlers; any other failed lease
-// (a 5xx, a 429, the gates unreachable) is logged and retried after a
-// backoff. While a handler runs, and until its outcome is reported, its lease
-// is heartbeated every third of opts.LeaseFor (each heartbeat has until the
-// next, so one stuck on a gate gives way to the next); a lease lost while the
-// handler runs cancels its context and its outcome is not reported (a lease of a replayed
-// answer, which may have expired since it was first given, is heartbeated
-// before its handler starts, and a lost one is not run). Completions that
-// finish while one is being sent go together in the next CompleteMany (up
-// to api.MaxCompletions; a lone one is sent at once, with no timer), each
-// still reported once and its refusal its own. Delivery is at least
-// once: a handler must tolerate running a job again (docs/workers.md says
-// how to make it idempotent with the job id).
+// most opts.Concurrency at once, until ctx ends; it then waits for the
+// running handlers (their contexts are cancelled, their leases still
+// heartbeated until they return, their outcomes reported, completions
+// already waiting or being sent included) and returns nil. A lease refused
+// for good (400, 401, 403, 404, 405, 413: the options or the credentials
+// are wrong) makes Run return that error, after the running handlers; any
+// other failed lease (a 5xx, a 429, the gates unreachable) is logged and
+// retried after a backoff. A lease answer naming a job twice runs it once.
+// While a handler runs, and until its outcome is reported, its lease is
+// heartbeated every third of opts.LeaseFor (each heartbeat has until the
+// next, so one stuck on a gate gives way to the next); a lease lost while
+// the handler runs cancels its context and its outcome is not reported (a
+// lease of a replayed answer, which may have expired since it was first
+// given, is heartbeated before its handler starts, and a lost one is not
+// run). Completions that finish while one is being sent go together in the
+// next CompleteMany (up to api.MaxCompletions; a lone one is sent at once,
+// with no timer), each still reported once and its refusal its own; a
+// group's request that fails is sent again as each job's own Complete,
+// each call reporting an outcome with reportTimeout (30 s) of its own.
+// Delivery is at least once: a handler must tolerate running a job again
+// (docs/workers.md says how to make it idempotent with the job id).
 func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 	// An option left unset (zero or negative) takes its default.
 	opts.Concurrency = cmp.Or(max(opts.Concurrency, 0), 1)
