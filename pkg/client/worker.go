@@ -237,7 +237,7 @@ type WorkerOptions struct {
 // next CompleteMany (up to api.MaxCompletions; a lone one is sent at once,
 // with no timer), each still reported once and its refusal its own; a
 // group's request that fails is sent again as each job's own Complete,
-// each call reporting an outcome with reportTimeout (30 s) of its own.
+// each call reporting an outcome with 30 s of its own.
 // Delivery is at least once: a handler must tolerate running a job again
 // (docs/workers.md says how to make it idempotent with the job id).
 func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
