@@ -221,8 +221,8 @@ type WorkerOptions struct {
 // Run leases jobs (at most api.MaxLeaseJobs a call) and runs h on each, at
 // most opts.Concurrency at once, until ctx ends; it then waits for the
 // running handlers (their contexts are cancelled, their leases still
-// heartbeated until they return, their outcomes reported, completions
-// already waiting or being sent included) and returns nil. A lease refused
+// heartbeated until their outcomes are reported, completions already
+// waiting or being sent included) and returns nil. A lease refused
 // for good (400, 401, 403, 404, 405, 413: the options or the credentials
 // are wrong) makes Run return that error, after the running handlers; any
 // other failed lease (a 5xx, a 429, the gates unreachable) is logged and
