@@ -42,8 +42,9 @@ const (
 // OwedMultiDatacenter) and is carried on, however long that takes, across
 // leader changes and restarts; its expiry is logged once per leader. The
 // entries carried are bounded by MANAGER_OUTBOX_MAX_ENTRIES at admission
-// (admitToOutbox). The backoff of the pairs still waiting is kept in memory
-// at the leader.
+// (admitToOutbox). The backoff of the pairs still waiting, and the pairs
+// answered whose Confirm is pending, are kept in memory at the leader, for
+// this term and this ledger: a Restore ends that memory (pass).
 type outbox struct {
 	m     *Manager
 	peers func() map[string][]string // datacenter -> manager RPC addresses
@@ -52,6 +53,9 @@ type outbox struct {
 	mu      sync.Mutex
 	clients map[string]*rpc.Client
 	state   map[outboxKey]*outboxState
+	// restores is the count of the ledger's Restores (Manager.restores)
+	// when state was last cleared: state is of the ledger since then.
+	restores uint64
 }
 
 type outboxKey struct{ tenant, key, jobID, dc string }
@@ -96,6 +100,18 @@ func (o *outbox) pass(ctx context.Context) {
 	}
 	var due []job
 	var oldest int64 // the least ResolvedAt carried (0: none)
+	o.mu.Lock()
+	// A Restore (an operator's snapshot restore, or a snapshot installed
+	// from another leader) replaced the ledger the state is of: the
+	// restored one may owe a pair the state holds done, its Confirm after
+	// the snapshot, which would then never be asked again in this term
+	// (TestOutboxCarriesAgainWhatARestoreUnconfirmed). Read before the
+	// ledger: a Restore after it is seen at the next pass.
+	if r := o.m.restores.Load(); r != o.restores {
+		clear(o.state)
+		o.restores = r
+	}
+	o.mu.Unlock()
 	visit := func(e ledger.Entry, expired bool) bool {
 		if oldest == 0 || e.ResolvedAt < oldest {
 			oldest = e.ResolvedAt
