@@ -13,6 +13,8 @@ package replay
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,6 +142,11 @@ func (m *Memory[V]) keep(key string, v V) {
 // A caller that comes after they all left does not take the answer of the
 // run they cut short: it waits for that run to end, then is answered with
 // what it kept, or runs again.
+//
+// A run that panics keeps nothing and frees the key: every caller waiting
+// for it panics in its own goroutine with a *PanicError (as it would have,
+// had it run the call itself), rather than the run's goroutine, where no
+// caller could recover it, taking the process down.
 func (m *Memory[V]) Do(ctx context.Context, key string, run func(ctx context.Context) (v V, keep bool)) (v V, replayed bool, err error) {
 	for {
 		if v, ok := m.Get(key); ok {
@@ -183,6 +190,9 @@ func (m *Memory[V]) Do(ctx context.Context, key string, run func(ctx context.Con
 		m.mu.Unlock()
 		select {
 		case <-f.done:
+			if f.panicked != nil {
+				panic(f.panicked)
+			}
 			return f.v, joined && f.kept, nil
 		case <-ctx.Done():
 			m.mu.Lock()
@@ -198,27 +208,56 @@ func (m *Memory[V]) Do(ctx context.Context, key string, run func(ctx context.Con
 
 // flight is a run of a key's call and its callers.
 type flight[V any] struct {
-	done    chan struct{} // closed once v and kept are set
-	v       V
-	kept    bool
-	callers int                // waiting for done (guarded by Memory.mu)
-	after   int                // waiting for the run, ended early, to end (guarded by Memory.mu)
-	cancel  context.CancelFunc // ends the run's context
+	done     chan struct{} // closed once v and kept are set
+	v        V
+	kept     bool
+	panicked *PanicError        // the run's panic (nil: it returned), set with v
+	callers  int                // waiting for done (guarded by Memory.mu)
+	after    int                // waiting for the run, ended early, to end (guarded by Memory.mu)
+	cancel   context.CancelFunc // ends the run's context
 }
 
 // fly runs f's call, keeps its answer as run says, and hands it to f's
 // callers.
 func (m *Memory[V]) fly(ctx context.Context, key string, f *flight[V], run func(context.Context) (V, bool)) {
 	defer f.cancel()
-	v, keep := run(ctx)
+	v, keep, panicked := call(ctx, run)
 	if keep {
 		m.keep(key, v)
 	}
 	m.mu.Lock()
 	delete(m.flights, key)
 	m.mu.Unlock()
-	f.v, f.kept = v, keep
+	f.v, f.kept, f.panicked = v, keep, panicked
 	close(f.done)
+}
+
+// call runs run, recovering a panic as a *PanicError (and nothing to keep).
+func call[V any](ctx context.Context, run func(context.Context) (V, bool)) (v V, keep bool, panicked *PanicError) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = &PanicError{Value: p, Stack: debug.Stack()}
+		}
+	}()
+	v, keep = run(ctx)
+	return v, keep, nil
+}
+
+// PanicError is what the callers of a run that panicked panic with: the
+// run's panic value and the stack of the run's goroutine where it panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("replay: the run panicked: %v\n\n%s", e.Value, e.Stack)
+}
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
 }
 
 // Callers is how many callers wait for the run of key's call (0 when none

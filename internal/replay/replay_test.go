@@ -338,3 +338,39 @@ func TestExpiredAnswerDropNeverDropsANewerOne(t *testing.T) {
 			a.v, a.replayed, runs.Load())
 	}
 }
+
+// A run that panics does not take the process down from its own goroutine,
+// where nobody can recover it: every caller waiting on it panics in its own
+// goroutine instead (where the gate recovers a handler's panic and answers
+// 500), with a *PanicError carrying the run's panic and stack. Nothing is
+// kept and the key is free: the next call runs again.
+func TestRunPanicReachesEveryCaller(t *testing.T) {
+	m := New(Options[int]{MaxAnswers: 10, TTL: time.Minute})
+	release := make(chan struct{})
+	run := func(context.Context) (int, bool) {
+		<-release
+		panic("boom")
+	}
+	const callers = 2
+	recovered := make(chan any, callers)
+	for range callers {
+		go func() {
+			defer func() { recovered <- recover() }()
+			m.Do(context.Background(), "k", run)
+		}()
+	}
+	testutil.WaitFor(t, time.Minute, func() (bool, string) {
+		return m.Callers("k") == callers, "both callers to share the run"
+	})
+	close(release)
+	for range callers {
+		p := <-recovered
+		pe, ok := p.(*PanicError)
+		if !ok || pe.Value != "boom" || len(pe.Stack) == 0 {
+			t.Fatalf("a caller recovered %v, want a *PanicError of the run's panic with its stack", p)
+		}
+	}
+	if v, replayed, err := m.Do(context.Background(), "k", func(context.Context) (int, bool) { return 7, true }); v != 7 || replayed || err != nil {
+		t.Fatalf("the call after the panic: %d %v %v, want a new run's 7", v, replayed, err)
+	}
+}
