@@ -123,9 +123,9 @@ type Config struct {
 	CleanupInterval time.Duration
 
 	// MaxBytes, when positive, bounds the bytes of the completed entries
-	// (IDEMPOTENCY_MAX_BYTES), as Size counts them, split evenly over the
-	// shards. An outcome that does not fit (after removing expired completed
-	// entries) is not cached: its waiters get it all the same, and a later
+	// (IDEMPOTENCY_MAX_BYTES), as Size counts them, over the whole cache (not
+	// split over the shards). An outcome that does not fit (after removing
+	// its shard's expired completed entries) is not cached: its waiters get it all the same, and a later
 	// duplicate is forwarded to the ledger, which answers it. Size is then
 	// required.
 	MaxBytes int64
@@ -185,6 +185,10 @@ type Cache[V any] struct {
 	seed   maphash.Seed
 	shift  uint // key hash >> shift selects the shard (64 with one shard)
 	shards []shard[V]
+	// bytes is the sum of the sizes of the completed entries of every shard,
+	// at most cfg.MaxBytes when that is positive: room is taken under a
+	// shard's lock with a compare-and-swap, and given back by removals.
+	bytes atomic.Int64
 
 	stop      chan struct{}
 	stopped   chan struct{}
@@ -200,9 +204,7 @@ type shard[V any] struct {
 	pending  *simplelru.LRU[string, *entry[V]] // PENDING, oldest first = inserted first
 	done     *simplelru.LRU[string, *entry[V]] // COMMITTED and REJECTED, by recency
 	stats    counters
-	// byteCap bounds bytes, the sum of the sizes of the done entries (0: none).
-	byteCap, bytes int64
-	_              [64]byte // keeps the next shard's lock off this shard's cache lines
+	_        [64]byte // keeps the next shard's lock off this shard's cache lines
 }
 
 // entry is one idempotency entry. It may outlive its place in the cache: owner
@@ -257,10 +259,7 @@ func New[V any](cfg Config) (*Cache[V], error) {
 		s.pending, _ = simplelru.NewLRU[string, *entry[V]](s.capacity, nil)
 		// Every removal from done (eviction, expiry, sweep) gives its
 		// bytes back; the lists are only used under s.mu.
-		s.done, _ = simplelru.NewLRU[string, *entry[V]](s.capacity, func(_ string, e *entry[V]) { s.bytes -= e.size })
-		if cfg.MaxBytes > 0 {
-			s.byteCap = max(cfg.MaxBytes/int64(n), 1)
-		}
+		s.done, _ = simplelru.NewLRU[string, *entry[V]](s.capacity, func(_ string, e *entry[V]) { c.bytes.Add(-e.size) })
 	}
 	newTicker := cfg.newTicker
 	if newTicker == nil {
@@ -463,18 +462,26 @@ func (s *shard[V]) sweep(now time.Time) int {
 	return n
 }
 
-// fits reports whether size more bytes fit the shard's byte bound, removing
-// expired completed entries (oldest first) to make room. s.mu is held.
+// fits reports whether size more bytes fit the cache's byte bound, and if so
+// counts them. It removes the shard's expired completed entries (oldest
+// first) to make room; the other shards' give their bytes back when they are
+// looked up, evicted or swept. s.mu is held.
 func (s *shard[V]) fits(size int64, now time.Time) bool {
-	if s.byteCap == 0 {
+	limit := s.c.cfg.MaxBytes
+	if limit == 0 {
 		return true
 	}
-	for s.bytes+size > s.byteCap {
-		if !s.dropExpiredOldest(s.done, now) {
+	for {
+		cur := s.c.bytes.Load()
+		switch {
+		case cur+size <= limit:
+			if s.c.bytes.CompareAndSwap(cur, cur+size) {
+				return true
+			}
+		case !s.dropExpiredOldest(s.done, now):
 			return false
 		}
 	}
-	return true
 }
 
 // dropExpiredOldest removes l's oldest entry if it has expired at now
@@ -495,7 +502,7 @@ func (s *shard[V]) dropExpiredOldest(l *simplelru.LRU[string, *entry[V]], now ti
 func (e *entry[V]) resolve(v V, state State, expires time.Time) error {
 	s := e.s
 	var size int64
-	if s.byteCap > 0 && state != Abandoned {
+	if s.c.cfg.MaxBytes > 0 && state != Abandoned {
 		size = s.c.cfg.Size(v)
 	}
 	s.mu.Lock()
@@ -511,9 +518,9 @@ func (e *entry[V]) resolve(v V, state State, expires time.Time) error {
 		// answered from an entry past its own expiry.
 		if state != Abandoned && !e.expired(now) && s.fits(size, now) {
 			// The key was in the pending list, so it is not in done and the
-			// shard's total is unchanged: no eviction.
+			// shard's total is unchanged: no eviction. fits counted
+			// the bytes.
 			e.size = size
-			s.bytes += size
 			s.done.Add(e.key, e)
 		} else if state != Abandoned {
 			s.stats.notCached.Add(1)
