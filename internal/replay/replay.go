@@ -104,15 +104,15 @@ func (m *Memory[V]) Len() int { return m.answers.Len() }
 func (m *Memory[V]) Bytes() int64 { return m.bytes.Load() }
 
 // keep adds v as key's answer, then drops the least recently used answers
-// while the kept bytes are over the bound. An answer over the bound by
-// itself is not kept (it would drop every other).
-func (m *Memory[V]) keep(key string, v V) {
+// while the kept bytes are over the bound, and reports whether it kept v. An
+// answer over the bound by itself is not kept (it would drop every other).
+func (m *Memory[V]) keep(key string, v V) bool {
 	var size int64
 	if m.opts.Size != nil {
 		size = m.opts.Size(v)
 	}
 	if m.opts.MaxBytes > 0 && size > m.opts.MaxBytes {
-		return
+		return false
 	}
 	m.answersMu.Lock()
 	defer m.answersMu.Unlock()
@@ -121,15 +121,17 @@ func (m *Memory[V]) keep(key string, v V) {
 	m.answers.Add(key, kept[V]{v: v, at: m.opts.Now(), size: size, gen: m.gen.Add(1)})
 	for m.opts.MaxBytes > 0 && m.bytes.Load() > m.opts.MaxBytes {
 		if _, _, ok := m.answers.RemoveOldest(); !ok {
-			return
+			break
 		}
 	}
+	return true
 }
 
 // Do answers the call with key: with the answer kept for it, or by running
 // run, once for all the callers asking with key at the same time. run's
 // answer is kept when keep is true (an answer that decided nothing, such as
-// "no leader", is not: a retry must run again). replayed is true when the
+// "no leader", is not: a retry must run again) and it is within the byte
+// bound by itself. replayed is true when the
 // answer was kept and is not the one this caller's own run produced: kept
 // from an earlier call, or by a concurrent caller's run. A concurrent
 // caller's answer that was not kept is passed on as it is, not as a replay.
@@ -217,14 +219,12 @@ type flight[V any] struct {
 	cancel   context.CancelFunc // ends the run's context
 }
 
-// fly runs f's call, keeps its answer as run says, and hands it to f's
-// callers.
+// fly runs f's call, keeps its answer as run says (and the byte bound
+// allows), and hands it to f's callers.
 func (m *Memory[V]) fly(ctx context.Context, key string, f *flight[V], run func(context.Context) (V, bool)) {
 	defer f.cancel()
 	v, keep, panicked := call(ctx, run)
-	if keep {
-		m.keep(key, v)
-	}
+	keep = keep && m.keep(key, v)
 	m.mu.Lock()
 	delete(m.flights, key)
 	m.mu.Unlock()

@@ -374,3 +374,37 @@ func TestRunPanicReachesEveryCaller(t *testing.T) {
 		t.Fatalf("the call after the panic: %d %v %v, want a new run's 7", v, replayed, err)
 	}
 }
+
+// An answer its run would keep but that is over the byte bound by itself is
+// not kept: a caller that joined the run gets it as it is, not as a replay
+// (the gate tells a joined caller of another request that the key decided
+// that request only when the answer was kept), and the next call runs.
+func TestAnswerOverTheByteBoundIsNoReplay(t *testing.T) {
+	m := New(Options[string]{MaxAnswers: 10, MaxBytes: 10, TTL: time.Minute,
+		Size: func(v string) int64 { return int64(len(v)) }})
+	release := make(chan struct{})
+	run := func(context.Context) (string, bool) { <-release; return "0123456789x", true }
+	type answer struct {
+		v        string
+		replayed bool
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			v, r, _ := m.Do(context.Background(), "k", run)
+			answers <- answer{v, r}
+		}()
+	}
+	testutil.WaitFor(t, time.Minute, func() (bool, string) {
+		return m.Callers("k") == 2, "both callers to share the run"
+	})
+	close(release)
+	for range 2 {
+		if a := <-answers; a.v != "0123456789x" || a.replayed {
+			t.Fatalf("got %+v, want the run's answer, not replayed: it was not kept", a)
+		}
+	}
+	if _, ok := m.Get("k"); ok || m.Len() != 0 {
+		t.Fatalf("an answer over the byte bound was kept (%d answers)", m.Len())
+	}
+}
