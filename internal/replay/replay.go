@@ -103,8 +103,8 @@ func (m *Memory[V]) Len() int { return m.answers.Len() }
 // Bytes is the sum of the kept answers' sizes.
 func (m *Memory[V]) Bytes() int64 { return m.bytes.Load() }
 
-// keep adds v as key's answer, then drops the least recently used answers
-// while the kept bytes are over the bound, and reports whether it kept v. An
+// keep drops the least recently used answers until v fits the byte bound,
+// adds v as key's answer, and reports whether it kept v. An
 // answer over the bound by itself is not kept (it would drop every other).
 func (m *Memory[V]) keep(key string, v V) bool {
 	var size int64
@@ -117,13 +117,15 @@ func (m *Memory[V]) keep(key string, v V) bool {
 	m.answersMu.Lock()
 	defer m.answersMu.Unlock()
 	m.answers.Remove(key) // an answer that outlived its TTL, never read since
-	m.bytes.Add(size)
-	m.answers.Add(key, kept[V]{v: v, at: m.opts.Now(), size: size, gen: m.gen.Add(1)})
-	for m.opts.MaxBytes > 0 && m.bytes.Load() > m.opts.MaxBytes {
+	// Room is made before v is counted, so that the count, read at any
+	// moment (a metric), never passes the bound.
+	for m.opts.MaxBytes > 0 && m.bytes.Load()+size > m.opts.MaxBytes {
 		if _, _, ok := m.answers.RemoveOldest(); !ok {
 			break
 		}
 	}
+	m.bytes.Add(size)
+	m.answers.Add(key, kept[V]{v: v, at: m.opts.Now(), size: size, gen: m.gen.Add(1)})
 	return true
 }
 

@@ -3,6 +3,9 @@ package replay
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -406,5 +409,52 @@ func TestAnswerOverTheByteBoundIsNoReplay(t *testing.T) {
 	}
 	if _, ok := m.Get("k"); ok || m.Len() != 0 {
 		t.Fatalf("an answer over the byte bound was kept (%d answers)", m.Len())
+	}
+}
+
+// Calls, expiries and drops from many goroutines keep the kept bytes within
+// the byte bound and the answers within their bound, and the byte count
+// equal, once they stop, to the sizes of the answers kept.
+func TestBoundsHoldUnderConcurrency(t *testing.T) {
+	const (
+		workers  = 8
+		keys     = 64
+		maxBytes = 100
+		maxKept  = 8
+	)
+	clk := testutil.NewClock(time.Unix(1000, 0))
+	m := New(Options[string]{MaxAnswers: maxKept, MaxBytes: maxBytes, TTL: 30 * time.Second, Now: clk.Now,
+		Size: func(v string) int64 { return int64(len(v)) }})
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			for range 2000 {
+				if rng.IntN(100) < 3 {
+					clk.Advance(time.Duration(rng.IntN(20)) * time.Second)
+				}
+				size := rng.IntN(40)
+				m.Do(context.Background(), fmt.Sprint("k", rng.IntN(keys)), func(context.Context) (string, bool) {
+					return strings.Repeat("x", size), rng.IntN(4) > 0
+				})
+				if b, n := m.Bytes(), m.Len(); b < 0 || b > maxBytes || n > maxKept {
+					errs <- fmt.Errorf("%d bytes in %d answers, bounds %d and %d", b, n, maxBytes, maxKept)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, k := range m.answers.Values() {
+		sum += k.size
+	}
+	if b := m.Bytes(); b != sum {
+		t.Fatalf("byte count %d, the kept answers hold %d", b, sum)
 	}
 }
