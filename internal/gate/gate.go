@@ -27,8 +27,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,7 +210,7 @@ func (g *Gate) routes() {
 	g.route("POST /v1/jobs", g.tenantsOnly(g.handleSubmit))
 	g.route("GET /v1/jobs", g.tenantsOnly(g.handleListJobs))
 	g.route("GET /v1/jobs/{job_id}", g.tenantsOnly(g.handleGetJob))
-	g.route("GET /v1/idempotency-keys/{key}", g.tenantsOnly(g.handleGetKey))
+	g.route("GET "+keysPath+"{key}", g.tenantsOnly(g.handleGetKey))
 	g.route("POST /v1/leases", g.tenantsOnly(g.handleLease))
 	g.route("POST /v1/jobs/{job_id}/heartbeat", g.tenantsOnly(g.handleHeartbeat))
 	g.route("POST /v1/jobs/{job_id}/complete", g.tenantsOnly(g.handleComplete))
@@ -286,7 +288,21 @@ func (g *Gate) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		g.finish(rw, r, start)
 	}()
+	escapeDotKey(r.URL)
 	g.mux.ServeHTTP(rw, r)
+}
+
+// keysPath is the path under which GET /v1/idempotency-keys/{key} reads a key.
+const keysPath = "/v1/idempotency-keys/"
+
+// escapeDotKey keeps the keys "." and ".." keys: URL-escaped as RFC 3986
+// escapes them, they are themselves, dot-segments, which the ServeMux would
+// clean away and redirect to another path. Written %2E, they match the
+// route's {key}, which PathValue unescapes.
+func escapeDotKey(u *url.URL) {
+	if k, ok := strings.CutPrefix(u.EscapedPath(), keysPath); ok && (k == "." || k == "..") {
+		u.RawPath = keysPath + strings.Repeat("%2E", len(k))
+	}
 }
 
 // finish writes the access log line and the request metrics.

@@ -233,7 +233,9 @@ func TestGetKey(t *testing.T) {
 		}
 	}
 
-	for _, opaque := range []string{"0193a5c8-7d4e-7b2a-9f3c-1e2d3c4b5a69", "a/b?c%d#e:f"} {
+	// "." and "..", escaped as url.PathEscape escapes them (as themselves),
+	// are keys, not dot-segments of the path to clean away.
+	for _, opaque := range []string{"0193a5c8-7d4e-7b2a-9f3c-1e2d3c4b5a69", "a/b?c%d#e:f", ".", ".."} {
 		job := wantJob(t, tg.submit(t, opaque, invoiceBody), http.StatusCreated)
 		info, raw := keyInfo(opaque)
 		if info.Key != opaque || info.State != api.KeyStateCommitted || info.JobID == nil || *info.JobID != job.JobID {
