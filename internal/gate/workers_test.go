@@ -366,3 +366,40 @@ func TestWorkerLeaseDefaultIsTheManagers(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseAnswerIsBoundedInBytes: a lease answer is bounded in bytes. Jobs
+// of payloads near GATE_MAX_BODY_BYTES, more of them than one answer
+// carries, are asked for all at once: each lease hands out at least one and
+// as many as fit, and the jobs left out stay queued with no attempt counted,
+// for the next lease, which hands them out at their first attempt.
+func TestLeaseAnswerIsBoundedInBytes(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	// Megabytes through the race detector: every call is given a minute.
+	g := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.ForwardTimeout = time.Minute })
+	const jobs, size = 12, 1_000_000 // 12 MB, over one answer's bytes
+	body := `{"type":"blob","payload":"` + strings.Repeat("p", size) + `"}`
+	queued := map[string]bool{}
+	for i := range jobs {
+		queued[wantJob(t, g.submit(t, skey(i+1), body), http.StatusCreated).JobID] = true
+	}
+	for round := 0; len(queued) > 0; round++ {
+		if round == jobs {
+			t.Fatalf("%d leases, %d jobs never handed out", round, len(queued))
+		}
+		leases := decodeLeases(t, g.post(t, "/v1/leases", `{"max_jobs":100,"lease_seconds":600}`))
+		if len(leases) == 0 || (round == 0 && len(leases) == jobs) {
+			t.Fatalf("lease %d handed out %d of %d jobs of %d bytes", round, len(leases), len(queued), size)
+		}
+		for _, l := range leases {
+			if !queued[l.Job.JobID] || l.Attempt != 1 || l.Job.Attempts != 1 || len(l.Job.Payload) != size+2 {
+				t.Fatalf("lease %d: job %s attempt %d/%d, payload of %d bytes", round, l.Job.JobID, l.Attempt, l.Job.Attempts, len(l.Job.Payload))
+			}
+			delete(queued, l.Job.JobID)
+		}
+		for id := range queued { // not handed out: untouched
+			if j := wantJob(t, g.get(t, "/v1/jobs/"+id), http.StatusOK); j.State != api.JobStatusQueued || j.Attempts != 0 {
+				t.Fatalf("job %s left out of lease %d: state %s, %d attempts", id, round, j.State, j.Attempts)
+			}
+		}
+	}
+}
