@@ -44,9 +44,12 @@ func TestCancelRetryThroughTheGate(t *testing.T) {
 	if job.JobID != q.JobID || job.State != api.JobStatusCancelled {
 		t.Fatalf("cancelled job %s", first.body)
 	}
-	read := wantJob(t, g.get(t, "/v1/jobs/"+q.JobID, alpha...), http.StatusOK)
-	if read.State != api.JobStatusCancelled {
+	readRes := g.get(t, "/v1/jobs/"+q.JobID, alpha...)
+	if read := wantJob(t, readRes, http.StatusOK); read.State != api.JobStatusCancelled {
 		t.Fatalf("read after cancel: %+v", read)
+	}
+	if string(readRes.body) != string(first.body) { // the job as GET shows it
+		t.Fatalf("cancel answered %s, GET %s", first.body, readRes.body)
 	}
 	// The same key: the same answer, replayed, through this gate and another.
 	for _, tg := range []*testGate{g, other} {
@@ -70,9 +73,12 @@ func TestCancelRetryThroughTheGate(t *testing.T) {
 	// A failed job retried: queued again, leased, completed.
 	retry := "/v1/jobs/" + f.JobID + "/retry"
 	wantProblem(t, g.post(t, retry, "", withKey(skey(14), beta)...), http.StatusNotFound, api.CodeJobNotFound)
-	r := wantJob(t, g.post(t, retry, "", withKey(skey(14), alpha)...), http.StatusOK)
-	if r.State != api.JobStatusQueued || r.Attempts != 1 {
+	retried := g.post(t, retry, "", withKey(skey(14), alpha)...)
+	if r := wantJob(t, retried, http.StatusOK); r.State != api.JobStatusQueued || r.Attempts != 1 {
 		t.Fatalf("retried job %+v", r)
+	}
+	if readRes := g.get(t, "/v1/jobs/"+f.JobID, alpha...); string(readRes.body) != string(retried.body) {
+		t.Fatalf("retry answered %s, GET %s", retried.body, readRes.body)
 	}
 	leases = decodeLeases(t, g.post(t, "/v1/leases", `{}`, alpha...))
 	if len(leases) != 1 || leases[0].Job.JobID != f.JobID || leases[0].Attempt != 2 {
