@@ -289,8 +289,12 @@ func TestSubmitBodyTooLarge(t *testing.T) {
 	// Just under the limit is accepted.
 	fits := `{"type":"x","payload":"` + strings.Repeat("a", 2048-len(`{"type":"x","payload":""}`)) + `"}`
 	wantJob(t, small.submit(t, skey(4), fits), http.StatusCreated)
-	if n := mgr.Submits(); n != 1 {
-		t.Fatalf("manager saw %d submissions, want 1", n)
+	// The default: a body of exactly 1 MiB is accepted, one byte more is not.
+	mib := `{"type":"x","payload":"` + strings.Repeat("a", DefaultMaxBodyBytes-len(`{"type":"x","payload":""}`)) + `"}`
+	wantJob(t, tg.submit(t, skey(5), mib), http.StatusCreated)
+	wantProblem(t, tg.submit(t, skey(6), mib+" "), http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge)
+	if n := mgr.Submits(); n != 2 {
+		t.Fatalf("manager saw %d submissions, want 2", n)
 	}
 }
 
