@@ -38,6 +38,9 @@ func (sv *service) jobAction(ctx context.Context, what string, p *rpcpb.JobActio
 	if !ok {
 		return nil, sv.s.callStatus(what, Errorf(CodeInternal, "this manager serves no job actions"))
 	}
+	if err := checkRequest(p, "body", 0); err != nil {
+		return nil, sv.s.callStatus(what, err)
+	}
 	resp, err := do(a, ctx, p)
 	return resp, sv.s.callStatus(what, err)
 }

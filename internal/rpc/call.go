@@ -205,3 +205,17 @@ func checkSize(m proto.Message, limit int) error {
 	}
 	return nil
 }
+
+// checkRequest refuses as invalid a request of the Manager service whose
+// body (what of it a gate took from its client's body: a job's payload, a
+// result, an error; named what) is over MaxBodyBytes, or whose other members
+// are over MaxMemberBytes.
+func checkRequest(m proto.Message, what string, body int) error {
+	if body > MaxBodyBytes {
+		return Errorf(CodeInvalid, "%s: %d bytes, over %d", what, body, MaxBodyBytes)
+	}
+	if n := proto.Size(m) - body; n > MaxMemberBytes {
+		return Errorf(CodeInvalid, "request: %d bytes besides its %s, over %d", n, what, MaxMemberBytes)
+	}
+	return nil
+}

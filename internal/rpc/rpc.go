@@ -165,11 +165,14 @@ const (
 
 // MaxBodyBytes is the largest request body a gate accepts (the bound of
 // GATE_MAX_BODY_BYTES): a job's payload, or a completion's result, is at
-// most this long. MaxWorkerRequestBytes bounds a worker call's body at the
-// manager: such a body and the call's own members.
+// most this long. MaxMemberBytes bounds the rest of a request at the
+// manager (its tenant, IDs, key, fingerprint, names), and
+// MaxWorkerRequestBytes a worker call's request: its body and its other
+// members.
 const (
 	MaxBodyBytes          = 8 << 20
-	MaxWorkerRequestBytes = MaxBodyBytes + 64<<10
+	MaxMemberBytes        = 64 << 10
+	MaxWorkerRequestBytes = MaxBodyBytes + MaxMemberBytes
 )
 
 // A manager's status, for readiness checks and operators, is one type with

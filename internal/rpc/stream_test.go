@@ -546,7 +546,8 @@ func TestLargeSubmissionsCross(t *testing.T) {
 			defer wg.Done()
 			payload := json.RawMessage(`"` + string(bytes.Repeat([]byte{'a' + byte(i)}, 3<<20+i)) + `"`)
 			if i == 0 {
-				payload = json.RawMessage(`"` + string(bytes.Repeat([]byte{'z'}, 9<<20)) + `"`)
+				// The largest a manager takes (MaxBodyBytes).
+				payload = json.RawMessage(`"` + string(bytes.Repeat([]byte{'z'}, MaxBodyBytes-2)) + `"`)
 			}
 			key := fmt.Sprint("big-", i)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"runtime"
@@ -286,9 +287,20 @@ func (sv *service) Submit(stream submitServerStream) error {
 		out <- r
 	}
 	start := func(it *rpcpb.SubmitItem) {
+		mu.Lock()
+		_, running := inflight[it.GetId()]
+		mu.Unlock()
+		if running {
+			// Its answer could not be told from the running one's, nor
+			// could a cancel of the id: refused, not run.
+			<-sem
+			out <- &rpcpb.SubmitResult{Id: it.GetId(), Error: toPBError(Errorf(CodeInvalid,
+				"item %d: an item of this id is still running on the stream", it.GetId()), nil)}
+			return
+		}
 		var t task
 		if us := it.GetTimeoutMicros(); us > 0 {
-			t.ctx, t.cancel = context.WithTimeout(ctx, time.Duration(us)*time.Microsecond)
+			t.ctx, t.cancel = context.WithTimeout(ctx, itemTimeout(us))
 		} else {
 			t.ctx, t.cancel = context.WithCancel(ctx)
 		}
@@ -361,11 +373,25 @@ loop:
 	return err
 }
 
+// itemTimeout is an item's timeout_micros (positive) as a duration; one
+// longer than a duration holds (about 292 years) is that long, not the
+// wrapped product.
+func itemTimeout(us int64) time.Duration {
+	if us > int64(math.MaxInt64/time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
 // answer runs what an item of the submit stream carries, a submission or
 // a worker call, and returns its result; mayCarry says whether the caller
 // may send a carried submission (mayCarry).
 func (s *Server) answer(ctx context.Context, it *rpcpb.SubmitItem, mayCarry bool) *rpcpb.SubmitResult {
 	r := &rpcpb.SubmitResult{Id: it.GetId()}
+	if it.GetTimeoutMicros() < 0 {
+		r.Error = toPBError(Errorf(CodeInvalid, "item %d: timeout_micros %d is negative (0: no deadline)", it.GetId(), it.GetTimeoutMicros()), nil)
+		return r
+	}
 	if s.serveWorkerCall(ctx, it, r) {
 		return r
 	}
@@ -375,6 +401,10 @@ func (s *Server) answer(ctx context.Context, it *rpcpb.SubmitItem, mayCarry bool
 	}
 	if !mayCarry && (req.GetCarried() || req.GetCarrier() != "") {
 		r.Error = toPBError(errCarriedByNonManager, nil) // an *Error: nothing to log
+		return r
+	}
+	if err := checkRequest(req, "payload", len(req.GetJob().GetPayload())); err != nil {
+		r.Error = toPBError(err, nil) // an *Error: nothing to log
 		return r
 	}
 	resp, err := s.svc.Submit(ctx, req)

@@ -38,6 +38,9 @@ func (sv *service) Lease(ctx context.Context, p *rpcpb.LeaseRequest) (*rpcpb.Lea
 	if err != nil {
 		return nil, sv.s.callStatus("lease", err)
 	}
+	if err := checkRequest(p, "body", 0); err != nil {
+		return nil, sv.s.callStatus("lease", err)
+	}
 	resp, err := w.Lease(ctx, p)
 	return resp, sv.s.callStatus("lease", err)
 }
@@ -50,17 +53,25 @@ func (s *Server) serveWorkerCall(ctx context.Context, it *rpcpb.SubmitItem, r *r
 	if hb == nil && complete == nil && fail == nil {
 		return false
 	}
-	w, err := s.workers()
+	var w Workers
+	var err error
+	if countSet(it.GetRequest() != nil, hb != nil, complete != nil, fail != nil) > 1 {
+		err = Errorf(CodeInvalid, "item %d carries more than one of request, heartbeat, complete and fail", it.GetId())
+	} else {
+		w, err = s.workers()
+	}
 	switch {
 	case err != nil:
 	case hb != nil:
-		r.Heartbeat, err = w.Heartbeat(ctx, hb)
+		if err = checkRequest(hb, "body", 0); err == nil {
+			r.Heartbeat, err = w.Heartbeat(ctx, hb)
+		}
 	case complete != nil:
-		if err = checkSize(complete, MaxWorkerRequestBytes); err == nil {
+		if err = checkRequest(complete, "result", len(complete.GetResult())); err == nil {
 			r.Job, err = w.Complete(ctx, complete)
 		}
 	default:
-		if err = checkSize(fail, MaxWorkerRequestBytes); err == nil {
+		if err = checkRequest(fail, "error", len(fail.GetError())); err == nil {
 			r.Job, err = w.Fail(ctx, fail)
 		}
 	}
@@ -68,6 +79,17 @@ func (s *Server) serveWorkerCall(ctx context.Context, it *rpcpb.SubmitItem, r *r
 		r.Error = toPBError(err, func(err error) { s.log.Error("rpc worker call failed", logging.KeyError, err) })
 	}
 	return true
+}
+
+// countSet counts the members of a message that are set.
+func countSet(set ...bool) int {
+	n := 0
+	for _, b := range set {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // Lease asks the leader for jobs; the call may be held up to the request's
