@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/once-dev/once/internal/ledger"
@@ -40,24 +39,18 @@ import (
 // derived from them, so a retry of the request, on this leader or the next,
 // proposes the same ones and is answered with the jobs the first attempt
 // leased while their leases last (ledger.Lease.Replay, the answer's
-// Replayed). Errors are *rpc.Error values: CodeInvalid for a bad request,
-// CodeNotLeader / CodeUnavailable as for a submission.
+// Replayed). Errors are *rpc.Error values: CodeInvalid for a bad request
+// (validateLease, which Lease has checked before it waits, and an empty
+// holder), CodeNotLeader / CodeUnavailable as for a submission.
 func (m *Manager) leaseJobs(ctx context.Context, req *rpcpb.LeaseRequest, holder string) (*ledger.LeaseResult, error) {
 	if err := m.CheckLeader(); err != nil {
 		return nil, err
 	}
-	switch {
-	case req.Tenant == "" || holder == "":
-		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: tenant and worker are required")
-	case req.MaxJobs < 0 || req.MaxJobs > ledger.MaxLease:
-		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: max must be from 1 to %d", ledger.MaxLease)
-	case len(req.Types) > ledger.MaxLeaseTypes:
-		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: at most %d types", ledger.MaxLeaseTypes)
+	if holder == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalid, "lease: worker is required")
 	}
-	for i, t := range req.Types {
-		if t == "" || slices.Contains(req.Types[:i], t) {
-			return nil, rpc.Errorf(rpc.CodeInvalid, "lease: an empty or repeated type")
-		}
+	if err := validateLease(req); err != nil {
+		return nil, err
 	}
 	n := max(int(req.MaxJobs), 1) // 0: 1
 	d, err := m.leaseDuration(leaseFor(req))
@@ -210,7 +203,7 @@ func (m *Manager) leaseDuration(d time.Duration) (time.Duration, error) {
 		return m.cfg.JobLeaseDefault, nil
 	}
 	if d < m.cfg.JobLeaseMin || d > m.cfg.JobLeaseMax {
-		return 0, rpc.Errorf(rpc.CodeInvalid, "lease of %s: not within %s..%s", d, m.cfg.JobLeaseMin, m.cfg.JobLeaseMax)
+		return 0, rpc.Errorf(rpc.CodeInvalid, "lease_for_nanos %d (%s): not within %s..%s", int64(d), d, m.cfg.JobLeaseMin, m.cfg.JobLeaseMax)
 	}
 	return d, nil
 }

@@ -78,7 +78,10 @@ func (m *Manager) ListJobs(ctx context.Context, req *rpcpb.ListJobsRequest) (*rp
 		opts.Status = "" // every job is a committed one, in the lifecycle or not
 	}
 	if req.Limit < 0 || req.Limit > api.MaxListLimit {
-		return nil, rpc.Errorf(rpc.CodeInvalid, "limit must be from 1 to %d", api.MaxListLimit)
+		return nil, rpc.Errorf(rpc.CodeInvalid, "limit %d: want 1 to %d (0: the default)", req.Limit, api.MaxListLimit)
+	}
+	if _, ok := ledger.ParseJobState(req.Status); req.Status != "" && !ok {
+		return nil, rpc.Errorf(rpc.CodeInvalid, "status %q: not a job status", req.Status)
 	}
 	if req.After != "" {
 		// A cursor pages in the order of the page that returned it.

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -283,21 +284,48 @@ func validateSubmit(req *rpcpb.SubmitRequest) (keys.Key, error) {
 	if k.Raw != req.Key {
 		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "key must be sent unquoted")
 	}
-	if req.GetJob().GetType() == "" {
-		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "job type is required")
+	if t := req.GetJob().GetType(); !api.ValidName(t, api.MaxTypeLen) {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "job type %q: want 1 to %d characters of A-Z a-z 0-9 . _ -", t, api.MaxTypeLen)
 	}
-	if req.ResultTtlNanos < 0 {
-		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "result_ttl must not be negative")
+	if ttl := req.ResultTtlNanos; ttl < 0 || time.Duration(ttl) > maxResultTTL {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "result_ttl_nanos %d: want 0 to %d (%s)", ttl, int64(maxResultTTL), maxResultTTL)
+	}
+	if req.WaitMillis < 0 {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "wait_millis %d: must not be negative", req.WaitMillis)
 	}
 	// The ledger keeps the list as a set (the outbox counts what it owes
 	// each datacenter by it): sorted, each name once, as the gate sends it.
-	if dcs := req.Job.Datacenters; !strictlySorted(dcs) {
-		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "datacenters %v: want each name once, sorted", dcs)
+	dcs := req.Job.Datacenters
+	if len(dcs) > api.MaxDatacenters || !strictlySorted(dcs) {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "datacenters %v: want at most %d names, each once, sorted", dcs, api.MaxDatacenters)
+	}
+	for _, dc := range dcs {
+		if err := checkDatacenter("datacenters", dc); err != nil {
+			return keys.Key{}, err
+		}
+	}
+	if err := checkDatacenter("home", req.Home); req.Home != "" && err != nil {
+		return keys.Key{}, err
+	}
+	if err := checkDatacenter("carrier", req.Carrier); req.Carrier != "" && err != nil {
+		return keys.Key{}, err
 	}
 	if len(req.Job.Payload) == 0 {
 		req.Job.Payload = []byte("null")
+	} else if !json.Valid(req.Job.Payload) {
+		// Stored as it came and served to every read as JSON.
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "job payload is not JSON")
 	}
 	return k, nil
+}
+
+// checkDatacenter refuses a datacenter name (of the request's member
+// field) that no datacenter can have.
+func checkDatacenter(field, dc string) error {
+	if !api.ValidName(dc, api.MaxDatacenterLen) {
+		return rpc.Errorf(rpc.CodeInvalid, "%s: datacenter %q: want 1 to %d characters of A-Z a-z 0-9 . _ -", field, dc, api.MaxDatacenterLen)
+	}
+	return nil
 }
 
 // outcomeCommand runs admission on e (an entry reserved, or about to be in

@@ -160,7 +160,7 @@ func TestWipedVoterDoesNotElectACandidateWithoutACommittedEntry(t *testing.T) {
 	}
 	const key = "c:1:0123456789abcdef"
 	req := &rpcpb.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp"}
-	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte("x"), Datacenters: []string{"dc1"}}
+	req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`"x"`), Datacenters: []string{"dc1"}}
 	x, err := g.mgrs[a].Submit(ctx, req)
 	if err != nil || x.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("submission X on %s: %+v %v", g.cfgs[a].NodeID, x, err)

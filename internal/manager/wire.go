@@ -1,18 +1,36 @@
 package manager
 
 import (
+	"math"
 	"time"
 
 	"github.com/once-dev/once/internal/rpc/rpcpb"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // The wire's durations and instants are integers (manager.proto): each is
-// read here, in one place, as the time.Duration or time.Time it means.
+// read here, in one place, as the time.Duration or time.Time it means, and
+// its bounds are here (validateSubmit and validateLease check them).
+
+// maxResultTTL bounds a submission's result_ttl_nanos: a century, far above
+// any lifetime a gate asks (IDEMPOTENCY_MAX_TTL_SECONDS is at most a year),
+// and far enough below the largest instant a Unix-nanosecond int64 holds
+// (the year 2262) that ledger time plus it is always an instant.
+const maxResultTTL = 100 * 365 * 24 * time.Hour
+
+// maxLeaseWait bounds a lease's wait_nanos: the gate's bound
+// (api.MaxWaitSeconds).
+const maxLeaseWait = api.MaxWaitSeconds * time.Second
 
 // submitWait is how long a submission may wait for another submission's
-// admission of its key (0: answer in_progress at once).
+// admission of its key (0: answer in_progress at once); a wait longer than
+// a time.Duration holds is that long, until the submission's deadline.
 func submitWait(req *rpcpb.SubmitRequest) time.Duration {
-	return time.Duration(req.GetWaitMillis()) * time.Millisecond
+	ms := req.GetWaitMillis()
+	if ms > int64(math.MaxInt64/time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // resultTTL is the lifetime the submission asks for its key's outcome (0:

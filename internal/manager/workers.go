@@ -13,6 +13,7 @@ import (
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/keys"
 )
 
 // The worker routes (rpc.Workers) on the leader's side: each call is one
@@ -64,6 +65,9 @@ func (a leaseAnswer) size() int64 {
 // leader that died) would lease other jobs on its retry, and the first ones
 // would come back only when their leases expire.
 func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
+	if err := validateLease(req); err != nil {
+		return nil, err
+	}
 	if req.Request == "" {
 		return m.lease(ctx, ctx, req)
 	}
@@ -98,6 +102,32 @@ func (m *Manager) Lease(ctx context.Context, req *rpcpb.LeaseRequest) (*rpcpb.Le
 		return &rpcpb.LeaseResponse{Leases: a.resp.Leases, Replayed: true}, nil
 	}
 	return a.resp, nil
+}
+
+// validateLease checks what the gate should already have checked (its
+// bounds, pkg/api's): a manager trusts nothing on the wire.
+func validateLease(req *rpcpb.LeaseRequest) error {
+	switch {
+	case req.Tenant == "":
+		return rpc.Errorf(rpc.CodeInvalid, "lease: tenant is required")
+	case len(req.Worker) > api.MaxTypeLen:
+		return rpc.Errorf(rpc.CodeInvalid, "lease: worker: longer than %d bytes", api.MaxTypeLen)
+	case req.MaxJobs < 0 || req.MaxJobs > ledger.MaxLease:
+		return rpc.Errorf(rpc.CodeInvalid, "lease: max_jobs %d: want 1 to %d (0: 1)", req.MaxJobs, ledger.MaxLease)
+	case len(req.Types) > ledger.MaxLeaseTypes:
+		return rpc.Errorf(rpc.CodeInvalid, "lease: types: at most %d", ledger.MaxLeaseTypes)
+	case req.WaitNanos < 0 || leaseWait(req) > maxLeaseWait:
+		return rpc.Errorf(rpc.CodeInvalid, "lease: wait_nanos %d: want 0 to %d (%s)", req.WaitNanos, int64(maxLeaseWait), maxLeaseWait)
+	case len(req.Request) > keys.MaxLen || len(req.Fingerprint) > keys.MaxLen:
+		// The leader keeps both with the answer (leaseReplays).
+		return rpc.Errorf(rpc.CodeInvalid, "lease: request (an idempotency key) or fingerprint: longer than %d bytes", keys.MaxLen)
+	}
+	for i, t := range req.Types {
+		if !api.ValidName(t, api.MaxTypeLen) || slices.Contains(req.Types[:i], t) {
+			return rpc.Errorf(rpc.CodeInvalid, "lease: types: %q is not a job type, or repeated", t)
+		}
+	}
+	return nil
 }
 
 // leaseReplayKey is the key of tenant's lease asked with request in the
