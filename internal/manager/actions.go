@@ -48,6 +48,10 @@ func (m *Manager) jobAction(ctx context.Context, name string, req *rpcpb.JobActi
 	if req.Tenant == "" || req.JobId == "" || req.Key == "" || req.Fingerprint == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalid, "%s: tenant, job ID, key and fingerprint are required", name)
 	}
+	// The key is an entry of the ledger's, as a submission's is.
+	if _, err := parseKey(req.Key); err != nil {
+		return nil, err
+	}
 	now := m.ledgerNow()
 	res, err := m.applyThen(ctx, cmd(ledger.JobAction{
 		Tenant:         req.Tenant,

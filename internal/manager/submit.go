@@ -277,12 +277,9 @@ func validateSubmit(req *rpcpb.SubmitRequest) (keys.Key, error) {
 	if req.Tenant == "" || req.Fingerprint == "" {
 		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "tenant and fingerprint are required")
 	}
-	k, err := keys.Parse(req.Key)
+	k, err := parseKey(req.Key)
 	if err != nil {
-		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "%v", err)
-	}
-	if k.Raw != req.Key {
-		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "key must be sent unquoted")
+		return keys.Key{}, err
 	}
 	if t := req.GetJob().GetType(); !api.ValidName(t, api.MaxTypeLen) {
 		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "job type %q: want 1 to %d characters of A-Z a-z 0-9 . _ -", t, api.MaxTypeLen)
@@ -315,6 +312,19 @@ func validateSubmit(req *rpcpb.SubmitRequest) (keys.Key, error) {
 	} else if !json.Valid(req.Job.Payload) {
 		// Stored as it came and served to every read as JSON.
 		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "job payload is not JSON")
+	}
+	return k, nil
+}
+
+// parseKey parses an idempotency key as the wire carries it: the gate
+// sends it parsed, unquoted.
+func parseKey(key string) (keys.Key, error) {
+	k, err := keys.Parse(key)
+	if err != nil {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "%v", err)
+	}
+	if k.Raw != key {
+		return keys.Key{}, rpc.Errorf(rpc.CodeInvalid, "key must be sent unquoted")
 	}
 	return k, nil
 }

@@ -112,6 +112,14 @@ func TestBadWireInputsAreInvalidAndRecordNothing(t *testing.T) {
 			_, err := c.Cancel(ctx, &rpcpb.JobActionRequest{Tenant: "t", JobId: "j", Key: huge, Fingerprint: "fp"})
 			return err
 		}},
+		{"cancel key quoted", func() error {
+			_, err := c.Cancel(ctx, &rpcpb.JobActionRequest{Tenant: "t", JobId: "j", Key: `"k"`, Fingerprint: "fp"})
+			return err
+		}},
+		{"retry key longer than a key", func() error {
+			_, err := c.Retry(ctx, &rpcpb.JobActionRequest{Tenant: "t", JobId: "j", Key: strings.Repeat("k", 256), Fingerprint: "fp"})
+			return err
+		}},
 		{"list status unknown", func() error {
 			_, err := c.ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "t", Status: "bogus"})
 			return err
