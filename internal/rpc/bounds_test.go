@@ -22,7 +22,8 @@ func (ctxManager) Submit(ctx context.Context, _ *rpcpb.SubmitRequest) (*rpcpb.Su
 }
 
 // The submit stream's items out of the bounds of docs/rpc.md are answered
-// invalid on their own, before the manager runs them, and the largest
+// invalid on their own, before the manager runs them (and so are the unary
+// requests over them), and the largest
 // timeout is a deadline that long, not one already passed: a timeout_micros
 // whose duration overflowed ended the item's context at once, and the gate
 // retried an unavailable forever.
@@ -64,6 +65,16 @@ func TestStreamItemsOutOfBoundsAreInvalid(t *testing.T) {
 	}
 	if _, err := c.Cancel(ctx, &rpcpb.JobActionRequest{Tenant: "t", JobId: "j", Key: huge, Fingerprint: "f"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("cancel with a huge key: %v, want invalid", err)
+	}
+	// So are the reads, whose answer may name what they were asked for.
+	if _, err := c.GetJob(ctx, "t", huge); !errors.Is(err, ErrInvalid) {
+		t.Errorf("get job with a huge ID: %v, want invalid", err)
+	}
+	if _, err := c.GetKey(ctx, huge, "k"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("get key with a huge tenant: %v, want invalid", err)
+	}
+	if _, err := c.ListJobs(ctx, &rpcpb.ListJobsRequest{Tenant: "t", Type: huge}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("list with a huge type: %v, want invalid", err)
 	}
 	if len(w.lease) > 0 || len(w.action) > 0 {
 		t.Error("a refused call reached the manager")
