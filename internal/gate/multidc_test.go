@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -458,5 +459,48 @@ func TestMultiDCNamedDatacenters(t *testing.T) {
 	// dc1's copy is its own: still queued.
 	if j := wantJob(t, f.g2.get(t, "/v1/jobs/"+both.JobID+"?datacenter=dc1"), http.StatusOK); j.State != api.JobStatusQueued {
 		t.Fatalf("dc1's copy is %s, want queued", j.State)
+	}
+}
+
+// TestMultiDCKeyReadFollowsTheClaim: an omitted datacenters list in a
+// federation leaves a claim on the key in the other datacenter, not an
+// outcome. A key read that names no datacenter, through that datacenter's
+// gate, is answered by the claim's home, where the admission is decided: the
+// key is pending while the home holds nothing for it, then committed, with
+// the home's job and expiry, as through the home's own gate. Named with
+// ?datacenter=, the other datacenter's entry is read as it is: the claim.
+func TestMultiDCKeyReadFollowsTheClaim(t *testing.T) {
+	f := startFederation(t, managertest.Options{}, managertest.Options{}, nil)
+	path := "/v1/idempotency-keys/" + url.PathEscape(skey(50))
+	keyInfo := func(g *testGate, query, state string) api.KeyInfo {
+		t.Helper()
+		res := g.get(t, path+query)
+		wantStatus(t, res, http.StatusOK)
+		var info api.KeyInfo
+		decodeJSON(t, res.body, &info)
+		if info.State != state || info.Key != skey(50) || info.JobID == nil {
+			t.Fatalf("key read %s%s: %s, want state %s", g.cfg.Datacenter, query, res.body, state)
+		}
+		if home := info.Home != ""; home != (state == api.KeyStateClaimed) {
+			t.Fatalf("key read %s%s: %s, a home member only for a claim", g.cfg.Datacenter, query, res.body)
+		}
+		return info
+	}
+
+	// The first attempt records dc2's claim, then cannot reach its home.
+	f.m1.SetSubmitHook(unavailable)
+	wantProblem(t, f.g1.submit(t, skey(50), `{"type":"x"}`), http.StatusServiceUnavailable, api.CodeUnavailable)
+	keyInfo(f.g2, "", api.KeyStatePending)
+	keyInfo(f.g2, "?datacenter=dc2", api.KeyStateClaimed)
+
+	f.m1.SetSubmitHook(nil)
+	job := wantJob(t, f.g1.submit(t, skey(50), `{"type":"x"}`), http.StatusCreated)
+	home := keyInfo(f.g1, "", api.KeyStateCommitted)
+	other := keyInfo(f.g2, "", api.KeyStateCommitted)
+	if *other.JobID != job.JobID || other.ExpiresAt != home.ExpiresAt || other.ClientID != home.ClientID {
+		t.Fatalf("through dc2 %+v, through dc1 %+v (job %s)", other, home, job.JobID)
+	}
+	if claim := keyInfo(f.g2, "?datacenter=dc2", api.KeyStateClaimed); claim.Home != "dc1" || *claim.JobID != job.JobID {
+		t.Fatalf("dc2's claim %+v", claim)
 	}
 }

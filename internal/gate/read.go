@@ -187,13 +187,17 @@ func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request, tenant strin
 		writeProblem(w, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid, err.Error())
 		return
 	}
-	c, _, ok := g.readTarget(w, r)
+	c, named, ok := g.readTarget(w, r)
 	if !ok {
 		return
 	}
 	ctx, cancel := g.readContext(r)
 	defer cancel()
 	pinfo, err := c.GetKey(ctx, tenant, key.Raw)
+	pending := false
+	if err == nil && !named {
+		pinfo, pending, err = g.followClaim(ctx, tenant, key.Raw, pinfo)
+	}
 	if err != nil {
 		g.readError(w, r, err, api.CodeIdempotencyKeyNotFound, fmt.Sprintf("no entry for idempotency key %q", key.Raw))
 		return
@@ -201,6 +205,9 @@ func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request, tenant strin
 	// The key's parts come from the key itself: present for a structured key,
 	// absent for an opaque one, whatever the manager filled in.
 	info := apiKeyInfo(pinfo)
+	if pending {
+		info.State, info.Home = api.KeyStatePending, ""
+	}
 	info.Key = key.Raw
 	info.ClientID, info.Sequence, info.Nonce = "", nil, ""
 	if key.Structured {
@@ -208,4 +215,30 @@ func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request, tenant strin
 		info.ClientID, info.Sequence, info.Nonce = key.ClientID, &seq, key.Nonce
 	}
 	writeJSON(w, info)
+}
+
+// followClaim answers a key read that names no datacenter when the entry
+// read is a claim (an omitted datacenters list in a federation: the key is
+// held here for a job of another datacenter, its home): the key's entry is
+// the home's, where its admission is decided, followed from claim to claim
+// as submitOmitted follows them. A home that holds nothing for the key yet
+// (the first attempt stopped between the claims and the home) leaves the
+// key pending: info, with pending true. A claim naming no datacenter the
+// gate knows is answered as it is.
+func (g *Gate) followClaim(ctx context.Context, tenant, key string, info *rpcpb.KeyInfo) (*rpcpb.KeyInfo, bool, error) {
+	for range maxHomeRounds {
+		home := info.GetHome()
+		if info.GetState() != api.KeyStateClaimed || home == g.cfg.Datacenter || !g.knownDatacenter(home) {
+			return info, false, nil
+		}
+		next, err := g.clientFor(home).GetKey(ctx, tenant, key)
+		switch {
+		case errors.Is(err, rpc.ErrNotFound):
+			return info, true, nil
+		case err != nil:
+			return nil, false, err
+		}
+		info = next
+	}
+	return info, false, nil
 }

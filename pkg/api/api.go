@@ -120,6 +120,8 @@ const (
 	KeyStateRejected  = "rejected"
 	// KeyStateClaimed: the key is held for a job that runs in another
 	// datacenter (KeyInfo.Home): an omitted datacenters list in a federation.
+	// Only a read naming the datacenter (?datacenter=) shows it; a read
+	// naming none is answered by the home.
 	KeyStateClaimed = "claimed"
 )
 

@@ -281,16 +281,27 @@ func TestMultiDCOmittedDatacenters(t *testing.T) {
 	if err != nil || retry.status != http.StatusCreated || retry.replayed != "true" || !bytes.Equal(retry.body, first.body) {
 		t.Fatalf("retry through dc2: %d replayed=%q %v\n%s\nfirst:\n%s", retry.status, retry.replayed, err, retry.body, first.body)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g2+"/v1/idempotency-keys/"+key, nil)
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// Read through dc2's gate, the key is the home's: committed with dc1's
+	// job; dc2's own entry, read with ?datacenter=dc2, is the claim.
+	readKey := func(query string) api.KeyInfo {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g2+"/v1/idempotency-keys/"+key+query, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var info api.KeyInfo
+		if err := json.NewDecoder(resp.Body).Decode(&info); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("key read %q through dc2: HTTP %d %v", query, resp.StatusCode, err)
+		}
+		return info
 	}
-	var info api.KeyInfo
-	err = json.NewDecoder(resp.Body).Decode(&info)
-	resp.Body.Close()
-	if err != nil || info.State != api.KeyStateClaimed || info.Home != "dc1" || info.JobID == nil || *info.JobID != first.job.JobID {
-		t.Fatalf("dc2's key: HTTP %d %+v %v", resp.StatusCode, info, err)
+	if info := readKey(""); info.State != api.KeyStateCommitted || info.Home != "" || info.JobID == nil || *info.JobID != first.job.JobID {
+		t.Fatalf("the key through dc2: %+v, want dc1's committed entry", info)
+	}
+	if info := readKey("?datacenter=dc2"); info.State != api.KeyStateClaimed || info.Home != "dc1" || info.JobID == nil || *info.JobID != first.job.JobID {
+		t.Fatalf("dc2's own entry: %+v, want its claim for dc1", info)
 	}
 
 	const racers = 6
