@@ -216,16 +216,26 @@ const confirmChunk = 1024
 // it could not record. A failure (leadership lost) only costs replays: the
 // next leader, or this one's next pass, asks those pairs again.
 func (o *outbox) confirm(ctx context.Context, items []ledger.Confirmation) []ledger.Confirmation {
+	left, err := o.m.confirm(ctx, items)
+	o.m.metrics.outboxConfirmed.Add(float64(len(items) - len(left)))
+	if err != nil {
+		o.log.Debug("recording the other datacenters' outcomes failed; a later pass asks again", logging.KeyCount, len(left), logging.KeyError, err)
+	}
+	return left
+}
+
+// confirm records items in the ledger, in Confirm commands of at most
+// confirmChunk items, and returns the items it could not record, with the
+// error that stopped it.
+func (m *Manager) confirm(ctx context.Context, items []ledger.Confirmation) ([]ledger.Confirmation, error) {
 	for len(items) > 0 {
 		n := min(len(items), confirmChunk)
-		if _, err := o.m.apply(ctx, ledger.Confirm{Items: items[:n]}); err != nil {
-			o.log.Debug("recording the other datacenters' outcomes failed; a later pass asks again", logging.KeyCount, n, logging.KeyError, err)
-			return items
+		if _, err := m.apply(ctx, ledger.Confirm{Items: items[:n]}); err != nil {
+			return items, err
 		}
-		o.m.metrics.outboxConfirmed.Add(float64(n))
 		items = items[n:]
 	}
-	return nil
+	return nil, nil
 }
 
 // carry sends one entry's submission to one datacenter and records the

@@ -1,0 +1,58 @@
+package manager
+
+import (
+	"context"
+	"slices"
+
+	"github.com/once-dev/once/internal/ledger"
+	"github.com/once-dev/once/internal/logging"
+	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// ForgetDatacenter stops the outbox carrying anything to datacenter dc, one
+// taken out of the federation for good (oncectl outbox forget; Consul's
+// force-leave): at the leader, every entry of the ledger, live or owed, that
+// names dc and that dc has not confirmed is recorded as confirmed by dc with
+// the outbox's Confirm commands, so that the outbox no longer carries it
+// there and the entries no other datacenter owes leave its count
+// (MANAGER_OUTBOX_MAX_ENTRIES). It returns how many (entry, dc) pairs it
+// recorded; a second call finds none. The jobs of those pairs are not
+// carried to dc, even if it comes back. Checking that dc is out of the
+// federation is the caller's (the daemon's WAN pool). A failure part way
+// (leadership lost) returns the pairs recorded until then with the error;
+// a call at the next leader records the rest.
+func (m *Manager) ForgetDatacenter(ctx context.Context, dc string) (int, error) {
+	own := m.cfg.Datacenter
+	switch {
+	case !api.ValidName(dc, api.MaxDatacenterLen):
+		return 0, rpc.Errorf(rpc.CodeInvalid, "datacenter %q: want 1 to %d characters of A-Z a-z 0-9 . _ -", dc, api.MaxDatacenterLen)
+	case dc == own:
+		return 0, rpc.Errorf(rpc.CodeInvalid, "datacenter %s is this datacenter: only another datacenter's submissions can be forgotten", dc)
+	}
+	if err := m.CheckLeader(); err != nil {
+		return 0, err
+	}
+	// A job with both a live and an owed entry is one pair: one Confirm
+	// clears both copies.
+	type job struct{ tenant, key, jobID string }
+	seen := map[job]bool{}
+	var items []ledger.Confirmation
+	visit := func(e ledger.Entry) bool {
+		j := job{e.Tenant, e.Key, e.JobID}
+		if slices.Contains(e.Request.Datacenters, dc) && !slices.Contains(e.Confirmed, dc) && !seen[j] {
+			seen[j] = true
+			items = append(items, ledger.Confirmation{Tenant: e.Tenant, Key: e.Key, JobID: e.JobID, Datacenter: dc})
+		}
+		return true
+	}
+	m.fsm.ResolvedMultiDatacenter(own, visit)
+	m.fsm.OwedMultiDatacenter(visit)
+	left, err := m.confirm(ctx, items)
+	n := len(items) - len(left)
+	if n > 0 {
+		m.log.Warn("forgot another datacenter's multi-datacenter submissions at an operator's request: the outbox no longer carries them there, so their jobs may never run there",
+			logging.KeyDatacenter, dc, logging.KeyCount, n)
+	}
+	return n, err
+}
