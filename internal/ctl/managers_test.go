@@ -79,6 +79,10 @@ func (f *fakeOperator) Keyring(_ context.Context, req *rpcpb.KeyringRequest) (*r
 		Keys: []*rpcpb.KeyringKey{{Key: "a2V5", Installed: 2, Primary: 2}}, Complete: true}, f.enter(false)
 }
 
+func (f *fakeOperator) ForgetDatacenter(_ context.Context, dc string) (*rpcpb.ForgetDatacenterResult, error) {
+	return &rpcpb.ForgetDatacenterResult{Datacenter: dc}, f.enter(true)
+}
+
 // serveOperator serves op as the Operator service of a manager in
 // insecure mode (the Manager service of an empty status).
 func serveOperator(t *testing.T, op rpc.Operator) string {

@@ -41,6 +41,10 @@ type Operator interface {
 	// Keyring runs a keyring operation (list, install, use, remove) on
 	// every member of a gossip pool; the Keyring method is op "list".
 	Keyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error)
+	// ForgetDatacenter records every submission the outbox carries to dc,
+	// a datacenter gone for good, as confirmed by it, and returns how
+	// many (leader only).
+	ForgetDatacenter(ctx context.Context, dc string) (*rpcpb.ForgetDatacenterResult, error)
 }
 
 // operatorService is the Operator service of a Server: each method runs
@@ -96,6 +100,18 @@ func (o *operatorService) ChangeKeyring(ctx context.Context, p *rpcpb.KeyringReq
 	}
 	k, err := o.op.Keyring(ctx, p)
 	return k, o.s.callStatus("keyring", err)
+}
+
+func (o *operatorService) ForgetDatacenter(ctx context.Context, p *rpcpb.ForgetDatacenterRequest) (*rpcpb.ForgetDatacenterResult, error) {
+	err := checkSize(p, maxOperatorRequestBytes)
+	if err == nil && p.GetDatacenter() == "" {
+		err = Errorf(CodeInvalid, "datacenter: the datacenter to forget is required")
+	}
+	if err != nil {
+		return nil, o.s.callStatus("forget datacenter", err)
+	}
+	res, err := o.op.ForgetDatacenter(ctx, p.GetDatacenter())
+	return res, o.s.callStatus("forget datacenter", err)
 }
 
 // Snapshot sends the archive in chunks of snapshotChunkBytes; an error

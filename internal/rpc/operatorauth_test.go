@@ -50,11 +50,15 @@ func (f *fakeOperator) Keyring(context.Context, *rpcpb.KeyringRequest) (*rpcpb.K
 	f.calls.Add(1)
 	return &rpcpb.KeyringResponse{}, nil
 }
+func (f *fakeOperator) ForgetDatacenter(_ context.Context, dc string) (*rpcpb.ForgetDatacenterResult, error) {
+	f.calls.Add(1)
+	return &rpcpb.ForgetDatacenterResult{Datacenter: dc}, nil
+}
 
 // operatorCalls are a restore (client stream), a peer removal (unary) and a
 // snapshot (server stream): the two most destructive operator methods, and
 // what reveals every tenant's entries; plus the keyring list (what it
-// reveals).
+// reveals) and a datacenter forgotten (what the outbox stops carrying).
 var operatorCalls = []struct {
 	name string
 	call func(context.Context, *Client) error
@@ -63,6 +67,7 @@ var operatorCalls = []struct {
 	{"remove peer", func(ctx context.Context, c *Client) error { _, err := c.RemovePeer(ctx, "m2"); return err }},
 	{"snapshot", func(ctx context.Context, c *Client) error { return c.Snapshot(ctx, io.Discard) }},
 	{"keyring", func(ctx context.Context, c *Client) error { _, err := c.Keyring(ctx, ""); return err }},
+	{"forget datacenter", func(ctx context.Context, c *Client) error { _, err := c.ForgetDatacenter(ctx, "dc2"); return err }},
 }
 
 // callOperator makes every operatorCalls call through a client of cfg to

@@ -160,6 +160,15 @@ func (c *Client) ChangeKeyring(ctx context.Context, req *rpcpb.KeyringRequest) (
 	return operatorUnary(c, ctx, "keyring", false, rpcpb.OperatorClient.ChangeKeyring, req)
 }
 
+// ForgetDatacenter has the leader record every submission its outbox
+// carries to dc as confirmed by dc (a datacenter gone for good), and returns
+// how many it recorded. Retried as any call: a second run records only what
+// the first did not, so after an attempt whose answer was lost the count is
+// the retry's alone.
+func (c *Client) ForgetDatacenter(ctx context.Context, dc string) (*rpcpb.ForgetDatacenterResult, error) {
+	return operatorUnary(c, ctx, "forget datacenter", true, rpcpb.OperatorClient.ForgetDatacenter, &rpcpb.ForgetDatacenterRequest{Datacenter: dc})
+}
+
 // Snapshot writes a snapshot archive of the leader's ledger to w. An
 // attempt that fails before the first chunk is retried; once a chunk is
 // written, or w fails, the error is returned as it is (w may hold part of

@@ -31,6 +31,7 @@ type peerOperator struct {
 	removed  []string
 	restored []string
 	keyring  []*rpcpb.KeyringRequest
+	forgot   []string
 }
 
 func (p *peerOperator) enter(leaderOnly bool) error {
@@ -100,6 +101,16 @@ func (p *peerOperator) Keyring(_ context.Context, req *rpcpb.KeyringRequest) (*r
 	p.keyring = append(p.keyring, req)
 	p.mu.Unlock()
 	return &rpcpb.KeyringResponse{Node: "m1", Pool: req.Pool, Op: req.Op, Members: 3, Complete: true}, nil
+}
+
+func (p *peerOperator) ForgetDatacenter(_ context.Context, dc string) (*rpcpb.ForgetDatacenterResult, error) {
+	if err := p.enter(true); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.forgot = append(p.forgot, dc)
+	p.mu.Unlock()
+	return &rpcpb.ForgetDatacenterResult{Datacenter: dc, Pairs: 3}, nil
 }
 
 const testCluster, testOperator = "cluster-secret-0123456789", "operator-secret-0123456789"
@@ -173,6 +184,10 @@ func TestOperatorClientFollowsTheLeader(t *testing.T) {
 	if len(leader.restored) != 1 || leader.restored[0] != "the archive" {
 		t.Fatalf("leader restored %q", leader.restored)
 	}
+	if res, err := c.ForgetDatacenter(ctx, "dc2"); err != nil || res.Datacenter != "dc2" || res.Pairs != 3 ||
+		len(leader.forgot) != 1 || len(follower.forgot) != 0 {
+		t.Fatalf("forget datacenter: %+v, %v; the leader forgot %v, the follower %v", res, err, leader.forgot, follower.forgot)
+	}
 
 	// An error answer: returned as it is, not retried.
 	calls := leader.calls
@@ -187,6 +202,10 @@ func TestOperatorClientFollowsTheLeader(t *testing.T) {
 	_, err = c.ChangeKeyring(ctx, &rpcpb.KeyringRequest{Op: "use", Pool: PoolLAN})
 	if !errors.As(err, &e) || e.Code != CodeInvalid {
 		t.Fatalf("keyring use without a key: %v, want invalid", err)
+	}
+	calls = leader.calls
+	if _, err = c.ForgetDatacenter(ctx, ""); !errors.As(err, &e) || e.Code != CodeInvalid || leader.calls != calls {
+		t.Fatalf("forget datacenter without a datacenter: %v (%d calls reached the leader), want invalid, refused by the server", err, leader.calls-calls)
 	}
 }
 

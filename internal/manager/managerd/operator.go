@@ -220,6 +220,32 @@ func (o operator) checkQuorumWithout(id string) error {
 	return nil
 }
 
+// ForgetDatacenter stops the outbox carrying submissions to dc, a
+// datacenter taken out of the federation for good (manager.Manager.
+// ForgetDatacenter), and answers how many it forgot. A datacenter with a
+// manager alive in the WAN pool is refused: it still answers, or will, and
+// its jobs would be lost to it for nothing.
+func (o operator) ForgetDatacenter(ctx context.Context, dc string) (*rpcpb.ForgetDatacenterResult, error) {
+	// This datacenter's own managers are alive: the manager refuses it as
+	// this datacenter.
+	if o.fed.wan != nil && dc != o.m.Config().Datacenter {
+		if alive := o.fed.wan.Managers(dc); len(alive) > 0 {
+			names := make([]string, len(alive))
+			for i, mem := range alive {
+				names[i] = mem.Meta.NodeID
+			}
+			return nil, rpc.Errorf(rpc.CodeInvalid, "datacenter %s has %d manager(s) alive in the WAN pool (%s): take it out of the federation first "+
+				"(stop its managers: a manager leaves the WAN pool as it stops, and one that cannot is found dead by the pool), then forget it",
+				dc, len(alive), strings.Join(names, ","))
+		}
+	}
+	n, err := o.m.ForgetDatacenter(ctx, dc)
+	if err != nil {
+		return nil, err
+	}
+	return &rpcpb.ForgetDatacenterResult{Datacenter: dc, Pairs: int32(n)}, nil
+}
+
 // autopilotView is what checkQuorumWithout reads of the manager's autopilot
 // (*autopilot.Autopilot): raft-autopilot's last health, and the servers
 // unhealthy at this instant.

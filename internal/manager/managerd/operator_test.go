@@ -544,3 +544,50 @@ func TestKeyringOnAShutDownPoolIsUnavailable(t *testing.T) {
 		wantCode(t, pool+" install", err, rpc.CodeUnavailable)
 	}
 }
+
+// TestForgetDatacenterWaitsForItToLeaveTheFederation: dc1's leader owes dc2
+// a submission. While dc2's manager is alive in the WAN pool, forgetting dc2
+// is refused (invalid, naming it and saying how to take it out), and so is
+// forgetting dc1 itself; nothing is recorded. Once dc2's manager has left
+// the pool, the submission is forgotten, and the outbox carries nothing.
+func TestForgetDatacenterWaitsForItToLeaveTheFederation(t *testing.T) {
+	c := managertest.Start(t, managertest.Options{})
+	m := c.Leader(t)
+	req := &rpcpb.SubmitRequest{Tenant: "t", Key: "both", Fingerprint: "fp",
+		Job: &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}}
+	if r, err := m.Submit(t.Context(), req); err != nil || r.Outcome != rpc.OutcomeCommitted {
+		t.Fatalf("submit: %+v %v", r, err)
+	}
+	f1 := startWAN(t, "dc1", func(*manager.Config) {})
+	f2 := startWAN(t, "dc2", func(c *manager.Config) { c.RPCAdvertise = "127.0.0.1:7201" }, f1.wan.Addr())
+	testutil.WaitFor(t, time.Minute, func() (bool, string) {
+		return len(f1.wan.Managers("dc2")) == 1, "dc1 to see dc2's manager alive"
+	})
+	op := operatorOf(t, m)
+	op.fed = f1
+	_, err := op.ForgetDatacenter(t.Context(), "dc2")
+	wantCode(t, "forget dc2 with its manager alive", err, rpc.CodeInvalid)
+	if !strings.Contains(err.Error(), "alive") || !strings.Contains(err.Error(), "stop its managers") {
+		t.Fatalf("forget dc2 with its manager alive: %v; want it to say so, and how to take dc2 out", err)
+	}
+	_, err = op.ForgetDatacenter(t.Context(), "dc1")
+	wantCode(t, "forget dc1 at dc1", err, rpc.CodeInvalid)
+	if !strings.Contains(err.Error(), "this datacenter") {
+		t.Fatalf("forget dc1 at dc1: %v; want it refused as this datacenter", err)
+	}
+	if n := m.FSM().OutboxLen(); n != 1 {
+		t.Fatalf("the outbox carries %d entries after the refusals, want 1", n)
+	}
+
+	f2.stop() // dc2's manager stops: it leaves the WAN pool
+	testutil.WaitFor(t, time.Minute, func() (bool, string) {
+		return len(f1.wan.Managers("dc2")) == 0, "dc1 to see dc2's manager gone"
+	})
+	res, err := op.ForgetDatacenter(t.Context(), "dc2")
+	if err != nil || res.Pairs != 1 || res.Datacenter != "dc2" {
+		t.Fatalf("forget dc2 gone: %+v, %v; want 1 pair", res, err)
+	}
+	if n := m.FSM().OutboxLen(); n != 0 {
+		t.Fatalf("the outbox carries %d entries after dc2 was forgotten, want 0", n)
+	}
+}

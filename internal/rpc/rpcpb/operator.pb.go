@@ -743,6 +743,106 @@ func (x *SnapshotChunk) GetData() []byte {
 	return nil
 }
 
+// ForgetDatacenterRequest names the datacenter to forget.
+type ForgetDatacenterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Datacenter    string                 `protobuf:"bytes,1,opt,name=datacenter,proto3" json:"datacenter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetDatacenterRequest) Reset() {
+	*x = ForgetDatacenterRequest{}
+	mi := &file_operator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetDatacenterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetDatacenterRequest) ProtoMessage() {}
+
+func (x *ForgetDatacenterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_operator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetDatacenterRequest.ProtoReflect.Descriptor instead.
+func (*ForgetDatacenterRequest) Descriptor() ([]byte, []int) {
+	return file_operator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ForgetDatacenterRequest) GetDatacenter() string {
+	if x != nil {
+		return x.Datacenter
+	}
+	return ""
+}
+
+// ForgetDatacenterResult is the answer of ForgetDatacenter: pairs is how
+// many submissions were recorded as confirmed by datacenter (0 when none
+// was left). An int32, so that its JSON form (oncectl -o json) is a number.
+type ForgetDatacenterResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Datacenter    string                 `protobuf:"bytes,1,opt,name=datacenter,proto3" json:"datacenter,omitempty"`
+	Pairs         int32                  `protobuf:"varint,2,opt,name=pairs,proto3" json:"pairs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetDatacenterResult) Reset() {
+	*x = ForgetDatacenterResult{}
+	mi := &file_operator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetDatacenterResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetDatacenterResult) ProtoMessage() {}
+
+func (x *ForgetDatacenterResult) ProtoReflect() protoreflect.Message {
+	mi := &file_operator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetDatacenterResult.ProtoReflect.Descriptor instead.
+func (*ForgetDatacenterResult) Descriptor() ([]byte, []int) {
+	return file_operator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ForgetDatacenterResult) GetDatacenter() string {
+	if x != nil {
+		return x.Datacenter
+	}
+	return ""
+}
+
+func (x *ForgetDatacenterResult) GetPairs() int32 {
+	if x != nil {
+		return x.Pairs
+	}
+	return 0
+}
+
 var File_operator_proto protoreflect.FileDescriptor
 
 const file_operator_proto_rawDesc = "" +
@@ -795,7 +895,16 @@ const file_operator_proto_rawDesc = "" +
 	"\bcomplete\x18\b \x01(\bR\bcomplete\"\x11\n" +
 	"\x0fSnapshotRequest\"#\n" +
 	"\rSnapshotChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data2\xf6\x03\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"9\n" +
+	"\x17ForgetDatacenterRequest\x12\x1e\n" +
+	"\n" +
+	"datacenter\x18\x01 \x01(\tR\n" +
+	"datacenter\"N\n" +
+	"\x16ForgetDatacenterResult\x12\x1e\n" +
+	"\n" +
+	"datacenter\x18\x01 \x01(\tR\n" +
+	"datacenter\x12\x14\n" +
+	"\x05pairs\x18\x02 \x01(\x05R\x05pairs2\xd5\x04\n" +
 	"\bOperator\x12D\n" +
 	"\aMembers\x12\x1b.once.rpc.v1.MembersRequest\x1a\x1c.once.rpc.v1.MembersResponse\x12?\n" +
 	"\n" +
@@ -804,7 +913,8 @@ const file_operator_proto_rawDesc = "" +
 	"\aKeyring\x12\x1f.once.rpc.v1.KeyringListRequest\x1a\x1c.once.rpc.v1.KeyringResponse\x12J\n" +
 	"\rChangeKeyring\x12\x1b.once.rpc.v1.KeyringRequest\x1a\x1c.once.rpc.v1.KeyringResponse\x12F\n" +
 	"\bSnapshot\x12\x1c.once.rpc.v1.SnapshotRequest\x1a\x1a.once.rpc.v1.SnapshotChunk0\x01\x12@\n" +
-	"\aRestore\x12\x1a.once.rpc.v1.SnapshotChunk\x1a\x17.once.rpc.v1.PeerResult(\x01B-Z+github.com/once-dev/once/internal/rpc/rpcpbb\x06proto3"
+	"\aRestore\x12\x1a.once.rpc.v1.SnapshotChunk\x1a\x17.once.rpc.v1.PeerResult(\x01\x12]\n" +
+	"\x10ForgetDatacenter\x12$.once.rpc.v1.ForgetDatacenterRequest\x1a#.once.rpc.v1.ForgetDatacenterResultB-Z+github.com/once-dev/once/internal/rpc/rpcpbb\x06proto3"
 
 var (
 	file_operator_proto_rawDescOnce sync.Once
@@ -818,20 +928,22 @@ func file_operator_proto_rawDescGZIP() []byte {
 	return file_operator_proto_rawDescData
 }
 
-var file_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_operator_proto_goTypes = []any{
-	(*MembersRequest)(nil),     // 0: once.rpc.v1.MembersRequest
-	(*Member)(nil),             // 1: once.rpc.v1.Member
-	(*MembersResponse)(nil),    // 2: once.rpc.v1.MembersResponse
-	(*PeerRequest)(nil),        // 3: once.rpc.v1.PeerRequest
-	(*PeerResult)(nil),         // 4: once.rpc.v1.PeerResult
-	(*KeyringListRequest)(nil), // 5: once.rpc.v1.KeyringListRequest
-	(*KeyringRequest)(nil),     // 6: once.rpc.v1.KeyringRequest
-	(*KeyringKey)(nil),         // 7: once.rpc.v1.KeyringKey
-	(*KeyringNode)(nil),        // 8: once.rpc.v1.KeyringNode
-	(*KeyringResponse)(nil),    // 9: once.rpc.v1.KeyringResponse
-	(*SnapshotRequest)(nil),    // 10: once.rpc.v1.SnapshotRequest
-	(*SnapshotChunk)(nil),      // 11: once.rpc.v1.SnapshotChunk
+	(*MembersRequest)(nil),          // 0: once.rpc.v1.MembersRequest
+	(*Member)(nil),                  // 1: once.rpc.v1.Member
+	(*MembersResponse)(nil),         // 2: once.rpc.v1.MembersResponse
+	(*PeerRequest)(nil),             // 3: once.rpc.v1.PeerRequest
+	(*PeerResult)(nil),              // 4: once.rpc.v1.PeerResult
+	(*KeyringListRequest)(nil),      // 5: once.rpc.v1.KeyringListRequest
+	(*KeyringRequest)(nil),          // 6: once.rpc.v1.KeyringRequest
+	(*KeyringKey)(nil),              // 7: once.rpc.v1.KeyringKey
+	(*KeyringNode)(nil),             // 8: once.rpc.v1.KeyringNode
+	(*KeyringResponse)(nil),         // 9: once.rpc.v1.KeyringResponse
+	(*SnapshotRequest)(nil),         // 10: once.rpc.v1.SnapshotRequest
+	(*SnapshotChunk)(nil),           // 11: once.rpc.v1.SnapshotChunk
+	(*ForgetDatacenterRequest)(nil), // 12: once.rpc.v1.ForgetDatacenterRequest
+	(*ForgetDatacenterResult)(nil),  // 13: once.rpc.v1.ForgetDatacenterResult
 }
 var file_operator_proto_depIdxs = []int32{
 	1,  // 0: once.rpc.v1.MembersResponse.members:type_name -> once.rpc.v1.Member
@@ -844,15 +956,17 @@ var file_operator_proto_depIdxs = []int32{
 	6,  // 7: once.rpc.v1.Operator.ChangeKeyring:input_type -> once.rpc.v1.KeyringRequest
 	10, // 8: once.rpc.v1.Operator.Snapshot:input_type -> once.rpc.v1.SnapshotRequest
 	11, // 9: once.rpc.v1.Operator.Restore:input_type -> once.rpc.v1.SnapshotChunk
-	2,  // 10: once.rpc.v1.Operator.Members:output_type -> once.rpc.v1.MembersResponse
-	4,  // 11: once.rpc.v1.Operator.RemovePeer:output_type -> once.rpc.v1.PeerResult
-	4,  // 12: once.rpc.v1.Operator.TransferLeader:output_type -> once.rpc.v1.PeerResult
-	9,  // 13: once.rpc.v1.Operator.Keyring:output_type -> once.rpc.v1.KeyringResponse
-	9,  // 14: once.rpc.v1.Operator.ChangeKeyring:output_type -> once.rpc.v1.KeyringResponse
-	11, // 15: once.rpc.v1.Operator.Snapshot:output_type -> once.rpc.v1.SnapshotChunk
-	4,  // 16: once.rpc.v1.Operator.Restore:output_type -> once.rpc.v1.PeerResult
-	10, // [10:17] is the sub-list for method output_type
-	3,  // [3:10] is the sub-list for method input_type
+	12, // 10: once.rpc.v1.Operator.ForgetDatacenter:input_type -> once.rpc.v1.ForgetDatacenterRequest
+	2,  // 11: once.rpc.v1.Operator.Members:output_type -> once.rpc.v1.MembersResponse
+	4,  // 12: once.rpc.v1.Operator.RemovePeer:output_type -> once.rpc.v1.PeerResult
+	4,  // 13: once.rpc.v1.Operator.TransferLeader:output_type -> once.rpc.v1.PeerResult
+	9,  // 14: once.rpc.v1.Operator.Keyring:output_type -> once.rpc.v1.KeyringResponse
+	9,  // 15: once.rpc.v1.Operator.ChangeKeyring:output_type -> once.rpc.v1.KeyringResponse
+	11, // 16: once.rpc.v1.Operator.Snapshot:output_type -> once.rpc.v1.SnapshotChunk
+	4,  // 17: once.rpc.v1.Operator.Restore:output_type -> once.rpc.v1.PeerResult
+	13, // 18: once.rpc.v1.Operator.ForgetDatacenter:output_type -> once.rpc.v1.ForgetDatacenterResult
+	11, // [11:19] is the sub-list for method output_type
+	3,  // [3:11] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -869,7 +983,7 @@ func file_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_operator_proto_rawDesc), len(file_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,13 +24,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Operator_Members_FullMethodName        = "/once.rpc.v1.Operator/Members"
-	Operator_RemovePeer_FullMethodName     = "/once.rpc.v1.Operator/RemovePeer"
-	Operator_TransferLeader_FullMethodName = "/once.rpc.v1.Operator/TransferLeader"
-	Operator_Keyring_FullMethodName        = "/once.rpc.v1.Operator/Keyring"
-	Operator_ChangeKeyring_FullMethodName  = "/once.rpc.v1.Operator/ChangeKeyring"
-	Operator_Snapshot_FullMethodName       = "/once.rpc.v1.Operator/Snapshot"
-	Operator_Restore_FullMethodName        = "/once.rpc.v1.Operator/Restore"
+	Operator_Members_FullMethodName          = "/once.rpc.v1.Operator/Members"
+	Operator_RemovePeer_FullMethodName       = "/once.rpc.v1.Operator/RemovePeer"
+	Operator_TransferLeader_FullMethodName   = "/once.rpc.v1.Operator/TransferLeader"
+	Operator_Keyring_FullMethodName          = "/once.rpc.v1.Operator/Keyring"
+	Operator_ChangeKeyring_FullMethodName    = "/once.rpc.v1.Operator/ChangeKeyring"
+	Operator_Snapshot_FullMethodName         = "/once.rpc.v1.Operator/Snapshot"
+	Operator_Restore_FullMethodName          = "/once.rpc.v1.Operator/Restore"
+	Operator_ForgetDatacenter_FullMethodName = "/once.rpc.v1.Operator/ForgetDatacenter"
 )
 
 // OperatorClient is the client API for Operator service.
@@ -63,6 +64,12 @@ type OperatorClient interface {
 	// Replace the leader's ledger with the archive the chunks carry (leader
 	// only).
 	Restore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, PeerResult], error)
+	// Record every multi-datacenter submission of the ledger (live or owed)
+	// that names a datacenter gone for good, and that it has not confirmed,
+	// as confirmed by it, so that the outbox stops carrying it there (leader
+	// only). Refused for this datacenter, and for one with a manager alive in
+	// the WAN pool.
+	ForgetDatacenter(ctx context.Context, in *ForgetDatacenterRequest, opts ...grpc.CallOption) (*ForgetDatacenterResult, error)
 }
 
 type operatorClient struct {
@@ -155,6 +162,16 @@ func (c *operatorClient) Restore(ctx context.Context, opts ...grpc.CallOption) (
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Operator_RestoreClient = grpc.ClientStreamingClient[SnapshotChunk, PeerResult]
 
+func (c *operatorClient) ForgetDatacenter(ctx context.Context, in *ForgetDatacenterRequest, opts ...grpc.CallOption) (*ForgetDatacenterResult, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetDatacenterResult)
+	err := c.cc.Invoke(ctx, Operator_ForgetDatacenter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServer is the server API for Operator service.
 // All implementations must embed UnimplementedOperatorServer
 // for forward compatibility.
@@ -185,6 +202,12 @@ type OperatorServer interface {
 	// Replace the leader's ledger with the archive the chunks carry (leader
 	// only).
 	Restore(grpc.ClientStreamingServer[SnapshotChunk, PeerResult]) error
+	// Record every multi-datacenter submission of the ledger (live or owed)
+	// that names a datacenter gone for good, and that it has not confirmed,
+	// as confirmed by it, so that the outbox stops carrying it there (leader
+	// only). Refused for this datacenter, and for one with a manager alive in
+	// the WAN pool.
+	ForgetDatacenter(context.Context, *ForgetDatacenterRequest) (*ForgetDatacenterResult, error)
 	mustEmbedUnimplementedOperatorServer()
 }
 
@@ -215,6 +238,9 @@ func (UnimplementedOperatorServer) Snapshot(*SnapshotRequest, grpc.ServerStreami
 }
 func (UnimplementedOperatorServer) Restore(grpc.ClientStreamingServer[SnapshotChunk, PeerResult]) error {
 	return status.Error(codes.Unimplemented, "method Restore not implemented")
+}
+func (UnimplementedOperatorServer) ForgetDatacenter(context.Context, *ForgetDatacenterRequest) (*ForgetDatacenterResult, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForgetDatacenter not implemented")
 }
 func (UnimplementedOperatorServer) mustEmbedUnimplementedOperatorServer() {}
 func (UnimplementedOperatorServer) testEmbeddedByValue()                  {}
@@ -345,6 +371,24 @@ func _Operator_Restore_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Operator_RestoreServer = grpc.ClientStreamingServer[SnapshotChunk, PeerResult]
 
+func _Operator_ForgetDatacenter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetDatacenterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServer).ForgetDatacenter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Operator_ForgetDatacenter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServer).ForgetDatacenter(ctx, req.(*ForgetDatacenterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Operator_ServiceDesc is the grpc.ServiceDesc for Operator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -371,6 +415,10 @@ var Operator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ChangeKeyring",
 			Handler:    _Operator_ChangeKeyring_Handler,
+		},
+		{
+			MethodName: "ForgetDatacenter",
+			Handler:    _Operator_ForgetDatacenter_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
