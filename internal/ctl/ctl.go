@@ -203,7 +203,7 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 	pf.BoolVar(&g.insecure, "insecure", false, "talk to managers running without a credential (MANAGER_INSECURE=true) over plain HTTP; refused with --cluster-secret-file, --operator-secret-file or --cacert (env "+EnvInsecure+"=true)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on the whole command")
-	root.AddCommand(submitCmd(g), jobCmd(g), keyCmd(g), clusterCmd(g), raftCmd(g), snapshotCmd(g), gossipCmd(g))
+	root.AddCommand(submitCmd(g), jobCmd(g), keyCmd(g), clusterCmd(g), raftCmd(g), snapshotCmd(g), gossipCmd(g), outboxCmd(g))
 	return root
 }
 
