@@ -34,7 +34,7 @@ const (
 	EnvClusterSecretFile = "ONCE_CLUSTER_SECRET_FILE"
 	// EnvOperatorSecretFile is --operator-secret-file: the managers'
 	// operator secret (MANAGER_OPERATOR_SECRET_FILE), which the cluster,
-	// raft, snapshot and gossip commands need (docs/security.md).
+	// raft, snapshot, gossip and outbox commands need (docs/security.md).
 	EnvOperatorSecretFile = "ONCE_OPERATOR_SECRET_FILE"
 	// EnvCACert, EnvCert and EnvKey are --cacert, --cert and --key: the
 	// cluster CA and a client certificate it signed, for managers that serve
@@ -143,7 +143,7 @@ func newRoot(g *globals) *cobra.Command {
 		Use:   "oncectl",
 		Short: "Submit and read once jobs, and operate a once datacenter",
 		Long: `oncectl talks to once's gates (submit, job, key, cluster view) and managers (cluster status
-and members, raft, snapshot, gossip).
+and members, raft, snapshot, gossip, outbox).
 
 Endpoints come from --gates / --managers, or from ` + EnvGates + ` / ` + EnvManagers + `
 (comma-separated); the bearer token from --token or ` + EnvToken + `.
@@ -196,7 +196,7 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 	pf.StringSliceVar(&g.managers, "managers", splitEnv(EnvManagers, "127.0.0.1:7101"), "manager RPC addresses host:port (env "+EnvManagers+")")
 	pf.StringVar(&g.token, "token", "", "bearer token for the gates (env "+EnvToken+")")
 	pf.StringVar(&g.secret, "cluster-secret-file", os.Getenv(EnvClusterSecretFile), "file holding the managers' cluster secret (env "+EnvClusterSecretFile+")")
-	pf.StringVar(&g.operatorSecret, "operator-secret-file", os.Getenv(EnvOperatorSecretFile), "file holding the managers' operator secret, for the cluster, raft, snapshot and gossip commands (env "+EnvOperatorSecretFile+")")
+	pf.StringVar(&g.operatorSecret, "operator-secret-file", os.Getenv(EnvOperatorSecretFile), "file holding the managers' operator secret, for the cluster, raft, snapshot, gossip and outbox commands (env "+EnvOperatorSecretFile+")")
 	pf.StringVar(&g.cacert, "cacert", os.Getenv(EnvCACert), "the cluster CA, for managers serving RPC over mutual TLS (env "+EnvCACert+")")
 	pf.StringVar(&g.cert, "cert", os.Getenv(EnvCert), "a client certificate the cluster CA signed (env "+EnvCert+")")
 	pf.StringVar(&g.key, "key", os.Getenv(EnvKey), "the private key of --cert (env "+EnvKey+")")
