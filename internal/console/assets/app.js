@@ -61,6 +61,14 @@
       });
   }
 
+  // outcomeUnknown: whether a failed call may have been applied, or may be
+  // sent again as it is (the same key is then a replay, never a second
+  // action).
+  function outcomeUnknown(err) {
+    if (!(err instanceof ApiError)) return true; // no answer
+    return err.status >= 500 || err.status === 429 || err.problem.code === "request_in_progress";
+  }
+
   function token() { return store.getItem(TOKEN) || ""; }
   function operatorToken() { return store.getItem(OPTOKEN) || ""; }
 
@@ -218,15 +226,27 @@
     main.appendChild(actions);
     main.appendChild(box);
     var path = "/v1/jobs/" + encodeURIComponent(id);
+    // One Idempotency-Key per action: while an action is in flight its
+    // buttons stay disabled (busy), whatever a poll reads meanwhile; an
+    // action whose outcome the console does not know (no answer, 5xx, 429,
+    // request_in_progress) keeps its key, so the next click is a replay,
+    // never a second action. An answer the API decided drops the key.
+    var busy = false, keys = {};
     function act(name) {
-      // One Idempotency-Key per click: a lost answer retried by the browser
-      // is replayed by the gate, never applied twice.
-      var key = "console-" + (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2));
+      var key = keys[name] || (keys[name] = "console-" + (crypto.randomUUID ? crypto.randomUUID() :
+        String(Date.now()) + Math.random().toString(16).slice(2)));
+      busy = true;
       cancel.disabled = retry.disabled = true;
       call("POST", path + "/" + name, token(), { "Idempotency-Key": key }).then(function () {
+        delete keys[name];
         message(name === "cancel" ? "Cancelled." : "Queued for another attempt.", "ok");
-        refresh();
-      }, showError);
+      }, function (err) {
+        if (!outcomeUnknown(err)) delete keys[name];
+        showError(err);
+      }).then(function () {
+        busy = false;
+        if (gen === generation) return refresh();
+      }).then(null, function (err) { if (gen === generation) showError(err); });
     }
     cancel.addEventListener("click", function () { act("cancel"); });
     retry.addEventListener("click", function () { act("retry"); });
@@ -266,8 +286,8 @@
       }).then(function (got) {
         if (gen !== generation) return;
         var j = got.j;
-        cancel.disabled = j.state !== "queued";
-        retry.disabled = !(j.state === "failed" || j.state === "dead");
+        cancel.disabled = busy || j.state !== "queued";
+        retry.disabled = busy || !(j.state === "failed" || j.state === "dead");
         box.textContent = "";
         if (got.cs.length) box.appendChild(copyTabs(j, got.cs));
         var dl = el("dl", { "class": "kv" });

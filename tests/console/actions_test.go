@@ -1,0 +1,87 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// interceptPosts wraps the page's fetch: every POST's Idempotency-Key is
+// recorded in window.posts; the first POST is refused before it leaves
+// (a dropped connection: its outcome unknown to the console), the second
+// is held until window.releasePost() is called, the others go as they are.
+// window.reads counts the reads answered.
+const interceptPosts = `(() => {
+	const orig = window.fetch.bind(window);
+	window.posts = []; window.reads = 0;
+	window.fetch = (url, init) => {
+		if (init.method !== "POST") return orig(url, init).then(r => { window.reads++; return r; });
+		window.posts.push(init.headers["Idempotency-Key"]);
+		if (window.posts.length === 1) return Promise.reject(new TypeError("test: the connection dropped"));
+		if (window.posts.length === 2) return new Promise(res => { window.releasePost = () => res(orig(url, init)); });
+		return orig(url, init);
+	};
+	return 1;
+})()`
+
+// TestConsoleActionKeys: an action whose answer the console did not get is
+// sent again with the same Idempotency-Key, and while an action is in
+// flight its button stays disabled, whatever the polls read meanwhile: a
+// double click never sends two actions.
+func TestConsoleActionKeys(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gate := c.GateURLs()[0]
+	p := &page{t: t, tab: browser(t, ctx), base: gate + "/ui/"}
+	alpha := newClient(t, gate, tokenAlpha)
+	res, err := alpha.Submit(ctx, api.JobRequest{Type: idleType, Payload: json.RawMessage(`{"n":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := res.Job.JobID
+
+	p.signIn(tokenAlpha, "")
+	p.open("#/job/" + idle)
+	p.wait("the job, queued", `#job-state [data-state="queued"]`)
+	eval[int](p, "intercept the POSTs", interceptPosts)
+
+	// The first cancel is lost: the console says so, and offers it again.
+	p.run("cancel", chromedp.WaitEnabled(chromedp.CSS("#btn-cancel")), chromedp.Click(chromedp.CSS("#btn-cancel")))
+	p.until("the lost cancel is shown", `document.getElementById("message").textContent.includes("the connection dropped")`)
+	p.run("cancel again", chromedp.WaitEnabled(chromedp.CSS("#btn-cancel")), chromedp.Click(chromedp.CSS("#btn-cancel")))
+	p.until("the second cancel is sent", `window.posts.length === 2 && typeof window.releasePost === "function"`)
+
+	// While it is in flight, polls read the job still queued; a click on
+	// Cancel then sends nothing.
+	reads := eval[int](p, "reads so far", `window.reads`)
+	p.until("two polls more", `window.reads >= `+strconv.Itoa(reads+2))
+	eval[int](p, "click Cancel again", `document.getElementById("btn-cancel").click(), 1`)
+	eval[int](p, "answer the held cancel", `window.releasePost(), 1`)
+	p.wait("the job, cancelled", `#job-state [data-state="cancelled"]`)
+	if got := p.text("#message"); !strings.Contains(got, "Cancelled") {
+		t.Errorf("the message after the cancel: %q", got)
+	}
+
+	var keys []string
+	if err := json.Unmarshal([]byte(eval[string](p, "the keys sent", `JSON.stringify(window.posts)`)), &keys); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || keys[0] != keys[1] || !strings.HasPrefix(keys[0], "console-") {
+		t.Errorf("the cancels sent carry the keys %q, want the same key twice", keys)
+	}
+	j, err := alpha.GetJob(ctx, idle)
+	if err != nil || j.State != api.JobStatusCancelled {
+		t.Fatalf("the job through the API: %+v %v", j, err)
+	}
+}
