@@ -96,6 +96,23 @@ func TestConsoleInBrowserTwoDatacenters(t *testing.T) {
 	p.run("open dc1's tab", chromedp.Click(chromedp.CSS(`#job-copies a[data-datacenter="dc1"]`)))
 	p.until("dc1's copy again", datacenters("dc1: committed")+` && `+current+` === "dc1"`)
 	p.wait("dc1's copy, queued again", `#job-state [data-state="queued"]`)
+	// Cancel and retry act on the copy of the gate's own datacenter: on
+	// dc1's gate, dc1's copy is that one, and its Cancel is offered.
+	p.run("Cancel on dc1's copy through dc1's gate", chromedp.WaitEnabled(chromedp.CSS("#btn-cancel")))
+	// Through dc2's gate, dc1's copy (queued) is not: a Cancel there would
+	// reach dc2's copy (cancelled already), so it is not offered, and the
+	// page says which copy the actions reach.
+	p2 := &page{t: t, tab: tab, base: f.DC("dc2").GateURLs()[0] + "/ui/"}
+	p2.signIn(tokenAlpha, "")
+	p2.open("#/job/" + job + "?datacenter=dc1")
+	p2.until("dc1's copy through dc2's gate", datacenters("dc1: committed"))
+	p2.wait("dc1's copy, queued, through dc2's gate", `#job-state [data-state="queued"]`)
+	if eval[bool](p2, "Cancel on dc1's copy through dc2's gate", `!document.getElementById("btn-cancel").disabled`) {
+		t.Error("dc2's gate offers Cancel on dc1's copy: it would act on dc2's copy")
+	}
+	if got := eval[string](p2, "the actions' note", `(document.getElementById("actions-note") || {}).textContent || ""`); !strings.Contains(got, "(dc2)") {
+		t.Errorf("the actions' note on dc1's copy through dc2's gate: %q, want it to name dc2", got)
+	}
 	if got := res.Job.Datacenters; got["dc1"].Status != api.JobStatusCommitted || got["dc2"].Status != api.JobStatusCommitted {
 		t.Fatalf("the submitted job's datacenters: %+v", got)
 	}

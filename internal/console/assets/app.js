@@ -222,7 +222,8 @@
     var actions = el("div", { "class": "actions" });
     var cancel = el("button", { type: "button", id: "btn-cancel", "class": "danger", text: "Cancel", disabled: true });
     var retry = el("button", { type: "button", id: "btn-retry", "class": "primary", text: "Retry", disabled: true });
-    actions.appendChild(cancel); actions.appendChild(retry);
+    var elsewhere = el("span", { "class": "note", id: "actions-note" });
+    actions.appendChild(cancel); actions.appendChild(retry); actions.appendChild(elsewhere);
     main.appendChild(actions);
     main.appendChild(box);
     var path = "/v1/jobs/" + encodeURIComponent(id);
@@ -280,14 +281,25 @@
       });
       return nav;
     }
+    // An action reaches the copy of the gate's own datacenter: the copy a
+    // read without ?datacenter= answers (the gate's own first). A copy
+    // addressed by name is acted on only when it is that one, so the page
+    // reads that copy too (null when it cannot be read).
+    function ownCopy(j) {
+      if (!dc) return j;
+      return call("GET", path, token()).then(function (res) { return res.data; }, function () { return null; });
+    }
+    function dcsOf(j) { return Object.keys((j && j.datacenters) || {}).sort().join(","); }
     function refresh() {
       return call("GET", path + (dc ? "?datacenter=" + encodeURIComponent(dc) : ""), token()).then(function (res) {
-        return copies(res.data).then(function (cs) { return { j: res.data, cs: cs }; });
+        return Promise.all([copies(res.data), ownCopy(res.data)]).then(function (r) { return { j: res.data, cs: r[0], own: r[1] }; });
       }).then(function (got) {
         if (gen !== generation) return;
-        var j = got.j;
-        cancel.disabled = busy || j.state !== "queued";
-        retry.disabled = busy || !(j.state === "failed" || j.state === "dead");
+        var j = got.j, here = !!got.own && dcsOf(got.own) === dcsOf(j);
+        cancel.disabled = busy || !here || j.state !== "queued";
+        retry.disabled = busy || !here || !(j.state === "failed" || j.state === "dead");
+        elsewhere.textContent = here ? "" : "Cancel and retry act on the copy of this gate's datacenter" +
+          (got.own ? " (" + dcsOf(got.own) + ")" : "") + ", not on the copy shown.";
         box.textContent = "";
         if (got.cs.length) box.appendChild(copyTabs(j, got.cs));
         var dl = el("dl", { "class": "kv" });
