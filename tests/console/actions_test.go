@@ -3,6 +3,8 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/tests/localcluster"
 )
 
 // interceptPosts wraps the page's fetch: every POST's Idempotency-Key is
@@ -85,3 +88,73 @@ func TestConsoleActionKeys(t *testing.T) {
 		t.Fatalf("the job through the API: %+v %v", j, err)
 	}
 }
+
+// TestConsoleShowsRetryAfter: an action the API refuses for now (503
+// unavailable: the ledger, of one entry, is full) shows the API's problem
+// and its Retry-After, as the gate answered it.
+func TestConsoleShowsRetryAfter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-process test; skipped with -short")
+	}
+	dir := t.TempDir()
+	c := localcluster.StartForTest(t, localcluster.Options{BinDir: binDir, BaseDir: filepath.Join(dir, "cluster"), Managers: 1, Gates: 1, Fast: true,
+		GateEnv: tokenFiles(t, dir), ManagerEnv: []string{"IDEMPOTENCY_LEDGER_MAX_ENTRIES=1"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gate := c.GateURLs()[0]
+	res, err := newClient(t, gate, tokenAlpha).Submit(ctx, api.JobRequest{Type: idleType, Payload: json.RawMessage(`{"n":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := res.Job.JobID
+
+	// The API's answer to a cancel: the ledger holds no entry for its key.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gate+"/v1/jobs/"+job+"/cancel", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tokenAlpha)
+	req.Header.Set("Idempotency-Key", "console-probe")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	after := resp.Header.Get("Retry-After")
+	if resp.StatusCode != http.StatusServiceUnavailable || after == "" {
+		t.Fatalf("a cancel with the ledger full: %d, Retry-After %q; want 503 with a Retry-After", resp.StatusCode, after)
+	}
+
+	p := &page{t: t, tab: browser(t, ctx), base: gate + "/ui/"}
+	p.signIn(tokenAlpha, "")
+	p.open("#/job/" + job)
+	p.wait("the job, queued", `#job-state [data-state="queued"]`)
+	eval[int](p, "record the POSTs", recordPosts)
+	p.run("cancel", chromedp.WaitEnabled(chromedp.CSS("#btn-cancel")), chromedp.Click(chromedp.CSS("#btn-cancel")))
+	p.until("the refusal", `document.getElementById("message").textContent.includes("(unavailable)")`)
+	if got, want := p.text("#message"), "retry after "+after+" s"; !strings.Contains(got, want) {
+		t.Errorf("the console's message %q lacks %q", got, want)
+	}
+	// Nothing was done: the next press is the same action, with its key.
+	p.run("cancel again", chromedp.WaitEnabled(chromedp.CSS("#btn-cancel")), chromedp.Click(chromedp.CSS("#btn-cancel")))
+	p.until("the second answer", `window.answered === 2`)
+	if keys := eval[string](p, "the keys sent", `window.posts.join(" ")`); len(strings.Fields(keys)) != 2 || strings.Fields(keys)[0] != strings.Fields(keys)[1] {
+		t.Errorf("the cancels sent carry the keys %q, want the same key twice", keys)
+	}
+}
+
+// recordPosts wraps the page's fetch: every POST's Idempotency-Key is
+// recorded in window.posts, and window.answered counts their answers.
+const recordPosts = `(() => {
+	const orig = window.fetch.bind(window);
+	window.posts = []; window.answered = 0;
+	window.fetch = (url, init) => {
+		if (init.method !== "POST") return orig(url, init);
+		window.posts.push(init.headers["Idempotency-Key"]);
+		return orig(url, init).finally(() => { window.answered++; });
+	};
+	return 1;
+})()`

@@ -38,10 +38,12 @@
     m.className = text ? (kind || "error") : "";
   }
 
-  // ApiError is a failed call: its status and RFC 9457 problem.
-  function ApiError(status, problem) {
+  // ApiError is a failed call: its status, RFC 9457 problem and
+  // Retry-After ("" when none).
+  function ApiError(status, problem, retryAfter) {
     this.status = status;
     this.problem = problem || {};
+    this.retryAfter = retryAfter || "";
     this.message = (problem && (problem.detail || problem.title)) || ("HTTP " + status);
   }
 
@@ -55,7 +57,7 @@
         return resp.text().then(function (body) {
           var data = null;
           try { data = body ? JSON.parse(body) : null; } catch (e) { data = null; }
-          if (!resp.ok) throw new ApiError(resp.status, data);
+          if (!resp.ok) throw new ApiError(resp.status, data, resp.headers.get("Retry-After"));
           return { data: data, headers: resp.headers };
         });
       });
@@ -453,7 +455,8 @@
         message("Not signed in, or the token is not accepted here (401): sign in.", "error");
         return;
       }
-      message(err.message + (err.problem.code ? " (" + err.problem.code + ")" : ""), "error");
+      var after = err.retryAfter ? "; retry after " + (/^\d+$/.test(err.retryAfter) ? err.retryAfter + " s" : err.retryAfter) : "";
+      message(err.message + (err.problem.code ? " (" + err.problem.code + ")" : "") + after, "error");
       return;
     }
     message(String(err && err.message || err), "error");
