@@ -3,16 +3,19 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/once-dev/once/pkg/api"
+	"github.com/once-dev/once/pkg/client"
 	"github.com/once-dev/once/tests/localcluster"
 )
 
@@ -87,7 +90,57 @@ func TestConsoleActionKeys(t *testing.T) {
 	if err != nil || j.State != api.JobStatusCancelled {
 		t.Fatalf("the job through the API: %+v %v", j, err)
 	}
+
+	// A retry whose answer is lost after the gate applied it: the job runs
+	// again (a worker whose every attempt fails) and is dead again. The
+	// next press is a new retry, with a new key, not a replay of the first.
+	var wg sync.WaitGroup
+	wctx, stop := context.WithCancel(ctx)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := alpha.Run(wctx, client.WorkerOptions{Types: []string{failType}, LeaseFor: 10 * time.Second, Wait: time.Second},
+			func(context.Context, api.Job, int) (any, error) { return nil, errors.New("smtp timeout") })
+		if err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}()
+	defer func() { stop(); wg.Wait() }()
+	res, err = alpha.Submit(ctx, api.JobRequest{Type: failType, Payload: json.RawMessage(`{"n":2}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := res.Job.JobID
+	p.open("#/job/" + dead)
+	p.run("reload", chromedp.Reload())
+	p.wait("the job, dead", `#job-state [data-state="dead"]`)
+	eval[int](p, "lose the first POST's answer", loseFirstAnswer)
+	p.run("retry", chromedp.WaitEnabled(chromedp.CSS("#btn-retry")), chromedp.Click(chromedp.CSS("#btn-retry")))
+	p.until("the lost retry is shown", `document.getElementById("message").textContent.includes("the answer was lost")`)
+	p.until("the job, dead again after its second attempt", `document.getElementById("job-attempts").textContent === "2" &&
+		document.querySelector('#job-state [data-state="dead"]') !== null`)
+	p.run("retry again", chromedp.WaitEnabled(chromedp.CSS("#btn-retry")), chromedp.Click(chromedp.CSS("#btn-retry")))
+	p.until("the second retry answered", `window.sent.length === 2 && document.getElementById("message").textContent.startsWith("Queued")`)
+	if sent := eval[string](p, "the keys sent", `window.sent.join(" ")`); len(strings.Fields(sent)) != 2 || strings.Fields(sent)[0] == strings.Fields(sent)[1] {
+		t.Errorf("the retries sent carry the keys %q, want two keys", sent)
+	}
+	p.until("the job's third attempt", `document.getElementById("job-attempts").textContent === "3"`)
 }
+
+// loseFirstAnswer wraps the page's fetch: every POST's Idempotency-Key is
+// recorded in window.sent; the first POST reaches the gate, but its answer
+// is lost (a dropped connection); the others go as they are.
+const loseFirstAnswer = `(() => {
+	const orig = window.fetch.bind(window);
+	window.sent = [];
+	window.fetch = (url, init) => {
+		if (init.method !== "POST") return orig(url, init);
+		window.sent.push(init.headers["Idempotency-Key"]);
+		if (window.sent.length > 1) return orig(url, init);
+		return orig(url, init).then(() => { throw new TypeError("test: the answer was lost"); });
+	};
+	return 1;
+})()`
 
 // TestConsoleShowsRetryAfter: an action the API refuses for now (503
 // unavailable: the ledger, of one entry, is full) shows the API's problem

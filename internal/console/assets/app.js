@@ -232,15 +232,17 @@
     // One Idempotency-Key per action: while an action is in flight its
     // buttons stay disabled (busy), whatever a poll reads meanwhile; an
     // action whose outcome the console does not know (no answer, 5xx, 429,
-    // request_in_progress) keeps its key, so the next click is a replay,
-    // never a second action. An answer the API decided drops the key.
-    var busy = false, keys = {};
+    // request_in_progress) keeps its key while the job reads as it did when
+    // the action was sent (its state and attempts: shown), so the next click
+    // is a replay, never a second action. An answer the API decided, or a
+    // read showing the job changed since, drops the key.
+    var busy = false, keys = {}, shown = "";
     function act(name) {
-      var key = keys[name] || (keys[name] = "console-" + (crypto.randomUUID ? crypto.randomUUID() :
-        String(Date.now()) + Math.random().toString(16).slice(2)));
+      var k = keys[name] || (keys[name] = { seen: shown, key: "console-" + (crypto.randomUUID ? crypto.randomUUID() :
+        String(Date.now()) + Math.random().toString(16).slice(2)) });
       busy = true;
       cancel.disabled = retry.disabled = true;
-      call("POST", path + "/" + name, token(), { "Idempotency-Key": key }).then(function () {
+      call("POST", path + "/" + name, token(), { "Idempotency-Key": k.key }).then(function () {
         delete keys[name];
         message(name === "cancel" ? "Cancelled." : "Queued for another attempt.", "ok");
       }, function (err) {
@@ -298,6 +300,8 @@
       }).then(function (got) {
         if (gen !== generation) return;
         var j = got.j, here = !!got.own && dcsOf(got.own) === dcsOf(j);
+        shown = j.state + "/" + j.attempts;
+        Object.keys(keys).forEach(function (a) { if (!busy && keys[a].seen !== shown) delete keys[a]; });
         cancel.disabled = busy || !here || j.state !== "queued";
         retry.disabled = busy || !here || !(j.state === "failed" || j.state === "dead");
         elsewhere.textContent = here ? "" : "Cancel and retry act on the copy of this gate's datacenter" +
