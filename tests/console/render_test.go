@@ -103,4 +103,12 @@ func TestConsoleRendersDataAsText(t *testing.T) {
 		t.Errorf("the error: %q, want %q", got, hostile)
 	}
 	check("the dead job's page")
+
+	// An address whose fragment is not valid percent-encoding (a link
+	// mangled by hand) still draws its view: the job is not found.
+	p.open("#/job/%E0%A4%A")
+	p.until("the mangled job's page", `document.getElementById("message").textContent.includes("job_not_found")`)
+	if got := p.text("#job-id"); got != "%E0%A4%A" {
+		t.Errorf("the mangled job's page shows the job %q, want %q", got, "%E0%A4%A")
+	}
 }

@@ -79,7 +79,9 @@
     var h = location.hash.replace(/^#\/?/, "");
     var q = "", i = h.indexOf("?");
     if (i >= 0) { q = h.slice(i + 1); h = h.slice(0, i); }
-    var parts = h.split("/").map(decodeURIComponent);
+    // A part that is not valid percent-encoding (a link mangled by hand) is
+    // taken as it is: decodeURIComponent would throw, and no view be drawn.
+    var parts = h.split("/").map(function (p) { try { return decodeURIComponent(p); } catch (e) { return p; } });
     return { view: parts[0] || "jobs", arg: parts[1] || "", query: new URLSearchParams(q) };
   }
 
