@@ -73,6 +73,13 @@ func TestConsoleActionKeys(t *testing.T) {
 	reads := eval[int](p, "reads so far", `window.reads`)
 	p.until("two polls more", `window.reads >= `+strconv.Itoa(reads+2))
 	eval[int](p, "click Cancel again", `document.getElementById("btn-cancel").click(), 1`)
+	// Nor once the view is drawn again (the refresh rate changed): the
+	// action in flight is the job's, not the view's.
+	eval[int](p, "draw the view again", `(() => { const s = document.getElementById("poll"); s.value = "1000";
+		s.dispatchEvent(new Event("change")); return 1; })()`)
+	reads = eval[int](p, "reads so far", `window.reads`)
+	p.until("two polls of the new view", `document.getElementById("job-state") !== null && window.reads >= `+strconv.Itoa(reads+2))
+	eval[int](p, "click Cancel in the new view", `document.getElementById("btn-cancel").click(), 1`)
 	eval[int](p, "answer the held cancel", `window.releasePost(), 1`)
 	p.wait("the job, cancelled", `#job-state [data-state="cancelled"]`)
 	if got := p.text("#message"); !strings.Contains(got, "Cancelled") {

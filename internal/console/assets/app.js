@@ -9,6 +9,9 @@
   var TOKEN = "once.token", OPTOKEN = "once.operatorToken", POLL = "once.poll";
   var STATES = ["queued", "running", "succeeded", "failed", "dead", "cancelled"];
   var timer = null, generation = 0;
+  // acting holds, per job (its path), the action in flight and the keys
+  // kept: a view drawn again finds them (see viewJob's act).
+  var acting = {};
 
   function $(id) { return document.getElementById(id); }
 
@@ -237,21 +240,22 @@
     // request_in_progress) keeps its key while the job reads as it did when
     // the action was sent (its state and attempts: shown), so the next click
     // is a replay, never a second action. An answer the API decided, or a
-    // read showing the job changed since, drops the key.
-    var busy = false, keys = {}, shown = "";
+    // read showing the job changed since, drops the key. Both live in
+    // acting, so that a view of the job drawn again keeps them.
+    var st = acting[path] || (acting[path] = { busy: false, keys: {} }), shown = "";
     function act(name) {
-      var k = keys[name] || (keys[name] = { seen: shown, key: "console-" + (crypto.randomUUID ? crypto.randomUUID() :
+      var k = st.keys[name] || (st.keys[name] = { seen: shown, key: "console-" + (crypto.randomUUID ? crypto.randomUUID() :
         String(Date.now()) + Math.random().toString(16).slice(2)) });
-      busy = true;
+      st.busy = true;
       cancel.disabled = retry.disabled = true;
       call("POST", path + "/" + name, token(), { "Idempotency-Key": k.key }).then(function () {
-        delete keys[name];
+        delete st.keys[name];
         message(name === "cancel" ? "Cancelled." : "Queued for another attempt.", "ok");
       }, function (err) {
-        if (!outcomeUnknown(err)) delete keys[name];
+        if (!outcomeUnknown(err)) delete st.keys[name];
         showError(err);
       }).then(function () {
-        busy = false;
+        st.busy = false;
         if (gen === generation) return refresh();
       }).then(null, function (err) { if (gen === generation) showError(err); });
     }
@@ -303,9 +307,9 @@
         if (gen !== generation) return;
         var j = got.j, here = !!got.own && dcsOf(got.own) === dcsOf(j);
         shown = j.state + "/" + j.attempts;
-        Object.keys(keys).forEach(function (a) { if (!busy && keys[a].seen !== shown) delete keys[a]; });
-        cancel.disabled = busy || !here || j.state !== "queued";
-        retry.disabled = busy || !here || !(j.state === "failed" || j.state === "dead");
+        Object.keys(st.keys).forEach(function (a) { if (!st.busy && st.keys[a].seen !== shown) delete st.keys[a]; });
+        cancel.disabled = st.busy || !here || j.state !== "queued";
+        retry.disabled = st.busy || !here || !(j.state === "failed" || j.state === "dead");
         elsewhere.textContent = here ? "" : "Cancel and retry act on the copy of this gate's datacenter" +
           (got.own ? " (" + dcsOf(got.own) + ")" : "") + ", not on the copy shown.";
         box.textContent = "";
@@ -505,7 +509,7 @@
     var poll = $("poll");
     poll.value = store.getItem(POLL) || "2000";
     poll.addEventListener("change", function () { store.setItem(POLL, poll.value); render(); });
-    $("signout").addEventListener("click", function () { store.removeItem(TOKEN); store.removeItem(OPTOKEN); go("signin"); });
+    $("signout").addEventListener("click", function () { store.removeItem(TOKEN); store.removeItem(OPTOKEN); acting = {}; go("signin"); });
     window.addEventListener("hashchange", render);
     if (!location.hash) location.replace("#/" + (store.getItem(TOKEN) === null ? "signin" : "jobs"));
     render();
