@@ -97,7 +97,8 @@ func TestNoInlineScriptOrStyle(t *testing.T) {
 		}
 	}
 	js := body(t, serve(t, http.MethodGet, "/ui/app.js"))
-	for _, bad := range []string{"innerHTML", "eval(", "new Function", "localStorage", "document.write"} {
+	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "createContextualFragment", "DOMParser", "srcdoc",
+		"eval(", "new Function", "localStorage", "document.write", "javascript:"} {
 		if strings.Contains(js, bad) {
 			t.Errorf("app.js contains %q", bad)
 		}
