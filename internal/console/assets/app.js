@@ -241,7 +241,8 @@
     // the action was sent (its state and attempts: shown), so the next click
     // is a replay, never a second action. An answer the API decided, or a
     // read showing the job changed since, drops the key. Both live in
-    // acting, so that a view of the job drawn again keeps them.
+    // acting, so that a view of the job drawn again keeps them, and the
+    // answer redraws the job's latest view.
     var st = acting[path] || (acting[path] = { busy: false, keys: {} }), shown = "";
     function act(name) {
       var k = st.keys[name] || (st.keys[name] = { seen: shown, key: "console-" + (crypto.randomUUID ? crypto.randomUUID() :
@@ -256,9 +257,11 @@
         showError(err);
       }).then(function () {
         st.busy = false;
-        if (gen === generation) return refresh();
-      }).then(null, function (err) { if (gen === generation) showError(err); });
+        return st.redraw();
+      }).then(null, showError);
     }
+    // redraw reads the job again for its latest view, if still shown.
+    st.redraw = function () { return gen === generation ? refresh() : null; };
     cancel.addEventListener("click", function () { act("cancel"); });
     retry.addEventListener("click", function () { act("retry"); });
     // copyPath reads one datacenter's copy of the job.
