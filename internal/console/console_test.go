@@ -106,7 +106,8 @@ func TestNoInlineScriptOrStyle(t *testing.T) {
 }
 
 func TestUnknownPathIsNotFound(t *testing.T) {
-	for _, path := range []string{"/ui/nope", "/ui/assets/app.js", "/ui/../console.go", "/elsewhere"} {
+	for _, path := range []string{"/ui/nope", "/ui/assets/app.js", "/ui/../console.go", "/elsewhere",
+		"/ui/%2e%2e/console.go", "/ui/..%2fconsole.go", "/ui/assets/../app.js", "/ui/./app.js", "/ui/app.js/", "/ui/APP.JS", "/ui/index.html%00"} {
 		r := serve(t, http.MethodGet, path)
 		if r.StatusCode != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", path, r.StatusCode)
