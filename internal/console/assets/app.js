@@ -171,7 +171,12 @@
       el("thead", null, el("tr", null, el("th", { text: "job" }), el("th", { text: "type" }), el("th", { text: "state" }),
         el("th", { text: "attempts" }), el("th", { text: "created" }), el("th", { text: "idempotency key" }))), tbody));
     var pageNo = Number(q.get("page") || "1");
-    var prev = el("button", { type: "button", id: "page-prev", text: "◀ Previous", disabled: pageNo <= 1, onclick: function () { history.back(); } });
+    // Previous goes back in the tab's history, to the page Next came from:
+    // Next marks the history entry of the page it opens; a page opened at
+    // its address (a bookmark, a link) came from none, and offers none.
+    var cameFrom = !!(history.state && history.state.from);
+    var prev = el("button", { type: "button", id: "page-prev", text: "◀ Previous", disabled: pageNo <= 1 || !cameFrom,
+      onclick: function () { history.back(); } });
     var next = el("button", { type: "button", id: "page-next", text: "Next ▶", disabled: true });
     var info = el("span", { id: "page-info" });
     main.appendChild(el("div", { "class": "pager" }, prev, info, next));
@@ -205,7 +210,9 @@
         next.onclick = function () {
           var nq = new URLSearchParams(q.toString());
           nq.set("after", res.data.next); nq.set("page", String(pageNo + 1));
+          var from = location.hash;
           go("jobs", "", nq);
+          history.replaceState({ from: from }, "");
         };
       });
     };
