@@ -7,7 +7,6 @@ import (
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
-	"github.com/once-dev/once/pkg/api"
 )
 
 // ForgetDatacenter stops the outbox carrying anything to datacenter dc, one
@@ -24,10 +23,10 @@ import (
 // a call at the next leader records the rest.
 func (m *Manager) ForgetDatacenter(ctx context.Context, dc string) (int, error) {
 	own := m.cfg.Datacenter
-	switch {
-	case !api.ValidName(dc, api.MaxDatacenterLen):
-		return 0, rpc.Errorf(rpc.CodeInvalid, "datacenter %q: want 1 to %d characters of A-Z a-z 0-9 . _ -", dc, api.MaxDatacenterLen)
-	case dc == own:
+	if err := checkDatacenter("datacenter", dc); err != nil {
+		return 0, err
+	}
+	if dc == own {
 		return 0, rpc.Errorf(rpc.CodeInvalid, "datacenter %s is this datacenter: only another datacenter's submissions can be forgotten", dc)
 	}
 	if err := m.CheckLeader(); err != nil {
