@@ -94,7 +94,8 @@ type Config struct {
 	HasExistingState bool
 	// DeadServerGrace is how long a failed manager stays in the Raft
 	// configuration before the leader removes it
-	// (MANAGER_DEAD_SERVER_GRACE_SECONDS; default DefaultDeadServerGrace).
+	// (0: DefaultDeadServerGrace; the manager passes
+	// MANAGER_DEAD_SERVER_GRACE_SECONDS, whose default is 30 s).
 	DeadServerGrace time.Duration
 	// ReconcileInterval is how often the leader reconciles without a pool
 	// event: adds alive managers, and raft-autopilot promotes healthy
