@@ -648,16 +648,12 @@ func startRun(t *testing.T, c *Client, opts WorkerOptions, h Handler, unblock fu
 // (lease_lost) and the job ran again.
 func TestRunHeartbeatsACompletionWaitingBehindAnother(t *testing.T) {
 	q := newFakeQueue("a", "b")
-	held, release := make(chan struct{}), make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	free := func() { releaseOnce.Do(func() { close(release) }) }
+	held, free := holdFirst("/v1/jobs/a/complete")
 	o := fastOpts()
 	o.AttemptTimeout = time.Minute // the held request is not given up on
 	c := q.serve(t, o, func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/v1/jobs/a/complete" {
-				holdOnce.Do(func() { close(held); <-release })
-			}
+			held.at(r)
 			next.ServeHTTP(w, r)
 		})
 	})
@@ -670,7 +666,7 @@ func TestRunHeartbeatsACompletionWaitingBehindAnother(t *testing.T) {
 	stop := startRun(t, c, WorkerOptions{Concurrency: 2, LeaseFor: time.Second, Wait: time.Second},
 		func(ctx context.Context, job api.Job, attempt int) (any, error) {
 			if job.JobID == "b" {
-				<-held // a's completion is being sent
+				<-held.done // a's completion is being sent
 				returned <- beats()
 			}
 			return job.JobID, nil
@@ -720,17 +716,14 @@ func TestRunRetriesATimedOutGroupWithTimeOfItsOwn(t *testing.T) {
 	reportTimeout = 3 * time.Second // what the group's request hangs for
 	t.Cleanup(func() { reportTimeout = was })
 	q := newFakeQueue("a", "b", "c")
-	held, release := make(chan struct{}), make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	free := func() { releaseOnce.Do(func() { close(release) }) }
+	held, free := holdFirst("/v1/jobs/a/complete")
 	var groups atomic.Int32
 	o := fastOpts()
 	o.AttemptTimeout = time.Minute // the report's time ends the hung request, not an attempt's
 	c := q.serve(t, o, func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			held.at(r)
 			switch r.URL.Path {
-			case "/v1/jobs/a/complete":
-				holdOnce.Do(func() { close(held); <-release })
 			case "/v1/completions":
 				groups.Add(1)
 				_, _ = io.Copy(io.Discard, r.Body) // so that the server sees the client hang up
@@ -743,7 +736,7 @@ func TestRunRetriesATimedOutGroupWithTimeOfItsOwn(t *testing.T) {
 	stop := startRun(t, c, WorkerOptions{Concurrency: 3, LeaseFor: time.Minute, Wait: time.Second},
 		func(ctx context.Context, job api.Job, attempt int) (any, error) {
 			if job.JobID != "a" {
-				<-held // a's completion is being sent
+				<-held.done // a's completion is being sent
 			}
 			return job.JobID, nil
 		}, free)
@@ -831,16 +824,12 @@ func TestRunRunsAJobNamedTwiceInALeaseAnswerOnce(t *testing.T) {
 // of the handler that saw the context end), every job completed.
 func TestRunStoppedWhileCompletionsAreSentSendsThem(t *testing.T) {
 	q := newFakeQueue("a", "b", "c", "d")
-	held, release := make(chan struct{}), make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	free := func() { releaseOnce.Do(func() { close(release) }) }
+	held, free := holdFirst("/v1/jobs/a/complete")
 	o := fastOpts()
 	o.AttemptTimeout = time.Minute // the held request is not given up on
 	c := q.serve(t, o, func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/v1/jobs/a/complete" {
-				holdOnce.Do(func() { close(held); <-release })
-			}
+			held.at(r)
 			next.ServeHTTP(w, r)
 		})
 	})
@@ -849,7 +838,7 @@ func TestRunStoppedWhileCompletionsAreSentSendsThem(t *testing.T) {
 		func(ctx context.Context, job api.Job, attempt int) (any, error) {
 			switch job.JobID {
 			case "b", "c":
-				<-held // a's completion is being sent
+				<-held.done // a's completion is being sent
 			case "d":
 				<-ctx.Done()
 				close(stopping)
@@ -947,5 +936,26 @@ func TestRunWithMoreSlotsThanALeaseMayAskFor(t *testing.T) {
 	defer q.mu.Unlock()
 	if len(q.completed) != 2 || q.maxJobs > api.MaxLeaseJobs {
 		t.Fatalf("max_jobs %d, completed %v: want at most %d asked, and a and b completed", q.maxJobs, q.completed, api.MaxLeaseJobs)
+	}
+}
+
+// hold holds the first request to its path, in a fakeQueue.serve wrap
+// (at), until free is called; done is closed when that request arrived.
+type hold struct {
+	path          string
+	done, release chan struct{}
+	held, freed   sync.Once
+}
+
+// holdFirst returns a hold of the first request to path, and its free.
+func holdFirst(path string) (*hold, func()) {
+	h := &hold{path: path, done: make(chan struct{}), release: make(chan struct{})}
+	return h, func() { h.freed.Do(func() { close(h.release) }) }
+}
+
+// at holds r if it is the first request to h's path.
+func (h *hold) at(r *http.Request) {
+	if r.URL.Path == h.path {
+		h.held.Do(func() { close(h.done); <-h.release })
 	}
 }

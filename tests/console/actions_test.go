@@ -42,13 +42,7 @@ const interceptPosts = `(() => {
 // flight its button stays disabled, whatever the polls read meanwhile: a
 // double click never sends two actions.
 func TestConsoleActionKeys(t *testing.T) {
-	c := startCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	gate := c.GateURLs()[0]
+	_, ctx, gate := readyCluster(t)
 	p := &page{t: t, tab: browser(t, ctx), base: gate + "/ui/"}
 	alpha := newClient(t, gate, tokenAlpha)
 	res, err := alpha.Submit(ctx, api.JobRequest{Type: idleType, Payload: json.RawMessage(`{"n":1}`)})

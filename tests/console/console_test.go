@@ -81,6 +81,20 @@ func startCluster(t *testing.T) *localcluster.Cluster {
 		ManagerEnv: []string{"MANAGER_JOB_MAX_ATTEMPTS=1"}})
 }
 
+// readyCluster starts the test's cluster (startCluster) and waits until its
+// gate is ready; it returns the cluster, a context of the test's five
+// minutes, and the gate's URL.
+func readyCluster(t *testing.T) (*localcluster.Cluster, context.Context, string) {
+	t.Helper()
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, ctx, c.GateURLs()[0]
+}
+
 // tokenFiles writes the test's token files (the tenants alpha and beta, the
 // operator ops) into dir and returns the gate's environment naming them.
 func tokenFiles(t *testing.T, dir string) []string {
@@ -236,13 +250,7 @@ func jobRow(id, state string) string {
 // the console; the queues and cluster views show the datacenter; another
 // tenant sees none of it.
 func TestConsoleInBrowser(t *testing.T) {
-	c := startCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	gate := c.GateURLs()[0]
+	_, ctx, gate := readyCluster(t)
 	tab := browser(t, ctx)
 	p := &page{t: t, tab: tab, base: gate + "/ui/", shot: screenshots(t)}
 	alpha := newClient(t, gate, tokenAlpha)

@@ -1,10 +1,8 @@
 package console
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -15,13 +13,7 @@ import (
 // to the page it came from; a page opened at its address (a bookmark, a
 // link), which came from no page of the console, offers no Previous.
 func TestConsolePages(t *testing.T) {
-	c := startCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	gate := c.GateURLs()[0]
+	_, ctx, gate := readyCluster(t)
 	alpha := newClient(t, gate, tokenAlpha)
 	for i := 0; i < 21; i++ { // two pages of 20
 		if _, err := alpha.Submit(ctx, api.JobRequest{Type: idleType, Payload: json.RawMessage(`{}`)}); err != nil {

@@ -26,13 +26,7 @@ const hostileKey = `<svg/onload=window.pwned=4></script><script>window.pwned=5</
 // text: no script runs, no element comes from them, and the page keeps its
 // width.
 func TestConsoleRendersDataAsText(t *testing.T) {
-	c := startCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	gate := c.GateURLs()[0]
+	_, ctx, gate := readyCluster(t)
 	alpha := newClient(t, gate, tokenAlpha)
 	payload, err := json.Marshal(map[string]string{"html": hostile, "huge": strings.Repeat("x", 200_000)})
 	if err != nil {
