@@ -151,8 +151,15 @@ func TestOmittedListRetryThroughAnotherDatacenter(t *testing.T) {
 	if n1, n2 := jobsIn(f.dc1), jobsIn(f.dc2); n1 != 1 || n2 != 0 {
 		t.Fatalf("dc1 holds %d jobs and dc2 %d, want 1 and 0", n1, n2)
 	}
+	// Through dc2's gate the key is dc1's entry; dc2's own, read with
+	// ?datacenter=dc2, is the claim.
 	var info api.KeyInfo
 	k := get(t, f.g2, "/v1/idempotency-keys/"+key)
+	if err := json.Unmarshal(k.body, &info); err != nil || info.State != api.KeyStateCommitted || info.Home != "" ||
+		info.JobID == nil || *info.JobID != job.JobID {
+		t.Fatalf("the key through dc2: %d %s", k.status, k.body)
+	}
+	k = get(t, f.g2, "/v1/idempotency-keys/"+key+"?datacenter=dc2")
 	if err := json.Unmarshal(k.body, &info); err != nil || info.State != api.KeyStateClaimed || info.Home != "dc1" ||
 		info.JobID == nil || *info.JobID != job.JobID {
 		t.Fatalf("dc2's key: %d %s", k.status, k.body)
