@@ -504,3 +504,47 @@ func TestMultiDCKeyReadFollowsTheClaim(t *testing.T) {
 		t.Fatalf("dc2's claim %+v", claim)
 	}
 }
+
+// TestMultiDCKeyReadNeverAnswersAClaim: a key read that names no datacenter
+// answers pending, committed or rejected, never a claim: claims that name
+// each other (an attempt is moving them to the home that sorts first) leave
+// the key pending through the gates of both datacenters, and a claim whose
+// home the gate's view does not name (not yet, or no longer) is 503 with
+// Retry-After, the home being unaskable.
+func TestMultiDCKeyReadNeverAnswersAClaim(t *testing.T) {
+	f := startFederation(t, managertest.Options{}, managertest.Options{}, nil)
+	claim := func(m *testManager, key, home string) {
+		t.Helper()
+		resp, err := m.Submit(context.Background(), &rpcpb.SubmitRequest{Tenant: api.DefaultTenant, Key: key, Fingerprint: "fp",
+			Home: home, WaitMillis: 60_000, Job: &rpcpb.JobRequest{Type: "x", Payload: json.RawMessage(`{}`), Datacenters: []string{home}}})
+		if err != nil || resp.Outcome != rpc.OutcomeClaimed || resp.Home != home {
+			t.Fatalf("claim of %s for %s: %+v, %v", key, home, resp, err)
+		}
+	}
+	read := func(g *testGate, key string) result {
+		return g.get(t, "/v1/idempotency-keys/"+url.PathEscape(key))
+	}
+
+	claim(f.m1, skey(60), "dc2")
+	claim(f.m2, skey(60), "dc1")
+	for _, g := range []*testGate{f.g1, f.g2} {
+		res := read(g, skey(60))
+		wantStatus(t, res, http.StatusOK)
+		var info api.KeyInfo
+		decodeJSON(t, res.body, &info)
+		if info.State != api.KeyStatePending || info.Home != "" {
+			t.Fatalf("key read through %s: %s, want pending", g.cfg.Datacenter, res.body)
+		}
+	}
+
+	claim(f.m2, skey(61), "dc9")
+	wantProblem(t, read(f.g2, skey(61)), http.StatusServiceUnavailable, api.CodeUnavailable)
+	alone := startGate(t, []string{f.m2.cluster.Addrs[0]}, func(cfg *Config, deps *Deps) {
+		cfg.Datacenter, cfg.NodeName = "dc2", "gate-dc2-alone"
+		deps.Federation = StaticFederation{"dc2": {f.m2.cluster.Addrs[0]}}
+	})
+	res := wantProblemRes(t, read(alone, skey(60)), http.StatusServiceUnavailable, api.CodeUnavailable)
+	if res.header.Get("Retry-After") == "" {
+		t.Fatalf("503 without Retry-After: %v", res.header)
+	}
+}

@@ -198,6 +198,12 @@ func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request, tenant strin
 	if err == nil && !named {
 		pinfo, pending, err = g.followClaim(ctx, tenant, key.Raw, pinfo)
 	}
+	var unknown *unknownHomeError
+	if errors.As(err, &unknown) {
+		g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable,
+			fmt.Sprintf("the key is held for datacenter %q, which this gate does not know yet; retry later", unknown.home))
+		return
+	}
 	if err != nil {
 		g.readError(w, r, err, api.CodeIdempotencyKeyNotFound, fmt.Sprintf("no entry for idempotency key %q", key.Raw))
 		return
@@ -222,14 +228,21 @@ func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request, tenant strin
 // held here for a job of another datacenter, its home): the key's entry is
 // the home's, where its admission is decided, followed from claim to claim
 // as submitOmitted follows them. A home that holds nothing for the key yet
-// (the first attempt stopped between the claims and the home) leaves the
-// key pending: info, with pending true. A claim naming no datacenter the
-// gate knows is answered as it is.
+// (the first attempt stopped between the claims and the home), or claims
+// that still name each other after as many rounds as submitOmitted takes (an
+// attempt is moving them to the home that sorts first), leave the key
+// pending: info, with pending true. A claim naming a datacenter the gate does
+// not know is an unknownHomeError: the home cannot be asked, and a claim is
+// never the answer.
 func (g *Gate) followClaim(ctx context.Context, tenant, key string, info *rpcpb.KeyInfo) (*rpcpb.KeyInfo, bool, error) {
-	for range maxHomeRounds {
+	rounds := max(maxHomeRounds, len(g.otherDatacenters())+1)
+	for i := 0; info.GetState() == api.KeyStateClaimed; i++ {
 		home := info.GetHome()
-		if info.GetState() != api.KeyStateClaimed || home == g.cfg.Datacenter || !g.knownDatacenter(home) {
-			return info, false, nil
+		switch {
+		case i == rounds:
+			return info, true, nil
+		case !g.knownDatacenter(home):
+			return nil, false, &unknownHomeError{home: home}
 		}
 		next, err := g.clientFor(home).GetKey(ctx, tenant, key)
 		switch {
@@ -241,4 +254,12 @@ func (g *Gate) followClaim(ctx context.Context, tenant, key string, info *rpcpb.
 		info = next
 	}
 	return info, false, nil
+}
+
+// unknownHomeError is a key read's claim naming a home datacenter the gate's
+// federation view does not name (not yet, or no longer): 503, to retry.
+type unknownHomeError struct{ home string }
+
+func (e *unknownHomeError) Error() string {
+	return fmt.Sprintf("the key is held for datacenter %q, which this gate does not know", e.home)
 }
