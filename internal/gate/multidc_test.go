@@ -142,7 +142,8 @@ func TestMultiDCPartialFailureThenRetry(t *testing.T) {
 
 // TestMultiDCRejection: dc2 rejects what dc1 admits: the answer is dc2's
 // rejection, naming every datacenter's outcome, and it is replayed byte for
-// byte through the gates of both datacenters.
+// byte, with the same Idempotency-Expires-At, through the gates of both
+// datacenters, from the managers and from a gate's cache.
 func TestMultiDCRejection(t *testing.T) {
 	f := startFederation(t, managertest.Options{}, managertest.Options{Config: func(c *manager.Config) {
 		c.AllowedJobTypes = []string{"not_x"} // dc2 accepts no job of type x
@@ -163,10 +164,11 @@ func TestMultiDCRejection(t *testing.T) {
 		ext.Datacenters["dc2"] != (api.DatacenterStatus{Status: "rejected", Reason: "unknown_job_type"}) || ext.JobID == "" {
 		t.Fatalf("job_id %q datacenters %+v", ext.JobID, ext.Datacenters)
 	}
-	for _, tg := range []*testGate{f.g2, f.g1} {
+	for _, tg := range []*testGate{f.g2, f.g1, f.g2} { // dc2's gate from the managers, then from its cache
 		again := tg.submit(t, skey(3), body)
 		wantStatus(t, again, http.StatusUnprocessableEntity)
 		wantHeader(t, again, api.HeaderReplayed, "true")
+		wantHeader(t, again, api.HeaderIdempotencyExpiresAt, first.header.Get(api.HeaderIdempotencyExpiresAt))
 		if !bytes.Equal(again.body, first.body) {
 			t.Fatalf("replay differs:\n%s\n%s", again.body, first.body)
 		}
