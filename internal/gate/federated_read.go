@@ -42,7 +42,9 @@ func (g *Gate) readTarget(w http.ResponseWriter, r *http.Request) (c *rpc.Client
 // findJob looks a job up in the gate's own datacenter, then, when it is not
 // there, in every other datacenter of the federation at once; the first
 // datacenter in name order that has it answers. When none has it, the answer
-// is not found if every datacenter answered, else the first failure.
+// is the first failure, else errNotInView while the federation is forming
+// (the job may be in a datacenter the view does not name yet), else not
+// found.
 func (g *Gate) findJob(ctx context.Context, tenant, id string) (*rpcpb.Job, error) {
 	job, err := g.client.GetJob(ctx, tenant, id)
 	if err == nil || !errors.Is(err, rpc.ErrNotFound) || g.federation == nil {
@@ -65,6 +67,9 @@ func (g *Gate) findJob(ctx context.Context, tenant, id string) (*rpcpb.Job, erro
 		if !errors.Is(errs[i], rpc.ErrNotFound) {
 			return nil, fmt.Errorf("datacenter %s: %w", dc, errs[i])
 		}
+	}
+	if g.federationForming() {
+		return nil, fmt.Errorf("no datacenter this gate knows holds job %q, and the federation of datacenters it reads from its managers is still forming; %w", id, errNotInView)
 	}
 	return nil, err
 }

@@ -132,3 +132,27 @@ func TestWriteTimeoutCoversTheFirstViewWait(t *testing.T) {
 		}
 	}
 }
+
+// TestJobReadBeforeTheFirstViewIs503: a gate that has not read its first
+// federation view (it has just restarted) cannot look in the datacenters it
+// does not know yet: a job its own datacenter does not hold is 503 with
+// Retry-After, not 404 (the job may live in another datacenter), and is
+// found once the view is read.
+func TestJobReadBeforeTheFirstViewIs503(t *testing.T) {
+	f := startFederation(t, managertest.Options{}, managertest.Options{}, nil)
+	job := wantJob(t, f.g2.submit(t, skey(70), `{"type":"x","datacenters":["dc2"]}`), http.StatusCreated)
+	view := newUnreadView(StaticFederation{"dc1": f.m1.cluster.Addrs, "dc2": f.m2.cluster.Addrs})
+	restarted := startGate(t, f.m1.cluster.Addrs, func(cfg *Config, deps *Deps) {
+		cfg.Datacenter, cfg.NodeName = "dc1", "gate-dc1-restarted"
+		deps.Federation = view
+	})
+	res := wantProblemRes(t, restarted.get(t, "/v1/jobs/"+job.JobID), http.StatusServiceUnavailable, api.CodeUnavailable)
+	if res.header.Get(api.HeaderRetryAfter) == "" {
+		t.Fatalf("503 without Retry-After: %v", res.header)
+	}
+	view.release()
+	if got := wantJob(t, restarted.get(t, "/v1/jobs/"+job.JobID), http.StatusOK); got.JobID != job.JobID {
+		t.Fatalf("job %+v, want %s", got, job.JobID)
+	}
+	wantProblem(t, restarted.get(t, "/v1/jobs/nope"), http.StatusNotFound, api.CodeJobNotFound)
+}

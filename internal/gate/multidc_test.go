@@ -546,7 +546,7 @@ func TestMultiDCKeyReadNeverAnswersAClaim(t *testing.T) {
 		deps.Federation = StaticFederation{"dc2": {f.m2.cluster.Addrs[0]}}
 	})
 	res := wantProblemRes(t, read(alone, skey(60)), http.StatusServiceUnavailable, api.CodeUnavailable)
-	if res.header.Get("Retry-After") == "" {
+	if res.header.Get(api.HeaderRetryAfter) == "" {
 		t.Fatalf("503 without Retry-After: %v", res.header)
 	}
 }

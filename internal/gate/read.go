@@ -21,11 +21,14 @@ func (g *Gate) readContext(r *http.Request) (context.Context, context.CancelFunc
 	return context.WithTimeout(r.Context(), g.cfg.ForwardTimeout)
 }
 
-// readError answers a failed read: notFound for rpc.ErrNotFound (also for
-// another tenant's job or key: 404, never 403), 400 for a request the manager
-// refused as malformed, 503 otherwise.
+// readError answers a failed read: 503 with Retry-After for errNotInView,
+// notFound for rpc.ErrNotFound (also for another tenant's job or key: 404,
+// never 403), 400 for a request the manager refused as malformed, 503
+// otherwise.
 func (g *Gate) readError(w http.ResponseWriter, r *http.Request, err error, notFound api.Code, notFoundDetail string) {
 	switch {
+	case errors.Is(err, errNotInView):
+		g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable, err.Error())
 	case errors.Is(err, rpc.ErrNotFound):
 		writeProblem(w, http.StatusNotFound, notFound, notFoundDetail)
 	case errors.Is(err, rpc.ErrInvalid):
@@ -198,12 +201,6 @@ func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request, tenant strin
 	if err == nil && !named {
 		pinfo, pending, err = g.followClaim(ctx, tenant, key.Raw, pinfo)
 	}
-	var unknown *unknownHomeError
-	if errors.As(err, &unknown) {
-		g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable,
-			fmt.Sprintf("the key is held for datacenter %q, which this gate does not know yet; retry later", unknown.home))
-		return
-	}
 	if err != nil {
 		g.readError(w, r, err, api.CodeIdempotencyKeyNotFound, fmt.Sprintf("no entry for idempotency key %q", key.Raw))
 		return
@@ -232,8 +229,8 @@ func (g *Gate) handleGetKey(w http.ResponseWriter, r *http.Request, tenant strin
 // that still name each other after as many rounds as submitOmitted takes (an
 // attempt is moving them to the home that sorts first), leave the key
 // pending: info, with pending true. A claim naming a datacenter the gate does
-// not know is an unknownHomeError: the home cannot be asked, and a claim is
-// never the answer.
+// not know is errNotInView: the home cannot be asked, and a claim is never
+// the answer.
 func (g *Gate) followClaim(ctx context.Context, tenant, key string, info *rpcpb.KeyInfo) (*rpcpb.KeyInfo, bool, error) {
 	rounds := max(maxHomeRounds, len(g.otherDatacenters())+1)
 	for i := 0; info.GetState() == api.KeyStateClaimed; i++ {
@@ -242,7 +239,7 @@ func (g *Gate) followClaim(ctx context.Context, tenant, key string, info *rpcpb.
 		case i == rounds:
 			return info, true, nil
 		case !g.knownDatacenter(home):
-			return nil, false, &unknownHomeError{home: home}
+			return nil, false, fmt.Errorf("the key is held for datacenter %q, which this gate's federation view does not name yet; %w", home, errNotInView)
 		}
 		next, err := g.clientFor(home).GetKey(ctx, tenant, key)
 		switch {
@@ -256,10 +253,7 @@ func (g *Gate) followClaim(ctx context.Context, tenant, key string, info *rpcpb.
 	return info, false, nil
 }
 
-// unknownHomeError is a key read's claim naming a home datacenter the gate's
-// federation view does not name (not yet, or no longer): 503, to retry.
-type unknownHomeError struct{ home string }
-
-func (e *unknownHomeError) Error() string {
-	return fmt.Sprintf("the key is held for datacenter %q, which this gate does not know", e.home)
-}
+// errNotInView ends the detail of a read that needs a datacenter the gate's
+// federation view does not name (not yet, or no longer): 503, to retry
+// (readError).
+var errNotInView = errors.New("retry later")
