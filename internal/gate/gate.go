@@ -106,6 +106,10 @@ type Gate struct {
 	gatesFn  func() []api.ClusterGate
 
 	closeOnce sync.Once
+	// polls ends when the gate starts to stop (Serve) or closes: worker long
+	// polls end with it (serveKeyedCall) rather than hold the shutdown.
+	polls    context.Context
+	endPolls context.CancelFunc
 
 	// testHookWaiting, when set, is called by a duplicate submission after it
 	// found a PENDING entry and before it waits (tests synchronise on it).
@@ -164,6 +168,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation, dial: deps.Dial,
 		resolver: deps.Resolver, gatesFn: deps.Gates, secret: deps.ClusterSecret, rpcTLS: deps.ClusterTLS}
+	g.polls, g.endPolls = context.WithCancel(context.Background())
 	var err error
 	if cfg.TokenFile != "" || cfg.OperatorTokenFile != "" {
 		if g.tokens, err = openTokenFiles(cfg.TokenFile, cfg.OperatorTokenFile, g.log.With(logging.KeyComponent, "tokens")); err != nil {
@@ -353,8 +358,10 @@ func (g *Gate) finish(rw *responseWriter, r *http.Request, start time.Time) {
 const certReloadInterval = 10 * time.Second
 
 // Serve serves the gate on ln until ctx ends, then shuts down gracefully: it
-// stops accepting, lets requests in flight finish (connections still busy after
-// ShutdownTimeout are closed) and returns nil. It returns the server's error if
+// stops accepting, ends the worker long polls in flight at once (503 with
+// Retry-After: the worker asks again, at another gate), lets the other
+// requests in flight finish (connections still busy after ShutdownTimeout are
+// closed) and returns nil. It returns the server's error if
 // serving fails. Serve does not close the gate: call Close after it returns.
 // With GATE_TLS_* set it serves HTTPS, reloading the certificate when its
 // files change; with GATE_TOKEN_FILE it reloads the tokens when the file
@@ -397,6 +404,7 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	g.log.Info("gate shutting down", logging.KeyAddr, ln.Addr().String())
+	g.endPolls()
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
@@ -419,6 +427,7 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 // connections and submit streams to managers. It is idempotent and returns nil.
 func (g *Gate) Close() error {
 	g.closeOnce.Do(func() {
+		g.endPolls()
 		g.cache.Close()
 		g.client.Close()
 		g.closeRemote()

@@ -270,6 +270,9 @@ type testGate struct {
 	*Gate
 	URL    string
 	client *http.Client
+	// stop ends Serve, as SIGTERM ends Main's, and returns its error; it
+	// is idempotent (the cleanup calls it too).
+	stop func() error
 }
 
 // startGate starts a gate in-process on 127.0.0.1:0 whose managers are
@@ -312,10 +315,13 @@ func startGate(tb testing.TB, managers []string, override func(cfg *Config, deps
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
-	tb.Cleanup(func() {
+	tg.stop = sync.OnceValue(func() error {
 		tr.CloseIdleConnections()
 		cancel()
-		if err := <-done; err != nil {
+		return <-done
+	})
+	tb.Cleanup(func() {
+		if err := tg.stop(); err != nil {
 			tb.Errorf("gate.Serve: %v", err)
 		}
 		g.Close()

@@ -106,6 +106,15 @@ func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, ke
 	run := func(parent context.Context) *workerAnswer {
 		ctx, cancel := context.WithTimeout(parent, g.cfg.ForwardTimeout+c.wait)
 		defer cancel()
+		if c.wait > 0 {
+			// A long poll ends when the gate stops: waiting out its wait
+			// would hold the shutdown up to a minute, and then be cut
+			// with no answer. The leader leases nothing for a poll that
+			// left while it waited; a keyed lease the leader was applying
+			// then is kept there for the key's retry.
+			stop := context.AfterFunc(g.polls, cancel)
+			defer stop()
+		}
 		a := c.forward(ctx, key, fp)
 		a.fingerprint = fp
 		return a
@@ -146,6 +155,9 @@ func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, ke
 // it) it gives up with 503, so that a key reused with other bodies without
 // pause cannot hold it forever.
 const maxKeyedAttempts = 3
+
+// stoppingDetail answers a long poll the gate's shutdown ended.
+const stoppingDetail = "this gate is shutting down; retry (with the same Idempotency-Key), at another gate"
 
 const keyBusyDetail = "other requests with this Idempotency-Key kept running at this gate; retry later (with the same Idempotency-Key)"
 
@@ -234,6 +246,10 @@ func (g *Gate) workerError(r *http.Request, err error, jobID string) *workerAnsw
 	case errors.Is(err, rpc.ErrInternal):
 		g.log.Error("worker call failed at the manager", logging.KeyPath, r.URL.Path, logging.KeyError, err)
 		return workerProblem(http.StatusInternalServerError, api.CodeInternal, "the manager failed to answer")
+	case g.polls.Err() != nil && errors.Is(err, context.Canceled):
+		a := workerProblem(http.StatusServiceUnavailable, api.CodeUnavailable, stoppingDetail)
+		a.retryAfter = g.cfg.RetryAfter
+		return a
 	default:
 		g.log.Warn("worker call failed", logging.KeyPath, r.URL.Path, logging.KeyError, err)
 		a := workerProblem(http.StatusServiceUnavailable, api.CodeUnavailable,

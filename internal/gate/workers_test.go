@@ -3,6 +3,7 @@ package gate
 import (
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -164,6 +166,50 @@ func TestWorkerLongPoll(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the long poll did not answer when a job was queued")
+	}
+}
+
+// A gate told to stop ends the worker long polls it holds at once, 503
+// unavailable with Retry-After (the worker asks again, at another gate),
+// keyed or not, instead of holding its shutdown for their wait and then
+// cutting them with no answer; and it stops. The polls leased nothing: a job
+// queued afterwards is still there for the next lease.
+func TestShutdownEndsLongPolls(t *testing.T) {
+	mgr, addr := startManager(t, managertest.Options{})
+	g := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.ShutdownTimeout = time.Hour })
+	polls := []string{"", "lease-at-shutdown"}
+	got := make(chan result, len(polls))
+	for _, key := range polls {
+		go func() {
+			var hdr []string
+			if key != "" {
+				hdr = []string{api.HeaderIdempotencyKey, key}
+			}
+			res, err := g.try(http.MethodPost, "/v1/leases", strings.NewReader(`{"wait_seconds":60}`), hdr...)
+			if err != nil {
+				res.body = []byte(err.Error())
+			}
+			got <- res
+		}()
+	}
+	testutil.WaitFor(t, time.Minute, func() (bool, string) {
+		n := mgr.leases.Load()
+		return n == int64(len(polls)), fmt.Sprintf("%d long polls at the manager", n)
+	})
+	if err := g.stop(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	for range polls {
+		res := <-got
+		wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+		if res.header.Get(api.HeaderRetryAfter) == "" {
+			t.Errorf("no Retry-After: %s", res)
+		}
+	}
+	g2 := startGate(t, []string{addr}, nil)
+	wantJob(t, g2.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+	if l := decodeLeases(t, g2.post(t, "/v1/leases", `{}`)); len(l) != 1 {
+		t.Fatalf("after the shutdown, leased %+v", l)
 	}
 }
 
