@@ -157,6 +157,10 @@ type Manager struct {
 	closeMu  sync.Mutex
 	closed   bool
 	shutdown chan struct{}
+	// polls ends at EndLongPolls (or Close): the leases waiting for a job
+	// answer at once (awaitQueued).
+	polls    context.Context
+	endPolls context.CancelFunc
 	// halted is closed when the ledger halts on an entry it cannot decode
 	// (onHalt): the daemon stops on it.
 	halted chan struct{}
@@ -191,6 +195,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		halted:         make(chan struct{}),
 		metrics:        newMetrics(deps.Registerer),
 	}
+	m.polls, m.endPolls = context.WithCancel(context.Background())
 	m.leaseReplays = replay.New(replay.Options[leaseAnswer]{MaxAnswers: leaseReplayMax, MaxBytes: leaseReplayBytes,
 		TTL: leaseReplayTTL, Now: m.now, Size: leaseAnswer.size})
 	m.queueJobs.Store(cfg.QueueJobs)
@@ -348,6 +353,14 @@ func (m *Manager) FSM() *ledger.FSM { return m.fsm }
 // Config returns the manager's configuration.
 func (m *Manager) Config() Config { return m.cfg }
 
+// EndLongPolls ends the leases waiting for a job at this manager, now and
+// from now on: each answers what it has (no job), as at the end of its
+// wait, and the worker asks again. The daemon calls it when it begins to
+// stop, before it waits for the calls in flight, so that a long poll
+// (up to a minute) neither holds the shutdown, nor keeps this manager
+// leader without serving, nor is cut with no answer. Close calls it too.
+func (m *Manager) EndLongPolls() { m.endPolls() }
+
 // Close stops the manager: the goroutines waiting on Raft finish, a leader
 // hands leadership to another voter (so the datacenter does not wait out an
 // election timeout), then Raft shuts down and the stores are closed. Stop the
@@ -361,6 +374,7 @@ func (m *Manager) Close() error {
 	m.closed = true
 	close(m.shutdown)
 	m.closeMu.Unlock()
+	m.endPolls()
 
 	// Raft answers a future only while it runs: one still queued in raft's
 	// buffered apply, verify or transfer channel, or committed but not yet

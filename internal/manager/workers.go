@@ -188,7 +188,8 @@ func (m *Manager) onChange(c ledger.Change) {
 // commit that queued one, not by polling), or jobs are queued and
 // leaseWaitRetry has passed, or a lease has expired after looked, the time
 // of the last Lease (its job can be reclaimed); false when the deadline
-// passes, ctx ends or this node stops leading.
+// passes, ctx ends, this node stops leading or its long polls end
+// (EndLongPolls).
 //
 // A lease expired at or before looked was seen by that Lease and is not
 // this waiter's (another tenant's, or a type it does not want): it stays
@@ -204,7 +205,7 @@ func (m *Manager) awaitQueued(ctx context.Context, before int, looked int64, dea
 	for {
 		wake := m.jobsQueued.wait() // before reading: a commit after the read wakes it
 		now := time.Now()
-		if !now.Before(deadline) || m.CheckLeader() != nil {
+		if !now.Before(deadline) || m.polls.Err() != nil || m.CheckLeader() != nil {
 			return false
 		}
 		q := m.fsm.Stats().Queued
@@ -231,6 +232,8 @@ func (m *Manager) awaitQueued(ctx context.Context, before int, looked int64, dea
 		timer.Reset(next.Sub(now))
 		select {
 		case <-ctx.Done():
+			return false
+		case <-m.polls.Done():
 			return false
 		case <-wake:
 		case <-timer.C:

@@ -96,6 +96,7 @@ func MainWith(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		}
 		return config.ExitFailure
 	}
+	log.Info("manager stopped")
 	return config.ExitOK
 }
 
@@ -237,6 +238,9 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 		err = m.FSM().Halted() // logged as the manager's failure: exit 1
 	}
 	log.Info("manager stopping")
+	// The long polls answer now: one would hold srv.Shutdown below while
+	// this manager, maybe the leader, serves no new call.
+	m.EndLongPolls()
 	stopOutbox()
 	<-obDone
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
