@@ -16,7 +16,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := gate.Main(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	// The first signal stops the gate gracefully; a second one, during that
+	// stop, ends the process at once (the signals' default action).
+	context.AfterFunc(ctx, stop)
+	os.Exit(gate.Main(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }

@@ -14,6 +14,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The first signal stops the manager gracefully; a second one, during
+	// that stop, ends the process at once (the signals' default action).
+	context.AfterFunc(ctx, stop)
 	os.Exit(managerd.Main(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
