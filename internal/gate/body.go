@@ -82,18 +82,31 @@ func omittedList(members []fingerprint.Member) bool {
 // once; omitted means the gate's own datacenter), so that bodies naming the
 // same set have the same fingerprint.
 func fingerprintBody(canonical []byte, members []fingerprint.Member, job api.JobRequest, federated bool) (body []byte, claimed bool) {
-	rest := canonical[1:] // after '{'
-	if len(members) > 0 && string(members[0].Key) == "datacenters" {
-		rest = bytes.TrimPrefix(rest[len(datacentersMember)+len(members[0].Value):], []byte(","))
-	}
+	rest := restMembers(canonical, members)
 	if omittedList(members) && federated {
 		return append([]byte{'{'}, rest...), true
 	}
-	out := make([]byte, 0, len(canonical)+len(datacentersMember)+16*len(job.Datacenters))
+	return withDatacenters(rest, job.Datacenters), false
+}
+
+// restMembers is a valid canonical body after its '{' and its datacenters
+// member: its other members and the closing '}'.
+func restMembers(canonical []byte, members []fingerprint.Member) []byte {
+	rest := canonical[1:]
+	if len(members) > 0 && string(members[0].Key) == "datacenters" {
+		rest = bytes.TrimPrefix(rest[len(datacentersMember)+len(members[0].Value):], []byte(","))
+	}
+	return rest
+}
+
+// withDatacenters is the canonical body of rest (restMembers) with the
+// datacenters member dcs, a sorted set, first.
+func withDatacenters(rest []byte, dcs []string) []byte {
+	out := make([]byte, 0, len(rest)+len(datacentersMember)+16*len(dcs)+4)
 	out = append(out, '{')
 	out = append(out, datacentersMember...)
 	out = append(out, '[')
-	for i, dc := range job.Datacenters {
+	for i, dc := range dcs {
 		if i > 0 {
 			out = append(out, ',')
 		}
@@ -105,7 +118,7 @@ func fingerprintBody(canonical []byte, members []fingerprint.Member, job api.Job
 	if len(rest) > 0 && rest[0] != '}' {
 		out = append(out, ',')
 	}
-	return append(out, rest...), false
+	return append(out, rest...)
 }
 
 // datacenters reads null or an array of 1 to api.MaxDatacenters valid names,

@@ -35,17 +35,25 @@ func (g *Gate) submitAll(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 	if req.ExpiryBasisUnixNanos == 0 {
 		req.ExpiryBasisUnixNanos = g.now().UnixNano()
 	}
-	return combine(g.submitEach(ctx, dcs, req, "gate.forward.datacenter"))
+	return combine(g.submitEach(ctx, dcs, req, nil, "gate.forward.datacenter"))
 }
 
 // submitEach sends req to the leader of every datacenter of dcs
-// concurrently (submitTo), each in a span named span; the results are in
-// the order of dcs.
-func (g *Gate) submitEach(ctx context.Context, dcs []string, req *rpcpb.SubmitRequest, span string) []dcResult {
+// concurrently (submitTo), each in a span named span, each copy with the
+// AltFingerprint alt gives for its datacenter when alt is set; the results
+// are in the order of dcs.
+func (g *Gate) submitEach(ctx context.Context, dcs []string, req *rpcpb.SubmitRequest, alt func(dc string) string, span string) []dcResult {
 	results := make([]dcResult, len(dcs))
 	var wg sync.WaitGroup
 	for i, dc := range dcs {
-		wg.Go(func() { results[i] = g.submitTo(ctx, dc, req, span) })
+		wg.Go(func() {
+			r := req
+			if alt != nil {
+				r = shallowCopy(req)
+				r.AltFingerprint = alt(dc)
+			}
+			results[i] = g.submitTo(ctx, dc, r, span)
+		})
 	}
 	wg.Wait()
 	return results

@@ -260,8 +260,8 @@ func decodeJSON(t *testing.T, b []byte, v any) {
 }
 
 // TestMultiDCSetFormsAndRemoteFollower: the datacenters are a set (order and
-// repetition make the same request; in a federation an omitted list is a
-// request of its own, whichever gate it comes through); a remote datacenter
+// repetition make the same request; in a federation an omitted list is the
+// list naming its home alone, whichever gate it comes through); a remote datacenter
 // whose first listed manager is a follower is still reached (the client
 // moves on to its leader); a datacenter outside the federation is 400 and
 // nothing is forwarded.
@@ -281,7 +281,13 @@ func TestMultiDCSetFormsAndRemoteFollower(t *testing.T) {
 	if !bytes.Equal(same.body, own.body) {
 		t.Fatalf(`["dc1","dc1"] is not ["dc1"]'s request:\n%s\n%s`, same.body, own.body)
 	}
-	wantProblem(t, g.submit(t, skey(6), `{"type":"x"}`), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	// Omitted, it resolves to the job's home, dc1: the same request.
+	omitted := g.submit(t, skey(6), `{"type":"x"}`)
+	wantHeader(t, omitted, api.HeaderReplayed, "true")
+	if !bytes.Equal(omitted.body, own.body) {
+		t.Fatalf("an omitted list is not [\"dc1\"]'s request, dc1 its home:\n%s\n%s", omitted.body, own.body)
+	}
+	wantProblem(t, g.submit(t, skey(6), `{"type":"x","datacenters":["dc2"]}`), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
 
 	both := wantJob(t, g.submit(t, skey(7), `{"type":"x","datacenters":["dc2","dc1"]}`), http.StatusCreated)
 	if both.Datacenters["dc2"].Status != api.JobStatusCommitted {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/once-dev/once/internal/fingerprint"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/tracing"
@@ -71,7 +73,11 @@ func (e *claimedError) Error() string {
 // home (the gate's datacenter, or the home its datacenter's claim names),
 // then runs the home's round (homeRound), and when a round meets a claim for
 // another home, that home's round, at most maxHomeRounds in all.
-func (g *Gate) submitOmitted(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
+//
+// rest is the body's members but datacenters (restMembers): the home's
+// copy carries the fingerprint of the list naming the home alone
+// (AltFingerprint), the same request (docs/multidc.md).
+func (g *Gate) submitOmitted(ctx context.Context, req *rpcpb.SubmitRequest, rest []byte) (*rpcpb.SubmitResponse, error) {
 	home := g.cfg.Datacenter
 	// A read, bounded as one forward: a datacenter that does not answer it
 	// will not admit the job either, and the claims are tried anyway.
@@ -85,7 +91,7 @@ func (g *Gate) submitOmitted(ctx context.Context, req *rpcpb.SubmitRequest) (*rp
 		req.ExpiryBasisUnixNanos = g.now().UnixNano()
 	}
 	for range max(maxHomeRounds, len(g.otherDatacenters())+1) {
-		resp, next, err := g.homeRound(ctx, req, home)
+		resp, next, err := g.homeRound(ctx, req, home, rest)
 		if err != nil || next == "" {
 			return resp, err
 		}
@@ -106,13 +112,19 @@ func (g *Gate) submitOmitted(ctx context.Context, req *rpcpb.SubmitRequest) (*rp
 //   - a claim for another home, in a datacenter or at home (which lost the
 //     key to it): next is that home, for the caller to try;
 //   - else home's outcome.
-func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home string) (resp *rpcpb.SubmitResponse, next string, err error) {
+func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home string, rest []byte) (resp *rpcpb.SubmitResponse, next string, err error) {
 	r := shallowCopy(req)
 	r.Home = home
 	r.Job = &rpcpb.JobRequest{Type: req.GetJob().GetType(), Payload: req.GetJob().GetPayload(), Datacenters: []string{home}}
 	dcs := slices.DeleteFunc(append(g.otherDatacenters(), g.cfg.Datacenter), func(dc string) bool { return dc == home })
 	slices.Sort(dcs)
-	results := g.submitEach(ctx, dcs, r, "gate.forward.claim")
+	// Each datacenter is told the fingerprint of the list naming it alone:
+	// one that holds the key for its own job of that list holds the job
+	// (docs/multidc.md).
+	alt := func(dc string) string {
+		return fingerprint.Fingerprint(req.Tenant, http.MethodPost, submitPath, withDatacenters(rest, []string{dc}))
+	}
+	results := g.submitEach(ctx, dcs, r, alt, "gate.forward.claim")
 	for _, res := range results { // a datacenter holding the job is its home
 		if res.err == nil && (res.resp.Outcome == rpc.OutcomeCommitted || res.resp.Outcome == rpc.OutcomeRejected) {
 			return res.resp, "", nil
@@ -132,7 +144,9 @@ func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home str
 			return nil, res.resp.Home, nil
 		}
 	}
-	res := g.submitTo(ctx, home, r, "gate.forward.home")
+	at := shallowCopy(r)
+	at.AltFingerprint = alt(home)
+	res := g.submitTo(ctx, home, at, "gate.forward.home")
 	switch {
 	case res.err != nil:
 		return nil, "", &datacenterError{dc: home, err: res.err}

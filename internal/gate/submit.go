@@ -245,8 +245,16 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request, tenant strin
 	// to; the canonical payload sent on is unchanged. An omitted list in a
 	// federation is fingerprinted as omitted: its home is decided by the
 	// ledgers, not by which gate it came through.
-	fpBody, claimed := fingerprintBody(canonical, members, job, g.federated())
+	federated := g.federated()
+	fpBody, claimed := fingerprintBody(canonical, members, job, federated)
 	fp := fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, fpBody)
+	// In a federation, an omitted list and the list naming its home alone
+	// are one request (docs/multidc.md): the ledger is told the other form's
+	// fingerprint (forward), taken over rest.
+	var rest []byte
+	if federated && (claimed || len(job.Datacenters) == 1) {
+		rest = restMembers(canonical, members)
+	}
 
 	look := g.cache.Begin(ckey, fp)
 	if look.Kind == cache.LookupHit {
@@ -266,7 +274,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request, tenant strin
 	}
 	switch look.Kind {
 	case cache.LookupMismatch:
-		if look.State != cache.Pending {
+		if look.State != cache.Pending && rest == nil {
 			// A stored outcome of another body: the ledger holds the key for it.
 			writeProblem(w, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused, reusedDetail)
 			return
@@ -275,9 +283,11 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request, tenant strin
 		// stored yet, so the gate cannot tell which of the two the key
 		// belongs to (this one may be the retry of the key's first request,
 		// its outcome evicted or expired from the cache, and the other the
-		// reuse). The ledger can: forward, cache nothing (the key's entry is
-		// the other request's), and answer what the ledger answers.
-		resp, _, _ := g.forward(r.Context(), tenant, key, fp, job, resultTTL, claimed)
+		// reuse). Or the stored outcome may be of this request's other form
+		// (rest), which only the ledger can tell: it knows the job's home.
+		// Forward, cache nothing (the key's entry is the other request's),
+		// and answer what the ledger answers.
+		resp, _, _ := g.forward(r.Context(), tenant, key, fp, rest, job, resultTTL, claimed)
 		g.reply(w, resp, resp.replayed)
 	case cache.LookupPending:
 		g.awaitPending(w, r, look.Waiter)
@@ -288,7 +298,7 @@ func (g *Gate) handleSubmit(w http.ResponseWriter, r *http.Request, tenant strin
 				_ = look.Owner.Abandon(problemResponse(http.StatusInternalServerError, api.CodeInternal, panicDetail))
 			}
 		}()
-		resp, state, cacheUntil := g.forward(r.Context(), tenant, key, fp, job, resultTTL, claimed)
+		resp, state, cacheUntil := g.forward(r.Context(), tenant, key, fp, rest, job, resultTTL, claimed)
 		resolved = true
 		if state == cache.Committed || state == cache.Rejected {
 			resp.seal(rawSum)
@@ -476,8 +486,11 @@ const (
 // resultTTL, when positive, is the lifetime the client asked for (the
 // Idempotency-TTL header): the manager stores the outcome that long, and the
 // cache keeps it at most that long. claimed marks an omitted datacenters
-// list in a federation (submitOmitted).
-func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp string, job api.JobRequest, resultTTL time.Duration, claimed bool) (*response, cache.State, time.Time) {
+// list in a federation (submitOmitted). rest, when set, is the body's
+// members but datacenters (restMembers) of a request with another form in a
+// federation, an omitted list or a list naming one datacenter: the other
+// form's fingerprint goes with it (rpcpb.SubmitRequest.AltFingerprint).
+func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp string, rest []byte, job api.JobRequest, resultTTL time.Duration, claimed bool) (*response, cache.State, time.Time) {
 	wait := g.cfg.pendingWait()
 	// The forward outlives a client that hangs up: duplicates may be waiting on
 	// its outcome, and a deterministic outcome is worth caching.
@@ -489,11 +502,7 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		span.SetAttributes(attribute.String("once.tenant", tenant), attribute.String("once.idempotency_key", key.Raw))
 	}
 	start := time.Now()
-	submit := g.submitAll
-	if claimed {
-		submit = g.submitOmitted
-	}
-	sr, err := submit(ctx, &rpcpb.SubmitRequest{
+	req := &rpcpb.SubmitRequest{
 		Tenant:         tenant,
 		Key:            key.Raw,
 		Fingerprint:    fp,
@@ -501,7 +510,17 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		WaitMillis:     wait.Milliseconds(),
 		ProposedJobId:  jobid.Derive(tenant, key.Raw, fp),
 		ResultTtlNanos: int64(resultTTL),
-	})
+	}
+	var sr *rpcpb.SubmitResponse
+	var err error
+	if claimed {
+		sr, err = g.submitOmitted(ctx, req, rest)
+	} else {
+		if rest != nil { // the list names one datacenter: its omitted form
+			req.AltFingerprint = fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, append([]byte{'{'}, rest...))
+		}
+		sr, err = g.submitAll(ctx, req)
+	}
 	outcome := outcomeUnavailable
 	if err == nil {
 		outcome = sr.Outcome

@@ -28,7 +28,7 @@ func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, k keys.Ke
 	deadline := time.Now().Add(submitWait(req))
 	for attempt := 0; attempt < 4; attempt++ {
 		if e, ok := m.liveEntry(req.Tenant, req.Key); ok && !e.GivesWayTo(req.Fingerprint, req.Home) {
-			if e.Fingerprint != req.Fingerprint {
+			if !sameRequest(e, req) {
 				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
 			}
 			return m.entryResponse(e, "", true), nil

@@ -126,8 +126,9 @@ func jobsIn(tc *testCluster) int { return tc.mgrs[tc.leader()].fsm.Stats().Jobs 
 // TestOmittedListRetryThroughAnotherDatacenter: a job without a datacenters
 // list, first sent through a dc1 gate, runs in dc1 alone; dc2 holds a claim
 // on its key; the retry through a dc2 gate is the first answer byte for
-// byte (the job of dc1), never a second job in dc2. A retry naming a list is
-// another request (422), and reads find the job through either gate.
+// byte (the job of dc1), never a second job in dc2. A retry naming dc1 alone
+// is the same request (a replay), one naming another list another request
+// (422), and reads find the job through either gate.
 func TestOmittedListRetryThroughAnotherDatacenter(t *testing.T) {
 	f := startTwoDCs(t)
 	const key, body = "host1.dc1:12345:1:0123456789abcdef", `{"type":"demo","payload":{"n":1}}`
@@ -176,10 +177,18 @@ func TestOmittedListRetryThroughAnotherDatacenter(t *testing.T) {
 	if r := get(t, f.g2, "/v1/jobs"); r.status != http.StatusOK || bytes.Contains(r.body, []byte(job.JobID)) {
 		t.Fatalf("dc2's list shows the claim: %d %s", r.status, r.body)
 	}
-	for _, list := range []string{`["dc2"]`, `["dc1"]`, `["dc1","dc2"]`} {
-		r := post(t, f.g2, key, `{"type":"demo","payload":{"n":1},"datacenters":`+list+`}`)
-		if r.status != http.StatusUnprocessableEntity || !bytes.Contains(r.body, []byte(api.CodeIdempotencyKeyReused)) {
-			t.Fatalf("%s: %d %s, want 422 %s", list, r.status, r.body, api.CodeIdempotencyKeyReused)
+	// The list naming the home alone is the same request; any other list
+	// is another.
+	for _, srv := range []*httptest.Server{f.g1, f.g2} {
+		for _, list := range []string{`["dc2"]`, `["dc1","dc2"]`} {
+			r := post(t, srv, key, `{"type":"demo","payload":{"n":1},"datacenters":`+list+`}`)
+			if r.status != http.StatusUnprocessableEntity || !bytes.Contains(r.body, []byte(api.CodeIdempotencyKeyReused)) {
+				t.Fatalf("%s: %d %s, want 422 %s", list, r.status, r.body, api.CodeIdempotencyKeyReused)
+			}
+		}
+		r := post(t, srv, key, `{"type":"demo","payload":{"n":1},"datacenters":["dc1"]}`)
+		if r.status != http.StatusCreated || !bytes.Equal(r.body, first.body) || r.header.Get(api.HeaderReplayed) != "true" {
+			t.Fatalf(`["dc1"], the home alone: %d %s, want the first answer %s replayed`, r.status, r.body, first.body)
 		}
 	}
 	if n1, n2 := jobsIn(f.dc1), jobsIn(f.dc2); n1 != 1 || n2 != 0 {
@@ -261,6 +270,43 @@ func TestOmittedListRaceThroughTwoDatacenters(t *testing.T) {
 	}
 	if n1, n2 := jobsIn(f.dc1), jobsIn(f.dc2); n1+n2 != rounds {
 		t.Fatalf("dc1 holds %d jobs and dc2 %d, want %d in all", n1, n2, rounds)
+	}
+}
+
+// TestListNamingOneDatacenterThenOmitted: a job first sent with a list
+// naming one datacenter, then without a list (a client that dropped the
+// member) through either datacenter's gate, is the same request: the list
+// names the job's home, and the omitted list resolves to it. Every retry is
+// the first answer byte for byte, and no second job runs anywhere.
+func TestListNamingOneDatacenterThenOmitted(t *testing.T) {
+	f := startTwoDCs(t)
+	for i, c := range []struct {
+		dc     string
+		gate   *httptest.Server
+		others []*httptest.Server
+	}{
+		{"dc1", f.g1, []*httptest.Server{f.g1, f.g2, f.g1}},
+		{"dc2", f.g2, []*httptest.Server{f.g1, f.g2}},
+	} {
+		key := fmt.Sprintf("host1.dc1:12345:%d:0123456789abcdef", 200+i)
+		first := post(t, c.gate, key, `{"type":"demo","payload":{"n":2},"datacenters":["`+c.dc+`"]}`)
+		if first.status != http.StatusCreated {
+			t.Fatalf("%s: first answer %d %s", c.dc, first.status, first.body)
+		}
+		for _, srv := range c.others {
+			again := post(t, srv, key, `{"type":"demo","payload":{"n":2}}`)
+			if again.status != http.StatusCreated || !bytes.Equal(again.body, first.body) || again.header.Get(api.HeaderReplayed) != "true" {
+				t.Fatalf("%s: the omitted list: %d %s, want the first answer %s replayed", c.dc, again.status, again.body, first.body)
+			}
+		}
+		// Another body under the key, omitted, is still another request.
+		if r := post(t, f.g1, key, `{"type":"demo","payload":{"n":3}}`); r.status != http.StatusUnprocessableEntity ||
+			!bytes.Contains(r.body, []byte(api.CodeIdempotencyKeyReused)) {
+			t.Fatalf("%s: another payload: %d %s, want 422 %s", c.dc, r.status, r.body, api.CodeIdempotencyKeyReused)
+		}
+	}
+	if n1, n2 := jobsIn(f.dc1), jobsIn(f.dc2); n1 != 1 || n2 != 1 {
+		t.Fatalf("dc1 holds %d jobs and dc2 %d, want 1 and 1", n1, n2)
 	}
 }
 

@@ -83,7 +83,7 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 		// rejected entry is a durable fact).
 		looked := m.fsm.Applies()
 		if e, ok := m.liveEntry(req.Tenant, req.Key); ok {
-			if e.Fingerprint != req.Fingerprint {
+			if !sameRequest(e, req) {
 				return m.entryResponse(e, rpc.OutcomeKeyReused, true), nil
 			}
 			if e.State == ledger.StateClaimed {
@@ -178,6 +178,9 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 			}
 			return m.entryResponse(res.Entry, "", true), nil
 		case ledger.OutcomeKeyReused:
+			if sameRequest(res.Entry, req) { // recorded in its other form
+				return m.entryResponse(res.Entry, "", true), nil
+			}
 			return m.entryResponse(res.Entry, rpc.OutcomeKeyReused, true), nil
 		case ledger.OutcomeKeyExpired:
 			return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, nil
@@ -186,6 +189,17 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 		}
 	}
 	return nil, rpc.Errorf(rpc.CodeUnavailable, "the key's entry kept expiring while waiting; retry")
+}
+
+// sameRequest reports whether the key's entry e was recorded for req: with
+// its fingerprint, or, on an entry of this datacenter's own job (never a
+// claim), with its alternate one. In a federation an omitted datacenters
+// list and the list naming its home alone are one request in two forms
+// (docs/multidc.md, "An omitted list in a federation"), each with its own
+// fingerprint; the gate sends the other form's as AltFingerprint.
+func sameRequest(e ledger.Entry, req *rpcpb.SubmitRequest) bool {
+	return e.Fingerprint == req.Fingerprint ||
+		req.AltFingerprint != "" && e.Fingerprint == req.AltFingerprint && e.State != ledger.StateClaimed
 }
 
 // liveEntry is the key's entry while it has not expired by ledger time.

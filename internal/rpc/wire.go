@@ -43,7 +43,7 @@ func fromPBError(p *rpcpb.Error) *Error {
 func approxSize(r *rpcpb.SubmitRequest) int {
 	j := r.GetJob()
 	return 64 + len(r.GetTenant()) + len(r.GetKey()) + len(r.GetFingerprint()) + len(j.GetType()) + len(j.GetPayload()) +
-		len(r.GetProposedJobId()) + len(r.GetHome())
+		len(r.GetProposedJobId()) + len(r.GetHome()) + len(r.GetAltFingerprint())
 }
 
 // leaseRef is what every worker call carries: the lease it acts under.

@@ -207,9 +207,17 @@ type SubmitRequest struct {
 	// carrier: with carried, the datacenter whose outbox sends it, which holds
 	// the job: once the job is final here, this datacenter does not carry it
 	// back there.
-	Carrier       string `protobuf:"bytes,12,opt,name=carrier,proto3" json:"carrier,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Carrier string `protobuf:"bytes,12,opt,name=carrier,proto3" json:"carrier,omitempty"`
+	// alt_fingerprint, when set, is the fingerprint the same request had if
+	// its first attempt was sent in the other form of an omitted datacenters
+	// list in a federation: the list naming only its home, for an omitted
+	// one sent to its home; the omitted list, for a list naming one
+	// datacenter. A key's entry of this datacenter's own job (never a claim)
+	// with it is the same request: a replay, not key_reused
+	// (docs/multidc.md, "An omitted list in a federation").
+	AltFingerprint string `protobuf:"bytes,13,opt,name=alt_fingerprint,json=altFingerprint,proto3" json:"alt_fingerprint,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -322,6 +330,13 @@ func (x *SubmitRequest) GetCarried() bool {
 func (x *SubmitRequest) GetCarrier() string {
 	if x != nil {
 		return x.Carrier
+	}
+	return ""
+}
+
+func (x *SubmitRequest) GetAltFingerprint() string {
+	if x != nil {
+		return x.AltFingerprint
 	}
 	return ""
 }
@@ -2171,7 +2186,7 @@ const file_manager_proto_rawDesc = "" +
 	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\x12;\n" +
 	"\theartbeat\x18\x04 \x01(\v2\x1d.once.rpc.v1.HeartbeatRequestR\theartbeat\x128\n" +
 	"\bcomplete\x18\x05 \x01(\v2\x1c.once.rpc.v1.CompleteRequestR\bcomplete\x12,\n" +
-	"\x04fail\x18\x06 \x01(\v2\x18.once.rpc.v1.FailRequestR\x04fail\"\x9b\x03\n" +
+	"\x04fail\x18\x06 \x01(\v2\x18.once.rpc.v1.FailRequestR\x04fail\"\xc4\x03\n" +
 	"\rSubmitRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -2186,7 +2201,8 @@ const file_manager_proto_rawDesc = "" +
 	"\x04home\x18\n" +
 	" \x01(\tR\x04home\x12\x18\n" +
 	"\acarried\x18\v \x01(\bR\acarried\x12\x18\n" +
-	"\acarrier\x18\f \x01(\tR\acarrier\"\\\n" +
+	"\acarrier\x18\f \x01(\tR\acarrier\x12'\n" +
+	"\x0falt_fingerprint\x18\r \x01(\tR\x0ealtFingerprint\"\\\n" +
 	"\n" +
 	"JobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
