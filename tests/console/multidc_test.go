@@ -141,3 +141,67 @@ func TestConsoleInBrowserTwoDatacenters(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleActsOnlyOnGatesCopy: cancel and retry act on the copy of the
+// gate's own datacenter (the API's actions take no datacenter), so the
+// console offers them only on that copy. A job submitted through dc2's gate
+// without a datacenters list is held in dc2 alone (its home); through dc1's
+// gate its page shows dc2's copy, read without ?datacenter= as from the
+// list of dc2's jobs, and offers neither action (a cancel through dc1's gate
+// would be 404: dc1 holds no copy), saying why; through dc2's gate Cancel
+// is offered and cancels it.
+func TestConsoleActsOnlyOnGatesCopy(t *testing.T) {
+	f := startFederation(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	gate1, gate2 := f.DC("dc1").GateURLs()[0], f.DC("dc2").GateURLs()[0]
+	res, err := newClient(t, gate2, tokenAlpha).Submit(ctx, api.JobRequest{Type: idleType, Payload: json.RawMessage(`{"n":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := res.Job.JobID
+	if got := res.Job.Datacenters; len(got) != 1 || got["dc2"].Status != api.JobStatusCommitted {
+		t.Fatalf("the job's datacenters: %+v, want dc2 alone", got)
+	}
+	tab := browser(t, ctx)
+	p := &page{t: t, tab: tab, base: gate1 + "/ui/"}
+	p.signIn(tokenAlpha, "")
+	datacenters := func(want string) string {
+		return fmt.Sprintf(`(document.getElementById("job-datacenters") || {}).textContent === %q`, want)
+	}
+	note := `(document.getElementById("actions-note") || {}).textContent || ""`
+	offered := func(where string) {
+		t.Helper()
+		p.until(where+": dc2's copy, queued", datacenters("dc2: committed")+
+			` && document.querySelector('#job-state [data-state="queued"]') !== null`)
+		if eval[bool](p, where+": Cancel", `!document.getElementById("btn-cancel").disabled`) {
+			t.Errorf("%s: dc1's gate offers Cancel on dc2's copy: it acts on dc1's, which does not exist (404)", where)
+		}
+		if got := eval[string](p, where+": the actions' note", note); !strings.Contains(got, "held in dc2 only") || !strings.Contains(got, "(dc1)") {
+			t.Errorf("%s: the actions' note %q, want it to say the job is held in dc2 only and name dc1", where, got)
+		}
+	}
+	p.open("#/job/" + job)
+	offered("the job's page")
+
+	// From the list of dc2's jobs through dc1's gate: the link names dc2.
+	p.open("#/jobs?datacenter=dc2")
+	p.wait("dc2's job listed", jobRow(job, "queued"))
+	p.run("open it", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tr[data-job-id=%q] a`, job))))
+	p.until("its page, dc2's copy", `location.hash.endsWith("?datacenter=dc2")`)
+	offered("the job's page from dc2's list")
+
+	// Through dc2's gate, the copy is its own: Cancel is offered and acts.
+	p2 := &page{t: t, tab: tab, base: gate2 + "/ui/"}
+	p2.signIn(tokenAlpha, "")
+	p2.open("#/job/" + job)
+	p2.until("dc2's copy through dc2's gate", datacenters("dc2: committed"))
+	p2.run("cancel through dc2's gate", chromedp.WaitEnabled(chromedp.CSS("#btn-cancel")), chromedp.Click(chromedp.CSS("#btn-cancel")))
+	p2.wait("the job, cancelled", `#job-state [data-state="cancelled"]`)
+	if got := p2.text("#message"); !strings.Contains(got, "Cancelled") {
+		t.Errorf("the message after the cancel: %q", got)
+	}
+	if got := eval[string](p2, "the actions' note through dc2's gate", note); got != "" {
+		t.Errorf("the actions' note on dc2's copy through dc2's gate: %q, want none", got)
+	}
+}

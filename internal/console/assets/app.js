@@ -12,6 +12,9 @@
   // acting holds, per job (its path), the action in flight and the keys
   // kept: a view drawn again finds them (see viewJob's act).
   var acting = {};
+  // gateDatacenter is the gate's own datacenter (GET /readyz), whose copy
+  // of a job its cancel and retry act on; "" until read.
+  var gateDatacenter = "";
 
   function $(id) { return document.getElementById(id); }
 
@@ -72,6 +75,18 @@
   function outcomeUnknown(err) {
     if (!(err instanceof ApiError)) return true; // no answer
     return err.status >= 500 || err.status === 429 || err.problem.code === "request_in_progress";
+  }
+
+  // ownDatacenter reads the gate's own datacenter once (GET /readyz, which
+  // names it): the copy of a job its cancel and retry act on. It resolves
+  // "" while the gate cannot say (not ready: no leader, a federation
+  // forming), and is read again then.
+  function ownDatacenter() {
+    if (gateDatacenter) return Promise.resolve(gateDatacenter);
+    return call("GET", "/readyz", "").then(function (res) {
+      gateDatacenter = (res.data && res.data.datacenter) || "";
+      return gateDatacenter;
+    }, function () { return ""; });
   }
 
   function token() { return store.getItem(TOKEN) || ""; }
@@ -301,27 +316,34 @@
       });
       return nav;
     }
-    // An action reaches the copy of the gate's own datacenter: the copy a
-    // read without ?datacenter= answers (the gate's own first). A copy
-    // addressed by name is acted on only when it is that one, so the page
-    // reads that copy too (null when it cannot be read).
-    function ownCopy(j) {
-      if (!dc) return j;
-      return call("GET", path, token()).then(function (res) { return res.data; }, function () { return null; });
-    }
+    // An action reaches the copy of the gate's own datacenter, whatever
+    // copy is shown (the API's cancel and retry take no datacenter): the
+    // page offers them only on that copy, and says why not on another (a
+    // tab of another datacenter, or a job held only elsewhere, such as an
+    // omitted datacenters list whose home is another datacenter).
     function dcsOf(j) { return Object.keys((j && j.datacenters) || {}).sort().join(","); }
+    function whyNot(j, own) {
+      var copy = dcsOf(j), named = j.named_datacenters || [];
+      if (!own) return "Cancel and retry act on the copy of this gate's datacenter, which the gate does not name now (GET /readyz): they are offered once it does.";
+      if (copy === own) return "";
+      if (named.indexOf(own) >= 0) return "Cancel and retry act on the copy of this gate's datacenter (" + own + "), not on the copy shown (" +
+        copy + "): act on this copy through a gate of " + copy + ".";
+      return "This job is held in " + copy + " only: cancel and retry through this gate act on its own datacenter (" + own +
+        "), which holds no copy of it. Act on it through a gate of " + copy + ".";
+    }
     function refresh() {
       return call("GET", path + (dc ? "?datacenter=" + encodeURIComponent(dc) : ""), token()).then(function (res) {
-        return Promise.all([copies(res.data), ownCopy(res.data)]).then(function (r) { return { j: res.data, cs: r[0], own: r[1] }; });
+        return Promise.all([copies(res.data), ownDatacenter()]).then(function (r) { return { j: res.data, cs: r[0], own: r[1] }; });
       }).then(function (got) {
         if (gen !== generation) return;
-        var j = got.j, here = !!got.own && dcsOf(got.own) === dcsOf(j);
+        var j = got.j, why = whyNot(j, got.own), here = !why;
         shown = j.state + "/" + j.attempts;
-        Object.keys(st.keys).forEach(function (a) { if (!st.busy && st.keys[a].seen !== shown) delete st.keys[a]; });
+        // Keys were sent from the copy the actions reach: only a read of
+        // that copy says whether the job changed since.
+        if (here) Object.keys(st.keys).forEach(function (a) { if (!st.busy && st.keys[a].seen !== shown) delete st.keys[a]; });
         cancel.disabled = st.busy || !here || j.state !== "queued";
         retry.disabled = st.busy || !here || !(j.state === "failed" || j.state === "dead");
-        elsewhere.textContent = here ? "" : "Cancel and retry act on the copy of this gate's datacenter" +
-          (got.own ? " (" + dcsOf(got.own) + ")" : "") + ", not on the copy shown.";
+        elsewhere.textContent = why;
         box.textContent = "";
         if (got.cs.length) box.appendChild(copyTabs(j, got.cs));
         var dl = el("dl", { "class": "kv" });
