@@ -15,6 +15,8 @@
   // gateDatacenter is the gate's own datacenter (GET /readyz), whose copy
   // of a job its cancel and retry act on; "" until read.
   var gateDatacenter = "";
+  // Polls wait what a Retry-After asks, at most RETRY_AFTER_MAX ms.
+  var RETRY_AFTER_MAX = 60000;
 
   function $(id) { return document.getElementById(id); }
 
@@ -75,6 +77,14 @@
   function outcomeUnknown(err) {
     if (!(err instanceof ApiError)) return true; // no answer
     return err.status >= 500 || err.status === 429 || err.problem.code === "request_in_progress";
+  }
+
+  // retryAfterMs is how long a Retry-After asks to wait (delta-seconds or
+  // an HTTP date), in ms, at most RETRY_AFTER_MAX; 0 when none.
+  function retryAfterMs(err) {
+    if (!(err instanceof ApiError) || !err.retryAfter) return 0;
+    var v = err.retryAfter.trim(), ms = /^\d+$/.test(v) ? Number(v) * 1000 : Date.parse(v) - Date.now();
+    return isNaN(ms) ? 0 : Math.min(Math.max(ms, 0), RETRY_AFTER_MAX);
   }
 
   // ownDatacenter reads the gate's own datacenter once (GET /readyz, which
@@ -491,17 +501,20 @@
     };
   }
 
-  function showError(err) {
+  // showError shows a failed call in the message line; more (optional) is
+  // said after it.
+  function showError(err, more) {
+    more = more || "";
     if (err instanceof ApiError) {
       if (err.status === 401) {
         message("Not signed in, or the token is not accepted here (401): sign in.", "error");
         return;
       }
       var after = err.retryAfter ? "; retry after " + (/^\d+$/.test(err.retryAfter) ? err.retryAfter + " s" : err.retryAfter) : "";
-      message(err.message + (err.problem.code ? " (" + err.problem.code + ")" : "") + after, "error");
+      message(err.message + (err.problem.code ? " (" + err.problem.code + ")" : "") + after + more, "error");
       return;
     }
-    message(String(err && err.message || err), "error");
+    message(String(err && err.message || err) + more, "error");
   }
 
   function render() {
@@ -510,6 +523,7 @@
     if (timer) { clearTimeout(timer); timer = null; }
     var r = route(), main = $("view");
     main.textContent = "";
+    main.removeAttribute("data-stale");
     message("");
     ["jobs", "queues", "cluster"].forEach(function (v) { $("nav-" + v).className = r.view === v || (v === "jobs" && r.view === "job") ? "active" : ""; });
     $("who").textContent = token() ? "signed in" : "";
@@ -518,20 +532,33 @@
     var refresh = (views[r.view] || viewJobs)(main, r, gen);
     if (!refresh) return;
     var failed = false; // the message shows this view's last failed read
+    var readAt = ""; // when this view was last read, "" before its first read
+    // A read that fails leaves the view as last read, marked stale
+    // (data-stale), and says so; the next poll waits at least what the
+    // answer's Retry-After asks (a 503 while the gate has no leader, say),
+    // at most RETRY_AFTER_MAX, rather than asking again at once.
     function tick() {
+      var wait = 0;
       refresh().then(function () {
         if (gen !== generation) return;
-        $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+        readAt = new Date().toLocaleTimeString();
+        main.removeAttribute("data-stale");
+        $("updated").textContent = "updated " + readAt;
         if (failed) message("");
         failed = false;
       }, function (err) {
         if (gen !== generation) return;
         failed = true;
-        showError(err);
+        wait = retryAfterMs(err);
+        var every = Number(store.getItem(POLL) || "2000"), next = every > 0 && !refresh.once ? Math.max(every, wait) : 0;
+        var again = next ? "read again in " + Math.ceil(next / 1000) + " s" : "not read again by itself";
+        main.setAttribute("data-stale", "");
+        $("updated").textContent = readAt ? "stale: last updated " + readAt + "; " + again : "not read yet; " + again;
+        showError(err, readAt ? " — showing the view as read at " + readAt + ", " + again + "." : " — nothing read yet, " + again + ".");
       }).then(function () {
         if (gen !== generation) return;
         var every = Number(store.getItem(POLL) || "2000");
-        if (every > 0 && !refresh.once) timer = setTimeout(tick, every);
+        if (every > 0 && !refresh.once) timer = setTimeout(tick, Math.max(every, wait));
       });
     }
     tick();
