@@ -213,3 +213,122 @@ const recordPosts = `(() => {
 	};
 	return 1;
 })()`
+
+// actingMax is the console's ACTING_MAX: the jobs whose action keys one
+// tab keeps at most.
+const actingMax = 50
+
+// dropPosts wraps the page's fetch: every POST's Idempotency-Key is
+// recorded in window.posts; while window.drop is true a POST is refused
+// before it leaves (a dropped connection: its outcome unknown to the
+// console), else it goes as it is.
+const dropPosts = `(() => {
+	const orig = window.fetch.bind(window);
+	window.posts = []; window.drop = false;
+	window.fetch = (url, init) => {
+		if (init.method !== "POST") return orig(url, init);
+		window.posts.push(init.headers["Idempotency-Key"]);
+		if (window.drop) return Promise.reject(new TypeError("test: the connection dropped"));
+		return orig(url, init);
+	};
+	return 1;
+})()`
+
+// TestConsoleActionKeysBounded: the console's memory of action keys (kept
+// so that a click retried after a network failure replays the action)
+// stays bounded in a tab left open. A job viewed, or acted on with a final
+// answer, leaves nothing held; actions whose outcome is unknown keep their
+// keys for at most actingMax jobs, the least recently used forgotten first,
+// and a retried click on a job still held reuses its key.
+func TestConsoleActionKeysBounded(t *testing.T) {
+	_, ctx, gate := readyCluster(t)
+	p := &page{t: t, tab: browser(t, ctx), base: gate + "/ui/"}
+	alpha := newClient(t, gate, tokenAlpha)
+	jobs := make([]string, actingMax+2)
+	for i := range jobs {
+		res, err := alpha.Submit(ctx, api.JobRequest{Type: idleType, Payload: json.RawMessage(`{"n":` + strconv.Itoa(i) + `}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs[i] = res.Job.JobID
+	}
+	held := func(what string) (n struct{ Jobs, Keys int }) {
+		t.Helper()
+		if err := json.Unmarshal([]byte(eval[string](p, what, `JSON.stringify(window.onceConsole.held())`)), &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// show opens a job's page (in the same document: the fetch wrapper
+	// stays) and waits until its Cancel is offered.
+	show := func(job string) {
+		t.Helper()
+		eval[int](p, "open "+job, `location.hash = "#/job/`+job+`", 1`)
+		p.until("the page of "+job+", Cancel offered", `document.getElementById("job-id").textContent === "`+job+`" &&
+			document.querySelector('#job-state [data-state="queued"]') !== null && !document.getElementById("btn-cancel").disabled`)
+	}
+	// cancel clicks Cancel and waits until the action is answered (or
+	// lost) and the page drawn again.
+	cancel := func(job string) {
+		t.Helper()
+		n := eval[int](p, "the POSTs so far", `window.posts.length`)
+		eval[int](p, "cancel "+job, `document.getElementById("btn-cancel").click(), 1`)
+		p.until("the cancel of "+job+" answered", `window.posts.length === `+strconv.Itoa(n+1)+` && document.getElementById("message").textContent !== ""`)
+	}
+
+	p.signIn(tokenAlpha, "")
+	p.open("#/job/" + jobs[0])
+	p.wait("the first job", `#job-state [data-state="queued"]`)
+	eval[int](p, "record the POSTs", dropPosts)
+
+	// A job viewed, and a job cancelled (a final answer), hold nothing.
+	show(jobs[1])
+	show(jobs[0])
+	if n := held("after viewing two jobs"); n.Jobs != 0 || n.Keys != 0 {
+		t.Errorf("after viewing two jobs the console holds %+v, want nothing", n)
+	}
+	cancel(jobs[0])
+	p.wait("the first job, cancelled", `#job-state [data-state="cancelled"]`)
+	if n := held("after a cancel answered"); n.Jobs != 0 || n.Keys != 0 {
+		t.Errorf("after a cancel answered the console holds %+v, want nothing", n)
+	}
+
+	// Cancels whose connection dropped, on more jobs than the bound: each
+	// keeps its key, the oldest forgotten past actingMax jobs.
+	eval[int](p, "drop the POSTs", `window.drop = true, 1`)
+	lost := jobs[1:]
+	for i, job := range lost {
+		show(job)
+		cancel(job)
+		if n, want := held("after a lost cancel"), min(i+1, actingMax); n.Jobs != want || n.Keys != want {
+			t.Fatalf("after %d lost cancels the console holds %+v, want %d jobs and keys", i+1, n, want)
+		}
+	}
+	var first []string
+	if err := json.Unmarshal([]byte(eval[string](p, "the keys sent", `JSON.stringify(window.posts)`)), &first); err != nil {
+		t.Fatal(err)
+	}
+	// The last job's cancel, pressed again, is the same action: its key.
+	last := lost[len(lost)-1]
+	show(last)
+	cancel(last)
+	// The first lost one was forgotten: its next press is a new key.
+	show(lost[0])
+	cancel(lost[0])
+	var all []string
+	if err := json.Unmarshal([]byte(eval[string](p, "the keys sent", `JSON.stringify(window.posts)`)), &all); err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(first)+2 {
+		t.Fatalf("%d POSTs sent, want %d", len(all), len(first)+2)
+	}
+	if got, want := all[len(first)], first[len(first)-1]; got != want {
+		t.Errorf("the last job's cancel pressed again sent key %q, want its first key %q", got, want)
+	}
+	if got, old := all[len(first)+1], first[1]; got == old {
+		t.Errorf("the first lost cancel, forgotten past %d jobs, pressed again sent its old key %q", actingMax, got)
+	}
+	if n := held("at the end"); n.Jobs != actingMax || n.Keys != actingMax {
+		t.Errorf("at the end the console holds %+v, want %d jobs and keys", n, actingMax)
+	}
+}

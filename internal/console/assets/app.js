@@ -9,9 +9,16 @@
   var TOKEN = "once.token", OPTOKEN = "once.operatorToken", POLL = "once.poll";
   var STATES = ["queued", "running", "succeeded", "failed", "dead", "cancelled"];
   var timer = null, generation = 0;
-  // acting holds, per job (its path), the action in flight and the keys
-  // kept: a view drawn again finds them (see viewJob's act).
-  var acting = {};
+  // acting holds, per job (its path), the action in flight (busy) and the
+  // keys kept of actions whose outcome the console does not know: a view
+  // drawn again finds them (see viewJob's act). A job's entry goes once it
+  // holds neither (an action answered, a key dropped), and at most
+  // ACTING_MAX jobs are held: past that, the least recently used with no
+  // action in flight is forgotten, so a tab left open does not grow.
+  var acting = new Map(), ACTING_MAX = 50;
+  // jobShown is the job view drawn last ({path, redraw}): an action's
+  // answer reads the job again for it.
+  var jobShown = null;
   // gateDatacenter is the gate's own datacenter (GET /readyz), whose copy
   // of a job its cancel and retry act on; "" until read.
   var gateDatacenter = "";
@@ -77,6 +84,30 @@
   function outcomeUnknown(err) {
     if (!(err instanceof ApiError)) return true; // no answer
     return err.status >= 500 || err.status === 429 || err.problem.code === "request_in_progress";
+  }
+
+  // onceConsole.held() says how many jobs and keys acting holds (counts
+  // only: the browser tests watch it stay bounded).
+  window.onceConsole = Object.freeze({ held: function () {
+    var keys = 0;
+    acting.forEach(function (s) { keys += Object.keys(s.keys).length; });
+    return { jobs: acting.size, keys: keys };
+  } });
+
+  // held is the job's entry in acting, or a new one not held yet.
+  function held(path) { return acting.get(path) || { busy: false, keys: {} }; }
+  // hold keeps the job's entry as the most recently used, and forgets the
+  // least recently used past ACTING_MAX (never one with an action in
+  // flight: its answer is still to come).
+  function hold(path, st) {
+    acting.delete(path);
+    acting.set(path, st);
+    acting.forEach(function (s, p) { if (acting.size > ACTING_MAX && !s.busy && p !== path) acting.delete(p); });
+  }
+  // release forgets the job's entry once it holds no action in flight and
+  // no key.
+  function release(path, st) {
+    if (!st.busy && !Object.keys(st.keys).length && acting.get(path) === st) acting.delete(path);
   }
 
   // retryAfterMs is how long a Retry-After asks to wait (delta-seconds or
@@ -273,13 +304,15 @@
     // the action was sent (its state and attempts: shown), so the next click
     // is a replay, never a second action. An answer the API decided, or a
     // read showing the job changed since, drops the key. Both live in
-    // acting, so that a view of the job drawn again keeps them, and the
-    // answer redraws the job's latest view.
-    var st = acting[path] || (acting[path] = { busy: false, keys: {} }), shown = "";
+    // acting (held while they exist, at most ACTING_MAX jobs), so that a
+    // view of the job drawn again keeps them, and the answer redraws the
+    // job's latest view (jobShown).
+    var st = held(path), shown = "";
     function act(name) {
       var k = st.keys[name] || (st.keys[name] = { seen: shown, key: "console-" + (crypto.randomUUID ? crypto.randomUUID() :
         String(Date.now()) + Math.random().toString(16).slice(2)) });
       st.busy = true;
+      hold(path, st);
       cancel.disabled = retry.disabled = true;
       call("POST", path + "/" + name, token(), { "Idempotency-Key": k.key }).then(function () {
         delete st.keys[name];
@@ -289,11 +322,12 @@
         showError(err);
       }).then(function () {
         st.busy = false;
-        return st.redraw();
+        release(path, st);
+        return jobShown && jobShown.path === path ? jobShown.redraw() : null;
       }).then(null, showError);
     }
     // redraw reads the job again for its latest view, if still shown.
-    st.redraw = function () { return gen === generation ? refresh() : null; };
+    jobShown = { path: path, redraw: function () { return gen === generation ? refresh() : null; } };
     cancel.addEventListener("click", function () { act("cancel"); });
     retry.addEventListener("click", function () { act("retry"); });
     // copyPath reads one datacenter's copy of the job.
@@ -351,6 +385,7 @@
         // Keys were sent from the copy the actions reach: only a read of
         // that copy says whether the job changed since.
         if (here) Object.keys(st.keys).forEach(function (a) { if (!st.busy && st.keys[a].seen !== shown) delete st.keys[a]; });
+        release(path, st);
         cancel.disabled = st.busy || !here || j.state !== "queued";
         retry.disabled = st.busy || !here || !(j.state === "failed" || j.state === "dead");
         elsewhere.textContent = why;
@@ -521,6 +556,7 @@
     generation++;
     var gen = generation;
     if (timer) { clearTimeout(timer); timer = null; }
+    jobShown = null;
     var r = route(), main = $("view");
     main.textContent = "";
     main.removeAttribute("data-stale");
@@ -568,7 +604,7 @@
     var poll = $("poll");
     poll.value = store.getItem(POLL) || "2000";
     poll.addEventListener("change", function () { store.setItem(POLL, poll.value); render(); });
-    $("signout").addEventListener("click", function () { store.removeItem(TOKEN); store.removeItem(OPTOKEN); acting = {}; go("signin"); });
+    $("signout").addEventListener("click", function () { store.removeItem(TOKEN); store.removeItem(OPTOKEN); acting.clear(); go("signin"); });
     window.addEventListener("hashchange", render);
     if (!location.hash) location.replace("#/" + (store.getItem(TOKEN) === null ? "signin" : "jobs"));
     render();
