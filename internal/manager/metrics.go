@@ -18,6 +18,7 @@ type metrics struct {
 	submissions                                           *prometheus.CounterVec
 	submitTime, applyLatency                              prometheus.Histogram
 	expired, outboxConfirmed, leaseReplays, outboxRefused prometheus.Counter
+	outboxInvalid                                         prometheus.Counter
 	outboxOldest                                          prometheus.Gauge
 }
 
@@ -47,6 +48,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			"Multi-datacenter submissions this manager's outbox carried to another datacenter and recorded as final there (one per entry and datacenter)."),
 		outboxRefused: counter("once_manager_outbox_refused_total",
 			"Multi-datacenter submissions refused (503 outbox_full) because the outbox held MANAGER_OUTBOX_MAX_ENTRIES."),
+		outboxInvalid: counter("once_manager_outbox_invalid_total",
+			"Attempts of this manager's outbox to carry a multi-datacenter submission that another datacenter refused as invalid (retried at the longest backoff until it accepts; logged at error once per entry, datacenter and leader term)."),
 		outboxOldest: f.NewGauge(prometheus.GaugeOpts{
 			Name: "once_manager_outbox_oldest_entry_age_seconds",
 			Help: "Age (since it was resolved) of the oldest multi-datacenter submission this manager's outbox, as leader, is still carrying to another datacenter; 0 at a follower or when none is.",

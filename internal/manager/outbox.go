@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -64,8 +65,12 @@ type outboxState struct {
 	done bool
 	// expiredLogged: this leader logged that the entry outlived its TTL.
 	expiredLogged bool
-	next          time.Time
-	backoff       time.Duration
+	// invalidTerm is the Raft term in which this leader last logged that
+	// the datacenter refuses the submission as invalid (0: never), so it
+	// logs that once per term.
+	invalidTerm uint64
+	next        time.Time
+	backoff     time.Duration
 }
 
 func newOutbox(m *Manager, peers func() map[string][]string, log *slog.Logger) *outbox {
@@ -255,6 +260,19 @@ func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
 	defer cancel()
 	resp, err := o.client(k.dc).Submit(actx, req)
 	final := err == nil && resp.Outcome != rpc.OutcomeInProgress
+	// An invalid answer (a datacenter that cannot take the submission as
+	// it is: one not yet upgraded to read it, or a request over a bound)
+	// is not final: the job must still reach that datacenter once an
+	// operator made it accept the submission. But no retry alone changes
+	// it, so it is retried at the longest backoff, counted, and logged at
+	// error once per entry, datacenter and term
+	// (TestOutboxLogsAnInvalidRefusalOnceAndRetries).
+	invalid := errors.Is(err, rpc.ErrInvalid)
+	var term uint64
+	if invalid {
+		o.m.metrics.outboxInvalid.Inc()
+		term = o.m.raft.CurrentTerm()
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	st := o.state[k]
@@ -278,8 +296,17 @@ func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
 		return true
 	}
 	st.backoff = min(max(2*st.backoff, outboxInterval), outboxMaxBackoff)
+	if invalid {
+		st.backoff = outboxMaxBackoff
+	}
 	// Jitter keeps the leaders of several datacenters from retrying in step.
 	st.next = time.Now().Add(st.backoff/2 + rand.N(st.backoff/2+1))
+	if invalid && st.invalidTerm != term {
+		st.invalidTerm = term
+		o.log.Error("another datacenter refuses a multi-datacenter submission as invalid; the outbox retries it at its longest backoff until that datacenter accepts it, which needs an operator",
+			logging.KeyTenant, k.tenant, logging.KeyIdemKey, k.key, logging.KeyJobID, k.jobID, logging.KeyDatacenter, k.dc, logging.KeyError, err)
+		return false
+	}
 	o.log.Debug("carrying a submission to another datacenter failed; will retry", logging.KeyTenant, k.tenant,
 		logging.KeyIdemKey, k.key, logging.KeyDatacenter, k.dc, logging.KeyError, err)
 	return false
