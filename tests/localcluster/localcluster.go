@@ -440,8 +440,11 @@ func (c *Cluster) managerEnv(n *Node, seed string, expect int) []string {
 		}
 	}
 	if c.opts.Fast {
+		// The lease as long as raft allows (at most the heartbeat timeout):
+		// a shorter one lapses on a loaded machine (two cores under -race)
+		// and the leader steps down with its followers healthy.
 		env = append(env, "MANAGER_RAFT_HEARTBEAT_TIMEOUT=500ms", "MANAGER_RAFT_ELECTION_TIMEOUT=500ms",
-			"MANAGER_RAFT_LEADER_LEASE_TIMEOUT=250ms", "MANAGER_GOSSIP_PROFILE=local")
+			"MANAGER_RAFT_LEADER_LEASE_TIMEOUT=500ms", "MANAGER_GOSSIP_PROFILE=local")
 	}
 	return env
 }
