@@ -287,27 +287,27 @@ func (sv *service) Submit(stream submitServerStream) error {
 		out <- r
 	}
 	start := func(it *rpcpb.SubmitItem) {
-		mu.Lock()
-		_, running := inflight[it.GetId()]
-		mu.Unlock()
-		if running {
-			// Its answer could not be told from the running one's, nor
-			// could a cancel of the id: refused, not run.
-			<-sem
-			out <- &rpcpb.SubmitResult{Id: it.GetId(), Error: toPBError(Errorf(CodeInvalid,
-				"item %d: an item of this id is still running on the stream", it.GetId()), nil)}
-			return
-		}
-		var t task
+		t := task{it: it}
 		if us := it.GetTimeoutMicros(); us > 0 {
 			t.ctx, t.cancel = context.WithTimeout(ctx, itemTimeout(us))
 		} else {
 			t.ctx, t.cancel = context.WithCancel(ctx)
 		}
-		t.it = it
 		mu.Lock()
-		inflight[it.GetId()] = t.cancel
+		_, running := inflight[it.GetId()]
+		if !running {
+			inflight[it.GetId()] = t.cancel
+		}
 		mu.Unlock()
+		if running {
+			// Its answer could not be told from the running one's, nor
+			// could a cancel of the id: refused, not run.
+			t.cancel()
+			<-sem
+			out <- &rpcpb.SubmitResult{Id: it.GetId(), Error: toPBError(Errorf(CodeInvalid,
+				"item %d: an item of this id is still running on the stream", it.GetId()), nil)}
+			return
+		}
 		select {
 		case tasks <- t:
 			return
