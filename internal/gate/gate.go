@@ -305,6 +305,9 @@ const keysPath = "/v1/idempotency-keys/"
 // clean away and redirect to another path. Written %2E, they match the
 // route's {key}, which PathValue unescapes.
 func escapeDotKey(u *url.URL) {
+	if !strings.HasSuffix(u.Path, ".") { // every other request: EscapedPath allocates
+		return
+	}
 	if k, ok := strings.CutPrefix(u.EscapedPath(), keysPath); ok && (k == "." || k == "..") {
 		u.RawPath = keysPath + strings.Repeat("%2E", len(k))
 	}
