@@ -96,7 +96,7 @@ func (m *Manager) ranHere(req *rpcpb.SubmitRequest, k keys.Key, jobID string) (*
 			return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeKeyExpired}, true
 		}
 	}
-	return m.keptJob(req.Tenant, jobID)
+	return m.keptJob(req, jobID)
 }
 
 // overClaim judges, at the home, another home's claim on the key (e, with the

@@ -58,12 +58,23 @@ func (m *Manager) retainedJob(req *rpcpb.SubmitRequest, k keys.Key, id string) (
 	if k.Structured {
 		return nil, false
 	}
-	return m.keptJob(req.Tenant, id)
+	return m.keptJob(req, id)
 }
 
-// keptJob answers with the tenant's job id, replayed, when the job table
+// keptJob answers with req's tenant's job id, replayed, when the job table
+// still holds it, or else with the job of req's other form (the ID its
+// AltFingerprint derives: sameRequest), which can only be this
+// datacenter's own job of that form.
+func (m *Manager) keptJob(req *rpcpb.SubmitRequest, id string) (*rpcpb.SubmitResponse, bool) {
+	if resp, ok := m.keptJobID(req.Tenant, id); ok || req.AltFingerprint == "" {
+		return resp, ok
+	}
+	return m.keptJobID(req.Tenant, jobid.Derive(req.Tenant, req.Key, req.AltFingerprint))
+}
+
+// keptJobID answers with the tenant's job id, replayed, when the job table
 // still holds it.
-func (m *Manager) keptJob(tenant, id string) (*rpcpb.SubmitResponse, bool) {
+func (m *Manager) keptJobID(tenant, id string) (*rpcpb.SubmitResponse, bool) {
 	j, ok := m.fsm.Job(tenant, id)
 	if !ok {
 		return nil, false

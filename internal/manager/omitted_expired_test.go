@@ -77,3 +77,56 @@ func TestOmittedListRetryAfterExpiryThroughAnotherDatacenter(t *testing.T) {
 		})
 	}
 }
+
+// TestOtherFormAfterExpiryFindsTheRetainedJob: an opaque key whose entries
+// expired while its job is retained, retried in the request's other form (an
+// omitted datacenters list and the list naming its home alone are one
+// request: docs/multidc.md), is answered with that job, as a retry in the
+// same form is (TestOmittedListRetryAfterExpiryThroughAnotherDatacenter),
+// never a second job.
+func TestOtherFormAfterExpiryFindsTheRetainedJob(t *testing.T) {
+	f := startTwoDCs(t)
+	for _, c := range []struct {
+		key               string
+		firstVia, thenVia *httptest.Server
+		first, then       string
+		home              *testCluster
+	}{
+		// Omitted first (home dc1), then ["dc1"] through a dc2 gate.
+		{"order-other-form-1", f.g1, f.g2, `{"type":"demo"}`, `{"type":"demo","datacenters":["dc1"]}`, f.dc1},
+		// ["dc2"] first, then omitted through a dc1 gate: dc2 answers the
+		// claim round with its retained job.
+		{"order-other-form-2", f.g2, f.g1, `{"type":"demo","datacenters":["dc2"]}`, `{"type":"demo"}`, f.dc2},
+	} {
+		send := func(srv *httptest.Server, body string) answer {
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/jobs", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set(api.HeaderIdempotencyKey, c.key)
+			req.Header.Set(api.HeaderIdempotencyTTL, "1")
+			return do(t, srv, req)
+		}
+		first := send(c.firstVia, c.first).job(t)
+		for _, tc := range []*testCluster{f.dc1, f.dc2} {
+			fsm := tc.mgrs[tc.leader()].FSM()
+			testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+				_, ok := fsm.Entry("default", c.key)
+				return !ok, "the key's entries to expire"
+			})
+		}
+		if _, ok := c.home.mgrs[c.home.leader()].FSM().Job("default", first.JobID); !ok {
+			t.Fatal("the home no longer retains the job")
+		}
+		again := send(c.thenVia, c.then)
+		if again.status != http.StatusCreated {
+			t.Fatalf("%s: the other form after expiry: %d %s, want 201", c.key, again.status, again.body)
+		}
+		if j := again.job(t); j.JobID != first.JobID {
+			t.Fatalf("%s: the other form after expiry answered job %s, want the retained %s", c.key, j.JobID, first.JobID)
+		}
+	}
+	if n1, n2 := jobsIn(f.dc1), jobsIn(f.dc2); n1 != 1 || n2 != 1 {
+		t.Fatalf("dc1 holds %d jobs and dc2 %d, want 1 and 1", n1, n2)
+	}
+}
