@@ -31,6 +31,7 @@ const (
 	EnvMaxBodyBytes      = "GATE_MAX_BODY_BYTES"
 	EnvForwardTimeout    = "GATE_FORWARD_TIMEOUT_SECONDS"
 	EnvShutdownTimeout   = "GATE_SHUTDOWN_TIMEOUT_SECONDS"
+	EnvShutdownDelay     = "GATE_SHUTDOWN_DELAY_SECONDS"
 	EnvLogLevel          = "GATE_LOG_LEVEL"
 	EnvLogFormat         = "GATE_LOG_FORMAT"
 	EnvPprof             = "GATE_PPROF"
@@ -101,6 +102,7 @@ type Config struct {
 	MaxBodyBytes    int64         // GATE_MAX_BODY_BYTES, default 1 MiB
 	ForwardTimeout  time.Duration // GATE_FORWARD_TIMEOUT_SECONDS, default 10s
 	ShutdownTimeout time.Duration // GATE_SHUTDOWN_TIMEOUT_SECONDS, default 30s
+	ShutdownDelay   time.Duration // GATE_SHUTDOWN_DELAY_SECONDS, default 0: no delay
 	LogLevel        string        // GATE_LOG_LEVEL: trace, debug, info, warn, error; default info
 	LogFormat       string        // GATE_LOG_FORMAT: text or json; default text
 	Pprof           bool          // GATE_PPROF: serve Go's /debug/pprof profiles on the API listener
@@ -206,6 +208,8 @@ func Register(l *config.Loader, c *Config) {
 		"how long a submission may spend reaching the manager leader before 503 unavailable (plus the pending wait)")
 	l.Seconds(&c.ShutdownTimeout, EnvShutdownTimeout, config.MinTTL, time.Hour,
 		"how long a graceful shutdown waits for requests in flight")
+	l.Seconds(&c.ShutdownDelay, EnvShutdownDelay, 0, time.Hour,
+		"how long a stopping gate keeps serving, /readyz answering 503, before its graceful shutdown: a load balancer's readiness checks take it out of rotation first")
 	l.String(&c.LogLevel, EnvLogLevel, config.WantLogLevel,
 		config.LogLevel, "the lowest level logged")
 	l.String(&c.LogFormat, EnvLogFormat, config.WantLogFormat,

@@ -32,6 +32,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,6 +107,10 @@ type Gate struct {
 	gatesFn  func() []api.ClusterGate
 
 	closeOnce sync.Once
+	closed    chan struct{} // closed by Close
+	// stopping is set when Serve's context ends: /readyz answers 503
+	// through the shutdown delay (GATE_SHUTDOWN_DELAY_SECONDS) and after.
+	stopping atomic.Bool
 	// polls ends when the gate starts to stop (Serve) or closes: worker long
 	// polls end with it (serveKeyedCall) rather than hold the shutdown.
 	polls    context.Context
@@ -169,6 +174,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g := &Gate{cfg: cfg, log: deps.Logger, now: deps.Now, federation: deps.Federation, dial: deps.Dial,
 		resolver: deps.Resolver, gatesFn: deps.Gates, secret: deps.ClusterSecret, rpcTLS: deps.ClusterTLS}
 	g.polls, g.endPolls = context.WithCancel(context.Background())
+	g.closed = make(chan struct{})
 	var err error
 	if cfg.TokenFile != "" || cfg.OperatorTokenFile != "" {
 		if g.tokens, err = openTokenFiles(cfg.TokenFile, cfg.OperatorTokenFile, g.log.With(logging.KeyComponent, "tokens")); err != nil {
@@ -360,8 +366,10 @@ func (g *Gate) finish(rw *responseWriter, r *http.Request, start time.Time) {
 // and a gate with GATE_TOKEN_FILE at its token file.
 const certReloadInterval = 10 * time.Second
 
-// Serve serves the gate on ln until ctx ends, then shuts down gracefully: it
-// stops accepting, ends the worker long polls in flight at once (503 with
+// Serve serves the gate on ln until ctx ends, then shuts down gracefully:
+// /readyz answers 503 from then on; with a ShutdownDelay it serves on for
+// that long (or until Close), closing each connection after its answer; it
+// then stops accepting, ends the worker long polls in flight at once (503 with
 // Retry-After: the worker asks again, at another gate), lets the other
 // requests in flight finish (connections still busy after ShutdownTimeout are
 // closed) and returns nil. It returns the server's error if
@@ -406,6 +414,22 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("gate: serve: %w", err)
 	case <-ctx.Done():
 	}
+	g.stopping.Store(true)
+	if d := g.cfg.ShutdownDelay; d > 0 {
+		// As kube-apiserver's --shutdown-delay-duration: the gate serves on,
+		// /readyz 503, each answer closing its connection, so that load
+		// balancers take it out of rotation and clients reconnect to
+		// another gate before it stops accepting. Close ends the delay.
+		g.log.Info("gate stopping: serving on with /readyz 503 for the shutdown delay", logging.KeyAddr, ln.Addr().String(),
+			logging.KeyDuration, d)
+		srv.SetKeepAlivesEnabled(false)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-g.closed:
+			t.Stop()
+		}
+	}
 	g.log.Info("gate shutting down", logging.KeyAddr, ln.Addr().String())
 	g.endPolls()
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
@@ -430,6 +454,7 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 // connections and submit streams to managers. It is idempotent and returns nil.
 func (g *Gate) Close() error {
 	g.closeOnce.Do(func() {
+		close(g.closed)
 		g.endPolls()
 		g.cache.Close()
 		g.client.Close()
@@ -443,10 +468,14 @@ func (g *Gate) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]string{"status": "ok"})
 }
 
-// handleReadyz answers 200 only when the federation has formed once
-// (formingFederation) and the datacenter's manager leader answers within
-// ReadyTimeout.
+// handleReadyz answers 200 only when the gate is not stopping, the
+// federation has formed once (formingFederation) and the datacenter's
+// manager leader answers within ReadyTimeout.
 func (g *Gate) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	if g.stopping.Load() {
+		g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the gate is stopping")
+		return
+	}
 	if !g.federationFormedOnce() {
 		g.retryLater(w, http.StatusServiceUnavailable, api.CodeUnavailable,
 			"the gate has not yet read the federation of datacenters from its managers (or it is still forming)")
