@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -43,15 +42,7 @@ func TestOmittedListWithADatacenterDownPastTheClaimTTL(t *testing.T) {
 		gates[dc] = startTestGateAt(t, dc, fed[dc], fed, 2*time.Second)
 	}
 	const key, body = "order-3dc-1", `{"type":"demo","payload":{"n":1}}`
-	send := func(dc string) answer {
-		req, err := http.NewRequest(http.MethodPost, gates[dc].URL+"/v1/jobs", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set(api.HeaderIdempotencyKey, key)
-		req.Header.Set(api.HeaderIdempotencyTTL, "1")
-		return do(t, gates[dc], req)
-	}
+	send := func(dc string) answer { return post(t, gates[dc], key, body, api.HeaderIdempotencyTTL, "1") }
 	jobs := func() (n int) {
 		for _, tc := range dcs {
 			n += jobsIn(tc)

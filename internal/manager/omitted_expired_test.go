@@ -4,11 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -31,15 +28,8 @@ func TestOmittedListRetryAfterExpiryThroughAnotherDatacenter(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := startTwoDCs(t)
-			const body = `{"type":"demo","payload":{"n":1}}`
 			send := func(srv *httptest.Server) answer {
-				req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/jobs", strings.NewReader(body))
-				if err != nil {
-					t.Fatal(err)
-				}
-				req.Header.Set(api.HeaderIdempotencyKey, tt.key)
-				req.Header.Set(api.HeaderIdempotencyTTL, "1")
-				return do(t, srv, req)
+				return post(t, srv, tt.key, `{"type":"demo","payload":{"n":1}}`, api.HeaderIdempotencyTTL, "1")
 			}
 			first := send(f.g1).job(t)
 			if len(first.Datacenters) != 1 || first.Datacenters["dc1"].Status != api.JobStatusCommitted {
@@ -47,13 +37,7 @@ func TestOmittedListRetryAfterExpiryThroughAnotherDatacenter(t *testing.T) {
 			}
 			// Both entries expire and are removed (a structured key's
 			// watermark is raised then); dc1 retains the job.
-			for _, tc := range []*testCluster{f.dc1, f.dc2} {
-				fsm := tc.mgrs[tc.leader()].FSM()
-				testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
-					_, ok := fsm.Entry("default", tt.key)
-					return !ok, "the key's entries to expire"
-				})
-			}
+			waitEntriesGone(t, tt.key, f.dc1, f.dc2)
 			if _, ok := f.dc1.mgrs[f.dc1.leader()].FSM().Job("default", first.JobID); !ok {
 				t.Fatal("dc1 no longer retains the job")
 			}
@@ -99,22 +83,10 @@ func TestOtherFormAfterExpiryFindsTheRetainedJob(t *testing.T) {
 		{"order-other-form-2", f.g2, f.g1, `{"type":"demo","datacenters":["dc2"]}`, `{"type":"demo"}`, f.dc2},
 	} {
 		send := func(srv *httptest.Server, body string) answer {
-			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/jobs", strings.NewReader(body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set(api.HeaderIdempotencyKey, c.key)
-			req.Header.Set(api.HeaderIdempotencyTTL, "1")
-			return do(t, srv, req)
+			return post(t, srv, c.key, body, api.HeaderIdempotencyTTL, "1")
 		}
 		first := send(c.firstVia, c.first).job(t)
-		for _, tc := range []*testCluster{f.dc1, f.dc2} {
-			fsm := tc.mgrs[tc.leader()].FSM()
-			testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
-				_, ok := fsm.Entry("default", c.key)
-				return !ok, "the key's entries to expire"
-			})
-		}
+		waitEntriesGone(t, c.key, f.dc1, f.dc2)
 		if _, ok := c.home.mgrs[c.home.leader()].FSM().Job("default", first.JobID); !ok {
 			t.Fatal("the home no longer retains the job")
 		}

@@ -76,14 +76,32 @@ type answer struct {
 	body   []byte
 }
 
-func post(t *testing.T, srv *httptest.Server, key, body string) answer {
+// post submits body under key through srv; hdr is more header name, value
+// pairs.
+func post(t *testing.T, srv *httptest.Server, key, body string, hdr ...string) answer {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/jobs", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set(api.HeaderIdempotencyKey, key)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	return do(t, srv, req)
+}
+
+// waitEntriesGone waits until the key's entry has expired and been removed
+// in every cluster of tcs.
+func waitEntriesGone(t *testing.T, key string, tcs ...*testCluster) {
+	t.Helper()
+	for _, tc := range tcs {
+		fsm := tc.mgrs[tc.leader()].FSM()
+		testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+			_, ok := fsm.Entry("default", key)
+			return !ok, "the key's entries to expire"
+		})
+	}
 }
 
 func get(t *testing.T, srv *httptest.Server, path string) answer {
