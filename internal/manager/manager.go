@@ -104,6 +104,19 @@ type TestingKnobs struct {
 	// goroutine: the leader can neither step down nor append meanwhile).
 	// It must not block.
 	RestoreRead func()
+	// SnapshotWritten runs as a snapshot is written into this manager's
+	// snapshot store (the ledger's Persist, on Raft's snapshot goroutine,
+	// or a leader's snapshot copied in, on Raft's main goroutine) once its
+	// first bytes are written, before the rest: it may block, holding the
+	// write midway (snapknobs.go).
+	SnapshotWritten func()
+	// SnapshotRead runs as a snapshot is read from this manager's snapshot
+	// store (by the ledger's Restore of one the leader installed or of the
+	// newest on start, on Raft's FSM goroutine; or, at a leader, to send
+	// it) when the whole snapshot has been read, before the reader takes
+	// it: it may block, holding a Restore midway (a disk ledger's new
+	// generation is filled, not yet current).
+	SnapshotRead func()
 }
 
 // Manager is one manager node.
@@ -228,9 +241,13 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		return nil, fmt.Errorf("manager: open stable store: %w", err)
 	}
 	hcl := logging.HCLog(m.log, "raft")
+	if err := m.removePartialSnapshots(filepath.Join(raftDir, "snapshots")); err != nil {
+		return nil, err
+	}
 	if m.snaps, err = raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hcl.Named("snapshots")); err != nil {
 		return nil, fmt.Errorf("manager: open snapshot store: %w", err)
 	}
+	m.snaps = knobbedSnapshots(m.snaps, deps.Knobs)
 	// bbolt and the snapshot store create stable.db and snapshots/ without
 	// fsyncing raftDir: a crash could lose the node's vote with the file.
 	if err := atomicfile.SyncDir(raftDir); err != nil {
