@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -293,5 +294,63 @@ func TestStopWhileReceivingASnapshot(t *testing.T) {
 			t.Fatalf("unfinished snapshots left after the restart: %v", tmp)
 		}
 		tc.checkAcknowledged(f, ids)
+	})
+}
+
+// addMember configures one more manager (a fresh data directory, tweaked as
+// the others) and returns its index; it is not started.
+func (tc *testCluster) addMember() int {
+	tc.t.Helper()
+	c := tc.cfgs[0]
+	c.NodeID = fmt.Sprintf("m%d", len(tc.cfgs)+1)
+	c.DataDir = filepath.Join(filepath.Dir(tc.cfgs[0].DataDir), c.NodeID)
+	c.RaftAddr = "127.0.0.1:" + strconv.Itoa(testutil.FreePort(tc.t))
+	c.RaftAdvertise = c.RaftAddr
+	c.RPCAddr = "rpc-" + c.NodeID
+	c.RPCAdvertise = c.RPCAddr
+	tc.cfgs = append(tc.cfgs, c)
+	tc.mgrs = append(tc.mgrs, nil)
+	tc.knowEachOther()
+	return len(tc.cfgs) - 1
+}
+
+// TestStopWhileANewMemberRestores: a manager added to the group on an empty
+// data directory is sent the leader's snapshot and is stopped, gracefully
+// or by a kill, while its ledger restores it, while the others admit more
+// keys. Restarted on its data directory it holds every acknowledged key
+// with its one job ID, and the cluster, now of four, goes on.
+func TestStopWhileANewMemberRestores(t *testing.T) {
+	snapCrashCases(t, func(t *testing.T, store string, kill bool) {
+		tc := newTestCluster(t, 3, func(c *Config) { c.LedgerStore = store; c.TrailingLogs = 8 })
+		ids := tc.submitN("before-", 200)
+		l := tc.leader()
+		if err := tc.mgrs[l].Raft().Snapshot().Error(); err != nil {
+			t.Fatalf("leader's snapshot: %v", err)
+		}
+		merge(ids, tc.submitN("after-snapshot-", 20))
+		n := tc.addMember()
+		h := newHold()
+		tc.startKnobbed(n, TestingKnobs{SnapshotRead: h.knob})
+		added := make(chan error, 1)
+		go func() {
+			c := tc.cfgs[n]
+			added <- tc.mgrs[l].Raft().AddVoter(raft.ServerID(c.NodeID), raft.ServerAddress(c.RaftAdvertise), 0, 10*time.Second).Error()
+		}()
+		h.wait(t, "the new member's Restore")
+		if err := <-added; err != nil {
+			t.Fatalf("add %s: %v", tc.cfgs[n].NodeID, err)
+		}
+		var image string
+		if kill {
+			image = tc.crashImage(n)
+		}
+		merge(ids, tc.submitN("during-", 20))
+		tc.stopHeld(n, h)
+		merge(ids, tc.submitN("stopped-", 20))
+		if kill {
+			tc.putImage(n, image)
+		}
+		tc.start(n)
+		tc.checkAcknowledged(n, ids)
 	})
 }
