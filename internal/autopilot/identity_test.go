@@ -175,16 +175,30 @@ func TestGossipAloneChangesNoIdentity(t *testing.T) {
 	if len(st.Refused) != 1 || st.Refused[0].Node != "impostor" || st.Refused[0].ID != victim.id {
 		t.Fatalf("Status().Refused = %+v, want the impostor's claim of %s", st.Refused, victim.id)
 	}
-	// Two more reconcile rounds see the claim and change nothing.
-	counted := time.Now()
+	// Two more reconcile rounds with the claim standing see it and change
+	// nothing, nor count it again. A claim that gossip drops and brings
+	// back (a loaded machine's memberlist suspects the impostor, and it
+	// refutes) is a new standing, with a new Since, and counted again: the
+	// rounds are then counted from its return.
+	since, want, counted := st.Refused[0].Since, uint64(1), time.Now()
 	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
-		return l.ap.Status().LastReconcile.After(counted.Add(l.ap.cfg.ReconcileInterval)), "two reconcile rounds after the refusal"
+		st1 := l.ap.Status()
+		n := l.ap.RefusalCounts()[RefusedDuplicateID]
+		st2 := l.ap.Status()
+		if len(st1.Refused) != 1 || len(st2.Refused) != 1 || !st1.Refused[0].Since.Equal(st2.Refused[0].Since) {
+			return false, "the impostor's claim standing"
+		}
+		if s := st1.Refused[0].Since; !s.Equal(since) {
+			since, want, counted = s, n, time.Now()
+			return false, "two reconcile rounds after the claim came back"
+		}
+		if n != want {
+			t.Fatalf("one standing claim counted %d times, want %d", n, want)
+		}
+		return st2.LastReconcile.After(counted.Add(l.ap.cfg.ReconcileInterval)), "two reconcile rounds after the refusal"
 	})
 	if got := configOf(t, l); got != before {
 		t.Fatalf("configuration changed by a gossip claim:\n got %s\nwant %s", got, before)
-	}
-	if n := l.ap.RefusalCounts()[RefusedDuplicateID]; n != 1 {
-		t.Fatalf("one standing claim counted %d times", n)
 	}
 }
 
