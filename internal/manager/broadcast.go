@@ -29,5 +29,6 @@ func (b *broadcast) fire() {
 	b.mu.Unlock()
 }
 
-// slotKey is (tenant, key) as one map key.
-func slotKey(tenant, key string) string { return tenant + "\x00" + key }
+// slot is (tenant, key) as one map key: a struct of the two strings, so a
+// look-up builds no string.
+type slot struct{ tenant, key string }

@@ -158,7 +158,7 @@ type Manager struct {
 	// While one is, the key is in progress: other submissions of it wait
 	// for it (proposeOrWait).
 	proposingMu sync.Mutex
-	proposing   map[string]chan struct{}
+	proposing   map[slot]chan struct{}
 
 	// admits batches the submissions' Admits, workers the workers'
 	// Leases, Heartbeats, Completes and Fails (batch.go).
@@ -203,7 +203,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		capacityDetail: fmt.Sprintf("datacenter %s holds its maximum of %d queued jobs", cfg.Datacenter, cfg.MaxQueuedJobs),
 		log:            deps.Logger.With(logging.KeyNode, cfg.NodeID),
 		now:            deps.Now,
-		proposing:      map[string]chan struct{}{},
+		proposing:      map[slot]chan struct{}{},
 		shutdown:       make(chan struct{}),
 		halted:         make(chan struct{}),
 		metrics:        newMetrics(deps.Registerer),

@@ -241,7 +241,7 @@ var retry = make(chan struct{})
 // again), nil when the deadline passed first (the key is in progress), or
 // an error when its request or the manager ends first.
 func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadline time.Time) (chan struct{}, error) {
-	k := slotKey(tenant, key)
+	k := slot{tenant, key}
 	m.proposingMu.Lock()
 	proposal, busy := m.proposing[k]
 	if !busy {
@@ -280,7 +280,7 @@ func inProgress(err error) (*rpcpb.SubmitResponse, error) {
 
 func (m *Manager) endProposal(tenant, key string, ch chan struct{}) {
 	m.proposingMu.Lock()
-	delete(m.proposing, slotKey(tenant, key))
+	delete(m.proposing, slot{tenant, key})
 	m.proposingMu.Unlock()
 	close(ch)
 }
@@ -315,11 +315,17 @@ func validateSubmit(req *rpcpb.SubmitRequest) (keys.Key, error) {
 			return keys.Key{}, err
 		}
 	}
-	if err := checkDatacenter("home", req.Home); req.Home != "" && err != nil {
-		return keys.Key{}, err
+	// An empty home or carrier is no field to check (and checking it would
+	// build an error to drop on every submission).
+	if req.Home != "" {
+		if err := checkDatacenter("home", req.Home); err != nil {
+			return keys.Key{}, err
+		}
 	}
-	if err := checkDatacenter("carrier", req.Carrier); req.Carrier != "" && err != nil {
-		return keys.Key{}, err
+	if req.Carrier != "" {
+		if err := checkDatacenter("carrier", req.Carrier); err != nil {
+			return keys.Key{}, err
+		}
 	}
 	if len(req.Job.Payload) == 0 {
 		req.Job.Payload = []byte("null")
