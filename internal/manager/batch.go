@@ -36,12 +36,19 @@ type batcher struct {
 
 	mu    sync.Mutex
 	queue []*batchItem
+
+	// spare is the slice of the last batch proposed, emptied, which take
+	// reuses: run alone takes and proposes, one batch at a time.
+	spare []*batchItem
 }
 
 // batchItem is one submission's command, encoded once by its submitter.
 type batchItem struct {
 	data []byte
-	done chan batchDone // capacity 1: the proposer never blocks on it
+	// done is closed once result is set (finish, called once): a channel
+	// of no element is one allocation, one of batchDone two.
+	done   chan struct{}
+	result batchDone
 	// then, when set, is given the command's result once applied, whether
 	// or not its submitter still waits (applyThen).
 	then func(ledger.Result)
@@ -53,7 +60,8 @@ func (it *batchItem) finish(d batchDone) {
 	if it.then != nil && d.err == nil {
 		it.then(d.res)
 	}
-	it.done <- d
+	it.result = d
+	close(it.done)
 }
 
 type batchDone struct {
@@ -81,7 +89,7 @@ func (b *batcher) applyThen(ctx context.Context, cmd ledger.Command, then func(l
 		return ledger.Result{}, errShuttingDown
 	default:
 	}
-	it := &batchItem{data: ledger.Encode(cmd), done: make(chan batchDone, 1), then: then}
+	it := &batchItem{data: ledger.Encode(cmd), done: make(chan struct{}), then: then}
 	b.mu.Lock()
 	b.queue = append(b.queue, it)
 	b.mu.Unlock()
@@ -90,8 +98,8 @@ func (b *batcher) applyThen(ctx context.Context, cmd ledger.Command, then func(l
 	default:
 	}
 	select {
-	case d := <-it.done:
-		return d.res, d.err
+	case <-it.done:
+		return it.result.res, it.result.err
 	case <-ctx.Done():
 		return ledger.Result{}, endedBeforeApplied(ctx)
 	case <-b.m.shutdown:
@@ -114,6 +122,8 @@ func (b *batcher) run() {
 				break
 			}
 			b.propose(batch)
+			clear(batch) // no finished item kept alive
+			b.spare = batch[:0]
 		}
 	}
 }
@@ -139,7 +149,7 @@ func (b *batcher) take() []*batchItem {
 		size += sz
 		n++
 	}
-	batch := slices.Clone(b.queue[:n])
+	batch := append(b.spare[:0], b.queue[:n]...)
 	b.queue = slices.Delete(b.queue, 0, n) // clears the tail it vacates
 	return batch
 }
