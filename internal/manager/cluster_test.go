@@ -22,7 +22,7 @@ import (
 // of hashicorp/raft's testing.go: real TCP transports, real stores in
 // t.TempDir, short timeouts, and waits on conditions instead of sleeps.
 type testCluster struct {
-	t    *testing.T
+	t    testing.TB
 	cfgs []Config
 	mgrs []*Manager
 	// peers is every manager's Deps.Peers: all of them.
@@ -54,7 +54,7 @@ func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 }
 
 // newKnobbedCluster is newTestCluster with knobs in every manager's Deps.
-func newKnobbedCluster(t *testing.T, n int, tweak func(*Config), knobs TestingKnobs) *testCluster {
+func newKnobbedCluster(t testing.TB, n int, tweak func(*Config), knobs TestingKnobs) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t, knobs: knobs}
 	base := t.TempDir()

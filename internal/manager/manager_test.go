@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 
 const key1 = "host1.dc1:12345:1:0123456789abcdef"
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return ctx
