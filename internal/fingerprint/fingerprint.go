@@ -122,7 +122,18 @@ type canonicalizer struct {
 	// out once it is written (top).
 	wantMembers bool
 	top         []member
+	// stack holds the members of the objects being written, the innermost
+	// last: an object's from the length it found on entry, dropped as it
+	// ends. One slice for the whole text, not one grown per object.
+	stack []member
+	// scratch is an unsorted object's text copied while it is rewritten in
+	// order, reused by the next one (an object's rewrite nests no other).
+	scratch []byte
 }
+
+// stackCap is the stack's first capacity: the members of a request
+// (type, payload, datacenters, ...) and of a payload object or two.
+const stackCap = 16
 
 // member locates one "key":value of an object being written, in out: the
 // member from start, its value from value, both to end.
@@ -254,7 +265,10 @@ func (c *canonicalizer) object(depth int) error {
 		c.out = append(c.out, '}')
 		return nil
 	}
-	var members []member
+	if c.stack == nil {
+		c.stack = make([]member, 0, stackCap)
+	}
+	base := len(c.stack)
 	sorted := true
 	for {
 		c.skipSpace()
@@ -265,8 +279,8 @@ func (c *canonicalizer) object(depth int) error {
 		if err != nil {
 			return err
 		}
-		if n := len(members); n > 0 {
-			switch cmp := bytes.Compare(members[n-1].key, key); {
+		if n := len(c.stack); n > base {
+			switch cmp := bytes.Compare(c.stack[n-1].key, key); {
 			case cmp == 0:
 				return invalidf("duplicate object key %s", quoteForError(string(key)))
 			case cmp > 0:
@@ -286,7 +300,7 @@ func (c *canonicalizer) object(depth int) error {
 			return err
 		}
 		m.end = len(c.out)
-		members = append(members, m)
+		c.stack = append(c.stack, m) // the nested values' members are off it again
 		c.skipSpace()
 		if c.accept(',') {
 			continue
@@ -296,6 +310,8 @@ func (c *canonicalizer) object(depth int) error {
 		}
 		break
 	}
+	members := c.stack[base:]
+	c.stack = c.stack[:base] // members stays intact: nothing is pushed until this object is done
 	if !sorted {
 		slices.SortFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
 		for i := 1; i < len(members); i++ {
@@ -303,7 +319,8 @@ func (c *canonicalizer) object(depth int) error {
 				return invalidf("duplicate object key %s", quoteForError(string(members[i].key)))
 			}
 		}
-		written := bytes.Clone(c.out[objStart:])
+		c.scratch = append(c.scratch[:0], c.out[objStart:]...)
+		written := c.scratch
 		c.out = c.out[:objStart+1]
 		for i, m := range members {
 			if i > 0 {
