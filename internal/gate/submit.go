@@ -60,10 +60,11 @@ type response struct {
 	// Set by seal, before the response is shared through the cache: the
 	// SHA-256 of the raw body it answered, and its header values rendered
 	// once for every replay.
-	sealed      bool
-	rawSum      [sha256.Size]byte
-	lengthText  []string
-	expiresText []string
+	sealed       bool
+	rawSum       [sha256.Size]byte
+	lengthText   []string
+	expiresText  []string
+	locationText []string
 }
 
 // Header values shared by every answer. net/http only reads them; a handler
@@ -88,9 +89,17 @@ var (
 // and renders the header values every replay sends. r is immutable after.
 func (r *response) seal(rawSum [sha256.Size]byte) {
 	r.rawSum = rawSum
-	r.lengthText = []string{strconv.Itoa(len(r.body))}
+	// The values share one array, each a slice of its own with cap == len.
+	vals := make([]string, 3)
+	vals[0] = strconv.Itoa(len(r.body))
+	r.lengthText = vals[0:1:1]
 	if r.replayable && !r.expiresAt.IsZero() {
-		r.expiresText = []string{api.FormatTime(r.expiresAt)}
+		vals[1] = api.FormatTime(r.expiresAt)
+		r.expiresText = vals[1:2:2]
+	}
+	if r.location != "" {
+		vals[2] = r.location
+		r.locationText = vals[2:3:3]
 	}
 	r.sealed = true
 }
@@ -115,7 +124,10 @@ func (g *Gate) reply(w http.ResponseWriter, resp *response, replay bool) {
 		g.metrics.replays.Inc()
 	}
 	h := w.Header()
-	if resp.location != "" {
+	switch {
+	case resp.locationText != nil:
+		h[hdrLocation] = resp.locationText
+	case resp.location != "":
 		h.Set(hdrLocation, resp.location)
 	}
 	if resp.replayable {
