@@ -86,7 +86,34 @@ func fingerprintBody(canonical []byte, members []fingerprint.Member, job api.Job
 	if omittedList(members) && federated {
 		return append([]byte{'{'}, rest...), true
 	}
+	if len(members) > 0 && string(members[0].Key) == "datacenters" && listText(members[0].Value, job.Datacenters) {
+		// The body names the set as withDatacenters writes it (most do):
+		// the canonical body is that body already, nothing to build.
+		return canonical, false
+	}
 	return withDatacenters(rest, job.Datacenters), false
+}
+
+// listText reports whether v is the datacenters list dcs as withDatacenters
+// writes it: ["a","b"], no escapes (a valid name has none).
+func listText(v []byte, dcs []string) bool {
+	if len(v) == 0 || v[0] != '[' {
+		return false
+	}
+	v = v[1:]
+	for i, dc := range dcs {
+		if i > 0 {
+			if len(v) == 0 || v[0] != ',' {
+				return false
+			}
+			v = v[1:]
+		}
+		if len(v) < len(dc)+2 || v[0] != '"' || string(v[1:1+len(dc)]) != dc || v[1+len(dc)] != '"' {
+			return false
+		}
+		v = v[len(dc)+2:]
+	}
+	return string(v) == "]"
 }
 
 // restMembers is a valid canonical body after its '{' and its datacenters
