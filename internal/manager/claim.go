@@ -41,7 +41,7 @@ func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, k keys.Ke
 			continue
 		}
 		if resp, ok := m.ranHere(req, k, jobID); ok {
-			m.endProposal(req.Tenant, req.Key, proposal)
+			m.endProposal(req.Tenant, req.Key)
 			return resp, nil
 		}
 		ttl := m.cfg.Idempotency.CommittedTTL
@@ -62,7 +62,7 @@ func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, k keys.Ke
 			MaxBytes:       uint64(m.cfg.LedgerMaxBytes),
 			MaxTenantBytes: uint64(m.cfg.LedgerTenantMaxBytes),
 		})
-		m.endProposal(req.Tenant, req.Key, proposal)
+		m.endProposal(req.Tenant, req.Key)
 		if err != nil {
 			return nil, err
 		}

@@ -156,7 +156,8 @@ type Manager struct {
 
 	// proposing holds the Admit proposals in flight, by tenant and key.
 	// While one is, the key is in progress: other submissions of it wait
-	// for it (proposeOrWait).
+	// for it (proposeOrWait) on the key's channel, made by the first of
+	// them (nil while none waits) and closed when the proposal ends.
 	proposingMu sync.Mutex
 	proposing   map[slot]chan struct{}
 

@@ -120,7 +120,7 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 		// look already took.)
 		if m.fsm.Applies() != looked {
 			if e, ok := m.liveEntry(req.Tenant, req.Key); ok && e.State != ledger.StateClaimed {
-				m.endProposal(req.Tenant, req.Key, proposal)
+				m.endProposal(req.Tenant, req.Key)
 				continue
 			}
 		}
@@ -133,11 +133,11 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 			resp, ok = m.retainedJob(req, k, jobID)
 		}
 		if ok {
-			m.endProposal(req.Tenant, req.Key, proposal)
+			m.endProposal(req.Tenant, req.Key)
 			return resp, nil
 		}
 		if err := m.admitToOutbox(req, k); err != nil {
-			m.endProposal(req.Tenant, req.Key, proposal)
+			m.endProposal(req.Tenant, req.Key)
 			return nil, err
 		}
 		now := m.ledgerNow()
@@ -165,7 +165,7 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 		entry := ledger.Entry{Tenant: req.Tenant, Key: req.Key, JobID: jobID, ResultTTL: ttl, Request: reserve.Request}
 		cmd := ledger.Admit{Reserve: reserve, Outcome: m.outcomeCommand(entry, m.expiryBasis(req), now)}
 		res, err := m.tracedApply(ctx, "raft.apply.admit", m.admits, cmd)
-		m.endProposal(req.Tenant, req.Key, proposal)
+		m.endProposal(req.Tenant, req.Key)
 		if err != nil {
 			return nil, err
 		}
@@ -234,9 +234,13 @@ func (m *Manager) refusal(what, tenant string, res ledger.Result) error {
 // of the key ended: the caller looks at the key again.
 var retry = make(chan struct{})
 
+// owned is what proposeOrWait returns to the owner of a proposal, which
+// then calls endProposal.
+var owned = make(chan struct{})
+
 // proposeOrWait registers an Admit (or a Claim) about to be proposed for
-// (tenant, key). The first caller owns it and gets the channel to pass to
-// endProposal. Any other caller waits for the owner's proposal to end,
+// (tenant, key). The first caller owns it and gets owned: it calls
+// endProposal when it is done. Any other caller waits for the owner's proposal to end,
 // until deadline: it gets retry when the proposal ended (look at the key
 // again), nil when the deadline passed first (the key is in progress), or
 // an error when its request or the manager ends first.
@@ -244,13 +248,18 @@ func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadlin
 	k := slot{tenant, key}
 	m.proposingMu.Lock()
 	proposal, busy := m.proposing[k]
-	if !busy {
+	switch {
+	case !busy:
+		// Nobody waits yet: the first waiter makes the channel, so a
+		// proposal nobody waits on (nearly all) makes none.
+		m.proposing[k] = nil
+	case proposal == nil:
 		proposal = make(chan struct{})
 		m.proposing[k] = proposal
 	}
 	m.proposingMu.Unlock()
 	if !busy {
-		return proposal, nil
+		return owned, nil
 	}
 	if f := m.deps.Knobs.WaitsOnAdmit; f != nil {
 		f(tenant, key)
@@ -278,11 +287,17 @@ func inProgress(err error) (*rpcpb.SubmitResponse, error) {
 	return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeInProgress}, nil
 }
 
-func (m *Manager) endProposal(tenant, key string, ch chan struct{}) {
+// endProposal ends the proposal its owner registered (proposeOrWait): it
+// wakes the submissions waiting for it.
+func (m *Manager) endProposal(tenant, key string) {
+	k := slot{tenant, key}
 	m.proposingMu.Lock()
-	delete(m.proposing, slot{tenant, key})
+	ch := m.proposing[k]
+	delete(m.proposing, k)
 	m.proposingMu.Unlock()
-	close(ch)
+	if ch != nil {
+		close(ch)
+	}
 }
 
 // validateSubmit checks what the gate should already have checked: a manager
