@@ -152,23 +152,3 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		}
 	})
 }
-
-// TestFingerprintBodyOfASetAllocatesNothing: a body whose datacenters list
-// is already the sorted set it resolves to is fingerprinted as it is, no
-// copy built (what it gives is checkCanonical's).
-func TestFingerprintBodyOfASetAllocatesNothing(t *testing.T) {
-	canonical, members, err := fingerprint.CanonicalizeObject([]byte(invoiceBody))
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := api.DecodeJobRequest(canonical, "home")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if allocs := testing.AllocsPerRun(100, func() { fingerprintBody(canonical, members, job, false) }); allocs != 0 {
-		t.Fatalf("fingerprintBody allocates %v times", allocs)
-	}
-	if got, _ := fingerprintBody(canonical, members, job, false); !bytes.Equal(got, canonical) {
-		t.Fatalf("fingerprint body %s, want the canonical body %s", got, canonical)
-	}
-}
