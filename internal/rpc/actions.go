@@ -35,14 +35,11 @@ func (sv *service) Retry(ctx context.Context, p *rpcpb.JobActionRequest) (*rpcpb
 func (sv *service) jobAction(ctx context.Context, what string, p *rpcpb.JobActionRequest,
 	do func(JobActions, context.Context, *rpcpb.JobActionRequest) (*rpcpb.JobActionResponse, error)) (*rpcpb.JobActionResponse, error) {
 	a, ok := sv.s.svc.(JobActions)
+	err := checkRequest(p, "body", 0)
 	if !ok {
-		return nil, sv.s.callStatus(what, Errorf(CodeInternal, "this manager serves no job actions"))
+		err = Errorf(CodeInternal, "this manager serves no job actions")
 	}
-	if err := checkRequest(p, "body", 0); err != nil {
-		return nil, sv.s.callStatus(what, err)
-	}
-	resp, err := do(a, ctx, p)
-	return resp, sv.s.callStatus(what, err)
+	return reply(sv.s, what, err, func() (*rpcpb.JobActionResponse, error) { return do(a, ctx, p) })
 }
 
 // Cancel cancels a queued job at the leader.

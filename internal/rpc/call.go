@@ -187,6 +187,18 @@ func (s *Server) callStatus(what string, err error) error {
 	return pbErrorStatus(pe)
 }
 
+// reply answers a unary method: check's error when the request was refused
+// before it ran, else do's answer with its error; either error as callStatus
+// has it.
+func reply[Resp any](s *Server, what string, check error, do func() (Resp, error)) (Resp, error) {
+	if check != nil {
+		var none Resp
+		return none, s.callStatus(what, check)
+	}
+	resp, err := do()
+	return resp, s.callStatus(what, err)
+}
+
 // pbErrorStatus is the status pe travels under (its code's, pe in the
 // details).
 func pbErrorStatus(pe *rpcpb.Error) error {

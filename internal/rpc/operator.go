@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
@@ -62,27 +63,26 @@ func (o *operatorService) Members(ctx context.Context, _ *rpcpb.MembersRequest) 
 	return m, o.s.callStatus("members", err)
 }
 
-// peerChange runs a Raft change of the server p names (required unless
-// idOptional).
-func (o *operatorService) peerChange(ctx context.Context, what string, p *rpcpb.PeerRequest, idOptional bool,
-	do func(context.Context, string) (*rpcpb.PeerResult, error)) (*rpcpb.PeerResult, error) {
-	err := checkSize(p, maxOperatorRequestBytes)
-	if err == nil && !idOptional && p.GetId() == "" {
-		err = Errorf(CodeInvalid, "id: the Raft server ID to act on is required")
+// checkOperatorRequest refuses as invalid a unary operator request over
+// its bound, or one that is invalid for the reason refusal says.
+func checkOperatorRequest(p proto.Message, invalid bool, refusal string) error {
+	if err := checkSize(p, maxOperatorRequestBytes); err != nil {
+		return err
 	}
-	if err != nil {
-		return nil, o.s.callStatus(what, err)
+	if invalid {
+		return Errorf(CodeInvalid, "%s", refusal)
 	}
-	res, err := do(ctx, p.GetId())
-	return res, o.s.callStatus(what, err)
+	return nil
 }
 
 func (o *operatorService) RemovePeer(ctx context.Context, p *rpcpb.PeerRequest) (*rpcpb.PeerResult, error) {
-	return o.peerChange(ctx, "remove peer", p, false, o.op.RemovePeer)
+	return reply(o.s, "remove peer", checkOperatorRequest(p, p.GetId() == "", "id: the Raft server ID to act on is required"),
+		func() (*rpcpb.PeerResult, error) { return o.op.RemovePeer(ctx, p.GetId()) })
 }
 
 func (o *operatorService) TransferLeader(ctx context.Context, p *rpcpb.PeerRequest) (*rpcpb.PeerResult, error) {
-	return o.peerChange(ctx, "transfer leader", p, true, o.op.TransferLeader)
+	return reply(o.s, "transfer leader", checkOperatorRequest(p, false, ""),
+		func() (*rpcpb.PeerResult, error) { return o.op.TransferLeader(ctx, p.GetId()) })
 }
 
 func (o *operatorService) Keyring(ctx context.Context, p *rpcpb.KeyringListRequest) (*rpcpb.KeyringResponse, error) {
@@ -91,27 +91,13 @@ func (o *operatorService) Keyring(ctx context.Context, p *rpcpb.KeyringListReque
 }
 
 func (o *operatorService) ChangeKeyring(ctx context.Context, p *rpcpb.KeyringRequest) (*rpcpb.KeyringResponse, error) {
-	err := checkSize(p, maxOperatorRequestBytes)
-	if err == nil && p.GetOp() == "list" {
-		err = Errorf(CodeInvalid, "op: list is the Keyring method, not ChangeKeyring")
-	}
-	if err != nil {
-		return nil, o.s.callStatus("keyring", err)
-	}
-	k, err := o.op.Keyring(ctx, p)
-	return k, o.s.callStatus("keyring", err)
+	return reply(o.s, "keyring", checkOperatorRequest(p, p.GetOp() == "list", "op: list is the Keyring method, not ChangeKeyring"),
+		func() (*rpcpb.KeyringResponse, error) { return o.op.Keyring(ctx, p) })
 }
 
 func (o *operatorService) ForgetDatacenter(ctx context.Context, p *rpcpb.ForgetDatacenterRequest) (*rpcpb.ForgetDatacenterResult, error) {
-	err := checkSize(p, maxOperatorRequestBytes)
-	if err == nil && p.GetDatacenter() == "" {
-		err = Errorf(CodeInvalid, "datacenter: the datacenter to forget is required")
-	}
-	if err != nil {
-		return nil, o.s.callStatus("forget datacenter", err)
-	}
-	res, err := o.op.ForgetDatacenter(ctx, p.GetDatacenter())
-	return res, o.s.callStatus("forget datacenter", err)
+	return reply(o.s, "forget datacenter", checkOperatorRequest(p, p.GetDatacenter() == "", "datacenter: the datacenter to forget is required"),
+		func() (*rpcpb.ForgetDatacenterResult, error) { return o.op.ForgetDatacenter(ctx, p.GetDatacenter()) })
 }
 
 // Snapshot sends the archive in chunks of snapshotChunkBytes; an error

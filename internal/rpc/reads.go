@@ -17,29 +17,23 @@ var readLimit = grpc.MaxCallRecvMsgSize(MaxResponseBytes)
 
 // GetJob serves Service.GetJob.
 func (sv *service) GetJob(ctx context.Context, p *rpcpb.GetJobRequest) (*rpcpb.Job, error) {
-	if err := checkRequest(p, "body", 0); err != nil {
-		return nil, sv.s.callStatus("get job", err)
-	}
-	job, err := sv.s.svc.GetJob(ctx, p.GetTenant(), p.GetJobId())
-	return job, sv.s.callStatus("get job", err)
+	return reply(sv.s, "get job", checkRequest(p, "body", 0), func() (*rpcpb.Job, error) {
+		return sv.s.svc.GetJob(ctx, p.GetTenant(), p.GetJobId())
+	})
 }
 
 // ListJobs serves Service.ListJobs.
 func (sv *service) ListJobs(ctx context.Context, p *rpcpb.ListJobsRequest) (*rpcpb.ListJobsResponse, error) {
-	if err := checkRequest(p, "body", 0); err != nil {
-		return nil, sv.s.callStatus("list jobs", err)
-	}
-	resp, err := sv.s.svc.ListJobs(ctx, p)
-	return resp, sv.s.callStatus("list jobs", err)
+	return reply(sv.s, "list jobs", checkRequest(p, "body", 0), func() (*rpcpb.ListJobsResponse, error) {
+		return sv.s.svc.ListJobs(ctx, p)
+	})
 }
 
 // GetKey serves Service.GetKey.
 func (sv *service) GetKey(ctx context.Context, p *rpcpb.GetKeyRequest) (*rpcpb.KeyInfo, error) {
-	if err := checkRequest(p, "body", 0); err != nil {
-		return nil, sv.s.callStatus("get key", err)
-	}
-	info, err := sv.s.svc.GetKey(ctx, p.GetTenant(), p.GetKey())
-	return info, sv.s.callStatus("get key", err)
+	return reply(sv.s, "get key", checkRequest(p, "body", 0), func() (*rpcpb.KeyInfo, error) {
+		return sv.s.svc.GetKey(ctx, p.GetTenant(), p.GetKey())
+	})
 }
 
 // GetJob reads a job at the leader.

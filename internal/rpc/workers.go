@@ -35,14 +35,10 @@ func (s *Server) workers() (Workers, error) {
 // Lease serves Workers.Lease.
 func (sv *service) Lease(ctx context.Context, p *rpcpb.LeaseRequest) (*rpcpb.LeaseResponse, error) {
 	w, err := sv.s.workers()
-	if err != nil {
-		return nil, sv.s.callStatus("lease", err)
+	if err == nil {
+		err = checkRequest(p, "body", 0)
 	}
-	if err := checkRequest(p, "body", 0); err != nil {
-		return nil, sv.s.callStatus("lease", err)
-	}
-	resp, err := w.Lease(ctx, p)
-	return resp, sv.s.callStatus("lease", err)
+	return reply(sv.s, "lease", err, func() (*rpcpb.LeaseResponse, error) { return w.Lease(ctx, p) })
 }
 
 // serveWorkerCall runs the worker call an item of the submit stream
