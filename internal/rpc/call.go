@@ -209,15 +209,6 @@ func pbErrorStatus(pe *rpcpb.Error) error {
 	return st.Err()
 }
 
-// checkSize refuses a request over limit bytes as invalid, the bound its
-// HTTP body had.
-func checkSize(m proto.Message, limit int) error {
-	if n := proto.Size(m); n > limit {
-		return Errorf(CodeInvalid, "request of %d bytes is over %d", n, limit)
-	}
-	return nil
-}
-
 // checkRequest refuses as invalid a request of the Manager service whose
 // body (what of it a gate took from its client's body: a job's payload, a
 // result, an error; named what) is over MaxBodyBytes, or whose other members

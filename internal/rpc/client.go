@@ -198,8 +198,8 @@ func (c *Client) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.S
 // lane. extra lengthens each attempt's timeout (streamAttempt).
 func streamCall[T any](c *Client, ctx context.Context, what, noun string, item *rpcpb.SubmitItem, size int, extra time.Duration,
 	get func(*rpcpb.SubmitResult) *T) (*T, error) {
-	if err := checkStreamSize(noun, size); err != nil {
-		return nil, err
+	if size > maxMessageBytes-1024 { // a message of the stream could not carry it
+		return nil, Errorf(CodeInvalid, "a %s of about %d bytes is over the stream's message limit of %d", noun, size, maxMessageBytes)
 	}
 	var res *rpcpb.SubmitResult
 	err := c.retry(ctx, what, true, func(addr string) (err error) {

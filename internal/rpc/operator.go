@@ -66,8 +66,8 @@ func (o *operatorService) Members(ctx context.Context, _ *rpcpb.MembersRequest) 
 // checkOperatorRequest refuses as invalid a unary operator request over
 // its bound, or one that is invalid for the reason refusal says.
 func checkOperatorRequest(p proto.Message, invalid bool, refusal string) error {
-	if err := checkSize(p, maxOperatorRequestBytes); err != nil {
-		return err
+	if n := proto.Size(p); n > maxOperatorRequestBytes {
+		return Errorf(CodeInvalid, "request of %d bytes is over %d", n, maxOperatorRequestBytes)
 	}
 	if invalid {
 		return Errorf(CodeInvalid, "%s", refusal)

@@ -59,15 +59,6 @@ func workerCallSize(r leaseRef, body int) int {
 	return 64 + len(r.GetTenant()) + len(r.GetJobId()) + len(r.GetLeaseId()) + body
 }
 
-// checkStreamSize refuses an item of about size bytes (a submission or a
-// worker call, noun) that a stream's message could not carry.
-func checkStreamSize(noun string, size int) error {
-	if size > maxMessageBytes-1024 {
-		return Errorf(CodeInvalid, "a %s of about %d bytes is over the stream's message limit of %d", noun, size, maxMessageBytes)
-	}
-	return nil
-}
-
 func approxResultSize(r *rpcpb.SubmitResult) int {
 	n := 64
 	if j := r.GetResponse().GetJob(); j != nil {

@@ -51,7 +51,13 @@ func (s *Server) serveWorkerCall(ctx context.Context, it *rpcpb.SubmitItem, r *r
 	}
 	var w Workers
 	var err error
-	if countSet(it.GetRequest() != nil, hb != nil, complete != nil, fail != nil) > 1 {
+	set := 0
+	for _, b := range []bool{it.GetRequest() != nil, hb != nil, complete != nil, fail != nil} {
+		if b {
+			set++
+		}
+	}
+	if set > 1 {
 		err = Errorf(CodeInvalid, "item %d carries more than one of request, heartbeat, complete and fail", it.GetId())
 	} else {
 		w, err = s.workers()
@@ -75,17 +81,6 @@ func (s *Server) serveWorkerCall(ctx context.Context, it *rpcpb.SubmitItem, r *r
 		r.Error = toPBError(err, func(err error) { s.log.Error("rpc worker call failed", logging.KeyError, err) })
 	}
 	return true
-}
-
-// countSet counts the members of a message that are set.
-func countSet(set ...bool) int {
-	n := 0
-	for _, b := range set {
-		if b {
-			n++
-		}
-	}
-	return n
 }
 
 // Lease asks the leader for jobs; the call may be held up to the request's
