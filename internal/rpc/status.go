@@ -63,17 +63,14 @@ func writeError(w http.ResponseWriter, code int, e *Error) {
 func (c *Client) Status(ctx context.Context) (*Status, error) {
 	// Any manager answers: its answer proves it the leader only when it
 	// says so.
-	var res *rpcpb.StatusResponse
-	var from string
+	var st *Status
 	err := c.retry(ctx, "status", false, func(addr string) (err error) {
-		res, err = unaryAt(c, ctx, addr, "status", 0, rpcpb.ManagerClient.Status, &rpcpb.StatusRequest{}, readLimit)
-		from = addr
+		st, err = c.StatusOf(ctx, addr)
+		if err == nil && st.IsLeader {
+			c.setLeader(addr)
+		}
 		return err
 	})
-	st, err := decodeStatus(res, err)
-	if err == nil && st.IsLeader {
-		c.setLeader(from)
-	}
 	return st, err
 }
 
