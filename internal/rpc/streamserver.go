@@ -399,20 +399,18 @@ func (s *Server) answer(ctx context.Context, it *rpcpb.SubmitItem, mayCarry bool
 	if req == nil {
 		req = &rpcpb.SubmitRequest{} // refused by the Service as invalid
 	}
+	err := checkRequest(req, "payload", len(req.GetJob().GetPayload()))
 	if !mayCarry && (req.GetCarried() || req.GetCarrier() != "") {
-		r.Error = toPBError(errCarriedByNonManager, nil) // an *Error: nothing to log
-		return r
+		err = errCarriedByNonManager
 	}
-	if err := checkRequest(req, "payload", len(req.GetJob().GetPayload())); err != nil {
-		r.Error = toPBError(err, nil) // an *Error: nothing to log
-		return r
+	if err == nil { // else an *Error: toPBError has nothing to log
+		var resp *rpcpb.SubmitResponse
+		if resp, err = s.svc.Submit(ctx, req); err == nil {
+			r.Response = resp
+			return r
+		}
 	}
-	resp, err := s.svc.Submit(ctx, req)
-	if err != nil {
-		r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
-	} else {
-		r.Response = resp
-	}
+	r.Error = toPBError(err, func(err error) { s.log.Error("rpc submit failed", logging.KeyError, err) })
 	return r
 }
 
