@@ -72,11 +72,10 @@ func (c *Client) RemovePeer(ctx context.Context, id string) (*rpcpb.PeerResult, 
 		if err == nil {
 			return nil
 		}
-		var e *Error
-		switch answered := errors.As(callError("remove peer", "", err), &e); {
-		case mayHaveRemoved && answered && e.Code == CodeNotFound:
+		switch answer := callError("remove peer", "", err); {
+		case mayHaveRemoved && errors.Is(answer, ErrNotFound):
 			res, err = &rpcpb.PeerResult{Done: id + " is not in the Raft configuration (an earlier attempt, whose answer was lost, may have removed it)"}, nil
-		case answered && e.Code == CodeUnavailable, status.Code(err) == codes.DeadlineExceeded:
+		case errors.Is(answer, ErrUnavailable), status.Code(err) == codes.DeadlineExceeded:
 			mayHaveRemoved = true
 		}
 		return err
@@ -112,9 +111,7 @@ func (c *Client) TransferLeader(ctx context.Context, id string) (*rpcpb.PeerResu
 		if err == nil {
 			return nil
 		}
-		var e *Error
-		if answered := errors.As(callError("transfer leader", "", err), &e); (answered && e.Code == CodeUnavailable) ||
-			status.Code(err) == codes.DeadlineExceeded {
+		if errors.Is(callError("transfer leader", "", err), ErrUnavailable) || status.Code(err) == codes.DeadlineExceeded {
 			unknownAt = addr
 		}
 		return err
