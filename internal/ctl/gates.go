@@ -44,30 +44,6 @@ func (g *globals) withGates(cmd *cobra.Command, keys *client.Keys, do func(conte
 	return do(ctx, c)
 }
 
-// openKeys opens the keys file at path, by default where oncectl keeps its
-// client id and sequence (pkg/client's Keys file), so that its submissions
-// have keys that never repeat. The directories it creates for the file are
-// made durable (atomicfile.MkdirAll): a crash must not take away the
-// directory, and with it the file's reservation of sequences.
-func openKeys(path string) (*client.Keys, error) {
-	if path == "" {
-		dir, err := os.UserConfigDir()
-		if err != nil {
-			return nil, usagef("no place for the keys file (give --keys-file): %v", err)
-		}
-		path = filepath.Join(dir, "oncectl", "keys")
-	}
-	if err := atomicfile.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, usagef("--keys-file: %v", err)
-	}
-	k, err := client.OpenKeys(path, client.KeysOptions{})
-	if err != nil {
-		// Nothing was sent: another --keys-file, or --key, is the way on.
-		return nil, usagef("--keys-file: %v", err)
-	}
-	return k, nil
-}
-
 func submitCmd(g *globals) *cobra.Command {
 	var typ, payload, key, keysFile string
 	var dcs []string
@@ -200,7 +176,12 @@ asked again after --interval).`,
 
 // keysUnless opens the keys file when no --key was given: the client then
 // takes a new key from it. A --key given must be a key (docs/api.md): a
-// malformed one is a bad command line, and nothing is sent.
+// malformed one is a bad command line, and nothing is sent. The keys file
+// is keysFile, by default where oncectl keeps its client id and sequence
+// (pkg/client's Keys file), so that its submissions have keys that never
+// repeat. The directories it creates for the file are made durable
+// (atomicfile.MkdirAll): a crash must not take away the directory, and
+// with it the file's reservation of sequences.
 func keysUnless(key, keysFile string) (*client.Keys, error) {
 	if key != "" {
 		if _, err := keys.Parse(key); err != nil {
@@ -208,7 +189,22 @@ func keysUnless(key, keysFile string) (*client.Keys, error) {
 		}
 		return nil, nil
 	}
-	return openKeys(keysFile)
+	if keysFile == "" {
+		dir, err := os.UserConfigDir()
+		if err != nil {
+			return nil, usagef("no place for the keys file (give --keys-file): %v", err)
+		}
+		keysFile = filepath.Join(dir, "oncectl", "keys")
+	}
+	if err := atomicfile.MkdirAll(filepath.Dir(keysFile), 0o700); err != nil {
+		return nil, usagef("--keys-file: %v", err)
+	}
+	k, err := client.OpenKeys(keysFile, client.KeysOptions{})
+	if err != nil {
+		// Nothing was sent: another --keys-file, or --key, is the way on.
+		return nil, usagef("--keys-file: %v", err)
+	}
+	return k, nil
 }
 
 // jobActionCmd is job cancel or job retry: the action under --key, or a new

@@ -91,9 +91,9 @@ func TestDefaultKeysFileDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := openKeys("")
+	k, err := keysUnless("", "")
 	if err != nil {
-		t.Fatalf("openKeys: %v", err)
+		t.Fatalf("keysUnless: %v", err)
 	}
 	if k.ClientID() == "" {
 		t.Fatal("the keys have no client id")
