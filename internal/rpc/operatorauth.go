@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"net"
 	"strings"
@@ -86,11 +85,8 @@ func (a OperatorAuth) allows(ctx context.Context, secret *secretDigest) bool {
 	if !a.Certificates {
 		return false
 	}
-	if peer := peerCertificates(ctx); len(peer) > 0 {
-		r, err := certs.RoleOf(peer[0]) // the operator role, and no other
-		return err == nil && r == certs.RoleOperator
-	}
-	return false
+	r, ok, err := peerRole(ctx)
+	return ok && err == nil && r == certs.RoleOperator // the operator role, and no other
 }
 
 // operatorInterceptors refuse a call of an Operator method without an
@@ -125,25 +121,23 @@ var errCarriedByNonManager = &Error{Code: CodeForbidden, Message: "a carried sub
 // from the outbox's bound and makes the receiver take its carrier for
 // confirmed.
 func mayCarry(ctx context.Context) bool {
-	peer := peerCertificates(ctx)
-	if len(peer) == 0 {
-		return true
-	}
-	r, err := certs.RoleOf(peer[0])
-	return err == nil && (r == "" || r == certs.RoleManager)
+	r, ok, err := peerRole(ctx)
+	return !ok || err == nil && (r == "" || r == certs.RoleManager)
 }
 
-// peerCertificates returns the certificates the caller presented, if any:
-// the TLS state listenerCredentials gave the connection.
-func peerCertificates(ctx context.Context) []*x509.Certificate {
-	p, ok := grpcpeer.FromContext(ctx)
-	if !ok {
-		return nil
+// peerRole returns the role of the client certificate the caller presented
+// (the TLS state listenerCredentials gave the connection); ok is false
+// when it presented none.
+func peerRole(ctx context.Context) (r certs.Role, ok bool, err error) {
+	p, _ := grpcpeer.FromContext(ctx)
+	if p == nil {
+		return "", false, nil
 	}
-	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-		return info.State.PeerCertificates
+	if info, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS && len(info.State.PeerCertificates) > 0 {
+		r, err = certs.RoleOf(info.State.PeerCertificates[0])
+		return r, true, err
 	}
-	return nil
+	return "", false, nil
 }
 
 // listenerCredentials are the gRPC server's transport credentials. The TLS
