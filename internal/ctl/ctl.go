@@ -256,8 +256,7 @@ func (g *globals) printLine(v any, text string) error {
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(g.stdout, "%s\n", b)
-		return err
+		text = string(b)
 	}
 	_, err := fmt.Fprintln(g.stdout, text)
 	return err
