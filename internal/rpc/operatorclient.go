@@ -217,11 +217,8 @@ func (c *Client) Restore(ctx context.Context, r io.Reader) error {
 			return &finalError{errors.New("restore: the archive cannot be sent again (not seekable)")}
 		}
 		err := c.restoreOnce(ctx, oc, r, &read)
-		if err != nil && seeker == nil && read {
-			var f *finalError
-			if !errors.As(err, &f) {
-				err = &finalError{callError("restore", "", err)}
-			}
+		if err != nil && seeker == nil && read && !errors.As(err, new(*finalError)) {
+			err = &finalError{callError("restore", "", err)}
 		}
 		return err
 	})
@@ -262,14 +259,13 @@ func (c *Client) restoreOnce(ctx context.Context, oc rpcpb.OperatorClient, r io.
 		}
 	}
 	_, err = stream.CloseAndRecv()
-	var e *Error
-	if err != nil && sentAll && !errors.As(callError("restore", "", err), &e) {
+	if answer := callError("restore", "", err); err != nil && sentAll && !errors.As(answer, new(*Error)) {
 		// The whole archive was sent and no answer came (the attempt's
 		// deadline, a connection cut): the leader may be installing it,
 		// and sending it again would restore it a second time, erasing
 		// what was admitted after the first.
 		return &finalError{fmt.Errorf("restore: the archive was sent and its answer lost: the leader may have installed it; "+
-			"do not send it again before checking the ledger: %w", callError("restore", "", err))}
+			"do not send it again before checking the ledger: %w", answer)}
 	}
 	return err
 }
