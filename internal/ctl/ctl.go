@@ -128,11 +128,16 @@ func withSubcommands(parent *cobra.Command, subs ...*cobra.Command) *cobra.Comma
 	return parent
 }
 
-// maxArgs allows up to n arguments.
+// maxArgs allows up to n arguments, none of them empty: an empty one
+// (from an unset shell variable) is not the same as none given, as with
+// transfer-leader, where none given hands leadership to any voter.
 func maxArgs(n int, what string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {
 		if len(args) > n {
 			return usagef("want at most %s, got %d arguments", what, len(args))
+		}
+		if slices.Contains(args, "") {
+			return usagef("want %s, got an empty argument", what)
 		}
 		return nil
 	}

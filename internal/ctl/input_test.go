@@ -53,6 +53,7 @@ func TestBadInputIsExit2(t *testing.T) {
 		{"--token with a newline", []string{"--gates", srv.URL, "--token", "tok\n", "job", "get", "j-1"}, "--token"},
 		{"key get an empty key", []string{"--gates", srv.URL, "key", "get", ""}, "empty argument"},
 		{"raft remove-peer an empty ID", []string{"--insecure", "--managers", "127.0.0.1:1", "raft", "remove-peer", ""}, "empty argument"},
+		{"raft transfer-leader an empty ID", []string{"--insecure", "--managers", "127.0.0.1:1", "raft", "transfer-leader", ""}, "empty argument"},
 		{"snapshot restore an empty FILE", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "restore", ""}, "empty argument"},
 		{"snapshot restore a directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "restore", dir}, dir},
 		{"snapshot save into a missing directory", []string{"--insecure", "--managers", "127.0.0.1:1", "snapshot", "save", filepath.Join(dir, "none", "x.snap")}, "none"},
