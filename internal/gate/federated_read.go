@@ -87,7 +87,8 @@ func (g *Gate) findJob(ctx context.Context, tenant, id string) (*rpcpb.Job, erro
 		return job, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	defer cancel() // ends every read still asking, whose channel has room for its answer
+	s := &jobSearch{g: g, ctx: ctx, tenant: tenant, id: id, others: others, answers: make([]*jobAnswer, len(others))}
 	ownc := make(chan jobAnswer, 1)
 	go func() {
 		job, err := g.client.GetJob(ctx, tenant, id)
@@ -95,91 +96,142 @@ func (g *Gate) findJob(ctx context.Context, tenant, id string) (*rpcpb.Job, erro
 	}()
 	hedge := time.NewTimer(hedgeDelay(g.cfg.ForwardTimeout))
 	defer hedge.Stop()
-
-	var (
-		own     *jobAnswer                        // the own datacenter's answer, once in
-		answers = make([]*jobAnswer, len(others)) // the others' answers, once in
-		otherc  chan indexedAnswer                // nil until the others are asked
-		pending = len(others)                     // the others not answered yet
-	)
-	askOthers := func() {
-		if otherc != nil {
-			return
-		}
-		otherc = make(chan indexedAnswer, len(others))
-		for i, dc := range others {
-			c := g.clientFor(dc)
-			go func() {
-				job, err := c.GetJob(ctx, tenant, id)
-				otherc <- indexedAnswer{i, jobAnswer{job, err}}
-			}()
-		}
-	}
-	// found is the answer once it is known, whatever has not answered yet.
-	found := func() (*jobAnswer, bool) {
-		if own != nil && (own.err == nil || errors.Is(own.err, rpc.ErrInvalid)) {
-			return own, true
-		}
-		for _, a := range answers {
-			switch {
-			case a == nil:
-				return nil, false
-			case a.err == nil && (own != nil || !slices.Contains(a.job.GetNamedDatacenters(), g.cfg.Datacenter)):
-				return a, true
-			case a.err == nil:
-				return nil, false
-			}
-		}
-		return nil, false
-	}
-wait:
 	for {
-		if a, ok := found(); ok {
+		var a *jobAnswer
+		select {
+		case own := <-ownc:
+			a = s.ownAnswered(own)
+		case <-hedge.C:
+			a = s.hedged()
+		case other := <-s.otherc:
+			a = s.otherAnswered(other)
+		case <-ctx.Done():
+			a = s.boundOver()
+		}
+		if a != nil {
 			return a.job, a.err
 		}
-		if own != nil {
-			askOthers()
-			if pending == 0 {
-				break
-			}
+	}
+}
+
+// jobSearch is the state of findJob's read across the federation; each of
+// its event methods returns the read's answer once it is known, else nil.
+type jobSearch struct {
+	g          *Gate
+	ctx        context.Context // the read's bound, cancelled once it is answered
+	tenant, id string
+	others     []string           // the other datacenters, in name order
+	own        *jobAnswer         // the own datacenter's answer, once in
+	answers    []*jobAnswer       // the others' answers, once in
+	otherc     chan indexedAnswer // nil until the others are asked
+	pending    int                // the others asked and not answered yet
+}
+
+// ownAnswered is the own datacenter's answer coming in.
+func (s *jobSearch) ownAnswered(a jobAnswer) *jobAnswer {
+	s.own = &a
+	return s.settle()
+}
+
+// otherAnswered is another datacenter's answer coming in.
+func (s *jobSearch) otherAnswered(a indexedAnswer) *jobAnswer {
+	s.answers[a.i] = &a.jobAnswer
+	s.pending--
+	return s.settle()
+}
+
+// hedged is the hedge delay over: the others are asked too.
+func (s *jobSearch) hedged() *jobAnswer {
+	s.askOthers()
+	return s.settle()
+}
+
+// boundOver is the read's bound over: what has not answered did not answer.
+func (s *jobSearch) boundOver() *jobAnswer {
+	err := s.ctx.Err()
+	if s.own == nil {
+		s.own = &jobAnswer{err: err}
+	}
+	for i, a := range s.answers {
+		if a == nil {
+			s.answers[i] = &jobAnswer{err: err}
 		}
-		select {
-		case a := <-ownc:
-			own = &a
-		case <-hedge.C:
-			askOthers()
-		case a := <-otherc:
-			answers[a.i] = &a.jobAnswer
-			pending--
-		case <-ctx.Done():
-			// The bound is over: what has not answered did not answer.
-			if own == nil {
-				own = &jobAnswer{err: ctx.Err()}
-			}
-			for i, a := range answers {
-				if a == nil {
-					answers[i] = &jobAnswer{err: ctx.Err()}
-				}
-			}
-			if a, ok := found(); ok {
-				return a.job, a.err
-			}
-			break wait
+	}
+	if a := s.found(); a != nil {
+		return a
+	}
+	return &jobAnswer{err: s.none()}
+}
+
+// settle is the answer once it is known. The own datacenter's answer
+// without the job has every other one asked, and once all have answered
+// the read is over.
+func (s *jobSearch) settle() *jobAnswer {
+	if a := s.found(); a != nil {
+		return a
+	}
+	if s.own == nil {
+		return nil
+	}
+	s.askOthers()
+	if s.pending > 0 {
+		return nil
+	}
+	return &jobAnswer{err: s.none()}
+}
+
+// askOthers asks every other datacenter, once; each answer has room in
+// otherc, so every read ends when ctx does, whether or not it is read.
+func (s *jobSearch) askOthers() {
+	if s.otherc != nil {
+		return
+	}
+	s.otherc = make(chan indexedAnswer, len(s.others))
+	s.pending = len(s.others)
+	ctx, tenant, id, otherc := s.ctx, s.tenant, s.id, s.otherc
+	for i, dc := range s.others {
+		c := s.g.clientFor(dc)
+		go func() {
+			job, err := c.GetJob(ctx, tenant, id)
+			otherc <- indexedAnswer{i, jobAnswer{job, err}}
+		}()
+	}
+}
+
+// found is an answer with the job (or the own datacenter's refusal as
+// invalid) once it is known, whatever has not answered yet; else nil.
+func (s *jobSearch) found() *jobAnswer {
+	if s.own != nil && (s.own.err == nil || errors.Is(s.own.err, rpc.ErrInvalid)) {
+		return s.own
+	}
+	for _, a := range s.answers {
+		switch {
+		case a == nil:
+			return nil
+		case a.err == nil && (s.own != nil || !slices.Contains(a.job.GetNamedDatacenters(), s.g.cfg.Datacenter)):
+			return a
+		case a.err == nil:
+			return nil
 		}
 	}
-	// No datacenter has the job.
-	if !errors.Is(own.err, rpc.ErrNotFound) {
-		return nil, own.err
+	return nil
+}
+
+// none is the read's failure once every datacenter has answered, or the
+// bound is over, and none has the job.
+func (s *jobSearch) none() error {
+	if !errors.Is(s.own.err, rpc.ErrNotFound) {
+		return s.own.err
 	}
-	for i, dc := range others {
-		if !errors.Is(answers[i].err, rpc.ErrNotFound) {
-			return nil, fmt.Errorf("datacenter %s: %w", dc, answers[i].err)
+	for i, dc := range s.others {
+		if !errors.Is(s.answers[i].err, rpc.ErrNotFound) {
+			return fmt.Errorf("datacenter %s: %w", dc, s.answers[i].err)
 		}
 	}
-	if g.federationForming() {
-		return nil, g.notInView(id)
+	if s.g.federationForming() {
+		return s.g.notInView(s.id)
 	}
-	return nil, own.err
+	return s.own.err
 }
 
 // notInView is the failure of a job read no datacenter the gate knows
