@@ -559,12 +559,21 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		if resp.expiresAt.IsZero() {
 			resp.expiresAt = now.Add(ttl)
 		}
-		until, known := localExpiry(sr, start, now)
+		// The cache keeps it until the entry expires by the gate's clock
+		// (localExpiry), at most the state's configured TTL from now; the
+		// configured TTL from now when the ledger gave no expiry. An entry
+		// already expired is not cached at all: its waiters get the outcome
+		// all the same (cache.Owner.CompleteUntil), and a duplicate is
+		// forwarded, never replayed past the ledger's expiry.
 		resp.retryBy = resp.expiresAt
-		if known {
+		cacheUntil := now.Add(min(ttl, configured))
+		if until, known := localExpiry(sr, start, now); known {
 			resp.retryBy = until
+			if !cacheUntil.Before(until) {
+				cacheUntil = until
+			}
 		}
-		return resp, state, cacheExpiry(until, known, now, min(ttl, configured))
+		return resp, state, cacheUntil
 	}
 	// failed answers 500 for a manager's answer the gate cannot render (a
 	// bug): logged, never cached.
@@ -629,22 +638,6 @@ func localExpiry(sr *rpcpb.SubmitResponse, sent, now time.Time) (time.Time, bool
 		return expiresAt(sr), true
 	}
 	return time.Time{}, false
-}
-
-// cacheExpiry is until when the gate may cache an outcome: when the entry
-// expires by the gate's clock (localExpiry), at most the state's configured
-// TTL from now; the configured TTL from now when the ledger gave no expiry.
-// An entry already expired (until at or before now) is not cached at all:
-// its waiters get the outcome all the same (cache.Owner.CompleteUntil), and
-// a duplicate is forwarded, never replayed past the ledger's expiry.
-func cacheExpiry(until time.Time, known bool, now time.Time, configured time.Duration) time.Time {
-	if !known {
-		return now.Add(configured)
-	}
-	if limit := now.Add(configured); limit.Before(until) {
-		return limit
-	}
-	return until
 }
 
 // expiresAt is when sr's entry expires, the zero time when sr has none.
