@@ -232,15 +232,21 @@ func Register(l *config.Loader, c *Config) {
 		"the longest Idempotency-TTL a submission may ask for (400 invalid_request beyond)")
 }
 
+// loader is a config.Loader of the gate's settings bound to c (Register),
+// printing its help to usage.
+func loader(c *Config, usage io.Writer) *config.Loader {
+	l := config.NewLoader("gate", usage)
+	Register(l, c)
+	return l
+}
+
 // LoadConfig parses args (flags) and then the environment (lookup, for every
 // flag not given) into a validated Config. -h prints the settings to usage
 // and returns config.ErrHelp. Errors are *config.Error values naming the
 // variable and its flag; they match config.ErrInvalid.
 func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writer) (Config, error) {
 	c := DefaultConfig()
-	l := config.NewLoader("gate", usage)
-	Register(l, &c)
-	if err := l.Parse(args, lookup); err != nil {
+	if err := loader(&c, usage).Parse(args, lookup); err != nil {
 		return c, err
 	}
 	return c, c.Validate()
@@ -251,9 +257,7 @@ func LoadConfig(args []string, lookup func(string) (string, bool), usage io.Writ
 // each, with the setting it probably misspells.
 func UnknownVariables(environ []string) []config.Unknown {
 	c := DefaultConfig()
-	l := config.NewLoader("gate", io.Discard)
-	Register(l, &c)
-	return l.Unknown(environ, []string{"GATE_", "IDEMPOTENCY_"}, config.IdempotencyVariables)
+	return loader(&c, io.Discard).Unknown(environ, []string{"GATE_", "IDEMPOTENCY_"}, config.IdempotencyVariables)
 }
 
 // CheckSecurity applies config.CheckSecurity to the gate's settings: a gate
@@ -276,9 +280,7 @@ func (c *Config) rpcTLSFiles() config.TLSFiles {
 // accepted range; they match config.ErrInvalid and the cause
 // (config.ErrSyntax, config.ErrOutOfRange).
 func (c *Config) Validate() error {
-	l := config.NewLoader("gate", io.Discard)
-	Register(l, c)
-	if err := l.Check(); err != nil {
+	if err := loader(c, io.Discard).Check(); err != nil {
 		return err
 	}
 	if err := c.rpcTLSFiles().Check(); err != nil {
