@@ -405,7 +405,8 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 	if g.rpcTLS != nil {
 		watch(g.rpcTLS.Watch)
 	}
-	g.log.Info("gate serving", logging.KeyAddr, ln.Addr().String(),
+	addr := ln.Addr().String()
+	g.log.Info("gate serving", logging.KeyAddr, addr,
 		logging.KeyDatacenter, g.cfg.Datacenter, logging.KeyManagers, g.cfg.Managers, "auth", g.tokens.tenants(), "tls", g.certs != nil)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -420,8 +421,7 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		// /readyz 503, each answer closing its connection, so that load
 		// balancers take it out of rotation and clients reconnect to
 		// another gate before it stops accepting. Close ends the delay.
-		g.log.Info("gate stopping: serving on with /readyz 503 for the shutdown delay", logging.KeyAddr, ln.Addr().String(),
-			logging.KeyDuration, d)
+		g.log.Info("gate stopping: serving on with /readyz 503 for the shutdown delay", logging.KeyAddr, addr, logging.KeyDuration, d)
 		srv.SetKeepAlivesEnabled(false)
 		t := time.NewTimer(d)
 		select {
@@ -430,7 +430,7 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 			t.Stop()
 		}
 	}
-	g.log.Info("gate shutting down", logging.KeyAddr, ln.Addr().String())
+	g.log.Info("gate shutting down", logging.KeyAddr, addr)
 	g.endPolls()
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
 	defer cancel()
@@ -440,13 +440,13 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		// Requests still in flight after ShutdownTimeout are cut off; their
 		// clients retry, and their keys are still deduplicated by the ledger.
 		g.log.Warn("graceful shutdown timed out; closing the remaining connections",
-			logging.KeyAddr, ln.Addr().String(), logging.KeyError, err)
+			logging.KeyAddr, addr, logging.KeyError, err)
 		_ = srv.Close()
 	}
 	if !errors.Is(serr, http.ErrServerClosed) {
 		return fmt.Errorf("gate: serve: %w", serr)
 	}
-	g.log.Info("gate stopped", logging.KeyAddr, ln.Addr().String())
+	g.log.Info("gate stopped", logging.KeyAddr, addr)
 	return nil
 }
 
