@@ -121,7 +121,7 @@ func (f *tokenFiles) operator(authorization string) (string, bool) {
 func (f *tokenFiles) Reload() (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sources := [2]struct{ env, holder, path string }{
+	sources := [2]tokenSource{
 		{EnvTokenFile, "tenant", f.tenantPath},
 		{EnvOperatorTokenFile, "operator", f.operatorPath},
 	}
@@ -133,7 +133,7 @@ func (f *tokenFiles) Reload() (bool, error) {
 		}
 		b, err := readTokenFile(src.path)
 		if err != nil {
-			return false, tokensError(src.env, src.holder, src.path, err)
+			return false, src.fail(err)
 		}
 		raw[i], sum[i] = b, sha256.Sum256(b)
 	}
@@ -147,15 +147,15 @@ func (f *tokenFiles) Reload() (bool, error) {
 		}
 		t, err := parseTokens(bytes.NewReader(raw[i]))
 		if err != nil {
-			return false, tokensError(src.env, src.holder, src.path, err)
+			return false, src.fail(err)
 		}
 		tables[i] = t
 	}
 	if tables[0] != nil && tables[1] != nil {
 		for d := range tables[0].byDigest {
 			if _, shared := tables[1].byDigest[d]; shared {
-				return false, tokensError(EnvTokenFile, "tenant", f.tenantPath,
-					&TokenFileError{Reason: "a token is also an operator's token of " + EnvOperatorTokenFile + " (an operator's token is no tenant's)"})
+				return false, sources[0].fail(&TokenFileError{
+					Reason: "a token is also an operator's token of " + EnvOperatorTokenFile + " (an operator's token is no tenant's)"})
 			}
 		}
 	}
@@ -202,11 +202,13 @@ func (f *tokenFiles) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// tokensError is a *config.Error naming env, the variable of a token file
-// of '<token> <holder>' lines, that wraps err.
-func tokensError(env, holder, path string, err error) error {
-	return &config.Error{Env: env, Flag: config.FlagName(env), Value: path,
-		Want: "a readable file of '<token> <" + holder + ">' lines", Err: err}
+// tokenSource is one token file: its variable, whom its lines name, its path.
+type tokenSource struct{ env, holder, path string }
+
+// fail is a *config.Error naming s's variable that wraps err.
+func (s tokenSource) fail(err error) error {
+	return &config.Error{Env: s.env, Flag: config.FlagName(s.env), Value: s.path,
+		Want: "a readable file of '<token> <" + s.holder + ">' lines", Err: err}
 }
 
 // parseTokens reads the token file format: one "<token> <tenant>" pair per line,
