@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"time"
 
-	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -94,11 +92,7 @@ func (g *Gate) completeOne(ctx context.Context, r *http.Request, tenant string, 
 	if err != nil {
 		return g.checkFailed(err)
 	}
-	start := time.Now()
-	job, err := g.client.Complete(ctx, &rpcpb.CompleteRequest{Tenant: tenant, JobId: c.JobID, LeaseId: c.LeaseID, Result: result})
-	g.metrics.workerCall("complete", err, time.Since(start))
-	if err != nil {
-		return g.workerError(r, err, c.JobID)
-	}
-	return workerOK(apiJob(job))
+	return g.callLeader(ctx, r, "complete", c.JobID, func(ctx context.Context, id string) (any, error) {
+		return g.complete(ctx, tenant, id, c.LeaseID, result)
+	})
 }

@@ -386,14 +386,21 @@ func (g *Gate) serveJobCall(w http.ResponseWriter, r *http.Request, tenant, acti
 	}
 	g.serveWorkerCall(w, r, tenant, workerCall{route: action + " " + id, body: body,
 		forward: func(ctx context.Context, _ string, _ [sha256.Size]byte) *workerAnswer {
-			start := time.Now()
-			v, err := call(ctx, id)
-			g.metrics.workerCall(action, err, time.Since(start))
-			if err != nil {
-				return g.workerError(r, err, id)
-			}
-			return workerOK(v)
+			return g.callLeader(ctx, r, action, id, call)
 		}})
+}
+
+// callLeader asks the leader call, action on job id, counts it in the
+// worker calls' metrics and renders its answer: 200 with what call
+// returned, else the leader's refusal (workerError).
+func (g *Gate) callLeader(ctx context.Context, r *http.Request, action, id string, call func(ctx context.Context, id string) (any, error)) *workerAnswer {
+	start := time.Now()
+	v, err := call(ctx, id)
+	g.metrics.workerCall(action, err, time.Since(start))
+	if err != nil {
+		return g.workerError(r, err, id)
+	}
+	return workerOK(v)
 }
 
 // handleHeartbeat is POST /v1/jobs/{job_id}/heartbeat.
@@ -427,12 +434,19 @@ func (g *Gate) handleComplete(w http.ResponseWriter, r *http.Request, tenant str
 			return err
 		},
 		func(ctx context.Context, id string) (any, error) {
-			job, err := g.client.Complete(ctx, &rpcpb.CompleteRequest{Tenant: tenant, JobId: id, LeaseId: req.LeaseID, Result: result})
-			if err != nil {
-				return nil, err
-			}
-			return apiJob(job), nil
+			return g.complete(ctx, tenant, id, req.LeaseID, result)
 		})
+}
+
+// complete asks the leader to complete job id under leaseID with result (as
+// stored: storedResult), for a POST /v1/jobs/{job_id}/complete and for each
+// item of a POST /v1/completions: the job as completed.
+func (g *Gate) complete(ctx context.Context, tenant, id, leaseID string, result json.RawMessage) (any, error) {
+	job, err := g.client.Complete(ctx, &rpcpb.CompleteRequest{Tenant: tenant, JobId: id, LeaseId: leaseID, Result: result})
+	if err != nil {
+		return nil, err
+	}
+	return apiJob(job), nil
 }
 
 // storedResult is a completion's result as the ledger stores it: null when
