@@ -23,14 +23,22 @@ import (
 // interrupted by a crash leaves at most one, which the next write replaces.
 const Suffix = ".tmp"
 
-// Write replaces path with what write writes, with permissions 0600 for a new
-// file. On a failure before the rename, path is unchanged and the temporary
-// file is removed; when only the directory's fsync after the rename fails
-// (the disk failing), path already holds the new content, which a crash
-// could still undo. Writers of the same path must not run at once.
+// Write replaces path with what write writes; the new file has permissions
+// 0600 (those of a file it replaces are not kept). On a failure before the
+// rename, path is unchanged and the temporary file is removed; when only the
+// directory's fsync after the rename fails (the disk failing), path already
+// holds the new content, which a crash could still undo. Writers of the same
+// path must not run at once.
+//
+// A temporary file left by an interrupted write is removed, not reused: its
+// permissions (or, for a symbolic link, its target) would otherwise become
+// those of path, or receive the content.
 func Write(path string, write func(io.Writer) error) (err error) {
 	tmp := path + Suffix
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}

@@ -47,6 +47,55 @@ func TestWriteReplaces(t *testing.T) {
 	}
 }
 
+// A temporary file left by an interrupted write, or put there by someone
+// else, is not reused: with O_TRUNC its permissions became path's (0644 here,
+// for a file promised 0600), and a symbolic link there sent the content to
+// its target, outside the rename.
+func TestWriteDoesNotReuseALeftoverTemporaryFile(t *testing.T) {
+	t.Run("its permissions", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "f")
+		if err := os.WriteFile(path+Suffix, []byte("left over"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path+Suffix, 0o644); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+		if err := WriteBytes(path, []byte("new")); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := st.Mode().Perm(); perm != 0o600 {
+			t.Fatalf("permissions %v, want 0600", perm)
+		}
+	})
+	t.Run("a symbolic link", func(t *testing.T) {
+		dir := t.TempDir()
+		path, target := filepath.Join(dir, "f"), filepath.Join(dir, "elsewhere")
+		if err := os.WriteFile(target, []byte("untouched"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, path+Suffix); err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteBytes(path, []byte("new")); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, target); got != "untouched" {
+			t.Fatalf("the link's target holds %q, want it untouched", got)
+		}
+		st, err := os.Lstat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Mode().IsRegular() || read(t, path) != "new" {
+			t.Fatalf("%s is %v holding %q, want a regular file holding %q", path, st.Mode(), read(t, path), "new")
+		}
+	})
+}
+
 func TestFailedWriteKeepsTheOldFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "f")
 	if err := WriteBytes(path, []byte("old")); err != nil {
