@@ -270,6 +270,16 @@ func TestTornFirstBatch(t *testing.T) {
 	checkRange(t, open(t, dir, Options{}), 77, 80)
 }
 
+// renameSegment renames seg as if its first record had wal index
+// seg.index+by.
+func renameSegment(t testing.TB, seg segmentFile, by uint64) {
+	t.Helper()
+	to := filepath.Join(filepath.Dir(seg.path), fmt.Sprintf("%020d", seg.index+by))
+	if err := os.Rename(seg.path, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestMidLogCorruption: damage to entries that were already durable is an
 // error, not a repair, and Open leaves the files as they are.
 func TestMidLogCorruption(t *testing.T) {
@@ -293,6 +303,15 @@ func TestMidLogCorruption(t *testing.T) {
 			if err := os.Remove(segs[1].path); err != nil {
 				t.Fatal(err)
 			}
+		}},
+		// A segment's name is the wal index of its first record: a name that
+		// disagrees with where the records before it end is damage (a lost
+		// or misplaced file), not a torn tail, even for the last segment.
+		{"last segment's name one index past its first record", func(t *testing.T, segs []segmentFile) {
+			renameSegment(t, segs[len(segs)-1], 1)
+		}},
+		{"first segment's name one index past its first record", func(t *testing.T, segs []segmentFile) {
+			renameSegment(t, segs[0], 1)
 		}},
 		{"flipped byte in an earlier batch of the last segment", func(t *testing.T, segs []segmentFile) {
 			last := segs[len(segs)-1].path

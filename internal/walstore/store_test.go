@@ -275,6 +275,7 @@ func TestDeleteRange(t *testing.T) {
 					t.Fatalf("DeleteRange(%d, %d) = %v, want %v", tc.min, tc.max, err, tc.wantErr)
 				}
 				checkRange(t, s, tc.first, tc.last)
+				checkGone(t, s, 1, 100, tc.first, tc.last)
 
 				// The log goes on where raft would continue it, and all of
 				// it survives a reopen.
@@ -291,9 +292,27 @@ func TestDeleteRange(t *testing.T) {
 				if err := s.Close(); err != nil {
 					t.Fatalf("Close: %v", err)
 				}
-				checkRange(t, open(t, dir, opts), first, next+4)
+				s = open(t, dir, opts)
+				checkRange(t, s, first, next+4)
+				checkGone(t, s, 1, 100, first, next+4) // and no deleted entry came back
 			}
 		})
+	}
+}
+
+// checkGone asserts that GetLog of every index in [from, to] outside [first,
+// last] (all of them if last is 0) is raft.ErrLogNotFound: not an entry the
+// log no longer holds, and not an error that would stop raft.
+func checkGone(t testing.TB, s *Store, from, to, first, last uint64) {
+	t.Helper()
+	for i := from; i <= to; i++ {
+		if last != 0 && i >= first && i <= last {
+			continue
+		}
+		var l raft.Log
+		if err := s.GetLog(i, &l); !errors.Is(err, raft.ErrLogNotFound) {
+			t.Fatalf("GetLog(%d) of a deleted index, log [%d, %d] = %v (%+v), want raft.ErrLogNotFound", i, first, last, err, l)
+		}
 	}
 }
 
@@ -419,8 +438,18 @@ func TestIsMonotonic(t *testing.T) {
 // appending, compacting the prefix, deleting a suffix and emptying the log,
 // and readers calling GetLog, FirstIndex and LastIndex. Small segments make
 // readers hit older segments, which tidwall/wal loads lazily. Run with -race.
+// With fsync on too: a truncation then also syncs the directory and reopens
+// the tail handle, and the wal's cut replaces segment files under readers.
 func TestConcurrentReadersAndWriter(t *testing.T) {
-	s := open(t, t.TempDir(), Options{NoSync: true, SegmentSize: 512})
+	for _, noSync := range []bool{true, false} {
+		t.Run(fmt.Sprintf("NoSync=%v", noSync), func(t *testing.T) {
+			concurrentReadersAndWriter(t, Options{NoSync: noSync, SegmentSize: 512})
+		})
+	}
+}
+
+func concurrentReadersAndWriter(t *testing.T, opts Options) {
+	s := open(t, t.TempDir(), opts)
 	mustStore(t, s, testLogs(1, 10))
 
 	var done atomic.Bool
