@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/tidwall/wal"
@@ -491,4 +492,91 @@ func TestRecoverCrashStates(t *testing.T) {
 			checkRange(t, open(t, dir, Options{}), first, next+1)
 		})
 	}
+}
+
+// TestRecoverInterruptedTruncations builds, in a log of several segments,
+// the directory states a crash leaves at each step of tidwall/wal's
+// TruncateBack (a follower's conflicting suffix) and TruncateFront
+// (compaction): the kept part of the cut segment written as <name>.END or
+// <index>.START, then the dropped segments deleted one by one, then the
+// rename. Open must land on the truncated log (the .END/.START file exists:
+// the cut took effect) with no leftover file, and go on from there. A guard:
+// wal.Open finishes these, and recovery then scans and fsyncs the result.
+func TestRecoverInterruptedTruncations(t *testing.T) {
+	const segSize, n, cut = 200, 40, 15 // cut: the new last, or first, index
+	src := t.TempDir()
+	writeDurable(t, src, segSize, n, 4)
+	srcSegs, err := listSegments(filepath.Join(src, segmentsDirName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := slices.IndexFunc(srcSegs, func(s segmentFile) bool { return s.index > cut }) - 1 // the segment holding cut
+	if at < 1 || at > len(srcSegs)-2 {
+		t.Fatalf("index %d is in segment %d of %d; the test wants segments before and after it", cut, at, len(srcSegs))
+	}
+	seg := srcSegs[at]
+	fs := frames(t, seg.path)
+	data, err := os.ReadFile(seg.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := int(cut - seg.index) // frame of index cut in seg
+	endData := data[:fs[k].off+fs[k].size]
+	startData := data[fs[k].off:]
+	name := func(i uint64) string { return fmt.Sprintf("%020d", i) }
+
+	tests := []struct {
+		name        string
+		extra       string // the .END or .START file
+		content     []byte
+		remove      []int // segments (by position) already deleted
+		first, last uint64
+	}{
+		{"TruncateBack: .END written, nothing deleted yet", name(seg.index) + endSuffix, endData, nil, 1, cut},
+		{"TruncateBack: the cut segment deleted", name(seg.index) + endSuffix, endData, []int{at}, 1, cut},
+		{"TruncateBack: the cut segment and one after it deleted", name(seg.index) + endSuffix, endData, []int{at, at + 1}, 1, cut},
+		{"TruncateFront: .START written, nothing deleted yet", name(cut) + startSuffix, startData, nil, cut, n},
+		{"TruncateFront: the first segment deleted", name(cut) + startSuffix, startData, []int{0}, cut, n},
+		{"TruncateFront: every segment up to the cut one deleted", name(cut) + startSuffix, startData, seqInts(0, at), cut, n},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			segDir := filepath.Join(dir, segmentsDirName)
+			mustCopy(t, os.DirFS(filepath.Join(src, segmentsDirName)), segDir)
+			if err := os.WriteFile(filepath.Join(segDir, tc.extra), tc.content, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			for _, i := range tc.remove {
+				if err := os.Remove(filepath.Join(segDir, filepath.Base(srcSegs[i].path))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := open(t, dir, Options{SegmentSize: segSize})
+			checkRange(t, s, tc.first, tc.last)
+			ents, err := os.ReadDir(segDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if len(e.Name()) != segmentNameLen {
+					t.Fatalf("leftover file %s", e.Name())
+				}
+			}
+			mustStore(t, s, testLogs(tc.last+1, tc.last+6))
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			checkRange(t, open(t, dir, Options{SegmentSize: segSize}), tc.first, tc.last+6)
+		})
+	}
+}
+
+// seqInts returns [from, to].
+func seqInts(from, to int) []int {
+	var s []int
+	for i := from; i <= to; i++ {
+		s = append(s, i)
+	}
+	return s
 }
