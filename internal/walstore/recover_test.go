@@ -271,6 +271,58 @@ func TestTornFirstBatch(t *testing.T) {
 	checkRange(t, open(t, dir, Options{}), 77, 80)
 }
 
+// TestZeroFilledNewSegment: power loss just after tidwall/wal moved to a new
+// segment in the final batch (it fsynced the one it left) can leave the new
+// file with its size but not its data: zeros, which tidwall/wal itself reads
+// as empty entries. The zeros are the torn final batch: cut, the new segment
+// kept empty, every record of the earlier segments kept, and the log goes on
+// in that segment. A first segment that is all zeros (a torn first batch) is
+// an empty log. A guard: the scan judged both right when it was written.
+func TestZeroFilledNewSegment(t *testing.T) {
+	const segSize, n = 300, 30
+	for _, zeros := range []int{1, 100, 4096} {
+		t.Run(fmt.Sprintf("%d zero bytes", zeros), func(t *testing.T) {
+			dir := t.TempDir()
+			writeDurable(t, dir, segSize, n, 3)
+			// writeDurable's last batch may have cycled to an empty new
+			// segment; then that one is the file the zeros land in.
+			segDir := filepath.Join(dir, segmentsDirName)
+			last := lastSegment(t, dir)
+			if fileSize(t, last) > 0 {
+				last = filepath.Join(segDir, fmt.Sprintf("%020d", uint64(n+1)))
+			}
+			if err := os.WriteFile(last, make([]byte, zeros), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			s, rec := openRecorded(t, dir, segSize)
+			checkRange(t, s, 1, n)
+			checkTornWarning(t, rec, int64(zeros))
+			if size := fileSize(t, last); size != 0 {
+				t.Fatalf("new segment holds %d bytes after recovery, want 0", size)
+			}
+			mustStore(t, s, testLogs(n+1, n+3))
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			checkRange(t, open(t, dir, Options{SegmentSize: segSize}), 1, n+3)
+		})
+	}
+	t.Run("the first segment", func(t *testing.T) {
+		dir := t.TempDir()
+		segDir := filepath.Join(dir, segmentsDirName)
+		if err := os.Mkdir(segDir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(segDir, fmt.Sprintf("%020d", 1)), make([]byte, 4096), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		s := open(t, dir, Options{})
+		checkRange(t, s, 0, 0)
+		mustStore(t, s, testLogs(9, 10))
+		checkRange(t, s, 9, 10)
+	})
+}
+
 // renameSegment renames seg as if its first record had wal index
 // seg.index+by.
 func renameSegment(t testing.TB, seg segmentFile, by uint64) {
