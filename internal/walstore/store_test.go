@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -453,12 +454,17 @@ func concurrentReadersAndWriter(t *testing.T, opts Options) {
 	mustStore(t, s, testLogs(1, 10))
 
 	var done atomic.Bool
-	var reads, hits atomic.Int64
+	var reads, hits, quietReads atomic.Int64
+	// changes is odd while the writer changes the log: a read that starts
+	// and ends at the same even value overlapped no change, so an index
+	// between the bounds it read must be there.
+	var changes atomic.Uint64
 	var wg sync.WaitGroup
 	for r := range 4 {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(r), 1))
 			for !done.Load() {
+				before := changes.Load()
 				first, err1 := s.FirstIndex()
 				last, err2 := s.LastIndex()
 				if err := errors.Join(err1, err2); err != nil {
@@ -472,7 +478,14 @@ func concurrentReadersAndWriter(t *testing.T, opts Options) {
 				var l raft.Log
 				err := s.GetLog(i, &l)
 				reads.Add(1)
+				quiet := before%2 == 0 && changes.Load() == before && last != 0
+				if quiet {
+					quietReads.Add(1)
+				}
 				switch {
+				case errors.Is(err, raft.ErrLogNotFound) && quiet:
+					t.Errorf("GetLog(%d) in [%d, %d], no change in flight = %v", i, first, last, err)
+					return
 				case errors.Is(err, raft.ErrLogNotFound):
 					// deleted between LastIndex and GetLog
 				case err != nil:
@@ -490,6 +503,7 @@ func concurrentReadersAndWriter(t *testing.T, opts Options) {
 
 	next := uint64(11)
 	for round := range 200 {
+		changes.Add(1)
 		mustStore(t, s, testLogs(next, next+9))
 		next += 10
 		switch {
@@ -509,12 +523,17 @@ func concurrentReadersAndWriter(t *testing.T, opts Options) {
 			}
 			next -= 5
 		}
+		changes.Add(1)
+		// Let the readers read a still log for a moment.
+		for target := reads.Load() + 8; reads.Load() < target && !t.Failed(); {
+			runtime.Gosched()
+		}
 	}
 	done.Store(true)
 	wg.Wait()
-	t.Logf("%d reads, %d found", reads.Load(), hits.Load())
-	if hits.Load() == 0 {
-		t.Fatal("readers never found an entry")
+	t.Logf("%d reads, %d found, %d with no change in flight", reads.Load(), hits.Load(), quietReads.Load())
+	if hits.Load() == 0 || quietReads.Load() == 0 {
+		t.Fatal("readers never found an entry, or never read with no change in flight")
 	}
 }
 
