@@ -44,9 +44,8 @@ var (
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("walstore: closed")
 	// ErrOutOfOrder: StoreLogs got entries that are not consecutive, or do
-	// not continue the log at LastIndex()+1, or hold index 0 (raft's "no
-	// entry": FirstIndex and LastIndex return it for an empty log). Nothing
-	// was written.
+	// not continue the log at LastIndex()+1 (which does not wrap past the
+	// largest index to 0). Nothing was written.
 	ErrOutOfOrder = errors.New("walstore: log entries out of order")
 	// ErrGap: DeleteRange would leave a hole in the middle of the log, which
 	// a monotonic log cannot hold (raft never asks for it). Nothing changed.
@@ -411,8 +410,8 @@ func (s *Store) StoreLog(l *raft.Log) error {
 
 // StoreLogs appends entries whose indexes are consecutive and continue the
 // log (the first is LastIndex()+1); on an empty log the first may be any
-// index but 0. It is one wal batch and, unless NoSync, one fsync. It returns
-// an error wrapping ErrOutOfOrder, without writing, for any other indexes.
+// index. It is one wal batch and, unless NoSync, one fsync. It returns an
+// error wrapping ErrOutOfOrder, without writing, for any other indexes.
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -422,18 +421,14 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	// Index 0 is raft's "no entry": stored, it would sit in a log whose
-	// FirstIndex (or, alone, LastIndex) says 0, i.e. empty, and a log that
-	// reached the largest index would wrap to it.
-	if logs[0].Index == 0 {
-		return fmt.Errorf("%w: batch starts at index 0", ErrOutOfOrder)
-	}
 	for i := 1; i < len(logs); i++ {
 		if prev, cur := logs[i-1].Index, logs[i].Index; cur != prev+1 || cur == 0 {
 			return fmt.Errorf("%w: index %d follows %d in the batch", ErrOutOfOrder, cur, prev)
 		}
 	}
-	if !s.empty && logs[0].Index != s.last+1 {
+	// s.last+1 wraps to 0 after the largest index; 0 does not continue it
+	// (as cur == 0 does not inside a batch).
+	if !s.empty && (logs[0].Index != s.last+1 || logs[0].Index == 0) {
 		return fmt.Errorf("%w: batch starts at index %d, log ends at %d", ErrOutOfOrder, logs[0].Index, s.last)
 	}
 	if s.w == nil {

@@ -179,41 +179,30 @@ func TestStoreLogsOutOfOrder(t *testing.T) {
 	}
 }
 
-// Index 0 is raft's "no entry", the value FirstIndex and LastIndex return for
-// an empty log. Stored on an empty log (which accepts any first index), it
-// made a log that raft reads as empty while it holds entries (FirstIndex 0,
-// and LastIndex 0 for that entry alone); after the largest index it was the
-// wrapped continuation of the log. Both are refused and write nothing.
-func TestStoreLogsRefusesIndexZero(t *testing.T) {
-	t.Run("on an empty log", func(t *testing.T) {
-		dir := t.TempDir()
-		s := open(t, dir, Options{})
-		if err := s.StoreLogs(testLogs(0, 3)); !errors.Is(err, ErrOutOfOrder) {
-			t.Fatalf("StoreLogs([0..3]) = %v, want ErrOutOfOrder", err)
+// After the largest index, LastIndex()+1 wraps to 0: a batch at index 0 was
+// taken as the log's continuation (the check inside a batch refused the same
+// wrap), leaving LastIndex 0 below FirstIndex. It is refused and writes
+// nothing. (Index 0 as the first index of an empty log stays accepted:
+// raft's own bench harness stores it; see docs/storage.md.)
+func TestStoreLogsDoesNotWrap(t *testing.T) {
+	s := open(t, t.TempDir(), Options{})
+	mustStore(t, s, []*raft.Log{testLog(math.MaxUint64 - 1), testLog(math.MaxUint64)}) // testLogs would wrap
+	if err := s.StoreLogs([]*raft.Log{testLog(0)}); !errors.Is(err, ErrOutOfOrder) {
+		t.Fatalf("StoreLogs([0]) after index %d = %v, want ErrOutOfOrder", uint64(math.MaxUint64), err)
+	}
+	for _, want := range []struct {
+		name string
+		get  func() (uint64, error)
+		i    uint64
+	}{{"FirstIndex", s.FirstIndex, math.MaxUint64 - 1}, {"LastIndex", s.LastIndex, math.MaxUint64}} {
+		if got, err := want.get(); err != nil || got != want.i {
+			t.Fatalf("%s = %d, %v; want %d", want.name, got, err, want.i)
 		}
-		checkRange(t, s, 0, 0)
-		if n := segmentCount(t, dir); n != 0 {
-			t.Fatalf("%d segment files after a refused batch, want none", n)
-		}
-		mustStore(t, s, testLogs(1, 3))
-		checkRange(t, s, 1, 3)
-	})
-	t.Run("after the largest index", func(t *testing.T) {
-		s := open(t, t.TempDir(), Options{})
-		mustStore(t, s, []*raft.Log{testLog(math.MaxUint64 - 1), testLog(math.MaxUint64)}) // testLogs would wrap
-		if err := s.StoreLogs(testLogs(0, 0)); !errors.Is(err, ErrOutOfOrder) {
-			t.Fatalf("StoreLogs([0]) after index %d = %v, want ErrOutOfOrder", uint64(math.MaxUint64), err)
-		}
-		for _, want := range []struct {
-			name string
-			get  func() (uint64, error)
-			i    uint64
-		}{{"FirstIndex", s.FirstIndex, math.MaxUint64 - 1}, {"LastIndex", s.LastIndex, math.MaxUint64}} {
-			if got, err := want.get(); err != nil || got != want.i {
-				t.Fatalf("%s = %d, %v; want %d", want.name, got, err, want.i)
-			}
-		}
-	})
+	}
+	var l raft.Log
+	if err := s.GetLog(0, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("GetLog(0) = %v, want raft.ErrLogNotFound", err)
+	}
 }
 
 func TestStoreLogsEmptyBatch(t *testing.T) {
