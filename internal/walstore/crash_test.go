@@ -401,8 +401,8 @@ func TestKill9(t *testing.T) {
 // losePageCache changes the last segment of the store in dir as a power
 // failure may: the bytes past the size its last fsync made durable (synced,
 // by file name; 0 for a file never fsynced) are kept, cut at a random point,
-// or zeroed from a random point to the end. It returns how many bytes it
-// cut or zeroed.
+// zeroed from a random point to the end, or zeroed in a hole (pages written
+// back out of order). It returns how many bytes it cut or zeroed.
 func losePageCache(t *testing.T, dir string, synced map[string]int64, rng *rand.Rand) int {
 	t.Helper()
 	segs, err := listSegments(filepath.Join(dir, segmentsDirName))
@@ -419,13 +419,17 @@ func losePageCache(t *testing.T, dir string, synced map[string]int64, rng *rand.
 		return 0
 	}
 	from := durable + rng.Int64N(size-durable)
-	switch rng.IntN(3) {
+	switch rng.IntN(4) {
 	case 0:
 		return 0
 	case 1:
 		truncateFile(t, path, from)
-	default:
+	case 2:
 		overwriteFile(t, path, int(from), make([]byte, size-from))
+	default: // a hole: pages written back out of order
+		to := from + 1 + rng.Int64N(size-from)
+		overwriteFile(t, path, int(from), make([]byte, to-from))
+		return int(to - from)
 	}
 	return int(size - from)
 }
