@@ -145,6 +145,17 @@ func crashChild(dir string, seed, term uint64) {
 			say("error op: %v", err)
 			return
 		}
+		// FirstIndex and LastIndex after every operation: 0, 0 when empty.
+		wantFirst := first
+		if last == 0 {
+			wantFirst = 0
+		}
+		gotFirst, err1 := s.FirstIndex()
+		gotLast, err2 := s.LastIndex()
+		if err1 != nil || err2 != nil || gotFirst != wantFirst || gotLast != last {
+			say("error bounds after the operation: [%d, %d] (%v, %v), want [%d, %d]", gotFirst, gotLast, err1, err2, wantFirst, last)
+			return
+		}
 		say("done")
 	}
 }
@@ -262,7 +273,8 @@ func sameModel(a, b crashModel) bool {
 // checks that the log is exactly what the last acknowledged operation left,
 // or what the operation in flight would have left (for an append, with any
 // part of its batch): nothing acknowledged is lost, no deleted entry comes
-// back, and the store always opens. A kill -9 leaves the page cache whole,
+// back, and the store always opens; the child checks FirstIndex and
+// LastIndex after every operation. A kill -9 leaves the page cache whole,
 // so this covers every step of the code's own ordering (the write, the
 // wal's segment switch, its .START/.END/.TEMP files and renames, the
 // re-base's directory rename and deletion). In every other round the kill
