@@ -115,7 +115,7 @@ func (c Retry) apply(s *state, ax *applyCtx) Result {
 	}, func(j *Job, l *JobLife) {
 		l.LeaseID, l.Holder, l.LeaseExpiresAt = "", "", 0
 		l.FinishedAt, l.Result = 0, nil
-		setState(j, l, JobQueued)
+		l.State = JobQueued
 		l.RunAt = c.Now
 		j.ExpiresAt = 0
 	})

@@ -104,7 +104,7 @@ func TestCancelNeverLeased(t *testing.T) {
 		queueJob(h, tenant, key, "send_invoice", tQ)
 		res := h.must(cancelOf("c1", tIn), OutcomeCancelled)
 		j := res.Job
-		if j.Status != api.JobStatusCancelled || j.Life.FinishedAt != tIn || j.ExpiresAt != tIn+jobTTL || j.Life.Attempts != 0 {
+		if j.State().String() != api.JobStatusCancelled || j.Life.FinishedAt != tIn || j.ExpiresAt != tIn+jobTTL || j.Life.Attempts != 0 {
 			t.Fatalf("cancelled job %+v %+v", j, *j.Life)
 		}
 		if s := h.f.Stats(); s.Queued != 0 || s.Cancelled != 1 || s.Committed != 2 {

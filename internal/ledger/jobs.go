@@ -522,12 +522,9 @@ func satAdd(a, b int64) int64 {
 	return a + b
 }
 
-// setState sets the lifecycle state and the job's Status with it.
-func setState(j *Job, l *JobLife, st JobState) { l.State, j.Status = st, st.String() }
-
 // finish makes the job finished in state st at now.
 func finish(j *Job, l *JobLife, st JobState, now int64) {
-	setState(j, l, st)
+	l.State = st
 	l.FinishedAt = now
 	j.ExpiresAt = satAdd(now, max(l.Retention, 0))
 }
@@ -535,11 +532,11 @@ func finish(j *Job, l *JobLife, st JobState, now int64) {
 // leaseTo hands old out: RUNNING under lease id. expired: its previous lease
 // expired (a reclaim), which its Error says.
 func (s *state) leaseTo(old *Job, c *Lease, id string, expired bool) Job {
-	return s.update(old, func(j *Job, l *JobLife) {
+	return s.update(old, func(_ *Job, l *JobLife) {
 		if expired {
 			l.Error = ErrorLeaseExpired
 		}
-		setState(j, l, JobRunning)
+		l.State = JobRunning
 		l.Attempts++
 		l.LeaseID, l.Holder, l.LeaseExpiresAt = id, c.Holder, c.Expiry
 	})
@@ -555,7 +552,7 @@ func (s *state) endExpiredLease(old *Job, now, runAt int64, maxAttempts uint64) 
 		if dead {
 			finish(j, l, JobDead, now)
 		} else {
-			setState(j, l, JobQueued)
+			l.State = JobQueued
 			l.RunAt = runAt
 		}
 	})
@@ -759,7 +756,7 @@ func (c Fail) apply(s *state, _ *applyCtx) Result {
 		case c.MaxAttempts > 0 && l.Attempts >= c.MaxAttempts:
 			finish(j, l, JobDead, c.Now)
 		default:
-			setState(j, l, JobQueued)
+			l.State = JobQueued
 			l.RunAt = c.RetryAt
 		}
 	})

@@ -105,13 +105,13 @@ func (m *lifeModel) sorted(keep func(*Job) bool, less func(a, b *Job) bool) []*J
 func isRunning(j *Job) bool { return j.Life != nil && j.Life.State == JobRunning }
 
 func modelFinish(j *Job, l *JobLife, st JobState, now int64) {
-	l.State, j.Status = st, st.String()
+	l.State = st
 	l.FinishedAt = now
 	j.ExpiresAt = now + l.Retention
 }
 
 func modelQueue(j *Job, l *JobLife, runAt int64) {
-	l.State, j.Status = JobQueued, JobQueued.String()
+	l.State = JobQueued
 	l.RunAt = runAt
 }
 
@@ -163,7 +163,7 @@ func (m *lifeModel) lease(c Lease) Result {
 			if reclaim {
 				l.Error = ErrorLeaseExpired
 			}
-			l.State, j.Status = JobRunning, JobRunning.String()
+			l.State = JobRunning
 			l.Attempts++
 			l.LeaseID, l.Holder, l.LeaseExpiresAt = id, c.Holder, c.Expiry
 		}))

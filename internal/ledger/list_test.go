@@ -36,8 +36,8 @@ func listPages(t *testing.T, f *FSM, tenant string, opts ListOptions) (ids []str
 			if opts.Type != "" && j.Type != opts.Type {
 				t.Fatalf("job of type %q listed for filter %q", j.Type, opts.Type)
 			}
-			if opts.Status != "" && j.Status != opts.Status {
-				t.Fatalf("job of status %q listed for filter %q", j.Status, opts.Status)
+			if st := j.State().String(); opts.Status != "" && st != opts.Status {
+				t.Fatalf("job of status %q listed for filter %q", st, opts.Status)
 			}
 			if !opts.Desc && (j.Seq <= opts.After || (i > 0 && j.Seq <= jobs[i-1].Seq)) {
 				t.Fatalf("seq %d out of order (after %d)", j.Seq, opts.After)

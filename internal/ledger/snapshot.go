@@ -230,12 +230,16 @@ func confirmedValid(e *Entry) bool {
 // Job record:
 //
 //	tenant string, id string, key string, type string, payload bytes,
-//	datacenters strings, status string, created_at int64, seq uvarint,
+//	datacenters strings, life bool, created_at int64, seq uvarint,
 //	expires_at int64,
-//	(a job in the lifecycle only; a legacy job's record ends here:)
+//	(with life, a job in the lifecycle, only; a legacy job's record ends here:)
 //	state uvarint (1..6), attempts uvarint, run_at int64, lease_id string,
 //	holder string, lease_expires_at int64, retention int64 (ns),
 //	finished_at int64, result bytes, error string
+//
+// The job's status is not stored: it is its state's name (Job.State). Where
+// life is, a record of the earlier layout has its status string, whose
+// length (4 to 9) is no bool: such a record fails to decode, never misread.
 func appendJob(b []byte, j *Job) []byte {
 	b = appendString(b, j.Tenant)
 	b = appendString(b, j.ID)
@@ -243,11 +247,11 @@ func appendJob(b []byte, j *Job) []byte {
 	b = appendString(b, j.Type)
 	b = appendBytes(b, j.Payload)
 	b = appendStrings(b, j.Datacenters)
-	b = appendString(b, j.Status)
+	l := j.Life
+	b = appendBool(b, l != nil)
 	b = appendInt64(b, j.CreatedAt)
 	b = appendUvarint(b, j.Seq)
 	b = appendInt64(b, j.ExpiresAt)
-	l := j.Life
 	if l == nil {
 		return b
 	}
@@ -265,8 +269,10 @@ func appendJob(b []byte, j *Job) []byte {
 
 func decodeJob(d *decoder) *Job {
 	j := &Job{Tenant: d.string(), ID: d.string(), Key: d.string(), Type: d.string(), Payload: d.bytes(),
-		Datacenters: d.strings(), Status: d.string(), CreatedAt: d.int64(), Seq: d.uvarint(), ExpiresAt: d.int64()}
-	if d.err != nil || d.remaining() == 0 {
+		Datacenters: d.strings()}
+	life := d.bool()
+	j.CreatedAt, j.Seq, j.ExpiresAt = d.int64(), d.uvarint(), d.int64()
+	if d.err != nil || !life {
 		return j
 	}
 	l := &JobLife{}
@@ -279,12 +285,8 @@ func decodeJob(d *decoder) *Job {
 	l.Attempts, l.RunAt, l.LeaseID, l.Holder = d.uvarint(), d.int64(), d.string(), d.string()
 	l.LeaseExpiresAt, l.Retention, l.FinishedAt = d.int64(), d.int64(), d.int64()
 	l.Result, l.Error = d.bytes(), d.string()
-	switch {
-	case d.err != nil:
-	case l.Retention < 0:
+	if d.err == nil && l.Retention < 0 {
 		d.fail("negative retention")
-	case j.Status != l.State.String():
-		d.fail(fmt.Sprintf("status %q in state %s", j.Status, l.State))
 	}
 	return j
 }

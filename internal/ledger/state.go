@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/btree"
 	"github.com/once-dev/once/internal/ledger/engine"
-	"github.com/once-dev/once/pkg/api"
 )
 
 // btreeDegree is the degree of every index (nodes of 31..63 items).
@@ -652,13 +651,12 @@ func (s *state) commitEntry(ax *applyCtx, e *Entry, c Commit) Result {
 		Type:        e.Request.Type,
 		Payload:     e.Request.Payload,
 		Datacenters: e.Request.Datacenters,
-		Status:      api.JobStatusCommitted,
 		CreatedAt:   c.Now,
 		Seq:         s.nextSeq(ax.index + ax.item),
 		ExpiresAt:   c.JobExpiresAt,
 	}
 	if c.Queue { // the lifecycle
-		j.Status, j.ExpiresAt = api.JobStatusQueued, 0
+		j.ExpiresAt = 0
 		j.Life = &JobLife{State: JobQueued, RunAt: c.Now, Retention: c.JobExpiresAt - c.Now}
 	}
 	s.insertJob(j)

@@ -120,8 +120,6 @@ type Job struct {
 	Type        string
 	Payload     json.RawMessage
 	Datacenters []string
-	// Status is api.JobStatusCommitted.
-	Status string
 	// CreatedAt is the Now of the Admit's Commit (unix nanoseconds).
 	CreatedAt int64
 	// Seq is the raft log index of the Admit: unique, increasing in
@@ -144,7 +142,9 @@ type Job struct {
 // in the lifecycle that has not finished (ExpiresAt 0).
 func (j Job) Gone(now int64) bool { return j.ExpiresAt != 0 && j.ExpiresAt <= now }
 
-// State returns the job's lifecycle state (JobLegacy when Life is nil).
+// State returns the job's lifecycle state (JobLegacy when Life is nil). Its
+// String is the job's status, which the ledger does not store apart from it:
+// the name of a lifecycle state, or api.JobStatusCommitted for a JobLegacy job.
 func (j Job) State() JobState { return stateOf(&j) }
 
 // JobLife is the lifecycle part of a job. Items are immutable: a transition

@@ -183,7 +183,7 @@ func (m *Manager) leaseCall(ctx context.Context, tenant, jobID, leaseID string, 
 	case done, ledger.OutcomeUnchanged:
 		return res.Job, nil
 	case ledger.OutcomeLeaseLost:
-		return res.Job, rpc.Errorf(rpc.CodeLeaseLost, "job %s: lease is not the job's current one (job %s)", res.Job.ID, res.Job.Status)
+		return res.Job, rpc.Errorf(rpc.CodeLeaseLost, "job %s: lease is not the job's current one (job %s)", res.Job.ID, res.Job.State())
 	case ledger.OutcomeNotFound:
 		return ledger.Job{}, rpc.Errorf(rpc.CodeNotFound, "job not found")
 	case ledger.OutcomeTenantBytesFull:

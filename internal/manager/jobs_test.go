@@ -200,7 +200,7 @@ func TestQueueJobsOffCommitsLegacyJobs(t *testing.T) {
 	tc := newTestCluster(t, 1, func(c *Config) { c.QueueJobs = false })
 	id := submitJob(t, tc, "host1.dc1:1:1:0123456789abcdef", "email")
 	m := tc.mgrs[tc.leader()]
-	if j, ok := m.fsm.Job("acme", id); !ok || j.Life != nil || j.Status != "committed" {
+	if j, ok := m.fsm.Job("acme", id); !ok || j.Life != nil || j.State().String() != "committed" {
 		t.Fatalf("job %+v %v", j, ok)
 	}
 	if jobs, err := m.leaseNow(ctxT(t), &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w"}); err != nil || len(jobs) != 0 {

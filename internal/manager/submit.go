@@ -505,7 +505,7 @@ func (m *Manager) entryResponse(e ledger.Entry, outcome string, replayed bool) *
 	case ledger.StateCommitted:
 		r.Outcome = rpc.OutcomeCommitted
 		r.Job = m.pbJob(ledger.Job{ID: e.JobID, Tenant: e.Tenant, Key: e.Key, Type: e.Request.Type,
-			Payload: e.Request.Payload, Datacenters: e.Request.Datacenters, Status: api.JobStatusCommitted, CreatedAt: e.ResolvedAt})
+			Payload: e.Request.Payload, Datacenters: e.Request.Datacenters, CreatedAt: e.ResolvedAt})
 	case ledger.StateRejected:
 		r.Outcome = rpc.OutcomeRejected
 		r.Rejection = &rpcpb.Rejection{Status: int32(e.Status), Reason: e.Reason, Detail: e.Detail}
@@ -531,13 +531,10 @@ func (m *Manager) pbJob(j ledger.Job) *rpcpb.Job {
 	if len(payload) == 0 {
 		payload = []byte("null")
 	}
-	status := j.Status
-	if j.Life != nil {
-		// The ledger's Status of a job in the lifecycle is its state; the
-		// API's status is the admission outcome (committed), the state its
-		// own member (pbJobRead).
-		status = api.JobStatusCommitted
-	}
+	// The API's status is the admission outcome, committed for every job;
+	// a job in the lifecycle shows its state in a member of its own
+	// (pbJobRead).
+	status := api.JobStatusCommitted
 	return &rpcpb.Job{
 		JobId:          j.ID,
 		Type:           j.Type,
