@@ -33,12 +33,12 @@ func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, k keys.Ke
 			}
 			return m.entryResponse(e, "", true), nil
 		}
-		proposal, err := m.proposeOrWait(ctx, req.Tenant, req.Key, deadline)
-		if err != nil || proposal == nil {
-			return inProgress(err)
-		}
-		if proposal == retry {
+		owner, ended, err := m.proposeOrWait(ctx, req.Tenant, req.Key, deadline)
+		if ended {
 			continue
+		}
+		if !owner {
+			return inProgress(err)
 		}
 		if resp, ok := m.ranHere(req, k, jobID); ok {
 			m.endProposal(req.Tenant, req.Key)

@@ -103,12 +103,12 @@ func (m *Manager) submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 		// several gates): one proposes the Admit, the others wait for it (at
 		// most their WaitMillis: in_progress after that) and then find the
 		// entry on the fast path. One admission in the log.
-		proposal, err := m.proposeOrWait(ctx, req.Tenant, req.Key, deadline)
-		if err != nil || proposal == nil {
-			return inProgress(err)
-		}
-		if proposal == retry {
+		owner, ended, err := m.proposeOrWait(ctx, req.Tenant, req.Key, deadline)
+		if ended {
 			continue
+		}
+		if !owner {
+			return inProgress(err)
 		}
 		// Another submission's Admit of the key may have applied and ended
 		// between the look above and this proposal: look again, so that a
@@ -230,21 +230,13 @@ func (m *Manager) refusal(what, tenant string, res ledger.Result) error {
 	}
 }
 
-// retry is what proposeOrWait returns when another submission's proposal
-// of the key ended: the caller looks at the key again.
-var retry = make(chan struct{})
-
-// owned is what proposeOrWait returns to the owner of a proposal, which
-// then calls endProposal.
-var owned = make(chan struct{})
-
 // proposeOrWait registers an Admit (or a Claim) about to be proposed for
-// (tenant, key). The first caller owns it and gets owned: it calls
-// endProposal when it is done. Any other caller waits for the owner's proposal to end,
-// until deadline: it gets retry when the proposal ended (look at the key
-// again), nil when the deadline passed first (the key is in progress), or
-// an error when its request or the manager ends first.
-func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadline time.Time) (chan struct{}, error) {
+// (tenant, key). The first caller owns it (owner): it calls endProposal when
+// it is done. Any other caller waits for the owner's proposal to end, until
+// deadline: ended when the proposal ended (look at the key again), neither
+// when the deadline passed first (the key is in progress), or an error when
+// its request or the manager ends first.
+func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadline time.Time) (owner, ended bool, err error) {
 	k := slot{tenant, key}
 	m.proposingMu.Lock()
 	proposal, busy := m.proposing[k]
@@ -259,7 +251,7 @@ func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadlin
 	}
 	m.proposingMu.Unlock()
 	if !busy {
-		return owned, nil
+		return true, false, nil
 	}
 	if f := m.deps.Knobs.WaitsOnAdmit; f != nil {
 		f(tenant, key)
@@ -268,13 +260,13 @@ func (m *Manager) proposeOrWait(ctx context.Context, tenant, key string, deadlin
 	defer timer.Stop()
 	select {
 	case <-proposal:
-		return retry, nil
+		return false, true, nil
 	case <-timer.C:
-		return nil, nil
+		return false, false, nil
 	case <-ctx.Done():
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
+		return false, false, rpc.Errorf(rpc.CodeUnavailable, "request ended while waiting: %v", ctx.Err())
 	case <-m.shutdown:
-		return nil, errShuttingDown
+		return false, false, errShuttingDown
 	}
 }
 
