@@ -175,6 +175,77 @@ func snapCrashCases(t *testing.T, run func(t *testing.T, store string, kill bool
 	}
 }
 
+// heldManager is manager i held inside a snapshot by h, with the keys
+// acknowledged so far and their job IDs.
+type heldManager struct {
+	i   int
+	h   *hold
+	ids map[string]string
+	// partial, when set, names what the hold keeps inside the writing of a
+	// snapshot into manager i's snapshot store: the crash image must hold
+	// the unfinished snapshot, and the restart must remove it.
+	partial string
+	stopped func() // when set, runs once manager i has stopped
+}
+
+// stopWhileHeld runs a snapshot crash test on each store and each way of
+// stopping (snapCrashCases): hold brings a cluster of three to a manager
+// held inside a snapshot, which is then stopped while the others admit more
+// keys, restarted on its data directory (a kill's crash image, taken while
+// it was held, put back first), and checked (checkAcknowledged).
+func stopWhileHeld(t *testing.T, hold func(t *testing.T, tc *testCluster, store string) heldManager) {
+	snapCrashCases(t, func(t *testing.T, store string, kill bool) {
+		tc := newTestCluster(t, 3, func(c *Config) { c.LedgerStore = store; c.TrailingLogs = 8 })
+		hm := hold(t, tc, store)
+		var image string
+		if kill {
+			image = tc.crashImage(hm.i)
+			if hm.partial != "" && len(tc.partialSnapshots(hm.i)) == 0 {
+				t.Fatalf("no unfinished snapshot in the crash image's source while %s is held", hm.partial)
+			}
+		}
+		merge(hm.ids, tc.submitN("during-", 20))
+		tc.stopHeld(hm.i, hm.h)
+		if hm.stopped != nil {
+			hm.stopped()
+		}
+		merge(hm.ids, tc.submitN("stopped-", 20))
+		if kill {
+			tc.putImage(hm.i, image)
+		}
+		tc.start(hm.i)
+		if hm.partial != "" {
+			if tmp := tc.partialSnapshots(hm.i); len(tmp) != 0 {
+				t.Fatalf("unfinished snapshots left after the restart: %v", tmp)
+			}
+		}
+		tc.checkAcknowledged(hm.i, hm.ids)
+	})
+}
+
+// snapshotLeader makes the leader take a snapshot (compacting its log) and
+// returns its index.
+func (tc *testCluster) snapshotLeader() int {
+	tc.t.Helper()
+	l := tc.leader()
+	if err := tc.mgrs[l].Raft().Snapshot().Error(); err != nil {
+		tc.t.Fatalf("leader's snapshot: %v", err)
+	}
+	return l
+}
+
+// fallBehind stops a follower while the leader admits keys and compacts its
+// log past it, and returns the follower and the keys acknowledged.
+func (tc *testCluster) fallBehind() (int, map[string]string) {
+	tc.t.Helper()
+	ids := tc.submitN("before-", 20)
+	f := tc.follower()
+	tc.stop(f)
+	merge(ids, tc.submitN("behind-", 200))
+	tc.snapshotLeader()
+	return f, ids
+}
+
 // TestStopWhilePersistingASnapshot: a follower is stopped while it persists a
 // snapshot of its own (the knob holds its Persist after the first bytes
 // reached the snapshot store), gracefully or by a kill, while the others
@@ -182,8 +253,7 @@ func snapCrashCases(t *testing.T, run func(t *testing.T, store string, kill bool
 // acknowledged before and during the stop, each with its one job ID, and
 // the cluster goes on; a kill's unfinished snapshot is removed on restart.
 func TestStopWhilePersistingASnapshot(t *testing.T) {
-	snapCrashCases(t, func(t *testing.T, store string, kill bool) {
-		tc := newTestCluster(t, 3, func(c *Config) { c.LedgerStore = store; c.TrailingLogs = 8 })
+	stopWhileHeld(t, func(t *testing.T, tc *testCluster, _ string) heldManager {
 		ids := tc.submitN("before-", 200)
 		f := tc.follower()
 		tc.stop(f)
@@ -194,25 +264,7 @@ func TestStopWhilePersistingASnapshot(t *testing.T) {
 		m := tc.mgrs[f]
 		go func() { snapped <- m.Raft().Snapshot().Error() }()
 		h.wait(t, "the follower's Persist")
-		var image string
-		if kill {
-			image = tc.crashImage(f)
-			if len(tc.partialSnapshots(f)) == 0 {
-				t.Fatal("no unfinished snapshot in the crash image's source while Persist is held")
-			}
-		}
-		merge(ids, tc.submitN("during-", 20))
-		tc.stopHeld(f, h)
-		<-snapped
-		merge(ids, tc.submitN("stopped-", 20))
-		if kill {
-			tc.putImage(f, image)
-		}
-		tc.start(f)
-		if tmp := tc.partialSnapshots(f); len(tmp) != 0 {
-			t.Fatalf("unfinished snapshots left after the restart: %v", tmp)
-		}
-		tc.checkAcknowledged(f, ids)
+		return heldManager{i: f, h: h, ids: ids, partial: "Persist", stopped: func() { <-snapped }}
 	})
 }
 
@@ -224,16 +276,8 @@ func TestStopWhilePersistingASnapshot(t *testing.T) {
 // the others admit more keys. Restarted on its data directory it holds
 // every acknowledged key with its one job ID, and the cluster goes on.
 func TestStopWhileRestoringASnapshot(t *testing.T) {
-	snapCrashCases(t, func(t *testing.T, store string, kill bool) {
-		tc := newTestCluster(t, 3, func(c *Config) { c.LedgerStore = store; c.TrailingLogs = 8 })
-		ids := tc.submitN("before-", 20)
-		f := tc.follower()
-		tc.stop(f)
-		merge(ids, tc.submitN("behind-", 200))
-		l := tc.leader()
-		if err := tc.mgrs[l].Raft().Snapshot().Error(); err != nil {
-			t.Fatalf("leader's snapshot: %v", err)
-		}
+	stopWhileHeld(t, func(t *testing.T, tc *testCluster, store string) heldManager {
+		f, ids := tc.fallBehind()
 		merge(ids, tc.submitN("after-snapshot-", 20))
 		h := newHold()
 		tc.startKnobbed(f, TestingKnobs{SnapshotRead: h.knob})
@@ -241,18 +285,7 @@ func TestStopWhileRestoringASnapshot(t *testing.T) {
 		if gens, _ := filepath.Glob(filepath.Join(tc.cfgs[f].DataDir, "ledger", "gen-*")); store == "disk" && len(gens) < 2 {
 			t.Fatalf("ledger generations while the Restore is held: %v, want the new one beside the current", gens)
 		}
-		var image string
-		if kill {
-			image = tc.crashImage(f)
-		}
-		merge(ids, tc.submitN("during-", 20))
-		tc.stopHeld(f, h)
-		merge(ids, tc.submitN("stopped-", 20))
-		if kill {
-			tc.putImage(f, image)
-		}
-		tc.start(f)
-		tc.checkAcknowledged(f, ids)
+		return heldManager{i: f, h: h, ids: ids}
 	})
 }
 
@@ -263,37 +296,12 @@ func TestStopWhileRestoringASnapshot(t *testing.T) {
 // acknowledged key with its one job ID, the cluster goes on, and a kill's
 // unfinished copy is removed on restart.
 func TestStopWhileReceivingASnapshot(t *testing.T) {
-	snapCrashCases(t, func(t *testing.T, store string, kill bool) {
-		tc := newTestCluster(t, 3, func(c *Config) { c.LedgerStore = store; c.TrailingLogs = 8 })
-		ids := tc.submitN("before-", 20)
-		f := tc.follower()
-		tc.stop(f)
-		merge(ids, tc.submitN("behind-", 200))
-		l := tc.leader()
-		if err := tc.mgrs[l].Raft().Snapshot().Error(); err != nil {
-			t.Fatalf("leader's snapshot: %v", err)
-		}
+	stopWhileHeld(t, func(t *testing.T, tc *testCluster, _ string) heldManager {
+		f, ids := tc.fallBehind()
 		h := newHold()
 		tc.startKnobbed(f, TestingKnobs{SnapshotWritten: h.knob})
 		h.wait(t, "the copy of the leader's snapshot")
-		var image string
-		if kill {
-			image = tc.crashImage(f)
-			if len(tc.partialSnapshots(f)) == 0 {
-				t.Fatal("no unfinished snapshot in the crash image's source while the copy is held")
-			}
-		}
-		merge(ids, tc.submitN("during-", 20))
-		tc.stopHeld(f, h)
-		merge(ids, tc.submitN("stopped-", 20))
-		if kill {
-			tc.putImage(f, image)
-		}
-		tc.start(f)
-		if tmp := tc.partialSnapshots(f); len(tmp) != 0 {
-			t.Fatalf("unfinished snapshots left after the restart: %v", tmp)
-		}
-		tc.checkAcknowledged(f, ids)
+		return heldManager{i: f, h: h, ids: ids, partial: "the copy"}
 	})
 }
 
@@ -320,13 +328,9 @@ func (tc *testCluster) addMember() int {
 // keys. Restarted on its data directory it holds every acknowledged key
 // with its one job ID, and the cluster, now of four, goes on.
 func TestStopWhileANewMemberRestores(t *testing.T) {
-	snapCrashCases(t, func(t *testing.T, store string, kill bool) {
-		tc := newTestCluster(t, 3, func(c *Config) { c.LedgerStore = store; c.TrailingLogs = 8 })
+	stopWhileHeld(t, func(t *testing.T, tc *testCluster, _ string) heldManager {
 		ids := tc.submitN("before-", 200)
-		l := tc.leader()
-		if err := tc.mgrs[l].Raft().Snapshot().Error(); err != nil {
-			t.Fatalf("leader's snapshot: %v", err)
-		}
+		l := tc.snapshotLeader()
 		merge(ids, tc.submitN("after-snapshot-", 20))
 		n := tc.addMember()
 		h := newHold()
@@ -340,17 +344,6 @@ func TestStopWhileANewMemberRestores(t *testing.T) {
 		if err := <-added; err != nil {
 			t.Fatalf("add %s: %v", tc.cfgs[n].NodeID, err)
 		}
-		var image string
-		if kill {
-			image = tc.crashImage(n)
-		}
-		merge(ids, tc.submitN("during-", 20))
-		tc.stopHeld(n, h)
-		merge(ids, tc.submitN("stopped-", 20))
-		if kill {
-			tc.putImage(n, image)
-		}
-		tc.start(n)
-		tc.checkAcknowledged(n, ids)
+		return heldManager{i: n, h: h, ids: ids}
 	})
 }
