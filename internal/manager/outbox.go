@@ -193,7 +193,12 @@ func (o *outbox) pass(ctx context.Context) {
 		})
 	}
 	_ = g.Wait()
-	if left := o.confirm(ctx, confirmed); len(left) > 0 {
+	left, err := o.m.confirm(ctx, confirmed)
+	o.m.metrics.outboxConfirmed.Add(float64(len(confirmed) - len(left)))
+	if err != nil {
+		o.log.Debug("recording the other datacenters' outcomes failed; a later pass asks again", logging.KeyCount, len(left), logging.KeyError, err)
+	}
+	if len(left) > 0 {
 		// Not recorded (leadership lost, a timeout): the pairs are not
 		// done. A manager that leads again before a pass saw it follow
 		// (run clears the state then) must ask them again, a replay at the
@@ -216,18 +221,6 @@ const carriedMinTTL = time.Second
 
 // confirmChunk bounds the items of one Confirm command.
 const confirmChunk = 1024
-
-// confirm records the final outcomes in the ledger, and returns the items
-// it could not record. A failure (leadership lost) only costs replays: the
-// next leader, or this one's next pass, asks those pairs again.
-func (o *outbox) confirm(ctx context.Context, items []ledger.Confirmation) []ledger.Confirmation {
-	left, err := o.m.confirm(ctx, items)
-	o.m.metrics.outboxConfirmed.Add(float64(len(items) - len(left)))
-	if err != nil {
-		o.log.Debug("recording the other datacenters' outcomes failed; a later pass asks again", logging.KeyCount, len(left), logging.KeyError, err)
-	}
-	return left
-}
 
 // confirm records items in the ledger, in Confirm commands of at most
 // confirmChunk items, and returns the items it could not record, with the
