@@ -91,11 +91,10 @@ func (o operator) Keyring(ctx context.Context, req *rpcpb.KeyringRequest) (*rpcp
 	}
 	var key []byte
 	if op != membership.KeyringList {
-		k, err := membership.ParseSecretKey(req.GetKey())
-		if err != nil {
+		var err error
+		if key, err = membership.ParseSecretKey(req.GetKey()); err != nil {
 			return nil, rpc.Errorf(rpc.CodeInvalid, "key: %v", err)
 		}
-		key = k
 	}
 	qctx, cancel := context.WithTimeout(ctx, keyringTimeout)
 	defer cancel()
