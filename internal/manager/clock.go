@@ -8,7 +8,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/once-dev/once/internal/clockwatch"
 	"github.com/once-dev/once/internal/logging"
@@ -89,7 +88,6 @@ type ledgerClock struct {
 	handoffCount    int
 	handoffTo       string
 	wasOffending    bool
-	handoffs        prometheus.Counter
 }
 
 // ledgerNow is the time to stamp into a command and to judge expiry by, at the
@@ -328,7 +326,7 @@ func (m *Manager) checkClock() {
 	srv, _ := m.RaftServer(target.NodeID)
 	m.log.Warn("handing leadership to a manager whose clock agrees with the group's",
 		logging.KeyPeer, target.NodeID, logging.KeyClockOffset, -st.View.Offset, logging.KeyReason, "clock offset")
-	c.handoffs.Inc()
+	m.metrics.clockHandoffs.Inc()
 	c.mu.Lock()
 	c.handoffCount++
 	c.handoffTo = target.NodeID
@@ -354,18 +352,6 @@ func handoffTarget(st ClockState, bound time.Duration) (membership.PeerOffset, b
 		}
 	}
 	return best, found
-}
-
-// registerClockMetrics exports the clock watch: the handoffs counter and
-// clockCollector's gauges (New calls it).
-func (m *Manager) registerClockMetrics(reg prometheus.Registerer) {
-	m.clock.handoffs = promauto.With(reg).NewCounter(prometheus.CounterOpts{
-		Name: "once_manager_clock_handoffs_total",
-		Help: "Leadership handoffs by this manager because its clock disagreed with its group's.",
-	})
-	if reg != nil {
-		reg.MustRegister(clockCollector{m})
-	}
 }
 
 var (

@@ -213,7 +213,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.leaseReplays = replay.New(replay.Options[leaseAnswer]{MaxAnswers: leaseReplayMax, MaxBytes: leaseReplayBytes,
 		TTL: leaseReplayTTL, Now: m.now, Size: leaseAnswer.size})
 	m.queueJobs.Store(cfg.QueueJobs)
-	m.registerClockMetrics(deps.Registerer)
+	if deps.Registerer != nil {
+		deps.Registerer.MustRegister(clockCollector{m})
+	}
 	m.clock.src = deps.Clock
 
 	raftDir := filepath.Join(cfg.DataDir, "raft")

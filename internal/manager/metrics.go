@@ -18,7 +18,7 @@ type metrics struct {
 	submissions                                           *prometheus.CounterVec
 	submitTime, applyLatency                              prometheus.Histogram
 	expired, outboxConfirmed, leaseReplays, outboxRefused prometheus.Counter
-	outboxInvalid                                         prometheus.Counter
+	outboxInvalid, clockHandoffs                          prometheus.Counter
 	outboxOldest                                          prometheus.Gauge
 }
 
@@ -56,6 +56,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		leaseReplays: counter("once_manager_lease_replays_total",
 			"Leases retried with their Idempotency-Key and answered with the kept answer (the same jobs), at this manager as leader."),
+		clockHandoffs: counter("once_manager_clock_handoffs_total",
+			"Leadership handoffs by this manager because its clock disagreed with its group's."),
 	}
 }
 
