@@ -123,11 +123,9 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 	defer stopTelemetry()
 	var secret string
 	if cfg.ClusterSecretFile != "" {
-		s, err := config.ReadSecretFile(manager.EnvClusterSecretFile, cfg.ClusterSecretFile)
-		if err != nil {
+		if secret, err = config.ReadSecretFile(manager.EnvClusterSecretFile, cfg.ClusterSecretFile); err != nil {
 			return err
 		}
-		secret = s
 	}
 	clusterTLS, err := manager.LoadClusterTLS(cfg, log)
 	if err != nil {
