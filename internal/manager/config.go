@@ -242,7 +242,12 @@ func Register(l *config.Loader, c *Config) {
 	l.List(&c.Join, EnvJoin, "comma-separated host:port gossip seeds", config.HostPort, "gossip addresses of nodes to join")
 	l.Secret(&c.GossipKey, EnvGossipKey, "base64 of a 16, 24 or 32-byte key", membership.CheckSecretKeys, "gossip encryption key; unset: derived from the cluster secret")
 	l.String(&c.GossipProfile, EnvGossipProfile, "lan or local", config.OneOf(membership.ProfileLAN, membership.ProfileLocal), "memberlist timing profile")
-	l.String(&c.WANGossipAddr, EnvWANGossipAddr, config.WantListenAddr, optional(config.ListenAddr), "WAN memberlist bind address, joining the federation of datacenters (default: none, a single-datacenter manager)")
+	l.String(&c.WANGossipAddr, EnvWANGossipAddr, config.WantListenAddr, func(v string) error {
+		if v == "" {
+			return nil
+		}
+		return config.ListenAddr(v)
+	}, "WAN memberlist bind address, joining the federation of datacenters (default: none, a single-datacenter manager)")
 	l.String(&c.WANGossipAdvertise, EnvWANGossipAdvertise, config.WantAdvertise, config.Advertise, "WAN gossip address the others dial, resolved at start (default: MANAGER_WAN_GOSSIP_ADDR)")
 	l.List(&c.WANJoin, EnvWANJoin, "comma-separated host:port gossip seeds", config.HostPort, "WAN gossip addresses of managers (of any datacenter) to join")
 	l.Secret(&c.WANGossipKey, EnvWANGossipKey, "base64 of 16, 24 or 32-byte keys, comma-separated", membership.CheckSecretKeys, "WAN gossip encryption keys (the first encrypts); unset: derived from the cluster secret")
@@ -437,14 +442,4 @@ func (c *Config) Validate() error {
 // (minValue).
 func atLeast(env, value, minEnv, minValue string) error {
 	return config.Invalid(env, value, "at least "+minEnv+" ("+minValue+")", config.ErrOutOfRange)
-}
-
-// optional accepts the empty string and checks any other value with check.
-func optional(check func(string) error) func(string) error {
-	return func(v string) error {
-		if v == "" {
-			return nil
-		}
-		return check(v)
-	}
 }
