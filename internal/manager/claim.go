@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -44,10 +45,7 @@ func (m *Manager) claim(ctx context.Context, req *rpcpb.SubmitRequest, k keys.Ke
 			m.endProposal(req.Tenant, req.Key)
 			return resp, nil
 		}
-		ttl := m.cfg.Idempotency.CommittedTTL
-		if t := resultTTL(req); t > 0 {
-			ttl = t
-		}
+		ttl := cmp.Or(resultTTL(req), m.cfg.Idempotency.CommittedTTL)
 		now := m.ledgerNow()
 		res, err := m.apply(ctx, ledger.Claim{
 			Tenant:         req.Tenant,
