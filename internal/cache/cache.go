@@ -499,11 +499,16 @@ func (s *shard[V]) dropExpiredOldest(l *simplelru.LRU[string, *entry[V]], now ti
 // pending list to the completed list (or out of the cache, for Abandoned) if e
 // is still the live entry of its key, and closes done, which wakes every waiter
 // that is or will ever be waiting on e.
+//
+// A Size that panics does not leave e PENDING: the outcome is resolved as one
+// that does not fit (its waiters get it, nothing is cached), and the panic
+// goes on in the resolving call once done is closed.
 func (e *entry[V]) resolve(v V, state State, expires time.Time) error {
 	s := e.s
 	var size int64
+	var sizePanic any
 	if s.c.cfg.MaxBytes > 0 && state != Abandoned {
-		size = s.c.cfg.Size(v)
+		size, sizePanic = s.c.size(v)
 	}
 	s.mu.Lock()
 	if e.state != Pending {
@@ -516,7 +521,7 @@ func (e *entry[V]) resolve(v V, state State, expires time.Time) error {
 		now := s.c.now()
 		// An outcome already expired is never cached: a duplicate would be
 		// answered from an entry past its own expiry.
-		if state != Abandoned && !e.expired(now) && s.fits(size, now) {
+		if state != Abandoned && sizePanic == nil && !e.expired(now) && s.fits(size, now) {
 			// The key was in the pending list, so it is not in done and the
 			// shard's total is unchanged: no eviction. fits counted
 			// the bytes.
@@ -528,5 +533,18 @@ func (e *entry[V]) resolve(v V, state State, expires time.Time) error {
 	}
 	s.mu.Unlock()
 	close(e.done)
+	if sizePanic != nil {
+		panic(sizePanic)
+	}
 	return nil
+}
+
+// size is cfg.Size(v), or the value it panicked with.
+func (c *Cache[V]) size(v V) (n int64, panicked any) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = p
+		}
+	}()
+	return c.cfg.Size(v), nil
 }

@@ -25,7 +25,9 @@ type Waiter[V any] entry[V]
 // outcome that does not fit the byte bound (Stats.NotCached): every waiter
 // still gets v, and a later duplicate misses. So a caller whose outcome
 // carries its own expiry (the ledger's) never keeps it past that expiry, not
-// even for an instant.
+// even for an instant. A Config.Size that panics leaves nothing PENDING: the
+// entry is resolved as an outcome that does not fit (waiters get v, nothing is
+// cached), then the panic goes on in CompleteUntil.
 //
 // A second CompleteUntil or Abandon returns ErrResolved and changes nothing.
 // An invalid state returns ErrInvalidState and changes nothing.
