@@ -515,10 +515,19 @@ func (e *entry[V]) resolve(v V, state State, expires time.Time) error {
 		s.mu.Unlock()
 		return ErrResolved
 	}
+	now := s.c.now()
+	if state != Abandoned {
+		// The expiry is kept on the cache's clock: now plus the time left.
+		// One read from a wall clock alone (the ledger's Unix expiry, with
+		// no monotonic reading) would otherwise be compared by wall time,
+		// and a step of the wall clock backwards would keep the entry past
+		// the ledger's expiry; from now on it moves with the clock's
+		// monotonic reading (time.Now has one), like every other entry.
+		expires = now.Add(expires.Sub(now))
+	}
 	e.value, e.state, e.expires = v, state, expires
 	if cur, ok := s.pending.Peek(e.key); ok && cur == e {
 		s.pending.Remove(e.key)
-		now := s.c.now()
 		// An outcome already expired is never cached: a duplicate would be
 		// answered from an entry past its own expiry.
 		if state != Abandoned && sizePanic == nil && !e.expired(now) && s.fits(size, now) {

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -161,4 +162,31 @@ func TestMismatchWhilePendingAndExpiryEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustBegin(t, c, "k", "fp1", LookupPending)
+}
+
+// An expiry given as a wall-clock instant alone (the ledger's Unix expiry:
+// no monotonic reading) is kept on the cache's clock, time.Now, with its
+// monotonic reading, so that a step of the wall clock backwards cannot keep
+// the entry past the ledger's expiry. (Fails on the old code: the entry kept
+// the wall-only instant, compared by wall time.) Entries the cache inserts
+// (PENDING) expire on the monotonic clock too. A test cannot step the wall
+// clock; Time.String shows the monotonic reading as its "m=" field.
+func TestExpiryFollowsTheMonotonicClock(t *testing.T) {
+	c, err := New[*response](Config{MaxEntries: 10, PendingTTL: pendingTTL, CleanupInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	owner := mustBegin(t, c, "k", "fp", LookupMiss)
+	if !strings.Contains(owner.ExpiresAt.String(), " m=") {
+		t.Fatalf("PENDING entry's expiry %v has no monotonic reading", owner.ExpiresAt)
+	}
+	wall := time.Now().Add(time.Hour).Round(0) // as time.Unix(0, ExpiresAtUnixNano) gives it
+	if err := owner.Owner.CompleteUntil(&response{status: 201}, Committed, wall); err != nil {
+		t.Fatal(err)
+	}
+	h := mustBegin(t, c, "k", "fp", LookupHit)
+	if !strings.Contains(h.ExpiresAt.String(), " m=") || !h.ExpiresAt.Equal(wall) {
+		t.Fatalf("expiry %v, want %v on the monotonic clock", h.ExpiresAt, wall)
+	}
 }
