@@ -26,10 +26,11 @@ type Waiter[V any] entry[V]
 // still gets v, and a later duplicate misses. So a caller whose outcome
 // carries its own expiry (the ledger's) never keeps it past that expiry, not
 // even for an instant. expires is kept as now plus the time left, on the
-// cache's clock (its monotonic reading, for time.Now), so that an instant read
-// from a wall clock alone stays put when the wall clock steps. A Config.Size that panics leaves nothing PENDING: the
-// entry is resolved as an outcome that does not fit (waiters get v, nothing is
-// cached), then the panic goes on in CompleteUntil.
+// cache's clock (its monotonic reading, for time.Now), so that an instant
+// read from a wall clock alone stays put when the wall clock steps. A
+// Config.Size that panics leaves nothing PENDING: the entry is resolved as an
+// outcome that does not fit (waiters get v, nothing is cached), then the
+// panic goes on in CompleteUntil.
 //
 // A second CompleteUntil or Abandon returns ErrResolved and changes nothing.
 // An invalid state returns ErrInvalidState and changes nothing.
