@@ -22,7 +22,12 @@ import (
 	"github.com/once-dev/once/pkg/keys"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if keysChild() {
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const testKey = "c1:1:0123456789abcdef"
 

@@ -162,9 +162,20 @@ func (k *Keys) reserve() error {
 // id sharing the file reserved it since: its sequences are skipped), as
 // reserved, durably. The state file's lock is held, and k.mu (or k is not
 // shared yet).
+//
+// A file that cannot be read or parsed, or names another client id, is
+// refused, not replaced: what another process sharing it reserved is no
+// longer known, and a block after this process's own limit could hold
+// sequences that process hands out.
 func (k *Keys) reserveLocked() error {
 	base := k.limit
-	if st, found, err := readKeysState(k.path); err == nil && found && st.ClientID == k.clientID && st.Reserved > base {
+	st, found, err := readKeysState(k.path)
+	switch {
+	case err != nil:
+		return err
+	case found && st.ClientID != k.clientID:
+		return fmt.Errorf("%w: %s: names client id %q, not this process's %q: it was replaced", ErrKeysState, k.path, st.ClientID, k.clientID)
+	case found && st.Reserved > base:
 		base = st.Reserved
 	}
 	if base > math.MaxUint64-k.block {
@@ -173,7 +184,7 @@ func (k *Keys) reserveLocked() error {
 		return fmt.Errorf("%w: %s: the sequences are used up (reserved %d, block %d, the largest is %d): start a new state file, which has a new client id",
 			ErrKeysState, k.path, base, k.block, uint64(math.MaxUint64))
 	}
-	st := keysState{ClientID: k.clientID, Reserved: base + k.block}
+	st = keysState{ClientID: k.clientID, Reserved: base + k.block}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrKeysState, err)

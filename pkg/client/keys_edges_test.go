@@ -1,0 +1,220 @@
+package client
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+)
+
+// TestKeysRefusesAStateFileCorruptedWhileInUse: a state file that another
+// process shares, found corrupt (or naming another client id) when a new
+// block is due, is refused with ErrKeysState and left as it is. Replacing
+// it with the block after this process's own limit (as Next did) handed
+// out sequences the other process had reserved, and was handing out.
+func TestKeysRefusesAStateFileCorruptedWhileInUse(t *testing.T) {
+	for _, tc := range []struct{ name, content string }{
+		{"torn", `{"client_id":"c","rese`},
+		{"empty", ``},
+		{"another client id", `{"client_id":"d","reserved":6}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "keys.json")
+			k1, err := OpenKeys(path, KeysOptions{ClientID: "c", Block: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			k2, err := OpenKeys(path, KeysOptions{Block: 3}) // reserves 4-6
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[uint64]string{}
+			draw := func(name string, k *Keys) error {
+				raw, err := k.Next()
+				if err != nil {
+					return err
+				}
+				s := seqOf(t, raw).Sequence
+				if other, ok := seen[s]; ok {
+					t.Fatalf("sequence %d handed out by %s and %s", s, other, name)
+				}
+				seen[s] = name
+				return nil
+			}
+			for range 3 {
+				if err := draw("first", k1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := draw("second", k2); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// k1's block is used up: it must not reserve 4-6 again.
+			if err := draw("first", k1); !errors.Is(err, ErrKeysState) {
+				t.Fatalf("Next past the block with a %s state file: %v, want ErrKeysState", tc.name, err)
+			}
+			if b, _ := os.ReadFile(path); string(b) != tc.content {
+				t.Fatalf("the %s state file was replaced by %q", tc.name, b)
+			}
+			// k2 still hands out what it reserved before.
+			for range 2 {
+				if err := draw("second", k2); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// The child process of the tests below: the test binary run again with
+// keysChildEnv set to "<mode> <state file> <block>". It prints "key <sequence>"
+// for every key Next hands out, and "refused <errors.Is(err, ErrKeysState)>"
+// for every Next that fails.
+const keysChildEnv = "ONCE_CLIENT_TEST_KEYS_CHILD"
+
+// keysChild runs the child when keysChildEnv is set, and exits.
+func keysChild() bool {
+	arg := os.Getenv(keysChildEnv)
+	if arg == "" {
+		return false
+	}
+	var mode, path string
+	var block uint64
+	if _, err := fmt.Sscan(arg, &mode, &path, &block); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	k, err := OpenKeys(path, KeysOptions{ClientID: "c", Block: block})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	next := func() {
+		raw, err := k.Next()
+		if err != nil {
+			fmt.Printf("refused %v\n", errors.Is(err, ErrKeysState))
+			return
+		}
+		key, err := keysParse(raw)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		fmt.Printf("key %d\n", key)
+	}
+	switch mode {
+	case "draw": // until killed
+		for {
+			next()
+		}
+	case "fullDisk": // see TestKeysOnAFullDisk
+		for range block {
+			next()
+		}
+		if err := keysLimitFileSize(8); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		next()
+		next()
+		if err := keysLimitFileSize(-1); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		next()
+	}
+	os.Exit(0)
+	return true
+}
+
+// keysChildCmd is the child of mode on path with block.
+func keysChildCmd(t *testing.T, mode, path string, block uint64) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d", keysChildEnv, mode, path, block))
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// TestKeysKill9NeverReuses: processes drawing keys as fast as they can
+// from one state file are killed with SIGKILL after 1, 2, 3… keys (so at
+// any point of a reservation: before its write, with the temporary file
+// half written, between its rename and the directory's fsync, just after);
+// every sequence any of them handed out is handed out once, and each
+// process starts after everything the ones before it handed out. Guard:
+// the code was right.
+func TestKeysKill9NeverReuses(t *testing.T) {
+	for _, block := range []uint64{1, 2, 5} {
+		path := filepath.Join(t.TempDir(), "keys.json")
+		seen := map[uint64]int{}
+		var highest uint64
+		for round := range 12 {
+			cmd := keysChildCmd(t, "draw", path, block)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(out)
+			var first uint64
+			for n := 0; sc.Scan(); n++ {
+				f := sc.Text()
+				var seq uint64
+				if _, err := fmt.Sscanf(f, "key %d", &seq); err != nil {
+					t.Fatalf("block %d round %d: child printed %q", block, round, f)
+				}
+				if other, ok := seen[seq]; ok {
+					t.Fatalf("block %d: sequence %d handed out in rounds %d and %d", block, seq, other, round)
+				}
+				seen[seq] = round
+				if n == 0 {
+					first = seq
+				}
+				if n == round {
+					// Lines still in the pipe are keys handed out too:
+					// read on until EOF.
+					_ = cmd.Process.Signal(syscall.SIGKILL)
+				}
+			}
+			if err := cmd.Wait(); err == nil {
+				t.Fatalf("block %d round %d: the child exited by itself", block, round)
+			}
+			if first <= highest {
+				t.Fatalf("block %d round %d: first sequence %d, not after %d", block, round, first, highest)
+			}
+			for s := range seen {
+				highest = max(highest, s)
+			}
+		}
+	}
+}
+
+// keysParse is the sequence of raw.
+func keysParse(raw string) (uint64, error) {
+	i := len(raw)
+	for i > 0 && raw[i-1] != ':' {
+		i--
+	}
+	j := i - 1
+	for j > 0 && raw[j-1] != ':' {
+		j--
+	}
+	if i <= 0 || j <= 0 {
+		return 0, fmt.Errorf("key %q is not structured", raw)
+	}
+	return strconv.ParseUint(raw[j:i-1], 10, 64)
+}
