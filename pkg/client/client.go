@@ -31,6 +31,10 @@ import (
 // ErrNoGates is returned by New when it is given no gate.
 var ErrNoGates = errors.New("client: no gate endpoints")
 
+// errNullAnswer is wrapped by the error of a call whose 2xx answer was
+// JSON's null rather than an object.
+var errNullAnswer = errors.New("the answer is null, not an object")
+
 // ErrNoKeys is returned by Submit when the client has no Keys source.
 var ErrNoKeys = errors.New("client: no Keys source (Options.Keys)")
 
@@ -375,6 +379,13 @@ func (c *Client) do(ctx context.Context, extra time.Duration, method, path, key 
 				method, path, r.Method, r.URL.Redacted())}
 		}
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			// Every answer of the API is an object; JSON's null would
+			// decode into nothing without an error, and the call return
+			// an empty value (a job without an id) as the gate's answer.
+			// Anything else that is not an object fails to decode.
+			if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+				return false, fmt.Errorf("client: decoding %s %s answer: %w", method, path, errNullAnswer)
+			}
 			if err := json.Unmarshal(b, out); err != nil {
 				return false, fmt.Errorf("client: decoding %s %s answer: %w", method, path, err)
 			}

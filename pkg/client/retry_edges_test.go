@@ -1,0 +1,169 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/once-dev/once/pkg/api"
+)
+
+// TestSubmitRetriesOnlyTransientAnswers: each answer a gate (or a proxy)
+// may give a submission, then a 201: the transient ones are retried with
+// the same key and body, the final ones returned at once as their
+// sentinel, never followed by another attempt (a 409 idempotency_key_expired
+// or 422 idempotency_key_reused retried could only fail again, or worse).
+// Guard: the code was right.
+func TestSubmitRetriesOnlyTransientAnswers(t *testing.T) {
+	problemOf := func(status int, code api.Code) func(http.ResponseWriter) {
+		return func(w http.ResponseWriter) { writeProblem(w, status, code, "0") }
+	}
+	text := func(status int) func(http.ResponseWriter) {
+		return func(w http.ResponseWriter) { http.Error(w, "proxy says no", status) }
+	}
+	for _, tc := range []struct {
+		name   string
+		answer func(http.ResponseWriter)
+		final  error // nil: retried
+	}{
+		{"409 request_in_progress", problemOf(http.StatusConflict, api.CodeRequestInProgress), nil},
+		{"409 idempotency_key_expired", problemOf(http.StatusConflict, api.CodeIdempotencyKeyExpired), ErrKeyExpired},
+		{"422 idempotency_key_reused", problemOf(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused), ErrKeyReused},
+		{"422 idempotency_key_claimed", problemOf(http.StatusUnprocessableEntity, api.CodeIdempotencyKeyClaimed), nil},
+		{"422 job_rejected", problemOf(http.StatusUnprocessableEntity, api.CodeJobRejected), ErrJobRejected},
+		{"429 job_rejected", problemOf(http.StatusTooManyRequests, api.CodeJobRejected), ErrJobRejected},
+		{"429 of a proxy", text(http.StatusTooManyRequests), nil},
+		{"503 unavailable", problemOf(http.StatusServiceUnavailable, api.CodeUnavailable), nil},
+		{"503 outbox_full", problemOf(http.StatusServiceUnavailable, api.CodeOutboxFull), nil},
+		{"502 of a proxy", text(http.StatusBadGateway), nil},
+		{"504 of a proxy", text(http.StatusGatewayTimeout), nil},
+		{"500 internal", problemOf(http.StatusInternalServerError, api.CodeInternal), ErrInternal},
+		{"413 body_too_large", problemOf(http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge), ErrBodyTooLarge},
+		{"400 idempotency_key_invalid", problemOf(http.StatusBadRequest, api.CodeIdempotencyKeyInvalid), ErrKeyInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, g := scriptedGate(t, fastOpts(), func(n int32, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					tc.answer(w)
+					return
+				}
+				writeJob(w, true)
+			})
+			res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo", Payload: []byte(`{"n":1}`)})
+			switch {
+			case tc.final == nil && (err != nil || !res.Replayed || g.n.Load() != 2):
+				t.Fatalf("%v, %+v after %d attempts: want the replayed job after 2", err, res, g.n.Load())
+			case tc.final != nil && (!errors.Is(err, tc.final) || g.n.Load() != 1):
+				t.Fatalf("%v after %d attempts: want %v after 1", err, g.n.Load(), tc.final)
+			}
+			g.sameKeyAndBody(t)
+		})
+	}
+}
+
+// TestSubmitRetriesAConnectionCutAfterTheRequest: the gate reads the whole
+// request and then the connection ends, with no answer or with part of
+// one: the job may have been admitted, and the retry (the same key, the
+// same body bytes) gets its replay. Guard: the code was right.
+func TestSubmitRetriesAConnectionCutAfterTheRequest(t *testing.T) {
+	for _, cut := range []string{"before the answer", "inside the answer's head", "inside the answer's body"} {
+		t.Run(cut, func(t *testing.T) {
+			c, g := scriptedGate(t, fastOpts(), func(n int32, w http.ResponseWriter, _ *http.Request) {
+				if n > 1 {
+					writeJob(w, true)
+					return
+				}
+				conn, buf, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch cut {
+				case "inside the answer's head":
+					buf.WriteString("HTTP/1.1 201 Created\r\nContent-Ty")
+				case "inside the answer's body":
+					buf.WriteString("HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"job_id\":\"j")
+				}
+				buf.Flush()
+				conn.Close()
+			})
+			res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo", Payload: []byte(`{"n":1}`)})
+			if err != nil || res.Job.JobID != "j1" || !res.Replayed {
+				t.Fatalf("%v, %+v", err, res)
+			}
+			if n := g.n.Load(); n < 2 {
+				t.Fatalf("%d attempts", n)
+			}
+			g.sameKeyAndBody(t)
+		})
+	}
+}
+
+// TestSubmitRetriesThroughAnotherGateWithTheSameKeyAndBody: the first
+// gate's 503 is retried on the second gate of the list, which gets the key
+// and the body bytes the first got. Guard: the code was right.
+func TestSubmitRetriesThroughAnotherGateWithTheSameKeyAndBody(t *testing.T) {
+	var s seen
+	gates := make([]string, 2)
+	hits := make([]int, 2)
+	for i := range gates {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.record(r)
+			s.mu.Lock()
+			hits[i]++
+			first := len(s.keys) == 1
+			s.mu.Unlock()
+			if first {
+				writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, "0")
+				return
+			}
+			writeJob(w, true)
+		}))
+		t.Cleanup(srv.Close)
+		gates[i] = srv.URL
+	}
+	c, err := New(gates, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo", Payload: []byte(`{"b":[1,2]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	h := fmt.Sprint(hits)
+	s.mu.Unlock()
+	if h != "[1 1]" {
+		t.Fatalf("attempts per gate %s, want one on each", h)
+	}
+	s.sameKeyAndBody(t)
+}
+
+// TestSubmitRefusesA2xxThatIsNotAJob: a 2xx answer whose body is not a
+// JSON object (a proxy's page, "null", nothing, half a job) is a clear
+// error naming the key, never a panic and never a Result holding an empty
+// job as if it had been admitted ("null" decoded into nothing was one).
+func TestSubmitRefusesA2xxThatIsNotAJob(t *testing.T) {
+	for _, body := range []string{"null", " null\n", "", "<html>ok</html>", `{"job_id":`, `"j1"`, `[]`} {
+		t.Run(fmt.Sprintf("%q", body), func(t *testing.T) {
+			c, g := scriptedGate(t, fastOpts(), func(_ int32, w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", api.ContentTypeJSON)
+				w.WriteHeader(http.StatusCreated)
+				w.Write([]byte(body))
+			})
+			res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+			if err == nil || res != nil {
+				t.Fatalf("answer %q: %+v, %v; want an error", body, res, err)
+			}
+			if null := strings.TrimSpace(body) == "null"; null != errors.Is(err, errNullAnswer) {
+				t.Fatalf("answer %q: %v", body, err)
+			}
+			if g.n.Load() != 1 {
+				t.Fatalf("%d attempts", g.n.Load())
+			}
+		})
+	}
+}
