@@ -31,6 +31,15 @@ import (
 // ErrNoGates is returned by New when it is given no gate.
 var ErrNoGates = errors.New("client: no gate endpoints")
 
+// maxRetryWait bounds the wait before a retry (MaxBackoff when that is
+// more): the longest Retry-After a gate sends is
+// IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS, at most an hour.
+const maxRetryWait = time.Hour
+
+// errRetryWaitTooLong is wrapped by the error of a call whose next attempt
+// would wait more than maxRetryWait (a Retry-After that long).
+var errRetryWaitTooLong = errors.New("client: Retry-After too long to wait")
+
 // errNullAnswer is wrapped by the error of a call whose 2xx answer was
 // JSON's null rather than an object.
 var errNullAnswer = errors.New("the answer is null, not an object")
@@ -343,6 +352,13 @@ func (c *Client) do(ctx context.Context, extra time.Duration, method, path, key 
 	for attempt := 0; attempt < c.opts.MaxAttempts; attempt++ {
 		if attempt > 0 {
 			d := c.backoff(attempt, last)
+			if d > max(maxRetryWait, c.opts.MaxBackoff) {
+				// A Retry-After no gate sends (a proxy's, a date years
+				// ahead): with no deadline, sleeping it would hang the
+				// call. Give up now with the answer, as past a deadline.
+				return false, fmt.Errorf("client: %s %s: the next attempt would start in %v, past the %v a call waits at most: %w (last error: %w)",
+					method, path, d.Round(time.Second), max(maxRetryWait, c.opts.MaxBackoff), errRetryWaitTooLong, last)
+			}
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 				// The next attempt would start past the deadline (a
 				// Retry-After longer than the time left): give up now

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/once-dev/once/pkg/api"
 )
@@ -165,5 +166,35 @@ func TestSubmitRefusesA2xxThatIsNotAJob(t *testing.T) {
 				t.Fatalf("%d attempts", g.n.Load())
 			}
 		})
+	}
+}
+
+// TestSubmitGivesUpAtOnceOnARetryAfterNoGateSends: with no deadline, a
+// Retry-After of years (a proxy's; a gate's is at most an hour) ends the
+// call at once with the answer, rather than sleeping it (Submit hung).
+// Within the bound it is honoured (TestSubmitRetries503HonouringRetryAfter...).
+func TestSubmitGivesUpAtOnceOnARetryAfterNoGateSends(t *testing.T) {
+	for _, ra := range []string{"99999999", "3601"} {
+		c, g := scriptedGate(t, fastOpts(), func(_ int32, w http.ResponseWriter, _ *http.Request) {
+			writeProblem(w, http.StatusServiceUnavailable, api.CodeUnavailable, ra)
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.SubmitWithKey(ctx, testKey, api.JobRequest{Type: "demo"})
+			done <- err
+		}()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(time.Minute): // a failure detector, not a wait for a condition
+			cancel()
+			<-done
+			t.Fatalf("Retry-After %s: the call is still waiting after a minute", ra)
+		}
+		cancel()
+		if !errors.Is(err, errRetryWaitTooLong) || !errors.Is(err, ErrUnavailable) || g.n.Load() != 1 {
+			t.Fatalf("Retry-After %s: %v after %d attempts, want unavailable after 1", ra, err, g.n.Load())
+		}
 	}
 }
