@@ -395,6 +395,11 @@ func (c *Client) do(ctx context.Context, extra time.Duration, method, path, key 
 				method, path, r.Method, r.URL.Redacted())}
 		}
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			if int64(len(b)) > maxAnswerBytes {
+				// Not retried: the call may have taken effect (a
+				// Submit's error names its key).
+				return false, fmt.Errorf("client: %s %s: the answer is over %d bytes, more than a gate sends: %w", method, path, maxAnswerBytes, errAnswerTooLarge)
+			}
 			// Every answer of the API is an object; JSON's null would
 			// decode into nothing without an error, and the call return
 			// an empty value (a job without an id) as the gate's answer.
@@ -471,9 +476,19 @@ func sleep(ctx context.Context, d time.Duration, last error) error {
 
 // MaxProblemBytes bounds how much of a non-2xx answer's body is read: far
 // more than any problem of docs/api.md, far less than an endless error
-// page. A 2xx answer is read whole (a list page, a lease answer: their
-// sizes are bounded by the gate, docs/api.md), within AttemptTimeout.
+// page. A 2xx answer is read up to maxAnswerBytes.
 const MaxProblemBytes = 64 << 10
+
+// maxAnswerBytes bounds a 2xx answer's body: the gate bounds its answers
+// (docs/api.md: a list page at about 4 MiB of jobs, a lease answer at about
+// 8 MiB, a single job within twice GATE_MAX_BODY_BYTES, at most 8 MiB, and
+// its error), so more is not a gate's answer, and reading on (an endless
+// body) would take the process's memory. A variable for the tests.
+var maxAnswerBytes int64 = 256 << 20
+
+// errAnswerTooLarge is wrapped by the error of a call whose 2xx answer
+// was longer than maxAnswerBytes.
+var errAnswerTooLarge = errors.New("client: answer too large")
 
 // once is one HTTP exchange, bounded by AttemptTimeout + extra.
 func (c *Client) once(ctx context.Context, extra time.Duration, gate *url.URL, method, path, key string, body []byte) (*http.Response, []byte, error) {
@@ -508,6 +523,10 @@ func (c *Client) once(ctx context.Context, extra time.Duration, gate *url.URL, m
 		// never end): read what a problem could hold, and drop the rest
 		// with the connection.
 		rb = io.LimitReader(resp.Body, MaxProblemBytes)
+	} else {
+		// One byte past the bound tells an answer over it (do refuses
+		// it) from one exactly at it.
+		rb = io.LimitReader(resp.Body, maxAnswerBytes+1)
 	}
 	b, err := io.ReadAll(rb)
 	if err != nil {

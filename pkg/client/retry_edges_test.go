@@ -198,3 +198,43 @@ func TestSubmitGivesUpAtOnceOnARetryAfterNoGateSends(t *testing.T) {
 		}
 	}
 }
+
+// TestSubmitRefusesA2xxOverTheBound: a 2xx answer longer than any a gate
+// sends, well-formed or endless, is read up to the bound and refused with
+// an error (not retried: the submission may have been admitted), never
+// read on until the process runs out of memory (it was read whole).
+func TestSubmitRefusesA2xxOverTheBound(t *testing.T) {
+	old := maxAnswerBytes
+	maxAnswerBytes = 1 << 20
+	t.Cleanup(func() { maxAnswerBytes = old })
+	o := fastOpts()
+	o.AttemptTimeout = time.Hour
+	for _, endless := range []bool{false, true} {
+		c, g := scriptedGate(t, o, func(_ int32, w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", api.ContentTypeJSON)
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"job_id":"j1","type":"demo","payload":"`))
+			chunk := []byte(strings.Repeat("a", 64<<10))
+			for n := 0; endless || n < 32; n++ { // 2 MiB, or until the client hangs up
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+			w.Write([]byte(`"}`))
+		})
+		res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+		if !errors.Is(err, errAnswerTooLarge) || res != nil || g.n.Load() != 1 {
+			t.Fatalf("endless %v: %v, %v after %d attempts; want the answer refused after 1", endless, res != nil, err, g.n.Load())
+		}
+	}
+	// At the bound, the answer is read.
+	maxAnswerBytes = 2<<20 + 64
+	c, _ := scriptedGate(t, o, func(_ int32, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", api.ContentTypeJSON)
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"job_id":"j1","type":"demo","payload":"` + strings.Repeat("a", 2<<20) + `"}`))
+	})
+	if res, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"}); err != nil || res.Job.JobID != "j1" {
+		t.Fatalf("an answer within the bound: %v", err)
+	}
+}
