@@ -450,9 +450,12 @@ func transient(e *Error) bool {
 // backoff is the wait before attempt (1-based retry count): exponential
 // backoff with jitter, at least the last answer's Retry-After.
 func (c *Client) backoff(attempt int, last error) time.Duration {
-	d := c.opts.InitialBackoff << min(attempt-1, 30)
-	if d <= 0 || d > c.opts.MaxBackoff {
-		d = c.opts.MaxBackoff
+	// InitialBackoff doubled attempt-1 times, or MaxBackoff when that is
+	// more: the shift is taken only where it cannot overflow (a shift
+	// past int64 wrapped to any value, a short wait among them).
+	d := c.opts.MaxBackoff
+	if n := min(attempt-1, 62); c.opts.InitialBackoff <= c.opts.MaxBackoff>>n {
+		d = c.opts.InitialBackoff << n
 	}
 	d = d/2 + rand.N(d/2+1)
 	var e *Error

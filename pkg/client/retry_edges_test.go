@@ -238,3 +238,24 @@ func TestSubmitRefusesA2xxOverTheBound(t *testing.T) {
 		t.Fatalf("an answer within the bound: %v", err)
 	}
 }
+
+// TestBackoffNeverWrapsToAShortWait: InitialBackoff doubled past what an
+// int64 holds is MaxBackoff (drawn from [MaxBackoff/2, MaxBackoff]), not
+// whatever the shift wrapped to (2^34+1 ns shifted by 30 was about 1 s).
+func TestBackoffNeverWrapsToAShortWait(t *testing.T) {
+	for _, initial := range []time.Duration{1<<34 + 1, 3 * time.Second, time.Millisecond, 1} {
+		c, err := New([]string{"http://gate:1"}, Options{InitialBackoff: initial, MaxBackoff: time.Minute, MaxAttempts: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for attempt := 1; attempt < 100; attempt++ {
+			want := time.Minute
+			if attempt-1 < 62 && initial <= time.Minute>>(attempt-1) {
+				want = initial << (attempt - 1)
+			}
+			if d := c.backoff(attempt, nil); d < want/2 || d > want {
+				t.Fatalf("InitialBackoff %v, attempt %d: waits %v, want within [%v, %v]", initial, attempt, d, want/2, want)
+			}
+		}
+	}
+}
