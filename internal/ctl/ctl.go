@@ -201,7 +201,7 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 	pf.StringSliceVar(&g.managers, "managers", splitEnv(EnvManagers, "127.0.0.1:7101"), "manager RPC addresses host:port (env "+EnvManagers+")")
 	pf.StringVar(&g.token, "token", "", "bearer token for the gates (env "+EnvToken+")")
 	pf.StringVar(&g.secret, "cluster-secret-file", os.Getenv(EnvClusterSecretFile), "file holding the managers' cluster secret (env "+EnvClusterSecretFile+")")
-	pf.StringVar(&g.operatorSecret, "operator-secret-file", os.Getenv(EnvOperatorSecretFile), "file holding the managers' operator secret, for the cluster, raft, snapshot, gossip and outbox commands (env "+EnvOperatorSecretFile+")")
+	pf.StringVar(&g.operatorSecret, "operator-secret-file", os.Getenv(EnvOperatorSecretFile), "file holding the managers' operator secret, for cluster members, raft remove-peer and transfer-leader, snapshot, gossip keyring and outbox forget (env "+EnvOperatorSecretFile+")")
 	pf.StringVar(&g.cacert, "cacert", os.Getenv(EnvCACert), "the cluster CA, for managers serving RPC over mutual TLS (env "+EnvCACert+")")
 	pf.StringVar(&g.cert, "cert", os.Getenv(EnvCert), "a client certificate the cluster CA signed (env "+EnvCert+")")
 	pf.StringVar(&g.key, "key", os.Getenv(EnvKey), "the private key of --cert (env "+EnvKey+")")

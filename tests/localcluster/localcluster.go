@@ -3,9 +3,10 @@
 // directory under one base directory. It is what `make run` starts, and what the
 // end-to-end, chaos and benchmark harnesses drive: it can kill -9 a process,
 // pause and resume it (SIGSTOP/SIGCONT), restart it on the same data directory,
-// and, with Options.Failpoints (managers run as the tests module's
-// oncemanager-faults), cut a manager off from the others, shift a manager's
-// clock and move leadership, through the managers' /debug/failpoints.
+// and, with Options.Failpoints (managers and gates run as the tests module's
+// oncemanager-faults and oncegate-faults), cut a manager off from the others,
+// shift a manager's clock and move leadership, through the managers'
+// /debug/failpoints.
 //
 // NewFederation lays out several such datacenters whose managers join one WAN
 // gossip pool (`make run-multidc`, the multi-datacenter e2e test).
@@ -153,9 +154,9 @@ const FaultManagerBinary = "oncemanager-faults"
 const FaultGateBinary = "oncegate-faults"
 
 // Build compiles cmd/gate and cmd/manager of the product module (found by
-// ModuleRoot), and the tests module's FaultManagerBinary, into binDir: what
-// the e2e tests, the chaos runner and oncebench -build run. race adds -race
-// (slower binaries that catch data races).
+// ModuleRoot), and the tests module's FaultManagerBinary and FaultGateBinary,
+// into binDir: what the e2e tests, the chaos runner and oncebench -build run.
+// race adds -race (slower binaries that catch data races).
 func Build(ctx context.Context, binDir string, race bool) error {
 	moduleDir, err := ModuleRoot()
 	if err != nil {

@@ -45,7 +45,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	clients := fs.Int("clients", DefaultClients, "logical clients")
 	dup := fs.Float64("dup", DefaultDuplicateRate, "fraction of submissions also sent through the other gate")
 	dir := fs.String("dir", ".chaos", "directory under which each run gets its own directory (history, summary, logs, data)")
-	bin := fs.String("bin", "bin", "directory holding the gate, manager and oncemanager-faults binaries (make build)")
+	bin := fs.String("bin", "bin", "directory holding the gate, manager, oncemanager-faults and oncegate-faults binaries (make build)")
 	interval := fs.Duration("fault-interval", nemesis.DefaultTimings.Interval, "mean quiet time between two faults")
 	faults := fs.String("faults", "all", "comma-separated fault kinds: "+kindNames(nemesis.AllKinds))
 	rounds := fs.Int("rounds", 0, "stop after this many rounds of faults (every kind once per round); 0: run for -duration")
