@@ -79,14 +79,16 @@ type Command interface {
 //     fingerprint: OutcomeKeyReused. Both return the entry; nothing changes.
 //  3. A structured key whose Sequence is known committed (inside its client's
 //     watermark window with its bit set) or below the window:
-//     OutcomeKeyExpired; nothing changes. Then the client's watermark is
-//     created if it has none, unless the table holds MaxWatermarks
-//     (OutcomeWatermarksFull) or the tenant MaxTenantWatermarks
-//     (OutcomeTenantWatermarksFull); nothing is evicted for it.
+//     OutcomeKeyExpired; nothing changes.
 //  4. When the table holds MaxEntries entries or more, due entries are removed
 //     earliest first (at most a few per Admit); if it is still at the bound:
-//     OutcomeFull, and nothing else changes. A live entry is never dropped.
-//  5. Otherwise the key is free: the Admit's verdict makes its entry.
+//     OutcomeFull, and nothing else changes (the byte bounds likewise: room).
+//     A live entry is never dropped.
+//  5. A structured key's client without a watermark gets one, unless the
+//     table holds MaxWatermarks (OutcomeWatermarksFull) or the tenant
+//     MaxTenantWatermarks (OutcomeTenantWatermarksFull); nothing is evicted
+//     for it.
+//  6. Otherwise the key is free: the Admit's verdict makes its entry.
 type Reserve struct {
 	Tenant      string
 	Key         string
@@ -95,7 +97,7 @@ type Reserve struct {
 	JobID string
 	// Now is the leader's clock (unix nanoseconds).
 	Now int64
-	// MaxEntries is the bound on entries (IDEMPOTENCY_MAX_ENTRIES); at least 1.
+	// MaxEntries is the bound on entries (IDEMPOTENCY_LEDGER_MAX_ENTRIES); at least 1.
 	MaxEntries uint64
 	Request    Request
 	// Structured marks a <client_id>:<sequence>:<nonce> key. When it is false,

@@ -168,7 +168,7 @@ type JobLife struct {
 	// Commit's JobExpiresAt - Now.
 	Retention int64
 	// FinishedAt is the Now of the command that made the job SUCCEEDED,
-	// FAILED or DEAD (0 before).
+	// FAILED, DEAD or CANCELLED (0 before).
 	FinishedAt int64
 	// Result is the worker's result of a SUCCEEDED job (opaque JSON bytes);
 	// Error the worker's error of the last failed attempt (or "lease
