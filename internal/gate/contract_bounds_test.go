@@ -1,0 +1,156 @@
+package gate
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/once-dev/once/internal/manager/managertest"
+	"github.com/once-dev/once/pkg/api"
+)
+
+// The bounds of the contract at their edges, each accepted at its limit and
+// refused past it where the refusal is not checked elsewhere: the key's
+// parts (an opaque key of 255 characters, as an sf-string too; a client_id
+// of 128; a sequence up to 2^64-1, without a sign), and the default
+// Idempotency-TTL bound of 30 days.
+func TestContractKeyAndTTLBounds(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	g := startGate(t, []string{addr}, nil) // the default IDEMPOTENCY_MAX_TTL_SECONDS
+	const nonce16 = "0123456789abcdef"
+	for _, c := range []struct {
+		name, key string
+		ok        bool
+	}{
+		{"opaque, 255 characters", strings.Repeat("k", 255), true},
+		{"opaque, 255 characters as an sf-string", `"` + strings.Repeat("q", 255) + `"`, true},
+		{"opaque, 256 characters as an sf-string", `"` + strings.Repeat("q", 256) + `"`, false},
+		{"opaque, one colon", "tenant-key:1", true},
+		{"client_id of 128 characters", strings.Repeat("c", 128) + ":1:" + nonce16, true},
+		{"client_id of 129 characters", strings.Repeat("c", 129) + ":1:" + nonce16, false},
+		{"client_id with a colon", "host1.dc1:12345:7:" + nonce16, true},
+		{"client_id with a slash", "host1/dc1:7:" + nonce16, false},
+		{"empty client_id", ":7:" + nonce16, false},
+		{"sequence 2^64-1", "big:18446744073709551615:" + nonce16, true},
+		{"sequence 2^64", "big2:18446744073709551616:" + nonce16, false},
+		{"sequence with a plus", "plus:+7:" + nonce16, false},
+		{"sequence with a minus", "minus:-7:" + nonce16, false},
+		{"empty sequence", "none::" + nonce16, false},
+		{"nonce in upper case", "up:7:0123456789ABCDEF", false},
+		{"nonce of 17", "long:7:" + nonce16 + "0", false},
+	} {
+		res := g.submit(t, c.key, `{"type":"email"}`)
+		if !c.ok {
+			if p := wantProblem(t, res, http.StatusBadRequest, api.CodeIdempotencyKeyInvalid); p.Detail == "" {
+				t.Fatalf("%s: no detail", c.name)
+			}
+			continue
+		}
+		if res.status != http.StatusCreated {
+			t.Fatalf("%s: %s", c.name, res)
+		}
+		wantJob(t, res, http.StatusCreated)
+	}
+	// An opaque key (fewer than two colons) has no client_id, sequence or
+	// nonce in its key info.
+	res := g.get(t, "/v1/idempotency-keys/"+url.PathEscape("tenant-key:1"))
+	wantStatus(t, res, http.StatusOK)
+	var info map[string]json.RawMessage
+	if err := json.Unmarshal(res.body, &info); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"client_id", "sequence", "nonce"} {
+		if _, ok := info[m]; ok {
+			t.Fatalf("opaque key info has %q: %s", m, res.body)
+		}
+	}
+
+	// Idempotency-TTL: at most IDEMPOTENCY_MAX_TTL_SECONDS, by default
+	// 2592000 (30 days).
+	before := time.Now()
+	res = g.submit(t, skey(1), `{"type":"email"}`, api.HeaderIdempotencyTTL, "2592000")
+	wantJob(t, res, http.StatusCreated)
+	exp, err := time.Parse(api.TimeFormat, res.header.Get(api.HeaderIdempotencyExpiresAt))
+	if err != nil {
+		t.Fatalf("Idempotency-Expires-At: %v: %s", err, res)
+	}
+	if d := exp.Sub(before); d < 30*24*time.Hour-time.Minute || d > 30*24*time.Hour+time.Minute {
+		t.Fatalf("Idempotency-TTL 2592000 expires in %s", d)
+	}
+	p := wantProblem(t, g.submit(t, skey(2), `{"type":"email"}`, api.HeaderIdempotencyTTL, "2592001"), http.StatusBadRequest, api.CodeInvalidRequest)
+	if !strings.Contains(p.Detail, "2592000") {
+		t.Fatalf("detail %q does not name the bound", p.Detail)
+	}
+}
+
+// POST /v1/leases: every member optional (every type, one job, oldest
+// queued first), accepted at its upper bounds (100 jobs, 3600 s, a wait of
+// 60 s that ends at once when jobs are queued); a heartbeat at 3600 s; a
+// heartbeat or a fail of an unknown job is 404.
+func TestContractLeaseDefaultsAndBounds(t *testing.T) {
+	_, g := startWorkerGate(t, nil)
+	var ids []string
+	for i, typ := range []string{"alpha", "beta", "gamma"} {
+		ids = append(ids, wantJob(t, g.submit(t, skey(i+1), `{"type":"`+typ+`"}`), http.StatusCreated).JobID)
+	}
+	first := decodeLeases(t, g.post(t, "/v1/leases", `{}`))
+	if len(first) != 1 || first[0].Job.JobID != ids[0] || first[0].Attempt != 1 {
+		t.Fatalf("a lease with no members: %+v, want the oldest job (%s), one", first, ids[0])
+	}
+
+	start := time.Now()
+	rest := decodeLeases(t, g.post(t, "/v1/leases", `{"max_jobs":100,"lease_seconds":3600,"wait_seconds":60}`))
+	if waited := time.Since(start); waited > 30*time.Second {
+		t.Fatalf("a lease with queued jobs waited %s", waited)
+	}
+	if len(rest) != 2 || rest[0].Job.JobID != ids[1] || rest[1].Job.JobID != ids[2] {
+		t.Fatalf("leases %+v, want %s then %s", rest, ids[1], ids[2])
+	}
+	exp, err := time.Parse(api.TimeFormat, rest[0].ExpiresAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := exp.Sub(start); d < time.Hour-time.Minute || d > time.Hour+time.Minute {
+		t.Fatalf("lease_seconds 3600: the lease ends in %s", d)
+	}
+
+	res := g.post(t, "/v1/jobs/"+ids[0]+"/heartbeat", `{"lease_id":"`+first[0].LeaseID+`","lease_seconds":3600}`)
+	wantStatus(t, res, http.StatusOK)
+	var hb api.HeartbeatResponse
+	if err := json.Unmarshal(res.body, &hb); err != nil || hb.LeaseID != first[0].LeaseID {
+		t.Fatalf("heartbeat %s: %v", res.body, err)
+	}
+	if exp, err := time.Parse(api.TimeFormat, hb.ExpiresAt); err != nil || exp.Sub(start) < time.Hour-time.Minute {
+		t.Fatalf("heartbeat expires_at %q: %v", hb.ExpiresAt, err)
+	}
+
+	for _, call := range []string{"heartbeat", "fail"} {
+		wantProblem(t, g.post(t, "/v1/jobs/no-such-job/"+call, `{"lease_id":"x"}`), http.StatusNotFound, api.CodeJobNotFound)
+	}
+}
+
+// While the federation is forming, a list or a key read naming a
+// datacenter the gate does not know yet is 503 with Retry-After, never 400;
+// once formed, 400 invalid_request.
+func TestContractReadsNamingAnUnknownDatacenterWhileForming(t *testing.T) {
+	_, a1 := startManager(t, managertest.Options{Datacenter: "dc1"})
+	fed := &formingView{StaticFederation: StaticFederation{"dc1": {a1}}}
+	fed.forming.Store(true)
+	g := startGate(t, []string{a1}, func(cfg *Config, deps *Deps) { deps.Federation = fed })
+	paths := []string{"/v1/jobs?datacenter=dc2", "/v1/idempotency-keys/" + skey(1) + "?datacenter=dc2"}
+	for _, p := range paths {
+		res := g.get(t, p)
+		wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
+		if res.header.Get(api.HeaderRetryAfter) == "" {
+			t.Fatalf("%s: 503 without Retry-After", p)
+		}
+	}
+	fed.forming.Store(false)
+	fed.formedOnce.Store(true)
+	for _, p := range paths {
+		wantProblem(t, g.get(t, p), http.StatusBadRequest, api.CodeInvalidRequest)
+	}
+}
