@@ -1,13 +1,17 @@
 package gate
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/pkg/api"
 )
@@ -152,5 +156,61 @@ func TestContractReadsNamingAnUnknownDatacenterWhileForming(t *testing.T) {
 	fed.formedOnce.Store(true)
 	for _, p := range paths {
 		wantProblem(t, g.get(t, p), http.StatusBadRequest, api.CodeInvalidRequest)
+	}
+}
+
+// A job for two datacenters that one rejects for capacity: the first
+// answer is that datacenter's 429 job_rejected, a stored outcome like any
+// other — Idempotent-Replayed false, Idempotency-Expires-At the earliest of
+// the datacenters' expiries (the REJECTED entry's), Retry-After the time left
+// until that entry expires — and its replays through the gates of both
+// datacenters carry the same expiry and a Retry-After within it.
+func TestContractMultiDCCapacityRejectionHeaders(t *testing.T) {
+	f := startFederation(t, managertest.Options{}, managertest.Options{Config: func(c *manager.Config) {
+		c.MaxQueuedJobs = 1
+	}}, nil)
+	wantJob(t, f.g2.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated) // dc2 is full
+	const body = `{"type":"x","datacenters":["dc1","dc2"]}`
+	start := time.Now()
+	first := f.g1.submit(t, skey(2), body)
+	wantStatus(t, first, http.StatusTooManyRequests)
+	var ext rejectionProblem
+	decodeJSON(t, first.body, &ext)
+	if ext.Code != api.CodeJobRejected || ext.Reason != "capacity" || ext.JobID == "" {
+		t.Fatalf("answer %s", first.body)
+	}
+	wantHeader(t, first, api.HeaderReplayed, "false")
+	wantNoHeader(t, first, api.HeaderLocation)
+	exp, err := time.Parse(api.TimeFormat, first.header.Get(api.HeaderIdempotencyExpiresAt))
+	if err != nil {
+		t.Fatalf("Idempotency-Expires-At: %v: %s", err, first)
+	}
+	// managertest's REJECTED TTL is 60 s, its COMMITTED TTL 300 s: the
+	// combined answer expires with dc2's rejection.
+	k2, err := f.m2.GetKey(context.Background(), api.DefaultTenant, skey(2))
+	if err != nil || k2.GetState() != api.KeyStateRejected || k2.GetExpiresAt() != api.FormatTime(exp) {
+		t.Fatalf("dc2's entry %+v (%v), answer expires %s", k2, err, api.FormatTime(exp))
+	}
+	if d := exp.Sub(start); d > 61*time.Second {
+		t.Fatalf("the rejection expires in %s, want the REJECTED TTL (60 s)", d)
+	}
+	retry := func(res result) int {
+		t.Helper()
+		n, err := strconv.Atoi(res.header.Get(api.HeaderRetryAfter))
+		if err != nil || n < 1 || n > 60 {
+			t.Fatalf("Retry-After %q, want 1..60: %s", res.header.Get(api.HeaderRetryAfter), res)
+		}
+		return n
+	}
+	retry(first)
+	for _, tg := range []*testGate{f.g2, f.g1} {
+		again := tg.submit(t, skey(2), `{"datacenters":["dc2","dc1"],"type":"x"}`)
+		wantStatus(t, again, http.StatusTooManyRequests)
+		wantHeader(t, again, api.HeaderReplayed, "true")
+		wantHeader(t, again, api.HeaderIdempotencyExpiresAt, first.header.Get(api.HeaderIdempotencyExpiresAt))
+		retry(again)
+		if !bytes.Equal(again.body, first.body) {
+			t.Fatalf("replay differs:\n%s\n%s", again.body, first.body)
+		}
 	}
 }
