@@ -214,3 +214,21 @@ func TestContractMultiDCCapacityRejectionHeaders(t *testing.T) {
 		}
 	}
 }
+
+// The fingerprint is taken over the body's canonical form: member order and
+// whitespace do not change it, and an absent payload made "payload":null
+// does (docs/api.md, "The fingerprint"), although the job is the same.
+func TestContractFingerprintOfAnAbsentPayload(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	g := startGate(t, []string{addr}, nil)
+	first := g.submit(t, skey(1), `{"type":"x"}`)
+	if job := wantJob(t, first, http.StatusCreated); string(job.Payload) != "null" {
+		t.Fatalf("payload %s, want null", job.Payload)
+	}
+	again := g.submit(t, skey(1), " { \"type\" : \"x\" } ")
+	wantHeader(t, again, api.HeaderReplayed, "true")
+	if again.status != http.StatusCreated || !bytes.Equal(again.body, first.body) {
+		t.Fatalf("the same body with whitespace: %s", again)
+	}
+	wantProblem(t, g.submit(t, skey(1), `{"payload":null,"type":"x"}`), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+}
