@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -231,4 +233,44 @@ func TestContractFingerprintOfAnAbsentPayload(t *testing.T) {
 		t.Fatalf("the same body with whitespace: %s", again)
 	}
 	wantProblem(t, g.submit(t, skey(1), `{"payload":null,"type":"x"}`), http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+}
+
+// Workers are authenticated like any client and see only their tenant's
+// jobs: without a token a worker call is 401; another tenant's job is 404
+// job_not_found to heartbeat, complete, fail, cancel and retry — even with
+// the job's lease — and stays as it was.
+func TestContractWorkerCallsAreTenantScoped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte("tok-alpha alpha\ntok-beta beta\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, addr := startManager(t, managertest.Options{})
+	g := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile = path })
+	alpha := []string{"Authorization", "Bearer tok-alpha"}
+	beta := []string{"Authorization", "Bearer tok-beta"}
+
+	a := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`, alpha...), http.StatusCreated)
+	wantProblem(t, g.post(t, "/v1/leases", `{}`), http.StatusUnauthorized, api.CodeUnauthorized)
+	if l := decodeLeases(t, g.post(t, "/v1/leases", `{}`, beta...)); len(l) != 0 {
+		t.Fatalf("beta leased alpha's job: %+v", l)
+	}
+	la := decodeLeases(t, g.post(t, "/v1/leases", `{}`, alpha...))
+	if len(la) != 1 || la[0].Job.JobID != a.JobID {
+		t.Fatalf("alpha's leases %+v", la)
+	}
+	lease := `{"lease_id":"` + la[0].LeaseID + `"}`
+	for _, call := range []string{"heartbeat", "complete", "fail"} {
+		p := "/v1/jobs/" + a.JobID + "/" + call
+		wantProblem(t, g.post(t, p, lease), http.StatusUnauthorized, api.CodeUnauthorized)
+		wantProblem(t, g.post(t, p, lease, beta...), http.StatusNotFound, api.CodeJobNotFound)
+	}
+	for i, action := range []string{"cancel", "retry"} {
+		wantProblem(t, g.post(t, "/v1/jobs/"+a.JobID+"/"+action, "", api.HeaderIdempotencyKey, skey(10+i)), http.StatusUnauthorized, api.CodeUnauthorized)
+	}
+	if j := wantJob(t, g.get(t, "/v1/jobs/"+a.JobID, alpha...), http.StatusOK); j.State != api.JobStatusRunning || j.Attempts != 1 {
+		t.Fatalf("alpha's job after beta's calls: %+v", j)
+	}
+	if j := wantJob(t, g.post(t, "/v1/jobs/"+a.JobID+"/complete", lease, alpha...), http.StatusOK); j.State != api.JobStatusSucceeded {
+		t.Fatalf("alpha's own completion: %+v", j)
+	}
 }
