@@ -274,3 +274,32 @@ func TestContractWorkerCallsAreTenantScoped(t *testing.T) {
 		t.Fatalf("alpha's own completion: %+v", j)
 	}
 }
+
+// A refused action records nothing in the ledger (docs/api.md, "Cancel and
+// retry"): the gate that answered replays its refusal for the key, and
+// through another gate the key is free and acts on the job as it is now.
+func TestContractActionRefusalIsKeptByItsGateOnly(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	g, other := startGate(t, []string{addr}, nil), startGate(t, []string{addr}, nil)
+	j := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+	retry := "/v1/jobs/" + j.JobID + "/retry"
+	refused := g.post(t, retry, "", api.HeaderIdempotencyKey, skey(50)) // a queued job: nothing to retry
+	wantProblem(t, refused, http.StatusConflict, api.CodeJobStateConflict)
+	wantNoHeader(t, refused, api.HeaderReplayed)
+
+	l := decodeLeases(t, g.post(t, "/v1/leases", `{}`))
+	if len(l) != 1 {
+		t.Fatalf("leases %+v", l)
+	}
+	if f := wantJob(t, g.post(t, "/v1/jobs/"+j.JobID+"/fail", `{"lease_id":"`+l[0].LeaseID+`","retry":false}`), http.StatusOK); f.State != api.JobStatusFailed {
+		t.Fatalf("failed job %+v", f)
+	}
+	again := g.post(t, retry, "", api.HeaderIdempotencyKey, skey(50))
+	wantHeader(t, again, api.HeaderReplayed, "true")
+	if again.status != http.StatusConflict || !bytes.Equal(again.body, refused.body) {
+		t.Fatalf("the refused key again at its gate: %s, want the refusal replayed", again)
+	}
+	if r := wantJob(t, other.post(t, retry, "", api.HeaderIdempotencyKey, skey(50)), http.StatusOK); r.State != api.JobStatusQueued {
+		t.Fatalf("the key through another gate: %+v, want the job queued again", r)
+	}
+}
