@@ -135,7 +135,8 @@ type Config struct {
 	// ReadHeaderTimeout, ReadTimeout and IdleTimeout configure the HTTP server
 	// (defaults 5s, 30s, 120s). The server's WriteTimeout is derived: the
 	// longest a submission may take (the first federation view's wait + a
-	// forward timeout + the pending wait) plus 10s.
+	// forward timeout + the pending wait) plus 10s; a worker's long poll
+	// lengthens it by its wait.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration

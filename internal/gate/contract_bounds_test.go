@@ -303,3 +303,31 @@ func TestContractActionRefusalIsKeptByItsGateOnly(t *testing.T) {
 		t.Fatalf("the key through another gate: %+v, want the job queued again", r)
 	}
 }
+
+// A long poll that finds nothing answers 200 {"leases":[]} once its wait
+// has passed, however long the wait (at most 60 s), also past the HTTP
+// server's write timeout, which bounds a submission (twice the forward
+// timeout + the pending wait + 10 s): here 11 s, for a wait of 12 s. The
+// write timeout counted from the request cut the answer (EOF) before.
+func TestContractLongPollOutlastsTheWriteTimeout(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	g := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) {
+		cfg.ForwardTimeout = 500 * time.Millisecond
+		cfg.Idempotency.WaitForPending = false
+	})
+	const wait = 12 * time.Second
+	if wt := g.cfg.writeTimeout(); wt >= wait {
+		t.Fatalf("write timeout %s, want it under the wait %s", wt, wait)
+	}
+	start := time.Now()
+	res, err := g.try(http.MethodPost, "/v1/leases", strings.NewReader(`{"wait_seconds":12}`))
+	if err != nil {
+		t.Fatalf("a long poll of %s, after %s: %v", wait, time.Since(start), err)
+	}
+	if l := decodeLeases(t, res); len(l) != 0 {
+		t.Fatalf("leases %+v, want none", l)
+	}
+	if d := time.Since(start); d < wait {
+		t.Fatalf("the long poll answered after %s, want its wait %s", d, wait)
+	}
+}

@@ -102,6 +102,13 @@ func (g *Gate) serveWorkerCall(w http.ResponseWriter, r *http.Request, tenant st
 // a caller whose request is not the run's gets the run's answer only if it
 // was kept (then a 422), else it asks again.
 func (g *Gate) serveKeyedCall(w http.ResponseWriter, r *http.Request, tenant, key string, c workerCall) {
+	if c.wait > 0 {
+		// The server's WriteTimeout, counted from the request's headers,
+		// bounds a submission; a long poll answers up to its wait later,
+		// and its answer must not be cut. net/http's writer, under the
+		// gate's (which unwraps to it), supports the deadline.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout() + c.wait))
+	}
 	fp := callFingerprint(c.route, c.body)
 	run := func(parent context.Context) *workerAnswer {
 		ctx, cancel := context.WithTimeout(parent, g.cfg.ForwardTimeout+c.wait)
