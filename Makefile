@@ -27,12 +27,15 @@ build:
 ## the tests module's suite (end-to-end, short chaos run), both under the race
 ## detector. The ledger's suite runs on its disk-backed state (what managers
 ## run) and once more on the in-memory state. The allocation tests that the
-## race detector would falsify (built with !race) run once more without it.
-NORACE_PKGS := $(addprefix ./,$(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build !race' cmd internal pkg))))
+## race detector would falsify (built with !race) run once more without it:
+## every test of those files, by name, whatever it is called.
+NORACE_FILES := $(shell grep -rl --include='*_test.go' '^//go:build !race' cmd internal pkg)
+NORACE_PKGS  := $(addprefix ./,$(sort $(dir $(NORACE_FILES))))
+NORACE_TESTS := $(shell sed -nE 's/^func (Test[A-Za-z0-9_]+)[^A-Za-z0-9_].*/\1/p' $(NORACE_FILES) | paste -sd'|' -)
 test: fmt-check vet deps-check
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
 	ONCE_LEDGER_TEST_STORE=memory $(GO) test -tags $(TAGS) -race -count=1 ./internal/ledger/
-	$(if $(NORACE_PKGS),$(GO) test -tags $(TAGS) -count=1 -run Allocs $(NORACE_PKGS))
+	$(if $(NORACE_PKGS),$(GO) test -tags $(TAGS) -count=1 -run '^($(NORACE_TESTS))$$' $(NORACE_PKGS))
 	cd $(TESTS) && $(GO) test -tags $(TAGS) -race -count=1 -timeout 20m $(PKGS)
 
 ## unit: both suites without the real-process end-to-end tests (fast inner loop)
