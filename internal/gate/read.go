@@ -93,6 +93,13 @@ func (g *Gate) handleListJobs(w http.ResponseWriter, r *http.Request, tenant str
 	if !ok {
 		return
 	}
+	if st := req.Status; !r.URL.Query().Has(queryState) && st != "" && st != api.JobStatusCommitted {
+		// status filters by exact match, and every job's is committed: no
+		// job has another (a lifecycle state is listed by state). Empty,
+		// like an empty type, is no filter.
+		writeJSON(w, api.JobList{Jobs: []api.Job{}})
+		return
+	}
 	ctx, cancel := g.readContext(r)
 	defer cancel()
 	resp, err := c.ListJobs(ctx, req)

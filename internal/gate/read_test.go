@@ -126,6 +126,14 @@ func TestListJobs(t *testing.T) {
 	if len(def.Jobs) != 7 {
 		t.Fatalf("status filter: %d jobs", len(def.Jobs))
 	}
+	// status is an exact match on the job's status, committed for every
+	// job: any other value, a lifecycle state's name included, is no job's.
+	for _, q := range []string{"?status=queued", "?status=rejected", "?status=bogus", "?status=queued&type=alpha"} {
+		res := tg.get(t, "/v1/jobs"+q)
+		if res.status != http.StatusOK || strings.TrimSpace(string(res.body)) != `{"jobs":[],"next":null}` {
+			t.Fatalf("%s: %d %s, want 200 and no job", q, res.status, res.body)
+		}
+	}
 
 	for _, q := range []string{"?limit=0", "?limit=1001", "?limit=-1", "?limit=abc", "?limit=%2B5", "?limit=1.5", "?limit=", "?limit=1&limit=2", "?after=not-a-cursor"} {
 		p := wantProblem(t, tg.get(t, "/v1/jobs"+q), http.StatusBadRequest, api.CodeInvalidRequest)
