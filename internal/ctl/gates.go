@@ -135,7 +135,7 @@ func jobCmd(g *globals) *cobra.Command {
 		},
 	}
 	list.Flags().StringVar(&opts.Type, "type", "", "only jobs of this type")
-	list.Flags().StringVar(&opts.Status, "status", "", "only jobs in this status")
+	list.Flags().StringVar(&opts.Status, "status", "", "only jobs of this status: committed is every job, another none (a lifecycle state is --state)")
 	list.Flags().StringVar(&opts.State, "state", "", "only jobs in this worker lifecycle state: queued, running, succeeded, failed, dead or cancelled")
 	list.Flags().IntVar(&max, "max", 100, "stop after this many jobs")
 	list.Flags().BoolVar(&opts.Desc, "newest-first", false, "list the newest jobs first (with --max: the newest N)")
