@@ -2,8 +2,6 @@ package gate
 
 import (
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/once-dev/once/internal/manager/managertest"
@@ -16,15 +14,9 @@ import (
 // another action 422, the refusals 409 job_state_conflict, and another
 // tenant's job 404.
 func TestCancelRetryThroughTheGate(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("tok-alpha alpha\ntok-beta beta\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens, alpha, beta := twoTenants(t)
 	_, addr := startManager(t, managertest.Options{})
-	tokens := func(cfg *Config, _ *Deps) { cfg.TokenFile = path }
 	g, other := startGate(t, []string{addr}, tokens), startGate(t, []string{addr}, tokens)
-	alpha := []string{"Authorization", "Bearer tok-alpha"}
-	beta := []string{"Authorization", "Bearer tok-beta"}
 	withKey := func(k string, hdr []string) []string { return append([]string{api.HeaderIdempotencyKey, k}, hdr...) }
 
 	q := wantJob(t, g.submit(t, skey(1), `{"type":"email"}`, alpha...), http.StatusCreated)

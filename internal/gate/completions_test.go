@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -173,14 +171,9 @@ func wantProblemRes(tb testing.TB, res result, status int, code api.Code) result
 
 // Another tenant's job is 404 inside the batch, and stays untouched.
 func TestCompletionsTenantScoped(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("tok-alpha alpha\ntok-beta beta\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens, alpha, beta := twoTenants(t)
 	_, addr := startManager(t, managertest.Options{})
-	g := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile = path })
-	alpha := []string{"Authorization", "Bearer tok-alpha"}
-	beta := []string{"Authorization", "Bearer tok-beta"}
+	g := startGate(t, []string{addr}, tokens)
 
 	a := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`, alpha...), http.StatusCreated)
 	b := wantJob(t, g.submit(t, skey(2), `{"type":"x"}`, beta...), http.StatusCreated)

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -241,14 +239,9 @@ func TestContractFingerprintOfAnAbsentPayload(t *testing.T) {
 // job_not_found to heartbeat, complete, fail, cancel and retry — even with
 // the job's lease — and stays as it was.
 func TestContractWorkerCallsAreTenantScoped(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("tok-alpha alpha\ntok-beta beta\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens, alpha, beta := twoTenants(t)
 	_, addr := startManager(t, managertest.Options{})
-	g := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile = path })
-	alpha := []string{"Authorization", "Bearer tok-alpha"}
-	beta := []string{"Authorization", "Bearer tok-beta"}
+	g := startGate(t, []string{addr}, tokens)
 
 	a := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`, alpha...), http.StatusCreated)
 	wantProblem(t, g.post(t, "/v1/leases", `{}`), http.StatusUnauthorized, api.CodeUnauthorized)

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -471,4 +473,17 @@ func wantNoHeader(tb testing.TB, res result, name string) {
 	if got := res.header.Values(name); len(got) != 0 {
 		tb.Fatalf("%s = %q, want none: %s", name, got, res)
 	}
+}
+
+// twoTenants writes a token file naming tenants alpha and beta and returns
+// the option that gives it to a gate, with each tenant's Authorization
+// header.
+func twoTenants(t *testing.T) (tokens func(*Config, *Deps), alpha, beta []string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte("tok-alpha alpha\ntok-beta beta\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func(cfg *Config, _ *Deps) { cfg.TokenFile = path },
+		[]string{"Authorization", "Bearer tok-alpha"}, []string{"Authorization", "Bearer tok-beta"}
 }
