@@ -83,7 +83,7 @@ func (g *Gate) handleGetJob(w http.ResponseWriter, r *http.Request, tenant strin
 
 // handleListJobs is GET /v1/jobs?type=&status=&state=&limit=&after=&order=.
 func (g *Gate) handleListJobs(w http.ResponseWriter, r *http.Request, tenant string) {
-	req, err := parseListQuery(r)
+	req, none, err := parseListQuery(r)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
 		return
@@ -93,10 +93,7 @@ func (g *Gate) handleListJobs(w http.ResponseWriter, r *http.Request, tenant str
 	if !ok {
 		return
 	}
-	if st := req.Status; !r.URL.Query().Has(queryState) && st != "" && st != api.JobStatusCommitted {
-		// status filters by exact match, and every job's is committed: no
-		// job has another (a lifecycle state is listed by state). Empty,
-		// like an empty type, is no filter.
+	if none {
 		writeJSON(w, api.JobList{Jobs: []api.Job{}})
 		return
 	}
@@ -141,31 +138,34 @@ const maxQueryValue = 1024
 
 // parseListQuery reads GET /v1/jobs's parameters. Unknown parameters are
 // ignored; a known one given twice, a limit outside 1..1000 or an oversized
-// value is an error naming the parameter.
-func parseListQuery(r *http.Request) (*rpcpb.ListJobsRequest, error) {
+// value is an error naming the parameter. none reports a status filter that
+// no job matches: status is an exact match, and every job's is committed
+// (a lifecycle state is listed by state); committed or empty, like an empty
+// type, is no filter. The request's Status carries the state alone.
+func parseListQuery(r *http.Request) (req *rpcpb.ListJobsRequest, none bool, err error) {
 	q := r.URL.Query()
 	for _, name := range []string{queryType, queryStatus, queryState, queryLimit, queryAfter, queryOrder} {
 		if vs := q[name]; len(vs) > 1 {
-			return nil, fmt.Errorf("invalid request: parameter %q is given %d times", name, len(vs))
+			return nil, false, fmt.Errorf("invalid request: parameter %q is given %d times", name, len(vs))
 		} else if len(vs) == 1 && len(vs[0]) > maxQueryValue {
-			return nil, fmt.Errorf("invalid request: parameter %q is longer than %d characters", name, maxQueryValue)
+			return nil, false, fmt.Errorf("invalid request: parameter %q is longer than %d characters", name, maxQueryValue)
 		}
 	}
-	req := &rpcpb.ListJobsRequest{
-		Type:   q.Get(queryType),
-		Status: q.Get(queryStatus),
-		After:  q.Get(queryAfter),
-		Limit:  api.DefaultListLimit,
+	st := q.Get(queryStatus)
+	none = st != "" && st != api.JobStatusCommitted
+	req = &rpcpb.ListJobsRequest{
+		Type:  q.Get(queryType),
+		After: q.Get(queryAfter),
+		Limit: api.DefaultListLimit,
 	}
 	if q.Has(queryState) {
-		// The ledger lists by admission status or lifecycle state through
-		// one filter: the two parameters cannot both be given.
+		// The two filters cannot both be given.
 		st := q.Get(queryState)
 		switch {
 		case q.Has(queryStatus):
-			return nil, fmt.Errorf("invalid request: parameters \"status\" and \"state\" cannot both be given")
+			return nil, false, fmt.Errorf("invalid request: parameters \"status\" and \"state\" cannot both be given")
 		case !slices.Contains(jobStates, st):
-			return nil, fmt.Errorf("invalid request: parameter \"state\" must be one of %s (got %q)", strings.Join(jobStates, ", "), st)
+			return nil, false, fmt.Errorf("invalid request: parameter \"state\" must be one of %s (got %q)", strings.Join(jobStates, ", "), st)
 		}
 		req.Status = st
 	}
@@ -175,18 +175,18 @@ func parseListQuery(r *http.Request) (*rpcpb.ListJobsRequest, error) {
 		case orderDesc:
 			req.Desc = true
 		default:
-			return nil, fmt.Errorf("invalid request: parameter \"order\" must be %s or %s (got %q)", orderAsc, orderDesc, o)
+			return nil, false, fmt.Errorf("invalid request: parameter \"order\" must be %s or %s (got %q)", orderAsc, orderDesc, o)
 		}
 	}
 	if q.Has(queryLimit) {
 		s := q.Get(queryLimit)
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > api.MaxListLimit || s[0] == '+' {
-			return nil, fmt.Errorf("invalid request: parameter \"limit\" must be an integer from 1 to %d (got %q)", api.MaxListLimit, s)
+			return nil, false, fmt.Errorf("invalid request: parameter \"limit\" must be an integer from 1 to %d (got %q)", api.MaxListLimit, s)
 		}
 		req.Limit = int64(n)
 	}
-	return req, nil
+	return req, none, nil
 }
 
 // handleGetKey is GET /v1/idempotency-keys/{key}; the key is URL-escaped in the

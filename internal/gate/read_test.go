@@ -158,7 +158,7 @@ func TestListJobs(t *testing.T) {
 // GET /v1/jobs?order=desc parses into a newest-first request.
 func TestListQueryOrder(t *testing.T) {
 	for q, desc := range map[string]bool{"": false, "?order=asc": false, "?order=desc": true, "?order=desc&type=a&limit=3": true} {
-		req, err := parseListQuery(httptest.NewRequest(http.MethodGet, "/v1/jobs"+q, nil))
+		req, _, err := parseListQuery(httptest.NewRequest(http.MethodGet, "/v1/jobs"+q, nil))
 		if err != nil || req.Desc != desc {
 			t.Fatalf("%q: desc %v, err %v; want desc %v", q, req != nil && req.Desc, err, desc)
 		}
