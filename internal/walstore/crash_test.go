@@ -306,6 +306,14 @@ func TestKill9(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// A round that fails before it kills and reaps the child leaves
+		// none running.
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+		})
 		// Kill during Open in one round out of four, else after a random
 		// number of acknowledged operations.
 		killAfter := -1

@@ -145,6 +145,14 @@ func keysChildCmd(t *testing.T, mode, path string, block uint64) *exec.Cmd {
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d", keysChildEnv, mode, path, block))
 	cmd.Stderr = os.Stderr
+	// A test that fails before it kills and reaps the child leaves none
+	// running (a reaped one is not signalled again).
+	t.Cleanup(func() {
+		if cmd.Process != nil && cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
 	return cmd
 }
 
