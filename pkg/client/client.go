@@ -162,7 +162,7 @@ type Result struct {
 // repeat a submission that failed with SubmitWithKey and that key, never
 // with Submit.
 func (c *Client) Submit(ctx context.Context, job api.JobRequest) (*Result, error) {
-	return c.withNewKey(func(key string) (*Result, error) { return c.SubmitWithKey(ctx, key, job) })
+	return c.withNewKey(ctx, func(key string) (*Result, error) { return c.SubmitWithKey(ctx, key, job) })
 }
 
 // SubmitWithKey submits job with key. Transient answers (503, a proxy's
@@ -207,16 +207,17 @@ func (c *Client) jobAction(ctx context.Context, id, key, action string) (*Result
 	if key != "" {
 		return call(key)
 	}
-	return c.withNewKey(call)
+	return c.withNewKey(ctx, call)
 }
 
-// withNewKey makes call with a new key from Options.Keys; its failure is a
-// *KeyError naming the key, for the caller to repeat the call with it.
-func (c *Client) withNewKey(call func(key string) (*Result, error)) (*Result, error) {
+// withNewKey makes call with a new key from Options.Keys (a wait for its
+// state file's lock ends with ctx too); its failure is a *KeyError naming
+// the key, for the caller to repeat the call with it.
+func (c *Client) withNewKey(ctx context.Context, call func(key string) (*Result, error)) (*Result, error) {
 	if c.opts.Keys == nil {
 		return nil, ErrNoKeys
 	}
-	key, err := c.opts.Keys.Next()
+	key, err := c.opts.Keys.nextKey(ctx)
 	if err != nil {
 		return nil, err
 	}

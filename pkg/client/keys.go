@@ -1,13 +1,16 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/once-dev/once/internal/atomicfile"
 	"github.com/once-dev/once/pkg/keys"
@@ -20,6 +23,43 @@ const DefaultBlock = 1000
 // state file cannot be read, parsed or made durable.
 var ErrKeysState = errors.New("client: keys state")
 
+// ErrKeysStateLost is wrapped (with ErrKeysState) by the error of Next when
+// the state file (or its directory) was deleted, or replaced by one that
+// does not hold this Keys' last reservation, since this Keys last wrote it.
+// What other processes sharing the file reserved is no longer known, so no
+// block can be reserved safely: that Keys fails every Next from then on
+// (keys of its current block excepted), and the file is not recreated.
+var ErrKeysStateLost = errors.New("client: keys state file deleted or replaced while in use")
+
+// DefaultLockTimeout is how long OpenKeys and Next wait for the state
+// file's lock by default.
+const DefaultLockTimeout = 10 * time.Second
+
+// KeysLockedError is the error of OpenKeys and Next when another process
+// (or another Keys of this one) held the state file's lock for as long as
+// the call could wait: KeysOptions.LockTimeout, or less when the context of
+// OpenKeysContext or Submit ended first. It matches ErrKeysState and Err.
+type KeysLockedError struct {
+	// Path is the lock file.
+	Path string
+	// PID is the holder's process id as the lock file records it; 0 when
+	// it records none.
+	PID int
+	// Err ended the wait: context.DeadlineExceeded, or the context's error.
+	Err error
+}
+
+func (e *KeysLockedError) Error() string {
+	holder := "another process"
+	if e.PID != 0 {
+		holder = fmt.Sprintf("process %d", e.PID)
+	}
+	return fmt.Sprintf("%v: %s holds the lock %s: %v", ErrKeysState, holder, e.Path, e.Err)
+}
+
+// Unwrap returns ErrKeysState and Err.
+func (e *KeysLockedError) Unwrap() []error { return []error{ErrKeysState, e.Err} }
+
 // KeysOptions configure OpenKeys.
 type KeysOptions struct {
 	// ClientID is used when the state file does not exist yet. Empty: the
@@ -30,6 +70,10 @@ type KeysOptions struct {
 	// (default DefaultBlock). Larger blocks mean fewer fsyncs and larger gaps
 	// in the sequence after a restart.
 	Block uint64
+	// LockTimeout bounds each wait for the state file's lock while another
+	// process holds it (default DefaultLockTimeout); past it, OpenKeys or
+	// Next fails with a *KeysLockedError.
+	LockTimeout time.Duration
 }
 
 // keysState is the content of the state file.
@@ -49,37 +93,54 @@ type keysState struct {
 // renamed over the old one (then the directory is fsync'd). A process that
 // crashes after reserving a block loses the rest of it; the next process
 // starts after the block, so no sequence is ever used twice. Keys is safe for
-// concurrent use by many goroutines; one state file must be used by one
-// process at a time.
+// concurrent use by many goroutines. Processes may share a state file
+// under its lock (flock on Unix; elsewhere one process at a time), and a
+// file deleted or replaced while in use stops the reservations
+// (ErrKeysStateLost) rather than be recreated (docs/client.md).
 type Keys struct {
 	path     string
 	block    uint64
+	wait     time.Duration // KeysOptions.LockTimeout
 	clientID string
 	nonce    string
 
 	mu    sync.Mutex
 	next  uint64 // next sequence to hand out
 	limit uint64 // highest sequence reserved in the file
+	// written is the state file as this Keys last wrote it (nil before
+	// its first write); lost is set once the file was found deleted or
+	// replaced since, and fails every reservation.
+	written os.FileInfo
+	lost    error
 }
 
 // OpenKeys opens (or creates) the state file at path and reserves the first
-// block of sequences.
+// block of sequences. See OpenKeysContext.
 func OpenKeys(path string, opts KeysOptions) (*Keys, error) {
+	return OpenKeysContext(context.Background(), path, opts)
+}
+
+// OpenKeysContext is OpenKeys whose wait for the state file's lock, held by
+// another process, also ends with ctx.
+func OpenKeysContext(ctx context.Context, path string, opts KeysOptions) (*Keys, error) {
 	if opts.Block == 0 {
 		opts.Block = DefaultBlock
 	}
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
 	// Under the lock: two processes creating the file at once agree on one
 	// client id, and neither reserves the block the other does.
-	unlock, err := lockFile(path + lockSuffix)
-	if err != nil {
-		return nil, fmt.Errorf("%w: locking %s: %w", ErrKeysState, path, err)
-	}
-	defer unlock()
-	st, found, err := readKeysState(path)
+	unlock, err := lock(ctx, path, opts.LockTimeout)
 	if err != nil {
 		return nil, err
 	}
-	if found {
+	defer unlock()
+	st, fi, err := readKeysState(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi != nil {
 		if err := keys.ValidateClientID(st.ClientID); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrKeysState, path, err)
 		}
@@ -98,7 +159,7 @@ func OpenKeys(path string, opts KeysOptions) (*Keys, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Keys{path: path, block: opts.Block, clientID: st.ClientID, nonce: nonce, next: st.Reserved + 1, limit: st.Reserved}
+	k := &Keys{path: path, block: opts.Block, wait: opts.LockTimeout, clientID: st.ClientID, nonce: nonce, next: st.Reserved + 1, limit: st.Reserved}
 	if err := k.reserveLocked(); err != nil {
 		return nil, err
 	}
@@ -109,19 +170,43 @@ func OpenKeys(path string, opts KeysOptions) (*Keys, error) {
 // locked (flock) while the state file is read and replaced.
 const lockSuffix = ".lock"
 
-// readKeysState reads the state file; found is false when it does not exist.
-func readKeysState(path string) (st keysState, found bool, err error) {
-	b, err := os.ReadFile(path)
+// lock takes the lock of the state file at path, waiting for another
+// holder at most wait and until ctx ends.
+func lock(ctx context.Context, path string, wait time.Duration) (unlock func(), err error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	unlock, err = lockFile(ctx, path+lockSuffix)
+	var locked *KeysLockedError
+	switch {
+	case errors.As(err, &locked):
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("%w: locking %s: %w", ErrKeysState, path, err)
+	}
+	return unlock, nil
+}
+
+// readKeysState reads the state file; fi is nil when it does not exist.
+func readKeysState(path string) (st keysState, fi os.FileInfo, err error) {
+	f, err := os.Open(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return st, false, nil
+		return st, nil, nil
 	case err != nil:
-		return st, false, fmt.Errorf("%w: reading %s: %w", ErrKeysState, path, err)
+		return st, nil, fmt.Errorf("%w: reading %s: %w", ErrKeysState, path, err)
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return st, nil, fmt.Errorf("%w: reading %s: %w", ErrKeysState, path, err)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return st, nil, fmt.Errorf("%w: reading %s: %w", ErrKeysState, path, err)
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
-		return st, false, fmt.Errorf("%w: parsing %s: %w", ErrKeysState, path, err)
+		return st, nil, fmt.Errorf("%w: parsing %s: %w", ErrKeysState, path, err)
 	}
-	return st, true, nil
+	return st, fi, nil
 }
 
 func defaultClientID() (string, error) {
@@ -147,11 +232,19 @@ func defaultClientID() (string, error) {
 }
 
 // reserve records the next block as reserved, durably, under the state
-// file's lock. k.mu is held.
-func (k *Keys) reserve() error {
-	unlock, err := lockFile(k.path + lockSuffix)
+// file's lock, waiting for it until ctx ends. k.mu is held.
+func (k *Keys) reserve(ctx context.Context) error {
+	if k.lost != nil {
+		return k.lost
+	}
+	unlock, err := lock(ctx, k.path, k.wait)
+	if errors.Is(err, os.ErrNotExist) {
+		// The directory is gone: so is the state file.
+		k.lost = fmt.Errorf("%w: %w: %s: %w", ErrKeysState, ErrKeysStateLost, k.path, err)
+		return k.lost
+	}
 	if err != nil {
-		return fmt.Errorf("%w: locking %s: %w", ErrKeysState, k.path, err)
+		return err
 	}
 	defer unlock()
 	return k.reserveLocked()
@@ -166,16 +259,26 @@ func (k *Keys) reserve() error {
 // A file that cannot be read or parsed, or names another client id, is
 // refused, not replaced: what another process sharing it reserved is no
 // longer known, and a block after this process's own limit could hold
-// sequences that process hands out.
+// sequences that process hands out. So is, for good (ErrKeysStateLost), a
+// file gone since this Keys wrote it, or one that holds less than it wrote,
+// or as much but is another file: every write of a sharing process
+// reserves past what the file held, so only a file put back or recreated
+// does that.
 func (k *Keys) reserveLocked() error {
 	base := k.limit
-	st, found, err := readKeysState(k.path)
+	st, fi, err := readKeysState(k.path)
 	switch {
 	case err != nil:
 		return err
-	case found && st.ClientID != k.clientID:
+	case k.written != nil && fi == nil:
+		k.lost = fmt.Errorf("%w: %w: %s was deleted", ErrKeysState, ErrKeysStateLost, k.path)
+		return k.lost
+	case fi != nil && st.ClientID != k.clientID:
 		return fmt.Errorf("%w: %s: names client id %q, not this process's %q: it was replaced", ErrKeysState, k.path, st.ClientID, k.clientID)
-	case found && st.Reserved > base:
+	case k.written != nil && (st.Reserved < k.limit || st.Reserved == k.limit && !sameWrite(fi, k.written)):
+		k.lost = fmt.Errorf("%w: %w: %s was replaced: it reserves up to %d, this process reserved up to %d", ErrKeysState, ErrKeysStateLost, k.path, st.Reserved, k.limit)
+		return k.lost
+	case st.Reserved > base:
 		base = st.Reserved
 	}
 	if base > math.MaxUint64-k.block {
@@ -192,11 +295,21 @@ func (k *Keys) reserveLocked() error {
 	if err := atomicfile.WriteBytes(k.path, append(b, '\n')); err != nil {
 		return fmt.Errorf("%w: %w", ErrKeysState, err)
 	}
+	if k.written, err = os.Stat(k.path); err != nil {
+		return fmt.Errorf("%w: %w", ErrKeysState, err)
+	}
 	if base > k.limit {
 		k.next = base + 1
 	}
 	k.limit = st.Reserved
 	return nil
+}
+
+// sameWrite reports whether a and b are one file as one write left it:
+// the same file (device and inode; a new file may get a removed one's
+// inode) with the same modification time.
+func sameWrite(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
 }
 
 // ClientID is the client id every key carries.
@@ -207,13 +320,16 @@ func (k *Keys) Nonce() string { return k.nonce }
 
 // Next returns a new key: the next sequence, reserving a new block in the
 // state file first when the current one is used up.
-func (k *Keys) Next() (string, error) {
+func (k *Keys) Next() (string, error) { return k.nextKey(context.Background()) }
+
+// nextKey is Next whose wait for the state file's lock also ends with ctx.
+func (k *Keys) nextKey(ctx context.Context) (string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	// next is 0 once the largest sequence was handed out (it wrapped
 	// around): reserve then fails, the sequences being used up.
 	if k.next > k.limit || k.next == 0 {
-		if err := k.reserve(); err != nil {
+		if err := k.reserve(ctx); err != nil {
 			return "", err
 		}
 	}

@@ -2,14 +2,19 @@ package client
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/once-dev/once/pkg/api"
 )
 
 // TestKeysRefusesAStateFileCorruptedWhileInUse: a state file that another
@@ -91,6 +96,19 @@ func keysChild() bool {
 	if _, err := fmt.Sscan(arg, &mode, &path, &block); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	if mode == "hold" { // see TestKeysLockHeldByAnotherProcess
+		// Hold the state file's lock, print "held", and release it
+		// when stdin closes.
+		unlock, err := lockFile(context.Background(), path+lockSuffix)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		fmt.Println("held")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		unlock()
+		os.Exit(0)
 	}
 	k, err := OpenKeys(path, KeysOptions{ClientID: "c", Block: block})
 	if err != nil {
@@ -304,5 +322,164 @@ func TestKeysTwoProcessesAtOnce(t *testing.T) {
 	}
 	if s := seqOf(t, raw).Sequence; s <= highest {
 		t.Fatalf("the next process drew %d, not after %d", s, highest)
+	}
+}
+
+// TestKeysLockHeldByAnotherProcess: while another process holds the state
+// file's lock (and does not let go), OpenKeys, Next and Submit wait for it
+// only as long as LockTimeout or their context allows, then fail with a
+// *KeysLockedError naming that process; once it lets go, the file opens.
+// OpenKeys waited for the lock forever.
+func TestKeysLockHeldByAnotherProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.json")
+	k, err := OpenKeys(path, KeysOptions{ClientID: "c", Block: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Next(); err != nil { // its block is used up
+		t.Fatal(err)
+	}
+	cmd := keysChildCmd(t, "hold", path, 0)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "held\n" {
+		t.Fatalf("child printed %q, %v", line, err)
+	}
+	pid := cmd.Process.Pid
+	held := func(name string, err error, want error) {
+		t.Helper()
+		var locked *KeysLockedError
+		if !errors.As(err, &locked) || locked.PID != pid || locked.Path != path+lockSuffix ||
+			!errors.Is(err, ErrKeysState) || !errors.Is(err, want) {
+			t.Fatalf("%s while process %d holds the lock: %v, want a *KeysLockedError naming it and matching %v", name, pid, err, want)
+		}
+	}
+	_, err = OpenKeys(path, KeysOptions{LockTimeout: 50 * time.Millisecond})
+	held("OpenKeys", err, context.DeadlineExceeded)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = OpenKeysContext(ctx, path, KeysOptions{})
+	held("OpenKeysContext", err, context.Canceled)
+	k.wait = 50 * time.Millisecond
+	_, err = k.Next()
+	held("Next", err, context.DeadlineExceeded)
+	// Submit's wait ends with its context, before LockTimeout.
+	k.wait = DefaultLockTimeout
+	c, err := New([]string{"127.0.0.1:1"}, Options{Keys: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = c.Submit(ctx, api.JobRequest{Type: "t"})
+	held("Submit", err, context.DeadlineExceeded)
+
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Next(); err != nil {
+		t.Fatalf("Next once the lock is free: %v", err)
+	}
+	if _, err := OpenKeys(path, KeysOptions{}); err != nil {
+		t.Fatalf("OpenKeys once the lock is free: %v", err)
+	}
+}
+
+// TestKeysStateFileLostWhileInUse: a state file deleted (its directory
+// too), or put back as an older copy or one rolled back, while two
+// processes share it, fails Next with ErrKeysStateLost from then on and
+// is not recreated. Next recreated it from its own limit, handing out
+// sequences the other process had reserved, and was handing out.
+func TestKeysStateFileLostWhileInUse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(t *testing.T, path string, before []byte)
+	}{
+		{"deleted", func(t *testing.T, path string, _ []byte) {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"directory deleted", func(t *testing.T, path string, _ []byte) {
+			if err := os.RemoveAll(filepath.Dir(path)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"older copy put back", func(t *testing.T, path string, before []byte) {
+			if err := os.WriteFile(path+".copy", before, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(path+".copy", path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"rolled back", func(t *testing.T, path string, _ []byte) {
+			if err := os.WriteFile(path, []byte(`{"client_id":"c","reserved":1}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state", "keys.json")
+			if err := os.Mkdir(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			k1, err := OpenKeys(path, KeysOptions{ClientID: "c", Block: 3}) // 1-3
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k2, err := OpenKeys(path, KeysOptions{Block: 3}) // 4-6
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[uint64]string{}
+			draw := func(name string, k *Keys) error {
+				raw, err := k.Next()
+				if err != nil {
+					return err
+				}
+				s := seqOf(t, raw).Sequence
+				if other, ok := seen[s]; ok {
+					t.Fatalf("sequence %d handed out by %s and %s", s, other, name)
+				}
+				seen[s] = name
+				return nil
+			}
+			for range 3 {
+				if err := draw("first", k1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.lose(t, path, before)
+			after, _ := os.ReadFile(path)
+			for range 2 { // and again: it is for good
+				if err := draw("first", k1); !errors.Is(err, ErrKeysStateLost) || !errors.Is(err, ErrKeysState) {
+					t.Fatalf("Next past the block with the state file %s: %v, want ErrKeysStateLost", tc.name, err)
+				}
+			}
+			if b, _ := os.ReadFile(path); string(b) != string(after) {
+				t.Fatalf("the state file %s became %q", tc.name, b)
+			}
+			// k2 still hands out what it reserved before.
+			for range 3 {
+				if err := draw("second", k2); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
