@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/once-dev/once/pkg/api"
 	"github.com/once-dev/once/pkg/keys"
@@ -548,7 +549,12 @@ func problem(resp *http.Response, b []byte) *Error {
 	} else {
 		e = &Error{Status: resp.StatusCode, Detail: strings.TrimSpace(string(b))}
 		if len(e.Detail) > 200 {
-			e.Detail = e.Detail[:200]
+			// At a character's start: a cut inside one is not UTF-8.
+			n := 200
+			for n > 0 && !utf8.RuneStart(e.Detail[n]) {
+				n--
+			}
+			e.Detail = e.Detail[:n]
 		}
 	}
 	e.RetryAfter = retryAfter(resp.Header.Get(api.HeaderRetryAfter))

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/once-dev/once/pkg/api"
 )
@@ -179,4 +181,29 @@ func TestSubmitCancelledDuringAnAttemptKeepsTheLastAnswer(t *testing.T) {
 		t.Fatalf("the gate saw %d attempts, want 2 (none after the cancel)", n)
 	}
 	g.sameKeyAndBody(t)
+}
+
+// A proxy's 502 error page (HTML, not a problem) on every attempt: each is
+// retried with the same key and body, and the call's *Error carries the
+// page's start as its Detail, cut at a whole UTF-8 character within 200
+// bytes. Detail was cut at byte 200, inside a character, and was not
+// UTF-8.
+func TestSubmitGivesAProxyErrorPageAsValidUTF8(t *testing.T) {
+	page := "<html><title>Passerelle défaillante</title>x" + strings.Repeat("é", 200) + "</html>"
+	o := fastOpts()
+	o.MaxAttempts = 3
+	c, g := scriptedGate(t, o, func(_ int32, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusBadGateway)
+		w.Write([]byte(page))
+	})
+	_, err := c.SubmitWithKey(context.Background(), testKey, api.JobRequest{Type: "demo"})
+	var e *Error
+	if !errors.As(err, &e) || e.Status != http.StatusBadGateway || e.Code != "" || g.n.Load() != 3 {
+		t.Fatalf("err %v after %d attempts, want a code-less 502 after 3", err, g.n.Load())
+	}
+	g.sameKeyAndBody(t)
+	if !utf8.ValidString(e.Detail) || len(e.Detail) > 200 || len(e.Detail) < 196 || !strings.HasPrefix(page, e.Detail) {
+		t.Fatalf("Detail %q (%d bytes): want the page's first whole characters within 200 bytes", e.Detail, len(e.Detail))
+	}
 }
