@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/once-dev/once/internal/atomicfile"
@@ -104,7 +103,10 @@ type Keys struct {
 	clientID string
 	nonce    string
 
-	mu    sync.Mutex
+	// mu (one token) guards what follows; taken with a select, so that
+	// a goroutine waiting behind another's reservation gives up when its
+	// context ends.
+	mu    chan struct{}
 	next  uint64 // next sequence to hand out
 	limit uint64 // highest sequence reserved in the file
 	// written is the state file as this Keys last wrote it (nil before
@@ -159,7 +161,7 @@ func OpenKeysContext(ctx context.Context, path string, opts KeysOptions) (*Keys,
 	if err != nil {
 		return nil, err
 	}
-	k := &Keys{path: path, block: opts.Block, wait: opts.LockTimeout, clientID: st.ClientID, nonce: nonce, next: st.Reserved + 1, limit: st.Reserved}
+	k := &Keys{path: path, block: opts.Block, wait: opts.LockTimeout, mu: make(chan struct{}, 1), clientID: st.ClientID, nonce: nonce, next: st.Reserved + 1, limit: st.Reserved}
 	if err := k.reserveLocked(); err != nil {
 		return nil, err
 	}
@@ -324,8 +326,18 @@ func (k *Keys) Next() (string, error) { return k.nextKey(context.Background()) }
 
 // nextKey is Next whose wait for the state file's lock also ends with ctx.
 func (k *Keys) nextKey(ctx context.Context) (string, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+	select {
+	case k.mu <- struct{}{}:
+	default:
+		select {
+		case k.mu <- struct{}{}:
+		case <-ctx.Done():
+			// Another goroutine is reserving a block, waiting for the
+			// state file's lock.
+			return "", fmt.Errorf("%w: waiting for this process's reservation in %s: %w", ErrKeysState, k.path, ctx.Err())
+		}
+	}
+	defer func() { <-k.mu }()
 	// next is 0 once the largest sequence was handed out (it wrapped
 	// around): reserve then fails, the sequences being used up.
 	if k.next > k.limit || k.next == 0 {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -383,9 +384,29 @@ func TestKeysLockHeldByAnotherProcess(t *testing.T) {
 	_, err = c.Submit(ctx, api.JobRequest{Type: "t"})
 	held("Submit", err, context.DeadlineExceeded)
 
+	// A Submit behind another goroutine's Next, which waits for the lock
+	// as long as LockTimeout allows, gives up when its context ends too.
+	k.wait = time.Hour
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := k.Next()
+		waiting <- err
+	}()
+	for len(k.mu) == 0 { // that Next holds k
+		runtime.Gosched()
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err = c.Submit(ctx, api.JobRequest{Type: "t"}); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrKeysState) {
+		t.Fatalf("Submit behind a Next waiting for the lock: %v, want ErrKeysState and context.DeadlineExceeded", err)
+	}
+
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
+	}
+	if err := <-waiting; err != nil {
+		t.Fatalf("Next waiting for the lock once it is free: %v", err)
 	}
 	if _, err := k.Next(); err != nil {
 		t.Fatalf("Next once the lock is free: %v", err)
