@@ -34,8 +34,9 @@ var ErrNoGates = errors.New("client: no gate endpoints")
 
 // maxRetryWait bounds the wait before a retry (MaxBackoff when that is
 // more): the longest Retry-After a gate sends is
-// IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS, at most an hour.
-const maxRetryWait = time.Hour
+// IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS, at most an hour. A variable for
+// the tests.
+var maxRetryWait = time.Hour
 
 // errRetryWaitTooLong is wrapped by the error of a call whose next attempt
 // would wait more than maxRetryWait (a Retry-After that long).

@@ -303,7 +303,9 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 			}
 			failures++
 			opts.Logger.Warn("leasing jobs failed; retrying", "err", err)
-			if sleep(ctx, c.backoff(failures, err), err) != nil {
+			// At most as long as a call waits to retry: a Retry-After
+			// no gate sends (a proxy's, of years) would stop the worker.
+			if sleep(ctx, min(c.backoff(failures, err), max(maxRetryWait, c.opts.MaxBackoff)), err) != nil {
 				return nil
 			}
 			continue
