@@ -34,9 +34,8 @@ var ErrNoGates = errors.New("client: no gate endpoints")
 
 // maxRetryWait bounds the wait before a retry (MaxBackoff when that is
 // more): the longest Retry-After a gate sends is
-// IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS, at most an hour. A variable for
-// the tests.
-var maxRetryWait = time.Hour
+// IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS, at most an hour.
+const maxRetryWait = time.Hour
 
 // errRetryWaitTooLong is wrapped by the error of a call whose next attempt
 // would wait more than maxRetryWait (a Retry-After that long).
@@ -355,12 +354,12 @@ func (c *Client) do(ctx context.Context, extra time.Duration, method, path, key 
 	for attempt := 0; attempt < c.opts.MaxAttempts; attempt++ {
 		if attempt > 0 {
 			d := c.backoff(attempt, last)
-			if d > max(maxRetryWait, c.opts.MaxBackoff) {
+			if d > c.retryWaitLimit() {
 				// A Retry-After no gate sends (a proxy's, a date years
 				// ahead): with no deadline, sleeping it would hang the
 				// call. Give up now with the answer, as past a deadline.
 				return false, fmt.Errorf("client: %s %s: the next attempt would start in %v, past the %v a call waits at most: %w (last error: %w)",
-					method, path, d.Round(time.Second), max(maxRetryWait, c.opts.MaxBackoff), errRetryWaitTooLong, last)
+					method, path, d.Round(time.Second), c.retryWaitLimit(), errRetryWaitTooLong, last)
 			}
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 				// The next attempt would start past the deadline (a
@@ -467,6 +466,10 @@ func (c *Client) backoff(attempt int, last error) time.Duration {
 	}
 	return d
 }
+
+// retryWaitLimit is the longest wait before a retry: maxRetryWait, or
+// MaxBackoff when that is more.
+func (c *Client) retryWaitLimit() time.Duration { return max(maxRetryWait, c.opts.MaxBackoff) }
 
 // sleep waits d, or until ctx ends (an error wrapping ctx.Err() and last).
 func sleep(ctx context.Context, d time.Duration, last error) error {

@@ -303,9 +303,7 @@ func (c *Client) Run(ctx context.Context, opts WorkerOptions, h Handler) error {
 			}
 			failures++
 			opts.Logger.Warn("leasing jobs failed; retrying", "err", err)
-			// At most as long as a call waits to retry: a Retry-After
-			// no gate sends (a proxy's, of years) would stop the worker.
-			if sleep(ctx, min(c.backoff(failures, err), max(maxRetryWait, c.opts.MaxBackoff)), err) != nil {
+			if sleep(ctx, c.leaseRetryWait(failures, err), err) != nil {
 				return nil
 			}
 			continue
@@ -611,4 +609,12 @@ func (g *grouper) send(batch []*pending) {
 			p.result <- outcome{err: res[i].Err}
 		}
 	}
+}
+
+// leaseRetryWait is Run's wait after failures failed leases, the last with
+// err: the backoff, at most as long as a call waits to retry
+// (retryWaitLimit): a Retry-After no gate sends (a proxy's, of years) would
+// stop the worker.
+func (c *Client) leaseRetryWait(failures int, err error) time.Duration {
+	return min(c.backoff(failures, err), c.retryWaitLimit())
 }

@@ -39,15 +39,12 @@ type fakeQueue struct {
 	budget    int             // results longer are refused with budget_exceeded (0: none)
 	maxResult int             // results longer are refused with body_too_large (0: none)
 	errs      map[string]string
-	batches   []int // the items of each POST /v1/completions
-	leaseErrs []int // statuses answered to the first leases, one each
-	// leaseRetryAfter: the 429s of leaseErrs are a proxy's (no problem)
-	// with this Retry-After.
-	leaseRetryAfter string
-	leaseN          int            // leases asked
-	beats           map[string]int // heartbeats answered, per job
-	replay          bool           // lease answers say Idempotent-Replayed: true
-	dup             bool           // lease answers name each of their leases twice
+	batches   []int          // the items of each POST /v1/completions
+	leaseErrs []int          // statuses answered to the first leases, one each
+	leaseN    int            // leases asked
+	beats     map[string]int // heartbeats answered, per job
+	replay    bool           // lease answers say Idempotent-Replayed: true
+	dup       bool           // lease answers name each of their leases twice
 	// lostLeases: the next lease call leases jobs but its answer is lost,
 	// and it and the next lostLeases-1 lease calls are answered 503; after
 	// them a lease call with its key is answered its leases, replayed.
@@ -114,12 +111,6 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if len(q.leaseErrs) > 0 {
 			status := q.leaseErrs[0]
 			q.leaseErrs = q.leaseErrs[1:]
-			if status == http.StatusTooManyRequests && q.leaseRetryAfter != "" {
-				delete(q.keys, k) // the request never reached the gate
-				w.Header().Set(api.HeaderRetryAfter, q.leaseRetryAfter)
-				http.Error(w, "slow down", status)
-				return
-			}
 			code := api.CodeInternal
 			switch status {
 			case http.StatusUnauthorized:
@@ -376,31 +367,28 @@ func TestRunSurvivesALeaseServerError(t *testing.T) {
 }
 
 // A proxy's 429 on a lease asking to retry in years (a Retry-After no
-// gate sends) delays the next lease by no more than a call waits to retry
-// (maxRetryWait, or MaxBackoff when that is more). Run slept the whole
-// Retry-After, a worker leasing nothing for years.
-func TestRunWaitsNoLongerThanACallOnAProxysRetryAfter(t *testing.T) {
-	defer func(w time.Duration) { maxRetryWait = w }(maxRetryWait)
-	maxRetryWait = 50 * time.Millisecond
-	q := newFakeQueue("a")
-	q.leaseErrs = []int{http.StatusTooManyRequests}
-	q.leaseRetryAfter = "99999999999"
-	c := q.client(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Run(ctx, WorkerOptions{Concurrency: 1, LeaseFor: time.Minute, Wait: time.Second},
-			func(ctx context.Context, job api.Job, attempt int) (any, error) { return "ok", nil })
-	}()
-	waitFor(t, func() bool {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return len(q.completed) == 1
-	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
+// gate sends) delays Run's next lease by no more than a call waits to
+// retry (maxRetryWait, or MaxBackoff when that is more); a shorter
+// Retry-After is waited in full. Run slept the whole Retry-After, a worker
+// leasing nothing for years.
+func TestLeaseRetryWaitIsBoundedLikeACallsRetry(t *testing.T) {
+	years := &Error{Status: http.StatusTooManyRequests, RetryAfter: 100 * 365 * 24 * time.Hour}
+	for _, tc := range []struct {
+		maxBackoff time.Duration
+		err        *Error
+		want       time.Duration
+	}{
+		{time.Second, years, maxRetryWait},
+		{2 * maxRetryWait, years, 2 * maxRetryWait},
+		{time.Second, &Error{Status: http.StatusTooManyRequests, RetryAfter: 90 * time.Second}, 90 * time.Second},
+	} {
+		c, err := New([]string{"http://127.0.0.1:1"}, Options{MaxBackoff: tc.maxBackoff})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.leaseRetryWait(1, tc.err); got != tc.want {
+			t.Errorf("MaxBackoff %v, Retry-After %v: wait %v, want %v", tc.maxBackoff, tc.err.RetryAfter, got, tc.want)
+		}
 	}
 }
 
