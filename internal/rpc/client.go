@@ -107,9 +107,14 @@ type peer struct {
 	slots []laneSlot
 }
 
+// laneSlot is one lane's place. Its lane is dialled by one attempt at a
+// time, outside mu: the others wait on dialing, each within its own
+// deadline, not behind a mutex held for a dial that may last as long as the
+// dialling caller's deadline.
 type laneSlot struct {
-	mu sync.Mutex
-	l  *lane
+	mu      sync.Mutex
+	l       *lane
+	dialing chan struct{} // closed when the dial in progress ends; nil: none
 }
 
 // NewClient returns a Client.
@@ -172,6 +177,12 @@ func (c *Client) takeLanes(match func(*lane) bool) []*lane {
 		for i := range p.slots {
 			s := &p.slots[i]
 			s.mu.Lock()
+			for s.dialing != nil { // a lane being dialled is taken once it is
+				wait := s.dialing
+				s.mu.Unlock()
+				<-wait
+				s.mu.Lock()
+			}
 			if s.l != nil && match(s.l) {
 				out = append(out, s.l)
 				s.l = nil
@@ -294,26 +305,58 @@ func (c *Client) lane(ctx context.Context, addr string, slot uint64, deadline ti
 	c.mu.Unlock()
 	s := &p.slots[slot%uint64(len(p.slots))]
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.l != nil && !s.l.dead() {
-		return s.l, nil
+	for s.dialing != nil {
+		// Another attempt is dialling this slot: wait for it within this
+		// attempt's bound, then take its lane or dial again.
+		wait := s.dialing
+		s.mu.Unlock()
+		if err := waitUntil(ctx, wait, deadline); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
 	}
-	if s.l != nil {
-		s.l.wg.Wait() // a dead lane's goroutines are ending
-		s.l = nil
+	if s.l != nil && !s.l.dead() {
+		l := s.l
+		s.mu.Unlock()
+		return l, nil
+	}
+	old, done := s.l, make(chan struct{})
+	s.l, s.dialing = nil, done
+	s.mu.Unlock()
+	if old != nil {
+		old.wg.Wait() // a dead lane's goroutines are ending
 	}
 	dctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
 	l, err := dialLane(dctx, &c.cfg, addr)
-	if err != nil {
-		return nil, err
-	}
-	if c.isClosed() { // Close ran while we dialled
+	cancel()
+	if err == nil && c.isClosed() { // Close ran while we dialled
 		l.close()
-		return nil, errClientClosed
+		l, err = nil, errClientClosed
 	}
-	s.l = l
-	return l, nil
+	s.mu.Lock()
+	s.l, s.dialing = l, nil
+	close(done)
+	s.mu.Unlock()
+	return l, err
+}
+
+// waitUntil waits for done until ctx ends or deadline passes; then it
+// returns the reason.
+func waitUntil(ctx context.Context, done <-chan struct{}, deadline time.Time) error {
+	t := timerPool.Get().(*time.Timer)
+	t.Reset(time.Until(deadline))
+	defer func() {
+		t.Stop()
+		timerPool.Put(t)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return context.DeadlineExceeded
+	}
 }
 
 // attemptError is err, an attempt of what at addr that failed short of an
