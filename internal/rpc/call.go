@@ -23,8 +23,9 @@ import (
 
 // callConn is the client's connection to one manager for unary calls.
 type callConn struct {
-	cc    *grpc.ClientConn
-	calls int // in flight, under Client.mu
+	cc      *grpc.ClientConn
+	refusal *handshakeRefusal
+	calls   int // in flight, under Client.mu
 }
 
 // conn returns the connection to addr for a unary call, counted in flight
@@ -37,11 +38,11 @@ func (c *Client) conn(addr string) (*callConn, error) {
 	}
 	u := c.conns[addr]
 	if u == nil {
-		cc, err := newConn(&c.cfg, addr)
+		cc, refusal, err := newConn(&c.cfg, addr)
 		if err != nil {
 			return nil, err
 		}
-		u = &callConn{cc: cc}
+		u = &callConn{cc: cc, refusal: refusal}
 		c.conns[addr] = u
 	}
 	u.calls++
@@ -105,7 +106,15 @@ func (c *Client) onConn(ctx context.Context, addr, what string, extra time.Durat
 	defer c.release(u)
 	actx, cancel := c.attemptContext(ctx, c.cfg.AttemptTimeout+extra)
 	defer cancel()
-	return callError(what, addr, do(actx, u.cc))
+	err = callError(what, addr, do(actx, u.cc))
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+		if e := u.refusal.refused(); e != nil {
+			// The connection is down because its handshake refused the
+			// manager's certificate: a definite answer, with its reason.
+			return e
+		}
+	}
+	return err
 }
 
 // callError turns a unary call's error back into what the manager answered:

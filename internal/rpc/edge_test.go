@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
 )
@@ -56,5 +58,69 @@ func TestCallerBehindADialEndsAtItsDeadline(t *testing.T) {
 	// Behind the others' dials it waited about a second for each.
 	if took := time.Since(start); took > 2500*time.Millisecond {
 		t.Fatalf("a caller with a 300ms deadline answered after %v", took)
+	}
+}
+
+// TestAManagerOfAnotherSecretIsRefusedAtOnce: with TLS (the CA derived from
+// the cluster secret, as every secured daemon has it), a gate of another
+// secret cannot verify the manager's certificate. gRPC reports that only as
+// a connection in transient failure, which the client retried until the
+// caller's deadline, dialling and handshaking again every few
+// milliseconds, and whose error named no reason ("TRANSIENT_FAILURE"). It
+// is now unauthenticated at once, naming the certificate, for a submission,
+// a worker call and a unary call alike.
+func TestAManagerOfAnotherSecretIsRefusedAtOnce(t *testing.T) {
+	derived := func(secret string, r certs.Role) *certs.Cluster {
+		c, err := certs.ClusterFromSecret(secret, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	const ours, theirs = "cluster-secret-0123456789", "cluster-secret-9876543210"
+	m := &fakeManager{leader: true}
+	addr, _ := serveConfig(t, m, ServerConfig{Secret: ours, TLS: derived(ours, certs.RoleManager).ServerConfig()})
+	var dials atomic.Int64
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	c := NewClient(ClientConfig{Resolver: StaticResolver{addr}, Secret: theirs, TLS: derived(theirs, certs.RoleGate).ClientConfig(), Dial: dial})
+	t.Cleanup(c.Close)
+
+	calls := map[string]func(ctx context.Context) error{
+		"a submission": func(ctx context.Context) error {
+			_, err := c.Submit(ctx, &rpcpb.SubmitRequest{Tenant: "t", Key: "k"})
+			return err
+		},
+		"a worker call": func(ctx context.Context) error {
+			_, err := c.Heartbeat(ctx, &rpcpb.HeartbeatRequest{Tenant: "t", JobId: "j", LeaseId: "l"})
+			return err
+		},
+		"a read": func(ctx context.Context) error {
+			_, err := c.GetJob(ctx, "t", "j")
+			return err
+		},
+	}
+	for name, call := range calls {
+		before := dials.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := call(ctx)
+		late := ctx.Err() != nil
+		cancel()
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeUnauthenticated || !strings.Contains(e.Message, "certificate") {
+			t.Errorf("%s: %v, want %s naming the certificate", name, err, CodeUnauthenticated)
+		}
+		if late {
+			t.Errorf("%s: answered at the caller's deadline, not at once", name)
+		}
+		if n := dials.Load() - before; n > 2 {
+			t.Errorf("%s: %d connections to the manager, want one (or one more of gRPC's reconnect)", name, n)
+		}
+	}
+	if n := m.submits.Load(); n != 0 {
+		t.Fatalf("the manager served %d submissions of another secret", n)
 	}
 }

@@ -2,8 +2,11 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -16,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 )
 
@@ -89,11 +93,13 @@ const maxFreeCalls = 1024
 
 // newConn returns a connection to the manager at addr, connected on first
 // use: TLS or plain, the cluster secret on every call, cfg's dial, backoff,
-// keepalive and the message bounds.
-func newConn(cfg *ClientConfig, addr string) (*grpc.ClientConn, error) {
+// keepalive and the message bounds; and the refusal of its last TLS
+// handshake (handshakeRefusal).
+func newConn(cfg *ClientConfig, addr string) (*grpc.ClientConn, *handshakeRefusal, error) {
+	refusal := &handshakeRefusal{}
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
-		creds = credentials.NewTLS(cfg.TLS)
+		creds = refusalCreds{credentials.NewTLS(cfg.TLS), refusal}
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -111,9 +117,48 @@ func newConn(cfg *ClientConfig, addr string) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	return cc, nil
+	return cc, refusal, nil
+}
+
+// handshakeRefusal keeps why a connection's last TLS handshake failed to
+// verify the manager's certificate (nil after one that succeeded or failed
+// otherwise): a manager of another cluster secret or CA. gRPC reports such
+// a connection only as unavailable, which the client would retry until the
+// caller's deadline, dialling again and again, and whose message names no
+// reason; no other attempt would verify either.
+type handshakeRefusal struct{ err atomic.Pointer[Error] }
+
+// refused is the last handshake's refusal, nil if none.
+func (h *handshakeRefusal) refused() *Error { return h.err.Load() }
+
+// refusalCreds are TLS credentials that keep the refusals of their client
+// handshakes.
+type refusalCreds struct {
+	credentials.TransportCredentials
+	refusal *handshakeRefusal
+}
+
+func (r refusalCreds) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	c, info, err := r.TransportCredentials.ClientHandshake(ctx, authority, conn)
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		invalid x509.CertificateInvalidError
+		host    x509.HostnameError
+	)
+	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &host) || errors.Is(err, certs.ErrRole) {
+		r.refusal.err.Store(&Error{Code: CodeUnauthenticated, Message: fmt.Sprintf("the TLS handshake with %s refused the manager's certificate "+
+			"(a manager of another cluster secret or CA): %v", conn.RemoteAddr(), err)})
+	} else {
+		r.refusal.err.Store(nil)
+	}
+	return c, info, err
+}
+
+func (r refusalCreds) Clone() credentials.TransportCredentials {
+	return refusalCreds{r.TransportCredentials.Clone(), r.refusal}
 }
 
 // idleReconnectWait is how long a dial waits on an IDLE channel it asked to
@@ -122,7 +167,7 @@ const idleReconnectWait = 50 * time.Millisecond
 
 // dialLane connects to addr and opens a Submit stream, within ctx.
 func dialLane(ctx context.Context, cfg *ClientConfig, addr string) (*lane, error) {
-	cc, err := newConn(cfg, addr)
+	cc, refusal, err := newConn(cfg, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -132,6 +177,9 @@ func dialLane(ctx context.Context, cfg *ClientConfig, addr string) (*lane, error
 	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
 		if s == connectivity.TransientFailure || s == connectivity.Shutdown {
 			_ = cc.Close()
+			if e := refusal.refused(); e != nil {
+				return nil, e // a definite answer: no attempt would verify it
+			}
 			return nil, fmt.Errorf("connect %s: %s", addr, s)
 		}
 		wait, cancelWait := ctx, context.CancelFunc(func() {})
