@@ -149,8 +149,8 @@ func (r refusalCreds) ClientHandshake(ctx context.Context, authority string, con
 		host    x509.HostnameError
 	)
 	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &host) || errors.Is(err, certs.ErrRole) {
-		r.refusal.err.Store(&Error{Code: CodeUnauthenticated, Message: fmt.Sprintf("the TLS handshake with %s refused the manager's certificate "+
-			"(a manager of another cluster secret or CA): %v", conn.RemoteAddr(), err)})
+		r.refusal.err.Store(&Error{Code: CodeUnauthenticated, Message: fmt.Sprintf("authentication handshake failed with %s, "+
+			"its certificate refused (a manager of another cluster secret or CA): %v", conn.RemoteAddr(), err)})
 	} else {
 		r.refusal.err.Store(nil)
 	}
