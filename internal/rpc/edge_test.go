@@ -124,3 +124,112 @@ func TestAManagerOfAnotherSecretIsRefusedAtOnce(t *testing.T) {
 		t.Fatalf("the manager served %d submissions of another secret", n)
 	}
 }
+
+// TestStreamBrokenWithManyInFlight: several submissions wait on one lane
+// when its manager dies; each is retried at the next manager and gets the
+// answer to its own key, none hangs and none is answered twice.
+func TestStreamBrokenWithManyInFlight(t *testing.T) {
+	a := newBlockSvc()
+	aAddr, aSrv := serveServer(t, a)
+	b := &fakeManager{leader: true}
+	bAddr := serve(t, b)
+	var addrs atomic.Value
+	addrs.Store([]string{aAddr})
+	c := NewClient(ClientConfig{Resolver: ResolverFunc(func() []string { return addrs.Load().([]string) }), Streams: 1, AttemptTimeout: time.Minute})
+	t.Cleanup(c.Close)
+	const n = 8
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type answer struct {
+		key string
+		r   *rpcpb.SubmitResponse
+		err error
+	}
+	done := make(chan answer, n)
+	for i := range n {
+		key := "block-" + string(rune('a'+i))
+		go func() {
+			r, err := c.Submit(ctx, &rpcpb.SubmitRequest{Key: key})
+			done <- answer{key, r, err}
+		}()
+	}
+	for range n {
+		<-a.started
+	}
+	addrs.Store([]string{bAddr})
+	if err := aSrv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		got := <-done
+		if got.err != nil || got.r.JobId != "j-"+got.key {
+			t.Errorf("%s: answered %+v %v", got.key, got.r, got.err)
+		}
+	}
+	if s := b.submits.Load(); s != n {
+		t.Fatalf("the second manager ran %d submissions, want %d", s, n)
+	}
+}
+
+// deadlineSvc records the time left to each submission's deadline as the
+// manager sees it.
+type deadlineSvc struct {
+	*fakeManager
+	left chan time.Duration // -1: no deadline
+}
+
+func (d *deadlineSvc) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
+	d.record(ctx)
+	return d.fakeManager.Submit(ctx, req)
+}
+
+func (d *deadlineSvc) GetJob(ctx context.Context, tenant, id string) (*rpcpb.Job, error) {
+	d.record(ctx)
+	return d.fakeManager.GetJob(ctx, tenant, id)
+}
+
+func (d *deadlineSvc) record(ctx context.Context) {
+	left := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	d.left <- left
+}
+
+// TestCallersDeadlineReachesTheManager: the manager runs a submission (an
+// item of the stream) and a read (a unary call) under the caller's
+// deadline, or the attempt's when that is sooner, never without one.
+func TestCallersDeadlineReachesTheManager(t *testing.T) {
+	svc := &deadlineSvc{fakeManager: &fakeManager{leader: true}, left: make(chan time.Duration, 4)}
+	addr := serve(t, svc)
+	c := NewClient(ClientConfig{Resolver: StaticResolver{addr}, AttemptTimeout: 30 * time.Second})
+	t.Cleanup(c.Close)
+	check := func(what string, within time.Duration) {
+		t.Helper()
+		left := <-svc.left
+		// The manager's deadline is no later than the caller's, and not
+		// much sooner (the time the item spent crossing).
+		if left <= within-5*time.Second || left > within {
+			t.Errorf("%s: the manager's deadline is %v away, want about %v", what, left, within)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Submit(ctx, &rpcpb.SubmitRequest{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	check("a submission", 10*time.Second)
+	if _, err := c.GetJob(ctx, "t1", "j-1"); err != nil {
+		t.Fatal(err)
+	}
+	check("a read", 10*time.Second)
+	// Without a caller's deadline, the attempt's.
+	if _, err := c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: "k2"}); err != nil {
+		t.Fatal(err)
+	}
+	check("a submission without a deadline", 30*time.Second)
+	if _, err := c.GetJob(context.Background(), "t1", "j-1"); err != nil {
+		t.Fatal(err)
+	}
+	check("a read without a deadline", 30*time.Second)
+}
