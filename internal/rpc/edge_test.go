@@ -3,7 +3,10 @@ package rpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,4 +235,51 @@ func TestCallersDeadlineReachesTheManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("a read without a deadline", 30*time.Second)
+}
+
+// TestCloseLeavesNoGoroutines: a client with many lanes, closed while
+// submissions wait on every one of them, and then its manager, leave no
+// goroutine behind: every caller is answered, every lane's sender and
+// receiver and every stream's workers end.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		svc := newBlockSvc()
+		svc.started = make(chan string, 64)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := NewServer(svc, ServerConfig{})
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		c := NewClient(ClientConfig{Resolver: StaticResolver{ln.Addr().String()}, Streams: 8, AttemptTimeout: time.Minute})
+		var wg sync.WaitGroup
+		for i := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := fmt.Sprint("k-", i)
+				if i%2 == 0 {
+					key = fmt.Sprint("block-", i) // waits until its caller gives up
+				}
+				_, _ = c.Submit(context.Background(), &rpcpb.SubmitRequest{Key: key})
+			}()
+		}
+		for range 32 {
+			<-svc.started
+		}
+		c.Close()
+		wg.Wait()
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Fatalf("Serve: %v", err)
+		}
+	}()
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		n := runtime.NumGoroutine()
+		return n <= before, fmt.Sprintf("%d goroutines, %d before", n, before)
+	})
 }
