@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
@@ -282,4 +283,43 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		n := runtime.NumGoroutine()
 		return n <= before, fmt.Sprintf("%d goroutines, %d before", n, before)
 	})
+}
+
+// TestASentCallIsNotKeptByTheQueue: a message that takes only part of the
+// queue (its bytes bound reached) used to leave the calls it took in the
+// queue's backing array, where an abandoned one (its caller gave up after
+// it was sent) kept its request, payload included, for as long as the
+// lane lived. The queue keeps no call it has sent.
+func TestASentCallIsNotKeptByTheQueue(t *testing.T) {
+	l := &lane{pending: map[uint64]*call{}}
+	l.wake = sync.NewCond(&l.mu)
+	item := func(key string) *rpcpb.SubmitItem {
+		return &rpcpb.SubmitItem{Request: &rpcpb.SubmitRequest{Key: key, Job: &rpcpb.JobRequest{Payload: make([]byte, 3<<20)}}}
+	}
+	kept := func() weak.Pointer[rpcpb.SubmitRequest] {
+		first := item("first")
+		c1, err := l.enqueue(first, 3<<20, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.enqueue(item("second"), 3<<20, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		l.mu.Lock()
+		batch := l.fillBatch() // the first alone: both are over maxBatchBytes
+		if len(batch.Items) != 1 || len(l.queue) != 1 {
+			l.mu.Unlock()
+			t.Fatalf("a message of %d items, %d left queued; want 1 and 1", len(batch.Items), len(l.queue))
+		}
+		clear(batch.Items) // as the sender does once it is sent
+		batch.Items = batch.Items[:0]
+		l.mu.Unlock()
+		l.abandon(c1) // its caller gave up: never released
+		return weak.Make(first.Request)
+	}()
+	runtime.GC()
+	if kept.Value() != nil {
+		t.Fatal("the request of a sent, abandoned submission is still reachable from its lane")
+	}
+	runtime.KeepAlive(l)
 }

@@ -375,6 +375,7 @@ func (l *lane) fillBatch() *rpcpb.SubmitBatch {
 		clear(l.queue[:n])
 		l.queue = l.queue[:0] // the backing array is reused
 	} else {
+		clear(l.queue[:n]) // the backing array keeps no call it sent
 		l.queue = l.queue[n:]
 	}
 	return batch
