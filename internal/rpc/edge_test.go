@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"runtime"
@@ -13,6 +14,11 @@ import (
 	"testing"
 	"time"
 	"weak"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
@@ -322,4 +328,55 @@ func TestASentCallIsNotKeptByTheQueue(t *testing.T) {
 		t.Fatal("the request of a sent, abandoned submission is still reachable from its lane")
 	}
 	runtime.KeepAlive(l)
+}
+
+// endedStream is a submit stream the manager has ended with status: Send
+// answers io.EOF, as gRPC does once a stream is over, and Recv the status
+// once recv is closed.
+type endedStream struct {
+	grpc.BidiStreamingClient[rpcpb.SubmitBatch, rpcpb.SubmitResults]
+	status error
+	recv   chan struct{}
+}
+
+func (e *endedStream) Send(*rpcpb.SubmitBatch) error { return io.EOF }
+
+func (e *endedStream) Recv() (*rpcpb.SubmitResults, error) {
+	<-e.recv
+	return nil, e.status
+}
+
+// TestAStreamEndedWhileSendingFailsWithItsStatus: gRPC's Send answers
+// io.EOF on a stream the other end has ended, whose status only Recv
+// reads. The sender failed the lane with that io.EOF when its Send came
+// first, so the listener's refusal (unauthenticated: a definite answer)
+// reached the callers as a transport failure, retried, a new connection
+// each time, until their deadline. The lane now fails with the status.
+func TestAStreamEndedWhileSendingFailsWithItsStatus(t *testing.T) {
+	cc, err := grpc.NewClient("passthrough:///127.0.0.1:1", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &endedStream{status: status.Error(codes.Unauthenticated, "the cluster secret is missing or wrong"), recv: make(chan struct{})}
+	l := &lane{addr: "m", cc: cc, stream: st, cancel: func() {}, pending: map[uint64]*call{}}
+	l.wake = sync.NewCond(&l.mu)
+	l.wg.Add(2)
+	go l.send()
+	go l.receive()
+	defer l.close()
+	c, err := l.enqueue(&rpcpb.SubmitItem{Request: &rpcpb.SubmitRequest{Key: "k"}}, 64, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sender's Send came first (io.EOF); then the status arrives.
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return c.sent && len(l.queue) == 0, "the submission to be sent"
+	})
+	close(st.recv)
+	r := <-c.done
+	if status.Code(r.err) != codes.Unauthenticated {
+		t.Fatalf("the lane failed with %v, want the stream's status (Unauthenticated)", r.err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"sync"
@@ -336,6 +337,12 @@ func (l *lane) send() {
 		err := l.stream.Send(batch)
 		clear(batch.Items) // keep no item past its Send
 		batch.Items = batch.Items[:0]
+		if errors.Is(err, io.EOF) {
+			// The manager ended the stream: its status (a refusal of
+			// the listener, say) is Recv's to read, and the receiver
+			// fails the lane with it.
+			return
+		}
 		if err != nil {
 			l.fail(fmt.Errorf("submit stream to %s: send: %w", l.addr, err))
 			return
