@@ -252,7 +252,16 @@ func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
 	actx, cancel := context.WithTimeout(ctx, outboxAttempt)
 	defer cancel()
 	resp, err := o.client(k.dc).Submit(actx, req)
-	final := err == nil && resp.Outcome != rpc.OutcomeInProgress
+	// A capacity rejection (429, that datacenter at MANAGER_MAX_QUEUED_JOBS)
+	// is not final either: it expires, and the key is then judged afresh
+	// there, as the client's own retry after its Retry-After would be; the
+	// pair stays owed until that datacenter admits the job
+	// (TestOutboxCarriesAgainAfterACapacityRejection).
+	final := err == nil && resp.Outcome != rpc.OutcomeInProgress &&
+		(resp.Outcome != rpc.OutcomeRejected || resp.GetRejection().GetReason() != ledger.ReasonCapacity)
+	if err == nil && !final && resp.Outcome == rpc.OutcomeRejected {
+		err = errors.New("rejected for capacity: " + resp.GetRejection().GetDetail())
+	}
 	// An invalid answer (a datacenter that cannot take the submission as
 	// it is: one not yet upgraded to read it, or a request over a bound)
 	// is not final: the job must still reach that datacenter once an
