@@ -218,3 +218,66 @@ func submitForBoth(t *testing.T, ctx context.Context, m *Manager, key string) *r
 	}
 	return r
 }
+
+// Coverage (passes on main): every manager of dc1 restarts, from its data
+// directory (a snapshot and the log after it), while its outbox owes dc2 an
+// expired (owed) entry and 41 live ones, dc2 unreachable. After the restart
+// the ledger still counts them, and the new leader's outbox carries every
+// one to dc2 once it is reachable.
+func TestOutboxCarriesAfterEveryManagerRestarts(t *testing.T) {
+	clock := newManualClock()
+	const ttl = 5 * time.Second
+	short := func(c *Config) { c.Idempotency.CommittedTTL = ttl; c.SnapshotThreshold = 16; c.TrailingLogs = 4 }
+	tc1 := newTestCluster(t, 3, short)
+	tc1.setNow(clock.Now)
+	tc2 := newTestCluster(t, 1, func(c *Config) { short(c); c.Datacenter = "dc2" })
+	tc2.setNow(clock.Now)
+	m2 := tc2.mgrs[tc2.leader()]
+	peers, reachable := dc2Peers(t, serveManagerRPC(t, m2))
+	runOutboxes(t, tc1, peers)
+	ctx := ctxT(t)
+	sub := func(key string) string {
+		req := &rpcpb.SubmitRequest{Tenant: "t", Key: key, Fingerprint: "fp1"}
+		req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}
+		r, err := tc1.mgrs[tc1.leader()].Submit(ctx, req)
+		if err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("dc1: %+v %v", r, err)
+		}
+		return r.JobId
+	}
+	owed := sub("owed-1")
+	clock.Advance(ttl + time.Second)
+	for i, m := range tc1.mgrs {
+		testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
+			return m.FSM().OwedLen() == 1, "manager " + strconv.Itoa(i) + " to keep the entry owed"
+		})
+	}
+	live := sub("live-1")
+	for i := 0; i < 40; i++ {
+		sub("more-" + strconv.Itoa(i)) // enough entries for a snapshot and a log after it
+	}
+	if err := tc1.mgrs[tc1.leader()].Raft().Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	tc1.closeAll()
+	for i := range tc1.cfgs {
+		tc1.start(i)
+	}
+	l := tc1.leader()
+	if n := tc1.mgrs[l].FSM().OutboxLen(); n != 42 {
+		t.Fatalf("after the restart the outbox carries %d entries, want 42", n)
+	}
+	clock.Advance(3 * time.Second) // past the outbox's grace, within the TTL
+	runOutboxes(t, tc1, peers)
+	reachable.Store(true)
+	for _, id := range []string{owed, live} {
+		testutil.WaitFor(t, 60*time.Second, func() (bool, string) {
+			_, ok := m2.FSM().Job("t", id)
+			return ok, "dc2 to hold job " + id
+		})
+	}
+	testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+		f := tc1.mgrs[tc1.leader()].FSM()
+		return f.OwedLen() == 0 && f.OutboxLen() == 0, "dc1's outbox to empty"
+	})
+}
