@@ -258,3 +258,54 @@ func TestWorkerCallsRetriedAfterLeaderDies(t *testing.T) {
 		return err
 	})
 }
+
+// Coverage (passes on main): a heartbeat stamped a nanosecond before its
+// lease's expiry extends it; one stamped at the expiry instant is refused
+// (lease_lost: a lease lasts until, not through, its expiry, as the sweep and
+// a reclaim judge it). The leader is then killed and the next leader's clock
+// is 6 s behind the stamps of the last: the expired lease is not live again
+// there (its heartbeat refused, its sweep ends it), and ledger time does not
+// go back.
+func TestExpiredLeaseStaysExpiredUnderALeaderBehind(t *testing.T) {
+	clock := newManualClock()
+	tc := newTestCluster(t, 3, nil)
+	tc.setNow(clock.Now)
+	queueOn(tc)
+	ctx := ctxT(t)
+	id := submitJob(t, tc, "k1", "email")
+	l := tc.leader()
+	m := tc.mgrs[l]
+	r, err := m.Lease(ctx, &rpcpb.LeaseRequest{Tenant: "acme", Worker: "w", MaxJobs: 1, LeaseForNanos: int64(10 * time.Second)})
+	if err != nil || len(r.Leases) != 1 {
+		t.Fatalf("lease: %+v %v", r, err)
+	}
+	leaseID := r.Leases[0].LeaseId
+	expiry := func() int64 { j, _ := m.FSM().Job("acme", id); return j.Life.LeaseExpiresAt }
+	clock.Advance(time.Unix(0, expiry()-1).Sub(clock.Now()))
+	if _, err := m.HeartbeatJob(ctx, "acme", id, leaseID, 10*time.Second); err != nil {
+		t.Fatalf("a heartbeat a nanosecond before the expiry: %v", err)
+	}
+	clock.Advance(time.Unix(0, expiry()).Sub(clock.Now()))
+	if _, err := m.HeartbeatJob(ctx, "acme", id, leaseID, 10*time.Second); !errors.Is(err, rpc.ErrLeaseLost) {
+		t.Fatalf("a heartbeat at the expiry instant: %v, want lease_lost", err)
+	}
+	lt := m.FSM().LedgerTime()
+	tc.stop(l)
+	clock.Advance(-6 * time.Second)
+	for {
+		_, err = tc.mgrs[tc.leader()].HeartbeatJob(ctx, "acme", id, leaseID, time.Minute)
+		if !errors.Is(err, rpc.ErrNotLeader) && !errors.Is(err, rpc.ErrUnavailable) {
+			break
+		}
+	}
+	if !errors.Is(err, rpc.ErrLeaseLost) {
+		t.Fatalf("the expired lease's heartbeat at a leader whose clock is behind: %v, want lease_lost", err)
+	}
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		j, _ := tc.mgrs[tc.leader()].FSM().Job("acme", id)
+		return j.State() == ledger.JobQueued && j.Life.LeaseID == "", "the new leader's sweep to end the expired lease"
+	})
+	if got := tc.mgrs[tc.leader()].FSM().LedgerTime(); got < lt {
+		t.Fatalf("ledger time went back from %d to %d", lt, got)
+	}
+}
