@@ -253,15 +253,17 @@ func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
 	defer cancel()
 	resp, err := o.client(k.dc).Submit(actx, req)
 	// A capacity rejection (429, that datacenter at MANAGER_MAX_QUEUED_JOBS)
-	// is not final either: it expires, and the key is then judged afresh
-	// there, as the client's own retry after its Retry-After would be; the
-	// pair stays owed until that datacenter admits the job
-	// (TestOutboxCarriesAgainAfterACapacityRejection).
-	final := err == nil && resp.Outcome != rpc.OutcomeInProgress &&
-		(resp.Outcome != rpc.OutcomeRejected || resp.GetRejection().GetReason() != ledger.ReasonCapacity)
-	if err == nil && !final && resp.Outcome == rpc.OutcomeRejected {
+	// of a job committed here is not final either: it expires, and the key
+	// is then judged afresh there, as the client's own retry after its
+	// Retry-After would be; the pair stays owed until that datacenter admits
+	// the job (TestOutboxCarriesAgainAfterACapacityRejection). (A rejection
+	// here is carried too, and a capacity rejection there agrees with it.)
+	full := err == nil && resp.Outcome == rpc.OutcomeRejected &&
+		resp.GetRejection().GetReason() == ledger.ReasonCapacity && e.State == ledger.StateCommitted
+	if full {
 		err = errors.New("rejected for capacity: " + resp.GetRejection().GetDetail())
 	}
+	final := err == nil && resp.Outcome != rpc.OutcomeInProgress
 	// An invalid answer (a datacenter that cannot take the submission as
 	// it is: one not yet upgraded to read it, or a request over a bound)
 	// is not final: the job must still reach that datacenter once an
