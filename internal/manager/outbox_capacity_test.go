@@ -60,3 +60,39 @@ func TestOutboxCarriesAgainAfterACapacityRejection(t *testing.T) {
 		return m1.FSM().OutboxLen() == 0, "dc1's outbox to record dc2's confirmation"
 	})
 }
+
+// TestOutboxTakesACapacityRejectionOfAJobRejectedHereAsFinal: both
+// datacenters hold their maximum of queued jobs, so both refuse a job for
+// dc1 and dc2 for capacity, as its client was told (429). dc1's outbox
+// carries its rejection to dc2 as any resolved entry, and dc2's capacity
+// rejection, agreeing with dc1's, is final: the pair is confirmed, and the
+// job is not carried again to run in dc2 once it has room.
+func TestOutboxTakesACapacityRejectionOfAJobRejectedHereAsFinal(t *testing.T) {
+	full := func(c *Config) { c.MaxQueuedJobs = 1 }
+	tc1 := newTestCluster(t, 1, full)
+	tc2 := newTestCluster(t, 1, func(c *Config) { full(c); c.Datacenter = "dc2" })
+	m1, m2 := tc1.mgrs[tc1.leader()], tc2.mgrs[tc2.leader()]
+	addr := serveManagerRPC(t, m2)
+	ctx := ctxT(t)
+	for dc, m := range map[string]*Manager{"dc1": m1, "dc2": m2} {
+		fill := &rpcpb.SubmitRequest{Tenant: "t", Key: "filler", Fingerprint: "fpf"}
+		fill.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`0`), Datacenters: []string{dc}}
+		if r, err := m.Submit(ctx, fill); err != nil || r.Outcome != rpc.OutcomeCommitted {
+			t.Fatalf("%s's own job: %+v %v", dc, r, err)
+		}
+	}
+	for dc, m := range map[string]*Manager{"dc1": m1, "dc2": m2} {
+		req := &rpcpb.SubmitRequest{Tenant: "t", Key: "order-r", Fingerprint: "fp1"}
+		req.Job = &rpcpb.JobRequest{Type: "demo", Payload: []byte(`1`), Datacenters: []string{"dc1", "dc2"}}
+		if r, err := m.Submit(ctx, req); err != nil || r.Outcome != rpc.OutcomeRejected || r.Rejection.Reason != ledger.ReasonCapacity {
+			t.Fatalf("%s: %+v %v, want a capacity rejection", dc, r, err)
+		}
+	}
+	if n := m1.FSM().OutboxLen(); n != 1 {
+		t.Fatalf("dc1's outbox carries %d entries, want its rejection", n)
+	}
+	runOutboxes(t, tc1, func() map[string][]string { return map[string][]string{"dc1": nil, "dc2": {addr}} })
+	testutil.WaitFor(t, 20*time.Second, func() (bool, string) {
+		return m1.FSM().OutboxLen() == 0, "dc1's outbox to take dc2's capacity rejection as final"
+	})
+}
