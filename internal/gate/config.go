@@ -3,6 +3,7 @@ package gate
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/once-dev/once/internal/config"
@@ -57,6 +58,13 @@ const (
 	DefaultCacheMaxBytes = 256 << 20
 	// DefaultMaxBodyBytes is the contract's default: 1 MiB for the whole body.
 	DefaultMaxBodyBytes = 1 << 20
+	// EnvMaxInFlightBodyBytes bounds the bytes of request bodies the gate
+	// holds at once (inflight.go); DefaultMaxInFlightBodyBytes is its
+	// default (256 MiB) and MaxMaxInFlightBodyBytes its upper bound, its
+	// lower bound GATE_MAX_BODY_BYTES (Validate).
+	EnvMaxInFlightBodyBytes     = "GATE_MAX_IN_FLIGHT_BODY_BYTES"
+	DefaultMaxInFlightBodyBytes = 256 << 20
+	MaxMaxInFlightBodyBytes     = 1 << 40
 	// DefaultMaxTTL is the default of IDEMPOTENCY_MAX_TTL_SECONDS (30 days);
 	// MaxMaxTTL bounds it (one year).
 	DefaultMaxTTL = 30 * 24 * time.Hour
@@ -127,6 +135,11 @@ type Config struct {
 	// outcomes the idempotency cache holds (0: none); beyond it outcomes are
 	// answered but not cached.
 	CacheMaxBytes int64
+	// MaxInFlightBodyBytes is GATE_MAX_IN_FLIGHT_BODY_BYTES: the bound on
+	// the bytes of request bodies the gate holds at once (inflight.go);
+	// beyond it requests are refused 503 unavailable. Default 256 MiB, at
+	// least MaxBodyBytes.
+	MaxInFlightBodyBytes int64
 
 	// Not settable from the environment.
 
@@ -166,6 +179,8 @@ func DefaultConfig() Config {
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		RetryAfter:        time.Second,
+
+		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes,
 	}
 }
 
@@ -203,6 +218,8 @@ func Register(l *config.Loader, c *Config) {
 		"start without a cluster credential: the managers' RPC and gossip unauthenticated and unencrypted (development only); refused together with a credential or a gossip key")
 	l.Int64(&c.MaxBodyBytes, EnvMaxBodyBytes, MinBodyBytes, MaxBodyBytes,
 		"the largest POST /v1/jobs body accepted (413 body_too_large beyond)")
+	l.Int64(&c.MaxInFlightBodyBytes, EnvMaxInFlightBodyBytes, MinBodyBytes, MaxMaxInFlightBodyBytes,
+		"the bytes of request bodies the gate holds at once, at least GATE_MAX_BODY_BYTES; a request whose body does not fit is refused 503 unavailable with Retry-After")
 	l.Int64(&c.CacheMaxBytes, EnvCacheMaxBytes, 1<<20, 1<<40,
 		"bytes of outcomes the idempotency cache holds; beyond it outcomes are answered but not cached")
 	l.Seconds(&c.ForwardTimeout, EnvForwardTimeout, config.MinTTL, 600*time.Second,
@@ -286,6 +303,10 @@ func (c *Config) Validate() error {
 	}
 	if err := c.rpcTLSFiles().Check(); err != nil {
 		return err
+	}
+	if c.MaxInFlightBodyBytes < c.MaxBodyBytes {
+		return config.Invalid(EnvMaxInFlightBodyBytes, strconv.FormatInt(c.MaxInFlightBodyBytes, 10),
+			fmt.Sprintf("an integer from %s (%d) to %d", EnvMaxBodyBytes, c.MaxBodyBytes, int64(MaxMaxInFlightBodyBytes)), config.ErrOutOfRange)
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		missing, other := EnvTLSKeyFile, EnvTLSCertFile

@@ -97,6 +97,9 @@ type Gate struct {
 	workerReplays *replay.Memory[*workerAnswer]
 	metrics       *metrics
 	mux           *http.ServeMux
+	// bodies bounds the bytes of request bodies held at once
+	// (GATE_MAX_IN_FLIGHT_BODY_BYTES, inflight.go).
+	bodies *inflightBodies
 
 	federation Federation // nil: the gate's own datacenter only
 	remote     dcClients  // clients of other datacenters' leaders
@@ -208,7 +211,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		return nil, fmt.Errorf("gate: idempotency cache: %w", err)
 	}
 	g.client = g.newClient(deps.Resolver, g.log.With(logging.KeyComponent, "rpc"))
-	g.metrics = newMetrics(deps.Registry, g.cache, cfg.NodeName, cfg.Datacenter)
+	g.bodies = newInflightBodies(cfg.MaxInFlightBodyBytes, cfg.MaxBodyBytes)
+	g.metrics = newMetrics(deps.Registry, g.cache, g.bodies, cfg.NodeName, cfg.Datacenter)
 	g.workerReplays = replay.New(replay.Options[*workerAnswer]{MaxAnswers: workerReplayMax, MaxBytes: workerReplayBytes,
 		TTL: workerReplayTTL, Now: g.now, Size: (*workerAnswer).size})
 	g.mux = http.NewServeMux()
@@ -246,12 +250,23 @@ func (g *Gate) routes() {
 }
 
 // tenantsOnly is h behind authenticate: it runs as the caller's tenant
-// (tenant default on a gate with no GATE_TOKEN_FILE), else 401.
+// (tenant default on a gate with no GATE_TOKEN_FILE), else 401; then with
+// its body's bytes reserved under GATE_MAX_IN_FLIGHT_BODY_BYTES until it has
+// answered, else 503 unavailable (inflight.go). An unauthenticated request
+// reserves nothing: it is answered 401 unread.
 func (g *Gate) tenantsOnly(h func(w http.ResponseWriter, r *http.Request, tenant string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if tenant, ok := g.authenticate(w, r); ok {
-			h(w, r, tenant)
+		tenant, ok := g.authenticate(w, r)
+		if !ok {
+			return
 		}
+		n, body, ok := g.bodies.reserve(r)
+		if !ok {
+			g.refuseBody(w)
+			return
+		}
+		defer g.bodies.done(n, body)
+		h(w, r, tenant)
 	}
 }
 

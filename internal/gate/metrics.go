@@ -37,7 +37,7 @@ type metrics struct {
 }
 
 // newMetrics registers the gate's metrics on reg (nil: a new registry).
-func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], node, datacenter string) *metrics {
+func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], bodies *inflightBodies, node, datacenter string) *metrics {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
@@ -78,6 +78,15 @@ func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], node, datac
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts(opts(k.name, k.help)),
 			func() float64 { return float64(k.get(c.Stats())) }))
 	}
+	// The bound of bodies in flight (inflight.go), read at scrape time.
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts("http_request_body_bytes_in_flight",
+			"Bytes of request bodies reserved under GATE_MAX_IN_FLIGHT_BODY_BYTES by requests being answered.")),
+			func() float64 { return float64(bodies.reserved.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts(opts("http_requests_refused_total",
+			"Requests refused 503 unavailable, unread, because their bodies did not fit GATE_MAX_IN_FLIGHT_BODY_BYTES.")),
+			func() float64 { return float64(bodies.refused.Load()) }),
+	)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts("cache_entries",
 		"Entries in the idempotency cache (expired ones not yet swept included).")),
 		func() float64 { return float64(c.Len()) }))
