@@ -38,10 +38,10 @@ func newInflightBodies(bound, maxBody int64) *inflightBodies {
 	return &inflightBodies{sem: semaphore.NewWeighted(bound), maxBody: maxBody}
 }
 
-// reserve reserves the bytes r's body may hold: n is what release must give
-// back, 0 for nothing reserved; ok is false when the bound is full. A body
-// of unknown length is wrapped so that what it does not use goes back when
-// it ends (its reservation is then the wrapper's to give back).
+// reserve reserves the bytes r's body may hold, which done gives back (n
+// and body); ok is false when the bound is full. A body of unknown length
+// is wrapped (body) so that what it does not use goes back when it ends;
+// its reservation is then the wrapper's, and n is 0.
 func (b *inflightBodies) reserve(r *http.Request) (n int64, body *reservedBody, ok bool) {
 	switch {
 	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || r.ContentLength > b.maxBody:
