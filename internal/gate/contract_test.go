@@ -12,8 +12,8 @@ import (
 	"github.com/once-dev/once/pkg/api"
 )
 
-// TestContractOutcomes walks the outcome table of API.md ("Submit a job",
-// "Outcomes") row by row, through gates that share one fake manager. The other
+// TestContractOutcomes walks the outcome table of docs/api.md ("Submit a
+// job", "Outcomes") row by row, through gates that share one fake manager. The other
 // tests of this package look at each row (and the errors around them) in more
 // detail.
 func TestContractOutcomes(t *testing.T) {
