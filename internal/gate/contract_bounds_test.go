@@ -325,3 +325,26 @@ func TestContractLongPollOutlastsTheWriteTimeout(t *testing.T) {
 		t.Fatalf("the long poll answered after %s, want its wait %s", d, wait)
 	}
 }
+
+// A read's query string that does not parse (a malformed %-escape, a ';')
+// is 400 invalid_request, never read as if the parameter were absent:
+// limit=%zz was a page of the default 100 jobs, datacenter=%zz a read of
+// the gate's own datacenter.
+func TestContractReadQueryThatDoesNotParse(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	g := startGate(t, []string{addr}, nil)
+	j := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+	for _, path := range []string{
+		"/v1/jobs?limit=%zz",
+		"/v1/jobs?limit=5;order=desc",
+		"/v1/jobs?type=x%",
+		"/v1/jobs/" + j.JobID + "?datacenter=%zz",
+		"/v1/idempotency-keys/" + skey(1) + "?datacenter=dc1;x",
+	} {
+		p := wantProblem(t, g.get(t, path), http.StatusBadRequest, api.CodeInvalidRequest)
+		if !strings.Contains(p.Detail, "query") {
+			t.Fatalf("%s: detail %q does not name the query", path, p.Detail)
+		}
+	}
+	wantStatus(t, g.get(t, "/v1/jobs?limit=5&unknown=1"), http.StatusOK)
+}

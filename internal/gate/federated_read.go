@@ -19,9 +19,15 @@ const queryDatacenter = "datacenter"
 // readTarget reads the ?datacenter= parameter of a read: the client of the
 // named datacenter's leader (named true), or the gate's own datacenter's when
 // the parameter is absent (named false). An unknown datacenter, a repeated
-// parameter or an invalid name is answered 400 invalid_request (ok false).
+// parameter, an invalid name or a query string that does not parse is
+// answered 400 invalid_request (ok false).
 func (g *Gate) readTarget(w http.ResponseWriter, r *http.Request) (c *rpc.Client, named, ok bool) {
-	vs := r.URL.Query()[queryDatacenter]
+	q, err := readQuery(r)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		return nil, false, false
+	}
+	vs := q[queryDatacenter]
 	switch {
 	case len(vs) == 0:
 		return g.client, false, true

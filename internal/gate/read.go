@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,7 +144,10 @@ const maxQueryValue = 1024
 // (a lifecycle state is listed by state); committed or empty, like an empty
 // type, is no filter. The request's Status carries the state alone.
 func parseListQuery(r *http.Request) (req *rpcpb.ListJobsRequest, none bool, err error) {
-	q := r.URL.Query()
+	q, err := readQuery(r)
+	if err != nil {
+		return nil, false, err
+	}
 	for _, name := range []string{queryType, queryStatus, queryState, queryLimit, queryAfter, queryOrder} {
 		if vs := q[name]; len(vs) > 1 {
 			return nil, false, fmt.Errorf("invalid request: parameter %q is given %d times", name, len(vs))
@@ -187,6 +191,18 @@ func parseListQuery(r *http.Request) (req *rpcpb.ListJobsRequest, none bool, err
 		req.Limit = int64(n)
 	}
 	return req, none, nil
+}
+
+// readQuery parses r's query string, or returns an error for the 400 of a
+// query that does not parse (a malformed %-escape, a ';'): url.URL.Query
+// would drop such a pair silently, and the read would answer as if a
+// parameter the caller gave (limit=%zz) were absent.
+func readQuery(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("invalid request: the query string does not parse: %w", err)
+	}
+	return q, nil
 }
 
 // handleGetKey is GET /v1/idempotency-keys/{key}; the key is URL-escaped in the
