@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/once-dev/once/internal/rpc/rpcpb"
-	"github.com/once-dev/once/pkg/api"
 )
 
 // A tenant's actions on its jobs (docs/api.md, "Cancel and retry"):
@@ -40,15 +39,8 @@ func (g *Gate) serveJobAction(w http.ResponseWriter, r *http.Request, tenant, ac
 		return
 	}
 	noteKey(w, key.Raw)
-	// Decoded into a pointer: JSON null leaves it nil, and null is not an
-	// object (an empty body is read as {}).
-	var ignored *struct{}
+	var ignored struct{}
 	if _, ok := g.decodeWorkerBody(w, r, &ignored); !ok {
-		return
-	}
-	if ignored == nil {
-		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest,
-			"invalid request: the body is not the expected JSON object: it is null (send no body, or a JSON object)")
 		return
 	}
 	id, ok := pathJobID(w, r)

@@ -348,3 +348,37 @@ func TestContractReadQueryThatDoesNotParse(t *testing.T) {
 	}
 	wantStatus(t, g.get(t, "/v1/jobs?limit=5&unknown=1"), http.StatusOK)
 }
+
+// The body of a worker call or an action is one JSON object, checked as a
+// submission's is: a member name given twice (at the top or inside a
+// result), null, or invalid UTF-8 is 400 invalid_request, and nothing is
+// done. Every parser of the body reads it alike; the last of two lease_id
+// members, or of two results, was taken before.
+func TestContractWorkerBodyIsOneJSONObject(t *testing.T) {
+	_, g := startWorkerGate(t, nil)
+	j := wantJob(t, g.submit(t, skey(1), `{"type":"x"}`), http.StatusCreated)
+	for _, body := range []string{`null`, `{"max_jobs":1,"max_jobs":2}`, "{\"worker\":\"w\xff\"}"} {
+		wantProblem(t, g.post(t, "/v1/leases", body), http.StatusBadRequest, api.CodeInvalidRequest)
+	}
+	wantProblem(t, g.post(t, "/v1/jobs/"+j.JobID+"/cancel", `{"a":1,"a":2}`, api.HeaderIdempotencyKey, skey(2)),
+		http.StatusBadRequest, api.CodeInvalidRequest)
+	l := decodeLeases(t, g.post(t, "/v1/leases", `{}`))
+	if len(l) != 1 || l[0].Job.JobID != j.JobID {
+		t.Fatalf("leases %+v, want the job, still queued", l)
+	}
+	lease := `"lease_id":"` + l[0].LeaseID + `"`
+	path := "/v1/jobs/" + j.JobID
+	for _, c := range []struct{ call, body string }{
+		{"/heartbeat", `{` + lease + `,` + lease + `}`},
+		{"/complete", `{` + lease + `,"result":{"a":1,"a":2}}`},
+		{"/complete", `{` + lease + `,"result":1,"result":2}`},
+		{"/fail", `{` + lease + `,"retry":true,"retry":false}`},
+	} {
+		wantProblem(t, g.post(t, path+c.call, c.body), http.StatusBadRequest, api.CodeInvalidRequest)
+	}
+	wantProblem(t, g.post(t, "/v1/completions", `{"completions":[{"job_id":"`+j.JobID+`",`+lease+`,"result":{"a":1,"a":2}}]}`),
+		http.StatusBadRequest, api.CodeInvalidRequest)
+	if got := wantJob(t, g.get(t, path), http.StatusOK); got.State != api.JobStatusRunning {
+		t.Fatalf("the job after refused calls: %+v", got)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/once-dev/once/internal/fingerprint"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
@@ -266,8 +267,11 @@ func (g *Gate) workerError(r *http.Request, err error, jobID string) *workerAnsw
 	}
 }
 
-// decodeWorkerBody reads r's body into v. An empty body is {}. Unknown
-// members are ignored; a malformed body or a member of the wrong type is 400.
+// decodeWorkerBody reads r's body into v. An empty body is {}. The body
+// is one JSON object, checked as a submission's is (fingerprint.Canonicalize:
+// no duplicate member names anywhere, valid UTF-8, no trailing data), so
+// that no parser reads it otherwise than the gate. Unknown members are
+// ignored; anything else, or a member of the wrong type, is 400.
 func (g *Gate) decodeWorkerBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, bool) {
 	body, ok := g.readBody(w, r)
 	if !ok {
@@ -276,7 +280,14 @@ func (g *Gate) decodeWorkerBody(w http.ResponseWriter, r *http.Request, v any) (
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	canonical, err := fingerprint.Canonicalize(body)
+	if err == nil && canonical[0] != '{' {
+		err = errors.New("it is not a JSON object (send no body, or a JSON object)")
+	}
+	if err == nil {
+		err = json.Unmarshal(body, v)
+	}
+	if err != nil {
 		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: the body is not the expected JSON object: "+err.Error())
 		return nil, false
 	}
