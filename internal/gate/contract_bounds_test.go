@@ -382,3 +382,45 @@ func TestContractWorkerBodyIsOneJSONObject(t *testing.T) {
 		t.Fatalf("the job after refused calls: %+v", got)
 	}
 }
+
+// A key read takes the key URL-escaped as one path segment, however the
+// client escaped it: ':' as it is or as %3A (encodeURIComponent,
+// url.QueryEscape), '/' as %2F. A structured key whose client_id holds a
+// colon reads back split at its last two colons.
+func TestContractKeyReadOfAnEscapedKey(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	g := startGate(t, []string{addr}, nil)
+	for _, key := range []string{skey(1), "tenant/a:b"} {
+		job := wantJob(t, g.submit(t, key, `{"type":"x"}`), http.StatusCreated)
+		for _, path := range []string{url.PathEscape(key), url.QueryEscape(key), strings.ReplaceAll(url.PathEscape(key), ":", "%3a")} {
+			res := g.get(t, "/v1/idempotency-keys/"+path)
+			wantStatus(t, res, http.StatusOK)
+			var info api.KeyInfo
+			decodeJSON(t, res.body, &info)
+			if info.Key != key || info.JobID == nil || *info.JobID != job.JobID || info.State != api.KeyStateCommitted {
+				t.Fatalf("%s: %s", path, res.body)
+			}
+			if key == skey(1) && (info.ClientID != "host1.dc1:12345" || info.Sequence == nil || *info.Sequence != 1 || info.Nonce != nonce) {
+				t.Fatalf("%s: the key's parts %s", path, res.body)
+			}
+		}
+	}
+}
+
+// Cancel is for a queued job and retry for a failed or dead one: a retry
+// of a succeeded job, and a cancel of it, are 409 job_state_conflict, and
+// the job stays as it was.
+func TestContractRetryOfASucceededJob(t *testing.T) {
+	_, g := startWorkerGate(t, nil)
+	l := leaseOne(t, g)
+	path := "/v1/jobs/" + l.Job.JobID
+	done := wantJob(t, g.post(t, path+"/complete", `{"lease_id":"`+l.LeaseID+`","result":{"ok":true}}`), http.StatusOK)
+	for i, action := range []string{"/retry", "/cancel"} {
+		res := g.post(t, path+action, "", api.HeaderIdempotencyKey, skey(100+i))
+		wantProblem(t, res, http.StatusConflict, api.CodeJobStateConflict)
+		wantNoHeader(t, res, api.HeaderReplayed)
+	}
+	if j := wantJob(t, g.get(t, path), http.StatusOK); j.State != api.JobStatusSucceeded || j.Attempts != done.Attempts {
+		t.Fatalf("the job after a refused retry and cancel: %+v", j)
+	}
+}
