@@ -424,3 +424,18 @@ func TestContractRetryOfASucceededJob(t *testing.T) {
 		t.Fatalf("the job after a refused retry and cancel: %+v", j)
 	}
 }
+
+// An unknown job is 404 job_not_found to every job route, also when its id
+// is longer than any job's (128 bytes): heartbeat, complete, fail, cancel
+// and retry answered 400 invalid_request for such an id, GET 404.
+func TestContractJobRoutesAnswerALongIDUnknown(t *testing.T) {
+	_, g := startWorkerGate(t, nil)
+	path := "/v1/jobs/" + strings.Repeat("j", api.MaxTypeLen+1)
+	wantProblem(t, g.get(t, path), http.StatusNotFound, api.CodeJobNotFound)
+	for _, call := range []string{"/heartbeat", "/complete", "/fail"} {
+		wantProblem(t, g.post(t, path+call, `{"lease_id":"l"}`), http.StatusNotFound, api.CodeJobNotFound)
+	}
+	for i, action := range []string{"/cancel", "/retry"} {
+		wantProblem(t, g.post(t, path+action, "", api.HeaderIdempotencyKey, skey(1+i)), http.StatusNotFound, api.CodeJobNotFound)
+	}
+}

@@ -369,12 +369,14 @@ func validID(s string) bool {
 	return s != "" && len(s) <= api.MaxTypeLen
 }
 
-// pathJobID is the {job_id} of a job route, or answers 400 and returns
-// false when it is empty or too long.
+// pathJobID is the {job_id} of a job route, or answers 404 job_not_found
+// and returns false when it is empty or too long: no job has such an id,
+// and an unknown job is 404 to every job route, as to GET.
 func pathJobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("job_id")
 	if !validID(id) {
-		writeProblem(w, http.StatusBadRequest, api.CodeInvalidRequest, "invalid request: the job id in the path is empty or too long")
+		writeProblem(w, http.StatusNotFound, api.CodeJobNotFound,
+			fmt.Sprintf("no job with an id of %d bytes (a job id is 1 to %d bytes)", len(id), api.MaxTypeLen))
 		return "", false
 	}
 	return id, true
