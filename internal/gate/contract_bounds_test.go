@@ -33,6 +33,7 @@ func TestContractKeyAndTTLBounds(t *testing.T) {
 		{"opaque, 255 characters as an sf-string", `"` + strings.Repeat("q", 255) + `"`, true},
 		{"opaque, 256 characters as an sf-string", `"` + strings.Repeat("q", 256) + `"`, false},
 		{"an sf-string with parameters", `"with-params";p=1`, false},
+		{"opaque, a quote not at its start", `abc"`, true},
 		{"opaque, one colon", "tenant-key:1", true},
 		{"client_id of 128 characters", strings.Repeat("c", 128) + ":1:" + nonce16, true},
 		{"client_id of 129 characters", strings.Repeat("c", 129) + ":1:" + nonce16, false},

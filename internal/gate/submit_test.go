@@ -189,6 +189,10 @@ func TestSubmitKeyMissingOrInvalid(t *testing.T) {
 		{"bad client_id", []string{"a/b:1:" + nonce}, "client_id"},
 		{"empty client_id", []string{":1:" + nonce}, "client_id"},
 		{"malformed sf-string", []string{`"abc`}, "sf-string"},
+		{"sf-string with a bad escape", []string{`"a\qb"`}, "sf-string"},
+		{"sf-string with characters after it", []string{`"a"b`}, "sf-string"},
+		{"tab", []string{"a\tb"}, "control character 0x09"},
+		{"non-ASCII", []string{"h\u00e9"}, "non-ASCII"},
 		{"two headers", []string{skey(1), skey(2)}, "exactly one"},
 	}
 	for _, tt := range tests {
