@@ -177,12 +177,15 @@ func TestFederatedReadOwnLateAnswerWins(t *testing.T) {
 
 // TestFederatedReadOwnSilentJobInBoth: a job of dc1 and dc2 read through the
 // dc1 gate whose datacenter never answers is dc2's copy, once the bound
-// ends (dc1 may hold its own copy: its answer is awaited until then).
+// ends (dc1 may hold its own copy: its answer is awaited until then). dc2 is
+// asked at the hedge delay (a second) and must have answered by the bound:
+// the bound leaves it three seconds, so that a machine under load does not
+// make its answer one the bound cut off.
 func TestFederatedReadOwnSilentJobInBoth(t *testing.T) {
 	m1, a1 := startReadManager(t, "dc1")
 	_, a2 := startReadManager(t, "dc2")
 	fed := StaticFederation{"dc1": {a1}, "dc2": {a2}}
-	g1 := federatedGate(t, "dc1", a1, fed, time.Second)
+	g1 := federatedGate(t, "dc1", a1, fed, 4*time.Second)
 	both := wantJob(t, g1.submit(t, skey(1), `{"type":"x","datacenters":["dc1","dc2"]}`), http.StatusCreated)
 
 	never := func(ctx context.Context) { <-ctx.Done() }
