@@ -97,10 +97,19 @@ func fieldDetail(field, value, reason string) string {
 type JoinError struct {
 	Seeds []string
 	Err   error // what memberlist said
+	// Label is the label of this node's pool ("once-lan/<datacenter>" or
+	// "once-wan"). A seed of a pool of another label drops the connection
+	// without a word, which memberlist reports as a bare EOF: the label in
+	// the message says which pool the seeds must belong to.
+	Label string
 }
 
 func (e *JoinError) Error() string {
-	return fmt.Sprintf("membership: join failed: none of %s answered: %v", strings.Join(e.Seeds, ","), e.Err)
+	msg := fmt.Sprintf("membership: join failed: none of %s answered: %v", strings.Join(e.Seeds, ","), e.Err)
+	if e.Label != "" {
+		msg += fmt.Sprintf(" (this node's pool is %q; a seed of another pool, another datacenter's or the WAN pool, closes the connection: EOF)", e.Label)
+	}
+	return msg
 }
 
 func (e *JoinError) Unwrap() []error { return []error{ErrJoin, e.Err} }

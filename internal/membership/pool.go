@@ -87,6 +87,8 @@ type Pool struct {
 	// UpdateNode rewrites: reading it concurrently is a data race.)
 	selfIP   net.IP
 	selfPort int
+	// label is memberlist's label of this pool (Config.memberlistConfig).
+	label string
 
 	// lifeMu serializes what memberlist must not see concurrently with
 	// Shutdown (UpdateNode, Leave: Leave after Shutdown panics) and orders
@@ -178,7 +180,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("membership: start memberlist on %s:%d: %w", mc.BindAddr, cfg.BindPort, err)
 	}
-	p.ml = ml
+	p.ml, p.label = ml, mc.Label
 	self := ml.LocalNode()
 	p.selfIP, p.selfPort = slices.Clone(self.Addr), int(self.Port)
 	p.log.Info("gossip pool started", logging.KeyNode, cfg.NodeName, logging.KeyAddr, p.Addr(),
@@ -300,7 +302,7 @@ func (p *Pool) join(ctx context.Context, seeds []string) (int, []string, error) 
 	if p.isShut() {
 		return 0, missed, ErrShutdown
 	}
-	return 0, missed, &JoinError{Seeds: others, Err: errors.Join(errs...)}
+	return 0, missed, &JoinError{Seeds: others, Err: errors.Join(errs...), Label: p.label}
 }
 
 // unknownSeeds returns the seeds whose address is no known member's (alive

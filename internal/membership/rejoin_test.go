@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,8 +43,14 @@ func TestCrashedNodeRejoinsOnANewAddress(t *testing.T) {
 func TestLANPoolRefusesAnotherDatacenter(t *testing.T) {
 	a := startPool(t, "a", RoleManager, nil)
 	b := startPool(t, "b", RoleManager, func(c *Config) { c.Meta.Datacenter = "dc2" })
-	if n, err := b.Join(context.Background(), []string{a.Addr()}); n != 0 || !errors.Is(err, ErrJoin) {
+	n, err := b.Join(context.Background(), []string{a.Addr()})
+	if n != 0 || !errors.Is(err, ErrJoin) {
 		t.Fatalf("a node of dc2 joined dc1's pool: n=%d err=%v", n, err)
+	}
+	// memberlist says only EOF: the error names the pool b belongs to, which
+	// a's log names too ("discarding stream with unacceptable label").
+	if !strings.Contains(err.Error(), `this node's pool is "once-lan/dc2"`) {
+		t.Errorf("the join error does not name b's pool: %v", err)
 	}
 	never(t, time.Second, func() (bool, string) {
 		for _, pair := range [][2]*Pool{{a, b}, {b, a}} {
