@@ -61,3 +61,33 @@ func TestLANPoolRefusesAnotherDatacenter(t *testing.T) {
 		return false, ""
 	})
 }
+
+// A second node under a live member's name (an orchestrator's split brain:
+// the old container still runs while the new one starts) does not evict the
+// live one: every member keeps listing it alive at its own address, then
+// and a few gossip rounds later, and nobody lists the newcomer's address.
+func TestTwinDoesNotEvictTheLiveNode(t *testing.T) {
+	a := startPool(t, "a", RoleManager, nil)
+	b := startPool(t, "b", RoleManager, func(c *Config) { c.Seeds = []string{a.Addr()} })
+	c := startPool(t, "c", RoleGate, func(c *Config) { c.Seeds = []string{a.Addr()} })
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b, c}, "a", "b", "c"))
+	twin := startPool(t, "b", RoleManager, func(cfg *Config) {
+		cfg.Seeds = []string{a.Addr(), c.Addr()}
+		cfg.Meta.RaftAddr = "127.0.0.1:3"
+	})
+	select {
+	case <-twin.Joined():
+	case <-time.After(waitTimeout):
+		t.Fatal("the twin did not reach a seed")
+	}
+	never(t, 3*time.Second, func() (bool, string) {
+		for _, p := range []*Pool{a, c} {
+			for _, m := range p.Members() {
+				if m.Name == "b" && (m.Addr != b.Addr() || m.State != StateAlive || m.Meta.RaftAddr != "127.0.0.1:2") {
+					return true, fmt.Sprintf("%s lists b as %+v, not alive at %s", p.cfg.NodeName, m, b.Addr())
+				}
+			}
+		}
+		return false, ""
+	})
+}

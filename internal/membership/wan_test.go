@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,4 +49,36 @@ func TestWANProfileValidates(t *testing.T) {
 	if got := c.memberlistConfig().ProbeInterval; got != 5*time.Second {
 		t.Fatalf("wan profile probe interval %v, want memberlist's WAN default 5s", got)
 	}
+}
+
+// When every manager of a datacenter comes back on new addresses (each
+// crashed, none left), the other datacenters' WAN pools list them at their
+// new addresses: none is kept at an old one, none is lost.
+func TestWANFollowsADatacenterRestartedOnNewAddresses(t *testing.T) {
+	wan := func(dc string, seeds ...string) func(*Config) {
+		return func(c *Config) {
+			c.WAN = true
+			c.Meta.Datacenter = dc
+			c.Seeds = seeds
+		}
+	}
+	a := startPool(t, "m1.dc1", RoleManager, wan("dc1"))
+	b1 := startPool(t, "m1.dc2", RoleManager, wan("dc2", a.Addr()))
+	b2 := startPool(t, "m2.dc2", RoleManager, wan("dc2", b1.Addr()))
+	testutil.WaitFor(t, waitTimeout, seesAlive([]*Pool{a, b1, b2}, "m1.dc1", "m1.dc2", "m2.dc2"))
+	for _, p := range []*Pool{b1, b2} {
+		if err := p.Shutdown(); err != nil { // crashed: no leave
+			t.Fatal(err)
+		}
+	}
+	n1 := startPool(t, "m1.dc2", RoleManager, wan("dc2", a.Addr()))
+	n2 := startPool(t, "m2.dc2", RoleManager, wan("dc2", n1.Addr()))
+	testutil.WaitFor(t, 3*waitTimeout, func() (bool, string) {
+		want := map[string]string{"m1.dc2": n1.Addr(), "m2.dc2": n2.Addr()}
+		got := map[string]string{}
+		for _, m := range a.Managers("dc2") {
+			got[m.Name] = m.Addr
+		}
+		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("dc1 to list dc2's managers at %v, not %v", want, got)
+	})
 }
