@@ -559,7 +559,9 @@ func (a *Autopilot) setWaiting(why string) {
 //
 //  1. if this manager is the leader, it removes itself from the
 //     configuration (raft steps it down once the change commits; the others
-//     elect a new leader); if that fails, it hands leadership over;
+//     elect a new leader) if the alive voters left are a majority of the
+//     configuration without it; if they are not, or the removal fails, it
+//     hands leadership over;
 //  2. it leaves the pool (membership.Pool.Leave), so the leader sees it left
 //     and removes it from the configuration at once;
 //  3. it waits, until ctx is done, for its own Raft configuration to no longer
@@ -578,8 +580,21 @@ func (a *Autopilot) Leave(ctx context.Context, timeout time.Duration) error {
 		// raft delivers a removal to the removed server at most once (the
 		// leader stops replicating to it at once), so the leaving node could
 		// wait forever to learn of it.
-		a.log.Info("removing server", logging.KeyPeer, string(self), logging.KeyReason, "left")
-		if err := a.raft.RemoveServer(self, 0, a.cfg.ChangeTimeout).Error(); err != nil {
+		//
+		// Not when the configuration without it would have no quorum (another
+		// voter is dead): the others would hold a configuration in which
+		// they can elect no leader, not even once this manager is back on
+		// its data, as it is no voter of it. Then it hands leadership over,
+		// and the configuration keeps it until it comes back or quorum
+		// allows its removal.
+		var err error
+		if ok, av, v := a.selfRemovalSafe(self); ok {
+			a.log.Info("removing server", logging.KeyPeer, string(self), logging.KeyReason, "left")
+			err = a.raft.RemoveServer(self, 0, a.cfg.ChangeTimeout).Error()
+		} else {
+			err = fmt.Errorf("%w: %d alive of %d voters without this one", errQuorumAtRisk, av, v)
+		}
+		if err != nil {
 			a.log.Warn("self removal failed; transferring leadership instead", logging.KeyError, err)
 			if err := a.raft.LeadershipTransfer().Error(); err != nil {
 				a.log.Warn("leadership transfer failed", logging.KeyError, err)
@@ -615,6 +630,21 @@ func (a *Autopilot) Leave(ctx context.Context, timeout time.Duration) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// errQuorumAtRisk: a leaving leader does not remove itself (Leave).
+var errQuorumAtRisk = errors.New("autopilot: not removing this server: quorum would be at risk")
+
+// selfRemovalSafe is quorumSafe for this manager's removal of itself, with
+// the others' liveness as the pool reports it.
+func (a *Autopilot) selfRemovalSafe(self raft.ServerID) (ok bool, aliveVoters, voters int) {
+	f := a.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false, 0, 0
+	}
+	servers := f.Configuration().Servers
+	byID, _ := resolveIdentities(servers, a.pool.Members(), a.cfg.DC)
+	return quorumSafe(servers, self, a.aliveIn(byID))
 }
 
 func (a *Autopilot) otherVoters(self raft.ServerID) int {

@@ -1,6 +1,7 @@
 package autopilot
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -108,4 +109,45 @@ func TestFlappingFollowerChangesNoConfiguration(t *testing.T) {
 	if got := configOf(t, l); strings.Count(got, "Voter") != 3 {
 		t.Fatalf("configuration %s", got)
 	}
+}
+
+// A leader that leaves while another voter of three is dead does not remove
+// itself: the configuration without it (the survivor and the dead voter)
+// would have no quorum, and the survivor, holding that configuration, could
+// elect no leader even once the leaver is back. It leaves the configuration
+// as it is, so the leaver restarted on its data forms a quorum again with
+// the survivor.
+func TestLeaderLeavingBesideADeadVoterKeepsTheQuorum(t *testing.T) {
+	nodes := []*node{newNode(t, "m1", 3, time.Hour), newNode(t, "m2", 3, time.Hour), newNode(t, "m3", 3, time.Hour)}
+	startAll(t, nodes, ring(nodes))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
+	l := leader(t, nodes)
+	fs := followers(nodes, l)
+	dead, survivor := fs[0], fs[1]
+	dead.kill()
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		for _, m := range l.pool.Members() {
+			if m.Name == dead.id {
+				return m.State.String() == "dead", fmt.Sprintf("%s to find %s dead: %v", l.id, dead.id, m.State)
+			}
+		}
+		return false, dead.id + " in " + l.id + "'s pool"
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	err := l.ap.Leave(ctx, time.Second)
+	cancel()
+	t.Logf("leave: %v", err)
+	l.kill()
+	if got := configOf(t, survivor); strings.Count(got, "(Voter)") != 3 || !strings.Contains(got, l.id+"@") {
+		t.Fatalf("%s's configuration after the leader left: %s, want the three voters", survivor.id, got)
+	}
+	l.start([]string{survivor.gossipAddr()}, false)
+	testutil.WaitFor(t, 2*waitTimeout, func() (bool, string) {
+		for _, n := range []*node{l, survivor} {
+			if n.raft.State() == raft.Leader {
+				return true, ""
+			}
+		}
+		return false, "a leader among " + l.id + " and " + survivor.id
+	})
 }
