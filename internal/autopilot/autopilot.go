@@ -635,16 +635,20 @@ func (a *Autopilot) Leave(ctx context.Context, timeout time.Duration) error {
 // errQuorumAtRisk: a leaving leader does not remove itself (Leave).
 var errQuorumAtRisk = errors.New("autopilot: not removing this server: quorum would be at risk")
 
-// selfRemovalSafe is quorumSafe for this manager's removal of itself, with
-// the others' liveness as the pool reports it.
+// selfRemovalSafe is quorumSafe for this manager's removal of itself, a
+// voter counting as alive unless UnhealthyNow says otherwise: a voter killed
+// a moment ago, which the pool has not found dead yet, is not counted once
+// this leader's heartbeats fail to reach it.
 func (a *Autopilot) selfRemovalSafe(self raft.ServerID) (ok bool, aliveVoters, voters int) {
 	f := a.raft.GetConfiguration()
 	if f.Error() != nil {
 		return false, 0, 0
 	}
-	servers := f.Configuration().Servers
-	byID, _ := resolveIdentities(servers, a.pool.Members(), a.cfg.DC)
-	return quorumSafe(servers, self, a.aliveIn(byID))
+	unhealthy := a.UnhealthyNow()
+	return quorumSafe(f.Configuration().Servers, self, func(id raft.ServerID) bool {
+		_, bad := unhealthy[id]
+		return !bad
+	})
 }
 
 func (a *Autopilot) otherVoters(self raft.ServerID) int {

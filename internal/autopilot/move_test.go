@@ -118,6 +118,13 @@ func TestFlappingFollowerChangesNoConfiguration(t *testing.T) {
 // as it is, so the leaver restarted on its data forms a quorum again with
 // the survivor.
 func TestLeaderLeavingBesideADeadVoterKeepsTheQuorum(t *testing.T) {
+	t.Run("found dead by the pool", func(t *testing.T) { leaderLeavesBesideADeadVoter(t, true) })
+	// Killed a moment ago: the pool may still list it alive, but the
+	// leader's heartbeats fail to reach it.
+	t.Run("unreachable by raft", func(t *testing.T) { leaderLeavesBesideADeadVoter(t, false) })
+}
+
+func leaderLeavesBesideADeadVoter(t *testing.T, waitPool bool) {
 	nodes := []*node{newNode(t, "m1", 3, time.Hour), newNode(t, "m2", 3, time.Hour), newNode(t, "m3", 3, time.Hour)}
 	startAll(t, nodes, ring(nodes))
 	testutil.WaitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
@@ -126,6 +133,10 @@ func TestLeaderLeavingBesideADeadVoterKeepsTheQuorum(t *testing.T) {
 	dead, survivor := fs[0], fs[1]
 	dead.kill()
 	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		if !waitPool {
+			why, ok := l.ap.UnhealthyNow()[raft.ServerID(dead.id)]
+			return ok, fmt.Sprintf("%s to find %s unhealthy: %q", l.id, dead.id, why)
+		}
 		for _, m := range l.pool.Members() {
 			if m.Name == dead.id {
 				return m.State.String() == "dead", fmt.Sprintf("%s to find %s dead: %v", l.id, dead.id, m.State)
@@ -133,6 +144,11 @@ func TestLeaderLeavingBesideADeadVoterKeepsTheQuorum(t *testing.T) {
 		}
 		return false, dead.id + " in " + l.id + "'s pool"
 	})
+	for _, m := range l.pool.Members() {
+		if m.Name == dead.id {
+			t.Logf("%s's pool lists %s %v", l.id, dead.id, m.State)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	err := l.ap.Leave(ctx, time.Second)
 	cancel()
