@@ -277,7 +277,7 @@ func (a *Autopilot) allowRemovals(f *raftautopilot.FailedServers, now time.Time)
 	// heartbeats are moot (observe drops them when raft stops it; this covers
 	// an observation the non-blocking observer dropped).
 	maps.DeleteFunc(a.unreachable, func(id raft.ServerID, _ time.Time) bool { return serverIndex(servers, id) < 0 })
-	alive := a.aliveIn(byID)
+	alive := a.reachedIn(a.aliveIn(byID), a.unreachable, now)
 	allow := func(id raft.ServerID, reason string, since time.Time) bool {
 		if id == self {
 			return false
@@ -355,6 +355,18 @@ func (a *Autopilot) aliveIn(byID map[raft.ServerID]membership.Member) func(raft.
 	}
 }
 
+// reachedIn narrows alive to the servers this leader's heartbeats have not
+// failed to reach for longer than LastContactThreshold (unreachable, as
+// observe keeps it): a voter killed a moment ago may be alive in the pool
+// still, and counting it would let a removal leave a configuration without
+// a quorum of live voters.
+func (a *Autopilot) reachedIn(alive func(raft.ServerID) bool, unreachable map[raft.ServerID]time.Time, now time.Time) func(raft.ServerID) bool {
+	return func(id raft.ServerID) bool {
+		last, failing := unreachable[id]
+		return alive(id) && (string(id) == a.cfg.NodeID || !failing || now.Sub(last) <= a.cfg.LastContactThreshold)
+	}
+}
+
 // serverIndex is the index of id in servers, or -1.
 func serverIndex(servers []raft.Server, id raft.ServerID) int {
 	return slices.IndexFunc(servers, func(s raft.Server) bool { return s.ID == id })
@@ -403,7 +415,10 @@ func (a *Autopilot) addServers() {
 	servers := f.Configuration().Servers
 	byID, refusals := resolveIdentities(servers, a.pool.Members(), a.cfg.DC)
 	a.recordRefusals(refusals, time.Now())
-	alive := a.aliveIn(byID)
+	a.dmu.Lock()
+	unreachable := maps.Clone(a.unreachable)
+	a.dmu.Unlock()
+	alive := a.reachedIn(a.aliveIn(byID), unreachable, time.Now())
 	for _, id := range slices.Sorted(maps.Keys(byID)) {
 		m := byID[id]
 		if m.State == membership.StateLeft && string(id) != a.cfg.NodeID &&

@@ -268,6 +268,10 @@ func TestRemovalRules(t *testing.T) {
 	// removed after the grace period, counted from when it was noticed.
 	r.servers = append(r.servers, voter("ghost", "addr-ghost"))
 	p.set(all...)
+	// b and c are back: raft reaches them again (a voter raft fails to
+	// reach does not count as alive, whatever the pool says).
+	ap.observe(raft.Observation{Data: raft.ResumedHeartbeatObservation{PeerID: "b"}})
+	ap.observe(raft.Observation{Data: raft.ResumedHeartbeatObservation{PeerID: "c"}})
 	check("ghost noticed")
 	now = now.Add(time.Minute)
 	check("ghost past the grace period, but raft reaches it: kept")

@@ -167,3 +167,30 @@ func leaderLeavesBesideADeadVoter(t *testing.T, waitPool bool) {
 		return false, "a leader among " + l.id + " and " + survivor.id
 	})
 }
+
+// A follower that leaves while another voter of three was killed a moment
+// ago (the pool may list it alive still, the leader's heartbeats fail to
+// reach it) is not removed: the configuration without it would have no
+// quorum of live voters, and the leader could commit nothing, nor anyone be
+// elected, until the dead voter is back.
+func TestFollowerLeavingBesideAJustKilledVoterIsNotRemoved(t *testing.T) {
+	nodes := []*node{newNode(t, "m1", 3, time.Hour), newNode(t, "m2", 3, time.Hour), newNode(t, "m3", 3, time.Hour)}
+	startAll(t, nodes, ring(nodes))
+	testutil.WaitFor(t, waitTimeout, converged(nodes, voters("m1", "m2", "m3")))
+	l := leader(t, nodes)
+	fs := followers(nodes, l)
+	dead, leaver := fs[0], fs[1]
+	dead.kill()
+	testutil.WaitFor(t, waitTimeout, func() (bool, string) {
+		why, ok := l.ap.UnhealthyNow()[raft.ServerID(dead.id)]
+		return ok, fmt.Sprintf("%s to find %s unhealthy: %q", l.id, dead.id, why)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	err := leaver.ap.Leave(ctx, time.Second)
+	cancel()
+	t.Logf("leave: %v", err)
+	leaver.kill()
+	if got := configOf(t, l); strings.Count(got, "(Voter)") != 3 {
+		t.Fatalf("%s's configuration after %s left: %s, want the three voters", l.id, leaver.id, got)
+	}
+}
