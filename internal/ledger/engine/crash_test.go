@@ -183,3 +183,63 @@ func TestOpenMakesCurrentDurableBeforeRemoving(t *testing.T) {
 		t.Fatalf("k = %q, want v", got)
 	}
 }
+
+// TestGenerationWithoutItsDatabaseIsRefused: a generation that CURRENT
+// names whose pebble database is gone (its manifest marker deleted or lost,
+// or the directory emptied) is refused, naming the generation, instead of
+// being opened as a new, empty store that would start from applied index 0.
+func TestGenerationWithoutItsDatabaseIsRefused(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, gen string)
+	}{
+		{"marker removed", func(t *testing.T, gen string) {
+			ents, err := os.ReadDir(gen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			removed := false
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), "marker.manifest.") {
+					if err := os.Remove(filepath.Join(gen, e.Name())); err != nil {
+						t.Fatal(err)
+					}
+					removed = true
+				}
+			}
+			if !removed {
+				t.Fatal("no manifest marker in the generation")
+			}
+		}},
+		{"directory emptied", func(t *testing.T, gen string) {
+			if err := os.RemoveAll(gen); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(gen, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			st, err := Open(dir, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.Begin()
+			st.Set([]byte("k"), []byte("v"))
+			st.Commit()
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			c.damage(t, genDir(dir, 1))
+			st, err = Open(dir, Options{})
+			if err == nil {
+				st.Close()
+			}
+			if !errors.Is(err, ErrStore) || !strings.Contains(err.Error(), genDir(dir, 1)) {
+				t.Fatalf("Open of a generation without its database: %v, want ErrStore naming %s", err, genDir(dir, 1))
+			}
+		})
+	}
+}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/once-dev/once/internal/atomicfile"
 )
@@ -255,7 +256,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if !first {
-		return openGeneration(dir, gen, opts)
+		return openGeneration(dir, gen, false, opts)
 	}
 	s, err := createGeneration(dir, gen, opts)
 	if err != nil {
@@ -268,8 +269,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// openGeneration opens (or creates) generation gen's database.
-func openGeneration(dir string, gen int, opts Options) (*Store, error) {
+// openGeneration opens generation gen's database, creating it only if
+// create: a generation that CURRENT names was created whole before CURRENT
+// named it, so one without its database (pebble's manifest marker lost) is
+// refused, not replaced by an empty store that would silently start at
+// applied index 0.
+func openGeneration(dir string, gen int, create bool, opts Options) (*Store, error) {
 	if opts.CacheBytes <= 0 {
 		opts.CacheBytes = 256 << 20
 	}
@@ -291,6 +296,17 @@ func openGeneration(dir string, gen int, opts Options) (*Store, error) {
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	if !create {
+		// Peek, not pebble's ErrorIfNotExists: a refused pebble.Open
+		// leaks its disk-health goroutine.
+		desc, err := pebble.Peek(genDir(dir, gen), vfs.Default)
+		if err != nil {
+			return nil, fmt.Errorf("%w: open %s: %w", ErrStore, genDir(dir, gen), err)
+		}
+		if !desc.Exists {
+			return nil, fmt.Errorf("%w: %s names %s, which holds no database (docs/operations.md)", ErrStore, filepath.Join(dir, currentFile), genDir(dir, gen))
+		}
+	}
 	db, err := pebble.Open(genDir(dir, gen), po)
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStore, genDir(dir, gen), err)
@@ -304,7 +320,7 @@ func openGeneration(dir string, gen int, opts Options) (*Store, error) {
 // its directory entry durable, so that CURRENT, written after, never names
 // a generation that a crash could lose.
 func createGeneration(dir string, gen int, opts Options) (*Store, error) {
-	s, err := openGeneration(dir, gen, opts)
+	s, err := openGeneration(dir, gen, true, opts)
 	if err != nil {
 		return nil, err
 	}
