@@ -243,3 +243,44 @@ func TestGenerationWithoutItsDatabaseIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestSecondOpenOfADirectoryIsRefused: while a store is open, a second Open
+// of its directory (in this process or another) is refused, naming the
+// directory, before it removes anything: not the generation a Restore of the
+// first is writing. Once every generation of the first is closed, the
+// directory opens again.
+func TestSecondOpenOfADirectoryIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := st.NewGeneration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := Open(dir, Options{})
+	if err == nil {
+		other.Close()
+	}
+	if !errors.Is(err, ErrStore) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("second Open: %v, want ErrStore naming %s", err, dir)
+	}
+	if _, err := os.Stat(genDir(dir, 2)); err != nil {
+		t.Fatalf("the generation being written after the refused Open: %v", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{}); err == nil {
+		t.Fatal("Open while the new generation is still open: not refused")
+	}
+	next.Discard()
+	st, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open after every generation closed: %v", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -114,8 +114,9 @@ type TestingKnobs struct {
 // writes (Begin to Commit) and keeps reads from running during them (the
 // FSM's locks); reads may run concurrently with each other.
 type Store struct {
-	dir  string // the ledger directory: CURRENT and the generations
-	gen  int    // the generation's number (directory gen-N)
+	dir  string   // the ledger directory: CURRENT and the generations
+	lock *dirLock // the directory's lock, shared by its open generations
+	gen  int      // the generation's number (directory gen-N)
 	db   *pebble.DB
 	opts Options
 
@@ -183,6 +184,32 @@ func (s *Store) closedErr(op string) error {
 }
 
 // genName is generation gen's directory name, what CURRENT holds to name it.
+// dirLock is the ledger directory's lock (dir/LOCK), taken by Open before it
+// reads CURRENT or removes a generation: a second Open of the directory, in
+// this process or another, is refused instead of removing the generation a
+// Restore of the first is writing. Every generation open in the directory
+// holds a reference; the last one closed releases the lock.
+type dirLock struct {
+	mu   sync.Mutex
+	l    *pebble.Lock
+	refs int
+}
+
+func (d *dirLock) ref() *dirLock {
+	d.mu.Lock()
+	d.refs++
+	d.mu.Unlock()
+	return d
+}
+
+func (d *dirLock) release() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.refs--; d.refs == 0 {
+		_ = d.l.Close() // releasing an flock (on close) cannot fail in a way the caller could act on
+	}
+}
+
 func genName(gen int) string { return "gen-" + strconv.Itoa(gen) }
 
 func genDir(dir string, gen int) string { return filepath.Join(dir, genName(gen)) }
@@ -213,6 +240,17 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := atomicfile.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
+	l, err := pebble.LockDirectory(dir, vfs.Default)
+	if err != nil {
+		return nil, fmt.Errorf("%w: lock %s (is another process using it?): %w", ErrStore, dir, err)
+	}
+	lock := &dirLock{l: l, refs: 1}
+	s, err := open(dir, lock, opts)
+	lock.release() // the store holds its own reference
+	return s, err
+}
+
+func open(dir string, lock *dirLock, opts Options) (*Store, error) {
 	gen, first := 1, false
 	switch s, err := readCurrent(dir); {
 	case err == nil:
@@ -256,9 +294,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if !first {
-		return openGeneration(dir, gen, false, opts)
+		return openGeneration(dir, lock, gen, false, opts)
 	}
-	s, err := createGeneration(dir, gen, opts)
+	s, err := createGeneration(dir, lock, gen, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +312,7 @@ func Open(dir string, opts Options) (*Store, error) {
 // named it, so one without its database (pebble's manifest marker lost) is
 // refused, not replaced by an empty store that would silently start at
 // applied index 0.
-func openGeneration(dir string, gen int, create bool, opts Options) (*Store, error) {
+func openGeneration(dir string, lock *dirLock, gen int, create bool, opts Options) (*Store, error) {
 	if opts.CacheBytes <= 0 {
 		opts.CacheBytes = 256 << 20
 	}
@@ -311,7 +349,7 @@ func openGeneration(dir string, gen int, create bool, opts Options) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStore, genDir(dir, gen), err)
 	}
-	s := &Store{dir: dir, gen: gen, db: db, opts: opts}
+	s := &Store{dir: dir, lock: lock.ref(), gen: gen, db: db, opts: opts}
 	s.r = db
 	return s, nil
 }
@@ -319,8 +357,8 @@ func openGeneration(dir string, gen int, create bool, opts Options) (*Store, err
 // createGeneration opens (or creates) generation gen's database and makes
 // its directory entry durable, so that CURRENT, written after, never names
 // a generation that a crash could lose.
-func createGeneration(dir string, gen int, opts Options) (*Store, error) {
-	s, err := openGeneration(dir, gen, true, opts)
+func createGeneration(dir string, lock *dirLock, gen int, opts Options) (*Store, error) {
+	s, err := openGeneration(dir, lock, gen, true, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +386,7 @@ func (s *Store) NewGeneration() (*Store, error) {
 	if err := os.RemoveAll(genDir(s.dir, next)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
-	return createGeneration(s.dir, next, s.opts)
+	return createGeneration(s.dir, s.lock, next, s.opts)
 }
 
 // MakeCurrent syncs s and makes it the live generation; the previous one
@@ -494,6 +532,7 @@ func (s *Store) close(flush bool) error {
 	if s.closed.Swap(true) {
 		return nil // closed already (a second Close, or Abandon then Close)
 	}
+	defer s.lock.release()
 	if s.w != nil {
 		_ = s.w.Close()
 		s.w = nil
