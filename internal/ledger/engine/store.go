@@ -183,7 +183,6 @@ func (s *Store) closedErr(op string) error {
 	return nil
 }
 
-// genName is generation gen's directory name, what CURRENT holds to name it.
 // dirLock is the ledger directory's lock (dir/LOCK), taken by Open before it
 // reads CURRENT or removes a generation: a second Open of the directory, in
 // this process or another, is refused instead of removing the generation a
@@ -210,6 +209,7 @@ func (d *dirLock) release() {
 	}
 }
 
+// genName is generation gen's directory name, what CURRENT holds to name it.
 func genName(gen int) string { return "gen-" + strconv.Itoa(gen) }
 
 func genDir(dir string, gen int) string { return filepath.Join(dir, genName(gen)) }
