@@ -113,17 +113,18 @@ func (g *Gate) submitOmitted(ctx context.Context, req *rpcpb.SubmitRequest, rest
 //     key to it): next is that home, for the caller to try;
 //   - else home's outcome.
 func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home string, rest []byte) (resp *rpcpb.SubmitResponse, next string, err error) {
+	// A claim records no job: it goes without the payload, which only the
+	// home's copy carries.
 	r := shallowCopy(req)
 	r.Home = home
-	r.Job = &rpcpb.JobRequest{Type: req.GetJob().GetType(), Payload: req.GetJob().GetPayload(), Datacenters: []string{home}}
+	r.Job = &rpcpb.JobRequest{Type: req.GetJob().GetType(), Datacenters: []string{home}}
 	dcs := slices.DeleteFunc(append(g.otherDatacenters(), g.cfg.Datacenter), func(dc string) bool { return dc == home })
 	slices.Sort(dcs)
 	// Each datacenter is told the fingerprint of the list naming it alone:
 	// one that holds the key for its own job of that list holds the job
 	// (docs/multidc.md).
-	alt := func(dc string) string {
-		return fingerprint.Fingerprint(req.Tenant, http.MethodPost, submitPath, withDatacenters(rest, []string{dc}))
-	}
+	alts := altFingerprints(req.Tenant, rest, append(dcs, home))
+	alt := func(dc string) string { return alts[dc] }
 	results := g.submitEach(ctx, dcs, r, alt, "gate.forward.claim")
 	for _, res := range results { // a datacenter holding the job is its home
 		if res.err == nil && (res.resp.Outcome == rpc.OutcomeCommitted || res.resp.Outcome == rpc.OutcomeRejected) {
@@ -145,6 +146,7 @@ func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home str
 		}
 	}
 	at := shallowCopy(r)
+	at.Job = &rpcpb.JobRequest{Type: r.Job.Type, Payload: req.GetJob().GetPayload(), Datacenters: r.Job.Datacenters}
 	at.AltFingerprint = alt(home)
 	res := g.submitTo(ctx, home, at, "gate.forward.home")
 	switch {
@@ -156,6 +158,31 @@ func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home str
 		return nil, "", rpc.Errorf(rpc.CodeInternal, "datacenter %s answered its own claim", home)
 	}
 	return res.resp, "", nil
+}
+
+// altFingerprints maps each datacenter of dcs to the fingerprint of the
+// list naming it alone, over the body withDatacenters(rest, []string{dc})
+// makes. The bodies share one buffer, rest copied into it once whatever the
+// number of datacenters, each one's first member written before it in turn.
+func altFingerprints(tenant string, rest []byte, dcs []string) map[string]string {
+	heads := make([][]byte, len(dcs))
+	lead := 0
+	for i, dc := range dcs {
+		heads[i] = withDatacenters(nil, []string{dc})
+		if len(rest) > 0 && rest[0] != '}' {
+			heads[i] = append(heads[i], ',')
+		}
+		lead = max(lead, len(heads[i]))
+	}
+	buf := make([]byte, lead+len(rest))
+	copy(buf[lead:], rest)
+	alts := make(map[string]string, len(dcs))
+	for i, dc := range dcs {
+		body := buf[lead-len(heads[i]):]
+		copy(body, heads[i])
+		alts[dc] = fingerprint.Fingerprint(tenant, http.MethodPost, submitPath, body)
+	}
+	return alts
 }
 
 // submitTo sends a copy of req to dc's leader in a span of its own.
