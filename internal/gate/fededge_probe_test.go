@@ -184,3 +184,27 @@ func TestFedEdgeOmittedAtOnceThroughBothGates(t *testing.T) {
 		}
 	}
 }
+
+// TestFedEdgeDatacenterAddedBetweenAttempts: an omitted list answered in a
+// federation of dc1 and dc2 (home dc1, a claim in dc2), retried through a
+// gate of dc3, which joined since: the first answer's bytes, one job.
+func TestFedEdgeDatacenterAddedBetweenAttempts(t *testing.T) {
+	f := startFederation3(t, [3]managertest.Options{}, nil)
+	two := startGate(t, f.addrs["dc1"], func(cfg *Config, deps *Deps) {
+		cfg.Datacenter, cfg.NodeName = "dc1", "gate-dc1-two"
+		deps.Federation = StaticFederation{"dc1": f.addrs["dc1"], "dc2": f.addrs["dc2"]}
+	})
+	const body = `{"type":"x","payload":{"n":1}}`
+	first := two.submit(t, skey(1), body)
+	wantJob(t, first, http.StatusCreated)
+	for _, tg := range []*testGate{f.g[2], f.g[1], f.g[0]} {
+		res := tg.submit(t, skey(1), body)
+		wantStatus(t, res, http.StatusCreated)
+		if !bytes.Equal(res.body, first.body) {
+			t.Fatalf("answers differ:\n%s\n%s", res.body, first.body)
+		}
+	}
+	if n := f.jobs(); n != [3]int{1, 0, 0} {
+		t.Fatalf("datacenters hold %v jobs, want 1, 0, 0", n)
+	}
+}
