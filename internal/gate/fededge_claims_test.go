@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"runtime"
 	"strings"
@@ -74,12 +75,18 @@ func TestFedEdgeAltFingerprintsShareOneBuffer(t *testing.T) {
 			}
 		}
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	altFingerprints("t", big, dcs)
-	runtime.ReadMemStats(&after)
-	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(len(big))+64<<10 {
-		t.Fatalf("%d bytes allocated for a body of %d and %d datacenters, want one copy", n, len(big), len(dcs))
+	// The fewest bytes of a few runs: the process's other goroutines
+	// (another test's servers winding down) allocate too, not in every run.
+	least := uint64(math.MaxUint64)
+	for range 5 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		altFingerprints("t", big, dcs)
+		runtime.ReadMemStats(&after)
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
+	}
+	if least > uint64(len(big))+64<<10 {
+		t.Fatalf("%d bytes allocated for a body of %d and %d datacenters, want one copy", least, len(big), len(dcs))
 	}
 }
