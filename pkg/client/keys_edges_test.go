@@ -39,19 +39,7 @@ func TestKeysRefusesAStateFileCorruptedWhileInUse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seen := map[uint64]string{}
-			draw := func(name string, k *Keys) error {
-				raw, err := k.Next()
-				if err != nil {
-					return err
-				}
-				s := seqOf(t, raw).Sequence
-				if other, ok := seen[s]; ok {
-					t.Fatalf("sequence %d handed out by %s and %s", s, other, name)
-				}
-				seen[s] = name
-				return nil
-			}
+			draw := uniqueDraws(t)
 			for range 3 {
 				if err := draw("first", k1); err != nil {
 					t.Fatal(err)
@@ -467,19 +455,7 @@ func TestKeysStateFileLostWhileInUse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seen := map[uint64]string{}
-			draw := func(name string, k *Keys) error {
-				raw, err := k.Next()
-				if err != nil {
-					return err
-				}
-				s := seqOf(t, raw).Sequence
-				if other, ok := seen[s]; ok {
-					t.Fatalf("sequence %d handed out by %s and %s", s, other, name)
-				}
-				seen[s] = name
-				return nil
-			}
+			draw := uniqueDraws(t)
 			for range 3 {
 				if err := draw("first", k1); err != nil {
 					t.Fatal(err)
@@ -502,5 +478,23 @@ func TestKeysStateFileLostWhileInUse(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// uniqueDraws returns a draw of the next key of k, by the holder name,
+// that fails t if its sequence was drawn before by any holder.
+func uniqueDraws(t *testing.T) func(name string, k *Keys) error {
+	seen := map[uint64]string{}
+	return func(name string, k *Keys) error {
+		raw, err := k.Next()
+		if err != nil {
+			return err
+		}
+		s := seqOf(t, raw).Sequence
+		if other, ok := seen[s]; ok {
+			t.Fatalf("sequence %d handed out by %s and %s", s, other, name)
+		}
+		seen[s] = name
+		return nil
 	}
 }
