@@ -113,7 +113,9 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 }
 
 // withSubcommands adds subs to parent, a command that only groups them: run
-// with arguments, it is a usage error that names subs.
+// with arguments, it is a usage error that names subs; without, it prints its
+// help. Cobra would print the help and exit 0 for either if parent had no
+// RunE: a typo (raft remove-peeer) would look done to a script.
 func withSubcommands(parent *cobra.Command, subs ...*cobra.Command) *cobra.Command {
 	names := make([]string, len(subs))
 	for i, s := range subs {
@@ -124,6 +126,7 @@ func withSubcommands(parent *cobra.Command, subs ...*cobra.Command) *cobra.Comma
 		list = strings.Join(names[:n-1], ", ") + " or " + names[n-1]
 	}
 	parent.Args = exactArgs(0, "a subcommand: "+list)
+	parent.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	parent.AddCommand(subs...)
 	return parent
 }

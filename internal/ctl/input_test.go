@@ -112,3 +112,30 @@ func TestDefaultKeysFileDirectory(t *testing.T) {
 		t.Fatalf("the keys file: %v", err)
 	}
 }
+
+// TestUnknownSubcommandIsExit2: a command that only groups others (raft,
+// job, cluster...) run with an argument that names none of them — a typo,
+// `raft remove-peeer manager3` — is exit 2 naming the subcommands, never its
+// help and exit 0, which a script would take for the change done; without an
+// argument it prints its help, exit 0.
+func TestUnknownSubcommandIsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"raft", "remove-peeer", "manager3"},
+		{"raft", "bogus"},
+		{"job", "cancle", "j-1"},
+		{"cluster", "stats"},
+		{"snapshot", "restor", "x.snap"},
+		{"gossip", "keyring", "rotate", "k"},
+		{"outbox", "forgot", "dc3"},
+		{"key", "list"},
+	} {
+		code, out, errOut := oncectl(t, append([]string{"--insecure", "--managers", "127.0.0.1:1", "--gates", "http://127.0.0.1:1", "--timeout", "2s"}, args...)...)
+		if code != ExitUsage || !strings.Contains(errOut, "want a subcommand") || out != "" {
+			t.Errorf("oncectl %s: exit %d (want %d)\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, ExitUsage, out, errOut)
+		}
+	}
+	code, out, errOut := oncectl(t, "raft")
+	if code != ExitOK || !strings.Contains(out, "remove-peer") {
+		t.Errorf("oncectl raft: exit %d, want its help and 0\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
