@@ -262,11 +262,21 @@ func (v jobView) line() string {
 
 func (g *globals) watchJob(ctx context.Context, c *client.Client, id string, dcs []string, interval time.Duration) error {
 	last := ""
+	var unansweredErr error // the last read the gates did not answer, before any was
+	timedOut := func() error {
+		switch {
+		case last != "":
+			return fmt.Errorf("%w (%s)", ErrWatchTimeout, last)
+		case unansweredErr != nil:
+			return fmt.Errorf("%w (no gate has answered a read of the job: %v)", ErrWatchTimeout, unansweredErr)
+		}
+		return fmt.Errorf("%w (no gate has answered a read of the job)", ErrWatchTimeout)
+	}
 	for {
 		view, err := readJobView(ctx, c, id, dcs)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return fmt.Errorf("%w (%s)", ErrWatchTimeout, last)
+			return timedOut()
 		case err != nil && !unanswered(err):
 			return err // the job is not found anywhere, the token is refused…
 		case err != nil:
@@ -274,6 +284,7 @@ func (g *globals) watchJob(ctx context.Context, c *client.Client, id string, dcs
 			// client's attempts ran out): the job's copies may still
 			// arrive; read again after the interval, as for a copy's
 			// datacenter that is unreachable.
+			unansweredErr = err
 		default:
 			if l := view.line(); l != last {
 				last = l
@@ -287,7 +298,7 @@ func (g *globals) watchJob(ctx context.Context, c *client.Client, id string, dcs
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (%s)", ErrWatchTimeout, last)
+			return timedOut()
 		case <-time.After(interval):
 		}
 	}

@@ -92,3 +92,26 @@ func writeUnavailable(w http.ResponseWriter, retryAfter string) {
 	_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemTypeBase + string(api.CodeUnavailable), Status: http.StatusServiceUnavailable,
 		Code: api.CodeUnavailable, Detail: "no leader"})
 }
+
+// TestJobWatchTimeoutSaysNoGateAnswered: a watch whose --timeout passes
+// before any read of the job was answered says so, rather than end on
+// ErrWatchTimeout with an empty "()", which reads as a job found but not
+// yet everywhere; a read answered 503 until the client gave up is named.
+func TestJobWatchTimeoutSaysNoGateAnswered(t *testing.T) {
+	for name, c := range map[string]struct {
+		h    http.HandlerFunc
+		want string
+	}{
+		"no answer": {func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, "(no gate has answered a read of the job)"},
+		"503":       {func(w http.ResponseWriter, _ *http.Request) { writeUnavailable(w, "0") }, "(no gate has answered a read of the job: "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(c.h)
+			defer srv.Close()
+			code, out, errOut := oncectl(t, "--gates", srv.URL, "--timeout", "3s", "job", "watch", "j-1", "--interval", "10ms")
+			if code != ExitFailure || !strings.Contains(errOut, ErrWatchTimeout.Error()+" "+c.want) || strings.Contains(errOut, "()") {
+				t.Fatalf("job watch: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+			}
+		})
+	}
+}
