@@ -41,6 +41,9 @@ func readTokenFile(path string) (string, error) {
 	if t == "" || strings.ContainsAny(t, " \t\r\n") {
 		return "", fmt.Errorf("%s: want one token (the file's only word)", path)
 	}
+	if headerUnsafe(t) { // the token is not echoed
+		return "", fmt.Errorf("%s: the token holds a control character, which an HTTP header cannot carry", path)
+	}
 	return t, nil
 }
 

@@ -183,7 +183,7 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 			// A control character (the trailing newline of a secret
 			// file) cannot travel in a header: net/http would refuse
 			// every attempt. The token is not echoed.
-			if strings.ContainsFunc(g.token, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+			if headerUnsafe(g.token) {
 				return usagef("--token (or %s) holds a control character (a trailing newline?), which an HTTP header cannot carry", EnvToken)
 			}
 			return nil
@@ -218,6 +218,12 @@ Exit codes: 0 done, 1 the cluster refused or failed, 2 a bad command line.`,
 // protoJSON is how print writes a protobuf message: the field names of the
 // .proto (snake_case), and the fields at their zero value too.
 var protoJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
+// headerUnsafe reports whether a token holds a control character an HTTP
+// header cannot carry.
+func headerUnsafe(token string) bool {
+	return strings.ContainsFunc(token, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f })
+}
 
 func splitEnv(name, def string) []string {
 	v := os.Getenv(name)

@@ -139,3 +139,18 @@ func TestUnknownSubcommandIsExit2(t *testing.T) {
 		t.Errorf("oncectl raft: exit %d, want its help and 0\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }
+
+// TestOperatorTokenFileWithAControlCharacter: cluster view's
+// --operator-token-file holding a control character (a token an HTTP
+// header cannot carry) is exit 2 naming that flag, with nothing sent, not
+// an error that blames --gates.
+func TestOperatorTokenFileWithAControlCharacter(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	file := writeTemp(t, t.TempDir(), "operator-token", "op\x01token\n")
+	code, out, errOut := oncectl(t, "--gates", srv.URL, "--timeout", "2s", "cluster", "view", "--operator-token-file", file)
+	if code != ExitUsage || !strings.Contains(errOut, "--operator-token-file") || strings.Contains(errOut, "--gates") || hits.Load() != 0 {
+		t.Fatalf("exit %d (want %d), %d requests\nstdout: %s\nstderr: %s", code, ExitUsage, hits.Load(), out, errOut)
+	}
+}
