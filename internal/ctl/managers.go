@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -83,7 +84,7 @@ func (g *globals) managerClient() (*rpc.Client, error) {
 		}
 	}
 	return rpc.NewClient(rpc.ClientConfig{
-		Resolver: rpc.StaticResolver(g.managers), TLS: tlsCfg,
+		Resolver: rpc.ResolverFunc(func() []string { return g.managers }), TLS: tlsCfg, // oneDatacenter may narrow them
 		Secret: secret, OperatorSecret: opSecret,
 		AttemptTimeout: g.timeout, MaxAttempts: 2 * len(g.managers),
 	}), nil
@@ -159,17 +160,30 @@ func (g *globals) statusAll(ctx context.Context, mc *rpc.Client) []api.ClusterMa
 // datacenter. A Raft change names a server ID, unique only within a
 // datacenter, and goes to the first manager that answers: with managers of
 // two datacenters given, it could change the other datacenter's group.
-// Entries that do not answer are not judged (the change cannot reach them
-// either).
+// Entries that do not answer within half the time left are not judged,
+// and the change is not sent to them: a manager that accepts calls and
+// never answers (stuck) would otherwise take the whole --timeout, here or
+// in the change's attempt.
 func (g *globals) oneDatacenter(ctx context.Context, mc *rpc.Client) error {
 	if len(g.managers) < 2 {
 		return nil
 	}
+	check := ctx
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		check, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
+		defer cancel()
+	}
 	byDC := map[string][]string{}
-	for _, r := range g.statusAll(ctx, mc) {
+	var answered []string
+	for _, r := range g.statusAll(check, mc) {
 		if r.Status != nil {
 			byDC[r.Status.Datacenter] = append(byDC[r.Status.Datacenter], r.Addr)
+			answered = append(answered, r.Addr)
 		}
+	}
+	if len(answered) > 0 {
+		g.managers = answered
 	}
 	if len(byDC) < 2 {
 		return nil

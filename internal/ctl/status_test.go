@@ -12,6 +12,8 @@ import (
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/rpc"
+	"github.com/once-dev/once/internal/rpc/rpcpb"
+	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
 )
 
@@ -127,5 +129,45 @@ func TestRaftChangesRefuseManagersOfTwoDatacenters(t *testing.T) {
 	code, _, errOut := oncectl(t, "--managers", strings.Join(dc1.Addrs, ","), "--insecure", "raft", "remove-peer", "m2")
 	if code != ExitFailure || strings.Contains(errOut, "datacenters") {
 		t.Fatalf("remove-peer m2 in dc1: exit %d, want %d from the managers; %s", code, ExitFailure, errOut)
+	}
+}
+
+// hungOperator is an Operator service whose Raft changes never answer.
+type hungOperator struct{ *fakeOperator }
+
+func (hungOperator) RemovePeer(ctx context.Context, _ string) (*rpcpb.PeerResult, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (hungOperator) TransferLeader(ctx context.Context, _ string) (*rpcpb.PeerResult, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestRaftChangeAroundAHungManager: a manager of --managers that accepts
+// calls and never answers them (stuck) neither takes the whole --timeout
+// from a Raft change, in the check that the managers are of one datacenter,
+// nor is sent the change: remove-peer and transfer-leader reach the leader
+// that answered, once each, and exit 0.
+func TestRaftChangeAroundAHungManager(t *testing.T) {
+	t.Setenv(EnvOperatorSecretFile, "")
+	t.Setenv(EnvClusterSecretFile, "")
+	t.Setenv(EnvCACert, "")
+	leader := &fakeOperator{leader: true}
+	hung := rpctest.Listen(t, rpc.NewServer(hungStatus{noService{}}, rpc.ServerConfig{
+		Operator: hungOperator{&fakeOperator{leader: true}}, OperatorAuth: rpc.OperatorAuth{Insecure: true}}))
+	managers := hung + "," + serveOperator(t, leader)
+	for i, cmd := range [][]string{{"raft", "remove-peer", "m3"}, {"raft", "transfer-leader"}} {
+		code, out, errOut := oncectl(t, append([]string{"--managers", managers, "--insecure", "--timeout", "4s"}, cmd...)...)
+		if code != ExitOK {
+			t.Fatalf("%s: exit %d, want %d\nstdout: %s\nstderr: %s", cmd, code, ExitOK, out, errOut)
+		}
+		leader.mu.Lock()
+		calls := leader.calls
+		leader.mu.Unlock()
+		if calls != i+1 {
+			t.Fatalf("%s: the leader served %d calls, want %d", cmd, calls, i+1)
+		}
 	}
 }
