@@ -55,6 +55,9 @@ func submitCmd(g *globals) *cobra.Command {
 			if typ == "" {
 				return usagef("--type is required")
 			}
+			if err := noEmptyName(cmd, "datacenter", dcs); err != nil {
+				return err
+			}
 			job := api.JobRequest{Type: typ, Datacenters: dcs}
 			if payload != "" {
 				if !json.Valid([]byte(payload)) {
@@ -158,8 +161,8 @@ asked again after --interval).`,
 			}
 			// An empty name would read the gate's own copy (?datacenter=
 			// empty is no datacenter named) and print it as "=committed".
-			if slices.Contains(dcs, "") {
-				return usagef("--datacenters %q: an empty datacenter name", strings.Join(dcs, ","))
+			if err := noEmptyName(cmd, "datacenters", dcs); err != nil {
+				return err
 			}
 			return g.withGates(cmd, nil, func(ctx context.Context, c *client.Client) error {
 				return g.watchJob(ctx, c, args[0], dcs, interval)
@@ -172,6 +175,17 @@ asked again after --interval).`,
 		jobActionCmd(g, "cancel", "Cancel a queued job: it ends cancelled and is never leased", (*client.Client).Cancel),
 		jobActionCmd(g, "retry", "Give a failed or dead job a new attempt under the same job ID (queued again)", (*client.Client).Retry),
 		workCmd(g))
+}
+
+// noEmptyName refuses a datacenter flag given an empty name: an entry of
+// "dc1,,dc2", or the flag given "" (an unset shell variable), which pflag
+// reads as no name at all, the command's default (the gate's own
+// datacenter for submit) rather than the one meant.
+func noEmptyName(cmd *cobra.Command, flag string, dcs []string) error {
+	if slices.Contains(dcs, "") || cmd.Flags().Changed(flag) && len(dcs) == 0 {
+		return usagef("--%s %q: an empty datacenter name", flag, strings.Join(dcs, ","))
+	}
+	return nil
 }
 
 // keysUnless opens the keys file when no --key was given: the client then
