@@ -55,7 +55,7 @@ func submitCmd(g *globals) *cobra.Command {
 			if typ == "" {
 				return usagef("--type is required")
 			}
-			if err := noEmptyName(cmd, "datacenter", dcs); err != nil {
+			if err := noEmptyName(cmd, "datacenter", "datacenter", dcs); err != nil {
 				return err
 			}
 			job := api.JobRequest{Type: typ, Datacenters: dcs}
@@ -161,7 +161,7 @@ asked again after --interval).`,
 			}
 			// An empty name would read the gate's own copy (?datacenter=
 			// empty is no datacenter named) and print it as "=committed".
-			if err := noEmptyName(cmd, "datacenters", dcs); err != nil {
+			if err := noEmptyName(cmd, "datacenters", "datacenter", dcs); err != nil {
 				return err
 			}
 			return g.withGates(cmd, nil, func(ctx context.Context, c *client.Client) error {
@@ -177,13 +177,13 @@ asked again after --interval).`,
 		workCmd(g))
 }
 
-// noEmptyName refuses a datacenter flag given an empty name: an entry of
+// noEmptyName refuses a list flag given an empty name: an entry of
 // "dc1,,dc2", or the flag given "" (an unset shell variable), which pflag
 // reads as no name at all, the command's default (the gate's own
-// datacenter for submit) rather than the one meant.
-func noEmptyName(cmd *cobra.Command, flag string, dcs []string) error {
-	if slices.Contains(dcs, "") || cmd.Flags().Changed(flag) && len(dcs) == 0 {
-		return usagef("--%s %q: an empty datacenter name", flag, strings.Join(dcs, ","))
+// datacenter for submit, every type for job work) rather than the one meant.
+func noEmptyName(cmd *cobra.Command, flag, what string, names []string) error {
+	if slices.Contains(names, "") || cmd.Flags().Changed(flag) && len(names) == 0 {
+		return usagef("--%s %q: an empty %s name", flag, strings.Join(names, ","), what)
 	}
 	return nil
 }

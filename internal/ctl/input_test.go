@@ -51,6 +51,8 @@ func TestBadInputIsExit2(t *testing.T) {
 		{"job cancel an empty ID", []string{"--gates", srv.URL, "job", "cancel", "", "--key", "c:1:0123456789abcdef"}, "empty argument"},
 		{"job watch an empty datacenter", []string{"--gates", srv.URL, "job", "watch", "j-1", "--datacenters", "dc1,,dc2"}, "empty datacenter"},
 		{"job watch --datacenters empty", []string{"--gates", srv.URL, "job", "watch", "j-1", "--datacenters", ""}, "empty datacenter"},
+		{"job work --types empty", []string{"--gates", srv.URL, "job", "work", "--types", "", "--", "true"}, "empty type"},
+		{"job work --types an empty entry", []string{"--gates", srv.URL, "job", "work", "--types", "email,", "--", "true"}, "empty type"},
 		{"submit --datacenter empty", []string{"--gates", srv.URL, "submit", "--type", "t", "--key", "c.dc1:1:1:0123456789abcdef", "--datacenter", ""}, "empty datacenter"},
 		{"submit --datacenter an empty entry", []string{"--gates", srv.URL, "submit", "--type", "t", "--key", "c.dc1:1:1:0123456789abcdef", "--datacenter", "dc1,"}, "empty datacenter"},
 		{"--token with a newline", []string{"--gates", srv.URL, "--token", "tok\n", "job", "get", "j-1"}, "--token"},

@@ -57,6 +57,10 @@ or SIGTERM, then waits for the running commands.`,
 			if opts.LeaseFor < time.Second || opts.LeaseFor > time.Hour {
 				return usagef("--lease %v: want 1s to 1h", opts.LeaseFor)
 			}
+			// --types "" would lease every type, for a command meant for some.
+			if err := noEmptyName(cmd, "types", "type", opts.Types); err != nil {
+				return err
+			}
 			// A command that cannot be found would fail every job leased,
 			// one attempt after the other, until each ended dead.
 			if _, err := exec.LookPath(args[0]); err != nil {
