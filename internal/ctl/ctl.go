@@ -75,7 +75,9 @@ type globals struct {
 	insecure       bool // --insecure
 	output         string
 	timeout        time.Duration
-	stdout         io.Writer
+	// attempt bounds one attempt against one manager (default: timeout).
+	attempt time.Duration
+	stdout  io.Writer
 }
 
 // Main runs oncectl with args and returns its exit code.

@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -86,7 +87,7 @@ func (g *globals) managerClient() (*rpc.Client, error) {
 	return rpc.NewClient(rpc.ClientConfig{
 		Resolver: rpc.ResolverFunc(func() []string { return g.managers }), TLS: tlsCfg, // oneDatacenter may narrow them
 		Secret: secret, OperatorSecret: opSecret,
-		AttemptTimeout: g.timeout, MaxAttempts: 2 * len(g.managers),
+		AttemptTimeout: cmp.Or(g.attempt, g.timeout), MaxAttempts: 2 * len(g.managers),
 	}), nil
 }
 
@@ -267,6 +268,10 @@ func raftCmd(g *globals) *cobra.Command {
 		Short: "The Raft servers, with the leader's autopilot health",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The managers are asked in turn: a stuck one (it accepts the
+			// call and never answers) takes a share of --timeout, not all of
+			// it, and leaves the others time to answer.
+			g.attempt = g.timeout / time.Duration(len(g.managers)+1)
 			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
 				// The leader's status carries the autopilot's view of every server.
 				// Without a leader, a manager's own status: its voters,

@@ -171,3 +171,28 @@ func TestRaftChangeAroundAHungManager(t *testing.T) {
 		}
 	}
 }
+
+// leaderService is a Manager service whose status is a leader's.
+type leaderService struct{ noService }
+
+func (leaderService) Status(context.Context) (*rpc.Status, error) {
+	return &rpc.Status{NodeID: "m1", IsLeader: true, LeaderID: "m1", Voters: []string{"m1", "m2"}}, nil
+}
+
+// TestRaftPeersAroundAHungManager: raft peers asks the managers in turn; a
+// stuck one (it accepts calls and never answers) takes a share of
+// --timeout, not all of it, and the leader's answer is printed, exit 0,
+// whichever of --managers' order is asked first.
+func TestRaftPeersAroundAHungManager(t *testing.T) {
+	t.Setenv(EnvOperatorSecretFile, "")
+	t.Setenv(EnvClusterSecretFile, "")
+	t.Setenv(EnvCACert, "")
+	hung := rpctest.Listen(t, rpc.NewServer(hungStatus{noService{}}, rpc.ServerConfig{}))
+	leader := rpctest.Listen(t, rpc.NewServer(leaderService{}, rpc.ServerConfig{}))
+	for _, managers := range []string{hung + "," + leader, leader + "," + hung} {
+		code, out, errOut := oncectl(t, "--managers", managers, "--insecure", "--timeout", "3s", "raft", "peers")
+		if code != ExitOK || !strings.Contains(out, "m2") {
+			t.Fatalf("raft peers --managers %s: exit %d, want %d\nstdout: %s\nstderr: %s", managers, code, ExitOK, out, errOut)
+		}
+	}
+}
