@@ -188,7 +188,12 @@ func TestFederatedReadOwnSilentJobInBoth(t *testing.T) {
 	g1 := federatedGate(t, "dc1", a1, fed, 4*time.Second)
 	both := wantJob(t, g1.submit(t, skey(1), `{"type":"x","datacenters":["dc1","dc2"]}`), http.StatusCreated)
 
-	never := func(ctx context.Context) { <-ctx.Done() }
+	// dc1 answers no read until the test ends, whatever its call's context
+	// (the manager's own bound on a read would let it answer before the
+	// gate's bound); released before the managers stop.
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	never := func(context.Context) { <-release }
 	m1.before.Store(&never)
 	got := wantJob(t, g1.get(t, "/v1/jobs/"+both.JobID), http.StatusOK)
 	if got.JobID != both.JobID || len(got.Datacenters) != 1 || got.Datacenters["dc2"].Status != api.JobStatusCommitted {
