@@ -230,14 +230,30 @@ func streamCall[T any](c *Client, ctx context.Context, what, noun string, item *
 	return new(T), nil
 }
 
-// timerPool holds stopped timers for streamAttempt's wait: since Go 1.23 a
-// stopped timer's channel holds no stale tick, so a timer is reused with
-// Reset.
+// timerPool holds stopped timers for streamAttempt's and waitUntil's waits:
+// since Go 1.23 a stopped timer's channel holds no stale tick, so a timer is
+// reused with Reset.
 var timerPool = sync.Pool{New: func() any {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return t
 }}
+
+// pooledTimer returns a pooled timer that fires at deadline; its waiter
+// hands it back with releaseTimer. (A release func returned beside it would
+// be a closure on the heap, an allocation per attempt that the pool is here
+// to save.)
+func pooledTimer(deadline time.Time) *time.Timer {
+	t := timerPool.Get().(*time.Timer)
+	t.Reset(time.Until(deadline))
+	return t
+}
+
+// releaseTimer stops t and gives it back to the pool.
+func releaseTimer(t *time.Timer) {
+	t.Stop()
+	timerPool.Put(t)
+}
 
 // streamAttempt sends item (size: its approximate bytes) on a lane to addr
 // and waits for its answer, for at most AttemptTimeout+extra; a caller that
@@ -264,12 +280,8 @@ func (c *Client) streamAttempt(ctx context.Context, addr, what string, item *rpc
 	if err != nil {
 		return nil, attemptError(what, addr, err)
 	}
-	t := timerPool.Get().(*time.Timer)
-	t.Reset(time.Until(deadline))
-	defer func() {
-		t.Stop()
-		timerPool.Put(t)
-	}()
+	t := pooledTimer(deadline)
+	defer releaseTimer(t)
 	select {
 	case r := <-call.done:
 		l.release(call)
@@ -343,12 +355,8 @@ func (c *Client) lane(ctx context.Context, addr string, slot uint64, deadline ti
 // waitUntil waits for done until ctx ends or deadline passes; then it
 // returns the reason.
 func waitUntil(ctx context.Context, done <-chan struct{}, deadline time.Time) error {
-	t := timerPool.Get().(*time.Timer)
-	t.Reset(time.Until(deadline))
-	defer func() {
-		t.Stop()
-		timerPool.Put(t)
-	}()
+	t := pooledTimer(deadline)
+	defer releaseTimer(t)
 	select {
 	case <-done:
 		return nil
