@@ -221,19 +221,9 @@ func TestGenerationWithoutItsDatabaseIsRefused(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			st, err := Open(dir, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			st.Begin()
-			st.Set([]byte("k"), []byte("v"))
-			st.Commit()
-			if err := st.Close(); err != nil {
-				t.Fatal(err)
-			}
+			dir, _ := storeWithOneKey(t)
 			c.damage(t, genDir(dir, 1))
-			st, err = Open(dir, Options{})
+			st, err := Open(dir, Options{})
 			if err == nil {
 				st.Close()
 			}

@@ -226,12 +226,11 @@ func TestFirstOpenInterrupted(t *testing.T) {
 	}
 }
 
-// TestClosedStore: a closed store refuses to be used with an error (Sync,
-// MakeCurrent, NewGeneration: ErrStore) or a StoreError (the methods without
-// one, which the ledger turns into an error), and a second Close returns nil.
-// pebble itself panics with a plain error on a closed database, which the
-// ledger's recovery does not catch.
-func TestClosedStore(t *testing.T) {
+// storeWithOneKey opens a store in a new directory, commits k=v into its
+// first generation and closes it; it returns the directory and the closed
+// store.
+func storeWithOneKey(t *testing.T) (string, *Store) {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := Open(dir, Options{})
 	if err != nil {
@@ -243,6 +242,16 @@ func TestClosedStore(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return dir, st
+}
+
+// TestClosedStore: a closed store refuses to be used with an error (Sync,
+// MakeCurrent, NewGeneration: ErrStore) or a StoreError (the methods without
+// one, which the ledger turns into an error), and a second Close returns nil.
+// pebble itself panics with a plain error on a closed database, which the
+// ledger's recovery does not catch.
+func TestClosedStore(t *testing.T) {
+	dir, st := storeWithOneKey(t)
 	noPanic := func(op string, f func() error) {
 		t.Helper()
 		defer func() {
@@ -281,7 +290,7 @@ func TestClosedStore(t *testing.T) {
 	st.Discard() // after Close: does nothing, removes nothing
 
 	// Closing twice flushed nothing twice and lost nothing.
-	st, err = Open(dir, Options{})
+	st, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
