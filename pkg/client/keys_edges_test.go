@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -380,13 +379,13 @@ func TestKeysLockHeldByAnotherProcess(t *testing.T) {
 		_, err := k.Next()
 		waiting <- err
 	}()
-	for len(k.mu) == 0 { // that Next holds k
-		runtime.Gosched()
-	}
+	waitFor(t, func() bool { return len(k.mu) == 1 }) // that Next holds k
 	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err = c.Submit(ctx, api.JobRequest{Type: "t"}); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrKeysState) {
-		t.Fatalf("Submit behind a Next waiting for the lock: %v, want ErrKeysState and context.DeadlineExceeded", err)
+	_, err = c.Submit(ctx, api.JobRequest{Type: "t"})
+	var locked *KeysLockedError
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrKeysState) || errors.As(err, &locked) {
+		t.Fatalf("Submit behind a Next waiting for the lock: %v, want ErrKeysState and context.DeadlineExceeded from its wait behind that Next, not the lock's", err)
 	}
 
 	stdin.Close()
