@@ -67,6 +67,10 @@ token) or cannot be reached, and when no leader of its datacenter answered
 it (the view is printed first).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// --operator-token-file "" would send --token instead.
+			if err := noEmptyValue(cmd, "operator-token-file", "file name", tokenFile); err != nil {
+				return err
+			}
 			if tokenFile != "" {
 				t, err := readTokenFile(tokenFile)
 				if err != nil {

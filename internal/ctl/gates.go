@@ -55,7 +55,14 @@ func submitCmd(g *globals) *cobra.Command {
 			if typ == "" {
 				return usagef("--type is required")
 			}
-			if err := noEmptyName(cmd, "datacenter", "datacenter", dcs); err != nil {
+			if err := noEmptyName(cmd, "datacenter", "datacenter name", dcs); err != nil {
+				return err
+			}
+			// --payload "" would submit the job without a payload.
+			if err := noEmptyValue(cmd, "payload", "payload", payload); err != nil {
+				return err
+			}
+			if err := noEmptyKeyFlags(cmd, key, keysFile); err != nil {
 				return err
 			}
 			job := api.JobRequest{Type: typ, Datacenters: dcs}
@@ -122,6 +129,12 @@ func jobCmd(g *globals) *cobra.Command {
 			if max < 1 {
 				return usagef("--max %d: want at least 1", max)
 			}
+			// A filter given "" would list every job.
+			for _, f := range []struct{ flag, value string }{{"type", opts.Type}, {"status", opts.Status}, {"state", opts.State}} {
+				if err := noEmptyValue(cmd, f.flag, f.flag, f.value); err != nil {
+					return err
+				}
+			}
 			return g.withGates(cmd, nil, func(ctx context.Context, c *client.Client) error {
 				jobs := []api.Job{}
 				for j, err := range c.ListJobs(ctx, opts) {
@@ -161,7 +174,7 @@ asked again after --interval).`,
 			}
 			// An empty name would read the gate's own copy (?datacenter=
 			// empty is no datacenter named) and print it as "=committed".
-			if err := noEmptyName(cmd, "datacenters", "datacenter", dcs); err != nil {
+			if err := noEmptyName(cmd, "datacenters", "datacenter name", dcs); err != nil {
 				return err
 			}
 			return g.withGates(cmd, nil, func(ctx context.Context, c *client.Client) error {
@@ -181,11 +194,34 @@ asked again after --interval).`,
 // "dc1,,dc2", or the flag given "" (an unset shell variable), which pflag
 // reads as no name at all, the command's default (the gate's own
 // datacenter for submit, every type for job work) rather than the one meant.
+// what names an entry ("datacenter name").
 func noEmptyName(cmd *cobra.Command, flag, what string, names []string) error {
 	if slices.Contains(names, "") || cmd.Flags().Changed(flag) && len(names) == 0 {
-		return usagef("--%s %q: an empty %s name", flag, strings.Join(names, ","), what)
+		return usagef("--%s %q: an empty %s", flag, strings.Join(names, ","), what)
 	}
 	return nil
+}
+
+// noEmptyValue is noEmptyName for a flag of one value: given "" (an unset
+// shell variable), it would be taken for the flag not given, the command's
+// default (every job for job list --type, a new key for --key) rather than
+// the value meant. Not given, the flag keeps its default.
+func noEmptyValue(cmd *cobra.Command, flag, what, value string) error {
+	if !cmd.Flags().Changed(flag) {
+		return nil
+	}
+	return noEmptyName(cmd, flag, what, []string{value})
+}
+
+// noEmptyKeyFlags refuses --key "" and --keys-file "": the first would take
+// a new key from the keys file, and a run repeated to retry an action would
+// act again (a second job for submit) rather than replay the first; the
+// second would use the default keys file.
+func noEmptyKeyFlags(cmd *cobra.Command, key, keysFile string) error {
+	if err := noEmptyValue(cmd, "key", "idempotency key", key); err != nil {
+		return err
+	}
+	return noEmptyValue(cmd, "keys-file", "file name", keysFile)
 }
 
 // keysUnless opens the keys file when no --key was given: the client then
@@ -231,6 +267,9 @@ func jobActionCmd(g *globals, action, short string, do func(*client.Client, cont
 		Short: short,
 		Args:  exactArgs(1, "one job ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := noEmptyKeyFlags(cmd, key, keysFile); err != nil {
+				return err
+			}
 			keys, err := keysUnless(key, keysFile)
 			if err != nil {
 				return err

@@ -12,9 +12,11 @@ import (
 
 // TestBadInputIsExit2: a bad command line — a malformed --key, a keys file
 // that cannot be used, a manager address without a port, a gate address
-// without a host, a token with a newline, an empty argument, a job work
-// COMMAND that cannot be run, an archive that is a directory, a save into a
-// missing directory — is a clear error and exit 2, with nothing sent. (A
+// without a host, a token with a newline, an empty argument, a flag given
+// "" that would be taken for the flag not given (job list --type "" for
+// every job, --key "" for a new key), a job work COMMAND that cannot be
+// run, an archive that is a directory, a save into a missing directory — is
+// a clear error and exit 2, with nothing sent. (A
 // gossip KEY that is not one stays the manager's refusal, exit 1:
 // TestOncectlGossipKeyring.)
 func TestBadInputIsExit2(t *testing.T) {
@@ -26,6 +28,9 @@ func TestBadInputIsExit2(t *testing.T) {
 	defer srv.Close()
 	dir := t.TempDir()
 	corrupt := writeTemp(t, dir, "corrupt-keys", "{not json")
+	// A case that failed would otherwise write the user's own keys file.
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
+	t.Setenv("HOME", filepath.Join(dir, "home"))
 	for _, c := range []struct {
 		name string
 		args []string
@@ -55,6 +60,17 @@ func TestBadInputIsExit2(t *testing.T) {
 		{"job work --types an empty entry", []string{"--gates", srv.URL, "job", "work", "--types", "email,", "--", "true"}, "empty type"},
 		{"submit --datacenter empty", []string{"--gates", srv.URL, "submit", "--type", "t", "--key", "c.dc1:1:1:0123456789abcdef", "--datacenter", ""}, "empty datacenter"},
 		{"submit --datacenter an empty entry", []string{"--gates", srv.URL, "submit", "--type", "t", "--key", "c.dc1:1:1:0123456789abcdef", "--datacenter", "dc1,"}, "empty datacenter"},
+		{"submit --payload empty", []string{"--gates", srv.URL, "submit", "--type", "t", "--key", "c.dc1:1:1:0123456789abcdef", "--payload", ""}, "empty payload"},
+		{"submit --key empty", []string{"--gates", srv.URL, "submit", "--type", "t", "--keys-file", filepath.Join(dir, "keys"), "--key", ""}, "empty idempotency key"},
+		{"submit --keys-file empty", []string{"--gates", srv.URL, "submit", "--type", "t", "--keys-file", ""}, "--keys-file \"\": an empty file name"},
+		{"job cancel --key empty", []string{"--gates", srv.URL, "job", "cancel", "j-1", "--keys-file", filepath.Join(dir, "keys"), "--key", ""}, "empty idempotency key"},
+		{"job retry --key empty", []string{"--gates", srv.URL, "job", "retry", "j-1", "--keys-file", filepath.Join(dir, "keys"), "--key="}, "empty idempotency key"},
+		{"job retry --keys-file empty", []string{"--gates", srv.URL, "job", "retry", "j-1", "--keys-file", ""}, "--keys-file \"\": an empty file name"},
+		{"job list --type empty", []string{"--gates", srv.URL, "job", "list", "--type", ""}, "empty type"},
+		{"job list --status empty", []string{"--gates", srv.URL, "job", "list", "--status", ""}, "empty status"},
+		{"job list --state empty", []string{"--gates", srv.URL, "job", "list", "--state="}, "empty state"},
+		{"job work --worker empty", []string{"--gates", srv.URL, "job", "work", "--worker", "", "--", "true"}, "empty worker name"},
+		{"cluster view --operator-token-file empty", []string{"--gates", srv.URL, "cluster", "view", "--operator-token-file", ""}, "--operator-token-file \"\": an empty file name"},
 		{"--token with a newline", []string{"--gates", srv.URL, "--token", "tok\n", "job", "get", "j-1"}, "--token"},
 		{"key get an empty key", []string{"--gates", srv.URL, "key", "get", ""}, "empty argument"},
 		{"raft remove-peer an empty ID", []string{"--insecure", "--managers", "127.0.0.1:1", "raft", "remove-peer", ""}, "empty argument"},

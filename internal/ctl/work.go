@@ -58,7 +58,11 @@ or SIGTERM, then waits for the running commands.`,
 				return usagef("--lease %v: want 1s to 1h", opts.LeaseFor)
 			}
 			// --types "" would lease every type, for a command meant for some.
-			if err := noEmptyName(cmd, "types", "type", opts.Types); err != nil {
+			if err := noEmptyName(cmd, "types", "type name", opts.Types); err != nil {
+				return err
+			}
+			// --worker "" would name the leases by the worker's address.
+			if err := noEmptyValue(cmd, "worker", "worker name", opts.Worker); err != nil {
 				return err
 			}
 			// A command that cannot be found would fail every job leased,
