@@ -34,9 +34,10 @@ import (
 var ErrNoManagerLeader = errors.New("no manager that answered knows a leader")
 
 // managerClient is the managers' client (rpc.Client, the gates' own) with
-// oncectl's credentials; a call makes at most two attempts per manager
-// given, "not leader" hints followed, each bounded by --timeout.
-func (g *globals) managerClient() (*rpc.Client, error) {
+// oncectl's credentials, over the managers resolver names (of --managers);
+// a call makes at most two attempts per manager given, "not leader" hints
+// followed, each bounded by --timeout.
+func (g *globals) managerClient(resolver rpc.Resolver) (*rpc.Client, error) {
 	if len(g.managers) == 0 {
 		return nil, usagef("--managers: no manager address")
 	}
@@ -85,7 +86,7 @@ func (g *globals) managerClient() (*rpc.Client, error) {
 		}
 	}
 	return rpc.NewClient(rpc.ClientConfig{
-		Resolver: rpc.ResolverFunc(func() []string { return g.managers }), TLS: tlsCfg, // oneDatacenter may narrow them
+		Resolver: resolver, TLS: tlsCfg,
 		Secret: secret, OperatorSecret: opSecret,
 		AttemptTimeout: cmp.Or(g.attempt, g.timeout), MaxAttempts: 2 * len(g.managers),
 	}), nil
@@ -123,9 +124,34 @@ func readSecret(flag, file string) (string, error) {
 	return s, nil
 }
 
-// withManagers runs do with a manager client and the command's context.
+// withManagers runs do with a client of --managers and the command's
+// context.
 func (g *globals) withManagers(cmd *cobra.Command, do func(context.Context, *rpc.Client) error) error {
-	mc, err := g.managerClient()
+	return g.withManagersOf(cmd, rpc.StaticResolver(g.managers), do)
+}
+
+// withOneDatacenter runs do, a change the leader makes, once oneDatacenter
+// has found --managers of one datacenter; do's calls go only to the
+// managers that answered that check.
+func (g *globals) withOneDatacenter(cmd *cobra.Command, do func(context.Context, *rpc.Client) error) error {
+	managers := g.managers
+	// The check asks each manager by its address, not through the
+	// resolver: managers is narrowed before do's first call reads it.
+	resolver := rpc.ResolverFunc(func() []string { return managers })
+	return g.withManagersOf(cmd, resolver, func(ctx context.Context, mc *rpc.Client) error {
+		answered, err := g.oneDatacenter(ctx, mc)
+		if err != nil {
+			return err
+		}
+		managers = answered
+		return do(ctx, mc)
+	})
+}
+
+// withManagersOf runs do with a client of the managers resolver names and
+// the command's context.
+func (g *globals) withManagersOf(cmd *cobra.Command, resolver rpc.Resolver, do func(context.Context, *rpc.Client) error) error {
+	mc, err := g.managerClient(resolver)
 	if err != nil {
 		return err
 	}
@@ -161,13 +187,14 @@ func (g *globals) statusAll(ctx context.Context, mc *rpc.Client) []api.ClusterMa
 // datacenter. A Raft change names a server ID, unique only within a
 // datacenter, and goes to the first manager that answers: with managers of
 // two datacenters given, it could change the other datacenter's group.
-// Entries that do not answer within half the time left are not judged,
-// and the change is not sent to them: a manager that accepts calls and
+// Entries that do not answer within half the time left are not judged, and
+// the change must not be sent to them: a manager that accepts calls and
 // never answers (stuck) would otherwise take the whole --timeout, here or
-// in the change's attempt.
-func (g *globals) oneDatacenter(ctx context.Context, mc *rpc.Client) error {
+// in the change's attempt. It returns the managers to send the change to:
+// those that answered, or every entry when none did (or only one is given).
+func (g *globals) oneDatacenter(ctx context.Context, mc *rpc.Client) ([]string, error) {
 	if len(g.managers) < 2 {
-		return nil
+		return g.managers, nil
 	}
 	check := ctx
 	if d, ok := ctx.Deadline(); ok {
@@ -183,17 +210,17 @@ func (g *globals) oneDatacenter(ctx context.Context, mc *rpc.Client) error {
 			answered = append(answered, r.Addr)
 		}
 	}
-	if len(answered) > 0 {
-		g.managers = answered
+	if len(answered) == 0 {
+		answered = g.managers
 	}
 	if len(byDC) < 2 {
-		return nil
+		return answered, nil
 	}
 	var dcs []string
 	for _, dc := range slices.Sorted(maps.Keys(byDC)) {
 		dcs = append(dcs, fmt.Sprintf("%s (%s)", dc, strings.Join(byDC[dc], ",")))
 	}
-	return usagef("--managers: the managers answer from %d datacenters, %s: a Raft change goes to one datacenter's group; give the managers of that datacenter only",
+	return nil, usagef("--managers: the managers answer from %d datacenters, %s: a Raft change goes to one datacenter's group; give the managers of that datacenter only",
 		len(byDC), strings.Join(dcs, ", "))
 }
 
@@ -345,10 +372,7 @@ func raftCmd(g *globals) *cobra.Command {
 		return &cobra.Command{
 			Use: use, Short: short, Args: args,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
-					if err := g.oneDatacenter(ctx, mc); err != nil {
-						return err
-					}
+				return g.withOneDatacenter(cmd, func(ctx context.Context, mc *rpc.Client) error {
 					id := ""
 					if len(args) > 0 {
 						id = args[0]

@@ -32,10 +32,7 @@ submitted since.`,
 			if !api.ValidName(dc, api.MaxDatacenterLen) {
 				return usagef("datacenter %q: want 1 to %d characters of A-Z a-z 0-9 . _ -", dc, api.MaxDatacenterLen)
 			}
-			return g.withManagers(cmd, func(ctx context.Context, mc *rpc.Client) error {
-				if err := g.oneDatacenter(ctx, mc); err != nil {
-					return err
-				}
+			return g.withOneDatacenter(cmd, func(ctx context.Context, mc *rpc.Client) error {
 				res, err := mc.ForgetDatacenter(ctx, dc)
 				if err != nil {
 					return err

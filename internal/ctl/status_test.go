@@ -196,3 +196,36 @@ func TestRaftPeersAroundAHungManager(t *testing.T) {
 		}
 	}
 }
+
+// TestOneDatacenterReturnsTheManagersThatAnswered: the check that --managers
+// are of one datacenter returns those that answered it, for the change to
+// go to, and leaves --managers as given (earlier builds narrowed them in
+// place, under the resolver that read them); when none answers, every
+// entry is returned.
+func TestOneDatacenterReturnsTheManagersThatAnswered(t *testing.T) {
+	hung := rpctest.Listen(t, rpc.NewServer(hungStatus{noService{}}, rpc.ServerConfig{}))
+	leader := rpctest.Listen(t, rpc.NewServer(leaderService{}, rpc.ServerConfig{}))
+	given := []string{hung, leader}
+	g := &globals{managers: slices.Clone(given), insecure: true, timeout: 2 * time.Second}
+	mc, err := g.managerClient(rpc.StaticResolver(g.managers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), g.timeout)
+	defer cancel()
+	answered, err := g.oneDatacenter(ctx, mc)
+	if err != nil || !slices.Equal(answered, []string{leader}) {
+		t.Fatalf("oneDatacenter: %v, %v; want [%s]", answered, err, leader)
+	}
+	if !slices.Equal(g.managers, given) {
+		t.Fatalf("--managers after the check: %v; want them as given, %v", g.managers, given)
+	}
+
+	g.managers = []string{hung, hung}
+	ctx, cancel = context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if answered, err := g.oneDatacenter(ctx, mc); err != nil || !slices.Equal(answered, g.managers) {
+		t.Fatalf("oneDatacenter without an answer: %v, %v; want every entry, %v", answered, err, g.managers)
+	}
+}
