@@ -23,7 +23,8 @@ func outboxCmd(g *globals) *cobra.Command {
 has not confirmed as confirmed by DC, so that the leader's outbox stops carrying
 it there: its count (MANAGER_OUTBOX_MAX_ENTRIES, the backlog gauges) frees. For a
 datacenter taken out of the federation for good: refused while one of its
-managers is alive in the WAN pool, and for this datacenter. The jobs forgotten
+managers is alive in the WAN pool, for this datacenter, and for a name the
+federation does not know that the outbox owes nothing. The jobs forgotten
 are not carried to DC even if it comes back. A second run forgets only what was
 submitted since.`,
 		Args: exactArgs(1, "the datacenter to forget"),

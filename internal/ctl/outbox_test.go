@@ -15,14 +15,16 @@ import (
 )
 
 // forgetOperator is the Operator service of a real manager for outbox
-// forget (its other methods the fake's).
+// forget (its other methods the fake's); known stands for the daemon's
+// federation view.
 type forgetOperator struct {
 	*fakeOperator
-	m *manager.Manager
+	m     *manager.Manager
+	known []string
 }
 
 func (o forgetOperator) ForgetDatacenter(ctx context.Context, dc string) (*rpcpb.ForgetDatacenterResult, error) {
-	n, err := o.m.ForgetDatacenter(ctx, dc)
+	n, err := o.m.ForgetDatacenter(ctx, dc, o.known)
 	if err != nil {
 		return nil, err
 	}
@@ -31,9 +33,11 @@ func (o forgetOperator) ForgetDatacenter(ctx context.Context, dc string) (*rpcpb
 
 // TestOutboxForget: outbox forget dc2, through the RPC server of a real dc1
 // manager that owes dc2 two submissions, prints the two pairs forgotten and
-// empties the outbox; run again, it forgets 0. Forgetting dc1 itself is
-// refused by the manager (exit 1); an empty or invalid name is a bad
-// command line (exit 2), sent nowhere.
+// empties the outbox; run again, it forgets 0, as for dc3, a datacenter of
+// the federation owed nothing. Forgetting dc1 itself, or dc9, a name the
+// federation does not know and the outbox owes nothing (a typo), is refused
+// by the manager (exit 1), dc9 naming the datacenters it knows; an empty or
+// invalid name is a bad command line (exit 2), sent nowhere.
 func TestOutboxForget(t *testing.T) {
 	t.Setenv(EnvOperatorSecretFile, "")
 	t.Setenv(EnvClusterSecretFile, "")
@@ -48,7 +52,7 @@ func TestOutboxForget(t *testing.T) {
 		}
 	}
 	fake := &fakeOperator{leader: true}
-	addr := rpctest.Listen(t, rpc.NewServer(m, rpc.ServerConfig{Operator: forgetOperator{fake, m}, OperatorAuth: rpc.OperatorAuth{Insecure: true}}))
+	addr := rpctest.Listen(t, rpc.NewServer(m, rpc.ServerConfig{Operator: forgetOperator{fake, m, []string{"dc1", "dc2", "dc3"}}, OperatorAuth: rpc.OperatorAuth{Insecure: true}}))
 	run := func(args ...string) (int, string, string) {
 		return oncectl(t, append([]string{"--managers", addr, "--insecure"}, args...)...)
 	}
@@ -63,6 +67,13 @@ func TestOutboxForget(t *testing.T) {
 	}
 	if code, out, errOut := run("outbox", "forget", "dc2"); code != ExitOK || out != "forgot 0 submission(s) carried to dc2\n" {
 		t.Fatalf("outbox forget dc2 again: exit %d, %q%s; want 0 forgotten", code, out, errOut)
+	}
+	if code, out, errOut := run("outbox", "forget", "dc3"); code != ExitOK || out != "forgot 0 submission(s) carried to dc3\n" {
+		t.Fatalf("outbox forget dc3, owed nothing: exit %d, %q%s; want 0 forgotten", code, out, errOut)
+	}
+	if code, out, errOut := run("outbox", "forget", "dc9"); code != ExitFailure || out != "" ||
+		!strings.Contains(errOut, "not_found") || !strings.Contains(errOut, "(dc1, dc2, dc3)") {
+		t.Fatalf("outbox forget dc9, unknown: exit %d, %q%s; want %d, refused naming dc1, dc2, dc3", code, out, errOut, ExitFailure)
 	}
 	if code, _, errOut := run("outbox", "forget", "dc1"); code != ExitFailure || !strings.Contains(errOut, "this datacenter") {
 		t.Fatalf("outbox forget dc1 at dc1: exit %d, %s; want %d, refused as this datacenter", code, errOut, ExitFailure)

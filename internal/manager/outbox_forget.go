@@ -1,8 +1,10 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"slices"
+	"strings"
 
 	"github.com/once-dev/once/internal/ledger"
 	"github.com/once-dev/once/internal/logging"
@@ -18,10 +20,14 @@ import (
 // (MANAGER_OUTBOX_MAX_ENTRIES). It returns how many (entry, dc) pairs it
 // recorded; a second call finds none. The jobs of those pairs are not
 // carried to dc, even if it comes back. Checking that dc is out of the
-// federation is the caller's (the daemon's WAN pool). A failure part way
-// (leadership lost) returns the pairs recorded until then with the error;
-// a call at the next leader records the rest.
-func (m *Manager) ForgetDatacenter(ctx context.Context, dc string) (int, error) {
+// federation is the caller's (the daemon's WAN pool). known are the
+// datacenters the federation knows (the daemon's federation view): a dc
+// that is none of them and that no pair names is refused not_found, naming
+// them, since a mistyped name would otherwise forget 0 as a datacenter
+// owed nothing does. A failure part way (leadership lost) returns the pairs
+// recorded until then with the error; a call at the next leader records
+// the rest.
+func (m *Manager) ForgetDatacenter(ctx context.Context, dc string, known []string) (int, error) {
 	own := m.cfg.Datacenter
 	if err := checkDatacenter("datacenter", dc); err != nil {
 		return 0, err
@@ -47,6 +53,10 @@ func (m *Manager) ForgetDatacenter(ctx context.Context, dc string) (int, error) 
 	}
 	m.fsm.ResolvedMultiDatacenter(own, visit)
 	m.fsm.OwedMultiDatacenter(visit)
+	if len(items) == 0 && !slices.Contains(known, dc) {
+		return 0, rpc.Errorf(rpc.CodeNotFound, "datacenter %s is not one the federation knows (%s), and the outbox owes it nothing",
+			dc, cmp.Or(strings.Join(slices.Sorted(slices.Values(known)), ", "), "none"))
+	}
 	left, err := m.confirm(ctx, items)
 	n := len(items) - len(left)
 	if n > 0 {

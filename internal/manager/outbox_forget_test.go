@@ -2,6 +2,8 @@ package manager
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,7 +19,11 @@ import (
 // pairs confirmed: the outbox keeps only the submission dc3 still owes, a
 // new multi-datacenter submission is admitted, a second forget finds
 // nothing, and the outbox carries none of them to dc2 even once it answers
-// again. This datacenter and a name that is not one are refused.
+// again. This datacenter and a name that is not one are refused. dc2 is
+// forgotten although the federation no longer knows it (the outbox owes it);
+// a datacenter it knows and is owed nothing forgets 0; one it does not know
+// and is owed nothing (a mistyped name) is refused not_found, naming the
+// datacenters it knows.
 func TestForgetDatacenterFreesTheOutbox(t *testing.T) {
 	clock := newManualClock()
 	const ttl = 5 * time.Second
@@ -49,7 +55,7 @@ func TestForgetDatacenterFreesTheOutbox(t *testing.T) {
 	}
 
 	for _, dc := range []string{"dc1", "", "dc 2"} {
-		if n, err := m1.ForgetDatacenter(ctx, dc); !errors.Is(err, rpc.ErrInvalid) || n != 0 {
+		if n, err := m1.ForgetDatacenter(ctx, dc, []string{"dc1", "dc2", "dc3"}); !errors.Is(err, rpc.ErrInvalid) || n != 0 {
 			t.Fatalf("forget %q: %d, %v; want invalid", dc, n, err)
 		}
 	}
@@ -57,7 +63,7 @@ func TestForgetDatacenterFreesTheOutbox(t *testing.T) {
 		t.Fatalf("dc1's outbox carries %d entries after the refusals, want 3", n)
 	}
 
-	if n, err := m1.ForgetDatacenter(ctx, "dc2"); err != nil || n != 3 {
+	if n, err := m1.ForgetDatacenter(ctx, "dc2", []string{"dc1", "dc3"}); err != nil || n != 3 {
 		t.Fatalf("forget dc2: %d pairs, %v; want 3", n, err)
 	}
 	if n := m1.FSM().OutboxLen(); n != 1 {
@@ -66,8 +72,18 @@ func TestForgetDatacenterFreesTheOutbox(t *testing.T) {
 	if n := m1.FSM().OwedLen(); n != 0 {
 		t.Fatalf("dc1 owes %d entries after dc2 was forgotten, want 0", n)
 	}
-	if n, err := m1.ForgetDatacenter(ctx, "dc2"); err != nil || n != 0 {
+	if n, err := m1.ForgetDatacenter(ctx, "dc2", []string{"dc1", "dc2", "dc3"}); err != nil || n != 0 {
 		t.Fatalf("forget dc2 again: %d pairs, %v; want 0", n, err)
+	}
+	for _, c := range []struct {
+		dc    string
+		known []string
+	}{{"dc9", []string{"dc3", "dc1", "dc2"}}, {"dc2", []string{"dc3", "dc1"}}} {
+		n, err := m1.ForgetDatacenter(ctx, c.dc, c.known)
+		want := strings.Join(slices.Sorted(slices.Values(c.known)), ", ")
+		if !errors.Is(err, rpc.ErrNotFound) || n != 0 || !strings.Contains(err.Error(), "("+want+")") {
+			t.Fatalf("forget %s, owed nothing, the federation knowing %v: %d, %v; want not_found naming %s", c.dc, c.known, n, err, want)
+		}
 	}
 	if r, err := submit("after", "dc1", "dc3"); err != nil || r.Outcome != rpc.OutcomeCommitted {
 		t.Fatalf("a new multi-datacenter submission once the bound freed: %+v %v", r, err)

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -223,7 +225,9 @@ func (o operator) checkQuorumWithout(id string) error {
 // datacenter taken out of the federation for good (manager.Manager.
 // ForgetDatacenter), and answers how many it forgot. A datacenter with a
 // manager alive in the WAN pool is refused: it still answers, or will, and
-// its jobs would be lost to it for nothing.
+// its jobs would be lost to it for nothing. The datacenters of the
+// federation view are the ones the manager knows: a name that is none of
+// them, and that the outbox owes nothing, is refused (not_found).
 func (o operator) ForgetDatacenter(ctx context.Context, dc string) (*rpcpb.ForgetDatacenterResult, error) {
 	// This datacenter's own managers are alive: the manager refuses it as
 	// this datacenter.
@@ -238,7 +242,8 @@ func (o operator) ForgetDatacenter(ctx context.Context, dc string) (*rpcpb.Forge
 				dc, len(alive), strings.Join(names, ","))
 		}
 	}
-	n, err := o.m.ForgetDatacenter(ctx, dc)
+	known := slices.Collect(maps.Keys(o.fed.datacenters()))
+	n, err := o.m.ForgetDatacenter(ctx, dc, known)
 	if err != nil {
 		return nil, err
 	}

@@ -549,7 +549,10 @@ func TestKeyringOnAShutDownPoolIsUnavailable(t *testing.T) {
 // a submission. While dc2's manager is alive in the WAN pool, forgetting dc2
 // is refused (invalid, naming it and saying how to take it out), and so is
 // forgetting dc1 itself; nothing is recorded. Once dc2's manager has left
-// the pool, the submission is forgotten, and the outbox carries nothing.
+// the pool, the submission is forgotten, and the outbox carries nothing. A
+// second forget of dc2, still in the federation view, forgets 0; dc9, in
+// neither the view nor the outbox (a typo), is refused not_found, naming
+// the datacenters of the view.
 func TestForgetDatacenterWaitsForItToLeaveTheFederation(t *testing.T) {
 	c := managertest.Start(t, managertest.Options{})
 	m := c.Leader(t)
@@ -589,5 +592,13 @@ func TestForgetDatacenterWaitsForItToLeaveTheFederation(t *testing.T) {
 	}
 	if n := m.FSM().OutboxLen(); n != 0 {
 		t.Fatalf("the outbox carries %d entries after dc2 was forgotten, want 0", n)
+	}
+	if res, err := op.ForgetDatacenter(t.Context(), "dc2"); err != nil || res.Pairs != 0 {
+		t.Fatalf("forget dc2 again: %+v, %v; want 0 pairs", res, err)
+	}
+	_, err = op.ForgetDatacenter(t.Context(), "dc9")
+	wantCode(t, "forget dc9, unknown", err, rpc.CodeNotFound)
+	if !strings.Contains(err.Error(), "(dc1, dc2)") {
+		t.Fatalf("forget dc9, unknown: %v; want it to name dc1 and dc2", err)
 	}
 }
