@@ -76,6 +76,13 @@ type Deps struct {
 	// the federation that differ from this one's, for Status (the daemon's
 	// federation view).
 	ConfigMismatches func() []rpc.ConfigMismatch
+	// ClaimDataDir, when set, is called once New holds the data directory
+	// (the Raft log's lock is taken), before it opens the ledger, the
+	// stable store or the snapshots or starts Raft: an error refuses the
+	// start. The daemon checks there that the directory is this manager's
+	// (its identity file); under the lock, so that two processes cannot
+	// race on it.
+	ClaimDataDir func() error
 	// Knobs are for tests only.
 	Knobs TestingKnobs
 }
@@ -237,6 +244,11 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		return nil, fmt.Errorf("manager: open raft log: %w", err)
 	}
 	m.logStore = &countingLogStore{Store: ws}
+	if deps.ClaimDataDir != nil {
+		if err := deps.ClaimDataDir(); err != nil {
+			return nil, fmt.Errorf("manager: %w", err)
+		}
+	}
 	if m.fsm, err = openLedger(cfg, m.onChange, m.onHalt, m.log); err != nil {
 		return nil, err
 	}
