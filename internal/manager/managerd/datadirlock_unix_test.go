@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"path/filepath"
 	"strings"
@@ -24,31 +23,6 @@ import (
 	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/internal/walstore"
 )
-
-// listTree is every path under dir with its size and modification time.
-func listTree(t *testing.T, dir string) string {
-	t.Helper()
-	var b strings.Builder
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		size := info.Size()
-		if d.IsDir() {
-			size = 0
-		}
-		fmt.Fprintf(&b, "%s %d %d\n", path, size, info.ModTime().UnixNano())
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
-}
 
 // TestMainRefusesADataDirWhoseRaftLogIsOpen: a manager started on a data
 // directory whose Raft log another store holds open (a manager process

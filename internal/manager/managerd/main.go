@@ -4,8 +4,9 @@
 // watches the cluster TLS files, wires the operator credential and the
 // Operator service, opens the manager's stores (before anything else writes
 // in the data directory or joins a pool: the Raft log's lock refuses a second
-// process there), joins the WAN pool (federation) and the datacenter's LAN
-// pool (membership and the autopilot), runs the outbox, serves the RPC
+// process there, and the directory's identity file a directory of another
+// node or datacenter), joins the WAN pool (federation) and the datacenter's
+// LAN pool (membership and the autopilot), runs the outbox, serves the RPC
 // listener with its HTTP routes (metrics, pprof) and shuts everything down in
 // order. cmd/manager is a thin main around Main.
 package managerd
@@ -162,12 +163,16 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 	}
 	// The manager's stores open first: the Raft log's lock refuses a second
 	// process on this data directory (walstore.ErrLocked) before it writes
-	// there or joins a pool under this node's name. The federation starts
-	// after; Status reads its mismatches only once the server serves.
+	// there or joins a pool under this node's name. Under the lock, and
+	// before the ledger and the stable store, the directory's identity file
+	// refuses a directory of another node or datacenter (claimDataDir). The
+	// federation starts after; Status reads its mismatches only once the
+	// server serves.
 	var fed *federation
 	m, err := manager.New(cfg, manager.Deps{Logger: log, Registerer: reg, Now: now, WrapStreamLayer: opts.WrapStreamLayer,
 		Clock: lan, Peers: lan, ClusterTLS: clusterTLS, ClusterSecret: secret, Dial: opts.Dial,
-		ConfigMismatches: func() []rpc.ConfigMismatch { return fed.mismatches() }})
+		ConfigMismatches: func() []rpc.ConfigMismatch { return fed.mismatches() },
+		ClaimDataDir:     func() error { return claimDataDir(cfg, log) }})
 	if err != nil {
 		return err
 	}
