@@ -41,9 +41,9 @@ type ForeignDataDirError struct {
 
 func (e *ForeignDataDirError) Error() string {
 	return fmt.Sprintf("data directory belongs to another manager: %s names node %q of datacenter %q, the configuration "+
-		"node %q (%s) of datacenter %q (%s). Point %s at this manager's own directory, or start it "+
-		"on an empty one (a manager moved to another node or datacenter is a new member: remove the old one with "+
-		"oncectl raft remove-peer)",
+		"node %q (%s) of datacenter %q (%s). Fix the configuration if it is the one that is wrong; if not, point %s "+
+		"at this manager's own directory, or start it on an empty one (a manager moved to another node or datacenter "+
+		"is a new member: remove the old one with oncectl raft remove-peer)",
 		e.Path, e.Found.NodeID, e.Found.Datacenter, e.Configured.NodeID, manager.EnvNodeID,
 		e.Configured.Datacenter, manager.EnvDatacenter, manager.EnvDataDir)
 }
