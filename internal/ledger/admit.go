@@ -35,7 +35,9 @@ func JobIDInUseDetail(jobID string) string {
 //     Commit whose job ID the tenant already has rejects the entry instead,
 //     with status 422, ReasonJobIDInUse and JobIDInUseDetail, expiring at the
 //     Commit's RejectedExpiresAt (or its ExpiresAt when that is unset): the
-//     job is not created twice.
+//     job is not created twice. A job whose retention has ended (Job.Gone at
+//     the Commit's Now) is removed first, as Expire would, and no longer
+//     holds its ID.
 //   - The Result's Removed counts what the admission removed (a due entry of
 //     the key, the relief of a full bound).
 //

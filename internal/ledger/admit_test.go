@@ -77,6 +77,45 @@ func TestAdmitJobIDInUseRejects(t *testing.T) {
 	}
 }
 
+// A job whose retention has ended (ExpiresAt <= Now: Gone, a 404 to a read)
+// no longer holds its ID: the Commit of the same request removes it first,
+// as Expire would, and creates the job afresh, on a replica that has swept
+// and on one that has not alike. Before, an unswept job made the key's
+// entry a job_id_in_use rejection, naming a job a read answers 404 for,
+// for the rejected TTL, while a sweep a moment earlier made it a job.
+func TestAdmitJobIDOfAGoneJobCommits(t *testing.T) {
+	r := reserve("acme", "order-1", t0)
+	again := r
+	again.Now = t0 + jobTTL // the job's ExpiresAt: Gone; the key's entry is due too
+	for _, swept := range []bool{false, true} {
+		h := newHarness(t)
+		h.must(admit(r), OutcomeCommitted)
+		if swept {
+			h.must(expire(again.Now), OutcomeExpired)
+		}
+		res := h.must(admit(again), OutcomeCommitted)
+		if res.Job.CreatedAt != again.Now {
+			t.Fatalf("swept %v: job %+v, want one created at %d", swept, res.Job, again.Now)
+		}
+		if want := (Removed{Committed: 1, Jobs: 1}); !swept && res.Removed != want {
+			t.Fatalf("removed %+v, want %+v", res.Removed, want)
+		}
+		if st := h.f.Stats(); st.Jobs != 1 || st.Entries != 1 {
+			t.Fatalf("swept %v: stats %+v, want one entry and one job", swept, st)
+		}
+	}
+	// A moment before, the job is retained: its ID is in use.
+	h := newHarness(t)
+	h.must(admit(r), OutcomeCommitted)
+	before := again
+	before.Now--
+	c := commit(before, before.Now)
+	c.RejectedExpiresAt = before.Now + rejectTTL
+	if res := h.must(Admit{Reserve: before, Outcome: c}, OutcomeRejected); res.Entry.Reason != ReasonJobIDInUse {
+		t.Fatalf("entry %+v, want %s", res.Entry, ReasonJobIDInUse)
+	}
+}
+
 // Capacity is decided by the Commit part, atomically, as a Commit alone does.
 func TestAdmitOverCapacityRejects(t *testing.T) {
 	h := newHarness(t)

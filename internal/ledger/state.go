@@ -615,7 +615,17 @@ func (c Commit) check() error {
 // commitEntry inserts e (not yet in the state) COMMITTED by c with its job,
 // or REJECTED when its job ID is in use or the jobs are at c.MaxJobs.
 func (s *state) commitEntry(ax *applyCtx, e *Entry, c Commit) Result {
-	if _, taken := s.getJob(c.Tenant, c.JobID); taken {
+	var removed Removed
+	old, taken := s.getJob(c.Tenant, c.JobID)
+	if taken && old.Gone(c.Now) {
+		// Its retention has ended (a read answers 404): removed first, as
+		// Expire would, so that the answer does not depend on when the
+		// last Expire ran.
+		s.removeJob(old)
+		removed.Jobs++
+		taken = false
+	}
+	if taken {
 		expires := c.RejectedExpiresAt
 		if expires <= c.Now {
 			expires = c.ExpiresAt
@@ -623,7 +633,6 @@ func (s *state) commitEntry(ax *applyCtx, e *Entry, c Commit) Result {
 		return s.rejectEntry(ax, e, Reject{Tenant: c.Tenant, Key: c.Key, JobID: c.JobID, Now: c.Now,
 			ExpiresAt: expires, Status: 422, Reason: ReasonJobIDInUse, Detail: JobIDInUseDetail(c.JobID)})
 	}
-	var removed Removed
 	if c.MaxJobs > 0 {
 		for i := 0; i < maxReliefRemovals && uint64(s.unfinishedJobs()) >= c.MaxJobs; i++ {
 			j, ok := s.jobExp.Min()
