@@ -136,8 +136,9 @@ type Lease struct {
 
 // Heartbeat extends the current lease of a RUNNING job to Expiry:
 // OutcomeExtended. A lease that is not the job's current one (another ID,
-// expired at Now, a job not RUNNING): OutcomeLeaseLost; no job:
-// OutcomeNotFound. Invalid: an empty field, Expiry not after Now.
+// expired at Now, a job not RUNNING): OutcomeLeaseLost; no job (or one
+// whose retention has ended, Job.Gone): OutcomeNotFound. Invalid: an empty
+// field, Expiry not after Now.
 type Heartbeat struct {
 	Tenant  string
 	JobID   string
@@ -150,7 +151,8 @@ type Heartbeat struct {
 // with Result, FinishedAt = Now, ExpiresAt = Now + Retention:
 // OutcomeCompleted. Applied once: a job already SUCCEEDED by the same lease
 // answers OutcomeUnchanged with the job. A lease that is not current:
-// OutcomeLeaseLost; no job: OutcomeNotFound. Invalid: an empty field.
+// OutcomeLeaseLost; no job (or one whose retention has ended, Job.Gone):
+// OutcomeNotFound. Invalid: an empty field.
 //
 // With the byte budgets, a result that would bring the tenant's
 // bytes over MaxTenantBytes (checked first) or the ledger's over MaxBytes
@@ -174,7 +176,8 @@ type Complete struct {
 // Attempts >= MaxAttempts (when not 0), else QUEUED again with RunAt =
 // RetryAt (the leader's backoff with jitter). A finished or queued job whose
 // last attempt this same lease failed answers OutcomeUnchanged. A lease that
-// is not current: OutcomeLeaseLost; no job: OutcomeNotFound. Invalid: an
+// is not current: OutcomeLeaseLost; no job (or one whose retention has
+// ended, Job.Gone): OutcomeNotFound. Invalid: an
 // empty tenant, job or lease ID; Retry with RetryAt before Now. With the
 // byte budgets, an Error that would bring the bytes over one is
 // refused as Complete's result is (the job unchanged).
@@ -492,14 +495,16 @@ func (s *state) unfinishedJobs() int {
 
 // leased looks up the job of a worker's command under lease leaseID at now.
 // ok false when the command does nothing, with its answer: OutcomeNotFound
-// without the job; OutcomeUnchanged with the job when ended (nil: never)
-// says the lease already ended the job's attempt as the command would (the
-// lease stays on a job its worker's Complete or Fail moved on);
-// OutcomeLeaseLost when the lease is not the job's current one.
+// without the job, or for one whose retention has ended (Gone: as once
+// Expire removed it, whenever the last Expire ran); OutcomeUnchanged with
+// the job when ended (nil: never) says the lease already ended the job's
+// attempt as the command would (the lease stays on a job its worker's
+// Complete or Fail moved on); OutcomeLeaseLost when the lease is not the
+// job's current one.
 func (s *state) leased(tenant, jobID, leaseID string, now int64, ended func(*JobLife) bool) (*Job, Result, bool) {
 	j, ok := s.getJob(tenant, jobID)
 	switch {
-	case !ok:
+	case !ok || j.Gone(now):
 		return nil, Result{Outcome: OutcomeNotFound}, false
 	case ended != nil && j.Life != nil && j.Life.LeaseID == leaseID && ended(j.Life):
 		return nil, Result{Outcome: OutcomeUnchanged, Job: *j}, false

@@ -691,6 +691,57 @@ func TestFinishedJobsExpireUnfinishedDoNot(t *testing.T) {
 	})
 }
 
+// A worker's command on a finished job whose retention has ended (Gone: a
+// read answers 404) answers NotFound, as it does once Expire removed the
+// job, whether or not an Expire ran since; a moment before, the job
+// answers as it is. Before, an unswept job answered Unchanged or LeaseLost
+// with a job the ledger counts gone.
+func TestWorkerCommandOnGoneJobIsNotFound(t *testing.T) {
+	const done = tL + sec // the attempt's end
+	id := base.JobID
+	commands := []struct {
+		name string
+		at   func(now int64) Command
+	}{
+		{"complete", func(now int64) Command {
+			return Complete{Tenant: tenant, JobID: id, LeaseID: "L1", Result: []byte(`{"n":1}`), Now: now}
+		}},
+		{"fail", func(now int64) Command { return failOf(Job{Tenant: tenant, ID: id}, "L1", now, false) }},
+		{"heartbeat", func(now int64) Command {
+			return Heartbeat{Tenant: tenant, JobID: id, LeaseID: "L1", Now: now, Expiry: now + leaseTTL}
+		}},
+	}
+	finishers := []struct {
+		state  string
+		cmd    Command
+		answer Outcome
+	}{
+		{"succeeded", commands[0].at(done), OutcomeCompleted},
+		{"failed", commands[1].at(done), OutcomeFailed},
+	}
+	for _, fin := range finishers {
+		for _, c := range commands {
+			for _, swept := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/swept=%v", fin.state, c.name, swept), func(t *testing.T) {
+					onBoth(t, func(t *testing.T, h *harness) {
+						setupRunning(h)
+						gone := h.must(fin.cmd, fin.answer).Job.ExpiresAt
+						if res := h.apply(c.at(gone - 1)); res.Outcome == OutcomeNotFound {
+							t.Fatalf("retained job: %v", res.Outcome)
+						}
+						if swept {
+							h.must(Expire{Now: gone}, OutcomeExpired)
+						}
+						if res := h.apply(c.at(gone)); res.Outcome != OutcomeNotFound {
+							t.Fatalf("gone job: %v %+v, want %v", res.Outcome, res.Job, OutcomeNotFound)
+						}
+					})
+				})
+			}
+		}
+	}
+}
+
 func TestListJobsByState(t *testing.T) {
 	onBoth(t, func(t *testing.T, h *harness) {
 		var want = map[string][]string{}

@@ -210,7 +210,7 @@ func (m *lifeModel) lease(c Lease) Result {
 func (m *lifeModel) leased(tenant, id, lease string, now int64, ended func(*JobLife) bool) (*Job, Result, bool) {
 	j, ok := m.get(tenant, id)
 	switch {
-	case !ok:
+	case !ok || j.Gone(now): // past its retention, swept or not
 		return nil, Result{Outcome: OutcomeNotFound}, false
 	case j.Life != nil && j.Life.LeaseID == lease && ended(j.Life):
 		return nil, Result{Outcome: OutcomeUnchanged, Job: *j}, false
