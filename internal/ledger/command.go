@@ -140,7 +140,8 @@ type Commit struct {
 	Key    string
 	JobID  string
 	// Now is the commit time; ExpiresAt = Now + the committed TTL; JobExpiresAt
-	// = Now + the job retention. Both must be after Now.
+	// = Now + the job retention. Both must be after Now, and with Queue the
+	// retention (JobExpiresAt - Now) must fit in an int64.
 	Now          int64
 	ExpiresAt    int64
 	JobExpiresAt int64

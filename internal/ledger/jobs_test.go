@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"sync"
 	"testing"
@@ -821,6 +822,31 @@ func TestLifecycleInvalid(t *testing.T) {
 		if h.f.LedgerTime() != tL {
 			t.Fatalf("ledger time %d after a lease at %d", h.f.LedgerTime(), tL)
 		}
+	})
+}
+
+// A queued Commit whose retention (JobExpiresAt - Now) does not fit in an
+// int64 is invalid. Before, it was committed with the retention wrapped
+// negative: a job record no decoder reads back, so the disk store's next
+// read of it (a Lease) panicked inside Apply on every replica, and the
+// memory store's snapshots were refused by every Restore.
+func TestQueueCommitRetentionOverflowIsInvalid(t *testing.T) {
+	onBoth(t, func(t *testing.T, h *harness) {
+		now := int64(math.MinInt64 / 2)
+		r := reserve(tenant, key, now)
+		c := QueueCommit(commit(r, now))
+		c.JobExpiresAt = math.MaxInt64/2 + 10 // after now, 2^63 + 9 ns later
+		before := dumpTables(h.f)
+		if res := h.apply(Admit{Reserve: r, Outcome: c}); res.Outcome != OutcomeInvalid || !errors.Is(res.Err, ErrInvalidCommand) {
+			t.Fatalf("admit: %v %v, want invalid", res.Outcome, res.Err)
+		}
+		if !reflect.DeepEqual(before, dumpTables(h.f)) {
+			t.Fatal("an invalid admit changed the state")
+		}
+		c.JobExpiresAt = now + math.MaxInt64 // the longest retention that fits
+		h.must(Admit{Reserve: r, Outcome: c}, OutcomeCommitted)
+		h.must(leaseOf(tenant, 1, now+1), OutcomeLeased)
+		restore(t, persist(t, h.f))
 	})
 }
 

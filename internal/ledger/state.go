@@ -608,6 +608,10 @@ func (c Commit) check() error {
 			c.ExpiresAt, c.JobExpiresAt, c.Now)
 	case c.MaxJobs > 0 && c.RejectedExpiresAt <= c.Now:
 		return invalidErr("commit: rejected_expires_at %d not after now %d", c.RejectedExpiresAt, c.Now)
+	case c.Queue && c.JobExpiresAt-c.Now < 0:
+		// After Now, so only an overflow wraps it: a negative retention
+		// would make a job record that no decoder reads back.
+		return invalidErr("commit: the retention from now %d to job_expires_at %d overflows", c.Now, c.JobExpiresAt)
 	}
 	return nil
 }
