@@ -44,17 +44,6 @@ func TestCommitOverMaxJobsIsACapacityRejection(t *testing.T) {
 	h.must(bad, OutcomeInvalid)
 }
 
-// mustRaw applies encoded bytes and fails unless the outcome is want.
-func (h *harness) mustRaw(b []byte, want Outcome) Result {
-	h.t.Helper()
-	res := h.applyRaw(b)
-	if res.Outcome != want {
-		h.t.Fatalf("outcome %v (err %v), want %v", res.Outcome, res.Err, want)
-	}
-	checkInvariants(h.t, h.f)
-	return res
-}
-
 func TestWatermarkWindowRecordAndShift(t *testing.T) {
 	var w Watermark
 	seqs := []uint64{0, 3, 63, 64, 65, 200, 1000, 1100}
