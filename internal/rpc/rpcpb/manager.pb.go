@@ -216,8 +216,14 @@ type SubmitRequest struct {
 	// with it is the same request: a replay, not key_reused
 	// (docs/multidc.md, "An omitted list in a federation").
 	AltFingerprint string `protobuf:"bytes,13,opt,name=alt_fingerprint,json=altFingerprint,proto3" json:"alt_fingerprint,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// omit_payload: the answer's job goes without its payload (empty bytes),
+	// the rest of the answer unchanged. A gate fanning a job out to several
+	// datacenters renders its answer from one datacenter's job and asks the
+	// others so (docs/multidc.md, "Fan-out at the gate"). A leader that does
+	// not know the field sends the payload, as before.
+	OmitPayload   bool `protobuf:"varint,14,opt,name=omit_payload,json=omitPayload,proto3" json:"omit_payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -339,6 +345,13 @@ func (x *SubmitRequest) GetAltFingerprint() string {
 		return x.AltFingerprint
 	}
 	return ""
+}
+
+func (x *SubmitRequest) GetOmitPayload() bool {
+	if x != nil {
+		return x.OmitPayload
+	}
+	return false
 }
 
 // JobRequest is a submission's job (api.JobRequest's members); payload is
@@ -2186,7 +2199,7 @@ const file_manager_proto_rawDesc = "" +
 	"\arequest\x18\x03 \x01(\v2\x1a.once.rpc.v1.SubmitRequestR\arequest\x12;\n" +
 	"\theartbeat\x18\x04 \x01(\v2\x1d.once.rpc.v1.HeartbeatRequestR\theartbeat\x128\n" +
 	"\bcomplete\x18\x05 \x01(\v2\x1c.once.rpc.v1.CompleteRequestR\bcomplete\x12,\n" +
-	"\x04fail\x18\x06 \x01(\v2\x18.once.rpc.v1.FailRequestR\x04fail\"\xc4\x03\n" +
+	"\x04fail\x18\x06 \x01(\v2\x18.once.rpc.v1.FailRequestR\x04fail\"\xe7\x03\n" +
 	"\rSubmitRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -2202,7 +2215,8 @@ const file_manager_proto_rawDesc = "" +
 	" \x01(\tR\x04home\x12\x18\n" +
 	"\acarried\x18\v \x01(\bR\acarried\x12\x18\n" +
 	"\acarrier\x18\f \x01(\tR\acarrier\x12'\n" +
-	"\x0falt_fingerprint\x18\r \x01(\tR\x0ealtFingerprint\"\\\n" +
+	"\x0falt_fingerprint\x18\r \x01(\tR\x0ealtFingerprint\x12!\n" +
+	"\fomit_payload\x18\x0e \x01(\bR\vomitPayload\"\\\n" +
 	"\n" +
 	"JobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
