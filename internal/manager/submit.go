@@ -34,6 +34,7 @@ func (m *Manager) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 	resp, err := m.submit(ctx, req)
 	if err == nil {
 		m.confirmCarrier(ctx, req, resp)
+		omitPayload(req, resp)
 	}
 	m.metrics.observeSubmit(resp, err, time.Since(start))
 	if span.IsRecording() { // tracing off: no attributes built
@@ -513,6 +514,17 @@ func (m *Manager) entryResponse(e ledger.Entry, outcome string, replayed bool) *
 		}
 	}
 	return r
+}
+
+// omitPayload leaves the payload out of resp's job when req asks so
+// (omit_payload): a gate fanning a job out to several datacenters renders
+// its answer from one datacenter's job, and the others' payloads would cross
+// the WAN back for nothing. Every answer builds its own job (entryResponse,
+// keptJob), so no other answer loses it.
+func omitPayload(req *rpcpb.SubmitRequest, resp *rpcpb.SubmitResponse) {
+	if req.GetOmitPayload() && resp.GetJob() != nil {
+		resp.Job.Payload = nil
+	}
 }
 
 // pbJob renders a job as the gates show it (api.Job's members). The

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
@@ -157,5 +159,36 @@ func TestTheLargestSubmitWaitIsNotWrapped(t *testing.T) {
 	}
 	if got := submitWait(&rpcpb.SubmitRequest{WaitMillis: 1500}); got != 1500*time.Millisecond {
 		t.Errorf("wait_millis 1500: a wait of %s", got)
+	}
+}
+
+// TestOmitPayloadAnswersTheJobWithoutItsPayload: a submission with
+// omit_payload is answered with its job without the payload, first and on
+// a replay, and otherwise the same answer; the job keeps its payload, which
+// an answer without the flag carries.
+func TestOmitPayloadAnswersTheJobWithoutItsPayload(t *testing.T) {
+	_, c := wireCluster(t)
+	ctx := ctxT(t)
+	lean := wireSubmission("k1")
+	lean.OmitPayload = true
+	first, err := c.Submit(ctx, lean)
+	if err != nil || first.Outcome != rpc.OutcomeCommitted || first.Job == nil {
+		t.Fatalf("%+v %v", first, err)
+	}
+	if len(first.Job.Payload) != 0 {
+		t.Fatalf("the answer carries a payload of %q", first.Job.Payload)
+	}
+	whole, err := c.Submit(ctx, wireSubmission("k1"))
+	if err != nil || !whole.Replayed || string(whole.Job.GetPayload()) != `{"a":1}` {
+		t.Fatalf("a replay without omit_payload: %+v %v, want the job with its payload", whole, err)
+	}
+	again, err := c.Submit(ctx, lean)
+	if err != nil || !again.Replayed || len(again.Job.GetPayload()) != 0 {
+		t.Fatalf("a replay with omit_payload: %+v %v, want the job without its payload", again, err)
+	}
+	again.Job.Payload = whole.Job.Payload
+	again.RemainingNanos = whole.RemainingNanos // counts down between the answers
+	if !proto.Equal(again, whole) {
+		t.Fatalf("with omit_payload and its payload put back:\n%v\nwithout:\n%v", again, whole)
 	}
 }
