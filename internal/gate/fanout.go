@@ -26,6 +26,10 @@ type dcResult struct {
 // concurrently, with the same tenant, key, fingerprint, job ID, TTL and expiry
 // basis, and combines their answers into one (see combine). A job naming only
 // the gate's own datacenter is forwarded as it always was.
+//
+// combine renders a job from the first datacenter's answer alone, so the
+// others are asked for theirs without the payload (OmitPayload): with a
+// large payload, one copy crosses back instead of one per datacenter.
 func (g *Gate) submitAll(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
 	dcs := req.GetJob().GetDatacenters()
 	if len(dcs) == 1 && dcs[0] == g.cfg.Datacenter {
@@ -35,25 +39,24 @@ func (g *Gate) submitAll(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 	if req.ExpiryBasisUnixNanos == 0 {
 		req.ExpiryBasisUnixNanos = g.now().UnixNano()
 	}
-	return combine(g.submitEach(ctx, dcs, req, nil, "gate.forward.datacenter"))
+	lean := shallowCopy(req)
+	lean.OmitPayload = true
+	return combine(g.submitEach(ctx, dcs, func(i int, _ string) *rpcpb.SubmitRequest {
+		if i == 0 {
+			return req
+		}
+		return lean
+	}, "gate.forward.datacenter"))
 }
 
-// submitEach sends req to the leader of every datacenter of dcs
-// concurrently (submitTo), each in a span named span, each copy with the
-// AltFingerprint alt gives for its datacenter when alt is set; the results
-// are in the order of dcs.
-func (g *Gate) submitEach(ctx context.Context, dcs []string, req *rpcpb.SubmitRequest, alt func(dc string) string, span string) []dcResult {
+// submitEach sends to the leader of every datacenter of dcs the copy of the
+// submission request gives for it (by its index and name), concurrently
+// (submitTo), each in a span named span; the results are in the order of dcs.
+func (g *Gate) submitEach(ctx context.Context, dcs []string, request func(i int, dc string) *rpcpb.SubmitRequest, span string) []dcResult {
 	results := make([]dcResult, len(dcs))
 	var wg sync.WaitGroup
 	for i, dc := range dcs {
-		wg.Go(func() {
-			r := req
-			if alt != nil {
-				r = shallowCopy(req)
-				r.AltFingerprint = alt(dc)
-			}
-			results[i] = g.submitTo(ctx, dc, r, span)
-		})
+		wg.Go(func() { results[i] = g.submitTo(ctx, dc, request(i, dc), span) })
 	}
 	wg.Wait()
 	return results
@@ -69,7 +72,9 @@ func (g *Gate) submitEach(ctx context.Context, dcs []string, req *rpcpb.SubmitRe
 //  2. a datacenter whose answer is not an outcome: key_reused before
 //     key_expired before in_progress;
 //  3. every datacenter committed: the job of the first datacenter, with the
-//     datacenters member mapping every name to {"status":"committed"};
+//     datacenters member mapping every name to {"status":"committed"} (the
+//     only job rendered: submitAll asks the others for theirs without the
+//     payload);
 //  4. some datacenter rejected: the first rejecting datacenter's rejection
 //     (its status, 422 or 429, and reason), with a detail naming every
 //     datacenter's outcome, and a Job carrying the per-datacenter map

@@ -66,6 +66,7 @@ type testManager struct {
 
 	mu         sync.Mutex
 	submitHook func(ctx context.Context, req *rpcpb.SubmitRequest) error
+	answerHook func(req *rpcpb.SubmitRequest, resp *rpcpb.SubmitResponse)
 	admitHook  func(ctx context.Context)
 	noLeader   bool
 	readErr    error
@@ -83,6 +84,15 @@ func (tm *testManager) Jobs() int { return tm.FSM().Stats().Jobs }
 func (tm *testManager) SetSubmitHook(h func(ctx context.Context, req *rpcpb.SubmitRequest) error) {
 	tm.mu.Lock()
 	tm.submitHook = h
+	tm.mu.Unlock()
+}
+
+// SetAnswerHook installs (nil: removes) a hook run with every Submit's
+// request and answer as the manager sends it back (resp nil on an error).
+// It only reads them.
+func (tm *testManager) SetAnswerHook(h func(req *rpcpb.SubmitRequest, resp *rpcpb.SubmitResponse)) {
+	tm.mu.Lock()
+	tm.answerHook = h
 	tm.mu.Unlock()
 }
 
@@ -146,7 +156,14 @@ func (f *faultLayer) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpc
 			return nil, err
 		}
 	}
-	return f.Manager.Submit(ctx, req)
+	resp, err := f.Manager.Submit(ctx, req)
+	f.tm.mu.Lock()
+	answered := f.tm.answerHook
+	f.tm.mu.Unlock()
+	if answered != nil {
+		answered(req, resp)
+	}
+	return resp, err
 }
 
 func (f *faultLayer) GetJob(ctx context.Context, tenant, id string) (*rpcpb.Job, error) {

@@ -125,7 +125,13 @@ func (g *Gate) homeRound(ctx context.Context, req *rpcpb.SubmitRequest, home str
 	// (docs/multidc.md).
 	alts := altFingerprints(req.Tenant, rest, append(dcs, home))
 	alt := func(dc string) string { return alts[dc] }
-	results := g.submitEach(ctx, dcs, r, alt, "gate.forward.claim")
+	// A claim's answer is asked with the payload: a datacenter holding the
+	// job itself answers with it, and that answer is the client's.
+	results := g.submitEach(ctx, dcs, func(_ int, dc string) *rpcpb.SubmitRequest {
+		c := shallowCopy(r)
+		c.AltFingerprint = alt(dc)
+		return c
+	}, "gate.forward.claim")
 	for _, res := range results { // a datacenter holding the job is its home
 		if res.err == nil && (res.resp.Outcome == rpc.OutcomeCommitted || res.resp.Outcome == rpc.OutcomeRejected) {
 			return res.resp, "", nil
