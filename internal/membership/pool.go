@@ -1,5 +1,6 @@
-// Package membership is the LAN gossip pool of one datacenter, on
-// hashicorp/memberlist. Gates and managers join it with a Meta (role,
+// Package membership is a gossip pool on hashicorp/memberlist: the LAN pool
+// of one datacenter, and the WAN pool of a federation's managers (Label
+// tells them apart). Gates and managers join it with a Meta (role,
 // datacenter, node ID, RPC and Raft addresses, whether the node holds Raft
 // state); gates find the managers through it, and the autopilot
 // (internal/autopilot) bootstraps Raft and reconciles its voters from it.

@@ -250,9 +250,9 @@ type CorruptError struct {
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("%v: segment %s, offset %d (wal index %d): %v; not a torn final write (%s): "+
 		"this record was durable and may have been acknowledged, so it is not cut and nothing was changed on disk. "+
-		"To recover this manager, stop it, move its raft data directory aside (keep it for inspection) and start it "+
-		"with an empty one: the leader adds it back and sends it a snapshot. If a majority of the managers "+
-		"report this, restore the datacenter from a backup",
+		"To recover this manager, stop it, remove it from the group (oncectl raft remove-peer), move its whole data "+
+		"directory aside, not only raft/ (keep it for inspection), and start it with an empty one: it joins again "+
+		"and the leader sends it a snapshot. If a majority of the managers report this, restore the datacenter from a backup",
 		ErrCorrupt, e.Segment, e.Offset, e.WalIndex, e.Err, e.Why)
 }
 

@@ -1,7 +1,7 @@
 // Package api holds the wire types of the gate's public HTTP API (v1): the job
 // request and job bodies, the RFC 9457 problem body and its stable codes, and the
-// headers the contract names. It depends on the standard library only, so any Go
-// program may import it. docs/api.md describes the contract these types carry.
+// headers the contract names. It depends on the standard library and
+// internal/jsonescape only, so any Go program may import it. docs/api.md describes the contract these types carry.
 package api
 
 import (
