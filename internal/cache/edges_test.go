@@ -190,3 +190,48 @@ func TestExpiryFollowsTheMonotonicClock(t *testing.T) {
 		t.Fatalf("expiry %v, want %v on the monotonic clock", h.ExpiresAt, wall)
 	}
 }
+
+// Guard: an owner whose entry left the cache (evicted, here; expired is
+// the same) and whose key has a new owner since may still Abandon: its own
+// waiters get its transient answer, and the new owner's PENDING entry stays
+// as it is, its waiters still waiting for the new owner's outcome, which is
+// cached. Abandon of a stale entry counts as an abandon, never as an
+// outcome not cached.
+func TestLateAbandonLeavesTheNewOwnersEntry(t *testing.T) {
+	c, _ := newCache(t, func(cfg *Config) { cfg.MaxEntries, cfg.Shards = 1, 1 })
+	ctx := guard(t)
+	old := mustBegin(t, c, "k", "fp", LookupMiss).Owner
+	oldWaiter := waitAsync(ctx, mustBegin(t, c, "k", "fp", LookupPending).Waiter)
+	mustBegin(t, c, "other", "fp", LookupMiss) // evicts k's PENDING entry
+	other := c.Begin("other", "fp")
+	fresh := mustBegin(t, c, "k", "fp", LookupMiss).Owner // evicts other's
+	if other.Kind != LookupPending || fresh == old {
+		t.Fatalf("other %v, fresh owner is the old one: %v", other.Kind, fresh == old)
+	}
+	newWaiter := waitAsync(ctx, mustBegin(t, c, "k", "fp", LookupPending).Waiter)
+
+	unavailable := &response{status: 503}
+	if err := old.Abandon(unavailable); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-oldWaiter; !errors.Is(r.err, ErrAbandoned) || r.v != unavailable {
+		t.Fatalf("the old entry's waiter: %+v", r)
+	}
+	mustBegin(t, c, "k", "fp", LookupPending)
+	select {
+	case r := <-newWaiter:
+		t.Fatalf("the new entry's waiter woke on the old owner's Abandon: %+v", r)
+	default:
+	}
+	v := &response{status: 201}
+	mustComplete(t, fresh, v, Committed, 0)
+	if r := <-newWaiter; r.err != nil || r.v != v {
+		t.Fatalf("the new entry's waiter: %+v", r)
+	}
+	if h := mustBegin(t, c, "k", "fp", LookupHit); h.Value != v {
+		t.Fatalf("hit %+v", h)
+	}
+	if st := c.Stats(); st.Abandons != 1 || st.NotCached != 0 || st.PendingEvictions != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
