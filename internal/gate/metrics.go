@@ -132,11 +132,11 @@ var cacheCounters = []struct {
 	get        func(cache.Stats) uint64
 }{
 	{"cache_hits_total", "Lookups that found a COMMITTED or REJECTED entry (answered as replays).", func(s cache.Stats) uint64 { return s.Hits }},
-	{"cache_misses_total", "Lookups that found no live entry (the request was forwarded).", func(s cache.Stats) uint64 { return s.Misses }},
+	{"cache_misses_total", "Lookups that found no live entry (the request became the key's owner: forwarded, unless its datacenters were refused first).", func(s cache.Stats) uint64 { return s.Misses }},
 	{"cache_waits_total", "Lookups that found a PENDING entry of the same fingerprint.", func(s cache.Stats) uint64 { return s.Waits }},
-	{"cache_mismatches_total", "Lookups that found an entry of another fingerprint (422 idempotency_key_reused).", func(s cache.Stats) uint64 { return s.Mismatches }},
+	{"cache_mismatches_total", "Lookups that found an entry of another fingerprint (422 idempotency_key_reused, or forwarded uncached when that entry is PENDING or may be the request's other form).", func(s cache.Stats) uint64 { return s.Mismatches }},
 	{"cache_wait_timeouts_total", "Waits on a PENDING entry that ended before its outcome.", func(s cache.Stats) uint64 { return s.WaitTimeouts }},
-	{"cache_abandons_total", "PENDING entries abandoned after a transient failure (nothing cached).", func(s cache.Stats) uint64 { return s.Abandons }},
+	{"cache_abandons_total", "PENDING entries resolved with an answer that is not cached (a 503 or 500, a 409, a 422 idempotency_key_reused or _claimed, a refused datacenter); the next duplicate is forwarded.", func(s cache.Stats) uint64 { return s.Abandons }},
 	{"cache_evictions_total", "Entries evicted by LRU pressure.", func(s cache.Stats) uint64 { return s.Evictions }},
 	{"cache_pending_evictions_total", "PENDING entries evicted by LRU pressure.", func(s cache.Stats) uint64 { return s.PendingEvictions }},
 	{"cache_expirations_total", "Expired entries removed.", func(s cache.Stats) uint64 { return s.Expirations }},
