@@ -1,7 +1,9 @@
 package gate
 
 import (
+	"bytes"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/once-dev/once/internal/manager/managertest"
@@ -40,5 +42,48 @@ func TestSubmitReuseWhileOwnerPendingNoWait(t *testing.T) {
 	}
 	if n := mgr.Jobs(); n != 1 {
 		t.Fatalf("the ledger holds %d jobs, want 1", n)
+	}
+}
+
+// TestSubmitOutcomeOverCacheBytesAnsweredNotCached guards
+// IDEMPOTENCY_MAX_BYTES at the gate (docs/configuration.md): an outcome
+// larger than the cache's byte bound is answered to its request and to the
+// duplicate waiting on it, byte for byte, but not cached, and it displaces
+// nothing: an outcome cached before is still a hit, and the next duplicate
+// of the large one is forwarded and replayed by the ledger, the same job.
+func TestSubmitOutcomeOverCacheBytesAnsweredNotCached(t *testing.T) {
+	mgr, addr := startManager(t, managertest.Options{})
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) {
+		cfg.MaxBodyBytes = 2 << 20
+		cfg.CacheMaxBytes = 1 << 20 // the least IDEMPOTENCY_MAX_BYTES
+	})
+	wantJob(t, tg.submit(t, skey(1), invoiceBody), http.StatusCreated)
+	big := `{"type":"send_invoice","payload":"` + strings.Repeat("x", 1<<20) + `"}`
+	a, b := ownerAndWaiter(tg, mgr, skey(2), big, nil)
+	job := wantJob(t, a, http.StatusCreated)
+	wantJob(t, b, http.StatusCreated)
+	wantHeader(t, b, api.HeaderReplayed, "true")
+	if !bytes.Equal(a.body, b.body) {
+		t.Fatal("the waiter's body differs from the owner's")
+	}
+	if st := tg.cache.Stats(); st.NotCached != 1 || st.Evictions != 0 || tg.cache.Len() != 1 {
+		t.Fatalf("cache stats %+v, %d entries: want the large outcome not cached, nothing evicted", st, tg.cache.Len())
+	}
+
+	forwards := mgr.Submits()
+	wantHeader(t, tg.submit(t, skey(1), invoiceBody), api.HeaderReplayed, "true")
+	if n := mgr.Submits(); n != forwards {
+		t.Fatal("the outcome cached before the large one was forwarded again")
+	}
+	again := tg.submit(t, skey(2), big)
+	if j := wantJob(t, again, http.StatusCreated); j.JobID != job.JobID {
+		t.Fatalf("the duplicate answered job %s, want %s", j.JobID, job.JobID)
+	}
+	wantHeader(t, again, api.HeaderReplayed, "true")
+	if n := mgr.Submits(); n != forwards+1 {
+		t.Fatalf("%d submissions reached the manager for the duplicate, want 1 (the outcome was not cached)", n-forwards)
+	}
+	if n := mgr.Jobs(); n != 2 {
+		t.Fatalf("the ledger holds %d jobs, want 2", n)
 	}
 }
