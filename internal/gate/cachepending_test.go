@@ -2,11 +2,14 @@ package gate
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/once-dev/once/internal/manager/managertest"
+	"github.com/once-dev/once/internal/testutil"
 	"github.com/once-dev/once/pkg/api"
 )
 
@@ -85,5 +88,46 @@ func TestSubmitOutcomeOverCacheBytesAnsweredNotCached(t *testing.T) {
 	}
 	if n := mgr.Jobs(); n != 2 {
 		t.Fatalf("the ledger holds %d jobs, want 2", n)
+	}
+}
+
+// TestSubmitOwnerOverrunningPendingTTLStillOneJob guards
+// IDEMPOTENCY_PENDING_TTL_SECONDS at the gate (docs/configuration.md): an
+// owner still being admitted when its PENDING entry expires no longer
+// holds the key, so the next duplicate becomes an owner and is forwarded;
+// the ledger answers it with the first one's job, which is then cached
+// (the next duplicate a hit). One job.
+func TestSubmitOwnerOverrunningPendingTTLStillOneJob(t *testing.T) {
+	clock := newFakeClock()
+	mgr, addr := startManager(t, managertest.Options{})
+	tg := startGate(t, []string{addr}, func(_ *Config, deps *Deps) { deps.Now = clock.Now })
+	inFlight, release := holdInFlight(t, mgr)
+	owner := goSubmit(tg, skey(1), invoiceBody)
+	<-inFlight
+
+	clock.Advance(tg.cfg.Idempotency.PendingTTL)
+	dup := goSubmit(tg, skey(1), invoiceBody)
+	testutil.WaitFor(t, 5*time.Second, func() (bool, string) {
+		return mgr.Submits() == 2, fmt.Sprintf("the duplicate to reach the manager (%d submissions)", mgr.Submits())
+	})
+	release()
+	first, second := wantJob(t, <-owner, http.StatusCreated), <-dup
+	if j := wantJob(t, second, http.StatusCreated); j.JobID != first.JobID {
+		t.Fatalf("the duplicate answered job %s, want %s", j.JobID, first.JobID)
+	}
+	wantHeader(t, second, api.HeaderReplayed, "true")
+	if st := tg.cache.Stats(); st.Misses != 2 || st.Expirations != 1 || st.Waits != 0 {
+		t.Fatalf("cache stats %+v, want two owners, the first's entry expired", st)
+	}
+	hit := tg.submit(t, skey(1), invoiceBody)
+	if j := wantJob(t, hit, http.StatusCreated); j.JobID != first.JobID {
+		t.Fatalf("the hit answered job %s, want %s", j.JobID, first.JobID)
+	}
+	wantHeader(t, hit, api.HeaderReplayed, "true")
+	if n := mgr.Submits(); n != 2 {
+		t.Fatalf("%d submissions reached the manager, want 2 (the last one a hit)", n)
+	}
+	if n := mgr.Jobs(); n != 1 {
+		t.Fatalf("the ledger holds %d jobs, want 1", n)
 	}
 }
