@@ -43,6 +43,26 @@ func TestConsoleServed(t *testing.T) {
 	}
 }
 
+// A method the console does not serve, on any of its paths, is a 405
+// problem that carries the console's security headers as its 200s and 404s
+// do: every answer under /ui/ does (docs/console.md).
+func TestConsoleHeadersOnEveryMethod(t *testing.T) {
+	tg := startGate(t, []string{"127.0.0.1:1"}, nil)
+	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/missing.js"} {
+		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodOptions} {
+			r := tg.do(t, method, path, nil)
+			wantProblem(t, r, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)
+			want := http.Header{}
+			console.SetHeaders(want)
+			for name := range want {
+				if got := r.header.Get(name); got != want.Get(name) {
+					t.Errorf("%s %s: %s %q, want %q", method, path, name, got, want.Get(name))
+				}
+			}
+		}
+	}
+}
+
 // writeFile writes a file in the test's directory.
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()

@@ -40,6 +40,7 @@ import (
 	"github.com/once-dev/once/internal/cache"
 	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/config"
+	"github.com/once-dev/once/internal/console"
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/replay"
 	"github.com/once-dev/once/internal/rpc"
@@ -315,6 +316,12 @@ func (g *Gate) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		g.finish(rw, r, start)
 	}()
 	escapeDotKey(r.URL)
+	if strings.HasPrefix(r.URL.Path, console.Prefix) {
+		// Before the ServeMux, whose 405 to a method the console does not
+		// serve would otherwise go without them: every answer under the
+		// console's path carries its security headers.
+		console.SetHeaders(rw.Header())
+	}
 	g.mux.ServeHTTP(rw, r)
 }
 
