@@ -243,11 +243,16 @@ func (o *outbox) carry(ctx context.Context, k outboxKey, e ledger.Entry) bool {
 	// lifetime, counted from now (which the other leader accepts as the
 	// basis within expiryBasisMaxSkew of its clock), instead of that
 	// datacenter's TTL counted from whenever this carry lands.
+	//
+	// The answer is read for its outcome and rejection alone, never its job:
+	// it comes without the payload (omit_payload), which would otherwise
+	// cross the WAN back for nothing (TestOutboxAnswersComeWithoutThePayload).
 	now := o.m.expiryNow().UnixNano()
 	req := &rpcpb.SubmitRequest{Tenant: e.Tenant, Key: e.Key, Fingerprint: e.Fingerprint, ProposedJobId: e.JobID, Carried: true, Carrier: o.m.cfg.Datacenter,
 		Job:                  &rpcpb.JobRequest{Type: e.Request.Type, Payload: e.Request.Payload, Datacenters: e.Request.Datacenters},
 		ExpiryBasisUnixNanos: now,
 		ResultTtlNanos:       max(e.ExpiresAt-now, int64(carriedMinTTL)),
+		OmitPayload:          true,
 	}
 	actx, cancel := context.WithTimeout(ctx, outboxAttempt)
 	defer cancel()

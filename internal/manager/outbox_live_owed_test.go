@@ -12,17 +12,21 @@ import (
 	"github.com/once-dev/once/internal/testutil"
 )
 
-// countingService counts the carried Submits its manager is sent.
+// countingService counts the carried Submits its manager is sent, and the
+// payload bytes of the jobs it answers them with.
 type countingService struct {
 	*Manager
-	carried atomic.Int64
+	carried         atomic.Int64
+	carriedPayloads atomic.Int64
 }
 
 func (s *countingService) Submit(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.SubmitResponse, error) {
+	resp, err := s.Manager.Submit(ctx, req)
 	if req.Carried {
 		s.carried.Add(1)
+		s.carriedPayloads.Add(int64(len(resp.GetJob().GetPayload())))
 	}
-	return s.Manager.Submit(ctx, req)
+	return resp, err
 }
 
 // TestOutboxCarriesALiveAndOwedJobOnce: dc2 was unreachable for longer than
