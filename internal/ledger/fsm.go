@@ -346,8 +346,9 @@ func lookup[T any](f *FSM, table func(*state) index[*T], probe *T) (T, bool) {
 // matching job follows it, and then next is the cursor (opts.After) of the
 // following page. Encoding next into an opaque cursor is the caller's business.
 //
-// A walk that skips jobs (a type filter within a state, or the lifecycle's
-// jobs for "committed") ends after MaxListSkips of them: the page may then
+// A walk that skips jobs (a type filter within a state, the lifecycle's
+// jobs for "committed", or the jobs Gone at opts.Now) ends after
+// MaxListSkips of them: the page may then
 // be short or empty, with more true and next the Seq of the last job
 // skipped, so that a rare match behind a million others costs pages, never
 // one call that holds the read lock (and Apply) for seconds.
@@ -359,7 +360,9 @@ func lookup[T any](f *FSM, table func(*state) index[*T], probe *T) (T, bool) {
 // seq) order, or for "running" the (tenant, seq) order of RUNNING jobs: O(log n + limit) without a type, plus the jobs of other types
 // it skips with one. With api.JobStatusCommitted it walks as without a
 // status and skips the lifecycle's jobs (O(log n + limit) while no job is in
-// the lifecycle). Any other Status matches nothing and costs O(1).
+// the lifecycle). Any other Status matches nothing and costs O(1). With
+// opts.Now it also walks past the jobs Gone at it, few while the leader's
+// Expire removes them as their time comes.
 func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64, more bool) {
 	limit := opts.Limit
 	if limit <= 0 {
@@ -396,6 +399,9 @@ func (f *FSM) ListJobs(tenant string, opts ListOptions) (jobs []Job, next uint64
 		}
 		if byState && stateOf(j) != state {
 			return skip(j) // a lifecycle job, skipped for "committed"
+		}
+		if opts.Now > 0 && j.Gone(opts.Now) {
+			return skip(j) // past its retention, not yet swept
 		}
 		n := ListJobBytes(j)
 		if len(jobs) == limit || (opts.MaxBytes > 0 && len(jobs) > 0 && size+n > opts.MaxBytes) {

@@ -239,3 +239,50 @@ func TestListSkipsBounded(t *testing.T) {
 		t.Fatalf("bulk page: %d jobs, more %v", len(jobs), more)
 	}
 }
+
+// TestListJobsLeavesOutGoneJobs: with Now, a job past its retention but not
+// yet removed by an Expire (Gone at Now, as a read at Now judges it) is not
+// listed, wherever it falls in a page (first, between two, last of all):
+// each page still holds Limit jobs when that many follow, and paging in
+// either order finds every other job once. One nanosecond before, every job
+// is listed.
+func TestListJobsLeavesOutGoneJobs(t *testing.T) {
+	h := newHarness(t)
+	boundary := t0 + 100*sec
+	gone := map[int]bool{0: true, 3: true, 4: true, 11: true}
+	var all, live []string
+	for i := range 12 {
+		r := reserve("acme", fmt.Sprintf("k%02d", i), t0+int64(i))
+		c := commit(r, t0+int64(i))
+		if gone[i] {
+			c.JobExpiresAt = boundary
+		}
+		h.must(admitWith(r, c), OutcomeCommitted)
+		all = append(all, r.JobID)
+		if !gone[i] {
+			live = append(live, r.JobID)
+		}
+	}
+	for _, tc := range []struct {
+		now  int64
+		want []string
+	}{{boundary, live}, {boundary - 1, all}, {0, all}} {
+		for _, limit := range []int{1, 2, 3, 5, 100} {
+			for _, status := range []string{"", api.JobStatusCommitted} {
+				opts := ListOptions{Limit: limit, Status: status, Now: tc.now}
+				ids, pages := listAll(t, h.f, "acme", opts)
+				if !reflect.DeepEqual(ids, tc.want) {
+					t.Fatalf("%+v: got %v, want %v", opts, ids, tc.want)
+				}
+				if want := (len(tc.want) + limit - 1) / limit; pages != want {
+					t.Fatalf("%+v: %d pages, want %d", opts, pages, want)
+				}
+			}
+		}
+	}
+	// The Expire at the boundary removes what the list left out.
+	h.must(expire(boundary), OutcomeExpired)
+	if ids, _ := listAll(t, h.f, "acme", ListOptions{Limit: 5}); !reflect.DeepEqual(ids, live) {
+		t.Fatalf("after the Expire: %v, want %v", ids, live)
+	}
+}

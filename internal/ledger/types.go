@@ -552,6 +552,13 @@ type ListOptions struct {
 	// MaxBytes, when positive, also ends the page before the job that would
 	// bring the sum of ListJobBytes over it; a page holds at least one job.
 	MaxBytes int
+	// Now (unix nanoseconds), when positive, leaves out the jobs Gone at
+	// it: past their retention, not yet removed by an Expire, which a read
+	// at the same instant does not find either. They are skipped like the
+	// jobs a filter skips (counted against MaxListSkips, not Limit: a page
+	// still holds Limit jobs when that many follow). The reader's time,
+	// never Apply's.
+	Now int64
 }
 
 // ListJobOverhead is what ListJobBytes adds to a job's payload: a bound on the
