@@ -49,9 +49,22 @@ func listTree(t *testing.T, dir string) string {
 // manager's log.
 func startAndStop(t *testing.T, env []string) string {
 	t.Helper()
-	mc := make(chan *manager.Manager, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	_, exit, logs := runUntilLeader(t, ctx, env)
+	cancel()
+	if code := <-exit; code != config.ExitOK {
+		t.Fatalf("exit %d after the stop; log:\n%s", code, logs.String())
+	}
+	return logs.String()
+}
+
+// runUntilLeader runs MainWith(env) until ctx ends and waits until its
+// manager leads its datacenter; it returns the manager, the channel its
+// exit code arrives on and its log. It fails the test if Main exits first.
+func runUntilLeader(t *testing.T, ctx context.Context, env []string) (*manager.Manager, <-chan int, *testutil.Buffer) {
+	t.Helper()
+	mc := make(chan *manager.Manager, 1)
 	exit := make(chan int, 1)
 	logs := &testutil.Buffer{}
 	go func() {
@@ -67,11 +80,7 @@ func startAndStop(t *testing.T, env []string) string {
 		err := m.CheckLeader()
 		return err == nil, fmt.Sprint(err)
 	})
-	cancel()
-	if code := <-exit; code != config.ExitOK {
-		t.Fatalf("exit %d after the stop; log:\n%s", code, logs.String())
-	}
-	return logs.String()
+	return m, exit, logs
 }
 
 // refusedStart runs a manager with env, which must refuse to start: it

@@ -3,14 +3,11 @@ package managerd
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/once-dev/once/internal/config"
-	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/testutil"
@@ -23,24 +20,9 @@ import (
 // it with no answer.
 func TestStopAnswersTheLongPolls(t *testing.T) {
 	env, rpcAddr := soloManagerEnv(t, t.TempDir())
-	mc := make(chan *manager.Manager, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	exit := make(chan int, 1)
-	logs := &testutil.Buffer{}
-	go func() {
-		exit <- MainWith(ctx, nil, env, io.Discard, logs, Options{Mount: func(_ *http.ServeMux, m *manager.Manager) { mc <- m }})
-	}()
-	var m *manager.Manager
-	select {
-	case m = <-mc:
-	case code := <-exit:
-		t.Fatalf("Main exited %d; log:\n%s", code, logs.String())
-	}
-	testutil.WaitFor(t, time.Minute, func() (bool, string) {
-		err := m.CheckLeader()
-		return err == nil, fmt.Sprint(err)
-	})
+	m, exit, logs := runUntilLeader(t, ctx, env)
 
 	client := rpc.NewClient(rpc.ClientConfig{Resolver: rpc.StaticResolver{rpcAddr}})
 	defer client.Close()
