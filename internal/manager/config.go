@@ -432,6 +432,11 @@ func (c *Config) Validate() error {
 		return config.Invalid(EnvLeaderLeaseTimeout, c.LeaderLeaseTimeout.String(),
 			"at most MANAGER_RAFT_HEARTBEAT_TIMEOUT ("+c.HeartbeatTimeout.String()+")", config.ErrOutOfRange)
 	}
+	// Raft's own rule (raft.ValidateConfig), checked here so that the
+	// refusal names the variable and exits 2 rather than failing New.
+	if c.ElectionTimeout < c.HeartbeatTimeout {
+		return atLeast(EnvElectionTimeout, c.ElectionTimeout.String(), EnvHeartbeatTimeout, c.HeartbeatTimeout.String())
+	}
 	if c.WANGossipAddr == "" && (len(c.WANJoin) > 0 || c.WANGossipAdvertise != "" || c.WANGossipKey != "") {
 		return config.Invalid(EnvWANGossipAddr, "", "a listen address host:port whenever "+EnvWANJoin+", "+EnvWANGossipAdvertise+" or "+EnvWANGossipKey+" is set", config.ErrOutOfRange)
 	}

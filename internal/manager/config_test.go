@@ -73,6 +73,11 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"advertise unspecified", nil, map[string]string{EnvRaftAddr: "0.0.0.0:7000"}, config.ErrOutOfRange, []string{EnvRaftAdvertise, "routable"}},
 		{"retention below committed ttl", nil, map[string]string{EnvJobRetention: "10"}, config.ErrOutOfRange, []string{EnvJobRetention, "IDEMPOTENCY_COMMITTED_TTL_SECONDS"}},
 		{"lease above heartbeat", nil, map[string]string{EnvLeaderLeaseTimeout: "2s"}, config.ErrOutOfRange, []string{EnvLeaderLeaseTimeout, EnvHeartbeatTimeout}},
+		// Raft refuses an election timeout below the heartbeat timeout
+		// (raft.ValidateConfig): caught here, exit 2 naming the variable,
+		// not at New with Raft's message and exit 1.
+		{"election below heartbeat", nil, map[string]string{EnvElectionTimeout: "100ms"}, config.ErrOutOfRange, []string{EnvElectionTimeout, EnvHeartbeatTimeout, "500ms"}},
+		{"election below heartbeat, flags", []string{"-manager-raft-heartbeat-timeout", "2s"}, nil, config.ErrOutOfRange, []string{EnvElectionTimeout, "-manager-raft-election-timeout", "2s"}},
 		{"apply timeout", []string{"-manager-apply-timeout", "2 minutes"}, nil, config.ErrSyntax, []string{EnvApplyTimeout, "-manager-apply-timeout"}},
 		{"bootstrap expect", nil, map[string]string{EnvBootstrapExpect: "10"}, config.ErrOutOfRange, []string{EnvBootstrapExpect, "from 1 to 9"}},
 		{"log level", nil, map[string]string{EnvLogLevel: "loud"}, config.ErrSyntax, []string{EnvLogLevel, "trace, debug"}},
