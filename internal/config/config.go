@@ -236,6 +236,11 @@ func (l *Loader) Int64(p *int64, env string, min, max int64, usage string) {
 func integer[T int | int64](l *Loader, p *T, env string, min, max T, bitSize int, usage string) {
 	bind(l, p, env, fmt.Sprintf("an integer from %d to %d", min, max), usage, func(v string) (T, error) {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, bitSize)
+		if errors.Is(err, strconv.ErrRange) {
+			// Well formed, but beyond what T holds: as far out of
+			// [min, max] as it gets.
+			return 0, ErrOutOfRange
+		}
 		if err != nil {
 			return 0, ErrSyntax
 		}
@@ -256,6 +261,9 @@ func (l *Loader) Duration(p *time.Duration, env string, min, max time.Duration, 
 	want := fmt.Sprintf("a duration from %s to %s (250ms, or 0.25 for seconds)", min, max)
 	bind(l, p, env, want, usage, func(v string) (time.Duration, error) {
 		d, err := ParseSeconds(v)
+		if errors.Is(err, ErrOutOfRange) {
+			return 0, err // seconds, more than a duration holds
+		}
 		if err != nil {
 			d, err = time.ParseDuration(strings.TrimSpace(v))
 		}

@@ -46,8 +46,8 @@ func TestSecondsAsOperatorsWriteThem(t *testing.T) {
 	}
 }
 
-// TestSecondsRejected: malformed and out-of-range seconds stop with an
-// *Error naming the variable and the range, matching its cause.
+// TestSecondsRejected: malformed and out-of-range seconds (and integers)
+// stop with an *Error naming the variable and the range, matching its cause.
 func TestSecondsRejected(t *testing.T) {
 	cases := []struct {
 		env, value string
@@ -62,6 +62,13 @@ func TestSecondsRejected(t *testing.T) {
 		{EnvCleanupInterval, "0.5", ErrOutOfRange, "from 1 to 3600"},
 		{EnvPendingWaitTimeout, "NaN", ErrSyntax, "from 0.1 to 3600"},
 		{EnvPendingWaitTimeout, "99999999999999999999", ErrOutOfRange, "from 0.1 to 3600"},
+		// An integer setting: a decimal too large for the integer is out
+		// of range, as one too large for a duration is.
+		{EnvMaxEntries, "99999999999999999999", ErrOutOfRange, "from 1 to 100000000"},
+		{EnvMaxEntries, "-99999999999999999999", ErrOutOfRange, "from 1 to 100000000"},
+		{EnvMaxEntries, "1.5", ErrSyntax, "from 1 to 100000000"},
+		{EnvMaxEntries, "1e3", ErrSyntax, "from 1 to 100000000"},
+		{EnvMaxEntries, "0x10", ErrSyntax, "from 1 to 100000000"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
@@ -112,12 +119,20 @@ func TestDurationTakesSeconds(t *testing.T) {
 			t.Fatalf("%q: got %v, want %v", v, d, want)
 		}
 	}
-	l := NewLoader("t", io.Discard)
-	d := time.Second
-	l.Duration(&d, "MANAGER_APPLY_TIMEOUT", 100*time.Millisecond, time.Minute, "t")
-	err := l.Parse(nil, MapLookup(map[string]string{"MANAGER_APPLY_TIMEOUT": "61"}))
-	if !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "MANAGER_APPLY_TIMEOUT") {
-		t.Fatalf("got %v", err)
+	for v, cause := range map[string]error{
+		"61": ErrOutOfRange, "-1s": ErrOutOfRange, "1e3": ErrSyntax, "2 minutes": ErrSyntax,
+		// Seconds too many for a duration are out of range, as they are
+		// for a Seconds setting, not "malformed" because the Go-duration
+		// form, tried next, does not read them either.
+		"9223372037": ErrOutOfRange, "99999999999999999999": ErrOutOfRange,
+	} {
+		l := NewLoader("t", io.Discard)
+		d := time.Second
+		l.Duration(&d, "MANAGER_APPLY_TIMEOUT", 100*time.Millisecond, time.Minute, "t")
+		err := l.Parse(nil, MapLookup(map[string]string{"MANAGER_APPLY_TIMEOUT": v}))
+		if !errors.Is(err, cause) || !strings.Contains(err.Error(), "MANAGER_APPLY_TIMEOUT") {
+			t.Fatalf("%q: got %v, want %v", v, err, cause)
+		}
 	}
 }
 
