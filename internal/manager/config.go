@@ -2,6 +2,7 @@ package manager
 
 import (
 	"cmp"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/tracing"
+	"github.com/once-dev/once/pkg/api"
 )
 
 // Config is everything a manager is told at start. Settings come from flags and
@@ -262,7 +264,7 @@ func Register(l *config.Loader, c *Config) {
 	l.Int(&c.MaxAppendEntries, EnvMaxAppendEntries, 1, 1024, "log entries per AppendEntries RPC and per apply batch")
 	l.Int(&c.MaxQueuedJobs, EnvMaxQueuedJobs, 1, 1<<31-1, "jobs the datacenter holds before admission rejects with 429 (capacity)")
 	l.Seconds(&c.JobRetention, EnvJobRetention, time.Second, 365*86400*time.Second, "how long a job stays readable (at least IDEMPOTENCY_COMMITTED_TTL_SECONDS)")
-	l.List(&c.AllowedJobTypes, EnvAllowedJobTypes, "comma-separated job types", nil, "if set, admission rejects other job types with 422")
+	l.List(&c.AllowedJobTypes, EnvAllowedJobTypes, wantJobTypes, jobType, "if set, admission rejects other job types with 422")
 	l.Int(&c.LedgerMaxEntries, EnvLedgerMaxEntries, 1, 1<<31-1, "live entries the ledger holds before it refuses new reservations")
 	l.Seconds(&c.WatermarkTTL, EnvWatermarkTTL, time.Second, 365*86400*time.Second, "how long a client's sequence watermark is kept after its last update")
 	l.Int(&c.WatermarkMaxClients, EnvWatermarkMaxClients, 1, 1<<31-1, "the bound on per-client watermarks; when full, keys of new clients are refused (503), no watermark is evicted")
@@ -439,6 +441,19 @@ func (c *Config) Validate() error {
 	}
 	if c.WANGossipAddr == "" && (len(c.WANJoin) > 0 || c.WANGossipAdvertise != "" || c.WANGossipKey != "") {
 		return config.Invalid(EnvWANGossipAddr, "", "a listen address host:port whenever "+EnvWANJoin+", "+EnvWANGossipAdvertise+" or "+EnvWANGossipKey+" is set", config.ErrOutOfRange)
+	}
+	return nil
+}
+
+// wantJobTypes is MANAGER_ALLOWED_JOB_TYPES' form: job types as a
+// submission's "type" has them (docs/api.md).
+var wantJobTypes = fmt.Sprintf("comma-separated job types, each 1 to %d characters of A-Z a-z 0-9 . _ -", api.MaxTypeLen)
+
+// jobType accepts a job type a submission may have: an allowed type no job
+// can have would leave every job of the type meant refused 422.
+func jobType(s string) error {
+	if !api.ValidName(s, api.MaxTypeLen) {
+		return fmt.Errorf("%w: %q is not a job type", config.ErrSyntax, s)
 	}
 	return nil
 }

@@ -87,6 +87,10 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"job attempts", nil, map[string]string{EnvJobMaxAttempts: "0"}, config.ErrOutOfRange, []string{EnvJobMaxAttempts}},
 		{"backoff max below min", nil, map[string]string{EnvJobBackoffMin: "10s", EnvJobBackoffMax: "1s"}, config.ErrOutOfRange, []string{EnvJobBackoffMax, EnvJobBackoffMin}},
 		{"lease max below min", nil, map[string]string{EnvJobLeaseMin: "10s", EnvJobLeaseMax: "1s"}, config.ErrOutOfRange, []string{EnvJobLeaseMax, EnvJobLeaseMin}},
+		// A type that no job can have (api.md: 1-128 of A-Z a-z 0-9 . _ -)
+		// would have every job of it rejected 422 in silence.
+		{"allowed job type not a type", nil, map[string]string{EnvAllowedJobTypes: "demo,send invoice"}, config.ErrSyntax, []string{EnvAllowedJobTypes, `"send invoice"`, "A-Z a-z 0-9 . _ -"}},
+		{"allowed job type too long", nil, map[string]string{EnvAllowedJobTypes: strings.Repeat("t", 129)}, config.ErrSyntax, []string{EnvAllowedJobTypes, "1 to 128"}},
 		{"lease default out of bounds", nil, map[string]string{EnvJobLeaseDefault: "2h"}, config.ErrOutOfRange, []string{EnvJobLeaseDefault, "MANAGER_JOB_LEASE_MIN..MAX"}},
 	}
 	for _, tt := range tests {
@@ -135,6 +139,7 @@ func TestValidateAsLoadConfig(t *testing.T) {
 		{EnvLedgerMaxBytes, "1024", func(c *Config) { c.LedgerMaxBytes = 1024 }},
 		{EnvLedgerStore, "tape", func(c *Config) { c.LedgerStore = "tape" }},
 		{EnvWANJoin, "nohost", func(c *Config) { c.WANJoin = []string{"nohost"} }},
+		{EnvAllowedJobTypes, "demo;report", func(c *Config) { c.AllowedJobTypes = []string{"demo;report"} }},
 	} {
 		_, loaded := LoadConfig(nil, config.MapLookup(map[string]string{tc.env: tc.value}), io.Discard)
 		c := DefaultConfig()
