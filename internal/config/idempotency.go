@@ -140,13 +140,19 @@ type SettingDiff struct {
 
 // DiffCanonical compares two Canonical forms and returns the settings whose
 // values differ, in Canonical's order. A setting one side does not publish
-// (an older or newer build) is not compared.
+// (an older or newer build) is not compared, nor the pending wait timeout
+// when neither side waits (wait_for_pending=false): it is not used then, and
+// a difference would only raise an alert.
 func DiffCanonical(local, remote string) []SettingDiff {
 	l, r := pairs(strings.Fields(local)), pairs(strings.Fields(remote))
+	noWait := l["wait_for_pending"] == "false" && r["wait_for_pending"] == "false"
 	var out []SettingDiff
 	for _, s := range canonicalSettings {
 		lv, lok := l[s.name]
 		rv, rok := r[s.name]
+		if s.env == EnvPendingWaitTimeout && noWait {
+			continue
+		}
 		if lok && rok && lv != rv {
 			out = append(out, SettingDiff{Setting: s.env, Local: lv, Remote: rv})
 		}

@@ -30,6 +30,23 @@ func TestCanonicalAndDiff(t *testing.T) {
 	if d := DiffCanonical(a.Canonical(), "pending_ttl=60 future_setting=1"); d != nil {
 		t.Fatalf("partial remote: %+v", d)
 	}
+	// The pending wait is used only when waiting is on: two nodes that
+	// both do not wait agree whatever their timeouts, one that waits
+	// differs from one that does not in both settings.
+	c, d := b, b
+	c.CommittedTTL, d.CommittedTTL = a.CommittedTTL, a.CommittedTTL
+	c.PendingWaitTimeout, d.PendingWaitTimeout = 5*time.Second, 10*time.Second
+	if diff := DiffCanonical(c.Canonical(), d.Canonical()); diff != nil {
+		t.Fatalf("waiting off on both sides, another wait timeout: %+v", diff)
+	}
+	got = DiffCanonical(a.Canonical(), c.Canonical())
+	want = []SettingDiff{
+		{Setting: EnvWaitForPending, Local: "true", Remote: "false"},
+		{Setting: EnvPendingWaitTimeout, Local: "30", Remote: "5"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("DiffCanonical = %+v, want %+v", got, want)
+	}
 	if d := DiffCanonical(a.Canonical(), ""); d != nil {
 		t.Fatalf("nothing published: %+v", d)
 	}
