@@ -25,6 +25,10 @@ func TestSecondsAsOperatorsWriteThem(t *testing.T) {
 		{EnvCleanupInterval, "1.5", func(c Idempotency) time.Duration { return c.CleanupInterval }, 1500 * time.Millisecond},
 		{EnvPendingWaitTimeout, "0.5", func(c Idempotency) time.Duration { return c.PendingWaitTimeout }, 500 * time.Millisecond},
 		{EnvPendingWaitTimeout, "30.0", func(c Idempotency) time.Duration { return c.PendingWaitTimeout }, 30 * time.Second},
+		// The edges of the ranges are in them.
+		{EnvPendingTTL, "0.1", func(c Idempotency) time.Duration { return c.PendingTTL }, MinTTL},
+		{EnvCommittedTTL, "2592000", func(c Idempotency) time.Duration { return c.CommittedTTL }, 30 * 24 * time.Hour},
+		{EnvCleanupInterval, "3600", func(c Idempotency) time.Duration { return c.CleanupInterval }, time.Hour},
 	}
 	for _, tc := range cases {
 		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
@@ -62,6 +66,13 @@ func TestSecondsRejected(t *testing.T) {
 		{EnvCleanupInterval, "0.5", ErrOutOfRange, "from 1 to 3600"},
 		{EnvPendingWaitTimeout, "NaN", ErrSyntax, "from 0.1 to 3600"},
 		{EnvPendingWaitTimeout, "99999999999999999999", ErrOutOfRange, "from 0.1 to 3600"},
+		{EnvPendingTTL, "", ErrSyntax, "from 0.1 to 2592000"},
+		{EnvPendingTTL, "+5", ErrSyntax, "from 0.1 to 2592000"},
+		{EnvPendingTTL, "Inf", ErrSyntax, "from 0.1 to 2592000"},
+		{EnvPendingTTL, "0x10", ErrSyntax, "from 0.1 to 2592000"},
+		{EnvPendingTTL, "1e400", ErrSyntax, "from 0.1 to 2592000"},
+		{EnvPendingTTL, "0.0999", ErrOutOfRange, "from 0.1 to 2592000"},
+		{EnvCleanupInterval, "3600.5", ErrOutOfRange, "from 1 to 3600"},
 		// An integer setting: a decimal too large for the integer is out
 		// of range, as one too large for a duration is.
 		{EnvMaxEntries, "99999999999999999999", ErrOutOfRange, "from 1 to 100000000"},
@@ -150,6 +161,13 @@ func TestValidators(t *testing.T) {
 		{"HostPort", HostPort, ":7100", ErrSyntax},
 		{"HostPort", HostPort, "m1", ErrSyntax},
 		{"HostPort", HostPort, "m1:0", ErrOutOfRange},
+		{"HostPort", HostPort, "::1:7100", ErrSyntax}, // IPv6 without brackets
+		{"HostPort", HostPort, "m1:65536", ErrOutOfRange},
+		{"ListenAddr", ListenAddr, "::1:7100", ErrSyntax},
+		{"ListenAddr", ListenAddr, "localhost", ErrSyntax},
+		{"ListenAddr", ListenAddr, "[::]:7100", nil},
+		{"Advertise", Advertise, "[::]:7000", ErrOutOfRange},
+		{"Advertise", Advertise, ":7000", ErrSyntax},
 		{"ListenAddr", ListenAddr, ":0", nil},
 		{"ListenAddr", ListenAddr, "127.0.0.1:65536", ErrOutOfRange},
 		{"Advertise", Advertise, "", nil},
