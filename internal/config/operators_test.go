@@ -193,6 +193,34 @@ func TestValidators(t *testing.T) {
 	}
 }
 
+// TestSamePort: two bind addresses take the same TCP port when their ports
+// are the same (not 0) and their hosts the same or one of them every
+// interface.
+func TestSamePort(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"127.0.0.1:7000", "127.0.0.1:7000", true},
+		{":7000", "127.0.0.1:7000", true},
+		{"0.0.0.0:7000", "10.0.0.1:7000", true},
+		{"[::]:7000", "127.0.0.1:7000", true},
+		{"m1:7000", "m1:7000", true},
+		{"127.0.0.1:7000", "127.0.0.1:7100", false},
+		{"127.0.0.1:7000", "127.0.0.2:7000", false},
+		{"0.0.0.0:7000", "[::1]:7000", false}, // IPv4's every interface, not IPv6's
+		{":0", ":0", false},                   // two free ports
+		{"", "127.0.0.1:7000", false},         // not set
+	} {
+		if got := SamePort(tc.a, tc.b); got != tc.want {
+			t.Errorf("SamePort(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+		if got := SamePort(tc.b, tc.a); got != tc.want {
+			t.Errorf("SamePort(%q, %q) = %v, want %v", tc.b, tc.a, got, tc.want)
+		}
+	}
+}
+
 // TestInvalid: Validate's errors name the variable and its flag and match
 // ErrInvalid and the cause.
 func TestInvalid(t *testing.T) {

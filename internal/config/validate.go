@@ -118,3 +118,33 @@ func OneOf(values ...string) func(string) error {
 		return fmt.Errorf("%w: %q is not one of %q", ErrSyntax, s, values)
 	}
 }
+
+// SamePort reports whether binding TCP listeners to a and b (ListenAddr
+// values) would take the same port: both set to the same port other than 0
+// (a free port each), on the same host or on hosts one of which is every
+// interface ("", [::], or 0.0.0.0 against a host that is not an IPv6
+// address). Hosts are compared as written: no name is resolved.
+func SamePort(a, b string) bool {
+	ha, pa, err := net.SplitHostPort(a)
+	if err != nil {
+		return false
+	}
+	hb, pb, err := net.SplitHostPort(b)
+	if err != nil || pa != pb || pa == "0" {
+		return false
+	}
+	return ha == hb || everyInterface(ha, hb) || everyInterface(hb, ha)
+}
+
+// everyInterface reports whether a listener on host takes its port on
+// other too.
+func everyInterface(host, other string) bool {
+	switch host {
+	case "", "::":
+		return true
+	case "0.0.0.0":
+		ip := net.ParseIP(other)
+		return ip == nil || ip.To4() != nil
+	}
+	return false
+}

@@ -308,6 +308,11 @@ func (c *Config) Validate() error {
 		return config.Invalid(EnvMaxInFlightBodyBytes, strconv.FormatInt(c.MaxInFlightBodyBytes, 10),
 			fmt.Sprintf("an integer from %s (%d) to %d", EnvMaxBodyBytes, c.MaxBodyBytes, int64(MaxMaxInFlightBodyBytes)), config.ErrOutOfRange)
 	}
+	// The gossip address binds only with GATE_JOIN; on the API's port it
+	// would fail to bind at start, as if another process held the port.
+	if len(c.Join) > 0 && config.SamePort(c.ListenAddr, c.GossipAddr) {
+		return config.Invalid(EnvGossipAddr, c.GossipAddr, "a port other than "+EnvListenAddr+"'s ("+c.ListenAddr+")", config.ErrOutOfRange)
+	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		missing, other := EnvTLSKeyFile, EnvTLSCertFile
 		if c.TLSCertFile == "" {

@@ -58,6 +58,9 @@ func TestMainConfigErrors(t *testing.T) {
 		{"wait for pending", nil, []string{"IDEMPOTENCY_WAIT_FOR_PENDING=maybe"}, []string{"IDEMPOTENCY_WAIT_FOR_PENDING", "true or false"}},
 		{"max entries", nil, []string{"IDEMPOTENCY_MAX_ENTRIES=0"}, []string{"IDEMPOTENCY_MAX_ENTRIES", "from 1 to 100000000"}},
 		{"token file", nil, []string{"GATE_TOKEN_FILE=/nonexistent/tokens"}, []string{"GATE_TOKEN_FILE", "<token> <tenant>"}},
+		// Refused before anything binds (a gate that started would fail
+		// with "address already in use", exit 1).
+		{"gossip addr is listen addr", nil, []string{"GATE_LISTEN_ADDR=127.0.0.1:7300", "GATE_JOIN=127.0.0.1:7301"}, []string{"GATE_GOSSIP_ADDR", "GATE_LISTEN_ADDR", "127.0.0.1:7300"}},
 		{"flag wins", []string{"-gate-max-body-bytes", "5"}, []string{"GATE_MAX_BODY_BYTES=2048"}, []string{"GATE_MAX_BODY_BYTES", "-gate-max-body-bytes"}},
 		{"unknown flag", []string{"-nope"}, nil, []string{"nope"}},
 	}

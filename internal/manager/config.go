@@ -439,8 +439,26 @@ func (c *Config) Validate() error {
 	if c.ElectionTimeout < c.HeartbeatTimeout {
 		return atLeast(EnvElectionTimeout, c.ElectionTimeout.String(), EnvHeartbeatTimeout, c.HeartbeatTimeout.String())
 	}
+	if err := c.checkPorts(); err != nil {
+		return err
+	}
 	if c.WANGossipAddr == "" && (len(c.WANJoin) > 0 || c.WANGossipAdvertise != "" || c.WANGossipKey != "") {
 		return config.Invalid(EnvWANGossipAddr, "", "a listen address host:port whenever "+EnvWANJoin+", "+EnvWANGossipAdvertise+" or "+EnvWANGossipKey+" is set", config.ErrOutOfRange)
+	}
+	return nil
+}
+
+// checkPorts refuses two of the manager's listeners on one port
+// (config.SamePort): the second would fail to bind at start with "address
+// already in use", as if another process held it.
+func (c *Config) checkPorts() error {
+	addrs := [][2]string{{EnvRaftAddr, c.RaftAddr}, {EnvRPCAddr, c.RPCAddr}, {EnvGossipAddr, c.GossipAddr}, {EnvWANGossipAddr, c.WANGossipAddr}}
+	for i, b := range addrs {
+		for _, a := range addrs[:i] {
+			if config.SamePort(a[1], b[1]) {
+				return config.Invalid(b[0], b[1], "a port other than "+a[0]+"'s ("+a[1]+")", config.ErrOutOfRange)
+			}
+		}
 	}
 	return nil
 }

@@ -91,6 +91,12 @@ func TestLoadConfigErrors(t *testing.T) {
 		// would have every job of it rejected 422 in silence.
 		{"allowed job type not a type", nil, map[string]string{EnvAllowedJobTypes: "demo,send invoice"}, config.ErrSyntax, []string{EnvAllowedJobTypes, `"send invoice"`, "A-Z a-z 0-9 . _ -"}},
 		{"allowed job type too long", nil, map[string]string{EnvAllowedJobTypes: strings.Repeat("t", 129)}, config.ErrSyntax, []string{EnvAllowedJobTypes, "1 to 128"}},
+		// Two of the manager's listeners on one port: refused naming both
+		// variables, not "address already in use" at start (exit 1), which
+		// sends the operator looking for another process.
+		{"rpc addr is raft addr", nil, map[string]string{EnvRPCAddr: "127.0.0.1:7000"}, config.ErrOutOfRange, []string{EnvRPCAddr, EnvRaftAddr, "127.0.0.1:7000"}},
+		{"gossip on every interface at raft's port", nil, map[string]string{EnvGossipAddr: ":7000"}, config.ErrOutOfRange, []string{EnvGossipAddr, EnvRaftAddr}},
+		{"wan gossip addr is gossip addr", nil, map[string]string{EnvWANGossipAddr: "127.0.0.1:7200"}, config.ErrOutOfRange, []string{EnvWANGossipAddr, EnvGossipAddr}},
 		{"lease default out of bounds", nil, map[string]string{EnvJobLeaseDefault: "2h"}, config.ErrOutOfRange, []string{EnvJobLeaseDefault, "MANAGER_JOB_LEASE_MIN..MAX"}},
 	}
 	for _, tt := range tests {

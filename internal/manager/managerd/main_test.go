@@ -53,7 +53,7 @@ func TestMainWarnsOfUnknownVariables(t *testing.T) {
 	}
 	var stderr bytes.Buffer
 	env := []string{"MANAGER_INSECURE=true", "MANAGER_NODE_ID=m1", "MANAGER_DATA_DIR=" + notADir,
-		"MANAGER_RPC_ADDR=127.0.0.1:1", "MANAGER_RAFT_ADDR=127.0.0.1:1",
+		"MANAGER_RPC_ADDR=127.0.0.1:1", "MANAGER_RAFT_ADDR=127.0.0.1:2",
 		"MANAGER_JOB_RETENSION_SECONDS=600", "IDEMPOTENCY_LEDGER_MAX_ENTRESS=5", // misspelled
 		"IDEMPOTENCY_MAX_TTL_SECONDS=60", "GATE_NODE_NAME=g1"} // the gate's
 	if code := Main(context.Background(), nil, env, io.Discard, &stderr); code != config.ExitFailure {
