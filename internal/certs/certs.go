@@ -30,8 +30,9 @@ var ErrLoad = errors.New("loading the TLS certificate")
 
 // Reloader holds the current certificate of a cert/key file pair.
 type Reloader struct {
-	pair *fileValue[tls.Certificate]
-	log  *slog.Logger
+	pair   *fileValue[tls.Certificate]
+	log    *slog.Logger
+	status reloadStatus
 }
 
 // New loads the pair; an error (unreadable files, a key that does not match
@@ -129,7 +130,46 @@ func (r *Reloader) Certificate() *tls.Certificate { return r.pair.cur.Load() }
 // Reload loads the pair again if either file changed since the last load
 // (by modification time or size), and reports whether it did. On error the
 // certificate in use stays.
-func (r *Reloader) Reload() (bool, error) { return r.pair.reload() }
+func (r *Reloader) Reload() (bool, error) { return r.status.record(r.pair.reload()) }
+
+// LastReload is the outcome of r's last reload (monitoring's view of it).
+func (r *Reloader) LastReload() ReloadStatus { return r.status.get() }
+
+// ReloadStatus is the outcome of the reloads of a process's TLS files, as
+// Prometheus tells its configuration's (prometheus_config_last_reload_*):
+// a reload that fails keeps what was loaded before in use, so a renewed
+// certificate that does not load is otherwise seen only in the log, until
+// the old one expires.
+type ReloadStatus struct {
+	// OK: the last look loaded the files or found them unchanged.
+	OK bool
+	// Loaded is when the files were last loaded (at start, or by a reload
+	// that found them changed).
+	Loaded time.Time
+}
+
+// reloadStatus records the outcome of each reload.
+type reloadStatus struct {
+	mu sync.Mutex
+	s  ReloadStatus
+}
+
+// record notes the outcome of a reload and returns it as it is.
+func (r *reloadStatus) record(loaded bool, err error) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.s.OK = err == nil
+	if loaded {
+		r.s.Loaded = time.Now()
+	}
+	return loaded, err
+}
+
+func (r *reloadStatus) get() ReloadStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.s
+}
 
 // fileValue is a value loaded from files (a certificate and its key, a CA
 // bundle): readers take the current one without a lock, and reload loads

@@ -40,6 +40,8 @@ type Cluster struct {
 	pair *fileValue[tls.Certificate]
 	ca   fileValue[x509.CertPool]
 	log  *slog.Logger
+	// status is that of Reload's looks at the CA and the pair together.
+	status reloadStatus
 
 	// derived: from the secret; TLS 1.3 with a role in every certificate.
 	derived bool
@@ -65,6 +67,7 @@ func NewCluster(caFile, certFile, keyFile string, log *slog.Logger) (*Cluster, e
 	if _, err := c.ca.reload(); err != nil {
 		return nil, err
 	}
+	c.status.record(true, nil)
 	return c, nil
 }
 
@@ -110,8 +113,12 @@ func (c *Cluster) Reload() (bool, error) {
 	}
 	ca, err1 := c.ca.reload()
 	pair, err2 := c.pair.reload()
-	return ca || pair, errors.Join(err1, err2)
+	return c.status.record(ca || pair, errors.Join(err1, err2))
 }
+
+// LastReload is the outcome of c's last reload of its CA and pair (of the
+// load at start for a cluster derived from the secret, which has no files).
+func (c *Cluster) LastReload() ReloadStatus { return c.status.get() }
 
 // Watch reloads every interval until ctx ends, logging what it loads and
 // what fails.

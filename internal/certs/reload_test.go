@@ -2,6 +2,7 @@ package certs
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"os"
@@ -213,4 +214,53 @@ func TestWatchSaysTheCertificateInUseExpired(t *testing.T) {
 		return strings.Contains(p, "expired at") && strings.Contains(p, "level=ERROR") && strings.Contains(cl, "expired at"),
 			"the pair's log:\n" + p + "\nthe cluster's log:\n" + cl
 	})
+}
+
+// A reload that fails (a renewed certificate whose key does not match) is
+// seen in LastReload, for monitoring: not OK, the time of the last load
+// unchanged, the certificate in use kept. The next good pair makes it OK
+// again and moves the time. The same holds for a cluster's pair.
+func TestLastReloadTellsAFailedReload(t *testing.T) {
+	dir := t.TempDir()
+	cf, kf, ca, r := loadedPair(t, dir)
+	f := clusterFiles(t, ca, dir, "node", managerSpec)
+	c := newCluster(t, f)
+	for _, tc := range []struct {
+		name           string
+		cert, key      string
+		reload         func() (bool, error)
+		last           func() ReloadStatus
+		inUse          func() *tls.Certificate
+		good, mismatch certstest.Spec
+	}{
+		{"pair", cf, kf, r.Reload, r.LastReload, r.Certificate,
+			certstest.Spec{Serial: 31, Server: true}, certstest.Spec{Serial: 30, Server: true}},
+		{"cluster", f[1], f[2], c.Reload, c.LastReload, c.pair.cur.Load,
+			certstest.Spec{Serial: 33, Server: true, Client: true, DNSNames: []string{ServerName}},
+			certstest.Spec{Serial: 32, Server: true, Client: true, DNSNames: []string{ServerName}}},
+	} {
+		at := time.Now().Add(time.Hour)
+		before := tc.last()
+		if !before.OK || before.Loaded.IsZero() {
+			t.Fatalf("%s: loaded at start: %+v", tc.name, before)
+		}
+		inUse := tc.inUse()
+		// A new certificate over the old key.
+		ca.IssueFor(t, tc.mismatch, tc.cert, filepath.Join(t.TempDir(), "other-key.pem"))
+		touch(t, at, tc.cert, tc.key)
+		if _, err := tc.reload(); !errors.Is(err, ErrLoad) {
+			t.Fatalf("%s: a certificate that does not match its key: %v", tc.name, err)
+		}
+		if got := tc.last(); got.OK || !got.Loaded.Equal(before.Loaded) || tc.inUse() != inUse {
+			t.Fatalf("%s: after a failed reload %+v (before %+v); want not OK, the load time and the certificate kept", tc.name, got, before)
+		}
+		ca.IssueFor(t, tc.good, tc.cert, tc.key)
+		touch(t, at.Add(time.Second), tc.cert, tc.key)
+		if loaded, err := tc.reload(); !loaded || err != nil {
+			t.Fatalf("%s: a good pair: loaded %v, err %v", tc.name, loaded, err)
+		}
+		if got := tc.last(); !got.OK || !got.Loaded.After(before.Loaded) {
+			t.Fatalf("%s: after a good reload %+v (before %+v); want OK, a later load time", tc.name, got, before)
+		}
+	}
 }

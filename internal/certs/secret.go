@@ -146,6 +146,7 @@ func (ca *SecretCA) Cluster(role Role) (*Cluster, error) {
 	c := &Cluster{pair: &fileValue[tls.Certificate]{}, derived: true}
 	c.pair.cur.Store(leaf)
 	c.ca.cur.Store(ca.pool)
+	c.status.record(true, nil)
 	return c, nil
 }
 
