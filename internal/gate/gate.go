@@ -214,6 +214,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.client = g.newClient(deps.Resolver, g.log.With(logging.KeyComponent, "rpc"))
 	g.bodies = newInflightBodies(cfg.MaxInFlightBodyBytes, cfg.MaxBodyBytes)
 	g.metrics = newMetrics(deps.Registry, g.cache, g.bodies, cfg.NodeName, cfg.Datacenter)
+	g.metrics.registerReloads(g.tokens, g.certs, g.rpcTLS)
 	g.workerReplays = replay.New(replay.Options[*workerAnswer]{MaxAnswers: workerReplayMax, MaxBytes: workerReplayBytes,
 		TTL: workerReplayTTL, Now: g.now, Size: (*workerAnswer).size})
 	g.mux = http.NewServeMux()

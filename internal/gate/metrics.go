@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/once-dev/once/internal/cache"
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/rpc"
 )
 
@@ -25,7 +26,8 @@ var durationBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .2
 // metrics are the gate's Prometheus metrics, on a registry of their own (never
 // the global one), served at GET /metrics.
 type metrics struct {
-	reg *prometheus.Registry
+	reg         *prometheus.Registry
+	constLabels prometheus.Labels // node, datacenter
 
 	requests        *prometheus.CounterVec   // route, method, status, code
 	requestDuration *prometheus.HistogramVec // route
@@ -50,7 +52,8 @@ func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], bodies *inf
 			ConstLabels: constLabels, Buckets: buckets}, labels)
 	}
 	m := &metrics{
-		reg: reg,
+		reg:         reg,
+		constLabels: constLabels,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts(opts("http_requests_total",
 			"HTTP requests answered, by route pattern, method, status and problem code (none for successes).")),
 			[]string{"route", "method", "status", "code"}),
@@ -91,6 +94,59 @@ func newMetrics(reg *prometheus.Registry, c *cache.Cache[*response], bodies *inf
 		"Entries in the idempotency cache (expired ones not yet swept included).")),
 		func() float64 { return float64(c.Len()) }))
 	return m
+}
+
+// registerReloads registers the outcome of the reloads of the files the
+// gate reloads while it serves, as Prometheus tells its configuration's
+// (prometheus_config_last_reload_successful and _success_timestamp_seconds):
+// its token files (tokens, nil without), its HTTPS certificate (https, nil
+// without) and its cluster TLS certificate files (cluster, nil without, or
+// derived from the cluster secret: no files). A reload that fails leaves
+// what was loaded before in use, a revoked token valid, an expiring
+// certificate presented; these series let an alert say so.
+func (m *metrics) registerReloads(tokens *tokenFiles, https *certs.Reloader, cluster *certs.Cluster) {
+	if tokens != nil {
+		m.reloadGauges("token_files", "the token files (GATE_TOKEN_FILE, GATE_OPERATOR_TOKEN_FILE)", nil, tokens.lastReload)
+	}
+	certificate := func(name string, last func() certs.ReloadStatus) {
+		m.reloadGauges("tls_certificate", "the TLS certificate files named by the certificate label",
+			prometheus.Labels{"certificate": name},
+			func() (bool, time.Time) { s := last(); return s.OK, s.Loaded })
+	}
+	if https != nil {
+		certificate("https", https.LastReload)
+	}
+	if cluster != nil && !cluster.Derived() {
+		certificate("cluster", cluster.LastReload)
+	}
+}
+
+// reloadGauges registers once_gate_<what>_last_reload_successful and
+// _last_reload_success_timestamp_seconds, read from last at scrape time.
+func (m *metrics) reloadGauges(what, files string, labels prometheus.Labels, last func() (bool, time.Time)) {
+	constLabels := prometheus.Labels{}
+	for _, l := range []prometheus.Labels{m.constLabels, labels} {
+		for k, v := range l {
+			constLabels[k] = v
+		}
+	}
+	gauge := func(name, help string, value func() float64) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: what + name, Help: help,
+			ConstLabels: constLabels}, value)
+	}
+	m.reg.MustRegister(
+		gauge("_last_reload_successful",
+			"1 if the last look at "+files+" loaded them or found them unchanged, 0 if they could not be used (what was loaded before stays in use).",
+			func() float64 {
+				if ok, _ := last(); ok {
+					return 1
+				}
+				return 0
+			}),
+		gauge("_last_reload_success_timestamp_seconds",
+			"Time, in seconds since the epoch, "+files+" were last loaded (at start, or by a reload that found them changed).",
+			func() float64 { _, at := last(); return float64(at.UnixNano()) / 1e9 }),
+	)
 }
 
 // handler serves the registry in the Prometheus text format.

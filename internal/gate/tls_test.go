@@ -90,3 +90,53 @@ func TestGateTLSSettings(t *testing.T) {
 		t.Fatalf("a missing certificate: %v", err)
 	}
 }
+
+// A reload of GATE_TLS_* that fails (a renewed certificate that does not
+// match its key) keeps the certificate in use and is shown at /metrics:
+// once_gate_tls_certificate_last_reload_successful{certificate="https"} 0,
+// the time of the last load unchanged; a good pair after makes it 1 and
+// moves the time.
+func TestGateTLSFailedReloadIsShownAtMetrics(t *testing.T) {
+	_, addr := startManager(t, managertest.Options{})
+	dir := t.TempDir()
+	cf, kf := filepath.Join(dir, "gate.pem"), filepath.Join(dir, "gate.key")
+	ca := certstest.NewCA(t)
+	ca.Issue(t, 100, cf, kf)
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TLSCertFile, cfg.TLSKeyFile = cf, kf })
+	https := map[string]string{"certificate": "https", "node": "test-gate"}
+	gauges := func() (ok, at float64) {
+		t.Helper()
+		return gaugeValue(t, tg.metrics.reg, "once_gate_tls_certificate_last_reload_successful", https),
+			gaugeValue(t, tg.metrics.reg, "once_gate_tls_certificate_last_reload_success_timestamp_seconds", https)
+	}
+	ok, loadedAt := gauges()
+	if ok != 1 || loadedAt == 0 {
+		t.Fatalf("after the load at start: successful %v, loaded at %v", ok, loadedAt)
+	}
+	inUse := tg.certs.Certificate()
+	future := time.Now().Add(time.Hour)
+	touch := func() {
+		future = future.Add(time.Second)
+		for _, f := range []string{cf, kf} {
+			if err := os.Chtimes(f, future, future); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ca.Issue(t, 101, cf, filepath.Join(t.TempDir(), "other.key"))
+	touch()
+	if _, err := tg.certs.Reload(); err == nil {
+		t.Fatal("a certificate that does not match its key was loaded")
+	}
+	if ok, at := gauges(); ok != 0 || at != loadedAt || tg.certs.Certificate() != inUse {
+		t.Fatalf("a failed reload: successful %v, loaded at %v (before %v); want 0, unchanged, the certificate kept", ok, at, loadedAt)
+	}
+	ca.Issue(t, 102, cf, kf)
+	touch()
+	if loaded, err := tg.certs.Reload(); !loaded || err != nil {
+		t.Fatalf("a good pair: loaded %v, err %v", loaded, err)
+	}
+	if ok, at := gauges(); ok != 1 || at <= loadedAt {
+		t.Fatalf("a good reload: successful %v, loaded at %v (before %v); want 1 and later", ok, at, loadedAt)
+	}
+}

@@ -62,8 +62,9 @@ type tokenTable struct {
 // lock, because no token may be in both: an operator's token is no
 // tenant's, and a tenant's token must not open the cluster view. A new pair
 // that cannot be used (a file unreadable, a bad line, no token, a token in
-// both) leaves the pair in use as it was, and is logged; it is tried again
-// at every look until it loads.
+// both) leaves the pair in use as it was, a token removed to revoke it
+// still valid, and is logged and shown at /metrics; it is tried again at
+// every look until it loads.
 type tokenFiles struct {
 	tenantPath, operatorPath string // "": that file is not configured
 	log                      *slog.Logger
@@ -71,6 +72,13 @@ type tokenFiles struct {
 
 	mu  sync.Mutex           // serialises reloads
 	sum [2][sha256.Size]byte // the SHA-256 of each file's content last loaded
+
+	// The outcome of the last look and when the files were last loaded, for
+	// /metrics: a pair that cannot be used leaves the tokens loaded before
+	// valid, a revoked one among them, so an operator must be able to alert
+	// on it (once_gate_token_files_last_reload_successful).
+	lastOK     atomic.Bool
+	lastLoaded atomic.Int64 // Unix nanoseconds
 }
 
 // tokenTables are the tables in use: tenants nil when GATE_TOKEN_FILE is not
@@ -118,9 +126,26 @@ func (f *tokenFiles) operator(authorization string) (string, bool) {
 // stay; the error is a *config.Error naming the file's variable (so it
 // matches config.ErrInvalid) that wraps the cause (a *TokenFileError or the
 // file system's error); a token in both files is GATE_TOKEN_FILE's error.
+// The outcome is what lastReload reports.
 func (f *tokenFiles) Reload() (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	loaded, err := f.reload()
+	f.lastOK.Store(err == nil)
+	if loaded {
+		f.lastLoaded.Store(time.Now().UnixNano())
+	}
+	return loaded, err
+}
+
+// lastReload reports whether the last look loaded the files or found them
+// unchanged, and when they were last loaded.
+func (f *tokenFiles) lastReload() (ok bool, loaded time.Time) {
+	return f.lastOK.Load(), time.Unix(0, f.lastLoaded.Load())
+}
+
+// reload is Reload, under f.mu.
+func (f *tokenFiles) reload() (bool, error) {
 	sources := [2]tokenSource{
 		{EnvTokenFile, "tenant", f.tenantPath},
 		{EnvOperatorTokenFile, "operator", f.operatorPath},

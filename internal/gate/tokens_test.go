@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/manager/managertest"
 	"github.com/once-dev/once/internal/testutil"
@@ -229,4 +231,79 @@ func TestOperatorTokenFileReloadRevokesWithoutRestart(t *testing.T) {
 	}
 	wantProblem(t, opsOnly.get(t, "/v1/cluster"), http.StatusUnauthorized, api.CodeUnauthorized)
 	wantStatus(t, opsOnly.get(t, "/v1/cluster", "Authorization", "Bearer tok-ops"), http.StatusOK)
+}
+
+// A token file that cannot be used (a bad line, an empty file) leaves the
+// tokens loaded before valid, a revoked one among them: /metrics shows it,
+// once_gate_token_files_last_reload_successful 0 and the time of the last
+// load unchanged. A good file after makes it 1 and moves the time.
+func TestTokenFileFailedReloadIsShownAtMetrics(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	replaceFile(t, path, "tok-alpha alpha\ntok-beta beta\n")
+	_, addr := startManager(t, managertest.Options{})
+	tg := startGate(t, []string{addr}, func(cfg *Config, _ *Deps) { cfg.TokenFile = path })
+	gauge := func(name string) float64 {
+		t.Helper()
+		return gaugeValue(t, tg.metrics.reg, "once_gate_token_files_"+name, nil)
+	}
+	if ok := gauge("last_reload_successful"); ok != 1 {
+		t.Fatalf("after the load at start: successful %v", ok)
+	}
+	loadedAt := gauge("last_reload_success_timestamp_seconds")
+	if loadedAt == 0 {
+		t.Fatal("no time of the load at start")
+	}
+	for _, bad := range []string{"tok-beta beta\nnot a line\n", ""} {
+		// tok-alpha revoked, in a file that cannot be used.
+		replaceFile(t, path, bad)
+		if _, err := tg.tokens.Reload(); !errors.Is(err, ErrTokenFile) {
+			t.Fatalf("%q: %v", bad, err)
+		}
+		if ok, at := gauge("last_reload_successful"), gauge("last_reload_success_timestamp_seconds"); ok != 0 || at != loadedAt {
+			t.Fatalf("%q: successful %v, loaded at %v (before %v); want 0 and unchanged", bad, ok, at, loadedAt)
+		}
+		if _, ok := tg.tokens.tenant("Bearer tok-alpha"); !ok {
+			t.Fatalf("%q: the tokens loaded before are no longer in use", bad)
+		}
+	}
+	replaceFile(t, path, "tok-beta beta\n")
+	if loaded, err := tg.tokens.Reload(); !loaded || err != nil {
+		t.Fatalf("a good file: loaded %v, err %v", loaded, err)
+	}
+	if ok, at := gauge("last_reload_successful"), gauge("last_reload_success_timestamp_seconds"); ok != 1 || at <= loadedAt {
+		t.Fatalf("a good file: successful %v, loaded at %v (before %v); want 1 and later", ok, at, loadedAt)
+	}
+	if _, ok := tg.tokens.tenant("Bearer tok-alpha"); ok {
+		t.Fatal("the revoked token is still accepted")
+	}
+}
+
+// gaugeValue is the value of the gauge name of reg whose labels include
+// labels; the test fails without one.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s%v", name, labels)
+	return 0
 }
