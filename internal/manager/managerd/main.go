@@ -138,6 +138,7 @@ func run(ctx context.Context, cfg manager.Config, log *slog.Logger, opts Options
 	var serverTLS *tls.Config
 	switch {
 	case clusterTLS != nil:
+		registerTLSReloadMetrics(reg, clusterTLS)
 		wctx, stopWatch := context.WithCancel(ctx)
 		watched := make(chan struct{})
 		go func() { defer close(watched); clusterTLS.Watch(wctx, tlsReloadInterval) }()

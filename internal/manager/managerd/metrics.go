@@ -3,6 +3,7 @@ package managerd
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/once-dev/once/internal/certs"
 	"github.com/once-dev/once/internal/manager"
 	"github.com/once-dev/once/internal/rpc"
 )
@@ -48,4 +49,29 @@ func registerMetrics(reg prometheus.Registerer, m *manager.Manager, mismatches f
 	reg.MustRegister(m.JobStateGauges()...)
 	reg.MustRegister(m.OutboxGauges()...)
 	reg.MustRegister(m.AutopilotCollector())
+}
+
+// registerTLSReloadMetrics registers the outcome of the reloads of the
+// manager's cluster TLS files (MANAGER_TLS_*), as Prometheus tells its
+// configuration's (prometheus_config_last_reload_successful): a reload
+// that fails keeps the certificate and CA in use, an expiring certificate
+// presented until it expires, and these series let an alert say so. The
+// gate's are once_gate_tls_certificate_* of the same labels.
+func registerTLSReloadMetrics(reg prometheus.Registerer, c *certs.Cluster) {
+	labels := prometheus.Labels{"certificate": "cluster"}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_tls_certificate_last_reload_successful",
+			Help:        "1 if the last look at the TLS certificate files named by the certificate label loaded them or found them unchanged, 0 if they could not be used (what was loaded before stays in use).",
+			ConstLabels: labels},
+			func() float64 {
+				if c.LastReload().OK {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "once_manager_tls_certificate_last_reload_success_timestamp_seconds",
+			Help:        "Time, in seconds since the epoch, the TLS certificate files named by the certificate label were last loaded (at start, or by a reload that found them changed).",
+			ConstLabels: labels},
+			func() float64 { return float64(c.LastReload().Loaded.UnixNano()) / 1e9 }),
+	)
 }
