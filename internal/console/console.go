@@ -104,27 +104,69 @@ func SetHeaders(h http.Header) {
 }
 
 // Handler serves the console's assets for GET and HEAD requests under
-// Prefix; notFound answers any other path under it (nil: http.NotFound),
-// with the security headers already set.
-func Handler(notFound http.HandlerFunc) http.Handler {
-	if notFound == nil {
-		notFound = http.NotFound
+// Prefix. fail answers each of its errors, with the security headers
+// already set: 404 to a path under it that it does not serve, and the
+// errors of http.ServeContent, which would answer them in its own way: 412
+// to a failed If-Match (an empty body) and 416 to a Range past the end of
+// an asset (plain text, Content-Range set). nil: http.Error with the
+// status's text.
+func Handler(fail func(w http.ResponseWriter, r *http.Request, status int)) http.Handler {
+	if fail == nil {
+		fail = func(w http.ResponseWriter, _ *http.Request, status int) {
+			http.Error(w, http.StatusText(status), status)
+		}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		SetHeaders(w.Header())
 		name, ok := strings.CutPrefix(r.URL.Path, Prefix)
 		a, found := files[name]
 		if !ok || !found {
-			notFound(w, r)
+			fail(w, r, http.StatusNotFound)
 			return
 		}
 		h := w.Header()
 		h.Set("Cache-Control", "no-cache")
 		h.Set("ETag", a.etag)
 		h.Set("Content-Type", a.contentType)
-		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(a.body))
+		http.ServeContent(&errorWriter{ResponseWriter: w, r: r, fail: fail}, r, name, time.Time{}, bytes.NewReader(a.body))
 	})
 }
+
+// errorWriter passes http.ServeContent's answers through, but for its
+// errors: those it hands to fail, and drops ServeContent's own body.
+type errorWriter struct {
+	http.ResponseWriter
+	r      *http.Request
+	fail   func(w http.ResponseWriter, r *http.Request, status int)
+	failed bool
+}
+
+func (e *errorWriter) WriteHeader(status int) {
+	switch {
+	case e.failed:
+	case status < http.StatusBadRequest:
+		e.ResponseWriter.WriteHeader(status)
+	default:
+		e.failed = true
+		// The asset's headers do not describe the error's body; the
+		// security headers and a 416's Content-Range stay.
+		h := e.Header()
+		for _, name := range []string{"Content-Type", "Content-Length", "Content-Encoding", "ETag", "Cache-Control"} {
+			h.Del(name)
+		}
+		e.fail(e.ResponseWriter, e.r, status)
+	}
+}
+
+func (e *errorWriter) Write(b []byte) (int, error) {
+	if e.failed {
+		return len(b), nil
+	}
+	return e.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (e *errorWriter) Unwrap() http.ResponseWriter { return e.ResponseWriter }
 
 // Paths lists the served paths under Prefix ("" is index.html), for tests.
 func Paths() []string {

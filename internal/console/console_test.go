@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -114,12 +115,58 @@ func TestUnknownPathIsNotFound(t *testing.T) {
 		}
 		checkHeaders(t, path, r.Header)
 	}
-	called := false
-	h := Handler(func(w http.ResponseWriter, r *http.Request) { called = true; w.WriteHeader(http.StatusTeapot) })
+	called := 0
+	h := Handler(func(w http.ResponseWriter, r *http.Request, status int) {
+		called = status
+		w.WriteHeader(http.StatusTeapot)
+	})
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ui/missing.js", nil))
-	if !called || rec.Code != http.StatusTeapot {
-		t.Errorf("the notFound handler was not used: called %v, status %d", called, rec.Code)
+	if called != http.StatusNotFound || rec.Code != http.StatusTeapot {
+		t.Errorf("the fail handler was not used for 404: called with %d, status %d", called, rec.Code)
+	}
+}
+
+// The errors of the asset server itself, a failed If-Match (412) and a
+// Range past the end of an asset (416), are answered by the fail handler
+// (the gate's problems), not by http.ServeContent's empty or plain-text
+// body, with the security headers and a 416's Content-Range; the asset's
+// own headers, which do not describe that body, are not sent.
+func TestServeContentErrorsGoToFail(t *testing.T) {
+	const problem = `{"code":"test"}`
+	h := Handler(func(w http.ResponseWriter, r *http.Request, status int) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, problem)
+	})
+	size := len(body(t, serve(t, http.MethodGet, "/ui/app.js")))
+	for _, tc := range []struct {
+		hdr    []string
+		status int
+	}{
+		{[]string{"If-Match", `"not-the-etag"`}, http.StatusPreconditionFailed},
+		{[]string{"Range", "bytes=99999999-"}, http.StatusRequestedRangeNotSatisfiable},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/ui/app.js", nil)
+		req.Header.Set(tc.hdr[0], tc.hdr[1])
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		r := rec.Result()
+		where := tc.hdr[0] + ": " + tc.hdr[1]
+		if r.StatusCode != tc.status || r.Header.Get("Content-Type") != "application/problem+json" || body(t, r) != problem {
+			t.Errorf("%s: %d %q %q, want %d and the fail handler's answer", where, r.StatusCode, r.Header.Get("Content-Type"), rec.Body.String(), tc.status)
+		}
+		checkHeaders(t, where, r.Header)
+		if r.Header.Get("ETag") != "" || r.Header.Get("Cache-Control") != "" {
+			t.Errorf("%s: the asset's headers on an error: %v", where, r.Header)
+		}
+		if want := "bytes */" + strconv.Itoa(size); tc.status == http.StatusRequestedRangeNotSatisfiable && r.Header.Get("Content-Range") != want {
+			t.Errorf("%s: Content-Range %q, want %q", where, r.Header.Get("Content-Range"), want)
+		}
+	}
+	// A satisfiable Range is served as before.
+	if r := serve(t, http.MethodGet, "/ui/app.js", "Range", "bytes=0-9"); r.StatusCode != http.StatusPartialContent || len(body(t, r)) != 10 {
+		t.Errorf("Range: bytes=0-9: %d", r.StatusCode)
 	}
 }
 

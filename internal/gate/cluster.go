@@ -19,11 +19,24 @@ const EnvOperatorTokenFile = "GATE_OPERATOR_TOKEN_FILE"
 
 // consoleRoutes registers the console and GET /v1/cluster.
 func (g *Gate) consoleRoutes() {
-	h := console.Handler(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, http.StatusNotFound, api.CodeNotFound, "no such page of the console")
-	})
+	h := console.Handler(consoleProblem)
 	g.route("GET "+console.Prefix, h.ServeHTTP)
 	g.route("GET /v1/cluster", g.operatorsOnly(g.handleCluster))
+}
+
+// consoleProblem answers an error of the console's files as a problem, as
+// every error of the gate is (docs/api.md, Errors).
+func consoleProblem(w http.ResponseWriter, _ *http.Request, status int) {
+	switch status {
+	case http.StatusNotFound:
+		writeProblem(w, status, api.CodeNotFound, "no such page of the console")
+	case http.StatusPreconditionFailed:
+		writeProblem(w, status, api.CodeInvalidRequest, "the console's file does not match the request's If-Match (it changed: load it again)")
+	case http.StatusRequestedRangeNotSatisfiable:
+		writeProblem(w, status, api.CodeInvalidRequest, "the Range is not within the console's file (Content-Range gives its length)")
+	default:
+		writeProblem(w, status, api.CodeInvalidRequest, "the console's file cannot be served for this request: "+http.StatusText(status))
+	}
 }
 
 // authenticateOperator checks GET /v1/cluster's credential: an operator

@@ -63,6 +63,34 @@ func TestConsoleHeadersOnEveryMethod(t *testing.T) {
 	}
 }
 
+// The console's file server answers its own errors, a failed If-Match
+// (412) and a Range past the end of a file (416), as problems, as every
+// error of the gate is (docs/api.md, Errors), with the console's security
+// headers; a 416 keeps its Content-Range.
+func TestConsoleErrorsAreProblems(t *testing.T) {
+	tg := startGate(t, []string{"127.0.0.1:1"}, nil)
+	for _, tc := range []struct {
+		hdr    []string
+		status int
+	}{
+		{[]string{"If-Match", `"not-the-etag"`}, http.StatusPreconditionFailed},
+		{[]string{"Range", "bytes=99999999-"}, http.StatusRequestedRangeNotSatisfiable},
+	} {
+		r := tg.get(t, "/ui/app.js", tc.hdr...)
+		wantProblem(t, r, tc.status, api.CodeInvalidRequest)
+		want := http.Header{}
+		console.SetHeaders(want)
+		for name := range want {
+			if got := r.header.Get(name); got != want.Get(name) {
+				t.Errorf("%s: %s %q, want %q", tc.hdr, name, got, want.Get(name))
+			}
+		}
+		if tc.status == http.StatusRequestedRangeNotSatisfiable && !strings.HasPrefix(r.header.Get("Content-Range"), "bytes */") {
+			t.Errorf("%s: Content-Range %q", tc.hdr, r.header.Get("Content-Range"))
+		}
+	}
+}
+
 // writeFile writes a file in the test's directory.
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
