@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/once-dev/once/internal/testutil"
+	"github.com/once-dev/once/tests/localcluster"
 )
 
 const (
@@ -186,7 +188,17 @@ func exportedNames(t *testing.T, client *http.Client, url string, into map[strin
 // The dashboard and the alert rules in deploy/ name only metrics that a
 // running gate and manager export: they cannot drift from the code.
 func TestDashboardsAndAlertsUseExportedMetrics(t *testing.T) {
-	c := startCluster(t, 3, 1, nil)
+	// With TLS files and a token file: the series of their reloads
+	// (OnceReloadFailing) are exported only by nodes that have them.
+	files, _, _ := issueClusterTLS(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("tok-alpha alpha\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 3, 1, func(o *localcluster.Options) {
+		o.TLS = files
+		o.GateEnv = append(o.GateEnv, "GATE_TOKEN_FILE="+tokens)
+	})
 	if _, err := c.WaitLeader(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -212,13 +224,14 @@ func TestDashboardsAndAlertsUseExportedMetrics(t *testing.T) {
 		}
 		return health, "the leader's autopilot health"
 	})
-	gate := "http://" + c.Gates[0].HTTPAddr
+	gate := c.GateURLs()[0]
 	// Traffic, so that labelled series exist: an admission, its replay, a
 	// refusal, a read.
 	for _, body := range []string{`{"type":"demo"}`, `{"type":"demo"}`, `{"type":"demo","payload":{"n":2}}`} {
 		req, _ := http.NewRequest(http.MethodPost, gate+"/v1/jobs", strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", "host1.dc1:9:1:0123456789abcdef")
-		resp, err := http.DefaultClient.Do(req)
+		req.Header.Set("Authorization", "Bearer tok-alpha")
+		resp, err := c.HTTPClient().Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
