@@ -122,7 +122,9 @@ var canonicalSettings = []struct {
 
 // Canonical is the compact form of the settings that must agree across a
 // federation ("pending_ttl=60 committed_ttl=300 ..."; seconds), which
-// managers publish in their gossip metadata and compare with DiffCanonical.
+// gates and managers publish in their gossip metadata and managers compare
+// with DiffCanonical. A gate uses every one of them (its cache's lifetimes
+// and the waiting rule), so it is compared on all.
 func (c Idempotency) Canonical() string {
 	fields := make([]string, len(canonicalSettings))
 	for i, s := range canonicalSettings {

@@ -12,13 +12,16 @@ import (
 
 // startMembership joins the datacenter's LAN pool as a gate, so the gate learns
 // the managers (and, through their "not leader" answers, the leader) without a
-// static list.
+// static list. It publishes its IDEMPOTENCY_* settings that must agree with
+// the managers' (config.Idempotency.Canonical), which the managers compare
+// with theirs and report when they differ.
 // Without GATE_GOSSIP_KEY the pool's key is derived from the cluster secret
 // (empty: plaintext, insecure mode).
 func startMembership(ctx context.Context, cfg Config, secret string, log *slog.Logger) (*membership.Pool, error) {
 	mcfg, err := membership.Settings{Addr: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Keys: cfg.GossipKey,
 		Profile: cfg.GossipProfile, Seeds: cfg.Join, Secret: secret, Label: membership.KeyLAN}.Config("GATE", membership.GateNodeName(cfg.NodeName),
-		membership.Meta{Role: membership.RoleGate, Datacenter: cfg.Datacenter, NodeID: cfg.NodeName, Version: 1}, log)
+		membership.Meta{Role: membership.RoleGate, Datacenter: cfg.Datacenter, NodeID: cfg.NodeName, Version: 1,
+			Settings: cfg.Idempotency.Canonical()}, log)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +65,24 @@ func TestGateAndManagerOfOneHostShareThePool(t *testing.T) {
 	}
 	if gs := poolGates(gate)(); len(gs) != 1 || gs[0].Name != "host" {
 		t.Fatalf("GET /v1/cluster's gates: %+v, want one named host", gs)
+	}
+}
+
+// TestGatePublishesItsIdempotencySettings: the gate publishes the
+// IDEMPOTENCY_* settings that must agree with its managers' in its pool
+// metadata (config.Idempotency.Canonical), where its managers compare them
+// with theirs and report a difference.
+func TestGatePublishesItsIdempotencySettings(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName, cfg.GossipAddr, cfg.GossipProfile = "g1", "127.0.0.1:0", membership.ProfileTest
+	cfg.Idempotency.CommittedTTL = 90 * time.Second
+	gate, err := startMembership(context.Background(), cfg, "", testutil.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.Shutdown() })
+	got, want := gate.LocalNode().Meta.Settings, cfg.Idempotency.Canonical()
+	if got != want || !strings.Contains(got, "committed_ttl=90") {
+		t.Fatalf("the gate publishes settings %q, want %q", got, want)
 	}
 }

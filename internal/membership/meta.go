@@ -49,7 +49,8 @@ type Meta struct {
 	// Settings is the node's settings that must agree across the federation,
 	// in the canonical form of config.Idempotency.Canonical
 	// ("pending_ttl=60s committed_ttl=300s ..."); empty when not published.
-	// Managers compare it to report configuration mismatches.
+	// Gates and managers publish it; managers compare it with theirs to
+	// report configuration mismatches.
 	Settings string
 }
 
