@@ -73,8 +73,8 @@ type Deps struct {
 	// outbox's, to other datacenters); "" for none.
 	ClusterSecret string
 	// ConfigMismatches, when set, lists the settings of other managers of
-	// the federation that differ from this one's, for Status (the daemon's
-	// federation view).
+	// the federation and of the datacenter's gates that differ from this
+	// manager's, for Status (the daemon's federation view).
 	ConfigMismatches func() []rpc.ConfigMismatch
 	// ClaimDataDir, when set, is called once New holds the data directory
 	// (the Raft log's lock is taken), before it opens the ledger, the

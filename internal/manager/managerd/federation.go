@@ -131,30 +131,61 @@ func (f *federation) datacenters() map[string][]string {
 }
 
 // mismatches lists the settings that must agree across the federation
-// (config.DiffCanonical) where another manager's differ from this one's: the
+// (config.DiffCanonical) where another node's differ from this manager's: the
 // managers of every datacenter from the WAN pool, or this datacenter's from
-// the LAN pool when the manager is not federated. Alive members only, by
-// datacenter, node and setting.
+// the LAN pool when the manager is not federated, and this datacenter's gates
+// from the LAN pool (other datacenters' gates are their leaders' to report).
+// A gate uses every setting DiffCanonical compares (its cache's lifetimes and
+// the waiting rule), so a gate is compared as a manager is; it is named by
+// its pool name (GATE_NODE_NAME/gate). Alive members only, by datacenter,
+// node and setting.
 func (f *federation) mismatches() []rpc.ConfigMismatch {
-	var members []membership.Member
-	if f.wan != nil {
-		members = f.wan.Members()
-	} else if lan := f.lan.Load(); lan != nil {
-		members = lan.Members()
-	}
+	members := f.comparedMembers()
 	out := []rpc.ConfigMismatch{}
 	for _, m := range members {
-		if m.Meta.Role != membership.RoleManager || m.State != membership.StateAlive {
+		if m.State != membership.StateAlive {
 			continue
 		}
+		node := m.Meta.NodeID
+		if m.Meta.Role == membership.RoleGate {
+			// Its pool name (host/gate): a gate and a manager on one host
+			// may share the node name.
+			node = membership.GateNodeName(node)
+		}
 		for _, d := range config.DiffCanonical(f.settings, m.Meta.Settings) {
-			out = append(out, rpc.ConfigMismatch{Datacenter: m.Meta.Datacenter, Node: m.Meta.NodeID,
+			out = append(out, rpc.ConfigMismatch{Datacenter: m.Meta.Datacenter, Node: node,
 				Setting: d.Setting, Local: d.Local, Remote: d.Remote})
 		}
 	}
 	slices.SortFunc(out, func(a, b rpc.ConfigMismatch) int {
 		return cmp.Or(cmp.Compare(a.Datacenter, b.Datacenter), cmp.Compare(a.Node, b.Node), cmp.Compare(a.Setting, b.Setting))
 	})
+	return out
+}
+
+// comparedMembers is the members mismatches compares with this manager: the
+// WAN pool's managers when federated, else the LAN pool's, and the LAN pool's
+// gates of this datacenter either way.
+func (f *federation) comparedMembers() []membership.Member {
+	var lan []membership.Member
+	if p := f.lan.Load(); p != nil {
+		lan = p.Members()
+	}
+	managers := lan
+	if f.wan != nil {
+		managers = f.wan.Members()
+	}
+	var out []membership.Member
+	for _, m := range managers {
+		if m.Meta.Role == membership.RoleManager {
+			out = append(out, m)
+		}
+	}
+	for _, m := range lan {
+		if m.Meta.Role == membership.RoleGate && m.Meta.Datacenter == f.dc {
+			out = append(out, m)
+		}
+	}
 	return out
 }
 

@@ -3,11 +3,15 @@ package managerd
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/once-dev/once/internal/config"
 	"github.com/once-dev/once/internal/manager"
+	"github.com/once-dev/once/internal/membership"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpctest"
 	"github.com/once-dev/once/internal/testutil"
@@ -108,6 +112,114 @@ func TestFederationReportsConfigMismatches(t *testing.T) {
 	if got := single.mismatches(); len(got) != 0 {
 		t.Fatalf("a manager alone reports %+v", got)
 	}
+}
+
+// TestConfigMismatchesNameTheDatacentersGates: a gate of the manager's
+// datacenter whose IDEMPOTENCY_COMMITTED_TTL_SECONDS differs from the
+// manager's is reported in GET /rpc/v1/status, under its pool name
+// (GATE_NODE_NAME/gate), and counted by once_manager_config_mismatches; a
+// gate that agrees is not. Gates are in the LAN pool only: a federated
+// manager (a WAN pool) compares them as well as one that is not.
+func TestConfigMismatchesNameTheDatacentersGates(t *testing.T) {
+	for _, federated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("federated=%v", federated), func(t *testing.T) {
+			extra := []string{manager.EnvGossipProfile + "=" + membership.ProfileLocal}
+			if federated {
+				ports, err := testutil.FreePorts(1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				extra = append(extra, fmt.Sprintf("%s=127.0.0.1:%d", manager.EnvWANGossipAddr, ports[0]))
+			}
+			env, rpcAddr := soloManagerEnv(t, t.TempDir(), extra...)
+			gossipAddr := envValue(t, env, manager.EnvGossipAddr)
+			ctx, cancel := context.WithCancel(context.Background())
+			exit := make(chan int, 1)
+			logs := &testutil.Buffer{}
+			go func() { exit <- Main(ctx, nil, env, io.Discard, logs) }()
+			defer func() {
+				cancel()
+				if code := <-exit; code != config.ExitOK {
+					t.Errorf("exit %d after shutdown; log:\n%s", code, logs.String())
+				}
+			}()
+
+			// The agreeing gate has joined (the manager knows it) before
+			// the other starts: when the other is reported, the first was
+			// compared too.
+			same := startGatePool(t, "g-same", config.DefaultIdempotency(), gossipAddr)
+			select {
+			case <-same.Joined():
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the agreeing gate did not join; log:\n%s", logs.String())
+			}
+			other := config.DefaultIdempotency()
+			other.CommittedTTL = 90 * time.Second
+			startGatePool(t, "g-other", other, gossipAddr)
+
+			want := fmt.Sprint([]rpc.ConfigMismatch{{Datacenter: "dc1", Node: "g-other/gate",
+				Setting: config.EnvCommittedTTL, Local: "300", Remote: "90"}})
+			rc := rpc.NewClient(rpc.ClientConfig{})
+			defer rc.Close()
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+			testutil.WaitFor(t, 30*time.Second, func() (bool, string) {
+				st, err := rc.StatusOf(ctx, rpcAddr)
+				if err != nil {
+					return false, err.Error()
+				}
+				if got := fmt.Sprint(st.ConfigMismatches); got != want {
+					return false, fmt.Sprintf("status mismatches %s, want %s", got, want)
+				}
+				metrics, err := scrape(client, rpcAddr)
+				if err != nil {
+					return false, err.Error()
+				}
+				return strings.Contains(metrics, "\nonce_manager_config_mismatches 1\n"), "once_manager_config_mismatches to be 1"
+			})
+		})
+	}
+}
+
+// startGatePool joins the LAN pool of dc1 through seed as gate name would,
+// publishing settings, and leaves it at the end of the test.
+func startGatePool(t *testing.T, name string, settings config.Idempotency, seed string) *membership.Pool {
+	t.Helper()
+	p, err := membership.Start(context.Background(), membership.Config{
+		NodeName: membership.GateNodeName(name), BindAddr: "127.0.0.1", Seeds: []string{seed},
+		Profile: membership.ProfileTest, Logger: testutil.Logger(t).With("node", name),
+		Meta: membership.Meta{Role: membership.RoleGate, Datacenter: "dc1", NodeID: name, Version: 1,
+			Settings: settings.Canonical()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown() })
+	return p
+}
+
+// envValue is the value of variable name in env.
+func envValue(t *testing.T, env []string, name string) string {
+	t.Helper()
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("%s is not set in %v", name, env)
+	return ""
+}
+
+// scrape reads the manager's /metrics page.
+func scrape(client *http.Client, rpcAddr string) (string, error) {
+	resp, err := client.Get("http://" + rpcAddr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
 
 // TestFederationViewSurvivesARestart: a manager restarted while the other

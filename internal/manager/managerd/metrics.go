@@ -11,9 +11,9 @@ import (
 // registerMetrics registers on reg the series read from m's state when
 // scraped: its Raft log and indexes, whether it leads, its ledger, its kept
 // lease answers, its jobs by state, its outbox and its autopilot; and the
-// federation's settings that differ from this manager's (mismatches). The
-// Manager's own counters and histograms are registered by manager.New
-// (Deps.Registerer).
+// settings of the federation's managers and the datacenter's gates that
+// differ from this manager's (mismatches). The Manager's own counters and
+// histograms are registered by manager.New (Deps.Registerer).
 func registerMetrics(reg prometheus.Registerer, m *manager.Manager, mismatches func() []rpc.ConfigMismatch) {
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "once_manager_raft_log_batches_total",
 		Help: "Raft log write batches (one fsync each) since start."}, func() float64 { return float64(m.RaftLogBatches()) }))
@@ -40,7 +40,7 @@ func registerMetrics(reg prometheus.Registerer, m *manager.Manager, mismatches f
 			func() float64 { n, _ := m.LeaseAnswers(); return float64(n) }},
 		{"once_manager_lease_answer_bytes", "Accounted bytes of the lease answers kept for retries (bounded at 64 MiB).",
 			func() float64 { _, b := m.LeaseAnswers(); return float64(b) }},
-		{"once_manager_config_mismatches", "Settings of other managers of the federation (IDEMPOTENCY_* lifetimes and waiting) that differ from this manager's, counted per manager and setting; see GET /rpc/v1/status.",
+		{"once_manager_config_mismatches", "Settings of other managers of the federation and of this datacenter's gates (IDEMPOTENCY_* lifetimes and waiting) that differ from this manager's, counted per node and setting; see GET /rpc/v1/status.",
 			func() float64 { return float64(len(mismatches())) }},
 	}
 	for _, g := range gauges {
