@@ -261,10 +261,12 @@ func (p *federationPoller) store(fetched map[string][]string) {
 }
 
 // dcClients holds one rpc.Client per remote datacenter, made on first use;
-// each resolves its managers from the current federation view.
+// each resolves its managers from the current federation view. Once closed
+// (Gate.Close), it makes none.
 type dcClients struct {
 	mu      sync.Mutex
 	clients map[string]*rpc.Client
+	closed  bool
 }
 
 // knownDatacenter says whether dc is the gate's own or in the federation view.
@@ -289,6 +291,11 @@ func (g *Gate) clientFor(dc string) *rpc.Client {
 	if c, ok := g.remote.clients[dc]; ok {
 		return c
 	}
+	if g.remote.closed {
+		// The gate is closed: its own client, closed too, fails every
+		// call at once, and no connection is made that nothing would close.
+		return g.client
+	}
 	if g.remote.clients == nil {
 		g.remote.clients = map[string]*rpc.Client{}
 	}
@@ -303,11 +310,15 @@ func (g *Gate) clientFor(dc string) *rpc.Client {
 	return c
 }
 
-// closeRemote closes the idle connections of every remote datacenter's client.
+// closeRemote closes every remote datacenter's client, with the calls still
+// in flight on it (a fan-out to a datacenter that does not answer): closing
+// only its idle connections left those open for good.
 func (g *Gate) closeRemote() {
 	g.remote.mu.Lock()
-	defer g.remote.mu.Unlock()
-	for _, c := range g.remote.clients {
-		c.CloseIdleConnections()
+	clients := g.remote.clients
+	g.remote.clients, g.remote.closed = nil, true
+	g.remote.mu.Unlock()
+	for _, c := range clients {
+		c.Close()
 	}
 }

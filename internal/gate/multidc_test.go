@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -555,4 +556,40 @@ func TestMultiDCKeyReadNeverAnswersAClaim(t *testing.T) {
 	if res.header.Get(api.HeaderRetryAfter) == "" {
 		t.Fatalf("503 without Retry-After: %v", res.header)
 	}
+}
+
+// TestCloseEndsAFanOutInFlight: a gate closed while a fan-out waits on a
+// datacenter that has not answered closes that datacenter's client with the
+// call on it: its lane ends (no connection to dc2 is left open, as one was
+// until dc2's manager closed it) and the request is answered 503.
+func TestCloseEndsAFanOutInFlight(t *testing.T) {
+	f := startFederation(t, managertest.Options{}, managertest.Options{}, func(cfg *Config, deps *Deps) {
+		cfg.ForwardTimeout = 10 * time.Minute
+	})
+	inFlight, _ := holdInFlight(t, f.m2)
+	var res result
+	var err error
+	var wg sync.WaitGroup
+	wg.Go(func() { res, err = f.g1.trySubmit(skey(1), `{"type":"x","datacenters":["dc1","dc2"]}`) })
+	<-inFlight
+	if err := f.g1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Its lanes end with its clients, dc2's too (before the managers
+	// stop at the test's end, which would end it anyway).
+	testutil.WaitFor(t, 10*time.Second, func() (bool, string) {
+		buf := make([]byte, 1<<20)
+		for {
+			n := runtime.Stack(buf, true)
+			if n < len(buf) {
+				return !bytes.Contains(buf[:n], []byte("rpc.(*lane).receive")), "the gate's lanes to end"
+			}
+			buf = make([]byte, 2*len(buf))
+		}
+	})
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("the fan-out in flight when the gate closed: %v, want an answer", err)
+	}
+	wantProblem(t, res, http.StatusServiceUnavailable, api.CodeUnavailable)
 }
