@@ -3,12 +3,15 @@ package gate
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/once-dev/once/internal/logging"
 	"github.com/once-dev/once/internal/rpc"
 	"github.com/once-dev/once/internal/rpc/rpcpb"
 	"github.com/once-dev/once/internal/tracing"
@@ -52,14 +55,46 @@ func (g *Gate) submitAll(ctx context.Context, req *rpcpb.SubmitRequest) (*rpcpb.
 // submitEach sends to the leader of every datacenter of dcs the copy of the
 // submission request gives for it (by its index and name), concurrently
 // (submitTo), each in a span named span; the results are in the order of dcs.
+// A panic in one of them is that datacenter's failure (recoverForward).
 func (g *Gate) submitEach(ctx context.Context, dcs []string, request func(i int, dc string) *rpcpb.SubmitRequest, span string) []dcResult {
 	results := make([]dcResult, len(dcs))
 	var wg sync.WaitGroup
 	for i, dc := range dcs {
-		wg.Go(func() { results[i] = g.submitTo(ctx, dc, request(i, dc), span) })
+		wg.Go(func() {
+			defer g.recoverForward(dc, &results[i])
+			results[i] = g.submitTo(ctx, dc, request(i, dc), span)
+		})
 	}
 	wg.Wait()
 	return results
+}
+
+// recoverForward, deferred by the goroutine forwarding to dc, makes a panic
+// in it (a bug) that datacenter's result: net/http recovers only the
+// handler's own goroutine, and a panic here would end the process and every
+// request in flight. The panic is logged here with its stack, once;
+// forwardError answers it 500 as the handler's recovery answers a panic of a
+// single datacenter's forward, and the cache entry is resolved with it.
+func (g *Gate) recoverForward(dc string, res *dcResult) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	g.log.Error("panic forwarding to a datacenter", logging.KeyDatacenter, dc,
+		logging.KeyPanic, fmt.Sprint(p), logging.KeyStack, string(debug.Stack()))
+	*res = dcResult{dc: dc, err: &forwardPanicError{value: p}}
+}
+
+// forwardPanicError is a panic recovered in a fan-out's goroutine
+// (recoverForward), already logged.
+type forwardPanicError struct{ value any }
+
+func (e *forwardPanicError) Error() string { return fmt.Sprintf("forward panicked: %v", e.value) }
+
+// forwardPanicked reports whether err is a datacenter's forwardPanicError.
+func forwardPanicked(err error) bool {
+	var p *forwardPanicError
+	return errors.As(err, &p)
 }
 
 // combine makes one answer of every named datacenter's, in the order of the

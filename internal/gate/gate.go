@@ -123,6 +123,9 @@ type Gate struct {
 	// testHookWaiting, when set, is called by a duplicate submission after it
 	// found a PENDING entry and before it waits (tests synchronise on it).
 	testHookWaiting func()
+	// testHookSubmitTo, when set, is called by submitTo before it sends to
+	// dc, on the goroutine that sends (tests inject a panic there).
+	testHookSubmitTo func(dc string)
 }
 
 // clusterTLSFor is the gate's side of the managers' mutual TLS:

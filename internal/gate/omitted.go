@@ -193,6 +193,9 @@ func altFingerprints(tenant string, rest []byte, dcs []string) map[string]string
 
 // submitTo sends a copy of req to dc's leader in a span of its own.
 func (g *Gate) submitTo(ctx context.Context, dc string, req *rpcpb.SubmitRequest, span string) dcResult {
+	if g.testHookSubmitTo != nil {
+		g.testHookSubmitTo(dc)
+	}
 	dctx, sp := tracing.Span(ctx, span, trace.WithAttributes(attribute.String("once.datacenter", dc)))
 	defer sp.End()
 	r := shallowCopy(req)

@@ -534,8 +534,11 @@ func (g *Gate) forward(parent context.Context, tenant string, key keys.Key, fp s
 		sr, err = g.submitAll(ctx, req)
 	}
 	outcome := outcomeUnavailable
-	if err == nil {
+	switch {
+	case err == nil:
 		outcome = sr.Outcome
+	case forwardPanicked(err): // a bug, counted as failed counts its answers
+		outcome = outcomeError
 	}
 	defer func() {
 		g.metrics.forwardDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
@@ -650,8 +653,12 @@ func expiresAt(sr *rpcpb.SubmitResponse) time.Time {
 
 // forwardError maps a failed forward to its answer: 503 for everything
 // transient (no leader before the deadline, a full ledger), 500 for a request
-// the manager could not understand (a bug). Nothing of it is cached.
+// the manager could not understand or a panic of a fan-out's goroutine (a
+// bug). Nothing of it is cached.
 func (g *Gate) forwardError(err error, tenant string) *response {
+	if forwardPanicked(err) { // logged with its stack where it was recovered
+		return problemResponse(http.StatusInternalServerError, api.CodeInternal, panicDetail)
+	}
 	for _, r := range ledgerRefusals {
 		if errors.Is(err, r.err) {
 			g.log.Warn(r.log, logging.KeyTenant, tenant, logging.KeyError, err)
