@@ -73,10 +73,14 @@ func (m *Manager) keptJob(req *rpcpb.SubmitRequest, id string) (*rpcpb.SubmitRes
 }
 
 // keptJobID answers with the tenant's job id, replayed, when the job table
-// still holds it.
+// still holds it within its retention. A job past it (Gone by expiryNow, the
+// clock GetJob and ListJobs judge it by) is absent, though no sweep has
+// removed it yet: the read answers not found, and the Admit that follows
+// commits the job anew, so a submission, a read and a list agree at the
+// retention's end.
 func (m *Manager) keptJobID(tenant, id string) (*rpcpb.SubmitResponse, bool) {
 	j, ok := m.fsm.Job(tenant, id)
-	if !ok {
+	if !ok || j.Gone(m.expiryNow().UnixNano()) {
 		return nil, false
 	}
 	return &rpcpb.SubmitResponse{Outcome: rpc.OutcomeCommitted, Replayed: true, JobId: j.ID, Job: m.pbJob(j)}, true
